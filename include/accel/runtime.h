@@ -1,0 +1,280 @@
+/* accel — the actor runtime.
+ *
+ * The runtime runs actors on one libuv loop. An actor is a cell: private state, a behaviour
+ * (the callbacks below), a bounded mailbox, a parent (its supervisor) and children. Write your
+ * own actors against this header; they live beside accel's device actors in the same tree.
+ *
+ * Threads
+ *   - The *loop thread* runs every actor callback, `then` callback, timer and work completion.
+ *     It is the thread that called accel_runtime_run(), or the runtime's own thread after
+ *     accel_runtime_start().
+ *   - accel_tell(), accel_ask(), accel_stop(), accel_runtime_stop() and the future functions are
+ *     safe from any thread. Functions taking an `accel_actor *self` are for the loop thread,
+ *     inside that actor's callbacks, only.
+ *   - Never block in a callback: move blocking work to accel_work_submit().
+ *
+ * Errors: every function returns 0 or a negative code from accel/error.h. If a call that would
+ * complete a callback or a future fails, the callback never runs and no future is made.
+ */
+#ifndef ACCEL_RUNTIME_H
+#define ACCEL_RUNTIME_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "accel/error.h"
+#include "accel/export.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct accel_runtime accel_runtime;
+typedef struct accel_actor accel_actor; /* a live cell; only valid inside its callbacks */
+typedef struct accel_future accel_future;
+
+/* A reference to one incarnation of an actor: a slot in the runtime's table and the slot's
+ * generation when the actor was spawned. A ref to an actor that has stopped or been restarted
+ * (a restart is a new incarnation with a new ref) is stale: sends to it fail with ACCEL_ESTALE
+ * and count as dead letters. Refs are plain values: copy them freely, across threads. */
+typedef struct accel_ref {
+  uint32_t slot;
+  uint32_t gen; /* 0 is never a live generation, so a zeroed ref is always stale */
+} accel_ref;
+
+#define ACCEL_REF_NONE ((accel_ref){0, 0})
+
+/* ---------------------------------------------------------------------------------------
+ * Messages
+ *
+ * A message is a small value copied into the target's mailbox. `data` is an optional payload
+ * pointer: on a successful send its ownership passes to the runtime, which hands it to the
+ * receiver; if the message is never received (the target stopped first) the runtime calls
+ * `drop(data)` when `drop` is set. On a failed send the message and its data stay the
+ * caller's. */
+typedef struct accel_msg {
+  uint32_t type;             /* the behaviour's own message kinds; >= ACCEL_MSG_USER */
+  uint32_t flags;            /* free for the user */
+  uint64_t arg;              /* small inline argument */
+  void *data;                /* payload, see ownership above */
+  void (*drop)(void *data);  /* frees `data` if it is never received; may be NULL */
+  accel_ref sender;          /* filled in by the runtime when sent from an actor, else NONE */
+  accel_future *reply;       /* set by accel_ask(); see accel_reply() */
+  uint32_t to_gen;           /* internal: the target generation; set by the runtime */
+  uint32_t reserved_;
+} accel_msg;
+
+/* Message types below this are the runtime's own (timers, work completions). */
+enum { ACCEL_MSG_USER = 1024 };
+
+/* ---------------------------------------------------------------------------------------
+ * Behaviours
+ *
+ * The runtime allocates `state_size` zeroed bytes per incarnation and passes them as `state`.
+ * All hooks run on the loop thread. Lifecycle:
+ *   spawn:    start(arg)                                     -> running
+ *   failure:  receive() or start() returned < 0              -> the parent decides (supervision)
+ *   restart:  pre_restart(old state); children stopped (reverse start order); stop(old state);
+ *             old state freed; new incarnation (new ref): start(arg); post_restart(new state)
+ *   stop:     children stopped (reverse start order); stop(state); state freed
+ * Pending messages of an incarnation that ends are dropped (dead letters; asks complete with
+ * ACCEL_ESTALE). */
+typedef struct accel_behavior {
+  const char *name;
+  size_t state_size;
+  /* Called on spawn and on every restart with the spawn's `arg`. Return 0, or < 0 to fail
+   * (then the parent's supervision handles it as a failure). May spawn children. */
+  int (*start)(accel_actor *self, void *state, void *arg);
+  /* Called for every message. Return 0, or < 0 to fail: the actor stops taking messages and
+   * its supervisor restarts or stops it. `msg` is valid during the call only; take `data` by
+   * setting msg->data = NULL, else the runtime drops it after the call. */
+  int (*receive)(accel_actor *self, void *state, accel_msg *msg);
+  /* Cleanup of one incarnation: on stop, on restart and on runtime shutdown. Must not fail. */
+  void (*stop)(accel_actor *self, void *state);
+  void (*pre_restart)(accel_actor *self, void *state, int reason);
+  void (*post_restart)(accel_actor *self, void *state, int reason);
+  /* A child stopped for good (after accel_stop, or past its restart limit). Optional. */
+  void (*child_exit)(accel_actor *self, void *state, accel_ref child, int reason);
+} accel_behavior;
+
+/* ---------------------------------------------------------------------------------------
+ * Supervision: how a parent treats its children's failures. */
+typedef enum accel_strategy {
+  ACCEL_ONE_FOR_ONE = 0, /* restart only the failed child */
+  ACCEL_ONE_FOR_ALL,     /* stop all children (reverse start order), restart all in order */
+  ACCEL_REST_FOR_ONE     /* restart the failed child and the ones started after it */
+} accel_strategy;
+
+typedef enum accel_on_limit {
+  ACCEL_LIMIT_ESCALATE = 0, /* stop the child, then the parent itself fails (default) */
+  ACCEL_LIMIT_STOP_CHILD    /* stop the child and tell the parent (child_exit); no escalation */
+} accel_on_limit;
+
+typedef struct accel_supervision {
+  accel_strategy strategy;
+  uint32_t max_restarts;       /* R: restarts allowed per child within `within_ms`; default 3 */
+  uint32_t within_ms;          /* T: the window; default 5000 */
+  uint32_t backoff_initial_ms; /* delay before the first restart in the window; default 0 */
+  uint32_t backoff_max_ms;     /* the delay doubles per restart up to this; default 1000 */
+  accel_on_limit on_limit;
+} accel_supervision;
+
+/* Per-spawn options; a zeroed struct (or NULL) gives the defaults. */
+typedef struct accel_spawn_opts {
+  const char *name;          /* copied; defaults to behavior->name */
+  uint32_t mailbox_capacity; /* rounded up to a power of two; default 1024 */
+  uint32_t throughput;       /* messages per turn before yielding; default 64 */
+  const accel_supervision *supervision; /* how this actor supervises its children; copied */
+} accel_spawn_opts;
+
+/* ---------------------------------------------------------------------------------------
+ * The runtime */
+typedef struct accel_runtime_opts {
+  uint32_t max_actors; /* size of the ref table; default 65536 */
+} accel_runtime_opts;
+
+typedef struct accel_runtime_stats {
+  uint64_t actors_live;
+  uint64_t actors_spawned;
+  uint64_t messages_received;
+  uint64_t dead_letters;
+  uint64_t busy_refusals; /* sends refused because a mailbox was full */
+  uint64_t failures;
+  uint64_t restarts;
+  uint64_t escalations;
+} accel_runtime_stats;
+
+/* Creates a runtime and its root supervisor. `opts` may be NULL. The loop does not run yet. */
+ACCEL_API int accel_runtime_create(accel_runtime **rt, const accel_runtime_opts *opts);
+/* Runs the loop on the calling thread until accel_runtime_stop() has finished the shutdown.
+ * Returns 0, or ACCEL_EALREADY if the loop already runs. */
+ACCEL_API int accel_runtime_run(accel_runtime *rt);
+/* Runs the loop on a thread of the runtime's own (for programs with their own main loop). */
+ACCEL_API int accel_runtime_start(accel_runtime *rt);
+/* Asks for shutdown, from any thread: the tree stops (children in reverse start order), pending
+ * messages are dropped, work in flight finishes, then the loop exits. Idempotent. */
+ACCEL_API void accel_runtime_stop(accel_runtime *rt);
+/* Waits for the runtime's own thread to exit (after accel_runtime_start). Not on the loop. */
+ACCEL_API int accel_runtime_join(accel_runtime *rt);
+/* Frees the runtime. The loop must have exited (run returned or join done); if it never ran,
+ * the tree is stopped here. */
+ACCEL_API void accel_runtime_destroy(accel_runtime *rt);
+ACCEL_API void accel_runtime_get_stats(accel_runtime *rt, accel_runtime_stats *out);
+/* The root supervisor's ref: spawn top-level actors under it (accel_spawn with parent NULL). */
+ACCEL_API accel_ref accel_runtime_root(accel_runtime *rt);
+/* 1 when called on `rt`'s loop thread, else 0. */
+ACCEL_API int accel_runtime_on_loop(accel_runtime *rt);
+
+/* ---------------------------------------------------------------------------------------
+ * Actors */
+
+/* Spawns a child of `parent` (or of the root when `parent` is NULL). From the loop thread
+ * (any callback) or before the loop runs it is immediate; from another thread it is posted to
+ * the loop and waited for. On success *out is the new ref (out may be NULL). The start hook
+ * runs before this returns; if it fails, the spawn fails with its code and nothing remains.
+ * `b` and `arg` must outlive the actor (restarts call start(arg) again). */
+ACCEL_API int accel_spawn(accel_runtime *rt, accel_actor *parent, const accel_behavior *b,
+                          void *arg, const accel_spawn_opts *opts, accel_ref *out);
+
+/* Sends a message. Any thread. Returns 0 (the runtime owns msg->data now), ACCEL_ESTALE (dead
+ * letter: the ref no longer names a live actor), ACCEL_EBUSY (mailbox full: backpressure,
+ * nothing was queued), ACCEL_ECLOSED (the runtime is shutting down). On failure the message
+ * stays the caller's. Messages from one sender thread or actor arrive in the order sent. */
+ACCEL_API int accel_tell(accel_runtime *rt, accel_ref to, const accel_msg *msg);
+
+/* Sends a message that expects a reply and returns its future in *out. Any thread. The
+ * receiver completes it with accel_reply() (or takes it, see accel_msg_take_reply); if it does
+ * neither, the future completes with receive()'s return code when receive returns, and with
+ * ACCEL_ESTALE if the message is dropped. On failure (codes as for tell) no future is made. */
+ACCEL_API int accel_ask(accel_runtime *rt, accel_ref to, const accel_msg *msg,
+                        accel_future **out);
+
+/* From receive(): completes the message's ask future with `status` and `value` (ownership of
+ * `value` passes to the future, which calls `drop(value)` when it is freed). No-op for a tell.
+ * Returns ACCEL_EALREADY if it was already replied to. */
+ACCEL_API int accel_reply(accel_msg *msg, int status, void *value, void (*drop)(void *));
+/* From receive(): takes the ask future out of the message to complete it later (for example
+ * when device work finishes). The caller must then complete it exactly once with
+ * accel_future_complete() and release it. NULL for a tell. */
+ACCEL_API accel_future *accel_msg_take_reply(accel_msg *msg);
+
+/* Stops the actor and its subtree, from any thread; asynchronous (posted to the loop). Its
+ * parent's child_exit hook runs with reason 0. ACCEL_ESTALE if the ref is not live. */
+ACCEL_API int accel_stop(accel_runtime *rt, accel_ref ref);
+
+/* Inside callbacks of `self` (loop thread): */
+ACCEL_API accel_ref accel_self(accel_actor *self);
+ACCEL_API accel_runtime *accel_actor_runtime(accel_actor *self);
+ACCEL_API const char *accel_actor_name(accel_actor *self);
+/* The current ref of the child named `name`, which follows restarts. ACCEL_ENOENT if none. */
+ACCEL_API int accel_child(accel_actor *self, const char *name, accel_ref *out);
+/* The actor's parent (ACCEL_REF_NONE for the root). */
+ACCEL_API accel_ref accel_parent(accel_actor *self);
+
+/* ---------------------------------------------------------------------------------------
+ * Timers: deliver a message to the actor itself after `delay_ms`, then every `repeat_ms`
+ * (0: once). The message has type `type` and `arg`. Timers die with the incarnation. On
+ * success *id names the timer for accel_timer_cancel. A full mailbox delays a tick. */
+ACCEL_API int accel_timer_start(accel_actor *self, uint64_t delay_ms, uint64_t repeat_ms,
+                                uint32_t type, uint64_t arg, uint64_t *id);
+ACCEL_API int accel_timer_cancel(accel_actor *self, uint64_t id);
+
+/* ---------------------------------------------------------------------------------------
+ * Blocking work: `work(data)` runs on a worker thread (it may block); its return value comes
+ * back to the actor as a message {type, arg = (uint64_t)(int64_t)result, data}. If the actor is
+ * gone by then, `drop(data)` is called instead (on the loop thread). */
+ACCEL_API int accel_work_submit(accel_actor *self, int (*work)(void *data), void *data,
+                                void (*drop)(void *data), uint32_t type);
+
+/* ---------------------------------------------------------------------------------------
+ * Futures: complete once with a status (0 or a negative code) and an optional value.
+ * Reference counted: a future from accel_ask() or accel_future_create() holds one reference for
+ * the caller, released with accel_future_release(). After release, the future must not be
+ * used; a registered `then` callback still runs (it holds its own reference). Thread-safe. */
+typedef void (*accel_future_cb)(accel_future *f, int status, void *arg);
+
+/* A new pending future for actors and libraries that complete their own (promise side). Its
+ * `then` callbacks run on `rt`'s loop. */
+ACCEL_API int accel_future_create(accel_runtime *rt, accel_future **out);
+/* Completes a pending future; any thread. Returns ACCEL_EALREADY if it was already completed
+ * (then `value` stays the caller's). */
+ACCEL_API int accel_future_complete(accel_future *f, int status, void *value,
+                                    void (*drop)(void *));
+/* Blocks until completion or `timeout_ms` (< 0: forever); returns the status, or
+ * ACCEL_ETIMEDOUT while pending. On the runtime's loop thread it returns ACCEL_EDEADLK at once
+ * unless the future is already complete (blocking there would stall every actor). */
+ACCEL_API int accel_future_wait(accel_future *f, int64_t timeout_ms);
+/* ACCEL_EAGAIN while pending, else the status. Never blocks. */
+ACCEL_API int accel_future_poll(accel_future *f);
+/* Runs `cb(f, status, arg)` once on the loop thread after completion (soon, if already
+ * complete). One callback per future: a second call returns ACCEL_EALREADY. The future is
+ * valid during the callback even if its owner released it. */
+ACCEL_API int accel_future_then(accel_future *f, accel_future_cb cb, void *arg);
+/* The completed value (borrowed; owned by the future). NULL while pending. */
+ACCEL_API void *accel_future_value(accel_future *f);
+ACCEL_API void accel_future_retain(accel_future *f);
+ACCEL_API void accel_future_release(accel_future *f);
+
+/* ---------------------------------------------------------------------------------------
+ * Logging: leveled, to stderr, one line per call, thread-safe. The level comes from the
+ * ACCEL_LOG environment variable (error, warn, info, debug, trace; default warn) or
+ * accel_log_set_level(). */
+typedef enum accel_log_level {
+  ACCEL_LOG_ERROR = 0,
+  ACCEL_LOG_WARN,
+  ACCEL_LOG_INFO,
+  ACCEL_LOG_DEBUG,
+  ACCEL_LOG_TRACE
+} accel_log_level;
+
+ACCEL_API void accel_log_set_level(accel_log_level level);
+ACCEL_API accel_log_level accel_log_get_level(void);
+/* Parses "error", "warn", "info", "debug", "trace"; ACCEL_EINVAL otherwise. */
+ACCEL_API int accel_log_parse_level(const char *s, accel_log_level *out);
+ACCEL_API void accel_log(accel_log_level level, const char *component, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+#ifdef __cplusplus
+}
+#endif
+#endif
