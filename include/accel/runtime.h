@@ -60,8 +60,6 @@ typedef struct accel_msg {
   void (*drop)(void *data);  /* frees `data` if it is never received; may be NULL */
   accel_ref sender;          /* filled in by the runtime when sent from an actor, else NONE */
   accel_future *reply;       /* set by accel_ask(); see accel_reply() */
-  uint32_t to_gen;           /* internal: the target generation; set by the runtime */
-  uint32_t reserved_;
 } accel_msg;
 
 /* Message types below this are the runtime's own (timers, work completions). */
@@ -89,7 +87,8 @@ typedef struct accel_behavior {
    * its supervisor restarts or stops it. `msg` is valid during the call only; take `data` by
    * setting msg->data = NULL, else the runtime drops it after the call. */
   int (*receive)(accel_actor *self, void *state, accel_msg *msg);
-  /* Cleanup of one incarnation: on stop, on restart and on runtime shutdown. Must not fail. */
+  /* Cleanup of one incarnation: on stop, on restart, on runtime shutdown, and after a start
+   * that failed (state starts zeroed, so it can tell what start set up). Must not fail. */
   void (*stop)(accel_actor *self, void *state);
   void (*pre_restart)(accel_actor *self, void *state, int reason);
   void (*post_restart)(accel_actor *self, void *state, int reason);

@@ -1,0 +1,503 @@
+/* Actor cells: the ref table, spawning, sending, running a turn, retiring and sweeping.
+ *
+ * Sends from the loop thread resolve the ref directly. Sends from other threads pin the slot
+ * (slot->pins) before checking the generation, and the loop bumps the generation before it
+ * checks the pins (both sequentially consistent): either the sender sees the new generation
+ * (stale), or the loop sees the pin and frees the cell only in a later sweep. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "runtime/rt.h"
+
+#define RT_REPLIED ((accel_future *)(uintptr_t)1) /* msg->reply after accel_reply */
+
+/* ---- the ref table ---- */
+
+int rt_slots_init(accel_runtime *rt, uint32_t count) {
+  /* Slot 0 is never handed out, so {0, 0} is always stale. */
+  rt->slots = calloc((size_t)count + 1, sizeof *rt->slots);
+  if (rt->slots == NULL)
+    return ACCEL_ENOMEM;
+  rt->slot_count = count + 1;
+  for (uint32_t i = 1; i <= count; i++) {
+    atomic_init(&rt->slots[i].gen, 1);
+    rt->slots[i].next_free = i < count ? i + 1 : 0;
+  }
+  rt->free_head = 1;
+  return 0;
+}
+
+static int slot_alloc(accel_runtime *rt, accel_actor *cell) {
+  uint32_t idx = rt->free_head;
+  if (idx == 0)
+    return ACCEL_ELIMIT;
+  rt_slot *slot = &rt->slots[idx];
+  rt->free_head = slot->next_free;
+  atomic_store(&slot->cell, cell);
+  cell->ref = (accel_ref){idx, atomic_load(&slot->gen)};
+  return 0;
+}
+
+static void slot_retire(accel_runtime *rt, uint32_t idx) {
+  rt_slot *slot = &rt->slots[idx];
+  unsigned gen = atomic_load(&slot->gen) + 1;
+  atomic_store(&slot->gen, gen == 0 ? 1 : gen); /* 0 is never live */
+}
+
+static void slot_release(accel_runtime *rt, uint32_t idx) {
+  rt_slot *slot = &rt->slots[idx];
+  atomic_store(&slot->cell, NULL);
+  slot->next_free = rt->free_head;
+  rt->free_head = idx;
+}
+
+accel_actor *rt_resolve_local(accel_runtime *rt, accel_ref ref) {
+  if (ref.slot == 0 || ref.slot >= rt->slot_count)
+    return NULL;
+  rt_slot *slot = &rt->slots[ref.slot];
+  if (atomic_load_explicit(&slot->gen, memory_order_relaxed) != ref.gen)
+    return NULL;
+  accel_actor *cell = atomic_load_explicit(&slot->cell, memory_order_relaxed);
+  return cell && cell->status == RT_RUNNING ? cell : NULL;
+}
+
+/* ---- cells ---- */
+
+accel_actor *rt_cell_create(accel_runtime *rt, accel_actor *parent, rt_child *spec) {
+  accel_actor *cell = calloc(1, sizeof *cell);
+  if (cell == NULL)
+    return NULL;
+  cell->rt = rt;
+  cell->parent = parent;
+  cell->spec = spec;
+  cell->b = spec ? spec->b : NULL;
+  cell->arg = spec ? spec->arg : NULL;
+  cell->throughput = spec ? spec->throughput : 64;
+  if (spec)
+    cell->supervision = spec->supervision;
+  atomic_init(&cell->scheduled, 0);
+  if (rt_mailbox_init(&cell->mailbox, spec ? spec->mailbox_capacity : 64) != 0) {
+    free(cell);
+    return NULL;
+  }
+  if (slot_alloc(rt, cell) != 0) {
+    rt_mailbox_destroy(&cell->mailbox);
+    free(cell);
+    return NULL;
+  }
+  atomic_fetch_add(&rt->stats.actors_live, 1);
+  atomic_fetch_add(&rt->stats.actors_spawned, 1);
+  return cell;
+}
+
+static void cell_free(accel_actor *cell) {
+  rt_mailbox_destroy(&cell->mailbox);
+  free(cell);
+}
+
+int rt_cell_start(accel_actor *cell) {
+  size_t size = cell->b->state_size ? cell->b->state_size : 1;
+  cell->state = calloc(1, size);
+  if (cell->state == NULL)
+    return ACCEL_ENOMEM;
+  if (cell->b->start == NULL)
+    return 0;
+  accel_actor *prev = rt_tls_actor;
+  rt_tls_actor = cell;
+  int rc = cell->b->start(cell, cell->state, cell->arg);
+  rt_tls_actor = prev;
+  return rc < 0 ? rc : 0;
+}
+
+/* Ends an incarnation: its ref goes stale at once, its children stop (reverse start order),
+ * its timers stop, its stop hook runs, and the cell waits in the graveyard for the sweep. */
+void rt_cell_terminate(accel_actor *cell) {
+  if (cell->status == RT_STOPPED)
+    return;
+  accel_runtime *rt = cell->rt;
+  cell->status = RT_STOPPED;
+  slot_retire(rt, cell->ref.slot);
+  rt_children_stop_all(cell);
+  rt_timers_stop_all(cell);
+  if (cell->state) {
+    if (cell->b->stop) {
+      accel_actor *prev = rt_tls_actor;
+      rt_tls_actor = cell;
+      cell->b->stop(cell, cell->state);
+      rt_tls_actor = prev;
+    }
+    free(cell->state);
+    cell->state = NULL;
+  }
+  if (cell->spec && cell->spec->cell == cell)
+    cell->spec->cell = NULL;
+  cell->spec = NULL;
+  atomic_fetch_sub(&rt->stats.actors_live, 1);
+  cell->grave_next = rt->graveyard;
+  rt->graveyard = cell;
+  rt_wake_turn(rt);
+}
+
+void rt_drop_msg(accel_runtime *rt, accel_msg *msg) {
+  atomic_fetch_add_explicit(&rt->stats.dead_letters, 1, memory_order_relaxed);
+  if (msg->reply && msg->reply != RT_REPLIED)
+    rt_future_complete_release(msg->reply, ACCEL_ESTALE);
+  if (msg->data && msg->drop)
+    msg->drop(msg->data);
+}
+
+static void drain_dead_letters(accel_runtime *rt, accel_actor *cell) {
+  accel_msg msg;
+  while (rt_mailbox_pop(&cell->mailbox, &msg))
+    rt_drop_msg(rt, &msg);
+}
+
+/* Frees retired cells that no other thread can reach any more. */
+void rt_sweep(accel_runtime *rt) {
+  accel_actor **link = &rt->graveyard;
+  while (*link) {
+    accel_actor *cell = *link;
+    rt_slot *slot = &rt->slots[cell->ref.slot];
+    /* scheduled == 1 means a run queue still holds it; taking it to 1 keeps senders out. */
+    if (atomic_load(&slot->pins) == 0 && atomic_exchange(&cell->scheduled, 1) == 0) {
+      *link = cell->grave_next;
+      drain_dead_letters(rt, cell);
+      slot_release(rt, cell->ref.slot);
+      cell_free(cell);
+    } else {
+      link = &cell->grave_next;
+    }
+  }
+}
+
+/* ---- running a turn ---- */
+
+static void deliver(accel_actor *cell, accel_msg *msg) {
+  rt_tls_actor = cell;
+  int rc = cell->b->receive(cell, cell->state, msg);
+  rt_tls_actor = NULL;
+  if (msg->reply && msg->reply != RT_REPLIED)
+    rt_future_complete_release(msg->reply, rc);
+  if (msg->data && msg->drop)
+    msg->drop(msg->data);
+  if (rc < 0)
+    rt_supervise_failure(cell, rc);
+}
+
+static void unschedule(accel_actor *cell) {
+  atomic_store(&cell->scheduled, 0);
+  atomic_thread_fence(memory_order_seq_cst);
+  /* A sender that pushed before our store saw scheduled == 1 and left the wake-up to us. */
+  if (cell->status == RT_RUNNING && !rt_mailbox_empty(&cell->mailbox) &&
+      atomic_exchange(&cell->scheduled, 1) == 0)
+    rt_schedule_local(cell->rt, cell);
+}
+
+void rt_cell_run(accel_actor *cell) {
+  uint32_t n = 0;
+  accel_msg msg;
+  while (cell->status == RT_RUNNING && n < cell->throughput &&
+         rt_mailbox_pop(&cell->mailbox, &msg)) {
+    n++;
+    deliver(cell, &msg);
+  }
+  atomic_fetch_add_explicit(&cell->rt->stats.messages_received, n, memory_order_relaxed);
+  if (cell->status == RT_RUNNING && n == cell->throughput &&
+      !rt_mailbox_empty(&cell->mailbox))
+    rt_schedule_local(cell->rt, cell); /* used its turn: to the back of the queue */
+  else
+    unschedule(cell);
+}
+
+/* ---- sending ---- */
+
+static int push(accel_runtime *rt, accel_actor *cell, const accel_msg *msg, bool remote) {
+  accel_msg m = *msg;
+  accel_actor *from = rt_tls_actor;
+  m.sender = from && from->rt == rt ? from->ref : ACCEL_REF_NONE;
+  if (rt_mailbox_push(&cell->mailbox, &m) != 0) {
+    atomic_fetch_add_explicit(&rt->stats.busy_refusals, 1, memory_order_relaxed);
+    return ACCEL_EBUSY;
+  }
+  atomic_thread_fence(memory_order_seq_cst);
+  if (atomic_exchange(&cell->scheduled, 1) == 0) {
+    if (remote)
+      rt_schedule_remote(rt, cell);
+    else
+      rt_schedule_local(rt, cell);
+  }
+  return 0;
+}
+
+int rt_send_local(accel_runtime *rt, accel_ref to, const accel_msg *msg) {
+  if (atomic_load_explicit(&rt->closing, memory_order_relaxed))
+    return ACCEL_ECLOSED;
+  accel_actor *cell = rt_resolve_local(rt, to);
+  return cell ? push(rt, cell, msg, false) : ACCEL_ESTALE;
+}
+
+static int send_remote(accel_runtime *rt, accel_ref to, const accel_msg *msg) {
+  if (!rt_remote_enter(rt))
+    return ACCEL_ECLOSED;
+  int rc = ACCEL_ESTALE;
+  if (to.slot != 0 && to.slot < rt->slot_count) {
+    rt_slot *slot = &rt->slots[to.slot];
+    atomic_fetch_add(&slot->pins, 1);
+    accel_actor *cell = atomic_load(&slot->cell);
+    if (atomic_load(&slot->gen) == to.gen && cell != NULL)
+      rc = push(rt, cell, msg, true);
+    atomic_fetch_sub(&slot->pins, 1);
+  }
+  rt_remote_leave(rt);
+  return rc;
+}
+
+static int send_msg(accel_runtime *rt, accel_ref to, const accel_msg *msg) {
+  int rc = rt_tls_loop == rt ? rt_send_local(rt, to, msg) : send_remote(rt, to, msg);
+  if (rc == ACCEL_ESTALE) {
+    atomic_fetch_add_explicit(&rt->stats.dead_letters, 1, memory_order_relaxed);
+    RT_LOG(ACCEL_LOG_DEBUG, "dead letter: type %u to {%u,%u}", msg->type, to.slot, to.gen);
+  }
+  return rc;
+}
+
+int accel_tell(accel_runtime *rt, accel_ref to, const accel_msg *msg) {
+  if (rt == NULL || msg == NULL)
+    return ACCEL_EINVAL;
+  accel_msg m = *msg;
+  m.reply = NULL;
+  return send_msg(rt, to, &m);
+}
+
+int accel_ask(accel_runtime *rt, accel_ref to, const accel_msg *msg, accel_future **out) {
+  if (rt == NULL || msg == NULL || out == NULL)
+    return ACCEL_EINVAL;
+  accel_future *f;
+  int rc = accel_future_create(rt, &f);
+  if (rc != 0)
+    return rc;
+  accel_future_retain(f); /* the message's reference, released on completion */
+  accel_msg m = *msg;
+  m.reply = f;
+  rc = send_msg(rt, to, &m);
+  if (rc != 0) {
+    accel_future_release(f);
+    accel_future_release(f);
+    return rc;
+  }
+  *out = f;
+  return 0;
+}
+
+int accel_reply(accel_msg *msg, int status, void *value, void (*drop)(void *)) {
+  if (msg == NULL)
+    return ACCEL_EINVAL;
+  if (msg->reply == RT_REPLIED)
+    return ACCEL_EALREADY;
+  if (msg->reply == NULL)
+    return 0;
+  int rc = accel_future_complete(msg->reply, status, value, drop);
+  accel_future_release(msg->reply);
+  msg->reply = RT_REPLIED;
+  return rc;
+}
+
+accel_future *accel_msg_take_reply(accel_msg *msg) {
+  if (msg == NULL || msg->reply == NULL || msg->reply == RT_REPLIED)
+    return NULL;
+  accel_future *f = msg->reply;
+  msg->reply = RT_REPLIED;
+  return f;
+}
+
+/* ---- sends that met a full mailbox on the loop (timer ticks, work results) ---- */
+
+void rt_retry_send(accel_runtime *rt, accel_ref to, const accel_msg *msg) {
+  rt_retry *node = malloc(sizeof *node);
+  if (node == NULL) {
+    accel_msg m = *msg;
+    rt_drop_msg(rt, &m);
+    return;
+  }
+  node->next = NULL;
+  node->to = to;
+  node->msg = *msg;
+  rt_retry **link = &rt->retries;
+  while (*link)
+    link = &(*link)->next;
+  *link = node;
+  rt_wake_turn(rt);
+}
+
+/* Returns true if some retries are still waiting for room. */
+bool rt_retries_flush(accel_runtime *rt) {
+  rt_retry **link = &rt->retries;
+  while (*link) {
+    rt_retry *node = *link;
+    int rc = rt_send_local(rt, node->to, &node->msg);
+    if (rc == ACCEL_EBUSY) {
+      link = &node->next;
+      continue;
+    }
+    if (rc != 0)
+      rt_drop_msg(rt, &node->msg);
+    *link = node->next;
+    free(node);
+  }
+  return rt->retries != NULL;
+}
+
+/* ---- spawning ---- */
+
+static int child_spawn(rt_child *spec) {
+  accel_runtime *rt = spec->owner->rt;
+  accel_actor *cell = rt_cell_create(rt, spec->owner, spec);
+  if (cell == NULL)
+    return rt->free_head == 0 ? ACCEL_ELIMIT : ACCEL_ENOMEM;
+  spec->cell = cell;
+  int rc = rt_cell_start(cell);
+  if (rc != 0)
+    rt_cell_terminate(cell); /* runs the stop hook on the partial state */
+  return rc;
+}
+
+int rt_child_respawn(rt_child *spec) {
+  return child_spawn(spec);
+}
+
+static int spawn_now(accel_runtime *rt, accel_actor *parent, const accel_behavior *b, void *arg,
+                     const accel_spawn_opts *opts, accel_ref *out) {
+  if (atomic_load(&rt->closing))
+    return ACCEL_ECLOSED;
+  accel_actor *owner = parent ? parent : rt->root;
+  if (owner == NULL || owner->status != RT_RUNNING)
+    return ACCEL_ESTALE;
+  rt_child *spec = rt_child_create(owner, b, arg, opts);
+  if (spec == NULL)
+    return ACCEL_ENOMEM;
+  int rc = child_spawn(spec);
+  if (rc != 0) {
+    rt_child_free(spec);
+    return rc;
+  }
+  if (out)
+    *out = spec->cell->ref;
+  return 0;
+}
+
+typedef struct spawn_req {
+  rt_task task; /* first: the task pointer is the request */
+  accel_runtime *rt;
+  const accel_behavior *b;
+  void *arg;
+  const accel_spawn_opts *opts;
+  accel_ref ref;
+  int rc;
+  accel_future *done;
+} spawn_req;
+
+static void spawn_task(rt_task *task) {
+  spawn_req *req = (spawn_req *)task;
+  req->rc = spawn_now(req->rt, NULL, req->b, req->arg, req->opts, &req->ref);
+  accel_future_complete(req->done, 0, NULL, NULL);
+}
+
+static int spawn_from_other_thread(accel_runtime *rt, const accel_behavior *b, void *arg,
+                                   const accel_spawn_opts *opts, accel_ref *out) {
+  spawn_req req = {.task.fn = spawn_task, .rt = rt, .b = b, .arg = arg, .opts = opts};
+  int rc = accel_future_create(rt, &req.done);
+  if (rc != 0)
+    return rc;
+  rt_post(rt, &req.task);
+  accel_future_wait(req.done, -1);
+  accel_future_release(req.done);
+  if (req.rc == 0 && out)
+    *out = req.ref;
+  return req.rc;
+}
+
+int accel_spawn(accel_runtime *rt, accel_actor *parent, const accel_behavior *b, void *arg,
+                const accel_spawn_opts *opts, accel_ref *out) {
+  if (rt == NULL || b == NULL || b->receive == NULL)
+    return ACCEL_EINVAL;
+  if (rt_tls_loop == rt)
+    return spawn_now(rt, parent, b, arg, opts, out);
+  if (!atomic_load(&rt->running)) {
+    /* Before the loop runs, the creating thread stands in for the loop thread. */
+    rt_tls_loop = rt;
+    int rc = spawn_now(rt, parent, b, arg, opts, out);
+    rt_tls_loop = NULL;
+    return rc;
+  }
+  if (parent != NULL)
+    return ACCEL_EINVAL; /* a cell pointer is only valid on the loop thread */
+  return spawn_from_other_thread(rt, b, arg, opts, out);
+}
+
+/* ---- stopping ---- */
+
+typedef struct stop_req {
+  rt_task task;
+  accel_runtime *rt;
+  accel_ref ref;
+} stop_req;
+
+static void stop_task(rt_task *task) {
+  stop_req *req = (stop_req *)task;
+  accel_actor *cell = rt_resolve_local(req->rt, req->ref);
+  if (cell && cell->spec)
+    rt_child_stop(cell->spec, 0);
+  free(req);
+}
+
+int accel_stop(accel_runtime *rt, accel_ref ref) {
+  if (rt == NULL)
+    return ACCEL_EINVAL;
+  if (ref.slot == 0 || ref.slot >= rt->slot_count ||
+      atomic_load(&rt->slots[ref.slot].gen) != ref.gen)
+    return ACCEL_ESTALE;
+  if (rt->root && ref.slot == rt->root->ref.slot)
+    return ACCEL_EINVAL; /* the root stops with the runtime */
+  stop_req *req = malloc(sizeof *req);
+  if (req == NULL)
+    return ACCEL_ENOMEM;
+  req->task.fn = stop_task;
+  req->rt = rt;
+  req->ref = ref;
+  rt_post(rt, &req->task);
+  return 0;
+}
+
+/* ---- accessors for callbacks ---- */
+
+accel_ref accel_self(accel_actor *self) {
+  return self ? self->ref : ACCEL_REF_NONE;
+}
+
+accel_runtime *accel_actor_runtime(accel_actor *self) {
+  return self ? self->rt : NULL;
+}
+
+const char *accel_actor_name(accel_actor *self) {
+  if (self == NULL)
+    return NULL;
+  return self->spec ? self->spec->name : "root";
+}
+
+accel_ref accel_parent(accel_actor *self) {
+  return self && self->parent ? self->parent->ref : ACCEL_REF_NONE;
+}
+
+int accel_child(accel_actor *self, const char *name, accel_ref *out) {
+  if (self == NULL || name == NULL || out == NULL)
+    return ACCEL_EINVAL;
+  for (rt_child *spec = self->children_head; spec; spec = spec->next) {
+    if (strcmp(spec->name, name) != 0)
+      continue;
+    if (spec->cell == NULL)
+      return ACCEL_EAGAIN; /* between incarnations: waiting for its restart */
+    *out = spec->cell->ref;
+    return 0;
+  }
+  return ACCEL_ENOENT;
+}

@@ -1,0 +1,159 @@
+/* Futures: a status and a value set once, waited on by any thread, polled, or handed to a
+ * `then` callback that runs on the runtime's loop. A mutex guards the fields; `done` is also
+ * atomic so poll never takes the lock. */
+#include <errno.h>
+#include <stdlib.h>
+#include <time.h>
+
+#include "runtime/rt.h"
+
+struct accel_future {
+  rt_task task; /* posts the `then` callback to the loop */
+  accel_runtime *rt;
+  atomic_int refs;
+  atomic_bool done;
+  int status;
+  void *value;
+  void (*drop)(void *);
+  accel_future_cb cb;
+  void *cb_arg;
+  bool has_cb;
+  int waiters;
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+};
+
+static void run_then(rt_task *task) {
+  accel_future *f = (accel_future *)task;
+  f->cb(f, f->status, f->cb_arg);
+  accel_future_release(f); /* the callback's reference */
+}
+
+int accel_future_create(accel_runtime *rt, accel_future **out) {
+  if (rt == NULL || out == NULL)
+    return ACCEL_EINVAL;
+  accel_future *f = calloc(1, sizeof *f);
+  if (f == NULL)
+    return ACCEL_ENOMEM;
+  pthread_condattr_t attr;
+  pthread_condattr_init(&attr);
+  pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+  pthread_cond_init(&f->cv, &attr);
+  pthread_condattr_destroy(&attr);
+  pthread_mutex_init(&f->mu, NULL);
+  f->rt = rt;
+  f->task.fn = run_then;
+  atomic_init(&f->refs, 1);
+  atomic_init(&f->done, false);
+  *out = f;
+  return 0;
+}
+
+void accel_future_retain(accel_future *f) {
+  atomic_fetch_add_explicit(&f->refs, 1, memory_order_relaxed);
+}
+
+void accel_future_release(accel_future *f) {
+  if (f == NULL || atomic_fetch_sub_explicit(&f->refs, 1, memory_order_acq_rel) != 1)
+    return;
+  if (f->value && f->drop)
+    f->drop(f->value);
+  pthread_mutex_destroy(&f->mu);
+  pthread_cond_destroy(&f->cv);
+  free(f);
+}
+
+int accel_future_complete(accel_future *f, int status, void *value, void (*drop)(void *)) {
+  if (f == NULL)
+    return ACCEL_EINVAL;
+  pthread_mutex_lock(&f->mu);
+  if (atomic_load_explicit(&f->done, memory_order_relaxed)) {
+    pthread_mutex_unlock(&f->mu);
+    return ACCEL_EALREADY;
+  }
+  f->status = status;
+  f->value = value;
+  f->drop = drop;
+  atomic_store_explicit(&f->done, true, memory_order_release);
+  bool post = f->has_cb;
+  if (f->waiters)
+    pthread_cond_broadcast(&f->cv);
+  pthread_mutex_unlock(&f->mu);
+  if (post)
+    rt_post(f->rt, &f->task);
+  return 0;
+}
+
+int rt_future_complete_release(accel_future *f, int status) {
+  int rc = accel_future_complete(f, status, NULL, NULL);
+  accel_future_release(f);
+  return rc;
+}
+
+int accel_future_poll(accel_future *f) {
+  if (f == NULL)
+    return ACCEL_EINVAL;
+  if (!atomic_load_explicit(&f->done, memory_order_acquire))
+    return ACCEL_EAGAIN;
+  return f->status;
+}
+
+static struct timespec deadline_after(int64_t ms) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  ts.tv_sec += ms / 1000;
+  ts.tv_nsec += (long)(ms % 1000) * 1000000L;
+  if (ts.tv_nsec >= 1000000000L) {
+    ts.tv_sec++;
+    ts.tv_nsec -= 1000000000L;
+  }
+  return ts;
+}
+
+int accel_future_wait(accel_future *f, int64_t timeout_ms) {
+  if (f == NULL)
+    return ACCEL_EINVAL;
+  if (atomic_load_explicit(&f->done, memory_order_acquire))
+    return f->status;
+  if (rt_tls_loop == f->rt)
+    return ACCEL_EDEADLK; /* only the loop could complete it: waiting here never ends */
+  struct timespec deadline = deadline_after(timeout_ms < 0 ? 0 : timeout_ms);
+  int rc = 0;
+  pthread_mutex_lock(&f->mu);
+  f->waiters++;
+  while (!atomic_load_explicit(&f->done, memory_order_relaxed) && rc != ETIMEDOUT) {
+    if (timeout_ms < 0)
+      pthread_cond_wait(&f->cv, &f->mu);
+    else
+      rc = pthread_cond_timedwait(&f->cv, &f->mu, &deadline);
+  }
+  f->waiters--;
+  int status = atomic_load_explicit(&f->done, memory_order_relaxed) ? f->status : ACCEL_ETIMEDOUT;
+  pthread_mutex_unlock(&f->mu);
+  return status;
+}
+
+int accel_future_then(accel_future *f, accel_future_cb cb, void *arg) {
+  if (f == NULL || cb == NULL)
+    return ACCEL_EINVAL;
+  pthread_mutex_lock(&f->mu);
+  if (f->has_cb) {
+    pthread_mutex_unlock(&f->mu);
+    return ACCEL_EALREADY;
+  }
+  f->has_cb = true;
+  f->cb = cb;
+  f->cb_arg = arg;
+  accel_future_retain(f);
+  bool post = atomic_load_explicit(&f->done, memory_order_relaxed);
+  pthread_mutex_unlock(&f->mu);
+  if (post)
+    rt_post(f->rt, &f->task);
+  return 0;
+}
+
+void *accel_future_value(accel_future *f) {
+  if (f == NULL || !atomic_load_explicit(&f->done, memory_order_acquire))
+    return NULL;
+  return f->value;
+}

@@ -1,0 +1,382 @@
+/* The runtime's loop: creation, the run queue and its turns, tasks posted from any thread,
+ * and shutdown.
+ *
+ * Wake-ups: a send from another thread queues the actor on the injection list and calls
+ * uv_async_send (libuv coalesces them). Work on the loop thread itself only starts the idle
+ * handle `turn`, which keeps uv_run from blocking while local work remains. One turn runs each
+ * actor that was queued when the turn began for at most `throughput` messages, so new work
+ * and I/O get their share. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "runtime/rt.h"
+
+_Thread_local accel_runtime *rt_tls_loop;
+_Thread_local accel_actor *rt_tls_actor;
+
+static void on_turn(uv_idle_t *h);
+
+uint64_t rt_now_ms(accel_runtime *rt) {
+  return uv_now(&rt->loop);
+}
+
+void rt_wake_turn(accel_runtime *rt) {
+  if (!rt->turn_active && !rt->shut_down) {
+    rt->turn_active = true;
+    uv_idle_start(&rt->turn, on_turn);
+  }
+}
+
+/* ---- remote entry: a non-loop thread pins the runtime while it touches the wake-up ---- */
+
+bool rt_remote_enter(accel_runtime *rt) {
+  atomic_fetch_add(&rt->remote_users, 1);
+  if (atomic_load(&rt->closing)) {
+    atomic_fetch_sub(&rt->remote_users, 1);
+    return false;
+  }
+  return true;
+}
+
+void rt_remote_leave(accel_runtime *rt) {
+  atomic_fetch_sub(&rt->remote_users, 1);
+}
+
+/* ---- run queue ---- */
+
+void rt_schedule_local(accel_runtime *rt, accel_actor *cell) {
+  cell->runq_next = NULL;
+  if (rt->runq_tail)
+    rt->runq_tail->runq_next = cell;
+  else
+    rt->runq_head = cell;
+  rt->runq_tail = cell;
+  rt->runq_len++;
+  rt_wake_turn(rt);
+}
+
+/* Caller holds a remote pin, so the async handle is open. */
+void rt_schedule_remote(accel_runtime *rt, accel_actor *cell) {
+  cell->runq_next = NULL;
+  pthread_mutex_lock(&rt->remote_mu);
+  if (rt->inject_tail)
+    rt->inject_tail->runq_next = cell;
+  else
+    rt->inject_head = cell;
+  rt->inject_tail = cell;
+  pthread_mutex_unlock(&rt->remote_mu);
+  uv_async_send(&rt->wakeup);
+}
+
+static accel_actor *runq_pop(accel_runtime *rt) {
+  accel_actor *cell = rt->runq_head;
+  if (cell) {
+    rt->runq_head = cell->runq_next;
+    if (rt->runq_head == NULL)
+      rt->runq_tail = NULL;
+    rt->runq_len--;
+  }
+  return cell;
+}
+
+/* ---- tasks ---- */
+
+static void task_list_append(rt_task_list *list, rt_task *task) {
+  task->next = NULL;
+  if (list->tail)
+    list->tail->next = task;
+  else
+    list->head = task;
+  list->tail = task;
+}
+
+void rt_post(accel_runtime *rt, rt_task *task) {
+  if (rt_tls_loop == rt) {
+    task_list_append(&rt->local_tasks, task);
+    rt_wake_turn(rt);
+    return;
+  }
+  bool pinned = rt_remote_enter(rt);
+  pthread_mutex_lock(&rt->remote_mu);
+  task_list_append(&rt->remote_tasks, task);
+  pthread_mutex_unlock(&rt->remote_mu);
+  /* While closing, the task still runs: in the shutdown drain or in accel_runtime_destroy. */
+  if (pinned) {
+    uv_async_send(&rt->wakeup);
+    rt_remote_leave(rt);
+  }
+}
+
+static void run_tasks(rt_task *task) {
+  while (task) {
+    rt_task *next = task->next;
+    task->fn(task);
+    task = next;
+  }
+}
+
+/* Moves what other threads queued (actors and tasks) to the loop's own lists. */
+static void take_remote(accel_runtime *rt) {
+  pthread_mutex_lock(&rt->remote_mu);
+  accel_actor *head = rt->inject_head;
+  rt->inject_head = rt->inject_tail = NULL;
+  rt_task_list tasks = rt->remote_tasks;
+  rt->remote_tasks.head = rt->remote_tasks.tail = NULL;
+  pthread_mutex_unlock(&rt->remote_mu);
+  while (head) {
+    accel_actor *next = head->runq_next;
+    rt_schedule_local(rt, head);
+    head = next;
+  }
+  if (tasks.head) {
+    if (rt->local_tasks.tail)
+      rt->local_tasks.tail->next = tasks.head;
+    else
+      rt->local_tasks.head = tasks.head;
+    rt->local_tasks.tail = tasks.tail;
+    rt_wake_turn(rt);
+  }
+}
+
+/* ---- turns ---- */
+
+static void run_queued_actors(accel_runtime *rt) {
+  uint32_t n = rt->runq_len;
+  while (n-- > 0) {
+    accel_actor *cell = runq_pop(rt);
+    if (cell == NULL)
+      break;
+    rt_cell_run(cell);
+  }
+}
+
+static bool has_local_work(accel_runtime *rt) {
+  return rt->runq_head || rt->local_tasks.head || rt->graveyard || rt->retries;
+}
+
+static void run_turn(accel_runtime *rt) {
+  take_remote(rt);
+  run_queued_actors(rt);
+  rt_task *tasks = rt->local_tasks.head;
+  rt->local_tasks.head = rt->local_tasks.tail = NULL;
+  run_tasks(tasks);
+  rt_retries_flush(rt);
+  rt_sweep(rt);
+  if (!has_local_work(rt) && rt->turn_active) {
+    rt->turn_active = false;
+    uv_idle_stop(&rt->turn);
+  }
+}
+
+static void on_turn(uv_idle_t *h) {
+  run_turn(h->data);
+}
+
+static void shutdown_tree(accel_runtime *rt);
+
+static void on_wakeup(uv_async_t *h) {
+  accel_runtime *rt = h->data;
+  if (atomic_load(&rt->closing) && !rt->shut_down)
+    shutdown_tree(rt);
+  else
+    run_turn(rt);
+}
+
+/* ---- shutdown ---- */
+
+static void wait_remote_users(accel_runtime *rt) {
+  while (atomic_load(&rt->remote_users) != 0)
+    uv_sleep(0);
+}
+
+/* Stops every actor, then drains until nothing is left: queued actors, tasks (then callbacks
+ * of futures completed by the drain), retries (they meet stale refs now) and the graveyard. */
+static void drain(accel_runtime *rt) {
+  do {
+    take_remote(rt);
+    rt_task *tasks = rt->local_tasks.head;
+    rt->local_tasks.head = rt->local_tasks.tail = NULL;
+    run_tasks(tasks);
+    run_queued_actors(rt);
+    rt_retries_flush(rt);
+    rt_sweep(rt);
+  } while (has_local_work(rt) || rt->inject_head || rt->remote_tasks.head);
+}
+
+static void shutdown_tree(accel_runtime *rt) {
+  if (rt->root) {
+    rt_cell_terminate(rt->root);
+    rt->root = NULL;
+  }
+  wait_remote_users(rt);
+  drain(rt);
+  rt->shut_down = true;
+  uv_close((uv_handle_t *)&rt->wakeup, NULL);
+  uv_close((uv_handle_t *)&rt->turn, NULL);
+}
+
+void accel_runtime_stop(accel_runtime *rt) {
+  if (rt == NULL)
+    return;
+  /* Pinned like any remote user: the loop closes the async handle only once no one is in. */
+  atomic_fetch_add(&rt->remote_users, 1);
+  if (!atomic_exchange(&rt->closing, true))
+    uv_async_send(&rt->wakeup);
+  atomic_fetch_sub(&rt->remote_users, 1);
+}
+
+/* ---- the root supervisor ---- */
+
+static int root_receive(accel_actor *self, void *state, accel_msg *msg) {
+  return 0;
+}
+
+static const accel_behavior root_behavior = {.name = "root", .receive = root_receive};
+
+accel_ref accel_runtime_root(accel_runtime *rt) {
+  return rt->root ? rt->root->ref : ACCEL_REF_NONE;
+}
+
+static int root_create(accel_runtime *rt) {
+  accel_actor *root = rt_cell_create(rt, NULL, NULL);
+  if (root == NULL)
+    return ACCEL_ENOMEM;
+  root->b = &root_behavior;
+  /* The root never escalates: a child past its limit is stopped and reported. */
+  accel_supervision sup = {.on_limit = ACCEL_LIMIT_STOP_CHILD};
+  rt_supervision_defaults(&root->supervision, &sup);
+  rt->root = root;
+  return 0;
+}
+
+/* ---- create, run, destroy ---- */
+
+static int loop_init(accel_runtime *rt) {
+  if (uv_loop_init(&rt->loop) != 0)
+    return ACCEL_ESYS;
+  if (uv_async_init(&rt->loop, &rt->wakeup, on_wakeup) != 0) {
+    uv_loop_close(&rt->loop);
+    return ACCEL_ESYS;
+  }
+  uv_idle_init(&rt->loop, &rt->turn);
+  rt->wakeup.data = rt;
+  rt->turn.data = rt;
+  return 0;
+}
+
+int accel_runtime_create(accel_runtime **out, const accel_runtime_opts *opts) {
+  if (out == NULL)
+    return ACCEL_EINVAL;
+  rt_log_init_from_env();
+  accel_runtime *rt = calloc(1, sizeof *rt);
+  if (rt == NULL)
+    return ACCEL_ENOMEM;
+  uint32_t max_actors = opts && opts->max_actors ? opts->max_actors : 65536;
+  int rc = rt_slots_init(rt, max_actors);
+  if (rc == 0)
+    rc = loop_init(rt);
+  if (rc != 0) {
+    free(rt->slots);
+    free(rt);
+    return rc;
+  }
+  pthread_mutex_init(&rt->remote_mu, NULL);
+  rc = root_create(rt);
+  if (rc != 0) {
+    accel_runtime_destroy(rt);
+    return rc;
+  }
+  *out = rt;
+  return 0;
+}
+
+static void loop_body(accel_runtime *rt) {
+  rt_tls_loop = rt;
+  /* A stop requested before the loop ran is only seen through the async handle. */
+  if (atomic_load(&rt->closing))
+    uv_async_send(&rt->wakeup);
+  rt_wake_turn(rt);
+  uv_run(&rt->loop, UV_RUN_DEFAULT);
+  rt_tls_loop = NULL;
+}
+
+int accel_runtime_run(accel_runtime *rt) {
+  if (rt == NULL)
+    return ACCEL_EINVAL;
+  if (atomic_exchange(&rt->running, true) || rt->shut_down)
+    return ACCEL_EALREADY;
+  loop_body(rt);
+  return 0;
+}
+
+static void thread_main(void *arg) {
+  loop_body(arg);
+}
+
+int accel_runtime_start(accel_runtime *rt) {
+  if (rt == NULL)
+    return ACCEL_EINVAL;
+  if (atomic_exchange(&rt->running, true) || rt->shut_down)
+    return ACCEL_EALREADY;
+  if (uv_thread_create(&rt->thread, thread_main, rt) != 0) {
+    atomic_store(&rt->running, false);
+    return ACCEL_ESYS;
+  }
+  rt->has_thread = true;
+  return 0;
+}
+
+int accel_runtime_join(accel_runtime *rt) {
+  if (rt == NULL || !rt->has_thread)
+    return ACCEL_EINVAL;
+  if (rt_tls_loop == rt)
+    return ACCEL_EDEADLK;
+  uv_thread_join(&rt->thread);
+  rt->has_thread = false;
+  return 0;
+}
+
+void accel_runtime_destroy(accel_runtime *rt) {
+  if (rt == NULL)
+    return;
+  if (rt->has_thread) {
+    accel_runtime_stop(rt);
+    accel_runtime_join(rt);
+  }
+  if (!rt->shut_down) {
+    /* The loop never ran (or never saw the stop): shut down here, as the loop's owner. */
+    atomic_store(&rt->closing, true);
+    rt_tls_loop = rt;
+    shutdown_tree(rt);
+    uv_run(&rt->loop, UV_RUN_DEFAULT);
+    rt_tls_loop = NULL;
+  }
+  /* Tasks posted after the drain (futures completed late by other threads) run here. */
+  for (;;) {
+    take_remote(rt);
+    rt_task *tasks = rt->local_tasks.head;
+    rt->local_tasks.head = rt->local_tasks.tail = NULL;
+    if (tasks == NULL)
+      break;
+    run_tasks(tasks);
+  }
+  uv_loop_close(&rt->loop);
+  pthread_mutex_destroy(&rt->remote_mu);
+  free(rt->slots);
+  free(rt);
+}
+
+int accel_runtime_on_loop(accel_runtime *rt) {
+  return rt != NULL && rt_tls_loop == rt;
+}
+
+void accel_runtime_get_stats(accel_runtime *rt, accel_runtime_stats *out) {
+  out->actors_live = atomic_load(&rt->stats.actors_live);
+  out->actors_spawned = atomic_load(&rt->stats.actors_spawned);
+  out->messages_received = atomic_load(&rt->stats.messages_received);
+  out->dead_letters = atomic_load(&rt->stats.dead_letters);
+  out->busy_refusals = atomic_load(&rt->stats.busy_refusals);
+  out->failures = atomic_load(&rt->stats.failures);
+  out->restarts = atomic_load(&rt->stats.restarts);
+  out->escalations = atomic_load(&rt->stats.escalations);
+}

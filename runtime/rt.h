@@ -1,0 +1,166 @@
+/* Internals of the actor runtime, shared by the files of runtime/. Not installed.
+ *
+ * Ownership in one paragraph: the runtime owns the slot table, every cell and every child
+ * record. A cell lives from spawn until it is *retired* (stopped or failed: its slot's
+ * generation is bumped so every ref to it is stale) and then *swept*: freed once no other
+ * thread is inside a send to it (slot pins == 0) and it sits in no run queue. Only the loop
+ * thread creates, retires and frees cells, so callbacks never see a cell vanish under them. */
+#ifndef RT_RT_H
+#define RT_RT_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <uv.h>
+
+#include "accel/runtime.h"
+#include "runtime/mailbox.h"
+
+typedef struct rt_child rt_child;
+typedef struct rt_timer rt_timer;
+
+/* A deferred call on the loop thread (posted from any thread). Intrusive: the poster owns the
+ * node's memory until `fn` runs. */
+typedef struct rt_task {
+  struct rt_task *next;
+  void (*fn)(struct rt_task *task);
+} rt_task;
+
+typedef struct rt_task_list {
+  rt_task *head, *tail;
+} rt_task_list;
+
+enum rt_cell_status { RT_RUNNING = 0, RT_FAILED, RT_STOPPED };
+
+struct accel_actor {
+  accel_runtime *rt;
+  const accel_behavior *b;
+  void *arg;
+  void *state;
+  rt_child *spec;       /* the parent's record of this child; NULL for the root */
+  accel_actor *parent;  /* NULL for the root */
+  accel_ref ref;
+  int status;           /* enum rt_cell_status; loop thread only */
+  uint32_t throughput;
+  rt_mailbox mailbox;
+  atomic_int scheduled; /* 1 while queued to run (or being swept); producers test-and-set */
+  accel_actor *runq_next;
+  accel_actor *grave_next;
+  rt_child *children_head, *children_tail; /* in start order */
+  accel_supervision supervision;
+  rt_timer *timers;
+};
+
+/* A supervisor's record of one child: what it needs to restart it, and the restart history. */
+struct rt_child {
+  rt_child *prev, *next;
+  accel_actor *owner; /* the supervising parent */
+  const accel_behavior *b;
+  void *arg;
+  char *name;
+  uint32_t mailbox_capacity, throughput;
+  accel_supervision supervision; /* the child's own, for its children */
+  accel_actor *cell;             /* current incarnation; NULL while waiting for a restart */
+  bool awaiting_restart;
+  rt_child *restart_leader;      /* the failed child whose backoff timer restarts this one */
+  int last_reason;               /* why it was last restarted, for post_restart */
+  uint64_t window_start_ms;      /* restart-intensity window */
+  uint32_t restarts_in_window;
+  uv_timer_t *backoff;           /* pending restart, or NULL */
+};
+
+typedef struct rt_slot {
+  atomic_uint gen;                /* generation of the incarnation in this slot */
+  atomic_uint pins;               /* senders on other threads currently inside a send */
+  _Atomic(accel_actor *) cell;
+  uint32_t next_free;             /* loop thread only */
+} rt_slot;
+
+typedef struct rt_stats {
+  atomic_ullong actors_live, actors_spawned, messages_received, dead_letters, busy_refusals,
+      failures, restarts, escalations;
+} rt_stats;
+
+/* A local send that met a full mailbox (timer tick, work result): retried every turn. */
+typedef struct rt_retry {
+  struct rt_retry *next;
+  accel_ref to;
+  accel_msg msg;
+} rt_retry;
+
+struct accel_runtime {
+  uv_loop_t loop;
+  uv_async_t wakeup; /* coalesced wake-up from other threads */
+  uv_idle_t turn;    /* active while there is local work: keeps the loop from blocking */
+  bool turn_active;
+  uv_thread_t thread;
+  bool has_thread;
+  atomic_bool running;  /* the loop is running (run or start called, not finished) */
+  atomic_bool closing;  /* shutdown requested: sends are refused */
+  bool shut_down;       /* the tree is stopped and the handles are closing */
+  atomic_uint remote_users; /* non-loop threads inside a send/post right now */
+
+  rt_slot *slots;
+  uint32_t slot_count, free_head;
+
+  accel_actor *runq_head, *runq_tail; /* loop thread only */
+  uint32_t runq_len;
+  accel_actor *graveyard;             /* retired cells waiting to be swept */
+  rt_retry *retries;
+  rt_task_list local_tasks;           /* loop thread only */
+
+  pthread_mutex_t remote_mu;          /* guards the two lists below */
+  accel_actor *inject_head, *inject_tail;
+  rt_task_list remote_tasks;
+
+  accel_actor *root;
+  uint64_t next_timer_id;
+  rt_stats stats;
+};
+
+/* loop.c */
+extern _Thread_local accel_runtime *rt_tls_loop;  /* the runtime whose loop this thread runs */
+extern _Thread_local accel_actor *rt_tls_actor;   /* the actor whose callback is running */
+void rt_schedule_local(accel_runtime *rt, accel_actor *cell);
+void rt_schedule_remote(accel_runtime *rt, accel_actor *cell);
+void rt_post(accel_runtime *rt, rt_task *task);
+void rt_wake_turn(accel_runtime *rt);
+bool rt_remote_enter(accel_runtime *rt);
+void rt_remote_leave(accel_runtime *rt);
+uint64_t rt_now_ms(accel_runtime *rt);
+
+/* actor.c */
+accel_actor *rt_cell_create(accel_runtime *rt, accel_actor *parent, rt_child *spec);
+int rt_cell_start(accel_actor *cell);
+void rt_cell_terminate(accel_actor *cell);
+void rt_cell_run(accel_actor *cell);
+void rt_sweep(accel_runtime *rt);
+void rt_drop_msg(accel_runtime *rt, accel_msg *msg);
+int rt_send_local(accel_runtime *rt, accel_ref to, const accel_msg *msg);
+accel_actor *rt_resolve_local(accel_runtime *rt, accel_ref ref);
+int rt_slots_init(accel_runtime *rt, uint32_t count);
+void rt_retry_send(accel_runtime *rt, accel_ref to, const accel_msg *msg);
+bool rt_retries_flush(accel_runtime *rt);
+
+/* supervisor.c */
+rt_child *rt_child_create(accel_actor *owner, const accel_behavior *b, void *arg,
+                          const accel_spawn_opts *opts);
+void rt_child_free(rt_child *spec);
+int rt_child_respawn(rt_child *spec);
+void rt_child_stop(rt_child *spec, int reason);
+void rt_children_stop_all(accel_actor *owner);
+void rt_supervise_failure(accel_actor *cell, int reason);
+void rt_supervision_defaults(accel_supervision *s, const accel_supervision *given);
+
+/* future.c */
+int rt_future_complete_release(accel_future *f, int status);
+
+/* timer.c */
+void rt_timers_stop_all(accel_actor *cell);
+
+/* log.c */
+void rt_log_init_from_env(void);
+
+#define RT_LOG(level, ...) accel_log(level, "runtime", __VA_ARGS__)
+
+#endif

@@ -1,0 +1,48 @@
+/* Blocking work on libuv's thread pool; the result comes back to the actor as a message. */
+#include <stdlib.h>
+
+#include "runtime/rt.h"
+
+typedef struct rt_work {
+  uv_work_t req; /* first: the request pointer is the work item */
+  accel_runtime *rt;
+  accel_ref to;
+  int (*work)(void *data);
+  void *data;
+  void (*drop)(void *data);
+  uint32_t type;
+  int result;
+} rt_work;
+
+static void run_work(uv_work_t *req) {
+  rt_work *w = (rt_work *)req;
+  w->result = w->work(w->data);
+}
+
+static void after_work(uv_work_t *req, int status) {
+  rt_work *w = (rt_work *)req;
+  accel_msg msg = {.type = w->type, .arg = (uint64_t)(int64_t)w->result, .data = w->data,
+                   .drop = w->drop};
+  int rc = status == UV_ECANCELED ? ACCEL_ECANCELED : rt_send_local(w->rt, w->to, &msg);
+  if (rc == ACCEL_EBUSY)
+    rt_retry_send(w->rt, w->to, &msg);
+  else if (rc != 0)
+    rt_drop_msg(w->rt, &msg); /* the actor is gone: nobody takes the result */
+  free(w);
+}
+
+int accel_work_submit(accel_actor *self, int (*work)(void *data), void *data,
+                      void (*drop)(void *data), uint32_t type) {
+  if (self == NULL || work == NULL || self->status != RT_RUNNING || rt_tls_loop != self->rt)
+    return ACCEL_EINVAL;
+  rt_work *w = calloc(1, sizeof *w);
+  if (w == NULL)
+    return ACCEL_ENOMEM;
+  *w = (rt_work){.rt = self->rt, .to = self->ref, .work = work, .data = data, .drop = drop,
+                 .type = type};
+  if (uv_queue_work(&self->rt->loop, &w->req, run_work, after_work) != 0) {
+    free(w);
+    return ACCEL_ESYS;
+  }
+  return 0;
+}
