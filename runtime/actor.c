@@ -219,7 +219,9 @@ static int push(accel_runtime *rt, accel_actor *cell, const accel_msg *msg, bool
     atomic_fetch_add_explicit(&rt->stats.busy_refusals, 1, memory_order_relaxed);
     return ACCEL_EBUSY;
   }
-  atomic_thread_fence(memory_order_seq_cst);
+  /* Pairs with the fence in unschedule(); a send on the loop thread cannot race with it. */
+  if (remote)
+    atomic_thread_fence(memory_order_seq_cst);
   if (atomic_exchange(&cell->scheduled, 1) == 0) {
     if (remote)
       rt_schedule_remote(rt, cell);
@@ -456,7 +458,7 @@ int accel_stop(accel_runtime *rt, accel_ref ref) {
   if (ref.slot == 0 || ref.slot >= rt->slot_count ||
       atomic_load(&rt->slots[ref.slot].gen) != ref.gen)
     return ACCEL_ESTALE;
-  if (rt->root && ref.slot == rt->root->ref.slot)
+  if (ref.slot == rt->root_ref.slot)
     return ACCEL_EINVAL; /* the root stops with the runtime */
   stop_req *req = malloc(sizeof *req);
   if (req == NULL)

@@ -234,7 +234,7 @@ static int root_receive(accel_actor *self, void *state, accel_msg *msg) {
 static const accel_behavior root_behavior = {.name = "root", .receive = root_receive};
 
 accel_ref accel_runtime_root(accel_runtime *rt) {
-  return rt->root ? rt->root->ref : ACCEL_REF_NONE;
+  return rt->root_ref;
 }
 
 static int root_create(accel_runtime *rt) {
@@ -246,6 +246,7 @@ static int root_create(accel_runtime *rt) {
   accel_supervision sup = {.on_limit = ACCEL_LIMIT_STOP_CHILD};
   rt_supervision_defaults(&root->supervision, &sup);
   rt->root = root;
+  rt->root_ref = root->ref;
   return 0;
 }
 

@@ -113,7 +113,8 @@ struct accel_runtime {
   accel_actor *inject_head, *inject_tail;
   rt_task_list remote_tasks;
 
-  accel_actor *root;
+  accel_actor *root;                  /* loop thread only; NULL once shut down */
+  accel_ref root_ref;                 /* immutable after create: readable from any thread */
   uint64_t next_timer_id;
   rt_stats stats;
 };

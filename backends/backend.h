@@ -1,0 +1,145 @@
+/* The backend interface: what the device actors need from a compute API (the host CPU, CUDA's
+ * Driver API, OpenCL). Backends know nothing about actors; actors know nothing about drivers.
+ *
+ * Model (CUDA's, which OpenCL and the CPU map onto):
+ *   device   an opened device: a CUDA primary context, an OpenCL context, a CPU worker set.
+ *   queue    an in-order stream of work: a CUstream, an in-order cl_command_queue, a CPU worker
+ *            thread. Work on one queue runs in submission order; different queues of a device
+ *            may run concurrently.
+ *   event    a point in a queue: complete when everything submitted to that queue before the
+ *            record has completed (cuEventRecord, clEnqueueMarker, a CPU sequence number).
+ *   memory   device memory is a handle + a byte size (a CUdeviceptr, a cl_mem, a host pointer);
+ *            offsets travel separately, so OpenCL's buffers-without-pointers fit.
+ *
+ * Every entry point returns 0 or a negative accel error. Submitting (copy_*, kernels,
+ * event_record, queue_wait, host_callback) never blocks for the work itself; the work runs
+ * later, in order. Errors found while submitting (bad arguments) fail the call and nothing is
+ * queued. Errors found while running are reported by the queue's later events and host
+ * callbacks (status < 0). A device fault (a CUDA sticky error, a lost OpenCL context, an
+ * injected fault) is sticky: from then on every call on that device and every event of it
+ * reports ACCEL_EDEVLOST until reset(). Threads: unless an entry says otherwise it may be
+ * called from any thread, but one queue is used by one thread at a time (its kernel actor).
+ */
+#ifndef BE_BACKEND_H
+#define BE_BACKEND_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "accel/error.h"
+#include "backends/blas_args.h"
+
+#define BE_ABI_VERSION 1u
+
+typedef struct be_device be_device;
+typedef struct be_queue be_queue;
+typedef struct be_event be_event;
+
+typedef struct be_mem {
+  uint64_t handle; /* backend's own: host pointer, CUdeviceptr, cl_mem */
+  size_t bytes;
+} be_mem;
+
+typedef struct be_device_info {
+  char name[96];
+  uint64_t mem_bytes;     /* device memory (for the CPU: physical memory) */
+  uint32_t compute_units; /* cores, SMs, compute units */
+} be_device_info;
+
+typedef struct be_open_opts {
+  int fault_injection; /* allow inject_fault (tests only) */
+  uint32_t threads;    /* CPU: worker threads for kernels (0: all cores) */
+} be_open_opts;
+
+typedef enum be_unary_op { BE_SIGMOID = 0, BE_RELU, BE_TANH } be_unary_op;
+
+typedef enum be_rng_dist { BE_RNG_BITS = 0, BE_RNG_UNIFORM, BE_RNG_NORMAL } be_rng_dist;
+
+typedef struct be_rng_args {
+  be_rng_dist dist;
+  uint64_t seed, offset; /* Philox4x32-10 stream position, in elements of the output */
+  float mean, stddev;    /* NORMAL only */
+} be_rng_args;
+
+/* Runs on a backend thread (a driver thread, a CPU worker) once the work before it in the
+ * queue has completed; status is 0, or < 0 if that work failed (ACCEL_EDEVLOST after a
+ * fault). Must not block or call back into the queue. A CUDA driver callback may never come
+ * after a device error, so callers also keep a deadline of their own. */
+typedef void (*be_host_fn)(void *arg, int status);
+
+typedef struct be_ops {
+  uint32_t abi_version; /* BE_ABI_VERSION: checked when the backend is registered */
+  const char *name;     /* "cpu", "cuda", "opencl" */
+
+  /* ---- discovery and devices (control thread; may block on driver initialisation) ---- */
+  /* Devices present: *count >= 0. ACCEL_ENOTSUP if the driver or runtime library is missing
+   * (why says so, e.g. "no driver"); never fails the process. */
+  int (*probe)(int *count, char *why, size_t why_len);
+  int (*open)(int index, const be_open_opts *opts, be_device **out);
+  /* Waits for all queued work, frees everything. */
+  void (*close)(be_device *dev);
+  int (*info)(be_device *dev, be_device_info *out);
+  /* 0, or ACCEL_EDEVLOST after a fault (sticky). */
+  int (*status)(be_device *dev);
+  /* After a fault: drop everything of the old context (queues, events and memory of the device
+   * become invalid without being freed one by one) and make the device usable again. */
+  int (*reset)(be_device *dev);
+  /* Tests only (ACCEL_EPERM unless opened with fault_injection): makes the device fault as a
+   * real sticky error would, while work may be in flight. */
+  int (*inject_fault)(be_device *dev);
+
+  /* ---- queues ---- */
+  int (*queue_create)(be_device *dev, be_queue **out);
+  /* Waits for the queue's work, then frees it. */
+  void (*queue_destroy)(be_queue *q);
+
+  /* ---- memory: alloc/free may block (not on the loop thread) ---- */
+  int (*mem_alloc)(be_device *dev, size_t bytes, be_mem *out);
+  void (*mem_free)(be_device *dev, be_mem *mem);
+  /* Asynchronous copies; host memory must stay valid until the work completes. */
+  int (*copy_h2d)(be_queue *q, be_mem dst, size_t dst_off, const void *src, size_t bytes);
+  int (*copy_d2h)(be_queue *q, void *dst, be_mem src, size_t src_off, size_t bytes);
+  int (*copy_d2d)(be_queue *q, be_mem dst, size_t dst_off, be_mem src, size_t src_off,
+                  size_t bytes);
+
+  /* ---- events and completion ---- */
+  int (*event_create)(be_device *dev, be_event **out);
+  void (*event_destroy)(be_event *ev);
+  int (*event_record)(be_event *ev, be_queue *q);
+  /* 0 complete, ACCEL_EAGAIN pending, < 0 the work failed. Never blocks. */
+  int (*event_query)(be_event *ev);
+  /* Blocks until complete (worker threads only). Same results as query, never EAGAIN. */
+  int (*event_sync)(be_event *ev);
+  /* Later work on q waits for ev (an event of the same device). */
+  int (*queue_wait)(be_queue *q, be_event *ev);
+  int (*host_callback)(be_queue *q, be_host_fn fn, void *arg);
+
+  /* ---- kernels: offsets and counts in elements; arguments were checked by the caller
+   * against the buffers (blas_args.h); backends check what they rely on again ---- */
+  int (*sgemm)(be_queue *q, const be_sgemm_args *g, be_mem a, size_t a_off, be_mem b,
+               size_t b_off, be_mem c, size_t c_off);
+  int (*saxpy)(be_queue *q, size_t n, float alpha, be_mem x, size_t x_off, be_mem y,
+               size_t y_off);
+  /* *result (one float in device memory) = x . y */
+  int (*sdot)(be_queue *q, size_t n, be_mem x, size_t x_off, be_mem y, size_t y_off,
+              be_mem result, size_t result_off);
+  int (*fill_u32)(be_queue *q, be_mem dst, size_t off, size_t count, uint32_t value);
+  int (*rng_fill)(be_queue *q, be_mem dst, size_t off, size_t count, const be_rng_args *r);
+  int (*unary)(be_queue *q, be_unary_op op, be_mem dst, size_t dst_off, be_mem src,
+               size_t src_off, size_t count);
+  /* Row-wise softmax of a rows x cols row-major matrix. */
+  int (*softmax)(be_queue *q, be_mem dst, size_t dst_off, be_mem src, size_t src_off,
+                 size_t rows, size_t cols);
+} be_ops;
+
+/* The backends this build knows, whether or not they were built: the description is always
+ * compiled, so `devices` can say "cuda: not built". */
+typedef struct be_entry {
+  const char *name;
+  const be_ops *ops; /* NULL when not built */
+} be_entry;
+
+/* NULL-terminated list, CPU first. */
+const be_entry *be_registry(void);
+
+#endif
