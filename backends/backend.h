@@ -81,8 +81,9 @@ typedef struct be_ops {
   int (*info)(be_device *dev, be_device_info *out);
   /* 0, or ACCEL_EDEVLOST after a fault (sticky). */
   int (*status)(be_device *dev);
-  /* After a fault: drop everything of the old context (queues, events and memory of the device
-   * become invalid without being freed one by one) and make the device usable again. */
+  /* After a fault: make the device usable again with a fresh context. Queues and events of
+   * the old context must be destroyed before; memory of the old context should be freed
+   * before too (mem_free must work on a faulted device, freeing what can still be freed). */
   int (*reset)(be_device *dev);
   /* Tests only (ACCEL_EPERM unless opened with fault_injection): makes the device fault as a
    * real sticky error would, while work may be in flight. */
@@ -104,14 +105,20 @@ typedef struct be_ops {
 
   /* ---- events and completion ---- */
   int (*event_create)(be_device *dev, be_event **out);
+  /* May be called while the work it marks is still pending, and after the device was reset
+   * or closed (then it only frees the event's own memory). */
   void (*event_destroy)(be_event *ev);
   int (*event_record)(be_event *ev, be_queue *q);
   /* 0 complete, ACCEL_EAGAIN pending, < 0 the work failed. Never blocks. */
   int (*event_query)(be_event *ev);
   /* Blocks until complete (worker threads only). Same results as query, never EAGAIN. */
   int (*event_sync)(be_event *ev);
-  /* Later work on q waits for ev (an event of the same device). */
+  /* Later work on q waits for ev (an event of the same device). Like cuStreamWaitEvent it
+   * captures ev's current point at the call: ev may then be destroyed or recorded again, and
+   * the queue that recorded it may be destroyed, without harm to q. */
   int (*queue_wait)(be_queue *q, be_event *ev);
+  /* fn is called exactly once: after the work before it, or with ACCEL_EDEVLOST (fault) or
+   * ACCEL_ECANCELED (queue destroyed first) at the latest in queue_destroy, reset or close. */
   int (*host_callback)(be_queue *q, be_host_fn fn, void *arg);
 
   /* ---- kernels: offsets and counts in elements; arguments were checked by the caller

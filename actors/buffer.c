@@ -1,0 +1,99 @@
+/* Buffers: a typed array with a replica per memory node. Replica states are the *logical*
+ * state after every op issued so far (the planner updates them when it plans an op, and the
+ * task graph makes the data catch up in that order). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "actors/world.h"
+
+dev_buffer *dev_buffer_create(dev_world *w, accel_dtype dtype, size_t count) {
+  dev_buffer *b = calloc(1, sizeof *b);
+  if (b == NULL)
+    return NULL;
+  b->world = w;
+  b->dtype = dtype;
+  b->count = count;
+  b->bytes = count * dev_dtype_size(dtype);
+  b->next = w->buffers;
+  if (w->buffers)
+    w->buffers->prev = b;
+  w->buffers = b;
+  return b;
+}
+
+static void replica_free(dev_world *w, dev_buffer *b, int n) {
+  dev_replica *r = &b->rep[n];
+  dev_node *node = &w->nodes[n];
+  /* Memory of an earlier incarnation of the device went with its context. */
+  if (r->allocated && node->dev && r->node_gen == node->generation)
+    node->be->mem_free(node->dev, &r->mem);
+  r->allocated = false;
+  r->state = DEV_INVALID;
+}
+
+static void buffer_free(dev_buffer *b) {
+  dev_world *w = b->world;
+  for (int n = 0; n < w->nnodes; n++)
+    replica_free(w, b, n);
+  if (b->prev)
+    b->prev->next = b->next;
+  else
+    w->buffers = b->next;
+  if (b->next)
+    b->next->prev = b->prev;
+  free(b->readers);
+  free(b);
+}
+
+void dev_buffer_destroy(dev_buffer *b) {
+  b->destroyed = true;
+  if (b->users == 0)
+    buffer_free(b);
+}
+
+void dev_buffer_unuse(dev_buffer *b) {
+  if (--b->users == 0 && b->destroyed)
+    buffer_free(b);
+}
+
+int dev_replica_ensure_alloc(dev_buffer *b, dev_node *node) {
+  dev_replica *r = &b->rep[node->index];
+  if (r->allocated && r->node_gen == node->generation)
+    return 0;
+  if (node->dev == NULL || node->state != DEV_NODE_SERVING)
+    return ACCEL_EDEVLOST;
+  size_t bytes = b->bytes ? b->bytes : 4; /* a zero-length buffer still gets a handle */
+  int rc = node->be->mem_alloc(node->dev, bytes, &r->mem);
+  if (rc != 0)
+    return rc;
+  r->allocated = true;
+  r->node_gen = node->generation;
+  r->state = DEV_INVALID;
+  return 0;
+}
+
+/* A valid node for reading, preferring `prefer`, then the host, then any. -1 if none. */
+int dev_buffer_valid_node(const dev_buffer *b, int prefer) {
+  const dev_world *w = b->world;
+  if (prefer >= 0 && b->rep[prefer].state != DEV_INVALID)
+    return prefer;
+  if (b->rep[DEV_HOST_NODE].state != DEV_INVALID)
+    return DEV_HOST_NODE;
+  for (int n = 1; n < w->nnodes; n++)
+    if (b->rep[n].state != DEV_INVALID)
+      return n;
+  return -1;
+}
+
+/* The device behind `node` was lost: its replicas are gone. A buffer that had no other valid
+ * replica is lost (reported as ACCEL_EDATALOST on its next use). */
+void dev_buffer_drop_node(dev_world *w, dev_node *node) {
+  for (dev_buffer *b = w->buffers; b; b = b->next) {
+    bool was_valid = b->rep[node->index].state != DEV_INVALID;
+    /* Called before the reset: mem_free still reaches the old context (which may refuse
+     * after a fault; the memory then goes with the context). */
+    replica_free(w, b, node->index);
+    if (was_valid && dev_buffer_valid_node(b, -1) < 0)
+      b->lost = true;
+  }
+}

@@ -1,0 +1,39 @@
+/* The device actors: a device supervisor, one DeviceActor per device (and one for the host
+ * memory node), and under each DeviceActor the KernelActors `mem`, `blas`, `rng`, `nn`, each
+ * owning one backend queue. */
+#ifndef DEV_DEVICE_H
+#define DEV_DEVICE_H
+
+#include "actors/world.h"
+
+/* Message types of the device layer. */
+enum {
+  DEV_MSG_RUN = ACCEL_MSG_USER + 100, /* kernel actor: data = dev_task to put on its queue */
+  DEV_MSG_POLL,                       /* kernel actor: query events of polled work */
+  DEV_MSG_SYNCED,                     /* kernel actor: a worker's event_sync returned */
+  DEV_MSG_WATCHDOG,                   /* kernel actor: look for work past its deadline */
+  DEV_MSG_FAULT,                      /* device actor: the device reported a sticky fault */
+  DEV_MSG_INJECT_FAULT,               /* device actor: tests only */
+  DEV_MSG_OP,                         /* session: data = dev_op */
+  DEV_MSG_BUFFER_CREATE,              /* session: arg = handle, data = dev_buffer_spec */
+  DEV_MSG_BUFFER_DESTROY,             /* session: arg = handle */
+};
+
+extern const accel_behavior dev_kernel_behavior;
+extern const accel_behavior dev_device_behavior;
+extern const accel_behavior dev_supervisor_behavior;
+
+/* Sends a ready task to the kernel actor that runs it (or fails it if that device is not
+ * serving). */
+void dev_kernel_dispatch(dev_task *t);
+
+/* Enqueues the task's work on queue q (no waiting, no completion handling). */
+int dev_exec(dev_task *t, be_queue *q);
+
+/* A client op finished with `status` (implemented by the session layer). */
+void dev_op_finished(dev_world *w, dev_op *op, int status);
+
+/* The device supervisor's arg: the world. Spawns a DeviceActor per node. */
+int dev_world_spawn(dev_world *w, accel_actor *parent, accel_ref *supervisor);
+
+#endif

@@ -1,0 +1,160 @@
+/* DeviceActor: one per memory node (the host, each device). It opens the device, starts the
+ * kernel actors, and fails on a sticky device fault; its supervisor then restarts it: the
+ * kernel actors end (their in-flight tasks complete with ACCEL_EDEVLOST), the node's replicas
+ * are dropped (buffers with no other valid copy become lost), the device is closed and opened
+ * again in a new incarnation (generation bumped). Past the restart limit the device is
+ * quarantined and the others keep serving. */
+#include <stdio.h>
+#include <string.h>
+
+#include "actors/device.h"
+
+static const char *const kernel_names[DEV_Q_COUNT] = {"mem", "blas", "rng", "nn"};
+
+typedef struct device_state {
+  dev_node *node;
+} device_state;
+
+static int open_device(dev_node *node) {
+  be_open_opts opts = {.fault_injection = node->world->fault_injection};
+  int rc = node->be->open(node->backend_index, &opts, &node->dev);
+  if (rc != 0)
+    return rc;
+  if (node->info.name[0] == '\0') /* once: clients read it without locks */
+    node->be->info(node->dev, &node->info);
+  return 0;
+}
+
+static int device_start(accel_actor *self, void *state, void *arg) {
+  device_state *d = state;
+  dev_node *node = arg;
+  d->node = node;
+  node->generation++;
+  int rc = open_device(node);
+  if (rc != 0)
+    return rc;
+  for (int q = 0; q < DEV_Q_COUNT; q++) {
+    node->kernel_args[q] = (struct dev_kernel_arg){node, (dev_queue_class)q};
+    accel_spawn_opts o = {.name = kernel_names[q], .mailbox_capacity = 1 << 14};
+    rc = accel_spawn(accel_actor_runtime(self), self, &dev_kernel_behavior,
+                     &node->kernel_args[q], &o, NULL);
+    if (rc != 0)
+      return rc;
+  }
+  node->actor = accel_self(self);
+  __atomic_store_n(&node->state, DEV_NODE_SERVING, __ATOMIC_RELAXED);
+  return 0;
+}
+
+static void device_stop(accel_actor *self, void *state) {
+  device_state *d = state;
+  dev_node *node = d->node;
+  if (node == NULL)
+    return;
+  /* The kernel actors (children) have ended already; their queues are gone. */
+  if (node->state == DEV_NODE_SERVING)
+    __atomic_store_n(&node->state, DEV_NODE_RESTARTING, __ATOMIC_RELAXED);
+  if (node->dev) {
+    dev_buffer_drop_node(node->world, node);
+    node->be->close(node->dev);
+    node->dev = NULL;
+  }
+}
+
+static void device_pre_restart(accel_actor *self, void *state, int reason) {
+  device_state *d = state;
+  __atomic_store_n(&d->node->state, DEV_NODE_RESTARTING, __ATOMIC_RELAXED);
+  accel_log(ACCEL_LOG_WARN, "device", "device %d (%s) lost (%s): restarting", d->node->device,
+            d->node->info.name, accel_err_name(reason));
+}
+
+static void device_post_restart(accel_actor *self, void *state, int reason) {
+  device_state *d = state;
+  __atomic_store_n(&d->node->restarts, d->node->restarts + 1, __ATOMIC_RELAXED);
+}
+
+static int device_receive(accel_actor *self, void *state, accel_msg *msg) {
+  device_state *d = state;
+  switch (msg->type) {
+  case DEV_MSG_FAULT:
+    return ACCEL_EDEVLOST; /* fail: the supervisor restarts the device */
+  case DEV_MSG_INJECT_FAULT: {
+    int rc = d->node->be->inject_fault(d->node->dev);
+    accel_reply(msg, rc, NULL, NULL);
+    return rc == 0 ? ACCEL_EDEVLOST : 0;
+  }
+  default:
+    return 0;
+  }
+}
+
+const accel_behavior dev_device_behavior = {
+    .name = "device",
+    .state_size = sizeof(device_state),
+    .start = device_start,
+    .receive = device_receive,
+    .stop = device_stop,
+    .pre_restart = device_pre_restart,
+    .post_restart = device_post_restart,
+};
+
+/* ---- the device supervisor ---- */
+
+typedef struct supervisor_state {
+  dev_world *world;
+} supervisor_state;
+
+static int supervisor_start(accel_actor *self, void *state, void *arg) {
+  supervisor_state *s = state;
+  s->world = arg;
+  for (int n = 0; n < s->world->nnodes; n++) {
+    dev_node *node = &s->world->nodes[n];
+    char name[32];
+    if (n == DEV_HOST_NODE)
+      snprintf(name, sizeof name, "host");
+    else
+      snprintf(name, sizeof name, "device%d", node->device);
+    accel_spawn_opts o = {.name = name};
+    int rc = accel_spawn(accel_actor_runtime(self), self, &dev_device_behavior, node, &o, NULL);
+    if (rc != 0) {
+      accel_log(ACCEL_LOG_ERROR, "device", "device %s did not start: %s", name,
+                accel_strerror(rc));
+      __atomic_store_n(&node->state, DEV_NODE_QUARANTINED, __ATOMIC_RELAXED);
+    }
+  }
+  return 0;
+}
+
+static void supervisor_child_exit(accel_actor *self, void *state, accel_ref child, int reason) {
+  supervisor_state *s = state;
+  for (int n = 0; n < s->world->nnodes; n++) {
+    dev_node *node = &s->world->nodes[n];
+    if (node->actor.slot == child.slot && node->actor.gen == child.gen) {
+      __atomic_store_n(&node->state, DEV_NODE_QUARANTINED, __ATOMIC_RELAXED);
+      accel_log(ACCEL_LOG_ERROR, "device", "device %d (%s) quarantined after %u restarts",
+                node->device, node->info.name, node->restarts);
+    }
+  }
+}
+
+static int supervisor_receive(accel_actor *self, void *state, accel_msg *msg) {
+  return 0;
+}
+
+const accel_behavior dev_supervisor_behavior = {
+    .name = "devices",
+    .state_size = sizeof(supervisor_state),
+    .start = supervisor_start,
+    .receive = supervisor_receive,
+    .child_exit = supervisor_child_exit,
+};
+
+int dev_world_spawn(dev_world *w, accel_actor *parent, accel_ref *supervisor) {
+  accel_supervision sup = {.strategy = ACCEL_ONE_FOR_ONE,
+                           .max_restarts = w->max_restarts,
+                           .within_ms = w->restart_window_ms,
+                           .backoff_initial_ms = 0,
+                           .on_limit = ACCEL_LIMIT_STOP_CHILD};
+  accel_spawn_opts o = {.name = "devices", .supervision = &sup};
+  return accel_spawn(w->rt, parent, &dev_supervisor_behavior, w, &o, supervisor);
+}

@@ -1,0 +1,76 @@
+/* Puts a task's work on a backend queue: the one place that maps op envelopes to backend
+ * calls. Offsets in envelopes are elements; copies take bytes. */
+#include "actors/device.h"
+
+static be_mem mem_on(dev_task *t, int i) {
+  return t->buf[i]->rep[t->node->index].mem;
+}
+
+static void *host_ptr(dev_buffer *b) {
+  return (void *)(uintptr_t)b->rep[DEV_HOST_NODE].mem.handle;
+}
+
+static int exec_transfer(dev_task *t, be_queue *q) {
+  dev_buffer *b = t->buf[0];
+  const be_ops *be = t->node->be;
+  dev_world *w = t->world;
+  if (t->src_node < 0) /* never written anywhere: the first valid copy is zeros */
+    return be->fill_u32(q, mem_on(t, 0), 0, b->count, 0);
+  if (t->src_node == DEV_HOST_NODE) {
+    atomic_fetch_add(&w->h2d, b->bytes);
+    return be->copy_h2d(q, mem_on(t, 0), 0, host_ptr(b), b->bytes);
+  }
+  /* From this device to the host. */
+  atomic_fetch_add(&w->d2h, b->bytes);
+  return be->copy_d2h(q, host_ptr(b), mem_on(t, 0), 0, b->bytes);
+}
+
+static int exec_io(dev_task *t, be_queue *q) {
+  dev_op *op = t->op;
+  const be_ops *be = t->node->be;
+  size_t esize = dev_dtype_size(t->buf[0]->dtype);
+  size_t off = op->bufs[0].offset * esize, bytes = op->bufs[0].count * esize;
+  if (op->h.kind == DEV_OP_WRITE) {
+    atomic_fetch_add(&t->world->written, bytes);
+    return be->copy_h2d(q, mem_on(t, 0), off, op->u.write.src, bytes);
+  }
+  atomic_fetch_add(&t->world->read, bytes);
+  return be->copy_d2h(q, op->u.read.dst, mem_on(t, 0), off, bytes);
+}
+
+static int exec_op(dev_task *t, be_queue *q) {
+  dev_op *op = t->op;
+  const be_ops *be = t->node->be;
+  switch (op->h.kind) {
+  case DEV_OP_WRITE:
+  case DEV_OP_READ:
+    return exec_io(t, q);
+  case DEV_OP_COPY: {
+    size_t esize = dev_dtype_size(t->buf[0]->dtype);
+    atomic_fetch_add(&t->world->d2d, op->bufs[0].count * esize);
+    return be->copy_d2d(q, mem_on(t, 0), op->bufs[0].offset * esize, mem_on(t, 1),
+                        op->bufs[1].offset * esize, op->bufs[0].count * esize);
+  }
+  case DEV_OP_FILL:
+    return be->fill_u32(q, mem_on(t, 0), 0, t->buf[0]->count, op->u.fill.value);
+  case DEV_OP_SGEMM:
+    return be->sgemm(q, &op->u.sgemm, mem_on(t, 0), 0, mem_on(t, 1), 0, mem_on(t, 2), 0);
+  case DEV_OP_SAXPY:
+    return be->saxpy(q, op->u.saxpy.n, op->u.saxpy.alpha, mem_on(t, 0), 0, mem_on(t, 1), 0);
+  case DEV_OP_SDOT:
+    return be->sdot(q, op->u.sdot.n, mem_on(t, 0), 0, mem_on(t, 1), 0, mem_on(t, 2), 0);
+  case DEV_OP_RNG:
+    return be->rng_fill(q, mem_on(t, 0), 0, t->buf[0]->count, &op->u.rng);
+  case DEV_OP_UNARY:
+    return be->unary(q, op->u.unary.op, mem_on(t, 0), 0, mem_on(t, 1), 0, t->buf[0]->count);
+  case DEV_OP_SOFTMAX:
+    return be->softmax(q, mem_on(t, 0), 0, mem_on(t, 1), 0, op->u.softmax.rows,
+                       op->u.softmax.cols);
+  default:
+    return ACCEL_ENOTSUP;
+  }
+}
+
+int dev_exec(dev_task *t, be_queue *q) {
+  return t->kind == DEV_TASK_TRANSFER ? exec_transfer(t, q) : exec_op(t, q);
+}

@@ -1,0 +1,324 @@
+/* KernelActor: owns one backend queue of a device; puts ready tasks on it and brings their
+ * completion back to the loop by the task's strategy:
+ *   callback  the backend calls back on its thread -> a future completes -> `then` on the loop
+ *   sync      a worker blocks in event_sync -> a message back
+ *   poll      the actor queries events every loop iteration while polled work is in flight
+ * A deadline watchdog covers callbacks that never come (a CUDA callback does not fire after a
+ * device error). When the actor ends (device fault, shutdown), its in-flight tasks complete
+ * with ACCEL_EDEVLOST; late completions then find their record detached and only free it. */
+#include <stdlib.h>
+#include <time.h>
+
+#include "actors/device.h"
+
+#define WATCHDOG_MS 250
+#define DEFAULT_DEADLINE_MS 60000
+
+typedef struct kernel_state kernel_state;
+
+typedef struct dev_inflight {
+  struct dev_inflight *prev, *next;
+  kernel_state *owner;   /* NULL once the actor has ended */
+  dev_task *task;        /* NULL once finished */
+  const be_ops *be;
+  be_event *event;
+  accel_completion how;
+  uint64_t deadline_ms;
+  int refs;              /* the actor's list + the pending completion mechanism */
+} dev_inflight;
+
+struct kernel_state {
+  dev_node *node;
+  dev_queue_class qclass;
+  be_queue *queue;
+  accel_actor *self;
+  dev_inflight *inflight;
+  uint32_t polled;       /* in-flight records with how == POLL */
+  bool poll_armed, watchdog_armed;
+};
+
+static uint64_t now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+static void inflight_unref(dev_inflight *f) {
+  if (--f->refs > 0)
+    return;
+  if (f->event)
+    f->be->event_destroy(f->event);
+  free(f);
+}
+
+static void inflight_unlink(kernel_state *k, dev_inflight *f) {
+  if (f->prev)
+    f->prev->next = f->next;
+  else
+    k->inflight = f->next;
+  if (f->next)
+    f->next->prev = f->prev;
+  f->prev = f->next = NULL;
+  if (f->how == ACCEL_COMPLETION_POLL)
+    k->polled--;
+  f->owner = NULL;
+}
+
+static void report_fault(kernel_state *k) {
+  accel_msg m = {.type = DEV_MSG_FAULT};
+  accel_tell(accel_actor_runtime(k->self), accel_parent(k->self), &m);
+}
+
+/* The work behind f completed with `status` (on the loop). */
+static void inflight_finish(dev_inflight *f, int status) {
+  kernel_state *k = f->owner;
+  dev_task *t = f->task;
+  f->task = NULL;
+  if (k) {
+    inflight_unlink(k, f);
+    inflight_unref(f); /* the list's reference */
+  }
+  if (t)
+    dev_task_complete(t, status);
+  if (k && status == ACCEL_EDEVLOST)
+    report_fault(k);
+}
+
+/* ---- completion strategies ---- */
+
+static void on_callback_done(accel_future *fut, int status, void *arg) {
+  dev_inflight *f = arg;
+  if (f->owner)
+    inflight_finish(f, status);
+  inflight_unref(f);
+  accel_future_release(fut);
+}
+
+static void host_callback(void *arg, int status) {
+  accel_future_complete(arg, status, NULL, NULL); /* any thread: `then` runs on the loop */
+}
+
+static int arm_callback(kernel_state *k, dev_inflight *f) {
+  accel_future *fut;
+  int rc = accel_future_create(accel_actor_runtime(k->self), &fut);
+  if (rc != 0)
+    return rc;
+  f->refs++; /* released by on_callback_done, whichever way the future completes */
+  accel_future_then(fut, on_callback_done, f);
+  rc = k->node->be->host_callback(k->queue, host_callback, fut);
+  if (rc != 0)
+    accel_future_complete(fut, rc, NULL, NULL); /* finishes the task with the error */
+  return 0;
+}
+
+static int sync_work(void *data) {
+  dev_inflight *f = data;
+  return f->be->event_sync(f->event);
+}
+
+static void sync_drop(void *data) {
+  inflight_unref(data); /* the actor ended before the worker's answer came back */
+}
+
+static int arm_sync(kernel_state *k, dev_inflight *f) {
+  f->refs++;
+  int rc = accel_work_submit(k->self, sync_work, f, sync_drop, DEV_MSG_SYNCED);
+  if (rc != 0)
+    f->refs--;
+  return rc;
+}
+
+static void arm_poll(kernel_state *k) {
+  k->polled++;
+  if (!k->poll_armed && accel_timer_start(k->self, 0, 0, DEV_MSG_POLL, 0, NULL) == 0)
+    k->poll_armed = true;
+}
+
+static void arm_watchdog(kernel_state *k) {
+  if (!k->watchdog_armed &&
+      accel_timer_start(k->self, WATCHDOG_MS, 0, DEV_MSG_WATCHDOG, 0, NULL) == 0)
+    k->watchdog_armed = true;
+}
+
+/* ---- putting a task on the queue ---- */
+
+static int wait_for_same_node_deps(kernel_state *k, dev_task *t) {
+  for (uint32_t i = 0; i < t->nsame; i++) {
+    dev_task *d = t->same_node_deps[i];
+    if (d->qclass == k->qclass || d->event == NULL)
+      continue; /* same queue: in order already */
+    int rc = k->node->be->queue_wait(k->queue, d->event);
+    if (rc != 0)
+      return rc;
+  }
+  return 0;
+}
+
+static accel_completion strategy_of(kernel_state *k, dev_task *t) {
+  accel_completion how = t->completion ? t->completion : k->node->completion;
+  return how ? how : ACCEL_COMPLETION_CALLBACK;
+}
+
+static int track(kernel_state *k, dev_task *t) {
+  dev_inflight *f = calloc(1, sizeof *f);
+  if (f == NULL)
+    return ACCEL_ENOMEM;
+  const be_ops *be = k->node->be;
+  int rc = be->event_create(k->node->dev, &f->event);
+  if (rc == 0)
+    rc = be->event_record(f->event, k->queue);
+  if (rc != 0) {
+    if (f->event)
+      be->event_destroy(f->event);
+    free(f);
+    return rc;
+  }
+  uint64_t deadline = t->op && t->op->h.deadline_ms > 0 ? (uint64_t)t->op->h.deadline_ms
+                                                         : DEFAULT_DEADLINE_MS;
+  *f = (dev_inflight){.owner = k, .task = t, .be = be, .event = f->event,
+                      .how = strategy_of(k, t), .deadline_ms = now_ms() + deadline, .refs = 1,
+                      .next = k->inflight};
+  if (k->inflight)
+    k->inflight->prev = f;
+  k->inflight = f;
+  t->event = f->event;
+  if (f->how == ACCEL_COMPLETION_CALLBACK)
+    rc = arm_callback(k, f);
+  else if (f->how == ACCEL_COMPLETION_SYNC)
+    rc = arm_sync(k, f);
+  else
+    arm_poll(k);
+  arm_watchdog(k);
+  return rc;
+}
+
+static void run_task(kernel_state *k, dev_task *t) {
+  if (t->node_gen != k->node->generation) {
+    dev_task_complete(t, ACCEL_EDEVLOST);
+    return;
+  }
+  int rc = wait_for_same_node_deps(k, t);
+  if (rc == 0)
+    rc = dev_exec(t, k->queue);
+  if (rc == 0)
+    rc = track(k, t);
+  if (rc != 0) {
+    dev_task_complete(t, rc);
+    if (rc == ACCEL_EDEVLOST)
+      report_fault(k);
+    return;
+  }
+  dev_task_submitted(t);
+}
+
+/* ---- messages ---- */
+
+static void poll_events(kernel_state *k) {
+  k->poll_armed = false;
+  dev_inflight *f = k->inflight;
+  while (f) {
+    dev_inflight *next = f->next;
+    if (f->how == ACCEL_COMPLETION_POLL) {
+      int rc = k->node->be->event_query(f->event);
+      if (rc != ACCEL_EAGAIN)
+        inflight_finish(f, rc);
+    }
+    f = next;
+  }
+  if (k->polled && accel_timer_start(k->self, 0, 0, DEV_MSG_POLL, 0, NULL) == 0)
+    k->poll_armed = true;
+}
+
+static void watchdog(kernel_state *k) {
+  k->watchdog_armed = false;
+  uint64_t now = now_ms();
+  dev_inflight *f = k->inflight;
+  while (f) {
+    dev_inflight *next = f->next;
+    if (now >= f->deadline_ms) {
+      int rc = k->node->be->event_query(f->event);
+      inflight_finish(f, rc == ACCEL_EAGAIN || rc == 0 ? ACCEL_EDEVLOST : rc);
+    }
+    f = next;
+  }
+  if (k->inflight)
+    arm_watchdog(k);
+}
+
+static void task_drop(void *data) {
+  dev_task_complete(data, ACCEL_EDEVLOST); /* the kernel actor ended before running it */
+}
+
+static int kernel_receive(accel_actor *self, void *state, accel_msg *msg) {
+  kernel_state *k = state;
+  switch (msg->type) {
+  case DEV_MSG_RUN: {
+    dev_task *t = msg->data;
+    msg->data = NULL;
+    run_task(k, t);
+    return 0;
+  }
+  case DEV_MSG_POLL:
+    poll_events(k);
+    return 0;
+  case DEV_MSG_SYNCED: {
+    dev_inflight *f = msg->data;
+    msg->data = NULL;
+    if (f->owner)
+      inflight_finish(f, (int)(int64_t)msg->arg);
+    inflight_unref(f);
+    return 0;
+  }
+  case DEV_MSG_WATCHDOG:
+    watchdog(k);
+    return 0;
+  default:
+    return 0;
+  }
+}
+
+static int kernel_start(accel_actor *self, void *state, void *arg) {
+  kernel_state *k = state;
+  struct dev_kernel_arg *ka = arg;
+  k->node = ka->node;
+  k->qclass = ka->qclass;
+  k->self = self;
+  int rc = k->node->be->queue_create(k->node->dev, &k->queue);
+  if (rc != 0)
+    return rc;
+  k->node->queue[k->qclass] = k->queue;
+  k->node->kernel[k->qclass] = accel_self(self);
+  return 0;
+}
+
+static void kernel_stop(accel_actor *self, void *state) {
+  kernel_state *k = state;
+  while (k->inflight)
+    inflight_finish(k->inflight, ACCEL_EDEVLOST);
+  if (k->queue) {
+    k->node->be->queue_destroy(k->queue); /* calls the remaining host callbacks */
+    k->node->queue[k->qclass] = NULL;
+  }
+  k->node->kernel[k->qclass] = ACCEL_REF_NONE;
+}
+
+const accel_behavior dev_kernel_behavior = {
+    .name = "kernel",
+    .state_size = sizeof(kernel_state),
+    .start = kernel_start,
+    .receive = kernel_receive,
+    .stop = kernel_stop,
+};
+
+void dev_kernel_dispatch(dev_task *t) {
+  dev_node *node = t->node;
+  t->dispatched = true;
+  if (node->state != DEV_NODE_SERVING || t->node_gen != node->generation) {
+    dev_task_complete(t, ACCEL_EDEVLOST);
+    return;
+  }
+  accel_msg m = {.type = DEV_MSG_RUN, .data = t, .drop = task_drop};
+  int rc = accel_tell(t->world->rt, node->kernel[t->qclass], &m);
+  if (rc != 0)
+    dev_task_complete(t, rc == ACCEL_EBUSY ? ACCEL_EBUSY : ACCEL_EDEVLOST);
+}

@@ -1,0 +1,68 @@
+/* Op envelopes: the typed structs every hop carries (client library -> session -> device ->
+ * kernel actor). Only the client<->daemon hop will encode them; in-process they travel as
+ * pointers in message payloads. Buffers are named by the client's handles here; the session
+ * resolves them. */
+#ifndef DEV_OP_H
+#define DEV_OP_H
+
+#include <stdint.h>
+
+#include "accel/accel.h"
+#include "backends/backend.h"
+
+typedef enum dev_op_kind {
+  DEV_OP_WRITE = 1, /* caller memory -> buffer */
+  DEV_OP_READ,      /* buffer -> caller memory */
+  DEV_OP_COPY,
+  DEV_OP_FILL,
+  DEV_OP_SGEMM,
+  DEV_OP_SAXPY,
+  DEV_OP_SDOT,
+  DEV_OP_RNG,
+  DEV_OP_UNARY,
+  DEV_OP_SOFTMAX,
+  DEV_OP_KIND_COUNT_
+} dev_op_kind;
+
+/* How an op uses a buffer. WRITE_ALL overwrites every element it names without reading them,
+ * so no valid copy has to be brought in first when it covers the whole buffer. */
+enum dev_access { DEV_READ = 1, DEV_WRITE = 2, DEV_RW = 3, DEV_WRITE_ALL = 6 };
+
+#define DEV_OP_MAX_BUFS 3
+
+typedef struct dev_op_header {
+  uint32_t kind;          /* dev_op_kind */
+  uint32_t flags;
+  uint64_t request_id;
+  uint64_t session;
+  int32_t device;         /* ACCEL_DEVICE_ANY or an index */
+  uint32_t completion;    /* accel_completion */
+  int64_t deadline_ms;    /* 0: the device's default */
+} dev_op_header;
+
+typedef struct dev_op_buf {
+  uint64_t handle;
+  uint32_t access; /* enum dev_access */
+  uint64_t offset, count; /* the elements the op touches, for validation and WRITE_ALL */
+} dev_op_buf;
+
+typedef struct dev_op {
+  dev_op_header h;
+  uint32_t nbufs;
+  dev_op_buf bufs[DEV_OP_MAX_BUFS];
+  union {
+    struct { const void *src; } write;        /* bufs[0]: dst */
+    struct { void *dst; } read;               /* bufs[0]: src */
+    struct { int unused; } copy;              /* bufs[0]: dst, bufs[1]: src */
+    struct { uint32_t value; } fill;          /* bufs[0] */
+    be_sgemm_args sgemm;                      /* bufs: a, b, c */
+    struct { uint64_t n; float alpha; } saxpy; /* bufs: x, y */
+    struct { uint64_t n; } sdot;              /* bufs: x, y, result */
+    be_rng_args rng;                          /* bufs[0] */
+    struct { be_unary_op op; } unary;         /* bufs: dst, src */
+    struct { uint64_t rows, cols; } softmax;  /* bufs: dst, src */
+  } u;
+  accel_future *future; /* completed with the op's status; NULL for fire-and-forget */
+} dev_op;
+
+#endif

@@ -1,0 +1,177 @@
+/* The task graph: ops and transfers, ordered per buffer in issue order.
+ *
+ * Each buffer remembers its last writer and the readers since; a new task that reads waits for
+ * the last writer (read-after-write), one that writes waits for both (write-after-read,
+ * write-after-write). An edge between two tasks on the same device is satisfied as soon as the
+ * earlier one is submitted: the later one's queue then waits on the earlier one's event, so a
+ * dependent chain flows on the device without coming back to the loop. An edge across devices
+ * is satisfied when the earlier task is done. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "actors/device.h"
+#include "actors/world.h"
+
+dev_task *dev_task_create(dev_world *w, dev_task_kind kind, dev_node *node, dev_queue_class q) {
+  dev_task *t = calloc(1, sizeof *t);
+  if (t == NULL)
+    return NULL;
+  t->kind = kind;
+  t->world = w;
+  t->node = node;
+  t->node_gen = node->generation;
+  t->qclass = q;
+  t->src_node = -1;
+  return t;
+}
+
+static int grow(void **arr, uint32_t *cap, uint32_t n, size_t elem) {
+  if (n < *cap)
+    return 0;
+  uint32_t ncap = *cap ? *cap * 2 : 4;
+  void *p = realloc(*arr, ncap * elem);
+  if (p == NULL)
+    return ACCEL_ENOMEM;
+  *arr = p;
+  *cap = ncap;
+  return 0;
+}
+
+static int add_edge(dev_task *from, dev_task *to) {
+  if (from == to || from->state == DEV_TASK_DONE)
+    return 0;
+  /* Edges to `to` are only added while `to` is planned, so a duplicate is the latest one. */
+  if (from->nsucc && from->succ[from->nsucc - 1].to == to)
+    return 0;
+  if (grow((void **)&from->succ, &from->succ_cap, from->nsucc, sizeof(dev_edge)) != 0)
+    return ACCEL_ENOMEM;
+  bool same_node = from->node == to->node;
+  if (same_node && grow((void **)&to->same_node_deps, &to->same_cap, to->nsame,
+                        sizeof(dev_task *)) != 0)
+    return ACCEL_ENOMEM;
+  from->succ[from->nsucc++] = (dev_edge){to, false};
+  to->deps++;
+  if (same_node)
+    to->same_node_deps[to->nsame++] = from;
+  /* Already submitted on the same device: the edge is satisfied by an event wait. */
+  if (same_node && from->state == DEV_TASK_SUBMITTED) {
+    from->succ[from->nsucc - 1].satisfied = true;
+    to->deps--;
+  }
+  return 0;
+}
+
+static void readers_remove(dev_buffer *b, dev_task *t) {
+  for (uint32_t i = 0; i < b->nreaders; i++) {
+    if (b->readers[i] == t) {
+      b->readers[i] = b->readers[--b->nreaders];
+      return;
+    }
+  }
+}
+
+/* Records that t uses b with `access`, adding the edges that keep issue order. */
+int dev_task_use(dev_task *t, dev_buffer *b, uint32_t access) {
+  if (t->nbufs == DEV_OP_MAX_BUFS)
+    return ACCEL_EINVAL;
+  t->buf[t->nbufs++] = b;
+  b->users++;
+  if (b->last_writer && add_edge(b->last_writer, t) != 0)
+    return ACCEL_ENOMEM;
+  if (!(access & DEV_WRITE)) {
+    if (grow((void **)&b->readers, &b->readers_cap, b->nreaders, sizeof(dev_task *)) != 0)
+      return ACCEL_ENOMEM;
+    b->readers[b->nreaders++] = t;
+    return 0;
+  }
+  for (uint32_t i = 0; i < b->nreaders; i++)
+    if (add_edge(b->readers[i], t) != 0)
+      return ACCEL_ENOMEM;
+  b->nreaders = 0;
+  b->last_writer = t;
+  return 0;
+}
+
+/* ---- progress ---- */
+
+void dev_task_ready_check(dev_task *t) {
+  if (t->state != DEV_TASK_WAITING || t->deps != 0 || t->dispatched)
+    return;
+  if (t->status < 0) {
+    dev_task_complete(t, t->status); /* an input transfer failed: never run it */
+    return;
+  }
+  dev_kernel_dispatch(t);
+}
+
+static void same_node_deps_remove(dev_task *t, dev_task *dep) {
+  for (uint32_t i = 0; i < t->nsame; i++) {
+    if (t->same_node_deps[i] == dep) {
+      t->same_node_deps[i] = t->same_node_deps[--t->nsame];
+      return;
+    }
+  }
+}
+
+/* Called by the kernel actor once t's work is on the device queue, its event recorded. */
+void dev_task_submitted(dev_task *t) {
+  t->state = DEV_TASK_SUBMITTED;
+  dev_edge *edges = t->succ;
+  for (uint32_t i = 0; i < t->nsucc; i++) {
+    if (edges[i].satisfied || edges[i].to->node != t->node)
+      continue;
+    edges[i].satisfied = true;
+    edges[i].to->deps--;
+    dev_task_ready_check(edges[i].to);
+  }
+}
+
+static void untrack(dev_task *t) {
+  for (uint32_t i = 0; i < t->nbufs; i++) {
+    dev_buffer *b = t->buf[i];
+    if (b->last_writer == t)
+      b->last_writer = NULL;
+    readers_remove(b, t);
+  }
+}
+
+static void release_successors(dev_task *t) {
+  dev_edge *edges = t->succ;
+  bool poison = t->status < 0 && t->kind == DEV_TASK_TRANSFER;
+  for (uint32_t i = 0; i < t->nsucc; i++) {
+    dev_task *s = edges[i].to;
+    same_node_deps_remove(s, t);
+    if (poison && s->status == 0)
+      s->status = t->status;
+    if (!edges[i].satisfied) {
+      edges[i].satisfied = true;
+      s->deps--;
+    }
+  }
+  /* Second pass: a successor may complete (and free) others' edges while we walk. */
+  uint32_t n = t->nsucc;
+  t->nsucc = 0;
+  for (uint32_t i = 0; i < n; i++)
+    dev_task_ready_check(edges[i].to);
+}
+
+static void task_free(dev_task *t) {
+  for (uint32_t i = 0; i < t->nbufs; i++)
+    dev_buffer_unuse(t->buf[i]);
+  free(t->succ);
+  free(t->same_node_deps);
+  free(t);
+}
+
+void dev_task_complete(dev_task *t, int status) {
+  if (t->state == DEV_TASK_DONE)
+    return;
+  t->state = DEV_TASK_DONE;
+  if (t->status == 0)
+    t->status = status;
+  untrack(t);
+  release_successors(t);
+  if (t->kind == DEV_TASK_OP)
+    dev_op_finished(t->world, t->op, t->status);
+  task_free(t);
+}

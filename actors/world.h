@@ -1,0 +1,144 @@
+/* The device layer's shared state: memory nodes (the host and each device), buffers with a
+ * replica per node, and the task graph that orders work on buffers.
+ *
+ * Everything here is touched on the runtime's loop thread only (the session, device and kernel
+ * actors all run there), so it needs no locks. Other threads see it only through messages and
+ * futures, and through the atomic transfer counters. */
+#ifndef DEV_WORLD_H
+#define DEV_WORLD_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "accel/accel.h"
+#include "actors/op.h"
+#include "backends/backend.h"
+
+#define DEV_MAX_NODES 16 /* node 0 is the host */
+#define DEV_HOST_NODE 0
+
+typedef struct dev_task dev_task;
+typedef struct dev_buffer dev_buffer;
+typedef struct dev_world dev_world;
+
+/* The kernel actors of a device, one backend queue each. */
+typedef enum dev_queue_class { DEV_Q_MEM = 0, DEV_Q_BLAS, DEV_Q_RNG, DEV_Q_NN, DEV_Q_COUNT } dev_queue_class;
+
+typedef enum dev_node_state { DEV_NODE_SERVING = 0, DEV_NODE_RESTARTING, DEV_NODE_QUARANTINED } dev_node_state;
+
+typedef struct dev_node {
+  dev_world *world;
+  int index;             /* node index; 0 is the host */
+  accel_device device;   /* the client's device index, or -1 for the host */
+  const be_ops *be;
+  be_device *dev;        /* the open device of the current incarnation; NULL between them */
+  accel_ref actor;       /* the current DeviceActor */
+  accel_ref kernel[DEV_Q_COUNT];
+  be_queue *queue[DEV_Q_COUNT]; /* owned by the kernel actors; NULL when not running */
+  dev_node_state state;
+  uint32_t restarts;
+  uint32_t generation;   /* bumped per incarnation: tasks and replicas remember it */
+  accel_completion completion; /* default strategy */
+  be_device_info info;
+  int backend_index;     /* which device of its backend */
+  struct dev_kernel_arg {
+    struct dev_node *node;
+    dev_queue_class qclass;
+  } kernel_args[DEV_Q_COUNT]; /* spawn arguments of the kernel actors (outlive them) */
+} dev_node;
+
+typedef enum dev_replica_state { DEV_INVALID = 0, DEV_SHARED, DEV_OWNER } dev_replica_state;
+
+typedef struct dev_replica {
+  uint8_t state;      /* dev_replica_state */
+  bool allocated;
+  uint32_t node_gen;  /* the node incarnation that allocated mem */
+  be_mem mem;
+} dev_replica;
+
+struct dev_buffer {
+  dev_world *world;
+  dev_buffer *prev, *next; /* the world's list of every buffer */
+  accel_dtype dtype;
+  size_t count, bytes;
+  dev_replica rep[DEV_MAX_NODES];
+  dev_task *last_writer;   /* not done yet, or NULL */
+  dev_task **readers;      /* not done yet, issued after last_writer */
+  uint32_t nreaders, readers_cap;
+  bool lost;               /* its only valid replica died with a device */
+  bool destroyed;          /* the handle is gone: free when no task uses it */
+  uint32_t users;          /* tasks that name it */
+};
+
+typedef struct dev_edge {
+  dev_task *to;
+  bool satisfied;
+} dev_edge;
+
+typedef enum dev_task_state { DEV_TASK_WAITING = 0, DEV_TASK_SUBMITTED, DEV_TASK_DONE } dev_task_state;
+
+typedef enum dev_task_kind {
+  DEV_TASK_OP = 0,   /* a client op (op != NULL) */
+  DEV_TASK_TRANSFER, /* brings a valid copy of `buf[0]` to `node` from `src_node` */
+  DEV_TASK_RELEASE   /* frees a destroyed buffer's replicas after its last user */
+} dev_task_kind;
+
+struct dev_task {
+  dev_task_kind kind;
+  dev_world *world;
+  dev_op *op;               /* owned, for DEV_TASK_OP */
+  dev_node *node;           /* where it runs */
+  uint32_t node_gen;        /* node incarnation it was planned for */
+  dev_queue_class qclass;
+  dev_buffer *buf[DEV_OP_MAX_BUFS];
+  uint32_t nbufs;
+  int src_node;             /* DEV_TASK_TRANSFER: where the valid copy is */
+  uint32_t deps;            /* edges not yet satisfied */
+  struct dev_edge *succ;    /* tasks that wait for this one */
+  uint32_t nsucc, succ_cap;
+  dev_task **same_node_deps; /* predecessors on this node, not done: wait on their events */
+  uint32_t nsame, same_cap;
+  dev_task_state state;
+  bool dispatched;          /* sent to its kernel actor */
+  int status;
+  be_event *event;          /* recorded after submission; owned by the in-flight record */
+  accel_completion completion;
+};
+
+struct dev_world {
+  accel_runtime *rt;
+  dev_node nodes[DEV_MAX_NODES];
+  int nnodes;                 /* host + devices */
+  dev_buffer *buffers;        /* every live buffer */
+  bool fault_injection;
+  uint32_t max_restarts, restart_window_ms;
+  atomic_ullong h2d, d2h, d2d, written, read;
+  void (*on_op_done)(void *arg, int status); /* every client op, once, on the loop */
+  void *on_op_done_arg;
+};
+
+/* buffer.c */
+dev_buffer *dev_buffer_create(dev_world *w, accel_dtype dtype, size_t count);
+/* The handle went away: freed once no task uses it. */
+void dev_buffer_destroy(dev_buffer *b);
+int dev_replica_ensure_alloc(dev_buffer *b, dev_node *node);
+void dev_buffer_drop_node(dev_world *w, dev_node *node);
+int dev_buffer_valid_node(const dev_buffer *b, int prefer);
+void dev_buffer_unuse(dev_buffer *b);
+
+/* task.c */
+dev_task *dev_task_create(dev_world *w, dev_task_kind kind, dev_node *node, dev_queue_class q);
+int dev_task_use(dev_task *t, dev_buffer *b, uint32_t access);
+void dev_task_ready_check(dev_task *t);
+void dev_task_submitted(dev_task *t);
+void dev_task_complete(dev_task *t, int status);
+
+/* plan.c */
+int dev_plan_op(dev_world *w, dev_op *op, dev_buffer *bufs[DEV_OP_MAX_BUFS], dev_node *node);
+
+static inline size_t dev_dtype_size(accel_dtype t) {
+  return t == ACCEL_F32 || t == ACCEL_U32 ? 4 : 0;
+}
+
+#endif

@@ -1,0 +1,160 @@
+/* accel — the client API (libaccel, pkg-config name `accel`).
+ *
+ * Open a context, create buffers, issue ops; every op returns at once with a future. Ops on the
+ * same buffer run in the order you issued them (read-after-write, write-after-read,
+ * write-after-write), on any device; independent ops run concurrently. Buffers live on
+ * several memory nodes at once (the host and each device that used them); data moves only when
+ * an op needs it somewhere it is not valid.
+ *
+ * Threads: every function is safe from any thread. Futures are the runtime's (runtime.h):
+ * `then` callbacks run on the context's loop thread and must not block.
+ *
+ * Errors: 0 or a negative code (accel/error.h). An argument error (bad shape, a buffer too small
+ * for the shape and leading dimensions, a stale handle) is reported by the call itself and no
+ * future is made. Errors met while the op runs (device lost, data lost) come in the future.
+ *
+ * Futures: if `f` is NULL the op is fire-and-forget (accel_finish() reports its errors);
+ * otherwise *f receives a future that you must release with accel_future_release().
+ */
+#ifndef ACCEL_ACCEL_H
+#define ACCEL_ACCEL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "accel/error.h"
+#include "accel/export.h"
+#include "accel/runtime.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct accel_ctx accel_ctx;
+typedef uint64_t accel_buffer; /* a handle; 0 is never valid */
+typedef int32_t accel_device;
+#define ACCEL_DEVICE_ANY ((accel_device)-1)
+
+typedef enum accel_dtype { ACCEL_F32 = 1, ACCEL_U32 = 2 } accel_dtype;
+typedef enum accel_trans { ACCEL_NO_TRANS = 0, ACCEL_TRANS = 1 } accel_trans;
+typedef enum accel_dist {
+  ACCEL_DIST_BITS = 0,    /* u32 words of the Philox4x32-10 stream */
+  ACCEL_DIST_UNIFORM = 1, /* f32 in (0, 1]: u * 2^-32 + 2^-33 */
+  ACCEL_DIST_NORMAL = 2   /* f32, Box-Muller over word pairs (offset must be even) */
+} accel_dist;
+
+typedef struct accel_rng {
+  accel_dist dist;
+  uint64_t seed;
+  uint64_t offset; /* position in the stream, in elements */
+  float mean, stddev;
+} accel_rng;
+
+typedef enum accel_completion {
+  ACCEL_COMPLETION_DEFAULT = 0, /* the device's configured strategy */
+  ACCEL_COMPLETION_CALLBACK,    /* the driver calls back; the loop is woken */
+  ACCEL_COMPLETION_SYNC,        /* a worker blocks on the device event */
+  ACCEL_COMPLETION_POLL         /* the loop polls the device event */
+} accel_completion;
+
+/* A struct without a typedef: its tag lives apart from the function accel_device_info(). */
+struct accel_device_info {
+  char name[96];
+  char backend[16];     /* "cpu", "cuda", "opencl" */
+  uint64_t mem_bytes;
+  uint32_t compute_units;
+  int state;            /* 0 serving, 1 restarting, 2 quarantined */
+  uint32_t restarts;
+};
+
+/* Bytes moved between memory nodes and to or from the caller, per direction. */
+typedef struct accel_transfer_stats {
+  uint64_t host_to_device, device_to_host, device_to_device;
+  uint64_t written, read; /* caller memory -> buffer, buffer -> caller memory */
+} accel_transfer_stats;
+
+/* ---- contexts ---------------------------------------------------------------------------
+ * url: NULL or "embedded:" starts an in-process runtime with every backend it finds.
+ * Query parameters (after '?', joined with '&'): fault_injection=1 (allows accel_inject_fault),
+ * cpu_devices=N (N CPU devices, each its own memory node; default 1),
+ * completion=callback|sync|poll (default callback). Remote URLs ("ipc://", "tcp://") are not
+ * supported yet: ACCEL_ENOTSUP. */
+ACCEL_API int accel_open(accel_ctx **ctx, const char *url);
+/* Waits for the context's ops, frees every buffer, stops the runtime. */
+ACCEL_API void accel_close(accel_ctx *ctx);
+/* The runtime under an embedded context, to run your own actors beside the devices. */
+ACCEL_API accel_runtime *accel_ctx_runtime(accel_ctx *ctx);
+
+ACCEL_API int accel_device_count(accel_ctx *ctx);
+ACCEL_API int accel_device_info(accel_ctx *ctx, accel_device dev,
+                                struct accel_device_info *out);
+
+/* ---- buffers ----------------------------------------------------------------------------- */
+ACCEL_API int accel_buffer_create(accel_ctx *ctx, accel_dtype dtype, size_t count,
+                                  accel_buffer *out);
+/* Frees the buffer once the ops issued on it before have completed. Its handle is stale at
+ * once. */
+ACCEL_API int accel_buffer_destroy(accel_ctx *ctx, accel_buffer buf);
+
+/* dst[offset .. offset+count) = src[0 .. count). Offset and count in elements. `src` must stay
+ * valid until the future completes. */
+ACCEL_API int accel_write(accel_ctx *ctx, accel_buffer dst, size_t offset, const void *src,
+                          size_t count, accel_future **f);
+/* dst[0 .. count) = src[offset .. offset+count). `dst` must stay valid until completion. */
+ACCEL_API int accel_read(accel_ctx *ctx, accel_buffer src, size_t offset, void *dst,
+                         size_t count, accel_future **f);
+/* dst[dst_off ..] = src[src_off ..], count elements; same dtype; overlapping is EINVAL when
+ * src == dst. */
+ACCEL_API int accel_copy(accel_ctx *ctx, accel_device dev, accel_buffer dst, size_t dst_off,
+                         accel_buffer src, size_t src_off, size_t count, accel_future **f);
+/* Every element of the buffer = value (f32 buffers: pass the float's bits via
+ * accel_fill_f32). */
+ACCEL_API int accel_fill_u32(accel_ctx *ctx, accel_device dev, accel_buffer dst, uint32_t value,
+                             accel_future **f);
+ACCEL_API int accel_fill_f32(accel_ctx *ctx, accel_device dev, accel_buffer dst, float value,
+                             accel_future **f);
+
+/* ---- BLAS (column-major, as BLAS) ---------------------------------------------------------
+ * C = alpha * op(A) * op(B) + beta * C; op(A) is m x k, op(B) k x n, C m x n. */
+ACCEL_API int accel_sgemm(accel_ctx *ctx, accel_device dev, accel_trans ta, accel_trans tb,
+                          size_t m, size_t n, size_t k, float alpha, accel_buffer a, size_t lda,
+                          accel_buffer b, size_t ldb, float beta, accel_buffer c, size_t ldc,
+                          accel_future **f);
+/* y = alpha * x + y over n elements. */
+ACCEL_API int accel_saxpy(accel_ctx *ctx, accel_device dev, size_t n, float alpha,
+                          accel_buffer x, accel_buffer y, accel_future **f);
+/* result[0] = x . y over n elements (result: an f32 buffer of at least 1 element). */
+ACCEL_API int accel_sdot(accel_ctx *ctx, accel_device dev, size_t n, accel_buffer x,
+                         accel_buffer y, accel_buffer result, accel_future **f);
+
+/* ---- RNG: fills the whole buffer (u32 for BITS, f32 otherwise) ---------------------------- */
+ACCEL_API int accel_rng_fill(accel_ctx *ctx, accel_device dev, accel_buffer dst,
+                             const accel_rng *spec, accel_future **f);
+
+/* ---- NN element-wise (f32; dst may equal src) --------------------------------------------- */
+ACCEL_API int accel_sigmoid(accel_ctx *ctx, accel_device dev, accel_buffer dst,
+                            accel_buffer src, accel_future **f);
+ACCEL_API int accel_relu(accel_ctx *ctx, accel_device dev, accel_buffer dst, accel_buffer src,
+                         accel_future **f);
+ACCEL_API int accel_tanh(accel_ctx *ctx, accel_device dev, accel_buffer dst, accel_buffer src,
+                         accel_future **f);
+/* Row-wise softmax of a rows x cols row-major matrix, numerically stable. */
+ACCEL_API int accel_softmax(accel_ctx *ctx, accel_device dev, accel_buffer dst,
+                            accel_buffer src, size_t rows, size_t cols, accel_future **f);
+
+/* ---- completion, faults, statistics -------------------------------------------------------- */
+/* Per-op completion strategy for the ops this thread issues next (ACCEL_COMPLETION_DEFAULT
+ * restores the device's). */
+ACCEL_API int accel_set_completion(accel_ctx *ctx, accel_completion how);
+/* Waits for every op issued so far; returns the first error since the last accel_finish (0 if
+ * none) or ACCEL_ETIMEDOUT. */
+ACCEL_API int accel_finish(accel_ctx *ctx, int64_t timeout_ms);
+/* Tests only: the device faults as a sticky driver error would. ACCEL_EPERM unless the context
+ * was opened with fault_injection=1. */
+ACCEL_API int accel_inject_fault(accel_ctx *ctx, accel_device dev);
+ACCEL_API int accel_transfer_stats_get(accel_ctx *ctx, accel_transfer_stats *out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
