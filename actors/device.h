@@ -27,6 +27,9 @@ extern const accel_behavior dev_supervisor_behavior;
  * serving). */
 void dev_kernel_dispatch(dev_task *t);
 
+/* Fails the node's tasks still waiting for room in a kernel mailbox (the node stopped). */
+void dev_overflow_fail(dev_node *node);
+
 /* Enqueues the task's work on queue q (no waiting, no completion handling). */
 int dev_exec(dev_task *t, be_queue *q);
 

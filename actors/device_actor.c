@@ -52,6 +52,7 @@ static void device_stop(accel_actor *self, void *state) {
   if (node == NULL)
     return;
   /* The kernel actors (children) have ended already; their queues are gone. */
+  dev_overflow_fail(node);
   if (node->state == DEV_NODE_SERVING)
     __atomic_store_n(&node->state, DEV_NODE_RESTARTING, __ATOMIC_RELAXED);
   if (node->dev) {

@@ -35,6 +35,7 @@ struct kernel_state {
   dev_inflight *inflight;
   uint32_t polled;       /* in-flight records with how == POLL */
   bool poll_armed, watchdog_armed;
+  bool stopping;         /* ending: failures are ours, not the device's */
 };
 
 static uint64_t now_ms(void) {
@@ -80,7 +81,7 @@ static void inflight_finish(dev_inflight *f, int status) {
   }
   if (t)
     dev_task_complete(t, status);
-  if (k && status == ACCEL_EDEVLOST)
+  if (k && status == ACCEL_EDEVLOST && !k->stopping)
     report_fault(k);
 }
 
@@ -189,7 +190,11 @@ static int track(kernel_state *k, dev_task *t) {
   else
     arm_poll(k);
   arm_watchdog(k);
-  return rc;
+  if (rc != 0) {
+    inflight_finish(f, rc); /* the work is queued but nothing would report it: fail it */
+    return 1;
+  }
+  return 0;
 }
 
 static void run_task(kernel_state *k, dev_task *t) {
@@ -202,6 +207,8 @@ static void run_task(kernel_state *k, dev_task *t) {
     rc = dev_exec(t, k->queue);
   if (rc == 0)
     rc = track(k, t);
+  if (rc > 0)
+    return; /* tracked and already finished */
   if (rc != 0) {
     dev_task_complete(t, rc);
     if (rc == ACCEL_EDEVLOST)
@@ -249,8 +256,18 @@ static void task_drop(void *data) {
   dev_task_complete(data, ACCEL_EDEVLOST); /* the kernel actor ended before running it */
 }
 
+static void overflow_drain(kernel_state *k);
+
+static int kernel_handle(kernel_state *k, accel_msg *msg);
+
 static int kernel_receive(accel_actor *self, void *state, accel_msg *msg) {
   kernel_state *k = state;
+  int rc = kernel_handle(k, msg);
+  overflow_drain(k);
+  return rc;
+}
+
+static int kernel_handle(kernel_state *k, accel_msg *msg) {
   switch (msg->type) {
   case DEV_MSG_RUN: {
     dev_task *t = msg->data;
@@ -293,6 +310,7 @@ static int kernel_start(accel_actor *self, void *state, void *arg) {
 
 static void kernel_stop(accel_actor *self, void *state) {
   kernel_state *k = state;
+  k->stopping = true;
   while (k->inflight)
     inflight_finish(k->inflight, ACCEL_EDEVLOST);
   if (k->queue) {
@@ -310,6 +328,45 @@ const accel_behavior dev_kernel_behavior = {
     .stop = kernel_stop,
 };
 
+static void overflow_push(struct dev_overflow *o, dev_task *t) {
+  t->overflow_next = NULL;
+  if (o->tail)
+    o->tail->overflow_next = t;
+  else
+    o->head = t;
+  o->tail = t;
+}
+
+static int send_run(dev_task *t) {
+  accel_msg m = {.type = DEV_MSG_RUN, .data = t, .drop = task_drop};
+  return accel_tell(t->world->rt, t->node->kernel[t->qclass], &m);
+}
+
+/* Moves waiting overflow tasks into the mailbox while it has room (in order). */
+static void overflow_drain(kernel_state *k) {
+  struct dev_overflow *o = &k->node->overflow[k->qclass];
+  while (o->head) {
+    dev_task *t = o->head;
+    if (send_run(t) != 0)
+      return;
+    o->head = t->overflow_next;
+    if (o->head == NULL)
+      o->tail = NULL;
+  }
+}
+
+void dev_overflow_fail(dev_node *node) {
+  for (int q = 0; q < DEV_Q_COUNT; q++) {
+    struct dev_overflow *o = &node->overflow[q];
+    while (o->head) {
+      dev_task *t = o->head;
+      o->head = t->overflow_next;
+      dev_task_complete(t, ACCEL_EDEVLOST);
+    }
+    o->tail = NULL;
+  }
+}
+
 void dev_kernel_dispatch(dev_task *t) {
   dev_node *node = t->node;
   t->dispatched = true;
@@ -317,8 +374,10 @@ void dev_kernel_dispatch(dev_task *t) {
     dev_task_complete(t, ACCEL_EDEVLOST);
     return;
   }
-  accel_msg m = {.type = DEV_MSG_RUN, .data = t, .drop = task_drop};
-  int rc = accel_tell(t->world->rt, node->kernel[t->qclass], &m);
-  if (rc != 0)
-    dev_task_complete(t, rc == ACCEL_EBUSY ? ACCEL_EBUSY : ACCEL_EDEVLOST);
+  struct dev_overflow *o = &node->overflow[t->qclass];
+  int rc = o->head ? ACCEL_EBUSY : send_run(t);
+  if (rc == ACCEL_EBUSY)
+    overflow_push(o, t); /* the kernel actor takes it when its mailbox has room */
+  else if (rc != 0)
+    dev_task_complete(t, ACCEL_EDEVLOST);
 }

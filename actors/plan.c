@@ -29,7 +29,8 @@ static bool needs_valid_copy(const dev_op_buf *ob, const dev_buffer *b) {
 
 /* One transfer task to `dst` from `src` (-1: zero-fill a never-written buffer). */
 static int add_transfer(dev_world *w, dev_buffer *b, int src, int dst, dev_op *op) {
-  dev_node *runs_on = &w->nodes[dst == DEV_HOST_NODE ? src : dst];
+  /* A copy out of a device runs on that device; the others where they land. */
+  dev_node *runs_on = &w->nodes[dst == DEV_HOST_NODE && src > DEV_HOST_NODE ? src : dst];
   dev_task *t = dev_task_create(w, DEV_TASK_TRANSFER, runs_on, DEV_Q_MEM);
   if (t == NULL)
     return ACCEL_ENOMEM;

@@ -51,6 +51,7 @@ static int add_edge(dev_task *from, dev_task *to) {
     return ACCEL_ENOMEM;
   from->succ[from->nsucc++] = (dev_edge){to, false};
   to->deps++;
+  to->preds_alive++;
   if (same_node)
     to->same_node_deps[to->nsame++] = from;
   /* Already submitted on the same device: the edge is satisfied by an event wait. */
@@ -135,24 +136,33 @@ static void untrack(dev_task *t) {
   }
 }
 
+static void task_free(dev_task *t);
+
+/* Satisfies t's remaining edges and lets successors go. A successor on the same device may
+ * have finished before t (its work waited on t's event, but completions reach the loop in any
+ * order), so each edge holds the successor's memory until here. */
 static void release_successors(dev_task *t) {
   dev_edge *edges = t->succ;
   bool poison = t->status < 0 && t->kind == DEV_TASK_TRANSFER;
-  for (uint32_t i = 0; i < t->nsucc; i++) {
+  uint32_t n = t->nsucc;
+  for (uint32_t i = 0; i < n; i++) {
     dev_task *s = edges[i].to;
     same_node_deps_remove(s, t);
-    if (poison && s->status == 0)
+    if (poison && s->status == 0 && s->state == DEV_TASK_WAITING)
       s->status = t->status;
     if (!edges[i].satisfied) {
       edges[i].satisfied = true;
       s->deps--;
     }
   }
-  /* Second pass: a successor may complete (and free) others' edges while we walk. */
-  uint32_t n = t->nsucc;
   t->nsucc = 0;
   for (uint32_t i = 0; i < n; i++)
-    dev_task_ready_check(edges[i].to);
+    dev_task_ready_check(edges[i].to); /* may complete it; its memory is ours until below */
+  for (uint32_t i = 0; i < n; i++) {
+    dev_task *s = edges[i].to;
+    if (--s->preds_alive == 0 && s->state == DEV_TASK_DONE)
+      task_free(s);
+  }
 }
 
 static void task_free(dev_task *t) {
@@ -163,15 +173,30 @@ static void task_free(dev_task *t) {
   free(t);
 }
 
+/* A failed transfer leaves its destination replica without the data the planner promised. */
+static void transfer_failed(dev_task *t) {
+  dev_buffer *b = t->buf[0];
+  /* A copy out of a device runs on that device and lands on the host; the others (from the
+   * host, or a first zero-fill) land on the node they run on. */
+  int dst = t->src_node > DEV_HOST_NODE ? DEV_HOST_NODE : t->node->index;
+  if (b->rep[dst].state == DEV_SHARED)
+    b->rep[dst].state = DEV_INVALID;
+  if (dev_buffer_valid_node(b, -1) < 0)
+    b->lost = true;
+}
+
 void dev_task_complete(dev_task *t, int status) {
   if (t->state == DEV_TASK_DONE)
     return;
   t->state = DEV_TASK_DONE;
   if (t->status == 0)
     t->status = status;
+  if (t->kind == DEV_TASK_TRANSFER && t->status < 0)
+    transfer_failed(t);
   untrack(t);
   release_successors(t);
   if (t->kind == DEV_TASK_OP)
     dev_op_finished(t->world, t->op, t->status);
-  task_free(t);
+  if (t->preds_alive == 0)
+    task_free(t);
 }

@@ -1,6 +1,7 @@
 /* Builds the node table from the backends this build has: node 0 is the host (served by the
  * CPU backend, never exposed as a device), then `cpu_devices` CPU devices, then every device
- * the other backends find. */
+ * the other backends find. Every open of the CPU backend's device is an instance of its own
+ * (own queues, memory and fault state), so the host and each CPU device open index 0. */
 #include <string.h>
 
 #include "actors/world.h"
@@ -51,7 +52,7 @@ int dev_world_init(dev_world *w, accel_runtime *rt, const dev_world_opts *o) {
   add_node(w, cpu, 0, o->completion); /* the host memory node */
   w->nodes[DEV_HOST_NODE].device = -1;
   for (uint32_t i = 0; i < o->cpu_devices && w->nnodes < DEV_MAX_NODES; i++)
-    add_node(w, cpu, (int)i + 1, o->completion);
+    add_node(w, cpu, 0, o->completion);
   for (const be_entry *e = be_registry(); e->name; e++)
     if (strcmp(e->name, "cpu") != 0)
       add_backend_devices(w, e, o->completion);

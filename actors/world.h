@@ -46,6 +46,10 @@ typedef struct dev_node {
     struct dev_node *node;
     dev_queue_class qclass;
   } kernel_args[DEV_Q_COUNT]; /* spawn arguments of the kernel actors (outlive them) */
+  /* Ready tasks that met a full kernel mailbox, in order; the kernel actor drains them. */
+  struct dev_overflow {
+    dev_task *head, *tail;
+  } overflow[DEV_Q_COUNT];
 } dev_node;
 
 typedef enum dev_replica_state { DEV_INVALID = 0, DEV_SHARED, DEV_OWNER } dev_replica_state;
@@ -95,12 +99,14 @@ struct dev_task {
   uint32_t nbufs;
   int src_node;             /* DEV_TASK_TRANSFER: where the valid copy is */
   uint32_t deps;            /* edges not yet satisfied */
+  uint32_t preds_alive;     /* predecessors not done yet: they still point here */
   struct dev_edge *succ;    /* tasks that wait for this one */
   uint32_t nsucc, succ_cap;
   dev_task **same_node_deps; /* predecessors on this node, not done: wait on their events */
   uint32_t nsame, same_cap;
   dev_task_state state;
   bool dispatched;          /* sent to its kernel actor */
+  dev_task *overflow_next;
   int status;
   be_event *event;          /* recorded after submission; owned by the in-flight record */
   accel_completion completion;

@@ -185,8 +185,7 @@ static void deliver(accel_actor *cell, accel_msg *msg) {
 }
 
 static void unschedule(accel_actor *cell) {
-  atomic_store(&cell->scheduled, 0);
-  atomic_thread_fence(memory_order_seq_cst);
+  atomic_store(&cell->scheduled, 0); /* seq_cst: pairs with the mailbox's seq_cst publish */
   /* A sender that pushed before our store saw scheduled == 1 and left the wake-up to us. */
   if (cell->status == RT_RUNNING && !rt_mailbox_empty(&cell->mailbox) &&
       atomic_exchange(&cell->scheduled, 1) == 0)
@@ -219,9 +218,6 @@ static int push(accel_runtime *rt, accel_actor *cell, const accel_msg *msg, bool
     atomic_fetch_add_explicit(&rt->stats.busy_refusals, 1, memory_order_relaxed);
     return ACCEL_EBUSY;
   }
-  /* Pairs with the fence in unschedule(); a send on the loop thread cannot race with it. */
-  if (remote)
-    atomic_thread_fence(memory_order_seq_cst);
   if (atomic_exchange(&cell->scheduled, 1) == 0) {
     if (remote)
       rt_schedule_remote(rt, cell);
@@ -422,6 +418,8 @@ int accel_spawn(accel_runtime *rt, accel_actor *parent, const accel_behavior *b,
                 const accel_spawn_opts *opts, accel_ref *out) {
   if (rt == NULL || b == NULL || b->receive == NULL)
     return ACCEL_EINVAL;
+  if (atomic_load(&rt->closing))
+    return ACCEL_ECLOSED; /* also: nobody would run a posted spawn after the loop ended */
   if (rt_tls_loop == rt)
     return spawn_now(rt, parent, b, arg, opts, out);
   if (!atomic_load(&rt->running)) {
@@ -455,6 +453,8 @@ static void stop_task(rt_task *task) {
 int accel_stop(accel_runtime *rt, accel_ref ref) {
   if (rt == NULL)
     return ACCEL_EINVAL;
+  if (atomic_load(&rt->closing))
+    return ACCEL_ECLOSED;
   if (ref.slot == 0 || ref.slot >= rt->slot_count ||
       atomic_load(&rt->slots[ref.slot].gen) != ref.gen)
     return ACCEL_ESTALE;

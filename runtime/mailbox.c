@@ -38,7 +38,10 @@ int rt_mailbox_push(rt_mailbox *mb, const accel_msg *msg) {
       if (atomic_compare_exchange_weak_explicit(&mb->tail, &pos, pos + 1,
                                                 memory_order_relaxed, memory_order_relaxed)) {
         cell->msg = *msg;
-        atomic_store_explicit(&cell->seq, pos + 1, memory_order_release);
+        /* seq_cst, not just release: with the scheduled flag this is a store-then-load on
+         * each side (producer: publish, then test-and-set scheduled; consumer: clear
+         * scheduled, then look again), which needs one total order. */
+        atomic_store_explicit(&cell->seq, pos + 1, memory_order_seq_cst);
         return 0;
       }
     } else if (dif < 0) {
@@ -62,5 +65,5 @@ int rt_mailbox_pop(rt_mailbox *mb, accel_msg *out) {
 
 int rt_mailbox_empty(rt_mailbox *mb) {
   rt_mailbox_cell *cell = &mb->cells[mb->head & mb->mask];
-  return atomic_load_explicit(&cell->seq, memory_order_acquire) != mb->head + 1;
+  return atomic_load_explicit(&cell->seq, memory_order_seq_cst) != mb->head + 1;
 }

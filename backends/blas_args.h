@@ -1,0 +1,52 @@
+/* BLAS argument checks shared by every backend (cpu, cuda, opencl), so that one bad op fails the
+ * same way everywhere, before anything touches memory.
+ *
+ * Matrices are column-major as in BLAS: element (i, j) of a rows x cols matrix with leading
+ * dimension ld is at i + j * ld. Buffer lengths are counted in elements, not bytes. A shape that
+ * touches no element (rows or cols 0) needs no buffer, but its leading dimension must still be
+ * valid (ld >= max(1, rows)), as reference BLAS checks it.
+ *
+ * Pure functions: thread-safe, never block. Each returns 0 or ACCEL_EINVAL.
+ */
+#ifndef BE_BLAS_ARGS_H
+#define BE_BLAS_ARGS_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+typedef enum be_blas_trans {
+  BE_BLAS_NO_TRANS = 0, /* op(X) = X */
+  BE_BLAS_TRANS = 1     /* op(X) = X^T */
+} be_blas_trans;
+
+/* C = alpha * op(A) * op(B) + beta * C, with op(A) m x k, op(B) k x n, C m x n. The shape and
+ * the scalars; buffers travel separately because each backend names them its own way. */
+typedef struct be_sgemm_args {
+  be_blas_trans trans_a, trans_b;
+  int64_t m, n, k;
+  float alpha, beta;
+  int64_t lda, ldb, ldc;
+} be_sgemm_args;
+
+/* A rows x cols matrix with leading dimension ld in a buffer of len elements: rows, cols >= 0,
+ * ld >= max(1, rows), and, when it touches anything, (cols - 1) * ld + rows <= len (computed
+ * without overflow). */
+int be_blas_check_matrix(int64_t rows, int64_t cols, int64_t ld, uint64_t len);
+
+/* n elements with stride inc (>= 1; negative strides are not supported) in len elements:
+ * n >= 0 and, when n > 0, (n - 1) * inc + 1 <= len. */
+int be_blas_check_vector(int64_t n, int64_t inc, uint64_t len);
+
+/* All of sgemm: valid transposes, then A (m x k, stored k x m when transposed), B (k x n, stored
+ * n x k when transposed) and C (m x n) against their buffer lengths. */
+int be_blas_check_sgemm(const be_sgemm_args *g, uint64_t a_len, uint64_t b_len, uint64_t c_len);
+
+/* Rows and columns of op(X) as stored: a transposed op(X) of r x c is stored c x r. */
+void be_blas_stored_shape(be_blas_trans t, int64_t rows, int64_t cols, int64_t *srows,
+                          int64_t *scols);
+
+/* Whether sgemm reads A and B at all: not when k = 0 or alpha = 0 (BLAS semantics: C = beta*C,
+ * and then A and B may hold anything, NaN included). */
+bool be_blas_sgemm_reads_ab(const be_sgemm_args *g);
+
+#endif

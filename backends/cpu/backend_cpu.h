@@ -1,0 +1,42 @@
+/* The cpu backend: its ops table (for the registry) and the entry points the table points at,
+ * one file per idea (backend_cpu.c: devices; memory.c; event.c; ops.c: copies, kernels and
+ * callbacks; queue.c: the worker). Contracts: backends/backend.h. */
+#ifndef BE_CPU_BACKEND_CPU_H
+#define BE_CPU_BACKEND_CPU_H
+
+#include "backends/backend.h"
+
+extern const be_ops be_cpu_ops;
+
+/* memory.c */
+int be_cpu_mem_alloc(be_device *dev, size_t bytes, be_mem *out);
+void be_cpu_mem_free(be_device *dev, be_mem *mem);
+
+/* event.c */
+int be_cpu_event_create(be_device *dev, be_event **out);
+void be_cpu_event_destroy(be_event *ev);
+int be_cpu_event_record(be_event *ev, be_queue *q);
+int be_cpu_event_query(be_event *ev);
+int be_cpu_event_sync(be_event *ev);
+int be_cpu_queue_wait_event(be_queue *q, be_event *ev);
+
+/* ops.c */
+int be_cpu_submit_h2d(be_queue *q, be_mem dst, size_t dst_off, const void *src, size_t bytes);
+int be_cpu_submit_d2h(be_queue *q, void *dst, be_mem src, size_t src_off, size_t bytes);
+int be_cpu_submit_d2d(be_queue *q, be_mem dst, size_t dst_off, be_mem src, size_t src_off,
+                      size_t bytes);
+int be_cpu_submit_callback(be_queue *q, be_host_fn fn, void *arg);
+int be_cpu_submit_sgemm(be_queue *q, const be_sgemm_args *g, be_mem a, size_t a_off, be_mem b,
+                        size_t b_off, be_mem c, size_t c_off);
+int be_cpu_submit_saxpy(be_queue *q, size_t n, float alpha, be_mem x, size_t x_off, be_mem y,
+                        size_t y_off);
+int be_cpu_submit_sdot(be_queue *q, size_t n, be_mem x, size_t x_off, be_mem y, size_t y_off,
+                       be_mem result, size_t result_off);
+int be_cpu_submit_fill_u32(be_queue *q, be_mem dst, size_t off, size_t count, uint32_t value);
+int be_cpu_submit_rng(be_queue *q, be_mem dst, size_t off, size_t count, const be_rng_args *r);
+int be_cpu_submit_unary(be_queue *q, be_unary_op op, be_mem dst, size_t dst_off, be_mem src,
+                        size_t src_off, size_t count);
+int be_cpu_submit_softmax(be_queue *q, be_mem dst, size_t dst_off, be_mem src, size_t src_off,
+                          size_t rows, size_t cols);
+
+#endif

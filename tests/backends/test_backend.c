@@ -1,0 +1,1287 @@
+/* Backend conformance: one suite written against be_ops only (backends/backend.h), run on
+ * every device of every backend the registry says was built, as nng's NUTS suites run the
+ * same tests on every transport.
+ *
+ * Inputs are random and fresh each run, never zeros; the seed is printed and ACCEL_TEST_SEED
+ * reproduces a run (each test reseeds from it and its own name, so one test can be rerun
+ * alone). Kernels are checked against float64 references with the tolerance stated at each
+ * check; RNG bits and uniforms against the cpu Philox reference, bit for bit.
+ *
+ * Ordering tests do not rely on timing: a "gate" host callback holds a queue until the test
+ * opens it, so what must still be pending is pending when it is checked.
+ */
+#include <float.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+
+#include "../test.h"
+#include "backends/backend.h"
+#include "backends/cpu/philox.h"
+
+/* ---- random inputs ------------------------------------------------------------------- */
+
+static uint64_t base_seed, rng_state;
+
+static uint64_t rnd64(void)
+{
+  uint64_t z = (rng_state += 0x9E3779B97F4A7C15ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+/* Uniform in [lo, hi]. */
+static size_t rnd_range(size_t lo, size_t hi)
+{
+  return lo + (size_t)(rnd64() % (uint64_t)(hi - lo + 1));
+}
+
+/* |x| in [lo, hi] with a random sign: never zero. */
+static float rnd_nz(float lo, float hi)
+{
+  float mag = lo + (hi - lo) * (float)((double)(rnd64() >> 11) * 0x1p-53);
+  return (rnd64() & 1) ? -mag : mag;
+}
+
+static void rnd_floats(float *x, size_t n, float lo, float hi)
+{
+  for (size_t i = 0; i < n; i++)
+    x[i] = rnd_nz(lo, hi);
+}
+
+static void rnd_bytes(uint8_t *p, size_t n)
+{
+  for (size_t i = 0; i < n; i++)
+    p[i] = (uint8_t)(rnd64() | 1); /* odd: never zero */
+}
+
+static void reseed(void)
+{
+  uint64_t h = 1469598103934665603ull; /* FNV-1a of the test's name */
+  for (const char *s = test_current_; *s != '\0'; s++)
+    h = (h ^ (uint8_t)*s) * 1099511628211ull;
+  rng_state = base_seed ^ h;
+}
+
+static void *xcalloc(size_t n, size_t size)
+{
+  void *p = calloc(n > 0 ? n : 1, size > 0 ? size : 1);
+  if (p == NULL)
+    TEST_FAIL("out of memory");
+  return p;
+}
+
+/* ---- the backend under test ---------------------------------------------------------- */
+
+static const be_ops *B; /* the backend and device index each_device is running */
+static int IDX;
+
+/* Runs body once for every device of every built backend; at least one must run. */
+static void each_device(void (*body)(void))
+{
+  reseed();
+  int ran = 0;
+  for (const be_entry *e = be_registry(); e->name != NULL; e++) {
+    if (e->ops == NULL)
+      continue;
+    int count = 0;
+    char why[128] = "";
+    int err = e->ops->probe(&count, why, sizeof why);
+    if (err == ACCEL_ENOTSUP || (err == 0 && count == 0)) {
+      printf("  %s: skipped (%s)\n", e->name, err != 0 ? why : "no device");
+      continue;
+    }
+    CHECK_OK(err);
+    for (B = e->ops, IDX = 0; IDX < count; IDX++, ran++) {
+      printf("  %s:%d\n", e->name, IDX);
+      fflush(stdout);
+      body();
+    }
+  }
+  CHECK_GE(ran, 1);
+}
+
+static be_device *dev_open(int fault_injection)
+{
+  be_open_opts opts = {.fault_injection = fault_injection};
+  be_device *d = NULL;
+  CHECK_OK(B->open(IDX, &opts, &d));
+  CHECK(d != NULL);
+  return d;
+}
+
+static be_queue *queue_new(be_device *d)
+{
+  be_queue *q = NULL;
+  CHECK_OK(B->queue_create(d, &q));
+  CHECK(q != NULL);
+  return q;
+}
+
+static be_event *event_new(be_device *d)
+{
+  be_event *ev = NULL;
+  CHECK_OK(B->event_create(d, &ev));
+  CHECK(ev != NULL);
+  return ev;
+}
+
+static be_mem mem_new(be_device *d, size_t bytes)
+{
+  be_mem m = {0};
+  CHECK_OK(B->mem_alloc(d, bytes, &m));
+  CHECK(m.handle != 0);
+  CHECK_EQ(m.bytes, bytes);
+  return m;
+}
+
+/* Waits for everything submitted to q so far, which must have succeeded. */
+static void finish(be_device *d, be_queue *q)
+{
+  be_event *ev = event_new(d);
+  CHECK_OK(B->event_record(ev, q));
+  CHECK_OK(B->event_sync(ev));
+  CHECK_OK(B->event_query(ev));
+  B->event_destroy(ev);
+}
+
+/* A device and one queue on it. */
+typedef struct fx {
+  be_device *d;
+  be_queue *q;
+} fx;
+
+static fx fx_open(void)
+{
+  fx f = {dev_open(1), NULL};
+  f.q = queue_new(f.d);
+  return f;
+}
+
+static void fx_close(fx *f)
+{
+  B->queue_destroy(f->q);
+  B->close(f->d);
+}
+
+static void put(fx *f, be_mem m, size_t off, const void *src, size_t bytes)
+{
+  CHECK_OK(B->copy_h2d(f->q, m, off, src, bytes));
+  finish(f->d, f->q);
+}
+
+static void get(fx *f, void *dst, be_mem m, size_t off, size_t bytes)
+{
+  CHECK_OK(B->copy_d2h(f->q, dst, m, off, bytes));
+  finish(f->d, f->q);
+}
+
+/* ---- host callbacks and gates -------------------------------------------------------- */
+
+typedef struct cb_rec {
+  atomic_int *next; /* shared order counter */
+  atomic_int calls, status, order;
+} cb_rec;
+
+static void cb_fn(void *arg, int status)
+{
+  cb_rec *r = arg;
+  atomic_store(&r->status, status);
+  atomic_store(&r->order, atomic_fetch_add(r->next, 1));
+  atomic_fetch_add(&r->calls, 1); /* last: a waiter that sees it sees the rest */
+}
+
+static cb_rec *cb_recs(size_t n, atomic_int *next)
+{
+  cb_rec *r = xcalloc(n, sizeof *r);
+  for (size_t i = 0; i < n; i++)
+    r[i].next = next;
+  return r;
+}
+
+/* Waits (up to 20 s) until each of the n callbacks has been called. */
+static void cb_wait(cb_rec *r, size_t n)
+{
+  uint64_t t0 = test_now_ms();
+  for (size_t i = 0; i < n; i++)
+    while (atomic_load(&r[i].calls) == 0) {
+      if (test_now_ms() - t0 > 20000)
+        TEST_FAIL("callback %zu of %zu never called", i, n);
+      test_sleep_ms(1);
+    }
+}
+
+/* Holds its queue (blocks the backend's thread) until opened; gives up after 20 s. */
+typedef struct gate {
+  atomic_int open, entered, status;
+  unsigned open_after_ms; /* for gate_opener */
+} gate;
+
+static void gate_fn(void *arg, int status)
+{
+  gate *g = arg;
+  atomic_store(&g->status, status);
+  atomic_store(&g->entered, 1);
+  uint64_t t0 = test_now_ms();
+  while (!atomic_load(&g->open) && test_now_ms() - t0 < 20000)
+    test_sleep_ms(1);
+}
+
+static void gate_wait_entered(gate *g)
+{
+  uint64_t t0 = test_now_ms();
+  while (!atomic_load(&g->entered)) {
+    if (test_now_ms() - t0 > 20000)
+      TEST_FAIL("the gate callback never ran");
+    test_sleep_ms(1);
+  }
+}
+
+/* A thread that opens the gate later, for calls that block until the queue drains. */
+static void *gate_opener(void *arg)
+{
+  gate *g = arg;
+  test_sleep_ms(g->open_after_ms);
+  atomic_store(&g->open, 1);
+  return NULL;
+}
+
+static pthread_t open_later(gate *g, unsigned ms)
+{
+  pthread_t t;
+  g->open_after_ms = ms;
+  CHECK_EQ(pthread_create(&t, NULL, gate_opener, g), 0);
+  return t;
+}
+
+/* ---- device buffers of floats with a host copy --------------------------------------- */
+
+typedef struct fbuf {
+  be_mem m;
+  float *host; /* what was written */
+  size_t len;
+} fbuf;
+
+static fbuf fbuf_new(fx *f, size_t len, float lo, float hi)
+{
+  fbuf b = {mem_new(f->d, len * sizeof(float)), xcalloc(len, sizeof(float)), len};
+  rnd_floats(b.host, len, lo, hi);
+  put(f, b.m, 0, b.host, len * sizeof(float));
+  return b;
+}
+
+/* The buffer's contents now (caller frees). */
+static float *fbuf_read(fx *f, const fbuf *b)
+{
+  float *out = xcalloc(b->len, sizeof(float));
+  get(f, out, b->m, 0, b->len * sizeof(float));
+  return out;
+}
+
+static void fbuf_free(fx *f, fbuf *b)
+{
+  B->mem_free(f->d, &b->m);
+  free(b->host);
+}
+
+/* Every element outside [off, off + n) still holds what was written, bit for bit. */
+static void check_outside(const float *got, const fbuf *b, size_t off, size_t n)
+{
+  for (size_t i = 0; i < b->len; i++)
+    if ((i < off || i >= off + n) && memcmp(&got[i], &b->host[i], sizeof(float)) != 0)
+      TEST_FAIL("element %zu outside [%zu, %zu) changed", i, off, off + n);
+}
+
+/* |got - want| <= tol, with the values in the message. */
+static void check_close(double got, double want, double tol, const char *what, size_t i)
+{
+  if (!(fabs(got - want) <= tol))
+    TEST_FAIL("%s[%zu]: got %.9g, want %.9g (tolerance %.3g)", what, i, got, want, tol);
+}
+
+/* ---- registry, devices, memory ------------------------------------------------------- */
+
+/* Every entry of a built backend is there. */
+static void check_complete(const be_ops *o)
+{
+  CHECK(o->probe && o->open && o->close && o->info && o->status && o->reset);
+  CHECK(o->inject_fault && o->queue_create && o->queue_destroy && o->mem_alloc && o->mem_free);
+  CHECK(o->copy_h2d && o->copy_d2h && o->copy_d2d && o->event_create && o->event_destroy);
+  CHECK(o->event_record && o->event_query && o->event_sync && o->queue_wait);
+  CHECK(o->host_callback && o->sgemm && o->saxpy && o->sdot && o->fill_u32 && o->rng_fill);
+  CHECK(o->unary && o->softmax);
+}
+
+TEST(registry_lists_backends)
+{
+  const be_entry *e = be_registry();
+  CHECK_STR_EQ(e[0].name, "cpu"); /* CPU first, always built */
+  CHECK(e[0].ops != NULL);
+  bool cuda = false, opencl = false;
+  for (; e->name != NULL; e++) {
+    cuda |= strcmp(e->name, "cuda") == 0;
+    opencl |= strcmp(e->name, "opencl") == 0;
+    if (e->ops == NULL)
+      continue;
+    CHECK_EQ(e->ops->abi_version, BE_ABI_VERSION);
+    CHECK_STR_EQ(e->ops->name, e->name);
+    check_complete(e->ops);
+  }
+  CHECK(cuda && opencl);
+}
+
+static void open_info_close_dev(void)
+{
+  be_device *d = dev_open(0);
+  be_device_info info;
+  memset(&info, 0xff, sizeof info);
+  CHECK_OK(B->info(d, &info));
+  CHECK(memchr(info.name, '\0', sizeof info.name) != NULL);
+  CHECK_GT(strlen(info.name), 0);
+  CHECK_GT(info.mem_bytes, 0);
+  CHECK_GE(info.compute_units, 1);
+  CHECK_OK(B->status(d));
+  printf("    %s, %" PRIu64 " MiB, %u units\n", info.name, info.mem_bytes >> 20,
+         info.compute_units);
+  B->close(d);
+  int count = 0;
+  be_device *none = NULL;
+  CHECK_OK(B->probe(&count, NULL, 0));
+  CHECK_ERR(B->open(count, NULL, &none), ACCEL_ENOENT);
+  CHECK_ERR(B->open(-1, NULL, &none), ACCEL_ENOENT);
+}
+
+TEST(probe_open_info_close) { each_device(open_info_close_dev); }
+
+static void mem_alloc_free_dev(void)
+{
+  be_device *d = dev_open(0);
+  size_t sizes[] = {1, 3, 64, 4096, (size_t)1 << 20, rnd_range(1, (size_t)1 << 22)};
+  be_mem m[sizeof sizes / sizeof sizes[0]];
+  for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+    m[i] = mem_new(d, sizes[i]);
+    for (size_t j = 0; j < i; j++)
+      CHECK(m[i].handle != m[j].handle);
+  }
+  be_mem zero = {0};
+  CHECK_ERR(B->mem_alloc(d, 0, &zero), ACCEL_EINVAL);
+  for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
+    B->mem_free(d, &m[i]);
+  B->close(d);
+}
+
+TEST(mem_alloc_free) { each_device(mem_alloc_free_dev); }
+
+/* ---- copies -------------------------------------------------------------------------- */
+
+/* h2d of random bytes at a random offset, d2h of the whole buffer: the range holds the data,
+ * the rest what was there before. */
+static void copy_round_trip_dev(void)
+{
+  fx f = fx_open();
+  size_t n = rnd_range(1, (size_t)1 << 20), off = rnd_range(0, 4099), size = off + n + 77;
+  uint8_t *before = xcalloc(size, 1), *data = xcalloc(n, 1), *got = xcalloc(size, 1);
+  rnd_bytes(before, size);
+  rnd_bytes(data, n);
+  be_mem m = mem_new(f.d, size);
+  put(&f, m, 0, before, size);
+  put(&f, m, off, data, n);
+  get(&f, got, m, 0, size);
+  memcpy(before + off, data, n);
+  CHECK(memcmp(got, before, size) == 0);
+  memset(got, 0, n);
+  get(&f, got, m, off, n); /* a d2h at an offset too */
+  CHECK(memcmp(got, data, n) == 0);
+  B->mem_free(f.d, &m);
+  free(before);
+  free(data);
+  free(got);
+  fx_close(&f);
+}
+
+TEST(copy_h2d_d2h_round_trip) { each_device(copy_round_trip_dev); }
+
+static void copy_d2d_dev(void)
+{
+  fx f = fx_open();
+  size_t n = rnd_range(1, (size_t)1 << 20), so = rnd_range(0, 999), dof = rnd_range(0, 999);
+  uint8_t *src = xcalloc(so + n, 1), *dst = xcalloc(dof + n + 5, 1), *got = xcalloc(dof + n + 5, 1);
+  rnd_bytes(src, so + n);
+  rnd_bytes(dst, dof + n + 5);
+  be_mem a = mem_new(f.d, so + n), b = mem_new(f.d, dof + n + 5);
+  put(&f, a, 0, src, so + n);
+  put(&f, b, 0, dst, dof + n + 5);
+  CHECK_OK(B->copy_d2d(f.q, b, dof, a, so, n));
+  get(&f, got, b, 0, dof + n + 5);
+  memcpy(dst + dof, src + so, n);
+  CHECK(memcmp(got, dst, dof + n + 5) == 0);
+  B->mem_free(f.d, &a);
+  B->mem_free(f.d, &b);
+  free(src);
+  free(dst);
+  free(got);
+  fx_close(&f);
+}
+
+TEST(copy_d2d) { each_device(copy_d2d_dev); }
+
+/* ---- ordering ------------------------------------------------------------------------ */
+
+/* Step i fills a buffer with v[i] and copies one of its words to log[i]: every word of the log
+ * shows the fill just before it, which only holds if the queue runs in order. Callbacks
+ * between the steps run in order too. */
+static void in_order_dev(void)
+{
+  fx f = fx_open();
+  enum { STEPS = 300, WORDS = 4096 };
+  uint32_t v[STEPS], got[STEPS];
+  atomic_int next = 0;
+  cb_rec *r = cb_recs(STEPS, &next);
+  be_mem buf = mem_new(f.d, WORDS * 4), log = mem_new(f.d, STEPS * 4);
+  for (size_t i = 0; i < STEPS; i++) {
+    v[i] = (uint32_t)rnd64() | 1;
+    CHECK_OK(B->fill_u32(f.q, buf, 0, WORDS, v[i]));
+    CHECK_OK(B->copy_d2d(f.q, log, i * 4, buf, rnd_range(0, WORDS - 1) * 4, 4));
+    CHECK_OK(B->host_callback(f.q, cb_fn, &r[i]));
+  }
+  get(&f, got, log, 0, sizeof got);
+  for (size_t i = 0; i < STEPS; i++) {
+    CHECK_EQ(got[i], v[i]);
+    CHECK_EQ(atomic_load(&r[i].order), i);
+  }
+  B->mem_free(f.d, &buf);
+  B->mem_free(f.d, &log);
+  fx_close(&f);
+  free(r);
+}
+
+TEST(in_order_on_one_queue) { each_device(in_order_dev); }
+
+static void callbacks_once_in_order_dev(void)
+{
+  fx f = fx_open();
+  be_queue *q2 = queue_new(f.d);
+  enum { N = 2000 };
+  atomic_int next = 0, next2 = 0;
+  cb_rec *r = cb_recs(N, &next), *r2 = cb_recs(N, &next2);
+  for (size_t i = 0; i < N; i++) {
+    CHECK_OK(B->host_callback(f.q, cb_fn, &r[i]));
+    CHECK_OK(B->host_callback(q2, cb_fn, &r2[i]));
+  }
+  finish(f.d, f.q);
+  finish(f.d, q2);
+  cb_wait(r, N);
+  cb_wait(r2, N);
+  B->queue_destroy(q2);
+  fx_close(&f); /* nothing may call them again, even at close */
+  for (size_t i = 0; i < N; i++) {
+    CHECK_EQ(atomic_load(&r[i].calls), 1);
+    CHECK_EQ(atomic_load(&r2[i].calls), 1);
+    CHECK_OK(atomic_load(&r[i].status));
+    CHECK_EQ(atomic_load(&r[i].order), i);
+    CHECK_EQ(atomic_load(&r2[i].order), i);
+  }
+  free(r);
+  free(r2);
+}
+
+TEST(host_callbacks_once_in_order) { each_device(callbacks_once_in_order_dev); }
+
+/* q1 is held by a gate, then fills A; q2 waits for q1's event, then reads A. While the gate
+ * is closed q2's work must stay pending; once open, q2 reads the fill. */
+static void cross_queue_wait_dev(void)
+{
+  fx f = fx_open();
+  be_queue *q2 = queue_new(f.d);
+  enum { N = 1 << 16 };
+  uint32_t *got = xcalloc(N, 4), value = (uint32_t)rnd64() | 1;
+  be_mem a = mem_new(f.d, N * 4);
+  gate g = {0};
+  be_event *ev = event_new(f.d), *ev2 = event_new(f.d);
+  CHECK_OK(B->host_callback(f.q, gate_fn, &g));
+  CHECK_OK(B->fill_u32(f.q, a, 0, N, value));
+  CHECK_OK(B->event_record(ev, f.q));
+  CHECK_OK(B->queue_wait(q2, ev));
+  CHECK_OK(B->copy_d2h(q2, got, a, 0, N * 4));
+  CHECK_OK(B->event_record(ev2, q2));
+  gate_wait_entered(&g);
+  test_sleep_ms(20);
+  CHECK_ERR(B->event_query(ev), ACCEL_EAGAIN);
+  CHECK_ERR(B->event_query(ev2), ACCEL_EAGAIN);
+  atomic_store(&g.open, 1);
+  CHECK_OK(B->event_sync(ev2));
+  CHECK_OK(B->event_query(ev));
+  for (size_t i = 0; i < N; i++)
+    CHECK_EQ(got[i], value);
+  B->event_destroy(ev);
+  B->event_destroy(ev2);
+  B->mem_free(f.d, &a);
+  B->queue_destroy(q2);
+  fx_close(&f);
+  free(got);
+}
+
+TEST(cross_queue_event_wait) { each_device(cross_queue_wait_dev); }
+
+/* queue_wait captures the event's point: the event may then be recorded again or destroyed
+ * and its queue destroyed (here while q2 still waits on it). */
+static void wait_captures_point_dev(void)
+{
+  fx f = fx_open();
+  be_queue *q1 = queue_new(f.d);
+  enum { N = 1 << 14 };
+  uint32_t *got = xcalloc(N, 4), value = (uint32_t)rnd64() | 1;
+  be_mem a = mem_new(f.d, N * 4);
+  gate g = {0};
+  be_event *ev = event_new(f.d);
+  CHECK_OK(B->host_callback(q1, gate_fn, &g));
+  CHECK_OK(B->fill_u32(q1, a, 0, N, value));
+  CHECK_OK(B->event_record(ev, q1));
+  CHECK_OK(B->queue_wait(f.q, ev));
+  CHECK_OK(B->copy_d2h(f.q, got, a, 0, N * 4));
+  CHECK_OK(B->event_record(ev, f.q)); /* recorded again: q's wait keeps the old point */
+  B->event_destroy(ev);
+  pthread_t opener = open_later(&g, 30);
+  B->queue_destroy(q1); /* drains q1 once the gate opens */
+  pthread_join(opener, NULL);
+  finish(f.d, f.q);
+  for (size_t i = 0; i < N; i++)
+    CHECK_EQ(got[i], value);
+  B->mem_free(f.d, &a);
+  fx_close(&f);
+  free(got);
+}
+
+TEST(queue_wait_captures_point) { each_device(wait_captures_point_dev); }
+
+static void event_query_sync_dev(void)
+{
+  fx f = fx_open();
+  be_queue *q2 = queue_new(f.d);
+  be_event *ev = event_new(f.d);
+  CHECK_OK(B->event_query(ev)); /* never recorded: complete */
+  CHECK_OK(B->event_sync(ev));
+  CHECK_OK(B->queue_wait(f.q, ev));
+  gate g = {0};
+  CHECK_OK(B->host_callback(f.q, gate_fn, &g));
+  CHECK_OK(B->event_record(ev, f.q));
+  gate_wait_entered(&g);
+  CHECK_ERR(B->event_query(ev), ACCEL_EAGAIN);
+  CHECK_OK(B->event_record(ev, q2)); /* recorded again, on an idle queue */
+  CHECK_OK(B->event_sync(ev));
+  CHECK_OK(B->event_record(ev, f.q));
+  CHECK_ERR(B->event_query(ev), ACCEL_EAGAIN);
+  atomic_store(&g.open, 1);
+  CHECK_OK(B->event_sync(ev));
+  CHECK_OK(B->event_query(ev));
+  CHECK_OK(atomic_load(&g.status));
+  B->event_destroy(ev);
+  B->queue_destroy(q2);
+  fx_close(&f);
+}
+
+TEST(event_query_sync) { each_device(event_query_sync_dev); }
+
+/* ---- kernels ------------------------------------------------------------------------- */
+
+/* C(i, j) of alpha op(A) op(B) + beta C in double; *mag gets the size of what was summed. */
+static double sgemm_ref(const be_sgemm_args *g, const float *a, const float *b, double cij,
+                        int64_t i, int64_t j, double *mag)
+{
+  double sum = 0;
+  *mag = 0;
+  for (int64_t l = 0; l < g->k; l++) {
+    double x = g->trans_a ? a[l + i * g->lda] : a[i + l * g->lda];
+    double y = g->trans_b ? b[j + l * g->ldb] : b[l + j * g->ldb];
+    sum += x * y;
+    *mag += fabs(x * y);
+  }
+  *mag = fabs(g->alpha) * *mag + fabs(g->beta * cij);
+  return g->alpha * sum + g->beta * cij;
+}
+
+/* Random shape and padded leading dimensions for the given transposes. */
+static be_sgemm_args sgemm_shape(be_blas_trans ta, be_blas_trans tb)
+{
+  be_sgemm_args g = {.trans_a = ta, .trans_b = tb, .m = (int64_t)rnd_range(1, 70),
+                     .n = (int64_t)rnd_range(1, 70), .k = (int64_t)rnd_range(1, 70),
+                     .alpha = rnd_nz(0.5f, 2), .beta = rnd_nz(0.5f, 2)};
+  g.lda = (ta ? g.k : g.m) + (int64_t)rnd_range(1, 7);
+  g.ldb = (tb ? g.n : g.k) + (int64_t)rnd_range(1, 7);
+  g.ldc = g.m + (int64_t)rnd_range(1, 7);
+  return g;
+}
+
+/* One sgemm with the given transposes, padded leading dimensions and offsets. Tolerance:
+ * (k + 4) FLT_EPSILON (|alpha| sum_l |a_il b_lj| + |beta c_ij|), the float error bound of a
+ * k-term dot product plus the scaling. The padding of C is left alone. */
+static void sgemm_case(fx *f, be_blas_trans ta, be_blas_trans tb)
+{
+  be_sgemm_args g = sgemm_shape(ta, tb);
+  int64_t acols = ta ? g.m : g.k, bcols = tb ? g.k : g.n;
+  size_t ao = rnd_range(0, 33), bo = rnd_range(0, 33), co = rnd_range(0, 33);
+  fbuf a = fbuf_new(f, ao + (size_t)(acols * g.lda) + 3, 0.1f, 1);
+  fbuf b = fbuf_new(f, bo + (size_t)(bcols * g.ldb) + 3, 0.1f, 1);
+  fbuf c = fbuf_new(f, co + (size_t)(g.n * g.ldc) + 3, 0.1f, 1);
+  CHECK_OK(B->sgemm(f->q, &g, a.m, ao, b.m, bo, c.m, co));
+  float *got = fbuf_read(f, &c);
+  for (int64_t j = 0; j < g.n; j++)
+    for (int64_t i = 0; i < g.m; i++) {
+      size_t at = co + (size_t)(i + j * g.ldc);
+      double mag, want = sgemm_ref(&g, a.host + ao, b.host + bo, c.host[at], i, j, &mag);
+      check_close(got[at], want, (double)(g.k + 4) * FLT_EPSILON * mag, "sgemm C", at);
+      c.host[at] = got[at]; /* so that check_outside sees only the padding */
+    }
+  check_outside(got, &c, 0, 0);
+  free(got);
+  fbuf_free(f, &a);
+  fbuf_free(f, &b);
+  fbuf_free(f, &c);
+}
+
+static void kernel_sgemm_dev(void)
+{
+  fx f = fx_open();
+  for (int t = 0; t < 4; t++)
+    sgemm_case(&f, (be_blas_trans)(t & 1), (be_blas_trans)(t >> 1));
+  fx_close(&f);
+}
+
+TEST(kernel_sgemm) { each_device(kernel_sgemm_dev); }
+
+/* y = alpha x + y. Tolerance: 2 FLT_EPSILON (|alpha x| + |y|), two roundings (or one fma). */
+static void kernel_saxpy_dev(void)
+{
+  fx f = fx_open();
+  size_t n = rnd_range(1, 20000), xo = rnd_range(0, 17), yo = rnd_range(0, 17);
+  float alpha = rnd_nz(0.5f, 3);
+  fbuf x = fbuf_new(&f, xo + n + 5, 0.1f, 4), y = fbuf_new(&f, yo + n + 5, 0.1f, 4);
+  CHECK_OK(B->saxpy(f.q, n, alpha, x.m, xo, y.m, yo));
+  float *got = fbuf_read(&f, &y);
+  for (size_t i = 0; i < n; i++) {
+    double ax = (double)alpha * x.host[xo + i], yi = y.host[yo + i];
+    check_close(got[yo + i], ax + yi, 2 * FLT_EPSILON * (fabs(ax) + fabs(yi)), "saxpy y", i);
+  }
+  check_outside(got, &y, yo, n);
+  free(got);
+  fbuf_free(&f, &x);
+  fbuf_free(&f, &y);
+  fx_close(&f);
+}
+
+TEST(kernel_saxpy) { each_device(kernel_saxpy_dev); }
+
+/* result = x . y, in float. Tolerance: (n / 8 + 8) FLT_EPSILON sum |x_i y_i|: a float sum
+ * with at least 8 partial sums (SIMD lanes, blocks); a wrong element is far outside it. */
+static void kernel_sdot_dev(void)
+{
+  fx f = fx_open();
+  size_t n = rnd_range(1, 20000), xo = rnd_range(0, 17), yo = rnd_range(0, 17);
+  size_t ro = rnd_range(0, 7);
+  fbuf x = fbuf_new(&f, xo + n + 3, 0.1f, 2), y = fbuf_new(&f, yo + n + 3, 0.1f, 2);
+  fbuf r = fbuf_new(&f, ro + 4, 1, 2);
+  CHECK_OK(B->sdot(f.q, n, x.m, xo, y.m, yo, r.m, ro));
+  float *got = fbuf_read(&f, &r);
+  double sum = 0, mag = 0;
+  for (size_t i = 0; i < n; i++) {
+    sum += (double)x.host[xo + i] * y.host[yo + i];
+    mag += fabs((double)x.host[xo + i] * y.host[yo + i]);
+  }
+  check_close(got[ro], sum, (double)(n / 8 + 8) * FLT_EPSILON * mag, "sdot", 0);
+  check_outside(got, &r, ro, 1);
+  free(got);
+  fbuf_free(&f, &x);
+  fbuf_free(&f, &y);
+  fbuf_free(&f, &r);
+  fx_close(&f);
+}
+
+TEST(kernel_sdot) { each_device(kernel_sdot_dev); }
+
+static void kernel_fill_u32_dev(void)
+{
+  fx f = fx_open();
+  size_t n = rnd_range(1, 100000), off = rnd_range(0, 99);
+  uint32_t value = (uint32_t)rnd64() | 1;
+  fbuf d = fbuf_new(&f, off + n + 9, 1, 2);
+  CHECK_OK(B->fill_u32(f.q, d.m, off, n, value));
+  float *got = fbuf_read(&f, &d);
+  for (size_t i = 0; i < n; i++) {
+    uint32_t w;
+    memcpy(&w, &got[off + i], 4);
+    CHECK_EQ(w, value);
+  }
+  check_outside(got, &d, off, n);
+  free(got);
+  fbuf_free(&f, &d);
+  fx_close(&f);
+}
+
+TEST(kernel_fill_u32) { each_device(kernel_fill_u32_dev); }
+
+/* One rng fill at a random seed and offset (odd ones included, even for normals) against the
+ * cpu reference. Bits and uniforms: bit for bit. Normals: within 16 FLT_EPSILON (|ref| + 1) *
+ * stddev (philox.h: GPUs agree to a few ulp, not bit for bit). */
+static void rng_case(fx *f, be_rng_dist dist)
+{
+  size_t n = rnd_range(1, 100000), off = rnd_range(0, 63);
+  be_rng_args r = {.dist = dist, .seed = rnd64(), .offset = rnd64() >> rnd_range(20, 63),
+                   .mean = rnd_nz(0.5f, 3), .stddev = fabsf(rnd_nz(0.5f, 3))};
+  if (dist == BE_RNG_NORMAL)
+    r.offset &= ~(uint64_t)1;
+  fbuf d = fbuf_new(f, off + n + 5, 1, 2);
+  float *want = xcalloc(n, 4);
+  CHECK_OK(B->rng_fill(f->q, d.m, off, n, &r));
+  if (dist == BE_RNG_BITS)
+    CHECK_OK(be_cpu_philox_fill_u32((uint32_t *)(void *)want, n, r.seed, r.offset));
+  else if (dist == BE_RNG_UNIFORM)
+    CHECK_OK(be_cpu_philox_fill_uniform(want, n, r.seed, r.offset));
+  else
+    CHECK_OK(be_cpu_philox_fill_normal(want, n, r.seed, r.offset, r.mean, r.stddev));
+  float *got = fbuf_read(f, &d);
+  for (size_t i = 0; i < n; i++) {
+    if (dist != BE_RNG_NORMAL && memcmp(&got[off + i], &want[i], 4) != 0)
+      TEST_FAIL("rng %d: word %zu (stream offset %" PRIu64 ") differs", dist, i, r.offset + i);
+    if (dist == BE_RNG_NORMAL)
+      check_close(got[off + i], want[i], 16 * FLT_EPSILON * (fabs(want[i]) + 1) * r.stddev,
+                  "normal", i);
+  }
+  check_outside(got, &d, off, n);
+  free(got);
+  free(want);
+  fbuf_free(f, &d);
+}
+
+static void kernel_rng_dev(void)
+{
+  fx f = fx_open();
+  for (int i = 0; i < 3; i++) {
+    rng_case(&f, BE_RNG_BITS);
+    rng_case(&f, BE_RNG_UNIFORM);
+    rng_case(&f, BE_RNG_NORMAL);
+  }
+  fx_close(&f);
+}
+
+TEST(kernel_rng_fill) { each_device(kernel_rng_dev); }
+
+static const char *const unary_name[] = {"sigmoid", "relu", "tanh"};
+
+static double unary_ref(be_unary_op op, double x)
+{
+  switch (op) {
+  case BE_SIGMOID:
+    return 1 / (1 + exp(-x));
+  case BE_RELU:
+    return x < 0 ? 0 : x;
+  case BE_TANH:
+    return tanh(x);
+  }
+  return NAN;
+}
+
+/* Tolerance: 4 FLT_EPSILON |ref| + 1e-7 (a few ulp of libm's float functions; relu exact). */
+static void unary_case(fx *f, be_unary_op op, bool in_place)
+{
+  size_t n = rnd_range(1, 50000), so = rnd_range(0, 31), dof = in_place ? so : rnd_range(0, 31);
+  fbuf src = fbuf_new(f, so + n + 4, 0.05f, 9);
+  fbuf dst = in_place ? src : fbuf_new(f, dof + n + 4, 1, 2);
+  CHECK_OK(B->unary(f->q, op, dst.m, dof, src.m, so, n));
+  float *got = fbuf_read(f, &dst);
+  for (size_t i = 0; i < n; i++) {
+    double want = unary_ref(op, src.host[so + i]);
+    double tol = op == BE_RELU ? 0 : 4 * FLT_EPSILON * fabs(want) + 1e-7;
+    check_close(got[dof + i], want, tol, unary_name[op], i);
+  }
+  check_outside(got, &dst, dof, n);
+  free(got);
+  fbuf_free(f, &src);
+  if (!in_place)
+    fbuf_free(f, &dst);
+}
+
+static void kernel_unary_dev(void)
+{
+  fx f = fx_open();
+  for (be_unary_op op = BE_SIGMOID; op <= BE_TANH; op++) {
+    unary_case(&f, op, false);
+    unary_case(&f, op, true);
+  }
+  fx_close(&f);
+}
+
+TEST(kernel_unary) { each_device(kernel_unary_dev); }
+
+/* Row-wise softmax of a rows x cols row-major matrix. Tolerance: (cols + 8) FLT_EPSILON
+ * |ref| + 1e-9 (exp and a float sum of cols terms). Each row also sums to 1 within it. */
+static void kernel_softmax_dev(void)
+{
+  fx f = fx_open();
+  size_t rows = rnd_range(1, 64), cols = rnd_range(1, 300), so = rnd_range(0, 9);
+  size_t dof = rnd_range(0, 9), n = rows * cols;
+  fbuf src = fbuf_new(&f, so + n + 2, 0.01f, 12), dst = fbuf_new(&f, dof + n + 2, 1, 2);
+  CHECK_OK(B->softmax(f.q, dst.m, dof, src.m, so, rows, cols));
+  float *got = fbuf_read(&f, &dst);
+  for (size_t r = 0; r < rows; r++) {
+    const float *x = src.host + so + r * cols;
+    double mx = x[0], sum = 0, tol = (double)(cols + 8) * FLT_EPSILON;
+    for (size_t j = 1; j < cols; j++)
+      mx = fmax(mx, x[j]);
+    for (size_t j = 0; j < cols; j++)
+      sum += exp(x[j] - mx);
+    double row = 0;
+    for (size_t j = 0; j < cols; j++) {
+      double want = exp(x[j] - mx) / sum;
+      check_close(got[dof + r * cols + j], want, tol * want + 1e-9, "softmax", r * cols + j);
+      row += got[dof + r * cols + j];
+    }
+    check_close(row, 1, tol + 1e-6, "softmax row sum", r);
+  }
+  check_outside(got, &dst, dof, n);
+  free(got);
+  fbuf_free(&f, &src);
+  fbuf_free(&f, &dst);
+  fx_close(&f);
+}
+
+TEST(kernel_softmax) { each_device(kernel_softmax_dev); }
+
+/* ---- argument errors ----------------------------------------------------------------- */
+
+/* Every entry with a range past a buffer's end (or another bad argument) fails with
+ * ACCEL_EINVAL; nothing runs: the buffer is unchanged, no callback is called, and the queue
+ * still works (no error left behind for later events or callbacks). */
+static void bad_ranges(fx *f, be_mem m, size_t len, void *host)
+{
+  be_queue *q = f->q;
+  size_t bytes = len * 4;
+  be_sgemm_args g = {.m = 4, .n = 4, .k = 4, .alpha = 1, .beta = 1, .lda = 4, .ldb = 4, .ldc = 4};
+  be_rng_args odd = {.dist = BE_RNG_NORMAL, .seed = 1, .offset = 3, .stddev = 1};
+  be_rng_args bits = {.dist = BE_RNG_BITS, .seed = 1};
+  CHECK_ERR(B->copy_h2d(q, m, bytes + 1, host, 0), ACCEL_EINVAL);
+  CHECK_ERR(B->copy_h2d(q, m, 1, host, bytes), ACCEL_EINVAL);
+  CHECK_ERR(B->copy_h2d(q, m, SIZE_MAX, host, 2), ACCEL_EINVAL);
+  CHECK_ERR(B->copy_h2d(q, m, 0, NULL, 4), ACCEL_EINVAL);
+  CHECK_ERR(B->copy_d2h(q, host, m, bytes - 3, 4), ACCEL_EINVAL);
+  CHECK_ERR(B->copy_d2d(q, m, bytes - 4, m, 0, 8), ACCEL_EINVAL);
+  CHECK_ERR(B->copy_d2d(q, m, 0, m, bytes - 4, 8), ACCEL_EINVAL);
+  CHECK_ERR(B->fill_u32(q, m, len - 1, 2, 7), ACCEL_EINVAL);
+  CHECK_ERR(B->fill_u32(q, m, SIZE_MAX, 1, 7), ACCEL_EINVAL);
+  CHECK_ERR(B->fill_u32(q, m, 1, SIZE_MAX, 7), ACCEL_EINVAL);
+  CHECK_ERR(B->rng_fill(q, m, 0, len + 1, &bits), ACCEL_EINVAL);
+  CHECK_ERR(B->rng_fill(q, m, 0, 2, &odd), ACCEL_EINVAL);
+  CHECK_ERR(B->saxpy(q, len, 2, m, 1, m, 0), ACCEL_EINVAL);
+  CHECK_ERR(B->sdot(q, 4, m, 0, m, 4, m, len), ACCEL_EINVAL);
+  CHECK_ERR(B->unary(q, (be_unary_op)99, m, 0, m, 0, 4), ACCEL_EINVAL);
+  CHECK_ERR(B->unary(q, BE_RELU, m, len - 3, m, 0, 4), ACCEL_EINVAL);
+  CHECK_ERR(B->softmax(q, m, 0, m, 1, 1, len), ACCEL_EINVAL);
+  CHECK_ERR(B->softmax(q, m, 0, m, 0, SIZE_MAX / 2, 3), ACCEL_EINVAL);
+  CHECK_ERR(B->sgemm(q, &g, m, 0, m, 16, m, len - 15), ACCEL_EINVAL);
+  g.lda = 3; /* < m */
+  CHECK_ERR(B->sgemm(q, &g, m, 0, m, 16, m, 32), ACCEL_EINVAL);
+  CHECK_ERR(B->host_callback(q, NULL, NULL), ACCEL_EINVAL);
+}
+
+static void argument_errors_dev(void)
+{
+  fx f = fx_open();
+  size_t len = 64;
+  fbuf b = fbuf_new(&f, len, 1, 2);
+  float *host = xcalloc(len + 1, 4);
+  rnd_floats(host, len + 1, 1, 2);
+  be_mem none = {0};
+  CHECK_ERR(B->mem_alloc(f.d, 0, &none), ACCEL_EINVAL);
+  atomic_int next = 0;
+  cb_rec *r = cb_recs(2, &next);
+  CHECK_OK(B->host_callback(f.q, cb_fn, &r[0]));
+  bad_ranges(&f, b.m, len, host);
+  CHECK_OK(B->host_callback(f.q, cb_fn, &r[1]));
+  float *got = fbuf_read(&f, &b);
+  check_outside(got, &b, 0, 0);
+  cb_wait(r, 2);
+  CHECK_OK(atomic_load(&r[1].status));
+  CHECK_EQ(atomic_load(&r[1].order), 1); /* nothing called in between */
+  free(got);
+  free(host);
+  free(r);
+  fbuf_free(&f, &b);
+  fx_close(&f);
+}
+
+TEST(argument_errors) { each_device(argument_errors_dev); }
+
+/* ---- faults -------------------------------------------------------------------------- */
+
+static void fault_not_permitted_dev(void)
+{
+  be_device *d = dev_open(0);
+  CHECK_ERR(B->inject_fault(d), ACCEL_EPERM);
+  CHECK_OK(B->status(d));
+  be_queue *q = queue_new(d);
+  finish(d, q);
+  B->queue_destroy(q);
+  B->close(d);
+}
+
+TEST(fault_injection_not_permitted) { each_device(fault_not_permitted_dev); }
+
+/* After a fault every submission fails with ACCEL_EDEVLOST and queues nothing. */
+static void submissions_fail(be_device *d, be_queue *q, be_mem m, void *host)
+{
+  be_sgemm_args g = {.m = 2, .n = 2, .k = 2, .alpha = 1, .lda = 2, .ldb = 2, .ldc = 2};
+  be_rng_args bits = {.dist = BE_RNG_BITS};
+  be_event *ev = NULL;
+  be_queue *q2 = NULL;
+  be_mem m2 = {0};
+  atomic_int calls = 0;
+  cb_rec r = {.next = &calls};
+  CHECK_ERR(B->copy_h2d(q, m, 0, host, 16), ACCEL_EDEVLOST);
+  CHECK_ERR(B->copy_d2h(q, host, m, 0, 16), ACCEL_EDEVLOST);
+  CHECK_ERR(B->copy_d2d(q, m, 0, m, 16, 16), ACCEL_EDEVLOST);
+  CHECK_ERR(B->fill_u32(q, m, 0, 4, 1), ACCEL_EDEVLOST);
+  CHECK_ERR(B->rng_fill(q, m, 0, 4, &bits), ACCEL_EDEVLOST);
+  CHECK_ERR(B->saxpy(q, 4, 1, m, 0, m, 4), ACCEL_EDEVLOST);
+  CHECK_ERR(B->sdot(q, 4, m, 0, m, 4, m, 8), ACCEL_EDEVLOST);
+  CHECK_ERR(B->unary(q, BE_TANH, m, 0, m, 4, 4), ACCEL_EDEVLOST);
+  CHECK_ERR(B->softmax(q, m, 0, m, 4, 2, 2), ACCEL_EDEVLOST);
+  CHECK_ERR(B->sgemm(q, &g, m, 0, m, 4, m, 8), ACCEL_EDEVLOST);
+  CHECK_ERR(B->host_callback(q, cb_fn, &r), ACCEL_EDEVLOST);
+  CHECK_ERR(B->mem_alloc(d, 64, &m2), ACCEL_EDEVLOST);
+  CHECK_ERR(B->queue_create(d, &q2), ACCEL_EDEVLOST);
+  CHECK_ERR(B->event_create(d, &ev), ACCEL_EDEVLOST);
+  test_sleep_ms(5);
+  CHECK_EQ(atomic_load(&r.calls), 0);
+}
+
+typedef struct fault_scene {
+  be_device *d;
+  be_queue *qa, *qb;
+  be_mem buf;
+  be_event *done, *mid, *pending;
+  gate g;
+  atomic_int next;
+  cb_rec *r;
+} fault_scene;
+
+enum { FAULT_N = 200 };
+
+/* Work held behind a gate on qa; qb waits for qa's middle; callbacks everywhere. */
+static void fault_scene_start(fault_scene *s)
+{
+  s->d = dev_open(1);
+  s->qa = queue_new(s->d);
+  s->qb = queue_new(s->d);
+  s->buf = mem_new(s->d, 1 << 16);
+  s->done = event_new(s->d);
+  s->mid = event_new(s->d);
+  s->pending = event_new(s->d);
+  s->r = cb_recs(2 * FAULT_N, &s->next);
+  CHECK_OK(B->fill_u32(s->qa, s->buf, 0, 1 << 14, 5));
+  CHECK_OK(B->event_record(s->done, s->qa));
+  CHECK_OK(B->event_sync(s->done));
+  CHECK_OK(B->host_callback(s->qa, gate_fn, &s->g));
+  for (size_t i = 0; i < FAULT_N; i++) {
+    CHECK_OK(B->fill_u32(s->qa, s->buf, 0, 1 << 13, (uint32_t)i + 1));
+    CHECK_OK(B->host_callback(s->qa, cb_fn, &s->r[i]));
+    if (i == FAULT_N / 2)
+      CHECK_OK(B->event_record(s->mid, s->qa));
+  }
+  CHECK_OK(B->queue_wait(s->qb, s->mid));
+  for (size_t i = 0; i < FAULT_N; i++) {
+    CHECK_OK(B->fill_u32(s->qb, s->buf, 1 << 13, 1 << 13, (uint32_t)i + 1));
+    CHECK_OK(B->host_callback(s->qb, cb_fn, &s->r[FAULT_N + i]));
+  }
+  CHECK_OK(B->event_record(s->pending, s->qb));
+  gate_wait_entered(&s->g);
+}
+
+static void fault_reports_lost(fault_scene *s)
+{
+  CHECK_ERR(B->status(s->d), ACCEL_EDEVLOST);
+  CHECK_ERR(B->event_query(s->done), ACCEL_EDEVLOST); /* complete before the fault */
+  CHECK_ERR(B->event_sync(s->done), ACCEL_EDEVLOST);
+  CHECK_ERR(B->event_query(s->pending), ACCEL_EDEVLOST);
+  CHECK_ERR(B->event_query(s->mid), ACCEL_EDEVLOST);
+  uint32_t host[16] = {1};
+  submissions_fail(s->d, s->qa, s->buf, host);
+  atomic_store(&s->g.open, 1);
+  CHECK_ERR(B->event_sync(s->pending), ACCEL_EDEVLOST);
+  cb_wait(s->r, 2 * FAULT_N);
+  for (size_t i = 0; i < 2 * FAULT_N; i++)
+    CHECK_ERR(atomic_load(&s->r[i].status), ACCEL_EDEVLOST);
+  CHECK_OK(atomic_load(&s->g.status));
+}
+
+/* After reset: the device works again; the event kept across it can still be destroyed. */
+static void fault_after_reset(fault_scene *s)
+{
+  CHECK_OK(B->reset(s->d));
+  CHECK_OK(B->status(s->d));
+  B->event_destroy(s->pending);
+  fx f = {s->d, queue_new(s->d)};
+  size_t n = rnd_range(1, 1 << 16);
+  uint8_t *data = xcalloc(n, 1), *got = xcalloc(n, 1);
+  rnd_bytes(data, n);
+  be_mem m = mem_new(f.d, n);
+  put(&f, m, 0, data, n);
+  get(&f, got, m, 0, n);
+  CHECK(memcmp(got, data, n) == 0);
+  atomic_int next = 0;
+  cb_rec r = {.next = &next};
+  CHECK_OK(B->host_callback(f.q, cb_fn, &r));
+  cb_wait(&r, 1);
+  CHECK_OK(atomic_load(&r.status));
+  B->mem_free(f.d, &m);
+  fx_close(&f);
+  free(data);
+  free(got);
+}
+
+static void fault_in_flight_dev(void)
+{
+  fault_scene s = {0};
+  fault_scene_start(&s);
+  CHECK_ERR(B->event_query(s.pending), ACCEL_EAGAIN);
+  CHECK_OK(B->inject_fault(s.d));
+  fault_reports_lost(&s);
+  B->mem_free(s.d, &s.buf); /* works on a faulted device */
+  B->queue_destroy(s.qa);
+  B->queue_destroy(s.qb);
+  B->event_destroy(s.done);
+  B->event_destroy(s.mid);
+  fault_after_reset(&s); /* closes the device */
+  for (size_t i = 0; i < 2 * FAULT_N; i++)
+    CHECK_EQ(atomic_load(&s.r[i].calls), 1);
+  free(s.r);
+}
+
+TEST(fault_in_flight_and_reset) { each_device(fault_in_flight_dev); }
+
+/* ---- destroying queues and devices with work pending --------------------------------- */
+
+/* A gate, then n fills and callbacks; opened by a thread later. */
+static pthread_t pending_work(be_queue *q, be_mem m, gate *g, cb_rec *r, size_t n)
+{
+  CHECK_OK(B->host_callback(q, gate_fn, g));
+  for (size_t i = 0; i < n; i++) {
+    CHECK_OK(B->fill_u32(q, m, 0, m.bytes / 4, (uint32_t)i + 1));
+    CHECK_OK(B->host_callback(q, cb_fn, &r[i]));
+  }
+  gate_wait_entered(g);
+  return open_later(g, 30);
+}
+
+/* Each called exactly once; 0 (ran) or ACCEL_ECANCELED (dropped), and once one is dropped
+ * all later ones are too. */
+static void check_drained(cb_rec *r, size_t n)
+{
+  bool canceled = false;
+  for (size_t i = 0; i < n; i++) {
+    int st = atomic_load(&r[i].status);
+    CHECK_EQ(atomic_load(&r[i].calls), 1);
+    CHECK(st == 0 || st == ACCEL_ECANCELED);
+    CHECK(!canceled || st == ACCEL_ECANCELED);
+    canceled = st == ACCEL_ECANCELED;
+  }
+}
+
+static void destroy_pending_dev(void)
+{
+  enum { N = 100 };
+  be_device *d = dev_open(1);
+  be_mem m = mem_new(d, 1 << 16);
+  atomic_int next = 0;
+  cb_rec *r = cb_recs(2 * N, &next);
+  gate g = {0}, g2 = {0};
+  be_queue *q = queue_new(d);
+  pthread_t t = pending_work(q, m, &g, r, N);
+  B->queue_destroy(q); /* every callback is called by the time it returns */
+  check_drained(r, N);
+  pthread_join(t, NULL);
+  q = queue_new(d);
+  t = pending_work(q, m, &g2, r + N, N);
+  CHECK_OK(B->inject_fault(d));
+  B->queue_destroy(q);
+  for (size_t i = N; i < 2 * N; i++) {
+    CHECK_EQ(atomic_load(&r[i].calls), 1);
+    CHECK_ERR(atomic_load(&r[i].status), ACCEL_EDEVLOST);
+  }
+  pthread_join(t, NULL);
+  B->mem_free(d, &m);
+  B->close(d);
+  free(r);
+}
+
+TEST(queue_destroy_with_pending_work) { each_device(destroy_pending_dev); }
+
+typedef struct syncer {
+  be_event *ev;
+  atomic_int started;
+  int status;
+} syncer;
+
+static void *sync_thread(void *arg)
+{
+  syncer *s = arg;
+  atomic_store(&s->started, 1);
+  s->status = B->event_sync(s->ev);
+  return NULL;
+}
+
+/* close() with queues never destroyed and work pending: every callback called by the time it
+ * returns; a thread blocked in event_sync meanwhile comes back; the event may still be
+ * destroyed after close. */
+static void close_pending_dev(void)
+{
+  enum { N = 100 };
+  be_device *d = dev_open(1);
+  be_mem m = mem_new(d, 1 << 16);
+  be_mem leak = mem_new(d, 4096); /* close frees what was not freed */
+  (void)leak;
+  atomic_int next = 0;
+  cb_rec *r = cb_recs(N, &next);
+  gate g = {0};
+  be_queue *q = queue_new(d);
+  syncer s = {.ev = event_new(d)};
+  pthread_t t = pending_work(q, m, &g, r, N), ts;
+  CHECK_OK(B->event_record(s.ev, q));
+  CHECK_EQ(pthread_create(&ts, NULL, sync_thread, &s), 0);
+  while (!atomic_load(&s.started))
+    test_sleep_ms(1);
+  B->close(d);
+  check_drained(r, N);
+  pthread_join(ts, NULL);
+  CHECK(s.status == 0 || s.status == ACCEL_ECANCELED || s.status == ACCEL_EDEVLOST);
+  B->event_destroy(s.ev);
+  pthread_join(t, NULL);
+  free(r);
+}
+
+TEST(close_with_pending_work) { each_device(close_pending_dev); }
+
+/* ---- several threads ----------------------------------------------------------------- */
+
+/* T threads, a queue each, in rounds: each fills its slot r with a value, records its event;
+ * after a barrier each queue waits on its neighbour's event and copies the neighbour's slot
+ * into its log. The log shows every neighbour fill, which holds only if the cross-queue waits
+ * work while everything runs at once. Memory and events come and go concurrently too. */
+enum { T_THREADS = 4, T_ROUNDS = 150, T_SLOT = 256 };
+
+typedef struct stress {
+  be_device *d;
+  pthread_barrier_t bar;
+  be_event *ev[T_THREADS];
+  be_mem data[T_THREADS];
+} stress;
+
+typedef struct stress_arg {
+  stress *s;
+  int t;
+} stress_arg;
+
+static uint32_t stress_value(int t, int r)
+{
+  return (uint32_t)(t + 1) * 100000u + (uint32_t)r + 1;
+}
+
+static void stress_round(stress *s, be_queue *q, be_mem log, int t, int r)
+{
+  be_mem scratch = mem_new(s->d, 4096);
+  CHECK_OK(B->fill_u32(q, s->data[t], (size_t)r * T_SLOT, T_SLOT, stress_value(t, r)));
+  CHECK_OK(B->fill_u32(q, scratch, 0, 1024, (uint32_t)r));
+  CHECK_OK(B->event_record(s->ev[t], q));
+  pthread_barrier_wait(&s->bar);
+  int n = (t + 1) % T_THREADS;
+  CHECK_OK(B->queue_wait(q, s->ev[n]));
+  int st = B->event_query(s->ev[n]);
+  CHECK(st == 0 || st == ACCEL_EAGAIN);
+  CHECK_OK(B->copy_d2d(q, log, (size_t)r * T_SLOT * 4, s->data[n], (size_t)r * T_SLOT * 4,
+                       T_SLOT * 4));
+  finish(s->d, q); /* scratch is no longer used */
+  B->mem_free(s->d, &scratch);
+  pthread_barrier_wait(&s->bar); /* nobody records again before everyone has waited */
+}
+
+static void *stress_thread(void *arg)
+{
+  stress_arg *a = arg;
+  stress *s = a->s;
+  be_queue *q = queue_new(s->d);
+  be_mem log = mem_new(s->d, (size_t)T_ROUNDS * T_SLOT * 4);
+  for (int r = 0; r < T_ROUNDS; r++)
+    stress_round(s, q, log, a->t, r);
+  uint32_t *got = xcalloc((size_t)T_ROUNDS * T_SLOT, 4);
+  CHECK_OK(B->copy_d2h(q, got, log, 0, (size_t)T_ROUNDS * T_SLOT * 4));
+  finish(s->d, q);
+  for (int r = 0; r < T_ROUNDS; r++)
+    for (int i = 0; i < T_SLOT; i++)
+      CHECK_EQ(got[r * T_SLOT + i], stress_value((a->t + 1) % T_THREADS, r));
+  free(got);
+  B->mem_free(s->d, &log);
+  B->queue_destroy(q);
+  return NULL;
+}
+
+static void threads_stress_dev(void)
+{
+  stress s = {.d = dev_open(1)};
+  pthread_t th[T_THREADS];
+  stress_arg args[T_THREADS];
+  CHECK_EQ(pthread_barrier_init(&s.bar, NULL, T_THREADS), 0);
+  for (int t = 0; t < T_THREADS; t++) {
+    s.ev[t] = event_new(s.d);
+    s.data[t] = mem_new(s.d, (size_t)T_ROUNDS * T_SLOT * 4);
+  }
+  for (int t = 0; t < T_THREADS; t++) {
+    args[t] = (stress_arg){&s, t};
+    CHECK_EQ(pthread_create(&th[t], NULL, stress_thread, &args[t]), 0);
+  }
+  for (int t = 0; t < T_THREADS; t++)
+    pthread_join(th[t], NULL);
+  for (int t = 0; t < T_THREADS; t++) {
+    B->event_destroy(s.ev[t]);
+    B->mem_free(s.d, &s.data[t]);
+  }
+  pthread_barrier_destroy(&s.bar);
+  B->close(s.d);
+}
+
+TEST(threads_and_cross_waits) { each_device(threads_stress_dev); }
+
+/* ---- main ---------------------------------------------------------------------------- */
+
+static const test_case tests[] = {
+    TEST_CASE(registry_lists_backends),
+    TEST_CASE(probe_open_info_close),
+    TEST_CASE(mem_alloc_free),
+    TEST_CASE(copy_h2d_d2h_round_trip),
+    TEST_CASE(copy_d2d),
+    TEST_CASE(in_order_on_one_queue),
+    TEST_CASE(host_callbacks_once_in_order),
+    TEST_CASE(cross_queue_event_wait),
+    TEST_CASE(queue_wait_captures_point),
+    TEST_CASE(event_query_sync),
+    TEST_CASE(kernel_sgemm),
+    TEST_CASE(kernel_saxpy),
+    TEST_CASE(kernel_sdot),
+    TEST_CASE(kernel_fill_u32),
+    TEST_CASE(kernel_rng_fill),
+    TEST_CASE(kernel_unary),
+    TEST_CASE(kernel_softmax),
+    TEST_CASE(argument_errors),
+    TEST_CASE(fault_injection_not_permitted),
+    TEST_CASE(fault_in_flight_and_reset),
+    TEST_CASE(queue_destroy_with_pending_work),
+    TEST_CASE(close_with_pending_work),
+    TEST_CASE(threads_and_cross_waits),
+};
+
+int main(int argc, char **argv)
+{
+  const char *env = getenv("ACCEL_TEST_SEED");
+  base_seed = env != NULL ? strtoull(env, NULL, 0) : test_now_ns() ^ ((uint64_t)getpid() << 32);
+  printf("# seed %" PRIu64 " (rerun with ACCEL_TEST_SEED=%" PRIu64 ")\n", base_seed, base_seed);
+  return test_main_(argc, argv, tests, sizeof tests / sizeof tests[0]);
+}
