@@ -15,8 +15,6 @@ enum {
   DEV_MSG_FAULT,                      /* device actor: the device reported a sticky fault */
   DEV_MSG_INJECT_FAULT,               /* device actor: tests only */
   DEV_MSG_OP,                         /* session: data = dev_op */
-  DEV_MSG_BUFFER_CREATE,              /* session: arg = handle, data = dev_buffer_spec */
-  DEV_MSG_BUFFER_DESTROY,             /* session: arg = handle */
 };
 
 extern const accel_behavior dev_kernel_behavior;

@@ -21,6 +21,8 @@ typedef enum dev_op_kind {
   DEV_OP_RNG,
   DEV_OP_UNARY,
   DEV_OP_SOFTMAX,
+  DEV_OP_BUFFER_CREATE,  /* bufs[0]: the new handle (chosen by the client), count */
+  DEV_OP_BUFFER_DESTROY, /* bufs[0] */
   DEV_OP_KIND_COUNT_
 } dev_op_kind;
 
@@ -61,8 +63,14 @@ typedef struct dev_op {
     be_rng_args rng;                          /* bufs[0] */
     struct { be_unary_op op; } unary;         /* bufs: dst, src */
     struct { uint64_t rows, cols; } softmax;  /* bufs: dst, src */
+    struct { uint32_t dtype; } create;        /* bufs[0]: handle, count */
   } u;
   accel_future *future; /* completed with the op's status; NULL for fire-and-forget */
+  /* If set, called instead of completing `future` (the daemon replies on the wire); it owns
+   * and frees the op. `owner` is the submitter's (e.g. the frame holding a write's bytes). */
+  void (*done)(struct dev_op *op, int status);
+  void *owner;
+  struct dev_session_acct *acct; /* set by the session */
 } dev_op;
 
 #endif

@@ -1,9 +1,12 @@
-/* SessionActor: one per client. Owns the client's buffers (handle -> buffer), resolves the
- * handles of each op, places it on a device and plans it. A handle is {slot, generation}: a
- * destroyed or foreign one resolves to nothing and the op fails with ACCEL_ESTALE. When the
- * session ends, every buffer it owns is destroyed (freed once its last task is done). */
+/* SessionActor: one per client. Owns the client's buffers (handle -> buffer), checks every op
+ * again against its own table (the daemon trusts no client), enforces the session's limits,
+ * places the op on a device and plans it. A handle is {slot, generation} chosen by the client
+ * in its own table; a destroyed or foreign one resolves to nothing and the op fails with
+ * ACCEL_ESTALE. When the session ends, every buffer it owns is destroyed (freed once its last
+ * task is done); ops still in flight finish normally. */
 #include <stdlib.h>
 
+#include "actors/check.h"
 #include "actors/device.h"
 #include "actors/session.h"
 
@@ -14,7 +17,9 @@ typedef struct session_entry {
 
 typedef struct session_state {
   dev_session_args *args;
+  accel_actor *self;
   session_entry *table;
+  dev_session_acct *acct;
 } session_state;
 
 static uint32_t handle_slot(uint64_t h) {
@@ -33,13 +38,27 @@ static dev_buffer *resolve(session_state *s, uint64_t handle) {
   return e->buf && e->gen == handle_gen(handle) ? e->buf : NULL;
 }
 
+void dev_session_acct_release(dev_session_acct *a) {
+  if (--a->refs == 0)
+    free(a);
+}
+
 void dev_op_finished(dev_world *w, dev_op *op, int status) {
+  dev_session_acct *acct = op->acct;
+  if (acct) {
+    acct->in_flight--;
+    dev_session_acct_release(acct);
+  }
+  if (w->on_op_done)
+    w->on_op_done(w->on_op_done_arg, status);
+  if (op->done) {
+    op->done(op, status);
+    return;
+  }
   if (op->future) {
     accel_future_complete(op->future, status, NULL, NULL);
     accel_future_release(op->future);
   }
-  if (w->on_op_done)
-    w->on_op_done(w->on_op_done_arg, status);
   free(op);
 }
 
@@ -73,50 +92,92 @@ static dev_node *place(dev_world *w, dev_op *op, dev_buffer *bufs[]) {
   return first_serving_device(w);
 }
 
-static void handle_op(session_state *s, dev_op *op) {
-  dev_world *w = s->args->world;
-  dev_buffer *bufs[DEV_OP_MAX_BUFS] = {0};
-  for (uint32_t i = 0; i < op->nbufs; i++) {
-    bufs[i] = resolve(s, op->bufs[i].handle);
-    if (bufs[i] == NULL) {
-      dev_op_finished(w, op, ACCEL_ESTALE);
-      return;
-    }
-  }
-  dev_node *node = place(w, op, bufs);
-  int rc = node ? dev_plan_op(w, op, bufs, node) : ACCEL_EDEVLOST;
-  if (rc != 0)
-    dev_op_finished(w, op, rc);
-}
-
 /* ---- buffers ---- */
 
-static int create_buffer(session_state *s, uint64_t handle, const dev_buffer_spec *spec) {
+static int create_buffer(session_state *s, const dev_op *op) {
+  uint64_t handle = op->bufs[0].handle, count = op->bufs[0].count;
   uint32_t slot = handle_slot(handle);
-  if (slot == 0 || slot >= s->args->max_buffers || s->table[slot].buf)
+  uint64_t bytes = count * dev_dtype_size((accel_dtype)op->u.create.dtype);
+  if (slot == 0 || slot >= s->args->max_buffers || handle_gen(handle) == 0 ||
+      s->table[slot].buf || count > (UINT64_MAX >> 4))
     return ACCEL_EINVAL;
-  dev_buffer *b = dev_buffer_create(s->args->world, spec->dtype, spec->count);
+  if (s->args->max_memory && s->acct->memory + bytes > s->args->max_memory)
+    return ACCEL_ENOMEM;
+  dev_buffer *b = dev_buffer_create(s->args->world, (accel_dtype)op->u.create.dtype, count);
   if (b == NULL)
     return ACCEL_ENOMEM;
   s->table[slot] = (session_entry){handle_gen(handle), b};
+  s->acct->memory += bytes;
+  s->acct->buffers++;
   return 0;
 }
 
-static int destroy_buffer(session_state *s, uint64_t handle) {
-  dev_buffer *b = resolve(s, handle);
-  if (b == NULL)
-    return ACCEL_ESTALE;
-  s->table[handle_slot(handle)].buf = NULL;
+static void forget_buffer(session_state *s, uint32_t slot) {
+  dev_buffer *b = s->table[slot].buf;
+  s->table[slot].buf = NULL;
+  s->acct->memory -= b->bytes;
+  s->acct->buffers--;
   dev_buffer_destroy(b);
+}
+
+static int destroy_buffer(session_state *s, uint64_t handle) {
+  if (resolve(s, handle) == NULL)
+    return ACCEL_ESTALE;
+  forget_buffer(s, handle_slot(handle));
   return 0;
 }
+
+/* ---- ops ---- */
+
+static int resolve_all(session_state *s, dev_op *op, dev_buffer *bufs[]) {
+  dev_buf_info info[DEV_OP_MAX_BUFS];
+  for (uint32_t i = 0; i < op->nbufs; i++) {
+    bufs[i] = resolve(s, op->bufs[i].handle);
+    if (bufs[i] == NULL)
+      return ACCEL_ESTALE;
+    info[i] = (dev_buf_info){bufs[i]->dtype, bufs[i]->count};
+  }
+  return dev_op_check(op, info);
+}
+
+static int run_op(session_state *s, dev_op *op) {
+  dev_world *w = s->args->world;
+  int rc = dev_op_check_shape(op);
+  if (rc != 0)
+    return rc;
+  if (op->h.kind == DEV_OP_BUFFER_CREATE)
+    return create_buffer(s, op);
+  if (op->h.kind == DEV_OP_BUFFER_DESTROY)
+    return destroy_buffer(s, op->bufs[0].handle);
+  dev_buffer *bufs[DEV_OP_MAX_BUFS] = {0};
+  rc = resolve_all(s, op, bufs);
+  if (rc != 0)
+    return rc;
+  dev_node *node = place(w, op, bufs);
+  return node ? dev_plan_op(w, op, bufs, node) : ACCEL_EDEVLOST;
+}
+
+static void handle_op(session_state *s, dev_op *op) {
+  dev_session_acct *a = s->acct;
+  op->acct = a;
+  a->refs++;
+  a->in_flight++;
+  int rc = s->args->max_in_flight && a->in_flight > s->args->max_in_flight ? ACCEL_EBUSY
+                                                                             : run_op(s, op);
+  bool finished_now = rc != 0 || op->h.kind == DEV_OP_BUFFER_CREATE ||
+                      op->h.kind == DEV_OP_BUFFER_DESTROY;
+  if (finished_now)
+    dev_op_finished(s->args->world, op, rc);
+}
+
+/* ---- fault injection (tests) ---- */
 
 static void forward_status(accel_future *f, int status, void *arg) {
   accel_future_complete(arg, status, NULL, NULL);
   accel_future_release(arg);
 }
 
-/* Asks the device actor to fault; the client's future follows the device's answer. */
+/* Asks the device actor to fault; the asker's future follows the device's answer. */
 static int inject_fault(session_state *s, accel_msg *msg) {
   dev_world *w = s->args->world;
   int n = (int)msg->arg + 1;
@@ -141,19 +202,12 @@ static int inject_fault(session_state *s, accel_msg *msg) {
 static int session_receive(accel_actor *self, void *state, accel_msg *msg) {
   session_state *s = state;
   switch (msg->type) {
-  case DEV_MSG_OP:
-    handle_op(s, msg->data);
+  case DEV_MSG_OP: {
+    dev_op *op = msg->data;
     msg->data = NULL;
-    return 0;
-  case DEV_MSG_BUFFER_CREATE: {
-    int rc = create_buffer(s, msg->arg, msg->data);
-    if (rc != 0) /* the handle stays unresolvable: its ops fail with ACCEL_ESTALE */
-      accel_log(ACCEL_LOG_ERROR, "session", "buffer create failed: %s", accel_strerror(rc));
+    handle_op(s, op);
     return 0;
   }
-  case DEV_MSG_BUFFER_DESTROY:
-    destroy_buffer(s, msg->arg);
-    return 0;
   case DEV_MSG_INJECT_FAULT:
     return inject_fault(s, msg);
   default:
@@ -161,21 +215,47 @@ static int session_receive(accel_actor *self, void *state, accel_msg *msg) {
   }
 }
 
+static void op_drop(void *data) {
+  dev_op *op = data; /* the session ended before taking it */
+  if (op->done) {
+    op->done(op, ACCEL_ECLOSED);
+    return;
+  }
+  if (op->future) {
+    accel_future_complete(op->future, ACCEL_ECLOSED, NULL, NULL);
+    accel_future_release(op->future);
+  }
+  free(op);
+}
+
+void dev_session_op_msg(accel_msg *m, dev_op *op) {
+  *m = (accel_msg){.type = DEV_MSG_OP, .data = op, .drop = op_drop};
+}
+
 static int session_start(accel_actor *self, void *state, void *arg) {
   session_state *s = state;
   s->args = arg;
+  s->self = self;
+  s->acct = calloc(1, sizeof *s->acct);
   s->table = calloc(s->args->max_buffers, sizeof *s->table);
-  return s->table ? 0 : ACCEL_ENOMEM;
+  if (s->acct == NULL || s->table == NULL)
+    return ACCEL_ENOMEM;
+  s->acct->refs = 1;
+  return 0;
 }
 
 static void session_stop(accel_actor *self, void *state) {
   session_state *s = state;
-  if (s->table == NULL)
-    return;
-  for (uint32_t i = 0; i < s->args->max_buffers; i++)
-    if (s->table[i].buf)
-      dev_buffer_destroy(s->table[i].buf);
-  free(s->table);
+  if (s->table) {
+    for (uint32_t i = 0; i < s->args->max_buffers; i++)
+      if (s->table[i].buf)
+        forget_buffer(s, i);
+    free(s->table);
+  }
+  if (s->acct)
+    dev_session_acct_release(s->acct);
+  if (s->args->on_stop)
+    s->args->on_stop(s->args->on_stop_arg, accel_self(self));
 }
 
 const accel_behavior dev_session_behavior = {

@@ -6,15 +6,29 @@
 
 typedef struct dev_session_args {
   dev_world *world;
-  uint32_t max_buffers; /* size of the handle table; slot 0 is never used */
+  uint32_t max_buffers;   /* size of the handle table; slot 0 is never used */
+  uint32_t max_in_flight; /* ops at once (0: no limit); past it ops fail with ACCEL_EBUSY */
+  uint64_t max_memory;    /* bytes of buffers (0: no limit); past it ACCEL_ENOMEM */
+  /* Called on the loop when the session ends (client gone, shutdown); may be NULL. */
+  void (*on_stop)(void *arg, accel_ref session);
+  void *on_stop_arg;
 } dev_session_args;
 
-/* DEV_MSG_BUFFER_CREATE's payload (msg.arg is the handle). */
-typedef struct dev_buffer_spec {
-  accel_dtype dtype;
-  size_t count;
-} dev_buffer_spec;
+/* A session's counters; ops in flight hold a reference, so they may outlive the session. */
+typedef struct dev_session_acct {
+  uint32_t refs;
+  uint32_t in_flight;
+  uint64_t memory;
+  uint32_t buffers;
+} dev_session_acct;
+
+/* Live sessions' counters summed, for status (loop thread). */
+void dev_session_acct_release(dev_session_acct *a);
 
 extern const accel_behavior dev_session_behavior;
+
+/* The message that carries `op` to a session (its drop completes the op with ACCEL_ECLOSED if
+ * the session ends first). */
+void dev_session_op_msg(accel_msg *m, dev_op *op);
 
 #endif

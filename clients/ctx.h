@@ -24,6 +24,7 @@ struct accel_ctx {
   dev_world world;
   accel_ref devices, session;
   uint32_t max_buffers;
+  uint32_t tag; /* 16 bits in every handle of this context */
 
   pthread_mutex_t mu; /* guards the handle table */
   client_handle *handles;

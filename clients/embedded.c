@@ -2,12 +2,14 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "actors/check.h"
 #include "actors/device.h"
 #include "actors/session.h"
 #include "actors/world_init.h"
 #include "clients/ctx.h"
 
 static _Thread_local accel_completion thread_completion;
+static atomic_uint next_tag = 1; /* handle tags of the process's contexts */
 
 /* ---- URL: "embedded:" with optional ?key=value&... ---- */
 
@@ -110,7 +112,7 @@ static int start_tree(accel_ctx *ctx, dev_session_args *sargs) {
   int rc = dev_world_spawn(&ctx->world, NULL, &ctx->devices);
   if (rc != 0)
     return rc;
-  *sargs = (dev_session_args){&ctx->world, ctx->max_buffers};
+  *sargs = (dev_session_args){.world = &ctx->world, .max_buffers = ctx->max_buffers};
   accel_spawn_opts o = {.name = "session", .mailbox_capacity = 1 << 14};
   return accel_spawn(ctx->rt, NULL, &dev_session_behavior, sargs, &o, &ctx->session);
 }
@@ -129,6 +131,8 @@ int accel_open(accel_ctx **out, const char *url) {
   pthread_mutex_init(&ctx->mu, NULL);
   pthread_mutex_init(&ctx->done_mu, NULL);
   pthread_cond_init(&ctx->done_cv, NULL);
+  unsigned tag = atomic_fetch_add(&next_tag, 1) & 0xffffu;
+  ctx->tag = tag ? tag : atomic_fetch_add(&next_tag, 1) & 0xffffu;
   rc = handles_init(ctx, max_buffers);
   if (rc == 0)
     rc = accel_runtime_create(&ctx->rt, NULL);
@@ -189,16 +193,18 @@ int accel_device_info(accel_ctx *ctx, accel_device dev, struct accel_device_info
 
 /* ---- the handle table ---- */
 
-static uint64_t make_handle(uint32_t slot, uint32_t gen) {
-  return (uint64_t)gen << 32 | slot;
+/* A handle: bits 0-31 the slot, 32-47 the slot's generation, 48-63 the context's tag (taken
+ * from a process-wide counter), so that a handle of another context is stale here. */
+static uint64_t make_handle(const accel_ctx *ctx, uint32_t slot, uint32_t gen) {
+  return (uint64_t)ctx->tag << 48 | (uint64_t)(gen & 0xffffu) << 32 | slot;
 }
 
 int client_handle_get(accel_ctx *ctx, accel_buffer h, accel_dtype *dtype, size_t *count) {
-  uint32_t slot = (uint32_t)h, gen = (uint32_t)(h >> 32);
+  uint32_t slot = (uint32_t)h, gen = (uint32_t)(h >> 32) & 0xffffu, tag = (uint32_t)(h >> 48);
   int rc = ACCEL_ESTALE;
   pthread_mutex_lock(&ctx->mu);
   if (slot != 0 && slot < ctx->max_buffers && ctx->handles[slot].live &&
-      ctx->handles[slot].gen == gen) {
+      (ctx->handles[slot].gen & 0xffffu) == gen && tag == ctx->tag) {
     *dtype = ctx->handles[slot].dtype;
     *count = ctx->handles[slot].count;
     rc = 0;
@@ -219,7 +225,7 @@ static int handle_alloc(accel_ctx *ctx, accel_dtype dtype, size_t count, accel_b
   e->live = true;
   e->dtype = dtype;
   e->count = count;
-  *out = make_handle(slot, e->gen);
+  *out = make_handle(ctx, slot, e->gen);
   pthread_mutex_unlock(&ctx->mu);
   return 0;
 }
@@ -228,29 +234,66 @@ static void handle_free(accel_ctx *ctx, uint32_t slot) {
   pthread_mutex_lock(&ctx->mu);
   client_handle *e = &ctx->handles[slot];
   e->live = false;
-  e->gen = e->gen + 1 ? e->gen + 1 : 1;
+  e->gen = (e->gen + 1) & 0xffffu ? e->gen + 1 : e->gen + 2; /* never 0 in 16 bits */
   e->next_free = ctx->free_head;
   ctx->free_head = slot;
   pthread_mutex_unlock(&ctx->mu);
 }
 
+/* Sends an op as is (no check against the handle table), counting it in flight. */
+static int send_op(accel_ctx *ctx, dev_op *op, accel_future **f) {
+  op->h.completion = thread_completion;
+  accel_future *fut = NULL;
+  if (f) {
+    int rc = accel_future_create(ctx->rt, &fut);
+    if (rc != 0) {
+      free(op);
+      return rc;
+    }
+    accel_future_retain(fut); /* one for the caller, one for the op */
+  }
+  op->future = fut;
+  pthread_mutex_lock(&ctx->done_mu);
+  ctx->in_flight++;
+  pthread_mutex_unlock(&ctx->done_mu);
+  accel_msg m;
+  dev_session_op_msg(&m, op);
+  int rc = accel_tell(ctx->rt, ctx->session, &m);
+  if (rc != 0) {
+    op_undo(ctx);
+    if (fut) {
+      accel_future_release(fut);
+      accel_future_release(fut);
+    }
+    free(op);
+    return rc;
+  }
+  if (f)
+    *f = fut;
+  return 0;
+}
+
+static int buffer_op(accel_ctx *ctx, uint32_t kind, accel_buffer h, accel_dtype dtype,
+                     size_t count) {
+  dev_op *op = calloc(1, sizeof *op);
+  if (op == NULL)
+    return ACCEL_ENOMEM;
+  op->h.kind = kind;
+  op->nbufs = 1;
+  op->bufs[0] = (dev_op_buf){.handle = h, .count = count};
+  op->u.create.dtype = dtype;
+  return send_op(ctx, op, NULL);
+}
+
 int accel_buffer_create(accel_ctx *ctx, accel_dtype dtype, size_t count, accel_buffer *out) {
   if (ctx == NULL || out == NULL || dev_dtype_size(dtype) == 0 || count > (SIZE_MAX >> 4))
     return ACCEL_EINVAL;
-  dev_buffer_spec *spec = malloc(sizeof *spec);
-  if (spec == NULL)
-    return ACCEL_ENOMEM;
-  *spec = (dev_buffer_spec){dtype, count};
   accel_buffer h;
   int rc = handle_alloc(ctx, dtype, count, &h);
-  if (rc != 0) {
-    free(spec);
+  if (rc != 0)
     return rc;
-  }
-  accel_msg m = {.type = DEV_MSG_BUFFER_CREATE, .arg = h, .data = spec, .drop = free};
-  rc = accel_tell(ctx->rt, ctx->session, &m);
+  rc = buffer_op(ctx, DEV_OP_BUFFER_CREATE, h, dtype, count);
   if (rc != 0) {
-    free(spec);
     handle_free(ctx, (uint32_t)h);
     return rc;
   }
@@ -264,10 +307,8 @@ int accel_buffer_destroy(accel_ctx *ctx, accel_buffer buf) {
   accel_dtype dtype;
   size_t count;
   int rc = client_handle_get(ctx, buf, &dtype, &count);
-  if (rc != 0)
-    return rc;
-  accel_msg m = {.type = DEV_MSG_BUFFER_DESTROY, .arg = buf};
-  rc = accel_tell(ctx->rt, ctx->session, &m);
+  if (rc == 0)
+    rc = buffer_op(ctx, DEV_OP_BUFFER_DESTROY, buf, dtype, count);
   if (rc == 0)
     handle_free(ctx, (uint32_t)buf);
   return rc;
@@ -275,37 +316,28 @@ int accel_buffer_destroy(accel_ctx *ctx, accel_buffer buf) {
 
 /* ---- submitting ops ---- */
 
+static int check_op(accel_ctx *ctx, dev_op *op, accel_device dev) {
+  if (dev != ACCEL_DEVICE_ANY && (dev < 0 || dev >= ctx->world.nnodes - 1))
+    return ACCEL_EINVAL;
+  dev_buf_info info[DEV_OP_MAX_BUFS];
+  for (uint32_t i = 0; i < op->nbufs; i++) {
+    size_t count;
+    int rc = client_handle_get(ctx, op->bufs[i].handle, &info[i].dtype, &count);
+    if (rc != 0)
+      return rc;
+    info[i].count = count;
+  }
+  return dev_op_check(op, info);
+}
+
 int client_submit(accel_ctx *ctx, dev_op *op, accel_device dev, accel_future **f) {
   op->h.device = dev;
-  op->h.completion = thread_completion;
-  accel_future *fut = NULL;
-  int rc = 0;
-  if (f) {
-    rc = accel_future_create(ctx->rt, &fut);
-    if (rc != 0) {
-      free(op);
-      return rc;
-    }
-    accel_future_retain(fut); /* one for the caller, one for the op */
-  }
-  op->future = fut;
-  pthread_mutex_lock(&ctx->done_mu);
-  ctx->in_flight++;
-  pthread_mutex_unlock(&ctx->done_mu);
-  accel_msg m = {.type = DEV_MSG_OP, .data = op};
-  rc = accel_tell(ctx->rt, ctx->session, &m);
+  int rc = check_op(ctx, op, dev);
   if (rc != 0) {
-    op_undo(ctx);
-    if (fut) {
-      accel_future_release(fut);
-      accel_future_release(fut);
-    }
     free(op);
     return rc;
   }
-  if (f)
-    *f = fut;
-  return 0;
+  return send_op(ctx, op, f);
 }
 
 int accel_set_completion(accel_ctx *ctx, accel_completion how) {

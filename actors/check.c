@@ -1,0 +1,160 @@
+/* The one validator of op envelopes, run by the client library (against its handle table, so
+ * an argument error is reported by the call itself) and again by the session (against its
+ * own table: the daemon trusts no client). It also sets each buffer's access mode and range
+ * from the op itself, so a client cannot claim to overwrite what it only partly writes. */
+#include "actors/check.h"
+
+#include "backends/blas_args.h"
+
+typedef struct kind_shape {
+  uint32_t nbufs;
+  accel_dtype dtype; /* 0: any (checked per op) */
+} kind_shape;
+
+static const kind_shape shapes[DEV_OP_KIND_COUNT_] = {
+    [DEV_OP_WRITE] = {1, 0},   [DEV_OP_READ] = {1, 0},       [DEV_OP_COPY] = {2, 0},
+    [DEV_OP_FILL] = {1, 0},    [DEV_OP_SGEMM] = {3, ACCEL_F32}, [DEV_OP_SAXPY] = {2, ACCEL_F32},
+    [DEV_OP_SDOT] = {3, ACCEL_F32}, [DEV_OP_RNG] = {1, 0},    [DEV_OP_UNARY] = {2, ACCEL_F32},
+    [DEV_OP_SOFTMAX] = {2, ACCEL_F32}, [DEV_OP_BUFFER_CREATE] = {1, 0},
+    [DEV_OP_BUFFER_DESTROY] = {1, 0},
+};
+
+static bool range_ok(uint64_t offset, uint64_t count, uint64_t len) {
+  return offset <= len && count <= len - offset;
+}
+
+static void set_access(dev_op *op, uint32_t i, uint32_t access, uint64_t offset,
+                       uint64_t count) {
+  op->bufs[i].access = access;
+  op->bufs[i].offset = offset;
+  op->bufs[i].count = count;
+}
+
+int dev_op_check_shape(const dev_op *op) {
+  if (op->h.kind == 0 || op->h.kind >= DEV_OP_KIND_COUNT_)
+    return ACCEL_EINVAL;
+  if (op->nbufs != shapes[op->h.kind].nbufs)
+    return ACCEL_EINVAL;
+  if (op->h.completion > ACCEL_COMPLETION_POLL)
+    return ACCEL_EINVAL;
+  if (op->h.kind == DEV_OP_RNG && op->u.rng.dist > BE_RNG_NORMAL)
+    return ACCEL_EINVAL;
+  if (op->h.kind == DEV_OP_UNARY && op->u.unary.op > BE_TANH)
+    return ACCEL_EINVAL;
+  if (op->h.kind == DEV_OP_BUFFER_CREATE &&
+      op->u.create.dtype != ACCEL_F32 && op->u.create.dtype != ACCEL_U32)
+    return ACCEL_EINVAL;
+  return 0;
+}
+
+static int check_io(dev_op *op, const dev_buf_info *b) {
+  if (!range_ok(op->bufs[0].offset, op->bufs[0].count, b[0].count))
+    return ACCEL_EINVAL;
+  bool write = op->h.kind == DEV_OP_WRITE;
+  set_access(op, 0, write ? DEV_WRITE_ALL : DEV_READ, op->bufs[0].offset, op->bufs[0].count);
+  return 0;
+}
+
+static int check_copy(dev_op *op, const dev_buf_info *b) {
+  uint64_t n = op->bufs[0].count, d = op->bufs[0].offset, s = op->bufs[1].offset;
+  if (b[0].dtype != b[1].dtype || op->bufs[1].count != n || !range_ok(d, n, b[0].count) ||
+      !range_ok(s, n, b[1].count))
+    return ACCEL_EINVAL;
+  if (op->bufs[0].handle == op->bufs[1].handle && n > 0 && d < s + n && s < d + n)
+    return ACCEL_EINVAL; /* overlapping ranges of one buffer */
+  set_access(op, 0, DEV_WRITE_ALL, d, n);
+  set_access(op, 1, DEV_READ, s, n);
+  return 0;
+}
+
+static int check_sgemm(dev_op *op, const dev_buf_info *b) {
+  const be_sgemm_args *g = &op->u.sgemm;
+  if (op->bufs[2].handle == op->bufs[0].handle || op->bufs[2].handle == op->bufs[1].handle)
+    return ACCEL_EINVAL; /* C must not alias A or B */
+  int rc = be_blas_check_sgemm(g, b[0].count, b[1].count, b[2].count);
+  if (rc != 0)
+    return rc;
+  /* beta = 0 over all of C (ldc = m) overwrites it: its old contents need not be brought. */
+  bool whole = g->beta == 0.0f && g->ldc == g->m && (uint64_t)g->m * (uint64_t)g->n == b[2].count;
+  set_access(op, 0, DEV_READ, 0, b[0].count);
+  set_access(op, 1, DEV_READ, 0, b[1].count);
+  set_access(op, 2, whole ? DEV_WRITE_ALL : DEV_RW, 0, b[2].count);
+  return 0;
+}
+
+static int check_blas1(dev_op *op, const dev_buf_info *b) {
+  bool dot = op->h.kind == DEV_OP_SDOT;
+  uint64_t n = dot ? op->u.sdot.n : op->u.saxpy.n;
+  if (n > b[0].count || n > b[1].count)
+    return ACCEL_EINVAL;
+  set_access(op, 0, DEV_READ, 0, n);
+  set_access(op, 1, dot ? DEV_READ : DEV_RW, 0, n);
+  if (!dot)
+    return 0;
+  if (b[2].count < 1 || op->bufs[2].handle == op->bufs[0].handle ||
+      op->bufs[2].handle == op->bufs[1].handle)
+    return ACCEL_EINVAL;
+  set_access(op, 2, b[2].count == 1 ? DEV_WRITE_ALL : DEV_RW, 0, 1);
+  return 0;
+}
+
+static int check_rng(dev_op *op, const dev_buf_info *b) {
+  const be_rng_args *r = &op->u.rng;
+  accel_dtype want = r->dist == BE_RNG_BITS ? ACCEL_U32 : ACCEL_F32;
+  if (b[0].dtype != want)
+    return ACCEL_EINVAL;
+  if (r->dist == BE_RNG_NORMAL && (r->offset % 2 != 0 || !(r->stddev >= 0.0f)))
+    return ACCEL_EINVAL;
+  set_access(op, 0, DEV_WRITE_ALL, 0, b[0].count);
+  return 0;
+}
+
+static int check_nn(dev_op *op, const dev_buf_info *b) {
+  uint64_t covered = b[0].count;
+  if (op->h.kind == DEV_OP_UNARY && b[0].count != b[1].count)
+    return ACCEL_EINVAL;
+  if (op->h.kind == DEV_OP_SOFTMAX) {
+    uint64_t rows = op->u.softmax.rows, cols = op->u.softmax.cols;
+    if (cols != 0 && rows > UINT64_MAX / cols)
+      return ACCEL_EINVAL;
+    covered = rows * cols;
+    if (covered > b[0].count || covered > b[1].count)
+      return ACCEL_EINVAL;
+  }
+  bool whole = covered == b[0].count && op->bufs[0].handle != op->bufs[1].handle;
+  set_access(op, 0, whole ? DEV_WRITE_ALL : DEV_RW, 0, b[0].count);
+  set_access(op, 1, DEV_READ, 0, b[1].count);
+  return 0;
+}
+
+int dev_op_check(dev_op *op, const dev_buf_info *bufs) {
+  int rc = dev_op_check_shape(op);
+  if (rc != 0)
+    return rc;
+  accel_dtype want = shapes[op->h.kind].dtype;
+  for (uint32_t i = 0; i < op->nbufs; i++)
+    if (want && bufs[i].dtype != want)
+      return ACCEL_EINVAL;
+  switch (op->h.kind) {
+  case DEV_OP_WRITE:
+  case DEV_OP_READ:
+    return check_io(op, bufs);
+  case DEV_OP_COPY:
+    return check_copy(op, bufs);
+  case DEV_OP_FILL:
+    set_access(op, 0, DEV_WRITE_ALL, 0, bufs[0].count);
+    return 0;
+  case DEV_OP_SGEMM:
+    return check_sgemm(op, bufs);
+  case DEV_OP_SAXPY:
+  case DEV_OP_SDOT:
+    return check_blas1(op, bufs);
+  case DEV_OP_RNG:
+    return check_rng(op, bufs);
+  case DEV_OP_UNARY:
+  case DEV_OP_SOFTMAX:
+    return check_nn(op, bufs);
+  default:
+    return 0; /* buffer create/destroy: the session checks its table */
+  }
+}
