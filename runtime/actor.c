@@ -397,7 +397,8 @@ typedef struct spawn_req {
 static void spawn_task(rt_task *task) {
   spawn_req *req = (spawn_req *)task;
   req->rc = spawn_now(req->rt, NULL, req->b, req->arg, req->opts, &req->ref);
-  accel_future_complete(req->done, 0, NULL, NULL);
+  /* Our own reference: the waiter may see `done` and free its own before we return. */
+  rt_future_complete_release(req->done, 0);
 }
 
 static int spawn_from_other_thread(accel_runtime *rt, const accel_behavior *b, void *arg,
@@ -406,7 +407,14 @@ static int spawn_from_other_thread(accel_runtime *rt, const accel_behavior *b, v
   int rc = accel_future_create(rt, &req.done);
   if (rc != 0)
     return rc;
+  /* Pinned while posting: a shutdown drain then waits for us and runs the task. */
+  if (!rt_remote_enter(rt)) {
+    accel_future_release(req.done);
+    return ACCEL_ECLOSED;
+  }
+  accel_future_retain(req.done); /* the task's */
   rt_post(rt, &req.task);
+  rt_remote_leave(rt);
   accel_future_wait(req.done, -1);
   accel_future_release(req.done);
   if (req.rc == 0 && out)

@@ -189,6 +189,13 @@ static void wait_remote_users(accel_runtime *rt) {
     uv_sleep(0);
 }
 
+static bool has_remote_work(accel_runtime *rt) {
+  pthread_mutex_lock(&rt->remote_mu);
+  bool any = rt->inject_head || rt->remote_tasks.head;
+  pthread_mutex_unlock(&rt->remote_mu);
+  return any;
+}
+
 /* Stops every actor, then drains until nothing is left: queued actors, tasks (then callbacks
  * of futures completed by the drain), retries (they meet stale refs now) and the graveyard. */
 static void drain(accel_runtime *rt) {
@@ -200,7 +207,7 @@ static void drain(accel_runtime *rt) {
     run_queued_actors(rt);
     rt_retries_flush(rt);
     rt_sweep(rt);
-  } while (has_local_work(rt) || rt->inject_head || rt->remote_tasks.head);
+  } while (has_local_work(rt) || has_remote_work(rt));
 }
 
 static void shutdown_tree(accel_runtime *rt) {

@@ -66,6 +66,7 @@ struct rt_child {
   int last_reason;               /* why it was last restarted, for post_restart */
   uint64_t window_start_ms;      /* restart-intensity window */
   uint32_t restarts_in_window;
+  uint64_t restarts_total;
   uv_timer_t *backoff;           /* pending restart, or NULL */
 };
 
@@ -158,6 +159,10 @@ int rt_future_complete_release(accel_future *f, int status);
 
 /* timer.c */
 void rt_timers_stop_all(accel_actor *cell);
+
+/* The loop, for in-tree actors that own libuv handles (the daemon's server): loop thread
+ * only; such handles must be closed in the actor's stop hook. */
+uv_loop_t *rt_uv_loop(accel_runtime *rt);
 
 /* log.c */
 void rt_log_init_from_env(void);

@@ -175,6 +175,7 @@ static void restart_one(rt_child *spec) {
     return;
   }
   atomic_fetch_add(&rt->stats.restarts, 1);
+  spec->restarts_total++;
   accel_actor *cell = spec->cell;
   RT_LOG(ACCEL_LOG_INFO, "actor '%s' restarted as {%u,%u}", spec->name, cell->ref.slot,
          cell->ref.gen);

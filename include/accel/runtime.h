@@ -164,6 +164,22 @@ ACCEL_API accel_ref accel_runtime_root(accel_runtime *rt);
 /* 1 when called on `rt`'s loop thread, else 0. */
 ACCEL_API int accel_runtime_on_loop(accel_runtime *rt);
 
+/* One actor of the supervision tree, as accel_runtime_walk() shows it. */
+typedef struct accel_actor_view {
+  const char *name;      /* valid during the callback only */
+  accel_ref ref;         /* ACCEL_REF_NONE while waiting for a restart */
+  uint32_t depth;        /* 0 for the root */
+  const char *state;     /* "running", "restarting" */
+  uint32_t restarts;     /* restarts of this child in its current window */
+  uint64_t restarts_total;
+  uint32_t mailbox_used; /* messages waiting (approximate) */
+} accel_actor_view;
+
+/* Visits the tree depth-first in start order. Loop thread only (from a callback);
+ * ACCEL_EDEADLK elsewhere. */
+ACCEL_API int accel_runtime_walk(accel_runtime *rt,
+                                 void (*visit)(const accel_actor_view *v, void *arg), void *arg);
+
 /* ---------------------------------------------------------------------------------------
  * Actors */
 

@@ -1,0 +1,452 @@
+/* Encoding and decoding of frames (layout: docs/PROTOCOL.md). Little-endian, byte by byte. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "actors/check.h"
+#include "proto/wire.h"
+
+/* ---- writing ---- */
+
+void proto_out_init(proto_out *o) {
+  memset(o, 0, sizeof *o);
+}
+
+void proto_out_free(proto_out *o) {
+  free(o->data);
+  proto_out_init(o);
+}
+
+static uint8_t *reserve(proto_out *o, size_t n) {
+  if (o->err)
+    return NULL;
+  if (n > SIZE_MAX / 2 - o->len) {
+    o->err = ACCEL_ENOMEM;
+    return NULL;
+  }
+  if (o->len + n > o->cap) {
+    size_t cap = o->cap ? o->cap : 256;
+    while (cap < o->len + n)
+      cap *= 2;
+    uint8_t *p = realloc(o->data, cap);
+    if (p == NULL) {
+      o->err = ACCEL_ENOMEM;
+      return NULL;
+    }
+    o->data = p;
+    o->cap = cap;
+  }
+  uint8_t *p = o->data + o->len;
+  o->len += n;
+  return p;
+}
+
+static void put_le(proto_out *o, uint64_t v, int bytes) {
+  uint8_t *p = reserve(o, (size_t)bytes);
+  for (int i = 0; p && i < bytes; i++)
+    p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static void put_u16(proto_out *o, uint16_t v) { put_le(o, v, 2); }
+static void put_u32(proto_out *o, uint32_t v) { put_le(o, v, 4); }
+static void put_u64(proto_out *o, uint64_t v) { put_le(o, v, 8); }
+static void put_i32(proto_out *o, int32_t v) { put_le(o, (uint32_t)v, 4); }
+static void put_i64(proto_out *o, int64_t v) { put_le(o, (uint64_t)v, 8); }
+
+static void put_f32(proto_out *o, float f) {
+  uint32_t u;
+  memcpy(&u, &f, sizeof u);
+  put_u32(o, u);
+}
+
+static void put_bytes(proto_out *o, const void *data, size_t n) {
+  uint8_t *p = reserve(o, n);
+  if (p && n)
+    memcpy(p, data, n);
+}
+
+/* Starts a frame; returns the offset of its header for finish_frame. */
+static size_t begin_frame(proto_out *o, proto_type type, uint64_t request_id) {
+  size_t at = o->len;
+  put_u32(o, PROTO_MAGIC);
+  put_u16(o, PROTO_VERSION);
+  put_u16(o, (uint16_t)type);
+  put_u32(o, 0); /* flags */
+  put_u32(o, 0); /* body length, patched by finish_frame */
+  put_u64(o, request_id);
+  return at;
+}
+
+static int finish_frame(proto_out *o, size_t at) {
+  if (o->err)
+    return o->err;
+  size_t body = o->len - at - PROTO_HEADER_SIZE;
+  if (body > UINT32_MAX)
+    return ACCEL_ELIMIT;
+  for (int i = 0; i < 4; i++)
+    o->data[at + 12 + i] = (uint8_t)(body >> (8 * i));
+  return 0;
+}
+
+/* ---- reading ---- */
+
+typedef struct reader {
+  const uint8_t *p;
+  size_t len, pos;
+  bool bad; /* read past the end */
+} reader;
+
+static uint64_t get_le(reader *r, int bytes) {
+  if (r->bad || r->len - r->pos < (size_t)bytes) {
+    r->bad = true;
+    return 0;
+  }
+  uint64_t v = 0;
+  for (int i = 0; i < bytes; i++)
+    v |= (uint64_t)r->p[r->pos + i] << (8 * i);
+  r->pos += (size_t)bytes;
+  return v;
+}
+
+static uint16_t get_u16(reader *r) { return (uint16_t)get_le(r, 2); }
+static uint32_t get_u32(reader *r) { return (uint32_t)get_le(r, 4); }
+static uint64_t get_u64(reader *r) { return get_le(r, 8); }
+static int32_t get_i32(reader *r) { return (int32_t)get_u32(r); }
+static int64_t get_i64(reader *r) { return (int64_t)get_u64(r); }
+
+static float get_f32(reader *r) {
+  uint32_t u = get_u32(r);
+  float f;
+  memcpy(&f, &u, sizeof f);
+  return f;
+}
+
+static const uint8_t *get_bytes(reader *r, size_t n) {
+  if (r->bad || r->len - r->pos < n) {
+    r->bad = true;
+    return NULL;
+  }
+  const uint8_t *p = r->p + r->pos;
+  r->pos += n;
+  return p;
+}
+
+/* The whole body was read, exactly. */
+static int done(const reader *r) {
+  return r->bad || r->pos != r->len ? ACCEL_EPROTO : 0;
+}
+
+/* ---- header ---- */
+
+int proto_decode_header(const uint8_t *frame, size_t len, uint32_t max_message,
+                        proto_header *h) {
+  if (frame == NULL || len < PROTO_HEADER_SIZE)
+    return ACCEL_EPROTO;
+  if (len > max_message)
+    return ACCEL_ELIMIT;
+  reader r = {frame, PROTO_HEADER_SIZE, 0, false};
+  h->magic = get_u32(&r);
+  h->version = get_u16(&r);
+  h->type = get_u16(&r);
+  h->flags = get_u32(&r);
+  h->body_len = get_u32(&r);
+  h->request_id = get_u64(&r);
+  if (h->magic != PROTO_MAGIC || h->version != PROTO_VERSION || h->flags != 0 ||
+      h->type == 0 || h->type >= PROTO_TYPE_MAX_ || h->body_len != len - PROTO_HEADER_SIZE)
+    return ACCEL_EPROTO;
+  return 0;
+}
+
+/* ---- hello and welcome ---- */
+
+int proto_encode_hello(proto_out *o, uint64_t request_id, const proto_hello *h) {
+  size_t at = begin_frame(o, PROTO_HELLO, request_id);
+  size_t n = strnlen(h->name, PROTO_NAME_MAX);
+  put_u16(o, h->version);
+  put_u16(o, (uint16_t)n);
+  put_u32(o, h->capabilities);
+  put_bytes(o, h->name, n);
+  return finish_frame(o, at);
+}
+
+int proto_decode_hello(const uint8_t *body, size_t len, proto_hello *h) {
+  reader r = {body, len, 0, false};
+  memset(h, 0, sizeof *h);
+  h->version = get_u16(&r);
+  uint16_t n = get_u16(&r);
+  h->capabilities = get_u32(&r);
+  if (n > PROTO_NAME_MAX)
+    return ACCEL_EPROTO;
+  const uint8_t *name = get_bytes(&r, n);
+  if (name)
+    memcpy(h->name, name, n);
+  return done(&r);
+}
+
+static void put_device(proto_out *o, const struct accel_device_info *d) {
+  put_bytes(o, d->name, sizeof d->name);
+  put_bytes(o, d->backend, sizeof d->backend);
+  put_u64(o, d->mem_bytes);
+  put_u32(o, d->compute_units);
+  put_u32(o, (uint32_t)d->state);
+  put_u32(o, d->restarts);
+  put_u32(o, 0);
+}
+
+static void get_device(reader *r, struct accel_device_info *d) {
+  const uint8_t *name = get_bytes(r, sizeof d->name);
+  const uint8_t *backend = get_bytes(r, sizeof d->backend);
+  if (name)
+    memcpy(d->name, name, sizeof d->name);
+  if (backend)
+    memcpy(d->backend, backend, sizeof d->backend);
+  d->name[sizeof d->name - 1] = '\0';
+  d->backend[sizeof d->backend - 1] = '\0';
+  d->mem_bytes = get_u64(r);
+  d->compute_units = get_u32(r);
+  d->state = (int)get_u32(r);
+  d->restarts = get_u32(r);
+  get_u32(r);
+}
+
+int proto_encode_welcome(proto_out *o, uint64_t request_id, const proto_welcome *w) {
+  if (w->device_count > PROTO_MAX_DEVICES)
+    return ACCEL_EINVAL;
+  size_t at = begin_frame(o, PROTO_WELCOME, request_id);
+  put_u16(o, w->version);
+  put_u16(o, 0);
+  put_u32(o, w->capabilities);
+  put_u32(o, w->limits.max_message);
+  put_u32(o, w->limits.max_in_flight);
+  put_u32(o, w->limits.max_buffers);
+  put_u32(o, w->device_count);
+  put_u64(o, w->limits.max_memory);
+  for (uint32_t i = 0; i < w->device_count; i++)
+    put_device(o, &w->devices[i]);
+  return finish_frame(o, at);
+}
+
+int proto_decode_welcome(const uint8_t *body, size_t len, proto_welcome *w) {
+  reader r = {body, len, 0, false};
+  memset(w, 0, sizeof *w);
+  w->version = get_u16(&r);
+  get_u16(&r);
+  w->capabilities = get_u32(&r);
+  w->limits.max_message = get_u32(&r);
+  w->limits.max_in_flight = get_u32(&r);
+  w->limits.max_buffers = get_u32(&r);
+  w->device_count = get_u32(&r);
+  w->limits.max_memory = get_u64(&r);
+  if (w->device_count > PROTO_MAX_DEVICES)
+    return ACCEL_EPROTO;
+  for (uint32_t i = 0; i < w->device_count && !r.bad; i++)
+    get_device(&r, &w->devices[i]);
+  return done(&r);
+}
+
+/* ---- ops: header, buffers, then a payload fixed per kind (+ a write's bytes) ---- */
+
+static void put_payload(proto_out *o, const dev_op *op, size_t data_len) {
+  switch (op->h.kind) {
+  case DEV_OP_WRITE:
+    put_u64(o, data_len);
+    break;
+  case DEV_OP_FILL:
+    put_u32(o, op->u.fill.value);
+    break;
+  case DEV_OP_SGEMM: {
+    const be_sgemm_args *g = &op->u.sgemm;
+    put_u32(o, g->trans_a);
+    put_u32(o, g->trans_b);
+    put_i64(o, g->m);
+    put_i64(o, g->n);
+    put_i64(o, g->k);
+    put_f32(o, g->alpha);
+    put_f32(o, g->beta);
+    put_i64(o, g->lda);
+    put_i64(o, g->ldb);
+    put_i64(o, g->ldc);
+    break;
+  }
+  case DEV_OP_SAXPY:
+    put_u64(o, op->u.saxpy.n);
+    put_f32(o, op->u.saxpy.alpha);
+    break;
+  case DEV_OP_SDOT:
+    put_u64(o, op->u.sdot.n);
+    break;
+  case DEV_OP_RNG:
+    put_u32(o, op->u.rng.dist);
+    put_u64(o, op->u.rng.seed);
+    put_u64(o, op->u.rng.offset);
+    put_f32(o, op->u.rng.mean);
+    put_f32(o, op->u.rng.stddev);
+    break;
+  case DEV_OP_UNARY:
+    put_u32(o, op->u.unary.op);
+    break;
+  case DEV_OP_SOFTMAX:
+    put_u64(o, op->u.softmax.rows);
+    put_u64(o, op->u.softmax.cols);
+    break;
+  case DEV_OP_BUFFER_CREATE:
+    put_u32(o, op->u.create.dtype);
+    break;
+  default: /* READ, COPY, BUFFER_DESTROY: nothing */
+    break;
+  }
+}
+
+static uint64_t get_payload(reader *r, dev_op *op) {
+  uint64_t data_len = 0;
+  switch (op->h.kind) {
+  case DEV_OP_WRITE:
+    data_len = get_u64(r);
+    break;
+  case DEV_OP_FILL:
+    op->u.fill.value = get_u32(r);
+    break;
+  case DEV_OP_SGEMM: {
+    be_sgemm_args *g = &op->u.sgemm;
+    uint32_t ta = get_u32(r), tb = get_u32(r);
+    g->trans_a = ta <= BE_BLAS_TRANS ? (be_blas_trans)ta : (r->bad = true, BE_BLAS_NO_TRANS);
+    g->trans_b = tb <= BE_BLAS_TRANS ? (be_blas_trans)tb : (r->bad = true, BE_BLAS_NO_TRANS);
+    g->m = get_i64(r);
+    g->n = get_i64(r);
+    g->k = get_i64(r);
+    g->alpha = get_f32(r);
+    g->beta = get_f32(r);
+    g->lda = get_i64(r);
+    g->ldb = get_i64(r);
+    g->ldc = get_i64(r);
+    break;
+  }
+  case DEV_OP_SAXPY:
+    op->u.saxpy.n = get_u64(r);
+    op->u.saxpy.alpha = get_f32(r);
+    break;
+  case DEV_OP_SDOT:
+    op->u.sdot.n = get_u64(r);
+    break;
+  case DEV_OP_RNG: {
+    uint32_t dist = get_u32(r);
+    op->u.rng.dist = dist <= BE_RNG_NORMAL ? (be_rng_dist)dist : (r->bad = true, BE_RNG_BITS);
+    op->u.rng.seed = get_u64(r);
+    op->u.rng.offset = get_u64(r);
+    op->u.rng.mean = get_f32(r);
+    op->u.rng.stddev = get_f32(r);
+    break;
+  }
+  case DEV_OP_UNARY: {
+    uint32_t u = get_u32(r);
+    op->u.unary.op = u <= BE_TANH ? (be_unary_op)u : (r->bad = true, BE_SIGMOID);
+    break;
+  }
+  case DEV_OP_SOFTMAX:
+    op->u.softmax.rows = get_u64(r);
+    op->u.softmax.cols = get_u64(r);
+    break;
+  case DEV_OP_BUFFER_CREATE:
+    op->u.create.dtype = get_u32(r);
+    break;
+  default:
+    break;
+  }
+  return data_len;
+}
+
+int proto_encode_op(proto_out *o, uint64_t request_id, const dev_op *op, proto_bytes data) {
+  if (op->nbufs > DEV_OP_MAX_BUFS || (data.len && op->h.kind != DEV_OP_WRITE))
+    return ACCEL_EINVAL;
+  size_t at = begin_frame(o, PROTO_OP, request_id);
+  put_u32(o, op->h.kind);
+  put_i32(o, op->h.device);
+  put_u32(o, op->h.completion);
+  put_u32(o, op->h.flags);
+  put_i64(o, op->h.deadline_ms);
+  put_u32(o, op->nbufs);
+  put_u32(o, 0);
+  for (uint32_t i = 0; i < op->nbufs; i++) {
+    put_u64(o, op->bufs[i].handle);
+    put_u32(o, op->bufs[i].access);
+    put_u32(o, 0);
+    put_u64(o, op->bufs[i].offset);
+    put_u64(o, op->bufs[i].count);
+  }
+  put_payload(o, op, data.len);
+  put_bytes(o, data.data, data.len);
+  return finish_frame(o, at);
+}
+
+int proto_decode_op(const uint8_t *body, size_t len, dev_op *op, proto_bytes *data) {
+  reader r = {body, len, 0, false};
+  memset(op, 0, sizeof *op);
+  *data = (proto_bytes){NULL, 0};
+  op->h.kind = get_u32(&r);
+  op->h.device = get_i32(&r);
+  op->h.completion = get_u32(&r);
+  op->h.flags = get_u32(&r);
+  op->h.deadline_ms = get_i64(&r);
+  op->nbufs = get_u32(&r);
+  get_u32(&r);
+  if (r.bad || op->nbufs > DEV_OP_MAX_BUFS || op->h.deadline_ms < 0 ||
+      (op->h.device < 0 && op->h.device != ACCEL_DEVICE_ANY))
+    return ACCEL_EPROTO;
+  for (uint32_t i = 0; i < op->nbufs; i++) {
+    op->bufs[i].handle = get_u64(&r);
+    op->bufs[i].access = get_u32(&r);
+    get_u32(&r);
+    op->bufs[i].offset = get_u64(&r);
+    op->bufs[i].count = get_u64(&r);
+  }
+  if (r.bad || dev_op_check_shape(op) != 0)
+    return ACCEL_EPROTO;
+  uint64_t data_len = get_payload(&r, op);
+  if (r.bad || data_len != r.len - r.pos)
+    return ACCEL_EPROTO;
+  data->data = get_bytes(&r, (size_t)data_len);
+  data->len = (size_t)data_len;
+  if (op->h.kind == DEV_OP_WRITE) {
+    op->u.write.src = data->data;
+    op->u.write.bytes = data_len;
+  }
+  return done(&r);
+}
+
+/* ---- control and replies ---- */
+
+int proto_encode_control(proto_out *o, uint64_t request_id, const proto_control_req *c) {
+  size_t at = begin_frame(o, PROTO_CONTROL, request_id);
+  put_u32(o, c->command);
+  put_u32(o, 0);
+  put_u64(o, c->arg);
+  return finish_frame(o, at);
+}
+
+int proto_decode_control(const uint8_t *body, size_t len, proto_control_req *c) {
+  reader r = {body, len, 0, false};
+  c->command = get_u32(&r);
+  get_u32(&r);
+  c->arg = get_u64(&r);
+  if (c->command == 0 || c->command >= PROTO_CTL_MAX_)
+    return ACCEL_EPROTO;
+  return done(&r);
+}
+
+int proto_encode_reply(proto_out *o, uint64_t request_id, int32_t status, proto_bytes data) {
+  size_t at = begin_frame(o, PROTO_REPLY, request_id);
+  put_i32(o, status);
+  put_u32(o, 0);
+  put_bytes(o, data.data, data.len);
+  return finish_frame(o, at);
+}
+
+int proto_decode_reply(const uint8_t *body, size_t len, int32_t *status, proto_bytes *data) {
+  reader r = {body, len, 0, false};
+  *status = get_i32(&r);
+  get_u32(&r);
+  if (r.bad || *status > 0 || *status <= ACCEL_ERRNO_MIN_)
+    return ACCEL_EPROTO;
+  data->len = r.len - r.pos;
+  data->data = get_bytes(&r, data->len);
+  return done(&r);
+}

@@ -1,0 +1,118 @@
+/* The wire format between libaccel's remote client and acceld (see docs/PROTOCOL.md).
+ *
+ * One nng message is one frame: a 24-byte header, then a body whose layout depends on the
+ * frame type. Every integer is little-endian, written and read byte by byte (no struct
+ * overlays), so the format does not depend on the host. The decoder takes untrusted bytes:
+ * every length, count and enum is checked against the limits before anything is allocated
+ * or used, and any violation is ACCEL_EPROTO (or ACCEL_ELIMIT for a legal but too large
+ * value). It is fuzzed (tests/fuzz/).
+ *
+ * Pure functions: no allocation except where stated, thread-safe. */
+#ifndef PROTO_WIRE_H
+#define PROTO_WIRE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "accel/accel.h"
+#include "actors/op.h"
+
+#define PROTO_MAGIC 0x31434341u /* the bytes 'A' 'C' 'C' '1' */
+#define PROTO_VERSION 1u
+#define PROTO_HEADER_SIZE 24u
+#define PROTO_NAME_MAX 64u
+#define PROTO_DEVICE_SIZE 136u /* one device in a WELCOME */
+#define PROTO_BUF_SIZE 32u     /* one buffer reference in an OP */
+#define PROTO_OP_HEAD_SIZE 32u /* an OP body before its buffers */
+#define PROTO_MAX_DEVICES 16u
+
+typedef enum proto_type {
+  PROTO_HELLO = 1,   /* client -> daemon: version, capabilities, name */
+  PROTO_WELCOME = 2, /* daemon -> client: version, limits, devices */
+  PROTO_OP = 3,      /* client -> daemon: one op envelope (+ inline data for writes) */
+  PROTO_REPLY = 4,   /* daemon -> client: status (+ data for reads and control) */
+  PROTO_CONTROL = 5, /* client -> daemon: status, devices, tree, ping, inject-fault */
+  PROTO_TYPE_MAX_
+} proto_type;
+
+typedef enum proto_control {
+  PROTO_CTL_PING = 1,
+  PROTO_CTL_STATUS = 2,       /* reply: one JSON object */
+  PROTO_CTL_DEVICES = 3,      /* reply: text, one line per device and backend */
+  PROTO_CTL_TREE = 4,         /* reply: text, the supervision tree */
+  PROTO_CTL_INJECT_FAULT = 5, /* arg: device index; refused unless the daemon allows it */
+  PROTO_CTL_MAX_
+} proto_control;
+
+typedef struct proto_header {
+  uint32_t magic;
+  uint16_t version;
+  uint16_t type;       /* proto_type */
+  uint32_t flags;      /* none defined: must be 0 */
+  uint32_t body_len;   /* bytes after the header; must match the frame */
+  uint64_t request_id; /* chosen by the client, echoed in the reply */
+} proto_header;
+
+/* What the daemon accepts; sent in WELCOME, enforced by the decoder and the session. */
+typedef struct proto_limits {
+  uint32_t max_message;   /* bytes per frame, both ways */
+  uint32_t max_in_flight; /* ops per session */
+  uint32_t max_buffers;   /* live handles per session */
+  uint64_t max_memory;    /* bytes of buffers per session */
+} proto_limits;
+
+typedef struct proto_hello {
+  uint16_t version;
+  uint32_t capabilities;
+  char name[PROTO_NAME_MAX + 1]; /* NUL-terminated */
+} proto_hello;
+
+typedef struct proto_welcome {
+  uint16_t version;
+  uint32_t capabilities;
+  proto_limits limits;
+  uint32_t device_count;
+  struct accel_device_info devices[PROTO_MAX_DEVICES];
+} proto_welcome;
+
+typedef struct proto_control_req {
+  uint32_t command; /* proto_control */
+  uint64_t arg;
+} proto_control_req;
+
+/* A write's bytes or a reply's data point into the frame: borrowed, valid while it is. */
+typedef struct proto_bytes {
+  const uint8_t *data;
+  size_t len;
+} proto_bytes;
+
+/* ---- a growable byte buffer for encoding (the one place that allocates) ---- */
+typedef struct proto_out {
+  uint8_t *data;
+  size_t len, cap;
+  int err; /* first error (ACCEL_ENOMEM); later puts do nothing */
+} proto_out;
+
+void proto_out_init(proto_out *o);
+void proto_out_free(proto_out *o);
+
+/* ---- encoding: each appends one whole frame to o; 0 or o->err ---- */
+int proto_encode_hello(proto_out *o, uint64_t request_id, const proto_hello *h);
+int proto_encode_welcome(proto_out *o, uint64_t request_id, const proto_welcome *w);
+/* `data` is a write's bytes (NULL otherwise). */
+int proto_encode_op(proto_out *o, uint64_t request_id, const dev_op *op, proto_bytes data);
+int proto_encode_control(proto_out *o, uint64_t request_id, const proto_control_req *c);
+int proto_encode_reply(proto_out *o, uint64_t request_id, int32_t status, proto_bytes data);
+
+/* ---- decoding untrusted bytes ---- */
+int proto_decode_header(const uint8_t *frame, size_t len, uint32_t max_message,
+                        proto_header *h);
+int proto_decode_hello(const uint8_t *body, size_t len, proto_hello *h);
+int proto_decode_welcome(const uint8_t *body, size_t len, proto_welcome *w);
+/* Fills *op (no future, no owner) and *data (a write's bytes, borrowed from body). Checks
+ * the kind, the buffer count and access modes the kind needs, and the payload's enums. */
+int proto_decode_op(const uint8_t *body, size_t len, dev_op *op, proto_bytes *data);
+int proto_decode_control(const uint8_t *body, size_t len, proto_control_req *c);
+int proto_decode_reply(const uint8_t *body, size_t len, int32_t *status, proto_bytes *data);
+
+#endif
