@@ -208,6 +208,37 @@ static void get_device(reader *r, struct accel_device_info *d) {
   get_u32(r);
 }
 
+int proto_encode_device(proto_out *o, const struct accel_device_info *d) {
+  put_device(o, d);
+  return o->err;
+}
+
+int proto_decode_device(const uint8_t *p, size_t len, struct accel_device_info *d) {
+  reader r = {p, len, 0, false};
+  memset(d, 0, sizeof *d);
+  get_device(&r, d);
+  return done(&r);
+}
+
+int proto_encode_transfer_stats(proto_out *o, const accel_transfer_stats *t) {
+  put_u64(o, t->host_to_device);
+  put_u64(o, t->device_to_host);
+  put_u64(o, t->device_to_device);
+  put_u64(o, t->written);
+  put_u64(o, t->read);
+  return o->err;
+}
+
+int proto_decode_transfer_stats(const uint8_t *p, size_t len, accel_transfer_stats *t) {
+  reader r = {p, len, 0, false};
+  t->host_to_device = get_u64(&r);
+  t->device_to_host = get_u64(&r);
+  t->device_to_device = get_u64(&r);
+  t->written = get_u64(&r);
+  t->read = get_u64(&r);
+  return done(&r);
+}
+
 int proto_encode_welcome(proto_out *o, uint64_t request_id, const proto_welcome *w) {
   if (w->device_count > PROTO_MAX_DEVICES)
     return ACCEL_EINVAL;

@@ -41,6 +41,8 @@ typedef enum proto_control {
   PROTO_CTL_DEVICES = 3,      /* reply: text, one line per device and backend */
   PROTO_CTL_TREE = 4,         /* reply: text, the supervision tree */
   PROTO_CTL_INJECT_FAULT = 5, /* arg: device index; refused unless the daemon allows it */
+  PROTO_CTL_DEVICE_INFO = 6,  /* arg: device index; reply: one device (PROTO_DEVICE_SIZE) */
+  PROTO_CTL_TRANSFER_STATS = 7, /* reply: 5 x u64: h2d, d2h, d2d, written, read */
   PROTO_CTL_MAX_
 } proto_control;
 
@@ -103,6 +105,12 @@ int proto_encode_welcome(proto_out *o, uint64_t request_id, const proto_welcome 
 int proto_encode_op(proto_out *o, uint64_t request_id, const dev_op *op, proto_bytes data);
 int proto_encode_control(proto_out *o, uint64_t request_id, const proto_control_req *c);
 int proto_encode_reply(proto_out *o, uint64_t request_id, int32_t status, proto_bytes data);
+
+/* One device as in WELCOME (PROTO_DEVICE_SIZE bytes), for PROTO_CTL_DEVICE_INFO replies. */
+int proto_encode_device(proto_out *o, const struct accel_device_info *d);
+int proto_decode_device(const uint8_t *p, size_t len, struct accel_device_info *d);
+int proto_encode_transfer_stats(proto_out *o, const accel_transfer_stats *t);
+int proto_decode_transfer_stats(const uint8_t *p, size_t len, accel_transfer_stats *t);
 
 /* ---- decoding untrusted bytes ---- */
 int proto_decode_header(const uint8_t *frame, size_t len, uint32_t max_message,
