@@ -1,30 +1,43 @@
-/* The client context of libaccel, embedded mode: a runtime of its own, the device tree, one
- * session, and the client-side handle table that lets every call check its arguments at once.
- * The handle table is the client's view (dtype and count per live handle); the session keeps
- * its own and re-checks, as the daemon will have to for untrusted clients. */
+/* The client context of libaccel: what embedded and remote modes share (the handle table
+ * that lets every call check its arguments at once, in-flight accounting for accel_finish,
+ * futures), and the transport that carries ops (embedded: to the in-process session; remote:
+ * over nng to acceld). The handle table is the client's view (dtype and count per live
+ * handle); the session keeps its own and checks again, as it must for untrusted clients. */
 #ifndef CLIENT_CTX_H
 #define CLIENT_CTX_H
 
 #include <pthread.h>
+#include <stdbool.h>
 
 #include "accel/accel.h"
 #include "actors/op.h"
-#include "actors/world.h"
 
 typedef struct client_handle {
-  uint32_t gen;   /* bumped on destroy; never 0 for a live one */
+  uint32_t gen; /* bumped on destroy; never 0 in its low 16 bits */
   bool live;
   accel_dtype dtype;
   size_t count;
   uint32_t next_free;
 } client_handle;
 
+typedef struct client_transport {
+  /* Takes the op (with its future set, if any) on success; on failure it stays the
+   * caller's. The transport calls client_op_done() once per op it took. */
+  int (*send_op)(accel_ctx *ctx, dev_op *op);
+  int (*device_count)(accel_ctx *ctx);
+  int (*device_info)(accel_ctx *ctx, accel_device dev, struct accel_device_info *out);
+  int (*inject_fault)(accel_ctx *ctx, accel_device dev);
+  int (*transfer_stats)(accel_ctx *ctx, accel_transfer_stats *out);
+  /* After every op finished: stop and free the transport's state. */
+  void (*close)(accel_ctx *ctx);
+} client_transport;
+
 struct accel_ctx {
-  accel_runtime *rt;
-  dev_world world;
-  accel_ref devices, session;
+  const client_transport *tp;
+  void *impl;        /* the transport's state */
+  accel_runtime *rt; /* runs `then` callbacks (and, embedded, everything else) */
   uint32_t max_buffers;
-  uint32_t tag; /* 16 bits in every handle of this context */
+  uint32_t tag;      /* 16 bits in every handle of this context */
 
   pthread_mutex_t mu; /* guards the handle table */
   client_handle *handles;
@@ -36,11 +49,28 @@ struct accel_ctx {
   int first_error;
 };
 
+extern const client_transport client_embedded_transport;
+extern const client_transport client_remote_transport;
+
+/* Makes ctx's common parts (handle table, locks, tag). */
+int client_ctx_init(accel_ctx *ctx, uint32_t max_buffers);
+void client_ctx_free(accel_ctx *ctx);
+
+/* Transports' open functions: fill ctx->tp, ctx->impl, ctx->rt. */
+int client_embedded_open(accel_ctx *ctx, const char *query);
+int client_remote_open(accel_ctx *ctx, const char *url);
+
 /* Looks up a live handle: its dtype and count. ACCEL_ESTALE if it is not one of ours. */
 int client_handle_get(accel_ctx *ctx, accel_buffer h, accel_dtype *dtype, size_t *count);
 
-/* Sends a filled envelope (h.kind, bufs, payload) to the session; makes the future. On error
- * the op is freed and no future made. */
+/* Checks an envelope against the handle table and sends it; makes the future. On error the
+ * op is freed and no future made. */
 int client_submit(accel_ctx *ctx, dev_op *op, accel_device dev, accel_future **f);
+
+/* An op the transport took has finished (any thread). */
+void client_op_done(accel_ctx *ctx, int status);
+
+/* The session/daemon's limits on a client's buffer table size. */
+#define CLIENT_DEFAULT_MAX_BUFFERS 65536u
 
 #endif

@@ -3,6 +3,7 @@
  * sends it. An argument error returns at once and makes no future. */
 #include <stdlib.h>
 
+#include "actors/world.h"
 #include "clients/ctx.h"
 
 static dev_op *new_op(uint32_t kind) {
@@ -18,13 +19,19 @@ static void add_buf(dev_op *op, accel_buffer h, uint64_t offset, uint64_t count)
 
 int accel_write(accel_ctx *ctx, accel_buffer dst, size_t offset, const void *src, size_t count,
                 accel_future **f) {
-  if (ctx == NULL || (src == NULL && count > 0))
+  accel_dtype dtype;
+  size_t len;
+  int rc = ctx ? client_handle_get(ctx, dst, &dtype, &len) : ACCEL_EINVAL;
+  if (rc != 0)
+    return rc;
+  if ((src == NULL && count > 0) || count > SIZE_MAX / 8)
     return ACCEL_EINVAL;
   dev_op *op = new_op(DEV_OP_WRITE);
   if (op == NULL)
     return ACCEL_ENOMEM;
   add_buf(op, dst, offset, count);
   op->u.write.src = src;
+  op->u.write.bytes = count * dev_dtype_size(dtype);
   return client_submit(ctx, op, ACCEL_DEVICE_ANY, f);
 }
 

@@ -77,8 +77,12 @@ typedef struct accel_transfer_stats {
  * url: NULL or "embedded:" starts an in-process runtime with every backend it finds.
  * Query parameters (after '?', joined with '&'): fault_injection=1 (allows accel_inject_fault),
  * cpu_devices=N (N CPU devices, each its own memory node; default 1),
- * completion=callback|sync|poll (default callback). Remote URLs ("ipc://", "tcp://") are not
- * supported yet: ACCEL_ENOTSUP. */
+ * completion=callback|sync|poll (default callback), max_restarts=N (per device, in 10 s),
+ * max_buffers=N.
+ * "ipc://PATH" or "tcp://HOST:PORT" connects to acceld: the same API and semantics; buffers
+ * belong to this connection and die with it. ACCEL_ECLOSED if no daemon answers there, and
+ * for every pending and later op once the connection is lost. Other schemes: ACCEL_ENOTSUP.
+ * A write or read must fit in one message of the daemon's max_message (ACCEL_ELIMIT). */
 ACCEL_API int accel_open(accel_ctx **ctx, const char *url);
 /* Waits for the context's ops, frees every buffer, stops the runtime. */
 ACCEL_API void accel_close(accel_ctx *ctx);

@@ -1,0 +1,310 @@
+/* libaccel's context, whatever the transport: opening by URL, the handle table, buffers,
+ * op submission, completion accounting and accel_finish. */
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "actors/check.h"
+#include "actors/world.h"
+#include "clients/ctx.h"
+
+static _Thread_local accel_completion thread_completion;
+static atomic_uint next_tag = 1; /* handle tags of the process's contexts */
+
+/* ---- open and close ---- */
+
+int client_ctx_init(accel_ctx *ctx, uint32_t max_buffers) {
+  ctx->handles = calloc(max_buffers, sizeof *ctx->handles);
+  if (ctx->handles == NULL)
+    return ACCEL_ENOMEM;
+  ctx->max_buffers = max_buffers;
+  for (uint32_t i = 1; i < max_buffers; i++) {
+    ctx->handles[i].gen = 1;
+    ctx->handles[i].next_free = i + 1 < max_buffers ? i + 1 : 0;
+  }
+  ctx->free_head = 1;
+  unsigned tag = atomic_fetch_add(&next_tag, 1) & 0xffffu;
+  ctx->tag = tag ? tag : atomic_fetch_add(&next_tag, 1) & 0xffffu;
+  pthread_mutex_init(&ctx->mu, NULL);
+  pthread_mutex_init(&ctx->done_mu, NULL);
+  pthread_cond_init(&ctx->done_cv, NULL);
+  return 0;
+}
+
+void client_ctx_free(accel_ctx *ctx) {
+  pthread_mutex_destroy(&ctx->mu);
+  pthread_mutex_destroy(&ctx->done_mu);
+  pthread_cond_destroy(&ctx->done_cv);
+  free(ctx->handles);
+  free(ctx);
+}
+
+int accel_open(accel_ctx **out, const char *url) {
+  if (out == NULL)
+    return ACCEL_EINVAL;
+  accel_ctx *ctx = calloc(1, sizeof *ctx);
+  if (ctx == NULL)
+    return ACCEL_ENOMEM;
+  int rc;
+  if (url == NULL || strncmp(url, "embedded:", 9) == 0)
+    rc = client_embedded_open(ctx, url ? url + 9 : "");
+  else if (strncmp(url, "ipc://", 6) == 0 || strncmp(url, "tcp://", 6) == 0)
+    rc = client_remote_open(ctx, url);
+  else
+    rc = strstr(url, "://") ? ACCEL_ENOTSUP : ACCEL_EINVAL;
+  if (rc != 0) {
+    free(ctx); /* the transport's open cleaned up what it made */
+    return rc;
+  }
+  *out = ctx;
+  return 0;
+}
+
+void accel_close(accel_ctx *ctx) {
+  if (ctx == NULL)
+    return;
+  accel_finish(ctx, -1);
+  ctx->tp->close(ctx);
+  client_ctx_free(ctx);
+}
+
+accel_runtime *accel_ctx_runtime(accel_ctx *ctx) {
+  return ctx ? ctx->rt : NULL;
+}
+
+/* ---- devices, faults, statistics: the transport's ---- */
+
+int accel_device_count(accel_ctx *ctx) {
+  return ctx ? ctx->tp->device_count(ctx) : ACCEL_EINVAL;
+}
+
+int accel_device_info(accel_ctx *ctx, accel_device dev, struct accel_device_info *out) {
+  if (ctx == NULL || out == NULL || dev < 0 || dev >= ctx->tp->device_count(ctx))
+    return ACCEL_EINVAL;
+  return ctx->tp->device_info(ctx, dev, out);
+}
+
+int accel_inject_fault(accel_ctx *ctx, accel_device dev) {
+  if (ctx == NULL || dev < 0 || dev >= ctx->tp->device_count(ctx))
+    return ACCEL_EINVAL;
+  return ctx->tp->inject_fault(ctx, dev);
+}
+
+int accel_transfer_stats_get(accel_ctx *ctx, accel_transfer_stats *out) {
+  if (ctx == NULL || out == NULL)
+    return ACCEL_EINVAL;
+  return ctx->tp->transfer_stats(ctx, out);
+}
+
+/* ---- the handle table ---- */
+
+/* A handle: bits 0-31 the slot, 32-47 the slot's generation, 48-63 the context's tag, so
+ * that a handle of another context is stale here. */
+static uint64_t make_handle(const accel_ctx *ctx, uint32_t slot, uint32_t gen) {
+  return (uint64_t)ctx->tag << 48 | (uint64_t)(gen & 0xffffu) << 32 | slot;
+}
+
+int client_handle_get(accel_ctx *ctx, accel_buffer h, accel_dtype *dtype, size_t *count) {
+  uint32_t slot = (uint32_t)h, gen = (uint32_t)(h >> 32) & 0xffffu, tag = (uint32_t)(h >> 48);
+  int rc = ACCEL_ESTALE;
+  pthread_mutex_lock(&ctx->mu);
+  if (slot != 0 && slot < ctx->max_buffers && ctx->handles[slot].live &&
+      (ctx->handles[slot].gen & 0xffffu) == gen && tag == ctx->tag) {
+    *dtype = ctx->handles[slot].dtype;
+    *count = ctx->handles[slot].count;
+    rc = 0;
+  }
+  pthread_mutex_unlock(&ctx->mu);
+  return rc;
+}
+
+static int handle_alloc(accel_ctx *ctx, accel_dtype dtype, size_t count, accel_buffer *out) {
+  pthread_mutex_lock(&ctx->mu);
+  uint32_t slot = ctx->free_head;
+  if (slot == 0) {
+    pthread_mutex_unlock(&ctx->mu);
+    return ACCEL_ELIMIT;
+  }
+  client_handle *e = &ctx->handles[slot];
+  ctx->free_head = e->next_free;
+  e->live = true;
+  e->dtype = dtype;
+  e->count = count;
+  *out = make_handle(ctx, slot, e->gen);
+  pthread_mutex_unlock(&ctx->mu);
+  return 0;
+}
+
+static void handle_free(accel_ctx *ctx, uint32_t slot) {
+  pthread_mutex_lock(&ctx->mu);
+  client_handle *e = &ctx->handles[slot];
+  e->live = false;
+  e->gen = (e->gen + 1) & 0xffffu ? e->gen + 1 : e->gen + 2; /* never 0 in 16 bits */
+  e->next_free = ctx->free_head;
+  ctx->free_head = slot;
+  pthread_mutex_unlock(&ctx->mu);
+}
+
+/* ---- in-flight accounting ---- */
+
+static void in_flight_add(accel_ctx *ctx) {
+  pthread_mutex_lock(&ctx->done_mu);
+  ctx->in_flight++;
+  pthread_mutex_unlock(&ctx->done_mu);
+}
+
+static void in_flight_remove(accel_ctx *ctx, int status) {
+  pthread_mutex_lock(&ctx->done_mu);
+  if (status < 0 && ctx->first_error == 0)
+    ctx->first_error = status;
+  if (--ctx->in_flight == 0)
+    pthread_cond_broadcast(&ctx->done_cv);
+  pthread_mutex_unlock(&ctx->done_mu);
+}
+
+void client_op_done(accel_ctx *ctx, int status) {
+  in_flight_remove(ctx, status);
+}
+
+/* ---- sending ops ---- */
+
+/* Sends an op as it is (checked or not), counting it in flight. */
+static int send_op(accel_ctx *ctx, dev_op *op, accel_future **f) {
+  op->h.completion = thread_completion;
+  accel_future *fut = NULL;
+  if (f) {
+    int rc = accel_future_create(ctx->rt, &fut);
+    if (rc != 0) {
+      free(op);
+      return rc;
+    }
+    accel_future_retain(fut); /* one for the caller, one for the op */
+  }
+  op->future = fut;
+  in_flight_add(ctx);
+  int rc = ctx->tp->send_op(ctx, op);
+  if (rc != 0) {
+    pthread_mutex_lock(&ctx->done_mu);
+    if (--ctx->in_flight == 0)
+      pthread_cond_broadcast(&ctx->done_cv);
+    pthread_mutex_unlock(&ctx->done_mu);
+    if (fut) {
+      accel_future_release(fut);
+      accel_future_release(fut);
+    }
+    free(op);
+    return rc;
+  }
+  if (f)
+    *f = fut;
+  return 0;
+}
+
+static int buffer_op(accel_ctx *ctx, uint32_t kind, accel_buffer h, accel_dtype dtype,
+                     size_t count) {
+  dev_op *op = calloc(1, sizeof *op);
+  if (op == NULL)
+    return ACCEL_ENOMEM;
+  op->h.kind = kind;
+  op->nbufs = 1;
+  op->bufs[0] = (dev_op_buf){.handle = h, .count = count};
+  op->u.create.dtype = dtype;
+  return send_op(ctx, op, NULL);
+}
+
+int accel_buffer_create(accel_ctx *ctx, accel_dtype dtype, size_t count, accel_buffer *out) {
+  if (ctx == NULL || out == NULL || dev_dtype_size(dtype) == 0 || count > (SIZE_MAX >> 4))
+    return ACCEL_EINVAL;
+  accel_buffer h;
+  int rc = handle_alloc(ctx, dtype, count, &h);
+  if (rc != 0)
+    return rc;
+  rc = buffer_op(ctx, DEV_OP_BUFFER_CREATE, h, dtype, count);
+  if (rc != 0) {
+    handle_free(ctx, (uint32_t)h);
+    return rc;
+  }
+  *out = h;
+  return 0;
+}
+
+int accel_buffer_destroy(accel_ctx *ctx, accel_buffer buf) {
+  if (ctx == NULL)
+    return ACCEL_EINVAL;
+  accel_dtype dtype;
+  size_t count;
+  int rc = client_handle_get(ctx, buf, &dtype, &count);
+  if (rc == 0)
+    rc = buffer_op(ctx, DEV_OP_BUFFER_DESTROY, buf, dtype, count);
+  if (rc == 0)
+    handle_free(ctx, (uint32_t)buf);
+  return rc;
+}
+
+static int check_op(accel_ctx *ctx, dev_op *op, accel_device dev) {
+  if (dev != ACCEL_DEVICE_ANY && (dev < 0 || dev >= ctx->tp->device_count(ctx)))
+    return ACCEL_EINVAL;
+  dev_buf_info info[DEV_OP_MAX_BUFS];
+  for (uint32_t i = 0; i < op->nbufs; i++) {
+    size_t count;
+    int rc = client_handle_get(ctx, op->bufs[i].handle, &info[i].dtype, &count);
+    if (rc != 0)
+      return rc;
+    info[i].count = count;
+  }
+  return dev_op_check(op, info);
+}
+
+int client_submit(accel_ctx *ctx, dev_op *op, accel_device dev, accel_future **f) {
+  op->h.device = dev;
+  int rc = check_op(ctx, op, dev);
+  if (rc != 0) {
+    free(op);
+    return rc;
+  }
+  return send_op(ctx, op, f);
+}
+
+int accel_set_completion(accel_ctx *ctx, accel_completion how) {
+  if (ctx == NULL || how < ACCEL_COMPLETION_DEFAULT || how > ACCEL_COMPLETION_POLL)
+    return ACCEL_EINVAL;
+  thread_completion = how;
+  return 0;
+}
+
+/* ---- finishing ---- */
+
+static struct timespec deadline_after(int64_t ms) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  ts.tv_sec += ms / 1000;
+  ts.tv_nsec += (ms % 1000) * 1000000L;
+  if (ts.tv_nsec >= 1000000000L) {
+    ts.tv_sec++;
+    ts.tv_nsec -= 1000000000L;
+  }
+  return ts;
+}
+
+int accel_finish(accel_ctx *ctx, int64_t timeout_ms) {
+  if (ctx == NULL)
+    return ACCEL_EINVAL;
+  if (accel_runtime_on_loop(ctx->rt))
+    return ACCEL_EDEADLK;
+  struct timespec deadline = deadline_after(timeout_ms < 0 ? 0 : timeout_ms);
+  int rc = 0;
+  pthread_mutex_lock(&ctx->done_mu);
+  while (ctx->in_flight > 0 && rc == 0) {
+    if (timeout_ms < 0)
+      pthread_cond_wait(&ctx->done_cv, &ctx->done_mu);
+    else if (pthread_cond_timedwait(&ctx->done_cv, &ctx->done_mu, &deadline) != 0)
+      rc = ACCEL_ETIMEDOUT;
+  }
+  if (rc == 0) {
+    rc = ctx->first_error;
+    ctx->first_error = 0;
+  }
+  pthread_mutex_unlock(&ctx->done_mu);
+  return rc;
+}
