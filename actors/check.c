@@ -3,6 +3,7 @@
  * own table: the daemon trusts no client). It also sets each buffer's access mode and range
  * from the op itself, so a client cannot claim to overwrite what it only partly writes. */
 #include "actors/check.h"
+#include "actors/world.h"
 
 #include "backends/blas_args.h"
 
@@ -51,6 +52,11 @@ static int check_io(dev_op *op, const dev_buf_info *b) {
   if (!range_ok(op->bufs[0].offset, op->bufs[0].count, b[0].count))
     return ACCEL_EINVAL;
   bool write = op->h.kind == DEV_OP_WRITE;
+  /* A write carries exactly the bytes it names (on the wire, the frame's own length). */
+  if (write && op->u.write.bytes != op->bufs[0].count * dev_dtype_size(b[0].dtype))
+    return ACCEL_EINVAL;
+  if (write && op->u.write.src == NULL && op->u.write.bytes > 0)
+    return ACCEL_EINVAL;
   set_access(op, 0, write ? DEV_WRITE_ALL : DEV_READ, op->bufs[0].offset, op->bufs[0].count);
   return 0;
 }

@@ -53,7 +53,7 @@ typedef struct dev_op {
   uint32_t nbufs;
   dev_op_buf bufs[DEV_OP_MAX_BUFS];
   union {
-    struct { const void *src; } write;        /* bufs[0]: dst */
+    struct { const void *src; uint64_t bytes; } write; /* bufs[0]: dst; bytes = count * size */
     struct { void *dst; } read;               /* bufs[0]: src */
     struct { int unused; } copy;              /* bufs[0]: dst, bufs[1]: src */
     struct { uint32_t value; } fill;          /* bufs[0] */
