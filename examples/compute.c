@@ -6,6 +6,8 @@
  * back. Prints what it did and how much data moved. Exit status 0 only if every check holds.
  *
  * Build:  cc compute.c $(pkg-config --cflags --libs accel) -lm
+ * Run:    ./compute                      (in-process)
+ *         ./compute ipc:///run/acceld/acceld.sock   (through the daemon)
  */
 #include <math.h>
 #include <stdbool.h>
@@ -65,9 +67,12 @@ static double max_error(const float *got, const double *want, size_t n) {
   return worst;
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+  /* "embedded:" (the default) runs in this process; "ipc://..." talks to acceld. */
+  const char *url = argc > 1 ? argv[1] : "embedded:";
   accel_ctx *ctx;
-  CHECK(accel_open(&ctx, "embedded:"));
+  CHECK(accel_open(&ctx, url));
+  printf("context: %s\n", url);
   list_devices(ctx);
 
   accel_buffer a, b, c, p;

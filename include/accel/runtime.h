@@ -221,7 +221,8 @@ ACCEL_API int accel_stop(accel_runtime *rt, accel_ref ref);
 ACCEL_API accel_ref accel_self(accel_actor *self);
 ACCEL_API accel_runtime *accel_actor_runtime(accel_actor *self);
 ACCEL_API const char *accel_actor_name(accel_actor *self);
-/* The current ref of the child named `name`, which follows restarts. ACCEL_ENOENT if none. */
+/* The current ref of the child named `name`, which follows restarts. ACCEL_ENOENT if none,
+ * ACCEL_EAGAIN while it waits for a restart (between incarnations). */
 ACCEL_API int accel_child(accel_actor *self, const char *name, accel_ref *out);
 /* The actor's parent (ACCEL_REF_NONE for the root). */
 ACCEL_API accel_ref accel_parent(accel_actor *self);

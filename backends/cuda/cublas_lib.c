@@ -1,0 +1,78 @@
+/* Loading cuBLAS at run time (cublas_lib.h). */
+#include "backends/cuda/cublas_lib.h"
+
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdlib.h>
+
+#include "accel/error.h"
+
+/* The toolkit this backend is built against ships libcublas.so.13; older ones still answer
+ * the same C entry points. The absolute path catches a toolkit not on the loader's path. */
+static const char *const cublas_names[] = {
+    "libcublas.so.13", "libcublas.so.12", "libcublas.so",
+    "/usr/local/cuda/lib64/libcublas.so.13", NULL,
+};
+
+static pthread_once_t once = PTHREAD_ONCE_INIT;
+static be_cublas_api api;
+static const be_cublas_api *loaded;
+
+static int resolve(void *lib)
+{
+#define BE_CUBLAS_RESOLVE_(fn)                                                             \
+  *(void **)(void *)&api.fn = dlsym(lib, #fn);                                             \
+  if (api.fn == NULL)                                                                      \
+    return -1;
+  BE_CUBLAS_FUNCS(BE_CUBLAS_RESOLVE_)
+#undef BE_CUBLAS_RESOLVE_
+  return 0;
+}
+
+static void *open_first(void)
+{
+  const char *env = getenv("ACCEL_CUDA_CUBLAS");
+  if (env != NULL && *env != '\0')
+    return dlopen(env, RTLD_NOW | RTLD_LOCAL);
+  for (const char *const *n = cublas_names; *n != NULL; n++) {
+    void *lib = dlopen(*n, RTLD_NOW | RTLD_LOCAL);
+    if (lib != NULL)
+      return lib;
+  }
+  return NULL;
+}
+
+static void load(void)
+{
+  void *lib = open_first();
+  if (lib == NULL)
+    return;
+  if (resolve(lib) == 0)
+    loaded = &api;
+  else
+    dlclose(lib);
+}
+
+const be_cublas_api *be_cublas(void)
+{
+  pthread_once(&once, load);
+  return loaded;
+}
+
+int be_cublas_err(cublasStatus_t s)
+{
+  switch (s) {
+  case CUBLAS_STATUS_SUCCESS:
+    return 0;
+  case CUBLAS_STATUS_ALLOC_FAILED:
+    return ACCEL_ENOMEM;
+  case CUBLAS_STATUS_INVALID_VALUE:
+    return ACCEL_EINVAL;
+  case CUBLAS_STATUS_NOT_SUPPORTED:
+  case CUBLAS_STATUS_ARCH_MISMATCH:
+  case CUBLAS_STATUS_NOT_INITIALIZED:
+    return ACCEL_ENOTSUP;
+  default:
+    return ACCEL_EIO;
+  }
+}

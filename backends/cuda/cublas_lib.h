@@ -1,0 +1,27 @@
+/* cuBLAS, loaded at run time like the driver (driver.h): the first device open dlopen()s
+ * libcublas (ACCEL_CUDA_CUBLAS names another file). Without it the device still works, and
+ * sgemm answers ACCEL_ENOTSUP. cublas_api.h is read for its types only. */
+#ifndef BE_CUDA_CUBLAS_LIB_H
+#define BE_CUDA_CUBLAS_LIB_H
+
+#include <cublas_api.h>
+#include <stddef.h>
+
+#define BE_CUBLAS_FUNCS(X)                                                                 \
+  X(cublasCreate_v2) X(cublasDestroy_v2) X(cublasSetStream_v2) X(cublasSetMathMode)       \
+  X(cublasSgemm_v2) X(cublasGemmEx) X(cublasGetVersion_v2)
+
+#define BE_CUBLAS_FIELD_(fn) __typeof__(&fn) fn;
+
+typedef struct be_cublas_api {
+  BE_CUBLAS_FUNCS(BE_CUBLAS_FIELD_)
+} be_cublas_api;
+
+/* The loaded table, or NULL if cuBLAS is missing (loaded once, thread-safe). */
+const be_cublas_api *be_cublas(void);
+
+/* accel's code for a cuBLAS status (ACCEL_EIO for execution failures: the caller asks the
+ * driver whether the context broke). */
+int be_cublas_err(cublasStatus_t s);
+
+#endif

@@ -1,0 +1,62 @@
+/* The CUDA Driver API, loaded at run time (internal to backends/cuda/).
+ *
+ * Nothing links libcuda: the first probe dlopen()s "libcuda.so.1" (ACCEL_CUDA_DRIVER names
+ * another file, for tests) and looks every entry point up by name, so the library and every
+ * binary start on machines without a driver. cuda.h is only read for its types and for the
+ * versioned names it maps the API onto (cuMemAlloc is cuMemAlloc_v2): the table's field for
+ * cuMemAlloc is looked up as "cuMemAlloc_v2", whatever this toolkit's header says.
+ *
+ * Errors: be_cuda_err() maps a CUresult onto accel's codes. Sticky errors (the context is
+ * broken until it is reset: illegal address, launch failure, trap...) map to ACCEL_EDEVLOST;
+ * callers that get one mark their device faulted (fault.c).
+ */
+#ifndef BE_CUDA_DRIVER_H
+#define BE_CUDA_DRIVER_H
+
+#include <cuda.h>
+#include <stdbool.h>
+#include <stddef.h>
+
+/* Every driver entry point the backend, its tests and its benchmarks call. */
+#define BE_CU_FUNCS(X)                                                                     \
+  X(cuInit) X(cuDriverGetVersion) X(cuGetErrorName) X(cuDeviceGetCount) X(cuDeviceGet)     \
+  X(cuDeviceGetName) X(cuDeviceTotalMem) X(cuDeviceGetAttribute)                           \
+  X(cuDevicePrimaryCtxRetain) X(cuDevicePrimaryCtxRelease) X(cuDevicePrimaryCtxReset)      \
+  X(cuCtxSetCurrent) X(cuCtxGetCurrent) X(cuCtxSynchronize)                                \
+  X(cuModuleLoadData) X(cuModuleUnload) X(cuModuleGetFunction) X(cuLaunchKernel)           \
+  X(cuStreamCreate) X(cuStreamDestroy) X(cuStreamSynchronize) X(cuStreamQuery)             \
+  X(cuStreamWaitEvent) X(cuLaunchHostFunc) X(cuStreamWaitValue32) X(cuStreamWriteValue32)  \
+  X(cuEventCreate) X(cuEventDestroy) X(cuEventRecord) X(cuEventQuery)                      \
+  X(cuEventSynchronize) X(cuEventElapsedTime)                                              \
+  X(cuMemAlloc) X(cuMemFree) X(cuMemGetInfo) X(cuMemHostAlloc) X(cuMemFreeHost)            \
+  X(cuPointerGetAttributes) X(cuMemcpyHtoDAsync) X(cuMemcpyDtoHAsync)                      \
+  X(cuMemcpyDtoDAsync) X(cuMemsetD32Async)
+
+#define BE_CU_FIELD_(fn) __typeof__(&fn) fn;
+
+typedef struct be_cu_api {
+  BE_CU_FUNCS(BE_CU_FIELD_)
+} be_cu_api;
+
+/* The loaded table; valid once be_cuda_driver_load() returned 0. */
+extern be_cu_api be_cu;
+
+/* Loads the driver once per process (thread-safe) and initialises it (cuInit). 0, or
+ * ACCEL_ENOTSUP with `why` saying what is missing ("no driver", "no device", ...). */
+int be_cuda_driver_load(char *why, size_t why_len);
+
+/* One attempt at loading `path` into a private table and initialising it, closed again
+ * afterwards: what be_cuda_driver_load() would answer for that file. For host-side tests. */
+int be_cuda_driver_try(const char *path, char *why, size_t why_len);
+
+/* accel's code for a CUresult: 0, ACCEL_EAGAIN (not ready), ACCEL_ENOMEM, ACCEL_EINVAL,
+ * ACCEL_EDEVLOST (sticky), ACCEL_ENOTSUP (no device or driver), else ACCEL_EIO. */
+int be_cuda_err(CUresult r);
+
+/* Whether r leaves the context unusable until it is reset. */
+bool be_cuda_sticky(CUresult r);
+
+/* "CUDA_ERROR_..." (or "CUDA_ERROR_<number>" if the driver is not loaded). Static storage. */
+const char *be_cuda_err_name(CUresult r);
+
+#endif
