@@ -136,13 +136,17 @@ static int handle_alloc(accel_ctx *ctx, accel_dtype dtype, size_t count, accel_b
   return 0;
 }
 
+/* A slot whose 16-bit generation would wrap is never used again, so that a destroyed handle
+ * can never name a live buffer later (the table shrinks by one slot per 65535 reuses). */
 static void handle_free(accel_ctx *ctx, uint32_t slot) {
   pthread_mutex_lock(&ctx->mu);
   client_handle *e = &ctx->handles[slot];
   e->live = false;
-  e->gen = (e->gen + 1) & 0xffffu ? e->gen + 1 : e->gen + 2; /* never 0 in 16 bits */
-  e->next_free = ctx->free_head;
-  ctx->free_head = slot;
+  e->gen++;
+  if ((e->gen & 0xffffu) != 0) {
+    e->next_free = ctx->free_head;
+    ctx->free_head = slot;
+  }
   pthread_mutex_unlock(&ctx->mu);
 }
 

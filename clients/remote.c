@@ -39,11 +39,30 @@ typedef struct remote {
   pending *table[BUCKETS];
   uint64_t next_id;
   bool dead;
+  bool nng_used;
   proto_welcome welcome;
 } remote;
 
 static remote *impl_of(accel_ctx *ctx) {
   return ctx->impl;
+}
+
+/* nng starts threads of its own with the first socket; they would outlive the last context
+ * (and show as leaks). The last remote context to close finalises nng. */
+static pthread_mutex_t nng_users_mu = PTHREAD_MUTEX_INITIALIZER;
+static unsigned nng_users;
+
+static void nng_user_add(void) {
+  pthread_mutex_lock(&nng_users_mu);
+  nng_users++;
+  pthread_mutex_unlock(&nng_users_mu);
+}
+
+static void nng_user_remove(void) {
+  pthread_mutex_lock(&nng_users_mu);
+  if (--nng_users == 0)
+    nng_fini();
+  pthread_mutex_unlock(&nng_users_mu);
 }
 
 /* ---- the pending table ---- */
@@ -303,6 +322,8 @@ static int hello(accel_ctx *ctx) {
 
 static int connect_socket(accel_ctx *ctx, const char *url) {
   remote *r = impl_of(ctx);
+  nng_user_add();
+  r->nng_used = true;
   if (nng_req0_open_raw(&r->sock) != 0)
     return ACCEL_ESYS;
   nng_pipe_notify(r->sock, NNG_PIPE_EV_REM_POST, on_pipe_gone, ctx);
@@ -322,6 +343,8 @@ static void remote_free(accel_ctx *ctx) {
     nng_aio_free(r->rx);
   }
   fail_all(ctx);
+  if (r->nng_used)
+    nng_user_remove();
   pthread_mutex_destroy(&r->mu);
   free(r);
 }

@@ -1,0 +1,690 @@
+/* api-numerics: every compute op of the public API against a naive float64 reference, on fresh
+ * random inputs each run (the seed is printed; ACCEL_TEST_SEED=<seed> replays a run).
+ *
+ * Tolerances (stated once, used at every check; FLT_EPSILON = 2^-23):
+ *   sgemm   |got - ref| <= 2 (k + 2) eps (|alpha| sum_l |a_il b_lj| + |beta c_ij|)
+ *           (the classical bound gamma_k for a dot product of length k, doubled for the
+ *           alpha/beta steps); exactly 0 when that magnitude is 0.
+ *   saxpy   |got - ref| <= 2 eps (|y| + |alpha x|)              (two roundings at most)
+ *   sdot    |got - ref| <= 4 sqrt(n + 1) eps sum |x y|          (blocked float accumulation)
+ *   sigmoid, tanh   |got - ref| <= 8 eps |ref| + 1e-37          (a few ulp of libm, subnormals)
+ *   relu, fill, copy, write/read   exact (bit for bit)
+ *   softmax |got - ref| <= 2e-5 ref + 1e-7, and each row sums to 1 within cols * 2 eps + 1e-6
+ * Elements an op must not touch (padding rows of C, the tail of a longer buffer, the rest of a
+ * buffer around a partial write) are compared bit for bit with what was there before. */
+#include <float.h>
+#include <math.h>
+
+#include "api_util.h"
+
+#define EPS ((double)FLT_EPSILON)
+
+static void check_close(const char *what, size_t i, double got, double want, double tol) {
+  if (!(fabs(got - want) <= tol))
+    TEST_FAIL("%s[%zu]: got %.9g, want %.9g (|diff| %.3g > tolerance %.3g)", what, i, got, want,
+              fabs(got - want), tol);
+}
+
+static void check_bits_equal(const char *what, const void *got, const void *want, size_t count) {
+  const uint32_t *g = got, *w = want;
+  for (size_t i = 0; i < count; i++)
+    if (g[i] != w[i])
+      TEST_FAIL("%s[%zu]: got 0x%08" PRIx32 ", want 0x%08" PRIx32, what, i, g[i], w[i]);
+}
+
+/* ---- sgemm ---------------------------------------------------------------------------- */
+
+typedef struct gemm_case {
+  accel_trans ta, tb;
+  size_t m, n, k, lda, ldb, ldc;
+  float alpha, beta;
+  accel_device dev;
+} gemm_case;
+
+/* Elements a rows x cols column-major matrix with leading dimension ld spans (at least 1, so
+ * that an empty operand still has a buffer). */
+static size_t span_of(size_t rows, size_t cols, size_t ld) {
+  return rows == 0 || cols == 0 ? 1 : (cols - 1) * ld + rows;
+}
+
+static double op_a(const gemm_case *g, const float *a, size_t i, size_t l) {
+  return g->ta == ACCEL_TRANS ? a[l + i * g->lda] : a[i + l * g->lda];
+}
+
+static double op_b(const gemm_case *g, const float *b, size_t l, size_t j) {
+  return g->tb == ACCEL_TRANS ? b[j + l * g->ldb] : b[l + j * g->ldb];
+}
+
+/* Checks C (as read back) against the reference from a, b and the C that went in. */
+static void gemm_check(const gemm_case *g, const float *a, const float *b, const float *c_in,
+                       const float *c_out, size_t c_len) {
+  char what[160];
+  snprintf(what, sizeof what, "sgemm %c%c m=%zu n=%zu k=%zu lda=%zu ldb=%zu ldc=%zu "
+           "alpha=%g beta=%g: C", g->ta ? 'T' : 'N', g->tb ? 'T' : 'N', g->m, g->n, g->k,
+           g->lda, g->ldb, g->ldc, (double)g->alpha, (double)g->beta);
+  for (size_t idx = 0; idx < c_len; idx++) {
+    size_t i = idx % g->ldc, j = idx / g->ldc;
+    if (i >= g->m || j >= g->n) { /* outside the m x n block: untouched */
+      check_bits_equal(what, &c_out[idx], &c_in[idx], 1);
+      continue;
+    }
+    double s = 0, mag = 0;
+    for (size_t l = 0; l < g->k; l++) {
+      double p = op_a(g, a, i, l) * op_b(g, b, l, j);
+      s += p;
+      mag += fabs(p);
+    }
+    /* BLAS: with beta = 0, C is not read (NaN in it vanishes). */
+    double cterm = g->beta == 0.0f ? 0.0 : (double)g->beta * c_in[idx];
+    double want = (double)g->alpha * s + cterm;
+    double tol = 2.0 * (double)(g->k + 2) * EPS * (fabs((double)g->alpha) * mag + fabs(cterm));
+    check_close(what, idx, c_out[idx], want, tol);
+  }
+}
+
+/* Runs one sgemm through the API on fresh random operands of exactly the size the shape
+ * needs, and checks it. With beta = 0 the m x n block of C goes in as NaN. */
+static void gemm_run(accel_ctx *ctx, const gemm_case *g) {
+  size_t ra = g->ta ? g->k : g->m, ca = g->ta ? g->m : g->k;
+  size_t rb = g->tb ? g->n : g->k, cb = g->tb ? g->k : g->n;
+  size_t a_len = span_of(ra, ca, g->lda), b_len = span_of(rb, cb, g->ldb);
+  size_t c_len = span_of(g->m, g->n, g->ldc);
+  float *a = rnd_floats(a_len, -1, 1), *b = rnd_floats(b_len, -1, 1);
+  float *c_in = rnd_floats(c_len, -1, 1), *c_out = xmalloc(c_len * sizeof *c_out);
+  for (size_t idx = 0; idx < c_len && g->beta == 0.0f; idx++)
+    if (idx % g->ldc < g->m)
+      c_in[idx] = NAN;
+  accel_buffer A = buf_from(ctx, ACCEL_F32, a, a_len), B = buf_from(ctx, ACCEL_F32, b, b_len);
+  accel_buffer C = buf_from(ctx, ACCEL_F32, c_in, c_len);
+  accel_future *f = NULL;
+  CHECK_OK(accel_sgemm(ctx, g->dev, g->ta, g->tb, g->m, g->n, g->k, g->alpha, A, g->lda, B,
+                       g->ldb, g->beta, C, g->ldc, &f));
+  WAIT_OK(f);
+  read_sync(ctx, C, 0, c_out, c_len);
+  gemm_check(g, a, b, c_in, c_out, c_len);
+  CHECK_OK(accel_buffer_destroy(ctx, A));
+  CHECK_OK(accel_buffer_destroy(ctx, B));
+  CHECK_OK(accel_buffer_destroy(ctx, C));
+  free(a);
+  free(b);
+  free(c_in);
+  free(c_out);
+}
+
+/* ld = rows, or rows plus some padding (never below 1). */
+static size_t rnd_ld(size_t rows) {
+  size_t ld = rows + (rnd64() % 3 == 0 ? 0 : rnd_range(1, 7));
+  return ld ? ld : 1;
+}
+
+static float rnd_alpha(void) {
+  static const float fixed[] = {1.0f, -1.0f, 0.5f};
+  size_t i = rnd_range(0, 3);
+  return i < 3 ? fixed[i] : rnd_nonzero(-2.0f, 2.0f);
+}
+
+static float rnd_beta(void) {
+  static const float fixed[] = {0.0f, 1.0f, -0.75f};
+  size_t i = rnd_range(0, 3);
+  return i < 3 ? fixed[i] : rnd_nonzero(-2.0f, 2.0f);
+}
+
+static void gemm_fill_lds(gemm_case *g) {
+  g->lda = rnd_ld(g->ta ? g->k : g->m);
+  g->ldb = rnd_ld(g->tb ? g->n : g->k);
+  g->ldc = rnd_ld(g->m);
+}
+
+TEST(sgemm_random_shapes) {
+  static const size_t sizes[] = {1, 2, 3, 5, 8, 16, 17, 31, 64, 65, 100, 129};
+  const size_t nsizes = sizeof sizes / sizeof sizes[0];
+  accel_ctx *ctx = ctx_open(NULL);
+  long iters = test_scaled(48, 12);
+  for (long it = 0; it < iters; it++) {
+    gemm_case g = {.ta = (accel_trans)(it & 1), .tb = (accel_trans)((it >> 1) & 1)};
+    g.m = sizes[rnd_range(0, nsizes - 1)];
+    g.n = sizes[rnd_range(0, nsizes - 1)];
+    g.k = sizes[rnd_range(0, nsizes - 1)];
+    gemm_fill_lds(&g);
+    g.alpha = rnd_alpha();
+    g.beta = rnd_beta();
+    g.dev = it % 3 == 2 ? ACCEL_DEVICE_ANY : 0;
+    gemm_run(ctx, &g);
+  }
+  accel_close(ctx);
+}
+
+/* Every transpose pair on a small non-square shape with padded leading dimensions, and 1x1. */
+TEST(sgemm_transposes_and_1x1) {
+  accel_ctx *ctx = ctx_open(NULL);
+  for (int t = 0; t < 4; t++) {
+    gemm_case g = {.ta = (accel_trans)(t & 1), .tb = (accel_trans)(t >> 1), .m = 7, .n = 5,
+                   .k = 3, .alpha = rnd_alpha(), .beta = 1.0f};
+    g.lda = (g.ta ? g.k : g.m) + 2;
+    g.ldb = (g.tb ? g.n : g.k) + 3;
+    g.ldc = g.m + 1;
+    gemm_run(ctx, &g);
+    g.beta = 0.0f; /* and C as pure output (NaN going in) */
+    gemm_run(ctx, &g);
+  }
+  gemm_case one = {.m = 1, .n = 1, .k = 1, .lda = 1, .ldb = 1, .ldc = 1, .alpha = 2.0f,
+                   .beta = -3.0f};
+  gemm_run(ctx, &one);
+  one.ta = one.tb = ACCEL_TRANS;
+  one.beta = 0.0f;
+  gemm_run(ctx, &one);
+  accel_close(ctx);
+}
+
+/* k = 0: C = beta * C for every transpose pair (A and B are not read: they hold NaN); with
+ * beta = 0 a NaN C becomes zeros. */
+TEST(sgemm_k_zero) {
+  accel_ctx *ctx = ctx_open(NULL);
+  const size_t m = 4, n = 3, ldc = 6, c_len = (n - 1) * ldc + m;
+  float nan1 = NAN;
+  accel_buffer A = buf_from(ctx, ACCEL_F32, &nan1, 1), B = buf_from(ctx, ACCEL_F32, &nan1, 1);
+  static const float betas[] = {0.0f, 1.0f, 0.5f, -2.0f};
+  for (int t = 0; t < 4; t++) {
+    for (size_t bi = 0; bi < 4; bi++) {
+      accel_trans ta = (accel_trans)(t & 1), tb = (accel_trans)(t >> 1);
+      size_t lda = ta ? 1 : m, ldb = tb ? n : 1; /* ld >= max(1, stored rows) */
+      float beta = betas[bi], *c = rnd_floats(c_len, -1, 1), out[32];
+      if (beta == 0.0f)
+        for (size_t i = 0; i < c_len; i++)
+          c[i] = i % ldc < m ? NAN : c[i];
+      accel_buffer C = buf_from(ctx, ACCEL_F32, c, c_len);
+      accel_future *f = NULL;
+      CHECK_OK(accel_sgemm(ctx, 0, ta, tb, m, n, 0, rnd_alpha(), A, lda, B, ldb, beta, C, ldc,
+                           &f));
+      WAIT_OK(f);
+      read_sync(ctx, C, 0, out, c_len);
+      for (size_t i = 0; i < c_len; i++) {
+        if (i % ldc >= m)
+          check_bits_equal("sgemm k=0: C padding", &out[i], &c[i], 1);
+        else
+          check_close("sgemm k=0: C", i, out[i], beta == 0.0f ? 0.0 : (double)beta * c[i],
+                      beta == 0.0f ? 0.0 : EPS * fabs((double)beta * c[i]));
+      }
+      CHECK_OK(accel_buffer_destroy(ctx, C));
+      free(c);
+    }
+  }
+  accel_close(ctx);
+}
+
+/* m = 0 or n = 0: nothing to compute, C is left exactly as it was (even with beta = 0). */
+TEST(sgemm_m_or_n_zero) {
+  accel_ctx *ctx = ctx_open(NULL);
+  float *a = rnd_floats(64, -1, 1), *b = rnd_floats(64, -1, 1), *c = rnd_floats(64, -1, 1);
+  float out[64];
+  accel_buffer A = buf_from(ctx, ACCEL_F32, a, 64), B = buf_from(ctx, ACCEL_F32, b, 64);
+  accel_buffer C = buf_from(ctx, ACCEL_F32, c, 64);
+  struct { size_t m, n, k, lda, ldb, ldc; float beta; } cases[] = {
+      {0, 3, 4, 1, 4, 1, 0.0f},  /* m = 0 */
+      {0, 3, 4, 1, 4, 1, 2.0f},
+      {3, 0, 4, 3, 4, 3, 0.0f},  /* n = 0 */
+      {3, 0, 4, 3, 4, 8, -1.0f},
+      {0, 0, 0, 1, 1, 1, 0.0f},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    accel_future *f = NULL;
+    CHECK_OK(accel_sgemm(ctx, 0, ACCEL_NO_TRANS, ACCEL_NO_TRANS, cases[i].m, cases[i].n,
+                         cases[i].k, 1.5f, A, cases[i].lda, B, cases[i].ldb, cases[i].beta, C,
+                         cases[i].ldc, &f));
+    WAIT_OK(f);
+    read_sync(ctx, C, 0, out, 64);
+    check_bits_equal("sgemm with m or n = 0: C", out, c, 64);
+  }
+  accel_close(ctx);
+  free(a);
+  free(b);
+  free(c);
+}
+
+/* alpha = 0: A and B are not read (NaN there must not reach C); C = beta * C. */
+TEST(sgemm_alpha_zero_ignores_ab) {
+  accel_ctx *ctx = ctx_open(NULL);
+  const size_t m = 5, n = 4, k = 3;
+  float nan[20], *c = rnd_floats(m * n, -1, 1), out[20];
+  for (size_t i = 0; i < 20; i++)
+    nan[i] = NAN;
+  accel_buffer A = buf_from(ctx, ACCEL_F32, nan, m * k), B = buf_from(ctx, ACCEL_F32, nan, k * n);
+  accel_buffer C = buf_from(ctx, ACCEL_F32, c, m * n);
+  accel_future *f = NULL;
+  CHECK_OK(accel_sgemm(ctx, 0, ACCEL_NO_TRANS, ACCEL_NO_TRANS, m, n, k, 0.0f, A, m, B, k, 0.5f,
+                       C, m, &f));
+  WAIT_OK(f);
+  read_sync(ctx, C, 0, out, m * n);
+  for (size_t i = 0; i < m * n; i++)
+    check_close("sgemm alpha=0: C", i, out[i], 0.5 * c[i], EPS * fabs(0.5 * c[i]));
+  accel_close(ctx);
+  free(c);
+}
+
+/* ---- BLAS-1 --------------------------------------------------------------------------- */
+
+TEST(saxpy_random) {
+  accel_ctx *ctx = ctx_open(NULL);
+  long iters = test_scaled(20, 6);
+  for (long it = 0; it < iters; it++) {
+    size_t n = it == 0 ? 1 : rnd_range(1, 5000);
+    size_t xn = n + rnd_range(0, 3), yn = n + rnd_range(0, 3);
+    float alpha = it == 1 ? 0.0f : rnd_nonzero(-3.0f, 3.0f);
+    float *x = rnd_floats(xn, -1, 1), *y = rnd_floats(yn, -1, 1);
+    float *xo = xmalloc(xn * sizeof *xo), *yo = xmalloc(yn * sizeof *yo);
+    accel_buffer X = buf_from(ctx, ACCEL_F32, x, xn), Y = buf_from(ctx, ACCEL_F32, y, yn);
+    accel_future *f = NULL;
+    CHECK_OK(accel_saxpy(ctx, it % 2 ? ACCEL_DEVICE_ANY : 0, n, alpha, X, Y, &f));
+    WAIT_OK(f);
+    read_sync(ctx, Y, 0, yo, yn);
+    read_sync(ctx, X, 0, xo, xn);
+    for (size_t i = 0; i < n; i++) {
+      double ax = (double)alpha * x[i];
+      check_close("saxpy y", i, yo[i], y[i] + ax, 2 * EPS * (fabs(y[i]) + fabs(ax)));
+    }
+    check_bits_equal("saxpy: y beyond n", yo + n, y + n, yn - n);
+    check_bits_equal("saxpy: x", xo, x, xn);
+    CHECK_OK(accel_buffer_destroy(ctx, X));
+    CHECK_OK(accel_buffer_destroy(ctx, Y));
+    free(x);
+    free(y);
+    free(xo);
+    free(yo);
+  }
+  accel_close(ctx);
+}
+
+TEST(sdot_random) {
+  accel_ctx *ctx = ctx_open(NULL);
+  long iters = test_scaled(20, 6);
+  for (long it = 0; it < iters; it++) {
+    size_t n = it == 0 ? 1 : rnd_range(1, 4096);
+    size_t rn = it % 2 ? 3 : 1; /* a longer result buffer: only element 0 changes */
+    float *x = rnd_floats(n, -1, 1), *y = rnd_floats(n, -1, 1), *r0 = rnd_floats(rn, 5, 6);
+    float r[3];
+    accel_buffer X = buf_from(ctx, ACCEL_F32, x, n), Y = buf_from(ctx, ACCEL_F32, y, n);
+    accel_buffer R = buf_from(ctx, ACCEL_F32, r0, rn);
+    accel_future *f = NULL;
+    CHECK_OK(accel_sdot(ctx, 0, n, X, Y, R, &f));
+    WAIT_OK(f);
+    read_sync(ctx, R, 0, r, rn);
+    double s = 0, mag = 0;
+    for (size_t i = 0; i < n; i++) {
+      s += (double)x[i] * y[i];
+      mag += fabs((double)x[i] * y[i]);
+    }
+    check_close("sdot", n, r[0], s, 4 * sqrt((double)n + 1) * EPS * mag);
+    check_bits_equal("sdot: result beyond element 0", r + 1, r0 + 1, rn - 1);
+    CHECK_OK(accel_buffer_destroy(ctx, X));
+    CHECK_OK(accel_buffer_destroy(ctx, Y));
+    CHECK_OK(accel_buffer_destroy(ctx, R));
+    free(x);
+    free(y);
+    free(r0);
+  }
+  accel_close(ctx);
+}
+
+/* n = 0: saxpy leaves y alone, sdot gives 0. */
+TEST(blas1_n_zero) {
+  accel_ctx *ctx = ctx_open(NULL);
+  float *x = rnd_floats(8, -1, 1), *y = rnd_floats(8, -1, 1), r = 7.0f, out[8];
+  accel_buffer X = buf_from(ctx, ACCEL_F32, x, 8), Y = buf_from(ctx, ACCEL_F32, y, 8);
+  accel_buffer R = buf_from(ctx, ACCEL_F32, &r, 1);
+  accel_future *f = NULL;
+  CHECK_OK(accel_saxpy(ctx, 0, 0, 2.0f, X, Y, &f));
+  WAIT_OK(f);
+  read_sync(ctx, Y, 0, out, 8);
+  check_bits_equal("saxpy n=0: y", out, y, 8);
+  CHECK_OK(accel_sdot(ctx, 0, 0, X, Y, R, &f));
+  WAIT_OK(f);
+  read_sync(ctx, R, 0, &r, 1);
+  CHECK(r == 0.0f);
+  accel_close(ctx);
+  free(x);
+  free(y);
+}
+
+/* ---- NN element-wise ------------------------------------------------------------------ */
+
+typedef enum { OP_SIGMOID, OP_RELU, OP_TANH } unary_kind;
+
+static const char *const unary_names[] = {"sigmoid", "relu", "tanh"};
+
+static int unary_call(accel_ctx *ctx, unary_kind k, accel_buffer dst, accel_buffer src,
+                      accel_future **f) {
+  switch (k) {
+  case OP_SIGMOID:
+    return accel_sigmoid(ctx, 0, dst, src, f);
+  case OP_RELU:
+    return accel_relu(ctx, 0, dst, src, f);
+  default:
+    return accel_tanh(ctx, 0, dst, src, f);
+  }
+}
+
+static double unary_ref(unary_kind k, double x) {
+  switch (k) {
+  case OP_SIGMOID:
+    return 1.0 / (1.0 + exp(-x));
+  case OP_RELU:
+    return x > 0 ? x : 0.0;
+  default:
+    return tanh(x);
+  }
+}
+
+static void unary_check(unary_kind k, bool in_place, const float *x, const float *y, size_t n) {
+  char what[64];
+  snprintf(what, sizeof what, "%s (%s)", unary_names[k], in_place ? "in place" : "out of place");
+  for (size_t i = 0; i < n; i++) {
+    double want = unary_ref(k, x[i]);
+    check_close(what, i, y[i], want, k == OP_RELU ? 0.0 : 8 * EPS * fabs(want) + 1e-37);
+  }
+}
+
+/* Inputs over [-12, 12] plus values where naive formulas overflow or lose everything. */
+static float *unary_inputs(size_t n) {
+  static const float special[] = {1e-30f, -1e-30f, 88.0f, -88.0f, 100.0f, -100.0f, 1000.0f,
+                                  -1000.0f, 0.5f, -3.0f};
+  float *x = rnd_floats(n, -12.0f, 12.0f);
+  for (size_t i = 0; i < n && i < sizeof special / sizeof special[0]; i++)
+    x[rnd_range(0, n - 1)] = special[i];
+  return x;
+}
+
+TEST(unary_ops) {
+  accel_ctx *ctx = ctx_open(NULL);
+  for (int k = OP_SIGMOID; k <= OP_TANH; k++) {
+    for (int in_place = 0; in_place < 2; in_place++) {
+      size_t n = rnd_range(1, 5000);
+      float *x = unary_inputs(n), *y = xmalloc(n * sizeof *y), *xo = xmalloc(n * sizeof *xo);
+      float *garbage = rnd_floats(n, 50, 60);
+      accel_buffer X = buf_from(ctx, ACCEL_F32, x, n);
+      accel_buffer Y = in_place ? X : buf_from(ctx, ACCEL_F32, garbage, n);
+      accel_future *f = NULL;
+      CHECK_OK(unary_call(ctx, (unary_kind)k, Y, X, &f));
+      WAIT_OK(f);
+      read_sync(ctx, Y, 0, y, n);
+      unary_check((unary_kind)k, in_place, x, y, n);
+      if (!in_place) { /* the source is left alone */
+        read_sync(ctx, X, 0, xo, n);
+        check_bits_equal("unary: source", xo, x, n);
+        CHECK_OK(accel_buffer_destroy(ctx, Y));
+      }
+      CHECK_OK(accel_buffer_destroy(ctx, X));
+      free(x);
+      free(y);
+      free(xo);
+      free(garbage);
+    }
+  }
+  accel_close(ctx);
+}
+
+static void softmax_ref(const float *x, double *y, size_t rows, size_t cols) {
+  for (size_t r = 0; r < rows; r++) {
+    const float *row = x + r * cols;
+    double max = row[0], sum = 0;
+    for (size_t j = 1; j < cols; j++)
+      max = row[j] > max ? row[j] : max;
+    for (size_t j = 0; j < cols; j++)
+      sum += y[r * cols + j] = exp((double)row[j] - max);
+    for (size_t j = 0; j < cols; j++)
+      y[r * cols + j] /= sum;
+  }
+}
+
+static void softmax_check(const float *x, const float *y, size_t rows, size_t cols) {
+  double *ref = xmalloc(rows * cols * sizeof *ref);
+  softmax_ref(x, ref, rows, cols);
+  for (size_t r = 0; r < rows; r++) {
+    double sum = 0;
+    for (size_t j = 0; j < cols; j++) {
+      size_t i = r * cols + j;
+      if (!(y[i] >= 0.0f && y[i] <= 1.0f))
+        TEST_FAIL("softmax[%zu] = %g: not in [0, 1]", i, (double)y[i]);
+      check_close("softmax", i, y[i], ref[i], 2e-5 * ref[i] + 1e-7);
+      sum += y[i];
+    }
+    check_close("softmax row sum", r, sum, 1.0, (double)cols * 2 * EPS + 1e-6);
+  }
+  free(ref);
+}
+
+/* Random shapes, in place and not, with rows of huge and tiny inputs mixed in; a longer
+ * destination keeps its tail. */
+TEST(softmax_random) {
+  accel_ctx *ctx = ctx_open(NULL);
+  long iters = test_scaled(12, 4);
+  for (long it = 0; it < iters; it++) {
+    bool in_place = it % 2;
+    size_t rows = it < 2 ? 1 : rnd_range(1, 40), cols = it == 2 ? 1 : rnd_range(1, 300);
+    size_t n = rows * cols, extra = in_place ? 0 : rnd_range(0, 5);
+    float *x = rnd_floats(n, -10.0f, 10.0f), *y = xmalloc((n + extra) * sizeof *y);
+    float *y0 = rnd_floats(n + extra, 2.0f, 3.0f);
+    for (size_t j = 0; j < cols && rows > 1; j++) {
+      x[j] = 1000.0f + rnd_float(-5.0f, 5.0f);        /* exp(1000) overflows a double */
+      x[cols + j] = -1000.0f + rnd_float(-5.0f, 5.0f); /* and exp(-1000) underflows */
+    }
+    accel_buffer X = buf_from(ctx, ACCEL_F32, x, n);
+    accel_buffer Y = in_place ? X : buf_from(ctx, ACCEL_F32, y0, n + extra);
+    accel_future *f = NULL;
+    CHECK_OK(accel_softmax(ctx, 0, Y, X, rows, cols, &f));
+    WAIT_OK(f);
+    read_sync(ctx, Y, 0, y, n + extra);
+    softmax_check(x, y, rows, cols);
+    check_bits_equal("softmax: destination beyond rows x cols", y + n, y0 + n, extra);
+    CHECK_OK(accel_buffer_destroy(ctx, X));
+    if (!in_place)
+      CHECK_OK(accel_buffer_destroy(ctx, Y));
+    free(x);
+    free(y);
+    free(y0);
+  }
+  accel_close(ctx);
+}
+
+TEST(softmax_large_inputs) {
+  accel_ctx *ctx = ctx_open(NULL);
+  float x[] = {1000, 1000, 1000, 1000,   /* equal: 1/4 each */
+               1000, 0, -1000, 999,      /* exp(1000) would be inf */
+               88.75f, 89, 100, -100,    /* exp(89) overflows a float */
+               -1000, -1000, -999, -1001}; /* exp(-1000) is 0 even in double */
+  float y[16];
+  accel_buffer X = buf_from(ctx, ACCEL_F32, x, 16), Y = buf_new(ctx, ACCEL_F32, 16);
+  accel_future *f = NULL;
+  CHECK_OK(accel_softmax(ctx, 0, Y, X, 4, 4, &f));
+  WAIT_OK(f);
+  read_sync(ctx, Y, 0, y, 16);
+  for (size_t i = 0; i < 16; i++)
+    if (!isfinite(y[i]))
+      TEST_FAIL("softmax of large inputs: y[%zu] = %g", i, (double)y[i]);
+  softmax_check(x, y, 4, 4);
+  CHECK(y[0] == 0.25f && y[3] == 0.25f);
+  accel_close(ctx);
+}
+
+/* ---- fill, copy, write/read ----------------------------------------------------------- */
+
+/* fill_u32 into u32 and f32 buffers (the bits as given), fill_f32 into f32 buffers. */
+TEST(fill_u32_f32) {
+  accel_ctx *ctx = ctx_open(NULL);
+  for (int it = 0; it < 6; it++) {
+    size_t n = rnd_range(1, 10000);
+    uint32_t v = rnd32() | 1, *out = xmalloc(n * sizeof *out);
+    accel_device dev = it % 2 ? ACCEL_DEVICE_ANY : 0;
+    accel_future *f = NULL;
+    accel_buffer b;
+    if (it % 3 == 2) {
+      float fv = rnd_nonzero(-1e6f, 1e6f);
+      memcpy(&v, &fv, sizeof v);
+      b = buf_new(ctx, ACCEL_F32, n);
+      CHECK_OK(accel_fill_f32(ctx, dev, b, fv, &f));
+    } else {
+      b = buf_new(ctx, it % 3 ? ACCEL_F32 : ACCEL_U32, n);
+      CHECK_OK(accel_fill_u32(ctx, dev, b, v, &f));
+    }
+    WAIT_OK(f);
+    read_sync(ctx, b, 0, out, n);
+    for (size_t i = 0; i < n; i++)
+      if (out[i] != v)
+        TEST_FAIL("fill (n=%zu): [%zu] = 0x%08" PRIx32 ", want 0x%08" PRIx32, n, i, out[i], v);
+    CHECK_OK(accel_buffer_destroy(ctx, b));
+    free(out);
+  }
+  /* A zero-length buffer: nothing to fill, still fine. */
+  accel_buffer z = buf_new(ctx, ACCEL_U32, 0);
+  accel_future *f = NULL;
+  CHECK_OK(accel_fill_u32(ctx, 0, z, 5, &f));
+  WAIT_OK(f);
+  accel_close(ctx);
+}
+
+/* Copies between ranges of two buffers and within one buffer; the rest stays. */
+TEST(copy_offsets) {
+  accel_ctx *ctx = ctx_open(NULL);
+  for (int it = 0; it < 8; it++) {
+    size_t ns = rnd_range(1, 3000), nd = rnd_range(1, 3000);
+    size_t count = rnd_range(0, ns < nd ? ns : nd);
+    size_t soff = rnd_range(0, ns - count), doff = rnd_range(0, nd - count);
+    uint32_t *s = xmalloc(ns * 4), *d = xmalloc(nd * 4), *out = xmalloc((ns + nd) * 4);
+    for (size_t i = 0; i < ns; i++)
+      s[i] = rnd32() | 1;
+    for (size_t i = 0; i < nd; i++)
+      d[i] = rnd32() | 1;
+    accel_buffer S = buf_from(ctx, ACCEL_U32, s, ns), D = buf_from(ctx, ACCEL_U32, d, nd);
+    accel_future *f = NULL;
+    CHECK_OK(accel_copy(ctx, it % 2 ? ACCEL_DEVICE_ANY : 0, D, doff, S, soff, count, &f));
+    WAIT_OK(f);
+    read_sync(ctx, D, 0, out, nd);
+    memcpy(d + doff, s + soff, count * 4);
+    check_bits_equal("copy: destination", out, d, nd);
+    read_sync(ctx, S, 0, out, ns);
+    check_bits_equal("copy: source", out, s, ns);
+    CHECK_OK(accel_buffer_destroy(ctx, S));
+    CHECK_OK(accel_buffer_destroy(ctx, D));
+    free(s);
+    free(d);
+    free(out);
+  }
+  /* Within one buffer, ranges apart; and into a buffer that was only ever filled on the
+   * device (its data lives there). */
+  size_t n = 1000;
+  float *x = rnd_floats(n, -1, 1), out[1000];
+  accel_buffer X = buf_from(ctx, ACCEL_F32, x, n), F = buf_new(ctx, ACCEL_F32, n);
+  accel_future *f = NULL;
+  CHECK_OK(accel_copy(ctx, 0, X, 600, X, 100, 300, &f));
+  WAIT_OK(f);
+  read_sync(ctx, X, 0, out, n);
+  memcpy(x + 600, x + 100, 300 * sizeof *x);
+  check_bits_equal("copy within a buffer", out, x, n);
+  CHECK_OK(accel_fill_f32(ctx, 0, F, 0.25f, NULL));
+  CHECK_OK(accel_copy(ctx, 0, F, 10, X, 20, 30, &f));
+  WAIT_OK(f);
+  read_sync(ctx, F, 0, out, n);
+  for (size_t i = 0; i < n; i++) {
+    float want = i >= 10 && i < 40 ? x[i + 10] : 0.25f;
+    check_bits_equal("copy into a device-filled buffer", &out[i], &want, 1);
+  }
+  CHECK_OK(accel_finish(ctx, -1));
+  accel_close(ctx);
+  free(x);
+}
+
+/* Partial writes change their range only, whether the buffer's data is on the host (written)
+ * or on the device (filled there); reads at an offset return that slice. */
+TEST(write_read_offsets) {
+  accel_ctx *ctx = ctx_open(NULL);
+  for (int it = 0; it < 8; it++) {
+    size_t n = rnd_range(1, 5000), off = rnd_range(0, n), cnt = rnd_range(0, n - off);
+    uint32_t *base = xmalloc(n * 4), *part = xmalloc((cnt ? cnt : 1) * 4), *out = xmalloc(n * 4);
+    for (size_t i = 0; i < n; i++)
+      base[i] = rnd32() | 1;
+    for (size_t i = 0; i < cnt; i++)
+      part[i] = rnd32() | 1;
+    accel_buffer b = buf_new(ctx, ACCEL_U32, n);
+    if (it % 2) { /* the data is on the device */
+      uint32_t v = rnd32() | 1;
+      CHECK_OK(accel_fill_u32(ctx, 0, b, v, NULL));
+      for (size_t i = 0; i < n; i++)
+        base[i] = v;
+    } else {
+      write_sync(ctx, b, 0, base, n);
+    }
+    write_sync(ctx, b, off, part, cnt);
+    memcpy(base + off, part, cnt * 4);
+    read_sync(ctx, b, 0, out, n);
+    check_bits_equal("after a partial write", out, base, n);
+    size_t roff = rnd_range(0, n), rcnt = rnd_range(0, n - roff);
+    memset(out, 0xEE, n * 4);
+    read_sync(ctx, b, roff, out, rcnt);
+    check_bits_equal("read at an offset", out, base + roff, rcnt);
+    if (rcnt < n)
+      CHECK_EQ(out[rcnt], 0xEEEEEEEEu); /* nothing past the slice */
+    CHECK_OK(accel_buffer_destroy(ctx, b));
+    free(base);
+    free(part);
+    free(out);
+  }
+  CHECK_OK(accel_finish(ctx, -1));
+  accel_close(ctx);
+}
+
+/* A buffer never written reads as zeros: to a device op that reads it, to a read (whole and
+ * at an offset), and around a partial write. */
+TEST(never_written_reads_zeros) {
+  accel_ctx *ctx = ctx_open(NULL);
+  size_t n = rnd_range(2, 10000);
+  uint32_t *out = xmalloc(n * 4);
+  float *fy = xmalloc(n * 4);
+  accel_buffer x = buf_new(ctx, ACCEL_F32, n), y = buf_new(ctx, ACCEL_F32, n);
+  accel_future *f = NULL;
+  CHECK_OK(accel_sigmoid(ctx, 0, y, x, &f)); /* sigmoid(0) = 0.5 */
+  WAIT_OK(f);
+  read_sync(ctx, y, 0, fy, n);
+  for (size_t i = 0; i < n; i++)
+    check_close("sigmoid of a never-written buffer", i, fy[i], 0.5, 0);
+  for (int dt = 0; dt < 2; dt++) {
+    accel_buffer b = buf_new(ctx, dt ? ACCEL_F32 : ACCEL_U32, n);
+    memset(out, 0xAB, n * 4);
+    read_sync(ctx, b, 0, out, n);
+    for (size_t i = 0; i < n; i++)
+      if (out[i] != 0)
+        TEST_FAIL("never-written buffer: [%zu] = 0x%08" PRIx32, i, out[i]);
+    memset(out, 0xAB, n * 4);
+    read_sync(ctx, b, n / 2, out, n - n / 2);
+    for (size_t i = 0; i < n - n / 2; i++)
+      CHECK_EQ(out[i], 0);
+  }
+  accel_buffer p = buf_new(ctx, ACCEL_U32, n);
+  uint32_t one = 0x01020304;
+  write_sync(ctx, p, n / 2, &one, 1);
+  read_sync(ctx, p, 0, out, n);
+  for (size_t i = 0; i < n; i++)
+    if (out[i] != (i == n / 2 ? one : 0))
+      TEST_FAIL("partial write into a never-written buffer: [%zu] = 0x%08" PRIx32, i, out[i]);
+  accel_close(ctx);
+  free(out);
+  free(fy);
+}
+
+static const test_case tests[] = {
+    TEST_CASE(sgemm_random_shapes),
+    TEST_CASE(sgemm_transposes_and_1x1),
+    TEST_CASE(sgemm_k_zero),
+    TEST_CASE(sgemm_m_or_n_zero),
+    TEST_CASE(sgemm_alpha_zero_ignores_ab),
+    TEST_CASE(saxpy_random),
+    TEST_CASE(sdot_random),
+    TEST_CASE(blas1_n_zero),
+    TEST_CASE(unary_ops),
+    TEST_CASE(softmax_random),
+    TEST_CASE(softmax_large_inputs),
+    TEST_CASE(fill_u32_f32),
+    TEST_CASE(copy_offsets),
+    TEST_CASE(write_read_offsets),
+    TEST_CASE(never_written_reads_zeros),
+};
+
+TEST_MAIN(tests)
