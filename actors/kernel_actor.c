@@ -17,6 +17,7 @@
 typedef struct kernel_state kernel_state;
 
 typedef struct dev_inflight {
+  accel_task post;       /* the backend's callback posts the record to the loop */
   struct dev_inflight *prev, *next;
   kernel_state *owner;   /* NULL once the actor has ended */
   dev_task *task;        /* NULL once finished */
@@ -24,6 +25,9 @@ typedef struct dev_inflight {
   be_event *event;
   accel_completion how;
   uint64_t deadline_ms;
+  int status;            /* from the backend's callback */
+  accel_runtime *world_rt;
+  accel_future *early;   /* the op's future, completed right in the backend's callback */
   int refs;              /* the actor's list + the pending completion mechanism */
 } dev_inflight;
 
@@ -49,6 +53,8 @@ static void inflight_unref(dev_inflight *f) {
     return;
   if (f->event)
     f->be->event_destroy(f->event);
+  if (f->early)
+    accel_future_release(f->early);
   free(f);
 }
 
@@ -87,28 +93,35 @@ static void inflight_finish(dev_inflight *f, int status) {
 
 /* ---- completion strategies ---- */
 
-static void on_callback_done(accel_future *fut, int status, void *arg) {
-  dev_inflight *f = arg;
+static void on_callback_done(accel_task *task) {
+  dev_inflight *f = (dev_inflight *)task;
   if (f->owner)
-    inflight_finish(f, status);
+    inflight_finish(f, f->status);
   inflight_unref(f);
-  accel_future_release(fut);
 }
 
+/* On a backend thread. The client's future completes here, without waiting for the loop: a
+ * client blocked on it wakes one hop sooner. The loop's bookkeeping follows (completing the
+ * future again there is a no-op). */
 static void host_callback(void *arg, int status) {
-  accel_future_complete(arg, status, NULL, NULL); /* any thread: `then` runs on the loop */
+  dev_inflight *f = arg;
+  f->status = status;
+  if (f->early)
+    accel_future_complete(f->early, status, NULL, NULL);
+  accel_post(f->world_rt, &f->post, on_callback_done);
 }
 
 static int arm_callback(kernel_state *k, dev_inflight *f) {
-  accel_future *fut;
-  int rc = accel_future_create(accel_actor_runtime(k->self), &fut);
+  dev_task *t = f->task;
+  f->world_rt = accel_actor_runtime(k->self);
+  if (t->kind == DEV_TASK_OP && t->op->future && t->op->done == NULL) {
+    f->early = t->op->future; /* held by the record, so it outlives the op if need be */
+    accel_future_retain(f->early);
+  }
+  f->refs++; /* released by on_callback_done, whichever way it comes */
+  int rc = k->node->be->host_callback(k->queue, host_callback, f);
   if (rc != 0)
-    return rc;
-  f->refs++; /* released by on_callback_done, whichever way the future completes */
-  accel_future_then(fut, on_callback_done, f);
-  rc = k->node->be->host_callback(k->queue, host_callback, fut);
-  if (rc != 0)
-    accel_future_complete(fut, rc, NULL, NULL); /* finishes the task with the error */
+    host_callback(f, rc); /* finishes the task with the error, through the loop */
   return 0;
 }
 
@@ -176,9 +189,9 @@ static int track(kernel_state *k, dev_task *t) {
   }
   uint64_t deadline = t->op && t->op->h.deadline_ms > 0 ? (uint64_t)t->op->h.deadline_ms
                                                          : DEFAULT_DEADLINE_MS;
-  *f = (dev_inflight){.owner = k, .task = t, .be = be, .event = f->event,
-                      .how = strategy_of(k, t), .deadline_ms = now_ms() + deadline, .refs = 1,
-                      .next = k->inflight};
+  be_event *ev = f->event;
+  *f = (dev_inflight){.owner = k, .task = t, .be = be, .event = ev, .how = strategy_of(k, t),
+                      .deadline_ms = now_ms() + deadline, .refs = 1, .next = k->inflight};
   if (k->inflight)
     k->inflight->prev = f;
   k->inflight = f;

@@ -403,7 +403,7 @@ static void spawn_task(rt_task *task) {
 
 static int spawn_from_other_thread(accel_runtime *rt, const accel_behavior *b, void *arg,
                                    const accel_spawn_opts *opts, accel_ref *out) {
-  spawn_req req = {.task.fn = spawn_task, .rt = rt, .b = b, .arg = arg, .opts = opts};
+  spawn_req req = {.task.fn_ = spawn_task, .rt = rt, .b = b, .arg = arg, .opts = opts};
   int rc = accel_future_create(rt, &req.done);
   if (rc != 0)
     return rc;
@@ -471,7 +471,7 @@ int accel_stop(accel_runtime *rt, accel_ref ref) {
   stop_req *req = malloc(sizeof *req);
   if (req == NULL)
     return ACCEL_ENOMEM;
-  req->task.fn = stop_task;
+  req->task.fn_ = stop_task;
   req->rt = rt;
   req->ref = ref;
   rt_post(rt, &req->task);

@@ -42,7 +42,7 @@ int accel_future_create(accel_runtime *rt, accel_future **out) {
   pthread_condattr_destroy(&attr);
   pthread_mutex_init(&f->mu, NULL);
   f->rt = rt;
-  f->task.fn = run_then;
+  f->task.fn_ = run_then;
   atomic_init(&f->refs, 1);
   atomic_init(&f->done, false);
   *out = f;
@@ -110,6 +110,22 @@ static struct timespec deadline_after(int64_t ms) {
   return ts;
 }
 
+/* A completion that comes within microseconds is cheaper to catch spinning than sleeping. */
+static bool spin_until_done(accel_future *f) {
+  uint64_t spin = rt_spin_ns();
+  if (spin == 0)
+    return false;
+  uint64_t until = uv_hrtime() + spin;
+  do {
+    for (int i = 0; i < 64; i++) {
+      if (atomic_load_explicit(&f->done, memory_order_acquire))
+        return true;
+      rt_cpu_relax();
+    }
+  } while (uv_hrtime() < until);
+  return false;
+}
+
 int accel_future_wait(accel_future *f, int64_t timeout_ms) {
   if (f == NULL)
     return ACCEL_EINVAL;
@@ -117,6 +133,8 @@ int accel_future_wait(accel_future *f, int64_t timeout_ms) {
     return f->status;
   if (rt_tls_loop == f->rt)
     return ACCEL_EDEADLK; /* only the loop could complete it: waiting here never ends */
+  if (timeout_ms != 0 && spin_until_done(f))
+    return f->status;
   struct timespec deadline = deadline_after(timeout_ms < 0 ? 0 : timeout_ms);
   int rc = 0;
   pthread_mutex_lock(&f->mu);

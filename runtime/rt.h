@@ -15,16 +15,13 @@
 
 #include "accel/runtime.h"
 #include "runtime/mailbox.h"
+#include "runtime/wakeup.h"
 
 typedef struct rt_child rt_child;
 typedef struct rt_timer rt_timer;
 
-/* A deferred call on the loop thread (posted from any thread). Intrusive: the poster owns the
- * node's memory until `fn` runs. */
-typedef struct rt_task {
-  struct rt_task *next;
-  void (*fn)(struct rt_task *task);
-} rt_task;
+/* A deferred call on the loop thread (posted from any thread): the public accel_task. */
+typedef accel_task rt_task;
 
 typedef struct rt_task_list {
   rt_task *head, *tail;
@@ -91,9 +88,11 @@ typedef struct rt_retry {
 
 struct accel_runtime {
   uv_loop_t loop;
-  uv_async_t wakeup; /* coalesced wake-up from other threads */
+  rt_wakeup wake;    /* wake-ups from other threads */
   uv_idle_t turn;    /* active while there is local work: keeps the loop from blocking */
   bool turn_active;
+  uint64_t last_work_ns; /* when a turn last found something to do */
+  uint64_t spin_ns;      /* how long the loop keeps turning after that before sleeping */
   uv_thread_t thread;
   bool has_thread;
   atomic_bool running;  /* the loop is running (run or start called, not finished) */
@@ -166,6 +165,16 @@ uv_loop_t *rt_uv_loop(accel_runtime *rt);
 
 /* log.c */
 void rt_log_init_from_env(void);
+
+/* How long the loop and future waiters spin before they sleep (ACCEL_SPIN_US, default 0:
+ * never; worth it only with spare cores). Read once. */
+uint64_t rt_spin_ns(void);
+
+static inline void rt_cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+  __asm__ __volatile__("pause");
+#endif
+}
 
 #define RT_LOG(level, ...) accel_log(level, "runtime", __VA_ARGS__)
 

@@ -161,6 +161,18 @@ ACCEL_API void accel_runtime_destroy(accel_runtime *rt);
 ACCEL_API void accel_runtime_get_stats(accel_runtime *rt, accel_runtime_stats *out);
 /* The root supervisor's ref: spawn top-level actors under it (accel_spawn with parent NULL). */
 ACCEL_API accel_ref accel_runtime_root(accel_runtime *rt);
+/* A call to make on the loop thread: embed it in your own struct (intrusive, no allocation).
+ * The fields are the runtime's. */
+typedef struct accel_task {
+  struct accel_task *next_;
+  void (*fn_)(struct accel_task *task);
+} accel_task;
+
+/* Runs fn(task) once on the loop thread, soon, in posting order per thread. Any thread, never
+ * blocks, never fails: the runtime holds the task until fn runs (fn may free it). Tasks
+ * posted while the runtime shuts down still run, at the latest in accel_runtime_destroy. */
+ACCEL_API void accel_post(accel_runtime *rt, accel_task *task, void (*fn)(accel_task *task));
+
 /* 1 when called on `rt`'s loop thread, else 0. */
 ACCEL_API int accel_runtime_on_loop(accel_runtime *rt);
 

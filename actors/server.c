@@ -1,0 +1,198 @@
+/* The server actor's lifecycle (server.h): start opens the socket and watches it on the loop,
+ * messages drain it or change its limits, stop closes it. The server's memory (srv_server)
+ * is counted: ops in flight and open uv handles hold references, so a reply that finishes
+ * after the actor ended finds it and is dropped instead of touching freed memory. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "actors/server_priv.h"
+#include "runtime/rt.h"
+
+typedef struct srv_state {
+  srv_server *s;
+} srv_state;
+
+void srv_release(srv_server *s) {
+  if (--s->refs > 0)
+    return;
+  free(s->gone);
+  free(s->buckets);
+  free(s->sendq.items);
+  free(s->close_later);
+  free(s->listeners);
+  if (s->gone_mu_init)
+    pthread_mutex_destroy(&s->gone_mu);
+  free(s);
+}
+
+uint64_t srv_now_ms(srv_server *s) {
+  return uv_now(rt_uv_loop(s->rt));
+}
+
+/* ---- housekeeping tick: deferred pipe closes, drain progress ---- */
+
+static void on_tick(uv_timer_t *t) {
+  srv_server *s = t->data;
+  srv_close_pipes_now(s);
+  srv_drain_check(s);
+  if (s->nclose == 0 && s->drain_reply == NULL) {
+    uv_timer_stop(&s->tick);
+    s->ticking = false;
+  }
+}
+
+void srv_tick_start(srv_server *s) {
+  if (s->ticking || !s->tick_open)
+    return;
+  uv_timer_start(&s->tick, on_tick, SRV_TICK_MS, SRV_TICK_MS);
+  s->ticking = true;
+}
+
+/* ---- draining (SIGTERM) ---- */
+
+static void drain_complete(srv_server *s, int status) {
+  accel_future *f = s->drain_reply;
+  s->drain_reply = NULL;
+  accel_future_complete(f, status, NULL, NULL);
+  accel_future_release(f);
+}
+
+/* Called every tick while draining. Done once nothing is in flight and nothing waits to be
+ * handed to nng on two ticks in a row: the second tick gives nng's pipes time to write the
+ * last replies before the socket closes. */
+void srv_drain_check(srv_server *s) {
+  if (!s->draining || s->drain_reply == NULL)
+    return;
+  bool idle = s->ops_in_flight == 0 && s->sendq.len == 0;
+  s->drain_idle_ticks = idle ? s->drain_idle_ticks + 1 : 0;
+  if (s->drain_idle_ticks >= 2)
+    drain_complete(s, 0);
+  else if (srv_now_ms(s) >= s->drain_deadline_ms) {
+    accel_log(ACCEL_LOG_WARN, "server", "drain timed out with %llu ops in flight",
+              (unsigned long long)s->ops_in_flight);
+    drain_complete(s, ACCEL_ETIMEDOUT);
+  }
+}
+
+static void start_drain(srv_server *s, accel_msg *msg) {
+  accel_future *f = accel_msg_take_reply(msg);
+  if (s->drain_reply != NULL) { /* one drain at a time; a second asker is told so */
+    if (f) {
+      accel_future_complete(f, ACCEL_EALREADY, NULL, NULL);
+      accel_future_release(f);
+    }
+    return;
+  }
+  if (!s->draining) {
+    for (uint32_t i = 0; i < s->nlisteners; i++)
+      nng_listener_close(s->listeners[i]); /* no new clients; ipc socket files go away */
+    accel_log(ACCEL_LOG_INFO, "server", "draining: %llu ops in flight, %u sessions",
+              (unsigned long long)s->ops_in_flight, s->sessions);
+  }
+  s->draining = true;
+  if (f == NULL)
+    return;
+  uint32_t timeout = s->args->drain_timeout_ms ? s->args->drain_timeout_ms : 10000;
+  s->drain_reply = f;
+  s->drain_deadline_ms = srv_now_ms(s) + timeout;
+  s->drain_idle_ticks = 0;
+  srv_tick_start(s);
+}
+
+/* ---- live limits (SIGHUP) ---- */
+
+static void apply_limits(srv_server *s, const proto_limits *l) {
+  if (l == NULL || l->max_message < PROTO_REPLY_HEAD_SIZE || l->max_buffers < 2)
+    return;
+  s->limits = *l;
+  nng_socket_set_size(s->sock, NNG_OPT_RECVMAXSZ, (size_t)l->max_message + 64);
+  for (uint32_t b = 0; b < s->nbuckets; b++)
+    for (srv_conn *c = s->buckets[b]; c; c = c->hnext) {
+      c->sargs.max_in_flight = l->max_in_flight; /* the session reads these per op */
+      c->sargs.max_memory = l->max_memory;
+    }
+}
+
+/* ---- sessions ---- */
+
+int srv_session_start(srv_server *s, srv_conn *c) {
+  c->sargs = (dev_session_args){
+      .world = s->world,
+      .max_buffers = s->limits.max_buffers,
+      .max_in_flight = s->limits.max_in_flight,
+      .max_memory = s->limits.max_memory,
+  };
+  char name[32];
+  snprintf(name, sizeof name, "session-%u", c->pipe);
+  accel_spawn_opts o = {.name = name, .mailbox_capacity = 1u << 14};
+  int rc = accel_spawn(s->rt, s->self, &dev_session_behavior, &c->sargs, &o, &c->session);
+  if (rc != 0)
+    return rc;
+  c->session_live = true;
+  s->sessions++;
+  return 0;
+}
+
+/* ---- the behaviour ---- */
+
+static int srv_start(accel_actor *self, void *state, void *arg) {
+  srv_state *st = state;
+  const srv_args *args = arg;
+  if (args == NULL || args->world == NULL || args->nlisten == 0)
+    return ACCEL_EINVAL;
+  srv_server *s = calloc(1, sizeof *s);
+  if (s == NULL)
+    return ACCEL_ENOMEM;
+  st->s = s;
+  s->refs = 1;
+  s->rt = accel_actor_runtime(self);
+  s->self = self;
+  s->world = args->world;
+  s->args = args;
+  s->limits = args->limits;
+  s->started_ms = srv_now_ms(s);
+  pthread_mutex_init(&s->gone_mu, NULL);
+  s->gone_mu_init = true;
+  int rc = srv_conns_init(s);
+  return rc != 0 ? rc : srv_io_start(s);
+}
+
+static void srv_stop(accel_actor *self, void *state) {
+  srv_server *s = ((srv_state *)state)->s;
+  if (s == NULL)
+    return;
+  s->stopped = true;
+  s->self = NULL;
+  if (s->drain_reply)
+    drain_complete(s, ACCEL_ECLOSED);
+  srv_io_close(s);
+  srv_conns_free_all(s);
+  srv_release(s);
+}
+
+static int srv_receive(accel_actor *self, void *state, accel_msg *msg) {
+  srv_server *s = ((srv_state *)state)->s;
+  switch (msg->type) {
+  case SRV_MSG_DRAIN:
+    start_drain(s, msg);
+    return 0;
+  case SRV_MSG_LIMITS:
+    apply_limits(s, msg->data);
+    return 0;
+  default:
+    return 0;
+  }
+}
+
+static void srv_child_exit(accel_actor *self, void *state, accel_ref child, int reason) {
+  srv_conn_session_exited(((srv_state *)state)->s, child);
+}
+
+const accel_behavior srv_behavior = {
+    .name = "server",
+    .state_size = sizeof(srv_state),
+    .start = srv_start,
+    .receive = srv_receive,
+    .stop = srv_stop,
+    .child_exit = srv_child_exit,
+};

@@ -1,0 +1,53 @@
+/* The server actor: acceld's side of the wire (docs/PROTOCOL.md).
+ *
+ * One nng rep0 socket in raw mode, listening on every URL given. Its receive and send file
+ * descriptors are watched with uv_poll on the runtime's own loop, so a frame goes from nng's
+ * queue to a SessionActor's mailbox, and a finished op's reply back to nng, on the loop thread
+ * with no hand-off of our own. Raw mode keeps each request's routing header (pipe id and the
+ * peer's request id) in the message; the reply carries it back, so replies leave in completion
+ * order, with as many requests in flight per client as its session allows.
+ *
+ * Per client connection (nng pipe) the server spawns one SessionActor, as its child, on the
+ * client's HELLO, and stops it when the pipe goes away; the session's stop frees the client's
+ * buffers. Ops still running then finish normally and their replies are dropped.
+ *
+ * Spawn it with accel_spawn(rt, parent, &srv_behavior, args, ...); `args` must outlive it.
+ * Everything here runs on the loop thread. */
+#ifndef DEV_SERVER_H
+#define DEV_SERVER_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "actors/world.h"
+#include "proto/wire.h"
+
+typedef struct srv_args {
+  dev_world *world;           /* the devices (dev_world_spawn'ed by the caller) */
+  const char *const *listen;  /* URLs: ipc://PATH, tcp://HOST:PORT */
+  uint32_t nlisten;
+  proto_limits limits;        /* per session; max_message per frame */
+  int ipc_mode;               /* permissions of ipc:// socket files; < 0: nng's default */
+  int ipc_gid;                /* group of ipc:// socket files; < 0: unchanged */
+  uint32_t drain_timeout_ms;  /* SRV_MSG_DRAIN gives up after this; 0: 10 s */
+} srv_args;
+
+enum {
+  /* ask: stop listening, refuse new sessions and ops (ACCEL_ECLOSED), and complete the
+   * future once every op in flight has finished and its reply has been handed to nng (0),
+   * or after drain_timeout_ms (ACCEL_ETIMEDOUT). */
+  SRV_MSG_DRAIN = ACCEL_MSG_USER + 300,
+  /* tell: data = a malloc'd proto_limits (taken). max_in_flight and max_memory apply to
+   * existing sessions at once; max_buffers to new sessions; max_message to new frames. */
+  SRV_MSG_LIMITS,
+};
+
+extern const accel_behavior srv_behavior;
+
+/* The defaults acceld uses when nothing is configured. */
+#define SRV_DEFAULT_MAX_MESSAGE (64u << 20)
+#define SRV_DEFAULT_MAX_IN_FLIGHT 8192u
+#define SRV_DEFAULT_MAX_BUFFERS 65536u
+#define SRV_DEFAULT_MAX_MEMORY 0u /* no limit */
+
+#endif

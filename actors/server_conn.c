@@ -1,0 +1,155 @@
+/* The server's connection table: pipe id -> srv_conn, chained hashing; and the end of a
+ * connection. A connection is made on its pipe's first frame, not when nng adds the pipe:
+ * then a frame always finds its record on the loop without a race against nng's threads.
+ * nng reports a removed pipe from its own thread (server_io.c); a frame of that pipe may still
+ * sit in the receive queue, so removed pipes with no record are remembered (tombstones) and
+ * a frame's pipe is checked to be open before a record is made for it. */
+#include <stdlib.h>
+
+#include "actors/server_priv.h"
+
+static uint32_t bucket_of(const srv_server *s, uint32_t pipe) {
+  return (pipe * 2654435761u) & (s->nbuckets - 1);
+}
+
+int srv_conns_init(srv_server *s) {
+  s->nbuckets = 64;
+  s->buckets = calloc(s->nbuckets, sizeof *s->buckets);
+  return s->buckets ? 0 : ACCEL_ENOMEM;
+}
+
+srv_conn *srv_conn_find(srv_server *s, uint32_t pipe) {
+  for (srv_conn *c = s->buckets[bucket_of(s, pipe)]; c; c = c->hnext)
+    if (c->pipe == pipe)
+      return c;
+  return NULL;
+}
+
+/* Doubles the table when it is as full as it is long (a failed grow keeps the old one). */
+static void maybe_grow(srv_server *s) {
+  if (s->nconns < s->nbuckets || s->nbuckets >= (1u << 24))
+    return;
+  uint32_t old_n = s->nbuckets;
+  srv_conn **old = s->buckets, **fresh = calloc(old_n * 2, sizeof *fresh);
+  if (fresh == NULL)
+    return;
+  s->buckets = fresh;
+  s->nbuckets = old_n * 2;
+  for (uint32_t b = 0; b < old_n; b++)
+    for (srv_conn *c = old[b], *next; c; c = next) {
+      next = c->hnext;
+      uint32_t at = bucket_of(s, c->pipe);
+      c->hnext = s->buckets[at];
+      s->buckets[at] = c;
+    }
+  free(old);
+}
+
+static bool tombstoned(const srv_server *s, uint32_t pipe) {
+  for (uint32_t i = 0; i < SRV_TOMBSTONES; i++)
+    if (s->tombs[i] == pipe)
+      return true;
+  return false;
+}
+
+/* A pipe that nng still knows answers a query about its remote address. */
+static bool pipe_open(nng_pipe np) {
+  nng_sockaddr sa;
+  return nng_pipe_get_addr(np, NNG_OPT_REMADDR, &sa) == 0;
+}
+
+srv_conn *srv_conn_for(srv_server *s, nng_pipe np) {
+  uint32_t pipe = (uint32_t)nng_pipe_id(np);
+  srv_conn *c = srv_conn_find(s, pipe);
+  if (c != NULL || pipe == 0 || tombstoned(s, pipe) || !pipe_open(np))
+    return c;
+  c = calloc(1, sizeof *c);
+  if (c == NULL)
+    return NULL;
+  c->pipe = pipe;
+  c->np = np;
+  c->session = ACCEL_REF_NONE;
+  uint32_t at = bucket_of(s, pipe);
+  c->hnext = s->buckets[at];
+  s->buckets[at] = c;
+  s->nconns++;
+  maybe_grow(s);
+  accel_log(ACCEL_LOG_DEBUG, "server", "pipe %u: first frame", pipe);
+  return c;
+}
+
+static void unlink_conn(srv_server *s, srv_conn *c) {
+  srv_conn **pp = &s->buckets[bucket_of(s, c->pipe)];
+  while (*pp != c)
+    pp = &(*pp)->hnext;
+  *pp = c->hnext;
+  s->nconns--;
+}
+
+/* Frees a dead connection once nothing points at it any more. */
+void srv_conn_maybe_free(srv_server *s, srv_conn *c) {
+  if (!c->dead || c->session_live || c->ops > 0)
+    return;
+  srv_conn **pp = &s->dead;
+  while (*pp && *pp != c)
+    pp = &(*pp)->hnext;
+  if (*pp)
+    *pp = c->hnext;
+  free(c);
+}
+
+/* The pipe went away (nng said so): stop its session; its buffers are freed by the session's
+ * stop, and the record goes once the session has exited and its last op is done. */
+void srv_conn_gone(srv_server *s, uint32_t pipe) {
+  srv_conn *c = srv_conn_find(s, pipe);
+  if (c == NULL) {
+    s->tombs[s->tomb_next++ % SRV_TOMBSTONES] = pipe;
+    return;
+  }
+  unlink_conn(s, c);
+  c->dead = true;
+  c->hnext = s->dead;
+  s->dead = c;
+  accel_log(ACCEL_LOG_DEBUG, "server", "pipe %u: closed", pipe);
+  if (c->session_live && accel_stop(s->rt, c->session) != 0) {
+    c->session_live = false; /* already gone (shutdown): nothing will report its exit */
+    s->sessions--;
+  }
+  srv_conn_maybe_free(s, c);
+}
+
+static srv_conn *find_by_session(srv_conn *list, accel_ref ref) {
+  for (srv_conn *c = list; c; c = c->hnext)
+    if (c->session_live && c->session.slot == ref.slot && c->session.gen == ref.gen)
+      return c;
+  return NULL;
+}
+
+void srv_conn_session_exited(srv_server *s, accel_ref session) {
+  srv_conn *c = find_by_session(s->dead, session);
+  for (uint32_t b = 0; c == NULL && b < s->nbuckets; b++)
+    c = find_by_session(s->buckets[b], session);
+  if (c == NULL)
+    return;
+  c->session_live = false;
+  c->session = ACCEL_REF_NONE; /* a live pipe whose session failed for good: HELLO again */
+  s->sessions--;
+  srv_conn_maybe_free(s, c);
+}
+
+/* The actor ended: its sessions have stopped already (children stop first). */
+void srv_conns_free_all(srv_server *s) {
+  for (uint32_t b = 0; s->buckets && b < s->nbuckets; b++)
+    while (s->buckets[b]) {
+      srv_conn *c = s->buckets[b];
+      unlink_conn(s, c);
+      c->dead = true;
+      c->hnext = s->dead;
+      s->dead = c;
+    }
+  for (srv_conn *c = s->dead, *next; c; c = next) {
+    next = c->hnext;
+    c->session_live = false;
+    srv_conn_maybe_free(s, c);
+  }
+}

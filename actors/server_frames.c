@@ -1,0 +1,311 @@
+/* One received frame: check its header, then HELLO, OP (server_ops.c) or CONTROL. A frame
+ * whose header decodes (or at least starts with our magic) but is wrong gets an error REPLY
+ * with its request id; bytes that are not ours at all close the pipe. The request message is
+ * reused for its reply: it already holds the routing header that raw rep0 sends back by. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "actors/device.h"
+#include "actors/server_priv.h"
+#include "actors/status.h"
+
+/* ---- replies ---- */
+
+void srv_reply_status(srv_server *s, nng_msg *m, uint64_t request_id, int status) {
+  uint8_t head[PROTO_REPLY_HEAD_SIZE];
+  proto_encode_reply_head(head, request_id, status, 0);
+  nng_msg_clear(m);
+  if (nng_msg_append(m, head, sizeof head) != 0) {
+    nng_msg_free(m);
+    return;
+  }
+  srv_send(s, m);
+}
+
+/* A reply with data (text, JSON): `text` is taken. */
+static void reply_text(srv_server *s, nng_msg *m, uint64_t request_id, char *text) {
+  if (text == NULL) {
+    srv_reply_status(s, m, request_id, ACCEL_ENOMEM);
+    return;
+  }
+  size_t len = strlen(text);
+  uint8_t head[PROTO_REPLY_HEAD_SIZE];
+  int rc = proto_encode_reply_head(head, request_id, 0, len);
+  nng_msg_clear(m);
+  if (rc == 0 && nng_msg_append(m, head, sizeof head) == 0 &&
+      nng_msg_append(m, text, len) == 0)
+    srv_send(s, m);
+  else
+    srv_reply_status(s, m, request_id, rc ? rc : ACCEL_ENOMEM);
+  free(text);
+}
+
+static void reply_frame(srv_server *s, nng_msg *m, uint64_t request_id, proto_out *o, int rc) {
+  nng_msg_clear(m);
+  if (rc == 0 && nng_msg_append(m, o->data, o->len) == 0)
+    srv_send(s, m);
+  else
+    srv_reply_status(s, m, request_id, rc ? rc : ACCEL_ENOMEM);
+  proto_out_free(o);
+}
+
+/* ---- bad frames ---- */
+
+static uint64_t le_at(const uint8_t *p, int bytes) {
+  uint64_t v = 0;
+  for (int i = 0; i < bytes; i++)
+    v |= (uint64_t)p[i] << (8 * i);
+  return v;
+}
+
+/* `rc` is why the header did not decode. With our magic the peer speaks accel and hears why
+ * (and a peer of another protocol version is then disconnected); otherwise it is not a
+ * client of ours and the pipe is closed at once. */
+static void bad_header(srv_server *s, nng_msg *m, int rc) {
+  const uint8_t *p = nng_msg_body(m);
+  size_t len = nng_msg_len(m);
+  s->frames_bad++;
+  if (len < PROTO_HEADER_SIZE || le_at(p, 4) != PROTO_MAGIC) {
+    accel_log(ACCEL_LOG_INFO, "server", "pipe %d: not an accel frame: closed",
+              nng_pipe_id(nng_msg_get_pipe(m)));
+    nng_pipe_close(nng_msg_get_pipe(m));
+    nng_msg_free(m);
+    return;
+  }
+  if (le_at(p + 4, 2) != PROTO_VERSION)
+    srv_close_pipe_later(s, nng_msg_get_pipe(m));
+  srv_reply_status(s, m, le_at(p + 16, 8), rc);
+}
+
+/* ---- HELLO -> WELCOME ---- */
+
+/* Device `index` as the C API describes it (the world's node index + 1). */
+static void device_info(const dev_world *world, int index, struct accel_device_info *d) {
+  const dev_node *node = &world->nodes[index + 1];
+  memset(d, 0, sizeof *d);
+  memcpy(d->name, node->info.name, sizeof d->name - 1);
+  strncpy(d->backend, node->be->name, sizeof d->backend - 1);
+  d->mem_bytes = node->info.mem_bytes;
+  d->compute_units = node->info.compute_units;
+  d->state = (int)node->state;
+  d->restarts = node->restarts;
+}
+
+static void fill_welcome(srv_server *s, proto_welcome *w) {
+  memset(w, 0, sizeof *w);
+  w->version = PROTO_VERSION;
+  w->limits = s->limits;
+  for (int i = 0; i + 1 < s->world->nnodes && w->device_count < PROTO_MAX_DEVICES; i++)
+    device_info(s->world, i, &w->devices[w->device_count++]);
+}
+
+static void log_hello(srv_conn *c, const proto_hello *h) {
+  uint64_t uid = UINT64_MAX;
+  nng_pipe_get_uint64(c->np, NNG_OPT_IPC_PEER_UID, &uid); /* ipc only */
+  if (uid != UINT64_MAX)
+    accel_log(ACCEL_LOG_INFO, "server", "pipe %u: hello from '%s' (uid %llu)", c->pipe,
+              h->name, (unsigned long long)uid);
+  else
+    accel_log(ACCEL_LOG_INFO, "server", "pipe %u: hello from '%s'", c->pipe, h->name);
+}
+
+static void on_hello(srv_server *s, srv_conn *c, nng_msg *m, const proto_header *h) {
+  proto_hello hello;
+  int rc = proto_decode_hello((const uint8_t *)nng_msg_body(m) + PROTO_HEADER_SIZE,
+                              h->body_len, &hello);
+  if (rc == 0 && hello.version != PROTO_VERSION) {
+    rc = ACCEL_EPROTO; /* a client of another version: told, then disconnected */
+    srv_close_pipe_later(s, c->np);
+  }
+  if (rc == 0 && s->draining)
+    rc = ACCEL_ECLOSED;
+  if (rc == 0 && !c->session_live) {
+    rc = srv_session_start(s, c);
+    if (rc == 0)
+      log_hello(c, &hello);
+  }
+  if (rc != 0) {
+    s->frames_bad += rc == ACCEL_EPROTO;
+    srv_reply_status(s, m, h->request_id, rc);
+    return;
+  }
+  proto_welcome w;
+  proto_out o;
+  fill_welcome(s, &w);
+  proto_out_init(&o);
+  rc = proto_encode_welcome(&o, h->request_id, &w);
+  reply_frame(s, m, h->request_id, &o, rc);
+}
+
+/* ---- CONTROL ---- */
+
+static dev_status_counts counts(srv_server *s) {
+  return (dev_status_counts){
+      .connections = s->nconns,
+      .sessions = s->sessions,
+      .ops_completed = s->ops_completed,
+      .ops_failed = s->ops_failed,
+      .ops_in_flight = s->ops_in_flight,
+      .frames_bad = s->frames_bad,
+      .uptime_ms = srv_now_ms(s) - s->started_ms,
+      .draining = s->draining,
+  };
+}
+
+typedef struct fault_req {
+  srv_server *s;
+  nng_msg *m;
+  uint64_t request_id;
+} fault_req;
+
+static void fault_done(accel_future *f, int status, void *arg) {
+  fault_req *r = arg;
+  if (r->s->stopped)
+    nng_msg_free(r->m);
+  else
+    srv_reply_status(r->s, r->m, r->request_id, status);
+  srv_release(r->s);
+  free(r);
+}
+
+/* Asks the device's actor to fault (it answers, then fails and is restarted); the reply
+ * follows its answer. */
+static void inject_fault(srv_server *s, nng_msg *m, uint64_t request_id, uint64_t device) {
+  dev_world *w = s->world;
+  int rc = !w->fault_injection ? ACCEL_EPERM
+           : device >= (uint64_t)(w->nnodes - 1) ? ACCEL_EINVAL
+                                                 : 0;
+  fault_req *r = rc == 0 ? malloc(sizeof *r) : NULL;
+  if (rc == 0 && r == NULL)
+    rc = ACCEL_ENOMEM;
+  accel_future *f = NULL;
+  if (rc == 0) {
+    accel_msg q = {.type = DEV_MSG_INJECT_FAULT};
+    rc = accel_ask(s->rt, w->nodes[device + 1].actor, &q, &f);
+  }
+  if (rc != 0) {
+    free(r);
+    srv_reply_status(s, m, request_id, rc);
+    return;
+  }
+  accel_log(ACCEL_LOG_WARN, "server", "injecting a fault into device %llu",
+            (unsigned long long)device);
+  *r = (fault_req){s, m, request_id};
+  s->refs++;
+  accel_future_then(f, fault_done, r);
+  accel_future_release(f);
+}
+
+/* A reply whose data is a fixed binary record (DEVICE_INFO, TRANSFER_STATS). */
+static void reply_record(srv_server *s, nng_msg *m, uint64_t request_id, proto_out *o,
+                         int rc) {
+  uint8_t head[PROTO_REPLY_HEAD_SIZE];
+  if (rc == 0)
+    rc = proto_encode_reply_head(head, request_id, 0, o->len);
+  nng_msg_clear(m);
+  if (rc == 0 && (nng_msg_append(m, head, sizeof head) != 0 ||
+                  nng_msg_append(m, o->data, o->len) != 0))
+    rc = ACCEL_ENOMEM;
+  proto_out_free(o);
+  if (rc == 0)
+    srv_send(s, m);
+  else
+    srv_reply_status(s, m, request_id, rc);
+}
+
+static void on_device_info(srv_server *s, nng_msg *m, uint64_t request_id, uint64_t index) {
+  if (index >= (uint64_t)(s->world->nnodes - 1)) {
+    srv_reply_status(s, m, request_id, ACCEL_EINVAL);
+    return;
+  }
+  struct accel_device_info d;
+  proto_out o;
+  device_info(s->world, (int)index, &d);
+  proto_out_init(&o);
+  reply_record(s, m, request_id, &o, proto_encode_device(&o, &d));
+}
+
+/* The daemon's byte counters (all sessions together: the world counts them, not sessions). */
+static void on_transfer_stats(srv_server *s, nng_msg *m, uint64_t request_id) {
+  dev_world *w = s->world;
+  accel_transfer_stats t = {
+      .host_to_device = atomic_load(&w->h2d),
+      .device_to_host = atomic_load(&w->d2h),
+      .device_to_device = atomic_load(&w->d2d),
+      .written = atomic_load(&w->written),
+      .read = atomic_load(&w->read),
+  };
+  proto_out o;
+  proto_out_init(&o);
+  reply_record(s, m, request_id, &o, proto_encode_transfer_stats(&o, &t));
+}
+
+static void on_control(srv_server *s, nng_msg *m, const proto_header *h) {
+  proto_control_req req;
+  int rc = proto_decode_control((const uint8_t *)nng_msg_body(m) + PROTO_HEADER_SIZE,
+                                h->body_len, &req);
+  if (rc != 0) {
+    s->frames_bad++;
+    srv_reply_status(s, m, h->request_id, rc);
+    return;
+  }
+  dev_status_counts c = counts(s);
+  switch (req.command) {
+  case PROTO_CTL_PING:
+    srv_reply_status(s, m, h->request_id, 0);
+    break;
+  case PROTO_CTL_STATUS: /* arg 1: text for people, else JSON */
+    reply_text(s, m, h->request_id,
+               req.arg == 1 ? dev_status_text(s->world, &c) : dev_status_json(s->world, &c));
+    break;
+  case PROTO_CTL_DEVICES:
+    reply_text(s, m, h->request_id, dev_status_devices(s->world));
+    break;
+  case PROTO_CTL_TREE:
+    reply_text(s, m, h->request_id, dev_status_tree(s->rt));
+    break;
+  case PROTO_CTL_INJECT_FAULT:
+    inject_fault(s, m, h->request_id, req.arg);
+    break;
+  case PROTO_CTL_DEVICE_INFO:
+    on_device_info(s, m, h->request_id, req.arg);
+    break;
+  case PROTO_CTL_TRANSFER_STATS:
+    on_transfer_stats(s, m, h->request_id);
+    break;
+  default: /* a command of a later protocol version */
+    srv_reply_status(s, m, h->request_id, ACCEL_ENOTSUP);
+    break;
+  }
+}
+
+/* ---- dispatch ---- */
+
+void srv_frame(srv_server *s, nng_msg *m) {
+  srv_conn *c = srv_conn_for(s, nng_msg_get_pipe(m));
+  if (c == NULL) { /* the pipe is gone already (or no memory for its record) */
+    nng_msg_free(m);
+    return;
+  }
+  proto_header h;
+  int rc = proto_decode_header(nng_msg_body(m), nng_msg_len(m), s->limits.max_message, &h);
+  if (rc != 0) {
+    bad_header(s, m, rc);
+    return;
+  }
+  switch (h.type) {
+  case PROTO_HELLO:
+    on_hello(s, c, m, &h);
+    break;
+  case PROTO_OP:
+    srv_op_frame(s, c, m, h.request_id);
+    break;
+  case PROTO_CONTROL:
+    on_control(s, m, &h);
+    break;
+  default: /* WELCOME, REPLY: the daemon's own frames */
+    s->frames_bad++;
+    srv_reply_status(s, m, h.request_id, ACCEL_EPROTO);
+    break;
+  }
+}

@@ -1,0 +1,297 @@
+/* nng and the loop. The socket is rep0 in raw mode: a received message's header holds the
+ * routing back to the peer (pipe id, then the peer's request id), and a reply that keeps that
+ * header goes back to that request, in whatever order replies are sent. nng's receive and send
+ * descriptors (NNG_OPT_RECVFD / NNG_OPT_SENDFD: readable while a message can be received /
+ * sent) are watched with uv_poll on the runtime's loop; frames are received and replies sent
+ * with NNG_FLAG_NONBLOCK there, so no thread of ours stands between nng and the actors.
+ *
+ * Pipe removals come from nng's threads (nng_pipe_notify): they are queued under a mutex and
+ * the loop is woken with a uv_async, rather than told to the actor, so that a full mailbox can
+ * never lose one (a lost removal would leak a session and its buffers). */
+#include <errno.h>
+#include <grp.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "actors/server_priv.h"
+#include "runtime/rt.h"
+
+/* ---- receiving ---- */
+
+static void on_recv_ready(uv_poll_t *h, int status, int events) {
+  srv_server *s = h->data;
+  for (int i = 0; i < SRV_RECV_BATCH && !s->stopped; i++) {
+    nng_msg *m;
+    int rv = nng_recvmsg(s->sock, &m, NNG_FLAG_NONBLOCK);
+    if (rv == NNG_EAGAIN)
+      return;
+    if (rv != 0) {
+      accel_log(ACCEL_LOG_ERROR, "server", "receive: %s", nng_strerror(rv));
+      return;
+    }
+    srv_frame(s, m);
+  }
+  /* More may wait: the descriptor stays readable and the poll comes back next iteration,
+   * after the actors have had their turn. */
+}
+
+/* ---- sending ---- */
+
+static int sendq_push(srv_sendq *q, nng_msg *m) {
+  if (q->len == q->cap) {
+    uint32_t cap = q->cap ? q->cap * 2 : 256;
+    nng_msg **items = malloc(cap * sizeof *items);
+    if (items == NULL)
+      return ACCEL_ENOMEM;
+    for (uint32_t i = 0; i < q->len; i++)
+      items[i] = q->items[(q->head + i) % q->cap];
+    free(q->items);
+    q->items = items;
+    q->cap = cap;
+    q->head = 0;
+  }
+  q->items[(q->head + q->len) % q->cap] = m;
+  q->len++;
+  return 0;
+}
+
+static nng_msg *sendq_peek(const srv_sendq *q) {
+  return q->len ? q->items[q->head] : NULL;
+}
+
+static void sendq_pop(srv_sendq *q) {
+  q->head = (q->head + 1) % q->cap;
+  q->len--;
+}
+
+static void send_poll_set(srv_server *s, bool on);
+
+/* Sends queued replies until nng's queue is full again. */
+static void drain_sendq(srv_server *s) {
+  nng_msg *m;
+  while ((m = sendq_peek(&s->sendq)) != NULL) {
+    int rv = nng_sendmsg(s->sock, m, NNG_FLAG_NONBLOCK);
+    if (rv == NNG_EAGAIN)
+      return;
+    sendq_pop(&s->sendq);
+    if (rv != 0)
+      nng_msg_free(m); /* the socket is closing: the reply has nowhere to go */
+  }
+  send_poll_set(s, false);
+}
+
+static void on_send_ready(uv_poll_t *h, int status, int events) {
+  drain_sendq(h->data);
+}
+
+static void send_poll_set(srv_server *s, bool on) {
+  if (on == s->send_polling || !s->send_poll_open)
+    return;
+  if (on)
+    uv_poll_start(&s->send_poll, UV_READABLE, on_send_ready);
+  else
+    uv_poll_stop(&s->send_poll);
+  s->send_polling = on;
+}
+
+void srv_send(srv_server *s, nng_msg *m) {
+  if (s->stopped) {
+    nng_msg_free(m);
+    return;
+  }
+  if (s->sendq.len == 0) { /* keep order behind queued replies */
+    int rv = nng_sendmsg(s->sock, m, NNG_FLAG_NONBLOCK);
+    if (rv == 0)
+      return;
+    if (rv != NNG_EAGAIN) {
+      nng_msg_free(m);
+      return;
+    }
+  }
+  if (sendq_push(&s->sendq, m) != 0) {
+    accel_log(ACCEL_LOG_ERROR, "server", "out of memory queueing a reply: dropped");
+    nng_msg_free(m);
+    return;
+  }
+  send_poll_set(s, true);
+}
+
+/* ---- closing a pipe after its last reply (a wrong protocol version) ---- */
+
+void srv_close_pipe_later(srv_server *s, nng_pipe np) {
+  if (s->nclose == s->close_cap) {
+    uint32_t cap = s->close_cap ? s->close_cap * 2 : 8;
+    nng_pipe *p = realloc(s->close_later, cap * sizeof *p);
+    if (p == NULL) {
+      nng_pipe_close(np); /* at once, then: the reply may be lost, the pipe is not */
+      return;
+    }
+    s->close_later = p;
+    s->close_cap = cap;
+  }
+  s->close_later[s->nclose++] = np;
+  srv_tick_start(s);
+}
+
+void srv_close_pipes_now(srv_server *s) {
+  for (uint32_t i = 0; i < s->nclose; i++)
+    nng_pipe_close(s->close_later[i]);
+  s->nclose = 0;
+}
+
+/* ---- pipe removals, from nng's threads ---- */
+
+static void on_pipe_removed(nng_pipe np, nng_pipe_ev ev, void *arg) {
+  srv_server *s = arg;
+  pthread_mutex_lock(&s->gone_mu);
+  if (s->ngone == s->gone_cap) {
+    uint32_t cap = s->gone_cap ? s->gone_cap * 2 : 64;
+    uint32_t *p = realloc(s->gone, cap * sizeof *p);
+    if (p != NULL) {
+      s->gone = p;
+      s->gone_cap = cap;
+    }
+  }
+  if (s->ngone < s->gone_cap) /* else out of memory: the session lives until shutdown */
+    s->gone[s->ngone++] = (uint32_t)nng_pipe_id(np);
+  pthread_mutex_unlock(&s->gone_mu);
+  uv_async_send(&s->gone_async);
+}
+
+static void on_gone(uv_async_t *h) {
+  srv_server *s = h->data;
+  pthread_mutex_lock(&s->gone_mu);
+  uint32_t *ids = s->gone, n = s->ngone;
+  s->gone = NULL;
+  s->ngone = s->gone_cap = 0;
+  pthread_mutex_unlock(&s->gone_mu);
+  for (uint32_t i = 0; i < n && !s->stopped; i++)
+    srv_conn_gone(s, ids[i]);
+  free(ids);
+}
+
+/* ---- listening ---- */
+
+/* ipc:// socket files get the configured mode (set before the listener binds, so there is no
+ * moment with the wrong one) and group (after: the file exists only then). */
+static int ipc_prepare(srv_server *s, nng_listener l, const char *url) {
+  if (strncmp(url, "ipc://", 6) != 0 || s->args->ipc_mode < 0)
+    return 0;
+  int rv = nng_listener_set_int(l, NNG_OPT_IPC_PERMISSIONS, s->args->ipc_mode);
+  return rv == 0 ? 0 : ACCEL_EINVAL;
+}
+
+static int ipc_chown(srv_server *s, const char *url) {
+  if (strncmp(url, "ipc://", 6) != 0 || s->args->ipc_gid < 0)
+    return 0;
+  if (chown(url + 6, (uid_t)-1, (gid_t)s->args->ipc_gid) != 0) {
+    accel_log(ACCEL_LOG_ERROR, "server", "chown %s to group %d: %s", url + 6,
+              s->args->ipc_gid, strerror(errno));
+    return ACCEL_ESYS;
+  }
+  return 0;
+}
+
+static int listen_one(srv_server *s, const char *url) {
+  nng_listener l;
+  int rv = nng_listener_create(&l, s->sock, url);
+  if (rv == 0 && ipc_prepare(s, l, url) != 0)
+    rv = NNG_EINVAL;
+  if (rv == 0)
+    rv = nng_listener_start(l, 0);
+  if (rv != 0) {
+    accel_log(ACCEL_LOG_ERROR, "server", "cannot listen on %s: %s", url, nng_strerror(rv));
+    return rv == NNG_EADDRINUSE ? ACCEL_EBUSY : ACCEL_EINVAL;
+  }
+  s->listeners[s->nlisteners++] = l;
+  accel_log(ACCEL_LOG_INFO, "server", "listening on %s", url);
+  return ipc_chown(s, url);
+}
+
+/* ---- start and close ---- */
+
+static int open_socket(srv_server *s) {
+  int rv = nng_rep0_open_raw(&s->sock);
+  if (rv != 0)
+    return ACCEL_ENOMEM;
+  s->sock_open = true;
+  /* Deep queues both ways: many requests in flight per client, bursts of replies. The
+   * receive limit leaves room for the routing header nng keeps in front of our frame. */
+  nng_socket_set_int(s->sock, NNG_OPT_RECVBUF, 1024);
+  nng_socket_set_int(s->sock, NNG_OPT_SENDBUF, 1024);
+  nng_socket_set_size(s->sock, NNG_OPT_RECVMAXSZ, (size_t)s->limits.max_message + 64);
+  rv = nng_pipe_notify(s->sock, NNG_PIPE_EV_REM_POST, on_pipe_removed, s);
+  return rv == 0 ? 0 : ACCEL_ENOMEM;
+}
+
+static int init_handles(srv_server *s) {
+  uv_loop_t *loop = rt_uv_loop(s->rt);
+  int rfd, sfd;
+  if (nng_socket_get_int(s->sock, NNG_OPT_RECVFD, &rfd) != 0 ||
+      nng_socket_get_int(s->sock, NNG_OPT_SENDFD, &sfd) != 0)
+    return ACCEL_ENOTSUP;
+  if (uv_poll_init(loop, &s->recv_poll, rfd) != 0)
+    return ACCEL_ESYS;
+  s->recv_poll.data = s;
+  s->recv_poll_open = true;
+  s->refs++;
+  if (uv_poll_init(loop, &s->send_poll, sfd) != 0)
+    return ACCEL_ESYS;
+  s->send_poll.data = s;
+  s->send_poll_open = true;
+  s->refs++;
+  if (uv_async_init(loop, &s->gone_async, on_gone) != 0)
+    return ACCEL_ESYS;
+  s->gone_async.data = s;
+  s->gone_async_open = true;
+  s->refs++;
+  uv_timer_init(loop, &s->tick);
+  s->tick.data = s;
+  s->tick_open = true;
+  s->refs++;
+  return uv_poll_start(&s->recv_poll, UV_READABLE, on_recv_ready) == 0 ? 0 : ACCEL_ESYS;
+}
+
+int srv_io_start(srv_server *s) {
+  s->listeners = calloc(s->args->nlisten, sizeof *s->listeners);
+  if (s->listeners == NULL)
+    return ACCEL_ENOMEM;
+  int rc = open_socket(s);
+  if (rc == 0)
+    rc = init_handles(s);
+  for (uint32_t i = 0; rc == 0 && i < s->args->nlisten; i++)
+    rc = listen_one(s, s->args->listen[i]);
+  return rc;
+}
+
+static void on_handle_closed(uv_handle_t *h) {
+  srv_release(h->data);
+}
+
+static void close_handle(uv_handle_t *h, bool *open) {
+  if (!*open)
+    return;
+  *open = false;
+  uv_close(h, on_handle_closed);
+}
+
+/* Polls first (nng owns their descriptors and closes them with the socket), then the socket
+ * (which runs the last pipe callbacks, so the async handle must still be open), then the
+ * rest. Replies still queued are dropped: their clients are being disconnected. */
+void srv_io_close(srv_server *s) {
+  close_handle((uv_handle_t *)&s->recv_poll, &s->recv_poll_open);
+  close_handle((uv_handle_t *)&s->send_poll, &s->send_poll_open);
+  if (s->sock_open) {
+    s->sock_open = false;
+    nng_close(s->sock);
+  }
+  for (nng_msg *m; (m = sendq_peek(&s->sendq)) != NULL;) {
+    sendq_pop(&s->sendq);
+    nng_msg_free(m);
+  }
+  s->nclose = 0;
+  close_handle((uv_handle_t *)&s->gone_async, &s->gone_async_open);
+  close_handle((uv_handle_t *)&s->tick, &s->tick_open);
+}

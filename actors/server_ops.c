@@ -1,0 +1,138 @@
+/* OP frames: decode into an envelope, send it to the connection's session, and reply when it
+ * finishes (the op's `done`, on the loop). The request message stays alive as the op's owner
+ * while the op runs, because a write's bytes are read straight out of it; it then becomes the
+ * reply. A read's reply is allocated before the op is sent, with room for the data, and the
+ * buffer is read straight into it. */
+#include <stdlib.h>
+
+#include "actors/server_priv.h"
+
+/* Every dtype is 4 bytes today (accel_dtype: F32, U32): a read of `count` elements needs at
+ * most this many bytes per element whatever its buffer turns out to be. */
+#define SRV_MAX_DTYPE_SIZE 4u
+
+typedef struct srv_op {
+  dev_op op;           /* first: `done` gets &op */
+  srv_server *srv;     /* holds a reference */
+  srv_conn *conn;      /* counted in conn->ops */
+  nng_msg *req;        /* == op.owner: the request, with the routing header */
+  nng_msg *rep;        /* a read's reply, data at PROTO_REPLY_HEAD_SIZE; else NULL */
+  uint64_t read_bytes;
+} srv_op;
+
+/* The status-only reply is the request made over; a read's reply gets the routing header. */
+static void send_result(srv_server *s, srv_op *so, int status) {
+  if (so->rep == NULL || status != 0) {
+    if (so->rep)
+      nng_msg_free(so->rep);
+    srv_reply_status(s, so->req, so->op.h.request_id, status);
+    return;
+  }
+  proto_encode_reply_head(nng_msg_body(so->rep), so->op.h.request_id, 0, so->read_bytes);
+  int rv = nng_msg_header_append(so->rep, nng_msg_header(so->req), nng_msg_header_len(so->req));
+  if (rv != 0) {
+    nng_msg_free(so->rep);
+    srv_reply_status(s, so->req, so->op.h.request_id, ACCEL_ENOMEM);
+    return;
+  }
+  nng_msg_free(so->req);
+  srv_send(s, so->rep);
+}
+
+static void op_done(dev_op *op, int status) {
+  srv_op *so = (srv_op *)op;
+  srv_server *s = so->srv;
+  srv_conn *c = so->conn;
+  s->ops_in_flight--;
+  s->ops_completed++;
+  s->ops_failed += status < 0;
+  if (status < 0)
+    accel_log(ACCEL_LOG_DEBUG, "server", "pipe %u: op %u (request %llu): %s", c->pipe,
+              op->h.kind, (unsigned long long)op->h.request_id, accel_err_name(status));
+  if (s->stopped) {
+    nng_msg_free(so->req);
+    if (so->rep)
+      nng_msg_free(so->rep);
+  } else {
+    send_result(s, so, status);
+  }
+  c->ops--;
+  c->read_pending -= so->read_bytes;
+  srv_conn_maybe_free(s, c);
+  free(so);
+  srv_release(s);
+}
+
+/* The bytes of read replies one connection may hold at once: its memory quota if it has one,
+ * else 1 GiB; never less than one frame. Past it the read is ACCEL_EBUSY: retry later. */
+static uint64_t read_budget(const srv_server *s) {
+  uint64_t cap = s->limits.max_memory ? s->limits.max_memory : (1ull << 30);
+  return cap < s->limits.max_message ? s->limits.max_message : cap;
+}
+
+/* Sizes a read's reply from the count the decoder checked against nothing yet: bounded by
+ * the frame limit before anything is allocated; the session checks it against the buffer. */
+static int prepare_read(srv_server *s, srv_conn *c, srv_op *so) {
+  uint64_t count = so->op.bufs[0].count;
+  uint64_t room = s->limits.max_message - PROTO_REPLY_HEAD_SIZE;
+  if (count > room / SRV_MAX_DTYPE_SIZE)
+    return ACCEL_ELIMIT;
+  uint64_t bytes = count * SRV_MAX_DTYPE_SIZE;
+  if (c->read_pending + bytes > read_budget(s))
+    return ACCEL_EBUSY;
+  if (nng_msg_alloc(&so->rep, PROTO_REPLY_HEAD_SIZE + (size_t)bytes) != 0)
+    return ACCEL_ENOMEM;
+  so->read_bytes = bytes;
+  so->op.u.read.dst = (uint8_t *)nng_msg_body(so->rep) + PROTO_REPLY_HEAD_SIZE;
+  c->read_pending += bytes;
+  return 0;
+}
+
+static int decode(srv_server *s, srv_conn *c, nng_msg *m, srv_op *so) {
+  proto_bytes data;
+  const uint8_t *body = (const uint8_t *)nng_msg_body(m) + PROTO_HEADER_SIZE;
+  int rc = proto_decode_op(body, nng_msg_len(m) - PROTO_HEADER_SIZE, &so->op, &data);
+  if (rc != 0) {
+    s->frames_bad++;
+    return rc;
+  }
+  return so->op.h.kind == DEV_OP_READ ? prepare_read(s, c, so) : 0;
+}
+
+static int submit(srv_server *s, srv_conn *c, srv_op *so) {
+  accel_msg msg;
+  so->srv = s;
+  so->conn = c;
+  dev_session_op_msg(&msg, &so->op);
+  int rc = accel_tell(s->rt, c->session, &msg); /* the session runs later: not inside this */
+  if (rc != 0)
+    return rc; /* ACCEL_EBUSY: the session's mailbox is full */
+  s->refs++;
+  s->ops_in_flight++;
+  c->ops++;
+  return 0;
+}
+
+void srv_op_frame(srv_server *s, srv_conn *c, nng_msg *m, uint64_t request_id) {
+  int rc = s->draining ? ACCEL_ECLOSED : !c->session_live ? ACCEL_EPROTO : 0;
+  srv_op *so = rc == 0 ? calloc(1, sizeof *so) : NULL;
+  if (rc == 0 && so == NULL)
+    rc = ACCEL_ENOMEM;
+  if (rc == 0)
+    rc = decode(s, c, m, so);
+  if (rc == 0) {
+    so->op.h.request_id = request_id;
+    so->op.done = op_done;
+    so->op.owner = m;
+    so->req = m;
+    rc = submit(s, c, so);
+  }
+  if (rc == 0)
+    return;
+  if (so && so->rep) {
+    c->read_pending -= so->read_bytes;
+    nng_msg_free(so->rep);
+  }
+  free(so);
+  srv_reply_status(s, m, request_id, rc);
+}

@@ -1,0 +1,117 @@
+/* Internals of the server actor, shared by actors/server*.c. Loop thread only, except
+ * `gone` (pipe removals, pushed by nng's threads under gone_mu). */
+#ifndef DEV_SERVER_PRIV_H
+#define DEV_SERVER_PRIV_H
+
+#include <nng/nng.h>
+#include <nng/protocol/reqrep0/rep.h>
+#include <pthread.h>
+#include <uv.h>
+
+#include "actors/server.h"
+#include "actors/session.h"
+
+#define SRV_TOMBSTONES 256 /* recently removed pipes that never had a connection record */
+#define SRV_RECV_BATCH 256 /* frames per poll callback before other handles get a turn */
+#define SRV_TICK_MS 50     /* housekeeping while draining or closing pipes */
+
+typedef struct srv_server srv_server;
+
+/* One client connection (an nng pipe). Lives while its pipe is open, then until its session
+ * has exited and its last op has finished (ops point at it). */
+typedef struct srv_conn {
+  uint32_t pipe;
+  nng_pipe np;
+  struct srv_conn *hnext;  /* hash chain, or the list of dead connections */
+  accel_ref session;       /* ACCEL_REF_NONE until HELLO, and after the session exited */
+  bool session_live;       /* spawned and not exited yet */
+  bool dead;               /* the pipe is gone */
+  dev_session_args sargs;  /* the session's spawn argument: must outlive the session */
+  uint32_t ops;            /* ops in flight that point here */
+  uint64_t read_pending;   /* bytes of read replies allocated and not yet sent */
+} srv_conn;
+
+/* A FIFO of replies that nng could not take yet (its send queue was full). */
+typedef struct srv_sendq {
+  nng_msg **items;
+  uint32_t head, len, cap;
+} srv_sendq;
+
+struct srv_server {
+  uint32_t refs;            /* the actor, each op in flight, each open uv handle */
+  bool stopped;             /* the actor ended: the socket is closed, replies are dropped */
+  accel_runtime *rt;
+  accel_actor *self;        /* NULL once stopped */
+  dev_world *world;
+  const srv_args *args;
+  proto_limits limits;
+  uint64_t started_ms;
+
+  nng_socket sock;
+  bool sock_open;
+  nng_listener *listeners;
+  uint32_t nlisteners;
+
+  uv_poll_t recv_poll, send_poll;
+  uv_async_t gone_async;
+  uv_timer_t tick;
+  bool recv_poll_open, send_poll_open, send_polling, gone_async_open, tick_open, ticking;
+
+  pthread_mutex_t gone_mu;  /* guards gone* (pipe removals from nng's threads) */
+  bool gone_mu_init;
+  uint32_t *gone;
+  uint32_t ngone, gone_cap;
+
+  srv_conn **buckets;       /* pipe id -> connection; chained */
+  uint32_t nbuckets, nconns;
+  srv_conn *dead;           /* connections waiting for their session or ops to end */
+  uint32_t tombs[SRV_TOMBSTONES];
+  uint32_t tomb_next;
+
+  srv_sendq sendq;
+  nng_pipe *close_later;    /* pipes to close once their last reply had time to leave */
+  uint32_t nclose, close_cap;
+
+  uint32_t sessions;
+  uint64_t ops_in_flight, ops_completed, ops_failed, frames_bad;
+
+  bool draining;
+  accel_future *drain_reply;
+  uint64_t drain_deadline_ms;
+  uint32_t drain_idle_ticks;
+};
+
+/* server.c */
+void srv_release(srv_server *s);
+uint64_t srv_now_ms(srv_server *s);
+void srv_tick_start(srv_server *s);
+void srv_drain_check(srv_server *s);
+int srv_session_start(srv_server *s, srv_conn *c);
+
+/* server_conn.c: the connection table */
+int srv_conns_init(srv_server *s);
+srv_conn *srv_conn_find(srv_server *s, uint32_t pipe);
+/* The connection of a frame's pipe, made on its first frame; NULL if the pipe is gone. */
+srv_conn *srv_conn_for(srv_server *s, nng_pipe np);
+void srv_conn_gone(srv_server *s, uint32_t pipe);
+void srv_conn_session_exited(srv_server *s, accel_ref session);
+void srv_conn_maybe_free(srv_server *s, srv_conn *c);
+void srv_conns_free_all(srv_server *s);
+
+/* server_io.c: nng <-> the loop */
+int srv_io_start(srv_server *s);
+void srv_io_close(srv_server *s);
+/* Hands a reply to nng (taken in every case: queued while nng's queue is full). */
+void srv_send(srv_server *s, nng_msg *m);
+void srv_close_pipe_later(srv_server *s, nng_pipe np);
+void srv_close_pipes_now(srv_server *s);
+
+/* server_frames.c: one received frame (taken) */
+void srv_frame(srv_server *s, nng_msg *m);
+/* Turns the request `m` into a reply frame with `status` and no data, and sends it. */
+void srv_reply_status(srv_server *s, nng_msg *m, uint64_t request_id, int status);
+
+/* server_ops.c */
+void srv_op_frame(srv_server *s, srv_conn *c, nng_msg *m, uint64_t request_id);
+
+#endif

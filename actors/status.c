@@ -1,0 +1,248 @@
+/* Reports on the world and the supervision tree (status.h). They run on the loop thread, the
+ * only thread that changes buffers and nodes, so plain reads see a consistent picture. */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "actors/status.h"
+
+/* ---- a growable string; after the first allocation failure every append is a no-op ---- */
+
+typedef struct sbuf {
+  char *s;
+  size_t len, cap;
+  bool oom;
+} sbuf;
+
+static bool sb_reserve(sbuf *b, size_t extra) {
+  if (b->oom)
+    return false;
+  if (b->len + extra + 1 <= b->cap)
+    return true;
+  size_t cap = b->cap ? b->cap : 512;
+  while (cap < b->len + extra + 1)
+    cap *= 2;
+  char *p = realloc(b->s, cap);
+  if (p == NULL) {
+    b->oom = true;
+    return false;
+  }
+  b->s = p;
+  b->cap = cap;
+  return true;
+}
+
+static void __attribute__((format(printf, 2, 3))) sb_printf(sbuf *b, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  int n = vsnprintf(NULL, 0, fmt, ap);
+  va_end(ap);
+  if (n < 0 || !sb_reserve(b, (size_t)n))
+    return;
+  va_start(ap, fmt);
+  vsnprintf(b->s + b->len, b->cap - b->len, fmt, ap);
+  va_end(ap);
+  b->len += (size_t)n;
+}
+
+/* A JSON string literal: quotes, backslashes and control characters escaped. */
+static void sb_json_str(sbuf *b, const char *s) {
+  sb_printf(b, "\"");
+  for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+    if (*p == '"' || *p == '\\')
+      sb_printf(b, "\\%c", *p);
+    else if (*p < 0x20)
+      sb_printf(b, "\\u%04x", *p);
+    else
+      sb_printf(b, "%c", *p);
+  }
+  sb_printf(b, "\"");
+}
+
+static char *sb_finish(sbuf *b) {
+  if (b->oom || !sb_reserve(b, 0)) {
+    free(b->s);
+    return NULL;
+  }
+  b->s[b->len] = '\0';
+  return b->s;
+}
+
+/* ---- facts about the world ---- */
+
+static const char *state_name(dev_node_state s) {
+  switch (s) {
+  case DEV_NODE_SERVING:
+    return "serving";
+  case DEV_NODE_RESTARTING:
+    return "restarting";
+  default:
+    return "quarantined";
+  }
+}
+
+uint64_t dev_status_node_mem(const dev_world *w, int n) {
+  const dev_node *node = &w->nodes[n];
+  uint64_t sum = 0;
+  for (const dev_buffer *b = w->buffers; b; b = b->next) {
+    const dev_replica *r = &b->rep[n];
+    if (r->allocated && r->node_gen == node->generation)
+      sum += r->mem.bytes;
+  }
+  return sum;
+}
+
+/* Buffers whose handle is still live (destroyed ones linger until their last task ends). */
+static uint64_t live_buffers(const dev_world *w) {
+  uint64_t n = 0;
+  for (const dev_buffer *b = w->buffers; b; b = b->next)
+    n += !b->destroyed;
+  return n;
+}
+
+static int backend_devices(const dev_world *w, const be_ops *be) {
+  int n = 0;
+  for (int i = 1; i < w->nnodes; i++)
+    n += w->nodes[i].be == be;
+  return n;
+}
+
+/* Why a backend has no device here: "not built", or its probe's own words. */
+static const char *backend_absence(const be_entry *e, char *why, size_t len) {
+  if (e->ops == NULL)
+    return "not built";
+  int count = 0;
+  why[0] = '\0';
+  if (e->ops->probe(&count, why, len) == 0 && why[0] == '\0')
+    snprintf(why, len, "no device");
+  return why;
+}
+
+/* ---- JSON ---- */
+
+static void json_device(sbuf *b, const dev_world *w, int n) {
+  const dev_node *node = &w->nodes[n];
+  sb_printf(b, "{\"index\":%d,\"name\":", node->device);
+  sb_json_str(b, node->info.name);
+  sb_printf(b, ",\"backend\":");
+  sb_json_str(b, node->be->name);
+  sb_printf(b,
+            ",\"state\":\"%s\",\"restarts\":%u,\"mem_used\":%llu,\"mem_total\":%llu,"
+            "\"compute_units\":%u}",
+            state_name(node->state), node->restarts,
+            (unsigned long long)dev_status_node_mem(w, n),
+            (unsigned long long)node->info.mem_bytes, node->info.compute_units);
+}
+
+static void json_backends(sbuf *b, const dev_world *w) {
+  sb_printf(b, "\"backends\":[");
+  const char *sep = "";
+  for (const be_entry *e = be_registry(); e->name; e++) {
+    char why[128];
+    int n = e->ops ? backend_devices(w, e->ops) : 0;
+    sb_printf(b, "%s{\"name\":", sep);
+    sb_json_str(b, e->name);
+    sb_printf(b, ",\"built\":%s,\"devices\":%d", e->ops ? "true" : "false", n);
+    if (n == 0) {
+      sb_printf(b, ",\"why\":");
+      sb_json_str(b, backend_absence(e, why, sizeof why));
+    }
+    sb_printf(b, "}");
+    sep = ",";
+  }
+  sb_printf(b, "]");
+}
+
+char *dev_status_json(dev_world *w, const dev_status_counts *c) {
+  sbuf b = {0};
+  accel_runtime_stats rs;
+  accel_runtime_get_stats(w->rt, &rs);
+  sb_printf(&b, "{\"version\":\"%s\",\"uptime_ms\":%llu,\"state\":\"%s\",\"devices\":[",
+            ACCEL_VERSION_STRING, (unsigned long long)c->uptime_ms,
+            c->draining ? "draining" : "serving");
+  for (int n = 1; n < w->nnodes; n++) {
+    if (n > 1)
+      sb_printf(&b, ",");
+    json_device(&b, w, n);
+  }
+  sb_printf(&b, "],");
+  json_backends(&b, w);
+  sb_printf(&b,
+            ",\"host_mem_used\":%llu,\"connections\":%u,\"sessions\":%u,\"buffers\":%llu,"
+            "\"ops_completed\":%llu,\"ops_failed\":%llu,\"ops_in_flight\":%llu,"
+            "\"frames_bad\":%llu,\"fault_injection\":%s,\"actors\":%llu,"
+            "\"dead_letters\":%llu,\"busy_refusals\":%llu,\"actor_restarts\":%llu}",
+            (unsigned long long)dev_status_node_mem(w, DEV_HOST_NODE), c->connections,
+            c->sessions, (unsigned long long)live_buffers(w),
+            (unsigned long long)c->ops_completed, (unsigned long long)c->ops_failed,
+            (unsigned long long)c->ops_in_flight, (unsigned long long)c->frames_bad,
+            w->fault_injection ? "true" : "false", (unsigned long long)rs.actors_live,
+            (unsigned long long)rs.dead_letters, (unsigned long long)rs.busy_refusals,
+            (unsigned long long)rs.restarts);
+  return sb_finish(&b);
+}
+
+/* ---- text ---- */
+
+static void text_device(sbuf *b, const dev_world *w, int n) {
+  const dev_node *node = &w->nodes[n];
+  sb_printf(b, "device %d: %s (%s) %s, restarts %u, mem_used %llu of %llu bytes, %u units\n",
+            node->device, node->info.name, node->be->name, state_name(node->state),
+            node->restarts, (unsigned long long)dev_status_node_mem(w, n),
+            (unsigned long long)node->info.mem_bytes, node->info.compute_units);
+}
+
+char *dev_status_devices(dev_world *w) {
+  sbuf b = {0};
+  for (int n = 1; n < w->nnodes; n++)
+    text_device(&b, w, n);
+  for (const be_entry *e = be_registry(); e->name; e++) {
+    char why[128];
+    if (e->ops == NULL || backend_devices(w, e->ops) == 0)
+      sb_printf(&b, "%s: %s\n", e->name, backend_absence(e, why, sizeof why));
+  }
+  return sb_finish(&b);
+}
+
+char *dev_status_text(dev_world *w, const dev_status_counts *c) {
+  sbuf b = {0};
+  accel_runtime_stats rs;
+  accel_runtime_get_stats(w->rt, &rs);
+  sb_printf(&b, "acceld %s: %s, up %llu.%03llu s\n", ACCEL_VERSION_STRING,
+            c->draining ? "draining" : "serving", (unsigned long long)(c->uptime_ms / 1000),
+            (unsigned long long)(c->uptime_ms % 1000));
+  sb_printf(&b, "clients: %u connections, %u sessions, %llu buffers\n", c->connections,
+            c->sessions, (unsigned long long)live_buffers(w));
+  sb_printf(&b, "ops: %llu completed (%llu failed), %llu in flight\n",
+            (unsigned long long)c->ops_completed, (unsigned long long)c->ops_failed,
+            (unsigned long long)c->ops_in_flight);
+  sb_printf(&b, "runtime: %llu actors, %llu dead letters, %llu restarts\n",
+            (unsigned long long)rs.actors_live, (unsigned long long)rs.dead_letters,
+            (unsigned long long)rs.restarts);
+  for (int n = 1; n < w->nnodes; n++)
+    text_device(&b, w, n);
+  return sb_finish(&b);
+}
+
+/* ---- the tree ---- */
+
+static void tree_visit(const accel_actor_view *v, void *arg) {
+  sbuf *b = arg;
+  sb_printf(b, "%*s%s [%s]", (int)(2 * v->depth), "", v->name, v->state);
+  if (v->restarts_total || v->restarts)
+    sb_printf(b, " restarts %llu (%u in window)", (unsigned long long)v->restarts_total,
+              v->restarts);
+  if (v->mailbox_used)
+    sb_printf(b, " mailbox %u", v->mailbox_used);
+  sb_printf(b, "\n");
+}
+
+char *dev_status_tree(accel_runtime *rt) {
+  sbuf b = {0};
+  if (accel_runtime_walk(rt, tree_visit, &b) != 0) {
+    free(b.s);
+    return NULL;
+  }
+  return sb_finish(&b);
+}
