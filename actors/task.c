@@ -62,32 +62,57 @@ static int add_edge(dev_task *from, dev_task *to) {
   return 0;
 }
 
+#define NOT_A_READER UINT32_MAX
+
+/* Where t sits in b's reader list (t->reader_pos, per buffer slot of t), kept up to date so
+ * that removal is O(1): a long run of readers must not cost a scan per completion. */
+static uint32_t *reader_pos_of(dev_task *t, const dev_buffer *b) {
+  for (uint32_t i = 0; i < t->nbufs; i++)
+    if (t->buf[i] == b && t->reader_pos[i] != NOT_A_READER)
+      return &t->reader_pos[i];
+  return NULL;
+}
+
 static void readers_remove(dev_buffer *b, dev_task *t) {
-  for (uint32_t i = 0; i < b->nreaders; i++) {
-    if (b->readers[i] == t) {
-      b->readers[i] = b->readers[--b->nreaders];
-      return;
-    }
-  }
+  uint32_t *pos = reader_pos_of(t, b);
+  if (pos == NULL)
+    return;
+  uint32_t at = *pos, last = --b->nreaders;
+  *pos = NOT_A_READER;
+  if (at == last)
+    return;
+  dev_task *moved = b->readers[last];
+  b->readers[at] = moved;
+  for (uint32_t i = 0; i < moved->nbufs; i++)
+    if (moved->buf[i] == b && moved->reader_pos[i] == last)
+      moved->reader_pos[i] = at;
 }
 
 /* Records that t uses b with `access`, adding the edges that keep issue order. */
 int dev_task_use(dev_task *t, dev_buffer *b, uint32_t access) {
   if (t->nbufs == DEV_OP_MAX_BUFS)
     return ACCEL_EINVAL;
-  t->buf[t->nbufs++] = b;
+  uint32_t slot = t->nbufs++;
+  t->buf[slot] = b;
+  t->reader_pos[slot] = NOT_A_READER;
   b->users++;
   if (b->last_writer && add_edge(b->last_writer, t) != 0)
     return ACCEL_ENOMEM;
   if (!(access & DEV_WRITE)) {
     if (grow((void **)&b->readers, &b->readers_cap, b->nreaders, sizeof(dev_task *)) != 0)
       return ACCEL_ENOMEM;
+    t->reader_pos[slot] = b->nreaders;
     b->readers[b->nreaders++] = t;
     return 0;
   }
-  for (uint32_t i = 0; i < b->nreaders; i++)
-    if (add_edge(b->readers[i], t) != 0)
+  for (uint32_t i = 0; i < b->nreaders; i++) {
+    dev_task *r = b->readers[i];
+    uint32_t *pos = reader_pos_of(r, b);
+    if (pos)
+      *pos = NOT_A_READER; /* the list restarts after this writer */
+    if (add_edge(r, t) != 0)
       return ACCEL_ENOMEM;
+  }
   b->nreaders = 0;
   b->last_writer = t;
   return 0;

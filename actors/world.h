@@ -96,6 +96,7 @@ struct dev_task {
   uint32_t node_gen;        /* node incarnation it was planned for */
   dev_queue_class qclass;
   dev_buffer *buf[DEV_OP_MAX_BUFS];
+  uint32_t reader_pos[DEV_OP_MAX_BUFS]; /* index in buf[i]'s reader list, or UINT32_MAX */
   uint32_t nbufs;
   int src_node;             /* DEV_TASK_TRANSFER: where the valid copy is */
   uint32_t deps;            /* edges not yet satisfied */
