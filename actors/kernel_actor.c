@@ -156,12 +156,31 @@ static void arm_watchdog(kernel_state *k) {
 
 /* ---- putting a task on the queue ---- */
 
+/* An event on d's queue, made when a task of another queue first needs to wait for d. It is
+ * recorded now, after d: a later point of d's queue than d's own end, so waiting on it is
+ * safe (at worst a little longer than needed), and work that nobody waits for across queues
+ * costs no event at all. */
+static be_event *event_after(kernel_state *k, dev_task *d) {
+  if (d->event)
+    return d->event;
+  be_queue *q = k->node->queue[d->qclass];
+  const be_ops *be = k->node->be;
+  if (q == NULL || be->event_create(k->node->dev, &d->event) != 0)
+    return NULL;
+  if (be->event_record(d->event, q) != 0) {
+    be->event_destroy(d->event);
+    d->event = NULL;
+  }
+  return d->event;
+}
+
 static int wait_for_same_node_deps(kernel_state *k, dev_task *t) {
   for (uint32_t i = 0; i < t->nsame; i++) {
     dev_task *d = t->same_node_deps[i];
-    if (d->qclass == k->qclass || d->event == NULL)
+    if (d->qclass == k->qclass)
       continue; /* same queue: in order already */
-    int rc = k->node->be->queue_wait(k->queue, d->event);
+    be_event *ev = event_after(k, d);
+    int rc = ev ? k->node->be->queue_wait(k->queue, ev) : ACCEL_EDEVLOST;
     if (rc != 0)
       return rc;
   }
@@ -173,29 +192,36 @@ static accel_completion strategy_of(kernel_state *k, dev_task *t) {
   return how ? how : ACCEL_COMPLETION_CALLBACK;
 }
 
-static int track(kernel_state *k, dev_task *t) {
-  dev_inflight *f = calloc(1, sizeof *f);
-  if (f == NULL)
-    return ACCEL_ENOMEM;
+/* sync and poll complete through an event of their own; callbacks need none. */
+static int completion_event(kernel_state *k, dev_inflight *f) {
+  if (f->how == ACCEL_COMPLETION_CALLBACK)
+    return 0;
   const be_ops *be = k->node->be;
   int rc = be->event_create(k->node->dev, &f->event);
   if (rc == 0)
     rc = be->event_record(f->event, k->queue);
+  return rc;
+}
+
+static int track(kernel_state *k, dev_task *t) {
+  dev_inflight *f = calloc(1, sizeof *f);
+  if (f == NULL)
+    return ACCEL_ENOMEM;
+  uint64_t deadline = t->op && t->op->h.deadline_ms > 0 ? (uint64_t)t->op->h.deadline_ms
+                                                         : DEFAULT_DEADLINE_MS;
+  *f = (dev_inflight){.owner = k, .task = t, .be = k->node->be, .how = strategy_of(k, t),
+                      .deadline_ms = now_ms() + deadline, .refs = 1};
+  int rc = completion_event(k, f);
   if (rc != 0) {
     if (f->event)
-      be->event_destroy(f->event);
+      f->be->event_destroy(f->event);
     free(f);
     return rc;
   }
-  uint64_t deadline = t->op && t->op->h.deadline_ms > 0 ? (uint64_t)t->op->h.deadline_ms
-                                                         : DEFAULT_DEADLINE_MS;
-  be_event *ev = f->event;
-  *f = (dev_inflight){.owner = k, .task = t, .be = be, .event = ev, .how = strategy_of(k, t),
-                      .deadline_ms = now_ms() + deadline, .refs = 1, .next = k->inflight};
+  f->next = k->inflight;
   if (k->inflight)
     k->inflight->prev = f;
   k->inflight = f;
-  t->event = f->event;
   if (f->how == ACCEL_COMPLETION_CALLBACK)
     rc = arm_callback(k, f);
   else if (f->how == ACCEL_COMPLETION_SYNC)
@@ -256,7 +282,7 @@ static void watchdog(kernel_state *k) {
   while (f) {
     dev_inflight *next = f->next;
     if (now >= f->deadline_ms) {
-      int rc = k->node->be->event_query(f->event);
+      int rc = f->event ? k->node->be->event_query(f->event) : ACCEL_EAGAIN;
       inflight_finish(f, rc == ACCEL_EAGAIN || rc == 0 ? ACCEL_EDEVLOST : rc);
     }
     f = next;

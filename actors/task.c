@@ -191,6 +191,8 @@ static void release_successors(dev_task *t) {
 }
 
 static void task_free(dev_task *t) {
+  if (t->event)
+    t->node->be->event_destroy(t->event);
   for (uint32_t i = 0; i < t->nbufs; i++)
     dev_buffer_unuse(t->buf[i]);
   free(t->succ);

@@ -109,7 +109,7 @@ struct dev_task {
   bool dispatched;          /* sent to its kernel actor */
   dev_task *overflow_next;
   int status;
-  be_event *event;          /* recorded after submission; owned by the in-flight record */
+  be_event *event;          /* made when another queue first waits for this task; owned */
   accel_completion completion;
 };
 

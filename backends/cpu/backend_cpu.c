@@ -65,6 +65,20 @@ static int cpu_info(be_device *dev, be_device_info *out)
   return 0;
 }
 
+/* How long a worker polls for more work (and event_sync for completion) before sleeping:
+ * ACCEL_CPU_SPIN_US if set, else BE_CPU_SPIN_NS when there are cores to spare (more than
+ * two: the loop, a client and a worker already fill two), else 0. On a busy 2-core machine
+ * spinning takes the core the awaited thread needs. */
+static uint64_t cpu_spin_ns(uint32_t cores)
+{
+  const char *s = getenv("ACCEL_CPU_SPIN_US");
+  char *end = NULL;
+  unsigned long us = s ? strtoul(s, &end, 10) : 0;
+  if (s && *s && *end == '\0')
+    return (uint64_t)us * 1000;
+  return cores > 2 ? BE_CPU_SPIN_NS : 0;
+}
+
 /* ---- open and close ------------------------------------------------------------------ */
 
 /* opts->threads bounds OpenBLAS's own pool, which is process-wide (there is one cpu device). */
@@ -88,7 +102,7 @@ static int cpu_open(int index, const be_open_opts *opts, be_device **out)
   be_cpu_list_init(&dev->queues);
   be_cpu_list_init(&dev->blocks);
   cpu_fill_info(&dev->info);
-  dev->spin_ns = dev->info.compute_units > 1 ? BE_CPU_SPIN_NS : 0;
+  dev->spin_ns = cpu_spin_ns(dev->info.compute_units);
   if (opts != NULL && opts->threads > 0)
     openblas_set_num_threads(opts->threads > 4096 ? 4096 : (int)opts->threads);
   *out = dev;
