@@ -1,0 +1,819 @@
+/* bench-cuda: the CUDA backend against the libraries and driver calls it stands on, ratios
+ * measured in one run on one GPU (docs/PERFORMANCE.md, "CUDA (H200)"):
+ *   sgemm      accel_sgemm on device-resident buffers vs cublasSgemm / cublasGemmEx (TF32)
+ *              called directly, n = 256, 1024, 2048, 4096;
+ *   rng        accel_rng_fill (uniform) vs cuRAND's Philox4_32_10 host generator;
+ *   tiny op    a 1-element fill through accel, per completion strategy, vs cuLaunchKernel of
+ *              the same kernel + the same kind of completion done by hand;
+ *   transfers  host <-> device through accel (backend and API) vs raw pinned cuMemcpy;
+ *   faults     time from an injected fault to the first op served again.
+ * Every number is the median of many runs after a warm-up; GPU work in the baselines is
+ * timed with CUDA events where the comparison allows (the same clock on both sides otherwise:
+ * host time around a batch, which includes the batch's submission). Inputs are random,
+ * never zeros. Without a CUDA device it exits 77 (meson's SKIP). --quick: fewer runs. */
+#include <curand.h>
+#include <dlfcn.h>
+#include <math.h>
+#include <semaphore.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "accel/accel.h"
+#include "backends/backend.h"
+#include "backends/cuda/backend_cuda.h"
+#include "backends/cuda/cublas_lib.h"
+#include "backends/cuda/driver.h"
+
+static int REPS = 9;
+
+/* ---- helpers -------------------------------------------------------------------------- */
+
+#define DIE(...)                                                                           \
+  do {                                                                                     \
+    fprintf(stderr, "bench-cuda: " __VA_ARGS__);                                           \
+    fputc('\n', stderr);                                                                   \
+    exit(1);                                                                               \
+  } while (0)
+
+#define CU(call)                                                                           \
+  do {                                                                                     \
+    CUresult r_ = (call);                                                                  \
+    if (r_ != CUDA_SUCCESS)                                                                \
+      DIE("%s:%d: %s: %s", __FILE__, __LINE__, #call, be_cuda_err_name(r_));               \
+  } while (0)
+
+#define OK(call)                                                                           \
+  do {                                                                                     \
+    int rc_ = (call);                                                                      \
+    if (rc_ != 0)                                                                          \
+      DIE("%s:%d: %s: %s", __FILE__, __LINE__, #call, accel_strerror(rc_));                \
+  } while (0)
+
+static double now_s(void)
+{
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+  double x = *(const double *)a, y = *(const double *)b;
+  return x < y ? -1 : x > y;
+}
+
+static double median(double *v, int n)
+{
+  qsort(v, (size_t)n, sizeof *v, cmp_double);
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+static uint64_t rng_state = 0x243F6A8885A308D3ull;
+
+static float rnd_float(void)
+{
+  uint64_t z = (rng_state += 0x9E3779B97F4A7C15ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  z ^= z >> 31;
+  return (float)((double)(z >> 11) * 0x1p-53) * 2.0f - 1.0f + 0x1p-20f;
+}
+
+static void *xmalloc(size_t n)
+{
+  void *p = malloc(n);
+  if (p == NULL)
+    DIE("out of memory");
+  return p;
+}
+
+static float *random_floats(size_t n)
+{
+  float *p = xmalloc(n * 4);
+  for (size_t i = 0; i < n; i++)
+    p[i] = rnd_float();
+  return p;
+}
+
+/* ---- the results table ---------------------------------------------------------------- */
+
+typedef struct row {
+  char what[48], accel[24], ref[24], ratio[16], target[16];
+} row;
+
+static row rows[64];
+static int nrows;
+
+static void add_row(const char *what, const char *accel, const char *ref, double ratio,
+                    const char *target)
+{
+  if (nrows == 64)
+    return;
+  row *r = &rows[nrows++];
+  snprintf(r->what, sizeof r->what, "%s", what);
+  snprintf(r->accel, sizeof r->accel, "%s", accel);
+  snprintf(r->ref, sizeof r->ref, "%s", ref);
+  if (ratio > 0)
+    snprintf(r->ratio, sizeof r->ratio, "%.3f", ratio);
+  else
+    snprintf(r->ratio, sizeof r->ratio, "-");
+  snprintf(r->target, sizeof r->target, "%s", target);
+}
+
+static void print_table(const char *gpu)
+{
+  printf("\n== CUDA backend on %s: accel vs reference (ratio = reference time / accel time) ==\n",
+         gpu);
+  printf("%-44s %-22s %-22s %-8s %s\n", "measure", "accel", "reference", "ratio", "target");
+  for (int i = 0; i < nrows; i++)
+    printf("%-44s %-22s %-22s %-8s %s\n", rows[i].what, rows[i].accel, rows[i].ref,
+           rows[i].ratio, rows[i].target);
+}
+
+/* ---- the raw side: the driver, cuBLAS and cuRAND by hand ------------------------------ */
+
+typedef struct raw {
+  be_device *dev; /* the backend's device: its context, its module, the driver table */
+  CUstream stream;
+  CUevent e0, e1;
+  CUfunction fill, null;
+} raw;
+
+static void raw_enter(raw *r)
+{
+  CU(be_cu.cuCtxSetCurrent((CUcontext)(uintptr_t)be_cuda_context(r->dev)));
+}
+
+static raw raw_open(void)
+{
+  raw r = {0};
+  OK(be_cuda_ops.open(0, NULL, &r.dev));
+  raw_enter(&r);
+  CU(be_cu.cuStreamCreate(&r.stream, CU_STREAM_NON_BLOCKING));
+  CU(be_cu.cuEventCreate(&r.e0, CU_EVENT_DEFAULT));
+  CU(be_cu.cuEventCreate(&r.e1, CU_EVENT_DEFAULT));
+  r.fill = (CUfunction)(uintptr_t)be_cuda_function(r.dev, "be_fill_u32");
+  r.null = (CUfunction)(uintptr_t)be_cuda_function(r.dev, "be_null");
+  return r;
+}
+
+static void raw_close(raw *r)
+{
+  raw_enter(r);
+  be_cu.cuEventDestroy(r->e0);
+  be_cu.cuEventDestroy(r->e1);
+  be_cu.cuStreamDestroy(r->stream);
+  be_cuda_ops.close(r->dev);
+}
+
+static double event_ms(raw *r)
+{
+  float ms = 0;
+  CU(be_cu.cuEventSynchronize(r->e1));
+  CU(be_cu.cuEventElapsedTime(&ms, r->e0, r->e1));
+  return ms;
+}
+
+static CUdeviceptr raw_alloc_random(raw *r, size_t floats)
+{
+  CUdeviceptr p;
+  float *h = random_floats(floats);
+  CU(be_cu.cuMemAlloc(&p, floats * 4));
+  CU(be_cu.cuMemcpyHtoDAsync(p, h, floats * 4, r->stream)); /* pageable: synchronous */
+  CU(be_cu.cuStreamSynchronize(r->stream));
+  free(h);
+  return p;
+}
+
+/* ---- accel contexts ------------------------------------------------------------------- */
+
+static accel_device find_gpu(accel_ctx *ctx)
+{
+  for (accel_device d = 0; d < accel_device_count(ctx); d++) {
+    struct accel_device_info info;
+    if (accel_device_info(ctx, d, &info) == 0 && strcmp(info.backend, "cuda") == 0)
+      return d;
+  }
+  DIE("no cuda device in the accel context");
+}
+
+static accel_ctx *ctx_open(const char *url, accel_device *gpu)
+{
+  accel_ctx *ctx = NULL;
+  OK(accel_open(&ctx, url));
+  *gpu = find_gpu(ctx);
+  return ctx;
+}
+
+static accel_buffer buf_random(accel_ctx *ctx, size_t n)
+{
+  accel_buffer b;
+  float *h = random_floats(n);
+  OK(accel_buffer_create(ctx, ACCEL_F32, n, &b));
+  OK(accel_write(ctx, b, 0, h, n, NULL));
+  OK(accel_finish(ctx, -1));
+  free(h);
+  return b;
+}
+
+/* ---- sgemm ---------------------------------------------------------------------------- */
+
+enum { NC = 4 }; /* C buffers taken in turn, so that the ops are independent */
+
+typedef struct gemm_in {
+  int n, k_ops;
+  bool tf32;
+} gemm_in;
+
+static cublasStatus_t direct_one(const be_cublas_api *api, cublasHandle_t h, const gemm_in *g,
+                                 CUdeviceptr a, CUdeviceptr b, CUdeviceptr c)
+{
+  const float one = 1, zero = 0;
+  const float *pa = (const float *)(uintptr_t)a, *pb = (const float *)(uintptr_t)b;
+  float *pc = (float *)(uintptr_t)c;
+  if (!g->tf32)
+    return api->cublasSgemm_v2(h, CUBLAS_OP_N, CUBLAS_OP_N, g->n, g->n, g->n, &one, pa, g->n,
+                               pb, g->n, &zero, pc, g->n);
+  return api->cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, g->n, g->n, g->n, &one, pa, CUDA_R_32F,
+                           g->n, pb, CUDA_R_32F, g->n, &zero, pc, CUDA_R_32F, g->n,
+                           CUBLAS_COMPUTE_32F_FAST_TF32, CUBLAS_GEMM_DEFAULT);
+}
+
+/* Seconds per sgemm: host clock around k_ops and a stream sync (*ev_s: CUDA events). */
+static double direct_sgemm(raw *r, const gemm_in *g, double *ev_s)
+{
+  const be_cublas_api *api = be_cublas();
+  if (api == NULL)
+    DIE("cuBLAS not found");
+  raw_enter(r);
+  cublasHandle_t h;
+  if (api->cublasCreate_v2(&h) != 0 || api->cublasSetStream_v2(h, r->stream) != 0)
+    DIE("cublasCreate");
+  size_t nn = (size_t)g->n * (size_t)g->n;
+  CUdeviceptr a = raw_alloc_random(r, nn), b = raw_alloc_random(r, nn), c[NC];
+  for (int i = 0; i < NC; i++)
+    c[i] = raw_alloc_random(r, nn);
+  for (int i = 0; i < 3; i++)
+    direct_one(api, h, g, a, b, c[i % NC]);
+  CU(be_cu.cuStreamSynchronize(r->stream));
+  double wall[64], ev[64];
+  for (int rep = 0; rep < REPS; rep++) {
+    double t0 = now_s();
+    CU(be_cu.cuEventRecord(r->e0, r->stream));
+    for (int i = 0; i < g->k_ops; i++)
+      if (direct_one(api, h, g, a, b, c[i % NC]) != CUBLAS_STATUS_SUCCESS)
+        DIE("cublas gemm");
+    CU(be_cu.cuEventRecord(r->e1, r->stream));
+    CU(be_cu.cuStreamSynchronize(r->stream));
+    wall[rep] = (now_s() - t0) / g->k_ops;
+    ev[rep] = event_ms(r) * 1e-3 / g->k_ops;
+  }
+  api->cublasDestroy_v2(h);
+  be_cu.cuMemFree(a);
+  be_cu.cuMemFree(b);
+  for (int i = 0; i < NC; i++)
+    be_cu.cuMemFree(c[i]);
+  *ev_s = median(ev, REPS);
+  return median(wall, REPS);
+}
+
+/* Seconds per sgemm through the API: host clock around k_ops and accel_finish. */
+static double accel_sgemm_time(accel_ctx *ctx, accel_device gpu, const gemm_in *g)
+{
+  size_t n = (size_t)g->n, nn = n * n;
+  accel_buffer a = buf_random(ctx, nn), b = buf_random(ctx, nn), c[NC];
+  for (int i = 0; i < NC; i++)
+    OK(accel_buffer_create(ctx, ACCEL_F32, nn, &c[i]));
+  for (int i = 0; i < 2 * NC; i++) /* moves A and B to the GPU once; C stays there */
+    OK(accel_sgemm(ctx, gpu, ACCEL_NO_TRANS, ACCEL_NO_TRANS, n, n, n, 1, a, n, b, n, 0,
+                   c[i % NC], n, NULL));
+  OK(accel_finish(ctx, -1));
+  double t[64];
+  for (int rep = 0; rep < REPS; rep++) {
+    double t0 = now_s();
+    for (int i = 0; i < g->k_ops; i++)
+      OK(accel_sgemm(ctx, gpu, ACCEL_NO_TRANS, ACCEL_NO_TRANS, n, n, n, 1, a, n, b, n, 0,
+                     c[i % NC], n, NULL));
+    OK(accel_finish(ctx, -1));
+    t[rep] = (now_s() - t0) / g->k_ops;
+  }
+  accel_buffer_destroy(ctx, a);
+  accel_buffer_destroy(ctx, b);
+  for (int i = 0; i < NC; i++)
+    accel_buffer_destroy(ctx, c[i]);
+  OK(accel_finish(ctx, -1));
+  return median(t, REPS);
+}
+
+static void fmt_tflops(char *buf, size_t len, int n, double s)
+{
+  snprintf(buf, len, "%.1f TFLOP/s", 2.0 * n * (double)n * n / s * 1e-12);
+}
+
+static const char *const strategies[] = {"callback", "sync", "poll"};
+
+/* cuBLAS direct for one size: the batch length (about 50 ms of work) and the times. */
+static gemm_in direct_setup(raw *r, int n, bool tf32, double *t, double *ev)
+{
+  gemm_in g = {.n = n, .k_ops = 3, .tf32 = tf32};
+  *t = direct_sgemm(r, &g, ev);
+  g.k_ops = (int)fmin(2000, fmax(10, 0.05 / *t));
+  *t = direct_sgemm(r, &g, ev);
+  return g;
+}
+
+static void sgemm_row(const gemm_in *g, const char *how, double ta, double t)
+{
+  char what[48], a[24], ref[24];
+  snprintf(what, sizeof what, "sgemm %s n=%d, %s (x%d)", g->tf32 ? "TF32" : "FP32", g->n, how,
+           g->k_ops);
+  fmt_tflops(a, sizeof a, g->n, ta);
+  fmt_tflops(ref, sizeof ref, g->n, t);
+  add_row(what, a, ref, t / ta, g->n >= 2048 ? ">= 0.97" : "");
+  printf("sgemm %s n=%d %s: accel %.3f ms, cuBLAS %.3f ms per op\n", g->tf32 ? "TF32" : "FP32",
+         g->n, how, ta * 1e3, t * 1e3);
+}
+
+/* Per completion strategy: a context whose device runs FP32 or (ACCEL_CUDA_TF32, read at
+ * open) TF32. */
+static void bench_sgemm_mode(raw *r, bool tf32)
+{
+  static const int sizes[] = {256, 1024, 2048, 4096};
+  gemm_in g[4];
+  double t[4], ev[4];
+  for (int i = 0; i < 4; i++) {
+    g[i] = direct_setup(r, sizes[i], tf32, &t[i], &ev[i]);
+    printf("cuBLAS %s n=%d: %.3f ms per op (events %.3f ms)\n", tf32 ? "TF32" : "FP32",
+           sizes[i], t[i] * 1e3, ev[i] * 1e3);
+  }
+  for (int s = 0; s < 3; s++) {
+    char url[64];
+    snprintf(url, sizeof url, "embedded:?completion=%s", strategies[s]);
+    if (tf32)
+      setenv("ACCEL_CUDA_TF32", "1", 1);
+    accel_device gpu;
+    accel_ctx *ctx = ctx_open(url, &gpu);
+    unsetenv("ACCEL_CUDA_TF32");
+    for (int i = 0; i < 4; i++)
+      sgemm_row(&g[i], strategies[s], accel_sgemm_time(ctx, gpu, &g[i]), t[i]);
+    accel_close(ctx);
+  }
+}
+
+static void bench_sgemm(raw *r)
+{
+  bench_sgemm_mode(r, false);
+  bench_sgemm_mode(r, true);
+}
+
+/* ---- rng ------------------------------------------------------------------------------ */
+
+#define RNG_FLOATS ((size_t)64 << 20) /* 256 MiB */
+#define RNG_OPS 10
+
+typedef struct curand_api {
+  curandStatus_t (*create)(curandGenerator_t *, curandRngType_t);
+  curandStatus_t (*destroy)(curandGenerator_t);
+  curandStatus_t (*set_stream)(curandGenerator_t, cudaStream_t);
+  curandStatus_t (*set_seed)(curandGenerator_t, unsigned long long);
+  curandStatus_t (*uniform)(curandGenerator_t, float *, size_t);
+} curand_api;
+
+static bool curand_load(curand_api *c)
+{
+  void *lib = dlopen("libcurand.so.10", RTLD_NOW | RTLD_LOCAL);
+  if (lib == NULL)
+    lib = dlopen("/usr/local/cuda/lib64/libcurand.so.10", RTLD_NOW | RTLD_LOCAL);
+  if (lib == NULL)
+    return false;
+  *(void **)(void *)&c->create = dlsym(lib, "curandCreateGenerator");
+  *(void **)(void *)&c->destroy = dlsym(lib, "curandDestroyGenerator");
+  *(void **)(void *)&c->set_stream = dlsym(lib, "curandSetStream");
+  *(void **)(void *)&c->set_seed = dlsym(lib, "curandSetPseudoRandomGeneratorSeed");
+  *(void **)(void *)&c->uniform = dlsym(lib, "curandGenerateUniform");
+  return c->create && c->destroy && c->set_stream && c->set_seed && c->uniform;
+}
+
+/* Seconds per 256 MiB fill by cuRAND: *ev_s by events, returned by host clock. */
+static double curand_fill(raw *r, double *ev_s)
+{
+  curand_api c;
+  if (!curand_load(&c))
+    DIE("libcurand.so.10 not found");
+  raw_enter(r);
+  curandGenerator_t gen;
+  if (c.create(&gen, CURAND_RNG_PSEUDO_PHILOX4_32_10) != 0 || c.set_stream(gen, r->stream) ||
+      c.set_seed(gen, 1234))
+    DIE("curand generator");
+  CUdeviceptr p;
+  CU(be_cu.cuMemAlloc(&p, RNG_FLOATS * 4));
+  c.uniform(gen, (float *)(uintptr_t)p, RNG_FLOATS);
+  CU(be_cu.cuStreamSynchronize(r->stream));
+  double wall[64], ev[64];
+  for (int rep = 0; rep < REPS; rep++) {
+    double t0 = now_s();
+    CU(be_cu.cuEventRecord(r->e0, r->stream));
+    for (int i = 0; i < RNG_OPS; i++)
+      c.uniform(gen, (float *)(uintptr_t)p, RNG_FLOATS);
+    CU(be_cu.cuEventRecord(r->e1, r->stream));
+    CU(be_cu.cuStreamSynchronize(r->stream));
+    wall[rep] = (now_s() - t0) / RNG_OPS;
+    ev[rep] = event_ms(r) * 1e-3 / RNG_OPS;
+  }
+  c.destroy(gen);
+  be_cu.cuMemFree(p);
+  *ev_s = median(ev, REPS);
+  return median(wall, REPS);
+}
+
+/* The backend's kernel alone: rng_fill on a backend queue, timed by events on its stream. */
+static double backend_rng_fill(raw *r)
+{
+  be_queue *q;
+  be_mem m;
+  OK(be_cuda_ops.queue_create(r->dev, &q));
+  OK(be_cuda_ops.mem_alloc(r->dev, RNG_FLOATS * 4, &m));
+  CUstream s = (CUstream)(uintptr_t)be_cuda_stream(q);
+  be_rng_args a = {.dist = BE_RNG_UNIFORM, .seed = 1234};
+  OK(be_cuda_ops.rng_fill(q, m, 0, RNG_FLOATS, &a));
+  double ev[64];
+  for (int rep = 0; rep < REPS; rep++) {
+    raw_enter(r);
+    CU(be_cu.cuEventRecord(r->e0, s));
+    for (int i = 0; i < RNG_OPS; i++) {
+      a.offset = (uint64_t)i * RNG_FLOATS;
+      OK(be_cuda_ops.rng_fill(q, m, 0, RNG_FLOATS, &a));
+    }
+    CU(be_cu.cuEventRecord(r->e1, s));
+    ev[rep] = event_ms(r) * 1e-3 / RNG_OPS;
+  }
+  be_cuda_ops.queue_destroy(q);
+  be_cuda_ops.mem_free(r->dev, &m);
+  return median(ev, REPS);
+}
+
+static double accel_rng_time(const char *how)
+{
+  char url[64];
+  snprintf(url, sizeof url, "embedded:?completion=%s", how);
+  accel_device gpu;
+  accel_ctx *ctx = ctx_open(url, &gpu);
+  accel_buffer b;
+  OK(accel_buffer_create(ctx, ACCEL_F32, RNG_FLOATS, &b));
+  accel_rng spec = {.dist = ACCEL_DIST_UNIFORM, .seed = 1234};
+  OK(accel_rng_fill(ctx, gpu, b, &spec, NULL));
+  OK(accel_finish(ctx, -1));
+  double t[64];
+  for (int rep = 0; rep < REPS; rep++) {
+    double t0 = now_s();
+    for (int i = 0; i < RNG_OPS; i++) {
+      spec.offset = (uint64_t)i * RNG_FLOATS;
+      OK(accel_rng_fill(ctx, gpu, b, &spec, NULL));
+    }
+    OK(accel_finish(ctx, -1));
+    t[rep] = (now_s() - t0) / RNG_OPS;
+  }
+  accel_close(ctx);
+  return median(t, REPS);
+}
+
+static void fmt_tbs(char *buf, size_t len, double bytes, double s)
+{
+  snprintf(buf, len, "%.2f TB/s", bytes / s * 1e-12);
+}
+
+static void bench_rng(raw *r)
+{
+  double bytes = (double)RNG_FLOATS * 4, cu_ev, cu_wall = curand_fill(r, &cu_ev);
+  double be_ev = backend_rng_fill(r);
+  char a[24], ref[24], what[48];
+  fmt_tbs(a, sizeof a, bytes, be_ev);
+  fmt_tbs(ref, sizeof ref, bytes, cu_ev);
+  add_row("rng uniform 256 MiB, kernel (events)", a, ref, cu_ev / be_ev, ">= 1.0");
+  for (int s = 0; s < 3; s++) {
+    double api = accel_rng_time(strategies[s]);
+    snprintf(what, sizeof what, "rng uniform 256 MiB, API, %s", strategies[s]);
+    fmt_tbs(a, sizeof a, bytes, api);
+    fmt_tbs(ref, sizeof ref, bytes, cu_wall);
+    add_row(what, a, ref, cu_wall / api, ">= 1.0");
+  }
+}
+
+/* ---- tiny ops ------------------------------------------------------------------------- */
+
+#define TINY_N 3000
+
+static double accel_tiny(const char *how)
+{
+  char url[64];
+  snprintf(url, sizeof url, "embedded:?completion=%s", how);
+  accel_device gpu;
+  accel_ctx *ctx = ctx_open(url, &gpu);
+  accel_buffer p;
+  OK(accel_buffer_create(ctx, ACCEL_U32, 1, &p));
+  static double t[TINY_N];
+  for (int i = -300; i < TINY_N; i++) {
+    accel_future *f;
+    double t0 = now_s();
+    OK(accel_fill_u32(ctx, gpu, p, (uint32_t)i, &f));
+    OK(accel_future_wait(f, -1));
+    accel_future_release(f);
+    if (i >= 0)
+      t[i] = now_s() - t0;
+  }
+  accel_close(ctx);
+  return median(t, TINY_N);
+}
+
+static void CUDA_CB post(void *sem)
+{
+  sem_post(sem);
+}
+
+/* A 1-element fill (or the null kernel) launched by hand and waited for by hand. */
+static double raw_tiny(raw *r, const char *how, bool null_kernel)
+{
+  raw_enter(r);
+  CUdeviceptr d;
+  CU(be_cu.cuMemAlloc(&d, 4));
+  uint64_t n = 1;
+  uint32_t v = 7;
+  void *args[] = {&d, &n, &v};
+  sem_t sem;
+  sem_init(&sem, 0, 0);
+  static double t[TINY_N];
+  for (int i = -300; i < TINY_N; i++) {
+    double t0 = now_s();
+    if (null_kernel)
+      CU(be_cu.cuLaunchKernel(r->null, 1, 1, 1, 1, 1, 1, 0, r->stream, NULL, NULL));
+    else
+      CU(be_cu.cuLaunchKernel(r->fill, 1, 1, 1, 256, 1, 1, 0, r->stream, args, NULL));
+    if (strcmp(how, "callback") == 0) {
+      CU(be_cu.cuLaunchHostFunc(r->stream, post, &sem));
+      sem_wait(&sem);
+    } else {
+      CU(be_cu.cuEventRecord(r->e1, r->stream));
+      if (strcmp(how, "sync") == 0)
+        CU(be_cu.cuEventSynchronize(r->e1));
+      else
+        while (be_cu.cuEventQuery(r->e1) == CUDA_ERROR_NOT_READY)
+          ;
+    }
+    if (i >= 0)
+      t[i] = now_s() - t0;
+  }
+  sem_destroy(&sem);
+  be_cu.cuMemFree(d);
+  return median(t, TINY_N);
+}
+
+static void bench_tiny(raw *r)
+{
+  char a[24], ref[24], what[48];
+  for (int i = 0; i < 3; i++) {
+    double raw_s = raw_tiny(r, strategies[i], false), acc = accel_tiny(strategies[i]);
+    snprintf(what, sizeof what, "tiny op (1-element fill), %s", strategies[i]);
+    snprintf(a, sizeof a, "%.1f us", acc * 1e6);
+    snprintf(ref, sizeof ref, "%.1f us", raw_s * 1e6);
+    add_row(what, a, ref, raw_s / acc, "");
+  }
+  double nul = raw_tiny(r, "sync", true);
+  snprintf(ref, sizeof ref, "%.1f us", nul * 1e6);
+  add_row("null kernel + event sync (floor)", "-", ref, 0, "");
+}
+
+/* ---- transfers ------------------------------------------------------------------------ */
+
+#define XFER ((size_t)256 << 20)
+
+static void fmt_gbs(char *buf, size_t len, double s)
+{
+  snprintf(buf, len, "%.1f GB/s", (double)XFER / s * 1e-9);
+}
+
+/* Raw cuMemcpy*Async from/to pinned memory, by events. */
+static double raw_copy(raw *r, bool h2d, void *host, CUdeviceptr d)
+{
+  double t[64];
+  raw_enter(r);
+  for (int rep = -1; rep < REPS; rep++) {
+    CU(be_cu.cuEventRecord(r->e0, r->stream));
+    if (h2d)
+      CU(be_cu.cuMemcpyHtoDAsync(d, host, XFER, r->stream));
+    else
+      CU(be_cu.cuMemcpyDtoHAsync(host, d, XFER, r->stream));
+    CU(be_cu.cuEventRecord(r->e1, r->stream));
+    double ms = event_ms(r);
+    if (rep >= 0)
+      t[rep] = ms * 1e-3;
+  }
+  return median(t, REPS);
+}
+
+/* Raw synchronous cuMemcpy from/to pageable memory (CUDA's own staging), host clock. */
+static double raw_pageable(raw *r, bool h2d, void *host, CUdeviceptr d)
+{
+  double t[64];
+  int reps = REPS < 5 ? REPS : 5;
+  raw_enter(r);
+  for (int rep = -1; rep < reps; rep++) {
+    double t0 = now_s();
+    if (h2d)
+      CU(be_cu.cuMemcpyHtoDAsync(d, host, XFER, r->stream));
+    else
+      CU(be_cu.cuMemcpyDtoHAsync(host, d, XFER, r->stream));
+    CU(be_cu.cuStreamSynchronize(r->stream));
+    if (rep >= 0)
+      t[rep] = now_s() - t0;
+  }
+  return median(t, reps);
+}
+
+/* The backend's copy_h2d / copy_d2h on a fresh queue, by events on its stream. */
+static double backend_copy(raw *r, bool h2d, void *host, be_mem m, unsigned threads)
+{
+  be_queue *q;
+  if (threads > 0)
+    OK(be_cuda_set_copy_threads(r->dev, threads)); /* read by the queue's first large copy */
+  OK(be_cuda_ops.queue_create(r->dev, &q));
+  CUstream s = (CUstream)(uintptr_t)be_cuda_stream(q);
+  double t[64];
+  for (int rep = -1; rep < REPS; rep++) {
+    raw_enter(r);
+    CU(be_cu.cuEventRecord(r->e0, s));
+    if (h2d)
+      OK(be_cuda_ops.copy_h2d(q, m, 0, host, XFER));
+    else
+      OK(be_cuda_ops.copy_d2h(q, host, m, 0, XFER));
+    raw_enter(r);
+    CU(be_cu.cuEventRecord(r->e1, s));
+    double ms = event_ms(r);
+    if (rep >= 0)
+      t[rep] = ms * 1e-3;
+  }
+  be_cuda_ops.queue_destroy(q);
+  return median(t, REPS);
+}
+
+typedef struct xfer_bufs {
+  void *pinned, *pageable;
+  CUdeviceptr d;
+  be_mem m;
+} xfer_bufs;
+
+static xfer_bufs xfer_alloc(raw *r)
+{
+  xfer_bufs x;
+  raw_enter(r);
+  CU(be_cu.cuMemHostAlloc(&x.pinned, XFER, 0));
+  x.pageable = xmalloc(XFER);
+  memset(x.pinned, 0x5a, XFER);
+  for (size_t i = 0; i < XFER; i += 4096) /* touched: no first-touch faults in the timing */
+    ((volatile char *)x.pageable)[i] = (char)i;
+  CU(be_cu.cuMemAlloc(&x.d, XFER));
+  OK(be_cuda_ops.mem_alloc(r->dev, XFER, &x.m));
+  return x;
+}
+
+static void xfer_free(raw *r, xfer_bufs *x)
+{
+  raw_enter(r);
+  be_cu.cuMemFreeHost(x->pinned);
+  be_cu.cuMemFree(x->d);
+  be_cuda_ops.mem_free(r->dev, &x->m);
+  free(x->pageable);
+}
+
+/* Reads of a GPU-resident buffer into the caller's memory, through the API. */
+static double api_read(void *host)
+{
+  accel_device gpu;
+  accel_ctx *ctx = ctx_open(NULL, &gpu);
+  accel_buffer b;
+  accel_rng spec = {.dist = ACCEL_DIST_UNIFORM, .seed = 9};
+  OK(accel_buffer_create(ctx, ACCEL_F32, XFER / 4, &b));
+  OK(accel_rng_fill(ctx, gpu, b, &spec, NULL)); /* valid on the GPU only */
+  OK(accel_finish(ctx, -1));
+  double t[64];
+  for (int rep = -1; rep < REPS; rep++) {
+    double t0 = now_s();
+    OK(accel_read(ctx, b, 0, host, XFER / 4, NULL));
+    OK(accel_finish(ctx, -1));
+    if (rep >= 0)
+      t[rep] = now_s() - t0;
+  }
+  accel_close(ctx);
+  return median(t, REPS);
+}
+
+static void xfer_row(const char *what, double accel_s, double ref_s, const char *target)
+{
+  char a[24], ref[24];
+  fmt_gbs(a, sizeof a, accel_s);
+  fmt_gbs(ref, sizeof ref, ref_s);
+  add_row(what, a, ref, ref_s / accel_s, target);
+}
+
+static void bench_transfers(raw *r)
+{
+  xfer_bufs x = xfer_alloc(r);
+  double h2d = raw_copy(r, true, x.pinned, x.d), d2h = raw_copy(r, false, x.pinned, x.d);
+  double ph2d = raw_pageable(r, true, x.pageable, x.d);
+  double pd2h = raw_pageable(r, false, x.pageable, x.d);
+  xfer_row("H2D raw pageable cuMemcpy (CUDA staging)", ph2d, h2d, "");
+  xfer_row("D2H raw pageable cuMemcpy (CUDA staging)", pd2h, d2h, "");
+  xfer_row("H2D backend, pinned caller memory", backend_copy(r, true, x.pinned, x.m, 0), h2d,
+           ">= 0.9");
+  xfer_row("D2H backend, pinned caller memory", backend_copy(r, false, x.pinned, x.m, 0), d2h,
+           ">= 0.9");
+  unsigned threads[] = {1, 4, 8};
+  for (int i = 0; i < 3; i++) {
+    char what[48];
+    snprintf(what, sizeof what, "H2D backend, pageable, %u copy thr", threads[i]);
+    xfer_row(what, backend_copy(r, true, x.pageable, x.m, threads[i]), h2d, ">= 0.9");
+    snprintf(what, sizeof what, "D2H backend, pageable, %u copy thr", threads[i]);
+    xfer_row(what, backend_copy(r, false, x.pageable, x.m, threads[i]), d2h, ">= 0.9");
+  }
+  xfer_row("D2H API read, pinned caller memory", api_read(x.pinned), d2h, ">= 0.9");
+  xfer_row("D2H API read, pageable caller memory", api_read(x.pageable), d2h, ">= 0.9");
+  xfer_free(r, &x);
+}
+
+/* ---- fault to serving ----------------------------------------------------------------- */
+
+static double fault_once(accel_ctx *ctx, accel_device gpu, accel_buffer a, accel_buffer *c,
+                         accel_buffer probe)
+{
+  size_t n = 2048;
+  for (int i = 0; i < 8; i++) /* work in flight when the fault hits */
+    OK(accel_sgemm(ctx, gpu, ACCEL_NO_TRANS, ACCEL_NO_TRANS, n, n, n, 1, a, n, a, n, 0, c[i],
+                   n, NULL));
+  double t0 = now_s();
+  OK(accel_inject_fault(ctx, gpu));
+  for (;;) {
+    accel_future *f;
+    OK(accel_fill_u32(ctx, gpu, probe, 1, &f));
+    int rc = accel_future_wait(f, -1);
+    accel_future_release(f);
+    if (rc == 0)
+      break;
+    if (now_s() - t0 > 30)
+      DIE("the device did not come back within 30 s: %s", accel_strerror(rc));
+    struct timespec ts = {0, 200000};
+    nanosleep(&ts, NULL);
+  }
+  double t = now_s() - t0;
+  accel_finish(ctx, -1); /* the first error since the last finish: device lost */
+  return t;
+}
+
+static void bench_fault(void)
+{
+  accel_device gpu;
+  accel_ctx *ctx = ctx_open("embedded:?fault_injection=1&max_restarts=100", &gpu);
+  size_t n = 2048;
+  accel_buffer a = buf_random(ctx, n * n), c[8], probe;
+  for (int i = 0; i < 8; i++)
+    OK(accel_buffer_create(ctx, ACCEL_F32, n * n, &c[i]));
+  OK(accel_buffer_create(ctx, ACCEL_U32, 1, &probe));
+  double t[16];
+  int reps = 5;
+  for (int i = 0; i < reps; i++) {
+    t[i] = fault_once(ctx, gpu, a, c, probe);
+    printf("fault %d: serving again after %.1f ms\n", i, t[i] * 1e3);
+  }
+  accel_close(ctx);
+  char a_s[24];
+  double m = median(t, reps);
+  snprintf(a_s, sizeof a_s, "%.1f ms", m * 1e3);
+  add_row("fault to serving (median of 5)", a_s, "-", 0, "< 500 ms");
+}
+
+/* ---- main ----------------------------------------------------------------------------- */
+
+int main(int argc, char **argv)
+{
+  char why[128] = "";
+  int count = 0;
+  if (be_cuda_ops.probe(&count, why, sizeof why) != 0 || count == 0) {
+    printf("SKIP: no CUDA device (%s): bench-cuda needs one\n", why[0] ? why : "no device");
+    return 77;
+  }
+  if (argc > 1 && strcmp(argv[1], "--quick") == 0)
+    REPS = 3;
+  raw r = raw_open();
+  be_device_info info;
+  be_cuda_ops.info(r.dev, &info);
+  printf("# %s, %u SMs, %.0f GiB; median of %d runs after warm-up\n", info.name,
+         info.compute_units, (double)info.mem_bytes / (1 << 30), REPS);
+  bench_sgemm(&r);
+  bench_rng(&r);
+  bench_tiny(&r);
+  bench_transfers(&r);
+  raw_close(&r); /* the fault resets the primary context the raw side shares */
+  bench_fault();
+  print_table(info.name);
+  return 0;
+}
