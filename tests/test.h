@@ -12,7 +12,8 @@
  *   TEST_MAIN(tests)
  *
  * `./test-x` runs every test in order; `./test-x name...` runs the named ones; `--list` prints
- * the names. A watchdog names the test that hangs and exits: ACCEL_TEST_TIMEOUT seconds per test
+ * the names. TEST_SKIP("why") ends a test as skipped (TAP "# SKIP why"); an executable whose
+ * tests were all skipped exits 77, which meson counts as skipped. A watchdog names the test that hangs and exits: ACCEL_TEST_TIMEOUT seconds per test
  * (default 30, times 10 under valgrind).
  *
  * Load: ACCEL_TEST_SCALE (a factor, default 1; 0.2 under valgrind unless set) scales the sizes
@@ -162,15 +163,30 @@ static inline unsigned test_timeout_s_(void) {
   return v > 0 ? (unsigned)v : 30;
 }
 
+static const char *test_skip_reason_;
+static size_t test_skipped_;
+
+#define TEST_SKIP(why)                                                                     \
+  do {                                                                                     \
+    test_skip_reason_ = (why);                                                             \
+    return;                                                                                \
+  } while (0)
+
 static inline void test_run_one_(const test_case *t, int index) {
   uint64_t t0 = test_now_ns();
   test_current_ = t->name;
+  test_skip_reason_ = NULL;
   printf("# %s\n", t->name);
   fflush(stdout);
   alarm(test_timeout_s_());
   t->fn();
   alarm(0);
-  printf("ok %d - %s (%.1f ms)\n", index, t->name, (double)(test_now_ns() - t0) / 1e6);
+  if (test_skip_reason_) {
+    test_skipped_++;
+    printf("ok %d - %s # SKIP %s\n", index, t->name, test_skip_reason_);
+  } else {
+    printf("ok %d - %s (%.1f ms)\n", index, t->name, (double)(test_now_ns() - t0) / 1e6);
+  }
   fflush(stdout);
   test_current_ = "(none)";
 }
@@ -193,7 +209,7 @@ static inline int test_main_(int argc, char **argv, const test_case *tests, size
     printf("1..%zu\n", n);
     for (size_t i = 0; i < n; i++)
       test_run_one_(&tests[i], (int)i + 1);
-    return 0;
+    return test_skipped_ == n ? 77 : 0;
   }
   printf("1..%d\n", argc - 1);
   for (int i = 1; i < argc; i++) {
@@ -204,7 +220,7 @@ static inline int test_main_(int argc, char **argv, const test_case *tests, size
     }
     test_run_one_(t, i);
   }
-  return 0;
+  return test_skipped_ == (size_t)(argc - 1) ? 77 : 0;
 }
 
 #endif

@@ -22,6 +22,7 @@
 
 #include "accel/accel.h"
 #include "../test.h"
+#include "daemon_mode.h"
 
 /* ---- seeded inputs (splitmix64: small, good enough for test data) ---- */
 
@@ -89,6 +90,8 @@ static inline void *xmalloc(size_t bytes) {
 /* ---- contexts, buffers, futures ---- */
 
 static inline accel_ctx *ctx_open(const char *url) {
+  if (test_daemon_mode())
+    return daemon_mode_open(url);
   accel_ctx *ctx = NULL;
   CHECK_OK(accel_open(&ctx, url));
   CHECK(ctx != NULL);

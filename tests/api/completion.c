@@ -89,6 +89,7 @@ TEST(per_op_strategies) {
  * accel_finish times out; once it lets go, everything completes with status 0 and poll and
  * wait keep returning it. */
 TEST(future_pending_then_done) {
+  EMBEDDED_ONLY();
   accel_ctx *ctx = ctx_open(NULL);
   uint32_t v[64], out[64];
   for (int i = 0; i < 64; i++)
@@ -150,6 +151,7 @@ static void count_cb(accel_future *f, int status, void *arg) {
 }
 
 TEST(future_then_counted) {
+  EMBEDDED_ONLY();
   accel_ctx *ctx = ctx_open(NULL);
   enum { N = 48 };
   static then_count tc;
@@ -208,6 +210,7 @@ static void released_cb(accel_future *f, int status, void *arg) {
 }
 
 TEST(future_release_before_completion) {
+  EMBEDDED_ONLY();
   accel_ctx *ctx = ctx_open(NULL);
   CHECK_EQ(sem_init(&released_sem, 0, 0), 0);
   atomic_store(&released_calls, 0);
@@ -257,6 +260,7 @@ static void blocking_from_loop_cb(accel_future *f, int status, void *arg) {
 }
 
 TEST(blocking_on_the_loop_refused) {
+  EMBEDDED_ONLY();
   accel_ctx *ctx = ctx_open(NULL);
   static on_loop_result r;
   r.ctx = ctx;
