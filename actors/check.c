@@ -42,6 +42,8 @@ int dev_op_check_shape(const dev_op *op) {
     return ACCEL_EINVAL;
   if (op->h.kind == DEV_OP_UNARY && op->u.unary.op > BE_TANH)
     return ACCEL_EINVAL;
+  if (op->h.kind == DEV_OP_SGEMM && (unsigned)op->u.sgemm.math > BE_SGEMM_MATH_TF32)
+    return ACCEL_EINVAL;
   if (op->h.kind == DEV_OP_BUFFER_CREATE &&
       op->u.create.dtype != ACCEL_F32 && op->u.create.dtype != ACCEL_U32)
     return ACCEL_EINVAL;

@@ -16,7 +16,8 @@ typedef struct device_state {
 } device_state;
 
 static int open_device(dev_node *node) {
-  be_open_opts opts = {.fault_injection = node->world->fault_injection};
+  be_open_opts opts = {.fault_injection = node->world->fault_injection,
+                       .tf32 = node->world->tf32};
   int rc = node->be->open(node->backend_index, &opts, &node->dev);
   if (rc != 0)
     return rc;
@@ -78,6 +79,8 @@ static int device_receive(accel_actor *self, void *state, accel_msg *msg) {
   device_state *d = state;
   switch (msg->type) {
   case DEV_MSG_FAULT:
+    if (msg->arg != d->node->generation)
+      return 0; /* about an earlier incarnation: already handled */
     return ACCEL_EDEVLOST; /* fail: the supervisor restarts the device */
   case DEV_MSG_INJECT_FAULT: {
     int rc = d->node->be->inject_fault(d->node->dev);

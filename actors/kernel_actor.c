@@ -1,6 +1,7 @@
 /* KernelActor: owns one backend queue of a device; puts ready tasks on it and brings their
  * completion back to the loop by the task's strategy:
- *   callback  the backend calls back on its thread -> a future completes -> `then` on the loop
+ *   callback  the backend notifies on its thread (host_notify) -> the op's future completes
+ *             there, and the record is posted to the loop (accel_post)
  *   sync      a worker blocks in event_sync -> a message back
  *   poll      the actor queries events every loop iteration while polled work is in flight
  * A deadline watchdog covers callbacks that never come (a CUDA callback does not fire after a
@@ -13,6 +14,10 @@
 
 #define WATCHDOG_MS 250
 #define DEFAULT_DEADLINE_MS 60000
+/* Tasks on the device queue at once; more wait here, in order. A driver blocks the submitting
+ * thread when a stream's queue fills up (CUDA: about a thousand entries), and that thread is
+ * the loop: it must never block. */
+#define MAX_ON_QUEUE 128
 
 typedef struct kernel_state kernel_state;
 
@@ -40,6 +45,9 @@ struct kernel_state {
   uint32_t polled;       /* in-flight records with how == POLL */
   bool poll_armed, watchdog_armed;
   bool stopping;         /* ending: failures are ours, not the device's */
+  uint32_t on_queue;     /* tasks in flight on the queue */
+  dev_task *waiting_head, *waiting_tail; /* ready tasks past MAX_ON_QUEUE, in order */
+  uint32_t generation;   /* the device incarnation this actor serves */
 };
 
 static uint64_t now_ms(void) {
@@ -68,11 +76,14 @@ static void inflight_unlink(kernel_state *k, dev_inflight *f) {
   f->prev = f->next = NULL;
   if (f->how == ACCEL_COMPLETION_POLL)
     k->polled--;
+  k->on_queue--;
   f->owner = NULL;
 }
 
+/* Tells the device actor; the generation lets it ignore reports about an incarnation that has
+ * already been replaced (many in-flight ops fail at once after a fault). */
 static void report_fault(kernel_state *k) {
-  accel_msg m = {.type = DEV_MSG_FAULT};
+  accel_msg m = {.type = DEV_MSG_FAULT, .arg = k->generation};
   accel_tell(accel_actor_runtime(k->self), accel_parent(k->self), &m);
 }
 
@@ -93,11 +104,16 @@ static void inflight_finish(dev_inflight *f, int status) {
 
 /* ---- completion strategies ---- */
 
+static void pump(kernel_state *k);
+
 static void on_callback_done(accel_task *task) {
   dev_inflight *f = (dev_inflight *)task;
-  if (f->owner)
+  kernel_state *k = f->owner;
+  if (k)
     inflight_finish(f, f->status);
   inflight_unref(f);
+  if (k)
+    pump(k);
 }
 
 /* On a backend thread. The client's future completes here, without waiting for the loop: a
@@ -119,7 +135,9 @@ static int arm_callback(kernel_state *k, dev_inflight *f) {
     accel_future_retain(f->early);
   }
   f->refs++; /* released by on_callback_done, whichever way it comes */
-  int rc = k->node->be->host_callback(k->queue, host_callback, f);
+  /* host_notify does not hold the queue until the callback returns (a GPU would idle). */
+  const be_ops *be = k->node->be;
+  int rc = (be->host_notify ? be->host_notify : be->host_callback)(k->queue, host_callback, f);
   if (rc != 0)
     host_callback(f, rc); /* finishes the task with the error, through the loop */
   return 0;
@@ -222,6 +240,7 @@ static int track(kernel_state *k, dev_task *t) {
   if (k->inflight)
     k->inflight->prev = f;
   k->inflight = f;
+  k->on_queue++;
   if (f->how == ACCEL_COMPLETION_CALLBACK)
     rc = arm_callback(k, f);
   else if (f->how == ACCEL_COMPLETION_SYNC)
@@ -299,9 +318,32 @@ static void overflow_drain(kernel_state *k);
 
 static int kernel_handle(kernel_state *k, accel_msg *msg);
 
+static void run_task(kernel_state *k, dev_task *t);
+
+static void waiting_push(kernel_state *k, dev_task *t) {
+  t->overflow_next = NULL;
+  if (k->waiting_tail)
+    k->waiting_tail->overflow_next = t;
+  else
+    k->waiting_head = t;
+  k->waiting_tail = t;
+}
+
+/* Puts waiting tasks on the queue while there is room. */
+static void pump(kernel_state *k) {
+  while (k->waiting_head && k->on_queue < MAX_ON_QUEUE && !k->stopping) {
+    dev_task *t = k->waiting_head;
+    k->waiting_head = t->overflow_next;
+    if (k->waiting_head == NULL)
+      k->waiting_tail = NULL;
+    run_task(k, t);
+  }
+}
+
 static int kernel_receive(accel_actor *self, void *state, accel_msg *msg) {
   kernel_state *k = state;
   int rc = kernel_handle(k, msg);
+  pump(k);
   overflow_drain(k);
   return rc;
 }
@@ -311,7 +353,10 @@ static int kernel_handle(kernel_state *k, accel_msg *msg) {
   case DEV_MSG_RUN: {
     dev_task *t = msg->data;
     msg->data = NULL;
-    run_task(k, t);
+    if (k->on_queue < MAX_ON_QUEUE && k->waiting_head == NULL)
+      run_task(k, t);
+    else
+      waiting_push(k, t);
     return 0;
   }
   case DEV_MSG_POLL:
@@ -339,6 +384,7 @@ static int kernel_start(accel_actor *self, void *state, void *arg) {
   k->node = ka->node;
   k->qclass = ka->qclass;
   k->self = self;
+  k->generation = k->node->generation;
   int rc = k->node->be->queue_create(k->node->dev, &k->queue);
   if (rc != 0)
     return rc;
@@ -350,6 +396,12 @@ static int kernel_start(accel_actor *self, void *state, void *arg) {
 static void kernel_stop(accel_actor *self, void *state) {
   kernel_state *k = state;
   k->stopping = true;
+  while (k->waiting_head) {
+    dev_task *t = k->waiting_head;
+    k->waiting_head = t->overflow_next;
+    dev_task_complete(t, ACCEL_EDEVLOST);
+  }
+  k->waiting_tail = NULL;
   while (k->inflight)
     inflight_finish(k->inflight, ACCEL_EDEVLOST);
   if (k->queue) {

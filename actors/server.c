@@ -18,7 +18,6 @@ void srv_release(srv_server *s) {
   free(s->gone);
   free(s->buckets);
   free(s->sendq.items);
-  free(s->close_later);
   free(s->listeners);
   if (s->gone_mu_init)
     pthread_mutex_destroy(&s->gone_mu);
@@ -29,13 +28,12 @@ uint64_t srv_now_ms(srv_server *s) {
   return uv_now(rt_uv_loop(s->rt));
 }
 
-/* ---- housekeeping tick: deferred pipe closes, drain progress ---- */
+/* ---- a tick while draining ---- */
 
 static void on_tick(uv_timer_t *t) {
   srv_server *s = t->data;
-  srv_close_pipes_now(s);
   srv_drain_check(s);
-  if (s->nclose == 0 && s->drain_reply == NULL) {
+  if (s->drain_reply == NULL) {
     uv_timer_stop(&s->tick);
     s->ticking = false;
   }
@@ -63,7 +61,8 @@ static void drain_complete(srv_server *s, int status) {
 void srv_drain_check(srv_server *s) {
   if (!s->draining || s->drain_reply == NULL)
     return;
-  bool idle = s->ops_in_flight == 0 && s->sendq.len == 0;
+  bool idle = s->ops_in_flight == 0 && s->sendq.len == 0 && s->dirty == NULL &&
+              s->out_queued == 0;
   s->drain_idle_ticks = idle ? s->drain_idle_ticks + 1 : 0;
   if (s->drain_idle_ticks >= 2)
     drain_complete(s, 0);
@@ -84,8 +83,9 @@ static void start_drain(srv_server *s, accel_msg *msg) {
     return;
   }
   if (!s->draining) {
-    for (uint32_t i = 0; i < s->nlisteners; i++)
-      nng_listener_close(s->listeners[i]); /* no new clients; ipc socket files go away */
+    /* No new clients: nng's ADD_PRE hook turns them away. Not nng_listener_close(): in nng
+     * that closes every pipe the listener made, the clients whose ops are draining. */
+    atomic_store(&s->refusing, true);
     accel_log(ACCEL_LOG_INFO, "server", "draining: %llu ops in flight, %u sessions",
               (unsigned long long)s->ops_in_flight, s->sessions);
   }

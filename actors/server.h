@@ -9,10 +9,16 @@
  *
  * Per client connection (nng pipe) the server spawns one SessionActor, as its child, on the
  * client's HELLO, and stops it when the pipe goes away; the session's stop frees the client's
- * buffers. Ops still running then finish normally and their replies are dropped.
+ * buffers. Ops still running then finish normally and their replies are dropped. A client
+ * that asks for them (HELLO capabilities) gets its replies batched per loop iteration and
+ * held to an acknowledged window: nng's raw rep0 drops replies past 64 queued per pipe.
+ * The server never closes a pipe itself (nng 1.5.2 can deadlock doing so): a peer that is
+ * not speaking accel is refused, its later frames dropped unread (docs/PROTOCOL.md).
  *
- * Spawn it with accel_spawn(rt, parent, &srv_behavior, args, ...); `args` must outlive it.
- * Everything here runs on the loop thread. */
+ * Spawn it with accel_spawn(rt, parent, &srv_behavior, args, opts); `args` must outlive it,
+ * and opts' supervision should say ACCEL_LIMIT_STOP_CHILD, so that a session that fails past
+ * its restarts is stopped rather than failing the server. Everything here runs on the loop
+ * thread. */
 #ifndef DEV_SERVER_H
 #define DEV_SERVER_H
 

@@ -88,8 +88,9 @@ static void unlink_conn(srv_server *s, srv_conn *c) {
 
 /* Frees a dead connection once nothing points at it any more. */
 void srv_conn_maybe_free(srv_server *s, srv_conn *c) {
-  if (!c->dead || c->session_live || c->ops > 0)
+  if (!c->dead || c->session_live || c->ops > 0 || c->dirty)
     return;
+  srv_out_free(s, c);
   srv_conn **pp = &s->dead;
   while (*pp && *pp != c)
     pp = &(*pp)->hnext;
@@ -110,6 +111,7 @@ void srv_conn_gone(srv_server *s, uint32_t pipe) {
   c->dead = true;
   c->hnext = s->dead;
   s->dead = c;
+  srv_out_free(s, c); /* its replies have nowhere to go */
   accel_log(ACCEL_LOG_DEBUG, "server", "pipe %u: closed", pipe);
   if (c->session_live && accel_stop(s->rt, c->session) != 0) {
     c->session_live = false; /* already gone (shutdown): nothing will report its exit */

@@ -11,7 +11,7 @@
 
 /* ---- replies ---- */
 
-void srv_reply_status(srv_server *s, nng_msg *m, uint64_t request_id, int status) {
+void srv_reply_status(srv_server *s, srv_conn *c, nng_msg *m, uint64_t request_id, int status) {
   uint8_t head[PROTO_REPLY_HEAD_SIZE];
   proto_encode_reply_head(head, request_id, status, 0);
   nng_msg_clear(m);
@@ -19,13 +19,14 @@ void srv_reply_status(srv_server *s, nng_msg *m, uint64_t request_id, int status
     nng_msg_free(m);
     return;
   }
-  srv_send(s, m);
+  srv_conn_send(s, c, m);
 }
 
 /* A reply with data (text, JSON): `text` is taken. */
-static void reply_text(srv_server *s, nng_msg *m, uint64_t request_id, char *text) {
+static void reply_text(srv_server *s, srv_conn *c, nng_msg *m, uint64_t request_id,
+                       char *text) {
   if (text == NULL) {
-    srv_reply_status(s, m, request_id, ACCEL_ENOMEM);
+    srv_reply_status(s, c, m, request_id, ACCEL_ENOMEM);
     return;
   }
   size_t len = strlen(text);
@@ -34,18 +35,19 @@ static void reply_text(srv_server *s, nng_msg *m, uint64_t request_id, char *tex
   nng_msg_clear(m);
   if (rc == 0 && nng_msg_append(m, head, sizeof head) == 0 &&
       nng_msg_append(m, text, len) == 0)
-    srv_send(s, m);
+    srv_conn_send(s, c, m);
   else
-    srv_reply_status(s, m, request_id, rc ? rc : ACCEL_ENOMEM);
+    srv_reply_status(s, c, m, request_id, rc ? rc : ACCEL_ENOMEM);
   free(text);
 }
 
-static void reply_frame(srv_server *s, nng_msg *m, uint64_t request_id, proto_out *o, int rc) {
+static void reply_frame(srv_server *s, srv_conn *c, nng_msg *m, uint64_t request_id,
+                        proto_out *o, int rc) {
   nng_msg_clear(m);
   if (rc == 0 && nng_msg_append(m, o->data, o->len) == 0)
-    srv_send(s, m);
+    srv_conn_send(s, c, m);
   else
-    srv_reply_status(s, m, request_id, rc ? rc : ACCEL_ENOMEM);
+    srv_reply_status(s, c, m, request_id, rc ? rc : ACCEL_ENOMEM);
   proto_out_free(o);
 }
 
@@ -58,23 +60,30 @@ static uint64_t le_at(const uint8_t *p, int bytes) {
   return v;
 }
 
+/* A peer is refused, not disconnected: nng 1.5.2's raw rep0 can deadlock its pipe reaper
+ * (and so nng_close, and our shutdown) when nng_pipe_close() hits a pipe whose messages are
+ * still being delivered (docs/PROTOCOL.md, "Closing"). Its later frames are dropped unread. */
+static void refuse(srv_conn *c, const char *why) {
+  if (!c->refused)
+    accel_log(ACCEL_LOG_INFO, "server", "pipe %u: %s: refused", c->pipe, why);
+  c->refused = true;
+}
+
 /* `rc` is why the header did not decode. With our magic the peer speaks accel and hears why
- * (and a peer of another protocol version is then disconnected); otherwise it is not a
- * client of ours and the pipe is closed at once. */
-static void bad_header(srv_server *s, nng_msg *m, int rc) {
+ * (and a peer of another protocol version is refused from then on); otherwise it is not a
+ * client of ours: no answer, and nothing more is read from it. */
+static void bad_header(srv_server *s, srv_conn *c, nng_msg *m, int rc) {
   const uint8_t *p = nng_msg_body(m);
   size_t len = nng_msg_len(m);
   s->frames_bad++;
   if (len < PROTO_HEADER_SIZE || le_at(p, 4) != PROTO_MAGIC) {
-    accel_log(ACCEL_LOG_INFO, "server", "pipe %d: not an accel frame: closed",
-              nng_pipe_id(nng_msg_get_pipe(m)));
-    nng_pipe_close(nng_msg_get_pipe(m));
+    refuse(c, "not an accel frame");
     nng_msg_free(m);
     return;
   }
   if (le_at(p + 4, 2) != PROTO_VERSION)
-    srv_close_pipe_later(s, nng_msg_get_pipe(m));
-  srv_reply_status(s, m, le_at(p + 16, 8), rc);
+    refuse(c, "another protocol version");
+  srv_reply_status(s, c, m, le_at(p + 16, 8), rc);
 }
 
 /* ---- HELLO -> WELCOME ---- */
@@ -99,14 +108,24 @@ static void fill_welcome(srv_server *s, proto_welcome *w) {
     device_info(s->world, i, &w->devices[w->device_count++]);
 }
 
+/* The client's name as a log may show it: printable ASCII, the rest as '?'. */
+static void printable(char *dst, const char *src, size_t n) {
+  size_t i = 0;
+  for (; i + 1 < n && src[i]; i++)
+    dst[i] = src[i] >= 0x20 && src[i] < 0x7f ? src[i] : '?';
+  dst[i] = '\0';
+}
+
 static void log_hello(srv_conn *c, const proto_hello *h) {
+  char name[PROTO_NAME_MAX + 1];
+  printable(name, h->name, sizeof name);
   uint64_t uid = UINT64_MAX;
   nng_pipe_get_uint64(c->np, NNG_OPT_IPC_PEER_UID, &uid); /* ipc only */
   if (uid != UINT64_MAX)
-    accel_log(ACCEL_LOG_INFO, "server", "pipe %u: hello from '%s' (uid %llu)", c->pipe,
-              h->name, (unsigned long long)uid);
+    accel_log(ACCEL_LOG_INFO, "server", "pipe %u: hello from '%s' (uid %llu)", c->pipe, name,
+              (unsigned long long)uid);
   else
-    accel_log(ACCEL_LOG_INFO, "server", "pipe %u: hello from '%s'", c->pipe, h->name);
+    accel_log(ACCEL_LOG_INFO, "server", "pipe %u: hello from '%s'", c->pipe, name);
 }
 
 static void on_hello(srv_server *s, srv_conn *c, nng_msg *m, const proto_header *h) {
@@ -114,8 +133,8 @@ static void on_hello(srv_server *s, srv_conn *c, nng_msg *m, const proto_header 
   int rc = proto_decode_hello((const uint8_t *)nng_msg_body(m) + PROTO_HEADER_SIZE,
                               h->body_len, &hello);
   if (rc == 0 && hello.version != PROTO_VERSION) {
-    rc = ACCEL_EPROTO; /* a client of another version: told, then disconnected */
-    srv_close_pipe_later(s, c->np);
+    rc = ACCEL_EPROTO; /* a client of another version: told, then refused */
+    refuse(c, "another protocol version");
   }
   if (rc == 0 && s->draining)
     rc = ACCEL_ECLOSED;
@@ -126,15 +145,17 @@ static void on_hello(srv_server *s, srv_conn *c, nng_msg *m, const proto_header 
   }
   if (rc != 0) {
     s->frames_bad += rc == ACCEL_EPROTO;
-    srv_reply_status(s, m, h->request_id, rc);
+    srv_reply_status(s, c, m, h->request_id, rc);
     return;
   }
   proto_welcome w;
   proto_out o;
   fill_welcome(s, &w);
+  w.capabilities = hello.capabilities & (PROTO_CAP_BATCH | PROTO_CAP_ACK);
   proto_out_init(&o);
   rc = proto_encode_welcome(&o, h->request_id, &w);
-  reply_frame(s, m, h->request_id, &o, rc);
+  reply_frame(s, c, m, h->request_id, &o, rc);
+  c->caps = w.capabilities; /* from the next reply on: the WELCOME itself goes alone */
 }
 
 /* ---- CONTROL ---- */
@@ -154,6 +175,7 @@ static dev_status_counts counts(srv_server *s) {
 
 typedef struct fault_req {
   srv_server *s;
+  srv_conn *c; /* counted in c->ops meanwhile */
   nng_msg *m;
   uint64_t request_id;
 } fault_req;
@@ -163,14 +185,17 @@ static void fault_done(accel_future *f, int status, void *arg) {
   if (r->s->stopped)
     nng_msg_free(r->m);
   else
-    srv_reply_status(r->s, r->m, r->request_id, status);
+    srv_reply_status(r->s, r->c, r->m, r->request_id, status);
+  r->c->ops--;
+  srv_conn_maybe_free(r->s, r->c);
   srv_release(r->s);
   free(r);
 }
 
 /* Asks the device's actor to fault (it answers, then fails and is restarted); the reply
  * follows its answer. */
-static void inject_fault(srv_server *s, nng_msg *m, uint64_t request_id, uint64_t device) {
+static void inject_fault(srv_server *s, srv_conn *c, nng_msg *m, uint64_t request_id,
+                         uint64_t device) {
   dev_world *w = s->world;
   int rc = !w->fault_injection ? ACCEL_EPERM
            : device >= (uint64_t)(w->nnodes - 1) ? ACCEL_EINVAL
@@ -185,20 +210,21 @@ static void inject_fault(srv_server *s, nng_msg *m, uint64_t request_id, uint64_
   }
   if (rc != 0) {
     free(r);
-    srv_reply_status(s, m, request_id, rc);
+    srv_reply_status(s, c, m, request_id, rc);
     return;
   }
   accel_log(ACCEL_LOG_WARN, "server", "injecting a fault into device %llu",
             (unsigned long long)device);
-  *r = (fault_req){s, m, request_id};
+  *r = (fault_req){s, c, m, request_id};
   s->refs++;
+  c->ops++;
   accel_future_then(f, fault_done, r);
   accel_future_release(f);
 }
 
 /* A reply whose data is a fixed binary record (DEVICE_INFO, TRANSFER_STATS). */
-static void reply_record(srv_server *s, nng_msg *m, uint64_t request_id, proto_out *o,
-                         int rc) {
+static void reply_record(srv_server *s, srv_conn *c, nng_msg *m, uint64_t request_id,
+                         proto_out *o, int rc) {
   uint8_t head[PROTO_REPLY_HEAD_SIZE];
   if (rc == 0)
     rc = proto_encode_reply_head(head, request_id, 0, o->len);
@@ -208,25 +234,26 @@ static void reply_record(srv_server *s, nng_msg *m, uint64_t request_id, proto_o
     rc = ACCEL_ENOMEM;
   proto_out_free(o);
   if (rc == 0)
-    srv_send(s, m);
+    srv_conn_send(s, c, m);
   else
-    srv_reply_status(s, m, request_id, rc);
+    srv_reply_status(s, c, m, request_id, rc);
 }
 
-static void on_device_info(srv_server *s, nng_msg *m, uint64_t request_id, uint64_t index) {
+static void on_device_info(srv_server *s, srv_conn *c, nng_msg *m, uint64_t request_id,
+                           uint64_t index) {
   if (index >= (uint64_t)(s->world->nnodes - 1)) {
-    srv_reply_status(s, m, request_id, ACCEL_EINVAL);
+    srv_reply_status(s, c, m, request_id, ACCEL_EINVAL);
     return;
   }
   struct accel_device_info d;
   proto_out o;
   device_info(s->world, (int)index, &d);
   proto_out_init(&o);
-  reply_record(s, m, request_id, &o, proto_encode_device(&o, &d));
+  reply_record(s, c, m, request_id, &o, proto_encode_device(&o, &d));
 }
 
 /* The daemon's byte counters (all sessions together: the world counts them, not sessions). */
-static void on_transfer_stats(srv_server *s, nng_msg *m, uint64_t request_id) {
+static void on_transfer_stats(srv_server *s, srv_conn *c, nng_msg *m, uint64_t request_id) {
   dev_world *w = s->world;
   accel_transfer_stats t = {
       .host_to_device = atomic_load(&w->h2d),
@@ -237,60 +264,59 @@ static void on_transfer_stats(srv_server *s, nng_msg *m, uint64_t request_id) {
   };
   proto_out o;
   proto_out_init(&o);
-  reply_record(s, m, request_id, &o, proto_encode_transfer_stats(&o, &t));
+  reply_record(s, c, m, request_id, &o, proto_encode_transfer_stats(&o, &t));
 }
 
-static void on_control(srv_server *s, nng_msg *m, const proto_header *h) {
+static void on_control(srv_server *s, srv_conn *c, nng_msg *m, const proto_header *h) {
   proto_control_req req;
   int rc = proto_decode_control((const uint8_t *)nng_msg_body(m) + PROTO_HEADER_SIZE,
                                 h->body_len, &req);
   if (rc != 0) {
     s->frames_bad++;
-    srv_reply_status(s, m, h->request_id, rc);
+    srv_reply_status(s, c, m, h->request_id, rc);
     return;
   }
-  dev_status_counts c = counts(s);
+  dev_status_counts n = counts(s);
   switch (req.command) {
   case PROTO_CTL_PING:
-    srv_reply_status(s, m, h->request_id, 0);
+    srv_reply_status(s, c, m, h->request_id, 0);
     break;
   case PROTO_CTL_STATUS: /* arg 1: text for people, else JSON */
-    reply_text(s, m, h->request_id,
-               req.arg == 1 ? dev_status_text(s->world, &c) : dev_status_json(s->world, &c));
+    reply_text(s, c, m, h->request_id,
+               req.arg == 1 ? dev_status_text(s->world, &n) : dev_status_json(s->world, &n));
     break;
   case PROTO_CTL_DEVICES:
-    reply_text(s, m, h->request_id, dev_status_devices(s->world));
+    reply_text(s, c, m, h->request_id, dev_status_devices(s->world));
     break;
   case PROTO_CTL_TREE:
-    reply_text(s, m, h->request_id, dev_status_tree(s->rt));
+    reply_text(s, c, m, h->request_id, dev_status_tree(s->rt));
     break;
   case PROTO_CTL_INJECT_FAULT:
-    inject_fault(s, m, h->request_id, req.arg);
+    inject_fault(s, c, m, h->request_id, req.arg);
     break;
   case PROTO_CTL_DEVICE_INFO:
-    on_device_info(s, m, h->request_id, req.arg);
+    on_device_info(s, c, m, h->request_id, req.arg);
     break;
   case PROTO_CTL_TRANSFER_STATS:
-    on_transfer_stats(s, m, h->request_id);
+    on_transfer_stats(s, c, m, h->request_id);
+    break;
+  case PROTO_CTL_ACK: /* never answered: an answer would need acknowledging too */
+    srv_conn_ack(s, c, (uint32_t)req.arg);
+    nng_msg_free(m);
     break;
   default: /* a command of a later protocol version */
-    srv_reply_status(s, m, h->request_id, ACCEL_ENOTSUP);
+    srv_reply_status(s, c, m, h->request_id, ACCEL_ENOTSUP);
     break;
   }
 }
 
 /* ---- dispatch ---- */
 
-void srv_frame(srv_server *s, nng_msg *m) {
-  srv_conn *c = srv_conn_for(s, nng_msg_get_pipe(m));
-  if (c == NULL) { /* the pipe is gone already (or no memory for its record) */
-    nng_msg_free(m);
-    return;
-  }
+static void one_frame(srv_server *s, srv_conn *c, nng_msg *m) {
   proto_header h;
   int rc = proto_decode_header(nng_msg_body(m), nng_msg_len(m), s->limits.max_message, &h);
   if (rc != 0) {
-    bad_header(s, m, rc);
+    bad_header(s, c, m, rc);
     return;
   }
   switch (h.type) {
@@ -301,11 +327,48 @@ void srv_frame(srv_server *s, nng_msg *m) {
     srv_op_frame(s, c, m, h.request_id);
     break;
   case PROTO_CONTROL:
-    on_control(s, m, &h);
+    on_control(s, c, m, &h);
     break;
   default: /* WELCOME, REPLY: the daemon's own frames */
     s->frames_bad++;
-    srv_reply_status(s, m, h.request_id, ACCEL_EPROTO);
+    srv_reply_status(s, c, m, h.request_id, ACCEL_EPROTO);
     break;
   }
+}
+
+/* A client with PROTO_CAP_BATCH may send several frames in one message: each becomes a
+ * message of its own (with the same routing header), as if sent alone. Bytes after the last
+ * whole frame are one more (bad) frame. */
+static void split_frames(srv_server *s, srv_conn *c, nng_msg *m) {
+  const uint8_t *p = nng_msg_body(m);
+  size_t len = nng_msg_len(m);
+  while (len > 0 && !c->refused) {
+    size_t n = proto_next_frame(p, len);
+    n = n ? n : len;
+    nng_msg *f;
+    if (nng_msg_alloc(&f, n) != 0)
+      break; /* out of memory: the rest is lost, as a dropped message would be */
+    memcpy(nng_msg_body(f), p, n);
+    if (nng_msg_header_append(f, nng_msg_header(m), nng_msg_header_len(m)) != 0) {
+      nng_msg_free(f);
+      break;
+    }
+    one_frame(s, c, f);
+    p += n;
+    len -= n;
+  }
+  nng_msg_free(m);
+}
+
+void srv_frame(srv_server *s, nng_msg *m) {
+  srv_conn *c = srv_conn_for(s, nng_msg_get_pipe(m));
+  if (c == NULL || c->refused) { /* pipe gone (or no memory for a record), or refused */
+    nng_msg_free(m);
+    return;
+  }
+  size_t first = proto_next_frame(nng_msg_body(m), nng_msg_len(m));
+  if ((c->caps & PROTO_CAP_BATCH) && first > 0 && first < nng_msg_len(m))
+    split_frames(s, c, m);
+  else
+    one_frame(s, c, m);
 }

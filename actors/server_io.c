@@ -9,10 +9,8 @@
  * the loop is woken with a uv_async, rather than told to the actor, so that a full mailbox can
  * never lose one (a lost removal would leak a session and its buffers). */
 #include <errno.h>
-#include <grp.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include "actors/server_priv.h"
@@ -118,29 +116,6 @@ void srv_send(srv_server *s, nng_msg *m) {
   send_poll_set(s, true);
 }
 
-/* ---- closing a pipe after its last reply (a wrong protocol version) ---- */
-
-void srv_close_pipe_later(srv_server *s, nng_pipe np) {
-  if (s->nclose == s->close_cap) {
-    uint32_t cap = s->close_cap ? s->close_cap * 2 : 8;
-    nng_pipe *p = realloc(s->close_later, cap * sizeof *p);
-    if (p == NULL) {
-      nng_pipe_close(np); /* at once, then: the reply may be lost, the pipe is not */
-      return;
-    }
-    s->close_later = p;
-    s->close_cap = cap;
-  }
-  s->close_later[s->nclose++] = np;
-  srv_tick_start(s);
-}
-
-void srv_close_pipes_now(srv_server *s) {
-  for (uint32_t i = 0; i < s->nclose; i++)
-    nng_pipe_close(s->close_later[i]);
-  s->nclose = 0;
-}
-
 /* ---- pipe removals, from nng's threads ---- */
 
 static void on_pipe_removed(nng_pipe np, nng_pipe_ev ev, void *arg) {
@@ -158,6 +133,14 @@ static void on_pipe_removed(nng_pipe np, nng_pipe_ev ev, void *arg) {
     s->gone[s->ngone++] = (uint32_t)nng_pipe_id(np);
   pthread_mutex_unlock(&s->gone_mu);
   uv_async_send(&s->gone_async);
+}
+
+/* While draining, a new client is turned away before nng adds its pipe (the documented way
+ * to reject one: no message of it can be queued yet). */
+static void on_pipe_adding(nng_pipe np, nng_pipe_ev ev, void *arg) {
+  srv_server *s = arg;
+  if (atomic_load(&s->refusing))
+    nng_pipe_close(np);
 }
 
 static void on_gone(uv_async_t *h) {
@@ -223,6 +206,8 @@ static int open_socket(srv_server *s) {
   nng_socket_set_int(s->sock, NNG_OPT_SENDBUF, 1024);
   nng_socket_set_size(s->sock, NNG_OPT_RECVMAXSZ, (size_t)s->limits.max_message + 64);
   rv = nng_pipe_notify(s->sock, NNG_PIPE_EV_REM_POST, on_pipe_removed, s);
+  if (rv == 0)
+    rv = nng_pipe_notify(s->sock, NNG_PIPE_EV_ADD_PRE, on_pipe_adding, s);
   return rv == 0 ? 0 : ACCEL_ENOMEM;
 }
 
@@ -250,6 +235,10 @@ static int init_handles(srv_server *s) {
   uv_timer_init(loop, &s->tick);
   s->tick.data = s;
   s->tick_open = true;
+  s->refs++;
+  uv_prepare_init(loop, &s->flush);
+  s->flush.data = s;
+  s->flush_open = true;
   s->refs++;
   return uv_poll_start(&s->recv_poll, UV_READABLE, on_recv_ready) == 0 ? 0 : ACCEL_ESYS;
 }
@@ -281,6 +270,8 @@ static void close_handle(uv_handle_t *h, bool *open) {
  * (which runs the last pipe callbacks, so the async handle must still be open), then the
  * rest. Replies still queued are dropped: their clients are being disconnected. */
 void srv_io_close(srv_server *s) {
+  close_handle((uv_handle_t *)&s->flush, &s->flush_open);
+  srv_out_forget_dirty(s);
   close_handle((uv_handle_t *)&s->recv_poll, &s->recv_poll_open);
   close_handle((uv_handle_t *)&s->send_poll, &s->send_poll_open);
   if (s->sock_open) {
@@ -291,7 +282,6 @@ void srv_io_close(srv_server *s) {
     sendq_pop(&s->sendq);
     nng_msg_free(m);
   }
-  s->nclose = 0;
   close_handle((uv_handle_t *)&s->gone_async, &s->gone_async_open);
   close_handle((uv_handle_t *)&s->tick, &s->tick_open);
 }

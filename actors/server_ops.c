@@ -22,21 +22,22 @@ typedef struct srv_op {
 
 /* The status-only reply is the request made over; a read's reply gets the routing header. */
 static void send_result(srv_server *s, srv_op *so, int status) {
+  srv_conn *c = so->conn;
   if (so->rep == NULL || status != 0) {
     if (so->rep)
       nng_msg_free(so->rep);
-    srv_reply_status(s, so->req, so->op.h.request_id, status);
+    srv_reply_status(s, c, so->req, so->op.h.request_id, status);
     return;
   }
   proto_encode_reply_head(nng_msg_body(so->rep), so->op.h.request_id, 0, so->read_bytes);
   int rv = nng_msg_header_append(so->rep, nng_msg_header(so->req), nng_msg_header_len(so->req));
   if (rv != 0) {
     nng_msg_free(so->rep);
-    srv_reply_status(s, so->req, so->op.h.request_id, ACCEL_ENOMEM);
+    srv_reply_status(s, c, so->req, so->op.h.request_id, ACCEL_ENOMEM);
     return;
   }
   nng_msg_free(so->req);
-  srv_send(s, so->rep);
+  srv_conn_send(s, c, so->rep);
 }
 
 static void op_done(dev_op *op, int status) {
@@ -134,5 +135,5 @@ void srv_op_frame(srv_server *s, srv_conn *c, nng_msg *m, uint64_t request_id) {
     nng_msg_free(so->rep);
   }
   free(so);
-  srv_reply_status(s, m, request_id, rc);
+  srv_reply_status(s, c, m, request_id, rc);
 }

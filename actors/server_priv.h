@@ -6,6 +6,7 @@
 #include <nng/nng.h>
 #include <nng/protocol/reqrep0/rep.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <uv.h>
 
 #include "actors/server.h"
@@ -13,7 +14,7 @@
 
 #define SRV_TOMBSTONES 256 /* recently removed pipes that never had a connection record */
 #define SRV_RECV_BATCH 256 /* frames per poll callback before other handles get a turn */
-#define SRV_TICK_MS 50     /* housekeeping while draining or closing pipes */
+#define SRV_TICK_MS 50     /* drain progress checks */
 
 typedef struct srv_server srv_server;
 
@@ -26,9 +27,18 @@ typedef struct srv_conn {
   accel_ref session;       /* ACCEL_REF_NONE until HELLO, and after the session exited */
   bool session_live;       /* spawned and not exited yet */
   bool dead;               /* the pipe is gone */
+  bool refused;            /* not a client of ours (or of another version): frames dropped */
   dev_session_args sargs;  /* the session's spawn argument: must outlive the session */
-  uint32_t ops;            /* ops in flight that point here */
+  uint32_t ops;            /* ops (and fault injections) in flight that point here */
   uint64_t read_pending;   /* bytes of read replies allocated and not yet sent */
+  /* output (server_out.c) */
+  uint32_t caps;           /* PROTO_CAP_* granted at HELLO */
+  uint32_t sent, acked;    /* messages handed to nng / reported received (mod 2^32) */
+  nng_msg *batch;          /* replies of this loop iteration, frames back to back */
+  nng_msg **outq;          /* messages waiting for the flush or for the ack window */
+  uint32_t oq_head, oq_len, oq_cap;
+  bool dirty;              /* in the server's list of connections to flush */
+  struct srv_conn *next_dirty;
 } srv_conn;
 
 /* A FIFO of replies that nng could not take yet (its send queue was full). */
@@ -55,7 +65,9 @@ struct srv_server {
   uv_poll_t recv_poll, send_poll;
   uv_async_t gone_async;
   uv_timer_t tick;
+  uv_prepare_t flush;       /* flushes connections' output before the loop polls again */
   bool recv_poll_open, send_poll_open, send_polling, gone_async_open, tick_open, ticking;
+  bool flush_open, flushing;
 
   pthread_mutex_t gone_mu;  /* guards gone* (pipe removals from nng's threads) */
   bool gone_mu_init;
@@ -69,13 +81,14 @@ struct srv_server {
   uint32_t tomb_next;
 
   srv_sendq sendq;
-  nng_pipe *close_later;    /* pipes to close once their last reply had time to leave */
-  uint32_t nclose, close_cap;
+  srv_conn *dirty;          /* connections with output to flush */
+  uint64_t out_queued;      /* messages in connections' queues */
 
   uint32_t sessions;
   uint64_t ops_in_flight, ops_completed, ops_failed, frames_bad;
 
   bool draining;
+  atomic_bool refusing;     /* new pipes are closed as they come (read on nng's threads) */
   accel_future *drain_reply;
   uint64_t drain_deadline_ms;
   uint32_t drain_idle_ticks;
@@ -103,13 +116,19 @@ int srv_io_start(srv_server *s);
 void srv_io_close(srv_server *s);
 /* Hands a reply to nng (taken in every case: queued while nng's queue is full). */
 void srv_send(srv_server *s, nng_msg *m);
-void srv_close_pipe_later(srv_server *s, nng_pipe np);
-void srv_close_pipes_now(srv_server *s);
+
+/* server_out.c: a connection's output (batching, the ack window) */
+/* Queues a reply (taken) for the connection; it leaves at the end of this loop iteration. */
+void srv_conn_send(srv_server *s, srv_conn *c, nng_msg *m);
+void srv_conn_ack(srv_server *s, srv_conn *c, uint32_t received);
+void srv_out_flush_all(uv_prepare_t *h);
+void srv_out_free(srv_server *s, srv_conn *c);
+void srv_out_forget_dirty(srv_server *s);
 
 /* server_frames.c: one received frame (taken) */
 void srv_frame(srv_server *s, nng_msg *m);
 /* Turns the request `m` into a reply frame with `status` and no data, and sends it. */
-void srv_reply_status(srv_server *s, nng_msg *m, uint64_t request_id, int status);
+void srv_reply_status(srv_server *s, srv_conn *c, nng_msg *m, uint64_t request_id, int status);
 
 /* server_ops.c */
 void srv_op_frame(srv_server *s, srv_conn *c, nng_msg *m, uint64_t request_id);

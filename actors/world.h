@@ -119,6 +119,7 @@ struct dev_world {
   int nnodes;                 /* host + devices */
   dev_buffer *buffers;        /* every live buffer */
   bool fault_injection;
+  bool tf32;
   uint32_t max_restarts, restart_window_ms;
   atomic_ullong h2d, d2h, d2d, written, read;
   void (*on_op_done)(void *arg, int status); /* every client op, once, on the loop */

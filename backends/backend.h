@@ -12,10 +12,10 @@
  *            offsets travel separately, so OpenCL's buffers-without-pointers fit.
  *
  * Every entry point returns 0 or a negative accel error. Submitting (copy_*, kernels,
- * event_record, queue_wait, host_callback) never blocks for the work itself; the work runs
- * later, in order. Errors found while submitting (bad arguments) fail the call and nothing is
- * queued. Errors found while running are reported by the queue's later events and host
- * callbacks (status < 0). A device fault (a CUDA sticky error, a lost OpenCL context, an
+ * event_record, queue_wait, host_callback, host_notify) never blocks for the work itself; the
+ * work runs later, in order. Errors found while submitting (bad arguments) fail the call and
+ * nothing is queued. Errors found while running are reported by the queue's later events and
+ * host callbacks (status < 0). A device fault (a CUDA sticky error, a lost OpenCL context, an
  * injected fault) is sticky: from then on every call on that device and every event of it
  * reports ACCEL_EDEVLOST until reset(). Threads: unless an entry says otherwise it may be
  * called from any thread, but one queue is used by one thread at a time (its kernel actor).
@@ -48,6 +48,7 @@ typedef struct be_device_info {
 
 typedef struct be_open_opts {
   int fault_injection; /* allow inject_fault (tests only) */
+  int tf32;            /* sgemm on TF32 tensor cores unless an op asks for FP32 (CUDA only) */
   uint32_t threads;    /* CPU: worker threads for kernels (0: all cores) */
 } be_open_opts;
 
@@ -120,6 +121,12 @@ typedef struct be_ops {
   /* fn is called exactly once: after the work before it, or with ACCEL_EDEVLOST (fault) or
    * ACCEL_ECANCELED (queue destroyed first) at the latest in queue_destroy, reset or close. */
   int (*host_callback)(be_queue *q, be_host_fn fn, void *arg);
+  /* Like host_callback, but the queue does not wait for fn: later work on q may start before
+   * fn has run (fn still runs once, after the work before it, with the same exactly-once and
+   * error rules as host_callback). The functions of one queue's host_notify calls run in
+   * submission order; nothing orders them against its host_callback functions. A backend
+   * whose host functions never hold its queue long may point this at host_callback (cpu). */
+  int (*host_notify)(be_queue *q, be_host_fn fn, void *arg);
 
   /* ---- kernels: offsets and counts in elements; arguments were checked by the caller
    * against the buffers (blas_args.h); backends check what they rely on again ---- */

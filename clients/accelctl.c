@@ -98,6 +98,7 @@ static int dial(const ctl_args *a, nng_socket *s) {
     fprintf(stderr, "accelctl: cannot reach acceld at %s: %s (is acceld running?)\n", a->url,
             nng_strerror(rv));
     nng_close(*s);
+    nng_fini();
     return 1;
   }
   return 0;
@@ -207,5 +208,6 @@ int main(int argc, char **argv) {
     nng_msg_free(reply);
   }
   nng_close(s);
+  nng_fini(); /* nng's threads end here, not after exit (valgrind counts them otherwise) */
   return rc;
 }

@@ -10,6 +10,7 @@
 #include "clients/ctx.h"
 
 static _Thread_local accel_completion thread_completion;
+static _Thread_local accel_math thread_math;
 static atomic_uint next_tag = 1; /* handle tags of the process's contexts */
 
 /* ---- open and close ---- */
@@ -262,12 +263,21 @@ static int check_op(accel_ctx *ctx, dev_op *op, accel_device dev) {
 
 int client_submit(accel_ctx *ctx, dev_op *op, accel_device dev, accel_future **f) {
   op->h.device = dev;
+  if (op->h.kind == DEV_OP_SGEMM)
+    op->u.sgemm.math = (be_sgemm_math)thread_math;
   int rc = check_op(ctx, op, dev);
   if (rc != 0) {
     free(op);
     return rc;
   }
   return send_op(ctx, op, f);
+}
+
+int accel_set_math(accel_ctx *ctx, accel_math math) {
+  if (ctx == NULL || math < ACCEL_MATH_DEFAULT || math > ACCEL_MATH_TF32)
+    return ACCEL_EINVAL;
+  thread_math = math;
+  return 0;
 }
 
 int accel_set_completion(accel_ctx *ctx, accel_completion how) {

@@ -101,7 +101,7 @@ int accel_sgemm(accel_ctx *ctx, accel_device dev, accel_trans ta, accel_trans tb
     return ACCEL_ENOMEM;
   op->u.sgemm = (be_sgemm_args){(be_blas_trans)ta, (be_blas_trans)tb, (int64_t)m, (int64_t)n,
                                 (int64_t)k, alpha, beta, (int64_t)lda, (int64_t)ldb,
-                                (int64_t)ldc};
+                                (int64_t)ldc, BE_SGEMM_MATH_DEVICE};
   add_buf(op, a, 0, 0);
   add_buf(op, b, 0, 0);
   add_buf(op, c, 0, 0);

@@ -41,6 +41,7 @@ typedef struct remote {
   bool dead;
   bool nng_used;
   proto_welcome welcome;
+  uint32_t received, acked; /* nng messages received; the count last acknowledged (receiver) */
 } remote;
 
 static remote *impl_of(accel_ctx *ctx) {
@@ -163,6 +164,33 @@ static void handle_frame(accel_ctx *ctx, const uint8_t *frame, size_t len) {
   finish_pending(ctx, p, status, data);
 }
 
+static int send_frame(remote *r, const proto_out *o, uint64_t id);
+
+/* The daemon keeps at most PROTO_ACK_WINDOW messages unacknowledged (beyond that nng would
+ * drop them): tell it every PROTO_ACK_EVERY messages how many have arrived. */
+static void acknowledge(remote *r) {
+  if (++r->received - r->acked < PROTO_ACK_EVERY)
+    return;
+  proto_out o;
+  proto_out_init(&o);
+  proto_control_req c = {PROTO_CTL_ACK, r->received};
+  if (proto_encode_control(&o, 0, &c) == 0 && send_frame(r, &o, 0) == 0)
+    r->acked = r->received;
+  proto_out_free(&o);
+}
+
+/* One message may hold several frames back to back (PROTO_CAP_BATCH). */
+static void handle_message(accel_ctx *ctx, const uint8_t *p, size_t len) {
+  while (len > 0) {
+    size_t n = proto_next_frame(p, len);
+    if (n == 0)
+      return; /* not a whole frame: malformed, drop the rest */
+    handle_frame(ctx, p, n);
+    p += n;
+    len -= n;
+  }
+}
+
 static void on_receive(void *arg) {
   accel_ctx *ctx = arg;
   remote *r = impl_of(ctx);
@@ -171,8 +199,9 @@ static void on_receive(void *arg) {
     return;
   if (rv == 0) {
     nng_msg *msg = nng_aio_get_msg(r->rx);
-    handle_frame(ctx, nng_msg_body(msg), nng_msg_len(msg));
+    handle_message(ctx, nng_msg_body(msg), nng_msg_len(msg));
     nng_msg_free(msg);
+    acknowledge(r);
   }
   nng_recv_aio(r->sock, r->rx);
 }
@@ -298,7 +327,8 @@ static int hello(accel_ctx *ctx) {
   int rc;
   proto_out o;
   proto_out_init(&o);
-  proto_hello h = {.version = PROTO_VERSION, .name = "libaccel"};
+  proto_hello h = {.version = PROTO_VERSION, .capabilities = PROTO_CAP_BATCH | PROTO_CAP_ACK,
+                   .name = "libaccel"};
   rc = proto_encode_hello(&o, p->id, &h);
   if (rc == 0)
     rc = send_frame(r, &o, p->id);

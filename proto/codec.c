@@ -156,6 +156,14 @@ int proto_decode_header(const uint8_t *frame, size_t len, uint32_t max_message,
   return 0;
 }
 
+size_t proto_next_frame(const uint8_t *p, size_t len) {
+  if (p == NULL || len < PROTO_HEADER_SIZE)
+    return 0;
+  reader r = {p + 12, 4, 0, false};
+  uint64_t body = get_u32(&r);
+  return body <= len - PROTO_HEADER_SIZE ? (size_t)body + PROTO_HEADER_SIZE : 0;
+}
+
 /* ---- hello and welcome ---- */
 
 int proto_encode_hello(proto_out *o, uint64_t request_id, const proto_hello *h) {
@@ -296,6 +304,7 @@ static void put_payload(proto_out *o, const dev_op *op, size_t data_len) {
     put_i64(o, g->lda);
     put_i64(o, g->ldb);
     put_i64(o, g->ldc);
+    put_u32(o, g->math);
     break;
   }
   case DEV_OP_SAXPY:
@@ -349,6 +358,9 @@ static uint64_t get_payload(reader *r, dev_op *op) {
     g->lda = get_i64(r);
     g->ldb = get_i64(r);
     g->ldc = get_i64(r);
+    uint32_t math = get_u32(r);
+    g->math = math <= BE_SGEMM_MATH_TF32 ? (be_sgemm_math)math
+                                         : (r->bad = true, BE_SGEMM_MATH_DEVICE);
     break;
   }
   case DEV_OP_SAXPY:
@@ -429,10 +441,9 @@ int proto_decode_op(const uint8_t *body, size_t len, dev_op *op, proto_bytes *da
     op->bufs[i].offset = get_u64(&r);
     op->bufs[i].count = get_u64(&r);
   }
-  if (r.bad || dev_op_check_shape(op) != 0)
-    return ACCEL_EPROTO;
+  /* The shape check reads payload enums too (a created buffer's dtype): after the payload. */
   uint64_t data_len = get_payload(&r, op);
-  if (r.bad || data_len != r.len - r.pos)
+  if (r.bad || dev_op_check_shape(op) != 0 || data_len != r.len - r.pos)
     return ACCEL_EPROTO;
   data->data = get_bytes(&r, (size_t)data_len);
   data->len = (size_t)data_len;
@@ -469,6 +480,21 @@ int proto_encode_reply(proto_out *o, uint64_t request_id, int32_t status, proto_
   put_u32(o, 0);
   put_bytes(o, data.data, data.len);
   return finish_frame(o, at);
+}
+
+int proto_encode_reply_head(uint8_t out[PROTO_REPLY_HEAD_SIZE], uint64_t request_id,
+                            int32_t status, size_t data_len) {
+  if (data_len > UINT32_MAX - 8u)
+    return ACCEL_ELIMIT;
+  uint8_t buf[PROTO_REPLY_HEAD_SIZE];
+  proto_out o = {.data = buf, .cap = sizeof buf}; /* fits: reserve() never reallocates */
+  size_t at = begin_frame(&o, PROTO_REPLY, request_id);
+  put_i32(&o, status);
+  put_u32(&o, 0);
+  for (int i = 0; i < 4; i++) /* the body length, counting the data that follows */
+    o.data[at + 12 + i] = (uint8_t)((data_len + 8u) >> (8 * i));
+  memcpy(out, buf, sizeof buf);
+  return 0;
 }
 
 int proto_decode_reply(const uint8_t *body, size_t len, int32_t *status, proto_bytes *data) {

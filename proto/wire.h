@@ -43,8 +43,24 @@ typedef enum proto_control {
   PROTO_CTL_INJECT_FAULT = 5, /* arg: device index; refused unless the daemon allows it */
   PROTO_CTL_DEVICE_INFO = 6,  /* arg: device index; reply: one device (PROTO_DEVICE_SIZE) */
   PROTO_CTL_TRANSFER_STATS = 7, /* reply: 5 x u64: h2d, d2h, d2d, written, read */
+  PROTO_CTL_ACK = 8,          /* arg: messages received so far (mod 2^32); never answered */
   PROTO_CTL_MAX_
 } proto_control;
+
+/* Capabilities (HELLO: what the client can do; WELCOME: what the daemon will do). */
+enum {
+  /* One nng message may carry several whole frames back to back, both ways (the daemon
+   * batches the replies of a connection per loop iteration; a client may batch requests):
+   * split them with proto_next_frame(). */
+  PROTO_CAP_BATCH = 1u << 0,
+  /* The client sends PROTO_CTL_ACK with its count of received messages at least every
+   * PROTO_ACK_EVERY messages; the daemon then keeps at most PROTO_ACK_WINDOW messages
+   * unacknowledged per connection, so nng's per-pipe send queue (64) never overflows (nng's
+   * raw rep0 drops replies past it). */
+  PROTO_CAP_ACK = 1u << 1,
+};
+#define PROTO_ACK_WINDOW 48u
+#define PROTO_ACK_EVERY 16u
 
 typedef struct proto_header {
   uint32_t magic;
@@ -105,6 +121,12 @@ int proto_encode_welcome(proto_out *o, uint64_t request_id, const proto_welcome 
 int proto_encode_op(proto_out *o, uint64_t request_id, const dev_op *op, proto_bytes data);
 int proto_encode_control(proto_out *o, uint64_t request_id, const proto_control_req *c);
 int proto_encode_reply(proto_out *o, uint64_t request_id, int32_t status, proto_bytes data);
+/* The first PROTO_REPLY_HEAD_SIZE bytes of a REPLY frame whose `data_len` bytes of data the
+ * caller places right after them (the daemon reads a buffer straight into its reply frame).
+ * ACCEL_ELIMIT if the frame would not fit a 32-bit body length. */
+#define PROTO_REPLY_HEAD_SIZE (PROTO_HEADER_SIZE + 8u)
+int proto_encode_reply_head(uint8_t out[PROTO_REPLY_HEAD_SIZE], uint64_t request_id,
+                            int32_t status, size_t data_len);
 
 /* One device as in WELCOME (PROTO_DEVICE_SIZE bytes), for PROTO_CTL_DEVICE_INFO replies. */
 int proto_encode_device(proto_out *o, const struct accel_device_info *d);
@@ -113,6 +135,10 @@ int proto_encode_transfer_stats(proto_out *o, const accel_transfer_stats *t);
 int proto_decode_transfer_stats(const uint8_t *p, size_t len, accel_transfer_stats *t);
 
 /* ---- decoding untrusted bytes ---- */
+/* The length of the first frame of a message that may hold several (PROTO_CAP_BATCH): its
+ * header's body length + the header, if the header is whole and that fits in `len`; else 0.
+ * Decode the frame itself with proto_decode_header() on exactly that many bytes. */
+size_t proto_next_frame(const uint8_t *p, size_t len);
 int proto_decode_header(const uint8_t *frame, size_t len, uint32_t max_message,
                         proto_header *h);
 int proto_decode_hello(const uint8_t *body, size_t len, proto_hello *h);

@@ -99,6 +99,8 @@ int be_cpu_submit_sgemm(be_queue *q, const be_sgemm_args *g, be_mem a, size_t a_
 {
   if (g == NULL)
     return ACCEL_EINVAL;
+  if (g->math == BE_SGEMM_MATH_TF32)
+    return ACCEL_ENOTSUP; /* no tensor cores here: FP32 only */
   be_cpu_item it = {.kind = BE_CPU_SGEMM, .u.sgemm.g = *g};
   void *pa = NULL, *pb = NULL, *pc = NULL;
   int err = tail(a, a_off, 4, &pa, &it.u.sgemm.a_len);

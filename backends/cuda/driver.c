@@ -3,6 +3,7 @@
 
 #include <dlfcn.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,10 +19,11 @@ static pthread_once_t load_once = PTHREAD_ONCE_INIT;
 static int load_rc;
 static char load_why[128];
 
-static void say(char *why, size_t len, const char *fmt, const char *arg)
+/* why = prefix + arg (either may be empty). */
+static void say(char *why, size_t len, const char *prefix, const char *arg)
 {
   if (why != NULL && len > 0)
-    snprintf(why, len, fmt, arg);
+    snprintf(why, len, "%s%s", prefix, arg);
 }
 
 /* Every symbol of BE_CU_FUNCS from lib into api; the first missing one fails the load (a
@@ -31,7 +33,7 @@ static int resolve(void *lib, be_cu_api *api, char *why, size_t len)
 #define BE_CU_RESOLVE_(fn)                                                                 \
   *(void **)(void *)&api->fn = dlsym(lib, BE_CU_STR(fn));                                  \
   if (api->fn == NULL) {                                                                   \
-    say(why, len, "driver too old (no %s)", BE_CU_STR(fn));                               \
+    say(why, len, "driver too old: no ", BE_CU_STR(fn));                               \
     return ACCEL_ENOTSUP;                                                                  \
   }
   BE_CU_FUNCS(BE_CU_RESOLVE_)
@@ -42,10 +44,12 @@ static int resolve(void *lib, be_cu_api *api, char *why, size_t len)
 /* The name of r from the table being loaded (be_cu is not published yet). */
 static const char *name_in(const be_cu_api *api, CUresult r)
 {
+  static _Thread_local char buf[32];
   const char *name = NULL;
   if (api->cuGetErrorName(r, &name) == CUDA_SUCCESS && name != NULL)
     return name;
-  return "unknown error";
+  snprintf(buf, sizeof buf, "CUDA error %d", (int)r);
+  return buf;
 }
 
 /* cuInit's answer in words: no device, a stub or mismatched driver, or the error's name. */
@@ -55,12 +59,12 @@ static int init_driver(const be_cu_api *api, char *why, size_t len)
   if (r == CUDA_SUCCESS)
     return 0;
   if (r == CUDA_ERROR_NO_DEVICE)
-    say(why, len, "%s", "no device");
+    say(why, len, "no device", "");
   else if (r == CUDA_ERROR_STUB_LIBRARY || r == CUDA_ERROR_SYSTEM_DRIVER_MISMATCH ||
            r == CUDA_ERROR_COMPAT_NOT_SUPPORTED_ON_DEVICE)
-    say(why, len, "no driver (%s)", name_in(api, r));
+    say(why, len, "no driver: ", name_in(api, r));
   else
-    say(why, len, "driver: %s", name_in(api, r));
+    say(why, len, "driver: ", name_in(api, r));
   return ACCEL_ENOTSUP;
 }
 
@@ -68,7 +72,7 @@ static int open_into(const char *path, be_cu_api *api, void **lib, char *why, si
 {
   *lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
   if (*lib == NULL) {
-    say(why, len, "%s", "no driver");
+    say(why, len, "no driver", "");
     return ACCEL_ENOTSUP;
   }
   int rc = resolve(*lib, api, why, len);
@@ -95,7 +99,7 @@ int be_cuda_driver_load(char *why, size_t why_len)
 {
   pthread_once(&load_once, load);
   if (load_rc != 0)
-    say(why, why_len, "%s", load_why);
+    say(why, why_len, "", load_why);
   else if (why != NULL && why_len > 0)
     why[0] = '\0';
   return load_rc;
@@ -172,4 +176,16 @@ const char *be_cuda_err_name(CUresult r)
     return name;
   snprintf(buf, sizeof buf, "CUDA_ERROR_%d", (int)r);
   return buf;
+}
+
+CUresult be_cuda_trace(const char *what, CUresult r)
+{
+  static atomic_int on = -1;
+  if (atomic_load(&on) < 0) {
+    const char *v = getenv("ACCEL_CUDA_TRACE");
+    atomic_store(&on, v != NULL && strcmp(v, "1") == 0);
+  }
+  if (atomic_load(&on) > 0)
+    fprintf(stderr, "accel-cuda: %s: %s\n", what, be_cuda_err_name(r));
+  return r;
 }

@@ -22,13 +22,15 @@
   X(cuInit) X(cuDriverGetVersion) X(cuGetErrorName) X(cuDeviceGetCount) X(cuDeviceGet)     \
   X(cuDeviceGetName) X(cuDeviceTotalMem) X(cuDeviceGetAttribute)                           \
   X(cuDevicePrimaryCtxRetain) X(cuDevicePrimaryCtxRelease) X(cuDevicePrimaryCtxReset)      \
-  X(cuCtxSetCurrent) X(cuCtxGetCurrent) X(cuCtxSynchronize)                                \
+  X(cuCtxSetCurrent) X(cuCtxGetCurrent) X(cuCtxSynchronize) X(cuCtxCreate) X(cuCtxDestroy)  \
   X(cuModuleLoadData) X(cuModuleUnload) X(cuModuleGetFunction) X(cuLaunchKernel)           \
   X(cuStreamCreate) X(cuStreamDestroy) X(cuStreamSynchronize) X(cuStreamQuery)             \
-  X(cuStreamWaitEvent) X(cuLaunchHostFunc) X(cuStreamWaitValue32) X(cuStreamWriteValue32)  \
+  X(cuStreamWaitEvent) X(cuLaunchHostFunc) X(cuStreamAddCallback)                          \
+  X(cuStreamWaitValue32) X(cuStreamWriteValue32)                                           \
   X(cuEventCreate) X(cuEventDestroy) X(cuEventRecord) X(cuEventQuery)                      \
   X(cuEventSynchronize) X(cuEventElapsedTime)                                              \
   X(cuMemAlloc) X(cuMemFree) X(cuMemGetInfo) X(cuMemHostAlloc) X(cuMemFreeHost)            \
+  X(cuMemHostGetDevicePointer) X(cuDevicePrimaryCtxGetState)                               \
   X(cuPointerGetAttributes) X(cuMemcpyHtoDAsync) X(cuMemcpyDtoHAsync)                      \
   X(cuMemcpyDtoDAsync) X(cuMemsetD32Async)
 
@@ -58,5 +60,9 @@ bool be_cuda_sticky(CUresult r);
 
 /* "CUDA_ERROR_..." (or "CUDA_ERROR_<number>" if the driver is not loaded). Static storage. */
 const char *be_cuda_err_name(CUresult r);
+
+/* With ACCEL_CUDA_TRACE=1 in the environment: "accel-cuda: <what>: <r's name>" on stderr (for
+ * the rare paths: faults, resets, start-up). Returns r. */
+CUresult be_cuda_trace(const char *what, CUresult r);
 
 #endif

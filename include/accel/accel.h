@@ -50,6 +50,14 @@ typedef struct accel_rng {
   float mean, stddev;
 } accel_rng;
 
+/* sgemm arithmetic: FP32 (the default) or TF32 tensor cores (faster on GPUs that have them,
+ * inputs rounded to a 10-bit mantissa: about 1e-3 relative error). */
+typedef enum accel_math {
+  ACCEL_MATH_DEFAULT = 0, /* the device's: FP32 unless the context asked tf32=1 */
+  ACCEL_MATH_FP32,
+  ACCEL_MATH_TF32 /* ACCEL_ENOTSUP (in the future) on devices without tensor cores */
+} accel_math;
+
 typedef enum accel_completion {
   ACCEL_COMPLETION_DEFAULT = 0, /* the device's configured strategy */
   ACCEL_COMPLETION_CALLBACK,    /* the driver calls back; the loop is woken */
@@ -78,7 +86,7 @@ typedef struct accel_transfer_stats {
  * Query parameters (after '?', joined with '&'): fault_injection=1 (allows accel_inject_fault),
  * cpu_devices=N (N CPU devices, each its own memory node; default 1),
  * completion=callback|sync|poll (default callback), max_restarts=N (per device, in 10 s),
- * max_buffers=N.
+ * max_buffers=N, tf32=1 (sgemm on TF32 tensor cores by default where devices have them).
  * "ipc://PATH" or "tcp://HOST:PORT" connects to acceld: the same API and semantics; buffers
  * belong to this connection and die with it. ACCEL_ECLOSED if no daemon answers there, and
  * for every pending and later op once the connection is lost. Other schemes: ACCEL_ENOTSUP.
@@ -150,6 +158,9 @@ ACCEL_API int accel_softmax(accel_ctx *ctx, accel_device dev, accel_buffer dst,
 /* Per-op completion strategy for the ops this thread issues next (ACCEL_COMPLETION_DEFAULT
  * restores the device's). */
 ACCEL_API int accel_set_completion(accel_ctx *ctx, accel_completion how);
+/* sgemm arithmetic for the sgemms this thread issues next (ACCEL_MATH_DEFAULT restores the
+ * device's). */
+ACCEL_API int accel_set_math(accel_ctx *ctx, accel_math math);
 /* Waits for every op issued so far; returns the first error since the last accel_finish (0 if
  * none) or ACCEL_ETIMEDOUT. */
 ACCEL_API int accel_finish(accel_ctx *ctx, int64_t timeout_ms);

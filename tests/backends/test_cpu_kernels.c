@@ -552,13 +552,13 @@ static void test_sgemm_random(void)
 /* m or n = 0: nothing is touched, even with NULL buffers; k = 0 and beta = 0 zeroes C. */
 static void test_sgemm_edges(void)
 {
-  be_sgemm_args g = {BE_BLAS_NO_TRANS, BE_BLAS_NO_TRANS, 0, 5, 3, 1.0f, 0.0f, 1, 3, 1};
+  be_sgemm_args g = {BE_BLAS_NO_TRANS, BE_BLAS_NO_TRANS, 0, 5, 3, 1.0f, 0.0f, 1, 3, 1, BE_SGEMM_MATH_DEVICE};
   float c[6] = {NAN, NAN, NAN, NAN, NAN, NAN};
   CHECK(be_cpu_sgemm(&g, NULL, 0, NULL, 0, c, 6) == ACCEL_EINVAL, "B too short for 3x5");
   float b[15];
   rnd_fill(b, 15, -1, 1);
   CHECK(be_cpu_sgemm(&g, NULL, 0, b, 15, NULL, 0) == 0, "m = 0 is a no-op");
-  g = (be_sgemm_args){BE_BLAS_TRANS, BE_BLAS_NO_TRANS, 2, 3, 0, 1.0f, 0.0f, 1, 1, 2};
+  g = (be_sgemm_args){BE_BLAS_TRANS, BE_BLAS_NO_TRANS, 2, 3, 0, 1.0f, 0.0f, 1, 1, 2, BE_SGEMM_MATH_DEVICE};
   CHECK(be_cpu_sgemm(&g, NULL, 0, NULL, 0, c, 6) == 0, "k = 0");
   for (int i = 0; i < 6; i++)
     CHECK(c[i] == 0.0f && !signbit(c[i]), "k = 0, beta = 0: C(%d) = %g", i, (double)c[i]);
@@ -577,7 +577,7 @@ static void test_sgemm_errors(void)
   rnd_fill(c, 64, -1, 1);
   float c_before = c[0];
   /* 4x3 = (4x2)(2x3), all tight. */
-  be_sgemm_args ok = {BE_BLAS_NO_TRANS, BE_BLAS_NO_TRANS, 4, 3, 2, 1.5f, 0.5f, 4, 2, 4};
+  be_sgemm_args ok = {BE_BLAS_NO_TRANS, BE_BLAS_NO_TRANS, 4, 3, 2, 1.5f, 0.5f, 4, 2, 4, BE_SGEMM_MATH_DEVICE};
   be_sgemm_args g = ok;
   CHECK(be_cpu_sgemm(&g, a, 8, b, 6, c, 12) == 0, "tight lengths");
   c[0] = c_before;

@@ -35,7 +35,7 @@ static dev_op random_sgemm(void) {
     op.bufs[i] = (dev_op_buf){rnd(), DEV_READ, rnd(), rnd()};
   op.u.sgemm = (be_sgemm_args){BE_BLAS_TRANS, BE_BLAS_NO_TRANS, (int64_t)(rnd() % 999),
                                (int64_t)(rnd() % 999), (int64_t)(rnd() % 999), 1.5f, -0.25f,
-                               7, 8, 9};
+                               7, 8, 9, BE_SGEMM_MATH_DEVICE};
   return op;
 }
 

@@ -1,0 +1,54 @@
+/* The cuda backend: its ops table (for the registry) and what its tests and benchmarks reach
+ * beyond backend.h. One file per idea: backend_cuda.c (probe, devices, faults, the table),
+ * context.c, fault.c, callback.c, queue.c, event.c, memory.c, copy.c and stage.c (host
+ * transfers), kernels.c and kernels.cu (built-in kernels), blas.c (cuBLAS), driver.c and
+ * cublas_lib.c (the libraries, loaded at run time). Contracts: backends/backend.h; how the
+ * pieces fit: device.h.
+ *
+ * Environment (read when the thing it governs starts):
+ *   ACCEL_CUDA_DRIVER=<file>      the driver library instead of libcuda.so.1 (tests)
+ *   ACCEL_CUDA_CUBLAS=<file>      cuBLAS instead of libcublas.so.13 (or .12)
+ *   ACCEL_CUDA_TF32=1             sgemm on TF32 tensor cores for devices opened from then on
+ *   ACCEL_CUDA_COPY_THREADS=<n>   threads per large pageable copy (default 3/4 of the cores,
+ *                                 at most 16)
+ *   ACCEL_CUDA_STAGER=0           no stager: large pageable copies go through the bounce buffer
+ *   ACCEL_CUDA_CONTEXT=primary    the CUDA device's primary context instead of one's own
+ *   ACCEL_CUDA_FAULT=trap|oob     inject_fault breaks the context for real (default: soft)
+ *   ACCEL_CUDA_HOSTFN=1           host functions through cuLaunchHostFunc, not
+ *                                 cuStreamAddCallback
+ *   ACCEL_CUDA_TRACE=1            faults, resets and context changes on stderr */
+#ifndef BE_CUDA_BACKEND_CUDA_H
+#define BE_CUDA_BACKEND_CUDA_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "backends/backend.h"
+
+extern const be_ops be_cuda_ops;
+
+/* ---- beyond backend.h (tests, benchmarks; proposals for the interface) ---- */
+
+/* sgemm on TF32 tensor cores for this device (on) or plain FP32 (off, the default). The
+ * environment variable ACCEL_CUDA_TF32=1 turns it on at open. 0 or ACCEL_EINVAL. */
+int be_cuda_set_tf32(be_device *dev, bool on);
+
+/* The CUdeviceptr of a block, the CUstream of a queue and the CUcontext of a device, as
+ * integers (so that this header needs no cuda.h). */
+uint64_t be_cuda_devptr(be_mem m);
+uint64_t be_cuda_stream(be_queue *q);
+uint64_t be_cuda_context(be_device *dev);
+/* A kernel of the embedded module by name ("be_null", "be_fill_u32"...): its CUfunction, or 0.
+ * The device must be open. */
+uint64_t be_cuda_function(be_device *dev, const char *name);
+
+/* Threads that copy a large pageable transfer to or from pinned memory (at least 1); set
+ * before the queue's first large copy. From ACCEL_CUDA_COPY_THREADS at open by default. */
+int be_cuda_set_copy_threads(be_device *dev, unsigned n);
+
+/* The embedded fatbin (kernels.cu, compiled by nvcc at build time). */
+extern const unsigned char be_cuda_fatbin[];
+extern const size_t be_cuda_fatbin_size;
+
+#endif

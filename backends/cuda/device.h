@@ -1,0 +1,249 @@
+/* The cuda backend's device, queue and shared state (internal to backends/cuda/).
+ *
+ * Context: a device runs in a context of its own, or in its CUDA device's primary context
+ * (context.c says why and when); every thread that calls in makes it current first
+ * (be_cuda_enter). The module of built-in kernels, an internal stream
+ * and an event pool live with the context; reset() and close() tear them down together (an
+ * "incarnation"), and the generation `gen` counts incarnations: a queue, event or memory
+ * block of an older generation is lost, and its CUDA handles are never touched again.
+ *
+ * Faults: `fault` goes OK -> FAULTING -> LOST once per incarnation (fault.c). While FAULTING
+ * the faulting thread waits out the host-side copies in progress (copy_lock, taken for
+ * reading around every memcpy into or out of a caller's memory), so that once anyone sees
+ * LOST no backend thread still touches memory a caller may free on hearing of the loss. Then
+ * every host callback still pending is called with ACCEL_EDEVLOST (callback.c), from a thread
+ * of its own (be_cuda_fault): CUDA never calls a host function after a sticky error.
+ *
+ * Lock order: dev->lock, then cb_lock. copy_lock is never taken with either held.
+ *
+ * Lifetime: the device is reference counted: the opener holds one reference, each event one
+ * (event_destroy may come after close).
+ */
+#ifndef BE_CUDA_DEVICE_H
+#define BE_CUDA_DEVICE_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+
+#include "backends/backend.h"
+#include "backends/cuda/driver.h"
+
+/* An intrusive doubly linked list node; a list is a sentinel pointing at itself. */
+typedef struct be_cu_link {
+  struct be_cu_link *prev, *next;
+} be_cu_link;
+
+static inline void be_cu_list_init(be_cu_link *head)
+{
+  head->prev = head->next = head;
+}
+
+static inline bool be_cu_list_empty(const be_cu_link *head)
+{
+  return head->next == head;
+}
+
+static inline void be_cu_list_add(be_cu_link *head, be_cu_link *node)
+{
+  node->next = head->next;
+  node->prev = head;
+  head->next->prev = node;
+  head->next = node;
+}
+
+static inline void be_cu_list_del(be_cu_link *node)
+{
+  node->prev->next = node->next;
+  node->next->prev = node->prev;
+  node->prev = node->next = node;
+}
+
+/* The built-in kernels of the embedded module (kernels.cu), by index. */
+typedef enum be_cuda_fn {
+  BE_FN_FILL = 0,
+  BE_FN_RNG_BITS,
+  BE_FN_RNG_UNIFORM,
+  BE_FN_RNG_NORMAL,
+  BE_FN_SAXPY,
+  BE_FN_DOT_PARTIAL,
+  BE_FN_DOT_FINAL,
+  BE_FN_SIGMOID,
+  BE_FN_RELU,
+  BE_FN_TANH,
+  BE_FN_SOFTMAX,
+  BE_FN_SCALE,
+  BE_FN_NULL,
+  BE_FN_FAULT,
+  BE_FN_COUNT
+} be_cuda_fn;
+
+enum { BE_CUDA_OK = 0, BE_CUDA_FAULTING = 1, BE_CUDA_LOST = 2 };
+
+typedef struct be_cuda_stage be_cuda_stage;
+
+struct be_device {
+  atomic_int refs;
+  int index;
+  CUdevice cu;
+  CUcontext ctx;        /* the incarnation's context; NULL once closed (context.c) */
+  bool primary;         /* ctx is the primary context (retained), not our own */
+  unsigned epoch;       /* primary: its resets in this process when it was retained */
+  uint64_t incarnation; /* unique in the process */
+  be_device_info info;
+  int sms;
+  bool fault_injection;
+  atomic_bool memops;    /* streams can wait on host memory (stage.c); else bounce copies */
+  unsigned copy_threads; /* threads per large host-side copy (stage.c) */
+  atomic_bool tf32;      /* sgemm on TF32 tensor cores (blas.c) */
+  atomic_int fault;      /* BE_CUDA_OK, FAULTING, LOST */
+  atomic_uint gen;
+  atomic_int syncing;    /* threads inside event_sync: close waits for them */
+  bool closed;
+  pthread_rwlock_t copy_lock;
+  pthread_mutex_t lock;
+  /* Under lock: what close frees if its users left it; the pool of idle events. */
+  be_cu_link queues, blocks;
+  CUevent *pool;
+  size_t npool, pool_cap;
+  /* The incarnation's module and internal stream (context.c). */
+  CUmodule module;
+  CUfunction fn[BE_FN_COUNT];
+  CUstream aux;
+  /* The thread that calls the pending callbacks after a fault (fault.c). */
+  pthread_mutex_t reap_lock;
+  pthread_t reaper;
+  bool reaper_started;
+  /* Host functions: pending user callbacks, and how many host functions are running. */
+  pthread_mutex_t cb_lock;
+  pthread_cond_t cb_idle;
+  be_cu_link cbs;
+  int cb_running;
+};
+
+struct be_queue {
+  be_cu_link link; /* first: the device's list of queues points here */
+  be_device *dev;
+  unsigned gen;
+  CUstream stream;
+  void *blas;           /* a cublasHandle_t bound to the stream, made on first sgemm */
+  CUdeviceptr scratch;  /* sdot's partial sums */
+  void *bounce;         /* pinned, for small pageable copies (copy.c), made on first use */
+  be_cuda_stage *stage; /* large pageable copies, made on first use */
+  /* host_notify's side stream and the event that marks q's point for it, made on first use
+   * (callback.c): the callbacks wait there, so that they never hold `stream`. */
+  CUstream side;
+  CUevent side_ev;
+};
+
+/* ---- context.c: the incarnation --------------------------------------------------------- */
+
+/* Makes the device's context current on this thread (a no-op when it is). 0, or the error. */
+int be_cuda_enter(be_device *dev);
+/* Makes the context, loads the module, makes the internal stream. */
+int be_cuda_incarnate(be_device *dev);
+/* Frees the incarnation and its context (a lost primary context is reset). Queues must be
+ * gone. Leaves dev->ctx NULL. */
+void be_cuda_dissolve(be_device *dev);
+
+/* ---- fault.c ------------------------------------------------------------------------------ */
+
+/* Whether the device is lost (waits out a fault in progress, see above). */
+bool be_cuda_lost(be_device *dev);
+/* Whether objects of generation gen are lost: a fault, or an incarnation since. */
+bool be_cuda_gen_lost(be_device *dev, unsigned gen);
+/* Marks the device lost (once per incarnation; later calls wait for the first), and has the
+ * pending callbacks called with ACCEL_EDEVLOST on a thread of its own: the thread that
+ * noticed the fault may be an event loop, which must learn of it before any callback does
+ * (a kernel actor reports each failed op as a fault of its device). */
+void be_cuda_fault(be_device *dev);
+/* Waits until the callbacks of a fault have all been called (queue_destroy, reset, close). */
+void be_cuda_reap_wait(be_device *dev);
+/* accel's code for r; a sticky r marks the device lost first. */
+int be_cuda_check(be_device *dev, CUresult r);
+/* Brackets the host side of a copy into or out of caller memory: false (and nothing to end)
+ * if the device is lost; else copy_lock is held for reading until be_cuda_copy_end. */
+bool be_cuda_copy_begin(be_device *dev);
+void be_cuda_copy_end(be_device *dev);
+
+/* ---- callback.c ------------------------------------------------------------------------- */
+
+int be_cuda_callback(be_queue *q, be_host_fn fn, void *arg);
+/* host_notify: the callback on the queue's side stream, after an event of its stream. */
+int be_cuda_notify(be_queue *q, be_host_fn fn, void *arg);
+/* Queues a host function that copies `bytes` from src to dst (the host side of a small
+ * transfer); skipped once the device is lost. */
+int be_cuda_hostfn_copy(be_queue *q, void *dst, const void *src, size_t bytes);
+/* Calls every pending callback with ACCEL_EDEVLOST (the fault path). */
+void be_cuda_callbacks_fail(be_device *dev);
+/* Waits until no host function of the device is running (they count themselves in
+ * cb_running, so that teardown can wait for them). */
+void be_cuda_hostfn_wait(be_device *dev);
+/* After the context is gone or idle: waits for running host functions, calls the callbacks
+ * CUDA will never call (ACCEL_EDEVLOST) and frees their records. */
+void be_cuda_callbacks_drain(be_device *dev);
+
+/* ---- device references (backend_cuda.c) ------------------------------------------------- */
+
+void be_cuda_dev_ref(be_device *dev);
+void be_cuda_dev_unref(be_device *dev);
+
+/* ---- memory.c, event.c, copy.c, stage.c ------------------------------------------------- */
+
+/* The device address of element `off` of `count` elements of `size` bytes in m, checked
+ * against m's size (a handle of 0 is "no buffer": valid only for an empty range). */
+int be_cuda_span(be_mem m, size_t off, size_t count, size_t size, CUdeviceptr *out);
+/* Everything from element off to the end of m, and how many elements that is. */
+int be_cuda_tail(be_mem m, size_t off, size_t size, CUdeviceptr *out, size_t *len);
+/* Frees every block left (close); their device memory goes with the context. */
+void be_cuda_mem_free_all(be_device *dev);
+/* Destroys the idle events of the pool (the context is still usable) or forgets them. */
+void be_cuda_event_pool_clear(be_device *dev, bool destroy);
+/* Stops and frees a queue's stager (its stream is idle or the device lost). */
+void be_cuda_stage_free(be_queue *q);
+/* Queues a staged copy of pageable host memory (stage.c): h2d when to_device. */
+int be_cuda_stage_copy(be_queue *q, bool to_device, CUdeviceptr dev_ptr, void *host,
+                       size_t bytes);
+
+/* Checks common to every submission on q: q valid and its generation alive. */
+int be_cuda_queue_ok(be_queue *q);
+/* Makes q's side stream and its event unless they exist (the context is current). */
+int be_cuda_queue_side(be_queue *q);
+
+/* ---- the entry points of the ops table (backend.h has their contracts) ------------------ */
+
+/* sdot's partial sums per queue (kernels.c): the most blocks its first kernel uses. */
+#define BE_CUDA_DOT_PARTS 1024
+
+int be_cuda_queue_create(be_device *dev, be_queue **out);
+void be_cuda_queue_destroy(be_queue *q);
+int be_cuda_mem_alloc(be_device *dev, size_t bytes, be_mem *out);
+void be_cuda_mem_free(be_device *dev, be_mem *mem);
+int be_cuda_copy_h2d(be_queue *q, be_mem dst, size_t dst_off, const void *src, size_t bytes);
+int be_cuda_copy_d2h(be_queue *q, void *dst, be_mem src, size_t src_off, size_t bytes);
+int be_cuda_copy_d2d(be_queue *q, be_mem dst, size_t dst_off, be_mem src, size_t src_off,
+                     size_t bytes);
+int be_cuda_event_create(be_device *dev, be_event **out);
+void be_cuda_event_destroy(be_event *e);
+int be_cuda_event_record(be_event *e, be_queue *q);
+int be_cuda_event_query(be_event *e);
+int be_cuda_event_sync(be_event *e);
+int be_cuda_queue_wait(be_queue *q, be_event *e);
+int be_cuda_sgemm(be_queue *q, const be_sgemm_args *g, be_mem a, size_t a_off, be_mem b,
+                  size_t b_off, be_mem c, size_t c_off);
+/* Destroys the queue's cuBLAS handle, if any (blas.c). */
+void be_cuda_blas_release(be_queue *q);
+int be_cuda_saxpy(be_queue *q, size_t n, float alpha, be_mem x, size_t x_off, be_mem y,
+                  size_t y_off);
+int be_cuda_sdot(be_queue *q, size_t n, be_mem x, size_t x_off, be_mem y, size_t y_off,
+                 be_mem result, size_t result_off);
+int be_cuda_fill_u32(be_queue *q, be_mem dst, size_t off, size_t count, uint32_t value);
+int be_cuda_rng_fill(be_queue *q, be_mem dst, size_t off, size_t count, const be_rng_args *r);
+int be_cuda_unary(be_queue *q, be_unary_op op, be_mem dst, size_t dst_off, be_mem src,
+                  size_t src_off, size_t count);
+int be_cuda_softmax(be_queue *q, be_mem dst, size_t dst_off, be_mem src, size_t src_off,
+                    size_t rows, size_t cols);
+/* C = beta C for sgemm's m x n (kernels.c), when A and B are not read. */
+int be_cuda_scale(be_queue *q, CUdeviceptr c, int64_t m, int64_t n, int64_t ldc, float beta);
+
+#endif

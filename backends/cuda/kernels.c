@@ -1,0 +1,150 @@
+/* Launching the built-in kernels (kernels.cu): check what the kernel relies on (ranges
+ * within the buffers, the op's own rules, as the cpu backend checks them), then one launch on
+ * the queue's stream. A check that fails queues nothing; an empty range queues nothing. */
+#include <stdint.h>
+
+#include "accel/error.h"
+#include "backends/cuda/device.h"
+
+#define THREADS 256
+/* Resident blocks of THREADS per multiprocessor that a grid-stride kernel needs to keep the
+ * memory system busy (2048 threads per SM on Hopper). */
+#define BLOCKS_PER_SM 8
+
+/* Blocks for `items` threads' worth of work, capped at a full device (grid-stride loops do
+ * the rest). */
+static unsigned grid_for(be_device *dev, uint64_t items)
+{
+  uint64_t blocks = (items + THREADS - 1) / THREADS;
+  uint64_t cap = (uint64_t)(dev->sms > 0 ? dev->sms : 1) * BLOCKS_PER_SM;
+  return blocks == 0 ? 1 : (unsigned)(blocks < cap ? blocks : cap);
+}
+
+static int launch(be_queue *q, be_cuda_fn fn, unsigned grid, void **args)
+{
+  be_device *dev = q->dev;
+  int rc = be_cuda_enter(dev);
+  if (rc != 0)
+    return rc;
+  return be_cuda_check(dev, be_cu.cuLaunchKernel(dev->fn[fn], grid, 1, 1, THREADS, 1, 1, 0,
+                                                 q->stream, args, NULL));
+}
+
+/* The checks every kernel starts with: the argument error first, then the queue. */
+static int ready(be_queue *q, int arg_err)
+{
+  if (q == NULL)
+    return ACCEL_EINVAL;
+  return arg_err != 0 ? arg_err : be_cuda_queue_ok(q);
+}
+
+int be_cuda_fill_u32(be_queue *q, be_mem dst, size_t off, size_t count, uint32_t value)
+{
+  CUdeviceptr d = 0;
+  int rc = ready(q, be_cuda_span(dst, off, count, 4, &d));
+  if (rc != 0 || count == 0)
+    return rc;
+  uint64_t n = count;
+  void *args[] = {&d, &n, &value};
+  return launch(q, BE_FN_FILL, grid_for(q->dev, n / 4 + 4), args);
+}
+
+/* Normals come in Box-Muller pairs: an odd offset would split one (backends/cpu/philox.h). */
+static int rng_check(const be_rng_args *r)
+{
+  if (r == NULL ||
+      (r->dist != BE_RNG_BITS && r->dist != BE_RNG_UNIFORM && r->dist != BE_RNG_NORMAL))
+    return ACCEL_EINVAL;
+  return r->dist == BE_RNG_NORMAL && r->offset % 2 != 0 ? ACCEL_EINVAL : 0;
+}
+
+int be_cuda_rng_fill(be_queue *q, be_mem dst, size_t off, size_t count, const be_rng_args *r)
+{
+  CUdeviceptr d = 0;
+  int rc = rng_check(r);
+  rc = ready(q, rc != 0 ? rc : be_cuda_span(dst, off, count, 4, &d));
+  if (rc != 0 || count == 0)
+    return rc;
+  uint64_t n = count, offset = r->offset;
+  uint32_t k0 = (uint32_t)r->seed, k1 = (uint32_t)(r->seed >> 32);
+  float mean = r->mean, stddev = r->stddev;
+  void *args[] = {&d, &n, &offset, &k0, &k1, &mean, &stddev};
+  be_cuda_fn fn = r->dist == BE_RNG_BITS      ? BE_FN_RNG_BITS
+                  : r->dist == BE_RNG_UNIFORM ? BE_FN_RNG_UNIFORM
+                                              : BE_FN_RNG_NORMAL;
+  uint64_t blocks = (offset % 4 + n + 3) / 4; /* Philox blocks: one per thread */
+  return launch(q, fn, grid_for(q->dev, blocks), args);
+}
+
+int be_cuda_saxpy(be_queue *q, size_t n, float alpha, be_mem x, size_t x_off, be_mem y,
+                  size_t y_off)
+{
+  CUdeviceptr px = 0, py = 0;
+  int rc = be_cuda_span(x, x_off, n, 4, &px);
+  rc = ready(q, rc != 0 ? rc : be_cuda_span(y, y_off, n, 4, &py));
+  if (rc != 0 || n == 0)
+    return rc;
+  uint64_t n64 = n;
+  void *args[] = {&n64, &alpha, &px, &py};
+  return launch(q, BE_FN_SAXPY, grid_for(q->dev, n64), args);
+}
+
+/* Two launches: partial sums per block into the queue's scratch, then their sum. With
+ * n = 0 the result is 0 (one block sums nothing). */
+int be_cuda_sdot(be_queue *q, size_t n, be_mem x, size_t x_off, be_mem y, size_t y_off,
+                 be_mem result, size_t result_off)
+{
+  CUdeviceptr px = 0, py = 0, pr = 0;
+  int rc = be_cuda_span(x, x_off, n, 4, &px);
+  if (rc == 0)
+    rc = be_cuda_span(y, y_off, n, 4, &py);
+  rc = ready(q, rc != 0 ? rc : be_cuda_span(result, result_off, 1, 4, &pr));
+  if (rc != 0)
+    return rc;
+  uint64_t n64 = n;
+  unsigned parts = grid_for(q->dev, n64);
+  parts = parts > BE_CUDA_DOT_PARTS ? BE_CUDA_DOT_PARTS : parts;
+  void *pargs[] = {&n64, &px, &py, &q->scratch};
+  void *fargs[] = {&parts, &q->scratch, &pr};
+  rc = launch(q, BE_FN_DOT_PARTIAL, parts, pargs);
+  return rc != 0 ? rc : launch(q, BE_FN_DOT_FINAL, 1, fargs);
+}
+
+int be_cuda_unary(be_queue *q, be_unary_op op, be_mem dst, size_t dst_off, be_mem src,
+                  size_t src_off, size_t count)
+{
+  static const be_cuda_fn fns[] = {[BE_SIGMOID] = BE_FN_SIGMOID, [BE_RELU] = BE_FN_RELU,
+                                   [BE_TANH] = BE_FN_TANH};
+  CUdeviceptr d = 0, s = 0;
+  int rc = op == BE_SIGMOID || op == BE_RELU || op == BE_TANH ? 0 : ACCEL_EINVAL;
+  if (rc == 0)
+    rc = be_cuda_span(dst, dst_off, count, 4, &d);
+  rc = ready(q, rc != 0 ? rc : be_cuda_span(src, src_off, count, 4, &s));
+  if (rc != 0 || count == 0)
+    return rc;
+  uint64_t n = count;
+  void *args[] = {&d, &s, &n};
+  return launch(q, fns[op], grid_for(q->dev, n), args);
+}
+
+/* One block per row (grid-stride over rows). */
+int be_cuda_softmax(be_queue *q, be_mem dst, size_t dst_off, be_mem src, size_t src_off,
+                    size_t rows, size_t cols)
+{
+  if (cols > 0 && rows > SIZE_MAX / cols)
+    return ACCEL_EINVAL;
+  CUdeviceptr d = 0, s = 0;
+  int rc = be_cuda_span(dst, dst_off, rows * cols, 4, &d);
+  rc = ready(q, rc != 0 ? rc : be_cuda_span(src, src_off, rows * cols, 4, &s));
+  if (rc != 0 || rows * cols == 0)
+    return rc;
+  uint64_t r64 = rows, c64 = cols, cap = (uint64_t)q->dev->sms * 32;
+  void *args[] = {&d, &s, &r64, &c64};
+  return launch(q, BE_FN_SOFTMAX, (unsigned)(r64 < cap ? r64 : cap), args);
+}
+
+int be_cuda_scale(be_queue *q, CUdeviceptr c, int64_t m, int64_t n, int64_t ldc, float beta)
+{
+  void *args[] = {&c, &m, &n, &ldc, &beta};
+  return launch(q, BE_FN_SCALE, grid_for(q->dev, (uint64_t)m * (uint64_t)n), args);
+}

@@ -1,0 +1,96 @@
+/* Device memory of the cuda backend: cuMemAlloc blocks. A be_mem's handle is the block's
+ * record (the device pointer, its generation, a link in the device's list), so close() frees
+ * what its users left behind and memory of an older generation, gone with its context, is
+ * never freed twice. */
+#include <stdlib.h>
+
+#include "accel/error.h"
+#include "backends/cuda/backend_cuda.h"
+#include "backends/cuda/device.h"
+
+typedef struct be_cuda_block {
+  be_cu_link link; /* first: the device's list points here */
+  CUdeviceptr ptr;
+  unsigned gen;
+} be_cuda_block;
+
+static be_cuda_block *block_of(be_mem m)
+{
+  return (be_cuda_block *)(uintptr_t)m.handle;
+}
+
+int be_cuda_mem_alloc(be_device *dev, size_t bytes, be_mem *out)
+{
+  if (dev == NULL || out == NULL || bytes == 0)
+    return ACCEL_EINVAL;
+  if (be_cuda_lost(dev) || dev->ctx == NULL)
+    return ACCEL_EDEVLOST;
+  be_cuda_block *blk = calloc(1, sizeof *blk);
+  if (blk == NULL)
+    return ACCEL_ENOMEM;
+  int rc = be_cuda_enter(dev);
+  if (rc == 0)
+    rc = be_cuda_check(dev, be_cu.cuMemAlloc(&blk->ptr, bytes));
+  if (rc != 0) {
+    free(blk);
+    return rc;
+  }
+  blk->gen = atomic_load(&dev->gen);
+  pthread_mutex_lock(&dev->lock);
+  be_cu_list_add(&dev->blocks, &blk->link);
+  pthread_mutex_unlock(&dev->lock);
+  *out = (be_mem){.handle = (uint64_t)(uintptr_t)blk, .bytes = bytes};
+  return 0;
+}
+
+/* The device memory of blk, if its context still holds it. cuMemFree may wait for the
+ * device (the reason alloc and free stay off the loop thread). */
+static void block_release(be_device *dev, be_cuda_block *blk)
+{
+  if (blk->gen != atomic_load(&dev->gen) || be_cuda_lost(dev) || be_cuda_enter(dev) != 0)
+    return;
+  be_cuda_check(dev, be_cu.cuMemFree(blk->ptr));
+}
+
+void be_cuda_mem_free(be_device *dev, be_mem *mem)
+{
+  if (dev == NULL || mem == NULL || mem->handle == 0)
+    return;
+  be_cuda_block *blk = block_of(*mem);
+  pthread_mutex_lock(&dev->lock);
+  be_cu_list_del(&blk->link);
+  pthread_mutex_unlock(&dev->lock);
+  block_release(dev, blk);
+  free(blk);
+  *mem = (be_mem){0};
+}
+
+void be_cuda_mem_free_all(be_device *dev)
+{
+  while (!be_cu_list_empty(&dev->blocks)) {
+    be_cuda_block *blk = (be_cuda_block *)dev->blocks.next;
+    be_cu_list_del(&blk->link);
+    block_release(dev, blk);
+    free(blk);
+  }
+}
+
+int be_cuda_span(be_mem m, size_t off, size_t count, size_t size, CUdeviceptr *out)
+{
+  size_t len = m.bytes / size;
+  if ((m.handle == 0 && m.bytes > 0) || off > len || count > len - off)
+    return ACCEL_EINVAL;
+  *out = m.handle == 0 ? 0 : block_of(m)->ptr + off * size;
+  return 0;
+}
+
+int be_cuda_tail(be_mem m, size_t off, size_t size, CUdeviceptr *out, size_t *len)
+{
+  *len = off <= m.bytes / size ? m.bytes / size - off : 0;
+  return be_cuda_span(m, off, *len, size, out);
+}
+
+uint64_t be_cuda_devptr(be_mem m)
+{
+  return m.handle == 0 ? 0 : (uint64_t)block_of(m)->ptr;
+}

@@ -1,0 +1,248 @@
+/* acceld's configuration file (INI, parsed by inih) and flags. Sections and keys are listed in
+ * packaging/acceld.conf. Unknown keys are errors: a misspelt limit should not pass silently. */
+#include <errno.h>
+#include <grp.h>
+#include <ini.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <unistd.h>
+
+#include "actors/server.h"
+#include "daemon/config.h"
+
+void acd_config_defaults(acd_config *c) {
+  memset(c, 0, sizeof *c);
+  c->log_level = ACCEL_LOG_INFO;
+  c->socket_mode = 0660;
+  c->cpu_devices = 1;
+  c->completion = ACCEL_COMPLETION_CALLBACK;
+  c->max_restarts = 3;
+  c->restart_window_ms = 10000;
+  c->drain_timeout_ms = 10000;
+  c->limits = (proto_limits){
+      .max_message = SRV_DEFAULT_MAX_MESSAGE,
+      .max_in_flight = SRV_DEFAULT_MAX_IN_FLIGHT,
+      .max_buffers = SRV_DEFAULT_MAX_BUFFERS,
+      .max_memory = SRV_DEFAULT_MAX_MEMORY,
+  };
+}
+
+void acd_config_free(acd_config *c) {
+  for (uint32_t i = 0; i < c->nlisten; i++)
+    free(c->listen[i]);
+  free(c->socket_group);
+  memset(c, 0, sizeof *c);
+}
+
+/* ---- values ---- */
+
+/* A decimal number (or 0-prefixed octal when base is 0) with an optional binary suffix K, M, G,
+ * T; within [lo, hi]. */
+static bool parse_u64(const char *v, int base, uint64_t lo, uint64_t hi, uint64_t *out) {
+  char *end;
+  errno = 0;
+  if (*v == '-' || *v == '\0')
+    return false;
+  unsigned long long n = strtoull(v, &end, base);
+  int shift = 0;
+  switch (*end) {
+  case 'K': case 'k': shift = 10; end++; break;
+  case 'M': case 'm': shift = 20; end++; break;
+  case 'G': case 'g': shift = 30; end++; break;
+  case 'T': case 't': shift = 40; end++; break;
+  default: break;
+  }
+  if (errno != 0 || *end != '\0' || n > (hi >> shift))
+    return false;
+  n <<= shift;
+  if (n < lo)
+    return false;
+  *out = n;
+  return true;
+}
+
+static bool parse_u32(const char *v, uint64_t lo, uint64_t hi, uint32_t *out) {
+  uint64_t n;
+  if (!parse_u64(v, 10, lo, hi, &n))
+    return false;
+  *out = (uint32_t)n;
+  return true;
+}
+
+static bool parse_bool(const char *v, bool *out) {
+  if (!strcasecmp(v, "1") || !strcasecmp(v, "true") || !strcasecmp(v, "yes") ||
+      !strcasecmp(v, "on"))
+    *out = true;
+  else if (!strcasecmp(v, "0") || !strcasecmp(v, "false") || !strcasecmp(v, "no") ||
+           !strcasecmp(v, "off"))
+    *out = false;
+  else
+    return false;
+  return true;
+}
+
+static bool parse_completion(const char *v, accel_completion *out) {
+  static const char *const names[] = {"default", "callback", "sync", "poll"};
+  for (int i = 0; i < 4; i++)
+    if (strcasecmp(v, names[i]) == 0) {
+      *out = (accel_completion)i;
+      return true;
+    }
+  return false;
+}
+
+static bool add_listen(acd_config *c, const char *url) {
+  if (c->nlisten == ACD_MAX_LISTEN || strstr(url, "://") == NULL)
+    return false;
+  char *dup = strdup(url);
+  if (dup == NULL)
+    return false;
+  c->listen[c->nlisten++] = dup;
+  return true;
+}
+
+static bool set_string(char **field, const char *v) {
+  char *dup = strdup(v);
+  if (dup == NULL)
+    return false;
+  free(*field);
+  *field = dup;
+  return true;
+}
+
+/* ---- sections ---- */
+
+static bool daemon_key(acd_config *c, const char *k, const char *v) {
+  uint64_t n;
+  if (!strcmp(k, "listen"))
+    return add_listen(c, v);
+  if (!strcmp(k, "log_level"))
+    return accel_log_parse_level(v, &c->log_level) == 0;
+  if (!strcmp(k, "socket_mode") && parse_u64(v, 8, 0, 0777, &n)) {
+    c->socket_mode = (int)n;
+    return true;
+  }
+  if (!strcmp(k, "socket_group"))
+    return set_string(&c->socket_group, v);
+  if (!strcmp(k, "fault_injection"))
+    return parse_bool(v, &c->fault_injection);
+  if (!strcmp(k, "drain_timeout_ms"))
+    return parse_u32(v, 0, 3600000, &c->drain_timeout_ms);
+  return false;
+}
+
+static bool devices_key(acd_config *c, const char *k, const char *v) {
+  if (!strcmp(k, "cpu_devices"))
+    return parse_u32(v, 0, 8, &c->cpu_devices);
+  if (!strcmp(k, "completion"))
+    return parse_completion(v, &c->completion);
+  if (!strcmp(k, "max_restarts"))
+    return parse_u32(v, 1, 1000, &c->max_restarts);
+  if (!strcmp(k, "restart_window_ms"))
+    return parse_u32(v, 1, 86400000, &c->restart_window_ms);
+  return false;
+}
+
+static bool limits_key(acd_config *c, const char *k, const char *v) {
+  proto_limits *l = &c->limits;
+  if (!strcmp(k, "max_message"))
+    return parse_u32(v, 4096, UINT32_MAX, &l->max_message);
+  if (!strcmp(k, "max_in_flight"))
+    return parse_u32(v, 1, 1u << 20, &l->max_in_flight);
+  if (!strcmp(k, "max_buffers"))
+    return parse_u32(v, 2, 1u << 24, &l->max_buffers);
+  if (!strcmp(k, "max_memory"))
+    return parse_u64(v, 10, 0, UINT64_MAX, &l->max_memory);
+  return false;
+}
+
+typedef struct load_ctx {
+  acd_config *c;
+  char *err;
+  size_t err_len;
+} load_ctx;
+
+static int on_key(void *user, const char *section, const char *key, const char *value) {
+  load_ctx *x = user;
+  bool ok = !strcmp(section, "daemon")    ? daemon_key(x->c, key, value)
+            : !strcmp(section, "devices") ? devices_key(x->c, key, value)
+            : !strcmp(section, "limits")  ? limits_key(x->c, key, value)
+                                          : false;
+  if (!ok)
+    snprintf(x->err, x->err_len, "[%s] %s = %s: unknown key or bad value", section, key,
+             value);
+  return ok;
+}
+
+int acd_config_load(acd_config *c, const acd_flags *f, char *err, size_t err_len) {
+  const char *path = f->config_path ? f->config_path : ACD_DEFAULT_CONFIG;
+  if (f->config_path == NULL && access(path, F_OK) != 0)
+    return 0; /* no file: the defaults */
+  char what[200] = "";
+  load_ctx x = {c, what, sizeof what};
+  int rc = ini_parse(path, on_key, &x);
+  if (rc == 0)
+    return 0;
+  if (rc == -1)
+    snprintf(err, err_len, "%s: cannot open: %s", path, strerror(errno));
+  else if (rc == -2)
+    snprintf(err, err_len, "%s: out of memory", path);
+  else
+    snprintf(err, err_len, "%s:%d: %s", path, rc, what[0] ? what : "syntax error");
+  return ACCEL_EINVAL;
+}
+
+int acd_config_apply_flags(acd_config *c, const acd_flags *f, char *err, size_t err_len) {
+  if (f->nlisten > 0) { /* the command line's URLs replace the file's */
+    for (uint32_t i = 0; i < c->nlisten; i++)
+      free(c->listen[i]);
+    c->nlisten = 0;
+    for (uint32_t i = 0; i < f->nlisten; i++)
+      if (!add_listen(c, f->listen[i])) {
+        snprintf(err, err_len, "--listen %s: not a URL", f->listen[i]);
+        return ACCEL_EINVAL;
+      }
+  }
+  if (f->log_level && accel_log_parse_level(f->log_level, &c->log_level) != 0) {
+    snprintf(err, err_len, "--log-level %s: error, warn, info, debug or trace", f->log_level);
+    return ACCEL_EINVAL;
+  }
+  if (f->fault_injection)
+    c->fault_injection = true;
+  if (f->cpu_devices >= 0)
+    c->cpu_devices = (uint32_t)f->cpu_devices;
+  if (c->nlisten == 0 && !add_listen(c, ACD_DEFAULT_URL)) {
+    snprintf(err, err_len, "out of memory");
+    return ACCEL_ENOMEM;
+  }
+  return 0;
+}
+
+int acd_config_read(acd_config *c, const acd_flags *f, char *err, size_t err_len) {
+  acd_config_defaults(c);
+  int rc = acd_config_load(c, f, err, err_len);
+  if (rc == 0)
+    rc = acd_config_apply_flags(c, f, err, err_len);
+  if (rc != 0)
+    acd_config_free(c);
+  return rc;
+}
+
+int acd_config_gid(const acd_config *c, int *gid) {
+  *gid = -1;
+  if (c->socket_group == NULL || c->socket_group[0] == '\0')
+    return 0;
+  char *end;
+  long n = strtol(c->socket_group, &end, 10);
+  if (*end == '\0' && n >= 0) {
+    *gid = (int)n;
+    return 0;
+  }
+  struct group *g = getgrnam(c->socket_group);
+  if (g == NULL)
+    return ACCEL_ENOENT;
+  *gid = (int)g->gr_gid;
+  return 0;
+}

@@ -1,0 +1,52 @@
+/* acceld's configuration: defaults, then the INI file, then the command line (config.c). */
+#ifndef ACD_CONFIG_H
+#define ACD_CONFIG_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "accel/accel.h"
+#include "proto/wire.h"
+
+#define ACD_DEFAULT_URL "ipc:///run/acceld/acceld.sock"
+#define ACD_DEFAULT_CONFIG "/etc/acceld/acceld.conf"
+#define ACD_MAX_LISTEN 16
+
+typedef struct acd_config {
+  char *listen[ACD_MAX_LISTEN]; /* owned; none: ACD_DEFAULT_URL */
+  uint32_t nlisten;
+  accel_log_level log_level;
+  int socket_mode;              /* permissions of ipc socket files */
+  char *socket_group;           /* owned; NULL: the daemon's own group */
+  bool fault_injection;
+  uint32_t cpu_devices;
+  accel_completion completion;
+  uint32_t max_restarts, restart_window_ms;
+  uint32_t drain_timeout_ms;
+  proto_limits limits;
+} acd_config;
+
+/* What the command line said; it overrides the file, at start and on every reload. */
+typedef struct acd_flags {
+  const char *config_path;      /* NULL: ACD_DEFAULT_CONFIG if it exists */
+  const char *listen[ACD_MAX_LISTEN];
+  uint32_t nlisten;
+  const char *log_level;
+  bool fault_injection;
+  long cpu_devices;             /* < 0: not given */
+  bool foreground;
+} acd_flags;
+
+void acd_config_defaults(acd_config *c);
+void acd_config_free(acd_config *c);
+/* Reads the INI file over *c; a missing default file is fine, any other problem is an error
+ * with a message in err ("file:line: what"). */
+int acd_config_load(acd_config *c, const acd_flags *f, char *err, size_t err_len);
+/* Applies the flags over *c (after the file). */
+int acd_config_apply_flags(acd_config *c, const acd_flags *f, char *err, size_t err_len);
+/* Defaults + file + flags in one go. */
+int acd_config_read(acd_config *c, const acd_flags *f, char *err, size_t err_len);
+/* The gid of socket_group (a name or a number); -1 for none; ACCEL_ENOENT if unknown. */
+int acd_config_gid(const acd_config *c, int *gid);
+
+#endif

@@ -1,0 +1,223 @@
+/* acceld: the accel daemon. Reads its configuration, starts the runtime with the device tree,
+ * the server (the wire protocol on every --listen URL) and the service actor (signals,
+ * systemd), and runs the loop on the main thread until SIGTERM has drained it.
+ *
+ *   acceld [--config FILE] [--listen URL]... [--log-level L] [--enable-fault-injection]
+ *          [--cpu-devices N] [--foreground]
+ *
+ * Without --foreground (and outside systemd) it detaches once it serves, so a shell script can
+ * start it and use it at once; its stderr stays where it was. Exit status: 0 after a clean
+ * stop, 1 if it could not start, 2 for a usage error. */
+#include <errno.h>
+#include <getopt.h>
+#include <libgen.h>
+#include <nng/nng.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "actors/device.h"
+#include "actors/server.h"
+#include "actors/world_init.h"
+#include "daemon/config.h"
+#include "daemon/service.h"
+
+static void usage(FILE *to) {
+  fprintf(to,
+          "usage: acceld [--config FILE] [--listen URL]... [--log-level LEVEL]\n"
+          "              [--enable-fault-injection] [--cpu-devices N] [--foreground]\n"
+          "  --config FILE             INI configuration (default %s, if present)\n"
+          "  --listen URL              ipc://PATH or tcp://HOST:PORT, repeatable\n"
+          "                            (default %s)\n"
+          "  --log-level LEVEL         error, warn, info, debug, trace\n"
+          "  --enable-fault-injection  let `accelctl inject-fault` reach devices (tests)\n"
+          "  --cpu-devices N           CPU devices to serve (0-8, default 1)\n"
+          "  --foreground              stay attached (systemd, tests)\n",
+          ACD_DEFAULT_CONFIG, ACD_DEFAULT_URL);
+}
+
+static int parse_args(int argc, char **argv, acd_flags *f) {
+  static const struct option opts[] = {
+      {"config", required_argument, NULL, 'c'},
+      {"listen", required_argument, NULL, 'l'},
+      {"log-level", required_argument, NULL, 'L'},
+      {"enable-fault-injection", no_argument, NULL, 'F'},
+      {"cpu-devices", required_argument, NULL, 'n'},
+      {"foreground", no_argument, NULL, 'f'},
+      {"help", no_argument, NULL, 'h'},
+      {NULL, 0, NULL, 0},
+  };
+  *f = (acd_flags){.cpu_devices = -1};
+  for (int c; (c = getopt_long(argc, argv, "", opts, NULL)) != -1;) {
+    char *end;
+    switch (c) {
+    case 'c': f->config_path = optarg; break;
+    case 'l':
+      if (f->nlisten == ACD_MAX_LISTEN)
+        return 2;
+      f->listen[f->nlisten++] = optarg;
+      break;
+    case 'L': f->log_level = optarg; break;
+    case 'F': f->fault_injection = true; break;
+    case 'n':
+      f->cpu_devices = strtol(optarg, &end, 10);
+      if (*end != '\0' || f->cpu_devices < 0 || f->cpu_devices > 8)
+        return 2;
+      break;
+    case 'f': f->foreground = true; break;
+    case 'h': usage(stdout); exit(0);
+    default: return 2;
+    }
+  }
+  return optind == argc ? 0 : 2;
+}
+
+/* ---- ipc socket directories ---- */
+
+/* mkdir -p of the socket file's directory (systemd's RuntimeDirectory= usually made it). */
+static int make_dirs(char *path) {
+  for (char *p = path + 1; *p; p++) {
+    if (*p != '/')
+      continue;
+    *p = '\0';
+    int rc = mkdir(path, 0755);
+    *p = '/';
+    if (rc != 0 && errno != EEXIST)
+      return -1;
+  }
+  return mkdir(path, 0755) == 0 || errno == EEXIST ? 0 : -1;
+}
+
+static int prepare_ipc_dirs(const acd_config *c) {
+  for (uint32_t i = 0; i < c->nlisten; i++) {
+    if (strncmp(c->listen[i], "ipc://", 6) != 0)
+      continue;
+    char *copy = strdup(c->listen[i] + 6);
+    if (copy == NULL)
+      return -1;
+    char *dir = dirname(copy);
+    int rc = strcmp(dir, ".") == 0 ? 0 : make_dirs(dir);
+    if (rc != 0)
+      fprintf(stderr, "acceld: cannot create %s: %s\n", dir, strerror(errno));
+    free(copy);
+    if (rc != 0)
+      return -1;
+  }
+  return 0;
+}
+
+/* ---- detaching ---- */
+
+/* Forks; the parent waits until the child says it serves (a byte on the pipe) or dies, and
+ * exits with 0 or 1. Returns the child's end of the pipe (-1 when not detaching). Done before
+ * any thread exists: nng and libuv start threads later. */
+static int detach(bool foreground) {
+  if (foreground || getenv("NOTIFY_SOCKET") != NULL)
+    return -1;
+  int fds[2];
+  if (pipe(fds) != 0)
+    return -1;
+  pid_t pid = fork();
+  if (pid < 0)
+    return -1;
+  if (pid > 0) {
+    char b;
+    close(fds[1]);
+    exit(read(fds[0], &b, 1) == 1 ? 0 : 1);
+  }
+  close(fds[0]);
+  setsid();
+  if (freopen("/dev/null", "r", stdin) == NULL)
+    return fds[1];
+  return fds[1];
+}
+
+/* ---- the tree ---- */
+
+typedef struct daemon_ctx {
+  acd_flags flags;
+  acd_config config;
+  dev_world world;
+  accel_runtime *rt;
+  srv_args server;
+  acd_service_args service;
+} daemon_ctx;
+
+static int start_tree(daemon_ctx *d, int gid, int ready_fd) {
+  acd_config *c = &d->config;
+  dev_world_opts wo = {.cpu_devices = c->cpu_devices,
+                       .fault_injection = c->fault_injection,
+                       .completion = c->completion,
+                       .max_restarts = c->max_restarts,
+                       .restart_window_ms = c->restart_window_ms};
+  int rc = dev_world_init(&d->world, d->rt, &wo);
+  accel_ref devices, server;
+  if (rc == 0)
+    rc = dev_world_spawn(&d->world, NULL, &devices);
+  if (rc != 0)
+    return rc;
+  d->server = (srv_args){.world = &d->world,
+                         .listen = (const char *const *)c->listen,
+                         .nlisten = c->nlisten,
+                         .limits = c->limits,
+                         .ipc_mode = c->socket_mode,
+                         .ipc_gid = gid,
+                         .drain_timeout_ms = c->drain_timeout_ms};
+  /* A session that fails past its restart limit is stopped, never escalated to the server. */
+  accel_supervision sup = {.strategy = ACCEL_ONE_FOR_ONE, .on_limit = ACCEL_LIMIT_STOP_CHILD};
+  accel_spawn_opts so = {.name = "server", .mailbox_capacity = 1024, .supervision = &sup};
+  rc = accel_spawn(d->rt, NULL, &srv_behavior, &d->server, &so, &server);
+  if (rc != 0)
+    return rc;
+  d->service = (acd_service_args){.server = server, .config = c, .flags = &d->flags,
+                                  .ready_fd = ready_fd};
+  accel_spawn_opts vo = {.name = "service", .mailbox_capacity = 64};
+  return accel_spawn(d->rt, NULL, &acd_service_behavior, &d->service, &vo, NULL);
+}
+
+static int run(daemon_ctx *d, int gid, int ready_fd) {
+  int rc = accel_runtime_create(&d->rt, NULL);
+  if (rc != 0)
+    return rc;
+  rc = start_tree(d, gid, ready_fd);
+  if (rc == 0) {
+    accel_log(ACCEL_LOG_INFO, "acceld", "serving %d device(s) (pid %d)", d->world.nnodes - 1,
+              (int)getpid());
+    rc = accel_runtime_run(d->rt);
+  }
+  accel_runtime_destroy(d->rt);
+  nng_fini(); /* the server closed its socket when it stopped: end nng's threads too */
+  return rc;
+}
+
+int main(int argc, char **argv) {
+  static daemon_ctx d; /* the world is large; it lives as long as the process */
+  char err[320];
+  signal(SIGPIPE, SIG_IGN);
+  if (parse_args(argc, argv, &d.flags) != 0) {
+    usage(stderr);
+    return 2;
+  }
+  if (acd_config_read(&d.config, &d.flags, err, sizeof err) != 0) {
+    fprintf(stderr, "acceld: %s\n", err);
+    return 1;
+  }
+  accel_log_set_level(d.config.log_level);
+  int gid;
+  if (acd_config_gid(&d.config, &gid) != 0) {
+    fprintf(stderr, "acceld: socket_group '%s': no such group\n", d.config.socket_group);
+    return 1;
+  }
+  if (prepare_ipc_dirs(&d.config) != 0)
+    return 1;
+  int ready_fd = detach(d.flags.foreground);
+  int rc = run(&d, gid, ready_fd);
+  if (rc != 0)
+    fprintf(stderr, "acceld: cannot start: %s\n", accel_strerror(rc));
+  acd_config_free(&d.config);
+  return rc == 0 ? 0 : 1;
+}

@@ -1,0 +1,107 @@
+/* accelctl against the real acceld: ping, status (text and JSON), devices, tree, errors. */
+#include "util.h"
+
+static char out[1 << 16];
+
+TEST(ping_answers) {
+  td_daemon d;
+  td_prepare(&d);
+  td_start(&d, NULL);
+  CHECK_EQ(td_ctl(out, sizeof out, "--url", d.url, "ping", NULL), 0);
+  CHECK(strstr(out, "alive") != NULL);
+  CHECK_EQ(td_stop(&d), 0);
+  td_cleanup(&d);
+}
+
+TEST(status_text_names_devices_and_clients) {
+  td_daemon d;
+  td_prepare(&d);
+  td_start(&d, "--cpu-devices", "2", NULL);
+  CHECK_EQ(td_ctl(out, sizeof out, "--url", d.url, "status", NULL), 0);
+  CHECK(strstr(out, "serving") != NULL);
+  CHECK(strstr(out, "sessions") != NULL);
+  CHECK(strstr(out, "device 0:") != NULL);
+  CHECK(strstr(out, "device 1:") != NULL);
+  CHECK_EQ(td_stop(&d), 0);
+  td_cleanup(&d);
+}
+
+/* The JSON parses (python3's json module) and has every field the issue asks for. */
+TEST(status_json_parses_with_required_fields) {
+  td_daemon d;
+  td_prepare(&d);
+  td_start(&d, NULL);
+  char path[160], cmd[512];
+  snprintf(path, sizeof path, "%s/status.json", d.dir);
+  snprintf(cmd, sizeof cmd, "'%s' --url '%s' status --json > '%s'", getenv("ACCELCTL"), d.url,
+           path);
+  CHECK_EQ(system(cmd), 0);
+  snprintf(cmd, sizeof cmd,
+           "python3 -c 'import json,sys; s=json.load(open(sys.argv[1]));"
+           "assert all(k in s for k in (\"devices\",\"sessions\",\"buffers\",\"ops_completed\"));"
+           "d=s[\"devices\"]; assert len(d)>=1;"
+           "assert all(k in d[0] for k in (\"index\",\"name\",\"backend\",\"state\","
+           "\"restarts\",\"mem_used\")); assert d[0][\"state\"]==\"serving\"' '%s'",
+           path);
+  CHECK_EQ(system(cmd), 0);
+  CHECK_EQ(td_status_field(&d, "sessions"), 0);
+  CHECK_EQ(td_status_field(&d, "buffers"), 0);
+  CHECK_EQ(td_stop(&d), 0);
+  td_cleanup(&d);
+}
+
+TEST(devices_lists_devices_and_missing_backends) {
+  td_daemon d;
+  td_prepare(&d);
+  td_start(&d, NULL);
+  CHECK_EQ(td_ctl(out, sizeof out, "--url", d.url, "devices", NULL), 0);
+  CHECK(strstr(out, "device 0:") != NULL);
+  CHECK(strstr(out, "(cpu) serving") != NULL);
+  /* Every backend of the registry appears: with devices, or with why it has none. */
+  CHECK(strstr(out, "opencl: ") != NULL);
+  CHECK(strstr(out, "cuda: ") != NULL || strstr(out, "(cuda)") != NULL);
+  CHECK_EQ(td_stop(&d), 0);
+  td_cleanup(&d);
+}
+
+TEST(tree_shows_the_supervision_tree) {
+  td_daemon d;
+  td_prepare(&d);
+  td_start(&d, NULL);
+  CHECK_EQ(td_ctl(out, sizeof out, "--url", d.url, "tree", NULL), 0);
+  CHECK(strstr(out, "root [running]") != NULL);
+  CHECK(strstr(out, "  devices [running]") != NULL);
+  CHECK(strstr(out, "    device0 [running]") != NULL);
+  CHECK(strstr(out, "      blas [running]") != NULL);
+  CHECK(strstr(out, "  server [running]") != NULL);
+  CHECK_EQ(td_stop(&d), 0);
+  td_cleanup(&d);
+}
+
+TEST(no_daemon_is_a_clear_error) {
+  td_daemon d;
+  td_prepare(&d); /* never started: nothing listens on d.url */
+  CHECK_EQ(td_ctl(out, sizeof out, "--url", d.url, "status", NULL), 1);
+  CHECK(strstr(out, "cannot reach acceld") != NULL);
+  CHECK(strstr(out, d.url) != NULL);
+  td_cleanup(&d);
+}
+
+TEST(usage_errors_exit_2) {
+  CHECK_EQ(td_ctl(out, sizeof out, "frobnicate", NULL), 2);
+  CHECK_EQ(td_ctl(out, sizeof out, "inject-fault", NULL), 2); /* needs --device */
+  CHECK_EQ(td_ctl(out, sizeof out, "devices", "--json", NULL), 2);
+  CHECK(strstr(out, "usage: accelctl") != NULL);
+}
+
+static const test_case tests[] = {
+    TEST_CASE(ping_answers),
+    TEST_CASE(status_text_names_devices_and_clients),
+    TEST_CASE(status_json_parses_with_required_fields),
+    TEST_CASE(devices_lists_devices_and_missing_backends),
+    TEST_CASE(tree_shows_the_supervision_tree),
+    TEST_CASE(no_daemon_is_a_clear_error),
+    TEST_CASE(usage_errors_exit_2),
+};
+
+TEST_MAIN(tests)

@@ -1,0 +1,226 @@
+/* acceld as a service: configuration, socket permissions, detaching, fault injection,
+ * SIGTERM draining ops in flight, SIGHUP reloading. */
+#include <sys/stat.h>
+#include <sys/wait.h>
+
+#include "util.h"
+
+static char out[1 << 16];
+
+static bool log_has(td_daemon *d, const char *s, unsigned ms) {
+  for (uint64_t t0 = test_now_ms(); test_now_ms() - t0 < ms; test_sleep_ms(20))
+    if (strstr(td_log(d), s) != NULL)
+      return true;
+  return false;
+}
+
+TEST(bad_configurations_are_refused) {
+  td_daemon d;
+  td_prepare(&d);
+  td_write_config(&d, "[limits]\nmax_inflight = 10\n"); /* misspelt */
+  CHECK_EQ(td_start_expect_exit(&d, NULL), 1);
+  CHECK(strstr(td_log(&d), "acceld.conf:2") != NULL);
+  td_write_config(&d, "[daemon]\nsocket_group = no-such-group-here\n");
+  CHECK_EQ(td_start_expect_exit(&d, NULL), 1);
+  CHECK(strstr(td_log(&d), "no such group") != NULL);
+  td_write_config(&d, "");
+  CHECK_EQ(td_start_expect_exit(&d, "--listen", "bogus://nowhere", NULL), 1);
+  CHECK(strstr(td_log(&d), "cannot listen on bogus://nowhere") != NULL);
+  CHECK_EQ(td_start_expect_exit(&d, "--cpu-devices", "99", NULL), 2);
+  td_cleanup(&d);
+}
+
+TEST(socket_mode_from_the_config) {
+  td_daemon d;
+  td_prepare(&d);
+  td_write_config(&d, "[daemon]\nsocket_mode = 0600\nsocket_group = 0\n");
+  td_start(&d, NULL);
+  struct stat st;
+  CHECK_EQ(stat(d.url + 6, &st), 0);
+  CHECK(S_ISSOCK(st.st_mode));
+  CHECK_EQ(st.st_mode & 0777, 0600);
+  CHECK_EQ(st.st_gid, 0);
+  CHECK_EQ(td_stop(&d), 0);
+  CHECK_NE(stat(d.url + 6, &st), 0); /* the socket file went with the listener */
+  td_cleanup(&d);
+}
+
+/* Without --foreground acceld returns once it serves, detached; it is found through its
+ * socket (the peer pid of the ipc connection) and stopped with SIGTERM. */
+TEST(detaches_when_not_foreground) {
+  td_daemon d;
+  td_prepare(&d);
+  char cmd[2048];
+  snprintf(cmd, sizeof cmd, "'%s' --config '%s' --listen '%s' >/dev/null 2>>'%s'",
+           getenv("ACCELD"), d.conf, d.url, d.log);
+  CHECK_EQ(system(cmd), 0); /* returns only once the daemon serves */
+  td_client c;
+  td_client_open(&c, d.url);
+  proto_out o;
+  proto_control_req req = {PROTO_CTL_PING, 0};
+  proto_out_init(&o);
+  proto_encode_control(&o, 5, &req);
+  td_send_raw(&c, o.data, o.len, 5);
+  proto_out_free(&o);
+  nng_msg *m;
+  CHECK_EQ(td_recv(&c, &m, 5000), 0);
+  uint64_t pid = 0;
+  int rv = nng_pipe_get_uint64(nng_msg_get_pipe(m), NNG_OPT_IPC_PEER_PID, &pid);
+  nng_msg_free(m);
+  td_client_close(&c);
+  CHECK_EQ(rv, 0);
+  CHECK_GT(pid, 1);
+  CHECK_NE((pid_t)pid, getpid());
+  CHECK_EQ(kill((pid_t)pid, SIGTERM), 0);
+  struct stat st;
+  for (uint64_t t0 = test_now_ms(); stat(d.url + 6, &st) == 0; test_sleep_ms(20))
+    CHECK_LT(test_now_ms() - t0, 10000);
+  CHECK(log_has(&d, "drained (OK)", 5000));
+  td_cleanup(&d);
+}
+
+TEST(fault_injection_is_refused_without_the_flag) {
+  td_daemon d;
+  td_prepare(&d);
+  td_start(&d, NULL);
+  CHECK_EQ(td_ctl(out, sizeof out, "--url", d.url, "inject-fault", "--device", "0", NULL), 1);
+  CHECK(strstr(out, "refused") != NULL);
+  CHECK(strstr(out, "EPERM") != NULL);
+  CHECK_EQ(td_status_field(&d, "restarts"), 0);
+  CHECK_EQ(td_stop(&d), 0);
+  td_cleanup(&d);
+}
+
+TEST(fault_injection_restarts_the_device) {
+  td_daemon d;
+  td_prepare(&d);
+  td_start(&d, "--enable-fault-injection", "--cpu-devices", "2", NULL);
+  td_client c;
+  td_client_open(&c, d.url);
+  CHECK_OK(td_hello(&c, NULL));
+  uint64_t h = td_handle(1, 1);
+  uint32_t v[8] = {1, 2, 3, 4, 5, 6, 7, 8}, back[8];
+  CHECK_OK(td_create(&c, h, ACCEL_U32, 8));
+  CHECK_OK(td_write_u32(&c, h, v, 8)); /* on the host: survives the device */
+  CHECK_EQ(td_ctl(out, sizeof out, "--url", d.url, "inject-fault", "--device", "1", NULL), 0);
+  CHECK(strstr(out, "fault injected") != NULL);
+  CHECK_EQ(td_ctl(out, sizeof out, "--url", d.url, "inject-fault", "--device", "9", NULL), 1);
+  CHECK(strstr(out, "no such device") != NULL);
+  bool restarted = false;
+  for (uint64_t t0 = test_now_ms(); !restarted && test_now_ms() - t0 < 5000;
+       test_sleep_ms(20)) {
+    CHECK_EQ(td_ctl(out, sizeof out, "--url", d.url, "devices", NULL), 0);
+    restarted = strstr(out, "device 1:") && strstr(strstr(out, "device 1:"), "serving, restarts 1");
+  }
+  CHECK(restarted);
+  CHECK_OK(td_read_u32(&c, h, back, 8));
+  CHECK_EQ(back[7], 8);
+  CHECK_OK(td_control(&c, PROTO_CTL_PING, 0));
+  td_client_close(&c);
+  CHECK_EQ(td_stop(&d), 0);
+  td_cleanup(&d);
+}
+
+/* ---- SIGTERM with ops in flight ---- */
+
+static void encode_sgemm(proto_out *o, uint64_t id, uint64_t a, uint64_t b, uint64_t c,
+                         int64_t n) {
+  dev_op op = {.h = {.kind = DEV_OP_SGEMM, .device = 0}, .nbufs = 3};
+  op.bufs[0] = (dev_op_buf){.handle = a};
+  op.bufs[1] = (dev_op_buf){.handle = b};
+  op.bufs[2] = (dev_op_buf){.handle = c};
+  op.u.sgemm = (be_sgemm_args){.m = n, .n = n, .k = n, .alpha = 1.0f, .beta = 1.0f,
+                               .lda = n, .ldb = n, .ldc = n};
+  CHECK_OK(proto_encode_op(o, id, &op, (proto_bytes){NULL, 0}));
+}
+
+/* One attempt: OPS sgemm of n on one C (so they run one after the other), SIGTERM soon after
+ * they are sent. Every op gets an answer: OK if it reached the daemon before the drain began,
+ * ECLOSED if after. Returns how many ops the daemon said were in flight when it began. */
+static long drain_attempt(int64_t n) {
+  enum { OPS = 16 };
+  td_daemon d;
+  td_prepare(&d);
+  td_start(&d, NULL);
+  td_client c;
+  td_client_open(&c, d.url);
+  CHECK_OK(td_hello(&c, NULL));
+  for (uint32_t i = 1; i <= 3; i++)
+    CHECK_OK(td_create(&c, td_handle(i, 1), ACCEL_F32, (uint64_t)(n * n)));
+  for (uint64_t i = 0; i < OPS; i++) {
+    proto_out o;
+    proto_out_init(&o);
+    encode_sgemm(&o, 500 + i, td_handle(1, 1), td_handle(2, 1), td_handle(3, 1), n);
+    td_send_raw(&c, o.data, o.len, 500 + i);
+    proto_out_free(&o);
+  }
+  test_sleep_ms(20);
+  td_signal(&d, SIGTERM);
+  int ok = 0;
+  for (int i = 0; i < OPS; i++) {
+    nng_msg *m;
+    CHECK_EQ(td_recv(&c, &m, 30000), 0); /* answered, whatever happened */
+    proto_header h;
+    CHECK_OK(proto_decode_header(nng_msg_body(m), nng_msg_len(m), UINT32_MAX, &h));
+    int rc = td_reply_status(m, h.request_id, NULL);
+    CHECK(rc == 0 || rc == ACCEL_ECLOSED);
+    ok += rc == 0;
+    nng_msg_free(m);
+  }
+  CHECK_EQ(td_wait(&d), 0); /* one SIGTERM: a second one would mean "stop now" */
+  CHECK(strstr(td_log(&d), "drained (OK)") != NULL);
+  const char *p = strstr(td_log(&d), "draining: ");
+  CHECK(p != NULL);
+  long flying = strtol(p + strlen("draining: "), NULL, 10);
+  CHECK_GE(ok, flying); /* every op in flight when the drain began finished */
+  td_client_close(&c);
+  td_cleanup(&d);
+  return flying;
+}
+
+/* SIGTERM with ops in flight: they finish and are answered, then acceld exits 0. The work
+ * doubles until some op is still running when the signal comes (fast machines). */
+TEST(sigterm_drains_ops_in_flight_and_exits_0) {
+  long flying = 0;
+  for (int64_t n = 256; flying == 0 && n <= 2048; n *= 2)
+    flying = drain_attempt(n);
+  CHECK_GT(flying, 0);
+}
+
+TEST(sighup_reloads_live_settings) {
+  td_daemon d;
+  td_prepare(&d);
+  td_start(&d, NULL);
+  td_write_config(&d, "[daemon]\nlog_level = debug\n[devices]\ncpu_devices = 3\n"
+                      "[limits]\nmax_in_flight = 100\nmax_memory = 1M\n");
+  td_signal(&d, SIGHUP);
+  CHECK(log_has(&d, "configuration reloaded", 5000));
+  CHECK(strstr(td_log(&d), "reload: max_in_flight 8192 -> 100") != NULL);
+  CHECK(strstr(td_log(&d), "reload: max_memory 0 -> 1048576") != NULL);
+  CHECK(strstr(td_log(&d), "cpu_devices changed: takes effect on restart") != NULL);
+  td_client c;
+  td_client_open(&c, d.url);
+  proto_welcome w;
+  CHECK_OK(td_hello(&c, &w));
+  CHECK_EQ(w.limits.max_in_flight, 100);
+  CHECK_EQ(w.limits.max_memory, 1 << 20);
+  td_client_close(&c);
+  td_write_config(&d, "[limits]\nmax_in_flight = lots\n");
+  td_signal(&d, SIGHUP);
+  CHECK(log_has(&d, "reload failed, nothing changed", 5000));
+  CHECK_EQ(td_ctl(out, sizeof out, "--url", d.url, "ping", NULL), 0);
+  CHECK_EQ(td_stop(&d), 0);
+  td_cleanup(&d);
+}
+
+static const test_case tests[] = {
+    TEST_CASE(bad_configurations_are_refused),
+    TEST_CASE(socket_mode_from_the_config),
+    TEST_CASE(detaches_when_not_foreground),
+    TEST_CASE(fault_injection_is_refused_without_the_flag),
+    TEST_CASE(fault_injection_restarts_the_device),
+    TEST_CASE(sigterm_drains_ops_in_flight_and_exits_0),
+    TEST_CASE(sighup_reloads_live_settings),
+};
+
+TEST_MAIN(tests)

@@ -1,0 +1,346 @@
+/* Helpers of the daemon tests (util.h). */
+#include <errno.h>
+#include <fcntl.h>
+#include <nng/nng.h>
+#include <nng/protocol/reqrep0/req.h>
+#include <stdarg.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+
+#include "util.h"
+
+static const char *binary(const char *env) {
+  const char *p = getenv(env);
+  if (p == NULL || *p == '\0')
+    TEST_FAIL("%s is not set (meson sets it; run through meson test)", env);
+  return p;
+}
+
+/* ---- processes ---- */
+
+/* In a forked child: die with the test, send stdout and stderr to `fd`, exec argv. */
+static void __attribute__((noreturn)) exec_child(int fd, char **argv) {
+  prctl(PR_SET_PDEATHSIG, SIGKILL);
+  dup2(fd, 1);
+  dup2(fd, 2);
+  execv(argv[0], argv);
+  _exit(127);
+}
+
+/* Collects NULL-terminated variadic arguments after `first` fixed ones into argv. */
+static int collect(char **argv, int n, int max, va_list ap) {
+  for (const char *a; n < max - 1 && (a = va_arg(ap, const char *)) != NULL;)
+    argv[n++] = (char *)a;
+  argv[n] = NULL;
+  return n;
+}
+
+int td_ctl(char *out, size_t len, const char *arg, ...) {
+  char *argv[32] = {(char *)binary("ACCELCTL"), (char *)arg};
+  va_list ap;
+  va_start(ap, arg);
+  collect(argv, 2, 32, ap);
+  va_end(ap);
+  int fds[2];
+  CHECK_EQ(pipe(fds), 0);
+  pid_t pid = fork();
+  CHECK_GE(pid, 0);
+  if (pid == 0) {
+    close(fds[0]);
+    exec_child(fds[1], argv);
+  }
+  close(fds[1]);
+  size_t got = 0;
+  for (ssize_t n; (n = read(fds[0], out + got, len - 1 - got)) > 0 && got < len - 1;)
+    got += (size_t)n;
+  out[got] = '\0';
+  char sink[256];
+  while (read(fds[0], sink, sizeof sink) > 0) {
+  }
+  close(fds[0]);
+  int status;
+  CHECK_EQ(waitpid(pid, &status, 0), pid);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+long td_status_field(td_daemon *d, const char *key) {
+  static char out[1 << 16];
+  CHECK_EQ(td_ctl(out, sizeof out, "--url", d->url, "status", "--json", NULL), 0);
+  char pat[64];
+  snprintf(pat, sizeof pat, "\"%s\":", key);
+  const char *p = strstr(out, pat);
+  return p ? strtol(p + strlen(pat), NULL, 10) : -1;
+}
+
+/* ---- the daemon ---- */
+
+void td_prepare(td_daemon *d) {
+  memset(d, 0, sizeof *d);
+  snprintf(d->dir, sizeof d->dir, "/tmp/accel-daemon-test-XXXXXX");
+  CHECK(mkdtemp(d->dir) != NULL);
+  snprintf(d->url, sizeof d->url, "ipc://%s/acceld.sock", d->dir);
+  snprintf(d->log, sizeof d->log, "%s/acceld.log", d->dir);
+  snprintf(d->conf, sizeof d->conf, "%s/acceld.conf", d->dir);
+  td_write_config(d, "");
+}
+
+void td_write_config(td_daemon *d, const char *text) {
+  FILE *f = fopen(d->conf, "w");
+  CHECK(f != NULL);
+  fputs(text, f);
+  fclose(f);
+}
+
+static pid_t spawn_daemon(td_daemon *d, va_list ap) {
+  char *argv[40] = {(char *)binary("ACCELD"), "--foreground", "--config", d->conf,
+                    "--listen", d->url};
+  collect(argv, 6, 40, ap);
+  int fd = open(d->log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  CHECK_GE(fd, 0);
+  pid_t pid = fork();
+  CHECK_GE(pid, 0);
+  if (pid == 0)
+    exec_child(fd, argv);
+  close(fd);
+  return pid;
+}
+
+static bool pings(td_daemon *d) {
+  char out[512];
+  return td_ctl(out, sizeof out, "--url", d->url, "--timeout", "1000", "ping", NULL) == 0;
+}
+
+void td_start(td_daemon *d, ...) {
+  va_list ap;
+  va_start(ap, d);
+  d->pid = spawn_daemon(d, ap);
+  va_end(ap);
+  for (uint64_t t0 = test_now_ms(); !pings(d); test_sleep_ms(20)) {
+    int status;
+    if (waitpid(d->pid, &status, WNOHANG) == d->pid)
+      TEST_FAIL("acceld exited (status %d) before serving:\n%s", status, td_log(d));
+    if (test_now_ms() - t0 > 10000 * (test_under_valgrind() ? 10 : 1))
+      TEST_FAIL("acceld did not answer ping within 10 s:\n%s", td_log(d));
+  }
+}
+
+int td_start_expect_exit(td_daemon *d, ...) {
+  va_list ap;
+  va_start(ap, d);
+  d->pid = spawn_daemon(d, ap);
+  va_end(ap);
+  for (uint64_t t0 = test_now_ms(); test_now_ms() - t0 < 5000; test_sleep_ms(20)) {
+    int status;
+    if (waitpid(d->pid, &status, WNOHANG) == d->pid) {
+      d->pid = 0;
+      return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    }
+  }
+  return -1;
+}
+
+void td_signal(td_daemon *d, int sig) {
+  CHECK_GT(d->pid, 0);
+  CHECK_EQ(kill(d->pid, sig), 0);
+}
+
+int td_wait(td_daemon *d) {
+  if (d->pid <= 0)
+    return -1;
+  int status = 0;
+  uint64_t limit = 15000 * (test_under_valgrind() ? 4 : 1);
+  for (uint64_t t0 = test_now_ms(); waitpid(d->pid, &status, WNOHANG) != d->pid;
+       test_sleep_ms(10)) {
+    if (test_now_ms() - t0 > limit) {
+      kill(d->pid, SIGKILL);
+      waitpid(d->pid, &status, 0);
+      d->pid = 0;
+      TEST_FAIL("acceld did not exit within %llu ms:\n%s", (unsigned long long)limit,
+                td_log(d));
+    }
+  }
+  d->pid = 0;
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+int td_stop(td_daemon *d) {
+  if (d->pid <= 0)
+    return -1;
+  kill(d->pid, SIGTERM);
+  return td_wait(d);
+}
+
+const char *td_log(td_daemon *d) {
+  static char buf[1 << 16];
+  FILE *f = fopen(d->log, "r");
+  size_t n = f ? fread(buf, 1, sizeof buf - 1, f) : 0;
+  if (f)
+    fclose(f);
+  buf[n] = '\0';
+  return buf;
+}
+
+void td_cleanup(td_daemon *d) {
+  char cmd[160];
+  if (d->pid > 0)
+    td_stop(d);
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", d->dir);
+  CHECK_EQ(system(cmd), 0);
+}
+
+/* ---- the protocol ---- */
+
+void td_client_open(td_client *c, const char *url) {
+  static bool fini_registered;
+  if (!fini_registered) /* nng's threads end before exit (valgrind counts them otherwise) */
+    fini_registered = atexit(nng_fini) == 0;
+  memset(c, 0, sizeof *c);
+  CHECK_EQ(nng_req0_open_raw(&c->sock), 0);
+  nng_socket_set_size(c->sock, NNG_OPT_RECVMAXSZ, 0); /* no limit: big reads */
+  nng_socket_set_int(c->sock, NNG_OPT_RECVBUF, 8192);
+  CHECK_EQ(nng_dial(c->sock, url, NULL, 0), 0);
+  c->next_id = 100;
+}
+
+void td_client_close(td_client *c) {
+  nng_close(c->sock);
+}
+
+void td_send_raw(td_client *c, const void *bytes, size_t len, uint64_t id) {
+  nng_msg *m;
+  CHECK_EQ(nng_msg_alloc(&m, 0), 0);
+  CHECK_EQ(nng_msg_header_append_u32(m, (uint32_t)id | 0x80000000u), 0);
+  CHECK_EQ(nng_msg_append(m, bytes, len), 0);
+  CHECK_EQ(nng_sendmsg(c->sock, m, 0), 0);
+}
+
+int td_recv(td_client *c, nng_msg **m, int timeout_ms) {
+  nng_socket_set_ms(c->sock, NNG_OPT_RECVTIMEO, timeout_ms);
+  return nng_recvmsg(c->sock, m, 0);
+}
+
+int td_reply_status(nng_msg *m, uint64_t id, proto_bytes *data) {
+  proto_header h;
+  proto_bytes ignored;
+  int32_t status;
+  const uint8_t *p = nng_msg_body(m);
+  CHECK_OK(proto_decode_header(p, nng_msg_len(m), UINT32_MAX, &h));
+  CHECK_EQ(h.type, PROTO_REPLY);
+  CHECK_EQ(h.request_id, id);
+  CHECK_OK(proto_decode_reply(p + PROTO_HEADER_SIZE, h.body_len, &status,
+                              data ? data : &ignored));
+  return status;
+}
+
+static nng_msg *call_msg(td_client *c, proto_out *frame, uint64_t id) {
+  CHECK_OK(frame->err);
+  td_send_raw(c, frame->data, frame->len, id);
+  proto_out_free(frame);
+  nng_msg *m;
+  int rv = td_recv(c, &m, 10000 * (test_under_valgrind() ? 10 : 1));
+  if (rv != 0)
+    TEST_FAIL("no reply to request %llu: %s", (unsigned long long)id, nng_strerror(rv));
+  return m;
+}
+
+int td_call(td_client *c, proto_out *frame, uint64_t id) {
+  nng_msg *m = call_msg(c, frame, id);
+  int status = td_reply_status(m, id, NULL);
+  nng_msg_free(m);
+  return status;
+}
+
+int td_hello(td_client *c, proto_welcome *w) {
+  return td_hello_caps(c, 0, w);
+}
+
+int td_hello_caps(td_client *c, uint32_t caps, proto_welcome *w) {
+  proto_out o;
+  uint64_t id = c->next_id++;
+  proto_hello h = {.version = PROTO_VERSION, .capabilities = caps, .name = "daemon-test"};
+  proto_out_init(&o);
+  proto_encode_hello(&o, id, &h);
+  nng_msg *m = call_msg(c, &o, id);
+  proto_header hd;
+  const uint8_t *p = nng_msg_body(m);
+  CHECK_OK(proto_decode_header(p, nng_msg_len(m), UINT32_MAX, &hd));
+  int status = 0;
+  if (hd.type == PROTO_WELCOME) {
+    proto_welcome tmp;
+    CHECK_OK(proto_decode_welcome(p + PROTO_HEADER_SIZE, hd.body_len, w ? w : &tmp));
+  } else {
+    status = td_reply_status(m, id, NULL);
+  }
+  nng_msg_free(m);
+  return status;
+}
+
+int td_control(td_client *c, uint32_t command, uint64_t arg) {
+  proto_out o;
+  uint64_t id = c->next_id++;
+  proto_control_req req = {command, arg};
+  proto_out_init(&o);
+  proto_encode_control(&o, id, &req);
+  return td_call(c, &o, id);
+}
+
+static int op_call(td_client *c, dev_op *op, proto_bytes data) {
+  proto_out o;
+  uint64_t id = c->next_id++;
+  proto_out_init(&o);
+  CHECK_OK(proto_encode_op(&o, id, op, data));
+  return td_call(c, &o, id);
+}
+
+int td_create(td_client *c, uint64_t handle, accel_dtype dtype, uint64_t count) {
+  dev_op op = {.h = {.kind = DEV_OP_BUFFER_CREATE, .device = ACCEL_DEVICE_ANY}, .nbufs = 1};
+  op.bufs[0] = (dev_op_buf){.handle = handle, .count = count};
+  op.u.create.dtype = dtype;
+  return op_call(c, &op, (proto_bytes){NULL, 0});
+}
+
+int td_destroy(td_client *c, uint64_t handle) {
+  dev_op op = {.h = {.kind = DEV_OP_BUFFER_DESTROY, .device = ACCEL_DEVICE_ANY}, .nbufs = 1};
+  op.bufs[0] = (dev_op_buf){.handle = handle};
+  return op_call(c, &op, (proto_bytes){NULL, 0});
+}
+
+int td_write_u32(td_client *c, uint64_t handle, const uint32_t *src, uint64_t count) {
+  dev_op op = {.h = {.kind = DEV_OP_WRITE, .device = ACCEL_DEVICE_ANY}, .nbufs = 1};
+  op.bufs[0] = (dev_op_buf){.handle = handle, .count = count};
+  return op_call(c, &op, (proto_bytes){(const uint8_t *)src, count * 4});
+}
+
+int td_read_u32(td_client *c, uint64_t handle, uint32_t *dst, uint64_t count) {
+  dev_op op = {.h = {.kind = DEV_OP_READ, .device = ACCEL_DEVICE_ANY}, .nbufs = 1};
+  op.bufs[0] = (dev_op_buf){.handle = handle, .count = count};
+  proto_out o;
+  uint64_t id = c->next_id++;
+  proto_out_init(&o);
+  CHECK_OK(proto_encode_op(&o, id, &op, (proto_bytes){NULL, 0}));
+  nng_msg *m = call_msg(c, &o, id);
+  proto_bytes data;
+  int status = td_reply_status(m, id, &data);
+  if (status == 0) {
+    CHECK_EQ(data.len, count * 4);
+    memcpy(dst, data.data, data.len);
+  }
+  nng_msg_free(m);
+  return status;
+}
+
+void td_encode_fill(proto_out *o, uint64_t id, uint64_t handle, uint32_t value) {
+  dev_op op = {.h = {.kind = DEV_OP_FILL, .device = 0}, .nbufs = 1};
+  op.bufs[0] = (dev_op_buf){.handle = handle};
+  op.u.fill.value = value;
+  CHECK_OK(proto_encode_op(o, id, &op, (proto_bytes){NULL, 0}));
+}
+
+int td_fill(td_client *c, uint64_t handle, uint32_t value) {
+  proto_out o;
+  uint64_t id = c->next_id++;
+  proto_out_init(&o);
+  td_encode_fill(&o, id, handle, value);
+  return td_call(c, &o, id);
+}

@@ -1,0 +1,90 @@
+/* Helpers of the daemon tests: start the real acceld on a socket in a fresh temporary
+ * directory, run accelctl, and speak the wire protocol directly (nng + proto/).
+ *
+ * The binaries come from the environment (ACCELD, ACCELCTL: meson sets them). A daemon started
+ * here dies with the test process (PR_SET_PDEATHSIG), so a failed check never leaves one
+ * behind; td_stop() ends it normally. */
+#ifndef TESTS_DAEMON_UTIL_H
+#define TESTS_DAEMON_UTIL_H
+
+#include <nng/nng.h>
+#include <stdbool.h>
+#include <sys/types.h>
+
+#include "proto/wire.h"
+#include "test.h"
+
+typedef struct td_daemon {
+  pid_t pid;
+  char dir[64];   /* the temporary directory: socket, config, log */
+  char url[128];  /* ipc://DIR/acceld.sock */
+  char log[128];  /* the daemon's stderr */
+  char conf[128]; /* the config file passed with --config (empty unless written first) */
+} td_daemon;
+
+/* Makes the directory and an empty config file; the daemon is not started yet. */
+void td_prepare(td_daemon *d);
+/* Writes `text` as the config file. */
+void td_write_config(td_daemon *d, const char *text);
+/* Starts acceld --foreground --config CONF --listen URL plus the NULL-terminated extra
+ * arguments, and waits until `accelctl ping` answers (fails the test after 10 s). */
+void td_start(td_daemon *d, ...);
+/* Like td_start but returns the daemon's exit status if it exits within 5 s, else -1
+ * (and leaves it running): for configurations that must be refused. */
+int td_start_expect_exit(td_daemon *d, ...);
+/* SIGTERM, then waits (15 s at most, then SIGKILL and a failed check); returns the exit
+ * status (128 + signal if killed by one). */
+int td_stop(td_daemon *d);
+/* Waits for the daemon to exit by itself (15 s at most); returns the status as td_stop. */
+int td_wait(td_daemon *d);
+/* Sends a signal to the daemon. */
+void td_signal(td_daemon *d, int sig);
+/* The daemon's log so far (static buffer). */
+const char *td_log(td_daemon *d);
+/* Removes the temporary directory. */
+void td_cleanup(td_daemon *d);
+
+/* Runs accelctl with the NULL-terminated arguments; its stdout and stderr into `out` (NUL
+ * terminated, cut at len). Returns its exit status. */
+int td_ctl(char *out, size_t len, const char *arg, ...);
+/* accelctl --url URL status --json, then the value of the integer field `key` of the top
+ * object (-1 if absent). */
+long td_status_field(td_daemon *d, const char *key);
+
+/* ---- the wire protocol by hand ---- */
+
+typedef struct td_client {
+  nng_socket sock;
+  uint64_t next_id;
+} td_client;
+
+void td_client_open(td_client *c, const char *url);
+void td_client_close(td_client *c);
+/* Sends raw bytes as one frame (nng request id = id | 0x80000000). */
+void td_send_raw(td_client *c, const void *bytes, size_t len, uint64_t id);
+/* Receives one frame; 0, or NNG_ETIMEDOUT / another nng error. */
+int td_recv(td_client *c, nng_msg **m, int timeout_ms);
+/* Decodes a REPLY: the status; *data (may be NULL) points into m. Fails the test if the
+ * frame is not a well-formed reply to `id`. */
+int td_reply_status(nng_msg *m, uint64_t id, proto_bytes *data);
+/* Sends a frame and returns the status of its reply (fails the test after 10 s). */
+int td_call(td_client *c, proto_out *frame, uint64_t id);
+
+int td_hello(td_client *c, proto_welcome *w);
+/* HELLO announcing capabilities (PROTO_CAP_*); the WELCOME says which were granted. */
+int td_hello_caps(td_client *c, uint32_t caps, proto_welcome *w);
+int td_control(td_client *c, uint32_t command, uint64_t arg);
+int td_create(td_client *c, uint64_t handle, accel_dtype dtype, uint64_t count);
+int td_destroy(td_client *c, uint64_t handle);
+int td_write_u32(td_client *c, uint64_t handle, const uint32_t *src, uint64_t count);
+int td_read_u32(td_client *c, uint64_t handle, uint32_t *dst, uint64_t count);
+int td_fill(td_client *c, uint64_t handle, uint32_t value);
+/* An encoded OP frame for a fill of `handle` (for pipelining tests). */
+void td_encode_fill(proto_out *o, uint64_t id, uint64_t handle, uint32_t value);
+
+/* A handle as libaccel makes them: slot in bits 0-31, generation in 32-47. */
+static inline uint64_t td_handle(uint32_t slot, uint32_t gen) {
+  return (uint64_t)gen << 32 | slot;
+}
+
+#endif
