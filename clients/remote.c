@@ -48,22 +48,32 @@ static remote *impl_of(accel_ctx *ctx) {
   return ctx->impl;
 }
 
-/* nng starts threads of its own with the first socket; they would outlive the last context
- * (and show as leaks). The last remote context to close finalises nng. */
+/* nng starts threads of its own with the first socket, which outlive every context (and
+ * show as leaks). nng 1.5 cannot be used again after nng_fini(), so it is finalised only when
+ * the library is unloaded (at process exit), if this library used it and no context is open. */
 static pthread_mutex_t nng_users_mu = PTHREAD_MUTEX_INITIALIZER;
 static unsigned nng_users;
+static bool nng_used_ever;
 
 static void nng_user_add(void) {
   pthread_mutex_lock(&nng_users_mu);
   nng_users++;
+  nng_used_ever = true;
   pthread_mutex_unlock(&nng_users_mu);
 }
 
 static void nng_user_remove(void) {
   pthread_mutex_lock(&nng_users_mu);
-  if (--nng_users == 0)
-    nng_fini();
+  nng_users--;
   pthread_mutex_unlock(&nng_users_mu);
+}
+
+__attribute__((destructor)) static void nng_finalise_at_exit(void) {
+  pthread_mutex_lock(&nng_users_mu);
+  bool fini = nng_used_ever && nng_users == 0;
+  pthread_mutex_unlock(&nng_users_mu);
+  if (fini)
+    nng_fini();
 }
 
 /* ---- the pending table ---- */
