@@ -369,6 +369,9 @@ static int connect_socket(accel_ctx *ctx, const char *url) {
   nng_pipe_notify(r->sock, NNG_PIPE_EV_REM_POST, on_pipe_gone, ctx);
   if (nng_aio_alloc(&r->rx, on_receive, ctx) != 0)
     return ACCEL_ENOMEM;
+  /* nng refuses messages over 1 MiB by default (closing the connection): a read's reply is
+   * as large as the daemon's max_message allows, which it enforces itself. */
+  nng_socket_set_size(r->sock, NNG_OPT_RECVMAXSZ, 0);
   if (nng_dial(r->sock, url, NULL, 0) != 0)
     return ACCEL_ECLOSED; /* nothing listens there */
   nng_recv_aio(r->sock, r->rx);
@@ -377,11 +380,11 @@ static int connect_socket(accel_ctx *ctx, const char *url) {
 
 static void remote_free(accel_ctx *ctx) {
   remote *r = impl_of(ctx);
-  nng_close(r->sock); /* after this no callback of ours runs again */
-  if (r->rx) {
-    nng_aio_stop(r->rx);
+  if (r->rx)
+    nng_aio_stop(r->rx); /* first: on_receive would re-arm it on a closing socket */
+  nng_close(r->sock);    /* after this no callback of ours runs again */
+  if (r->rx)
     nng_aio_free(r->rx);
-  }
   fail_all(ctx);
   if (r->nng_used)
     nng_user_remove();

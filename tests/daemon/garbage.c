@@ -20,7 +20,9 @@ static void still_serves(td_daemon *d) {
 
 static void finish(td_daemon *d) {
   still_serves(d);
-  CHECK_GT(td_status_field(d, "frames_bad"), 0);
+  /* The bad frames came on other connections: the daemon may read them after our status. */
+  for (uint64_t t0 = test_now_ms(); td_status_field(d, "frames_bad") <= 0; test_sleep_ms(20))
+    CHECK_LT(test_now_ms() - t0, 5000);
   CHECK_EQ(td_stop(d), 0);
   td_cleanup(d);
 }

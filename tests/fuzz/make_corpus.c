@@ -96,12 +96,12 @@ static void ops(void) {
 
 static void controls_and_replies(void) {
   static const char *const names[] = {"", "ping", "status", "devices", "tree", "inject-fault",
-                                      "device-info", "transfer-stats"};
+                                      "device-info", "transfer-stats", "ack"};
   for (uint32_t cmd = 1; cmd < PROTO_CTL_MAX_; cmd++) {
     char name[64];
     proto_out o;
     proto_control_req c = {cmd, cmd == PROTO_CTL_STATUS ? 1 : 0};
-    snprintf(name, sizeof name, "control-%s", cmd < 8 ? names[cmd] : "other");
+    snprintf(name, sizeof name, "control-%s", cmd < 9 ? names[cmd] : "other");
     proto_out_init(&o);
     save(name, &o, proto_encode_control(&o, 9, &c));
   }
