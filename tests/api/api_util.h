@@ -98,6 +98,17 @@ static inline accel_ctx *ctx_open(const char *url) {
   return ctx;
 }
 
+/* CPU devices come first; other backends' devices (a GPU) may follow them. */
+static inline int cpu_device_count(accel_ctx *ctx) {
+  int n = 0;
+  for (accel_device d = 0; d < accel_device_count(ctx); d++) {
+    struct accel_device_info info;
+    CHECK_OK(accel_device_info(ctx, d, &info));
+    n += strcmp(info.backend, "cpu") == 0;
+  }
+  return n;
+}
+
 static inline accel_buffer buf_new(accel_ctx *ctx, accel_dtype dtype, size_t count) {
   accel_buffer b = 0;
   CHECK_OK(accel_buffer_create(ctx, dtype, count, &b));
