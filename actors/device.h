@@ -25,6 +25,8 @@ extern const accel_behavior dev_supervisor_behavior;
  * serving). */
 void dev_kernel_dispatch(dev_task *t);
 
+void dev_inflight_pool_free(dev_world *w);
+
 /* Fails the node's tasks still waiting for room in a kernel mailbox (the node stopped). */
 void dev_overflow_fail(dev_node *node);
 

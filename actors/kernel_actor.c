@@ -8,6 +8,7 @@
  * device error). When the actor ends (device fault, shutdown), its in-flight tasks complete
  * with ACCEL_EDEVLOST; late completions then find their record detached and only free it. */
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 #include "actors/device.h"
@@ -31,6 +32,7 @@ typedef struct dev_inflight {
   accel_completion how;
   uint64_t deadline_ms;
   int status;            /* from the backend's callback */
+  dev_world *world;      /* whose pool the record goes back to */
   accel_runtime *world_rt;
   accel_future *early;   /* the op's future, completed right in the backend's callback */
   int refs;              /* the actor's list + the pending completion mechanism */
@@ -56,6 +58,16 @@ static uint64_t now_ms(void) {
   return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
 }
 
+static dev_inflight *inflight_alloc(dev_world *w) {
+  dev_inflight *f = w->inflight_pool;
+  if (f == NULL)
+    return calloc(1, sizeof *f);
+  w->inflight_pool = f->next;
+  w->inflight_pool_len--;
+  memset(f, 0, sizeof *f);
+  return f;
+}
+
 static void inflight_unref(dev_inflight *f) {
   if (--f->refs > 0)
     return;
@@ -63,7 +75,23 @@ static void inflight_unref(dev_inflight *f) {
     f->be->event_destroy(f->event);
   if (f->early)
     accel_future_release(f->early);
-  free(f);
+  dev_world *w = f->world;
+  if (w->inflight_pool_len >= DEV_POOL_MAX) {
+    free(f);
+    return;
+  }
+  f->next = w->inflight_pool; /* records are made and freed on the loop only */
+  w->inflight_pool = f;
+  w->inflight_pool_len++;
+}
+
+void dev_inflight_pool_free(dev_world *w) {
+  while (w->inflight_pool) {
+    dev_inflight *f = w->inflight_pool;
+    w->inflight_pool = f->next;
+    free(f);
+  }
+  w->inflight_pool_len = 0;
 }
 
 static void inflight_unlink(kernel_state *k, dev_inflight *f) {
@@ -222,18 +250,16 @@ static int completion_event(kernel_state *k, dev_inflight *f) {
 }
 
 static int track(kernel_state *k, dev_task *t) {
-  dev_inflight *f = calloc(1, sizeof *f);
+  dev_inflight *f = inflight_alloc(k->node->world);
   if (f == NULL)
     return ACCEL_ENOMEM;
   uint64_t deadline = t->op && t->op->h.deadline_ms > 0 ? (uint64_t)t->op->h.deadline_ms
                                                          : DEFAULT_DEADLINE_MS;
   *f = (dev_inflight){.owner = k, .task = t, .be = k->node->be, .how = strategy_of(k, t),
-                      .deadline_ms = now_ms() + deadline, .refs = 1};
+                      .deadline_ms = now_ms() + deadline, .refs = 1, .world = k->node->world};
   int rc = completion_event(k, f);
   if (rc != 0) {
-    if (f->event)
-      f->be->event_destroy(f->event);
-    free(f);
+    inflight_unref(f); /* destroys the event, back to the pool */
     return rc;
   }
   f->next = k->inflight;

@@ -12,8 +12,51 @@
 #include "actors/device.h"
 #include "actors/world.h"
 
+/* A task from the pool keeps its edge arrays (emptied): they are the allocations a chain of
+ * tasks would otherwise repeat. */
+static dev_task *task_alloc(dev_world *w) {
+  dev_task *t = w->task_pool;
+  if (t == NULL)
+    return calloc(1, sizeof *t);
+  w->task_pool = t->overflow_next;
+  w->task_pool_len--;
+  dev_edge *succ = t->succ;
+  dev_task **same = t->same_node_deps;
+  uint32_t succ_cap = t->succ_cap, same_cap = t->same_cap;
+  memset(t, 0, sizeof *t);
+  t->succ = succ;
+  t->succ_cap = succ_cap;
+  t->same_node_deps = same;
+  t->same_cap = same_cap;
+  return t;
+}
+
+static void task_release(dev_task *t) {
+  dev_world *w = t->world;
+  if (w->task_pool_len >= DEV_POOL_MAX) {
+    free(t->succ);
+    free(t->same_node_deps);
+    free(t);
+    return;
+  }
+  t->overflow_next = w->task_pool;
+  w->task_pool = t;
+  w->task_pool_len++;
+}
+
+void dev_task_pool_free(dev_world *w) {
+  while (w->task_pool) {
+    dev_task *t = w->task_pool;
+    w->task_pool = t->overflow_next;
+    free(t->succ);
+    free(t->same_node_deps);
+    free(t);
+  }
+  w->task_pool_len = 0;
+}
+
 dev_task *dev_task_create(dev_world *w, dev_task_kind kind, dev_node *node, dev_queue_class q) {
-  dev_task *t = calloc(1, sizeof *t);
+  dev_task *t = task_alloc(w);
   if (t == NULL)
     return NULL;
   t->kind = kind;
@@ -195,9 +238,7 @@ static void task_free(dev_task *t) {
     t->node->be->event_destroy(t->event);
   for (uint32_t i = 0; i < t->nbufs; i++)
     dev_buffer_unuse(t->buf[i]);
-  free(t->succ);
-  free(t->same_node_deps);
-  free(t);
+  task_release(t);
 }
 
 /* A failed transfer leaves its destination replica without the data the planner promised. */

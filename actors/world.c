@@ -4,6 +4,7 @@
  * (own queues, memory and fault state), so the host and each CPU device open index 0. */
 #include <string.h>
 
+#include "actors/device.h"
 #include "actors/world.h"
 #include "actors/world_init.h"
 
@@ -58,4 +59,9 @@ int dev_world_init(dev_world *w, accel_runtime *rt, const dev_world_opts *o) {
     if (strcmp(e->name, "cpu") != 0)
       add_backend_devices(w, e, o->completion);
   return 0;
+}
+
+void dev_world_fini(dev_world *w) {
+  dev_task_pool_free(w);
+  dev_inflight_pool_free(w);
 }

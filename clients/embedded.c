@@ -174,6 +174,7 @@ static void embedded_close(accel_ctx *ctx) {
   accel_runtime_stop(ctx->rt);
   accel_runtime_join(ctx->rt);
   accel_runtime_destroy(ctx->rt);
+  dev_world_fini(&impl_of(ctx)->world);
   free(ctx->impl);
 }
 

@@ -190,6 +190,7 @@ static int run(daemon_ctx *d, int gid, int ready_fd) {
     rc = accel_runtime_run(d->rt);
   }
   accel_runtime_destroy(d->rt);
+  dev_world_fini(&d->world);
   nng_fini(); /* the server closed its socket when it stopped: end nng's threads too */
   return rc;
 }

@@ -16,8 +16,8 @@
 
 #include "runtime/rt.h"
 
-_Thread_local accel_runtime *rt_tls_loop;
-_Thread_local accel_actor *rt_tls_actor;
+RT_TLS accel_runtime *rt_tls_loop;
+RT_TLS accel_actor *rt_tls_actor;
 
 static void on_turn(uv_idle_t *h);
 

@@ -120,8 +120,11 @@ struct accel_runtime {
 };
 
 /* loop.c */
-extern _Thread_local accel_runtime *rt_tls_loop;  /* the runtime whose loop this thread runs */
-extern _Thread_local accel_actor *rt_tls_actor;   /* the actor whose callback is running */
+/* initial-exec: a plain load, not a __tls_get_addr call on every send (libaccel is a shared
+ * library; this model needs it loaded with the program or early, which is how it is used). */
+#define RT_TLS _Thread_local __attribute__((tls_model("initial-exec")))
+extern RT_TLS accel_runtime *rt_tls_loop; /* the runtime whose loop this thread runs */
+extern RT_TLS accel_actor *rt_tls_actor;  /* the actor whose callback is running */
 void rt_schedule_local(accel_runtime *rt, accel_actor *cell);
 void rt_schedule_remote(accel_runtime *rt, accel_actor *cell);
 void rt_post(accel_runtime *rt, rt_task *task);
