@@ -22,6 +22,7 @@ typedef struct acd_config {
   uint32_t cpu_devices;
   accel_completion completion;
   uint32_t max_restarts, restart_window_ms;
+  bool tf32; /* sgemm on TF32 tensor cores by default, where devices have them */
   uint32_t drain_timeout_ms;
   proto_limits limits;
 } acd_config;

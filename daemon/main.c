@@ -153,7 +153,8 @@ static int start_tree(daemon_ctx *d, int gid, int ready_fd) {
                        .fault_injection = c->fault_injection,
                        .completion = c->completion,
                        .max_restarts = c->max_restarts,
-                       .restart_window_ms = c->restart_window_ms};
+                       .restart_window_ms = c->restart_window_ms,
+                       .tf32 = c->tf32};
   int rc = dev_world_init(&d->world, d->rt, &wo);
   accel_ref devices, server;
   if (rc == 0)
