@@ -5,6 +5,7 @@
  * ACCEL_ESTALE. When the session ends, every buffer it owns is destroyed (freed once its last
  * task is done); ops still in flight finish normally. */
 #include <stdlib.h>
+#include <string.h>
 
 #include "actors/check.h"
 #include "actors/device.h"
@@ -64,15 +65,24 @@ void dev_op_finished(dev_world *w, dev_op *op, int status) {
 
 /* ---- placement ---- */
 
-static dev_node *first_serving_device(dev_world *w) {
-  for (int n = 1; n < w->nnodes; n++)
-    if (w->nodes[n].state == DEV_NODE_SERVING)
-      return &w->nodes[n];
-  return NULL;
+/* An accelerator (any backend but the CPU) if one serves, else the first CPU device. */
+static dev_node *default_device(dev_world *w) {
+  dev_node *cpu = NULL;
+  for (int n = 1; n < w->nnodes; n++) {
+    dev_node *node = &w->nodes[n];
+    if (node->state != DEV_NODE_SERVING)
+      continue;
+    if (strcmp(node->be->name, "cpu") != 0)
+      return node;
+    if (cpu == NULL)
+      cpu = node;
+  }
+  return cpu;
 }
 
 /* Where an op runs: writes land on the host; reads run where a valid copy is; compute runs
- * on the named device, or for ANY where its first input already is, else the first device. */
+ * on the named device, or for ANY where an input already is on a device, else on an
+ * accelerator if one serves, else on the first CPU device. */
 static dev_node *place(dev_world *w, dev_op *op, dev_buffer *bufs[]) {
   if (op->h.kind == DEV_OP_WRITE)
     return &w->nodes[DEV_HOST_NODE];
@@ -89,7 +99,7 @@ static dev_node *place(dev_world *w, dev_op *op, dev_buffer *bufs[]) {
     if (n > DEV_HOST_NODE && w->nodes[n].state == DEV_NODE_SERVING)
       return &w->nodes[n];
   }
-  return first_serving_device(w);
+  return default_device(w);
 }
 
 /* ---- buffers ---- */
