@@ -137,6 +137,8 @@ static void supervisor_child_exit(accel_actor *self, void *state, accel_ref chil
       __atomic_store_n(&node->state, DEV_NODE_QUARANTINED, __ATOMIC_RELAXED);
       accel_log(ACCEL_LOG_ERROR, "device", "device %d (%s) quarantined after %u restarts",
                 node->device, node->info.name, node->restarts);
+      if (s->world->on_quarantine)
+        s->world->on_quarantine(s->world->on_quarantine_arg, node->device);
     }
   }
 }

@@ -124,6 +124,9 @@ struct dev_world {
   atomic_ullong h2d, d2h, d2d, written, read;
   void (*on_op_done)(void *arg, int status); /* every client op, once, on the loop */
   void *on_op_done_arg;
+  /* A device was quarantined (past its restart limit); on the loop. May be NULL. */
+  void (*on_quarantine)(void *arg, accel_device device);
+  void *on_quarantine_arg;
   /* Free lists of the per-op objects made and freed on the loop (malloc was a quarter of
    * the cost of a tiny op). */
   dev_task *task_pool;

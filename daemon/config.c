@@ -142,6 +142,8 @@ static bool devices_key(acd_config *c, const char *k, const char *v) {
     return parse_u32(v, 1, 1000, &c->max_restarts);
   if (!strcmp(k, "tf32"))
     return parse_bool(v, &c->tf32);
+  if (!strcmp(k, "exit_on_quarantine"))
+    return parse_bool(v, &c->exit_on_quarantine);
   if (!strcmp(k, "restart_window_ms"))
     return parse_u32(v, 1, 86400000, &c->restart_window_ms);
   return false;

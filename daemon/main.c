@@ -147,6 +147,19 @@ typedef struct daemon_ctx {
   acd_service_args service;
 } daemon_ctx;
 
+/* Set when a quarantine asked the daemon to exit; main() then returns EXIT_QUARANTINE. */
+static volatile sig_atomic_t quarantine_exit;
+enum { EXIT_QUARANTINE = 3 };
+
+/* On the loop: the same drain as a SIGTERM, then a failing exit status for the restart. */
+static void on_quarantine(void *arg, accel_device device) {
+  accel_log(ACCEL_LOG_ERROR, "acceld",
+            "device %d quarantined: exiting (status %d) to be restarted (exit_on_quarantine)",
+            device, EXIT_QUARANTINE);
+  quarantine_exit = 1;
+  kill(getpid(), SIGTERM);
+}
+
 static int start_tree(daemon_ctx *d, int gid, int ready_fd) {
   acd_config *c = &d->config;
   dev_world_opts wo = {.cpu_devices = c->cpu_devices,
@@ -156,6 +169,8 @@ static int start_tree(daemon_ctx *d, int gid, int ready_fd) {
                        .restart_window_ms = c->restart_window_ms,
                        .tf32 = c->tf32};
   int rc = dev_world_init(&d->world, d->rt, &wo);
+  if (c->exit_on_quarantine)
+    d->world.on_quarantine = on_quarantine;
   accel_ref devices, server;
   if (rc == 0)
     rc = dev_world_spawn(&d->world, NULL, &devices);
@@ -221,5 +236,7 @@ int main(int argc, char **argv) {
   if (rc != 0)
     fprintf(stderr, "acceld: cannot start: %s\n", accel_strerror(rc));
   acd_config_free(&d.config);
+  if (rc == 0 && quarantine_exit)
+    return EXIT_QUARANTINE;
   return rc == 0 ? 0 : 1;
 }

@@ -121,6 +121,28 @@ TEST(fault_injection_restarts_the_device) {
   td_cleanup(&d);
 }
 
+/* With exit_on_quarantine, a device past its restart limit makes the daemon drain and exit
+ * with status 3, for the service manager to start a fresh one. */
+TEST(quarantine_exits_for_a_restart) {
+  td_daemon d;
+  td_prepare(&d);
+  td_write_config(&d, "[daemon]\nfault_injection = true\n"
+                      "[devices]\nmax_restarts = 1\nexit_on_quarantine = true\n");
+  td_start(&d, NULL);
+  CHECK_EQ(td_ctl(out, sizeof out, "--url", d.url, "inject-fault", "--device", "0", NULL), 0);
+  bool restarted = false;
+  for (uint64_t t0 = test_now_ms(); !restarted && test_now_ms() - t0 < 5000;
+       test_sleep_ms(20)) {
+    CHECK_EQ(td_ctl(out, sizeof out, "--url", d.url, "devices", NULL), 0);
+    restarted = strstr(out, "serving, restarts 1") != NULL;
+  }
+  CHECK(restarted);
+  CHECK_EQ(td_ctl(out, sizeof out, "--url", d.url, "inject-fault", "--device", "0", NULL), 0);
+  CHECK_EQ(td_wait(&d), 3);
+  CHECK(strstr(td_log(&d), "quarantined") != NULL);
+  td_cleanup(&d);
+}
+
 /* ---- SIGTERM with ops in flight ---- */
 
 static void encode_sgemm(proto_out *o, uint64_t id, uint64_t a, uint64_t b, uint64_t c,
@@ -219,6 +241,7 @@ static const test_case tests[] = {
     TEST_CASE(detaches_when_not_foreground),
     TEST_CASE(fault_injection_is_refused_without_the_flag),
     TEST_CASE(fault_injection_restarts_the_device),
+    TEST_CASE(quarantine_exits_for_a_restart),
     TEST_CASE(sigterm_drains_ops_in_flight_and_exits_0),
     TEST_CASE(sighup_reloads_live_settings),
 };
