@@ -344,8 +344,6 @@ static void overflow_drain(kernel_state *k);
 
 static int kernel_handle(kernel_state *k, accel_msg *msg);
 
-static void run_task(kernel_state *k, dev_task *t);
-
 static void waiting_push(kernel_state *k, dev_task *t) {
   t->overflow_next = NULL;
   if (k->waiting_tail)
