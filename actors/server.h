@@ -22,11 +22,32 @@
 #ifndef DEV_SERVER_H
 #define DEV_SERVER_H
 
+#include <nng/nng.h>
 #include <stdbool.h>
 #include <stdint.h>
 
 #include "actors/world.h"
 #include "proto/wire.h"
+
+/* Who may talk to the daemon (filled from acceld's config; actors/server_tls.c applies the
+ * nng half, actors/server_local.c the local half). */
+typedef struct srv_security {
+  /* Local peers, by the credentials of their Unix socket (SO_PEERCRED). A peer is allowed if
+   * its uid is 0 or the daemon's own, or in allow_uids, or it is a member (primary or
+   * supplementary) of a group in allow_gids. With both lists empty the socket's group
+   * (srv_args.ipc_gid, else the daemon's own group) is the one allowed group. */
+  const uint32_t *allow_uids;
+  uint32_t nallow_uids;
+  const uint32_t *allow_gids;
+  uint32_t nallow_gids;
+  bool allow_any_local;  /* every local peer (the socket file's mode still applies) */
+  /* Remote peers (nng). Plain tcp:// listeners are refused unless this is set. */
+  bool allow_plain_tcp;
+  /* tls+tcp:// listeners: PEM files; ca (optional) verifies client certificates, which are
+   * then required when verify_clients is set. */
+  const char *tls_cert, *tls_key, *tls_ca;
+  bool tls_verify_clients;
+} srv_security;
 
 typedef struct srv_args {
   dev_world *world;           /* the devices (dev_world_spawn'ed by the caller) */
@@ -36,7 +57,13 @@ typedef struct srv_args {
   int ipc_mode;               /* permissions of ipc:// socket files; < 0: nng's default */
   int ipc_gid;                /* group of ipc:// socket files; < 0: unchanged */
   uint32_t drain_timeout_ms;  /* SRV_MSG_DRAIN gives up after this; 0: 10 s */
+  srv_security sec;
 } srv_args;
+
+/* Sets up an nng listener for its URL before it starts (actors/server_tls.c): tls+tcp://
+ * gets the certificate, key and client verification of `sec`; plain tcp:// is refused
+ * (ACCEL_EPERM, logged) unless sec->allow_plain_tcp. 0 or a negative accel error. */
+int srv_nng_listener_setup(nng_listener l, const char *url, const srv_security *sec);
 
 enum {
   /* ask: stop listening, refuse new sessions and ops (ACCEL_ECLOSED), and complete the

@@ -182,6 +182,13 @@ static int listen_one(srv_server *s, const char *url) {
   int rv = nng_listener_create(&l, s->sock, url);
   if (rv == 0 && ipc_prepare(s, l, url) != 0)
     rv = NNG_EINVAL;
+  if (rv == 0) {
+    int rc = srv_nng_listener_setup(l, url, &s->args->sec);
+    if (rc != 0) {
+      nng_listener_close(l);
+      return rc;
+    }
+  }
   if (rv == 0)
     rv = nng_listener_start(l, 0);
   if (rv != 0) {

@@ -38,6 +38,9 @@ struct accel_ctx {
   accel_runtime *rt; /* runs `then` callbacks (and, embedded, everything else) */
   uint32_t max_buffers;
   uint32_t tag;      /* 16 bits in every handle of this context */
+  /* The most bytes of data one WRITE or READ op may carry through the transport (0: no
+   * limit). Larger transfers are split into chunks (clients/chunk.c). Set at open. */
+  size_t max_op_bytes;
 
   pthread_mutex_t mu; /* guards the handle table */
   client_handle *handles;

@@ -14,6 +14,7 @@
 
 #include "actors/world.h"
 #include "clients/ctx.h"
+#include "clients/remote_dial.h"
 #include "proto/wire.h"
 
 #define BUCKETS 4096u
@@ -356,6 +357,8 @@ static int hello(accel_ctx *ctx) {
     rc = ACCEL_EPROTO;
   if (rc == 0 && r->welcome.version != PROTO_VERSION)
     rc = ACCEL_EPROTO;
+  if (rc == 0) /* room for the frame's header, the op's head and buffers, the payload */
+    ctx->max_op_bytes = r->welcome.limits.max_message > 4096 ? r->welcome.limits.max_message - 4096 : 0;
   waited_free(r, p, true);
   return rc;
 }
@@ -372,8 +375,9 @@ static int connect_socket(accel_ctx *ctx, const char *url) {
   /* nng refuses messages over 1 MiB by default (closing the connection): a read's reply is
    * as large as the daemon's max_message allows, which it enforces itself. */
   nng_socket_set_size(r->sock, NNG_OPT_RECVMAXSZ, 0);
-  if (nng_dial(r->sock, url, NULL, 0) != 0)
-    return ACCEL_ECLOSED; /* nothing listens there */
+  int rc = client_nng_dial(r->sock, url);
+  if (rc != 0)
+    return rc;
   nng_recv_aio(r->sock, r->rx);
   return 0;
 }
