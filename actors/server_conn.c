@@ -58,22 +58,31 @@ static bool pipe_open(nng_pipe np) {
   return nng_pipe_get_addr(np, NNG_OPT_REMADDR, &sa) == 0;
 }
 
+srv_conn *srv_conn_new(srv_server *s, uint32_t id) {
+  srv_conn *c = calloc(1, sizeof *c);
+  if (c == NULL)
+    return NULL;
+  c->pipe = id;
+  c->session = ACCEL_REF_NONE;
+  c->peer_uid = c->peer_gid = UINT32_MAX;
+  c->peer_pid = -1;
+  uint32_t at = bucket_of(s, id);
+  c->hnext = s->buckets[at];
+  s->buckets[at] = c;
+  s->nconns++;
+  maybe_grow(s);
+  return c;
+}
+
 srv_conn *srv_conn_for(srv_server *s, nng_pipe np) {
   uint32_t pipe = (uint32_t)nng_pipe_id(np);
   srv_conn *c = srv_conn_find(s, pipe);
   if (c != NULL || pipe == 0 || tombstoned(s, pipe) || !pipe_open(np))
     return c;
-  c = calloc(1, sizeof *c);
+  c = srv_conn_new(s, pipe);
   if (c == NULL)
     return NULL;
-  c->pipe = pipe;
   c->np = np;
-  c->session = ACCEL_REF_NONE;
-  uint32_t at = bucket_of(s, pipe);
-  c->hnext = s->buckets[at];
-  s->buckets[at] = c;
-  s->nconns++;
-  maybe_grow(s);
   accel_log(ACCEL_LOG_DEBUG, "server", "pipe %u: first frame", pipe);
   return c;
 }
@@ -99,20 +108,25 @@ void srv_conn_maybe_free(srv_server *s, srv_conn *c) {
   free(c);
 }
 
-/* The pipe went away (nng said so): stop its session; its buffers are freed by the session's
- * stop, and the record goes once the session has exited and its last op is done. */
+/* The pipe went away (nng said so). */
 void srv_conn_gone(srv_server *s, uint32_t pipe) {
   srv_conn *c = srv_conn_find(s, pipe);
   if (c == NULL) {
     s->tombs[s->tomb_next++ % SRV_TOMBSTONES] = pipe;
     return;
   }
+  accel_log(ACCEL_LOG_DEBUG, "server", "pipe %u: closed", pipe);
+  srv_conn_end(s, c);
+}
+
+/* Its session stops (the session's stop frees its buffers), and the record goes once the
+ * session has exited and its last op is done. */
+void srv_conn_end(srv_server *s, srv_conn *c) {
   unlink_conn(s, c);
   c->dead = true;
   c->hnext = s->dead;
   s->dead = c;
   srv_out_free(s, c); /* its replies have nowhere to go */
-  accel_log(ACCEL_LOG_DEBUG, "server", "pipe %u: closed", pipe);
   if (c->session_live && accel_stop(s->rt, c->session) != 0) {
     c->session_live = false; /* already gone (shutdown): nothing will report its exit */
     s->sessions--;

@@ -119,8 +119,7 @@ static void printable(char *dst, const char *src, size_t n) {
 static void log_hello(srv_conn *c, const proto_hello *h) {
   char name[PROTO_NAME_MAX + 1];
   printable(name, h->name, sizeof name);
-  uint64_t uid = UINT64_MAX;
-  nng_pipe_get_uint64(c->np, NNG_OPT_IPC_PEER_UID, &uid); /* ipc only */
+  uint64_t uid = c->peer_uid == UINT32_MAX ? UINT64_MAX : c->peer_uid;
   if (uid != UINT64_MAX)
     accel_log(ACCEL_LOG_INFO, "server", "pipe %u: hello from '%s' (uid %llu)", c->pipe, name,
               (unsigned long long)uid);
@@ -362,7 +361,15 @@ static void split_frames(srv_server *s, srv_conn *c, nng_msg *m) {
 
 void srv_frame(srv_server *s, nng_msg *m) {
   srv_conn *c = srv_conn_for(s, nng_msg_get_pipe(m));
-  if (c == NULL || c->refused) { /* pipe gone (or no memory for a record), or refused */
+  if (c == NULL) { /* pipe gone (or no memory for a record) */
+    nng_msg_free(m);
+    return;
+  }
+  srv_frame_on(s, c, m);
+}
+
+void srv_frame_on(srv_server *s, srv_conn *c, nng_msg *m) {
+  if (c->refused) {
     nng_msg_free(m);
     return;
   }

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "actors/server_priv.h"
+#include "proto/local.h"
 #include "runtime/rt.h"
 
 /* ---- receiving ---- */
@@ -257,8 +258,10 @@ int srv_io_start(srv_server *s) {
   int rc = open_socket(s);
   if (rc == 0)
     rc = init_handles(s);
-  for (uint32_t i = 0; rc == 0 && i < s->args->nlisten; i++)
-    rc = listen_one(s, s->args->listen[i]);
+  for (uint32_t i = 0; rc == 0 && i < s->args->nlisten; i++) {
+    const char *url = s->args->listen[i], *path = proto_local_path(url);
+    rc = path ? srv_local_listen(s, path) : listen_one(s, url);
+  }
   return rc;
 }
 
@@ -277,6 +280,7 @@ static void close_handle(uv_handle_t *h, bool *open) {
  * (which runs the last pipe callbacks, so the async handle must still be open), then the
  * rest. Replies still queued are dropped: their clients are being disconnected. */
 void srv_io_close(srv_server *s) {
+  srv_local_close_all(s);
   close_handle((uv_handle_t *)&s->flush, &s->flush_open);
   srv_out_forget_dirty(s);
   close_handle((uv_handle_t *)&s->recv_poll, &s->recv_poll_open);

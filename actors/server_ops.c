@@ -18,6 +18,7 @@ typedef struct srv_op {
   nng_msg *req;        /* == op.owner: the request, with the routing header */
   nng_msg *rep;        /* a read's reply, data at PROTO_REPLY_HEAD_SIZE; else NULL */
   uint64_t read_bytes;
+  uint64_t req_bytes;  /* the request's size, counted in conn->req_bytes */
 } srv_op;
 
 /* The status-only reply is the request made over; a read's reply gets the routing header. */
@@ -59,16 +60,11 @@ static void op_done(dev_op *op, int status) {
   }
   c->ops--;
   c->read_pending -= so->read_bytes;
+  c->req_bytes -= so->req_bytes;
+  srv_local_flow(s, c);
   srv_conn_maybe_free(s, c);
   free(so);
   srv_release(s);
-}
-
-/* The bytes of read replies one connection may hold at once: its memory quota if it has one,
- * else 1 GiB; never less than one frame. Past it the read is ACCEL_EBUSY: retry later. */
-static uint64_t read_budget(const srv_server *s) {
-  uint64_t cap = s->limits.max_memory ? s->limits.max_memory : (1ull << 30);
-  return cap < s->limits.max_message ? s->limits.max_message : cap;
 }
 
 /* Sizes a read's reply from the count the decoder checked against nothing yet: bounded by
@@ -79,7 +75,9 @@ static int prepare_read(srv_server *s, srv_conn *c, srv_op *so) {
   if (count > room / SRV_MAX_DTYPE_SIZE)
     return ACCEL_ELIMIT;
   uint64_t bytes = count * SRV_MAX_DTYPE_SIZE;
-  if (c->read_pending + bytes > read_budget(s))
+  /* Reads whose replies are still being made or wait to be written (or acknowledged) hold
+   * memory until the client takes them: past the budget, retry later. */
+  if (c->read_pending + c->out_bytes + bytes > srv_conn_budget(s))
     return ACCEL_EBUSY;
   if (nng_msg_alloc(&so->rep, PROTO_REPLY_HEAD_SIZE + (size_t)bytes) != 0)
     return ACCEL_ENOMEM;
@@ -97,7 +95,20 @@ static int decode(srv_server *s, srv_conn *c, nng_msg *m, srv_op *so) {
     s->frames_bad++;
     return rc;
   }
+  int32_t dev = so->op.h.device; /* only the daemon knows how many devices it has */
+  if (dev != ACCEL_DEVICE_ANY && (dev < 0 || dev >= s->world->nnodes - 1))
+    return ACCEL_EINVAL;
   return so->op.h.kind == DEV_OP_READ ? prepare_read(s, c, so) : 0;
+}
+
+/* Requests hold their bytes (a write's data) until the op is done. A local connection stops
+ * being read past its budget (server_local.c); an nng pipe cannot be paused alone, so its
+ * ops past the budget are refused instead. */
+static int admit(srv_server *s, srv_conn *c, srv_op *so, nng_msg *m) {
+  so->req_bytes = nng_msg_len(m);
+  if (c->link == NULL && c->req_bytes + so->req_bytes > srv_conn_budget(s))
+    return ACCEL_EBUSY;
+  return 0;
 }
 
 static int submit(srv_server *s, srv_conn *c, srv_op *so) {
@@ -111,6 +122,7 @@ static int submit(srv_server *s, srv_conn *c, srv_op *so) {
   s->refs++;
   s->ops_in_flight++;
   c->ops++;
+  c->req_bytes += so->req_bytes;
   return 0;
 }
 
@@ -121,6 +133,8 @@ void srv_op_frame(srv_server *s, srv_conn *c, nng_msg *m, uint64_t request_id) {
     rc = ACCEL_ENOMEM;
   if (rc == 0)
     rc = decode(s, c, m, so);
+  if (rc == 0)
+    rc = admit(s, c, so, m);
   if (rc == 0) {
     so->op.h.request_id = request_id;
     so->op.done = op_done;

@@ -46,8 +46,10 @@ static nng_msg *outq_pop(srv_server *s, srv_conn *c) {
 static void seal_batch(srv_server *s, srv_conn *c) {
   if (c->batch == NULL)
     return;
-  if (outq_push(s, c, c->batch) != 0)
-    nng_msg_free(c->batch); /* out of memory: those replies are lost, as nng would */
+  if (outq_push(s, c, c->batch) != 0) { /* out of memory: those replies are lost */
+    c->out_bytes -= nng_msg_len(c->batch);
+    nng_msg_free(c->batch);
+  }
   c->batch = NULL;
 }
 
@@ -84,6 +86,7 @@ void srv_conn_send(srv_server *s, srv_conn *c, nng_msg *m) {
     nng_msg_free(m);
     return;
   }
+  c->out_bytes += nng_msg_len(m); /* until written (local) or acknowledged (nng) */
   bool batched = (c->caps & PROTO_CAP_BATCH) && nng_msg_len(m) <= SRV_BATCH_COPY_MAX &&
                  batch_add(s, c, m) == 0;
   if (batched) {
@@ -92,20 +95,59 @@ void srv_conn_send(srv_server *s, srv_conn *c, nng_msg *m) {
     seal_batch(s, c); /* keep the order replies were made in */
     if (outq_push(s, c, m) != 0) {
       accel_log(ACCEL_LOG_ERROR, "server", "out of memory queueing a reply: dropped");
+      c->out_bytes -= nng_msg_len(m);
       nng_msg_free(m);
     }
   }
   mark_dirty(s, c);
 }
 
-/* Hands queued messages to nng while the window allows. */
+/* One message to the connection's transport. nng's messages count until acknowledged when
+ * the client acknowledges, else they leave our books at once (nng holds at most 64). */
+static void transmit(srv_server *s, srv_conn *c, nng_msg *m, bool windowed) {
+  if (c->link) {
+    srv_local_send(s, c, m);
+    return;
+  }
+  if (windowed)
+    c->unacked_len[c->sent % PROTO_ACK_WINDOW] = (uint32_t)nng_msg_len(m);
+  else
+    c->out_bytes -= nng_msg_len(m);
+  c->sent++;
+  srv_send(s, m);
+}
+
+/* Hands queued messages to the transport while the window allows. A local connection is a
+ * stream that drops nothing: no window (its flow control is in server_local.c). */
 static void flush_conn(srv_server *s, srv_conn *c) {
   seal_batch(s, c);
-  bool windowed = (c->caps & PROTO_CAP_ACK) != 0;
-  while (c->oq_len > 0 && (!windowed || c->sent - c->acked < PROTO_ACK_WINDOW)) {
-    srv_send(s, outq_pop(s, c));
-    c->sent++;
+  bool windowed = (c->caps & PROTO_CAP_ACK) != 0 && c->link == NULL;
+  while (c->oq_len > 0 && (!windowed || c->sent - c->acked < PROTO_ACK_WINDOW))
+    transmit(s, c, outq_pop(s, c), windowed);
+}
+
+void srv_conn_flush(srv_server *s, srv_conn *c) {
+  if (!c->dead && !s->stopped)
+    flush_conn(s, c);
+}
+
+uint64_t srv_conn_budget(const srv_server *s) {
+  uint64_t cap = s->limits.max_memory ? s->limits.max_memory : (1ull << 30);
+  uint64_t two = 2ull * s->limits.max_message;
+  return cap < two ? two : cap;
+}
+
+void srv_conn_status(srv_server *s, srv_conn *c, uint64_t request_id, int status) {
+  uint8_t head[PROTO_REPLY_HEAD_SIZE];
+  nng_msg *m;
+  proto_encode_reply_head(head, request_id, status, 0);
+  if (nng_msg_alloc(&m, 0) != 0)
+    return;
+  if (nng_msg_append(m, head, sizeof head) != 0) {
+    nng_msg_free(m);
+    return;
   }
+  srv_conn_send(s, c, m);
 }
 
 void srv_out_flush_all(uv_prepare_t *h) {
@@ -131,19 +173,25 @@ void srv_out_flush_all(uv_prepare_t *h) {
 /* `received` counts every message the client has taken from this connection (mod 2^32). A
  * count beyond what was sent is a lie and is ignored. */
 void srv_conn_ack(srv_server *s, srv_conn *c, uint32_t received) {
-  if (received - c->acked > c->sent - c->acked)
+  if (c->link || received - c->acked > c->sent - c->acked)
     return;
-  c->acked = received;
+  for (; c->acked != received; c->acked++)
+    c->out_bytes -= c->unacked_len[c->acked % PROTO_ACK_WINDOW];
   if (c->oq_len > 0)
     mark_dirty(s, c);
 }
 
 void srv_out_free(srv_server *s, srv_conn *c) {
-  if (c->batch)
+  if (c->batch) {
+    c->out_bytes -= nng_msg_len(c->batch);
     nng_msg_free(c->batch);
+  }
   c->batch = NULL;
-  while (c->oq_len > 0)
-    nng_msg_free(outq_pop(s, c));
+  while (c->oq_len > 0) {
+    nng_msg *m = outq_pop(s, c);
+    c->out_bytes -= nng_msg_len(m);
+    nng_msg_free(m);
+  }
   free(c->outq);
   c->outq = NULL;
   c->oq_cap = c->oq_head = 0;

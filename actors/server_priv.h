@@ -15,14 +15,21 @@
 #define SRV_TOMBSTONES 256 /* recently removed pipes that never had a connection record */
 #define SRV_RECV_BATCH 256 /* frames per poll callback before other handles get a turn */
 #define SRV_TICK_MS 50     /* drain progress checks */
+#define SRV_MAX_LOCAL 16   /* local (Unix socket) listeners */
+#define SRV_LOCAL_ID_BIT 0x80000000u /* local connections' ids; nng's pipe ids stay below */
 
 typedef struct srv_server srv_server;
+typedef struct srv_link srv_link;         /* a local connection's socket (server_local.c) */
+typedef struct srv_listener srv_listener; /* a local listening socket */
 
-/* One client connection (an nng pipe). Lives while its pipe is open, then until its session
- * has exited and its last op has finished (ops point at it). */
+/* One client connection: an nng pipe, or a local socket (link != NULL). Lives while it is
+ * open, then until its session has exited and its last op has finished (ops point at it). */
 typedef struct srv_conn {
-  uint32_t pipe;
+  uint32_t pipe;           /* nng's pipe id, or a local id (SRV_LOCAL_ID_BIT set) */
   nng_pipe np;
+  srv_link *link;          /* local connections: the socket; NULL once closed */
+  uint32_t peer_uid, peer_gid; /* local: SO_PEERCRED; UINT32_MAX unknown */
+  int32_t peer_pid;
   struct srv_conn *hnext;  /* hash chain, or the list of dead connections */
   accel_ref session;       /* ACCEL_REF_NONE until HELLO, and after the session exited */
   bool session_live;       /* spawned and not exited yet */
@@ -30,7 +37,10 @@ typedef struct srv_conn {
   bool refused;            /* not a client of ours (or of another version): frames dropped */
   dev_session_args sargs;  /* the session's spawn argument: must outlive the session */
   uint32_t ops;            /* ops (and fault injections) in flight that point here */
-  uint64_t read_pending;   /* bytes of read replies allocated and not yet sent */
+  uint64_t read_pending;   /* bytes of read replies allocated, op still running */
+  uint64_t req_bytes;      /* bytes of request messages held by ops in flight (writes' data) */
+  uint64_t out_bytes;      /* bytes of replies queued here, in the transport, or unacknowledged */
+  uint32_t unacked_len[PROTO_ACK_WINDOW]; /* PROTO_CAP_ACK: sizes of messages not yet acked */
   /* output (server_out.c) */
   uint32_t caps;           /* PROTO_CAP_* granted at HELLO */
   uint32_t sent, acked;    /* messages handed to nng / reported received (mod 2^32) */
@@ -59,6 +69,9 @@ struct srv_server {
 
   nng_socket sock;
   bool sock_open;
+  srv_listener *locals[SRV_MAX_LOCAL];
+  uint32_t nlocals;
+  uint32_t next_local_id;
   nng_listener *listeners;
   uint32_t nlisteners;
 
@@ -106,10 +119,23 @@ int srv_conns_init(srv_server *s);
 srv_conn *srv_conn_find(srv_server *s, uint32_t pipe);
 /* The connection of a frame's pipe, made on its first frame; NULL if the pipe is gone. */
 srv_conn *srv_conn_for(srv_server *s, nng_pipe np);
+/* A record for connection `id` (NULL: out of memory). */
+srv_conn *srv_conn_new(srv_server *s, uint32_t id);
 void srv_conn_gone(srv_server *s, uint32_t pipe);
+/* The connection closed: its session stops; the record goes when nothing points at it. */
+void srv_conn_end(srv_server *s, srv_conn *c);
 void srv_conn_session_exited(srv_server *s, accel_ref session);
 void srv_conn_maybe_free(srv_server *s, srv_conn *c);
 void srv_conns_free_all(srv_server *s);
+
+/* server_local.c: the local transport (Unix sockets on the loop) */
+int srv_local_listen(srv_server *s, const char *path);
+void srv_local_stop_listening(srv_server *s);
+void srv_local_close_all(srv_server *s);
+/* Writes a reply message (taken) to a local connection; out_bytes counts it until written. */
+void srv_local_send(srv_server *s, srv_conn *c, nng_msg *m);
+/* Pauses or resumes reading from a local connection by what it holds (no-op for nng). */
+void srv_local_flow(srv_server *s, srv_conn *c);
 
 /* server_io.c: nng <-> the loop */
 int srv_io_start(srv_server *s);
@@ -121,12 +147,22 @@ void srv_send(srv_server *s, nng_msg *m);
 /* Queues a reply (taken) for the connection; it leaves at the end of this loop iteration. */
 void srv_conn_send(srv_server *s, srv_conn *c, nng_msg *m);
 void srv_conn_ack(srv_server *s, srv_conn *c, uint32_t received);
+/* A status-only reply made from nothing (no request message to reuse). */
+void srv_conn_status(srv_server *s, srv_conn *c, uint64_t request_id, int status);
+/* Hands the connection's queued output to its transport now (not at the end of the loop
+ * iteration). */
+void srv_conn_flush(srv_server *s, srv_conn *c);
+/* The bytes a connection may hold in requests and in replies each: its memory quota if it has
+ * one, else 1 GiB; never less than two frames. */
+uint64_t srv_conn_budget(const srv_server *s);
 void srv_out_flush_all(uv_prepare_t *h);
 void srv_out_free(srv_server *s, srv_conn *c);
 void srv_out_forget_dirty(srv_server *s);
 
 /* server_frames.c: one received frame (taken) */
 void srv_frame(srv_server *s, nng_msg *m);
+/* The same, from a connection already known (the local transport). */
+void srv_frame_on(srv_server *s, srv_conn *c, nng_msg *m);
 /* Turns the request `m` into a reply frame with `status` and no data, and sends it. */
 void srv_reply_status(srv_server *s, srv_conn *c, nng_msg *m, uint64_t request_id, int status);
 

@@ -90,10 +90,9 @@ static dev_node *place(dev_world *w, dev_op *op, dev_buffer *bufs[]) {
     int n = dev_buffer_valid_node(bufs[0], DEV_HOST_NODE);
     return &w->nodes[n < 0 ? DEV_HOST_NODE : n];
   }
-  if (op->h.device != ACCEL_DEVICE_ANY) {
-    int n = op->h.device + 1;
-    return n >= 1 && n < w->nnodes ? &w->nodes[n] : NULL;
-  }
+  if (op->h.device != ACCEL_DEVICE_ANY) /* compared before adding: no overflow */
+    return op->h.device >= 0 && op->h.device < w->nnodes - 1 ? &w->nodes[op->h.device + 1]
+                                                             : NULL;
   for (uint32_t i = 0; i < op->nbufs; i++) {
     int n = dev_buffer_valid_node(bufs[i], -1);
     if (n > DEV_HOST_NODE && w->nodes[n].state == DEV_NODE_SERVING)

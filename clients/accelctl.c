@@ -1,5 +1,6 @@
 /* accelctl: acceld's admin tool. It speaks the wire protocol (docs/PROTOCOL.md) directly: one
- * nng req0 socket, one CONTROL frame, one REPLY.
+ * connection (the local socket, or an nng req0 socket for tcp:// and tls+tcp://), one
+ * CONTROL frame, one REPLY.
  *
  *   accelctl [--url URL] [--timeout MS] status [--json] | devices | tree | ping
  *                                       | inject-fault --device N
@@ -12,7 +13,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
+#include "clients/remote_dial.h"
+#include "proto/local.h"
 #include "proto/wire.h"
 
 #define DEFAULT_URL "ipc:///run/acceld/acceld.sock"
@@ -84,51 +88,106 @@ static int parse_args(int argc, char **argv, ctl_args *a) {
 
 /* ---- one request, one reply ---- */
 
-static int dial(const ctl_args *a, nng_socket *s) {
-  int rv = nng_req0_open(s);
+/* A connection: the daemon's local socket (ipc://, unix://) or an nng req0 socket. */
+typedef struct ctl_conn {
+  int fd; /* >= 0: local */
+  nng_socket sock;
+  uint8_t *reply;
+  size_t reply_len, reply_cap;
+} ctl_conn;
+
+static int dial_nng(const ctl_args *a, ctl_conn *c) {
+  int rv = nng_req0_open(&c->sock);
   if (rv != 0) {
     fprintf(stderr, "accelctl: cannot open a socket: %s\n", nng_strerror(rv));
     return 1;
   }
-  nng_socket_set_ms(*s, NNG_OPT_SENDTIMEO, a->timeout_ms);
-  nng_socket_set_ms(*s, NNG_OPT_RECVTIMEO, a->timeout_ms);
-  nng_socket_set_size(*s, NNG_OPT_RECVMAXSZ, REPLY_MAX);
-  rv = nng_dial(*s, a->url, NULL, 0);
-  if (rv != 0) {
-    fprintf(stderr, "accelctl: cannot reach acceld at %s: %s (is acceld running?)\n", a->url,
-            nng_strerror(rv));
-    nng_close(*s);
-    nng_fini();
-    return 1;
-  }
-  return 0;
+  nng_socket_set_ms(c->sock, NNG_OPT_SENDTIMEO, a->timeout_ms);
+  nng_socket_set_ms(c->sock, NNG_OPT_RECVTIMEO, a->timeout_ms);
+  nng_socket_set_size(c->sock, NNG_OPT_RECVMAXSZ, REPLY_MAX);
+  int rc = client_nng_dial(c->sock, a->url);
+  if (rc == 0)
+    return 0;
+  fprintf(stderr, "accelctl: cannot reach acceld at %s: %s (is acceld running?)\n", a->url,
+          accel_strerror(rc));
+  nng_close(c->sock);
+  nng_fini();
+  return 1;
 }
 
-/* Checks the reply frame; on success *data points into m's body. */
-static int decode_reply(nng_msg *m, uint64_t request_id, int32_t *status, proto_bytes *data) {
+static int dial(const ctl_args *a, ctl_conn *c) {
+  memset(c, 0, sizeof *c);
+  c->fd = -1;
+  const char *path = proto_local_path(a->url);
+  if (path == NULL)
+    return dial_nng(a, c);
+  c->fd = proto_local_connect(path);
+  if (c->fd >= 0)
+    return 0;
+  fprintf(stderr, "accelctl: cannot reach acceld at %s: %s (is acceld running?)\n", a->url,
+          accel_strerror(c->fd));
+  return 1;
+}
+
+static void hang_up(ctl_conn *c) {
+  free(c->reply);
+  if (c->fd >= 0) {
+    close(c->fd);
+    return;
+  }
+  nng_close(c->sock);
+  nng_fini(); /* nng's threads end here, not after exit (valgrind counts them otherwise) */
+}
+
+/* Checks the reply frame; on success *data points into it. */
+static int decode_reply(const ctl_conn *c, uint64_t request_id, int32_t *status,
+                        proto_bytes *data) {
   proto_header h;
-  const uint8_t *p = nng_msg_body(m);
-  int rc = proto_decode_header(p, nng_msg_len(m), REPLY_MAX, &h);
+  int rc = proto_decode_header(c->reply, c->reply_len, REPLY_MAX, &h);
   if (rc == 0 && (h.type != PROTO_REPLY || h.request_id != request_id))
     rc = ACCEL_EPROTO;
   if (rc == 0)
-    rc = proto_decode_reply(p + PROTO_HEADER_SIZE, h.body_len, status, data);
+    rc = proto_decode_reply(c->reply + PROTO_HEADER_SIZE, h.body_len, status, data);
   return rc;
 }
 
-static int roundtrip(nng_socket s, const ctl_args *a, const proto_control_req *req,
-                     nng_msg **reply) {
+static int exchange_nng(ctl_conn *c, const proto_out *o) {
+  nng_msg *m;
+  int rv = nng_send(c->sock, o->data, o->len, 0);
+  if (rv == 0)
+    rv = nng_recvmsg(c->sock, &m, 0);
+  if (rv != 0)
+    return rv == NNG_ETIMEDOUT ? ACCEL_ETIMEDOUT : ACCEL_ECLOSED;
+  c->reply_len = nng_msg_len(m);
+  c->reply = malloc(c->reply_len ? c->reply_len : 1);
+  if (c->reply)
+    memcpy(c->reply, nng_msg_body(m), c->reply_len);
+  nng_msg_free(m);
+  return c->reply ? 0 : ACCEL_ENOMEM;
+}
+
+static int exchange_local(ctl_conn *c, const ctl_args *a, const proto_out *o) {
+  int rc = proto_local_send(c->fd, o->data, o->len, -1);
+  long long n = rc == 0 ? proto_local_recv_frame(c->fd, &c->reply, &c->reply_cap,
+                                                 REPLY_MAX - PROTO_HEADER_SIZE, a->timeout_ms)
+                        : rc;
+  if (n < 0)
+    return (int)n;
+  c->reply_len = (size_t)n;
+  return 0;
+}
+
+static int roundtrip(ctl_conn *c, const ctl_args *a, const proto_control_req *req) {
   proto_out o;
   proto_out_init(&o);
   int rc = proto_encode_control(&o, 1, req);
-  int rv = rc == 0 ? nng_send(s, o.data, o.len, 0) : NNG_ENOMEM;
+  if (rc == 0)
+    rc = c->fd >= 0 ? exchange_local(c, a, &o) : exchange_nng(c, &o);
   proto_out_free(&o);
-  if (rv == 0)
-    rv = nng_recvmsg(s, reply, 0);
-  if (rv == 0)
+  if (rc == 0)
     return 0;
   fprintf(stderr, "accelctl: %s: no answer from acceld at %s: %s\n", a->command, a->url,
-          nng_strerror(rv));
+          accel_strerror(rc));
   return 1;
 }
 
@@ -140,10 +199,10 @@ static const char *explain(const ctl_args *a, int status) {
   return accel_strerror(status);
 }
 
-static int print_reply(const ctl_args *a, nng_msg *m, double us) {
+static int print_reply(const ctl_args *a, const ctl_conn *c, double us) {
   int32_t status;
   proto_bytes data;
-  if (decode_reply(m, 1, &status, &data) != 0) {
+  if (decode_reply(c, 1, &status, &data) != 0) {
     fprintf(stderr, "accelctl: %s: malformed reply from %s\n", a->command, a->url);
     return 1;
   }
@@ -196,18 +255,14 @@ int main(int argc, char **argv) {
     usage(stderr);
     return 2;
   }
-  nng_socket s;
-  if (dial(&a, &s) != 0)
+  ctl_conn c;
+  if (dial(&a, &c) != 0)
     return 1;
-  nng_msg *reply = NULL;
   double t0 = now_us();
-  int rc = roundtrip(s, &a, &req, &reply);
+  int rc = roundtrip(&c, &a, &req);
   double us = now_us() - t0;
-  if (rc == 0) {
-    rc = print_reply(&a, reply, us);
-    nng_msg_free(reply);
-  }
-  nng_close(s);
-  nng_fini(); /* nng's threads end here, not after exit (valgrind counts them otherwise) */
+  if (rc == 0)
+    rc = print_reply(&a, &c, us);
+  hang_up(&c);
   return rc;
 }

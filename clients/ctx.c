@@ -50,7 +50,8 @@ int accel_open(accel_ctx **out, const char *url) {
   int rc;
   if (url == NULL || strncmp(url, "embedded:", 9) == 0)
     rc = client_embedded_open(ctx, url ? url + 9 : "");
-  else if (strncmp(url, "ipc://", 6) == 0 || strncmp(url, "tcp://", 6) == 0)
+  else if (strncmp(url, "ipc://", 6) == 0 || strncmp(url, "unix://", 7) == 0 ||
+           strncmp(url, "tcp://", 6) == 0 || strncmp(url, "tls+tcp://", 10) == 0)
     rc = client_remote_open(ctx, url);
   else
     rc = strstr(url, "://") ? ACCEL_ENOTSUP : ACCEL_EINVAL;

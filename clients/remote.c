@@ -1,28 +1,23 @@
-/* The remote transport: ops travel to acceld over nng ("ipc://", "tcp://"), many in flight,
- * replies matched by request id in any order.
- *
- * The socket is a raw req0 socket: nng adds no retries and no one-request-at-a-time rule; the
- * 32-bit nng request id in the message header is ours (the frame's id with the high bit set)
- * and the daemon's raw rep socket echoes it back. One nng aio receives replies; its callback
- * (an nng thread) completes futures, which run `then` callbacks on the context's own small
- * runtime. When the connection to the daemon is lost, every pending op completes with
- * ACCEL_ECLOSED and later calls fail the same way: the daemon freed the session's buffers. */
-#include <nng/nng.h>
-#include <nng/protocol/reqrep0/req.h>
+/* The remote transport: ops travel to acceld, many in flight, replies matched by request id
+ * in any order (clients/remote.h). The bytes go through a link: the daemon's own local
+ * transport for ipc:// and unix:// URLs (remote_local.c), nng for tcp:// and tls+tcp://
+ * (remote_nng.c). Futures complete on the link's receiving thread and run `then` callbacks
+ * on the context's own small runtime. When the connection is lost, every pending op
+ * completes with ACCEL_ECLOSED (or the reason the daemon gave) and later calls fail the same
+ * way: the daemon freed the session's buffers. */
+#include "clients/remote.h"
+
 #include <stdlib.h>
 #include <string.h>
 
 #include "actors/world.h"
-#include "clients/ctx.h"
-#include "clients/remote_dial.h"
-#include "proto/wire.h"
 
-#define BUCKETS 4096u
 #define HELLO_TIMEOUT_MS 5000
+#define PRE_WELCOME_MAX_BODY (1u << 20) /* until the daemon says its limit */
 
 typedef enum pending_kind { PENDING_OP, PENDING_CONTROL } pending_kind;
 
-typedef struct pending {
+struct pending {
   struct pending *next;
   uint64_t id;
   pending_kind kind;
@@ -31,58 +26,14 @@ typedef struct pending {
   uint8_t *data;           /* PENDING_CONTROL: a copy of the reply's data */
   size_t len;
   uint16_t expect;         /* PENDING_CONTROL: the frame type it waits for */
-} pending;
-
-typedef struct remote {
-  nng_socket sock;
-  nng_aio *rx;
-  pthread_mutex_t mu;
-  pending *table[BUCKETS];
-  uint64_t next_id;
-  bool dead;
-  bool nng_used;
-  proto_welcome welcome;
-  uint32_t received, acked; /* nng messages received; the count last acknowledged (receiver) */
-} remote;
-
-static remote *impl_of(accel_ctx *ctx) {
-  return ctx->impl;
-}
-
-/* nng starts threads of its own with the first socket, which outlive every context (and
- * show as leaks). nng 1.5 cannot be used again after nng_fini(), so it is finalised only when
- * the library is unloaded (at process exit), if this library used it and no context is open. */
-static pthread_mutex_t nng_users_mu = PTHREAD_MUTEX_INITIALIZER;
-static unsigned nng_users;
-static bool nng_used_ever;
-
-static void nng_user_add(void) {
-  pthread_mutex_lock(&nng_users_mu);
-  nng_users++;
-  nng_used_ever = true;
-  pthread_mutex_unlock(&nng_users_mu);
-}
-
-static void nng_user_remove(void) {
-  pthread_mutex_lock(&nng_users_mu);
-  nng_users--;
-  pthread_mutex_unlock(&nng_users_mu);
-}
-
-__attribute__((destructor)) static void nng_finalise_at_exit(void) {
-  pthread_mutex_lock(&nng_users_mu);
-  bool fini = nng_used_ever && nng_users == 0;
-  pthread_mutex_unlock(&nng_users_mu);
-  if (fini)
-    nng_fini();
-}
+};
 
 /* ---- the pending table ---- */
 
 static void pending_put(remote *r, pending *p) {
   pthread_mutex_lock(&r->mu);
   p->id = ++r->next_id;
-  pending **head = &r->table[p->id % BUCKETS];
+  pending **head = &r->table[p->id % REMOTE_BUCKETS];
   p->next = *head;
   *head = p;
   pthread_mutex_unlock(&r->mu);
@@ -90,7 +41,7 @@ static void pending_put(remote *r, pending *p) {
 
 static pending *pending_take(remote *r, uint64_t id) {
   pthread_mutex_lock(&r->mu);
-  pending **link = &r->table[id % BUCKETS];
+  pending **link = &r->table[id % REMOTE_BUCKETS];
   while (*link && (*link)->id != id)
     link = &(*link)->next;
   pending *p = *link;
@@ -134,13 +85,13 @@ static void finish_pending(accel_ctx *ctx, pending *p, int status, proto_bytes d
   accel_future_release(done);   /* the receiver's reference */
 }
 
-/* The daemon is gone: every pending request completes with ACCEL_ECLOSED. */
-static void fail_all(accel_ctx *ctx) {
-  remote *r = impl_of(ctx);
+void remote_on_lost(accel_ctx *ctx) {
+  remote *r = remote_of(ctx);
+  int why = atomic_load(&r->conn_error);
   pthread_mutex_lock(&r->mu);
   r->dead = true;
   pthread_mutex_unlock(&r->mu);
-  for (uint32_t b = 0; b < BUCKETS; b++) {
+  for (uint32_t b = 0; b < REMOTE_BUCKETS; b++) {
     for (;;) {
       pthread_mutex_lock(&r->mu);
       pending *p = r->table[b];
@@ -149,23 +100,35 @@ static void fail_all(accel_ctx *ctx) {
       pthread_mutex_unlock(&r->mu);
       if (p == NULL)
         break;
-      finish_pending(ctx, p, ACCEL_ECLOSED, (proto_bytes){NULL, 0});
+      finish_pending(ctx, p, why ? why : ACCEL_ECLOSED, (proto_bytes){NULL, 0});
     }
   }
 }
 
-/* ---- receiving (an nng thread) ---- */
+/* ---- receiving (the link's thread) ---- */
 
-static void handle_frame(accel_ctx *ctx, const uint8_t *frame, size_t len) {
-  remote *r = impl_of(ctx);
+/* A REPLY with request id 0 is about the connection itself (refused: not allowed, draining):
+ * the daemon closes it next, and pending requests complete with that reason. */
+static void connection_reply(remote *r, const uint8_t *body, uint32_t len) {
+  int32_t status;
+  proto_bytes data;
+  if (proto_decode_reply(body, len, &status, &data) == 0 && status < 0)
+    atomic_store(&r->conn_error, status);
+}
+
+void remote_on_frame(accel_ctx *ctx, const uint8_t *frame, size_t len) {
+  remote *r = remote_of(ctx);
   proto_header h;
-  uint32_t max = r->welcome.limits.max_message ? r->welcome.limits.max_message : UINT32_MAX;
-  if (proto_decode_header(frame, len, max, &h) != 0)
+  if (proto_decode_header(frame, len, atomic_load(&r->max_body) + PROTO_HEADER_SIZE, &h) != 0)
     return; /* not ours to answer: drop it */
+  const uint8_t *body = frame + PROTO_HEADER_SIZE;
+  if (h.request_id == 0 && h.type == PROTO_REPLY) {
+    connection_reply(r, body, h.body_len);
+    return;
+  }
   pending *p = pending_take(r, h.request_id);
   if (p == NULL)
     return;
-  const uint8_t *body = frame + PROTO_HEADER_SIZE;
   int32_t status = ACCEL_EPROTO;
   proto_bytes data = {NULL, 0};
   if (h.type == PROTO_REPLY && proto_decode_reply(body, h.body_len, &status, &data) != 0)
@@ -175,72 +138,21 @@ static void handle_frame(accel_ctx *ctx, const uint8_t *frame, size_t len) {
   finish_pending(ctx, p, status, data);
 }
 
-static int send_frame(remote *r, const proto_out *o, uint64_t id);
-
-/* The daemon keeps at most PROTO_ACK_WINDOW messages unacknowledged (beyond that nng would
- * drop them): tell it every PROTO_ACK_EVERY messages how many have arrived. */
-static void acknowledge(remote *r) {
-  if (++r->received - r->acked < PROTO_ACK_EVERY)
-    return;
-  proto_out o;
-  proto_out_init(&o);
-  proto_control_req c = {PROTO_CTL_ACK, r->received};
-  if (proto_encode_control(&o, 0, &c) == 0 && send_frame(r, &o, 0) == 0)
-    r->acked = r->received;
-  proto_out_free(&o);
-}
-
-/* One message may hold several frames back to back (PROTO_CAP_BATCH). */
-static void handle_message(accel_ctx *ctx, const uint8_t *p, size_t len) {
+void remote_on_message(accel_ctx *ctx, const uint8_t *p, size_t len) {
   while (len > 0) {
     size_t n = proto_next_frame(p, len);
     if (n == 0)
       return; /* not a whole frame: malformed, drop the rest */
-    handle_frame(ctx, p, n);
+    remote_on_frame(ctx, p, n);
     p += n;
     len -= n;
   }
 }
 
-static void on_receive(void *arg) {
-  accel_ctx *ctx = arg;
-  remote *r = impl_of(ctx);
-  int rv = nng_aio_result(r->rx);
-  if (rv == NNG_ECLOSED || rv == NNG_ECANCELED)
-    return;
-  if (rv == 0) {
-    nng_msg *msg = nng_aio_get_msg(r->rx);
-    handle_message(ctx, nng_msg_body(msg), nng_msg_len(msg));
-    nng_msg_free(msg);
-    acknowledge(r);
-  }
-  nng_recv_aio(r->sock, r->rx);
-}
-
-static void on_pipe_gone(nng_pipe pipe, nng_pipe_ev ev, void *arg) {
-  fail_all(arg);
-}
-
 /* ---- sending ---- */
 
-static int send_frame(remote *r, const proto_out *o, uint64_t id) {
-  nng_msg *msg;
-  if (nng_msg_alloc(&msg, 0) != 0)
-    return ACCEL_ENOMEM;
-  if (nng_msg_header_append_u32(msg, (uint32_t)id | 0x80000000u) != 0 ||
-      nng_msg_append(msg, o->data, o->len) != 0) {
-    nng_msg_free(msg);
-    return ACCEL_ENOMEM;
-  }
-  if (nng_sendmsg(r->sock, msg, 0) != 0) {
-    nng_msg_free(msg);
-    return ACCEL_ECLOSED;
-  }
-  return 0;
-}
-
 static int remote_send(accel_ctx *ctx, dev_op *op) {
-  remote *r = impl_of(ctx);
+  remote *r = remote_of(ctx);
   pending *p = calloc(1, sizeof *p);
   if (p == NULL)
     return ACCEL_ENOMEM;
@@ -260,12 +172,12 @@ static int remote_send(accel_ctx *ctx, dev_op *op) {
     rc = ACCEL_ECLOSED;
   pthread_mutex_unlock(&r->mu);
   if (rc == 0)
-    rc = send_frame(r, &o, p->id);
+    rc = r->link->send(r, o.data, o.len, p->id);
   proto_out_free(&o);
   if (rc != 0 && pending_take(r, p->id) == p)
     free(p); /* not sent: the op stays the caller's */
   else if (rc != 0)
-    rc = 0; /* fail_all already finished it */
+    rc = 0; /* the connection was lost meanwhile: remote_on_lost finished it */
   return rc;
 }
 
@@ -282,7 +194,7 @@ static pending *waited_pending(accel_ctx *ctx, uint16_t expect) {
     return NULL;
   }
   accel_future_retain(p->done);
-  pending_put(impl_of(ctx), p);
+  pending_put(remote_of(ctx), p);
   return p;
 }
 
@@ -298,112 +210,107 @@ static void waited_free(remote *r, pending *p, bool answered) {
   free(p);
 }
 
-/* Sends one control frame and waits for its answer. On success *out (may be NULL) receives a
- * malloc'd copy of the reply's data. */
+/* Sends the encoded request of p and waits for its answer (timeout_ms < 0: for ever);
+ * *answered says whether it came. A send that fails on a connection already lost reports
+ * why the daemon closed it, when it said so. The caller frees p with waited_free. */
+static int request(accel_ctx *ctx, pending *p, proto_out *o, int timeout_ms, bool *answered) {
+  remote *r = remote_of(ctx);
+  int rc = o->err ? o->err : r->link->send(r, o->data, o->len, p->id);
+  proto_out_free(o);
+  *answered = false;
+  if (rc == ACCEL_ECLOSED && atomic_load(&r->conn_error) != 0)
+    rc = atomic_load(&r->conn_error);
+  if (rc != 0)
+    return rc;
+  rc = accel_future_wait(p->done, timeout_ms);
+  *answered = rc != ACCEL_ETIMEDOUT;
+  return rc;
+}
+
+/* One control frame and its answer. On success *out (may be NULL) receives a malloc'd copy
+ * of the reply's data. */
 static int control(accel_ctx *ctx, uint32_t command, uint64_t arg, uint8_t **out,
                    size_t *out_len) {
-  remote *r = impl_of(ctx);
   pending *p = waited_pending(ctx, PROTO_REPLY);
   if (p == NULL)
     return ACCEL_ENOMEM;
-  int rc;
   proto_out o;
   proto_out_init(&o);
   proto_control_req c = {command, arg};
-  rc = proto_encode_control(&o, p->id, &c);
-  if (rc == 0)
-    rc = send_frame(r, &o, p->id);
-  proto_out_free(&o);
-  if (rc != 0) {
-    waited_free(r, p, false);
-    return rc;
-  }
-  rc = accel_future_wait(p->done, -1);
+  proto_encode_control(&o, p->id, &c);
+  bool answered;
+  int rc = request(ctx, p, &o, -1, &answered);
   if (rc == 0 && out) {
     *out = p->data;
     *out_len = p->len;
     p->data = NULL;
   }
-  waited_free(r, p, true);
+  waited_free(remote_of(ctx), p, answered);
   return rc;
 }
 
-/* ---- open: dial, HELLO, WELCOME ---- */
+/* ---- open: connect, HELLO, WELCOME ---- */
+
+static void take_welcome(accel_ctx *ctx, remote *r) {
+  atomic_store(&r->max_body, r->welcome.limits.max_message);
+  /* room for the frame's header, the op's head and buffers, the payload */
+  uint32_t max = r->welcome.limits.max_message;
+  ctx->max_op_bytes = max > 8192 ? max - 4096 : max / 2;
+}
 
 static int hello(accel_ctx *ctx) {
-  remote *r = impl_of(ctx);
+  remote *r = remote_of(ctx);
   pending *p = waited_pending(ctx, PROTO_WELCOME);
   if (p == NULL)
     return ACCEL_ENOMEM;
-  int rc;
   proto_out o;
   proto_out_init(&o);
-  proto_hello h = {.version = PROTO_VERSION, .capabilities = PROTO_CAP_BATCH | PROTO_CAP_ACK,
-                   .name = "libaccel"};
-  rc = proto_encode_hello(&o, p->id, &h);
-  if (rc == 0)
-    rc = send_frame(r, &o, p->id);
-  proto_out_free(&o);
-  if (rc != 0) {
-    waited_free(r, p, false);
-    return rc;
-  }
-  rc = accel_future_wait(p->done, HELLO_TIMEOUT_MS);
-  if (rc == ACCEL_ETIMEDOUT) {
-    waited_free(r, p, false);
-    return rc;
-  }
+  proto_hello h = {.version = PROTO_VERSION, .capabilities = r->link->caps, .name = "libaccel"};
+  proto_encode_hello(&o, p->id, &h);
+  bool answered;
+  int rc = request(ctx, p, &o, HELLO_TIMEOUT_MS, &answered);
   if (rc == 0 && proto_decode_welcome(p->data, p->len, &r->welcome) != 0)
     rc = ACCEL_EPROTO;
   if (rc == 0 && r->welcome.version != PROTO_VERSION)
     rc = ACCEL_EPROTO;
-  if (rc == 0) /* room for the frame's header, the op's head and buffers, the payload */
-    ctx->max_op_bytes = r->welcome.limits.max_message > 4096 ? r->welcome.limits.max_message - 4096 : 0;
-  waited_free(r, p, true);
+  if (rc == 0)
+    take_welcome(ctx, r);
+  waited_free(r, p, answered);
   return rc;
 }
 
-static int connect_socket(accel_ctx *ctx, const char *url) {
-  remote *r = impl_of(ctx);
-  nng_user_add();
-  r->nng_used = true;
-  if (nng_req0_open_raw(&r->sock) != 0)
-    return ACCEL_ESYS;
-  nng_pipe_notify(r->sock, NNG_PIPE_EV_REM_POST, on_pipe_gone, ctx);
-  if (nng_aio_alloc(&r->rx, on_receive, ctx) != 0)
-    return ACCEL_ENOMEM;
-  /* nng refuses messages over 1 MiB by default (closing the connection): a read's reply is
-   * as large as the daemon's max_message allows, which it enforces itself. */
-  nng_socket_set_size(r->sock, NNG_OPT_RECVMAXSZ, 0);
-  int rc = client_nng_dial(r->sock, url);
-  if (rc != 0)
-    return rc;
-  nng_recv_aio(r->sock, r->rx);
-  return 0;
+/* After the link has closed: nothing receives any more. */
+static void remote_free(accel_ctx *ctx) {
+  remote *r = remote_of(ctx);
+  r->link->close(ctx);
+  remote_on_lost(ctx);
+  pthread_mutex_destroy(&r->mu);
+  pthread_mutex_destroy(&r->send_mu);
+  free(r);
 }
 
-static void remote_free(accel_ctx *ctx) {
-  remote *r = impl_of(ctx);
-  if (r->rx)
-    nng_aio_stop(r->rx); /* first: on_receive would re-arm it on a closing socket */
-  nng_close(r->sock);    /* after this no callback of ours runs again */
-  if (r->rx)
-    nng_aio_free(r->rx);
-  fail_all(ctx);
-  if (r->nng_used)
-    nng_user_remove();
-  pthread_mutex_destroy(&r->mu);
-  free(r);
+static void open_failed(accel_ctx *ctx) {
+  remote_free(ctx);
+  accel_runtime_destroy(ctx->rt);
+  pthread_mutex_destroy(&ctx->mu);
+  pthread_mutex_destroy(&ctx->done_mu);
+  pthread_cond_destroy(&ctx->done_cv);
+  free(ctx->handles);
 }
 
 int client_remote_open(accel_ctx *ctx, const char *url) {
   remote *r = calloc(1, sizeof *r);
   if (r == NULL)
     return ACCEL_ENOMEM;
+  r->fd = -1;
+  r->link = proto_local_path(url) ? &remote_local_link : &remote_nng_link;
+  atomic_init(&r->max_body, PRE_WELCOME_MAX_BODY);
   pthread_mutex_init(&r->mu, NULL);
+  pthread_mutex_init(&r->send_mu, NULL);
   int rc = client_ctx_init(ctx, CLIENT_DEFAULT_MAX_BUFFERS);
   if (rc != 0) {
     pthread_mutex_destroy(&r->mu);
+    pthread_mutex_destroy(&r->send_mu);
     free(r);
     return rc;
   }
@@ -413,24 +320,18 @@ int client_remote_open(accel_ctx *ctx, const char *url) {
   if (rc == 0)
     rc = accel_runtime_start(ctx->rt);
   if (rc == 0)
-    rc = connect_socket(ctx, url);
+    rc = r->link->open(ctx, url);
   if (rc == 0)
     rc = hello(ctx);
-  if (rc != 0) {
-    remote_free(ctx);
-    accel_runtime_destroy(ctx->rt);
-    pthread_mutex_destroy(&ctx->mu);
-    pthread_mutex_destroy(&ctx->done_mu);
-    pthread_cond_destroy(&ctx->done_cv);
-    free(ctx->handles);
-  }
+  if (rc != 0)
+    open_failed(ctx);
   return rc;
 }
 
 /* ---- the rest of the transport ---- */
 
 static int remote_device_count(accel_ctx *ctx) {
-  return (int)impl_of(ctx)->welcome.device_count;
+  return (int)remote_of(ctx)->welcome.device_count;
 }
 
 static int remote_device_info(accel_ctx *ctx, accel_device dev,

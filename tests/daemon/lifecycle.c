@@ -1,5 +1,6 @@
 /* acceld as a service: configuration, socket permissions, detaching, fault injection,
  * SIGTERM draining ops in flight, SIGHUP reloading. */
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 
@@ -64,8 +65,10 @@ TEST(detaches_when_not_foreground) {
   proto_out_free(&o);
   nng_msg *m;
   CHECK_EQ(td_recv(&c, &m, 5000), 0);
-  uint64_t pid = 0;
-  int rv = nng_pipe_get_uint64(nng_msg_get_pipe(m), NNG_OPT_IPC_PEER_PID, &pid);
+  struct ucred cr; /* the daemon's pid, from the local socket's peer credentials */
+  socklen_t crlen = sizeof cr;
+  int rv = getsockopt(c.fd, SOL_SOCKET, SO_PEERCRED, &cr, &crlen);
+  uint64_t pid = (uint64_t)cr.pid;
   nng_msg_free(m);
   td_client_close(&c);
   CHECK_EQ(rv, 0);

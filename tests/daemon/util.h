@@ -54,15 +54,19 @@ long td_status_field(td_daemon *d, const char *key);
 /* ---- the wire protocol by hand ---- */
 
 typedef struct td_client {
-  nng_socket sock;
+  int fd;           /* >= 0: the daemon's local transport (ipc://) */
+  nng_socket sock;  /* else nng (tcp://) */
   uint64_t next_id;
+  uint8_t *rbuf;    /* local: the frame being read */
+  size_t rcap;
 } td_client;
 
 void td_client_open(td_client *c, const char *url);
 void td_client_close(td_client *c);
 /* Sends raw bytes as one frame (nng request id = id | 0x80000000). */
 void td_send_raw(td_client *c, const void *bytes, size_t len, uint64_t id);
-/* Receives one frame; 0, or NNG_ETIMEDOUT / another nng error. */
+/* Receives one frame; 0, or NNG_ETIMEDOUT, or NNG_ECLOSED (the daemon closed a local
+ * connection) / another nng error. */
 int td_recv(td_client *c, nng_msg **m, int timeout_ms);
 /* Decodes a REPLY: the status; *data (may be NULL) points into m. Fails the test if the
  * frame is not a well-formed reply to `id`. */

@@ -1,0 +1,62 @@
+/* The local link of the remote transport (clients/remote.h): the daemon's own Unix-socket
+ * transport for ipc:// and unix:// URLs (proto/local.h). A stream carries whole frames, so
+ * nothing is dropped and no acknowledgements are needed; one thread per context reads
+ * replies; senders write whole frames under a mutex. Closing shuts the socket down, which
+ * ends the reading thread at once, whatever the daemon does: accel_close() cannot hang. */
+#include <stdlib.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "clients/remote.h"
+
+static void *receiver(void *arg) {
+  accel_ctx *ctx = arg;
+  remote *r = remote_of(ctx);
+  for (;;) {
+    const uint8_t *frame;
+    long long n = proto_reader_next(&r->reader, r->fd, atomic_load(&r->max_body), &frame);
+    if (n < 0)
+      break; /* closed, or bytes that are not a frame of ours: the stream is lost */
+    remote_on_frame(ctx, frame, (size_t)n);
+  }
+  remote_on_lost(ctx);
+  return NULL;
+}
+
+static int local_open(accel_ctx *ctx, const char *url) {
+  remote *r = remote_of(ctx);
+  int fd = proto_local_connect(proto_local_path(url));
+  if (fd < 0)
+    return fd;
+  r->fd = fd;
+  if (pthread_create(&r->rx, NULL, receiver, ctx) != 0)
+    return ACCEL_ESYS;
+  r->rx_started = true;
+  return 0;
+}
+
+static int local_send(remote *r, const uint8_t *bytes, size_t len, uint64_t id) {
+  pthread_mutex_lock(&r->send_mu);
+  int rc = proto_local_send(r->fd, bytes, len, -1);
+  pthread_mutex_unlock(&r->send_mu);
+  return rc;
+}
+
+static void local_close(accel_ctx *ctx) {
+  remote *r = remote_of(ctx);
+  if (r->fd >= 0)
+    shutdown(r->fd, SHUT_RDWR); /* wakes the receiver and any blocked sender */
+  if (r->rx_started)
+    pthread_join(r->rx, NULL);
+  if (r->fd >= 0)
+    close(r->fd);
+  r->fd = -1;
+  proto_reader_free(&r->reader);
+}
+
+const remote_link remote_local_link = {
+    .open = local_open,
+    .send = local_send,
+    .close = local_close,
+    .caps = PROTO_CAP_BATCH,
+};

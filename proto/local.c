@@ -1,0 +1,195 @@
+/* The local transport's stream, client side (proto/local.h). */
+#include "proto/local.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "proto/wire.h"
+
+const char *proto_local_path(const char *url) {
+  if (url == NULL)
+    return NULL;
+  if (strncmp(url, "ipc://", 6) == 0)
+    return url + 6;
+  if (strncmp(url, "unix://", 7) == 0)
+    return url + 7;
+  return NULL;
+}
+
+int proto_local_connect(const char *path) {
+  struct sockaddr_un sa = {.sun_family = AF_UNIX};
+  if (path == NULL || strlen(path) >= sizeof sa.sun_path)
+    return ACCEL_EINVAL;
+  strcpy(sa.sun_path, path);
+  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0)
+    return ACCEL_ESYS;
+  if (connect(fd, (struct sockaddr *)&sa, sizeof sa) != 0) {
+    int e = errno;
+    close(fd);
+    return e == EACCES || e == EPERM ? ACCEL_EPERM : ACCEL_ECLOSED;
+  }
+  return fd;
+}
+
+/* The first chunk of a send, with a descriptor attached. */
+static ssize_t send_with_fd(int fd, const void *bytes, size_t len, int fd_pass) {
+  union {
+    char buf[CMSG_SPACE(sizeof(int))];
+    struct cmsghdr align;
+  } u;
+  memset(&u, 0, sizeof u);
+  struct iovec iov = {.iov_base = (void *)bytes, .iov_len = len};
+  struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf,
+                      .msg_controllen = sizeof u.buf};
+  struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
+  cm->cmsg_level = SOL_SOCKET;
+  cm->cmsg_type = SCM_RIGHTS;
+  cm->cmsg_len = CMSG_LEN(sizeof(int));
+  memcpy(CMSG_DATA(cm), &fd_pass, sizeof(int));
+  return sendmsg(fd, &mh, MSG_NOSIGNAL);
+}
+
+int proto_local_send(int fd, const void *bytes, size_t len, int fd_pass) {
+  const uint8_t *p = bytes;
+  while (len > 0) {
+    ssize_t n = fd_pass >= 0 ? send_with_fd(fd, p, len, fd_pass)
+                             : send(fd, p, len, MSG_NOSIGNAL);
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n <= 0)
+      return ACCEL_ECLOSED;
+    fd_pass = -1; /* it went with the first byte */
+    p += n;
+    len -= (size_t)n;
+  }
+  return 0;
+}
+
+static int wait_readable(int fd, int timeout_ms) {
+  struct pollfd pf = {.fd = fd, .events = POLLIN};
+  for (;;) {
+    int n = poll(&pf, 1, timeout_ms);
+    if (n > 0)
+      return 0;
+    if (n == 0)
+      return ACCEL_ETIMEDOUT;
+    if (errno != EINTR)
+      return ACCEL_ECLOSED;
+  }
+}
+
+/* Reads exactly len bytes. */
+static int read_all(int fd, uint8_t *p, size_t len, int timeout_ms) {
+  while (len > 0) {
+    if (timeout_ms >= 0) {
+      int rc = wait_readable(fd, timeout_ms);
+      if (rc != 0)
+        return rc;
+    }
+    ssize_t n = recv(fd, p, len, 0);
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n <= 0)
+      return ACCEL_ECLOSED;
+    p += n;
+    len -= (size_t)n;
+  }
+  return 0;
+}
+
+static uint32_t le32(const uint8_t *p) {
+  return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+long long proto_local_recv_frame(int fd, uint8_t **buf, size_t *cap, uint32_t max_body,
+                                 int timeout_ms) {
+  uint8_t head[PROTO_HEADER_SIZE];
+  int rc = read_all(fd, head, sizeof head, timeout_ms);
+  if (rc != 0)
+    return rc;
+  uint32_t body = le32(head + 12);
+  if (le32(head) != PROTO_MAGIC || body > max_body)
+    return ACCEL_EPROTO;
+  size_t len = PROTO_HEADER_SIZE + (size_t)body;
+  if (*cap < len) {
+    uint8_t *p = realloc(*buf, len);
+    if (p == NULL)
+      return ACCEL_ENOMEM;
+    *buf = p;
+    *cap = len;
+  }
+  memcpy(*buf, head, sizeof head);
+  rc = read_all(fd, *buf + PROTO_HEADER_SIZE, body, timeout_ms);
+  return rc != 0 ? rc : (long long)len;
+}
+
+/* ---- the buffered reader ---- */
+
+#define READER_MIN (256u << 10)
+
+/* Room for `need` bytes from rd->at: the unread bytes move to the front, the buffer grows. */
+static int reader_room(proto_reader *rd, size_t need) {
+  if (rd->at > 0) {
+    memmove(rd->buf, rd->buf + rd->at, rd->len - rd->at);
+    rd->len -= rd->at;
+    rd->at = 0;
+  }
+  size_t cap = need < READER_MIN ? READER_MIN : need;
+  if (rd->cap >= cap)
+    return 0;
+  uint8_t *p = realloc(rd->buf, cap);
+  if (p == NULL)
+    return ACCEL_ENOMEM;
+  rd->buf = p;
+  rd->cap = cap;
+  return 0;
+}
+
+/* Reads until `need` bytes from rd->at are in the buffer. */
+static int reader_fill(proto_reader *rd, int fd, size_t need) {
+  if (rd->len - rd->at >= need)
+    return 0;
+  if (rd->cap - rd->at < need) {
+    int rc = reader_room(rd, need);
+    if (rc != 0)
+      return rc;
+  }
+  while (rd->len - rd->at < need) {
+    ssize_t n = recv(fd, rd->buf + rd->len, rd->cap - rd->len, 0);
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n <= 0)
+      return ACCEL_ECLOSED;
+    rd->len += (size_t)n;
+  }
+  return 0;
+}
+
+long long proto_reader_next(proto_reader *rd, int fd, uint32_t max_body,
+                            const uint8_t **frame) {
+  int rc = reader_fill(rd, fd, PROTO_HEADER_SIZE);
+  if (rc != 0)
+    return rc;
+  const uint8_t *head = rd->buf + rd->at;
+  uint32_t body = le32(head + 12);
+  if (le32(head) != PROTO_MAGIC || body > max_body)
+    return ACCEL_EPROTO;
+  size_t len = PROTO_HEADER_SIZE + (size_t)body;
+  rc = reader_fill(rd, fd, len);
+  if (rc != 0)
+    return rc;
+  *frame = rd->buf + rd->at;
+  rd->at += len;
+  return (long long)len;
+}
+
+void proto_reader_free(proto_reader *rd) {
+  free(rd->buf);
+  memset(rd, 0, sizeof *rd);
+}

@@ -1,0 +1,53 @@
+/* The local transport's stream, client side (the daemon's side is actors/server_local.c).
+ *
+ * A local connection is a Unix stream socket carrying whole frames back to back: a frame is
+ * self-delimiting (its header's body_len), so the stream needs no framing of its own and no
+ * routing header. This replaces nng 1.5.2's ipc:// transport, which one stray connect can lock
+ * and dying clients can wedge (docs/ARCHITECTURE.md, "The local transport"). The socket
+ * also carries descriptors (SCM_RIGHTS) for the shared-memory data plane.
+ *
+ * Blocking calls for clients (libaccel's remote transport, accelctl, tests); thread-safe as
+ * far as the kernel's socket calls are (one writer at a time per socket is the caller's
+ * job). */
+#ifndef PROTO_LOCAL_H
+#define PROTO_LOCAL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* The socket path of a local URL ("ipc://PATH" or "unix://PATH"), or NULL if `url` is not
+ * local. Points into url. */
+const char *proto_local_path(const char *url);
+
+/* Connects to the daemon's socket. The descriptor (close-on-exec) or ACCEL_ECLOSED (nothing
+ * listens there), ACCEL_EINVAL (path too long), ACCEL_EPERM (no permission). */
+int proto_local_connect(const char *path);
+
+/* Writes all `len` bytes (retrying short writes and EINTR; SIGPIPE never raised). 0 or
+ * ACCEL_ECLOSED. If `fd_pass` >= 0, that descriptor travels with the first byte
+ * (SCM_RIGHTS). */
+int proto_local_send(int fd, const void *bytes, size_t len, int fd_pass);
+
+/* Reads one whole frame into *buf (grown with realloc as needed, *cap its size; the
+ * caller frees it). A frame whose header is not ours or whose body exceeds `max_body` is
+ * ACCEL_EPROTO (the stream cannot be resynchronised: close it). `timeout_ms` < 0 waits for
+ * ever. Returns the frame's length, or ACCEL_ECLOSED (end of stream or error),
+ * ACCEL_ETIMEDOUT, ACCEL_ENOMEM. */
+long long proto_local_recv_frame(int fd, uint8_t **buf, size_t *cap, uint32_t max_body,
+                                 int timeout_ms);
+
+/* A buffered reader of frames: one recv() takes as many frames as the socket holds, so a
+ * burst of small replies costs one system call, not two per frame. */
+typedef struct proto_reader {
+  uint8_t *buf;
+  size_t len, cap; /* bytes in buf; its size */
+  size_t at;       /* the start of the next frame */
+} proto_reader;
+
+/* The next whole frame: *frame points into the reader's buffer until the next call. Same
+ * returns and rules as proto_local_recv_frame (waits for ever). proto_reader_free frees. */
+long long proto_reader_next(proto_reader *rd, int fd, uint32_t max_body,
+                            const uint8_t **frame);
+void proto_reader_free(proto_reader *rd);
+
+#endif
