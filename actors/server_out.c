@@ -81,12 +81,24 @@ static void mark_dirty(srv_server *s, srv_conn *c) {
   }
 }
 
+/* An nng pipe cannot be paused alone, and a client that never acknowledges makes even
+ * status replies pile up here: past twice its budget it is refused (its frames dropped
+ * unread, docs/PROTOCOL.md) until it hangs up. Local connections pause instead. */
+static void overflow_check(srv_server *s, srv_conn *c) {
+  if (c->link || c->refused || c->out_bytes <= 2 * srv_conn_budget(s))
+    return;
+  c->refused = true;
+  accel_log(ACCEL_LOG_WARN, "server", "pipe %u: %llu bytes of replies not taken: refused",
+            c->pipe, (unsigned long long)c->out_bytes);
+}
+
 void srv_conn_send(srv_server *s, srv_conn *c, nng_msg *m) {
   if (s->stopped || c->dead) {
     nng_msg_free(m);
     return;
   }
   c->out_bytes += nng_msg_len(m); /* until written (local) or acknowledged (nng) */
+  overflow_check(s, c);
   bool batched = (c->caps & PROTO_CAP_BATCH) && nng_msg_len(m) <= SRV_BATCH_COPY_MAX &&
                  batch_add(s, c, m) == 0;
   if (batched) {

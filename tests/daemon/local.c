@@ -1,0 +1,372 @@
+/* The local transport under hostile and careless peers: raw connects, half-written headers,
+ * silent clients, connect/close storms, clients that die with replies in flight, a second
+ * daemon on the same socket, peers outside the allowlist, a client that never reads. After
+ * each, a well-behaved client is served within 1 s, what the peer held is back to its
+ * baseline, the event is in the log, and SIGTERM ends the daemon cleanly. */
+#include <dirent.h>
+#include <sys/stat.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+
+#include "proto/local.h"
+#include "util.h"
+
+
+static void start(td_daemon *d, const char *config) {
+  td_prepare(d);
+  CHECK_EQ(chmod(d->dir, 0755), 0); /* other users reach the socket (the allowlist tests) */
+  td_write_config(d, config ? config : "");
+  td_start(d, NULL);
+}
+
+/* A full HELLO + create + write + read round by a fresh client, within 1 s. */
+static void served_within_1s(td_daemon *d) {
+  uint64_t t0 = test_now_ms();
+  td_client c;
+  td_client_open(&c, d->url);
+  CHECK_OK(td_hello(&c, NULL));
+  CHECK_OK(td_create(&c, td_handle(1, 1), ACCEL_U32, 4));
+  uint32_t v[4] = {1, 2, 3, 4}, back[4] = {0};
+  CHECK_OK(td_write_u32(&c, td_handle(1, 1), v, 4));
+  CHECK_OK(td_read_u32(&c, td_handle(1, 1), back, 4));
+  CHECK_EQ(memcmp(v, back, sizeof v), 0);
+  td_client_close(&c);
+  CHECK_LT(test_now_ms() - t0, 1000);
+}
+
+static void wait_log(td_daemon *d, const char *text) {
+  for (uint64_t t0 = test_now_ms(); !strstr(td_log(d), text); test_sleep_ms(20))
+    CHECK_LT(test_now_ms() - t0, 5000);
+}
+
+/* Waits until the status field is at most `want` (sessions and buffers go asynchronously). */
+static void wait_field(td_daemon *d, const char *key, long want) {
+  long v = -1;
+  for (uint64_t t0 = test_now_ms(); (v = td_status_field(d, key)) > want; test_sleep_ms(50))
+    if (test_now_ms() - t0 > 20000)
+      TEST_FAIL("%s stays at %ld (want <= %ld)", key, v, want);
+}
+
+static int open_fds(pid_t pid) {
+  char path[64];
+  snprintf(path, sizeof path, "/proc/%d/fd", (int)pid);
+  DIR *dp = opendir(path);
+  CHECK(dp != NULL);
+  int n = 0;
+  for (struct dirent *e; (e = readdir(dp)) != NULL;)
+    n += e->d_name[0] != '.';
+  closedir(dp);
+  return n;
+}
+
+/* The daemon's descriptors once connections that just ended are closed on its side. */
+static int settled_fds(td_daemon *d) {
+  wait_field(d, "connections", 1); /* accelctl asking */
+  test_sleep_ms(100);
+  return open_fds(d->pid);
+}
+
+static void wait_fds(td_daemon *d, int want) {
+  int n = 0;
+  for (uint64_t t0 = test_now_ms(); (n = open_fds(d->pid)) > want; test_sleep_ms(50))
+    if (test_now_ms() - t0 > 5000)
+      TEST_FAIL("the daemon holds %d descriptors (want <= %d)", n, want);
+}
+
+static long rss_kb(pid_t pid) {
+  char path[64], line[256];
+  snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
+  FILE *f = fopen(path, "r");
+  CHECK(f != NULL);
+  long kb = -1;
+  while (fgets(line, sizeof line, f))
+    if (sscanf(line, "VmRSS: %ld", &kb) == 1)
+      break;
+  fclose(f);
+  return kb;
+}
+
+static const char *path_of(td_daemon *d) {
+  return proto_local_path(d->url);
+}
+
+static void stop(td_daemon *d) {
+  CHECK_EQ(td_stop(d), 0);
+  td_cleanup(d);
+}
+
+TEST(raw_connect_and_close) {
+  td_daemon d;
+  start(&d, NULL);
+  int fd = proto_local_connect(path_of(&d));
+  CHECK(fd >= 0);
+  close(fd);
+  served_within_1s(&d);
+  wait_log(&d, ": closed");
+  stop(&d);
+}
+
+TEST(half_written_header) {
+  td_daemon d;
+  start(&d, NULL);
+  int fd = proto_local_connect(path_of(&d));
+  CHECK(fd >= 0);
+  uint8_t head[10] = {0x41, 0x43, 0x43, 0x31, 1, 0}; /* the magic and a version, then silence */
+  CHECK_OK(proto_local_send(fd, head, sizeof head, -1));
+  served_within_1s(&d);
+  close(fd);
+  wait_log(&d, "closed mid-frame");
+  served_within_1s(&d);
+  stop(&d);
+}
+
+TEST(silent_client_does_not_block_others) {
+  td_daemon d;
+  start(&d, NULL);
+  int fds[64];
+  for (int i = 0; i < 64; i++)
+    CHECK((fds[i] = proto_local_connect(path_of(&d))) >= 0);
+  served_within_1s(&d);
+  for (int i = 0; i < 64; i++)
+    close(fds[i]);
+  wait_field(&d, "connections", 1); /* accelctl asking */
+  stop(&d);
+}
+
+TEST(connect_close_storm) {
+  td_daemon d;
+  start(&d, NULL);
+  int fds0 = settled_fds(&d);
+  long n = test_scaled(1000, 100);
+  for (long i = 0; i < n; i++) {
+    int fd = proto_local_connect(path_of(&d));
+    CHECK(fd >= 0);
+    close(fd);
+    if (i % 250 == 0)
+      served_within_1s(&d);
+  }
+  served_within_1s(&d);
+  wait_field(&d, "connections", 1); /* accelctl asking */
+  wait_fds(&d, fds0);
+  stop(&d);
+}
+
+/* One client process: HELLO, a buffer, a fill and reads in flight, then it exits (or closes)
+ * without waiting for any reply. */
+static void dying_client(const char *url, int i) {
+  td_client c;
+  td_client_open(&c, url);
+  CHECK_OK(td_hello(&c, NULL));
+  CHECK_OK(td_create(&c, td_handle(1, 1), ACCEL_U32, 1 << 14));
+  proto_out o;
+  proto_out_init(&o);
+  td_encode_fill(&o, 7, td_handle(1, 1), (uint32_t)i);
+  dev_op op = {.h = {.kind = DEV_OP_READ, .device = ACCEL_DEVICE_ANY}, .nbufs = 1};
+  op.bufs[0] = (dev_op_buf){.handle = td_handle(1, 1), .count = 1 << 14};
+  for (uint64_t id = 8; id < 16; id++)
+    CHECK_OK(proto_encode_op(&o, id, &op, (proto_bytes){NULL, 0}));
+  td_send_raw(&c, o.data, o.len, 7);
+  proto_out_free(&o);
+  if (i % 2)
+    td_client_close(&c);
+  _exit(0);
+}
+
+TEST(clients_dying_with_replies_in_flight) {
+  td_daemon d;
+  start(&d, NULL);
+  served_within_1s(&d);
+  int fds0 = settled_fds(&d);
+  long mem0 = td_status_field(&d, "host_mem_used");
+  long n = test_scaled(2000, 200), batch = 50;
+  for (long i = 0; i < n; i += batch) {
+    for (long k = 0; k < batch; k++) {
+      pid_t pid = fork();
+      CHECK(pid >= 0);
+      if (pid == 0)
+        dying_client(d.url, (int)(i + k));
+    }
+    for (long k = 0; k < batch; k++)
+      CHECK(wait(NULL) > 0);
+    if (i % 500 == 0)
+      served_within_1s(&d);
+  }
+  served_within_1s(&d);
+  wait_field(&d, "sessions", 0);
+  wait_field(&d, "buffers", 0);
+  wait_field(&d, "connections", 1); /* accelctl asking */
+  CHECK_EQ(td_status_field(&d, "host_mem_used"), mem0);
+  wait_fds(&d, fds0);
+  stop(&d);
+}
+
+TEST(second_daemon_on_the_same_path_is_refused) {
+  td_daemon d;
+  start(&d, NULL);
+  td_daemon second = d; /* same directory, socket and config */
+  second.pid = 0;
+  snprintf(second.log, sizeof second.log, "%s/second.log", d.dir);
+  CHECK_NE(td_start_expect_exit(&second, NULL), 0);
+  CHECK(strstr(td_log(&second), "another daemon is serving there") != NULL);
+  served_within_1s(&d);
+  stop(&d);
+}
+
+TEST(stale_socket_file_is_replaced) {
+  td_daemon d;
+  td_prepare(&d);
+  int fd = socket(AF_UNIX, SOCK_STREAM, 0); /* a socket file with nobody behind it */
+  struct sockaddr_un sa = {.sun_family = AF_UNIX};
+  snprintf(sa.sun_path, sizeof sa.sun_path, "%s", path_of(&d));
+  CHECK_EQ(bind(fd, (struct sockaddr *)&sa, sizeof sa), 0);
+  close(fd);
+  td_start(&d, NULL);
+  wait_log(&d, "removing a stale socket file");
+  served_within_1s(&d);
+  stop(&d);
+}
+
+/* A peer outside the allowlist hears ACCEL_EPERM (a REPLY about the connection) and is
+ * closed; the daemon logs who it was. Needs root, to connect as another user. */
+TEST(peer_outside_the_allowlist_is_refused) {
+  if (geteuid() != 0)
+    TEST_SKIP("needs root to connect as another user");
+  td_daemon d;
+  start(&d, "[daemon]\nsocket_mode = 0666\n");
+  pid_t pid = fork();
+  CHECK(pid >= 0);
+  if (pid == 0) {
+    if (setgid(65534) != 0 || setuid(65534) != 0)
+      _exit(3);
+    td_client c;
+    td_client_open(&c, d.url);
+    proto_out o;
+    proto_hello h = {.version = PROTO_VERSION, .name = "outsider"};
+    proto_out_init(&o);
+    proto_encode_hello(&o, 5, &h);
+    proto_local_send(c.fd, o.data, o.len, -1); /* may fail: the daemon may have closed */
+    nng_msg *m;
+    int rv = td_recv(&c, &m, 5000);
+    _exit(rv == 0 && td_reply_status(m, 0, NULL) == ACCEL_EPERM ? 0 : 4);
+  }
+  int status;
+  CHECK_EQ(waitpid(pid, &status, 0), pid);
+  CHECK(WIFEXITED(status));
+  CHECK_EQ(WEXITSTATUS(status), 0);
+  wait_log(&d, "refused: not in allow_users/allow_groups (uid 65534");
+  served_within_1s(&d);
+  stop(&d);
+}
+
+/* The same user, listed explicitly, is let in. */
+TEST(allow_users_lets_a_listed_user_in) {
+  if (geteuid() != 0)
+    TEST_SKIP("needs root to connect as another user");
+  td_daemon d;
+  start(&d, "[daemon]\nsocket_mode = 0666\n[security]\nallow_users = 65534\n");
+  pid_t pid = fork();
+  CHECK(pid >= 0);
+  if (pid == 0) {
+    if (setgid(65534) != 0 || setuid(65534) != 0)
+      _exit(3);
+    td_client c;
+    td_client_open(&c, d.url);
+    _exit(td_hello(&c, NULL) == 0 ? 0 : 4);
+  }
+  int status;
+  CHECK_EQ(waitpid(pid, &status, 0), pid);
+  CHECK(WIFEXITED(status));
+  CHECK_EQ(WEXITSTATUS(status), 0);
+  stop(&d);
+}
+
+/* A client that asks for reads and never takes the replies: the daemon stops reading from it
+ * once the replies it holds pass the connection's budget (max_memory here), so its memory
+ * stays bounded; other clients are served meanwhile. */
+TEST(client_that_never_reads_is_bounded) {
+  td_daemon d;
+  start(&d, "[limits]\nmax_memory = 67108864\n");
+  served_within_1s(&d);
+  long rss0 = rss_kb(d.pid);
+  td_client c;
+  td_client_open(&c, d.url);
+  CHECK_OK(td_hello_caps(&c, PROTO_CAP_BATCH, NULL));
+  uint32_t count = 1 << 18; /* 1 MiB per read */
+  CHECK_OK(td_create(&c, td_handle(1, 1), ACCEL_U32, count));
+  dev_op op = {.h = {.kind = DEV_OP_READ, .device = ACCEL_DEVICE_ANY}, .nbufs = 1};
+  op.bufs[0] = (dev_op_buf){.handle = td_handle(1, 1), .count = count};
+  long sent = 0;
+  for (uint64_t id = 1000; id < 1000 + 4096; id++) { /* 4 GiB of replies asked for */
+    proto_out o;
+    proto_out_init(&o);
+    CHECK_OK(proto_encode_op(&o, id, &op, (proto_bytes){NULL, 0}));
+    /* never blocking: the daemon may stop reading us */
+    ssize_t len = (ssize_t)o.len, n = send(c.fd, o.data, o.len, MSG_DONTWAIT | MSG_NOSIGNAL);
+    proto_out_free(&o);
+    if (n != len)
+      break; /* the daemon stopped reading us (a partial frame is fine: we close) */
+    sent++;
+  }
+  test_sleep_ms(500);
+  served_within_1s(&d);
+  long grown_mb = (rss_kb(d.pid) - rss0) / 1024;
+  fprintf(stderr, "# sent %ld reads of 1 MiB unread; daemon grew %ld MiB\n", sent, grown_mb);
+  CHECK_LT(sent, 4096);
+  CHECK_LT(grown_mb, 3 * 64 + 64); /* the budget for requests and replies, and slack */
+  td_client_close(&c);
+  wait_field(&d, "sessions", 0);
+  served_within_1s(&d);
+  stop(&d);
+}
+
+/* Over nng (tcp://) a client that asks for acknowledged batches and never acknowledges: the
+ * replies it has not acknowledged count against its budget, so further reads are ACCEL_EBUSY
+ * and the daemon's memory stays bounded (it reached 2.4-3.9 GB before). */
+TEST(tcp_client_that_never_acknowledges_is_bounded) {
+  td_daemon d;
+  char tcp[64];
+  snprintf(tcp, sizeof tcp, "tcp://127.0.0.1:%d", 20000 + (int)(getpid() % 20000));
+  td_prepare(&d);
+  td_write_config(&d, "[limits]\nmax_memory = 67108864\n");
+  td_start(&d, "--listen", tcp, "--allow-plain-tcp", NULL);
+  long rss0 = rss_kb(d.pid);
+  td_client c;
+  td_client_open(&c, tcp);
+  CHECK_OK(td_hello_caps(&c, PROTO_CAP_BATCH | PROTO_CAP_ACK, NULL));
+  uint32_t count = 1 << 18; /* 1 MiB per read */
+  CHECK_OK(td_create(&c, td_handle(1, 1), ACCEL_U32, count));
+  dev_op op = {.h = {.kind = DEV_OP_READ, .device = ACCEL_DEVICE_ANY}, .nbufs = 1};
+  op.bufs[0] = (dev_op_buf){.handle = td_handle(1, 1), .count = count};
+  for (uint64_t id = 1000; id < 1000 + 2048; id++) { /* 2 GiB of replies asked for */
+    proto_out o;
+    proto_out_init(&o);
+    CHECK_OK(proto_encode_op(&o, id, &op, (proto_bytes){NULL, 0}));
+    td_send_raw(&c, o.data, o.len, id);
+    proto_out_free(&o);
+  }
+  test_sleep_ms(1000);
+  served_within_1s(&d);
+  long grown_mb = (rss_kb(d.pid) - rss0) / 1024;
+  fprintf(stderr, "# 2048 reads of 1 MiB, never acknowledged; daemon grew %ld MiB\n", grown_mb);
+  CHECK_LT(grown_mb, 3 * 128 + 64); /* requests' and replies' budgets, and slack */
+  td_client_close(&c);
+  served_within_1s(&d);
+  stop(&d);
+}
+
+static const test_case tests[] = {
+    TEST_CASE(raw_connect_and_close),
+    TEST_CASE(half_written_header),
+    TEST_CASE(silent_client_does_not_block_others),
+    TEST_CASE(connect_close_storm),
+    TEST_CASE(clients_dying_with_replies_in_flight),
+    TEST_CASE(second_daemon_on_the_same_path_is_refused),
+    TEST_CASE(stale_socket_file_is_replaced),
+    TEST_CASE(peer_outside_the_allowlist_is_refused),
+    TEST_CASE(allow_users_lets_a_listed_user_in),
+    TEST_CASE(client_that_never_reads_is_bounded),
+    TEST_CASE(tcp_client_that_never_acknowledges_is_bounded),
+};
+
+TEST_MAIN(tests)
