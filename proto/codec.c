@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "actors/check.h"
+#include "actors/world.h"
 #include "proto/wire.h"
 
 /* ---- writing ---- */
@@ -182,11 +183,11 @@ int proto_decode_hello(const uint8_t *body, size_t len, proto_hello *h) {
   h->version = get_u16(&r);
   uint16_t n = get_u16(&r);
   h->capabilities = get_u32(&r);
-  if (n > PROTO_NAME_MAX)
+  if (n > PROTO_NAME_MAX) /* name[] holds PROTO_NAME_MAX bytes and the NUL */
     return ACCEL_EPROTO;
   const uint8_t *name = get_bytes(&r, n);
   if (name)
-    memcpy(h->name, name, n);
+    memcpy(h->name, name, n); /* the memset left name[n] 0: always terminated */
   return done(&r);
 }
 
@@ -211,7 +212,10 @@ static void get_device(reader *r, struct accel_device_info *d) {
   d->backend[sizeof d->backend - 1] = '\0';
   d->mem_bytes = get_u64(r);
   d->compute_units = get_u32(r);
-  d->state = (int)get_u32(r);
+  /* An enum like any other: a client may index a table of state names with it. The daemon
+   * sends its nodes' dev_node_state, whose last value is QUARANTINED. */
+  uint32_t state = get_u32(r);
+  d->state = state <= DEV_NODE_QUARANTINED ? (int)state : (r->bad = true, 0);
   d->restarts = get_u32(r);
   get_u32(r);
 }
@@ -497,12 +501,18 @@ int proto_encode_reply_head(uint8_t out[PROTO_REPLY_HEAD_SIZE], uint64_t request
   return 0;
 }
 
+/* A status is 0 or a code of accel/error.h's table: a hostile daemon's positive or unknown
+ * status must not reach a caller that tests `status < 0` or indexes a table with it. On
+ * failure the outputs say so too (ACCEL_EPROTO, no data), for callers that look anyway. */
 int proto_decode_reply(const uint8_t *body, size_t len, int32_t *status, proto_bytes *data) {
   reader r = {body, len, 0, false};
-  *status = get_i32(&r);
+  int32_t st = get_i32(&r);
   get_u32(&r);
-  if (r.bad || *status > 0 || *status <= ACCEL_ERRNO_MIN_)
+  *status = ACCEL_EPROTO;
+  *data = (proto_bytes){NULL, 0};
+  if (r.bad || st > 0 || st <= ACCEL_ERRNO_MIN_)
     return ACCEL_EPROTO;
+  *status = st;
   data->len = r.len - r.pos;
   data->data = get_bytes(&r, data->len);
   return done(&r);

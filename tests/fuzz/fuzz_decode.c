@@ -1,12 +1,13 @@
 /* libFuzzer target for the wire decoder (proto/codec.c): any bytes, as a whole frame, through
  * the header decoder and then, whatever the header says, through every body decoder; what
- * decodes is encoded again and must decode to the same thing. Built with -DFUZZ_REPLAY it is a
- * plain program that runs every file of the directories (or files) it is given through the
- * target: the seed corpus as a regression test with any compiler. */
+ * decodes is encoded again and must decode to the same thing. Linked with replay.c it is a
+ * plain program that runs the seed corpus through the target: a regression test with any
+ * compiler. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "actors/world.h"
 #include "proto/wire.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
@@ -42,6 +43,19 @@ static void op_again(const dev_op *op, proto_bytes data) {
   proto_out_free(&o);
 }
 
+/* Strings a caller prints, a state a caller names. */
+static void device_ok(const struct accel_device_info *d) {
+  check(memchr(d->name, '\0', sizeof d->name) != NULL, "device name not terminated");
+  check(memchr(d->backend, '\0', sizeof d->backend) != NULL, "backend not terminated");
+  check(d->state >= DEV_NODE_SERVING && d->state <= DEV_NODE_QUARANTINED, "device state");
+}
+
+static void welcome_ok(const proto_welcome *w) {
+  check(w->device_count <= PROTO_MAX_DEVICES, "welcome devices");
+  for (uint32_t i = 0; i < w->device_count; i++)
+    device_ok(&w->devices[i]);
+}
+
 static void body_decoders(const uint8_t *b, size_t n) {
   proto_hello hello;
   proto_welcome welcome;
@@ -55,7 +69,7 @@ static void body_decoders(const uint8_t *b, size_t n) {
   if (proto_decode_hello(b, n, &hello) == 0)
     check(strlen(hello.name) <= PROTO_NAME_MAX, "hello name");
   if (proto_decode_welcome(b, n, &welcome) == 0)
-    check(welcome.device_count <= PROTO_MAX_DEVICES, "welcome devices");
+    welcome_ok(&welcome);
   if (proto_decode_op(b, n, &op, &data) == 0) {
     check(op.nbufs <= DEV_OP_MAX_BUFS, "op buffers");
     sink += touch(data);
@@ -63,9 +77,12 @@ static void body_decoders(const uint8_t *b, size_t n) {
   }
   if (proto_decode_control(b, n, &ctl) == 0)
     check(ctl.command > 0 && ctl.command < PROTO_CTL_MAX_, "control command");
-  if (proto_decode_reply(b, n, &status, &data) == 0)
+  if (proto_decode_reply(b, n, &status, &data) == 0) {
+    check(status <= 0 && status > ACCEL_ERRNO_MIN_, "reply status");
     sink += touch(data);
-  (void)proto_decode_device(b, n, &dev);
+  }
+  if (proto_decode_device(b, n, &dev) == 0)
+    device_ok(&dev);
   (void)proto_decode_transfer_stats(b, n, &ts);
   (void)sink;
 }
@@ -79,58 +96,3 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   body_decoders(data, size); /* the same bytes as a body of every type */
   return 0;
 }
-
-#ifdef FUZZ_REPLAY
-#include <dirent.h>
-#include <sys/stat.h>
-
-static int run_file(const char *path) {
-  FILE *f = fopen(path, "rb");
-  if (f == NULL)
-    return -1;
-  static uint8_t buf[1 << 20];
-  size_t n = fread(buf, 1, sizeof buf, f);
-  fclose(f);
-  uint8_t *copy = malloc(n ? n : 1); /* an exact-size copy: overreads hit the end */
-  if (copy == NULL)
-    return -1;
-  memcpy(copy, buf, n);
-  LLVMFuzzerTestOneInput(copy, n);
-  free(copy);
-  return 0;
-}
-
-static int run_path(const char *path, int *count) {
-  struct stat st;
-  if (stat(path, &st) != 0)
-    return -1;
-  if (!S_ISDIR(st.st_mode)) {
-    (*count)++;
-    return run_file(path);
-  }
-  DIR *d = opendir(path);
-  if (d == NULL)
-    return -1;
-  int rc = 0;
-  for (struct dirent *e; rc == 0 && (e = readdir(d)) != NULL;) {
-    if (e->d_name[0] == '.')
-      continue;
-    char sub[4096];
-    snprintf(sub, sizeof sub, "%s/%s", path, e->d_name);
-    rc = run_path(sub, count);
-  }
-  closedir(d);
-  return rc;
-}
-
-int main(int argc, char **argv) {
-  int count = 0;
-  for (int i = 1; i < argc; i++)
-    if (run_path(argv[i], &count) != 0) {
-      fprintf(stderr, "fuzz-decode-replay: cannot read %s\n", argv[i]);
-      return 1;
-    }
-  printf("fuzz-decode-replay: %d inputs, no failure\n", count);
-  return count > 0 ? 0 : 1;
-}
-#endif

@@ -1,29 +1,60 @@
-/* Writes the fuzzer's seed corpus: one valid frame of every type, every op kind and every
- * control command, made with the encoder. Usage: make-corpus DIR */
+/* Writes the fuzzers' seed corpora, made with the encoder (and forged by hand where a frame
+ * must break a limit the encoder keeps):
+ *   DIR         frames a daemon reads (fuzz-decode): one valid frame of every type, every op
+ *               kind and every control command; HELLOs at the name limit and one past it, and
+ *               of another protocol version;
+ *   CLIENT_DIR  messages a client reads (fuzz-client): WELCOMEs with 0, 16 and 17 devices or a
+ *               count that disagrees with the body, REPLYs at the status limits and one past
+ *               them, with device and transfer-stats records, batches of frames, truncations.
+ * Usage: make-corpus DIR CLIENT_DIR */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "proto/wire.h"
 
-static const char *dir;
-static int written;
+static const char *dir, *client_dir;
+static int written, failed;
 
-static void save(const char *name, proto_out *o, int rc) {
+static void save_bytes(const char *to, const char *name, const uint8_t *p, size_t n) {
   char path[4096];
-  if (rc != 0 || o->err) {
-    fprintf(stderr, "make-corpus: %s: encoding failed\n", name);
-    return;
-  }
-  snprintf(path, sizeof path, "%s/%s", dir, name);
+  snprintf(path, sizeof path, "%s/%s", to, name);
   FILE *f = fopen(path, "wb");
-  if (f == NULL || fwrite(o->data, 1, o->len, f) != o->len) {
+  if (f == NULL || fwrite(p, 1, n, f) != n) {
     fprintf(stderr, "make-corpus: cannot write %s\n", path);
+    failed++;
   } else {
     written++;
   }
   if (f)
     fclose(f);
+}
+
+/* Saves o's bytes and frees them (an encoder's result `rc` must be 0). */
+static void save_in(const char *to, const char *name, proto_out *o, int rc) {
+  if (rc != 0 || o->err) {
+    fprintf(stderr, "make-corpus: %s: encoding failed\n", name);
+    failed++;
+  } else {
+    save_bytes(to, name, o->data, o->len);
+  }
   proto_out_free(o);
+}
+
+static void save(const char *name, proto_out *o, int rc) {
+  save_in(dir, name, o, rc);
+}
+
+/* ---- forging: a frame built by the encoder, then changed where the encoder would not ---- */
+
+static void set_le(uint8_t *p, uint64_t v, int bytes) {
+  for (int i = 0; i < bytes; i++)
+    p[i] = (uint8_t)(v >> (8 * i));
+}
+
+/* After a body changed length, its header says so again. */
+static void set_body_len(uint8_t *frame, size_t frame_len) {
+  set_le(frame + 12, frame_len - PROTO_HEADER_SIZE, 4);
 }
 
 static void handshake(void) {
@@ -42,6 +73,38 @@ static void handshake(void) {
   }
   proto_out_init(&o);
   save("welcome", &o, proto_encode_welcome(&o, 1, &w));
+}
+
+/* A HELLO whose name is `n` bytes of 'x' (n <= PROTO_NAME_MAX: the encoder's limit). */
+static int hello_named(proto_out *o, size_t n, uint16_t version) {
+  proto_hello h = {.version = version};
+  memset(h.name, 'x', n);
+  proto_out_init(o);
+  return proto_encode_hello(o, 2, &h);
+}
+
+/* The name at its limit and one past it (forged: name_len 65 and 65 bytes); another protocol
+ * version in the body, then in the header. */
+static void hello_limits(void) {
+  proto_out o;
+  save("hello-name-64", &o, hello_named(&o, PROTO_NAME_MAX, PROTO_VERSION));
+  uint8_t f[PROTO_HEADER_SIZE + 8 + PROTO_NAME_MAX + 1];
+  int rc = hello_named(&o, PROTO_NAME_MAX, PROTO_VERSION);
+  if (rc == 0 && o.len + 1 == sizeof f) {
+    memcpy(f, o.data, o.len);
+    f[o.len] = 'x';
+    set_le(f + PROTO_HEADER_SIZE + 2, PROTO_NAME_MAX + 1, 2); /* name_len */
+    set_body_len(f, sizeof f);
+    save_bytes(dir, "hello-name-65", f, sizeof f);
+  } else {
+    failed++;
+  }
+  proto_out_free(&o);
+  save("hello-version-2", &o, hello_named(&o, 8, PROTO_VERSION + 1));
+  rc = hello_named(&o, 8, PROTO_VERSION);
+  if (rc == 0)
+    set_le(o.data + 4, PROTO_VERSION + 1, 2);
+  save("hello-header-version-2", &o, rc);
 }
 
 static dev_op base_op(uint32_t kind, uint32_t nbufs) {
@@ -119,15 +182,202 @@ static void controls_and_replies(void) {
   save("record-transfer-stats", &o, proto_encode_transfer_stats(&o, &t));
 }
 
+/* ---- the client's side: messages from a (possibly hostile) daemon ---- */
+
+#define WELCOME_COUNT_AT (PROTO_HEADER_SIZE + 20)   /* device_count, in a WELCOME frame */
+#define WELCOME_DEVICES_AT (PROTO_HEADER_SIZE + 32) /* the first device record */
+#define DEVICE_STATE_AT (96 + 16 + 12)              /* state, in a device record */
+
+static void save_client(const char *name, proto_out *o, int rc) {
+  save_in(client_dir, name, o, rc);
+}
+
+static proto_welcome welcome_of(uint32_t count) {
+  proto_welcome w = {.version = PROTO_VERSION, .limits = {64u << 20, 8192, 65536, 1ull << 34},
+                     .capabilities = PROTO_CAP_BATCH | PROTO_CAP_ACK, .device_count = count};
+  for (uint32_t i = 0; i < count && i < PROTO_MAX_DEVICES; i++) {
+    snprintf(w.devices[i].name, sizeof w.devices[i].name, "device %u", i);
+    snprintf(w.devices[i].backend, sizeof w.devices[i].backend, i % 2 ? "cuda" : "cpu");
+    w.devices[i].mem_bytes = 1ull << (30 + i % 4);
+    w.devices[i].compute_units = 8u << (i % 4);
+    w.devices[i].state = (int)(i % 3);
+    w.devices[i].restarts = i;
+  }
+  return w;
+}
+
+/* A WELCOME whose count says `count` while `sent` device records follow: forged where they
+ * disagree or pass PROTO_MAX_DEVICES. */
+static void welcome_forged(const char *name, uint32_t count, uint32_t sent) {
+  static uint8_t f[WELCOME_DEVICES_AT + (PROTO_MAX_DEVICES + 1) * PROTO_DEVICE_SIZE];
+  proto_welcome w = welcome_of(1);
+  proto_out o;
+  proto_out_init(&o);
+  size_t len = WELCOME_DEVICES_AT + (size_t)sent * PROTO_DEVICE_SIZE;
+  if (proto_encode_welcome(&o, 1, &w) == 0 && len <= sizeof f) {
+    memcpy(f, o.data, WELCOME_DEVICES_AT);
+    for (uint32_t i = 0; i < sent; i++)
+      memcpy(f + WELCOME_DEVICES_AT + i * PROTO_DEVICE_SIZE, o.data + WELCOME_DEVICES_AT,
+             PROTO_DEVICE_SIZE);
+    set_le(f + WELCOME_COUNT_AT, count, 4);
+    set_body_len(f, len);
+    save_bytes(client_dir, name, f, len);
+  } else {
+    failed++;
+  }
+  proto_out_free(&o);
+}
+
+static void welcomes(void) {
+  proto_out o;
+  proto_welcome w = welcome_of(0);
+  proto_out_init(&o);
+  save_client("welcome-0", &o, proto_encode_welcome(&o, 1, &w));
+  w = welcome_of(PROTO_MAX_DEVICES);
+  proto_out_init(&o);
+  save_client("welcome-16", &o, proto_encode_welcome(&o, 1, &w));
+  welcome_forged("welcome-17", PROTO_MAX_DEVICES + 1, PROTO_MAX_DEVICES + 1);
+  welcome_forged("welcome-count-over", 3, 2);
+  welcome_forged("welcome-count-under", 1, 2);
+  welcome_forged("welcome-count-huge", UINT32_MAX, 1);
+  w = welcome_of(1);
+  proto_out_init(&o);
+  int rc = proto_encode_welcome(&o, 1, &w);
+  if (rc == 0)
+    set_le(o.data + WELCOME_DEVICES_AT + DEVICE_STATE_AT, 3, 4); /* one past quarantined */
+  save_client("welcome-bad-state", &o, rc);
+}
+
+static void reply(const char *name, int32_t status, const void *data, size_t len) {
+  proto_out o;
+  proto_out_init(&o);
+  save_client(name, &o, proto_encode_reply(&o, 9, status, (proto_bytes){data, len}));
+}
+
+/* The most negative code of accel/error.h's table, from the table itself. */
+static int lowest_error(void) {
+  int low = 0;
+#define LOWEST_(name, value, msg) low = (value) < low ? (value) : low;
+  ACCEL_ERRNO_MAP(LOWEST_)
+#undef LOWEST_
+  return low;
+}
+
+/* Statuses at the limits and one past them; data of a read, a DEVICE_INFO, TRANSFER_STATS. */
+static void replies(void) {
+  reply("reply-ok", 0, NULL, 0);
+  reply("reply-status-lowest", lowest_error(), NULL, 0);
+  reply("reply-status-below-lowest", lowest_error() - 1, NULL, 0);
+  reply("reply-status-positive", 1, NULL, 0);
+  reply("reply-status-int-min", INT32_MIN, NULL, 0);
+  uint8_t bytes[64];
+  for (size_t i = 0; i < sizeof bytes; i++)
+    bytes[i] = (uint8_t)i;
+  reply("reply-read", 0, bytes, sizeof bytes);
+  struct accel_device_info d = {.name = "cpu0", .backend = "cpu", .mem_bytes = 1u << 30,
+                                .compute_units = 8, .state = 1, .restarts = 2};
+  uint8_t rec[PROTO_DEVICE_SIZE] = {0};
+  proto_out o;
+  proto_out_init(&o);
+  if (proto_encode_device(&o, &d) == 0 && o.len == sizeof rec)
+    memcpy(rec, o.data, sizeof rec);
+  else
+    failed++;
+  proto_out_free(&o);
+  reply("reply-device-info", 0, rec, sizeof rec);
+  memset(rec, 'N', 96 + 16); /* a name and a backend with no terminator */
+  reply("reply-device-unterminated", 0, rec, sizeof rec);
+  reply("reply-device-short", 0, rec, sizeof rec - 1);
+  set_le(rec + DEVICE_STATE_AT, 3, 4);
+  reply("reply-device-bad-state", 0, rec, sizeof rec);
+  accel_transfer_stats t = {1, 2, 3, 4, UINT64_MAX};
+  proto_out_init(&o);
+  if (proto_encode_transfer_stats(&o, &t) == 0)
+    reply("reply-transfer-stats", 0, o.data, o.len);
+  proto_out_free(&o);
+}
+
+/* Several frames in one message, as the daemon sends them with PROTO_CAP_BATCH; then the same
+ * with its last frame cut, and with a few bytes after the last whole frame. */
+static void batches(void) {
+  static const uint8_t tail[10] = {'A', 'C', 'C', '1', 1, 0, 4, 0};
+  proto_welcome w = welcome_of(2);
+  accel_transfer_stats t = {5, 4, 3, 2, 1};
+  uint8_t stats[40];
+  proto_out o;
+  proto_out_init(&o);
+  proto_encode_transfer_stats(&o, &t);
+  memcpy(stats, o.data, sizeof stats);
+  proto_out_free(&o);
+  proto_encode_welcome(&o, 1, &w);
+  proto_encode_reply(&o, 2, 0, (proto_bytes){stats, sizeof stats});
+  proto_encode_reply(&o, 3, ACCEL_EBUSY, (proto_bytes){NULL, 0});
+  proto_encode_reply(&o, 4, 1, (proto_bytes){NULL, 0}); /* a positive status amid good ones */
+  proto_encode_reply(&o, 5, 0, (proto_bytes){stats, 8});
+  uint8_t *with_tail = o.err == 0 ? malloc(o.len + sizeof tail) : NULL;
+  if (with_tail != NULL) {
+    save_bytes(client_dir, "batch-welcome-and-replies", o.data, o.len);
+    save_bytes(client_dir, "batch-truncated", o.data, o.len - 3);
+    memcpy(with_tail, o.data, o.len);
+    memcpy(with_tail + o.len, tail, sizeof tail);
+    save_bytes(client_dir, "batch-short-tail", with_tail, o.len + sizeof tail);
+  } else {
+    failed++;
+  }
+  free(with_tail);
+  proto_out_free(&o);
+}
+
+/* A WELCOME that lowers max_message to 64, then replies of 64 bytes (taken) and 65 (too big). */
+static void small_max_message(void) {
+  proto_welcome w = welcome_of(0);
+  w.limits.max_message = 64;
+  static const uint8_t data[33];
+  proto_out o;
+  proto_out_init(&o);
+  proto_encode_welcome(&o, 1, &w);
+  proto_encode_reply(&o, 2, 0, (proto_bytes){data, 64 - PROTO_REPLY_HEAD_SIZE});
+  proto_encode_reply(&o, 3, 0, (proto_bytes){data, 65 - PROTO_REPLY_HEAD_SIZE});
+  if (o.err == 0)
+    save_bytes(client_dir, "batch-small-max-message", o.data, o.len);
+  else
+    failed++;
+  proto_out_free(&o);
+}
+
+/* One frame cut short, and a REPLY whose body is too short for its status. */
+static void truncations(void) {
+  static const uint8_t data[16] = {1};
+  proto_out o;
+  proto_out_init(&o);
+  if (proto_encode_reply(&o, 9, 0, (proto_bytes){data, sizeof data}) == 0) {
+    save_bytes(client_dir, "frame-truncated", o.data, o.len - 1);
+    set_body_len(o.data, PROTO_HEADER_SIZE + 7);
+    save_bytes(client_dir, "reply-body-7", o.data, PROTO_HEADER_SIZE + 7);
+  }
+  proto_out_free(&o);
+}
+
+static void client_side(void) {
+  welcomes();
+  replies();
+  batches();
+  small_max_message();
+  truncations();
+}
+
 int main(int argc, char **argv) {
-  if (argc != 2) {
-    fprintf(stderr, "usage: make-corpus DIR\n");
+  if (argc != 3) {
+    fprintf(stderr, "usage: make-corpus DIR CLIENT_DIR\n");
     return 2;
   }
   dir = argv[1];
+  client_dir = argv[2];
   handshake();
+  hello_limits();
   ops();
   controls_and_replies();
-  printf("make-corpus: %d files in %s\n", written, dir);
-  return written > 0 ? 0 : 1;
+  client_side();
+  printf("make-corpus: %d files in %s and %s\n", written, dir, client_dir);
+  return written > 0 && failed == 0 ? 0 : 1;
 }

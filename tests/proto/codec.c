@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "actors/world.h"
 #include "proto/wire.h"
 #include "test.h"
 
@@ -224,6 +225,469 @@ TEST(bad_enums_and_counts_are_refused) {
   proto_out_free(&o);
 }
 
+/* ---- every limit of the decoders, at the limit and one past it ---- */
+
+static void set_le(uint8_t *p, uint64_t v, int bytes) {
+  for (int i = 0; i < bytes; i++)
+    p[i] = (uint8_t)(v >> (8 * i));
+}
+
+/* The body of the only frame in o (checked with the header decoder), and its length. */
+static const uint8_t *only_body(const proto_out *o, size_t *len) {
+  proto_header h;
+  CHECK_OK(proto_decode_header(o->data, o->len, UINT32_MAX, &h));
+  *len = h.body_len;
+  return o->data + PROTO_HEADER_SIZE;
+}
+
+/* Guards after a decoded struct: a decoder writing past the struct changes them. */
+#define GUARD_BYTE 0xa5
+static int guard_intact(const uint8_t *g, size_t n) {
+  for (size_t i = 0; i < n; i++)
+    if (g[i] != GUARD_BYTE)
+      return 0;
+  return 1;
+}
+
+/* A HELLO body by hand: the encoder cannot say a name longer than PROTO_NAME_MAX. */
+static size_t hello_body(uint8_t *b, uint16_t name_len, size_t name_bytes) {
+  set_le(b, PROTO_VERSION, 2);
+  set_le(b + 2, name_len, 2);
+  set_le(b + 4, 0, 4);
+  memset(b + 8, 'n', name_bytes);
+  return 8 + name_bytes;
+}
+
+typedef struct guarded_hello {
+  proto_hello h;
+  uint8_t guard[256];
+} guarded_hello;
+
+TEST(hello_name_at_the_limit_and_one_past) {
+  proto_hello hi = {.version = PROTO_VERSION};
+  memset(hi.name, 'x', PROTO_NAME_MAX);
+  proto_out o;
+  proto_out_init(&o);
+  CHECK_OK(proto_encode_hello(&o, 1, &hi));
+  size_t len;
+  const uint8_t *body = only_body(&o, &len);
+  guarded_hello g;
+  memset(&g, GUARD_BYTE, sizeof g); /* so a missing terminator is not a lucky 0 */
+  CHECK_OK(proto_decode_hello(body, len, &g.h));
+  CHECK_EQ(strnlen(g.h.name, sizeof g.h.name), PROTO_NAME_MAX);
+  CHECK(memcmp(g.h.name, hi.name, PROTO_NAME_MAX) == 0);
+  proto_out_free(&o);
+  /* One past: 65 bytes named and sent. And the most a u16 can name. */
+  static uint8_t b[8 + UINT16_MAX];
+  CHECK_ERR(proto_decode_hello(b, hello_body(b, PROTO_NAME_MAX + 1, PROTO_NAME_MAX + 1), &g.h),
+            ACCEL_EPROTO);
+  CHECK_ERR(proto_decode_hello(b, hello_body(b, UINT16_MAX, UINT16_MAX), &g.h), ACCEL_EPROTO);
+  CHECK(guard_intact(g.guard, sizeof g.guard));
+  /* The length field and the bytes disagree, at the limit. */
+  CHECK_ERR(proto_decode_hello(b, hello_body(b, PROTO_NAME_MAX, PROTO_NAME_MAX - 1), &g.h),
+            ACCEL_EPROTO);
+  CHECK_ERR(proto_decode_hello(b, hello_body(b, PROTO_NAME_MAX, PROTO_NAME_MAX + 1), &g.h),
+            ACCEL_EPROTO);
+  CHECK_OK(proto_decode_hello(b, hello_body(b, 0, 0), &g.h));
+  CHECK_STR_EQ(g.h.name, "");
+}
+
+/* The encoder's side of the same limit: a name with no terminator is cut at the limit. */
+TEST(hello_encoder_cuts_an_unterminated_name) {
+  proto_hello hi = {.version = PROTO_VERSION};
+  memset(hi.name, 'y', sizeof hi.name); /* PROTO_NAME_MAX + 1 bytes, no NUL */
+  proto_out o;
+  proto_out_init(&o);
+  CHECK_OK(proto_encode_hello(&o, 1, &hi));
+  size_t len;
+  const uint8_t *body = only_body(&o, &len);
+  CHECK_EQ(len, 8 + PROTO_NAME_MAX);
+  proto_hello back;
+  CHECK_OK(proto_decode_hello(body, len, &back));
+  CHECK_EQ(strlen(back.name), PROTO_NAME_MAX);
+  proto_out_free(&o);
+}
+
+#define WELCOME_HEAD 32u               /* a WELCOME body before its devices */
+#define WELCOME_COUNT_AT 20u           /* device_count's offset in the body */
+#define DEVICE_STATE_AT (96 + 16 + 12) /* state's offset in a device record */
+
+static proto_welcome welcome_of(uint32_t count) {
+  proto_welcome w = {.version = PROTO_VERSION, .limits = {1u << 20, 8, 64, 0},
+                     .device_count = count};
+  for (uint32_t i = 0; i < count && i < PROTO_MAX_DEVICES; i++) {
+    snprintf(w.devices[i].name, sizeof w.devices[i].name, "device %u", i);
+    snprintf(w.devices[i].backend, sizeof w.devices[i].backend, "cpu");
+    w.devices[i].mem_bytes = (uint64_t)i << 30;
+    w.devices[i].state = (int)(i % 3);
+    w.devices[i].restarts = i;
+  }
+  return w;
+}
+
+typedef struct guarded_welcome {
+  proto_welcome w;
+  uint8_t guard[2 * sizeof(struct accel_device_info)];
+} guarded_welcome;
+
+/* The body of an encoded WELCOME copied into a buffer with `extra` bytes of room after it. */
+static uint8_t *welcome_body(uint32_t count, size_t extra, size_t *len) {
+  proto_welcome w = welcome_of(count);
+  proto_out o;
+  proto_out_init(&o);
+  CHECK_OK(proto_encode_welcome(&o, 1, &w));
+  const uint8_t *body = only_body(&o, len);
+  CHECK_EQ(*len, WELCOME_HEAD + count * PROTO_DEVICE_SIZE); /* the layout this test forges */
+  uint8_t *copy = malloc(*len + extra);
+  CHECK(copy != NULL);
+  memcpy(copy, body, *len);
+  proto_out_free(&o);
+  return copy;
+}
+
+TEST(welcome_devices_at_the_limit_and_one_past) {
+  size_t len;
+  uint8_t *b = welcome_body(PROTO_MAX_DEVICES, PROTO_DEVICE_SIZE, &len);
+  guarded_welcome g;
+  CHECK_OK(proto_decode_welcome(b, len, &g.w));
+  CHECK_EQ(g.w.device_count, PROTO_MAX_DEVICES);
+  CHECK_STR_EQ(g.w.devices[PROTO_MAX_DEVICES - 1].name, "device 15");
+  CHECK_EQ(g.w.devices[PROTO_MAX_DEVICES - 1].restarts, PROTO_MAX_DEVICES - 1);
+  /* One more device than devices[] holds: the count says 17 and 17 records follow. */
+  memcpy(b + len, b + len - PROTO_DEVICE_SIZE, PROTO_DEVICE_SIZE);
+  set_le(b + WELCOME_COUNT_AT, PROTO_MAX_DEVICES + 1, 4);
+  memset(&g, GUARD_BYTE, sizeof g);
+  CHECK_ERR(proto_decode_welcome(b, len + PROTO_DEVICE_SIZE, &g.w), ACCEL_EPROTO);
+  CHECK(guard_intact(g.guard, sizeof g.guard));
+  set_le(b + WELCOME_COUNT_AT, UINT32_MAX, 4);
+  CHECK_ERR(proto_decode_welcome(b, len + PROTO_DEVICE_SIZE, &g.w), ACCEL_EPROTO);
+  CHECK(guard_intact(g.guard, sizeof g.guard));
+  free(b);
+  /* The encoder refuses to say it, and writes nothing. */
+  proto_welcome w = welcome_of(PROTO_MAX_DEVICES + 1);
+  proto_out o;
+  proto_out_init(&o);
+  CHECK_ERR(proto_encode_welcome(&o, 1, &w), ACCEL_EINVAL);
+  CHECK_EQ(o.len, 0);
+  proto_out_free(&o);
+}
+
+TEST(welcome_count_disagrees_with_the_body) {
+  size_t len;
+  uint8_t *b = welcome_body(2, 0, &len);
+  proto_welcome w;
+  CHECK_OK(proto_decode_welcome(b, len, &w));
+  set_le(b + WELCOME_COUNT_AT, 3, 4); /* one more than follows */
+  CHECK_ERR(proto_decode_welcome(b, len, &w), ACCEL_EPROTO);
+  set_le(b + WELCOME_COUNT_AT, 1, 4); /* one less: a record left over */
+  CHECK_ERR(proto_decode_welcome(b, len, &w), ACCEL_EPROTO);
+  set_le(b + WELCOME_COUNT_AT, 2, 4);
+  CHECK_ERR(proto_decode_welcome(b, len - 1, &w), ACCEL_EPROTO); /* a record cut short */
+  CHECK_ERR(proto_decode_welcome(b, WELCOME_HEAD - 1, &w), ACCEL_EPROTO);
+  free(b);
+  b = welcome_body(0, 0, &len);
+  CHECK_OK(proto_decode_welcome(b, len, &w));
+  CHECK_EQ(w.device_count, 0);
+  free(b);
+}
+
+/* One device record (a DEVICE_INFO reply's data), by the encoder. */
+static void device_record(uint8_t out[PROTO_DEVICE_SIZE + 1], int state) {
+  struct accel_device_info d = {.mem_bytes = 1u << 30, .state = state};
+  memset(d.name, 'N', sizeof d.name); /* no terminators: the decoder must add them */
+  memset(d.backend, 'B', sizeof d.backend);
+  proto_out o;
+  proto_out_init(&o);
+  CHECK_OK(proto_encode_device(&o, &d));
+  CHECK_EQ(o.len, PROTO_DEVICE_SIZE);
+  memcpy(out, o.data, o.len);
+  out[PROTO_DEVICE_SIZE] = 0;
+  proto_out_free(&o);
+}
+
+TEST(device_record_at_the_limit_and_one_past) {
+  uint8_t rec[PROTO_DEVICE_SIZE + 1];
+  struct accel_device_info d;
+  device_record(rec, DEV_NODE_QUARANTINED); /* the last state */
+  CHECK_OK(proto_decode_device(rec, PROTO_DEVICE_SIZE, &d));
+  CHECK_EQ(d.state, DEV_NODE_QUARANTINED);
+  CHECK_EQ(strlen(d.name), sizeof d.name - 1);
+  CHECK_EQ(strlen(d.backend), sizeof d.backend - 1);
+  CHECK_ERR(proto_decode_device(rec, PROTO_DEVICE_SIZE - 1, &d), ACCEL_EPROTO);
+  CHECK_ERR(proto_decode_device(rec, PROTO_DEVICE_SIZE + 1, &d), ACCEL_EPROTO);
+  set_le(rec + DEVICE_STATE_AT, DEV_NODE_QUARANTINED + 1, 4);
+  CHECK_ERR(proto_decode_device(rec, PROTO_DEVICE_SIZE, &d), ACCEL_EPROTO);
+  set_le(rec + DEVICE_STATE_AT, UINT32_MAX, 4); /* -1 as an int */
+  CHECK_ERR(proto_decode_device(rec, PROTO_DEVICE_SIZE, &d), ACCEL_EPROTO);
+  /* The same in a WELCOME. */
+  size_t len;
+  uint8_t *b = welcome_body(1, 0, &len);
+  proto_welcome w;
+  set_le(b + WELCOME_HEAD + DEVICE_STATE_AT, DEV_NODE_QUARANTINED + 1, 4);
+  CHECK_ERR(proto_decode_welcome(b, len, &w), ACCEL_EPROTO);
+  free(b);
+}
+
+TEST(transfer_stats_at_the_limit_and_one_past) {
+  accel_transfer_stats t = {1, 2, 3, 4, UINT64_MAX}, back;
+  proto_out o;
+  proto_out_init(&o);
+  CHECK_OK(proto_encode_transfer_stats(&o, &t));
+  CHECK_EQ(o.len, 40);
+  CHECK_OK(proto_decode_transfer_stats(o.data, o.len, &back));
+  CHECK(back.read == UINT64_MAX && back.host_to_device == 1);
+  CHECK_ERR(proto_decode_transfer_stats(o.data, o.len - 1, &back), ACCEL_EPROTO);
+  CHECK_OK(proto_encode_transfer_stats(&o, &t)); /* 80 bytes: one record and more */
+  CHECK_ERR(proto_decode_transfer_stats(o.data, 41, &back), ACCEL_EPROTO);
+  proto_out_free(&o);
+}
+
+/* The most negative code of accel/error.h's table, from the table itself. */
+static int lowest_error(void) {
+  int low = 0;
+#define LOWEST_(name, value, msg) low = (value) < low ? (value) : low;
+  ACCEL_ERRNO_MAP(LOWEST_)
+#undef LOWEST_
+  return low;
+}
+
+static int reply_with(int32_t status, int32_t *got, proto_bytes *data) {
+  uint8_t body[9] = {0};
+  set_le(body, (uint32_t)status, 4);
+  body[8] = 42; /* one byte of data */
+  return proto_decode_reply(body, sizeof body, got, data);
+}
+
+TEST(reply_status_at_the_limits_and_one_past) {
+  int32_t st;
+  proto_bytes data;
+  CHECK_OK(reply_with(0, &st, &data));
+  CHECK_EQ(st, 0);
+  CHECK(data.len == 1 && data.data[0] == 42);
+  int low = lowest_error();
+  CHECK_OK(reply_with(low, &st, &data));
+  CHECK_EQ(st, low);
+  const int32_t bad[] = {low - 1, 1, INT32_MAX, INT32_MIN};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    CHECK_ERR(reply_with(bad[i], &st, &data), ACCEL_EPROTO);
+    CHECK_EQ(st, ACCEL_EPROTO); /* a caller that looks anyway sees the refusal */
+    CHECK(data.data == NULL && data.len == 0);
+  }
+  uint8_t body[8] = {0};
+  CHECK_OK(proto_decode_reply(body, 8, &st, &data)); /* no data */
+  CHECK_EQ(data.len, 0);
+  CHECK_ERR(proto_decode_reply(body, 7, &st, &data), ACCEL_EPROTO);
+}
+
+/* A CONTROL frame (40 bytes) to forge headers from. */
+static void control_frame(uint8_t out[40]) {
+  proto_control_req c = {PROTO_CTL_PING, 0};
+  proto_out o;
+  proto_out_init(&o);
+  CHECK_OK(proto_encode_control(&o, 3, &c));
+  CHECK_EQ(o.len, 40);
+  memcpy(out, o.data, 40);
+  proto_out_free(&o);
+}
+
+/* The frame with the header field at `at` (`bytes` wide) set to v. */
+static int header_with(size_t at, int bytes, uint64_t v, size_t len, uint32_t max_message) {
+  uint8_t f[40];
+  control_frame(f);
+  set_le(f + at, v, bytes);
+  proto_header h;
+  return proto_decode_header(f, len, max_message, &h);
+}
+
+TEST(header_at_the_limits_and_one_past) {
+  CHECK_OK(header_with(8, 4, 0, 40, 40));                /* max_message: exactly */
+  CHECK_ERR(header_with(8, 4, 0, 40, 39), ACCEL_ELIMIT); /* one byte over */
+  CHECK_OK(header_with(12, 4, 16, 40, 40));              /* body_len = frame - header */
+  CHECK_ERR(header_with(12, 4, 17, 40, 40), ACCEL_EPROTO);
+  CHECK_ERR(header_with(12, 4, 15, 40, 40), ACCEL_EPROTO);
+  CHECK_ERR(header_with(12, 4, UINT32_MAX, 40, 40), ACCEL_EPROTO);
+  CHECK_OK(header_with(6, 2, PROTO_TYPE_MAX_ - 1, 40, 40)); /* types: the last */
+  CHECK_ERR(header_with(6, 2, PROTO_TYPE_MAX_, 40, 40), ACCEL_EPROTO);
+  CHECK_ERR(header_with(6, 2, 0, 40, 40), ACCEL_EPROTO);
+  CHECK_ERR(header_with(4, 2, PROTO_VERSION + 1, 40, 40), ACCEL_EPROTO);
+  CHECK_ERR(header_with(4, 2, PROTO_VERSION - 1, 40, 40), ACCEL_EPROTO);
+  CHECK_ERR(header_with(8, 4, 1, 40, 40), ACCEL_EPROTO); /* flags */
+  CHECK_ERR(header_with(0, 4, PROTO_MAGIC + 1, 40, 40), ACCEL_EPROTO);
+  /* A header alone (an empty body) is whole; one byte less is not a frame. */
+  CHECK_OK(header_with(12, 4, 0, PROTO_HEADER_SIZE, 40));
+  CHECK_ERR(header_with(12, 4, 0, PROTO_HEADER_SIZE - 1, 40), ACCEL_EPROTO);
+}
+
+TEST(next_frame_at_the_limits) {
+  uint8_t two[80];
+  control_frame(two);
+  control_frame(two + 40);
+  CHECK_EQ(proto_next_frame(two, 80), 40);
+  CHECK_EQ(proto_next_frame(two, 40), 40);
+  CHECK_EQ(proto_next_frame(two, 39), 0); /* the body cut by one */
+  CHECK_EQ(proto_next_frame(two, PROTO_HEADER_SIZE - 1), 0);
+  set_le(two + 12, 56, 4); /* the body claims every byte: one whole frame */
+  CHECK_EQ(proto_next_frame(two, 80), 80);
+  set_le(two + 12, 57, 4); /* and one more than there is */
+  CHECK_EQ(proto_next_frame(two, 80), 0);
+  set_le(two + 12, UINT32_MAX, 4);
+  CHECK_EQ(proto_next_frame(two, 80), 0);
+  CHECK_EQ(proto_next_frame(NULL, 80), 0);
+}
+
+/* Encodes op and returns what decoding it says. */
+static int op_decodes(const dev_op *op) {
+  proto_out o;
+  proto_out_init(&o);
+  CHECK_OK(proto_encode_op(&o, 1, op, (proto_bytes){NULL, 0}));
+  size_t len;
+  const uint8_t *body = only_body(&o, &len);
+  dev_op back;
+  proto_bytes data;
+  int rc = proto_decode_op(body, len, &back, &data);
+  proto_out_free(&o);
+  return rc;
+}
+
+static dev_op op_of(uint32_t kind, uint32_t nbufs) {
+  dev_op op = {.h = {.kind = kind, .device = ACCEL_DEVICE_ANY}, .nbufs = nbufs};
+  for (uint32_t i = 0; i < nbufs; i++)
+    op.bufs[i] = (dev_op_buf){.handle = ((uint64_t)1 << 32) | (i + 1), .count = 4};
+  return op;
+}
+
+TEST(op_head_enums_at_the_limit_and_one_past) {
+  dev_op op = op_of(DEV_OP_KIND_COUNT_ - 1, 1); /* the last kind */
+  CHECK_OK(op_decodes(&op));
+  op.h.kind = DEV_OP_KIND_COUNT_;
+  CHECK_ERR(op_decodes(&op), ACCEL_EPROTO);
+  op.h.kind = 0;
+  CHECK_ERR(op_decodes(&op), ACCEL_EPROTO);
+  op = op_of(DEV_OP_READ, 1);
+  op.h.completion = ACCEL_COMPLETION_POLL;
+  CHECK_OK(op_decodes(&op));
+  op.h.completion = ACCEL_COMPLETION_POLL + 1;
+  CHECK_ERR(op_decodes(&op), ACCEL_EPROTO);
+  op = op_of(DEV_OP_READ, 1);
+  op.h.deadline_ms = 0;
+  CHECK_OK(op_decodes(&op));
+  op.h.deadline_ms = -1;
+  CHECK_ERR(op_decodes(&op), ACCEL_EPROTO);
+  op = op_of(DEV_OP_READ, 1);
+  op.h.device = ACCEL_DEVICE_ANY;
+  CHECK_OK(op_decodes(&op));
+  op.h.device = ACCEL_DEVICE_ANY - 1;
+  CHECK_ERR(op_decodes(&op), ACCEL_EPROTO);
+}
+
+TEST(op_payload_enums_at_the_limit_and_one_past) {
+  dev_op op = op_of(DEV_OP_RNG, 1);
+  op.u.rng.dist = BE_RNG_NORMAL;
+  CHECK_OK(op_decodes(&op));
+  op.u.rng.dist = (be_rng_dist)(BE_RNG_NORMAL + 1);
+  CHECK_ERR(op_decodes(&op), ACCEL_EPROTO);
+  op = op_of(DEV_OP_UNARY, 2);
+  op.u.unary.op = BE_TANH;
+  CHECK_OK(op_decodes(&op));
+  op.u.unary.op = (be_unary_op)(BE_TANH + 1);
+  CHECK_ERR(op_decodes(&op), ACCEL_EPROTO);
+  op = op_of(DEV_OP_BUFFER_CREATE, 1);
+  op.u.create.dtype = ACCEL_U32;
+  CHECK_OK(op_decodes(&op));
+  op.u.create.dtype = (accel_dtype)(ACCEL_U32 + 1);
+  CHECK_ERR(op_decodes(&op), ACCEL_EPROTO);
+  op.u.create.dtype = (accel_dtype)0;
+  CHECK_ERR(op_decodes(&op), ACCEL_EPROTO);
+}
+
+TEST(sgemm_enums_at_the_limit_and_one_past) {
+  dev_op op = op_of(DEV_OP_SGEMM, 3);
+  op.u.sgemm = (be_sgemm_args){.trans_a = BE_BLAS_TRANS, .trans_b = BE_BLAS_TRANS,
+                               .math = BE_SGEMM_MATH_TF32};
+  CHECK_OK(op_decodes(&op));
+  dev_op bad = op;
+  bad.u.sgemm.trans_a = (be_blas_trans)(BE_BLAS_TRANS + 1);
+  CHECK_ERR(op_decodes(&bad), ACCEL_EPROTO);
+  bad = op;
+  bad.u.sgemm.trans_b = (be_blas_trans)(BE_BLAS_TRANS + 1);
+  CHECK_ERR(op_decodes(&bad), ACCEL_EPROTO);
+  bad = op;
+  bad.u.sgemm.math = (be_sgemm_math)(BE_SGEMM_MATH_TF32 + 1);
+  CHECK_ERR(op_decodes(&bad), ACCEL_EPROTO);
+}
+
+typedef struct guarded_op {
+  dev_op op;
+  uint8_t guard[4 * PROTO_BUF_SIZE];
+} guarded_op;
+
+/* nbufs is the head's u32 at 24; buffers follow the 32-byte head. */
+TEST(op_buffers_at_the_limit_and_one_past) {
+  dev_op op = op_of(DEV_OP_SGEMM, DEV_OP_MAX_BUFS);
+  CHECK_OK(op_decodes(&op));
+  proto_out o;
+  proto_out_init(&o);
+  CHECK_OK(proto_encode_op(&o, 1, &op, (proto_bytes){NULL, 0}));
+  size_t len;
+  const uint8_t *body = only_body(&o, &len);
+  /* One buffer more than bufs[] holds: the count says 4 and 4 references follow. */
+  size_t refs_end = PROTO_OP_HEAD_SIZE + DEV_OP_MAX_BUFS * PROTO_BUF_SIZE;
+  uint8_t *b = malloc(len + PROTO_BUF_SIZE);
+  CHECK(b != NULL);
+  memcpy(b, body, refs_end);
+  memcpy(b + refs_end, body + refs_end - PROTO_BUF_SIZE, PROTO_BUF_SIZE);
+  memcpy(b + refs_end + PROTO_BUF_SIZE, body + refs_end, len - refs_end);
+  set_le(b + 24, DEV_OP_MAX_BUFS + 1, 4);
+  guarded_op g;
+  memset(&g, GUARD_BYTE, sizeof g);
+  proto_bytes data;
+  CHECK_ERR(proto_decode_op(b, len + PROTO_BUF_SIZE, &g.op, &data), ACCEL_EPROTO);
+  CHECK(guard_intact(g.guard, sizeof g.guard));
+  free(b);
+  proto_out_free(&o);
+  op.nbufs = DEV_OP_MAX_BUFS + 1; /* the encoder refuses it too */
+  proto_out_init(&o);
+  CHECK_ERR(proto_encode_op(&o, 1, &op, (proto_bytes){NULL, 0}), ACCEL_EINVAL);
+  proto_out_free(&o);
+}
+
+/* A write's data_len (the u64 after its one buffer reference) against the bytes sent. */
+TEST(write_length_at_the_limit_and_one_past) {
+  static const uint8_t bytes[16] = {1, 2, 3};
+  dev_op op = op_of(DEV_OP_WRITE, 1);
+  proto_out o;
+  proto_out_init(&o);
+  CHECK_OK(proto_encode_op(&o, 1, &op, (proto_bytes){bytes, sizeof bytes}));
+  size_t len;
+  only_body(&o, &len);
+  uint8_t *body = o.data + PROTO_HEADER_SIZE; /* writable: data_len is changed below */
+  size_t at = PROTO_OP_HEAD_SIZE + PROTO_BUF_SIZE;
+  dev_op back;
+  proto_bytes data;
+  CHECK_OK(proto_decode_op(body, len, &back, &data));
+  CHECK(data.len == sizeof bytes);
+  set_le(body + at, sizeof bytes + 1, 8); /* one byte more than follows */
+  CHECK_ERR(proto_decode_op(body, len, &back, &data), ACCEL_EPROTO);
+  set_le(body + at, sizeof bytes - 1, 8); /* one byte left over */
+  CHECK_ERR(proto_decode_op(body, len, &back, &data), ACCEL_EPROTO);
+  set_le(body + at, UINT64_MAX, 8);
+  CHECK_ERR(proto_decode_op(body, len, &back, &data), ACCEL_EPROTO);
+  proto_out_free(&o);
+}
+
+TEST(control_at_the_limit_and_one_past) {
+  uint8_t body[17] = {0};
+  proto_control_req c;
+  set_le(body, PROTO_CTL_MAX_ - 1, 4); /* the last command */
+  CHECK_OK(proto_decode_control(body, 16, &c));
+  CHECK_ERR(proto_decode_control(body, 15, &c), ACCEL_EPROTO);
+  CHECK_ERR(proto_decode_control(body, 17, &c), ACCEL_EPROTO);
+  set_le(body, PROTO_CTL_MAX_, 4);
+  CHECK_ERR(proto_decode_control(body, 16, &c), ACCEL_EPROTO);
+  set_le(body, 0, 4);
+  CHECK_ERR(proto_decode_control(body, 16, &c), ACCEL_EPROTO);
+}
+
 static const test_case tests[] = {
     TEST_CASE(op_round_trip),
     TEST_CASE(write_carries_its_bytes),
@@ -231,6 +695,21 @@ static const test_case tests[] = {
     TEST_CASE(truncations_are_refused),
     TEST_CASE(corruptions_are_refused_or_still_well_formed),
     TEST_CASE(bad_enums_and_counts_are_refused),
+    TEST_CASE(hello_name_at_the_limit_and_one_past),
+    TEST_CASE(hello_encoder_cuts_an_unterminated_name),
+    TEST_CASE(welcome_devices_at_the_limit_and_one_past),
+    TEST_CASE(welcome_count_disagrees_with_the_body),
+    TEST_CASE(device_record_at_the_limit_and_one_past),
+    TEST_CASE(transfer_stats_at_the_limit_and_one_past),
+    TEST_CASE(reply_status_at_the_limits_and_one_past),
+    TEST_CASE(header_at_the_limits_and_one_past),
+    TEST_CASE(next_frame_at_the_limits),
+    TEST_CASE(op_head_enums_at_the_limit_and_one_past),
+    TEST_CASE(op_payload_enums_at_the_limit_and_one_past),
+    TEST_CASE(sgemm_enums_at_the_limit_and_one_past),
+    TEST_CASE(op_buffers_at_the_limit_and_one_past),
+    TEST_CASE(write_length_at_the_limit_and_one_past),
+    TEST_CASE(control_at_the_limit_and_one_past),
 };
 
 TEST_MAIN(tests)
