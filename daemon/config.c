@@ -3,6 +3,8 @@
 #include <errno.h>
 #include <grp.h>
 #include <ini.h>
+#include <pwd.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -33,6 +35,11 @@ void acd_config_free(acd_config *c) {
   for (uint32_t i = 0; i < c->nlisten; i++)
     free(c->listen[i]);
   free(c->socket_group);
+  free(c->allow_uids);
+  free(c->allow_gids);
+  free(c->tls_cert);
+  free(c->tls_key);
+  free(c->tls_ca);
   memset(c, 0, sizeof *c);
 }
 
@@ -112,6 +119,125 @@ static bool set_string(char **field, const char *v) {
   return true;
 }
 
+/* A path to a file; an empty value unsets it. */
+static bool set_path(char **field, const char *v) {
+  if (*v != '\0')
+    return set_string(field, v);
+  free(*field);
+  *field = NULL;
+  return true;
+}
+
+/* ---- reading the file ---- */
+
+typedef struct load_ctx {
+  acd_config *c;
+  char *err; /* the first error's message (inih reports the first error's line) */
+  size_t err_len;
+} load_ctx;
+
+static void __attribute__((format(printf, 2, 3))) fail(load_ctx *x, const char *fmt, ...) {
+  if (x->err[0] != '\0')
+    return;
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(x->err, x->err_len, fmt, ap);
+  va_end(ap);
+}
+
+/* ---- user and group names ---- */
+
+/* The reentrant lookups: a reload reads the file on a worker thread. 0, ENOENT (no such
+ * name), or another errno (ERANGE: buf too small). */
+static int user_id(const char *name, char *buf, size_t len, uint32_t *id) {
+  struct passwd pw, *res = NULL;
+  int rc = getpwnam_r(name, &pw, buf, len, &res);
+  if (rc == 0 && res != NULL)
+    *id = (uint32_t)pw.pw_uid;
+  return rc == 0 && res == NULL ? ENOENT : rc;
+}
+
+static int group_id(const char *name, char *buf, size_t len, uint32_t *id) {
+  struct group gr, *res = NULL;
+  int rc = getgrnam_r(name, &gr, buf, len, &res);
+  if (rc == 0 && res != NULL)
+    *id = (uint32_t)gr.gr_gid;
+  return rc == 0 && res == NULL ? ENOENT : rc;
+}
+
+typedef int (*id_lookup)(const char *name, char *buf, size_t len, uint32_t *id);
+
+/* Retries with a larger buffer while the entry does not fit (a group with many members). */
+static int lookup_id(id_lookup fn, const char *name, uint32_t *id) {
+  for (size_t len = 4096; len <= (1u << 22); len *= 2) {
+    char *buf = malloc(len);
+    if (buf == NULL)
+      return ENOMEM;
+    int rc = fn(name, buf, len, id);
+    free(buf);
+    if (rc != ERANGE)
+      return rc;
+  }
+  return ERANGE;
+}
+
+/* One list item: all digits is a numeric id (it need not exist), anything else a name. */
+static bool resolve_id(load_ctx *x, const char *key, id_lookup fn, const char *item,
+                       uint32_t *id) {
+  const char *kind = fn == user_id ? "user" : "group";
+  uint64_t n;
+  if (strspn(item, "0123456789") == strlen(item)) {
+    if (parse_u64(item, 10, 0, UINT32_MAX - 1, &n)) {
+      *id = (uint32_t)n;
+      return true;
+    }
+    fail(x, "[security] %s: %s id %s is out of range", key, kind, item);
+    return false;
+  }
+  int rc = lookup_id(fn, item, id);
+  if (rc == ENOENT || rc == ESRCH)
+    fail(x, "[security] %s: no such %s '%s'", key, kind, item);
+  else if (rc != 0)
+    fail(x, "[security] %s: cannot look up %s '%s': %s", key, kind, item, strerror(rc));
+  return rc == 0;
+}
+
+static bool push_id(uint32_t **ids, uint32_t *n, uint32_t id) {
+  uint32_t *grown = realloc(*ids, ((size_t)*n + 1) * sizeof *grown);
+  if (grown == NULL)
+    return false;
+  grown[(*n)++] = id;
+  *ids = grown;
+  return true;
+}
+
+static char *trim(char *s) {
+  while (*s == ' ' || *s == '\t')
+    s++;
+  size_t n = strlen(s);
+  while (n > 0 && (s[n - 1] == ' ' || s[n - 1] == '\t'))
+    s[--n] = '\0';
+  return s;
+}
+
+/* allow_users, allow_groups: names or ids separated by commas. The key may repeat: each adds
+ * to the list. */
+static bool add_ids(load_ctx *x, const char *key, const char *v, id_lookup fn,
+                    uint32_t **ids, uint32_t *n) {
+  char *copy = strdup(v);
+  bool ok = copy != NULL;
+  char *save = NULL;
+  for (char *item = ok ? strtok_r(copy, ",", &save) : NULL; ok && item != NULL;
+       item = strtok_r(NULL, ",", &save)) {
+    uint32_t id;
+    item = trim(item);
+    if (*item != '\0')
+      ok = resolve_id(x, key, fn, item, &id) && push_id(ids, n, id);
+  }
+  free(copy);
+  return ok;
+}
+
 /* ---- sections ---- */
 
 static bool daemon_key(acd_config *c, const char *k, const char *v) {
@@ -162,21 +288,36 @@ static bool limits_key(acd_config *c, const char *k, const char *v) {
   return false;
 }
 
-typedef struct load_ctx {
-  acd_config *c;
-  char *err;
-  size_t err_len;
-} load_ctx;
+static bool security_key(load_ctx *x, const char *k, const char *v) {
+  acd_config *c = x->c;
+  if (!strcmp(k, "allow_users"))
+    return add_ids(x, k, v, user_id, &c->allow_uids, &c->nallow_uids);
+  if (!strcmp(k, "allow_groups"))
+    return add_ids(x, k, v, group_id, &c->allow_gids, &c->nallow_gids);
+  if (!strcmp(k, "allow_any_local"))
+    return parse_bool(v, &c->allow_any_local);
+  if (!strcmp(k, "allow_plain_tcp"))
+    return parse_bool(v, &c->allow_plain_tcp);
+  if (!strcmp(k, "tls_cert"))
+    return set_path(&c->tls_cert, v);
+  if (!strcmp(k, "tls_key"))
+    return set_path(&c->tls_key, v);
+  if (!strcmp(k, "tls_ca"))
+    return set_path(&c->tls_ca, v);
+  if (!strcmp(k, "tls_verify_clients"))
+    return parse_bool(v, &c->tls_verify_clients);
+  return false;
+}
 
 static int on_key(void *user, const char *section, const char *key, const char *value) {
   load_ctx *x = user;
-  bool ok = !strcmp(section, "daemon")    ? daemon_key(x->c, key, value)
-            : !strcmp(section, "devices") ? devices_key(x->c, key, value)
-            : !strcmp(section, "limits")  ? limits_key(x->c, key, value)
-                                          : false;
-  if (!ok)
-    snprintf(x->err, x->err_len, "[%s] %s = %s: unknown key or bad value", section, key,
-             value);
+  bool ok = !strcmp(section, "daemon")     ? daemon_key(x->c, key, value)
+            : !strcmp(section, "devices")  ? devices_key(x->c, key, value)
+            : !strcmp(section, "limits")   ? limits_key(x->c, key, value)
+            : !strcmp(section, "security") ? security_key(x, key, value)
+                                           : false;
+  if (!ok) /* a specific message, if the key's parser wrote one, stays */
+    fail(x, "[%s] %s = %s: unknown key or bad value", section, key, value);
   return ok;
 }
 
@@ -217,6 +358,8 @@ int acd_config_apply_flags(acd_config *c, const acd_flags *f, char *err, size_t 
     c->fault_injection = true;
   if (f->cpu_devices >= 0)
     c->cpu_devices = (uint32_t)f->cpu_devices;
+  if (f->allow_plain_tcp)
+    c->allow_plain_tcp = true;
   if (c->nlisten == 0 && !add_listen(c, ACD_DEFAULT_URL)) {
     snprintf(err, err_len, "out of memory");
     return ACCEL_ENOMEM;
@@ -249,4 +392,33 @@ int acd_config_gid(const acd_config *c, int *gid) {
     return ACCEL_ENOENT;
   *gid = (int)g->gr_gid;
   return 0;
+}
+
+void acd_config_security(const acd_config *c, srv_security *out) {
+  *out = (srv_security){.allow_uids = c->allow_uids,
+                        .nallow_uids = c->nallow_uids,
+                        .allow_gids = c->allow_gids,
+                        .nallow_gids = c->nallow_gids,
+                        .allow_any_local = c->allow_any_local,
+                        .allow_plain_tcp = c->allow_plain_tcp,
+                        .tls_cert = c->tls_cert,
+                        .tls_key = c->tls_key,
+                        .tls_ca = c->tls_ca,
+                        .tls_verify_clients = c->tls_verify_clients};
+}
+
+static bool same_ids(const uint32_t *a, uint32_t na, const uint32_t *b, uint32_t nb) {
+  return na == nb && (na == 0 || memcmp(a, b, na * sizeof *a) == 0);
+}
+
+static bool same_string(const char *a, const char *b) {
+  return a == b || (a != NULL && b != NULL && strcmp(a, b) == 0);
+}
+
+bool acd_config_security_same(const acd_config *a, const acd_config *b) {
+  return same_ids(a->allow_uids, a->nallow_uids, b->allow_uids, b->nallow_uids) &&
+         same_ids(a->allow_gids, a->nallow_gids, b->allow_gids, b->nallow_gids) &&
+         a->allow_any_local == b->allow_any_local && a->allow_plain_tcp == b->allow_plain_tcp &&
+         same_string(a->tls_cert, b->tls_cert) && same_string(a->tls_key, b->tls_key) &&
+         same_string(a->tls_ca, b->tls_ca) && a->tls_verify_clients == b->tls_verify_clients;
 }

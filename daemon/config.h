@@ -29,6 +29,14 @@ typedef struct acd_config {
   bool exit_on_quarantine;
   uint32_t drain_timeout_ms;
   proto_limits limits;
+  /* [security]: who may connect (srv_security in actors/server.h says what each means).
+   * User and group names are resolved to ids when the file is read. Owned. */
+  uint32_t *allow_uids, *allow_gids;
+  uint32_t nallow_uids, nallow_gids;
+  bool allow_any_local;
+  bool allow_plain_tcp;
+  char *tls_cert, *tls_key, *tls_ca; /* PEM files; NULL: not set */
+  bool tls_verify_clients;
 } acd_config;
 
 /* What the command line said; it overrides the file, at start and on every reload. */
@@ -40,7 +48,10 @@ typedef struct acd_flags {
   bool fault_injection;
   long cpu_devices;             /* < 0: not given */
   bool foreground;
+  bool allow_plain_tcp;         /* --allow-plain-tcp: as [security] allow_plain_tcp = true */
 } acd_flags;
+
+struct srv_security;
 
 void acd_config_defaults(acd_config *c);
 void acd_config_free(acd_config *c);
@@ -53,5 +64,9 @@ int acd_config_apply_flags(acd_config *c, const acd_flags *f, char *err, size_t 
 int acd_config_read(acd_config *c, const acd_flags *f, char *err, size_t err_len);
 /* The gid of socket_group (a name or a number); -1 for none; ACCEL_ENOENT if unknown. */
 int acd_config_gid(const acd_config *c, int *gid);
+/* The server's view of [security]: its pointers point into *c, which must outlive it. */
+void acd_config_security(const acd_config *c, struct srv_security *out);
+/* Whether two configurations say the same in [security] (a reload compares them). */
+bool acd_config_security_same(const acd_config *a, const acd_config *b);
 
 #endif

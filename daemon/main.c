@@ -3,7 +3,7 @@
  * systemd), and runs the loop on the main thread until SIGTERM has drained it.
  *
  *   acceld [--config FILE] [--listen URL]... [--log-level L] [--enable-fault-injection]
- *          [--cpu-devices N] [--foreground]
+ *          [--cpu-devices N] [--allow-plain-tcp] [--foreground]
  *
  * Without --foreground (and outside systemd) it detaches once it serves, so a shell script can
  * start it and use it at once; its stderr stays where it was. Exit status: 0 after a clean
@@ -29,13 +29,17 @@
 static void usage(FILE *to) {
   fprintf(to,
           "usage: acceld [--config FILE] [--listen URL]... [--log-level LEVEL]\n"
-          "              [--enable-fault-injection] [--cpu-devices N] [--foreground]\n"
+          "              [--enable-fault-injection] [--cpu-devices N] [--allow-plain-tcp]\n"
+          "              [--foreground]\n"
           "  --config FILE             INI configuration (default %s, if present)\n"
-          "  --listen URL              ipc://PATH or tcp://HOST:PORT, repeatable\n"
+          "  --listen URL              ipc://PATH, tls+tcp://HOST:PORT (TLS settings in the\n"
+          "                            config's [security]) or tcp://HOST:PORT, repeatable\n"
           "                            (default %s)\n"
           "  --log-level LEVEL         error, warn, info, debug, trace\n"
           "  --enable-fault-injection  let `accelctl inject-fault` reach devices (tests)\n"
           "  --cpu-devices N           CPU devices to serve (0-8, default 1)\n"
+          "  --allow-plain-tcp         let tcp:// listeners start (no encryption, no\n"
+          "                            authentication: trusted networks only)\n"
           "  --foreground              stay attached (systemd, tests)\n",
           ACD_DEFAULT_CONFIG, ACD_DEFAULT_URL);
 }
@@ -48,6 +52,7 @@ static int parse_args(int argc, char **argv, acd_flags *f) {
       {"enable-fault-injection", no_argument, NULL, 'F'},
       {"cpu-devices", required_argument, NULL, 'n'},
       {"foreground", no_argument, NULL, 'f'},
+      {"allow-plain-tcp", no_argument, NULL, 'P'},
       {"help", no_argument, NULL, 'h'},
       {NULL, 0, NULL, 0},
   };
@@ -69,6 +74,7 @@ static int parse_args(int argc, char **argv, acd_flags *f) {
         return 2;
       break;
     case 'f': f->foreground = true; break;
+    case 'P': f->allow_plain_tcp = true; break;
     case 'h': usage(stdout); exit(0);
     default: return 2;
     }
@@ -183,6 +189,7 @@ static int start_tree(daemon_ctx *d, int gid, int ready_fd) {
                          .ipc_mode = c->socket_mode,
                          .ipc_gid = gid,
                          .drain_timeout_ms = c->drain_timeout_ms};
+  acd_config_security(c, &d->server.sec); /* points into d->config, which outlives the tree */
   /* A session that fails past its restart limit is stopped, never escalated to the server. */
   accel_supervision sup = {.strategy = ACCEL_ONE_FOR_ONE, .on_limit = ACCEL_LIMIT_STOP_CHILD};
   accel_spawn_opts so = {.name = "server", .mailbox_capacity = 1024, .supervision = &sup};

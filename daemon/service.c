@@ -142,6 +142,12 @@ static void note_restart_only(const acd_config *old, const acd_config *new) {
                                                                  : NULL;
   if (what)
     accel_log(ACCEL_LOG_WARN, "service", "reload: %s changed: takes effect on restart", what);
+  /* Its own line, never hidden by another change: who may connect is what an administrator
+   * most needs to know is still the old. */
+  if (!acd_config_security_same(old, new))
+    accel_log(ACCEL_LOG_WARN, "service",
+              "reload: [security] changed: takes effect on restart (until then the old "
+              "settings apply)");
 }
 
 static void log_limit(const char *name, uint64_t old, uint64_t new) {

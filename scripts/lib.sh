@@ -19,10 +19,12 @@ ACCEL_DEPS=(
   libsystemd-dev
   libstarpu-dev
   ocl-icd-opencl-dev pocl-opencl-icd libclblast-dev
-  # test tools: clang and its sanitizer runtimes, valgrind, python for the test summaries
+  # test tools: clang and its sanitizer runtimes, valgrind, python for the test summaries,
+  # the openssl CLI for the TLS tests' throwaway certificates
   clang libclang-rt-14-dev
   valgrind
   python3
+  openssl
 )
 
 # ---- output -------------------------------------------------------------------------------

@@ -87,9 +87,21 @@ typedef struct accel_transfer_stats {
  * cpu_devices=N (N CPU devices, each its own memory node; default 1),
  * completion=callback|sync|poll (default callback), max_restarts=N (per device, in 10 s),
  * max_buffers=N, tf32=1 (sgemm on TF32 tensor cores by default where devices have them).
- * "ipc://PATH" or "tcp://HOST:PORT" connects to acceld: the same API and semantics; buffers
- * belong to this connection and die with it. ACCEL_ECLOSED if no daemon answers there, and
- * for every pending and later op once the connection is lost. Other schemes: ACCEL_ENOTSUP.
+ * "ipc://PATH" (or "unix://PATH"), "tls+tcp://HOST:PORT" or "tcp://HOST:PORT" connects to
+ * acceld: the same API and semantics; buffers belong to this connection and die with it.
+ * ACCEL_ECLOSED if no daemon answers there, and for every pending and later op once the
+ * connection is lost. Other schemes: ACCEL_ENOTSUP.
+ * tls+tcp:// always verifies the daemon's certificate; the settings come from the environment:
+ *   ACCEL_TLS_CA           PEM file of the CA(s) that signed the daemon's certificate (required)
+ *   ACCEL_TLS_SERVER_NAME  the name that certificate must carry (default: the URL's HOST).
+ *                          nng's mbed TLS compares it with the certificate's DNS names (or
+ *                          its CN), never its IP addresses: for a numeric HOST set this, or
+ *                          give the certificate the address as a DNS name too
+ *   ACCEL_TLS_CERT, ACCEL_TLS_KEY  this client's certificate and unencrypted key (PEM), for a
+ *                          daemon with tls_verify_clients
+ * A handshake refused either way (or no ACCEL_TLS_CA) is ACCEL_EPERM; unusable settings
+ * ACCEL_EINVAL; no handshake within 10 s ACCEL_ECLOSED. Plain tcp:// has neither encryption
+ * nor authentication, and acceld serves it only with allow_plain_tcp.
  * A write or read must fit in one message of the daemon's max_message (ACCEL_ELIMIT). */
 ACCEL_API int accel_open(accel_ctx **ctx, const char *url);
 /* Waits for the context's ops, frees every buffer, stops the runtime. */
@@ -168,6 +180,16 @@ ACCEL_API int accel_finish(accel_ctx *ctx, int64_t timeout_ms);
  * was opened with fault_injection=1. */
 ACCEL_API int accel_inject_fault(accel_ctx *ctx, accel_device dev);
 ACCEL_API int accel_transfer_stats_get(accel_ctx *ctx, accel_transfer_stats *out);
+
+/* Host memory for accel_write/accel_read sources and destinations that moves at memory speed.
+ * Through acceld's local transport (ipc://, unix://) it is shared with the daemon: a transfer
+ * from or into it copies nothing in this process and nothing crosses the socket. Elsewhere
+ * (embedded, tcp://) it is ordinary page-aligned memory (pinned registration with CUDA is not
+ * done yet). Free it with accel_host_free on the same context, after every op using it has
+ * finished, and before accel_close. 0 or ACCEL_EINVAL / ACCEL_ENOMEM / ACCEL_ECLOSED; any
+ * thread, but not from a future's callback. */
+ACCEL_API int accel_host_alloc(accel_ctx *ctx, size_t bytes, void **out);
+ACCEL_API int accel_host_free(accel_ctx *ctx, void *p);
 
 #ifdef __cplusplus
 }

@@ -1,0 +1,446 @@
+/* acceld's [security] section: the keys as parsed (daemon/config.c linked in), plain tcp://
+ * refused unless allowed, and tls+tcp:// end to end through libaccel: the daemon's certificate
+ * verified by the client (ACCEL_TLS_CA, ACCEL_TLS_SERVER_NAME), client certificates required
+ * by tls_verify_clients, and the daemon refusing to start without its key.
+ *
+ * The certificates are made at test time with the openssl CLI in a temporary directory: a CA,
+ * a second CA nobody trusts, a server certificate for "localhost" and "127.0.0.1" (as a DNS
+ * name too: mbed TLS, nng's TLS engine on Debian, does not match IP addresses), and a client
+ * certificate from each CA. */
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <pwd.h>
+#include <sys/socket.h>
+
+#include "accel/accel.h"
+#include "actors/server.h"
+#include "daemon/config.h"
+#include "util.h"
+
+static char certs[64]; /* the directory of PEM files, made once */
+
+/* ---- helpers ---- */
+
+static void __attribute__((format(printf, 1, 2))) shell(const char *fmt, ...) {
+  char cmd[2048];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(cmd, sizeof cmd, fmt, ap);
+  va_end(ap);
+  if (system(cmd) != 0)
+    TEST_FAIL("command failed (is the openssl CLI installed? scripts/deps):\n%s", cmd);
+}
+
+/* key NAME, certificate NAME.pem signed by CA (NULL: self-signed, a CA) with extensions. */
+static void make_cert(const char *name, const char *ca, const char *subject, const char *ext) {
+  const char *keygen = "-newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes";
+  if (ca == NULL) {
+    shell("cd %s && openssl req -x509 %s -keyout %s.key -out %s.pem -days 2 -subj '%s' "
+          ">>openssl.log 2>&1",
+          certs, keygen, name, name, subject);
+    return;
+  }
+  shell("cd %s && printf '%%s\\n' '%s' > %s.ext && "
+        "openssl req %s -keyout %s.key -out %s.csr -subj '%s' >>openssl.log 2>&1 && "
+        "openssl x509 -req -in %s.csr -CA %s.pem -CAkey %s.key -CAcreateserial -days 2 "
+        "-extfile %s.ext -out %s.pem >>openssl.log 2>&1",
+        certs, ext, name, keygen, name, name, subject, name, ca, ca, name, name);
+}
+
+static const char *pem(const char *file) {
+  static char paths[8][128];
+  static int next;
+  char *p = paths[next++ % 8];
+  snprintf(p, sizeof paths[0], "%s/%s", certs, file);
+  return p;
+}
+
+static void remove_certs(void) {
+  if (certs[0] != '\0')
+    shell("rm -rf '%s'", certs);
+}
+
+static void make_certs(void) {
+  if (certs[0] != '\0')
+    return;
+  snprintf(certs, sizeof certs, "/tmp/accel-tls-test-XXXXXX");
+  CHECK(mkdtemp(certs) != NULL);
+  atexit(remove_certs); /* not after a failed check (abort): the files help then */
+  make_cert("ca", NULL, "/CN=accel test CA", NULL);
+  make_cert("other-ca", NULL, "/CN=some other CA", NULL);
+  make_cert("server", "ca", "/CN=localhost",
+            "subjectAltName=DNS:localhost,DNS:127.0.0.1,IP:127.0.0.1\n"
+            "extendedKeyUsage=serverAuth");
+  make_cert("client", "ca", "/CN=accel test client", "extendedKeyUsage=clientAuth");
+  make_cert("rogue", "other-ca", "/CN=accel test client", "extendedKeyUsage=clientAuth");
+}
+
+/* A TCP port nothing listens on now (the kernel's pick; free again once closed). */
+static int free_port(void) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  CHECK_GE(fd, 0);
+  struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  socklen_t len = sizeof a;
+  CHECK_EQ(bind(fd, (struct sockaddr *)&a, sizeof a), 0);
+  CHECK_EQ(getsockname(fd, (struct sockaddr *)&a, &len), 0);
+  close(fd);
+  return ntohs(a.sin_port);
+}
+
+static void set_or_unset(const char *var, const char *value) {
+  if (value)
+    CHECK_EQ(setenv(var, value, 1), 0);
+  else
+    CHECK_EQ(unsetenv(var), 0);
+}
+
+/* The client's TLS settings for the next accel_open (NULL: unset). */
+static void client_env(const char *ca, const char *cert, const char *key, const char *name) {
+  set_or_unset("ACCEL_TLS_CA", ca);
+  set_or_unset("ACCEL_TLS_CERT", cert);
+  set_or_unset("ACCEL_TLS_KEY", key);
+  set_or_unset("ACCEL_TLS_SERVER_NAME", name);
+}
+
+/* Writes a buffer, reads it back, compares. */
+static void roundtrip(accel_ctx *ctx, float seed) {
+  enum { N = 1000 };
+  static float in[N], out[N];
+  for (int i = 0; i < N; i++) {
+    in[i] = seed + (float)i * 0.25f;
+    out[i] = -1.0f;
+  }
+  accel_buffer b;
+  accel_future *f;
+  CHECK_OK(accel_buffer_create(ctx, ACCEL_F32, N, &b));
+  CHECK_OK(accel_write(ctx, b, 0, in, N, NULL));
+  CHECK_OK(accel_read(ctx, b, 0, out, N, &f));
+  CHECK_OK(accel_future_wait(f, 10000));
+  accel_future_release(f);
+  CHECK(memcmp(in, out, sizeof in) == 0);
+  CHECK_OK(accel_buffer_destroy(ctx, b));
+}
+
+/* A [security] section with the test's server certificate and `extra` lines. */
+static void tls_config(td_daemon *d, const char *extra) {
+  char text[1024];
+  snprintf(text, sizeof text, "[security]\ntls_cert = %s\ntls_key = %s\n%s", pem("server.pem"),
+           pem("server.key"), extra);
+  td_write_config(d, text);
+}
+
+/* Starts acceld with its ipc socket and a tls+tcp:// listener; *url gets the latter. */
+static void start_tls(td_daemon *d, char *url, size_t len) {
+  snprintf(url, len, "tls+tcp://127.0.0.1:%d", free_port());
+  td_start(d, "--listen", url, NULL);
+}
+
+static int open_with(const char *url, accel_ctx **ctx) {
+  *ctx = NULL;
+  return accel_open(ctx, url);
+}
+
+/* ---- the configuration ---- */
+
+static int read_config(const char *text, acd_config *c, const acd_flags *f, char *err,
+                       size_t len) {
+  td_daemon d;
+  td_prepare(&d);
+  td_write_config(&d, text);
+  acd_flags flags = f ? *f : (acd_flags){.cpu_devices = -1};
+  flags.config_path = d.conf;
+  err[0] = '\0';
+  int rc = acd_config_read(c, &flags, err, len);
+  td_cleanup(&d);
+  return rc;
+}
+
+TEST(security_keys_are_parsed) {
+  char text[1024], err[320];
+  const struct passwd *me = getpwuid(getuid());
+  CHECK(me != NULL);
+  snprintf(text, sizeof text,
+           "[security]\nallow_users = root, 4242\nallow_users = %s\n"
+           "allow_groups = root,777\nallow_any_local = yes\nallow_plain_tcp = true\n"
+           "tls_cert = /etc/acceld/cert.pem\ntls_key = /etc/acceld/key.pem\n"
+           "tls_ca = /etc/acceld/ca.pem\ntls_verify_clients = on\n",
+           me->pw_name);
+  acd_config c;
+  CHECK_OK(read_config(text, &c, NULL, err, sizeof err));
+  CHECK_EQ(c.nallow_uids, 3);
+  CHECK_EQ(c.allow_uids[0], 0);
+  CHECK_EQ(c.allow_uids[1], 4242);
+  CHECK_EQ(c.allow_uids[2], getuid());
+  CHECK_EQ(c.nallow_gids, 2);
+  CHECK_EQ(c.allow_gids[0], 0);
+  CHECK_EQ(c.allow_gids[1], 777);
+  srv_security sec;
+  acd_config_security(&c, &sec);
+  CHECK(sec.allow_uids == c.allow_uids && sec.nallow_uids == 3 && sec.nallow_gids == 2);
+  CHECK(sec.allow_any_local && sec.allow_plain_tcp && sec.tls_verify_clients);
+  CHECK_STR_EQ(sec.tls_cert, "/etc/acceld/cert.pem");
+  CHECK_STR_EQ(sec.tls_key, "/etc/acceld/key.pem");
+  CHECK_STR_EQ(sec.tls_ca, "/etc/acceld/ca.pem");
+  acd_config same;
+  CHECK_OK(read_config(text, &same, NULL, err, sizeof err));
+  CHECK(acd_config_security_same(&c, &same));
+  same.allow_uids[1] = 4243;
+  CHECK(!acd_config_security_same(&c, &same));
+  acd_config_free(&same);
+  acd_config_free(&c);
+}
+
+TEST(security_defaults_and_the_plain_tcp_flag) {
+  char err[320];
+  acd_config c;
+  CHECK_OK(read_config("", &c, NULL, err, sizeof err));
+  CHECK(c.nallow_uids == 0 && c.nallow_gids == 0 && !c.allow_any_local);
+  CHECK(!c.allow_plain_tcp && !c.tls_verify_clients);
+  CHECK(c.tls_cert == NULL && c.tls_key == NULL && c.tls_ca == NULL);
+  acd_config_free(&c);
+  acd_flags f = {.cpu_devices = -1, .allow_plain_tcp = true};
+  CHECK_OK(read_config("[security]\nallow_plain_tcp = false\n", &c, &f, err, sizeof err));
+  CHECK(c.allow_plain_tcp); /* the flag wins over the file */
+  acd_config_free(&c);
+}
+
+static void expect_config_error(const char *text, const char *what) {
+  char err[320];
+  acd_config c;
+  CHECK_ERR(read_config(text, &c, NULL, err, sizeof err), ACCEL_EINVAL);
+  if (strstr(err, what) == NULL)
+    TEST_FAIL("expected \"%s\" in \"%s\"", what, err);
+}
+
+TEST(unknown_names_and_bad_values_are_errors_with_their_line) {
+  expect_config_error("[security]\nallow_any_local = no\nallow_users = root, no-such-user-h2\n",
+                      "acceld.conf:3: [security] allow_users: no such user 'no-such-user-h2'");
+  expect_config_error("[security]\nallow_groups = no-such-group-h2\nallow_users = nobody-h2\n",
+                      "acceld.conf:2: [security] allow_groups: no such group 'no-such-group-h2'");
+  expect_config_error("[security]\nallow_users = 4294967295\n",
+                      "acceld.conf:2: [security] allow_users: user id 4294967295 is out of range");
+  expect_config_error("[security]\n\ntls_verify_clients = maybe\n",
+                      "acceld.conf:3: [security] tls_verify_clients = maybe: unknown key");
+  expect_config_error("[security]\ntls_certificate = /x.pem\n",
+                      "acceld.conf:2: [security] tls_certificate = /x.pem: unknown key");
+  /* and acceld says so and does not start */
+  td_daemon d;
+  td_prepare(&d);
+  td_write_config(&d, "[security]\nallow_users = no-such-user-h2\n");
+  CHECK_EQ(td_start_expect_exit(&d, NULL), 1);
+  CHECK(strstr(td_log(&d), "acceld.conf:2: [security] allow_users: no such user") != NULL);
+  td_cleanup(&d);
+}
+
+/* ---- plain tcp:// ---- */
+
+TEST(plain_tcp_is_refused_by_default) {
+  td_daemon d;
+  char url[64], want[160];
+  td_prepare(&d);
+  snprintf(url, sizeof url, "tcp://127.0.0.1:%d", free_port());
+  CHECK_EQ(td_start_expect_exit(&d, "--listen", url, NULL), 1);
+  snprintf(want, sizeof want, "cannot listen on %s: plain TCP has no encryption", url);
+  if (strstr(td_log(&d), want) == NULL)
+    TEST_FAIL("expected \"%s\" in the log:\n%s", want, td_log(&d));
+  td_cleanup(&d);
+}
+
+static void plain_tcp_serves(td_daemon *d, const char *url) {
+  td_client c;
+  td_client_open(&c, url);
+  CHECK_OK(td_hello(&c, NULL));
+  uint32_t in[4] = {1, 2, 3, 0xdeadbeef}, out[4] = {0};
+  CHECK_OK(td_create(&c, td_handle(1, 1), ACCEL_U32, 4));
+  CHECK_OK(td_write_u32(&c, td_handle(1, 1), in, 4));
+  CHECK_OK(td_read_u32(&c, td_handle(1, 1), out, 4));
+  CHECK(memcmp(in, out, sizeof in) == 0);
+  td_client_close(&c);
+  CHECK(strstr(td_log(d), "plain TCP, no encryption and no authentication") != NULL);
+  CHECK_EQ(td_stop(d), 0);
+}
+
+TEST(plain_tcp_with_allow_plain_tcp) {
+  td_daemon d;
+  char url[64];
+  td_prepare(&d);
+  snprintf(url, sizeof url, "tcp://127.0.0.1:%d", free_port());
+  td_start(&d, "--listen", url, "--allow-plain-tcp", NULL);
+  plain_tcp_serves(&d, url);
+  td_write_config(&d, "[security]\nallow_plain_tcp = true\n");
+  snprintf(url, sizeof url, "tcp://127.0.0.1:%d", free_port());
+  td_start(&d, "--listen", url, NULL);
+  plain_tcp_serves(&d, url);
+  td_cleanup(&d);
+}
+
+/* ---- tls+tcp:// ---- */
+
+TEST(tls_client_that_trusts_the_ca_works) {
+  td_daemon d;
+  char url[64];
+  accel_ctx *ctx;
+  make_certs();
+  td_prepare(&d);
+  tls_config(&d, "");
+  start_tls(&d, url, sizeof url);
+  CHECK(strstr(td_log(&d), "client certificates not asked for") != NULL);
+  client_env(pem("ca.pem"), NULL, NULL, NULL); /* the name: the URL's host */
+  CHECK_OK(open_with(url, &ctx));
+  roundtrip(ctx, 1.5f);
+  accel_close(ctx);
+  client_env(pem("ca.pem"), NULL, NULL, "localhost");
+  CHECK_OK(open_with(url, &ctx));
+  roundtrip(ctx, -7.0f);
+  accel_close(ctx);
+  CHECK_EQ(td_stop(&d), 0);
+  td_cleanup(&d);
+}
+
+TEST(tls_client_without_the_ca_is_refused_and_others_go_on) {
+  td_daemon d;
+  char url[64];
+  accel_ctx *good, *bad;
+  make_certs();
+  td_prepare(&d);
+  tls_config(&d, "");
+  start_tls(&d, url, sizeof url);
+  client_env(pem("ca.pem"), NULL, NULL, NULL);
+  CHECK_OK(open_with(url, &good));
+  client_env(NULL, NULL, NULL, NULL);
+  CHECK_ERR(open_with(url, &bad), ACCEL_EPERM); /* no CA: nothing can be verified */
+  client_env(pem("other-ca.pem"), NULL, NULL, NULL);
+  CHECK_ERR(open_with(url, &bad), ACCEL_EPERM); /* a CA that did not sign the daemon's */
+  client_env(pem("ca.pem"), NULL, NULL, "elsewhere.example");
+  CHECK_ERR(open_with(url, &bad), ACCEL_EPERM); /* the right CA, another name */
+  client_env(pem("no-such-ca.pem"), NULL, NULL, NULL);
+  CHECK_ERR(open_with(url, &bad), ACCEL_EINVAL);
+  roundtrip(good, 3.0f); /* the daemon never noticed */
+  client_env(pem("ca.pem"), NULL, NULL, NULL);
+  CHECK_OK(open_with(url, &bad));
+  roundtrip(bad, 4.0f);
+  accel_close(bad);
+  accel_close(good);
+  CHECK_EQ(td_stop(&d), 0);
+  td_cleanup(&d);
+}
+
+TEST(tls_nothing_listening_is_closed) {
+  char url[64];
+  accel_ctx *ctx;
+  make_certs();
+  snprintf(url, sizeof url, "tls+tcp://127.0.0.1:%d", free_port());
+  client_env(pem("ca.pem"), NULL, NULL, NULL);
+  CHECK_ERR(open_with(url, &ctx), ACCEL_ECLOSED);
+}
+
+/* A peer that takes the connection and never answers the handshake: nng 1.5.2 alone would
+ * wait forever; libaccel gives up after 10 s. */
+TEST(tls_silent_peer_times_out) {
+  char url[64];
+  accel_ctx *ctx;
+  make_certs();
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  CHECK_GE(fd, 0);
+  struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  socklen_t len = sizeof a;
+  CHECK_EQ(bind(fd, (struct sockaddr *)&a, sizeof a), 0);
+  CHECK_EQ(listen(fd, 4), 0); /* the kernel completes the connection; nobody reads */
+  CHECK_EQ(getsockname(fd, (struct sockaddr *)&a, &len), 0);
+  snprintf(url, sizeof url, "tls+tcp://127.0.0.1:%d", ntohs(a.sin_port));
+  client_env(pem("ca.pem"), NULL, NULL, NULL);
+  uint64_t t0 = test_now_ms();
+  CHECK_ERR(open_with(url, &ctx), ACCEL_ECLOSED);
+  uint64_t took = test_now_ms() - t0;
+  CHECK_GE(took, 9000);
+  CHECK_LT(took, 20000 * (test_under_valgrind() ? 3 : 1));
+  close(fd);
+}
+
+TEST(tls_verify_clients_requires_a_client_certificate) {
+  td_daemon d;
+  char url[64], extra[256];
+  accel_ctx *ctx;
+  make_certs();
+  td_prepare(&d);
+  snprintf(extra, sizeof extra, "tls_ca = %s\ntls_verify_clients = true\n", pem("ca.pem"));
+  tls_config(&d, extra);
+  start_tls(&d, url, sizeof url);
+  CHECK(strstr(td_log(&d), "client certificates required") != NULL);
+  client_env(pem("ca.pem"), NULL, NULL, NULL);
+  CHECK_ERR(open_with(url, &ctx), ACCEL_EPERM); /* none */
+  client_env(pem("ca.pem"), pem("rogue.pem"), pem("rogue.key"), NULL);
+  CHECK_ERR(open_with(url, &ctx), ACCEL_EPERM); /* signed by a CA the daemon does not trust */
+  client_env(pem("ca.pem"), pem("client.pem"), NULL, NULL);
+  CHECK_ERR(open_with(url, &ctx), ACCEL_EINVAL); /* a certificate without its key */
+  client_env(pem("ca.pem"), pem("client.pem"), pem("client.key"), NULL);
+  CHECK_OK(open_with(url, &ctx));
+  roundtrip(ctx, 9.0f);
+  accel_close(ctx);
+  CHECK_EQ(td_stop(&d), 0);
+  td_cleanup(&d);
+}
+
+/* acceld exits 1 and its log says `want`. */
+static void expect_refusal(td_daemon *d, const char *url, const char *want) {
+  CHECK_EQ(td_start_expect_exit(d, "--listen", url, NULL), 1);
+  if (strstr(td_log(d), want) == NULL)
+    TEST_FAIL("expected \"%s\" in the log:\n%s", want, td_log(d));
+}
+
+TEST(tls_without_a_usable_key_refuses_to_start) {
+  td_daemon d;
+  char url[64], text[512], want[256];
+  make_certs();
+  td_prepare(&d);
+  snprintf(url, sizeof url, "tls+tcp://127.0.0.1:%d", free_port());
+  snprintf(text, sizeof text, "[security]\ntls_cert = %s\ntls_key = %s\n", pem("server.pem"),
+           pem("missing.key"));
+  td_write_config(&d, text);
+  snprintf(want, sizeof want, "cannot listen on %s: tls_key %s: No such file or directory", url,
+           pem("missing.key"));
+  expect_refusal(&d, url, want);
+  td_write_config(&d, "");
+  expect_refusal(&d, url, "TLS needs tls_cert and tls_key");
+  tls_config(&d, "tls_verify_clients = yes\n");
+  expect_refusal(&d, url, "tls_verify_clients needs tls_ca");
+  snprintf(text, sizeof text, "tls_ca = %s\n", pem("missing-ca.pem"));
+  tls_config(&d, text);
+  expect_refusal(&d, url, "missing-ca.pem: No such file or directory");
+  td_cleanup(&d);
+}
+
+TEST(sighup_security_change_waits_for_a_restart) {
+  td_daemon d;
+  char url[64];
+  make_certs();
+  td_prepare(&d);
+  tls_config(&d, "");
+  start_tls(&d, url, sizeof url);
+  tls_config(&d, "allow_users = root\n");
+  td_signal(&d, SIGHUP);
+  for (uint64_t t0 = test_now_ms(); strstr(td_log(&d), "configuration reloaded") == NULL;
+       test_sleep_ms(20))
+    if (test_now_ms() - t0 > 5000)
+      TEST_FAIL("no reload in the log:\n%s", td_log(&d));
+  CHECK(strstr(td_log(&d), "reload: [security] changed: takes effect on restart") != NULL);
+  CHECK_EQ(td_stop(&d), 0);
+  td_cleanup(&d);
+}
+
+static const test_case tests[] = {
+    TEST_CASE(security_keys_are_parsed),
+    TEST_CASE(security_defaults_and_the_plain_tcp_flag),
+    TEST_CASE(unknown_names_and_bad_values_are_errors_with_their_line),
+    TEST_CASE(plain_tcp_is_refused_by_default),
+    TEST_CASE(plain_tcp_with_allow_plain_tcp),
+    TEST_CASE(tls_client_that_trusts_the_ca_works),
+    TEST_CASE(tls_client_without_the_ca_is_refused_and_others_go_on),
+    TEST_CASE(tls_nothing_listening_is_closed),
+    TEST_CASE(tls_silent_peer_times_out),
+    TEST_CASE(tls_verify_clients_requires_a_client_certificate),
+    TEST_CASE(tls_without_a_usable_key_refuses_to_start),
+    TEST_CASE(sighup_security_change_waits_for_a_restart),
+};
+
+TEST_MAIN(tests)
