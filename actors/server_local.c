@@ -15,6 +15,7 @@
  * until they drain: the kernel's socket buffer then stops the client. Nothing a peer sends
  * is queued without bound. Loop thread only. */
 #include <errno.h>
+#include <fcntl.h>
 #include <grp.h>
 #include <pwd.h>
 #include <stdlib.h>
@@ -243,6 +244,40 @@ static void parse(srv_link *l) {
   l->in_len -= at;
 }
 
+#define LINK_MAX_PENDING_FDS 8
+
+/* Descriptors a peer sent beyond the few its attach frames are about to take: a peer that
+ * sends them unasked could exhaust the daemon's descriptors, so it is closed. */
+static bool fds_ok(srv_link *l) {
+  if (uv_pipe_pending_count(&l->pipe) <= LINK_MAX_PENDING_FDS)
+    return true;
+  link_close(l, "descriptors it did not announce");
+  return false;
+}
+
+/* libuv hands a passed descriptor out only as a handle: a pipe handle is opened over it, the
+ * descriptor duplicated, and the handle closed (which closes libuv's copy). */
+static void on_fd_handle_closed(uv_handle_t *h) {
+  free(h);
+}
+
+int srv_local_take_fd(srv_conn *c) {
+  srv_link *l = c->link;
+  if (l == NULL || uv_pipe_pending_count(&l->pipe) == 0)
+    return ACCEL_ENOENT;
+  uv_pipe_t *h = malloc(sizeof *h);
+  if (h == NULL)
+    return ACCEL_ENOMEM;
+  uv_pipe_init(l->pipe.loop, h, 0);
+  int fd = -1;
+  uv_os_fd_t raw;
+  if (uv_accept((uv_stream_t *)&l->pipe, (uv_stream_t *)h) == 0 &&
+      uv_fileno((uv_handle_t *)h, &raw) == 0)
+    fd = fcntl(raw, F_DUPFD_CLOEXEC, 0);
+  uv_close((uv_handle_t *)h, on_fd_handle_closed);
+  return fd >= 0 ? fd : ACCEL_ESYS;
+}
+
 static void on_read(uv_stream_t *st, ssize_t n, const uv_buf_t *buf) {
   srv_link *l = st->data;
   if (n < 0) {
@@ -262,6 +297,8 @@ static void on_read(uv_stream_t *st, ssize_t n, const uv_buf_t *buf) {
   }
   l->in_len += (size_t)n;
   parse(l);
+  if (!l->closing)
+    fds_ok(l);
 }
 
 /* ---- flow control ---- */
@@ -334,7 +371,7 @@ static srv_link *accept_link(srv_listener *ls) {
   if (l == NULL)
     return NULL;
   l->s = s;
-  uv_pipe_init(rt_uv_loop(s->rt), &l->pipe, 0);
+  uv_pipe_init(rt_uv_loop(s->rt), &l->pipe, 1); /* ipc: descriptors may come with frames */
   l->pipe.data = l;
   s->refs++; /* released in on_link_closed */
   if (uv_accept((uv_stream_t *)&ls->pipe, (uv_stream_t *)&l->pipe) != 0) {

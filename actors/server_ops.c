@@ -19,6 +19,7 @@ typedef struct srv_op {
   nng_msg *rep;        /* a read's reply, data at PROTO_REPLY_HEAD_SIZE; else NULL */
   uint64_t read_bytes;
   uint64_t req_bytes;  /* the request's size, counted in conn->req_bytes */
+  srv_region *region;  /* PROTO_OPF_SHM: the shared memory its data is in (held) */
 } srv_op;
 
 /* The status-only reply is the request made over; a read's reply gets the routing header. */
@@ -58,6 +59,8 @@ static void op_done(dev_op *op, int status) {
   } else {
     send_result(s, so, status);
   }
+  if (so->region)
+    srv_shm_release(c, so->region);
   c->ops--;
   c->read_pending -= so->read_bytes;
   c->req_bytes -= so->req_bytes;
@@ -87,14 +90,36 @@ static int prepare_read(srv_server *s, srv_conn *c, srv_op *so) {
   return 0;
 }
 
+/* The op's data is in the client's shared memory: point the op there. The read's reply
+ * then carries no data. The region's size was checked against the op's bytes; the buffer's
+ * checker holds those bytes to the buffer's dtype and count. */
+static int resolve_shm(srv_conn *c, srv_op *so, proto_shm_ref ref) {
+  dev_op *op = &so->op;
+  bool write = op->h.kind == DEV_OP_WRITE;
+  uint64_t bytes = write ? op->u.write.bytes : op->bufs[0].count * SRV_MAX_DTYPE_SIZE;
+  uint8_t *p;
+  int rc = srv_shm_resolve(c, ref, bytes, &p, &so->region);
+  if (rc != 0)
+    return rc;
+  if (write)
+    op->u.write.src = p;
+  else
+    op->u.read.dst = p;
+  return 0;
+}
+
 static int decode(srv_server *s, srv_conn *c, nng_msg *m, srv_op *so) {
   proto_bytes data;
+  proto_shm_ref shm = {0, 0};
   const uint8_t *body = (const uint8_t *)nng_msg_body(m) + PROTO_HEADER_SIZE;
-  int rc = proto_decode_op(body, nng_msg_len(m) - PROTO_HEADER_SIZE, &so->op, &data);
+  int rc = proto_decode_op_ex(body, nng_msg_len(m) - PROTO_HEADER_SIZE, &so->op, &data,
+                              c->link ? &shm : NULL);
   if (rc != 0) {
     s->frames_bad++;
     return rc;
   }
+  if (so->op.h.flags & PROTO_OPF_SHM)
+    return resolve_shm(c, so, shm);
   int32_t dev = so->op.h.device; /* only the daemon knows how many devices it has */
   if (dev != ACCEL_DEVICE_ANY && (dev < 0 || dev >= s->world->nnodes - 1))
     return ACCEL_EINVAL;
@@ -148,6 +173,8 @@ void srv_op_frame(srv_server *s, srv_conn *c, nng_msg *m, uint64_t request_id) {
     c->read_pending -= so->read_bytes;
     nng_msg_free(so->rep);
   }
+  if (so && so->region)
+    srv_shm_release(c, so->region);
   free(so);
   srv_reply_status(s, c, m, request_id, rc);
 }

@@ -21,6 +21,7 @@
 typedef struct srv_server srv_server;
 typedef struct srv_link srv_link;         /* a local connection's socket (server_local.c) */
 typedef struct srv_listener srv_listener; /* a local listening socket */
+typedef struct srv_region srv_region;     /* a client's shared memory (server_shm.c) */
 
 /* One client connection: an nng pipe, or a local socket (link != NULL). Lives while it is
  * open, then until its session has exited and its last op has finished (ops point at it). */
@@ -30,6 +31,8 @@ typedef struct srv_conn {
   srv_link *link;          /* local connections: the socket; NULL once closed */
   uint32_t peer_uid, peer_gid; /* local: SO_PEERCRED; UINT32_MAX unknown */
   int32_t peer_pid;
+  srv_region *regions;     /* shared memory mapped for this connection */
+  uint32_t nregions;
   struct srv_conn *hnext;  /* hash chain, or the list of dead connections */
   accel_ref session;       /* ACCEL_REF_NONE until HELLO, and after the session exited */
   bool session_live;       /* spawned and not exited yet */
@@ -136,6 +139,18 @@ void srv_local_close_all(srv_server *s);
 void srv_local_send(srv_server *s, srv_conn *c, nng_msg *m);
 /* Pauses or resumes reading from a local connection by what it holds (no-op for nng). */
 void srv_local_flow(srv_server *s, srv_conn *c);
+
+/* The next descriptor the peer passed (SCM_RIGHTS), or a negative error. */
+int srv_local_take_fd(srv_conn *c);
+
+/* server_shm.c: the shared-memory data plane */
+int srv_shm_attach(srv_server *s, srv_conn *c, uint64_t id);
+int srv_shm_detach(srv_conn *c, uint64_t id);
+/* The address of `bytes` at ref in the connection's region (held until srv_shm_release). */
+int srv_shm_resolve(srv_conn *c, proto_shm_ref ref, uint64_t bytes, uint8_t **p,
+                    srv_region **r);
+void srv_shm_release(srv_conn *c, srv_region *r);
+void srv_shm_free_all(srv_conn *c);
 
 /* server_io.c: nng <-> the loop */
 int srv_io_start(srv_server *s);

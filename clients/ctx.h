@@ -30,7 +30,13 @@ typedef struct client_transport {
   int (*transfer_stats)(accel_ctx *ctx, accel_transfer_stats *out);
   /* After every op finished: stop and free the transport's state. */
   void (*close)(accel_ctx *ctx);
+  /* accel_host_alloc / accel_host_free (NULL: client_host_alloc_plain and free). */
+  int (*host_alloc)(accel_ctx *ctx, size_t bytes, void **out);
+  int (*host_free)(accel_ctx *ctx, void *p);
 } client_transport;
+
+/* Page-aligned host memory, for transports with nothing better. */
+int client_host_alloc_plain(size_t bytes, void **out);
 
 struct accel_ctx {
   const client_transport *tp;

@@ -26,6 +26,8 @@ struct pending {
   uint8_t *data;           /* PENDING_CONTROL: a copy of the reply's data */
   size_t len;
   uint16_t expect;         /* PENDING_CONTROL: the frame type it waits for */
+  bool shm;                /* PENDING_OP: its data went through shared memory */
+  shm_region *staging;     /* ... through this staging region (NULL: the user's own) */
 };
 
 /* ---- the pending table ---- */
@@ -63,6 +65,12 @@ static void finish_op(accel_ctx *ctx, dev_op *op, int status) {
 }
 
 static void finish_pending(accel_ctx *ctx, pending *p, int status, proto_bytes data) {
+  if (p->kind == PENDING_OP && p->shm) {
+    remote_shm_complete(remote_of(ctx), p->op, p->staging, status);
+    finish_op(ctx, p->op, status);
+    free(p);
+    return;
+  }
   if (p->kind == PENDING_OP) {
     dev_op *op = p->op;
     if (status == 0 && op->h.kind == DEV_OP_READ) {
@@ -133,6 +141,9 @@ void remote_on_frame(accel_ctx *ctx, const uint8_t *frame, size_t len) {
   proto_bytes data = {NULL, 0};
   if (h.type == PROTO_REPLY && proto_decode_reply(body, h.body_len, &status, &data) != 0)
     status = ACCEL_EPROTO;
+  else if (h.type == PROTO_REPLY && status == 0 && p->kind == PENDING_CONTROL &&
+           p->expect == PROTO_WELCOME)
+    status = ACCEL_EPROTO; /* a HELLO is answered by a WELCOME, or by an error */
   else if (h.type == PROTO_WELCOME && p->kind == PENDING_CONTROL && p->expect == PROTO_WELCOME)
     status = 0, data = (proto_bytes){body, h.body_len};
   finish_pending(ctx, p, status, data);
@@ -158,13 +169,15 @@ static int remote_send(accel_ctx *ctx, dev_op *op) {
     return ACCEL_ENOMEM;
   p->kind = PENDING_OP;
   p->op = op;
+  proto_shm_ref ref;
+  p->shm = remote_shm_prepare(ctx, op, &ref, &p->staging) == 1;
   pending_put(r, p);
   proto_bytes data = {NULL, 0};
-  if (op->h.kind == DEV_OP_WRITE)
+  if (op->h.kind == DEV_OP_WRITE && !p->shm)
     data = (proto_bytes){op->u.write.src, op->u.write.bytes};
   proto_out o;
   proto_out_init(&o);
-  int rc = proto_encode_op(&o, p->id, op, data);
+  int rc = p->shm ? proto_encode_op_shm(&o, p->id, op, ref) : proto_encode_op(&o, p->id, op, data);
   if (rc == 0 && o.len > r->welcome.limits.max_message)
     rc = ACCEL_ELIMIT; /* larger than the daemon takes in one frame */
   pthread_mutex_lock(&r->mu);
@@ -174,8 +187,11 @@ static int remote_send(accel_ctx *ctx, dev_op *op) {
   if (rc == 0)
     rc = r->link->send(r, o.data, o.len, p->id);
   proto_out_free(&o);
-  if (rc != 0 && pending_take(r, p->id) == p)
+  if (rc != 0 && pending_take(r, p->id) == p) {
+    if (p->shm)
+      remote_shm_complete(r, op, p->staging, rc);
     free(p); /* not sent: the op stays the caller's */
+  }
   else if (rc != 0)
     rc = 0; /* the connection was lost meanwhile: remote_on_lost finished it */
   return rc;
@@ -213,9 +229,13 @@ static void waited_free(remote *r, pending *p, bool answered) {
 /* Sends the encoded request of p and waits for its answer (timeout_ms < 0: for ever);
  * *answered says whether it came. A send that fails on a connection already lost reports
  * why the daemon closed it, when it said so. The caller frees p with waited_free. */
-static int request(accel_ctx *ctx, pending *p, proto_out *o, int timeout_ms, bool *answered) {
+static int request(accel_ctx *ctx, pending *p, proto_out *o, int timeout_ms, int fd,
+                   bool *answered) {
   remote *r = remote_of(ctx);
-  int rc = o->err ? o->err : r->link->send(r, o->data, o->len, p->id);
+  int rc = o->err                          ? o->err
+           : fd < 0                        ? r->link->send(r, o->data, o->len, p->id)
+           : r->link->send_fd              ? r->link->send_fd(r, o->data, o->len, fd)
+                                           : ACCEL_ENOTSUP;
   proto_out_free(o);
   *answered = false;
   if (rc == ACCEL_ECLOSED && atomic_load(&r->conn_error) != 0)
@@ -227,9 +247,7 @@ static int request(accel_ctx *ctx, pending *p, proto_out *o, int timeout_ms, boo
   return rc;
 }
 
-/* One control frame and its answer. On success *out (may be NULL) receives a malloc'd copy
- * of the reply's data. */
-static int control(accel_ctx *ctx, uint32_t command, uint64_t arg, uint8_t **out,
+int remote_control(accel_ctx *ctx, uint32_t command, uint64_t arg, int fd, uint8_t **out,
                    size_t *out_len) {
   pending *p = waited_pending(ctx, PROTO_REPLY);
   if (p == NULL)
@@ -239,7 +257,7 @@ static int control(accel_ctx *ctx, uint32_t command, uint64_t arg, uint8_t **out
   proto_control_req c = {command, arg};
   proto_encode_control(&o, p->id, &c);
   bool answered;
-  int rc = request(ctx, p, &o, -1, &answered);
+  int rc = request(ctx, p, &o, -1, fd, &answered);
   if (rc == 0 && out) {
     *out = p->data;
     *out_len = p->len;
@@ -268,7 +286,7 @@ static int hello(accel_ctx *ctx) {
   proto_hello h = {.version = PROTO_VERSION, .capabilities = r->link->caps, .name = "libaccel"};
   proto_encode_hello(&o, p->id, &h);
   bool answered;
-  int rc = request(ctx, p, &o, HELLO_TIMEOUT_MS, &answered);
+  int rc = request(ctx, p, &o, HELLO_TIMEOUT_MS, -1, &answered);
   if (rc == 0 && proto_decode_welcome(p->data, p->len, &r->welcome) != 0)
     rc = ACCEL_EPROTO;
   if (rc == 0 && r->welcome.version != PROTO_VERSION)
@@ -284,6 +302,8 @@ static void remote_free(accel_ctx *ctx) {
   remote *r = remote_of(ctx);
   r->link->close(ctx);
   remote_on_lost(ctx);
+  remote_shm_free_all(r);
+  pthread_mutex_destroy(&r->shm_mu);
   pthread_mutex_destroy(&r->mu);
   pthread_mutex_destroy(&r->send_mu);
   free(r);
@@ -307,8 +327,10 @@ int client_remote_open(accel_ctx *ctx, const char *url) {
   atomic_init(&r->max_body, PRE_WELCOME_MAX_BODY);
   pthread_mutex_init(&r->mu, NULL);
   pthread_mutex_init(&r->send_mu, NULL);
+  pthread_mutex_init(&r->shm_mu, NULL);
   int rc = client_ctx_init(ctx, CLIENT_DEFAULT_MAX_BUFFERS);
   if (rc != 0) {
+    pthread_mutex_destroy(&r->shm_mu);
     pthread_mutex_destroy(&r->mu);
     pthread_mutex_destroy(&r->send_mu);
     free(r);
@@ -338,7 +360,7 @@ static int remote_device_info(accel_ctx *ctx, accel_device dev,
                               struct accel_device_info *out) {
   uint8_t *data = NULL;
   size_t len = 0;
-  int rc = control(ctx, PROTO_CTL_DEVICE_INFO, (uint64_t)dev, &data, &len);
+  int rc = remote_control(ctx, PROTO_CTL_DEVICE_INFO, (uint64_t)dev, -1, &data, &len);
   if (rc == 0 && proto_decode_device(data, len, out) != 0)
     rc = ACCEL_EPROTO;
   free(data);
@@ -346,13 +368,13 @@ static int remote_device_info(accel_ctx *ctx, accel_device dev,
 }
 
 static int remote_inject_fault(accel_ctx *ctx, accel_device dev) {
-  return control(ctx, PROTO_CTL_INJECT_FAULT, (uint64_t)dev, NULL, NULL);
+  return remote_control(ctx, PROTO_CTL_INJECT_FAULT, (uint64_t)dev, -1, NULL, NULL);
 }
 
 static int remote_transfer_stats(accel_ctx *ctx, accel_transfer_stats *out) {
   uint8_t *data = NULL;
   size_t len = 0;
-  int rc = control(ctx, PROTO_CTL_TRANSFER_STATS, 0, &data, &len);
+  int rc = remote_control(ctx, PROTO_CTL_TRANSFER_STATS, 0, -1, &data, &len);
   if (rc == 0 && proto_decode_transfer_stats(data, len, out) != 0)
     rc = ACCEL_EPROTO;
   free(data);
@@ -373,4 +395,6 @@ const client_transport client_remote_transport = {
     .inject_fault = remote_inject_fault,
     .transfer_stats = remote_transfer_stats,
     .close = remote_close,
+    .host_alloc = remote_host_alloc,
+    .host_free = remote_host_free,
 };

@@ -20,6 +20,7 @@
 
 typedef struct remote remote;
 typedef struct pending pending;
+typedef struct shm_region shm_region; /* remote_shm.c */
 
 typedef struct remote_link {
   /* Connects and starts receiving. 0, or ACCEL_ECLOSED (nothing listens), ACCEL_EPERM... */
@@ -30,7 +31,10 @@ typedef struct remote_link {
   /* Stops receiving and frees the link's state; no callback of the link runs afterwards.
    * Never blocks for long, whatever the daemon does. */
   void (*close)(accel_ctx *ctx);
+  /* Sends frames with a descriptor attached to their first byte (NULL: the link cannot). */
+  int (*send_fd)(remote *r, const uint8_t *bytes, size_t len, int fd);
   uint32_t caps; /* PROTO_CAP_* this link asks for in HELLO */
+  bool shm;      /* the shared-memory data plane (remote_shm.c) */
 } remote_link;
 
 struct remote {
@@ -50,6 +54,11 @@ struct remote {
   bool rx_started;
   pthread_mutex_t send_mu; /* one writer at a time: frames stay whole in the stream */
   proto_reader reader;
+  /* the shared-memory data plane (remote_shm.c) */
+  pthread_mutex_t shm_mu;  /* guards regions, staging_bytes */
+  shm_region *regions;
+  size_t staging_bytes;
+  atomic_uint_fast64_t next_region;
 };
 
 static inline remote *remote_of(accel_ctx *ctx) {
@@ -62,6 +71,20 @@ void remote_on_frame(accel_ctx *ctx, const uint8_t *frame, size_t len);
 void remote_on_message(accel_ctx *ctx, const uint8_t *p, size_t len);
 /* The connection is gone: every pending request completes (ACCEL_ECLOSED or conn_error). */
 void remote_on_lost(accel_ctx *ctx);
+
+/* One control request and its answer (waits; never from the link's receiving thread). fd
+ * >= 0 travels with it. On success *out (may be NULL) gets a malloc'd copy of the data. */
+int remote_control(accel_ctx *ctx, uint32_t command, uint64_t arg, int fd, uint8_t **out,
+                   size_t *out_len);
+
+/* remote_shm.c. prepare: 1 if op's data goes through shared memory (*ref set; *staging the
+ * staging region it took, or NULL for the user's own shared memory), 0 to send it inline. */
+int remote_shm_prepare(accel_ctx *ctx, dev_op *op, proto_shm_ref *ref, shm_region **staging);
+/* The op finished: a read's bytes leave the staging region; the region goes back. */
+void remote_shm_complete(remote *r, dev_op *op, shm_region *staging, int status);
+int remote_host_alloc(accel_ctx *ctx, size_t bytes, void **out);
+int remote_host_free(accel_ctx *ctx, void *p);
+void remote_shm_free_all(remote *r);
 
 extern const remote_link remote_local_link;
 extern const remote_link remote_nng_link;

@@ -42,6 +42,13 @@ static int local_send(remote *r, const uint8_t *bytes, size_t len, uint64_t id) 
   return rc;
 }
 
+static int local_send_fd(remote *r, const uint8_t *bytes, size_t len, int fd) {
+  pthread_mutex_lock(&r->send_mu);
+  int rc = proto_local_send(r->fd, bytes, len, fd);
+  pthread_mutex_unlock(&r->send_mu);
+  return rc;
+}
+
 static void local_close(accel_ctx *ctx) {
   remote *r = remote_of(ctx);
   if (r->fd >= 0)
@@ -58,5 +65,7 @@ const remote_link remote_local_link = {
     .open = local_open,
     .send = local_send,
     .close = local_close,
+    .send_fd = local_send_fd,
     .caps = PROTO_CAP_BATCH,
+    .shm = true,
 };

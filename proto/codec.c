@@ -401,14 +401,11 @@ static uint64_t get_payload(reader *r, dev_op *op) {
   return data_len;
 }
 
-int proto_encode_op(proto_out *o, uint64_t request_id, const dev_op *op, proto_bytes data) {
-  if (op->nbufs > DEV_OP_MAX_BUFS || (data.len && op->h.kind != DEV_OP_WRITE))
-    return ACCEL_EINVAL;
-  size_t at = begin_frame(o, PROTO_OP, request_id);
+static void put_op_head(proto_out *o, const dev_op *op, uint32_t flags) {
   put_u32(o, op->h.kind);
   put_i32(o, op->h.device);
   put_u32(o, op->h.completion);
-  put_u32(o, op->h.flags);
+  put_u32(o, flags);
   put_i64(o, op->h.deadline_ms);
   put_u32(o, op->nbufs);
   put_u32(o, 0);
@@ -419,32 +416,78 @@ int proto_encode_op(proto_out *o, uint64_t request_id, const dev_op *op, proto_b
     put_u64(o, op->bufs[i].offset);
     put_u64(o, op->bufs[i].count);
   }
+}
+
+int proto_encode_op(proto_out *o, uint64_t request_id, const dev_op *op, proto_bytes data) {
+  if (op->nbufs > DEV_OP_MAX_BUFS || (data.len && op->h.kind != DEV_OP_WRITE))
+    return ACCEL_EINVAL;
+  size_t at = begin_frame(o, PROTO_OP, request_id);
+  put_op_head(o, op, 0);
   put_payload(o, op, data.len);
   put_bytes(o, data.data, data.len);
   return finish_frame(o, at);
 }
 
-int proto_decode_op(const uint8_t *body, size_t len, dev_op *op, proto_bytes *data) {
+int proto_encode_op_shm(proto_out *o, uint64_t request_id, const dev_op *op,
+                        proto_shm_ref ref) {
+  bool write = op->h.kind == DEV_OP_WRITE;
+  if (op->nbufs > DEV_OP_MAX_BUFS || (!write && op->h.kind != DEV_OP_READ))
+    return ACCEL_EINVAL;
+  size_t at = begin_frame(o, PROTO_OP, request_id);
+  put_op_head(o, op, PROTO_OPF_SHM);
+  if (write)
+    put_u64(o, op->u.write.bytes);
+  put_u64(o, ref.region);
+  put_u64(o, ref.offset);
+  return finish_frame(o, at);
+}
+
+static void get_op_head(reader *r, dev_op *op) {
+  op->h.kind = get_u32(r);
+  op->h.device = get_i32(r);
+  op->h.completion = get_u32(r);
+  op->h.flags = get_u32(r);
+  op->h.deadline_ms = get_i64(r);
+  op->nbufs = get_u32(r);
+  get_u32(r);
+  if (op->nbufs > DEV_OP_MAX_BUFS) {
+    r->bad = true;
+    return;
+  }
+  for (uint32_t i = 0; i < op->nbufs; i++) {
+    op->bufs[i].handle = get_u64(r);
+    op->bufs[i].access = get_u32(r);
+    get_u32(r);
+    op->bufs[i].offset = get_u64(r);
+    op->bufs[i].count = get_u64(r);
+  }
+}
+
+/* A WRITE or READ whose data is in shared memory: its reference instead of inline bytes. */
+static int get_shm_payload(reader *r, dev_op *op, proto_shm_ref *shm) {
+  bool write = op->h.kind == DEV_OP_WRITE;
+  if (shm == NULL || (!write && op->h.kind != DEV_OP_READ))
+    return ACCEL_EPROTO;
+  if (write)
+    op->u.write.bytes = get_u64(r);
+  shm->region = get_u64(r);
+  shm->offset = get_u64(r);
+  if (r->bad || dev_op_check_shape(op) != 0)
+    return ACCEL_EPROTO;
+  return done(r);
+}
+
+int proto_decode_op_ex(const uint8_t *body, size_t len, dev_op *op, proto_bytes *data,
+                       proto_shm_ref *shm) {
   reader r = {body, len, 0, false};
   memset(op, 0, sizeof *op);
   *data = (proto_bytes){NULL, 0};
-  op->h.kind = get_u32(&r);
-  op->h.device = get_i32(&r);
-  op->h.completion = get_u32(&r);
-  op->h.flags = get_u32(&r);
-  op->h.deadline_ms = get_i64(&r);
-  op->nbufs = get_u32(&r);
-  get_u32(&r);
-  if (r.bad || op->nbufs > DEV_OP_MAX_BUFS || op->h.deadline_ms < 0 ||
-      (op->h.device < 0 && op->h.device != ACCEL_DEVICE_ANY))
+  get_op_head(&r, op);
+  if (r.bad || op->h.deadline_ms < 0 || (op->h.device < 0 && op->h.device != ACCEL_DEVICE_ANY) ||
+      (op->h.flags & ~(uint32_t)PROTO_OPF_SHM) != 0)
     return ACCEL_EPROTO;
-  for (uint32_t i = 0; i < op->nbufs; i++) {
-    op->bufs[i].handle = get_u64(&r);
-    op->bufs[i].access = get_u32(&r);
-    get_u32(&r);
-    op->bufs[i].offset = get_u64(&r);
-    op->bufs[i].count = get_u64(&r);
-  }
+  if (op->h.flags & PROTO_OPF_SHM)
+    return get_shm_payload(&r, op, shm);
   /* The shape check reads payload enums too (a created buffer's dtype): after the payload. */
   uint64_t data_len = get_payload(&r, op);
   if (r.bad || dev_op_check_shape(op) != 0 || data_len != r.len - r.pos)
@@ -456,6 +499,10 @@ int proto_decode_op(const uint8_t *body, size_t len, dev_op *op, proto_bytes *da
     op->u.write.bytes = data_len;
   }
   return done(&r);
+}
+
+int proto_decode_op(const uint8_t *body, size_t len, dev_op *op, proto_bytes *data) {
+  return proto_decode_op_ex(body, len, op, data, NULL);
 }
 
 /* ---- control and replies ---- */

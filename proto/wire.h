@@ -44,6 +44,8 @@ typedef enum proto_control {
   PROTO_CTL_DEVICE_INFO = 6,  /* arg: device index; reply: one device (PROTO_DEVICE_SIZE) */
   PROTO_CTL_TRANSFER_STATS = 7, /* reply: 5 x u64: h2d, d2h, d2d, written, read */
   PROTO_CTL_ACK = 8,          /* arg: messages received so far (mod 2^32); never answered */
+  PROTO_CTL_SHM_ATTACH = 9,   /* arg: region id; the frame carries a sealed memfd (SCM_RIGHTS) */
+  PROTO_CTL_SHM_DETACH = 10,  /* arg: region id; unmapped once no op uses it */
   PROTO_CTL_MAX_
 } proto_control;
 
@@ -134,6 +136,19 @@ int proto_decode_device(const uint8_t *p, size_t len, struct accel_device_info *
 int proto_encode_transfer_stats(proto_out *o, const accel_transfer_stats *t);
 int proto_decode_transfer_stats(const uint8_t *p, size_t len, accel_transfer_stats *t);
 
+/* ---- the shared-memory data plane (local transport) ---- */
+/* OP head flag: a WRITE's bytes or a READ's destination are in a region of memory the client
+ * shared with the daemon (PROTO_CTL_SHM_ATTACH), not in the frames. WRITE payload: u64
+ * data_len, u64 region, u64 offset; READ payload: u64 region, u64 offset (the REPLY carries
+ * no data: the bytes are in the region when it says 0). */
+#define PROTO_OPF_SHM 1u
+typedef struct proto_shm_ref {
+  uint64_t region; /* the client's id for the region */
+  uint64_t offset; /* bytes from the region's start */
+} proto_shm_ref;
+int proto_encode_op_shm(proto_out *o, uint64_t request_id, const dev_op *op,
+                        proto_shm_ref ref);
+
 /* ---- decoding untrusted bytes ---- */
 /* The length of the first frame of a message that may hold several (PROTO_CAP_BATCH): its
  * header's body length + the header, if the header is whole and that fits in `len`; else 0.
@@ -146,6 +161,10 @@ int proto_decode_welcome(const uint8_t *body, size_t len, proto_welcome *w);
 /* Fills *op (no future, no owner) and *data (a write's bytes, borrowed from body). Checks
  * the kind, the buffer count and access modes the kind needs, and the payload's enums. */
 int proto_decode_op(const uint8_t *body, size_t len, dev_op *op, proto_bytes *data);
+/* The same, also taking PROTO_OPF_SHM ops when `shm` is not NULL (their reference in *shm;
+ * *data stays empty). proto_decode_op refuses them (ACCEL_EPROTO). */
+int proto_decode_op_ex(const uint8_t *body, size_t len, dev_op *op, proto_bytes *data,
+                       proto_shm_ref *shm);
 int proto_decode_control(const uint8_t *body, size_t len, proto_control_req *c);
 int proto_decode_reply(const uint8_t *body, size_t len, int32_t *status, proto_bytes *data);
 

@@ -1,0 +1,187 @@
+/* The shared-memory data plane of the local transport: data written from and read into
+ * accel_host_alloc memory (zero copy) and from ordinary memory (staging) matches, with the
+ * daemon's transfer counters exact; and the daemon refuses regions it must not map (not
+ * sealed, not a file, no descriptor, unknown region, out of bounds) with clear errors. */
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+
+#include "accel/accel.h"
+#include "proto/local.h"
+#include "util.h"
+
+static uint32_t pattern(size_t i, uint32_t seed) {
+  uint64_t x = (i + 1) * 0x9e3779b97f4a7c15ull ^ seed;
+  return (uint32_t)(x ^ x >> 29);
+}
+
+static void fill_pattern(uint32_t *p, size_t n, uint32_t seed) {
+  for (size_t i = 0; i < n; i++)
+    p[i] = pattern(i, seed);
+}
+
+static size_t mismatches(const uint32_t *p, size_t n, uint32_t seed) {
+  size_t bad = 0;
+  for (size_t i = 0; i < n; i++)
+    bad += p[i] != pattern(i, seed);
+  return bad;
+}
+
+/* n elements through host memory: written from `src`, read back into `dst`. */
+static void round_trip(accel_ctx *ctx, uint32_t *src, uint32_t *dst, size_t n, uint32_t seed) {
+  accel_buffer b;
+  CHECK_OK(accel_buffer_create(ctx, ACCEL_U32, n, &b));
+  fill_pattern(src, n, seed);
+  memset(dst, 0, n * 4);
+  CHECK_OK(accel_write(ctx, b, 0, src, n, NULL));
+  CHECK_OK(accel_read(ctx, b, 0, dst, n, NULL));
+  CHECK_OK(accel_finish(ctx, 30000));
+  CHECK_EQ(mismatches(dst, n, seed), 0);
+  CHECK_OK(accel_buffer_destroy(ctx, b));
+}
+
+/* How many of the client's shared regions the daemon has mapped now. */
+static int daemon_regions(td_daemon *d) {
+  char path[64], line[512];
+  snprintf(path, sizeof path, "/proc/%d/maps", (int)d->pid);
+  FILE *f = fopen(path, "r");
+  CHECK(f != NULL);
+  int n = 0;
+  while (fgets(line, sizeof line, f))
+    n += strstr(line, "memfd:accel-shm") != NULL;
+  fclose(f);
+  return n;
+}
+
+TEST(host_alloc_memory_round_trips_without_copies) {
+  td_daemon d;
+  td_prepare(&d);
+  td_start(&d, NULL);
+  accel_ctx *ctx;
+  CHECK_OK(accel_open(&ctx, d.url));
+  size_t n = 8u << 20; /* 32 MiB */
+  uint32_t *src, *dst;
+  CHECK_OK(accel_host_alloc(ctx, n * 4, (void **)&src));
+  CHECK_OK(accel_host_alloc(ctx, n * 4, (void **)&dst));
+  CHECK_EQ(daemon_regions(&d), 2); /* both mapped by the daemon: the data never crosses */
+  accel_transfer_stats t0, t1;
+  CHECK_OK(accel_transfer_stats_get(ctx, &t0));
+  round_trip(ctx, src, dst, n, 1);
+  CHECK_OK(accel_transfer_stats_get(ctx, &t1));
+  CHECK_EQ(t1.written - t0.written, n * 4);
+  CHECK_EQ(t1.read - t0.read, n * 4);
+  /* A sub-range in the middle of a region: offsets into it. */
+  accel_buffer b;
+  CHECK_OK(accel_buffer_create(ctx, ACCEL_U32, 1 << 20, &b));
+  CHECK_OK(accel_write(ctx, b, 0, src + 12345, 1 << 20, NULL));
+  CHECK_OK(accel_read(ctx, b, 0, dst + 777, 1 << 20, NULL));
+  CHECK_OK(accel_finish(ctx, 30000));
+  CHECK_EQ(memcmp(src + 12345, dst + 777, 4u << 20), 0);
+  CHECK_OK(accel_host_free(ctx, src));
+  CHECK_OK(accel_host_free(ctx, dst));
+  CHECK_EQ(daemon_regions(&d), 0); /* detached: unmapped */
+  CHECK_ERR(accel_host_free(ctx, src), ACCEL_EINVAL); /* freed already */
+  accel_close(ctx);
+  CHECK_EQ(td_stop(&d), 0);
+  td_cleanup(&d);
+}
+
+TEST(ordinary_memory_goes_through_staging) {
+  td_daemon d;
+  td_prepare(&d);
+  td_start(&d, NULL);
+  accel_ctx *ctx;
+  CHECK_OK(accel_open(&ctx, d.url));
+  size_t n = 3u << 20;
+  uint32_t *src = malloc(n * 4), *dst = malloc(n * 4);
+  CHECK(src && dst);
+  for (uint32_t seed = 1; seed <= 4; seed++) /* the staging regions are reused */
+    round_trip(ctx, src, dst, n - seed * 1000, seed);
+  round_trip(ctx, src, dst, 1000, 9); /* small: inline */
+  CHECK_GE(daemon_regions(&d), 1); /* staging regions, kept for reuse */
+  CHECK_LE(daemon_regions(&d), 2); /* reused, not one per transfer */
+  free(src);
+  free(dst);
+  accel_close(ctx);
+  CHECK_EQ(td_stop(&d), 0);
+  td_cleanup(&d);
+}
+
+/* ---- refusals, on the wire ---- */
+
+static int attach(td_client *c, uint64_t region, int fd) {
+  proto_out o;
+  proto_control_req req = {PROTO_CTL_SHM_ATTACH, region};
+  uint64_t id = c->next_id++;
+  proto_out_init(&o);
+  CHECK_OK(proto_encode_control(&o, id, &req));
+  CHECK_OK(proto_local_send(c->fd, o.data, o.len, fd));
+  proto_out_free(&o);
+  nng_msg *m;
+  CHECK_EQ(td_recv(c, &m, 10000), 0);
+  int status = td_reply_status(m, id, NULL);
+  nng_msg_free(m);
+  return status;
+}
+
+static int memfd(size_t len, unsigned seals) {
+  int fd = memfd_create("test", MFD_ALLOW_SEALING);
+  CHECK(fd >= 0);
+  CHECK_EQ(ftruncate(fd, (off_t)len), 0);
+  if (seals)
+    CHECK_EQ(fcntl(fd, F_ADD_SEALS, seals), 0);
+  return fd;
+}
+
+static int shm_write(td_client *c, uint64_t handle, uint64_t count, proto_shm_ref ref) {
+  dev_op op = {.h = {.kind = DEV_OP_WRITE, .device = ACCEL_DEVICE_ANY}, .nbufs = 1};
+  op.bufs[0] = (dev_op_buf){.handle = handle, .count = count};
+  op.u.write.bytes = count * 4;
+  proto_out o;
+  uint64_t id = c->next_id++;
+  proto_out_init(&o);
+  CHECK_OK(proto_encode_op_shm(&o, id, &op, ref));
+  return td_call(c, &o, id);
+}
+
+TEST(regions_the_daemon_must_not_map_are_refused) {
+  td_daemon d;
+  td_prepare(&d);
+  td_start(&d, NULL);
+  td_client c;
+  td_client_open(&c, d.url);
+  CHECK_OK(td_hello(&c, NULL));
+  int fd = memfd(4096, 0); /* could shrink under the daemon */
+  CHECK_ERR(attach(&c, 1, fd), ACCEL_EPERM);
+  close(fd);
+  int sv[2]; /* not a file */
+  CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+  CHECK_ERR(attach(&c, 2, sv[0]), ACCEL_EINVAL);
+  close(sv[0]);
+  close(sv[1]);
+  CHECK_ERR(attach(&c, 3, -1), ACCEL_EPROTO); /* no descriptor came with it */
+  fd = memfd(4096, F_SEAL_SHRINK);
+  CHECK_ERR(attach(&c, 0, fd), ACCEL_EINVAL); /* region 0 is not an id */
+  CHECK_OK(attach(&c, 4, fd));
+  CHECK_ERR(attach(&c, 4, fd), ACCEL_EINVAL); /* taken */
+  close(fd);
+  CHECK_OK(td_create(&c, td_handle(1, 1), ACCEL_U32, 1024));
+  CHECK_OK(shm_write(&c, td_handle(1, 1), 1024, (proto_shm_ref){4, 0}));  /* at the limit */
+  CHECK_ERR(shm_write(&c, td_handle(1, 1), 1024, (proto_shm_ref){4, 1}), ACCEL_EINVAL);
+  CHECK_ERR(shm_write(&c, td_handle(1, 1), 1024, (proto_shm_ref){4, UINT64_MAX}), ACCEL_EINVAL);
+  CHECK_ERR(shm_write(&c, td_handle(1, 1), 1024, (proto_shm_ref){5, 0}), ACCEL_ESTALE);
+  CHECK_OK(td_control(&c, PROTO_CTL_SHM_DETACH, 4));
+  CHECK_ERR(shm_write(&c, td_handle(1, 1), 16, (proto_shm_ref){4, 0}), ACCEL_ESTALE);
+  CHECK_ERR(td_control(&c, PROTO_CTL_SHM_DETACH, 4), ACCEL_EINVAL);
+  td_client_close(&c);
+  CHECK_EQ(td_stop(&d), 0);
+  td_cleanup(&d);
+}
+
+static const test_case tests[] = {
+    TEST_CASE(host_alloc_memory_round_trips_without_copies),
+    TEST_CASE(ordinary_memory_goes_through_staging),
+    TEST_CASE(regions_the_daemon_must_not_map_are_refused),
+};
+
+TEST_MAIN(tests)
