@@ -30,6 +30,9 @@
 
 #define LINK_INBUF (64u << 10) /* frames up to this size are read through a staging buffer */
 #define LINK_BACKLOG 511
+/* Ops in flight per connection before reading pauses: below the session's mailbox (16384),
+ * so a client that pipelines freely is slowed by its socket rather than refused (EBUSY). */
+#define LINK_MAX_OPS 4096u
 
 struct srv_link {
   uv_pipe_t pipe;     /* first: the handle's data is the link */
@@ -237,6 +240,7 @@ static void parse(srv_link *l) {
     }
     at += flen;
     deliver(l, m);
+    link_flow(l); /* may pause: the rest waits in the staging buffer */
   }
   if (l->closing)
     return;
@@ -304,16 +308,17 @@ static void on_read(uv_stream_t *st, ssize_t n, const uv_buf_t *buf) {
 /* ---- flow control ---- */
 
 /* Reading pauses while the connection's requests or unwritten replies hold more than its
- * budget, and resumes below half of it (hysteresis: no flapping per op). */
+ * budget, or it has LINK_MAX_OPS ops in flight, and resumes below half of both (hysteresis:
+ * no flapping per op). */
 static void link_flow(srv_link *l) {
   srv_conn *c = l->conn;
   if (c == NULL || l->closing)
     return;
   uint64_t budget = srv_conn_budget(l->s), held = c->req_bytes + c->out_bytes;
-  if (l->reading && held > budget) {
+  if (l->reading && (held > budget || c->ops >= LINK_MAX_OPS)) {
     uv_read_stop((uv_stream_t *)&l->pipe);
     l->reading = false;
-  } else if (!l->reading && held <= budget / 2) {
+  } else if (!l->reading && held <= budget / 2 && c->ops <= LINK_MAX_OPS / 2) {
     l->reading = uv_read_start((uv_stream_t *)&l->pipe, on_alloc, on_read) == 0;
     if (l->reading)
       parse(l); /* frames that arrived before the pause */

@@ -452,7 +452,8 @@ static int lowest_error(void) {
 }
 
 static int reply_with(int32_t status, int32_t *got, proto_bytes *data) {
-  uint8_t body[9] = {0};
+  static uint8_t body[9]; /* static: *data points into it after the return */
+  memset(body, 0, sizeof body);
   set_le(body, (uint32_t)status, 4);
   body[8] = 42; /* one byte of data */
   return proto_decode_reply(body, sizeof body, got, data);
