@@ -4,6 +4,8 @@
  * each, a well-behaved client is served within 1 s, what the peer held is back to its
  * baseline, the event is in the log, and SIGTERM ends the daemon cleanly. */
 #include <dirent.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <sys/stat.h>
 #include <sys/socket.h>
 #include <sys/un.h>
@@ -355,6 +357,113 @@ TEST(tcp_client_that_never_acknowledges_is_bounded) {
   stop(&d);
 }
 
+static int fill_on(td_client *c, uint64_t handle, int32_t device) {
+  dev_op op = {.h = {.kind = DEV_OP_FILL, .device = device}, .nbufs = 1};
+  op.bufs[0] = (dev_op_buf){.handle = handle};
+  proto_out o;
+  uint64_t id = c->next_id++;
+  proto_out_init(&o);
+  CHECK_OK(proto_encode_op(&o, id, &op, (proto_bytes){NULL, 0}));
+  return td_call(c, &o, id);
+}
+
+/* Device indices are checked against the daemon's devices before placement (0x7fffffff once
+ * overflowed a signed int there). */
+TEST(device_index_at_the_limit_and_one_past) {
+  td_daemon d;
+  start(&d, "[devices]\ncpu_devices = 2\n");
+  td_client c;
+  td_client_open(&c, d.url);
+  proto_welcome w;
+  CHECK_OK(td_hello(&c, &w));
+  CHECK_EQ(w.device_count, 2);
+  CHECK_OK(td_create(&c, td_handle(1, 1), ACCEL_U32, 16));
+  CHECK_OK(fill_on(&c, td_handle(1, 1), 1));  /* the last device */
+  CHECK_ERR(fill_on(&c, td_handle(1, 1), 2), ACCEL_EINVAL); /* one past */
+  CHECK_ERR(fill_on(&c, td_handle(1, 1), 0x7fffffff), ACCEL_EINVAL);
+  CHECK_OK(fill_on(&c, td_handle(1, 1), ACCEL_DEVICE_ANY));
+  td_client_close(&c);
+  stop(&d);
+}
+
+typedef struct writer {
+  int fd;
+  uint32_t count;
+  atomic_long sent;
+} writer;
+
+/* Sends 256 writes of count elements (1 GiB at 4 MiB each), blocking, never waiting for
+ * replies; stops when the socket is shut down. */
+static void *write_flood(void *arg) {
+  writer *w = arg;
+  uint32_t *data = calloc(w->count, 4);
+  CHECK(data != NULL);
+  dev_op op = {.h = {.kind = DEV_OP_WRITE, .device = ACCEL_DEVICE_ANY}, .nbufs = 1};
+  op.bufs[0] = (dev_op_buf){.handle = td_handle(3, 1), .count = w->count};
+  proto_out o;
+  proto_out_init(&o);
+  CHECK_OK(proto_encode_op(&o, 2000, &op, (proto_bytes){(const uint8_t *)data, w->count * 4u}));
+  for (int i = 0; i < 256 && proto_local_send(w->fd, o.data, o.len, -1) == 0; i++)
+    atomic_fetch_add(&w->sent, 1);
+  proto_out_free(&o);
+  free(data);
+  return NULL;
+}
+
+/* `reps` sgemms C = A * B of n x n floats on device 0: a second or more of work on a CPU
+ * device, all writing C. */
+static void slow_sgemm(td_client *c, int64_t n, int reps) {
+  for (uint32_t slot = 1; slot <= 3; slot++)
+    CHECK_OK(td_create(c, td_handle(slot, 1), ACCEL_F32, (uint64_t)(n * n)));
+  CHECK_OK(td_fill(c, td_handle(1, 1), 0x3f800000u));
+  CHECK_OK(td_fill(c, td_handle(2, 1), 0x3f800000u));
+  dev_op op = {.h = {.kind = DEV_OP_SGEMM, .device = 0}, .nbufs = 3};
+  for (uint32_t i = 0; i < 3; i++)
+    op.bufs[i] = (dev_op_buf){.handle = td_handle(i + 1, 1), .count = (uint64_t)(n * n)};
+  op.u.sgemm = (be_sgemm_args){.m = n, .n = n, .k = n, .alpha = 1, .beta = 0,
+                               .lda = n, .ldb = n, .ldc = n};
+  proto_out o;
+  proto_out_init(&o);
+  for (int i = 0; i < reps; i++)
+    CHECK_OK(proto_encode_op(&o, 1900 + (uint64_t)i, &op, (proto_bytes){NULL, 0}));
+  td_send_raw(c, o.data, o.len, 1900); /* their replies are never read */
+  proto_out_free(&o);
+}
+
+/* Writes hold their bytes until they run. Writes queued behind long sgemms on the same
+ * buffer pile up until they pass the connection's budget (max_memory, 64 MiB here); then the daemon stops reading that client, so its memory stays
+ * bounded (without the pause, 1 GiB of writes would be taken in) and others are served. When
+ * the sgemms are done the writes flow again. */
+TEST(pipelined_large_writes_are_bounded) {
+  td_daemon d;
+  start(&d, "[limits]\nmax_memory = 67108864\nmax_message = 8388608\n");
+  td_client c;
+  td_client_open(&c, d.url);
+  CHECK_OK(td_hello(&c, NULL));
+  slow_sgemm(&c, 2048, 8);
+  long rss0 = rss_kb(d.pid), peak = 0;
+  writer w = {.fd = c.fd, .count = 1 << 20}; /* into C (slot 3), behind the sgemm */
+  pthread_t t;
+  CHECK_EQ(pthread_create(&t, NULL, write_flood, &w), 0);
+  for (int i = 0; i < 10; i++, test_sleep_ms(50)) {
+    long grown = rss_kb(d.pid) - rss0;
+    peak = grown > peak ? grown : peak;
+  }
+  long sent = atomic_load(&w.sent);
+  served_within_1s(&d);
+  fprintf(stderr, "# %ld of 256 writes of 4 MiB taken behind the sgemm; daemon grew %ld MiB\n",
+          sent, peak / 1024);
+  CHECK_LT(sent, 256);
+  /* the matrices (48 MiB on device 0, C's host replica 16 MiB), the budget, slack; without
+   * the pause it would be about 1 GiB */
+  CHECK_LT(peak / 1024, 64 + 64 + 64);
+  CHECK_EQ(pthread_join(t, NULL), 0); /* the sgemm ends, the writes flow again */
+  CHECK_EQ(atomic_load(&w.sent), 256);
+  td_client_close(&c);
+  served_within_1s(&d);
+  stop(&d);
+}
+
 static const test_case tests[] = {
     TEST_CASE(raw_connect_and_close),
     TEST_CASE(half_written_header),
@@ -367,6 +476,8 @@ static const test_case tests[] = {
     TEST_CASE(allow_users_lets_a_listed_user_in),
     TEST_CASE(client_that_never_reads_is_bounded),
     TEST_CASE(tcp_client_that_never_acknowledges_is_bounded),
+    TEST_CASE(device_index_at_the_limit_and_one_past),
+    TEST_CASE(pipelined_large_writes_are_bounded),
 };
 
 TEST_MAIN(tests)
