@@ -1,6 +1,7 @@
 /* Puts a task's work on a backend queue: the one place that maps op envelopes to backend
  * calls. Offsets in envelopes are elements; copies take bytes. */
 #include "actors/device.h"
+#include "actors/session.h"
 
 static be_mem mem_on(dev_task *t, int i) {
   return t->buf[i]->rep[t->node->index].mem;
@@ -8,6 +9,12 @@ static be_mem mem_on(dev_task *t, int i) {
 
 static void *host_ptr(dev_buffer *b) {
   return (void *)(uintptr_t)b->rep[DEV_HOST_NODE].mem.handle;
+}
+
+/* The session's own counters (accel_transfer_stats_get through acceld is per session). */
+static accel_transfer_stats *moved(dev_task *t) {
+  static accel_transfer_stats nobody; /* tasks of no session (none today) count here */
+  return t->acct ? &t->acct->moved : &nobody;
 }
 
 static int exec_transfer(dev_task *t, be_queue *q) {
@@ -18,10 +25,12 @@ static int exec_transfer(dev_task *t, be_queue *q) {
     return be->fill_u32(q, mem_on(t, 0), 0, b->count, 0);
   if (t->src_node == DEV_HOST_NODE) {
     atomic_fetch_add(&w->h2d, b->bytes);
+    moved(t)->host_to_device += b->bytes;
     return be->copy_h2d(q, mem_on(t, 0), 0, host_ptr(b), b->bytes);
   }
   /* From this device to the host. */
   atomic_fetch_add(&w->d2h, b->bytes);
+  moved(t)->device_to_host += b->bytes;
   return be->copy_d2h(q, host_ptr(b), mem_on(t, 0), 0, b->bytes);
 }
 
@@ -32,9 +41,11 @@ static int exec_io(dev_task *t, be_queue *q) {
   size_t off = op->bufs[0].offset * esize, bytes = op->bufs[0].count * esize;
   if (op->h.kind == DEV_OP_WRITE) {
     atomic_fetch_add(&t->world->written, bytes);
+    moved(t)->written += bytes;
     return be->copy_h2d(q, mem_on(t, 0), off, op->u.write.src, bytes);
   }
   atomic_fetch_add(&t->world->read, bytes);
+  moved(t)->read += bytes;
   return be->copy_d2h(q, op->u.read.dst, mem_on(t, 0), off, bytes);
 }
 
@@ -48,6 +59,7 @@ static int exec_op(dev_task *t, be_queue *q) {
   case DEV_OP_COPY: {
     size_t esize = dev_dtype_size(t->buf[0]->dtype);
     atomic_fetch_add(&t->world->d2d, op->bufs[0].count * esize);
+    moved(t)->device_to_device += op->bufs[0].count * esize;
     return be->copy_d2d(q, mem_on(t, 0), op->bufs[0].offset * esize, mem_on(t, 1),
                         op->bufs[1].offset * esize, op->bufs[0].count * esize);
   }

@@ -36,6 +36,7 @@ static int add_transfer(dev_world *w, dev_buffer *b, int src, int dst, dev_op *o
     return ACCEL_ENOMEM;
   t->src_node = src;
   t->completion = (accel_completion)op->h.completion;
+  dev_task_count_for(t, op);
   /* It rewrites a replica: ordered like a writer, so readers of that replica wait for it. */
   int rc = dev_task_use(t, b, DEV_RW);
   if (src >= 0)
@@ -92,6 +93,7 @@ int dev_plan_op(dev_world *w, dev_op *op, dev_buffer *bufs[DEV_OP_MAX_BUFS], dev
     return ACCEL_ENOMEM;
   t->op = op;
   t->completion = (accel_completion)op->h.completion;
+  dev_task_count_for(t, op);
   for (uint32_t i = 0; i < op->nbufs && rc == 0; i++)
     if (needs_valid_copy(&op->bufs[i], bufs[i]))
       rc = bring_valid(w, bufs[i], node->index, op);

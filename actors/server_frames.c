@@ -251,16 +251,14 @@ static void on_device_info(srv_server *s, srv_conn *c, nng_msg *m, uint64_t requ
   reply_record(s, c, m, request_id, &o, proto_encode_device(&o, &d));
 }
 
-/* The daemon's byte counters (all sessions together: the world counts them, not sessions). */
+/* The bytes this connection's session moved: one client never sees another's traffic. A
+ * connection without a session (no HELLO) has none to report. */
 static void on_transfer_stats(srv_server *s, srv_conn *c, nng_msg *m, uint64_t request_id) {
-  dev_world *w = s->world;
-  accel_transfer_stats t = {
-      .host_to_device = atomic_load(&w->h2d),
-      .device_to_host = atomic_load(&w->d2h),
-      .device_to_device = atomic_load(&w->d2d),
-      .written = atomic_load(&w->written),
-      .read = atomic_load(&w->read),
-  };
+  if (!c->session_live || c->sargs.acct == NULL) {
+    srv_reply_status(s, c, m, request_id, ACCEL_EPROTO);
+    return;
+  }
+  accel_transfer_stats t = c->sargs.acct->moved;
   proto_out o;
   proto_out_init(&o);
   reply_record(s, c, m, request_id, &o, proto_encode_transfer_stats(&o, &t));

@@ -250,6 +250,7 @@ static int session_start(accel_actor *self, void *state, void *arg) {
   if (s->acct == NULL || s->table == NULL)
     return ACCEL_ENOMEM;
   s->acct->refs = 1;
+  s->args->acct = s->acct;
   return 0;
 }
 
@@ -261,6 +262,7 @@ static void session_stop(accel_actor *self, void *state) {
         forget_buffer(s, i);
     free(s->table);
   }
+  s->args->acct = NULL;
   if (s->acct)
     dev_session_acct_release(s->acct);
   if (s->args->on_stop)

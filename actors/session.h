@@ -12,6 +12,9 @@ typedef struct dev_session_args {
   /* Called on the loop when the session ends (client gone, shutdown); may be NULL. */
   void (*on_stop)(void *arg, accel_ref session);
   void *on_stop_arg;
+  /* Set by the session while it lives (its counters, for the server's per-session transfer
+   * statistics); NULL before it starts and after it stops. Loop thread. */
+  struct dev_session_acct *acct;
 } dev_session_args;
 
 /* A session's counters; ops in flight hold a reference, so they may outlive the session. */
@@ -20,6 +23,7 @@ typedef struct dev_session_acct {
   uint32_t in_flight;
   uint64_t memory;
   uint32_t buffers;
+  accel_transfer_stats moved; /* bytes this session's ops moved (loop thread) */
 } dev_session_acct;
 
 /* Live sessions' counters summed, for status (loop thread). */

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "actors/device.h"
+#include "actors/session.h"
 #include "actors/world.h"
 
 /* A task from the pool keeps its edge arrays (emptied): they are the allocations a chain of
@@ -66,6 +67,13 @@ dev_task *dev_task_create(dev_world *w, dev_task_kind kind, dev_node *node, dev_
   t->qclass = q;
   t->src_node = -1;
   return t;
+}
+
+void dev_task_count_for(dev_task *t, const dev_op *op) {
+  if (op->acct == NULL || t->acct != NULL)
+    return;
+  t->acct = op->acct;
+  t->acct->refs++;
 }
 
 static int grow(void **arr, uint32_t *cap, uint32_t n, size_t elem) {
@@ -234,6 +242,8 @@ static void release_successors(dev_task *t) {
 }
 
 static void task_free(dev_task *t) {
+  if (t->acct)
+    dev_session_acct_release(t->acct);
   if (t->event)
     t->node->be->event_destroy(t->event);
   for (uint32_t i = 0; i < t->nbufs; i++)

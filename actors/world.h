@@ -111,6 +111,7 @@ struct dev_task {
   int status;
   be_event *event;          /* made when another queue first waits for this task; owned */
   accel_completion completion;
+  struct dev_session_acct *acct; /* the session whose op made it (held), for its counters */
 };
 
 struct dev_world {
@@ -151,6 +152,8 @@ void dev_buffer_unuse(dev_buffer *b);
 
 /* task.c */
 dev_task *dev_task_create(dev_world *w, dev_task_kind kind, dev_node *node, dev_queue_class q);
+/* The bytes t moves count for the session of `op` too (t holds its counters). */
+void dev_task_count_for(dev_task *t, const dev_op *op);
 void dev_task_pool_free(dev_world *w);
 int dev_task_use(dev_task *t, dev_buffer *b, uint32_t access);
 void dev_task_ready_check(dev_task *t);

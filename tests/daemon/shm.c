@@ -178,10 +178,43 @@ TEST(regions_the_daemon_must_not_map_are_refused) {
   td_cleanup(&d);
 }
 
+/* Through acceld, accel_transfer_stats_get counts the caller's session only: another
+ * client's traffic never shows (nor leaks how much it moved). */
+TEST(transfer_stats_are_per_session) {
+  td_daemon d;
+  td_prepare(&d);
+  td_start(&d, NULL);
+  accel_ctx *a, *b;
+  CHECK_OK(accel_open(&a, d.url));
+  CHECK_OK(accel_open(&b, d.url));
+  accel_transfer_stats sa0, sb0, sa1, sb1;
+  CHECK_OK(accel_transfer_stats_get(a, &sa0));
+  CHECK_OK(accel_transfer_stats_get(b, &sb0));
+  size_t n = 1u << 18;
+  uint32_t *src = malloc(n * 4), *dst = malloc(n * 4);
+  CHECK(src && dst);
+  round_trip(a, src, dst, n, 3);
+  CHECK_OK(accel_transfer_stats_get(a, &sa1));
+  CHECK_OK(accel_transfer_stats_get(b, &sb1));
+  CHECK_EQ(sa1.written - sa0.written, n * 4);
+  CHECK_EQ(sa1.read - sa0.read, n * 4);
+  CHECK_EQ(sb1.written, sb0.written);
+  CHECK_EQ(sb1.read, sb0.read);
+  CHECK_EQ(sb1.host_to_device + sb1.device_to_host + sb1.device_to_device,
+           sb0.host_to_device + sb0.device_to_host + sb0.device_to_device);
+  free(src);
+  free(dst);
+  accel_close(a);
+  accel_close(b);
+  CHECK_EQ(td_stop(&d), 0);
+  td_cleanup(&d);
+}
+
 static const test_case tests[] = {
     TEST_CASE(host_alloc_memory_round_trips_without_copies),
     TEST_CASE(ordinary_memory_goes_through_staging),
     TEST_CASE(regions_the_daemon_must_not_map_are_refused),
+    TEST_CASE(transfer_stats_are_per_session),
 };
 
 TEST_MAIN(tests)
