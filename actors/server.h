@@ -57,6 +57,10 @@ typedef struct srv_args {
   int ipc_mode;               /* permissions of ipc:// socket files; < 0: nng's default */
   int ipc_gid;                /* group of ipc:// socket files; < 0: unchanged */
   uint32_t drain_timeout_ms;  /* SRV_MSG_DRAIN gives up after this; 0: 10 s */
+  /* A local connection with no whole frame this long after connecting is closed (a peer
+   * that connects and never speaks holds a descriptor); 0: 10 s. */
+  uint32_t first_frame_timeout_ms;
+  uint32_t max_connections;   /* local connections at once, past it refused; 0: 1024 */
   srv_security sec;
 } srv_args;
 

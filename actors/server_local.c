@@ -36,6 +36,9 @@
 
 struct srv_link {
   uv_pipe_t pipe;     /* first: the handle's data is the link */
+  uv_timer_t first;   /* closes a peer that sends no whole frame in time */
+  bool first_open;
+  int open_handles;   /* pipe and timer: freed when both have closed */
   srv_server *s;
   srv_conn *conn;     /* NULL once the record went away (the server stopped) */
   uint8_t *in;        /* staging: the start of the stream not yet made into frames */
@@ -193,7 +196,13 @@ static uint64_t le64(const uint8_t *p) {
   return (uint64_t)le32(p) | (uint64_t)le32(p + 4) << 32;
 }
 
+static void first_frame_seen(srv_link *l) {
+  if (l->first_open && uv_is_active((uv_handle_t *)&l->first))
+    uv_timer_stop(&l->first);
+}
+
 static void deliver(srv_link *l, nng_msg *m) {
+  first_frame_seen(l);
   if (l->conn && !l->closing)
     srv_frame_on(l->s, l->conn, m);
   else
@@ -335,6 +344,8 @@ void srv_local_flow(srv_server *s, srv_conn *c) {
 static void on_link_closed(uv_handle_t *h) {
   srv_link *l = h->data;
   srv_server *s = l->s;
+  if (--l->open_handles > 0)
+    return;
   if (l->conn) {
     srv_conn *c = l->conn;
     c->link = NULL;
@@ -353,7 +364,22 @@ static void link_close(srv_link *l, const char *why) {
     return;
   l->closing = true;
   snprintf(l->why, sizeof l->why, "%s", why);
+  if (l->first_open)
+    uv_close((uv_handle_t *)&l->first, on_link_closed);
   uv_close((uv_handle_t *)&l->pipe, on_link_closed);
+}
+
+static void on_first_frame_late(uv_timer_t *t) {
+  link_close(t->data, "no frame in time: closed");
+}
+
+static void start_first_frame_timer(srv_server *s, srv_link *l) {
+  uint32_t ms = s->args->first_frame_timeout_ms ? s->args->first_frame_timeout_ms : 10000;
+  uv_timer_init(l->pipe.loop, &l->first);
+  l->first.data = l;
+  l->first_open = true;
+  l->open_handles++;
+  uv_timer_start(&l->first, on_first_frame_late, ms, 0);
 }
 
 static void log_peer(const srv_conn *c, const char *what) {
@@ -378,6 +404,7 @@ static srv_link *accept_link(srv_listener *ls) {
   l->s = s;
   uv_pipe_init(rt_uv_loop(s->rt), &l->pipe, 1); /* ipc: descriptors may come with frames */
   l->pipe.data = l;
+  l->open_handles = 1;
   s->refs++; /* released in on_link_closed */
   if (uv_accept((uv_stream_t *)&ls->pipe, (uv_stream_t *)&l->pipe) != 0) {
     link_close(l, "accept failed");
@@ -410,7 +437,13 @@ static void on_connection(uv_stream_t *server, int status) {
     refuse_peer(s, l, ACCEL_EPERM, "refused: not in allow_users/allow_groups");
     return;
   }
+  uint32_t max = s->args->max_connections ? s->args->max_connections : 1024;
+  if (s->nconns > max) {
+    refuse_peer(s, l, ACCEL_EBUSY, "refused: max_connections reached");
+    return;
+  }
   log_peer(c, "connected");
+  start_first_frame_timer(s, l);
   l->reading = uv_read_start((uv_stream_t *)&l->pipe, on_alloc, on_read) == 0;
   if (!l->reading)
     link_close(l, "cannot read");

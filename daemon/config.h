@@ -28,6 +28,9 @@ typedef struct acd_config {
    * process. */
   bool exit_on_quarantine;
   uint32_t drain_timeout_ms;
+  /* Local connections: closed when no whole frame arrived within this long of connecting;
+   * more than max_connections at once are refused. */
+  uint32_t first_frame_timeout_ms, max_connections;
   proto_limits limits;
   /* [security]: who may connect (srv_security in actors/server.h says what each means).
    * User and group names are resolved to ids when the file is read. Owned. */

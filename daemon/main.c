@@ -188,7 +188,9 @@ static int start_tree(daemon_ctx *d, int gid, int ready_fd) {
                          .limits = c->limits,
                          .ipc_mode = c->socket_mode,
                          .ipc_gid = gid,
-                         .drain_timeout_ms = c->drain_timeout_ms};
+                         .drain_timeout_ms = c->drain_timeout_ms,
+                         .first_frame_timeout_ms = c->first_frame_timeout_ms,
+                         .max_connections = c->max_connections};
   acd_config_security(c, &d->server.sec); /* points into d->config, which outlives the tree */
   /* A session that fails past its restart limit is stopped, never escalated to the server. */
   accel_supervision sup = {.strategy = ACCEL_ONE_FOR_ONE, .on_limit = ACCEL_LIMIT_STOP_CHILD};

@@ -136,6 +136,52 @@ TEST(silent_client_does_not_block_others) {
   stop(&d);
 }
 
+/* A peer that connects and never sends a whole frame is closed after first_frame_timeout_ms,
+ * with a log line; one that spoke in time stays. */
+TEST(silent_client_is_closed_after_the_first_frame_timeout) {
+  td_daemon d;
+  start(&d, "[daemon]\nfirst_frame_timeout_ms = 300\n");
+  td_client quiet, talker;
+  td_client_open(&quiet, d.url);
+  td_client_open(&talker, d.url);
+  CHECK_OK(td_hello(&talker, NULL));
+  nng_msg *m;
+  CHECK_EQ(td_recv(&quiet, &m, 5000), NNG_ECLOSED);
+  wait_log(&d, "no frame in time: closed");
+  test_sleep_ms(400);
+  CHECK_OK(td_control(&talker, PROTO_CTL_PING, 0)); /* still served */
+  td_client_close(&quiet);
+  td_client_close(&talker);
+  stop(&d);
+}
+
+/* max_connections at once, at the limit and one past: the one past hears ACCEL_EBUSY in a
+ * REPLY about the connection (request id 0) and is closed; the others are served. */
+TEST(max_connections_at_the_limit_and_one_past) {
+  td_daemon d;
+  start(&d, "[daemon]\nmax_connections = 4\n");
+  settled_fds(&d); /* accelctl's own connections (start, status) are gone */
+  td_client c[5];
+  for (int i = 0; i < 4; i++) {
+    td_client_open(&c[i], d.url);
+    CHECK_OK(td_hello(&c[i], NULL)); /* accepted, in order */
+  }
+  td_client_open(&c[4], d.url);
+  nng_msg *m;
+  CHECK_EQ(td_recv(&c[4], &m, 5000), 0);
+  CHECK_ERR(td_reply_status(m, 0, NULL), ACCEL_EBUSY);
+  nng_msg_free(m);
+  CHECK_EQ(td_recv(&c[4], &m, 5000), NNG_ECLOSED);
+  wait_log(&d, "refused: max_connections reached");
+  for (int i = 0; i < 4; i++)
+    CHECK_OK(td_control(&c[i], PROTO_CTL_PING, 0));
+  for (int i = 0; i < 5; i++)
+    td_client_close(&c[i]);
+  settled_fds(&d); /* the daemon has seen them go: room again */
+  served_within_1s(&d);
+  stop(&d);
+}
+
 TEST(connect_close_storm) {
   td_daemon d;
   start(&d, NULL);
@@ -468,6 +514,8 @@ static const test_case tests[] = {
     TEST_CASE(raw_connect_and_close),
     TEST_CASE(half_written_header),
     TEST_CASE(silent_client_does_not_block_others),
+    TEST_CASE(silent_client_is_closed_after_the_first_frame_timeout),
+    TEST_CASE(max_connections_at_the_limit_and_one_past),
     TEST_CASE(connect_close_storm),
     TEST_CASE(clients_dying_with_replies_in_flight),
     TEST_CASE(second_daemon_on_the_same_path_is_refused),
