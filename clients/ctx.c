@@ -7,6 +7,7 @@
 
 #include "actors/check.h"
 #include "actors/world.h"
+#include "clients/chunk.h"
 #include "clients/ctx.h"
 
 static _Thread_local accel_completion thread_completion;
@@ -175,7 +176,9 @@ void client_op_done(accel_ctx *ctx, int status) {
 
 /* ---- sending ops ---- */
 
-/* Sends an op as it is (checked or not), counting it in flight. */
+/* Sends an op as it is (checked or not), counting it in flight: through chunk_send, which
+ * splits a WRITE or READ too large for one op of the transport and keeps later ops behind
+ * its chunks (clients/chunk.c); the caller gets one future and one in-flight count either way. */
 static int send_op(accel_ctx *ctx, dev_op *op, accel_future **f) {
   op->h.completion = thread_completion;
   accel_future *fut = NULL;
@@ -189,7 +192,7 @@ static int send_op(accel_ctx *ctx, dev_op *op, accel_future **f) {
   }
   op->future = fut;
   in_flight_add(ctx);
-  int rc = ctx->tp->send_op(ctx, op);
+  int rc = chunk_send(ctx, op);
   if (rc != 0) {
     pthread_mutex_lock(&ctx->done_mu);
     if (--ctx->in_flight == 0)
