@@ -72,6 +72,34 @@ void accel_close(accel_ctx *ctx) {
   client_ctx_free(ctx);
 }
 
+/* ---- host memory for transfers ---- */
+
+int client_host_alloc_plain(size_t bytes, void **out) {
+  void *p = NULL;
+  if (posix_memalign(&p, 4096, bytes ? bytes : 1) != 0)
+    return ACCEL_ENOMEM;
+  *out = p;
+  return 0;
+}
+
+int accel_host_alloc(accel_ctx *ctx, size_t bytes, void **out) {
+  if (ctx == NULL || out == NULL)
+    return ACCEL_EINVAL;
+  return ctx->tp->host_alloc ? ctx->tp->host_alloc(ctx, bytes, out)
+                             : client_host_alloc_plain(bytes, out);
+}
+
+int accel_host_free(accel_ctx *ctx, void *p) {
+  if (ctx == NULL)
+    return ACCEL_EINVAL;
+  if (p == NULL)
+    return 0;
+  if (ctx->tp->host_free)
+    return ctx->tp->host_free(ctx, p);
+  free(p);
+  return 0;
+}
+
 accel_runtime *accel_ctx_runtime(accel_ctx *ctx) {
   return ctx ? ctx->rt : NULL;
 }
