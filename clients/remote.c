@@ -9,6 +9,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "actors/world.h"
 
@@ -32,13 +33,16 @@ struct pending {
 
 /* ---- the pending table ---- */
 
-static void pending_put(remote *r, pending *p) {
+/* Returns p's id: once p is in the table the receiver (or a lost connection) may finish and
+ * free it at any moment, so the sender must not read it again. */
+static uint64_t pending_put(remote *r, pending *p) {
   pthread_mutex_lock(&r->mu);
-  p->id = ++r->next_id;
-  pending **head = &r->table[p->id % REMOTE_BUCKETS];
+  uint64_t id = p->id = ++r->next_id;
+  pending **head = &r->table[id % REMOTE_BUCKETS];
   p->next = *head;
   *head = p;
   pthread_mutex_unlock(&r->mu);
+  return id;
 }
 
 static pending *pending_take(remote *r, uint64_t id) {
@@ -162,7 +166,57 @@ void remote_on_message(accel_ctx *ctx, const uint8_t *p, size_t len) {
 
 /* ---- sending ---- */
 
+/* A thread in a send holds the remote: a send the link blocked (nng, when the daemon died)
+ * returns only once the link is closed, and must not find the remote freed. */
+static void sender_enter(remote *r) {
+  pthread_mutex_lock(&r->mu);
+  r->senders++;
+  pthread_mutex_unlock(&r->mu);
+}
+
+static void sender_leave(remote *r) {
+  pthread_mutex_lock(&r->mu);
+  if (--r->senders == 0)
+    pthread_cond_broadcast(&r->idle);
+  pthread_mutex_unlock(&r->mu);
+}
+
+/* After the link closed (which releases blocked sends): waits for senders to leave, at most
+ * a few seconds; false if one is still inside (the remote must then not be freed). */
+static bool senders_gone(remote *r) {
+  struct timespec until;
+  clock_gettime(CLOCK_REALTIME, &until);
+  until.tv_sec += 3;
+  pthread_mutex_lock(&r->mu);
+  while (r->senders > 0 && pthread_cond_timedwait(&r->idle, &r->mu, &until) == 0)
+    ;
+  bool gone = r->senders == 0;
+  pthread_mutex_unlock(&r->mu);
+  return gone;
+}
+
+static int link_send(remote *r, const uint8_t *bytes, size_t len, uint64_t id, int fd) {
+  sender_enter(r);
+  int rc = fd < 0                ? r->link->send(r, bytes, len, id)
+           : r->link->send_fd    ? r->link->send_fd(r, bytes, len, fd)
+                                 : ACCEL_ENOTSUP;
+  sender_leave(r);
+  return rc;
+}
+
+static int send_op_frame(accel_ctx *ctx, dev_op *op);
+
+/* The whole send holds the remote, not only the link's part: after the link returns, the
+ * sender still looks its request up in the table. */
 static int remote_send(accel_ctx *ctx, dev_op *op) {
+  remote *r = remote_of(ctx);
+  sender_enter(r);
+  int rc = send_op_frame(ctx, op);
+  sender_leave(r);
+  return rc;
+}
+
+static int send_op_frame(accel_ctx *ctx, dev_op *op) {
   remote *r = remote_of(ctx);
   pending *p = calloc(1, sizeof *p);
   if (p == NULL)
@@ -170,14 +224,15 @@ static int remote_send(accel_ctx *ctx, dev_op *op) {
   p->kind = PENDING_OP;
   p->op = op;
   proto_shm_ref ref;
-  p->shm = remote_shm_prepare(ctx, op, &ref, &p->staging) == 1;
-  pending_put(r, p);
+  bool shm = p->shm = remote_shm_prepare(ctx, op, &ref, &p->staging) == 1;
+  shm_region *staging = p->staging;
   proto_bytes data = {NULL, 0};
-  if (op->h.kind == DEV_OP_WRITE && !p->shm)
+  if (op->h.kind == DEV_OP_WRITE && !shm)
     data = (proto_bytes){op->u.write.src, op->u.write.bytes};
   proto_out o;
   proto_out_init(&o);
-  int rc = p->shm ? proto_encode_op_shm(&o, p->id, op, ref) : proto_encode_op(&o, p->id, op, data);
+  uint64_t id = pending_put(r, p); /* from here on p may be finished by the receiver */
+  int rc = shm ? proto_encode_op_shm(&o, id, op, ref) : proto_encode_op(&o, id, op, data);
   if (rc == 0 && o.len > r->welcome.limits.max_message)
     rc = ACCEL_ELIMIT; /* larger than the daemon takes in one frame */
   pthread_mutex_lock(&r->mu);
@@ -185,11 +240,11 @@ static int remote_send(accel_ctx *ctx, dev_op *op) {
     rc = ACCEL_ECLOSED;
   pthread_mutex_unlock(&r->mu);
   if (rc == 0)
-    rc = r->link->send(r, o.data, o.len, p->id);
+    rc = link_send(r, o.data, o.len, id, -1);
   proto_out_free(&o);
-  if (rc != 0 && pending_take(r, p->id) == p) {
-    if (p->shm)
-      remote_shm_complete(r, op, p->staging, rc);
+  if (rc != 0 && pending_take(r, id) == p) {
+    if (shm)
+      remote_shm_complete(r, op, staging, rc);
     free(p); /* not sent: the op stays the caller's */
   }
   else if (rc != 0)
@@ -232,10 +287,7 @@ static void waited_free(remote *r, pending *p, bool answered) {
 static int request(accel_ctx *ctx, pending *p, proto_out *o, int timeout_ms, int fd,
                    bool *answered) {
   remote *r = remote_of(ctx);
-  int rc = o->err                          ? o->err
-           : fd < 0                        ? r->link->send(r, o->data, o->len, p->id)
-           : r->link->send_fd              ? r->link->send_fd(r, o->data, o->len, fd)
-                                           : ACCEL_ENOTSUP;
+  int rc = o->err ? o->err : link_send(r, o->data, o->len, p->id, fd);
   proto_out_free(o);
   *answered = false;
   if (rc == ACCEL_ECLOSED && atomic_load(&r->conn_error) != 0)
@@ -301,11 +353,16 @@ static int hello(accel_ctx *ctx) {
 static void remote_free(accel_ctx *ctx) {
   remote *r = remote_of(ctx);
   r->link->close(ctx);
+  if (!senders_gone(r)) { /* a send still blocked in the link: leak rather than free under it */
+    accel_log(ACCEL_LOG_WARN, "libaccel", "a send did not return after close: abandoned");
+    return;
+  }
   remote_on_lost(ctx);
   remote_shm_free_all(r);
   pthread_mutex_destroy(&r->shm_mu);
   pthread_mutex_destroy(&r->mu);
   pthread_mutex_destroy(&r->send_mu);
+  pthread_cond_destroy(&r->idle);
   free(r);
 }
 
@@ -326,11 +383,13 @@ int client_remote_open(accel_ctx *ctx, const char *url) {
   r->link = proto_local_path(url) ? &remote_local_link : &remote_nng_link;
   atomic_init(&r->max_body, PRE_WELCOME_MAX_BODY);
   pthread_mutex_init(&r->mu, NULL);
+  pthread_cond_init(&r->idle, NULL);
   pthread_mutex_init(&r->send_mu, NULL);
   pthread_mutex_init(&r->shm_mu, NULL);
   int rc = client_ctx_init(ctx, CLIENT_DEFAULT_MAX_BUFFERS);
   if (rc != 0) {
     pthread_mutex_destroy(&r->shm_mu);
+    pthread_cond_destroy(&r->idle);
     pthread_mutex_destroy(&r->mu);
     pthread_mutex_destroy(&r->send_mu);
     free(r);

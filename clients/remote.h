@@ -39,7 +39,9 @@ typedef struct remote_link {
 
 struct remote {
   const remote_link *link;
-  pthread_mutex_t mu; /* guards the table, next_id, dead */
+  pthread_mutex_t mu; /* guards the table, next_id, dead, senders */
+  pthread_cond_t idle; /* senders reached 0 */
+  uint32_t senders;    /* threads inside a send: remote_free waits for them */
   pending *table[REMOTE_BUCKETS];
   uint64_t next_id;
   bool dead;

@@ -102,7 +102,8 @@ typedef struct accel_transfer_stats {
  * A handshake refused either way (or no ACCEL_TLS_CA) is ACCEL_EPERM; unusable settings
  * ACCEL_EINVAL; no handshake within 10 s ACCEL_ECLOSED. Plain tcp:// has neither encryption
  * nor authentication, and acceld serves it only with allow_plain_tcp.
- * A write or read must fit in one message of the daemon's max_message (ACCEL_ELIMIT). */
+ * Writes and reads of any size work: through ipc:// large ones travel in shared memory, over
+ * tcp:// in chunks of at most the daemon's max_message, with a window of chunks in flight. */
 ACCEL_API int accel_open(accel_ctx **ctx, const char *url);
 /* Waits for the context's ops, frees every buffer, stops the runtime. */
 ACCEL_API void accel_close(accel_ctx *ctx);
