@@ -179,6 +179,12 @@ static int srv_receive(accel_actor *self, void *state, accel_msg *msg) {
   case SRV_MSG_LIMITS:
     apply_limits(s, msg->data);
     return 0;
+  case SRV_MSG_SHM_REGISTERED:
+    srv_shm_registered(s, msg->data);
+    return 0;
+  case SRV_MSG_SHM_UNMAPPED:
+    free(msg->data);
+    return 0;
   default:
     return 0;
   }

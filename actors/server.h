@@ -77,6 +77,8 @@ enum {
   /* tell: data = a malloc'd proto_limits (taken). max_in_flight and max_memory apply to
    * existing sessions at once; max_buffers to new sessions; max_message to new frames. */
   SRV_MSG_LIMITS,
+  SRV_MSG_SHM_REGISTERED, /* internal: a shared region's DMA registration finished */
+  SRV_MSG_SHM_UNMAPPED,   /* internal: a region was unregistered and unmapped */
 };
 
 extern const accel_behavior srv_behavior;

@@ -100,7 +100,7 @@ void srv_conn_maybe_free(srv_server *s, srv_conn *c) {
   if (!c->dead || c->session_live || c->ops > 0 || c->dirty)
     return;
   srv_out_free(s, c);
-  srv_shm_free_all(c);
+  srv_shm_free_all(s, c);
   srv_conn **pp = &s->dead;
   while (*pp && *pp != c)
     pp = &(*pp)->hnext;

@@ -301,7 +301,7 @@ static void on_control(srv_server *s, srv_conn *c, nng_msg *m, const proto_heade
     srv_reply_status(s, c, m, h->request_id, srv_shm_attach(s, c, req.arg));
     break;
   case PROTO_CTL_SHM_DETACH:
-    srv_reply_status(s, c, m, h->request_id, srv_shm_detach(c, req.arg));
+    srv_reply_status(s, c, m, h->request_id, srv_shm_detach(s, c, req.arg));
     break;
   case PROTO_CTL_ACK: /* never answered: an answer would need acknowledging too */
     srv_conn_ack(s, c, (uint32_t)req.arg);

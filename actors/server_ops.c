@@ -60,7 +60,7 @@ static void op_done(dev_op *op, int status) {
     send_result(s, so, status);
   }
   if (so->region)
-    srv_shm_release(c, so->region);
+    srv_shm_release(s, c, so->region);
   c->ops--;
   c->read_pending -= so->read_bytes;
   c->req_bytes -= so->req_bytes;
@@ -174,7 +174,7 @@ void srv_op_frame(srv_server *s, srv_conn *c, nng_msg *m, uint64_t request_id) {
     nng_msg_free(so->rep);
   }
   if (so && so->region)
-    srv_shm_release(c, so->region);
+    srv_shm_release(s, c, so->region);
   free(so);
   srv_reply_status(s, c, m, request_id, rc);
 }

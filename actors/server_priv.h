@@ -145,12 +145,14 @@ int srv_local_take_fd(srv_conn *c);
 
 /* server_shm.c: the shared-memory data plane */
 int srv_shm_attach(srv_server *s, srv_conn *c, uint64_t id);
-int srv_shm_detach(srv_conn *c, uint64_t id);
+int srv_shm_detach(srv_server *s, srv_conn *c, uint64_t id);
 /* The address of `bytes` at ref in the connection's region (held until srv_shm_release). */
 int srv_shm_resolve(srv_conn *c, proto_shm_ref ref, uint64_t bytes, uint8_t **p,
                     srv_region **r);
-void srv_shm_release(srv_conn *c, srv_region *r);
-void srv_shm_free_all(srv_conn *c);
+void srv_shm_release(srv_server *s, srv_conn *c, srv_region *r);
+void srv_shm_free_all(srv_server *s, srv_conn *c);
+/* SRV_MSG_SHM_REGISTERED: a region's registration for DMA finished (data: its job). */
+void srv_shm_registered(srv_server *s, void *data);
 
 /* server_io.c: nng <-> the loop */
 int srv_io_start(srv_server *s);

@@ -25,9 +25,61 @@ struct srv_region {
   uint64_t id;
   uint8_t *base;
   size_t len;
-  uint32_t refs;  /* ops using it */
+  uint32_t refs;  /* ops using it, and a registration in progress */
   bool detached;  /* unmapped once refs reaches 0 */
+  /* Registered for DMA with this device (CUDA: page-locked), so copies between the region
+   * and that device's memory run at pinned speed; done on a worker, after the attach. */
+  const be_ops *dma_be;
+  be_device *dma_dev;
+  bool dma;
 };
+
+/* ---- registration for DMA (a worker thread: it touches every page) ---- */
+
+typedef struct dma_job {
+  srv_server *s;
+  srv_conn *c;       /* counted in c->ops meanwhile: the record stays */
+  srv_region *r;     /* held (refs) meanwhile */
+  const be_ops *be;
+  be_device *dev;
+  void *base;
+  size_t len;
+  int rc;
+} dma_job;
+
+static int dma_register_work(void *arg) {
+  dma_job *j = arg;
+  j->rc = j->be->host_register(j->dev, j->base, j->len);
+  return j->rc;
+}
+
+static int dma_release_work(void *arg) {
+  dma_job *j = arg;
+  if (j->be)
+    j->be->host_unregister(j->dev, j->base);
+  munmap(j->base, j->len);
+  return 0;
+}
+
+/* Unregisters (if it was) and unmaps, on a worker when the server still runs. */
+static void dma_release_drop(void *arg) {
+  dma_release_work(arg);
+  free(arg);
+}
+
+static void unmap_region(srv_server *s, srv_region *r) {
+  dma_job *j = r->dma ? calloc(1, sizeof *j) : NULL;
+  if (j == NULL) {
+    if (r->dma)
+      r->dma_be->host_unregister(r->dma_dev, r->base);
+    munmap(r->base, r->len);
+    return;
+  }
+  *j = (dma_job){.s = s, .be = r->dma_be, .dev = r->dma_dev, .base = r->base, .len = r->len};
+  if (s->self == NULL ||
+      accel_work_submit(s->self, dma_release_work, j, dma_release_drop, SRV_MSG_SHM_UNMAPPED) != 0)
+    dma_release_drop(j);
+}
 
 static srv_region *find(srv_conn *c, uint64_t id) {
   for (srv_region *r = c->regions; r; r = r->next)
@@ -36,14 +88,60 @@ static srv_region *find(srv_conn *c, uint64_t id) {
   return NULL;
 }
 
-static void unlink_region(srv_conn *c, srv_region *r) {
+static void unlink_region(srv_server *s, srv_conn *c, srv_region *r) {
   srv_region **pp = &c->regions;
   while (*pp != r)
     pp = &(*pp)->next;
   *pp = r->next;
   c->nregions--;
-  munmap(r->base, r->len);
+  unmap_region(s, r);
   free(r);
+}
+
+/* The first serving device whose backend registers host memory (the registration is
+ * portable: it serves every device of that backend). */
+static dev_node *dma_node(srv_server *s) {
+  for (int i = 1; i < s->world->nnodes; i++) {
+    dev_node *n = &s->world->nodes[i];
+    if (n->be->host_register && n->dev && n->state == DEV_NODE_SERVING)
+      return n;
+  }
+  return NULL;
+}
+
+static void dma_register(srv_server *s, srv_conn *c, srv_region *r) {
+  dev_node *n = s->self ? dma_node(s) : NULL;
+  dma_job *j = n ? calloc(1, sizeof *j) : NULL;
+  if (j == NULL)
+    return; /* no such device (or no memory): copies take the pageable path */
+  *j = (dma_job){.s = s, .c = c, .r = r, .be = n->be, .dev = n->dev, .base = r->base,
+                 .len = r->len};
+  if (accel_work_submit(s->self, dma_register_work, j, free, SRV_MSG_SHM_REGISTERED) != 0) {
+    free(j);
+    return;
+  }
+  r->refs++;
+  c->ops++;
+  s->refs++;
+}
+
+/* On the loop, the registration's outcome (message SRV_MSG_SHM_REGISTERED). */
+void srv_shm_registered(srv_server *s, void *data) {
+  dma_job *j = data;
+  srv_region *r = j->r;
+  if (j->rc == 0) {
+    r->dma = true;
+    r->dma_be = j->be;
+    r->dma_dev = j->dev;
+  } else {
+    accel_log(ACCEL_LOG_INFO, "server", "local %u: region %llu not registered for DMA: %s",
+              j->c->pipe, (unsigned long long)r->id, accel_err_name(j->rc));
+  }
+  srv_shm_release(s, j->c, r);
+  j->c->ops--;
+  srv_conn_maybe_free(s, j->c);
+  free(j);
+  srv_release(s);
 }
 
 /* A descriptor we may map: a sealed (no shrinking) regular file of a sane size. */
@@ -90,19 +188,21 @@ int srv_shm_attach(srv_server *s, srv_conn *c, uint64_t id) {
            : c->nregions >= SRV_SHM_MAX_REGIONS   ? ACCEL_ELIMIT
                                                    : map_region(c, id, fd);
   close(fd);
+  if (rc == 0)
+    dma_register(s, c, c->regions); /* the new one is first */
   if (rc != 0)
     accel_log(ACCEL_LOG_INFO, "server", "local %u: shared region %llu refused: %s", c->pipe,
               (unsigned long long)id, accel_err_name(rc));
   return rc;
 }
 
-int srv_shm_detach(srv_conn *c, uint64_t id) {
+int srv_shm_detach(srv_server *s, srv_conn *c, uint64_t id) {
   srv_region *r = find(c, id);
   if (r == NULL)
     return ACCEL_EINVAL;
   r->detached = true;
   if (r->refs == 0)
-    unlink_region(c, r);
+    unlink_region(s, c, r);
   return 0;
 }
 
@@ -119,12 +219,12 @@ int srv_shm_resolve(srv_conn *c, proto_shm_ref ref, uint64_t bytes, uint8_t **p,
   return 0;
 }
 
-void srv_shm_release(srv_conn *c, srv_region *r) {
+void srv_shm_release(srv_server *s, srv_conn *c, srv_region *r) {
   if (--r->refs == 0 && r->detached)
-    unlink_region(c, r);
+    unlink_region(s, c, r);
 }
 
-void srv_shm_free_all(srv_conn *c) {
+void srv_shm_free_all(srv_server *s, srv_conn *c) {
   while (c->regions)
-    unlink_region(c, c->regions);
+    unlink_region(s, c, c->regions);
 }

@@ -84,8 +84,14 @@ static dev_node *default_device(dev_world *w) {
  * on the named device, or for ANY where an input already is on a device, else on an
  * accelerator if one serves, else on the first CPU device. */
 static dev_node *place(dev_world *w, dev_op *op, dev_buffer *bufs[]) {
-  if (op->h.kind == DEV_OP_WRITE)
-    return &w->nodes[DEV_HOST_NODE];
+  if (op->h.kind == DEV_OP_WRITE) {
+    /* A buffer that lives on a device only is written there, straight from the caller's
+     * memory (one copy; at pinned speed from memory registered for DMA), not on the host
+     * and then again across. */
+    int n = dev_buffer_valid_node(bufs[0], DEV_HOST_NODE);
+    bool there = n > DEV_HOST_NODE && w->nodes[n].state == DEV_NODE_SERVING;
+    return &w->nodes[there ? n : DEV_HOST_NODE];
+  }
   if (op->h.kind == DEV_OP_READ) {
     int n = dev_buffer_valid_node(bufs[0], DEV_HOST_NODE);
     return &w->nodes[n < 0 ? DEV_HOST_NODE : n];

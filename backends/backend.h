@@ -103,6 +103,13 @@ typedef struct be_ops {
   int (*copy_d2h)(be_queue *q, void *dst, be_mem src, size_t src_off, size_t bytes);
   int (*copy_d2d)(be_queue *q, be_mem dst, size_t dst_off, be_mem src, size_t src_off,
                   size_t bytes);
+  /* Optional (NULL: the backend copies any host memory at full speed). Makes host memory
+   * [p, p + bytes) directly usable for DMA by the device (page-locked, as cuMemHostRegister),
+   * or undoes it; copy_h2d/copy_d2h from such memory then run at pinned speed. May block for
+   * long (it touches every page): worker threads only. unregister after every copy using
+   * the memory has completed, and before the memory goes. */
+  int (*host_register)(be_device *dev, void *p, size_t bytes);
+  void (*host_unregister)(be_device *dev, void *p);
 
   /* ---- events and completion ---- */
   int (*event_create)(be_device *dev, be_event **out);

@@ -218,6 +218,8 @@ int be_cuda_queue_side(be_queue *q);
 int be_cuda_queue_create(be_device *dev, be_queue **out);
 void be_cuda_queue_destroy(be_queue *q);
 int be_cuda_mem_alloc(be_device *dev, size_t bytes, be_mem *out);
+int be_cuda_host_register(be_device *dev, void *p, size_t bytes);
+void be_cuda_host_unregister(be_device *dev, void *p);
 void be_cuda_mem_free(be_device *dev, be_mem *mem);
 int be_cuda_copy_h2d(be_queue *q, be_mem dst, size_t dst_off, const void *src, size_t bytes);
 int be_cuda_copy_d2h(be_queue *q, void *dst, be_mem src, size_t src_off, size_t bytes);

@@ -94,3 +94,22 @@ uint64_t be_cuda_devptr(be_mem m)
 {
   return m.handle == 0 ? 0 : (uint64_t)block_of(m)->ptr;
 }
+
+/* Portable: the registration holds for every context, so one device's call serves all. */
+int be_cuda_host_register(be_device *dev, void *p, size_t bytes)
+{
+  if (dev == NULL || p == NULL || bytes == 0)
+    return ACCEL_EINVAL;
+  if (be_cuda_lost(dev) || dev->ctx == NULL)
+    return ACCEL_EDEVLOST;
+  int rc = be_cuda_enter(dev);
+  if (rc == 0)
+    rc = be_cuda_check(dev, be_cu.cuMemHostRegister(p, bytes, CU_MEMHOSTREGISTER_PORTABLE));
+  return rc;
+}
+
+void be_cuda_host_unregister(be_device *dev, void *p)
+{
+  if (dev != NULL && p != NULL && be_cuda_enter(dev) == 0)
+    be_cu.cuMemHostUnregister(p); /* fails harmlessly after a reset took the registration */
+}
