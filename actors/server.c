@@ -179,11 +179,13 @@ static int srv_receive(accel_actor *self, void *state, accel_msg *msg) {
   case SRV_MSG_LIMITS:
     apply_limits(s, msg->data);
     return 0;
-  case SRV_MSG_SHM_REGISTERED:
+  case SRV_MSG_SHM_REGISTERED: /* the job is taken: the message's drop must not run */
     srv_shm_registered(s, msg->data);
+    msg->data = NULL;
     return 0;
-  case SRV_MSG_SHM_UNMAPPED:
+  case SRV_MSG_SHM_UNMAPPED: /* done on the worker: only the job's memory is left */
     free(msg->data);
+    msg->data = NULL;
     return 0;
   default:
     return 0;

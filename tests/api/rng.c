@@ -220,7 +220,10 @@ TEST(offset_fill_is_a_slice) {
     size_t n = rnd_count();
     float mean = rnd_float(-3, 3), sd = rnd_float(0.5f, 2.0f);
     uint32_t *whole = fill_read(ctx, 0, dist, seed, 0, (size_t)o + n, mean, sd);
-    uint32_t *part = fill_read(ctx, it % 2 ? ACCEL_DEVICE_ANY : 0, dist, seed, o, n, mean, sd);
+    /* Normals are bit-exact within one backend only (CUDA's and the CPU's log, sin and cos
+     * may differ in the last bit), so with a GPU present ANY would compare two backends. */
+    accel_device dev = it % 2 && dist != ACCEL_DIST_NORMAL ? ACCEL_DEVICE_ANY : 0;
+    uint32_t *part = fill_read(ctx, dev, dist, seed, o, n, mean, sd);
     for (size_t i = 0; i < n; i++)
       if (part[i] != whole[o + i])
         TEST_FAIL("dist %d seed 0x%" PRIx64 ": fill at offset %" PRIu64 " element %zu = 0x%08"
