@@ -80,8 +80,8 @@ TEST(host_alloc_memory_round_trips_without_copies) {
   CHECK_OK(accel_host_free(ctx, src));
   CHECK_OK(accel_host_free(ctx, dst));
   /* detached: unmapped (on a worker, after unregistering, where a GPU registered them) */
-  for (uint64_t t0 = test_now_ms(); daemon_regions(&d) != 0; test_sleep_ms(20))
-    CHECK_LT(test_now_ms() - t0, 5000);
+  for (uint64_t w0 = test_now_ms(); daemon_regions(&d) != 0; test_sleep_ms(20))
+    CHECK_LT(test_now_ms() - w0, 5000);
   CHECK_ERR(accel_host_free(ctx, src), ACCEL_EINVAL); /* freed already */
   accel_close(ctx);
   CHECK_EQ(td_stop(&d), 0);
