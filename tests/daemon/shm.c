@@ -212,11 +212,74 @@ TEST(transfer_stats_are_per_session) {
   td_cleanup(&d);
 }
 
+/* At most 1024 regions per connection: the 1025th is ACCEL_ELIMIT; a detach makes room. */
+TEST(regions_at_the_limit_and_one_past) {
+  td_daemon d;
+  td_prepare(&d);
+  td_start(&d, NULL);
+  td_client c;
+  td_client_open(&c, d.url);
+  CHECK_OK(td_hello(&c, NULL));
+  int fd = memfd(4096, F_SEAL_SHRINK); /* the same file, mapped once per region */
+  for (uint64_t id = 1; id <= 1024; id++)
+    CHECK_OK(attach(&c, id, fd));
+  CHECK_ERR(attach(&c, 1025, fd), ACCEL_ELIMIT);
+  CHECK_OK(td_control(&c, PROTO_CTL_SHM_DETACH, 7));
+  CHECK_OK(attach(&c, 1025, fd));
+  close(fd);
+  td_client_close(&c);
+  CHECK_EQ(td_stop(&d), 0);
+  td_cleanup(&d);
+}
+
+/* Descriptors that no attach announces pile up in the daemon: past 8 the peer is closed. */
+TEST(unannounced_descriptors_close_the_connection) {
+  td_daemon d;
+  td_prepare(&d);
+  td_start(&d, NULL);
+  td_client c;
+  td_client_open(&c, d.url);
+  CHECK_OK(td_hello(&c, NULL));
+  int fd = memfd(4096, F_SEAL_SHRINK);
+  proto_out o;
+  proto_control_req ping = {PROTO_CTL_PING, 0};
+  for (uint64_t id = 1; id <= 8; id++) { /* a ping carrying a descriptor: answered, kept */
+    proto_out_init(&o);
+    CHECK_OK(proto_encode_control(&o, id, &ping));
+    CHECK_OK(proto_local_send(c.fd, o.data, o.len, fd));
+    proto_out_free(&o);
+    nng_msg *m;
+    CHECK_EQ(td_recv(&c, &m, 5000), 0);
+    CHECK_OK(td_reply_status(m, id, NULL));
+    nng_msg_free(m);
+  }
+  proto_out_init(&o); /* the ninth is one too many */
+  CHECK_OK(proto_encode_control(&o, 9, &ping));
+  proto_local_send(c.fd, o.data, o.len, fd);
+  proto_out_free(&o);
+  nng_msg *m;
+  int rv = td_recv(&c, &m, 5000);
+  if (rv == 0) { /* its answer may have been written before the count was checked */
+    nng_msg_free(m);
+    rv = td_recv(&c, &m, 5000);
+  }
+  CHECK_EQ(rv, NNG_ECLOSED);
+  close(fd);
+  td_client_close(&c);
+  for (uint64_t t0 = test_now_ms(); !strstr(td_log(&d), "descriptors it did not announce");
+       test_sleep_ms(20))
+    CHECK_LT(test_now_ms() - t0, 5000);
+  CHECK_EQ(td_stop(&d), 0);
+  td_cleanup(&d);
+}
+
 static const test_case tests[] = {
     TEST_CASE(host_alloc_memory_round_trips_without_copies),
     TEST_CASE(ordinary_memory_goes_through_staging),
     TEST_CASE(regions_the_daemon_must_not_map_are_refused),
     TEST_CASE(transfer_stats_are_per_session),
+    TEST_CASE(regions_at_the_limit_and_one_past),
+    TEST_CASE(unannounced_descriptors_close_the_connection),
 };
 
 TEST_MAIN(tests)
