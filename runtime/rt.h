@@ -169,8 +169,9 @@ uv_loop_t *rt_uv_loop(accel_runtime *rt);
 /* log.c */
 void rt_log_init_from_env(void);
 
-/* How long the loop and future waiters spin before they sleep (ACCEL_SPIN_US, default 0:
- * never; worth it only with spare cores). Read once. */
+/* How long the loop and future waiters spin before they sleep: ACCEL_SPIN_US if set (0:
+ * never), else 50 us on machines of 8 cores or more and 0 below (worth it only with spare
+ * cores). Read once. */
 uint64_t rt_spin_ns(void);
 
 static inline void rt_cpu_relax(void) {
