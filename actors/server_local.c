@@ -26,6 +26,7 @@
 
 #include "actors/server_priv.h"
 #include "proto/local.h"
+#include "proto/stream.h"
 #include "runtime/rt.h"
 
 #define LINK_INBUF (64u << 10) /* frames up to this size are read through a staging buffer */
@@ -188,14 +189,6 @@ static void on_alloc(uv_handle_t *h, size_t hint, uv_buf_t *buf) {
                : uv_buf_init(NULL, 0); /* out of memory: libuv reports UV_ENOBUFS */
 }
 
-static uint32_t le32(const uint8_t *p) {
-  return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-}
-
-static uint64_t le64(const uint8_t *p) {
-  return (uint64_t)le32(p) | (uint64_t)le32(p + 4) << 32;
-}
-
 static void first_frame_seen(srv_link *l) {
   if (l->first_open && uv_is_active((uv_handle_t *)&l->first))
     uv_timer_stop(&l->first);
@@ -211,20 +204,25 @@ static void deliver(srv_link *l, nng_msg *m) {
 
 /* A header that cannot start a frame of ours: the stream cannot be resynchronised, so the
  * connection ends (with an answer first, if the peer speaks accel at all). */
-static bool header_ok(srv_link *l, const uint8_t *p) {
-  if (le32(p) != PROTO_MAGIC) {
+/* The length of the frame starting at p (whole header there), or 0 if the connection is
+ * closed for it. */
+static size_t frame_length(srv_link *l, const uint8_t *p, size_t have) {
+  size_t flen;
+  uint64_t id;
+  switch (proto_stream_scan(p, have, l->s->limits.max_message, &flen, &id)) {
+  case PROTO_SCAN_FRAME:
+    return flen;
+  case PROTO_SCAN_TOO_BIG:
     l->s->frames_bad++;
-    link_close(l, "not an accel frame: closed");
-    return false;
-  }
-  if (le32(p + 12) > l->s->limits.max_message - PROTO_HEADER_SIZE) {
-    l->s->frames_bad++;
-    srv_conn_status(l->s, l->conn, le64(p + 16), ACCEL_ELIMIT);
+    srv_conn_status(l->s, l->conn, id, ACCEL_ELIMIT);
     srv_conn_flush(l->s, l->conn);
     link_close(l, "frame over max_message");
-    return false;
+    return 0;
+  default: /* PROTO_SCAN_FOREIGN (the caller has a whole header) */
+    l->s->frames_bad++;
+    link_close(l, "not an accel frame: closed");
+    return 0;
   }
-  return true;
 }
 
 /* Makes whole frames of the staging buffer; a frame too large for it continues in `big`. */
@@ -232,9 +230,9 @@ static void parse(srv_link *l) {
   size_t at = 0;
   while (!l->closing && l->reading && l->in_len - at >= PROTO_HEADER_SIZE) {
     const uint8_t *p = l->in + at;
-    if (!header_ok(l, p))
+    size_t have = l->in_len - at, flen = frame_length(l, p, have);
+    if (flen == 0)
       return;
-    size_t flen = PROTO_HEADER_SIZE + (size_t)le32(p + 12), have = l->in_len - at;
     nng_msg *m;
     if (nng_msg_alloc(&m, flen) != 0) {
       link_close(l, "out of memory for a frame");

@@ -9,6 +9,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include "proto/stream.h"
 #include "proto/wire.h"
 
 const char *proto_local_path(const char *url) {
@@ -103,8 +104,14 @@ static int read_all(int fd, uint8_t *p, size_t len, int timeout_ms) {
   return 0;
 }
 
-static uint32_t le32(const uint8_t *p) {
-  return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+/* The length of the frame whose header is at p, or ACCEL_EPROTO (not ours, or its body over
+ * max_body: a client cannot skip it, the stream is lost). */
+static long long frame_length(const uint8_t *p, uint32_t max_body) {
+  size_t len;
+  uint64_t id;
+  proto_scan sc = proto_stream_scan(p, PROTO_HEADER_SIZE, (uint64_t)max_body + PROTO_HEADER_SIZE,
+                                    &len, &id);
+  return sc == PROTO_SCAN_FRAME ? (long long)len : ACCEL_EPROTO;
 }
 
 long long proto_local_recv_frame(int fd, uint8_t **buf, size_t *cap, uint32_t max_body,
@@ -113,10 +120,10 @@ long long proto_local_recv_frame(int fd, uint8_t **buf, size_t *cap, uint32_t ma
   int rc = read_all(fd, head, sizeof head, timeout_ms);
   if (rc != 0)
     return rc;
-  uint32_t body = le32(head + 12);
-  if (le32(head) != PROTO_MAGIC || body > max_body)
-    return ACCEL_EPROTO;
-  size_t len = PROTO_HEADER_SIZE + (size_t)body;
+  long long flen = frame_length(head, max_body);
+  if (flen < 0)
+    return flen;
+  size_t len = (size_t)flen;
   if (*cap < len) {
     uint8_t *p = realloc(*buf, len);
     if (p == NULL)
@@ -125,7 +132,7 @@ long long proto_local_recv_frame(int fd, uint8_t **buf, size_t *cap, uint32_t ma
     *cap = len;
   }
   memcpy(*buf, head, sizeof head);
-  rc = read_all(fd, *buf + PROTO_HEADER_SIZE, body, timeout_ms);
+  rc = read_all(fd, *buf + PROTO_HEADER_SIZE, len - PROTO_HEADER_SIZE, timeout_ms);
   return rc != 0 ? rc : (long long)len;
 }
 
@@ -176,11 +183,10 @@ long long proto_reader_next(proto_reader *rd, int fd, uint32_t max_body,
   int rc = reader_fill(rd, fd, PROTO_HEADER_SIZE);
   if (rc != 0)
     return rc;
-  const uint8_t *head = rd->buf + rd->at;
-  uint32_t body = le32(head + 12);
-  if (le32(head) != PROTO_MAGIC || body > max_body)
-    return ACCEL_EPROTO;
-  size_t len = PROTO_HEADER_SIZE + (size_t)body;
+  long long flen = frame_length(rd->buf + rd->at, max_body);
+  if (flen < 0)
+    return flen;
+  size_t len = (size_t)flen;
   rc = reader_fill(rd, fd, len);
   if (rc != 0)
     return rc;
