@@ -22,7 +22,7 @@ static int exec_transfer(dev_task *t, be_queue *q) {
   const be_ops *be = t->node->be;
   dev_world *w = t->world;
   if (t->src_node < 0) /* never written anywhere: the first valid copy is zeros */
-    return be->fill_u32(q, mem_on(t, 0), 0, b->count, 0);
+    return be->fill(q, mem_on(t, 0), 0, b->count, (uint32_t)dev_dtype_size(b->dtype), 0);
   if (t->src_node == DEV_HOST_NODE) {
     atomic_fetch_add(&w->h2d, b->bytes);
     moved(t)->host_to_device += b->bytes;
@@ -49,6 +49,8 @@ static int exec_io(dev_task *t, be_queue *q) {
   return be->copy_d2h(q, op->u.read.dst, mem_on(t, 0), off, bytes);
 }
 
+static int exec_package_op(dev_task *t, be_queue *q);
+
 static int exec_op(dev_task *t, be_queue *q) {
   dev_op *op = t->op;
   const be_ops *be = t->node->be;
@@ -64,20 +66,41 @@ static int exec_op(dev_task *t, be_queue *q) {
                         op->bufs[1].offset * esize, op->bufs[0].count * esize);
   }
   case DEV_OP_FILL:
-    return be->fill_u32(q, mem_on(t, 0), 0, t->buf[0]->count, op->u.fill.value);
-  case DEV_OP_SGEMM:
-    return be->sgemm(q, &op->u.sgemm, mem_on(t, 0), 0, mem_on(t, 1), 0, mem_on(t, 2), 0);
+    return be->fill(q, mem_on(t, 0), 0, t->buf[0]->count,
+                    (uint32_t)dev_dtype_size(t->buf[0]->dtype), op->u.fill.value);
+  default:
+    return exec_package_op(t, q);
+  }
+}
+
+/* The ops of the packages; the checker made sure the device has the package. */
+static int exec_package_op(dev_task *t, be_queue *q) {
+  dev_op *op = t->op;
+  const be_ops *be = t->node->be;
+  uint32_t dtype = t->buf[0]->dtype;
+  switch (op->h.kind) {
+  case DEV_OP_SGEMM: {
+    const be_sgemm_args *s = &op->u.sgemm;
+    be_gemm_args g = {.trans_a = s->trans_a, .trans_b = s->trans_b, .m = s->m, .n = s->n,
+                      .k = s->k, .alpha = s->alpha, .beta = s->beta, .lda = s->lda,
+                      .ldb = s->ldb, .ldc = s->ldc, .ab_type = ACCEL_F32, .c_type = ACCEL_F32,
+                      .math = (be_gemm_math)s->math, .batch = 1};
+    return be->blas->gemm(q, &g, mem_on(t, 0), 0, mem_on(t, 1), 0, mem_on(t, 2), 0);
+  }
   case DEV_OP_SAXPY:
-    return be->saxpy(q, op->u.saxpy.n, op->u.saxpy.alpha, mem_on(t, 0), 0, mem_on(t, 1), 0);
+    return be->blas->axpy(q, dtype, op->u.saxpy.n, op->u.saxpy.alpha, mem_on(t, 0), 0,
+                          mem_on(t, 1), 0);
   case DEV_OP_SDOT:
-    return be->sdot(q, op->u.sdot.n, mem_on(t, 0), 0, mem_on(t, 1), 0, mem_on(t, 2), 0);
+    return be->blas->dot(q, dtype, op->u.sdot.n, mem_on(t, 0), 0, mem_on(t, 1), 0,
+                         mem_on(t, 2), 0);
   case DEV_OP_RNG:
-    return be->rng_fill(q, mem_on(t, 0), 0, t->buf[0]->count, &op->u.rng);
+    return be->rng->fill(q, dtype, mem_on(t, 0), 0, t->buf[0]->count, &op->u.rng);
   case DEV_OP_UNARY:
-    return be->unary(q, op->u.unary.op, mem_on(t, 0), 0, mem_on(t, 1), 0, t->buf[0]->count);
+    return be->nn->unary(q, dtype, op->u.unary.op, mem_on(t, 0), 0, mem_on(t, 1), 0,
+                         t->buf[0]->count);
   case DEV_OP_SOFTMAX:
-    return be->softmax(q, mem_on(t, 0), 0, mem_on(t, 1), 0, op->u.softmax.rows,
-                       op->u.softmax.cols);
+    return be->nn->softmax(q, dtype, mem_on(t, 0), 0, mem_on(t, 1), 0, op->u.softmax.rows,
+                           op->u.softmax.cols);
   default:
     return ACCEL_ENOTSUP;
   }

@@ -29,7 +29,7 @@
 #include "accel/error.h"
 #include "backends/blas_args.h"
 
-#define BE_ABI_VERSION 1u
+#define BE_ABI_VERSION 2u
 
 typedef struct be_device be_device;
 typedef struct be_queue be_queue;
@@ -59,7 +59,7 @@ typedef enum be_rng_dist { BE_RNG_BITS = 0, BE_RNG_UNIFORM, BE_RNG_NORMAL } be_r
 typedef struct be_rng_args {
   be_rng_dist dist;
   uint64_t seed, offset; /* Philox4x32-10 stream position, in elements of the output */
-  float mean, stddev;    /* NORMAL only */
+  double mean, stddev;   /* NORMAL only; rounded to the output's type first for F32 and below */
 } be_rng_args;
 
 /* Runs on a backend thread (a driver thread, a CPU worker) once the work before it in the
@@ -135,23 +135,70 @@ typedef struct be_ops {
    * whose host functions never hold its queue long may point this at host_callback (cpu). */
   int (*host_notify)(be_queue *q, be_host_fn fn, void *arg);
 
-  /* ---- kernels: offsets and counts in elements; arguments were checked by the caller
-   * against the buffers (blas_args.h); backends check what they rely on again ---- */
-  int (*sgemm)(be_queue *q, const be_sgemm_args *g, be_mem a, size_t a_off, be_mem b,
-               size_t b_off, be_mem c, size_t c_off);
-  int (*saxpy)(be_queue *q, size_t n, float alpha, be_mem x, size_t x_off, be_mem y,
-               size_t y_off);
-  /* *result (one float in device memory) = x . y */
-  int (*sdot)(be_queue *q, size_t n, be_mem x, size_t x_off, be_mem y, size_t y_off,
-              be_mem result, size_t result_off);
-  int (*fill_u32)(be_queue *q, be_mem dst, size_t off, size_t count, uint32_t value);
-  int (*rng_fill)(be_queue *q, be_mem dst, size_t off, size_t count, const be_rng_args *r);
-  int (*unary)(be_queue *q, be_unary_op op, be_mem dst, size_t dst_off, be_mem src,
-               size_t src_off, size_t count);
-  /* Row-wise softmax of a rows x cols row-major matrix. */
-  int (*softmax)(be_queue *q, be_mem dst, size_t dst_off, be_mem src, size_t src_off,
-                 size_t rows, size_t cols);
+  /* Every element of dst[off .. off + count) = the low `esize` bytes of value (esize 1, 2, 4
+   * or 8; offsets and count in elements of esize bytes). */
+  int (*fill)(be_queue *q, be_mem dst, size_t off, size_t count, uint32_t esize,
+              uint64_t value);
+
+  /* ---- op packages: NULL where the backend has none (its ops are then ACCEL_ENOTSUP,
+   * "not supported on this backend"); each table's version is checked at registration ---- */
+  const struct be_blas_pkg *blas;
+  const struct be_rng_pkg *rng;
+  const struct be_nn_pkg *nn;
 } be_ops;
+
+/* ---- op packages ----------------------------------------------------------------------------
+ * A package is a versioned table of ops a backend provides or not (parenchyma's extension
+ * packages); each is served by its own kernel actor of the device. Kernels: offsets and counts
+ * in elements of the buffers' dtype (accel_dtype values); arguments were checked by the caller
+ * against the buffers (blas_args.h, actors/check.c); backends check again what they rely on.
+ * A dtype or combination the device does not run is ACCEL_ENOTSUP, from the submit call, and
+ * the `supports`/`dtypes` entries say so beforehand (any thread, never block), so that
+ * placement and `accelctl devices` need not try. */
+
+#define BE_BLAS_VERSION 1u
+#define BE_RNG_VERSION 1u
+#define BE_NN_VERSION 1u
+
+typedef struct be_blas_pkg {
+  uint32_t version; /* BE_BLAS_VERSION */
+  /* 0 if the device runs gemm with these (ab_type, c_type, math), else ACCEL_ENOTSUP. */
+  int (*gemm_supports)(be_device *dev, uint32_t ab_type, uint32_t c_type, uint32_t math);
+  /* The dtypes axpy, dot and scal take on this device (ACCEL_DTYPE_BIT set). */
+  uint32_t (*vector_dtypes)(be_device *dev);
+  /* C = alpha * op(A) * op(B) + beta * C, column-major, batched when g->batch > 1. */
+  int (*gemm)(be_queue *q, const be_gemm_args *g, be_mem a, size_t a_off, be_mem b,
+              size_t b_off, be_mem c, size_t c_off);
+  /* y = alpha * x + y over n elements. */
+  int (*axpy)(be_queue *q, uint32_t dtype, size_t n, double alpha, be_mem x, size_t x_off,
+              be_mem y, size_t y_off);
+  /* result[0] (one element of dtype in device memory) = x . y over n elements. */
+  int (*dot)(be_queue *q, uint32_t dtype, size_t n, be_mem x, size_t x_off, be_mem y,
+             size_t y_off, be_mem result, size_t result_off);
+  /* x = alpha * x over n elements. */
+  int (*scal)(be_queue *q, uint32_t dtype, size_t n, double alpha, be_mem x, size_t x_off);
+} be_blas_pkg;
+
+typedef struct be_rng_pkg {
+  uint32_t version; /* BE_RNG_VERSION */
+  /* The dtypes UNIFORM and NORMAL fill on this device (BITS fills U32 everywhere). */
+  uint32_t (*dtypes)(be_device *dev);
+  /* count elements of dtype from the Philox stream position r->offset (DESIGN.md, "Ops"). */
+  int (*fill)(be_queue *q, uint32_t dtype, be_mem dst, size_t off, size_t count,
+              const be_rng_args *r);
+} be_rng_pkg;
+
+typedef struct be_nn_pkg {
+  uint32_t version; /* BE_NN_VERSION */
+  /* The dtypes of the element-wise ops and softmax on this device. */
+  uint32_t (*dtypes)(be_device *dev);
+  int (*unary)(be_queue *q, uint32_t dtype, be_unary_op op, be_mem dst, size_t dst_off,
+               be_mem src, size_t src_off, size_t count);
+  /* Row-wise softmax of a rows x cols row-major matrix. */
+  int (*softmax)(be_queue *q, uint32_t dtype, be_mem dst, size_t dst_off, be_mem src,
+                 size_t src_off, size_t rows, size_t cols);
+} be_nn_pkg;
+
 
 /* The backends this build knows, whether or not they were built: the description is always
  * compiled, so `devices` can say "cuda: not built". */

@@ -58,3 +58,68 @@ bool be_blas_sgemm_reads_ab(const be_sgemm_args *g)
 {
   return g->k > 0 && g->alpha != 0.0f && g->m > 0 && g->n > 0;
 }
+
+bool be_gemm_combo_ok(uint32_t ab_type, uint32_t c_type, uint32_t math)
+{
+  switch (ab_type) {
+  case ACCEL_F64:
+    return c_type == ACCEL_F64 && (math == BE_GEMM_MATH_DEVICE || math == BE_GEMM_MATH_FP64);
+  case ACCEL_F32:
+    return c_type == ACCEL_F32 && math <= BE_GEMM_MATH_TF32;
+  case ACCEL_F16:
+  case ACCEL_BF16:
+    return (c_type == ab_type || c_type == ACCEL_F32) &&
+           (math == BE_GEMM_MATH_DEVICE || math == BE_GEMM_MATH_FP32);
+  default:
+    return false;
+  }
+}
+
+/* Matrix `count` of a batch (0-based) starts at count * stride; the last one must fit:
+ * the check is the matrix's own against the length left before that start. */
+static int check_batched(int64_t rows, int64_t cols, int64_t ld, uint64_t len, int64_t batch,
+                         int64_t stride)
+{
+  int err = be_blas_check_matrix(rows, cols, ld, len);
+  if (err != 0 || batch == 1 || rows == 0 || cols == 0)
+    return err;
+  uint64_t last = (uint64_t)(batch - 1);
+  if (stride > 0 && last > UINT64_MAX / (uint64_t)stride)
+    return ACCEL_EINVAL;
+  uint64_t start = last * (uint64_t)stride;
+  return start <= len ? be_blas_check_matrix(rows, cols, ld, len - start) : ACCEL_EINVAL;
+}
+
+/* The C matrices of a batch must not overlap: each spans (n - 1) * ldc + m elements. */
+static bool c_apart(const be_gemm_args *g)
+{
+  if (g->batch == 1 || g->m == 0 || g->n == 0)
+    return true;
+  uint64_t span = (uint64_t)(g->n - 1) * (uint64_t)g->ldc + (uint64_t)g->m;
+  return (uint64_t)g->stride_c >= span;
+}
+
+int be_blas_check_gemm(const be_gemm_args *g, uint64_t a_len, uint64_t b_len, uint64_t c_len)
+{
+  if (g == NULL || !trans_valid(g->trans_a) || !trans_valid(g->trans_b))
+    return ACCEL_EINVAL;
+  if (!be_gemm_combo_ok(g->ab_type, g->c_type, g->math))
+    return ACCEL_EINVAL;
+  if (g->m < 0 || g->n < 0 || g->k < 0 || g->batch < 1)
+    return ACCEL_EINVAL;
+  if (g->batch > 1 && (g->stride_a < 0 || g->stride_b < 0 || g->stride_c < 0 || !c_apart(g)))
+    return ACCEL_EINVAL;
+  int64_t r, c;
+  be_blas_stored_shape(g->trans_a, g->m, g->k, &r, &c);
+  int err = check_batched(r, c, g->lda, a_len, g->batch, g->stride_a);
+  if (err == 0) {
+    be_blas_stored_shape(g->trans_b, g->k, g->n, &r, &c);
+    err = check_batched(r, c, g->ldb, b_len, g->batch, g->stride_b);
+  }
+  return err != 0 ? err : check_batched(g->m, g->n, g->ldc, c_len, g->batch, g->stride_c);
+}
+
+bool be_blas_gemm_reads_ab(const be_gemm_args *g)
+{
+  return g->k > 0 && g->alpha != 0.0 && g->m > 0 && g->n > 0;
+}

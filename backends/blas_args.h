@@ -14,6 +14,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "accel/dtype.h"
+
 typedef enum be_blas_trans {
   BE_BLAS_NO_TRANS = 0, /* op(X) = X */
   BE_BLAS_TRANS = 1     /* op(X) = X^T */
@@ -35,6 +37,44 @@ typedef struct be_sgemm_args {
   int64_t lda, ldb, ldc;
   be_sgemm_math math;
 } be_sgemm_args;
+
+/* The arithmetic of a gemm (accel_math's values). DEVICE: the device's default for the
+ * input type (FP64 for F64 inputs; FP32 for F32 unless the device was opened with tf32; FP32
+ * accumulation for F16 and BF16 inputs, on tensor cores where the device has them). */
+typedef enum be_gemm_math {
+  BE_GEMM_MATH_DEVICE = 0,
+  BE_GEMM_MATH_FP32,
+  BE_GEMM_MATH_TF32, /* F32 inputs only */
+  BE_GEMM_MATH_FP64  /* F64 inputs only */
+} be_gemm_math;
+
+/* A gemm of any element types, possibly strided-batched: for b < batch,
+ * C_b = alpha * op(A_b) * op(B_b) + beta * C_b with X_b starting stride_x elements after
+ * X_(b-1). A and B share ab_type; C has c_type (accel_dtype values). Scalars travel as
+ * doubles (every f32 scalar is exactly one). Which combinations exist is be_gemm_combo_ok;
+ * which a device runs, its blas package's gemm_supports. */
+typedef struct be_gemm_args {
+  be_blas_trans trans_a, trans_b;
+  int64_t m, n, k;
+  double alpha, beta;
+  int64_t lda, ldb, ldc;
+  uint32_t ab_type, c_type;
+  be_gemm_math math;
+  int64_t batch; /* >= 1 */
+  int64_t stride_a, stride_b, stride_c; /* elements; ignored when batch = 1 */
+} be_gemm_args;
+
+/* Whether (ab_type, c_type, math) is a gemm accel defines at all: F64 -> F64 (FP64),
+ * F32 -> F32 (FP32, TF32), F16 -> F16 or F32, BF16 -> BF16 or F32 (FP32 accumulation). */
+bool be_gemm_combo_ok(uint32_t ab_type, uint32_t c_type, uint32_t math);
+
+/* All of a gemm: the combination, transposes, shapes and leading dimensions, batch >= 1 and
+ * strides >= 0, every matrix of the batch within its buffer (lengths in elements). Batches
+ * may share A or B (stride 0) but not C (stride_c must keep the C matrices apart). */
+int be_blas_check_gemm(const be_gemm_args *g, uint64_t a_len, uint64_t b_len, uint64_t c_len);
+
+/* Whether a gemm reads A and B at all (as be_blas_sgemm_reads_ab). */
+bool be_blas_gemm_reads_ab(const be_gemm_args *g);
 
 /* A rows x cols matrix with leading dimension ld in a buffer of len elements: rows, cols >= 0,
  * ld >= max(1, rows), and, when it touches anything, (cols - 1) * ld + rows <= len (computed

@@ -225,11 +225,8 @@ const be_ops be_cpu_ops = {
     .queue_wait = be_cpu_queue_wait_event,
     .host_callback = be_cpu_submit_callback,
     .host_notify = be_cpu_submit_callback, /* its callbacks are cheap: the same thing */
-    .sgemm = be_cpu_submit_sgemm,
-    .saxpy = be_cpu_submit_saxpy,
-    .sdot = be_cpu_submit_sdot,
-    .fill_u32 = be_cpu_submit_fill_u32,
-    .rng_fill = be_cpu_submit_rng,
-    .unary = be_cpu_submit_unary,
-    .softmax = be_cpu_submit_softmax,
+    .fill = be_cpu_submit_fill,
+    .blas = &be_cpu_blas,
+    .rng = &be_cpu_rng,
+    .nn = &be_cpu_nn,
 };

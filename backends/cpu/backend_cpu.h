@@ -20,6 +20,11 @@ int be_cpu_event_query(be_event *ev);
 int be_cpu_event_sync(be_event *ev);
 int be_cpu_queue_wait_event(be_queue *q, be_event *ev);
 
+/* packages.c */
+extern const be_blas_pkg be_cpu_blas;
+extern const be_rng_pkg be_cpu_rng;
+extern const be_nn_pkg be_cpu_nn;
+
 /* ops.c */
 int be_cpu_submit_h2d(be_queue *q, be_mem dst, size_t dst_off, const void *src, size_t bytes);
 int be_cpu_submit_d2h(be_queue *q, void *dst, be_mem src, size_t src_off, size_t bytes);
@@ -32,7 +37,8 @@ int be_cpu_submit_saxpy(be_queue *q, size_t n, float alpha, be_mem x, size_t x_o
                         size_t y_off);
 int be_cpu_submit_sdot(be_queue *q, size_t n, be_mem x, size_t x_off, be_mem y, size_t y_off,
                        be_mem result, size_t result_off);
-int be_cpu_submit_fill_u32(be_queue *q, be_mem dst, size_t off, size_t count, uint32_t value);
+int be_cpu_submit_fill(be_queue *q, be_mem dst, size_t off, size_t count, uint32_t esize,
+                       uint64_t value);
 int be_cpu_submit_rng(be_queue *q, be_mem dst, size_t off, size_t count, const be_rng_args *r);
 int be_cpu_submit_unary(be_queue *q, be_unary_op op, be_mem dst, size_t dst_off, be_mem src,
                         size_t src_off, size_t count);

@@ -51,6 +51,9 @@ int be_cpu_sdot(int64_t n, const float *x, int64_t incx, size_t x_len, const flo
 int be_cpu_fill_u32(uint32_t *dst, size_t n, uint32_t value);
 int be_cpu_fill_f32(float *dst, size_t n, float value);
 
+/* Each of n elements of esize bytes (1, 2, 4 or 8) = the low esize bytes of value. */
+int be_cpu_fill(void *dst, size_t n, uint32_t esize, uint64_t value);
+
 /* Copies `bytes` bytes; the regions may overlap (memmove). */
 int be_cpu_copy(void *dst, const void *src, size_t bytes);
 

@@ -29,6 +29,27 @@ int be_cpu_fill_f32(float *dst, size_t n, float value)
   return 0;
 }
 
+int be_cpu_fill(void *dst, size_t n, uint32_t esize, uint64_t value)
+{
+  if ((n > 0 && dst == NULL) || (esize != 1 && esize != 2 && esize != 4 && esize != 8))
+    return ACCEL_EINVAL;
+  switch (esize) {
+  case 1:
+    memset(dst, (int)(value & 0xff), n);
+    return 0;
+  case 2:
+    for (size_t i = 0; i < n; i++)
+      ((uint16_t *)dst)[i] = (uint16_t)value;
+    return 0;
+  case 4:
+    return be_cpu_fill_u32(dst, n, (uint32_t)value);
+  default:
+    for (size_t i = 0; i < n; i++)
+      ((uint64_t *)dst)[i] = value;
+    return 0;
+  }
+}
+
 int be_cpu_copy(void *dst, const void *src, size_t bytes)
 {
   if (bytes > 0 && (dst == NULL || src == NULL))

@@ -12,7 +12,8 @@ static int run_rng(void *dst, size_t count, const be_rng_args *r)
   case BE_RNG_UNIFORM:
     return be_cpu_philox_fill_uniform(dst, count, r->seed, r->offset);
   case BE_RNG_NORMAL:
-    return be_cpu_philox_fill_normal(dst, count, r->seed, r->offset, r->mean, r->stddev);
+    return be_cpu_philox_fill_normal(dst, count, r->seed, r->offset, (float)r->mean,
+                                     (float)r->stddev);
   }
   return ACCEL_EINVAL;
 }
@@ -50,7 +51,7 @@ int be_cpu_item_run(const be_cpu_item *it)
     return be_cpu_sdot((int64_t)it->u.sdot.n, it->u.sdot.x, 1, it->u.sdot.n, it->u.sdot.y, 1,
                        it->u.sdot.n, it->u.sdot.result);
   case BE_CPU_FILL:
-    return be_cpu_fill_u32(it->u.fill.dst, it->u.fill.count, it->u.fill.value);
+    return be_cpu_fill(it->u.fill.dst, it->u.fill.count, it->u.fill.esize, it->u.fill.value);
   case BE_CPU_RNG:
     return run_rng(it->u.rng.dst, it->u.rng.count, &it->u.rng.r);
   case BE_CPU_UNARY:

@@ -153,11 +153,15 @@ int be_cpu_submit_sdot(be_queue *q, size_t n, be_mem x, size_t x_off, be_mem y, 
 
 /* ---- element-wise -------------------------------------------------------------------- */
 
-int be_cpu_submit_fill_u32(be_queue *q, be_mem dst, size_t off, size_t count, uint32_t value)
+int be_cpu_submit_fill(be_queue *q, be_mem dst, size_t off, size_t count, uint32_t esize,
+                       uint64_t value)
 {
-  be_cpu_item it = {.kind = BE_CPU_FILL, .u.fill = {.count = count, .value = value}};
+  be_cpu_item it = {.kind = BE_CPU_FILL,
+                    .u.fill = {.count = count, .esize = esize, .value = value}};
   void *to = NULL;
-  int err = span(dst, off, count, 4, &to);
+  int err = esize == 1 || esize == 2 || esize == 4 || esize == 8 ? 0 : ACCEL_EINVAL;
+  if (err == 0)
+    err = span(dst, off, count, esize, &to);
   it.u.fill.dst = to;
   return submit(q, &it, err);
 }

@@ -73,9 +73,10 @@ typedef struct be_cpu_item {
       size_t n;
     } sdot;
     struct {
-      uint32_t *dst;
+      void *dst;
       size_t count;
-      uint32_t value;
+      uint32_t esize; /* 1, 2, 4 or 8 bytes per element */
+      uint64_t value;
     } fill;
     struct {
       void *dst;

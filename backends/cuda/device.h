@@ -240,6 +240,12 @@ int be_cuda_saxpy(be_queue *q, size_t n, float alpha, be_mem x, size_t x_off, be
 int be_cuda_sdot(be_queue *q, size_t n, be_mem x, size_t x_off, be_mem y, size_t y_off,
                  be_mem result, size_t result_off);
 int be_cuda_fill_u32(be_queue *q, be_mem dst, size_t off, size_t count, uint32_t value);
+/* The core fill of backend.h (packages.c), and the op packages. */
+int be_cuda_fill(be_queue *q, be_mem dst, size_t off, size_t count, uint32_t esize,
+                 uint64_t value);
+extern const be_blas_pkg be_cuda_blas;
+extern const be_rng_pkg be_cuda_rng;
+extern const be_nn_pkg be_cuda_nn;
 int be_cuda_rng_fill(be_queue *q, be_mem dst, size_t off, size_t count, const be_rng_args *r);
 int be_cuda_unary(be_queue *q, be_unary_op op, be_mem dst, size_t dst_off, be_mem src,
                   size_t src_off, size_t count);

@@ -22,6 +22,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "accel/dtype.h"
 #include "accel/error.h"
 #include "accel/export.h"
 #include "accel/runtime.h"
@@ -35,7 +36,6 @@ typedef uint64_t accel_buffer; /* a handle; 0 is never valid */
 typedef int32_t accel_device;
 #define ACCEL_DEVICE_ANY ((accel_device)-1)
 
-typedef enum accel_dtype { ACCEL_F32 = 1, ACCEL_U32 = 2 } accel_dtype;
 typedef enum accel_trans { ACCEL_NO_TRANS = 0, ACCEL_TRANS = 1 } accel_trans;
 typedef enum accel_dist {
   ACCEL_DIST_BITS = 0,    /* u32 words of the Philox4x32-10 stream */

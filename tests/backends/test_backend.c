@@ -18,6 +18,7 @@
 
 #include "../test.h"
 #include "backends/backend.h"
+#include "../be_f32.h"
 #include "backends/cpu/philox.h"
 
 /* ---- random inputs ------------------------------------------------------------------- */
@@ -310,8 +311,13 @@ static void check_complete(const be_ops *o)
   CHECK(o->inject_fault && o->queue_create && o->queue_destroy && o->mem_alloc && o->mem_free);
   CHECK(o->copy_h2d && o->copy_d2h && o->copy_d2d && o->event_create && o->event_destroy);
   CHECK(o->event_record && o->event_query && o->event_sync && o->queue_wait);
-  CHECK(o->host_callback && o->sgemm && o->saxpy && o->sdot && o->fill_u32 && o->rng_fill);
-  CHECK(o->unary && o->softmax && o->host_notify);
+  CHECK(o->host_callback && o->host_notify && o->fill);
+  CHECK(o->blas && o->blas->version == BE_BLAS_VERSION && o->blas->gemm_supports &&
+        o->blas->vector_dtypes && o->blas->gemm && o->blas->axpy && o->blas->dot &&
+        o->blas->scal);
+  CHECK(o->rng && o->rng->version == BE_RNG_VERSION && o->rng->dtypes && o->rng->fill);
+  CHECK(o->nn && o->nn->version == BE_NN_VERSION && o->nn->dtypes && o->nn->unary &&
+        o->nn->softmax);
 }
 
 TEST(registry_lists_backends)
@@ -442,7 +448,7 @@ static void in_order_dev(void)
   be_mem buf = mem_new(f.d, WORDS * 4), log = mem_new(f.d, STEPS * 4);
   for (size_t i = 0; i < STEPS; i++) {
     v[i] = (uint32_t)rnd64() | 1;
-    CHECK_OK(B->fill_u32(f.q, buf, 0, WORDS, v[i]));
+    CHECK_OK(be_fill_u32(B, f.q, buf, 0, WORDS, v[i]));
     CHECK_OK(B->copy_d2d(f.q, log, i * 4, buf, rnd_range(0, WORDS - 1) * 4, 4));
     CHECK_OK(B->host_callback(f.q, cb_fn, &r[i]));
   }
@@ -530,7 +536,7 @@ static void notify_in_order_dev(void)
       x->words = i % 50 == 7 ? BIG : rnd_range(1, SMALL);
       x->want = (uint32_t)rnd64() | 1;
       x->host = host;
-      CHECK_OK(B->fill_u32(q[k], buf[k], 0, x->words, x->want));
+      CHECK_OK(be_fill_u32(B, q[k], buf[k], 0, x->words, x->want));
       CHECK_OK(B->copy_d2h(q[k], host, buf[k], 0, x->words * 4));
       CHECK_OK(B->host_notify(q[k], note_fn, x));
     }
@@ -559,7 +565,7 @@ static void gated_notes(be_queue *q, be_mem m, gate *g, cb_rec *r, size_t n)
 {
   CHECK_OK(B->host_callback(q, gate_fn, g));
   for (size_t i = 0; i < n; i++) {
-    CHECK_OK(B->fill_u32(q, m, 0, m.bytes / 4, (uint32_t)i + 1));
+    CHECK_OK(be_fill_u32(B, q, m, 0, m.bytes / 4, (uint32_t)i + 1));
     CHECK_OK(B->host_notify(q, cb_fn, &r[i]));
   }
   gate_wait_entered(g);
@@ -624,7 +630,7 @@ static void cross_queue_wait_dev(void)
   gate g = {0};
   be_event *ev = event_new(f.d), *ev2 = event_new(f.d);
   CHECK_OK(B->host_callback(f.q, gate_fn, &g));
-  CHECK_OK(B->fill_u32(f.q, a, 0, N, value));
+  CHECK_OK(be_fill_u32(B, f.q, a, 0, N, value));
   CHECK_OK(B->event_record(ev, f.q));
   CHECK_OK(B->queue_wait(q2, ev));
   CHECK_OK(B->copy_d2h(q2, got, a, 0, N * 4));
@@ -660,7 +666,7 @@ static void wait_captures_point_dev(void)
   gate g = {0};
   be_event *ev = event_new(f.d);
   CHECK_OK(B->host_callback(q1, gate_fn, &g));
-  CHECK_OK(B->fill_u32(q1, a, 0, N, value));
+  CHECK_OK(be_fill_u32(B, q1, a, 0, N, value));
   CHECK_OK(B->event_record(ev, q1));
   CHECK_OK(B->queue_wait(f.q, ev));
   CHECK_OK(B->copy_d2h(f.q, got, a, 0, N * 4));
@@ -748,7 +754,7 @@ static void sgemm_case(fx *f, be_blas_trans ta, be_blas_trans tb)
   fbuf a = fbuf_new(f, ao + (size_t)(acols * g.lda) + 3, 0.1f, 1);
   fbuf b = fbuf_new(f, bo + (size_t)(bcols * g.ldb) + 3, 0.1f, 1);
   fbuf c = fbuf_new(f, co + (size_t)(g.n * g.ldc) + 3, 0.1f, 1);
-  CHECK_OK(B->sgemm(f->q, &g, a.m, ao, b.m, bo, c.m, co));
+  CHECK_OK(be_sgemm(B, f->q, &g, a.m, ao, b.m, bo, c.m, co));
   float *got = fbuf_read(f, &c);
   for (int64_t j = 0; j < g.n; j++)
     for (int64_t i = 0; i < g.m; i++) {
@@ -781,7 +787,7 @@ static void kernel_saxpy_dev(void)
   size_t n = rnd_range(1, 20000), xo = rnd_range(0, 17), yo = rnd_range(0, 17);
   float alpha = rnd_nz(0.5f, 3);
   fbuf x = fbuf_new(&f, xo + n + 5, 0.1f, 4), y = fbuf_new(&f, yo + n + 5, 0.1f, 4);
-  CHECK_OK(B->saxpy(f.q, n, alpha, x.m, xo, y.m, yo));
+  CHECK_OK(be_saxpy(B, f.q, n, alpha, x.m, xo, y.m, yo));
   float *got = fbuf_read(&f, &y);
   for (size_t i = 0; i < n; i++) {
     double ax = (double)alpha * x.host[xo + i], yi = y.host[yo + i];
@@ -805,7 +811,7 @@ static void kernel_sdot_dev(void)
   size_t ro = rnd_range(0, 7);
   fbuf x = fbuf_new(&f, xo + n + 3, 0.1f, 2), y = fbuf_new(&f, yo + n + 3, 0.1f, 2);
   fbuf r = fbuf_new(&f, ro + 4, 1, 2);
-  CHECK_OK(B->sdot(f.q, n, x.m, xo, y.m, yo, r.m, ro));
+  CHECK_OK(be_sdot(B, f.q, n, x.m, xo, y.m, yo, r.m, ro));
   float *got = fbuf_read(&f, &r);
   double sum = 0, mag = 0;
   for (size_t i = 0; i < n; i++) {
@@ -829,7 +835,7 @@ static void kernel_fill_u32_dev(void)
   size_t n = rnd_range(1, 100000), off = rnd_range(0, 99);
   uint32_t value = (uint32_t)rnd64() | 1;
   fbuf d = fbuf_new(&f, off + n + 9, 1, 2);
-  CHECK_OK(B->fill_u32(f.q, d.m, off, n, value));
+  CHECK_OK(be_fill_u32(B, f.q, d.m, off, n, value));
   float *got = fbuf_read(&f, &d);
   for (size_t i = 0; i < n; i++) {
     uint32_t w;
@@ -856,7 +862,7 @@ static void rng_case(fx *f, be_rng_dist dist)
     r.offset &= ~(uint64_t)1;
   fbuf d = fbuf_new(f, off + n + 5, 1, 2);
   float *want = xcalloc(n, 4);
-  CHECK_OK(B->rng_fill(f->q, d.m, off, n, &r));
+  CHECK_OK(be_rng_fill(B, f->q, d.m, off, n, &r));
   if (dist == BE_RNG_BITS)
     CHECK_OK(be_cpu_philox_fill_u32((uint32_t *)(void *)want, n, r.seed, r.offset));
   else if (dist == BE_RNG_UNIFORM)
@@ -911,7 +917,7 @@ static void unary_case(fx *f, be_unary_op op, bool in_place)
   size_t n = rnd_range(1, 50000), so = rnd_range(0, 31), dof = in_place ? so : rnd_range(0, 31);
   fbuf src = fbuf_new(f, so + n + 4, 0.05f, 9);
   fbuf dst = in_place ? src : fbuf_new(f, dof + n + 4, 1, 2);
-  CHECK_OK(B->unary(f->q, op, dst.m, dof, src.m, so, n));
+  CHECK_OK(be_unary(B, f->q, op, dst.m, dof, src.m, so, n));
   float *got = fbuf_read(f, &dst);
   for (size_t i = 0; i < n; i++) {
     double want = unary_ref(op, src.host[so + i]);
@@ -945,7 +951,7 @@ static void kernel_softmax_dev(void)
   size_t rows = rnd_range(1, 64), cols = rnd_range(1, 300), so = rnd_range(0, 9);
   size_t dof = rnd_range(0, 9), n = rows * cols;
   fbuf src = fbuf_new(&f, so + n + 2, 0.01f, 12), dst = fbuf_new(&f, dof + n + 2, 1, 2);
-  CHECK_OK(B->softmax(f.q, dst.m, dof, src.m, so, rows, cols));
+  CHECK_OK(be_softmax(B, f.q, dst.m, dof, src.m, so, rows, cols));
   float *got = fbuf_read(&f, &dst);
   for (size_t r = 0; r < rows; r++) {
     const float *x = src.host + so + r * cols;
@@ -990,20 +996,20 @@ static void bad_ranges(fx *f, be_mem m, size_t len, void *host)
   CHECK_ERR(B->copy_d2h(q, host, m, bytes - 3, 4), ACCEL_EINVAL);
   CHECK_ERR(B->copy_d2d(q, m, bytes - 4, m, 0, 8), ACCEL_EINVAL);
   CHECK_ERR(B->copy_d2d(q, m, 0, m, bytes - 4, 8), ACCEL_EINVAL);
-  CHECK_ERR(B->fill_u32(q, m, len - 1, 2, 7), ACCEL_EINVAL);
-  CHECK_ERR(B->fill_u32(q, m, SIZE_MAX, 1, 7), ACCEL_EINVAL);
-  CHECK_ERR(B->fill_u32(q, m, 1, SIZE_MAX, 7), ACCEL_EINVAL);
-  CHECK_ERR(B->rng_fill(q, m, 0, len + 1, &bits), ACCEL_EINVAL);
-  CHECK_ERR(B->rng_fill(q, m, 0, 2, &odd), ACCEL_EINVAL);
-  CHECK_ERR(B->saxpy(q, len, 2, m, 1, m, 0), ACCEL_EINVAL);
-  CHECK_ERR(B->sdot(q, 4, m, 0, m, 4, m, len), ACCEL_EINVAL);
-  CHECK_ERR(B->unary(q, (be_unary_op)99, m, 0, m, 0, 4), ACCEL_EINVAL);
-  CHECK_ERR(B->unary(q, BE_RELU, m, len - 3, m, 0, 4), ACCEL_EINVAL);
-  CHECK_ERR(B->softmax(q, m, 0, m, 1, 1, len), ACCEL_EINVAL);
-  CHECK_ERR(B->softmax(q, m, 0, m, 0, SIZE_MAX / 2, 3), ACCEL_EINVAL);
-  CHECK_ERR(B->sgemm(q, &g, m, 0, m, 16, m, len - 15), ACCEL_EINVAL);
+  CHECK_ERR(be_fill_u32(B, q, m, len - 1, 2, 7), ACCEL_EINVAL);
+  CHECK_ERR(be_fill_u32(B, q, m, SIZE_MAX, 1, 7), ACCEL_EINVAL);
+  CHECK_ERR(be_fill_u32(B, q, m, 1, SIZE_MAX, 7), ACCEL_EINVAL);
+  CHECK_ERR(be_rng_fill(B, q, m, 0, len + 1, &bits), ACCEL_EINVAL);
+  CHECK_ERR(be_rng_fill(B, q, m, 0, 2, &odd), ACCEL_EINVAL);
+  CHECK_ERR(be_saxpy(B, q, len, 2, m, 1, m, 0), ACCEL_EINVAL);
+  CHECK_ERR(be_sdot(B, q, 4, m, 0, m, 4, m, len), ACCEL_EINVAL);
+  CHECK_ERR(be_unary(B, q, (be_unary_op)99, m, 0, m, 0, 4), ACCEL_EINVAL);
+  CHECK_ERR(be_unary(B, q, BE_RELU, m, len - 3, m, 0, 4), ACCEL_EINVAL);
+  CHECK_ERR(be_softmax(B, q, m, 0, m, 1, 1, len), ACCEL_EINVAL);
+  CHECK_ERR(be_softmax(B, q, m, 0, m, 0, SIZE_MAX / 2, 3), ACCEL_EINVAL);
+  CHECK_ERR(be_sgemm(B, q, &g, m, 0, m, 16, m, len - 15), ACCEL_EINVAL);
   g.lda = 3; /* < m */
-  CHECK_ERR(B->sgemm(q, &g, m, 0, m, 16, m, 32), ACCEL_EINVAL);
+  CHECK_ERR(be_sgemm(B, q, &g, m, 0, m, 16, m, 32), ACCEL_EINVAL);
   CHECK_ERR(B->host_callback(q, NULL, NULL), ACCEL_EINVAL);
   CHECK_ERR(B->host_notify(q, NULL, NULL), ACCEL_EINVAL);
 }
@@ -1064,13 +1070,13 @@ static void submissions_fail(be_device *d, be_queue *q, be_mem m, void *host)
   CHECK_ERR(B->copy_h2d(q, m, 0, host, 16), ACCEL_EDEVLOST);
   CHECK_ERR(B->copy_d2h(q, host, m, 0, 16), ACCEL_EDEVLOST);
   CHECK_ERR(B->copy_d2d(q, m, 0, m, 16, 16), ACCEL_EDEVLOST);
-  CHECK_ERR(B->fill_u32(q, m, 0, 4, 1), ACCEL_EDEVLOST);
-  CHECK_ERR(B->rng_fill(q, m, 0, 4, &bits), ACCEL_EDEVLOST);
-  CHECK_ERR(B->saxpy(q, 4, 1, m, 0, m, 4), ACCEL_EDEVLOST);
-  CHECK_ERR(B->sdot(q, 4, m, 0, m, 4, m, 8), ACCEL_EDEVLOST);
-  CHECK_ERR(B->unary(q, BE_TANH, m, 0, m, 4, 4), ACCEL_EDEVLOST);
-  CHECK_ERR(B->softmax(q, m, 0, m, 4, 2, 2), ACCEL_EDEVLOST);
-  CHECK_ERR(B->sgemm(q, &g, m, 0, m, 4, m, 8), ACCEL_EDEVLOST);
+  CHECK_ERR(be_fill_u32(B, q, m, 0, 4, 1), ACCEL_EDEVLOST);
+  CHECK_ERR(be_rng_fill(B, q, m, 0, 4, &bits), ACCEL_EDEVLOST);
+  CHECK_ERR(be_saxpy(B, q, 4, 1, m, 0, m, 4), ACCEL_EDEVLOST);
+  CHECK_ERR(be_sdot(B, q, 4, m, 0, m, 4, m, 8), ACCEL_EDEVLOST);
+  CHECK_ERR(be_unary(B, q, BE_TANH, m, 0, m, 4, 4), ACCEL_EDEVLOST);
+  CHECK_ERR(be_softmax(B, q, m, 0, m, 4, 2, 2), ACCEL_EDEVLOST);
+  CHECK_ERR(be_sgemm(B, q, &g, m, 0, m, 4, m, 8), ACCEL_EDEVLOST);
   CHECK_ERR(B->host_callback(q, cb_fn, &r), ACCEL_EDEVLOST);
   CHECK_ERR(B->host_notify(q, cb_fn, &r), ACCEL_EDEVLOST);
   CHECK_ERR(B->mem_alloc(d, 64, &m2), ACCEL_EDEVLOST);
@@ -1105,19 +1111,19 @@ static void fault_scene_start(fault_scene *s)
   s->mid = event_new(s->d);
   s->pending = event_new(s->d);
   s->r = cb_recs(2 * FAULT_N, &s->next);
-  CHECK_OK(B->fill_u32(s->qa, s->buf, 0, 1 << 14, 5));
+  CHECK_OK(be_fill_u32(B, s->qa, s->buf, 0, 1 << 14, 5));
   CHECK_OK(B->event_record(s->done, s->qa));
   CHECK_OK(B->event_sync(s->done));
   CHECK_OK(B->host_callback(s->qa, gate_fn, &s->g));
   for (size_t i = 0; i < FAULT_N; i++) {
-    CHECK_OK(B->fill_u32(s->qa, s->buf, 0, 1 << 13, (uint32_t)i + 1));
+    CHECK_OK(be_fill_u32(B, s->qa, s->buf, 0, 1 << 13, (uint32_t)i + 1));
     CHECK_OK(B->host_callback(s->qa, cb_fn, &s->r[i]));
     if (i == FAULT_N / 2)
       CHECK_OK(B->event_record(s->mid, s->qa));
   }
   CHECK_OK(B->queue_wait(s->qb, s->mid));
   for (size_t i = 0; i < FAULT_N; i++) {
-    CHECK_OK(B->fill_u32(s->qb, s->buf, 1 << 13, 1 << 13, (uint32_t)i + 1));
+    CHECK_OK(be_fill_u32(B, s->qb, s->buf, 1 << 13, 1 << 13, (uint32_t)i + 1));
     CHECK_OK(B->host_callback(s->qb, cb_fn, &s->r[FAULT_N + i]));
   }
   CHECK_OK(B->event_record(s->pending, s->qb));
@@ -1193,7 +1199,7 @@ static pthread_t pending_work(be_queue *q, be_mem m, gate *g, cb_rec *r, size_t 
 {
   CHECK_OK(B->host_callback(q, gate_fn, g));
   for (size_t i = 0; i < n; i++) {
-    CHECK_OK(B->fill_u32(q, m, 0, m.bytes / 4, (uint32_t)i + 1));
+    CHECK_OK(be_fill_u32(B, q, m, 0, m.bytes / 4, (uint32_t)i + 1));
     CHECK_OK(B->host_callback(q, cb_fn, &r[i]));
   }
   gate_wait_entered(g);
@@ -1316,8 +1322,8 @@ static uint32_t stress_value(int t, int r)
 static void stress_round(stress *s, be_queue *q, be_mem log, int t, int r)
 {
   be_mem scratch = mem_new(s->d, 4096);
-  CHECK_OK(B->fill_u32(q, s->data[t], (size_t)r * T_SLOT, T_SLOT, stress_value(t, r)));
-  CHECK_OK(B->fill_u32(q, scratch, 0, 1024, (uint32_t)r));
+  CHECK_OK(be_fill_u32(B, q, s->data[t], (size_t)r * T_SLOT, T_SLOT, stress_value(t, r)));
+  CHECK_OK(be_fill_u32(B, q, scratch, 0, 1024, (uint32_t)r));
   CHECK_OK(B->event_record(s->ev[t], q));
   pthread_barrier_wait(&s->bar);
   int n = (t + 1) % T_THREADS;

@@ -22,6 +22,7 @@
 
 #include "accel/accel.h"
 #include "backends/backend.h"
+#include "../be_f32.h"
 #include "backends/cuda/backend_cuda.h"
 #include "backends/cuda/cublas_lib.h"
 #include "backends/cuda/driver.h"
@@ -439,14 +440,14 @@ static double backend_rng_fill(raw *r)
   OK(be_cuda_ops.mem_alloc(r->dev, RNG_FLOATS * 4, &m));
   CUstream s = (CUstream)(uintptr_t)be_cuda_stream(q);
   be_rng_args a = {.dist = BE_RNG_UNIFORM, .seed = 1234};
-  OK(be_cuda_ops.rng_fill(q, m, 0, RNG_FLOATS, &a));
+  OK(be_cuda_ops.rng->fill(q, ACCEL_F32, m, 0, RNG_FLOATS, &a));
   double ev[64];
   for (int rep = 0; rep < REPS; rep++) {
     raw_enter(r);
     CU(be_cu.cuEventRecord(r->e0, s));
     for (int i = 0; i < RNG_OPS; i++) {
       a.offset = (uint64_t)i * RNG_FLOATS;
-      OK(be_cuda_ops.rng_fill(q, m, 0, RNG_FLOATS, &a));
+      OK(be_cuda_ops.rng->fill(q, ACCEL_F32, m, 0, RNG_FLOATS, &a));
     }
     CU(be_cu.cuEventRecord(r->e1, s));
     ev[rep] = event_ms(r) * 1e-3 / RNG_OPS;

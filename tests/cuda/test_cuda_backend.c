@@ -23,6 +23,7 @@
 
 #include "../backends/curand_golden.h"
 #include "backends/backend.h"
+#include "../be_f32.h"
 #include "backends/cpu/philox.h"
 #include "backends/cuda/backend_cuda.h"
 #include "backends/cuda/driver.h"
@@ -77,7 +78,7 @@ static void rng_get(fx *f, be_rng_dist dist, uint64_t seed, uint64_t offset, siz
   be_mem m = mem_new(f, (buf_off + count) * 4);
   be_rng_args r = {.dist = dist, .seed = seed, .offset = offset, .mean = mean,
                    .stddev = stddev};
-  CHECK_OK(B->rng_fill(f->q, m, buf_off, count, &r));
+  CHECK_OK(be_rng_fill(B, f->q, m, buf_off, count, &r));
   CHECK_OK(B->copy_d2h(f->q, out, m, buf_off * 4, count * 4));
   finish(f);
   B->mem_free(f->d, &m);
@@ -218,10 +219,10 @@ TEST(transfers_keep_stream_order)
     want[fill_at + i] = v;
   be_mem m = mem_new(&f, words * 4), small = mem_new(&f, 4096);
   CHECK_OK(B->copy_h2d(f.q, m, 0, h, words * 4));
-  CHECK_OK(B->fill_u32(f.q, m, fill_at, fill_n, v));
+  CHECK_OK(be_fill_u32(B, f.q, m, fill_at, fill_n, v));
   CHECK_OK(B->copy_d2h(f.q, h, m, 0, words * 4));
   CHECK_OK(B->copy_h2d(f.q, small, 0, h + fill_at, 4096));
-  CHECK_OK(B->fill_u32(f.q, small, 0, 1, ~v));
+  CHECK_OK(be_fill_u32(B, f.q, small, 0, 1, ~v));
   CHECK_OK(B->copy_d2h(f.q, h + fill_at, small, 0, 4096));
   want[fill_at] = ~v;
   finish(&f);
@@ -324,7 +325,7 @@ static double sgemm_error(fx *f, size_t n, const float *a, const float *b, const
                      .beta = 0, .lda = (int64_t)n, .ldb = (int64_t)n, .ldc = (int64_t)n};
   CHECK_OK(B->copy_h2d(f->q, ma, 0, a, n * n * 4));
   CHECK_OK(B->copy_h2d(f->q, mb, 0, b, n * n * 4));
-  CHECK_OK(B->sgemm(f->q, &g, ma, 0, mb, 0, mc, 0));
+  CHECK_OK(be_sgemm(B, f->q, &g, ma, 0, mb, 0, mc, 0));
   CHECK_OK(B->copy_d2h(f->q, c, mc, 0, n * n * 4));
   finish(f);
   double num = 0, den = 0;
@@ -420,7 +421,7 @@ TEST(callbacks_across_a_fault)
   memset(c, 0, sizeof c);
   CHECK_OK(B->host_callback(f.q, hold_fn, NULL));
   for (int i = 0; i < N; i++) {
-    CHECK_OK(B->fill_u32(f.q, m, 0, 1 << 14, (uint32_t)i));
+    CHECK_OK(be_fill_u32(B, f.q, m, 0, 1 << 14, (uint32_t)i));
     CHECK_OK(B->host_callback(f.q, seen_fn, &c[i]));
   }
   while (!atomic_load(&gate_in))
@@ -469,7 +470,7 @@ TEST(submitting_behind_a_blocked_callback)
   int stalled_at = -1;
   for (int i = 0; i < N; i++) {
     uint64_t t1 = test_now_ns();
-    CHECK_OK(B->fill_u32(f.q, m, 0, 1 << 13, (uint32_t)i + 1));
+    CHECK_OK(be_fill_u32(B, f.q, m, 0, 1 << 13, (uint32_t)i + 1));
     CHECK_OK(B->host_callback(f.q, seen_fn, &c[i]));
     if (stalled_at < 0 && test_now_ns() - t1 > 500000000u)
       stalled_at = i;
@@ -509,10 +510,10 @@ TEST(notify_does_not_hold_the_queue)
   be_mem m = mem_new(&f, 1 << 16);
   cb_seen c[N];
   memset(c, 0, sizeof c);
-  CHECK_OK(B->fill_u32(f.q, m, 0, 1 << 14, 1));
+  CHECK_OK(be_fill_u32(B, f.q, m, 0, 1 << 14, 1));
   CHECK_OK(B->host_notify(f.q, note_hold, NULL));
   for (int i = 0; i < N; i++) {
-    CHECK_OK(B->fill_u32(f.q, m, 0, 1 << 14, (uint32_t)i + 2));
+    CHECK_OK(be_fill_u32(B, f.q, m, 0, 1 << 14, (uint32_t)i + 2));
     CHECK_OK(B->host_notify(f.q, seen_fn, &c[i]));
   }
   for (uint64_t t0 = test_now_ms(); !atomic_load(&note_in);)
@@ -548,19 +549,19 @@ TEST(fault_and_reset)
 {
   fx f = fx_open(1);
   be_mem m = mem_new(&f, 1 << 20);
-  CHECK_OK(B->fill_u32(f.q, m, 0, 1 << 18, 7));
+  CHECK_OK(be_fill_u32(B, f.q, m, 0, 1 << 18, 7));
   finish(&f);
   uint64_t t0 = test_now_ns();
   CHECK_OK(B->inject_fault(f.d));
   CHECK_ERR(B->status(f.d), ACCEL_EDEVLOST);
-  CHECK_ERR(B->fill_u32(f.q, m, 0, 1, 7), ACCEL_EDEVLOST);
+  CHECK_ERR(be_fill_u32(B, f.q, m, 0, 1, 7), ACCEL_EDEVLOST);
   B->mem_free(f.d, &m);
   B->queue_destroy(f.q);
   CHECK_OK(B->reset(f.d));
   CHECK_OK(B->queue_create(f.d, &f.q));
   m = mem_new(&f, 4096);
   uint32_t got = 0;
-  CHECK_OK(B->fill_u32(f.q, m, 0, 1024, 9));
+  CHECK_OK(be_fill_u32(B, f.q, m, 0, 1024, 9));
   CHECK_OK(B->copy_d2h(f.q, &got, m, 4092, 4));
   finish(&f);
   CHECK_EQ(got, 9);
@@ -590,11 +591,11 @@ TEST(fault_real_break)
   be_mem m = mem_new(&f, 1 << 24);
   atomic_int cb = 0;
   for (int i = 0; i < 20; i++)
-    CHECK_OK(B->fill_u32(f.q, m, 0, 1 << 22, (uint32_t)i));
+    CHECK_OK(be_fill_u32(B, f.q, m, 0, 1 << 22, (uint32_t)i));
   CHECK_OK(B->host_callback(f.q, count_cb, &cb));
   CHECK_OK(B->inject_fault(f.d));
   CHECK_ERR(B->status(f.d), ACCEL_EDEVLOST);
-  CHECK_ERR(B->fill_u32(f.q, m, 0, 1, 7), ACCEL_EDEVLOST);
+  CHECK_ERR(be_fill_u32(B, f.q, m, 0, 1, 7), ACCEL_EDEVLOST);
   B->mem_free(f.d, &m);
   B->queue_destroy(f.q);
   CHECK_EQ(atomic_load(&cb), 2);

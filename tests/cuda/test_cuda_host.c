@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "backends/backend.h"
+#include "../be_f32.h"
 #include "backends/cuda/backend_cuda.h"
 #include "backends/cuda/driver.h"
 #include "cuda_test.h"
@@ -126,13 +127,13 @@ TEST(null_arguments)
   CHECK_ERR(B->copy_h2d(NULL, m, 0, "", 0), ACCEL_EINVAL);
   CHECK_ERR(B->copy_d2h(NULL, &g, m, 0, 0), ACCEL_EINVAL);
   CHECK_ERR(B->copy_d2d(NULL, m, 0, m, 0, 0), ACCEL_EINVAL);
-  CHECK_ERR(B->sgemm(NULL, &g, m, 0, m, 0, m, 0), ACCEL_EINVAL);
-  CHECK_ERR(B->saxpy(NULL, 0, 1, m, 0, m, 0), ACCEL_EINVAL);
-  CHECK_ERR(B->sdot(NULL, 0, m, 0, m, 0, m, 0), ACCEL_EINVAL);
-  CHECK_ERR(B->fill_u32(NULL, m, 0, 0, 1), ACCEL_EINVAL);
-  CHECK_ERR(B->rng_fill(NULL, m, 0, 0, &r), ACCEL_EINVAL);
-  CHECK_ERR(B->unary(NULL, BE_RELU, m, 0, m, 0, 0), ACCEL_EINVAL);
-  CHECK_ERR(B->softmax(NULL, m, 0, m, 0, 0, 0), ACCEL_EINVAL);
+  CHECK_ERR(be_sgemm(B, NULL, &g, m, 0, m, 0, m, 0), ACCEL_EINVAL);
+  CHECK_ERR(be_saxpy(B, NULL, 0, 1, m, 0, m, 0), ACCEL_EINVAL);
+  CHECK_ERR(be_sdot(B, NULL, 0, m, 0, m, 0, m, 0), ACCEL_EINVAL);
+  CHECK_ERR(be_fill_u32(B, NULL, m, 0, 0, 1), ACCEL_EINVAL);
+  CHECK_ERR(be_rng_fill(B, NULL, m, 0, 0, &r), ACCEL_EINVAL);
+  CHECK_ERR(be_unary(B, NULL, BE_RELU, m, 0, m, 0, 0), ACCEL_EINVAL);
+  CHECK_ERR(be_softmax(B, NULL, m, 0, m, 0, 0, 0), ACCEL_EINVAL);
   CHECK_ERR(be_cuda_set_tf32(NULL, true), ACCEL_EINVAL);
   CHECK_ERR(be_cuda_set_copy_threads(NULL, 2), ACCEL_EINVAL);
   B->close(NULL);
