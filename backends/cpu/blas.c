@@ -1,10 +1,11 @@
 /* BLAS on the cpu backend: OpenBLAS through its CBLAS interface, behind the shared argument
- * checks (backends/blas_args.h). */
-#include <cblas.h>
+ * checks (backends/blas_args.h). Every call goes through be_openblas() (openblas.h), never
+ * through the global cblas_* names, which another BLAS in the process may own. */
 #include <limits.h>
 
 #include "accel/error.h"
 #include "backends/cpu/cpu_kernels.h"
+#include "backends/cpu/openblas.h"
 
 /* OpenBLAS's LP64 interface takes int; an ILP64 build (blasint 64-bit) takes anything. */
 static bool fits_blasint(int64_t v)
@@ -51,9 +52,12 @@ int be_cpu_sgemm(const be_sgemm_args *g, const float *a, size_t a_len, const flo
   }
   if (!sgemm_fits(g))
     return ACCEL_ELIMIT;
-  cblas_sgemm(CblasColMajor, cblas_trans(g->trans_a), cblas_trans(g->trans_b), (blasint)g->m,
-              (blasint)g->n, (blasint)g->k, g->alpha, a, (blasint)g->lda, b, (blasint)g->ldb,
-              g->beta, c, (blasint)g->ldc);
+  const be_openblas_api *ob = be_openblas();
+  if (ob == NULL)
+    return ACCEL_ENOTSUP;
+  ob->cblas_sgemm(CblasColMajor, cblas_trans(g->trans_a), cblas_trans(g->trans_b),
+                  (blasint)g->m, (blasint)g->n, (blasint)g->k, g->alpha, a, (blasint)g->lda, b,
+                  (blasint)g->ldb, g->beta, c, (blasint)g->ldc);
   return 0;
 }
 
@@ -77,7 +81,10 @@ int be_cpu_saxpy(int64_t n, float alpha, const float *x, int64_t incx, size_t x_
   int err = check_vectors(n, x, incx, x_len, y, incy, y_len);
   if (err != 0 || n == 0)
     return err;
-  cblas_saxpy((blasint)n, alpha, x, (blasint)incx, y, (blasint)incy);
+  const be_openblas_api *ob = be_openblas();
+  if (ob == NULL)
+    return ACCEL_ENOTSUP;
+  ob->cblas_saxpy((blasint)n, alpha, x, (blasint)incx, y, (blasint)incy);
   return 0;
 }
 
@@ -89,6 +96,13 @@ int be_cpu_sdot(int64_t n, const float *x, int64_t incx, size_t x_len, const flo
   int err = check_vectors(n, x, incx, x_len, y, incy, y_len);
   if (err != 0)
     return err;
-  *result = n == 0 ? 0.0f : cblas_sdot((blasint)n, x, (blasint)incx, y, (blasint)incy);
+  if (n == 0) {
+    *result = 0.0f;
+    return 0;
+  }
+  const be_openblas_api *ob = be_openblas();
+  if (ob == NULL)
+    return ACCEL_ENOTSUP;
+  *result = ob->cblas_sdot((blasint)n, x, (blasint)incx, y, (blasint)incy);
   return 0;
 }
