@@ -23,6 +23,8 @@ ACCEL_DEPS=(
   # the openssl CLI for the TLS tests' throwaway certificates
   clang libclang-rt-14-dev
   valgrind
+  # Debian's reference BLAS: tests/backends/foreign_blas.c links it ahead of OpenBLAS
+  libblas3
   python3
   openssl
 )
