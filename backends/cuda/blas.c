@@ -1,8 +1,15 @@
-/* sgemm on the cuda backend: cuBLAS (loaded at run time, cublas_lib.h) on the queue's stream,
- * behind the shared argument checks (backends/blas_args.h). FP32 by default; TF32 tensor-core
- * mode when the device asks for it (be_cuda_set_tf32, ACCEL_CUDA_TF32=1).
+/* gemm on the cuda backend: cuBLAS (loaded at run time, cublas_lib.h) on the queue's stream,
+ * behind the shared argument checks (backends/blas_args.h). One cublasGemmEx, or one
+ * cublasGemmStridedBatchedEx for a batch, per op:
+ *   F64 -> F64             CUBLAS_COMPUTE_64F, double scalars
+ *   F32 -> F32             CUBLAS_COMPUTE_32F, or _32F_FAST_TF32 for TF32 math (and for the
+ *                          device's default once be_cuda_set_tf32 / ACCEL_CUDA_TF32=1 said so)
+ *   F16 -> F16 or F32      CUBLAS_COMPUTE_32F: tensor cores, FP32 accumulation, float scalars
+ *   BF16 -> BF16 or F32    the same; compute capability 8.0 or later
+ * BLAS rules for every type: with k = 0 or alpha = 0, C = beta C and A, B are never read
+ * (a kernel, kernels.c); beta = 0 overwrites C, NaN included (cuBLAS does not read C then).
  *
- * Each queue gets its own cuBLAS handle, bound to its stream, on its first sgemm: no lock
+ * Each queue gets its own cuBLAS handle, bound to its stream, on its first gemm: no lock
  * between queues, and a device that never multiplies never pays for cuBLAS's start-up (which
  * would lengthen every restart after a fault). */
 #include <limits.h>
@@ -12,16 +19,16 @@
 #include "backends/cuda/cublas_lib.h"
 #include "backends/cuda/device.h"
 
-/* cuBLAS's int interface. */
+/* cuBLAS's int interface (strides are 64-bit there). */
 static bool fits(int64_t v)
 {
   return v <= INT_MAX;
 }
 
-static int sgemm_limits(const be_sgemm_args *g)
+static int gemm_limits(const be_gemm_args *g)
 {
   return fits(g->m) && fits(g->n) && fits(g->k) && fits(g->lda) && fits(g->ldb) &&
-                 fits(g->ldc)
+                 fits(g->ldc) && fits(g->batch)
              ? 0
              : ACCEL_ELIMIT;
 }
@@ -52,24 +59,71 @@ void be_cuda_blas_release(be_queue *q)
   q->blas = NULL;
 }
 
+/* Compute capability (major * 10 + minor) a combination needs: BF16 and TF32 run on Ampere
+ * and later, F16 from 5.3 (half arithmetic), FP32 and FP64 everywhere. */
+static int cc_needed(uint32_t ab_type, uint32_t math)
+{
+  if (ab_type == ACCEL_BF16 || math == BE_GEMM_MATH_TF32)
+    return 80;
+  return ab_type == ACCEL_F16 ? 53 : 0;
+}
+
+int be_cuda_gemm_supports(be_device *dev, uint32_t ab_type, uint32_t c_type, uint32_t math)
+{
+  if (dev == NULL || !be_gemm_combo_ok(ab_type, c_type, math))
+    return ACCEL_ENOTSUP;
+  return dev->cc >= cc_needed(ab_type, math) ? 0 : ACCEL_ENOTSUP;
+}
+
+static cudaDataType_t cuda_type(uint32_t dtype)
+{
+  switch (dtype) {
+  case ACCEL_F64:
+    return CUDA_R_64F;
+  case ACCEL_F16:
+    return CUDA_R_16F;
+  case ACCEL_BF16:
+    return CUDA_R_16BF;
+  default:
+    return CUDA_R_32F;
+  }
+}
+
+static cublasComputeType_t compute_type(be_queue *q, const be_gemm_args *g)
+{
+  if (g->ab_type == ACCEL_F64)
+    return CUBLAS_COMPUTE_64F;
+  bool tf32 = g->ab_type == ACCEL_F32 &&
+              (g->math == BE_GEMM_MATH_TF32 ||
+               (g->math == BE_GEMM_MATH_DEVICE && atomic_load(&q->dev->tf32)));
+  return tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+}
+
 static cublasOperation_t op_of(be_blas_trans t)
 {
   return t == BE_BLAS_TRANS ? CUBLAS_OP_T : CUBLAS_OP_N;
 }
 
-static cublasStatus_t gemm(const be_cublas_api *api, cublasHandle_t h, bool tf32,
-                           const be_sgemm_args *g, CUdeviceptr a, CUdeviceptr b, CUdeviceptr c)
+/* The one cuBLAS call; scalars are doubles for COMPUTE_64F, floats otherwise. */
+static cublasStatus_t gemm(const be_cublas_api *api, cublasHandle_t h, cublasComputeType_t ct,
+                           const be_gemm_args *g, CUdeviceptr a, CUdeviceptr b, CUdeviceptr c)
 {
-  const float *pa = (const float *)(uintptr_t)a, *pb = (const float *)(uintptr_t)b;
-  float *pc = (float *)(uintptr_t)c;
+  float alpha32 = (float)g->alpha, beta32 = (float)g->beta;
+  bool f64 = ct == CUBLAS_COMPUTE_64F;
+  const void *alpha = f64 ? (const void *)&g->alpha : (const void *)&alpha32;
+  const void *beta = f64 ? (const void *)&g->beta : (const void *)&beta32;
+  const void *pa = (const void *)(uintptr_t)a, *pb = (const void *)(uintptr_t)b;
+  void *pc = (void *)(uintptr_t)c;
+  cudaDataType_t tab = cuda_type(g->ab_type), tc = cuda_type(g->c_type);
   int m = (int)g->m, n = (int)g->n, k = (int)g->k;
-  if (!tf32)
-    return api->cublasSgemm_v2(h, op_of(g->trans_a), op_of(g->trans_b), m, n, k, &g->alpha,
-                               pa, (int)g->lda, pb, (int)g->ldb, &g->beta, pc, (int)g->ldc);
-  return api->cublasGemmEx(h, op_of(g->trans_a), op_of(g->trans_b), m, n, k, &g->alpha, pa,
-                           CUDA_R_32F, (int)g->lda, pb, CUDA_R_32F, (int)g->ldb, &g->beta, pc,
-                           CUDA_R_32F, (int)g->ldc, CUBLAS_COMPUTE_32F_FAST_TF32,
-                           CUBLAS_GEMM_DEFAULT);
+  if (g->batch == 1)
+    return api->cublasGemmEx(h, op_of(g->trans_a), op_of(g->trans_b), m, n, k, alpha, pa, tab,
+                             (int)g->lda, pb, tab, (int)g->ldb, beta, pc, tc, (int)g->ldc, ct,
+                             CUBLAS_GEMM_DEFAULT);
+  return api->cublasGemmStridedBatchedEx(
+      h, op_of(g->trans_a), op_of(g->trans_b), m, n, k, alpha, pa, tab, (int)g->lda,
+      g->stride_a, pb, tab, (int)g->ldb, g->stride_b, beta, pc, tc, (int)g->ldc, g->stride_c,
+      (int)g->batch, ct, CUBLAS_GEMM_DEFAULT);
 }
 
 /* A cuBLAS failure may be the context breaking under it: the stream says. */
@@ -82,11 +136,11 @@ static int gemm_error(be_queue *q, cublasStatus_t s)
   return be_cuda_sticky(r) ? be_cuda_check(q->dev, r) : rc;
 }
 
-static int run(be_queue *q, const be_sgemm_args *g, CUdeviceptr a, CUdeviceptr b,
+static int run(be_queue *q, const be_gemm_args *g, CUdeviceptr a, CUdeviceptr b,
                CUdeviceptr c)
 {
-  if (!be_blas_sgemm_reads_ab(g)) /* BLAS: C = beta C, A and B unread (NaN there is fine) */
-    return be_cuda_scale(q, c, g->m, g->n, g->ldc, g->beta);
+  if (!be_blas_gemm_reads_ab(g)) /* BLAS: C = beta C, A and B unread (NaN there is fine) */
+    return be_cuda_scale(q, g->c_type, c, g);
   const be_cublas_api *api = be_cublas();
   if (api == NULL)
     return ACCEL_ENOTSUP;
@@ -94,28 +148,29 @@ static int run(be_queue *q, const be_sgemm_args *g, CUdeviceptr a, CUdeviceptr b
   int rc = handle_of(q, api, &h);
   if (rc != 0)
     return rc;
-  bool tf32 = g->math == BE_SGEMM_MATH_DEVICE ? atomic_load(&q->dev->tf32)
-                                              : g->math == BE_SGEMM_MATH_TF32;
-  cublasStatus_t s = gemm(api, h, tf32, g, a, b, c);
+  cublasStatus_t s = gemm(api, h, compute_type(q, g), g, a, b, c);
   return s == CUBLAS_STATUS_SUCCESS ? 0 : gemm_error(q, s);
 }
 
-int be_cuda_sgemm(be_queue *q, const be_sgemm_args *g, be_mem a, size_t a_off, be_mem b,
-                  size_t b_off, be_mem c, size_t c_off)
+int be_cuda_gemm(be_queue *q, const be_gemm_args *g, be_mem a, size_t a_off, be_mem b,
+                 size_t b_off, be_mem c, size_t c_off)
 {
   if (q == NULL || g == NULL)
     return ACCEL_EINVAL;
+  int rc = be_cuda_gemm_supports(q->dev, g->ab_type, g->c_type, g->math);
+  if (rc != 0)
+    return rc;
   CUdeviceptr pa = 0, pb = 0, pc = 0;
-  size_t a_len, b_len, c_len;
-  int rc = be_cuda_tail(a, a_off, 4, &pa, &a_len);
+  size_t a_len, b_len, c_len, es_ab = be_cuda_esize(g->ab_type), es_c = be_cuda_esize(g->c_type);
+  rc = be_cuda_tail(a, a_off, es_ab, &pa, &a_len);
   if (rc == 0)
-    rc = be_cuda_tail(b, b_off, 4, &pb, &b_len);
+    rc = be_cuda_tail(b, b_off, es_ab, &pb, &b_len);
   if (rc == 0)
-    rc = be_cuda_tail(c, c_off, 4, &pc, &c_len);
+    rc = be_cuda_tail(c, c_off, es_c, &pc, &c_len);
   if (rc == 0)
-    rc = be_blas_check_sgemm(g, a_len, b_len, c_len);
+    rc = be_blas_check_gemm(g, a_len, b_len, c_len);
   if (rc == 0)
-    rc = sgemm_limits(g);
+    rc = gemm_limits(g);
   if (rc == 0)
     rc = be_cuda_queue_ok(q);
   if (rc != 0 || g->m == 0 || g->n == 0)

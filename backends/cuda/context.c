@@ -21,17 +21,32 @@
 /* By be_cuda_fn index. */
 static const char *const fn_names[BE_FN_COUNT] = {
     [BE_FN_FILL] = "be_fill_u32",
+    [BE_FN_FILL_U64] = "be_fill_u64",
     [BE_FN_RNG_BITS] = "be_rng_bits",
     [BE_FN_RNG_UNIFORM] = "be_rng_uniform",
+    [BE_FN_RNG_UNIFORM_F64] = "be_rng_uniform_f64",
+    [BE_FN_RNG_UNIFORM_F16] = "be_rng_uniform_f16",
+    [BE_FN_RNG_UNIFORM_BF16] = "be_rng_uniform_bf16",
     [BE_FN_RNG_NORMAL] = "be_rng_normal",
+    [BE_FN_RNG_NORMAL_F64] = "be_rng_normal_f64",
+    [BE_FN_RNG_NORMAL_F16] = "be_rng_normal_f16",
+    [BE_FN_RNG_NORMAL_BF16] = "be_rng_normal_bf16",
     [BE_FN_SAXPY] = "be_saxpy",
+    [BE_FN_DAXPY] = "be_daxpy",
+    [BE_FN_SSCAL] = "be_sscal",
+    [BE_FN_DSCAL] = "be_dscal",
     [BE_FN_DOT_PARTIAL] = "be_dot_partial",
+    [BE_FN_DOT_PARTIAL_F64] = "be_dot_partial_f64",
     [BE_FN_DOT_FINAL] = "be_dot_final",
-    [BE_FN_SIGMOID] = "be_sigmoid",
-    [BE_FN_RELU] = "be_relu",
-    [BE_FN_TANH] = "be_tanh",
-    [BE_FN_SOFTMAX] = "be_softmax",
-    [BE_FN_SCALE] = "be_scale",
+    [BE_FN_DOT_FINAL_F64] = "be_dot_final_f64",
+#define BE_FN_ROW_(fn, name)                                                               \
+  [fn] = name, [fn + 1] = name "_f64", [fn + 2] = name "_f16", [fn + 3] = name "_bf16"
+    BE_FN_ROW_(BE_FN_SIGMOID, "be_sigmoid"),
+    BE_FN_ROW_(BE_FN_RELU, "be_relu"),
+    BE_FN_ROW_(BE_FN_TANH, "be_tanh"),
+    BE_FN_ROW_(BE_FN_SOFTMAX, "be_softmax"),
+    BE_FN_ROW_(BE_FN_SCALE, "be_scale"),
+#undef BE_FN_ROW_
     [BE_FN_NULL] = "be_null",
     [BE_FN_FAULT] = "be_fault",
 };

@@ -1,6 +1,6 @@
 /* cuBLAS, loaded at run time like the driver (driver.h): the first device open dlopen()s
  * libcublas (ACCEL_CUDA_CUBLAS names another file). Without it the device still works, and
- * sgemm answers ACCEL_ENOTSUP. cublas_api.h is read for its types only. */
+ * gemm answers ACCEL_ENOTSUP. cublas_api.h is read for its types only. */
 #ifndef BE_CUDA_CUBLAS_LIB_H
 #define BE_CUDA_CUBLAS_LIB_H
 
@@ -9,7 +9,7 @@
 
 #define BE_CUBLAS_FUNCS(X)                                                                 \
   X(cublasCreate_v2) X(cublasDestroy_v2) X(cublasSetStream_v2) X(cublasSetMathMode)       \
-  X(cublasSgemm_v2) X(cublasGemmEx) X(cublasGetVersion_v2)
+  X(cublasSgemm_v2) X(cublasGemmEx) X(cublasGemmStridedBatchedEx) X(cublasGetVersion_v2)
 
 #define BE_CUBLAS_FIELD_(fn) __typeof__(&fn) fn;
 

@@ -59,24 +59,63 @@ static inline void be_cu_list_del(be_cu_link *node)
   node->prev = node->next = node;
 }
 
-/* The built-in kernels of the embedded module (kernels.cu), by index. */
+/* The built-in kernels of the embedded module (kernels.cu), by index. A kernel made for every
+ * float type comes as four in a row, F32 first, then F64, F16, BF16 (be_cuda_slot). */
 typedef enum be_cuda_fn {
   BE_FN_FILL = 0,
+  BE_FN_FILL_U64,
   BE_FN_RNG_BITS,
-  BE_FN_RNG_UNIFORM,
+  BE_FN_RNG_UNIFORM, /* F32; then F64, F16, BF16 */
+  BE_FN_RNG_UNIFORM_F64,
+  BE_FN_RNG_UNIFORM_F16,
+  BE_FN_RNG_UNIFORM_BF16,
   BE_FN_RNG_NORMAL,
+  BE_FN_RNG_NORMAL_F64,
+  BE_FN_RNG_NORMAL_F16,
+  BE_FN_RNG_NORMAL_BF16,
   BE_FN_SAXPY,
+  BE_FN_DAXPY,
+  BE_FN_SSCAL,
+  BE_FN_DSCAL,
   BE_FN_DOT_PARTIAL,
+  BE_FN_DOT_PARTIAL_F64,
   BE_FN_DOT_FINAL,
-  BE_FN_SIGMOID,
-  BE_FN_RELU,
-  BE_FN_TANH,
-  BE_FN_SOFTMAX,
-  BE_FN_SCALE,
-  BE_FN_NULL,
+  BE_FN_DOT_FINAL_F64,
+  BE_FN_SIGMOID, /* F32; then F64, F16, BF16, and so on for each below */
+  BE_FN_RELU = BE_FN_SIGMOID + 4,
+  BE_FN_TANH = BE_FN_RELU + 4,
+  BE_FN_SOFTMAX = BE_FN_TANH + 4,
+  BE_FN_SCALE = BE_FN_SOFTMAX + 4,
+  BE_FN_NULL = BE_FN_SCALE + 4,
   BE_FN_FAULT,
   BE_FN_COUNT
 } be_cuda_fn;
+
+/* Bytes per element of a dtype the kernels take (0 for others). */
+static inline size_t be_cuda_esize(uint32_t dtype)
+{
+  return dtype == ACCEL_F64                                                  ? 8
+         : dtype == ACCEL_F32 || dtype == ACCEL_U32 || dtype == ACCEL_I32   ? 4
+         : dtype == ACCEL_F16 || dtype == ACCEL_BF16                        ? 2
+                                                                            : 0;
+}
+
+/* A float type's place in a row of four kernels (F32 0, F64 1, F16 2, BF16 3), or -1. */
+static inline int be_cuda_slot(uint32_t dtype)
+{
+  switch (dtype) {
+  case ACCEL_F32:
+    return 0;
+  case ACCEL_F64:
+    return 1;
+  case ACCEL_F16:
+    return 2;
+  case ACCEL_BF16:
+    return 3;
+  default:
+    return -1;
+  }
+}
 
 enum { BE_CUDA_OK = 0, BE_CUDA_FAULTING = 1, BE_CUDA_LOST = 2 };
 
@@ -96,6 +135,7 @@ struct be_device {
   atomic_bool memops;    /* streams can wait on host memory (stage.c); else bounce copies */
   unsigned copy_threads; /* threads per large host-side copy (stage.c) */
   atomic_bool tf32;      /* sgemm on TF32 tensor cores (blas.c) */
+  int cc;                /* compute capability, major * 10 + minor (gemm_supports) */
   atomic_int fault;      /* BE_CUDA_OK, FAULTING, LOST */
   atomic_uint gen;
   atomic_int syncing;    /* threads inside event_sync: close waits for them */
@@ -127,7 +167,7 @@ struct be_queue {
   unsigned gen;
   CUstream stream;
   void *blas;           /* a cublasHandle_t bound to the stream, made on first sgemm */
-  CUdeviceptr scratch;  /* sdot's partial sums */
+  CUdeviceptr scratch;  /* dot's partial sums (BE_CUDA_DOT_PARTS doubles) */
   void *bounce;         /* pinned, for small pageable copies (copy.c), made on first use */
   be_cuda_stage *stage; /* large pageable copies, made on first use */
   /* host_notify's side stream and the event that marks q's point for it, made on first use
@@ -231,27 +271,37 @@ int be_cuda_event_record(be_event *e, be_queue *q);
 int be_cuda_event_query(be_event *e);
 int be_cuda_event_sync(be_event *e);
 int be_cuda_queue_wait(be_queue *q, be_event *e);
-int be_cuda_sgemm(be_queue *q, const be_sgemm_args *g, be_mem a, size_t a_off, be_mem b,
-                  size_t b_off, be_mem c, size_t c_off);
+/* gemm of any combination cuBLAS runs (blas.c): backend.h's blas gemm. */
+int be_cuda_gemm(be_queue *q, const be_gemm_args *g, be_mem a, size_t a_off, be_mem b,
+                 size_t b_off, be_mem c, size_t c_off);
+/* 0 if the device runs this gemm (blas.c), else ACCEL_ENOTSUP. */
+int be_cuda_gemm_supports(be_device *dev, uint32_t ab_type, uint32_t c_type, uint32_t math);
 /* Destroys the queue's cuBLAS handle, if any (blas.c). */
 void be_cuda_blas_release(be_queue *q);
-int be_cuda_saxpy(be_queue *q, size_t n, float alpha, be_mem x, size_t x_off, be_mem y,
-                  size_t y_off);
-int be_cuda_sdot(be_queue *q, size_t n, be_mem x, size_t x_off, be_mem y, size_t y_off,
-                 be_mem result, size_t result_off);
+/* axpy, scal and dot in F32 or F64 (kernels.c; ACCEL_ENOTSUP for other dtypes). */
+int be_cuda_axpy(be_queue *q, uint32_t dtype, size_t n, double alpha, be_mem x, size_t x_off,
+                 be_mem y, size_t y_off);
+int be_cuda_scal(be_queue *q, uint32_t dtype, size_t n, double alpha, be_mem x, size_t x_off);
+int be_cuda_dot(be_queue *q, uint32_t dtype, size_t n, be_mem x, size_t x_off, be_mem y,
+                size_t y_off, be_mem result, size_t result_off);
 int be_cuda_fill_u32(be_queue *q, be_mem dst, size_t off, size_t count, uint32_t value);
+int be_cuda_fill_u64(be_queue *q, be_mem dst, size_t off, size_t count, uint64_t value);
 /* The core fill of backend.h (packages.c), and the op packages. */
 int be_cuda_fill(be_queue *q, be_mem dst, size_t off, size_t count, uint32_t esize,
                  uint64_t value);
 extern const be_blas_pkg be_cuda_blas;
 extern const be_rng_pkg be_cuda_rng;
 extern const be_nn_pkg be_cuda_nn;
-int be_cuda_rng_fill(be_queue *q, be_mem dst, size_t off, size_t count, const be_rng_args *r);
-int be_cuda_unary(be_queue *q, be_unary_op op, be_mem dst, size_t dst_off, be_mem src,
-                  size_t src_off, size_t count);
-int be_cuda_softmax(be_queue *q, be_mem dst, size_t dst_off, be_mem src, size_t src_off,
-                    size_t rows, size_t cols);
-/* C = beta C for sgemm's m x n (kernels.c), when A and B are not read. */
-int be_cuda_scale(be_queue *q, CUdeviceptr c, int64_t m, int64_t n, int64_t ldc, float beta);
+/* RNG into U32 (bits), F32, F64, F16, BF16 (kernels.c). */
+int be_cuda_rng_fill(be_queue *q, uint32_t dtype, be_mem dst, size_t off, size_t count,
+                     const be_rng_args *r);
+/* Element-wise ops and softmax in F32, F64, F16, BF16 (kernels.c). */
+int be_cuda_unary(be_queue *q, uint32_t dtype, be_unary_op op, be_mem dst, size_t dst_off,
+                  be_mem src, size_t src_off, size_t count);
+int be_cuda_softmax(be_queue *q, uint32_t dtype, be_mem dst, size_t dst_off, be_mem src,
+                    size_t src_off, size_t rows, size_t cols);
+/* C_b = beta C_b for gemm's batch of m x n matrices of c_type (kernels.c), when A and B are
+ * not read. */
+int be_cuda_scale(be_queue *q, uint32_t c_type, CUdeviceptr c, const be_gemm_args *g);
 
 #endif

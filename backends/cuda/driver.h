@@ -32,7 +32,8 @@
   X(cuMemAlloc) X(cuMemFree) X(cuMemGetInfo) X(cuMemHostAlloc) X(cuMemFreeHost)            \
   X(cuMemHostGetDevicePointer) X(cuDevicePrimaryCtxGetState)                               \
   X(cuPointerGetAttributes) X(cuMemcpyHtoDAsync) X(cuMemcpyDtoHAsync)                      \
-  X(cuMemcpyDtoDAsync) X(cuMemsetD32Async) X(cuMemHostRegister) X(cuMemHostUnregister)
+  X(cuMemcpyDtoDAsync) X(cuMemsetD8Async) X(cuMemsetD16Async) X(cuMemsetD32Async)          \
+  X(cuMemHostRegister) X(cuMemHostUnregister)
 
 #define BE_CU_FIELD_(fn) __typeof__(&fn) fn;
 

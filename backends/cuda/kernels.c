@@ -49,6 +49,17 @@ int be_cuda_fill_u32(be_queue *q, be_mem dst, size_t off, size_t count, uint32_t
   return launch(q, BE_FN_FILL, grid_for(q->dev, n / 4 + 4), args);
 }
 
+int be_cuda_fill_u64(be_queue *q, be_mem dst, size_t off, size_t count, uint64_t value)
+{
+  CUdeviceptr d = 0;
+  int rc = ready(q, be_cuda_span(dst, off, count, 8, &d));
+  if (rc != 0 || count == 0)
+    return rc;
+  uint64_t n = count;
+  void *args[] = {&d, &n, &value};
+  return launch(q, BE_FN_FILL_U64, grid_for(q->dev, n), args);
+}
+
 /* Normals come in Box-Muller pairs: an odd offset would split one (backends/cpu/philox.h). */
 static int rng_check(const be_rng_args *r)
 {
@@ -58,47 +69,99 @@ static int rng_check(const be_rng_args *r)
   return r->dist == BE_RNG_NORMAL && r->offset % 2 != 0 ? ACCEL_EINVAL : 0;
 }
 
-int be_cuda_rng_fill(be_queue *q, be_mem dst, size_t off, size_t count, const be_rng_args *r)
+/* The kernel for (dist, dtype): BITS fills U32, the others a float type; else ENOTSUP. */
+static int rng_fn(const be_rng_args *r, uint32_t dtype, be_cuda_fn *fn)
+{
+  int slot = be_cuda_slot(dtype);
+  if (r->dist == BE_RNG_BITS) {
+    *fn = BE_FN_RNG_BITS;
+    return dtype == ACCEL_U32 ? 0 : ACCEL_ENOTSUP;
+  }
+  if (slot < 0)
+    return ACCEL_ENOTSUP;
+  *fn = (r->dist == BE_RNG_UNIFORM ? BE_FN_RNG_UNIFORM : BE_FN_RNG_NORMAL) + slot;
+  return 0;
+}
+
+/* One thread per Philox block: four elements of 32 bits or less, two of F64. F64 takes its
+ * scalars as doubles; the others as floats (rounded first, as the cpu backend does). */
+int be_cuda_rng_fill(be_queue *q, uint32_t dtype, be_mem dst, size_t off, size_t count,
+                     const be_rng_args *r)
 {
   CUdeviceptr d = 0;
+  be_cuda_fn fn = BE_FN_RNG_BITS;
   int rc = rng_check(r);
-  rc = ready(q, rc != 0 ? rc : be_cuda_span(dst, off, count, 4, &d));
+  if (rc == 0)
+    rc = rng_fn(r, dtype, &fn);
+  size_t esize = be_cuda_esize(dtype);
+  rc = ready(q, rc != 0 ? rc : be_cuda_span(dst, off, count, esize, &d));
   if (rc != 0 || count == 0)
     return rc;
   uint64_t n = count, offset = r->offset;
   uint32_t k0 = (uint32_t)r->seed, k1 = (uint32_t)(r->seed >> 32);
-  float mean = r->mean, stddev = r->stddev;
-  void *args[] = {&d, &n, &offset, &k0, &k1, &mean, &stddev};
-  be_cuda_fn fn = r->dist == BE_RNG_BITS      ? BE_FN_RNG_BITS
-                  : r->dist == BE_RNG_UNIFORM ? BE_FN_RNG_UNIFORM
-                                              : BE_FN_RNG_NORMAL;
-  uint64_t blocks = (offset % 4 + n + 3) / 4; /* Philox blocks: one per thread */
+  float mean = (float)r->mean, stddev = (float)r->stddev;
+  double mean64 = r->mean, stddev64 = r->stddev;
+  bool f64 = dtype == ACCEL_F64;
+  void *args[] = {&d, &n, &offset, &k0, &k1, f64 ? (void *)&mean64 : (void *)&mean,
+                  f64 ? (void *)&stddev64 : (void *)&stddev};
+  uint64_t blocks = f64 ? (offset % 2 + n + 1) / 2 : (offset % 4 + n + 3) / 4;
   return launch(q, fn, grid_for(q->dev, blocks), args);
 }
 
-int be_cuda_saxpy(be_queue *q, size_t n, float alpha, be_mem x, size_t x_off, be_mem y,
-                  size_t y_off)
+/* ---- BLAS level 1: F32 and F64 kernels -------------------------------------------------- */
+
+static int vector_type(uint32_t dtype, size_t *esize)
+{
+  if (dtype != ACCEL_F32 && dtype != ACCEL_F64)
+    return dtype == ACCEL_F16 || dtype == ACCEL_BF16 ? ACCEL_ENOTSUP : ACCEL_EINVAL;
+  *esize = be_cuda_esize(dtype);
+  return 0;
+}
+
+int be_cuda_axpy(be_queue *q, uint32_t dtype, size_t n, double alpha, be_mem x, size_t x_off,
+                 be_mem y, size_t y_off)
 {
   CUdeviceptr px = 0, py = 0;
-  int rc = be_cuda_span(x, x_off, n, 4, &px);
-  rc = ready(q, rc != 0 ? rc : be_cuda_span(y, y_off, n, 4, &py));
+  size_t es = 4;
+  int rc = vector_type(dtype, &es);
+  if (rc == 0)
+    rc = be_cuda_span(x, x_off, n, es, &px);
+  rc = ready(q, rc != 0 ? rc : be_cuda_span(y, y_off, n, es, &py));
   if (rc != 0 || n == 0)
     return rc;
   uint64_t n64 = n;
-  void *args[] = {&n64, &alpha, &px, &py};
-  return launch(q, BE_FN_SAXPY, grid_for(q->dev, n64), args);
+  float a32 = (float)alpha;
+  void *args[] = {&n64, es == 8 ? (void *)&alpha : (void *)&a32, &px, &py};
+  return launch(q, es == 8 ? BE_FN_DAXPY : BE_FN_SAXPY, grid_for(q->dev, n64), args);
+}
+
+int be_cuda_scal(be_queue *q, uint32_t dtype, size_t n, double alpha, be_mem x, size_t x_off)
+{
+  CUdeviceptr px = 0;
+  size_t es = 4;
+  int rc = vector_type(dtype, &es);
+  rc = ready(q, rc != 0 ? rc : be_cuda_span(x, x_off, n, es, &px));
+  if (rc != 0 || n == 0)
+    return rc;
+  uint64_t n64 = n;
+  float a32 = (float)alpha;
+  void *args[] = {&n64, es == 8 ? (void *)&alpha : (void *)&a32, &px};
+  return launch(q, es == 8 ? BE_FN_DSCAL : BE_FN_SSCAL, grid_for(q->dev, n64), args);
 }
 
 /* Two launches: partial sums per block into the queue's scratch, then their sum. With
  * n = 0 the result is 0 (one block sums nothing). */
-int be_cuda_sdot(be_queue *q, size_t n, be_mem x, size_t x_off, be_mem y, size_t y_off,
-                 be_mem result, size_t result_off)
+int be_cuda_dot(be_queue *q, uint32_t dtype, size_t n, be_mem x, size_t x_off, be_mem y,
+                size_t y_off, be_mem result, size_t result_off)
 {
   CUdeviceptr px = 0, py = 0, pr = 0;
-  int rc = be_cuda_span(x, x_off, n, 4, &px);
+  size_t es = 4;
+  int rc = vector_type(dtype, &es);
   if (rc == 0)
-    rc = be_cuda_span(y, y_off, n, 4, &py);
-  rc = ready(q, rc != 0 ? rc : be_cuda_span(result, result_off, 1, 4, &pr));
+    rc = be_cuda_span(x, x_off, n, es, &px);
+  if (rc == 0)
+    rc = be_cuda_span(y, y_off, n, es, &py);
+  rc = ready(q, rc != 0 ? rc : be_cuda_span(result, result_off, 1, es, &pr));
   if (rc != 0)
     return rc;
   uint64_t n64 = n;
@@ -106,45 +169,73 @@ int be_cuda_sdot(be_queue *q, size_t n, be_mem x, size_t x_off, be_mem y, size_t
   parts = parts > BE_CUDA_DOT_PARTS ? BE_CUDA_DOT_PARTS : parts;
   void *pargs[] = {&n64, &px, &py, &q->scratch};
   void *fargs[] = {&parts, &q->scratch, &pr};
-  rc = launch(q, BE_FN_DOT_PARTIAL, parts, pargs);
-  return rc != 0 ? rc : launch(q, BE_FN_DOT_FINAL, 1, fargs);
+  int f64 = es == 8;
+  rc = launch(q, BE_FN_DOT_PARTIAL + f64, parts, pargs);
+  return rc != 0 ? rc : launch(q, BE_FN_DOT_FINAL + f64, 1, fargs);
 }
 
-int be_cuda_unary(be_queue *q, be_unary_op op, be_mem dst, size_t dst_off, be_mem src,
-                  size_t src_off, size_t count)
+/* ---- nn: F32, F64, F16, BF16 ------------------------------------------------------------ */
+
+static int nn_type(uint32_t dtype, int *slot)
+{
+  *slot = be_cuda_slot(dtype);
+  return *slot >= 0 ? 0 : dtype == ACCEL_U32 || dtype == ACCEL_I32 ? ACCEL_ENOTSUP
+                                                                   : ACCEL_EINVAL;
+}
+
+int be_cuda_unary(be_queue *q, uint32_t dtype, be_unary_op op, be_mem dst, size_t dst_off,
+                  be_mem src, size_t src_off, size_t count)
 {
   static const be_cuda_fn fns[] = {[BE_SIGMOID] = BE_FN_SIGMOID, [BE_RELU] = BE_FN_RELU,
                                    [BE_TANH] = BE_FN_TANH};
   CUdeviceptr d = 0, s = 0;
+  int slot = 0;
   int rc = op == BE_SIGMOID || op == BE_RELU || op == BE_TANH ? 0 : ACCEL_EINVAL;
   if (rc == 0)
-    rc = be_cuda_span(dst, dst_off, count, 4, &d);
-  rc = ready(q, rc != 0 ? rc : be_cuda_span(src, src_off, count, 4, &s));
+    rc = nn_type(dtype, &slot);
+  size_t es = be_cuda_esize(dtype);
+  if (rc == 0)
+    rc = be_cuda_span(dst, dst_off, count, es, &d);
+  rc = ready(q, rc != 0 ? rc : be_cuda_span(src, src_off, count, es, &s));
   if (rc != 0 || count == 0)
     return rc;
   uint64_t n = count;
   void *args[] = {&d, &s, &n};
-  return launch(q, fns[op], grid_for(q->dev, n), args);
+  return launch(q, fns[op] + slot, grid_for(q->dev, n), args);
 }
 
 /* One block per row (grid-stride over rows). */
-int be_cuda_softmax(be_queue *q, be_mem dst, size_t dst_off, be_mem src, size_t src_off,
-                    size_t rows, size_t cols)
+int be_cuda_softmax(be_queue *q, uint32_t dtype, be_mem dst, size_t dst_off, be_mem src,
+                    size_t src_off, size_t rows, size_t cols)
 {
   if (cols > 0 && rows > SIZE_MAX / cols)
     return ACCEL_EINVAL;
   CUdeviceptr d = 0, s = 0;
-  int rc = be_cuda_span(dst, dst_off, rows * cols, 4, &d);
-  rc = ready(q, rc != 0 ? rc : be_cuda_span(src, src_off, rows * cols, 4, &s));
+  int slot = 0;
+  int rc = nn_type(dtype, &slot);
+  size_t es = be_cuda_esize(dtype);
+  if (rc == 0)
+    rc = be_cuda_span(dst, dst_off, rows * cols, es, &d);
+  rc = ready(q, rc != 0 ? rc : be_cuda_span(src, src_off, rows * cols, es, &s));
   if (rc != 0 || rows * cols == 0)
     return rc;
   uint64_t r64 = rows, c64 = cols, cap = (uint64_t)q->dev->sms * 32;
   void *args[] = {&d, &s, &r64, &c64};
-  return launch(q, BE_FN_SOFTMAX, (unsigned)(r64 < cap ? r64 : cap), args);
+  return launch(q, BE_FN_SOFTMAX + slot, (unsigned)(r64 < cap ? r64 : cap), args);
 }
 
-int be_cuda_scale(be_queue *q, CUdeviceptr c, int64_t m, int64_t n, int64_t ldc, float beta)
+/* beta travels as the kernel's compute type: double for F64, float for the others. */
+int be_cuda_scale(be_queue *q, uint32_t c_type, CUdeviceptr c, const be_gemm_args *g)
 {
-  void *args[] = {&c, &m, &n, &ldc, &beta};
-  return launch(q, BE_FN_SCALE, grid_for(q->dev, (uint64_t)m * (uint64_t)n), args);
+  int slot = be_cuda_slot(c_type);
+  if (slot < 0)
+    return ACCEL_EINVAL;
+  int64_t m = g->m, n = g->n, ldc = g->ldc, batch = g->batch;
+  int64_t stride = batch > 1 ? g->stride_c : 0;
+  double beta = g->beta;
+  float beta32 = (float)beta;
+  void *args[] = {&c, &m, &n, &ldc, &batch, &stride,
+                  c_type == ACCEL_F64 ? (void *)&beta : (void *)&beta32};
+  uint64_t items = (uint64_t)m * (uint64_t)n * (uint64_t)batch;
+  return launch(q, BE_FN_SCALE + slot, grid_for(q->dev, items), args);
 }

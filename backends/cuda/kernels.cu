@@ -7,9 +7,68 @@
  * (Philox4x32-10 in cuRAND's device-API stream convention, DESIGN.md "Ops"), the rest within
  * the float error of the operation.
  */
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <stdint.h>
 
 #define BLOCK 256
+
+/* ---- element types -------------------------------------------------------------------- *
+ * F16 and BF16 travel as their bits (uint16_t wrapped in a tag type); every op on them
+ * computes in f32 and rounds once at the store, to nearest even (__float2half_rn,
+ * __float2bfloat16_rn: bit-exact with backends/dtype_conv.h on the host). */
+
+struct f16 {
+  uint16_t bits;
+};
+struct bf16 {
+  uint16_t bits;
+};
+
+template <typename T> struct elem; /* the type an element computes in, load and store */
+
+template <> struct elem<float> {
+  typedef float calc;
+  static __device__ __forceinline__ float load(float x) { return x; }
+  static __device__ __forceinline__ float store(float x) { return x; }
+};
+
+template <> struct elem<double> {
+  typedef double calc;
+  static __device__ __forceinline__ double load(double x) { return x; }
+  static __device__ __forceinline__ double store(double x) { return x; }
+};
+
+template <> struct elem<f16> {
+  typedef float calc;
+  static __device__ __forceinline__ float load(f16 x)
+  {
+    return __half2float(__ushort_as_half(x.bits));
+  }
+  static __device__ __forceinline__ f16 store(float x)
+  {
+    f16 r = {__half_as_ushort(__float2half_rn(x))};
+    return r;
+  }
+};
+
+template <> struct elem<bf16> {
+  typedef float calc;
+  static __device__ __forceinline__ float load(bf16 x)
+  {
+    return __bfloat162float(__ushort_as_bfloat16(x.bits));
+  }
+  static __device__ __forceinline__ bf16 store(float x)
+  {
+    bf16 r = {__bfloat16_as_ushort(__float2bfloat16_rn(x))};
+    return r;
+  }
+};
+
+/* One extern "C" kernel per element type of a template: NAME (f32), NAME_f64, NAME_f16,
+ * NAME_bf16. */
+#define BE_PER_TYPE(MACRO)                                                                 \
+  MACRO(, float) MACRO(_f64, double) MACRO(_f16, f16) MACRO(_bf16, bf16)
 
 /* ---- fill ----------------------------------------------------------------------------- */
 
@@ -31,6 +90,14 @@ extern "C" __global__ void be_fill_u32(uint32_t *dst, uint64_t n, uint32_t value
   uint64_t done = head + nvec * 4;
   if (tid < n - done)
     dst[done + tid] = value;
+}
+
+/* dst[i] = value over 8-byte elements (aligned: offsets count whole elements). */
+extern "C" __global__ void be_fill_u64(uint64_t *dst, uint64_t n, uint64_t value)
+{
+  uint64_t stride = (uint64_t)gridDim.x * blockDim.x;
+  for (uint64_t i = blockIdx.x * (uint64_t)blockDim.x + threadIdx.x; i < n; i += stride)
+    dst[i] = value;
 }
 
 /* ---- Philox4x32-10 -------------------------------------------------------------------- */
@@ -151,16 +218,112 @@ extern "C" __global__ void be_rng_normal(uint32_t *dst, uint64_t count, uint64_t
   rng<DIST_NORMAL>(dst, count, offset, k0, k1, mean, stddev);
 }
 
-/* ---- BLAS level 1 --------------------------------------------------------------------- */
+/* ---- RNG into F64, F16, BF16 ------------------------------------------------------------
+ * F16 and BF16: the f32 uniform or normal of the same element (the same word or words as an
+ * f32 fill), rounded to nearest even. F64 (cuRAND's double convention): stream element e uses
+ * words 2e and 2e + 1, so one Philox block q makes elements 2q and 2q + 1. */
 
-extern "C" __global__ void be_saxpy(uint64_t n, float alpha, const float *x, float *y)
+template <int DIST, typename T>
+__device__ void rng16(T *dst, uint64_t count, uint64_t offset, uint32_t k0, uint32_t k1,
+                      float mean, float stddev)
+{
+  uint64_t s = offset & 3, q0 = offset >> 2, nb = (s + count + 3) >> 2;
+  uint64_t stride = (uint64_t)gridDim.x * blockDim.x;
+  for (uint64_t b = blockIdx.x * (uint64_t)blockDim.x + threadIdx.x; b < nb; b += stride) {
+    uint4 out = convert<DIST>(philox(q0 + b, k0, k1), mean, stddev);
+    int64_t i0 = (int64_t)(4 * b) - (int64_t)s;
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+      int64_t i = i0 + j;
+      if (i >= 0 && (uint64_t)i < count)
+        dst[i] = elem<T>::store(__uint_as_float(lane(out, j)));
+    }
+  }
+}
+
+/* cuRAND's _curand_uniform_double_hq: z * 2^-53 + 2^-54 with z = w0 ^ (w1 << 21) (53 bits);
+ * the product is exact, so the one rounding of the sum is the same everywhere. */
+__device__ __forceinline__ double hq(uint32_t w0, uint32_t w1, double scale)
+{
+  uint64_t z = (uint64_t)w0 ^ ((uint64_t)w1 << 21);
+  return __dadd_rn(__dmul_rn((double)z, scale), scale / 2.0);
+}
+
+template <int DIST>
+__device__ void rng64(double *dst, uint64_t count, uint64_t offset, uint32_t k0, uint32_t k1,
+                      double mean, double stddev)
+{
+  uint64_t s = offset & 1, q0 = offset >> 1, nb = (s + count + 1) >> 1;
+  uint64_t stride = (uint64_t)gridDim.x * blockDim.x;
+  for (uint64_t b = blockIdx.x * (uint64_t)blockDim.x + threadIdx.x; b < nb; b += stride) {
+    uint4 w = philox(q0 + b, k0, k1);
+    double v[2];
+    if (DIST == DIST_UNIFORM) {
+      v[0] = hq(w.x, w.y, 0x1p-53);
+      v[1] = hq(w.z, w.w, 0x1p-53);
+    } else { /* Box-Muller on (u, v) as cuRAND's _curand_box_muller_double */
+      double u = hq(w.x, w.y, 0x1p-53), t = hq(w.z, w.w, 0x1p-52);
+      double r = sqrt(-2.0 * log(u)), sn, cs;
+      sincospi(t, &sn, &cs);
+      v[0] = __dadd_rn(__dmul_rn(__dmul_rn(sn, r), stddev), mean);
+      v[1] = __dadd_rn(__dmul_rn(__dmul_rn(cs, r), stddev), mean);
+    }
+    int64_t i0 = (int64_t)(2 * b) - (int64_t)s;
+    if (i0 >= 0)
+      dst[i0] = v[0];
+    if ((uint64_t)(i0 + 1) < count)
+      dst[i0 + 1] = v[1];
+  }
+}
+
+#define BE_RNG16(sfx, T)                                                                   \
+  extern "C" __global__ void be_rng_uniform##sfx(T *dst, uint64_t count, uint64_t offset,  \
+                                                 uint32_t k0, uint32_t k1, float mean,     \
+                                                 float stddev)                             \
+  {                                                                                        \
+    rng16<DIST_UNIFORM>(dst, count, offset, k0, k1, mean, stddev);                         \
+  }                                                                                        \
+  extern "C" __global__ void be_rng_normal##sfx(T *dst, uint64_t count, uint64_t offset,   \
+                                                uint32_t k0, uint32_t k1, float mean,      \
+                                                float stddev)                              \
+  {                                                                                        \
+    rng16<DIST_NORMAL>(dst, count, offset, k0, k1, mean, stddev);                          \
+  }
+
+BE_RNG16(_f16, f16)
+BE_RNG16(_bf16, bf16)
+
+extern "C" __global__ void be_rng_uniform_f64(double *dst, uint64_t count, uint64_t offset,
+                                              uint32_t k0, uint32_t k1, double mean,
+                                              double stddev)
+{
+  rng64<DIST_UNIFORM>(dst, count, offset, k0, k1, mean, stddev);
+}
+
+extern "C" __global__ void be_rng_normal_f64(double *dst, uint64_t count, uint64_t offset,
+                                             uint32_t k0, uint32_t k1, double mean,
+                                             double stddev)
+{
+  rng64<DIST_NORMAL>(dst, count, offset, k0, k1, mean, stddev);
+}
+
+/* ---- BLAS level 1 (F32 and F64) ------------------------------------------------------- */
+
+template <typename T> __device__ void axpy(uint64_t n, T alpha, const T *x, T *y)
 {
   uint64_t stride = (uint64_t)gridDim.x * blockDim.x;
   for (uint64_t i = blockIdx.x * (uint64_t)blockDim.x + threadIdx.x; i < n; i += stride)
-    y[i] = fmaf(alpha, x[i], y[i]);
+    y[i] = fma(alpha, x[i], y[i]);
 }
 
-__device__ __forceinline__ float warp_sum(float v)
+template <typename T> __device__ void scal(uint64_t n, T alpha, T *x)
+{
+  uint64_t stride = (uint64_t)gridDim.x * blockDim.x;
+  for (uint64_t i = blockIdx.x * (uint64_t)blockDim.x + threadIdx.x; i < n; i += stride)
+    x[i] = alpha * x[i];
+}
+
+template <typename T> __device__ __forceinline__ T warp_sum(T v)
 {
 #pragma unroll
   for (int o = 16; o > 0; o /= 2)
@@ -169,14 +332,14 @@ __device__ __forceinline__ float warp_sum(float v)
 }
 
 /* The block's sum, valid in thread 0 (blockDim.x == BLOCK). */
-__device__ float block_sum(float v)
+template <typename T> __device__ T block_sum(T v)
 {
-  __shared__ float part[BLOCK / 32];
+  __shared__ T part[BLOCK / 32];
   v = warp_sum(v);
   if ((threadIdx.x & 31) == 0)
     part[threadIdx.x / 32] = v;
   __syncthreads();
-  v = threadIdx.x < BLOCK / 32 ? part[threadIdx.x] : 0.0f;
+  v = threadIdx.x < BLOCK / 32 ? part[threadIdx.x] : (T)0;
   if (threadIdx.x < 32)
     v = warp_sum(v);
   __syncthreads(); /* part may be reused by the caller's next reduction */
@@ -185,22 +348,21 @@ __device__ float block_sum(float v)
 
 /* partial[blockIdx.x] = this block's share of x . y. Deterministic: fixed partitions and a
  * fixed reduction tree. */
-extern "C" __global__ void be_dot_partial(uint64_t n, const float *x, const float *y,
-                                          float *partial)
+template <typename T> __device__ void dot_partial(uint64_t n, const T *x, const T *y, T *partial)
 {
-  float acc = 0.0f;
+  T acc = 0;
   uint64_t stride = (uint64_t)gridDim.x * blockDim.x;
   for (uint64_t i = blockIdx.x * (uint64_t)blockDim.x + threadIdx.x; i < n; i += stride)
-    acc = fmaf(x[i], y[i], acc);
+    acc = fma(x[i], y[i], acc);
   acc = block_sum(acc);
   if (threadIdx.x == 0)
     partial[blockIdx.x] = acc;
 }
 
 /* *result = the sum of nparts partials (one block). */
-extern "C" __global__ void be_dot_final(unsigned nparts, const float *partial, float *result)
+template <typename T> __device__ void dot_final(unsigned nparts, const T *partial, T *result)
 {
-  float acc = 0.0f;
+  T acc = 0;
   for (unsigned i = threadIdx.x; i < nparts; i += blockDim.x)
     acc += partial[i];
   acc = block_sum(acc);
@@ -208,18 +370,50 @@ extern "C" __global__ void be_dot_final(unsigned nparts, const float *partial, f
     *result = acc;
 }
 
-/* C = beta C over an m x n column-major matrix (sgemm when A and B are not read); beta = 0
- * writes zeros, so NaN in C does not survive (BLAS). */
-extern "C" __global__ void be_scale(float *c, int64_t m, int64_t n, int64_t ldc, float beta)
+#define BE_BLAS1(a, d, s, T)                                                               \
+  extern "C" __global__ void be_##a##axpy(uint64_t n, T alpha, const T *x, T *y)           \
+  {                                                                                        \
+    axpy(n, alpha, x, y);                                                                  \
+  }                                                                                        \
+  extern "C" __global__ void be_##a##scal(uint64_t n, T alpha, T *x) { scal(n, alpha, x); } \
+  extern "C" __global__ void be_dot_partial##s(uint64_t n, const T *x, const T *y,          \
+                                               T *partial)                                 \
+  {                                                                                        \
+    dot_partial(n, x, y, partial);                                                         \
+  }                                                                                        \
+  extern "C" __global__ void be_dot_final##s(unsigned nparts, const T *partial, T *result)  \
+  {                                                                                        \
+    dot_final(nparts, partial, result);                                                    \
+  }
+
+BE_BLAS1(s, s, , float)
+BE_BLAS1(d, d, _f64, double)
+
+/* C_b = beta C_b over batch m x n column-major matrices stride_c elements apart (gemm when
+ * A and B are not read); beta = 0 writes zeros, so NaN in C does not survive (BLAS). */
+template <typename T>
+__device__ void scale(T *c, int64_t m, int64_t n, int64_t ldc, int64_t batch,
+                      int64_t stride_c, typename elem<T>::calc beta)
 {
-  uint64_t total = (uint64_t)m * (uint64_t)n;
+  typedef typename elem<T>::calc C;
+  uint64_t mn = (uint64_t)m * (uint64_t)n, total = mn * (uint64_t)batch;
   uint64_t stride = (uint64_t)gridDim.x * blockDim.x;
   for (uint64_t t = blockIdx.x * (uint64_t)blockDim.x + threadIdx.x; t < total; t += stride) {
-    uint64_t i = t % (uint64_t)m, j = t / (uint64_t)m;
-    float *p = c + i + j * (uint64_t)ldc;
-    *p = beta == 0.0f ? 0.0f : beta * *p;
+    uint64_t b = t / mn, r = t % mn, i = r % (uint64_t)m, j = r / (uint64_t)m;
+    T *p = c + b * (uint64_t)stride_c + i + j * (uint64_t)ldc;
+    *p = elem<T>::store(beta == (C)0 ? (C)0 : beta * elem<T>::load(*p));
   }
 }
+
+#define BE_SCALE(sfx, T)                                                                   \
+  extern "C" __global__ void be_scale##sfx(T *c, int64_t m, int64_t n, int64_t ldc,        \
+                                           int64_t batch, int64_t stride_c,                \
+                                           elem<T>::calc beta)                             \
+  {                                                                                        \
+    scale(c, m, n, ldc, batch, stride_c, beta);                                            \
+  }
+
+BE_PER_TYPE(BE_SCALE)
 
 /* ---- NN element-wise ------------------------------------------------------------------ */
 
@@ -231,26 +425,57 @@ __device__ __forceinline__ float sigmoid(float x)
   return x >= 0.0f ? r : e * r;
 }
 
-#define BE_UNARY(name, expr)                                                               \
-  extern "C" __global__ void name(float *dst, const float *src, uint64_t n)                \
+__device__ __forceinline__ double sigmoid(double x)
+{
+  double e = exp(-fabs(x));
+  double r = 1.0 / (1.0 + e);
+  return x >= 0.0 ? r : e * r;
+}
+
+__device__ __forceinline__ float exp_(float x) { return expf(x); }
+__device__ __forceinline__ double exp_(double x) { return exp(x); }
+__device__ __forceinline__ float tanh_(float x) { return tanhf(x); }
+__device__ __forceinline__ double tanh_(double x) { return tanh(x); }
+
+enum { OP_SIGMOID = 0, OP_RELU = 1, OP_TANH = 2 };
+
+template <int OP, typename C> __device__ __forceinline__ C apply(C x)
+{
+  if (OP == OP_SIGMOID)
+    return sigmoid(x);
+  if (OP == OP_RELU)
+    return x < (C)0 ? (C)0 : x;
+  return tanh_(x);
+}
+
+template <int OP, typename T> __device__ void unary(T *dst, const T *src, uint64_t n)
+{
+  uint64_t stride = (uint64_t)gridDim.x * blockDim.x;
+  for (uint64_t i = blockIdx.x * (uint64_t)blockDim.x + threadIdx.x; i < n; i += stride)
+    dst[i] = elem<T>::store(apply<OP>(elem<T>::load(src[i])));
+}
+
+#define BE_UNARY(sfx, T)                                                                   \
+  extern "C" __global__ void be_sigmoid##sfx(T *dst, const T *src, uint64_t n)             \
   {                                                                                        \
-    uint64_t stride = (uint64_t)gridDim.x * blockDim.x;                                    \
-    for (uint64_t i = blockIdx.x * (uint64_t)blockDim.x + threadIdx.x; i < n;              \
-         i += stride) {                                                                    \
-      float x = src[i];                                                                    \
-      dst[i] = (expr);                                                                     \
-    }                                                                                      \
+    unary<OP_SIGMOID>(dst, src, n);                                                        \
+  }                                                                                        \
+  extern "C" __global__ void be_relu##sfx(T *dst, const T *src, uint64_t n)                \
+  {                                                                                        \
+    unary<OP_RELU>(dst, src, n);                                                           \
+  }                                                                                        \
+  extern "C" __global__ void be_tanh##sfx(T *dst, const T *src, uint64_t n)                \
+  {                                                                                        \
+    unary<OP_TANH>(dst, src, n);                                                           \
   }
 
-BE_UNARY(be_sigmoid, sigmoid(x))
-BE_UNARY(be_relu, x < 0.0f ? 0.0f : x)
-BE_UNARY(be_tanh, tanhf(x))
+BE_PER_TYPE(BE_UNARY)
 
-__device__ __forceinline__ float warp_max(float v)
+template <typename T> __device__ __forceinline__ T warp_max(T v)
 {
 #pragma unroll
   for (int o = 16; o > 0; o /= 2) {
-    float w = __shfl_down_sync(0xffffffffu, v, o);
+    T w = __shfl_down_sync(0xffffffffu, v, o);
     v = w > v ? w : v;
   }
   return v;
@@ -258,16 +483,16 @@ __device__ __forceinline__ float warp_max(float v)
 
 /* The block's maximum as `x > max` finds it (NaN never wins: the row's exp then makes the
  * NaN, as on the cpu), broadcast to every thread. */
-__device__ float block_max(float v)
+template <typename T> __device__ T block_max(T v)
 {
-  __shared__ float part[BLOCK / 32];
-  __shared__ float all;
+  __shared__ T part[BLOCK / 32];
+  __shared__ T all;
   v = warp_max(v);
   if ((threadIdx.x & 31) == 0)
     part[threadIdx.x / 32] = v;
   __syncthreads();
   if (threadIdx.x < 32) {
-    v = threadIdx.x < BLOCK / 32 ? part[threadIdx.x] : -INFINITY;
+    v = threadIdx.x < BLOCK / 32 ? part[threadIdx.x] : (T)-INFINITY;
     v = warp_max(v);
     if (threadIdx.x == 0)
       all = v;
@@ -277,31 +502,42 @@ __device__ float block_max(float v)
 }
 
 /* Row-wise softmax of a rows x cols row-major matrix, one block per row: the maximum first,
- * so exp never overflows, then the sum, then the quotients. */
-extern "C" __global__ void be_softmax(float *dst, const float *src, uint64_t rows,
-                                      uint64_t cols)
+ * so exp never overflows, then the sum, then the quotients (in f32 for F16 and BF16). */
+template <typename T> __device__ void softmax(T *dst, const T *src, uint64_t rows, uint64_t cols)
 {
-  __shared__ float total;
+  typedef typename elem<T>::calc C;
+  __shared__ C total;
   for (uint64_t r = blockIdx.x; r < rows; r += gridDim.x) {
-    const float *x = src + r * cols;
-    float *y = dst + r * cols;
-    float mx = -INFINITY;
-    for (uint64_t j = threadIdx.x; j < cols; j += blockDim.x)
-      mx = x[j] > mx ? x[j] : mx;
+    const T *x = src + r * cols;
+    T *y = dst + r * cols;
+    C mx = -INFINITY;
+    for (uint64_t j = threadIdx.x; j < cols; j += blockDim.x) {
+      C v = elem<T>::load(x[j]);
+      mx = v > mx ? v : mx;
+    }
     mx = block_max(mx);
-    float sum = 0.0f;
+    C sum = 0;
     for (uint64_t j = threadIdx.x; j < cols; j += blockDim.x)
-      sum += expf(x[j] - mx);
+      sum += exp_(elem<T>::load(x[j]) - mx);
     sum = block_sum(sum);
     if (threadIdx.x == 0)
       total = sum;
     __syncthreads();
     sum = total;
     for (uint64_t j = threadIdx.x; j < cols; j += blockDim.x)
-      y[j] = expf(x[j] - mx) / sum;
+      y[j] = elem<T>::store(exp_(elem<T>::load(x[j]) - mx) / sum);
     __syncthreads(); /* `total` is rewritten by the next row */
   }
 }
+
+#define BE_SOFTMAX(sfx, T)                                                                 \
+  extern "C" __global__ void be_softmax##sfx(T *dst, const T *src, uint64_t rows,          \
+                                             uint64_t cols)                                \
+  {                                                                                        \
+    softmax(dst, src, rows, cols);                                                         \
+  }
+
+BE_PER_TYPE(BE_SOFTMAX)
 
 /* ---- tests and benchmarks ------------------------------------------------------------- */
 

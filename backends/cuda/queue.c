@@ -20,7 +20,7 @@ static int queue_init(be_device *dev, be_queue *q)
   if (rc == 0)
     rc = be_cuda_check(dev, be_cu.cuStreamCreate(&q->stream, CU_STREAM_NON_BLOCKING));
   if (rc == 0)
-    rc = be_cuda_check(dev, be_cu.cuMemAlloc(&q->scratch, BE_CUDA_DOT_PARTS * sizeof(float)));
+    rc = be_cuda_check(dev, be_cu.cuMemAlloc(&q->scratch, BE_CUDA_DOT_PARTS * sizeof(double)));
   if (rc != 0 && q->stream != NULL)
     be_cu.cuStreamDestroy(q->stream);
   return rc;
