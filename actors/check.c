@@ -9,16 +9,22 @@
 
 typedef struct kind_shape {
   uint32_t nbufs;
-  accel_dtype dtype; /* 0: any (checked per op) */
+  bool same_dtype; /* every buffer of the op has the first one's dtype */
 } kind_shape;
 
 static const kind_shape shapes[DEV_OP_KIND_COUNT_] = {
-    [DEV_OP_WRITE] = {1, 0},   [DEV_OP_READ] = {1, 0},       [DEV_OP_COPY] = {2, 0},
-    [DEV_OP_FILL] = {1, 0},    [DEV_OP_SGEMM] = {3, ACCEL_F32}, [DEV_OP_SAXPY] = {2, ACCEL_F32},
-    [DEV_OP_SDOT] = {3, ACCEL_F32}, [DEV_OP_RNG] = {1, 0},    [DEV_OP_UNARY] = {2, ACCEL_F32},
-    [DEV_OP_SOFTMAX] = {2, ACCEL_F32}, [DEV_OP_BUFFER_CREATE] = {1, 0},
-    [DEV_OP_BUFFER_DESTROY] = {1, 0},
+    [DEV_OP_WRITE] = {1, false},         [DEV_OP_READ] = {1, false},
+    [DEV_OP_COPY] = {2, true},           [DEV_OP_FILL] = {1, false},
+    [DEV_OP_GEMM] = {3, false},          [DEV_OP_AXPY] = {2, true},
+    [DEV_OP_DOT] = {3, true},            [DEV_OP_SCAL] = {1, false},
+    [DEV_OP_RNG] = {1, false},           [DEV_OP_UNARY] = {2, true},
+    [DEV_OP_SOFTMAX] = {2, true},        [DEV_OP_BUFFER_CREATE] = {1, false},
+    [DEV_OP_BUFFER_DESTROY] = {1, false},
 };
+
+static bool is_float(accel_dtype t) {
+  return t == ACCEL_F32 || t == ACCEL_F64 || t == ACCEL_F16 || t == ACCEL_BF16;
+}
 
 static bool range_ok(uint64_t offset, uint64_t count, uint64_t len) {
   return offset <= len && count <= len - offset;
@@ -42,10 +48,9 @@ int dev_op_check_shape(const dev_op *op) {
     return ACCEL_EINVAL;
   if (op->h.kind == DEV_OP_UNARY && op->u.unary.op > BE_TANH)
     return ACCEL_EINVAL;
-  if (op->h.kind == DEV_OP_SGEMM && (unsigned)op->u.sgemm.math > BE_SGEMM_MATH_TF32)
+  if (op->h.kind == DEV_OP_GEMM && (unsigned)op->u.gemm.math > BE_GEMM_MATH_FP64)
     return ACCEL_EINVAL;
-  if (op->h.kind == DEV_OP_BUFFER_CREATE &&
-      op->u.create.dtype != ACCEL_F32 && op->u.create.dtype != ACCEL_U32)
+  if (op->h.kind == DEV_OP_BUFFER_CREATE && be_dtype_size(op->u.create.dtype) == 0)
     return ACCEL_EINVAL;
   return 0;
 }
@@ -75,29 +80,46 @@ static int check_copy(dev_op *op, const dev_buf_info *b) {
   return 0;
 }
 
-static int check_sgemm(dev_op *op, const dev_buf_info *b) {
-  const be_sgemm_args *g = &op->u.sgemm;
+/* The element types come from the buffers: A and B share one, C may differ (F32 output of
+ * 16-bit inputs); be_blas_check_gemm refuses combinations accel does not define. */
+static int check_gemm(dev_op *op, const dev_buf_info *b) {
+  be_gemm_args *g = &op->u.gemm;
   if (op->bufs[2].handle == op->bufs[0].handle || op->bufs[2].handle == op->bufs[1].handle)
     return ACCEL_EINVAL; /* C must not alias A or B */
-  int rc = be_blas_check_sgemm(g, b[0].count, b[1].count, b[2].count);
+  if (b[0].dtype != b[1].dtype)
+    return ACCEL_EINVAL;
+  g->ab_type = b[0].dtype;
+  g->c_type = b[2].dtype;
+  int rc = be_blas_check_gemm(g, b[0].count, b[1].count, b[2].count);
   if (rc != 0)
     return rc;
-  /* beta = 0 over all of C (ldc = m) overwrites it: its old contents need not be brought. */
-  bool whole = g->beta == 0.0f && g->ldc == g->m && (uint64_t)g->m * (uint64_t)g->n == b[2].count;
+  /* beta = 0 over all of C (one matrix, ldc = m) overwrites it: its old contents need not be
+   * brought. */
+  bool whole = g->beta == 0.0 && g->batch == 1 && g->ldc == g->m &&
+               (uint64_t)g->m * (uint64_t)g->n == b[2].count;
   set_access(op, 0, DEV_READ, 0, b[0].count);
   set_access(op, 1, DEV_READ, 0, b[1].count);
   set_access(op, 2, whole ? DEV_WRITE_ALL : DEV_RW, 0, b[2].count);
   return 0;
 }
 
+/* axpy (x, y), dot (x, y, result), scal (x): float buffers of one dtype. */
 static int check_blas1(dev_op *op, const dev_buf_info *b) {
-  bool dot = op->h.kind == DEV_OP_SDOT;
-  uint64_t n = dot ? op->u.sdot.n : op->u.saxpy.n;
+  uint32_t kind = op->h.kind;
+  uint64_t n = kind == DEV_OP_DOT ? op->u.dot.n : op->u.axpy.n;
+  if (!is_float(b[0].dtype))
+    return ACCEL_EINVAL;
+  if (kind == DEV_OP_SCAL) {
+    if (n > b[0].count)
+      return ACCEL_EINVAL;
+    set_access(op, 0, DEV_RW, 0, n);
+    return 0;
+  }
   if (n > b[0].count || n > b[1].count)
     return ACCEL_EINVAL;
   set_access(op, 0, DEV_READ, 0, n);
-  set_access(op, 1, dot ? DEV_READ : DEV_RW, 0, n);
-  if (!dot)
+  set_access(op, 1, kind == DEV_OP_DOT ? DEV_READ : DEV_RW, 0, n);
+  if (kind != DEV_OP_DOT)
     return 0;
   if (b[2].count < 1 || op->bufs[2].handle == op->bufs[0].handle ||
       op->bufs[2].handle == op->bufs[1].handle)
@@ -108,10 +130,10 @@ static int check_blas1(dev_op *op, const dev_buf_info *b) {
 
 static int check_rng(dev_op *op, const dev_buf_info *b) {
   const be_rng_args *r = &op->u.rng;
-  accel_dtype want = r->dist == BE_RNG_BITS ? ACCEL_U32 : ACCEL_F32;
-  if (b[0].dtype != want)
+  bool typed = r->dist == BE_RNG_BITS ? b[0].dtype == ACCEL_U32 : is_float(b[0].dtype);
+  if (!typed)
     return ACCEL_EINVAL;
-  if (r->dist == BE_RNG_NORMAL && (r->offset % 2 != 0 || !(r->stddev >= 0.0f)))
+  if (r->dist == BE_RNG_NORMAL && (r->offset % 2 != 0 || !(r->stddev >= 0.0)))
     return ACCEL_EINVAL;
   set_access(op, 0, DEV_WRITE_ALL, 0, b[0].count);
   return 0;
@@ -119,6 +141,8 @@ static int check_rng(dev_op *op, const dev_buf_info *b) {
 
 static int check_nn(dev_op *op, const dev_buf_info *b) {
   uint64_t covered = b[0].count;
+  if (!is_float(b[0].dtype))
+    return ACCEL_EINVAL;
   if (op->h.kind == DEV_OP_UNARY && b[0].count != b[1].count)
     return ACCEL_EINVAL;
   if (op->h.kind == DEV_OP_SOFTMAX) {
@@ -139,9 +163,8 @@ int dev_op_check(dev_op *op, const dev_buf_info *bufs) {
   int rc = dev_op_check_shape(op);
   if (rc != 0)
     return rc;
-  accel_dtype want = shapes[op->h.kind].dtype;
-  for (uint32_t i = 0; i < op->nbufs; i++)
-    if (want && bufs[i].dtype != want)
+  for (uint32_t i = 1; i < op->nbufs; i++)
+    if (shapes[op->h.kind].same_dtype && bufs[i].dtype != bufs[0].dtype)
       return ACCEL_EINVAL;
   switch (op->h.kind) {
   case DEV_OP_WRITE:
@@ -149,13 +172,17 @@ int dev_op_check(dev_op *op, const dev_buf_info *bufs) {
     return check_io(op, bufs);
   case DEV_OP_COPY:
     return check_copy(op, bufs);
-  case DEV_OP_FILL:
+  case DEV_OP_FILL: /* the value's bits beyond the element's size must be 0 */
+    if (be_dtype_size(bufs[0].dtype) < 8 &&
+        op->u.fill.value >> (8 * be_dtype_size(bufs[0].dtype)) != 0)
+      return ACCEL_EINVAL;
     set_access(op, 0, DEV_WRITE_ALL, 0, bufs[0].count);
     return 0;
-  case DEV_OP_SGEMM:
-    return check_sgemm(op, bufs);
-  case DEV_OP_SAXPY:
-  case DEV_OP_SDOT:
+  case DEV_OP_GEMM:
+    return check_gemm(op, bufs);
+  case DEV_OP_AXPY:
+  case DEV_OP_DOT:
+  case DEV_OP_SCAL:
     return check_blas1(op, bufs);
   case DEV_OP_RNG:
     return check_rng(op, bufs);

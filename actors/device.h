@@ -33,6 +33,15 @@ void dev_overflow_fail(dev_node *node);
 /* Enqueues the task's work on queue q (no waiting, no completion handling). */
 int dev_exec(dev_task *t, be_queue *q);
 
+/* support.c: the kernel actor (package) of an op kind; what a device runs (read after each
+ * open); 0 if the node runs op (on its buffers), else ACCEL_ENOTSUP; gemm's A/B dtypes. */
+dev_queue_class dev_op_queue(uint32_t kind);
+void dev_caps_read(dev_node *node);
+int dev_node_supports(const dev_node *node, const dev_op *op, dev_buffer *const bufs[]);
+uint32_t dev_caps_gemm_dtypes(const dev_caps *c);
+/* The device as the C API describes it (any thread). */
+void dev_node_describe(const dev_node *node, struct accel_device_info *d);
+
 /* A client op finished with `status` (implemented by the session layer). */
 void dev_op_finished(dev_world *w, dev_op *op, int status);
 

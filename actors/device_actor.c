@@ -21,8 +21,10 @@ static int open_device(dev_node *node) {
   int rc = node->be->open(node->backend_index, &opts, &node->dev);
   if (rc != 0)
     return rc;
-  if (node->info.name[0] == '\0') /* once: clients read it without locks */
+  if (node->info.name[0] == '\0') { /* once: clients read them without locks */
+    dev_caps_read(node);
     node->be->info(node->dev, &node->info);
+  }
   return 0;
 }
 

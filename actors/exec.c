@@ -79,20 +79,16 @@ static int exec_package_op(dev_task *t, be_queue *q) {
   const be_ops *be = t->node->be;
   uint32_t dtype = t->buf[0]->dtype;
   switch (op->h.kind) {
-  case DEV_OP_SGEMM: {
-    const be_sgemm_args *s = &op->u.sgemm;
-    be_gemm_args g = {.trans_a = s->trans_a, .trans_b = s->trans_b, .m = s->m, .n = s->n,
-                      .k = s->k, .alpha = s->alpha, .beta = s->beta, .lda = s->lda,
-                      .ldb = s->ldb, .ldc = s->ldc, .ab_type = ACCEL_F32, .c_type = ACCEL_F32,
-                      .math = (be_gemm_math)s->math, .batch = 1};
-    return be->blas->gemm(q, &g, mem_on(t, 0), 0, mem_on(t, 1), 0, mem_on(t, 2), 0);
-  }
-  case DEV_OP_SAXPY:
-    return be->blas->axpy(q, dtype, op->u.saxpy.n, op->u.saxpy.alpha, mem_on(t, 0), 0,
+  case DEV_OP_GEMM:
+    return be->blas->gemm(q, &op->u.gemm, mem_on(t, 0), 0, mem_on(t, 1), 0, mem_on(t, 2), 0);
+  case DEV_OP_AXPY:
+    return be->blas->axpy(q, dtype, op->u.axpy.n, op->u.axpy.alpha, mem_on(t, 0), 0,
                           mem_on(t, 1), 0);
-  case DEV_OP_SDOT:
-    return be->blas->dot(q, dtype, op->u.sdot.n, mem_on(t, 0), 0, mem_on(t, 1), 0,
+  case DEV_OP_DOT:
+    return be->blas->dot(q, dtype, op->u.dot.n, mem_on(t, 0), 0, mem_on(t, 1), 0,
                          mem_on(t, 2), 0);
+  case DEV_OP_SCAL:
+    return be->blas->scal(q, dtype, op->u.axpy.n, op->u.axpy.alpha, mem_on(t, 0), 0);
   case DEV_OP_RNG:
     return be->rng->fill(q, dtype, mem_on(t, 0), 0, t->buf[0]->count, &op->u.rng);
   case DEV_OP_UNARY:

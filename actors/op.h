@@ -15,14 +15,15 @@ typedef enum dev_op_kind {
   DEV_OP_READ,      /* buffer -> caller memory */
   DEV_OP_COPY,
   DEV_OP_FILL,
-  DEV_OP_SGEMM,
-  DEV_OP_SAXPY,
-  DEV_OP_SDOT,
+  DEV_OP_GEMM,   /* any dtypes (the buffers'), strided-batched too */
+  DEV_OP_AXPY,
+  DEV_OP_DOT,
   DEV_OP_RNG,
   DEV_OP_UNARY,
   DEV_OP_SOFTMAX,
   DEV_OP_BUFFER_CREATE,  /* bufs[0]: the new handle (chosen by the client), count */
   DEV_OP_BUFFER_DESTROY, /* bufs[0] */
+  DEV_OP_SCAL,
   DEV_OP_KIND_COUNT_
 } dev_op_kind;
 
@@ -56,10 +57,10 @@ typedef struct dev_op {
     struct { const void *src; uint64_t bytes; } write; /* bufs[0]: dst; bytes = count * size */
     struct { void *dst; } read;               /* bufs[0]: src */
     struct { int unused; } copy;              /* bufs[0]: dst, bufs[1]: src */
-    struct { uint32_t value; } fill;          /* bufs[0] */
-    be_sgemm_args sgemm;                      /* bufs: a, b, c */
-    struct { uint64_t n; float alpha; } saxpy; /* bufs: x, y */
-    struct { uint64_t n; } sdot;              /* bufs: x, y, result */
+    struct { uint64_t value; } fill;          /* bufs[0]; the element's bits (low bytes) */
+    be_gemm_args gemm;                        /* bufs: a, b, c; types set by the checker */
+    struct { uint64_t n; double alpha; } axpy; /* bufs: x, y; scal: x */
+    struct { uint64_t n; } dot;               /* bufs: x, y, result */
     be_rng_args rng;                          /* bufs[0] */
     struct { be_unary_op op; } unary;         /* bufs: dst, src */
     struct { uint64_t rows, cols; } softmax;  /* bufs: dst, src */

@@ -5,22 +5,6 @@
  * bytes follow in that order. */
 #include "actors/device.h"
 
-static dev_queue_class queue_of(uint32_t kind) {
-  switch (kind) {
-  case DEV_OP_SGEMM:
-  case DEV_OP_SAXPY:
-  case DEV_OP_SDOT:
-    return DEV_Q_BLAS;
-  case DEV_OP_RNG:
-    return DEV_Q_RNG;
-  case DEV_OP_UNARY:
-  case DEV_OP_SOFTMAX:
-    return DEV_Q_NN;
-  default:
-    return DEV_Q_MEM;
-  }
-}
-
 static bool needs_valid_copy(const dev_op_buf *ob, const dev_buffer *b) {
   if (ob->access & DEV_READ)
     return true;
@@ -88,7 +72,7 @@ int dev_plan_op(dev_world *w, dev_op *op, dev_buffer *bufs[DEV_OP_MAX_BUFS], dev
   int rc = check_and_allocate(w, op, bufs, node);
   if (rc != 0)
     return rc;
-  dev_task *t = dev_task_create(w, DEV_TASK_OP, node, queue_of(op->h.kind));
+  dev_task *t = dev_task_create(w, DEV_TASK_OP, node, dev_op_queue(op->h.kind));
   if (t == NULL)
     return ACCEL_ENOMEM;
   t->op = op;

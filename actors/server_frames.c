@@ -90,14 +90,7 @@ static void bad_header(srv_server *s, srv_conn *c, nng_msg *m, int rc) {
 
 /* Device `index` as the C API describes it (the world's node index + 1). */
 static void device_info(const dev_world *world, int index, struct accel_device_info *d) {
-  const dev_node *node = &world->nodes[index + 1];
-  memset(d, 0, sizeof *d);
-  memcpy(d->name, node->info.name, sizeof d->name - 1);
-  strncpy(d->backend, node->be->name, sizeof d->backend - 1);
-  d->mem_bytes = node->info.mem_bytes;
-  d->compute_units = node->info.compute_units;
-  d->state = (int)node->state;
-  d->restarts = node->restarts;
+  dev_node_describe(&world->nodes[index + 1], d);
 }
 
 static void fill_welcome(srv_server *s, proto_welcome *w) {

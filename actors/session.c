@@ -65,12 +65,13 @@ void dev_op_finished(dev_world *w, dev_op *op, int status) {
 
 /* ---- placement ---- */
 
-/* An accelerator (any backend but the CPU) if one serves, else the first CPU device. */
-static dev_node *default_device(dev_world *w) {
+/* An accelerator (any backend but the CPU) that runs the op if one serves, else the first
+ * CPU device that does. */
+static dev_node *default_device(dev_world *w, const dev_op *op, dev_buffer *bufs[]) {
   dev_node *cpu = NULL;
   for (int n = 1; n < w->nnodes; n++) {
     dev_node *node = &w->nodes[n];
-    if (node->state != DEV_NODE_SERVING)
+    if (node->state != DEV_NODE_SERVING || dev_node_supports(node, op, bufs) != 0)
       continue;
     if (strcmp(node->be->name, "cpu") != 0)
       return node;
@@ -78,6 +79,15 @@ static dev_node *default_device(dev_world *w) {
       cpu = node;
   }
   return cpu;
+}
+
+/* Whether any device (serving or not) runs the op: if none does, the op is not supported
+ * here at all, rather than waiting for a device to come back. */
+static bool any_runs(dev_world *w, const dev_op *op, dev_buffer *bufs[]) {
+  for (int n = 1; n < w->nnodes; n++)
+    if (dev_node_supports(&w->nodes[n], op, bufs) == 0)
+      return true;
+  return false;
 }
 
 /* Where an op runs: writes land on the host; reads run where a valid copy is; compute runs
@@ -101,10 +111,11 @@ static dev_node *place(dev_world *w, dev_op *op, dev_buffer *bufs[]) {
                                                              : NULL;
   for (uint32_t i = 0; i < op->nbufs; i++) {
     int n = dev_buffer_valid_node(bufs[i], -1);
-    if (n > DEV_HOST_NODE && w->nodes[n].state == DEV_NODE_SERVING)
+    if (n > DEV_HOST_NODE && w->nodes[n].state == DEV_NODE_SERVING &&
+        dev_node_supports(&w->nodes[n], op, bufs) == 0)
       return &w->nodes[n];
   }
-  return default_device(w);
+  return default_device(w, op, bufs);
 }
 
 /* ---- buffers ---- */
@@ -169,7 +180,10 @@ static int run_op(session_state *s, dev_op *op) {
   if (rc != 0)
     return rc;
   dev_node *node = place(w, op, bufs);
-  return node ? dev_plan_op(w, op, bufs, node) : ACCEL_EDEVLOST;
+  if (node == NULL) /* no device serving that runs the op */
+    return any_runs(w, op, bufs) ? ACCEL_EDEVLOST : ACCEL_ENOTSUP;
+  rc = dev_node_supports(node, op, bufs); /* a named device */
+  return rc != 0 ? rc : dev_plan_op(w, op, bufs, node);
 }
 
 static void handle_op(session_state *s, dev_op *op) {

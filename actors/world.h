@@ -14,6 +14,7 @@
 #include "accel/accel.h"
 #include "actors/op.h"
 #include "backends/backend.h"
+#include "backends/dtype_conv.h"
 
 #define DEV_MAX_NODES 16 /* node 0 is the host */
 #define DEV_HOST_NODE 0
@@ -24,6 +25,14 @@ typedef struct dev_world dev_world;
 
 /* The kernel actors of a device, one backend queue each. */
 typedef enum dev_queue_class { DEV_Q_MEM = 0, DEV_Q_BLAS, DEV_Q_RNG, DEV_Q_NN, DEV_Q_COUNT } dev_queue_class;
+
+/* What a device runs, read from its backend's packages when it opens (support.c), so that
+ * placement and device info need not ask the backend (or a device between incarnations). */
+typedef struct dev_caps {
+  uint32_t packages;                      /* ACCEL_PKG_* bits */
+  uint32_t gemm[ACCEL_DTYPE_MAX_ + 1];    /* per A/B dtype: bit c_type * 4 + math */
+  uint32_t vector_dtypes, rng_dtypes, nn_dtypes; /* ACCEL_DTYPE_BIT sets */
+} dev_caps;
 
 typedef enum dev_node_state { DEV_NODE_SERVING = 0, DEV_NODE_RESTARTING, DEV_NODE_QUARANTINED } dev_node_state;
 
@@ -41,6 +50,7 @@ typedef struct dev_node {
   uint32_t generation;   /* bumped per incarnation: tasks and replicas remember it */
   accel_completion completion; /* default strategy */
   be_device_info info;
+  dev_caps caps;
   int backend_index;     /* which device of its backend */
   struct dev_kernel_arg {
     struct dev_node *node;
@@ -164,7 +174,7 @@ void dev_task_complete(dev_task *t, int status);
 int dev_plan_op(dev_world *w, dev_op *op, dev_buffer *bufs[DEV_OP_MAX_BUFS], dev_node *node);
 
 static inline size_t dev_dtype_size(accel_dtype t) {
-  return t == ACCEL_F32 || t == ACCEL_U32 ? 4 : 0;
+  return be_dtype_size(t);
 }
 
 #endif

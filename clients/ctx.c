@@ -295,8 +295,6 @@ static int check_op(accel_ctx *ctx, dev_op *op, accel_device dev) {
 
 int client_submit(accel_ctx *ctx, dev_op *op, accel_device dev, accel_future **f) {
   op->h.device = dev;
-  if (op->h.kind == DEV_OP_SGEMM)
-    op->u.sgemm.math = (be_sgemm_math)thread_math;
   int rc = check_op(ctx, op, dev);
   if (rc != 0) {
     free(op);
@@ -310,6 +308,10 @@ int accel_set_math(accel_ctx *ctx, accel_math math) {
     return ACCEL_EINVAL;
   thread_math = math;
   return 0;
+}
+
+accel_math client_thread_math(void) {
+  return thread_math;
 }
 
 int accel_set_completion(accel_ctx *ctx, accel_completion how) {

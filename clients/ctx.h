@@ -74,6 +74,8 @@ int client_handle_get(accel_ctx *ctx, accel_buffer h, accel_dtype *dtype, size_t
 
 /* Checks an envelope against the handle table and sends it; makes the future. On error the
  * op is freed and no future made. */
+/* The math accel_set_math chose for this thread's sgemms. */
+accel_math client_thread_math(void);
 int client_submit(accel_ctx *ctx, dev_op *op, accel_device dev, accel_future **f);
 
 /* An op the transport took has finished (any thread). */

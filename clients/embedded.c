@@ -134,15 +134,7 @@ static int embedded_device_count(accel_ctx *ctx) {
 
 static int embedded_device_info(accel_ctx *ctx, accel_device dev,
                                 struct accel_device_info *out) {
-  const dev_node *node = &impl_of(ctx)->world.nodes[dev + 1];
-  memset(out, 0, sizeof *out);
-  /* name and sizes are set when the device first opened (before accel_open returned). */
-  memcpy(out->name, node->info.name, sizeof out->name - 1);
-  strncpy(out->backend, node->be->name, sizeof out->backend - 1);
-  out->mem_bytes = node->info.mem_bytes;
-  out->compute_units = node->info.compute_units;
-  out->state = (int)__atomic_load_n(&node->state, __ATOMIC_RELAXED);
-  out->restarts = __atomic_load_n(&node->restarts, __ATOMIC_RELAXED);
+  dev_node_describe(&impl_of(ctx)->world.nodes[dev + 1], out);
   return 0;
 }
 

@@ -2,8 +2,10 @@
  * which checks it against the handle table (the same checker the session runs again) and
  * sends it. An argument error returns at once and makes no future. */
 #include <stdlib.h>
+#include <string.h>
 
 #include "actors/world.h"
+#include "backends/dtype_conv.h"
 #include "clients/ctx.h"
 
 static dev_op *new_op(uint32_t kind) {
@@ -57,7 +59,7 @@ int accel_copy(accel_ctx *ctx, accel_device dev, accel_buffer dst, size_t dst_of
   return client_submit(ctx, op, dev, f);
 }
 
-static int fill(accel_ctx *ctx, accel_device dev, accel_buffer dst, uint32_t bits,
+static int fill(accel_ctx *ctx, accel_device dev, accel_buffer dst, uint64_t bits,
                 accel_future **f) {
   dev_op *op = ctx ? new_op(DEV_OP_FILL) : NULL;
   if (op == NULL)
@@ -67,9 +69,49 @@ static int fill(accel_ctx *ctx, accel_device dev, accel_buffer dst, uint32_t bit
   return client_submit(ctx, op, dev, f);
 }
 
+/* The bits of `value` as an element of `dtype`, or ACCEL_EINVAL. */
+static int element_bits(accel_dtype dtype, double value, uint64_t *bits) {
+  switch (dtype) {
+  case ACCEL_F64:
+    memcpy(bits, &value, sizeof value);
+    return 0;
+  case ACCEL_F32:
+    *bits = be_f32_bits((float)value);
+    return 0;
+  case ACCEL_F16:
+    *bits = be_f32_to_f16((float)value); /* the double's nearest f32 first, as a cast does */
+    return 0;
+  case ACCEL_BF16:
+    *bits = be_f32_to_bf16((float)value);
+    return 0;
+  case ACCEL_U32:
+    if (!(value >= 0.0 && value <= 4294967295.0) || value != (double)(uint32_t)value)
+      return ACCEL_EINVAL;
+    *bits = (uint32_t)value;
+    return 0;
+  case ACCEL_I32:
+    if (!(value >= -2147483648.0 && value <= 2147483647.0) || value != (double)(int32_t)value)
+      return ACCEL_EINVAL;
+    *bits = (uint32_t)(int32_t)value;
+    return 0;
+  }
+  return ACCEL_EINVAL;
+}
+
+int accel_fill(accel_ctx *ctx, accel_device dev, accel_buffer dst, double value,
+               accel_future **f) {
+  accel_dtype dtype;
+  size_t count;
+  uint64_t bits = 0;
+  int rc = ctx ? client_handle_get(ctx, dst, &dtype, &count) : ACCEL_EINVAL;
+  if (rc == 0)
+    rc = element_bits(dtype, value, &bits);
+  return rc != 0 ? rc : fill(ctx, dev, dst, bits, f);
+}
+
 int accel_fill_u32(accel_ctx *ctx, accel_device dev, accel_buffer dst, uint32_t value,
                    accel_future **f) {
-  return fill(ctx, dev, dst, value, f);
+  return fill(ctx, dev, dst, value, f); /* the checker refuses it for 2-byte elements */
 }
 
 int accel_fill_f32(accel_ctx *ctx, accel_device dev, accel_buffer dst, float value,
@@ -81,55 +123,118 @@ int accel_fill_f32(accel_ctx *ctx, accel_device dev, accel_buffer dst, float val
     return rc;
   if (dtype != ACCEL_F32)
     return ACCEL_EINVAL;
-  union {
-    float f;
-    uint32_t u;
-  } bits = {.f = value};
-  return fill(ctx, dev, dst, bits.u, f);
+  return fill(ctx, dev, dst, be_f32_bits(value), f);
 }
 
 /* ---- BLAS ---- */
 
-int accel_sgemm(accel_ctx *ctx, accel_device dev, accel_trans ta, accel_trans tb, size_t m,
-                size_t n, size_t k, float alpha, accel_buffer a, size_t lda, accel_buffer b,
-                size_t ldb, float beta, accel_buffer c, size_t ldc, accel_future **f) {
-  if (ctx == NULL || m > INT64_MAX || n > INT64_MAX || k > INT64_MAX || lda > INT64_MAX ||
-      ldb > INT64_MAX || ldc > INT64_MAX)
-    return ACCEL_EINVAL;
-  dev_op *op = new_op(DEV_OP_SGEMM);
+static bool sizes_fit(size_t a, size_t b, size_t c, size_t d, size_t e, size_t g) {
+  return a <= INT64_MAX && b <= INT64_MAX && c <= INT64_MAX && d <= INT64_MAX &&
+         e <= INT64_MAX && g <= INT64_MAX;
+}
+
+static int gemm(accel_ctx *ctx, accel_device dev, const be_gemm_args *g, accel_buffer a,
+                accel_buffer b, accel_buffer c, accel_future **f) {
+  dev_op *op = new_op(DEV_OP_GEMM);
   if (op == NULL)
     return ACCEL_ENOMEM;
-  op->u.sgemm = (be_sgemm_args){(be_blas_trans)ta, (be_blas_trans)tb, (int64_t)m, (int64_t)n,
-                                (int64_t)k, alpha, beta, (int64_t)lda, (int64_t)ldb,
-                                (int64_t)ldc, BE_SGEMM_MATH_DEVICE};
+  op->u.gemm = *g;
   add_buf(op, a, 0, 0);
   add_buf(op, b, 0, 0);
   add_buf(op, c, 0, 0);
   return client_submit(ctx, op, dev, f);
 }
 
-int accel_saxpy(accel_ctx *ctx, accel_device dev, size_t n, float alpha, accel_buffer x,
-                accel_buffer y, accel_future **f) {
-  dev_op *op = ctx ? new_op(DEV_OP_SAXPY) : NULL;
+int accel_gemm_strided_batched(accel_ctx *ctx, accel_device dev, accel_trans ta,
+                               accel_trans tb, size_t m, size_t n, size_t k, double alpha,
+                               accel_buffer a, size_t lda, size_t stride_a, accel_buffer b,
+                               size_t ldb, size_t stride_b, double beta, accel_buffer c,
+                               size_t ldc, size_t stride_c, size_t batch, accel_math math,
+                               accel_future **f) {
+  if (ctx == NULL || !sizes_fit(m, n, k, lda, ldb, ldc) ||
+      !sizes_fit(stride_a, stride_b, stride_c, batch, 0, 0) || batch == 0)
+    return ACCEL_EINVAL;
+  be_gemm_args g = {.trans_a = (be_blas_trans)ta, .trans_b = (be_blas_trans)tb,
+                    .m = (int64_t)m, .n = (int64_t)n, .k = (int64_t)k, .alpha = alpha,
+                    .beta = beta, .lda = (int64_t)lda, .ldb = (int64_t)ldb,
+                    .ldc = (int64_t)ldc, .math = (be_gemm_math)math, .batch = (int64_t)batch,
+                    .stride_a = (int64_t)stride_a, .stride_b = (int64_t)stride_b,
+                    .stride_c = (int64_t)stride_c};
+  return gemm(ctx, dev, &g, a, b, c, f);
+}
+
+int accel_gemm(accel_ctx *ctx, accel_device dev, accel_trans ta, accel_trans tb, size_t m,
+               size_t n, size_t k, double alpha, accel_buffer a, size_t lda, accel_buffer b,
+               size_t ldb, double beta, accel_buffer c, size_t ldc, accel_math math,
+               accel_future **f) {
+  return accel_gemm_strided_batched(ctx, dev, ta, tb, m, n, k, alpha, a, lda, 0, b, ldb, 0,
+                                    beta, c, ldc, 0, 1, math, f);
+}
+
+int accel_sgemm(accel_ctx *ctx, accel_device dev, accel_trans ta, accel_trans tb, size_t m,
+                size_t n, size_t k, float alpha, accel_buffer a, size_t lda, accel_buffer b,
+                size_t ldb, float beta, accel_buffer c, size_t ldc, accel_future **f) {
+  accel_dtype dtype;
+  size_t len;
+  int rc = ctx ? client_handle_get(ctx, c, &dtype, &len) : ACCEL_EINVAL;
+  if (rc != 0)
+    return rc;
+  if (dtype != ACCEL_F32)
+    return ACCEL_EINVAL;
+  return accel_gemm(ctx, dev, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc,
+                    client_thread_math(), f);
+}
+
+static int blas1(accel_ctx *ctx, accel_device dev, uint32_t kind, size_t n, double alpha,
+                 accel_buffer x, accel_buffer y, accel_buffer result, accel_future **f) {
+  dev_op *op = ctx ? new_op(kind) : NULL;
   if (op == NULL)
     return ctx ? ACCEL_ENOMEM : ACCEL_EINVAL;
-  op->u.saxpy.n = n;
-  op->u.saxpy.alpha = alpha;
+  op->u.axpy.n = n; /* dot's n is at the same place */
+  op->u.axpy.alpha = alpha;
+  if (kind == DEV_OP_DOT)
+    op->u.dot.n = n;
   add_buf(op, x, 0, 0);
-  add_buf(op, y, 0, 0);
+  if (kind != DEV_OP_SCAL)
+    add_buf(op, y, 0, 0);
+  if (kind == DEV_OP_DOT)
+    add_buf(op, result, 0, 0);
   return client_submit(ctx, op, dev, f);
+}
+
+int accel_axpy(accel_ctx *ctx, accel_device dev, size_t n, double alpha, accel_buffer x,
+               accel_buffer y, accel_future **f) {
+  return blas1(ctx, dev, DEV_OP_AXPY, n, alpha, x, y, 0, f);
+}
+
+int accel_dot(accel_ctx *ctx, accel_device dev, size_t n, accel_buffer x, accel_buffer y,
+              accel_buffer result, accel_future **f) {
+  return blas1(ctx, dev, DEV_OP_DOT, n, 0.0, x, y, result, f);
+}
+
+int accel_scal(accel_ctx *ctx, accel_device dev, size_t n, double alpha, accel_buffer x,
+               accel_future **f) {
+  return blas1(ctx, dev, DEV_OP_SCAL, n, alpha, x, 0, 0, f);
+}
+
+/* The F32 shorthands refuse other dtypes (their float arguments say F32). */
+static int f32_only(accel_ctx *ctx, accel_buffer x) {
+  accel_dtype dtype;
+  size_t len;
+  int rc = ctx ? client_handle_get(ctx, x, &dtype, &len) : ACCEL_EINVAL;
+  return rc != 0 ? rc : dtype == ACCEL_F32 ? 0 : ACCEL_EINVAL;
+}
+
+int accel_saxpy(accel_ctx *ctx, accel_device dev, size_t n, float alpha, accel_buffer x,
+                accel_buffer y, accel_future **f) {
+  int rc = f32_only(ctx, x);
+  return rc != 0 ? rc : accel_axpy(ctx, dev, n, alpha, x, y, f);
 }
 
 int accel_sdot(accel_ctx *ctx, accel_device dev, size_t n, accel_buffer x, accel_buffer y,
                accel_buffer result, accel_future **f) {
-  dev_op *op = ctx ? new_op(DEV_OP_SDOT) : NULL;
-  if (op == NULL)
-    return ctx ? ACCEL_ENOMEM : ACCEL_EINVAL;
-  op->u.sdot.n = n;
-  add_buf(op, x, 0, 0);
-  add_buf(op, y, 0, 0);
-  add_buf(op, result, 0, 0);
-  return client_submit(ctx, op, dev, f);
+  int rc = f32_only(ctx, x);
+  return rc != 0 ? rc : accel_dot(ctx, dev, n, x, y, result, f);
 }
 
 /* ---- RNG ---- */

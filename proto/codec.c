@@ -53,10 +53,10 @@ static void put_u64(proto_out *o, uint64_t v) { put_le(o, v, 8); }
 static void put_i32(proto_out *o, int32_t v) { put_le(o, (uint32_t)v, 4); }
 static void put_i64(proto_out *o, int64_t v) { put_le(o, (uint64_t)v, 8); }
 
-static void put_f32(proto_out *o, float f) {
-  uint32_t u;
+static void put_f64(proto_out *o, double f) {
+  uint64_t u;
   memcpy(&u, &f, sizeof u);
-  put_u32(o, u);
+  put_u64(o, u);
 }
 
 static void put_bytes(proto_out *o, const void *data, size_t n) {
@@ -114,9 +114,9 @@ static uint64_t get_u64(reader *r) { return get_le(r, 8); }
 static int32_t get_i32(reader *r) { return (int32_t)get_u32(r); }
 static int64_t get_i64(reader *r) { return (int64_t)get_u64(r); }
 
-static float get_f32(reader *r) {
-  uint32_t u = get_u32(r);
-  float f;
+static double get_f64(reader *r) {
+  uint64_t u = get_u64(r);
+  double f;
   memcpy(&f, &u, sizeof f);
   return f;
 }
@@ -198,6 +198,12 @@ static void put_device(proto_out *o, const struct accel_device_info *d) {
   put_u32(o, d->compute_units);
   put_u32(o, (uint32_t)d->state);
   put_u32(o, d->restarts);
+  put_u32(o, d->packages);
+  put_u32(o, d->gemm_dtypes);
+  put_u32(o, d->vector_dtypes);
+  put_u32(o, d->rng_dtypes);
+  put_u32(o, d->nn_dtypes);
+  put_u32(o, 0);
   put_u32(o, 0);
 }
 
@@ -217,6 +223,12 @@ static void get_device(reader *r, struct accel_device_info *d) {
   uint32_t state = get_u32(r);
   d->state = state <= DEV_NODE_QUARANTINED ? (int)state : (r->bad = true, 0);
   d->restarts = get_u32(r);
+  d->packages = get_u32(r);
+  d->gemm_dtypes = get_u32(r);
+  d->vector_dtypes = get_u32(r);
+  d->rng_dtypes = get_u32(r);
+  d->nn_dtypes = get_u32(r);
+  get_u32(r);
   get_u32(r);
 }
 
@@ -294,36 +306,42 @@ static void put_payload(proto_out *o, const dev_op *op, size_t data_len) {
     put_u64(o, data_len);
     break;
   case DEV_OP_FILL:
-    put_u32(o, op->u.fill.value);
+    put_u64(o, op->u.fill.value);
     break;
-  case DEV_OP_SGEMM: {
-    const be_sgemm_args *g = &op->u.sgemm;
+  case DEV_OP_GEMM: {
+    const be_gemm_args *g = &op->u.gemm;
     put_u32(o, g->trans_a);
     put_u32(o, g->trans_b);
     put_i64(o, g->m);
     put_i64(o, g->n);
     put_i64(o, g->k);
-    put_f32(o, g->alpha);
-    put_f32(o, g->beta);
+    put_f64(o, g->alpha);
+    put_f64(o, g->beta);
     put_i64(o, g->lda);
     put_i64(o, g->ldb);
     put_i64(o, g->ldc);
     put_u32(o, g->math);
+    put_u32(o, 0);
+    put_i64(o, g->batch);
+    put_i64(o, g->stride_a);
+    put_i64(o, g->stride_b);
+    put_i64(o, g->stride_c);
     break;
   }
-  case DEV_OP_SAXPY:
-    put_u64(o, op->u.saxpy.n);
-    put_f32(o, op->u.saxpy.alpha);
+  case DEV_OP_AXPY:
+  case DEV_OP_SCAL:
+    put_u64(o, op->u.axpy.n);
+    put_f64(o, op->u.axpy.alpha);
     break;
-  case DEV_OP_SDOT:
-    put_u64(o, op->u.sdot.n);
+  case DEV_OP_DOT:
+    put_u64(o, op->u.dot.n);
     break;
   case DEV_OP_RNG:
     put_u32(o, op->u.rng.dist);
     put_u64(o, op->u.rng.seed);
     put_u64(o, op->u.rng.offset);
-    put_f32(o, op->u.rng.mean);
-    put_f32(o, op->u.rng.stddev);
+    put_f64(o, op->u.rng.mean);
+    put_f64(o, op->u.rng.stddev);
     break;
   case DEV_OP_UNARY:
     put_u32(o, op->u.unary.op);
@@ -347,40 +365,46 @@ static uint64_t get_payload(reader *r, dev_op *op) {
     data_len = get_u64(r);
     break;
   case DEV_OP_FILL:
-    op->u.fill.value = get_u32(r);
+    op->u.fill.value = get_u64(r);
     break;
-  case DEV_OP_SGEMM: {
-    be_sgemm_args *g = &op->u.sgemm;
+  case DEV_OP_GEMM: {
+    be_gemm_args *g = &op->u.gemm;
     uint32_t ta = get_u32(r), tb = get_u32(r);
     g->trans_a = ta <= BE_BLAS_TRANS ? (be_blas_trans)ta : (r->bad = true, BE_BLAS_NO_TRANS);
     g->trans_b = tb <= BE_BLAS_TRANS ? (be_blas_trans)tb : (r->bad = true, BE_BLAS_NO_TRANS);
     g->m = get_i64(r);
     g->n = get_i64(r);
     g->k = get_i64(r);
-    g->alpha = get_f32(r);
-    g->beta = get_f32(r);
+    g->alpha = get_f64(r);
+    g->beta = get_f64(r);
     g->lda = get_i64(r);
     g->ldb = get_i64(r);
     g->ldc = get_i64(r);
     uint32_t math = get_u32(r);
-    g->math = math <= BE_SGEMM_MATH_TF32 ? (be_sgemm_math)math
-                                         : (r->bad = true, BE_SGEMM_MATH_DEVICE);
-    break;
+    g->math = math <= BE_GEMM_MATH_FP64 ? (be_gemm_math)math
+                                        : (r->bad = true, BE_GEMM_MATH_DEVICE);
+    get_u32(r);
+    g->batch = get_i64(r);
+    g->stride_a = get_i64(r);
+    g->stride_b = get_i64(r);
+    g->stride_c = get_i64(r);
+    break; /* the types are the buffers': the checker sets them */
   }
-  case DEV_OP_SAXPY:
-    op->u.saxpy.n = get_u64(r);
-    op->u.saxpy.alpha = get_f32(r);
+  case DEV_OP_AXPY:
+  case DEV_OP_SCAL:
+    op->u.axpy.n = get_u64(r);
+    op->u.axpy.alpha = get_f64(r);
     break;
-  case DEV_OP_SDOT:
-    op->u.sdot.n = get_u64(r);
+  case DEV_OP_DOT:
+    op->u.dot.n = get_u64(r);
     break;
   case DEV_OP_RNG: {
     uint32_t dist = get_u32(r);
     op->u.rng.dist = dist <= BE_RNG_NORMAL ? (be_rng_dist)dist : (r->bad = true, BE_RNG_BITS);
     op->u.rng.seed = get_u64(r);
     op->u.rng.offset = get_u64(r);
-    op->u.rng.mean = get_f32(r);
-    op->u.rng.stddev = get_f32(r);
+    op->u.rng.mean = get_f64(r);
+    op->u.rng.stddev = get_f64(r);
     break;
   }
   case DEV_OP_UNARY: {

@@ -43,20 +43,40 @@ typedef enum accel_dist {
   ACCEL_DIST_NORMAL = 2   /* f32, Box-Muller over word pairs (offset must be even) */
 } accel_dist;
 
+/* Random fills (accel_rng_fill): Philox4x32-10 in cuRAND's stream convention (DESIGN.md,
+ * "Ops"); the same (seed, offset, count) gives the same bits on every device, whatever the
+ * split into ops. The output's type is the buffer's:
+ *   BITS     into U32: word i of the stream.
+ *   UNIFORM  into F32: u * 2^-32 + 2^-33 of word i (cuRAND's curand_uniform), in (0, 1];
+ *            into F16 / BF16: that f32 rounded to nearest even (tiny values may become 0 in
+ *            F16); into F64: cuRAND's double convention from words 2i and 2i + 1,
+ *            ((w0 ^ (w1 << 21)) * 2^-53 + 2^-54), in (0, 1).
+ *   NORMAL   Box-Muller over pairs (the offset must be even): F32 as curand_normal, scaled as
+ *            z * stddev + mean in float; F16 / BF16: that f32 rounded; F64 as
+ *            curand_normal2_double from words 4j .. 4j + 3 per pair, in double. Normals agree
+ *            across devices to a few ulp (libm differs), bits and uniforms exactly. */
 typedef struct accel_rng {
   accel_dist dist;
   uint64_t seed;
   uint64_t offset; /* position in the stream, in elements */
-  float mean, stddev;
+  double mean, stddev;
 } accel_rng;
 
-/* sgemm arithmetic: FP32 (the default) or TF32 tensor cores (faster on GPUs that have them,
- * inputs rounded to a 10-bit mantissa: about 1e-3 relative error). */
+/* gemm arithmetic. DEFAULT is the device's for the input type: FP64 for F64, FP32 for F32
+ * unless the context asked tf32=1, and FP32 accumulation for F16/BF16 inputs (tensor cores on
+ * GPUs that have them). TF32 (F32 inputs rounded to a 10-bit mantissa: about 1e-3 relative
+ * error) is ACCEL_ENOTSUP on devices without tensor cores. */
 typedef enum accel_math {
-  ACCEL_MATH_DEFAULT = 0, /* the device's: FP32 unless the context asked tf32=1 */
+  ACCEL_MATH_DEFAULT = 0,
   ACCEL_MATH_FP32,
-  ACCEL_MATH_TF32 /* ACCEL_ENOTSUP (in the future) on devices without tensor cores */
+  ACCEL_MATH_TF32,
+  ACCEL_MATH_FP64
 } accel_math;
+
+/* Op packages a device may provide (accel_device_info.packages). */
+#define ACCEL_PKG_BLAS 0x1u /* gemm, axpy, dot, scal */
+#define ACCEL_PKG_RNG 0x2u  /* accel_rng_fill */
+#define ACCEL_PKG_NN 0x4u   /* sigmoid, relu, tanh, softmax */
 
 typedef enum accel_completion {
   ACCEL_COMPLETION_DEFAULT = 0, /* the device's configured strategy */
@@ -73,6 +93,10 @@ struct accel_device_info {
   uint32_t compute_units;
   int state;            /* 0 serving, 1 restarting, 2 quarantined */
   uint32_t restarts;
+  uint32_t packages;      /* ACCEL_PKG_* */
+  /* Sets of ACCEL_DTYPE_BIT(t): gemm's A/B types, axpy/dot/scal, RNG uniform/normal outputs
+   * (BITS fills U32 wherever there is an rng package), the element-wise ops and softmax. */
+  uint32_t gemm_dtypes, vector_dtypes, rng_dtypes, nn_dtypes;
 };
 
 /* Bytes moved between memory nodes and to or from the caller, per direction. */
@@ -132,31 +156,62 @@ ACCEL_API int accel_read(accel_ctx *ctx, accel_buffer src, size_t offset, void *
  * src == dst. */
 ACCEL_API int accel_copy(accel_ctx *ctx, accel_device dev, accel_buffer dst, size_t dst_off,
                          accel_buffer src, size_t src_off, size_t count, accel_future **f);
-/* Every element of the buffer = value (f32 buffers: pass the float's bits via
- * accel_fill_f32). */
+/* Every element of the buffer = value, converted to the buffer's dtype (rounded to nearest
+ * even for F32, F16, BF16; U32 and I32 take integral values in their range, else
+ * ACCEL_EINVAL). */
+ACCEL_API int accel_fill(accel_ctx *ctx, accel_device dev, accel_buffer dst, double value,
+                         accel_future **f);
+/* Shorthands: the u32 pattern for 4-byte buffers (F32, U32, I32); an F32 buffer's value. */
 ACCEL_API int accel_fill_u32(accel_ctx *ctx, accel_device dev, accel_buffer dst, uint32_t value,
                              accel_future **f);
 ACCEL_API int accel_fill_f32(accel_ctx *ctx, accel_device dev, accel_buffer dst, float value,
                              accel_future **f);
 
 /* ---- BLAS (column-major, as BLAS) ---------------------------------------------------------
- * C = alpha * op(A) * op(B) + beta * C; op(A) is m x k, op(B) k x n, C m x n. */
+ * C = alpha * op(A) * op(B) + beta * C; op(A) is m x k, op(B) k x n, C m x n. The types are
+ * the buffers': A and B F64, F32, F16 or BF16 (the same); C the same type, or F32 for F16
+ * and BF16 inputs. With k = 0 or alpha = 0, A and B are not read; beta = 0 overwrites C.
+ * A combination the device does not run is ACCEL_ENOTSUP ("not supported on this backend"),
+ * and an op on ACCEL_DEVICE_ANY is placed only on devices that run it. */
+ACCEL_API int accel_gemm(accel_ctx *ctx, accel_device dev, accel_trans ta, accel_trans tb,
+                         size_t m, size_t n, size_t k, double alpha, accel_buffer a,
+                         size_t lda, accel_buffer b, size_t ldb, double beta, accel_buffer c,
+                         size_t ldc, accel_math math, accel_future **f);
+/* `batch` gemms of one shape: matrix i of A starts stride_a elements after matrix i - 1 (0
+ * reuses one A; likewise B), C's matrices must not overlap. */
+ACCEL_API int accel_gemm_strided_batched(accel_ctx *ctx, accel_device dev, accel_trans ta,
+                                         accel_trans tb, size_t m, size_t n, size_t k,
+                                         double alpha, accel_buffer a, size_t lda,
+                                         size_t stride_a, accel_buffer b, size_t ldb,
+                                         size_t stride_b, double beta, accel_buffer c,
+                                         size_t ldc, size_t stride_c, size_t batch,
+                                         accel_math math, accel_future **f);
+/* accel_gemm on F32 buffers with the math set by accel_set_math. */
 ACCEL_API int accel_sgemm(accel_ctx *ctx, accel_device dev, accel_trans ta, accel_trans tb,
                           size_t m, size_t n, size_t k, float alpha, accel_buffer a, size_t lda,
                           accel_buffer b, size_t ldb, float beta, accel_buffer c, size_t ldc,
                           accel_future **f);
-/* y = alpha * x + y over n elements. */
+/* y = alpha * x + y; result[0] = x . y; x = alpha * x: over n elements of float buffers of
+ * one dtype (F32 and F64 on every backend; F16/BF16 where a device has them). */
+ACCEL_API int accel_axpy(accel_ctx *ctx, accel_device dev, size_t n, double alpha,
+                         accel_buffer x, accel_buffer y, accel_future **f);
+ACCEL_API int accel_dot(accel_ctx *ctx, accel_device dev, size_t n, accel_buffer x,
+                        accel_buffer y, accel_buffer result, accel_future **f);
+ACCEL_API int accel_scal(accel_ctx *ctx, accel_device dev, size_t n, double alpha,
+                         accel_buffer x, accel_future **f);
+/* The F32 shorthands. */
 ACCEL_API int accel_saxpy(accel_ctx *ctx, accel_device dev, size_t n, float alpha,
                           accel_buffer x, accel_buffer y, accel_future **f);
 /* result[0] = x . y over n elements (result: an f32 buffer of at least 1 element). */
 ACCEL_API int accel_sdot(accel_ctx *ctx, accel_device dev, size_t n, accel_buffer x,
                          accel_buffer y, accel_buffer result, accel_future **f);
 
-/* ---- RNG: fills the whole buffer (u32 for BITS, f32 otherwise) ---------------------------- */
+/* ---- RNG: fills the whole buffer (U32 for BITS; F32, F64, F16 or BF16 otherwise) --------- */
 ACCEL_API int accel_rng_fill(accel_ctx *ctx, accel_device dev, accel_buffer dst,
                              const accel_rng *spec, accel_future **f);
 
-/* ---- NN element-wise (f32; dst may equal src) --------------------------------------------- */
+/* ---- NN element-wise (F32, F64, F16, BF16; dst and src of one dtype; dst may equal src).
+ * F16 and BF16 compute in f32 and round the result to nearest even. */
 ACCEL_API int accel_sigmoid(accel_ctx *ctx, accel_device dev, accel_buffer dst,
                             accel_buffer src, accel_future **f);
 ACCEL_API int accel_relu(accel_ctx *ctx, accel_device dev, accel_buffer dst, accel_buffer src,
@@ -171,8 +226,8 @@ ACCEL_API int accel_softmax(accel_ctx *ctx, accel_device dev, accel_buffer dst,
 /* Per-op completion strategy for the ops this thread issues next (ACCEL_COMPLETION_DEFAULT
  * restores the device's). */
 ACCEL_API int accel_set_completion(accel_ctx *ctx, accel_completion how);
-/* sgemm arithmetic for the sgemms this thread issues next (ACCEL_MATH_DEFAULT restores the
- * device's). */
+/* The arithmetic of the accel_sgemm calls this thread issues next (ACCEL_MATH_DEFAULT
+ * restores the device's); accel_gemm takes its own. */
 ACCEL_API int accel_set_math(accel_ctx *ctx, accel_math math);
 /* Waits for every op issued so far; returns the first error since the last accel_finish (0 if
  * none) or ACCEL_ETIMEDOUT. */

@@ -150,12 +150,12 @@ TEST(quarantine_exits_for_a_restart) {
 
 static void encode_sgemm(proto_out *o, uint64_t id, uint64_t a, uint64_t b, uint64_t c,
                          int64_t n) {
-  dev_op op = {.h = {.kind = DEV_OP_SGEMM, .device = 0}, .nbufs = 3};
+  dev_op op = {.h = {.kind = DEV_OP_GEMM, .device = 0}, .nbufs = 3};
   op.bufs[0] = (dev_op_buf){.handle = a};
   op.bufs[1] = (dev_op_buf){.handle = b};
   op.bufs[2] = (dev_op_buf){.handle = c};
-  op.u.sgemm = (be_sgemm_args){.m = n, .n = n, .k = n, .alpha = 1.0f, .beta = 1.0f,
-                               .lda = n, .ldb = n, .ldc = n};
+  op.u.gemm = (be_gemm_args){.m = n, .n = n, .k = n, .alpha = 1.0, .beta = 1.0, .lda = n,
+                             .ldb = n, .ldc = n, .batch = 1};
   CHECK_OK(proto_encode_op(o, id, &op, (proto_bytes){NULL, 0}));
 }
 

@@ -468,11 +468,11 @@ static void slow_sgemm(td_client *c, int64_t n, int reps) {
     CHECK_OK(td_create(c, td_handle(slot, 1), ACCEL_F32, (uint64_t)(n * n)));
   CHECK_OK(td_fill(c, td_handle(1, 1), 0x3f800000u));
   CHECK_OK(td_fill(c, td_handle(2, 1), 0x3f800000u));
-  dev_op op = {.h = {.kind = DEV_OP_SGEMM, .device = 0}, .nbufs = 3};
+  dev_op op = {.h = {.kind = DEV_OP_GEMM, .device = 0}, .nbufs = 3};
   for (uint32_t i = 0; i < 3; i++)
     op.bufs[i] = (dev_op_buf){.handle = td_handle(i + 1, 1), .count = (uint64_t)(n * n)};
-  op.u.sgemm = (be_sgemm_args){.m = n, .n = n, .k = n, .alpha = 1, .beta = 0,
-                               .lda = n, .ldb = n, .ldc = n};
+  op.u.gemm = (be_gemm_args){.m = n, .n = n, .k = n, .alpha = 1, .beta = 0, .lda = n,
+                             .ldb = n, .ldc = n, .batch = 1};
   proto_out o;
   proto_out_init(&o);
   for (int i = 0; i < reps; i++)

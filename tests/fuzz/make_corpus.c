@@ -100,11 +100,11 @@ static void hello_limits(void) {
     failed++;
   }
   proto_out_free(&o);
-  save("hello-version-2", &o, hello_named(&o, 8, PROTO_VERSION + 1));
+  save("hello-next-version", &o, hello_named(&o, 8, PROTO_VERSION + 1));
   rc = hello_named(&o, 8, PROTO_VERSION);
   if (rc == 0)
     set_le(o.data + 4, PROTO_VERSION + 1, 2);
-  save("hello-header-version-2", &o, rc);
+  save("hello-header-next-version", &o, rc);
 }
 
 static dev_op base_op(uint32_t kind, uint32_t nbufs) {
@@ -129,20 +129,28 @@ static void ops(void) {
   dev_op f = base_op(DEV_OP_FILL, 1);
   f.u.fill.value = 0x3f800000u;
   op("op-fill", f, (proto_bytes){NULL, 0});
-  dev_op g = base_op(DEV_OP_SGEMM, 3);
-  g.u.sgemm = (be_sgemm_args){.trans_a = BE_BLAS_TRANS, .trans_b = BE_BLAS_NO_TRANS, .m = 4,
-                               .n = 4, .k = 4, .alpha = 1.0f, .beta = 0.5f, .lda = 4,
-                               .ldb = 4, .ldc = 4};
-  op("op-sgemm", g, (proto_bytes){NULL, 0});
-  dev_op ax = base_op(DEV_OP_SAXPY, 2);
-  ax.u.saxpy.n = 16;
-  ax.u.saxpy.alpha = 2.0f;
-  op("op-saxpy", ax, (proto_bytes){NULL, 0});
-  dev_op dot = base_op(DEV_OP_SDOT, 3);
-  dot.u.sdot.n = 16;
-  op("op-sdot", dot, (proto_bytes){NULL, 0});
+  dev_op g = base_op(DEV_OP_GEMM, 3);
+  g.u.gemm = (be_gemm_args){.trans_a = BE_BLAS_TRANS, .trans_b = BE_BLAS_NO_TRANS, .m = 4,
+                            .n = 4, .k = 4, .alpha = 1.0, .beta = 0.5, .lda = 4, .ldb = 4,
+                            .ldc = 4, .math = BE_GEMM_MATH_FP64, .batch = 1};
+  op("op-gemm", g, (proto_bytes){NULL, 0});
+  g.u.gemm.batch = 8;
+  g.u.gemm.stride_a = g.u.gemm.stride_b = g.u.gemm.stride_c = 16;
+  g.u.gemm.math = BE_GEMM_MATH_TF32;
+  op("op-gemm-batched", g, (proto_bytes){NULL, 0});
+  dev_op ax = base_op(DEV_OP_AXPY, 2);
+  ax.u.axpy.n = 16;
+  ax.u.axpy.alpha = 2.0;
+  op("op-axpy", ax, (proto_bytes){NULL, 0});
+  dev_op sc = base_op(DEV_OP_SCAL, 1);
+  sc.u.axpy.n = 16;
+  sc.u.axpy.alpha = -0.5;
+  op("op-scal", sc, (proto_bytes){NULL, 0});
+  dev_op dot = base_op(DEV_OP_DOT, 3);
+  dot.u.dot.n = 16;
+  op("op-dot", dot, (proto_bytes){NULL, 0});
   dev_op r = base_op(DEV_OP_RNG, 1);
-  r.u.rng = (be_rng_args){.dist = BE_RNG_NORMAL, .seed = 42, .offset = 8, .stddev = 1.0f};
+  r.u.rng = (be_rng_args){.dist = BE_RNG_NORMAL, .seed = 42, .offset = 8, .stddev = 1.0};
   op("op-rng", r, (proto_bytes){NULL, 0});
   dev_op u = base_op(DEV_OP_UNARY, 2);
   u.u.unary.op = BE_TANH;
@@ -154,6 +162,10 @@ static void ops(void) {
   dev_op c = base_op(DEV_OP_BUFFER_CREATE, 1);
   c.u.create.dtype = ACCEL_F32;
   op("op-create", c, (proto_bytes){NULL, 0});
+  c.u.create.dtype = ACCEL_BF16;
+  op("op-create-bf16", c, (proto_bytes){NULL, 0});
+  c.u.create.dtype = ACCEL_F64;
+  op("op-create-f64", c, (proto_bytes){NULL, 0});
   op("op-destroy", base_op(DEV_OP_BUFFER_DESTROY, 1), (proto_bytes){NULL, 0});
 }
 

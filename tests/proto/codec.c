@@ -28,22 +28,35 @@ static const uint8_t *body_of(const proto_out *o, proto_header *h) {
   return o->data + PROTO_HEADER_SIZE;
 }
 
-static dev_op random_sgemm(void) {
-  dev_op op = {.h = {.kind = DEV_OP_SGEMM, .device = (int32_t)(rnd() % 4), .completion = 2,
+static dev_op random_gemm(void) {
+  dev_op op = {.h = {.kind = DEV_OP_GEMM, .device = (int32_t)(rnd() % 4), .completion = 2,
                      .deadline_ms = (int64_t)(rnd() % 1000)},
                .nbufs = 3};
   for (int i = 0; i < 3; i++)
     op.bufs[i] = (dev_op_buf){rnd(), DEV_READ, rnd(), rnd()};
-  op.u.sgemm = (be_sgemm_args){BE_BLAS_TRANS, BE_BLAS_NO_TRANS, (int64_t)(rnd() % 999),
-                               (int64_t)(rnd() % 999), (int64_t)(rnd() % 999), 1.5f, -0.25f,
-                               7, 8, 9, BE_SGEMM_MATH_DEVICE};
+  /* The types are not on the wire (the checker takes them from the buffers): 0 here. */
+  op.u.gemm = (be_gemm_args){.trans_a = BE_BLAS_TRANS, .trans_b = BE_BLAS_NO_TRANS,
+                             .m = (int64_t)(rnd() % 999), .n = (int64_t)(rnd() % 999),
+                             .k = (int64_t)(rnd() % 999), .alpha = 1.5, .beta = -0.1,
+                             .lda = 7, .ldb = 8, .ldc = 9, .math = BE_GEMM_MATH_FP64,
+                             .batch = (int64_t)(rnd() % 99 + 1),
+                             .stride_a = (int64_t)rnd(), .stride_b = (int64_t)rnd(),
+                             .stride_c = (int64_t)rnd()};
   return op;
+}
+
+static bool same_gemm(const be_gemm_args *a, const be_gemm_args *b) {
+  return a->trans_a == b->trans_a && a->trans_b == b->trans_b && a->m == b->m &&
+         a->n == b->n && a->k == b->k && a->alpha == b->alpha && a->beta == b->beta &&
+         a->lda == b->lda && a->ldb == b->ldb && a->ldc == b->ldc && a->math == b->math &&
+         a->batch == b->batch && a->stride_a == b->stride_a && a->stride_b == b->stride_b &&
+         a->stride_c == b->stride_c && b->ab_type == 0 && b->c_type == 0;
 }
 
 TEST(op_round_trip) {
   start();
   for (int round = 0; round < 200; round++) {
-    dev_op op = random_sgemm(), back;
+    dev_op op = random_gemm(), back;
     proto_out o;
     proto_out_init(&o);
     uint64_t id = rnd();
@@ -62,7 +75,7 @@ TEST(op_round_trip) {
       CHECK(back.bufs[i].offset == op.bufs[i].offset);
       CHECK(back.bufs[i].count == op.bufs[i].count);
     }
-    CHECK(memcmp(&back.u.sgemm, &op.u.sgemm, sizeof op.u.sgemm) == 0);
+    CHECK(same_gemm(&back.u.gemm, &op.u.gemm));
     proto_out_free(&o);
   }
 }
@@ -160,7 +173,7 @@ static int decode_any(const uint8_t *frame, size_t len) {
 
 TEST(truncations_are_refused) {
   start();
-  dev_op op = random_sgemm();
+  dev_op op = random_gemm();
   proto_out o;
   proto_out_init(&o);
   CHECK_OK(proto_encode_op(&o, 5, &op, (proto_bytes){NULL, 0}));
@@ -177,7 +190,7 @@ TEST(truncations_are_refused) {
 
 TEST(corruptions_are_refused_or_still_well_formed) {
   start();
-  dev_op op = random_sgemm();
+  dev_op op = random_gemm();
   proto_out o;
   proto_out_init(&o);
   CHECK_OK(proto_encode_op(&o, 5, &op, (proto_bytes){NULL, 0}));
@@ -201,14 +214,14 @@ TEST(corruptions_are_refused_or_still_well_formed) {
 }
 
 TEST(bad_enums_and_counts_are_refused) {
-  dev_op op = random_sgemm();
-  op.nbufs = 2; /* sgemm needs three */
+  dev_op op = random_gemm();
+  op.nbufs = 2; /* gemm needs three */
   proto_out o;
   proto_out_init(&o);
   CHECK_OK(proto_encode_op(&o, 1, &op, (proto_bytes){NULL, 0}));
   CHECK_ERR(decode_any(o.data, o.len), ACCEL_EPROTO);
   proto_out_free(&o);
-  op = random_sgemm();
+  op = random_gemm();
   op.h.kind = 999;
   op.nbufs = 1;
   CHECK_OK(proto_encode_op(&o, 1, &op, (proto_bytes){NULL, 0}));
@@ -593,27 +606,27 @@ TEST(op_payload_enums_at_the_limit_and_one_past) {
   op.u.unary.op = (be_unary_op)(BE_TANH + 1);
   CHECK_ERR(op_decodes(&op), ACCEL_EPROTO);
   op = op_of(DEV_OP_BUFFER_CREATE, 1);
-  op.u.create.dtype = ACCEL_U32;
+  op.u.create.dtype = ACCEL_DTYPE_MAX_;
   CHECK_OK(op_decodes(&op));
-  op.u.create.dtype = (accel_dtype)(ACCEL_U32 + 1);
+  op.u.create.dtype = (accel_dtype)(ACCEL_DTYPE_MAX_ + 1);
   CHECK_ERR(op_decodes(&op), ACCEL_EPROTO);
   op.u.create.dtype = (accel_dtype)0;
   CHECK_ERR(op_decodes(&op), ACCEL_EPROTO);
 }
 
-TEST(sgemm_enums_at_the_limit_and_one_past) {
-  dev_op op = op_of(DEV_OP_SGEMM, 3);
-  op.u.sgemm = (be_sgemm_args){.trans_a = BE_BLAS_TRANS, .trans_b = BE_BLAS_TRANS,
-                               .math = BE_SGEMM_MATH_TF32};
+TEST(gemm_enums_at_the_limit_and_one_past) {
+  dev_op op = op_of(DEV_OP_GEMM, 3);
+  op.u.gemm = (be_gemm_args){.trans_a = BE_BLAS_TRANS, .trans_b = BE_BLAS_TRANS,
+                             .math = BE_GEMM_MATH_FP64, .batch = 1};
   CHECK_OK(op_decodes(&op));
   dev_op bad = op;
-  bad.u.sgemm.trans_a = (be_blas_trans)(BE_BLAS_TRANS + 1);
+  bad.u.gemm.trans_a = (be_blas_trans)(BE_BLAS_TRANS + 1);
   CHECK_ERR(op_decodes(&bad), ACCEL_EPROTO);
   bad = op;
-  bad.u.sgemm.trans_b = (be_blas_trans)(BE_BLAS_TRANS + 1);
+  bad.u.gemm.trans_b = (be_blas_trans)(BE_BLAS_TRANS + 1);
   CHECK_ERR(op_decodes(&bad), ACCEL_EPROTO);
   bad = op;
-  bad.u.sgemm.math = (be_sgemm_math)(BE_SGEMM_MATH_TF32 + 1);
+  bad.u.gemm.math = (be_gemm_math)(BE_GEMM_MATH_FP64 + 1);
   CHECK_ERR(op_decodes(&bad), ACCEL_EPROTO);
 }
 
@@ -624,7 +637,7 @@ typedef struct guarded_op {
 
 /* nbufs is the head's u32 at 24; buffers follow the 32-byte head. */
 TEST(op_buffers_at_the_limit_and_one_past) {
-  dev_op op = op_of(DEV_OP_SGEMM, DEV_OP_MAX_BUFS);
+  dev_op op = op_of(DEV_OP_GEMM, DEV_OP_MAX_BUFS);
   CHECK_OK(op_decodes(&op));
   proto_out o;
   proto_out_init(&o);
@@ -707,7 +720,7 @@ static const test_case tests[] = {
     TEST_CASE(next_frame_at_the_limits),
     TEST_CASE(op_head_enums_at_the_limit_and_one_past),
     TEST_CASE(op_payload_enums_at_the_limit_and_one_past),
-    TEST_CASE(sgemm_enums_at_the_limit_and_one_past),
+    TEST_CASE(gemm_enums_at_the_limit_and_one_past),
     TEST_CASE(op_buffers_at_the_limit_and_one_past),
     TEST_CASE(write_length_at_the_limit_and_one_past),
     TEST_CASE(control_at_the_limit_and_one_past),

@@ -1,0 +1,113 @@
+/* What a device runs: the op packages of its backend and the dtypes of each, read once per
+ * incarnation (the backend's answers may depend on the device: tensor cores, an OpenCL
+ * device without fp64), and the question placement asks of every op. */
+#include <string.h>
+
+#include "actors/device.h"
+
+dev_queue_class dev_op_queue(uint32_t kind) {
+  switch (kind) {
+  case DEV_OP_GEMM:
+  case DEV_OP_AXPY:
+  case DEV_OP_DOT:
+  case DEV_OP_SCAL:
+    return DEV_Q_BLAS;
+  case DEV_OP_RNG:
+    return DEV_Q_RNG;
+  case DEV_OP_UNARY:
+  case DEV_OP_SOFTMAX:
+    return DEV_Q_NN;
+  default:
+    return DEV_Q_MEM;
+  }
+}
+
+static uint32_t gemm_bit(uint32_t c_type, uint32_t math) {
+  return 1u << (c_type * 4u + math);
+}
+
+static void read_blas(const be_blas_pkg *p, be_device *dev, dev_caps *c) {
+  for (uint32_t ab = 1; ab <= ACCEL_DTYPE_MAX_; ab++)
+    for (uint32_t ct = 1; ct <= ACCEL_DTYPE_MAX_; ct++)
+      for (uint32_t m = BE_GEMM_MATH_DEVICE; m <= BE_GEMM_MATH_FP64; m++)
+        if (be_gemm_combo_ok(ab, ct, m) && p->gemm_supports(dev, ab, ct, m) == 0)
+          c->gemm[ab] |= gemm_bit(ct, m);
+  c->vector_dtypes = p->vector_dtypes(dev);
+}
+
+void dev_caps_read(dev_node *node) {
+  const be_ops *be = node->be;
+  dev_caps *c = &node->caps;
+  *c = (dev_caps){0};
+  if (node->dev == NULL)
+    return;
+  if (be->blas && be->blas->version == BE_BLAS_VERSION) {
+    c->packages |= ACCEL_PKG_BLAS;
+    read_blas(be->blas, node->dev, c);
+  }
+  if (be->rng && be->rng->version == BE_RNG_VERSION) {
+    c->packages |= ACCEL_PKG_RNG;
+    c->rng_dtypes = be->rng->dtypes(node->dev);
+  }
+  if (be->nn && be->nn->version == BE_NN_VERSION) {
+    c->packages |= ACCEL_PKG_NN;
+    c->nn_dtypes = be->nn->dtypes(node->dev);
+  }
+}
+
+uint32_t dev_caps_gemm_dtypes(const dev_caps *c) {
+  uint32_t set = 0;
+  for (uint32_t ab = 1; ab <= ACCEL_DTYPE_MAX_; ab++)
+    if (c->gemm[ab])
+      set |= ACCEL_DTYPE_BIT(ab);
+  return set;
+}
+
+static bool has(uint32_t set, uint32_t dtype) {
+  return (set & ACCEL_DTYPE_BIT(dtype)) != 0;
+}
+
+/* DEVICE math means the device's default, which every device that runs the types has. */
+static bool gemm_ok(const dev_caps *c, const be_gemm_args *g) {
+  return g->ab_type <= ACCEL_DTYPE_MAX_ && g->c_type <= ACCEL_DTYPE_MAX_ &&
+         (c->gemm[g->ab_type] & gemm_bit(g->c_type, g->math)) != 0;
+}
+
+int dev_node_supports(const dev_node *node, const dev_op *op, dev_buffer *const bufs[]) {
+  const dev_caps *c = &node->caps;
+  uint32_t dtype = op->nbufs ? bufs[0]->dtype : 0;
+  bool ok;
+  switch (dev_op_queue(op->h.kind)) {
+  case DEV_Q_BLAS:
+    ok = (c->packages & ACCEL_PKG_BLAS) &&
+         (op->h.kind == DEV_OP_GEMM ? gemm_ok(c, &op->u.gemm) : has(c->vector_dtypes, dtype));
+    break;
+  case DEV_Q_RNG:
+    ok = (c->packages & ACCEL_PKG_RNG) &&
+         (op->u.rng.dist == BE_RNG_BITS ? dtype == ACCEL_U32 : has(c->rng_dtypes, dtype));
+    break;
+  case DEV_Q_NN:
+    ok = (c->packages & ACCEL_PKG_NN) && has(c->nn_dtypes, dtype);
+    break;
+  default:
+    ok = true; /* the core: every backend */
+  }
+  return ok ? 0 : ACCEL_ENOTSUP;
+}
+
+void dev_node_describe(const dev_node *node, struct accel_device_info *d) {
+  memset(d, 0, sizeof *d);
+  /* name, sizes and capabilities are set when the device first opened (before any client
+   * could ask); state and restarts change on the loop while clients read them. */
+  memcpy(d->name, node->info.name, sizeof d->name - 1);
+  strncpy(d->backend, node->be->name, sizeof d->backend - 1);
+  d->mem_bytes = node->info.mem_bytes;
+  d->compute_units = node->info.compute_units;
+  d->state = (int)__atomic_load_n(&node->state, __ATOMIC_RELAXED);
+  d->restarts = __atomic_load_n(&node->restarts, __ATOMIC_RELAXED);
+  d->packages = node->caps.packages;
+  d->gemm_dtypes = dev_caps_gemm_dtypes(&node->caps);
+  d->vector_dtypes = node->caps.vector_dtypes;
+  d->rng_dtypes = node->caps.rng_dtypes;
+  d->nn_dtypes = node->caps.nn_dtypes;
+}
