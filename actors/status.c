@@ -7,6 +7,8 @@
 
 #include "actors/status.h"
 
+#include "actors/device.h"
+
 /* ---- a growable string; after the first allocation failure every append is a no-op ---- */
 
 typedef struct sbuf {
@@ -119,6 +121,73 @@ static const char *backend_absence(const be_entry *e, char *why, size_t len) {
   return why;
 }
 
+/* ---- packages and dtypes ---- */
+
+static const char *const dtype_names[ACCEL_DTYPE_MAX_ + 1] = {
+    [ACCEL_F32] = "f32", [ACCEL_U32] = "u32", [ACCEL_F64] = "f64",
+    [ACCEL_F16] = "f16", [ACCEL_BF16] = "bf16", [ACCEL_I32] = "i32"};
+
+/* The dtypes of a set, space-separated (text) or as a JSON array. */
+static void dtype_list(sbuf *b, uint32_t set, bool json) {
+  const char *sep = "";
+  sb_printf(b, json ? "[" : "");
+  for (int t = 1; t <= ACCEL_DTYPE_MAX_; t++)
+    if (set & ACCEL_DTYPE_BIT(t)) {
+      sb_printf(b, json ? "%s\"%s\"" : "%s%s", sep, dtype_names[t]);
+      sep = json ? "," : " ";
+    }
+  sb_printf(b, json ? "]" : "");
+}
+
+static void json_packages(sbuf *b, const dev_node *node) {
+  const dev_caps *c = &node->caps;
+  sb_printf(b, ",\"packages\":{");
+  const char *sep = "";
+  if (c->packages & ACCEL_PKG_BLAS) {
+    sb_printf(b, "\"blas\":{\"gemm\":");
+    dtype_list(b, dev_caps_gemm_dtypes(c), true);
+    sb_printf(b, ",\"vector\":");
+    dtype_list(b, c->vector_dtypes, true);
+    sb_printf(b, "}");
+    sep = ",";
+  }
+  if (c->packages & ACCEL_PKG_RNG) {
+    sb_printf(b, "%s\"rng\":", sep);
+    dtype_list(b, c->rng_dtypes | ACCEL_DTYPE_BIT(ACCEL_U32), true);
+    sep = ",";
+  }
+  if (c->packages & ACCEL_PKG_NN) {
+    sb_printf(b, "%s\"nn\":", sep);
+    dtype_list(b, c->nn_dtypes, true);
+  }
+  sb_printf(b, "}");
+}
+
+static void text_packages(sbuf *b, const dev_node *node) {
+  const dev_caps *c = &node->caps;
+  sb_printf(b, "  packages:");
+  if (c->packages == 0)
+    sb_printf(b, " none");
+  if (c->packages & ACCEL_PKG_BLAS) {
+    sb_printf(b, " blas (gemm ");
+    dtype_list(b, dev_caps_gemm_dtypes(c), false);
+    sb_printf(b, "; axpy/dot/scal ");
+    dtype_list(b, c->vector_dtypes, false);
+    sb_printf(b, ")");
+  }
+  if (c->packages & ACCEL_PKG_RNG) {
+    sb_printf(b, " rng (");
+    dtype_list(b, c->rng_dtypes | ACCEL_DTYPE_BIT(ACCEL_U32), false);
+    sb_printf(b, ")");
+  }
+  if (c->packages & ACCEL_PKG_NN) {
+    sb_printf(b, " nn (");
+    dtype_list(b, c->nn_dtypes, false);
+    sb_printf(b, ")");
+  }
+  sb_printf(b, "\n");
+}
+
 /* ---- JSON ---- */
 
 static void json_device(sbuf *b, const dev_world *w, int n) {
@@ -129,10 +198,12 @@ static void json_device(sbuf *b, const dev_world *w, int n) {
   sb_json_str(b, node->be->name);
   sb_printf(b,
             ",\"state\":\"%s\",\"restarts\":%u,\"mem_used\":%llu,\"mem_total\":%llu,"
-            "\"compute_units\":%u}",
+            "\"compute_units\":%u",
             state_name(node->state), node->restarts,
             (unsigned long long)dev_status_node_mem(w, n),
             (unsigned long long)node->info.mem_bytes, node->info.compute_units);
+  json_packages(b, node);
+  sb_printf(b, "}");
 }
 
 static void json_backends(sbuf *b, const dev_world *w) {
@@ -191,6 +262,7 @@ static void text_device(sbuf *b, const dev_world *w, int n) {
             node->device, node->info.name, node->be->name, state_name(node->state),
             node->restarts, (unsigned long long)dev_status_node_mem(w, n),
             (unsigned long long)node->info.mem_bytes, node->info.compute_units);
+  text_packages(b, node);
 }
 
 char *dev_status_devices(dev_world *w) {
