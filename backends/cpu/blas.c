@@ -61,8 +61,8 @@ int be_cpu_sgemm(const be_sgemm_args *g, const float *a, size_t a_len, const flo
   return 0;
 }
 
-/* The checks saxpy and sdot share. With n = 0 the buffers may be NULL. */
-static int check_vectors(int64_t n, const float *x, int64_t incx, size_t x_len, const float *y,
+/* The checks the vector ops share (scal passes x twice). With n = 0 the buffers may be NULL. */
+static int check_vectors(int64_t n, const void *x, int64_t incx, size_t x_len, const void *y,
                          int64_t incy, size_t y_len)
 {
   int err = be_blas_check_vector(n, incx, x_len);
@@ -104,5 +104,61 @@ int be_cpu_sdot(int64_t n, const float *x, int64_t incx, size_t x_len, const flo
   if (ob == NULL)
     return ACCEL_ENOTSUP;
   *result = ob->cblas_sdot((blasint)n, x, (blasint)incx, y, (blasint)incy);
+  return 0;
+}
+
+int be_cpu_daxpy(int64_t n, double alpha, const double *x, int64_t incx, size_t x_len, double *y,
+                 int64_t incy, size_t y_len)
+{
+  int err = check_vectors(n, x, incx, x_len, y, incy, y_len);
+  if (err != 0 || n == 0)
+    return err;
+  const be_openblas_api *ob = be_openblas();
+  if (ob == NULL)
+    return ACCEL_ENOTSUP;
+  ob->cblas_daxpy((blasint)n, alpha, x, (blasint)incx, y, (blasint)incy);
+  return 0;
+}
+
+int be_cpu_ddot(int64_t n, const double *x, int64_t incx, size_t x_len, const double *y,
+                int64_t incy, size_t y_len, double *result)
+{
+  if (result == NULL)
+    return ACCEL_EINVAL;
+  int err = check_vectors(n, x, incx, x_len, y, incy, y_len);
+  if (err != 0)
+    return err;
+  if (n == 0) {
+    *result = 0.0;
+    return 0;
+  }
+  const be_openblas_api *ob = be_openblas();
+  if (ob == NULL)
+    return ACCEL_ENOTSUP;
+  *result = ob->cblas_ddot((blasint)n, x, (blasint)incx, y, (blasint)incy);
+  return 0;
+}
+
+int be_cpu_sscal(int64_t n, float alpha, float *x, int64_t incx, size_t x_len)
+{
+  int err = check_vectors(n, x, incx, x_len, x, incx, x_len);
+  if (err != 0 || n == 0)
+    return err;
+  const be_openblas_api *ob = be_openblas();
+  if (ob == NULL)
+    return ACCEL_ENOTSUP;
+  ob->cblas_sscal((blasint)n, alpha, x, (blasint)incx);
+  return 0;
+}
+
+int be_cpu_dscal(int64_t n, double alpha, double *x, int64_t incx, size_t x_len)
+{
+  int err = check_vectors(n, x, incx, x_len, x, incx, x_len);
+  if (err != 0 || n == 0)
+    return err;
+  const be_openblas_api *ob = be_openblas();
+  if (ob == NULL)
+    return ACCEL_ENOTSUP;
+  ob->cblas_dscal((blasint)n, alpha, x, (blasint)incx);
   return 0;
 }

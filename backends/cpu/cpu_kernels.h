@@ -1,10 +1,16 @@
 /* The cpu backend's compute kernels: BLAS (through OpenBLAS), Philox RNG fills (philox.h) and
- * NN element-wise ops, on host memory.
+ * NN element-wise ops, on host memory, in the dtypes of the op packages (accel/dtype.h; F16
+ * and BF16 elements are their raw uint16_t bits).
  *
  * These are pure functions, the layer under the backend interface: no actors, no threads of
- * their own (but see "Threads" below), no allocation, no global state. Each checks its
- * arguments first and returns 0 or a negative code from accel/error.h; on an error nothing has
- * been written. Counts are in elements.
+ * their own (but see "Threads" below), no state of their own. The one process-wide state
+ * they use is openblas.c's table of OpenBLAS's functions, bound once on first use
+ * (openblas.h); when it cannot be bound every BLAS kernel that would call OpenBLAS returns
+ * ACCEL_ENOTSUP. Allocation: only the 16-bit gemm (f32 copies of A, B and C) and the 16-bit
+ * softmax (one f32 row) allocate scratch, on the calling thread, freed before they return;
+ * they return ACCEL_ENOMEM if it fails. Each checks its arguments first and returns 0 or a
+ * negative code from accel/error.h; on an error nothing has been written. Counts are in
+ * elements.
  *
  * Threads: every function may run on any thread, concurrently with any other on disjoint
  * output buffers. They block the calling thread for the duration of the work (a worker's job,
@@ -20,19 +26,30 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "backends/backend.h"
 #include "backends/blas_args.h"
 #include "backends/cpu/philox.h"
 
-/* ---- BLAS (blas.c) ------------------------------------------------------------------------
+/* ---- BLAS (blas.c, gemm.c) -----------------------------------------------------------------
  * Errors: ACCEL_EINVAL (see be_blas_check_*; also a NULL buffer that would be touched),
  * ACCEL_ELIMIT (a dimension, leading dimension or stride above what OpenBLAS's 32-bit
- * interface takes, INT_MAX). */
+ * interface takes, INT_MAX), ACCEL_ENOTSUP (OpenBLAS could not be bound: openblas.h). */
 
 /* C = alpha * op(A) * op(B) + beta * C, column-major, BLAS semantics: with m or n = 0 nothing
  * happens; with k = 0 or alpha = 0, C = beta * C without reading A or B; beta = 0 overwrites C
  * (NaN or Inf in C do not propagate). a_len, b_len, c_len: elements in each buffer. */
 int be_cpu_sgemm(const be_sgemm_args *g, const float *a, size_t a_len, const float *b,
                  size_t b_len, float *c, size_t c_len);
+
+/* gemm of any combination be_gemm_combo_ok allows except TF32 (ACCEL_ENOTSUP: no tensor
+ * cores), strided-batched, with sgemm's BLAS rules above for every dtype. F64: dgemm. F32:
+ * be_cpu_sgemm per matrix. F16 and BF16 A and B: widened to f32 scratch, one sgemm per matrix
+ * with FP32 accumulation and float alpha and beta; a 16-bit C is widened first (when beta !=
+ * 0) and rounded back to nearest even (dtype_conv.h). k = 0 or alpha = 0 with a 16-bit C:
+ * beta * C in float, rounded. a_len, b_len, c_len: elements of the types in g. Errors as
+ * above, and ACCEL_ENOMEM (the 16-bit scratch). */
+int be_cpu_gemm(const be_gemm_args *g, const void *a, size_t a_len, const void *b, size_t b_len,
+                void *c, size_t c_len);
 
 /* y = alpha * x + y over n elements with strides incx, incy >= 1. */
 int be_cpu_saxpy(int64_t n, float alpha, const float *x, int64_t incx, size_t x_len, float *y,
@@ -42,6 +59,17 @@ int be_cpu_saxpy(int64_t n, float alpha, const float *x, int64_t incx, size_t x_
  * (0 for n = 0). */
 int be_cpu_sdot(int64_t n, const float *x, int64_t incx, size_t x_len, const float *y,
                 int64_t incy, size_t y_len, float *result);
+
+/* The same in double (daxpy, ddot accumulated in double as OpenBLAS does). */
+int be_cpu_daxpy(int64_t n, double alpha, const double *x, int64_t incx, size_t x_len, double *y,
+                 int64_t incy, size_t y_len);
+int be_cpu_ddot(int64_t n, const double *x, int64_t incx, size_t x_len, const double *y,
+                int64_t incy, size_t y_len, double *result);
+
+/* x = alpha * x over n elements with stride incx >= 1 (with alpha = 0, NaN in x: whatever this
+ * OpenBLAS's scal does; 0.3.21 writes zeros). */
+int be_cpu_sscal(int64_t n, float alpha, float *x, int64_t incx, size_t x_len);
+int be_cpu_dscal(int64_t n, double alpha, double *x, int64_t incx, size_t x_len);
 
 /* ---- Element-wise (elementwise.c) --------------------------------------------------------
  * Errors: ACCEL_EINVAL for a NULL buffer with n > 0 (or rows * cols > 0), or rows * cols
@@ -70,5 +98,13 @@ int be_cpu_tanh_f32(float *y, const float *x, size_t n);
  * contiguous, as the last axis of a C array): y = exp(x - max) / sum(exp(x - max)) per row, so
  * large inputs do not overflow. A row holding NaN or +Inf, or only -Inf, gives NaN. */
 int be_cpu_softmax_f32(float *y, const float *x, size_t rows, size_t cols);
+
+/* ---- Element-wise in any nn dtype (nn.c) -------------------------------------------------
+ * dtype ACCEL_F32 (the kernels above), ACCEL_F64 (the same formulas in double, libm), ACCEL_F16
+ * or ACCEL_BF16 (each element widened to f32, the F32 kernel, rounded to nearest even); any
+ * other is ACCEL_ENOTSUP. In place (y == x) allowed. Errors as above, ACCEL_EINVAL for an
+ * unknown op, and ACCEL_ENOMEM (softmax in F16/BF16: one f32 row of scratch). */
+int be_cpu_unary(uint32_t dtype, be_unary_op op, void *y, const void *x, size_t n);
+int be_cpu_softmax(uint32_t dtype, void *y, const void *x, size_t rows, size_t cols);
 
 #endif

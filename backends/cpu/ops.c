@@ -1,12 +1,14 @@
 /* Copies, kernels and host callbacks of the cpu backend: check everything the worker will
- * rely on (ranges within the buffers, 4-byte elements, the kernels' own argument rules), then
- * queue an item. A check that fails queues nothing. */
+ * rely on (ranges within the buffers in elements of the op's dtype, the kernels' own argument
+ * rules), then queue an item. A check that fails queues nothing. Whether the device runs a
+ * dtype at all is the package's check (packages.c), made before these. */
 #include <cblas.h>
 #include <limits.h>
 
 #include "accel/error.h"
 #include "backends/cpu/backend_cpu.h"
 #include "backends/cpu/queue.h"
+#include "backends/dtype_conv.h"
 
 /* `count` elements of `size` bytes from element `off` of m. A handle of 0 is "no buffer",
  * valid only with 0 bytes (an empty range, a NULL address). */
@@ -87,68 +89,77 @@ int be_cpu_submit_callback(be_queue *q, be_host_fn fn, void *arg)
 
 /* ---- BLAS ---------------------------------------------------------------------------- */
 
-static int sgemm_limits(const be_sgemm_args *g)
+static int gemm_limits(const be_gemm_args *g)
 {
   bool fits = fits_blas(g->m) && fits_blas(g->n) && fits_blas(g->k) && fits_blas(g->lda) &&
               fits_blas(g->ldb) && fits_blas(g->ldc);
   return fits ? 0 : ACCEL_ELIMIT;
 }
 
-int be_cpu_submit_sgemm(be_queue *q, const be_sgemm_args *g, be_mem a, size_t a_off, be_mem b,
-                        size_t b_off, be_mem c, size_t c_off)
+/* The whole batch is one item: its scratch (16-bit types) is allocated once, on the worker. */
+int be_cpu_submit_gemm(be_queue *q, const be_gemm_args *g, be_mem a, size_t a_off, be_mem b,
+                       size_t b_off, be_mem c, size_t c_off)
 {
-  if (g == NULL)
+  if (g == NULL || !be_gemm_combo_ok(g->ab_type, g->c_type, g->math))
     return ACCEL_EINVAL;
-  if (g->math == BE_SGEMM_MATH_TF32)
+  if (g->math == BE_GEMM_MATH_TF32)
     return ACCEL_ENOTSUP; /* no tensor cores here: FP32 only */
-  be_cpu_item it = {.kind = BE_CPU_SGEMM, .u.sgemm.g = *g};
+  be_cpu_item it = {.kind = BE_CPU_GEMM, .u.gemm.g = *g};
+  size_t ab = be_dtype_size(g->ab_type), cb = be_dtype_size(g->c_type);
   void *pa = NULL, *pb = NULL, *pc = NULL;
-  int err = tail(a, a_off, 4, &pa, &it.u.sgemm.a_len);
+  int err = tail(a, a_off, ab, &pa, &it.u.gemm.a_len);
   if (err == 0)
-    err = tail(b, b_off, 4, &pb, &it.u.sgemm.b_len);
+    err = tail(b, b_off, ab, &pb, &it.u.gemm.b_len);
   if (err == 0)
-    err = tail(c, c_off, 4, &pc, &it.u.sgemm.c_len);
+    err = tail(c, c_off, cb, &pc, &it.u.gemm.c_len);
   if (err == 0)
-    err = be_blas_check_sgemm(g, it.u.sgemm.a_len, it.u.sgemm.b_len, it.u.sgemm.c_len);
+    err = be_blas_check_gemm(g, it.u.gemm.a_len, it.u.gemm.b_len, it.u.gemm.c_len);
   if (err == 0)
-    err = sgemm_limits(g);
-  it.u.sgemm.a = pa;
-  it.u.sgemm.b = pb;
-  it.u.sgemm.c = pc;
+    err = gemm_limits(g);
+  it.u.gemm.a = pa;
+  it.u.gemm.b = pb;
+  it.u.gemm.c = pc;
   return submit(q, &it, err);
 }
 
-int be_cpu_submit_saxpy(be_queue *q, size_t n, float alpha, be_mem x, size_t x_off, be_mem y,
-                        size_t y_off)
+/* n contiguous elements of x (and y, when y is not NULL) for axpy, dot and scal. */
+static int vec_spans(be_cpu_item *it, size_t esize, be_mem x, size_t x_off, const be_mem *y,
+                     size_t y_off)
 {
-  be_cpu_item it = {.kind = BE_CPU_SAXPY, .u.saxpy = {.n = n, .alpha = alpha}};
   void *px = NULL, *py = NULL;
-  int err = span(x, x_off, n, 4, &px);
-  if (err == 0)
-    err = span(y, y_off, n, 4, &py);
-  if (err == 0 && (n > INT64_MAX || !fits_blas((int64_t)n)))
+  int err = esize == 0 ? ACCEL_EINVAL : span(x, x_off, it->u.vec.n, esize, &px);
+  if (err == 0 && y != NULL)
+    err = span(*y, y_off, it->u.vec.n, esize, &py);
+  if (err == 0 && (it->u.vec.n > INT64_MAX || !fits_blas((int64_t)it->u.vec.n)))
     err = ACCEL_ELIMIT;
-  it.u.saxpy.x = px;
-  it.u.saxpy.y = py;
+  it->u.vec.x = px;
+  it->u.vec.y = y != NULL ? py : px;
+  return err;
+}
+
+int be_cpu_submit_axpy(be_queue *q, uint32_t dtype, size_t n, double alpha, be_mem x,
+                       size_t x_off, be_mem y, size_t y_off)
+{
+  be_cpu_item it = {.kind = BE_CPU_AXPY, .u.vec = {.dtype = dtype, .n = n, .alpha = alpha}};
+  return submit(q, &it, vec_spans(&it, be_dtype_size(dtype), x, x_off, &y, y_off));
+}
+
+int be_cpu_submit_dot(be_queue *q, uint32_t dtype, size_t n, be_mem x, size_t x_off, be_mem y,
+                      size_t y_off, be_mem result, size_t result_off)
+{
+  be_cpu_item it = {.kind = BE_CPU_DOT, .u.vec = {.dtype = dtype, .n = n}};
+  size_t esize = be_dtype_size(dtype);
+  int err = vec_spans(&it, esize, x, x_off, &y, y_off);
+  if (err == 0)
+    err = span(result, result_off, 1, esize, &it.u.vec.result);
   return submit(q, &it, err);
 }
 
-int be_cpu_submit_sdot(be_queue *q, size_t n, be_mem x, size_t x_off, be_mem y, size_t y_off,
-                       be_mem result, size_t result_off)
+int be_cpu_submit_scal(be_queue *q, uint32_t dtype, size_t n, double alpha, be_mem x,
+                       size_t x_off)
 {
-  be_cpu_item it = {.kind = BE_CPU_SDOT, .u.sdot = {.n = n}};
-  void *px = NULL, *py = NULL, *pr = NULL;
-  int err = span(x, x_off, n, 4, &px);
-  if (err == 0)
-    err = span(y, y_off, n, 4, &py);
-  if (err == 0)
-    err = span(result, result_off, 1, 4, &pr);
-  if (err == 0 && (n > INT64_MAX || !fits_blas((int64_t)n)))
-    err = ACCEL_ELIMIT;
-  it.u.sdot.x = px;
-  it.u.sdot.y = py;
-  it.u.sdot.result = pr;
-  return submit(q, &it, err);
+  be_cpu_item it = {.kind = BE_CPU_SCAL, .u.vec = {.dtype = dtype, .n = n, .alpha = alpha}};
+  return submit(q, &it, vec_spans(&it, be_dtype_size(dtype), x, x_off, NULL, 0));
 }
 
 /* ---- element-wise -------------------------------------------------------------------- */
@@ -175,42 +186,49 @@ static int rng_check(const be_rng_args *r)
   return r->dist == BE_RNG_NORMAL && r->offset % 2 != 0 ? ACCEL_EINVAL : 0;
 }
 
-int be_cpu_submit_rng(be_queue *q, be_mem dst, size_t off, size_t count, const be_rng_args *r)
+int be_cpu_submit_rng(be_queue *q, uint32_t dtype, be_mem dst, size_t off, size_t count,
+                      const be_rng_args *r)
 {
-  be_cpu_item it = {.kind = BE_CPU_RNG, .u.rng = {.count = count}};
-  int err = rng_check(r);
+  be_cpu_item it = {.kind = BE_CPU_RNG, .u.rng = {.count = count, .dtype = dtype}};
+  size_t esize = be_dtype_size(dtype);
+  int err = esize == 0 ? ACCEL_EINVAL : rng_check(r);
   if (err == 0) {
     it.u.rng.r = *r;
-    err = span(dst, off, count, 4, &it.u.rng.dst);
+    err = span(dst, off, count, esize, &it.u.rng.dst);
   }
   return submit(q, &it, err);
 }
 
-int be_cpu_submit_unary(be_queue *q, be_unary_op op, be_mem dst, size_t dst_off, be_mem src,
-                        size_t src_off, size_t count)
+int be_cpu_submit_unary(be_queue *q, uint32_t dtype, be_unary_op op, be_mem dst,
+                        size_t dst_off, be_mem src, size_t src_off, size_t count)
 {
-  be_cpu_item it = {.kind = BE_CPU_UNARY, .u.unary = {.op = op, .count = count}};
+  be_cpu_item it = {.kind = BE_CPU_UNARY,
+                    .u.unary = {.op = op, .count = count, .dtype = dtype}};
   void *to = NULL, *from = NULL;
-  int err = op == BE_SIGMOID || op == BE_RELU || op == BE_TANH ? 0 : ACCEL_EINVAL;
+  size_t esize = be_dtype_size(dtype);
+  bool op_ok = op == BE_SIGMOID || op == BE_RELU || op == BE_TANH;
+  int err = op_ok && esize > 0 ? 0 : ACCEL_EINVAL;
   if (err == 0)
-    err = span(dst, dst_off, count, 4, &to);
+    err = span(dst, dst_off, count, esize, &to);
   if (err == 0)
-    err = span(src, src_off, count, 4, &from);
+    err = span(src, src_off, count, esize, &from);
   it.u.unary.dst = to;
   it.u.unary.src = from;
   return submit(q, &it, err);
 }
 
-int be_cpu_submit_softmax(be_queue *q, be_mem dst, size_t dst_off, be_mem src, size_t src_off,
-                          size_t rows, size_t cols)
+int be_cpu_submit_softmax(be_queue *q, uint32_t dtype, be_mem dst, size_t dst_off, be_mem src,
+                          size_t src_off, size_t rows, size_t cols)
 {
-  be_cpu_item it = {.kind = BE_CPU_SOFTMAX, .u.softmax = {.rows = rows, .cols = cols}};
+  be_cpu_item it = {.kind = BE_CPU_SOFTMAX,
+                    .u.softmax = {.rows = rows, .cols = cols, .dtype = dtype}};
   void *to = NULL, *from = NULL;
-  if (cols > 0 && rows > SIZE_MAX / cols)
+  size_t esize = be_dtype_size(dtype);
+  if (esize == 0 || (cols > 0 && rows > SIZE_MAX / cols))
     return ACCEL_EINVAL;
-  int err = span(dst, dst_off, rows * cols, 4, &to);
+  int err = span(dst, dst_off, rows * cols, esize, &to);
   if (err == 0)
-    err = span(src, src_off, rows * cols, 4, &from);
+    err = span(src, src_off, rows * cols, esize, &from);
   it.u.softmax.dst = to;
   it.u.softmax.src = from;
   return submit(q, &it, err);

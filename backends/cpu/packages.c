@@ -1,70 +1,75 @@
 /* The op packages of the cpu backend (backend.h): blas, rng and nn, over the submit calls of
- * ops.c. What each runs today: gemm F32 -> F32 (FP32; batched as one item per matrix),
- * axpy and dot in F32, RNG bits into U32 and uniform/normal into F32, the element-wise ops
- * and softmax in F32. Other dtypes are ACCEL_ENOTSUP, and the `supports`/`dtypes` entries
- * say so. */
+ * ops.c (items that run the kernels of cpu_kernels.h on a queue's worker).
+ *
+ * What each runs:
+ *   gemm     F64 -> F64 (dgemm), F32 -> F32 (sgemm), F16 -> F16|F32 and BF16 -> BF16|F32
+ *            (widened to f32, sgemm with FP32 accumulation, a 16-bit C rounded back to
+ *            nearest even); strided-batched as one item. TF32 is ACCEL_ENOTSUP (no tensor
+ *            cores), and so is all of it when OpenBLAS could not be bound (openblas.h).
+ *   axpy, dot, scal   F32 and F64 (not F16/BF16: ACCEL_ENOTSUP), likewise only with OpenBLAS.
+ *   rng      BITS into U32; UNIFORM and NORMAL into F32, F64, F16, BF16 (philox.h).
+ *   nn       sigmoid, relu, tanh and row-wise softmax in F32, F64, F16, BF16.
+ * The `supports`/`dtypes` entries say exactly this; what they exclude is ACCEL_ENOTSUP from the
+ * submit call, before any argument check. Scratch memory (16-bit gemm and softmax) is
+ * allocated by the worker that runs the item, never by the submitting thread; if it fails the
+ * item fails with ACCEL_ENOMEM (the queue's error, as for any failing item). */
 #include "accel/error.h"
 #include "backends/cpu/backend_cpu.h"
+#include "backends/cpu/openblas.h"
+
+#define BIT(t) ACCEL_DTYPE_BIT(t)
+#define FLOATS (BIT(ACCEL_F32) | BIT(ACCEL_F64) | BIT(ACCEL_F16) | BIT(ACCEL_BF16))
+
+static bool has(uint32_t set, uint32_t dtype)
+{
+  return dtype <= ACCEL_DTYPE_MAX_ && (set & BIT(dtype)) != 0;
+}
 
 /* ---- blas ---- */
 
 static int cpu_gemm_supports(be_device *dev, uint32_t ab_type, uint32_t c_type, uint32_t math)
 {
   (void)dev;
-  bool f32 = ab_type == ACCEL_F32 && c_type == ACCEL_F32 &&
-             (math == BE_GEMM_MATH_DEVICE || math == BE_GEMM_MATH_FP32);
-  return f32 ? 0 : ACCEL_ENOTSUP; /* TF32: no tensor cores here */
+  bool ok = be_gemm_combo_ok(ab_type, c_type, math) && math != BE_GEMM_MATH_TF32;
+  return ok && be_openblas() != NULL ? 0 : ACCEL_ENOTSUP;
 }
 
 static uint32_t cpu_vector_dtypes(be_device *dev)
 {
   (void)dev;
-  return ACCEL_DTYPE_BIT(ACCEL_F32);
+  return be_openblas() != NULL ? BIT(ACCEL_F32) | BIT(ACCEL_F64) : 0;
 }
 
-static be_sgemm_args sgemm_of(const be_gemm_args *g)
-{
-  return (be_sgemm_args){.trans_a = g->trans_a, .trans_b = g->trans_b, .m = g->m, .n = g->n,
-                         .k = g->k, .alpha = (float)g->alpha, .beta = (float)g->beta,
-                         .lda = g->lda, .ldb = g->ldb, .ldc = g->ldc,
-                         .math = BE_SGEMM_MATH_FP32};
-}
-
-/* One item per matrix of a batch, all on the queue: in order, as one op. */
 static int cpu_gemm(be_queue *q, const be_gemm_args *g, be_mem a, size_t a_off, be_mem b,
                     size_t b_off, be_mem c, size_t c_off)
 {
-  if (g == NULL || g->batch < 1)
+  if (g == NULL)
     return ACCEL_EINVAL;
   int rc = cpu_gemm_supports(NULL, g->ab_type, g->c_type, g->math);
-  be_sgemm_args s = sgemm_of(g);
-  for (int64_t i = 0; rc == 0 && i < g->batch; i++)
-    rc = be_cpu_submit_sgemm(q, &s, a, a_off + (size_t)(i * g->stride_a), b,
-                             b_off + (size_t)(i * g->stride_b), c,
-                             c_off + (size_t)(i * g->stride_c));
-  return rc;
+  return rc != 0 ? rc : be_cpu_submit_gemm(q, g, a, a_off, b, b_off, c, c_off);
 }
 
 static int cpu_axpy(be_queue *q, uint32_t dtype, size_t n, double alpha, be_mem x, size_t x_off,
                     be_mem y, size_t y_off)
 {
-  if (dtype != ACCEL_F32)
+  if (!has(cpu_vector_dtypes(NULL), dtype))
     return ACCEL_ENOTSUP;
-  return be_cpu_submit_saxpy(q, n, (float)alpha, x, x_off, y, y_off);
+  return be_cpu_submit_axpy(q, dtype, n, alpha, x, x_off, y, y_off);
 }
 
 static int cpu_dot(be_queue *q, uint32_t dtype, size_t n, be_mem x, size_t x_off, be_mem y,
                    size_t y_off, be_mem result, size_t result_off)
 {
-  if (dtype != ACCEL_F32)
+  if (!has(cpu_vector_dtypes(NULL), dtype))
     return ACCEL_ENOTSUP;
-  return be_cpu_submit_sdot(q, n, x, x_off, y, y_off, result, result_off);
+  return be_cpu_submit_dot(q, dtype, n, x, x_off, y, y_off, result, result_off);
 }
 
 static int cpu_scal(be_queue *q, uint32_t dtype, size_t n, double alpha, be_mem x, size_t x_off)
 {
-  (void)q, (void)dtype, (void)n, (void)alpha, (void)x, (void)x_off;
-  return ACCEL_ENOTSUP;
+  if (!has(cpu_vector_dtypes(NULL), dtype))
+    return ACCEL_ENOTSUP;
+  return be_cpu_submit_scal(q, dtype, n, alpha, x, x_off);
 }
 
 const be_blas_pkg be_cpu_blas = {
@@ -77,12 +82,12 @@ const be_blas_pkg be_cpu_blas = {
     .scal = cpu_scal,
 };
 
-/* ---- rng ---- */
+/* ---- rng and nn: every float type ---- */
 
-static uint32_t cpu_f32_only(be_device *dev)
+static uint32_t cpu_floats(be_device *dev)
 {
   (void)dev;
-  return ACCEL_DTYPE_BIT(ACCEL_F32);
+  return FLOATS;
 }
 
 static int cpu_rng_fill(be_queue *q, uint32_t dtype, be_mem dst, size_t off, size_t count,
@@ -90,38 +95,35 @@ static int cpu_rng_fill(be_queue *q, uint32_t dtype, be_mem dst, size_t off, siz
 {
   if (r == NULL)
     return ACCEL_EINVAL;
-  if (dtype != (r->dist == BE_RNG_BITS ? ACCEL_U32 : ACCEL_F32))
-    return ACCEL_ENOTSUP;
-  return be_cpu_submit_rng(q, dst, off, count, r);
+  bool ok = r->dist == BE_RNG_BITS ? dtype == ACCEL_U32 : has(FLOATS, dtype);
+  return ok ? be_cpu_submit_rng(q, dtype, dst, off, count, r) : ACCEL_ENOTSUP;
 }
 
 const be_rng_pkg be_cpu_rng = {
     .version = BE_RNG_VERSION,
-    .dtypes = cpu_f32_only,
+    .dtypes = cpu_floats,
     .fill = cpu_rng_fill,
 };
-
-/* ---- nn ---- */
 
 static int cpu_unary(be_queue *q, uint32_t dtype, be_unary_op op, be_mem dst, size_t dst_off,
                      be_mem src, size_t src_off, size_t count)
 {
-  if (dtype != ACCEL_F32)
+  if (!has(FLOATS, dtype))
     return ACCEL_ENOTSUP;
-  return be_cpu_submit_unary(q, op, dst, dst_off, src, src_off, count);
+  return be_cpu_submit_unary(q, dtype, op, dst, dst_off, src, src_off, count);
 }
 
 static int cpu_softmax(be_queue *q, uint32_t dtype, be_mem dst, size_t dst_off, be_mem src,
                        size_t src_off, size_t rows, size_t cols)
 {
-  if (dtype != ACCEL_F32)
+  if (!has(FLOATS, dtype))
     return ACCEL_ENOTSUP;
-  return be_cpu_submit_softmax(q, dst, dst_off, src, src_off, rows, cols);
+  return be_cpu_submit_softmax(q, dtype, dst, dst_off, src, src_off, rows, cols);
 }
 
 const be_nn_pkg be_cpu_nn = {
     .version = BE_NN_VERSION,
-    .dtypes = cpu_f32_only,
+    .dtypes = cpu_floats,
     .unary = cpu_unary,
     .softmax = cpu_softmax,
 };

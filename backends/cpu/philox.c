@@ -4,9 +4,11 @@
 #include "backends/cpu/philox.h"
 
 #include <math.h>
+#include <stdbool.h>
 #include <string.h>
 
 #include "accel/error.h"
+#include "backends/dtype_conv.h"
 
 #define PHILOX_M0 0xD2511F53u
 #define PHILOX_M1 0xCD9E8D57u
@@ -65,9 +67,9 @@ static void lanes_round(lanes *s, uint32_t k0, uint32_t k1)
   }
 }
 
-/* Words of blocks q .. q+LANES-1, in stream order. Block indices stay below 2^63 (q <= 2^62 +
- * 2^62 for any 64-bit offset and count), so the counter's high words are always 0, as in cuRAND
- * for every stream position below 2^66. */
+/* Words of blocks q .. q+LANES-1, in stream order. Block indices stay below 2^64 (q < 2^63 +
+ * 2^62 for any 64-bit offset and count, two words per element included), so the counter's
+ * high words are always 0, as in cuRAND for every stream position below 2^66. */
 static void philox_batch(uint32_t out[BATCH_WORDS], uint64_t q, uint64_t seed)
 {
   lanes s;
@@ -91,17 +93,17 @@ static void philox_batch(uint32_t out[BATCH_WORDS], uint64_t q, uint64_t seed)
   }
 }
 
-/* Converts n words of a batch into dst[done ..]. */
+/* Converts n words of a batch into dst: `done` words of the walk came before them. */
 typedef void emit_fn(void *dst, size_t done, const uint32_t *words, size_t n, const void *ctx);
 
-/* Walks the stream from `offset` for `count` words, one batch at a time, and hands each batch
- * to `emit` (one indirect call per BATCH_WORDS words: negligible next to the rounds). */
-static void philox_walk(void *dst, size_t count, uint64_t seed, uint64_t offset,
+/* Walks `count` words of the stream from word `skip` (< 4) of block q, one batch at a time,
+ * and hands each batch to `emit` (one indirect call per BATCH_WORDS words: negligible next
+ * to the rounds). Batches start on a block, so the words of a batch's last block are all in
+ * buf even when n ends inside it. */
+static void philox_walk(void *dst, size_t count, uint64_t seed, uint64_t q, size_t skip,
                         emit_fn *emit, const void *ctx)
 {
   uint32_t buf[BATCH_WORDS];
-  uint64_t q = offset / 4;
-  size_t skip = (size_t)(offset % 4);
   for (size_t done = 0; done < count; q += LANES, skip = 0) {
     philox_batch(buf, q, seed);
     size_t n = BATCH_WORDS - skip;
@@ -164,7 +166,7 @@ int be_cpu_philox_fill_u32(uint32_t *dst, size_t count, uint64_t seed, uint64_t 
 {
   if (dst == NULL && count > 0)
     return ACCEL_EINVAL;
-  philox_walk(dst, count, seed, offset, emit_u32, NULL);
+  philox_walk(dst, count, seed, offset / 4, (size_t)(offset % 4), emit_u32, NULL);
   return 0;
 }
 
@@ -172,7 +174,7 @@ int be_cpu_philox_fill_uniform(float *dst, size_t count, uint64_t seed, uint64_t
 {
   if (dst == NULL && count > 0)
     return ACCEL_EINVAL;
-  philox_walk(dst, count, seed, offset, emit_uniform, NULL);
+  philox_walk(dst, count, seed, offset / 4, (size_t)(offset % 4), emit_uniform, NULL);
   return 0;
 }
 
@@ -182,6 +184,160 @@ int be_cpu_philox_fill_normal(float *dst, size_t count, uint64_t seed, uint64_t 
   if ((dst == NULL && count > 0) || offset % 2 != 0)
     return ACCEL_EINVAL;
   normal_ctx nc = {mean, stddev};
-  philox_walk(dst, count, seed, offset, emit_normal, &nc);
+  philox_walk(dst, count, seed, offset / 4, (size_t)(offset % 4), emit_normal, &nc);
+  return 0;
+}
+
+/* ---- other output types (philox.h: "Other dtypes") ---------------------------------- */
+
+static uint16_t round16(uint32_t dtype, float f)
+{
+  return dtype == ACCEL_F16 ? be_f32_to_f16(f) : be_f32_to_bf16(f);
+}
+
+static void emit_uniform16(void *dst, size_t done, const uint32_t *w, size_t n, const void *ctx)
+{
+  uint32_t dtype = *(const uint32_t *)ctx;
+  uint16_t *out = (uint16_t *)dst + done;
+  for (size_t i = 0; i < n; i++)
+    out[i] = round16(dtype, (float)w[i] * INV_2POW32 + INV_2POW32 / 2.0f);
+}
+
+typedef struct normal16_ctx {
+  uint32_t dtype;
+  float mean, stddev;
+} normal16_ctx;
+
+/* As emit_normal, rounded to 16 bits. */
+static void emit_normal16(void *dst, size_t done, const uint32_t *w, size_t n, const void *ctx)
+{
+  const normal16_ctx *nc = ctx;
+  uint16_t *out = (uint16_t *)dst + done;
+  float z[2];
+  for (size_t i = 0; i < n; i += 2) {
+    be_cpu_philox_box_muller(w[i], w[i + 1], z);
+    out[i] = round16(nc->dtype, z[0] * nc->stddev + nc->mean);
+    if (i + 1 < n)
+      out[i + 1] = round16(nc->dtype, z[1] * nc->stddev + nc->mean);
+  }
+}
+
+/* cuRAND's _curand_uniform_double_hq: 53 bits from two words (the shift is 53 - 32). */
+static double uniform53(uint32_t w0, uint32_t w1, double scale)
+{
+  uint64_t z = (uint64_t)w0 ^ ((uint64_t)w1 << 21);
+  return (double)z * scale + scale / 2.0;
+}
+
+double be_cpu_philox_uniform_f64(uint32_t w0, uint32_t w1)
+{
+  return uniform53(w0, w1, 0x1p-53);
+}
+
+/* Two words per element: n is even (the walk starts on an even word, batches are even). */
+static void emit_uniform64(void *dst, size_t done, const uint32_t *w, size_t n, const void *ctx)
+{
+  (void)ctx;
+  double *out = (double *)dst + done / 2;
+  for (size_t i = 0; i + 1 < n; i += 2)
+    out[i / 2] = uniform53(w[i], w[i + 1], 0x1p-53);
+}
+
+/* sin(pi v) and cos(pi v) for v in (0, 2), reduced to pi * r with r in [0, 1/4] by exact
+ * steps (v - 1, 1 - v, 1/2 - v are exact in double there), so that both stay accurate to an
+ * ulp or two near their zeros, as CUDA's sincospi is; sin(PI * v) would not be. */
+#define PI 3.14159265358979323846
+static void sincospi(double v, double *s, double *c)
+{
+  double ss = 1, cs = 1;
+  if (v >= 1) {
+    v -= 1;
+    ss = -1;
+    cs = -1;
+  }
+  if (v > 0.5) {
+    v = 1 - v;
+    cs = -cs;
+  }
+  bool swap = v > 0.25;
+  if (swap)
+    v = 0.5 - v;
+  double a = sin(PI * v), b = cos(PI * v);
+  *s = ss * (swap ? b : a);
+  *c = cs * (swap ? a : b);
+}
+
+void be_cpu_philox_box_muller_f64(const uint32_t w[4], double out[2])
+{
+  double u = uniform53(w[0], w[1], 0x1p-53), v = uniform53(w[2], w[3], 0x1p-52);
+  double r = sqrt(-2.0 * log(u)), s, c;
+  sincospi(v, &s, &c);
+  out[0] = r * s;
+  out[1] = r * c;
+}
+
+typedef struct normal64_ctx {
+  double mean, stddev;
+} normal64_ctx;
+
+/* One block (four words) per pair of elements; n may end halfway through the last block,
+ * whose words are all in the batch (philox_walk). */
+static void emit_normal64(void *dst, size_t done, const uint32_t *w, size_t n, const void *ctx)
+{
+  const normal64_ctx *nc = ctx;
+  double *out = (double *)dst + done / 2, z[2];
+  for (size_t i = 0; i < n; i += 4) {
+    be_cpu_philox_box_muller_f64(w + i, z);
+    out[i / 2] = z[0] * nc->stddev + nc->mean;
+    if (i + 2 < n)
+      out[i / 2 + 1] = z[1] * nc->stddev + nc->mean;
+  }
+}
+
+static int fill_check(uint32_t dtype, const void *dst, size_t count)
+{
+  if (dtype != ACCEL_F32 && dtype != ACCEL_F64 && dtype != ACCEL_F16 && dtype != ACCEL_BF16)
+    return ACCEL_ENOTSUP;
+  if ((dst == NULL && count > 0) || (dtype == ACCEL_F64 && count > SIZE_MAX / 2))
+    return ACCEL_EINVAL;
+  return 0;
+}
+
+int be_cpu_philox_fill_uniform_as(uint32_t dtype, void *dst, size_t count, uint64_t seed,
+                                  uint64_t offset)
+{
+  int err = fill_check(dtype, dst, count);
+  if (err != 0)
+    return err;
+  switch (dtype) {
+  case ACCEL_F32:
+    return be_cpu_philox_fill_uniform(dst, count, seed, offset);
+  case ACCEL_F64: /* words 2(o + e), 2(o + e) + 1: block o / 2, word 2 (o mod 2) */
+    philox_walk(dst, 2 * count, seed, offset / 2, (size_t)(offset % 2) * 2, emit_uniform64,
+                NULL);
+    return 0;
+  default:
+    philox_walk(dst, count, seed, offset / 4, (size_t)(offset % 4), emit_uniform16, &dtype);
+    return 0;
+  }
+}
+
+int be_cpu_philox_fill_normal_as(uint32_t dtype, void *dst, size_t count, uint64_t seed,
+                                 uint64_t offset, double mean, double stddev)
+{
+  int err = fill_check(dtype, dst, count);
+  if (err != 0)
+    return err;
+  if (offset % 2 != 0)
+    return ACCEL_EINVAL;
+  if (dtype == ACCEL_F32)
+    return be_cpu_philox_fill_normal(dst, count, seed, offset, (float)mean, (float)stddev);
+  if (dtype == ACCEL_F64) { /* pair j = element 2j, 2j + 1 from block j */
+    normal64_ctx nc = {mean, stddev};
+    philox_walk(dst, 2 * count, seed, offset / 2, 0, emit_normal64, &nc);
+    return 0;
+  }
+  normal16_ctx nc = {dtype, (float)mean, (float)stddev};
+  philox_walk(dst, count, seed, offset / 4, (size_t)(offset % 4), emit_normal16, &nc);
   return 0;
 }

@@ -7,8 +7,23 @@
  * curand(&state). So a fill is the same whatever the split into pieces: fill(o, n) equals the
  * slice [o, o+n) of fill(0, o+n), on every backend.
  *
+ * Other dtypes (the same rules on every backend; uniforms bit for bit, normals to a few ulp):
+ *   UNIFORM F16, BF16  the F32 uniform of the same word, rounded to nearest even
+ *                      (be_f32_to_f16, be_f32_to_bf16 of backends/dtype_conv.h).
+ *   UNIFORM F64        cuRAND's double convention: element e of a fill at offset o (stream
+ *                      element o + e) takes words w0 = 2(o + e) and w1 = 2(o + e) + 1:
+ *                      z = w0 ^ (w1 << 21) in 64 bits, value = z * 2^-53 + 2^-54, in (0, 1).
+ *   NORMAL F16, BF16   the F32 normal of the same element (z * stddev + mean in float, with
+ *                      mean and stddev rounded to float first), rounded to nearest even.
+ *   NORMAL F64         offset even; stream elements 2j, 2j + 1 take words 4j .. 4j + 3 (block
+ *                      j): u = (w0 ^ (w1 << 21)) * 2^-53 + 2^-54, v = (w2 ^ (w3 << 21)) *
+ *                      2^-52 + 2^-53, s = sqrt(-2 log u); element 2j = s sin(pi v), element
+ *                      2j + 1 = s cos(pi v) (cuRAND's _curand_box_muller_double); then
+ *                      z * stddev + mean in double.
+ *
  * Pure functions: no state, no allocation, thread-safe, never block. Every fill returns 0 or
- * ACCEL_EINVAL (NULL dst with count > 0; odd offset for normals). On error dst is untouched.
+ * ACCEL_EINVAL (NULL dst with count > 0; odd offset for normals), or ACCEL_ENOTSUP (the _as
+ * fills, for a dtype they do not fill). On error dst is untouched.
  */
 #ifndef BE_CPU_PHILOX_H
 #define BE_CPU_PHILOX_H
@@ -46,5 +61,21 @@ int be_cpu_philox_fill_uniform(float *dst, size_t count, uint64_t seed, uint64_t
  * (the ISO -std=c11 default in GCC). */
 int be_cpu_philox_fill_normal(float *dst, size_t count, uint64_t seed, uint64_t offset,
                               float mean, float stddev);
+
+/* UNIFORM F64 from its two words (above): in (0, 1). */
+double be_cpu_philox_uniform_f64(uint32_t w0, uint32_t w1);
+
+/* NORMAL F64 from the four words of its pair (above): out[0] the even element, out[1] the odd
+ * one, unscaled. sin(pi v) and cos(pi v) are reduced exactly to [0, pi/4] first, so they keep
+ * their relative accuracy near their zeros. */
+void be_cpu_philox_box_muller_f64(const uint32_t w[4], double out[2]);
+
+/* count elements of dtype (accel_dtype: ACCEL_F32, F64, F16 or BF16; 16-bit ones as their
+ * raw bits) at stream offset `offset`, by the conventions above. The F32 fills are the ones
+ * above; the normal's mean and stddev are rounded to float first except for F64. */
+int be_cpu_philox_fill_uniform_as(uint32_t dtype, void *dst, size_t count, uint64_t seed,
+                                  uint64_t offset);
+int be_cpu_philox_fill_normal_as(uint32_t dtype, void *dst, size_t count, uint64_t seed,
+                                 uint64_t offset, double mean, double stddev);
 
 #endif

@@ -27,16 +27,18 @@ typedef enum be_cpu_item_kind {
   BE_CPU_COPY = 0,
   BE_CPU_CALLBACK,
   BE_CPU_WAIT,
-  BE_CPU_SGEMM,
-  BE_CPU_SAXPY,
-  BE_CPU_SDOT,
+  BE_CPU_GEMM,
+  BE_CPU_AXPY,
+  BE_CPU_DOT,
+  BE_CPU_SCAL,
   BE_CPU_FILL,
   BE_CPU_RNG,
   BE_CPU_UNARY,
   BE_CPU_SOFTMAX,
 } be_cpu_item_kind;
 
-/* One unit of work; pointers are the host addresses the submitter checked. */
+/* One unit of work; pointers are the host addresses the submitter checked; dtypes are
+ * accel_dtype values the package checked (packages.c). */
 typedef struct be_cpu_item {
   struct be_cpu_item *next;
   be_cpu_item_kind kind;
@@ -56,22 +58,18 @@ typedef struct be_cpu_item {
       unsigned gen;
     } wait;
     struct {
-      be_sgemm_args g;
-      const float *a, *b;
-      float *c;
-      size_t a_len, b_len, c_len;
-    } sgemm;
-    struct {
-      const float *x;
-      float *y;
+      be_gemm_args g; /* the whole batch: one item */
+      const void *a, *b;
+      void *c;
+      size_t a_len, b_len, c_len; /* elements from a, b, c to their buffers' ends */
+    } gemm;
+    struct { /* axpy, dot (result set) and scal (y only) */
+      uint32_t dtype;
+      const void *x;
+      void *y, *result;
       size_t n;
-      float alpha;
-    } saxpy;
-    struct {
-      const float *x, *y;
-      float *result;
-      size_t n;
-    } sdot;
+      double alpha;
+    } vec;
     struct {
       void *dst;
       size_t count;
@@ -81,18 +79,21 @@ typedef struct be_cpu_item {
     struct {
       void *dst;
       size_t count;
+      uint32_t dtype;
       be_rng_args r;
     } rng;
     struct {
-      float *dst;
-      const float *src;
+      void *dst;
+      const void *src;
       size_t count;
+      uint32_t dtype;
       be_unary_op op;
     } unary;
     struct {
-      float *dst;
-      const float *src;
+      void *dst;
+      const void *src;
       size_t rows, cols;
+      uint32_t dtype;
     } softmax;
   } u;
 } be_cpu_item;
