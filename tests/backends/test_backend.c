@@ -5,7 +5,9 @@
  * Inputs are random and fresh each run, never zeros; the seed is printed and ACCEL_TEST_SEED
  * reproduces a run (each test reseeds from it and its own name, so one test can be rerun
  * alone). Kernels are checked against float64 references with the tolerance stated at each
- * check; RNG bits and uniforms against the cpu Philox reference, bit for bit.
+ * check; RNG bits and uniforms against the cpu Philox reference, bit for bit. Every op also
+ * runs in every dtype its package says the device runs (and answers ACCEL_ENOTSUP in the
+ * others), against long double references with per-dtype tolerances.
  *
  * Ordering tests do not rely on timing: a "gate" host callback holds a queue until the test
  * opens it, so what must still be pending is pending when it is checked.
@@ -20,6 +22,7 @@
 #include "backends/backend.h"
 #include "../be_f32.h"
 #include "backends/cpu/philox.h"
+#include "backends/dtype_conv.h"
 
 /* ---- random inputs ------------------------------------------------------------------- */
 
@@ -977,6 +980,685 @@ static void kernel_softmax_dev(void)
 
 TEST(kernel_softmax) { each_device(kernel_softmax_dev); }
 
+/* ---- every dtype of the packages ------------------------------------------------------
+ * Typed buffers hold raw elements (16-bit floats as their bits); values go through double.
+ * Each op runs in every dtype the device's package says it runs, against a long double
+ * reference on the values actually stored; every dtype it says it does not run must answer
+ * ACCEL_ENOTSUP. Per-dtype unit roundoff u: F64 2^-53, F32 2^-24, F16 2^-11, BF16 2^-8. */
+
+static const uint32_t all_dtypes[] = {ACCEL_F32, ACCEL_U32, ACCEL_F64,
+                                      ACCEL_F16, ACCEL_BF16, ACCEL_I32};
+#define N_DTYPES (sizeof all_dtypes / sizeof all_dtypes[0])
+
+static const char *dt_name(uint32_t t)
+{
+  static const char *const names[] = {"?", "f32", "u32", "f64", "f16", "bf16", "i32"};
+  return t <= ACCEL_I32 ? names[t] : "?";
+}
+
+/* The unit roundoff of a float type, and the smallest spacing near 0 (subnormals). */
+static double dt_u(uint32_t t)
+{
+  return t == ACCEL_F64 ? DBL_EPSILON / 2 : t == ACCEL_F32 ? FLT_EPSILON / 2
+         : t == ACCEL_F16 ? 0x1p-11 : 0x1p-8;
+}
+
+static double dt_tiny(uint32_t t)
+{
+  return t == ACCEL_F16 ? 0x1p-25 : t == ACCEL_BF16 ? 0x1p-134 : t == ACCEL_F32 ? 1e-9 : 1e-300;
+}
+
+static double tget(uint32_t t, const void *p, size_t i)
+{
+  switch (t) {
+  case ACCEL_F64:
+    return ((const double *)p)[i];
+  case ACCEL_F32:
+    return ((const float *)p)[i];
+  case ACCEL_F16:
+    return be_f16_to_f32(((const uint16_t *)p)[i]);
+  case ACCEL_BF16:
+    return be_bf16_to_f32(((const uint16_t *)p)[i]);
+  default:
+    return ((const uint32_t *)p)[i];
+  }
+}
+
+static void tset(uint32_t t, void *p, size_t i, double v)
+{
+  switch (t) {
+  case ACCEL_F64:
+    ((double *)p)[i] = v;
+    break;
+  case ACCEL_F32:
+    ((float *)p)[i] = (float)v;
+    break;
+  case ACCEL_F16:
+    ((uint16_t *)p)[i] = be_f32_to_f16((float)v);
+    break;
+  case ACCEL_BF16:
+    ((uint16_t *)p)[i] = be_f32_to_bf16((float)v);
+    break;
+  default:
+    ((uint32_t *)p)[i] = (uint32_t)v;
+  }
+}
+
+typedef struct tbuf {
+  be_mem m;
+  uint32_t t;
+  size_t len, es;
+  uint8_t *host; /* what was written */
+} tbuf;
+
+/* len random nonzero elements of type t, |x| in [lo, hi] (as stored after rounding). */
+static tbuf tbuf_new(fx *f, uint32_t t, size_t len, double lo, double hi)
+{
+  tbuf b = {.t = t, .len = len, .es = be_dtype_size(t)};
+  b.m = mem_new(f->d, len * b.es);
+  b.host = xcalloc(len, b.es);
+  for (size_t i = 0; i < len; i++) {
+    double mag = lo + (hi - lo) * (double)(rnd64() >> 11) * 0x1p-53;
+    tset(t, b.host, i, (rnd64() & 1) ? -mag : mag);
+  }
+  return b;
+}
+
+static void tbuf_put(fx *f, const tbuf *b)
+{
+  put(f, b->m, 0, b->host, b->len * b->es);
+}
+
+static uint8_t *tbuf_read(fx *f, const tbuf *b)
+{
+  uint8_t *out = xcalloc(b->len, b->es);
+  get(f, out, b->m, 0, b->len * b->es);
+  return out;
+}
+
+static void tbuf_free(fx *f, tbuf *b)
+{
+  B->mem_free(f->d, &b->m);
+  free(b->host);
+}
+
+/* Every element outside [off, off + n) still holds what was written, bit for bit. */
+static void tcheck_outside(const uint8_t *got, const tbuf *b, size_t off, size_t n)
+{
+  for (size_t i = 0; i < b->len; i++)
+    if ((i < off || i >= off + n) && memcmp(got + i * b->es, b->host + i * b->es, b->es) != 0)
+      TEST_FAIL("%s element %zu outside [%zu, %zu) changed", dt_name(b->t), i, off, off + n);
+}
+
+static bool in_set(uint32_t set, uint32_t t)
+{
+  return (set & ACCEL_DTYPE_BIT(t)) != 0;
+}
+
+/* ---- gemm in every combination ---- */
+
+typedef enum gemm_kind { G_PLAIN, G_K0, G_ALPHA0, G_BETA0_NAN, G_BATCH } gemm_kind;
+
+typedef struct gemm_t {
+  be_gemm_args g;
+  size_t ao, bo, co;
+  tbuf a, b, c;
+} gemm_t;
+
+/* Random shape with padded leading dimensions, alpha, beta and strides for `kind`. */
+static be_gemm_args gemm_shape(uint32_t ab, uint32_t ct, int tr, gemm_kind kind)
+{
+  be_gemm_args g = {.trans_a = (be_blas_trans)(tr & 1), .trans_b = (be_blas_trans)(tr >> 1),
+                    .m = (int64_t)rnd_range(1, 70), .n = (int64_t)rnd_range(1, 70),
+                    .k = kind == G_K0 ? 0 : (int64_t)rnd_range(1, 70),
+                    .alpha = kind == G_ALPHA0 ? 0 : rnd_nz(0.5f, 2),
+                    .beta = kind == G_BETA0_NAN ? 0 : rnd_nz(0.5f, 2), .ab_type = ab,
+                    .c_type = ct, .batch = kind == G_BATCH ? (int64_t)rnd_range(2, 5) : 1};
+  g.lda = (g.trans_a ? g.k : g.m) + (int64_t)rnd_range(0, 7);
+  g.ldb = (g.trans_b ? g.n : g.k) + (int64_t)rnd_range(0, 7);
+  g.lda = g.lda > 0 ? g.lda : 1;
+  g.ldb = g.ldb > 0 ? g.ldb : 1;
+  g.ldc = g.m + (int64_t)rnd_range(0, 7);
+  if (g.batch > 1) {
+    g.stride_a = rnd_range(0, 3) == 0 ? 0 : (g.trans_a ? g.m : g.k) * g.lda + (int64_t)rnd_range(0, 9);
+    g.stride_b = rnd_range(0, 3) == 0 ? 0 : (g.trans_b ? g.k : g.n) * g.ldb + (int64_t)rnd_range(0, 9);
+    g.stride_c = g.n * g.ldc + (int64_t)rnd_range(0, 9);
+  }
+  return g;
+}
+
+static size_t batch_len(int64_t batch, int64_t stride, int64_t cols, int64_t ld)
+{
+  return (size_t)((batch - 1) * stride + cols * ld);
+}
+
+/* C_b(i, j) of alpha op(A_b) op(B_b) + beta C_b in long double; *mag the size of what was
+ * summed, for the tolerance. */
+static long double gemm_ref(const gemm_t *t, int64_t bi, int64_t i, int64_t j, double *mag)
+{
+  const be_gemm_args *g = &t->g;
+  size_t a0 = t->ao + (size_t)(bi * g->stride_a), b0 = t->bo + (size_t)(bi * g->stride_b);
+  long double sum = 0;
+  *mag = 0;
+  for (int64_t l = 0; l < g->k && g->alpha != 0; l++) {
+    double x = tget(g->ab_type, t->a.host, a0 + (size_t)(g->trans_a ? l + i * g->lda : i + l * g->lda));
+    double y = tget(g->ab_type, t->b.host, b0 + (size_t)(g->trans_b ? j + l * g->ldb : l + j * g->ldb));
+    sum += (long double)x * y;
+    *mag += fabs(x * y);
+  }
+  size_t at = t->co + (size_t)(bi * g->stride_c + i + j * g->ldc);
+  long double cij = g->beta == 0 ? 0 : tget(g->c_type, t->c.host, at);
+  *mag = fabs(g->alpha) * *mag + fabs(g->beta * (double)cij);
+  return g->alpha * sum + g->beta * cij;
+}
+
+/* Tolerance: (k + 4) u_acc mag, u_acc the accumulation's roundoff (F64 for F64, else F32),
+ * plus the rounding to a 16-bit C: u_c |want| and half its smallest spacing. */
+static double gemm_tol(const be_gemm_args *g, double want, double mag)
+{
+  double acc = g->ab_type == ACCEL_F64 ? DBL_EPSILON : FLT_EPSILON;
+  double tol = (double)(g->k + 4) * acc * mag;
+  if (g->c_type == ACCEL_F16 || g->c_type == ACCEL_BF16)
+    tol += dt_u(g->c_type) * fabs(want) + dt_tiny(g->c_type);
+  return tol;
+}
+
+static void gemm_verify(fx *f, gemm_t *t)
+{
+  const be_gemm_args *g = &t->g;
+  uint8_t *got = tbuf_read(f, &t->c);
+  for (int64_t bi = 0; bi < g->batch; bi++)
+    for (int64_t j = 0; j < g->n; j++)
+      for (int64_t i = 0; i < g->m; i++) {
+        size_t at = t->co + (size_t)(bi * g->stride_c + i + j * g->ldc);
+        double mag, want = (double)gemm_ref(t, bi, i, j, &mag);
+        double v = tget(g->c_type, got, at);
+        if (!(fabs(v - want) <= gemm_tol(g, want, mag)))
+          TEST_FAIL("gemm %s->%s ta %d tb %d m %" PRId64 " n %" PRId64 " k %" PRId64
+                    " batch %" PRId64 ": C_%" PRId64 "(%" PRId64 ", %" PRId64
+                    ") = %.17g, want %.17g (tolerance %.3g)",
+                    dt_name(g->ab_type), dt_name(g->c_type), g->trans_a, g->trans_b, g->m,
+                    g->n, g->k, g->batch, bi, i, j, v, want, gemm_tol(g, want, mag));
+        memcpy(t->c.host + at * t->c.es, got + at * t->c.es, t->c.es);
+      }
+  tcheck_outside(got, &t->c, 0, 0); /* padding, gaps between batches, before and after */
+  free(got);
+}
+
+static void gemm_case(fx *f, uint32_t ab, uint32_t ct, int tr, gemm_kind kind)
+{
+  gemm_t t = {.g = gemm_shape(ab, ct, tr, kind), .ao = rnd_range(0, 9), .bo = rnd_range(0, 9),
+              .co = rnd_range(0, 9)};
+  be_gemm_args *g = &t.g;
+  int64_t acols = g->trans_a ? g->m : g->k, bcols = g->trans_b ? g->k : g->n;
+  t.a = tbuf_new(f, ab, t.ao + batch_len(g->batch, g->stride_a, acols, g->lda) + 3, 0.1, 1);
+  t.b = tbuf_new(f, ab, t.bo + batch_len(g->batch, g->stride_b, bcols, g->ldb) + 3, 0.1, 1);
+  t.c = tbuf_new(f, ct, t.co + batch_len(g->batch, g->stride_c, g->n, g->ldc) + 3, 0.1, 1);
+  if (kind == G_K0 || kind == G_ALPHA0) /* must not be read */
+    for (size_t i = 0; i < t.a.len || i < t.b.len; i++) {
+      if (i < t.a.len)
+        tset(ab, t.a.host, i, NAN);
+      if (i < t.b.len)
+        tset(ab, t.b.host, i, NAN);
+    }
+  if (kind == G_BETA0_NAN) /* must vanish */
+    for (int64_t j = 0; j < g->n; j++)
+      for (int64_t i = 0; i < g->m; i++)
+        tset(ct, t.c.host, t.co + (size_t)(i + j * g->ldc), NAN);
+  tbuf_put(f, &t.a);
+  tbuf_put(f, &t.b);
+  tbuf_put(f, &t.c);
+  CHECK_OK(B->blas->gemm(f->q, g, t.a.m, t.ao, t.b.m, t.bo, t.c.m, t.co));
+  gemm_verify(f, &t);
+  tbuf_free(f, &t.a);
+  tbuf_free(f, &t.b);
+  tbuf_free(f, &t.c);
+}
+
+static const uint32_t gemm_maths[] = {BE_GEMM_MATH_DEVICE, BE_GEMM_MATH_FP32,
+                                      BE_GEMM_MATH_TF32, BE_GEMM_MATH_FP64};
+
+/* Every (A/B type, C type) the device runs with its default math: all transposes and every
+ * special case. A combination it does not run (supports says so) answers ACCEL_ENOTSUP. */
+static void kernel_gemm_dtypes_dev(void)
+{
+  fx f = fx_open();
+  tbuf m = tbuf_new(&f, ACCEL_F64, 64, 1, 2);
+  be_gemm_args small = {.m = 2, .n = 2, .k = 2, .alpha = 1, .lda = 2, .ldb = 2, .ldc = 2,
+                        .batch = 1};
+  for (size_t x = 0; x < N_DTYPES; x++)
+    for (size_t y = 0; y < N_DTYPES; y++)
+      for (size_t mi = 0; mi < 4; mi++) {
+        uint32_t ab = all_dtypes[x], ct = all_dtypes[y], math = gemm_maths[mi];
+        int sup = B->blas->gemm_supports(f.d, ab, ct, math);
+        CHECK(sup == 0 || sup == ACCEL_ENOTSUP);
+        if (sup == 0) {
+          CHECK(be_gemm_combo_ok(ab, ct, math));
+          continue;
+        }
+        small.ab_type = ab, small.c_type = ct, small.math = (be_gemm_math)math;
+        CHECK_ERR(B->blas->gemm(f.q, &small, m.m, 0, m.m, 8, m.m, 16), ACCEL_ENOTSUP);
+      }
+  for (size_t x = 0; x < N_DTYPES; x++)
+    for (size_t y = 0; y < N_DTYPES; y++) {
+      uint32_t ab = all_dtypes[x], ct = all_dtypes[y];
+      if (B->blas->gemm_supports(f.d, ab, ct, BE_GEMM_MATH_DEVICE) != 0)
+        continue;
+      printf("    gemm %s -> %s\n", dt_name(ab), dt_name(ct));
+      for (int tr = 0; tr < 4; tr++)
+        for (gemm_kind kind = G_PLAIN; kind <= G_BATCH; kind++)
+          gemm_case(&f, ab, ct, tr, kind);
+    }
+  tbuf_free(&f, &m);
+  fx_close(&f);
+}
+
+TEST(kernel_gemm_dtypes) { each_device(kernel_gemm_dtypes_dev); }
+
+/* ---- axpy, dot, scal ---- */
+
+/* y = alpha x + y: 2 u_t (|alpha x| + |y|) plus (for 16-bit) the smallest spacing. */
+static void axpy_case(fx *f, uint32_t t)
+{
+  size_t n = rnd_range(1, 20000), xo = rnd_range(0, 17), yo = rnd_range(0, 17);
+  double alpha = rnd_nz(0.5f, 3);
+  tbuf x = tbuf_new(f, t, xo + n + 5, 0.1, 4), y = tbuf_new(f, t, yo + n + 5, 0.1, 4);
+  tbuf_put(f, &x);
+  tbuf_put(f, &y);
+  CHECK_OK(B->blas->axpy(f->q, t, n, alpha, x.m, xo, y.m, yo));
+  uint8_t *got = tbuf_read(f, &y);
+  double a = t == ACCEL_F64 ? alpha : (float)alpha;
+  for (size_t i = 0; i < n; i++) {
+    double ax = a * tget(t, x.host, xo + i), yi = tget(t, y.host, yo + i);
+    check_close(tget(t, got, yo + i), ax + yi, 4 * dt_u(t) * (fabs(ax) + fabs(yi)), "axpy", i);
+  }
+  tcheck_outside(got, &y, yo, n);
+  free(got);
+  tbuf_free(f, &x);
+  tbuf_free(f, &y);
+}
+
+/* x . y: (n / 8 + 8) 2 u_t sum |x_i y_i| (blocked sums, as kernel_sdot). */
+static void dot_case(fx *f, uint32_t t)
+{
+  size_t n = rnd_range(1, 20000), xo = rnd_range(0, 17), yo = rnd_range(0, 17);
+  size_t ro = rnd_range(0, 7);
+  tbuf x = tbuf_new(f, t, xo + n + 3, 0.1, 2), y = tbuf_new(f, t, yo + n + 3, 0.1, 2);
+  tbuf r = tbuf_new(f, t, ro + 4, 1, 2);
+  tbuf_put(f, &x);
+  tbuf_put(f, &y);
+  tbuf_put(f, &r);
+  CHECK_OK(B->blas->dot(f->q, t, n, x.m, xo, y.m, yo, r.m, ro));
+  uint8_t *got = tbuf_read(f, &r);
+  long double sum = 0;
+  double mag = 0;
+  for (size_t i = 0; i < n; i++) {
+    double p = tget(t, x.host, xo + i) * tget(t, y.host, yo + i);
+    sum += (long double)tget(t, x.host, xo + i) * tget(t, y.host, yo + i);
+    mag += fabs(p);
+  }
+  check_close(tget(t, got, ro), (double)sum, (double)(n / 8 + 8) * 2 * dt_u(t) * mag, "dot", 0);
+  tcheck_outside(got, &r, ro, 1);
+  free(got);
+  tbuf_free(f, &x);
+  tbuf_free(f, &y);
+  tbuf_free(f, &r);
+}
+
+/* x = alpha x: one rounding, u_t |alpha x|. */
+static void scal_case(fx *f, uint32_t t)
+{
+  size_t n = rnd_range(1, 20000), xo = rnd_range(0, 17);
+  double alpha = rnd_nz(0.5f, 3);
+  tbuf x = tbuf_new(f, t, xo + n + 5, 0.1, 4);
+  tbuf_put(f, &x);
+  CHECK_OK(B->blas->scal(f->q, t, n, alpha, x.m, xo));
+  uint8_t *got = tbuf_read(f, &x);
+  double a = t == ACCEL_F64 ? alpha : (float)alpha;
+  for (size_t i = 0; i < n; i++) {
+    double want = a * tget(t, x.host, xo + i);
+    check_close(tget(t, got, xo + i), want, 2 * dt_u(t) * fabs(want), "scal", i);
+  }
+  tcheck_outside(got, &x, xo, n);
+  free(got);
+  tbuf_free(f, &x);
+}
+
+static void kernel_vector_dtypes_dev(void)
+{
+  fx f = fx_open();
+  uint32_t set = B->blas->vector_dtypes(f.d);
+  tbuf m = tbuf_new(&f, ACCEL_F64, 64, 1, 2);
+  tbuf_put(&f, &m);
+  for (size_t x = 0; x < N_DTYPES; x++) {
+    uint32_t t = all_dtypes[x];
+    if (!in_set(set, t)) {
+      CHECK_ERR(B->blas->axpy(f.q, t, 4, 2, m.m, 0, m.m, 16), ACCEL_ENOTSUP);
+      CHECK_ERR(B->blas->dot(f.q, t, 4, m.m, 0, m.m, 16, m.m, 32), ACCEL_ENOTSUP);
+      CHECK_ERR(B->blas->scal(f.q, t, 4, 2, m.m, 0), ACCEL_ENOTSUP);
+      continue;
+    }
+    printf("    axpy, dot, scal %s\n", dt_name(t));
+    for (int i = 0; i < 2; i++) {
+      axpy_case(&f, t);
+      dot_case(&f, t);
+      scal_case(&f, t);
+    }
+  }
+  uint8_t *got = tbuf_read(&f, &m);
+  tcheck_outside(got, &m, 0, 0); /* the refused calls wrote nothing */
+  free(got);
+  tbuf_free(&f, &m);
+  fx_close(&f);
+}
+
+TEST(kernel_vector_dtypes) { each_device(kernel_vector_dtypes_dev); }
+
+/* ---- element-wise ops and softmax ---- */
+
+static long double unary_ref_l(be_unary_op op, long double x)
+{
+  switch (op) {
+  case BE_SIGMOID:
+    return 1 / (1 + expl(-x));
+  case BE_RELU:
+    return x < 0 ? 0 : x;
+  case BE_TANH:
+    return tanhl(x);
+  }
+  return NAN;
+}
+
+/* The op's own error (8 u of the arithmetic: double for F64, float otherwise; relu exact) plus
+ * the rounding to t: u_t |want| and half its smallest spacing. */
+static double nn_tol(uint32_t t, double want, double op_ulps)
+{
+  double ar = t == ACCEL_F64 ? DBL_EPSILON : FLT_EPSILON;
+  double tol = op_ulps * ar * fabs(want) + (t == ACCEL_F64 ? 1e-300 : 1e-7 * (op_ulps > 0));
+  if (t == ACCEL_F16 || t == ACCEL_BF16)
+    tol += dt_u(t) * fabs(want) + dt_tiny(t);
+  return tol;
+}
+
+static void unary_dt_case(fx *f, uint32_t t, be_unary_op op, bool in_place)
+{
+  size_t n = rnd_range(1, 50000), so = rnd_range(0, 31), dof = in_place ? so : rnd_range(0, 31);
+  tbuf src = tbuf_new(f, t, so + n + 4, 0.05, 9);
+  tbuf dst = in_place ? src : tbuf_new(f, t, dof + n + 4, 1, 2);
+  tbuf_put(f, &src);
+  if (!in_place)
+    tbuf_put(f, &dst);
+  CHECK_OK(B->nn->unary(f->q, t, op, dst.m, dof, src.m, so, n));
+  uint8_t *got = tbuf_read(f, &dst);
+  for (size_t i = 0; i < n; i++) {
+    double want = (double)unary_ref_l(op, tget(t, src.host, so + i));
+    double tol = op == BE_RELU ? 0 : nn_tol(t, want, 4);
+    check_close(tget(t, got, dof + i), want, tol, unary_name[op], i);
+  }
+  tcheck_outside(got, &dst, dof, n);
+  free(got);
+  tbuf_free(f, &src);
+  if (!in_place)
+    tbuf_free(f, &dst);
+}
+
+/* Tolerance: (cols + 8) ulps of the arithmetic, plus the rounding to t. */
+static void softmax_dt_case(fx *f, uint32_t t, bool in_place)
+{
+  size_t rows = rnd_range(1, 64), cols = rnd_range(1, 300), so = rnd_range(0, 9);
+  size_t dof = in_place ? so : rnd_range(0, 9), n = rows * cols;
+  tbuf src = tbuf_new(f, t, so + n + 2, 0.01, 12);
+  tbuf dst = in_place ? src : tbuf_new(f, t, dof + n + 2, 1, 2);
+  tbuf_put(f, &src);
+  if (!in_place)
+    tbuf_put(f, &dst);
+  CHECK_OK(B->nn->softmax(f->q, t, dst.m, dof, src.m, so, rows, cols));
+  uint8_t *got = tbuf_read(f, &dst);
+  for (size_t r = 0; r < rows; r++) {
+    size_t x0 = so + r * cols;
+    long double mx = tget(t, src.host, x0), sum = 0;
+    for (size_t j = 1; j < cols; j++)
+      mx = fmaxl(mx, tget(t, src.host, x0 + j));
+    for (size_t j = 0; j < cols; j++)
+      sum += expl(tget(t, src.host, x0 + j) - mx);
+    double row = 0;
+    for (size_t j = 0; j < cols; j++) {
+      double want = (double)(expl(tget(t, src.host, x0 + j) - mx) / sum);
+      double v = tget(t, got, dof + r * cols + j);
+      check_close(v, want, nn_tol(t, want, (double)(cols + 8)), "softmax", r * cols + j);
+      row += v;
+    }
+    double row_tol = (double)(cols + 8) * (t == ACCEL_F64 ? DBL_EPSILON : FLT_EPSILON) +
+                     (t == ACCEL_F16 || t == ACCEL_BF16 ? dt_u(t) * 2 : 1e-6);
+    check_close(row, 1, row_tol, "softmax row sum", r);
+  }
+  tcheck_outside(got, &dst, dof, n);
+  free(got);
+  tbuf_free(f, &src);
+  if (!in_place)
+    tbuf_free(f, &dst);
+}
+
+static void kernel_nn_dtypes_dev(void)
+{
+  fx f = fx_open();
+  uint32_t set = B->nn->dtypes(f.d);
+  tbuf m = tbuf_new(&f, ACCEL_F64, 64, 1, 2);
+  tbuf_put(&f, &m);
+  for (size_t x = 0; x < N_DTYPES; x++) {
+    uint32_t t = all_dtypes[x];
+    if (!in_set(set, t)) {
+      CHECK_ERR(B->nn->unary(f.q, t, BE_TANH, m.m, 0, m.m, 16, 4), ACCEL_ENOTSUP);
+      CHECK_ERR(B->nn->softmax(f.q, t, m.m, 0, m.m, 16, 2, 2), ACCEL_ENOTSUP);
+      continue;
+    }
+    printf("    sigmoid, relu, tanh, softmax %s\n", dt_name(t));
+    for (be_unary_op op = BE_SIGMOID; op <= BE_TANH; op++) {
+      unary_dt_case(&f, t, op, false);
+      unary_dt_case(&f, t, op, true);
+    }
+    softmax_dt_case(&f, t, false);
+    softmax_dt_case(&f, t, true);
+  }
+  uint8_t *got = tbuf_read(&f, &m);
+  tcheck_outside(got, &m, 0, 0);
+  free(got);
+  tbuf_free(&f, &m);
+  fx_close(&f);
+}
+
+TEST(kernel_nn_dtypes) { each_device(kernel_nn_dtypes_dev); }
+
+/* ---- rng into every dtype: against an independent computation from the block function ---- */
+
+/* Word j of the stream of `seed` (philox.h), straight from be_cpu_philox4x32_10. */
+static uint32_t philox_word(uint64_t seed, uint64_t j)
+{
+  uint32_t ctr[4] = {(uint32_t)(j / 4), (uint32_t)((j / 4) >> 32), 0, 0};
+  uint32_t key[2] = {(uint32_t)seed, (uint32_t)(seed >> 32)}, out[4];
+  be_cpu_philox4x32_10(ctr, key, out);
+  return out[j % 4];
+}
+
+static float uniform_f32_ref(uint32_t w)
+{
+  return (float)w * 0x1p-32f + 0x1p-33f;
+}
+
+static double uniform53_ref(uint32_t w0, uint32_t w1, double scale)
+{
+  uint64_t z = (uint64_t)w0 ^ ((uint64_t)w1 << 21);
+  return (double)z * scale + scale / 2;
+}
+
+/* Uniform element e of a fill at offset o, as the bits the dtype stores. */
+static void uniform_ref(uint32_t t, uint64_t seed, uint64_t e, void *out, size_t i)
+{
+  if (t == ACCEL_F64) {
+    ((double *)out)[i] = uniform53_ref(philox_word(seed, 2 * e), philox_word(seed, 2 * e + 1),
+                                       0x1p-53);
+    return;
+  }
+  float u = uniform_f32_ref(philox_word(seed, e));
+  if (t == ACCEL_F32)
+    ((float *)out)[i] = u;
+  else
+    ((uint16_t *)out)[i] = t == ACCEL_F16 ? be_f32_to_f16(u) : be_f32_to_bf16(u);
+}
+
+/* Normal element e (unscaled) in long double: F64 by cuRAND's double Box-Muller, the others by
+ * the float one (philox.h). */
+static long double normal_ref(uint32_t t, uint64_t seed, uint64_t e)
+{
+  uint64_t p = e / 2;
+  if (t == ACCEL_F64) {
+    double u = uniform53_ref(philox_word(seed, 4 * p), philox_word(seed, 4 * p + 1), 0x1p-53);
+    double v = uniform53_ref(philox_word(seed, 4 * p + 2), philox_word(seed, 4 * p + 3),
+                             0x1p-52);
+    long double s = sqrtl(-2 * logl(u)), a = 3.141592653589793238462643383279503L * v;
+    return s * (e % 2 == 0 ? sinl(a) : cosl(a));
+  }
+  float u = uniform_f32_ref(philox_word(seed, 2 * p));
+  float v = (float)philox_word(seed, 2 * p + 1) * (0x1p-32f * 6.2831855f) +
+            (0x1p-32f * 6.2831855f) / 2.0f;
+  float r = sqrtf(-2.0f * logf(u));
+  return e % 2 == 0 ? sinf(v) * r : cosf(v) * r;
+}
+
+static void rng_dt_case(fx *f, uint32_t t, be_rng_dist dist, bool standard)
+{
+  size_t n = rnd_range(1, 30000), off = rnd_range(0, 63);
+  be_rng_args r = {.dist = dist, .seed = rnd64(), .offset = rnd64() >> rnd_range(20, 63),
+                   .mean = standard ? 0 : rnd_nz(0.5f, 3),
+                   .stddev = standard ? 1 : fabsf(rnd_nz(0.5f, 3))};
+  if (dist == BE_RNG_NORMAL)
+    r.offset &= ~(uint64_t)1;
+  tbuf d = tbuf_new(f, t, off + n + 5, 1, 2);
+  tbuf_put(f, &d);
+  CHECK_OK(B->rng->fill(f->q, t, d.m, off, n, &r));
+  uint8_t *got = tbuf_read(f, &d), *want = xcalloc(1, d.es);
+  double mean = t == ACCEL_F64 ? r.mean : (float)r.mean;
+  double sd = t == ACCEL_F64 ? r.stddev : (float)r.stddev;
+  for (size_t i = 0; i < n; i++) {
+    if (dist == BE_RNG_UNIFORM) {
+      uniform_ref(t, r.seed, r.offset + i, want, 0);
+      if (memcmp(got + (off + i) * d.es, want, d.es) != 0)
+        TEST_FAIL("uniform %s: element %zu (stream element %" PRIu64 ") differs",
+                  dt_name(t), i, r.offset + i);
+      continue;
+    }
+    double z = (double)normal_ref(t, r.seed, r.offset + i), w = z * sd + mean;
+    /* F64: 8 ulps of |z| sd + |mean| (and of 1e-3 near zeros of sin, cos, where the long
+     * double reference itself is only good to ~1e-19); the others as kernel_rng_fill's F32
+     * normal, plus the rounding to t. */
+    double tol = t == ACCEL_F64 ? 8 * DBL_EPSILON * (fabs(z) * sd + fabs(mean) + 1e-3)
+                                : 16 * FLT_EPSILON * (fabs(w) + 1) * sd +
+                                      (t == ACCEL_F32 ? 0 : dt_u(t) * fabs(w) + dt_tiny(t));
+    check_close(tget(t, got, off + i), w, tol, "normal", i);
+  }
+  tcheck_outside(got, &d, off, n);
+  free(got);
+  free(want);
+  tbuf_free(f, &d);
+}
+
+static void kernel_rng_dtypes_dev(void)
+{
+  fx f = fx_open();
+  uint32_t set = B->rng->dtypes(f.d);
+  tbuf m = tbuf_new(&f, ACCEL_F64, 64, 1, 2);
+  be_rng_args uni = {.dist = BE_RNG_UNIFORM, .seed = 1};
+  be_rng_args nor = {.dist = BE_RNG_NORMAL, .seed = 1, .stddev = 1};
+  be_rng_args odd = {.dist = BE_RNG_NORMAL, .seed = 1, .offset = 3, .stddev = 1};
+  for (size_t x = 0; x < N_DTYPES; x++) {
+    uint32_t t = all_dtypes[x];
+    if (!in_set(set, t)) {
+      CHECK_ERR(B->rng->fill(f.q, t, m.m, 0, 4, &uni), ACCEL_ENOTSUP);
+      CHECK_ERR(B->rng->fill(f.q, t, m.m, 0, 4, &nor), ACCEL_ENOTSUP);
+      continue;
+    }
+    printf("    uniform, normal %s\n", dt_name(t));
+    CHECK_ERR(B->rng->fill(f.q, t, m.m, 0, 2, &odd), ACCEL_EINVAL);
+    for (int i = 0; i < 2; i++) {
+      rng_dt_case(&f, t, BE_RNG_UNIFORM, false);
+      rng_dt_case(&f, t, BE_RNG_NORMAL, false);
+      rng_dt_case(&f, t, BE_RNG_NORMAL, true);
+    }
+  }
+  tbuf_free(&f, &m);
+  fx_close(&f);
+}
+
+TEST(kernel_rng_dtypes) { each_device(kernel_rng_dtypes_dev); }
+
+/* ---- the core fill in every element size ---- */
+
+static void kernel_fill_sizes_dev(void)
+{
+  fx f = fx_open();
+  static const uint32_t sizes[] = {1, 2, 4, 8};
+  for (size_t s = 0; s < 4; s++) {
+    uint32_t es = sizes[s];
+    size_t n = rnd_range(1, 50000), off = rnd_range(0, 99), len = off + n + 9;
+    uint64_t value = rnd64() | 0x0101010101010101ull; /* no zero byte */
+    uint8_t *host = xcalloc(len, es), *got = xcalloc(len, es);
+    rnd_bytes(host, len * es);
+    be_mem m = mem_new(f.d, len * es);
+    put(&f, m, 0, host, len * es);
+    CHECK_OK(B->fill(f.q, m, off, n, es, value));
+    get(&f, got, m, 0, len * es);
+    for (size_t i = 0; i < len; i++) {
+      bool inside = i >= off && i < off + n;
+      /* Little-endian: the low es bytes of value are its first es bytes in memory. */
+      if (memcmp(got + i * es, inside ? (const void *)&value : host + i * es, es) != 0)
+        TEST_FAIL("fill of %u-byte elements: element %zu (%s) wrong", es, i,
+                  inside ? "inside" : "outside");
+    }
+    CHECK_ERR(B->fill(f.q, m, len - 1, 2, es, value), ACCEL_EINVAL);
+    B->mem_free(f.d, &m);
+    free(host);
+    free(got);
+  }
+  fx_close(&f);
+}
+
+TEST(kernel_fill_sizes) { each_device(kernel_fill_sizes_dev); }
+
+/* What the cpu backend runs, exactly (packages.c); other backends say their own. */
+static void cpu_dtype_sets_dev(void)
+{
+  if (strcmp(B->name, "cpu") != 0)
+    return;
+  fx f = fx_open();
+  uint32_t floats = ACCEL_DTYPE_BIT(ACCEL_F32) | ACCEL_DTYPE_BIT(ACCEL_F64) |
+                    ACCEL_DTYPE_BIT(ACCEL_F16) | ACCEL_DTYPE_BIT(ACCEL_BF16);
+  CHECK_EQ(B->blas->vector_dtypes(f.d), ACCEL_DTYPE_BIT(ACCEL_F32) | ACCEL_DTYPE_BIT(ACCEL_F64));
+  CHECK_EQ(B->rng->dtypes(f.d), floats);
+  CHECK_EQ(B->nn->dtypes(f.d), floats);
+  for (size_t x = 0; x < N_DTYPES; x++)
+    for (size_t y = 0; y < N_DTYPES; y++)
+      for (size_t mi = 0; mi < 4; mi++) {
+        uint32_t ab = all_dtypes[x], ct = all_dtypes[y], math = gemm_maths[mi];
+        bool runs = be_gemm_combo_ok(ab, ct, math) && math != BE_GEMM_MATH_TF32;
+        CHECK_ERR(B->blas->gemm_supports(f.d, ab, ct, math), runs ? 0 : ACCEL_ENOTSUP);
+      }
+  be_mem m = mem_new(f.d, 256);
+  be_gemm_args tf32 = {.m = 2, .n = 2, .k = 2, .alpha = 1, .lda = 2, .ldb = 2, .ldc = 2,
+                       .ab_type = ACCEL_F32, .c_type = ACCEL_F32, .math = BE_GEMM_MATH_TF32,
+                       .batch = 1};
+  be_rng_args bits = {.dist = BE_RNG_BITS, .seed = 1};
+  CHECK_ERR(B->blas->gemm(f.q, &tf32, m, 0, m, 4, m, 8), ACCEL_ENOTSUP);
+  CHECK_ERR(B->blas->axpy(f.q, ACCEL_F16, 4, 2, m, 0, m, 8), ACCEL_ENOTSUP);
+  CHECK_ERR(B->blas->dot(f.q, ACCEL_BF16, 4, m, 0, m, 8, m, 16), ACCEL_ENOTSUP);
+  CHECK_ERR(B->blas->scal(f.q, ACCEL_F16, 4, 2, m, 0), ACCEL_ENOTSUP);
+  CHECK_ERR(B->rng->fill(f.q, ACCEL_F32, m, 0, 4, &bits), ACCEL_ENOTSUP);
+  CHECK_ERR(B->nn->unary(f.q, ACCEL_U32, BE_RELU, m, 0, m, 8, 4), ACCEL_ENOTSUP);
+  B->mem_free(f.d, &m);
+  fx_close(&f);
+}
+
+TEST(cpu_dtype_sets) { each_device(cpu_dtype_sets_dev); }
+
 /* ---- argument errors ----------------------------------------------------------------- */
 
 /* Every entry with a range past a buffer's end (or another bad argument) fails with
@@ -1405,6 +2087,12 @@ static const test_case tests[] = {
     TEST_CASE(kernel_rng_fill),
     TEST_CASE(kernel_unary),
     TEST_CASE(kernel_softmax),
+    TEST_CASE(kernel_gemm_dtypes),
+    TEST_CASE(kernel_vector_dtypes),
+    TEST_CASE(kernel_nn_dtypes),
+    TEST_CASE(kernel_rng_dtypes),
+    TEST_CASE(kernel_fill_sizes),
+    TEST_CASE(cpu_dtype_sets),
     TEST_CASE(argument_errors),
     TEST_CASE(fault_injection_not_permitted),
     TEST_CASE(fault_in_flight_and_reset),
