@@ -15,6 +15,7 @@
 
 #include "accel/error.h"
 #include "backends/cpu/cpu_kernels.h"
+#include "backends/dtype_conv.h"
 #include "curand_golden.h"
 
 /* ---- harness -------------------------------------------------------------------------- */
@@ -842,6 +843,129 @@ static void test_softmax(void)
         "empty");
 }
 
+/* ---- other dtypes ------------------------------------------------------------------------ */
+
+/* The 16-bit gemm is exactly "widen A, B (and C) to f32, one FP32 sgemm, round C to nearest
+ * even": bit for bit against be_cpu_sgemm on the widened copies, every matrix of a batch. */
+static void check_gemm16_exact(uint32_t ab, uint32_t ct, int trans, float beta)
+{
+  be_gemm_args g = {.trans_a = (be_blas_trans)(trans & 1), .trans_b = (be_blas_trans)(trans >> 1),
+                    .m = rnd_int(1, 40), .n = rnd_int(1, 40), .k = rnd_int(1, 40),
+                    .alpha = rnd_float(0.5f, 2), .beta = beta, .ab_type = ab, .c_type = ct,
+                    .batch = 3};
+  int64_t ar = g.trans_a ? g.k : g.m, ac = g.trans_a ? g.m : g.k;
+  int64_t br = g.trans_b ? g.n : g.k, bc = g.trans_b ? g.k : g.n;
+  g.lda = ar + rnd_int(0, 3), g.ldb = br + rnd_int(0, 3), g.ldc = g.m + rnd_int(0, 3);
+  g.stride_a = ac * g.lda, g.stride_b = 0, g.stride_c = g.n * g.ldc + 1;
+  size_t a_len = (size_t)(3 * g.stride_a), b_len = (size_t)(bc * g.ldb);
+  size_t c_len = (size_t)(3 * g.stride_c), ces = ct == ACCEL_F32 ? 4 : 2;
+  uint16_t *a = xmalloc(a_len * 2), *b = xmalloc(b_len * 2);
+  uint8_t *c = xmalloc(c_len * ces), *c0 = xmalloc(c_len * ces);
+  float *af = xmalloc(a_len * 4), *bf = xmalloc(b_len * 4), *cf = xmalloc(c_len * 4);
+  for (size_t i = 0; i < a_len; i++)
+    a[i] = ab == ACCEL_F16 ? be_f32_to_f16(rnd_float(-1, 1)) : be_f32_to_bf16(rnd_float(-1, 1));
+  for (size_t i = 0; i < b_len; i++)
+    b[i] = ab == ACCEL_F16 ? be_f32_to_f16(rnd_float(-1, 1)) : be_f32_to_bf16(rnd_float(-1, 1));
+  for (size_t i = 0; i < a_len; i++)
+    af[i] = ab == ACCEL_F16 ? be_f16_to_f32(a[i]) : be_bf16_to_f32(a[i]);
+  for (size_t i = 0; i < b_len; i++)
+    bf[i] = ab == ACCEL_F16 ? be_f16_to_f32(b[i]) : be_bf16_to_f32(b[i]);
+  for (size_t i = 0; i < c_len; i++) {
+    float v = beta == 0 ? NAN : rnd_float(-1, 1);
+    if (ct == ACCEL_F32)
+      memcpy(c + 4 * i, &v, 4);
+    else {
+      uint16_t h = ct == ACCEL_F16 ? be_f32_to_f16(v) : be_f32_to_bf16(v);
+      memcpy(c + 2 * i, &h, 2);
+    }
+    cf[i] = ct == ACCEL_F32 ? v : ct == ACCEL_F16 ? be_f16_to_f32(((uint16_t *)c)[i])
+                                                   : be_bf16_to_f32(((uint16_t *)c)[i]);
+  }
+  memcpy(c0, c, c_len * ces);
+  CHECK(be_cpu_gemm(&g, a, a_len, b, b_len, c, c_len) == 0, "gemm %u -> %u", ab, ct);
+  be_sgemm_args s = {.trans_a = g.trans_a, .trans_b = g.trans_b, .m = g.m, .n = g.n, .k = g.k,
+                     .alpha = (float)g.alpha, .beta = beta, .lda = ar, .ldb = br, .ldc = g.m};
+  float *pa = xmalloc((size_t)(ar * ac) * 4), *pb = xmalloc((size_t)(br * bc) * 4);
+  float *pc = xmalloc((size_t)(g.m * g.n) * 4);
+  for (int64_t bi = 0; bi < 3; bi++) {
+    for (int64_t j = 0; j < ac; j++)
+      for (int64_t i = 0; i < ar; i++)
+        pa[i + j * ar] = af[bi * g.stride_a + i + j * g.lda];
+    for (int64_t j = 0; j < bc; j++)
+      for (int64_t i = 0; i < br; i++)
+        pb[i + j * br] = bf[i + j * g.ldb];
+    for (int64_t j = 0; j < g.n; j++)
+      for (int64_t i = 0; i < g.m; i++)
+        pc[i + j * g.m] = beta == 0 ? 0 : cf[bi * g.stride_c + i + j * g.ldc];
+    be_cpu_sgemm(&s, pa, (size_t)(ar * ac), pb, (size_t)(br * bc), pc, (size_t)(g.m * g.n));
+    for (int64_t j = 0; j < g.n && !FAILED_TOO_OFTEN(); j++)
+      for (int64_t i = 0; i < g.m; i++) {
+        size_t at = (size_t)(bi * g.stride_c + i + j * g.ldc);
+        float w = pc[i + j * g.m];
+        uint16_t h = ct == ACCEL_F16 ? be_f32_to_f16(w) : be_f32_to_bf16(w);
+        bool same = ct == ACCEL_F32 ? memcmp(c + 4 * at, &w, 4) == 0
+                                    : memcmp(c + 2 * at, &h, 2) == 0;
+        CHECK(same, "gemm %u -> %u, batch %" PRId64 " C(%" PRId64 ", %" PRId64 ")", ab, ct,
+              bi, i, j);
+        memcpy(c0 + at * ces, c + at * ces, ces);
+      }
+  }
+  CHECK(memcmp(c0, c, c_len * ces) == 0, "gemm %u -> %u wrote outside the C matrices", ab, ct);
+  free(a), free(b), free(c), free(c0), free(af), free(bf), free(cf), free(pa), free(pb), free(pc);
+}
+
+static void test_gemm_dtypes_exact(void)
+{
+  static const uint32_t combos[4][2] = {{ACCEL_F16, ACCEL_F16}, {ACCEL_F16, ACCEL_F32},
+                                        {ACCEL_BF16, ACCEL_BF16}, {ACCEL_BF16, ACCEL_F32}};
+  for (int c = 0; c < 4; c++)
+    for (int t = 0; t < 4; t++) {
+      check_gemm16_exact(combos[c][0], combos[c][1], t, rnd_float(0.5f, 2));
+      check_gemm16_exact(combos[c][0], combos[c][1], t, 0);
+    }
+  be_gemm_args g = {.m = 2, .n = 2, .k = 2, .alpha = 1, .lda = 2, .ldb = 2, .ldc = 2,
+                    .ab_type = ACCEL_F32, .c_type = ACCEL_F32, .math = BE_GEMM_MATH_TF32,
+                    .batch = 1};
+  float m[8] = {0};
+  CHECK(be_cpu_gemm(&g, m, 4, m, 4, m + 4, 4) == ACCEL_ENOTSUP, "TF32 on the cpu");
+  g.math = BE_GEMM_MATH_DEVICE, g.c_type = ACCEL_F64;
+  CHECK(be_cpu_gemm(&g, m, 4, m, 4, m + 4, 4) == ACCEL_EINVAL, "F32 -> F64 is no gemm");
+}
+
+/* F64 normals near the zeros of sin(pi v) and cos(pi v) (v = 1 - 2^-53, 1/2 - 2^-53): the
+ * reduction keeps them to a few ulp, where sin(M_PI * v) would be wrong in the first digit. */
+static void test_philox_f64_edges(void)
+{
+  CHECK(be_cpu_philox_uniform_f64(0, 0) == 0x1p-54, "smallest uniform");
+  CHECK(be_cpu_philox_uniform_f64(0xffffffffu, 0xffffffffu) < 1.0, "below 1");
+  static const uint32_t w23[2][2] = {{(1u << 21) - 1, (1u << 31) - 1},
+                                     {(1u << 21) - 1, (1u << 30) - 1}};
+  for (int c = 0; c < 2; c++) {
+    uint32_t w[4] = {(uint32_t)rnd64(), (uint32_t)rnd64(), w23[c][0], w23[c][1]};
+    double z[2], u = be_cpu_philox_uniform_f64(w[0], w[1]);
+    be_cpu_philox_box_muller_f64(w, z);
+    long double s = sqrtl(-2 * logl(u));
+    long double want = s * sinl(3.141592653589793238462643383279503L * 0x1p-53L);
+    double got = c == 0 ? z[0] : z[1];
+    CHECK(fabsl(got - want) <= 4 * DBL_EPSILON * fabsl(want), "zero %d: %.17g, want %.17Lg", c,
+          got, want);
+  }
+}
+
+/* The dtype-generic kernels refuse what they do not fill or compute. */
+static void test_dtype_errors(void)
+{
+  uint32_t buf[8] = {0};
+  CHECK(be_cpu_philox_fill_uniform_as(ACCEL_U32, buf, 2, 1, 0) == ACCEL_ENOTSUP, "u32 uniform");
+  CHECK(be_cpu_philox_fill_normal_as(ACCEL_F64, buf, 2, 1, 1, 0, 1) == ACCEL_EINVAL, "odd");
+  CHECK(be_cpu_philox_fill_normal_as(ACCEL_F16, NULL, 2, 1, 0, 0, 1) == ACCEL_EINVAL, "NULL");
+  CHECK(be_cpu_unary(ACCEL_I32, BE_RELU, buf, buf, 2) == ACCEL_ENOTSUP, "i32 relu");
+  CHECK(be_cpu_unary(ACCEL_F64, (be_unary_op)9, buf, buf, 2) == ACCEL_EINVAL, "bad op");
+  CHECK(be_cpu_softmax(ACCEL_U32, buf, buf, 1, 2) == ACCEL_ENOTSUP, "u32 softmax");
+  CHECK(be_cpu_softmax(ACCEL_F16, NULL, buf, 1, 2) == ACCEL_EINVAL, "NULL softmax");
+  CHECK(memcmp(buf, (uint32_t[8]){0}, sizeof buf) == 0, "nothing written");
+}
+
 /* ---- main ------------------------------------------------------------------------------- */
 
 static uint64_t pick_seed(void)
@@ -877,6 +1001,9 @@ int main(void)
     {"fill_copy", test_fill_copy},
     {"unary", test_unary},
     {"softmax", test_softmax},
+    {"gemm_dtypes_exact", test_gemm_dtypes_exact},
+    {"philox_f64_edges", test_philox_f64_edges},
+    {"dtype_errors", test_dtype_errors},
   };
   for (size_t i = 0; i < sizeof tests / sizeof tests[0]; i++) {
     int before = failures;
