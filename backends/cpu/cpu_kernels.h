@@ -3,10 +3,10 @@
  * and BF16 elements are their raw uint16_t bits).
  *
  * These are pure functions, the layer under the backend interface: no actors, no threads of
- * their own (but see "Threads" below), no state of their own. The one process-wide state
- * they use is openblas.c's table of OpenBLAS's functions, bound once on first use
- * (openblas.h); when it cannot be bound every BLAS kernel that would call OpenBLAS returns
- * ACCEL_ENOTSUP. Allocation: only the 16-bit gemm (f32 copies of A, B and C) and the 16-bit
+ * their own (but see "Threads" below), no state of their own: openblas.c holds the one
+ * process-wide table they share, OpenBLAS's own functions bound once on first use
+ * (openblas.h, thread-safe); when it cannot be bound the BLAS kernels may return
+ * ACCEL_ENOTSUP (every call that would reach OpenBLAS does). Allocation: only the 16-bit gemm (f32 copies of A, B and C) and the 16-bit
  * softmax (one f32 row) allocate scratch, on the calling thread, freed before they return;
  * they return ACCEL_ENOMEM if it fails. Each checks its arguments first and returns 0 or a
  * negative code from accel/error.h; on an error nothing has been written. Counts are in
@@ -14,7 +14,7 @@
  *
  * Threads: every function may run on any thread, concurrently with any other on disjoint
  * output buffers. They block the calling thread for the duration of the work (a worker's job,
- * never the loop's). OpenBLAS may use its own thread pool inside sgemm (OPENBLAS_NUM_THREADS
+ * never the loop's). OpenBLAS may use its own thread pool inside gemm (OPENBLAS_NUM_THREADS
  * or openblas_set_num_threads() bound it).
  *
  * Aliasing: element-wise ops may run in place (y == x); other partial overlaps are undefined.
