@@ -64,6 +64,8 @@ static int check_io(dev_op *op, const dev_buf_info *b) {
     return ACCEL_EINVAL;
   if (write && op->u.write.src == NULL && op->u.write.bytes > 0)
     return ACCEL_EINVAL;
+  if (!write && (op->h.flags & DEV_OPF_FROM_WIRE) && dev_dtype_size(b[0].dtype) != 4)
+    return ACCEL_ENOTSUP; /* acceld sized the reply for 4-byte elements (op.h) */
   set_access(op, 0, write ? DEV_WRITE_ALL : DEV_READ, op->bufs[0].offset, op->bufs[0].count);
   return 0;
 }

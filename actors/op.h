@@ -33,6 +33,11 @@ enum dev_access { DEV_READ = 1, DEV_WRITE = 2, DEV_RW = 3, DEV_WRITE_ALL = 6 };
 
 #define DEV_OP_MAX_BUFS 3
 
+/* Set by acceld on every op it decodes (a client cannot set or clear it): its READ replies
+ * and shared-memory ranges are sized for 4-byte elements, so a READ of another dtype is
+ * ACCEL_ENOTSUP through acceld for now (the checker refuses it before anything runs). */
+#define DEV_OPF_FROM_WIRE 0x80000000u
+
 typedef struct dev_op_header {
   uint32_t kind;          /* dev_op_kind */
   uint32_t flags;

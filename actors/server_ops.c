@@ -118,6 +118,7 @@ static int decode(srv_server *s, srv_conn *c, nng_msg *m, srv_op *so) {
     s->frames_bad++;
     return rc;
   }
+  so->op.h.flags |= DEV_OPF_FROM_WIRE;
   if (so->op.h.flags & PROTO_OPF_SHM)
     return resolve_shm(c, so, shm);
   int32_t dev = so->op.h.device; /* only the daemon knows how many devices it has */
