@@ -64,8 +64,10 @@ static int check_io(dev_op *op, const dev_buf_info *b) {
     return ACCEL_EINVAL;
   if (write && op->u.write.src == NULL && op->u.write.bytes > 0)
     return ACCEL_EINVAL;
-  if (!write && (op->h.flags & DEV_OPF_FROM_WIRE) && dev_dtype_size(b[0].dtype) != 4)
-    return ACCEL_ENOTSUP; /* acceld sized the reply for 4-byte elements (op.h) */
+  /* A read names its bytes too: acceld sizes its reply (or checks the shared memory it
+   * writes into) by them before the buffer is known; they must be the buffer's. */
+  if (!write && op->u.read.bytes != op->bufs[0].count * dev_dtype_size(b[0].dtype))
+    return ACCEL_EINVAL;
   set_access(op, 0, write ? DEV_WRITE_ALL : DEV_READ, op->bufs[0].offset, op->bufs[0].count);
   return 0;
 }

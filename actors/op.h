@@ -33,10 +33,6 @@ enum dev_access { DEV_READ = 1, DEV_WRITE = 2, DEV_RW = 3, DEV_WRITE_ALL = 6 };
 
 #define DEV_OP_MAX_BUFS 3
 
-/* Set by acceld on every op it decodes (a client cannot set or clear it): its READ replies
- * and shared-memory ranges are sized for 4-byte elements, so a READ of another dtype is
- * ACCEL_ENOTSUP through acceld for now (the checker refuses it before anything runs). */
-#define DEV_OPF_FROM_WIRE 0x80000000u
 
 typedef struct dev_op_header {
   uint32_t kind;          /* dev_op_kind */
@@ -60,7 +56,7 @@ typedef struct dev_op {
   dev_op_buf bufs[DEV_OP_MAX_BUFS];
   union {
     struct { const void *src; uint64_t bytes; } write; /* bufs[0]: dst; bytes = count * size */
-    struct { void *dst; } read;               /* bufs[0]: src */
+    struct { void *dst; uint64_t bytes; } read; /* bufs[0]: src; bytes = count * size */
     struct { int unused; } copy;              /* bufs[0]: dst, bufs[1]: src */
     struct { uint64_t value; } fill;          /* bufs[0]; the element's bits (low bytes) */
     be_gemm_args gemm;                        /* bufs: a, b, c; types set by the checker */

@@ -9,7 +9,6 @@
 
 /* Every dtype is 4 bytes today (accel_dtype: F32, U32): a read of `count` elements needs at
  * most this many bytes per element whatever its buffer turns out to be. */
-#define SRV_MAX_DTYPE_SIZE 4u
 
 typedef struct srv_op {
   dev_op op;           /* first: `done` gets &op */
@@ -73,11 +72,10 @@ static void op_done(dev_op *op, int status) {
 /* Sizes a read's reply from the count the decoder checked against nothing yet: bounded by
  * the frame limit before anything is allocated; the session checks it against the buffer. */
 static int prepare_read(srv_server *s, srv_conn *c, srv_op *so) {
-  uint64_t count = so->op.bufs[0].count;
+  uint64_t bytes = so->op.u.read.bytes; /* the session holds it to count x the dtype's size */
   uint64_t room = s->limits.max_message - PROTO_REPLY_HEAD_SIZE;
-  if (count > room / SRV_MAX_DTYPE_SIZE)
+  if (bytes > room)
     return ACCEL_ELIMIT;
-  uint64_t bytes = count * SRV_MAX_DTYPE_SIZE;
   /* Reads whose replies are still being made or wait to be written (or acknowledged) hold
    * memory until the client takes them: past the budget, retry later. */
   if (c->read_pending + c->out_bytes + bytes > srv_conn_budget(s))
@@ -96,7 +94,7 @@ static int prepare_read(srv_server *s, srv_conn *c, srv_op *so) {
 static int resolve_shm(srv_conn *c, srv_op *so, proto_shm_ref ref) {
   dev_op *op = &so->op;
   bool write = op->h.kind == DEV_OP_WRITE;
-  uint64_t bytes = write ? op->u.write.bytes : op->bufs[0].count * SRV_MAX_DTYPE_SIZE;
+  uint64_t bytes = write ? op->u.write.bytes : op->u.read.bytes;
   uint8_t *p;
   int rc = srv_shm_resolve(c, ref, bytes, &p, &so->region);
   if (rc != 0)
@@ -118,7 +116,6 @@ static int decode(srv_server *s, srv_conn *c, nng_msg *m, srv_op *so) {
     s->frames_bad++;
     return rc;
   }
-  so->op.h.flags |= DEV_OPF_FROM_WIRE;
   if (so->op.h.flags & PROTO_OPF_SHM)
     return resolve_shm(c, so, shm);
   int32_t dev = so->op.h.device; /* only the daemon knows how many devices it has */

@@ -289,6 +289,7 @@ static dev_op *chunk_op(accel_ctx *ctx, xfer *x, uint64_t first, uint64_t n) {
     c->u.write.bytes = n * x->esize;
   } else {
     c->u.read.dst = (char *)c->u.read.dst + first * x->esize;
+    c->u.read.bytes = n * x->esize;
   }
   if (accel_future_create(ctx->rt, &c->future) != 0) {
     free(c);

@@ -39,13 +39,19 @@ int accel_write(accel_ctx *ctx, accel_buffer dst, size_t offset, const void *src
 
 int accel_read(accel_ctx *ctx, accel_buffer src, size_t offset, void *dst, size_t count,
                accel_future **f) {
-  if (ctx == NULL || (dst == NULL && count > 0))
+  accel_dtype dtype;
+  size_t len;
+  int rc = ctx ? client_handle_get(ctx, src, &dtype, &len) : ACCEL_EINVAL;
+  if (rc != 0)
+    return rc;
+  if ((dst == NULL && count > 0) || count > SIZE_MAX / 8)
     return ACCEL_EINVAL;
   dev_op *op = new_op(DEV_OP_READ);
   if (op == NULL)
     return ACCEL_ENOMEM;
   add_buf(op, src, offset, count);
   op->u.read.dst = dst;
+  op->u.read.bytes = count * dev_dtype_size(dtype);
   return client_submit(ctx, op, ACCEL_DEVICE_ANY, f);
 }
 

@@ -78,7 +78,7 @@ static void finish_pending(accel_ctx *ctx, pending *p, int status, proto_bytes d
   if (p->kind == PENDING_OP) {
     dev_op *op = p->op;
     if (status == 0 && op->h.kind == DEV_OP_READ) {
-      size_t want = op->bufs[0].count * 4; /* both dtypes are 4 bytes */
+      size_t want = (size_t)op->u.read.bytes;
       if (data.len == want)
         memcpy(op->u.read.dst, data.data, want);
       else

@@ -100,7 +100,7 @@ int remote_shm_prepare(accel_ctx *ctx, dev_op *op, proto_shm_ref *ref, shm_regio
   bool write = op->h.kind == DEV_OP_WRITE;
   if (!r->link->shm || (!write && op->h.kind != DEV_OP_READ))
     return 0;
-  size_t len = write ? op->u.write.bytes : op->bufs[0].count * 4; /* 4-byte dtypes */
+  size_t len = write ? op->u.write.bytes : op->u.read.bytes;
   uint8_t *p = write ? (uint8_t *)op->u.write.src : op->u.read.dst;
   if (len < REMOTE_SHM_MIN)
     return 0;
@@ -120,7 +120,7 @@ void remote_shm_complete(remote *r, dev_op *op, shm_region *staging, int status)
   if (staging == NULL)
     return;
   if (status == 0 && op->h.kind == DEV_OP_READ)
-    memcpy(op->u.read.dst, staging->base, op->bufs[0].count * 4);
+    memcpy(op->u.read.dst, staging->base, op->u.read.bytes);
   pthread_mutex_lock(&r->shm_mu);
   staging->busy = false;
   pthread_mutex_unlock(&r->shm_mu);

@@ -305,6 +305,9 @@ static void put_payload(proto_out *o, const dev_op *op, size_t data_len) {
   case DEV_OP_WRITE:
     put_u64(o, data_len);
     break;
+  case DEV_OP_READ:
+    put_u64(o, op->u.read.bytes);
+    break;
   case DEV_OP_FILL:
     put_u64(o, op->u.fill.value);
     break;
@@ -363,6 +366,9 @@ static uint64_t get_payload(reader *r, dev_op *op) {
   switch (op->h.kind) {
   case DEV_OP_WRITE:
     data_len = get_u64(r);
+    break;
+  case DEV_OP_READ:
+    op->u.read.bytes = get_u64(r);
     break;
   case DEV_OP_FILL:
     op->u.fill.value = get_u64(r);
@@ -459,8 +465,7 @@ int proto_encode_op_shm(proto_out *o, uint64_t request_id, const dev_op *op,
     return ACCEL_EINVAL;
   size_t at = begin_frame(o, PROTO_OP, request_id);
   put_op_head(o, op, PROTO_OPF_SHM);
-  if (write)
-    put_u64(o, op->u.write.bytes);
+  put_u64(o, write ? op->u.write.bytes : op->u.read.bytes);
   put_u64(o, ref.region);
   put_u64(o, ref.offset);
   return finish_frame(o, at);
@@ -494,6 +499,8 @@ static int get_shm_payload(reader *r, dev_op *op, proto_shm_ref *shm) {
     return ACCEL_EPROTO;
   if (write)
     op->u.write.bytes = get_u64(r);
+  else
+    op->u.read.bytes = get_u64(r);
   shm->region = get_u64(r);
   shm->offset = get_u64(r);
   if (r->bad || dev_op_check_shape(op) != 0)

@@ -158,8 +158,9 @@ static int gemm_batch(const be_openblas_api *ob, const be_gemm_args *g, const sc
   for (int64_t i = 0; err == 0 && i < g->batch; i++) {
     size_t ao = (size_t)(i * g->stride_a), bo = (size_t)(i * g->stride_b);
     size_t co = (size_t)(i * g->stride_c);
-    const char *ai = a + ao * ab, *bi = b + bo * ab;
-    char *ci = c + co * cb;
+    /* Through void *: the element pointers are aligned (buffers are, offsets are elements). */
+    const void *ai = a + ao * ab, *bi = b + bo * ab;
+    void *ci = c + co * cb;
     if (g->ab_type == ACCEL_F64)
       dgemm_one(ob, g, (const double *)ai, (const double *)bi, (double *)ci);
     else if (g->ab_type == ACCEL_F32)

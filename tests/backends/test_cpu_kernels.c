@@ -878,8 +878,8 @@ static void check_gemm16_exact(uint32_t ab, uint32_t ct, int trans, float beta)
       uint16_t h = ct == ACCEL_F16 ? be_f32_to_f16(v) : be_f32_to_bf16(v);
       memcpy(c + 2 * i, &h, 2);
     }
-    cf[i] = ct == ACCEL_F32 ? v : ct == ACCEL_F16 ? be_f16_to_f32(((uint16_t *)c)[i])
-                                                   : be_bf16_to_f32(((uint16_t *)c)[i]);
+    cf[i] = ct == ACCEL_F32 ? v : ct == ACCEL_F16 ? be_f16_to_f32(((uint16_t *)(void *)c)[i])
+                                                   : be_bf16_to_f32(((uint16_t *)(void *)c)[i]);
   }
   memcpy(c0, c, c_len * ces);
   CHECK(be_cpu_gemm(&g, a, a_len, b, b_len, c, c_len) == 0, "gemm %u -> %u", ab, ct);

@@ -217,6 +217,7 @@ static void dying_client(const char *url, int i) {
   td_encode_fill(&o, 7, td_handle(1, 1), (uint32_t)i);
   dev_op op = {.h = {.kind = DEV_OP_READ, .device = ACCEL_DEVICE_ANY}, .nbufs = 1};
   op.bufs[0] = (dev_op_buf){.handle = td_handle(1, 1), .count = 1 << 14};
+  op.u.read.bytes = 4 << 14;
   for (uint64_t id = 8; id < 16; id++)
     CHECK_OK(proto_encode_op(&o, id, &op, (proto_bytes){NULL, 0}));
   td_send_raw(&c, o.data, o.len, 7);
@@ -349,6 +350,7 @@ TEST(client_that_never_reads_is_bounded) {
   CHECK_OK(td_create(&c, td_handle(1, 1), ACCEL_U32, count));
   dev_op op = {.h = {.kind = DEV_OP_READ, .device = ACCEL_DEVICE_ANY}, .nbufs = 1};
   op.bufs[0] = (dev_op_buf){.handle = td_handle(1, 1), .count = count};
+  op.u.read.bytes = 4ull * count;
   long sent = 0;
   for (uint64_t id = 1000; id < 1000 + 4096; id++) { /* 4 GiB of replies asked for */
     proto_out o;
@@ -391,6 +393,7 @@ TEST(tcp_client_that_never_acknowledges_is_bounded) {
   CHECK_OK(td_create(&c, td_handle(1, 1), ACCEL_U32, count));
   dev_op op = {.h = {.kind = DEV_OP_READ, .device = ACCEL_DEVICE_ANY}, .nbufs = 1};
   op.bufs[0] = (dev_op_buf){.handle = td_handle(1, 1), .count = count};
+  op.u.read.bytes = 4ull * count;
   for (uint64_t id = 1000; id < 1000 + 2048; id++) { /* 2 GiB of replies asked for */
     proto_out o;
     proto_out_init(&o);
@@ -433,6 +436,41 @@ TEST(device_index_at_the_limit_and_one_past) {
   CHECK_ERR(fill_on(&c, td_handle(1, 1), 2), ACCEL_EINVAL); /* one past */
   CHECK_ERR(fill_on(&c, td_handle(1, 1), 0x7fffffff), ACCEL_EINVAL);
   CHECK_OK(fill_on(&c, td_handle(1, 1), ACCEL_DEVICE_ANY));
+  td_client_close(&c);
+  stop(&d);
+}
+
+static int read_claiming(td_client *c, uint64_t handle, uint64_t count, uint64_t bytes) {
+  dev_op op = {.h = {.kind = DEV_OP_READ, .device = ACCEL_DEVICE_ANY}, .nbufs = 1};
+  op.bufs[0] = (dev_op_buf){.handle = handle, .count = count};
+  op.u.read.bytes = bytes;
+  proto_out o;
+  uint64_t id = c->next_id++;
+  proto_out_init(&o);
+  CHECK_OK(proto_encode_op(&o, id, &op, (proto_bytes){NULL, 0}));
+  return td_call(c, &o, id);
+}
+
+/* A READ names its bytes (acceld sizes the reply by them before the buffer is known): they
+ * must be count x the buffer's element size, one byte more or less is refused, and a claim
+ * past the frame limit is ELIMIT at once. F64 and F16 buffers are read whole. */
+TEST(read_bytes_must_be_the_buffers) {
+  td_daemon d;
+  start(&d, "");
+  td_client c;
+  td_client_open(&c, d.url);
+  proto_welcome w;
+  CHECK_OK(td_hello(&c, &w));
+  CHECK_OK(td_create(&c, td_handle(1, 1), ACCEL_F64, 100));
+  CHECK_OK(td_create(&c, td_handle(2, 1), ACCEL_F16, 100));
+  CHECK_OK(read_claiming(&c, td_handle(1, 1), 100, 800));
+  CHECK_ERR(read_claiming(&c, td_handle(1, 1), 100, 799), ACCEL_EINVAL);
+  CHECK_ERR(read_claiming(&c, td_handle(1, 1), 100, 801), ACCEL_EINVAL);
+  CHECK_ERR(read_claiming(&c, td_handle(1, 1), 100, 400), ACCEL_EINVAL); /* 4-byte sized */
+  CHECK_OK(read_claiming(&c, td_handle(2, 1), 100, 200));
+  CHECK_ERR(read_claiming(&c, td_handle(2, 1), 100, 400), ACCEL_EINVAL);
+  CHECK_ERR(read_claiming(&c, td_handle(1, 1), 100, (uint64_t)w.limits.max_message),
+            ACCEL_ELIMIT);
   td_client_close(&c);
   stop(&d);
 }
@@ -530,6 +568,7 @@ static const test_case tests[] = {
     TEST_CASE(client_that_never_reads_is_bounded),
     TEST_CASE(tcp_client_that_never_acknowledges_is_bounded),
     TEST_CASE(device_index_at_the_limit_and_one_past),
+    TEST_CASE(read_bytes_must_be_the_buffers),
     TEST_CASE(pipelined_large_writes_are_bounded),
 };
 

@@ -358,6 +358,7 @@ int td_write_u32(td_client *c, uint64_t handle, const uint32_t *src, uint64_t co
 int td_read_u32(td_client *c, uint64_t handle, uint32_t *dst, uint64_t count) {
   dev_op op = {.h = {.kind = DEV_OP_READ, .device = ACCEL_DEVICE_ANY}, .nbufs = 1};
   op.bufs[0] = (dev_op_buf){.handle = handle, .count = count};
+  op.u.read.bytes = count * 4;
   proto_out o;
   uint64_t id = c->next_id++;
   proto_out_init(&o);

@@ -124,7 +124,9 @@ static void ops(void) {
   static const uint8_t bytes[64] = {1, 2, 3, 4};
   dev_op w = base_op(DEV_OP_WRITE, 1);
   op("op-write", w, (proto_bytes){bytes, sizeof bytes});
-  op("op-read", base_op(DEV_OP_READ, 1), (proto_bytes){NULL, 0});
+  dev_op rd = base_op(DEV_OP_READ, 1);
+  rd.u.read.bytes = 64;
+  op("op-read", rd, (proto_bytes){NULL, 0});
   op("op-copy", base_op(DEV_OP_COPY, 2), (proto_bytes){NULL, 0});
   dev_op f = base_op(DEV_OP_FILL, 1);
   f.u.fill.value = 0x3f800000u;
