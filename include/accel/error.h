@@ -23,7 +23,7 @@ extern "C" {
   X(EBUSY, -6, "busy: queue or mailbox full")                                              \
   X(EDEVLOST, -7, "device lost while the operation was in flight")                         \
   X(EDATALOST, -8, "data lost: the buffer's only valid copy was on a lost device")         \
-  X(ENOTSUP, -9, "not supported")                                                          \
+  X(ENOTSUP, -9, "not supported on this backend")                                          \
   X(EPERM, -10, "operation not permitted")                                                 \
   X(ECANCELED, -11, "canceled")                                                            \
   X(ECLOSED, -12, "closed or shutting down")                                               \

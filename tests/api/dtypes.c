@@ -152,8 +152,8 @@ TEST(gemm_every_combination_on_every_device) {
   accel_close(ctx);
 }
 
-/* TF32 on a CPU device is not supported there; F32 with TF32 on ANY goes to a device that has
- * tensor cores or is refused; a bad combination (F64 A, F32 C) is an argument error. */
+/* TF32 on a CPU device is not supported there, nor is axpy in F16 anywhere (on ANY: no device
+ * to place it on); a bad combination (F64 A, F32 C) or math is an argument error. */
 TEST(unsupported_gemm_is_enotsup_and_mixed_types_einval) {
   accel_ctx *ctx = ctx_open(NULL);
   accel_buffer a = buf_new(ctx, ACCEL_F32, 4), c = buf_new(ctx, ACCEL_F32, 4);
@@ -169,6 +169,14 @@ TEST(unsupported_gemm_is_enotsup_and_mixed_types_einval) {
                        2, (accel_math)(ACCEL_MATH_FP64 + 1), NULL),
             ACCEL_EINVAL);
   CHECK_ERR(accel_finish(ctx, 10000), ACCEL_ENOTSUP); /* the TF32 op's, reported once */
+  /* No backend runs axpy in F16: on ANY there is no device to place it on. */
+  accel_buffer h = buf_new(ctx, ACCEL_F16, 8);
+  CHECK_OK(accel_axpy(ctx, ACCEL_DEVICE_ANY, 8, 1.0, h, h, &f));
+  CHECK_ERR(fut_status(f), ACCEL_ENOTSUP);
+  CHECK_OK(accel_axpy(ctx, 0, 8, 1.0, h, h, &f));
+  CHECK_ERR(fut_status(f), ACCEL_ENOTSUP);
+  CHECK_ERR(accel_finish(ctx, 10000), ACCEL_ENOTSUP);
+  CHECK_STR_EQ(accel_strerror(ACCEL_ENOTSUP), "not supported on this backend");
   accel_close(ctx);
 }
 
