@@ -27,11 +27,13 @@ typedef struct dev_status_counts {
 } dev_status_counts;
 
 /* One JSON object: devices (index, name, backend, state, restarts, mem_used, mem_total,
- * compute_units), backends, host_mem_used, sessions, buffers, ops_*, dead_letters, ... */
+ * compute_units, packages), backends, host_mem_used, sessions, buffers, ops_*, dead_letters,
+ * ... `accelctl devices --json` prints its "devices" and "backends" members as they are. */
 char *dev_status_json(dev_world *w, const dev_status_counts *c);
 /* The same, as a few lines of text for people. */
 char *dev_status_text(dev_world *w, const dev_status_counts *c);
-/* One line per device, then one per backend that is not built or has no device. */
+/* Per device a line, then one with its op packages and their dtypes; then one line per
+ * backend that is not built or has no device, saying why. */
 char *dev_status_devices(dev_world *w);
 /* The supervision tree, one actor per line, indented by depth. ACCEL_EDEADLK off the loop. */
 char *dev_status_tree(accel_runtime *rt);

@@ -2,8 +2,11 @@
  * connection (the local socket, or an nng req0 socket for tcp:// and tls+tcp://), one
  * CONTROL frame, one REPLY.
  *
- *   accelctl [--url URL] [--timeout MS] status [--json] | devices | tree | ping
+ *   accelctl [--url URL] [--timeout MS] status [--json] | devices [--json] | tree | ping
  *                                       | inject-fault --device N
+ *
+ * `devices --json` asks for the status JSON and prints only its "devices" and "backends"
+ * members, so both commands describe a device with the same object.
  *
  * The URL defaults to $ACCEL_URL, else ipc:///run/acceld/acceld.sock. Exit status: 0 on
  * success, 1 on any error (with a message on stderr), 2 for a usage error. */
@@ -34,7 +37,8 @@ static void usage(FILE *to) {
   fprintf(to, "usage: accelctl [--url URL] [--timeout MS] COMMAND\n"
               "commands:\n"
               "  status [--json]          the daemon, its devices and clients\n"
-              "  devices                  one line per device and per missing backend\n"
+              "  devices [--json]         each device with its op packages and dtypes,\n"
+              "                           then each backend without a device and why\n"
               "  tree                     the supervision tree with states and restarts\n"
               "  ping                     round trip to the daemon\n"
               "  inject-fault --device N  make device N fault (needs acceld\n"
@@ -79,7 +83,7 @@ static int parse_args(int argc, char **argv, ctl_args *a) {
   }
   if (a->command == NULL)
     return 2;
-  if (a->json && strcmp(a->command, "status") != 0)
+  if (a->json && strcmp(a->command, "status") != 0 && strcmp(a->command, "devices") != 0)
     return 2;
   if ((a->device >= 0) != !strcmp(a->command, "inject-fault"))
     return 2;
@@ -199,6 +203,91 @@ static const char *explain(const ctl_args *a, int status) {
   return accel_strerror(status);
 }
 
+/* ---- devices --json: two members of the status JSON ---- */
+
+static const char *skip_ws(const char *p, const char *end) {
+  while (p < end && (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r'))
+    p++;
+  return p;
+}
+
+/* Past the JSON string that starts at p (a '"'), or NULL if it does not end before `end`. */
+static const char *skip_string(const char *p, const char *end) {
+  for (p++; p < end; p++) {
+    if (*p == '\\')
+      p++;
+    else if (*p == '"')
+      return p + 1;
+  }
+  return NULL;
+}
+
+/* Past the JSON value that starts at p, or NULL if it does not end before `end`. Strings and
+ * brackets are followed, not validated: the reply is bounded, not trusted to be well formed,
+ * so a malformed one ends in NULL or in a member that is not found, never past `end`. */
+static const char *skip_value(const char *p, const char *end) {
+  if (p < end && *p != '"' && *p != '[' && *p != '{') {
+    while (p < end && *p != ',' && *p != '}' && *p != ']')
+      p++;
+    return p;
+  }
+  int depth = 0;
+  do {
+    if (p == NULL || p >= end)
+      return NULL;
+    if (*p == '"') {
+      p = skip_string(p, end);
+    } else {
+      depth += (*p == '[' || *p == '{') - (*p == ']' || *p == '}');
+      p++;
+    }
+  } while (depth > 0);
+  return p;
+}
+
+/* The value of member `key` of the JSON object in [p, end): false if there is none. */
+static bool json_member(const char *p, const char *end, const char *key, proto_bytes *val) {
+  p = skip_ws(p, end);
+  if (p == end || *p != '{')
+    return false;
+  for (p = skip_ws(p + 1, end); p < end && *p == '"'; p = skip_ws(p + 1, end)) {
+    const char *k = p + 1, *v = skip_string(p, end);
+    if (v == NULL)
+      return false;
+    size_t klen = (size_t)(v - 1 - k);
+    v = skip_ws(v, end);
+    if (v == end || *v != ':')
+      return false;
+    v = skip_ws(v + 1, end);
+    const char *after = skip_value(v, end);
+    if (after == NULL)
+      return false;
+    if (klen == strlen(key) && !memcmp(k, key, klen)) {
+      *val = (proto_bytes){.data = (const uint8_t *)v, .len = (size_t)(after - v)};
+      return true;
+    }
+    p = skip_ws(after, end);
+    if (p == end || *p != ',')
+      return false;
+  }
+  return false;
+}
+
+/* {"devices":[...],"backends":[...]} out of the status JSON; 1 if either is missing. */
+static int print_devices_json(const ctl_args *a, proto_bytes status) {
+  const char *p = (const char *)status.data, *end = p + status.len;
+  proto_bytes dev, be;
+  if (!json_member(p, end, "devices", &dev) || !json_member(p, end, "backends", &be) ||
+      dev.data[0] != '[' || be.data[0] != '[') {
+    fprintf(stderr, "accelctl: %s: the status from %s has no devices and backends\n",
+            a->command, a->url);
+    return 1;
+  }
+  printf("{\"devices\":%.*s,\"backends\":%.*s}", (int)dev.len, (const char *)dev.data,
+         (int)be.len, (const char *)be.data);
+  return 0;
+}
+
 static int print_reply(const ctl_args *a, const ctl_conn *c, double us) {
   int32_t status;
   proto_bytes data;
@@ -215,8 +304,12 @@ static int print_reply(const ctl_args *a, const ctl_conn *c, double us) {
     printf("acceld at %s: alive, round trip %.0f us\n", a->url, us);
   else if (!strcmp(a->command, "inject-fault"))
     printf("device %ld: fault injected\n", a->device);
-  else
+  else if (a->json && !strcmp(a->command, "devices")) {
+    if (print_devices_json(a, data) != 0)
+      return 1;
+  } else {
     fwrite(data.data, 1, data.len, stdout);
+  }
   if (a->json)
     putchar('\n');
   return 0;
@@ -233,7 +326,9 @@ static int command_of(const ctl_args *a, proto_control_req *req) {
                {"inject-fault", PROTO_CTL_INJECT_FAULT}};
   for (size_t i = 0; i < sizeof table / sizeof table[0]; i++)
     if (!strcmp(a->command, table[i].name)) {
-      req->command = table[i].command;
+      /* devices --json: the status JSON, of which print_devices_json keeps two members */
+      req->command = table[i].command == PROTO_CTL_DEVICES && a->json ? PROTO_CTL_STATUS
+                                                                      : table[i].command;
       req->arg = req->command == PROTO_CTL_INJECT_FAULT ? (uint64_t)a->device
                  : req->command == PROTO_CTL_STATUS     ? (a->json ? 0 : 1)
                                                         : 0;

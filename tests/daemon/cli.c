@@ -1,4 +1,4 @@
-/* accelctl against the real acceld: ping, status (text and JSON), devices, tree, errors. */
+/* accelctl against the real acceld: ping, status and devices (text and JSON), tree, errors. */
 #include "util.h"
 
 static char out[1 << 16];
@@ -57,9 +57,38 @@ TEST(devices_lists_devices_and_missing_backends) {
   CHECK_EQ(td_ctl(out, sizeof out, "--url", d.url, "devices", NULL), 0);
   CHECK(strstr(out, "device 0:") != NULL);
   CHECK(strstr(out, "(cpu) serving") != NULL);
+  /* The device's second line: its op packages with their dtypes (the CPU has every one). */
+  CHECK(strstr(out, "\n  packages: blas (gemm f32 f64 f16 bf16; axpy/dot/scal f32 f64) rng (") !=
+        NULL);
+  CHECK(strstr(out, ") nn (f32 f64 f16 bf16)\n") != NULL);
   /* Every backend of the registry appears: with devices, or with why it has none. */
   CHECK(strstr(out, "opencl: ") != NULL);
   CHECK(strstr(out, "cuda: ") != NULL || strstr(out, "(cuda)") != NULL);
+  CHECK_EQ(td_stop(&d), 0);
+  td_cleanup(&d);
+}
+
+/* Only the devices and backends of the status JSON, as one document that parses. */
+TEST(devices_json_has_devices_with_packages_and_backends) {
+  td_daemon d;
+  td_prepare(&d);
+  td_start(&d, NULL);
+  char path[160], cmd[1024];
+  snprintf(path, sizeof path, "%s/devices.json", d.dir);
+  snprintf(cmd, sizeof cmd, "'%s' --url '%s' devices --json > '%s'", getenv("ACCELCTL"), d.url,
+           path);
+  CHECK_EQ(system(cmd), 0);
+  snprintf(cmd, sizeof cmd,
+           "python3 -c 'import json,sys; s=json.load(open(sys.argv[1]));"
+           "assert sorted(s)==[\"backends\",\"devices\"], sorted(s);"
+           "d=s[\"devices\"][0]; assert d[\"backend\"]==\"cpu\" and d[\"index\"]==0, d;"
+           "p=d[\"packages\"]; assert sorted(p)==[\"blas\",\"nn\",\"rng\"], p;"
+           "assert \"f64\" in p[\"blas\"][\"gemm\"] and \"f64\" in p[\"blas\"][\"vector\"], p;"
+           "b={e[\"name\"]: e for e in s[\"backends\"]};"
+           "assert b[\"cpu\"][\"devices\"]==len(s[\"devices\"]), b;"
+           "assert all(\"why\" in e for e in b.values() if e[\"devices\"]==0), b' '%s'",
+           path);
+  CHECK_EQ(system(cmd), 0);
   CHECK_EQ(td_stop(&d), 0);
   td_cleanup(&d);
 }
@@ -90,7 +119,7 @@ TEST(no_daemon_is_a_clear_error) {
 TEST(usage_errors_exit_2) {
   CHECK_EQ(td_ctl(out, sizeof out, "frobnicate", NULL), 2);
   CHECK_EQ(td_ctl(out, sizeof out, "inject-fault", NULL), 2); /* needs --device */
-  CHECK_EQ(td_ctl(out, sizeof out, "devices", "--json", NULL), 2);
+  CHECK_EQ(td_ctl(out, sizeof out, "tree", "--json", NULL), 2);
   CHECK(strstr(out, "usage: accelctl") != NULL);
 }
 
@@ -99,6 +128,7 @@ static const test_case tests[] = {
     TEST_CASE(status_text_names_devices_and_clients),
     TEST_CASE(status_json_parses_with_required_fields),
     TEST_CASE(devices_lists_devices_and_missing_backends),
+    TEST_CASE(devices_json_has_devices_with_packages_and_backends),
     TEST_CASE(tree_shows_the_supervision_tree),
     TEST_CASE(no_daemon_is_a_clear_error),
     TEST_CASE(usage_errors_exit_2),
