@@ -9,6 +9,8 @@
  *      per repetition) versus cblas_sgemm (OpenBLAS, the same library the CPU backend calls)
  *      on the same data, n = 256, 512, 1024, square, column-major, alpha 1, beta 0.
  *      Target: accel GFLOP/s / OpenBLAS GFLOP/s >= 0.95 for n >= 512.
+ *  1b. dgemm: the same with accel_gemm on F64 buffers (ACCEL_MATH_DEFAULT) versus cblas_dgemm,
+ *      n = 512, 1024; same target.
  *   2. per-op overhead of a tiny op, in three patterns:
  *        indep  N ops on N distinct 1-element buffers (accel_fill_u32), then accel_finish
  *        chain  N accel_saxpy(n = 1) reading x and read-writing the same y, then accel_finish
@@ -32,7 +34,7 @@
  *   --json       the figures as one JSON object on stdout (the tables go to stderr)
  *   --reps N     measured repetitions per benchmark (default 9, quick 5)
  *   --ops N      ops per repetition in benchmarks 2 and 4 (default 4000, quick 1500)
- *   --only LIST  comma-separated subset of sgemm,overhead,rng,completion
+ *   --only LIST  comma-separated subset of sgemm,dgemm,overhead,rng,completion
  *   --rng-mib N  size of the RNG / memset buffer in MiB (default 64)
  *   --profile P  only accel's side of overhead pattern P (indep, chain, wait), for perf or
  *                callgrind; --completion callback|sync|poll sets its ops' strategy
@@ -66,7 +68,7 @@
 #pragma GCC diagnostic pop
 #endif
 
-#define TARGET_SGEMM_RATIO 0.95
+#define TARGET_GEMM_RATIO 0.95
 #define TARGET_STARPU_RATIO 0.5
 
 /* ---------------------------------------------------------------------------------------
@@ -74,7 +76,7 @@
 
 typedef struct bench_opts {
   int json, quick;
-  int run_sgemm, run_overhead, run_rng, run_completion;
+  int run_sgemm, run_dgemm, run_overhead, run_rng, run_completion;
   uint32_t reps;
   uint32_t ops;
   uint32_t rng_mib;
@@ -138,13 +140,15 @@ static uint64_t parse_u64(const char *name, const char *s) {
 }
 
 static void parse_only(bench_opts *o, const char *list) {
-  o->run_sgemm = o->run_overhead = o->run_rng = o->run_completion = 0;
+  o->run_sgemm = o->run_dgemm = o->run_overhead = o->run_rng = o->run_completion = 0;
   char buf[256];
   snprintf(buf, sizeof buf, "%s", list);
   char *save = NULL;
   for (char *w = strtok_r(buf, ",", &save); w; w = strtok_r(NULL, ",", &save)) {
     if (strcmp(w, "sgemm") == 0)
       o->run_sgemm = 1;
+    else if (strcmp(w, "dgemm") == 0)
+      o->run_dgemm = 1;
     else if (strcmp(w, "overhead") == 0)
       o->run_overhead = 1;
     else if (strcmp(w, "rng") == 0)
@@ -152,8 +156,8 @@ static void parse_only(bench_opts *o, const char *list) {
     else if (strcmp(w, "completion") == 0)
       o->run_completion = 1;
     else {
-      fprintf(stderr, "bench-devices: --only wants sgemm,overhead,rng,completion; got '%s'\n",
-              w);
+      fprintf(stderr,
+              "bench-devices: --only wants sgemm,dgemm,overhead,rng,completion; got '%s'\n", w);
       exit(2);
     }
   }
@@ -181,14 +185,14 @@ static accel_completion parse_completion(const char *s) {
 
 static void usage(void) {
   fprintf(stderr, "usage: bench-devices [--quick] [--json] [--reps N] [--ops N] "
-                  "[--only sgemm,overhead,rng,completion] [--rng-mib N] "
+                  "[--only sgemm,dgemm,overhead,rng,completion] [--rng-mib N] "
                   "[--profile indep|chain|wait [--completion callback|sync|poll]]\n");
   exit(2);
 }
 
 static void parse_opts(bench_opts *o, int argc, char **argv) {
-  *o = (bench_opts){.run_sgemm = 1, .run_overhead = 1, .run_rng = 1, .run_completion = 1,
-                    .rng_mib = 64, .profile = -1};
+  *o = (bench_opts){.run_sgemm = 1, .run_dgemm = 1, .run_overhead = 1, .run_rng = 1,
+                    .run_completion = 1, .rng_mib = 64, .profile = -1};
   const char *e;
   long reps = -1, ops = -1;
   if ((e = getenv("ACCEL_BENCH_QUICK")) && *e && strcmp(e, "0") != 0)
@@ -264,10 +268,15 @@ static uint64_t splitmix64(void) {
   return z ^ (z >> 31);
 }
 
-/* Uniform in [-1, 1), never exactly 0 in practice. */
-static void fill_random(float *v, size_t n) {
-  for (size_t i = 0; i < n; i++)
-    v[i] = (float)((double)(splitmix64() >> 11) * 0x1.0p-52 - 1.0);
+/* Uniform in [-1, 1), never exactly 0 in practice; F32 or F64. */
+static void fill_random(void *v, accel_dtype dt, size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    double x = (double)(splitmix64() >> 11) * 0x1.0p-52 - 1.0;
+    if (dt == ACCEL_F32)
+      ((float *)v)[i] = (float)x;
+    else
+      ((double *)v)[i] = x;
+  }
 }
 
 static void *xmalloc(size_t bytes) {
@@ -298,110 +307,140 @@ static double ratio(double a, double b) {
 }
 
 /* ---------------------------------------------------------------------------------------
- * 1. sgemm */
+ * 1. sgemm, 1b. dgemm */
 
-static void bench_sgemm(accel_ctx *ctx, const bench_opts *o) {
+/* One call on each side: accel's on the device buffers (F32 through accel_sgemm, F64 through
+ * accel_gemm), OpenBLAS's on the host arrays. */
+static void gemm_accel(accel_ctx *ctx, accel_dtype dt, size_t n, accel_buffer A,
+                       accel_buffer B, accel_buffer C) {
+  if (dt == ACCEL_F32)
+    SUBMIT("sgemm", accel_sgemm(ctx, 0, ACCEL_NO_TRANS, ACCEL_NO_TRANS, n, n, n, 1.0f, A, n, B,
+                                n, 0.0f, C, n, NULL));
+  else
+    SUBMIT("gemm", accel_gemm(ctx, 0, ACCEL_NO_TRANS, ACCEL_NO_TRANS, n, n, n, 1.0, A, n, B, n,
+                              0.0, C, n, ACCEL_MATH_DEFAULT, NULL));
+}
+
+static void gemm_blas(accel_dtype dt, size_t n, const void *a, const void *b, void *c) {
+  blasint N = (blasint)n;
+  if (dt == ACCEL_F32)
+    cblas_sgemm(CblasColMajor, CblasNoTrans, CblasNoTrans, N, N, N, 1.0f, a, N, b, N, 0.0f, c,
+                N);
+  else
+    cblas_dgemm(CblasColMajor, CblasNoTrans, CblasNoTrans, N, N, N, 1.0, a, N, b, N, 0.0, c, N);
+}
+
+static double elem(const void *v, accel_dtype dt, size_t i) {
+  return dt == ACCEL_F32 ? (double)((const float *)v)[i] : ((const double *)v)[i];
+}
+
+/* One table row: n x n, K calls per repetition and side, `reps` alternating repetitions. */
+static void gemm_row(accel_ctx *ctx, accel_dtype dt, size_t n, double flop_target,
+                     uint32_t reps) {
+  const char *op = dt == ACCEL_F32 ? "sgemm" : "dgemm";
+  size_t nn = n * n, es = dt == ACCEL_F32 ? sizeof(float) : sizeof(double);
+  double flop = 2.0 * (double)n * (double)n * (double)n;
+  uint32_t K = (uint32_t)(flop_target / flop + 0.5);
+  if (K < 1)
+    K = 1;
+  void *a = xmalloc(nn * es), *b = xmalloc(nn * es), *c = xmalloc(nn * es);
+  void *c_acc = xmalloc(nn * es);
+  fill_random(a, dt, nn);
+  fill_random(b, dt, nn);
+  fill_random(c, dt, nn);
+  accel_buffer A, B, C;
+  check("buffer_create", accel_buffer_create(ctx, dt, nn, &A));
+  check("buffer_create", accel_buffer_create(ctx, dt, nn, &B));
+  check("buffer_create", accel_buffer_create(ctx, dt, nn, &C));
+  SUBMIT("write", accel_write(ctx, A, 0, a, nn, NULL));
+  SUBMIT("write", accel_write(ctx, B, 0, b, nn, NULL));
+  SUBMIT("write", accel_write(ctx, C, 0, c, nn, NULL));
+  check("finish", accel_finish(ctx, -1));
+  /* Warm-up: moves A and B to the device once (then they stay), warms OpenBLAS's pool. */
+  for (int w = 0; w < 2; w++) {
+    gemm_accel(ctx, dt, n, A, B, C);
+    gemm_blas(dt, n, a, b, c);
+  }
+  check("finish", accel_finish(ctx, -1));
+  accel_transfer_stats st0;
+  accel_transfer_stats_get(ctx, &st0);
+
+  double *ga = xmalloc(reps * sizeof *ga), *gb = xmalloc(reps * sizeof *gb);
+  for (uint32_t r = 0; r < reps; r++) {
+    for (int side = 0; side < 2; side++) {
+      int accel_side = (side + (int)r) % 2 == 0; /* alternate who goes first */
+      double t0 = now_s();
+      if (accel_side) {
+        for (uint32_t k = 0; k < K; k++)
+          gemm_accel(ctx, dt, n, A, B, C);
+        check("finish", accel_finish(ctx, -1));
+        ga[r] = flop * K / (now_s() - t0) * 1e-9;
+      } else {
+        for (uint32_t k = 0; k < K; k++)
+          gemm_blas(dt, n, a, b, c);
+        gb[r] = flop * K / (now_s() - t0) * 1e-9;
+      }
+    }
+  }
+  accel_transfer_stats st1;
+  accel_transfer_stats_get(ctx, &st1);
+  if (st1.host_to_device != st0.host_to_device || st1.device_to_host != st0.device_to_host) {
+    fprintf(stderr, "bench-devices: %s moved data during timing (h2d %llu, d2h %llu)\n", op,
+            (unsigned long long)(st1.host_to_device - st0.host_to_device),
+            (unsigned long long)(st1.device_to_host - st0.device_to_host));
+    exit(1);
+  }
+  /* Same inputs, same library: the results agree to rounding (threads may split k); the
+   * bound scales with the type's epsilon. */
+  accel_future *f;
+  SUBMIT("read", accel_read(ctx, C, 0, c_acc, nn, &f));
+  check("read wait", accel_future_wait(f, -1));
+  accel_future_release(f);
+  double maxdiff = 0;
+  for (size_t i = 0; i < nn; i++)
+    maxdiff = fmax(maxdiff, fabs(elem(c_acc, dt, i) - elem(c, dt, i)));
+  if (maxdiff > (dt == ACCEL_F32 ? 1e-3 : 1e-11) * (double)n) {
+    fprintf(stderr, "bench-devices: %s n=%zu: accel and OpenBLAS differ by %g\n", op, n,
+            maxdiff);
+    exit(1);
+  }
+  double mga = median(ga, reps), mgb = median(gb, reps), q = ratio(mga, mgb);
+  double best = ratio(ga[reps - 1], gb[reps - 1]); /* sorted by median() */
+  fprintf(out, "%6zu %4u %12.1f %13.1f %8.3f %8s %10.3f %10.2g%s\n", n, K, mga, mgb, q,
+          n >= 512 ? ">=0.95" : "-", best, maxdiff,
+          n >= 512 ? (q >= TARGET_GEMM_RATIO ? "  met" : "  MISSED") : "");
+  char name[64];
+  snprintf(name, sizeof name, "%s_%zu_accel_gflops", op, n);
+  record(name, mga, "GFLOP/s");
+  snprintf(name, sizeof name, "%s_%zu_openblas_gflops", op, n);
+  record(name, mgb, "GFLOP/s");
+  snprintf(name, sizeof name, "%s_%zu_ratio", op, n);
+  record(name, q, "x");
+  free(ga);
+  free(gb);
+  accel_buffer_destroy(ctx, A);
+  accel_buffer_destroy(ctx, B);
+  accel_buffer_destroy(ctx, C);
+  free(a);
+  free(b);
+  free(c);
+  free(c_acc);
+}
+
+static void bench_gemm(accel_ctx *ctx, const bench_opts *o, accel_dtype dt) {
   static const size_t sizes[] = {256, 512, 1024};
   const double flop_target = o->quick ? 1.0e9 : 2.5e9; /* per repetition, each side */
   const uint32_t reps = 2 * o->reps; /* compute-bound and short: twice the repetitions */
-  fprintf(out, "\n== 1. sgemm: accel (device-resident buffers) vs cblas_sgemm, same run ==\n");
+  fprintf(out, "\n== %s: accel (device-resident buffers) vs cblas_%s, same run ==\n",
+          dt == ACCEL_F32 ? "1. sgemm" : "1b. dgemm", dt == ACCEL_F32 ? "sgemm" : "dgemm");
   fprintf(out, "OpenBLAS: %s; %d thread(s)\n", openblas_get_config(),
           openblas_get_num_threads());
   fprintf(out, "medians of %u repetitions (best-of ratio for information)\n", reps);
   fprintf(out, "%6s %4s %12s %13s %8s %8s %10s %10s\n", "n", "K", "accel GF/s",
           "OpenBLAS GF/s", "ratio", "target", "best ratio", "max |diff|");
-  for (size_t si = 0; si < sizeof sizes / sizeof sizes[0]; si++) {
-    size_t n = sizes[si], nn = n * n;
-    double flop = 2.0 * (double)n * (double)n * (double)n;
-    uint32_t K = (uint32_t)(flop_target / flop + 0.5);
-    if (K < 1)
-      K = 1;
-    float *a = xmalloc(nn * sizeof *a), *b = xmalloc(nn * sizeof *b);
-    float *c = xmalloc(nn * sizeof *c), *c_acc = xmalloc(nn * sizeof *c_acc);
-    fill_random(a, nn);
-    fill_random(b, nn);
-    fill_random(c, nn);
-    accel_buffer A, B, C;
-    check("buffer_create", accel_buffer_create(ctx, ACCEL_F32, nn, &A));
-    check("buffer_create", accel_buffer_create(ctx, ACCEL_F32, nn, &B));
-    check("buffer_create", accel_buffer_create(ctx, ACCEL_F32, nn, &C));
-    SUBMIT("write", accel_write(ctx, A, 0, a, nn, NULL));
-    SUBMIT("write", accel_write(ctx, B, 0, b, nn, NULL));
-    SUBMIT("write", accel_write(ctx, C, 0, c, nn, NULL));
-    check("finish", accel_finish(ctx, -1));
-    /* Warm-up: moves A and B to the device once (then they stay), warms OpenBLAS's pool. */
-    for (int w = 0; w < 2; w++) {
-      SUBMIT("sgemm", accel_sgemm(ctx, 0, ACCEL_NO_TRANS, ACCEL_NO_TRANS, n, n, n, 1.0f, A, n,
-                                  B, n, 0.0f, C, n, NULL));
-      cblas_sgemm(CblasColMajor, CblasNoTrans, CblasNoTrans, (blasint)n, (blasint)n,
-                  (blasint)n, 1.0f, a, (blasint)n, b, (blasint)n, 0.0f, c, (blasint)n);
-    }
-    check("finish", accel_finish(ctx, -1));
-    accel_transfer_stats st0;
-    accel_transfer_stats_get(ctx, &st0);
-
-    double *ga = xmalloc(reps * sizeof *ga), *gb = xmalloc(reps * sizeof *gb);
-    for (uint32_t r = 0; r < reps; r++) {
-      for (int side = 0; side < 2; side++) {
-        int accel_side = (side + (int)r) % 2 == 0; /* alternate who goes first */
-        double t0 = now_s();
-        if (accel_side) {
-          for (uint32_t k = 0; k < K; k++)
-            SUBMIT("sgemm", accel_sgemm(ctx, 0, ACCEL_NO_TRANS, ACCEL_NO_TRANS, n, n, n, 1.0f,
-                                        A, n, B, n, 0.0f, C, n, NULL));
-          check("finish", accel_finish(ctx, -1));
-          ga[r] = flop * K / (now_s() - t0) * 1e-9;
-        } else {
-          for (uint32_t k = 0; k < K; k++)
-            cblas_sgemm(CblasColMajor, CblasNoTrans, CblasNoTrans, (blasint)n, (blasint)n,
-                        (blasint)n, 1.0f, a, (blasint)n, b, (blasint)n, 0.0f, c, (blasint)n);
-          gb[r] = flop * K / (now_s() - t0) * 1e-9;
-        }
-      }
-    }
-    accel_transfer_stats st1;
-    accel_transfer_stats_get(ctx, &st1);
-    if (st1.host_to_device != st0.host_to_device || st1.device_to_host != st0.device_to_host) {
-      fprintf(stderr, "bench-devices: sgemm moved data during timing (h2d %llu, d2h %llu)\n",
-              (unsigned long long)(st1.host_to_device - st0.host_to_device),
-              (unsigned long long)(st1.device_to_host - st0.device_to_host));
-      exit(1);
-    }
-    /* Same inputs, same library: the results agree to rounding (threads may split k). */
-    accel_future *f;
-    SUBMIT("read", accel_read(ctx, C, 0, c_acc, nn, &f));
-    check("read wait", accel_future_wait(f, -1));
-    accel_future_release(f);
-    double maxdiff = 0;
-    for (size_t i = 0; i < nn; i++)
-      maxdiff = fmax(maxdiff, fabs((double)c_acc[i] - (double)c[i]));
-    if (maxdiff > 1e-3 * (double)n) {
-      fprintf(stderr, "bench-devices: sgemm n=%zu: accel and OpenBLAS differ by %g\n", n,
-              maxdiff);
-      exit(1);
-    }
-    double mga = median(ga, reps), mgb = median(gb, reps), q = ratio(mga, mgb);
-    double best = ratio(ga[reps - 1], gb[reps - 1]); /* sorted by median() */
-    fprintf(out, "%6zu %4u %12.1f %13.1f %8.3f %8s %10.3f %10.2g%s\n", n, K, mga, mgb, q,
-            n >= 512 ? ">=0.95" : "-", best, maxdiff,
-            n >= 512 ? (q >= TARGET_SGEMM_RATIO ? "  met" : "  MISSED") : "");
-    char name[64];
-    snprintf(name, sizeof name, "sgemm_%zu_accel_gflops", n);
-    record(name, mga, "GFLOP/s");
-    snprintf(name, sizeof name, "sgemm_%zu_openblas_gflops", n);
-    record(name, mgb, "GFLOP/s");
-    snprintf(name, sizeof name, "sgemm_%zu_ratio", n);
-    record(name, q, "x");
-    free(ga);
-    free(gb);
-    accel_buffer_destroy(ctx, A);
-    accel_buffer_destroy(ctx, B);
-    accel_buffer_destroy(ctx, C);
-    free(a);
-    free(b);
-    free(c);
-    free(c_acc);
-  }
+  /* dgemm from n = 512: its rows are the targeted ones. */
+  for (size_t si = dt == ACCEL_F64; si < sizeof sizes / sizeof sizes[0]; si++)
+    gemm_row(ctx, dt, sizes[si], flop_target, reps);
 }
 
 /* ---------------------------------------------------------------------------------------
@@ -761,7 +800,7 @@ static void bench_overhead(accel_ctx *ctx, const bench_opts *o) {
   check("buffer_create", accel_buffer_create(ctx, ACCEL_F32, 1, &e.x));
   check("buffer_create", accel_buffer_create(ctx, ACCEL_F32, 1, &e.y));
   float xy[2];
-  fill_random(xy, 2);
+  fill_random(xy, ACCEL_F32, 2);
   e.hx = xy[0];
   e.hy = xy[1];
   SUBMIT("write", accel_write(ctx, e.x, 0, &xy[0], 1, NULL));
@@ -953,10 +992,12 @@ int main(int argc, char **argv) {
           sysconf(_SC_NPROCESSORS_ONLN), info.name, info.backend, info.compute_units, o.reps,
           o.ops, o.quick ? " (quick)" : "");
   if (o.profile >= 0)
-    o.run_sgemm = o.run_rng = o.run_completion = 0, o.run_overhead = 1;
+    o.run_sgemm = o.run_dgemm = o.run_rng = o.run_completion = 0, o.run_overhead = 1;
   double t0 = now_s();
   if (o.run_sgemm)
-    bench_sgemm(ctx, &o);
+    bench_gemm(ctx, &o, ACCEL_F32);
+  if (o.run_dgemm)
+    bench_gemm(ctx, &o, ACCEL_F64);
   if (o.run_overhead)
     bench_overhead(ctx, &o);
   if (o.run_rng)
