@@ -33,8 +33,9 @@ void dev_overflow_fail(dev_node *node);
 /* Enqueues the task's work on queue q (no waiting, no completion handling). */
 int dev_exec(dev_task *t, be_queue *q);
 
-/* support.c: the kernel actor (package) of an op kind; what a device runs (read after each
- * open); 0 if the node runs op (on its buffers), else ACCEL_ENOTSUP; gemm's A/B dtypes. */
+/* support.c: the kernel actor (package) of an op kind; what a device runs (read at its first
+ * open, on the loop; a device that never opened may run anything); 0 if the node runs op (on
+ * its buffers), ACCEL_ENOTSUP if not, ACCEL_EDEVLOST if it never opened; gemm's A/B dtypes. */
 dev_queue_class dev_op_queue(uint32_t kind);
 void dev_caps_read(dev_node *node);
 int dev_node_supports(const dev_node *node, const dev_op *op, dev_buffer *const bufs[]);

@@ -7,9 +7,6 @@
 
 #include "actors/server_priv.h"
 
-/* Every dtype is 4 bytes today (accel_dtype: F32, U32): a read of `count` elements needs at
- * most this many bytes per element whatever its buffer turns out to be. */
-
 typedef struct srv_op {
   dev_op op;           /* first: `done` gets &op */
   srv_server *srv;     /* holds a reference */

@@ -85,7 +85,7 @@ static dev_node *default_device(dev_world *w, const dev_op *op, dev_buffer *bufs
  * here at all, rather than waiting for a device to come back. */
 static bool any_runs(dev_world *w, const dev_op *op, dev_buffer *bufs[]) {
   for (int n = 1; n < w->nnodes; n++)
-    if (dev_node_supports(&w->nodes[n], op, bufs) == 0)
+    if (dev_node_supports(&w->nodes[n], op, bufs) != ACCEL_ENOTSUP) /* runs, or may */
       return true;
   return false;
 }

@@ -22,6 +22,8 @@ dev_queue_class dev_op_queue(uint32_t kind) {
   }
 }
 
+_Static_assert(ACCEL_DTYPE_MAX_ * 4 + BE_GEMM_MATH_FP64 < 32, "gemm caps fit in 32 bits");
+
 static uint32_t gemm_bit(uint32_t c_type, uint32_t math) {
   return 1u << (c_type * 4u + math);
 }
@@ -41,6 +43,7 @@ void dev_caps_read(dev_node *node) {
   *c = (dev_caps){0};
   if (node->dev == NULL)
     return;
+  c->read = true;
   if (be->blas && be->blas->version == BE_BLAS_VERSION) {
     c->packages |= ACCEL_PKG_BLAS;
     read_blas(be->blas, node->dev, c);
@@ -77,6 +80,8 @@ int dev_node_supports(const dev_node *node, const dev_op *op, dev_buffer *const 
   const dev_caps *c = &node->caps;
   uint32_t dtype = op->nbufs ? bufs[0]->dtype : 0;
   bool ok;
+  if (!c->read && dev_op_queue(op->h.kind) != DEV_Q_MEM)
+    return ACCEL_EDEVLOST; /* never opened (quarantined at start): we cannot know */
   switch (dev_op_queue(op->h.kind)) {
   case DEV_Q_BLAS:
     ok = (c->packages & ACCEL_PKG_BLAS) &&

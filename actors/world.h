@@ -29,6 +29,7 @@ typedef enum dev_queue_class { DEV_Q_MEM = 0, DEV_Q_BLAS, DEV_Q_RNG, DEV_Q_NN, D
 /* What a device runs, read from its backend's packages when it opens (support.c), so that
  * placement and device info need not ask the backend (or a device between incarnations). */
 typedef struct dev_caps {
+  bool read;                              /* false until the device first opened */
   uint32_t packages;                      /* ACCEL_PKG_* bits */
   uint32_t gemm[ACCEL_DTYPE_MAX_ + 1];    /* per A/B dtype: bit c_type * 4 + math */
   uint32_t vector_dtypes, rng_dtypes, nn_dtypes; /* ACCEL_DTYPE_BIT sets */

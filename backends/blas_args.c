@@ -1,6 +1,7 @@
 /* BLAS argument checks shared by every backend (see blas_args.h). */
 #include "backends/blas_args.h"
 
+#include <math.h>
 #include <stddef.h>
 
 #include "accel/error.h"
@@ -99,6 +100,19 @@ static bool c_apart(const be_gemm_args *g)
   return (uint64_t)g->stride_c >= span;
 }
 
+/* A batch may reuse A or B (stride 0) but must not do more work than its buffers could hold
+ * without reuse: batch * m * n * k <= sqrt(|A| |B| |C|). Every unbatched gemm meets it (m k <=
+ * |A|, k n <= |B|, m n <= |C|), and so does a batch whose matrices are distinct or which shares
+ * one of A and B; sharing both would let a small op pin a device's queue for hours (a batch of
+ * L 1 x 1 products of length L over buffers of L elements). In long double: no overflow. */
+static bool work_fits(const be_gemm_args *g, uint64_t a_len, uint64_t b_len, uint64_t c_len)
+{
+  long double work = (long double)g->batch * (long double)g->m * (long double)g->n *
+                     (long double)g->k;
+  long double room = sqrtl((long double)a_len * (long double)b_len * (long double)c_len);
+  return work <= room * (1.0L + 1e-12L);
+}
+
 int be_blas_check_gemm(const be_gemm_args *g, uint64_t a_len, uint64_t b_len, uint64_t c_len)
 {
   if (g == NULL || !trans_valid(g->trans_a) || !trans_valid(g->trans_b))
@@ -116,7 +130,9 @@ int be_blas_check_gemm(const be_gemm_args *g, uint64_t a_len, uint64_t b_len, ui
     be_blas_stored_shape(g->trans_b, g->k, g->n, &r, &c);
     err = check_batched(r, c, g->ldb, b_len, g->batch, g->stride_b);
   }
-  return err != 0 ? err : check_batched(g->m, g->n, g->ldc, c_len, g->batch, g->stride_c);
+  if (err == 0)
+    err = check_batched(g->m, g->n, g->ldc, c_len, g->batch, g->stride_c);
+  return err != 0 || work_fits(g, a_len, b_len, c_len) ? err : ACCEL_ELIMIT;
 }
 
 bool be_blas_gemm_reads_ab(const be_gemm_args *g)

@@ -69,8 +69,10 @@ typedef struct be_gemm_args {
 bool be_gemm_combo_ok(uint32_t ab_type, uint32_t c_type, uint32_t math);
 
 /* All of a gemm: the combination, transposes, shapes and leading dimensions, batch >= 1 and
- * strides >= 0, every matrix of the batch within its buffer (lengths in elements). Batches
- * may share A or B (stride 0) but not C (stride_c must keep the C matrices apart). */
+ * strides >= 0, every matrix of the batch within its buffer (lengths in elements): else
+ * ACCEL_EINVAL. Batches may share A or B (stride 0) but not C (stride_c must keep the C
+ * matrices apart), and not do more work than their buffers could hold without reuse
+ * (batch m n k <= sqrt(|A| |B| |C|): sharing both A and B): ACCEL_ELIMIT. */
 int be_blas_check_gemm(const be_gemm_args *g, uint64_t a_len, uint64_t b_len, uint64_t c_len);
 
 /* Whether a gemm reads A and B at all (as be_blas_sgemm_reads_ab). */

@@ -117,7 +117,12 @@ int accel_fill(accel_ctx *ctx, accel_device dev, accel_buffer dst, double value,
 
 int accel_fill_u32(accel_ctx *ctx, accel_device dev, accel_buffer dst, uint32_t value,
                    accel_future **f) {
-  return fill(ctx, dev, dst, value, f); /* the checker refuses it for 2-byte elements */
+  accel_dtype dtype;
+  size_t count;
+  int rc = ctx ? client_handle_get(ctx, dst, &dtype, &count) : ACCEL_EINVAL;
+  if (rc != 0)
+    return rc;
+  return dev_dtype_size(dtype) == 4 ? fill(ctx, dev, dst, value, f) : ACCEL_EINVAL;
 }
 
 int accel_fill_f32(accel_ctx *ctx, accel_device dev, accel_buffer dst, float value,

@@ -356,7 +356,7 @@ static void put_payload(proto_out *o, const dev_op *op, size_t data_len) {
   case DEV_OP_BUFFER_CREATE:
     put_u32(o, op->u.create.dtype);
     break;
-  default: /* READ, COPY, BUFFER_DESTROY: nothing */
+  default: /* COPY, BUFFER_DESTROY: nothing */
     break;
   }
 }

@@ -156,9 +156,10 @@ ACCEL_API int accel_read(accel_ctx *ctx, accel_buffer src, size_t offset, void *
  * src == dst. */
 ACCEL_API int accel_copy(accel_ctx *ctx, accel_device dev, accel_buffer dst, size_t dst_off,
                          accel_buffer src, size_t src_off, size_t count, accel_future **f);
-/* Every element of the buffer = value, converted to the buffer's dtype (rounded to nearest
- * even for F32, F16, BF16; U32 and I32 take integral values in their range, else
- * ACCEL_EINVAL). */
+/* Every element of the buffer = value, converted to the buffer's dtype: F32 rounded to
+ * nearest even; F16 and BF16 from that f32, rounded to nearest even again (as a C cast through
+ * float does: a value within 2^-30 of a tie may round the other way than from the double);
+ * U32 and I32 take integral values in their range, else ACCEL_EINVAL. */
 ACCEL_API int accel_fill(accel_ctx *ctx, accel_device dev, accel_buffer dst, double value,
                          accel_future **f);
 /* Shorthands: the u32 pattern for 4-byte buffers (F32, U32, I32); an F32 buffer's value. */

@@ -169,6 +169,18 @@ TEST(unsupported_gemm_is_enotsup_and_mixed_types_einval) {
                        2, (accel_math)(ACCEL_MATH_FP64 + 1), NULL),
             ACCEL_EINVAL);
   CHECK_ERR(accel_finish(ctx, 10000), ACCEL_ENOTSUP); /* the TF32 op's, reported once */
+  /* A batch of 4 sharing both A and B does 4x the work its buffers hold: refused; sharing one
+   * of them is fine. (2 x 2 matrices; C holds the 4 results.) */
+  accel_buffer c4 = buf_new(ctx, ACCEL_F32, 16);
+  CHECK_ERR(accel_gemm_strided_batched(ctx, 0, ACCEL_NO_TRANS, ACCEL_NO_TRANS, 2, 2, 2, 1.0, a,
+                                       2, 0, a, 2, 0, 0.0, c4, 2, 4, 4, ACCEL_MATH_DEFAULT,
+                                       NULL),
+            ACCEL_ELIMIT);
+  accel_buffer b16 = buf_new(ctx, ACCEL_F32, 16);
+  CHECK_OK(accel_gemm_strided_batched(ctx, 0, ACCEL_NO_TRANS, ACCEL_NO_TRANS, 2, 2, 2, 1.0, a,
+                                      2, 0, b16, 2, 4, 0.0, c4, 2, 4, 4, ACCEL_MATH_DEFAULT,
+                                      NULL));
+  CHECK_OK(accel_finish(ctx, 10000));
   /* No backend runs axpy in F16: on ANY there is no device to place it on. */
   accel_buffer h = buf_new(ctx, ACCEL_F16, 8);
   CHECK_OK(accel_axpy(ctx, ACCEL_DEVICE_ANY, 8, 1.0, h, h, &f));
@@ -241,7 +253,9 @@ TEST(fill_converts_to_every_dtype) {
   CHECK_ERR(accel_fill(ctx, ACCEL_DEVICE_ANY, i32, 0.5, NULL), ACCEL_EINVAL);
   CHECK_ERR(accel_fill(ctx, ACCEL_DEVICE_ANY, i32, 2147483648.0, NULL), ACCEL_EINVAL);
   accel_buffer h = buf_new(ctx, ACCEL_F16, 4);
-  CHECK_ERR(accel_fill_u32(ctx, ACCEL_DEVICE_ANY, h, 0x10000u, NULL), ACCEL_EINVAL);
+  CHECK_ERR(accel_fill_u32(ctx, ACCEL_DEVICE_ANY, h, 1u, NULL), ACCEL_EINVAL); /* 2 bytes */
+  accel_buffer g = buf_new(ctx, ACCEL_F64, 4);
+  CHECK_ERR(accel_fill_u32(ctx, ACCEL_DEVICE_ANY, g, 1u, NULL), ACCEL_EINVAL); /* 8 bytes */
   CHECK_OK(accel_finish(ctx, 10000));
   accel_close(ctx);
 }

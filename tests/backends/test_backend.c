@@ -1123,6 +1123,8 @@ static be_gemm_args gemm_shape(uint32_t ab, uint32_t ct, int tr, gemm_kind kind)
     g.stride_a = rnd_range(0, 3) == 0 ? 0 : (g.trans_a ? g.m : g.k) * g.lda + (int64_t)rnd_range(0, 9);
     g.stride_b = rnd_range(0, 3) == 0 ? 0 : (g.trans_b ? g.k : g.n) * g.ldb + (int64_t)rnd_range(0, 9);
     g.stride_c = g.n * g.ldc + (int64_t)rnd_range(0, 9);
+    if (g.stride_a == 0 && g.stride_b == 0) /* sharing both is ELIMIT (blas_args.h) */
+      g.stride_b = (g.trans_b ? g.k : g.n) * g.ldb;
   }
   return g;
 }
