@@ -5,9 +5,10 @@
  * printed). 16-bit inputs are made as bit patterns and decoded here (an implementation of the
  * decoding of our own, not the library's), so the references see exactly what the device saw.
  *
- * Tolerances: gemm |got - ref| <= (k + 2) * 2 * u_acc * mag + u_out * |ref|, mag = sum of the
- * terms' magnitudes, u_acc the accumulation's unit roundoff (2^-53 for F64, 2^-24 otherwise),
- * u_out the output's (2^-53, 2^-24, 2^-11 for F16, 2^-8 for BF16); sigmoid F64 1e-15 relative,
+ * Tolerances: gemm |got - ref| <= (k + 2) * 2 * u_acc * mag + u_out * (|ref| + mag) (+ 2^-24
+ * for F16: one subnormal step), mag = sum of the terms' magnitudes, u_acc the accumulation's
+ * unit roundoff (2^-53 for F64, 2^-24 otherwise), u_out the output's (2^-53, 2^-24, 2^-11 for
+ * F16, 2^-8 for BF16; a 16-bit C may be rounded twice on a GPU); sigmoid F64 1e-15 relative,
  * BF16 2^-8 relative; axpy/dot/scal F64 1e-14 relative to the magnitudes; fills bit for bit. */
 #include <float.h>
 #include <math.h>
@@ -120,7 +121,10 @@ static void gemm_one(accel_ctx *ctx, accel_device dev, combo cb, bool runs) {
           mag += fabs(1.5 * x * bv[l + j * ldb]);
         }
         double got = elem_value(cb.c, c + (i + j * m) * sc);
-        double tol = (double)(k + 2) * 2 * ua * mag + unit(cb.c) * fabs(ref);
+        /* A 16-bit C may be rounded twice (alpha AB, then the sum): up to u_out of each
+         * term's magnitude, plus one step of f16's subnormals. */
+        double tol = (double)(k + 2) * 2 * ua * mag + unit(cb.c) * (fabs(ref) + mag) +
+                     (cb.c == ACCEL_F16 ? ldexp(1, -24) : 0);
         if (!(fabs(got - ref) <= tol))
           TEST_FAIL("device %d gemm %d->%d C(%zu,%zu) = %.17g, want %.17g (tol %.3g)", dev,
                     cb.ab, cb.c, i, j, got, ref, tol);
