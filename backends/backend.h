@@ -40,10 +40,18 @@ typedef struct be_mem {
   size_t bytes;
 } be_mem;
 
+/* What a device is, for placement (most potent first: GPUs and accelerators before CPUs). */
+typedef enum be_device_kind {
+  BE_KIND_CPU = 0,
+  BE_KIND_GPU,
+  BE_KIND_ACCELERATOR
+} be_device_kind;
+
 typedef struct be_device_info {
   char name[96];
   uint64_t mem_bytes;     /* device memory (for the CPU: physical memory) */
   uint32_t compute_units; /* cores, SMs, compute units */
+  be_device_kind kind;    /* 0 (CPU) unless the backend says otherwise */
 } be_device_info;
 
 typedef struct be_open_opts {

@@ -59,6 +59,7 @@ static void fill_info(be_device *dev)
   dev->info.mem_bytes = mem;
   dev->sms = attribute(dev->cu, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT);
   dev->info.compute_units = dev->sms > 0 ? (uint32_t)dev->sms : 1;
+  dev->info.kind = BE_KIND_GPU;
   dev->cc = attribute(dev->cu, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR) * 10 +
             attribute(dev->cu, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR);
 }
