@@ -65,34 +65,44 @@ void dev_op_finished(dev_world *w, dev_op *op, int status) {
 
 /* ---- placement ---- */
 
-/* An accelerator (any backend but the CPU) that runs the op if one serves, else the first
- * CPU device that does. */
+/* How eager placement is to pick a device on its own (lower first): GPUs and accelerators,
+ * then the native CPU backend's devices; a CPU seen through another backend (PoCL's OpenCL
+ * device) only when an op names it (-1). Parenchyma's "most potent device first". */
+static int potency(const dev_node *node) {
+  if (node->info.kind == BE_KIND_GPU || node->info.kind == BE_KIND_ACCELERATOR)
+    return 0;
+  return strcmp(node->be->name, "cpu") == 0 ? 1 : -1;
+}
+
+/* The most potent device serving that runs the op; among equals, the earlier backend of the
+ * world's list (CUDA before OpenCL by default), then the lower index. */
 static dev_node *default_device(dev_world *w, const dev_op *op, dev_buffer *bufs[]) {
-  dev_node *cpu = NULL;
+  dev_node *best = NULL;
   for (int n = 1; n < w->nnodes; n++) {
     dev_node *node = &w->nodes[n];
-    if (node->state != DEV_NODE_SERVING || dev_node_supports(node, op, bufs) != 0)
+    if (node->state != DEV_NODE_SERVING || potency(node) < 0 ||
+        dev_node_supports(node, op, bufs) != 0)
       continue;
-    if (strcmp(node->be->name, "cpu") != 0)
-      return node;
-    if (cpu == NULL)
-      cpu = node;
+    if (best == NULL || potency(node) < potency(best) ||
+        (potency(node) == potency(best) && node->backend_pref < best->backend_pref))
+      best = node;
   }
-  return cpu;
+  return best;
 }
 
 /* Whether any device (serving or not) runs the op: if none does, the op is not supported
  * here at all, rather than waiting for a device to come back. */
 static bool any_runs(dev_world *w, const dev_op *op, dev_buffer *bufs[]) {
   for (int n = 1; n < w->nnodes; n++)
-    if (dev_node_supports(&w->nodes[n], op, bufs) != ACCEL_ENOTSUP) /* runs, or may */
+    if (potency(&w->nodes[n]) >= 0 &&
+        dev_node_supports(&w->nodes[n], op, bufs) != ACCEL_ENOTSUP) /* runs, or may */
       return true;
   return false;
 }
 
 /* Where an op runs: writes land on the host; reads run where a valid copy is; compute runs
- * on the named device, or for ANY where an input already is on a device, else on an
- * accelerator if one serves, else on the first CPU device. */
+ * on the named device, or for ANY where an input already is on a device that runs it, else
+ * on the most potent device that does (default_device). */
 static dev_node *place(dev_world *w, dev_op *op, dev_buffer *bufs[]) {
   if (op->h.kind == DEV_OP_WRITE) {
     /* A buffer that lives on a device only is written there, straight from the caller's

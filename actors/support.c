@@ -110,6 +110,7 @@ void dev_node_describe(const dev_node *node, struct accel_device_info *d) {
   d->compute_units = node->info.compute_units;
   d->state = (int)__atomic_load_n(&node->state, __ATOMIC_RELAXED);
   d->restarts = __atomic_load_n(&node->restarts, __ATOMIC_RELAXED);
+  d->kind = (uint32_t)node->info.kind;
   d->packages = node->caps.packages;
   d->gemm_dtypes = dev_caps_gemm_dtypes(&node->caps);
   d->vector_dtypes = node->caps.vector_dtypes;

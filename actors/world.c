@@ -2,6 +2,7 @@
  * CPU backend, never exposed as a device), then `cpu_devices` CPU devices, then every device
  * the other backends find. Every open of the CPU backend's device is an instance of its own
  * (own queues, memory and fault state), so the host and each CPU device open index 0. */
+#include <stdio.h>
 #include <string.h>
 
 #include "actors/device.h"
@@ -15,7 +16,8 @@ static const be_ops *cpu_backend(void) {
   return NULL;
 }
 
-static void add_node(dev_world *w, const be_ops *be, int backend_index, accel_completion how) {
+static void add_node(dev_world *w, const be_ops *be, int backend_index, int pref,
+                     accel_completion how) {
   dev_node *node = &w->nodes[w->nnodes];
   memset(node, 0, sizeof *node);
   node->world = w;
@@ -23,12 +25,14 @@ static void add_node(dev_world *w, const be_ops *be, int backend_index, accel_co
   node->device = w->nnodes - 1;
   node->be = be;
   node->backend_index = backend_index;
+  node->backend_pref = pref;
   node->completion = how;
   node->state = DEV_NODE_RESTARTING; /* until its DeviceActor starts */
   w->nnodes++;
 }
 
-static void add_backend_devices(dev_world *w, const be_entry *e, accel_completion how) {
+static void add_backend_devices(dev_world *w, const be_entry *e, int pref,
+                                accel_completion how) {
   int count = 0;
   char why[128] = "";
   if (e->ops == NULL || e->ops->abi_version != BE_ABI_VERSION)
@@ -38,7 +42,73 @@ static void add_backend_devices(dev_world *w, const be_entry *e, accel_completio
     return;
   }
   for (int i = 0; i < count && w->nnodes < DEV_MAX_NODES; i++)
-    add_node(w, e->ops, i, how);
+    add_node(w, e->ops, i, pref, how);
+}
+
+static const be_entry *entry_named(const char *name, size_t len) {
+  for (const be_entry *e = be_registry(); e->name; e++)
+    if (strlen(e->name) == len && strncmp(e->name, name, len) == 0)
+      return e;
+  return NULL;
+}
+
+/* Calls fn for each comma-separated name of a non-empty list in order (an empty name, as in
+ * "cpu," or ",cpu", is passed too: it names nothing); stops at the first non-zero result. */
+static int each_name(const char *list, int (*fn)(const char *, size_t, int, void *), void *arg) {
+  int pos = 0;
+  for (const char *p = list; *list;) {
+    size_t len = strcspn(p, ",");
+    int rc = fn(p, len, pos++, arg);
+    if (rc != 0 || p[len] == '\0')
+      return rc;
+    p += len + 1;
+  }
+  return 0;
+}
+
+typedef struct check_state {
+  unsigned seen;
+  char *why;
+  size_t why_len;
+} check_state;
+
+static int check_name(const char *name, size_t len, int pos, void *arg) {
+  check_state *c = arg;
+  const be_entry *e = entry_named(name, len);
+  unsigned bit = e ? 1u << (e - be_registry()) : 0;
+  if (e == NULL || (c->seen & bit)) {
+    if (c->why_len)
+      snprintf(c->why, c->why_len, "%.*s: %s", (int)len, name,
+               e ? "named twice" : "no such backend (cpu, cuda, opencl)");
+    return ACCEL_EINVAL;
+  }
+  (void)pos;
+  c->seen |= bit;
+  return 0;
+}
+
+int dev_backends_check(const char *list, char *why, size_t why_len) {
+  check_state c = {0, why, why_len};
+  if (why_len)
+    why[0] = '\0';
+  return each_name(list, check_name, &c);
+}
+
+typedef struct open_state {
+  dev_world *w;
+  const dev_world_opts *o;
+} open_state;
+
+static int open_named(const char *name, size_t len, int pos, void *arg) {
+  open_state *s = arg;
+  const be_entry *e = entry_named(name, len);
+  if (strcmp(e->name, "cpu") != 0) {
+    add_backend_devices(s->w, e, pos, s->o->completion);
+    return 0;
+  }
+  for (uint32_t i = 0; i < s->o->cpu_devices && s->w->nnodes < DEV_MAX_NODES; i++)
+    add_node(s->w, e->ops, 0, pos, s->o->completion);
+  return 0;
 }
 
 int dev_world_init(dev_world *w, accel_runtime *rt, const dev_world_opts *o) {
@@ -51,14 +121,16 @@ int dev_world_init(dev_world *w, accel_runtime *rt, const dev_world_opts *o) {
   const be_ops *cpu = cpu_backend();
   if (cpu == NULL)
     return ACCEL_ENOTSUP;
-  add_node(w, cpu, 0, o->completion); /* the host memory node */
+  char why[96];
+  const char *list = o->backends[0] ? o->backends : "cpu,cuda,opencl";
+  if (dev_backends_check(list, why, sizeof why) != 0) {
+    accel_log(ACCEL_LOG_ERROR, "device", "backends: %s", why);
+    return ACCEL_EINVAL;
+  }
+  add_node(w, cpu, 0, 0, o->completion); /* the host memory node */
   w->nodes[DEV_HOST_NODE].device = -1;
-  for (uint32_t i = 0; i < o->cpu_devices && w->nnodes < DEV_MAX_NODES; i++)
-    add_node(w, cpu, 0, o->completion);
-  for (const be_entry *e = be_registry(); e->name; e++)
-    if (strcmp(e->name, "cpu") != 0)
-      add_backend_devices(w, e, o->completion);
-  return 0;
+  open_state st = {w, o};
+  return each_name(list, open_named, &st);
 }
 
 void dev_world_fini(dev_world *w) {

@@ -53,6 +53,7 @@ typedef struct dev_node {
   be_device_info info;
   dev_caps caps;
   int backend_index;     /* which device of its backend */
+  int backend_pref;      /* its backend's place in the world's backend list (placement) */
   struct dev_kernel_arg {
     struct dev_node *node;
     dev_queue_class qclass;

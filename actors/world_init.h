@@ -10,7 +10,17 @@ typedef struct dev_world_opts {
   accel_completion completion;
   uint32_t max_restarts, restart_window_ms;
   int tf32; /* sgemm on TF32 tensor cores by default, where devices have them */
+  /* The backends to open, in order, comma-separated ("cpu,cuda,opencl"); devices are
+   * numbered in that order (the `cpu_devices` CPU devices where "cpu" is) and, among devices
+   * of one kind, placement prefers earlier backends. Backends not listed are not opened (the
+   * host node is always served by the CPU backend). Empty: every backend of the build, CPU
+   * first. */
+  char backends[64];
 } dev_world_opts;
+
+/* 0 if `list` names backends this build knows, each at most once; ACCEL_EINVAL otherwise
+ * (`why` says which name). */
+int dev_backends_check(const char *list, char *why, size_t why_len);
 
 int dev_world_init(dev_world *w, accel_runtime *rt, const dev_world_opts *o);
 

@@ -244,6 +244,7 @@ static int buffer_op(accel_ctx *ctx, uint32_t kind, accel_buffer h, accel_dtype 
   if (op == NULL)
     return ACCEL_ENOMEM;
   op->h.kind = kind;
+  op->h.device = ACCEL_DEVICE_ANY; /* buffers live on no device until an op puts them there */
   op->nbufs = 1;
   op->bufs[0] = (dev_op_buf){.handle = h, .count = count};
   op->u.create.dtype = dtype;

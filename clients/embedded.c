@@ -41,6 +41,9 @@ static int parse_param(const char *key, const char *value, dev_world_opts *o,
     o->completion = ACCEL_COMPLETION_SYNC;
   else if (strcmp(key, "completion") == 0 && strcmp(value, "poll") == 0)
     o->completion = ACCEL_COMPLETION_POLL;
+  else if (strcmp(key, "backends") == 0 && strlen(value) < sizeof o->backends &&
+           dev_backends_check(value, NULL, 0) == 0)
+    strcpy(o->backends, value);
   else
     return ACCEL_EINVAL;
   return 0;

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "actors/server.h"
+#include "actors/world_init.h"
 #include "daemon/config.h"
 
 void acd_config_defaults(acd_config *c) {
@@ -265,9 +266,19 @@ static bool daemon_key(acd_config *c, const char *k, const char *v) {
   return false;
 }
 
+/* The backends to open, in order (dev_world_opts.backends). */
+static bool set_backends(acd_config *c, const char *v) {
+  if (strlen(v) >= sizeof c->backends || dev_backends_check(v, NULL, 0) != 0)
+    return false;
+  strcpy(c->backends, v);
+  return true;
+}
+
 static bool devices_key(acd_config *c, const char *k, const char *v) {
   if (!strcmp(k, "cpu_devices"))
     return parse_u32(v, 0, 8, &c->cpu_devices);
+  if (!strcmp(k, "backends"))
+    return set_backends(c, v);
   if (!strcmp(k, "completion"))
     return parse_completion(v, &c->completion);
   if (!strcmp(k, "max_restarts"))
@@ -364,6 +375,12 @@ int acd_config_apply_flags(acd_config *c, const acd_flags *f, char *err, size_t 
     c->fault_injection = true;
   if (f->cpu_devices >= 0)
     c->cpu_devices = (uint32_t)f->cpu_devices;
+  if (f->backends && !set_backends(c, f->backends)) {
+    char why[96] = "too long";
+    dev_backends_check(f->backends, why, sizeof why);
+    snprintf(err, err_len, "--backends %s: %s", f->backends, why);
+    return ACCEL_EINVAL;
+  }
   if (f->allow_plain_tcp)
     c->allow_plain_tcp = true;
   if (c->nlisten == 0 && !add_listen(c, ACD_DEFAULT_URL)) {

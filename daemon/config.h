@@ -20,6 +20,7 @@ typedef struct acd_config {
   char *socket_group;           /* owned; NULL: the daemon's own group */
   bool fault_injection;
   uint32_t cpu_devices;
+  char backends[64];            /* [devices] backends: dev_world_opts.backends ("": all) */
   accel_completion completion;
   uint32_t max_restarts, restart_window_ms;
   bool tf32; /* sgemm on TF32 tensor cores by default, where devices have them */
@@ -50,6 +51,7 @@ typedef struct acd_flags {
   const char *log_level;
   bool fault_injection;
   long cpu_devices;             /* < 0: not given */
+  const char *backends;         /* --backends LIST; NULL: not given */
   bool foreground;
   bool allow_plain_tcp;         /* --allow-plain-tcp: as [security] allow_plain_tcp = true */
 } acd_flags;

@@ -29,7 +29,8 @@
 static void usage(FILE *to) {
   fprintf(to,
           "usage: acceld [--config FILE] [--listen URL]... [--log-level LEVEL]\n"
-          "              [--enable-fault-injection] [--cpu-devices N] [--allow-plain-tcp]\n"
+          "              [--enable-fault-injection] [--cpu-devices N] [--backends LIST]\n"
+          "              [--allow-plain-tcp]\n"
           "              [--foreground]\n"
           "  --config FILE             INI configuration (default %s, if present)\n"
           "  --listen URL              ipc://PATH, tls+tcp://HOST:PORT (TLS settings in the\n"
@@ -38,6 +39,9 @@ static void usage(FILE *to) {
           "  --log-level LEVEL         error, warn, info, debug, trace\n"
           "  --enable-fault-injection  let `accelctl inject-fault` reach devices (tests)\n"
           "  --cpu-devices N           CPU devices to serve (0-8, default 1)\n"
+          "  --backends LIST           backends to open, in order (default cpu,cuda,opencl):\n"
+          "                            devices are numbered so, and placement prefers earlier\n"
+          "                            backends among devices of one kind\n"
           "  --allow-plain-tcp         let tcp:// listeners start (no encryption, no\n"
           "                            authentication: trusted networks only)\n"
           "  --foreground              stay attached (systemd, tests)\n",
@@ -51,6 +55,7 @@ static int parse_args(int argc, char **argv, acd_flags *f) {
       {"log-level", required_argument, NULL, 'L'},
       {"enable-fault-injection", no_argument, NULL, 'F'},
       {"cpu-devices", required_argument, NULL, 'n'},
+      {"backends", required_argument, NULL, 'b'},
       {"foreground", no_argument, NULL, 'f'},
       {"allow-plain-tcp", no_argument, NULL, 'P'},
       {"help", no_argument, NULL, 'h'},
@@ -73,6 +78,7 @@ static int parse_args(int argc, char **argv, acd_flags *f) {
       if (*end != '\0' || f->cpu_devices < 0 || f->cpu_devices > 8)
         return 2;
       break;
+    case 'b': f->backends = optarg; break;
     case 'f': f->foreground = true; break;
     case 'P': f->allow_plain_tcp = true; break;
     case 'h': usage(stdout); exit(0);
@@ -174,6 +180,7 @@ static int start_tree(daemon_ctx *d, int gid, int ready_fd) {
                        .max_restarts = c->max_restarts,
                        .restart_window_ms = c->restart_window_ms,
                        .tf32 = c->tf32};
+  snprintf(wo.backends, sizeof wo.backends, "%s", c->backends);
   int rc = dev_world_init(&d->world, d->rt, &wo);
   if (c->exit_on_quarantine)
     d->world.on_quarantine = on_quarantine;

@@ -136,6 +136,7 @@ static void note_restart_only(const acd_config *old, const acd_config *new) {
     listen = strcmp(old->listen[i], new->listen[i]) != 0;
   const char *what = listen                                      ? "listen"
                      : old->cpu_devices != new->cpu_devices      ? "cpu_devices"
+                     : strcmp(old->backends, new->backends) != 0 ? "backends"
                      : old->fault_injection != new->fault_injection ? "fault_injection"
                      : old->socket_mode != new->socket_mode      ? "socket_mode"
                      : old->completion != new->completion        ? "completion"

@@ -203,7 +203,7 @@ static void put_device(proto_out *o, const struct accel_device_info *d) {
   put_u32(o, d->vector_dtypes);
   put_u32(o, d->rng_dtypes);
   put_u32(o, d->nn_dtypes);
-  put_u32(o, 0);
+  put_u32(o, d->kind);
   put_u32(o, 0);
 }
 
@@ -228,7 +228,8 @@ static void get_device(reader *r, struct accel_device_info *d) {
   d->vector_dtypes = get_u32(r);
   d->rng_dtypes = get_u32(r);
   d->nn_dtypes = get_u32(r);
-  get_u32(r);
+  uint32_t kind = get_u32(r); /* an enum a client may index a table with */
+  d->kind = kind <= BE_KIND_ACCELERATOR ? kind : (r->bad = true, 0);
   get_u32(r);
 }
 

@@ -93,6 +93,9 @@ struct accel_device_info {
   uint32_t compute_units;
   int state;            /* 0 serving, 1 restarting, 2 quarantined */
   uint32_t restarts;
+  uint32_t kind;          /* 0 CPU, 1 GPU, 2 accelerator. ACCEL_DEVICE_ANY prefers GPUs and
+                           * accelerators (CUDA's before OpenCL's by default), then the CPU
+                           * backend's devices; a CPU seen through OpenCL only when named */
   uint32_t packages;      /* ACCEL_PKG_* */
   /* Sets of ACCEL_DTYPE_BIT(t): gemm's A/B types, axpy/dot/scal, RNG uniform/normal outputs
    * (BITS fills U32 wherever there is an rng package), the element-wise ops and softmax. */
@@ -109,6 +112,9 @@ typedef struct accel_transfer_stats {
  * url: NULL or "embedded:" starts an in-process runtime with every backend it finds.
  * Query parameters (after '?', joined with '&'): fault_injection=1 (allows accel_inject_fault),
  * cpu_devices=N (N CPU devices, each its own memory node; default 1),
+ * backends=LIST (the backends to open, in order, comma-separated, from cpu, cuda, opencl:
+ * devices are numbered in that order and placement prefers earlier ones among devices of one
+ * kind; unlisted backends are not opened; default cpu,cuda,opencl),
  * completion=callback|sync|poll (default callback), max_restarts=N (per device, in 10 s),
  * max_buffers=N, tf32=1 (sgemm on TF32 tensor cores by default where devices have them).
  * "ipc://PATH" (or "unix://PATH"), "tls+tcp://HOST:PORT" or "tcp://HOST:PORT" connects to

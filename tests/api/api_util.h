@@ -89,7 +89,21 @@ static inline void *xmalloc(size_t bytes) {
 
 /* ---- contexts, buffers, futures ---- */
 
+/* ACCEL_TEST_BACKENDS=LIST runs a suite with the backends of LIST first (devices are numbered
+ * in its order: "opencl,cpu" makes device 0 the first OpenCL device), unless the URL names
+ * its own backends. Returns the URL to open (a static buffer, or url itself). */
+static inline const char *test_url_(const char *url) {
+  static _Thread_local char buf[512];
+  const char *list = getenv("ACCEL_TEST_BACKENDS");
+  if (list == NULL || *list == '\0' || (url && strstr(url, "backends=")))
+    return url;
+  const char *base = url ? url : "embedded:";
+  snprintf(buf, sizeof buf, "%s%sbackends=%s", base, strchr(base, '?') ? "&" : "?", list);
+  return buf;
+}
+
 static inline accel_ctx *ctx_open(const char *url) {
+  url = test_url_(url);
   if (test_daemon_mode())
     return daemon_mode_open(url);
   accel_ctx *ctx = NULL;

@@ -68,7 +68,7 @@ static inline const char *daemon_mode_param_(const char *url, const char *key, c
 }
 
 static inline void daemon_mode_write_config_(const char *dir, const char *url) {
-  char path[128], v[32];
+  char path[128], v[64];
   snprintf(path, sizeof path, "%s/acceld.conf", dir);
   FILE *f = fopen(path, "w");
   CHECK(f != NULL);
@@ -81,6 +81,8 @@ static inline void daemon_mode_write_config_(const char *dir, const char *url) {
     fprintf(f, "completion=%s\n", v);
   if (daemon_mode_param_(url, "max_restarts", v, sizeof v))
     fprintf(f, "max_restarts=%s\n", v);
+  if (daemon_mode_param_(url, "backends", v, sizeof v))
+    fprintf(f, "backends=%s\n", v);
   fclose(f);
 }
 
