@@ -121,6 +121,10 @@ static const char *backend_absence(const be_entry *e, char *why, size_t len) {
   return why;
 }
 
+static const char *kind_name(be_device_kind kind) {
+  return kind == BE_KIND_GPU ? "gpu" : kind == BE_KIND_ACCELERATOR ? "accelerator" : "cpu";
+}
+
 /* ---- packages and dtypes ---- */
 
 static const char *const dtype_names[ACCEL_DTYPE_MAX_ + 1] = {
@@ -196,6 +200,7 @@ static void json_device(sbuf *b, const dev_world *w, int n) {
   sb_json_str(b, node->info.name);
   sb_printf(b, ",\"backend\":");
   sb_json_str(b, node->be->name);
+  sb_printf(b, ",\"kind\":\"%s\"", kind_name(node->info.kind));
   sb_printf(b,
             ",\"state\":\"%s\",\"restarts\":%u,\"mem_used\":%llu,\"mem_total\":%llu,"
             "\"compute_units\":%u",
@@ -258,10 +263,12 @@ char *dev_status_json(dev_world *w, const dev_status_counts *c) {
 
 static void text_device(sbuf *b, const dev_world *w, int n) {
   const dev_node *node = &w->nodes[n];
-  sb_printf(b, "device %d: %s (%s) %s, restarts %u, mem_used %llu of %llu bytes, %u units\n",
+  sb_printf(b, "device %d: %s (%s) %s, restarts %u, mem_used %llu of %llu bytes, %u units, "
+            "kind %s\n",
             node->device, node->info.name, node->be->name, state_name(node->state),
             node->restarts, (unsigned long long)dev_status_node_mem(w, n),
-            (unsigned long long)node->info.mem_bytes, node->info.compute_units);
+            (unsigned long long)node->info.mem_bytes, node->info.compute_units,
+            kind_name(node->info.kind));
   text_packages(b, node);
 }
 

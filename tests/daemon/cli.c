@@ -1,4 +1,6 @@
 /* accelctl against the real acceld: ping, status and devices (text and JSON), tree, errors. */
+#include <sys/wait.h>
+
 #include "util.h"
 
 static char out[1 << 16];
@@ -123,6 +125,66 @@ TEST(usage_errors_exit_2) {
   CHECK(strstr(out, "usage: accelctl") != NULL);
 }
 
+/* Runs a python3 one-liner on `accelctl status --json` (saved in the daemon's directory):
+ * its exit status. */
+static int on_status_json(td_daemon *d, const char *script) {
+  char path[160], cmd[2048];
+  snprintf(path, sizeof path, "%s/status.json", d->dir);
+  snprintf(cmd, sizeof cmd, "'%s' --url '%s' status --json > '%s'", getenv("ACCELCTL"), d->url,
+           path);
+  CHECK_EQ(system(cmd), 0);
+  snprintf(cmd, sizeof cmd, "python3 -c 'import json,sys; s=json.load(open(sys.argv[1])); %s' '%s'",
+           script, path);
+  int rc = system(cmd);
+  return WIFEXITED(rc) ? WEXITSTATUS(rc) : 128;
+}
+
+/* An op on ANY goes to the most potent device: with an OpenCL CPU device (PoCL) numbered
+ * first, a fill still lands on the CPU backend's device (its memory grows; PoCL's does not),
+ * while a fill that names the OpenCL device runs there. */
+TEST(any_prefers_the_cpu_backend_over_an_opencl_cpu_device) {
+  td_daemon d;
+  td_prepare(&d);
+  td_start(&d, "--backends", "opencl,cpu", NULL);
+  /* 3: no OpenCL CPU device here (no OpenCL build or no PoCL); else device 0 is one. */
+  int rc = on_status_json(&d, "v=s[\"devices\"]; "
+                              "sys.exit(0 if v and v[0][\"backend\"]==\"opencl\" and "
+                              "v[0][\"kind\"]==\"cpu\" and v[-1][\"backend\"]==\"cpu\" else 3)");
+  if (rc == 3) {
+    td_stop(&d);
+    td_cleanup(&d);
+    TEST_SKIP("no OpenCL CPU device here");
+  }
+  CHECK_EQ(rc, 0);
+  td_client c;
+  td_client_open(&c, d.url);
+  CHECK_OK(td_hello(&c, NULL));
+  CHECK_OK(td_create(&c, td_handle(1, 1), ACCEL_U32, 1 << 20));
+  dev_op op = {.h = {.kind = DEV_OP_FILL, .device = ACCEL_DEVICE_ANY}, .nbufs = 1};
+  op.bufs[0] = (dev_op_buf){.handle = td_handle(1, 1)};
+  op.u.fill.value = 7;
+  proto_out o;
+  proto_out_init(&o);
+  CHECK_OK(proto_encode_op(&o, 50, &op, (proto_bytes){NULL, 0}));
+  CHECK_OK(td_call(&c, &o, 50));
+  CHECK_EQ(on_status_json(&d, "v=s[\"devices\"]; "
+                              "assert v[0][\"mem_used\"]==0, v[0]; "
+                              "assert v[-1][\"mem_used\"]>=4<<20, v[-1]"),
+           0);
+  CHECK_OK(td_create(&c, td_handle(2, 1), ACCEL_U32, 1 << 20));
+  op.h.device = 0; /* named: the OpenCL device */
+  op.bufs[0].handle = td_handle(2, 1);
+  proto_out_free(&o);
+  proto_out_init(&o);
+  CHECK_OK(proto_encode_op(&o, 51, &op, (proto_bytes){NULL, 0}));
+  CHECK_OK(td_call(&c, &o, 51));
+  CHECK_EQ(on_status_json(&d, "v=s[\"devices\"]; assert v[0][\"mem_used\"]>=4<<20, v[0]"), 0);
+  proto_out_free(&o);
+  td_client_close(&c);
+  CHECK_EQ(td_stop(&d), 0);
+  td_cleanup(&d);
+}
+
 static const test_case tests[] = {
     TEST_CASE(ping_answers),
     TEST_CASE(status_text_names_devices_and_clients),
@@ -132,6 +194,7 @@ static const test_case tests[] = {
     TEST_CASE(tree_shows_the_supervision_tree),
     TEST_CASE(no_daemon_is_a_clear_error),
     TEST_CASE(usage_errors_exit_2),
+    TEST_CASE(any_prefers_the_cpu_backend_over_an_opencl_cpu_device),
 };
 
 TEST_MAIN(tests)
