@@ -1,0 +1,243 @@
+/* Launches of the built-in kernels (kernels.cl): rng, the blas vector ops, nn, and gemm's
+ * C = beta C. Every entry checks the dtype first (ACCEL_ENOTSUP), then its ranges
+ * (ACCEL_EINVAL), then the device (ACCEL_EDEVLOST), and queues nothing on failure. */
+#include <math.h>
+
+#include "accel/error.h"
+#include "backends/opencl/device.h"
+
+#define ARG(x) {sizeof(x), &(x)}
+
+int be_ocl_launch(be_queue *q, be_ocl_fn fn, cl_uint dims, const size_t *global,
+                  const size_t *local, const be_ocl_arg *args, cl_uint nargs)
+{
+  be_device *dev = q->dev;
+  cl_kernel k = dev->fn[fn];
+  if (k == NULL)
+    return ACCEL_ENOTSUP;
+  for (cl_uint i = 0; i < dims; i++)
+    if (global[i] == 0)
+      return 0;
+  cl_int err = CL_SUCCESS;
+  pthread_mutex_lock(&dev->klock);
+  for (cl_uint i = 0; i < nargs && err == CL_SUCCESS; i++)
+    err = clSetKernelArg(k, i, args[i].size, args[i].p);
+  if (err == CL_SUCCESS)
+    err = clEnqueueNDRangeKernel(q->cq, k, dims, NULL, global, local, 0, NULL, NULL);
+  pthread_mutex_unlock(&dev->klock);
+  return be_ocl_check(dev, err);
+}
+
+/* The kernel of a row of four for dtype, or ENOTSUP when the device has none. */
+static int kernel_for(be_device *dev, be_ocl_fn row, uint32_t dtype, be_ocl_fn *out)
+{
+  int slot = be_ocl_slot(dtype);
+  if (dev == NULL || slot < 0 || dev->fn[row + slot] == NULL)
+    return ACCEL_ENOTSUP;
+  *out = (be_ocl_fn)(row + slot);
+  return 0;
+}
+
+/* ---- rng ------------------------------------------------------------------------------------ */
+
+static int rng_kernel(be_device *dev, uint32_t dtype, be_rng_dist dist, be_ocl_fn *out)
+{
+  switch (dist) {
+  case BE_RNG_BITS:
+    *out = BE_OCL_RNG_BITS;
+    return dtype == ACCEL_U32 ? 0 : ACCEL_ENOTSUP;
+  case BE_RNG_UNIFORM:
+    return kernel_for(dev, BE_OCL_RNG_UNIFORM, dtype, out);
+  case BE_RNG_NORMAL:
+    return kernel_for(dev, BE_OCL_RNG_NORMAL, dtype, out);
+  default:
+    return ACCEL_EINVAL;
+  }
+}
+
+int be_ocl_rng_fill(be_queue *q, uint32_t dtype, be_mem dst, size_t off, size_t count,
+                    const be_rng_args *r)
+{
+  if (q == NULL || r == NULL)
+    return ACCEL_EINVAL;
+  be_ocl_fn fn;
+  int rc = rng_kernel(q->dev, dtype, r->dist, &fn);
+  if (rc == 0)
+    rc = be_ocl_span(dst, off, count, be_ocl_esize(dtype));
+  if (rc == 0 && r->dist == BE_RNG_NORMAL && r->offset % 2 != 0)
+    rc = ACCEL_EINVAL;
+  if (rc == 0)
+    rc = be_ocl_queue_ok(q);
+  if (rc != 0 || count == 0)
+    return rc;
+  /* Elements per Philox block: two for F64 (two words each, or one block per normal pair). */
+  uint64_t epb = dtype == ACCEL_F64 ? 2 : 4, offset = r->offset, n = count, o = off;
+  size_t blocks = (size_t)((offset + n - 1) / epb - offset / epb + 1);
+  cl_uint k0 = (cl_uint)r->seed, k1 = (cl_uint)(r->seed >> 32);
+  cl_float mean = (cl_float)r->mean, sd = (cl_float)r->stddev;
+  cl_double mean64 = r->mean, sd64 = r->stddev;
+  be_ocl_arg args[8] = {{sizeof(cl_mem), &dst.handle}, ARG(o), ARG(offset), ARG(n), ARG(k0),
+                        ARG(k1), ARG(mean), ARG(sd)};
+  if (dtype == ACCEL_F64) {
+    args[6] = (be_ocl_arg)ARG(mean64);
+    args[7] = (be_ocl_arg)ARG(sd64);
+  }
+  return be_ocl_launch(q, fn, 1, &blocks, NULL, args, r->dist == BE_RNG_NORMAL ? 8 : 6);
+}
+
+/* ---- blas vector ops ------------------------------------------------------------------------ */
+
+/* The kernel of a vector op (F32, F64 only) and the element size. */
+static int vector_kernel(be_queue *q, be_ocl_fn row, uint32_t dtype, be_ocl_fn *fn)
+{
+  if (q == NULL)
+    return ACCEL_EINVAL;
+  if (dtype != ACCEL_F32 && dtype != ACCEL_F64)
+    return ACCEL_ENOTSUP;
+  return kernel_for(q->dev, row, dtype, fn);
+}
+
+/* The scalar as the kernel's type: 4 or 8 bytes in *buf. */
+static be_ocl_arg scalar(uint32_t dtype, double v, cl_float *f, cl_double *d)
+{
+  *f = (cl_float)v;
+  *d = v;
+  return dtype == ACCEL_F64 ? (be_ocl_arg)ARG(*d) : (be_ocl_arg)ARG(*f);
+}
+
+int be_ocl_axpy(be_queue *q, uint32_t dtype, size_t n, double alpha, be_mem x, size_t x_off,
+                be_mem y, size_t y_off)
+{
+  be_ocl_fn fn;
+  int rc = vector_kernel(q, BE_OCL_AXPY, dtype, &fn);
+  size_t es = be_ocl_esize(dtype);
+  if (rc == 0)
+    rc = be_ocl_span(x, x_off, n, es);
+  if (rc == 0)
+    rc = be_ocl_span(y, y_off, n, es);
+  if (rc == 0)
+    rc = be_ocl_queue_ok(q);
+  if (rc != 0 || n == 0)
+    return rc;
+  cl_ulong nn = n, xo = x_off, yo = y_off;
+  cl_float f;
+  cl_double d;
+  be_ocl_arg args[] = {ARG(nn), scalar(dtype, alpha, &f, &d), {sizeof(cl_mem), &x.handle},
+                       ARG(xo), {sizeof(cl_mem), &y.handle}, ARG(yo)};
+  return be_ocl_launch(q, fn, 1, &n, NULL, args, 6);
+}
+
+int be_ocl_scal(be_queue *q, uint32_t dtype, size_t n, double alpha, be_mem x, size_t x_off)
+{
+  be_ocl_fn fn;
+  int rc = vector_kernel(q, BE_OCL_SCAL, dtype, &fn);
+  if (rc == 0)
+    rc = be_ocl_span(x, x_off, n, be_ocl_esize(dtype));
+  if (rc == 0)
+    rc = be_ocl_queue_ok(q);
+  if (rc != 0 || n == 0)
+    return rc;
+  cl_ulong nn = n, xo = x_off;
+  cl_float f;
+  cl_double d;
+  be_ocl_arg args[] = {ARG(nn), scalar(dtype, alpha, &f, &d), {sizeof(cl_mem), &x.handle},
+                       ARG(xo)};
+  return be_ocl_launch(q, fn, 1, &n, NULL, args, 4);
+}
+
+/* One work-group of the largest power of two up to 256 the device allows. */
+int be_ocl_dot(be_queue *q, uint32_t dtype, size_t n, be_mem x, size_t x_off, be_mem y,
+               size_t y_off, be_mem result, size_t result_off)
+{
+  be_ocl_fn fn;
+  int rc = vector_kernel(q, BE_OCL_DOT, dtype, &fn);
+  size_t es = be_ocl_esize(dtype);
+  if (rc == 0)
+    rc = be_ocl_span(x, x_off, n, es);
+  if (rc == 0)
+    rc = be_ocl_span(y, y_off, n, es);
+  if (rc == 0)
+    rc = be_ocl_span(result, result_off, 1, es);
+  if (rc == 0)
+    rc = be_ocl_queue_ok(q);
+  if (rc != 0)
+    return rc;
+  size_t wg = 1;
+  while (wg * 2 <= 256 && wg * 2 <= q->dev->wg_max)
+    wg *= 2;
+  cl_ulong nn = n, xo = x_off, yo = y_off, ro = result_off;
+  be_ocl_arg args[] = {ARG(nn), {sizeof(cl_mem), &x.handle}, ARG(xo),
+                       {sizeof(cl_mem), &y.handle}, ARG(yo), {sizeof(cl_mem), &result.handle},
+                       ARG(ro)};
+  return be_ocl_launch(q, fn, 1, &wg, &wg, args, 7);
+}
+
+/* ---- nn --------------------------------------------------------------------------------------- */
+
+int be_ocl_unary(be_queue *q, uint32_t dtype, be_unary_op op, be_mem dst, size_t dst_off,
+                 be_mem src, size_t src_off, size_t count)
+{
+  if (q == NULL)
+    return ACCEL_EINVAL;
+  be_ocl_fn fn;
+  int rc = kernel_for(q->dev, BE_OCL_SIGMOID, dtype, &fn);
+  if (rc != 0)
+    return rc;
+  if (op != BE_SIGMOID && op != BE_RELU && op != BE_TANH)
+    return ACCEL_EINVAL;
+  fn = (be_ocl_fn)(fn + 4 * (int)op); /* SIGMOID, RELU, TANH rows in order */
+  size_t es = be_ocl_esize(dtype);
+  rc = be_ocl_span(dst, dst_off, count, es);
+  if (rc == 0)
+    rc = be_ocl_span(src, src_off, count, es);
+  if (rc == 0)
+    rc = be_ocl_queue_ok(q);
+  if (rc != 0 || count == 0)
+    return rc;
+  cl_ulong dso = dst_off, so = src_off, n = count;
+  be_ocl_arg args[] = {{sizeof(cl_mem), &dst.handle}, ARG(dso), {sizeof(cl_mem), &src.handle},
+                       ARG(so), ARG(n)};
+  return be_ocl_launch(q, fn, 1, &count, NULL, args, 5);
+}
+
+int be_ocl_softmax(be_queue *q, uint32_t dtype, be_mem dst, size_t dst_off, be_mem src,
+                   size_t src_off, size_t rows, size_t cols)
+{
+  if (q == NULL)
+    return ACCEL_EINVAL;
+  be_ocl_fn fn;
+  int rc = kernel_for(q->dev, BE_OCL_SOFTMAX, dtype, &fn);
+  if (rc != 0)
+    return rc;
+  if (cols != 0 && rows > SIZE_MAX / cols)
+    return ACCEL_EINVAL;
+  size_t es = be_ocl_esize(dtype);
+  rc = be_ocl_span(dst, dst_off, rows * cols, es);
+  if (rc == 0)
+    rc = be_ocl_span(src, src_off, rows * cols, es);
+  if (rc == 0)
+    rc = be_ocl_queue_ok(q);
+  if (rc != 0 || rows == 0 || cols == 0)
+    return rc;
+  cl_ulong dso = dst_off, so = src_off, r = rows, c = cols;
+  be_ocl_arg args[] = {{sizeof(cl_mem), &dst.handle}, ARG(dso), {sizeof(cl_mem), &src.handle},
+                       ARG(so), ARG(r), ARG(c)};
+  return be_ocl_launch(q, fn, 1, &rows, NULL, args, 6);
+}
+
+/* ---- gemm's C = beta C ------------------------------------------------------------------------ */
+
+int be_ocl_scale(be_queue *q, const be_gemm_args *g, be_mem c, size_t c_off, double beta)
+{
+  be_ocl_fn fn;
+  if (g->c_type == ACCEL_BF16 || kernel_for(q->dev, BE_OCL_SCALE, g->c_type, &fn) != 0)
+    return ACCEL_ENOTSUP;
+  cl_ulong co = c_off, m = (cl_ulong)g->m, n = (cl_ulong)g->n, ldc = (cl_ulong)g->ldc;
+  cl_ulong stride = g->batch > 1 ? (cl_ulong)g->stride_c : 0;
+  cl_float f;
+  cl_double d;
+  be_ocl_arg args[] = {{sizeof(cl_mem), &c.handle}, ARG(co), ARG(m), ARG(n), ARG(ldc),
+                       ARG(stride), scalar(g->c_type, beta, &f, &d)};
+  size_t global[3] = {(size_t)g->m, (size_t)g->n, (size_t)g->batch};
+  return be_ocl_launch(q, fn, 3, global, NULL, args, 7);
+}

@@ -1,0 +1,284 @@
+/* The opencl backend's built-in kernels (OpenCL C 1.2), compiled at run time once per device
+ * (program.c caches the binary). BE_FP64 is defined when the device has cl_khr_fp64; the F64
+ * kernels exist only then. 16-bit types are storage only (F16 through vload_half and
+ * vstore_half_rte, which are core OpenCL and need no cl_khr_fp16; BF16 as ushort), computed
+ * in f32 and rounded to nearest even, as backends/dtype_conv.h does on the host.
+ *
+ * Offsets and counts are in elements of the buffer's type (ulong). No contraction into fused
+ * multiply-adds: the RNG's uniforms must round each step as the CPU backend does
+ * (backends/cpu/philox.h), bit for bit. */
+#pragma OPENCL FP_CONTRACT OFF
+#ifdef BE_FP64
+#pragma OPENCL EXTENSION cl_khr_fp64 : enable
+#endif
+
+/* ---- 16-bit storage ---------------------------------------------------------------------- */
+
+inline ushort f32_to_bf16(float f)
+{
+  uint u = as_uint(f);
+  if ((u & 0x7fffffffu) > 0x7f800000u) /* NaN: keep the sign, make it quiet */
+    return (ushort)((u >> 16) | 0x0040u);
+  return (ushort)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+
+inline float bf16_to_f32(ushort h)
+{
+  return as_float((uint)h << 16);
+}
+
+#define LOAD_F32(p, i) ((p)[i])
+#define STORE_F32(p, i, v) ((p)[i] = (v))
+#define LOAD_F64(p, i) ((p)[i])
+#define STORE_F64(p, i, v) ((p)[i] = (v))
+#define LOAD_F16(p, i) vload_half((i), (p))
+#define STORE_F16(p, i, v) vstore_half_rte((v), (i), (p))
+#define LOAD_BF16(p, i) bf16_to_f32((p)[i])
+#define STORE_BF16(p, i, v) ((p)[i] = f32_to_bf16(v))
+
+/* ---- Philox4x32-10 (philox.h: cuRAND's stream convention) -------------------------------- */
+
+inline uint4 philox(ulong block, uint k0, uint k1)
+{
+  uint4 c = (uint4)((uint)block, (uint)(block >> 32), 0u, 0u);
+  for (int r = 0; r < 10; r++) {
+    uint lo0 = 0xD2511F53u * c.x, hi0 = mul_hi(0xD2511F53u, c.x);
+    uint lo1 = 0xCD9E8D57u * c.z, hi1 = mul_hi(0xCD9E8D57u, c.z);
+    c = (uint4)(hi1 ^ c.y ^ k0, lo1, hi0 ^ c.w ^ k1, lo0);
+    k0 += 0x9E3779B9u;
+    k1 += 0xBB67AE85u;
+  }
+  return c;
+}
+
+inline uint word_of(uint4 w, uint k)
+{
+  return k == 0 ? w.x : k == 1 ? w.y : k == 2 ? w.z : w.w;
+}
+
+/* cuRAND's _curand_uniform: two float roundings. */
+inline float uniform_f32(uint x)
+{
+  float f = (float)x;
+  f = f * 0x1p-32f;
+  return f + 0x1p-33f;
+}
+
+/* cuRAND's _curand_box_muller (philox.h): element 0 sin, element 1 cos. */
+inline float normal_f32(uint x, uint y, uint k)
+{
+  const float K = 0x1p-32f * 6.2831855f;
+  float u = uniform_f32(x);
+  float v = (float)y * K;
+  v = v + K / 2.0f;
+  float r = sqrt(-2.0f * log(u));
+  return k == 0 ? sin(v) * r : cos(v) * r;
+}
+
+/* Work item g covers block b = offset / EPB + g of the output's stream (EPB elements per
+ * block): stream elements b * EPB + k inside [offset, offset + count) land at dst[off + s -
+ * offset]. */
+#define RNG_PROLOGUE(EPB)                                                                     \
+  ulong b = offset / (EPB) + get_global_id(0);                                              \
+  uint4 w = philox(b, k0, k1);                                                               \
+  for (uint k = 0; k < (EPB); k++) {                                                         \
+    ulong s = b * (EPB) + k;                                                                 \
+    if (s < offset || s - offset >= count)                                                   \
+      continue;                                                                              \
+    ulong i = off + (s - offset);
+
+__kernel void be_rng_bits(__global uint *dst, ulong off, ulong offset, ulong count, uint k0,
+                          uint k1)
+{
+  RNG_PROLOGUE(4)
+    dst[i] = word_of(w, k);
+  }
+}
+
+#define RNG_UNIFORM16(NAME, T, STORE)                                                          \
+  __kernel void NAME(__global T *dst, ulong off, ulong offset, ulong count, uint k0, uint k1) \
+  {                                                                                          \
+    RNG_PROLOGUE(4)                                                                          \
+      STORE(dst, i, uniform_f32(word_of(w, k)));                                             \
+    }                                                                                        \
+  }
+
+RNG_UNIFORM16(be_rng_uniform_f32, float, STORE_F32)
+RNG_UNIFORM16(be_rng_uniform_f16, half, STORE_F16)
+RNG_UNIFORM16(be_rng_uniform_bf16, ushort, STORE_BF16)
+
+/* Normals: the pair (2j, 2j + 1) of words gives elements 2j (sin) and 2j + 1 (cos); mean and
+ * stddev were rounded to float by the host. */
+#define RNG_NORMAL16(NAME, T, STORE)                                                           \
+  __kernel void NAME(__global T *dst, ulong off, ulong offset, ulong count, uint k0, uint k1,  \
+                     float mean, float sd)                                                   \
+  {                                                                                          \
+    RNG_PROLOGUE(4)                                                                          \
+      float z = normal_f32(word_of(w, k & 2u), word_of(w, (k & 2u) + 1u), k & 1u);           \
+      z = z * sd;                                                                            \
+      STORE(dst, i, z + mean);                                                               \
+    }                                                                                        \
+  }
+
+RNG_NORMAL16(be_rng_normal_f32, float, STORE_F32)
+RNG_NORMAL16(be_rng_normal_f16, half, STORE_F16)
+RNG_NORMAL16(be_rng_normal_bf16, ushort, STORE_BF16)
+
+#ifdef BE_FP64
+/* cuRAND's _curand_uniform_double_hq: z = w0 ^ (w1 << 21) < 2^53, exact in double. */
+inline double uniform53(uint w0, uint w1, double scale)
+{
+  ulong z = (ulong)w0 ^ ((ulong)w1 << 21);
+  double d = (double)z * scale;
+  return d + scale / 2.0;
+}
+
+/* Element e (stream element o + e) takes words 2(o + e), 2(o + e) + 1: two per block. */
+__kernel void be_rng_uniform_f64(__global double *dst, ulong off, ulong offset, ulong count,
+                                 uint k0, uint k1)
+{
+  RNG_PROLOGUE(2)
+    dst[i] = uniform53(word_of(w, 2 * k), word_of(w, 2 * k + 1), 0x1p-53);
+  }
+}
+
+/* Pair j (elements 2j, 2j + 1) from block j; sinpi/cospi keep accuracy near their zeros. */
+__kernel void be_rng_normal_f64(__global double *dst, ulong off, ulong offset, ulong count,
+                                uint k0, uint k1, double mean, double sd)
+{
+  RNG_PROLOGUE(2)
+    double u = uniform53(w.x, w.y, 0x1p-53), v = uniform53(w.z, w.w, 0x1p-52);
+    double r = sqrt(-2.0 * log(u));
+    double z = k == 0 ? r * sinpi(v) : r * cospi(v);
+    z = z * sd;
+    dst[i] = z + mean;
+  }
+}
+#endif
+
+/* ---- blas vector ops ----------------------------------------------------------------------- */
+
+#define VECTOR_OPS(SUF, T)                                                                     \
+  __kernel void be_axpy_##SUF(ulong n, T alpha, __global const T *x, ulong xo, __global T *y,   \
+                              ulong yo)                                                      \
+  {                                                                                          \
+    ulong i = get_global_id(0);                                                              \
+    if (i < n) {                                                                             \
+      T ax = alpha * x[xo + i];                                                              \
+      y[yo + i] = ax + y[yo + i];                                                            \
+    }                                                                                        \
+  }                                                                                          \
+  __kernel void be_scal_##SUF(ulong n, T alpha, __global T *x, ulong xo)                      \
+  {                                                                                          \
+    ulong i = get_global_id(0);                                                              \
+    if (i < n)                                                                               \
+      x[xo + i] = alpha * x[xo + i];                                                         \
+  }                                                                                          \
+  /* One work-group (local size a power of two, at most 256): strided partial sums, then a  \
+   * tree in local memory. */                                                               \
+  __kernel void be_dot_##SUF(ulong n, __global const T *x, ulong xo, __global const T *y,     \
+                             ulong yo, __global T *r, ulong ro)                              \
+  {                                                                                          \
+    __local T part[256];                                                                     \
+    uint l = get_local_id(0), ls = get_local_size(0);                                        \
+    T s = 0;                                                                                 \
+    for (ulong i = l; i < n; i += ls) {                                                      \
+      T p = x[xo + i] * y[yo + i];                                                           \
+      s = s + p;                                                                             \
+    }                                                                                        \
+    part[l] = s;                                                                             \
+    barrier(CLK_LOCAL_MEM_FENCE);                                                            \
+    for (uint h = ls / 2; h > 0; h /= 2) {                                                   \
+      if (l < h)                                                                             \
+        part[l] = part[l] + part[l + h];                                                     \
+      barrier(CLK_LOCAL_MEM_FENCE);                                                          \
+    }                                                                                        \
+    if (l == 0)                                                                              \
+      r[ro] = part[0];                                                                       \
+  }
+
+VECTOR_OPS(f32, float)
+#ifdef BE_FP64
+VECTOR_OPS(f64, double)
+#endif
+
+/* ---- nn: element-wise ops and row-wise softmax (C = compute type) ------------------------ */
+
+inline float sigmoid_f(float x) { return 1.0f / (1.0f + exp(-x)); }
+inline float relu_f(float x) { return x > 0.0f ? x : 0.0f; }
+inline float tanh_f(float x) { return tanh(x); }
+#ifdef BE_FP64
+inline double sigmoid_d(double x) { return 1.0 / (1.0 + exp(-x)); }
+inline double relu_d(double x) { return x > 0.0 ? x : 0.0; }
+inline double tanh_d(double x) { return tanh(x); }
+#endif
+
+#define UNARY(NAME, T, C, LOAD, STORE, FN)                                                     \
+  __kernel void NAME(__global T *dst, ulong dso, __global const T *src, ulong so, ulong n)     \
+  {                                                                                          \
+    ulong i = get_global_id(0);                                                              \
+    if (i < n) {                                                                             \
+      C v = LOAD(src, so + i);                                                               \
+      STORE(dst, dso + i, FN(v));                                                            \
+    }                                                                                        \
+  }
+
+/* One work item per row: max, sum of exp(x - max), then each exp(x - max) / sum (in place
+ * too: an element is read before it is written). */
+#define SOFTMAX(NAME, T, C, LOAD, STORE)                                                       \
+  __kernel void NAME(__global T *dst, ulong dso, __global const T *src, ulong so, ulong rows,  \
+                     ulong cols)                                                             \
+  {                                                                                          \
+    ulong r = get_global_id(0);                                                              \
+    if (r >= rows)                                                                           \
+      return;                                                                                \
+    ulong s0 = so + r * cols, d0 = dso + r * cols;                                           \
+    C mx = LOAD(src, s0);                                                                    \
+    for (ulong j = 1; j < cols; j++)                                                         \
+      mx = fmax(mx, (C)LOAD(src, s0 + j));                                                   \
+    C sum = 0;                                                                               \
+    for (ulong j = 0; j < cols; j++)                                                         \
+      sum += exp((C)LOAD(src, s0 + j) - mx);                                                 \
+    for (ulong j = 0; j < cols; j++) {                                                       \
+      C e = exp((C)LOAD(src, s0 + j) - mx);                                                  \
+      STORE(dst, d0 + j, e / sum);                                                           \
+    }                                                                                        \
+  }
+
+#define NN_OPS(SUF, T, C, LOAD, STORE, F)                                                      \
+  UNARY(be_sigmoid_##SUF, T, C, LOAD, STORE, sigmoid_##F)                                    \
+  UNARY(be_relu_##SUF, T, C, LOAD, STORE, relu_##F)                                          \
+  UNARY(be_tanh_##SUF, T, C, LOAD, STORE, tanh_##F)                                          \
+  SOFTMAX(be_softmax_##SUF, T, C, LOAD, STORE)
+
+NN_OPS(f32, float, float, LOAD_F32, STORE_F32, f)
+NN_OPS(f16, half, float, LOAD_F16, STORE_F16, f)
+NN_OPS(bf16, ushort, float, LOAD_BF16, STORE_BF16, f)
+#ifdef BE_FP64
+NN_OPS(f64, double, double, LOAD_F64, STORE_F64, d)
+#endif
+
+/* ---- gemm's C = beta C (k = 0 or alpha = 0; beta = 0 writes zeros, NaN or not) ---------- */
+
+#define SCALE(NAME, T, C, LOAD, STORE)                                                         \
+  __kernel void NAME(__global T *c, ulong co, ulong m, ulong n, ulong ldc, ulong stride,       \
+                     C beta)                                                                 \
+  {                                                                                          \
+    ulong i = get_global_id(0), j = get_global_id(1), b = get_global_id(2);                  \
+    if (i >= m || j >= n)                                                                    \
+      return;                                                                                \
+    ulong at = co + b * stride + j * ldc + i;                                                \
+    C v = beta == (C)0 ? (C)0 : beta * (C)LOAD(c, at);                                       \
+    STORE(c, at, v);                                                                         \
+  }
+
+SCALE(be_scale_f32, float, float, LOAD_F32, STORE_F32)
+SCALE(be_scale_f16, half, float, LOAD_F16, STORE_F16)
+#ifdef BE_FP64
+SCALE(be_scale_f64, double, double, LOAD_F64, STORE_F64)
+#endif
+
+/* A kernel that does nothing: a command whose completion is all there is to wait for. */
+__kernel void be_null(void)
+{
+}
