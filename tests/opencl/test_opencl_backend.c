@@ -1,0 +1,327 @@
+/* The opencl backend beyond the conformance suite (tests/backends/test_backend.c):
+ *   - RNG bits and F32, F64, F16, BF16 uniforms bit-identical to the CPU backend's Philox
+ *     (backends/cpu/philox.h) for random seeds, offsets, sizes and destination offsets;
+ *   - the program's disk cache: the first open compiles kernels.cl and writes the cache file,
+ *     a second open loads it (no compilation), a corrupt file is rebuilt, an unwritable cache
+ *     directory still works;
+ *   - a fault, then reset: the fresh context comes from the cache and works.
+ * Every test uses a cache directory of its own (ACCEL_CACHE_DIR, a fresh temporary one).
+ * Without an OpenCL device it exits 77 (meson's SKIP) and says why. Fresh random inputs each
+ * run; ACCEL_TEST_SEED reproduces one. */
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "backends/backend.h"
+#include "backends/cpu/philox.h"
+#include "backends/dtype_conv.h"
+#include "backends/opencl/backend_opencl.h"
+#include "../test.h"
+
+static const be_ops *B;
+static uint64_t rng_state;
+
+static uint64_t rnd64(void)
+{
+  uint64_t z = (rng_state += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+static size_t rnd_range(size_t lo, size_t hi)
+{
+  return lo + (size_t)(rnd64() % (hi - lo + 1));
+}
+
+static void *xcalloc(size_t n, size_t size)
+{
+  void *p = calloc(n, size);
+  if (p == NULL)
+    TEST_FAIL("out of memory");
+  return p;
+}
+
+static be_device *dev_open(int fault_injection)
+{
+  be_open_opts opts = {.fault_injection = fault_injection};
+  be_device *d = NULL;
+  CHECK_OK(B->open(0, &opts, &d));
+  return d;
+}
+
+static void finish(be_device *d, be_queue *q)
+{
+  be_event *ev = NULL;
+  CHECK_OK(B->event_create(d, &ev));
+  CHECK_OK(B->event_record(ev, q));
+  CHECK_OK(B->event_sync(ev));
+  B->event_destroy(ev);
+}
+
+/* ---- RNG against the CPU backend ----------------------------------------------------------- */
+
+/* count elements of dtype (dist) at stream offset o into a buffer at element off, read back,
+ * compared byte for byte with the CPU's fill. */
+static void rng_match(be_device *d, be_queue *q, uint32_t dtype, be_rng_dist dist)
+{
+  size_t es = dtype == ACCEL_F64 ? 8 : dtype == ACCEL_F16 || dtype == ACCEL_BF16 ? 2 : 4;
+  size_t n = rnd_range(1, 70000), off = rnd_range(0, 33);
+  be_rng_args r = {.dist = dist, .seed = rnd64(), .offset = rnd64() >> rnd_range(0, 63)};
+  if (rnd64() % 4 == 0)
+    r.offset = rnd_range(0, 9); /* near the stream's start too */
+  uint8_t *want = xcalloc(n, es), *got = xcalloc(n + off, es);
+  if (dist == BE_RNG_BITS)
+    CHECK_OK(be_cpu_philox_fill_u32((uint32_t *)(void *)want, n, r.seed, r.offset));
+  else
+    CHECK_OK(be_cpu_philox_fill_uniform_as(dtype, want, n, r.seed, r.offset));
+  be_mem m = {0};
+  CHECK_OK(B->mem_alloc(d, (n + off) * es, &m));
+  CHECK_OK(B->rng->fill(q, dtype, m, off, n, &r));
+  CHECK_OK(B->copy_d2h(q, got, m, 0, (n + off) * es));
+  finish(d, q);
+  for (size_t i = 0; i < n; i++)
+    if (memcmp(got + (off + i) * es, want + i * es, es) != 0)
+      TEST_FAIL("dtype %u dist %d seed %" PRIu64 " offset %" PRIu64 ": element %zu of %zu differs",
+                dtype, (int)dist, r.seed, r.offset, i, n);
+  B->mem_free(d, &m);
+  free(want);
+  free(got);
+}
+
+TEST(rng_bit_identical_to_cpu)
+{
+  be_device *d = dev_open(0);
+  be_queue *q = NULL;
+  CHECK_OK(B->queue_create(d, &q));
+  uint32_t set = B->rng->dtypes(d);
+  static const uint32_t types[] = {ACCEL_F32, ACCEL_F64, ACCEL_F16, ACCEL_BF16};
+  for (int rep = 0; rep < 8; rep++) {
+    rng_match(d, q, ACCEL_U32, BE_RNG_BITS);
+    for (size_t t = 0; t < 4; t++)
+      if (set & ACCEL_DTYPE_BIT(types[t]))
+        rng_match(d, q, types[t], BE_RNG_UNIFORM);
+  }
+  CHECK(set & ACCEL_DTYPE_BIT(ACCEL_F32));
+  CHECK(set & ACCEL_DTYPE_BIT(ACCEL_BF16));
+  B->queue_destroy(q);
+  B->close(d);
+}
+
+/* ---- the program cache ---------------------------------------------------------------------- */
+
+static char cache_root[256];
+
+/* A fresh, empty cache directory of this process, as ACCEL_CACHE_DIR. */
+static void fresh_cache_dir(const char *name)
+{
+  char dir[512];
+  snprintf(dir, sizeof dir, "%s/%s", cache_root, name);
+  CHECK_EQ(mkdir(dir, 0700), 0);
+  CHECK_EQ(setenv("ACCEL_CACHE_DIR", dir, 1), 0);
+}
+
+/* A small op that uses the program: 16 bits from seed 7 against the CPU. */
+static void program_works(be_device *d)
+{
+  be_queue *q = NULL;
+  CHECK_OK(B->queue_create(d, &q));
+  be_mem m = {0};
+  uint32_t got[16], want[16];
+  be_rng_args r = {.dist = BE_RNG_BITS, .seed = 7, .offset = 5};
+  CHECK_OK(B->mem_alloc(d, sizeof got, &m));
+  CHECK_OK(B->rng->fill(q, ACCEL_U32, m, 0, 16, &r));
+  CHECK_OK(B->copy_d2h(q, got, m, 0, sizeof got));
+  finish(d, q);
+  CHECK_OK(be_cpu_philox_fill_u32(want, 16, 7, 5));
+  CHECK(memcmp(got, want, sizeof got) == 0);
+  B->mem_free(d, &m);
+  B->queue_destroy(q);
+}
+
+static bool file_exists(const char *path)
+{
+  struct stat st;
+  return stat(path, &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0;
+}
+
+TEST(program_cache_used_on_second_open)
+{
+  fresh_cache_dir("second-open");
+  uint64_t builds = be_opencl_source_builds(), loads = be_opencl_cache_loads();
+  be_device *d = dev_open(0);
+  char path[4200];
+  CHECK_OK(be_opencl_cache_file(d, path, sizeof path));
+  CHECK(strstr(path, getenv("ACCEL_CACHE_DIR")) == path);
+  CHECK_EQ(be_opencl_source_builds(), builds + 1); /* an empty cache: compiled */
+  CHECK(file_exists(path));
+  program_works(d);
+  B->close(d);
+  uint64_t t0 = test_now_ns();
+  d = dev_open(0);
+  uint64_t t1 = test_now_ns();
+  CHECK_EQ(be_opencl_source_builds(), builds + 1); /* not compiled again */
+  CHECK_EQ(be_opencl_cache_loads(), loads + 1);
+  printf("  second open from the cache: %.1f ms\n", (double)(t1 - t0) / 1e6);
+  program_works(d);
+  B->close(d);
+}
+
+TEST(program_cache_corrupt_rebuilt)
+{
+  fresh_cache_dir("corrupt");
+  be_device *d = dev_open(0);
+  char path[4200];
+  CHECK_OK(be_opencl_cache_file(d, path, sizeof path));
+  B->close(d);
+  CHECK(file_exists(path));
+  /* Flip bytes in the middle of the payload: the hash no longer matches. */
+  FILE *f = fopen(path, "r+b");
+  CHECK(f != NULL);
+  CHECK_EQ(fseek(f, 100, SEEK_SET), 0);
+  CHECK_EQ(fwrite("garbage!", 1, 8, f), 8);
+  CHECK_EQ(fclose(f), 0);
+  uint64_t builds = be_opencl_source_builds(), loads = be_opencl_cache_loads();
+  d = dev_open(0);
+  CHECK_EQ(be_opencl_source_builds(), builds + 1);
+  CHECK_EQ(be_opencl_cache_loads(), loads);
+  program_works(d);
+  B->close(d);
+  /* Truncated to a few bytes: rebuilt again, then the rewritten file is good. */
+  f = fopen(path, "wb");
+  CHECK(f != NULL);
+  CHECK_EQ(fwrite("ACC", 1, 3, f), 3);
+  CHECK_EQ(fclose(f), 0);
+  d = dev_open(0);
+  CHECK_EQ(be_opencl_source_builds(), builds + 2);
+  B->close(d);
+  d = dev_open(0);
+  CHECK_EQ(be_opencl_source_builds(), builds + 2);
+  CHECK_EQ(be_opencl_cache_loads(), loads + 1);
+  program_works(d);
+  B->close(d);
+}
+
+TEST(program_cache_unwritable)
+{
+  char file[512];
+  snprintf(file, sizeof file, "%s/a-file", cache_root);
+  FILE *f = fopen(file, "wb");
+  CHECK(f != NULL);
+  CHECK_EQ(fclose(f), 0);
+  char dir[600];
+  snprintf(dir, sizeof dir, "%s/below", file); /* a directory under a file: cannot exist */
+  CHECK_EQ(setenv("ACCEL_CACHE_DIR", dir, 1), 0);
+  uint64_t builds = be_opencl_source_builds();
+  be_device *d = dev_open(0);
+  CHECK_EQ(be_opencl_source_builds(), builds + 1);
+  program_works(d);
+  B->close(d);
+}
+
+/* ---- fault and reset ------------------------------------------------------------------------ */
+
+typedef struct rec {
+  atomic_int calls, status;
+} rec;
+
+static void rec_fn(void *arg, int status)
+{
+  rec *r = arg;
+  atomic_store(&r->status, status);
+  atomic_fetch_add(&r->calls, 1);
+}
+
+static void rec_wait(rec *r)
+{
+  uint64_t t0 = test_now_ms();
+  while (atomic_load(&r->calls) == 0) {
+    if (test_now_ms() - t0 > 20000)
+      TEST_FAIL("callback never called");
+    test_sleep_ms(1);
+  }
+}
+
+TEST(fault_then_reset_from_cache)
+{
+  fresh_cache_dir("fault");
+  be_device *d = dev_open(1);
+  be_queue *q = NULL;
+  be_mem m = {0};
+  CHECK_OK(B->queue_create(d, &q));
+  CHECK_OK(B->mem_alloc(d, 1 << 20, &m));
+  rec before = {0}, after = {0}, late = {0};
+  for (int i = 0; i < 8; i++)
+    CHECK_OK(B->fill(q, m, 0, (1 << 20) / 4, 4, (uint64_t)i));
+  CHECK_OK(B->host_notify(q, rec_fn, &before));
+  CHECK_OK(B->inject_fault(d));
+  CHECK_ERR(B->status(d), ACCEL_EDEVLOST);
+  CHECK_ERR(B->host_callback(q, rec_fn, &late), ACCEL_EDEVLOST);
+  CHECK_ERR(B->fill(q, m, 0, 4, 4, 1), ACCEL_EDEVLOST);
+  rec_wait(&before);
+  CHECK(atomic_load(&before.status) == 0 || atomic_load(&before.status) == ACCEL_EDEVLOST);
+  B->queue_destroy(q);
+  B->mem_free(d, &m);
+  uint64_t builds = be_opencl_source_builds();
+  CHECK_OK(B->reset(d));
+  CHECK_EQ(be_opencl_source_builds(), builds); /* the fresh context's program: from the cache */
+  CHECK_OK(B->status(d));
+  program_works(d);
+  CHECK_OK(B->queue_create(d, &q));
+  CHECK_OK(B->host_callback(q, rec_fn, &after));
+  rec_wait(&after);
+  CHECK_OK(atomic_load(&after.status));
+  B->queue_destroy(q);
+  B->close(d);
+  CHECK_EQ(atomic_load(&late.calls), 0);
+  CHECK_EQ(atomic_load(&before.calls), 1);
+}
+
+TEST(info_names_platform_and_device)
+{
+  be_device *d = dev_open(0);
+  be_device_info info;
+  CHECK_OK(B->info(d, &info));
+  CHECK(strstr(info.name, ": ") != NULL);
+  printf("  %s, kind %d, %u units\n", info.name, (int)info.kind, info.compute_units);
+  B->close(d);
+}
+
+static const test_case tests[] = {
+    TEST_CASE(info_names_platform_and_device),
+    TEST_CASE(rng_bit_identical_to_cpu),
+    TEST_CASE(program_cache_used_on_second_open),
+    TEST_CASE(program_cache_corrupt_rebuilt),
+    TEST_CASE(program_cache_unwritable),
+    TEST_CASE(fault_then_reset_from_cache),
+};
+
+int main(int argc, char **argv)
+{
+  const char *env = getenv("ACCEL_TEST_SEED");
+  uint64_t seed = env != NULL ? strtoull(env, NULL, 0) : test_now_ns() ^ ((uint64_t)getpid() << 32);
+  printf("# seed %" PRIu64 " (rerun with ACCEL_TEST_SEED=%" PRIu64 ")\n", seed, seed);
+  rng_state = seed;
+  for (const be_entry *e = be_registry(); e->name != NULL; e++)
+    if (strcmp(e->name, "opencl") == 0)
+      B = e->ops;
+  int count = 0;
+  char why[128] = "not built";
+  if (B == NULL || B->probe(&count, why, sizeof why) != 0 || count == 0) {
+    printf("1..0 # SKIP no OpenCL device (%s)\n", why);
+    return 77;
+  }
+  snprintf(cache_root, sizeof cache_root, "/tmp/accel-opencl-test-XXXXXX");
+  if (mkdtemp(cache_root) == NULL) {
+    perror("mkdtemp");
+    return 1;
+  }
+  CHECK_EQ(setenv("ACCEL_CACHE_DIR", cache_root, 1), 0);
+  int rc = test_main_(argc, argv, tests, sizeof tests / sizeof tests[0]);
+  char cmd[300];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", cache_root);
+  if (system(cmd) != 0)
+    fprintf(stderr, "could not remove %s\n", cache_root);
+  return rc;
+}
