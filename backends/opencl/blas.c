@@ -7,8 +7,12 @@
  * BLAS rules: with k = 0 or alpha = 0, C = beta C and A, B are never read (a kernel,
  * kernels.c); beta = 0 overwrites C, NaN included: CLBlast computes beta * C even for
  * beta = 0 (a NaN stays), so C is zeroed by the same kernel first and CLBlast then adds to
- * zeros. CLBlast compiles its own kernels on the first call per device and context (seconds
- * on PoCL), and keeps them for the process. */
+ * zeros. CLBlast compiles its own kernels on the first call per routine, precision and
+ * context, and keeps them for the process: one program per routine, about 15 s each on PoCL
+ * with a cold cache (PoCL then caches it on disk). So a batch of up to BATCH_LOOP matrices
+ * runs as single gemms (the program every gemm of that precision needs anyway), and only
+ * larger ones through *gemmStridedBatched: that keeps a cold start of a CPU device within
+ * its tests' time limits, and costs nothing at such sizes. */
 #include "backends/opencl/device.h" /* first: it picks the OpenCL version of the headers */
 
 #include <clblast_c.h>
@@ -51,6 +55,8 @@ static CLBlastTranspose op_of(be_blas_trans t)
 }
 
 /* The one CLBlast call (column-major), single or strided-batched. */
+#define BATCH_LOOP 16
+
 static CLBlastStatusCode call(be_queue *q, const be_gemm_args *g, cl_mem a, size_t ao, cl_mem b,
                               size_t bo, cl_mem c, size_t co)
 {
@@ -113,5 +119,13 @@ int be_ocl_gemm(be_queue *q, const be_gemm_args *g, be_mem a, size_t a_off, be_m
     return be_ocl_scale(q, g, c, c_off, g->beta);
   if (g->beta == 0 && (rc = be_ocl_scale(q, g, c, c_off, 0)) != 0)
     return rc;
-  return clblast_err(q->dev, call(q, g, mem_of(a), a_off, mem_of(b), b_off, mem_of(c), c_off));
+  if (g->batch > BATCH_LOOP)
+    return clblast_err(q->dev, call(q, g, mem_of(a), a_off, mem_of(b), b_off, mem_of(c), c_off));
+  be_gemm_args one = *g;
+  one.batch = 1;
+  for (int64_t i = 0; i < g->batch && rc == 0; i++)
+    rc = clblast_err(q->dev, call(q, &one, mem_of(a), a_off + (size_t)(i * g->stride_a),
+                                  mem_of(b), b_off + (size_t)(i * g->stride_b), mem_of(c),
+                                  c_off + (size_t)(i * g->stride_c)));
+  return rc;
 }

@@ -8,6 +8,7 @@
  * Every test uses a cache directory of its own (ACCEL_CACHE_DIR, a fresh temporary one).
  * Without an OpenCL device it exits 77 (meson's SKIP) and says why. Fresh random inputs each
  * run; ACCEL_TEST_SEED reproduces one. */
+#include <math.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -278,6 +279,61 @@ TEST(fault_then_reset_from_cache)
   CHECK_EQ(atomic_load(&before.calls), 1);
 }
 
+/* ---- gemm: a batch large enough for CLBlast's strided-batched routine (blas.c) ---------------- */
+
+static float rnd_float(void)
+{
+  return (float)(rnd64() % 2000) / 1000.0f - 1.0f;
+}
+
+TEST(gemm_large_strided_batch)
+{
+  be_device *d = dev_open(0);
+  be_queue *q = NULL;
+  CHECK_OK(B->queue_create(d, &q));
+  be_gemm_args g = {.m = 5, .n = 4, .k = 3, .alpha = 1.5, .beta = -0.5, .lda = 6, .ldb = 3,
+                    .ldc = 5, .ab_type = ACCEL_F32, .c_type = ACCEL_F32, .batch = 40,
+                    .stride_a = 20, .stride_b = 13, .stride_c = 21};
+  size_t la = 40 * 20, lb = 40 * 13, lc = 40 * 21;
+  float *a = xcalloc(la, 4), *b = xcalloc(lb, 4), *c = xcalloc(lc, 4), *got = xcalloc(lc, 4);
+  for (size_t i = 0; i < la; i++)
+    a[i] = rnd_float();
+  for (size_t i = 0; i < lb; i++)
+    b[i] = rnd_float();
+  for (size_t i = 0; i < lc; i++)
+    c[i] = rnd_float();
+  be_mem ma = {0}, mb = {0}, mc = {0};
+  CHECK_OK(B->mem_alloc(d, la * 4, &ma));
+  CHECK_OK(B->mem_alloc(d, lb * 4, &mb));
+  CHECK_OK(B->mem_alloc(d, lc * 4, &mc));
+  CHECK_OK(B->copy_h2d(q, ma, 0, a, la * 4));
+  CHECK_OK(B->copy_h2d(q, mb, 0, b, lb * 4));
+  CHECK_OK(B->copy_h2d(q, mc, 0, c, lc * 4));
+  CHECK_OK(B->blas->gemm(q, &g, ma, 0, mb, 0, mc, 0));
+  CHECK_OK(B->copy_d2h(q, got, mc, 0, lc * 4));
+  finish(d, q);
+  for (int64_t t = 0; t < g.batch; t++)
+    for (int64_t j = 0; j < g.n; j++)
+      for (int64_t i = 0; i < g.m; i++) {
+        size_t ci = (size_t)(t * g.stride_c + j * g.ldc + i);
+        double want = g.beta * c[ci];
+        for (int64_t l = 0; l < g.k; l++)
+          want += g.alpha * a[t * g.stride_a + l * g.lda + i] * b[t * g.stride_b + j * g.ldb + l];
+        if (!(fabs(got[ci] - want) <= 1e-5 * (1 + fabs(want))))
+          TEST_FAIL("batch %" PRId64 " C(%" PRId64 ", %" PRId64 "): got %g, want %g", t, i, j,
+                    (double)got[ci], want);
+      }
+  B->mem_free(d, &ma);
+  B->mem_free(d, &mb);
+  B->mem_free(d, &mc);
+  free(a);
+  free(b);
+  free(c);
+  free(got);
+  B->queue_destroy(q);
+  B->close(d);
+}
+
 TEST(info_names_platform_and_device)
 {
   be_device *d = dev_open(0);
@@ -291,6 +347,7 @@ TEST(info_names_platform_and_device)
 static const test_case tests[] = {
     TEST_CASE(info_names_platform_and_device),
     TEST_CASE(rng_bit_identical_to_cpu),
+    TEST_CASE(gemm_large_strided_batch),
     TEST_CASE(program_cache_used_on_second_open),
     TEST_CASE(program_cache_corrupt_rebuilt),
     TEST_CASE(program_cache_unwritable),
