@@ -425,7 +425,7 @@ static int fill_on(td_client *c, uint64_t handle, int32_t device) {
  * overflowed a signed int there). */
 TEST(device_index_at_the_limit_and_one_past) {
   td_daemon d;
-  start(&d, "[devices]\ncpu_devices = 2\n");
+  start(&d, "[devices]\ncpu_devices = 2\nbackends = cpu\n"); /* no GPU or OpenCL device */
   td_client c;
   td_client_open(&c, d.url);
   proto_welcome w;
