@@ -4,6 +4,7 @@
  *
  *   accelctl [--url URL] [--timeout MS] status [--json] | devices [--json] | tree | ping
  *                                       | inject-fault --device N
+ *   accelctl --version
  *
  * `devices --json` asks for the status JSON and prints only its "devices" and "backends"
  * members, so both commands describe a device with the same object.
@@ -43,6 +44,7 @@ static void usage(FILE *to) {
               "  ping                     round trip to the daemon\n"
               "  inject-fault --device N  make device N fault (needs acceld\n"
               "                           --enable-fault-injection)\n"
+              "  --version                print accelctl's version\n"
               "URL: --url, else $ACCEL_URL, else " DEFAULT_URL "\n");
 }
 
@@ -63,6 +65,9 @@ static int parse_args(int argc, char **argv, ctl_args *a) {
     long v;
     if (!strcmp(arg, "-h") || !strcmp(arg, "--help")) {
       usage(stdout);
+      exit(0);
+    } else if (!strcmp(arg, "--version")) {
+      printf("accelctl %s\n", ACCEL_VERSION_STRING);
       exit(0);
     } else if (!strcmp(arg, "--url") && next) {
       a->url = next;

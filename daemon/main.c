@@ -4,6 +4,7 @@
  *
  *   acceld [--config FILE] [--listen URL]... [--log-level L] [--enable-fault-injection]
  *          [--cpu-devices N] [--allow-plain-tcp] [--foreground]
+ *   acceld --version
  *
  * Without --foreground (and outside systemd) it detaches once it serves, so a shell script can
  * start it and use it at once; its stderr stays where it was. Exit status: 0 after a clean
@@ -44,7 +45,8 @@ static void usage(FILE *to) {
           "                            backends among devices of one kind\n"
           "  --allow-plain-tcp         let tcp:// listeners start (no encryption, no\n"
           "                            authentication: trusted networks only)\n"
-          "  --foreground              stay attached (systemd, tests)\n",
+          "  --foreground              stay attached (systemd, tests)\n"
+          "  --version                 print the version and exit\n",
           ACD_DEFAULT_CONFIG, ACD_DEFAULT_URL);
 }
 
@@ -59,6 +61,7 @@ static int parse_args(int argc, char **argv, acd_flags *f) {
       {"foreground", no_argument, NULL, 'f'},
       {"allow-plain-tcp", no_argument, NULL, 'P'},
       {"help", no_argument, NULL, 'h'},
+      {"version", no_argument, NULL, 'V'},
       {NULL, 0, NULL, 0},
   };
   *f = (acd_flags){.cpu_devices = -1};
@@ -82,6 +85,7 @@ static int parse_args(int argc, char **argv, acd_flags *f) {
     case 'f': f->foreground = true; break;
     case 'P': f->allow_plain_tcp = true; break;
     case 'h': usage(stdout); exit(0);
+    case 'V': printf("acceld %s\n", ACCEL_VERSION_STRING); exit(0);
     default: return 2;
     }
   }

@@ -139,6 +139,9 @@ ACCEL_API int accel_open(accel_ctx **ctx, const char *url);
 ACCEL_API void accel_close(accel_ctx *ctx);
 /* The runtime under an embedded context, to run your own actors beside the devices. */
 ACCEL_API accel_runtime *accel_ctx_runtime(accel_ctx *ctx);
+/* libaccel's version, "MAJOR.MINOR.PATCH" (the same as `acceld --version` of the same build).
+ * A static string: never free it; safe from any thread, without a context. */
+ACCEL_API const char *accel_version(void);
 
 ACCEL_API int accel_device_count(accel_ctx *ctx);
 ACCEL_API int accel_device_info(accel_ctx *ctx, accel_device dev,

@@ -589,6 +589,13 @@ TEST(error_names) {
   CHECK_STR_EQ(accel_err_name(ACCEL_ERRNO_MIN_), "UNKNOWN");
 }
 
+/* accel_version() is the meson project's version (ACCEL_VERSION_STRING: the root meson.build
+ * passes it to every target). */
+TEST(version) {
+  CHECK(accel_version() != NULL);
+  CHECK_STR_EQ(accel_version(), ACCEL_VERSION_STRING);
+}
+
 static const test_case tests[] = {
     TEST_CASE(open_urls),
     TEST_CASE(null_context),
@@ -605,6 +612,7 @@ static const test_case tests[] = {
     TEST_CASE(error_names),
     TEST_CASE(foreign_handle_stale),
     TEST_CASE(destroyed_handle_never_comes_back),
+    TEST_CASE(version),
 };
 
 TEST_MAIN(tests)

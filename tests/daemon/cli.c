@@ -119,6 +119,30 @@ TEST(no_daemon_is_a_clear_error) {
   td_cleanup(&d);
 }
 
+/* `--version` prints "NAME VERSION" and exits 0; accelctl's version is the one the daemon of
+ * the same build reports in its status. */
+TEST(version_flags_print_the_build_version) {
+  td_daemon d;
+  td_prepare(&d);
+  CHECK_EQ(td_start_expect_exit(&d, "--version", NULL), 0);
+  const char *log = td_log(&d);
+  CHECK(strncmp(log, "acceld ", 7) == 0);
+  char daemon_version[64];
+  CHECK_EQ(sscanf(log, "acceld %63s", daemon_version), 1);
+  CHECK_EQ(td_ctl(out, sizeof out, "--version", NULL), 0);
+  char ctl_version[64];
+  CHECK_EQ(sscanf(out, "accelctl %63s", ctl_version), 1);
+  CHECK_STR_EQ(ctl_version, daemon_version);
+  CHECK_STR_EQ(ctl_version, ACCEL_VERSION_STRING);
+  td_start(&d, NULL);
+  CHECK_EQ(td_ctl(out, sizeof out, "--url", d.url, "status", "--json", NULL), 0);
+  char want[96];
+  snprintf(want, sizeof want, "\"version\":\"%s\"", ctl_version);
+  CHECK(strstr(out, want) != NULL);
+  CHECK_EQ(td_stop(&d), 0);
+  td_cleanup(&d);
+}
+
 TEST(usage_errors_exit_2) {
   CHECK_EQ(td_ctl(out, sizeof out, "frobnicate", NULL), 2);
   CHECK_EQ(td_ctl(out, sizeof out, "inject-fault", NULL), 2); /* needs --device */
@@ -194,6 +218,7 @@ static const test_case tests[] = {
     TEST_CASE(devices_json_has_devices_with_packages_and_backends),
     TEST_CASE(tree_shows_the_supervision_tree),
     TEST_CASE(no_daemon_is_a_clear_error),
+    TEST_CASE(version_flags_print_the_build_version),
     TEST_CASE(usage_errors_exit_2),
     TEST_CASE(any_prefers_the_cpu_backend_over_an_opencl_cpu_device),
 };
