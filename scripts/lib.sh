@@ -19,6 +19,8 @@ ACCEL_DEPS=(
   libsystemd-dev
   libstarpu-dev
   ocl-icd-opencl-dev pocl-opencl-icd libclblast-dev
+  # packaging: the man pages (scdoc), systemd.pc and systemd-analyze for the install test
+  scdoc systemd
   # test tools: clang and its sanitizer runtimes, valgrind, python for the test summaries,
   # the openssl CLI for the TLS tests' throwaway certificates
   clang libclang-rt-14-dev
