@@ -186,8 +186,8 @@ static void reloaded(svc_state *st, accel_actor *self, accel_msg *msg) {
   } else {
     note_restart_only(cur, &r->config);
     if (cur->log_level != r->config.log_level) {
-      accel_log(ACCEL_LOG_INFO, "service", "reload: log_level %d -> %d", cur->log_level,
-                r->config.log_level);
+      accel_log(ACCEL_LOG_INFO, "service", "reload: log_level %s -> %s",
+                accel_log_level_name(cur->log_level), accel_log_level_name(r->config.log_level));
       accel_log_set_level(r->config.log_level);
       cur->log_level = r->config.log_level;
     }

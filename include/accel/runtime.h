@@ -286,7 +286,9 @@ ACCEL_API void accel_future_release(accel_future *f);
 /* ---------------------------------------------------------------------------------------
  * Logging: leveled, to stderr, one line per call, thread-safe. The level comes from the
  * ACCEL_LOG environment variable (error, warn, info, debug, trace; default warn) or
- * accel_log_set_level(). */
+ * accel_log_set_level(). A line starts with the UTC time (ISO 8601, milliseconds) and the
+ * level's name; when stderr is the systemd journal ($JOURNAL_STREAM matches it), with the
+ * syslog priority ("<3>" error, "<4>" warn, "<6>" info, "<7>" debug and trace) instead. */
 typedef enum accel_log_level {
   ACCEL_LOG_ERROR = 0,
   ACCEL_LOG_WARN,
@@ -299,6 +301,8 @@ ACCEL_API void accel_log_set_level(accel_log_level level);
 ACCEL_API accel_log_level accel_log_get_level(void);
 /* Parses "error", "warn", "info", "debug", "trace"; ACCEL_EINVAL otherwise. */
 ACCEL_API int accel_log_parse_level(const char *s, accel_log_level *out);
+/* The level's name as accel_log_parse_level() reads it ("unknown" outside the enum); static. */
+ACCEL_API const char *accel_log_level_name(accel_log_level level);
 ACCEL_API void accel_log(accel_log_level level, const char *component, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 

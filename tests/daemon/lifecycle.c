@@ -238,6 +238,75 @@ TEST(sighup_reloads_live_settings) {
   td_cleanup(&d);
 }
 
+static bool starts_with(const char *s, const char *prefix) {
+  return strncmp(s, prefix, strlen(prefix)) == 0;
+}
+
+/* The start of the line that holds `s` in the daemon's log (NULL if none). */
+static const char *line_with(td_daemon *d, const char *s) {
+  const char *log = td_log(d), *p = strstr(log, s);
+  while (p != NULL && p > log && p[-1] != '\n')
+    p--;
+  return p;
+}
+
+/* Starts acceld at log level info, then reloads it to debug and then with a bad file: an
+ * info line and an error line. */
+static void reload_to_debug_then_fail(td_daemon *d) {
+  td_write_config(d, "[daemon]\nlog_level = info\n");
+  td_start(d, NULL);
+  td_write_config(d, "[daemon]\nlog_level = debug\n");
+  td_signal(d, SIGHUP);
+  CHECK(log_has(d, "configuration reloaded", 5000));
+  td_write_config(d, "[limits]\nmax_in_flight = lots\n");
+  td_signal(d, SIGHUP);
+  CHECK(log_has(d, "reload failed, nothing changed", 5000));
+}
+
+/* Under systemd ($JOURNAL_STREAM names stderr): the syslog priority, no time of day. */
+TEST(journal_lines_carry_the_syslog_priority) {
+  td_daemon d;
+  td_prepare(&d);
+  FILE *f = fopen(d.log, "w"); /* td_start appends to it: the same inode */
+  CHECK(f != NULL);
+  fclose(f);
+  struct stat st;
+  CHECK_EQ(stat(d.log, &st), 0);
+  char stream[64];
+  snprintf(stream, sizeof stream, "%llu:%llu", (unsigned long long)st.st_dev,
+           (unsigned long long)st.st_ino);
+  CHECK_EQ(setenv("JOURNAL_STREAM", stream, 1), 0);
+  reload_to_debug_then_fail(&d);
+  unsetenv("JOURNAL_STREAM");
+  const char *info = line_with(&d, "reload: log_level info -> debug");
+  CHECK(info != NULL);
+  CHECK(starts_with(info, "<6>service: reload: log_level info -> debug"));
+  const char *err = line_with(&d, "reload failed, nothing changed");
+  CHECK(err != NULL);
+  CHECK(starts_with(err, "<3>service: reload failed"));
+  CHECK_EQ(td_stop(&d), 0);
+  td_cleanup(&d);
+}
+
+/* Elsewhere: "YYYY-MM-DDTHH:MM:SS.mmmZ LEVEL component: ..." (UTC). */
+TEST(log_lines_carry_the_date_and_level_name) {
+  unsetenv("JOURNAL_STREAM");
+  td_daemon d;
+  td_prepare(&d);
+  reload_to_debug_then_fail(&d);
+  const char *line = line_with(&d, "reload: log_level info -> debug");
+  CHECK(line != NULL);
+  static const char shape[] = "dddd-dd-ddTdd:dd:dd.dddZ ";
+  for (size_t i = 0; i < sizeof shape - 1; i++)
+    CHECK(shape[i] == 'd' ? line[i] >= '0' && line[i] <= '9' : line[i] == shape[i]);
+  CHECK(starts_with(line + 25, "info  service: reload: log_level info -> debug"));
+  line = line_with(&d, "reload failed, nothing changed");
+  CHECK(line != NULL);
+  CHECK(starts_with(line + 25, "error service: reload failed"));
+  CHECK_EQ(td_stop(&d), 0);
+  td_cleanup(&d);
+}
+
 static const test_case tests[] = {
     TEST_CASE(bad_configurations_are_refused),
     TEST_CASE(socket_mode_from_the_config),
@@ -247,6 +316,8 @@ static const test_case tests[] = {
     TEST_CASE(quarantine_exits_for_a_restart),
     TEST_CASE(sigterm_drains_ops_in_flight_and_exits_0),
     TEST_CASE(sighup_reloads_live_settings),
+    TEST_CASE(journal_lines_carry_the_syslog_priority),
+    TEST_CASE(log_lines_carry_the_date_and_level_name),
 };
 
 TEST_MAIN(tests)
