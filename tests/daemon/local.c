@@ -15,11 +15,14 @@
 #include "util.h"
 
 
+/* The CPU backend only: these tests measure the daemon's memory against its byte budgets,
+ * and an OpenCL device (PoCL) compiling its kernels with LLVM on a cold cache grows it by
+ * hundreds of MiB of its own. */
 static void start(td_daemon *d, const char *config) {
   td_prepare(d);
   CHECK_EQ(chmod(d->dir, 0755), 0); /* other users reach the socket (the allowlist tests) */
   td_write_config(d, config ? config : "");
-  td_start(d, NULL);
+  td_start(d, "--backends", "cpu", NULL);
 }
 
 /* A full HELLO + create + write + read round by a fresh client, within 1 s. */
@@ -384,7 +387,7 @@ TEST(tcp_client_that_never_acknowledges_is_bounded) {
   snprintf(tcp, sizeof tcp, "tcp://127.0.0.1:%d", 20000 + (int)(getpid() % 20000));
   td_prepare(&d);
   td_write_config(&d, "[limits]\nmax_memory = 67108864\n");
-  td_start(&d, "--listen", tcp, "--allow-plain-tcp", NULL);
+  td_start(&d, "--listen", tcp, "--allow-plain-tcp", "--backends", "cpu", NULL);
   long rss0 = rss_kb(d.pid);
   td_client c;
   td_client_open(&c, tcp);
