@@ -468,7 +468,7 @@ static int prepare_path(const char *path) {
     return ACCEL_EBUSY;
   }
   if (path_is_live(path)) {
-    accel_log(ACCEL_LOG_ERROR, "server", "%s: another daemon is serving there", path);
+    accel_log(ACCEL_LOG_ERROR, "server", "address in use by another acceld (%s)", path);
     return ACCEL_EBUSY;
   }
   accel_log(ACCEL_LOG_INFO, "server", "%s: removing a stale socket file", path);

@@ -11,11 +11,13 @@
  *
  * The URL defaults to $ACCEL_URL, else ipc:///run/acceld/acceld.sock. Exit status: 0 on
  * success, 1 on any error (with a message on stderr), 2 for a usage error. */
+#include <errno.h>
 #include <nng/nng.h>
 #include <nng/protocol/reqrep0/req.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -133,8 +135,13 @@ static int dial(const ctl_args *a, ctl_conn *c) {
   c->fd = proto_local_connect(path);
   if (c->fd >= 0)
     return 0;
-  fprintf(stderr, "accelctl: cannot reach acceld at %s: %s (is acceld running?)\n", a->url,
-          accel_strerror(c->fd));
+  /* ACCEL_ECLOSED: nothing listens there; say whether the socket file is missing or dead */
+  struct stat st;
+  if (c->fd == ACCEL_ECLOSED)
+    fprintf(stderr, "accelctl: no acceld at %s (%s)\n", a->url,
+            stat(path, &st) != 0 && errno == ENOENT ? "no such socket" : "connection refused");
+  else
+    fprintf(stderr, "accelctl: cannot reach acceld at %s: %s\n", a->url, accel_strerror(c->fd));
   return 1;
 }
 

@@ -1,4 +1,6 @@
 /* accelctl against the real acceld: ping, status and devices (text and JSON), tree, errors. */
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 
 #include "util.h"
@@ -114,8 +116,21 @@ TEST(no_daemon_is_a_clear_error) {
   td_daemon d;
   td_prepare(&d); /* never started: nothing listens on d.url */
   CHECK_EQ(td_ctl(out, sizeof out, "--url", d.url, "status", NULL), 1);
-  CHECK(strstr(out, "cannot reach acceld") != NULL);
-  CHECK(strstr(out, d.url) != NULL);
+  char want[256];
+  snprintf(want, sizeof want, "no acceld at %s (no such socket)", d.url);
+  CHECK(strstr(out, want) != NULL);
+  /* a socket file with nobody behind it (a daemon that died) */
+  int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+  struct sockaddr_un sa = {.sun_family = AF_UNIX};
+  const char *path = d.url + strlen("ipc://");
+  CHECK_LT(strlen(path), sizeof sa.sun_path);
+  memcpy(sa.sun_path, path, strlen(path) + 1);
+  CHECK_EQ(bind(fd, (struct sockaddr *)&sa, sizeof sa), 0);
+  CHECK_EQ(td_ctl(out, sizeof out, "--url", d.url, "status", NULL), 1);
+  snprintf(want, sizeof want, "no acceld at %s (connection refused)", d.url);
+  CHECK(strstr(out, want) != NULL);
+  close(fd);
+  unlink(sa.sun_path);
   td_cleanup(&d);
 }
 

@@ -265,7 +265,9 @@ TEST(second_daemon_on_the_same_path_is_refused) {
   second.pid = 0;
   snprintf(second.log, sizeof second.log, "%s/second.log", d.dir);
   CHECK_NE(td_start_expect_exit(&second, NULL), 0);
-  CHECK(strstr(td_log(&second), "another daemon is serving there") != NULL);
+  char want[256];
+  snprintf(want, sizeof want, "address in use by another acceld (%s)", path_of(&d));
+  CHECK(strstr(td_log(&second), want) != NULL);
   served_within_1s(&d);
   stop(&d);
 }
