@@ -549,8 +549,9 @@ TEST(pipelined_large_writes_are_bounded) {
           sent, peak / 1024);
   CHECK_LT(sent, 256);
   /* the matrices (48 MiB on device 0, C's host replica 16 MiB), the budget, and slack for
-   * the allocator (freed frames it keeps); without the pause it would be about 1 GiB */
-  CHECK_LT(peak / 1024, 64 + 64 + 192);
+   * the allocator (freed frames it keeps: up to 300 MiB more seen on a 2-core machine loaded
+   * by parallel builds); without the pause it would be 1 GiB and more */
+  CHECK_LT(peak / 1024, 64 + 64 + 384);
   CHECK_EQ(pthread_join(t, NULL), 0); /* the sgemm ends, the writes flow again */
   CHECK_EQ(atomic_load(&w.sent), 256);
   td_client_close(&c);
