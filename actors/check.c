@@ -5,6 +5,8 @@
 #include "actors/check.h"
 #include "actors/world.h"
 
+#include <string.h>
+
 #include "backends/blas_args.h"
 
 typedef struct kind_shape {
@@ -19,7 +21,8 @@ static const kind_shape shapes[DEV_OP_KIND_COUNT_] = {
     [DEV_OP_DOT] = {3, true},            [DEV_OP_SCAL] = {1, false},
     [DEV_OP_RNG] = {1, false},           [DEV_OP_UNARY] = {2, true},
     [DEV_OP_SOFTMAX] = {2, true},        [DEV_OP_BUFFER_CREATE] = {1, false},
-    [DEV_OP_BUFFER_DESTROY] = {1, false},
+    [DEV_OP_BUFFER_DESTROY] = {1, false}, [DEV_OP_MODULE_LOAD] = {1, false},
+    [DEV_OP_MODULE_UNLOAD] = {1, false},
 };
 
 static bool is_float(accel_dtype t) {
@@ -37,10 +40,87 @@ static void set_access(dev_op *op, uint32_t i, uint32_t access, uint64_t offset,
   op->bufs[i].count = count;
 }
 
+/* ---- user kernels ---- */
+
+static int check_module_load(const dev_op *op) {
+  uint32_t src = op->u.module.source;
+  if (src < ACCEL_SOURCE_CUDA || src > ACCEL_SOURCE_SPIRV || op->u.module.len == 0 ||
+      op->u.module.code == NULL || op->u.module.len > DEV_MODULE_MAX_CODE)
+    return ACCEL_EINVAL;
+  const char *o = op->u.module.options;
+  if (o && strnlen(o, DEV_MODULE_MAX_OPTIONS + 1) > DEV_MODULE_MAX_OPTIONS)
+    return ACCEL_EINVAL;
+  return 0;
+}
+
+static bool name_ok(const char *name) {
+  size_t n = strnlen(name, BE_KERNEL_NAME_MAX + 1);
+  return n > 0 && n <= BE_KERNEL_NAME_MAX;
+}
+
+static bool geometry_ok(const dev_launch *l) {
+  for (int i = 0; i < 3; i++)
+    if (l->grid[i] == 0 || l->block[i] == 0)
+      return false;
+  return true;
+}
+
+/* The arguments in themselves: the k-th buffer argument is bufs[k], every buffer is one. */
+static bool args_ok(const dev_op *op) {
+  const dev_launch *l = &op->u.launch;
+  uint32_t next_buf = 0;
+  if (l->nargs > BE_LAUNCH_MAX_ARGS)
+    return false;
+  for (uint32_t i = 0; i < l->nargs; i++) {
+    const dev_kernel_arg *a = &l->args[i];
+    switch (a->kind) {
+    case BE_PARAM_BUFFER:
+      if (a->bits != next_buf++ || a->size != 0)
+        return false;
+      break;
+    case BE_PARAM_SCALAR:
+      if ((a->size != 1 && a->size != 2 && a->size != 4 && a->size != 8) ||
+          (a->size < 8 && a->bits >> (8 * a->size) != 0))
+        return false;
+      break;
+    case BE_PARAM_LOCAL:
+      if (a->size == 0 || a->bits != 0)
+        return false;
+      break;
+    default:
+      return false;
+    }
+  }
+  return next_buf == op->nbufs;
+}
+
+static int check_launch_shape(const dev_op *op) {
+  const dev_launch *l = &op->u.launch;
+  if (!name_ok(l->name) || !geometry_ok(l) || !args_ok(op) || l->module == 0)
+    return ACCEL_EINVAL;
+  return 0;
+}
+
+/* The buffers' modes are the caller's to declare (the kernel is opaque): READ, WRITE (every
+ * element of the range written, none read) or both; the ranges must lie in the buffers. */
+static int check_launch(dev_op *op, const dev_buf_info *b) {
+  for (uint32_t i = 0; i < op->nbufs; i++) {
+    dev_op_buf *ob = &op->bufs[i];
+    uint32_t a = ob->access;
+    if ((a != DEV_READ && a != DEV_WRITE && a != DEV_RW && a != DEV_WRITE_ALL) ||
+        !range_ok(ob->offset, ob->count, b[i].count))
+      return ACCEL_EINVAL;
+    if (a == DEV_WRITE)
+      ob->access = DEV_WRITE_ALL;
+  }
+  return 0;
+}
+
 int dev_op_check_shape(const dev_op *op) {
   if (op->h.kind == 0 || op->h.kind >= DEV_OP_KIND_COUNT_)
     return ACCEL_EINVAL;
-  if (op->nbufs != shapes[op->h.kind].nbufs)
+  if (op->h.kind == DEV_OP_LAUNCH ? op->nbufs > ACCEL_LAUNCH_MAX_BUFFERS
+                                  : op->nbufs != shapes[op->h.kind].nbufs)
     return ACCEL_EINVAL;
   if (op->h.completion > ACCEL_COMPLETION_POLL)
     return ACCEL_EINVAL;
@@ -52,6 +132,10 @@ int dev_op_check_shape(const dev_op *op) {
     return ACCEL_EINVAL;
   if (op->h.kind == DEV_OP_BUFFER_CREATE && be_dtype_size(op->u.create.dtype) == 0)
     return ACCEL_EINVAL;
+  if (op->h.kind == DEV_OP_MODULE_LOAD)
+    return check_module_load(op);
+  if (op->h.kind == DEV_OP_LAUNCH)
+    return check_launch_shape(op);
   return 0;
 }
 
@@ -193,6 +277,8 @@ int dev_op_check(dev_op *op, const dev_buf_info *bufs) {
   case DEV_OP_UNARY:
   case DEV_OP_SOFTMAX:
     return check_nn(op, bufs);
+  case DEV_OP_LAUNCH:
+    return check_launch(op, bufs);
   default:
     return 0; /* buffer create/destroy: the session checks its table */
   }

@@ -15,6 +15,7 @@ enum {
   DEV_MSG_FAULT,                      /* device actor: the device reported a sticky fault */
   DEV_MSG_INJECT_FAULT,               /* device actor: tests only */
   DEV_MSG_OP,                         /* session: data = dev_op */
+  DEV_MSG_BUILT,                      /* session: a module build finished (module.c) */
 };
 
 extern const accel_behavior dev_kernel_behavior;

@@ -8,8 +8,9 @@
 #include <string.h>
 
 #include "actors/device.h"
+#include "actors/module.h"
 
-static const char *const kernel_names[DEV_Q_COUNT] = {"mem", "blas", "rng", "nn"};
+static const char *const kernel_names[DEV_Q_COUNT] = {"mem", "blas", "rng", "nn", "mod"};
 
 typedef struct device_state {
   dev_node *node;
@@ -32,12 +33,16 @@ static int device_start(accel_actor *self, void *state, void *arg) {
   device_state *d = state;
   dev_node *node = arg;
   d->node = node;
+  pthread_mutex_lock(&node->build_mu); /* builds read both */
   node->generation++;
   int rc = open_device(node);
+  pthread_mutex_unlock(&node->build_mu);
   if (rc != 0)
     return rc;
   for (int q = 0; q < DEV_Q_COUNT; q++) {
-    node->kernel_args[q] = (struct dev_kernel_arg){node, (dev_queue_class)q};
+    if (q == DEV_Q_MOD && node->be->module == NULL)
+      continue; /* no user kernels on this backend: no queue (a CPU queue is a thread) */
+    node->kernel_args[q] = (struct dev_kernel_spawn){node, (dev_queue_class)q};
     accel_spawn_opts o = {.name = kernel_names[q], .mailbox_capacity = 1 << 14};
     rc = accel_spawn(accel_actor_runtime(self), self, &dev_kernel_behavior,
                      &node->kernel_args[q], &o, NULL);
@@ -60,8 +65,11 @@ static void device_stop(accel_actor *self, void *state) {
     __atomic_store_n(&node->state, DEV_NODE_RESTARTING, __ATOMIC_RELAXED);
   if (node->dev) {
     dev_buffer_drop_node(node->world, node);
+    pthread_mutex_lock(&node->build_mu); /* waits for a build in progress */
+    dev_modules_drop_node(node->world, node);
     node->be->close(node->dev);
     node->dev = NULL;
+    pthread_mutex_unlock(&node->build_mu);
   }
 }
 

@@ -73,11 +73,33 @@ static int exec_op(dev_task *t, be_queue *q) {
   }
 }
 
+/* A user kernel: buffers become their memory on this device at the range's start. */
+static int exec_launch(dev_task *t, be_queue *q) {
+  const dev_launch *l = &t->op->u.launch;
+  be_kernel_arg args[BE_LAUNCH_MAX_ARGS];
+  for (uint32_t i = 0; i < l->nargs; i++) {
+    const dev_kernel_arg *a = &l->args[i];
+    args[i] = (be_kernel_arg){.kind = a->kind, .size = a->size, .bits = a->bits};
+    if (a->kind != BE_PARAM_BUFFER)
+      continue;
+    uint32_t b = (uint32_t)a->bits; /* checked: < nbufs */
+    args[i].mem = mem_on(t, (int)b);
+    args[i].offset = t->op->bufs[b].offset * dev_dtype_size(t->buf[b]->dtype);
+    args[i].bits = 0;
+  }
+  be_launch launch = {.shared_bytes = l->shared_bytes, .nargs = l->nargs, .args = args};
+  for (int i = 0; i < 3; i++) {
+    launch.grid[i] = l->grid[i];
+    launch.block[i] = l->block[i];
+  }
+  return t->node->be->module->launch(q, l->kernel, &launch);
+}
+
 /* The ops of the packages; the checker made sure the device has the package. */
 static int exec_package_op(dev_task *t, be_queue *q) {
   dev_op *op = t->op;
   const be_ops *be = t->node->be;
-  uint32_t dtype = t->buf[0]->dtype;
+  uint32_t dtype = t->nbufs ? t->buf[0]->dtype : 0; /* a launch may name no buffer */
   switch (op->h.kind) {
   case DEV_OP_GEMM:
     return be->blas->gemm(q, &op->u.gemm, mem_on(t, 0), 0, mem_on(t, 1), 0, mem_on(t, 2), 0);
@@ -97,6 +119,8 @@ static int exec_package_op(dev_task *t, be_queue *q) {
   case DEV_OP_SOFTMAX:
     return be->nn->softmax(q, dtype, mem_on(t, 0), 0, mem_on(t, 1), 0, op->u.softmax.rows,
                            op->u.softmax.cols);
+  case DEV_OP_LAUNCH:
+    return exec_launch(t, q);
   default:
     return ACCEL_ENOTSUP;
   }

@@ -320,6 +320,18 @@ static void poll_events(kernel_state *k) {
     k->poll_armed = true;
 }
 
+/* Work past its deadline that the backend can stop: the op fails with ACCEL_ETIMEDOUT and
+ * the device gets the fault treatment (its context is destroyed, which is what stops a
+ * kernel; the other work there fails with ACCEL_EDEVLOST). Ops of this queue after it could
+ * never run otherwise. */
+static void past_deadline(kernel_state *k, dev_inflight *f) {
+  accel_log(ACCEL_LOG_WARN, "device", "device %d: an op ran past its deadline: resetting",
+            k->node->device);
+  k->node->be->abort(k->node->dev);
+  inflight_finish(f, ACCEL_ETIMEDOUT);
+  report_fault(k);
+}
+
 static void watchdog(kernel_state *k) {
   k->watchdog_armed = false;
   uint64_t now = now_ms();
@@ -328,7 +340,10 @@ static void watchdog(kernel_state *k) {
     dev_inflight *next = f->next;
     if (now >= f->deadline_ms) {
       int rc = f->event ? k->node->be->event_query(f->event) : ACCEL_EAGAIN;
-      inflight_finish(f, rc == ACCEL_EAGAIN || rc == 0 ? ACCEL_EDEVLOST : rc);
+      if (rc == ACCEL_EAGAIN && k->node->be->abort)
+        past_deadline(k, f); /* still running: stop it (a user kernel that never ends) */
+      else
+        inflight_finish(f, rc == ACCEL_EAGAIN || rc == 0 ? ACCEL_EDEVLOST : rc);
     }
     f = next;
   }
@@ -404,7 +419,7 @@ static int kernel_handle(kernel_state *k, accel_msg *msg) {
 
 static int kernel_start(accel_actor *self, void *state, void *arg) {
   kernel_state *k = state;
-  struct dev_kernel_arg *ka = arg;
+  struct dev_kernel_spawn *ka = arg;
   k->node = ka->node;
   k->qclass = ka->qclass;
   k->self = self;

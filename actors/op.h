@@ -24,6 +24,9 @@ typedef enum dev_op_kind {
   DEV_OP_BUFFER_CREATE,  /* bufs[0]: the new handle (chosen by the client), count */
   DEV_OP_BUFFER_DESTROY, /* bufs[0] */
   DEV_OP_SCAL,
+  DEV_OP_MODULE_LOAD,    /* bufs[0]: the module's handle (chosen by the client), count 0 */
+  DEV_OP_MODULE_UNLOAD,  /* bufs[0] */
+  DEV_OP_LAUNCH,         /* bufs: the buffers among its arguments, in argument order */
   DEV_OP_KIND_COUNT_
 } dev_op_kind;
 
@@ -31,7 +34,29 @@ typedef enum dev_op_kind {
  * so no valid copy has to be brought in first when it covers the whole buffer. */
 enum dev_access { DEV_READ = 1, DEV_WRITE = 2, DEV_RW = 3, DEV_WRITE_ALL = 6 };
 
-#define DEV_OP_MAX_BUFS 3
+#define DEV_OP_MAX_BUFS 16 /* a launch's buffers (ACCEL_LAUNCH_MAX_BUFFERS); others take 3 */
+
+#define DEV_MODULE_MAX_OPTIONS 4096u      /* bytes of compiler options */
+#define DEV_MODULE_MAX_CODE (256u << 20) /* bytes of code (acceld: also one frame) */
+
+/* One argument of a launch: BE_PARAM_BUFFER (bits: its index in the op's bufs[]),
+ * BE_PARAM_SCALAR (size bytes of bits) or BE_PARAM_LOCAL (size bytes). */
+typedef struct dev_kernel_arg {
+  uint32_t kind, size;
+  uint64_t bits;
+} dev_kernel_arg;
+
+typedef struct dev_launch {
+  uint64_t module; /* the module's handle */
+  uint32_t grid[3], block[3];
+  uint32_t shared_bytes;
+  uint32_t nargs;
+  dev_kernel_arg args[BE_LAUNCH_MAX_ARGS];
+  char name[BE_KERNEL_NAME_MAX + 1]; /* NUL-terminated, not empty */
+  /* Set by the session when it places the launch (never on the wire). */
+  struct dev_module *mod;                  /* held until the op finishes */
+  be_kernel *kernel;                       /* owned by the module's build */
+} dev_launch;
 
 
 typedef struct dev_op_header {
@@ -66,7 +91,17 @@ typedef struct dev_op {
     struct { be_unary_op op; } unary;         /* bufs: dst, src */
     struct { uint64_t rows, cols; } softmax;  /* bufs: dst, src */
     struct { uint32_t dtype; } create;        /* bufs[0]: handle, count */
+    struct {                                  /* bufs[0]: the module's handle */
+      uint32_t source;                        /* accel_source */
+      const void *code;                       /* borrowed as a write's bytes are */
+      uint64_t len;
+      const char *options;                    /* NUL-terminated, or NULL */
+    } module;
+    dev_launch launch;
   } u;
+  /* What the op made besides its status, for the caller (malloc'd, NUL-terminated): a
+   * module load's build log. Whoever finishes the op hands it on or frees it. */
+  char *result;
   accel_future *future; /* completed with the op's status; NULL for fire-and-forget */
   /* If set, called instead of completing `future` (the daemon replies on the wire); it owns
    * and frees the op. `owner` is the submitter's (e.g. the frame holding a write's bytes). */

@@ -115,12 +115,25 @@ static void apply_limits(srv_server *s, const proto_limits *l) {
 
 /* ---- sessions ---- */
 
+/* [security] user_kernels for this connection's transport. */
+static bool modules_allowed(const srv_server *s, const srv_conn *c) {
+  switch (s->args->sec.user_kernels) {
+  case SRV_USER_KERNELS_ALL:
+    return true;
+  case SRV_USER_KERNELS_LOCAL:
+    return (c->pipe & SRV_LOCAL_ID_BIT) != 0;
+  default:
+    return false;
+  }
+}
+
 int srv_session_start(srv_server *s, srv_conn *c) {
   c->sargs = (dev_session_args){
       .world = s->world,
       .max_buffers = s->limits.max_buffers,
       .max_in_flight = s->limits.max_in_flight,
       .max_memory = s->limits.max_memory,
+      .forbid_modules = !modules_allowed(s, c),
   };
   char name[32];
   snprintf(name, sizeof name, "session-%u", c->pipe);

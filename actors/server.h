@@ -29,6 +29,14 @@
 #include "actors/world.h"
 #include "proto/wire.h"
 
+/* Where clients may load their own kernels (accel_module_load): code a client sends runs on
+ * the daemon's devices, as the daemon's user. */
+typedef enum srv_user_kernels {
+  SRV_USER_KERNELS_LOCAL = 0, /* local connections (ipc://, unix://) only: the default */
+  SRV_USER_KERNELS_ALL,       /* every listener, tcp:// and tls+tcp:// too */
+  SRV_USER_KERNELS_NONE       /* nowhere */
+} srv_user_kernels;
+
 /* Who may talk to the daemon (filled from acceld's config; actors/server_tls.c applies the
  * nng half, actors/server_local.c the local half). */
 typedef struct srv_security {
@@ -47,6 +55,9 @@ typedef struct srv_security {
    * then required when verify_clients is set. */
   const char *tls_cert, *tls_key, *tls_ca;
   bool tls_verify_clients;
+  /* Module loads on a connection where this refuses them fail with ACCEL_EPERM (its
+   * session's dev_session_args.forbid_modules); read when the session starts. */
+  srv_user_kernels user_kernels;
 } srv_security;
 
 typedef struct srv_args {

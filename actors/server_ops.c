@@ -1,9 +1,11 @@
 /* OP frames: decode into an envelope, send it to the connection's session, and reply when it
  * finishes (the op's `done`, on the loop). The request message stays alive as the op's owner
- * while the op runs, because a write's bytes are read straight out of it; it then becomes the
- * reply. A read's reply is allocated before the op is sent, with room for the data, and the
- * buffer is read straight into it. */
+ * while the op runs, because a write's bytes (and a module's code) are read straight out of
+ * it; it then becomes the reply. A read's reply is allocated before the op is sent, with room
+ * for the data, and the buffer is read straight into it. A module load's reply carries its
+ * build log (op.result), whatever its status. */
 #include <stdlib.h>
+#include <string.h>
 
 #include "actors/server_priv.h"
 
@@ -16,11 +18,45 @@ typedef struct srv_op {
   uint64_t read_bytes;
   uint64_t req_bytes;  /* the request's size, counted in conn->req_bytes */
   srv_region *region;  /* PROTO_OPF_SHM: the shared memory its data is in (held) */
+  char *options;       /* MODULE_LOAD: op.u.module.options, a NUL-terminated copy (or NULL) */
 } srv_op;
+
+/* The op's memory, once nothing refers to it any more. */
+static void srv_op_free(srv_op *so) {
+  free(so->op.result);
+  free(so->options);
+  free(so);
+}
+
+/* A reply whose data is the op's text result (a build log), cut to what one frame and
+ * PROTO_BUILD_LOG_MAX allow. Without memory for it, the status alone. */
+static void send_text(srv_server *s, srv_op *so, int status) {
+  srv_conn *c = so->conn;
+  size_t room = s->limits.max_message - PROTO_REPLY_HEAD_SIZE;
+  size_t n = strnlen(so->op.result, room < PROTO_BUILD_LOG_MAX ? room : PROTO_BUILD_LOG_MAX);
+  nng_msg *m;
+  if (nng_msg_alloc(&m, PROTO_REPLY_HEAD_SIZE + n) != 0) {
+    srv_reply_status(s, c, so->req, so->op.h.request_id, status);
+    return;
+  }
+  proto_encode_reply_head(nng_msg_body(m), so->op.h.request_id, status, n);
+  memcpy((uint8_t *)nng_msg_body(m) + PROTO_REPLY_HEAD_SIZE, so->op.result, n);
+  if (nng_msg_header_append(m, nng_msg_header(so->req), nng_msg_header_len(so->req)) != 0) {
+    nng_msg_free(m);
+    srv_reply_status(s, c, so->req, so->op.h.request_id, status);
+    return;
+  }
+  nng_msg_free(so->req);
+  srv_conn_send(s, c, m);
+}
 
 /* The status-only reply is the request made over; a read's reply gets the routing header. */
 static void send_result(srv_server *s, srv_op *so, int status) {
   srv_conn *c = so->conn;
+  if (so->op.result != NULL && so->rep == NULL) {
+    send_text(s, so, status);
+    return;
+  }
   if (so->rep == NULL || status != 0) {
     if (so->rep)
       nng_msg_free(so->rep);
@@ -62,7 +98,7 @@ static void op_done(dev_op *op, int status) {
   c->req_bytes -= so->req_bytes;
   srv_local_flow(s, c);
   srv_conn_maybe_free(s, c);
-  free(so);
+  srv_op_free(so);
   srv_release(s);
 }
 
@@ -103,18 +139,32 @@ static int resolve_shm(srv_conn *c, srv_op *so, proto_shm_ref ref) {
   return 0;
 }
 
+/* A module's options come without their NUL (the decoder checked that they hold none). */
+static int take_options(srv_op *so, proto_bytes options) {
+  if (options.len == 0)
+    return 0;
+  so->options = malloc(options.len + 1);
+  if (so->options == NULL)
+    return ACCEL_ENOMEM;
+  memcpy(so->options, options.data, options.len);
+  so->options[options.len] = '\0';
+  so->op.u.module.options = so->options;
+  return 0;
+}
+
 static int decode(srv_server *s, srv_conn *c, nng_msg *m, srv_op *so) {
-  proto_bytes data;
-  proto_shm_ref shm = {0, 0};
+  proto_op_data out;
   const uint8_t *body = (const uint8_t *)nng_msg_body(m) + PROTO_HEADER_SIZE;
-  int rc = proto_decode_op_ex(body, nng_msg_len(m) - PROTO_HEADER_SIZE, &so->op, &data,
-                              c->link ? &shm : NULL);
+  int rc = proto_decode_op_ex(body, nng_msg_len(m) - PROTO_HEADER_SIZE, c->link != NULL,
+                              &so->op, &out);
   if (rc != 0) {
     s->frames_bad++;
     return rc;
   }
   if (so->op.h.flags & PROTO_OPF_SHM)
-    return resolve_shm(c, so, shm);
+    return resolve_shm(c, so, out.shm);
+  if (so->op.h.kind == DEV_OP_MODULE_LOAD && (rc = take_options(so, out.options)) != 0)
+    return rc;
   int32_t dev = so->op.h.device; /* only the daemon knows how many devices it has */
   if (dev != ACCEL_DEVICE_ANY && (dev < 0 || dev >= s->world->nnodes - 1))
     return ACCEL_EINVAL;
@@ -170,6 +220,7 @@ void srv_op_frame(srv_server *s, srv_conn *c, nng_msg *m, uint64_t request_id) {
   }
   if (so && so->region)
     srv_shm_release(s, c, so->region);
-  free(so);
+  if (so)
+    srv_op_free(so);
   srv_reply_status(s, c, m, request_id, rc);
 }

@@ -9,18 +9,31 @@
 
 #include "actors/check.h"
 #include "actors/device.h"
+#include "actors/module.h"
 #include "actors/session.h"
 
+/* A handle names a buffer or a user module (one table, one generation scheme). */
 typedef struct session_entry {
   uint32_t gen;
   dev_buffer *buf;
+  dev_module *mod;
 } session_entry;
+
+/* Ops that came while a module was being built, in order: they run after it, so that issue
+ * order holds for them (a launch of that module, a write its launch reads) without holding
+ * other sessions. */
+typedef struct op_fifo {
+  dev_op **items;
+  uint32_t head, len, cap;
+} op_fifo;
 
 typedef struct session_state {
   dev_session_args *args;
   accel_actor *self;
   session_entry *table;
   dev_session_acct *acct;
+  dev_op *building; /* the module load being built, or NULL */
+  op_fifo held;
 } session_state;
 
 static uint32_t handle_slot(uint64_t h) {
@@ -31,12 +44,28 @@ static uint32_t handle_gen(uint64_t h) {
   return (uint32_t)(h >> 32);
 }
 
-static dev_buffer *resolve(session_state *s, uint64_t handle) {
+static session_entry *entry_of(session_state *s, uint64_t handle) {
   uint32_t slot = handle_slot(handle);
   if (slot == 0 || slot >= s->args->max_buffers)
     return NULL;
   session_entry *e = &s->table[slot];
-  return e->buf && e->gen == handle_gen(handle) ? e->buf : NULL;
+  return e->gen == handle_gen(handle) ? e : NULL;
+}
+
+static dev_buffer *resolve(session_state *s, uint64_t handle) {
+  session_entry *e = entry_of(s, handle);
+  return e ? e->buf : NULL;
+}
+
+static dev_module *resolve_module(session_state *s, uint64_t handle) {
+  session_entry *e = entry_of(s, handle);
+  return e ? e->mod : NULL;
+}
+
+static bool slot_free(session_state *s, uint64_t handle) {
+  uint32_t slot = handle_slot(handle);
+  return slot != 0 && slot < s->args->max_buffers && handle_gen(handle) != 0 &&
+         s->table[slot].buf == NULL && s->table[slot].mod == NULL;
 }
 
 void dev_session_acct_release(dev_session_acct *a) {
@@ -46,6 +75,10 @@ void dev_session_acct_release(dev_session_acct *a) {
 
 void dev_op_finished(dev_world *w, dev_op *op, int status) {
   dev_session_acct *acct = op->acct;
+  if (op->h.kind == DEV_OP_LAUNCH && op->u.launch.mod) {
+    dev_module_unref(op->u.launch.mod);
+    op->u.launch.mod = NULL;
+  }
   if (acct) {
     acct->in_flight--;
     dev_session_acct_release(acct);
@@ -56,9 +89,13 @@ void dev_op_finished(dev_world *w, dev_op *op, int status) {
     op->done(op, status);
     return;
   }
+  char *result = op->result; /* a build log: the future's value, freed with it */
   if (op->future) {
-    accel_future_complete(op->future, status, NULL, NULL);
+    if (accel_future_complete(op->future, status, result, free) != 0)
+      free(result); /* completed already (never for ops with a result) */
     accel_future_release(op->future);
+  } else {
+    free(result);
   }
   free(op);
 }
@@ -100,6 +137,35 @@ static bool any_runs(dev_world *w, const dev_op *op, dev_buffer *bufs[]) {
   return false;
 }
 
+/* A launch runs where its module was built: on a device where an input already is, else on
+ * the most potent of them (a CPU seen through OpenCL too: a user kernel may run nowhere
+ * else). */
+static int launch_rank(const dev_node *node) {
+  int p = potency(node);
+  return p < 0 ? 2 : p;
+}
+
+static dev_node *place_launch(dev_world *w, dev_op *op, dev_buffer *bufs[], dev_module *m) {
+  if (op->h.device != ACCEL_DEVICE_ANY)
+    return op->h.device >= 0 && op->h.device < w->nnodes - 1 ? &w->nodes[op->h.device + 1]
+                                                             : NULL;
+  for (uint32_t i = 0; i < op->nbufs; i++) {
+    int n = dev_buffer_valid_node(bufs[i], -1);
+    if (n > DEV_HOST_NODE && w->nodes[n].state == DEV_NODE_SERVING && m->per[n].mod)
+      return &w->nodes[n];
+  }
+  dev_node *best = NULL;
+  for (int n = 1; n < w->nnodes; n++) {
+    dev_node *node = &w->nodes[n];
+    if (node->state != DEV_NODE_SERVING || m->per[n].mod == NULL)
+      continue;
+    if (best == NULL || launch_rank(node) < launch_rank(best) ||
+        (launch_rank(node) == launch_rank(best) && node->backend_pref < best->backend_pref))
+      best = node;
+  }
+  return best;
+}
+
 /* Where an op runs: writes land on the host; reads run where a valid copy is; compute runs
  * on the named device, or for ANY where an input already is on a device that runs it, else
  * on the most potent device that does (default_device). */
@@ -134,15 +200,14 @@ static int create_buffer(session_state *s, const dev_op *op) {
   uint64_t handle = op->bufs[0].handle, count = op->bufs[0].count;
   uint32_t slot = handle_slot(handle);
   uint64_t bytes = count * dev_dtype_size((accel_dtype)op->u.create.dtype);
-  if (slot == 0 || slot >= s->args->max_buffers || handle_gen(handle) == 0 ||
-      s->table[slot].buf || count > (UINT64_MAX >> 4))
+  if (!slot_free(s, handle) || count > (UINT64_MAX >> 4))
     return ACCEL_EINVAL;
   if (s->args->max_memory && s->acct->memory + bytes > s->args->max_memory)
     return ACCEL_ENOMEM;
   dev_buffer *b = dev_buffer_create(s->args->world, (accel_dtype)op->u.create.dtype, count);
   if (b == NULL)
     return ACCEL_ENOMEM;
-  s->table[slot] = (session_entry){handle_gen(handle), b};
+  s->table[slot] = (session_entry){handle_gen(handle), b, NULL};
   s->acct->memory += bytes;
   s->acct->buffers++;
   return 0;
@@ -160,6 +225,93 @@ static int destroy_buffer(session_state *s, uint64_t handle) {
   if (resolve(s, handle) == NULL)
     return ACCEL_ESTALE;
   forget_buffer(s, handle_slot(handle));
+  return 0;
+}
+
+/* ---- user modules ---- */
+
+/* The devices a module load builds for: the named one, or every serving device that takes the
+ * source. 0, ACCEL_ENOTSUP (none takes it), ACCEL_EDEVLOST (those that would are down). */
+static int module_targets(dev_world *w, const dev_op *op, int nodes[], int *n) {
+  uint32_t bit = 1u << op->u.module.source;
+  bool any = op->h.device == ACCEL_DEVICE_ANY, down = false;
+  *n = 0;
+  if (!any && (op->h.device < 0 || op->h.device >= w->nnodes - 1))
+    return ACCEL_EINVAL;
+  for (int i = 1; i < w->nnodes; i++) {
+    dev_node *node = &w->nodes[i];
+    if (!any && i != op->h.device + 1)
+      continue;
+    if (!node->caps.read || node->state != DEV_NODE_SERVING) {
+      down = down || !node->caps.read || (node->caps.sources & bit);
+      continue;
+    }
+    if (node->caps.sources & bit)
+      nodes[(*n)++] = i;
+  }
+  return *n > 0 ? 0 : down ? ACCEL_EDEVLOST : ACCEL_ENOTSUP;
+}
+
+/* Starts building a module: the op finishes when the worker answers (module_built). */
+static int module_load(session_state *s, dev_op *op) {
+  dev_world *w = s->args->world;
+  uint64_t handle = op->bufs[0].handle;
+  int nodes[DEV_MAX_NODES], n;
+  if (s->args->forbid_modules)
+    return ACCEL_EPERM;
+  if (!slot_free(s, handle))
+    return ACCEL_EINVAL;
+  int rc = module_targets(w, op, nodes, &n);
+  if (rc != 0)
+    return rc;
+  dev_module *m = dev_module_create(w);
+  if (m == NULL)
+    return ACCEL_ENOMEM;
+  rc = dev_module_build_start(s->self, DEV_MSG_BUILT, m, nodes, n, op->u.module.source,
+                        op->u.module.code, op->u.module.len, op->u.module.options);
+  if (rc != 0) {
+    dev_module_unref(m);
+    return rc;
+  }
+  m->building = true;
+  s->table[handle_slot(handle)] = (session_entry){handle_gen(handle), NULL, m};
+  s->building = op;
+  return 0;
+}
+
+static int module_unload(session_state *s, uint64_t handle) {
+  dev_module *m = resolve_module(s, handle);
+  if (m == NULL)
+    return ACCEL_ESTALE;
+  s->table[handle_slot(handle)].mod = NULL;
+  dev_module_unref(m); /* launches in flight hold theirs */
+  return 0;
+}
+
+/* Resolves the module and kernel, checks the launch against them and the device. */
+static int launch_prepare(session_state *s, dev_op *op, dev_buffer *bufs[], dev_node **at) {
+  dev_world *w = s->args->world;
+  dev_module *m = resolve_module(s, op->u.launch.module);
+  if (m == NULL)
+    return ACCEL_ESTALE;
+  dev_node *node = place_launch(w, op, bufs, m);
+  if (node == NULL)
+    return m->status != 0 ? m->status : op->h.device == ACCEL_DEVICE_ANY ? ACCEL_EDEVLOST
+                                                                         : ACCEL_EINVAL;
+  if (node->state != DEV_NODE_SERVING)
+    return ACCEL_EDEVLOST;
+  const dev_module_kernel *k;
+  int rc = dev_module_kernel_get(m, node, op->u.launch.name, &k);
+  if (rc == ACCEL_ENOTSUP && m->status != 0)
+    rc = m->status; /* its build failed there */
+  if (rc == 0)
+    rc = dev_module_launch_check(node, k, &op->u.launch);
+  if (rc != 0)
+    return rc;
+  dev_module_ref(m);
+  op->u.launch.mod = m;
+  op->u.launch.kernel = k->kernel;
+  *at = node;
   return 0;
 }
 
@@ -185,10 +337,19 @@ static int run_op(session_state *s, dev_op *op) {
     return create_buffer(s, op);
   if (op->h.kind == DEV_OP_BUFFER_DESTROY)
     return destroy_buffer(s, op->bufs[0].handle);
+  if (op->h.kind == DEV_OP_MODULE_LOAD)
+    return module_load(s, op);
+  if (op->h.kind == DEV_OP_MODULE_UNLOAD)
+    return module_unload(s, op->bufs[0].handle);
   dev_buffer *bufs[DEV_OP_MAX_BUFS] = {0};
   rc = resolve_all(s, op, bufs);
   if (rc != 0)
     return rc;
+  if (op->h.kind == DEV_OP_LAUNCH) {
+    dev_node *at;
+    rc = launch_prepare(s, op, bufs, &at);
+    return rc != 0 ? rc : dev_plan_op(w, op, bufs, at);
+  }
   dev_node *node = place(w, op, bufs);
   if (node == NULL) /* no device serving that runs the op */
     return any_runs(w, op, bufs) ? ACCEL_EDEVLOST : ACCEL_ENOTSUP;
@@ -204,9 +365,70 @@ static void handle_op(session_state *s, dev_op *op) {
   int rc = s->args->max_in_flight && a->in_flight > s->args->max_in_flight ? ACCEL_EBUSY
                                                                              : run_op(s, op);
   bool finished_now = rc != 0 || op->h.kind == DEV_OP_BUFFER_CREATE ||
-                      op->h.kind == DEV_OP_BUFFER_DESTROY;
+                      op->h.kind == DEV_OP_BUFFER_DESTROY ||
+                      op->h.kind == DEV_OP_MODULE_UNLOAD;
   if (finished_now)
     dev_op_finished(s->args->world, op, rc);
+}
+
+static int fifo_push(op_fifo *q, dev_op *op) {
+  if (q->len == q->cap) {
+    uint32_t cap = q->cap ? 2 * q->cap : 64;
+    dev_op **p = malloc(cap * sizeof *p);
+    if (p == NULL)
+      return ACCEL_ENOMEM;
+    for (uint32_t i = 0; i < q->len; i++)
+      p[i] = q->items[(q->head + i) % q->cap];
+    free(q->items);
+    *q = (op_fifo){p, 0, q->len, cap};
+  }
+  q->items[(q->head + q->len++) % q->cap] = op;
+  return 0;
+}
+
+static dev_op *fifo_pop(op_fifo *q) {
+  if (q->len == 0)
+    return NULL;
+  dev_op *op = q->items[q->head];
+  q->head = (q->head + 1) % q->cap;
+  q->len--;
+  return op;
+}
+
+/* An op arrives: it runs now, or after the module being built. */
+static void take_op(session_state *s, dev_op *op) {
+  if (s->building == NULL) {
+    handle_op(s, op);
+    return;
+  }
+  if (fifo_push(&s->held, op) != 0) { /* cannot keep it in order: fail it */
+    op->acct = s->acct;
+    s->acct->refs++;
+    s->acct->in_flight++;
+    dev_op_finished(s->args->world, op, ACCEL_ENOMEM);
+  }
+}
+
+/* The worker built the module (or did not): the load finishes, held ops run in order. */
+static void module_built(session_state *s, accel_msg *msg) {
+  char *log = NULL;
+  int status = dev_module_build_done(msg, &log);
+  dev_op *op = s->building;
+  s->building = NULL;
+  if (op == NULL) {
+    free(log);
+    return;
+  }
+  dev_module *m = resolve_module(s, op->bufs[0].handle);
+  if (m) { /* still there: an unload is held behind the load */
+    m->building = false;
+    m->status = status;
+  }
+  op->result = log;
+  dev_op_finished(s->args->world, op, status);
+  dev_op *next;
+  while (s->building == NULL && (next = fifo_pop(&s->held)) != NULL)
+    handle_op(s, next);
 }
 
 /* ---- fault injection (tests) ---- */
@@ -244,9 +466,12 @@ static int session_receive(accel_actor *self, void *state, accel_msg *msg) {
   case DEV_MSG_OP: {
     dev_op *op = msg->data;
     msg->data = NULL;
-    handle_op(s, op);
+    take_op(s, op);
     return 0;
   }
+  case DEV_MSG_BUILT:
+    module_built(s, msg);
+    return 0;
   case DEV_MSG_INJECT_FAULT:
     return inject_fault(s, msg);
   default:
@@ -286,10 +511,21 @@ static int session_start(accel_actor *self, void *state, void *arg) {
 
 static void session_stop(accel_actor *self, void *state) {
   session_state *s = state;
+  dev_op *held;
+  while ((held = fifo_pop(&s->held)) != NULL)
+    op_drop(held);
+  free(s->held.items);
+  if (s->building) { /* the worker's answer will meet a stale ref and be dropped */
+    dev_op_finished(s->args->world, s->building, ACCEL_ECLOSED);
+    s->building = NULL;
+  }
   if (s->table) {
-    for (uint32_t i = 0; i < s->args->max_buffers; i++)
+    for (uint32_t i = 0; i < s->args->max_buffers; i++) {
       if (s->table[i].buf)
         forget_buffer(s, i);
+      if (s->table[i].mod)
+        dev_module_unref(s->table[i].mod);
+    }
     free(s->table);
   }
   s->args->acct = NULL;

@@ -9,6 +9,9 @@ typedef struct dev_session_args {
   uint32_t max_buffers;   /* size of the handle table; slot 0 is never used */
   uint32_t max_in_flight; /* ops at once (0: no limit); past it ops fail with ACCEL_EBUSY */
   uint64_t max_memory;    /* bytes of buffers (0: no limit); past it ACCEL_ENOMEM */
+  /* Module loads (user kernels) are refused with ACCEL_EPERM when set (acceld's
+   * [security] user_kernels for the connection's listener). */
+  bool forbid_modules;
   /* Called on the loop when the session ends (client gone, shutdown); may be NULL. */
   void (*on_stop)(void *arg, accel_ref session);
   void *on_stop_arg;

@@ -17,6 +17,8 @@ dev_queue_class dev_op_queue(uint32_t kind) {
   case DEV_OP_UNARY:
   case DEV_OP_SOFTMAX:
     return DEV_Q_NN;
+  case DEV_OP_LAUNCH:
+    return DEV_Q_MOD;
   default:
     return DEV_Q_MEM;
   }
@@ -56,6 +58,11 @@ void dev_caps_read(dev_node *node) {
     c->packages |= ACCEL_PKG_NN;
     c->nn_dtypes = be->nn->dtypes(node->dev);
   }
+  if (be->module && be->module->version == BE_MODULE_VERSION) {
+    c->packages |= ACCEL_PKG_MODULE;
+    c->sources = be->module->sources(node->dev);
+    be->module->limits(node->dev, &c->limits);
+  }
 }
 
 uint32_t dev_caps_gemm_dtypes(const dev_caps *c) {
@@ -94,6 +101,9 @@ int dev_node_supports(const dev_node *node, const dev_op *op, dev_buffer *const 
   case DEV_Q_NN:
     ok = (c->packages & ACCEL_PKG_NN) && has(c->nn_dtypes, dtype);
     break;
+  case DEV_Q_MOD: /* and the module built there: the session asks the module */
+    ok = (c->packages & ACCEL_PKG_MODULE) != 0;
+    break;
   default:
     ok = true; /* the core: every backend */
   }
@@ -116,4 +126,5 @@ void dev_node_describe(const dev_node *node, struct accel_device_info *d) {
   d->vector_dtypes = node->caps.vector_dtypes;
   d->rng_dtypes = node->caps.rng_dtypes;
   d->nn_dtypes = node->caps.nn_dtypes;
+  d->sources = node->caps.sources;
 }

@@ -7,6 +7,7 @@
 #ifndef DEV_WORLD_H
 #define DEV_WORLD_H
 
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -20,11 +21,19 @@
 #define DEV_HOST_NODE 0
 
 typedef struct dev_task dev_task;
+typedef struct dev_module dev_module;
 typedef struct dev_buffer dev_buffer;
 typedef struct dev_world dev_world;
 
 /* The kernel actors of a device, one backend queue each. */
-typedef enum dev_queue_class { DEV_Q_MEM = 0, DEV_Q_BLAS, DEV_Q_RNG, DEV_Q_NN, DEV_Q_COUNT } dev_queue_class;
+typedef enum dev_queue_class {
+  DEV_Q_MEM = 0,
+  DEV_Q_BLAS,
+  DEV_Q_RNG,
+  DEV_Q_NN,
+  DEV_Q_MOD, /* user kernels: only on devices whose backend has the module package */
+  DEV_Q_COUNT
+} dev_queue_class;
 
 /* What a device runs, read from its backend's packages when it opens (support.c), so that
  * placement and device info need not ask the backend (or a device between incarnations). */
@@ -33,6 +42,8 @@ typedef struct dev_caps {
   uint32_t packages;                      /* ACCEL_PKG_* bits */
   uint32_t gemm[ACCEL_DTYPE_MAX_ + 1];    /* per A/B dtype: bit c_type * 4 + math */
   uint32_t vector_dtypes, rng_dtypes, nn_dtypes; /* ACCEL_DTYPE_BIT sets */
+  uint32_t sources;                       /* module package: 1u << accel_source */
+  be_launch_limits limits;                /* module package */
 } dev_caps;
 
 typedef enum dev_node_state { DEV_NODE_SERVING = 0, DEV_NODE_RESTARTING, DEV_NODE_QUARANTINED } dev_node_state;
@@ -54,10 +65,15 @@ typedef struct dev_node {
   dev_caps caps;
   int backend_index;     /* which device of its backend */
   int backend_pref;      /* its backend's place in the world's backend list (placement) */
-  struct dev_kernel_arg {
+  struct dev_kernel_spawn {
     struct dev_node *node;
     dev_queue_class qclass;
   } kernel_args[DEV_Q_COUNT]; /* spawn arguments of the kernel actors (outlive them) */
+  /* Held by a worker building a module for this device (which reads `dev` and `generation`
+   * under it) and by the device actor while it opens or closes the device: a build never
+   * meets a closing device. The loop may wait here for a build in progress (seconds at
+   * most) when a device restarts. */
+  pthread_mutex_t build_mu;
   /* Ready tasks that met a full kernel mailbox, in order; the kernel actor drains them. */
   struct dev_overflow {
     dev_task *head, *tail;
@@ -131,6 +147,7 @@ struct dev_world {
   dev_node nodes[DEV_MAX_NODES];
   int nnodes;                 /* host + devices */
   dev_buffer *buffers;        /* every live buffer */
+  struct dev_module *modules; /* every live user module (module.c) */
   bool fault_injection;
   bool tf32;
   uint32_t max_restarts, restart_window_ms;

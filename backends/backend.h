@@ -97,6 +97,11 @@ typedef struct be_ops {
   /* Tests only (ACCEL_EPERM unless opened with fault_injection): makes the device fault as a
    * real sticky error would, while work may be in flight. */
   int (*inject_fault)(be_device *dev);
+  /* Optional (NULL: the backend's work always ends). Work on the device ran past its deadline
+   * (a user kernel that never ends): the device becomes lost (sticky ACCEL_EDEVLOST, as a
+   * fault), queue_destroy and close stop waiting for work in flight, and close or reset stops
+   * that work where the driver can (CUDA: the context is destroyed). Any thread. */
+  void (*abort)(be_device *dev);
 
   /* ---- queues ---- */
   int (*queue_create)(be_device *dev, be_queue **out);
@@ -153,6 +158,7 @@ typedef struct be_ops {
   const struct be_blas_pkg *blas;
   const struct be_rng_pkg *rng;
   const struct be_nn_pkg *nn;
+  const struct be_module_pkg *module;
 } be_ops;
 
 /* ---- op packages ----------------------------------------------------------------------------
@@ -167,6 +173,7 @@ typedef struct be_ops {
 #define BE_BLAS_VERSION 1u
 #define BE_RNG_VERSION 1u
 #define BE_NN_VERSION 1u
+#define BE_MODULE_VERSION 1u
 
 typedef struct be_blas_pkg {
   uint32_t version; /* BE_BLAS_VERSION */
@@ -206,6 +213,81 @@ typedef struct be_nn_pkg {
   int (*softmax)(be_queue *q, uint32_t dtype, be_mem dst, size_t dst_off, be_mem src,
                  size_t src_off, size_t rows, size_t cols);
 } be_nn_pkg;
+
+/* ---- user kernels (the `module` package) ----------------------------------------------------
+ * A module is code a client supplied, built for one device (accel_source kinds: 1 CUDA C,
+ * 2 PTX, 3 OpenCL C, 4 SPIR-V). Modules are made and freed on worker threads (a build may take
+ * seconds); the device actor frees the device's live modules before it closes the device, and
+ * a module must never be used after that. */
+typedef struct be_module be_module;
+typedef struct be_kernel be_kernel;
+
+#define BE_KERNEL_NAME_MAX 127u
+#define BE_LAUNCH_MAX_ARGS 32u
+
+typedef enum be_param_kind {
+  BE_PARAM_UNKNOWN = 0, /* the driver cannot tell: any argument of the right size */
+  BE_PARAM_BUFFER,      /* a device pointer (CUDA: 8 bytes), a __global/__constant buffer */
+  BE_PARAM_SCALAR,      /* by value, `size` bytes */
+  BE_PARAM_LOCAL        /* OpenCL __local pointer: the launch gives its size */
+} be_param_kind;
+
+/* A kernel's parameters as far as the device can tell (nparams UINT32_MAX: not even their
+ * number; a launch's arguments are then taken as they come). */
+typedef struct be_kernel_info {
+  uint32_t nparams;
+  struct be_param {
+    uint8_t kind;  /* be_param_kind */
+    uint32_t size; /* bytes (0 if unknown) */
+  } params[BE_LAUNCH_MAX_ARGS];
+} be_kernel_info;
+
+/* The device's launch limits (CUDA's attributes; OpenCL's work-group and item sizes). */
+typedef struct be_launch_limits {
+  uint32_t max_block[3];          /* per dimension */
+  uint32_t max_threads_per_block; /* product of block[] */
+  uint64_t max_grid[3];           /* blocks per dimension */
+  uint32_t max_shared_bytes;      /* dynamic shared memory per block (OpenCL: local memory) */
+} be_launch_limits;
+
+typedef struct be_kernel_arg {
+  uint32_t kind;     /* BE_PARAM_BUFFER, BE_PARAM_SCALAR or BE_PARAM_LOCAL */
+  uint32_t size;     /* SCALAR: 1, 2, 4 or 8 bytes; LOCAL: bytes */
+  be_mem mem;        /* BUFFER */
+  size_t offset;     /* BUFFER: bytes from mem's start */
+  uint64_t bits;     /* SCALAR: the value, little-endian in the low `size` bytes */
+} be_kernel_arg;
+
+typedef struct be_launch {
+  uint32_t grid[3], block[3];
+  uint32_t shared_bytes;
+  uint32_t nargs;
+  const be_kernel_arg *args;
+} be_launch;
+
+typedef struct be_module_pkg {
+  uint32_t version; /* BE_MODULE_VERSION */
+  /* The source kinds the device builds: bits 1u << accel_source (any thread, never blocks). */
+  uint32_t (*sources)(be_device *dev);
+  void (*limits)(be_device *dev, be_launch_limits *out);
+  /* Builds `len` bytes of `source` code with `options` (NULL or a string) for dev, or finds
+   * it built in the backend's cache (in memory, then on disk). *log receives the compiler's
+   * output (malloc'd, NUL-terminated; NULL if empty) on success and failure alike: the caller
+   * frees it. 0, ACCEL_EBUILD (did not build), ACCEL_ENOTSUP (source kind), ACCEL_EDEVLOST,
+   * ACCEL_ENOMEM. Blocks: worker threads only. */
+  int (*load)(be_device *dev, uint32_t source, const void *code, size_t len,
+              const char *options, be_module **out, char **log);
+  /* Frees the module and its kernels (worker threads or the loop; before close). */
+  void (*unload)(be_module *m);
+  /* The kernel of that name (owned by the module, the same pointer for the same name) and its
+   * parameters: 0 or ACCEL_ENOENT. Quick (the loop calls it); one thread at a time per
+   * module. */
+  int (*kernel)(be_module *m, const char *name, be_kernel **out, be_kernel_info *info);
+  /* Enqueues a launch on q (q of the module's device). The caller checked the geometry
+   * against limits() and the arguments against kernel()'s info; backends check again what
+   * they rely on (ACCEL_EINVAL). */
+  int (*launch)(be_queue *q, be_kernel *k, const be_launch *l);
+} be_module_pkg;
 
 
 /* The backends this build knows, whether or not they were built: the description is always

@@ -34,6 +34,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "actors/world.h"
 #include "clients/chunk.h"
@@ -60,6 +61,7 @@ typedef struct entry {
   dev_op *op;
   xfer *x;
   accel_future *user;
+  bool text; /* a module load: its future's value (the build log, a string) is relayed too */
 } entry;
 
 struct gate {
@@ -212,7 +214,9 @@ static void on_relay(accel_future *f, int status, void *arg) {
   entry *e = arg;
   gate *g = e->g;
   if (e->user) {
-    accel_future_complete(e->user, status, NULL, NULL);
+    const char *text = e->text && f ? accel_future_value(f) : NULL;
+    char *copy = text ? strdup(text) : NULL; /* the relay's future frees its own */
+    accel_future_complete(e->user, status, copy, copy ? free : NULL);
     accel_future_release(e->user);
   }
   free(e);
@@ -328,6 +332,7 @@ static void send_plain(accel_ctx *ctx, entry *e) {
     return;
   }
   e->user = op->future;
+  e->text = op->h.kind == DEV_OP_MODULE_LOAD;
   op->future = relay;
   accel_future_then(relay, on_relay, e);
   int rc = ctx->tp->send_op(ctx, op);
@@ -468,7 +473,18 @@ static int enqueue(accel_ctx *ctx, dev_op *op, size_t esize) {
   return rc;
 }
 
+/* A module's code (and its options) cannot be split: it must fit in one op of the transport.
+ * Checked here, so that it fails at the call even when the op would wait behind a transfer. */
+static bool module_too_large(const accel_ctx *ctx, const dev_op *op) {
+  if (ctx->max_op_bytes == 0 || op->h.kind != DEV_OP_MODULE_LOAD)
+    return false;
+  size_t options = op->u.module.options ? strlen(op->u.module.options) : 0;
+  return op->u.module.len > ctx->max_op_bytes || options > ctx->max_op_bytes - op->u.module.len;
+}
+
 int chunk_send(accel_ctx *ctx, dev_op *op) {
+  if (module_too_large(ctx, op))
+    return ACCEL_ELIMIT;
   size_t esize = 0;
   int rc = is_large(ctx, op, &esize);
   if (rc < 0)

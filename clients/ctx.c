@@ -35,6 +35,10 @@ int client_ctx_init(accel_ctx *ctx, uint32_t max_buffers) {
 }
 
 void client_ctx_free(accel_ctx *ctx) {
+  for (uint32_t i = 1; i < ctx->max_buffers; i++) {
+    free(ctx->handles[i].kernels); /* modules and kernels never unloaded */
+    free(ctx->handles[i].name);
+  }
   pthread_mutex_destroy(&ctx->mu);
   pthread_mutex_destroy(&ctx->done_mu);
   pthread_cond_destroy(&ctx->done_cv);
@@ -138,48 +142,70 @@ static uint64_t make_handle(const accel_ctx *ctx, uint32_t slot, uint32_t gen) {
   return (uint64_t)ctx->tag << 48 | (uint64_t)(gen & 0xffffu) << 32 | slot;
 }
 
-int client_handle_get(accel_ctx *ctx, accel_buffer h, accel_dtype *dtype, size_t *count) {
+client_handle *client_handle_entry(accel_ctx *ctx, uint64_t h, client_handle_kind kind) {
   uint32_t slot = (uint32_t)h, gen = (uint32_t)(h >> 32) & 0xffffu, tag = (uint32_t)(h >> 48);
+  if (slot == 0 || slot >= ctx->max_buffers || tag != ctx->tag)
+    return NULL;
+  client_handle *e = &ctx->handles[slot];
+  return e->live && (e->gen & 0xffffu) == gen && e->kind == kind ? e : NULL;
+}
+
+int client_handle_get(accel_ctx *ctx, accel_buffer h, accel_dtype *dtype, size_t *count) {
   int rc = ACCEL_ESTALE;
   pthread_mutex_lock(&ctx->mu);
-  if (slot != 0 && slot < ctx->max_buffers && ctx->handles[slot].live &&
-      (ctx->handles[slot].gen & 0xffffu) == gen && tag == ctx->tag) {
-    *dtype = ctx->handles[slot].dtype;
-    *count = ctx->handles[slot].count;
+  client_handle *e = client_handle_entry(ctx, h, CLIENT_H_BUFFER);
+  if (e) {
+    *dtype = e->dtype;
+    *count = e->count;
     rc = 0;
   }
   pthread_mutex_unlock(&ctx->mu);
   return rc;
 }
 
-static int handle_alloc(accel_ctx *ctx, accel_dtype dtype, size_t count, accel_buffer *out) {
-  pthread_mutex_lock(&ctx->mu);
+int client_handle_alloc_locked(accel_ctx *ctx, client_handle_kind kind, accel_dtype dtype,
+                               size_t count, uint64_t *out) {
   uint32_t slot = ctx->free_head;
-  if (slot == 0) {
-    pthread_mutex_unlock(&ctx->mu);
+  if (slot == 0)
     return ACCEL_ELIMIT;
-  }
   client_handle *e = &ctx->handles[slot];
   ctx->free_head = e->next_free;
   e->live = true;
+  e->kind = (uint8_t)kind;
   e->dtype = dtype;
   e->count = count;
   *out = make_handle(ctx, slot, e->gen);
-  pthread_mutex_unlock(&ctx->mu);
   return 0;
+}
+
+static int handle_alloc(accel_ctx *ctx, accel_dtype dtype, size_t count, accel_buffer *out) {
+  pthread_mutex_lock(&ctx->mu);
+  int rc = client_handle_alloc_locked(ctx, CLIENT_H_BUFFER, dtype, count, out);
+  pthread_mutex_unlock(&ctx->mu);
+  return rc;
 }
 
 /* A slot whose 16-bit generation would wrap is never used again, so that a destroyed handle
  * can never name a live buffer later (the table shrinks by one slot per 65535 reuses). */
-static void handle_free(accel_ctx *ctx, uint32_t slot) {
-  pthread_mutex_lock(&ctx->mu);
+void client_handle_free_locked(accel_ctx *ctx, uint32_t slot) {
   client_handle *e = &ctx->handles[slot];
   e->live = false;
   e->gen++;
+  free(e->kernels);
+  free(e->name);
+  e->kernels = NULL;
+  e->nkernels = 0;
+  e->name = NULL;
+  e->module = 0;
   if ((e->gen & 0xffffu) != 0) {
     e->next_free = ctx->free_head;
     ctx->free_head = slot;
   }
+}
+
+static void handle_free(accel_ctx *ctx, uint32_t slot) {
+  pthread_mutex_lock(&ctx->mu);
+  client_handle_free_locked(ctx, slot);
   pthread_mutex_unlock(&ctx->mu);
 }
 
@@ -238,6 +264,10 @@ static int send_op(accel_ctx *ctx, dev_op *op, accel_future **f) {
   if (f)
     *f = fut;
   return 0;
+}
+
+int client_send(accel_ctx *ctx, dev_op *op, accel_future **f) {
+  return send_op(ctx, op, f);
 }
 
 static int buffer_op(accel_ctx *ctx, uint32_t kind, accel_buffer h, accel_dtype dtype,

@@ -12,12 +12,25 @@
 #include "accel/accel.h"
 #include "actors/op.h"
 
+typedef enum client_handle_kind {
+  CLIENT_H_BUFFER = 0,
+  CLIENT_H_MODULE,
+  CLIENT_H_KERNEL
+} client_handle_kind;
+
 typedef struct client_handle {
   uint32_t gen; /* bumped on destroy; never 0 in its low 16 bits */
   bool live;
+  uint8_t kind;  /* client_handle_kind */
   accel_dtype dtype;
   size_t count;
   uint32_t next_free;
+  /* A module: the slots of its kernels' handles (freed with it). A kernel: its module's
+   * handle and its name. */
+  uint32_t *kernels;
+  uint32_t nkernels;
+  uint64_t module;
+  char *name;
 } client_handle;
 
 typedef struct client_transport {
@@ -69,8 +82,17 @@ void client_ctx_free(accel_ctx *ctx);
 int client_embedded_open(accel_ctx *ctx, const char *query);
 int client_remote_open(accel_ctx *ctx, const char *url);
 
-/* Looks up a live handle: its dtype and count. ACCEL_ESTALE if it is not one of ours. */
+/* Looks up a live buffer handle: its dtype and count. ACCEL_ESTALE if it is not one of ours. */
 int client_handle_get(accel_ctx *ctx, accel_buffer h, accel_dtype *dtype, size_t *count);
+/* The live handle h of that kind (its slot's entry), or NULL; the caller holds ctx->mu. */
+client_handle *client_handle_entry(accel_ctx *ctx, uint64_t h, client_handle_kind kind);
+/* A new handle of that kind (buffers: with dtype and count); ACCEL_ELIMIT if the table is
+ * full. The caller holds ctx->mu. */
+int client_handle_alloc_locked(accel_ctx *ctx, client_handle_kind kind, accel_dtype dtype,
+                               size_t count, uint64_t *out);
+void client_handle_free_locked(accel_ctx *ctx, uint32_t slot);
+/* Sends an op as it is, checked or not (send_op in ctx.c). */
+int client_send(accel_ctx *ctx, dev_op *op, accel_future **f);
 
 /* Checks an envelope against the handle table and sends it; makes the future. On error the
  * op is freed and no future made. */

@@ -59,19 +59,33 @@ static pending *pending_take(remote *r, uint64_t id) {
 
 /* ---- completing ---- */
 
-static void finish_op(accel_ctx *ctx, dev_op *op, int status) {
+/* `value` (a module load's build log, or NULL) goes to the op's future, or is freed. */
+static void finish_op(accel_ctx *ctx, dev_op *op, int status, char *value) {
   if (op->future) {
-    accel_future_complete(op->future, status, NULL, NULL);
+    accel_future_complete(op->future, status, value, value ? free : NULL);
     accel_future_release(op->future);
+  } else {
+    free(value);
   }
   free(op);
   client_op_done(ctx, status);
 }
 
+/* A module load's REPLY carries the build log, whatever its status: a string for the
+ * future (NULL if empty, or without memory for it: the status is what matters). */
+static char *log_of(proto_bytes data) {
+  char *text = data.len ? malloc(data.len + 1) : NULL;
+  if (text) {
+    memcpy(text, data.data, data.len);
+    text[data.len] = '\0';
+  }
+  return text;
+}
+
 static void finish_pending(accel_ctx *ctx, pending *p, int status, proto_bytes data) {
   if (p->kind == PENDING_OP && p->shm) {
     remote_shm_complete(remote_of(ctx), p->op, p->staging, status);
-    finish_op(ctx, p->op, status);
+    finish_op(ctx, p->op, status, NULL);
     free(p);
     return;
   }
@@ -84,7 +98,7 @@ static void finish_pending(accel_ctx *ctx, pending *p, int status, proto_bytes d
       else
         status = ACCEL_EPROTO;
     }
-    finish_op(ctx, op, status);
+    finish_op(ctx, op, status, op->h.kind == DEV_OP_MODULE_LOAD ? log_of(data) : NULL);
     free(p);
     return;
   }
@@ -232,7 +246,11 @@ static int send_op_frame(accel_ctx *ctx, dev_op *op) {
   proto_out o;
   proto_out_init(&o);
   uint64_t id = pending_put(r, p); /* from here on p may be finished by the receiver */
-  int rc = shm ? proto_encode_op_shm(&o, id, op, ref) : proto_encode_op(&o, id, op, data);
+  int rc;
+  if (op->h.kind == DEV_OP_MODULE_LOAD && op->u.module.len > r->welcome.limits.max_message)
+    rc = ACCEL_ELIMIT; /* a module's code goes in one frame: refused before it is copied */
+  else
+    rc = shm ? proto_encode_op_shm(&o, id, op, ref) : proto_encode_op(&o, id, op, data);
   if (rc == 0 && o.len > r->welcome.limits.max_message)
     rc = ACCEL_ELIMIT; /* larger than the daemon takes in one frame */
   pthread_mutex_lock(&r->mu);

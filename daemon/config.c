@@ -103,6 +103,22 @@ static bool parse_completion(const char *v, accel_completion *out) {
   return false;
 }
 
+/* [security] user_kernels: where clients may load their own kernels. */
+static bool parse_user_kernels(const char *v, uint32_t *out) {
+  static const struct {
+    const char *name;
+    srv_user_kernels value;
+  } names[] = {{"local", SRV_USER_KERNELS_LOCAL},
+               {"all", SRV_USER_KERNELS_ALL},
+               {"none", SRV_USER_KERNELS_NONE}};
+  for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+    if (strcasecmp(v, names[i].name) == 0) {
+      *out = names[i].value;
+      return true;
+    }
+  return false;
+}
+
 static bool add_listen(acd_config *c, const char *url) {
   if (c->nlisten == ACD_MAX_LISTEN || strstr(url, "://") == NULL)
     return false;
@@ -323,6 +339,8 @@ static bool security_key(load_ctx *x, const char *k, const char *v) {
     return set_path(&c->tls_ca, v);
   if (!strcmp(k, "tls_verify_clients"))
     return parse_bool(v, &c->tls_verify_clients);
+  if (!strcmp(k, "user_kernels"))
+    return parse_user_kernels(v, &c->user_kernels);
   return false;
 }
 
@@ -383,6 +401,10 @@ int acd_config_apply_flags(acd_config *c, const acd_flags *f, char *err, size_t 
   }
   if (f->allow_plain_tcp)
     c->allow_plain_tcp = true;
+  if (f->user_kernels && !parse_user_kernels(f->user_kernels, &c->user_kernels)) {
+    snprintf(err, err_len, "--user-kernels %s: local, all or none", f->user_kernels);
+    return ACCEL_EINVAL;
+  }
   if (c->nlisten == 0 && !add_listen(c, ACD_DEFAULT_URL)) {
     snprintf(err, err_len, "out of memory");
     return ACCEL_ENOMEM;
@@ -427,7 +449,8 @@ void acd_config_security(const acd_config *c, srv_security *out) {
                         .tls_cert = c->tls_cert,
                         .tls_key = c->tls_key,
                         .tls_ca = c->tls_ca,
-                        .tls_verify_clients = c->tls_verify_clients};
+                        .tls_verify_clients = c->tls_verify_clients,
+                        .user_kernels = (srv_user_kernels)c->user_kernels};
 }
 
 static bool same_ids(const uint32_t *a, uint32_t na, const uint32_t *b, uint32_t nb) {
@@ -443,5 +466,6 @@ bool acd_config_security_same(const acd_config *a, const acd_config *b) {
          same_ids(a->allow_gids, a->nallow_gids, b->allow_gids, b->nallow_gids) &&
          a->allow_any_local == b->allow_any_local && a->allow_plain_tcp == b->allow_plain_tcp &&
          same_string(a->tls_cert, b->tls_cert) && same_string(a->tls_key, b->tls_key) &&
-         same_string(a->tls_ca, b->tls_ca) && a->tls_verify_clients == b->tls_verify_clients;
+         same_string(a->tls_ca, b->tls_ca) && a->tls_verify_clients == b->tls_verify_clients &&
+         a->user_kernels == b->user_kernels;
 }

@@ -41,6 +41,7 @@ typedef struct acd_config {
   bool allow_plain_tcp;
   char *tls_cert, *tls_key, *tls_ca; /* PEM files; NULL: not set */
   bool tls_verify_clients;
+  uint32_t user_kernels;        /* srv_user_kernels: local (default), all, none */
 } acd_config;
 
 /* What the command line said; it overrides the file, at start and on every reload. */
@@ -54,6 +55,7 @@ typedef struct acd_flags {
   const char *backends;         /* --backends LIST; NULL: not given */
   bool foreground;
   bool allow_plain_tcp;         /* --allow-plain-tcp: as [security] allow_plain_tcp = true */
+  const char *user_kernels;     /* --user-kernels local|all|none; NULL: not given */
 } acd_flags;
 
 struct srv_security;

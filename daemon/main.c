@@ -3,7 +3,8 @@
  * systemd), and runs the loop on the main thread until SIGTERM has drained it.
  *
  *   acceld [--config FILE] [--listen URL]... [--log-level L] [--enable-fault-injection]
- *          [--cpu-devices N] [--allow-plain-tcp] [--foreground]
+ *          [--cpu-devices N] [--allow-plain-tcp] [--user-kernels local|all|none]
+ *          [--foreground]
  *   acceld --version
  *
  * Without --foreground (and outside systemd) it detaches once it serves, so a shell script can
@@ -31,7 +32,7 @@ static void usage(FILE *to) {
   fprintf(to,
           "usage: acceld [--config FILE] [--listen URL]... [--log-level LEVEL]\n"
           "              [--enable-fault-injection] [--cpu-devices N] [--backends LIST]\n"
-          "              [--allow-plain-tcp]\n"
+          "              [--allow-plain-tcp] [--user-kernels local|all|none]\n"
           "              [--foreground]\n"
           "  --config FILE             INI configuration (default %s, if present)\n"
           "  --listen URL              ipc://PATH, tls+tcp://HOST:PORT (TLS settings in the\n"
@@ -45,6 +46,8 @@ static void usage(FILE *to) {
           "                            backends among devices of one kind\n"
           "  --allow-plain-tcp         let tcp:// listeners start (no encryption, no\n"
           "                            authentication: trusted networks only)\n"
+          "  --user-kernels WHERE      where clients may load their own kernels: local\n"
+          "                            (ipc:// only, the default), all, none\n"
           "  --foreground              stay attached (systemd, tests)\n"
           "  --version                 print the version and exit\n",
           ACD_DEFAULT_CONFIG, ACD_DEFAULT_URL);
@@ -60,6 +63,7 @@ static int parse_args(int argc, char **argv, acd_flags *f) {
       {"backends", required_argument, NULL, 'b'},
       {"foreground", no_argument, NULL, 'f'},
       {"allow-plain-tcp", no_argument, NULL, 'P'},
+      {"user-kernels", required_argument, NULL, 'K'},
       {"help", no_argument, NULL, 'h'},
       {"version", no_argument, NULL, 'V'},
       {NULL, 0, NULL, 0},
@@ -84,6 +88,7 @@ static int parse_args(int argc, char **argv, acd_flags *f) {
     case 'b': f->backends = optarg; break;
     case 'f': f->foreground = true; break;
     case 'P': f->allow_plain_tcp = true; break;
+    case 'K': f->user_kernels = optarg; break;
     case 'h': usage(stdout); exit(0);
     case 'V': printf("acceld %s\n", ACCEL_VERSION_STRING); exit(0);
     default: return 2;

@@ -6,6 +6,11 @@
 #include "actors/world.h"
 #include "proto/wire.h"
 
+_Static_assert(PROTO_OPTIONS_MAX == DEV_MODULE_MAX_OPTIONS, "the wire carries every option");
+
+/* accel_source kinds, as sets of 1 << kind. */
+#define SOURCE_BITS (((1u << (ACCEL_SOURCE_SPIRV + 1)) - 1) & ~1u)
+
 /* ---- writing ---- */
 
 void proto_out_init(proto_out *o) {
@@ -204,7 +209,7 @@ static void put_device(proto_out *o, const struct accel_device_info *d) {
   put_u32(o, d->rng_dtypes);
   put_u32(o, d->nn_dtypes);
   put_u32(o, d->kind);
-  put_u32(o, 0);
+  put_u32(o, d->sources);
 }
 
 static void get_device(reader *r, struct accel_device_info *d) {
@@ -230,7 +235,7 @@ static void get_device(reader *r, struct accel_device_info *d) {
   d->nn_dtypes = get_u32(r);
   uint32_t kind = get_u32(r); /* an enum a client may index a table with */
   d->kind = kind <= BE_KIND_ACCELERATOR ? kind : (r->bad = true, 0);
-  get_u32(r);
+  d->sources = get_u32(r) & SOURCE_BITS; /* a daemon before user kernels sent 0 */
 }
 
 int proto_encode_device(proto_out *o, const struct accel_device_info *d) {
@@ -301,6 +306,39 @@ int proto_decode_welcome(const uint8_t *body, size_t len, proto_welcome *w) {
 
 /* ---- ops: header, buffers, then a payload fixed per kind (+ a write's bytes) ---- */
 
+static size_t options_len(const dev_op *op) {
+  const char *opts = op->u.module.options;
+  return opts ? strnlen(opts, PROTO_OPTIONS_MAX + 1) : 0;
+}
+
+/* source, options_len, code_len, the options; the code follows as the op's data. */
+static void put_module(proto_out *o, const dev_op *op) {
+  size_t n = options_len(op);
+  put_u32(o, op->u.module.source);
+  put_u32(o, (uint32_t)n);
+  put_u64(o, op->u.module.len);
+  put_bytes(o, op->u.module.options, n);
+}
+
+/* The name as far as its terminator (all of name[] if it has none: the decoder refuses it). */
+static void put_launch(proto_out *o, const dev_launch *l) {
+  size_t n = strnlen(l->name, sizeof l->name);
+  put_u64(o, l->module);
+  for (int i = 0; i < 3; i++)
+    put_u32(o, l->grid[i]);
+  for (int i = 0; i < 3; i++)
+    put_u32(o, l->block[i]);
+  put_u32(o, l->shared_bytes);
+  put_u32(o, l->nargs);
+  put_u32(o, (uint32_t)n);
+  put_bytes(o, l->name, n);
+  for (uint32_t i = 0; i < l->nargs; i++) {
+    put_u32(o, l->args[i].kind);
+    put_u32(o, l->args[i].size);
+    put_u64(o, l->args[i].bits);
+  }
+}
+
 static void put_payload(proto_out *o, const dev_op *op, size_t data_len) {
   switch (op->h.kind) {
   case DEV_OP_WRITE:
@@ -357,12 +395,81 @@ static void put_payload(proto_out *o, const dev_op *op, size_t data_len) {
   case DEV_OP_BUFFER_CREATE:
     put_u32(o, op->u.create.dtype);
     break;
-  default: /* COPY, BUFFER_DESTROY: nothing */
+  case DEV_OP_MODULE_LOAD:
+    put_module(o, op);
+    break;
+  case DEV_OP_LAUNCH:
+    put_launch(o, &op->u.launch);
+    break;
+  default: /* COPY, BUFFER_DESTROY, MODULE_UNLOAD: nothing */
     break;
   }
 }
 
-static uint64_t get_payload(reader *r, dev_op *op) {
+/* A MODULE_LOAD's payload; returns its code's length (the bytes after the options). */
+static uint64_t get_module(reader *r, dev_op *op, proto_bytes *options) {
+  uint32_t source = get_u32(r);
+  uint32_t n = get_u32(r);
+  uint64_t code_len = get_u64(r);
+  if (source < ACCEL_SOURCE_CUDA || source > ACCEL_SOURCE_SPIRV || n > PROTO_OPTIONS_MAX ||
+      code_len == 0 || op->nbufs != 1) {
+    r->bad = true;
+    return 0;
+  }
+  const uint8_t *p = get_bytes(r, n);
+  if (p && memchr(p, '\0', n) != NULL) /* it becomes a C string */
+    r->bad = true;
+  op->u.module.source = source;
+  *options = (proto_bytes){p, p ? n : 0};
+  return code_len;
+}
+
+static void get_kernel_arg(reader *r, const dev_op *op, dev_kernel_arg *a) {
+  a->kind = get_u32(r);
+  a->size = get_u32(r);
+  a->bits = get_u64(r);
+  if (a->kind < BE_PARAM_BUFFER || a->kind > BE_PARAM_LOCAL ||
+      (a->kind == BE_PARAM_BUFFER && a->bits >= op->nbufs))
+    r->bad = true;
+}
+
+/* The access a launch asks for, per buffer: the client's (the checker holds it to the
+ * arguments); other kinds' access modes are the checker's alone. */
+static bool launch_access_ok(uint32_t access) {
+  return access == DEV_READ || access == DEV_WRITE || access == DEV_RW ||
+         access == DEV_WRITE_ALL;
+}
+
+/* Everything is bounded before it is stored: nargs by args[], the name by name[] (and it
+ * must hold no NUL: it is looked up as a C string). */
+static void get_launch(reader *r, dev_op *op) {
+  dev_launch *l = &op->u.launch;
+  l->module = get_u64(r);
+  for (int i = 0; i < 3; i++)
+    l->grid[i] = get_u32(r);
+  for (int i = 0; i < 3; i++)
+    l->block[i] = get_u32(r);
+  l->shared_bytes = get_u32(r);
+  l->nargs = get_u32(r);
+  uint32_t n = get_u32(r);
+  if (r->bad || l->nargs > BE_LAUNCH_MAX_ARGS || n == 0 || n > BE_KERNEL_NAME_MAX) {
+    r->bad = true;
+    return;
+  }
+  const uint8_t *name = get_bytes(r, n);
+  if (name == NULL || memchr(name, '\0', n) != NULL) {
+    r->bad = true;
+    return;
+  }
+  memcpy(l->name, name, n); /* the op was zeroed: l->name[n] is its terminator */
+  for (uint32_t i = 0; i < l->nargs && !r->bad; i++)
+    get_kernel_arg(r, op, &l->args[i]);
+  for (uint32_t i = 0; i < op->nbufs; i++)
+    if (!launch_access_ok(op->bufs[i].access))
+      r->bad = true;
+}
+
+static uint64_t get_payload(reader *r, dev_op *op, proto_bytes *options) {
   uint64_t data_len = 0;
   switch (op->h.kind) {
   case DEV_OP_WRITE:
@@ -426,6 +533,15 @@ static uint64_t get_payload(reader *r, dev_op *op) {
   case DEV_OP_BUFFER_CREATE:
     op->u.create.dtype = get_u32(r);
     break;
+  case DEV_OP_MODULE_LOAD:
+    data_len = get_module(r, op, options);
+    break;
+  case DEV_OP_MODULE_UNLOAD:
+    r->bad |= op->nbufs != 1;
+    break;
+  case DEV_OP_LAUNCH:
+    get_launch(r, op);
+    break;
   default:
     break;
   }
@@ -452,6 +568,15 @@ static void put_op_head(proto_out *o, const dev_op *op, uint32_t flags) {
 int proto_encode_op(proto_out *o, uint64_t request_id, const dev_op *op, proto_bytes data) {
   if (op->nbufs > DEV_OP_MAX_BUFS || (data.len && op->h.kind != DEV_OP_WRITE))
     return ACCEL_EINVAL;
+  if (op->h.kind == DEV_OP_LAUNCH && op->u.launch.nargs > BE_LAUNCH_MAX_ARGS)
+    return ACCEL_EINVAL;
+  if (op->h.kind == DEV_OP_MODULE_LOAD) {
+    if (options_len(op) > PROTO_OPTIONS_MAX)
+      return ACCEL_ELIMIT;
+    if (op->u.module.code == NULL && op->u.module.len > 0)
+      return ACCEL_EINVAL;
+    data = (proto_bytes){op->u.module.code, (size_t)op->u.module.len};
+  }
   size_t at = begin_frame(o, PROTO_OP, request_id);
   put_op_head(o, op, 0);
   put_payload(o, op, data.len);
@@ -509,32 +634,50 @@ static int get_shm_payload(reader *r, dev_op *op, proto_shm_ref *shm) {
   return done(r);
 }
 
-int proto_decode_op_ex(const uint8_t *body, size_t len, dev_op *op, proto_bytes *data,
-                       proto_shm_ref *shm) {
+/* The bytes after the payload: a write's data or a module's code. */
+static void take_data(dev_op *op, proto_bytes data) {
+  if (op->h.kind == DEV_OP_WRITE) {
+    op->u.write.src = data.data;
+    op->u.write.bytes = data.len;
+  } else if (op->h.kind == DEV_OP_MODULE_LOAD) {
+    op->u.module.code = data.data;
+    op->u.module.len = data.len;
+  }
+}
+
+int proto_decode_op_ex(const uint8_t *body, size_t len, bool shm, dev_op *op,
+                       proto_op_data *out) {
   reader r = {body, len, 0, false};
   memset(op, 0, sizeof *op);
-  *data = (proto_bytes){NULL, 0};
+  memset(out, 0, sizeof *out);
   get_op_head(&r, op);
   if (r.bad || op->h.deadline_ms < 0 || (op->h.device < 0 && op->h.device != ACCEL_DEVICE_ANY) ||
       (op->h.flags & ~(uint32_t)PROTO_OPF_SHM) != 0)
     return ACCEL_EPROTO;
   if (op->h.flags & PROTO_OPF_SHM)
-    return get_shm_payload(&r, op, shm);
-  /* The shape check reads payload enums too (a created buffer's dtype): after the payload. */
-  uint64_t data_len = get_payload(&r, op);
-  if (r.bad || dev_op_check_shape(op) != 0 || data_len != r.len - r.pos)
+    return get_shm_payload(&r, op, shm ? &out->shm : NULL);
+  uint64_t data_len = get_payload(&r, op, &out->options);
+  if (r.bad || data_len != r.len - r.pos) {
+    out->options = (proto_bytes){NULL, 0};
     return ACCEL_EPROTO;
-  data->data = get_bytes(&r, (size_t)data_len);
-  data->len = (size_t)data_len;
-  if (op->h.kind == DEV_OP_WRITE) {
-    op->u.write.src = data->data;
-    op->u.write.bytes = data_len;
+  }
+  out->bytes.data = get_bytes(&r, (size_t)data_len);
+  out->bytes.len = (size_t)data_len;
+  take_data(op, out->bytes);
+  /* The shape check reads the payload too (a created buffer's dtype, a module's code, a
+   * launch's arguments): last. */
+  if (dev_op_check_shape(op) != 0) {
+    memset(out, 0, sizeof *out);
+    return ACCEL_EPROTO;
   }
   return done(&r);
 }
 
 int proto_decode_op(const uint8_t *body, size_t len, dev_op *op, proto_bytes *data) {
-  return proto_decode_op_ex(body, len, op, data, NULL);
+  proto_op_data out;
+  int rc = proto_decode_op_ex(body, len, false, op, &out);
+  *data = out.bytes;
+  return rc;
 }
 
 /* ---- control and replies ---- */

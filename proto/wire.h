@@ -11,6 +11,7 @@
 #ifndef PROTO_WIRE_H
 #define PROTO_WIRE_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -25,6 +26,10 @@
 #define PROTO_BUF_SIZE 32u     /* one buffer reference in an OP */
 #define PROTO_OP_HEAD_SIZE 32u /* an OP body before its buffers */
 #define PROTO_MAX_DEVICES 16u
+#define PROTO_OPTIONS_MAX 4096u /* a MODULE_LOAD's compiler options, bytes (no NUL) */
+/* The most bytes of a build log a MODULE_LOAD's REPLY carries (and never more than fits in
+ * max_message): the daemon cuts a longer log there. */
+#define PROTO_BUILD_LOG_MAX (1u << 20)
 
 typedef enum proto_type {
   PROTO_HELLO = 1,   /* client -> daemon: version, capabilities, name */
@@ -119,7 +124,9 @@ void proto_out_free(proto_out *o);
 /* ---- encoding: each appends one whole frame to o; 0 or o->err ---- */
 int proto_encode_hello(proto_out *o, uint64_t request_id, const proto_hello *h);
 int proto_encode_welcome(proto_out *o, uint64_t request_id, const proto_welcome *w);
-/* `data` is a write's bytes (NULL otherwise). */
+/* `data` is a write's bytes (NULL otherwise). A MODULE_LOAD's code and options are taken from
+ * op->u.module: ACCEL_ELIMIT if its options are longer than PROTO_OPTIONS_MAX. A LAUNCH of
+ * more than BE_LAUNCH_MAX_ARGS arguments is ACCEL_EINVAL. */
 int proto_encode_op(proto_out *o, uint64_t request_id, const dev_op *op, proto_bytes data);
 int proto_encode_control(proto_out *o, uint64_t request_id, const proto_control_req *c);
 int proto_encode_reply(proto_out *o, uint64_t request_id, int32_t status, proto_bytes data);
@@ -158,13 +165,26 @@ int proto_decode_header(const uint8_t *frame, size_t len, uint32_t max_message,
                         proto_header *h);
 int proto_decode_hello(const uint8_t *body, size_t len, proto_hello *h);
 int proto_decode_welcome(const uint8_t *body, size_t len, proto_welcome *w);
-/* Fills *op (no future, no owner) and *data (a write's bytes, borrowed from body). Checks
- * the kind, the buffer count and access modes the kind needs, and the payload's enums. */
+/* What an OP carries besides its envelope, borrowed from the body (valid while it is). */
+typedef struct proto_op_data {
+  proto_bytes bytes;   /* a WRITE's data, a MODULE_LOAD's code (both also in *op) */
+  /* A MODULE_LOAD's options (len 0: none). They have no NUL on the wire, so the decoder
+   * leaves op->u.module.options NULL: the caller points it at a NUL-terminated copy that
+   * lives as long as the op (it holds no NUL byte and at most PROTO_OPTIONS_MAX bytes). */
+  proto_bytes options;
+  proto_shm_ref shm;   /* a PROTO_OPF_SHM op: where its data is */
+} proto_op_data;
+
+/* Fills *op (no future, no owner) and *data (a write's bytes or a module's code, borrowed
+ * from body). Checks the kind, the buffer count and access modes the kind needs, the
+ * payload's enums and lengths (docs/PROTOCOL.md). A MODULE_LOAD's options are not given:
+ * use proto_decode_op_ex to submit one. */
 int proto_decode_op(const uint8_t *body, size_t len, dev_op *op, proto_bytes *data);
-/* The same, also taking PROTO_OPF_SHM ops when `shm` is not NULL (their reference in *shm;
- * *data stays empty). proto_decode_op refuses them (ACCEL_EPROTO). */
-int proto_decode_op_ex(const uint8_t *body, size_t len, dev_op *op, proto_bytes *data,
-                       proto_shm_ref *shm);
+/* The same, with a MODULE_LOAD's options, and taking PROTO_OPF_SHM ops when `shm` is set
+ * (their reference in out->shm; out->bytes stays empty). proto_decode_op refuses those
+ * (ACCEL_EPROTO). */
+int proto_decode_op_ex(const uint8_t *body, size_t len, bool shm, dev_op *op,
+                       proto_op_data *out);
 int proto_decode_control(const uint8_t *body, size_t len, proto_control_req *c);
 int proto_decode_reply(const uint8_t *body, size_t len, int32_t *status, proto_bytes *data);
 

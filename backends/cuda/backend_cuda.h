@@ -1,13 +1,15 @@
 /* The cuda backend: its ops table (for the registry) and what its tests and benchmarks reach
  * beyond backend.h. One file per idea: backend_cuda.c (probe, devices, faults, the table),
  * context.c, fault.c, callback.c, queue.c, event.c, memory.c, copy.c and stage.c (host
- * transfers), kernels.c and kernels.cu (built-in kernels), blas.c (cuBLAS), driver.c and
- * cublas_lib.c (the libraries, loaded at run time). Contracts: backends/backend.h; how the
- * pieces fit: device.h.
+ * transfers), kernels.c and kernels.cu (built-in kernels), blas.c (cuBLAS), module.c and
+ * module_build.c (user kernels, NVRTC), driver.c, cublas_lib.c and nvrtc_lib.c (the libraries,
+ * loaded at run time). Contracts: backends/backend.h; how the pieces fit: device.h.
  *
  * Environment (read when the thing it governs starts):
  *   ACCEL_CUDA_DRIVER=<file>      the driver library instead of libcuda.so.1 (tests)
  *   ACCEL_CUDA_CUBLAS=<file>      cuBLAS instead of libcublas.so.13 (or .12)
+ *   ACCEL_NVRTC=<file>            NVRTC instead of libnvrtc.so.13 (or .12, or libnvrtc.so)
+ *   ACCEL_CACHE_DIR=<dir>         built user kernels' disk cache (backends/disk_cache.h)
  *   ACCEL_CUDA_TF32=1             sgemm on TF32 tensor cores for devices opened from then on
  *   ACCEL_CUDA_COPY_THREADS=<n>   threads per large pageable copy (default 3/4 of the cores,
  *                                 at most 16)
@@ -46,6 +48,16 @@ uint64_t be_cuda_function(be_device *dev, const char *name);
 /* Threads that copy a large pageable transfer to or from pinned memory (at least 1); set
  * before the queue's first large copy. From ACCEL_CUDA_COPY_THREADS at open by default. */
 int be_cuda_set_copy_threads(be_device *dev, unsigned n);
+
+/* User kernels' build caches (module_build.c), counted since the process began: NVRTC
+ * compilations run, and loads served from the table in memory or from the disk cache. */
+typedef struct be_cuda_module_stats {
+  uint64_t compiles, memory_hits, disk_hits;
+} be_cuda_module_stats;
+void be_cuda_module_cache_stats(be_cuda_module_stats *out);
+/* Empties the table in memory (the disk cache stays): the next load of a source built before
+ * reads the disk. Tests and benchmarks. */
+void be_cuda_module_cache_drop(void);
 
 /* The embedded fatbin (kernels.cu, compiled by nvcc at build time). */
 extern const unsigned char be_cuda_fatbin[];

@@ -14,6 +14,11 @@
  * every host callback still pending is called with ACCEL_EDEVLOST (callback.c), from a thread
  * of its own (be_cuda_fault): CUDA never calls a host function after a sticky error.
  *
+ * Abort (a user kernel past its deadline): the device is marked lost as by a fault, and
+ * `aborted` says that work may still be running and never end, so teardown makes no call that
+ * waits for the device (stream or context synchronisation, frees that synchronise) before the
+ * context is destroyed, which stops that work.
+ *
  * Lock order: dev->lock, then cb_lock. copy_lock is never taken with either held.
  *
  * Lifetime: the device is reference counted: the opener holds one reference, each event one
@@ -137,19 +142,21 @@ struct be_device {
   atomic_bool tf32;      /* sgemm on TF32 tensor cores (blas.c) */
   int cc;                /* compute capability, major * 10 + minor (gemm_supports) */
   atomic_int fault;      /* BE_CUDA_OK, FAULTING, LOST */
+  atomic_bool aborted;   /* lost by abort(): work may run for ever (above) */
   atomic_uint gen;
   atomic_int syncing;    /* threads inside event_sync: close waits for them */
   bool closed;
   pthread_rwlock_t copy_lock;
   pthread_mutex_t lock;
   /* Under lock: what close frees if its users left it; the pool of idle events. */
-  be_cu_link queues, blocks;
+  be_cu_link queues, blocks, modules;
   CUevent *pool;
   size_t npool, pool_cap;
   /* The incarnation's module and internal stream (context.c). */
   CUmodule module;
   CUfunction fn[BE_FN_COUNT];
   CUstream aux;
+  be_launch_limits limits; /* user kernels' geometry (module.c), read at open */
   /* The thread that calls the pending callbacks after a fault (fault.c). */
   pthread_mutex_t reap_lock;
   pthread_t reaper;
@@ -223,6 +230,30 @@ void be_cuda_hostfn_wait(be_device *dev);
  * CUDA will never call (ACCEL_EDEVLOST) and frees their records. */
 void be_cuda_callbacks_drain(be_device *dev);
 
+/* ---- module.c, module_build.c: user kernels (the `module` package) ------------------ */
+
+/* Code the driver loads: a CUBIN, or PTX (len bytes, then a NUL either way). */
+typedef struct be_cuda_image {
+  void *data;
+  size_t len;
+} be_cuda_image;
+
+/* CUDA C built for dev by NVRTC, or found in the caches (module_build.c): 0, ACCEL_EBUILD,
+ * ACCEL_ENOTSUP (no NVRTC), ACCEL_ENOMEM. The compiler's output is appended to *log. */
+int be_cuda_build(be_device *dev, const void *code, size_t len, const char *options,
+                  be_cuda_image *img, char **log);
+/* Appends a line of text to a malloc'd log (*log NULL: none yet). */
+void be_cuda_log_append(char **log, const char *text);
+/* Frees a log that holds nothing but blanks (it becomes NULL). */
+void be_cuda_log_finish(char **log);
+/* Reads the device's launch limits into dev->limits (open). */
+void be_cuda_limits_read(be_device *dev);
+/* The incarnation's modules are gone (dissolve; the context is current): unloaded unless the
+ * device is lost, never touched again. Their records stay until unload or close. */
+void be_cuda_modules_dissolve(be_device *dev, bool lost);
+/* Frees the records of the modules left (close, after dissolve). */
+void be_cuda_modules_free_all(be_device *dev);
+
 /* ---- device references (backend_cuda.c) ------------------------------------------------- */
 
 void be_cuda_dev_ref(be_device *dev);
@@ -292,6 +323,7 @@ int be_cuda_fill(be_queue *q, be_mem dst, size_t off, size_t count, uint32_t esi
 extern const be_blas_pkg be_cuda_blas;
 extern const be_rng_pkg be_cuda_rng;
 extern const be_nn_pkg be_cuda_nn;
+extern const be_module_pkg be_cuda_module;
 /* RNG into U32 (bits), F32, F64, F16, BF16 (kernels.c). */
 int be_cuda_rng_fill(be_queue *q, uint32_t dtype, be_mem dst, size_t off, size_t count,
                      const be_rng_args *r);

@@ -27,7 +27,8 @@ static void say(char *why, size_t len, const char *prefix, const char *arg)
 }
 
 /* Every symbol of BE_CU_FUNCS from lib into api; the first missing one fails the load (a
- * driver older than the toolkit this was built with). */
+ * driver older than the toolkit this was built with). Those of BE_CU_OPTIONAL_FUNCS stay NULL
+ * when missing. */
 static int resolve(void *lib, be_cu_api *api, char *why, size_t len)
 {
 #define BE_CU_RESOLVE_(fn)                                                                 \
@@ -38,6 +39,9 @@ static int resolve(void *lib, be_cu_api *api, char *why, size_t len)
   }
   BE_CU_FUNCS(BE_CU_RESOLVE_)
 #undef BE_CU_RESOLVE_
+#define BE_CU_OPTIONAL_(fn) *(void **)(void *)&api->fn = dlsym(lib, BE_CU_STR(fn));
+  BE_CU_OPTIONAL_FUNCS(BE_CU_OPTIONAL_)
+#undef BE_CU_OPTIONAL_
   return 0;
 }
 

@@ -33,15 +33,22 @@
   X(cuMemHostGetDevicePointer) X(cuDevicePrimaryCtxGetState)                               \
   X(cuPointerGetAttributes) X(cuMemcpyHtoDAsync) X(cuMemcpyDtoHAsync)                      \
   X(cuMemcpyDtoDAsync) X(cuMemsetD8Async) X(cuMemsetD16Async) X(cuMemsetD32Async)          \
-  X(cuMemHostRegister) X(cuMemHostUnregister)
+  X(cuMemHostRegister) X(cuMemHostUnregister)                                            \
+  X(cuModuleLoadDataEx) X(cuFuncSetAttribute)
+
+/* Entry points of newer drivers that the backend does without: NULL in the table when the
+ * driver lacks them (cuFuncGetParamInfo: 12.4). */
+#define BE_CU_OPTIONAL_FUNCS(X) X(cuFuncGetParamInfo)
 
 #define BE_CU_FIELD_(fn) __typeof__(&fn) fn;
 
 typedef struct be_cu_api {
   BE_CU_FUNCS(BE_CU_FIELD_)
+  BE_CU_OPTIONAL_FUNCS(BE_CU_FIELD_)
 } be_cu_api;
 
-/* The loaded table; valid once be_cuda_driver_load() returned 0. */
+/* The loaded table; valid once be_cuda_driver_load() returned 0. Optional entries may be
+ * NULL. */
 extern be_cu_api be_cu;
 
 /* Loads the driver once per process (thread-safe) and initialises it (cuInit). 0, or

@@ -397,4 +397,5 @@ const be_ops be_opencl_ops = {
     .blas = &be_opencl_blas,
     .rng = &be_opencl_rng,
     .nn = &be_opencl_nn,
+    .module = &be_opencl_module,
 };

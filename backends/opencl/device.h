@@ -212,6 +212,7 @@ uint32_t be_ocl_float_dtypes(be_device *dev);
 extern const be_blas_pkg be_opencl_blas;
 extern const be_rng_pkg be_opencl_rng;
 extern const be_nn_pkg be_opencl_nn;
+extern const be_module_pkg be_opencl_module;
 
 /* The embedded kernels.cl (kernels_cl.c, generated). */
 extern const char be_opencl_source[];

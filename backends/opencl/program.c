@@ -1,25 +1,21 @@
 /* The built-in program (kernels.cl, embedded at build time) for a device, and its disk cache.
  *
  * A build from source takes about 0.6 s on PoCL (more on GPU drivers), on every open and
- * every reset: so the binary of the first build is kept in a file named by a hash (FNV-1a,
- * 64 bits) of the platform, the device, its driver version, the build options and the source.
- * Directory: $ACCEL_CACHE_DIR, else $XDG_CACHE_HOME/accel, else $HOME/.cache/accel. The file
- * holds a header (magic, payload length, payload hash) and the driver's binary; one that is
- * missing, short, corrupt or refused by the driver means a build from source, and a cache
- * that cannot be written is only a missed saving. Files are written whole and renamed into
- * place, so a concurrent reader never sees half a file. */
+ * every reset: so the binary of the first build is kept in the backends' disk cache
+ * (backends/disk_cache.h, kind "opencl") under a hash of the platform, the device, its driver
+ * version, the build options and the source. An entry that is missing, corrupt or refused by
+ * the driver means a build from source, and a cache that cannot be written is only a missed
+ * saving. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include "accel/error.h"
+#include "backends/disk_cache.h"
 #include "backends/opencl/backend_opencl.h"
 #include "backends/opencl/device.h"
 
-#define CACHE_MAGIC "ACCLBIN1"
-#define CACHE_MAX ((size_t)256 << 20)
+#define CACHE_KIND "opencl"
 
 static atomic_uint_fast64_t source_builds, cache_loads;
 
@@ -72,14 +68,6 @@ static const char *const fn_names[BE_OCL_FN_COUNT] = {
     [BE_OCL_NULL] = "be_null",
 };
 
-static uint64_t fnv(uint64_t h, const void *p, size_t n)
-{
-  const unsigned char *s = p;
-  for (size_t i = 0; i < n; i++)
-    h = (h ^ s[i]) * 0x100000001b3ull;
-  return h;
-}
-
 static const char *options(const be_device *dev)
 {
   return dev->fp64 ? "-DBE_FP64" : "";
@@ -89,111 +77,32 @@ static const char *options(const be_device *dev)
 static uint64_t cache_key(const be_device *dev)
 {
   char s[256];
-  uint64_t h = 0xcbf29ce484222325ull;
+  uint64_t h = BE_CACHE_HASH_INIT;
   static const cl_device_info dev_keys[] = {CL_DEVICE_NAME, CL_DEVICE_VENDOR, CL_DRIVER_VERSION,
                                             CL_DEVICE_VERSION};
   for (size_t i = 0; i < sizeof dev_keys / sizeof dev_keys[0]; i++) {
     if (clGetDeviceInfo(dev->id, dev_keys[i], sizeof s, s, NULL) != CL_SUCCESS)
       s[0] = '\0';
     s[sizeof s - 1] = '\0';
-    h = fnv(h, s, strlen(s) + 1);
+    h = be_cache_hash(h, s, strlen(s) + 1);
   }
   static const cl_platform_info plat_keys[] = {CL_PLATFORM_NAME, CL_PLATFORM_VERSION};
   for (size_t i = 0; i < sizeof plat_keys / sizeof plat_keys[0]; i++) {
     if (clGetPlatformInfo(dev->platform, plat_keys[i], sizeof s, s, NULL) != CL_SUCCESS)
       s[0] = '\0';
     s[sizeof s - 1] = '\0';
-    h = fnv(h, s, strlen(s) + 1);
+    h = be_cache_hash(h, s, strlen(s) + 1);
   }
   const char *opt = options(dev);
-  h = fnv(h, opt, strlen(opt) + 1);
-  return fnv(h, be_opencl_source, be_opencl_source_size);
-}
-
-static int cache_dir(char *buf, size_t len)
-{
-  const char *env = getenv("ACCEL_CACHE_DIR"), *xdg = getenv("XDG_CACHE_HOME");
-  const char *home = getenv("HOME");
-  int n;
-  if (env != NULL && env[0] != '\0')
-    n = snprintf(buf, len, "%s", env);
-  else if (xdg != NULL && xdg[0] != '\0')
-    n = snprintf(buf, len, "%s/accel", xdg);
-  else if (home != NULL && home[0] != '\0')
-    n = snprintf(buf, len, "%s/.cache/accel", home);
-  else
-    return ACCEL_ENOENT;
-  return n > 0 && (size_t)n < len ? 0 : ACCEL_ENOENT;
+  h = be_cache_hash(h, opt, strlen(opt) + 1);
+  return be_cache_hash(h, be_opencl_source, be_opencl_source_size);
 }
 
 int be_opencl_cache_file(be_device *dev, char *buf, size_t len)
 {
-  char dir[4096];
-  if (dev == NULL || buf == NULL || cache_dir(dir, sizeof dir) != 0)
+  if (dev == NULL)
     return ACCEL_ENOENT;
-  int n = snprintf(buf, len, "%s/opencl-%016llx.bin", dir,
-                   (unsigned long long)cache_key(dev));
-  return n > 0 && (size_t)n < len ? 0 : ACCEL_ENOENT;
-}
-
-/* ---- the cache file ---------------------------------------------------------------------- */
-
-typedef struct cache_head {
-  char magic[8];
-  uint64_t size, hash;
-} cache_head;
-
-/* The payload of a valid cache file (caller frees), or NULL. */
-static unsigned char *cache_read(const char *path, size_t *size)
-{
-  FILE *f = fopen(path, "rb");
-  if (f == NULL)
-    return NULL;
-  cache_head h;
-  unsigned char *p = NULL;
-  if (fread(&h, sizeof h, 1, f) == 1 && memcmp(h.magic, CACHE_MAGIC, 8) == 0 && h.size > 0 &&
-      h.size <= CACHE_MAX && (p = malloc(h.size)) != NULL) {
-    if (fread(p, 1, h.size, f) != h.size || fgetc(f) != EOF ||
-        fnv(0xcbf29ce484222325ull, p, h.size) != h.hash) {
-      free(p);
-      p = NULL;
-    }
-  }
-  fclose(f);
-  *size = p != NULL ? h.size : 0;
-  return p;
-}
-
-static void mkdirs(const char *path)
-{
-  char tmp[4200];
-  if (strlen(path) >= sizeof tmp)
-    return;
-  memcpy(tmp, path, strlen(path) + 1);
-  for (char *s = tmp + 1; *s != '\0'; s++)
-    if (*s == '/') {
-      *s = '\0';
-      mkdir(tmp, 0700);
-      *s = '/';
-    }
-}
-
-static void cache_write(const char *path, const unsigned char *p, size_t size)
-{
-  char tmp[4300];
-  int n = snprintf(tmp, sizeof tmp, "%s.%ld.tmp", path, (long)getpid());
-  if (n <= 0 || (size_t)n >= sizeof tmp)
-    return;
-  mkdirs(path);
-  FILE *f = fopen(tmp, "wb");
-  if (f == NULL)
-    return;
-  cache_head h = {.size = size, .hash = fnv(0xcbf29ce484222325ull, p, size)};
-  memcpy(h.magic, CACHE_MAGIC, 8);
-  bool ok = fwrite(&h, sizeof h, 1, f) == 1 && fwrite(p, 1, size, f) == size;
-  ok = fclose(f) == 0 && ok;
-  if (!ok || rename(tmp, path) != 0)
-    unlink(tmp);
+  return be_cache_path(CACHE_KIND, cache_key(dev), buf, len);
 }
 
 /* ---- building ----------------------------------------------------------------------------- */
@@ -243,35 +152,36 @@ static cl_program from_source(be_device *dev)
   return p;
 }
 
-static void save(be_device *dev, cl_program p, const char *path)
+static void save(be_device *dev, cl_program p, uint64_t key)
 {
   size_t size = 0;
   if (clGetProgramInfo(p, CL_PROGRAM_BINARY_SIZES, sizeof size, &size, NULL) != CL_SUCCESS ||
-      size == 0 || size > CACHE_MAX)
+      size == 0 || size > BE_CACHE_MAX)
     return;
   unsigned char *bin = malloc(size);
   if (bin != NULL &&
       clGetProgramInfo(p, CL_PROGRAM_BINARIES, sizeof bin, &bin, NULL) == CL_SUCCESS)
-    cache_write(path, bin, size);
+    be_cache_write(CACHE_KIND, key, bin, size);
   (void)dev;
   free(bin);
 }
 
 static cl_program build(be_device *dev)
 {
-  char path[4200];
-  bool cached = be_opencl_cache_file(dev, path, sizeof path) == 0;
+  uint64_t key = cache_key(dev);
+  void *bin = NULL;
   size_t size = 0;
-  unsigned char *bin = cached ? cache_read(path, &size) : NULL;
-  cl_program p = bin != NULL ? from_binary(dev, bin, size) : NULL;
+  cl_program p = NULL;
+  if (be_cache_read(CACHE_KIND, key, &bin, &size) == 0)
+    p = from_binary(dev, bin, size);
   free(bin);
   if (p != NULL) {
     atomic_fetch_add(&cache_loads, 1);
     return p;
   }
   p = from_source(dev);
-  if (p != NULL && cached)
-    save(dev, p, path);
+  if (p != NULL)
+    save(dev, p, key);
   return p;
 }
 

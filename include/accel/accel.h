@@ -77,6 +77,7 @@ typedef enum accel_math {
 #define ACCEL_PKG_BLAS 0x1u /* gemm, axpy, dot, scal */
 #define ACCEL_PKG_RNG 0x2u  /* accel_rng_fill */
 #define ACCEL_PKG_NN 0x4u   /* sigmoid, relu, tanh, softmax */
+#define ACCEL_PKG_MODULE 0x8u /* user kernels: accel_module_load, accel_launch */
 
 typedef enum accel_completion {
   ACCEL_COMPLETION_DEFAULT = 0, /* the device's configured strategy */
@@ -100,6 +101,7 @@ struct accel_device_info {
   /* Sets of ACCEL_DTYPE_BIT(t): gemm's A/B types, axpy/dot/scal, RNG uniform/normal outputs
    * (BITS fills U32 wherever there is an rng package), the element-wise ops and softmax. */
   uint32_t gemm_dtypes, vector_dtypes, rng_dtypes, nn_dtypes;
+  uint32_t sources;       /* user kernels: the accel_source kinds it builds, 1u << ACCEL_SOURCE_* */
 };
 
 /* Bytes moved between memory nodes and to or from the caller, per direction. */
@@ -231,6 +233,121 @@ ACCEL_API int accel_tanh(accel_ctx *ctx, accel_device dev, accel_buffer dst, acc
 /* Row-wise softmax of a rows x cols row-major matrix, numerically stable. */
 ACCEL_API int accel_softmax(accel_ctx *ctx, accel_device dev, accel_buffer dst,
                             accel_buffer src, size_t rows, size_t cols, accel_future **f);
+
+/* ---- user kernels ------------------------------------------------------------------------
+ * Load your own kernels from source and launch them like any other op: a launch names its
+ * buffers with access modes, so it is ordered with every other op on them (on any device)
+ * and the buffers' latest copy is brought to the device first. */
+typedef uint64_t accel_module; /* handles from the buffers' table (max_buffers counts them) */
+typedef uint64_t accel_kernel;
+
+typedef enum accel_source {
+  ACCEL_SOURCE_CUDA = 1,   /* CUDA C++, compiled by NVRTC (loaded at run time) for the device's
+                            * architecture; kernels are found by their extern "C" names */
+  ACCEL_SOURCE_PTX = 2,    /* PTX text, JIT-compiled by the CUDA driver */
+  ACCEL_SOURCE_OPENCL = 3, /* OpenCL C, built by the device's OpenCL platform */
+  ACCEL_SOURCE_SPIRV = 4   /* a SPIR-V module, for OpenCL devices that take IL */
+} accel_source;
+
+/* Builds `len` bytes of code for device `dev`, or with ACCEL_DEVICE_ANY for every device that
+ * builds that kind of source (ACCEL_ENOTSUP if none does). `options` (NULL or a string) go to
+ * the compiler as they are (NVRTC: "-default-device --use_fast_math"; OpenCL: "-DN=4"). The
+ * code is copied: it may be freed once the call returns. The handle is usable at once: ops of
+ * this context issued after the load run after its build. The future completes when the
+ * build is done: 0, ACCEL_EBUILD if the source did not build, ACCEL_ENOTSUP if the device
+ * cannot take the source, ACCEL_EPERM if the daemon does not allow user kernels on this
+ * connection. Its value (accel_future_value) is the compiler's log, a NUL-terminated string
+ * owned by the future (NULL if the compiler said nothing): errors, and warnings on success.
+ * Built code is cached by source, options and device (in memory and on disk, in
+ * $ACCEL_CACHE_DIR or $XDG_CACHE_HOME/accel), so a second load of the same source is quick.
+ * Through acceld the module is built in the daemon and belongs to this connection.
+ * A module whose device restarted (a fault) must be loaded again: its launches there fail with
+ * ACCEL_EDATALOST. */
+ACCEL_API int accel_module_load(accel_ctx *ctx, accel_device dev, accel_source source,
+                                const void *code, size_t len, const char *options,
+                                accel_module *out, accel_future **f);
+/* Frees the module once the launches issued before have run; its handle (and its kernels')
+ * are stale at once. */
+ACCEL_API int accel_module_unload(accel_ctx *ctx, accel_module m);
+/* A kernel of the module by its name (at most 127 bytes). The name is looked up when a launch
+ * runs: an unknown name fails that launch with ACCEL_ENOENT. Kernel handles need no freeing:
+ * they go with the module. */
+ACCEL_API int accel_kernel_get(accel_ctx *ctx, accel_module m, const char *name,
+                               accel_kernel *out);
+
+typedef enum accel_access {
+  ACCEL_ACCESS_READ = 1,
+  ACCEL_ACCESS_WRITE = 2,     /* the kernel writes every element of the range, reads none */
+  ACCEL_ACCESS_READ_WRITE = 3
+} accel_access;
+
+typedef enum accel_arg_kind {
+  ACCEL_ARG_BUFFER = 1, /* a pointer (CUDA) or __global / __constant buffer (OpenCL) */
+  ACCEL_ARG_SCALAR = 2, /* a value passed by copy: `size` bytes of `bits` */
+  ACCEL_ARG_LOCAL = 3   /* OpenCL: a __local pointer of `size` bytes (CUDA: use shared_bytes) */
+} accel_arg_kind;
+
+/* One kernel argument; make them with the helpers below. */
+typedef struct accel_arg {
+  accel_arg_kind kind;
+  accel_access access;  /* BUFFER */
+  accel_buffer buffer;  /* BUFFER: the kernel gets the address of element `offset` */
+  uint64_t offset, count; /* BUFFER: the elements the kernel may touch (checked against the
+                           * buffer: a launch past its end is ACCEL_EINVAL) */
+  uint32_t size;        /* SCALAR: 1, 2, 4 or 8 bytes; LOCAL: bytes */
+  uint64_t bits;        /* SCALAR: the value's bytes (little-endian, low `size` bytes) */
+} accel_arg;
+
+static inline accel_arg accel_arg_buffer(accel_buffer b, accel_access access, uint64_t offset,
+                                         uint64_t count) {
+  accel_arg a = {ACCEL_ARG_BUFFER, access, b, offset, count, 0, 0};
+  return a;
+}
+static inline accel_arg accel_arg_bits(uint32_t size, uint64_t bits) {
+  accel_arg a = {ACCEL_ARG_SCALAR, (accel_access)0, 0, 0, 0, size, bits};
+  return a;
+}
+static inline accel_arg accel_arg_f32(float v) {
+  union { float f; uint32_t u; } c;
+  c.f = v;
+  return accel_arg_bits(4, c.u);
+}
+static inline accel_arg accel_arg_f64(double v) {
+  union { double f; uint64_t u; } c;
+  c.f = v;
+  return accel_arg_bits(8, c.u);
+}
+static inline accel_arg accel_arg_i32(int32_t v) { return accel_arg_bits(4, (uint32_t)v); }
+static inline accel_arg accel_arg_u32(uint32_t v) { return accel_arg_bits(4, v); }
+static inline accel_arg accel_arg_i64(int64_t v) { return accel_arg_bits(8, (uint64_t)v); }
+static inline accel_arg accel_arg_u64(uint64_t v) { return accel_arg_bits(8, v); }
+static inline accel_arg accel_arg_local(uint32_t bytes) {
+  accel_arg a = {ACCEL_ARG_LOCAL, (accel_access)0, 0, 0, 0, bytes, 0};
+  return a;
+}
+
+/* CUDA's launch geometry on every backend: grid[i] blocks of block[i] threads (OpenCL: a
+ * global size of grid[i] * block[i] work items in work-groups of block[i]). Zeros, or more
+ * than the device takes, are ACCEL_EINVAL. */
+typedef struct accel_launch_dims {
+  uint32_t grid[3], block[3];
+  uint32_t shared_bytes; /* CUDA: dynamic shared memory; must be 0 on OpenCL (ACCEL_ARG_LOCAL) */
+  uint32_t timeout_ms;   /* 0: the device's default deadline (60 s). A kernel still running
+                          * then fails with ACCEL_ETIMEDOUT and the device is reset (the
+                          * fault treatment: other ops in flight there fail with
+                          * ACCEL_EDEVLOST) */
+} accel_launch_dims;
+
+#define ACCEL_LAUNCH_MAX_ARGS 32u /* arguments per launch */
+#define ACCEL_LAUNCH_MAX_BUFFERS 16u /* of them buffers */
+
+/* Launches a kernel on `dev` (ACCEL_DEVICE_ANY: a device its module was built for, where the
+ * buffers already are if possible). The arguments must match the kernel's parameters in
+ * number, and in kind and size where the device can tell (ACCEL_EINVAL in the future if not);
+ * an unknown kernel name is ACCEL_ENOENT. */
+ACCEL_API int accel_launch(accel_ctx *ctx, accel_device dev, accel_kernel k,
+                           const accel_launch_dims *dims, const accel_arg *args, size_t nargs,
+                           accel_future **f);
 
 /* ---- completion, faults, statistics -------------------------------------------------------- */
 /* Per-op completion strategy for the ops this thread issues next (ACCEL_COMPLETION_DEFAULT

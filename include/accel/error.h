@@ -34,13 +34,14 @@ extern "C" {
   X(EPROTO, -17, "protocol error")                                                         \
   X(EIO, -18, "input/output error")                                                        \
   X(ENOENT, -19, "no such entry")                                                          \
-  X(ESYS, -20, "system call failed")
+  X(ESYS, -20, "system call failed")                                                       \
+  X(EBUILD, -21, "the kernel source did not build: see the module's build log")
 
 typedef enum accel_errno {
 #define ACCEL_ERR_ENUM_(name, value, msg) ACCEL_##name = (value),
   ACCEL_ERRNO_MAP(ACCEL_ERR_ENUM_)
 #undef ACCEL_ERR_ENUM_
-  ACCEL_ERRNO_MIN_ = -21 /* one below the lowest code; not an error */
+  ACCEL_ERRNO_MIN_ = -22 /* one below the lowest code; not an error */
 } accel_errno;
 
 /* A human-readable message for `err` ("success" for 0, "unknown error" for codes not in the

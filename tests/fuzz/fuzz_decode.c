@@ -27,18 +27,49 @@ static void check(int cond, const char *what) {
   }
 }
 
-static void op_again(const dev_op *op, proto_bytes data) {
+/* A MODULE_LOAD's options as the daemon makes them: a C string of the bytes the decoder
+ * checked (no NUL among them, at most PROTO_OPTIONS_MAX). */
+static void take_options(dev_op *op, proto_bytes options, char *buf) {
+  if (op->h.kind != DEV_OP_MODULE_LOAD || options.len == 0)
+    return;
+  check(options.len <= PROTO_OPTIONS_MAX, "options length");
+  check(memchr(options.data, '\0', options.len) == NULL, "NUL in options");
+  memcpy(buf, options.data, options.len);
+  buf[options.len] = '\0';
+  op->u.module.options = buf;
+}
+
+/* What a decoded op may be used for without looking further: bounded counts, a name that is
+ * a C string, buffer arguments that name a buffer of the op. */
+static void op_ok(const dev_op *op) {
+  check(op->nbufs <= DEV_OP_MAX_BUFS, "op buffers");
+  if (op->h.kind == DEV_OP_MODULE_LOAD)
+    check(op->u.module.code != NULL && op->u.module.len > 0, "module code");
+  if (op->h.kind != DEV_OP_LAUNCH)
+    return;
+  const dev_launch *l = &op->u.launch;
+  check(l->nargs <= BE_LAUNCH_MAX_ARGS, "launch arguments");
+  size_t n = strnlen(l->name, sizeof l->name);
+  check(n > 0 && n <= BE_KERNEL_NAME_MAX, "kernel name");
+  for (uint32_t i = 0; i < l->nargs; i++)
+    check(l->args[i].kind != BE_PARAM_BUFFER || l->args[i].bits < op->nbufs, "buffer arg");
+}
+
+static void op_again(const dev_op *op, proto_bytes data, proto_bytes options) {
   proto_out o;
   proto_out_init(&o);
-  if (proto_encode_op(&o, 1, op, data) == 0) {
+  if (proto_encode_op(&o, 1, op, op->h.kind == DEV_OP_WRITE ? data : (proto_bytes){NULL, 0}) == 0) {
     proto_header h;
     dev_op again;
-    proto_bytes d2;
+    proto_op_data d2;
     check(proto_decode_header(o.data, o.len, UINT32_MAX, &h) == 0, "op header");
-    check(proto_decode_op(o.data + PROTO_HEADER_SIZE, h.body_len, &again, &d2) == 0,
+    check(proto_decode_op_ex(o.data + PROTO_HEADER_SIZE, h.body_len, false, &again, &d2) == 0,
           "re-encoded op does not decode");
-    check(again.h.kind == op->h.kind && again.nbufs == op->nbufs && d2.len == data.len,
+    check(again.h.kind == op->h.kind && again.nbufs == op->nbufs && d2.bytes.len == data.len &&
+              d2.options.len == options.len,
           "re-encoded op differs");
+    check(options.len == 0 || memcmp(d2.options.data, options.data, options.len) == 0,
+          "re-encoded options differ");
   }
   proto_out_free(&o);
 }
@@ -70,11 +101,17 @@ static void body_decoders(const uint8_t *b, size_t n) {
     check(strlen(hello.name) <= PROTO_NAME_MAX, "hello name");
   if (proto_decode_welcome(b, n, &welcome) == 0)
     welcome_ok(&welcome);
-  if (proto_decode_op(b, n, &op, &data) == 0) {
-    check(op.nbufs <= DEV_OP_MAX_BUFS, "op buffers");
-    sink += touch(data);
-    op_again(&op, data);
+  proto_op_data od;
+  static char options[PROTO_OPTIONS_MAX + 1];
+  if (proto_decode_op_ex(b, n, true, &op, &od) == 0) {
+    op_ok(&op);
+    sink += touch(od.bytes) + touch(od.options);
+    take_options(&op, od.options, options);
+    if (!(op.h.flags & PROTO_OPF_SHM))
+      op_again(&op, od.bytes, od.options);
   }
+  if (proto_decode_op(b, n, &op, &data) == 0)
+    sink += touch(data);
   if (proto_decode_control(b, n, &ctl) == 0)
     check(ctl.command > 0 && ctl.command < PROTO_CTL_MAX_, "control command");
   if (proto_decode_reply(b, n, &status, &data) == 0) {

@@ -2,10 +2,13 @@
  * must break a limit the encoder keeps):
  *   DIR         frames a daemon reads (fuzz-decode): one valid frame of every type, every op
  *               kind and every control command; HELLOs at the name limit and one past it, and
- *               of another protocol version;
+ *               of another protocol version; module loads and launches at their limits
+ *               (options, arguments, name) and one past them, with a bad argument kind, a
+ *               buffer argument past the op's buffers, NULs where a string is made;
  *   CLIENT_DIR  messages a client reads (fuzz-client): WELCOMEs with 0, 16 and 17 devices or a
  *               count that disagrees with the body, REPLYs at the status limits and one past
- *               them, with device and transfer-stats records, batches of frames, truncations.
+ *               them, with device and transfer-stats records, a build log, batches of frames,
+ *               truncations.
  * Usage: make-corpus DIR CLIENT_DIR */
 #include <stdio.h>
 #include <stdlib.h>
@@ -171,6 +174,111 @@ static void ops(void) {
   op("op-destroy", base_op(DEV_OP_BUFFER_DESTROY, 1), (proto_bytes){NULL, 0});
 }
 
+
+/* ---- user kernels ---- */
+
+#define MODULE_OPTIONS_AT (PROTO_OP_HEAD_SIZE + PROTO_BUF_SIZE + 16) /* in a MODULE_LOAD body */
+
+static const char kernel_code[] = "__kernel void k(__global float *x) { x[0] = 1.0f; }";
+
+static dev_op module_load(uint32_t source, const char *options) {
+  dev_op m = base_op(DEV_OP_MODULE_LOAD, 1);
+  m.bufs[0].count = 0;
+  m.u.module.source = source;
+  m.u.module.code = kernel_code;
+  m.u.module.len = sizeof kernel_code - 1;
+  m.u.module.options = options;
+  return m;
+}
+
+/* A module load with n bytes of options (n may pass the limit: forged), the byte at `nul`
+ * (< n) made a NUL if nul < n. */
+static void module_options(const char *name, size_t n, size_t nul) {
+  static uint8_t f[PROTO_HEADER_SIZE + MODULE_OPTIONS_AT + PROTO_OPTIONS_MAX + 1 +
+                   sizeof kernel_code];
+  dev_op m = module_load(ACCEL_SOURCE_OPENCL, NULL);
+  size_t code = sizeof kernel_code - 1, at = PROTO_HEADER_SIZE + MODULE_OPTIONS_AT;
+  proto_out o;
+  proto_out_init(&o);
+  if (proto_encode_op(&o, 7, &m, (proto_bytes){NULL, 0}) == 0 && at + n + code <= sizeof f) {
+    memcpy(f, o.data, at);
+    memset(f + at, 'D', n);
+    if (nul < n)
+      f[at + nul] = '\0';
+    memcpy(f + at + n, kernel_code, code);
+    set_le(f + at - 12, n, 4); /* options_len */
+    set_body_len(f, at + n + code);
+    save_bytes(dir, name, f, at + n + code);
+  } else {
+    failed++;
+  }
+  proto_out_free(&o);
+}
+
+static dev_op launch(uint32_t nbufs, uint32_t nargs) {
+  dev_op l = base_op(DEV_OP_LAUNCH, nbufs);
+  for (uint32_t i = 0; i < nbufs; i++)
+    l.bufs[i].access = i % 2 ? DEV_WRITE : DEV_READ;
+  l.u.launch.module = ((uint64_t)1 << 32) | 40;
+  for (int i = 0; i < 3; i++)
+    l.u.launch.grid[i] = l.u.launch.block[i] = 1;
+  l.u.launch.grid[0] = 64;
+  l.u.launch.block[0] = 128;
+  l.u.launch.nargs = nargs;
+  for (uint32_t i = 0; i < nargs; i++)
+    l.u.launch.args[i] = i < nbufs ? (dev_kernel_arg){BE_PARAM_BUFFER, 0, i}
+                                   : (dev_kernel_arg){BE_PARAM_SCALAR, 4, 0x40490fdbu};
+  strcpy(l.u.launch.name, "k");
+  return l;
+}
+
+/* A launch of 32 arguments with one more sent and counted (forged). */
+static void launch_33(void) {
+  static uint8_t f[4096];
+  dev_op l = launch(4, BE_LAUNCH_MAX_ARGS);
+  proto_out o;
+  proto_out_init(&o);
+  if (proto_encode_op(&o, 7, &l, (proto_bytes){NULL, 0}) == 0 && o.len + 16 <= sizeof f) {
+    size_t nargs_at = PROTO_HEADER_SIZE + PROTO_OP_HEAD_SIZE + 4 * PROTO_BUF_SIZE + 36;
+    memcpy(f, o.data, o.len);
+    memcpy(f + o.len, f + o.len - 16, 16); /* the last argument again */
+    set_le(f + nargs_at, BE_LAUNCH_MAX_ARGS + 1, 4);
+    set_body_len(f, o.len + 16);
+    save_bytes(dir, "op-launch-args-33", f, o.len + 16);
+  } else {
+    failed++;
+  }
+  proto_out_free(&o);
+}
+
+static void user_kernels(void) {
+  op("op-module-load", module_load(ACCEL_SOURCE_OPENCL, "-DN=4 -cl-mad-enable"),
+     (proto_bytes){NULL, 0});
+  op("op-module-load-ptx", module_load(ACCEL_SOURCE_PTX, NULL), (proto_bytes){NULL, 0});
+  module_options("op-module-load-options-4096", PROTO_OPTIONS_MAX, SIZE_MAX);
+  module_options("op-module-load-options-4097", PROTO_OPTIONS_MAX + 1, SIZE_MAX);
+  module_options("op-module-load-options-nul", 8, 3);
+  dev_op m = module_load(ACCEL_SOURCE_SPIRV + 1, NULL);
+  op("op-module-load-bad-source", m, (proto_bytes){NULL, 0});
+  op("op-module-unload", base_op(DEV_OP_MODULE_UNLOAD, 1), (proto_bytes){NULL, 0});
+  dev_op l = launch(2, 4);
+  l.u.launch.args[3] = (dev_kernel_arg){BE_PARAM_LOCAL, 256, 0};
+  op("op-launch", l, (proto_bytes){NULL, 0});
+  op("op-launch-args-32", launch(DEV_OP_MAX_BUFS, BE_LAUNCH_MAX_ARGS), (proto_bytes){NULL, 0});
+  launch_33();
+  dev_op named = launch(1, 1);
+  memset(named.u.launch.name, 'n', BE_KERNEL_NAME_MAX);
+  op("op-launch-name-127", named, (proto_bytes){NULL, 0});
+  memset(named.u.launch.name, 'n', sizeof named.u.launch.name); /* 128, no terminator */
+  op("op-launch-name-128", named, (proto_bytes){NULL, 0});
+  dev_op bad = launch(2, 3);
+  bad.u.launch.args[2].kind = BE_PARAM_LOCAL + 1;
+  op("op-launch-bad-arg-kind", bad, (proto_bytes){NULL, 0});
+  bad = launch(2, 3);
+  bad.u.launch.args[1].bits = 2; /* bufs[2] of 2 */
+  op("op-launch-buffer-past-nbufs", bad, (proto_bytes){NULL, 0});
+}
+
 static void controls_and_replies(void) {
   static const char *const names[] = {"", "ping", "status", "devices", "tree", "inject-fault",
                                       "device-info", "transfer-stats", "ack"};
@@ -288,8 +396,11 @@ static void replies(void) {
   for (size_t i = 0; i < sizeof bytes; i++)
     bytes[i] = (uint8_t)i;
   reply("reply-read", 0, bytes, sizeof bytes);
+  static const char log[] = "<kernel>:1:40: error: use of undeclared identifier 'y'\n";
+  reply("reply-build-log", ACCEL_EBUILD, log, sizeof log - 1);
   struct accel_device_info d = {.name = "cpu0", .backend = "cpu", .mem_bytes = 1u << 30,
-                                .compute_units = 8, .state = 1, .restarts = 2};
+                                .compute_units = 8, .state = 1, .restarts = 2,
+                                .packages = ACCEL_PKG_MODULE, .sources = 1u << ACCEL_SOURCE_OPENCL};
   uint8_t rec[PROTO_DEVICE_SIZE] = {0};
   proto_out o;
   proto_out_init(&o);
@@ -390,6 +501,7 @@ int main(int argc, char **argv) {
   handshake();
   hello_limits();
   ops();
+  user_kernels();
   controls_and_replies();
   client_side();
   printf("make-corpus: %d files in %s and %s\n", written, dir, client_dir);

@@ -570,8 +570,30 @@ static dev_op op_of(uint32_t kind, uint32_t nbufs) {
   return op;
 }
 
+/* A launch the checker's shape test takes: `nbufs` buffer arguments (bufs[0..nbufs) in
+ * order), then scalars up to `nargs` arguments. */
+static dev_op launch_of(uint32_t nbufs, uint32_t nargs) {
+  dev_op op = op_of(DEV_OP_LAUNCH, nbufs);
+  dev_launch *l = &op.u.launch;
+  for (uint32_t i = 0; i < nbufs; i++)
+    op.bufs[i].access = i % 2 ? DEV_RW : DEV_READ;
+  l->module = ((uint64_t)1 << 32) | 99;
+  for (int i = 0; i < 3; i++) {
+    l->grid[i] = 7u + (uint32_t)i;
+    l->block[i] = 32u >> i;
+  }
+  l->shared_bytes = 256;
+  l->nargs = nargs;
+  for (uint32_t i = 0; i < nargs; i++)
+    l->args[i] = i < nbufs ? (dev_kernel_arg){BE_PARAM_BUFFER, 0, i}
+                           : (dev_kernel_arg){BE_PARAM_SCALAR, 4, 0xfeed0000u + i};
+  strcpy(l->name, "saxpy_kernel");
+  return op;
+}
+
 TEST(op_head_enums_at_the_limit_and_one_past) {
-  dev_op op = op_of(DEV_OP_KIND_COUNT_ - 1, 1); /* the last kind */
+  dev_op op = launch_of(1, 2); /* the last kind */
+  CHECK_EQ(op.h.kind, DEV_OP_KIND_COUNT_ - 1);
   CHECK_OK(op_decodes(&op));
   op.h.kind = DEV_OP_KIND_COUNT_;
   CHECK_ERR(op_decodes(&op), ACCEL_EPROTO);
@@ -632,19 +654,19 @@ TEST(gemm_enums_at_the_limit_and_one_past) {
 
 typedef struct guarded_op {
   dev_op op;
-  uint8_t guard[4 * PROTO_BUF_SIZE];
+  uint8_t guard[4 * PROTO_BUF_SIZE + 64];
 } guarded_op;
 
 /* nbufs is the head's u32 at 24; buffers follow the 32-byte head. */
 TEST(op_buffers_at_the_limit_and_one_past) {
-  dev_op op = op_of(DEV_OP_GEMM, DEV_OP_MAX_BUFS);
+  dev_op op = launch_of(DEV_OP_MAX_BUFS, DEV_OP_MAX_BUFS); /* the one kind that takes 16 */
   CHECK_OK(op_decodes(&op));
   proto_out o;
   proto_out_init(&o);
   CHECK_OK(proto_encode_op(&o, 1, &op, (proto_bytes){NULL, 0}));
   size_t len;
   const uint8_t *body = only_body(&o, &len);
-  /* One buffer more than bufs[] holds: the count says 4 and 4 references follow. */
+  /* One buffer more than bufs[] holds: the count says 17 and 17 references follow. */
   size_t refs_end = PROTO_OP_HEAD_SIZE + DEV_OP_MAX_BUFS * PROTO_BUF_SIZE;
   uint8_t *b = malloc(len + PROTO_BUF_SIZE);
   CHECK(b != NULL);
@@ -702,6 +724,368 @@ TEST(control_at_the_limit_and_one_past) {
   CHECK_ERR(proto_decode_control(body, 16, &c), ACCEL_EPROTO);
 }
 
+
+/* ---- user kernels: MODULE_LOAD, MODULE_UNLOAD, LAUNCH ---- */
+
+#define MODULE_PAYLOAD_AT (PROTO_OP_HEAD_SIZE + PROTO_BUF_SIZE) /* source, in the body */
+#define MODULE_OPTIONS_AT (MODULE_PAYLOAD_AT + 16)               /* the options' bytes */
+
+static const char module_code[] = "__kernel void k(__global float *x) { x[0] = 1.0f; }";
+
+static dev_op module_load_of(uint32_t source, const char *options) {
+  dev_op op = op_of(DEV_OP_MODULE_LOAD, 1);
+  op.bufs[0].count = 0;
+  op.u.module.source = source;
+  op.u.module.code = module_code;
+  op.u.module.len = sizeof module_code - 1;
+  op.u.module.options = options;
+  return op;
+}
+
+/* The body of one encoded op, copied into a buffer of its own with `extra` bytes of room. */
+static uint8_t *op_body(const dev_op *op, size_t extra, size_t *len) {
+  proto_out o;
+  proto_out_init(&o);
+  CHECK_OK(proto_encode_op(&o, 1, op, (proto_bytes){NULL, 0}));
+  const uint8_t *body = only_body(&o, len);
+  uint8_t *copy = malloc(*len + extra);
+  CHECK(copy != NULL);
+  memcpy(copy, body, *len);
+  proto_out_free(&o);
+  return copy;
+}
+
+static int decode_ex(const uint8_t *b, size_t len, dev_op *op, proto_op_data *out) {
+  return proto_decode_op_ex(b, len, true, op, out);
+}
+
+TEST(module_load_round_trip) {
+  dev_op op = module_load_of(ACCEL_SOURCE_OPENCL, "-DN=4 -cl-fast-relaxed-math"), back;
+  op.h.deadline_ms = 1234;
+  size_t len;
+  uint8_t *b = op_body(&op, 0, &len);
+  CHECK_EQ(len, MODULE_OPTIONS_AT + strlen(op.u.module.options) + op.u.module.len);
+  proto_op_data out;
+  CHECK_OK(decode_ex(b, len, &back, &out));
+  CHECK_EQ(back.h.kind, DEV_OP_MODULE_LOAD);
+  CHECK_EQ(back.nbufs, 1);
+  CHECK(back.bufs[0].handle == op.bufs[0].handle);
+  CHECK_EQ(back.h.deadline_ms, 1234);
+  CHECK_EQ(back.u.module.source, ACCEL_SOURCE_OPENCL);
+  /* The code is borrowed from the body; the options too, but not as a string. */
+  CHECK(back.u.module.len == op.u.module.len && out.bytes.len == op.u.module.len);
+  CHECK(back.u.module.code == out.bytes.data);
+  CHECK(memcmp(back.u.module.code, module_code, op.u.module.len) == 0);
+  CHECK(back.u.module.options == NULL);
+  CHECK(out.options.len == strlen(op.u.module.options));
+  CHECK(memcmp(out.options.data, op.u.module.options, out.options.len) == 0);
+  CHECK(out.options.data >= b && out.options.data + out.options.len <= b + len);
+  /* proto_decode_op: the code as the op's data. */
+  proto_bytes data;
+  CHECK_OK(proto_decode_op(b, len, &back, &data));
+  CHECK(data.data == back.u.module.code && data.len == op.u.module.len);
+  free(b);
+  /* No options: none on the wire. */
+  op = module_load_of(ACCEL_SOURCE_PTX, NULL);
+  b = op_body(&op, 0, &len);
+  CHECK_EQ(len, MODULE_OPTIONS_AT + op.u.module.len);
+  CHECK_OK(decode_ex(b, len, &back, &out));
+  CHECK(out.options.len == 0 && back.u.module.options == NULL);
+  free(b);
+  op = module_load_of(ACCEL_SOURCE_CUDA, "-arch=sm_90");
+  b = op_body(&op, 0, &len);
+  for (size_t n = 0; n < len; n++) {
+    uint8_t *cut = malloc(n ? n : 1);
+    memcpy(cut, b, n);
+    CHECK_ERR(decode_ex(cut, n, &back, &out), ACCEL_EPROTO);
+    free(cut);
+  }
+  free(b);
+}
+
+/* A MODULE_LOAD whose options are n bytes of 'O' (forged past what the encoder says). */
+static uint8_t *module_with_options(size_t n, size_t *len) {
+  char *opts = malloc(n + 1);
+  CHECK(opts != NULL);
+  memset(opts, 'O', n);
+  opts[n] = '\0';
+  dev_op op = module_load_of(ACCEL_SOURCE_CUDA, NULL);
+  size_t code = (size_t)op.u.module.len;
+  uint8_t *b = op_body(&op, n, len);
+  memmove(b + MODULE_OPTIONS_AT + n, b + MODULE_OPTIONS_AT, code);
+  memcpy(b + MODULE_OPTIONS_AT, opts, n);
+  set_le(b + MODULE_PAYLOAD_AT + 4, n, 4);
+  *len += n;
+  free(opts);
+  return b;
+}
+
+TEST(module_options_at_the_limit_and_one_past) {
+  size_t len;
+  dev_op back;
+  proto_op_data out;
+  uint8_t *b = module_with_options(PROTO_OPTIONS_MAX, &len);
+  CHECK_OK(decode_ex(b, len, &back, &out));
+  CHECK_EQ(out.options.len, PROTO_OPTIONS_MAX);
+  CHECK(back.u.module.len == sizeof module_code - 1);
+  b[MODULE_OPTIONS_AT + PROTO_OPTIONS_MAX - 1] = '\0'; /* a NUL inside: not a C string */
+  CHECK_ERR(decode_ex(b, len, &back, &out), ACCEL_EPROTO);
+  CHECK(out.options.data == NULL && out.options.len == 0);
+  b[MODULE_OPTIONS_AT + PROTO_OPTIONS_MAX - 1] = 'O';
+  b[MODULE_OPTIONS_AT] = '\0';
+  CHECK_ERR(decode_ex(b, len, &back, &out), ACCEL_EPROTO);
+  free(b);
+  b = module_with_options(PROTO_OPTIONS_MAX + 1, &len);
+  CHECK_ERR(decode_ex(b, len, &back, &out), ACCEL_EPROTO);
+  set_le(b + MODULE_PAYLOAD_AT + 4, UINT32_MAX, 4);
+  CHECK_ERR(decode_ex(b, len, &back, &out), ACCEL_EPROTO);
+  free(b);
+  /* The encoder's side: options it cannot send are ACCEL_ELIMIT, and nothing is written. */
+  char *opts = malloc(PROTO_OPTIONS_MAX + 2);
+  CHECK(opts != NULL);
+  memset(opts, 'O', PROTO_OPTIONS_MAX + 1);
+  opts[PROTO_OPTIONS_MAX + 1] = '\0';
+  dev_op op = module_load_of(ACCEL_SOURCE_CUDA, opts);
+  proto_out o;
+  proto_out_init(&o);
+  CHECK_ERR(proto_encode_op(&o, 1, &op, (proto_bytes){NULL, 0}), ACCEL_ELIMIT);
+  CHECK_EQ(o.len, 0);
+  opts[PROTO_OPTIONS_MAX] = '\0';
+  CHECK_OK(proto_encode_op(&o, 1, &op, (proto_bytes){NULL, 0}));
+  proto_out_free(&o);
+  free(opts);
+}
+
+TEST(module_source_code_and_buffers_at_the_limit_and_one_past) {
+  dev_op op = module_load_of(ACCEL_SOURCE_SPIRV, "-x"), back;
+  proto_op_data out;
+  CHECK_OK(op_decodes(&op)); /* the last source */
+  op.u.module.source = ACCEL_SOURCE_SPIRV + 1;
+  CHECK_ERR(op_decodes(&op), ACCEL_EPROTO);
+  op.u.module.source = ACCEL_SOURCE_CUDA;
+  CHECK_OK(op_decodes(&op)); /* the first */
+  op.u.module.source = 0;
+  CHECK_ERR(op_decodes(&op), ACCEL_EPROTO);
+  op = module_load_of(ACCEL_SOURCE_CUDA, "-x");
+  op.nbufs = 2;
+  CHECK_ERR(op_decodes(&op), ACCEL_EPROTO);
+  op.nbufs = 0;
+  CHECK_ERR(op_decodes(&op), ACCEL_EPROTO);
+  /* code_len against the bytes that follow the options: equal, one more, one less, none. */
+  op = module_load_of(ACCEL_SOURCE_CUDA, "-x");
+  size_t len;
+  uint8_t *b = op_body(&op, 0, &len);
+  uint8_t *code_len = b + MODULE_PAYLOAD_AT + 8;
+  CHECK_OK(decode_ex(b, len, &back, &out));
+  set_le(code_len, op.u.module.len + 1, 8);
+  CHECK_ERR(decode_ex(b, len, &back, &out), ACCEL_EPROTO);
+  set_le(code_len, op.u.module.len - 1, 8);
+  CHECK_ERR(decode_ex(b, len, &back, &out), ACCEL_EPROTO);
+  set_le(code_len, UINT64_MAX, 8);
+  CHECK_ERR(decode_ex(b, len, &back, &out), ACCEL_EPROTO);
+  set_le(code_len, 0, 8); /* and no code at all: not a module */
+  CHECK_ERR(decode_ex(b, MODULE_OPTIONS_AT + 2, &back, &out), ACCEL_EPROTO);
+  set_le(code_len, 1, 8);
+  CHECK_OK(decode_ex(b, MODULE_OPTIONS_AT + 2 + 1, &back, &out));
+  CHECK(back.u.module.len == 1);
+  free(b);
+}
+
+TEST(module_unload_round_trip_and_limits) {
+  dev_op op = op_of(DEV_OP_MODULE_UNLOAD, 1), back;
+  size_t len;
+  uint8_t *b = op_body(&op, 1, &len);
+  CHECK_EQ(len, PROTO_OP_HEAD_SIZE + PROTO_BUF_SIZE); /* no payload */
+  proto_bytes data;
+  CHECK_OK(proto_decode_op(b, len, &back, &data));
+  CHECK(back.h.kind == DEV_OP_MODULE_UNLOAD && back.bufs[0].handle == op.bufs[0].handle);
+  CHECK_EQ(data.len, 0);
+  b[len] = 0;
+  CHECK_ERR(proto_decode_op(b, len + 1, &back, &data), ACCEL_EPROTO); /* a byte too many */
+  free(b);
+  op.nbufs = 2;
+  CHECK_ERR(op_decodes(&op), ACCEL_EPROTO);
+  op.nbufs = 0;
+  CHECK_ERR(op_decodes(&op), ACCEL_EPROTO);
+}
+
+/* Where a launch's fields are in its body (nbufs buffers, a name of name_len bytes). */
+static size_t launch_at(uint32_t nbufs) {
+  return PROTO_OP_HEAD_SIZE + (size_t)nbufs * PROTO_BUF_SIZE;
+}
+#define LAUNCH_NARGS_AT(nbufs) (launch_at(nbufs) + 36)
+#define LAUNCH_NAME_LEN_AT(nbufs) (launch_at(nbufs) + 40)
+#define LAUNCH_NAME_AT(nbufs) (launch_at(nbufs) + 44)
+#define LAUNCH_ARG_AT(nbufs, name_len, i) (LAUNCH_NAME_AT(nbufs) + (name_len) + 16 * (size_t)(i))
+
+TEST(launch_round_trip) {
+  dev_op op = launch_of(3, 6), back;
+  op.u.launch.args[4] = (dev_kernel_arg){BE_PARAM_LOCAL, 1024, 0};
+  op.u.launch.args[5] = (dev_kernel_arg){BE_PARAM_SCALAR, 8, UINT64_MAX};
+  op.bufs[2].access = DEV_WRITE_ALL;
+  op.bufs[1].offset = 5;
+  size_t len;
+  uint8_t *b = op_body(&op, 0, &len);
+  CHECK_EQ(len, LAUNCH_ARG_AT(3, strlen("saxpy_kernel"), 6));
+  proto_bytes data;
+  CHECK_OK(proto_decode_op(b, len, &back, &data));
+  CHECK_EQ(data.len, 0);
+  const dev_launch *l = &op.u.launch, *k = &back.u.launch;
+  CHECK_EQ(back.nbufs, 3);
+  for (int i = 0; i < 3; i++) {
+    CHECK(back.bufs[i].handle == op.bufs[i].handle && back.bufs[i].access == op.bufs[i].access);
+    CHECK(back.bufs[i].offset == op.bufs[i].offset && back.bufs[i].count == op.bufs[i].count);
+    CHECK_EQ(k->grid[i], l->grid[i]);
+    CHECK_EQ(k->block[i], l->block[i]);
+  }
+  CHECK(k->module == l->module);
+  CHECK_EQ(k->shared_bytes, 256);
+  CHECK_EQ(k->nargs, 6);
+  for (int i = 0; i < 6; i++)
+    CHECK(k->args[i].kind == l->args[i].kind && k->args[i].size == l->args[i].size &&
+          k->args[i].bits == l->args[i].bits);
+  CHECK_STR_EQ(k->name, "saxpy_kernel");
+  /* Cut anywhere (an exact-size copy, so that a read past the end is caught): refused. */
+  for (size_t n = 0; n < len; n++) {
+    uint8_t *cut = malloc(n ? n : 1);
+    memcpy(cut, b, n);
+    CHECK_ERR(proto_decode_op(cut, n, &back, &data), ACCEL_EPROTO);
+    free(cut);
+  }
+  free(b);
+}
+
+TEST(launch_args_at_the_limit_and_one_past) {
+  dev_op op = launch_of(DEV_OP_MAX_BUFS, BE_LAUNCH_MAX_ARGS);
+  CHECK_OK(op_decodes(&op));
+  size_t len, name_len = strlen(op.u.launch.name);
+  uint8_t *b = op_body(&op, 16, &len);
+  CHECK_EQ(len, LAUNCH_ARG_AT(DEV_OP_MAX_BUFS, name_len, BE_LAUNCH_MAX_ARGS));
+  /* 33 arguments, all sent: one more than args[] holds. */
+  set_le(b + len, BE_PARAM_SCALAR, 4);
+  set_le(b + len + 4, 4, 4);
+  set_le(b + len + 8, 1, 8);
+  set_le(b + LAUNCH_NARGS_AT(DEV_OP_MAX_BUFS), BE_LAUNCH_MAX_ARGS + 1, 4);
+  guarded_op g;
+  memset(&g, GUARD_BYTE, sizeof g);
+  proto_bytes data;
+  CHECK_ERR(proto_decode_op(b, len + 16, &g.op, &data), ACCEL_EPROTO);
+  CHECK(guard_intact(g.guard, sizeof g.guard));
+  set_le(b + LAUNCH_NARGS_AT(DEV_OP_MAX_BUFS), UINT32_MAX, 4);
+  CHECK_ERR(proto_decode_op(b, len + 16, &g.op, &data), ACCEL_EPROTO);
+  /* The count and the arguments sent disagree. */
+  set_le(b + LAUNCH_NARGS_AT(DEV_OP_MAX_BUFS), BE_LAUNCH_MAX_ARGS - 1, 4);
+  CHECK_ERR(proto_decode_op(b, len, &g.op, &data), ACCEL_EPROTO);
+  free(b);
+  /* The encoder cannot say 33 either. */
+  op.u.launch.nargs = BE_LAUNCH_MAX_ARGS + 1;
+  proto_out o;
+  proto_out_init(&o);
+  CHECK_ERR(proto_encode_op(&o, 1, &op, (proto_bytes){NULL, 0}), ACCEL_EINVAL);
+  CHECK_EQ(o.len, 0);
+  proto_out_free(&o);
+  op = launch_of(0, 0); /* no arguments at all */
+  CHECK_OK(op_decodes(&op));
+}
+
+TEST(launch_name_at_the_limit_and_one_past) {
+  dev_op op = launch_of(1, 1);
+  memset(op.u.launch.name, 'k', BE_KERNEL_NAME_MAX);
+  op.u.launch.name[BE_KERNEL_NAME_MAX] = '\0';
+  size_t len;
+  uint8_t *b = op_body(&op, 0, &len);
+  guarded_op g;
+  memset(&g, GUARD_BYTE, sizeof g);
+  proto_bytes data;
+  CHECK_OK(proto_decode_op(b, len, &g.op, &data));
+  CHECK_EQ(strlen(g.op.u.launch.name), BE_KERNEL_NAME_MAX);
+  b[LAUNCH_NAME_AT(1) + 5] = '\0'; /* a NUL inside the name */
+  CHECK_ERR(proto_decode_op(b, len, &g.op, &data), ACCEL_EPROTO);
+  b[LAUNCH_NAME_AT(1) + 5] = 'k';
+  b[LAUNCH_NAME_AT(1) + BE_KERNEL_NAME_MAX - 1] = '\0'; /* or as its last byte */
+  CHECK_ERR(proto_decode_op(b, len, &g.op, &data), ACCEL_EPROTO);
+  free(b);
+  /* 128 bytes (name[] with no terminator: the encoder sends all of it). */
+  memset(op.u.launch.name, 'k', sizeof op.u.launch.name);
+  b = op_body(&op, 0, &len);
+  CHECK_EQ(len, LAUNCH_ARG_AT(1, BE_KERNEL_NAME_MAX + 1, 1));
+  memset(&g, GUARD_BYTE, sizeof g);
+  CHECK_ERR(proto_decode_op(b, len, &g.op, &data), ACCEL_EPROTO);
+  CHECK(guard_intact(g.guard, sizeof g.guard));
+  set_le(b + LAUNCH_NAME_LEN_AT(1), UINT32_MAX, 4);
+  CHECK_ERR(proto_decode_op(b, len, &g.op, &data), ACCEL_EPROTO);
+  free(b);
+  op.u.launch.name[0] = '\0'; /* empty */
+  CHECK_ERR(op_decodes(&op), ACCEL_EPROTO);
+}
+
+TEST(launch_arg_kinds_and_buffer_indices_at_the_limit_and_one_past) {
+  dev_op op = launch_of(2, 4);
+  op.u.launch.args[3] = (dev_kernel_arg){BE_PARAM_LOCAL, 64, 0}; /* the last kind */
+  CHECK_OK(op_decodes(&op));
+  dev_op bad = op;
+  bad.u.launch.args[3].kind = BE_PARAM_LOCAL + 1;
+  CHECK_ERR(op_decodes(&bad), ACCEL_EPROTO);
+  bad.u.launch.args[3].kind = BE_PARAM_UNKNOWN;
+  CHECK_ERR(op_decodes(&bad), ACCEL_EPROTO);
+  bad.u.launch.args[3].kind = UINT32_MAX;
+  CHECK_ERR(op_decodes(&bad), ACCEL_EPROTO);
+  /* A buffer argument names bufs[bits]: the last buffer, then one past it. */
+  CHECK(op.u.launch.args[1].kind == BE_PARAM_BUFFER && op.u.launch.args[1].bits == 1);
+  bad = op;
+  bad.u.launch.args[1].bits = 2;
+  CHECK_ERR(op_decodes(&bad), ACCEL_EPROTO);
+  bad.u.launch.args[1].bits = UINT64_MAX;
+  CHECK_ERR(op_decodes(&bad), ACCEL_EPROTO);
+  bad = launch_of(0, 1);
+  bad.u.launch.args[0] = (dev_kernel_arg){BE_PARAM_BUFFER, 0, 0}; /* and with no buffers */
+  CHECK_ERR(op_decodes(&bad), ACCEL_EPROTO);
+  /* The access a launch asks for per buffer: read, write, both, write-all; nothing else. */
+  static const uint32_t good[] = {DEV_READ, DEV_WRITE, DEV_RW, DEV_WRITE_ALL};
+  static const uint32_t wrong[] = {0, 4, 5, 7, UINT32_MAX};
+  for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
+    bad = op;
+    bad.bufs[1].access = good[i];
+    CHECK_OK(op_decodes(&bad));
+  }
+  for (size_t i = 0; i < sizeof wrong / sizeof wrong[0]; i++) {
+    bad = op;
+    bad.bufs[1].access = wrong[i];
+    CHECK_ERR(op_decodes(&bad), ACCEL_EPROTO);
+  }
+}
+
+/* A module load's REPLY carries the build log as its data, with any status. */
+TEST(build_log_reply_and_device_sources) {
+  static const char log[] = "<kernel>:1:5: error: use of undeclared identifier 'y'";
+  proto_out o;
+  proto_out_init(&o);
+  CHECK_OK(proto_encode_reply(&o, 77, ACCEL_EBUILD, (proto_bytes){(const uint8_t *)log,
+                                                                   sizeof log - 1}));
+  size_t len;
+  const uint8_t *body = only_body(&o, &len);
+  int32_t status;
+  proto_bytes data;
+  CHECK_OK(proto_decode_reply(body, len, &status, &data));
+  CHECK_EQ(status, ACCEL_EBUILD);
+  CHECK(data.len == sizeof log - 1 && memcmp(data.data, log, data.len) == 0);
+  proto_out_free(&o);
+  /* A device's sources travel in its record (the field a daemon before them left 0). */
+  struct accel_device_info d = {.name = "gpu", .backend = "opencl",
+                                .packages = ACCEL_PKG_MODULE,
+                                .sources = 1u << ACCEL_SOURCE_OPENCL | 1u << ACCEL_SOURCE_SPIRV},
+                           back;
+  CHECK_OK(proto_encode_device(&o, &d));
+  CHECK_OK(proto_decode_device(o.data, o.len, &back));
+  CHECK_EQ(back.sources, d.sources);
+  CHECK_EQ(back.packages, ACCEL_PKG_MODULE);
+  o.data[PROTO_DEVICE_SIZE - 4] |= 1; /* bit 0 names no source: dropped, not refused */
+  o.data[PROTO_DEVICE_SIZE - 1] = 0x80;
+  CHECK_OK(proto_decode_device(o.data, o.len, &back));
+  CHECK_EQ(back.sources, d.sources);
+  proto_out_free(&o);
+}
+
 static const test_case tests[] = {
     TEST_CASE(op_round_trip),
     TEST_CASE(write_carries_its_bytes),
@@ -724,6 +1108,15 @@ static const test_case tests[] = {
     TEST_CASE(op_buffers_at_the_limit_and_one_past),
     TEST_CASE(write_length_at_the_limit_and_one_past),
     TEST_CASE(control_at_the_limit_and_one_past),
+    TEST_CASE(module_load_round_trip),
+    TEST_CASE(module_options_at_the_limit_and_one_past),
+    TEST_CASE(module_source_code_and_buffers_at_the_limit_and_one_past),
+    TEST_CASE(module_unload_round_trip_and_limits),
+    TEST_CASE(launch_round_trip),
+    TEST_CASE(launch_args_at_the_limit_and_one_past),
+    TEST_CASE(launch_name_at_the_limit_and_one_past),
+    TEST_CASE(launch_arg_kinds_and_buffer_indices_at_the_limit_and_one_past),
+    TEST_CASE(build_log_reply_and_device_sources),
 };
 
 TEST_MAIN(tests)

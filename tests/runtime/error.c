@@ -14,7 +14,7 @@ static const expected_code stable_codes[] = {
     {-5, "EAGAIN"},    {-6, "EBUSY"},    {-7, "EDEVLOST"},  {-8, "EDATALOST"},
     {-9, "ENOTSUP"},   {-10, "EPERM"},   {-11, "ECANCELED"}, {-12, "ECLOSED"},
     {-13, "EDEADLK"},  {-14, "EALREADY"}, {-15, "ELIMIT"},   {-16, "EFAILED"},
-    {-17, "EPROTO"},   {-18, "EIO"},     {-19, "ENOENT"},   {-20, "ESYS"},
+    {-17, "EPROTO"},   {-18, "EIO"},     {-19, "ENOENT"},   {-20, "ESYS"},    {-21, "EBUILD"},
 };
 enum { N_CODES = sizeof stable_codes / sizeof stable_codes[0] };
 
@@ -35,7 +35,8 @@ TEST(codes_keep_their_wire_values) {
   CHECK_EQ(ACCEL_EINVAL, -1);
   CHECK_EQ(ACCEL_EBUSY, -6);
   CHECK_EQ(ACCEL_ESYS, -20);
-  CHECK_EQ(ACCEL_ERRNO_MIN_, -21);
+  CHECK_EQ(ACCEL_EBUILD, -21);
+  CHECK_EQ(ACCEL_ERRNO_MIN_, -22);
 }
 
 static int count_codes(void) {

@@ -1,0 +1,237 @@
+/* User modules: a client's code built for devices, its kernels, and the checks of a launch
+ * against them. Builds run on a worker (NVRTC or an OpenCL compiler may take seconds); the
+ * worker holds the node's build_mu, so the device actor never closes a device under a build,
+ * and a device that restarts takes its builds with it (they are marked lost: the source would
+ * have to be loaded again). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "actors/module.h"
+
+dev_module *dev_module_create(dev_world *w) {
+  dev_module *m = calloc(1, sizeof *m);
+  if (m == NULL)
+    return NULL;
+  m->world = w;
+  m->refs = 1;
+  m->next = w->modules;
+  if (w->modules)
+    w->modules->prev = m;
+  w->modules = m;
+  return m;
+}
+
+void dev_module_ref(dev_module *m) {
+  m->refs++;
+}
+
+static void build_free(dev_node *node, dev_module_build *b) {
+  if (b->mod)
+    node->be->module->unload(b->mod);
+  free(b->kernels);
+  *b = (dev_module_build){0};
+}
+
+void dev_module_unref(dev_module *m) {
+  if (--m->refs > 0)
+    return;
+  dev_world *w = m->world;
+  for (int n = 0; n < w->nnodes; n++)
+    if (m->per[n].mod || m->per[n].kernels)
+      build_free(&w->nodes[n], &m->per[n]);
+  if (m->prev)
+    m->prev->next = m->next;
+  else
+    w->modules = m->next;
+  if (m->next)
+    m->next->prev = m->prev;
+  free(m);
+}
+
+void dev_modules_drop_node(dev_world *w, dev_node *node) {
+  for (dev_module *m = w->modules; m; m = m->next) {
+    dev_module_build *b = &m->per[node->index];
+    if (b->mod == NULL)
+      continue;
+    build_free(node, b);
+    b->lost = true;
+  }
+}
+
+/* ---- building, on a worker ---- */
+
+typedef struct build_job {
+  dev_module *m;
+  dev_world *w;
+  int nodes[DEV_MAX_NODES];
+  uint32_t gens[DEV_MAX_NODES]; /* the incarnation each build is for */
+  int nnodes;
+  uint32_t source;
+  void *code;
+  size_t len;
+  char *options;
+  char *log;
+  size_t log_len;
+} build_job;
+
+static void log_append(build_job *j, const dev_node *node, const char *text) {
+  if (text == NULL || text[0] == '\0')
+    return;
+  char head[160] = "";
+  if (j->nnodes > 1)
+    snprintf(head, sizeof head, "device %d (%s):\n", node->device, node->info.name);
+  size_t add = strlen(head) + strlen(text) + 2;
+  char *p = realloc(j->log, j->log_len + add);
+  if (p == NULL)
+    return; /* the log is information: the status still says what happened */
+  j->log = p;
+  j->log_len += (size_t)snprintf(p + j->log_len, add, "%s%s%s", head, text,
+                                 j->nnodes > 1 ? "\n" : "");
+}
+
+static int build_on(build_job *j, int i) {
+  dev_node *node = &j->w->nodes[j->nodes[i]];
+  dev_module_build *b = &j->m->per[node->index];
+  char *log = NULL;
+  be_module *mod = NULL;
+  int rc = ACCEL_EDEVLOST;
+  pthread_mutex_lock(&node->build_mu);
+  if (node->dev && node->generation == j->gens[i])
+    rc = node->be->module->load(node->dev, j->source, j->code, j->len, j->options, &mod, &log);
+  if (rc == 0)
+    *b = (dev_module_build){.mod = mod, .node_gen = j->gens[i]};
+  pthread_mutex_unlock(&node->build_mu);
+  log_append(j, node, log);
+  free(log);
+  return rc;
+}
+
+static int build_work(void *data) {
+  build_job *j = data;
+  int status = 0;
+  for (int i = 0; i < j->nnodes; i++) {
+    int rc = build_on(j, i);
+    if (status == 0)
+      status = rc;
+  }
+  return status;
+}
+
+static void job_free(build_job *j) {
+  dev_module_unref(j->m);
+  free(j->code);
+  free(j->options);
+  free(j->log);
+  free(j);
+}
+
+static void job_drop(void *data) {
+  job_free(data); /* the session ended before the build did */
+}
+
+int dev_module_build_start(accel_actor *self, uint32_t msg_type, dev_module *m, const int *nodes,
+                     int nnodes, uint32_t source, const void *code, size_t len,
+                     const char *options) {
+  build_job *j = calloc(1, sizeof *j);
+  if (j == NULL)
+    return ACCEL_ENOMEM;
+  *j = (build_job){.m = m, .w = m->world, .nnodes = nnodes, .source = source, .len = len};
+  j->code = malloc(len ? len : 1);
+  j->options = options ? strdup(options) : NULL;
+  if (j->code == NULL || (options && j->options == NULL)) {
+    free(j->code);
+    free(j->options);
+    free(j);
+    return ACCEL_ENOMEM;
+  }
+  memcpy(j->code, code, len);
+  for (int i = 0; i < nnodes; i++) {
+    j->nodes[i] = nodes[i];
+    j->gens[i] = m->world->nodes[nodes[i]].generation;
+  }
+  dev_module_ref(m);
+  int rc = accel_work_submit(self, build_work, j, job_drop, msg_type);
+  if (rc != 0)
+    job_free(j);
+  return rc;
+}
+
+int dev_module_build_done(accel_msg *msg, char **log) {
+  build_job *j = msg->data;
+  msg->data = NULL;
+  *log = j->log;
+  j->log = NULL;
+  job_free(j);
+  return (int)(int64_t)msg->arg;
+}
+
+/* ---- kernels and launches ---- */
+
+int dev_module_kernel_get(dev_module *m, dev_node *node, const char *name,
+                          const dev_module_kernel **out) {
+  dev_module_build *b = &m->per[node->index];
+  if (b->mod == NULL)
+    return b->lost ? ACCEL_EDATALOST : ACCEL_ENOTSUP;
+  for (uint32_t i = 0; i < b->nkernels; i++)
+    if (strcmp(b->kernels[i].name, name) == 0) {
+      *out = &b->kernels[i];
+      return 0;
+    }
+  if (b->nkernels == b->kernels_cap) {
+    uint32_t cap = b->kernels_cap ? 2 * b->kernels_cap : 4;
+    dev_module_kernel *p = realloc(b->kernels, cap * sizeof *p);
+    if (p == NULL)
+      return ACCEL_ENOMEM;
+    b->kernels = p;
+    b->kernels_cap = cap;
+  }
+  dev_module_kernel *k = &b->kernels[b->nkernels];
+  memset(k, 0, sizeof *k);
+  int rc = node->be->module->kernel(b->mod, name, &k->kernel, &k->info);
+  if (rc != 0)
+    return rc;
+  snprintf(k->name, sizeof k->name, "%s", name);
+  b->nkernels++;
+  *out = k;
+  return 0;
+}
+
+static int geometry_check(const be_launch_limits *lim, const dev_launch *l) {
+  uint64_t threads = 1;
+  for (int i = 0; i < 3; i++) {
+    if (l->block[i] > lim->max_block[i] || l->grid[i] > lim->max_grid[i])
+      return ACCEL_EINVAL;
+    threads *= l->block[i];
+  }
+  if (threads > lim->max_threads_per_block || l->shared_bytes > lim->max_shared_bytes)
+    return ACCEL_EINVAL;
+  return 0;
+}
+
+/* Whether an argument fits a parameter, as far as the device can tell. */
+static bool arg_fits(const dev_kernel_arg *a, const struct be_param *p) {
+  if (p->kind != BE_PARAM_UNKNOWN && p->kind != a->kind)
+    return false;
+  if (a->kind == BE_PARAM_BUFFER)
+    return p->kind == BE_PARAM_BUFFER || p->size == 0 || p->size == sizeof(uint64_t);
+  if (a->kind == BE_PARAM_SCALAR)
+    return p->size == 0 || p->size == a->size;
+  return true; /* LOCAL: its size is the launch's to choose */
+}
+
+int dev_module_launch_check(const dev_node *node, const dev_module_kernel *k,
+                            const dev_launch *l) {
+  int rc = geometry_check(&node->caps.limits, l);
+  if (rc != 0)
+    return rc;
+  const be_kernel_info *info = &k->info;
+  if (info->nparams == UINT32_MAX)
+    return 0;
+  if (info->nparams != l->nargs)
+    return ACCEL_EINVAL;
+  for (uint32_t i = 0; i < l->nargs; i++)
+    if (!arg_fits(&l->args[i], &info->params[i]))
+      return ACCEL_EINVAL;
+  return 0;
+}
