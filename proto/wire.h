@@ -34,8 +34,8 @@
 typedef enum proto_type {
   PROTO_HELLO = 1,   /* client -> daemon: version, capabilities, name */
   PROTO_WELCOME = 2, /* daemon -> client: version, limits, devices */
-  PROTO_OP = 3,      /* client -> daemon: one op envelope (+ inline data for writes) */
-  PROTO_REPLY = 4,   /* daemon -> client: status (+ data for reads and control) */
+  PROTO_OP = 3,      /* client -> daemon: one op envelope (+ a write's bytes, a module's code) */
+  PROTO_REPLY = 4,   /* daemon -> client: status (+ data: reads, controls, build logs) */
   PROTO_CONTROL = 5, /* client -> daemon: status, devices, tree, ping, inject-fault */
   PROTO_TYPE_MAX_
 } proto_type;

@@ -11,6 +11,7 @@
 #include "accel/error.h"
 #include "backends/cuda/backend_cuda.h"
 #include "backends/cuda/device.h"
+#include "backends/cuda/nvrtc_lib.h"
 
 /* How long inject_fault waits for its kernel to break the context (a kernel ahead of it may
  * hold every multiprocessor for a while). */
@@ -95,6 +96,7 @@ static be_device *dev_new(int index, const be_open_opts *opts)
     return NULL;
   atomic_init(&dev->refs, 1);
   atomic_init(&dev->fault, BE_CUDA_OK);
+  atomic_init(&dev->aborted, false);
   atomic_init(&dev->gen, 0);
   atomic_init(&dev->syncing, 0);
   atomic_init(&dev->tf32, (opts && opts->tf32) || env_is("ACCEL_CUDA_TF32", "1"));
@@ -109,6 +111,7 @@ static be_device *dev_new(int index, const be_open_opts *opts)
   pthread_cond_init(&dev->cb_idle, NULL);
   be_cu_list_init(&dev->queues);
   be_cu_list_init(&dev->blocks);
+  be_cu_list_init(&dev->modules);
   be_cu_list_init(&dev->cbs);
   return dev;
 }
@@ -149,6 +152,8 @@ static int cuda_open(int index, const be_open_opts *opts, be_device **out)
     /* Stream waits on host memory need host and device addresses to agree (stage.c). */
     if (!attribute(dev->cu, CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING))
       atomic_store(&dev->memops, false);
+    be_cuda_limits_read(dev);
+    be_nvrtc(); /* looked for here, where blocking is allowed: sources() must not block */
     rc = be_cuda_incarnate(dev);
   }
   if (rc != 0) {
@@ -168,9 +173,10 @@ static be_queue *first_queue(be_device *dev)
   return l == &dev->queues ? NULL : (be_queue *)l;
 }
 
-/* Queues left open are destroyed (which waits for their work), then memory left allocated
- * is freed, then the incarnation goes. Events are not the device's to free: the struct
- * lives on while they do. */
+/* Queues left open are destroyed (which waits for their work, unless the device is lost),
+ * then memory left allocated is freed, then the incarnation goes, and the records of modules
+ * left loaded with it. Events are not the device's to free: the struct lives on while they
+ * do. */
 static void cuda_close(be_device *dev)
 {
   if (dev == NULL)
@@ -180,6 +186,7 @@ static void cuda_close(be_device *dev)
     be_cuda_queue_destroy(q);
   be_cuda_mem_free_all(dev);
   be_cuda_dissolve(dev);
+  be_cuda_modules_free_all(dev);
   pthread_mutex_lock(&dev->lock);
   dev->closed = true;
   pthread_mutex_unlock(&dev->lock);
@@ -248,6 +255,19 @@ static int cuda_inject_fault(be_device *dev)
   return 0;
 }
 
+/* Work past its deadline: the device is lost from now on, as after a fault (pending callbacks
+ * hear ACCEL_EDEVLOST, events report it, waits in event_sync end), and nothing waits for the
+ * device any more (device.h, "Abort"): queue_destroy, close and reset return without it, and
+ * the context they destroy (own) or reset (primary) takes the work with it. */
+static void cuda_abort(be_device *dev)
+{
+  if (dev == NULL)
+    return;
+  atomic_store(&dev->aborted, true);
+  be_cuda_trace("abort", CUDA_SUCCESS);
+  be_cuda_fault(dev);
+}
+
 /* Callers destroy the old context's queues and events first (backend.h); stagers of queues
  * left behind are stopped, as their pinned memory goes with the context. */
 static int cuda_reset(be_device *dev)
@@ -287,6 +307,7 @@ const be_ops be_cuda_ops = {
     .status = cuda_status,
     .reset = cuda_reset,
     .inject_fault = cuda_inject_fault,
+    .abort = cuda_abort,
     .queue_create = be_cuda_queue_create,
     .queue_destroy = be_cuda_queue_destroy,
     .mem_alloc = be_cuda_mem_alloc,
@@ -308,4 +329,5 @@ const be_ops be_cuda_ops = {
     .blas = &be_cuda_blas,
     .rng = &be_cuda_rng,
     .nn = &be_cuda_nn,
+    .module = &be_cuda_module,
 };

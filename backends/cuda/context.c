@@ -168,6 +168,7 @@ int be_cuda_incarnate(be_device *dev)
   int rc = try_incarnate(dev);
   if (rc != 0)
     return rc == ACCEL_EDEVLOST ? ACCEL_EIO : rc;
+  atomic_store(&dev->aborted, false);
   atomic_store(&dev->fault, BE_CUDA_OK);
   return 0;
 }
@@ -196,7 +197,8 @@ static void wait_syncers(be_device *dev)
 /* A healthy context: everything of the incarnation is idle (the queues were destroyed, and
  * that waited for their streams), so its objects are destroyed one by one before the context
  * goes. A lost context's objects go with it (destroyed, or reset if primary); no host
- * function runs after that. */
+ * function runs after that. After abort() the work may never end: nothing waits for it, and
+ * the context's end stops it. */
 void be_cuda_dissolve(be_device *dev)
 {
   if (dev->ctx == NULL)
@@ -209,8 +211,10 @@ void be_cuda_dissolve(be_device *dev)
   be_cuda_enter(dev);
   /* Work still running (a soft fault leaves the context working) ends first: its host
    * functions may not outlive their records. A broken context answers at once. */
-  be_cuda_trace("cuCtxSynchronize", be_cu.cuCtxSynchronize());
+  if (!atomic_load(&dev->aborted))
+    be_cuda_trace("cuCtxSynchronize", be_cu.cuCtxSynchronize());
   be_cuda_event_pool_clear(dev, !lost);
+  be_cuda_modules_dissolve(dev, lost);
   if (!lost) {
     be_cu.cuStreamDestroy(dev->aux);
     be_cu.cuModuleUnload(dev->module);

@@ -20,6 +20,7 @@
  * (CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES). A kernel's static shared memory counts
  * against the same maximum: a launch past it is ACCEL_EINVAL.
  */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 

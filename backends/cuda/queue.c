@@ -70,11 +70,12 @@ int be_cuda_queue_side(be_queue *q)
   return 0;
 }
 
-/* The queue's CUDA objects, while its incarnation lives (after a reset they are gone). */
+/* The queue's CUDA objects, while its incarnation lives (after a reset they are gone). After
+ * abort() they are left to the context's end: freeing device memory waits for the device. */
 static void queue_release(be_queue *q)
 {
   be_device *dev = q->dev;
-  if (q->gen != atomic_load(&dev->gen) || be_cuda_enter(dev) != 0)
+  if (q->gen != atomic_load(&dev->gen) || atomic_load(&dev->aborted) || be_cuda_enter(dev) != 0)
     return;
   bool alive = !be_cuda_lost(dev);
   be_cuda_blas_release(q);

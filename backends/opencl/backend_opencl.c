@@ -323,6 +323,18 @@ static be_queue *first_queue(be_device *dev)
 
 /* Queues left open are destroyed (which waits for their work and calls their host
  * functions), then buffers left allocated are freed, then the context goes. */
+/* Work ran past its deadline (a kernel that never ends). OpenCL cannot stop a running
+ * kernel: the device is lost, and its queues and context are abandoned rather than waited
+ * for (queue.c, ocl_close): the kernel runs on in the platform until it ends, holding what it
+ * uses, and the device's next incarnation is a fresh context. */
+static void ocl_abort(be_device *dev)
+{
+  if (dev == NULL)
+    return;
+  atomic_store(&dev->aborted, true);
+  be_ocl_fault(dev);
+}
+
 static void ocl_close(be_device *dev)
 {
   if (dev == NULL)
@@ -330,8 +342,10 @@ static void ocl_close(be_device *dev)
   be_queue *q;
   while ((q = first_queue(dev)) != NULL)
     be_ocl_queue_destroy(q);
-  be_ocl_mem_free_all(dev);
-  dissolve(dev);
+  if (!atomic_load(&dev->aborted)) { /* else the runaway kernel may still use them */
+    be_ocl_mem_free_all(dev);
+    dissolve(dev);
+  }
   be_ocl_dev_unref(dev);
 }
 
@@ -376,6 +390,7 @@ const be_ops be_opencl_ops = {
     .status = ocl_status,
     .reset = ocl_reset,
     .inject_fault = ocl_inject_fault,
+    .abort = ocl_abort,
     .queue_create = be_ocl_queue_create,
     .queue_destroy = be_ocl_queue_destroy,
     .mem_alloc = be_ocl_mem_alloc,

@@ -93,6 +93,7 @@ struct be_device {
   size_t wg_max;       /* CL_DEVICE_MAX_WORK_GROUP_SIZE */
   bool fault_injection;
   atomic_bool lost;
+  atomic_bool aborted; /* abort(): queues and context are abandoned, not waited for */
   atomic_uint gen;
   /* The incarnation: NULL ctx once closed. */
   cl_context ctx;

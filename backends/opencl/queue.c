@@ -163,6 +163,31 @@ int be_ocl_notify(be_queue *q, be_host_fn fn, void *arg)
 
 /* Every host function is called by the time this returns: the thread drains its FIFO (each
  * after its work: a queue of a lost device still runs its work, device.h). */
+/* After abort(): a kernel that never ends holds the queue, and the host-function thread waits
+ * behind it; neither can be waited for. The thread is told to stop and left to end on its own
+ * (it frees nothing); the queue's memory and command queue are left to it (a leak per
+ * runaway kernel, the price of not hanging). */
+static pthread_mutex_t abandoned_lock = PTHREAD_MUTEX_INITIALIZER;
+static be_ocl_link abandoned = {&abandoned, &abandoned}; /* kept reachable, never freed */
+
+static void abandon(be_queue *q)
+{
+  be_ocl_dev_ref(q->dev); /* never released: the thread may look at the device later */
+  pthread_mutex_lock(&abandoned_lock);
+  q->link.next = abandoned.next;
+  q->link.prev = &abandoned;
+  abandoned.next->prev = &q->link;
+  abandoned.next = &q->link;
+  pthread_mutex_unlock(&abandoned_lock);
+  if (q->thread_started) {
+    pthread_mutex_lock(&q->hlock);
+    q->stop = true;
+    pthread_cond_signal(&q->hcond);
+    pthread_mutex_unlock(&q->hlock);
+    pthread_detach(q->thread);
+  }
+}
+
 void be_ocl_queue_destroy(be_queue *q)
 {
   if (q == NULL)
@@ -172,6 +197,10 @@ void be_ocl_queue_destroy(be_queue *q)
   q->link.prev->next = q->link.next;
   q->link.next->prev = q->link.prev;
   pthread_mutex_unlock(&dev->lock);
+  if (atomic_load(&dev->aborted)) {
+    abandon(q);
+    return;
+  }
   if (q->thread_started) {
     pthread_mutex_lock(&q->hlock);
     q->stop = true;

@@ -31,10 +31,12 @@ static const char ocl_src[] =
     "  }\n"
     "  v[i] = steps;\n"
     "}\n"
-    "__kernel void spin(__global uint *flag)\n"
+    "__kernel void spin(__global ulong *state, ulong iters)\n"
     "{\n"
-    "  while (flag[0] == 0) {\n"
-    "  }\n"
+    "  ulong x = state[0];\n"
+    "  for (ulong i = 0; i < iters; i++)\n"
+    "    x = x * 6364136223846793005ul + 1442695040888963407ul;\n"
+    "  state[0] = x;\n"
     "}\n";
 
 static const char cuda_src[] =
@@ -56,10 +58,12 @@ static const char cuda_src[] =
     "  }\n"
     "  v[i] = steps;\n"
     "}\n"
-    "extern \"C\" __global__ void spin(volatile unsigned *flag)\n"
+    "extern \"C\" __global__ void spin(unsigned long long *state, unsigned long long iters)\n"
     "{\n"
-    "  while (flag[0] == 0) {\n"
-    "  }\n"
+    "  unsigned long long x = state[0];\n"
+    "  for (unsigned long long i = 0; i < iters; i++)\n"
+    "    x = x * 6364136223846793005ull + 1442695040888963407ull;\n"
+    "  state[0] = x;\n"
     "}\n";
 
 /* saxpy alone, as `nvcc -ptx -arch=compute_52` writes it for the CUDA version above. */
@@ -569,27 +573,37 @@ TEST(built_code_is_cached) {
   accel_close(fx.ctx);
 }
 
-/* A kernel that never ends is stopped by the op's deadline: the op fails with ETIMEDOUT and
- * the device is reset (the fault treatment); the context then works again. */
-TEST(a_kernel_that_never_ends_is_stopped_by_its_deadline) {
+/* A kernel that does not end by its deadline is stopped there: the op fails with ETIMEDOUT
+ * and the device is reset (the fault treatment); it then serves again. On CUDA the kernel
+ * never ends by itself (the context's destruction stops it). OpenCL cannot stop a running
+ * kernel: there it runs a few seconds and ends on its own, after the device has moved on. */
+TEST(a_kernel_past_its_deadline_is_stopped) {
   SETUP(fx);
-  if (fx.l->source != ACCEL_SOURCE_CUDA)
-    TEST_SKIP("OpenCL cannot stop a running kernel (documented); the cuda run tests this");
-  accel_buffer flag = buf_new(fx.ctx, ACCEL_U32, 1);
+  if (fx.l->source != ACCEL_SOURCE_CUDA) /* see docs/ARCHITECTURE.md, "Deadlines" */
+    TEST_SKIP("OpenCL cannot stop a running kernel; its abandon-on-deadline path is not yet "
+              "reliable enough on PoCL to test (a run sometimes completes first); cuda run");
+  bool cuda = true;
+  accel_buffer state = buf_new(fx.ctx, ACCEL_U32, 2); /* one 64-bit word */
   accel_future *f = NULL;
-  CHECK_OK(accel_fill_u32(fx.ctx, fx.dev, flag, 0, NULL));
-  accel_arg arg = accel_arg_buffer(flag, ACCEL_ACCESS_READ, 0, 1);
-  accel_launch_dims d = {{1, 1, 1}, {1, 1, 1}, 0, 1000};
-  CHECK_OK(accel_launch(fx.ctx, fx.dev, kernel(&fx, "spin"), &d, &arg, 1, &f));
+  /* A chain of 2^64 - 1 (CUDA: forever) or 10^11 dependent steps (OpenCL: about a minute
+   * on a CPU core, where the kernel keeps running after the device moved on). */
+  accel_arg args[] = {accel_arg_buffer(state, ACCEL_ACCESS_READ_WRITE, 0, 2),
+                      accel_arg_u64(cuda ? UINT64_MAX : 100000000000ull)};
+  accel_launch_dims d = {{1, 1, 1}, {1, 1, 1}, 0, 300};
+  uint64_t t0 = test_now_ns();
+  CHECK_OK(accel_launch(fx.ctx, fx.dev, kernel(&fx, "spin"), &d, args, 2, &f));
   CHECK_ERR(fut_status(f), ACCEL_ETIMEDOUT);
+  printf("# stopped after %.0f ms\n", (double)(test_now_ns() - t0) / 1e6);
   struct accel_device_info info;
   device_wait(fx.ctx, fx.dev, 0, 1, &info); /* serving again, after one restart */
+  /* The module's build died with the device: its launches there say so. */
+  accel_buffer x = buf_new(fx.ctx, ACCEL_F32, 4), y = buf_new(fx.ctx, ACCEL_F32, 4);
+  CHECK_ERR(saxpy(&fx, fx.dev, 4, 1.0f, x, y), ACCEL_EDATALOST);
   accel_module m;
   CHECK_OK(accel_module_load(fx.ctx, fx.dev, fx.l->source, fx.l->src, strlen(fx.l->src), NULL,
                              &m, &f));
   WAIT_OK(f);
   fx.mod = m;
-  accel_buffer x = buf_new(fx.ctx, ACCEL_F32, 4), y = buf_new(fx.ctx, ACCEL_F32, 4);
   CHECK_OK(saxpy(&fx, fx.dev, 4, 1.0f, x, y));
   accel_close(fx.ctx);
 }
@@ -608,7 +622,7 @@ static const test_case tests[] = {
     TEST_CASE(stale_modules_and_kernels_are_refused),
     TEST_CASE(bad_loads_are_refused),
     TEST_CASE(built_code_is_cached),
-    TEST_CASE(a_kernel_that_never_ends_is_stopped_by_its_deadline),
+    TEST_CASE(a_kernel_past_its_deadline_is_stopped),
 };
 
 TEST_MAIN(tests)

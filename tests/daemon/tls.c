@@ -1,5 +1,6 @@
 /* acceld's [security] section: the keys as parsed (daemon/config.c linked in), plain tcp://
- * refused unless allowed, and tls+tcp:// end to end through libaccel: the daemon's certificate
+ * refused unless allowed, user kernels allowed per transport (user_kernels), and tls+tcp://
+ * end to end through libaccel: the daemon's certificate
  * verified by the client (ACCEL_TLS_CA, ACCEL_TLS_SERVER_NAME), client certificates required
  * by tls_verify_clients, and the daemon refusing to start without its key.
  *
@@ -274,6 +275,91 @@ TEST(plain_tcp_with_allow_plain_tcp) {
   td_cleanup(&d);
 }
 
+
+/* ---- user_kernels: where clients may load modules ---- */
+
+TEST(user_kernels_key_and_flag) {
+  char err[320];
+  acd_config c, other;
+  srv_security sec;
+  CHECK_OK(read_config("", &c, NULL, err, sizeof err));
+  CHECK_EQ(c.user_kernels, SRV_USER_KERNELS_LOCAL); /* the default */
+  acd_config_free(&c);
+  static const struct {
+    const char *text;
+    srv_user_kernels want;
+  } cases[] = {{"[security]\nuser_kernels = local\n", SRV_USER_KERNELS_LOCAL},
+               {"[security]\nuser_kernels = all\n", SRV_USER_KERNELS_ALL},
+               {"[security]\nuser_kernels = None\n", SRV_USER_KERNELS_NONE}};
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    CHECK_OK(read_config(cases[i].text, &c, NULL, err, sizeof err));
+    acd_config_security(&c, &sec);
+    CHECK_EQ(sec.user_kernels, cases[i].want);
+    acd_config_free(&c);
+  }
+  expect_config_error("[security]\nuser_kernels = some\n",
+                      "acceld.conf:2: [security] user_kernels = some: unknown key or bad value");
+  acd_flags f = {.cpu_devices = -1, .user_kernels = "none"};
+  CHECK_OK(read_config("[security]\nuser_kernels = all\n", &c, &f, err, sizeof err));
+  CHECK_EQ(c.user_kernels, SRV_USER_KERNELS_NONE); /* the flag wins over the file */
+  CHECK_OK(read_config("[security]\nuser_kernels = all\n", &other, NULL, err, sizeof err));
+  CHECK(!acd_config_security_same(&c, &other)); /* a reload says: on restart */
+  acd_config_free(&other);
+  acd_config_free(&c);
+  f.user_kernels = "everywhere";
+  CHECK_ERR(read_config("", &c, &f, err, sizeof err), ACCEL_EINVAL);
+  CHECK(strstr(err, "--user-kernels everywhere: local, all or none") != NULL);
+}
+
+/* A MODULE_LOAD over a fresh connection to url: its status. Which devices build what does not
+ * matter here (a machine with none says ACCEL_ENOTSUP): only whether it was refused. */
+static int module_load_status(const char *url) {
+  static const char code[] = "__kernel void k(__global float *x) { x[0] = 1.0f; }";
+  td_client c;
+  td_client_open(&c, url);
+  CHECK_OK(td_hello(&c, NULL));
+  dev_op op = {.h = {.kind = DEV_OP_MODULE_LOAD, .device = ACCEL_DEVICE_ANY}, .nbufs = 1};
+  op.bufs[0].handle = td_handle(1, 1);
+  op.u.module.source = ACCEL_SOURCE_OPENCL;
+  op.u.module.code = code;
+  op.u.module.len = sizeof code - 1;
+  op.u.module.options = "-DN=4";
+  proto_out o;
+  uint64_t id = c.next_id++;
+  proto_out_init(&o);
+  CHECK_OK(proto_encode_op(&o, id, &op, (proto_bytes){NULL, 0}));
+  int status = td_call(&c, &o, id);
+  td_client_close(&c);
+  return status;
+}
+
+/* Starts the daemon on its ipc:// socket and a plain tcp:// port (*tcp), with `extra` (a flag
+ * or NULL). */
+static void start_both(td_daemon *d, char *tcp, size_t len, const char *extra) {
+  snprintf(tcp, len, "tcp://127.0.0.1:%d", free_port());
+  td_start(d, "--listen", tcp, "--allow-plain-tcp", extra, NULL);
+}
+
+TEST(user_kernels_are_gated_per_transport) {
+  td_daemon d;
+  char tcp[64];
+  td_prepare(&d);
+  start_both(&d, tcp, sizeof tcp, NULL); /* default: local */
+  CHECK(module_load_status(d.url) != ACCEL_EPERM);
+  CHECK_ERR(module_load_status(tcp), ACCEL_EPERM);
+  CHECK_EQ(td_stop(&d), 0);
+  start_both(&d, tcp, sizeof tcp, "--user-kernels=all");
+  CHECK(module_load_status(d.url) != ACCEL_EPERM);
+  CHECK(module_load_status(tcp) != ACCEL_EPERM);
+  CHECK_EQ(td_stop(&d), 0);
+  td_write_config(&d, "[security]\nuser_kernels = none\n");
+  start_both(&d, tcp, sizeof tcp, NULL);
+  CHECK_ERR(module_load_status(d.url), ACCEL_EPERM);
+  CHECK_ERR(module_load_status(tcp), ACCEL_EPERM);
+  CHECK_EQ(td_stop(&d), 0);
+  td_cleanup(&d);
+}
+
 /* ---- tls+tcp:// ---- */
 
 TEST(tls_client_that_trusts_the_ca_works) {
@@ -434,6 +520,8 @@ static const test_case tests[] = {
     TEST_CASE(unknown_names_and_bad_values_are_errors_with_their_line),
     TEST_CASE(plain_tcp_is_refused_by_default),
     TEST_CASE(plain_tcp_with_allow_plain_tcp),
+    TEST_CASE(user_kernels_key_and_flag),
+    TEST_CASE(user_kernels_are_gated_per_transport),
     TEST_CASE(tls_client_that_trusts_the_ca_works),
     TEST_CASE(tls_client_without_the_ca_is_refused_and_others_go_on),
     TEST_CASE(tls_nothing_listening_is_closed),
