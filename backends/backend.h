@@ -99,8 +99,10 @@ typedef struct be_ops {
   int (*inject_fault)(be_device *dev);
   /* Optional (NULL: the backend's work always ends). Work on the device ran past its deadline
    * (a user kernel that never ends): the device becomes lost (sticky ACCEL_EDEVLOST, as a
-   * fault), queue_destroy and close stop waiting for work in flight, and close or reset stops
-   * that work where the driver can (CUDA: the context is destroyed). Any thread. */
+   * fault), and queue_destroy, close and reset stop waiting for the work in flight: it is
+   * abandoned. Neither CUDA nor OpenCL can stop a running kernel inside the process (CUDA's
+   * context destruction waits for it): it runs on, sharing the device, until it ends or the
+   * process exits; the device's next incarnation is a fresh context. Any thread. */
   void (*abort)(be_device *dev);
 
   /* ---- queues ---- */
@@ -280,7 +282,7 @@ typedef struct be_module_pkg {
   /* Frees the module and its kernels (worker threads or the loop; before close). */
   void (*unload)(be_module *m);
   /* The kernel of that name (owned by the module, the same pointer for the same name) and its
-   * parameters: 0 or ACCEL_ENOENT. Quick (the loop calls it); one thread at a time per
+   * parameters: 0, ACCEL_ENOENT, or ACCEL_EDEVLOST (a module of an earlier incarnation). Quick (the loop calls it); one thread at a time per
    * module. */
   int (*kernel)(be_module *m, const char *name, be_kernel **out, be_kernel_info *info);
   /* Enqueues a launch on q (q of the module's device). The caller checked the geometry

@@ -113,6 +113,7 @@ static be_device *dev_new(int index, const be_open_opts *opts)
   be_cu_list_init(&dev->blocks);
   be_cu_list_init(&dev->modules);
   be_cu_list_init(&dev->cbs);
+  be_cu_list_init(&dev->orphans);
   return dev;
 }
 
@@ -257,8 +258,9 @@ static int cuda_inject_fault(be_device *dev)
 
 /* Work past its deadline: the device is lost from now on, as after a fault (pending callbacks
  * hear ACCEL_EDEVLOST, events report it, waits in event_sync end), and nothing waits for the
- * device any more (device.h, "Abort"): queue_destroy, close and reset return without it, and
- * the context they destroy (own) or reset (primary) takes the work with it. */
+ * device any more (device.h, "Abort"): queue_destroy, close and reset return without it. The
+ * work itself cannot be stopped inside the process on current drivers: its context is left
+ * to end when it does (context.c, "Burial"); only the process's exit stops it for sure. */
 static void cuda_abort(be_device *dev)
 {
   if (dev == NULL)

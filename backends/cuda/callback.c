@@ -31,6 +31,11 @@
  *
  * A record is armed once CUDA has accepted it: the fault path only claims armed records, so
  * that a submission that fails never calls its callback (STYLE.md, "Errors").
+ *
+ * After abort() the context lives on with a kernel that may end one day (context.c, burial):
+ * its records go with it (be_cuda_callbacks_hand_off) and are freed once it is destroyed
+ * (be_cuda_callbacks_free). A host function of an older generation that runs meanwhile hears
+ * ACCEL_EDEVLOST whatever the device does now, and copies nothing.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -41,6 +46,7 @@
 typedef struct cb_rec {
   be_cu_link link; /* first: the device's list points here */
   be_device *dev;
+  unsigned gen;  /* the queue's */
   be_host_fn fn; /* a callback; NULL for a copy */
   void *arg;
   void *dst; /* a copy's host side */
@@ -90,13 +96,15 @@ static void run_copy(cb_rec *r)
 }
 
 /* How the work before a host function ended, as the callback hears it. */
-static int status_of(be_device *dev, CUresult r)
+static int status_of(cb_rec *rec, CUresult r)
 {
-  if (r != CUDA_SUCCESS && be_cuda_sticky(r))
+  be_device *dev = rec->dev;
+  bool old = rec->gen != atomic_load(&dev->gen); /* never faults the incarnation of now */
+  if (r != CUDA_SUCCESS && be_cuda_sticky(r) && !old)
     be_cuda_fault(dev);
   if (r != CUDA_SUCCESS)
     return be_cuda_err(r);
-  return be_cuda_lost(dev) ? ACCEL_EDEVLOST : 0;
+  return old || be_cuda_lost(dev) ? ACCEL_EDEVLOST : 0;
 }
 
 /* On CUDA's host-function thread: the copy or the callback, unless the fault path claimed
@@ -108,7 +116,7 @@ static void run(cb_rec *r, CUresult result)
   r->entered = true;
   dev->cb_running++;
   pthread_mutex_unlock(&dev->cb_lock);
-  int status = status_of(dev, result);
+  int status = status_of(r, result);
   if (r->fn == NULL) {
     if (status == 0)
       run_copy(r);
@@ -161,6 +169,7 @@ static void unarm(be_device *dev, cb_rec *r)
 static int launch(be_queue *q, CUstream stream, cb_rec *r)
 {
   be_device *dev = q->dev;
+  r->gen = q->gen;
   pthread_mutex_lock(&dev->cb_lock);
   if (atomic_load(&dev->fault) != BE_CUDA_OK) {
     pthread_mutex_unlock(&dev->cb_lock);
@@ -304,4 +313,28 @@ void be_cuda_callbacks_drain(be_device *dev)
   }
   pthread_mutex_unlock(&dev->cb_lock);
   call_all(calls, n);
+}
+
+void be_cuda_callbacks_hand_off(be_device *dev, be_cu_link *to)
+{
+  pthread_mutex_lock(&dev->cb_lock);
+  while (!be_cu_list_empty(&dev->cbs)) {
+    be_cu_link *l = dev->cbs.next;
+    be_cu_list_del(l);
+    be_cu_list_add(to, l);
+  }
+  pthread_mutex_unlock(&dev->cb_lock);
+}
+
+void be_cuda_callbacks_free(be_device *dev, be_cu_link *list)
+{
+  pthread_mutex_lock(&dev->cb_lock);
+  while (dev->cb_running > 0)
+    pthread_cond_wait(&dev->cb_idle, &dev->cb_lock);
+  while (!be_cu_list_empty(list)) {
+    be_cu_link *l = list->next;
+    be_cu_list_del(l);
+    free(l);
+  }
+  pthread_mutex_unlock(&dev->cb_lock);
 }

@@ -10,8 +10,27 @@
  * the device back after a real sticky error on current drivers: then cuDevicePrimaryCtxRetain
  * and cuCtxCreate both answer the error (CUDA_ERROR_LAUNCH_FAILED after a trap; H200, driver
  * 580), and only a new process gets the GPU back (backend_cuda.c, inject_fault).
+ *
+ * Burial: after abort() the incarnation's work may never end, and ending its context waits for
+ * that work: cuCtxDestroy and cuDevicePrimaryCtxReset were still blocked after 8 s beside a
+ * kernel that spins for ever, which kept running; only the process's exit stopped it (H100,
+ * driver 580). Meanwhile other contexts of the GPU work: a new one made, a module loaded and a
+ * kernel run in 2.4 ms, beside the spinning one and with a cuCtxDestroy blocked on another
+ * thread. So the aborted incarnation's context is handed to a thread of its own that ends it
+ * when (if ever) its work ends, and the device goes on: reset makes a new context (own
+ * contexts; the GPU is then shared with the stuck kernel, time-sliced, until the process
+ * exits), close returns. The host functions' records go with the context (callback.c) and the
+ * device struct lives on (a reference) until it is gone. A primary context cannot be replaced
+ * while it is being reset: its device cannot incarnate again in this process (ACCEL_EIO)
+ * until the burial ends. While a burial of a CUDA device is pending, ending any other context
+ * of it blocks as well (the close after a reset beside the spinning kernel never returned),
+ * and from then on even making a context blocks (measured), so the contexts of that device
+ * that end meanwhile are left as they are, their objects freed as usual, and ended once no
+ * burial of the device is pending any more.
  */
+#include <pthread.h>
 #include <sched.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "accel/error.h"
@@ -101,6 +120,16 @@ static bool want_primary(void)
   return v != NULL && strcmp(v, "primary") == 0;
 }
 
+/* Primary contexts being buried, and burials pending (under left_lock where it matters), by
+ * device index. */
+static atomic_bool primary_buried[BE_CUDA_EPOCHS];
+static atomic_int burials[BE_CUDA_EPOCHS];
+
+static atomic_bool *buried_of(be_device *dev)
+{
+  return dev->index >= 0 && dev->index < BE_CUDA_EPOCHS ? &primary_buried[dev->index] : NULL;
+}
+
 /* The context of a new incarnation, current on this thread. */
 static CUresult context_make(be_device *dev)
 {
@@ -108,6 +137,10 @@ static CUresult context_make(be_device *dev)
   dev->incarnation = atomic_fetch_add(&incarnations, 1) + 1;
   if (!dev->primary)
     return be_cuda_trace("cuCtxCreate", be_cu.cuCtxCreate(&dev->ctx, NULL, 0, dev->cu));
+  atomic_bool *buried = buried_of(dev);
+  if (buried != NULL && atomic_load(buried))
+    return be_cuda_trace("primary context still held by work that never ended",
+                         CUDA_ERROR_CONTEXT_ALREADY_IN_USE);
   atomic_uint *epoch = epoch_of(dev);
   dev->epoch = epoch != NULL ? atomic_load(epoch) : 0;
   return be_cuda_trace("retain", be_cu.cuDevicePrimaryCtxRetain(&dev->ctx, dev->cu));
@@ -186,6 +219,159 @@ uint64_t be_cuda_function(be_device *dev, const char *name)
   return dev == NULL || name == NULL || dev->ctx == NULL ? 0 : be_cuda_fn_lookup(dev, name);
 }
 
+/* ---- burial (above) ---------------------------------------------------------------------- */
+
+/* A context left alone while a burial of its CUDA device is pending, ended after it. */
+typedef struct left_ctx {
+  struct left_ctx *next;
+  int index;
+  CUdevice cu;
+  CUcontext ctx;
+  bool primary;
+} left_ctx;
+
+static pthread_mutex_t left_lock = PTHREAD_MUTEX_INITIALIZER;
+static left_ctx *left_list;
+
+typedef struct burial {
+  be_device *dev; /* a reference */
+  CUcontext ctx;
+  bool primary;
+  be_cu_link cbs; /* host functions' records CUDA may still run */
+} burial;
+
+static atomic_int *burials_of(be_device *dev)
+{
+  return dev->index >= 0 && dev->index < BE_CUDA_EPOCHS ? &burials[dev->index] : NULL;
+}
+
+/* Whether a context of this CUDA device is being buried (then ending another wedges the
+ * driver: the context is left instead). Under left_lock. */
+static bool burial_pending(be_device *dev)
+{
+  atomic_int *n = burials_of(dev);
+  return n != NULL && atomic_load(n) > 0;
+}
+
+/* Ends the contexts of device `index` left while its burials were pending, once none is. */
+static void end_left(int index)
+{
+  pthread_mutex_lock(&left_lock);
+  left_ctx *mine = NULL, **p = &left_list;
+  while (*p != NULL) {
+    left_ctx *l = *p;
+    if (l->index != index) {
+      p = &l->next;
+      continue;
+    }
+    *p = l->next;
+    l->next = mine;
+    mine = l;
+  }
+  pthread_mutex_unlock(&left_lock);
+  for (left_ctx *l = mine, *next; l != NULL; l = next) {
+    next = l->next;
+    if (l->primary)
+      be_cu.cuDevicePrimaryCtxRelease(l->cu);
+    else
+      be_cuda_trace("left context destroyed", be_cu.cuCtxDestroy(l->ctx));
+    free(l);
+  }
+}
+
+static void *bury_main(void *arg)
+{
+  burial *b = arg;
+  be_device *dev = b->dev;
+  be_cu.cuCtxSetCurrent(NULL);
+  if (!b->primary) {
+    be_cuda_trace("buried context destroyed", be_cu.cuCtxDestroy(b->ctx));
+  } else {
+    reset_context(dev);
+    be_cu.cuDevicePrimaryCtxRelease(dev->cu);
+    atomic_store(buried_of(dev), false);
+  }
+  be_cuda_callbacks_free(dev, &b->cbs);
+  pthread_mutex_lock(&left_lock);
+  bool last = atomic_fetch_sub(burials_of(dev), 1) == 1;
+  pthread_mutex_unlock(&left_lock);
+  if (last)
+    end_left(dev->index);
+  be_cuda_dev_unref(dev);
+  free(b);
+  return NULL;
+}
+
+static bool bury_start(burial *b)
+{
+  pthread_attr_t attr;
+  pthread_t t;
+  if (pthread_attr_init(&attr) != 0)
+    return false;
+  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+  bool ok = pthread_create(&t, &attr, bury_main, b) == 0;
+  pthread_attr_destroy(&attr);
+  return ok;
+}
+
+static void forget_context(be_device *dev)
+{
+  dev->ctx = NULL;
+  dev->module = NULL;
+  dev->aux = NULL;
+  for (int i = 0; i < BE_FN_COUNT; i++)
+    dev->fn[i] = NULL;
+}
+
+/* Hands an aborted incarnation's context and its records to a burial thread. Without memory
+ * or a thread for one, they are left for good, and a reference to the device with them: CUDA
+ * may still run a record, which then unlinks itself under the device's cb_lock. */
+static void bury(be_device *dev)
+{
+  burial *b = calloc(1, sizeof *b);
+  be_cuda_dev_ref(dev);
+  atomic_bool *buried = buried_of(dev);
+  if (dev->primary && buried != NULL)
+    atomic_store(buried, true);
+  be_cuda_trace("context buried: its work may never end", CUDA_SUCCESS);
+  if (b == NULL || burials_of(dev) == NULL) {
+    be_cuda_callbacks_hand_off(dev, &dev->orphans);
+    free(b);
+  } else {
+    *b = (burial){.dev = dev, .ctx = dev->ctx, .primary = dev->primary};
+    be_cu_list_init(&b->cbs);
+    be_cuda_callbacks_hand_off(dev, &b->cbs);
+    pthread_mutex_lock(&left_lock);
+    atomic_fetch_add(burials_of(dev), 1);
+    pthread_mutex_unlock(&left_lock);
+    if (!bury_start(b))
+      be_cuda_trace("no thread for the burial: the context is left", CUDA_SUCCESS);
+  }
+  forget_context(dev);
+}
+
+/* Ends the context (release_context), or, while a burial of its device is pending, leaves it
+ * to be ended after that (its work is done: the caller synchronised it). */
+static void end_or_leave(be_device *dev, bool lost)
+{
+  left_ctx *l = malloc(sizeof *l);
+  pthread_mutex_lock(&left_lock);
+  bool leave = burial_pending(dev);
+  if (leave && l != NULL) {
+    *l = (left_ctx){left_list, dev->index, dev->cu, dev->ctx, dev->primary};
+    left_list = l;
+    l = NULL;
+  }
+  pthread_mutex_unlock(&left_lock);
+  free(l);
+  if (!leave) {
+    release_context(dev, lost);
+    return;
+  }
+  be_cuda_trace("context left: another of the device is being buried", CUDA_SUCCESS);
+  forget_context(dev);
+}
+
 /* Threads still inside event_sync hold handles of this incarnation: wait them out (they
  * return once their work completes, or at once on a lost device). */
 static void wait_syncers(be_device *dev)
@@ -198,7 +384,7 @@ static void wait_syncers(be_device *dev)
  * that waited for their streams), so its objects are destroyed one by one before the context
  * goes. A lost context's objects go with it (destroyed, or reset if primary); no host
  * function runs after that. After abort() the work may never end: nothing waits for it, and
- * the context's end stops it. */
+ * the context is buried (above). */
 void be_cuda_dissolve(be_device *dev)
 {
   if (dev->ctx == NULL)
@@ -215,12 +401,18 @@ void be_cuda_dissolve(be_device *dev)
     be_cuda_trace("cuCtxSynchronize", be_cu.cuCtxSynchronize());
   be_cuda_event_pool_clear(dev, !lost);
   be_cuda_modules_dissolve(dev, lost);
+  if (atomic_load(&dev->aborted)) {
+    be_cuda_reap_wait(dev);
+    be_cuda_hostfn_wait(dev);
+    bury(dev);
+    return;
+  }
   if (!lost) {
     be_cu.cuStreamDestroy(dev->aux);
     be_cu.cuModuleUnload(dev->module);
   }
   be_cuda_reap_wait(dev);
   be_cuda_hostfn_wait(dev);
-  release_context(dev, lost);
+  end_or_leave(dev, lost);
   be_cuda_callbacks_drain(dev);
 }

@@ -16,8 +16,10 @@
  *
  * Abort (a user kernel past its deadline): the device is marked lost as by a fault, and
  * `aborted` says that work may still be running and never end, so teardown makes no call that
- * waits for the device (stream or context synchronisation, frees that synchronise) before the
- * context is destroyed, which stops that work.
+ * waits for the device (stream or context synchronisation, frees that synchronise). Ending the
+ * context would wait too (cuCtxDestroy, cuDevicePrimaryCtxReset: measured), so the aborted
+ * incarnation's context is handed to a thread that ends it if its work ever ends (context.c,
+ * "burial"), and the device goes on without it.
  *
  * Lock order: dev->lock, then cb_lock. copy_lock is never taken with either held.
  *
@@ -165,6 +167,7 @@ struct be_device {
   pthread_mutex_t cb_lock;
   pthread_cond_t cb_idle;
   be_cu_link cbs;
+  be_cu_link orphans; /* records of a buried context that found no burial (context.c) */
   int cb_running;
 };
 
@@ -229,6 +232,12 @@ void be_cuda_hostfn_wait(be_device *dev);
 /* After the context is gone or idle: waits for running host functions, calls the callbacks
  * CUDA will never call (ACCEL_EDEVLOST) and frees their records. */
 void be_cuda_callbacks_drain(be_device *dev);
+/* Moves every record to list `to` (an aborted incarnation's, whose context lives on: CUDA
+ * may still run them, under dev->cb_lock as ever); the fault path has claimed their
+ * callbacks. */
+void be_cuda_callbacks_hand_off(be_device *dev, be_cu_link *to);
+/* Once that context is destroyed: frees the records of `list` CUDA never ran. */
+void be_cuda_callbacks_free(be_device *dev, be_cu_link *list);
 
 /* ---- module.c, module_build.c: user kernels (the `module` package) ------------------ */
 

@@ -5,6 +5,12 @@
  * device (and keeps its own JIT cache). Its kernels are CUfunctions looked up once per name
  * and kept in the module.
  *
+ * Loading waits for the device: beside a kernel of the same context that keeps running,
+ * cuModuleLoadData of a CUBIN did not return, nor did a kernel launched on another stream
+ * start (lazy loading; H100, driver 580, measured). So a load blocks its worker thread until
+ * the kernels running on the device end (or, after abort(), for good: the context is buried
+ * with the load inside it, context.c).
+ *
  * Lifetime: the device lists its modules. When the incarnation goes (reset, close), their
  * CUmodules go with it (be_cuda_modules_dissolve): a module of an older generation launches
  * nothing (ACCEL_EDEVLOST) and its unload only frees its record. close frees the records its

@@ -335,7 +335,10 @@ typedef struct accel_launch_dims {
   uint32_t timeout_ms;   /* 0: the device's default deadline (60 s). A kernel still running
                           * then fails with ACCEL_ETIMEDOUT and the device is reset (the
                           * fault treatment: other ops in flight there fail with
-                          * ACCEL_EDEVLOST) */
+                          * ACCEL_EDEVLOST) and serves again in a fresh context. Neither CUDA
+                          * nor OpenCL can stop the kernel itself inside the process: it runs
+                          * on, sharing the device, until it ends or the process exits (for
+                          * acceld: a restart of the service) */
 } accel_launch_dims;
 
 #define ACCEL_LAUNCH_MAX_ARGS 32u /* arguments per launch */

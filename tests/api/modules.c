@@ -216,9 +216,9 @@ TEST(saxpy_matches_a_float64_reference) {
 }
 
 TEST(saxpy_as_a_user_kernel_matches_the_builtin_bit_for_bit) {
-  SETUP(fx);
-  if (fx.l->source == ACCEL_SOURCE_PTX)
+  if (test_lang()->source == ACCEL_SOURCE_PTX)
     TEST_SKIP("covered by the cuda run");
+  SETUP(fx);
   uint32_t n = (uint32_t)rnd_range(1000, 100000);
   float a = rnd_nonzero(-3, 3), *x = rnd_floats(n, -10, 10), *y = rnd_floats(n, -10, 10);
   float *mine = xmalloc(n * sizeof *mine), *theirs = xmalloc(n * sizeof *theirs);
@@ -244,9 +244,9 @@ static uint32_t collatz_steps(uint64_t x) {
 
 /* alkomp's example: the steps of each element to reach 1, checked on the host. */
 TEST(collatz_counts_match_the_host) {
-  SETUP(fx);
-  if (fx.l->source == ACCEL_SOURCE_PTX)
+  if (test_lang()->source == ACCEL_SOURCE_PTX)
     TEST_SKIP("the PTX module has saxpy only");
+  SETUP(fx);
   uint32_t n = (uint32_t)rnd_range(1, 20000);
   uint32_t *v = xmalloc(n * sizeof *v), *out = xmalloc(n * sizeof *out);
   for (uint32_t i = 0; i < n; i++)
@@ -367,9 +367,9 @@ TEST(source_that_does_not_build_returns_the_compilers_log) {
 }
 
 TEST(options_reach_the_compiler) {
-  SETUP(fx);
-  if (fx.l->source == ACCEL_SOURCE_PTX)
+  if (test_lang()->source == ACCEL_SOURCE_PTX)
     TEST_SKIP("PTX has no preprocessor");
+  SETUP(fx);
   static const char ocl[] = "__kernel void k(__global uint *v) { v[0] = VALUE; }\n";
   static const char cu[] = "extern \"C\" __global__ void k(unsigned *v) { v[0] = VALUE; }\n";
   const char *src = fx.l->source == ACCEL_SOURCE_OPENCL ? ocl : cu;
@@ -578,10 +578,10 @@ TEST(built_code_is_cached) {
  * never ends by itself (the context's destruction stops it). OpenCL cannot stop a running
  * kernel: there it runs a few seconds and ends on its own, after the device has moved on. */
 TEST(a_kernel_past_its_deadline_is_stopped) {
-  SETUP(fx);
-  if (fx.l->source != ACCEL_SOURCE_CUDA) /* see docs/ARCHITECTURE.md, "Deadlines" */
+  if (test_lang()->source != ACCEL_SOURCE_CUDA) /* see docs/ARCHITECTURE.md, "Deadlines" */
     TEST_SKIP("OpenCL cannot stop a running kernel; its abandon-on-deadline path is not yet "
               "reliable enough on PoCL to test (a run sometimes completes first); cuda run");
+  SETUP(fx);
   bool cuda = true;
   accel_buffer state = buf_new(fx.ctx, ACCEL_U32, 2); /* one 64-bit word */
   accel_future *f = NULL;
