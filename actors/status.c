@@ -143,6 +143,19 @@ static void dtype_list(sbuf *b, uint32_t set, bool json) {
   sb_printf(b, json ? "]" : "");
 }
 
+/* The user-kernel source kinds of a set (1u << accel_source), as names. */
+static void source_list(sbuf *b, uint32_t set, bool json) {
+  static const char *const names[] = {NULL, "cuda", "ptx", "opencl", "spirv"};
+  const char *sep = "";
+  sb_printf(b, json ? "[" : "");
+  for (uint32_t s = ACCEL_SOURCE_CUDA; s <= ACCEL_SOURCE_SPIRV; s++)
+    if (set & (1u << s)) {
+      sb_printf(b, json ? "%s\"%s\"" : "%s%s", sep, names[s]);
+      sep = json ? "," : " ";
+    }
+  sb_printf(b, json ? "]" : "");
+}
+
 static void json_packages(sbuf *b, const dev_node *node) {
   const dev_caps *c = &node->caps;
   sb_printf(b, ",\"packages\":{");
@@ -163,6 +176,11 @@ static void json_packages(sbuf *b, const dev_node *node) {
   if (c->packages & ACCEL_PKG_NN) {
     sb_printf(b, "%s\"nn\":", sep);
     dtype_list(b, c->nn_dtypes, true);
+    sep = ",";
+  }
+  if (c->packages & ACCEL_PKG_MODULE) {
+    sb_printf(b, "%s\"module\":", sep);
+    source_list(b, c->sources, true);
   }
   sb_printf(b, "}");
 }
@@ -187,6 +205,11 @@ static void text_packages(sbuf *b, const dev_node *node) {
   if (c->packages & ACCEL_PKG_NN) {
     sb_printf(b, " nn (");
     dtype_list(b, c->nn_dtypes, false);
+    sb_printf(b, ")");
+  }
+  if (c->packages & ACCEL_PKG_MODULE) {
+    sb_printf(b, " module (");
+    source_list(b, c->sources, false);
     sb_printf(b, ")");
   }
   sb_printf(b, "\n");
