@@ -163,6 +163,64 @@ TEST(killed_client_frees_its_session_and_buffers) {
   td_cleanup(&d);
 }
 
+/* ---- user modules and the end of a session ---- */
+
+/* A MODULE_LOAD of OpenCL C for every device that takes it, made unique by `salt` so that it
+ * is built from source (a build in progress for a while). */
+static void encode_load(proto_out *o, uint64_t id, uint64_t handle, uint64_t salt) {
+  static char src[256];
+  snprintf(src, sizeof src,
+           "__kernel void k(__global uint *v) { v[get_global_id(0)] += 1; } /* %llx */\n",
+           (unsigned long long)salt);
+  dev_op op = {.h = {.kind = DEV_OP_MODULE_LOAD, .device = ACCEL_DEVICE_ANY}, .nbufs = 1};
+  op.bufs[0] = (dev_op_buf){.handle = handle};
+  op.u.module.source = ACCEL_SOURCE_OPENCL;
+  op.u.module.code = src;
+  op.u.module.len = strlen(src);
+  proto_out_init(o);
+  CHECK_OK(proto_encode_op(o, id, &op, (proto_bytes){NULL, 0}));
+}
+
+/* A client that loads a module and goes away before the build is done (its session ends with
+ * the build in flight, the load and the ops held behind it): the daemon keeps serving, the
+ * session and its buffers go, and a new client builds the same way. Without an OpenCL device
+ * the loads answer ACCEL_ENOTSUP at once, and the test shows only the session's end. */
+TEST(client_gone_during_a_module_build) {
+  td_daemon d;
+  td_prepare(&d);
+  td_start(&d, NULL);
+  uint64_t salt = test_now_ns();
+  for (int i = 0; i < 5; i++) {
+    td_client c;
+    td_client_open(&c, d.url);
+    CHECK_OK(td_hello(&c, NULL));
+    CHECK_OK(td_create(&c, td_handle(1, 1), ACCEL_U32, 1024));
+    proto_out o;
+    encode_load(&o, c.next_id, td_handle(2, 1), salt + (uint64_t)i);
+    td_send_raw(&c, o.data, o.len, c.next_id++);
+    proto_out_free(&o);
+    proto_out_init(&o);
+    td_encode_fill(&o, c.next_id, td_handle(1, 1), 7); /* held behind the build */
+    td_send_raw(&c, o.data, o.len, c.next_id++);
+    proto_out_free(&o);
+    td_client_close(&c); /* without waiting for either */
+  }
+  CHECK(wait_field(&d, "sessions", 0, 30000));
+  CHECK(wait_field(&d, "buffers", 0, 5000));
+  td_client c;
+  td_client_open(&c, d.url);
+  CHECK_OK(td_hello(&c, NULL));
+  proto_out o;
+  uint64_t id = c.next_id++;
+  encode_load(&o, id, td_handle(2, 1), salt + 99);
+  int rc = td_call(&c, &o, id);
+  CHECK(rc == 0 || rc == ACCEL_ENOTSUP);
+  td_client_close(&c);
+  CHECK_EQ(td_ctl(out, sizeof out, "--url", d.url, "ping", NULL), 0);
+  CHECK_EQ(td_stop(&d), 0);
+  td_cleanup(&d);
+}
+
 /* ---- many ops in flight from one client ---- */
 
 typedef struct collector {
@@ -312,6 +370,7 @@ static const test_case tests[] = {
     TEST_CASE(handles_are_scoped_to_their_session),
     TEST_CASE(session_limits_are_errors_not_stalls),
     TEST_CASE(killed_client_frees_its_session_and_buffers),
+    TEST_CASE(client_gone_during_a_module_build),
     TEST_CASE(pipelined_ops_all_answered),
     TEST_CASE(concurrent_clients_see_their_own_data),
 };
