@@ -6,6 +6,7 @@
  * quarantined and the others keep serving. */
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 #include "actors/device.h"
 #include "actors/module.h"
@@ -54,6 +55,28 @@ static int device_start(accel_actor *self, void *state, void *arg) {
   return 0;
 }
 
+#define ABORTED_BUILD_WAIT_MS 2000
+
+/* Builds in progress on the device finish before it closes (seconds at most), except after an
+ * abort, where a load may wait behind the abandoned kernel for good: then the device closes
+ * after a short wait, the backend keeping what such a build still uses. build_mu held. */
+static void wait_for_builds(dev_node *node) {
+  struct timespec until;
+  clock_gettime(CLOCK_REALTIME, &until);
+  until.tv_sec += ABORTED_BUILD_WAIT_MS / 1000;
+  while (node->builds > 0) {
+    if (!node->aborted) {
+      pthread_cond_wait(&node->build_cv, &node->build_mu);
+    } else if (pthread_cond_timedwait(&node->build_cv, &node->build_mu, &until) != 0) {
+      accel_log(ACCEL_LOG_WARN, "device",
+                "device %d: %u module build(s) still waiting behind the abandoned work: "
+                "closing without them",
+                node->device, node->builds);
+      return;
+    }
+  }
+}
+
 static void device_stop(accel_actor *self, void *state) {
   device_state *d = state;
   dev_node *node = d->node;
@@ -65,10 +88,12 @@ static void device_stop(accel_actor *self, void *state) {
     __atomic_store_n(&node->state, DEV_NODE_RESTARTING, __ATOMIC_RELAXED);
   if (node->dev) {
     dev_buffer_drop_node(node->world, node);
-    pthread_mutex_lock(&node->build_mu); /* waits for a build in progress */
+    pthread_mutex_lock(&node->build_mu);
+    wait_for_builds(node);
     dev_modules_drop_node(node->world, node);
     node->be->close(node->dev);
     node->dev = NULL;
+    node->aborted = false;
     pthread_mutex_unlock(&node->build_mu);
   }
 }

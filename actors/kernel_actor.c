@@ -328,6 +328,7 @@ static void past_deadline(kernel_state *k, dev_inflight *f) {
   accel_log(ACCEL_LOG_WARN, "device", "device %d: an op ran past its deadline: resetting",
             k->node->device);
   k->node->be->abort(k->node->dev);
+  k->node->aborted = true; /* its close need not wait for builds stuck behind the work */
   inflight_finish(f, ACCEL_ETIMEDOUT);
   report_fault(k);
 }

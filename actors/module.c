@@ -90,6 +90,10 @@ static void log_append(build_job *j, const dev_node *node, const char *text) {
                                  j->nnodes > 1 ? "\n" : "");
 }
 
+/* Builds for one device without holding build_mu while the driver works (a load may block
+ * behind a kernel that never ends): `builds` counts it, and the device actor waits for it
+ * before closing. A build that finishes for an incarnation already gone is not kept (nor
+ * freed: its context may be the abandoned one). */
 static int build_on(build_job *j, int i) {
   dev_node *node = &j->w->nodes[j->nodes[i]];
   dev_module_build *b = &j->m->per[node->index];
@@ -97,10 +101,20 @@ static int build_on(build_job *j, int i) {
   be_module *mod = NULL;
   int rc = ACCEL_EDEVLOST;
   pthread_mutex_lock(&node->build_mu);
-  if (node->dev && node->generation == j->gens[i])
-    rc = node->be->module->load(node->dev, j->source, j->code, j->len, j->options, &mod, &log);
-  if (rc == 0)
+  be_device *dev = node->dev && node->generation == j->gens[i] ? node->dev : NULL;
+  node->builds += dev != NULL;
+  pthread_mutex_unlock(&node->build_mu);
+  if (dev)
+    rc = node->be->module->load(dev, j->source, j->code, j->len, j->options, &mod, &log);
+  pthread_mutex_lock(&node->build_mu);
+  if (dev) {
+    node->builds--;
+    pthread_cond_broadcast(&node->build_cv);
+  }
+  if (rc == 0 && node->dev == dev && node->generation == j->gens[i])
     *b = (dev_module_build){.mod = mod, .node_gen = j->gens[i]};
+  else if (rc == 0)
+    rc = ACCEL_EDEVLOST; /* the device restarted meanwhile: mod is left to it */
   pthread_mutex_unlock(&node->build_mu);
   log_append(j, node, log);
   free(log);

@@ -29,6 +29,7 @@ static void add_node(dev_world *w, const be_ops *be, int backend_index, int pref
   node->completion = how;
   node->state = DEV_NODE_RESTARTING; /* until its DeviceActor starts */
   pthread_mutex_init(&node->build_mu, NULL);
+  pthread_cond_init(&node->build_cv, NULL);
   w->nnodes++;
 }
 
@@ -136,7 +137,10 @@ int dev_world_init(dev_world *w, accel_runtime *rt, const dev_world_opts *o) {
 
 void dev_world_fini(dev_world *w) {
   for (int n = 0; n < w->nnodes; n++)
+  {
     pthread_mutex_destroy(&w->nodes[n].build_mu);
+    pthread_cond_destroy(&w->nodes[n].build_cv);
+  }
   dev_task_pool_free(w);
   dev_inflight_pool_free(w);
 }

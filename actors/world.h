@@ -69,11 +69,16 @@ typedef struct dev_node {
     struct dev_node *node;
     dev_queue_class qclass;
   } kernel_args[DEV_Q_COUNT]; /* spawn arguments of the kernel actors (outlive them) */
-  /* Held by a worker building a module for this device (which reads `dev` and `generation`
-   * under it) and by the device actor while it opens or closes the device: a build never
-   * meets a closing device. The loop may wait here for a build in progress (seconds at
-   * most) when a device restarts. */
+  /* Module builds on workers (module.c): build_mu guards `dev` and `generation` as the
+   * workers read them, `builds` (builds in progress, which hold no lock while the driver
+   * compiles) and the builds' results. The device actor waits (build_cv) for builds in
+   * progress before it closes the device, so none meets a closing device; after an abort (a
+   * kernel that never ends, behind which a load may block for good) it waits a short while
+   * only, and the backend keeps the device's memory for such a build. */
   pthread_mutex_t build_mu;
+  pthread_cond_t build_cv;
+  uint32_t builds;
+  bool aborted; /* this incarnation's work was abandoned at a deadline (loop thread) */
   /* Ready tasks that met a full kernel mailbox, in order; the kernel actor drains them. */
   struct dev_overflow {
     dev_task *head, *tail;
