@@ -1,7 +1,7 @@
 /* User modules: a client's code built for devices, its kernels, and the checks of a launch
- * against them. Builds run on a worker (NVRTC or an OpenCL compiler may take seconds); the
- * worker holds the node's build_mu, so the device actor never closes a device under a build,
- * and a device that restarts takes its builds with it (they are marked lost: the source would
+ * against them. Builds run on a worker (NVRTC or an OpenCL compiler may take seconds), counted
+ * on the node, so the device actor does not close a device under a build (build_on says how);
+ * a device that restarts takes its builds with it (they are marked lost: the source would
  * have to be loaded again). */
 #include <stdio.h>
 #include <stdlib.h>
@@ -112,7 +112,7 @@ static int build_on(build_job *j, int i) {
     pthread_cond_broadcast(&node->build_cv);
   }
   if (rc == 0 && node->dev == dev && node->generation == j->gens[i])
-    *b = (dev_module_build){.mod = mod, .node_gen = j->gens[i]};
+    *b = (dev_module_build){.mod = mod};
   else if (rc == 0)
     rc = ACCEL_EDEVLOST; /* the device restarted meanwhile: mod is left to it */
   pthread_mutex_unlock(&node->build_mu);

@@ -14,11 +14,11 @@ typedef struct dev_module_kernel {
 } dev_module_kernel;
 
 /* The module's build on one device. `mod` and `lost` are written under the node's build_mu
- * (by a building worker and by the device actor dropping the node's modules). */
+ * (by a worker when its build is done, and by the device actor dropping the node's
+ * modules). */
 typedef struct dev_module_build {
   be_module *mod;  /* NULL: not built there (or lost) */
   bool lost;       /* it was built, and the device restarted since */
-  uint32_t node_gen;
   dev_module_kernel *kernels; /* looked up so far */
   uint32_t nkernels, kernels_cap;
 } dev_module_build;
@@ -28,7 +28,6 @@ struct dev_module {
   dev_module *prev, *next; /* the world's list */
   uint32_t refs;           /* the handle, each launch in flight, a build in progress */
   int status;              /* the build's: 0, or why it failed (launches meet it) */
-  bool building;
   dev_module_build per[DEV_MAX_NODES];
 };
 

@@ -273,7 +273,6 @@ static int module_load(session_state *s, dev_op *op) {
     dev_module_unref(m);
     return rc;
   }
-  m->building = true;
   s->table[handle_slot(handle)] = (session_entry){handle_gen(handle), NULL, m};
   s->building = op;
   return 0;
@@ -420,10 +419,8 @@ static void module_built(session_state *s, accel_msg *msg) {
     return;
   }
   dev_module *m = resolve_module(s, op->bufs[0].handle);
-  if (m) { /* still there: an unload is held behind the load */
-    m->building = false;
+  if (m) /* still there: an unload is held behind the load */
     m->status = status;
-  }
   op->result = log;
   dev_op_finished(s->args->world, op, status);
   dev_op *next;

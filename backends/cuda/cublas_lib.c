@@ -6,6 +6,7 @@
 #include <stdlib.h>
 
 #include "accel/error.h"
+#include "backends/cuda/driver.h"
 
 /* The toolkit this backend is built against ships libcublas.so.13; older ones still answer
  * the same C entry points. The absolute path catches a toolkit not on the loader's path. */
@@ -29,22 +30,10 @@ static int resolve(void *lib)
   return 0;
 }
 
-static void *open_first(void)
-{
-  const char *env = getenv("ACCEL_CUDA_CUBLAS");
-  if (env != NULL && *env != '\0')
-    return dlopen(env, RTLD_NOW | RTLD_LOCAL);
-  for (const char *const *n = cublas_names; *n != NULL; n++) {
-    void *lib = dlopen(*n, RTLD_NOW | RTLD_LOCAL);
-    if (lib != NULL)
-      return lib;
-  }
-  return NULL;
-}
 
 static void load(void)
 {
-  void *lib = open_first();
+  void *lib = be_cuda_dlopen_first("ACCEL_CUDA_CUBLAS", cublas_names);
   if (lib == NULL)
     return;
   if (resolve(lib) == 0)

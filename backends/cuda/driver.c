@@ -193,3 +193,16 @@ CUresult be_cuda_trace(const char *what, CUresult r)
     fprintf(stderr, "accel-cuda: %s: %s\n", what, be_cuda_err_name(r));
   return r;
 }
+
+void *be_cuda_dlopen_first(const char *env, const char *const *names)
+{
+  const char *path = getenv(env);
+  if (path != NULL && *path != '\0')
+    return dlopen(path, RTLD_NOW | RTLD_LOCAL);
+  for (const char *const *n = names; *n != NULL; n++) {
+    void *lib = dlopen(*n, RTLD_NOW | RTLD_LOCAL);
+    if (lib != NULL)
+      return lib;
+  }
+  return NULL;
+}

@@ -59,6 +59,11 @@ int be_cuda_driver_load(char *why, size_t why_len);
  * afterwards: what be_cuda_driver_load() would answer for that file. For host-side tests. */
 int be_cuda_driver_try(const char *path, char *why, size_t why_len);
 
+/* A library loaded at run time (cuBLAS, NVRTC): the file the environment variable `env` names
+ * if it is set (and nothing else), else the first of `names` (NULL-terminated) that dlopen()
+ * finds, loaded RTLD_LOCAL; NULL if none. */
+void *be_cuda_dlopen_first(const char *env, const char *const *names);
+
 /* accel's code for a CUresult: 0, ACCEL_EAGAIN (not ready), ACCEL_ENOMEM, ACCEL_EINVAL,
  * ACCEL_EDEVLOST (sticky), ACCEL_ENOTSUP (no device or driver), else ACCEL_EIO. */
 int be_cuda_err(CUresult r);

@@ -5,6 +5,8 @@
 #include <pthread.h>
 #include <stdlib.h>
 
+#include "backends/cuda/driver.h"
+
 /* The toolkit this backend is built against ships libnvrtc.so.13; 12's takes the same calls.
  * The absolute path catches a toolkit not on the loader's path. */
 static const char *const nvrtc_names[] = {
@@ -30,22 +32,10 @@ static int resolve(void *lib)
   return api.nvrtcVersion(&api.major, &api.minor) == NVRTC_SUCCESS ? 0 : -1;
 }
 
-static void *open_first(void)
-{
-  const char *env = getenv("ACCEL_NVRTC");
-  if (env != NULL && *env != '\0')
-    return dlopen(env, RTLD_NOW | RTLD_LOCAL);
-  for (const char *const *n = nvrtc_names; *n != NULL; n++) {
-    void *lib = dlopen(*n, RTLD_NOW | RTLD_LOCAL);
-    if (lib != NULL)
-      return lib;
-  }
-  return NULL;
-}
 
 static void load(void)
 {
-  void *lib = open_first();
+  void *lib = be_cuda_dlopen_first("ACCEL_NVRTC", nvrtc_names);
   if (lib == NULL)
     return;
   if (resolve(lib) == 0)

@@ -27,49 +27,12 @@
 #include "backends/cuda/cublas_lib.h"
 #include "backends/cuda/driver.h"
 
+#define BENCH_NAME "bench-cuda"
+#include "bench_cuda_util.h"
+
 static int REPS = 9;
 
 /* ---- helpers -------------------------------------------------------------------------- */
-
-#define DIE(...)                                                                           \
-  do {                                                                                     \
-    fprintf(stderr, "bench-cuda: " __VA_ARGS__);                                           \
-    fputc('\n', stderr);                                                                   \
-    exit(1);                                                                               \
-  } while (0)
-
-#define CU(call)                                                                           \
-  do {                                                                                     \
-    CUresult r_ = (call);                                                                  \
-    if (r_ != CUDA_SUCCESS)                                                                \
-      DIE("%s:%d: %s: %s", __FILE__, __LINE__, #call, be_cuda_err_name(r_));               \
-  } while (0)
-
-#define OK(call)                                                                           \
-  do {                                                                                     \
-    int rc_ = (call);                                                                      \
-    if (rc_ != 0)                                                                          \
-      DIE("%s:%d: %s: %s", __FILE__, __LINE__, #call, accel_strerror(rc_));                \
-  } while (0)
-
-static double now_s(void)
-{
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-  double x = *(const double *)a, y = *(const double *)b;
-  return x < y ? -1 : x > y;
-}
-
-static double median(double *v, int n)
-{
-  qsort(v, (size_t)n, sizeof *v, cmp_double);
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 
 static uint64_t rng_state = 0x243F6A8885A308D3ull;
 
@@ -96,43 +59,6 @@ static float *random_floats(size_t n)
   for (size_t i = 0; i < n; i++)
     p[i] = rnd_float();
   return p;
-}
-
-/* ---- the results table ---------------------------------------------------------------- */
-
-typedef struct row {
-  char what[48], accel[24], ref[24], ratio[16], target[16];
-} row;
-
-static row rows[64];
-static int nrows;
-
-static void add_row(const char *what, const char *accel, const char *ref, double ratio,
-                    const char *target)
-{
-  if (nrows == 64)
-    return;
-  row *r = &rows[nrows++];
-  snprintf(r->what, sizeof r->what, "%s", what);
-  snprintf(r->accel, sizeof r->accel, "%s", accel);
-  snprintf(r->ref, sizeof r->ref, "%s", ref);
-  if (ratio > 0)
-    snprintf(r->ratio, sizeof r->ratio, "%.3f", ratio);
-  else
-    snprintf(r->ratio, sizeof r->ratio, "-");
-  snprintf(r->target, sizeof r->target, "%s", target);
-  printf("row: %s | %s | %s | %s | %s\n", r->what, r->accel, r->ref, r->ratio, r->target);
-  fflush(stdout);
-}
-
-static void print_table(const char *gpu)
-{
-  printf("\n== CUDA backend on %s: accel vs reference (ratio = reference time / accel time) ==\n",
-         gpu);
-  printf("%-44s %-22s %-22s %-8s %s\n", "measure", "accel", "reference", "ratio", "target");
-  for (int i = 0; i < nrows; i++)
-    printf("%-44s %-22s %-22s %-8s %s\n", rows[i].what, rows[i].accel, rows[i].ref,
-           rows[i].ratio, rows[i].target);
 }
 
 /* ---- the raw side: the driver, cuBLAS and cuRAND by hand ------------------------------ */
@@ -819,6 +745,6 @@ int main(int argc, char **argv)
   bench_transfers(&r);
   raw_close(&r); /* the fault resets the primary context the raw side shares */
   bench_fault();
-  print_table(info.name);
+  print_table("CUDA backend", info.name, "reference time / accel time");
   return 0;
 }

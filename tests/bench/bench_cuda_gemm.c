@@ -19,41 +19,12 @@
 #include "backends/cuda/cublas_lib.h"
 #include "backends/cuda/driver.h"
 
+#define BENCH_NAME "bench-cuda-gemm"
+#include "bench_cuda_util.h"
+
 static int REPS = 9;
 static const be_ops *B = &be_cuda_ops;
 
-#define DIE(...)                                                                           \
-  do {                                                                                     \
-    fprintf(stderr, "bench-cuda-gemm: " __VA_ARGS__);                                      \
-    fputc('\n', stderr);                                                                   \
-    exit(1);                                                                               \
-  } while (0)
-
-#define CU(call)                                                                           \
-  do {                                                                                     \
-    CUresult r_ = (call);                                                                  \
-    if (r_ != CUDA_SUCCESS)                                                                \
-      DIE("%s:%d: %s: %s", __FILE__, __LINE__, #call, be_cuda_err_name(r_));               \
-  } while (0)
-
-#define OK(call)                                                                           \
-  do {                                                                                     \
-    int rc_ = (call);                                                                      \
-    if (rc_ != 0)                                                                          \
-      DIE("%s:%d: %s: %s", __FILE__, __LINE__, #call, accel_strerror(rc_));                \
-  } while (0)
-
-static int cmp_double(const void *a, const void *b)
-{
-  double x = *(const double *)a, y = *(const double *)b;
-  return x < y ? -1 : x > y;
-}
-
-static double median(double *v, int n)
-{
-  qsort(v, (size_t)n, sizeof *v, cmp_double);
-  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
 
 typedef struct bench {
   be_device *dev;

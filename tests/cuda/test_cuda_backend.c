@@ -27,31 +27,12 @@
 #include "backends/cpu/philox.h"
 #include "backends/cuda/backend_cuda.h"
 #include "backends/cuda/driver.h"
-#include "cuda_test.h"
+#include "cuda_fx.h"
 
 static const be_ops *B = &be_cuda_ops;
 
 #define CU_OK(call) CHECK_EQ((call), CUDA_SUCCESS)
 
-typedef struct fx {
-  be_device *d;
-  be_queue *q;
-} fx;
-
-static fx fx_open(int fault_injection)
-{
-  be_open_opts o = {.fault_injection = fault_injection};
-  fx f = {0};
-  CHECK_OK(B->open(0, &o, &f.d));
-  CHECK_OK(B->queue_create(f.d, &f.q));
-  return f;
-}
-
-static void fx_close(fx *f)
-{
-  B->queue_destroy(f->q);
-  B->close(f->d);
-}
 
 static void finish(fx *f)
 {
@@ -107,7 +88,7 @@ static void golden_case(fx *f, const curand_golden *g, size_t buf_off)
 
 TEST(rng_matches_curand)
 {
-  fx f = fx_open(0);
+  fx f = fx_open_with(0);
   size_t n = sizeof curand_golden_device / sizeof curand_golden_device[0];
   for (size_t i = 0; i < n; i++)
     for (size_t off = 0; off < 4; off++) /* every alignment of the output */
@@ -143,7 +124,7 @@ static void rng_random_case(fx *f, be_rng_dist dist, size_t count)
 
 TEST(rng_matches_cpu)
 {
-  fx f = fx_open(0);
+  fx f = fx_open_with(0);
   for (int i = 0; i < 30; i++)
     rng_random_case(&f, (be_rng_dist)(i % 3), cuda_rnd_range(1, 300000));
   rng_random_case(&f, BE_RNG_UNIFORM, ((size_t)1 << 24) + 3); /* many grid strides */
@@ -179,7 +160,7 @@ static void round_trip(fx *f, size_t n, uint8_t *src, uint8_t *dst)
 
 TEST(pageable_copies)
 {
-  fx f = fx_open(0);
+  fx f = fx_open_with(0);
   size_t sizes[] = {1, 3, 4096, (1u << 20) - 1, 1u << 20, (1u << 20) + 1, (8u << 20) + 5,
                     (37u << 20) + 3, cuda_rnd_range(1, 64u << 20)};
   for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
@@ -193,7 +174,7 @@ TEST(pageable_copies)
 
 TEST(pinned_copies)
 {
-  fx f = fx_open(0);
+  fx f = fx_open_with(0);
   size_t n = (48u << 20) + 7;
   void *src = NULL, *dst = NULL;
   CHECK_EQ(be_cu.cuMemHostAlloc(&src, n, 0), CUDA_SUCCESS);
@@ -210,7 +191,7 @@ TEST(pinned_copies)
  * small h2d and d2h through the bounce buffer over the same host memory. */
 TEST(transfers_keep_stream_order)
 {
-  fx f = fx_open(0);
+  fx f = fx_open_with(0);
   size_t words = (20u << 20) + 11, fill_at = cuda_rnd_range(0, words - 2000), fill_n = 999;
   uint32_t *h = cuda_xmalloc(words * 4), *want = cuda_xmalloc(words * 4), v = 0x5eed1234u;
   fill_random((uint8_t *)h, words * 4);
@@ -240,7 +221,7 @@ TEST(transfers_keep_stream_order)
  * memory until the host writes it, and writes another word the host then reads. */
 TEST(stream_waits_on_host_memory)
 {
-  fx f = fx_open(0);
+  fx f = fx_open_with(0);
   CU_OK(be_cu.cuCtxSetCurrent((CUcontext)(uintptr_t)be_cuda_context(f.d)));
   CUstream s = (CUstream)(uintptr_t)be_cuda_stream(f.q);
   void *host = NULL;
@@ -289,7 +270,7 @@ static size_t mismatches(const uint8_t *got, const uint8_t *want, size_t n, cons
 /* Each direction of the stager alone, the other done in pieces through the bounce buffer. */
 TEST(stager_each_direction)
 {
-  fx f = fx_open(0);
+  fx f = fx_open_with(0);
   size_t n = (3u << 20) + 5, piece = 1u << 20;
   uint8_t *src = cuda_xmalloc(n), *dst = cuda_xmalloc(n);
   be_mem m = mem_new(&f, n);
@@ -342,7 +323,7 @@ static double sgemm_error(fx *f, size_t n, const float *a, const float *b, const
 
 TEST(sgemm_fp32_and_tf32)
 {
-  fx f = fx_open(0);
+  fx f = fx_open_with(0);
   size_t n = 384;
   float *a = cuda_xmalloc(n * n * 4), *b = cuda_xmalloc(n * n * 4);
   double *ref = cuda_xmalloc(n * n * 8);
@@ -415,7 +396,7 @@ static int count_calls(cb_seen *c, int n, int *ok, int *late)
 TEST(callbacks_across_a_fault)
 {
   enum { N = 40 };
-  fx f = fx_open(1);
+  fx f = fx_open_with(1);
   be_mem m = mem_new(&f, 1 << 16);
   cb_seen c[N];
   memset(c, 0, sizeof c);
@@ -460,7 +441,7 @@ static void hold_2s(void *arg, int status)
 TEST(submitting_behind_a_blocked_callback)
 {
   enum { N = 200 };
-  fx f = fx_open(0);
+  fx f = fx_open_with(0);
   be_mem m = mem_new(&f, 1 << 16);
   static cb_seen c[N];
   memset(c, 0, sizeof c);
@@ -506,7 +487,7 @@ static void note_hold(void *arg, int status)
 TEST(notify_does_not_hold_the_queue)
 {
   enum { N = 16 };
-  fx f = fx_open(0);
+  fx f = fx_open_with(0);
   be_mem m = mem_new(&f, 1 << 16);
   cb_seen c[N];
   memset(c, 0, sizeof c);
@@ -547,7 +528,7 @@ TEST(notify_does_not_hold_the_queue)
 /* The default (soft) fault, then reset: the device serves again. */
 TEST(fault_and_reset)
 {
-  fx f = fx_open(1);
+  fx f = fx_open_with(1);
   be_mem m = mem_new(&f, 1 << 20);
   CHECK_OK(be_fill_u32(B, f.q, m, 0, 1 << 18, 7));
   finish(&f);
@@ -587,7 +568,7 @@ TEST(fault_real_break)
     printf("    (ACCEL_CUDA_FAULT=trap|oob runs it; it must run alone in its process)\n");
     return;
   }
-  fx f = fx_open(1);
+  fx f = fx_open_with(1);
   be_mem m = mem_new(&f, 1 << 24);
   atomic_int cb = 0;
   for (int i = 0; i < 20; i++)

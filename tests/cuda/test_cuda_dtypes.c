@@ -24,31 +24,12 @@
 #include "backends/cpu/philox.h"
 #include "backends/cuda/backend_cuda.h"
 #include "backends/dtype_conv.h"
-#include "cuda_test.h"
+#include "cuda_fx.h"
 
 static const be_ops *B = &be_cuda_ops;
 
 #define PI 3.14159265358979323846
 
-typedef struct fx {
-  be_device *d;
-  be_queue *q;
-} fx;
-
-static fx fx_open(void)
-{
-  be_open_opts o = {0};
-  fx f = {0};
-  CHECK_OK(B->open(0, &o, &f.d));
-  CHECK_OK(B->queue_create(f.d, &f.q));
-  return f;
-}
-
-static void fx_close(fx *f)
-{
-  B->queue_destroy(f->q);
-  B->close(f->d);
-}
 
 static void finish(fx *f)
 {
@@ -256,7 +237,7 @@ static be_gemm_args random_gemm(const combo *cb, int64_t big)
 
 TEST(gemm_every_combination)
 {
-  fx f = fx_open();
+  fx f = fx_open_with(0);
   for (size_t i = 0; i < sizeof combos / sizeof combos[0]; i++) {
     const combo *cb = &combos[i];
     if (B->blas->gemm_supports(f.d, cb->ab, cb->c, cb->math) != 0) {
@@ -291,7 +272,7 @@ TEST(gemm_every_combination)
 
 TEST(fill_every_size)
 {
-  fx f = fx_open();
+  fx f = fx_open_with(0);
   for (uint32_t es = 1; es <= 8; es *= 2)
     for (int r = 0; r < 6; r++) {
       size_t n = cuda_rnd_range(1, r == 5 ? 3000000 : 5000), off = cuda_rnd_range(0, 9);
@@ -366,7 +347,7 @@ static void vector_case(fx *f, uint32_t t, size_t n, double tol)
 
 TEST(vector_ops_f32_f64)
 {
-  fx f = fx_open();
+  fx f = fx_open_with(0);
   CHECK_EQ(B->blas->vector_dtypes(f.d), ACCEL_DTYPE_BIT(ACCEL_F32) | ACCEL_DTYPE_BIT(ACCEL_F64));
   for (int r = 0; r < 8; r++) {
     size_t n = r == 0 ? 0 : cuda_rnd_range(1, r == 7 ? 5000000 : 20000);
@@ -411,7 +392,7 @@ static void check_close(uint32_t t, double got, double want, const char *what, s
 
 TEST(nn_every_float_type)
 {
-  fx f = fx_open();
+  fx f = fx_open_with(0);
   uint32_t all = ACCEL_DTYPE_BIT(ACCEL_F32) | ACCEL_DTYPE_BIT(ACCEL_F64) |
                  ACCEL_DTYPE_BIT(ACCEL_F16) | ACCEL_DTYPE_BIT(ACCEL_BF16);
   CHECK_EQ(B->nn->dtypes(f.d), all);
@@ -545,7 +526,7 @@ static void rng_case(fx *f, uint32_t t, be_rng_dist dist, size_t count)
 
 TEST(rng_every_float_type)
 {
-  fx f = fx_open();
+  fx f = fx_open_with(0);
   uint32_t all = ACCEL_DTYPE_BIT(ACCEL_F32) | ACCEL_DTYPE_BIT(ACCEL_F64) |
                  ACCEL_DTYPE_BIT(ACCEL_F16) | ACCEL_DTYPE_BIT(ACCEL_BF16);
   CHECK_EQ(B->rng->dtypes(f.d), all);

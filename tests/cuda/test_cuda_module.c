@@ -30,7 +30,7 @@
 #include "backends/backend.h"
 #include "backends/cuda/backend_cuda.h"
 #include "backends/cuda/driver.h"
-#include "cuda_test.h"
+#include "cuda_fx.h"
 
 static const be_ops *B = &be_cuda_ops;
 static const be_module_pkg *M;
@@ -40,25 +40,6 @@ static const be_module_pkg *M;
 
 /* ---- fixtures ------------------------------------------------------------------------- */
 
-typedef struct fx {
-  be_device *d;
-  be_queue *q;
-} fx;
-
-static fx fx_open(int fault_injection)
-{
-  be_open_opts o = {.fault_injection = fault_injection};
-  fx f = {0};
-  CHECK_OK(B->open(0, &o, &f.d));
-  CHECK_OK(B->queue_create(f.d, &f.q));
-  return f;
-}
-
-static void fx_close(fx *f)
-{
-  B->queue_destroy(f->q);
-  B->close(f->d);
-}
 
 static int finish_rc(fx *f)
 {
@@ -245,7 +226,7 @@ static void saxpy_check(fx *f, be_kernel *k)
 
 TEST(sources_and_limits)
 {
-  fx f = fx_open(0);
+  fx f = fx_open_with(0);
   uint32_t s = M->sources(f.d);
   be_launch_limits l;
   M->limits(f.d, &l);
@@ -264,7 +245,7 @@ TEST(sources_and_limits)
 
 TEST(saxpy_cuda_c)
 {
-  fx f = fx_open(0);
+  fx f = fx_open_with(0);
   need_nvrtc(&f);
   be_module *m;
   CHECK_OK(load(&f, ACCEL_SOURCE_CUDA, saxpy_src, NULL, &m, NULL));
@@ -278,7 +259,7 @@ TEST(saxpy_cuda_c)
 /* The caller's architecture is left alone: compute_75 gives PTX, which the driver compiles. */
 TEST(saxpy_cuda_c_virtual_arch)
 {
-  fx f = fx_open(0);
+  fx f = fx_open_with(0);
   need_nvrtc(&f);
   be_module *m;
   CHECK_OK(load(&f, ACCEL_SOURCE_CUDA, saxpy_src, "--gpu-architecture=compute_75", &m, NULL));
@@ -293,7 +274,7 @@ TEST(saxpy_cuda_c_virtual_arch)
 
 TEST(ptx_hand_written)
 {
-  fx f = fx_open(0);
+  fx f = fx_open_with(0);
   be_module *m;
   CHECK_OK(load(&f, ACCEL_SOURCE_PTX, add_ptx, NULL, &m, NULL));
   be_kernel_info info;
@@ -322,7 +303,7 @@ TEST(ptx_hand_written)
 
 TEST(build_errors)
 {
-  fx f = fx_open(0);
+  fx f = fx_open_with(0);
   need_nvrtc(&f);
   be_module *m = NULL;
   char *log = NULL;
@@ -361,7 +342,7 @@ TEST(build_errors)
 
 TEST(kernel_names)
 {
-  fx f = fx_open(0);
+  fx f = fx_open_with(0);
   be_module *m;
   CHECK_OK(load(&f, ACCEL_SOURCE_PTX, add_ptx, NULL, &m, NULL));
   be_kernel *k = NULL, *k2 = NULL;
@@ -388,7 +369,7 @@ static int driver_version(void)
 
 TEST(kernel_params)
 {
-  fx f = fx_open(0);
+  fx f = fx_open_with(0);
   need_nvrtc(&f);
   be_module *m;
   CHECK_OK(load(&f, ACCEL_SOURCE_CUDA,
@@ -429,7 +410,7 @@ TEST(kernel_params)
 
 TEST(launch_refusals)
 {
-  fx f = fx_open(0);
+  fx f = fx_open_with(0);
   be_module *m;
   CHECK_OK(load(&f, ACCEL_SOURCE_PTX, add_ptx, NULL, &m, NULL));
   be_kernel_info info;
@@ -477,7 +458,7 @@ TEST(launch_refusals)
 /* More dynamic shared memory than the default 48 KiB: the kernel is opened to it. */
 TEST(dynamic_shared_memory)
 {
-  fx f = fx_open(0);
+  fx f = fx_open_with(0);
   need_nvrtc(&f);
   be_launch_limits lim;
   M->limits(f.d, &lim);
@@ -567,7 +548,7 @@ static double load_run(fx *f, const char *src, const char *options)
 
 TEST(build_cache)
 {
-  fx f = fx_open(0);
+  fx f = fx_open_with(0);
   need_nvrtc(&f);
   char src[1024];
   snprintf(src, sizeof src, "// unique %016" PRIx64 "\n%s", cuda_rnd64(), saxpy_src);
@@ -603,7 +584,7 @@ TEST(build_cache)
 
 TEST(modules_across_reset)
 {
-  fx f = fx_open(1);
+  fx f = fx_open_with(1);
   be_module *m, *left;
   CHECK_OK(load(&f, ACCEL_SOURCE_PTX, add_ptx, NULL, &m, NULL));
   CHECK_OK(load(&f, ACCEL_SOURCE_PTX, add_ptx, NULL, &left, NULL));
@@ -808,7 +789,7 @@ static void serves(be_device *d)
 
 TEST(abort_then_reset)
 {
-  fx f = fx_open(0);
+  fx f = fx_open_with(0);
   need_nvrtc(&f);
   heart h = heart_new();
   spin_and_abort(&f, &h);
@@ -831,7 +812,7 @@ TEST(abort_then_reset)
 
 TEST(abort_then_close_and_open)
 {
-  fx f = fx_open(0);
+  fx f = fx_open_with(0);
   need_nvrtc(&f);
   heart h = heart_new();
   spin_and_abort(&f, &h);
