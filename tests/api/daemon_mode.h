@@ -38,9 +38,11 @@ static inline bool test_daemon_mode(void) {
 
 static inline void daemon_mode_stop_all_(void) {
   for (int i = 0; i < daemon_count_; i++) {
-    kill(daemon_pids_[i], SIGTERM);
-    int status;
-    waitpid(daemon_pids_[i], &status, 0);
+    if (daemon_pids_[i] > 0) {
+      kill(daemon_pids_[i], SIGTERM);
+      int status;
+      waitpid(daemon_pids_[i], &status, 0);
+    }
     char path[128];
     snprintf(path, sizeof path, "%s/acceld.conf", daemon_dirs_[i]);
     unlink(path);
@@ -113,12 +115,23 @@ static inline accel_ctx *daemon_mode_open(const char *url) {
   daemon_pids_[daemon_count_++] = daemon_mode_spawn_(dir);
   char remote[128];
   snprintf(remote, sizeof remote, "ipc://%s/sock", dir);
+  /* A daemon with OpenCL devices builds its own program at start; under the sanitizers, on
+   * a small machine with an empty cache, that takes many seconds. Wait up to a minute, but
+   * stop at once if the daemon died. */
   accel_ctx *ctx = NULL;
   int rc = ACCEL_ECLOSED;
-  for (int tries = 0; tries < 500 && rc == ACCEL_ECLOSED; tries++) {
+  pid_t pid = daemon_pids_[daemon_count_ - 1];
+  for (int tries = 0; tries < 6000 && rc == ACCEL_ECLOSED; tries++) {
     rc = accel_open(&ctx, remote);
-    if (rc == ACCEL_ECLOSED)
-      usleep(10000);
+    if (rc != ACCEL_ECLOSED)
+      break;
+    int status;
+    if (waitpid(pid, &status, WNOHANG) == pid) {
+      fprintf(stderr, "acceld exited before accepting (status 0x%x)\n", (unsigned)status);
+      daemon_pids_[daemon_count_ - 1] = -1;
+      break;
+    }
+    usleep(10000);
   }
   CHECK_OK(rc);
   return ctx;
