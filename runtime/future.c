@@ -3,7 +3,9 @@
  * atomic so poll never takes the lock. */
 #include <errno.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "runtime/rt.h"
 
@@ -18,6 +20,8 @@ struct accel_future {
   accel_future_cb cb;
   void *cb_arg;
   bool has_cb;
+  int notify_fd; /* accel_future_notify_fd: where the token goes */
+  uint64_t notify_token;
   int waiters;
   pthread_mutex_t mu;
   pthread_cond_t cv;
@@ -151,9 +155,11 @@ int accel_future_wait(accel_future *f, int64_t timeout_ms) {
   return status;
 }
 
-int accel_future_then(accel_future *f, accel_future_cb cb, void *arg) {
-  if (f == NULL || cb == NULL)
-    return ACCEL_EINVAL;
+/* Registers the one `then` callback; with notify_fd >= 0 it also records where
+ * notify_by_write sends the token, under the same lock so a refused second registration
+ * cannot touch the first one's fields. */
+static int set_then(accel_future *f, accel_future_cb cb, void *arg, int notify_fd,
+                    uint64_t token) {
   pthread_mutex_lock(&f->mu);
   if (f->has_cb) {
     pthread_mutex_unlock(&f->mu);
@@ -162,12 +168,39 @@ int accel_future_then(accel_future *f, accel_future_cb cb, void *arg) {
   f->has_cb = true;
   f->cb = cb;
   f->cb_arg = arg;
+  f->notify_fd = notify_fd;
+  f->notify_token = token;
   accel_future_retain(f);
   bool post = atomic_load_explicit(&f->done, memory_order_relaxed);
   pthread_mutex_unlock(&f->mu);
   if (post)
     rt_post(f->rt, &f->task);
   return 0;
+}
+
+int accel_future_then(accel_future *f, accel_future_cb cb, void *arg) {
+  if (f == NULL || cb == NULL)
+    return ACCEL_EINVAL;
+  return set_then(f, cb, arg, -1, 0);
+}
+
+/* One write(2) of 8 bytes: atomic on a pipe, so tokens from many futures never interleave. */
+static void notify_by_write(accel_future *f, int status, void *arg) {
+  (void)status;
+  (void)arg;
+  ssize_t n;
+  do
+    n = write(f->notify_fd, &f->notify_token, sizeof f->notify_token);
+  while (n < 0 && errno == EINTR);
+  if (n != (ssize_t)sizeof f->notify_token)
+    accel_log(ACCEL_LOG_ERROR, "future", "completion token not written to fd %d: %s",
+              f->notify_fd, n < 0 ? strerror(errno) : "short write");
+}
+
+int accel_future_notify_fd(accel_future *f, int fd, uint64_t token) {
+  if (f == NULL || fd < 0)
+    return ACCEL_EINVAL;
+  return set_then(f, notify_by_write, NULL, fd, token);
 }
 
 void *accel_future_value(accel_future *f) {

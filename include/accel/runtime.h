@@ -278,6 +278,12 @@ ACCEL_API int accel_future_poll(accel_future *f);
  * complete). One callback per future: a second call returns ACCEL_EALREADY. The future is
  * valid during the callback even if its owner released it. */
 ACCEL_API int accel_future_then(accel_future *f, accel_future_cb cb, void *arg);
+/* Instead of a callback, for event loops and languages that cannot run code on the loop
+ * thread: once `f` completes, the loop thread writes the 8 bytes of `token` (host order) to
+ * `fd` in one write(2). Meant for a pipe (8-byte writes to a pipe are atomic, so one pipe can
+ * serve many futures) whose reader keeps reading: a full blocking pipe holds the loop thread
+ * until it is read. Counts as the future's one `then` (ACCEL_EALREADY after one). */
+ACCEL_API int accel_future_notify_fd(accel_future *f, int fd, uint64_t token);
 /* The completed value (borrowed; owned by the future). NULL while pending. */
 ACCEL_API void *accel_future_value(accel_future *f);
 ACCEL_API void accel_future_retain(accel_future *f);

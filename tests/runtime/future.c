@@ -2,7 +2,7 @@
  * with receive's return code; deferred replies (taken, completed later from a timer or another
  * thread); `then` on the loop thread (also after release, also when already complete); wait
  * with a timeout and on the loop thread (EDEADLK); poll; double completion; the value's drop runs
- * exactly once. */
+ * exactly once; notify_fd writes each token once. */
 #include "util.h"
 
 enum {
@@ -428,6 +428,44 @@ TEST(then_from_a_thread_completed_by_another_thread) {
   gate_destroy(&then_rec.ran);
 }
 
+/* notify_fd: each future's token arrives once on the pipe, whichever completes first, also
+ * for a future already complete when registered; a second registration is EALREADY and does
+ * not change the first one's token; bad arguments are EINVAL. */
+TEST(notify_fd_writes_each_token_once) {
+  enum { N = 64 };
+  the_rt = runtime_started();
+  int fds[2];
+  CHECK_EQ(pipe(fds), 0);
+  accel_future *fs[N];
+  for (int i = 0; i < N; i++) {
+    CHECK_OK(accel_future_create(the_rt, &fs[i]));
+    if (i % 4 == 0)
+      CHECK_OK(accel_future_complete(fs[i], -i, NULL, NULL)); /* complete before */
+    CHECK_OK(accel_future_notify_fd(fs[i], fds[1], 1000u + (uint64_t)i));
+    CHECK_ERR(accel_future_notify_fd(fs[i], fds[1], 5), ACCEL_EALREADY);
+    CHECK_ERR(accel_future_then(fs[i], on_then_unexpected, NULL), ACCEL_EALREADY);
+  }
+  CHECK_ERR(accel_future_notify_fd(NULL, fds[1], 1), ACCEL_EINVAL);
+  CHECK_ERR(accel_future_notify_fd(fs[0], -1, 1), ACCEL_EINVAL);
+  for (int i = N - 1; i >= 0; i--) {
+    if (i % 4 != 0)
+      CHECK_OK(accel_future_complete(fs[i], -i, NULL, NULL));
+    accel_future_release(fs[i]); /* the registration holds its own reference */
+  }
+  int seen[N] = {0};
+  for (int got = 0; got < N; got++) {
+    uint64_t token;
+    CHECK_EQ(read(fds[0], &token, sizeof token), (ssize_t)sizeof token);
+    CHECK(token >= 1000u && token < 1000u + N);
+    seen[token - 1000u]++;
+  }
+  for (int i = 0; i < N; i++)
+    CHECK_EQ(seen[i], 1);
+  runtime_stop_then_destroy(the_rt, NULL);
+  close(fds[0]);
+  close(fds[1]);
+}
+
 TEST(wait_on_the_loop_thread_is_edeadlk) {
   accel_ref server = server_up();
   accel_future *f = ask_ok(server, MSG_WAIT_ON_LOOP, 0);
@@ -486,6 +524,7 @@ static const test_case tests[] = {
     TEST_CASE(value_is_dropped_once_when_the_last_reference_goes),
     TEST_CASE(pending_future_released_without_completion_frees_cleanly),
     TEST_CASE(then_from_a_thread_completed_by_another_thread),
+    TEST_CASE(notify_fd_writes_each_token_once),
     TEST_CASE(wait_on_the_loop_thread_is_edeadlk),
     TEST_CASE(asks_from_many_threads_each_get_their_reply),
 };
