@@ -1,0 +1,29 @@
+"""accel for Python: compute on every device of a machine, with numpy arrays.
+
+    import numpy as np, accel
+    with accel.open() as ctx:                       # in-process; or "ipc://..." for acceld
+        a = ctx.asarray(np.random.rand(256, 128).astype(np.float32))
+        b = ctx.asarray(np.random.rand(128, 64).astype(np.float32))
+        c = accel.matmul(a, b).result()             # ops return futures
+        print(c.numpy())
+
+A binding of libaccel (ctypes): the same runtime and the same wire protocol as C programs.
+libaccel is found through $ACCEL_LIBRARY, the directory accel was installed to, then the
+dynamic linker's search path.
+"""
+from . import _lib
+from ._array import Array
+from ._context import Context, Device, open
+from ._dtypes import bfloat16, from_bfloat16, to_bfloat16
+from ._errors import AccelError
+from ._future import Future, gather
+from ._kernels import In, InOut, Kernel, Module, Out, local
+from ._ops import axpy, dot, fill, matmul, random_fill, relu, scal, sigmoid, softmax, tanh
+
+__version__ = _lib.lib.accel_version().decode()
+
+__all__ = [
+    "AccelError", "Array", "Context", "Device", "Future", "In", "InOut", "Kernel", "Module",
+    "Out", "axpy", "bfloat16", "dot", "fill", "from_bfloat16", "gather", "local", "matmul",
+    "open", "random_fill", "relu", "scal", "sigmoid", "softmax", "tanh", "to_bfloat16",
+]

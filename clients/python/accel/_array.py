@@ -1,0 +1,166 @@
+"""Arrays: an accel buffer seen with a shape and a numpy dtype.
+
+The buffer lives wherever accel keeps it (the host and the devices that used it, the latest
+copy tracked by accel); an Array only adds a shape, a dtype and the device its ops prefer.
+Arrays made by reshape() share one buffer, freed when the last of them is collected.
+"""
+import math
+
+import numpy as np
+
+from . import _dtypes, _lib
+from ._errors import check
+from ._future import Future
+
+
+class _Buffer:
+    """Owns one accel buffer handle; destroys it when collected (accel frees it once the ops
+    issued on it have completed)."""
+
+    def __init__(self, ctx, code, count):
+        out = _lib.handle()
+        check(_lib.lib.accel_buffer_create(ctx._c, code, count, out), "accel_buffer_create")
+        self.ctx, self.handle, self.code, self.count = ctx, out.value, code, count
+
+    def __del__(self):
+        ctx = getattr(self, "ctx", None)
+        if ctx is not None and ctx._c and _lib.lib is not None:
+            _lib.lib.accel_buffer_destroy(ctx._c, self.handle)
+
+
+def _shape_of(shape):
+    if isinstance(shape, (int, np.integer)):
+        shape = (int(shape),)
+    shape = tuple(int(s) for s in shape)
+    if any(s < 0 for s in shape):
+        raise ValueError(f"negative dimension in shape {shape}")
+    return shape
+
+
+class Array:
+    """A buffer of `size` elements of one dtype, with a shape (row-major, as numpy's).
+
+    Attributes: ctx, shape, dtype (the numpy dtype of numpy() results: uint16 for bfloat16),
+    accel_dtype ("float32", ..., "bfloat16"), size, nbytes, ndim, device (an int index, or
+    None: ops on this array run where accel places them).
+    """
+
+    def __init__(self, ctx, shape, dtype, device=None, _buffer=None):
+        shape = _shape_of(shape)
+        code = _dtypes.code_of(dtype) if _buffer is None else _buffer.code
+        size = math.prod(shape)
+        self._buf = _buffer if _buffer is not None else _Buffer(ctx, code, max(size, 1))
+        self.ctx = ctx
+        self.shape = shape
+        self.device = device
+        self._code = code
+
+    # ---- description ---------------------------------------------------------------------
+
+    @property
+    def handle(self):
+        return self._buf.handle
+
+    @property
+    def dtype(self):
+        return _dtypes.storage(self._code)
+
+    @property
+    def accel_dtype(self):
+        return _dtypes.name(self._code)
+
+    @property
+    def size(self):
+        return math.prod(self.shape)
+
+    @property
+    def ndim(self):
+        return len(self.shape)
+
+    @property
+    def nbytes(self):
+        return self.size * self.dtype.itemsize
+
+    def __len__(self):
+        if not self.shape:
+            raise TypeError("len() of a 0-d accel array")
+        return self.shape[0]
+
+    def __repr__(self):
+        where = "any device" if self.device is None else f"device {self.device}"
+        return f"<accel.Array shape={self.shape} dtype={self.accel_dtype} on {where}>"
+
+    def reshape(self, *shape):
+        """The same buffer with another shape of the same size (no copy; one -1 is inferred)."""
+        if len(shape) == 1 and not isinstance(shape[0], (int, np.integer)):
+            shape = shape[0]
+        shape = tuple(int(s) for s in shape)
+        if shape.count(-1) == 1:  # one dimension inferred, as numpy does
+            known = math.prod(s for s in shape if s != -1)
+            if known == 0 or self.size % known:
+                raise ValueError(f"cannot reshape {self.shape} into {shape}")
+            shape = tuple(self.size // known if s == -1 else s for s in shape)
+        shape = _shape_of(shape)
+        if math.prod(shape) != self.size:
+            raise ValueError(f"cannot reshape {self.shape} into {shape}")
+        return Array(self.ctx, shape, None, self.device, _buffer=self._buf)
+
+    def to(self, device):
+        """The same buffer, with ops on it preferring `device` (no copy now: data moves when
+        an op there needs it)."""
+        return Array(self.ctx, self.shape, None, self.ctx._device_index(device), self._buf)
+
+    # ---- data ----------------------------------------------------------------------------
+
+    def read(self, out=None):
+        """Future of a numpy array with this array's contents (into `out` if given: a
+        C-contiguous array of this dtype and size, for example one from ctx.host_empty())."""
+        if out is None:
+            out = np.empty(self.shape, self.dtype)
+        elif not (isinstance(out, np.ndarray) and out.flags.c_contiguous
+                  and out.dtype == self.dtype and out.size == self.size
+                  and out.flags.writeable):
+            raise ValueError(f"out must be a writeable C-contiguous {self.dtype} array of "
+                             f"{self.size} elements")
+        cf = _lib.future_p()
+        check(_lib.lib.accel_read(self.ctx._c, self.handle, 0, out.ctypes.data, self.size, cf),
+              "accel_read")
+        return Future(cf, "accel_read", keep=(out, self._buf), output=out)
+
+    def numpy(self, out=None, timeout=None):
+        """The contents as a numpy array (waits for the ops issued on it before)."""
+        return self.read(out).result(timeout)
+
+    def write(self, src):
+        """Future of writing `src` (array-like of this size, converted to this dtype) into
+        the array. A C-contiguous source of the right dtype is not copied: it must not
+        change until the future completes."""
+        src = np.ascontiguousarray(src, dtype=self.dtype)
+        if src.size != self.size:
+            raise ValueError(f"source has {src.size} elements, the array {self.size}")
+        cf = _lib.future_p()
+        check(_lib.lib.accel_write(self.ctx._c, self.handle, 0, src.ctypes.data, self.size,
+                                   cf), "accel_write")
+        return Future(cf, "accel_write", keep=(src, self._buf), output=self)
+
+    def fill(self, value):
+        """Future of setting every element to `value` (converted as accel_fill does)."""
+        cf = _lib.future_p()
+        check(_lib.lib.accel_fill(self.ctx._c, self._dev(None), self.handle, float(value), cf),
+              "accel_fill")
+        return Future(cf, "accel_fill", keep=(self._buf,), output=self)
+
+    def copy_from(self, src):
+        """Future of copying Array `src` (same dtype and size) into this one, on a device."""
+        if src._code != self._code or src.size != self.size:
+            raise ValueError("copy_from needs an array of the same dtype and size")
+        cf = _lib.future_p()
+        check(_lib.lib.accel_copy(self.ctx._c, self._dev(None), self.handle, 0, src.handle, 0,
+                                  self.size, cf), "accel_copy")
+        return Future(cf, "accel_copy", keep=(self._buf, src._buf), output=self)
+
+    def _dev(self, device):
+        """The device index an op on this array runs on: the op's, else the array's."""
+        if device is not None:
+            return self.ctx._device_index(device)
+        return _lib.DEVICE_ANY if self.device is None else self.device

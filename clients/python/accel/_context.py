@@ -1,0 +1,264 @@
+"""Contexts: a connection to accel (in-process, or acceld over ipc:// or tcp://)."""
+import ctypes
+import os
+import threading
+import weakref
+from dataclasses import dataclass
+
+import numpy as np
+
+from . import _dtypes, _lib, _ops
+from ._array import Array
+from ._kernels import Module
+from ._errors import AccelError, check
+
+_PACKAGES = {0x1: "blas", 0x2: "rng", 0x4: "nn", 0x8: "module"}
+_SOURCES = {1: "cuda", 2: "ptx", 3: "opencl", 4: "spirv"}
+_STATES = {0: "serving", 1: "restarting", 2: "quarantined"}
+_KINDS = {0: "cpu", 1: "gpu", 2: "accelerator"}
+
+
+@dataclass(frozen=True)
+class Device:
+    """One device of a context, as accel_device_info describes it."""
+
+    index: int
+    name: str
+    backend: str  # "cpu", "cuda", "opencl"
+    kind: str  # "cpu", "gpu", "accelerator"
+    mem_bytes: int
+    compute_units: int
+    state: str  # "serving", "restarting", "quarantined"
+    restarts: int
+    packages: frozenset  # of "blas", "rng", "nn", "module"
+    gemm_dtypes: frozenset  # dtype names ("float32", "bfloat16", ...)
+    vector_dtypes: frozenset
+    rng_dtypes: frozenset
+    nn_dtypes: frozenset
+    sources: frozenset  # user kernel sources it builds: "cuda", "ptx", "opencl", "spirv"
+
+
+def _device_from(index, info):
+    return Device(
+        index=index,
+        name=info.name.decode(errors="replace"),
+        backend=info.backend.decode(errors="replace"),
+        kind=_KINDS.get(info.kind, str(info.kind)),
+        mem_bytes=info.mem_bytes,
+        compute_units=info.compute_units,
+        state=_STATES.get(info.state, str(info.state)),
+        restarts=info.restarts,
+        packages=frozenset(n for b, n in _PACKAGES.items() if info.packages & b),
+        gemm_dtypes=_dtypes.names_of_set(info.gemm_dtypes),
+        vector_dtypes=_dtypes.names_of_set(info.vector_dtypes),
+        rng_dtypes=_dtypes.names_of_set(info.rng_dtypes),
+        nn_dtypes=_dtypes.names_of_set(info.nn_dtypes),
+        sources=frozenset(n for c, n in _SOURCES.items() if info.sources & (1 << c)),
+    )
+
+
+def open(url=None):  # noqa: A001 - the package's verb, as in accel_open
+    """Opens a context: `url` as accel_open takes it ("embedded:?backends=cpu,opencl",
+    "ipc:///run/acceld/acceld.sock", "tcp://host:port", "tls+tcp://host:port"); with None,
+    $ACCEL_URL, else an in-process runtime with every backend it finds. A context manager:
+    `with accel.open() as ctx: ...` closes it on exit."""
+    return Context(url)
+
+
+class Context:
+    """A context: devices, arrays, ops, modules. Safe to use from any thread."""
+
+    def __init__(self, url=None):
+        if url is None:
+            url = os.environ.get("ACCEL_URL") or None
+        c = _lib.ctx_p()
+        check(_lib.lib.accel_open(ctypes.byref(c), url.encode() if url else None),
+              f"accel_open {url or 'embedded:'}")
+        self._c = self._open_c = c.value  # _c: None once closed; _open_c until released
+        self.url = url or "embedded:"
+        self._host_blocks = weakref.WeakValueDictionary()
+        self._lock = threading.Lock()
+
+    def close(self):
+        """Waits for the context's ops, frees its arrays (they become unusable: ops on them
+        raise ECLOSED) and closes it. Closing twice does nothing. Arrays from host_empty()
+        stay valid: while any is alive, the connection is only closed when the last goes."""
+        with self._lock:
+            self._c = None
+            blocks_alive = len(self._host_blocks) > 0
+        if not blocks_alive:
+            self._release()
+
+    def _release(self):
+        with self._lock:
+            c, self._open_c = self._open_c, None
+        if c:
+            _lib.lib.accel_close(c)
+
+    def _host_block_freed(self):
+        with self._lock:
+            last = self._c is None and len(self._host_blocks) == 0
+        if last:
+            self._release()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        if getattr(self, "_open_c", None) and _lib.lib is not None:
+            self.close()
+
+    def __repr__(self):
+        return f"<accel.Context {self.url}{'' if self._c else ' closed'}>"
+
+    def _live(self):
+        if not self._c:
+            raise AccelError(-12, "the context is closed")  # ECLOSED
+        return self._c
+
+    # ---- devices -------------------------------------------------------------------------
+
+    @property
+    def devices(self):
+        """The devices, in accel's numbering."""
+        c = self._live()
+        n = check(_lib.lib.accel_device_count(c), "accel_device_count")
+        out = []
+        for i in range(n):
+            info = _lib.DeviceInfo()
+            check(_lib.lib.accel_device_info(c, i, ctypes.byref(info)), "accel_device_info")
+            out.append(_device_from(i, info))
+        return out
+
+    def _device_index(self, device):
+        if device is None:
+            return _lib.DEVICE_ANY
+        if isinstance(device, Device):
+            return device.index
+        return int(device)
+
+    # ---- arrays --------------------------------------------------------------------------
+
+    def empty(self, shape, dtype=np.float32, device=None):
+        """A new array; its contents are unspecified until written."""
+        self._live()
+        return Array(self, shape, dtype, self._device_index(device) if device is not None
+                     else None)
+
+    def full(self, shape, value, dtype=np.float32, device=None):
+        """A new array with every element `value` (waits for the fill)."""
+        a = self.empty(shape, dtype, device)
+        a.fill(value).result()
+        return a
+
+    def zeros(self, shape, dtype=np.float32, device=None):
+        return self.full(shape, 0, dtype, device)
+
+    def asarray(self, x, dtype=None, device=None):
+        """A new array with the contents of `x` (a numpy array or anything numpy takes),
+        keeping its shape; dtype: x's unless given (float32, float64, float16, int32,
+        uint32; bfloat16 takes uint16 bits, see to_bfloat16). Waits for the write; a
+        C-contiguous x of the right dtype is written from its own memory, without a copy."""
+        if dtype is None:
+            x = np.asarray(x)
+            dtype = x.dtype
+        a = self.empty(np.shape(x), dtype, device)
+        a.write(x).result()
+        return a
+
+    def host_empty(self, shape, dtype=np.float32):
+        """A numpy array in accel's host memory (accel_host_alloc). Through acceld's local
+        socket it is shared with the daemon: reads into it and writes from it copy nothing
+        in this process and send nothing through the socket. Freed when the array (and every
+        view of it) is collected, or at close()."""
+        code = _dtypes.code_of(dtype)
+        shape = tuple(np.atleast_1d(np.asarray(shape, dtype=np.int64)).tolist()) \
+            if not isinstance(shape, int) else (shape,)
+        nbytes = int(np.prod(shape)) * _dtypes.storage(code).itemsize
+        block = _HostBlock(self, max(nbytes, 1))
+        arr = np.frombuffer(block.view(), dtype=_dtypes.storage(code),
+                            count=int(np.prod(shape))).reshape(shape)
+        return arr
+
+    # ---- random numbers ------------------------------------------------------------------
+
+    def uniform(self, shape, *, seed, offset=0, dtype=np.float32, device=None):
+        """Future of a new array of uniform numbers in (0, 1] (float32, float64, float16,
+        bfloat16), from accel's Philox stream at (seed, offset): the same numbers as the C
+        API's accel_rng_fill, on every device."""
+        return _ops.random_fill(self.empty(shape, dtype, device), "uniform", seed=seed,
+                                offset=offset)
+
+    def normal(self, shape, *, seed, offset=0, mean=0.0, stddev=1.0, dtype=np.float32,
+               device=None):
+        """Future of a new array of normal numbers (Box-Muller; offset even)."""
+        return _ops.random_fill(self.empty(shape, dtype, device), "normal", seed=seed,
+                                offset=offset, mean=mean, stddev=stddev)
+
+    def bits(self, shape, *, seed, offset=0, device=None):
+        """Future of a new uint32 array: words offset .. of the Philox4x32-10 stream, bit for
+        bit those of accel_rng_fill with ACCEL_DIST_BITS (and cuRAND's Philox)."""
+        return _ops.random_fill(self.empty(shape, np.uint32, device), "bits", seed=seed,
+                                offset=offset)
+
+    # ---- user kernels --------------------------------------------------------------------
+
+    def load_module(self, code, kind, options=None, device=None):
+        """Builds user kernels from source: kind "opencl" (OpenCL C), "cuda" (CUDA C through
+        NVRTC), "ptx" or "spirv"; for `device`, or every device that takes the kind (None).
+        Returns a Module at once (see Module.build for the build's outcome)."""
+        return Module(self, code, kind, options, device)
+
+    # ---- whole-context -------------------------------------------------------------------
+
+    def finish(self, timeout=None):
+        """Waits for every op issued so far; raises the first error of ops issued without
+        anyone holding their future (accel_finish)."""
+        ms = -1 if timeout is None else max(0, int(timeout * 1000))
+        check(_lib.lib.accel_finish(self._live(), ms), "accel_finish")
+
+    def transfer_stats(self):
+        """Bytes moved so far: host_to_device, device_to_host, device_to_device, written,
+        read."""
+        s = _lib.TransferStats()
+        check(_lib.lib.accel_transfer_stats_get(self._live(), ctypes.byref(s)),
+              "accel_transfer_stats_get")
+        return {name: getattr(s, name) for name, _ in s._fields_}
+
+    def inject_fault(self, device):
+        """Tests: the device faults (only on contexts opened with fault_injection=1)."""
+        check(_lib.lib.accel_inject_fault(self._live(), self._device_index(device)),
+              "accel_inject_fault")
+
+
+class _HostBlock:
+    """accel_host_alloc memory, exposed to numpy as a writable buffer. numpy arrays made over
+    it keep it alive; it is freed when the last goes, or when its context closes first."""
+
+    def __init__(self, ctx, nbytes):
+        p = ctypes.c_void_p()
+        check(_lib.lib.accel_host_alloc(ctx._live(), nbytes, ctypes.byref(p)),
+              "accel_host_alloc")
+        self._ctx, self._p, self._n = ctx, p.value, nbytes
+        self._lock = threading.Lock()
+        ctx._host_blocks[id(self)] = self
+
+    def view(self):
+        raw = (ctypes.c_ubyte * self._n).from_address(self._p)
+        raw._block = self  # the numpy array -> ctypes array -> this block
+        return raw
+
+    def free(self):
+        with self._lock:
+            p, self._p = self._p, None
+        if p:
+            _lib.lib.accel_host_free(self._ctx._open_c, p)
+            self._ctx._host_blocks.pop(id(self), None)
+            self._ctx._host_block_freed()
+
+    def __del__(self):
+        if _lib.lib is not None:
+            self.free()

@@ -1,0 +1,30 @@
+"""accel's errors as Python exceptions."""
+from . import _lib
+
+
+class AccelError(Exception):
+    """An accel call or op failed.
+
+    Attributes:
+        code: accel's negative error code (accel/error.h), e.g. -1.
+        name: its symbolic name without the prefix, e.g. "EINVAL".
+        strerror: accel's message for the code.
+        detail: what failed ("accel_gemm", or a module's build log), or None.
+    """
+
+    def __init__(self, code, detail=None):
+        self.code = int(code)
+        self.name = _lib.lib.accel_err_name(self.code).decode()
+        self.strerror = _lib.lib.accel_strerror(self.code).decode()
+        self.detail = detail
+        text = f"{self.name}: {self.strerror}"
+        if detail:
+            text += f" ({detail})"
+        super().__init__(text)
+
+
+def check(rc, what):
+    """Raises AccelError for a negative return code; returns rc otherwise."""
+    if rc < 0:
+        raise AccelError(rc, what)
+    return rc

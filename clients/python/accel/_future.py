@@ -1,0 +1,250 @@
+"""Futures: what every op returns.
+
+A Future wraps one of libaccel's futures. `result()` waits in C with the GIL released. Callbacks
+(`add_done_callback`, `await`) never run on accel's loop thread: the C future is asked to write
+a token to a pipe when it completes (accel_future_notify_fd), and one Python thread reads the
+pipe and runs the callbacks. So a slow callback, or a thread holding the GIL, never stalls the
+loop that serves every op, and a callback may call accel freely (even wait on other futures).
+"""
+import asyncio
+import fcntl
+import logging
+import os
+import struct
+import threading
+
+from . import _lib
+from ._errors import AccelError
+
+_log = logging.getLogger("accel")
+_F_SETPIPE_SZ = 1031  # Linux: room for 128 Ki tokens, so the loop thread never waits on us
+
+
+class _Notifier:
+    """The pipe that completed futures' tokens arrive on, and the thread that reads it."""
+
+    def __init__(self):
+        self._rfd, self.wfd = os.pipe2(os.O_CLOEXEC)
+        try:
+            fcntl.fcntl(self.wfd, _F_SETPIPE_SZ, 1 << 20)
+        except OSError:
+            pass  # the default size only makes a full pipe likelier, never wrong
+        self._lock = threading.Lock()
+        self._waiting = {}  # token -> object with _on_complete()
+        self._next = 1
+        threading.Thread(target=self._run, name="accel-futures", daemon=True).start()
+
+    def register(self, cfut, obj):
+        """Calls obj._on_complete() on this thread once `cfut` has completed."""
+        with self._lock:
+            token = self._next
+            self._next += 1
+            self._waiting[token] = obj
+        rc = _lib.lib.accel_future_notify_fd(cfut, self.wfd, token)
+        if rc < 0:
+            with self._lock:
+                del self._waiting[token]
+            raise AccelError(rc, "accel_future_notify_fd")
+
+    def _run(self):
+        pending = b""
+        while True:
+            data = os.read(self._rfd, 1 << 16)
+            if not data:
+                return
+            pending += data
+            whole = len(pending) // 8
+            tokens = struct.unpack_from(f"={whole}Q", pending)
+            pending = pending[whole * 8:]
+            for token in tokens:
+                with self._lock:
+                    obj = self._waiting.pop(token, None)
+                if obj is not None:
+                    obj._on_complete()
+
+
+_notifier = None
+_notifier_lock = threading.Lock()
+
+
+def notifier():
+    global _notifier
+    with _notifier_lock:
+        if _notifier is None or _notifier_pid != os.getpid():
+            _start_notifier()
+        return _notifier
+
+
+_notifier_pid = None
+
+
+def _start_notifier():
+    global _notifier, _notifier_pid
+    _notifier = _Notifier()
+    _notifier_pid = os.getpid()
+
+
+class _Orphan:
+    """What a dropped, still pending Future leaves behind: the memory its op uses stays alive
+    until the op ends, and an error nobody will see is logged."""
+
+    def __init__(self, cfut, keep, what):
+        _lib.lib.accel_future_retain(cfut)
+        self._c, self._keep, self._what = cfut, keep, what
+
+    def _on_complete(self):
+        rc = _lib.lib.accel_future_poll(self._c)
+        if rc < 0:
+            _log.error("accel: %s failed and its future was dropped: %s", self._what,
+                       AccelError(rc))
+        _lib.lib.accel_future_release(self._c)
+        self._keep = None
+
+
+class Future:
+    """The outcome of an op, available later.
+
+    Like concurrent.futures.Future: result(timeout), exception(timeout), done(),
+    add_done_callback(fn); and awaitable in asyncio (`await ctx.dot(x, y)`).
+
+    `output` is the op's output (an Array) at once, before the op has run: ops on it are
+    ordered after this one by accel, so it can be passed on without waiting. Errors come
+    only through the future.
+    """
+
+    def __init__(self, cfut, what, keep=(), output=None, finish=None):
+        self._c = cfut  # owned reference to the C future
+        self._what = what
+        self._keep = keep  # memory the op reads or writes: alive until it completes
+        self.output = output
+        self._finish = finish  # called once on success: the result (default: output)
+        self._lock = threading.Lock()
+        self._settled = False
+        self._result = None
+        self._error = None
+        self._callbacks = []
+        self._registered = False
+
+    def __repr__(self):
+        state = "done" if self.done() else "pending"
+        return f"<accel.Future {self._what} {state}>"
+
+    # ---- state ---------------------------------------------------------------------------
+
+    def done(self):
+        """True once the op has completed (successfully or not). Never blocks."""
+        return self._settled or _lib.lib.accel_future_poll(self._c) != _lib.EAGAIN
+
+    def _settle(self):
+        """Once the C future is complete: computes the result or the error, once."""
+        with self._lock:
+            if not self._settled:
+                status = _lib.lib.accel_future_poll(self._c)
+                try:
+                    if status < 0:
+                        self._error = AccelError(status, self._detail(status))
+                    elif self._finish is not None:
+                        self._result = self._finish(self._c)
+                    else:
+                        self._result = self.output
+                except Exception as e:  # a bad conversion is the caller's error, not ours
+                    self._error = e
+                self._keep = None
+                self._finish = None
+                self._settled = True
+        if self._error is not None:
+            raise self._error
+        return self._result
+
+    def _detail(self, status):
+        if status == _lib.EBUILD:  # a module's build: the compiler's log says why
+            value = _lib.lib.accel_future_value(self._c)
+            if value:
+                return self._what + ":\n" + _lib.ctypes.string_at(value).decode(errors="replace")
+        return self._what
+
+    def result(self, timeout=None):
+        """Waits (GIL released) up to `timeout` seconds (None: forever); returns the op's
+        result or raises its AccelError. TimeoutError if it is still running then."""
+        if not self._settled:
+            ms = -1 if timeout is None else max(0, int(timeout * 1000))
+            _lib.lib.accel_future_wait(self._c, ms)
+            if _lib.lib.accel_future_poll(self._c) == _lib.EAGAIN:
+                raise TimeoutError(f"{self._what} still running after {timeout} s")
+        return self._settle()
+
+    def exception(self, timeout=None):
+        """The op's error (None if it succeeded), waiting as result() does."""
+        try:
+            self.result(timeout)
+        except TimeoutError:
+            raise
+        except Exception as e:
+            return e
+        return None
+
+    # ---- callbacks -----------------------------------------------------------------------
+
+    def add_done_callback(self, fn):
+        """Calls fn(future) once the op has completed: at once (in this thread) if it has,
+        otherwise on accel's callback thread. Exceptions from fn are logged."""
+        with self._lock:
+            if not self._settled and _lib.lib.accel_future_poll(self._c) == _lib.EAGAIN:
+                self._callbacks.append(fn)
+                if not self._registered:
+                    self._registered = True
+                    register = True
+                else:
+                    register = False
+            else:
+                register = None
+        if register is None:
+            self._run_callback(fn)
+        elif register:
+            notifier().register(self._c, self)
+
+    def _run_callback(self, fn):
+        try:
+            fn(self)
+        except Exception:
+            _log.exception("accel: a done callback of %s raised", self._what)
+
+    def _on_complete(self):
+        try:
+            self._settle()
+        except Exception:
+            pass  # kept for result() and exception()
+        with self._lock:
+            callbacks, self._callbacks = self._callbacks, []
+        for fn in callbacks:
+            self._run_callback(fn)
+
+    def __await__(self):
+        if not self.done():
+            loop = asyncio.get_running_loop()
+            waiter = loop.create_future()
+
+            def wake(_):
+                loop.call_soon_threadsafe(lambda: waiter.done() or waiter.set_result(None))
+
+            self.add_done_callback(wake)
+            yield from waiter.__await__()
+        return self._settle()
+
+    # ---- lifetime ------------------------------------------------------------------------
+
+    def __del__(self):
+        c, self._c = getattr(self, "_c", None), None
+        if c is None or _lib is None or _lib.lib is None:
+            return
+        try:
+            if not self._settled and _lib.lib.accel_future_poll(c) == _lib.EAGAIN:
+                notifier().register(c, _Orphan(c, self._keep, self._what))
+        except Exception:
+            pass  # interpreter shutdown: the process is going away with the memory
+        _lib.lib.accel_future_release(c)
+
+
+def gather(futures, timeout=None):
+    """The results of several futures, in order, waiting for each (raises the first error)."""
+    return [f.result(timeout) for f in futures]

@@ -1,0 +1,185 @@
+"""The ops: BLAS, element-wise, softmax and random fills, as functions over Arrays.
+
+Every op returns a Future at once; its result (and its `output`, available at once) is the
+output Array, or a number for dot(). Ops on the same arrays run in the order they were issued,
+whatever the device, so outputs can be passed to the next op without waiting.
+"""
+import numpy as np
+
+from . import _dtypes, _lib
+from ._array import Array
+from ._errors import check
+from ._future import Future
+
+_MATH = {None: 0, "default": 0, "fp32": 1, "tf32": 2, "fp64": 3}
+_DIST = {"bits": 0, "uniform": 1, "normal": 2}
+
+
+def _same_ctx(*arrays):
+    ctx = arrays[0].ctx
+    for a in arrays[1:]:
+        if a.ctx is not ctx:
+            raise ValueError("arrays of different contexts")
+    return ctx
+
+
+def _issue(name, call, keep, output):
+    """Runs an accel_* call that takes a future last; the Future of its op."""
+    cf = _lib.future_p()
+    check(call(cf), name)
+    return Future(cf, name, keep=tuple(a._buf for a in keep), output=output)
+
+
+def _out_like(x, out, shape=None, dtype_code=None):
+    shape = x.shape if shape is None else shape
+    if out is None:
+        return Array(x.ctx, shape, x._code if dtype_code is None else dtype_code, x.device)
+    if tuple(out.shape) != tuple(shape):
+        raise ValueError(f"out has shape {out.shape}, expected {shape}")
+    return out
+
+
+# ---- BLAS ---------------------------------------------------------------------------------
+
+
+def matmul(a, b, out=None, *, alpha=1.0, beta=0.0, transpose_a=False, transpose_b=False,
+           math=None, device=None):
+    """out = alpha * op(a) @ op(b) + beta * out, numpy's row-major layout (op(x) is x.T with
+    transpose_x). 2-D arrays, or stacks (batch, rows, cols) where a 2-D operand is shared by
+    every matrix of the batch. Types: float64, float32, float16, bfloat16 (a and b alike);
+    out the same, or float32 for float16/bfloat16 inputs. math: None, "fp32", "tf32", "fp64"
+    (accel_math). accel's BLAS is column-major: a row-major C = A B is computed as the
+    column-major C^T = B^T A^T, which reads the same memory without moving it."""
+    ctx = _same_ctx(a, b, *([out] if out is not None else []))
+    if a.ndim not in (2, 3) or b.ndim not in (2, 3):
+        raise ValueError("matmul takes 2-D arrays or stacks of them (3-D)")
+    batch = max(a.shape[0] if a.ndim == 3 else 1, b.shape[0] if b.ndim == 3 else 1)
+    for x in (a, b):
+        if x.ndim == 3 and x.shape[0] != batch:
+            raise ValueError(f"batch sizes differ: {a.shape} and {b.shape}")
+    ar, ac = a.shape[-2:]
+    br, bc = b.shape[-2:]
+    m, k = (ac, ar) if transpose_a else (ar, ac)
+    kb, n = (bc, br) if transpose_b else (br, bc)
+    if k != kb:
+        raise ValueError(f"matmul: inner dimensions differ ({m}x{k} and {kb}x{n})")
+    stacked = a.ndim == 3 or b.ndim == 3
+    shape = (batch, m, n) if stacked else (m, n)
+    out = _out_like(a, out, shape)
+    dev = a._dev(device)
+    if math not in _MATH:
+        raise ValueError(f"math must be one of {sorted(k for k in _MATH if k)} or None")
+    lda, ldb = (bc, ac)  # the row lengths: the column-major leading dimensions
+    ta, tb = int(bool(transpose_b)), int(bool(transpose_a))
+    if not stacked:
+        return _issue("accel_gemm", lambda f: _lib.lib.accel_gemm(
+            ctx._live(), dev, ta, tb, n, m, k, alpha, b.handle, lda, a.handle, ldb, beta,
+            out.handle, n, _MATH[math], f), (a, b, out), out)
+    stride_b = br * bc if b.ndim == 3 else 0
+    stride_a = ar * ac if a.ndim == 3 else 0
+    return _issue("accel_gemm_strided_batched", lambda f: _lib.lib.accel_gemm_strided_batched(
+        ctx._live(), dev, ta, tb, n, m, k, alpha, b.handle, lda, stride_b, a.handle, ldb,
+        stride_a, beta, out.handle, n, m * n, batch, _MATH[math], f), (a, b, out), out)
+
+
+def axpy(alpha, x, y, *, device=None):
+    """y = alpha * x + y over every element (x and y of one size and float dtype)."""
+    ctx = _same_ctx(x, y)
+    if x.size != y.size:
+        raise ValueError(f"axpy: sizes differ ({x.size} and {y.size})")
+    dev = y._dev(device)
+    return _issue("accel_axpy", lambda f: _lib.lib.accel_axpy(
+        ctx._live(), dev, x.size, float(alpha), x.handle, y.handle, f), (x, y), y)
+
+
+def scal(alpha, x, *, device=None):
+    """x = alpha * x."""
+    dev = x._dev(device)
+    return _issue("accel_scal", lambda f: _lib.lib.accel_scal(
+        x.ctx._live(), dev, x.size, float(alpha), x.handle, f), (x,), x)
+
+
+def _as_float(arr, code):
+    if code == _dtypes.BF16:
+        return float(_dtypes.from_bfloat16(arr)[0])
+    return float(arr[0])
+
+
+def dot(x, y, *, device=None):
+    """Future of the dot product x . y (a Python float) over every element."""
+    ctx = _same_ctx(x, y)
+    if x.size != y.size:
+        raise ValueError(f"dot: sizes differ ({x.size} and {y.size})")
+    result = _out_like(x, None, (1,))
+    dev = x._dev(device)
+    op = _issue("accel_dot", lambda f: _lib.lib.accel_dot(
+        ctx._live(), dev, x.size, x.handle, y.handle, result.handle, f), (x, y, result), None)
+    host = np.empty(1, result.dtype)
+    cf = _lib.future_p()
+    check(_lib.lib.accel_read(ctx._live(), result.handle, 0, host.ctypes.data, 1, cf),
+          "accel_read")
+
+    def finish(_):
+        op.result()  # the dot's own error, if any, before the value read after it
+        return _as_float(host, x._code)
+
+    return Future(cf, "accel_dot", keep=(host, result._buf, op), finish=finish)
+
+
+def fill(x, value, *, device=None):
+    """Every element of x = value."""
+    dev = x._dev(device)
+    return _issue("accel_fill", lambda f: _lib.lib.accel_fill(
+        x.ctx._live(), dev, x.handle, float(value), f), (x,), x)
+
+
+# ---- NN element-wise --------------------------------------------------------------------------
+
+
+def _elementwise(name, fn, x, out, device):
+    out = _out_like(x, out)
+    _same_ctx(x, out)
+    dev = x._dev(device)
+    return _issue(name, lambda f: fn(x.ctx._live(), dev, out.handle, x.handle, f), (x, out),
+                  out)
+
+
+def sigmoid(x, out=None, *, device=None):
+    """out = 1 / (1 + exp(-x)), element-wise (a new array unless out is given; out may be x)."""
+    return _elementwise("accel_sigmoid", _lib.lib.accel_sigmoid, x, out, device)
+
+
+def relu(x, out=None, *, device=None):
+    """out = max(x, 0), element-wise."""
+    return _elementwise("accel_relu", _lib.lib.accel_relu, x, out, device)
+
+
+def tanh(x, out=None, *, device=None):
+    """out = tanh(x), element-wise."""
+    return _elementwise("accel_tanh", _lib.lib.accel_tanh, x, out, device)
+
+
+def softmax(x, out=None, *, device=None):
+    """Softmax of each row (the last axis) of x, numerically stable; a 1-D x is one row."""
+    out = _out_like(x, out)
+    _same_ctx(x, out)
+    cols = x.shape[-1] if x.ndim else 1
+    rows = x.size // cols if cols else 0
+    dev = x._dev(device)
+    return _issue("accel_softmax", lambda f: _lib.lib.accel_softmax(
+        x.ctx._live(), dev, out.handle, x.handle, rows, cols, f), (x, out), out)
+
+
+# ---- random fills -------------------------------------------------------------------------
+
+
+def random_fill(out, dist, *, seed, offset=0, mean=0.0, stddev=1.0, device=None):
+    """Fills `out` from accel's Philox4x32-10 stream (accel_rng_fill): dist "bits" (uint32),
+    "uniform" (in (0, 1]) or "normal" (mean, stddev; offset even). The same (seed, offset,
+    size) gives the same numbers on every device and through every API, C's included."""
+    if dist not in _DIST:
+        raise ValueError(f"dist must be one of {sorted(_DIST)}")
+    spec = _lib.Rng(_DIST[dist], int(seed), int(offset), float(mean), float(stddev))
+    dev = out._dev(device)
+    return _issue("accel_rng_fill", lambda f: _lib.lib.accel_rng_fill(
+        out.ctx._live(), dev, out.handle, _lib.ctypes.byref(spec), f), (out,), out)
