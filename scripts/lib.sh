@@ -28,6 +28,8 @@ ACCEL_DEPS=(
   # Debian's reference BLAS: tests/backends/foreign_blas.c links it ahead of OpenBLAS
   libblas3
   python3
+  # the Python package: numpy, and pytest for its tests
+  python3-numpy python3-pytest python3-pip python3-setuptools python3-wheel
   openssl
 )
 

@@ -1,10 +1,12 @@
 #!/bin/sh
 # meson install into a temporary DESTDIR, then check what a packager gets: the systemd unit
 # (and that systemd-analyze verify accepts it), the sysusers.d entry, the sample configuration,
-# the man pages, and an accel.pc whose Cflags name no OpenBLAS path.
-#   install.sh BUILD_DIR
+# the man pages, an accel.pc whose Cflags name no OpenBLAS path, and the Python package (meson
+# install and pip install).
+#   install.sh BUILD_DIR [PYTHON]
 set -u
 build=$1
+python=${2:-python3}
 fail=0
 dest=$(mktemp -d) || exit 1
 trap 'rm -rf "$dest"' EXIT
@@ -75,6 +77,43 @@ else
     *openblas*|*"Package "*) bad "pkg-config --cflags accel: $cflags" ;;
     *) ok "pkg-config --cflags accel: $cflags" ;;
   esac
+fi
+
+# The Python package: installed by meson next to the library, with _paths.py naming where
+# libaccel went; and installable with pip from clients/python (into a target directory, built
+# offline by Debian's setuptools). Both import and call libaccel.
+src=$(cd "$(dirname "$0")/../.." && pwd)
+lib=$(find "$dest" -name 'libaccel.so.0' | head -n 1)
+init=$(find_one '*/accel/__init__.py')
+if [ "$python" = none ]; then
+  echo "SKIP: the Python package is not built (-Dpython=disabled, or no python3)"
+elif [ -z "$init" ]; then
+  bad "no accel/__init__.py (the Python package) installed"
+else
+  site=$(dirname "$(dirname "$init")")
+  libdir=$(sed -n 's/^LIBDIR = "\(.*\)"$/\1/p' "$site/accel/_paths.py" 2>/dev/null)
+  [ -n "$lib" ] && [ "$dest$libdir/libaccel.so.0" = "$lib" ] &&
+    ok "python package ${site#"$dest"}, _paths.LIBDIR=$libdir" ||
+    bad "accel/_paths.py LIBDIR '$libdir' is not where libaccel.so.0 went (${lib#"$dest"})"
+  v=$(ACCEL_LIBRARY=$lib PYTHONPATH=$site "$python" -c 'import accel; print(accel.__version__)' 2>&1)
+  [ "$v" = "$(meson introspect --projectinfo "$build" | "$python" -c 'import json,sys; print(json.load(sys.stdin)["version"])')" ] &&
+    ok "import accel (meson install): $v" || bad "import accel (meson install): $v"
+fi
+if [ "$python" = none ]; then
+  :
+elif "$python" -m pip --version >/dev/null 2>&1; then
+  cp -r "$src/clients/python" "$dest/pysrc"
+  if out=$("$python" -m pip install --quiet --no-build-isolation --no-deps --no-index \
+      --target "$dest/pip" "$dest/pysrc" 2>&1); then
+    v=$(ACCEL_LIBRARY=$lib PYTHONPATH=$dest/pip "$python" -c \
+      'import accel, numpy; c = accel.open("embedded:?backends=cpu"); a = c.asarray(numpy.ones(3)); print(accel.dot(a, a).result()); c.close()' 2>&1)
+    [ "$v" = "3.0" ] && ok "pip install clients/python: dot = $v" ||
+      bad "pip install clients/python, then using it: $v"
+  else
+    echo "$out"; bad "pip install clients/python"
+  fi
+else
+  bad "no pip (python3-pip) to check pip install clients/python"
 fi
 
 [ "$fail" = 0 ] && echo "packaging: all checks passed"

@@ -19,7 +19,8 @@ class _Buffer:
 
     def __init__(self, ctx, code, count):
         out = _lib.handle()
-        check(_lib.lib.accel_buffer_create(ctx._c, code, count, out), "accel_buffer_create")
+        check(_lib.lib.accel_buffer_create(ctx._live(), code, count, out),
+              "accel_buffer_create")
         self.ctx, self.handle, self.code, self.count = ctx, out.value, code, count
 
     def __del__(self):
@@ -123,8 +124,8 @@ class Array:
             raise ValueError(f"out must be a writeable C-contiguous {self.dtype} array of "
                              f"{self.size} elements")
         cf = _lib.future_p()
-        check(_lib.lib.accel_read(self.ctx._c, self.handle, 0, out.ctypes.data, self.size, cf),
-              "accel_read")
+        check(_lib.lib.accel_read(self.ctx._live(), self.handle, 0, out.ctypes.data,
+                                  self.size, cf), "accel_read")
         return Future(cf, "accel_read", keep=(out, self._buf), output=out)
 
     def numpy(self, out=None, timeout=None):
@@ -139,15 +140,15 @@ class Array:
         if src.size != self.size:
             raise ValueError(f"source has {src.size} elements, the array {self.size}")
         cf = _lib.future_p()
-        check(_lib.lib.accel_write(self.ctx._c, self.handle, 0, src.ctypes.data, self.size,
+        check(_lib.lib.accel_write(self.ctx._live(), self.handle, 0, src.ctypes.data, self.size,
                                    cf), "accel_write")
         return Future(cf, "accel_write", keep=(src, self._buf), output=self)
 
     def fill(self, value):
         """Future of setting every element to `value` (converted as accel_fill does)."""
         cf = _lib.future_p()
-        check(_lib.lib.accel_fill(self.ctx._c, self._dev(None), self.handle, float(value), cf),
-              "accel_fill")
+        check(_lib.lib.accel_fill(self.ctx._live(), self._dev(None), self.handle,
+                                  float(value), cf), "accel_fill")
         return Future(cf, "accel_fill", keep=(self._buf,), output=self)
 
     def copy_from(self, src):
@@ -155,8 +156,8 @@ class Array:
         if src._code != self._code or src.size != self.size:
             raise ValueError("copy_from needs an array of the same dtype and size")
         cf = _lib.future_p()
-        check(_lib.lib.accel_copy(self.ctx._c, self._dev(None), self.handle, 0, src.handle, 0,
-                                  self.size, cf), "accel_copy")
+        check(_lib.lib.accel_copy(self.ctx._live(), self._dev(None), self.handle, 0,
+                                  src.handle, 0, self.size, cf), "accel_copy")
         return Future(cf, "accel_copy", keep=(self._buf, src._buf), output=self)
 
     def _dev(self, device):
