@@ -1,8 +1,9 @@
 """Fixtures for the Python package's tests.
 
-Every test that takes `ctx` runs against one context: in-process ("embedded:", the CPU
-backend and the OpenCL devices PoCL gives), or, with ACCEL_TEST_ACCELD set to an acceld
-binary, through a daemon started for the session on an ipc:// socket with the same devices.
+Every test that takes `ctx` runs against one context: in-process ($ACCEL_TEST_URL, default
+the CPU backend and the OpenCL devices PoCL gives), or, with ACCEL_TEST_ACCELD set to an acceld
+binary, through a daemon started for the session on an ipc:// socket with the same backends
+(on a GPU machine: ACCEL_TEST_URL="embedded:?backends=cpu,cuda").
 `url` is that context's URL, for tests that open their own.
 Inputs are random and fresh on every run; the seed is printed with any failure.
 """
@@ -18,14 +19,21 @@ import pytest
 
 import accel
 
-EMBEDDED_URL = "embedded:?backends=cpu,opencl"
+EMBEDDED_URL = os.environ.get("ACCEL_TEST_URL") or "embedded:?backends=cpu,opencl"
+
+
+def _backends(url):
+    for param in url.partition("?")[2].split("&"):
+        if param.startswith("backends="):
+            return param[len("backends="):]
+    return "cpu,cuda,opencl"
 
 
 def _start_daemon(binary, tmp):
     conf = os.path.join(tmp, "acceld.conf")
     with open(conf, "w") as f:
         f.write("[daemon]\nlog_level=error\nfault_injection=true\n"
-                "[devices]\ncpu_devices=1\nbackends=cpu,opencl\n")
+                f"[devices]\ncpu_devices=1\nbackends={_backends(EMBEDDED_URL)}\n")
     url = f"ipc://{tmp}/acceld.sock"
     proc = subprocess.Popen([binary, "--config", conf, "--listen", url, "--foreground"])
     deadline = time.monotonic() + 60  # an OpenCL daemon builds its program when it starts

@@ -11,20 +11,27 @@ import pytest
 
 import accel
 
-SPIN = """__kernel void spin(uint n, __global uint *v) {
-            uint x = v[0];
-            for (uint i = 0; i < n; i++) x = x * 1664525u + 1013904223u;
-            v[0] = x;
-          }"""
+SPIN = {
+    "opencl": """__kernel void spin(uint n, __global uint *v) {
+                   uint x = v[0];
+                   for (uint i = 0; i < n; i++) x = x * 1664525u + 1013904223u;
+                   v[0] = x;
+                 }""",
+    "cuda": """extern "C" __global__ void spin(unsigned n, unsigned *v) {
+                 unsigned x = v[0];
+                 for (unsigned i = 0; i < n; i++) x = x * 1664525u + 1013904223u;
+                 v[0] = x;
+               }""",
+}
 
 
 def slow_op(ctx, kernel_device, iterations=30_000_000, size=1):
     """A launch that runs for a while (a loop on one work item), and its array."""
     dev, kind = kernel_device
-    if kind != "opencl":
-        pytest.skip("the slow kernel is OpenCL C")
+    if kind == "cuda":
+        iterations *= 20  # one GPU thread still runs a loop faster than a CPU core
     v = ctx.asarray(np.zeros(size, np.uint32), device=dev)
-    module = ctx.load_module(SPIN, "opencl", device=dev)
+    module = ctx.load_module(SPIN[kind], kind, device=dev)
     module.log()
     return module["spin"](1, 1, np.uint32(iterations), v), v
 
@@ -32,8 +39,7 @@ def slow_op(ctx, kernel_device, iterations=30_000_000, size=1):
 def failing_op(ctx, kernel_device):
     """An op that fails when it runs (not when issued): a launch of a kernel not there."""
     dev, kind = kernel_device
-    source = SPIN if kind == "opencl" else 'extern "C" __global__ void spin() {}'
-    return ctx.load_module(source, kind, device=dev)["no_such_kernel"](1, 1)
+    return ctx.load_module(SPIN[kind], kind, device=dev)["no_such_kernel"](1, 1)
 
 
 def test_result_done_and_exception(ctx, kernel_device):
