@@ -6,15 +6,16 @@
         `accel.fill(a, 1.0).result()`; C: accel_fill + accel_future_wait): median and mean
         microseconds per op. Target: Python / C <= 2.
   bulk  MIB MiB (default 256) of f32 written from ordinary memory (a numpy array; malloc in
-        C) into a buffer and read back into another, waited for. Target: rate from Python /
-        rate from C >= 0.9.
+        C) into a buffer, copied on the device into a second (so the data goes to the device:
+        a GPU where there is one), and read back into another array, waited for. Target:
+        rate from Python / rate from C >= 0.9.
 
-Each runs in-process ("embedded:?backends=cpu") and through an acceld started here (CPU
-device, ipc://); repetitions alternate between C (bench-python-ref, a separate process) and
-Python; the tables give medians over repetitions.
+Each runs in-process ("embedded:?backends=BACKENDS", default cpu) and through an acceld
+started here with the same backends (ipc://); repetitions alternate between C
+(bench-python-ref, a separate process) and Python; the tables give medians over repetitions.
 
-Usage: bench_python.py --ref PATH_TO_bench-python-ref [--acceld PATH] [--reps N] [--iters N]
-                       [--mib N] [--quick]
+Usage: bench_python.py --ref PATH_TO_bench-python-ref [--acceld PATH] [--backends LIST]
+                       [--reps N] [--iters N] [--mib N] [--quick]
 """
 import argparse
 import os
@@ -46,13 +47,15 @@ def python_bulk(ctx, mib):
     n = mib * (1 << 20) // 4
     src = (np.arange(n, dtype=np.int64) % 1000).astype(np.float32)
     dst = np.empty_like(src)
-    a = ctx.empty(n, np.float32)
+    a, b = ctx.empty(n, np.float32), ctx.empty(n, np.float32)
 
     def round_trip():
         t0 = time.perf_counter()
         w = a.write(src)
-        r = a.read(out=dst)
+        c = b.copy_from(a)
+        r = b.read(out=dst)
         w.result()
+        c.result()
         r.result()
         return time.perf_counter() - t0
 
@@ -71,10 +74,10 @@ def c_rep(ref, url, iters, mib):
         float(fields["bulk_s"])
 
 
-def start_daemon(acceld, tmp):
+def start_daemon(acceld, tmp, backends):
     conf = os.path.join(tmp, "acceld.conf")
     with open(conf, "w") as f:
-        f.write("[daemon]\nlog_level=error\n[devices]\ncpu_devices=1\nbackends=cpu\n")
+        f.write(f"[daemon]\nlog_level=error\n[devices]\ncpu_devices=1\nbackends={backends}\n")
     url = f"ipc://{tmp}/acceld.sock"
     proc = subprocess.Popen([acceld, "--config", conf, "--listen", url, "--foreground"])
     for _ in range(3000):
@@ -102,7 +105,7 @@ def run_mode(name, url, args):
     print(f"  {'tiny op + wait, mean (us)':<34}{med[1]:>12.2f}{pmed[1]:>12.2f}"
           f"{pmed[1] / med[1]:>9.2f}")
     rate_c, rate_py = 2 * args.mib / 1024 / med[2], 2 * args.mib / 1024 / pmed[2]
-    print(f"  {f'{args.mib} MiB write + read (GiB/s)':<34}{rate_c:>12.2f}{rate_py:>12.2f}"
+    print(f"  {f'{args.mib} MiB write, copy, read (GiB/s)':<34}{rate_c:>12.2f}{rate_py:>12.2f}"
           f"{rate_py / rate_c:>9.2f}  Python/C >= 0.9")
 
 
@@ -110,6 +113,7 @@ def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--ref", required=True)
     p.add_argument("--acceld")
+    p.add_argument("--backends", default="cpu")
     p.add_argument("--reps", type=int, default=5)
     p.add_argument("--iters", type=int, default=5000)
     p.add_argument("--mib", type=int, default=256)
@@ -119,10 +123,10 @@ def main():
         args.reps, args.iters = 3, 1000
     print(f"accel {accel.__version__}, Python {sys.version.split()[0]}, "
           f"numpy {np.__version__}, {os.cpu_count()} CPUs")
-    run_mode("embedded", "embedded:?backends=cpu", args)
+    run_mode("embedded", f"embedded:?backends={args.backends}", args)
     if args.acceld:
         with tempfile.TemporaryDirectory(prefix="accel-bench-py-") as tmp:
-            proc, url = start_daemon(args.acceld, tmp)
+            proc, url = start_daemon(args.acceld, tmp, args.backends)
             try:
                 run_mode("through acceld", url, args)
             finally:

@@ -2,9 +2,10 @@
  * the ratios). One repetition, in this process, on a context opened with URL:
  *   tiny   ITERS fills of a 1-element f32 buffer on any device, each waited for on its future:
  *          the median and the mean microseconds per op (after 200 warm-up ops)
- *   bulk   MIB MiB of f32 written from malloc'd memory into a buffer and read back into
- *          another malloc'd block, waited for: seconds (after one warm-up round trip), and
- *          the data checked
+ *   bulk   MIB MiB of f32 written from malloc'd memory into a buffer, copied by the device
+ *          (ACCEL_DEVICE_ANY: a GPU where there is one) into a second buffer, and that read
+ *          back into another malloc'd block, waited for: seconds (after one warm-up round
+ *          trip), and the data checked. The copy makes the data travel to the device and back
  * Prints "tiny_median_us=X tiny_mean_us=Y bulk_s=Z" on one line.
  * Usage: bench-python-ref URL ITERS MIB   (exit status 0 unless a call failed) */
 #include <stdio.h>
@@ -60,16 +61,19 @@ static void tiny(accel_ctx *ctx, int iters, double *median_us, double *mean_us) 
   CHECK(accel_buffer_destroy(ctx, buf));
 }
 
-static double round_trip(accel_ctx *ctx, accel_buffer buf, const float *src, float *dst,
-                         size_t n) {
-  accel_future *w = NULL, *r = NULL;
+static double round_trip(accel_ctx *ctx, const accel_buffer buf[2], const float *src,
+                         float *dst, size_t n) {
+  accel_future *w = NULL, *c = NULL, *r = NULL;
   double t0 = now_s();
-  CHECK(accel_write(ctx, buf, 0, src, n, &w));
-  CHECK(accel_read(ctx, buf, 0, dst, n, &r));
+  CHECK(accel_write(ctx, buf[0], 0, src, n, &w));
+  CHECK(accel_copy(ctx, ACCEL_DEVICE_ANY, buf[1], 0, buf[0], 0, n, &c));
+  CHECK(accel_read(ctx, buf[1], 0, dst, n, &r));
   CHECK(accel_future_wait(w, -1));
+  CHECK(accel_future_wait(c, -1));
   CHECK(accel_future_wait(r, -1));
   double s = now_s() - t0;
   accel_future_release(w);
+  accel_future_release(c);
   accel_future_release(r);
   return s;
 }
@@ -81,15 +85,17 @@ static double bulk(accel_ctx *ctx, size_t mib) {
     exit(1);
   for (size_t i = 0; i < n; i++)
     src[i] = (float)(i % 1000);
-  accel_buffer buf;
-  CHECK(accel_buffer_create(ctx, ACCEL_F32, n, &buf));
+  accel_buffer buf[2];
+  CHECK(accel_buffer_create(ctx, ACCEL_F32, n, &buf[0]));
+  CHECK(accel_buffer_create(ctx, ACCEL_F32, n, &buf[1]));
   round_trip(ctx, buf, src, dst, n); /* warm-up: first touch of every page */
   double s = round_trip(ctx, buf, src, dst, n);
   if (memcmp(src, dst, n * sizeof *src) != 0) {
     fprintf(stderr, "bulk: data read back differs\n");
     exit(1);
   }
-  CHECK(accel_buffer_destroy(ctx, buf));
+  CHECK(accel_buffer_destroy(ctx, buf[0]));
+  CHECK(accel_buffer_destroy(ctx, buf[1]));
   free(src);
   free(dst);
   return s;
