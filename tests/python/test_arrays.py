@@ -147,7 +147,7 @@ def test_devices_describe_themselves(ctx):
         assert d.backend in ("cpu", "cuda", "opencl") and d.state == "serving"
         assert d.mem_bytes > 0 and d.compute_units > 0 and d.name
         assert "float32" in d.nn_dtypes
-    assert any("module" in d.packages and "opencl" in d.sources for d in devs)
+    assert any("module" in d.packages and d.sources for d in devs)  # builds user kernels
 
 
 def test_transfer_stats_count_writes_and_reads(ctx):
