@@ -12,7 +12,8 @@
 
 Each runs in-process ("embedded:?backends=BACKENDS", default cpu) and through an acceld
 started here with the same backends (ipc://); repetitions alternate between C
-(bench-python-ref, a separate process) and Python; the tables give medians over repetitions.
+(bench-python-ref, a separate process) and Python, each opening a fresh context and running
+tiny then bulk; the tables give medians over repetitions.
 
 Usage: bench_python.py --ref PATH_TO_bench-python-ref [--acceld PATH] [--backends LIST]
                        [--reps N] [--iters N] [--mib N] [--quick]
@@ -92,9 +93,9 @@ def start_daemon(acceld, tmp, backends):
 
 def run_mode(name, url, args):
     c, py = [], []
-    with accel.open(url) as ctx:
-        for _ in range(args.reps):
-            c.append(c_rep(args.ref, url, args.iters, args.mib))
+    for _ in range(args.reps):  # each side: a fresh context per repetition, tiny then bulk
+        c.append(c_rep(args.ref, url, args.iters, args.mib))
+        with accel.open(url) as ctx:
             py.append((*python_tiny(ctx, args.iters), python_bulk(ctx, args.mib)))
     med = [statistics.median(col) for col in zip(*c)]
     pmed = [statistics.median(col) for col in zip(*py)]
