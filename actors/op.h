@@ -108,6 +108,8 @@ typedef struct dev_op {
   void (*done)(struct dev_op *op, int status);
   void *owner;
   struct dev_session_acct *acct; /* set by the session */
+  uint64_t t_issued_ns;  /* uv_hrtime() when the session took it (metrics) */
+  uint32_t ran_on;       /* 1 + the node it was planned on; 0: never placed (metrics) */
 } dev_op;
 
 #endif

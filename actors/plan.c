@@ -76,6 +76,7 @@ int dev_plan_op(dev_world *w, dev_op *op, dev_buffer *bufs[DEV_OP_MAX_BUFS], dev
   if (t == NULL)
     return ACCEL_ENOMEM;
   t->op = op;
+  op->ran_on = (uint32_t)node->index + 1;
   t->completion = (accel_completion)op->h.completion;
   dev_task_count_for(t, op);
   for (uint32_t i = 0; i < op->nbufs && rc == 0; i++)

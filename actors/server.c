@@ -167,7 +167,11 @@ static int srv_start(accel_actor *self, void *state, void *arg) {
   pthread_mutex_init(&s->gone_mu, NULL);
   s->gone_mu_init = true;
   int rc = srv_conns_init(s);
-  return rc != 0 ? rc : srv_io_start(s);
+  if (rc == 0)
+    rc = srv_io_start(s);
+  if (rc == 0 && args->metrics_listen)
+    rc = srv_http_start(s, args->metrics_listen);
+  return rc;
 }
 
 static void srv_stop(accel_actor *self, void *state) {
@@ -178,6 +182,7 @@ static void srv_stop(accel_actor *self, void *state) {
   s->self = NULL;
   if (s->drain_reply)
     drain_complete(s, ACCEL_ECLOSED);
+  srv_http_stop(s);
   srv_io_close(s);
   srv_conns_free_all(s);
   srv_release(s);
@@ -195,6 +200,9 @@ static int srv_receive(accel_actor *self, void *state, accel_msg *msg) {
   case SRV_MSG_SHM_REGISTERED: /* the job is taken: the message's drop must not run */
     srv_shm_registered(s, msg->data);
     msg->data = NULL;
+    return 0;
+  case SRV_MSG_HTTP:
+    srv_http_answer(s, msg);
     return 0;
   case SRV_MSG_SHM_UNMAPPED: /* done on the worker: only the job's memory is left */
     free(msg->data);

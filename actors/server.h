@@ -73,6 +73,8 @@ typedef struct srv_args {
   uint32_t first_frame_timeout_ms;
   uint32_t max_connections;   /* local connections at once, past it refused; 0: 1024 */
   srv_security sec;
+  /* http://HOST:PORT for GET /metrics (Prometheus) and /healthz; NULL: not served. */
+  const char *metrics_listen;
 } srv_args;
 
 /* Sets up an nng listener for its URL before it starts (actors/server_tls.c): tls+tcp://
@@ -90,6 +92,7 @@ enum {
   SRV_MSG_LIMITS,
   SRV_MSG_SHM_REGISTERED, /* internal: a shared region's DMA registration finished */
   SRV_MSG_SHM_UNMAPPED,   /* internal: a region was unregistered and unmapped */
+  SRV_MSG_HTTP,           /* internal ask: arg 0 the metrics text (value), 1 health (status) */
 };
 
 extern const accel_behavior srv_behavior;

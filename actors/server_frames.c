@@ -152,7 +152,7 @@ static void on_hello(srv_server *s, srv_conn *c, nng_msg *m, const proto_header 
 
 /* ---- CONTROL ---- */
 
-static dev_status_counts counts(srv_server *s) {
+dev_status_counts srv_counts(srv_server *s) {
   return (dev_status_counts){
       .connections = s->nconns,
       .sessions = s->sessions,
@@ -266,7 +266,7 @@ static void on_control(srv_server *s, srv_conn *c, nng_msg *m, const proto_heade
     srv_reply_status(s, c, m, h->request_id, rc);
     return;
   }
-  dev_status_counts n = counts(s);
+  dev_status_counts n = srv_counts(s);
   switch (req.command) {
   case PROTO_CTL_PING:
     srv_reply_status(s, c, m, h->request_id, 0);

@@ -10,6 +10,7 @@
 #include <uv.h>
 
 #include "actors/server.h"
+#include "actors/status.h"
 #include "actors/session.h"
 
 #define SRV_TOMBSTONES 256 /* recently removed pipes that never had a connection record */
@@ -69,6 +70,7 @@ struct srv_server {
   const srv_args *args;
   proto_limits limits;
   uint64_t started_ms;
+  struct srv_http *http;     /* the metrics endpoint, or NULL */
 
   nng_socket sock;
   bool sock_open;
@@ -155,6 +157,13 @@ void srv_shm_free_all(srv_server *s, srv_conn *c);
 void srv_shm_registered(srv_server *s, void *data);
 
 /* server_io.c: nng <-> the loop */
+/* server_frames.c: the server's counters, for the reports. */
+dev_status_counts srv_counts(srv_server *s);
+/* server_http.c: /metrics and /healthz on `url` (http://HOST:PORT); 0 or an accel error
+ * (logged); stop is idempotent. srv_http_answer runs on the loop for SRV_MSG_HTTP. */
+int srv_http_start(srv_server *s, const char *url);
+void srv_http_stop(srv_server *s);
+void srv_http_answer(srv_server *s, accel_msg *msg);
 int srv_io_start(srv_server *s);
 void srv_io_close(srv_server *s);
 /* Hands a reply to nng (taken in every case: queued while nng's queue is full). */

@@ -5,10 +5,12 @@
  * ACCEL_ESTALE. When the session ends, every buffer it owns is destroyed (freed once its last
  * task is done); ops still in flight finish normally. */
 #include <stdlib.h>
+#include <uv.h>
 #include <string.h>
 
 #include "actors/check.h"
 #include "actors/device.h"
+#include "actors/metrics.h"
 #include "actors/module.h"
 #include "actors/session.h"
 
@@ -83,6 +85,7 @@ void dev_op_finished(dev_world *w, dev_op *op, int status) {
     acct->in_flight--;
     dev_session_acct_release(acct);
   }
+  dev_metrics_record(w, op, status);
   if (w->on_op_done)
     w->on_op_done(w->on_op_done_arg, status);
   if (op->done) {
@@ -359,6 +362,7 @@ static int run_op(session_state *s, dev_op *op) {
 static void handle_op(session_state *s, dev_op *op) {
   dev_session_acct *a = s->acct;
   op->acct = a;
+  op->t_issued_ns = uv_hrtime();
   a->refs++;
   a->in_flight++;
   int rc = s->args->max_in_flight && a->in_flight > s->args->max_in_flight ? ACCEL_EBUSY

@@ -1,6 +1,5 @@
 /* Reports on the world and the supervision tree (status.h). They run on the loop thread, the
  * only thread that changes buffers and nodes, so plain reads see a consistent picture. */
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -8,68 +7,7 @@
 #include "actors/status.h"
 
 #include "actors/device.h"
-
-/* ---- a growable string; after the first allocation failure every append is a no-op ---- */
-
-typedef struct sbuf {
-  char *s;
-  size_t len, cap;
-  bool oom;
-} sbuf;
-
-static bool sb_reserve(sbuf *b, size_t extra) {
-  if (b->oom)
-    return false;
-  if (b->len + extra + 1 <= b->cap)
-    return true;
-  size_t cap = b->cap ? b->cap : 512;
-  while (cap < b->len + extra + 1)
-    cap *= 2;
-  char *p = realloc(b->s, cap);
-  if (p == NULL) {
-    b->oom = true;
-    return false;
-  }
-  b->s = p;
-  b->cap = cap;
-  return true;
-}
-
-static void __attribute__((format(printf, 2, 3))) sb_printf(sbuf *b, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  int n = vsnprintf(NULL, 0, fmt, ap);
-  va_end(ap);
-  if (n < 0 || !sb_reserve(b, (size_t)n))
-    return;
-  va_start(ap, fmt);
-  vsnprintf(b->s + b->len, b->cap - b->len, fmt, ap);
-  va_end(ap);
-  b->len += (size_t)n;
-}
-
-/* A JSON string literal: quotes, backslashes and control characters escaped. */
-static void sb_json_str(sbuf *b, const char *s) {
-  sb_printf(b, "\"");
-  for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
-    if (*p == '"' || *p == '\\')
-      sb_printf(b, "\\%c", *p);
-    else if (*p < 0x20)
-      sb_printf(b, "\\u%04x", *p);
-    else
-      sb_printf(b, "%c", *p);
-  }
-  sb_printf(b, "\"");
-}
-
-static char *sb_finish(sbuf *b) {
-  if (b->oom || !sb_reserve(b, 0)) {
-    free(b->s);
-    return NULL;
-  }
-  b->s[b->len] = '\0';
-  return b->s;
-}
+#include "actors/sbuf.h"
 
 /* ---- facts about the world ---- */
 

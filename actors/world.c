@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "actors/device.h"
+#include "actors/metrics.h"
 #include "actors/world.h"
 #include "actors/world_init.h"
 
@@ -143,4 +144,5 @@ void dev_world_fini(dev_world *w) {
   }
   dev_task_pool_free(w);
   dev_inflight_pool_free(w);
+  dev_metrics_free(w);
 }

@@ -24,6 +24,7 @@ typedef struct dev_task dev_task;
 typedef struct dev_module dev_module;
 typedef struct dev_buffer dev_buffer;
 typedef struct dev_world dev_world;
+typedef struct dev_metrics dev_metrics;
 
 /* The kernel actors of a device, one backend queue each. */
 typedef enum dev_queue_class {
@@ -162,6 +163,7 @@ struct dev_world {
   /* A device was quarantined (past its restart limit); on the loop. May be NULL. */
   void (*on_quarantine)(void *arg, accel_device device);
   void *on_quarantine_arg;
+  struct dev_metrics *metrics; /* acceld's op counters (metrics.c); NULL: not recorded */
   /* Free lists of the per-op objects made and freed on the loop (malloc was a quarter of
    * the cost of a tiny op). */
   dev_task *task_pool;

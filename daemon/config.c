@@ -43,6 +43,7 @@ void acd_config_free(acd_config *c) {
   free(c->tls_cert);
   free(c->tls_key);
   free(c->tls_ca);
+  free(c->metrics_listen);
   memset(c, 0, sizeof *c);
 }
 
@@ -344,12 +345,29 @@ static bool security_key(load_ctx *x, const char *k, const char *v) {
   return false;
 }
 
+/* [metrics] listen = http://HOST:PORT ("" or "off": not served). */
+static bool set_metrics_listen(acd_config *c, const char *v) {
+  if (!strcmp(v, "") || !strcmp(v, "off")) {
+    free(c->metrics_listen);
+    c->metrics_listen = NULL;
+    return true;
+  }
+  if (strncmp(v, "http://", 7) != 0 || v[7] == '\0')
+    return false;
+  return set_path(&c->metrics_listen, v);
+}
+
+static bool metrics_key(acd_config *c, const char *k, const char *v) {
+  return !strcmp(k, "listen") && set_metrics_listen(c, v);
+}
+
 static int on_key(void *user, const char *section, const char *key, const char *value) {
   load_ctx *x = user;
   bool ok = !strcmp(section, "daemon")     ? daemon_key(x->c, key, value)
             : !strcmp(section, "devices")  ? devices_key(x->c, key, value)
             : !strcmp(section, "limits")   ? limits_key(x->c, key, value)
             : !strcmp(section, "security") ? security_key(x, key, value)
+            : !strcmp(section, "metrics")  ? metrics_key(x->c, key, value)
                                            : false;
   if (!ok) /* a specific message, if the key's parser wrote one, stays */
     fail(x, "[%s] %s = %s: unknown key or bad value", section, key, value);
@@ -403,6 +421,10 @@ int acd_config_apply_flags(acd_config *c, const acd_flags *f, char *err, size_t 
     c->allow_plain_tcp = true;
   if (f->user_kernels && !parse_user_kernels(f->user_kernels, &c->user_kernels)) {
     snprintf(err, err_len, "--user-kernels %s: local, all or none", f->user_kernels);
+    return ACCEL_EINVAL;
+  }
+  if (f->metrics_listen && !set_metrics_listen(c, f->metrics_listen)) {
+    snprintf(err, err_len, "--metrics %s: http://HOST:PORT, or off", f->metrics_listen);
     return ACCEL_EINVAL;
   }
   if (c->nlisten == 0 && !add_listen(c, ACD_DEFAULT_URL)) {

@@ -42,6 +42,7 @@ typedef struct acd_config {
   char *tls_cert, *tls_key, *tls_ca; /* PEM files; NULL: not set */
   bool tls_verify_clients;
   uint32_t user_kernels;        /* srv_user_kernels: local (default), all, none */
+  char *metrics_listen;         /* [metrics] listen: http://HOST:PORT; NULL: off. Owned */
 } acd_config;
 
 /* What the command line said; it overrides the file, at start and on every reload. */
@@ -56,6 +57,7 @@ typedef struct acd_flags {
   bool foreground;
   bool allow_plain_tcp;         /* --allow-plain-tcp: as [security] allow_plain_tcp = true */
   const char *user_kernels;     /* --user-kernels local|all|none; NULL: not given */
+  const char *metrics_listen;   /* --metrics URL; NULL: not given */
 } acd_flags;
 
 struct srv_security;

@@ -48,6 +48,8 @@ static void usage(FILE *to) {
           "                            authentication: trusted networks only)\n"
           "  --user-kernels WHERE      where clients may load their own kernels: local\n"
           "                            (ipc:// only, the default), all, none\n"
+          "  --metrics URL             serve GET /metrics (Prometheus) and /healthz on\n"
+          "                            http://HOST:PORT (default: off)\n"
           "  --foreground              stay attached (systemd, tests)\n"
           "  --version                 print the version and exit\n",
           ACD_DEFAULT_CONFIG, ACD_DEFAULT_URL);
@@ -64,6 +66,7 @@ static int parse_args(int argc, char **argv, acd_flags *f) {
       {"foreground", no_argument, NULL, 'f'},
       {"allow-plain-tcp", no_argument, NULL, 'P'},
       {"user-kernels", required_argument, NULL, 'K'},
+      {"metrics", required_argument, NULL, 'M'},
       {"help", no_argument, NULL, 'h'},
       {"version", no_argument, NULL, 'V'},
       {NULL, 0, NULL, 0},
@@ -89,6 +92,7 @@ static int parse_args(int argc, char **argv, acd_flags *f) {
     case 'f': f->foreground = true; break;
     case 'P': f->allow_plain_tcp = true; break;
     case 'K': f->user_kernels = optarg; break;
+    case 'M': f->metrics_listen = optarg; break;
     case 'h': usage(stdout); exit(0);
     case 'V': printf("acceld %s\n", ACCEL_VERSION_STRING); exit(0);
     default: return 2;
@@ -206,7 +210,8 @@ static int start_tree(daemon_ctx *d, int gid, int ready_fd) {
                          .ipc_gid = gid,
                          .drain_timeout_ms = c->drain_timeout_ms,
                          .first_frame_timeout_ms = c->first_frame_timeout_ms,
-                         .max_connections = c->max_connections};
+                         .max_connections = c->max_connections,
+                         .metrics_listen = c->metrics_listen};
   acd_config_security(c, &d->server.sec); /* points into d->config, which outlives the tree */
   /* A session that fails past its restart limit is stopped, never escalated to the server. */
   accel_supervision sup = {.strategy = ACCEL_ONE_FOR_ONE, .on_limit = ACCEL_LIMIT_STOP_CHILD};

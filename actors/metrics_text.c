@@ -1,0 +1,201 @@
+/* acceld's metrics in the Prometheus text exposition format 0.0.4 (metrics.h): names in
+ * snake_case with the accel_ prefix, base units (seconds, bytes), counters ending in _total,
+ * histograms as cumulative _bucket{le} series with _sum and _count. On the loop thread. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "actors/metrics.h"
+
+#include "actors/device.h"
+#include "actors/sbuf.h"
+
+#define NODE_SLOTS DEV_METRICS_NODE_SLOTS
+#define STATUS_SLOTS DEV_METRICS_STATUS_SLOTS
+#define bucket_le dev_metrics_bucket_le
+
+static const char *const kind_names[DEV_OP_KIND_COUNT_] = {
+    [DEV_OP_WRITE] = "write", [DEV_OP_READ] = "read", [DEV_OP_COPY] = "copy",
+    [DEV_OP_FILL] = "fill", [DEV_OP_GEMM] = "gemm", [DEV_OP_AXPY] = "axpy",
+    [DEV_OP_DOT] = "dot", [DEV_OP_RNG] = "rng", [DEV_OP_UNARY] = "elementwise",
+    [DEV_OP_SOFTMAX] = "softmax", [DEV_OP_BUFFER_CREATE] = "buffer_create",
+    [DEV_OP_BUFFER_DESTROY] = "buffer_destroy", [DEV_OP_SCAL] = "scal",
+    [DEV_OP_MODULE_LOAD] = "module_load", [DEV_OP_MODULE_UNLOAD] = "module_unload",
+    [DEV_OP_LAUNCH] = "launch"};
+
+/* A label value: backslash, double quote and line feed escaped, as the format asks. */
+static void label_value(sbuf *b, const char *s) {
+  for (; *s; s++) {
+    if (*s == '\\' || *s == '"')
+      sb_printf(b, "\\%c", *s);
+    else if (*s == '\n')
+      sb_printf(b, "\\n");
+    else
+      sb_printf(b, "%c", *s);
+  }
+}
+
+static void header(sbuf *b, const char *name, const char *type, const char *help) {
+  sb_printf(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+}
+
+/* The device label of node slot `slot`: "host", the device index, or "none". */
+static void device_label(sbuf *b, const dev_world *w, unsigned slot) {
+  if (slot == 0)
+    sb_printf(b, "device=\"none\"");
+  else if (slot == 1)
+    sb_printf(b, "device=\"host\"");
+  else
+    sb_printf(b, "device=\"%d\"", w->nodes[slot - 1].device);
+}
+
+static void render_ops(sbuf *b, const dev_world *w, const dev_metrics *m) {
+  header(b, "accel_ops_total", "counter",
+         "Client ops finished, by device (host: transfers to and from callers; none: refused "
+         "before placement), kind and status (OK or the error's name).");
+  for (unsigned n = 0; n < NODE_SLOTS; n++)
+    for (unsigned k = 1; k < DEV_OP_KIND_COUNT_; k++)
+      for (unsigned st = 0; st < STATUS_SLOTS; st++) {
+        if (m->ops[n][k][st] == 0)
+          continue;
+        sb_printf(b, "accel_ops_total{");
+        device_label(b, w, n);
+        sb_printf(b, ",kind=\"%s\",status=\"%s\"} %llu\n", kind_names[k],
+                  st == STATUS_SLOTS - 1 ? "UNKNOWN" : accel_err_name(-(int)st),
+                  (unsigned long long)m->ops[n][k][st]);
+      }
+}
+
+static void render_histogram(sbuf *b, const dev_world *w, const dev_metrics *m) {
+  header(b, "accel_op_duration_seconds", "histogram",
+         "Time from an op's arrival at its session to its end, by device and kind.");
+  for (unsigned n = 0; n < NODE_SLOTS; n++)
+    for (unsigned k = 1; k < DEV_OP_KIND_COUNT_; k++) {
+      uint64_t cum = 0;
+      for (unsigned i = 0; i <= DEV_METRICS_BUCKETS; i++)
+        cum += m->hist[n][k][i];
+      if (cum == 0)
+        continue;
+      cum = 0;
+      for (unsigned i = 0; i <= DEV_METRICS_BUCKETS; i++) {
+        cum += m->hist[n][k][i];
+        sb_printf(b, "accel_op_duration_seconds_bucket{");
+        device_label(b, w, n);
+        if (i < DEV_METRICS_BUCKETS)
+          sb_printf(b, ",kind=\"%s\",le=\"%g\"} %llu\n", kind_names[k], bucket_le[i],
+                    (unsigned long long)cum);
+        else
+          sb_printf(b, ",kind=\"%s\",le=\"+Inf\"} %llu\n", kind_names[k],
+                    (unsigned long long)cum);
+      }
+      sb_printf(b, "accel_op_duration_seconds_sum{");
+      device_label(b, w, n);
+      sb_printf(b, ",kind=\"%s\"} %.9f\naccel_op_duration_seconds_count{", kind_names[k],
+                m->sum_s[n][k]);
+      device_label(b, w, n);
+      sb_printf(b, ",kind=\"%s\"} %llu\n", kind_names[k], (unsigned long long)cum);
+    }
+}
+
+static const char *state_name(dev_node_state s) {
+  return s == DEV_NODE_SERVING ? "serving" : s == DEV_NODE_RESTARTING ? "restarting"
+                                                                         : "quarantined";
+}
+
+/* One gauge or counter with a value per device. */
+static void per_device(sbuf *b, const dev_world *w, const char *name, const char *type,
+                       const char *help, uint64_t (*value)(const dev_world *, int)) {
+  header(b, name, type, help);
+  for (int n = 1; n < w->nnodes; n++)
+    sb_printf(b, "%s{device=\"%d\"} %llu\n", name, w->nodes[n].device,
+              (unsigned long long)value(w, n));
+}
+
+static uint64_t mem_used(const dev_world *w, int n) { return dev_status_node_mem(w, n); }
+static uint64_t mem_total(const dev_world *w, int n) { return w->nodes[n].info.mem_bytes; }
+static uint64_t restarts(const dev_world *w, int n) { return w->nodes[n].restarts; }
+static uint64_t quarantined(const dev_world *w, int n) {
+  return w->nodes[n].state == DEV_NODE_QUARANTINED;
+}
+
+static void render_devices(sbuf *b, const dev_world *w) {
+  header(b, "accel_device_info", "gauge", "One series per device: its name, backend, state.");
+  for (int n = 1; n < w->nnodes; n++) {
+    const dev_node *node = &w->nodes[n];
+    sb_printf(b, "accel_device_info{device=\"%d\",backend=\"", node->device);
+    label_value(b, node->be->name);
+    sb_printf(b, "\",name=\"");
+    label_value(b, node->info.name);
+    sb_printf(b, "\",state=\"%s\"} 1\n", state_name(node->state));
+  }
+  per_device(b, w, "accel_device_memory_used_bytes", "gauge",
+             "Bytes of buffer replicas on the device.", mem_used);
+  per_device(b, w, "accel_device_memory_total_bytes", "gauge", "The device's memory.",
+             mem_total);
+  per_device(b, w, "accel_device_restarts_total", "counter",
+             "Restarts of the device after faults.", restarts);
+  per_device(b, w, "accel_device_quarantined", "gauge",
+             "1 while the device is quarantined (past its restart limit).", quarantined);
+}
+
+static void render_bytes(sbuf *b, dev_world *w) {
+  header(b, "accel_bytes_moved_total", "counter",
+         "Bytes moved between memory nodes and to or from callers, by direction.");
+  const struct {
+    const char *dir;
+    atomic_ullong *v;
+  } rows[] = {{"host_to_device", &w->h2d}, {"device_to_host", &w->d2h},
+              {"device_to_device", &w->d2d}, {"written", &w->written}, {"read", &w->read}};
+  for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++)
+    sb_printf(b, "accel_bytes_moved_total{direction=\"%s\"} %llu\n", rows[i].dir,
+              (unsigned long long)atomic_load(rows[i].v));
+}
+
+static uint64_t live_buffers(const dev_world *w) {
+  uint64_t n = 0;
+  for (const dev_buffer *buf = w->buffers; buf; buf = buf->next)
+    n += !buf->destroyed;
+  return n;
+}
+
+static void gauge(sbuf *b, const char *name, const char *type, const char *help,
+                  unsigned long long v) {
+  header(b, name, type, help);
+  sb_printf(b, "%s %llu\n", name, v);
+}
+
+static void render_server(sbuf *b, const dev_world *w, const dev_status_counts *c) {
+  header(b, "accel_build_info", "gauge", "acceld's version.");
+  sb_printf(b, "accel_build_info{version=\"%s\"} 1\n", ACCEL_VERSION_STRING);
+  gauge(b, "accel_up", "gauge", "1 while serving, 0 while draining or with every device "
+        "quarantined (as /healthz).", (unsigned long long)dev_metrics_healthy(w, c));
+  gauge(b, "accel_uptime_seconds", "gauge", "Seconds since acceld started.",
+        (unsigned long long)(c->uptime_ms / 1000));
+  gauge(b, "accel_connections", "gauge", "Client connections open.", c->connections);
+  gauge(b, "accel_sessions", "gauge", "Client sessions.", c->sessions);
+  gauge(b, "accel_buffers", "gauge", "Live buffers of every session.", live_buffers(w));
+  gauge(b, "accel_ops_in_flight", "gauge", "Ops received and not finished.",
+        (unsigned long long)c->ops_in_flight);
+  gauge(b, "accel_frames_bad_total", "counter", "Malformed frames refused.",
+        (unsigned long long)c->frames_bad);
+}
+
+char *dev_metrics_render(dev_world *w, const dev_status_counts *c) {
+  sbuf b = {0};
+  render_server(&b, w, c);
+  render_devices(&b, w);
+  render_bytes(&b, w);
+  if (w->metrics) {
+    render_ops(&b, w, w->metrics);
+    render_histogram(&b, w, w->metrics);
+  }
+  return sb_finish(&b);
+}
+
+int dev_metrics_healthy(const dev_world *w, const dev_status_counts *c) {
+  if (c->draining)
+    return 0;
+  for (int n = 1; n < w->nnodes; n++)
+    if (w->nodes[n].state != DEV_NODE_QUARANTINED)
+      return 1;
+  return 0;
+}

@@ -1,0 +1,22 @@
+/* A growable string for the reports built on the loop (status.c, metrics.c): after the first
+ * allocation failure every append is a no-op, and sb_finish returns NULL. */
+#ifndef DEV_SBUF_H
+#define DEV_SBUF_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+typedef struct sbuf {
+  char *s;
+  size_t len, cap;
+  bool oom;
+} sbuf;
+
+bool sb_reserve(sbuf *b, size_t extra);
+void sb_printf(sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* A JSON string literal: quotes, backslashes and control characters escaped. */
+void sb_json_str(sbuf *b, const char *s);
+/* The NUL-terminated string (the caller frees it), or NULL if an append ran out of memory. */
+char *sb_finish(sbuf *b);
+
+#endif
