@@ -32,8 +32,8 @@ struct dev_metrics {
 int dev_metrics_enable(dev_world *w);
 /* One client op finished with `status` (dev_op_finished). */
 void dev_metrics_record(dev_world *w, const dev_op *op, int status);
-/* metrics_text.c (acceld only): the whole exposition (malloc'd, NUL-terminated) or NULL when out of memory. `c` is the
- * server's counters (sessions, connections, draining). */
+/* metrics_text.c (acceld only): the whole exposition (malloc'd, NUL-terminated) or NULL when
+ * out of memory. `c` is the server's counters (sessions, connections, draining). */
 char *dev_metrics_render(dev_world *w, const dev_status_counts *c);
 /* 1 while serving: not draining and some device not quarantined; else 0 (for /healthz). */
 int dev_metrics_healthy(const dev_world *w, const dev_status_counts *c);

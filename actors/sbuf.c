@@ -59,3 +59,18 @@ char *sb_finish(sbuf *b) {
   return b->s;
 }
 
+/* 1536 -> "1.5 KiB": binary units, three significant digits; bytes below 1 KiB exact. */
+void sb_human_bytes(uint64_t n, char *out, size_t len) {
+  static const char *const units[] = {"KiB", "MiB", "GiB", "TiB", "PiB"};
+  if (n < 1024) {
+    snprintf(out, len, "%llu B", (unsigned long long)n);
+    return;
+  }
+  double v = (double)n / 1024;
+  size_t u = 0;
+  while (v >= 1024 && u + 1 < sizeof units / sizeof units[0]) {
+    v /= 1024;
+    u++;
+  }
+  snprintf(out, len, v < 10 ? "%.2f %s" : v < 100 ? "%.1f %s" : "%.0f %s", v, units[u]);
+}

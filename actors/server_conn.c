@@ -66,6 +66,7 @@ srv_conn *srv_conn_new(srv_server *s, uint32_t id) {
   c->session = ACCEL_REF_NONE;
   c->peer_uid = c->peer_gid = UINT32_MAX;
   c->peer_pid = -1;
+  c->connected_ms = srv_now_ms(s);
   uint32_t at = bucket_of(s, id);
   c->hnext = s->buckets[at];
   s->buckets[at] = c;

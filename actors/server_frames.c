@@ -110,8 +110,8 @@ static void printable(char *dst, const char *src, size_t n) {
 }
 
 static void log_hello(srv_conn *c, const proto_hello *h) {
-  char name[PROTO_NAME_MAX + 1];
-  printable(name, h->name, sizeof name);
+  char *name = c->name;
+  printable(name, h->name, sizeof c->name);
   uint64_t uid = c->peer_uid == UINT32_MAX ? UINT64_MAX : c->peer_uid;
   if (uid != UINT64_MAX)
     accel_log(ACCEL_LOG_INFO, "server", "pipe %u: hello from '%s' (uid %llu)", c->pipe, name,
@@ -278,8 +278,13 @@ static void on_control(srv_server *s, srv_conn *c, nng_msg *m, const proto_heade
   case PROTO_CTL_DEVICES:
     reply_text(s, c, m, h->request_id, dev_status_devices(s->world));
     break;
-  case PROTO_CTL_TREE:
-    reply_text(s, c, m, h->request_id, dev_status_tree(s->rt));
+  case PROTO_CTL_TREE: /* arg 1: JSON, else text */
+    reply_text(s, c, m, h->request_id,
+               req.arg == 1 ? dev_status_tree_json(s->rt, s->world)
+                            : dev_status_tree(s->rt, s->world));
+    break;
+  case PROTO_CTL_CLIENTS: /* arg 1: text, else JSON */
+    reply_text(s, c, m, h->request_id, srv_clients_report(s, req.arg != 1));
     break;
   case PROTO_CTL_INJECT_FAULT:
     inject_fault(s, c, m, h->request_id, req.arg);

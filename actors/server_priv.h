@@ -32,6 +32,8 @@ typedef struct srv_conn {
   srv_link *link;          /* local connections: the socket; NULL once closed */
   uint32_t peer_uid, peer_gid; /* local: SO_PEERCRED; UINT32_MAX unknown */
   int32_t peer_pid;
+  char name[PROTO_NAME_MAX + 1]; /* the client's name from HELLO, printable ASCII */
+  uint64_t connected_ms;   /* srv_now_ms() when it connected */
   srv_region *regions;     /* shared memory mapped for this connection */
   uint32_t nregions;
   struct srv_conn *hnext;  /* hash chain, or the list of dead connections */
@@ -157,6 +159,9 @@ void srv_shm_free_all(srv_server *s, srv_conn *c);
 void srv_shm_registered(srv_server *s, void *data);
 
 /* server_io.c: nng <-> the loop */
+/* server_clients.c: the client sessions, as text (a table) or a JSON array of objects;
+ * malloc'd, NULL when out of memory. */
+char *srv_clients_report(srv_server *s, bool json);
 /* server_frames.c: the server's counters, for the reports. */
 dev_status_counts srv_counts(srv_server *s);
 /* server_http.c: /metrics and /healthz on `url` (http://HOST:PORT); 0 or an accel error

@@ -224,12 +224,12 @@ char *dev_status_json(dev_world *w, const dev_status_counts *c) {
 
 static void text_device(sbuf *b, const dev_world *w, int n) {
   const dev_node *node = &w->nodes[n];
-  sb_printf(b, "device %d: %s (%s) %s, restarts %u, mem_used %llu of %llu bytes, %u units, "
-            "kind %s\n",
+  char used[32], total[32];
+  sb_human_bytes(dev_status_node_mem(w, n), used, sizeof used);
+  sb_human_bytes(node->info.mem_bytes, total, sizeof total);
+  sb_printf(b, "device %d: %s (%s) %s, restarts %u, memory %s used of %s, %u units, kind %s\n",
             node->device, node->info.name, node->be->name, state_name(node->state),
-            node->restarts, (unsigned long long)dev_status_node_mem(w, n),
-            (unsigned long long)node->info.mem_bytes, node->info.compute_units,
-            kind_name(node->info.kind));
+            node->restarts, used, total, node->info.compute_units, kind_name(node->info.kind));
   text_packages(b, node);
 }
 
@@ -278,11 +278,63 @@ static void tree_visit(const accel_actor_view *v, void *arg) {
   sb_printf(b, "\n");
 }
 
-char *dev_status_tree(accel_runtime *rt) {
+/* Every device with its state and restarts: a quarantined device has no actors left in the
+ * tree, so the tree alone would not show it. */
+static void tree_devices(sbuf *b, const dev_world *w) {
+  sb_printf(b, "devices:\n");
+  for (int n = 1; n < w->nnodes; n++) {
+    const dev_node *node = &w->nodes[n];
+    sb_printf(b, "  device %d: %s (%s) %s, restarts %u\n", node->device, node->info.name,
+              node->be->name, state_name(node->state), node->restarts);
+  }
+}
+
+char *dev_status_tree(accel_runtime *rt, const dev_world *w) {
   sbuf b = {0};
   if (accel_runtime_walk(rt, tree_visit, &b) != 0) {
     free(b.s);
     return NULL;
   }
+  tree_devices(&b, w);
+  return sb_finish(&b);
+}
+
+typedef struct tree_json {
+  sbuf *b;
+  const char *sep;
+} tree_json;
+
+static void tree_visit_json(const accel_actor_view *v, void *arg) {
+  tree_json *t = arg;
+  sb_printf(t->b, "%s{\"name\":", t->sep);
+  sb_json_str(t->b, v->name);
+  sb_printf(t->b, ",\"state\":");
+  sb_json_str(t->b, v->state);
+  sb_printf(t->b, ",\"depth\":%u,\"restarts_total\":%llu,\"restarts_in_window\":%u,"
+            "\"mailbox\":%u}",
+            (unsigned)v->depth, (unsigned long long)v->restarts_total, v->restarts,
+            v->mailbox_used);
+  t->sep = ",";
+}
+
+char *dev_status_tree_json(accel_runtime *rt, const dev_world *w) {
+  sbuf b = {0};
+  tree_json t = {&b, ""};
+  sb_printf(&b, "{\"actors\":[");
+  if (accel_runtime_walk(rt, tree_visit_json, &t) != 0) {
+    free(b.s);
+    return NULL;
+  }
+  sb_printf(&b, "],\"devices\":[");
+  for (int n = 1; n < w->nnodes; n++) {
+    const dev_node *node = &w->nodes[n];
+    sb_printf(&b, "%s{\"index\":%d,\"name\":", n > 1 ? "," : "", node->device);
+    sb_json_str(&b, node->info.name);
+    sb_printf(&b, ",\"backend\":");
+    sb_json_str(&b, node->be->name);
+    sb_printf(&b, ",\"state\":\"%s\",\"restarts\":%u}", state_name(node->state),
+              node->restarts);
+  }
+  sb_printf(&b, "]}");
   return sb_finish(&b);
 }

@@ -35,8 +35,12 @@ char *dev_status_text(dev_world *w, const dev_status_counts *c);
 /* Per device a line, then one with its op packages and their dtypes; then one line per
  * backend that is not built or has no device, saying why. */
 char *dev_status_devices(dev_world *w);
-/* The supervision tree, one actor per line, indented by depth. ACCEL_EDEADLK off the loop. */
-char *dev_status_tree(accel_runtime *rt);
+/* The supervision tree, one actor per line, indented by depth, then every device with its
+ * state and restarts (a quarantined device has no actors left to show). On the loop only. */
+char *dev_status_tree(accel_runtime *rt, const dev_world *w);
+/* The same as JSON: {"actors":[{name, state, depth, restarts_total, restarts_in_window,
+ * mailbox}] in tree order, "devices":[{index, name, backend, state, restarts}]}. */
+char *dev_status_tree_json(accel_runtime *rt, const dev_world *w);
 
 /* Bytes of buffer replicas allocated on node `n` (host: 0) by its current incarnation. */
 uint64_t dev_status_node_mem(const dev_world *w, int n);

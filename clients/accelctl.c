@@ -2,8 +2,9 @@
  * connection (the local socket, or an nng req0 socket for tcp:// and tls+tcp://), one
  * CONTROL frame, one REPLY.
  *
- *   accelctl [--url URL] [--timeout MS] status [--json] | devices [--json] | tree | ping
- *                                       | inject-fault --device N
+ *   accelctl [--url URL] [--timeout MS] [--json] status | devices | tree | clients | ping
+ *                                              | inject-fault --device N
+ *                                              | top [--interval MS] [--count N]
  *   accelctl --version
  *
  * `devices --json` asks for the status JSON and prints only its "devices" and "backends"
@@ -34,18 +35,27 @@ typedef struct ctl_args {
   const char *command;
   bool json;
   long device;
+  long interval_ms, count; /* top */
 } ctl_args;
 
 static void usage(FILE *to) {
   fprintf(to, "usage: accelctl [--url URL] [--timeout MS] COMMAND\n"
               "commands:\n"
-              "  status [--json]          the daemon, its devices and clients\n"
-              "  devices [--json]         each device with its op packages and dtypes,\n"
+              "  status                   the daemon, its devices and clients\n"
+              "  devices                  each device with its op packages and dtypes,\n"
               "                           then each backend without a device and why\n"
-              "  tree                     the supervision tree with states and restarts\n"
+              "  tree                     the supervision tree with states and restarts,\n"
+              "                           then every device (quarantined ones too)\n"
+              "  clients                  each client session: pid, uid, name, buffers,\n"
+              "                           memory, ops in flight\n"
+              "  top [--interval MS] [--count N]\n"
+              "                           status and clients, refreshed in place every MS\n"
+              "                           (default 1000) until Ctrl-C, or N times\n"
               "  ping                     round trip to the daemon\n"
               "  inject-fault --device N  make device N fault (needs acceld\n"
               "                           --enable-fault-injection)\n"
+              "  --json                   any command: JSON (exact byte counts) instead of\n"
+              "                           text (top: one JSON object per refresh)\n"
               "  --version                print accelctl's version\n"
               "URL: --url, else $ACCEL_URL, else " DEFAULT_URL "\n");
 }
@@ -61,7 +71,8 @@ static bool parse_long(const char *s, long lo, long hi, long *out) {
 
 static int parse_args(int argc, char **argv, ctl_args *a) {
   const char *env = getenv("ACCEL_URL");
-  *a = (ctl_args){.url = env && *env ? env : DEFAULT_URL, .timeout_ms = 5000, .device = -1};
+  *a = (ctl_args){.url = env && *env ? env : DEFAULT_URL, .timeout_ms = 5000, .device = -1,
+                  .interval_ms = 1000};
   for (int i = 1; i < argc; i++) {
     const char *arg = argv[i], *next = i + 1 < argc ? argv[i + 1] : NULL;
     long v;
@@ -82,6 +93,12 @@ static int parse_args(int argc, char **argv, ctl_args *a) {
     } else if (!strcmp(arg, "--device") && next && parse_long(next, 0, 1 << 20, &v)) {
       a->device = v;
       i++;
+    } else if (!strcmp(arg, "--interval") && next && parse_long(next, 50, 3600000, &v)) {
+      a->interval_ms = v;
+      i++;
+    } else if (!strcmp(arg, "--count") && next && parse_long(next, 1, 1L << 30, &v)) {
+      a->count = v;
+      i++;
     } else if (a->command == NULL && arg[0] != '-') {
       a->command = arg;
     } else {
@@ -90,7 +107,7 @@ static int parse_args(int argc, char **argv, ctl_args *a) {
   }
   if (a->command == NULL)
     return 2;
-  if (a->json && strcmp(a->command, "status") != 0 && strcmp(a->command, "devices") != 0)
+  if ((a->count || a->interval_ms != 1000) && strcmp(a->command, "top") != 0)
     return 2;
   if ((a->device >= 0) != !strcmp(a->command, "inject-fault"))
     return 2;
@@ -312,8 +329,12 @@ static int print_reply(const ctl_args *a, const ctl_conn *c, double us) {
             accel_err_name(status));
     return 1;
   }
-  if (!strcmp(a->command, "ping"))
+  if (!strcmp(a->command, "ping") && a->json)
+    printf("{\"alive\":true,\"round_trip_us\":%.1f}", us);
+  else if (!strcmp(a->command, "ping"))
     printf("acceld at %s: alive, round trip %.0f us\n", a->url, us);
+  else if (!strcmp(a->command, "inject-fault") && a->json)
+    printf("{\"device\":%ld,\"fault_injected\":true}", a->device);
   else if (!strcmp(a->command, "inject-fault"))
     printf("device %ld: fault injected\n", a->device);
   else if (a->json && !strcmp(a->command, "devices")) {
@@ -335,15 +356,21 @@ static int command_of(const ctl_args *a, proto_control_req *req) {
                {"status", PROTO_CTL_STATUS},
                {"devices", PROTO_CTL_DEVICES},
                {"tree", PROTO_CTL_TREE},
+               {"clients", PROTO_CTL_CLIENTS},
+               {"top", PROTO_CTL_STATUS},
                {"inject-fault", PROTO_CTL_INJECT_FAULT}};
   for (size_t i = 0; i < sizeof table / sizeof table[0]; i++)
     if (!strcmp(a->command, table[i].name)) {
       /* devices --json: the status JSON, of which print_devices_json keeps two members */
       req->command = table[i].command == PROTO_CTL_DEVICES && a->json ? PROTO_CTL_STATUS
                                                                       : table[i].command;
+      /* arg: the device; the text (1) or JSON (0) of STATUS and CLIENTS; TREE the other way
+       * round (its text came first) */
       req->arg = req->command == PROTO_CTL_INJECT_FAULT ? (uint64_t)a->device
-                 : req->command == PROTO_CTL_STATUS     ? (a->json ? 0 : 1)
-                                                        : 0;
+                 : req->command == PROTO_CTL_TREE       ? (a->json ? 1 : 0)
+                 : req->command == PROTO_CTL_STATUS || req->command == PROTO_CTL_CLIENTS
+                     ? (a->json ? 0 : 1)
+                     : 0;
       return 0;
     }
   return 2;
@@ -353,6 +380,62 @@ static double now_us(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec / 1e3;
+}
+
+/* The reply's data as a NUL-terminated string (malloc'd), or NULL with a message. */
+static char *fetch_text(ctl_conn *c, const ctl_args *a, uint32_t command, uint64_t arg) {
+  proto_control_req req = {.command = command, .arg = arg};
+  int32_t status = 0;
+  proto_bytes data;
+  if (roundtrip(c, a, &req) != 0)
+    return NULL;
+  if (decode_reply(c, 1, &status, &data) != 0 || status != 0) {
+    fprintf(stderr, "accelctl: %s: %s from %s\n", a->command,
+            status != 0 ? accel_strerror(status) : "malformed reply", a->url);
+    return NULL;
+  }
+  char *text = malloc(data.len + 1);
+  if (text == NULL)
+    return NULL;
+  memcpy(text, data.data, data.len);
+  text[data.len] = '\0';
+  return text;
+}
+
+static void sleep_ms(long ms) {
+  struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+  while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
+    ;
+}
+
+/* top: status and clients, refreshed in place (a terminal: cursor home, clear to the end) or
+ * one after the other (a pipe; with --json, one object per line), every interval. */
+static int top(ctl_conn *c, const ctl_args *a) {
+  bool tty = isatty(STDOUT_FILENO);
+  for (long n = 0; a->count == 0 || n < a->count; n++) {
+    if (n > 0)
+      sleep_ms(a->interval_ms);
+    char *status = fetch_text(c, a, PROTO_CTL_STATUS, a->json ? 0 : 1);
+    char *clients = status ? fetch_text(c, a, PROTO_CTL_CLIENTS, a->json ? 0 : 1) : NULL;
+    if (clients == NULL) {
+      free(status);
+      return 1;
+    }
+    if (a->json) {
+      printf("{\"status\":%s,\"clients\":%s}\n", status, clients);
+    } else {
+      time_t now = time(NULL);
+      char when[32];
+      strftime(when, sizeof when, "%Y-%m-%d %H:%M:%S", localtime(&now));
+      printf("%saccelctl top: %s, %s, every %ld ms (Ctrl-C to quit)\n\n%s\n%s%s",
+             tty ? "\033[H\033[J" : "", a->url, when, a->interval_ms, status, clients,
+             tty ? "" : "\n");
+    }
+    fflush(stdout);
+    free(status);
+    free(clients);
+  }
+  return 0;
 }
 
 int main(int argc, char **argv) {
@@ -365,6 +448,11 @@ int main(int argc, char **argv) {
   ctl_conn c;
   if (dial(&a, &c) != 0)
     return 1;
+  if (!strcmp(a.command, "top")) {
+    int rc = top(&c, &a);
+    hang_up(&c);
+    return rc;
+  }
   double t0 = now_us();
   int rc = roundtrip(&c, &a, &req);
   double us = now_us() - t0;

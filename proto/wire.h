@@ -51,6 +51,7 @@ typedef enum proto_control {
   PROTO_CTL_ACK = 8,          /* arg: messages received so far (mod 2^32); never answered */
   PROTO_CTL_SHM_ATTACH = 9,   /* arg: region id; the frame carries a sealed memfd (SCM_RIGHTS) */
   PROTO_CTL_SHM_DETACH = 10,  /* arg: region id; unmapped once no op uses it */
+  PROTO_CTL_CLIENTS = 11,     /* arg 1: text, else JSON; reply: the client sessions */
   PROTO_CTL_MAX_
 } proto_control;
 

@@ -30,6 +30,8 @@ ACCEL_DEPS=(
   python3
   # the Python package: numpy, and pytest for its tests
   python3-numpy python3-pytest python3-pip python3-setuptools python3-wheel
+  # a real terminal for the test of `accelctl top`
+  tmux
   openssl
 )
 

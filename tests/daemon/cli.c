@@ -1,4 +1,5 @@
-/* accelctl against the real acceld: ping, status and devices (text and JSON), tree, errors. */
+/* accelctl against the real acceld: ping, status, devices, tree, clients and top (text and
+ * JSON), errors. */
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <sys/wait.h>
@@ -161,22 +162,139 @@ TEST(version_flags_print_the_build_version) {
 TEST(usage_errors_exit_2) {
   CHECK_EQ(td_ctl(out, sizeof out, "frobnicate", NULL), 2);
   CHECK_EQ(td_ctl(out, sizeof out, "inject-fault", NULL), 2); /* needs --device */
-  CHECK_EQ(td_ctl(out, sizeof out, "tree", "--json", NULL), 2);
+  CHECK_EQ(td_ctl(out, sizeof out, "status", "--count", "2", NULL), 2); /* top's */
+  CHECK_EQ(td_ctl(out, sizeof out, "top", "--interval", "10", NULL), 2); /* below 50 ms */
   CHECK(strstr(out, "usage: accelctl") != NULL);
 }
 
-/* Runs a python3 one-liner on `accelctl status --json` (saved in the daemon's directory):
- * its exit status. */
-static int on_status_json(td_daemon *d, const char *script) {
+/* Runs a python3 one-liner on the JSON `accelctl COMMAND --json` prints (saved in the daemon's
+ * directory; `s` in the script): its exit status. */
+static int on_ctl_json(td_daemon *d, const char *command, const char *script) {
   char path[160], cmd[2048];
-  snprintf(path, sizeof path, "%s/status.json", d->dir);
-  snprintf(cmd, sizeof cmd, "'%s' --url '%s' status --json > '%s'", getenv("ACCELCTL"), d->url,
-           path);
+  snprintf(path, sizeof path, "%s/out.json", d->dir);
+  snprintf(cmd, sizeof cmd, "'%s' --url '%s' %s --json > '%s'", getenv("ACCELCTL"), d->url,
+           command, path);
   CHECK_EQ(system(cmd), 0);
   snprintf(cmd, sizeof cmd, "python3 -c 'import json,sys; s=json.load(open(sys.argv[1])); %s' '%s'",
            script, path);
   int rc = system(cmd);
   return WIFEXITED(rc) ? WEXITSTATUS(rc) : 128;
+}
+
+static int on_status_json(td_daemon *d, const char *script) {
+  return on_ctl_json(d, "status", script);
+}
+
+/* Every command takes --json: ping and inject-fault say what they did as an object. */
+TEST(every_command_takes_json) {
+  td_daemon d;
+  td_prepare(&d);
+  td_start(&d, "--enable-fault-injection", NULL);
+  CHECK_EQ(on_ctl_json(&d, "ping", "assert s[\"alive\"] is True and s[\"round_trip_us\"]>0"),
+           0);
+  CHECK_EQ(on_ctl_json(&d, "inject-fault --device 0",
+                       "assert s=={\"device\":0,\"fault_injected\":True}, s"), 0);
+  CHECK_EQ(on_ctl_json(&d, "clients", "assert s==[], s"), 0);
+  CHECK_EQ(on_ctl_json(&d, "top --count 1", "assert s[\"status\"][\"state\"]==\"serving\"; "
+                                            "assert s[\"clients\"]==[]"), 0);
+  CHECK_EQ(td_stop(&d), 0);
+  td_cleanup(&d);
+}
+
+/* A device past its restart limit stays in `tree` (its actors are gone) with its restarts,
+ * as text and as JSON; sizes in the text are for people ("23.5 GiB"). */
+TEST(tree_shows_quarantined_devices_and_restarts) {
+  td_daemon d;
+  td_prepare(&d);
+  td_write_config(&d, "[devices]\nbackends=cpu\ncpu_devices=2\nmax_restarts=1\n");
+  td_start(&d, "--enable-fault-injection", NULL);
+  bool quarantined = false;
+  for (int i = 0; i < 200 && !quarantined; i++) {
+    td_ctl(out, sizeof out, "--url", d.url, "inject-fault", "--device", "1", NULL);
+    test_sleep_ms(20);
+    CHECK_EQ(td_ctl(out, sizeof out, "--url", d.url, "tree", NULL), 0);
+    quarantined = strstr(out, "device 1: ") && strstr(strstr(out, "device 1: "), "quarantined");
+  }
+  CHECK(quarantined);
+  CHECK(strstr(out, "devices:\n  device 0: ") != NULL);
+  CHECK(strstr(out, "serving, restarts 0") != NULL);
+  CHECK(strstr(out, "quarantined, restarts 1") != NULL);
+  CHECK_EQ(on_ctl_json(&d, "tree",
+                       "v=s[\"devices\"]; assert [x[\"state\"] for x in v]=="
+                       "[\"serving\",\"quarantined\"], v; assert v[1][\"restarts\"]==1; "
+                       "a=s[\"actors\"]; assert a[0][\"name\"]==\"root\" and a[0][\"depth\"]==0; "
+                       "assert \"device0\" in [x[\"name\"] for x in a]; "
+                       "assert \"device1\" not in [x[\"name\"] for x in a]"), 0);
+  CHECK_EQ(td_ctl(out, sizeof out, "--url", d.url, "devices", NULL), 0);
+  const char *m = strstr(out, "memory ");
+  CHECK(m != NULL);
+  double used, total;
+  char u1[8], u2[8];
+  CHECK_EQ(sscanf(m, "memory %lf %7[A-Za-z] used of %lf %7[A-Za-z]", &used, u1, &total, u2), 4);
+  CHECK(strstr("B KiB MiB GiB TiB", u2) != NULL && total > 0 && total < 1024);
+  CHECK_EQ(td_stop(&d), 0);
+  td_cleanup(&d);
+}
+
+/* `clients` lists each session: its pid, uid, name (from HELLO), buffers and memory. */
+TEST(clients_lists_each_session) {
+  td_daemon d;
+  td_prepare(&d);
+  td_start(&d, NULL);
+  td_client c;
+  td_client_open(&c, d.url);
+  CHECK_OK(td_hello(&c, NULL));
+  CHECK_OK(td_create(&c, td_handle(1, 1), ACCEL_U32, 1 << 18)); /* 1 MiB */
+  CHECK_OK(td_fill(&c, td_handle(1, 1), 7));
+  CHECK_EQ(td_ctl(out, sizeof out, "--url", d.url, "clients", NULL), 0);
+  CHECK(strstr(out, "daemon-test") != NULL);
+  CHECK(strstr(out, "1.00 MiB") != NULL);
+  char script[512];
+  snprintf(script, sizeof script,
+           "assert len(s)==1, s; x=s[0]; "
+           "assert x[\"name\"]==\"daemon-test\" and x[\"pid\"]==%d and x[\"uid\"]==%d, x; "
+           "assert x[\"buffers\"]==1 and x[\"memory\"]==1<<20 and x[\"ops_in_flight\"]==0, x; "
+           "assert x[\"transport\"]==\"local\" and x[\"connected_ms\"]>=0",
+           (int)getpid(), (int)getuid());
+  CHECK_EQ(on_ctl_json(&d, "clients", script), 0);
+  td_client_close(&c);
+  CHECK_EQ(td_stop(&d), 0);
+  td_cleanup(&d);
+}
+
+/* `top` in a real terminal (tmux): the screen is redrawn in place, so one header is on it,
+ * and what it shows changes between refreshes. */
+TEST(top_refreshes_in_place_in_a_terminal) {
+  td_daemon d;
+  td_prepare(&d);
+  td_start(&d, NULL);
+  char cmd[1024], session[64];
+  snprintf(session, sizeof session, "accel-top-%d", (int)getpid());
+  snprintf(cmd, sizeof cmd,
+           "tmux -L '%s' new-session -d -s top -x 132 -y 50 \"'%s' --url '%s' top --interval 200\"",
+           session, getenv("ACCELCTL"), d.url);
+  CHECK_EQ(system(cmd), 0);
+  char screen[2][8192];
+  for (int k = 0; k < 2; k++) {
+    test_sleep_ms(1200);
+    snprintf(cmd, sizeof cmd, "tmux -L '%s' capture-pane -p -t top", session);
+    FILE *p = popen(cmd, "r");
+    CHECK(p != NULL);
+    size_t n = fread(screen[k], 1, sizeof screen[k] - 1, p);
+    screen[k][n] = '\0';
+    CHECK_EQ(pclose(p), 0);
+  }
+  snprintf(cmd, sizeof cmd, "tmux -L '%s' kill-server", session);
+  CHECK_EQ(system(cmd), 0);
+  for (int k = 0; k < 2; k++) {
+    const char *first = strstr(screen[k], "accelctl top: ");
+    CHECK(first != NULL);
+    CHECK(strstr(first + 1, "accelctl top: ") == NULL); /* redrawn, not scrolled */
+    CHECK(strstr(screen[k], "acceld ") != NULL && strstr(screen[k], "NAME") != NULL);
+  }
+  CHECK(strcmp(screen[0], screen[1]) != 0); /* the uptime moved on */
+  CHECK_EQ(td_stop(&d), 0);
+  td_cleanup(&d);
 }
 
 /* An op on ANY goes to the most potent device: with an OpenCL CPU device (PoCL) numbered
@@ -235,6 +353,10 @@ static const test_case tests[] = {
     TEST_CASE(no_daemon_is_a_clear_error),
     TEST_CASE(version_flags_print_the_build_version),
     TEST_CASE(usage_errors_exit_2),
+    TEST_CASE(every_command_takes_json),
+    TEST_CASE(tree_shows_quarantined_devices_and_restarts),
+    TEST_CASE(clients_lists_each_session),
+    TEST_CASE(top_refreshes_in_place_in_a_terminal),
     TEST_CASE(any_prefers_the_cpu_backend_over_an_opencl_cpu_device),
 };
 
