@@ -5,6 +5,7 @@ import asyncio
 import gc
 import logging
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -87,14 +88,21 @@ def test_a_raising_callback_is_logged_not_lost(ctx, caplog):
         ran.set()
         raise RuntimeError("boom")
 
+    def logged():
+        return any("boom" in r.getMessage() or r.exc_info for r in caplog.records)
+
     with caplog.at_level(logging.ERROR, logger="accel"):
         f.add_done_callback(boom)
         assert ran.wait(60)
+        # boom may have run on the callback thread, which logs after it raised: wait for it
+        deadline = time.monotonic() + 60
+        while not logged() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert logged()
         f.result()
         second = threading.Event()
         accel.fill(a, 2.0).add_done_callback(lambda _: second.set())
         assert second.wait(60)  # the callback thread lives on
-    assert any("boom" in r.getMessage() or r.exc_info for r in caplog.records)
 
 
 def test_ops_from_many_threads(ctx, rng):
