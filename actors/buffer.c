@@ -5,9 +5,10 @@
 #include <string.h>
 
 #include "actors/world.h"
+#include "runtime/alloc.h"
 
 dev_buffer *dev_buffer_create(dev_world *w, accel_dtype dtype, size_t count) {
-  dev_buffer *b = calloc(1, sizeof *b);
+  dev_buffer *b = rt_calloc(1, sizeof *b);
   if (b == NULL)
     return NULL;
   b->world = w;
@@ -41,8 +42,8 @@ static void buffer_free(dev_buffer *b) {
     w->buffers = b->next;
   if (b->next)
     b->next->prev = b->prev;
-  free(b->readers);
-  free(b);
+  rt_free(b->readers);
+  rt_free(b);
 }
 
 void dev_buffer_destroy(dev_buffer *b) {

@@ -12,6 +12,7 @@
 #include <time.h>
 
 #include "actors/device.h"
+#include "runtime/alloc.h"
 
 #define WATCHDOG_MS 250
 #define DEFAULT_DEADLINE_MS 60000
@@ -61,7 +62,7 @@ static uint64_t now_ms(void) {
 static dev_inflight *inflight_alloc(dev_world *w) {
   dev_inflight *f = w->inflight_pool;
   if (f == NULL)
-    return calloc(1, sizeof *f);
+    return rt_calloc(1, sizeof *f);
   w->inflight_pool = f->next;
   w->inflight_pool_len--;
   memset(f, 0, sizeof *f);
@@ -77,7 +78,7 @@ static void inflight_unref(dev_inflight *f) {
     accel_future_release(f->early);
   dev_world *w = f->world;
   if (w->inflight_pool_len >= DEV_POOL_MAX) {
-    free(f);
+    rt_free(f);
     return;
   }
   f->next = w->inflight_pool; /* records are made and freed on the loop only */
@@ -89,7 +90,7 @@ void dev_inflight_pool_free(dev_world *w) {
   while (w->inflight_pool) {
     dev_inflight *f = w->inflight_pool;
     w->inflight_pool = f->next;
-    free(f);
+    rt_free(f);
   }
   w->inflight_pool_len = 0;
 }

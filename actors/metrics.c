@@ -5,19 +5,20 @@
 #include "actors/metrics.h"
 
 #include "actors/device.h"
+#include "runtime/alloc.h"
 
 const double dev_metrics_bucket_le[DEV_METRICS_BUCKETS] = {
     1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3,
     5e-3, 1e-2,   2.5e-2, 5e-2, 0.1,  0.25, 1.0,  10.0};
 
 int dev_metrics_enable(dev_world *w) {
-  if (w->metrics == NULL && (w->metrics = calloc(1, sizeof *w->metrics)) == NULL)
+  if (w->metrics == NULL && (w->metrics = rt_calloc(1, sizeof *w->metrics)) == NULL)
     return ACCEL_ENOMEM;
   return 0;
 }
 
 void dev_metrics_free(dev_world *w) {
-  free(w->metrics);
+  rt_free(w->metrics);
   w->metrics = NULL;
 }
 

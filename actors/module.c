@@ -8,9 +8,10 @@
 #include <string.h>
 
 #include "actors/module.h"
+#include "runtime/alloc.h"
 
 dev_module *dev_module_create(dev_world *w) {
-  dev_module *m = calloc(1, sizeof *m);
+  dev_module *m = rt_calloc(1, sizeof *m);
   if (m == NULL)
     return NULL;
   m->world = w;
@@ -29,7 +30,7 @@ void dev_module_ref(dev_module *m) {
 static void build_free(dev_node *node, dev_module_build *b) {
   if (b->mod)
     node->be->module->unload(b->mod);
-  free(b->kernels);
+  rt_free(b->kernels);
   *b = (dev_module_build){0};
 }
 
@@ -46,7 +47,7 @@ void dev_module_unref(dev_module *m) {
     w->modules = m->next;
   if (m->next)
     m->next->prev = m->prev;
-  free(m);
+  rt_free(m);
 }
 
 void dev_modules_drop_node(dev_world *w, dev_node *node) {
@@ -82,7 +83,7 @@ static void log_append(build_job *j, const dev_node *node, const char *text) {
   if (j->nnodes > 1)
     snprintf(head, sizeof head, "device %d (%s):\n", node->device, node->info.name);
   size_t add = strlen(head) + strlen(text) + 2;
-  char *p = realloc(j->log, j->log_len + add);
+  char *p = rt_realloc(j->log, j->log_len + add);
   if (p == NULL)
     return; /* the log is information: the status still says what happened */
   j->log = p;
@@ -117,7 +118,7 @@ static int build_on(build_job *j, int i) {
     rc = ACCEL_EDEVLOST; /* the device restarted meanwhile: mod is left to it */
   pthread_mutex_unlock(&node->build_mu);
   log_append(j, node, log);
-  free(log);
+  rt_free(log);
   return rc;
 }
 
@@ -134,10 +135,10 @@ static int build_work(void *data) {
 
 static void job_free(build_job *j) {
   dev_module_unref(j->m);
-  free(j->code);
-  free(j->options);
-  free(j->log);
-  free(j);
+  rt_free(j->code);
+  rt_free(j->options);
+  rt_free(j->log);
+  rt_free(j);
 }
 
 static void job_drop(void *data) {
@@ -147,16 +148,16 @@ static void job_drop(void *data) {
 int dev_module_build_start(accel_actor *self, uint32_t msg_type, dev_module *m, const int *nodes,
                      int nnodes, uint32_t source, const void *code, size_t len,
                      const char *options) {
-  build_job *j = calloc(1, sizeof *j);
+  build_job *j = rt_calloc(1, sizeof *j);
   if (j == NULL)
     return ACCEL_ENOMEM;
   *j = (build_job){.m = m, .w = m->world, .nnodes = nnodes, .source = source, .len = len};
-  j->code = malloc(len ? len : 1);
-  j->options = options ? strdup(options) : NULL;
+  j->code = rt_malloc(len ? len : 1);
+  j->options = options ? rt_strdup(options) : NULL;
   if (j->code == NULL || (options && j->options == NULL)) {
-    free(j->code);
-    free(j->options);
-    free(j);
+    rt_free(j->code);
+    rt_free(j->options);
+    rt_free(j);
     return ACCEL_ENOMEM;
   }
   memcpy(j->code, code, len);
@@ -194,7 +195,7 @@ int dev_module_kernel_get(dev_module *m, dev_node *node, const char *name,
     }
   if (b->nkernels == b->kernels_cap) {
     uint32_t cap = b->kernels_cap ? 2 * b->kernels_cap : 4;
-    dev_module_kernel *p = realloc(b->kernels, cap * sizeof *p);
+    dev_module_kernel *p = rt_realloc(b->kernels, cap * sizeof *p);
     if (p == NULL)
       return ACCEL_ENOMEM;
     b->kernels = p;

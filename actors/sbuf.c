@@ -4,6 +4,7 @@
 #include <stdlib.h>
 
 #include "actors/sbuf.h"
+#include "runtime/alloc.h"
 
 bool sb_reserve(sbuf *b, size_t extra) {
   if (b->oom)
@@ -13,7 +14,7 @@ bool sb_reserve(sbuf *b, size_t extra) {
   size_t cap = b->cap ? b->cap : 512;
   while (cap < b->len + extra + 1)
     cap *= 2;
-  char *p = realloc(b->s, cap);
+  char *p = rt_realloc(b->s, cap);
   if (p == NULL) {
     b->oom = true;
     return false;
@@ -52,7 +53,7 @@ void sb_json_str(sbuf *b, const char *s) {
 
 char *sb_finish(sbuf *b) {
   if (b->oom || !sb_reserve(b, 0)) {
-    free(b->s);
+    rt_free(b->s);
     return NULL;
   }
   b->s[b->len] = '\0';

@@ -13,6 +13,7 @@
 #include "actors/metrics.h"
 #include "actors/module.h"
 #include "actors/session.h"
+#include "runtime/alloc.h"
 
 /* A handle names a buffer or a user module (one table, one generation scheme). */
 typedef struct session_entry {
@@ -72,7 +73,7 @@ static bool slot_free(session_state *s, uint64_t handle) {
 
 void dev_session_acct_release(dev_session_acct *a) {
   if (--a->refs == 0)
-    free(a);
+    rt_free(a);
 }
 
 void dev_op_finished(dev_world *w, dev_op *op, int status) {
@@ -94,13 +95,13 @@ void dev_op_finished(dev_world *w, dev_op *op, int status) {
   }
   char *result = op->result; /* a build log: the future's value, freed with it */
   if (op->future) {
-    if (accel_future_complete(op->future, status, result, free) != 0)
-      free(result); /* completed already (never for ops with a result) */
+    if (accel_future_complete(op->future, status, result, rt_free) != 0)
+      rt_free(result); /* completed already (never for ops with a result) */
     accel_future_release(op->future);
   } else {
-    free(result);
+    rt_free(result);
   }
-  free(op);
+  rt_free(op);
 }
 
 /* ---- placement ---- */
@@ -377,12 +378,12 @@ static void handle_op(session_state *s, dev_op *op) {
 static int fifo_push(op_fifo *q, dev_op *op) {
   if (q->len == q->cap) {
     uint32_t cap = q->cap ? 2 * q->cap : 64;
-    dev_op **p = malloc(cap * sizeof *p);
+    dev_op **p = rt_malloc(cap * sizeof *p);
     if (p == NULL)
       return ACCEL_ENOMEM;
     for (uint32_t i = 0; i < q->len; i++)
       p[i] = q->items[(q->head + i) % q->cap];
-    free(q->items);
+    rt_free(q->items);
     *q = (op_fifo){p, 0, q->len, cap};
   }
   q->items[(q->head + q->len++) % q->cap] = op;
@@ -419,7 +420,7 @@ static void module_built(session_state *s, accel_msg *msg) {
   dev_op *op = s->building;
   s->building = NULL;
   if (op == NULL) {
-    free(log);
+    rt_free(log);
     return;
   }
   dev_module *m = resolve_module(s, op->bufs[0].handle);
@@ -490,7 +491,7 @@ static void op_drop(void *data) {
     accel_future_complete(op->future, ACCEL_ECLOSED, NULL, NULL);
     accel_future_release(op->future);
   }
-  free(op);
+  rt_free(op);
 }
 
 void dev_session_op_msg(accel_msg *m, dev_op *op) {
@@ -501,8 +502,8 @@ static int session_start(accel_actor *self, void *state, void *arg) {
   session_state *s = state;
   s->args = arg;
   s->self = self;
-  s->acct = calloc(1, sizeof *s->acct);
-  s->table = calloc(s->args->max_buffers, sizeof *s->table);
+  s->acct = rt_calloc(1, sizeof *s->acct);
+  s->table = rt_calloc(s->args->max_buffers, sizeof *s->table);
   if (s->acct == NULL || s->table == NULL)
     return ACCEL_ENOMEM;
   s->acct->refs = 1;
@@ -515,7 +516,7 @@ static void session_stop(accel_actor *self, void *state) {
   dev_op *held;
   while ((held = fifo_pop(&s->held)) != NULL)
     op_drop(held);
-  free(s->held.items);
+  rt_free(s->held.items);
   if (s->building) { /* the worker's answer will meet a stale ref and be dropped */
     dev_op_finished(s->args->world, s->building, ACCEL_ECLOSED);
     s->building = NULL;
@@ -527,7 +528,7 @@ static void session_stop(accel_actor *self, void *state) {
       if (s->table[i].mod)
         dev_module_unref(s->table[i].mod);
     }
-    free(s->table);
+    rt_free(s->table);
   }
   s->args->acct = NULL;
   if (s->acct)

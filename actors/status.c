@@ -8,6 +8,7 @@
 
 #include "actors/device.h"
 #include "actors/sbuf.h"
+#include "runtime/alloc.h"
 
 /* ---- facts about the world ---- */
 
@@ -292,7 +293,7 @@ static void tree_devices(sbuf *b, const dev_world *w) {
 char *dev_status_tree(accel_runtime *rt, const dev_world *w) {
   sbuf b = {0};
   if (accel_runtime_walk(rt, tree_visit, &b) != 0) {
-    free(b.s);
+    rt_free(b.s);
     return NULL;
   }
   tree_devices(&b, w);
@@ -322,7 +323,7 @@ char *dev_status_tree_json(accel_runtime *rt, const dev_world *w) {
   tree_json t = {&b, ""};
   sb_printf(&b, "{\"actors\":[");
   if (accel_runtime_walk(rt, tree_visit_json, &t) != 0) {
-    free(b.s);
+    rt_free(b.s);
     return NULL;
   }
   sb_printf(&b, "],\"devices\":[");

@@ -12,13 +12,14 @@
 #include "actors/device.h"
 #include "actors/session.h"
 #include "actors/world.h"
+#include "runtime/alloc.h"
 
 /* A task from the pool keeps its edge arrays (emptied): they are the allocations a chain of
  * tasks would otherwise repeat. */
 static dev_task *task_alloc(dev_world *w) {
   dev_task *t = w->task_pool;
   if (t == NULL)
-    return calloc(1, sizeof *t);
+    return rt_calloc(1, sizeof *t);
   w->task_pool = t->overflow_next;
   w->task_pool_len--;
   dev_edge *succ = t->succ;
@@ -35,9 +36,9 @@ static dev_task *task_alloc(dev_world *w) {
 static void task_release(dev_task *t) {
   dev_world *w = t->world;
   if (w->task_pool_len >= DEV_POOL_MAX) {
-    free(t->succ);
-    free(t->same_node_deps);
-    free(t);
+    rt_free(t->succ);
+    rt_free(t->same_node_deps);
+    rt_free(t);
     return;
   }
   t->overflow_next = w->task_pool;
@@ -49,9 +50,9 @@ void dev_task_pool_free(dev_world *w) {
   while (w->task_pool) {
     dev_task *t = w->task_pool;
     w->task_pool = t->overflow_next;
-    free(t->succ);
-    free(t->same_node_deps);
-    free(t);
+    rt_free(t->succ);
+    rt_free(t->same_node_deps);
+    rt_free(t);
   }
   w->task_pool_len = 0;
 }
@@ -80,7 +81,7 @@ static int grow(void **arr, uint32_t *cap, uint32_t n, size_t elem) {
   if (n < *cap)
     return 0;
   uint32_t ncap = *cap ? *cap * 2 : 4;
-  void *p = realloc(*arr, ncap * elem);
+  void *p = rt_realloc(*arr, ncap * elem);
   if (p == NULL)
     return ACCEL_ENOMEM;
   *arr = p;

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "accel/error.h"
+#include "runtime/alloc.h"
 
 #define CACHE_MAGIC "ACCLBIN1"
 
@@ -59,12 +60,12 @@ static unsigned char *read_valid(FILE *f, size_t *size)
   if (fread(&h, sizeof h, 1, f) != 1 || memcmp(h.magic, CACHE_MAGIC, 8) != 0 || h.size == 0 ||
       h.size > BE_CACHE_MAX)
     return NULL;
-  unsigned char *p = malloc(h.size);
+  unsigned char *p = rt_malloc(h.size);
   if (p == NULL)
     return NULL;
   if (fread(p, 1, h.size, f) != h.size || fgetc(f) != EOF ||
       be_cache_hash(BE_CACHE_HASH_INIT, p, h.size) != h.hash) {
-    free(p);
+    rt_free(p);
     return NULL;
   }
   *size = h.size;

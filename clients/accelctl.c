@@ -25,6 +25,7 @@
 #include "clients/remote_dial.h"
 #include "proto/local.h"
 #include "proto/wire.h"
+#include "runtime/alloc.h"
 
 #define DEFAULT_URL "ipc:///run/acceld/acceld.sock"
 #define REPLY_MAX (256u << 20) /* the largest reply accelctl accepts */
@@ -163,7 +164,7 @@ static int dial(const ctl_args *a, ctl_conn *c) {
 }
 
 static void hang_up(ctl_conn *c) {
-  free(c->reply);
+  rt_free(c->reply);
   if (c->fd >= 0) {
     close(c->fd);
     return;
@@ -192,7 +193,7 @@ static int exchange_nng(ctl_conn *c, const proto_out *o) {
   if (rv != 0)
     return rv == NNG_ETIMEDOUT ? ACCEL_ETIMEDOUT : ACCEL_ECLOSED;
   c->reply_len = nng_msg_len(m);
-  c->reply = malloc(c->reply_len ? c->reply_len : 1);
+  c->reply = rt_malloc(c->reply_len ? c->reply_len : 1);
   if (c->reply)
     memcpy(c->reply, nng_msg_body(m), c->reply_len);
   nng_msg_free(m);
@@ -394,7 +395,7 @@ static char *fetch_text(ctl_conn *c, const ctl_args *a, uint32_t command, uint64
             status != 0 ? accel_strerror(status) : "malformed reply", a->url);
     return NULL;
   }
-  char *text = malloc(data.len + 1);
+  char *text = rt_malloc(data.len + 1);
   if (text == NULL)
     return NULL;
   memcpy(text, data.data, data.len);
@@ -418,7 +419,7 @@ static int top(ctl_conn *c, const ctl_args *a) {
     char *status = fetch_text(c, a, PROTO_CTL_STATUS, a->json ? 0 : 1);
     char *clients = status ? fetch_text(c, a, PROTO_CTL_CLIENTS, a->json ? 0 : 1) : NULL;
     if (clients == NULL) {
-      free(status);
+      rt_free(status);
       return 1;
     }
     if (a->json) {
@@ -432,8 +433,8 @@ static int top(ctl_conn *c, const ctl_args *a) {
              tty ? "" : "\n");
     }
     fflush(stdout);
-    free(status);
-    free(clients);
+    rt_free(status);
+    rt_free(clients);
   }
   return 0;
 }

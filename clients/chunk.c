@@ -38,6 +38,7 @@
 
 #include "actors/world.h"
 #include "clients/chunk.h"
+#include "runtime/alloc.h"
 
 typedef struct gate gate;
 
@@ -96,7 +97,7 @@ static void op_finish(accel_ctx *ctx, dev_op *op, int status) {
     accel_future_complete(op->future, status, NULL, NULL);
     accel_future_release(op->future);
   }
-  free(op);
+  rt_free(op);
   client_op_done(ctx, status);
 }
 
@@ -109,7 +110,7 @@ static void in_flight_add(accel_ctx *ctx) {
 static void xfer_finish(accel_ctx *ctx, xfer *x) {
   dev_op *op = x->op;
   int status = x->status;
-  free(x);
+  rt_free(x);
   op_finish(ctx, op, status);
 }
 
@@ -124,7 +125,7 @@ static void flush_finish(accel_ctx *ctx, entry *list) {
     } else {
       op_finish(ctx, e->op, ACCEL_ECLOSED);
     }
-    free(e);
+    rt_free(e);
   }
 }
 
@@ -215,11 +216,11 @@ static void on_relay(accel_future *f, int status, void *arg) {
   gate *g = e->g;
   if (e->user) {
     const char *text = e->text && f ? accel_future_value(f) : NULL;
-    char *copy = text ? strdup(text) : NULL; /* the relay's future frees its own */
+    char *copy = text ? rt_strdup(text) : NULL; /* the relay's future frees its own */
     accel_future_complete(e->user, status, copy, copy ? free : NULL);
     accel_future_release(e->user);
   }
-  free(e);
+  rt_free(e);
   pthread_mutex_lock(&gates_mu);
   accel_ctx *ctx = g->ctx;
   g->relays--;
@@ -270,7 +271,7 @@ static bool next_work(gate *g, work *w) {
       g->tail = NULL;
     if (e->x) {
       g->active = e->x;
-      free(e);
+      rt_free(e);
       continue;
     }
     g->relays++;
@@ -282,7 +283,7 @@ static bool next_work(gate *g, work *w) {
 /* A chunk: the caller's op narrowed to [first, first + n), with a future of ours whose
  * `then` counts it (the future's one reference is the op's, as the transport expects). */
 static dev_op *chunk_op(accel_ctx *ctx, xfer *x, uint64_t first, uint64_t n) {
-  dev_op *c = malloc(sizeof *c);
+  dev_op *c = rt_malloc(sizeof *c);
   if (c == NULL)
     return NULL;
   *c = *x->op;
@@ -296,7 +297,7 @@ static dev_op *chunk_op(accel_ctx *ctx, xfer *x, uint64_t first, uint64_t n) {
     c->u.read.bytes = n * x->esize;
   }
   if (accel_future_create(ctx->rt, &c->future) != 0) {
-    free(c);
+    rt_free(c);
     return NULL;
   }
   accel_future_then(c->future, on_chunk, x);
@@ -369,13 +370,13 @@ static void *sender_main(void *arg) {
   gate_unlink(g);
   pthread_mutex_unlock(&gates_mu);
   pthread_cond_destroy(&g->cv);
-  free(g);
+  rt_free(g);
   return NULL;
 }
 
 /* A linked gate for ctx and its sender thread (gates_mu held). */
 static int gate_open(accel_ctx *ctx, gate **out) {
-  gate *g = calloc(1, sizeof *g);
+  gate *g = rt_calloc(1, sizeof *g);
   if (g == NULL)
     return ACCEL_ENOMEM;
   g->ctx = ctx;
@@ -388,7 +389,7 @@ static int gate_open(accel_ctx *ctx, gate **out) {
   pthread_attr_destroy(&attr);
   if (rv != 0) {
     pthread_cond_destroy(&g->cv);
-    free(g);
+    rt_free(g);
     return ACCEL_ESYS;
   }
   g->next = gates;
@@ -424,7 +425,7 @@ static unsigned window_of(size_t max_op_bytes, uint64_t chunk_bytes) {
 }
 
 static xfer *xfer_new(accel_ctx *ctx, dev_op *op, size_t esize) {
-  xfer *x = calloc(1, sizeof *x);
+  xfer *x = rt_calloc(1, sizeof *x);
   if (x == NULL)
     return NULL;
   size_t bytes = ctx->max_op_bytes < CHUNK_MAX_BYTES ? ctx->max_op_bytes : CHUNK_MAX_BYTES;
@@ -437,13 +438,13 @@ static xfer *xfer_new(accel_ctx *ctx, dev_op *op, size_t esize) {
 
 /* A queue entry: a plain op (esize 0) or a transfer of esize-byte elements. */
 static entry *entry_new(accel_ctx *ctx, dev_op *op, size_t esize) {
-  entry *e = calloc(1, sizeof *e);
+  entry *e = rt_calloc(1, sizeof *e);
   if (e == NULL)
     return NULL;
   if (esize == 0)
     e->op = op;
   else if ((e->x = xfer_new(ctx, op, esize)) == NULL) {
-    free(e);
+    rt_free(e);
     return NULL;
   }
   return e;
@@ -458,7 +459,7 @@ static int enqueue(accel_ctx *ctx, dev_op *op, size_t esize) {
   int rc = 0;
   if (g == NULL && e->x == NULL) { /* the gate finished meanwhile: straight on */
     pthread_mutex_unlock(&gates_mu);
-    free(e);
+    rt_free(e);
     return ctx->tp->send_op(ctx, op);
   }
   if (g == NULL)
@@ -467,8 +468,8 @@ static int enqueue(accel_ctx *ctx, dev_op *op, size_t esize) {
     gate_append(g, e);
   pthread_mutex_unlock(&gates_mu);
   if (rc != 0) {
-    free(e->x);
-    free(e);
+    rt_free(e->x);
+    rt_free(e);
   }
   return rc;
 }

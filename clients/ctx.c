@@ -9,6 +9,7 @@
 #include "actors/world.h"
 #include "clients/chunk.h"
 #include "clients/ctx.h"
+#include "runtime/alloc.h"
 
 static _Thread_local accel_completion thread_completion;
 static _Thread_local accel_math thread_math;
@@ -17,7 +18,7 @@ static atomic_uint next_tag = 1; /* handle tags of the process's contexts */
 /* ---- open and close ---- */
 
 int client_ctx_init(accel_ctx *ctx, uint32_t max_buffers) {
-  ctx->handles = calloc(max_buffers, sizeof *ctx->handles);
+  ctx->handles = rt_calloc(max_buffers, sizeof *ctx->handles);
   if (ctx->handles == NULL)
     return ACCEL_ENOMEM;
   ctx->max_buffers = max_buffers;
@@ -36,20 +37,20 @@ int client_ctx_init(accel_ctx *ctx, uint32_t max_buffers) {
 
 void client_ctx_free(accel_ctx *ctx) {
   for (uint32_t i = 1; i < ctx->max_buffers; i++) {
-    free(ctx->handles[i].kernels); /* modules and kernels never unloaded */
-    free(ctx->handles[i].name);
+    rt_free(ctx->handles[i].kernels); /* modules and kernels never unloaded */
+    rt_free(ctx->handles[i].name);
   }
   pthread_mutex_destroy(&ctx->mu);
   pthread_mutex_destroy(&ctx->done_mu);
   pthread_cond_destroy(&ctx->done_cv);
-  free(ctx->handles);
-  free(ctx);
+  rt_free(ctx->handles);
+  rt_free(ctx);
 }
 
 int accel_open(accel_ctx **out, const char *url) {
   if (out == NULL)
     return ACCEL_EINVAL;
-  accel_ctx *ctx = calloc(1, sizeof *ctx);
+  accel_ctx *ctx = rt_calloc(1, sizeof *ctx);
   if (ctx == NULL)
     return ACCEL_ENOMEM;
   int rc;
@@ -61,7 +62,7 @@ int accel_open(accel_ctx **out, const char *url) {
   else
     rc = strstr(url, "://") ? ACCEL_ENOTSUP : ACCEL_EINVAL;
   if (rc != 0) {
-    free(ctx); /* the transport's open cleaned up what it made */
+    rt_free(ctx); /* the transport's open cleaned up what it made */
     return rc;
   }
   *out = ctx;
@@ -100,7 +101,7 @@ int accel_host_free(accel_ctx *ctx, void *p) {
     return 0;
   if (ctx->tp->host_free)
     return ctx->tp->host_free(ctx, p);
-  free(p);
+  rt_free(p);
   return 0;
 }
 
@@ -191,8 +192,8 @@ void client_handle_free_locked(accel_ctx *ctx, uint32_t slot) {
   client_handle *e = &ctx->handles[slot];
   e->live = false;
   e->gen++;
-  free(e->kernels);
-  free(e->name);
+  rt_free(e->kernels);
+  rt_free(e->name);
   e->kernels = NULL;
   e->nkernels = 0;
   e->name = NULL;
@@ -241,7 +242,7 @@ static int send_op(accel_ctx *ctx, dev_op *op, accel_future **f) {
   if (f) {
     int rc = accel_future_create(ctx->rt, &fut);
     if (rc != 0) {
-      free(op);
+      rt_free(op);
       return rc;
     }
     accel_future_retain(fut); /* one for the caller, one for the op */
@@ -258,7 +259,7 @@ static int send_op(accel_ctx *ctx, dev_op *op, accel_future **f) {
       accel_future_release(fut);
       accel_future_release(fut);
     }
-    free(op);
+    rt_free(op);
     return rc;
   }
   if (f)
@@ -272,7 +273,7 @@ int client_send(accel_ctx *ctx, dev_op *op, accel_future **f) {
 
 static int buffer_op(accel_ctx *ctx, uint32_t kind, accel_buffer h, accel_dtype dtype,
                      size_t count) {
-  dev_op *op = calloc(1, sizeof *op);
+  dev_op *op = rt_calloc(1, sizeof *op);
   if (op == NULL)
     return ACCEL_ENOMEM;
   op->h.kind = kind;
@@ -330,7 +331,7 @@ int client_submit(accel_ctx *ctx, dev_op *op, accel_device dev, accel_future **f
   op->h.device = dev;
   int rc = check_op(ctx, op, dev);
   if (rc != 0) {
-    free(op);
+    rt_free(op);
     return rc;
   }
   return send_op(ctx, op, f);

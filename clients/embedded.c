@@ -7,6 +7,7 @@
 #include "actors/session.h"
 #include "actors/world_init.h"
 #include "clients/ctx.h"
+#include "runtime/alloc.h"
 
 typedef struct embedded {
   dev_world world;
@@ -95,12 +96,12 @@ int client_embedded_open(accel_ctx *ctx, const char *query) {
   int rc = parse_query(query, &wo, &max_buffers);
   if (rc != 0)
     return rc;
-  embedded *e = calloc(1, sizeof *e);
+  embedded *e = rt_calloc(1, sizeof *e);
   if (e == NULL)
     return ACCEL_ENOMEM;
   rc = client_ctx_init(ctx, max_buffers);
   if (rc != 0) {
-    free(e);
+    rt_free(e);
     return rc;
   }
   ctx->tp = &client_embedded_transport;
@@ -116,11 +117,11 @@ int client_embedded_open(accel_ctx *ctx, const char *query) {
     rc = accel_runtime_start(ctx->rt);
   if (rc != 0) {
     accel_runtime_destroy(ctx->rt);
-    free(e);
+    rt_free(e);
     pthread_mutex_destroy(&ctx->mu);
     pthread_mutex_destroy(&ctx->done_mu);
     pthread_cond_destroy(&ctx->done_cv);
-    free(ctx->handles);
+    rt_free(ctx->handles);
   }
   return rc;
 }
@@ -170,7 +171,7 @@ static void embedded_close(accel_ctx *ctx) {
   accel_runtime_join(ctx->rt);
   accel_runtime_destroy(ctx->rt);
   dev_world_fini(&impl_of(ctx)->world);
-  free(ctx->impl);
+  rt_free(ctx->impl);
 }
 
 const client_transport client_embedded_transport = {

@@ -6,6 +6,7 @@
 
 #include "actors/check.h"
 #include "clients/ctx.h"
+#include "runtime/alloc.h"
 
 int accel_module_load(accel_ctx *ctx, accel_device dev, accel_source source, const void *code,
                       size_t len, const char *options, accel_module *out, accel_future **f) {
@@ -18,7 +19,7 @@ int accel_module_load(accel_ctx *ctx, accel_device dev, accel_source source, con
   if (dev != ACCEL_DEVICE_ANY && (dev < 0 || dev >= ctx->tp->device_count(ctx)))
     return ACCEL_EINVAL;
   /* The op carries copies of the code and options (the caller may free theirs now). */
-  dev_op *op = calloc(1, sizeof *op + len + olen + 1);
+  dev_op *op = rt_calloc(1, sizeof *op + len + olen + 1);
   if (op == NULL)
     return ACCEL_ENOMEM;
   char *copy = (char *)(op + 1);
@@ -35,7 +36,7 @@ int accel_module_load(accel_ctx *ctx, accel_device dev, accel_source source, con
   int rc = client_handle_alloc_locked(ctx, CLIENT_H_MODULE, 0, 0, out);
   pthread_mutex_unlock(&ctx->mu);
   if (rc != 0) {
-    free(op);
+    rt_free(op);
     return rc;
   }
   op->nbufs = 1;
@@ -44,7 +45,7 @@ int accel_module_load(accel_ctx *ctx, accel_device dev, accel_source source, con
   if (rc == 0)
     rc = client_send(ctx, op, f); /* frees op on failure */
   else
-    free(op);
+    rt_free(op);
   if (rc != 0) {
     pthread_mutex_lock(&ctx->mu);
     client_handle_free_locked(ctx, (uint32_t)*out);
@@ -61,7 +62,7 @@ int accel_module_unload(accel_ctx *ctx, accel_module m) {
   pthread_mutex_unlock(&ctx->mu);
   if (e == NULL)
     return ACCEL_ESTALE;
-  dev_op *op = calloc(1, sizeof *op);
+  dev_op *op = rt_calloc(1, sizeof *op);
   if (op == NULL)
     return ACCEL_ENOMEM;
   op->h.kind = DEV_OP_MODULE_UNLOAD;
@@ -100,17 +101,17 @@ static int kernel_add(accel_ctx *ctx, uint64_t m, const char *name, accel_kernel
     return ACCEL_ESTALE;
   if (kernel_known(ctx, mod, name, out))
     return 0;
-  uint32_t *ks = realloc(mod->kernels, (mod->nkernels + 1) * sizeof *ks);
-  char *copy = strdup(name);
+  uint32_t *ks = rt_realloc(mod->kernels, (mod->nkernels + 1) * sizeof *ks);
+  char *copy = rt_strdup(name);
   if (ks)
     mod->kernels = ks;
   if (ks == NULL || copy == NULL) {
-    free(copy);
+    rt_free(copy);
     return ACCEL_ENOMEM;
   }
   int rc = client_handle_alloc_locked(ctx, CLIENT_H_KERNEL, 0, 0, out);
   if (rc != 0) {
-    free(copy);
+    rt_free(copy);
     return rc;
   }
   client_handle *k = &ctx->handles[(uint32_t)*out];
@@ -177,7 +178,7 @@ int accel_launch(accel_ctx *ctx, accel_device dev, accel_kernel k,
   if (ctx == NULL || dims == NULL || (args == NULL && nargs > 0) ||
       nargs > ACCEL_LAUNCH_MAX_ARGS)
     return ACCEL_EINVAL;
-  dev_op *op = calloc(1, sizeof *op);
+  dev_op *op = rt_calloc(1, sizeof *op);
   if (op == NULL)
     return ACCEL_ENOMEM;
   op->h.kind = DEV_OP_LAUNCH;
@@ -187,7 +188,7 @@ int accel_launch(accel_ctx *ctx, accel_device dev, accel_kernel k,
   for (size_t i = 0; i < nargs && rc == 0; i++)
     rc = add_arg(op, &args[i]);
   if (rc != 0) {
-    free(op);
+    rt_free(op);
     return rc;
   }
   memcpy(l->grid, dims->grid, sizeof l->grid);

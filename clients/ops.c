@@ -7,9 +7,10 @@
 #include "actors/world.h"
 #include "backends/dtype_conv.h"
 #include "clients/ctx.h"
+#include "runtime/alloc.h"
 
 static dev_op *new_op(uint32_t kind) {
-  dev_op *op = calloc(1, sizeof *op);
+  dev_op *op = rt_calloc(1, sizeof *op);
   if (op)
     op->h.kind = kind;
   return op;

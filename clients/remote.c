@@ -12,6 +12,7 @@
 #include <time.h>
 
 #include "actors/world.h"
+#include "runtime/alloc.h"
 
 #define HELLO_TIMEOUT_MS 5000
 #define PRE_WELCOME_MAX_BODY (1u << 20) /* until the daemon says its limit */
@@ -65,16 +66,16 @@ static void finish_op(accel_ctx *ctx, dev_op *op, int status, char *value) {
     accel_future_complete(op->future, status, value, value ? free : NULL);
     accel_future_release(op->future);
   } else {
-    free(value);
+    rt_free(value);
   }
-  free(op);
+  rt_free(op);
   client_op_done(ctx, status);
 }
 
 /* A module load's REPLY carries the build log, whatever its status: a string for the
  * future (NULL if empty, or without memory for it: the status is what matters). */
 static char *log_of(proto_bytes data) {
-  char *text = data.len ? malloc(data.len + 1) : NULL;
+  char *text = data.len ? rt_malloc(data.len + 1) : NULL;
   if (text) {
     memcpy(text, data.data, data.len);
     text[data.len] = '\0';
@@ -86,7 +87,7 @@ static void finish_pending(accel_ctx *ctx, pending *p, int status, proto_bytes d
   if (p->kind == PENDING_OP && p->shm) {
     remote_shm_complete(remote_of(ctx), p->op, p->staging, status);
     finish_op(ctx, p->op, status, NULL);
-    free(p);
+    rt_free(p);
     return;
   }
   if (p->kind == PENDING_OP) {
@@ -99,10 +100,10 @@ static void finish_pending(accel_ctx *ctx, pending *p, int status, proto_bytes d
         status = ACCEL_EPROTO;
     }
     finish_op(ctx, op, status, op->h.kind == DEV_OP_MODULE_LOAD ? log_of(data) : NULL);
-    free(p);
+    rt_free(p);
     return;
   }
-  if (data.len && (p->data = malloc(data.len)) != NULL) {
+  if (data.len && (p->data = rt_malloc(data.len)) != NULL) {
     memcpy(p->data, data.data, data.len);
     p->len = data.len;
   }
@@ -232,7 +233,7 @@ static int remote_send(accel_ctx *ctx, dev_op *op) {
 
 static int send_op_frame(accel_ctx *ctx, dev_op *op) {
   remote *r = remote_of(ctx);
-  pending *p = calloc(1, sizeof *p);
+  pending *p = rt_calloc(1, sizeof *p);
   if (p == NULL)
     return ACCEL_ENOMEM;
   p->kind = PENDING_OP;
@@ -263,7 +264,7 @@ static int send_op_frame(accel_ctx *ctx, dev_op *op) {
   if (rc != 0 && pending_take(r, id) == p) {
     if (shm)
       remote_shm_complete(r, op, staging, rc);
-    free(p); /* not sent: the op stays the caller's */
+    rt_free(p); /* not sent: the op stays the caller's */
   }
   else if (rc != 0)
     rc = 0; /* the connection was lost meanwhile: remote_on_lost finished it */
@@ -273,13 +274,13 @@ static int send_op_frame(accel_ctx *ctx, dev_op *op) {
 /* A pending request whose answer a caller waits for; its future has two references, the
  * waiter's and the receiver's. */
 static pending *waited_pending(accel_ctx *ctx, uint16_t expect) {
-  pending *p = calloc(1, sizeof *p);
+  pending *p = rt_calloc(1, sizeof *p);
   if (p == NULL)
     return NULL;
   p->kind = PENDING_CONTROL;
   p->expect = expect;
   if (accel_future_create(ctx->rt, &p->done) != 0) {
-    free(p);
+    rt_free(p);
     return NULL;
   }
   accel_future_retain(p->done);
@@ -294,9 +295,9 @@ static void waited_free(remote *r, pending *p, bool answered) {
     accel_future_release(p->done); /* the receiver's reference, never to be used */
   else if (!answered)
     accel_future_wait(p->done, -1);
-  free(p->data);
+  rt_free(p->data);
   accel_future_release(p->done);
-  free(p);
+  rt_free(p);
 }
 
 /* Sends the encoded request of p and waits for its answer (timeout_ms < 0: for ever);
@@ -381,7 +382,7 @@ static void remote_free(accel_ctx *ctx) {
   pthread_mutex_destroy(&r->mu);
   pthread_mutex_destroy(&r->send_mu);
   pthread_cond_destroy(&r->idle);
-  free(r);
+  rt_free(r);
 }
 
 static void open_failed(accel_ctx *ctx) {
@@ -390,11 +391,11 @@ static void open_failed(accel_ctx *ctx) {
   pthread_mutex_destroy(&ctx->mu);
   pthread_mutex_destroy(&ctx->done_mu);
   pthread_cond_destroy(&ctx->done_cv);
-  free(ctx->handles);
+  rt_free(ctx->handles);
 }
 
 int client_remote_open(accel_ctx *ctx, const char *url) {
-  remote *r = calloc(1, sizeof *r);
+  remote *r = rt_calloc(1, sizeof *r);
   if (r == NULL)
     return ACCEL_ENOMEM;
   r->fd = -1;
@@ -410,7 +411,7 @@ int client_remote_open(accel_ctx *ctx, const char *url) {
     pthread_cond_destroy(&r->idle);
     pthread_mutex_destroy(&r->mu);
     pthread_mutex_destroy(&r->send_mu);
-    free(r);
+    rt_free(r);
     return rc;
   }
   ctx->tp = &client_remote_transport;
@@ -440,7 +441,7 @@ static int remote_device_info(accel_ctx *ctx, accel_device dev,
   int rc = remote_control(ctx, PROTO_CTL_DEVICE_INFO, (uint64_t)dev, -1, &data, &len);
   if (rc == 0 && proto_decode_device(data, len, out) != 0)
     rc = ACCEL_EPROTO;
-  free(data);
+  rt_free(data);
   return rc;
 }
 
@@ -454,7 +455,7 @@ static int remote_transfer_stats(accel_ctx *ctx, accel_transfer_stats *out) {
   int rc = remote_control(ctx, PROTO_CTL_TRANSFER_STATS, 0, -1, &data, &len);
   if (rc == 0 && proto_decode_transfer_stats(data, len, out) != 0)
     rc = ACCEL_EPROTO;
-  free(data);
+  rt_free(data);
   return rc;
 }
 

@@ -16,6 +16,7 @@
 
 #include "accel/error.h"
 #include "accel/runtime.h"
+#include "runtime/alloc.h"
 
 static bool is_tls(const char *url) {
   static const char *const schemes[] = {"tls+tcp://", "tls+tcp4://", "tls+tcp6://"};
@@ -35,14 +36,14 @@ static const char *env(const char *name) {
 static char *read_pem(const char *var, const char *path, size_t *len) {
   enum { MAX_PEM = 1 << 20 };
   FILE *f = fopen(path, "r");
-  char *buf = f ? malloc(MAX_PEM + 1) : NULL;
+  char *buf = f ? rt_malloc(MAX_PEM + 1) : NULL;
   size_t n = buf ? fread(buf, 1, MAX_PEM + 1, f) : 0;
   int err = f == NULL ? errno : buf == NULL ? ENOMEM : ferror(f) ? EIO : n > MAX_PEM ? EFBIG : 0;
   if (f)
     fclose(f);
   if (err != 0) {
     accel_log(ACCEL_LOG_ERROR, "client", "%s=%s: %s", var, path, strerror(err));
-    free(buf);
+    rt_free(buf);
     return NULL;
   }
   buf[n] = '\0';
@@ -68,10 +69,10 @@ static int client_cert(nng_tls_config *cfg) {
     accel_log(ACCEL_LOG_ERROR, "client",
               "ACCEL_TLS_CERT=%s, ACCEL_TLS_KEY=%s: not a usable PEM certificate and "
               "unencrypted private key: %s", cert_path, key_path, nng_strerror(rv));
-  free(cert);
+  rt_free(cert);
   if (key)
     explicit_bzero(key, key_len);
-  free(key);
+  rt_free(key);
   return rv == 0 ? 0 : ACCEL_EINVAL;
 }
 

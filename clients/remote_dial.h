@@ -1,4 +1,4 @@
-/* Dialing acceld over nng: tcp:// and tls+tcp:// (the client's half of actors/server_tls.c). */
+/* Dialing acceld over nng: tcp:// and tls+tcp:// (the client's half of server/server_tls.c). */
 #ifndef CLIENT_REMOTE_DIAL_H
 #define CLIENT_REMOTE_DIAL_H
 

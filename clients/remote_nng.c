@@ -16,6 +16,7 @@
 
 #include "clients/remote.h"
 #include "clients/remote_dial.h"
+#include "runtime/alloc.h"
 
 #define NNG_CLOSE_WAIT_MS 2000
 
@@ -124,7 +125,7 @@ static void on_pipe_gone(nng_pipe pipe, nng_pipe_ev ev, void *arg) {
 
 static int nng_link_open(accel_ctx *ctx, const char *url) {
   remote *r = remote_of(ctx);
-  nng_link *l = calloc(1, sizeof *l);
+  nng_link *l = rt_calloc(1, sizeof *l);
   if (l == NULL)
     return ACCEL_ENOMEM;
   l->ctx = ctx;
@@ -158,7 +159,7 @@ static void link_release(nng_link *l) {
     nng_aio_free(l->rx);
   pthread_mutex_destroy(&l->mu);
   pthread_cond_destroy(&l->cv);
-  free(l);
+  rt_free(l);
 }
 
 static void *closer(void *arg) {

@@ -1,4 +1,4 @@
-/* The shared-memory data plane, client side (the daemon's: actors/server_shm.c). Over the
+/* The shared-memory data plane, client side (the daemon's: server/server_shm.c). Over the
  * local link a WRITE or READ of at least REMOTE_SHM_MIN bytes does not carry its data in the
  * socket: the op names a region of memory both processes map and an offset in it.
  *   - Memory from accel_host_alloc() is such a region already: nothing is copied here.
@@ -15,6 +15,7 @@
 
 #include "actors/world.h"
 #include "clients/remote.h"
+#include "runtime/alloc.h"
 
 #define REMOTE_SHM_MIN (64u << 10)
 #define REMOTE_SHM_STAGING_MAX (1ull << 30)
@@ -34,7 +35,7 @@ static int region_create(accel_ctx *ctx, size_t len, bool staging, shm_region **
   int fd = memfd_create("accel-shm", MFD_CLOEXEC | MFD_ALLOW_SEALING);
   if (fd < 0)
     return ACCEL_ENOTSUP;
-  shm_region *g = calloc(1, sizeof *g);
+  shm_region *g = rt_calloc(1, sizeof *g);
   int rc = g == NULL ? ACCEL_ENOMEM : 0;
   if (rc == 0 && (ftruncate(fd, (off_t)len) != 0 ||
                   fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_SEAL) != 0))
@@ -52,7 +53,7 @@ static int region_create(accel_ctx *ctx, size_t len, bool staging, shm_region **
   }
   close(fd);
   if (rc != 0) {
-    free(g);
+    rt_free(g);
     return rc;
   }
   pthread_mutex_lock(&r->shm_mu);
@@ -140,7 +141,7 @@ int remote_host_alloc(accel_ctx *ctx, size_t bytes, void **out) {
 int remote_host_free(accel_ctx *ctx, void *p) {
   remote *r = remote_of(ctx);
   if (!r->link->shm) {
-    free(p);
+    rt_free(p);
     return 0;
   }
   pthread_mutex_lock(&r->shm_mu);
@@ -156,7 +157,7 @@ int remote_host_free(accel_ctx *ctx, void *p) {
   /* Ops using it have finished (the caller's contract): the daemon unmaps it at once. */
   remote_control(ctx, PROTO_CTL_SHM_DETACH, g->id, -1, NULL, NULL);
   munmap(g->base, g->len);
-  free(g);
+  rt_free(g);
   return 0;
 }
 
@@ -165,6 +166,6 @@ void remote_shm_free_all(remote *r) {
     shm_region *g = r->regions;
     r->regions = g->next;
     munmap(g->base, g->len);
-    free(g);
+    rt_free(g);
   }
 }

@@ -11,9 +11,10 @@
 #include <strings.h>
 #include <unistd.h>
 
-#include "actors/server.h"
+#include "server/server.h"
 #include "actors/world_init.h"
 #include "daemon/config.h"
+#include "runtime/alloc.h"
 
 void acd_config_defaults(acd_config *c) {
   memset(c, 0, sizeof *c);
@@ -36,14 +37,14 @@ void acd_config_defaults(acd_config *c) {
 
 void acd_config_free(acd_config *c) {
   for (uint32_t i = 0; i < c->nlisten; i++)
-    free(c->listen[i]);
-  free(c->socket_group);
-  free(c->allow_uids);
-  free(c->allow_gids);
-  free(c->tls_cert);
-  free(c->tls_key);
-  free(c->tls_ca);
-  free(c->metrics_listen);
+    rt_free(c->listen[i]);
+  rt_free(c->socket_group);
+  rt_free(c->allow_uids);
+  rt_free(c->allow_gids);
+  rt_free(c->tls_cert);
+  rt_free(c->tls_key);
+  rt_free(c->tls_ca);
+  rt_free(c->metrics_listen);
   memset(c, 0, sizeof *c);
 }
 
@@ -123,7 +124,7 @@ static bool parse_user_kernels(const char *v, uint32_t *out) {
 static bool add_listen(acd_config *c, const char *url) {
   if (c->nlisten == ACD_MAX_LISTEN || strstr(url, "://") == NULL)
     return false;
-  char *dup = strdup(url);
+  char *dup = rt_strdup(url);
   if (dup == NULL)
     return false;
   c->listen[c->nlisten++] = dup;
@@ -131,10 +132,10 @@ static bool add_listen(acd_config *c, const char *url) {
 }
 
 static bool set_string(char **field, const char *v) {
-  char *dup = strdup(v);
+  char *dup = rt_strdup(v);
   if (dup == NULL)
     return false;
-  free(*field);
+  rt_free(*field);
   *field = dup;
   return true;
 }
@@ -143,7 +144,7 @@ static bool set_string(char **field, const char *v) {
 static bool set_path(char **field, const char *v) {
   if (*v != '\0')
     return set_string(field, v);
-  free(*field);
+  rt_free(*field);
   *field = NULL;
   return true;
 }
@@ -190,11 +191,11 @@ typedef int (*id_lookup)(const char *name, char *buf, size_t len, uint32_t *id);
 /* Retries with a larger buffer while the entry does not fit (a group with many members). */
 static int lookup_id(id_lookup fn, const char *name, uint32_t *id) {
   for (size_t len = 4096; len <= (1u << 22); len *= 2) {
-    char *buf = malloc(len);
+    char *buf = rt_malloc(len);
     if (buf == NULL)
       return ENOMEM;
     int rc = fn(name, buf, len, id);
-    free(buf);
+    rt_free(buf);
     if (rc != ERANGE)
       return rc;
   }
@@ -223,7 +224,7 @@ static bool resolve_id(load_ctx *x, const char *key, id_lookup fn, const char *i
 }
 
 static bool push_id(uint32_t **ids, uint32_t *n, uint32_t id) {
-  uint32_t *grown = realloc(*ids, ((size_t)*n + 1) * sizeof *grown);
+  uint32_t *grown = rt_realloc(*ids, ((size_t)*n + 1) * sizeof *grown);
   if (grown == NULL)
     return false;
   grown[(*n)++] = id;
@@ -244,7 +245,7 @@ static char *trim(char *s) {
  * to the list. */
 static bool add_ids(load_ctx *x, const char *key, const char *v, id_lookup fn,
                     uint32_t **ids, uint32_t *n) {
-  char *copy = strdup(v);
+  char *copy = rt_strdup(v);
   bool ok = copy != NULL;
   char *save = NULL;
   for (char *item = ok ? strtok_r(copy, ",", &save) : NULL; ok && item != NULL;
@@ -254,7 +255,7 @@ static bool add_ids(load_ctx *x, const char *key, const char *v, id_lookup fn,
     if (*item != '\0')
       ok = resolve_id(x, key, fn, item, &id) && push_id(ids, n, id);
   }
-  free(copy);
+  rt_free(copy);
   return ok;
 }
 
@@ -348,7 +349,7 @@ static bool security_key(load_ctx *x, const char *k, const char *v) {
 /* [metrics] listen = http://HOST:PORT ("" or "off": not served). */
 static bool set_metrics_listen(acd_config *c, const char *v) {
   if (!strcmp(v, "") || !strcmp(v, "off")) {
-    free(c->metrics_listen);
+    rt_free(c->metrics_listen);
     c->metrics_listen = NULL;
     return true;
   }
@@ -395,7 +396,7 @@ int acd_config_load(acd_config *c, const acd_flags *f, char *err, size_t err_len
 int acd_config_apply_flags(acd_config *c, const acd_flags *f, char *err, size_t err_len) {
   if (f->nlisten > 0) { /* the command line's URLs replace the file's */
     for (uint32_t i = 0; i < c->nlisten; i++)
-      free(c->listen[i]);
+      rt_free(c->listen[i]);
     c->nlisten = 0;
     for (uint32_t i = 0; i < f->nlisten; i++)
       if (!add_listen(c, f->listen[i])) {

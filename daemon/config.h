@@ -33,7 +33,7 @@ typedef struct acd_config {
    * more than max_connections at once are refused. */
   uint32_t first_frame_timeout_ms, max_connections;
   proto_limits limits;
-  /* [security]: who may connect (srv_security in actors/server.h says what each means).
+  /* [security]: who may connect (srv_security in server/server.h says what each means).
    * User and group names are resolved to ids when the file is read. Owned. */
   uint32_t *allow_uids, *allow_gids;
   uint32_t nallow_uids, nallow_gids;

@@ -23,10 +23,11 @@
 #include <unistd.h>
 
 #include "actors/device.h"
-#include "actors/server.h"
+#include "server/server.h"
 #include "actors/world_init.h"
 #include "daemon/config.h"
 #include "daemon/service.h"
+#include "runtime/alloc.h"
 
 static void usage(FILE *to) {
   fprintf(to,
@@ -121,14 +122,14 @@ static int prepare_ipc_dirs(const acd_config *c) {
   for (uint32_t i = 0; i < c->nlisten; i++) {
     if (strncmp(c->listen[i], "ipc://", 6) != 0)
       continue;
-    char *copy = strdup(c->listen[i] + 6);
+    char *copy = rt_strdup(c->listen[i] + 6);
     if (copy == NULL)
       return -1;
     char *dir = dirname(copy);
     int rc = strcmp(dir, ".") == 0 ? 0 : make_dirs(dir);
     if (rc != 0)
       fprintf(stderr, "acceld: cannot create %s: %s\n", dir, strerror(errno));
-    free(copy);
+    rt_free(copy);
     if (rc != 0)
       return -1;
   }

@@ -7,9 +7,10 @@
 #include <systemd/sd-daemon.h>
 #include <unistd.h>
 
-#include "actors/server.h"
+#include "server/server.h"
 #include "daemon/service.h"
-#include "runtime/rt.h"
+#include "runtime/loop.h"
+#include "runtime/alloc.h"
 
 enum {
   SVC_MSG_SIGNAL = ACCEL_MSG_USER + 400, /* arg: the signal */
@@ -52,7 +53,7 @@ static void on_watchdog(uv_timer_t *t) {
 static void on_closed(uv_handle_t *handle) {
   svc_handles *h = handle->data;
   if (--h->open == 0)
-    free(h);
+    rt_free(h);
 }
 
 static int start_signal(svc_handles *h, uv_signal_t *sig, int signum) {
@@ -113,13 +114,13 @@ static int reload_work(void *data) { /* on a worker: reading a file may block */
 static void reload_drop(void *data) {
   reload *r = data;
   acd_config_free(&r->config); /* zeroed by a failed read, so this is safe either way */
-  free(r);
+  rt_free(r);
 }
 
 static void start_reload(svc_state *st, accel_actor *self) {
-  reload *r = calloc(1, sizeof *r);
+  reload *r = rt_calloc(1, sizeof *r);
   if (st->reloading || r == NULL) {
-    free(r);
+    rt_free(r);
     return;
   }
   r->flags = st->args->flags;
@@ -127,7 +128,7 @@ static void start_reload(svc_state *st, accel_actor *self) {
   if (accel_work_submit(self, reload_work, r, reload_drop, SVC_MSG_RELOADED) == 0)
     st->reloading = true;
   else
-    free(r);
+    rt_free(r);
 }
 
 static void note_restart_only(const acd_config *old, const acd_config *new) {
@@ -165,13 +166,13 @@ static void apply_limits(svc_state *st, accel_actor *self, const proto_limits *l
   log_limit("max_in_flight", old->max_in_flight, l->max_in_flight);
   log_limit("max_buffers", old->max_buffers, l->max_buffers);
   log_limit("max_memory", old->max_memory, l->max_memory);
-  proto_limits *copy = malloc(sizeof *copy);
+  proto_limits *copy = rt_malloc(sizeof *copy);
   if (copy == NULL)
     return;
   *copy = *l;
   accel_msg m = {.type = SRV_MSG_LIMITS, .data = copy, .drop = free};
   if (accel_tell(accel_actor_runtime(self), st->args->server, &m) != 0) {
-    free(copy);
+    rt_free(copy);
     return;
   }
   *old = *l;
@@ -211,7 +212,7 @@ static void tell_ready(acd_service_args *a) {
 static int svc_start(accel_actor *self, void *state, void *arg) {
   svc_state *st = state;
   st->args = arg;
-  st->h = calloc(1, sizeof *st->h);
+  st->h = rt_calloc(1, sizeof *st->h);
   if (st->h == NULL)
     return ACCEL_ENOMEM;
   st->h->rt = accel_actor_runtime(self);
@@ -234,7 +235,7 @@ static void svc_stop(accel_actor *self, void *state) {
   if (h == NULL)
     return;
   if (h->open == 0) {
-    free(h);
+    rt_free(h);
     return;
   }
   uv_signal_t *sigs[] = {&h->term, &h->intr, &h->hup};

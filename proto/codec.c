@@ -5,6 +5,7 @@
 #include "actors/check.h"
 #include "actors/world.h"
 #include "proto/wire.h"
+#include "runtime/alloc.h"
 
 _Static_assert(PROTO_OPTIONS_MAX == DEV_MODULE_MAX_OPTIONS, "the wire carries every option");
 
@@ -18,7 +19,7 @@ void proto_out_init(proto_out *o) {
 }
 
 void proto_out_free(proto_out *o) {
-  free(o->data);
+  rt_free(o->data);
   proto_out_init(o);
 }
 
@@ -33,7 +34,7 @@ static uint8_t *reserve(proto_out *o, size_t n) {
     size_t cap = o->cap ? o->cap : 256;
     while (cap < o->len + n)
       cap *= 2;
-    uint8_t *p = realloc(o->data, cap);
+    uint8_t *p = rt_realloc(o->data, cap);
     if (p == NULL) {
       o->err = ACCEL_ENOMEM;
       return NULL;

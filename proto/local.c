@@ -11,6 +11,7 @@
 
 #include "proto/stream.h"
 #include "proto/wire.h"
+#include "runtime/alloc.h"
 
 const char *proto_local_path(const char *url) {
   if (url == NULL)
@@ -125,7 +126,7 @@ long long proto_local_recv_frame(int fd, uint8_t **buf, size_t *cap, uint32_t ma
     return flen;
   size_t len = (size_t)flen;
   if (*cap < len) {
-    uint8_t *p = realloc(*buf, len);
+    uint8_t *p = rt_realloc(*buf, len);
     if (p == NULL)
       return ACCEL_ENOMEM;
     *buf = p;
@@ -150,7 +151,7 @@ static int reader_room(proto_reader *rd, size_t need) {
   size_t cap = need < READER_MIN ? READER_MIN : need;
   if (rd->cap >= cap)
     return 0;
-  uint8_t *p = realloc(rd->buf, cap);
+  uint8_t *p = rt_realloc(rd->buf, cap);
   if (p == NULL)
     return ACCEL_ENOMEM;
   rd->buf = p;
@@ -196,6 +197,6 @@ long long proto_reader_next(proto_reader *rd, int fd, uint32_t max_body,
 }
 
 void proto_reader_free(proto_reader *rd) {
-  free(rd->buf);
+  rt_free(rd->buf);
   memset(rd, 0, sizeof *rd);
 }

@@ -1,4 +1,4 @@
-/* The local transport's stream, client side (the daemon's side is actors/server_local.c).
+/* The local transport's stream, client side (the daemon's side is server/server_local.c).
  *
  * A local connection is a Unix stream socket carrying whole frames back to back: a frame is
  * self-delimiting (its header's body_len), so the stream needs no framing of its own and no

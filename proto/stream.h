@@ -1,5 +1,5 @@
 /* Frames in a byte stream (the local transport): where the next one starts and ends. Both
- * the daemon (actors/server_local.c) and clients (proto/local.c) split a stream with it; it is
+ * the daemon (server/server_local.c) and clients (proto/local.c) split a stream with it; it is
  * fuzzed (tests/fuzz/fuzz_stream.c). Pure, no allocation. */
 #ifndef PROTO_STREAM_H
 #define PROTO_STREAM_H

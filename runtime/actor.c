@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "runtime/rt.h"
+#include "runtime/alloc.h"
 
 #define RT_REPLIED ((accel_future *)(uintptr_t)1) /* msg->reply after accel_reply */
 
@@ -15,7 +16,7 @@
 
 int rt_slots_init(accel_runtime *rt, uint32_t count) {
   /* Slot 0 is never handed out, so {0, 0} is always stale. */
-  rt->slots = calloc((size_t)count + 1, sizeof *rt->slots);
+  rt->slots = rt_calloc((size_t)count + 1, sizeof *rt->slots);
   if (rt->slots == NULL)
     return ACCEL_ENOMEM;
   rt->slot_count = count + 1;
@@ -64,7 +65,7 @@ accel_actor *rt_resolve_local(accel_runtime *rt, accel_ref ref) {
 /* ---- cells ---- */
 
 accel_actor *rt_cell_create(accel_runtime *rt, accel_actor *parent, rt_child *spec) {
-  accel_actor *cell = calloc(1, sizeof *cell);
+  accel_actor *cell = rt_calloc(1, sizeof *cell);
   if (cell == NULL)
     return NULL;
   cell->rt = rt;
@@ -77,12 +78,12 @@ accel_actor *rt_cell_create(accel_runtime *rt, accel_actor *parent, rt_child *sp
     cell->supervision = spec->supervision;
   atomic_init(&cell->scheduled, 0);
   if (rt_mailbox_init(&cell->mailbox, spec ? spec->mailbox_capacity : 64) != 0) {
-    free(cell);
+    rt_free(cell);
     return NULL;
   }
   if (slot_alloc(rt, cell) != 0) {
     rt_mailbox_destroy(&cell->mailbox);
-    free(cell);
+    rt_free(cell);
     return NULL;
   }
   atomic_fetch_add(&rt->stats.actors_live, 1);
@@ -92,12 +93,12 @@ accel_actor *rt_cell_create(accel_runtime *rt, accel_actor *parent, rt_child *sp
 
 static void cell_free(accel_actor *cell) {
   rt_mailbox_destroy(&cell->mailbox);
-  free(cell);
+  rt_free(cell);
 }
 
 int rt_cell_start(accel_actor *cell) {
   size_t size = cell->b->state_size ? cell->b->state_size : 1;
-  cell->state = calloc(1, size);
+  cell->state = rt_calloc(1, size);
   if (cell->state == NULL)
     return ACCEL_ENOMEM;
   if (cell->b->start == NULL)
@@ -126,7 +127,7 @@ void rt_cell_terminate(accel_actor *cell) {
       cell->b->stop(cell, cell->state);
       rt_tls_actor = prev;
     }
-    free(cell->state);
+    rt_free(cell->state);
     cell->state = NULL;
   }
   if (cell->spec && cell->spec->cell == cell)
@@ -311,7 +312,7 @@ accel_future *accel_msg_take_reply(accel_msg *msg) {
 /* ---- sends that met a full mailbox on the loop (timer ticks, work results) ---- */
 
 void rt_retry_send(accel_runtime *rt, accel_ref to, const accel_msg *msg) {
-  rt_retry *node = malloc(sizeof *node);
+  rt_retry *node = rt_malloc(sizeof *node);
   if (node == NULL) {
     accel_msg m = *msg;
     rt_drop_msg(rt, &m);
@@ -340,7 +341,7 @@ bool rt_retries_flush(accel_runtime *rt) {
     if (rc != 0)
       rt_drop_msg(rt, &node->msg);
     *link = node->next;
-    free(node);
+    rt_free(node);
   }
   return rt->retries != NULL;
 }
@@ -455,7 +456,7 @@ static void stop_task(rt_task *task) {
   accel_actor *cell = rt_resolve_local(req->rt, req->ref);
   if (cell && cell->spec)
     rt_child_stop(cell->spec, 0);
-  free(req);
+  rt_free(req);
 }
 
 int accel_stop(accel_runtime *rt, accel_ref ref) {
@@ -468,7 +469,7 @@ int accel_stop(accel_runtime *rt, accel_ref ref) {
     return ACCEL_ESTALE;
   if (ref.slot == rt->root_ref.slot)
     return ACCEL_EINVAL; /* the root stops with the runtime */
-  stop_req *req = malloc(sizeof *req);
+  stop_req *req = rt_malloc(sizeof *req);
   if (req == NULL)
     return ACCEL_ENOMEM;
   req->task.fn_ = stop_task;

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "runtime/rt.h"
+#include "runtime/alloc.h"
 
 struct accel_future {
   rt_task task; /* posts the `then` callback to the loop */
@@ -36,7 +37,7 @@ static void run_then(rt_task *task) {
 int accel_future_create(accel_runtime *rt, accel_future **out) {
   if (rt == NULL || out == NULL)
     return ACCEL_EINVAL;
-  accel_future *f = calloc(1, sizeof *f);
+  accel_future *f = rt_calloc(1, sizeof *f);
   if (f == NULL)
     return ACCEL_ENOMEM;
   pthread_condattr_t attr;
@@ -64,7 +65,7 @@ void accel_future_release(accel_future *f) {
     f->drop(f->value);
   pthread_mutex_destroy(&f->mu);
   pthread_cond_destroy(&f->cv);
-  free(f);
+  rt_free(f);
 }
 
 int accel_future_complete(accel_future *f, int status, void *value, void (*drop)(void *)) {

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "runtime/rt.h"
+#include "runtime/alloc.h"
 
 RT_TLS accel_runtime *rt_tls_loop;
 RT_TLS accel_actor *rt_tls_actor;
@@ -334,7 +335,7 @@ int accel_runtime_create(accel_runtime **out, const accel_runtime_opts *opts) {
   if (out == NULL)
     return ACCEL_EINVAL;
   rt_log_init_from_env();
-  accel_runtime *rt = calloc(1, sizeof *rt);
+  accel_runtime *rt = rt_calloc(1, sizeof *rt);
   if (rt == NULL)
     return ACCEL_ENOMEM;
   uint32_t max_actors = opts && opts->max_actors ? opts->max_actors : 65536;
@@ -342,8 +343,8 @@ int accel_runtime_create(accel_runtime **out, const accel_runtime_opts *opts) {
   if (rc == 0)
     rc = loop_init(rt);
   if (rc != 0) {
-    free(rt->slots);
-    free(rt);
+    rt_free(rt->slots);
+    rt_free(rt);
     return rc;
   }
   pthread_mutex_init(&rt->remote_mu, NULL);
@@ -428,8 +429,8 @@ void accel_runtime_destroy(accel_runtime *rt) {
   uv_loop_close(&rt->loop);
   rt_wakeup_free(&rt->wake);
   pthread_mutex_destroy(&rt->remote_mu);
-  free(rt->slots);
-  free(rt);
+  rt_free(rt->slots);
+  rt_free(rt);
 }
 
 int accel_runtime_on_loop(accel_runtime *rt) {

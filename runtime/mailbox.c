@@ -2,6 +2,7 @@
 
 #include <stdint.h>
 #include <stdlib.h>
+#include "runtime/alloc.h"
 
 static size_t round_up_pow2(uint32_t n) {
   size_t c = 2;
@@ -12,7 +13,7 @@ static size_t round_up_pow2(uint32_t n) {
 
 int rt_mailbox_init(rt_mailbox *mb, uint32_t capacity) {
   size_t cap = round_up_pow2(capacity);
-  mb->cells = malloc(cap * sizeof(*mb->cells));
+  mb->cells = rt_malloc(cap * sizeof(*mb->cells));
   if (mb->cells == NULL)
     return ACCEL_ENOMEM;
   for (size_t i = 0; i < cap; i++)
@@ -24,7 +25,7 @@ int rt_mailbox_init(rt_mailbox *mb, uint32_t capacity) {
 }
 
 void rt_mailbox_destroy(rt_mailbox *mb) {
-  free(mb->cells);
+  rt_free(mb->cells);
   mb->cells = NULL;
 }
 

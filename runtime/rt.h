@@ -15,6 +15,7 @@
 
 #include "accel/runtime.h"
 #include "runtime/mailbox.h"
+#include "runtime/loop.h"
 #include "runtime/wakeup.h"
 
 typedef struct rt_child rt_child;
@@ -164,7 +165,7 @@ void rt_timers_stop_all(accel_actor *cell);
 
 /* The loop, for in-tree actors that own libuv handles (the daemon's server): loop thread
  * only; such handles must be closed in the actor's stop hook. */
-uv_loop_t *rt_uv_loop(accel_runtime *rt);
+/* rt_uv_loop: runtime/loop.h */
 
 /* log.c */
 void rt_log_init_from_env(void);

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "runtime/rt.h"
+#include "runtime/alloc.h"
 
 void rt_supervision_defaults(accel_supervision *s, const accel_supervision *given) {
   static const accel_supervision none;
@@ -26,13 +27,13 @@ void rt_supervision_defaults(accel_supervision *s, const accel_supervision *give
 
 rt_child *rt_child_create(accel_actor *owner, const accel_behavior *b, void *arg,
                           const accel_spawn_opts *opts) {
-  rt_child *spec = calloc(1, sizeof *spec);
+  rt_child *spec = rt_calloc(1, sizeof *spec);
   if (spec == NULL)
     return NULL;
   const char *name = opts && opts->name ? opts->name : b->name ? b->name : "actor";
-  spec->name = strdup(name);
+  spec->name = rt_strdup(name);
   if (spec->name == NULL) {
-    free(spec);
+    rt_free(spec);
     return NULL;
   }
   spec->owner = owner;
@@ -51,7 +52,7 @@ rt_child *rt_child_create(accel_actor *owner, const accel_behavior *b, void *arg
 }
 
 static void free_timer(uv_handle_t *h) {
-  free(h);
+  rt_free(h);
 }
 
 static void cancel_backoff(rt_child *spec) {
@@ -72,8 +73,8 @@ void rt_child_free(rt_child *spec) {
   else
     owner->children_tail = spec->prev;
   cancel_backoff(spec);
-  free(spec->name);
-  free(spec);
+  rt_free(spec->name);
+  rt_free(spec);
 }
 
 void rt_children_stop_all(accel_actor *owner) {
@@ -213,7 +214,7 @@ static void on_backoff(uv_timer_t *t) {
 static void schedule_restart(rt_child *spec) {
   uint64_t delay = backoff_delay(spec, &spec->owner->supervision);
   if (spec->backoff == NULL) {
-    spec->backoff = malloc(sizeof *spec->backoff);
+    spec->backoff = rt_malloc(sizeof *spec->backoff);
     if (spec->backoff == NULL) {
       restart_group(spec->owner, spec); /* no timer: restart now rather than never */
       return;

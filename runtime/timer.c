@@ -3,6 +3,7 @@
 #include <stdlib.h>
 
 #include "runtime/rt.h"
+#include "runtime/alloc.h"
 
 struct rt_timer {
   uv_timer_t handle; /* first: the handle pointer is the timer */
@@ -15,7 +16,7 @@ struct rt_timer {
 };
 
 static void free_timer(uv_handle_t *h) {
-  free(h);
+  rt_free(h);
 }
 
 static void unlink_and_close(rt_timer *t) {
@@ -40,7 +41,7 @@ int accel_timer_start(accel_actor *self, uint64_t delay_ms, uint64_t repeat_ms, 
                       uint64_t arg, uint64_t *id) {
   if (self == NULL || self->status != RT_RUNNING || rt_tls_loop != self->rt)
     return ACCEL_EINVAL;
-  rt_timer *t = calloc(1, sizeof *t);
+  rt_timer *t = rt_calloc(1, sizeof *t);
   if (t == NULL)
     return ACCEL_ENOMEM;
   uv_timer_init(&self->rt->loop, &t->handle);

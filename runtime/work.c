@@ -2,6 +2,7 @@
 #include <stdlib.h>
 
 #include "runtime/rt.h"
+#include "runtime/alloc.h"
 
 typedef struct rt_work {
   uv_work_t req; /* first: the request pointer is the work item */
@@ -28,20 +29,20 @@ static void after_work(uv_work_t *req, int status) {
     rt_retry_send(w->rt, w->to, &msg);
   else if (rc != 0)
     rt_drop_msg(w->rt, &msg); /* the actor is gone: nobody takes the result */
-  free(w);
+  rt_free(w);
 }
 
 int accel_work_submit(accel_actor *self, int (*work)(void *data), void *data,
                       void (*drop)(void *data), uint32_t type) {
   if (self == NULL || work == NULL || self->status != RT_RUNNING || rt_tls_loop != self->rt)
     return ACCEL_EINVAL;
-  rt_work *w = calloc(1, sizeof *w);
+  rt_work *w = rt_calloc(1, sizeof *w);
   if (w == NULL)
     return ACCEL_ENOMEM;
   *w = (rt_work){.rt = self->rt, .to = self->ref, .work = work, .data = data, .drop = drop,
                  .type = type};
   if (uv_queue_work(&self->rt->loop, &w->req, run_work, after_work) != 0) {
-    free(w);
+    rt_free(w);
     return ACCEL_ESYS;
   }
   return 0;

@@ -10,6 +10,7 @@
 #include "accel/error.h"
 #include "backends/cpu/backend_cpu.h"
 #include "backends/cpu/queue.h"
+#include "runtime/alloc.h"
 
 /* An idle worker's poll before it sleeps (device.h). Long enough to catch the next op of a
  * caller that turns results around quickly, short enough that an idle daemon idles. */
@@ -88,11 +89,11 @@ static int cpu_open(int index, const be_open_opts *opts, be_device **out)
     return ACCEL_EINVAL;
   if (index != 0)
     return ACCEL_ENOENT;
-  be_device *dev = calloc(1, sizeof *dev);
+  be_device *dev = rt_calloc(1, sizeof *dev);
   if (dev == NULL)
     return ACCEL_ENOMEM;
   if (pthread_mutex_init(&dev->lock, NULL) != 0) {
-    free(dev);
+    rt_free(dev);
     return ACCEL_ESYS;
   }
   atomic_init(&dev->refs, 1);
@@ -119,7 +120,7 @@ void be_cpu_dev_unref(be_device *dev)
   if (atomic_fetch_sub_explicit(&dev->refs, 1, memory_order_acq_rel) != 1)
     return;
   pthread_mutex_destroy(&dev->lock);
-  free(dev);
+  rt_free(dev);
 }
 
 /* Drains and frees the queues left, then frees the memory left. Events are not the device's

@@ -14,6 +14,7 @@
 #include "accel/error.h"
 #include "backends/cpu/backend_cpu.h"
 #include "backends/cpu/queue.h"
+#include "runtime/alloc.h"
 
 struct be_event {
   be_device *dev; /* a reference */
@@ -44,11 +45,11 @@ int be_cpu_event_create(be_device *dev, be_event **out)
 {
   if (atomic_load(&dev->fault))
     return ACCEL_EDEVLOST;
-  be_event *ev = calloc(1, sizeof *ev);
+  be_event *ev = rt_calloc(1, sizeof *ev);
   if (ev == NULL)
     return ACCEL_ENOMEM;
   if (pthread_mutex_init(&ev->lock, NULL) != 0) {
-    free(ev);
+    rt_free(ev);
     return ACCEL_ESYS;
   }
   be_cpu_dev_ref(dev);
@@ -66,7 +67,7 @@ void be_cpu_event_destroy(be_event *ev)
     be_cpu_queue_unref(ev->q);
   be_cpu_dev_unref(ev->dev);
   pthread_mutex_destroy(&ev->lock);
-  free(ev);
+  rt_free(ev);
 }
 
 int be_cpu_event_record(be_event *ev, be_queue *q)

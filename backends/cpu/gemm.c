@@ -12,6 +12,7 @@
 #include "backends/cpu/cpu_kernels.h"
 #include "backends/cpu/openblas.h"
 #include "backends/dtype_conv.h"
+#include "runtime/alloc.h"
 
 static bool fits_blasint(int64_t v)
 {
@@ -81,9 +82,9 @@ typedef struct scratch {
 
 static void scratch_free(scratch *s)
 {
-  free(s->a);
-  free(s->b);
-  free(s->c);
+  rt_free(s->a);
+  rt_free(s->b);
+  rt_free(s->c);
 }
 
 static int scratch_alloc(const be_gemm_args *g, scratch *s)
@@ -91,10 +92,10 @@ static int scratch_alloc(const be_gemm_args *g, scratch *s)
   *s = (scratch){0};
   if (!is16(g->ab_type))
     return 0;
-  s->a = malloc((size_t)(g->m * g->k) * sizeof(float));
-  s->b = malloc((size_t)(g->k * g->n) * sizeof(float));
+  s->a = rt_malloc((size_t)(g->m * g->k) * sizeof(float));
+  s->b = rt_malloc((size_t)(g->k * g->n) * sizeof(float));
   if (is16(g->c_type))
-    s->c = malloc((size_t)(g->m * g->n) * sizeof(float));
+    s->c = rt_malloc((size_t)(g->m * g->n) * sizeof(float));
   if (s->a == NULL || s->b == NULL || (is16(g->c_type) && s->c == NULL)) {
     scratch_free(s);
     return ACCEL_ENOMEM;

@@ -9,6 +9,7 @@
 #include "accel/error.h"
 #include "backends/cpu/backend_cpu.h"
 #include "backends/cpu/device.h"
+#include "runtime/alloc.h"
 
 #define BE_CPU_ALIGN 64
 
@@ -48,7 +49,7 @@ void be_cpu_mem_free(be_device *dev, be_mem *mem)
     return;
   be_cpu_block *blk = block_of(mem->handle);
   be_cpu_dev_untrack(dev, &blk->link);
-  free(blk);
+  rt_free(blk);
   *mem = (be_mem){0};
 }
 
@@ -57,6 +58,6 @@ void be_cpu_mem_free_all(be_device *dev)
   while (dev->blocks.next != &dev->blocks) {
     be_cpu_link *node = dev->blocks.next;
     be_cpu_list_del(node);
-    free(node); /* the link is the block's first member */
+    rt_free(node); /* the link is the block's first member */
   }
 }

@@ -7,6 +7,7 @@
 #include "accel/error.h"
 #include "backends/cpu/cpu_kernels.h"
 #include "backends/dtype_conv.h"
+#include "runtime/alloc.h"
 
 /* Elements per chunk of a 16-bit op: the f32 copy lives on the worker's stack. */
 #define CHUNK 512
@@ -100,7 +101,7 @@ static void softmax_row64(double *y, const double *x, size_t cols)
 /* One f32 row of scratch (allocated here, on the worker): widen, the F32 softmax, round. */
 static int softmax_16(uint32_t dtype, uint16_t *y, const uint16_t *x, size_t rows, size_t cols)
 {
-  float *row = malloc(cols * sizeof *row);
+  float *row = rt_malloc(cols * sizeof *row);
   if (row == NULL)
     return ACCEL_ENOMEM;
   for (size_t r = 0; r < rows; r++) {
@@ -108,7 +109,7 @@ static int softmax_16(uint32_t dtype, uint16_t *y, const uint16_t *x, size_t row
     be_cpu_softmax_f32(row, row, 1, cols);
     narrow(dtype, y + r * cols, row, cols);
   }
-  free(row);
+  rt_free(row);
   return 0;
 }
 

@@ -6,6 +6,7 @@
 #include <time.h>
 
 #include "accel/error.h"
+#include "runtime/alloc.h"
 
 /* Nodes a queue keeps for reuse; a burst beyond this gives its nodes back to malloc. */
 #define BE_CPU_FREE_MAX 1024
@@ -65,7 +66,7 @@ static void recycle(be_queue *q, be_cpu_item *first, be_cpu_item *last, size_t n
   }
   while (first != NULL) {
     be_cpu_item *next = first->next;
-    free(first);
+    rt_free(first);
     first = next;
   }
 }
@@ -157,14 +158,14 @@ static void queue_free(be_queue *q)
 {
   while (q->free != NULL) {
     be_cpu_item *next = q->free->next;
-    free(q->free);
+    rt_free(q->free);
     q->free = next;
   }
   pthread_cond_destroy(&q->done_cv);
   pthread_cond_destroy(&q->work_cv);
   pthread_mutex_destroy(&q->lock);
   be_cpu_dev_unref(q->dev);
-  free(q);
+  rt_free(q);
 }
 
 static int queue_init(be_queue *q, be_device *dev)
@@ -194,12 +195,12 @@ static int queue_init(be_queue *q, be_device *dev)
 
 int be_cpu_queue_create(be_device *dev, be_queue **out)
 {
-  be_queue *q = calloc(1, sizeof *q);
+  be_queue *q = rt_calloc(1, sizeof *q);
   if (q == NULL)
     return ACCEL_ENOMEM;
   int err = queue_init(q, dev);
   if (err != 0) {
-    free(q);
+    rt_free(q);
     return err;
   }
   be_cpu_dev_ref(dev); /* dropped by queue_free */
@@ -249,7 +250,7 @@ static be_cpu_item *take_node(be_queue *q)
     return node; /* still locked */
   }
   pthread_mutex_unlock(&q->lock);
-  node = malloc(sizeof *node);
+  node = rt_malloc(sizeof *node);
   if (node != NULL)
     pthread_mutex_lock(&q->lock);
   return node;

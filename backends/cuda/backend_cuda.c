@@ -12,6 +12,7 @@
 #include "backends/cuda/backend_cuda.h"
 #include "backends/cuda/device.h"
 #include "backends/cuda/nvrtc_lib.h"
+#include "runtime/alloc.h"
 
 /* How long inject_fault waits for its kernel to break the context (a kernel ahead of it may
  * hold every multiprocessor for a while). */
@@ -91,7 +92,7 @@ static unsigned default_copy_threads(void)
 
 static be_device *dev_new(int index, const be_open_opts *opts)
 {
-  be_device *dev = calloc(1, sizeof *dev);
+  be_device *dev = rt_calloc(1, sizeof *dev);
   if (dev == NULL)
     return NULL;
   atomic_init(&dev->refs, 1);
@@ -131,8 +132,8 @@ void be_cuda_dev_unref(be_device *dev)
   pthread_mutex_destroy(&dev->reap_lock);
   pthread_mutex_destroy(&dev->lock);
   pthread_rwlock_destroy(&dev->copy_lock);
-  free(dev->pool);
-  free(dev);
+  rt_free(dev->pool);
+  rt_free(dev);
 }
 
 static int cuda_open(int index, const be_open_opts *opts, be_device **out)

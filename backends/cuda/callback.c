@@ -42,6 +42,7 @@
 
 #include "accel/error.h"
 #include "backends/cuda/device.h"
+#include "runtime/alloc.h"
 
 typedef struct cb_rec {
   be_cu_link link; /* first: the device's list points here */
@@ -70,7 +71,7 @@ static bool claim(cb_rec *r)
 static void unref(cb_rec *r)
 {
   if (atomic_fetch_sub(&r->refs, 1) == 1)
-    free(r);
+    rt_free(r);
 }
 
 static void hostfn_leave_locked(be_device *dev)
@@ -160,7 +161,7 @@ static void unarm(be_device *dev, cb_rec *r)
   pthread_mutex_lock(&dev->cb_lock);
   be_cu_list_del(&r->link);
   pthread_mutex_unlock(&dev->cb_lock);
-  free(r);
+  rt_free(r);
 }
 
 /* Links r, queues its host function on `stream` (q's own or its side stream) and arms it.
@@ -173,7 +174,7 @@ static int launch(be_queue *q, CUstream stream, cb_rec *r)
   pthread_mutex_lock(&dev->cb_lock);
   if (atomic_load(&dev->fault) != BE_CUDA_OK) {
     pthread_mutex_unlock(&dev->cb_lock);
-    free(r);
+    rt_free(r);
     return ACCEL_EDEVLOST;
   }
   be_cu_list_add(&dev->cbs, &r->link);
@@ -197,7 +198,7 @@ static int launch(be_queue *q, CUstream stream, cb_rec *r)
 
 static cb_rec *rec_new(be_device *dev)
 {
-  cb_rec *r = calloc(1, sizeof *r);
+  cb_rec *r = rt_calloc(1, sizeof *r);
   if (r == NULL)
     return NULL;
   be_cu_list_init(&r->link);
@@ -244,7 +245,7 @@ int be_cuda_notify(be_queue *q, be_host_fn fn, void *arg)
   if (rc == 0)
     rc = be_cuda_check(dev, be_cu.cuStreamWaitEvent(q->side, q->side_ev, 0));
   if (rc != 0) {
-    free(r); /* never linked */
+    rt_free(r); /* never linked */
     return rc;
   }
   return launch(q, q->side, r);
@@ -268,7 +269,7 @@ static cb_call *claim_all(be_device *dev, size_t *n)
   size_t cap = 0;
   for (be_cu_link *l = dev->cbs.next; l != &dev->cbs; l = l->next)
     cap++;
-  cb_call *calls = cap > 0 ? malloc(cap * sizeof *calls) : NULL;
+  cb_call *calls = cap > 0 ? rt_malloc(cap * sizeof *calls) : NULL;
   *n = 0;
   for (be_cu_link *l = dev->cbs.next; l != &dev->cbs; l = l->next) {
     cb_rec *r = (cb_rec *)l;
@@ -286,7 +287,7 @@ static void call_all(cb_call *calls, size_t n)
 {
   for (size_t i = 0; i < n; i++)
     calls[i].fn(calls[i].arg, ACCEL_EDEVLOST);
-  free(calls);
+  rt_free(calls);
 }
 
 /* Records stay linked: CUDA may still be about to run one, and then frees it itself. */
@@ -309,7 +310,7 @@ void be_cuda_callbacks_drain(be_device *dev)
   while (!be_cu_list_empty(&dev->cbs)) {
     be_cu_link *l = dev->cbs.next;
     be_cu_list_del(l);
-    free(l);
+    rt_free(l);
   }
   pthread_mutex_unlock(&dev->cb_lock);
   call_all(calls, n);
@@ -334,7 +335,7 @@ void be_cuda_callbacks_free(be_device *dev, be_cu_link *list)
   while (!be_cu_list_empty(list)) {
     be_cu_link *l = list->next;
     be_cu_list_del(l);
-    free(l);
+    rt_free(l);
   }
   pthread_mutex_unlock(&dev->cb_lock);
 }

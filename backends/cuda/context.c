@@ -36,6 +36,7 @@
 #include "accel/error.h"
 #include "backends/cuda/backend_cuda.h"
 #include "backends/cuda/device.h"
+#include "runtime/alloc.h"
 
 /* By be_cuda_fn index. */
 static const char *const fn_names[BE_FN_COUNT] = {
@@ -275,7 +276,7 @@ static void end_left(int index)
       be_cu.cuDevicePrimaryCtxRelease(l->cu);
     else
       be_cuda_trace("left context destroyed", be_cu.cuCtxDestroy(l->ctx));
-    free(l);
+    rt_free(l);
   }
 }
 
@@ -298,7 +299,7 @@ static void *bury_main(void *arg)
   if (last)
     end_left(dev->index);
   be_cuda_dev_unref(dev);
-  free(b);
+  rt_free(b);
   return NULL;
 }
 
@@ -328,7 +329,7 @@ static void forget_context(be_device *dev)
  * may still run a record, which then unlinks itself under the device's cb_lock. */
 static void bury(be_device *dev)
 {
-  burial *b = calloc(1, sizeof *b);
+  burial *b = rt_calloc(1, sizeof *b);
   be_cuda_dev_ref(dev);
   atomic_bool *buried = buried_of(dev);
   if (dev->primary && buried != NULL)
@@ -336,7 +337,7 @@ static void bury(be_device *dev)
   be_cuda_trace("context buried: its work may never end", CUDA_SUCCESS);
   if (b == NULL || burials_of(dev) == NULL) {
     be_cuda_callbacks_hand_off(dev, &dev->orphans);
-    free(b);
+    rt_free(b);
   } else {
     *b = (burial){.dev = dev, .ctx = dev->ctx, .primary = dev->primary};
     be_cu_list_init(&b->cbs);
@@ -354,7 +355,7 @@ static void bury(be_device *dev)
  * to be ended after that (its work is done: the caller synchronised it). */
 static void end_or_leave(be_device *dev, bool lost)
 {
-  left_ctx *l = malloc(sizeof *l);
+  left_ctx *l = rt_malloc(sizeof *l);
   pthread_mutex_lock(&left_lock);
   bool leave = burial_pending(dev);
   if (leave && l != NULL) {
@@ -363,7 +364,7 @@ static void end_or_leave(be_device *dev, bool lost)
     l = NULL;
   }
   pthread_mutex_unlock(&left_lock);
-  free(l);
+  rt_free(l);
   if (!leave) {
     release_context(dev, lost);
     return;

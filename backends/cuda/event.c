@@ -9,6 +9,7 @@
 #include "accel/error.h"
 #include "backends/cuda/backend_cuda.h"
 #include "backends/cuda/device.h"
+#include "runtime/alloc.h"
 
 /* Idle CUevents kept per device; beyond, event_destroy destroys them. */
 #define BE_CUDA_POOL_MAX 4096
@@ -46,7 +47,7 @@ static bool pool_put(be_device *dev, CUevent ev)
 {
   if (dev->npool == dev->pool_cap) {
     size_t cap = dev->pool_cap ? 2 * dev->pool_cap : 64;
-    CUevent *p = cap <= BE_CUDA_POOL_MAX ? realloc(dev->pool, cap * sizeof *p) : NULL;
+    CUevent *p = cap <= BE_CUDA_POOL_MAX ? rt_realloc(dev->pool, cap * sizeof *p) : NULL;
     if (p == NULL)
       return false;
     dev->pool = p;
@@ -72,7 +73,7 @@ int be_cuda_event_create(be_device *dev, be_event **out)
     return ACCEL_EINVAL;
   if (be_cuda_lost(dev) || dev->ctx == NULL)
     return ACCEL_EDEVLOST;
-  be_event *e = calloc(1, sizeof *e);
+  be_event *e = rt_calloc(1, sizeof *e);
   if (e == NULL)
     return ACCEL_ENOMEM;
   e->gen = atomic_load(&dev->gen);
@@ -82,7 +83,7 @@ int be_cuda_event_create(be_device *dev, be_event **out)
     if (rc == 0)
       rc = be_cuda_check(dev, be_cu.cuEventCreate(&e->ev, CU_EVENT_DISABLE_TIMING));
     if (rc != 0) {
-      free(e);
+      rt_free(e);
       return rc;
     }
   }
@@ -105,7 +106,7 @@ void be_cuda_event_destroy(be_event *e)
   if (current && !kept && be_cuda_enter(dev) == 0)
     be_cu.cuEventDestroy(e->ev);
   be_cuda_dev_unref(dev);
-  free(e);
+  rt_free(e);
 }
 
 int be_cuda_event_record(be_event *e, be_queue *q)

@@ -7,6 +7,7 @@
 #include "accel/error.h"
 #include "backends/cuda/backend_cuda.h"
 #include "backends/cuda/device.h"
+#include "runtime/alloc.h"
 
 typedef struct be_cuda_block {
   be_cu_link link; /* first: the device's list points here */
@@ -25,14 +26,14 @@ int be_cuda_mem_alloc(be_device *dev, size_t bytes, be_mem *out)
     return ACCEL_EINVAL;
   if (be_cuda_lost(dev) || dev->ctx == NULL)
     return ACCEL_EDEVLOST;
-  be_cuda_block *blk = calloc(1, sizeof *blk);
+  be_cuda_block *blk = rt_calloc(1, sizeof *blk);
   if (blk == NULL)
     return ACCEL_ENOMEM;
   int rc = be_cuda_enter(dev);
   if (rc == 0)
     rc = be_cuda_check(dev, be_cu.cuMemAlloc(&blk->ptr, bytes));
   if (rc != 0) {
-    free(blk);
+    rt_free(blk);
     return rc;
   }
   blk->gen = atomic_load(&dev->gen);
@@ -61,7 +62,7 @@ void be_cuda_mem_free(be_device *dev, be_mem *mem)
   be_cu_list_del(&blk->link);
   pthread_mutex_unlock(&dev->lock);
   block_release(dev, blk);
-  free(blk);
+  rt_free(blk);
   *mem = (be_mem){0};
 }
 
@@ -71,7 +72,7 @@ void be_cuda_mem_free_all(be_device *dev)
     be_cuda_block *blk = (be_cuda_block *)dev->blocks.next;
     be_cu_list_del(&blk->link);
     block_release(dev, blk);
-    free(blk);
+    rt_free(blk);
   }
 }
 

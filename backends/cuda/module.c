@@ -35,6 +35,7 @@
 #include "backends/cuda/backend_cuda.h"
 #include "backends/cuda/device.h"
 #include "backends/cuda/nvrtc_lib.h"
+#include "runtime/alloc.h"
 
 /* Bytes of the JIT's error and information logs kept (each). */
 #define JIT_LOG 16384
@@ -99,10 +100,10 @@ static uint32_t cuda_sources(be_device *dev)
 
 static bool blank(const char *s)
 {
-  char *copy = s != NULL ? strdup(s) : NULL;
+  char *copy = s != NULL ? rt_strdup(s) : NULL;
   be_cuda_log_finish(&copy);
   bool none = copy == NULL;
-  free(copy);
+  rt_free(copy);
   return none;
 }
 
@@ -114,7 +115,7 @@ static int ptx_image(const void *code, size_t len, const char *options, be_cuda_
     be_cuda_log_append(log, "accel: PTX takes no options (the driver compiles it as it is)");
     return ACCEL_EBUILD;
   }
-  char *p = malloc(len + 1);
+  char *p = rt_malloc(len + 1);
   if (p == NULL)
     return ACCEL_ENOMEM;
   if (len > 0)
@@ -150,7 +151,7 @@ static int load_error(be_device *dev, CUresult r, char **log)
 
 static int driver_load(be_device *dev, const be_cuda_image *img, CUmodule *cu, char **log)
 {
-  char *err = calloc(2, JIT_LOG);
+  char *err = rt_calloc(2, JIT_LOG);
   if (err == NULL)
     return ACCEL_ENOMEM;
   char *info = err + JIT_LOG;
@@ -158,7 +159,7 @@ static int driver_load(be_device *dev, const be_cuda_image *img, CUmodule *cu, c
   CUresult r = rc == 0 ? jit_load(cu, img->data, err, info) : CUDA_SUCCESS;
   be_cuda_log_append(log, info);
   be_cuda_log_append(log, err);
-  free(err);
+  rt_free(err);
   if (rc == 0 && r != CUDA_SUCCESS)
     rc = load_error(dev, r, log);
   return rc;
@@ -166,7 +167,7 @@ static int driver_load(be_device *dev, const be_cuda_image *img, CUmodule *cu, c
 
 static int module_new(be_device *dev, CUmodule cu, be_module **out)
 {
-  be_module *m = calloc(1, sizeof *m);
+  be_module *m = rt_calloc(1, sizeof *m);
   if (m == NULL)
     return ACCEL_ENOMEM;
   m->dev = dev;
@@ -208,12 +209,12 @@ static int cuda_load(be_device *dev, uint32_t source, const void *code, size_t l
     rc = driver_load(dev, &img, &cu, &text);
   if (rc == 0 && (rc = module_new(dev, cu, out)) != 0)
     be_cu.cuModuleUnload(cu);
-  free(img.data);
+  rt_free(img.data);
   be_cuda_log_finish(&text);
   if (log != NULL)
     *log = text;
   else
-    free(text);
+    rt_free(text);
   return rc;
 }
 
@@ -224,10 +225,10 @@ static void module_free(be_module *m)
   while (m->kernels != NULL) {
     be_kernel *k = m->kernels;
     m->kernels = k->next;
-    free(k);
+    rt_free(k);
   }
   pthread_mutex_destroy(&m->lock);
-  free(m);
+  rt_free(m);
 }
 
 /* A lost device's modules stay: its context is destroyed or reset, and they with it (the
@@ -339,7 +340,7 @@ static int kernel_new(be_module *m, const char *name, size_t len, be_kernel **ou
   int rc = function_get(m, name, &fn);
   if (rc != 0)
     return rc;
-  be_kernel *k = calloc(1, sizeof *k + len + 1);
+  be_kernel *k = rt_calloc(1, sizeof *k + len + 1);
   if (k == NULL)
     return ACCEL_ENOMEM;
   k->mod = m;

@@ -27,6 +27,7 @@
 #include "backends/cuda/device.h"
 #include "backends/cuda/nvrtc_lib.h"
 #include "backends/disk_cache.h"
+#include "runtime/alloc.h"
 
 #define MEM_ENTRIES 64
 #define MEM_BYTES ((size_t)128 << 20)
@@ -43,7 +44,7 @@ void be_cuda_log_append(char **log, const char *text)
   if (n == 0)
     return;
   bool sep = old > 0 && (*log)[old - 1] != '\n';
-  char *s = realloc(*log, old + sep + n + 1);
+  char *s = rt_realloc(*log, old + sep + n + 1);
   if (s == NULL)
     return; /* the log is a courtesy: without memory it stays shorter */
   if (sep)
@@ -57,7 +58,7 @@ void be_cuda_log_finish(char **log)
   for (const char *p = *log; p != NULL && *p != '\0'; p++)
     if (!isspace((unsigned char)*p))
       return;
-  free(*log);
+  rt_free(*log);
   *log = NULL;
 }
 
@@ -80,7 +81,7 @@ static int ident_make(be_device *dev, const be_nvrtc_api *nv, const void *code, 
   const char *opt = options != NULL ? options : "";
   size_t olen = strlen(opt);
   id->len = (size_t)n + 1 + olen + 1 + len;
-  id->p = malloc(id->len);
+  id->p = rt_malloc(id->len);
   if (id->p == NULL)
     return ACCEL_ENOMEM;
   memcpy(id->p, head, (size_t)n + 1);
@@ -106,7 +107,7 @@ static unsigned char *blob_make(const ident *id, const char *log, const be_cuda_
   *len = sizeof h + h.ident_len + h.log_len + h.image_len;
   if (id->len > BE_CACHE_MAX || img->len > BE_CACHE_MAX || *len > BE_CACHE_MAX)
     return NULL;
-  unsigned char *b = malloc(*len), *p = b;
+  unsigned char *b = rt_malloc(*len), *p = b;
   if (b == NULL)
     return NULL;
   memcpy(p, &h, sizeof h);
@@ -122,7 +123,7 @@ static unsigned char *blob_make(const ident *id, const char *log, const be_cuda_
 /* malloc'd copy of n bytes and a NUL (PTX must end in one; a CUBIN does not mind). */
 static void *dup_nul(const void *p, size_t n)
 {
-  char *s = malloc(n + 1);
+  char *s = rt_malloc(n + 1);
   if (s != NULL) {
     memcpy(s, p, n);
     s[n] = '\0';
@@ -148,14 +149,14 @@ static int blob_open(const unsigned char *b, size_t len, const ident *id, be_cud
   img->data = dup_nul(bin, h.image_len);
   img->len = h.image_len;
   if (img->data == NULL || (h.log_len > 0 && l == NULL)) {
-    free(img->data);
-    free(l);
+    rt_free(img->data);
+    rt_free(l);
     img->data = NULL;
     return ACCEL_ENOMEM;
   }
   if (l != NULL)
     be_cuda_log_append(log, l);
-  free(l);
+  rt_free(l);
   return 0;
 }
 
@@ -192,7 +193,7 @@ static int mem_find(const ident *id, be_cuda_image *img, char **log)
 static void mem_drop(mem_entry *e)
 {
   mem_total -= e->len;
-  free(e->blob);
+  rt_free(e->blob);
   *e = (mem_entry){0};
 }
 
@@ -219,7 +220,7 @@ static mem_entry *mem_room(size_t len)
 static void mem_put(uint64_t key, unsigned char *blob, size_t len)
 {
   if (len > MEM_BYTES) {
-    free(blob);
+    rt_free(blob);
     return;
   }
   pthread_mutex_lock(&mem_lock);
@@ -233,7 +234,7 @@ static void mem_put(uint64_t key, unsigned char *blob, size_t len)
     blob = NULL;
   }
   pthread_mutex_unlock(&mem_lock);
-  free(blob);
+  rt_free(blob);
 }
 
 void be_cuda_module_cache_drop(void)
@@ -265,7 +266,7 @@ static int disk_find(const ident *id, be_cuda_image *img, char **log)
     mem_put(id->key, data, len);
     atomic_fetch_add(&disk_hits, 1);
   } else {
-    free(data);
+    rt_free(data);
   }
   return rc;
 }
@@ -289,8 +290,8 @@ static void keep(const ident *id, const char *log, const be_cuda_image *img)
 static int split_words(const char *s, char **store, char ***argv, int *argc)
 {
   size_t n = strlen(s);
-  char *w = *store = malloc(n + 1);
-  char **v = *argv = malloc((n / 2 + 3) * sizeof *v);
+  char *w = *store = rt_malloc(n + 1);
+  char **v = *argv = rt_malloc((n / 2 + 3) * sizeof *v);
   if (w == NULL || v == NULL)
     return ACCEL_ENOMEM;
   bool quoted = false, in_word = false;
@@ -349,12 +350,12 @@ static void program_log(const be_nvrtc_api *nv, nvrtcProgram prog, char **log)
   size_t n = 0;
   if (nv->nvrtcGetProgramLogSize(prog, &n) != NVRTC_SUCCESS || n <= 1)
     return;
-  char *s = malloc(n);
+  char *s = rt_malloc(n);
   if (s != NULL && nv->nvrtcGetProgramLog(prog, s) == NVRTC_SUCCESS) {
     s[n - 1] = '\0';
     be_cuda_log_append(log, s);
   }
-  free(s);
+  rt_free(s);
 }
 
 /* The CUBIN NVRTC made, else its PTX. */
@@ -365,12 +366,12 @@ static int program_image(const be_nvrtc_api *nv, nvrtcProgram prog, be_cuda_imag
                nv->nvrtcGetCUBINSize(prog, &n) == NVRTC_SUCCESS && n > 0;
   if (!cubin && (nv->nvrtcGetPTXSize(prog, &n) != NVRTC_SUCCESS || n == 0))
     return ACCEL_EBUILD;
-  char *p = malloc(n + 1);
+  char *p = rt_malloc(n + 1);
   if (p == NULL)
     return ACCEL_ENOMEM;
   nvrtcResult r = cubin ? nv->nvrtcGetCUBIN(prog, p) : nv->nvrtcGetPTX(prog, p);
   if (r != NVRTC_SUCCESS) {
-    free(p);
+    rt_free(p);
     return ACCEL_EBUILD;
   }
   p[n] = '\0';
@@ -420,9 +421,9 @@ static int compile(be_device *dev, const be_nvrtc_api *nv, const void *code, siz
   }
   if (rc == 0)
     rc = run_nvrtc(nv, src, argv, argc, img, log);
-  free(argv);
-  free(store);
-  free(src);
+  rt_free(argv);
+  rt_free(store);
+  rt_free(src);
   return rc;
 }
 
@@ -444,6 +445,6 @@ int be_cuda_build(be_device *dev, const void *code, size_t len, const char *opti
     if (rc == 0)
       keep(&id, *log, img);
   }
-  free(id.p);
+  rt_free(id.p);
   return rc;
 }

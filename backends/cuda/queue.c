@@ -6,6 +6,7 @@
 #include "accel/error.h"
 #include "backends/cuda/backend_cuda.h"
 #include "backends/cuda/device.h"
+#include "runtime/alloc.h"
 
 int be_cuda_queue_ok(be_queue *q)
 {
@@ -32,7 +33,7 @@ int be_cuda_queue_create(be_device *dev, be_queue **out)
     return ACCEL_EINVAL;
   if (be_cuda_lost(dev) || dev->ctx == NULL)
     return ACCEL_EDEVLOST;
-  be_queue *q = calloc(1, sizeof *q);
+  be_queue *q = rt_calloc(1, sizeof *q);
   if (q == NULL)
     return ACCEL_ENOMEM;
   q->dev = dev;
@@ -40,7 +41,7 @@ int be_cuda_queue_create(be_device *dev, be_queue **out)
   be_cu_list_init(&q->link);
   int rc = queue_init(dev, q);
   if (rc != 0) {
-    free(q);
+    rt_free(q);
     return rc;
   }
   pthread_mutex_lock(&dev->lock);
@@ -108,7 +109,7 @@ void be_cuda_queue_destroy(be_queue *q)
   pthread_mutex_lock(&dev->lock);
   be_cu_list_del(&q->link);
   pthread_mutex_unlock(&dev->lock);
-  free(q);
+  rt_free(q);
 }
 
 uint64_t be_cuda_stream(be_queue *q)

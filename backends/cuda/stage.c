@@ -34,6 +34,7 @@
 
 #include "accel/error.h"
 #include "backends/cuda/device.h"
+#include "runtime/alloc.h"
 
 #define SLOTS 4u
 #define CHUNK (8u << 20)
@@ -103,7 +104,7 @@ static void *helper(void *arg)
 {
   team *t = ((void **)arg)[0];
   unsigned idx = (unsigned)(uintptr_t)((void **)arg)[1];
-  free(arg);
+  rt_free(arg);
   uint64_t seen = 0;
   pthread_mutex_lock(&t->lock);
   for (;;) {
@@ -165,7 +166,7 @@ static void team_stop(team *t)
   pthread_mutex_unlock(&t->lock);
   for (unsigned i = 0; i < t->helpers; i++)
     pthread_join(t->threads[i], NULL);
-  free(t->threads);
+  rt_free(t->threads);
   pthread_cond_destroy(&t->done);
   pthread_cond_destroy(&t->go);
   pthread_mutex_destroy(&t->lock);
@@ -177,15 +178,15 @@ static void team_start(team *t, unsigned helpers)
   pthread_mutex_init(&t->lock, NULL);
   pthread_cond_init(&t->go, NULL);
   pthread_cond_init(&t->done, NULL);
-  t->threads = helpers > 0 ? calloc(helpers, sizeof *t->threads) : NULL;
+  t->threads = helpers > 0 ? rt_calloc(helpers, sizeof *t->threads) : NULL;
   for (unsigned i = 0; t->threads != NULL && i < helpers; i++) {
-    void **arg = malloc(2 * sizeof *arg);
+    void **arg = rt_malloc(2 * sizeof *arg);
     if (arg == NULL)
       break;
     arg[0] = t;
     arg[1] = (void *)(uintptr_t)(i + 1);
     if (pthread_create(&t->threads[i], NULL, helper, arg) != 0) {
-      free(arg);
+      rt_free(arg);
       break;
     }
     t->helpers++;
@@ -271,7 +272,7 @@ static stage_job *next_job(be_cuda_stage *s)
 static void release_job(be_cuda_stage *s, stage_job *j)
 {
   atomic_store_explicit(&s->words[HOST_DONE], j->first + j->n - 1, memory_order_release);
-  free(j);
+  rt_free(j);
 }
 
 /* Runs the jobs in order; after a fault or a stop it only drops them. */
@@ -284,7 +285,7 @@ static void *stager(void *arg)
     for (uint32_t c = 0; ok && c < j->n; c++)
       ok = run_chunk(s, j, c);
     if (ok)
-      free(j);
+      rt_free(j);
     else
       release_job(s, j);
   }
@@ -314,7 +315,7 @@ static void stage_destroy(be_cuda_stage *s, bool alive)
     be_cu.cuMemFreeHost((void *)s->words);
   pthread_cond_destroy(&s->cv);
   pthread_mutex_destroy(&s->lock);
-  free(s);
+  rt_free(s);
 }
 
 /* Whether the stream can wait on host memory: a wait that is already satisfied. */
@@ -346,7 +347,7 @@ static int stage_alloc(be_queue *q, be_cuda_stage *s)
 
 static int stage_create(be_queue *q)
 {
-  be_cuda_stage *s = calloc(1, sizeof *s);
+  be_cuda_stage *s = rt_calloc(1, sizeof *s);
   if (s == NULL)
     return ACCEL_ENOMEM;
   s->dev = q->dev;
@@ -437,7 +438,7 @@ int be_cuda_stage_copy(be_queue *q, bool to_device, CUdeviceptr d, void *host, s
     if (rc != 0)
       return rc;
   }
-  stage_job *j = calloc(1, sizeof *j);
+  stage_job *j = rt_calloc(1, sizeof *j);
   if (j == NULL)
     return ACCEL_ENOMEM;
   *j = (stage_job){.to_device = to_device, .host = host, .bytes = bytes,
@@ -446,7 +447,7 @@ int be_cuda_stage_copy(be_queue *q, bool to_device, CUdeviceptr d, void *host, s
   q->stage->seq = j->first + j->n - 1;
   int rc = be_cuda_check(q->dev, r);
   if (j->n == 0) {
-    free(j);
+    rt_free(j);
     return rc;
   }
   push_job(q->stage, j);

@@ -8,6 +8,7 @@
 #include "accel/error.h"
 #include "backends/opencl/backend_opencl.h"
 #include "backends/opencl/device.h"
+#include "runtime/alloc.h"
 
 /* ---- discovery ------------------------------------------------------------------------ */
 
@@ -25,11 +26,11 @@ static int platforms(cl_platform_id **out, cl_uint *n)
   cl_uint np = 0;
   if (clGetPlatformIDs(0, NULL, &np) != CL_SUCCESS || np == 0)
     return ACCEL_ENOTSUP;
-  cl_platform_id *p = calloc(np, sizeof *p);
+  cl_platform_id *p = rt_calloc(np, sizeof *p);
   if (p == NULL)
     return ACCEL_ENOMEM;
   if (clGetPlatformIDs(np, p, NULL) != CL_SUCCESS) {
-    free(p);
+    rt_free(p);
     return ACCEL_ENOTSUP;
   }
   *out = p;
@@ -55,18 +56,18 @@ static int find_device(int index, int *count, cl_platform_id *plat, cl_device_id
   for (cl_uint i = 0; i < np; i++) {
     cl_uint nd = device_count(p[i]);
     if (index >= total && index < total + (int)nd && plat != NULL) {
-      cl_device_id *ids = calloc(nd, sizeof *ids);
+      cl_device_id *ids = rt_calloc(nd, sizeof *ids);
       if (ids == NULL || clGetDeviceIDs(p[i], CL_DEVICE_TYPE_ALL, nd, ids, NULL) != CL_SUCCESS)
         rc = ids == NULL ? ACCEL_ENOMEM : ACCEL_EIO;
       else {
         *plat = p[i];
         *dev = ids[index - total];
       }
-      free(ids);
+      rt_free(ids);
     }
     total += (int)nd;
   }
-  free(p);
+  rt_free(p);
   *count = total;
   return rc;
 }
@@ -103,7 +104,7 @@ static bool has_extension(cl_device_id id, const char *ext)
   size_t len = 0;
   if (clGetDeviceInfo(id, CL_DEVICE_EXTENSIONS, 0, NULL, &len) != CL_SUCCESS || len == 0)
     return false;
-  char *s = malloc(len + 1);
+  char *s = rt_malloc(len + 1);
   bool found = false;
   if (s != NULL && clGetDeviceInfo(id, CL_DEVICE_EXTENSIONS, len, s, NULL) == CL_SUCCESS) {
     s[len] = '\0';
@@ -111,7 +112,7 @@ static bool has_extension(cl_device_id id, const char *ext)
     for (char *t = strstr(s, ext); t != NULL && !found; t = strstr(t + 1, ext))
       found = (t == s || t[-1] == ' ') && (t[n] == ' ' || t[n] == '\0');
   }
-  free(s);
+  rt_free(s);
   return found;
 }
 
@@ -266,13 +267,13 @@ void be_ocl_dev_unref(be_device *dev)
     return;
   pthread_mutex_destroy(&dev->klock);
   pthread_mutex_destroy(&dev->lock);
-  free(dev->mems);
-  free(dev);
+  rt_free(dev->mems);
+  rt_free(dev);
 }
 
 static be_device *dev_new(int index, const be_open_opts *opts)
 {
-  be_device *dev = calloc(1, sizeof *dev);
+  be_device *dev = rt_calloc(1, sizeof *dev);
   if (dev == NULL)
     return NULL;
   atomic_init(&dev->refs, 1);

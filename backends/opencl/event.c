@@ -5,6 +5,7 @@
 
 #include "accel/error.h"
 #include "backends/opencl/device.h"
+#include "runtime/alloc.h"
 
 int be_ocl_event_create(be_device *dev, be_event **out)
 {
@@ -13,7 +14,7 @@ int be_ocl_event_create(be_device *dev, be_event **out)
   unsigned gen = atomic_load(&dev->gen);
   if (be_ocl_gen_lost(dev, gen) || dev->ctx == NULL)
     return ACCEL_EDEVLOST;
-  be_event *e = calloc(1, sizeof *e);
+  be_event *e = rt_calloc(1, sizeof *e);
   if (e == NULL)
     return ACCEL_ENOMEM;
   pthread_mutex_init(&e->lock, NULL);
@@ -32,7 +33,7 @@ void be_ocl_event_destroy(be_event *e)
     clReleaseEvent(e->ev);
   pthread_mutex_destroy(&e->lock);
   be_ocl_dev_unref(e->dev);
-  free(e);
+  rt_free(e);
 }
 
 int be_ocl_event_record(be_event *e, be_queue *q)

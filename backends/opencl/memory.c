@@ -6,6 +6,7 @@
 
 #include "accel/error.h"
 #include "backends/opencl/device.h"
+#include "runtime/alloc.h"
 
 static cl_mem mem_of(be_mem m)
 {
@@ -36,7 +37,7 @@ static int track(be_device *dev, cl_mem mem)
   pthread_mutex_lock(&dev->lock);
   if (dev->nmems == dev->cap_mems) {
     size_t cap = dev->cap_mems ? 2 * dev->cap_mems : 64;
-    cl_mem *p = realloc(dev->mems, cap * sizeof *p);
+    cl_mem *p = rt_realloc(dev->mems, cap * sizeof *p);
     if (p == NULL) {
       pthread_mutex_unlock(&dev->lock);
       return ACCEL_ENOMEM;

@@ -11,6 +11,7 @@
 #include "accel/accel.h"
 #include "backends/disk_cache.h"
 #include "backends/opencl/device.h"
+#include "runtime/alloc.h"
 
 #define IL_VERSION 0x105B /* CL_DEVICE_IL_VERSION(_KHR): not in the 1.2 headers */
 #define ARG_INFO_OPTION " -cl-kernel-arg-info"
@@ -99,15 +100,15 @@ static char *build_log(be_device *dev, cl_program p)
   if (clGetProgramBuildInfo(p, dev->id, CL_PROGRAM_BUILD_LOG, 0, NULL, &len) != CL_SUCCESS ||
       len == 0)
     return NULL;
-  char *log = malloc(len + 1);
+  char *log = rt_malloc(len + 1);
   if (log == NULL ||
       clGetProgramBuildInfo(p, dev->id, CL_PROGRAM_BUILD_LOG, len, log, NULL) != CL_SUCCESS) {
-    free(log);
+    rt_free(log);
     return NULL;
   }
   log[len] = '\0';
   if (strspn(log, " \t\r\n") == strlen(log)) {
-    free(log);
+    rt_free(log);
     return NULL;
   }
   return log;
@@ -115,7 +116,7 @@ static char *build_log(be_device *dev, cl_program p)
 
 static char *text(const char *what, cl_int err)
 {
-  char *s = malloc(96);
+  char *s = rt_malloc(96);
   if (s)
     snprintf(s, 96, "%s (OpenCL error %d)", what, (int)err);
   return s;
@@ -145,7 +146,7 @@ static cl_program from_cache(be_device *dev, uint64_t key, const char *opts)
   const unsigned char *b = bin;
   cl_int err = CL_SUCCESS, status = CL_SUCCESS;
   cl_program p = clCreateProgramWithBinary(dev->ctx, 1, &dev->id, &size, &b, &status, &err);
-  free(bin);
+  rt_free(bin);
   if (p != NULL && (err != CL_SUCCESS || status != CL_SUCCESS ||
                     clBuildProgram(p, 1, &dev->id, opts, NULL, NULL) != CL_SUCCESS)) {
     clReleaseProgram(p);
@@ -160,11 +161,11 @@ static void to_cache(be_device *dev, cl_program p, uint64_t key)
   if (clGetProgramInfo(p, CL_PROGRAM_BINARY_SIZES, sizeof size, &size, NULL) != CL_SUCCESS ||
       size == 0)
     return;
-  unsigned char *bin = malloc(size);
+  unsigned char *bin = rt_malloc(size);
   if (bin != NULL &&
       clGetProgramInfo(p, CL_PROGRAM_BINARIES, sizeof bin, &bin, NULL) == CL_SUCCESS)
     be_cache_write("opencl-module", key, bin, size);
-  free(bin);
+  rt_free(bin);
   (void)dev;
 }
 
@@ -207,19 +208,19 @@ static int ocl_load(be_device *dev, uint32_t source, const void *code, size_t le
   if (be_ocl_gen_lost(dev, atomic_load(&dev->gen)) || dev->ctx == NULL)
     return ACCEL_EDEVLOST;
   size_t olen = options ? strlen(options) : 0;
-  char *opts = malloc(olen + sizeof ARG_INFO_OPTION);
-  be_module *m = calloc(1, sizeof *m);
+  char *opts = rt_malloc(olen + sizeof ARG_INFO_OPTION);
+  be_module *m = rt_calloc(1, sizeof *m);
   if (opts == NULL || m == NULL) {
-    free(opts);
-    free(m);
+    rt_free(opts);
+    rt_free(m);
     return ACCEL_ENOMEM;
   }
   snprintf(opts, olen + sizeof ARG_INFO_OPTION, "%s%s", options ? options : "",
            ARG_INFO_OPTION);
   int rc = build(dev, source, code, len, opts, &m->program, log);
-  free(opts);
+  rt_free(opts);
   if (rc != 0) {
-    free(m);
+    rt_free(m);
     return rc;
   }
   be_ocl_dev_ref(dev);
@@ -236,11 +237,11 @@ static void ocl_unload(be_module *m)
     struct be_kernel *k = m->kernels;
     m->kernels = k->next;
     clReleaseKernel(k->k);
-    free(k);
+    rt_free(k);
   }
   clReleaseProgram(m->program);
   be_ocl_dev_unref(m->dev);
-  free(m);
+  rt_free(m);
 }
 
 /* ---- kernels ----------------------------------------------------------------------------- */
@@ -323,11 +324,11 @@ static int ocl_kernel(be_module *m, const char *name, be_kernel **out, be_kernel
   cl_kernel ck = clCreateKernel(m->program, name, &err);
   if (ck == NULL)
     return err == CL_INVALID_KERNEL_NAME ? ACCEL_ENOENT : be_ocl_check(m->dev, err);
-  struct be_kernel *k = calloc(1, sizeof *k);
+  struct be_kernel *k = rt_calloc(1, sizeof *k);
   int rc = k ? kernel_info(m->dev, ck, &k->info) : ACCEL_ENOMEM;
   if (rc != 0) {
     clReleaseKernel(ck);
-    free(k);
+    rt_free(k);
     return rc;
   }
   k->k = ck;

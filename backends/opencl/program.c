@@ -14,6 +14,7 @@
 #include "backends/disk_cache.h"
 #include "backends/opencl/backend_opencl.h"
 #include "backends/opencl/device.h"
+#include "runtime/alloc.h"
 
 #define CACHE_KIND "opencl"
 
@@ -126,13 +127,13 @@ static void print_log(be_device *dev, cl_program p)
   size_t len = 0;
   if (clGetProgramBuildInfo(p, dev->id, CL_PROGRAM_BUILD_LOG, 0, NULL, &len) != CL_SUCCESS)
     return;
-  char *log = malloc(len + 1);
+  char *log = rt_malloc(len + 1);
   if (log != NULL &&
       clGetProgramBuildInfo(p, dev->id, CL_PROGRAM_BUILD_LOG, len, log, NULL) == CL_SUCCESS) {
     log[len] = '\0';
     fprintf(stderr, "accel opencl: kernels.cl failed to build on %s:\n%s\n", dev->info.name, log);
   }
-  free(log);
+  rt_free(log);
 }
 
 static cl_program from_source(be_device *dev)
@@ -158,12 +159,12 @@ static void save(be_device *dev, cl_program p, uint64_t key)
   if (clGetProgramInfo(p, CL_PROGRAM_BINARY_SIZES, sizeof size, &size, NULL) != CL_SUCCESS ||
       size == 0 || size > BE_CACHE_MAX)
     return;
-  unsigned char *bin = malloc(size);
+  unsigned char *bin = rt_malloc(size);
   if (bin != NULL &&
       clGetProgramInfo(p, CL_PROGRAM_BINARIES, sizeof bin, &bin, NULL) == CL_SUCCESS)
     be_cache_write(CACHE_KIND, key, bin, size);
   (void)dev;
-  free(bin);
+  rt_free(bin);
 }
 
 static cl_program build(be_device *dev)
@@ -174,7 +175,7 @@ static cl_program build(be_device *dev)
   cl_program p = NULL;
   if (be_cache_read(CACHE_KIND, key, &bin, &size) == 0)
     p = from_binary(dev, bin, size);
-  free(bin);
+  rt_free(bin);
   if (p != NULL) {
     atomic_fetch_add(&cache_loads, 1);
     return p;

@@ -11,6 +11,7 @@
 
 #include "accel/error.h"
 #include "backends/opencl/device.h"
+#include "runtime/alloc.h"
 
 struct be_ocl_hostfn {
   be_ocl_hostfn *next;
@@ -27,13 +28,13 @@ int be_ocl_queue_create(be_device *dev, be_queue **out)
   unsigned gen = atomic_load(&dev->gen);
   if (be_ocl_gen_lost(dev, gen) || dev->ctx == NULL)
     return ACCEL_EDEVLOST;
-  be_queue *q = calloc(1, sizeof *q);
+  be_queue *q = rt_calloc(1, sizeof *q);
   if (q == NULL)
     return ACCEL_ENOMEM;
   cl_int err = CL_SUCCESS;
   q->cq = clCreateCommandQueue(dev->ctx, dev->id, 0, &err);
   if (q->cq == NULL) {
-    free(q);
+    rt_free(q);
     return be_ocl_check(dev, err != CL_SUCCESS ? err : CL_OUT_OF_RESOURCES);
   }
   q->dev = dev;
@@ -61,7 +62,7 @@ static void hostfn_run(be_queue *q, be_ocl_hostfn *h)
     clReleaseEvent(h->gate);
   }
   clReleaseEvent(h->marker);
-  free(h);
+  rt_free(h);
 }
 
 /* Runs the FIFO until stopped and empty. */
@@ -127,14 +128,14 @@ static int submit(be_queue *q, be_host_fn fn, void *arg, bool hold)
     rc = host_thread(q);
   if (rc != 0)
     return rc;
-  be_ocl_hostfn *h = calloc(1, sizeof *h);
+  be_ocl_hostfn *h = rt_calloc(1, sizeof *h);
   if (h == NULL)
     return ACCEL_ENOMEM;
   h->fn = fn;
   h->arg = arg;
   rc = enqueue_hostfn(q, h, hold);
   if (rc != 0) {
-    free(h);
+    rt_free(h);
     return rc;
   }
   pthread_mutex_lock(&q->hlock);
@@ -212,5 +213,5 @@ void be_ocl_queue_destroy(be_queue *q)
   clReleaseCommandQueue(q->cq);
   pthread_cond_destroy(&q->hcond);
   pthread_mutex_destroy(&q->hlock);
-  free(q);
+  rt_free(q);
 }

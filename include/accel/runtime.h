@@ -45,6 +45,26 @@ typedef struct accel_ref {
 #define ACCEL_REF_NONE ((accel_ref){0, 0})
 
 /* ---------------------------------------------------------------------------------------
+ * Memory
+ *
+ * Every allocation accel makes for itself (the runtime, the device layer, the wire codec, the
+ * clients, the backends' host-side bookkeeping) goes through four functions that a program may
+ * replace, as with uv_replace_allocator(): to account for accel's memory, or to make the Nth
+ * allocation fail and watch accel answer ACCEL_ENOMEM. The data of buffers (device memory, the
+ * CPU device's blocks, accel_host_alloc) and other libraries' memory (libuv, nng, drivers) do
+ * not go through them. Replace before opening anything, or with functions whose blocks the
+ * previous ones can free (wrappers of the C library's, say): blocks allocated before the
+ * replacement are freed through the new free function. All four NULL restores the C library's;
+ * some but not all NULL is ACCEL_EINVAL. The functions must be safe from any thread. */
+typedef void *(*accel_malloc_func)(size_t size);
+typedef void *(*accel_realloc_func)(void *ptr, size_t size);
+typedef void *(*accel_calloc_func)(size_t count, size_t size);
+typedef void (*accel_free_func)(void *ptr);
+
+ACCEL_API int accel_replace_allocator(accel_malloc_func malloc_fn, accel_realloc_func realloc_fn,
+                                      accel_calloc_func calloc_fn, accel_free_func free_fn);
+
+/* ---------------------------------------------------------------------------------------
  * Messages
  *
  * A message is a small value copied into the target's mailbox. `data` is an optional payload

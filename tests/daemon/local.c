@@ -549,9 +549,10 @@ TEST(pipelined_large_writes_are_bounded) {
           sent, peak / 1024);
   CHECK_LT(sent, 256);
   /* the matrices (48 MiB on device 0, C's host replica 16 MiB), the budget, and slack for
-   * the allocator (freed frames it keeps: up to 300 MiB more seen on a 2-core machine loaded
-   * by parallel builds); without the pause it would be 1 GiB and more */
-  CHECK_LT(peak / 1024, 64 + 64 + 384);
+   * the allocator (freed frames it keeps: 300-400 MiB more seen on a 2-core machine loaded
+   * by parallel builds and a sanitizer run); without the pause it would be 1 GiB and more,
+   * and `sent` above already counts the writes taken in */
+  CHECK_LT(peak / 1024, 64 + 64 + 640);
   CHECK_EQ(pthread_join(t, NULL), 0); /* the sgemm ends, the writes flow again */
   CHECK_EQ(atomic_load(&w.sent), 256);
   td_client_close(&c);

@@ -14,7 +14,7 @@
 #include <sys/socket.h>
 
 #include "accel/accel.h"
-#include "actors/server.h"
+#include "server/server.h"
 #include "daemon/config.h"
 #include "util.h"
 

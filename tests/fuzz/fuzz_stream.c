@@ -1,6 +1,6 @@
 /* libFuzzer target for the local transport's stream splitting (proto/stream.h): any bytes as
  * a stream, cut into arbitrary chunks as reads deliver them. The splitter below does what the
- * daemon's reader does (actors/server_local.c: a small staging buffer; a frame larger than
+ * daemon's reader does (server/server_local.c: a small staging buffer; a frame larger than
  * what is buffered continues in a buffer of its own size) with proto_stream_scan(); the frames
  * it yields, and where it stops (a foreign header, a frame over the limit, the end of the
  * bytes), must be exactly those of scanning the whole stream at once, whatever the chunking.

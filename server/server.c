@@ -5,8 +5,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "actors/server_priv.h"
-#include "runtime/rt.h"
+#include "server/server_priv.h"
+#include "runtime/loop.h"
+#include "runtime/alloc.h"
 
 typedef struct srv_state {
   srv_server *s;
@@ -15,13 +16,13 @@ typedef struct srv_state {
 void srv_release(srv_server *s) {
   if (--s->refs > 0)
     return;
-  free(s->gone);
-  free(s->buckets);
-  free(s->sendq.items);
-  free(s->listeners);
+  rt_free(s->gone);
+  rt_free(s->buckets);
+  rt_free(s->sendq.items);
+  rt_free(s->listeners);
   if (s->gone_mu_init)
     pthread_mutex_destroy(&s->gone_mu);
-  free(s);
+  rt_free(s);
 }
 
 uint64_t srv_now_ms(srv_server *s) {
@@ -153,7 +154,7 @@ static int srv_start(accel_actor *self, void *state, void *arg) {
   const srv_args *args = arg;
   if (args == NULL || args->world == NULL || args->nlisten == 0)
     return ACCEL_EINVAL;
-  srv_server *s = calloc(1, sizeof *s);
+  srv_server *s = rt_calloc(1, sizeof *s);
   if (s == NULL)
     return ACCEL_ENOMEM;
   st->s = s;
@@ -205,7 +206,7 @@ static int srv_receive(accel_actor *self, void *state, accel_msg *msg) {
     srv_http_answer(s, msg);
     return 0;
   case SRV_MSG_SHM_UNMAPPED: /* done on the worker: only the job's memory is left */
-    free(msg->data);
+    rt_free(msg->data);
     msg->data = NULL;
     return 0;
   default:

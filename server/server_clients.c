@@ -3,7 +3,7 @@
 #include <stdlib.h>
 
 #include "actors/sbuf.h"
-#include "actors/server_priv.h"
+#include "server/server_priv.h"
 
 static const char *transport(const srv_conn *c) {
   return (c->pipe & SRV_LOCAL_ID_BIT) ? "local" : "nng";

@@ -6,7 +6,8 @@
  * a frame's pipe is checked to be open before a record is made for it. */
 #include <stdlib.h>
 
-#include "actors/server_priv.h"
+#include "server/server_priv.h"
+#include "runtime/alloc.h"
 
 static uint32_t bucket_of(const srv_server *s, uint32_t pipe) {
   return (pipe * 2654435761u) & (s->nbuckets - 1);
@@ -14,7 +15,7 @@ static uint32_t bucket_of(const srv_server *s, uint32_t pipe) {
 
 int srv_conns_init(srv_server *s) {
   s->nbuckets = 64;
-  s->buckets = calloc(s->nbuckets, sizeof *s->buckets);
+  s->buckets = rt_calloc(s->nbuckets, sizeof *s->buckets);
   return s->buckets ? 0 : ACCEL_ENOMEM;
 }
 
@@ -30,7 +31,7 @@ static void maybe_grow(srv_server *s) {
   if (s->nconns < s->nbuckets || s->nbuckets >= (1u << 24))
     return;
   uint32_t old_n = s->nbuckets;
-  srv_conn **old = s->buckets, **fresh = calloc(old_n * 2, sizeof *fresh);
+  srv_conn **old = s->buckets, **fresh = rt_calloc(old_n * 2, sizeof *fresh);
   if (fresh == NULL)
     return;
   s->buckets = fresh;
@@ -42,7 +43,7 @@ static void maybe_grow(srv_server *s) {
       c->hnext = s->buckets[at];
       s->buckets[at] = c;
     }
-  free(old);
+  rt_free(old);
 }
 
 static bool tombstoned(const srv_server *s, uint32_t pipe) {
@@ -59,7 +60,7 @@ static bool pipe_open(nng_pipe np) {
 }
 
 srv_conn *srv_conn_new(srv_server *s, uint32_t id) {
-  srv_conn *c = calloc(1, sizeof *c);
+  srv_conn *c = rt_calloc(1, sizeof *c);
   if (c == NULL)
     return NULL;
   c->pipe = id;
@@ -107,7 +108,7 @@ void srv_conn_maybe_free(srv_server *s, srv_conn *c) {
     pp = &(*pp)->hnext;
   if (*pp)
     *pp = c->hnext;
-  free(c);
+  rt_free(c);
 }
 
 /* The pipe went away (nng said so). */

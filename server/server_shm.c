@@ -15,7 +15,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "actors/server_priv.h"
+#include "server/server_priv.h"
+#include "runtime/alloc.h"
 
 #define SRV_SHM_MAX_REGIONS 1024u
 #define SRV_SHM_MAX_BYTES (1ull << 40) /* one region's size: 1 TiB */
@@ -64,11 +65,11 @@ static int dma_release_work(void *arg) {
 /* Unregisters (if it was) and unmaps, on a worker when the server still runs. */
 static void dma_release_drop(void *arg) {
   dma_release_work(arg);
-  free(arg);
+  rt_free(arg);
 }
 
 static void unmap_region(srv_server *s, srv_region *r) {
-  dma_job *j = r->dma ? calloc(1, sizeof *j) : NULL;
+  dma_job *j = r->dma ? rt_calloc(1, sizeof *j) : NULL;
   if (j == NULL) {
     if (r->dma)
       r->dma_be->host_unregister(r->dma_dev, r->base);
@@ -95,7 +96,7 @@ static void unlink_region(srv_server *s, srv_conn *c, srv_region *r) {
   *pp = r->next;
   c->nregions--;
   unmap_region(s, r);
-  free(r);
+  rt_free(r);
 }
 
 /* The first serving device whose backend registers host memory (the registration is
@@ -111,13 +112,13 @@ static dev_node *dma_node(srv_server *s) {
 
 static void dma_register(srv_server *s, srv_conn *c, srv_region *r) {
   dev_node *n = s->self ? dma_node(s) : NULL;
-  dma_job *j = n ? calloc(1, sizeof *j) : NULL;
+  dma_job *j = n ? rt_calloc(1, sizeof *j) : NULL;
   if (j == NULL)
     return; /* no such device (or no memory): copies take the pageable path */
   *j = (dma_job){.s = s, .c = c, .r = r, .be = n->be, .dev = n->dev, .base = r->base,
                  .len = r->len};
-  if (accel_work_submit(s->self, dma_register_work, j, free, SRV_MSG_SHM_REGISTERED) != 0) {
-    free(j);
+  if (accel_work_submit(s->self, dma_register_work, j, rt_free, SRV_MSG_SHM_REGISTERED) != 0) {
+    rt_free(j);
     return;
   }
   r->refs++;
@@ -140,7 +141,7 @@ void srv_shm_registered(srv_server *s, void *data) {
   srv_shm_release(s, j->c, r);
   j->c->ops--;
   srv_conn_maybe_free(s, j->c);
-  free(j);
+  rt_free(j);
   srv_release(s);
 }
 
@@ -162,12 +163,12 @@ static int map_region(srv_conn *c, uint64_t id, int fd) {
   int rc = check_fd(fd, &len);
   if (rc != 0)
     return rc;
-  srv_region *r = calloc(1, sizeof *r);
+  srv_region *r = rt_calloc(1, sizeof *r);
   if (r == NULL)
     return ACCEL_ENOMEM;
   r->base = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   if (r->base == MAP_FAILED) {
-    free(r);
+    rt_free(r);
     return ACCEL_ENOMEM;
   }
   r->id = id;

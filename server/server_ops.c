@@ -7,7 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "actors/server_priv.h"
+#include "server/server_priv.h"
+#include "runtime/alloc.h"
 
 typedef struct srv_op {
   dev_op op;           /* first: `done` gets &op */
@@ -23,9 +24,9 @@ typedef struct srv_op {
 
 /* The op's memory, once nothing refers to it any more. */
 static void srv_op_free(srv_op *so) {
-  free(so->op.result);
-  free(so->options);
-  free(so);
+  rt_free(so->op.result);
+  rt_free(so->options);
+  rt_free(so);
 }
 
 /* A reply whose data is the op's text result (a build log), cut to what one frame and
@@ -143,7 +144,7 @@ static int resolve_shm(srv_conn *c, srv_op *so, proto_shm_ref ref) {
 static int take_options(srv_op *so, proto_bytes options) {
   if (options.len == 0)
     return 0;
-  so->options = malloc(options.len + 1);
+  so->options = rt_malloc(options.len + 1);
   if (so->options == NULL)
     return ACCEL_ENOMEM;
   memcpy(so->options, options.data, options.len);
@@ -198,7 +199,7 @@ static int submit(srv_server *s, srv_conn *c, srv_op *so) {
 
 void srv_op_frame(srv_server *s, srv_conn *c, nng_msg *m, uint64_t request_id) {
   int rc = s->draining ? ACCEL_ECLOSED : !c->session_live ? ACCEL_EPROTO : 0;
-  srv_op *so = rc == 0 ? calloc(1, sizeof *so) : NULL;
+  srv_op *so = rc == 0 ? rt_calloc(1, sizeof *so) : NULL;
   if (rc == 0 && so == NULL)
     rc = ACCEL_ENOMEM;
   if (rc == 0)

@@ -11,19 +11,20 @@
  * Clients without them (accelctl, one request at a time) get one message per reply. */
 #include <stdlib.h>
 
-#include "actors/server_priv.h"
+#include "server/server_priv.h"
+#include "runtime/alloc.h"
 
 #define SRV_BATCH_COPY_MAX 4096u /* a larger reply (a read's data) travels on its own */
 
 static int outq_push(srv_server *s, srv_conn *c, nng_msg *m) {
   if (c->oq_len == c->oq_cap) {
     uint32_t cap = c->oq_cap ? c->oq_cap * 2 : 16;
-    nng_msg **items = malloc(cap * sizeof *items);
+    nng_msg **items = rt_malloc(cap * sizeof *items);
     if (items == NULL)
       return ACCEL_ENOMEM;
     for (uint32_t i = 0; i < c->oq_len; i++)
       items[i] = c->outq[(c->oq_head + i) % c->oq_cap];
-    free(c->outq);
+    rt_free(c->outq);
     c->outq = items;
     c->oq_cap = cap;
     c->oq_head = 0;
@@ -204,7 +205,7 @@ void srv_out_free(srv_server *s, srv_conn *c) {
     c->out_bytes -= nng_msg_len(m);
     nng_msg_free(m);
   }
-  free(c->outq);
+  rt_free(c->outq);
   c->outq = NULL;
   c->oq_cap = c->oq_head = 0;
 }

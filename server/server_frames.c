@@ -6,8 +6,9 @@
 #include <string.h>
 
 #include "actors/device.h"
-#include "actors/server_priv.h"
+#include "server/server_priv.h"
 #include "actors/status.h"
+#include "runtime/alloc.h"
 
 /* ---- replies ---- */
 
@@ -38,7 +39,7 @@ static void reply_text(srv_server *s, srv_conn *c, nng_msg *m, uint64_t request_
     srv_conn_send(s, c, m);
   else
     srv_reply_status(s, c, m, request_id, rc ? rc : ACCEL_ENOMEM);
-  free(text);
+  rt_free(text);
 }
 
 static void reply_frame(srv_server *s, srv_conn *c, nng_msg *m, uint64_t request_id,
@@ -181,7 +182,7 @@ static void fault_done(accel_future *f, int status, void *arg) {
   r->c->ops--;
   srv_conn_maybe_free(r->s, r->c);
   srv_release(r->s);
-  free(r);
+  rt_free(r);
 }
 
 /* Asks the device's actor to fault (it answers, then fails and is restarted); the reply
@@ -192,7 +193,7 @@ static void inject_fault(srv_server *s, srv_conn *c, nng_msg *m, uint64_t reques
   int rc = !w->fault_injection ? ACCEL_EPERM
            : device >= (uint64_t)(w->nnodes - 1) ? ACCEL_EINVAL
                                                  : 0;
-  fault_req *r = rc == 0 ? malloc(sizeof *r) : NULL;
+  fault_req *r = rc == 0 ? rt_malloc(sizeof *r) : NULL;
   if (rc == 0 && r == NULL)
     rc = ACCEL_ENOMEM;
   accel_future *f = NULL;
@@ -201,7 +202,7 @@ static void inject_fault(srv_server *s, srv_conn *c, nng_msg *m, uint64_t reques
     rc = accel_ask(s->rt, w->nodes[device + 1].actor, &q, &f);
   }
   if (rc != 0) {
-    free(r);
+    rt_free(r);
     srv_reply_status(s, c, m, request_id, rc);
     return;
   }

@@ -1,7 +1,7 @@
-/* Internals of the server actor, shared by actors/server*.c. Loop thread only, except
+/* Internals of the server actor, shared by server/server*.c. Loop thread only, except
  * `gone` (pipe removals, pushed by nng's threads under gone_mu). */
-#ifndef DEV_SERVER_PRIV_H
-#define DEV_SERVER_PRIV_H
+#ifndef SRV_SERVER_PRIV_H
+#define SRV_SERVER_PRIV_H
 
 #include <nng/nng.h>
 #include <nng/protocol/reqrep0/rep.h>
@@ -9,7 +9,7 @@
 #include <stdatomic.h>
 #include <uv.h>
 
-#include "actors/server.h"
+#include "server/server.h"
 #include "actors/status.h"
 #include "actors/session.h"
 

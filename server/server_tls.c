@@ -18,7 +18,8 @@
 #include <unistd.h>
 
 #include "accel/runtime.h"
-#include "actors/server.h"
+#include "server/server.h"
+#include "runtime/alloc.h"
 
 typedef enum { URL_LOCAL, URL_TLS, URL_PLAIN, URL_OTHER } url_kind;
 
@@ -42,7 +43,7 @@ static url_kind classify(const char *url) {
 static char *read_pem(const char *url, const char *key, const char *path, size_t *len) {
   enum { MAX_PEM = 1 << 20 };
   FILE *f = fopen(path, "r");
-  char *buf = f ? malloc(MAX_PEM + 1) : NULL;
+  char *buf = f ? rt_malloc(MAX_PEM + 1) : NULL;
   size_t n = buf ? fread(buf, 1, MAX_PEM + 1, f) : 0;
   int err = f == NULL ? errno : buf == NULL ? ENOMEM : ferror(f) ? EIO : n > MAX_PEM ? EFBIG : 0;
   if (f)
@@ -50,7 +51,7 @@ static char *read_pem(const char *url, const char *key, const char *path, size_t
   if (err != 0) {
     accel_log(ACCEL_LOG_ERROR, "server", "cannot listen on %s: %s %s: %s", url, key, path,
               strerror(err));
-    free(buf);
+    rt_free(buf);
     return NULL;
   }
   buf[n] = '\0';
@@ -61,7 +62,7 @@ static char *read_pem(const char *url, const char *key, const char *path, size_t
 static void free_secret(char *buf, size_t len) {
   if (buf)
     explicit_bzero(buf, len);
-  free(buf);
+  rt_free(buf);
 }
 
 /* The daemon's certificate (chain) and private key. They may be one file named twice. */
@@ -81,7 +82,7 @@ static int own_cert(nng_tls_config *cfg, const char *url, const srv_security *se
               "cannot listen on %s: tls_cert %s and tls_key %s are not a usable PEM "
               "certificate and unencrypted private key: %s",
               url, sec->tls_cert, sec->tls_key, nng_strerror(rv));
-  free(cert);
+  rt_free(cert);
   free_secret(key, key_len);
   return rv == 0 ? 0 : ACCEL_EINVAL;
 }

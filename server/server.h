@@ -19,8 +19,8 @@
  * and opts' supervision should say ACCEL_LIMIT_STOP_CHILD, so that a session that fails past
  * its restarts is stopped rather than failing the server. Everything here runs on the loop
  * thread. */
-#ifndef DEV_SERVER_H
-#define DEV_SERVER_H
+#ifndef SRV_SERVER_H
+#define SRV_SERVER_H
 
 #include <nng/nng.h>
 #include <stdbool.h>
@@ -37,8 +37,8 @@ typedef enum srv_user_kernels {
   SRV_USER_KERNELS_NONE       /* nowhere */
 } srv_user_kernels;
 
-/* Who may talk to the daemon (filled from acceld's config; actors/server_tls.c applies the
- * nng half, actors/server_local.c the local half). */
+/* Who may talk to the daemon (filled from acceld's config; server/server_tls.c applies the
+ * nng half, server/server_local.c the local half). */
 typedef struct srv_security {
   /* Local peers, by the credentials of their Unix socket (SO_PEERCRED). A peer is allowed if
    * its uid is 0 or the daemon's own, or in allow_uids, or it is a member (primary or
@@ -77,7 +77,7 @@ typedef struct srv_args {
   const char *metrics_listen;
 } srv_args;
 
-/* Sets up an nng listener for its URL before it starts (actors/server_tls.c): tls+tcp://
+/* Sets up an nng listener for its URL before it starts (server/server_tls.c): tls+tcp://
  * gets the certificate, key and client verification of `sec`; plain tcp:// is refused
  * (ACCEL_EPERM, logged) unless sec->allow_plain_tcp. 0 or a negative accel error. */
 int srv_nng_listener_setup(nng_listener l, const char *url, const srv_security *sec);

@@ -12,7 +12,8 @@
 #include <string.h>
 
 #include "actors/metrics.h"
-#include "actors/server_priv.h"
+#include "server/server_priv.h"
+#include "runtime/alloc.h"
 
 #define HTTP_WAIT_MS 2000
 
@@ -32,7 +33,7 @@ void srv_http_answer(srv_server *s, accel_msg *msg) {
     return;
   }
   char *text = dev_metrics_render(s->world, &c);
-  accel_reply(msg, text ? 0 : ACCEL_ENOMEM, text, free);
+  accel_reply(msg, text ? 0 : ACCEL_ENOMEM, text, rt_free);
 }
 
 static void respond(nng_aio *aio, uint16_t code, const char *type, const char *body) {
@@ -107,7 +108,7 @@ int srv_http_start(srv_server *s, const char *url) {
   int rc = dev_metrics_enable(s->world);
   if (rc != 0)
     return rc;
-  srv_http *h = calloc(1, sizeof *h);
+  srv_http *h = rt_calloc(1, sizeof *h);
   if (h == NULL)
     return ACCEL_ENOMEM;
   h->rt = s->rt;
@@ -129,7 +130,7 @@ int srv_http_start(srv_server *s, const char *url) {
               rv == NNG_EADDRINUSE ? " (another program, perhaps another acceld, has it)" : "");
     if (h->server)
       nng_http_server_release(h->server);
-    free(h);
+    rt_free(h);
     return rv == NNG_EADDRINVAL || rv == NNG_EINVAL ? ACCEL_EINVAL : ACCEL_ESYS;
   }
   accel_log(ACCEL_LOG_INFO, "server", "metrics on %s/metrics, health on %s/healthz", url, url);
@@ -144,5 +145,5 @@ void srv_http_stop(srv_server *s) {
   s->http = NULL;
   nng_http_server_stop(h->server);
   nng_http_server_release(h->server);
-  free(h);
+  rt_free(h);
 }

@@ -13,9 +13,10 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "actors/server_priv.h"
+#include "server/server_priv.h"
 #include "proto/local.h"
-#include "runtime/rt.h"
+#include "runtime/loop.h"
+#include "runtime/alloc.h"
 
 /* ---- receiving ---- */
 
@@ -41,12 +42,12 @@ static void on_recv_ready(uv_poll_t *h, int status, int events) {
 static int sendq_push(srv_sendq *q, nng_msg *m) {
   if (q->len == q->cap) {
     uint32_t cap = q->cap ? q->cap * 2 : 256;
-    nng_msg **items = malloc(cap * sizeof *items);
+    nng_msg **items = rt_malloc(cap * sizeof *items);
     if (items == NULL)
       return ACCEL_ENOMEM;
     for (uint32_t i = 0; i < q->len; i++)
       items[i] = q->items[(q->head + i) % q->cap];
-    free(q->items);
+    rt_free(q->items);
     q->items = items;
     q->cap = cap;
     q->head = 0;
@@ -124,7 +125,7 @@ static void on_pipe_removed(nng_pipe np, nng_pipe_ev ev, void *arg) {
   pthread_mutex_lock(&s->gone_mu);
   if (s->ngone == s->gone_cap) {
     uint32_t cap = s->gone_cap ? s->gone_cap * 2 : 64;
-    uint32_t *p = realloc(s->gone, cap * sizeof *p);
+    uint32_t *p = rt_realloc(s->gone, cap * sizeof *p);
     if (p != NULL) {
       s->gone = p;
       s->gone_cap = cap;
@@ -153,7 +154,7 @@ static void on_gone(uv_async_t *h) {
   pthread_mutex_unlock(&s->gone_mu);
   for (uint32_t i = 0; i < n && !s->stopped; i++)
     srv_conn_gone(s, ids[i]);
-  free(ids);
+  rt_free(ids);
 }
 
 /* ---- listening ---- */
@@ -252,7 +253,7 @@ static int init_handles(srv_server *s) {
 }
 
 int srv_io_start(srv_server *s) {
-  s->listeners = calloc(s->args->nlisten, sizeof *s->listeners);
+  s->listeners = rt_calloc(s->args->nlisten, sizeof *s->listeners);
   if (s->listeners == NULL)
     return ACCEL_ENOMEM;
   int rc = open_socket(s);

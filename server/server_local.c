@@ -8,7 +8,7 @@
  * or goes away at any point, is closed and its session stopped at once; nothing it does
  * reaches another connection. It also gives the peer's credentials (SO_PEERCRED, checked
  * against the allowlist at accept) and descriptor passing (SCM_RIGHTS: the shared-memory
- * data plane, actors/server_shm.c).
+ * data plane, server/server_shm.c).
  *
  * Flow control: a connection whose requests hold too many bytes (writes waiting for their
  * turn) or whose replies wait to be written (a client that does not read) is not read from
@@ -24,10 +24,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "actors/server_priv.h"
+#include "server/server_priv.h"
 #include "proto/local.h"
 #include "proto/stream.h"
-#include "runtime/rt.h"
+#include "runtime/loop.h"
+#include "runtime/alloc.h"
 
 #define LINK_INBUF (64u << 10) /* frames up to this size are read through a staging buffer */
 #define LINK_BACKLOG 511
@@ -133,7 +134,7 @@ static void on_written(uv_write_t *req, int status) {
   if (l->conn)
     l->conn->out_bytes -= nng_msg_len(w->m);
   nng_msg_free(w->m);
-  free(w);
+  rt_free(w);
   if (status < 0 && status != UV_ECANCELED)
     link_close(l, "write failed (peer gone)");
   else if (!l->closing)
@@ -159,10 +160,10 @@ void srv_local_send(srv_server *s, srv_conn *c, nng_msg *m) {
     return;
   }
   size_t done = n > 0 ? (size_t)n : 0;
-  link_write *w = malloc(sizeof *w);
+  link_write *w = rt_malloc(sizeof *w);
   b = uv_buf_init((char *)nng_msg_body(m) + done, (unsigned)(len - done));
   if (w == NULL || uv_write(&w->req, (uv_stream_t *)&l->pipe, &b, 1, on_written) != 0) {
-    free(w);
+    rt_free(w);
     c->out_bytes -= len;
     nng_msg_free(m);
     link_close(l, w ? "write failed" : "out of memory writing a reply");
@@ -184,7 +185,7 @@ static void on_alloc(uv_handle_t *h, size_t hint, uv_buf_t *buf) {
     return;
   }
   if (l->in == NULL)
-    l->in = malloc(LINK_INBUF);
+    l->in = rt_malloc(LINK_INBUF);
   *buf = l->in ? uv_buf_init((char *)l->in + l->in_len, (unsigned)(LINK_INBUF - l->in_len))
                : uv_buf_init(NULL, 0); /* out of memory: libuv reports UV_ENOBUFS */
 }
@@ -269,14 +270,14 @@ static bool fds_ok(srv_link *l) {
 /* libuv hands a passed descriptor out only as a handle: a pipe handle is opened over it, the
  * descriptor duplicated, and the handle closed (which closes libuv's copy). */
 static void on_fd_handle_closed(uv_handle_t *h) {
-  free(h);
+  rt_free(h);
 }
 
 int srv_local_take_fd(srv_conn *c) {
   srv_link *l = c->link;
   if (l == NULL || uv_pipe_pending_count(&l->pipe) == 0)
     return ACCEL_ENOENT;
-  uv_pipe_t *h = malloc(sizeof *h);
+  uv_pipe_t *h = rt_malloc(sizeof *h);
   if (h == NULL)
     return ACCEL_ENOMEM;
   uv_pipe_init(l->pipe.loop, h, 0);
@@ -352,8 +353,8 @@ static void on_link_closed(uv_handle_t *h) {
   }
   if (l->big)
     nng_msg_free(l->big);
-  free(l->in);
-  free(l);
+  rt_free(l->in);
+  rt_free(l);
   srv_release(s);
 }
 
@@ -396,7 +397,7 @@ static void refuse_peer(srv_server *s, srv_link *l, int status, const char *why)
 
 static srv_link *accept_link(srv_listener *ls) {
   srv_server *s = ls->s;
-  srv_link *l = calloc(1, sizeof *l);
+  srv_link *l = rt_calloc(1, sizeof *l);
   if (l == NULL)
     return NULL;
   l->s = s;
@@ -494,8 +495,8 @@ static int set_owner(srv_server *s, srv_listener *ls) {
 static void on_listener_closed(uv_handle_t *h) {
   srv_listener *ls = h->data;
   srv_server *s = ls->s;
-  free(ls->path);
-  free(ls);
+  rt_free(ls->path);
+  rt_free(ls);
   srv_release(s);
 }
 
@@ -514,11 +515,11 @@ static int bind_listener(srv_server *s, srv_listener *ls) {
 }
 
 int srv_local_listen(srv_server *s, const char *path) {
-  srv_listener *ls = calloc(1, sizeof *ls);
-  char *copy = strdup(path);
+  srv_listener *ls = rt_calloc(1, sizeof *ls);
+  char *copy = rt_strdup(path);
   if (ls == NULL || copy == NULL || s->nlocals == SRV_MAX_LOCAL) {
-    free(ls);
-    free(copy);
+    rt_free(ls);
+    rt_free(copy);
     return ACCEL_ENOMEM;
   }
   ls->s = s;
