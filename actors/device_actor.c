@@ -155,6 +155,8 @@ static int supervisor_start(accel_actor *self, void *state, void *arg) {
       snprintf(name, sizeof name, "device%d", node->device);
     accel_spawn_opts o = {.name = name};
     int rc = accel_spawn(accel_actor_runtime(self), self, &dev_device_behavior, node, &o, NULL);
+    if (rc == ACCEL_ENOMEM)
+      return rc; /* the host is out of memory, the device is not at fault: nothing starts */
     if (rc != 0) {
       accel_log(ACCEL_LOG_ERROR, "device", "device %s did not start: %s", name,
                 accel_strerror(rc));

@@ -207,18 +207,24 @@ static void arm_watchdog(kernel_state *k) {
  * recorded now, after d: a later point of d's queue than d's own end, so waiting on it is
  * safe (at worst a little longer than needed), and work that nobody waits for across queues
  * costs no event at all. */
-static be_event *event_after(kernel_state *k, dev_task *d) {
-  if (d->event)
-    return d->event;
-  be_queue *q = k->node->queue[d->qclass];
-  const be_ops *be = k->node->be;
-  if (q == NULL || be->event_create(k->node->dev, &d->event) != 0)
-    return NULL;
-  if (be->event_record(d->event, q) != 0) {
-    be->event_destroy(d->event);
-    d->event = NULL;
+static int event_after(kernel_state *k, dev_task *d, be_event **out) {
+  if (d->event == NULL) {
+    be_queue *q = k->node->queue[d->qclass];
+    const be_ops *be = k->node->be;
+    if (q == NULL)
+      return ACCEL_EDEVLOST; /* d's queue is gone with its kernel actor */
+    int rc = be->event_create(k->node->dev, &d->event);
+    if (rc != 0) /* out of memory is this op's error, not the device's */
+      return rc;
+    rc = be->event_record(d->event, q);
+    if (rc != 0) {
+      be->event_destroy(d->event);
+      d->event = NULL;
+      return rc;
+    }
   }
-  return d->event;
+  *out = d->event;
+  return 0;
 }
 
 static int wait_for_same_node_deps(kernel_state *k, dev_task *t) {
@@ -226,8 +232,10 @@ static int wait_for_same_node_deps(kernel_state *k, dev_task *t) {
     dev_task *d = t->same_node_deps[i];
     if (d->qclass == k->qclass)
       continue; /* same queue: in order already */
-    be_event *ev = event_after(k, d);
-    int rc = ev ? k->node->be->queue_wait(k->queue, ev) : ACCEL_EDEVLOST;
+    be_event *ev;
+    int rc = event_after(k, d, &ev);
+    if (rc == 0)
+      rc = k->node->be->queue_wait(k->queue, ev);
     if (rc != 0)
       return rc;
   }

@@ -2,7 +2,10 @@
  * again against its own table (the daemon trusts no client), enforces the session's limits,
  * places the op on a device and plans it. A handle is {slot, generation} chosen by the client
  * in its own table; a destroyed or foreign one resolves to nothing and the op fails with
- * ACCEL_ESTALE. When the session ends, every buffer it owns is destroyed (freed once its last
+ * ACCEL_ESTALE. Creates are pipelined (the client does not wait for them): one that fails
+ * (out of memory, the session's memory limit) leaves its handle marked with the error, and
+ * every later op on it fails with that error, until the client destroys the handle. When the
+ * session ends, every buffer it owns is destroyed (freed once its last
  * task is done); ops still in flight finish normally. */
 #include <stdlib.h>
 #include <uv.h>
@@ -20,6 +23,7 @@ typedef struct session_entry {
   uint32_t gen;
   dev_buffer *buf;
   dev_module *mod;
+  int failed; /* the error of a create that failed for this gen, else 0 */
 } session_entry;
 
 /* Ops that came while a module was being built, in order: they run after it, so that issue
@@ -68,7 +72,7 @@ static dev_module *resolve_module(session_state *s, uint64_t handle) {
 static bool slot_free(session_state *s, uint64_t handle) {
   uint32_t slot = handle_slot(handle);
   return slot != 0 && slot < s->args->max_buffers && handle_gen(handle) != 0 &&
-         s->table[slot].buf == NULL && s->table[slot].mod == NULL;
+         s->table[slot].buf == NULL && s->table[slot].mod == NULL; /* a failed create's too */
 }
 
 void dev_session_acct_release(dev_session_acct *a) {
@@ -206,12 +210,14 @@ static int create_buffer(session_state *s, const dev_op *op) {
   uint64_t bytes = count * dev_dtype_size((accel_dtype)op->u.create.dtype);
   if (!slot_free(s, handle) || count > (UINT64_MAX >> 4))
     return ACCEL_EINVAL;
-  if (s->args->max_memory && s->acct->memory + bytes > s->args->max_memory)
+  dev_buffer *b = NULL;
+  if (!s->args->max_memory || s->acct->memory + bytes <= s->args->max_memory)
+    b = dev_buffer_create(s->args->world, (accel_dtype)op->u.create.dtype, count);
+  if (b == NULL) { /* the client goes on with the handle: its ops get this error */
+    s->table[slot] = (session_entry){.gen = handle_gen(handle), .failed = ACCEL_ENOMEM};
     return ACCEL_ENOMEM;
-  dev_buffer *b = dev_buffer_create(s->args->world, (accel_dtype)op->u.create.dtype, count);
-  if (b == NULL)
-    return ACCEL_ENOMEM;
-  s->table[slot] = (session_entry){handle_gen(handle), b, NULL};
+  }
+  s->table[slot] = (session_entry){.gen = handle_gen(handle), .buf = b};
   s->acct->memory += bytes;
   s->acct->buffers++;
   return 0;
@@ -225,7 +231,17 @@ static void forget_buffer(session_state *s, uint32_t slot) {
   dev_buffer_destroy(b);
 }
 
+/* The error of a handle whose create failed (0 if it did not). */
+static int create_failure(session_state *s, uint64_t handle) {
+  session_entry *e = entry_of(s, handle);
+  return e && e->buf == NULL && e->mod == NULL ? e->failed : 0;
+}
+
 static int destroy_buffer(session_state *s, uint64_t handle) {
+  if (create_failure(s, handle) != 0) {
+    s->table[handle_slot(handle)].failed = 0;
+    return 0;
+  }
   if (resolve(s, handle) == NULL)
     return ACCEL_ESTALE;
   forget_buffer(s, handle_slot(handle));
@@ -277,7 +293,7 @@ static int module_load(session_state *s, dev_op *op) {
     dev_module_unref(m);
     return rc;
   }
-  s->table[handle_slot(handle)] = (session_entry){handle_gen(handle), NULL, m};
+  s->table[handle_slot(handle)] = (session_entry){.gen = handle_gen(handle), .mod = m};
   s->building = op;
   return 0;
 }
@@ -324,8 +340,10 @@ static int resolve_all(session_state *s, dev_op *op, dev_buffer *bufs[]) {
   dev_buf_info info[DEV_OP_MAX_BUFS];
   for (uint32_t i = 0; i < op->nbufs; i++) {
     bufs[i] = resolve(s, op->bufs[i].handle);
-    if (bufs[i] == NULL)
-      return ACCEL_ESTALE;
+    if (bufs[i] == NULL) {
+      int failed = create_failure(s, op->bufs[i].handle);
+      return failed != 0 ? failed : ACCEL_ESTALE;
+    }
     info[i] = (dev_buf_info){bufs[i]->dtype, bufs[i]->count};
   }
   return dev_op_check(op, info);
@@ -503,10 +521,12 @@ static int session_start(accel_actor *self, void *state, void *arg) {
   s->args = arg;
   s->self = self;
   s->acct = rt_calloc(1, sizeof *s->acct);
-  s->table = rt_calloc(s->args->max_buffers, sizeof *s->table);
-  if (s->acct == NULL || s->table == NULL)
+  if (s->acct == NULL)
     return ACCEL_ENOMEM;
-  s->acct->refs = 1;
+  s->acct->refs = 1; /* session_stop releases it, also after a start that failed below */
+  s->table = rt_calloc(s->args->max_buffers, sizeof *s->table);
+  if (s->table == NULL)
+    return ACCEL_ENOMEM;
   s->args->acct = s->acct;
   return 0;
 }

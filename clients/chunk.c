@@ -93,6 +93,7 @@ typedef struct work {
 
 /* As the transport completes an op it took. */
 static void op_finish(accel_ctx *ctx, dev_op *op, int status) {
+  status = client_op_settle(ctx, op, status);
   if (op->future) {
     accel_future_complete(op->future, status, NULL, NULL);
     accel_future_release(op->future);
@@ -217,7 +218,7 @@ static void on_relay(accel_future *f, int status, void *arg) {
   if (e->user) {
     const char *text = e->text && f ? accel_future_value(f) : NULL;
     char *copy = text ? rt_strdup(text) : NULL; /* the relay's future frees its own */
-    accel_future_complete(e->user, status, copy, copy ? free : NULL);
+    accel_future_complete(e->user, status, copy, copy ? rt_free : NULL);
     accel_future_release(e->user);
   }
   rt_free(e);

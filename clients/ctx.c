@@ -101,7 +101,7 @@ int accel_host_free(accel_ctx *ctx, void *p) {
     return 0;
   if (ctx->tp->host_free)
     return ctx->tp->host_free(ctx, p);
-  rt_free(p);
+  free(p); /* posix_memalign's: buffer data, outside the allocator hook */
   return 0;
 }
 
@@ -158,10 +158,37 @@ int client_handle_get(accel_ctx *ctx, accel_buffer h, accel_dtype *dtype, size_t
   if (e) {
     *dtype = e->dtype;
     *count = e->count;
-    rc = 0;
+    rc = 0; /* a failed create's handle too: its ops get the create's error as they finish */
   }
   pthread_mutex_unlock(&ctx->mu);
   return rc;
+}
+
+int client_op_settle(accel_ctx *ctx, const dev_op *op, int status) {
+  if (status != ACCEL_ESTALE && !(op->h.kind == DEV_OP_BUFFER_CREATE && status < 0))
+    return status;
+  pthread_mutex_lock(&ctx->mu);
+  for (uint32_t i = 0; i < op->nbufs; i++) {
+    client_handle *e = client_handle_entry(ctx, op->bufs[i].handle, CLIENT_H_BUFFER);
+    if (e && op->h.kind == DEV_OP_BUFFER_CREATE)
+      e->failed = status;
+    else if (e && e->failed != 0)
+      status = e->failed;
+  }
+  pthread_mutex_unlock(&ctx->mu);
+  return status;
+}
+
+/* A handle whose create failed: freed here alone (the daemon or session holds nothing for
+ * it that a later create on the slot would not replace). */
+static bool free_if_failed(accel_ctx *ctx, accel_buffer buf) {
+  pthread_mutex_lock(&ctx->mu);
+  client_handle *e = client_handle_entry(ctx, buf, CLIENT_H_BUFFER);
+  bool failed = e && e->failed != 0;
+  if (failed)
+    client_handle_free_locked(ctx, (uint32_t)buf);
+  pthread_mutex_unlock(&ctx->mu);
+  return failed;
 }
 
 int client_handle_alloc_locked(accel_ctx *ctx, client_handle_kind kind, accel_dtype dtype,
@@ -198,6 +225,7 @@ void client_handle_free_locked(accel_ctx *ctx, uint32_t slot) {
   e->nkernels = 0;
   e->name = NULL;
   e->module = 0;
+  e->failed = 0;
   if ((e->gen & 0xffffu) != 0) {
     e->next_free = ctx->free_head;
     ctx->free_head = slot;
@@ -303,6 +331,8 @@ int accel_buffer_create(accel_ctx *ctx, accel_dtype dtype, size_t count, accel_b
 int accel_buffer_destroy(accel_ctx *ctx, accel_buffer buf) {
   if (ctx == NULL)
     return ACCEL_EINVAL;
+  if (free_if_failed(ctx, buf))
+    return 0;
   accel_dtype dtype;
   size_t count;
   int rc = client_handle_get(ctx, buf, &dtype, &count);

@@ -31,6 +31,9 @@ typedef struct client_handle {
   uint32_t nkernels;
   uint64_t module;
   char *name;
+  /* A buffer whose create failed (creates are pipelined: the caller did not wait for it): its
+   * error, with which every later op on it completes (client_op_settle), until destroyed. */
+  int failed;
 } client_handle;
 
 typedef struct client_transport {
@@ -102,6 +105,10 @@ int client_submit(accel_ctx *ctx, dev_op *op, accel_device dev, accel_future **f
 
 /* An op the transport took has finished (any thread). */
 void client_op_done(accel_ctx *ctx, int status);
+/* An op's status as its caller should see it, as it finishes (before client_op_done): a
+ * create that failed marks its handle; an op that found no buffer behind a handle whose
+ * create failed gets the create's error rather than ACCEL_ESTALE. */
+int client_op_settle(accel_ctx *ctx, const dev_op *op, int status);
 
 /* The session/daemon's limits on a client's buffer table size. */
 #define CLIENT_DEFAULT_MAX_BUFFERS 65536u

@@ -62,8 +62,9 @@ static pending *pending_take(remote *r, uint64_t id) {
 
 /* `value` (a module load's build log, or NULL) goes to the op's future, or is freed. */
 static void finish_op(accel_ctx *ctx, dev_op *op, int status, char *value) {
+  status = client_op_settle(ctx, op, status);
   if (op->future) {
-    accel_future_complete(op->future, status, value, value ? free : NULL);
+    accel_future_complete(op->future, status, value, value ? rt_free : NULL);
     accel_future_release(op->future);
   } else {
     rt_free(value);
@@ -106,6 +107,8 @@ static void finish_pending(accel_ctx *ctx, pending *p, int status, proto_bytes d
   if (data.len && (p->data = rt_malloc(data.len)) != NULL) {
     memcpy(p->data, data.data, data.len);
     p->len = data.len;
+  } else if (data.len) {
+    status = status == 0 ? ACCEL_ENOMEM : status; /* the answer is lost to the waiter */
   }
   accel_future *done = p->done; /* after completing, p belongs to the waiter */
   accel_future_complete(done, status, NULL, NULL);

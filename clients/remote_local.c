@@ -3,20 +3,40 @@
  * nothing is dropped and no acknowledgements are needed; one thread per context reads
  * replies; senders write whole frames under a mutex. Closing shuts the socket down, which
  * ends the reading thread at once, whatever the daemon does: accel_close() cannot hang. */
+#include <stdbool.h>
 #include <stdlib.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "clients/remote.h"
 
+/* Out of memory for a frame's bytes: they wait in the socket, so the reader waits too (this is
+ * its own thread) and tries again, 1 ms then doubling, for about 4 s in all before it gives
+ * the connection up. False when it is time to give up. */
+static bool wait_for_memory(int *tries) {
+  if (*tries >= 12)
+    return false;
+  struct timespec d = {.tv_nsec = (1L << *tries) * 1000000L};
+  if (d.tv_nsec >= 1000000000L)
+    d = (struct timespec){.tv_sec = d.tv_nsec / 1000000000L, .tv_nsec = d.tv_nsec % 1000000000L};
+  nanosleep(&d, NULL);
+  ++*tries;
+  return true;
+}
+
 static void *receiver(void *arg) {
   accel_ctx *ctx = arg;
   remote *r = remote_of(ctx);
+  int tries = 0;
   for (;;) {
     const uint8_t *frame;
     long long n = proto_reader_next(&r->reader, r->fd, atomic_load(&r->max_body), &frame);
+    if (n == ACCEL_ENOMEM && wait_for_memory(&tries))
+      continue; /* the reader kept what it had: the next call goes on from there */
     if (n < 0)
       break; /* closed, or bytes that are not a frame of ours: the stream is lost */
+    tries = 0;
     remote_on_frame(ctx, frame, (size_t)n);
   }
   remote_on_lost(ctx);

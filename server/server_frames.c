@@ -321,6 +321,10 @@ static void one_frame(srv_server *s, srv_conn *c, nng_msg *m) {
     bad_header(s, c, m, rc);
     return;
   }
+  if (srv_out_reserve(s, c) != 0) {
+    srv_reply_status(s, c, m, h.request_id, ACCEL_ENOMEM); /* into the room kept for it */
+    return;
+  }
   switch (h.type) {
   case PROTO_HELLO:
     on_hello(s, c, m, &h);

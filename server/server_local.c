@@ -36,22 +36,6 @@
  * so a client that pipelines freely is slowed by its socket rather than refused (EBUSY). */
 #define LINK_MAX_OPS 4096u
 
-struct srv_link {
-  uv_pipe_t pipe;     /* first: the handle's data is the link */
-  uv_timer_t first;   /* closes a peer that sends no whole frame in time */
-  bool first_open;
-  int open_handles;   /* pipe and timer: freed when both have closed */
-  srv_server *s;
-  srv_conn *conn;     /* NULL once the record went away (the server stopped) */
-  uint8_t *in;        /* staging: the start of the stream not yet made into frames */
-  size_t in_len;
-  nng_msg *big;       /* a frame larger than the staging buffer, read straight into it */
-  size_t big_have;
-  bool reading, closing;
-  uint64_t out_bytes; /* reply bytes handed to uv_write, not yet written */
-  char why[48];       /* what ended it, for the log */
-};
-
 typedef struct link_write {
   uv_write_t req;
   srv_link *link;
@@ -59,8 +43,30 @@ typedef struct link_write {
   size_t len; /* the bytes this request writes (counted in out_bytes) */
 } link_write;
 
+struct srv_link {
+  uv_pipe_t pipe;     /* first: the handle's data is the link */
+  uv_timer_t first;   /* closes a peer that sends no whole frame in time */
+  bool first_open;
+  int open_handles;   /* pipe and timer: freed when both have closed */
+  srv_server *s;
+  srv_conn *conn;     /* NULL once the record went away (the server stopped) */
+  uint8_t *in;        /* staging (LINK_INBUF bytes, allocated with the link: reading never
+                       * needs memory): the start of the stream not yet made into frames */
+  size_t in_len;
+  nng_msg *big;       /* a frame larger than the staging buffer, read straight into it */
+  size_t big_have;
+  bool reading, closing;
+  uint64_t out_bytes; /* reply bytes handed to uv_write, not yet written */
+  link_write spare;   /* the first queued write needs no allocation (one is the usual most) */
+  bool spare_busy;
+  char why[48];       /* what ended it, for the log */
+};
+
 typedef struct srv_listener {
   uv_pipe_t pipe;
+  uv_timer_t retry;  /* accepting again after a connection found no memory */
+  uint64_t retry_ms; /* the last delay; 0 after a connection was taken */
+  int open_handles;  /* the two handles above: freed when both have closed */
   srv_server *s;
   char *path;
   dev_t dev;  /* the socket file we made: unlinked at close only if it is still ours */
@@ -134,7 +140,10 @@ static void on_written(uv_write_t *req, int status) {
   if (l->conn)
     l->conn->out_bytes -= nng_msg_len(w->m);
   nng_msg_free(w->m);
-  rt_free(w);
+  if (w == &l->spare)
+    l->spare_busy = false;
+  else
+    rt_free(w);
   if (status < 0 && status != UV_ECANCELED)
     link_close(l, "write failed (peer gone)");
   else if (!l->closing)
@@ -160,10 +169,14 @@ void srv_local_send(srv_server *s, srv_conn *c, nng_msg *m) {
     return;
   }
   size_t done = n > 0 ? (size_t)n : 0;
-  link_write *w = rt_malloc(sizeof *w);
+  link_write *w = l->spare_busy ? rt_malloc(sizeof *w) : &l->spare;
+  l->spare_busy = true;
   b = uv_buf_init((char *)nng_msg_body(m) + done, (unsigned)(len - done));
   if (w == NULL || uv_write(&w->req, (uv_stream_t *)&l->pipe, &b, 1, on_written) != 0) {
-    rt_free(w);
+    if (w == &l->spare)
+      l->spare_busy = false;
+    else
+      rt_free(w);
     c->out_bytes -= len;
     nng_msg_free(m);
     link_close(l, w ? "write failed" : "out of memory writing a reply");
@@ -184,10 +197,7 @@ static void on_alloc(uv_handle_t *h, size_t hint, uv_buf_t *buf) {
                        (unsigned)(total - l->big_have));
     return;
   }
-  if (l->in == NULL)
-    l->in = rt_malloc(LINK_INBUF);
-  *buf = l->in ? uv_buf_init((char *)l->in + l->in_len, (unsigned)(LINK_INBUF - l->in_len))
-               : uv_buf_init(NULL, 0); /* out of memory: libuv reports UV_ENOBUFS */
+  *buf = uv_buf_init((char *)l->in + l->in_len, (unsigned)(LINK_INBUF - l->in_len));
 }
 
 static void first_frame_seen(srv_link *l) {
@@ -353,7 +363,6 @@ static void on_link_closed(uv_handle_t *h) {
   }
   if (l->big)
     nng_msg_free(l->big);
-  rt_free(l->in);
   rt_free(l);
   srv_release(s);
 }
@@ -395,11 +404,8 @@ static void refuse_peer(srv_server *s, srv_link *l, int status, const char *why)
   link_close(l, why);
 }
 
-static srv_link *accept_link(srv_listener *ls) {
+static bool accept_link(srv_listener *ls, srv_link *l) {
   srv_server *s = ls->s;
-  srv_link *l = rt_calloc(1, sizeof *l);
-  if (l == NULL)
-    return NULL;
   l->s = s;
   uv_pipe_init(rt_uv_loop(s->rt), &l->pipe, 1); /* ipc: descriptors may come with frames */
   l->pipe.data = l;
@@ -407,22 +413,55 @@ static srv_link *accept_link(srv_listener *ls) {
   s->refs++; /* released in on_link_closed */
   if (uv_accept((uv_stream_t *)&ls->pipe, (uv_stream_t *)&l->pipe) != 0) {
     link_close(l, "accept failed");
-    return NULL;
+    return false;
   }
-  return l;
+  return true;
+}
+
+static void accept_connection(srv_listener *ls);
+
+static void on_accept_retry(uv_timer_t *t) {
+  srv_listener *ls = t->data;
+  if (!ls->s->stopped)
+    accept_connection(ls);
+}
+
+/* Out of memory for a new connection: it stays in the listen queue and the listener tries
+ * again from a timer, 1 ms then doubling up to 1 s. libuv watches no listener whose
+ * connection was not accepted, so the clients behind it wait too, and get in once memory is
+ * back; nothing is refused or lost. */
+static void accept_later(srv_listener *ls) {
+  ls->retry_ms = ls->retry_ms == 0 ? 1 : ls->retry_ms >= 512 ? 1000 : ls->retry_ms * 2;
+  accel_log(ACCEL_LOG_WARN, "server", "ipc://%s: out of memory for a new connection: trying "
+            "again in %llu ms", ls->path, (unsigned long long)ls->retry_ms);
+  if (uv_timer_start(&ls->retry, on_accept_retry, ls->retry_ms, 0) != 0)
+    accel_log(ACCEL_LOG_ERROR, "server", "ipc://%s: cannot retry: new clients wait for the "
+              "next connection", ls->path);
 }
 
 static void on_connection(uv_stream_t *server, int status) {
   srv_listener *ls = server->data;
+  if (status < 0 || ls->s->stopped)
+    return;
+  accept_connection(ls);
+}
+
+static void accept_connection(srv_listener *ls) {
   srv_server *s = ls->s;
-  if (status < 0 || s->stopped)
-    return;
-  srv_link *l = accept_link(ls);
-  if (l == NULL)
-    return;
-  srv_conn *c = srv_conn_new(s, s->next_local_id++ | SRV_LOCAL_ID_BIT);
+  srv_link *l = rt_malloc(sizeof *l + LINK_INBUF);
+  if (l != NULL) {
+    *l = (srv_link){0};
+    l->in = (uint8_t *)(l + 1);
+  }
+  srv_conn *c = l ? srv_conn_new(s, s->next_local_id++ | SRV_LOCAL_ID_BIT) : NULL;
   if (c == NULL) {
-    link_close(l, "out of memory");
+    rt_free(l);
+    accept_later(ls);
+    return;
+  }
+  ls->retry_ms = 0;
+  if (!accept_link(ls, l)) {
+    srv_conn_end(s, c); /* it never carried anything */
     return;
   }
   c->link = l;
@@ -495,6 +534,8 @@ static int set_owner(srv_server *s, srv_listener *ls) {
 static void on_listener_closed(uv_handle_t *h) {
   srv_listener *ls = h->data;
   srv_server *s = ls->s;
+  if (--ls->open_handles > 0)
+    return;
   rt_free(ls->path);
   rt_free(ls);
   srv_release(s);
@@ -525,7 +566,10 @@ int srv_local_listen(srv_server *s, const char *path) {
   ls->s = s;
   ls->path = copy;
   uv_pipe_init(rt_uv_loop(s->rt), &ls->pipe, 0);
+  uv_timer_init(rt_uv_loop(s->rt), &ls->retry); /* cannot fail: it only fills the handle */
   ls->pipe.data = ls;
+  ls->retry.data = ls;
+  ls->open_handles = 2;
   s->refs++;
   s->locals[s->nlocals++] = ls;
   int rc = bind_listener(s, ls);
@@ -541,6 +585,7 @@ static void close_listener(srv_listener *ls) {
   if (ls->ino && lstat(ls->path, &st) == 0 && st.st_dev == ls->dev && st.st_ino == ls->ino)
     unlink(ls->path);
   uv_close((uv_handle_t *)&ls->pipe, on_listener_closed);
+  uv_close((uv_handle_t *)&ls->retry, on_listener_closed);
 }
 
 void srv_local_stop_listening(srv_server *s) {

@@ -16,19 +16,36 @@
 
 #define SRV_BATCH_COPY_MAX 4096u /* a larger reply (a read's data) travels on its own */
 
+/* The queue holds at least `need` messages after this (0 or ACCEL_ENOMEM). */
+static int outq_grow(srv_conn *c, uint32_t need) {
+  if (c->oq_cap >= need)
+    return 0;
+  uint32_t cap = c->oq_cap ? c->oq_cap * 2 : 16;
+  cap = cap < need ? need : cap;
+  nng_msg **items = rt_malloc(cap * sizeof *items);
+  if (items == NULL)
+    return ACCEL_ENOMEM;
+  for (uint32_t i = 0; i < c->oq_len; i++)
+    items[i] = c->outq[(c->oq_head + i) % c->oq_cap];
+  rt_free(c->outq);
+  c->outq = items;
+  c->oq_cap = cap;
+  c->oq_head = 0;
+  return 0;
+}
+
+/* Room for the reply of a request about to be taken, for every op in flight, and two spare:
+ * a reply is made when work completes, when no memory may be left, so the room is taken
+ * beforehand. When it cannot be, the room kept by the last success still holds the error
+ * reply to this request. */
+int srv_out_reserve(srv_server *s, srv_conn *c) {
+  return outq_grow(c, c->oq_len + c->ops + 3);
+}
+
 static int outq_push(srv_server *s, srv_conn *c, nng_msg *m) {
-  if (c->oq_len == c->oq_cap) {
-    uint32_t cap = c->oq_cap ? c->oq_cap * 2 : 16;
-    nng_msg **items = rt_malloc(cap * sizeof *items);
-    if (items == NULL)
-      return ACCEL_ENOMEM;
-    for (uint32_t i = 0; i < c->oq_len; i++)
-      items[i] = c->outq[(c->oq_head + i) % c->oq_cap];
-    rt_free(c->outq);
-    c->outq = items;
-    c->oq_cap = cap;
-    c->oq_head = 0;
-  }
+  int rc = outq_grow(c, c->oq_len + 1);
+  if (rc != 0)
+    return rc;
   c->outq[(c->oq_head + c->oq_len) % c->oq_cap] = m;
   c->oq_len++;
   s->out_queued++;

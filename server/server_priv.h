@@ -176,6 +176,9 @@ void srv_send(srv_server *s, nng_msg *m);
 
 /* server_out.c: a connection's output (batching, the ack window) */
 /* Queues a reply (taken) for the connection; it leaves at the end of this loop iteration. */
+/* Makes room in the connection's output for a request's reply before it is taken
+ * (server_out.c); ACCEL_ENOMEM: answer the request ACCEL_ENOMEM (room for that is kept). */
+int srv_out_reserve(srv_server *s, srv_conn *c);
 void srv_conn_send(srv_server *s, srv_conn *c, nng_msg *m);
 void srv_conn_ack(srv_server *s, srv_conn *c, uint32_t received);
 /* A status-only reply made from nothing (no request message to reuse). */

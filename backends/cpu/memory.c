@@ -49,7 +49,7 @@ void be_cpu_mem_free(be_device *dev, be_mem *mem)
     return;
   be_cpu_block *blk = block_of(mem->handle);
   be_cpu_dev_untrack(dev, &blk->link);
-  rt_free(blk);
+  free(blk); /* aligned_alloc's: device memory, not accel's bookkeeping (runtime/alloc.h) */
   *mem = (be_mem){0};
 }
 

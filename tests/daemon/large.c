@@ -248,8 +248,9 @@ TEST(the_window_bounds_chunks_in_flight) {
 }
 
 /* A chunk that fails fails the whole transfer with its status, and the chunks after it are
- * not sent. The daemon refuses to create a buffer past the session's max_memory (the client
- * cannot know), so every chunk to that handle is ACCEL_ESTALE there; the context goes on. */
+ * not sent. The daemon refuses to create a buffer past the session's max_memory (creates are
+ * pipelined: the client learns it from the create's reply), so every chunk to that handle
+ * fails there with the create's error, ACCEL_ENOMEM; the context goes on. */
 TEST(a_failed_chunk_fails_the_transfer) {
   td_daemon d;
   start_small(&d, SMALL_CONFIG "max_memory = 1M\n");
@@ -265,12 +266,12 @@ TEST(a_failed_chunk_fails_the_transfer) {
   long failed = td_status_field(&d, "ops_failed");
   accel_future *f;
   CHECK_OK(accel_write(ctx, refused, 0, src, n, &f));
-  CHECK_ERR(accel_future_wait(f, 60000), ACCEL_ESTALE);
+  CHECK_ERR(accel_future_wait(f, 60000), ACCEL_ENOMEM);
   accel_future_release(f);
   CHECK_OK(accel_read(ctx, refused, 0, got, n, &f));
-  CHECK_ERR(accel_future_wait(f, 60000), ACCEL_ESTALE);
+  CHECK_ERR(accel_future_wait(f, 60000), ACCEL_ENOMEM);
   accel_future_release(f);
-  CHECK_ERR(accel_finish(ctx, 60000), ACCEL_ESTALE);
+  CHECK_ERR(accel_finish(ctx, 60000), ACCEL_ENOMEM);
   long sent = td_status_field(&d, "ops_failed") - failed; /* both transfers' chunks */
   printf("# %zu chunks per transfer; %ld chunks sent (and failed) for the two\n", chunks, sent);
   CHECK_GE(sent, 2);
