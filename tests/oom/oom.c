@@ -134,11 +134,11 @@ static int scenario_runtime(void) {
 
 /* ---- an op's path: buffers, write, ops, read, checked against the host ---- */
 
-enum { N_ELEMS = 64 };
+enum { N_ELEMS = 64, N_SIDE = 8 }; /* the vectors are also 8 x 8 matrices */
 
 typedef struct op_path {
   accel_ctx *ctx;
-  accel_buffer x, y, r;
+  accel_buffer x, y, r, z;
   int nbufs;
 } op_path;
 
@@ -149,9 +149,9 @@ static int await(int rc, accel_future **f, const char *what) {
 }
 
 static int make_buffers(op_path *p) {
-  accel_buffer *bufs[] = {&p->x, &p->y, &p->r};
-  size_t counts[] = {N_ELEMS, N_ELEMS, 1};
-  for (int i = 0; i < 3; i++) {
+  accel_buffer *bufs[] = {&p->x, &p->y, &p->r, &p->z};
+  size_t counts[] = {N_ELEMS, N_ELEMS, 1, N_ELEMS};
+  for (int i = 0; i < 4; i++) {
     int rc = step(accel_buffer_create(p->ctx, ACCEL_F32, counts[i], bufs[i]), "create");
     if (rc != 0)
       return rc;
@@ -160,7 +160,28 @@ static int make_buffers(op_path *p) {
   return 0;
 }
 
-/* y = 2 x + y, r = x . y, then y read back; the values are small integers, exact in f32. */
+/* z = x y as 8 x 8 matrices (column-major), read back and checked (exact: small integers). */
+static int run_gemm(op_path *p, const float *x, const float *y) {
+  float z[N_ELEMS];
+  accel_future *f;
+  int rc = await(accel_sgemm(p->ctx, ACCEL_DEVICE_ANY, ACCEL_NO_TRANS, ACCEL_NO_TRANS, N_SIDE,
+                             N_SIDE, N_SIDE, 1.0f, p->x, N_SIDE, p->y, N_SIDE, 0.0f, p->z,
+                             N_SIDE, &f),
+                 &f, "sgemm");
+  if (rc == 0)
+    rc = await(accel_read(p->ctx, p->z, 0, z, N_ELEMS, &f), &f, "read z");
+  for (int i = 0; rc == 0 && i < N_SIDE; i++)
+    for (int j = 0; j < N_SIDE; j++) {
+      double want = 0;
+      for (int l = 0; l < N_SIDE; l++)
+        want += (double)x[i + l * N_SIDE] * y[l + j * N_SIDE];
+      CHECK(z[i + j * N_SIDE] == (float)want);
+    }
+  return rc;
+}
+
+/* y = 2 x + y, r = x . y, then y read back, then a gemm; the values are small integers,
+ * exact in f32. */
 static int run_ops(op_path *p) {
   float x[N_ELEMS], y[N_ELEMS], out[N_ELEMS], dot = 0;
   for (int i = 0; i < N_ELEMS; i++) {
@@ -188,7 +209,7 @@ static int run_ops(op_path *p) {
     want_dot += x[i] * want;
   }
   CHECK(dot == (float)want_dot);
-  return 0;
+  return run_gemm(p, x, out);
 }
 
 static int op_path_run(const char *url) {
@@ -199,7 +220,7 @@ static int op_path_run(const char *url) {
   rc = make_buffers(&p);
   if (rc == 0)
     rc = run_ops(&p);
-  accel_buffer bufs[] = {p.x, p.y, p.r};
+  accel_buffer bufs[] = {p.x, p.y, p.r, p.z};
   for (int i = 0; i < p.nbufs; i++) {
     int drc = step(accel_buffer_destroy(p.ctx, bufs[i]), "destroy");
     if (rc == 0)
