@@ -1,6 +1,7 @@
 /* Buffers: a typed array with a replica per memory node. Replica states are the *logical*
  * state after every op issued so far (the planner updates them when it plans an op, and the
  * task graph makes the data catch up in that order). */
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -22,12 +23,18 @@ dev_buffer *dev_buffer_create(dev_world *w, accel_dtype dtype, size_t count) {
   return b;
 }
 
-static void replica_free(dev_world *w, dev_buffer *b, int n) {
+/* The replica's memory goes back to its node's cache (mem_cache.h), or, when the device is
+ * closing (`closing`: the device actor's stop, where the loop already waits for the device),
+ * straight to the backend. Memory of an earlier incarnation went with its context. */
+static void replica_free(dev_world *w, dev_buffer *b, int n, bool closing) {
   dev_replica *r = &b->rep[n];
   dev_node *node = &w->nodes[n];
-  /* Memory of an earlier incarnation of the device went with its context. */
-  if (r->allocated && node->dev && r->node_gen == node->generation)
-    node->be->mem_free(node->dev, &r->mem);
+  if (r->allocated && node->dev && r->node_gen == node->generation) {
+    if (closing)
+      dev_mem_free(node, &r->mem);
+    else
+      dev_mem_cache_put(node, r->mem);
+  }
   r->allocated = false;
   r->state = DEV_INVALID;
 }
@@ -35,7 +42,7 @@ static void replica_free(dev_world *w, dev_buffer *b, int n) {
 static void buffer_free(dev_buffer *b) {
   dev_world *w = b->world;
   for (int n = 0; n < w->nnodes; n++)
-    replica_free(w, b, n);
+    replica_free(w, b, n, false);
   if (b->prev)
     b->prev->next = b->next;
   else
@@ -63,10 +70,9 @@ int dev_replica_ensure_alloc(dev_buffer *b, dev_node *node) {
     return 0;
   if (node->dev == NULL || node->state != DEV_NODE_SERVING)
     return ACCEL_EDEVLOST;
-  size_t bytes = b->bytes ? b->bytes : 4; /* a zero-length buffer still gets a handle */
-  int rc = node->be->mem_alloc(node->dev, bytes, &r->mem);
-  if (rc != 0)
-    return rc;
+  /* a zero-length buffer still gets a block of the smallest class */
+  if (!dev_mem_cache_take(node, dev_mem_class(b->bytes), &r->mem))
+    return DEV_ALLOC_MISS; /* the caller allocates on a worker (dev_mem_job_submit) */
   r->allocated = true;
   r->node_gen = node->generation;
   r->state = DEV_INVALID;
@@ -93,7 +99,7 @@ void dev_buffer_drop_node(dev_world *w, dev_node *node) {
     bool was_valid = b->rep[node->index].state != DEV_INVALID;
     /* Called before the reset: mem_free still reaches the old context (which may refuse
      * after a fault; the memory then goes with the context). */
-    replica_free(w, b, node->index);
+    replica_free(w, b, node->index, true);
     if (was_valid && dev_buffer_valid_node(b, -1) < 0)
       b->lost = true;
   }

@@ -16,6 +16,7 @@ enum {
   DEV_MSG_INJECT_FAULT,               /* device actor: tests only */
   DEV_MSG_OP,                         /* session: data = dev_op */
   DEV_MSG_BUILT,                      /* session: a module build finished (module.c) */
+  DEV_MSG_ALLOCATED,                  /* session: a memory job finished (mem_cache.c) */
 };
 
 extern const accel_behavior dev_kernel_behavior;

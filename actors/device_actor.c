@@ -36,7 +36,9 @@ static int device_start(accel_actor *self, void *state, void *arg) {
   d->node = node;
   pthread_mutex_lock(&node->build_mu); /* builds read both */
   node->generation++;
+  dev_blocking_begin(); /* opening a device blocks: the loop waits for it by design */
   int rc = open_device(node);
+  dev_blocking_end();
   pthread_mutex_unlock(&node->build_mu);
   if (rc != 0)
     return rc;
@@ -87,14 +89,17 @@ static void device_stop(accel_actor *self, void *state) {
   if (node->state == DEV_NODE_SERVING)
     __atomic_store_n(&node->state, DEV_NODE_RESTARTING, __ATOMIC_RELAXED);
   if (node->dev) {
+    dev_blocking_begin(); /* closing a device blocks: the loop waits for it by design */
     dev_buffer_drop_node(node->world, node);
     pthread_mutex_lock(&node->build_mu);
-    wait_for_builds(node);
+    wait_for_builds(node); /* memory jobs too (mem_cache.c) */
+    dev_mem_cache_close(node);
     dev_modules_drop_node(node->world, node);
     node->be->close(node->dev);
     node->dev = NULL;
     node->aborted = false;
     pthread_mutex_unlock(&node->build_mu);
+    dev_blocking_end();
   }
 }
 

@@ -62,6 +62,8 @@ static int check_and_allocate(dev_world *w, dev_op *op, dev_buffer *bufs[], dev_
     if (rc == 0 && needs_valid && b->rep[node->index].state == DEV_INVALID &&
         dev_buffer_valid_node(b, -1) > DEV_HOST_NODE)
       rc = dev_replica_ensure_alloc(b, &w->nodes[DEV_HOST_NODE]);
+    if (rc == DEV_ALLOC_MISS) /* the caller allocates first (dev_mem_needs): a bug */
+      return ACCEL_EINVAL;
     if (rc != 0)
       return rc;
   }

@@ -40,6 +40,8 @@ typedef struct session_state {
   session_entry *table;
   dev_session_acct *acct;
   dev_op *building; /* the module load being built, or NULL */
+  dev_op *allocating; /* the op whose memory a worker allocates (mem_cache.h), or NULL */
+  bool alloc_retried; /* its allocation failed once and the caches were emptied */
   op_fifo held;
 } session_state;
 
@@ -349,6 +351,20 @@ static int resolve_all(session_state *s, dev_op *op, dev_buffer *bufs[]) {
   return dev_op_check(op, info);
 }
 
+/* Plans the op, or has the memory it lacks allocated on a worker first (the loop never calls
+ * the backend's mem_alloc: it may block every client): the session holds the op, and the ops
+ * after it, until the job answers (mem_allocated). */
+static int plan_or_allocate(session_state *s, dev_op *op, dev_buffer *bufs[], dev_node *node) {
+  dev_mem_need needs[2 * DEV_OP_MAX_BUFS];
+  uint32_t n = dev_mem_needs(node, op, bufs, needs);
+  if (n == 0)
+    return dev_plan_op(s->args->world, op, bufs, node);
+  int rc = dev_mem_job_submit(s->self, needs, n, DEV_MSG_ALLOCATED);
+  if (rc == 0)
+    s->allocating = op;
+  return rc;
+}
+
 static int run_op(session_state *s, dev_op *op) {
   dev_world *w = s->args->world;
   int rc = dev_op_check_shape(op);
@@ -369,13 +385,13 @@ static int run_op(session_state *s, dev_op *op) {
   if (op->h.kind == DEV_OP_LAUNCH) {
     dev_node *at;
     rc = launch_prepare(s, op, bufs, &at);
-    return rc != 0 ? rc : dev_plan_op(w, op, bufs, at);
+    return rc != 0 ? rc : plan_or_allocate(s, op, bufs, at);
   }
   dev_node *node = place(w, op, bufs);
   if (node == NULL) /* no device serving that runs the op */
     return any_runs(w, op, bufs) ? ACCEL_EDEVLOST : ACCEL_ENOTSUP;
   rc = dev_node_supports(node, op, bufs); /* a named device */
-  return rc != 0 ? rc : dev_plan_op(w, op, bufs, node);
+  return rc != 0 ? rc : plan_or_allocate(s, op, bufs, node);
 }
 
 static void handle_op(session_state *s, dev_op *op) {
@@ -417,9 +433,20 @@ static dev_op *fifo_pop(op_fifo *q) {
   return op;
 }
 
-/* An op arrives: it runs now, or after the module being built. */
+/* Ops wait behind a module being built and an op whose memory is being allocated. */
+static bool holding(const session_state *s) {
+  return s->building != NULL || s->allocating != NULL;
+}
+
+static void run_held(session_state *s) {
+  dev_op *next;
+  while (!holding(s) && (next = fifo_pop(&s->held)) != NULL)
+    handle_op(s, next);
+}
+
+/* An op arrives: it runs now, or after the module being built or the memory allocated. */
 static void take_op(session_state *s, dev_op *op) {
-  if (s->building == NULL) {
+  if (!holding(s)) {
     handle_op(s, op);
     return;
   }
@@ -446,9 +473,36 @@ static void module_built(session_state *s, accel_msg *msg) {
     m->status = status;
   op->result = log;
   dev_op_finished(s->args->world, op, status);
-  dev_op *next;
-  while (s->building == NULL && (next = fifo_pop(&s->held)) != NULL)
-    handle_op(s, next);
+  run_held(s);
+}
+
+/* Out of device memory: every node's cached blocks are freed (on workers), once per op. */
+static bool empty_caches_once(session_state *s, int status) {
+  if (status != ACCEL_ENOMEM || s->alloc_retried)
+    return false;
+  dev_world *w = s->args->world;
+  for (int n = 0; n < w->nnodes; n++)
+    dev_mem_cache_flush(&w->nodes[n]);
+  s->alloc_retried = true;
+  return true;
+}
+
+/* The worker allocated the op's memory (or did not): the op is planned from the start (a
+ * device may have restarted meanwhile), then the held ops run in order. */
+static void mem_allocated(session_state *s, accel_msg *msg) {
+  int status = dev_mem_job_done(msg);
+  dev_op *op = s->allocating;
+  s->allocating = NULL;
+  if (op == NULL)
+    return;
+  if (status == 0 || empty_caches_once(s, status))
+    status = run_op(s, op);
+  if (s->allocating == NULL) {
+    s->alloc_retried = false;
+    if (status != 0)
+      dev_op_finished(s->args->world, op, status);
+  }
+  run_held(s);
 }
 
 /* ---- fault injection (tests) ---- */
@@ -491,6 +545,9 @@ static int session_receive(accel_actor *self, void *state, accel_msg *msg) {
   }
   case DEV_MSG_BUILT:
     module_built(s, msg);
+    return 0;
+  case DEV_MSG_ALLOCATED:
+    mem_allocated(s, msg);
     return 0;
   case DEV_MSG_INJECT_FAULT:
     return inject_fault(s, msg);
@@ -540,6 +597,10 @@ static void session_stop(accel_actor *self, void *state) {
   if (s->building) { /* the worker's answer will meet a stale ref and be dropped */
     dev_op_finished(s->args->world, s->building, ACCEL_ECLOSED);
     s->building = NULL;
+  }
+  if (s->allocating) { /* the same: the job gives its memory back (mem_cache.c) */
+    dev_op_finished(s->args->world, s->allocating, ACCEL_ECLOSED);
+    s->allocating = NULL;
   }
   if (s->table) {
     for (uint32_t i = 0; i < s->args->max_buffers; i++) {

@@ -141,6 +141,7 @@ void dev_world_fini(dev_world *w) {
   {
     pthread_mutex_destroy(&w->nodes[n].build_mu);
     pthread_cond_destroy(&w->nodes[n].build_cv);
+    dev_mem_cache_fini(&w->nodes[n].cache);
   }
   dev_task_pool_free(w);
   dev_inflight_pool_free(w);

@@ -13,6 +13,7 @@
 #include <stdint.h>
 
 #include "accel/accel.h"
+#include "actors/mem_cache.h"
 #include "actors/op.h"
 #include "backends/backend.h"
 #include "backends/dtype_conv.h"
@@ -84,6 +85,9 @@ typedef struct dev_node {
   struct dev_overflow {
     dev_task *head, *tail;
   } overflow[DEV_Q_COUNT];
+  /* Free blocks of device memory (mem_cache.h); workers that allocate or free for it count
+   * in `builds` while they use the device, as module builds do. */
+  dev_mem_cache cache;
 } dev_node;
 
 typedef enum dev_replica_state { DEV_INVALID = 0, DEV_SHARED, DEV_OWNER } dev_replica_state;
@@ -181,6 +185,9 @@ void dev_world_fini(dev_world *w);
 dev_buffer *dev_buffer_create(dev_world *w, accel_dtype dtype, size_t count);
 /* The handle went away: freed once no task uses it. */
 void dev_buffer_destroy(dev_buffer *b);
+/* Memory for b's replica on node: 0 if it has some (now from the node's cache),
+ * DEV_ALLOC_MISS if it must be allocated (on a worker: mem_cache.h), ACCEL_EDEVLOST. */
+#define DEV_ALLOC_MISS 1
 int dev_replica_ensure_alloc(dev_buffer *b, dev_node *node);
 void dev_buffer_drop_node(dev_world *w, dev_node *node);
 int dev_buffer_valid_node(const dev_buffer *b, int prefer);

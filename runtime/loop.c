@@ -437,6 +437,10 @@ int accel_runtime_on_loop(accel_runtime *rt) {
   return rt != NULL && rt_tls_loop == rt;
 }
 
+bool rt_on_a_loop(void) {
+  return rt_tls_loop != NULL;
+}
+
 void accel_runtime_get_stats(accel_runtime *rt, accel_runtime_stats *out) {
   out->actors_live = atomic_load(&rt->stats.actors_live);
   out->actors_spawned = atomic_load(&rt->stats.actors_spawned);

@@ -5,10 +5,13 @@
 #ifndef RT_LOOP_H
 #define RT_LOOP_H
 
+#include <stdbool.h>
 #include <uv.h>
 
 #include "accel/runtime.h"
 
 uv_loop_t *rt_uv_loop(accel_runtime *rt);
+/* Whether the calling thread runs some runtime's loop (or spawns on it before it runs). */
+bool rt_on_a_loop(void);
 
 #endif

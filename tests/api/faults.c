@@ -65,9 +65,23 @@ TEST(fault_with_ops_in_flight) {
   float *out[OPS];
   CHECK_OK(accel_relu(ctx, 0, HS, H, NULL)); /* H now valid on the host and the device */
   CHECK_OK(accel_finish(ctx, -1));
+  /* Every replica the loop below uses exists first (a write makes the host's, a fill the
+   * device's, a gemm A's and B's there), so that its ops are planned and on the device at once,
+   * not held while a worker allocates their memory: the fault meets them in flight. */
+  accel_buffer warm = buf_new(ctx, ACCEL_F32, n * n);
+  CHECK_OK(accel_sgemm(ctx, 0, ACCEL_NO_TRANS, ACCEL_NO_TRANS, n, n, n, 1.0f, A, n, B, n, 0.0f,
+                       warm, n, NULL));
+  float *zeros = calloc(n * n, sizeof *zeros);
+  CHECK(zeros != NULL);
   for (int i = 0; i < OPS; i++) {
-    C[i] = buf_new(ctx, ACCEL_F32, n * n);
+    C[i] = buf_from(ctx, ACCEL_F32, zeros, n * n);
     S[i] = buf_new(ctx, ACCEL_F32, n * n);
+    CHECK_OK(accel_fill(ctx, 0, C[i], 0.0, NULL));
+    CHECK_OK(accel_fill(ctx, 0, S[i], 0.0, NULL));
+  }
+  CHECK_OK(accel_finish(ctx, -1));
+  free(zeros);
+  for (int i = 0; i < OPS; i++) {
     out[i] = xmalloc(n * n * 4);
     CHECK_OK(accel_sgemm(ctx, 0, ACCEL_NO_TRANS, ACCEL_NO_TRANS, n, n, n, 1.0f, A, n, B, n,
                          0.0f, C[i], n, &fg[i]));
