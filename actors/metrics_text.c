@@ -112,6 +112,7 @@ static void per_device(sbuf *b, const dev_world *w, const char *name, const char
 
 static uint64_t mem_used(const dev_world *w, int n) { return dev_status_node_mem(w, n); }
 static uint64_t mem_total(const dev_world *w, int n) { return w->nodes[n].info.mem_bytes; }
+static uint64_t mem_cached(const dev_world *w, int n) { return w->nodes[n].cache.bytes; }
 static uint64_t restarts(const dev_world *w, int n) { return w->nodes[n].restarts; }
 static uint64_t quarantined(const dev_world *w, int n) {
   return w->nodes[n].state == DEV_NODE_QUARANTINED;
@@ -131,6 +132,8 @@ static void render_devices(sbuf *b, const dev_world *w) {
              "Bytes of buffer replicas on the device.", mem_used);
   per_device(b, w, "accel_device_memory_total_bytes", "gauge", "The device's memory.",
              mem_total);
+  per_device(b, w, "accel_device_memory_cached_bytes", "gauge",
+             "Bytes of freed blocks kept for reuse (not counted as used).", mem_cached);
   per_device(b, w, "accel_device_restarts_total", "counter",
              "Restarts of the device after faults.", restarts);
   per_device(b, w, "accel_device_quarantined", "gauge",
