@@ -1,8 +1,9 @@
 /* A chaos client (chaos.h): random ops through libaccel on random devices (ACCEL_DEVICE_ANY
- * too), in steps of one to three ops issued back to back, each op followed at once by a read
- * of everything it wrote. When the step's futures are in, the ops are checked in issue order
- * against a float64 reference computed from what the previous read-backs said the inputs
- * held; the read-back then becomes the buffer's known contents.
+ * too), in steps of one to three ops issued back to back under a random completion strategy,
+ * each op followed at once by a read of everything it wrote. When the step's futures are in,
+ * the ops are checked in issue order against a float64 reference computed from what the
+ * previous read-backs said the inputs held; the read-back then becomes the buffer's known
+ * contents.
  *
  * Accepted errors: ACCEL_EDEVLOST (a fault hit the op), ACCEL_EDATALOST (it used data a fault
  * destroyed), ACCEL_ECLOSED (the connection was lost: the client reconnects). A buffer whose
@@ -98,9 +99,10 @@ static void on_sigterm(int sig) {
 /* ---- reporting ---- */
 
 static void report(client *c, uint32_t kind) {
-  c->rep.pid = (int32_t)getpid();
-  c->rep.kind = kind;
-  (void)!write(c->fd, &c->rep, sizeof c->rep);
+  chaos_report r = c->rep;
+  r.pid = (int32_t)getpid();
+  r.kind = kind;
+  (void)!write(c->fd, &r, sizeof r);
   memset(&c->rep, 0, sizeof c->rep);
   c->reported_ms = test_now_ms();
 }
@@ -860,6 +862,10 @@ static void check_op(client *c, op_rec *r) {
 static void step(client *c) {
   op_rec recs[STEP_MAX];
   c->shared_used = 0;
+  /* each completion strategy of the devices in turn: DEFAULT, CALLBACK, SYNC, POLL */
+  int rc = accel_set_completion(c->ctx, (accel_completion)rnd(c, 0, 3));
+  if (rc != 0)
+    fail(c, "accel_set_completion: %s", accel_err_name(rc));
   int want = rnd(c, 0, 9) < 6 ? 1 : (int)rnd(c, 2, STEP_MAX), n = 0;
   while (n < want && !c->closed && issue(c, &recs[n], want == 1)) {
     n++;
