@@ -1,7 +1,8 @@
 /* Chaos, bounded: one acceld (three CPU devices, fault injection on, restarts allowed often
  * enough that no device is quarantined) serves CHAOS_CLIENTS client processes doing random ops
  * through libaccel on ipc:// (chaos_client.c checks every value), while this process injects
- * device faults at random times and SIGKILLs clients at random, starting new ones.
+ * device faults at random times, SIGKILLs clients at random (starting new ones) and asks
+ * accelctl for its reports now and then.
  *
  * Afterwards: every client stopped cleanly and none saw a wrong value, an unexpected error
  * code or a hang; the daemon is alive, its sessions, buffers, ops in flight, host and device
@@ -32,7 +33,7 @@ typedef struct chaos {
   uint64_t rng, seed;
   int rfd, wfd; /* the report pipe */
   pid_t kids[CHAOS_CLIENTS];
-  uint64_t started, killed, faults, refused;
+  uint64_t started, killed, faults, refused, looks;
   chaos_report total;
 } chaos;
 
@@ -243,6 +244,19 @@ static void inject(chaos *ch) {
     TEST_FAIL("accel_inject_fault(%d): %s", (int)dev, accel_err_name(rc));
 }
 
+/* What an operator looks at while it happens: the reports walk sessions, buffers and devices
+ * as they change. */
+static void look(chaos *ch) {
+  static const char *const commands[] = {"status", "clients", "tree", "devices"};
+  static char out[1 << 16];
+  const char *cmd = commands[chaos_range(&ch->rng, 0, 3)];
+  int rc = td_ctl(out, sizeof out, "--url", ch->d.url, "--timeout", "30000", "--json", cmd,
+                  NULL);
+  if (rc != 0)
+    TEST_FAIL("accelctl %s exited with %d under chaos: %s", cmd, rc, out);
+  ch->looks++;
+}
+
 /* SIGTERM: each client finishes its step, closes its context, reports and exits 0. */
 static void stop_all(chaos *ch) {
   for (int i = 0; i < CHAOS_CLIENTS; i++)
@@ -274,11 +288,13 @@ static uint64_t chaos_seed(void) {
   return s != NULL ? strtoull(s, NULL, 0) : fresh;
 }
 
-/* Faults every 0.1-1.2 s, a kill every 0.5-3 s, reports drained every 10 ms. */
+/* Faults every 0.1-1.2 s, a kill every 0.5-3 s, an accelctl report every 0.2-2 s, reports
+ * drained every 10 ms. */
 static void run(chaos *ch, uint64_t ms) {
   uint64_t now = test_now_ms(), end = now + ms;
   uint64_t next_fault = now + chaos_range(&ch->rng, 100, 1200);
   uint64_t next_kill = now + chaos_range(&ch->rng, 500, 3000);
+  uint64_t next_look = now + chaos_range(&ch->rng, 200, 2000);
   for (; now < end; now = test_now_ms()) {
     drain(ch);
     check_daemon_alive(ch);
@@ -290,6 +306,10 @@ static void run(chaos *ch, uint64_t ms) {
     if (now >= next_kill) {
       kill_one(ch);
       next_kill = now + chaos_range(&ch->rng, 500, 3000);
+    }
+    if (now >= next_look) {
+      look(ch);
+      next_look = now + chaos_range(&ch->rng, 200, 2000);
     }
     test_sleep_ms(10);
   }
@@ -343,12 +363,13 @@ static void start(chaos *ch) {
 static void summary(chaos *ch, uint64_t ms) {
   const chaos_report *t = &ch->total;
   printf("# chaos: %.1f s, %llu ops (%llu checked), %llu device lost, %llu data lost, "
-         "%llu closed; %llu faults injected (%llu refused), %llu clients killed, %llu started\n",
+         "%llu closed; %llu faults injected (%llu refused), %llu clients killed, %llu started, "
+         "%llu accelctl reports\n",
          (double)ms / 1000, (unsigned long long)t->ops, (unsigned long long)t->checked,
          (unsigned long long)t->devlost, (unsigned long long)t->datalost,
          (unsigned long long)t->closed, (unsigned long long)ch->faults,
          (unsigned long long)ch->refused, (unsigned long long)ch->killed,
-         (unsigned long long)ch->started);
+         (unsigned long long)ch->started, (unsigned long long)ch->looks);
   fflush(stdout);
 }
 
