@@ -21,6 +21,7 @@ RT_TLS accel_runtime *rt_tls_loop;
 RT_TLS accel_actor *rt_tls_actor;
 
 static void on_turn(uv_idle_t *h);
+static void note_busy(accel_runtime *rt, uint64_t since_ns);
 
 uint64_t rt_now_ms(accel_runtime *rt) {
   return uv_now(&rt->loop);
@@ -188,7 +189,15 @@ static void maybe_sleep(accel_runtime *rt) {
   uv_idle_stop(&rt->turn);
 }
 
+static void run_turn_timed(accel_runtime *rt);
+
 static void run_turn(accel_runtime *rt) {
+  uint64_t t0 = uv_hrtime();
+  run_turn_timed(rt);
+  note_busy(rt, t0); /* a turn from the poll phase (a wake-up) is outside awake..asleep */
+}
+
+static void run_turn_timed(accel_runtime *rt) {
   bool worked = take_remote(rt) || rt->runq_head || rt->local_tasks.head;
   run_queued_actors(rt);
   rt_task *tasks = rt->local_tasks.head;
@@ -254,6 +263,8 @@ static void shutdown_tree(accel_runtime *rt) {
   rt->shut_down = true;
   rt_wakeup_close(&rt->wake);
   uv_close((uv_handle_t *)&rt->turn, NULL);
+  uv_close((uv_handle_t *)&rt->awake, NULL);
+  uv_close((uv_handle_t *)&rt->asleep, NULL);
 }
 
 void accel_runtime_stop(accel_runtime *rt) {
@@ -318,6 +329,42 @@ uint64_t rt_spin_ns(void) {
   return v;
 }
 
+/* ---- stalls: how long one iteration of the loop runs callbacks ---- */
+
+static void on_awake(uv_check_t *h) {
+  accel_runtime *rt = h->data;
+  rt->woke_ns = uv_hrtime();
+}
+
+static void note_busy(accel_runtime *rt, uint64_t since_ns) {
+  uint64_t busy = uv_hrtime() - since_ns;
+  if (busy > atomic_load_explicit(&rt->max_stall_ns, memory_order_relaxed))
+    atomic_store_explicit(&rt->max_stall_ns, busy, memory_order_relaxed);
+}
+
+static void on_asleep(uv_prepare_t *h) {
+  accel_runtime *rt = h->data;
+  if (rt->woke_ns != 0)
+    note_busy(rt, rt->woke_ns);
+}
+
+/* uv_check/uv_prepare init and start only fill the handle (they cannot fail). */
+static void stall_watch_init(accel_runtime *rt) {
+  uv_check_init(&rt->loop, &rt->awake);
+  uv_prepare_init(&rt->loop, &rt->asleep);
+  rt->awake.data = rt->asleep.data = rt;
+  uv_check_start(&rt->awake, on_awake);
+  uv_prepare_start(&rt->asleep, on_asleep);
+  uv_unref((uv_handle_t *)&rt->awake);
+  uv_unref((uv_handle_t *)&rt->asleep);
+}
+
+uint64_t accel_runtime_max_stall_ns(accel_runtime *rt, int reset) {
+  if (rt == NULL)
+    return 0;
+  return reset ? atomic_exchange(&rt->max_stall_ns, 0) : atomic_load(&rt->max_stall_ns);
+}
+
 static int loop_init(accel_runtime *rt) {
   if (uv_loop_init(&rt->loop) != 0)
     return ACCEL_ESYS;
@@ -328,6 +375,7 @@ static int loop_init(accel_runtime *rt) {
   uv_idle_init(&rt->loop, &rt->turn);
   rt->turn.data = rt;
   rt->spin_ns = rt_spin_ns();
+  stall_watch_init(rt);
   return 0;
 }
 

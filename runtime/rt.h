@@ -91,6 +91,15 @@ struct accel_runtime {
   uv_loop_t loop;
   rt_wakeup wake;    /* wake-ups from other threads */
   uv_idle_t turn;    /* active while there is local work: keeps the loop from blocking */
+  /* The loop's stalls (accel_runtime_max_stall_ns): `awake` runs after the poll phase,
+   * `asleep` before the next one (timers, idle turns, pending and closing callbacks ran
+   * between them); turns run from the poll phase (wake-ups) are timed on their own. Other
+   * callbacks of the poll phase (sockets) are not timed. Neither handle keeps the loop
+   * alive. */
+  uv_check_t awake;
+  uv_prepare_t asleep;
+  uint64_t woke_ns;
+  atomic_ullong max_stall_ns;
   bool turn_active;
   uint64_t last_work_ns; /* when a turn last found something to do */
   uint64_t spin_ns;      /* how long the loop keeps turning after that before sleeping */

@@ -179,6 +179,10 @@ ACCEL_API int accel_runtime_join(accel_runtime *rt);
  * the tree is stopped here. */
 ACCEL_API void accel_runtime_destroy(accel_runtime *rt);
 ACCEL_API void accel_runtime_get_stats(accel_runtime *rt, accel_runtime_stats *out);
+/* The longest time one iteration of the loop spent running callbacks (actors, timers, work
+ * completions, I/O) since the runtime started or the last reset: the longest any actor or
+ * client could have waited behind the loop. Any thread; reset != 0 starts a new window. */
+ACCEL_API uint64_t accel_runtime_max_stall_ns(accel_runtime *rt, int reset);
 /* The root supervisor's ref: spawn top-level actors under it (accel_spawn with parent NULL). */
 ACCEL_API accel_ref accel_runtime_root(accel_runtime *rt);
 /* A call to make on the loop thread: embed it in your own struct (intrusive, no allocation).

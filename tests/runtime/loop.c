@@ -3,6 +3,7 @@
  * EALREADY, stop is idempotent, spawns from foreign threads while running (the start hook has
  * run on the loop when accel_spawn returns), sends after shutdown are refused without hanging,
  * and a small ref table reuses slots with new generations. */
+#include <time.h>
 #include "util.h"
 
 enum { MSG_PING = MSG_FIRST_LOCAL, MSG_SETTLED };
@@ -291,6 +292,54 @@ TEST(small_ref_table_runs_out_then_reuses_slots) {
   gate_destroy(&pinged);
 }
 
+/* ---- the loop's longest stall ---- */
+
+static int sleepy_receive(accel_actor *self, void *state, accel_msg *msg) {
+  struct timespec d = {.tv_nsec = (long)msg->arg * 1000000L};
+  nanosleep(&d, NULL); /* a callback that blocks the loop (what accel must never do) */
+  return 0;
+}
+
+static const accel_behavior sleepy_b = {.name = "sleepy", .receive = sleepy_receive};
+
+static void ask_and_wait(accel_runtime *rt, accel_ref to, uint64_t ms) {
+  accel_future *f;
+  accel_msg m = msg_make(MSG_FIRST_LOCAL, ms);
+  CHECK_OK(accel_ask(rt, to, &m, &f));
+  CHECK_OK(accel_future_wait(f, 20000));
+  accel_future_release(f);
+}
+
+/* The stall, once it is at least `want` or a second has passed: the answer to an ask comes
+ * before its turn ends, and the turn is timed when it ends. */
+static uint64_t stall_after_turn(accel_runtime *rt, uint64_t want) {
+  uint64_t v = 0;
+  for (int i = 0; i < 100 && (v = accel_runtime_max_stall_ns(rt, 0)) < want; i++) {
+    struct timespec d = {.tv_nsec = 10000000L};
+    nanosleep(&d, NULL);
+  }
+  return v;
+}
+
+/* A callback that holds the loop 60 ms shows as a stall of at least that; after a reset, a
+ * callback of 1 ms shows as less than the 60 ms (an upper bound with room for a busy
+ * machine's preemption, far from what a missed reset would show). */
+TEST(longest_stall_is_measured_and_reset) {
+  accel_runtime *rt = runtime_started();
+  accel_ref s = spawn_ok(rt, NULL, &sleepy_b, NULL, NULL);
+  ask_and_wait(rt, s, 60);
+  CHECK_GE(stall_after_turn(rt, 60000000ull), 60000000ull);
+  CHECK_GE(accel_runtime_max_stall_ns(rt, 1), 60000000ull);
+  ask_and_wait(rt, s, 1);
+  uint64_t after = stall_after_turn(rt, 1000000ull);
+  CHECK_GE(after, 1000000ull);
+  CHECK_LT(after, 60000000ull);
+  CHECK_EQ(accel_runtime_max_stall_ns(NULL, 0), 0);
+  accel_runtime_stop(rt);
+  CHECK_OK(accel_runtime_join(rt));
+  accel_runtime_destroy(rt);
+}
+
 static const test_case tests[] = {
     TEST_CASE(run_on_the_calling_thread_until_an_actor_stops_it),
     TEST_CASE(run_on_the_calling_thread_until_another_thread_stops_it),
@@ -299,6 +348,7 @@ static const test_case tests[] = {
     TEST_CASE(spawns_from_many_threads_at_once),
     TEST_CASE(small_ref_table_runs_out_then_reuses_slots),
     TEST_CASE(after_shutdown_sends_and_spawns_are_refused),
+    TEST_CASE(longest_stall_is_measured_and_reset),
 };
 
 TEST_MAIN(tests)
