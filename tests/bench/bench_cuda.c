@@ -11,6 +11,7 @@
  * timed with CUDA events where the comparison allows (the same clock on both sides otherwise:
  * host time around a batch, which includes the batch's submission). Inputs are random,
  * never zeros. Without a CUDA device it exits 77 (meson's SKIP). --quick: fewer runs. */
+#include <pthread.h>
 #include <curand.h>
 #include <dlfcn.h>
 #include <math.h>
@@ -722,6 +723,117 @@ static void bench_fault(void)
   add_row("fault to serving (median of 5)", a_s, "-", 0, "< 500 ms");
 }
 
+/* ---- memory: create, use, destroy; the loop's longest stall --------------------------- */
+
+#define ALLOC_BYTES ((size_t)4 << 20)
+#define ALLOC_N 400
+
+/* A 4 MiB buffer made, filled on the GPU (its memory is taken then), waited for, destroyed. */
+static double accel_alloc_cycle(void)
+{
+  accel_device gpu;
+  accel_ctx *ctx = ctx_open("embedded:", &gpu);
+  static double t[ALLOC_N];
+  for (int i = -50; i < ALLOC_N; i++) {
+    double t0 = now_s();
+    accel_buffer b;
+    accel_future *f;
+    OK(accel_buffer_create(ctx, ACCEL_U32, ALLOC_BYTES / 4, &b));
+    OK(accel_fill_u32(ctx, gpu, b, (uint32_t)i, &f));
+    OK(accel_future_wait(f, -1));
+    accel_future_release(f);
+    OK(accel_buffer_destroy(ctx, b));
+    if (i >= 0)
+      t[i] = now_s() - t0;
+  }
+  accel_close(ctx);
+  return median(t, ALLOC_N);
+}
+
+/* The same by hand: cuMemAlloc, a memset on the stream, a sync, cuMemFree. */
+static double raw_alloc_cycle(raw *r)
+{
+  raw_enter(r);
+  static double t[ALLOC_N];
+  for (int i = -50; i < ALLOC_N; i++) {
+    double t0 = now_s();
+    CUdeviceptr d;
+    CU(be_cu.cuMemAlloc(&d, ALLOC_BYTES));
+    CU(be_cu.cuMemsetD32Async(d, (unsigned)i, ALLOC_BYTES / 4, r->stream));
+    CU(be_cu.cuStreamSynchronize(r->stream));
+    CU(be_cu.cuMemFree(d));
+    if (i >= 0)
+      t[i] = now_s() - t0;
+  }
+  return median(t, ALLOC_N);
+}
+
+typedef struct mixer {
+  accel_ctx *ctx;
+  accel_device gpu;
+  int seed;
+  double until;
+} mixer;
+
+/* One client thread of the mixed workload: buffers of many sizes made, used, destroyed, with
+ * tiny ops and sgemms among them. */
+static void *mix_thread(void *arg)
+{
+  mixer *m = arg;
+  unsigned x = (unsigned)m->seed * 2654435761u + 1;
+  accel_buffer a = buf_random(m->ctx, 512 * 512), c;
+  OK(accel_buffer_create(m->ctx, ACCEL_F32, 512 * 512, &c));
+  while (now_s() < m->until) {
+    x = x * 1103515245u + 12345u;
+    size_t n = ((size_t)1 << (10 + (x >> 16) % 14)) + (x & 1023); /* 1 Ki .. 8 Mi elements */
+    accel_buffer b;
+    accel_future *f;
+    OK(accel_buffer_create(m->ctx, ACCEL_F32, n, &b));
+    OK(accel_fill(m->ctx, m->gpu, b, 1.0, NULL));
+    OK(accel_sgemm(m->ctx, m->gpu, ACCEL_NO_TRANS, ACCEL_NO_TRANS, 512, 512, 512, 1.0f, a, 512,
+                   a, 512, 0.0f, c, 512, NULL));
+    OK(accel_fill(m->ctx, m->gpu, c, 0.0, &f));
+    OK(accel_future_wait(f, -1));
+    accel_future_release(f);
+    OK(accel_buffer_destroy(m->ctx, b));
+  }
+  OK(accel_finish(m->ctx, -1));
+  return NULL;
+}
+
+/* Four client threads for two seconds; the loop's longest stall in that time. */
+static double mixed_stall_s(void)
+{
+  mixer m[4];
+  pthread_t th[4];
+  accel_device gpu;
+  accel_ctx *ctx = ctx_open("embedded:", &gpu);
+  accel_runtime_max_stall_ns(accel_ctx_runtime(ctx), 1);
+  double until = now_s() + 2.0;
+  for (int i = 0; i < 4; i++) {
+    m[i] = (mixer){ctx, gpu, i + 1, until};
+    if (pthread_create(&th[i], NULL, mix_thread, &m[i]) != 0)
+      DIE("pthread_create failed");
+  }
+  for (int i = 0; i < 4; i++)
+    pthread_join(th[i], NULL);
+  double stall = (double)accel_runtime_max_stall_ns(accel_ctx_runtime(ctx), 0) * 1e-9;
+  accel_close(ctx);
+  return stall;
+}
+
+static void bench_memory(raw *r)
+{
+  char a[24], ref[24];
+  double raw_s = raw_alloc_cycle(r), acc = accel_alloc_cycle();
+  snprintf(a, sizeof a, "%.1f us", acc * 1e6);
+  snprintf(ref, sizeof ref, "%.1f us", raw_s * 1e6);
+  add_row("4 MiB buffer: create, fill, wait, destroy", a, ref, raw_s / acc, ">= 1 (cached)");
+  double stall = mixed_stall_s();
+  snprintf(a, sizeof a, "%.2f ms", stall * 1e3);
+  add_row("loop's longest stall, mixed workload (2 s)", a, "-", 0, "");
+}
+
 /* ---- main ----------------------------------------------------------------------------- */
 
 int main(int argc, char **argv)
@@ -742,6 +854,7 @@ int main(int argc, char **argv)
   bench_sgemm(&r);
   bench_rng(&r);
   bench_tiny(&r);
+  bench_memory(&r);
   bench_transfers(&r);
   raw_close(&r); /* the fault resets the primary context the raw side shares */
   bench_fault();
