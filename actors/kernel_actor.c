@@ -15,6 +15,7 @@
 #include "runtime/alloc.h"
 
 #define WATCHDOG_MS 250
+#define FAULT_RETRY_MS 10
 #define DEFAULT_DEADLINE_MS 60000
 /* Tasks on the device queue at once; more wait here, in order. A driver blocks the submitting
  * thread when a stream's queue fills up (CUDA: about a thousand entries), and that thread is
@@ -51,6 +52,8 @@ struct kernel_state {
   uint32_t on_queue;     /* tasks in flight on the queue */
   dev_task *waiting_head, *waiting_tail; /* ready tasks past MAX_ON_QUEUE, in order */
   uint32_t generation;   /* the device incarnation this actor serves */
+  bool fault_reported;   /* the device actor has the report (or no longer needs it) */
+  bool fault_pending;    /* a report met a full mailbox: sent again until it gets through */
 };
 
 static uint64_t now_ms(void) {
@@ -110,10 +113,29 @@ static void inflight_unlink(kernel_state *k, dev_inflight *f) {
 }
 
 /* Tells the device actor; the generation lets it ignore reports about an incarnation that has
- * already been replaced (many in-flight ops fail at once after a fault). */
+ * already been replaced. One report per incarnation is enough: the device actor fails on it
+ * and ends this actor. A report refused by a full mailbox must not be lost (the device would
+ * go on serving broken), so it stays pending and is sent again by a timer and on every
+ * message until it gets through. */
 static void report_fault(kernel_state *k) {
+  if (k->fault_reported)
+    return;
   accel_msg m = {.type = DEV_MSG_FAULT, .arg = k->generation};
-  accel_tell(accel_actor_runtime(k->self), accel_parent(k->self), &m);
+  int rc = accel_tell(accel_actor_runtime(k->self), accel_parent(k->self), &m);
+  if (rc == 0 || rc == ACCEL_ESTALE || rc == ACCEL_ECLOSED) {
+    /* ESTALE: the device actor has ended, and ends us; ECLOSED: the runtime is stopping. */
+    k->fault_reported = true;
+    k->fault_pending = false;
+    return;
+  }
+  if (!k->fault_pending)
+    accel_log(ACCEL_LOG_WARN, "device", "device %d: fault report refused (%s): retrying",
+              k->node->device, accel_err_name(rc));
+  k->fault_pending = true;
+  if (accel_timer_start(k->self, FAULT_RETRY_MS, 0, DEV_MSG_FAULT_RETRY, 0, NULL) != 0)
+    accel_log(ACCEL_LOG_ERROR, "device",
+              "device %d: no timer for the fault report: it waits for the next message",
+              k->node->device);
 }
 
 /* The work behind f completed with `status` (on the loop). */
@@ -383,6 +405,8 @@ static void pump(kernel_state *k) {
 
 static int kernel_receive(accel_actor *self, void *state, accel_msg *msg) {
   kernel_state *k = state;
+  if (k->fault_pending && msg->type != DEV_MSG_FAULT_RETRY)
+    report_fault(k); /* its timer may be missing (out of memory): any message retries it */
   int rc = kernel_handle(k, msg);
   pump(k);
   overflow_drain(k);
@@ -413,6 +437,10 @@ static int kernel_handle(kernel_state *k, accel_msg *msg) {
   }
   case DEV_MSG_WATCHDOG:
     watchdog(k);
+    return 0;
+  case DEV_MSG_FAULT_RETRY:
+    if (k->fault_pending)
+      report_fault(k);
     return 0;
   default:
     return 0;
