@@ -170,6 +170,8 @@ int srv_http_start(srv_server *s, const char *url);
 void srv_http_stop(srv_server *s);
 void srv_http_answer(srv_server *s, accel_msg *msg);
 int srv_io_start(srv_server *s);
+/* Sets the nng socket's receive size limit for frames of max_message bytes; an nng error. */
+int srv_set_recv_limit(srv_server *s, uint32_t max_message);
 void srv_io_close(srv_server *s);
 /* Hands a reply to nng (taken in every case: queued while nng's queue is full). */
 void srv_send(srv_server *s, nng_msg *m);
