@@ -181,6 +181,22 @@ static inline void rt_cpu_relax(void) {
 #endif
 }
 
+/* A libuv error as an accel code (libuv's are negative errno values). */
+static inline int rt_uv_err(int uv_rc) {
+  switch (uv_rc) {
+  case 0:
+    return 0;
+  case UV_ENOMEM:
+    return ACCEL_ENOMEM;
+  case UV_EINVAL:
+    return ACCEL_EINVAL;
+  case UV_EBUSY:
+    return ACCEL_EBUSY;
+  default:
+    return ACCEL_ESYS;
+  }
+}
+
 #define RT_LOG(level, ...) accel_log(level, "runtime", __VA_ARGS__)
 
 #endif

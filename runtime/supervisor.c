@@ -211,18 +211,28 @@ static void on_backoff(uv_timer_t *t) {
   restart_group(owner, spec);
 }
 
+static int arm_backoff(rt_child *spec, uint64_t delay) {
+  if (spec->backoff == NULL) {
+    uv_timer_t *t = rt_malloc(sizeof *t);
+    if (t == NULL)
+      return ACCEL_ENOMEM;
+    if (uv_timer_init(&spec->owner->rt->loop, t) != 0) {
+      rt_free(t); /* not a handle of the loop yet: no close needed */
+      return ACCEL_ESYS;
+    }
+    t->data = spec;
+    spec->backoff = t;
+  }
+  return uv_timer_start(spec->backoff, on_backoff, delay, 0) == 0 ? 0 : ACCEL_ESYS;
+}
+
 static void schedule_restart(rt_child *spec) {
   uint64_t delay = backoff_delay(spec, &spec->owner->supervision);
-  if (spec->backoff == NULL) {
-    spec->backoff = rt_malloc(sizeof *spec->backoff);
-    if (spec->backoff == NULL) {
-      restart_group(spec->owner, spec); /* no timer: restart now rather than never */
-      return;
-    }
-    uv_timer_init(&spec->owner->rt->loop, spec->backoff);
-    spec->backoff->data = spec;
+  if (arm_backoff(spec, delay) != 0) {
+    RT_LOG(ACCEL_LOG_WARN, "actor '%s': no backoff timer: restarting now", spec->name);
+    cancel_backoff(spec);
+    restart_group(spec->owner, spec); /* restart now rather than never */
   }
-  uv_timer_start(spec->backoff, on_backoff, delay, 0);
 }
 
 static void supervise(rt_child *spec, int reason) {
