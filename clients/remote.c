@@ -306,8 +306,7 @@ static void waited_free(remote *r, pending *p, bool answered) {
 static int request(accel_ctx *ctx, pending *p, proto_out *o, int timeout_ms, int fd,
                    bool *answered) {
   remote *r = remote_of(ctx);
-  int rc = o->err ? o->err : link_send(r, o->data, o->len, p->id, fd);
-  proto_out_free(o);
+  int rc = link_send(r, o->data, o->len, p->id, fd);
   *answered = false;
   if (rc == ACCEL_ECLOSED && atomic_load(&r->conn_error) != 0)
     rc = atomic_load(&r->conn_error);
@@ -326,9 +325,11 @@ int remote_control(accel_ctx *ctx, uint32_t command, uint64_t arg, int fd, uint8
   proto_out o;
   proto_out_init(&o);
   proto_control_req c = {command, arg};
-  proto_encode_control(&o, p->id, &c);
-  bool answered;
-  int rc = request(ctx, p, &o, -1, fd, &answered);
+  bool answered = false;
+  int rc = proto_encode_control(&o, p->id, &c);
+  if (rc == 0)
+    rc = request(ctx, p, &o, -1, fd, &answered);
+  proto_out_free(&o);
   if (rc == 0 && out) {
     *out = p->data;
     *out_len = p->len;
@@ -355,9 +356,11 @@ static int hello(accel_ctx *ctx) {
   proto_out o;
   proto_out_init(&o);
   proto_hello h = {.version = PROTO_VERSION, .capabilities = r->link->caps, .name = "libaccel"};
-  proto_encode_hello(&o, p->id, &h);
-  bool answered;
-  int rc = request(ctx, p, &o, HELLO_TIMEOUT_MS, -1, &answered);
+  bool answered = false;
+  int rc = proto_encode_hello(&o, p->id, &h);
+  if (rc == 0)
+    rc = request(ctx, p, &o, HELLO_TIMEOUT_MS, -1, &answered);
+  proto_out_free(&o);
   if (rc == 0 && proto_decode_welcome(p->data, p->len, &r->welcome) != 0)
     rc = ACCEL_EPROTO;
   if (rc == 0 && r->welcome.version != PROTO_VERSION)

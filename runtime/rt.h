@@ -17,6 +17,7 @@
 #include "runtime/mailbox.h"
 #include "runtime/loop.h"
 #include "runtime/wakeup.h"
+#include "runtime/attr.h"
 
 typedef struct rt_child rt_child;
 typedef struct rt_timer rt_timer;
@@ -135,23 +136,23 @@ void rt_remote_leave(accel_runtime *rt);
 uint64_t rt_now_ms(accel_runtime *rt);
 
 /* actor.c */
-accel_actor *rt_cell_create(accel_runtime *rt, accel_actor *parent, rt_child *spec);
-int rt_cell_start(accel_actor *cell);
+RT_MUST_USE accel_actor *rt_cell_create(accel_runtime *rt, accel_actor *parent, rt_child *spec);
+RT_MUST_USE int rt_cell_start(accel_actor *cell);
 void rt_cell_terminate(accel_actor *cell);
 void rt_cell_run(accel_actor *cell);
 void rt_sweep(accel_runtime *rt);
 void rt_drop_msg(accel_runtime *rt, accel_msg *msg);
-int rt_send_local(accel_runtime *rt, accel_ref to, const accel_msg *msg);
+RT_MUST_USE int rt_send_local(accel_runtime *rt, accel_ref to, const accel_msg *msg);
 accel_actor *rt_resolve_local(accel_runtime *rt, accel_ref ref);
-int rt_slots_init(accel_runtime *rt, uint32_t count);
+RT_MUST_USE int rt_slots_init(accel_runtime *rt, uint32_t count);
 void rt_retry_send(accel_runtime *rt, accel_ref to, const accel_msg *msg);
 bool rt_retries_flush(accel_runtime *rt);
 
 /* supervisor.c */
-rt_child *rt_child_create(accel_actor *owner, const accel_behavior *b, void *arg,
-                          const accel_spawn_opts *opts);
+RT_MUST_USE rt_child *rt_child_create(accel_actor *owner, const accel_behavior *b, void *arg,
+                                      const accel_spawn_opts *opts);
 void rt_child_free(rt_child *spec);
-int rt_child_respawn(rt_child *spec);
+RT_MUST_USE int rt_child_respawn(rt_child *spec);
 void rt_child_stop(rt_child *spec, int reason);
 void rt_children_stop_all(accel_actor *owner);
 void rt_supervise_failure(accel_actor *cell, int reason);

@@ -35,6 +35,7 @@
 
 #include "backends/backend.h"
 #include "backends/cuda/driver.h"
+#include "runtime/attr.h"
 
 /* An intrusive doubly linked list node; a list is a sentinel pointing at itself. */
 typedef struct be_cu_link {
@@ -189,9 +190,9 @@ struct be_queue {
 /* ---- context.c: the incarnation --------------------------------------------------------- */
 
 /* Makes the device's context current on this thread (a no-op when it is). 0, or the error. */
-int be_cuda_enter(be_device *dev);
+RT_MUST_USE int be_cuda_enter(be_device *dev);
 /* Makes the context, loads the module, makes the internal stream. */
-int be_cuda_incarnate(be_device *dev);
+RT_MUST_USE int be_cuda_incarnate(be_device *dev);
 /* Frees the incarnation and its context (a lost primary context is reset). Queues must be
  * gone. Leaves dev->ctx NULL. */
 void be_cuda_dissolve(be_device *dev);
@@ -272,9 +273,9 @@ void be_cuda_dev_unref(be_device *dev);
 
 /* The device address of element `off` of `count` elements of `size` bytes in m, checked
  * against m's size (a handle of 0 is "no buffer": valid only for an empty range). */
-int be_cuda_span(be_mem m, size_t off, size_t count, size_t size, CUdeviceptr *out);
+RT_MUST_USE int be_cuda_span(be_mem m, size_t off, size_t count, size_t size, CUdeviceptr *out);
 /* Everything from element off to the end of m, and how many elements that is. */
-int be_cuda_tail(be_mem m, size_t off, size_t size, CUdeviceptr *out, size_t *len);
+RT_MUST_USE int be_cuda_tail(be_mem m, size_t off, size_t size, CUdeviceptr *out, size_t *len);
 /* Frees every block left (close); their device memory goes with the context. */
 void be_cuda_mem_free_all(be_device *dev);
 /* Destroys the idle events of the pool (the context is still usable) or forgets them. */
@@ -286,7 +287,7 @@ int be_cuda_stage_copy(be_queue *q, bool to_device, CUdeviceptr dev_ptr, void *h
                        size_t bytes);
 
 /* Checks common to every submission on q: q valid and its generation alive. */
-int be_cuda_queue_ok(be_queue *q);
+RT_MUST_USE int be_cuda_queue_ok(be_queue *q);
 /* Makes q's side stream and its event unless they exist (the context is current). */
 int be_cuda_queue_side(be_queue *q);
 
@@ -295,9 +296,9 @@ int be_cuda_queue_side(be_queue *q);
 /* sdot's partial sums per queue (kernels.c): the most blocks its first kernel uses. */
 #define BE_CUDA_DOT_PARTS 1024
 
-int be_cuda_queue_create(be_device *dev, be_queue **out);
+RT_MUST_USE int be_cuda_queue_create(be_device *dev, be_queue **out);
 void be_cuda_queue_destroy(be_queue *q);
-int be_cuda_mem_alloc(be_device *dev, size_t bytes, be_mem *out);
+RT_MUST_USE int be_cuda_mem_alloc(be_device *dev, size_t bytes, be_mem *out);
 int be_cuda_host_register(be_device *dev, void *p, size_t bytes);
 void be_cuda_host_unregister(be_device *dev, void *p);
 void be_cuda_mem_free(be_device *dev, be_mem *mem);
@@ -305,7 +306,7 @@ int be_cuda_copy_h2d(be_queue *q, be_mem dst, size_t dst_off, const void *src, s
 int be_cuda_copy_d2h(be_queue *q, void *dst, be_mem src, size_t src_off, size_t bytes);
 int be_cuda_copy_d2d(be_queue *q, be_mem dst, size_t dst_off, be_mem src, size_t src_off,
                      size_t bytes);
-int be_cuda_event_create(be_device *dev, be_event **out);
+RT_MUST_USE int be_cuda_event_create(be_device *dev, be_event **out);
 void be_cuda_event_destroy(be_event *e);
 int be_cuda_event_record(be_event *e, be_queue *q);
 int be_cuda_event_query(be_event *e);

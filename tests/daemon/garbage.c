@@ -85,7 +85,7 @@ TEST(short_and_foreign_frames_are_refused) {
   proto_out o;
   proto_control_req req = {PROTO_CTL_PING, 0};
   proto_out_init(&o);
-  proto_encode_control(&o, 2, &req);
+  CHECK_OK(proto_encode_control(&o, 2, &req));
   td_send_raw(&c, o.data, o.len, 2); /* the stream now starts with the junk */
   proto_out_free(&o);
   CHECK_EQ(td_recv(&c, &m, 5000), NNG_ECLOSED);
@@ -211,7 +211,7 @@ TEST(batched_requests_with_a_broken_tail) {
   proto_control_req ping = {PROTO_CTL_PING, 0};
   proto_out_init(&o);
   for (uint64_t id = 1; id <= 3; id++)
-    proto_encode_control(&o, id, &ping);
+    CHECK_OK(proto_encode_control(&o, id, &ping));
   uint8_t tail[7] = {'A', 'C', 'C', '1'};
   td_send_raw(&c, o.data, o.len, 1);
   td_send_raw(&c, tail, sizeof tail, 2);
@@ -241,7 +241,7 @@ TEST(frames_in_the_wrong_order) {
   proto_out o;
   proto_out_init(&o);
   proto_hello h = {.version = PROTO_VERSION + 1, .name = "from the future"};
-  proto_encode_hello(&o, 70, &h);
+  CHECK_OK(proto_encode_hello(&o, 70, &h));
   CHECK_ERR(td_call(&c, &o, 70), ACCEL_EPROTO); /* another protocol version: told, then cut */
   td_client_close(&c);
   td_client_open(&c, d.url);
@@ -349,7 +349,9 @@ static void fire(td_client *c, const char *url, const uint8_t *buf, size_t len) 
   }
   td_client one;
   td_client_open(&one, url);
-  proto_local_send(one.fd, buf, len, -1);
+  if (proto_local_send(one.fd, buf, len, -1) != 0) {
+    /* the daemon may cut the connection before all of the garbage is in: that is allowed */
+  }
   td_client_close(&one);
 }
 

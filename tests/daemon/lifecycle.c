@@ -60,7 +60,7 @@ TEST(detaches_when_not_foreground) {
   proto_out o;
   proto_control_req req = {PROTO_CTL_PING, 0};
   proto_out_init(&o);
-  proto_encode_control(&o, 5, &req);
+  CHECK_OK(proto_encode_control(&o, 5, &req));
   td_send_raw(&c, o.data, o.len, 5);
   proto_out_free(&o);
   nng_msg *m;

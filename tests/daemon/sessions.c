@@ -235,7 +235,7 @@ static void send_ack(td_client *c, uint32_t received) {
   proto_out o;
   proto_control_req req = {PROTO_CTL_ACK, received};
   proto_out_init(&o);
-  proto_encode_control(&o, 1, &req);
+  CHECK_OK(proto_encode_control(&o, 1, &req));
   td_send_raw(c, o.data, o.len, 1);
   proto_out_free(&o);
 }

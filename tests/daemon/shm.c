@@ -255,7 +255,9 @@ TEST(unannounced_descriptors_close_the_connection) {
   }
   proto_out_init(&o); /* the ninth is one too many */
   CHECK_OK(proto_encode_control(&o, 9, &ping));
-  proto_local_send(c.fd, o.data, o.len, fd);
+  if (proto_local_send(c.fd, o.data, o.len, fd) != 0) {
+    /* the daemon may have cut the connection for the count already: checked below */
+  }
   proto_out_free(&o);
   nng_msg *m;
   int rv = td_recv(&c, &m, 5000);

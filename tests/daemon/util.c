@@ -303,7 +303,7 @@ int td_hello_caps(td_client *c, uint32_t caps, proto_welcome *w) {
   uint64_t id = c->next_id++;
   proto_hello h = {.version = PROTO_VERSION, .capabilities = caps, .name = "daemon-test"};
   proto_out_init(&o);
-  proto_encode_hello(&o, id, &h);
+  CHECK_OK(proto_encode_hello(&o, id, &h));
   nng_msg *m = call_msg(c, &o, id);
   proto_header hd;
   const uint8_t *p = nng_msg_body(m);
@@ -324,7 +324,7 @@ int td_control(td_client *c, uint32_t command, uint64_t arg) {
   uint64_t id = c->next_id++;
   proto_control_req req = {command, arg};
   proto_out_init(&o);
-  proto_encode_control(&o, id, &req);
+  CHECK_OK(proto_encode_control(&o, id, &req));
   return td_call(c, &o, id);
 }
 
