@@ -311,8 +311,7 @@ static void death_mid_stream(bool over_tcp, const char *config, size_t n, long o
   accel_future *w, *r;
   CHECK_OK(accel_write(ctx, b, 0, src, n, &w));
   CHECK_OK(accel_read(ctx, b, 0, small, 4, &r));
-  for (uint64_t t0 = test_now_ms(); ops_completed(&d) < ops; test_sleep_ms(2))
-    CHECK_LT(test_now_ms() - t0, 30000);
+  TEST_WAIT_FOR(ops_completed(&d) >= ops, 2);
   if (stop_first) {
     td_signal(&d, SIGSTOP);
     test_sleep_ms(300);
@@ -328,9 +327,7 @@ static void death_mid_stream(bool over_tcp, const char *config, size_t n, long o
   int rc = accel_write(ctx, b, 0, src, n, NULL); /* queued for its sender, or refused */
   CHECK(rc == 0 || rc == ACCEL_ECLOSED);
   CHECK_ERR(accel_finish(ctx, 30000), rc == 0 ? ACCEL_ECLOSED : 0);
-  uint64_t t0 = test_now_ms();
-  accel_close(ctx);
-  CHECK_LT(test_now_ms() - t0, 10000);
+  accel_close(ctx); /* returns though its senders were blocked: else the watchdog fails it */
   free(src);
   td_cleanup(&d);
 }
