@@ -26,7 +26,8 @@ typedef struct kernel_state kernel_state;
 
 typedef struct dev_inflight {
   accel_task post;       /* the backend's callback posts the record to the loop */
-  struct dev_inflight *prev, *next;
+  rt_list link;          /* in the actor's in-flight list */
+  struct dev_inflight *next; /* in the world's pool of free records */
   kernel_state *owner;   /* NULL once the actor has ended */
   dev_task *task;        /* NULL once finished */
   const be_ops *be;
@@ -45,7 +46,7 @@ struct kernel_state {
   dev_queue_class qclass;
   be_queue *queue;
   accel_actor *self;
-  dev_inflight *inflight;
+  rt_list inflight;      /* dev_inflight records, newest first */
   uint32_t polled;       /* in-flight records with how == POLL */
   bool poll_armed, watchdog_armed;
   bool stopping;         /* ending: failures are ours, not the device's */
@@ -99,13 +100,7 @@ void dev_inflight_pool_free(dev_world *w) {
 }
 
 static void inflight_unlink(kernel_state *k, dev_inflight *f) {
-  if (f->prev)
-    f->prev->next = f->next;
-  else
-    k->inflight = f->next;
-  if (f->next)
-    f->next->prev = f->prev;
-  f->prev = f->next = NULL;
+  rt_list_remove(&f->link);
   if (f->how == ACCEL_COMPLETION_POLL)
     k->polled--;
   k->on_queue--;
@@ -285,10 +280,7 @@ static int track(kernel_state *k, dev_task *t) {
     inflight_unref(f); /* destroys the event, back to the pool */
     return rc;
   }
-  f->next = k->inflight;
-  if (k->inflight)
-    k->inflight->prev = f;
-  k->inflight = f;
+  rt_list_push_front(&k->inflight, &f->link);
   k->on_queue++;
   if (f->how == ACCEL_COMPLETION_CALLBACK)
     rc = arm_callback(k, f);
@@ -327,17 +319,24 @@ static void run_task(kernel_state *k, dev_task *t) {
 
 /* ---- messages ---- */
 
+/* The first in-flight record, the one after f; NULL past the end. */
+static dev_inflight *inflight_first(kernel_state *k) {
+  return RT_LIST_FIRST(&k->inflight, dev_inflight, link);
+}
+
+static dev_inflight *inflight_next(kernel_state *k, dev_inflight *f) {
+  return RT_LIST_NEXT(f, &k->inflight, dev_inflight, link);
+}
+
 static void poll_events(kernel_state *k) {
   k->poll_armed = false;
-  dev_inflight *f = k->inflight;
-  while (f) {
-    dev_inflight *next = f->next;
+  for (dev_inflight *f = inflight_first(k), *next; f != NULL; f = next) {
+    next = inflight_next(k, f); /* finishing f unlinks it */
     if (f->how == ACCEL_COMPLETION_POLL) {
       int rc = k->node->be->event_query(f->event);
       if (rc != ACCEL_EAGAIN)
         inflight_finish(f, rc);
     }
-    f = next;
   }
   if (k->polled && accel_timer_start(k->self, 0, 0, DEV_MSG_POLL, 0, NULL) == 0)
     k->poll_armed = true;
@@ -359,9 +358,8 @@ static void past_deadline(kernel_state *k, dev_inflight *f) {
 static void watchdog(kernel_state *k) {
   k->watchdog_armed = false;
   uint64_t now = now_ms();
-  dev_inflight *f = k->inflight;
-  while (f) {
-    dev_inflight *next = f->next;
+  for (dev_inflight *f = inflight_first(k), *next; f != NULL; f = next) {
+    next = inflight_next(k, f); /* finishing f unlinks it */
     if (now >= f->deadline_ms) {
       int rc = f->event ? k->node->be->event_query(f->event) : ACCEL_EAGAIN;
       if (rc == ACCEL_EAGAIN && k->node->be->abort)
@@ -369,9 +367,8 @@ static void watchdog(kernel_state *k) {
       else
         inflight_finish(f, rc == ACCEL_EAGAIN || rc == 0 ? ACCEL_EDEVLOST : rc);
     }
-    f = next;
   }
-  if (k->inflight)
+  if (!rt_list_empty(&k->inflight))
     arm_watchdog(k);
 }
 
@@ -450,6 +447,7 @@ static int kernel_handle(kernel_state *k, accel_msg *msg) {
 static int kernel_start(accel_actor *self, void *state, void *arg) {
   kernel_state *k = state;
   struct dev_kernel_spawn *ka = arg;
+  rt_list_init(&k->inflight); /* first: the stop hook runs even if the start fails */
   k->node = ka->node;
   k->qclass = ka->qclass;
   k->self = self;
@@ -471,8 +469,8 @@ static void kernel_stop(accel_actor *self, void *state) {
     dev_task_complete(t, ACCEL_EDEVLOST);
   }
   k->waiting_tail = NULL;
-  while (k->inflight)
-    inflight_finish(k->inflight, ACCEL_EDEVLOST);
+  while (!rt_list_empty(&k->inflight))
+    inflight_finish(inflight_first(k), ACCEL_EDEVLOST);
   if (k->queue) {
     k->node->be->queue_destroy(k->queue); /* calls the remaining host callbacks */
     k->node->queue[k->qclass] = NULL;

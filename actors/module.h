@@ -26,7 +26,7 @@ typedef struct dev_module_build {
 
 struct dev_module {
   dev_world *world;
-  dev_module *prev, *next; /* the world's list */
+  rt_list link;            /* in the world's list */
   uint32_t refs;           /* the handle, each launch in flight, a build in progress */
   int status;              /* the build's: 0, or why it failed (launches meet it) */
   dev_module_build per[DEV_MAX_NODES];

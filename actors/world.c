@@ -116,6 +116,8 @@ static int open_named(const char *name, size_t len, int pos, void *arg) {
 
 int dev_world_init(dev_world *w, accel_runtime *rt, const dev_world_opts *o) {
   memset(w, 0, sizeof *w);
+  rt_list_init(&w->buffers);
+  rt_list_init(&w->modules);
   w->rt = rt;
   w->fault_injection = o->fault_injection;
   w->tf32 = o->tf32;

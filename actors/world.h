@@ -17,6 +17,7 @@
 #include "backends/backend.h"
 #include "backends/dtype_conv.h"
 #include "runtime/attr.h"
+#include "runtime/list.h"
 
 #define DEV_MAX_NODES 16 /* node 0 is the host */
 #define DEV_HOST_NODE 0
@@ -98,7 +99,7 @@ typedef struct dev_replica {
 
 struct dev_buffer {
   dev_world *world;
-  dev_buffer *prev, *next; /* the world's list of every buffer */
+  rt_list link;             /* in the world's list of every buffer */
   accel_dtype dtype;
   size_t count, bytes;
   dev_replica rep[DEV_MAX_NODES];
@@ -153,8 +154,8 @@ struct dev_world {
   accel_runtime *rt;
   dev_node nodes[DEV_MAX_NODES];
   int nnodes;                 /* host + devices */
-  dev_buffer *buffers;        /* every live buffer */
-  struct dev_module *modules; /* every live user module (module.c) */
+  rt_list buffers;            /* every live buffer (dev_buffer.link) */
+  rt_list modules;            /* every live user module (dev_module.link, module.c) */
   bool fault_injection;
   bool tf32;
   uint32_t max_restarts, restart_window_ms;

@@ -14,6 +14,7 @@
 #include <uv.h>
 
 #include "accel/runtime.h"
+#include "runtime/list.h"
 #include "runtime/mailbox.h"
 #include "runtime/loop.h"
 #include "runtime/wakeup.h"
@@ -45,14 +46,14 @@ struct accel_actor {
   atomic_int scheduled; /* 1 while queued to run (or being swept); producers test-and-set */
   accel_actor *runq_next;
   accel_actor *grave_next;
-  rt_child *children_head, *children_tail; /* in start order */
+  rt_list children;      /* rt_child records, in start order */
   accel_supervision supervision;
   rt_timer *timers;
 };
 
 /* A supervisor's record of one child: what it needs to restart it, and the restart history. */
 struct rt_child {
-  rt_child *prev, *next;
+  rt_list link;       /* in the owner's children */
   accel_actor *owner; /* the supervising parent */
   const accel_behavior *b;
   void *arg;

@@ -172,7 +172,7 @@ static int queue_init(be_queue *q, be_device *dev)
 {
   q->dev = dev;
   q->gen = atomic_load(&dev->gen);
-  be_cpu_list_init(&q->link);
+  rt_list_init(&q->link);
   atomic_init(&q->refs, 1);
   atomic_init(&q->done, 0);
   atomic_init(&q->waiters, 0);

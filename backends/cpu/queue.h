@@ -100,7 +100,7 @@ typedef struct be_cpu_item {
 } be_cpu_item;
 
 struct be_queue {
-  be_cpu_link link; /* first: the device's list of queues points here (close casts it) */
+  rt_list link; /* first: the device's list of queues points here (close casts it) */
   be_device *dev;
   unsigned gen;
   atomic_int refs;

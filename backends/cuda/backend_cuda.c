@@ -110,11 +110,11 @@ static be_device *dev_new(int index, const be_open_opts *opts)
   pthread_mutex_init(&dev->cb_lock, NULL);
   pthread_mutex_init(&dev->reap_lock, NULL);
   pthread_cond_init(&dev->cb_idle, NULL);
-  be_cu_list_init(&dev->queues);
-  be_cu_list_init(&dev->blocks);
-  be_cu_list_init(&dev->modules);
-  be_cu_list_init(&dev->cbs);
-  be_cu_list_init(&dev->orphans);
+  rt_list_init(&dev->queues);
+  rt_list_init(&dev->blocks);
+  rt_list_init(&dev->modules);
+  rt_list_init(&dev->cbs);
+  rt_list_init(&dev->orphans);
   return dev;
 }
 
@@ -170,7 +170,7 @@ static int cuda_open(int index, const be_open_opts *opts, be_device **out)
 static be_queue *first_queue(be_device *dev)
 {
   pthread_mutex_lock(&dev->lock);
-  be_cu_link *l = dev->queues.next;
+  rt_list *l = dev->queues.next;
   pthread_mutex_unlock(&dev->lock);
   return l == &dev->queues ? NULL : (be_queue *)l;
 }
@@ -278,7 +278,7 @@ static int cuda_reset(be_device *dev)
   if (dev == NULL)
     return ACCEL_EINVAL;
   pthread_mutex_lock(&dev->lock);
-  for (be_cu_link *l = dev->queues.next; l != &dev->queues; l = l->next)
+  for (rt_list *l = dev->queues.next; l != &dev->queues; l = l->next)
     be_cuda_stage_free((be_queue *)l);
   pthread_mutex_unlock(&dev->lock);
   be_cuda_dissolve(dev);

@@ -238,7 +238,7 @@ typedef struct burial {
   be_device *dev; /* a reference */
   CUcontext ctx;
   bool primary;
-  be_cu_link cbs; /* host functions' records CUDA may still run */
+  rt_list cbs; /* host functions' records CUDA may still run */
 } burial;
 
 static atomic_int *burials_of(be_device *dev)
@@ -340,7 +340,7 @@ static void bury(be_device *dev)
     rt_free(b);
   } else {
     *b = (burial){.dev = dev, .ctx = dev->ctx, .primary = dev->primary};
-    be_cu_list_init(&b->cbs);
+    rt_list_init(&b->cbs);
     be_cuda_callbacks_hand_off(dev, &b->cbs);
     pthread_mutex_lock(&left_lock);
     atomic_fetch_add(burials_of(dev), 1);

@@ -36,36 +36,7 @@
 #include "backends/backend.h"
 #include "backends/cuda/driver.h"
 #include "runtime/attr.h"
-
-/* An intrusive doubly linked list node; a list is a sentinel pointing at itself. */
-typedef struct be_cu_link {
-  struct be_cu_link *prev, *next;
-} be_cu_link;
-
-static inline void be_cu_list_init(be_cu_link *head)
-{
-  head->prev = head->next = head;
-}
-
-static inline bool be_cu_list_empty(const be_cu_link *head)
-{
-  return head->next == head;
-}
-
-static inline void be_cu_list_add(be_cu_link *head, be_cu_link *node)
-{
-  node->next = head->next;
-  node->prev = head;
-  head->next->prev = node;
-  head->next = node;
-}
-
-static inline void be_cu_list_del(be_cu_link *node)
-{
-  node->prev->next = node->next;
-  node->next->prev = node->prev;
-  node->prev = node->next = node;
-}
+#include "runtime/list.h"
 
 /* The built-in kernels of the embedded module (kernels.cu), by index. A kernel made for every
  * float type comes as four in a row, F32 first, then F64, F16, BF16 (be_cuda_slot). */
@@ -152,7 +123,7 @@ struct be_device {
   pthread_rwlock_t copy_lock;
   pthread_mutex_t lock;
   /* Under lock: what close frees if its users left it; the pool of idle events. */
-  be_cu_link queues, blocks, modules;
+  rt_list queues, blocks, modules;
   CUevent *pool;
   size_t npool, pool_cap;
   /* The incarnation's module and internal stream (context.c). */
@@ -167,13 +138,13 @@ struct be_device {
   /* Host functions: pending user callbacks, and how many host functions are running. */
   pthread_mutex_t cb_lock;
   pthread_cond_t cb_idle;
-  be_cu_link cbs;
-  be_cu_link orphans; /* records of a buried context that found no burial (context.c) */
+  rt_list cbs;
+  rt_list orphans; /* records of a buried context that found no burial (context.c) */
   int cb_running;
 };
 
 struct be_queue {
-  be_cu_link link; /* first: the device's list of queues points here */
+  rt_list link; /* first: the device's list of queues points here */
   be_device *dev;
   unsigned gen;
   CUstream stream;
@@ -236,9 +207,9 @@ void be_cuda_callbacks_drain(be_device *dev);
 /* Moves every record to list `to` (an aborted incarnation's, whose context lives on: CUDA
  * may still run them, under dev->cb_lock as ever); the fault path has claimed their
  * callbacks. */
-void be_cuda_callbacks_hand_off(be_device *dev, be_cu_link *to);
+void be_cuda_callbacks_hand_off(be_device *dev, rt_list *to);
 /* Once that context is destroyed: frees the records of `list` CUDA never ran. */
-void be_cuda_callbacks_free(be_device *dev, be_cu_link *list);
+void be_cuda_callbacks_free(be_device *dev, rt_list *list);
 
 /* ---- module.c, module_build.c: user kernels (the `module` package) ------------------ */
 

@@ -35,6 +35,7 @@
 
 #include "backends/backend.h"
 #include "runtime/attr.h"
+#include "runtime/list.h"
 
 /* The built-in kernels by index. A row of four per float type, F32, F64, F16, BF16 (be_ocl_slot);
  * a kernel a device lacks (F64 without cl_khr_fp64) is NULL. */
@@ -80,10 +81,6 @@ static inline size_t be_ocl_esize(uint32_t dtype)
                                                                           : 0;
 }
 
-typedef struct be_ocl_link {
-  struct be_ocl_link *prev, *next;
-} be_ocl_link;
-
 struct be_device {
   atomic_int refs;
   int index;
@@ -102,7 +99,7 @@ struct be_device {
   cl_kernel fn[BE_OCL_FN_COUNT];
   pthread_mutex_t klock;
   pthread_mutex_t lock;
-  be_ocl_link queues; /* under lock */
+  rt_list queues; /* under lock */
   cl_mem *mems;       /* under lock: buffers not yet freed (close frees them) */
   size_t nmems, cap_mems;
 };
@@ -110,7 +107,7 @@ struct be_device {
 typedef struct be_ocl_hostfn be_ocl_hostfn;
 
 struct be_queue {
-  be_ocl_link link; /* first: the device's list of queues points here */
+  rt_list link; /* first: the device's list of queues points here */
   be_device *dev;
   unsigned gen;
   cl_command_queue cq;
