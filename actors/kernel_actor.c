@@ -13,6 +13,7 @@
 
 #include "actors/device.h"
 #include "runtime/alloc.h"
+#include "runtime/deadline.h"
 
 #define WATCHDOG_MS 250
 #define FAULT_RETRY_MS 10
@@ -56,12 +57,6 @@ struct kernel_state {
   bool fault_reported;   /* the device actor has the report (or no longer needs it) */
   bool fault_pending;    /* a report met a full mailbox: sent again until it gets through */
 };
-
-static uint64_t now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
 
 static dev_inflight *inflight_alloc(dev_world *w) {
   dev_inflight *f = w->inflight_pool;
@@ -274,7 +269,7 @@ static int track(kernel_state *k, dev_task *t) {
   uint64_t deadline = t->op && t->op->h.deadline_ms > 0 ? (uint64_t)t->op->h.deadline_ms
                                                          : DEFAULT_DEADLINE_MS;
   *f = (dev_inflight){.owner = k, .task = t, .be = k->node->be, .how = strategy_of(k, t),
-                      .deadline_ms = now_ms() + deadline, .refs = 1, .world = k->node->world};
+                      .deadline_ms = rt_mono_ms() + deadline, .refs = 1, .world = k->node->world};
   int rc = completion_event(k, f);
   if (rc != 0) {
     inflight_unref(f); /* destroys the event, back to the pool */
@@ -357,7 +352,7 @@ static void past_deadline(kernel_state *k, dev_inflight *f) {
 
 static void watchdog(kernel_state *k) {
   k->watchdog_armed = false;
-  uint64_t now = now_ms();
+  uint64_t now = rt_mono_ms();
   for (dev_inflight *f = inflight_first(k), *next; f != NULL; f = next) {
     next = inflight_next(k, f); /* finishing f unlinks it */
     if (now >= f->deadline_ms) {

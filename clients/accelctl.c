@@ -26,6 +26,7 @@
 #include "proto/local.h"
 #include "proto/wire.h"
 #include "runtime/alloc.h"
+#include "runtime/deadline.h"
 
 #define DEFAULT_URL "ipc:///run/acceld/acceld.sock"
 #define REPLY_MAX (256u << 20) /* the largest reply accelctl accepts */
@@ -378,9 +379,7 @@ static int command_of(const ctl_args *a, proto_control_req *req) {
 }
 
 static double now_us(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec / 1e3;
+  return (double)rt_mono_ns() / 1e3;
 }
 
 /* The reply's data as a NUL-terminated string (malloc'd), or NULL with a message. */

@@ -13,6 +13,7 @@
 
 #include "actors/world.h"
 #include "runtime/alloc.h"
+#include "runtime/deadline.h"
 
 #define HELLO_TIMEOUT_MS 5000
 #define PRE_WELCOME_MAX_BODY (1u << 20) /* until the daemon says its limit */
@@ -199,9 +200,7 @@ static void sender_leave(remote *r) {
 /* After the link closed (which releases blocked sends): waits for senders to leave, at most
  * a few seconds; false if one is still inside (the remote must then not be freed). */
 static bool senders_gone(remote *r) {
-  struct timespec until;
-  clock_gettime(CLOCK_REALTIME, &until);
-  until.tv_sec += 3;
+  struct timespec until = rt_deadline_after(3000);
   pthread_mutex_lock(&r->mu);
   while (r->senders > 0 && pthread_cond_timedwait(&r->idle, &r->mu, &until) == 0)
     ;
@@ -404,8 +403,11 @@ int client_remote_open(accel_ctx *ctx, const char *url) {
   r->fd = -1;
   r->link = proto_local_path(url) ? &remote_local_link : &remote_nng_link;
   atomic_init(&r->max_body, PRE_WELCOME_MAX_BODY);
+  if (rt_cond_init_monotonic(&r->idle) != 0) { /* senders_gone's deadline is monotonic */
+    rt_free(r);
+    return ACCEL_ENOMEM;
+  }
   pthread_mutex_init(&r->mu, NULL);
-  pthread_cond_init(&r->idle, NULL);
   pthread_mutex_init(&r->send_mu, NULL);
   pthread_mutex_init(&r->shm_mu, NULL);
   int rc = client_ctx_init(ctx, CLIENT_DEFAULT_MAX_BUFFERS);

@@ -17,6 +17,7 @@
 #include "clients/remote.h"
 #include "clients/remote_dial.h"
 #include "runtime/alloc.h"
+#include "runtime/deadline.h"
 
 #define NNG_CLOSE_WAIT_MS 2000
 
@@ -130,8 +131,11 @@ static int nng_link_open(accel_ctx *ctx, const char *url) {
     return ACCEL_ENOMEM;
   l->ctx = ctx;
   l->refs = 1;
+  if (rt_cond_init_monotonic(&l->cv) != 0) { /* wait_closed's deadline is monotonic */
+    rt_free(l);
+    return ACCEL_ENOMEM;
+  }
   pthread_mutex_init(&l->mu, NULL);
-  pthread_cond_init(&l->cv, NULL);
   r->nng = l;
   nng_user_add();
   if (nng_req0_open_raw(&l->sock) != 0)
@@ -175,9 +179,7 @@ static void *closer(void *arg) {
 
 /* Waits for the closer thread up to NNG_CLOSE_WAIT_MS; false if it is still in nng_close. */
 static bool wait_closed(nng_link *l) {
-  struct timespec until;
-  clock_gettime(CLOCK_REALTIME, &until);
-  until.tv_sec += NNG_CLOSE_WAIT_MS / 1000;
+  struct timespec until = rt_deadline_after(NNG_CLOSE_WAIT_MS);
   pthread_mutex_lock(&l->mu);
   while (!l->closed && pthread_cond_timedwait(&l->cv, &l->mu, &until) == 0)
     ;
