@@ -140,12 +140,15 @@ static int nng_link_open(accel_ctx *ctx, const char *url) {
   nng_user_add();
   if (nng_req0_open_raw(&l->sock) != 0)
     return ACCEL_ESYS;
-  nng_pipe_notify(l->sock, NNG_PIPE_EV_REM_POST, on_pipe_gone, l);
+  /* Without the notification a daemon's death would leave every request waiting. */
+  if (nng_pipe_notify(l->sock, NNG_PIPE_EV_REM_POST, on_pipe_gone, l) != 0)
+    return ACCEL_ESYS;
   if (nng_aio_alloc(&l->rx, on_receive, l) != 0)
     return ACCEL_ENOMEM;
   /* nng refuses messages over 1 MiB by default (closing the connection): a read's reply is
    * as large as the daemon's max_message allows, which it enforces itself. */
-  nng_socket_set_size(l->sock, NNG_OPT_RECVMAXSZ, 0);
+  if (nng_socket_set_size(l->sock, NNG_OPT_RECVMAXSZ, 0) != 0)
+    return ACCEL_ESYS;
   int rc = client_nng_dial(l->sock, url);
   if (rc != 0)
     return rc;
