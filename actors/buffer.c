@@ -16,10 +16,7 @@ dev_buffer *dev_buffer_create(dev_world *w, accel_dtype dtype, size_t count) {
   b->dtype = dtype;
   b->count = count;
   b->bytes = count * dev_dtype_size(dtype);
-  b->next = w->buffers;
-  if (w->buffers)
-    w->buffers->prev = b;
-  w->buffers = b;
+  rt_list_push_front(&w->buffers, &b->link);
   return b;
 }
 
@@ -43,12 +40,7 @@ static void buffer_free(dev_buffer *b) {
   dev_world *w = b->world;
   for (int n = 0; n < w->nnodes; n++)
     replica_free(w, b, n, false);
-  if (b->prev)
-    b->prev->next = b->next;
-  else
-    w->buffers = b->next;
-  if (b->next)
-    b->next->prev = b->prev;
+  rt_list_remove(&b->link);
   rt_free(b->readers);
   rt_free(b);
 }
@@ -95,7 +87,7 @@ int dev_buffer_valid_node(const dev_buffer *b, int prefer) {
 /* The device behind `node` was lost: its replicas are gone. A buffer that had no other valid
  * replica is lost (reported as ACCEL_EDATALOST on its next use). */
 void dev_buffer_drop_node(dev_world *w, dev_node *node) {
-  for (dev_buffer *b = w->buffers; b; b = b->next) {
+  RT_LIST_FOR_EACH(dev_buffer, b, &w->buffers, link) {
     bool was_valid = b->rep[node->index].state != DEV_INVALID;
     /* Called before the reset: mem_free still reaches the old context (which may refuse
      * after a fault; the memory then goes with the context). */

@@ -3,6 +3,7 @@
 #define DEV_CHECK_H
 
 #include "actors/op.h"
+#include "runtime/attr.h"
 
 /* What the checker needs to know of each buffer an op names, in the op's order. */
 typedef struct dev_buf_info {
@@ -11,10 +12,10 @@ typedef struct dev_buf_info {
 } dev_buf_info;
 
 /* The kind, its number of buffers and its enums: what can be checked without the buffers. */
-int dev_op_check_shape(const dev_op *op);
+RT_MUST_USE int dev_op_check_shape(const dev_op *op);
 
 /* Everything, against the buffers; on success each buffer's access mode and range are set
  * from the op. ACCEL_EINVAL otherwise. */
-int dev_op_check(dev_op *op, const dev_buf_info *bufs);
+RT_MUST_USE int dev_op_check(dev_op *op, const dev_buf_info *bufs);
 
 #endif

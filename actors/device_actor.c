@@ -10,6 +10,7 @@
 
 #include "actors/device.h"
 #include "actors/module.h"
+#include "runtime/deadline.h"
 
 static const char *const kernel_names[DEV_Q_COUNT] = {"mem", "blas", "rng", "nn", "mod"};
 
@@ -63,9 +64,7 @@ static int device_start(accel_actor *self, void *state, void *arg) {
  * abort, where a load may wait behind the abandoned kernel for good: then the device closes
  * after a short wait, the backend keeping what such a build still uses. build_mu held. */
 static void wait_for_builds(dev_node *node) {
-  struct timespec until;
-  clock_gettime(CLOCK_REALTIME, &until);
-  until.tv_sec += ABORTED_BUILD_WAIT_MS / 1000;
+  struct timespec until = rt_deadline_after(ABORTED_BUILD_WAIT_MS);
   while (node->builds > 0) {
     if (!node->aborted) {
       pthread_cond_wait(&node->build_cv, &node->build_mu);

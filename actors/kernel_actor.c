@@ -13,8 +13,10 @@
 
 #include "actors/device.h"
 #include "runtime/alloc.h"
+#include "runtime/deadline.h"
 
 #define WATCHDOG_MS 250
+#define FAULT_RETRY_MS 10
 #define DEFAULT_DEADLINE_MS 60000
 /* Tasks on the device queue at once; more wait here, in order. A driver blocks the submitting
  * thread when a stream's queue fills up (CUDA: about a thousand entries), and that thread is
@@ -25,7 +27,8 @@ typedef struct kernel_state kernel_state;
 
 typedef struct dev_inflight {
   accel_task post;       /* the backend's callback posts the record to the loop */
-  struct dev_inflight *prev, *next;
+  rt_list link;          /* in the actor's in-flight list */
+  struct dev_inflight *next; /* in the world's pool of free records */
   kernel_state *owner;   /* NULL once the actor has ended */
   dev_task *task;        /* NULL once finished */
   const be_ops *be;
@@ -44,20 +47,16 @@ struct kernel_state {
   dev_queue_class qclass;
   be_queue *queue;
   accel_actor *self;
-  dev_inflight *inflight;
+  rt_list inflight;      /* dev_inflight records, newest first */
   uint32_t polled;       /* in-flight records with how == POLL */
   bool poll_armed, watchdog_armed;
   bool stopping;         /* ending: failures are ours, not the device's */
   uint32_t on_queue;     /* tasks in flight on the queue */
   dev_task *waiting_head, *waiting_tail; /* ready tasks past MAX_ON_QUEUE, in order */
   uint32_t generation;   /* the device incarnation this actor serves */
+  bool fault_reported;   /* the device actor has the report (or no longer needs it) */
+  bool fault_pending;    /* a report met a full mailbox: sent again until it gets through */
 };
-
-static uint64_t now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
 
 static dev_inflight *inflight_alloc(dev_world *w) {
   dev_inflight *f = w->inflight_pool;
@@ -96,13 +95,7 @@ void dev_inflight_pool_free(dev_world *w) {
 }
 
 static void inflight_unlink(kernel_state *k, dev_inflight *f) {
-  if (f->prev)
-    f->prev->next = f->next;
-  else
-    k->inflight = f->next;
-  if (f->next)
-    f->next->prev = f->prev;
-  f->prev = f->next = NULL;
+  rt_list_remove(&f->link);
   if (f->how == ACCEL_COMPLETION_POLL)
     k->polled--;
   k->on_queue--;
@@ -110,10 +103,29 @@ static void inflight_unlink(kernel_state *k, dev_inflight *f) {
 }
 
 /* Tells the device actor; the generation lets it ignore reports about an incarnation that has
- * already been replaced (many in-flight ops fail at once after a fault). */
+ * already been replaced. One report per incarnation is enough: the device actor fails on it
+ * and ends this actor. A report refused by a full mailbox must not be lost (the device would
+ * go on serving broken), so it stays pending and is sent again by a timer and on every
+ * message until it gets through. */
 static void report_fault(kernel_state *k) {
+  if (k->fault_reported)
+    return;
   accel_msg m = {.type = DEV_MSG_FAULT, .arg = k->generation};
-  accel_tell(accel_actor_runtime(k->self), accel_parent(k->self), &m);
+  int rc = accel_tell(accel_actor_runtime(k->self), accel_parent(k->self), &m);
+  if (rc == 0 || rc == ACCEL_ESTALE || rc == ACCEL_ECLOSED) {
+    /* ESTALE: the device actor has ended, and ends us; ECLOSED: the runtime is stopping. */
+    k->fault_reported = true;
+    k->fault_pending = false;
+    return;
+  }
+  if (!k->fault_pending)
+    accel_log(ACCEL_LOG_WARN, "device", "device %d: fault report refused (%s): retrying",
+              k->node->device, accel_err_name(rc));
+  k->fault_pending = true;
+  if (accel_timer_start(k->self, FAULT_RETRY_MS, 0, DEV_MSG_FAULT_RETRY, 0, NULL) != 0)
+    accel_log(ACCEL_LOG_ERROR, "device",
+              "device %d: no timer for the fault report: it waits for the next message",
+              k->node->device);
 }
 
 /* The work behind f completed with `status` (on the loop). */
@@ -265,16 +277,13 @@ static int track(kernel_state *k, dev_task *t) {
   uint64_t deadline = t->op && t->op->h.deadline_ms > 0 ? (uint64_t)t->op->h.deadline_ms
                                                          : DEFAULT_DEADLINE_MS;
   *f = (dev_inflight){.owner = k, .task = t, .be = k->node->be, .how = strategy_of(k, t),
-                      .deadline_ms = now_ms() + deadline, .refs = 1, .world = k->node->world};
+                      .deadline_ms = rt_mono_ms() + deadline, .refs = 1, .world = k->node->world};
   int rc = completion_event(k, f);
   if (rc != 0) {
     inflight_unref(f); /* destroys the event, back to the pool */
     return rc;
   }
-  f->next = k->inflight;
-  if (k->inflight)
-    k->inflight->prev = f;
-  k->inflight = f;
+  rt_list_push_front(&k->inflight, &f->link);
   k->on_queue++;
   if (f->how == ACCEL_COMPLETION_CALLBACK)
     rc = arm_callback(k, f);
@@ -313,17 +322,24 @@ static void run_task(kernel_state *k, dev_task *t) {
 
 /* ---- messages ---- */
 
+/* The first in-flight record, the one after f; NULL past the end. */
+static dev_inflight *inflight_first(kernel_state *k) {
+  return RT_LIST_FIRST(&k->inflight, dev_inflight, link);
+}
+
+static dev_inflight *inflight_next(kernel_state *k, dev_inflight *f) {
+  return RT_LIST_NEXT(f, &k->inflight, dev_inflight, link);
+}
+
 static void poll_events(kernel_state *k) {
   k->poll_armed = false;
-  dev_inflight *f = k->inflight;
-  while (f) {
-    dev_inflight *next = f->next;
+  for (dev_inflight *f = inflight_first(k), *next; f != NULL; f = next) {
+    next = inflight_next(k, f); /* finishing f unlinks it */
     if (f->how == ACCEL_COMPLETION_POLL) {
       int rc = k->node->be->event_query(f->event);
       if (rc != ACCEL_EAGAIN)
         inflight_finish(f, rc);
     }
-    f = next;
   }
   if (k->polled && accel_timer_start(k->self, 0, 0, DEV_MSG_POLL, 0, NULL) == 0)
     k->poll_armed = true;
@@ -344,10 +360,9 @@ static void past_deadline(kernel_state *k, dev_inflight *f) {
 
 static void watchdog(kernel_state *k) {
   k->watchdog_armed = false;
-  uint64_t now = now_ms();
-  dev_inflight *f = k->inflight;
-  while (f) {
-    dev_inflight *next = f->next;
+  uint64_t now = rt_mono_ms();
+  for (dev_inflight *f = inflight_first(k), *next; f != NULL; f = next) {
+    next = inflight_next(k, f); /* finishing f unlinks it */
     if (now >= f->deadline_ms) {
       int rc = f->event ? k->node->be->event_query(f->event) : ACCEL_EAGAIN;
       if (rc == ACCEL_EAGAIN && k->node->be->abort)
@@ -355,9 +370,8 @@ static void watchdog(kernel_state *k) {
       else
         inflight_finish(f, rc == ACCEL_EAGAIN || rc == 0 ? ACCEL_EDEVLOST : rc);
     }
-    f = next;
   }
-  if (k->inflight)
+  if (!rt_list_empty(&k->inflight))
     arm_watchdog(k);
 }
 
@@ -391,6 +405,8 @@ static void pump(kernel_state *k) {
 
 static int kernel_receive(accel_actor *self, void *state, accel_msg *msg) {
   kernel_state *k = state;
+  if (k->fault_pending && msg->type != DEV_MSG_FAULT_RETRY)
+    report_fault(k); /* its timer may be missing (out of memory): any message retries it */
   int rc = kernel_handle(k, msg);
   pump(k);
   overflow_drain(k);
@@ -422,6 +438,10 @@ static int kernel_handle(kernel_state *k, accel_msg *msg) {
   case DEV_MSG_WATCHDOG:
     watchdog(k);
     return 0;
+  case DEV_MSG_FAULT_RETRY:
+    if (k->fault_pending)
+      report_fault(k);
+    return 0;
   default:
     return 0;
   }
@@ -430,6 +450,7 @@ static int kernel_handle(kernel_state *k, accel_msg *msg) {
 static int kernel_start(accel_actor *self, void *state, void *arg) {
   kernel_state *k = state;
   struct dev_kernel_spawn *ka = arg;
+  rt_list_init(&k->inflight); /* first: the stop hook runs even if the start fails */
   k->node = ka->node;
   k->qclass = ka->qclass;
   k->self = self;
@@ -451,8 +472,8 @@ static void kernel_stop(accel_actor *self, void *state) {
     dev_task_complete(t, ACCEL_EDEVLOST);
   }
   k->waiting_tail = NULL;
-  while (k->inflight)
-    inflight_finish(k->inflight, ACCEL_EDEVLOST);
+  while (!rt_list_empty(&k->inflight))
+    inflight_finish(inflight_first(k), ACCEL_EDEVLOST);
   if (k->queue) {
     k->node->be->queue_destroy(k->queue); /* calls the remaining host callbacks */
     k->node->queue[k->qclass] = NULL;

@@ -13,6 +13,7 @@
 #include "actors/op.h"
 #include "actors/status.h"
 #include "actors/world.h"
+#include "runtime/attr.h"
 
 #define DEV_METRICS_BUCKETS 16 /* latency buckets, +Inf aside */
 #define DEV_METRICS_NODE_SLOTS (DEV_MAX_NODES + 1) /* 0: never placed; n + 1: node n */
@@ -29,12 +30,12 @@ struct dev_metrics {
 };
 
 /* Allocates the counters; 0 or ACCEL_ENOMEM. Idempotent. */
-int dev_metrics_enable(dev_world *w);
+RT_MUST_USE int dev_metrics_enable(dev_world *w);
 /* One client op finished with `status` (dev_op_finished). */
 void dev_metrics_record(dev_world *w, const dev_op *op, int status);
 /* metrics_text.c (acceld only): the whole exposition (malloc'd, NUL-terminated) or NULL when
  * out of memory. `c` is the server's counters (sessions, connections, draining). */
-char *dev_metrics_render(dev_world *w, const dev_status_counts *c);
+RT_MUST_USE char *dev_metrics_render(dev_world *w, const dev_status_counts *c);
 /* 1 while serving: not draining and some device not quarantined; else 0 (for /healthz). */
 int dev_metrics_healthy(const dev_world *w, const dev_status_counts *c);
 void dev_metrics_free(dev_world *w);

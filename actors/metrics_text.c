@@ -155,7 +155,7 @@ static void render_bytes(sbuf *b, dev_world *w) {
 
 static uint64_t live_buffers(const dev_world *w) {
   uint64_t n = 0;
-  for (const dev_buffer *buf = w->buffers; buf; buf = buf->next)
+  RT_LIST_FOR_EACH(const dev_buffer, buf, &w->buffers, link)
     n += !buf->destroyed;
   return n;
 }

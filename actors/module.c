@@ -16,10 +16,7 @@ dev_module *dev_module_create(dev_world *w) {
     return NULL;
   m->world = w;
   m->refs = 1;
-  m->next = w->modules;
-  if (w->modules)
-    w->modules->prev = m;
-  w->modules = m;
+  rt_list_push_front(&w->modules, &m->link);
   return m;
 }
 
@@ -41,17 +38,12 @@ void dev_module_unref(dev_module *m) {
   for (int n = 0; n < w->nnodes; n++)
     if (m->per[n].mod || m->per[n].kernels)
       build_free(&w->nodes[n], &m->per[n]);
-  if (m->prev)
-    m->prev->next = m->next;
-  else
-    w->modules = m->next;
-  if (m->next)
-    m->next->prev = m->prev;
+  rt_list_remove(&m->link);
   rt_free(m);
 }
 
 void dev_modules_drop_node(dev_world *w, dev_node *node) {
-  for (dev_module *m = w->modules; m; m = m->next) {
+  RT_LIST_FOR_EACH(dev_module, m, &w->modules, link) {
     dev_module_build *b = &m->per[node->index];
     if (b->mod == NULL)
       continue;

@@ -6,6 +6,7 @@
 #define DEV_MODULE_H
 
 #include "actors/world.h"
+#include "runtime/attr.h"
 
 typedef struct dev_module_kernel {
   char name[BE_KERNEL_NAME_MAX + 1];
@@ -25,13 +26,13 @@ typedef struct dev_module_build {
 
 struct dev_module {
   dev_world *world;
-  dev_module *prev, *next; /* the world's list */
+  rt_list link;            /* in the world's list */
   uint32_t refs;           /* the handle, each launch in flight, a build in progress */
   int status;              /* the build's: 0, or why it failed (launches meet it) */
   dev_module_build per[DEV_MAX_NODES];
 };
 
-dev_module *dev_module_create(dev_world *w);
+RT_MUST_USE dev_module *dev_module_create(dev_world *w);
 void dev_module_ref(dev_module *m);
 /* Frees it (and its builds) with the last reference. */
 void dev_module_unref(dev_module *m);
@@ -43,9 +44,9 @@ void dev_modules_drop_node(dev_world *w, dev_node *node);
 /* Builds code for every node of `nodes` (node indexes, each with the module package and the
  * source kind) on a worker; the answer comes to `self` as a message of msg_type, for
  * dev_module_build_done. The code and options are copied. */
-int dev_module_build_start(accel_actor *self, uint32_t msg_type, dev_module *m, const int *nodes,
-                     int nnodes, uint32_t source, const void *code, size_t len,
-                     const char *options);
+RT_MUST_USE int dev_module_build_start(accel_actor *self, uint32_t msg_type, dev_module *m,
+                                       const int *nodes, int nnodes, uint32_t source,
+                                       const void *code, size_t len, const char *options);
 /* The worker's answer: 0 if every build succeeded, else the first failure; *log gets the
  * compilers' output (malloc'd, NUL-terminated, or NULL), headed per device when there are
  * several. */
@@ -54,11 +55,11 @@ int dev_module_build_done(accel_msg *msg, char **log);
 /* The kernel `name` of m's build on node: 0, ACCEL_ENOENT (no such kernel), ACCEL_ENOTSUP
  * (the module was not built for that device), ACCEL_EDATALOST (its build died with the
  * device). */
-int dev_module_kernel_get(dev_module *m, dev_node *node, const char *name,
-                          const dev_module_kernel **out);
+RT_MUST_USE int dev_module_kernel_get(dev_module *m, dev_node *node, const char *name,
+                                      const dev_module_kernel **out);
 
 /* Checks a launch (geometry, arguments) against the kernel and the device's limits. */
-int dev_module_launch_check(const dev_node *node, const dev_module_kernel *k,
-                            const dev_launch *l);
+RT_MUST_USE int dev_module_launch_check(const dev_node *node, const dev_module_kernel *k,
+                                        const dev_launch *l);
 
 #endif

@@ -7,6 +7,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "runtime/attr.h"
+
 typedef struct sbuf {
   char *s;
   size_t len, cap;
@@ -20,6 +22,6 @@ void sb_json_str(sbuf *b, const char *s);
 /* A size for people: "1.50 GiB" (binary units, three significant digits; exact below 1 KiB). */
 void sb_human_bytes(uint64_t n, char *out, size_t len);
 /* The NUL-terminated string (the caller frees it), or NULL if an append ran out of memory. */
-char *sb_finish(sbuf *b);
+RT_MUST_USE char *sb_finish(sbuf *b);
 
 #endif

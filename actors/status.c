@@ -26,7 +26,7 @@ static const char *state_name(dev_node_state s) {
 uint64_t dev_status_node_mem(const dev_world *w, int n) {
   const dev_node *node = &w->nodes[n];
   uint64_t sum = 0;
-  for (const dev_buffer *b = w->buffers; b; b = b->next) {
+  RT_LIST_FOR_EACH(const dev_buffer, b, &w->buffers, link) {
     const dev_replica *r = &b->rep[n];
     if (r->allocated && r->node_gen == node->generation)
       sum += r->mem.bytes;
@@ -37,7 +37,7 @@ uint64_t dev_status_node_mem(const dev_world *w, int n) {
 /* Buffers whose handle is still live (destroyed ones linger until their last task ends). */
 static uint64_t live_buffers(const dev_world *w) {
   uint64_t n = 0;
-  for (const dev_buffer *b = w->buffers; b; b = b->next)
+  RT_LIST_FOR_EACH(const dev_buffer, b, &w->buffers, link)
     n += !b->destroyed;
   return n;
 }

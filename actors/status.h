@@ -8,6 +8,7 @@
 #include <stdint.h>
 
 #include "actors/world.h"
+#include "runtime/attr.h"
 
 /* meson passes the project version; a build without it says so. */
 #ifndef ACCEL_VERSION_STRING
@@ -29,18 +30,18 @@ typedef struct dev_status_counts {
 /* One JSON object: devices (index, name, backend, state, restarts, mem_used, mem_total,
  * compute_units, packages), backends, host_mem_used, sessions, buffers, ops_*, dead_letters,
  * ... `accelctl devices --json` prints its "devices" and "backends" members as they are. */
-char *dev_status_json(dev_world *w, const dev_status_counts *c);
+RT_MUST_USE char *dev_status_json(dev_world *w, const dev_status_counts *c);
 /* The same, as a few lines of text for people. */
-char *dev_status_text(dev_world *w, const dev_status_counts *c);
+RT_MUST_USE char *dev_status_text(dev_world *w, const dev_status_counts *c);
 /* Per device a line, then one with its op packages and their dtypes; then one line per
  * backend that is not built or has no device, saying why. */
-char *dev_status_devices(dev_world *w);
+RT_MUST_USE char *dev_status_devices(dev_world *w);
 /* The supervision tree, one actor per line, indented by depth, then every device with its
  * state and restarts (a quarantined device has no actors left to show). On the loop only. */
-char *dev_status_tree(accel_runtime *rt, const dev_world *w);
+RT_MUST_USE char *dev_status_tree(accel_runtime *rt, const dev_world *w);
 /* The same as JSON: {"actors":[{name, state, depth, restarts_total, restarts_in_window,
  * mailbox}] in tree order, "devices":[{index, name, backend, state, restarts}]}. */
-char *dev_status_tree_json(accel_runtime *rt, const dev_world *w);
+RT_MUST_USE char *dev_status_tree_json(accel_runtime *rt, const dev_world *w);
 
 /* Bytes of buffer replicas allocated on node `n` (host: 0) by its current incarnation. */
 uint64_t dev_status_node_mem(const dev_world *w, int n);

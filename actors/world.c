@@ -9,6 +9,7 @@
 #include "actors/metrics.h"
 #include "actors/world.h"
 #include "actors/world_init.h"
+#include "runtime/deadline.h"
 
 static const be_ops *cpu_backend(void) {
   for (const be_entry *e = be_registry(); e->name; e++)
@@ -17,10 +18,13 @@ static const be_ops *cpu_backend(void) {
   return NULL;
 }
 
-static void add_node(dev_world *w, const be_ops *be, int backend_index, int pref,
-                     accel_completion how) {
+static int add_node(dev_world *w, const be_ops *be, int backend_index, int pref,
+                    accel_completion how) {
   dev_node *node = &w->nodes[w->nnodes];
   memset(node, 0, sizeof *node);
+  /* wait_for_builds (device_actor.c) waits on it with a monotonic deadline. */
+  if (rt_cond_init_monotonic(&node->build_cv) != 0)
+    return ACCEL_ENOMEM;
   node->world = w;
   node->index = w->nnodes;
   node->device = w->nnodes - 1;
@@ -30,22 +34,24 @@ static void add_node(dev_world *w, const be_ops *be, int backend_index, int pref
   node->completion = how;
   node->state = DEV_NODE_RESTARTING; /* until its DeviceActor starts */
   pthread_mutex_init(&node->build_mu, NULL);
-  pthread_cond_init(&node->build_cv, NULL);
   w->nnodes++;
+  return 0;
 }
 
-static void add_backend_devices(dev_world *w, const be_entry *e, int pref,
-                                accel_completion how) {
+static int add_backend_devices(dev_world *w, const be_entry *e, int pref,
+                               accel_completion how) {
   int count = 0;
   char why[128] = "";
   if (e->ops == NULL || e->ops->abi_version != BE_ABI_VERSION)
-    return;
+    return 0;
   if (e->ops->probe(&count, why, sizeof why) != 0) {
     accel_log(ACCEL_LOG_INFO, "device", "%s: %s", e->name, why[0] ? why : "no device");
-    return;
+    return 0;
   }
-  for (int i = 0; i < count && w->nnodes < DEV_MAX_NODES; i++)
-    add_node(w, e->ops, i, pref, how);
+  int rc = 0;
+  for (int i = 0; rc == 0 && i < count && w->nnodes < DEV_MAX_NODES; i++)
+    rc = add_node(w, e->ops, i, pref, how);
+  return rc;
 }
 
 static const be_entry *entry_named(const char *name, size_t len) {
@@ -105,17 +111,18 @@ typedef struct open_state {
 static int open_named(const char *name, size_t len, int pos, void *arg) {
   open_state *s = arg;
   const be_entry *e = entry_named(name, len);
-  if (strcmp(e->name, "cpu") != 0) {
-    add_backend_devices(s->w, e, pos, s->o->completion);
-    return 0;
-  }
-  for (uint32_t i = 0; i < s->o->cpu_devices && s->w->nnodes < DEV_MAX_NODES; i++)
-    add_node(s->w, e->ops, 0, pos, s->o->completion);
-  return 0;
+  if (strcmp(e->name, "cpu") != 0)
+    return add_backend_devices(s->w, e, pos, s->o->completion);
+  int rc = 0;
+  for (uint32_t i = 0; rc == 0 && i < s->o->cpu_devices && s->w->nnodes < DEV_MAX_NODES; i++)
+    rc = add_node(s->w, e->ops, 0, pos, s->o->completion);
+  return rc;
 }
 
 int dev_world_init(dev_world *w, accel_runtime *rt, const dev_world_opts *o) {
   memset(w, 0, sizeof *w);
+  rt_list_init(&w->buffers);
+  rt_list_init(&w->modules);
   w->rt = rt;
   w->fault_injection = o->fault_injection;
   w->tf32 = o->tf32;
@@ -130,7 +137,9 @@ int dev_world_init(dev_world *w, accel_runtime *rt, const dev_world_opts *o) {
     accel_log(ACCEL_LOG_ERROR, "device", "backends: %s", why);
     return ACCEL_EINVAL;
   }
-  add_node(w, cpu, 0, 0, o->completion); /* the host memory node */
+  int rc = add_node(w, cpu, 0, 0, o->completion); /* the host memory node */
+  if (rc != 0)
+    return rc;
   w->nodes[DEV_HOST_NODE].device = -1;
   open_state st = {w, o};
   return each_name(list, open_named, &st);

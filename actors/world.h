@@ -17,6 +17,8 @@
 #include "actors/op.h"
 #include "backends/backend.h"
 #include "backends/dtype_conv.h"
+#include "runtime/attr.h"
+#include "runtime/list.h"
 
 #define DEV_MAX_NODES 16 /* node 0 is the host */
 #define DEV_HOST_NODE 0
@@ -101,7 +103,7 @@ typedef struct dev_replica {
 
 struct dev_buffer {
   dev_world *world;
-  dev_buffer *prev, *next; /* the world's list of every buffer */
+  rt_list link;             /* in the world's list of every buffer */
   accel_dtype dtype;
   size_t count, bytes;
   dev_replica rep[DEV_MAX_NODES];
@@ -156,8 +158,8 @@ struct dev_world {
   accel_runtime *rt;
   dev_node nodes[DEV_MAX_NODES];
   int nnodes;                 /* host + devices */
-  dev_buffer *buffers;        /* every live buffer */
-  struct dev_module *modules; /* every live user module (module.c) */
+  rt_list buffers;            /* every live buffer (dev_buffer.link) */
+  rt_list modules;            /* every live user module (dev_module.link, module.c) */
   bool fault_injection;
   bool tf32;
   uint32_t max_restarts, restart_window_ms;
@@ -182,29 +184,31 @@ struct dev_world {
 void dev_world_fini(dev_world *w);
 
 /* buffer.c */
-dev_buffer *dev_buffer_create(dev_world *w, accel_dtype dtype, size_t count);
+RT_MUST_USE dev_buffer *dev_buffer_create(dev_world *w, accel_dtype dtype, size_t count);
 /* The handle went away: freed once no task uses it. */
 void dev_buffer_destroy(dev_buffer *b);
 /* Memory for b's replica on node: 0 if it has some (now from the node's cache),
  * DEV_ALLOC_MISS if it must be allocated (on a worker: mem_cache.h), ACCEL_EDEVLOST. */
 #define DEV_ALLOC_MISS 1
-int dev_replica_ensure_alloc(dev_buffer *b, dev_node *node);
+RT_MUST_USE int dev_replica_ensure_alloc(dev_buffer *b, dev_node *node);
 void dev_buffer_drop_node(dev_world *w, dev_node *node);
 int dev_buffer_valid_node(const dev_buffer *b, int prefer);
 void dev_buffer_unuse(dev_buffer *b);
 
 /* task.c */
-dev_task *dev_task_create(dev_world *w, dev_task_kind kind, dev_node *node, dev_queue_class q);
+RT_MUST_USE dev_task *dev_task_create(dev_world *w, dev_task_kind kind, dev_node *node,
+                                      dev_queue_class q);
 /* The bytes t moves count for the session of `op` too (t holds its counters). */
 void dev_task_count_for(dev_task *t, const dev_op *op);
 void dev_task_pool_free(dev_world *w);
-int dev_task_use(dev_task *t, dev_buffer *b, uint32_t access);
+RT_MUST_USE int dev_task_use(dev_task *t, dev_buffer *b, uint32_t access);
 void dev_task_ready_check(dev_task *t);
 void dev_task_submitted(dev_task *t);
 void dev_task_complete(dev_task *t, int status);
 
 /* plan.c */
-int dev_plan_op(dev_world *w, dev_op *op, dev_buffer *bufs[DEV_OP_MAX_BUFS], dev_node *node);
+RT_MUST_USE int dev_plan_op(dev_world *w, dev_op *op, dev_buffer *bufs[DEV_OP_MAX_BUFS],
+                            dev_node *node);
 
 static inline size_t dev_dtype_size(accel_dtype t) {
   return be_dtype_size(t);

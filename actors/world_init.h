@@ -3,6 +3,7 @@
 #define DEV_WORLD_INIT_H
 
 #include "actors/world.h"
+#include "runtime/attr.h"
 
 typedef struct dev_world_opts {
   uint32_t cpu_devices;       /* CPU devices, each its own memory node */
@@ -22,6 +23,6 @@ typedef struct dev_world_opts {
  * (`why` says which name). */
 int dev_backends_check(const char *list, char *why, size_t why_len);
 
-int dev_world_init(dev_world *w, accel_runtime *rt, const dev_world_opts *o);
+RT_MUST_USE int dev_world_init(dev_world *w, accel_runtime *rt, const dev_world_opts *o);
 
 #endif

@@ -18,6 +18,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "runtime/attr.h"
+
 /* The start value of be_cache_hash (FNV-1a's offset basis). */
 #define BE_CACHE_HASH_INIT 0xcbf29ce484222325ull
 
@@ -30,11 +32,11 @@ uint64_t be_cache_hash(uint64_t h, const void *p, size_t n);
 /* The file of (kind, key), whether or not it exists: 0, or ACCEL_ENOENT if no directory can
  * be named (none of the variables above is set) or the path does not fit in len. kind is a
  * short name of letters, digits and '-' ("opencl", "cuda"). */
-int be_cache_path(const char *kind, uint64_t key, char *buf, size_t len);
+RT_MUST_USE int be_cache_path(const char *kind, uint64_t key, char *buf, size_t len);
 
 /* The payload of a valid entry in *data (malloc'd: the caller frees it) and its length: 0, or
  * ACCEL_ENOENT on a miss (no such file, an invalid one, no memory to read it into). */
-int be_cache_read(const char *kind, uint64_t key, void **data, size_t *len);
+RT_MUST_USE int be_cache_read(const char *kind, uint64_t key, void **data, size_t *len);
 
 /* Stores len bytes (at most BE_CACHE_MAX) as the entry of (kind, key), replacing any. Best
  * effort: failures are silent. */

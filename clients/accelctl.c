@@ -26,6 +26,7 @@
 #include "proto/local.h"
 #include "proto/wire.h"
 #include "runtime/alloc.h"
+#include "runtime/deadline.h"
 
 #define DEFAULT_URL "ipc:///run/acceld/acceld.sock"
 #define REPLY_MAX (256u << 20) /* the largest reply accelctl accepts */
@@ -131,9 +132,16 @@ static int dial_nng(const ctl_args *a, ctl_conn *c) {
     fprintf(stderr, "accelctl: cannot open a socket: %s\n", nng_strerror(rv));
     return 1;
   }
-  nng_socket_set_ms(c->sock, NNG_OPT_SENDTIMEO, a->timeout_ms);
-  nng_socket_set_ms(c->sock, NNG_OPT_RECVTIMEO, a->timeout_ms);
-  nng_socket_set_size(c->sock, NNG_OPT_RECVMAXSZ, REPLY_MAX);
+  /* Without its timeouts accelctl could wait for ever, and without the size limit a reply
+   * could be of any size: a socket that refuses one of them is not used. */
+  if ((rv = nng_socket_set_ms(c->sock, NNG_OPT_SENDTIMEO, a->timeout_ms)) != 0 ||
+      (rv = nng_socket_set_ms(c->sock, NNG_OPT_RECVTIMEO, a->timeout_ms)) != 0 ||
+      (rv = nng_socket_set_size(c->sock, NNG_OPT_RECVMAXSZ, REPLY_MAX)) != 0) {
+    fprintf(stderr, "accelctl: cannot set up the socket: %s\n", nng_strerror(rv));
+    nng_close(c->sock);
+    nng_fini();
+    return 1;
+  }
   int rc = client_nng_dial(c->sock, a->url);
   if (rc == 0)
     return 0;
@@ -378,9 +386,7 @@ static int command_of(const ctl_args *a, proto_control_req *req) {
 }
 
 static double now_us(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec / 1e3;
+  return (double)rt_mono_ns() / 1e3;
 }
 
 /* The reply's data as a NUL-terminated string (malloc'd), or NULL with a message. */

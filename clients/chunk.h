@@ -10,6 +10,7 @@
 #define CLIENT_CHUNK_H
 
 #include "clients/ctx.h"
+#include "runtime/attr.h"
 
 /* The largest chunk, whatever the daemon would take: 4 chunks of it in flight cost the
  * daemon 64 MiB per context, and bound the bytes of read replies it holds for us. */
@@ -23,6 +24,6 @@
  * op's reference, and one in-flight count, settled with one client_op_done); on failure it
  * stays the caller's. Errors met later come in the op's future (and accel_finish). Any thread
  * but the transport's receive thread. */
-int chunk_send(accel_ctx *ctx, dev_op *op);
+RT_MUST_USE int chunk_send(accel_ctx *ctx, dev_op *op);
 
 #endif

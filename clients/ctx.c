@@ -10,6 +10,7 @@
 #include "clients/chunk.h"
 #include "clients/ctx.h"
 #include "runtime/alloc.h"
+#include "runtime/deadline.h"
 
 static _Thread_local accel_completion thread_completion;
 static _Thread_local accel_math thread_math;
@@ -21,6 +22,10 @@ int client_ctx_init(accel_ctx *ctx, uint32_t max_buffers) {
   ctx->handles = rt_calloc(max_buffers, sizeof *ctx->handles);
   if (ctx->handles == NULL)
     return ACCEL_ENOMEM;
+  if (rt_cond_init_monotonic(&ctx->done_cv) != 0) { /* accel_finish's deadline is monotonic */
+    rt_free(ctx->handles);
+    return ACCEL_ENOMEM;
+  }
   ctx->max_buffers = max_buffers;
   for (uint32_t i = 1; i < max_buffers; i++) {
     ctx->handles[i].gen = 1;
@@ -31,7 +36,6 @@ int client_ctx_init(accel_ctx *ctx, uint32_t max_buffers) {
   ctx->tag = tag ? tag : atomic_fetch_add(&next_tag, 1) & 0xffffu;
   pthread_mutex_init(&ctx->mu, NULL);
   pthread_mutex_init(&ctx->done_mu, NULL);
-  pthread_cond_init(&ctx->done_cv, NULL);
   return 0;
 }
 
@@ -387,24 +391,12 @@ int accel_set_completion(accel_ctx *ctx, accel_completion how) {
 
 /* ---- finishing ---- */
 
-static struct timespec deadline_after(int64_t ms) {
-  struct timespec ts;
-  clock_gettime(CLOCK_REALTIME, &ts);
-  ts.tv_sec += ms / 1000;
-  ts.tv_nsec += (ms % 1000) * 1000000L;
-  if (ts.tv_nsec >= 1000000000L) {
-    ts.tv_sec++;
-    ts.tv_nsec -= 1000000000L;
-  }
-  return ts;
-}
-
 int accel_finish(accel_ctx *ctx, int64_t timeout_ms) {
   if (ctx == NULL)
     return ACCEL_EINVAL;
   if (accel_runtime_on_loop(ctx->rt))
     return ACCEL_EDEADLK;
-  struct timespec deadline = deadline_after(timeout_ms < 0 ? 0 : timeout_ms);
+  struct timespec deadline = rt_deadline_after(timeout_ms < 0 ? 0 : timeout_ms);
   int rc = 0;
   pthread_mutex_lock(&ctx->done_mu);
   while (ctx->in_flight > 0 && rc == 0) {

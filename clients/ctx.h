@@ -11,6 +11,7 @@
 
 #include "accel/accel.h"
 #include "actors/op.h"
+#include "runtime/attr.h"
 
 typedef enum client_handle_kind {
   CLIENT_H_BUFFER = 0,
@@ -52,7 +53,7 @@ typedef struct client_transport {
 } client_transport;
 
 /* Page-aligned host memory, for transports with nothing better. */
-int client_host_alloc_plain(size_t bytes, void **out);
+RT_MUST_USE int client_host_alloc_plain(size_t bytes, void **out);
 
 struct accel_ctx {
   const client_transport *tp;
@@ -78,12 +79,12 @@ extern const client_transport client_embedded_transport;
 extern const client_transport client_remote_transport;
 
 /* Makes ctx's common parts (handle table, locks, tag). */
-int client_ctx_init(accel_ctx *ctx, uint32_t max_buffers);
+RT_MUST_USE int client_ctx_init(accel_ctx *ctx, uint32_t max_buffers);
 void client_ctx_free(accel_ctx *ctx);
 
 /* Transports' open functions: fill ctx->tp, ctx->impl, ctx->rt. */
-int client_embedded_open(accel_ctx *ctx, const char *query);
-int client_remote_open(accel_ctx *ctx, const char *url);
+RT_MUST_USE int client_embedded_open(accel_ctx *ctx, const char *query);
+RT_MUST_USE int client_remote_open(accel_ctx *ctx, const char *url);
 
 /* Looks up a live buffer handle: its dtype and count. ACCEL_ESTALE if it is not one of ours. */
 int client_handle_get(accel_ctx *ctx, accel_buffer h, accel_dtype *dtype, size_t *count);
@@ -91,17 +92,17 @@ int client_handle_get(accel_ctx *ctx, accel_buffer h, accel_dtype *dtype, size_t
 client_handle *client_handle_entry(accel_ctx *ctx, uint64_t h, client_handle_kind kind);
 /* A new handle of that kind (buffers: with dtype and count); ACCEL_ELIMIT if the table is
  * full. The caller holds ctx->mu. */
-int client_handle_alloc_locked(accel_ctx *ctx, client_handle_kind kind, accel_dtype dtype,
-                               size_t count, uint64_t *out);
+RT_MUST_USE int client_handle_alloc_locked(accel_ctx *ctx, client_handle_kind kind,
+                                           accel_dtype dtype, size_t count, uint64_t *out);
 void client_handle_free_locked(accel_ctx *ctx, uint32_t slot);
 /* Sends an op as it is, checked or not (send_op in ctx.c). */
-int client_send(accel_ctx *ctx, dev_op *op, accel_future **f);
+RT_MUST_USE int client_send(accel_ctx *ctx, dev_op *op, accel_future **f);
 
 /* Checks an envelope against the handle table and sends it; makes the future. On error the
  * op is freed and no future made. */
 /* The math accel_set_math chose for this thread's sgemms. */
 accel_math client_thread_math(void);
-int client_submit(accel_ctx *ctx, dev_op *op, accel_device dev, accel_future **f);
+RT_MUST_USE int client_submit(accel_ctx *ctx, dev_op *op, accel_device dev, accel_future **f);
 
 /* An op the transport took has finished (any thread). */
 void client_op_done(accel_ctx *ctx, int status);

@@ -13,6 +13,7 @@
 
 #include "actors/world.h"
 #include "runtime/alloc.h"
+#include "runtime/deadline.h"
 
 #define HELLO_TIMEOUT_MS 5000
 #define PRE_WELCOME_MAX_BODY (1u << 20) /* until the daemon says its limit */
@@ -202,9 +203,7 @@ static void sender_leave(remote *r) {
 /* After the link closed (which releases blocked sends): waits for senders to leave, at most
  * a few seconds; false if one is still inside (the remote must then not be freed). */
 static bool senders_gone(remote *r) {
-  struct timespec until;
-  clock_gettime(CLOCK_REALTIME, &until);
-  until.tv_sec += 3;
+  struct timespec until = rt_deadline_after(3000);
   pthread_mutex_lock(&r->mu);
   while (r->senders > 0 && pthread_cond_timedwait(&r->idle, &r->mu, &until) == 0)
     ;
@@ -309,8 +308,7 @@ static void waited_free(remote *r, pending *p, bool answered) {
 static int request(accel_ctx *ctx, pending *p, proto_out *o, int timeout_ms, int fd,
                    bool *answered) {
   remote *r = remote_of(ctx);
-  int rc = o->err ? o->err : link_send(r, o->data, o->len, p->id, fd);
-  proto_out_free(o);
+  int rc = link_send(r, o->data, o->len, p->id, fd);
   *answered = false;
   if (rc == ACCEL_ECLOSED && atomic_load(&r->conn_error) != 0)
     rc = atomic_load(&r->conn_error);
@@ -329,9 +327,11 @@ int remote_control(accel_ctx *ctx, uint32_t command, uint64_t arg, int fd, uint8
   proto_out o;
   proto_out_init(&o);
   proto_control_req c = {command, arg};
-  proto_encode_control(&o, p->id, &c);
-  bool answered;
-  int rc = request(ctx, p, &o, -1, fd, &answered);
+  bool answered = false;
+  int rc = proto_encode_control(&o, p->id, &c);
+  if (rc == 0)
+    rc = request(ctx, p, &o, -1, fd, &answered);
+  proto_out_free(&o);
   if (rc == 0 && out) {
     *out = p->data;
     *out_len = p->len;
@@ -358,9 +358,11 @@ static int hello(accel_ctx *ctx) {
   proto_out o;
   proto_out_init(&o);
   proto_hello h = {.version = PROTO_VERSION, .capabilities = r->link->caps, .name = "libaccel"};
-  proto_encode_hello(&o, p->id, &h);
-  bool answered;
-  int rc = request(ctx, p, &o, HELLO_TIMEOUT_MS, -1, &answered);
+  bool answered = false;
+  int rc = proto_encode_hello(&o, p->id, &h);
+  if (rc == 0)
+    rc = request(ctx, p, &o, HELLO_TIMEOUT_MS, -1, &answered);
+  proto_out_free(&o);
   if (rc == 0 && proto_decode_welcome(p->data, p->len, &r->welcome) != 0)
     rc = ACCEL_EPROTO;
   if (rc == 0 && r->welcome.version != PROTO_VERSION)
@@ -404,8 +406,11 @@ int client_remote_open(accel_ctx *ctx, const char *url) {
   r->fd = -1;
   r->link = proto_local_path(url) ? &remote_local_link : &remote_nng_link;
   atomic_init(&r->max_body, PRE_WELCOME_MAX_BODY);
+  if (rt_cond_init_monotonic(&r->idle) != 0) { /* senders_gone's deadline is monotonic */
+    rt_free(r);
+    return ACCEL_ENOMEM;
+  }
   pthread_mutex_init(&r->mu, NULL);
-  pthread_cond_init(&r->idle, NULL);
   pthread_mutex_init(&r->send_mu, NULL);
   pthread_mutex_init(&r->shm_mu, NULL);
   int rc = client_ctx_init(ctx, CLIENT_DEFAULT_MAX_BUFFERS);

@@ -15,6 +15,7 @@
 #include "clients/ctx.h"
 #include "proto/local.h"
 #include "proto/wire.h"
+#include "runtime/attr.h"
 
 #define REMOTE_BUCKETS 4096u
 
@@ -76,16 +77,17 @@ void remote_on_lost(accel_ctx *ctx);
 
 /* One control request and its answer (waits; never from the link's receiving thread). fd
  * >= 0 travels with it. On success *out (may be NULL) gets a malloc'd copy of the data. */
-int remote_control(accel_ctx *ctx, uint32_t command, uint64_t arg, int fd, uint8_t **out,
-                   size_t *out_len);
+RT_MUST_USE int remote_control(accel_ctx *ctx, uint32_t command, uint64_t arg, int fd,
+                               uint8_t **out, size_t *out_len);
 
 /* remote_shm.c. prepare: 1 if op's data goes through shared memory (*ref set; *staging the
  * staging region it took, or NULL for the user's own shared memory), 0 to send it inline. */
-int remote_shm_prepare(accel_ctx *ctx, dev_op *op, proto_shm_ref *ref, shm_region **staging);
+RT_MUST_USE int remote_shm_prepare(accel_ctx *ctx, dev_op *op, proto_shm_ref *ref,
+                                   shm_region **staging);
 /* The op finished: a read's bytes leave the staging region; the region goes back. */
 void remote_shm_complete(remote *r, dev_op *op, shm_region *staging, int status);
-int remote_host_alloc(accel_ctx *ctx, size_t bytes, void **out);
-int remote_host_free(accel_ctx *ctx, void *p);
+RT_MUST_USE int remote_host_alloc(accel_ctx *ctx, size_t bytes, void **out);
+RT_MUST_USE int remote_host_free(accel_ctx *ctx, void *p);
 void remote_shm_free_all(remote *r);
 
 extern const remote_link remote_local_link;

@@ -17,6 +17,7 @@
 #include "accel/error.h"
 #include "accel/runtime.h"
 #include "runtime/alloc.h"
+#include "runtime/deadline.h"
 
 static bool is_tls(const char *url) {
   static const char *const schemes[] = {"tls+tcp://", "tls+tcp4://", "tls+tcp6://"};
@@ -160,9 +161,7 @@ typedef struct dial_guard {
 
 static void *guard_main(void *arg) {
   dial_guard *g = arg;
-  struct timespec until;
-  clock_gettime(CLOCK_MONOTONIC, &until);
-  until.tv_sec += DIAL_TIMEOUT_MS / 1000;
+  struct timespec until = rt_deadline_after(DIAL_TIMEOUT_MS);
   pthread_mutex_lock(&g->mu);
   int rc = 0;
   while (!g->done && rc != ETIMEDOUT)
@@ -177,12 +176,9 @@ static void *guard_main(void *arg) {
 /* nng_dialer_start(d, 0) within DIAL_TIMEOUT_MS; *timed_out says whether the guard ended it. */
 static int start_guarded(nng_dialer d, bool *timed_out) {
   dial_guard g = {.d = d};
-  pthread_condattr_t ca;
   pthread_t thread;
-  pthread_condattr_init(&ca);
-  pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-  pthread_cond_init(&g.cv, &ca);
-  pthread_condattr_destroy(&ca);
+  if (rt_cond_init_monotonic(&g.cv) != 0)
+    return NNG_ENOMEM;
   pthread_mutex_init(&g.mu, NULL);
   bool guarded = pthread_create(&thread, NULL, guard_main, &g) == 0;
   int rv = nng_dialer_start(d, 0); /* synchronous: returns after the handshake */

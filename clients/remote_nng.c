@@ -17,6 +17,7 @@
 #include "clients/remote.h"
 #include "clients/remote_dial.h"
 #include "runtime/alloc.h"
+#include "runtime/deadline.h"
 
 #define NNG_CLOSE_WAIT_MS 2000
 
@@ -130,18 +131,24 @@ static int nng_link_open(accel_ctx *ctx, const char *url) {
     return ACCEL_ENOMEM;
   l->ctx = ctx;
   l->refs = 1;
+  if (rt_cond_init_monotonic(&l->cv) != 0) { /* wait_closed's deadline is monotonic */
+    rt_free(l);
+    return ACCEL_ENOMEM;
+  }
   pthread_mutex_init(&l->mu, NULL);
-  pthread_cond_init(&l->cv, NULL);
   r->nng = l;
   nng_user_add();
   if (nng_req0_open_raw(&l->sock) != 0)
     return ACCEL_ESYS;
-  nng_pipe_notify(l->sock, NNG_PIPE_EV_REM_POST, on_pipe_gone, l);
+  /* Without the notification a daemon's death would leave every request waiting. */
+  if (nng_pipe_notify(l->sock, NNG_PIPE_EV_REM_POST, on_pipe_gone, l) != 0)
+    return ACCEL_ESYS;
   if (nng_aio_alloc(&l->rx, on_receive, l) != 0)
     return ACCEL_ENOMEM;
   /* nng refuses messages over 1 MiB by default (closing the connection): a read's reply is
    * as large as the daemon's max_message allows, which it enforces itself. */
-  nng_socket_set_size(l->sock, NNG_OPT_RECVMAXSZ, 0);
+  if (nng_socket_set_size(l->sock, NNG_OPT_RECVMAXSZ, 0) != 0)
+    return ACCEL_ESYS;
   int rc = client_nng_dial(l->sock, url);
   if (rc != 0)
     return rc;
@@ -175,9 +182,7 @@ static void *closer(void *arg) {
 
 /* Waits for the closer thread up to NNG_CLOSE_WAIT_MS; false if it is still in nng_close. */
 static bool wait_closed(nng_link *l) {
-  struct timespec until;
-  clock_gettime(CLOCK_REALTIME, &until);
-  until.tv_sec += NNG_CLOSE_WAIT_MS / 1000;
+  struct timespec until = rt_deadline_after(NNG_CLOSE_WAIT_MS);
   pthread_mutex_lock(&l->mu);
   while (!l->closed && pthread_cond_timedwait(&l->cv, &l->mu, &until) == 0)
     ;

@@ -155,7 +155,10 @@ int remote_host_free(accel_ctx *ctx, void *p) {
   if (g == NULL)
     return ACCEL_EINVAL;
   /* Ops using it have finished (the caller's contract): the daemon unmaps it at once. */
-  remote_control(ctx, PROTO_CTL_SHM_DETACH, g->id, -1, NULL, NULL);
+  if (remote_control(ctx, PROTO_CTL_SHM_DETACH, g->id, -1, NULL, NULL) != 0) {
+    /* The link is down: the daemon unmaps a connection's regions when it ends, so our
+     * mapping is all that is left to undo. */
+  }
   munmap(g->base, g->len);
   rt_free(g);
   return 0;

@@ -7,6 +7,7 @@
 
 #include "accel/accel.h"
 #include "proto/wire.h"
+#include "runtime/attr.h"
 
 #define ACD_DEFAULT_URL "ipc:///run/acceld/acceld.sock"
 #define ACD_DEFAULT_CONFIG "/etc/acceld/acceld.conf"
@@ -66,13 +67,14 @@ void acd_config_defaults(acd_config *c);
 void acd_config_free(acd_config *c);
 /* Reads the INI file over *c; a missing default file is fine, any other problem is an error
  * with a message in err ("file:line: what"). */
-int acd_config_load(acd_config *c, const acd_flags *f, char *err, size_t err_len);
+RT_MUST_USE int acd_config_load(acd_config *c, const acd_flags *f, char *err, size_t err_len);
 /* Applies the flags over *c (after the file). */
-int acd_config_apply_flags(acd_config *c, const acd_flags *f, char *err, size_t err_len);
+RT_MUST_USE int acd_config_apply_flags(acd_config *c, const acd_flags *f, char *err,
+                                       size_t err_len);
 /* Defaults + file + flags in one go. */
-int acd_config_read(acd_config *c, const acd_flags *f, char *err, size_t err_len);
+RT_MUST_USE int acd_config_read(acd_config *c, const acd_flags *f, char *err, size_t err_len);
 /* The gid of socket_group (a name or a number); -1 for none; ACCEL_ENOENT if unknown. */
-int acd_config_gid(const acd_config *c, int *gid);
+RT_MUST_USE int acd_config_gid(const acd_config *c, int *gid);
 /* The server's view of [security]: its pointers point into *c, which must outlive it. */
 void acd_config_security(const acd_config *c, struct srv_security *out);
 /* Whether two configurations say the same in [security] (a reload compares them). */

@@ -15,26 +15,28 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "runtime/attr.h"
+
 /* The socket path of a local URL ("ipc://PATH" or "unix://PATH"), or NULL if `url` is not
  * local. Points into url. */
 const char *proto_local_path(const char *url);
 
 /* Connects to the daemon's socket. The descriptor (close-on-exec) or ACCEL_ECLOSED (nothing
  * listens there), ACCEL_EINVAL (path too long), ACCEL_EPERM (no permission). */
-int proto_local_connect(const char *path);
+RT_MUST_USE int proto_local_connect(const char *path);
 
 /* Writes all `len` bytes (retrying short writes and EINTR; SIGPIPE never raised). 0 or
  * ACCEL_ECLOSED. If `fd_pass` >= 0, that descriptor travels with the first byte
  * (SCM_RIGHTS). */
-int proto_local_send(int fd, const void *bytes, size_t len, int fd_pass);
+RT_MUST_USE int proto_local_send(int fd, const void *bytes, size_t len, int fd_pass);
 
 /* Reads one whole frame into *buf (grown with realloc as needed, *cap its size; the
  * caller frees it). A frame whose header is not ours or whose body exceeds `max_body` is
  * ACCEL_EPROTO (the stream cannot be resynchronised: close it). `timeout_ms` < 0 waits for
  * ever. Returns the frame's length, or ACCEL_ECLOSED (end of stream or error),
  * ACCEL_ETIMEDOUT, ACCEL_ENOMEM. */
-long long proto_local_recv_frame(int fd, uint8_t **buf, size_t *cap, uint32_t max_body,
-                                 int timeout_ms);
+RT_MUST_USE long long proto_local_recv_frame(int fd, uint8_t **buf, size_t *cap, uint32_t max_body,
+                                             int timeout_ms);
 
 /* A buffered reader of frames: one recv() takes as many frames as the socket holds, so a
  * burst of small replies costs one system call, not two per frame. */
@@ -46,8 +48,8 @@ typedef struct proto_reader {
 
 /* The next whole frame: *frame points into the reader's buffer until the next call. Same
  * returns and rules as proto_local_recv_frame (waits for ever). proto_reader_free frees. */
-long long proto_reader_next(proto_reader *rd, int fd, uint32_t max_body,
-                            const uint8_t **frame);
+RT_MUST_USE long long proto_reader_next(proto_reader *rd, int fd, uint32_t max_body,
+                                        const uint8_t **frame);
 void proto_reader_free(proto_reader *rd);
 
 #endif

@@ -17,6 +17,7 @@
 
 #include "accel/accel.h"
 #include "actors/op.h"
+#include "runtime/attr.h"
 
 #define PROTO_MAGIC 0x31434341u /* the bytes 'A' 'C' 'C' '1' */
 #define PROTO_VERSION 2u
@@ -123,26 +124,28 @@ void proto_out_init(proto_out *o);
 void proto_out_free(proto_out *o);
 
 /* ---- encoding: each appends one whole frame to o; 0 or o->err ---- */
-int proto_encode_hello(proto_out *o, uint64_t request_id, const proto_hello *h);
-int proto_encode_welcome(proto_out *o, uint64_t request_id, const proto_welcome *w);
+RT_MUST_USE int proto_encode_hello(proto_out *o, uint64_t request_id, const proto_hello *h);
+RT_MUST_USE int proto_encode_welcome(proto_out *o, uint64_t request_id, const proto_welcome *w);
 /* `data` is a write's bytes (NULL otherwise). A MODULE_LOAD's code and options are taken from
  * op->u.module: ACCEL_ELIMIT if its options are longer than PROTO_OPTIONS_MAX. A LAUNCH of
  * more than BE_LAUNCH_MAX_ARGS arguments is ACCEL_EINVAL. */
-int proto_encode_op(proto_out *o, uint64_t request_id, const dev_op *op, proto_bytes data);
-int proto_encode_control(proto_out *o, uint64_t request_id, const proto_control_req *c);
-int proto_encode_reply(proto_out *o, uint64_t request_id, int32_t status, proto_bytes data);
+RT_MUST_USE int proto_encode_op(proto_out *o, uint64_t request_id, const dev_op *op,
+                                proto_bytes data);
+RT_MUST_USE int proto_encode_control(proto_out *o, uint64_t request_id, const proto_control_req *c);
+RT_MUST_USE int proto_encode_reply(proto_out *o, uint64_t request_id, int32_t status,
+                                   proto_bytes data);
 /* The first PROTO_REPLY_HEAD_SIZE bytes of a REPLY frame whose `data_len` bytes of data the
  * caller places right after them (the daemon reads a buffer straight into its reply frame).
  * ACCEL_ELIMIT if the frame would not fit a 32-bit body length. */
 #define PROTO_REPLY_HEAD_SIZE (PROTO_HEADER_SIZE + 8u)
-int proto_encode_reply_head(uint8_t out[PROTO_REPLY_HEAD_SIZE], uint64_t request_id,
-                            int32_t status, size_t data_len);
+RT_MUST_USE int proto_encode_reply_head(uint8_t out[PROTO_REPLY_HEAD_SIZE], uint64_t request_id,
+                                        int32_t status, size_t data_len);
 
 /* One device as in WELCOME (PROTO_DEVICE_SIZE bytes), for PROTO_CTL_DEVICE_INFO replies. */
-int proto_encode_device(proto_out *o, const struct accel_device_info *d);
-int proto_decode_device(const uint8_t *p, size_t len, struct accel_device_info *d);
-int proto_encode_transfer_stats(proto_out *o, const accel_transfer_stats *t);
-int proto_decode_transfer_stats(const uint8_t *p, size_t len, accel_transfer_stats *t);
+RT_MUST_USE int proto_encode_device(proto_out *o, const struct accel_device_info *d);
+RT_MUST_USE int proto_decode_device(const uint8_t *p, size_t len, struct accel_device_info *d);
+RT_MUST_USE int proto_encode_transfer_stats(proto_out *o, const accel_transfer_stats *t);
+RT_MUST_USE int proto_decode_transfer_stats(const uint8_t *p, size_t len, accel_transfer_stats *t);
 
 /* ---- the shared-memory data plane (local transport) ---- */
 /* OP head flag: a WRITE's bytes or a READ's destination are in a region of memory the client
@@ -154,18 +157,18 @@ typedef struct proto_shm_ref {
   uint64_t region; /* the client's id for the region */
   uint64_t offset; /* bytes from the region's start */
 } proto_shm_ref;
-int proto_encode_op_shm(proto_out *o, uint64_t request_id, const dev_op *op,
-                        proto_shm_ref ref);
+RT_MUST_USE int proto_encode_op_shm(proto_out *o, uint64_t request_id, const dev_op *op,
+                                    proto_shm_ref ref);
 
 /* ---- decoding untrusted bytes ---- */
 /* The length of the first frame of a message that may hold several (PROTO_CAP_BATCH): its
  * header's body length + the header, if the header is whole and that fits in `len`; else 0.
  * Decode the frame itself with proto_decode_header() on exactly that many bytes. */
 size_t proto_next_frame(const uint8_t *p, size_t len);
-int proto_decode_header(const uint8_t *frame, size_t len, uint32_t max_message,
-                        proto_header *h);
-int proto_decode_hello(const uint8_t *body, size_t len, proto_hello *h);
-int proto_decode_welcome(const uint8_t *body, size_t len, proto_welcome *w);
+RT_MUST_USE int proto_decode_header(const uint8_t *frame, size_t len, uint32_t max_message,
+                                    proto_header *h);
+RT_MUST_USE int proto_decode_hello(const uint8_t *body, size_t len, proto_hello *h);
+RT_MUST_USE int proto_decode_welcome(const uint8_t *body, size_t len, proto_welcome *w);
 /* What an OP carries besides its envelope, borrowed from the body (valid while it is). */
 typedef struct proto_op_data {
   proto_bytes bytes;   /* a WRITE's data, a MODULE_LOAD's code (both also in *op) */
@@ -180,13 +183,14 @@ typedef struct proto_op_data {
  * from body). Checks the kind, the buffer count and access modes the kind needs, the
  * payload's enums and lengths (docs/PROTOCOL.md). A MODULE_LOAD's options are not given:
  * use proto_decode_op_ex to submit one. */
-int proto_decode_op(const uint8_t *body, size_t len, dev_op *op, proto_bytes *data);
+RT_MUST_USE int proto_decode_op(const uint8_t *body, size_t len, dev_op *op, proto_bytes *data);
 /* The same, with a MODULE_LOAD's options, and taking PROTO_OPF_SHM ops when `shm` is set
  * (their reference in out->shm; out->bytes stays empty). proto_decode_op refuses those
  * (ACCEL_EPROTO). */
-int proto_decode_op_ex(const uint8_t *body, size_t len, bool shm, dev_op *op,
-                       proto_op_data *out);
-int proto_decode_control(const uint8_t *body, size_t len, proto_control_req *c);
-int proto_decode_reply(const uint8_t *body, size_t len, int32_t *status, proto_bytes *data);
+RT_MUST_USE int proto_decode_op_ex(const uint8_t *body, size_t len, bool shm, dev_op *op,
+                                   proto_op_data *out);
+RT_MUST_USE int proto_decode_control(const uint8_t *body, size_t len, proto_control_req *c);
+RT_MUST_USE int proto_decode_reply(const uint8_t *body, size_t len, int32_t *status,
+                                   proto_bytes *data);
 
 #endif

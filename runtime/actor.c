@@ -74,6 +74,7 @@ accel_actor *rt_cell_create(accel_runtime *rt, accel_actor *parent, rt_child *sp
   cell->b = spec ? spec->b : NULL;
   cell->arg = spec ? spec->arg : NULL;
   cell->throughput = spec ? spec->throughput : 64;
+  rt_list_init(&cell->children);
   if (spec)
     cell->supervision = spec->supervision;
   atomic_init(&cell->scheduled, 0);
@@ -502,7 +503,7 @@ accel_ref accel_parent(accel_actor *self) {
 int accel_child(accel_actor *self, const char *name, accel_ref *out) {
   if (self == NULL || name == NULL || out == NULL)
     return ACCEL_EINVAL;
-  for (rt_child *spec = self->children_head; spec; spec = spec->next) {
+  RT_LIST_FOR_EACH(rt_child, spec, &self->children, link) {
     if (strcmp(spec->name, name) != 0)
       continue;
     if (spec->cell == NULL)

@@ -5,15 +5,15 @@
  * CPU device's blocks, accel_host_alloc) do not go through it.
  *
  * The lowest layer of the tree: any folder may include this header; it includes nothing of
- * accel's but the public runtime header. Safe from any thread. rt_free(NULL) does nothing. */
+ * accel's but the public runtime header and runtime/attr.h. Safe from any thread.
+ * rt_free(NULL) does nothing. */
 #ifndef RT_ALLOC_H
 #define RT_ALLOC_H
 
 #include <stddef.h>
 
 #include "accel/runtime.h"
-
-#define RT_MUST_USE __attribute__((warn_unused_result))
+#include "runtime/attr.h"
 
 RT_MUST_USE void *rt_malloc(size_t size);
 RT_MUST_USE void *rt_calloc(size_t count, size_t size);

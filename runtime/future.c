@@ -9,6 +9,7 @@
 
 #include "runtime/rt.h"
 #include "runtime/alloc.h"
+#include "runtime/deadline.h"
 
 struct accel_future {
   rt_task task; /* posts the `then` callback to the loop */
@@ -40,11 +41,10 @@ int accel_future_create(accel_runtime *rt, accel_future **out) {
   accel_future *f = rt_calloc(1, sizeof *f);
   if (f == NULL)
     return ACCEL_ENOMEM;
-  pthread_condattr_t attr;
-  pthread_condattr_init(&attr);
-  pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
-  pthread_cond_init(&f->cv, &attr);
-  pthread_condattr_destroy(&attr);
+  if (rt_cond_init_monotonic(&f->cv) != 0) { /* accel_future_wait's deadlines are monotonic */
+    rt_free(f);
+    return ACCEL_ENOMEM;
+  }
   pthread_mutex_init(&f->mu, NULL);
   f->rt = rt;
   f->task.fn_ = run_then;
@@ -103,18 +103,6 @@ int accel_future_poll(accel_future *f) {
   return f->status;
 }
 
-static struct timespec deadline_after(int64_t ms) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  ts.tv_sec += ms / 1000;
-  ts.tv_nsec += (long)(ms % 1000) * 1000000L;
-  if (ts.tv_nsec >= 1000000000L) {
-    ts.tv_sec++;
-    ts.tv_nsec -= 1000000000L;
-  }
-  return ts;
-}
-
 /* A completion that comes within microseconds is cheaper to catch spinning than sleeping. */
 static bool spin_until_done(accel_future *f) {
   uint64_t spin = rt_spin_ns();
@@ -140,7 +128,7 @@ int accel_future_wait(accel_future *f, int64_t timeout_ms) {
     return ACCEL_EDEADLK; /* only the loop could complete it: waiting here never ends */
   if (timeout_ms != 0 && spin_until_done(f))
     return f->status;
-  struct timespec deadline = deadline_after(timeout_ms < 0 ? 0 : timeout_ms);
+  struct timespec deadline = rt_deadline_after(timeout_ms < 0 ? 0 : timeout_ms);
   int rc = 0;
   pthread_mutex_lock(&f->mu);
   f->waiters++;

@@ -8,6 +8,7 @@
 #include <stddef.h>
 
 #include "accel/runtime.h"
+#include "runtime/attr.h"
 
 typedef struct rt_mailbox_cell {
   atomic_size_t seq;
@@ -22,12 +23,12 @@ typedef struct rt_mailbox {
 } rt_mailbox;
 
 /* capacity is rounded up to a power of two (at least 2). 0 or ACCEL_ENOMEM. */
-int rt_mailbox_init(rt_mailbox *mb, uint32_t capacity);
+RT_MUST_USE int rt_mailbox_init(rt_mailbox *mb, uint32_t capacity);
 void rt_mailbox_destroy(rt_mailbox *mb);
 /* 0, or ACCEL_EBUSY when full (nothing queued). */
-int rt_mailbox_push(rt_mailbox *mb, const accel_msg *msg);
+RT_MUST_USE int rt_mailbox_push(rt_mailbox *mb, const accel_msg *msg);
 /* 1 and *out filled, or 0 when empty (a push in progress counts as not there yet). */
-int rt_mailbox_pop(rt_mailbox *mb, accel_msg *out);
+RT_MUST_USE int rt_mailbox_pop(rt_mailbox *mb, accel_msg *out);
 int rt_mailbox_empty(rt_mailbox *mb);
 
 #endif

@@ -14,9 +14,11 @@
 #include <uv.h>
 
 #include "accel/runtime.h"
+#include "runtime/list.h"
 #include "runtime/mailbox.h"
 #include "runtime/loop.h"
 #include "runtime/wakeup.h"
+#include "runtime/attr.h"
 
 typedef struct rt_child rt_child;
 typedef struct rt_timer rt_timer;
@@ -44,14 +46,14 @@ struct accel_actor {
   atomic_int scheduled; /* 1 while queued to run (or being swept); producers test-and-set */
   accel_actor *runq_next;
   accel_actor *grave_next;
-  rt_child *children_head, *children_tail; /* in start order */
+  rt_list children;      /* rt_child records, in start order */
   accel_supervision supervision;
   rt_timer *timers;
 };
 
 /* A supervisor's record of one child: what it needs to restart it, and the restart history. */
 struct rt_child {
-  rt_child *prev, *next;
+  rt_list link;       /* in the owner's children */
   accel_actor *owner; /* the supervising parent */
   const accel_behavior *b;
   void *arg;
@@ -144,23 +146,23 @@ void rt_remote_leave(accel_runtime *rt);
 uint64_t rt_now_ms(accel_runtime *rt);
 
 /* actor.c */
-accel_actor *rt_cell_create(accel_runtime *rt, accel_actor *parent, rt_child *spec);
-int rt_cell_start(accel_actor *cell);
+RT_MUST_USE accel_actor *rt_cell_create(accel_runtime *rt, accel_actor *parent, rt_child *spec);
+RT_MUST_USE int rt_cell_start(accel_actor *cell);
 void rt_cell_terminate(accel_actor *cell);
 void rt_cell_run(accel_actor *cell);
 void rt_sweep(accel_runtime *rt);
 void rt_drop_msg(accel_runtime *rt, accel_msg *msg);
-int rt_send_local(accel_runtime *rt, accel_ref to, const accel_msg *msg);
+RT_MUST_USE int rt_send_local(accel_runtime *rt, accel_ref to, const accel_msg *msg);
 accel_actor *rt_resolve_local(accel_runtime *rt, accel_ref ref);
-int rt_slots_init(accel_runtime *rt, uint32_t count);
+RT_MUST_USE int rt_slots_init(accel_runtime *rt, uint32_t count);
 void rt_retry_send(accel_runtime *rt, accel_ref to, const accel_msg *msg);
 bool rt_retries_flush(accel_runtime *rt);
 
 /* supervisor.c */
-rt_child *rt_child_create(accel_actor *owner, const accel_behavior *b, void *arg,
-                          const accel_spawn_opts *opts);
+RT_MUST_USE rt_child *rt_child_create(accel_actor *owner, const accel_behavior *b, void *arg,
+                                      const accel_spawn_opts *opts);
 void rt_child_free(rt_child *spec);
-int rt_child_respawn(rt_child *spec);
+RT_MUST_USE int rt_child_respawn(rt_child *spec);
 void rt_child_stop(rt_child *spec, int reason);
 void rt_children_stop_all(accel_actor *owner);
 void rt_supervise_failure(accel_actor *cell, int reason);
@@ -188,6 +190,22 @@ static inline void rt_cpu_relax(void) {
 #if defined(__x86_64__) || defined(__i386__)
   __asm__ __volatile__("pause");
 #endif
+}
+
+/* A libuv error as an accel code (libuv's are negative errno values). */
+static inline int rt_uv_err(int uv_rc) {
+  switch (uv_rc) {
+  case 0:
+    return 0;
+  case UV_ENOMEM:
+    return ACCEL_ENOMEM;
+  case UV_EINVAL:
+    return ACCEL_EINVAL;
+  case UV_EBUSY:
+    return ACCEL_EBUSY;
+  default:
+    return ACCEL_ESYS;
+  }
 }
 
 #define RT_LOG(level, ...) accel_log(level, "runtime", __VA_ARGS__)

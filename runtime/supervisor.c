@@ -42,12 +42,7 @@ rt_child *rt_child_create(accel_actor *owner, const accel_behavior *b, void *arg
   spec->mailbox_capacity = opts && opts->mailbox_capacity ? opts->mailbox_capacity : 1024;
   spec->throughput = opts && opts->throughput ? opts->throughput : 64;
   rt_supervision_defaults(&spec->supervision, opts ? opts->supervision : NULL);
-  spec->prev = owner->children_tail;
-  if (owner->children_tail)
-    owner->children_tail->next = spec;
-  else
-    owner->children_head = spec;
-  owner->children_tail = spec;
+  rt_list_push_back(&owner->children, &spec->link);
   return spec;
 }
 
@@ -63,23 +58,15 @@ static void cancel_backoff(rt_child *spec) {
 }
 
 void rt_child_free(rt_child *spec) {
-  accel_actor *owner = spec->owner;
-  if (spec->prev)
-    spec->prev->next = spec->next;
-  else
-    owner->children_head = spec->next;
-  if (spec->next)
-    spec->next->prev = spec->prev;
-  else
-    owner->children_tail = spec->prev;
+  rt_list_remove(&spec->link);
   cancel_backoff(spec);
   rt_free(spec->name);
   rt_free(spec);
 }
 
 void rt_children_stop_all(accel_actor *owner) {
-  while (owner->children_tail) {
-    rt_child *spec = owner->children_tail;
+  while (!rt_list_empty(&owner->children)) {
+    rt_child *spec = RT_LIST_LAST(&owner->children, rt_child, link);
     if (spec->cell)
       rt_cell_terminate(spec->cell);
     rt_child_free(spec);
@@ -143,12 +130,13 @@ static void limit_reached(rt_child *spec, int reason) {
 /* Ends the incarnations the strategy picks (reverse start order) and marks them for restart. */
 static void stop_for_restart(rt_child *spec, int reason) {
   accel_actor *owner = spec->owner;
+  rt_list *all = &owner->children;
   rt_child *first = spec, *last = spec;
   if (owner->supervision.strategy == ACCEL_ONE_FOR_ALL)
-    first = owner->children_head;
+    first = RT_LIST_FIRST(all, rt_child, link);
   if (owner->supervision.strategy != ACCEL_ONE_FOR_ONE)
-    last = owner->children_tail;
-  for (rt_child *s = last;; s = s->prev) {
+    last = RT_LIST_LAST(all, rt_child, link);
+  for (rt_child *s = last;; s = RT_LIST_PREV(s, all, rt_child, link)) {
     s->awaiting_restart = true;
     s->restart_leader = spec;
     s->last_reason = reason;
@@ -195,9 +183,9 @@ static void restart_group(accel_actor *owner, const rt_child *leader) {
   for (;;) {
     if (owner->status != RT_RUNNING)
       return;
-    rt_child *s = owner->children_head;
+    rt_child *s = RT_LIST_FIRST(&owner->children, rt_child, link);
     while (s && !(s->awaiting_restart && s->restart_leader == leader))
-      s = s->next;
+      s = RT_LIST_NEXT(s, &owner->children, rt_child, link);
     if (s == NULL)
       return;
     restart_one(s);
@@ -211,18 +199,28 @@ static void on_backoff(uv_timer_t *t) {
   restart_group(owner, spec);
 }
 
+static int arm_backoff(rt_child *spec, uint64_t delay) {
+  if (spec->backoff == NULL) {
+    uv_timer_t *t = rt_malloc(sizeof *t);
+    if (t == NULL)
+      return ACCEL_ENOMEM;
+    if (uv_timer_init(&spec->owner->rt->loop, t) != 0) {
+      rt_free(t); /* not a handle of the loop yet: no close needed */
+      return ACCEL_ESYS;
+    }
+    t->data = spec;
+    spec->backoff = t;
+  }
+  return uv_timer_start(spec->backoff, on_backoff, delay, 0) == 0 ? 0 : ACCEL_ESYS;
+}
+
 static void schedule_restart(rt_child *spec) {
   uint64_t delay = backoff_delay(spec, &spec->owner->supervision);
-  if (spec->backoff == NULL) {
-    spec->backoff = rt_malloc(sizeof *spec->backoff);
-    if (spec->backoff == NULL) {
-      restart_group(spec->owner, spec); /* no timer: restart now rather than never */
-      return;
-    }
-    uv_timer_init(&spec->owner->rt->loop, spec->backoff);
-    spec->backoff->data = spec;
+  if (arm_backoff(spec, delay) != 0) {
+    RT_LOG(ACCEL_LOG_WARN, "actor '%s': no backoff timer: restarting now", spec->name);
+    cancel_backoff(spec);
+    restart_group(spec->owner, spec); /* restart now rather than never */
   }
-  uv_timer_start(spec->backoff, on_backoff, delay, 0);
 }
 
 static void supervise(rt_child *spec, int reason) {

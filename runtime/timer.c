@@ -44,7 +44,16 @@ int accel_timer_start(accel_actor *self, uint64_t delay_ms, uint64_t repeat_ms, 
   rt_timer *t = rt_calloc(1, sizeof *t);
   if (t == NULL)
     return ACCEL_ENOMEM;
-  uv_timer_init(&self->rt->loop, &t->handle);
+  int rc = uv_timer_init(&self->rt->loop, &t->handle);
+  if (rc != 0) {
+    rt_free(t); /* not a handle of the loop yet: no close needed */
+    return rt_uv_err(rc);
+  }
+  rc = uv_timer_start(&t->handle, on_tick, delay_ms, repeat_ms);
+  if (rc != 0) {
+    uv_close((uv_handle_t *)&t->handle, free_timer); /* the loop knows it now */
+    return rt_uv_err(rc);
+  }
   t->cell = self;
   t->id = ++self->rt->next_timer_id;
   t->type = type;
@@ -52,7 +61,6 @@ int accel_timer_start(accel_actor *self, uint64_t delay_ms, uint64_t repeat_ms, 
   t->repeat = repeat_ms > 0;
   t->next = self->timers;
   self->timers = t;
-  uv_timer_start(&t->handle, on_tick, delay_ms, repeat_ms);
   if (id)
     *id = t->id;
   return 0;

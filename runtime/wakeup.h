@@ -10,13 +10,15 @@
 #include <stdbool.h>
 #include <uv.h>
 
+#include "runtime/attr.h"
+
 typedef struct rt_wakeup {
   int fd;
   uv_poll_t poll;
   atomic_bool awake; /* true: the loop will check its remote lists without a write */
 } rt_wakeup;
 
-int rt_wakeup_init(rt_wakeup *w, uv_loop_t *loop, uv_poll_cb on_wake, void *data);
+RT_MUST_USE int rt_wakeup_init(rt_wakeup *w, uv_loop_t *loop, uv_poll_cb on_wake, void *data);
 /* Any thread, after queuing work under the runtime's remote lock. */
 void rt_wakeup_signal(rt_wakeup *w);
 /* Loop thread: consume the eventfd's count (in the poll callback). */

@@ -9,7 +9,7 @@ static uint32_t mailbox_used(accel_actor *cell) {
 }
 
 static void visit_children(accel_actor *owner, uint32_t depth, visit_fn visit, void *arg) {
-  for (rt_child *spec = owner->children_head; spec; spec = spec->next) {
+  RT_LIST_FOR_EACH(rt_child, spec, &owner->children, link) {
     accel_actor *cell = spec->cell;
     accel_actor_view v = {
         .name = spec->name,

@@ -41,9 +41,10 @@ int accel_work_submit(accel_actor *self, int (*work)(void *data), void *data,
     return ACCEL_ENOMEM;
   *w = (rt_work){.rt = self->rt, .to = self->ref, .work = work, .data = data, .drop = drop,
                  .type = type};
-  if (uv_queue_work(&self->rt->loop, &w->req, run_work, after_work) != 0) {
+  int rc = uv_queue_work(&self->rt->loop, &w->req, run_work, after_work);
+  if (rc != 0) {
     rt_free(w);
-    return ACCEL_ESYS;
+    return rt_uv_err(rc);
   }
   return 0;
 }

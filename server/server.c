@@ -105,8 +105,15 @@ static void start_drain(srv_server *s, accel_msg *msg) {
 static void apply_limits(srv_server *s, const proto_limits *l) {
   if (l == NULL || l->max_message < PROTO_REPLY_HEAD_SIZE || l->max_buffers < 2)
     return;
+  /* The socket's limit first: frames the codec would refuse must not be let in, so a
+   * failure keeps every old limit. */
+  int rv = srv_set_recv_limit(s, l->max_message);
+  if (rv != 0) {
+    accel_log(ACCEL_LOG_ERROR, "server", "new limits not applied: cannot set %s: %s",
+              NNG_OPT_RECVMAXSZ, nng_strerror(rv));
+    return;
+  }
   s->limits = *l;
-  nng_socket_set_size(s->sock, NNG_OPT_RECVMAXSZ, (size_t)l->max_message + 64);
   for (uint32_t b = 0; b < s->nbuckets; b++)
     for (srv_conn *c = s->buckets[b]; c; c = c->hnext) {
       c->sargs.max_in_flight = l->max_in_flight; /* the session reads these per op */

@@ -28,6 +28,7 @@
 
 #include "actors/world.h"
 #include "proto/wire.h"
+#include "runtime/attr.h"
 
 /* Where clients may load their own kernels (accel_module_load): code a client sends runs on
  * the daemon's devices, as the daemon's user. */
@@ -80,7 +81,7 @@ typedef struct srv_args {
 /* Sets up an nng listener for its URL before it starts (server/server_tls.c): tls+tcp://
  * gets the certificate, key and client verification of `sec`; plain tcp:// is refused
  * (ACCEL_EPERM, logged) unless sec->allow_plain_tcp. 0 or a negative accel error. */
-int srv_nng_listener_setup(nng_listener l, const char *url, const srv_security *sec);
+RT_MUST_USE int srv_nng_listener_setup(nng_listener l, const char *url, const srv_security *sec);
 
 enum {
   /* ask: stop listening, refuse new sessions and ops (ACCEL_ECLOSED), and complete the

@@ -14,9 +14,9 @@
 
 void srv_reply_status(srv_server *s, srv_conn *c, nng_msg *m, uint64_t request_id, int status) {
   uint8_t head[PROTO_REPLY_HEAD_SIZE];
-  proto_encode_reply_head(head, request_id, status, 0);
   nng_msg_clear(m);
-  if (nng_msg_append(m, head, sizeof head) != 0) {
+  if (proto_encode_reply_head(head, request_id, status, 0) != 0 || /* no data: cannot fail */
+      nng_msg_append(m, head, sizeof head) != 0) {
     nng_msg_free(m);
     return;
   }

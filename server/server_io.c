@@ -204,16 +204,39 @@ static int listen_one(srv_server *s, const char *url) {
 
 /* ---- start and close ---- */
 
+/* The receive limit leaves room for the routing header nng keeps in front of our frame. */
+int srv_set_recv_limit(srv_server *s, uint32_t max_message) {
+  return nng_socket_set_size(s->sock, NNG_OPT_RECVMAXSZ, (size_t)max_message + 64);
+}
+
+static int set_option_failed(const char *opt, int rv) {
+  accel_log(ACCEL_LOG_ERROR, "server", "cannot set %s on the socket: %s", opt, nng_strerror(rv));
+  return ACCEL_ESYS;
+}
+
+/* Deep queues both ways: many requests in flight per client, bursts of replies. Any failure
+ * fails the start: without the receive limit a peer could make nng allocate any size before
+ * we see a byte, and these options never fail on a healthy socket, so a failure means a
+ * broken nng rather than something to serve on. */
+static int socket_options(srv_server *s) {
+  int rv = nng_socket_set_int(s->sock, NNG_OPT_RECVBUF, 1024);
+  if (rv != 0)
+    return set_option_failed(NNG_OPT_RECVBUF, rv);
+  rv = nng_socket_set_int(s->sock, NNG_OPT_SENDBUF, 1024);
+  if (rv != 0)
+    return set_option_failed(NNG_OPT_SENDBUF, rv);
+  rv = srv_set_recv_limit(s, s->limits.max_message);
+  return rv == 0 ? 0 : set_option_failed(NNG_OPT_RECVMAXSZ, rv);
+}
+
 static int open_socket(srv_server *s) {
   int rv = nng_rep0_open_raw(&s->sock);
   if (rv != 0)
     return ACCEL_ENOMEM;
   s->sock_open = true;
-  /* Deep queues both ways: many requests in flight per client, bursts of replies. The
-   * receive limit leaves room for the routing header nng keeps in front of our frame. */
-  nng_socket_set_int(s->sock, NNG_OPT_RECVBUF, 1024);
-  nng_socket_set_int(s->sock, NNG_OPT_SENDBUF, 1024);
-  nng_socket_set_size(s->sock, NNG_OPT_RECVMAXSZ, (size_t)s->limits.max_message + 64);
+  int rc = socket_options(s);
+  if (rc != 0)
+    return rc;
   rv = nng_pipe_notify(s->sock, NNG_PIPE_EV_REM_POST, on_pipe_removed, s);
   if (rv == 0)
     rv = nng_pipe_notify(s->sock, NNG_PIPE_EV_ADD_PRE, on_pipe_adding, s);
@@ -241,11 +264,13 @@ static int init_handles(srv_server *s) {
   s->gone_async.data = s;
   s->gone_async_open = true;
   s->refs++;
-  uv_timer_init(loop, &s->tick);
+  if (uv_timer_init(loop, &s->tick) != 0)
+    return ACCEL_ESYS;
   s->tick.data = s;
   s->tick_open = true;
   s->refs++;
-  uv_prepare_init(loop, &s->flush);
+  if (uv_prepare_init(loop, &s->flush) != 0)
+    return ACCEL_ESYS;
   s->flush.data = s;
   s->flush_open = true;
   s->refs++;

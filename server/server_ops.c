@@ -40,9 +40,9 @@ static void send_text(srv_server *s, srv_op *so, int status) {
     srv_reply_status(s, c, so->req, so->op.h.request_id, status);
     return;
   }
-  proto_encode_reply_head(nng_msg_body(m), so->op.h.request_id, status, n);
   memcpy((uint8_t *)nng_msg_body(m) + PROTO_REPLY_HEAD_SIZE, so->op.result, n);
-  if (nng_msg_header_append(m, nng_msg_header(so->req), nng_msg_header_len(so->req)) != 0) {
+  if (proto_encode_reply_head(nng_msg_body(m), so->op.h.request_id, status, n) != 0 ||
+      nng_msg_header_append(m, nng_msg_header(so->req), nng_msg_header_len(so->req)) != 0) {
     nng_msg_free(m);
     srv_reply_status(s, c, so->req, so->op.h.request_id, status);
     return;
@@ -64,11 +64,14 @@ static void send_result(srv_server *s, srv_op *so, int status) {
     srv_reply_status(s, c, so->req, so->op.h.request_id, status);
     return;
   }
-  proto_encode_reply_head(nng_msg_body(so->rep), so->op.h.request_id, 0, so->read_bytes);
-  int rv = nng_msg_header_append(so->rep, nng_msg_header(so->req), nng_msg_header_len(so->req));
-  if (rv != 0) {
+  int rc = proto_encode_reply_head(nng_msg_body(so->rep), so->op.h.request_id, 0,
+                                   so->read_bytes);
+  if (rc == 0 && nng_msg_header_append(so->rep, nng_msg_header(so->req),
+                                       nng_msg_header_len(so->req)) != 0)
+    rc = ACCEL_ENOMEM;
+  if (rc != 0) {
     nng_msg_free(so->rep);
-    srv_reply_status(s, c, so->req, so->op.h.request_id, ACCEL_ENOMEM);
+    srv_reply_status(s, c, so->req, so->op.h.request_id, rc);
     return;
   }
   nng_msg_free(so->req);

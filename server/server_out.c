@@ -170,7 +170,8 @@ uint64_t srv_conn_budget(const srv_server *s) {
 void srv_conn_status(srv_server *s, srv_conn *c, uint64_t request_id, int status) {
   uint8_t head[PROTO_REPLY_HEAD_SIZE];
   nng_msg *m;
-  proto_encode_reply_head(head, request_id, status, 0);
+  if (proto_encode_reply_head(head, request_id, status, 0) != 0) /* no data: cannot fail */
+    return;
   if (nng_msg_alloc(&m, 0) != 0)
     return;
   if (nng_msg_append(m, head, sizeof head) != 0) {

@@ -12,6 +12,7 @@
 #include "server/server.h"
 #include "actors/status.h"
 #include "actors/session.h"
+#include "runtime/attr.h"
 
 #define SRV_TOMBSTONES 256 /* recently removed pipes that never had a connection record */
 #define SRV_RECV_BATCH 256 /* frames per poll callback before other handles get a turn */
@@ -119,15 +120,15 @@ void srv_release(srv_server *s);
 uint64_t srv_now_ms(srv_server *s);
 void srv_tick_start(srv_server *s);
 void srv_drain_check(srv_server *s);
-int srv_session_start(srv_server *s, srv_conn *c);
+RT_MUST_USE int srv_session_start(srv_server *s, srv_conn *c);
 
 /* server_conn.c: the connection table */
-int srv_conns_init(srv_server *s);
+RT_MUST_USE int srv_conns_init(srv_server *s);
 srv_conn *srv_conn_find(srv_server *s, uint32_t pipe);
 /* The connection of a frame's pipe, made on its first frame; NULL if the pipe is gone. */
 srv_conn *srv_conn_for(srv_server *s, nng_pipe np);
 /* A record for connection `id` (NULL: out of memory). */
-srv_conn *srv_conn_new(srv_server *s, uint32_t id);
+RT_MUST_USE srv_conn *srv_conn_new(srv_server *s, uint32_t id);
 void srv_conn_gone(srv_server *s, uint32_t pipe);
 /* The connection closed: its session stops; the record goes when nothing points at it. */
 void srv_conn_end(srv_server *s, srv_conn *c);
@@ -136,7 +137,7 @@ void srv_conn_maybe_free(srv_server *s, srv_conn *c);
 void srv_conns_free_all(srv_server *s);
 
 /* server_local.c: the local transport (Unix sockets on the loop) */
-int srv_local_listen(srv_server *s, const char *path);
+RT_MUST_USE int srv_local_listen(srv_server *s, const char *path);
 void srv_local_stop_listening(srv_server *s);
 void srv_local_close_all(srv_server *s);
 /* Writes a reply message (taken) to a local connection; out_bytes counts it until written. */
@@ -148,11 +149,11 @@ void srv_local_flow(srv_server *s, srv_conn *c);
 int srv_local_take_fd(srv_conn *c);
 
 /* server_shm.c: the shared-memory data plane */
-int srv_shm_attach(srv_server *s, srv_conn *c, uint64_t id);
-int srv_shm_detach(srv_server *s, srv_conn *c, uint64_t id);
+RT_MUST_USE int srv_shm_attach(srv_server *s, srv_conn *c, uint64_t id);
+RT_MUST_USE int srv_shm_detach(srv_server *s, srv_conn *c, uint64_t id);
 /* The address of `bytes` at ref in the connection's region (held until srv_shm_release). */
-int srv_shm_resolve(srv_conn *c, proto_shm_ref ref, uint64_t bytes, uint8_t **p,
-                    srv_region **r);
+RT_MUST_USE int srv_shm_resolve(srv_conn *c, proto_shm_ref ref, uint64_t bytes, uint8_t **p,
+                                srv_region **r);
 void srv_shm_release(srv_server *s, srv_conn *c, srv_region *r);
 void srv_shm_free_all(srv_server *s, srv_conn *c);
 /* SRV_MSG_SHM_REGISTERED: a region's registration for DMA finished (data: its job). */
@@ -161,15 +162,17 @@ void srv_shm_registered(srv_server *s, void *data);
 /* server_io.c: nng <-> the loop */
 /* server_clients.c: the client sessions, as text (a table) or a JSON array of objects;
  * malloc'd, NULL when out of memory. */
-char *srv_clients_report(srv_server *s, bool json);
+RT_MUST_USE char *srv_clients_report(srv_server *s, bool json);
 /* server_frames.c: the server's counters, for the reports. */
 dev_status_counts srv_counts(srv_server *s);
 /* server_http.c: /metrics and /healthz on `url` (http://HOST:PORT); 0 or an accel error
  * (logged); stop is idempotent. srv_http_answer runs on the loop for SRV_MSG_HTTP. */
-int srv_http_start(srv_server *s, const char *url);
+RT_MUST_USE int srv_http_start(srv_server *s, const char *url);
 void srv_http_stop(srv_server *s);
 void srv_http_answer(srv_server *s, accel_msg *msg);
-int srv_io_start(srv_server *s);
+RT_MUST_USE int srv_io_start(srv_server *s);
+/* Sets the nng socket's receive size limit for frames of max_message bytes; an nng error. */
+RT_MUST_USE int srv_set_recv_limit(srv_server *s, uint32_t max_message);
 void srv_io_close(srv_server *s);
 /* Hands a reply to nng (taken in every case: queued while nng's queue is full). */
 void srv_send(srv_server *s, nng_msg *m);

@@ -101,6 +101,9 @@ typedef struct test_case {
 /* The running test's name, shared by every file of an executable (weak: one definition). */
 extern const char *test_current_;
 __attribute__((weak)) const char *test_current_ = "(none)";
+/* What the running test waits for (TEST_WAIT_FOR), for the watchdog to name; NULL if none. */
+extern const char *volatile test_waiting_for_;
+__attribute__((weak)) const char *volatile test_waiting_for_ = NULL;
 
 static inline __attribute__((noreturn, format(printf, 3, 4))) void
 test_fail_(const char *file, int line, const char *fmt, ...) {
@@ -150,12 +153,31 @@ static inline void test_sleep_ms(unsigned ms) {
 static inline void test_on_watchdog_(int sig) {
   static const char msg1[] = "\nwatchdog: test '";
   static const char msg2[] = "' did not finish in time (ACCEL_TEST_TIMEOUT)\n";
+  static const char msg3[] = "watchdog: it was waiting for: ";
+  const char *waiting = test_waiting_for_;
   (void)sig;
   (void)!write(2, msg1, sizeof msg1 - 1);
   (void)!write(2, test_current_, strlen(test_current_));
   (void)!write(2, msg2, sizeof msg2 - 1);
+  if (waiting != NULL) {
+    (void)!write(2, msg3, sizeof msg3 - 1);
+    (void)!write(2, waiting, strlen(waiting));
+    (void)!write(2, "\n", 1);
+  }
   _exit(3);
 }
+
+/* Polls `cond` every `ms` until it holds. No time limit of its own: a condition that never
+ * comes is a hang, and the test's watchdog (ACCEL_TEST_TIMEOUT) fails it, naming the test and
+ * the condition. A tighter limit would test the machine's load, not the code: use this for
+ * what must happen eventually, and a bound only where the time itself is the property. */
+#define TEST_WAIT_FOR(cond, ms)                                                            \
+  do {                                                                                     \
+    test_waiting_for_ = #cond;                                                             \
+    while (!(cond))                                                                        \
+      test_sleep_ms(ms);                                                                   \
+    test_waiting_for_ = NULL;                                                              \
+  } while (0)
 
 static inline unsigned test_timeout_s_(void) {
   const char *s = getenv("ACCEL_TEST_TIMEOUT");
@@ -178,6 +200,7 @@ static inline void test_run_one_(const test_case *t, int index) {
   test_skip_reason_ = NULL;
   printf("# %s\n", t->name);
   fflush(stdout);
+  test_waiting_for_ = NULL;
   alarm(test_timeout_s_());
   t->fn();
   alarm(0);

@@ -100,8 +100,8 @@ static int cpu_open(int index, const be_open_opts *opts, be_device **out)
   atomic_init(&dev->fault, false);
   atomic_init(&dev->gen, 0);
   dev->fault_injection = opts != NULL && opts->fault_injection != 0;
-  be_cpu_list_init(&dev->queues);
-  be_cpu_list_init(&dev->blocks);
+  rt_list_init(&dev->queues);
+  rt_list_init(&dev->blocks);
   cpu_fill_info(&dev->info);
   dev->spin_ns = cpu_spin_ns(dev->info.compute_units);
   if (opts != NULL && opts->threads > 0)
@@ -131,7 +131,7 @@ static void cpu_close(be_device *dev)
     return;
   for (;;) {
     pthread_mutex_lock(&dev->lock);
-    be_cpu_link *first = dev->queues.next;
+    rt_list *first = dev->queues.next;
     pthread_mutex_unlock(&dev->lock);
     if (first == &dev->queues)
       break;
@@ -154,7 +154,7 @@ static int cpu_status(be_device *dev)
 static void wake_all(be_device *dev)
 {
   pthread_mutex_lock(&dev->lock);
-  for (be_cpu_link *l = dev->queues.next; l != &dev->queues; l = l->next)
+  for (rt_list *l = dev->queues.next; l != &dev->queues; l = l->next)
     be_cpu_queue_wake((be_queue *)l);
   pthread_mutex_unlock(&dev->lock);
 }

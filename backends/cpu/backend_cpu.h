@@ -5,15 +5,16 @@
 #define BE_CPU_BACKEND_CPU_H
 
 #include "backends/backend.h"
+#include "runtime/attr.h"
 
 extern const be_ops be_cpu_ops;
 
 /* memory.c */
-int be_cpu_mem_alloc(be_device *dev, size_t bytes, be_mem *out);
+RT_MUST_USE int be_cpu_mem_alloc(be_device *dev, size_t bytes, be_mem *out);
 void be_cpu_mem_free(be_device *dev, be_mem *mem);
 
 /* event.c */
-int be_cpu_event_create(be_device *dev, be_event **out);
+RT_MUST_USE int be_cpu_event_create(be_device *dev, be_event **out);
 void be_cpu_event_destroy(be_event *ev);
 int be_cpu_event_record(be_event *ev, be_queue *q);
 int be_cpu_event_query(be_event *ev);

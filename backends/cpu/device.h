@@ -20,11 +20,7 @@
 #include <stdbool.h>
 
 #include "backends/backend.h"
-
-/* An intrusive doubly linked list node; a list is a sentinel node pointing at itself. */
-typedef struct be_cpu_link {
-  struct be_cpu_link *prev, *next;
-} be_cpu_link;
+#include "runtime/list.h"
 
 struct be_device {
   /* close() drops the opener's reference; each queue and event holds one, so an event (and
@@ -40,41 +36,21 @@ struct be_device {
   /* What close() frees if its users left it behind: queues and memory. (Events may be
    * destroyed after close, so they are their own.) */
   pthread_mutex_t lock;
-  be_cpu_link queues, blocks;
+  rt_list queues, blocks;
 };
 
-static inline void be_cpu_list_init(be_cpu_link *head)
-{
-  head->prev = head->next = head;
-}
-
-static inline void be_cpu_list_add(be_cpu_link *head, be_cpu_link *node)
-{
-  node->next = head->next;
-  node->prev = head;
-  head->next->prev = node;
-  head->next = node;
-}
-
-static inline void be_cpu_list_del(be_cpu_link *node)
-{
-  node->prev->next = node->next;
-  node->next->prev = node->prev;
-  node->prev = node->next = node;
-}
-
 /* Adds or removes `node` from one of the device's lists under its lock. */
-static inline void be_cpu_dev_track(be_device *dev, be_cpu_link *head, be_cpu_link *node)
+static inline void be_cpu_dev_track(be_device *dev, rt_list *head, rt_list *node)
 {
   pthread_mutex_lock(&dev->lock);
-  be_cpu_list_add(head, node);
+  rt_list_push_front(head, node);
   pthread_mutex_unlock(&dev->lock);
 }
 
-static inline void be_cpu_dev_untrack(be_device *dev, be_cpu_link *node)
+static inline void be_cpu_dev_untrack(be_device *dev, rt_list *node)
 {
   pthread_mutex_lock(&dev->lock);
-  be_cpu_list_del(node);
+  rt_list_remove(node);
   pthread_mutex_unlock(&dev->lock);
 }
 

@@ -14,7 +14,7 @@
 #define BE_CPU_ALIGN 64
 
 typedef struct be_cpu_block {
-  alignas(BE_CPU_ALIGN) be_cpu_link link;
+  alignas(BE_CPU_ALIGN) rt_list link;
 } be_cpu_block;
 
 _Static_assert(sizeof(be_cpu_block) == BE_CPU_ALIGN, "the header keeps the data aligned");
@@ -31,7 +31,7 @@ int be_cpu_mem_alloc(be_device *dev, size_t bytes, be_mem *out)
   be_cpu_block *blk = aligned_alloc(BE_CPU_ALIGN, total);
   if (blk == NULL)
     return ACCEL_ENOMEM;
-  be_cpu_list_init(&blk->link);
+  rt_list_init(&blk->link);
   be_cpu_dev_track(dev, &dev->blocks, &blk->link);
   *out = (be_mem){.handle = (uint64_t)(uintptr_t)(blk + 1), .bytes = bytes};
   return 0;
@@ -56,8 +56,8 @@ void be_cpu_mem_free(be_device *dev, be_mem *mem)
 void be_cpu_mem_free_all(be_device *dev)
 {
   while (dev->blocks.next != &dev->blocks) {
-    be_cpu_link *node = dev->blocks.next;
-    be_cpu_list_del(node);
+    rt_list *node = dev->blocks.next;
+    rt_list_remove(node);
     rt_free(node); /* the link is the block's first member */
   }
 }

@@ -7,6 +7,7 @@
 
 #include "accel/error.h"
 #include "runtime/alloc.h"
+#include "runtime/deadline.h"
 
 /* Nodes a queue keeps for reuse; a burst beyond this gives its nodes back to malloc. */
 #define BE_CPU_FREE_MAX 1024
@@ -71,13 +72,6 @@ static void recycle(be_queue *q, be_cpu_item *first, be_cpu_item *last, size_t n
   }
 }
 
-static uint64_t now_ns(void)
-{
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
 static inline void cpu_relax(void)
 {
 #if defined(__x86_64__) || defined(__i386__)
@@ -92,7 +86,7 @@ static inline void cpu_relax(void)
 static bool spin_until(bool (*ready)(be_queue *q, const void *arg), be_queue *q,
                        const void *arg)
 {
-  uint64_t t0 = now_ns(), spin_ns = q->dev->spin_ns;
+  uint64_t t0 = rt_mono_ns(), spin_ns = q->dev->spin_ns;
   while (spin_ns > 0) {
     for (int i = 0; i < BE_CPU_SPIN_POLLS; i++) {
       if (ready(q, arg))
@@ -100,7 +94,7 @@ static bool spin_until(bool (*ready)(be_queue *q, const void *arg), be_queue *q,
       cpu_relax();
     }
     sched_yield();
-    if (now_ns() - t0 >= spin_ns)
+    if (rt_mono_ns() - t0 >= spin_ns)
       break;
   }
   return false;
@@ -172,7 +166,7 @@ static int queue_init(be_queue *q, be_device *dev)
 {
   q->dev = dev;
   q->gen = atomic_load(&dev->gen);
-  be_cpu_list_init(&q->link);
+  rt_list_init(&q->link);
   atomic_init(&q->refs, 1);
   atomic_init(&q->done, 0);
   atomic_init(&q->waiters, 0);

@@ -22,6 +22,7 @@
 #include <stdint.h>
 
 #include "backends/cpu/device.h"
+#include "runtime/attr.h"
 
 typedef enum be_cpu_item_kind {
   BE_CPU_COPY = 0,
@@ -99,7 +100,7 @@ typedef struct be_cpu_item {
 } be_cpu_item;
 
 struct be_queue {
-  be_cpu_link link; /* first: the device's list of queues points here (close casts it) */
+  rt_list link; /* first: the device's list of queues points here (close casts it) */
   be_device *dev;
   unsigned gen;
   atomic_int refs;
@@ -120,7 +121,7 @@ struct be_queue {
   atomic_uint_fast64_t err_count; /* the first failed item, UINT64_MAX if none */
 };
 
-int be_cpu_queue_create(be_device *dev, be_queue **out);
+RT_MUST_USE int be_cpu_queue_create(be_device *dev, be_queue **out);
 /* Drains the queue (every item runs or is skipped, every callback is called), joins the
  * worker, drops the creator's reference. */
 void be_cpu_queue_destroy(be_queue *q);
@@ -129,7 +130,7 @@ void be_cpu_queue_unref(be_queue *q);
 
 /* Queues a copy of *item. ACCEL_EDEVLOST if the queue is lost, ACCEL_ENOMEM; on failure
  * nothing is queued (and a wait item's reference is still the caller's). */
-int be_cpu_queue_submit(be_queue *q, const be_cpu_item *item);
+RT_MUST_USE int be_cpu_queue_submit(be_queue *q, const be_cpu_item *item);
 
 /* How many items have been submitted: an event recorded now covers them. Submitting thread. */
 uint64_t be_cpu_queue_mark(be_queue *q);
@@ -139,7 +140,7 @@ uint64_t be_cpu_queue_mark(be_queue *q);
 int be_cpu_queue_status(be_queue *q, uint64_t count, unsigned gen);
 
 /* Blocks until that state is not ACCEL_EAGAIN, and returns it. */
-int be_cpu_queue_wait(be_queue *q, uint64_t count, unsigned gen);
+RT_MUST_USE int be_cpu_queue_wait(be_queue *q, uint64_t count, unsigned gen);
 
 /* Wakes everything waiting on q (a fault or a reset changed what they wait for). */
 void be_cpu_queue_wake(be_queue *q);

@@ -13,6 +13,7 @@
 #include "backends/cuda/device.h"
 #include "backends/cuda/nvrtc_lib.h"
 #include "runtime/alloc.h"
+#include "runtime/deadline.h"
 
 /* How long inject_fault waits for its kernel to break the context (a kernel ahead of it may
  * hold every multiprocessor for a while). */
@@ -110,11 +111,11 @@ static be_device *dev_new(int index, const be_open_opts *opts)
   pthread_mutex_init(&dev->cb_lock, NULL);
   pthread_mutex_init(&dev->reap_lock, NULL);
   pthread_cond_init(&dev->cb_idle, NULL);
-  be_cu_list_init(&dev->queues);
-  be_cu_list_init(&dev->blocks);
-  be_cu_list_init(&dev->modules);
-  be_cu_list_init(&dev->cbs);
-  be_cu_list_init(&dev->orphans);
+  rt_list_init(&dev->queues);
+  rt_list_init(&dev->blocks);
+  rt_list_init(&dev->modules);
+  rt_list_init(&dev->cbs);
+  rt_list_init(&dev->orphans);
   return dev;
 }
 
@@ -170,7 +171,7 @@ static int cuda_open(int index, const be_open_opts *opts, be_device **out)
 static be_queue *first_queue(be_device *dev)
 {
   pthread_mutex_lock(&dev->lock);
-  be_cu_link *l = dev->queues.next;
+  rt_list *l = dev->queues.next;
   pthread_mutex_unlock(&dev->lock);
   return l == &dev->queues ? NULL : (be_queue *)l;
 }
@@ -204,13 +205,6 @@ static int cuda_status(be_device *dev)
   return be_cuda_lost(dev) || dev->ctx == NULL ? ACCEL_EDEVLOST : 0;
 }
 
-static uint64_t now_ns(void)
-{
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
 /* Launches the fault kernel (mode 0: a trap, 1: an illegal write) and waits until the driver
  * reports the context broken. */
 static void break_context(be_device *dev, int mode)
@@ -221,10 +215,10 @@ static void break_context(be_device *dev, int mode)
       be_cu.cuLaunchKernel(dev->fn[BE_FN_FAULT], 1, 1, 1, 1, 1, 1, 0, dev->aux, args,
                            NULL) != CUDA_SUCCESS)
     return;
-  uint64_t t0 = now_ns();
+  uint64_t t0 = rt_mono_ns();
   CUresult r;
   while ((r = be_cu.cuStreamQuery(dev->aux)) == CUDA_ERROR_NOT_READY &&
-         now_ns() - t0 < BE_CUDA_FAULT_WAIT_NS)
+         rt_mono_ns() - t0 < BE_CUDA_FAULT_WAIT_NS)
     sched_yield();
   be_cuda_trace("fault kernel", r);
 }
@@ -278,7 +272,7 @@ static int cuda_reset(be_device *dev)
   if (dev == NULL)
     return ACCEL_EINVAL;
   pthread_mutex_lock(&dev->lock);
-  for (be_cu_link *l = dev->queues.next; l != &dev->queues; l = l->next)
+  for (rt_list *l = dev->queues.next; l != &dev->queues; l = l->next)
     be_cuda_stage_free((be_queue *)l);
   pthread_mutex_unlock(&dev->lock);
   be_cuda_dissolve(dev);

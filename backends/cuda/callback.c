@@ -45,7 +45,7 @@
 #include "runtime/alloc.h"
 
 typedef struct cb_rec {
-  be_cu_link link; /* first: the device's list points here */
+  rt_list link; /* first: the device's list points here */
   be_device *dev;
   unsigned gen;  /* the queue's */
   be_host_fn fn; /* a callback; NULL for a copy */
@@ -125,7 +125,7 @@ static void run(cb_rec *r, CUresult result)
     r->fn(r->arg, status);
   }
   pthread_mutex_lock(&dev->cb_lock);
-  be_cu_list_del(&r->link);
+  rt_list_remove(&r->link);
   hostfn_leave_locked(dev);
   pthread_mutex_unlock(&dev->cb_lock);
   unref(r);
@@ -159,7 +159,7 @@ static CUresult enqueue(CUstream stream, cb_rec *r)
 static void unarm(be_device *dev, cb_rec *r)
 {
   pthread_mutex_lock(&dev->cb_lock);
-  be_cu_list_del(&r->link);
+  rt_list_remove(&r->link);
   pthread_mutex_unlock(&dev->cb_lock);
   rt_free(r);
 }
@@ -177,7 +177,7 @@ static int launch(be_queue *q, CUstream stream, cb_rec *r)
     rt_free(r);
     return ACCEL_EDEVLOST;
   }
-  be_cu_list_add(&dev->cbs, &r->link);
+  rt_list_push_front(&dev->cbs, &r->link);
   pthread_mutex_unlock(&dev->cb_lock);
   int rc = be_cuda_enter(dev);
   if (rc == 0)
@@ -201,7 +201,7 @@ static cb_rec *rec_new(be_device *dev)
   cb_rec *r = rt_calloc(1, sizeof *r);
   if (r == NULL)
     return NULL;
-  be_cu_list_init(&r->link);
+  rt_list_init(&r->link);
   r->dev = dev;
   atomic_init(&r->claimed, 0);
   atomic_init(&r->refs, 2); /* the host function's and the submitter's */
@@ -267,11 +267,11 @@ int be_cuda_hostfn_copy(be_queue *q, void *dst, const void *src, size_t bytes)
 static cb_call *claim_all(be_device *dev, size_t *n)
 {
   size_t cap = 0;
-  for (be_cu_link *l = dev->cbs.next; l != &dev->cbs; l = l->next)
+  for (rt_list *l = dev->cbs.next; l != &dev->cbs; l = l->next)
     cap++;
   cb_call *calls = cap > 0 ? rt_malloc(cap * sizeof *calls) : NULL;
   *n = 0;
-  for (be_cu_link *l = dev->cbs.next; l != &dev->cbs; l = l->next) {
+  for (rt_list *l = dev->cbs.next; l != &dev->cbs; l = l->next) {
     cb_rec *r = (cb_rec *)l;
     if (r->fn == NULL || !r->armed || !claim(r))
       continue;
@@ -307,34 +307,34 @@ void be_cuda_callbacks_drain(be_device *dev)
   while (dev->cb_running > 0)
     pthread_cond_wait(&dev->cb_idle, &dev->cb_lock);
   cb_call *calls = claim_all(dev, &n);
-  while (!be_cu_list_empty(&dev->cbs)) {
-    be_cu_link *l = dev->cbs.next;
-    be_cu_list_del(l);
+  while (!rt_list_empty(&dev->cbs)) {
+    rt_list *l = dev->cbs.next;
+    rt_list_remove(l);
     rt_free(l);
   }
   pthread_mutex_unlock(&dev->cb_lock);
   call_all(calls, n);
 }
 
-void be_cuda_callbacks_hand_off(be_device *dev, be_cu_link *to)
+void be_cuda_callbacks_hand_off(be_device *dev, rt_list *to)
 {
   pthread_mutex_lock(&dev->cb_lock);
-  while (!be_cu_list_empty(&dev->cbs)) {
-    be_cu_link *l = dev->cbs.next;
-    be_cu_list_del(l);
-    be_cu_list_add(to, l);
+  while (!rt_list_empty(&dev->cbs)) {
+    rt_list *l = dev->cbs.next;
+    rt_list_remove(l);
+    rt_list_push_front(to, l);
   }
   pthread_mutex_unlock(&dev->cb_lock);
 }
 
-void be_cuda_callbacks_free(be_device *dev, be_cu_link *list)
+void be_cuda_callbacks_free(be_device *dev, rt_list *list)
 {
   pthread_mutex_lock(&dev->cb_lock);
   while (dev->cb_running > 0)
     pthread_cond_wait(&dev->cb_idle, &dev->cb_lock);
-  while (!be_cu_list_empty(list)) {
-    be_cu_link *l = list->next;
-    be_cu_list_del(l);
+  while (!rt_list_empty(list)) {
+    rt_list *l = list->next;
+    rt_list_remove(l);
     rt_free(l);
   }
   pthread_mutex_unlock(&dev->cb_lock);

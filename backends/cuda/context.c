@@ -238,7 +238,7 @@ typedef struct burial {
   be_device *dev; /* a reference */
   CUcontext ctx;
   bool primary;
-  be_cu_link cbs; /* host functions' records CUDA may still run */
+  rt_list cbs; /* host functions' records CUDA may still run */
 } burial;
 
 static atomic_int *burials_of(be_device *dev)
@@ -340,7 +340,7 @@ static void bury(be_device *dev)
     rt_free(b);
   } else {
     *b = (burial){.dev = dev, .ctx = dev->ctx, .primary = dev->primary};
-    be_cu_list_init(&b->cbs);
+    rt_list_init(&b->cbs);
     be_cuda_callbacks_hand_off(dev, &b->cbs);
     pthread_mutex_lock(&left_lock);
     atomic_fetch_add(burials_of(dev), 1);
@@ -395,10 +395,12 @@ void be_cuda_dissolve(be_device *dev)
   atomic_fetch_add(&dev->gen, 1); /* events still out there are stale from now on */
   pthread_mutex_unlock(&dev->lock);
   wait_syncers(dev);
-  be_cuda_enter(dev);
+  bool entered = be_cuda_enter(dev) == 0;
   /* Work still running (a soft fault leaves the context working) ends first: its host
-   * functions may not outlive their records. A broken context answers at once. */
-  if (!atomic_load(&dev->aborted))
+   * functions may not outlive their records. A broken context answers at once; one that
+   * cannot even be made current cannot be waited for (the call would wait for whichever
+   * context this thread had). */
+  if (entered && !atomic_load(&dev->aborted))
     be_cuda_trace("cuCtxSynchronize", be_cu.cuCtxSynchronize());
   be_cuda_event_pool_clear(dev, !lost);
   be_cuda_modules_dissolve(dev, lost);

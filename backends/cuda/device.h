@@ -35,36 +35,8 @@
 
 #include "backends/backend.h"
 #include "backends/cuda/driver.h"
-
-/* An intrusive doubly linked list node; a list is a sentinel pointing at itself. */
-typedef struct be_cu_link {
-  struct be_cu_link *prev, *next;
-} be_cu_link;
-
-static inline void be_cu_list_init(be_cu_link *head)
-{
-  head->prev = head->next = head;
-}
-
-static inline bool be_cu_list_empty(const be_cu_link *head)
-{
-  return head->next == head;
-}
-
-static inline void be_cu_list_add(be_cu_link *head, be_cu_link *node)
-{
-  node->next = head->next;
-  node->prev = head;
-  head->next->prev = node;
-  head->next = node;
-}
-
-static inline void be_cu_list_del(be_cu_link *node)
-{
-  node->prev->next = node->next;
-  node->next->prev = node->prev;
-  node->prev = node->next = node;
-}
+#include "runtime/attr.h"
+#include "runtime/list.h"
 
 /* The built-in kernels of the embedded module (kernels.cu), by index. A kernel made for every
  * float type comes as four in a row, F32 first, then F64, F16, BF16 (be_cuda_slot). */
@@ -151,7 +123,7 @@ struct be_device {
   pthread_rwlock_t copy_lock;
   pthread_mutex_t lock;
   /* Under lock: what close frees if its users left it; the pool of idle events. */
-  be_cu_link queues, blocks, modules;
+  rt_list queues, blocks, modules;
   CUevent *pool;
   size_t npool, pool_cap;
   /* The incarnation's module and internal stream (context.c). */
@@ -166,13 +138,13 @@ struct be_device {
   /* Host functions: pending user callbacks, and how many host functions are running. */
   pthread_mutex_t cb_lock;
   pthread_cond_t cb_idle;
-  be_cu_link cbs;
-  be_cu_link orphans; /* records of a buried context that found no burial (context.c) */
+  rt_list cbs;
+  rt_list orphans; /* records of a buried context that found no burial (context.c) */
   int cb_running;
 };
 
 struct be_queue {
-  be_cu_link link; /* first: the device's list of queues points here */
+  rt_list link; /* first: the device's list of queues points here */
   be_device *dev;
   unsigned gen;
   CUstream stream;
@@ -189,9 +161,9 @@ struct be_queue {
 /* ---- context.c: the incarnation --------------------------------------------------------- */
 
 /* Makes the device's context current on this thread (a no-op when it is). 0, or the error. */
-int be_cuda_enter(be_device *dev);
+RT_MUST_USE int be_cuda_enter(be_device *dev);
 /* Makes the context, loads the module, makes the internal stream. */
-int be_cuda_incarnate(be_device *dev);
+RT_MUST_USE int be_cuda_incarnate(be_device *dev);
 /* Frees the incarnation and its context (a lost primary context is reset). Queues must be
  * gone. Leaves dev->ctx NULL. */
 void be_cuda_dissolve(be_device *dev);
@@ -235,9 +207,9 @@ void be_cuda_callbacks_drain(be_device *dev);
 /* Moves every record to list `to` (an aborted incarnation's, whose context lives on: CUDA
  * may still run them, under dev->cb_lock as ever); the fault path has claimed their
  * callbacks. */
-void be_cuda_callbacks_hand_off(be_device *dev, be_cu_link *to);
+void be_cuda_callbacks_hand_off(be_device *dev, rt_list *to);
 /* Once that context is destroyed: frees the records of `list` CUDA never ran. */
-void be_cuda_callbacks_free(be_device *dev, be_cu_link *list);
+void be_cuda_callbacks_free(be_device *dev, rt_list *list);
 
 /* ---- module.c, module_build.c: user kernels (the `module` package) ------------------ */
 
@@ -272,9 +244,9 @@ void be_cuda_dev_unref(be_device *dev);
 
 /* The device address of element `off` of `count` elements of `size` bytes in m, checked
  * against m's size (a handle of 0 is "no buffer": valid only for an empty range). */
-int be_cuda_span(be_mem m, size_t off, size_t count, size_t size, CUdeviceptr *out);
+RT_MUST_USE int be_cuda_span(be_mem m, size_t off, size_t count, size_t size, CUdeviceptr *out);
 /* Everything from element off to the end of m, and how many elements that is. */
-int be_cuda_tail(be_mem m, size_t off, size_t size, CUdeviceptr *out, size_t *len);
+RT_MUST_USE int be_cuda_tail(be_mem m, size_t off, size_t size, CUdeviceptr *out, size_t *len);
 /* Frees every block left (close); their device memory goes with the context. */
 void be_cuda_mem_free_all(be_device *dev);
 /* Destroys the idle events of the pool (the context is still usable) or forgets them. */
@@ -286,7 +258,7 @@ int be_cuda_stage_copy(be_queue *q, bool to_device, CUdeviceptr dev_ptr, void *h
                        size_t bytes);
 
 /* Checks common to every submission on q: q valid and its generation alive. */
-int be_cuda_queue_ok(be_queue *q);
+RT_MUST_USE int be_cuda_queue_ok(be_queue *q);
 /* Makes q's side stream and its event unless they exist (the context is current). */
 int be_cuda_queue_side(be_queue *q);
 
@@ -295,9 +267,9 @@ int be_cuda_queue_side(be_queue *q);
 /* sdot's partial sums per queue (kernels.c): the most blocks its first kernel uses. */
 #define BE_CUDA_DOT_PARTS 1024
 
-int be_cuda_queue_create(be_device *dev, be_queue **out);
+RT_MUST_USE int be_cuda_queue_create(be_device *dev, be_queue **out);
 void be_cuda_queue_destroy(be_queue *q);
-int be_cuda_mem_alloc(be_device *dev, size_t bytes, be_mem *out);
+RT_MUST_USE int be_cuda_mem_alloc(be_device *dev, size_t bytes, be_mem *out);
 int be_cuda_host_register(be_device *dev, void *p, size_t bytes);
 void be_cuda_host_unregister(be_device *dev, void *p);
 void be_cuda_mem_free(be_device *dev, be_mem *mem);
@@ -305,7 +277,7 @@ int be_cuda_copy_h2d(be_queue *q, be_mem dst, size_t dst_off, const void *src, s
 int be_cuda_copy_d2h(be_queue *q, void *dst, be_mem src, size_t src_off, size_t bytes);
 int be_cuda_copy_d2d(be_queue *q, be_mem dst, size_t dst_off, be_mem src, size_t src_off,
                      size_t bytes);
-int be_cuda_event_create(be_device *dev, be_event **out);
+RT_MUST_USE int be_cuda_event_create(be_device *dev, be_event **out);
 void be_cuda_event_destroy(be_event *e);
 int be_cuda_event_record(be_event *e, be_queue *q);
 int be_cuda_event_query(be_event *e);

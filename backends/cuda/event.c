@@ -10,6 +10,7 @@
 #include "backends/cuda/backend_cuda.h"
 #include "backends/cuda/device.h"
 #include "runtime/alloc.h"
+#include "runtime/deadline.h"
 
 /* Idle CUevents kept per device; beyond, event_destroy destroys them. */
 #define BE_CUDA_POOL_MAX 4096
@@ -144,13 +145,6 @@ int be_cuda_event_query(be_event *e)
   return rc <= 0 ? rc : be_cuda_check(e->dev, be_cu.cuEventQuery(e->ev));
 }
 
-static uint64_t now_ns(void)
-{
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
 static void nap(uint64_t ns)
 {
   struct timespec ts = {0, (long)ns};
@@ -160,10 +154,10 @@ static void nap(uint64_t ns)
 /* Until ev completes (0 or its error) or the device is lost (ACCEL_EDEVLOST). */
 static int wait_event(be_device *dev, CUevent ev)
 {
-  uint64_t t0 = now_ns();
+  uint64_t t0 = rt_mono_ns();
   CUresult r;
   while ((r = be_cu.cuEventQuery(ev)) == CUDA_ERROR_NOT_READY) {
-    uint64_t waited = now_ns() - t0;
+    uint64_t waited = rt_mono_ns() - t0;
     if (waited < BE_CUDA_SYNC_SPIN_NS)
       continue;
     if (atomic_load(&dev->fault) != BE_CUDA_OK)

@@ -10,7 +10,7 @@
 #include "runtime/alloc.h"
 
 typedef struct be_cuda_block {
-  be_cu_link link; /* first: the device's list points here */
+  rt_list link; /* first: the device's list points here */
   CUdeviceptr ptr;
   unsigned gen;
 } be_cuda_block;
@@ -38,7 +38,7 @@ int be_cuda_mem_alloc(be_device *dev, size_t bytes, be_mem *out)
   }
   blk->gen = atomic_load(&dev->gen);
   pthread_mutex_lock(&dev->lock);
-  be_cu_list_add(&dev->blocks, &blk->link);
+  rt_list_push_front(&dev->blocks, &blk->link);
   pthread_mutex_unlock(&dev->lock);
   *out = (be_mem){.handle = (uint64_t)(uintptr_t)blk, .bytes = bytes};
   return 0;
@@ -59,7 +59,7 @@ void be_cuda_mem_free(be_device *dev, be_mem *mem)
     return;
   be_cuda_block *blk = block_of(*mem);
   pthread_mutex_lock(&dev->lock);
-  be_cu_list_del(&blk->link);
+  rt_list_remove(&blk->link);
   pthread_mutex_unlock(&dev->lock);
   block_release(dev, blk);
   rt_free(blk);
@@ -68,9 +68,9 @@ void be_cuda_mem_free(be_device *dev, be_mem *mem)
 
 void be_cuda_mem_free_all(be_device *dev)
 {
-  while (!be_cu_list_empty(&dev->blocks)) {
+  while (!rt_list_empty(&dev->blocks)) {
     be_cuda_block *blk = (be_cuda_block *)dev->blocks.next;
-    be_cu_list_del(&blk->link);
+    rt_list_remove(&blk->link);
     block_release(dev, blk);
     rt_free(blk);
   }

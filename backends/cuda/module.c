@@ -52,7 +52,7 @@ struct be_kernel {
 };
 
 struct be_module {
-  be_cu_link link; /* first: the device's list points here */
+  rt_list link; /* first: the device's list points here */
   be_device *dev;
   unsigned gen;
   CUmodule cu; /* under dev->lock; NULL once its incarnation is gone */
@@ -172,11 +172,11 @@ static int module_new(be_device *dev, CUmodule cu, be_module **out)
     return ACCEL_ENOMEM;
   m->dev = dev;
   m->cu = cu;
-  be_cu_list_init(&m->link);
+  rt_list_init(&m->link);
   pthread_mutex_init(&m->lock, NULL);
   pthread_mutex_lock(&dev->lock);
   m->gen = atomic_load(&dev->gen);
-  be_cu_list_add(&dev->modules, &m->link);
+  rt_list_push_front(&dev->modules, &m->link);
   pthread_mutex_unlock(&dev->lock);
   *out = m;
   return 0;
@@ -239,7 +239,7 @@ static void cuda_unload(be_module *m)
     return;
   be_device *dev = m->dev;
   pthread_mutex_lock(&dev->lock);
-  be_cu_list_del(&m->link);
+  rt_list_remove(&m->link);
   CUmodule cu = m->cu;
   m->cu = NULL;
   pthread_mutex_unlock(&dev->lock);
@@ -251,7 +251,7 @@ static void cuda_unload(be_module *m)
 /* The CUmodule of a module of the incarnation, taken from it (under dev->lock). */
 static CUmodule take_live(be_device *dev)
 {
-  for (be_cu_link *l = dev->modules.next; l != &dev->modules; l = l->next) {
+  for (rt_list *l = dev->modules.next; l != &dev->modules; l = l->next) {
     be_module *m = (be_module *)l;
     if (m->cu != NULL) {
       CUmodule cu = m->cu;
@@ -278,9 +278,9 @@ void be_cuda_modules_dissolve(be_device *dev, bool lost)
 void be_cuda_modules_free_all(be_device *dev)
 {
   pthread_mutex_lock(&dev->lock);
-  while (!be_cu_list_empty(&dev->modules)) {
+  while (!rt_list_empty(&dev->modules)) {
     be_module *m = (be_module *)dev->modules.next;
-    be_cu_list_del(&m->link);
+    rt_list_remove(&m->link);
     module_free(m);
   }
   pthread_mutex_unlock(&dev->lock);

@@ -38,14 +38,14 @@ int be_cuda_queue_create(be_device *dev, be_queue **out)
     return ACCEL_ENOMEM;
   q->dev = dev;
   q->gen = atomic_load(&dev->gen);
-  be_cu_list_init(&q->link);
+  rt_list_init(&q->link);
   int rc = queue_init(dev, q);
   if (rc != 0) {
     rt_free(q);
     return rc;
   }
   pthread_mutex_lock(&dev->lock);
-  be_cu_list_add(&dev->queues, &q->link);
+  rt_list_push_front(&dev->queues, &q->link);
   pthread_mutex_unlock(&dev->lock);
   *out = q;
   return 0;
@@ -107,7 +107,7 @@ void be_cuda_queue_destroy(be_queue *q)
   be_cuda_stage_free(q);
   queue_release(q);
   pthread_mutex_lock(&dev->lock);
-  be_cu_list_del(&q->link);
+  rt_list_remove(&q->link);
   pthread_mutex_unlock(&dev->lock);
   rt_free(q);
 }

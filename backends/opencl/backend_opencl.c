@@ -283,7 +283,7 @@ static be_device *dev_new(int index, const be_open_opts *opts)
   dev->fault_injection = opts != NULL && opts->fault_injection != 0;
   pthread_mutex_init(&dev->klock, NULL);
   pthread_mutex_init(&dev->lock, NULL);
-  dev->queues.prev = dev->queues.next = &dev->queues;
+  rt_list_init(&dev->queues);
   return dev;
 }
 
@@ -317,7 +317,7 @@ static int ocl_open(int index, const be_open_opts *opts, be_device **out)
 static be_queue *first_queue(be_device *dev)
 {
   pthread_mutex_lock(&dev->lock);
-  be_ocl_link *l = dev->queues.next;
+  rt_list *l = dev->queues.next;
   pthread_mutex_unlock(&dev->lock);
   return l == &dev->queues ? NULL : (be_queue *)l;
 }

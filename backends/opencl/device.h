@@ -34,6 +34,8 @@
 #include <stdbool.h>
 
 #include "backends/backend.h"
+#include "runtime/attr.h"
+#include "runtime/list.h"
 
 /* The built-in kernels by index. A row of four per float type, F32, F64, F16, BF16 (be_ocl_slot);
  * a kernel a device lacks (F64 without cl_khr_fp64) is NULL. */
@@ -79,10 +81,6 @@ static inline size_t be_ocl_esize(uint32_t dtype)
                                                                           : 0;
 }
 
-typedef struct be_ocl_link {
-  struct be_ocl_link *prev, *next;
-} be_ocl_link;
-
 struct be_device {
   atomic_int refs;
   int index;
@@ -101,7 +99,7 @@ struct be_device {
   cl_kernel fn[BE_OCL_FN_COUNT];
   pthread_mutex_t klock;
   pthread_mutex_t lock;
-  be_ocl_link queues; /* under lock */
+  rt_list queues; /* under lock */
   cl_mem *mems;       /* under lock: buffers not yet freed (close frees them) */
   size_t nmems, cap_mems;
 };
@@ -109,7 +107,7 @@ struct be_device {
 typedef struct be_ocl_hostfn be_ocl_hostfn;
 
 struct be_queue {
-  be_ocl_link link; /* first: the device's list of queues points here */
+  rt_list link; /* first: the device's list of queues points here */
   be_device *dev;
   unsigned gen;
   cl_command_queue cq;
@@ -132,7 +130,7 @@ struct be_event {
 
 /* accel's code for an OpenCL error; CL_OUT_OF_RESOURCES and a lost context or queue mark the
  * device lost first (ACCEL_EDEVLOST). */
-int be_ocl_check(be_device *dev, cl_int err);
+RT_MUST_USE int be_ocl_check(be_device *dev, cl_int err);
 /* Marks the device lost (sticky until reset). */
 void be_ocl_fault(be_device *dev);
 /* Whether the device is lost, or objects of generation gen belong to an older incarnation. */
@@ -140,24 +138,24 @@ bool be_ocl_gen_lost(be_device *dev, unsigned gen);
 void be_ocl_dev_ref(be_device *dev);
 void be_ocl_dev_unref(be_device *dev);
 /* Checks common to every submission on q: 0, ACCEL_EINVAL (NULL) or ACCEL_EDEVLOST. */
-int be_ocl_queue_ok(be_queue *q);
+RT_MUST_USE int be_ocl_queue_ok(be_queue *q);
 /* Waits for an event; 0 or < 0 if its command failed (the device is then marked lost). */
-int be_ocl_wait(be_device *dev, cl_event ev);
+RT_MUST_USE int be_ocl_wait(be_device *dev, cl_event ev);
 
 /* ---- program.c ------------------------------------------------------------------------------ */
 
 /* Builds (or loads from the disk cache) the built-in program for dev->ctx and makes its
  * kernels. 0 or an accel error. */
-int be_ocl_program_load(be_device *dev);
+RT_MUST_USE int be_ocl_program_load(be_device *dev);
 void be_ocl_program_free(be_device *dev);
 
 /* ---- memory.c ------------------------------------------------------------------------------- */
 
 /* m's cl_mem when [off, off + count) elements of `size` bytes lie inside it (a handle of 0 is
  * valid only for an empty range): 0 or ACCEL_EINVAL. */
-int be_ocl_span(be_mem m, size_t off, size_t count, size_t size);
+RT_MUST_USE int be_ocl_span(be_mem m, size_t off, size_t count, size_t size);
 /* Elements of `size` bytes from off to m's end: 0 or ACCEL_EINVAL (off past the end). */
-int be_ocl_tail(be_mem m, size_t off, size_t size, size_t *len);
+RT_MUST_USE int be_ocl_tail(be_mem m, size_t off, size_t size, size_t *len);
 void be_ocl_mem_free_all(be_device *dev);
 
 /* ---- kernels.c ------------------------------------------------------------------------------ */

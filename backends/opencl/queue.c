@@ -42,10 +42,7 @@ int be_ocl_queue_create(be_device *dev, be_queue **out)
   pthread_mutex_init(&q->hlock, NULL);
   pthread_cond_init(&q->hcond, NULL);
   pthread_mutex_lock(&dev->lock);
-  q->link.next = dev->queues.next;
-  q->link.prev = &dev->queues;
-  dev->queues.next->prev = &q->link;
-  dev->queues.next = &q->link;
+  rt_list_push_front(&dev->queues, &q->link);
   pthread_mutex_unlock(&dev->lock);
   *out = q;
   return 0;
@@ -169,16 +166,13 @@ int be_ocl_notify(be_queue *q, be_host_fn fn, void *arg)
  * (it frees nothing); the queue's memory and command queue are left to it (a leak per
  * runaway kernel, the price of not hanging). */
 static pthread_mutex_t abandoned_lock = PTHREAD_MUTEX_INITIALIZER;
-static be_ocl_link abandoned = {&abandoned, &abandoned}; /* kept reachable, never freed */
+static rt_list abandoned = {&abandoned, &abandoned}; /* kept reachable, never freed */
 
 static void abandon(be_queue *q)
 {
   be_ocl_dev_ref(q->dev); /* never released: the thread may look at the device later */
   pthread_mutex_lock(&abandoned_lock);
-  q->link.next = abandoned.next;
-  q->link.prev = &abandoned;
-  abandoned.next->prev = &q->link;
-  abandoned.next = &q->link;
+  rt_list_push_front(&abandoned, &q->link);
   pthread_mutex_unlock(&abandoned_lock);
   if (q->thread_started) {
     pthread_mutex_lock(&q->hlock);
@@ -195,8 +189,7 @@ void be_ocl_queue_destroy(be_queue *q)
     return;
   be_device *dev = q->dev;
   pthread_mutex_lock(&dev->lock);
-  q->link.prev->next = q->link.next;
-  q->link.next->prev = q->link.prev;
+  rt_list_remove(&q->link);
   pthread_mutex_unlock(&dev->lock);
   if (atomic_load(&dev->aborted)) {
     abandon(q);

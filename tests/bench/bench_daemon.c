@@ -162,7 +162,8 @@ static double ping_us(int fd, int iters) {
   proto_out o;
   proto_control_req ping = {PROTO_CTL_PING, 0};
   proto_out_init(&o);
-  proto_encode_control(&o, 1, &ping);
+  if (proto_encode_control(&o, 1, &ping) != 0)
+    die("encode ping");
   uint8_t *buf = NULL;
   size_t cap = 0;
   double t0 = now_s();

@@ -36,19 +36,21 @@ TEST(lost_daemon_fails_pending_ops) {
   td_wait(&d);
   int closed = 0, done = 0;
   for (int i = 0; i < OPS; i++) {
-    int st = accel_future_wait(reads[i], 10000);
-    CHECK(st == 0 || st == ACCEL_ECLOSED); /* never ETIMEDOUT: nothing hangs */
+    /* Each completes, done or closed: a hang is the watchdog's (no limit that a busy machine
+     * could reach first). */
+    int st = accel_future_wait(reads[i], -1);
+    CHECK(st == 0 || st == ACCEL_ECLOSED);
     closed += st == ACCEL_ECLOSED;
     done += st == 0;
     accel_future_release(reads[i]);
   }
   printf("# %d reads done before the daemon died, %d closed\n", done, closed);
-  int fin = accel_finish(ctx, 10000);
+  int fin = accel_finish(ctx, -1);
   CHECK(fin == 0 || fin == ACCEL_ECLOSED);
   accel_future *f = NULL;
   int rc = accel_fill_f32(ctx, 0, c, 1.0f, &f);
   if (rc == 0) { /* sent before the loss was noticed: it fails in its future */
-    CHECK_ERR(accel_future_wait(f, 10000), ACCEL_ECLOSED);
+    CHECK_ERR(accel_future_wait(f, -1), ACCEL_ECLOSED);
     accel_future_release(f);
   } else {
     CHECK_ERR(rc, ACCEL_ECLOSED);

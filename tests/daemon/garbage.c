@@ -19,17 +19,16 @@ static void still_serves(td_daemon *d) {
   CHECK_EQ(td_ctl(out, sizeof out, "--url", d->url, "ping", NULL), 0);
 }
 
-/* The daemon logs a connection's end when its socket has closed: soon after the peer sees it. */
+/* The daemon logs a connection's end when its socket has closed: soon after the peer sees it
+ * (how soon is the machine's business: no limit but the watchdog's). */
 static void wait_log(td_daemon *d, const char *text) {
-  for (uint64_t t0 = test_now_ms(); !strstr(td_log(d), text); test_sleep_ms(20))
-    CHECK_LT(test_now_ms() - t0, 5000);
+  TEST_WAIT_FOR(strstr(td_log(d), text) != NULL, 20);
 }
 
 static void finish(td_daemon *d) {
   still_serves(d);
   /* The bad frames came on other connections: the daemon may read them after our status. */
-  for (uint64_t t0 = test_now_ms(); td_status_field(d, "frames_bad") <= 0; test_sleep_ms(20))
-    CHECK_LT(test_now_ms() - t0, 5000);
+  TEST_WAIT_FOR(td_status_field(d, "frames_bad") > 0, 20);
   CHECK_EQ(td_stop(d), 0);
   td_cleanup(d);
 }
@@ -50,7 +49,7 @@ static size_t frame(uint8_t *buf, uint32_t magic, uint16_t version, uint16_t typ
 static int raw_call(td_client *c, const void *bytes, size_t len, uint64_t id) {
   td_send_raw(c, bytes, len, id);
   nng_msg *m;
-  CHECK_EQ(td_recv(c, &m, 10000), 0);
+  CHECK_EQ(td_recv(c, &m, TD_FOREVER), 0);
   int status = td_reply_status(m, id, NULL);
   nng_msg_free(m);
   return status;
@@ -85,10 +84,10 @@ TEST(short_and_foreign_frames_are_refused) {
   proto_out o;
   proto_control_req req = {PROTO_CTL_PING, 0};
   proto_out_init(&o);
-  proto_encode_control(&o, 2, &req);
+  CHECK_OK(proto_encode_control(&o, 2, &req));
   td_send_raw(&c, o.data, o.len, 2); /* the stream now starts with the junk */
   proto_out_free(&o);
-  CHECK_EQ(td_recv(&c, &m, 5000), NNG_ECLOSED);
+  CHECK_EQ(td_recv(&c, &m, TD_FOREVER), NNG_ECLOSED);
   td_client_close(&c);
   wait_log(&d, "not an accel frame: closed");
   finish(&d);
@@ -175,10 +174,10 @@ TEST(oversized_frames_are_refused) {
   frame(big, PROTO_MAGIC, PROTO_VERSION, PROTO_CONTROL, 65536 + 1 - 24, 60);
   td_send_raw(&c, big, PROTO_HEADER_SIZE, 60);
   nng_msg *m;
-  CHECK_EQ(td_recv(&c, &m, 5000), 0);
+  CHECK_EQ(td_recv(&c, &m, TD_FOREVER), 0);
   CHECK_ERR(td_reply_status(m, 60, NULL), ACCEL_ELIMIT);
   nng_msg_free(m);
-  CHECK_EQ(td_recv(&c, &m, 5000), NNG_ECLOSED);
+  CHECK_EQ(td_recv(&c, &m, TD_FOREVER), NNG_ECLOSED);
   td_client_close(&c);
   wait_log(&d, "frame over max_message");
   /* Exactly max_message is a frame like any other (here: a control with trailing bytes). */
@@ -211,13 +210,13 @@ TEST(batched_requests_with_a_broken_tail) {
   proto_control_req ping = {PROTO_CTL_PING, 0};
   proto_out_init(&o);
   for (uint64_t id = 1; id <= 3; id++)
-    proto_encode_control(&o, id, &ping);
+    CHECK_OK(proto_encode_control(&o, id, &ping));
   uint8_t tail[7] = {'A', 'C', 'C', '1'};
   td_send_raw(&c, o.data, o.len, 1);
   td_send_raw(&c, tail, sizeof tail, 2);
   proto_out_free(&o);
   int answered = 0;
-  for (nng_msg *m; answered < 3 && td_recv(&c, &m, 5000) == 0; nng_msg_free(m)) {
+  for (nng_msg *m; answered < 3 && td_recv(&c, &m, TD_FOREVER) == 0; nng_msg_free(m)) {
     const uint8_t *p = nng_msg_body(m);
     size_t len = nng_msg_len(m);
     for (size_t n; (n = proto_next_frame(p, len)) > 0; p += n, len -= n, answered++) {
@@ -241,7 +240,7 @@ TEST(frames_in_the_wrong_order) {
   proto_out o;
   proto_out_init(&o);
   proto_hello h = {.version = PROTO_VERSION + 1, .name = "from the future"};
-  proto_encode_hello(&o, 70, &h);
+  CHECK_OK(proto_encode_hello(&o, 70, &h));
   CHECK_ERR(td_call(&c, &o, 70), ACCEL_EPROTO); /* another protocol version: told, then cut */
   td_client_close(&c);
   td_client_open(&c, d.url);
@@ -288,9 +287,7 @@ static void refused_for_its_version(td_daemon *d, const uint8_t *hello, size_t n
   td_client_open(&c, d->url);
   CHECK_ERR(raw_call(&c, hello, n, id), ACCEL_EPROTO);
   /* The daemon logs before it replies; the log file may lag a little behind. */
-  for (uint64_t t0 = test_now_ms(); occurrences(td_log(d), VERSION_REASON) == before;
-       test_sleep_ms(20))
-    CHECK_LT(test_now_ms() - t0, 5000);
+  TEST_WAIT_FOR(occurrences(td_log(d), VERSION_REASON) > before, 20);
   uint8_t buf[128];
   td_send_raw(&c, buf, good_hello(buf, sizeof buf, id + 1), id + 1);
   nng_msg *m;
@@ -349,7 +346,9 @@ static void fire(td_client *c, const char *url, const uint8_t *buf, size_t len) 
   }
   td_client one;
   td_client_open(&one, url);
-  proto_local_send(one.fd, buf, len, -1);
+  if (proto_local_send(one.fd, buf, len, -1) != 0) {
+    /* the daemon may cut the connection before all of the garbage is in: that is allowed */
+  }
   td_client_close(&one);
 }
 
@@ -358,8 +357,7 @@ static void fire(td_client *c, const char *url, const uint8_t *buf, size_t len) 
  * read the first one's end. So each file's frames wait for the last file's connections to
  * be gone (ours and accelctl's own remain). */
 static void settle(td_daemon *d) {
-  for (uint64_t t0 = test_now_ms(); td_status_field(d, "connections") > 2; test_sleep_ms(10))
-    CHECK_LT(test_now_ms() - t0, 10000);
+  TEST_WAIT_FOR(td_status_field(d, "connections") <= 2, 10);
 }
 
 TEST(fuzz_corpus_and_mutations) {

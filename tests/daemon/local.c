@@ -1,8 +1,8 @@
 /* The local transport under hostile and careless peers: raw connects, half-written headers,
  * silent clients, connect/close storms, clients that die with replies in flight, a second
  * daemon on the same socket, peers outside the allowlist, a client that never reads. After
- * each, a well-behaved client is served within 1 s, what the peer held is back to its
- * baseline, the event is in the log, and SIGTERM ends the daemon cleanly. */
+ * each, a well-behaved client is served, what the peer held is back to its baseline, the
+ * event is in the log, and SIGTERM ends the daemon cleanly. */
 #include <dirent.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -14,6 +14,8 @@
 #include "proto/local.h"
 #include "util.h"
 
+/* The configuration of tests that give none: a silent peer is never cut during a test. */
+#define UNCUT "[daemon]\nfirst_frame_timeout_ms = 3600000\n"
 
 /* The CPU backend only: these tests measure the daemon's memory against its byte budgets,
  * and an OpenCL device (PoCL) compiling its kernels with LLVM on a cold cache grows it by
@@ -21,13 +23,14 @@
 static void start(td_daemon *d, const char *config) {
   td_prepare(d);
   CHECK_EQ(chmod(d->dir, 0755), 0); /* other users reach the socket (the allowlist tests) */
-  td_write_config(d, config ? config : "");
+  td_write_config(d, config ? config : UNCUT);
   td_start(d, "--backends", "cpu", NULL);
 }
 
-/* A full HELLO + create + write + read round by a fresh client, within 1 s. */
-static void served_within_1s(td_daemon *d) {
-  uint64_t t0 = test_now_ms();
+/* A full HELLO + create + write + read round by a fresh client. The tests hold connections
+ * open (silent, half a frame) that the daemon never cuts (UNCUT): had it blocked on one, it
+ * would never serve this round, which is what they check; how fast does not matter. */
+static void served(td_daemon *d) {
   td_client c;
   td_client_open(&c, d->url);
   CHECK_OK(td_hello(&c, NULL));
@@ -37,20 +40,15 @@ static void served_within_1s(td_daemon *d) {
   CHECK_OK(td_read_u32(&c, td_handle(1, 1), back, 4));
   CHECK_EQ(memcmp(v, back, sizeof v), 0);
   td_client_close(&c);
-  CHECK_LT(test_now_ms() - t0, 1000);
 }
 
 static void wait_log(td_daemon *d, const char *text) {
-  for (uint64_t t0 = test_now_ms(); !strstr(td_log(d), text); test_sleep_ms(20))
-    CHECK_LT(test_now_ms() - t0, 5000);
+  TEST_WAIT_FOR(strstr(td_log(d), text) != NULL, 20);
 }
 
 /* Waits until the status field is at most `want` (sessions and buffers go asynchronously). */
 static void wait_field(td_daemon *d, const char *key, long want) {
-  long v = -1;
-  for (uint64_t t0 = test_now_ms(); (v = td_status_field(d, key)) > want; test_sleep_ms(50))
-    if (test_now_ms() - t0 > 20000)
-      TEST_FAIL("%s stays at %ld (want <= %ld)", key, v, want);
+  TEST_WAIT_FOR(td_status_field(d, key) <= want, 50);
 }
 
 static int open_fds(pid_t pid) {
@@ -73,10 +71,7 @@ static int settled_fds(td_daemon *d) {
 }
 
 static void wait_fds(td_daemon *d, int want) {
-  int n = 0;
-  for (uint64_t t0 = test_now_ms(); (n = open_fds(d->pid)) > want; test_sleep_ms(50))
-    if (test_now_ms() - t0 > 5000)
-      TEST_FAIL("the daemon holds %d descriptors (want <= %d)", n, want);
+  TEST_WAIT_FOR(open_fds(d->pid) <= want, 50);
 }
 
 static long rss_kb(pid_t pid) {
@@ -107,7 +102,7 @@ TEST(raw_connect_and_close) {
   int fd = proto_local_connect(path_of(&d));
   CHECK(fd >= 0);
   close(fd);
-  served_within_1s(&d);
+  served(&d);
   wait_log(&d, ": closed");
   stop(&d);
 }
@@ -119,10 +114,10 @@ TEST(half_written_header) {
   CHECK(fd >= 0);
   uint8_t head[10] = {0x41, 0x43, 0x43, 0x31, 1, 0}; /* the magic and a version, then silence */
   CHECK_OK(proto_local_send(fd, head, sizeof head, -1));
-  served_within_1s(&d);
+  served(&d);
   close(fd);
   wait_log(&d, "closed mid-frame");
-  served_within_1s(&d);
+  served(&d);
   stop(&d);
 }
 
@@ -132,7 +127,7 @@ TEST(silent_client_does_not_block_others) {
   int fds[64];
   for (int i = 0; i < 64; i++)
     CHECK((fds[i] = proto_local_connect(path_of(&d))) >= 0);
-  served_within_1s(&d);
+  served(&d);
   for (int i = 0; i < 64; i++)
     close(fds[i]);
   wait_field(&d, "connections", 1); /* accelctl asking */
@@ -149,7 +144,7 @@ TEST(silent_client_is_closed_after_the_first_frame_timeout) {
   td_client_open(&talker, d.url);
   CHECK_OK(td_hello(&talker, NULL));
   nng_msg *m;
-  CHECK_EQ(td_recv(&quiet, &m, 5000), NNG_ECLOSED);
+  CHECK_EQ(td_recv(&quiet, &m, TD_FOREVER), NNG_ECLOSED);
   wait_log(&d, "no frame in time: closed");
   test_sleep_ms(400);
   CHECK_OK(td_control(&talker, PROTO_CTL_PING, 0)); /* still served */
@@ -171,10 +166,10 @@ TEST(max_connections_at_the_limit_and_one_past) {
   }
   td_client_open(&c[4], d.url);
   nng_msg *m;
-  CHECK_EQ(td_recv(&c[4], &m, 5000), 0);
+  CHECK_EQ(td_recv(&c[4], &m, TD_FOREVER), 0);
   CHECK_ERR(td_reply_status(m, 0, NULL), ACCEL_EBUSY);
   nng_msg_free(m);
-  CHECK_EQ(td_recv(&c[4], &m, 5000), NNG_ECLOSED);
+  CHECK_EQ(td_recv(&c[4], &m, TD_FOREVER), NNG_ECLOSED);
   wait_log(&d, "refused: max_connections reached");
   for (int i = 0; i < 4; i++)
     CHECK_OK(td_control(&c[i], PROTO_CTL_PING, 0));
@@ -182,11 +177,9 @@ TEST(max_connections_at_the_limit_and_one_past) {
     td_client_close(&c[i]);
   /* Room again once the daemon has seen them go (until then even accelctl is refused). */
   char out[256];
-  for (uint64_t t0 = test_now_ms(); td_ctl(out, sizeof out, "--url", d.url, "ping", NULL) != 0;
-       test_sleep_ms(20))
-    CHECK_LT(test_now_ms() - t0, 5000);
+  TEST_WAIT_FOR(td_ctl(out, sizeof out, "--url", d.url, "ping", NULL) == 0, 20);
   settled_fds(&d);
-  served_within_1s(&d);
+  served(&d);
   stop(&d);
 }
 
@@ -200,9 +193,9 @@ TEST(connect_close_storm) {
     CHECK(fd >= 0);
     close(fd);
     if (i % 250 == 0)
-      served_within_1s(&d);
+      served(&d);
   }
-  served_within_1s(&d);
+  served(&d);
   wait_field(&d, "connections", 1); /* accelctl asking */
   wait_fds(&d, fds0);
   stop(&d);
@@ -233,7 +226,7 @@ static void dying_client(const char *url, int i) {
 TEST(clients_dying_with_replies_in_flight) {
   td_daemon d;
   start(&d, NULL);
-  served_within_1s(&d);
+  served(&d);
   int fds0 = settled_fds(&d);
   long mem0 = td_status_field(&d, "host_mem_used");
   long n = test_scaled(2000, 200), batch = 50;
@@ -247,9 +240,9 @@ TEST(clients_dying_with_replies_in_flight) {
     for (long k = 0; k < batch; k++)
       CHECK(wait(NULL) > 0);
     if (i % 500 == 0)
-      served_within_1s(&d);
+      served(&d);
   }
-  served_within_1s(&d);
+  served(&d);
   wait_field(&d, "sessions", 0);
   wait_field(&d, "buffers", 0);
   wait_field(&d, "connections", 1); /* accelctl asking */
@@ -268,7 +261,7 @@ TEST(second_daemon_on_the_same_path_is_refused) {
   char want[256];
   snprintf(want, sizeof want, "address in use by another acceld (%s)", path_of(&d));
   CHECK(strstr(td_log(&second), want) != NULL);
-  served_within_1s(&d);
+  served(&d);
   stop(&d);
 }
 
@@ -282,7 +275,7 @@ TEST(stale_socket_file_is_replaced) {
   close(fd);
   td_start(&d, NULL);
   wait_log(&d, "removing a stale socket file");
-  served_within_1s(&d);
+  served(&d);
   stop(&d);
 }
 
@@ -303,10 +296,13 @@ TEST(peer_outside_the_allowlist_is_refused) {
     proto_out o;
     proto_hello h = {.version = PROTO_VERSION, .name = "outsider"};
     proto_out_init(&o);
-    proto_encode_hello(&o, 5, &h);
-    proto_local_send(c.fd, o.data, o.len, -1); /* may fail: the daemon may have closed */
+    if (proto_encode_hello(&o, 5, &h) != 0)
+      _exit(5);
+    if (proto_local_send(c.fd, o.data, o.len, -1) != 0) {
+      /* may fail: the daemon may have closed already; its refusal is read below */
+    }
     nng_msg *m;
-    int rv = td_recv(&c, &m, 5000);
+    int rv = td_recv(&c, &m, TD_FOREVER);
     _exit(rv == 0 && td_reply_status(m, 0, NULL) == ACCEL_EPERM ? 0 : 4);
   }
   int status;
@@ -314,7 +310,7 @@ TEST(peer_outside_the_allowlist_is_refused) {
   CHECK(WIFEXITED(status));
   CHECK_EQ(WEXITSTATUS(status), 0);
   wait_log(&d, "refused: not in allow_users/allow_groups (uid 65534");
-  served_within_1s(&d);
+  served(&d);
   stop(&d);
 }
 
@@ -346,7 +342,7 @@ TEST(allow_users_lets_a_listed_user_in) {
 TEST(client_that_never_reads_is_bounded) {
   td_daemon d;
   start(&d, "[limits]\nmax_memory = 67108864\n");
-  served_within_1s(&d);
+  served(&d);
   long rss0 = rss_kb(d.pid);
   td_client c;
   td_client_open(&c, d.url);
@@ -369,14 +365,14 @@ TEST(client_that_never_reads_is_bounded) {
     sent++;
   }
   test_sleep_ms(500);
-  served_within_1s(&d);
+  served(&d);
   long grown_mb = (rss_kb(d.pid) - rss0) / 1024;
   fprintf(stderr, "# sent %ld reads of 1 MiB unread; daemon grew %ld MiB\n", sent, grown_mb);
   CHECK_LT(sent, 4096);
   CHECK_LT(grown_mb, 3 * 64 + 64); /* the budget for requests and replies, and slack */
   td_client_close(&c);
   wait_field(&d, "sessions", 0);
-  served_within_1s(&d);
+  served(&d);
   stop(&d);
 }
 
@@ -407,12 +403,12 @@ TEST(tcp_client_that_never_acknowledges_is_bounded) {
     proto_out_free(&o);
   }
   test_sleep_ms(1000);
-  served_within_1s(&d);
+  served(&d);
   long grown_mb = (rss_kb(d.pid) - rss0) / 1024;
   fprintf(stderr, "# 2048 reads of 1 MiB, never acknowledged; daemon grew %ld MiB\n", grown_mb);
   CHECK_LT(grown_mb, 3 * 128 + 64); /* requests' and replies' budgets, and slack */
   td_client_close(&c);
-  served_within_1s(&d);
+  served(&d);
   stop(&d);
 }
 
@@ -544,7 +540,7 @@ TEST(pipelined_large_writes_are_bounded) {
     peak = grown > peak ? grown : peak;
   }
   long sent = atomic_load(&w.sent);
-  served_within_1s(&d);
+  served(&d);
   fprintf(stderr, "# %ld of 256 writes of 4 MiB taken behind the sgemm; daemon grew %ld MiB\n",
           sent, peak / 1024);
   CHECK_LT(sent, 256);
@@ -556,7 +552,7 @@ TEST(pipelined_large_writes_are_bounded) {
   CHECK_EQ(pthread_join(t, NULL), 0); /* the sgemm ends, the writes flow again */
   CHECK_EQ(atomic_load(&w.sent), 256);
   td_client_close(&c);
-  served_within_1s(&d);
+  served(&d);
   stop(&d);
 }
 

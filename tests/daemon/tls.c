@@ -116,7 +116,7 @@ static void roundtrip(accel_ctx *ctx, float seed) {
   CHECK_OK(accel_buffer_create(ctx, ACCEL_F32, N, &b));
   CHECK_OK(accel_write(ctx, b, 0, in, N, NULL));
   CHECK_OK(accel_read(ctx, b, 0, out, N, &f));
-  CHECK_OK(accel_future_wait(f, 10000));
+  CHECK_OK(accel_future_wait(f, -1));
   accel_future_release(f);
   CHECK(memcmp(in, out, sizeof in) == 0);
   CHECK_OK(accel_buffer_destroy(ctx, b));
@@ -505,10 +505,7 @@ TEST(sighup_security_change_waits_for_a_restart) {
   start_tls(&d, url, sizeof url);
   tls_config(&d, "allow_users = root\n");
   td_signal(&d, SIGHUP);
-  for (uint64_t t0 = test_now_ms(); strstr(td_log(&d), "configuration reloaded") == NULL;
-       test_sleep_ms(20))
-    if (test_now_ms() - t0 > 5000)
-      TEST_FAIL("no reload in the log:\n%s", td_log(&d));
+  TEST_WAIT_FOR(strstr(td_log(&d), "configuration reloaded") != NULL, 20);
   CHECK(strstr(td_log(&d), "reload: [security] changed: takes effect on restart") != NULL);
   CHECK_EQ(td_stop(&d), 0);
   td_cleanup(&d);

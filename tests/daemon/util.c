@@ -139,14 +139,7 @@ int td_start_expect_exit(td_daemon *d, ...) {
   va_start(ap, d);
   d->pid = spawn_daemon(d, ap);
   va_end(ap);
-  for (uint64_t t0 = test_now_ms(); test_now_ms() - t0 < 5000; test_sleep_ms(20)) {
-    int status;
-    if (waitpid(d->pid, &status, WNOHANG) == d->pid) {
-      d->pid = 0;
-      return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-    }
-  }
-  return -1;
+  return td_wait(d);
 }
 
 void td_signal(td_daemon *d, int sig) {
@@ -154,21 +147,23 @@ void td_signal(td_daemon *d, int sig) {
   CHECK_EQ(kill(d->pid, sig), 0);
 }
 
+/* No limit of its own (a drain may take its whole timeout on a busy machine): a daemon that
+ * never exits is the watchdog's, and dies with the test. Its log is shown once it is late. */
 int td_wait(td_daemon *d) {
   if (d->pid <= 0)
     return -1;
   int status = 0;
-  uint64_t limit = 15000 * (test_under_valgrind() ? 4 : 1);
+  bool shown = false;
+  test_waiting_for_ = "acceld to exit";
   for (uint64_t t0 = test_now_ms(); waitpid(d->pid, &status, WNOHANG) != d->pid;
        test_sleep_ms(10)) {
-    if (test_now_ms() - t0 > limit) {
-      kill(d->pid, SIGKILL);
-      waitpid(d->pid, &status, 0);
-      d->pid = 0;
-      TEST_FAIL("acceld did not exit within %llu ms:\n%s", (unsigned long long)limit,
-                td_log(d));
+    if (!shown && test_now_ms() - t0 > 15000) {
+      fprintf(stderr, "acceld has not exited after 15 s (still waiting); its log:\n%s\n",
+              td_log(d));
+      shown = true;
     }
   }
+  test_waiting_for_ = NULL;
   d->pid = 0;
   return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
@@ -256,11 +251,20 @@ static int recv_local(td_client *c, nng_msg **m, int timeout_ms) {
   return 0;
 }
 
-int td_recv(td_client *c, nng_msg **m, int timeout_ms) {
+static int recv_any(td_client *c, nng_msg **m, int timeout_ms) {
   if (c->fd >= 0)
     return recv_local(c, m, timeout_ms);
-  nng_socket_set_ms(c->sock, NNG_OPT_RECVTIMEO, timeout_ms);
+  CHECK_EQ(nng_socket_set_ms(c->sock, NNG_OPT_RECVTIMEO,
+                             timeout_ms < 0 ? NNG_DURATION_INFINITE : timeout_ms), 0);
   return nng_recvmsg(c->sock, m, 0);
+}
+
+int td_recv(td_client *c, nng_msg **m, int timeout_ms) {
+  if (timeout_ms < 0)
+    test_waiting_for_ = "a frame or the end of a connection to the daemon";
+  int rv = recv_any(c, m, timeout_ms);
+  test_waiting_for_ = NULL;
+  return rv;
 }
 
 int td_reply_status(nng_msg *m, uint64_t id, proto_bytes *data) {
@@ -303,7 +307,7 @@ int td_hello_caps(td_client *c, uint32_t caps, proto_welcome *w) {
   uint64_t id = c->next_id++;
   proto_hello h = {.version = PROTO_VERSION, .capabilities = caps, .name = "daemon-test"};
   proto_out_init(&o);
-  proto_encode_hello(&o, id, &h);
+  CHECK_OK(proto_encode_hello(&o, id, &h));
   nng_msg *m = call_msg(c, &o, id);
   proto_header hd;
   const uint8_t *p = nng_msg_body(m);
@@ -324,7 +328,7 @@ int td_control(td_client *c, uint32_t command, uint64_t arg) {
   uint64_t id = c->next_id++;
   proto_control_req req = {command, arg};
   proto_out_init(&o);
-  proto_encode_control(&o, id, &req);
+  CHECK_OK(proto_encode_control(&o, id, &req));
   return td_call(c, &o, id);
 }
 

@@ -29,13 +29,14 @@ void td_write_config(td_daemon *d, const char *text);
 /* Starts acceld --foreground --config CONF --listen URL plus the NULL-terminated extra
  * arguments, and waits until `accelctl ping` answers (fails the test after 10 s). */
 void td_start(td_daemon *d, ...);
-/* Like td_start but returns the daemon's exit status if it exits within 5 s, else -1
- * (and leaves it running): for configurations that must be refused. */
+/* Like td_start but waits for the daemon to exit and returns its exit status: for
+ * configurations that must be refused (a daemon that serves instead hangs the test until the
+ * watchdog ends it). */
 int td_start_expect_exit(td_daemon *d, ...);
-/* SIGTERM, then waits (15 s at most, then SIGKILL and a failed check); returns the exit
- * status (128 + signal if killed by one). */
+/* SIGTERM, then td_wait; returns the exit status (128 + signal if killed by one). */
 int td_stop(td_daemon *d);
-/* Waits for the daemon to exit by itself (15 s at most); returns the status as td_stop. */
+/* Waits for the daemon to exit by itself, for as long as it takes (the watchdog ends a hang;
+ * the daemon's log is shown after 15 s); returns the status as td_stop. */
 int td_wait(td_daemon *d);
 /* Sends a signal to the daemon. */
 void td_signal(td_daemon *d, int sig);
@@ -66,7 +67,9 @@ void td_client_close(td_client *c);
 /* Sends raw bytes as one frame (nng request id = id | 0x80000000). */
 void td_send_raw(td_client *c, const void *bytes, size_t len, uint64_t id);
 /* Receives one frame; 0, or NNG_ETIMEDOUT, or NNG_ECLOSED (the daemon closed a local
- * connection) / another nng error. */
+ * connection) / another nng error. timeout_ms TD_FOREVER: for a frame or an end that must
+ * come, with no limit but the watchdog's (TEST_WAIT_FOR says why). */
+#define TD_FOREVER (-1)
 int td_recv(td_client *c, nng_msg **m, int timeout_ms);
 /* Decodes a REPLY: the status; *data (may be NULL) points into m. Fails the test if the
  * frame is not a well-formed reply to `id`. */

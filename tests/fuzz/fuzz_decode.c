@@ -120,7 +120,8 @@ static void body_decoders(const uint8_t *b, size_t n) {
   }
   if (proto_decode_device(b, n, &dev) == 0)
     device_ok(&dev);
-  (void)proto_decode_transfer_stats(b, n, &ts);
+  if (proto_decode_transfer_stats(b, n, &ts) == 0)
+    sink += ts.written;
   (void)sink;
 }
 

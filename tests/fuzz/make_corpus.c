@@ -431,15 +431,21 @@ static void batches(void) {
   uint8_t stats[40];
   proto_out o;
   proto_out_init(&o);
-  proto_encode_transfer_stats(&o, &t);
-  memcpy(stats, o.data, sizeof stats);
+  int rc = proto_encode_transfer_stats(&o, &t);
+  if (rc == 0)
+    memcpy(stats, o.data, sizeof stats);
   proto_out_free(&o);
-  proto_encode_welcome(&o, 1, &w);
-  proto_encode_reply(&o, 2, 0, (proto_bytes){stats, sizeof stats});
-  proto_encode_reply(&o, 3, ACCEL_EBUSY, (proto_bytes){NULL, 0});
-  proto_encode_reply(&o, 4, 1, (proto_bytes){NULL, 0}); /* a positive status amid good ones */
-  proto_encode_reply(&o, 5, 0, (proto_bytes){stats, 8});
-  uint8_t *with_tail = o.err == 0 ? malloc(o.len + sizeof tail) : NULL;
+  if (rc == 0)
+    rc = proto_encode_welcome(&o, 1, &w);
+  if (rc == 0)
+    rc = proto_encode_reply(&o, 2, 0, (proto_bytes){stats, sizeof stats});
+  if (rc == 0)
+    rc = proto_encode_reply(&o, 3, ACCEL_EBUSY, (proto_bytes){NULL, 0});
+  if (rc == 0) /* a positive status amid good ones */
+    rc = proto_encode_reply(&o, 4, 1, (proto_bytes){NULL, 0});
+  if (rc == 0)
+    rc = proto_encode_reply(&o, 5, 0, (proto_bytes){stats, 8});
+  uint8_t *with_tail = rc == 0 ? malloc(o.len + sizeof tail) : NULL;
   if (with_tail != NULL) {
     save_bytes(client_dir, "batch-welcome-and-replies", o.data, o.len);
     save_bytes(client_dir, "batch-truncated", o.data, o.len - 3);
@@ -460,10 +466,12 @@ static void small_max_message(void) {
   static const uint8_t data[33];
   proto_out o;
   proto_out_init(&o);
-  proto_encode_welcome(&o, 1, &w);
-  proto_encode_reply(&o, 2, 0, (proto_bytes){data, 64 - PROTO_REPLY_HEAD_SIZE});
-  proto_encode_reply(&o, 3, 0, (proto_bytes){data, 65 - PROTO_REPLY_HEAD_SIZE});
-  if (o.err == 0)
+  int rc = proto_encode_welcome(&o, 1, &w);
+  if (rc == 0)
+    rc = proto_encode_reply(&o, 2, 0, (proto_bytes){data, 64 - PROTO_REPLY_HEAD_SIZE});
+  if (rc == 0)
+    rc = proto_encode_reply(&o, 3, 0, (proto_bytes){data, 65 - PROTO_REPLY_HEAD_SIZE});
+  if (rc == 0)
     save_bytes(client_dir, "batch-small-max-message", o.data, o.len);
   else
     failed++;

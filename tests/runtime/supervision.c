@@ -1,8 +1,8 @@
 /* Supervision: which children each strategy restarts (start counters, changed refs, hook
  * order); restart intensity then escalation to the parent's own supervisor; on_limit
- * STOP_CHILD (child_exit, no escalation); the intensity window; exponential backoff (lower
- * bounds only); failing start hooks during restarts; children stop in reverse start order, on
- * accel_stop and on runtime shutdown. */
+ * STOP_CHILD (child_exit, no escalation); the intensity window; exponential backoff and its
+ * cap (each delay between a lower and an upper bound); failing start hooks during restarts;
+ * children stop in reverse start order, on accel_stop and on runtime shutdown. */
 #include "util.h"
 
 enum { MSG_FAIL = MSG_FIRST_LOCAL, MSG_STARTED, MSG_SETTLED };
@@ -437,12 +437,12 @@ TEST(restarts_outside_the_window_do_not_count) {
 
 /* ---- exponential backoff between restarts ---- */
 
-enum { BACKOFF_INITIAL_MS = 100, BACKOFF_RESTARTS = 3 };
+static int backoff_restarts; /* how many times the driver makes the kid fail */
 
 static int backoff_driver_receive(accel_actor *self, void *state, accel_msg *msg) {
   if (msg->type == MSG_KICK)
     spawn_kid(self, 0);
-  else if (msg->type == MSG_STARTED && kid_starts[0] <= BACKOFF_RESTARTS)
+  else if (msg->type == MSG_STARTED && kid_starts[0] <= backoff_restarts)
     CHECK_OK(tell_arg(accel_actor_runtime(self), ref_from_arg(msg->arg), MSG_FAIL, 0));
   else if (msg->type == MSG_STARTED)
     stop_runtime_from(self);
@@ -452,25 +452,65 @@ static int backoff_driver_receive(accel_actor *self, void *state, accel_msg *msg
 static const accel_behavior backoff_driver_b = {
     .name = "driver", .start = driver_start, .receive = backoff_driver_receive};
 
-TEST(restart_delays_grow_exponentially) {
+/* The kid fails `restarts` times in a row (all within one intensity window). */
+static void run_backoff(uint32_t initial_ms, uint32_t max_ms, int restarts) {
   reset_kids();
+  backoff_restarts = restarts;
   accel_supervision sup = {.strategy = ACCEL_ONE_FOR_ONE,
                            .max_restarts = 10,
                            .within_ms = 60000,
-                           .backoff_initial_ms = BACKOFF_INITIAL_MS,
-                           .backoff_max_ms = 10000};
+                           .backoff_initial_ms = initial_ms,
+                           .backoff_max_ms = max_ms};
   accel_spawn_opts opts = {.supervision = &sup};
   accel_runtime *rt = runtime_new();
   spawn_ok(rt, NULL, &backoff_driver_b, NULL, &opts);
   runtime_run_then_destroy(rt, NULL);
-  CHECK_EQ(kid_starts[0], 1 + BACKOFF_RESTARTS);
-  uint64_t delay_ms = BACKOFF_INITIAL_MS;
-  for (int k = 1; k <= BACKOFF_RESTARTS; k++, delay_ms *= 2) {
-    CHECK_NE(kid_fail_ns[k], 0);
-    uint64_t gap_ms = (kid_start_ns[k + 1] - kid_fail_ns[k]) / 1000000u;
-    /* Lower bounds only, with slack: the loop's clock may lag the real one a little. */
-    CHECK_GE(gap_ms, delay_ms * 3 / 4);
+  CHECK_EQ(kid_starts[0], 1 + restarts);
+}
+
+/* The documented delay before the k-th restart of a window: initial * 2^(k-1), capped. */
+static uint64_t backoff_expected_ms(uint64_t initial_ms, uint64_t max_ms, int k) {
+  uint64_t d = initial_ms << (k - 1);
+  return d < max_ms ? d : max_ms;
+}
+
+/* From the k-th failure to the next start. */
+static uint64_t backoff_gap_ms(int k) {
+  CHECK_NE(kid_fail_ns[k], 0);
+  return (kid_start_ns[k + 1] - kid_fail_ns[k]) / 1000000u;
+}
+
+/* How late a restart may come: generous for a loaded machine, yet short of the next doubling
+ * of every delay below (a delay that grows too fast or past the cap lands beyond it). The
+ * lower bound has a little slack of its own: the loop's clock may lag the real one. */
+enum { BACKOFF_LATE_MS = 190 };
+
+static void check_backoff_gaps(uint64_t initial_ms, uint64_t max_ms, int restarts) {
+  for (int k = 1; k <= restarts; k++) {
+    uint64_t expected = backoff_expected_ms(initial_ms, max_ms, k), gap = backoff_gap_ms(k);
+    CHECK_GE(gap, expected * 3 / 4);
+    CHECK_LT(gap, expected + BACKOFF_LATE_MS);
   }
+}
+
+enum { BACKOFF_INITIAL_MS = 100, BACKOFF_RESTARTS = 3 };
+
+TEST(restart_delays_grow_exponentially) {
+  run_backoff(BACKOFF_INITIAL_MS, 10000, BACKOFF_RESTARTS);
+  check_backoff_gaps(BACKOFF_INITIAL_MS, 10000, BACKOFF_RESTARTS);
+}
+
+/* 50, 100, 200, then 200 for good; uncapped the last three would be 400, 800, 1600. */
+enum { CAP_INITIAL_MS = 50, CAP_MAX_MS = 200, CAP_RESTARTS = 6 };
+
+TEST(restart_delays_stop_growing_at_the_cap) {
+  run_backoff(CAP_INITIAL_MS, CAP_MAX_MS, CAP_RESTARTS);
+  check_backoff_gaps(CAP_INITIAL_MS, CAP_MAX_MS, CAP_RESTARTS);
+  uint64_t uncapped_ms = 0;
+  for (int k = 1; k <= CAP_RESTARTS; k++)
+    uncapped_ms += backoff_expected_ms(CAP_INITIAL_MS, UINT64_MAX, k);
+  uint64_t total_ms = (kid_start_ns[CAP_RESTARTS + 1] - kid_fail_ns[1]) / 1000000u;
+  CHECK_LT(total_ms, uncapped_ms);
 }
 
 /* ---- stop order: children in reverse start order, depth first ---- */
@@ -573,6 +613,7 @@ static const test_case tests[] = {
     TEST_CASE(failing_start_during_restart_counts_toward_the_limit),
     TEST_CASE(restarts_outside_the_window_do_not_count),
     TEST_CASE(restart_delays_grow_exponentially),
+    TEST_CASE(restart_delays_stop_growing_at_the_cap),
     TEST_CASE(children_stop_in_reverse_start_order),
     TEST_CASE(shutdown_stops_top_level_actors_in_reverse_order),
 };

@@ -1,5 +1,6 @@
 /* Helpers shared by the runtime tests (see util.h). */
 #include "util.h"
+#include "runtime/deadline.h"
 
 #include <errno.h>
 #include <sched.h>
@@ -46,7 +47,7 @@ int tell_retry(accel_runtime *rt, accel_ref to, const accel_msg *m, uint64_t *bu
 
 void gate_init(gate *g) {
   pthread_mutex_init(&g->mu, NULL);
-  pthread_cond_init(&g->cv, NULL);
+  CHECK_EQ(rt_cond_init_monotonic(&g->cv), 0); /* gate_wait's deadline is monotonic */
   g->count = 0;
 }
 
@@ -62,20 +63,8 @@ void gate_signal(gate *g) {
   pthread_mutex_unlock(&g->mu);
 }
 
-static struct timespec deadline_after_ms(unsigned ms) {
-  struct timespec ts;
-  clock_gettime(CLOCK_REALTIME, &ts);
-  ts.tv_sec += ms / 1000;
-  ts.tv_nsec += (long)(ms % 1000) * 1000000L;
-  if (ts.tv_nsec >= 1000000000L) {
-    ts.tv_sec++;
-    ts.tv_nsec -= 1000000000L;
-  }
-  return ts;
-}
-
 int gate_wait(gate *g, unsigned n, unsigned timeout_ms) {
-  struct timespec deadline = deadline_after_ms(timeout_ms);
+  struct timespec deadline = rt_deadline_after(timeout_ms);
   int rc = 0;
   pthread_mutex_lock(&g->mu);
   while (g->count < n && rc != ETIMEDOUT)
