@@ -33,6 +33,8 @@ ACCEL_DEPS=(
   # a real terminal for the test of `accelctl top`
   tmux
   openssl
+  # the C formatting check (scripts/check-format; .clang-format is for Debian 12's version 14)
+  clang-format
 )
 
 # ---- output -------------------------------------------------------------------------------

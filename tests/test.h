@@ -40,7 +40,9 @@ typedef struct test_case {
 } test_case;
 
 #define TEST(name) static void name(void)
+/* clang-format off */
 #define TEST_CASE(name) {#name, name}
+/* clang-format on */
 #define TEST_MAIN(table)                                                                   \
   int main(int argc, char **argv) {                                                        \
     return test_main_(argc, argv, table, sizeof(table) / sizeof((table)[0]));              \

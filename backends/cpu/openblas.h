@@ -16,9 +16,11 @@
 #include <stdint.h>
 
 /* The entries every OpenBLAS exports; the table is not handed out without all of them. */
+/* clang-format off */
 #define BE_OPENBLAS_FUNCS(X)                                                               \
   X(cblas_sgemm) X(cblas_dgemm) X(cblas_saxpy) X(cblas_daxpy) X(cblas_sdot) X(cblas_ddot) \
   X(cblas_sscal) X(cblas_dscal)
+/* clang-format on */
 
 /* cblas_sbgemm (bfloat16 A and B as raw uint16_t, float C) exists only in OpenBLAS built with
  * BUILD_BFLOAT16, and cblas.h declares it only then (Debian 12's 0.3.21 has neither). */

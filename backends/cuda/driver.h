@@ -18,6 +18,7 @@
 #include <stddef.h>
 
 /* Every driver entry point the backend, its tests and its benchmarks call. */
+/* clang-format off */
 #define BE_CU_FUNCS(X)                                                                     \
   X(cuInit) X(cuDriverGetVersion) X(cuGetErrorName) X(cuDeviceGetCount) X(cuDeviceGet)     \
   X(cuDeviceGetName) X(cuDeviceTotalMem) X(cuDeviceGetAttribute)                           \
@@ -35,6 +36,7 @@
   X(cuMemcpyDtoDAsync) X(cuMemsetD8Async) X(cuMemsetD16Async) X(cuMemsetD32Async)          \
   X(cuMemHostRegister) X(cuMemHostUnregister)                                            \
   X(cuModuleLoadDataEx) X(cuFuncSetAttribute)
+/* clang-format on */
 
 /* Entry points of newer drivers that the backend does without: NULL in the table when the
  * driver lacks them (cuFuncGetParamInfo: 12.4). */

@@ -9,10 +9,12 @@
 #include <nvrtc.h>
 #include <stddef.h>
 
+/* clang-format off */
 #define BE_NVRTC_FUNCS(X)                                                                  \
   X(nvrtcVersion) X(nvrtcGetErrorString) X(nvrtcCreateProgram) X(nvrtcDestroyProgram)     \
   X(nvrtcCompileProgram) X(nvrtcGetPTXSize) X(nvrtcGetPTX) X(nvrtcGetProgramLogSize)        \
   X(nvrtcGetProgramLog)
+/* clang-format on */
 
 /* Entries of newer NVRTCs that the backend does without (NULL when missing): CUBIN output
  * (11.1; else PTX, which the driver compiles) and the list of architectures (11.2; else the

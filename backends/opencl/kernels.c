@@ -6,7 +6,9 @@
 #include "accel/error.h"
 #include "backends/opencl/device.h"
 
+/* clang-format off */
 #define ARG(x) {sizeof(x), &(x)}
+/* clang-format on */
 
 int be_ocl_launch(be_queue *q, be_ocl_fn fn, cl_uint dims, const size_t *global,
                   const size_t *local, const be_ocl_arg *args, cl_uint nargs)

@@ -542,7 +542,9 @@ static int ignore_receive(accel_actor *self, void *state, accel_msg *msg) { retu
 static const accel_behavior node_b = {
     .name = "node", .start = node_start, .receive = ignore_receive, .stop = node_stop};
 
+/* clang-format off */
 #define LEAF(n) {n, 0, NULL}
+/* clang-format on */
 static const node_spec c0_kids[] = {LEAF("c0.g0"), LEAF("c0.g1")};
 static const node_spec c1_kids[] = {LEAF("c1.g0"), LEAF("c1.g1")};
 static const node_spec c2_kids[] = {LEAF("c2.g0"), LEAF("c2.g1")};
