@@ -15,13 +15,20 @@ typedef struct kind_shape {
 } kind_shape;
 
 static const kind_shape shapes[DEV_OP_KIND_COUNT_] = {
-    [DEV_OP_WRITE] = {1, false},         [DEV_OP_READ] = {1, false},
-    [DEV_OP_COPY] = {2, true},           [DEV_OP_FILL] = {1, false},
-    [DEV_OP_GEMM] = {3, false},          [DEV_OP_AXPY] = {2, true},
-    [DEV_OP_DOT] = {3, true},            [DEV_OP_SCAL] = {1, false},
-    [DEV_OP_RNG] = {1, false},           [DEV_OP_UNARY] = {2, true},
-    [DEV_OP_SOFTMAX] = {2, true},        [DEV_OP_BUFFER_CREATE] = {1, false},
-    [DEV_OP_BUFFER_DESTROY] = {1, false}, [DEV_OP_MODULE_LOAD] = {1, false},
+    [DEV_OP_WRITE] = {1, false},
+    [DEV_OP_READ] = {1, false},
+    [DEV_OP_COPY] = {2, true},
+    [DEV_OP_FILL] = {1, false},
+    [DEV_OP_GEMM] = {3, false},
+    [DEV_OP_AXPY] = {2, true},
+    [DEV_OP_DOT] = {3, true},
+    [DEV_OP_SCAL] = {1, false},
+    [DEV_OP_RNG] = {1, false},
+    [DEV_OP_UNARY] = {2, true},
+    [DEV_OP_SOFTMAX] = {2, true},
+    [DEV_OP_BUFFER_CREATE] = {1, false},
+    [DEV_OP_BUFFER_DESTROY] = {1, false},
+    [DEV_OP_MODULE_LOAD] = {1, false},
     [DEV_OP_MODULE_UNLOAD] = {1, false},
 };
 
@@ -33,8 +40,7 @@ static bool range_ok(uint64_t offset, uint64_t count, uint64_t len) {
   return offset <= len && count <= len - offset;
 }
 
-static void set_access(dev_op *op, uint32_t i, uint32_t access, uint64_t offset,
-                       uint64_t count) {
+static void set_access(dev_op *op, uint32_t i, uint32_t access, uint64_t offset, uint64_t count) {
   op->bufs[i].access = access;
   op->bufs[i].offset = offset;
   op->bufs[i].count = count;

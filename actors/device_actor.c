@@ -19,8 +19,7 @@ typedef struct device_state {
 } device_state;
 
 static int open_device(dev_node *node) {
-  be_open_opts opts = {.fault_injection = node->world->fault_injection,
-                       .tf32 = node->world->tf32};
+  be_open_opts opts = {.fault_injection = node->world->fault_injection, .tf32 = node->world->tf32};
   int rc = node->be->open(node->backend_index, &opts, &node->dev);
   if (rc != 0)
     return rc;
@@ -48,8 +47,8 @@ static int device_start(accel_actor *self, void *state, void *arg) {
       continue; /* no user kernels on this backend: no queue (a CPU queue is a thread) */
     node->kernel_args[q] = (struct dev_kernel_spawn){node, (dev_queue_class)q};
     accel_spawn_opts o = {.name = kernel_names[q], .mailbox_capacity = 1 << 14};
-    rc = accel_spawn(accel_actor_runtime(self), self, &dev_kernel_behavior,
-                     &node->kernel_args[q], &o, NULL);
+    rc = accel_spawn(accel_actor_runtime(self), self, &dev_kernel_behavior, &node->kernel_args[q],
+                     &o, NULL);
     if (rc != 0)
       return rc;
   }
@@ -119,7 +118,7 @@ static int device_receive(accel_actor *self, void *state, accel_msg *msg) {
   switch (msg->type) {
   case DEV_MSG_FAULT:
     if (msg->arg != d->node->generation)
-      return 0; /* about an earlier incarnation: already handled */
+      return 0;            /* about an earlier incarnation: already handled */
     return ACCEL_EDEVLOST; /* fail: the supervisor restarts the device */
   case DEV_MSG_INJECT_FAULT: {
     int rc = d->node->be->inject_fault(d->node->dev);
@@ -162,8 +161,7 @@ static int supervisor_start(accel_actor *self, void *state, void *arg) {
     if (rc == ACCEL_ENOMEM)
       return rc; /* the host is out of memory, the device is not at fault: nothing starts */
     if (rc != 0) {
-      accel_log(ACCEL_LOG_ERROR, "device", "device %s did not start: %s", name,
-                accel_strerror(rc));
+      accel_log(ACCEL_LOG_ERROR, "device", "device %s did not start: %s", name, accel_strerror(rc));
       __atomic_store_n(&node->state, DEV_NODE_QUARANTINED, __ATOMIC_RELAXED);
     }
   }

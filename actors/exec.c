@@ -104,11 +104,10 @@ static int exec_package_op(dev_task *t, be_queue *q) {
   case DEV_OP_GEMM:
     return be->blas->gemm(q, &op->u.gemm, mem_on(t, 0), 0, mem_on(t, 1), 0, mem_on(t, 2), 0);
   case DEV_OP_AXPY:
-    return be->blas->axpy(q, dtype, op->u.axpy.n, op->u.axpy.alpha, mem_on(t, 0), 0,
-                          mem_on(t, 1), 0);
+    return be->blas->axpy(q, dtype, op->u.axpy.n, op->u.axpy.alpha, mem_on(t, 0), 0, mem_on(t, 1),
+                          0);
   case DEV_OP_DOT:
-    return be->blas->dot(q, dtype, op->u.dot.n, mem_on(t, 0), 0, mem_on(t, 1), 0,
-                         mem_on(t, 2), 0);
+    return be->blas->dot(q, dtype, op->u.dot.n, mem_on(t, 0), 0, mem_on(t, 1), 0, mem_on(t, 2), 0);
   case DEV_OP_SCAL:
     return be->blas->scal(q, dtype, op->u.axpy.n, op->u.axpy.alpha, mem_on(t, 0), 0);
   case DEV_OP_RNG:

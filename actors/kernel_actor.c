@@ -26,20 +26,20 @@
 typedef struct kernel_state kernel_state;
 
 typedef struct dev_inflight {
-  accel_task post;       /* the backend's callback posts the record to the loop */
-  rt_list link;          /* in the actor's in-flight list */
+  accel_task post;           /* the backend's callback posts the record to the loop */
+  rt_list link;              /* in the actor's in-flight list */
   struct dev_inflight *next; /* in the world's pool of free records */
-  kernel_state *owner;   /* NULL once the actor has ended */
-  dev_task *task;        /* NULL once finished */
+  kernel_state *owner;       /* NULL once the actor has ended */
+  dev_task *task;            /* NULL once finished */
   const be_ops *be;
   be_event *event;
   accel_completion how;
   uint64_t deadline_ms;
-  int status;            /* from the backend's callback */
-  dev_world *world;      /* whose pool the record goes back to */
+  int status;       /* from the backend's callback */
+  dev_world *world; /* whose pool the record goes back to */
   accel_runtime *world_rt;
-  accel_future *early;   /* the op's future, completed right in the backend's callback */
-  int refs;              /* the actor's list + the pending completion mechanism */
+  accel_future *early; /* the op's future, completed right in the backend's callback */
+  int refs;            /* the actor's list + the pending completion mechanism */
 } dev_inflight;
 
 struct kernel_state {
@@ -47,15 +47,15 @@ struct kernel_state {
   dev_queue_class qclass;
   be_queue *queue;
   accel_actor *self;
-  rt_list inflight;      /* dev_inflight records, newest first */
-  uint32_t polled;       /* in-flight records with how == POLL */
+  rt_list inflight; /* dev_inflight records, newest first */
+  uint32_t polled;  /* in-flight records with how == POLL */
   bool poll_armed, watchdog_armed;
-  bool stopping;         /* ending: failures are ours, not the device's */
-  uint32_t on_queue;     /* tasks in flight on the queue */
+  bool stopping;                         /* ending: failures are ours, not the device's */
+  uint32_t on_queue;                     /* tasks in flight on the queue */
   dev_task *waiting_head, *waiting_tail; /* ready tasks past MAX_ON_QUEUE, in order */
-  uint32_t generation;   /* the device incarnation this actor serves */
-  bool fault_reported;   /* the device actor has the report (or no longer needs it) */
-  bool fault_pending;    /* a report met a full mailbox: sent again until it gets through */
+  uint32_t generation;                   /* the device incarnation this actor serves */
+  bool fault_reported; /* the device actor has the report (or no longer needs it) */
+  bool fault_pending;  /* a report met a full mailbox: sent again until it gets through */
 };
 
 static dev_inflight *inflight_alloc(dev_world *w) {
@@ -275,9 +275,14 @@ static int track(kernel_state *k, dev_task *t) {
   if (f == NULL)
     return ACCEL_ENOMEM;
   uint64_t deadline = t->op && t->op->h.deadline_ms > 0 ? (uint64_t)t->op->h.deadline_ms
-                                                         : DEFAULT_DEADLINE_MS;
-  *f = (dev_inflight){.owner = k, .task = t, .be = k->node->be, .how = strategy_of(k, t),
-                      .deadline_ms = rt_mono_ms() + deadline, .refs = 1, .world = k->node->world};
+                                                        : DEFAULT_DEADLINE_MS;
+  *f = (dev_inflight){.owner = k,
+                      .task = t,
+                      .be = k->node->be,
+                      .how = strategy_of(k, t),
+                      .deadline_ms = rt_mono_ms() + deadline,
+                      .refs = 1,
+                      .world = k->node->world};
   int rc = completion_event(k, f);
   if (rc != 0) {
     inflight_unref(f); /* destroys the event, back to the pool */

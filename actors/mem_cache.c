@@ -10,7 +10,7 @@
 #define SMALL_STEP 512u
 #define LARGE_STEP (2u << 20)
 #define SMALL_MAX (1u << 20)
-#define CACHE_SHARE 8 /* a node caches at most 1/8 of its memory... */
+#define CACHE_SHARE 8          /* a node caches at most 1/8 of its memory... */
 #define CACHE_MAX (1ull << 30) /* ...and at most 1 GiB */
 
 size_t dev_mem_class(size_t bytes) {
@@ -172,12 +172,11 @@ static void need(dev_mem_need *needs, uint32_t *n, dev_buffer *b, dev_node *node
   for (uint32_t i = 0; i < *n; i++)
     if (needs[i].buf == b && needs[i].node == node)
       return;
-  needs[(*n)++] = (dev_mem_need){.buf = b, .node = node, .node_gen = node->generation,
-                                 .cls = dev_mem_class(b->bytes)};
+  needs[(*n)++] = (dev_mem_need){
+      .buf = b, .node = node, .node_gen = node->generation, .cls = dev_mem_class(b->bytes)};
 }
 
-uint32_t dev_mem_needs(dev_node *node, const dev_op *op, dev_buffer *bufs[],
-                       dev_mem_need *needs) {
+uint32_t dev_mem_needs(dev_node *node, const dev_op *op, dev_buffer *bufs[], dev_mem_need *needs) {
   dev_node *host = &node->world->nodes[DEV_HOST_NODE];
   uint32_t n = 0;
   for (uint32_t i = 0; i < op->nbufs; i++) {
@@ -279,8 +278,10 @@ static void check_not_on_loop(const dev_node *node, const char *what) {
   }
   if (!enabled || blocking_allowed > 0 || !rt_on_a_loop())
     return;
-  accel_log(ACCEL_LOG_ERROR, "device", "%s on the loop thread (device %d): it may block "
-            "every client (ACCEL_CHECK_LOOP_BLOCKING)", what, node->device);
+  accel_log(ACCEL_LOG_ERROR, "device",
+            "%s on the loop thread (device %d): it may block "
+            "every client (ACCEL_CHECK_LOOP_BLOCKING)",
+            what, node->device);
   abort();
 }
 

@@ -24,10 +24,10 @@ struct dev_buffer;
 struct dev_op;
 
 typedef struct dev_mem_cache {
-  be_mem *blocks;       /* free blocks of the current incarnation, oldest first */
+  be_mem *blocks; /* free blocks of the current incarnation, oldest first */
   uint32_t len, cap;
-  uint64_t bytes;       /* their sum */
-  uint64_t limit;       /* past it, the oldest are freed (on a worker) */
+  uint64_t bytes;                 /* their sum */
+  uint64_t limit;                 /* past it, the oldest are freed (on a worker) */
   uint64_t hits, misses, trimmed; /* counters for the tests and reports */
 } dev_mem_cache;
 
@@ -54,16 +54,16 @@ typedef struct dev_mem_need {
   struct dev_node *node;
   uint32_t node_gen;
   size_t cls;
-  be_mem mem;  /* filled by the worker */
-  int status;  /* its mem_alloc's result */
+  be_mem mem; /* filled by the worker */
+  int status; /* its mem_alloc's result */
 } dev_mem_need;
 
 typedef struct dev_mem_job dev_mem_job;
 
 /* The op's replicas on `node` (and the host, for a copy between devices) that have no
  * memory and find none in the cache; at most DEV_OP_MAX_BUFS * 2. */
-uint32_t dev_mem_needs(struct dev_node *node, const struct dev_op *op,
-                       struct dev_buffer *bufs[], dev_mem_need *needs);
+uint32_t dev_mem_needs(struct dev_node *node, const struct dev_op *op, struct dev_buffer *bufs[],
+                       dev_mem_need *needs);
 /* Allocates them on a worker; the actor `self` gets a message of type `msg_type` whose data
  * is the job (give it to dev_mem_job_done). The buffers are held (users) until then. */
 int dev_mem_job_submit(accel_actor *self, dev_mem_need *needs, uint32_t n, uint32_t msg_type);

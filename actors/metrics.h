@@ -15,8 +15,8 @@
 #include "actors/world.h"
 #include "runtime/attr.h"
 
-#define DEV_METRICS_BUCKETS 16 /* latency buckets, +Inf aside */
-#define DEV_METRICS_NODE_SLOTS (DEV_MAX_NODES + 1) /* 0: never placed; n + 1: node n */
+#define DEV_METRICS_BUCKETS 16                           /* latency buckets, +Inf aside */
+#define DEV_METRICS_NODE_SLOTS (DEV_MAX_NODES + 1)       /* 0: never placed; n + 1: node n */
 #define DEV_METRICS_STATUS_SLOTS (-ACCEL_ERRNO_MIN_ + 1) /* -status, then "unknown" */
 
 /* The buckets' upper bounds, in seconds. */

@@ -14,12 +14,21 @@
 #define bucket_le dev_metrics_bucket_le
 
 static const char *const kind_names[DEV_OP_KIND_COUNT_] = {
-    [DEV_OP_WRITE] = "write", [DEV_OP_READ] = "read", [DEV_OP_COPY] = "copy",
-    [DEV_OP_FILL] = "fill", [DEV_OP_GEMM] = "gemm", [DEV_OP_AXPY] = "axpy",
-    [DEV_OP_DOT] = "dot", [DEV_OP_RNG] = "rng", [DEV_OP_UNARY] = "elementwise",
-    [DEV_OP_SOFTMAX] = "softmax", [DEV_OP_BUFFER_CREATE] = "buffer_create",
-    [DEV_OP_BUFFER_DESTROY] = "buffer_destroy", [DEV_OP_SCAL] = "scal",
-    [DEV_OP_MODULE_LOAD] = "module_load", [DEV_OP_MODULE_UNLOAD] = "module_unload",
+    [DEV_OP_WRITE] = "write",
+    [DEV_OP_READ] = "read",
+    [DEV_OP_COPY] = "copy",
+    [DEV_OP_FILL] = "fill",
+    [DEV_OP_GEMM] = "gemm",
+    [DEV_OP_AXPY] = "axpy",
+    [DEV_OP_DOT] = "dot",
+    [DEV_OP_RNG] = "rng",
+    [DEV_OP_UNARY] = "elementwise",
+    [DEV_OP_SOFTMAX] = "softmax",
+    [DEV_OP_BUFFER_CREATE] = "buffer_create",
+    [DEV_OP_BUFFER_DESTROY] = "buffer_destroy",
+    [DEV_OP_SCAL] = "scal",
+    [DEV_OP_MODULE_LOAD] = "module_load",
+    [DEV_OP_MODULE_UNLOAD] = "module_unload",
     [DEV_OP_LAUNCH] = "launch"};
 
 /* A label value: backslash, double quote and line feed escaped, as the format asks. */
@@ -84,8 +93,7 @@ static void render_histogram(sbuf *b, const dev_world *w, const dev_metrics *m) 
           sb_printf(b, ",kind=\"%s\",le=\"%g\"} %llu\n", kind_names[k], bucket_le[i],
                     (unsigned long long)cum);
         else
-          sb_printf(b, ",kind=\"%s\",le=\"+Inf\"} %llu\n", kind_names[k],
-                    (unsigned long long)cum);
+          sb_printf(b, ",kind=\"%s\",le=\"+Inf\"} %llu\n", kind_names[k], (unsigned long long)cum);
       }
       sb_printf(b, "accel_op_duration_seconds_sum{");
       device_label(b, w, n);
@@ -97,8 +105,9 @@ static void render_histogram(sbuf *b, const dev_world *w, const dev_metrics *m) 
 }
 
 static const char *state_name(dev_node_state s) {
-  return s == DEV_NODE_SERVING ? "serving" : s == DEV_NODE_RESTARTING ? "restarting"
-                                                                         : "quarantined";
+  return s == DEV_NODE_SERVING      ? "serving"
+         : s == DEV_NODE_RESTARTING ? "restarting"
+                                    : "quarantined";
 }
 
 /* One gauge or counter with a value per device. */
@@ -110,10 +119,18 @@ static void per_device(sbuf *b, const dev_world *w, const char *name, const char
               (unsigned long long)value(w, n));
 }
 
-static uint64_t mem_used(const dev_world *w, int n) { return dev_status_node_mem(w, n); }
-static uint64_t mem_total(const dev_world *w, int n) { return w->nodes[n].info.mem_bytes; }
-static uint64_t mem_cached(const dev_world *w, int n) { return w->nodes[n].cache.bytes; }
-static uint64_t restarts(const dev_world *w, int n) { return w->nodes[n].restarts; }
+static uint64_t mem_used(const dev_world *w, int n) {
+  return dev_status_node_mem(w, n);
+}
+static uint64_t mem_total(const dev_world *w, int n) {
+  return w->nodes[n].info.mem_bytes;
+}
+static uint64_t mem_cached(const dev_world *w, int n) {
+  return w->nodes[n].cache.bytes;
+}
+static uint64_t restarts(const dev_world *w, int n) {
+  return w->nodes[n].restarts;
+}
 static uint64_t quarantined(const dev_world *w, int n) {
   return w->nodes[n].state == DEV_NODE_QUARANTINED;
 }
@@ -130,12 +147,11 @@ static void render_devices(sbuf *b, const dev_world *w) {
   }
   per_device(b, w, "accel_device_memory_used_bytes", "gauge",
              "Bytes of buffer replicas on the device.", mem_used);
-  per_device(b, w, "accel_device_memory_total_bytes", "gauge", "The device's memory.",
-             mem_total);
+  per_device(b, w, "accel_device_memory_total_bytes", "gauge", "The device's memory.", mem_total);
   per_device(b, w, "accel_device_memory_cached_bytes", "gauge",
              "Bytes of freed blocks kept for reuse (not counted as used).", mem_cached);
-  per_device(b, w, "accel_device_restarts_total", "counter",
-             "Restarts of the device after faults.", restarts);
+  per_device(b, w, "accel_device_restarts_total", "counter", "Restarts of the device after faults.",
+             restarts);
   per_device(b, w, "accel_device_quarantined", "gauge",
              "1 while the device is quarantined (past its restart limit).", quarantined);
 }
@@ -146,8 +162,11 @@ static void render_bytes(sbuf *b, dev_world *w) {
   const struct {
     const char *dir;
     atomic_ullong *v;
-  } rows[] = {{"host_to_device", &w->h2d}, {"device_to_host", &w->d2h},
-              {"device_to_device", &w->d2d}, {"written", &w->written}, {"read", &w->read}};
+  } rows[] = {{"host_to_device", &w->h2d},
+              {"device_to_host", &w->d2h},
+              {"device_to_device", &w->d2d},
+              {"written", &w->written},
+              {"read", &w->read}};
   for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++)
     sb_printf(b, "accel_bytes_moved_total{direction=\"%s\"} %llu\n", rows[i].dir,
               (unsigned long long)atomic_load(rows[i].v));
@@ -156,7 +175,7 @@ static void render_bytes(sbuf *b, dev_world *w) {
 static uint64_t live_buffers(const dev_world *w) {
   uint64_t n = 0;
   RT_LIST_FOR_EACH(const dev_buffer, buf, &w->buffers, link)
-    n += !buf->destroyed;
+  n += !buf->destroyed;
   return n;
 }
 
@@ -169,8 +188,10 @@ static void gauge(sbuf *b, const char *name, const char *type, const char *help,
 static void render_server(sbuf *b, const dev_world *w, const dev_status_counts *c) {
   header(b, "accel_build_info", "gauge", "acceld's version.");
   sb_printf(b, "accel_build_info{version=\"%s\"} 1\n", ACCEL_VERSION_STRING);
-  gauge(b, "accel_up", "gauge", "1 while serving, 0 while draining or with every device "
-        "quarantined (as /healthz).", (unsigned long long)dev_metrics_healthy(w, c));
+  gauge(b, "accel_up", "gauge",
+        "1 while serving, 0 while draining or with every device "
+        "quarantined (as /healthz).",
+        (unsigned long long)dev_metrics_healthy(w, c));
   gauge(b, "accel_uptime_seconds", "gauge", "Seconds since acceld started.",
         (unsigned long long)(c->uptime_ms / 1000));
   gauge(b, "accel_connections", "gauge", "Client connections open.", c->connections);

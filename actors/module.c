@@ -138,8 +138,8 @@ static void job_drop(void *data) {
 }
 
 int dev_module_build_start(accel_actor *self, uint32_t msg_type, dev_module *m, const int *nodes,
-                     int nnodes, uint32_t source, const void *code, size_t len,
-                     const char *options) {
+                           int nnodes, uint32_t source, const void *code, size_t len,
+                           const char *options) {
   build_job *j = rt_calloc(1, sizeof *j);
   if (j == NULL)
     return ACCEL_ENOMEM;
@@ -227,8 +227,7 @@ static bool arg_fits(const dev_kernel_arg *a, const struct be_param *p) {
   return true; /* LOCAL: its size is the launch's to choose */
 }
 
-int dev_module_launch_check(const dev_node *node, const dev_module_kernel *k,
-                            const dev_launch *l) {
+int dev_module_launch_check(const dev_node *node, const dev_module_kernel *k, const dev_launch *l) {
   int rc = geometry_check(&node->caps.limits, l);
   if (rc != 0)
     return rc;

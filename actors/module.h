@@ -18,17 +18,17 @@ typedef struct dev_module_kernel {
  * (by a worker when its build is done, and by the device actor dropping the node's
  * modules). */
 typedef struct dev_module_build {
-  be_module *mod;  /* NULL: not built there (or lost) */
-  bool lost;       /* it was built, and the device restarted since */
+  be_module *mod;             /* NULL: not built there (or lost) */
+  bool lost;                  /* it was built, and the device restarted since */
   dev_module_kernel *kernels; /* looked up so far */
   uint32_t nkernels, kernels_cap;
 } dev_module_build;
 
 struct dev_module {
   dev_world *world;
-  rt_list link;            /* in the world's list */
-  uint32_t refs;           /* the handle, each launch in flight, a build in progress */
-  int status;              /* the build's: 0, or why it failed (launches meet it) */
+  rt_list link;  /* in the world's list */
+  uint32_t refs; /* the handle, each launch in flight, a build in progress */
+  int status;    /* the build's: 0, or why it failed (launches meet it) */
   dev_module_build per[DEV_MAX_NODES];
 };
 

@@ -15,7 +15,7 @@ typedef enum dev_op_kind {
   DEV_OP_READ,      /* buffer -> caller memory */
   DEV_OP_COPY,
   DEV_OP_FILL,
-  DEV_OP_GEMM,   /* any dtypes (the buffers'), strided-batched too */
+  DEV_OP_GEMM, /* any dtypes (the buffers'), strided-batched too */
   DEV_OP_AXPY,
   DEV_OP_DOT,
   DEV_OP_RNG,
@@ -24,9 +24,9 @@ typedef enum dev_op_kind {
   DEV_OP_BUFFER_CREATE,  /* bufs[0]: the new handle (chosen by the client), count */
   DEV_OP_BUFFER_DESTROY, /* bufs[0] */
   DEV_OP_SCAL,
-  DEV_OP_MODULE_LOAD,    /* bufs[0]: the module's handle (chosen by the client), count 0 */
-  DEV_OP_MODULE_UNLOAD,  /* bufs[0] */
-  DEV_OP_LAUNCH,         /* bufs: the buffers among its arguments, in argument order */
+  DEV_OP_MODULE_LOAD,   /* bufs[0]: the module's handle (chosen by the client), count 0 */
+  DEV_OP_MODULE_UNLOAD, /* bufs[0] */
+  DEV_OP_LAUNCH,        /* bufs: the buffers among its arguments, in argument order */
   DEV_OP_KIND_COUNT_
 } dev_op_kind;
 
@@ -36,7 +36,7 @@ enum dev_access { DEV_READ = 1, DEV_WRITE = 2, DEV_RW = 3, DEV_WRITE_ALL = 6 };
 
 #define DEV_OP_MAX_BUFS 16 /* a launch's buffers (ACCEL_LAUNCH_MAX_BUFFERS); others take 3 */
 
-#define DEV_MODULE_MAX_OPTIONS 4096u      /* bytes of compiler options */
+#define DEV_MODULE_MAX_OPTIONS 4096u     /* bytes of compiler options */
 #define DEV_MODULE_MAX_CODE (256u << 20) /* bytes of code (acceld: also one frame) */
 
 /* One argument of a launch: BE_PARAM_BUFFER (bits: its index in the op's bufs[]),
@@ -54,24 +54,23 @@ typedef struct dev_launch {
   dev_kernel_arg args[BE_LAUNCH_MAX_ARGS];
   char name[BE_KERNEL_NAME_MAX + 1]; /* NUL-terminated, not empty */
   /* Set by the session when it places the launch (never on the wire). */
-  struct dev_module *mod;                  /* held until the op finishes */
-  be_kernel *kernel;                       /* owned by the module's build */
+  struct dev_module *mod; /* held until the op finishes */
+  be_kernel *kernel;      /* owned by the module's build */
 } dev_launch;
 
-
 typedef struct dev_op_header {
-  uint32_t kind;          /* dev_op_kind */
+  uint32_t kind; /* dev_op_kind */
   uint32_t flags;
   uint64_t request_id;
   uint64_t session;
-  int32_t device;         /* ACCEL_DEVICE_ANY or an index */
-  uint32_t completion;    /* accel_completion */
-  int64_t deadline_ms;    /* 0: the device's default */
+  int32_t device;      /* ACCEL_DEVICE_ANY or an index */
+  uint32_t completion; /* accel_completion */
+  int64_t deadline_ms; /* 0: the device's default */
 } dev_op_header;
 
 typedef struct dev_op_buf {
   uint64_t handle;
-  uint32_t access; /* enum dev_access */
+  uint32_t access;        /* enum dev_access */
   uint64_t offset, count; /* the elements the op touches, for validation and WRITE_ALL */
 } dev_op_buf;
 
@@ -80,22 +79,43 @@ typedef struct dev_op {
   uint32_t nbufs;
   dev_op_buf bufs[DEV_OP_MAX_BUFS];
   union {
-    struct { const void *src; uint64_t bytes; } write; /* bufs[0]: dst; bytes = count * size */
-    struct { void *dst; uint64_t bytes; } read; /* bufs[0]: src; bytes = count * size */
-    struct { int unused; } copy;              /* bufs[0]: dst, bufs[1]: src */
-    struct { uint64_t value; } fill;          /* bufs[0]; the element's bits (low bytes) */
-    be_gemm_args gemm;                        /* bufs: a, b, c; types set by the checker */
-    struct { uint64_t n; double alpha; } axpy; /* bufs: x, y; scal: x */
-    struct { uint64_t n; } dot;               /* bufs: x, y, result */
-    be_rng_args rng;                          /* bufs[0] */
-    struct { be_unary_op op; } unary;         /* bufs: dst, src */
-    struct { uint64_t rows, cols; } softmax;  /* bufs: dst, src */
-    struct { uint32_t dtype; } create;        /* bufs[0]: handle, count */
-    struct {                                  /* bufs[0]: the module's handle */
-      uint32_t source;                        /* accel_source */
-      const void *code;                       /* borrowed as a write's bytes are */
+    struct {
+      const void *src;
+      uint64_t bytes;
+    } write; /* bufs[0]: dst; bytes = count * size */
+    struct {
+      void *dst;
+      uint64_t bytes;
+    } read; /* bufs[0]: src; bytes = count * size */
+    struct {
+      int unused;
+    } copy; /* bufs[0]: dst, bufs[1]: src */
+    struct {
+      uint64_t value;
+    } fill;            /* bufs[0]; the element's bits (low bytes) */
+    be_gemm_args gemm; /* bufs: a, b, c; types set by the checker */
+    struct {
+      uint64_t n;
+      double alpha;
+    } axpy; /* bufs: x, y; scal: x */
+    struct {
+      uint64_t n;
+    } dot;           /* bufs: x, y, result */
+    be_rng_args rng; /* bufs[0] */
+    struct {
+      be_unary_op op;
+    } unary; /* bufs: dst, src */
+    struct {
+      uint64_t rows, cols;
+    } softmax; /* bufs: dst, src */
+    struct {
+      uint32_t dtype;
+    } create;           /* bufs[0]: handle, count */
+    struct {            /* bufs[0]: the module's handle */
+      uint32_t source;  /* accel_source */
+      const void *code; /* borrowed as a write's bytes are */
       uint64_t len;
-      const char *options;                    /* NUL-terminated, or NULL */
+      const char *options; /* NUL-terminated, or NULL */
     } module;
     dev_launch launch;
   } u;
@@ -108,8 +128,8 @@ typedef struct dev_op {
   void (*done)(struct dev_op *op, int status);
   void *owner;
   struct dev_session_acct *acct; /* set by the session */
-  uint64_t t_issued_ns;  /* uv_hrtime() when the session took it (metrics) */
-  uint32_t ran_on;       /* 1 + the node it was planned on; 0: never placed (metrics) */
+  uint64_t t_issued_ns;          /* uv_hrtime() when the session took it (metrics) */
+  uint32_t ran_on;               /* 1 + the node it was planned on; 0: never placed (metrics) */
 } dev_op;
 
 #endif

@@ -8,8 +8,8 @@
  * session ends, every buffer it owns is destroyed (freed once its last
  * task is done); ops still in flight finish normally. */
 #include <stdlib.h>
-#include <uv.h>
 #include <string.h>
+#include <uv.h>
 
 #include "actors/check.h"
 #include "actors/device.h"
@@ -39,7 +39,7 @@ typedef struct session_state {
   accel_actor *self;
   session_entry *table;
   dev_session_acct *acct;
-  dev_op *building; /* the module load being built, or NULL */
+  dev_op *building;   /* the module load being built, or NULL */
   dev_op *allocating; /* the op whose memory a worker allocates (mem_cache.h), or NULL */
   bool alloc_retried; /* its allocation failed once and the caches were emptied */
   op_fifo held;
@@ -157,8 +157,7 @@ static int launch_rank(const dev_node *node) {
 
 static dev_node *place_launch(dev_world *w, dev_op *op, dev_buffer *bufs[], dev_module *m) {
   if (op->h.device != ACCEL_DEVICE_ANY)
-    return op->h.device >= 0 && op->h.device < w->nnodes - 1 ? &w->nodes[op->h.device + 1]
-                                                             : NULL;
+    return op->h.device >= 0 && op->h.device < w->nnodes - 1 ? &w->nodes[op->h.device + 1] : NULL;
   for (uint32_t i = 0; i < op->nbufs; i++) {
     int n = dev_buffer_valid_node(bufs[i], -1);
     if (n > DEV_HOST_NODE && w->nodes[n].state == DEV_NODE_SERVING && m->per[n].mod)
@@ -193,8 +192,7 @@ static dev_node *place(dev_world *w, dev_op *op, dev_buffer *bufs[]) {
     return &w->nodes[n < 0 ? DEV_HOST_NODE : n];
   }
   if (op->h.device != ACCEL_DEVICE_ANY) /* compared before adding: no overflow */
-    return op->h.device >= 0 && op->h.device < w->nnodes - 1 ? &w->nodes[op->h.device + 1]
-                                                             : NULL;
+    return op->h.device >= 0 && op->h.device < w->nnodes - 1 ? &w->nodes[op->h.device + 1] : NULL;
   for (uint32_t i = 0; i < op->nbufs; i++) {
     int n = dev_buffer_valid_node(bufs[i], -1);
     if (n > DEV_HOST_NODE && w->nodes[n].state == DEV_NODE_SERVING &&
@@ -290,7 +288,7 @@ static int module_load(session_state *s, dev_op *op) {
   if (m == NULL)
     return ACCEL_ENOMEM;
   rc = dev_module_build_start(s->self, DEV_MSG_BUILT, m, nodes, n, op->u.module.source,
-                        op->u.module.code, op->u.module.len, op->u.module.options);
+                              op->u.module.code, op->u.module.len, op->u.module.options);
   if (rc != 0) {
     dev_module_unref(m);
     return rc;
@@ -317,8 +315,9 @@ static int launch_prepare(session_state *s, dev_op *op, dev_buffer *bufs[], dev_
     return ACCEL_ESTALE;
   dev_node *node = place_launch(w, op, bufs, m);
   if (node == NULL)
-    return m->status != 0 ? m->status : op->h.device == ACCEL_DEVICE_ANY ? ACCEL_EDEVLOST
-                                                                         : ACCEL_EINVAL;
+    return m->status != 0                     ? m->status
+           : op->h.device == ACCEL_DEVICE_ANY ? ACCEL_EDEVLOST
+                                              : ACCEL_EINVAL;
   if (node->state != DEV_NODE_SERVING)
     return ACCEL_EDEVLOST;
   const dev_module_kernel *k;
@@ -401,10 +400,9 @@ static void handle_op(session_state *s, dev_op *op) {
   a->refs++;
   a->in_flight++;
   int rc = s->args->max_in_flight && a->in_flight > s->args->max_in_flight ? ACCEL_EBUSY
-                                                                             : run_op(s, op);
+                                                                           : run_op(s, op);
   bool finished_now = rc != 0 || op->h.kind == DEV_OP_BUFFER_CREATE ||
-                      op->h.kind == DEV_OP_BUFFER_DESTROY ||
-                      op->h.kind == DEV_OP_MODULE_UNLOAD;
+                      op->h.kind == DEV_OP_BUFFER_DESTROY || op->h.kind == DEV_OP_MODULE_UNLOAD;
   if (finished_now)
     dev_op_finished(s->args->world, op, rc);
 }

@@ -38,7 +38,7 @@ uint64_t dev_status_node_mem(const dev_world *w, int n) {
 static uint64_t live_buffers(const dev_world *w) {
   uint64_t n = 0;
   RT_LIST_FOR_EACH(const dev_buffer, b, &w->buffers, link)
-    n += !b->destroyed;
+  n += !b->destroyed;
   return n;
 }
 
@@ -67,7 +67,7 @@ static const char *kind_name(be_device_kind kind) {
 /* ---- packages and dtypes ---- */
 
 static const char *const dtype_names[ACCEL_DTYPE_MAX_ + 1] = {
-    [ACCEL_F32] = "f32", [ACCEL_U32] = "u32", [ACCEL_F64] = "f64",
+    [ACCEL_F32] = "f32", [ACCEL_U32] = "u32",   [ACCEL_F64] = "f64",
     [ACCEL_F16] = "f16", [ACCEL_BF16] = "bf16", [ACCEL_I32] = "i32"};
 
 /* The dtypes of a set, space-separated (text) or as a JSON array. */
@@ -167,8 +167,7 @@ static void json_device(sbuf *b, const dev_world *w, int n) {
             ",\"state\":\"%s\",\"restarts\":%u,\"mem_used\":%llu,\"mem_total\":%llu,"
             "\"compute_units\":%u,\"mem_cached\":%llu,\"alloc_cache_hits\":%llu,"
             "\"alloc_cache_misses\":%llu",
-            state_name(node->state), node->restarts,
-            (unsigned long long)dev_status_node_mem(w, n),
+            state_name(node->state), node->restarts, (unsigned long long)dev_status_node_mem(w, n),
             (unsigned long long)node->info.mem_bytes, node->info.compute_units,
             (unsigned long long)node->cache.bytes, (unsigned long long)node->cache.hits,
             (unsigned long long)node->cache.misses);
@@ -214,13 +213,12 @@ char *dev_status_json(dev_world *w, const dev_status_counts *c) {
             "\"ops_completed\":%llu,\"ops_failed\":%llu,\"ops_in_flight\":%llu,"
             "\"frames_bad\":%llu,\"fault_injection\":%s,\"actors\":%llu,"
             "\"dead_letters\":%llu,\"busy_refusals\":%llu,\"actor_restarts\":%llu}",
-            (unsigned long long)dev_status_node_mem(w, DEV_HOST_NODE), c->connections,
-            c->sessions, (unsigned long long)live_buffers(w),
-            (unsigned long long)c->ops_completed, (unsigned long long)c->ops_failed,
-            (unsigned long long)c->ops_in_flight, (unsigned long long)c->frames_bad,
-            w->fault_injection ? "true" : "false", (unsigned long long)rs.actors_live,
-            (unsigned long long)rs.dead_letters, (unsigned long long)rs.busy_refusals,
-            (unsigned long long)rs.restarts);
+            (unsigned long long)dev_status_node_mem(w, DEV_HOST_NODE), c->connections, c->sessions,
+            (unsigned long long)live_buffers(w), (unsigned long long)c->ops_completed,
+            (unsigned long long)c->ops_failed, (unsigned long long)c->ops_in_flight,
+            (unsigned long long)c->frames_bad, w->fault_injection ? "true" : "false",
+            (unsigned long long)rs.actors_live, (unsigned long long)rs.dead_letters,
+            (unsigned long long)rs.busy_refusals, (unsigned long long)rs.restarts);
   return sb_finish(&b);
 }
 
@@ -232,8 +230,8 @@ static void text_device(sbuf *b, const dev_world *w, int n) {
   sb_human_bytes(dev_status_node_mem(w, n), used, sizeof used);
   sb_human_bytes(node->info.mem_bytes, total, sizeof total);
   sb_printf(b, "device %d: %s (%s) %s, restarts %u, memory %s used of %s, %u units, kind %s\n",
-            node->device, node->info.name, node->be->name, state_name(node->state),
-            node->restarts, used, total, node->info.compute_units, kind_name(node->info.kind));
+            node->device, node->info.name, node->be->name, state_name(node->state), node->restarts,
+            used, total, node->info.compute_units, kind_name(node->info.kind));
   text_packages(b, node);
 }
 
@@ -256,8 +254,8 @@ char *dev_status_text(dev_world *w, const dev_status_counts *c) {
   sb_printf(&b, "acceld %s: %s, up %llu.%03llu s\n", ACCEL_VERSION_STRING,
             c->draining ? "draining" : "serving", (unsigned long long)(c->uptime_ms / 1000),
             (unsigned long long)(c->uptime_ms % 1000));
-  sb_printf(&b, "clients: %u connections, %u sessions, %llu buffers\n", c->connections,
-            c->sessions, (unsigned long long)live_buffers(w));
+  sb_printf(&b, "clients: %u connections, %u sessions, %llu buffers\n", c->connections, c->sessions,
+            (unsigned long long)live_buffers(w));
   sb_printf(&b, "ops: %llu completed (%llu failed), %llu in flight\n",
             (unsigned long long)c->ops_completed, (unsigned long long)c->ops_failed,
             (unsigned long long)c->ops_in_flight);
@@ -314,7 +312,8 @@ static void tree_visit_json(const accel_actor_view *v, void *arg) {
   sb_json_str(t->b, v->name);
   sb_printf(t->b, ",\"state\":");
   sb_json_str(t->b, v->state);
-  sb_printf(t->b, ",\"depth\":%u,\"restarts_total\":%llu,\"restarts_in_window\":%u,"
+  sb_printf(t->b,
+            ",\"depth\":%u,\"restarts_total\":%llu,\"restarts_in_window\":%u,"
             "\"mailbox\":%u}",
             (unsigned)v->depth, (unsigned long long)v->restarts_total, v->restarts,
             v->mailbox_used);
@@ -336,8 +335,7 @@ char *dev_status_tree_json(accel_runtime *rt, const dev_world *w) {
     sb_json_str(&b, node->info.name);
     sb_printf(&b, ",\"backend\":");
     sb_json_str(&b, node->be->name);
-    sb_printf(&b, ",\"state\":\"%s\",\"restarts\":%u}", state_name(node->state),
-              node->restarts);
+    sb_printf(&b, ",\"state\":\"%s\",\"restarts\":%u}", state_name(node->state), node->restarts);
   }
   sb_printf(&b, "]}");
   return sb_finish(&b);

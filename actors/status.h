@@ -17,14 +17,14 @@
 
 /* What the world does not know: the server's own counters. */
 typedef struct dev_status_counts {
-  uint32_t connections;    /* client pipes open */
-  uint32_t sessions;       /* SessionActors alive */
-  uint64_t ops_completed;  /* ops finished (any status) */
-  uint64_t ops_failed;     /* of which with an error */
-  uint64_t ops_in_flight;  /* sent to a session, not finished */
-  uint64_t frames_bad;     /* malformed frames answered or dropped */
+  uint32_t connections;   /* client pipes open */
+  uint32_t sessions;      /* SessionActors alive */
+  uint64_t ops_completed; /* ops finished (any status) */
+  uint64_t ops_failed;    /* of which with an error */
+  uint64_t ops_in_flight; /* sent to a session, not finished */
+  uint64_t frames_bad;    /* malformed frames answered or dropped */
   uint64_t uptime_ms;
-  bool draining;           /* SIGTERM: finishing the ops in flight, refusing new ones */
+  bool draining; /* SIGTERM: finishing the ops in flight, refusing new ones */
 } dev_status_counts;
 
 /* One JSON object: devices (index, name, backend, state, restarts, mem_used, mem_total,

@@ -98,8 +98,8 @@ static int add_edge(dev_task *from, dev_task *to) {
   if (grow((void **)&from->succ, &from->succ_cap, from->nsucc, sizeof(dev_edge)) != 0)
     return ACCEL_ENOMEM;
   bool same_node = from->node == to->node;
-  if (same_node && grow((void **)&to->same_node_deps, &to->same_cap, to->nsame,
-                        sizeof(dev_task *)) != 0)
+  if (same_node &&
+      grow((void **)&to->same_node_deps, &to->same_cap, to->nsame, sizeof(dev_task *)) != 0)
     return ACCEL_ENOMEM;
   from->succ[from->nsucc++] = (dev_edge){to, false};
   to->deps++;

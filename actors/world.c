@@ -38,8 +38,7 @@ static int add_node(dev_world *w, const be_ops *be, int backend_index, int pref,
   return 0;
 }
 
-static int add_backend_devices(dev_world *w, const be_entry *e, int pref,
-                               accel_completion how) {
+static int add_backend_devices(dev_world *w, const be_entry *e, int pref, accel_completion how) {
   int count = 0;
   char why[128] = "";
   if (e->ops == NULL || e->ops->abi_version != BE_ABI_VERSION)
@@ -146,8 +145,7 @@ int dev_world_init(dev_world *w, accel_runtime *rt, const dev_world_opts *o) {
 }
 
 void dev_world_fini(dev_world *w) {
-  for (int n = 0; n < w->nnodes; n++)
-  {
+  for (int n = 0; n < w->nnodes; n++) {
     pthread_mutex_destroy(&w->nodes[n].build_mu);
     pthread_cond_destroy(&w->nodes[n].build_cv);
     dev_mem_cache_fini(&w->nodes[n].cache);

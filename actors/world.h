@@ -42,33 +42,37 @@ typedef enum dev_queue_class {
 /* What a device runs, read from its backend's packages when it opens (support.c), so that
  * placement and device info need not ask the backend (or a device between incarnations). */
 typedef struct dev_caps {
-  bool read;                              /* false until the device first opened */
-  uint32_t packages;                      /* ACCEL_PKG_* bits */
-  uint32_t gemm[ACCEL_DTYPE_MAX_ + 1];    /* per A/B dtype: bit c_type * 4 + math */
+  bool read;                                     /* false until the device first opened */
+  uint32_t packages;                             /* ACCEL_PKG_* bits */
+  uint32_t gemm[ACCEL_DTYPE_MAX_ + 1];           /* per A/B dtype: bit c_type * 4 + math */
   uint32_t vector_dtypes, rng_dtypes, nn_dtypes; /* ACCEL_DTYPE_BIT sets */
-  uint32_t sources;                       /* module package: 1u << accel_source */
-  be_launch_limits limits;                /* module package */
+  uint32_t sources;                              /* module package: 1u << accel_source */
+  be_launch_limits limits;                       /* module package */
 } dev_caps;
 
-typedef enum dev_node_state { DEV_NODE_SERVING = 0, DEV_NODE_RESTARTING, DEV_NODE_QUARANTINED } dev_node_state;
+typedef enum dev_node_state {
+  DEV_NODE_SERVING = 0,
+  DEV_NODE_RESTARTING,
+  DEV_NODE_QUARANTINED
+} dev_node_state;
 
 typedef struct dev_node {
   dev_world *world;
-  int index;             /* node index; 0 is the host */
-  accel_device device;   /* the client's device index, or -1 for the host */
+  int index;           /* node index; 0 is the host */
+  accel_device device; /* the client's device index, or -1 for the host */
   const be_ops *be;
-  be_device *dev;        /* the open device of the current incarnation; NULL between them */
-  accel_ref actor;       /* the current DeviceActor */
+  be_device *dev;  /* the open device of the current incarnation; NULL between them */
+  accel_ref actor; /* the current DeviceActor */
   accel_ref kernel[DEV_Q_COUNT];
   be_queue *queue[DEV_Q_COUNT]; /* owned by the kernel actors; NULL when not running */
   dev_node_state state;
   uint32_t restarts;
-  uint32_t generation;   /* bumped per incarnation: tasks and replicas remember it */
+  uint32_t generation;         /* bumped per incarnation: tasks and replicas remember it */
   accel_completion completion; /* default strategy */
   be_device_info info;
   dev_caps caps;
-  int backend_index;     /* which device of its backend */
-  int backend_pref;      /* its backend's place in the world's backend list (placement) */
+  int backend_index; /* which device of its backend */
+  int backend_pref;  /* its backend's place in the world's backend list (placement) */
   struct dev_kernel_spawn {
     struct dev_node *node;
     dev_queue_class qclass;
@@ -95,24 +99,24 @@ typedef struct dev_node {
 typedef enum dev_replica_state { DEV_INVALID = 0, DEV_SHARED, DEV_OWNER } dev_replica_state;
 
 typedef struct dev_replica {
-  uint8_t state;      /* dev_replica_state */
+  uint8_t state; /* dev_replica_state */
   bool allocated;
-  uint32_t node_gen;  /* the node incarnation that allocated mem */
+  uint32_t node_gen; /* the node incarnation that allocated mem */
   be_mem mem;
 } dev_replica;
 
 struct dev_buffer {
   dev_world *world;
-  rt_list link;             /* in the world's list of every buffer */
+  rt_list link; /* in the world's list of every buffer */
   accel_dtype dtype;
   size_t count, bytes;
   dev_replica rep[DEV_MAX_NODES];
-  dev_task *last_writer;   /* not done yet, or NULL */
-  dev_task **readers;      /* not done yet, issued after last_writer */
+  dev_task *last_writer; /* not done yet, or NULL */
+  dev_task **readers;    /* not done yet, issued after last_writer */
   uint32_t nreaders, readers_cap;
-  bool lost;               /* its only valid replica died with a device */
-  bool destroyed;          /* the handle is gone: free when no task uses it */
-  uint32_t users;          /* tasks that name it */
+  bool lost;      /* its only valid replica died with a device */
+  bool destroyed; /* the handle is gone: free when no task uses it */
+  uint32_t users; /* tasks that name it */
 };
 
 typedef struct dev_edge {
@@ -120,7 +124,11 @@ typedef struct dev_edge {
   bool satisfied;
 } dev_edge;
 
-typedef enum dev_task_state { DEV_TASK_WAITING = 0, DEV_TASK_SUBMITTED, DEV_TASK_DONE } dev_task_state;
+typedef enum dev_task_state {
+  DEV_TASK_WAITING = 0,
+  DEV_TASK_SUBMITTED,
+  DEV_TASK_DONE
+} dev_task_state;
 
 typedef enum dev_task_kind {
   DEV_TASK_OP = 0,   /* a client op (op != NULL) */
@@ -131,25 +139,25 @@ typedef enum dev_task_kind {
 struct dev_task {
   dev_task_kind kind;
   dev_world *world;
-  dev_op *op;               /* owned, for DEV_TASK_OP */
-  dev_node *node;           /* where it runs */
-  uint32_t node_gen;        /* node incarnation it was planned for */
+  dev_op *op;        /* owned, for DEV_TASK_OP */
+  dev_node *node;    /* where it runs */
+  uint32_t node_gen; /* node incarnation it was planned for */
   dev_queue_class qclass;
   dev_buffer *buf[DEV_OP_MAX_BUFS];
   uint32_t reader_pos[DEV_OP_MAX_BUFS]; /* index in buf[i]'s reader list, or UINT32_MAX */
   uint32_t nbufs;
-  int src_node;             /* DEV_TASK_TRANSFER: where the valid copy is */
-  uint32_t deps;            /* edges not yet satisfied */
-  uint32_t preds_alive;     /* predecessors not done yet: they still point here */
-  struct dev_edge *succ;    /* tasks that wait for this one */
+  int src_node;          /* DEV_TASK_TRANSFER: where the valid copy is */
+  uint32_t deps;         /* edges not yet satisfied */
+  uint32_t preds_alive;  /* predecessors not done yet: they still point here */
+  struct dev_edge *succ; /* tasks that wait for this one */
   uint32_t nsucc, succ_cap;
   dev_task **same_node_deps; /* predecessors on this node, not done: wait on their events */
   uint32_t nsame, same_cap;
   dev_task_state state;
-  bool dispatched;          /* sent to its kernel actor */
+  bool dispatched; /* sent to its kernel actor */
   dev_task *overflow_next;
   int status;
-  be_event *event;          /* made when another queue first waits for this task; owned */
+  be_event *event; /* made when another queue first waits for this task; owned */
   accel_completion completion;
   struct dev_session_acct *acct; /* the session whose op made it (held), for its counters */
 };
@@ -157,9 +165,9 @@ struct dev_task {
 struct dev_world {
   accel_runtime *rt;
   dev_node nodes[DEV_MAX_NODES];
-  int nnodes;                 /* host + devices */
-  rt_list buffers;            /* every live buffer (dev_buffer.link) */
-  rt_list modules;            /* every live user module (dev_module.link, module.c) */
+  int nnodes;      /* host + devices */
+  rt_list buffers; /* every live buffer (dev_buffer.link) */
+  rt_list modules; /* every live user module (dev_module.link, module.c) */
   bool fault_injection;
   bool tf32;
   uint32_t max_restarts, restart_window_ms;

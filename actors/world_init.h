@@ -6,7 +6,7 @@
 #include "runtime/attr.h"
 
 typedef struct dev_world_opts {
-  uint32_t cpu_devices;       /* CPU devices, each its own memory node */
+  uint32_t cpu_devices; /* CPU devices, each its own memory node */
   int fault_injection;
   accel_completion completion;
   uint32_t max_restarts, restart_window_ms;

@@ -41,11 +41,7 @@ typedef struct be_mem {
 } be_mem;
 
 /* What a device is, for placement (most potent first: GPUs and accelerators before CPUs). */
-typedef enum be_device_kind {
-  BE_KIND_CPU = 0,
-  BE_KIND_GPU,
-  BE_KIND_ACCELERATOR
-} be_device_kind;
+typedef enum be_device_kind { BE_KIND_CPU = 0, BE_KIND_GPU, BE_KIND_ACCELERATOR } be_device_kind;
 
 typedef struct be_device_info {
   char name[96];
@@ -152,8 +148,7 @@ typedef struct be_ops {
 
   /* Every element of dst[off .. off + count) = the low `esize` bytes of value (esize 1, 2, 4
    * or 8; offsets and count in elements of esize bytes). */
-  int (*fill)(be_queue *q, be_mem dst, size_t off, size_t count, uint32_t esize,
-              uint64_t value);
+  int (*fill)(be_queue *q, be_mem dst, size_t off, size_t count, uint32_t esize, uint64_t value);
 
   /* ---- op packages: NULL where the backend has none (its ops are then ACCEL_ENOTSUP,
    * "not supported on this backend"); each table's version is checked at registration ---- */
@@ -184,14 +179,14 @@ typedef struct be_blas_pkg {
   /* The dtypes axpy, dot and scal take on this device (ACCEL_DTYPE_BIT set). */
   uint32_t (*vector_dtypes)(be_device *dev);
   /* C = alpha * op(A) * op(B) + beta * C, column-major, batched when g->batch > 1. */
-  int (*gemm)(be_queue *q, const be_gemm_args *g, be_mem a, size_t a_off, be_mem b,
-              size_t b_off, be_mem c, size_t c_off);
+  int (*gemm)(be_queue *q, const be_gemm_args *g, be_mem a, size_t a_off, be_mem b, size_t b_off,
+              be_mem c, size_t c_off);
   /* y = alpha * x + y over n elements. */
-  int (*axpy)(be_queue *q, uint32_t dtype, size_t n, double alpha, be_mem x, size_t x_off,
-              be_mem y, size_t y_off);
+  int (*axpy)(be_queue *q, uint32_t dtype, size_t n, double alpha, be_mem x, size_t x_off, be_mem y,
+              size_t y_off);
   /* result[0] (one element of dtype in device memory) = x . y over n elements. */
-  int (*dot)(be_queue *q, uint32_t dtype, size_t n, be_mem x, size_t x_off, be_mem y,
-             size_t y_off, be_mem result, size_t result_off);
+  int (*dot)(be_queue *q, uint32_t dtype, size_t n, be_mem x, size_t x_off, be_mem y, size_t y_off,
+             be_mem result, size_t result_off);
   /* x = alpha * x over n elements. */
   int (*scal)(be_queue *q, uint32_t dtype, size_t n, double alpha, be_mem x, size_t x_off);
 } be_blas_pkg;
@@ -209,8 +204,8 @@ typedef struct be_nn_pkg {
   uint32_t version; /* BE_NN_VERSION */
   /* The dtypes of the element-wise ops and softmax on this device. */
   uint32_t (*dtypes)(be_device *dev);
-  int (*unary)(be_queue *q, uint32_t dtype, be_unary_op op, be_mem dst, size_t dst_off,
-               be_mem src, size_t src_off, size_t count);
+  int (*unary)(be_queue *q, uint32_t dtype, be_unary_op op, be_mem dst, size_t dst_off, be_mem src,
+               size_t src_off, size_t count);
   /* Row-wise softmax of a rows x cols row-major matrix. */
   int (*softmax)(be_queue *q, uint32_t dtype, be_mem dst, size_t dst_off, be_mem src,
                  size_t src_off, size_t rows, size_t cols);
@@ -253,11 +248,11 @@ typedef struct be_launch_limits {
 } be_launch_limits;
 
 typedef struct be_kernel_arg {
-  uint32_t kind;     /* BE_PARAM_BUFFER, BE_PARAM_SCALAR or BE_PARAM_LOCAL */
-  uint32_t size;     /* SCALAR: 1, 2, 4 or 8 bytes; LOCAL: bytes */
-  be_mem mem;        /* BUFFER */
-  size_t offset;     /* BUFFER: bytes from mem's start */
-  uint64_t bits;     /* SCALAR: the value, little-endian in the low `size` bytes */
+  uint32_t kind; /* BE_PARAM_BUFFER, BE_PARAM_SCALAR or BE_PARAM_LOCAL */
+  uint32_t size; /* SCALAR: 1, 2, 4 or 8 bytes; LOCAL: bytes */
+  be_mem mem;    /* BUFFER */
+  size_t offset; /* BUFFER: bytes from mem's start */
+  uint64_t bits; /* SCALAR: the value, little-endian in the low `size` bytes */
 } be_kernel_arg;
 
 typedef struct be_launch {
@@ -277,20 +272,19 @@ typedef struct be_module_pkg {
    * output (malloc'd, NUL-terminated; NULL if empty) on success and failure alike: the caller
    * frees it. 0, ACCEL_EBUILD (did not build), ACCEL_ENOTSUP (source kind), ACCEL_EDEVLOST,
    * ACCEL_ENOMEM. Blocks: worker threads only. */
-  int (*load)(be_device *dev, uint32_t source, const void *code, size_t len,
-              const char *options, be_module **out, char **log);
+  int (*load)(be_device *dev, uint32_t source, const void *code, size_t len, const char *options,
+              be_module **out, char **log);
   /* Frees the module and its kernels (worker threads or the loop; before close). */
   void (*unload)(be_module *m);
   /* The kernel of that name (owned by the module, the same pointer for the same name) and its
-   * parameters: 0, ACCEL_ENOENT, or ACCEL_EDEVLOST (a module of an earlier incarnation). Quick (the loop calls it); one thread at a time per
-   * module. */
+   * parameters: 0, ACCEL_ENOENT, or ACCEL_EDEVLOST (a module of an earlier incarnation). Quick (the
+   * loop calls it); one thread at a time per module. */
   int (*kernel)(be_module *m, const char *name, be_kernel **out, be_kernel_info *info);
   /* Enqueues a launch on q (q of the module's device). The caller checked the geometry
    * against limits() and the arguments against kernel()'s info; backends check again what
    * they rely on (ACCEL_EINVAL). */
   int (*launch)(be_queue *q, be_kernel *k, const be_launch *l);
 } be_module_pkg;
-
 
 /* The backends this build knows, whether or not they were built: the description is always
  * compiled, so `devices` can say "cuda: not built". */

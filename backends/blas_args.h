@@ -60,7 +60,7 @@ typedef struct be_gemm_args {
   int64_t lda, ldb, ldc;
   uint32_t ab_type, c_type;
   be_gemm_math math;
-  int64_t batch; /* >= 1 */
+  int64_t batch;                        /* >= 1 */
   int64_t stride_a, stride_b, stride_c; /* elements; ignored when batch = 1 */
 } be_gemm_args;
 

@@ -18,16 +18,14 @@ typedef struct cache_head {
   uint64_t size, hash;
 } cache_head;
 
-uint64_t be_cache_hash(uint64_t h, const void *p, size_t n)
-{
+uint64_t be_cache_hash(uint64_t h, const void *p, size_t n) {
   const unsigned char *s = p;
   for (size_t i = 0; i < n; i++)
     h = (h ^ s[i]) * 0x100000001b3ull;
   return h;
 }
 
-static int cache_dir(char *buf, size_t len)
-{
+static int cache_dir(char *buf, size_t len) {
   const char *env = getenv("ACCEL_CACHE_DIR"), *xdg = getenv("XDG_CACHE_HOME");
   const char *home = getenv("HOME");
   int n;
@@ -42,8 +40,7 @@ static int cache_dir(char *buf, size_t len)
   return n > 0 && (size_t)n < len ? 0 : ACCEL_ENOENT;
 }
 
-int be_cache_path(const char *kind, uint64_t key, char *buf, size_t len)
-{
+int be_cache_path(const char *kind, uint64_t key, char *buf, size_t len) {
   char dir[4096];
   if (kind == NULL || buf == NULL || cache_dir(dir, sizeof dir) != 0)
     return ACCEL_ENOENT;
@@ -54,8 +51,7 @@ int be_cache_path(const char *kind, uint64_t key, char *buf, size_t len)
 /* ---- reading -------------------------------------------------------------------------- */
 
 /* The payload of f if the file is whole and its hash matches, else NULL. */
-static unsigned char *read_valid(FILE *f, size_t *size)
-{
+static unsigned char *read_valid(FILE *f, size_t *size) {
   cache_head h;
   if (fread(&h, sizeof h, 1, f) != 1 || memcmp(h.magic, CACHE_MAGIC, 8) != 0 || h.size == 0 ||
       h.size > BE_CACHE_MAX)
@@ -72,8 +68,7 @@ static unsigned char *read_valid(FILE *f, size_t *size)
   return p;
 }
 
-int be_cache_read(const char *kind, uint64_t key, void **data, size_t *len)
-{
+int be_cache_read(const char *kind, uint64_t key, void **data, size_t *len) {
   char path[4200];
   if (data == NULL || len == NULL || be_cache_path(kind, key, path, sizeof path) != 0)
     return ACCEL_ENOENT;
@@ -92,8 +87,7 @@ int be_cache_read(const char *kind, uint64_t key, void **data, size_t *len)
 
 /* ---- writing -------------------------------------------------------------------------- */
 
-static void mkdirs(const char *path)
-{
+static void mkdirs(const char *path) {
   char tmp[4200];
   if (strlen(path) >= sizeof tmp)
     return;
@@ -106,8 +100,7 @@ static void mkdirs(const char *path)
     }
 }
 
-static bool write_all(FILE *f, const void *data, size_t len)
-{
+static bool write_all(FILE *f, const void *data, size_t len) {
   cache_head h = {.size = len, .hash = be_cache_hash(BE_CACHE_HASH_INIT, data, len)};
   memcpy(h.magic, CACHE_MAGIC, 8);
   return fwrite(&h, sizeof h, 1, f) == 1 && fwrite(data, 1, len, f) == len;
@@ -115,8 +108,7 @@ static bool write_all(FILE *f, const void *data, size_t len)
 
 /* A temporary file of its own per writer (mkstemp): two threads or processes storing the
  * same entry at once each rename a whole file into place. */
-void be_cache_write(const char *kind, uint64_t key, const void *data, size_t len)
-{
+void be_cache_write(const char *kind, uint64_t key, const void *data, size_t len) {
   char path[4200], tmp[4300];
   if (data == NULL || len == 0 || len > BE_CACHE_MAX ||
       be_cache_path(kind, key, path, sizeof path) != 0)

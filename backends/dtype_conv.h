@@ -11,37 +11,32 @@
 
 #include "accel/dtype.h"
 
-static inline uint32_t be_f32_bits(float f)
-{
+static inline uint32_t be_f32_bits(float f) {
   uint32_t u;
   memcpy(&u, &f, sizeof u);
   return u;
 }
 
-static inline float be_f32_of_bits(uint32_t u)
-{
+static inline float be_f32_of_bits(uint32_t u) {
   float f;
   memcpy(&f, &u, sizeof f);
   return f;
 }
 
 /* bfloat16: the upper 16 bits of the f32, rounded to nearest even. */
-static inline uint16_t be_f32_to_bf16(float f)
-{
+static inline uint16_t be_f32_to_bf16(float f) {
   uint32_t u = be_f32_bits(f);
   if ((u & 0x7fffffffu) > 0x7f800000u) /* NaN: keep the sign, make it quiet */
     return (uint16_t)((u >> 16) | 0x0040u);
   return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
 }
 
-static inline float be_bf16_to_f32(uint16_t h)
-{
+static inline float be_bf16_to_f32(uint16_t h) {
   return be_f32_of_bits((uint32_t)h << 16);
 }
 
 /* IEEE binary16, rounded to nearest even (overflow to infinity, gradual underflow). */
-static inline uint16_t be_f32_to_f16(float f)
-{
+static inline uint16_t be_f32_to_f16(float f) {
   uint32_t u = be_f32_bits(f);
   uint16_t sign = (uint16_t)((u >> 16) & 0x8000u);
   uint32_t abs = u & 0x7fffffffu;
@@ -64,8 +59,7 @@ static inline uint16_t be_f32_to_f16(float f)
   return (uint16_t)(sign | (r >> 13));
 }
 
-static inline float be_f16_to_f32(uint16_t h)
-{
+static inline float be_f16_to_f32(uint16_t h) {
   uint32_t sign = (uint32_t)(h & 0x8000u) << 16, exp = (h >> 10) & 0x1fu, mant = h & 0x3ffu;
   if (exp == 0x1f) /* infinity or NaN */
     return be_f32_of_bits(sign | 0x7f800000u | (mant << 13));
@@ -78,8 +72,7 @@ static inline float be_f16_to_f32(uint16_t h)
 }
 
 /* Bytes per element of a dtype (0 for an unknown one). */
-static inline uint32_t be_dtype_size(uint32_t dtype)
-{
+static inline uint32_t be_dtype_size(uint32_t dtype) {
   switch (dtype) {
   case ACCEL_F64:
     return 8;

@@ -25,7 +25,6 @@ static const be_entry be_entries[] = {
     {NULL, NULL},
 };
 
-const be_entry *be_registry(void)
-{
+const be_entry *be_registry(void) {
   return be_entries;
 }

@@ -73,7 +73,9 @@ static bool parse_long(const char *s, long lo, long hi, long *out) {
 
 static int parse_args(int argc, char **argv, ctl_args *a) {
   const char *env = getenv("ACCEL_URL");
-  *a = (ctl_args){.url = env && *env ? env : DEFAULT_URL, .timeout_ms = 5000, .device = -1,
+  *a = (ctl_args){.url = env && *env ? env : DEFAULT_URL,
+                  .timeout_ms = 5000,
+                  .device = -1,
                   .interval_ms = 1000};
   for (int i = 1; i < argc; i++) {
     const char *arg = argv[i], *next = i + 1 < argc ? argv[i + 1] : NULL;
@@ -317,12 +319,12 @@ static int print_devices_json(const ctl_args *a, proto_bytes status) {
   proto_bytes dev, be;
   if (!json_member(p, end, "devices", &dev) || !json_member(p, end, "backends", &be) ||
       dev.data[0] != '[' || be.data[0] != '[') {
-    fprintf(stderr, "accelctl: %s: the status from %s has no devices and backends\n",
-            a->command, a->url);
+    fprintf(stderr, "accelctl: %s: the status from %s has no devices and backends\n", a->command,
+            a->url);
     return 1;
   }
-  printf("{\"devices\":%.*s,\"backends\":%.*s}", (int)dev.len, (const char *)dev.data,
-         (int)be.len, (const char *)be.data);
+  printf("{\"devices\":%.*s,\"backends\":%.*s}", (int)dev.len, (const char *)dev.data, (int)be.len,
+         (const char *)be.data);
   return 0;
 }
 

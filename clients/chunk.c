@@ -66,7 +66,7 @@ typedef struct entry {
 } entry;
 
 struct gate {
-  gate *next;         /* the registry of linked gates */
+  gate *next; /* the registry of linked gates */
   accel_ctx *ctx;
   pthread_cond_t cv;  /* the sender waits here for work or completions */
   entry *head, *tail; /* ops issued after `active`, in issue order */
@@ -85,8 +85,8 @@ static atomic_uint gates_linked; /* 0: every op goes straight to its transport *
 typedef struct work {
   xfer *chunk_of; /* send elements [first, first + n) of it */
   uint64_t first, n;
-  entry *plain;   /* send this queued op */
-  xfer *finish;   /* complete this transfer */
+  entry *plain; /* send this queued op */
+  xfer *finish; /* complete this transfer */
 } work;
 
 /* ---- completing ops ---- */
@@ -257,7 +257,7 @@ static bool next_work(gate *g, work *w) {
         take_chunk(g, x, w);
         return true;
       }
-      g->active = NULL; /* every chunk is out (or it failed): it holds nothing back now */
+      g->active = NULL;        /* every chunk is out (or it failed): it holds nothing back now */
       if (x->in_flight == 0) { /* failed between chunks: no answer left to finish it */
         w->finish = x;
         return true;

@@ -109,7 +109,9 @@ int accel_host_free(accel_ctx *ctx, void *p) {
   return 0;
 }
 
-const char *accel_version(void) { return ACCEL_VERSION_STRING; }
+const char *accel_version(void) {
+  return ACCEL_VERSION_STRING;
+}
 
 accel_runtime *accel_ctx_runtime(accel_ctx *ctx) {
   return ctx ? ctx->rt : NULL;

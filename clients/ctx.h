@@ -22,7 +22,7 @@ typedef enum client_handle_kind {
 typedef struct client_handle {
   uint32_t gen; /* bumped on destroy; never 0 in its low 16 bits */
   bool live;
-  uint8_t kind;  /* client_handle_kind */
+  uint8_t kind; /* client_handle_kind */
   accel_dtype dtype;
   size_t count;
   uint32_t next_free;
@@ -60,7 +60,7 @@ struct accel_ctx {
   void *impl;        /* the transport's state */
   accel_runtime *rt; /* runs `then` callbacks (and, embedded, everything else) */
   uint32_t max_buffers;
-  uint32_t tag;      /* 16 bits in every handle of this context */
+  uint32_t tag; /* 16 bits in every handle of this context */
   /* The most bytes of data one WRITE or READ op may carry through the transport (0: no
    * limit). Larger transfers are split into chunks (clients/chunk.c). Set at open. */
   size_t max_op_bytes;

@@ -136,8 +136,7 @@ static int embedded_device_count(accel_ctx *ctx) {
   return impl_of(ctx)->world.nnodes - 1;
 }
 
-static int embedded_device_info(accel_ctx *ctx, accel_device dev,
-                                struct accel_device_info *out) {
+static int embedded_device_info(accel_ctx *ctx, accel_device dev, struct accel_device_info *out) {
   dev_node_describe(&impl_of(ctx)->world.nodes[dev + 1], out);
   return 0;
 }

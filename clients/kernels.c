@@ -144,8 +144,7 @@ static int add_arg(dev_op *op, const accel_arg *a) {
       return ACCEL_EINVAL;
     *d = (dev_kernel_arg){BE_PARAM_BUFFER, 0, op->nbufs};
     op->bufs[op->nbufs++] = (dev_op_buf){
-        .handle = a->buffer, .access = (uint32_t)a->access, .offset = a->offset,
-        .count = a->count};
+        .handle = a->buffer, .access = (uint32_t)a->access, .offset = a->offset, .count = a->count};
     return 0;
   case ACCEL_ARG_SCALAR:
     *d = (dev_kernel_arg){BE_PARAM_SCALAR, a->size, a->bits};
@@ -172,11 +171,9 @@ static int resolve_kernel(accel_ctx *ctx, accel_kernel k, dev_launch *l) {
   return rc;
 }
 
-int accel_launch(accel_ctx *ctx, accel_device dev, accel_kernel k,
-                 const accel_launch_dims *dims, const accel_arg *args, size_t nargs,
-                 accel_future **f) {
-  if (ctx == NULL || dims == NULL || (args == NULL && nargs > 0) ||
-      nargs > ACCEL_LAUNCH_MAX_ARGS)
+int accel_launch(accel_ctx *ctx, accel_device dev, accel_kernel k, const accel_launch_dims *dims,
+                 const accel_arg *args, size_t nargs, accel_future **f) {
+  if (ctx == NULL || dims == NULL || (args == NULL && nargs > 0) || nargs > ACCEL_LAUNCH_MAX_ARGS)
     return ACCEL_EINVAL;
   dev_op *op = rt_calloc(1, sizeof *op);
   if (op == NULL)

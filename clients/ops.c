@@ -56,8 +56,8 @@ int accel_read(accel_ctx *ctx, accel_buffer src, size_t offset, void *dst, size_
   return client_submit(ctx, op, ACCEL_DEVICE_ANY, f);
 }
 
-int accel_copy(accel_ctx *ctx, accel_device dev, accel_buffer dst, size_t dst_off,
-               accel_buffer src, size_t src_off, size_t count, accel_future **f) {
+int accel_copy(accel_ctx *ctx, accel_device dev, accel_buffer dst, size_t dst_off, accel_buffer src,
+               size_t src_off, size_t count, accel_future **f) {
   dev_op *op = ctx ? new_op(DEV_OP_COPY) : NULL;
   if (op == NULL)
     return ctx ? ACCEL_ENOMEM : ACCEL_EINVAL;
@@ -105,8 +105,7 @@ static int element_bits(accel_dtype dtype, double value, uint64_t *bits) {
   return ACCEL_EINVAL;
 }
 
-int accel_fill(accel_ctx *ctx, accel_device dev, accel_buffer dst, double value,
-               accel_future **f) {
+int accel_fill(accel_ctx *ctx, accel_device dev, accel_buffer dst, double value, accel_future **f) {
   accel_dtype dtype;
   size_t count;
   uint64_t bits = 0;
@@ -141,8 +140,8 @@ int accel_fill_f32(accel_ctx *ctx, accel_device dev, accel_buffer dst, float val
 /* ---- BLAS ---- */
 
 static bool sizes_fit(size_t a, size_t b, size_t c, size_t d, size_t e, size_t g) {
-  return a <= INT64_MAX && b <= INT64_MAX && c <= INT64_MAX && d <= INT64_MAX &&
-         e <= INT64_MAX && g <= INT64_MAX;
+  return a <= INT64_MAX && b <= INT64_MAX && c <= INT64_MAX && d <= INT64_MAX && e <= INT64_MAX &&
+         g <= INT64_MAX;
 }
 
 static int gemm(accel_ctx *ctx, accel_device dev, const be_gemm_args *g, accel_buffer a,
@@ -157,30 +156,37 @@ static int gemm(accel_ctx *ctx, accel_device dev, const be_gemm_args *g, accel_b
   return client_submit(ctx, op, dev, f);
 }
 
-int accel_gemm_strided_batched(accel_ctx *ctx, accel_device dev, accel_trans ta,
-                               accel_trans tb, size_t m, size_t n, size_t k, double alpha,
-                               accel_buffer a, size_t lda, size_t stride_a, accel_buffer b,
-                               size_t ldb, size_t stride_b, double beta, accel_buffer c,
-                               size_t ldc, size_t stride_c, size_t batch, accel_math math,
-                               accel_future **f) {
+int accel_gemm_strided_batched(accel_ctx *ctx, accel_device dev, accel_trans ta, accel_trans tb,
+                               size_t m, size_t n, size_t k, double alpha, accel_buffer a,
+                               size_t lda, size_t stride_a, accel_buffer b, size_t ldb,
+                               size_t stride_b, double beta, accel_buffer c, size_t ldc,
+                               size_t stride_c, size_t batch, accel_math math, accel_future **f) {
   if (ctx == NULL || !sizes_fit(m, n, k, lda, ldb, ldc) ||
       !sizes_fit(stride_a, stride_b, stride_c, batch, 0, 0) || batch == 0)
     return ACCEL_EINVAL;
-  be_gemm_args g = {.trans_a = (be_blas_trans)ta, .trans_b = (be_blas_trans)tb,
-                    .m = (int64_t)m, .n = (int64_t)n, .k = (int64_t)k, .alpha = alpha,
-                    .beta = beta, .lda = (int64_t)lda, .ldb = (int64_t)ldb,
-                    .ldc = (int64_t)ldc, .math = (be_gemm_math)math, .batch = (int64_t)batch,
-                    .stride_a = (int64_t)stride_a, .stride_b = (int64_t)stride_b,
+  be_gemm_args g = {.trans_a = (be_blas_trans)ta,
+                    .trans_b = (be_blas_trans)tb,
+                    .m = (int64_t)m,
+                    .n = (int64_t)n,
+                    .k = (int64_t)k,
+                    .alpha = alpha,
+                    .beta = beta,
+                    .lda = (int64_t)lda,
+                    .ldb = (int64_t)ldb,
+                    .ldc = (int64_t)ldc,
+                    .math = (be_gemm_math)math,
+                    .batch = (int64_t)batch,
+                    .stride_a = (int64_t)stride_a,
+                    .stride_b = (int64_t)stride_b,
                     .stride_c = (int64_t)stride_c};
   return gemm(ctx, dev, &g, a, b, c, f);
 }
 
-int accel_gemm(accel_ctx *ctx, accel_device dev, accel_trans ta, accel_trans tb, size_t m,
-               size_t n, size_t k, double alpha, accel_buffer a, size_t lda, accel_buffer b,
-               size_t ldb, double beta, accel_buffer c, size_t ldc, accel_math math,
-               accel_future **f) {
-  return accel_gemm_strided_batched(ctx, dev, ta, tb, m, n, k, alpha, a, lda, 0, b, ldb, 0,
-                                    beta, c, ldc, 0, 1, math, f);
+int accel_gemm(accel_ctx *ctx, accel_device dev, accel_trans ta, accel_trans tb, size_t m, size_t n,
+               size_t k, double alpha, accel_buffer a, size_t lda, accel_buffer b, size_t ldb,
+               double beta, accel_buffer c, size_t ldc, accel_math math, accel_future **f) {
+  return accel_gemm_strided_batched(ctx, dev, ta, tb, m, n, k, alpha, a, lda, 0, b, ldb, 0, beta, c,
+                                    ldc, 0, 1, math, f);
 }
 
 int accel_sgemm(accel_ctx *ctx, accel_device dev, accel_trans ta, accel_trans tb, size_t m,
@@ -298,7 +304,7 @@ int accel_tanh(accel_ctx *ctx, accel_device dev, accel_buffer dst, accel_buffer 
   return elementwise(ctx, dev, DEV_OP_UNARY, BE_TANH, dst, src, 0, 0, f);
 }
 
-int accel_softmax(accel_ctx *ctx, accel_device dev, accel_buffer dst, accel_buffer src,
-                  size_t rows, size_t cols, accel_future **f) {
+int accel_softmax(accel_ctx *ctx, accel_device dev, accel_buffer dst, accel_buffer src, size_t rows,
+                  size_t cols, accel_future **f) {
   return elementwise(ctx, dev, DEV_OP_SOFTMAX, BE_SIGMOID, dst, src, rows, cols, f);
 }

@@ -24,13 +24,13 @@ struct pending {
   struct pending *next;
   uint64_t id;
   pending_kind kind;
-  dev_op *op;              /* PENDING_OP */
-  accel_future *done;      /* PENDING_CONTROL: completed with the status */
-  uint8_t *data;           /* PENDING_CONTROL: a copy of the reply's data */
+  dev_op *op;         /* PENDING_OP */
+  accel_future *done; /* PENDING_CONTROL: completed with the status */
+  uint8_t *data;      /* PENDING_CONTROL: a copy of the reply's data */
   size_t len;
-  uint16_t expect;         /* PENDING_CONTROL: the frame type it waits for */
-  bool shm;                /* PENDING_OP: its data went through shared memory */
-  shm_region *staging;     /* ... through this staging region (NULL: the user's own) */
+  uint16_t expect;     /* PENDING_CONTROL: the frame type it waits for */
+  bool shm;            /* PENDING_OP: its data went through shared memory */
+  shm_region *staging; /* ... through this staging region (NULL: the user's own) */
 };
 
 /* ---- the pending table ---- */
@@ -113,7 +113,7 @@ static void finish_pending(accel_ctx *ctx, pending *p, int status, proto_bytes d
   }
   accel_future *done = p->done; /* after completing, p belongs to the waiter */
   accel_future_complete(done, status, NULL, NULL);
-  accel_future_release(done);   /* the receiver's reference */
+  accel_future_release(done); /* the receiver's reference */
 }
 
 void remote_on_lost(accel_ctx *ctx) {
@@ -214,9 +214,9 @@ static bool senders_gone(remote *r) {
 
 static int link_send(remote *r, const uint8_t *bytes, size_t len, uint64_t id, int fd) {
   sender_enter(r);
-  int rc = fd < 0                ? r->link->send(r, bytes, len, id)
-           : r->link->send_fd    ? r->link->send_fd(r, bytes, len, fd)
-                                 : ACCEL_ENOTSUP;
+  int rc = fd < 0             ? r->link->send(r, bytes, len, id)
+           : r->link->send_fd ? r->link->send_fd(r, bytes, len, fd)
+                              : ACCEL_ENOTSUP;
   sender_leave(r);
   return rc;
 }
@@ -267,8 +267,7 @@ static int send_op_frame(accel_ctx *ctx, dev_op *op) {
     if (shm)
       remote_shm_complete(r, op, staging, rc);
     rt_free(p); /* not sent: the op stays the caller's */
-  }
-  else if (rc != 0)
+  } else if (rc != 0)
     rc = 0; /* the connection was lost meanwhile: remote_on_lost finished it */
   return rc;
 }
@@ -442,8 +441,7 @@ static int remote_device_count(accel_ctx *ctx) {
   return (int)remote_of(ctx)->welcome.device_count;
 }
 
-static int remote_device_info(accel_ctx *ctx, accel_device dev,
-                              struct accel_device_info *out) {
+static int remote_device_info(accel_ctx *ctx, accel_device dev, struct accel_device_info *out) {
   uint8_t *data = NULL;
   size_t len = 0;
   int rc = remote_control(ctx, PROTO_CTL_DEVICE_INFO, (uint64_t)dev, -1, &data, &len);

@@ -40,14 +40,14 @@ typedef struct remote_link {
 
 struct remote {
   const remote_link *link;
-  pthread_mutex_t mu; /* guards the table, next_id, dead, senders */
+  pthread_mutex_t mu;  /* guards the table, next_id, dead, senders */
   pthread_cond_t idle; /* senders reached 0 */
   uint32_t senders;    /* threads inside a send: remote_free waits for them */
   pending *table[REMOTE_BUCKETS];
   uint64_t next_id;
   bool dead;
-  atomic_int conn_error;   /* a REPLY with request id 0: why the daemon closed us */
-  atomic_uint max_body;    /* bytes a received frame's body may have (the daemon's limit) */
+  atomic_int conn_error; /* a REPLY with request id 0: why the daemon closed us */
+  atomic_uint max_body;  /* bytes a received frame's body may have (the daemon's limit) */
   proto_welcome welcome;
   /* nng's link */
   void *nng;
@@ -58,7 +58,7 @@ struct remote {
   pthread_mutex_t send_mu; /* one writer at a time: frames stay whole in the stream */
   proto_reader reader;
   /* the shared-memory data plane (remote_shm.c) */
-  pthread_mutex_t shm_mu;  /* guards regions, staging_bytes */
+  pthread_mutex_t shm_mu; /* guards regions, staging_bytes */
   shm_region *regions;
   size_t staging_bytes;
   atomic_uint_fast64_t next_region;

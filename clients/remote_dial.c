@@ -69,7 +69,8 @@ static int client_cert(nng_tls_config *cfg) {
   if (key && rv != 0)
     accel_log(ACCEL_LOG_ERROR, "client",
               "ACCEL_TLS_CERT=%s, ACCEL_TLS_KEY=%s: not a usable PEM certificate and "
-              "unencrypted private key: %s", cert_path, key_path, nng_strerror(rv));
+              "unencrypted private key: %s",
+              cert_path, key_path, nng_strerror(rv));
   rt_free(cert);
   if (key)
     explicit_bzero(key, key_len);
@@ -133,8 +134,7 @@ static int dial_error(const char *url, int rv) {
   bool refused = rv == NNG_EPEERAUTH || rv == NNG_ECRYPTO || rv == NNG_ECONNSHUT ||
                  rv == NNG_ECONNRESET;
   if (rv == NNG_ETIMEDOUT)
-    accel_log(ACCEL_LOG_WARN, "client", "%s: no TLS handshake within %d ms", url,
-              DIAL_TIMEOUT_MS);
+    accel_log(ACCEL_LOG_WARN, "client", "%s: no TLS handshake within %d ms", url, DIAL_TIMEOUT_MS);
   else if (refused)
     accel_log(ACCEL_LOG_WARN, "client",
               "%s: TLS handshake failed (%s): the daemon's certificate is not trusted "

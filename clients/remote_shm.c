@@ -37,11 +37,11 @@ static int region_create(accel_ctx *ctx, size_t len, bool staging, shm_region **
     return ACCEL_ENOTSUP;
   shm_region *g = rt_calloc(1, sizeof *g);
   int rc = g == NULL ? ACCEL_ENOMEM : 0;
-  if (rc == 0 && (ftruncate(fd, (off_t)len) != 0 ||
-                  fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_SEAL) != 0))
+  if (rc == 0 &&
+      (ftruncate(fd, (off_t)len) != 0 || fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_SEAL) != 0))
     rc = ACCEL_ENOMEM;
-  if (rc == 0 && (g->base = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)) ==
-                     MAP_FAILED)
+  if (rc == 0 &&
+      (g->base = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)) == MAP_FAILED)
     rc = ACCEL_ENOMEM;
   if (rc == 0) {
     g->len = len;

@@ -11,10 +11,10 @@
 #include <strings.h>
 #include <unistd.h>
 
-#include "server/server.h"
 #include "actors/world_init.h"
 #include "daemon/config.h"
 #include "runtime/alloc.h"
+#include "server/server.h"
 
 void acd_config_defaults(acd_config *c) {
   memset(c, 0, sizeof *c);
@@ -60,11 +60,28 @@ static bool parse_u64(const char *v, int base, uint64_t lo, uint64_t hi, uint64_
   unsigned long long n = strtoull(v, &end, base);
   int shift = 0;
   switch (*end) {
-  case 'K': case 'k': shift = 10; end++; break;
-  case 'M': case 'm': shift = 20; end++; break;
-  case 'G': case 'g': shift = 30; end++; break;
-  case 'T': case 't': shift = 40; end++; break;
-  default: break;
+  case 'K':
+  case 'k':
+    shift = 10;
+    end++;
+    break;
+  case 'M':
+  case 'm':
+    shift = 20;
+    end++;
+    break;
+  case 'G':
+  case 'g':
+    shift = 30;
+    end++;
+    break;
+  case 'T':
+  case 't':
+    shift = 40;
+    end++;
+    break;
+  default:
+    break;
   }
   if (errno != 0 || *end != '\0' || n > (hi >> shift))
     return false;
@@ -203,8 +220,7 @@ static int lookup_id(id_lookup fn, const char *name, uint32_t *id) {
 }
 
 /* One list item: all digits is a numeric id (it need not exist), anything else a name. */
-static bool resolve_id(load_ctx *x, const char *key, id_lookup fn, const char *item,
-                       uint32_t *id) {
+static bool resolve_id(load_ctx *x, const char *key, id_lookup fn, const char *item, uint32_t *id) {
   const char *kind = fn == user_id ? "user" : "group";
   uint64_t n;
   if (strspn(item, "0123456789") == strlen(item)) {
@@ -243,8 +259,8 @@ static char *trim(char *s) {
 
 /* allow_users, allow_groups: names or ids separated by commas. The key may repeat: each adds
  * to the list. */
-static bool add_ids(load_ctx *x, const char *key, const char *v, id_lookup fn,
-                    uint32_t **ids, uint32_t *n) {
+static bool add_ids(load_ctx *x, const char *key, const char *v, id_lookup fn, uint32_t **ids,
+                    uint32_t *n) {
   char *copy = rt_strdup(v);
   bool ok = copy != NULL;
   char *save = NULL;

@@ -17,11 +17,11 @@ typedef struct acd_config {
   char *listen[ACD_MAX_LISTEN]; /* owned; none: ACD_DEFAULT_URL */
   uint32_t nlisten;
   accel_log_level log_level;
-  int socket_mode;              /* permissions of ipc socket files */
-  char *socket_group;           /* owned; NULL: the daemon's own group */
+  int socket_mode;    /* permissions of ipc socket files */
+  char *socket_group; /* owned; NULL: the daemon's own group */
   bool fault_injection;
   uint32_t cpu_devices;
-  char backends[64];            /* [devices] backends: dev_world_opts.backends ("": all) */
+  char backends[64]; /* [devices] backends: dev_world_opts.backends ("": all) */
   accel_completion completion;
   uint32_t max_restarts, restart_window_ms;
   bool tf32; /* sgemm on TF32 tensor cores by default, where devices have them */
@@ -42,23 +42,23 @@ typedef struct acd_config {
   bool allow_plain_tcp;
   char *tls_cert, *tls_key, *tls_ca; /* PEM files; NULL: not set */
   bool tls_verify_clients;
-  uint32_t user_kernels;        /* srv_user_kernels: local (default), all, none */
-  char *metrics_listen;         /* [metrics] listen: http://HOST:PORT; NULL: off. Owned */
+  uint32_t user_kernels; /* srv_user_kernels: local (default), all, none */
+  char *metrics_listen;  /* [metrics] listen: http://HOST:PORT; NULL: off. Owned */
 } acd_config;
 
 /* What the command line said; it overrides the file, at start and on every reload. */
 typedef struct acd_flags {
-  const char *config_path;      /* NULL: ACD_DEFAULT_CONFIG if it exists */
+  const char *config_path; /* NULL: ACD_DEFAULT_CONFIG if it exists */
   const char *listen[ACD_MAX_LISTEN];
   uint32_t nlisten;
   const char *log_level;
   bool fault_injection;
-  long cpu_devices;             /* < 0: not given */
-  const char *backends;         /* --backends LIST; NULL: not given */
+  long cpu_devices;     /* < 0: not given */
+  const char *backends; /* --backends LIST; NULL: not given */
   bool foreground;
-  bool allow_plain_tcp;         /* --allow-plain-tcp: as [security] allow_plain_tcp = true */
-  const char *user_kernels;     /* --user-kernels local|all|none; NULL: not given */
-  const char *metrics_listen;   /* --metrics URL; NULL: not given */
+  bool allow_plain_tcp;       /* --allow-plain-tcp: as [security] allow_plain_tcp = true */
+  const char *user_kernels;   /* --user-kernels local|all|none; NULL: not given */
+  const char *metrics_listen; /* --metrics URL; NULL: not given */
 } acd_flags;
 
 struct srv_security;

@@ -23,11 +23,11 @@
 #include <unistd.h>
 
 #include "actors/device.h"
-#include "server/server.h"
 #include "actors/world_init.h"
 #include "daemon/config.h"
 #include "daemon/service.h"
 #include "runtime/alloc.h"
+#include "server/server.h"
 
 static void usage(FILE *to) {
   fprintf(to,
@@ -76,27 +76,48 @@ static int parse_args(int argc, char **argv, acd_flags *f) {
   for (int c; (c = getopt_long(argc, argv, "", opts, NULL)) != -1;) {
     char *end;
     switch (c) {
-    case 'c': f->config_path = optarg; break;
+    case 'c':
+      f->config_path = optarg;
+      break;
     case 'l':
       if (f->nlisten == ACD_MAX_LISTEN)
         return 2;
       f->listen[f->nlisten++] = optarg;
       break;
-    case 'L': f->log_level = optarg; break;
-    case 'F': f->fault_injection = true; break;
+    case 'L':
+      f->log_level = optarg;
+      break;
+    case 'F':
+      f->fault_injection = true;
+      break;
     case 'n':
       f->cpu_devices = strtol(optarg, &end, 10);
       if (*end != '\0' || f->cpu_devices < 0 || f->cpu_devices > 8)
         return 2;
       break;
-    case 'b': f->backends = optarg; break;
-    case 'f': f->foreground = true; break;
-    case 'P': f->allow_plain_tcp = true; break;
-    case 'K': f->user_kernels = optarg; break;
-    case 'M': f->metrics_listen = optarg; break;
-    case 'h': usage(stdout); exit(0);
-    case 'V': printf("acceld %s\n", ACCEL_VERSION_STRING); exit(0);
-    default: return 2;
+    case 'b':
+      f->backends = optarg;
+      break;
+    case 'f':
+      f->foreground = true;
+      break;
+    case 'P':
+      f->allow_plain_tcp = true;
+      break;
+    case 'K':
+      f->user_kernels = optarg;
+      break;
+    case 'M':
+      f->metrics_listen = optarg;
+      break;
+    case 'h':
+      usage(stdout);
+      exit(0);
+    case 'V':
+      printf("acceld %s\n", ACCEL_VERSION_STRING);
+      exit(0);
+    default:
+      return 2;
     }
   }
   return optind == argc ? 0 : 2;
@@ -220,8 +241,8 @@ static int start_tree(daemon_ctx *d, int gid, int ready_fd) {
   rc = accel_spawn(d->rt, NULL, &srv_behavior, &d->server, &so, &server);
   if (rc != 0)
     return rc;
-  d->service = (acd_service_args){.server = server, .config = c, .flags = &d->flags,
-                                  .ready_fd = ready_fd};
+  d->service =
+      (acd_service_args){.server = server, .config = c, .flags = &d->flags, .ready_fd = ready_fd};
   accel_spawn_opts vo = {.name = "service", .mailbox_capacity = 64};
   return accel_spawn(d->rt, NULL, &acd_service_behavior, &d->service, &vo, NULL);
 }

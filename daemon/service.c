@@ -7,10 +7,10 @@
 #include <systemd/sd-daemon.h>
 #include <unistd.h>
 
-#include "server/server.h"
 #include "daemon/service.h"
-#include "runtime/loop.h"
 #include "runtime/alloc.h"
+#include "runtime/loop.h"
+#include "server/server.h"
 
 enum {
   SVC_MSG_SIGNAL = ACCEL_MSG_USER + 400, /* arg: the signal */
@@ -20,7 +20,7 @@ enum {
 typedef struct svc_handles {
   uv_signal_t term, intr, hup;
   uv_timer_t watchdog;
-  int open;            /* handles not closed yet */
+  int open; /* handles not closed yet */
   accel_runtime *rt;
   accel_ref self;
 } svc_handles;
@@ -73,8 +73,7 @@ static void start_watchdog(svc_handles *h) {
     return;
   uint64_t ms = usec / 2000;
   uv_timer_start(&h->watchdog, on_watchdog, ms, ms);
-  accel_log(ACCEL_LOG_INFO, "service", "systemd watchdog: every %llu ms",
-            (unsigned long long)ms);
+  accel_log(ACCEL_LOG_INFO, "service", "systemd watchdog: every %llu ms", (unsigned long long)ms);
 }
 
 /* ---- SIGTERM: drain, then stop ---- */
@@ -135,13 +134,13 @@ static void note_restart_only(const acd_config *old, const acd_config *new) {
   bool listen = old->nlisten != new->nlisten;
   for (uint32_t i = 0; !listen && i < old->nlisten; i++)
     listen = strcmp(old->listen[i], new->listen[i]) != 0;
-  const char *what = listen                                      ? "listen"
-                     : old->cpu_devices != new->cpu_devices      ? "cpu_devices"
-                     : strcmp(old->backends, new->backends) != 0 ? "backends"
+  const char *what = listen                                         ? "listen"
+                     : old->cpu_devices != new->cpu_devices         ? "cpu_devices"
+                     : strcmp(old->backends, new->backends) != 0    ? "backends"
                      : old->fault_injection != new->fault_injection ? "fault_injection"
-                     : old->socket_mode != new->socket_mode      ? "socket_mode"
-                     : old->completion != new->completion        ? "completion"
-                                                                 : NULL;
+                     : old->socket_mode != new->socket_mode         ? "socket_mode"
+                     : old->completion != new->completion           ? "completion"
+                                                                    : NULL;
   if (what)
     accel_log(ACCEL_LOG_WARN, "service", "reload: %s changed: takes effect on restart", what);
   /* Its own line, never hidden by another change: who may connect is what an administrator
@@ -154,8 +153,8 @@ static void note_restart_only(const acd_config *old, const acd_config *new) {
 
 static void log_limit(const char *name, uint64_t old, uint64_t new) {
   if (old != new)
-    accel_log(ACCEL_LOG_INFO, "service", "reload: %s %llu -> %llu", name,
-              (unsigned long long)old, (unsigned long long)new);
+    accel_log(ACCEL_LOG_INFO, "service", "reload: %s %llu -> %llu", name, (unsigned long long)old,
+              (unsigned long long)new);
 }
 
 static void apply_limits(svc_state *st, accel_actor *self, const proto_limits *l) {

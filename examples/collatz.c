@@ -13,31 +13,29 @@
 
 #include <accel/accel.h>
 
-static const char opencl_c[] =
-    "__kernel void collatz(uint n, __global uint *v) {\n"
-    "  size_t i = get_global_id(0);\n"
-    "  if (i >= n) return;\n"
-    "  uint x = v[i], steps = 0;\n"
-    "  for (; x > 1; steps++) x = (x % 2) ? 3 * x + 1 : x / 2;\n"
-    "  v[i] = steps;\n"
-    "}\n";
+static const char opencl_c[] = "__kernel void collatz(uint n, __global uint *v) {\n"
+                               "  size_t i = get_global_id(0);\n"
+                               "  if (i >= n) return;\n"
+                               "  uint x = v[i], steps = 0;\n"
+                               "  for (; x > 1; steps++) x = (x % 2) ? 3 * x + 1 : x / 2;\n"
+                               "  v[i] = steps;\n"
+                               "}\n";
 
-static const char cuda_c[] =
-    "extern \"C\" __global__ void collatz(unsigned n, unsigned *v) {\n"
-    "  unsigned i = blockIdx.x * blockDim.x + threadIdx.x;\n"
-    "  if (i >= n) return;\n"
-    "  unsigned x = v[i], steps = 0;\n"
-    "  for (; x > 1; steps++) x = (x % 2) ? 3 * x + 1 : x / 2;\n"
-    "  v[i] = steps;\n"
-    "}\n";
+static const char cuda_c[] = "extern \"C\" __global__ void collatz(unsigned n, unsigned *v) {\n"
+                             "  unsigned i = blockIdx.x * blockDim.x + threadIdx.x;\n"
+                             "  if (i >= n) return;\n"
+                             "  unsigned x = v[i], steps = 0;\n"
+                             "  for (; x > 1; steps++) x = (x % 2) ? 3 * x + 1 : x / 2;\n"
+                             "  v[i] = steps;\n"
+                             "}\n";
 
-#define CHECK(call)                                                                       \
-  do {                                                                                     \
-    int rc_ = (call);                                                                      \
-    if (rc_ != 0) {                                                                        \
-      fprintf(stderr, "%s failed: %s\n", #call, accel_strerror(rc_));                      \
-      exit(1);                                                                             \
-    }                                                                                      \
+#define CHECK(call)                                                                                \
+  do {                                                                                             \
+    int rc_ = (call);                                                                              \
+    if (rc_ != 0) {                                                                                \
+      fprintf(stderr, "%s failed: %s\n", #call, accel_strerror(rc_));                              \
+      exit(1);                                                                                     \
+    }                                                                                              \
   } while (0)
 
 enum { N = 10000 };

@@ -16,13 +16,13 @@
 
 #include <accel/accel.h>
 
-#define CHECK(call)                                                                       \
-  do {                                                                                     \
-    int rc_ = (call);                                                                      \
-    if (rc_ != 0) {                                                                        \
-      fprintf(stderr, "%s failed: %s\n", #call, accel_strerror(rc_));                      \
-      exit(1);                                                                             \
-    }                                                                                      \
+#define CHECK(call)                                                                                \
+  do {                                                                                             \
+    int rc_ = (call);                                                                              \
+    if (rc_ != 0) {                                                                                \
+      fprintf(stderr, "%s failed: %s\n", #call, accel_strerror(rc_));                              \
+      exit(1);                                                                                     \
+    }                                                                                              \
   } while (0)
 
 enum { M = 256, N = 192, K = 320 };
@@ -86,8 +86,8 @@ int main(int argc, char **argv) {
   CHECK(accel_rng_fill(ctx, ACCEL_DEVICE_ANY, a, &normal, NULL));
   normal.offset = (uint64_t)M * K; /* the next stretch of the same stream */
   CHECK(accel_rng_fill(ctx, ACCEL_DEVICE_ANY, b, &normal, NULL));
-  CHECK(accel_sgemm(ctx, ACCEL_DEVICE_ANY, ACCEL_NO_TRANS, ACCEL_NO_TRANS, M, N, K, 1.0f, a, M,
-                    b, K, 0.0f, c, M, NULL));
+  CHECK(accel_sgemm(ctx, ACCEL_DEVICE_ANY, ACCEL_NO_TRANS, ACCEL_NO_TRANS, M, N, K, 1.0f, a, M, b,
+                    K, 0.0f, c, M, NULL));
   CHECK(accel_softmax(ctx, ACCEL_DEVICE_ANY, p, c, M, N, NULL));
 
   float *ha = malloc(sizeof(float) * M * K), *hb = malloc(sizeof(float) * K * N);
@@ -101,8 +101,8 @@ int main(int argc, char **argv) {
   accel_future_release(done);
   CHECK(status);
   CHECK(accel_finish(ctx, 10000));
-  printf("rng fill %dx%d and %dx%d, sgemm %dx%dx%d, softmax over %d rows: done\n", M, K, K, N,
-         M, N, K, M);
+  printf("rng fill %dx%d and %dx%d, sgemm %dx%dx%d, softmax over %d rows: done\n", M, K, K, N, M, N,
+         K, M);
 
   reference(ha, hb, want);
   double err = max_error(hp, want, (size_t)M * N);

@@ -25,13 +25,13 @@ static const char cuda_c[] =
     "  if (i < n) y[i] = fmaf(a, x[i], y[i]);\n"
     "}\n";
 
-#define CHECK(call)                                                                       \
-  do {                                                                                     \
-    int rc_ = (call);                                                                      \
-    if (rc_ != 0) {                                                                        \
-      fprintf(stderr, "%s failed: %s\n", #call, accel_strerror(rc_));                      \
-      exit(1);                                                                             \
-    }                                                                                      \
+#define CHECK(call)                                                                                \
+  do {                                                                                             \
+    int rc_ = (call);                                                                              \
+    if (rc_ != 0) {                                                                                \
+      fprintf(stderr, "%s failed: %s\n", #call, accel_strerror(rc_));                              \
+      exit(1);                                                                                     \
+    }                                                                                              \
   } while (0)
 
 enum { N = 1 << 20 };

@@ -288,7 +288,9 @@ static void check(bool ok, const char *what) {
     failures++;
 }
 
-static void step(int n, const char *title) { printf("\nstep %d: %s\n", n, title); }
+static void step(int n, const char *title) {
+  printf("\nstep %d: %s\n", n, title);
+}
 
 /* Asks and waits for the answer; returns the future's status, *out the future (or NULL). */
 static int ask_wait(accel_runtime *rt, accel_ref to, uint32_t type, uint64_t arg,
@@ -302,8 +304,7 @@ static int ask_wait(accel_runtime *rt, accel_ref to, uint32_t type, uint64_t arg
 }
 
 /* Asks for a u64 and waits; returns the status. */
-static int ask_u64(accel_runtime *rt, accel_ref to, uint32_t type, uint64_t arg,
-                   uint64_t *value) {
+static int ask_u64(accel_runtime *rt, accel_ref to, uint32_t type, uint64_t arg, uint64_t *value) {
   accel_future *f;
   int rc = ask_wait(rt, to, type, arg, &f);
   if (rc == 0)
@@ -324,7 +325,9 @@ static int where(accel_runtime *rt, accel_ref sup, int n, accel_ref *ref) {
   return rc;
 }
 
-static bool same_ref(accel_ref a, accel_ref b) { return a.slot == b.slot && a.gen == b.gen; }
+static bool same_ref(accel_ref a, accel_ref b) {
+  return a.slot == b.slot && a.gen == b.gen;
+}
 
 static void step_wait(accel_runtime *rt, accel_ref w1) {
   step(2, "ask worker-1 for 1 + ... + 100, wait on the future");
@@ -392,8 +395,7 @@ static void step_poll(accel_runtime *rt, accel_ref w1) {
 
 /* Waits until the supervisor names a new incarnation of worker `n` (not `old`). Until the
  * restart (after the backoff) accel_child has no live child to name and says so (EAGAIN). */
-static int wait_restart(accel_runtime *rt, accel_ref sup, int n, accel_ref old,
-                        accel_ref *fresh) {
+static int wait_restart(accel_runtime *rt, accel_ref sup, int n, accel_ref old, accel_ref *fresh) {
   int rc = ACCEL_ETIMEDOUT;
   for (int tries = 0; tries < 400; tries++) {
     rc = where(rt, sup, n, fresh);
@@ -416,8 +418,8 @@ static accel_ref step_fail(accel_runtime *rt, accel_ref sup, accel_ref old) {
 
   accel_ref fresh = ACCEL_REF_NONE;
   rc = wait_restart(rt, sup, 1, old, &fresh);
-  printf("  worker-1 was {%" PRIu32 ", %" PRIu32 "}, is now {%" PRIu32 ", %" PRIu32 "}\n",
-         old.slot, old.gen, fresh.slot, fresh.gen);
+  printf("  worker-1 was {%" PRIu32 ", %" PRIu32 "}, is now {%" PRIu32 ", %" PRIu32 "}\n", old.slot,
+         old.gen, fresh.slot, fresh.gen);
   check(rc == 0, "accel_child() names the new incarnation");
 
   accel_msg msg = {.type = MSG_SUM, .arg = 1};

@@ -53,11 +53,21 @@ static void put_le(proto_out *o, uint64_t v, int bytes) {
     p[i] = (uint8_t)(v >> (8 * i));
 }
 
-static void put_u16(proto_out *o, uint16_t v) { put_le(o, v, 2); }
-static void put_u32(proto_out *o, uint32_t v) { put_le(o, v, 4); }
-static void put_u64(proto_out *o, uint64_t v) { put_le(o, v, 8); }
-static void put_i32(proto_out *o, int32_t v) { put_le(o, (uint32_t)v, 4); }
-static void put_i64(proto_out *o, int64_t v) { put_le(o, (uint64_t)v, 8); }
+static void put_u16(proto_out *o, uint16_t v) {
+  put_le(o, v, 2);
+}
+static void put_u32(proto_out *o, uint32_t v) {
+  put_le(o, v, 4);
+}
+static void put_u64(proto_out *o, uint64_t v) {
+  put_le(o, v, 8);
+}
+static void put_i32(proto_out *o, int32_t v) {
+  put_le(o, (uint32_t)v, 4);
+}
+static void put_i64(proto_out *o, int64_t v) {
+  put_le(o, (uint64_t)v, 8);
+}
 
 static void put_f64(proto_out *o, double f) {
   uint64_t u;
@@ -114,11 +124,21 @@ static uint64_t get_le(reader *r, int bytes) {
   return v;
 }
 
-static uint16_t get_u16(reader *r) { return (uint16_t)get_le(r, 2); }
-static uint32_t get_u32(reader *r) { return (uint32_t)get_le(r, 4); }
-static uint64_t get_u64(reader *r) { return get_le(r, 8); }
-static int32_t get_i32(reader *r) { return (int32_t)get_u32(r); }
-static int64_t get_i64(reader *r) { return (int64_t)get_u64(r); }
+static uint16_t get_u16(reader *r) {
+  return (uint16_t)get_le(r, 2);
+}
+static uint32_t get_u32(reader *r) {
+  return (uint32_t)get_le(r, 4);
+}
+static uint64_t get_u64(reader *r) {
+  return get_le(r, 8);
+}
+static int32_t get_i32(reader *r) {
+  return (int32_t)get_u32(r);
+}
+static int64_t get_i64(reader *r) {
+  return (int64_t)get_u64(r);
+}
 
 static double get_f64(reader *r) {
   uint64_t u = get_u64(r);
@@ -144,8 +164,7 @@ static int done(const reader *r) {
 
 /* ---- header ---- */
 
-int proto_decode_header(const uint8_t *frame, size_t len, uint32_t max_message,
-                        proto_header *h) {
+int proto_decode_header(const uint8_t *frame, size_t len, uint32_t max_message, proto_header *h) {
   if (frame == NULL || len < PROTO_HEADER_SIZE)
     return ACCEL_EPROTO;
   if (len > max_message)
@@ -157,8 +176,8 @@ int proto_decode_header(const uint8_t *frame, size_t len, uint32_t max_message,
   h->flags = get_u32(&r);
   h->body_len = get_u32(&r);
   h->request_id = get_u64(&r);
-  if (h->magic != PROTO_MAGIC || h->version != PROTO_VERSION || h->flags != 0 ||
-      h->type == 0 || h->type >= PROTO_TYPE_MAX_ || h->body_len != len - PROTO_HEADER_SIZE)
+  if (h->magic != PROTO_MAGIC || h->version != PROTO_VERSION || h->flags != 0 || h->type == 0 ||
+      h->type >= PROTO_TYPE_MAX_ || h->body_len != len - PROTO_HEADER_SIZE)
     return ACCEL_EPROTO;
   return 0;
 }
@@ -437,8 +456,7 @@ static void get_kernel_arg(reader *r, const dev_op *op, dev_kernel_arg *a) {
 /* The access a launch asks for, per buffer: the client's (the checker holds it to the
  * arguments); other kinds' access modes are the checker's alone. */
 static bool launch_access_ok(uint32_t access) {
-  return access == DEV_READ || access == DEV_WRITE || access == DEV_RW ||
-         access == DEV_WRITE_ALL;
+  return access == DEV_READ || access == DEV_WRITE || access == DEV_RW || access == DEV_WRITE_ALL;
 }
 
 /* Everything is bounded before it is stored: nargs by args[], the name by name[] (and it
@@ -496,8 +514,7 @@ static uint64_t get_payload(reader *r, dev_op *op, proto_bytes *options) {
     g->ldb = get_i64(r);
     g->ldc = get_i64(r);
     uint32_t math = get_u32(r);
-    g->math = math <= BE_GEMM_MATH_FP64 ? (be_gemm_math)math
-                                        : (r->bad = true, BE_GEMM_MATH_DEVICE);
+    g->math = math <= BE_GEMM_MATH_FP64 ? (be_gemm_math)math : (r->bad = true, BE_GEMM_MATH_DEVICE);
     get_u32(r);
     g->batch = get_i64(r);
     g->stride_a = get_i64(r);
@@ -585,8 +602,7 @@ int proto_encode_op(proto_out *o, uint64_t request_id, const dev_op *op, proto_b
   return finish_frame(o, at);
 }
 
-int proto_encode_op_shm(proto_out *o, uint64_t request_id, const dev_op *op,
-                        proto_shm_ref ref) {
+int proto_encode_op_shm(proto_out *o, uint64_t request_id, const dev_op *op, proto_shm_ref ref) {
   bool write = op->h.kind == DEV_OP_WRITE;
   if (op->nbufs > DEV_OP_MAX_BUFS || (!write && op->h.kind != DEV_OP_READ))
     return ACCEL_EINVAL;
@@ -646,8 +662,7 @@ static void take_data(dev_op *op, proto_bytes data) {
   }
 }
 
-int proto_decode_op_ex(const uint8_t *body, size_t len, bool shm, dev_op *op,
-                       proto_op_data *out) {
+int proto_decode_op_ex(const uint8_t *body, size_t len, bool shm, dev_op *op, proto_op_data *out) {
   reader r = {body, len, 0, false};
   memset(op, 0, sizeof *op);
   memset(out, 0, sizeof *out);
@@ -709,8 +724,8 @@ int proto_encode_reply(proto_out *o, uint64_t request_id, int32_t status, proto_
   return finish_frame(o, at);
 }
 
-int proto_encode_reply_head(uint8_t out[PROTO_REPLY_HEAD_SIZE], uint64_t request_id,
-                            int32_t status, size_t data_len) {
+int proto_encode_reply_head(uint8_t out[PROTO_REPLY_HEAD_SIZE], uint64_t request_id, int32_t status,
+                            size_t data_len) {
   if (data_len > UINT32_MAX - 8u)
     return ACCEL_ELIMIT;
   uint8_t buf[PROTO_REPLY_HEAD_SIZE];

@@ -47,8 +47,8 @@ static ssize_t send_with_fd(int fd, const void *bytes, size_t len, int fd_pass) 
   } u;
   memset(&u, 0, sizeof u);
   struct iovec iov = {.iov_base = (void *)bytes, .iov_len = len};
-  struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf,
-                      .msg_controllen = sizeof u.buf};
+  struct msghdr mh = {
+      .msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf, .msg_controllen = sizeof u.buf};
   struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
   cm->cmsg_level = SOL_SOCKET;
   cm->cmsg_type = SCM_RIGHTS;
@@ -60,8 +60,7 @@ static ssize_t send_with_fd(int fd, const void *bytes, size_t len, int fd_pass) 
 int proto_local_send(int fd, const void *bytes, size_t len, int fd_pass) {
   const uint8_t *p = bytes;
   while (len > 0) {
-    ssize_t n = fd_pass >= 0 ? send_with_fd(fd, p, len, fd_pass)
-                             : send(fd, p, len, MSG_NOSIGNAL);
+    ssize_t n = fd_pass >= 0 ? send_with_fd(fd, p, len, fd_pass) : send(fd, p, len, MSG_NOSIGNAL);
     if (n < 0 && errno == EINTR)
       continue;
     if (n <= 0)
@@ -179,8 +178,7 @@ static int reader_fill(proto_reader *rd, int fd, size_t need) {
   return 0;
 }
 
-long long proto_reader_next(proto_reader *rd, int fd, uint32_t max_body,
-                            const uint8_t **frame) {
+long long proto_reader_next(proto_reader *rd, int fd, uint32_t max_body, const uint8_t **frame) {
   int rc = reader_fill(rd, fd, PROTO_HEADER_SIZE);
   if (rc != 0)
     return rc;

@@ -10,8 +10,8 @@ static uint64_t le(const uint8_t *p, int bytes) {
   return v;
 }
 
-proto_scan proto_stream_scan(const uint8_t *p, size_t len, uint64_t max_frame,
-                             size_t *frame_len, uint64_t *request_id) {
+proto_scan proto_stream_scan(const uint8_t *p, size_t len, uint64_t max_frame, size_t *frame_len,
+                             uint64_t *request_id) {
   *frame_len = 0;
   *request_id = 0;
   if (len < PROTO_HEADER_SIZE)

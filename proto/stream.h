@@ -17,7 +17,7 @@ typedef enum proto_scan {
 } proto_scan;
 
 /* Looks at the `len` bytes at p, the start of the next frame. */
-proto_scan proto_stream_scan(const uint8_t *p, size_t len, uint64_t max_frame,
-                             size_t *frame_len, uint64_t *request_id);
+proto_scan proto_stream_scan(const uint8_t *p, size_t len, uint64_t max_frame, size_t *frame_len,
+                             uint64_t *request_id);
 
 #endif

@@ -43,16 +43,16 @@ typedef enum proto_type {
 
 typedef enum proto_control {
   PROTO_CTL_PING = 1,
-  PROTO_CTL_STATUS = 2,       /* reply: one JSON object */
-  PROTO_CTL_DEVICES = 3,      /* reply: text, one line per device and backend */
-  PROTO_CTL_TREE = 4,         /* reply: text, the supervision tree */
-  PROTO_CTL_INJECT_FAULT = 5, /* arg: device index; refused unless the daemon allows it */
-  PROTO_CTL_DEVICE_INFO = 6,  /* arg: device index; reply: one device (PROTO_DEVICE_SIZE) */
+  PROTO_CTL_STATUS = 2,         /* reply: one JSON object */
+  PROTO_CTL_DEVICES = 3,        /* reply: text, one line per device and backend */
+  PROTO_CTL_TREE = 4,           /* reply: text, the supervision tree */
+  PROTO_CTL_INJECT_FAULT = 5,   /* arg: device index; refused unless the daemon allows it */
+  PROTO_CTL_DEVICE_INFO = 6,    /* arg: device index; reply: one device (PROTO_DEVICE_SIZE) */
   PROTO_CTL_TRANSFER_STATS = 7, /* reply: 5 x u64: h2d, d2h, d2d, written, read */
-  PROTO_CTL_ACK = 8,          /* arg: messages received so far (mod 2^32); never answered */
-  PROTO_CTL_SHM_ATTACH = 9,   /* arg: region id; the frame carries a sealed memfd (SCM_RIGHTS) */
-  PROTO_CTL_SHM_DETACH = 10,  /* arg: region id; unmapped once no op uses it */
-  PROTO_CTL_CLIENTS = 11,     /* arg 1: text, else JSON; reply: the client sessions */
+  PROTO_CTL_ACK = 8,            /* arg: messages received so far (mod 2^32); never answered */
+  PROTO_CTL_SHM_ATTACH = 9,     /* arg: region id; the frame carries a sealed memfd (SCM_RIGHTS) */
+  PROTO_CTL_SHM_DETACH = 10,    /* arg: region id; unmapped once no op uses it */
+  PROTO_CTL_CLIENTS = 11,       /* arg 1: text, else JSON; reply: the client sessions */
   PROTO_CTL_MAX_
 } proto_control;
 
@@ -171,12 +171,12 @@ RT_MUST_USE int proto_decode_hello(const uint8_t *body, size_t len, proto_hello 
 RT_MUST_USE int proto_decode_welcome(const uint8_t *body, size_t len, proto_welcome *w);
 /* What an OP carries besides its envelope, borrowed from the body (valid while it is). */
 typedef struct proto_op_data {
-  proto_bytes bytes;   /* a WRITE's data, a MODULE_LOAD's code (both also in *op) */
+  proto_bytes bytes; /* a WRITE's data, a MODULE_LOAD's code (both also in *op) */
   /* A MODULE_LOAD's options (len 0: none). They have no NUL on the wire, so the decoder
    * leaves op->u.module.options NULL: the caller points it at a NUL-terminated copy that
    * lives as long as the op (it holds no NUL byte and at most PROTO_OPTIONS_MAX bytes). */
   proto_bytes options;
-  proto_shm_ref shm;   /* a PROTO_OPF_SHM op: where its data is */
+  proto_shm_ref shm; /* a PROTO_OPF_SHM op: where its data is */
 } proto_op_data;
 
 /* Fills *op (no future, no owner) and *data (a write's bytes or a module's code, borrowed

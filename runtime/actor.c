@@ -7,8 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "runtime/rt.h"
 #include "runtime/alloc.h"
+#include "runtime/rt.h"
 
 #define RT_REPLIED ((accel_future *)(uintptr_t)1) /* msg->reply after accel_reply */
 
@@ -203,8 +203,7 @@ void rt_cell_run(accel_actor *cell) {
     deliver(cell, &msg);
   }
   atomic_fetch_add_explicit(&cell->rt->stats.messages_received, n, memory_order_relaxed);
-  if (cell->status == RT_RUNNING && n == cell->throughput &&
-      !rt_mailbox_empty(&cell->mailbox))
+  if (cell->status == RT_RUNNING && n == cell->throughput && !rt_mailbox_empty(&cell->mailbox))
     rt_schedule_local(cell->rt, cell); /* used its turn: to the back of the queue */
   else
     unschedule(cell);

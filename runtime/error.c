@@ -5,8 +5,8 @@ const char *accel_strerror(int err) {
   switch (err) {
   case 0:
     return "success";
-#define ACCEL_ERR_MSG_(name, value, msg)                                                  \
-  case value:                                                                              \
+#define ACCEL_ERR_MSG_(name, value, msg)                                                           \
+  case value:                                                                                      \
     return msg;
     ACCEL_ERRNO_MAP(ACCEL_ERR_MSG_)
 #undef ACCEL_ERR_MSG_
@@ -19,8 +19,8 @@ const char *accel_err_name(int err) {
   switch (err) {
   case 0:
     return "OK";
-#define ACCEL_ERR_NAME_(name, value, msg)                                                 \
-  case value:                                                                              \
+#define ACCEL_ERR_NAME_(name, value, msg)                                                          \
+  case value:                                                                                      \
     return #name;
     ACCEL_ERRNO_MAP(ACCEL_ERR_NAME_)
 #undef ACCEL_ERR_NAME_

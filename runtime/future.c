@@ -7,9 +7,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "runtime/rt.h"
 #include "runtime/alloc.h"
 #include "runtime/deadline.h"
+#include "runtime/rt.h"
 
 struct accel_future {
   rt_task task; /* posts the `then` callback to the loop */
@@ -147,8 +147,7 @@ int accel_future_wait(accel_future *f, int64_t timeout_ms) {
 /* Registers the one `then` callback; with notify_fd >= 0 it also records where
  * notify_by_write sends the token, under the same lock so a refused second registration
  * cannot touch the first one's fields. */
-static int set_then(accel_future *f, accel_future_cb cb, void *arg, int notify_fd,
-                    uint64_t token) {
+static int set_then(accel_future *f, accel_future_cb cb, void *arg, int notify_fd, uint64_t token) {
   pthread_mutex_lock(&f->mu);
   if (f->has_cb) {
     pthread_mutex_unlock(&f->mu);
@@ -182,8 +181,8 @@ static void notify_by_write(accel_future *f, int status, void *arg) {
     n = write(f->notify_fd, &f->notify_token, sizeof f->notify_token);
   while (n < 0 && errno == EINTR);
   if (n != (ssize_t)sizeof f->notify_token)
-    accel_log(ACCEL_LOG_ERROR, "future", "completion token not written to fd %d: %s",
-              f->notify_fd, n < 0 ? strerror(errno) : "short write");
+    accel_log(ACCEL_LOG_ERROR, "future", "completion token not written to fd %d: %s", f->notify_fd,
+              n < 0 ? strerror(errno) : "short write");
 }
 
 int accel_future_notify_fd(accel_future *f, int fd, uint64_t token) {

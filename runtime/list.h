@@ -64,15 +64,15 @@ static inline void *rt_list_item_(rt_list *node, size_t offset) {
 /* The first / last element, the one after / before element `e`; NULL past the ends. */
 #define RT_LIST_FIRST(head, type, member) RT_LIST_ITEM(rt_list_after((head), (head)), type, member)
 #define RT_LIST_LAST(head, type, member) RT_LIST_ITEM(rt_list_before((head), (head)), type, member)
-#define RT_LIST_NEXT(e, head, type, member)                                                \
+#define RT_LIST_NEXT(e, head, type, member)                                                        \
   RT_LIST_ITEM(rt_list_after((head), &(e)->member), type, member)
-#define RT_LIST_PREV(e, head, type, member)                                                \
+#define RT_LIST_PREV(e, head, type, member)                                                        \
   RT_LIST_ITEM(rt_list_before((head), &(e)->member), type, member)
 
 /* Each element `e` (declared here as `type *`) in order. The body must not remove `e`: loop
  * with RT_LIST_FIRST/RT_LIST_NEXT, taking the next one first, for that. */
-#define RT_LIST_FOR_EACH(type, e, head, member)                                            \
-  for (type *e = RT_LIST_FIRST(head, type, member); e != NULL;                             \
+#define RT_LIST_FOR_EACH(type, e, head, member)                                                    \
+  for (type *e = RT_LIST_FIRST(head, type, member); e != NULL;                                     \
        e = RT_LIST_NEXT(e, head, type, member))
 
 #endif

@@ -65,9 +65,8 @@ static bool stderr_is_journal(void) {
   const char *env = getenv("JOURNAL_STREAM");
   unsigned long long dev, ino;
   struct stat st;
-  bool yes = env != NULL && sscanf(env, "%llu:%llu", &dev, &ino) == 2 &&
-             fstat(2, &st) == 0 && (unsigned long long)st.st_dev == dev &&
-             (unsigned long long)st.st_ino == ino;
+  bool yes = env != NULL && sscanf(env, "%llu:%llu", &dev, &ino) == 2 && fstat(2, &st) == 0 &&
+             (unsigned long long)st.st_dev == dev && (unsigned long long)st.st_ino == ino;
   atomic_store(&to_journal, yes ? 1 : 0);
   return yes;
 }
@@ -82,9 +81,9 @@ static int format_prefix(char *line, size_t len, accel_log_level level, const ch
   clock_gettime(CLOCK_REALTIME, &ts);
   struct tm tm;
   gmtime_r(&ts.tv_sec, &tm);
-  return snprintf(line, len, "%04d-%02d-%02dT%02d:%02d:%02d.%03ldZ %-5s %s: ",
-                  tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min,
-                  tm.tm_sec, ts.tv_nsec / 1000000, level_names[level], component);
+  return snprintf(line, len, "%04d-%02d-%02dT%02d:%02d:%02d.%03ldZ %-5s %s: ", tm.tm_year + 1900,
+                  tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, ts.tv_nsec / 1000000,
+                  level_names[level], component);
 }
 
 void accel_log(accel_log_level level, const char *component, const char *fmt, ...) {

@@ -14,8 +14,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "runtime/rt.h"
 #include "runtime/alloc.h"
+#include "runtime/rt.h"
 
 RT_TLS accel_runtime *rt_tls_loop;
 RT_TLS accel_actor *rt_tls_actor;

@@ -36,8 +36,8 @@ int rt_mailbox_push(rt_mailbox *mb, const accel_msg *msg) {
     size_t seq = atomic_load_explicit(&cell->seq, memory_order_acquire);
     intptr_t dif = (intptr_t)seq - (intptr_t)pos;
     if (dif == 0) {
-      if (atomic_compare_exchange_weak_explicit(&mb->tail, &pos, pos + 1,
-                                                memory_order_relaxed, memory_order_relaxed)) {
+      if (atomic_compare_exchange_weak_explicit(&mb->tail, &pos, pos + 1, memory_order_relaxed,
+                                                memory_order_relaxed)) {
         cell->msg = *msg;
         /* seq_cst, not just release: with the scheduled flag this is a store-then-load on
          * each side (producer: publish, then test-and-set scheduled; consumer: clear

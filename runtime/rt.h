@@ -14,11 +14,11 @@
 #include <uv.h>
 
 #include "accel/runtime.h"
-#include "runtime/list.h"
-#include "runtime/mailbox.h"
-#include "runtime/loop.h"
-#include "runtime/wakeup.h"
 #include "runtime/attr.h"
+#include "runtime/list.h"
+#include "runtime/loop.h"
+#include "runtime/mailbox.h"
+#include "runtime/wakeup.h"
 
 typedef struct rt_child rt_child;
 typedef struct rt_timer rt_timer;
@@ -37,16 +37,16 @@ struct accel_actor {
   const accel_behavior *b;
   void *arg;
   void *state;
-  rt_child *spec;       /* the parent's record of this child; NULL for the root */
-  accel_actor *parent;  /* NULL for the root */
+  rt_child *spec;      /* the parent's record of this child; NULL for the root */
+  accel_actor *parent; /* NULL for the root */
   accel_ref ref;
-  int status;           /* enum rt_cell_status; loop thread only */
+  int status; /* enum rt_cell_status; loop thread only */
   uint32_t throughput;
   rt_mailbox mailbox;
   atomic_int scheduled; /* 1 while queued to run (or being swept); producers test-and-set */
   accel_actor *runq_next;
   accel_actor *grave_next;
-  rt_list children;      /* rt_child records, in start order */
+  rt_list children; /* rt_child records, in start order */
   accel_supervision supervision;
   rt_timer *timers;
 };
@@ -62,19 +62,19 @@ struct rt_child {
   accel_supervision supervision; /* the child's own, for its children */
   accel_actor *cell;             /* current incarnation; NULL while waiting for a restart */
   bool awaiting_restart;
-  rt_child *restart_leader;      /* the failed child whose backoff timer restarts this one */
-  int last_reason;               /* why it was last restarted, for post_restart */
-  uint64_t window_start_ms;      /* restart-intensity window */
+  rt_child *restart_leader; /* the failed child whose backoff timer restarts this one */
+  int last_reason;          /* why it was last restarted, for post_restart */
+  uint64_t window_start_ms; /* restart-intensity window */
   uint32_t restarts_in_window;
   uint64_t restarts_total;
-  uv_timer_t *backoff;           /* pending restart, or NULL */
+  uv_timer_t *backoff; /* pending restart, or NULL */
 };
 
 typedef struct rt_slot {
-  atomic_uint gen;                /* generation of the incarnation in this slot */
-  atomic_uint pins;               /* senders on other threads currently inside a send */
+  atomic_uint gen;  /* generation of the incarnation in this slot */
+  atomic_uint pins; /* senders on other threads currently inside a send */
   _Atomic(accel_actor *) cell;
-  uint32_t next_free;             /* loop thread only */
+  uint32_t next_free; /* loop thread only */
 } rt_slot;
 
 typedef struct rt_stats {
@@ -91,8 +91,8 @@ typedef struct rt_retry {
 
 struct accel_runtime {
   uv_loop_t loop;
-  rt_wakeup wake;    /* wake-ups from other threads */
-  uv_idle_t turn;    /* active while there is local work: keeps the loop from blocking */
+  rt_wakeup wake; /* wake-ups from other threads */
+  uv_idle_t turn; /* active while there is local work: keeps the loop from blocking */
   /* The loop's stalls (accel_runtime_max_stall_ns): `awake` runs after the poll phase,
    * `asleep` before the next one (timers, idle turns, pending and closing callbacks ran
    * between them); turns run from the poll phase (wake-ups) are timed on their own. Other
@@ -107,9 +107,9 @@ struct accel_runtime {
   uint64_t spin_ns;      /* how long the loop keeps turning after that before sleeping */
   uv_thread_t thread;
   bool has_thread;
-  atomic_bool running;  /* the loop is running (run or start called, not finished) */
-  atomic_bool closing;  /* shutdown requested: sends are refused */
-  bool shut_down;       /* the tree is stopped and the handles are closing */
+  atomic_bool running;      /* the loop is running (run or start called, not finished) */
+  atomic_bool closing;      /* shutdown requested: sends are refused */
+  bool shut_down;           /* the tree is stopped and the handles are closing */
   atomic_uint remote_users; /* non-loop threads inside a send/post right now */
 
   rt_slot *slots;
@@ -117,16 +117,16 @@ struct accel_runtime {
 
   accel_actor *runq_head, *runq_tail; /* loop thread only */
   uint32_t runq_len;
-  accel_actor *graveyard;             /* retired cells waiting to be swept */
+  accel_actor *graveyard; /* retired cells waiting to be swept */
   rt_retry *retries;
-  rt_task_list local_tasks;           /* loop thread only */
+  rt_task_list local_tasks; /* loop thread only */
 
-  pthread_mutex_t remote_mu;          /* guards the two lists below */
+  pthread_mutex_t remote_mu; /* guards the two lists below */
   accel_actor *inject_head, *inject_tail;
   rt_task_list remote_tasks;
 
-  accel_actor *root;                  /* loop thread only; NULL once shut down */
-  accel_ref root_ref;                 /* immutable after create: readable from any thread */
+  accel_actor *root;  /* loop thread only; NULL once shut down */
+  accel_ref root_ref; /* immutable after create: readable from any thread */
   uint64_t next_timer_id;
   rt_stats stats;
 };

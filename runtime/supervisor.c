@@ -9,8 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "runtime/rt.h"
 #include "runtime/alloc.h"
+#include "runtime/rt.h"
 
 void rt_supervision_defaults(accel_supervision *s, const accel_supervision *given) {
   static const accel_supervision none;

@@ -2,8 +2,8 @@
  * Timers belong to one incarnation and are closed when it ends. */
 #include <stdlib.h>
 
-#include "runtime/rt.h"
 #include "runtime/alloc.h"
+#include "runtime/rt.h"
 
 struct rt_timer {
   uv_timer_t handle; /* first: the handle pointer is the timer */

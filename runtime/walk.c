@@ -31,7 +31,9 @@ int accel_runtime_walk(accel_runtime *rt, visit_fn visit, void *arg) {
     return ACCEL_EINVAL;
   if (rt_tls_loop != rt || rt->root == NULL)
     return ACCEL_EDEADLK;
-  accel_actor_view root = {.name = "root", .ref = rt->root->ref, .state = "running",
+  accel_actor_view root = {.name = "root",
+                           .ref = rt->root->ref,
+                           .state = "running",
                            .mailbox_used = mailbox_used(rt->root)};
   visit(&root, arg);
   visit_children(rt->root, 1, visit, arg);

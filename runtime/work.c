@@ -1,8 +1,8 @@
 /* Blocking work on libuv's thread pool; the result comes back to the actor as a message. */
 #include <stdlib.h>
 
-#include "runtime/rt.h"
 #include "runtime/alloc.h"
+#include "runtime/rt.h"
 
 typedef struct rt_work {
   uv_work_t req; /* first: the request pointer is the work item */
@@ -22,8 +22,8 @@ static void run_work(uv_work_t *req) {
 
 static void after_work(uv_work_t *req, int status) {
   rt_work *w = (rt_work *)req;
-  accel_msg msg = {.type = w->type, .arg = (uint64_t)(int64_t)w->result, .data = w->data,
-                   .drop = w->drop};
+  accel_msg msg = {
+      .type = w->type, .arg = (uint64_t)(int64_t)w->result, .data = w->data, .drop = w->drop};
   int rc = status == UV_ECANCELED ? ACCEL_ECANCELED : rt_send_local(w->rt, w->to, &msg);
   if (rc == ACCEL_EBUSY)
     rt_retry_send(w->rt, w->to, &msg);
@@ -39,8 +39,8 @@ int accel_work_submit(accel_actor *self, int (*work)(void *data), void *data,
   rt_work *w = rt_calloc(1, sizeof *w);
   if (w == NULL)
     return ACCEL_ENOMEM;
-  *w = (rt_work){.rt = self->rt, .to = self->ref, .work = work, .data = data, .drop = drop,
-                 .type = type};
+  *w = (rt_work){
+      .rt = self->rt, .to = self->ref, .work = work, .data = data, .drop = drop, .type = type};
   int rc = uv_queue_work(&self->rt->loop, &w->req, run_work, after_work);
   if (rc != 0) {
     rt_free(w);

@@ -49,7 +49,7 @@ typedef struct srv_security {
   uint32_t nallow_uids;
   const uint32_t *allow_gids;
   uint32_t nallow_gids;
-  bool allow_any_local;  /* every local peer (the socket file's mode still applies) */
+  bool allow_any_local; /* every local peer (the socket file's mode still applies) */
   /* Remote peers (nng). Plain tcp:// listeners are refused unless this is set. */
   bool allow_plain_tcp;
   /* tls+tcp:// listeners: PEM files; ca (optional) verifies client certificates, which are
@@ -62,17 +62,17 @@ typedef struct srv_security {
 } srv_security;
 
 typedef struct srv_args {
-  dev_world *world;           /* the devices (dev_world_spawn'ed by the caller) */
-  const char *const *listen;  /* URLs: ipc://PATH, tcp://HOST:PORT */
+  dev_world *world;          /* the devices (dev_world_spawn'ed by the caller) */
+  const char *const *listen; /* URLs: ipc://PATH, tcp://HOST:PORT */
   uint32_t nlisten;
-  proto_limits limits;        /* per session; max_message per frame */
-  int ipc_mode;               /* permissions of ipc:// socket files; < 0: nng's default */
-  int ipc_gid;                /* group of ipc:// socket files; < 0: unchanged */
-  uint32_t drain_timeout_ms;  /* SRV_MSG_DRAIN gives up after this; 0: 10 s */
+  proto_limits limits;       /* per session; max_message per frame */
+  int ipc_mode;              /* permissions of ipc:// socket files; < 0: nng's default */
+  int ipc_gid;               /* group of ipc:// socket files; < 0: unchanged */
+  uint32_t drain_timeout_ms; /* SRV_MSG_DRAIN gives up after this; 0: 10 s */
   /* A local connection with no whole frame this long after connecting is closed (a peer
    * that connects and never speaks holds a descriptor); 0: 10 s. */
   uint32_t first_frame_timeout_ms;
-  uint32_t max_connections;   /* local connections at once, past it refused; 0: 1024 */
+  uint32_t max_connections; /* local connections at once, past it refused; 0: 1024 */
   srv_security sec;
   /* http://HOST:PORT for GET /metrics (Prometheus) and /healthz; NULL: not served. */
   const char *metrics_listen;

@@ -15,8 +15,8 @@ static void json_client(sbuf *b, const srv_server *s, const srv_conn *c) {
             transport(c), c->peer_pid, c->peer_uid == UINT32_MAX ? -1LL : (long long)c->peer_uid);
   sb_json_str(b, c->name);
   sb_printf(b, ",\"connected_ms\":%llu,\"buffers\":%u,\"memory\":%llu,\"ops_in_flight\":%u}",
-            (unsigned long long)(srv_now_ms((srv_server *)s) - c->connected_ms),
-            a ? a->buffers : 0, (unsigned long long)(a ? a->memory : 0), a ? a->in_flight : 0);
+            (unsigned long long)(srv_now_ms((srv_server *)s) - c->connected_ms), a ? a->buffers : 0,
+            (unsigned long long)(a ? a->memory : 0), a ? a->in_flight : 0);
 }
 
 static void text_client(sbuf *b, const srv_server *s, const srv_conn *c) {
@@ -35,8 +35,8 @@ char *srv_clients_report(srv_server *s, bool json) {
   if (json)
     sb_printf(&b, "[");
   else
-    sb_printf(&b, "%-10s %-5s %7s %6s  %-20s %8s %10s %8s %9s\n", "ID", "VIA", "PID", "UID",
-              "NAME", "BUFFERS", "MEMORY", "IN-FLIGHT", "CONNECTED");
+    sb_printf(&b, "%-10s %-5s %7s %6s  %-20s %8s %10s %8s %9s\n", "ID", "VIA", "PID", "UID", "NAME",
+              "BUFFERS", "MEMORY", "IN-FLIGHT", "CONNECTED");
   for (uint32_t i = 0; i < s->nbuckets; i++)
     for (const srv_conn *c = s->buckets[i]; c; c = c->hnext) {
       if (!c->session_live || c->dead)

@@ -6,8 +6,8 @@
  * a frame's pipe is checked to be open before a record is made for it. */
 #include <stdlib.h>
 
-#include "server/server_priv.h"
 #include "runtime/alloc.h"
+#include "server/server_priv.h"
 
 static uint32_t bucket_of(const srv_server *s, uint32_t pipe) {
   return (pipe * 2654435761u) & (s->nbuckets - 1);

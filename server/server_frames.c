@@ -6,9 +6,9 @@
 #include <string.h>
 
 #include "actors/device.h"
-#include "server/server_priv.h"
 #include "actors/status.h"
 #include "runtime/alloc.h"
+#include "server/server_priv.h"
 
 /* ---- replies ---- */
 
@@ -24,8 +24,7 @@ void srv_reply_status(srv_server *s, srv_conn *c, nng_msg *m, uint64_t request_i
 }
 
 /* A reply with data (text, JSON): `text` is taken. */
-static void reply_text(srv_server *s, srv_conn *c, nng_msg *m, uint64_t request_id,
-                       char *text) {
+static void reply_text(srv_server *s, srv_conn *c, nng_msg *m, uint64_t request_id, char *text) {
   if (text == NULL) {
     srv_reply_status(s, c, m, request_id, ACCEL_ENOMEM);
     return;
@@ -34,16 +33,15 @@ static void reply_text(srv_server *s, srv_conn *c, nng_msg *m, uint64_t request_
   uint8_t head[PROTO_REPLY_HEAD_SIZE];
   int rc = proto_encode_reply_head(head, request_id, 0, len);
   nng_msg_clear(m);
-  if (rc == 0 && nng_msg_append(m, head, sizeof head) == 0 &&
-      nng_msg_append(m, text, len) == 0)
+  if (rc == 0 && nng_msg_append(m, head, sizeof head) == 0 && nng_msg_append(m, text, len) == 0)
     srv_conn_send(s, c, m);
   else
     srv_reply_status(s, c, m, request_id, rc ? rc : ACCEL_ENOMEM);
   rt_free(text);
 }
 
-static void reply_frame(srv_server *s, srv_conn *c, nng_msg *m, uint64_t request_id,
-                        proto_out *o, int rc) {
+static void reply_frame(srv_server *s, srv_conn *c, nng_msg *m, uint64_t request_id, proto_out *o,
+                        int rc) {
   nng_msg_clear(m);
   if (rc == 0 && nng_msg_append(m, o->data, o->len) == 0)
     srv_conn_send(s, c, m);
@@ -123,8 +121,8 @@ static void log_hello(srv_conn *c, const proto_hello *h) {
 
 static void on_hello(srv_server *s, srv_conn *c, nng_msg *m, const proto_header *h) {
   proto_hello hello;
-  int rc = proto_decode_hello((const uint8_t *)nng_msg_body(m) + PROTO_HEADER_SIZE,
-                              h->body_len, &hello);
+  int rc = proto_decode_hello((const uint8_t *)nng_msg_body(m) + PROTO_HEADER_SIZE, h->body_len,
+                              &hello);
   if (rc == 0 && hello.version != PROTO_VERSION) {
     rc = ACCEL_EPROTO; /* a client of another version: told, then refused */
     refuse(c, "another protocol version");
@@ -190,7 +188,7 @@ static void fault_done(accel_future *f, int status, void *arg) {
 static void inject_fault(srv_server *s, srv_conn *c, nng_msg *m, uint64_t request_id,
                          uint64_t device) {
   dev_world *w = s->world;
-  int rc = !w->fault_injection ? ACCEL_EPERM
+  int rc = !w->fault_injection                   ? ACCEL_EPERM
            : device >= (uint64_t)(w->nnodes - 1) ? ACCEL_EINVAL
                                                  : 0;
   fault_req *r = rc == 0 ? rt_malloc(sizeof *r) : NULL;
@@ -216,14 +214,14 @@ static void inject_fault(srv_server *s, srv_conn *c, nng_msg *m, uint64_t reques
 }
 
 /* A reply whose data is a fixed binary record (DEVICE_INFO, TRANSFER_STATS). */
-static void reply_record(srv_server *s, srv_conn *c, nng_msg *m, uint64_t request_id,
-                         proto_out *o, int rc) {
+static void reply_record(srv_server *s, srv_conn *c, nng_msg *m, uint64_t request_id, proto_out *o,
+                         int rc) {
   uint8_t head[PROTO_REPLY_HEAD_SIZE];
   if (rc == 0)
     rc = proto_encode_reply_head(head, request_id, 0, o->len);
   nng_msg_clear(m);
-  if (rc == 0 && (nng_msg_append(m, head, sizeof head) != 0 ||
-                  nng_msg_append(m, o->data, o->len) != 0))
+  if (rc == 0 &&
+      (nng_msg_append(m, head, sizeof head) != 0 || nng_msg_append(m, o->data, o->len) != 0))
     rc = ACCEL_ENOMEM;
   proto_out_free(o);
   if (rc == 0)
@@ -260,8 +258,8 @@ static void on_transfer_stats(srv_server *s, srv_conn *c, nng_msg *m, uint64_t r
 
 static void on_control(srv_server *s, srv_conn *c, nng_msg *m, const proto_header *h) {
   proto_control_req req;
-  int rc = proto_decode_control((const uint8_t *)nng_msg_body(m) + PROTO_HEADER_SIZE,
-                                h->body_len, &req);
+  int rc = proto_decode_control((const uint8_t *)nng_msg_body(m) + PROTO_HEADER_SIZE, h->body_len,
+                                &req);
   if (rc != 0) {
     s->frames_bad++;
     srv_reply_status(s, c, m, h->request_id, rc);

@@ -12,8 +12,8 @@
 #include <string.h>
 
 #include "actors/metrics.h"
-#include "server/server_priv.h"
 #include "runtime/alloc.h"
+#include "server/server_priv.h"
 
 #define HTTP_WAIT_MS 2000
 
@@ -59,8 +59,8 @@ static accel_future *ask_loop(srv_http *h, uint64_t what) {
   accel_future *f = NULL;
   if (accel_ask(h->rt, h->self, &m, &f) != 0)
     return NULL;
-  if (accel_future_wait(f, HTTP_WAIT_MS) == ACCEL_ETIMEDOUT && accel_future_poll(f) ==
-                                                                    ACCEL_EAGAIN) {
+  if (accel_future_wait(f, HTTP_WAIT_MS) == ACCEL_ETIMEDOUT &&
+      accel_future_poll(f) == ACCEL_EAGAIN) {
     accel_future_release(f);
     return NULL;
   }
@@ -125,8 +125,7 @@ int srv_http_start(srv_server *s, const char *url) {
       (rv = add_handler(h, "/healthz", on_health)) == 0)
     rv = nng_http_server_start(h->server);
   if (rv != 0) {
-    accel_log(ACCEL_LOG_ERROR, "server", "metrics: cannot serve %s: %s%s", url,
-              nng_strerror(rv),
+    accel_log(ACCEL_LOG_ERROR, "server", "metrics: cannot serve %s: %s%s", url, nng_strerror(rv),
               rv == NNG_EADDRINUSE ? " (another program, perhaps another acceld, has it)" : "");
     if (h->server)
       nng_http_server_release(h->server);

@@ -13,10 +13,10 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "server/server_priv.h"
 #include "proto/local.h"
-#include "runtime/loop.h"
 #include "runtime/alloc.h"
+#include "runtime/loop.h"
+#include "server/server_priv.h"
 
 /* ---- receiving ---- */
 
@@ -172,8 +172,8 @@ static int ipc_chown(srv_server *s, const char *url) {
   if (strncmp(url, "ipc://", 6) != 0 || s->args->ipc_gid < 0)
     return 0;
   if (chown(url + 6, (uid_t)-1, (gid_t)s->args->ipc_gid) != 0) {
-    accel_log(ACCEL_LOG_ERROR, "server", "chown %s to group %d: %s", url + 6,
-              s->args->ipc_gid, strerror(errno));
+    accel_log(ACCEL_LOG_ERROR, "server", "chown %s to group %d: %s", url + 6, s->args->ipc_gid,
+              strerror(errno));
     return ACCEL_ESYS;
   }
   return 0;

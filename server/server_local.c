@@ -24,11 +24,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "server/server_priv.h"
 #include "proto/local.h"
 #include "proto/stream.h"
-#include "runtime/loop.h"
 #include "runtime/alloc.h"
+#include "runtime/loop.h"
+#include "server/server_priv.h"
 
 #define LINK_INBUF (64u << 10) /* frames up to this size are read through a staging buffer */
 #define LINK_BACKLOG 511
@@ -44,22 +44,22 @@ typedef struct link_write {
 } link_write;
 
 struct srv_link {
-  uv_pipe_t pipe;     /* first: the handle's data is the link */
-  uv_timer_t first;   /* closes a peer that sends no whole frame in time */
+  uv_pipe_t pipe;   /* first: the handle's data is the link */
+  uv_timer_t first; /* closes a peer that sends no whole frame in time */
   bool first_open;
-  int open_handles;   /* pipe and timer: freed when both have closed */
+  int open_handles; /* pipe and timer: freed when both have closed */
   srv_server *s;
-  srv_conn *conn;     /* NULL once the record went away (the server stopped) */
-  uint8_t *in;        /* staging (LINK_INBUF bytes, allocated with the link: reading never
-                       * needs memory): the start of the stream not yet made into frames */
+  srv_conn *conn; /* NULL once the record went away (the server stopped) */
+  uint8_t *in;    /* staging (LINK_INBUF bytes, allocated with the link: reading never
+                   * needs memory): the start of the stream not yet made into frames */
   size_t in_len;
-  nng_msg *big;       /* a frame larger than the staging buffer, read straight into it */
+  nng_msg *big; /* a frame larger than the staging buffer, read straight into it */
   size_t big_have;
   bool reading, closing;
   uint64_t out_bytes; /* reply bytes handed to uv_write, not yet written */
   link_write spare;   /* the first queued write needs no allocation (one is the usual most) */
   bool spare_busy;
-  char why[48];       /* what ended it, for the log */
+  char why[48]; /* what ended it, for the log */
 };
 
 typedef struct srv_listener {
@@ -69,7 +69,7 @@ typedef struct srv_listener {
   int open_handles;  /* the two handles above: freed when both have closed */
   srv_server *s;
   char *path;
-  dev_t dev;  /* the socket file we made: unlinked at close only if it is still ours */
+  dev_t dev; /* the socket file we made: unlinked at close only if it is still ours */
   ino_t ino;
 } srv_listener;
 
@@ -193,8 +193,7 @@ static void on_alloc(uv_handle_t *h, size_t hint, uv_buf_t *buf) {
   srv_link *l = h->data;
   if (l->big) {
     size_t total = nng_msg_len(l->big);
-    *buf = uv_buf_init((char *)nng_msg_body(l->big) + l->big_have,
-                       (unsigned)(total - l->big_have));
+    *buf = uv_buf_init((char *)nng_msg_body(l->big) + l->big_have, (unsigned)(total - l->big_have));
     return;
   }
   *buf = uv_buf_init((char *)l->in + l->in_len, (unsigned)(LINK_INBUF - l->in_len));
@@ -432,11 +431,15 @@ static void on_accept_retry(uv_timer_t *t) {
  * back; nothing is refused or lost. */
 static void accept_later(srv_listener *ls) {
   ls->retry_ms = ls->retry_ms == 0 ? 1 : ls->retry_ms >= 512 ? 1000 : ls->retry_ms * 2;
-  accel_log(ACCEL_LOG_WARN, "server", "ipc://%s: out of memory for a new connection: trying "
-            "again in %llu ms", ls->path, (unsigned long long)ls->retry_ms);
+  accel_log(ACCEL_LOG_WARN, "server",
+            "ipc://%s: out of memory for a new connection: trying "
+            "again in %llu ms",
+            ls->path, (unsigned long long)ls->retry_ms);
   if (uv_timer_start(&ls->retry, on_accept_retry, ls->retry_ms, 0) != 0)
-    accel_log(ACCEL_LOG_ERROR, "server", "ipc://%s: cannot retry: new clients wait for the "
-              "next connection", ls->path);
+    accel_log(ACCEL_LOG_ERROR, "server",
+              "ipc://%s: cannot retry: new clients wait for the "
+              "next connection",
+              ls->path);
 }
 
 static void on_connection(uv_stream_t *server, int status) {

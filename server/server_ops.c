@@ -7,19 +7,19 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "server/server_priv.h"
 #include "runtime/alloc.h"
+#include "server/server_priv.h"
 
 typedef struct srv_op {
-  dev_op op;           /* first: `done` gets &op */
-  srv_server *srv;     /* holds a reference */
-  srv_conn *conn;      /* counted in conn->ops */
-  nng_msg *req;        /* == op.owner: the request, with the routing header */
-  nng_msg *rep;        /* a read's reply, data at PROTO_REPLY_HEAD_SIZE; else NULL */
+  dev_op op;       /* first: `done` gets &op */
+  srv_server *srv; /* holds a reference */
+  srv_conn *conn;  /* counted in conn->ops */
+  nng_msg *req;    /* == op.owner: the request, with the routing header */
+  nng_msg *rep;    /* a read's reply, data at PROTO_REPLY_HEAD_SIZE; else NULL */
   uint64_t read_bytes;
-  uint64_t req_bytes;  /* the request's size, counted in conn->req_bytes */
-  srv_region *region;  /* PROTO_OPF_SHM: the shared memory its data is in (held) */
-  char *options;       /* MODULE_LOAD: op.u.module.options, a NUL-terminated copy (or NULL) */
+  uint64_t req_bytes; /* the request's size, counted in conn->req_bytes */
+  srv_region *region; /* PROTO_OPF_SHM: the shared memory its data is in (held) */
+  char *options;      /* MODULE_LOAD: op.u.module.options, a NUL-terminated copy (or NULL) */
 } srv_op;
 
 /* The op's memory, once nothing refers to it any more. */
@@ -64,10 +64,9 @@ static void send_result(srv_server *s, srv_op *so, int status) {
     srv_reply_status(s, c, so->req, so->op.h.request_id, status);
     return;
   }
-  int rc = proto_encode_reply_head(nng_msg_body(so->rep), so->op.h.request_id, 0,
-                                   so->read_bytes);
-  if (rc == 0 && nng_msg_header_append(so->rep, nng_msg_header(so->req),
-                                       nng_msg_header_len(so->req)) != 0)
+  int rc = proto_encode_reply_head(nng_msg_body(so->rep), so->op.h.request_id, 0, so->read_bytes);
+  if (rc == 0 &&
+      nng_msg_header_append(so->rep, nng_msg_header(so->req), nng_msg_header_len(so->req)) != 0)
     rc = ACCEL_ENOMEM;
   if (rc != 0) {
     nng_msg_free(so->rep);
@@ -86,8 +85,8 @@ static void op_done(dev_op *op, int status) {
   s->ops_completed++;
   s->ops_failed += status < 0;
   if (status < 0)
-    accel_log(ACCEL_LOG_DEBUG, "server", "pipe %u: op %u (request %llu): %s", c->pipe,
-              op->h.kind, (unsigned long long)op->h.request_id, accel_err_name(status));
+    accel_log(ACCEL_LOG_DEBUG, "server", "pipe %u: op %u (request %llu): %s", c->pipe, op->h.kind,
+              (unsigned long long)op->h.request_id, accel_err_name(status));
   if (s->stopped) {
     nng_msg_free(so->req);
     if (so->rep)
@@ -159,8 +158,8 @@ static int take_options(srv_op *so, proto_bytes options) {
 static int decode(srv_server *s, srv_conn *c, nng_msg *m, srv_op *so) {
   proto_op_data out;
   const uint8_t *body = (const uint8_t *)nng_msg_body(m) + PROTO_HEADER_SIZE;
-  int rc = proto_decode_op_ex(body, nng_msg_len(m) - PROTO_HEADER_SIZE, c->link != NULL,
-                              &so->op, &out);
+  int rc = proto_decode_op_ex(body, nng_msg_len(m) - PROTO_HEADER_SIZE, c->link != NULL, &so->op,
+                              &out);
   if (rc != 0) {
     s->frames_bad++;
     return rc;

@@ -11,8 +11,8 @@
  * Clients without them (accelctl, one request at a time) get one message per reply. */
 #include <stdlib.h>
 
-#include "server/server_priv.h"
 #include "runtime/alloc.h"
+#include "server/server_priv.h"
 
 #define SRV_BATCH_COPY_MAX 4096u /* a larger reply (a read's data) travels on its own */
 
@@ -106,8 +106,8 @@ static void overflow_check(srv_server *s, srv_conn *c) {
   if (c->link || c->refused || c->out_bytes <= 2 * srv_conn_budget(s))
     return;
   c->refused = true;
-  accel_log(ACCEL_LOG_WARN, "server", "pipe %u: %llu bytes of replies not taken: refused",
-            c->pipe, (unsigned long long)c->out_bytes);
+  accel_log(ACCEL_LOG_WARN, "server", "pipe %u: %llu bytes of replies not taken: refused", c->pipe,
+            (unsigned long long)c->out_bytes);
 }
 
 void srv_conn_send(srv_server *s, srv_conn *c, nng_msg *m) {

@@ -9,15 +9,15 @@
 #include <stdatomic.h>
 #include <uv.h>
 
-#include "server/server.h"
-#include "actors/status.h"
 #include "actors/session.h"
+#include "actors/status.h"
 #include "runtime/attr.h"
+#include "server/server.h"
 
-#define SRV_TOMBSTONES 256 /* recently removed pipes that never had a connection record */
-#define SRV_RECV_BATCH 256 /* frames per poll callback before other handles get a turn */
-#define SRV_TICK_MS 50     /* drain progress checks */
-#define SRV_MAX_LOCAL 16   /* local (Unix socket) listeners */
+#define SRV_TOMBSTONES 256           /* recently removed pipes that never had a connection record */
+#define SRV_RECV_BATCH 256           /* frames per poll callback before other handles get a turn */
+#define SRV_TICK_MS 50               /* drain progress checks */
+#define SRV_MAX_LOCAL 16             /* local (Unix socket) listeners */
 #define SRV_LOCAL_ID_BIT 0x80000000u /* local connections' ids; nng's pipe ids stay below */
 
 typedef struct srv_server srv_server;
@@ -28,33 +28,33 @@ typedef struct srv_region srv_region;     /* a client's shared memory (server_sh
 /* One client connection: an nng pipe, or a local socket (link != NULL). Lives while it is
  * open, then until its session has exited and its last op has finished (ops point at it). */
 typedef struct srv_conn {
-  uint32_t pipe;           /* nng's pipe id, or a local id (SRV_LOCAL_ID_BIT set) */
+  uint32_t pipe; /* nng's pipe id, or a local id (SRV_LOCAL_ID_BIT set) */
   nng_pipe np;
-  srv_link *link;          /* local connections: the socket; NULL once closed */
+  srv_link *link;              /* local connections: the socket; NULL once closed */
   uint32_t peer_uid, peer_gid; /* local: SO_PEERCRED; UINT32_MAX unknown */
   int32_t peer_pid;
   char name[PROTO_NAME_MAX + 1]; /* the client's name from HELLO, printable ASCII */
-  uint64_t connected_ms;   /* srv_now_ms() when it connected */
-  srv_region *regions;     /* shared memory mapped for this connection */
+  uint64_t connected_ms;         /* srv_now_ms() when it connected */
+  srv_region *regions;           /* shared memory mapped for this connection */
   uint32_t nregions;
-  struct srv_conn *hnext;  /* hash chain, or the list of dead connections */
-  accel_ref session;       /* ACCEL_REF_NONE until HELLO, and after the session exited */
-  bool session_live;       /* spawned and not exited yet */
-  bool dead;               /* the pipe is gone */
-  bool refused;            /* not a client of ours (or of another version): frames dropped */
-  dev_session_args sargs;  /* the session's spawn argument: must outlive the session */
-  uint32_t ops;            /* ops (and fault injections) in flight that point here */
-  uint64_t read_pending;   /* bytes of read replies allocated, op still running */
-  uint64_t req_bytes;      /* bytes of request messages held by ops in flight (writes' data) */
-  uint64_t out_bytes;      /* bytes of replies queued here, in the transport, or unacknowledged */
+  struct srv_conn *hnext; /* hash chain, or the list of dead connections */
+  accel_ref session;      /* ACCEL_REF_NONE until HELLO, and after the session exited */
+  bool session_live;      /* spawned and not exited yet */
+  bool dead;              /* the pipe is gone */
+  bool refused;           /* not a client of ours (or of another version): frames dropped */
+  dev_session_args sargs; /* the session's spawn argument: must outlive the session */
+  uint32_t ops;           /* ops (and fault injections) in flight that point here */
+  uint64_t read_pending;  /* bytes of read replies allocated, op still running */
+  uint64_t req_bytes;     /* bytes of request messages held by ops in flight (writes' data) */
+  uint64_t out_bytes;     /* bytes of replies queued here, in the transport, or unacknowledged */
   uint32_t unacked_len[PROTO_ACK_WINDOW]; /* PROTO_CAP_ACK: sizes of messages not yet acked */
   /* output (server_out.c) */
-  uint32_t caps;           /* PROTO_CAP_* granted at HELLO */
-  uint32_t sent, acked;    /* messages handed to nng / reported received (mod 2^32) */
-  nng_msg *batch;          /* replies of this loop iteration, frames back to back */
-  nng_msg **outq;          /* messages waiting for the flush or for the ack window */
+  uint32_t caps;        /* PROTO_CAP_* granted at HELLO */
+  uint32_t sent, acked; /* messages handed to nng / reported received (mod 2^32) */
+  nng_msg *batch;       /* replies of this loop iteration, frames back to back */
+  nng_msg **outq;       /* messages waiting for the flush or for the ack window */
   uint32_t oq_head, oq_len, oq_cap;
-  bool dirty;              /* in the server's list of connections to flush */
+  bool dirty; /* in the server's list of connections to flush */
   struct srv_conn *next_dirty;
 } srv_conn;
 
@@ -65,15 +65,15 @@ typedef struct srv_sendq {
 } srv_sendq;
 
 struct srv_server {
-  uint32_t refs;            /* the actor, each op in flight, each open uv handle */
-  bool stopped;             /* the actor ended: the socket is closed, replies are dropped */
+  uint32_t refs; /* the actor, each op in flight, each open uv handle */
+  bool stopped;  /* the actor ended: the socket is closed, replies are dropped */
   accel_runtime *rt;
-  accel_actor *self;        /* NULL once stopped */
+  accel_actor *self; /* NULL once stopped */
   dev_world *world;
   const srv_args *args;
   proto_limits limits;
   uint64_t started_ms;
-  struct srv_http *http;     /* the metrics endpoint, or NULL */
+  struct srv_http *http; /* the metrics endpoint, or NULL */
 
   nng_socket sock;
   bool sock_open;
@@ -86,30 +86,30 @@ struct srv_server {
   uv_poll_t recv_poll, send_poll;
   uv_async_t gone_async;
   uv_timer_t tick;
-  uv_prepare_t flush;       /* flushes connections' output before the loop polls again */
+  uv_prepare_t flush; /* flushes connections' output before the loop polls again */
   bool recv_poll_open, send_poll_open, send_polling, gone_async_open, tick_open, ticking;
   bool flush_open, flushing;
 
-  pthread_mutex_t gone_mu;  /* guards gone* (pipe removals from nng's threads) */
+  pthread_mutex_t gone_mu; /* guards gone* (pipe removals from nng's threads) */
   bool gone_mu_init;
   uint32_t *gone;
   uint32_t ngone, gone_cap;
 
-  srv_conn **buckets;       /* pipe id -> connection; chained */
+  srv_conn **buckets; /* pipe id -> connection; chained */
   uint32_t nbuckets, nconns;
-  srv_conn *dead;           /* connections waiting for their session or ops to end */
+  srv_conn *dead; /* connections waiting for their session or ops to end */
   uint32_t tombs[SRV_TOMBSTONES];
   uint32_t tomb_next;
 
   srv_sendq sendq;
-  srv_conn *dirty;          /* connections with output to flush */
-  uint64_t out_queued;      /* messages in connections' queues */
+  srv_conn *dirty;     /* connections with output to flush */
+  uint64_t out_queued; /* messages in connections' queues */
 
   uint32_t sessions;
   uint64_t ops_in_flight, ops_completed, ops_failed, frames_bad;
 
   bool draining;
-  atomic_bool refusing;     /* new pipes are closed as they come (read on nng's threads) */
+  atomic_bool refusing; /* new pipes are closed as they come (read on nng's threads) */
   accel_future *drain_reply;
   uint64_t drain_deadline_ms;
   uint32_t drain_idle_ticks;

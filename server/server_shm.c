@@ -15,8 +15,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "server/server_priv.h"
 #include "runtime/alloc.h"
+#include "server/server_priv.h"
 
 #define SRV_SHM_MAX_REGIONS 1024u
 #define SRV_SHM_MAX_BYTES (1ull << 40) /* one region's size: 1 TiB */
@@ -26,8 +26,8 @@ struct srv_region {
   uint64_t id;
   uint8_t *base;
   size_t len;
-  uint32_t refs;  /* ops using it, and a registration in progress */
-  bool detached;  /* unmapped once refs reaches 0 */
+  uint32_t refs; /* ops using it, and a registration in progress */
+  bool detached; /* unmapped once refs reaches 0 */
   /* Registered for DMA with this device (CUDA: page-locked), so copies between the region
    * and that device's memory run at pinned speed; done on a worker, after the attach. */
   const be_ops *dma_be;
@@ -39,8 +39,8 @@ struct srv_region {
 
 typedef struct dma_job {
   srv_server *s;
-  srv_conn *c;       /* counted in c->ops meanwhile: the record stays */
-  srv_region *r;     /* held (refs) meanwhile */
+  srv_conn *c;   /* counted in c->ops meanwhile: the record stays */
+  srv_region *r; /* held (refs) meanwhile */
   const be_ops *be;
   be_device *dev;
   void *base;
@@ -115,8 +115,8 @@ static void dma_register(srv_server *s, srv_conn *c, srv_region *r) {
   dma_job *j = n ? rt_calloc(1, sizeof *j) : NULL;
   if (j == NULL)
     return; /* no such device (or no memory): copies take the pageable path */
-  *j = (dma_job){.s = s, .c = c, .r = r, .be = n->be, .dev = n->dev, .base = r->base,
-                 .len = r->len};
+  *j =
+      (dma_job){.s = s, .c = c, .r = r, .be = n->be, .dev = n->dev, .base = r->base, .len = r->len};
   if (accel_work_submit(s->self, dma_register_work, j, rt_free, SRV_MSG_SHM_REGISTERED) != 0) {
     rt_free(j);
     return;
@@ -185,9 +185,9 @@ int srv_shm_attach(srv_server *s, srv_conn *c, uint64_t id) {
   int fd = srv_local_take_fd(c);
   if (fd < 0)
     return ACCEL_EPROTO; /* the frame came without its descriptor */
-  int rc = id == 0 || find(c, id)                  ? ACCEL_EINVAL
-           : c->nregions >= SRV_SHM_MAX_REGIONS   ? ACCEL_ELIMIT
-                                                   : map_region(c, id, fd);
+  int rc = id == 0 || find(c, id)               ? ACCEL_EINVAL
+           : c->nregions >= SRV_SHM_MAX_REGIONS ? ACCEL_ELIMIT
+                                                : map_region(c, id, fd);
   close(fd);
   if (rc == 0)
     dma_register(s, c, c->regions); /* the new one is first */
@@ -207,8 +207,7 @@ int srv_shm_detach(srv_server *s, srv_conn *c, uint64_t id) {
   return 0;
 }
 
-int srv_shm_resolve(srv_conn *c, proto_shm_ref ref, uint64_t bytes, uint8_t **p,
-                    srv_region **out) {
+int srv_shm_resolve(srv_conn *c, proto_shm_ref ref, uint64_t bytes, uint8_t **p, srv_region **out) {
   srv_region *r = find(c, ref.region);
   if (r == NULL)
     return ACCEL_ESTALE;

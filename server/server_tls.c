@@ -18,8 +18,8 @@
 #include <unistd.h>
 
 #include "accel/runtime.h"
-#include "server/server.h"
 #include "runtime/alloc.h"
+#include "server/server.h"
 
 typedef enum { URL_LOCAL, URL_TLS, URL_PLAIN, URL_OTHER } url_kind;
 
@@ -92,14 +92,15 @@ static int client_auth(nng_tls_config *cfg, const char *url, const srv_security 
   if (sec->tls_verify_clients && sec->tls_ca == NULL) {
     accel_log(ACCEL_LOG_ERROR, "server",
               "cannot listen on %s: tls_verify_clients needs tls_ca (the CA that signs client "
-              "certificates)", url);
+              "certificates)",
+              url);
     return ACCEL_EINVAL;
   }
   int rv = sec->tls_ca ? nng_tls_config_ca_file(cfg, sec->tls_ca) : 0;
   if (rv != 0) {
     const char *why = access(sec->tls_ca, R_OK) != 0 ? strerror(errno) : nng_strerror(rv);
-    accel_log(ACCEL_LOG_ERROR, "server", "cannot listen on %s: tls_ca %s: %s", url,
-              sec->tls_ca, why);
+    accel_log(ACCEL_LOG_ERROR, "server", "cannot listen on %s: tls_ca %s: %s", url, sec->tls_ca,
+              why);
     return ACCEL_EINVAL;
   }
   rv = nng_tls_config_auth_mode(cfg, sec->tls_verify_clients ? NNG_TLS_AUTH_MODE_REQUIRED
@@ -110,8 +111,7 @@ static int client_auth(nng_tls_config *cfg, const char *url, const srv_security 
 static int setup_tls(nng_listener l, const char *url, const srv_security *sec) {
   nng_tls_config *cfg;
   if (strcmp(nng_tls_engine_name(), "none") == 0) {
-    accel_log(ACCEL_LOG_ERROR, "server", "cannot listen on %s: this nng has no TLS engine",
-              url);
+    accel_log(ACCEL_LOG_ERROR, "server", "cannot listen on %s: this nng has no TLS engine", url);
     return ACCEL_ENOTSUP;
   }
   if (nng_tls_config_alloc(&cfg, NNG_TLS_MODE_SERVER) != 0)
@@ -124,8 +124,7 @@ static int setup_tls(nng_listener l, const char *url, const srv_security *sec) {
   nng_tls_config_free(cfg);
   if (rc == 0)
     accel_log(ACCEL_LOG_INFO, "server", "%s: TLS (%s), client certificates %s", url,
-              nng_tls_engine_description(),
-              sec->tls_verify_clients ? "required" : "not asked for");
+              nng_tls_engine_description(), sec->tls_verify_clients ? "required" : "not asked for");
   return rc;
 }
 

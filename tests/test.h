@@ -13,8 +13,8 @@
  *
  * `./test-x` runs every test in order; `./test-x name...` runs the named ones; `--list` prints
  * the names. TEST_SKIP("why") ends a test as skipped (TAP "# SKIP why"); an executable whose
- * tests were all skipped exits 77, which meson counts as skipped. A watchdog names the test that hangs and exits: ACCEL_TEST_TIMEOUT seconds per test
- * (default 30, times 10 under valgrind).
+ * tests were all skipped exits 77, which meson counts as skipped. A watchdog names the test that
+ * hangs and exits: ACCEL_TEST_TIMEOUT seconds per test (default 30, times 10 under valgrind).
  *
  * Load: ACCEL_TEST_SCALE (a factor, default 1; 0.2 under valgrind unless set) scales the sizes
  * of stress tests through test_scaled().
@@ -43,24 +43,24 @@ typedef struct test_case {
 /* clang-format off */
 #define TEST_CASE(name) {#name, name}
 /* clang-format on */
-#define TEST_MAIN(table)                                                                   \
-  int main(int argc, char **argv) {                                                        \
-    return test_main_(argc, argv, table, sizeof(table) / sizeof((table)[0]));              \
+#define TEST_MAIN(table)                                                                           \
+  int main(int argc, char **argv) {                                                                \
+    return test_main_(argc, argv, table, sizeof(table) / sizeof((table)[0]));                      \
   }
 
-#define CHECK(cond)                                                                        \
-  do {                                                                                     \
-    if (!(cond))                                                                           \
-      test_fail_(__FILE__, __LINE__, "CHECK(%s) failed", #cond);                           \
+#define CHECK(cond)                                                                                \
+  do {                                                                                             \
+    if (!(cond))                                                                                   \
+      test_fail_(__FILE__, __LINE__, "CHECK(%s) failed", #cond);                                   \
   } while (0)
 
 /* Integer comparison: each side is evaluated once, as intmax_t. */
-#define CHECK_CMP_(a, op, b)                                                               \
-  do {                                                                                     \
-    intmax_t test_lhs_ = (intmax_t)(a), test_rhs_ = (intmax_t)(b);                         \
-    if (!(test_lhs_ op test_rhs_))                                                         \
-      test_fail_(__FILE__, __LINE__, "CHECK(%s %s %s) failed: %jd %s %jd is false", #a,    \
-                 #op, #b, test_lhs_, #op, test_rhs_);                                      \
+#define CHECK_CMP_(a, op, b)                                                                       \
+  do {                                                                                             \
+    intmax_t test_lhs_ = (intmax_t)(a), test_rhs_ = (intmax_t)(b);                                 \
+    if (!(test_lhs_ op test_rhs_))                                                                 \
+      test_fail_(__FILE__, __LINE__, "CHECK(%s %s %s) failed: %jd %s %jd is false", #a, #op, #b,   \
+                 test_lhs_, #op, test_rhs_);                                                       \
   } while (0)
 
 #define CHECK_EQ(a, b) CHECK_CMP_(a, ==, b)
@@ -70,30 +70,29 @@ typedef struct test_case {
 #define CHECK_GT(a, b) CHECK_CMP_(a, >, b)
 #define CHECK_GE(a, b) CHECK_CMP_(a, >=, b)
 
-#define CHECK_PTR_EQ(a, b)                                                                 \
-  do {                                                                                     \
-    const void *test_lhs_ = (a), *test_rhs_ = (b);                                         \
-    if (test_lhs_ != test_rhs_)                                                            \
-      test_fail_(__FILE__, __LINE__, "CHECK_PTR_EQ(%s, %s) failed: %p != %p", #a, #b,      \
-                 test_lhs_, test_rhs_);                                                    \
+#define CHECK_PTR_EQ(a, b)                                                                         \
+  do {                                                                                             \
+    const void *test_lhs_ = (a), *test_rhs_ = (b);                                                 \
+    if (test_lhs_ != test_rhs_)                                                                    \
+      test_fail_(__FILE__, __LINE__, "CHECK_PTR_EQ(%s, %s) failed: %p != %p", #a, #b, test_lhs_,   \
+                 test_rhs_);                                                                       \
   } while (0)
 
-#define CHECK_STR_EQ(a, b)                                                                 \
-  do {                                                                                     \
-    const char *test_lhs_ = (a), *test_rhs_ = (b);                                         \
-    if (test_lhs_ == NULL || test_rhs_ == NULL || strcmp(test_lhs_, test_rhs_) != 0)       \
-      test_fail_(__FILE__, __LINE__, "CHECK_STR_EQ(%s, %s) failed:\n  \"%s\"\n  \"%s\"",   \
-                 #a, #b, test_lhs_ ? test_lhs_ : "(null)", test_rhs_ ? test_rhs_ : "(null)"); \
+#define CHECK_STR_EQ(a, b)                                                                         \
+  do {                                                                                             \
+    const char *test_lhs_ = (a), *test_rhs_ = (b);                                                 \
+    if (test_lhs_ == NULL || test_rhs_ == NULL || strcmp(test_lhs_, test_rhs_) != 0)               \
+      test_fail_(__FILE__, __LINE__, "CHECK_STR_EQ(%s, %s) failed:\n  \"%s\"\n  \"%s\"", #a, #b,   \
+                 test_lhs_ ? test_lhs_ : "(null)", test_rhs_ ? test_rhs_ : "(null)");              \
   } while (0)
 
 /* An accel return code: prints both codes by name. */
-#define CHECK_ERR(expr, code)                                                              \
-  do {                                                                                     \
-    int test_got_ = (expr), test_want_ = (code);                                           \
-    if (test_got_ != test_want_)                                                           \
-      test_fail_(__FILE__, __LINE__, "%s returned %d (%s), expected %d (%s)", #expr,       \
-                 test_got_, accel_err_name(test_got_), test_want_,                         \
-                 accel_err_name(test_want_));                                              \
+#define CHECK_ERR(expr, code)                                                                      \
+  do {                                                                                             \
+    int test_got_ = (expr), test_want_ = (code);                                                   \
+    if (test_got_ != test_want_)                                                                   \
+      test_fail_(__FILE__, __LINE__, "%s returned %d (%s), expected %d (%s)", #expr, test_got_,    \
+                 accel_err_name(test_got_), test_want_, accel_err_name(test_want_));               \
   } while (0)
 
 #define CHECK_OK(expr) CHECK_ERR(expr, 0)
@@ -144,7 +143,9 @@ static inline uint64_t test_now_ns(void) {
   return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
-static inline uint64_t test_now_ms(void) { return test_now_ns() / 1000000u; }
+static inline uint64_t test_now_ms(void) {
+  return test_now_ns() / 1000000u;
+}
 
 static inline void test_sleep_ms(unsigned ms) {
   struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
@@ -173,12 +174,12 @@ static inline void test_on_watchdog_(int sig) {
  * comes is a hang, and the test's watchdog (ACCEL_TEST_TIMEOUT) fails it, naming the test and
  * the condition. A tighter limit would test the machine's load, not the code: use this for
  * what must happen eventually, and a bound only where the time itself is the property. */
-#define TEST_WAIT_FOR(cond, ms)                                                            \
-  do {                                                                                     \
-    test_waiting_for_ = #cond;                                                             \
-    while (!(cond))                                                                        \
-      test_sleep_ms(ms);                                                                   \
-    test_waiting_for_ = NULL;                                                              \
+#define TEST_WAIT_FOR(cond, ms)                                                                    \
+  do {                                                                                             \
+    test_waiting_for_ = #cond;                                                                     \
+    while (!(cond))                                                                                \
+      test_sleep_ms(ms);                                                                           \
+    test_waiting_for_ = NULL;                                                                      \
   } while (0)
 
 static inline unsigned test_timeout_s_(void) {
@@ -190,10 +191,10 @@ static inline unsigned test_timeout_s_(void) {
 static const char *test_skip_reason_;
 static size_t test_skipped_;
 
-#define TEST_SKIP(why)                                                                     \
-  do {                                                                                     \
-    test_skip_reason_ = (why);                                                             \
-    return;                                                                                \
+#define TEST_SKIP(why)                                                                             \
+  do {                                                                                             \
+    test_skip_reason_ = (why);                                                                     \
+    return;                                                                                        \
   } while (0)
 
 static inline void test_run_one_(const test_case *t, int index) {

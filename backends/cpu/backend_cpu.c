@@ -18,8 +18,7 @@
 
 /* ---- discovery and information ------------------------------------------------------- */
 
-static int cpu_probe(int *count, char *why, size_t why_len)
-{
+static int cpu_probe(int *count, char *why, size_t why_len) {
   if (count == NULL)
     return ACCEL_EINVAL;
   *count = 1;
@@ -29,8 +28,7 @@ static int cpu_probe(int *count, char *why, size_t why_len)
 }
 
 /* The value of /proc/cpuinfo's first "model name" line, or "cpu". */
-static void cpu_model_name(char *name, size_t len)
-{
+static void cpu_model_name(char *name, size_t len) {
   snprintf(name, len, "cpu");
   FILE *f = fopen("/proc/cpuinfo", "r");
   if (f == NULL)
@@ -49,8 +47,7 @@ static void cpu_model_name(char *name, size_t len)
   fclose(f);
 }
 
-static void cpu_fill_info(be_device_info *info)
-{
+static void cpu_fill_info(be_device_info *info) {
   long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
   long cores = sysconf(_SC_NPROCESSORS_ONLN);
   cpu_model_name(info->name, sizeof info->name);
@@ -58,8 +55,7 @@ static void cpu_fill_info(be_device_info *info)
   info->compute_units = cores > 0 ? (uint32_t)cores : 1;
 }
 
-static int cpu_info(be_device *dev, be_device_info *out)
-{
+static int cpu_info(be_device *dev, be_device_info *out) {
   if (dev == NULL || out == NULL)
     return ACCEL_EINVAL;
   *out = dev->info;
@@ -70,8 +66,7 @@ static int cpu_info(be_device *dev, be_device_info *out)
  * ACCEL_CPU_SPIN_US if set, else BE_CPU_SPIN_NS when there are cores to spare (more than
  * two: the loop, a client and a worker already fill two), else 0. On a busy 2-core machine
  * spinning takes the core the awaited thread needs. */
-static uint64_t cpu_spin_ns(uint32_t cores)
-{
+static uint64_t cpu_spin_ns(uint32_t cores) {
   const char *s = getenv("ACCEL_CPU_SPIN_US");
   char *end = NULL;
   unsigned long us = s ? strtoul(s, &end, 10) : 0;
@@ -83,8 +78,7 @@ static uint64_t cpu_spin_ns(uint32_t cores)
 /* ---- open and close ------------------------------------------------------------------ */
 
 /* opts->threads bounds OpenBLAS's own pool, which is process-wide (there is one cpu device). */
-static int cpu_open(int index, const be_open_opts *opts, be_device **out)
-{
+static int cpu_open(int index, const be_open_opts *opts, be_device **out) {
   if (out == NULL)
     return ACCEL_EINVAL;
   if (index != 0)
@@ -110,13 +104,11 @@ static int cpu_open(int index, const be_open_opts *opts, be_device **out)
   return 0;
 }
 
-void be_cpu_dev_ref(be_device *dev)
-{
+void be_cpu_dev_ref(be_device *dev) {
   atomic_fetch_add_explicit(&dev->refs, 1, memory_order_relaxed);
 }
 
-void be_cpu_dev_unref(be_device *dev)
-{
+void be_cpu_dev_unref(be_device *dev) {
   if (atomic_fetch_sub_explicit(&dev->refs, 1, memory_order_acq_rel) != 1)
     return;
   pthread_mutex_destroy(&dev->lock);
@@ -125,8 +117,7 @@ void be_cpu_dev_unref(be_device *dev)
 
 /* Drains and frees the queues left, then frees the memory left. Events are not the device's
  * to free (event_destroy may come later); the struct itself lives on while they do. */
-static void cpu_close(be_device *dev)
-{
+static void cpu_close(be_device *dev) {
   if (dev == NULL)
     return;
   for (;;) {
@@ -143,24 +134,21 @@ static void cpu_close(be_device *dev)
 
 /* ---- faults -------------------------------------------------------------------------- */
 
-static int cpu_status(be_device *dev)
-{
+static int cpu_status(be_device *dev) {
   if (dev == NULL)
     return ACCEL_EINVAL;
   return atomic_load(&dev->fault) ? ACCEL_EDEVLOST : 0;
 }
 
 /* Wakes every waiter on every queue: what they wait for has just become lost. */
-static void wake_all(be_device *dev)
-{
+static void wake_all(be_device *dev) {
   pthread_mutex_lock(&dev->lock);
   for (rt_list *l = dev->queues.next; l != &dev->queues; l = l->next)
     be_cpu_queue_wake((be_queue *)l);
   pthread_mutex_unlock(&dev->lock);
 }
 
-static int cpu_inject_fault(be_device *dev)
-{
+static int cpu_inject_fault(be_device *dev) {
   if (dev == NULL)
     return ACCEL_EINVAL;
   if (!dev->fault_injection)
@@ -174,8 +162,7 @@ static int cpu_inject_fault(be_device *dev)
  * they stay lost for good (their generation is old) and close frees the queues. Memory stays
  * allocated: host memory is not lost, and its owners or close free it. Generation first, then
  * the flag: an old object never looks alive in between (device.h). */
-static int cpu_reset(be_device *dev)
-{
+static int cpu_reset(be_device *dev) {
   if (dev == NULL)
     return ACCEL_EINVAL;
   atomic_fetch_add(&dev->gen, 1);
@@ -186,8 +173,7 @@ static int cpu_reset(be_device *dev)
 
 /* ---- queues -------------------------------------------------------------------------- */
 
-static int cpu_queue_create(be_device *dev, be_queue **out)
-{
+static int cpu_queue_create(be_device *dev, be_queue **out) {
   if (dev == NULL || out == NULL)
     return ACCEL_EINVAL;
   if (atomic_load(&dev->fault))
@@ -195,8 +181,7 @@ static int cpu_queue_create(be_device *dev, be_queue **out)
   return be_cpu_queue_create(dev, out);
 }
 
-static void cpu_queue_destroy(be_queue *q)
-{
+static void cpu_queue_destroy(be_queue *q) {
   if (q != NULL)
     be_cpu_queue_destroy(q);
 }

@@ -36,18 +36,17 @@ int be_cpu_submit_callback(be_queue *q, be_host_fn fn, void *arg);
  * its elements. */
 int be_cpu_submit_gemm(be_queue *q, const be_gemm_args *g, be_mem a, size_t a_off, be_mem b,
                        size_t b_off, be_mem c, size_t c_off);
-int be_cpu_submit_axpy(be_queue *q, uint32_t dtype, size_t n, double alpha, be_mem x,
-                       size_t x_off, be_mem y, size_t y_off);
+int be_cpu_submit_axpy(be_queue *q, uint32_t dtype, size_t n, double alpha, be_mem x, size_t x_off,
+                       be_mem y, size_t y_off);
 int be_cpu_submit_dot(be_queue *q, uint32_t dtype, size_t n, be_mem x, size_t x_off, be_mem y,
                       size_t y_off, be_mem result, size_t result_off);
-int be_cpu_submit_scal(be_queue *q, uint32_t dtype, size_t n, double alpha, be_mem x,
-                       size_t x_off);
+int be_cpu_submit_scal(be_queue *q, uint32_t dtype, size_t n, double alpha, be_mem x, size_t x_off);
 int be_cpu_submit_fill(be_queue *q, be_mem dst, size_t off, size_t count, uint32_t esize,
                        uint64_t value);
 int be_cpu_submit_rng(be_queue *q, uint32_t dtype, be_mem dst, size_t off, size_t count,
                       const be_rng_args *r);
-int be_cpu_submit_unary(be_queue *q, uint32_t dtype, be_unary_op op, be_mem dst,
-                        size_t dst_off, be_mem src, size_t src_off, size_t count);
+int be_cpu_submit_unary(be_queue *q, uint32_t dtype, be_unary_op op, be_mem dst, size_t dst_off,
+                        be_mem src, size_t src_off, size_t count);
 int be_cpu_submit_softmax(be_queue *q, uint32_t dtype, be_mem dst, size_t dst_off, be_mem src,
                           size_t src_off, size_t rows, size_t cols);
 

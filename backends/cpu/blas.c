@@ -8,26 +8,22 @@
 #include "backends/cpu/openblas.h"
 
 /* OpenBLAS's LP64 interface takes int; an ILP64 build (blasint 64-bit) takes anything. */
-static bool fits_blasint(int64_t v)
-{
+static bool fits_blasint(int64_t v) {
   return sizeof(blasint) >= sizeof(int64_t) || v <= INT_MAX;
 }
 
-static bool sgemm_fits(const be_sgemm_args *g)
-{
-  return fits_blasint(g->m) && fits_blasint(g->n) && fits_blasint(g->k) &&
-         fits_blasint(g->lda) && fits_blasint(g->ldb) && fits_blasint(g->ldc);
+static bool sgemm_fits(const be_sgemm_args *g) {
+  return fits_blasint(g->m) && fits_blasint(g->n) && fits_blasint(g->k) && fits_blasint(g->lda) &&
+         fits_blasint(g->ldb) && fits_blasint(g->ldc);
 }
 
-static enum CBLAS_TRANSPOSE cblas_trans(be_blas_trans t)
-{
+static enum CBLAS_TRANSPOSE cblas_trans(be_blas_trans t) {
   return t == BE_BLAS_TRANS ? CblasTrans : CblasNoTrans;
 }
 
 /* C = beta * C, done here rather than by OpenBLAS so that the BLAS rules hold on every
  * OpenBLAS version: beta = 0 writes zeros (NaN in C vanishes), A and B are not read. */
-static void scale_c(const be_sgemm_args *g, float *c)
-{
+static void scale_c(const be_sgemm_args *g, float *c) {
   for (int64_t j = 0; j < g->n; j++) {
     float *col = c + j * g->ldc;
     for (int64_t i = 0; i < g->m; i++)
@@ -35,9 +31,8 @@ static void scale_c(const be_sgemm_args *g, float *c)
   }
 }
 
-int be_cpu_sgemm(const be_sgemm_args *g, const float *a, size_t a_len, const float *b,
-                 size_t b_len, float *c, size_t c_len)
-{
+int be_cpu_sgemm(const be_sgemm_args *g, const float *a, size_t a_len, const float *b, size_t b_len,
+                 float *c, size_t c_len) {
   int err = be_blas_check_sgemm(g, a_len, b_len, c_len);
   if (err != 0)
     return err;
@@ -55,16 +50,15 @@ int be_cpu_sgemm(const be_sgemm_args *g, const float *a, size_t a_len, const flo
   const be_openblas_api *ob = be_openblas();
   if (ob == NULL)
     return ACCEL_ENOTSUP;
-  ob->cblas_sgemm(CblasColMajor, cblas_trans(g->trans_a), cblas_trans(g->trans_b),
-                  (blasint)g->m, (blasint)g->n, (blasint)g->k, g->alpha, a, (blasint)g->lda, b,
-                  (blasint)g->ldb, g->beta, c, (blasint)g->ldc);
+  ob->cblas_sgemm(CblasColMajor, cblas_trans(g->trans_a), cblas_trans(g->trans_b), (blasint)g->m,
+                  (blasint)g->n, (blasint)g->k, g->alpha, a, (blasint)g->lda, b, (blasint)g->ldb,
+                  g->beta, c, (blasint)g->ldc);
   return 0;
 }
 
 /* The checks the vector ops share (scal passes x twice). With n = 0 the buffers may be NULL. */
 static int check_vectors(int64_t n, const void *x, int64_t incx, size_t x_len, const void *y,
-                         int64_t incy, size_t y_len)
-{
+                         int64_t incy, size_t y_len) {
   int err = be_blas_check_vector(n, incx, x_len);
   if (err == 0)
     err = be_blas_check_vector(n, incy, y_len);
@@ -76,8 +70,7 @@ static int check_vectors(int64_t n, const void *x, int64_t incx, size_t x_len, c
 }
 
 int be_cpu_saxpy(int64_t n, float alpha, const float *x, int64_t incx, size_t x_len, float *y,
-                 int64_t incy, size_t y_len)
-{
+                 int64_t incy, size_t y_len) {
   int err = check_vectors(n, x, incx, x_len, y, incy, y_len);
   if (err != 0 || n == 0)
     return err;
@@ -88,9 +81,8 @@ int be_cpu_saxpy(int64_t n, float alpha, const float *x, int64_t incx, size_t x_
   return 0;
 }
 
-int be_cpu_sdot(int64_t n, const float *x, int64_t incx, size_t x_len, const float *y,
-                int64_t incy, size_t y_len, float *result)
-{
+int be_cpu_sdot(int64_t n, const float *x, int64_t incx, size_t x_len, const float *y, int64_t incy,
+                size_t y_len, float *result) {
   if (result == NULL)
     return ACCEL_EINVAL;
   int err = check_vectors(n, x, incx, x_len, y, incy, y_len);
@@ -108,8 +100,7 @@ int be_cpu_sdot(int64_t n, const float *x, int64_t incx, size_t x_len, const flo
 }
 
 int be_cpu_daxpy(int64_t n, double alpha, const double *x, int64_t incx, size_t x_len, double *y,
-                 int64_t incy, size_t y_len)
-{
+                 int64_t incy, size_t y_len) {
   int err = check_vectors(n, x, incx, x_len, y, incy, y_len);
   if (err != 0 || n == 0)
     return err;
@@ -121,8 +112,7 @@ int be_cpu_daxpy(int64_t n, double alpha, const double *x, int64_t incx, size_t 
 }
 
 int be_cpu_ddot(int64_t n, const double *x, int64_t incx, size_t x_len, const double *y,
-                int64_t incy, size_t y_len, double *result)
-{
+                int64_t incy, size_t y_len, double *result) {
   if (result == NULL)
     return ACCEL_EINVAL;
   int err = check_vectors(n, x, incx, x_len, y, incy, y_len);
@@ -139,8 +129,7 @@ int be_cpu_ddot(int64_t n, const double *x, int64_t incx, size_t x_len, const do
   return 0;
 }
 
-int be_cpu_sscal(int64_t n, float alpha, float *x, int64_t incx, size_t x_len)
-{
+int be_cpu_sscal(int64_t n, float alpha, float *x, int64_t incx, size_t x_len) {
   int err = check_vectors(n, x, incx, x_len, x, incx, x_len);
   if (err != 0 || n == 0)
     return err;
@@ -151,8 +140,7 @@ int be_cpu_sscal(int64_t n, float alpha, float *x, int64_t incx, size_t x_len)
   return 0;
 }
 
-int be_cpu_dscal(int64_t n, double alpha, double *x, int64_t incx, size_t x_len)
-{
+int be_cpu_dscal(int64_t n, double alpha, double *x, int64_t incx, size_t x_len) {
   int err = check_vectors(n, x, incx, x_len, x, incx, x_len);
   if (err != 0 || n == 0)
     return err;

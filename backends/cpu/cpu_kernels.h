@@ -6,11 +6,11 @@
  * their own (but see "Threads" below), no state of their own: openblas.c holds the one
  * process-wide table they share, OpenBLAS's own functions bound once on first use
  * (openblas.h, thread-safe); when it cannot be bound the BLAS kernels may return
- * ACCEL_ENOTSUP (every call that would reach OpenBLAS does). Allocation: only the 16-bit gemm (f32 copies of A, B and C) and the 16-bit
- * softmax (one f32 row) allocate scratch, on the calling thread, freed before they return;
- * they return ACCEL_ENOMEM if it fails. Each checks its arguments first and returns 0 or a
- * negative code from accel/error.h; on an error nothing has been written. Counts are in
- * elements.
+ * ACCEL_ENOTSUP (every call that would reach OpenBLAS does). Allocation: only the 16-bit gemm (f32
+ * copies of A, B and C) and the 16-bit softmax (one f32 row) allocate scratch, on the calling
+ * thread, freed before they return; they return ACCEL_ENOMEM if it fails. Each checks its arguments
+ * first and returns 0 or a negative code from accel/error.h; on an error nothing has been written.
+ * Counts are in elements.
  *
  * Threads: every function may run on any thread, concurrently with any other on disjoint
  * output buffers. They block the calling thread for the duration of the work (a worker's job,
@@ -38,8 +38,8 @@
 /* C = alpha * op(A) * op(B) + beta * C, column-major, BLAS semantics: with m or n = 0 nothing
  * happens; with k = 0 or alpha = 0, C = beta * C without reading A or B; beta = 0 overwrites C
  * (NaN or Inf in C do not propagate). a_len, b_len, c_len: elements in each buffer. */
-int be_cpu_sgemm(const be_sgemm_args *g, const float *a, size_t a_len, const float *b,
-                 size_t b_len, float *c, size_t c_len);
+int be_cpu_sgemm(const be_sgemm_args *g, const float *a, size_t a_len, const float *b, size_t b_len,
+                 float *c, size_t c_len);
 
 /* gemm of any combination be_gemm_combo_ok allows except TF32 (ACCEL_ENOTSUP: no tensor
  * cores), strided-batched, with sgemm's BLAS rules above for every dtype. F64: dgemm. F32:
@@ -57,8 +57,8 @@ int be_cpu_saxpy(int64_t n, float alpha, const float *x, int64_t incx, size_t x_
 
 /* *result = sum of x[i * incx] * y[i * incy], i < n, accumulated in float as OpenBLAS does
  * (0 for n = 0). */
-int be_cpu_sdot(int64_t n, const float *x, int64_t incx, size_t x_len, const float *y,
-                int64_t incy, size_t y_len, float *result);
+int be_cpu_sdot(int64_t n, const float *x, int64_t incx, size_t x_len, const float *y, int64_t incy,
+                size_t y_len, float *result);
 
 /* The same in double (daxpy, ddot accumulated in double as OpenBLAS does). */
 int be_cpu_daxpy(int64_t n, double alpha, const double *x, int64_t incx, size_t x_len, double *y,

@@ -40,23 +40,20 @@ struct be_device {
 };
 
 /* Adds or removes `node` from one of the device's lists under its lock. */
-static inline void be_cpu_dev_track(be_device *dev, rt_list *head, rt_list *node)
-{
+static inline void be_cpu_dev_track(be_device *dev, rt_list *head, rt_list *node) {
   pthread_mutex_lock(&dev->lock);
   rt_list_push_front(head, node);
   pthread_mutex_unlock(&dev->lock);
 }
 
-static inline void be_cpu_dev_untrack(be_device *dev, rt_list *node)
-{
+static inline void be_cpu_dev_untrack(be_device *dev, rt_list *node) {
   pthread_mutex_lock(&dev->lock);
   rt_list_remove(node);
   pthread_mutex_unlock(&dev->lock);
 }
 
 /* Whether objects of generation `gen` are lost (a fault, or a reset since). */
-static inline bool be_cpu_lost(be_device *dev, unsigned gen)
-{
+static inline bool be_cpu_lost(be_device *dev, unsigned gen) {
   return atomic_load(&dev->fault) || gen != atomic_load(&dev->gen);
 }
 

@@ -6,13 +6,11 @@
 #include "accel/error.h"
 #include "backends/cpu/cpu_kernels.h"
 
-static int check_unary(float *y, const float *x, size_t n)
-{
+static int check_unary(float *y, const float *x, size_t n) {
   return n > 0 && (y == NULL || x == NULL) ? ACCEL_EINVAL : 0;
 }
 
-int be_cpu_fill_u32(uint32_t *dst, size_t n, uint32_t value)
-{
+int be_cpu_fill_u32(uint32_t *dst, size_t n, uint32_t value) {
   if (n > 0 && dst == NULL)
     return ACCEL_EINVAL;
   for (size_t i = 0; i < n; i++)
@@ -20,8 +18,7 @@ int be_cpu_fill_u32(uint32_t *dst, size_t n, uint32_t value)
   return 0;
 }
 
-int be_cpu_fill_f32(float *dst, size_t n, float value)
-{
+int be_cpu_fill_f32(float *dst, size_t n, float value) {
   if (n > 0 && dst == NULL)
     return ACCEL_EINVAL;
   for (size_t i = 0; i < n; i++)
@@ -29,8 +26,7 @@ int be_cpu_fill_f32(float *dst, size_t n, float value)
   return 0;
 }
 
-int be_cpu_fill(void *dst, size_t n, uint32_t esize, uint64_t value)
-{
+int be_cpu_fill(void *dst, size_t n, uint32_t esize, uint64_t value) {
   if ((n > 0 && dst == NULL) || (esize != 1 && esize != 2 && esize != 4 && esize != 8))
     return ACCEL_EINVAL;
   switch (esize) {
@@ -50,8 +46,7 @@ int be_cpu_fill(void *dst, size_t n, uint32_t esize, uint64_t value)
   }
 }
 
-int be_cpu_copy(void *dst, const void *src, size_t bytes)
-{
+int be_cpu_copy(void *dst, const void *src, size_t bytes) {
   if (bytes > 0 && (dst == NULL || src == NULL))
     return ACCEL_EINVAL;
   if (bytes > 0)
@@ -60,15 +55,13 @@ int be_cpu_copy(void *dst, const void *src, size_t bytes)
 }
 
 /* With e = exp(-|x|) <= 1 nothing overflows: 1 / (1 + e) for x >= 0, e / (1 + e) below. */
-static float sigmoid(float x)
-{
+static float sigmoid(float x) {
   float e = expf(-fabsf(x));
   float r = 1.0f / (1.0f + e);
   return x >= 0.0f ? r : e * r;
 }
 
-int be_cpu_sigmoid_f32(float *y, const float *x, size_t n)
-{
+int be_cpu_sigmoid_f32(float *y, const float *x, size_t n) {
   if (check_unary(y, x, n) != 0)
     return ACCEL_EINVAL;
   for (size_t i = 0; i < n; i++)
@@ -76,8 +69,7 @@ int be_cpu_sigmoid_f32(float *y, const float *x, size_t n)
   return 0;
 }
 
-int be_cpu_relu_f32(float *y, const float *x, size_t n)
-{
+int be_cpu_relu_f32(float *y, const float *x, size_t n) {
   if (check_unary(y, x, n) != 0)
     return ACCEL_EINVAL;
   for (size_t i = 0; i < n; i++)
@@ -85,8 +77,7 @@ int be_cpu_relu_f32(float *y, const float *x, size_t n)
   return 0;
 }
 
-int be_cpu_tanh_f32(float *y, const float *x, size_t n)
-{
+int be_cpu_tanh_f32(float *y, const float *x, size_t n) {
   if (check_unary(y, x, n) != 0)
     return ACCEL_EINVAL;
   for (size_t i = 0; i < n; i++)
@@ -97,8 +88,7 @@ int be_cpu_tanh_f32(float *y, const float *x, size_t n)
 /* One row. The maximum is subtracted first so that exp never overflows (the largest term is
  * exp(0) = 1 and the sum is at least 1); the sum is kept in double, which costs nothing next
  * to expf and keeps long rows accurate. */
-static void softmax_row(float *y, const float *x, size_t cols)
-{
+static void softmax_row(float *y, const float *x, size_t cols) {
   float max = x[0];
   for (size_t j = 1; j < cols; j++)
     max = x[j] > max ? x[j] : max;
@@ -112,8 +102,7 @@ static void softmax_row(float *y, const float *x, size_t cols)
     y[j] = (float)(y[j] / sum);
 }
 
-int be_cpu_softmax_f32(float *y, const float *x, size_t rows, size_t cols)
-{
+int be_cpu_softmax_f32(float *y, const float *x, size_t rows, size_t cols) {
   if (cols > 0 && rows > SIZE_MAX / cols)
     return ACCEL_EINVAL;
   if (check_unary(y, x, rows * cols) != 0)

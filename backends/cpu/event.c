@@ -31,8 +31,7 @@ typedef struct point {
   unsigned gen;
 } point;
 
-static point event_point(be_event *ev)
-{
+static point event_point(be_event *ev) {
   pthread_mutex_lock(&ev->lock);
   point p = {ev->q, ev->count, ev->gen};
   if (p.q != NULL)
@@ -41,8 +40,7 @@ static point event_point(be_event *ev)
   return p;
 }
 
-int be_cpu_event_create(be_device *dev, be_event **out)
-{
+int be_cpu_event_create(be_device *dev, be_event **out) {
   if (atomic_load(&dev->fault))
     return ACCEL_EDEVLOST;
   be_event *ev = rt_calloc(1, sizeof *ev);
@@ -59,8 +57,7 @@ int be_cpu_event_create(be_device *dev, be_event **out)
   return 0;
 }
 
-void be_cpu_event_destroy(be_event *ev)
-{
+void be_cpu_event_destroy(be_event *ev) {
   if (ev == NULL)
     return;
   if (ev->q != NULL)
@@ -70,8 +67,7 @@ void be_cpu_event_destroy(be_event *ev)
   rt_free(ev);
 }
 
-int be_cpu_event_record(be_event *ev, be_queue *q)
-{
+int be_cpu_event_record(be_event *ev, be_queue *q) {
   if (ev == NULL || q == NULL || ev->dev != q->dev)
     return ACCEL_EINVAL;
   if (be_cpu_lost(q->dev, q->gen))
@@ -88,8 +84,7 @@ int be_cpu_event_record(be_event *ev, be_queue *q)
   return 0;
 }
 
-static int point_status(be_device *dev, point p, bool block)
-{
+static int point_status(be_device *dev, point p, bool block) {
   if (p.q == NULL)
     return be_cpu_lost(dev, p.gen) ? ACCEL_EDEVLOST : 0;
   int status = block ? be_cpu_queue_wait(p.q, p.count, p.gen)
@@ -98,20 +93,17 @@ static int point_status(be_device *dev, point p, bool block)
   return status;
 }
 
-int be_cpu_event_query(be_event *ev)
-{
+int be_cpu_event_query(be_event *ev) {
   return ev == NULL ? ACCEL_EINVAL : point_status(ev->dev, event_point(ev), false);
 }
 
-int be_cpu_event_sync(be_event *ev)
-{
+int be_cpu_event_sync(be_event *ev) {
   return ev == NULL ? ACCEL_EINVAL : point_status(ev->dev, event_point(ev), true);
 }
 
 /* The wait item keeps the reference event_point took. An event already complete needs no
  * item; one that can never complete properly (lost) fails the call. */
-int be_cpu_queue_wait_event(be_queue *q, be_event *ev)
-{
+int be_cpu_queue_wait_event(be_queue *q, be_event *ev) {
   if (q == NULL || ev == NULL || ev->dev != q->dev)
     return ACCEL_EINVAL;
   if (be_cpu_lost(q->dev, q->gen))
@@ -121,8 +113,7 @@ int be_cpu_queue_wait_event(be_queue *q, be_event *ev)
     return be_cpu_lost(q->dev, p.gen) ? ACCEL_EDEVLOST : 0;
   int err = be_cpu_queue_status(p.q, p.count, p.gen);
   if (err == ACCEL_EAGAIN || (err < 0 && err != ACCEL_EDEVLOST)) {
-    be_cpu_item it = {.kind = BE_CPU_WAIT, .u.wait = {.q = p.q, .count = p.count,
-                                                      .gen = p.gen}};
+    be_cpu_item it = {.kind = BE_CPU_WAIT, .u.wait = {.q = p.q, .count = p.count, .gen = p.gen}};
     err = be_cpu_queue_submit(q, &it);
     if (err == 0)
       return 0;

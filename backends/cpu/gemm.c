@@ -14,41 +14,34 @@
 #include "backends/dtype_conv.h"
 #include "runtime/alloc.h"
 
-static bool fits_blasint(int64_t v)
-{
+static bool fits_blasint(int64_t v) {
   return sizeof(blasint) >= sizeof(int64_t) || v <= INT_MAX;
 }
 
-static bool gemm_fits(const be_gemm_args *g)
-{
-  return fits_blasint(g->m) && fits_blasint(g->n) && fits_blasint(g->k) &&
-         fits_blasint(g->lda) && fits_blasint(g->ldb) && fits_blasint(g->ldc);
+static bool gemm_fits(const be_gemm_args *g) {
+  return fits_blasint(g->m) && fits_blasint(g->n) && fits_blasint(g->k) && fits_blasint(g->lda) &&
+         fits_blasint(g->ldb) && fits_blasint(g->ldc);
 }
 
-static enum CBLAS_TRANSPOSE cblas_trans(be_blas_trans t)
-{
+static enum CBLAS_TRANSPOSE cblas_trans(be_blas_trans t) {
   return t == BE_BLAS_TRANS ? CblasTrans : CblasNoTrans;
 }
 
-static bool is16(uint32_t dtype)
-{
+static bool is16(uint32_t dtype) {
   return dtype == ACCEL_F16 || dtype == ACCEL_BF16;
 }
 
-static float to_f32(uint32_t dtype, uint16_t h)
-{
+static float to_f32(uint32_t dtype, uint16_t h) {
   return dtype == ACCEL_F16 ? be_f16_to_f32(h) : be_bf16_to_f32(h);
 }
 
-static uint16_t of_f32(uint32_t dtype, float f)
-{
+static uint16_t of_f32(uint32_t dtype, float f) {
   return dtype == ACCEL_F16 ? be_f32_to_f16(f) : be_f32_to_bf16(f);
 }
 
 /* A rows x cols matrix with leading dimension ld, widened into a packed one (ld = rows). */
 static void widen(uint32_t dtype, float *dst, const uint16_t *src, int64_t rows, int64_t cols,
-                  int64_t ld)
-{
+                  int64_t ld) {
   for (int64_t j = 0; j < cols; j++)
     for (int64_t i = 0; i < rows; i++)
       dst[i + j * rows] = to_f32(dtype, src[i + j * ld]);
@@ -56,8 +49,7 @@ static void widen(uint32_t dtype, float *dst, const uint16_t *src, int64_t rows,
 
 /* C = beta * C in C's own type: beta = 0 writes zeros (NaN in C vanishes). 16-bit elements:
  * in float, rounded back. */
-static void scale_c(const be_gemm_args *g, void *c)
-{
+static void scale_c(const be_gemm_args *g, void *c) {
   for (int64_t j = 0; j < g->n; j++)
     for (int64_t i = 0; i < g->m; i++) {
       size_t at = (size_t)(i + j * g->ldc);
@@ -80,15 +72,13 @@ typedef struct scratch {
   float *a, *b, *c;
 } scratch;
 
-static void scratch_free(scratch *s)
-{
+static void scratch_free(scratch *s) {
   rt_free(s->a);
   rt_free(s->b);
   rt_free(s->c);
 }
 
-static int scratch_alloc(const be_gemm_args *g, scratch *s)
-{
+static int scratch_alloc(const be_gemm_args *g, scratch *s) {
   *s = (scratch){0};
   if (!is16(g->ab_type))
     return 0;
@@ -104,18 +94,16 @@ static int scratch_alloc(const be_gemm_args *g, scratch *s)
 }
 
 static void dgemm_one(const be_openblas_api *ob, const be_gemm_args *g, const double *a,
-                      const double *b, double *c)
-{
-  ob->cblas_dgemm(CblasColMajor, cblas_trans(g->trans_a), cblas_trans(g->trans_b),
-                  (blasint)g->m, (blasint)g->n, (blasint)g->k, g->alpha, a, (blasint)g->lda, b,
-                  (blasint)g->ldb, g->beta, c, (blasint)g->ldc);
+                      const double *b, double *c) {
+  ob->cblas_dgemm(CblasColMajor, cblas_trans(g->trans_a), cblas_trans(g->trans_b), (blasint)g->m,
+                  (blasint)g->n, (blasint)g->k, g->alpha, a, (blasint)g->lda, b, (blasint)g->ldb,
+                  g->beta, c, (blasint)g->ldc);
 }
 
 /* Matrix `i` of a batch, 16-bit A and B. A batch that shares A or B (stride 0) widens it
  * once. */
 static void gemm16_one(const be_openblas_api *ob, const be_gemm_args *g, const scratch *s,
-                       int64_t i, const uint16_t *a, const uint16_t *b, void *c)
-{
+                       int64_t i, const uint16_t *a, const uint16_t *b, void *c) {
   int64_t ar, ac, br, bc;
   be_blas_stored_shape(g->trans_a, g->m, g->k, &ar, &ac);
   be_blas_stored_shape(g->trans_b, g->k, g->n, &br, &bc);
@@ -129,10 +117,9 @@ static void gemm16_one(const be_openblas_api *ob, const be_gemm_args *g, const s
     widen(g->c_type, cf, c, g->m, g->n, g->ldc);
   else if (is16(g->c_type))
     memset(cf, 0, (size_t)(g->m * g->n) * sizeof(float));
-  ob->cblas_sgemm(CblasColMajor, cblas_trans(g->trans_a), cblas_trans(g->trans_b),
-                  (blasint)g->m, (blasint)g->n, (blasint)g->k, (float)g->alpha, s->a,
-                  (blasint)(ar > 0 ? ar : 1), s->b, (blasint)(br > 0 ? br : 1), (float)g->beta,
-                  cf, (blasint)ldc);
+  ob->cblas_sgemm(CblasColMajor, cblas_trans(g->trans_a), cblas_trans(g->trans_b), (blasint)g->m,
+                  (blasint)g->n, (blasint)g->k, (float)g->alpha, s->a, (blasint)(ar > 0 ? ar : 1),
+                  s->b, (blasint)(br > 0 ? br : 1), (float)g->beta, cf, (blasint)ldc);
   if (!is16(g->c_type))
     return;
   for (int64_t j = 0; j < g->n; j++)
@@ -140,19 +127,24 @@ static void gemm16_one(const be_openblas_api *ob, const be_gemm_args *g, const s
       ((uint16_t *)c)[r + j * g->ldc] = of_f32(g->c_type, cf[r + j * g->m]);
 }
 
-static be_sgemm_args sgemm_of(const be_gemm_args *g)
-{
-  return (be_sgemm_args){.trans_a = g->trans_a, .trans_b = g->trans_b, .m = g->m, .n = g->n,
-                         .k = g->k, .alpha = (float)g->alpha, .beta = (float)g->beta,
-                         .lda = g->lda, .ldb = g->ldb, .ldc = g->ldc,
+static be_sgemm_args sgemm_of(const be_gemm_args *g) {
+  return (be_sgemm_args){.trans_a = g->trans_a,
+                         .trans_b = g->trans_b,
+                         .m = g->m,
+                         .n = g->n,
+                         .k = g->k,
+                         .alpha = (float)g->alpha,
+                         .beta = (float)g->beta,
+                         .lda = g->lda,
+                         .ldb = g->ldb,
+                         .ldc = g->ldc,
                          .math = BE_SGEMM_MATH_FP32};
 }
 
 /* Every matrix of the batch; A, B and C were checked, OpenBLAS is bound, scratch is ready. */
 static int gemm_batch(const be_openblas_api *ob, const be_gemm_args *g, const scratch *s,
                       const char *a, size_t a_len, const char *b, size_t b_len, char *c,
-                      size_t c_len)
-{
+                      size_t c_len) {
   int err = 0;
   size_t ab = be_dtype_size(g->ab_type), cb = be_dtype_size(g->c_type);
   be_sgemm_args sg = sgemm_of(g);
@@ -175,8 +167,7 @@ static int gemm_batch(const be_openblas_api *ob, const be_gemm_args *g, const sc
 
 /* Everything that can fail before anything is written. */
 static int gemm_check(const be_gemm_args *g, const void *a, size_t a_len, const void *b,
-                      size_t b_len, const void *c, size_t c_len)
-{
+                      size_t b_len, const void *c, size_t c_len) {
   int err = be_blas_check_gemm(g, a_len, b_len, c_len);
   if (err != 0)
     return err;
@@ -191,8 +182,7 @@ static int gemm_check(const be_gemm_args *g, const void *a, size_t a_len, const 
 }
 
 int be_cpu_gemm(const be_gemm_args *g, const void *a, size_t a_len, const void *b, size_t b_len,
-                void *c, size_t c_len)
-{
+                void *c, size_t c_len) {
   int err = gemm_check(g, a, a_len, b, b_len, c, c_len);
   if (err != 0 || g->m == 0 || g->n == 0)
     return err;

@@ -5,29 +5,25 @@
 #include "backends/cpu/cpu_kernels.h"
 #include "backends/cpu/queue.h"
 
-static int run_rng(uint32_t dtype, void *dst, size_t count, const be_rng_args *r)
-{
+static int run_rng(uint32_t dtype, void *dst, size_t count, const be_rng_args *r) {
   switch (r->dist) {
   case BE_RNG_BITS:
     return be_cpu_philox_fill_u32(dst, count, r->seed, r->offset);
   case BE_RNG_UNIFORM:
     return be_cpu_philox_fill_uniform_as(dtype, dst, count, r->seed, r->offset);
   case BE_RNG_NORMAL:
-    return be_cpu_philox_fill_normal_as(dtype, dst, count, r->seed, r->offset, r->mean,
-                                        r->stddev);
+    return be_cpu_philox_fill_normal_as(dtype, dst, count, r->seed, r->offset, r->mean, r->stddev);
   }
   return ACCEL_EINVAL;
 }
 
-static int run_gemm(const be_cpu_item *it)
-{
-  return be_cpu_gemm(&it->u.gemm.g, it->u.gemm.a, it->u.gemm.a_len, it->u.gemm.b,
-                     it->u.gemm.b_len, it->u.gemm.c, it->u.gemm.c_len);
+static int run_gemm(const be_cpu_item *it) {
+  return be_cpu_gemm(&it->u.gemm.g, it->u.gemm.a, it->u.gemm.a_len, it->u.gemm.b, it->u.gemm.b_len,
+                     it->u.gemm.c, it->u.gemm.c_len);
 }
 
 /* Contiguous vectors (stride 1) of n elements, F32 or F64. */
-static int run_vec(be_cpu_item_kind kind, uint32_t dtype, const be_cpu_item *it)
-{
+static int run_vec(be_cpu_item_kind kind, uint32_t dtype, const be_cpu_item *it) {
   int64_t n = (int64_t)it->u.vec.n;
   size_t len = it->u.vec.n;
   double a = it->u.vec.alpha;
@@ -45,8 +41,7 @@ static int run_vec(be_cpu_item_kind kind, uint32_t dtype, const be_cpu_item *it)
   }
 }
 
-int be_cpu_item_run(const be_cpu_item *it)
-{
+int be_cpu_item_run(const be_cpu_item *it) {
   switch (it->kind) {
   case BE_CPU_COPY:
     return be_cpu_copy(it->u.copy.dst, it->u.copy.src, it->u.copy.bytes);

@@ -19,8 +19,7 @@ typedef struct be_cpu_block {
 
 _Static_assert(sizeof(be_cpu_block) == BE_CPU_ALIGN, "the header keeps the data aligned");
 
-int be_cpu_mem_alloc(be_device *dev, size_t bytes, be_mem *out)
-{
+int be_cpu_mem_alloc(be_device *dev, size_t bytes, be_mem *out) {
   if (dev == NULL || out == NULL || bytes == 0)
     return ACCEL_EINVAL;
   if (atomic_load(&dev->fault))
@@ -37,14 +36,12 @@ int be_cpu_mem_alloc(be_device *dev, size_t bytes, be_mem *out)
   return 0;
 }
 
-static be_cpu_block *block_of(uint64_t handle)
-{
+static be_cpu_block *block_of(uint64_t handle) {
   return (be_cpu_block *)(uintptr_t)handle - 1;
 }
 
 /* Works after a fault and after a reset, on memory of any generation. */
-void be_cpu_mem_free(be_device *dev, be_mem *mem)
-{
+void be_cpu_mem_free(be_device *dev, be_mem *mem) {
   if (dev == NULL || mem == NULL || mem->handle == 0)
     return;
   be_cpu_block *blk = block_of(mem->handle);
@@ -53,8 +50,7 @@ void be_cpu_mem_free(be_device *dev, be_mem *mem)
   *mem = (be_mem){0};
 }
 
-void be_cpu_mem_free_all(be_device *dev)
-{
+void be_cpu_mem_free_all(be_device *dev) {
   while (dev->blocks.next != &dev->blocks) {
     rt_list *node = dev->blocks.next;
     rt_list_remove(node);

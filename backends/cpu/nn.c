@@ -12,20 +12,17 @@
 /* Elements per chunk of a 16-bit op: the f32 copy lives on the worker's stack. */
 #define CHUNK 512
 
-static void widen(uint32_t dtype, float *dst, const uint16_t *src, size_t n)
-{
+static void widen(uint32_t dtype, float *dst, const uint16_t *src, size_t n) {
   for (size_t i = 0; i < n; i++)
     dst[i] = dtype == ACCEL_F16 ? be_f16_to_f32(src[i]) : be_bf16_to_f32(src[i]);
 }
 
-static void narrow(uint32_t dtype, uint16_t *dst, const float *src, size_t n)
-{
+static void narrow(uint32_t dtype, uint16_t *dst, const float *src, size_t n) {
   for (size_t i = 0; i < n; i++)
     dst[i] = dtype == ACCEL_F16 ? be_f32_to_f16(src[i]) : be_f32_to_bf16(src[i]);
 }
 
-static int unary_f32(be_unary_op op, float *y, const float *x, size_t n)
-{
+static int unary_f32(be_unary_op op, float *y, const float *x, size_t n) {
   switch (op) {
   case BE_SIGMOID:
     return be_cpu_sigmoid_f32(y, x, n);
@@ -38,14 +35,12 @@ static int unary_f32(be_unary_op op, float *y, const float *x, size_t n)
 }
 
 /* As elementwise.c's sigmoid: e = exp(-|x|) <= 1 never overflows. */
-static double sigmoid64(double x)
-{
+static double sigmoid64(double x) {
   double e = exp(-fabs(x)), r = 1.0 / (1.0 + e);
   return x >= 0.0 ? r : e * r;
 }
 
-static void unary_f64(be_unary_op op, double *y, const double *x, size_t n)
-{
+static void unary_f64(be_unary_op op, double *y, const double *x, size_t n) {
   for (size_t i = 0; i < n; i++) {
     double v = x[i];
     y[i] = op == BE_SIGMOID ? sigmoid64(v) : op == BE_RELU ? (v < 0.0 ? 0.0 : v) : tanh(v);
@@ -53,8 +48,7 @@ static void unary_f64(be_unary_op op, double *y, const double *x, size_t n)
 }
 
 /* Chunk by chunk: each chunk is read whole before it is written, so y == x works. */
-static void unary_16(uint32_t dtype, be_unary_op op, uint16_t *y, const uint16_t *x, size_t n)
-{
+static void unary_16(uint32_t dtype, be_unary_op op, uint16_t *y, const uint16_t *x, size_t n) {
   float buf[CHUNK];
   for (size_t i = 0; i < n; i += CHUNK) {
     size_t c = n - i < CHUNK ? n - i : CHUNK;
@@ -64,13 +58,11 @@ static void unary_16(uint32_t dtype, be_unary_op op, uint16_t *y, const uint16_t
   }
 }
 
-static bool nn_dtype(uint32_t dtype)
-{
+static bool nn_dtype(uint32_t dtype) {
   return dtype == ACCEL_F32 || dtype == ACCEL_F64 || dtype == ACCEL_F16 || dtype == ACCEL_BF16;
 }
 
-int be_cpu_unary(uint32_t dtype, be_unary_op op, void *y, const void *x, size_t n)
-{
+int be_cpu_unary(uint32_t dtype, be_unary_op op, void *y, const void *x, size_t n) {
   if (!nn_dtype(dtype))
     return ACCEL_ENOTSUP;
   if ((op != BE_SIGMOID && op != BE_RELU && op != BE_TANH) || (n > 0 && (y == NULL || x == NULL)))
@@ -85,8 +77,7 @@ int be_cpu_unary(uint32_t dtype, be_unary_op op, void *y, const void *x, size_t 
 }
 
 /* As softmax_row of elementwise.c, in double. */
-static void softmax_row64(double *y, const double *x, size_t cols)
-{
+static void softmax_row64(double *y, const double *x, size_t cols) {
   double max = x[0], sum = 0.0;
   for (size_t j = 1; j < cols; j++)
     max = x[j] > max ? x[j] : max;
@@ -99,8 +90,7 @@ static void softmax_row64(double *y, const double *x, size_t cols)
 }
 
 /* One f32 row of scratch (allocated here, on the worker): widen, the F32 softmax, round. */
-static int softmax_16(uint32_t dtype, uint16_t *y, const uint16_t *x, size_t rows, size_t cols)
-{
+static int softmax_16(uint32_t dtype, uint16_t *y, const uint16_t *x, size_t rows, size_t cols) {
   float *row = rt_malloc(cols * sizeof *row);
   if (row == NULL)
     return ACCEL_ENOMEM;
@@ -113,8 +103,7 @@ static int softmax_16(uint32_t dtype, uint16_t *y, const uint16_t *x, size_t row
   return 0;
 }
 
-int be_cpu_softmax(uint32_t dtype, void *y, const void *x, size_t rows, size_t cols)
-{
+int be_cpu_softmax(uint32_t dtype, void *y, const void *x, size_t rows, size_t cols) {
   if (!nn_dtype(dtype))
     return ACCEL_ENOTSUP;
   if (cols > 0 && rows > SIZE_MAX / cols)

@@ -12,20 +12,18 @@ static char error[256];
 
 /* dlsym(lib, name), kept only if it lies in the file at `base`: a handle's lookup goes on into
  * the file's dependencies, and those are not OpenBLAS. */
-static void *own_sym(void *lib, const void *base, const char *name)
-{
+static void *own_sym(void *lib, const void *base, const char *name) {
   Dl_info info;
   void *p = dlsym(lib, name);
   return p != NULL && dladdr(p, &info) != 0 && info.dli_fbase == base ? p : NULL;
 }
 
-static int resolve(void *lib, const void *base)
-{
-#define BE_OPENBLAS_RESOLVE_(fn)                                                           \
-  *(void **)(void *)&api.fn = own_sym(lib, base, #fn);                                     \
-  if (api.fn == NULL) {                                                                    \
-    snprintf(error, sizeof error, "OpenBLAS has no " #fn);                                 \
-    return -1;                                                                             \
+static int resolve(void *lib, const void *base) {
+#define BE_OPENBLAS_RESOLVE_(fn)                                                                   \
+  *(void **)(void *)&api.fn = own_sym(lib, base, #fn);                                             \
+  if (api.fn == NULL) {                                                                            \
+    snprintf(error, sizeof error, "OpenBLAS has no " #fn);                                         \
+    return -1;                                                                                     \
   }
   BE_OPENBLAS_FUNCS(BE_OPENBLAS_RESOLVE_)
 #undef BE_OPENBLAS_RESOLVE_
@@ -36,8 +34,7 @@ static int resolve(void *lib, const void *base)
 /* OpenBLAS's file: the one holding openblas_get_config, a name no other BLAS exports, so the
  * global lookup that found it cannot have found another library's. The kernels are built as
  * PIC, so the address is the function's own, not a PLT stub in the executable. */
-static void *open_openblas(Dl_info *info)
-{
+static void *open_openblas(Dl_info *info) {
   char *(*probe)(void) = openblas_get_config;
   if (dladdr(*(void **)(void *)&probe, info) == 0 || info->dli_fname == NULL) {
     snprintf(error, sizeof error, "no file holds openblas_get_config");
@@ -54,26 +51,25 @@ static void *open_openblas(Dl_info *info)
   return lib;
 }
 
-static void load(void)
-{
+static void load(void) {
   Dl_info info;
   void *lib = open_openblas(&info);
   if (lib != NULL && resolve(lib, info.dli_fbase) == 0) {
     loaded = &api;
     return;
   }
-  fprintf(stderr, "accel-cpu: cannot bind OpenBLAS's own functions (%s); BLAS ops answer "
-                  "ACCEL_ENOTSUP\n", error);
+  fprintf(stderr,
+          "accel-cpu: cannot bind OpenBLAS's own functions (%s); BLAS ops answer "
+          "ACCEL_ENOTSUP\n",
+          error);
 }
 
-const be_openblas_api *be_openblas(void)
-{
+const be_openblas_api *be_openblas(void) {
   pthread_once(&once, load);
   return loaded;
 }
 
-const char *be_openblas_error(void)
-{
+const char *be_openblas_error(void) {
   pthread_once(&once, load);
   return error;
 }

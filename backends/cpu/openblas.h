@@ -25,10 +25,9 @@
 /* cblas_sbgemm (bfloat16 A and B as raw uint16_t, float C) exists only in OpenBLAS built with
  * BUILD_BFLOAT16, and cblas.h declares it only then (Debian 12's 0.3.21 has neither). */
 typedef void be_openblas_sbgemm_fn(enum CBLAS_ORDER order, enum CBLAS_TRANSPOSE trans_a,
-                                   enum CBLAS_TRANSPOSE trans_b, blasint m, blasint n,
-                                   blasint k, float alpha, const uint16_t *a, blasint lda,
-                                   const uint16_t *b, blasint ldb, float beta, float *c,
-                                   blasint ldc);
+                                   enum CBLAS_TRANSPOSE trans_b, blasint m, blasint n, blasint k,
+                                   float alpha, const uint16_t *a, blasint lda, const uint16_t *b,
+                                   blasint ldb, float beta, float *c, blasint ldc);
 
 #define BE_OPENBLAS_FIELD_(fn) __typeof__(&fn) fn;
 

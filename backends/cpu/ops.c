@@ -12,8 +12,7 @@
 
 /* `count` elements of `size` bytes from element `off` of m. A handle of 0 is "no buffer",
  * valid only with 0 bytes (an empty range, a NULL address). */
-static int span(be_mem m, size_t off, size_t count, size_t size, void **out)
-{
+static int span(be_mem m, size_t off, size_t count, size_t size, void **out) {
   size_t len = m.bytes / size;
   if ((m.handle == 0 && m.bytes > 0) || off > len || count > len - off)
     return ACCEL_EINVAL;
@@ -22,20 +21,17 @@ static int span(be_mem m, size_t off, size_t count, size_t size, void **out)
 }
 
 /* Everything from element `off` to the end of m (BLAS checks shapes against lengths). */
-static int tail(be_mem m, size_t off, size_t size, void **out, size_t *len)
-{
+static int tail(be_mem m, size_t off, size_t size, void **out, size_t *len) {
   *len = off <= m.bytes / size ? m.bytes / size - off : 0;
   return span(m, off, *len, size, out);
 }
 
 /* What OpenBLAS's int interface takes (cpu_kernels.h: ACCEL_ELIMIT beyond). */
-static bool fits_blas(int64_t v)
-{
+static bool fits_blas(int64_t v) {
   return sizeof(blasint) >= sizeof(int64_t) || v <= INT_MAX;
 }
 
-static int submit(be_queue *q, const be_cpu_item *it, int err)
-{
+static int submit(be_queue *q, const be_cpu_item *it, int err) {
   if (err != 0)
     return err;
   return q == NULL ? ACCEL_EINVAL : be_cpu_queue_submit(q, it);
@@ -43,13 +39,11 @@ static int submit(be_queue *q, const be_cpu_item *it, int err)
 
 /* ---- copies -------------------------------------------------------------------------- */
 
-static int host_range(const void *p, size_t bytes)
-{
+static int host_range(const void *p, size_t bytes) {
   return p == NULL && bytes > 0 ? ACCEL_EINVAL : 0;
 }
 
-int be_cpu_submit_h2d(be_queue *q, be_mem dst, size_t dst_off, const void *src, size_t bytes)
-{
+int be_cpu_submit_h2d(be_queue *q, be_mem dst, size_t dst_off, const void *src, size_t bytes) {
   be_cpu_item it = {.kind = BE_CPU_COPY, .u.copy = {.src = src, .bytes = bytes}};
   int err = host_range(src, bytes);
   if (err == 0)
@@ -57,8 +51,7 @@ int be_cpu_submit_h2d(be_queue *q, be_mem dst, size_t dst_off, const void *src, 
   return submit(q, &it, err);
 }
 
-int be_cpu_submit_d2h(be_queue *q, void *dst, be_mem src, size_t src_off, size_t bytes)
-{
+int be_cpu_submit_d2h(be_queue *q, void *dst, be_mem src, size_t src_off, size_t bytes) {
   be_cpu_item it = {.kind = BE_CPU_COPY, .u.copy = {.dst = dst, .bytes = bytes}};
   void *from = NULL;
   int err = host_range(dst, bytes);
@@ -70,8 +63,7 @@ int be_cpu_submit_d2h(be_queue *q, void *dst, be_mem src, size_t src_off, size_t
 
 /* Overlapping ranges of one buffer are copied as memmove would. */
 int be_cpu_submit_d2d(be_queue *q, be_mem dst, size_t dst_off, be_mem src, size_t src_off,
-                      size_t bytes)
-{
+                      size_t bytes) {
   be_cpu_item it = {.kind = BE_CPU_COPY, .u.copy = {.bytes = bytes}};
   void *from = NULL;
   int err = span(dst, dst_off, bytes, 1, &it.u.copy.dst);
@@ -81,16 +73,14 @@ int be_cpu_submit_d2d(be_queue *q, be_mem dst, size_t dst_off, be_mem src, size_
   return submit(q, &it, err);
 }
 
-int be_cpu_submit_callback(be_queue *q, be_host_fn fn, void *arg)
-{
+int be_cpu_submit_callback(be_queue *q, be_host_fn fn, void *arg) {
   be_cpu_item it = {.kind = BE_CPU_CALLBACK, .u.cb = {.fn = fn, .arg = arg}};
   return submit(q, &it, fn == NULL ? ACCEL_EINVAL : 0);
 }
 
 /* ---- BLAS ---------------------------------------------------------------------------- */
 
-static int gemm_limits(const be_gemm_args *g)
-{
+static int gemm_limits(const be_gemm_args *g) {
   bool fits = fits_blas(g->m) && fits_blas(g->n) && fits_blas(g->k) && fits_blas(g->lda) &&
               fits_blas(g->ldb) && fits_blas(g->ldc);
   return fits ? 0 : ACCEL_ELIMIT;
@@ -98,8 +88,7 @@ static int gemm_limits(const be_gemm_args *g)
 
 /* The whole batch is one item: its scratch (16-bit types) is allocated once, on the worker. */
 int be_cpu_submit_gemm(be_queue *q, const be_gemm_args *g, be_mem a, size_t a_off, be_mem b,
-                       size_t b_off, be_mem c, size_t c_off)
-{
+                       size_t b_off, be_mem c, size_t c_off) {
   if (g == NULL || !be_gemm_combo_ok(g->ab_type, g->c_type, g->math))
     return ACCEL_EINVAL;
   if (g->math == BE_GEMM_MATH_TF32)
@@ -124,8 +113,7 @@ int be_cpu_submit_gemm(be_queue *q, const be_gemm_args *g, be_mem a, size_t a_of
 
 /* n contiguous elements of x (and y, when y is not NULL) for axpy, dot and scal. */
 static int vec_spans(be_cpu_item *it, size_t esize, be_mem x, size_t x_off, const be_mem *y,
-                     size_t y_off)
-{
+                     size_t y_off) {
   void *px = NULL, *py = NULL;
   int err = esize == 0 ? ACCEL_EINVAL : span(x, x_off, it->u.vec.n, esize, &px);
   if (err == 0 && y != NULL)
@@ -137,16 +125,14 @@ static int vec_spans(be_cpu_item *it, size_t esize, be_mem x, size_t x_off, cons
   return err;
 }
 
-int be_cpu_submit_axpy(be_queue *q, uint32_t dtype, size_t n, double alpha, be_mem x,
-                       size_t x_off, be_mem y, size_t y_off)
-{
+int be_cpu_submit_axpy(be_queue *q, uint32_t dtype, size_t n, double alpha, be_mem x, size_t x_off,
+                       be_mem y, size_t y_off) {
   be_cpu_item it = {.kind = BE_CPU_AXPY, .u.vec = {.dtype = dtype, .n = n, .alpha = alpha}};
   return submit(q, &it, vec_spans(&it, be_dtype_size(dtype), x, x_off, &y, y_off));
 }
 
 int be_cpu_submit_dot(be_queue *q, uint32_t dtype, size_t n, be_mem x, size_t x_off, be_mem y,
-                      size_t y_off, be_mem result, size_t result_off)
-{
+                      size_t y_off, be_mem result, size_t result_off) {
   be_cpu_item it = {.kind = BE_CPU_DOT, .u.vec = {.dtype = dtype, .n = n}};
   size_t esize = be_dtype_size(dtype);
   int err = vec_spans(&it, esize, x, x_off, &y, y_off);
@@ -156,8 +142,7 @@ int be_cpu_submit_dot(be_queue *q, uint32_t dtype, size_t n, be_mem x, size_t x_
 }
 
 int be_cpu_submit_scal(be_queue *q, uint32_t dtype, size_t n, double alpha, be_mem x,
-                       size_t x_off)
-{
+                       size_t x_off) {
   be_cpu_item it = {.kind = BE_CPU_SCAL, .u.vec = {.dtype = dtype, .n = n, .alpha = alpha}};
   return submit(q, &it, vec_spans(&it, be_dtype_size(dtype), x, x_off, NULL, 0));
 }
@@ -165,8 +150,7 @@ int be_cpu_submit_scal(be_queue *q, uint32_t dtype, size_t n, double alpha, be_m
 /* ---- element-wise -------------------------------------------------------------------- */
 
 int be_cpu_submit_fill(be_queue *q, be_mem dst, size_t off, size_t count, uint32_t esize,
-                       uint64_t value)
-{
+                       uint64_t value) {
   be_cpu_item it = {.kind = BE_CPU_FILL,
                     .u.fill = {.count = count, .esize = esize, .value = value}};
   void *to = NULL;
@@ -178,17 +162,15 @@ int be_cpu_submit_fill(be_queue *q, be_mem dst, size_t off, size_t count, uint32
 }
 
 /* Normals come in Box-Muller pairs: an odd offset would split one (philox.h). */
-static int rng_check(const be_rng_args *r)
-{
-  if (r == NULL || (r->dist != BE_RNG_BITS && r->dist != BE_RNG_UNIFORM &&
-                    r->dist != BE_RNG_NORMAL))
+static int rng_check(const be_rng_args *r) {
+  if (r == NULL ||
+      (r->dist != BE_RNG_BITS && r->dist != BE_RNG_UNIFORM && r->dist != BE_RNG_NORMAL))
     return ACCEL_EINVAL;
   return r->dist == BE_RNG_NORMAL && r->offset % 2 != 0 ? ACCEL_EINVAL : 0;
 }
 
 int be_cpu_submit_rng(be_queue *q, uint32_t dtype, be_mem dst, size_t off, size_t count,
-                      const be_rng_args *r)
-{
+                      const be_rng_args *r) {
   be_cpu_item it = {.kind = BE_CPU_RNG, .u.rng = {.count = count, .dtype = dtype}};
   size_t esize = be_dtype_size(dtype);
   int err = esize == 0 ? ACCEL_EINVAL : rng_check(r);
@@ -199,11 +181,9 @@ int be_cpu_submit_rng(be_queue *q, uint32_t dtype, be_mem dst, size_t off, size_
   return submit(q, &it, err);
 }
 
-int be_cpu_submit_unary(be_queue *q, uint32_t dtype, be_unary_op op, be_mem dst,
-                        size_t dst_off, be_mem src, size_t src_off, size_t count)
-{
-  be_cpu_item it = {.kind = BE_CPU_UNARY,
-                    .u.unary = {.op = op, .count = count, .dtype = dtype}};
+int be_cpu_submit_unary(be_queue *q, uint32_t dtype, be_unary_op op, be_mem dst, size_t dst_off,
+                        be_mem src, size_t src_off, size_t count) {
+  be_cpu_item it = {.kind = BE_CPU_UNARY, .u.unary = {.op = op, .count = count, .dtype = dtype}};
   void *to = NULL, *from = NULL;
   size_t esize = be_dtype_size(dtype);
   bool op_ok = op == BE_SIGMOID || op == BE_RELU || op == BE_TANH;
@@ -218,8 +198,7 @@ int be_cpu_submit_unary(be_queue *q, uint32_t dtype, be_unary_op op, be_mem dst,
 }
 
 int be_cpu_submit_softmax(be_queue *q, uint32_t dtype, be_mem dst, size_t dst_off, be_mem src,
-                          size_t src_off, size_t rows, size_t cols)
-{
+                          size_t src_off, size_t rows, size_t cols) {
   be_cpu_item it = {.kind = BE_CPU_SOFTMAX,
                     .u.softmax = {.rows = rows, .cols = cols, .dtype = dtype}};
   void *to = NULL, *from = NULL;

@@ -20,29 +20,25 @@
 #define BIT(t) ACCEL_DTYPE_BIT(t)
 #define FLOATS (BIT(ACCEL_F32) | BIT(ACCEL_F64) | BIT(ACCEL_F16) | BIT(ACCEL_BF16))
 
-static bool has(uint32_t set, uint32_t dtype)
-{
+static bool has(uint32_t set, uint32_t dtype) {
   return dtype <= ACCEL_DTYPE_MAX_ && (set & BIT(dtype)) != 0;
 }
 
 /* ---- blas ---- */
 
-static int cpu_gemm_supports(be_device *dev, uint32_t ab_type, uint32_t c_type, uint32_t math)
-{
+static int cpu_gemm_supports(be_device *dev, uint32_t ab_type, uint32_t c_type, uint32_t math) {
   (void)dev;
   bool ok = be_gemm_combo_ok(ab_type, c_type, math) && math != BE_GEMM_MATH_TF32;
   return ok && be_openblas() != NULL ? 0 : ACCEL_ENOTSUP;
 }
 
-static uint32_t cpu_vector_dtypes(be_device *dev)
-{
+static uint32_t cpu_vector_dtypes(be_device *dev) {
   (void)dev;
   return be_openblas() != NULL ? BIT(ACCEL_F32) | BIT(ACCEL_F64) : 0;
 }
 
 static int cpu_gemm(be_queue *q, const be_gemm_args *g, be_mem a, size_t a_off, be_mem b,
-                    size_t b_off, be_mem c, size_t c_off)
-{
+                    size_t b_off, be_mem c, size_t c_off) {
   if (g == NULL)
     return ACCEL_EINVAL;
   int rc = cpu_gemm_supports(NULL, g->ab_type, g->c_type, g->math);
@@ -50,23 +46,20 @@ static int cpu_gemm(be_queue *q, const be_gemm_args *g, be_mem a, size_t a_off, 
 }
 
 static int cpu_axpy(be_queue *q, uint32_t dtype, size_t n, double alpha, be_mem x, size_t x_off,
-                    be_mem y, size_t y_off)
-{
+                    be_mem y, size_t y_off) {
   if (!has(cpu_vector_dtypes(NULL), dtype))
     return ACCEL_ENOTSUP;
   return be_cpu_submit_axpy(q, dtype, n, alpha, x, x_off, y, y_off);
 }
 
 static int cpu_dot(be_queue *q, uint32_t dtype, size_t n, be_mem x, size_t x_off, be_mem y,
-                   size_t y_off, be_mem result, size_t result_off)
-{
+                   size_t y_off, be_mem result, size_t result_off) {
   if (!has(cpu_vector_dtypes(NULL), dtype))
     return ACCEL_ENOTSUP;
   return be_cpu_submit_dot(q, dtype, n, x, x_off, y, y_off, result, result_off);
 }
 
-static int cpu_scal(be_queue *q, uint32_t dtype, size_t n, double alpha, be_mem x, size_t x_off)
-{
+static int cpu_scal(be_queue *q, uint32_t dtype, size_t n, double alpha, be_mem x, size_t x_off) {
   if (!has(cpu_vector_dtypes(NULL), dtype))
     return ACCEL_ENOTSUP;
   return be_cpu_submit_scal(q, dtype, n, alpha, x, x_off);
@@ -84,15 +77,13 @@ const be_blas_pkg be_cpu_blas = {
 
 /* ---- rng and nn: every float type ---- */
 
-static uint32_t cpu_floats(be_device *dev)
-{
+static uint32_t cpu_floats(be_device *dev) {
   (void)dev;
   return FLOATS;
 }
 
 static int cpu_rng_fill(be_queue *q, uint32_t dtype, be_mem dst, size_t off, size_t count,
-                        const be_rng_args *r)
-{
+                        const be_rng_args *r) {
   if (r == NULL)
     return ACCEL_EINVAL;
   bool ok = r->dist == BE_RNG_BITS ? dtype == ACCEL_U32 : has(FLOATS, dtype);
@@ -106,16 +97,14 @@ const be_rng_pkg be_cpu_rng = {
 };
 
 static int cpu_unary(be_queue *q, uint32_t dtype, be_unary_op op, be_mem dst, size_t dst_off,
-                     be_mem src, size_t src_off, size_t count)
-{
+                     be_mem src, size_t src_off, size_t count) {
   if (!has(FLOATS, dtype))
     return ACCEL_ENOTSUP;
   return be_cpu_submit_unary(q, dtype, op, dst, dst_off, src, src_off, count);
 }
 
 static int cpu_softmax(be_queue *q, uint32_t dtype, be_mem dst, size_t dst_off, be_mem src,
-                       size_t src_off, size_t rows, size_t cols)
-{
+                       size_t src_off, size_t rows, size_t cols) {
   if (!has(FLOATS, dtype))
     return ACCEL_ENOTSUP;
   return be_cpu_submit_softmax(q, dtype, dst, dst_off, src, src_off, rows, cols);

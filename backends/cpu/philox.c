@@ -26,8 +26,7 @@
 #define LANES 32
 #define BATCH_WORDS (4 * LANES)
 
-static void philox_round(uint32_t c[4], uint32_t k0, uint32_t k1)
-{
+static void philox_round(uint32_t c[4], uint32_t k0, uint32_t k1) {
   uint64_t p0 = (uint64_t)PHILOX_M0 * c[0];
   uint64_t p1 = (uint64_t)PHILOX_M1 * c[2];
   uint32_t n0 = (uint32_t)(p1 >> 32) ^ c[1] ^ k0;
@@ -38,8 +37,7 @@ static void philox_round(uint32_t c[4], uint32_t k0, uint32_t k1)
   c[3] = (uint32_t)p0;
 }
 
-void be_cpu_philox4x32_10(const uint32_t ctr[4], const uint32_t key[2], uint32_t out[4])
-{
+void be_cpu_philox4x32_10(const uint32_t ctr[4], const uint32_t key[2], uint32_t out[4]) {
   uint32_t c[4] = {ctr[0], ctr[1], ctr[2], ctr[3]};
   uint32_t k0 = key[0], k1 = key[1];
   for (int r = 0; r < PHILOX_ROUNDS; r++) {
@@ -55,8 +53,7 @@ typedef struct lanes {
   uint32_t c0[LANES], c1[LANES], c2[LANES], c3[LANES];
 } lanes;
 
-static void lanes_round(lanes *s, uint32_t k0, uint32_t k1)
-{
+static void lanes_round(lanes *s, uint32_t k0, uint32_t k1) {
   for (int l = 0; l < LANES; l++) {
     uint64_t p0 = (uint64_t)PHILOX_M0 * s->c0[l];
     uint64_t p1 = (uint64_t)PHILOX_M1 * s->c2[l];
@@ -70,8 +67,7 @@ static void lanes_round(lanes *s, uint32_t k0, uint32_t k1)
 /* Words of blocks q .. q+LANES-1, in stream order. Block indices stay below 2^64 (q < 2^63 +
  * 2^62 for any 64-bit offset and count, two words per element included), so the counter's
  * high words are always 0, as in cuRAND for every stream position below 2^66. */
-static void philox_batch(uint32_t out[BATCH_WORDS], uint64_t q, uint64_t seed)
-{
+static void philox_batch(uint32_t out[BATCH_WORDS], uint64_t q, uint64_t seed) {
   lanes s;
   for (int l = 0; l < LANES; l++) {
     s.c0[l] = (uint32_t)(q + (uint64_t)l);
@@ -101,8 +97,7 @@ typedef void emit_fn(void *dst, size_t done, const uint32_t *words, size_t n, co
  * to the rounds). Batches start on a block, so the words of a batch's last block are all in
  * buf even when n ends inside it. */
 static void philox_walk(void *dst, size_t count, uint64_t seed, uint64_t q, size_t skip,
-                        emit_fn *emit, const void *ctx)
-{
+                        emit_fn *emit, const void *ctx) {
   uint32_t buf[BATCH_WORDS];
   for (size_t done = 0; done < count; q += LANES, skip = 0) {
     philox_batch(buf, q, seed);
@@ -114,28 +109,24 @@ static void philox_walk(void *dst, size_t count, uint64_t seed, uint64_t q, size
   }
 }
 
-static void emit_u32(void *dst, size_t done, const uint32_t *w, size_t n, const void *ctx)
-{
+static void emit_u32(void *dst, size_t done, const uint32_t *w, size_t n, const void *ctx) {
   (void)ctx;
   memcpy((uint32_t *)dst + done, w, n * sizeof *w);
 }
 
-float be_cpu_philox_uniform(uint32_t x)
-{
+float be_cpu_philox_uniform(uint32_t x) {
   /* Two float roundings, as in cuRAND: x to float, then the sum (the product is exact). */
   return (float)x * INV_2POW32 + INV_2POW32 / 2.0f;
 }
 
-static void emit_uniform(void *dst, size_t done, const uint32_t *w, size_t n, const void *ctx)
-{
+static void emit_uniform(void *dst, size_t done, const uint32_t *w, size_t n, const void *ctx) {
   (void)ctx;
   float *out = (float *)dst + done;
   for (size_t i = 0; i < n; i++)
     out[i] = (float)w[i] * INV_2POW32 + INV_2POW32 / 2.0f;
 }
 
-void be_cpu_philox_box_muller(uint32_t x, uint32_t y, float out[2])
-{
+void be_cpu_philox_box_muller(uint32_t x, uint32_t y, float out[2]) {
   float u = (float)x * INV_2POW32 + INV_2POW32 / 2.0f;
   float v = (float)y * INV_2POW32_2PI + INV_2POW32_2PI / 2.0f;
   float r = sqrtf(-2.0f * logf(u));
@@ -149,8 +140,7 @@ typedef struct normal_ctx {
 
 /* Words come in whole pairs (the offset is even and batches hold an even number of words),
  * except that n may be odd at the very end: the pair's second word is still in the batch. */
-static void emit_normal(void *dst, size_t done, const uint32_t *w, size_t n, const void *ctx)
-{
+static void emit_normal(void *dst, size_t done, const uint32_t *w, size_t n, const void *ctx) {
   const normal_ctx *nc = ctx;
   float *out = (float *)dst + done;
   float z[2];
@@ -162,25 +152,22 @@ static void emit_normal(void *dst, size_t done, const uint32_t *w, size_t n, con
   }
 }
 
-int be_cpu_philox_fill_u32(uint32_t *dst, size_t count, uint64_t seed, uint64_t offset)
-{
+int be_cpu_philox_fill_u32(uint32_t *dst, size_t count, uint64_t seed, uint64_t offset) {
   if (dst == NULL && count > 0)
     return ACCEL_EINVAL;
   philox_walk(dst, count, seed, offset / 4, (size_t)(offset % 4), emit_u32, NULL);
   return 0;
 }
 
-int be_cpu_philox_fill_uniform(float *dst, size_t count, uint64_t seed, uint64_t offset)
-{
+int be_cpu_philox_fill_uniform(float *dst, size_t count, uint64_t seed, uint64_t offset) {
   if (dst == NULL && count > 0)
     return ACCEL_EINVAL;
   philox_walk(dst, count, seed, offset / 4, (size_t)(offset % 4), emit_uniform, NULL);
   return 0;
 }
 
-int be_cpu_philox_fill_normal(float *dst, size_t count, uint64_t seed, uint64_t offset,
-                              float mean, float stddev)
-{
+int be_cpu_philox_fill_normal(float *dst, size_t count, uint64_t seed, uint64_t offset, float mean,
+                              float stddev) {
   if ((dst == NULL && count > 0) || offset % 2 != 0)
     return ACCEL_EINVAL;
   normal_ctx nc = {mean, stddev};
@@ -190,13 +177,11 @@ int be_cpu_philox_fill_normal(float *dst, size_t count, uint64_t seed, uint64_t 
 
 /* ---- other output types (philox.h: "Other dtypes") ---------------------------------- */
 
-static uint16_t round16(uint32_t dtype, float f)
-{
+static uint16_t round16(uint32_t dtype, float f) {
   return dtype == ACCEL_F16 ? be_f32_to_f16(f) : be_f32_to_bf16(f);
 }
 
-static void emit_uniform16(void *dst, size_t done, const uint32_t *w, size_t n, const void *ctx)
-{
+static void emit_uniform16(void *dst, size_t done, const uint32_t *w, size_t n, const void *ctx) {
   uint32_t dtype = *(const uint32_t *)ctx;
   uint16_t *out = (uint16_t *)dst + done;
   for (size_t i = 0; i < n; i++)
@@ -209,8 +194,7 @@ typedef struct normal16_ctx {
 } normal16_ctx;
 
 /* As emit_normal, rounded to 16 bits. */
-static void emit_normal16(void *dst, size_t done, const uint32_t *w, size_t n, const void *ctx)
-{
+static void emit_normal16(void *dst, size_t done, const uint32_t *w, size_t n, const void *ctx) {
   const normal16_ctx *nc = ctx;
   uint16_t *out = (uint16_t *)dst + done;
   float z[2];
@@ -223,20 +207,17 @@ static void emit_normal16(void *dst, size_t done, const uint32_t *w, size_t n, c
 }
 
 /* cuRAND's _curand_uniform_double_hq: 53 bits from two words (the shift is 53 - 32). */
-static double uniform53(uint32_t w0, uint32_t w1, double scale)
-{
+static double uniform53(uint32_t w0, uint32_t w1, double scale) {
   uint64_t z = (uint64_t)w0 ^ ((uint64_t)w1 << 21);
   return (double)z * scale + scale / 2.0;
 }
 
-double be_cpu_philox_uniform_f64(uint32_t w0, uint32_t w1)
-{
+double be_cpu_philox_uniform_f64(uint32_t w0, uint32_t w1) {
   return uniform53(w0, w1, 0x1p-53);
 }
 
 /* Two words per element: n is even (the walk starts on an even word, batches are even). */
-static void emit_uniform64(void *dst, size_t done, const uint32_t *w, size_t n, const void *ctx)
-{
+static void emit_uniform64(void *dst, size_t done, const uint32_t *w, size_t n, const void *ctx) {
   (void)ctx;
   double *out = (double *)dst + done / 2;
   for (size_t i = 0; i + 1 < n; i += 2)
@@ -247,8 +228,7 @@ static void emit_uniform64(void *dst, size_t done, const uint32_t *w, size_t n, 
  * steps (v - 1, 1 - v, 1/2 - v are exact in double there), so that both stay accurate to an
  * ulp or two near their zeros, as CUDA's sincospi is; sin(PI * v) would not be. */
 #define PI 3.14159265358979323846
-static void sincospi(double v, double *s, double *c)
-{
+static void sincospi(double v, double *s, double *c) {
   double ss = 1, cs = 1;
   if (v >= 1) {
     v -= 1;
@@ -267,8 +247,7 @@ static void sincospi(double v, double *s, double *c)
   *c = cs * (swap ? a : b);
 }
 
-void be_cpu_philox_box_muller_f64(const uint32_t w[4], double out[2])
-{
+void be_cpu_philox_box_muller_f64(const uint32_t w[4], double out[2]) {
   double u = uniform53(w[0], w[1], 0x1p-53), v = uniform53(w[2], w[3], 0x1p-52);
   double r = sqrt(-2.0 * log(u)), s, c;
   sincospi(v, &s, &c);
@@ -282,8 +261,7 @@ typedef struct normal64_ctx {
 
 /* One block (four words) per pair of elements; n may end halfway through the last block,
  * whose words are all in the batch (philox_walk). */
-static void emit_normal64(void *dst, size_t done, const uint32_t *w, size_t n, const void *ctx)
-{
+static void emit_normal64(void *dst, size_t done, const uint32_t *w, size_t n, const void *ctx) {
   const normal64_ctx *nc = ctx;
   double *out = (double *)dst + done / 2, z[2];
   for (size_t i = 0; i < n; i += 4) {
@@ -294,8 +272,7 @@ static void emit_normal64(void *dst, size_t done, const uint32_t *w, size_t n, c
   }
 }
 
-static int fill_check(uint32_t dtype, const void *dst, size_t count)
-{
+static int fill_check(uint32_t dtype, const void *dst, size_t count) {
   if (dtype != ACCEL_F32 && dtype != ACCEL_F64 && dtype != ACCEL_F16 && dtype != ACCEL_BF16)
     return ACCEL_ENOTSUP;
   if ((dst == NULL && count > 0) || (dtype == ACCEL_F64 && count > SIZE_MAX / 2))
@@ -304,8 +281,7 @@ static int fill_check(uint32_t dtype, const void *dst, size_t count)
 }
 
 int be_cpu_philox_fill_uniform_as(uint32_t dtype, void *dst, size_t count, uint64_t seed,
-                                  uint64_t offset)
-{
+                                  uint64_t offset) {
   int err = fill_check(dtype, dst, count);
   if (err != 0)
     return err;
@@ -313,8 +289,7 @@ int be_cpu_philox_fill_uniform_as(uint32_t dtype, void *dst, size_t count, uint6
   case ACCEL_F32:
     return be_cpu_philox_fill_uniform(dst, count, seed, offset);
   case ACCEL_F64: /* words 2(o + e), 2(o + e) + 1: block o / 2, word 2 (o mod 2) */
-    philox_walk(dst, 2 * count, seed, offset / 2, (size_t)(offset % 2) * 2, emit_uniform64,
-                NULL);
+    philox_walk(dst, 2 * count, seed, offset / 2, (size_t)(offset % 2) * 2, emit_uniform64, NULL);
     return 0;
   default:
     philox_walk(dst, count, seed, offset / 4, (size_t)(offset % 4), emit_uniform16, &dtype);
@@ -323,8 +298,7 @@ int be_cpu_philox_fill_uniform_as(uint32_t dtype, void *dst, size_t count, uint6
 }
 
 int be_cpu_philox_fill_normal_as(uint32_t dtype, void *dst, size_t count, uint64_t seed,
-                                 uint64_t offset, double mean, double stddev)
-{
+                                 uint64_t offset, double mean, double stddev) {
   int err = fill_check(dtype, dst, count);
   if (err != 0)
     return err;

@@ -59,8 +59,8 @@ int be_cpu_philox_fill_uniform(float *dst, size_t count, uint64_t seed, uint64_t
  * of the stream): ACCEL_EINVAL otherwise. Any count, odd included. Scaled as z * stddev + mean
  * in float. Bit-exact with cuRAND's host branch only without fused multiply-add contraction
  * (the ISO -std=c11 default in GCC). */
-int be_cpu_philox_fill_normal(float *dst, size_t count, uint64_t seed, uint64_t offset,
-                              float mean, float stddev);
+int be_cpu_philox_fill_normal(float *dst, size_t count, uint64_t seed, uint64_t offset, float mean,
+                              float stddev);
 
 /* UNIFORM F64 from its two words (above): in (0, 1). */
 double be_cpu_philox_uniform_f64(uint32_t w0, uint32_t w1);

@@ -17,8 +17,7 @@
 
 /* ---- the worker ---------------------------------------------------------------------- */
 
-static void finish_item(be_queue *q, uint64_t count, int status)
-{
+static void finish_item(be_queue *q, uint64_t count, int status) {
   if (status < 0 && atomic_load_explicit(&q->err_count, memory_order_relaxed) == UINT64_MAX) {
     atomic_store(&q->err, status);
     atomic_store(&q->err_count, count);
@@ -34,8 +33,7 @@ static void finish_item(be_queue *q, uint64_t count, int status)
 }
 
 /* A lost queue skips its work but still calls its callbacks and releases its waits. */
-static void run_item(be_queue *q, const be_cpu_item *it, uint64_t count)
-{
+static void run_item(be_queue *q, const be_cpu_item *it, uint64_t count) {
   bool lost = be_cpu_lost(q->dev, q->gen);
   int status = 0;
   switch (it->kind) {
@@ -57,8 +55,7 @@ static void run_item(be_queue *q, const be_cpu_item *it, uint64_t count)
 }
 
 /* Under the lock: keeps the batch's n nodes for reuse, or frees them past the bound. */
-static void recycle(be_queue *q, be_cpu_item *first, be_cpu_item *last, size_t n)
-{
+static void recycle(be_queue *q, be_cpu_item *first, be_cpu_item *last, size_t n) {
   if (q->nfree + n <= BE_CPU_FREE_MAX) {
     last->next = q->free;
     q->free = first;
@@ -72,8 +69,7 @@ static void recycle(be_queue *q, be_cpu_item *first, be_cpu_item *last, size_t n
   }
 }
 
-static inline void cpu_relax(void)
-{
+static inline void cpu_relax(void) {
 #if defined(__x86_64__) || defined(__i386__)
   __builtin_ia32_pause();
 #endif
@@ -83,9 +79,7 @@ static inline void cpu_relax(void)
  * poller waits for then costs no wake-up (a futex wake and a context switch, several
  * microseconds). It yields between rounds, so on a shared core the thread it waits for still
  * gets to run. */
-static bool spin_until(bool (*ready)(be_queue *q, const void *arg), be_queue *q,
-                       const void *arg)
-{
+static bool spin_until(bool (*ready)(be_queue *q, const void *arg), be_queue *q, const void *arg) {
   uint64_t t0 = rt_mono_ns(), spin_ns = q->dev->spin_ns;
   while (spin_ns > 0) {
     for (int i = 0; i < BE_CPU_SPIN_POLLS; i++) {
@@ -100,16 +94,14 @@ static bool spin_until(bool (*ready)(be_queue *q, const void *arg), be_queue *q,
   return false;
 }
 
-static bool work_ready(be_queue *q, const void *arg)
-{
+static bool work_ready(be_queue *q, const void *arg) {
   (void)arg;
   return atomic_load_explicit(&q->pending, memory_order_relaxed);
 }
 
 /* With the lock held: waits for items (spinning a little, then sleeping) and takes them all;
  * NULL once stopping and drained. */
-static be_cpu_item *take_batch(be_queue *q, be_cpu_item **last)
-{
+static be_cpu_item *take_batch(be_queue *q, be_cpu_item **last) {
   if (q->head == NULL && !q->stopping && q->dev->spin_ns > 0) {
     pthread_mutex_unlock(&q->lock);
     spin_until(work_ready, q, NULL);
@@ -128,8 +120,7 @@ static be_cpu_item *take_batch(be_queue *q, be_cpu_item **last)
 }
 
 /* Runs each batch without the lock, in order; exits once stopping and drained. */
-static void *worker(void *arg)
-{
+static void *worker(void *arg) {
   be_queue *q = arg;
   uint64_t count = 0;
   be_cpu_item *first, *last;
@@ -148,8 +139,7 @@ static void *worker(void *arg)
 
 /* ---- life cycle ---------------------------------------------------------------------- */
 
-static void queue_free(be_queue *q)
-{
+static void queue_free(be_queue *q) {
   while (q->free != NULL) {
     be_cpu_item *next = q->free->next;
     rt_free(q->free);
@@ -162,8 +152,7 @@ static void queue_free(be_queue *q)
   rt_free(q);
 }
 
-static int queue_init(be_queue *q, be_device *dev)
-{
+static int queue_init(be_queue *q, be_device *dev) {
   q->dev = dev;
   q->gen = atomic_load(&dev->gen);
   rt_list_init(&q->link);
@@ -187,8 +176,7 @@ static int queue_init(be_queue *q, be_device *dev)
   return 0;
 }
 
-int be_cpu_queue_create(be_device *dev, be_queue **out)
-{
+int be_cpu_queue_create(be_device *dev, be_queue **out) {
   be_queue *q = rt_calloc(1, sizeof *q);
   if (q == NULL)
     return ACCEL_ENOMEM;
@@ -208,8 +196,7 @@ int be_cpu_queue_create(be_device *dev, be_queue **out)
   return 0;
 }
 
-void be_cpu_queue_destroy(be_queue *q)
-{
+void be_cpu_queue_destroy(be_queue *q) {
   pthread_mutex_lock(&q->lock);
   q->stopping = true;
   atomic_store_explicit(&q->pending, true, memory_order_relaxed); /* ends a spin */
@@ -220,13 +207,11 @@ void be_cpu_queue_destroy(be_queue *q)
   be_cpu_queue_unref(q);
 }
 
-void be_cpu_queue_ref(be_queue *q)
-{
+void be_cpu_queue_ref(be_queue *q) {
   atomic_fetch_add_explicit(&q->refs, 1, memory_order_relaxed);
 }
 
-void be_cpu_queue_unref(be_queue *q)
-{
+void be_cpu_queue_unref(be_queue *q) {
   if (atomic_fetch_sub_explicit(&q->refs, 1, memory_order_acq_rel) == 1)
     queue_free(q);
 }
@@ -234,8 +219,7 @@ void be_cpu_queue_unref(be_queue *q)
 /* ---- submission ---------------------------------------------------------------------- */
 
 /* A node from the free list, or a new one (allocated without the lock held). */
-static be_cpu_item *take_node(be_queue *q)
-{
+static be_cpu_item *take_node(be_queue *q) {
   pthread_mutex_lock(&q->lock);
   be_cpu_item *node = q->free;
   if (node != NULL) {
@@ -250,8 +234,7 @@ static be_cpu_item *take_node(be_queue *q)
   return node;
 }
 
-int be_cpu_queue_submit(be_queue *q, const be_cpu_item *item)
-{
+int be_cpu_queue_submit(be_queue *q, const be_cpu_item *item) {
   if (be_cpu_lost(q->dev, q->gen))
     return ACCEL_EDEVLOST;
   be_cpu_item *node = take_node(q);
@@ -276,15 +259,13 @@ int be_cpu_queue_submit(be_queue *q, const be_cpu_item *item)
 }
 
 /* No lock: only the submitting thread writes `submitted` (the worker counts on its own). */
-uint64_t be_cpu_queue_mark(be_queue *q)
-{
+uint64_t be_cpu_queue_mark(be_queue *q) {
   return q->submitted;
 }
 
 /* ---- completion ---------------------------------------------------------------------- */
 
-int be_cpu_queue_status(be_queue *q, uint64_t count, unsigned gen)
-{
+int be_cpu_queue_status(be_queue *q, uint64_t count, unsigned gen) {
   if (be_cpu_lost(q->dev, gen))
     return ACCEL_EDEVLOST;
   if (atomic_load_explicit(&q->done, memory_order_acquire) < count)
@@ -299,15 +280,13 @@ typedef struct wait_point {
   unsigned gen;
 } wait_point;
 
-static bool point_ready(be_queue *q, const void *arg)
-{
+static bool point_ready(be_queue *q, const void *arg) {
   const wait_point *p = arg;
   return be_cpu_queue_status(q, p->count, p->gen) != ACCEL_EAGAIN;
 }
 
 /* Spins first (a tiny op completes within the spin), then sleeps on done_cv. */
-int be_cpu_queue_wait(be_queue *q, uint64_t count, unsigned gen)
-{
+int be_cpu_queue_wait(be_queue *q, uint64_t count, unsigned gen) {
   int status = be_cpu_queue_status(q, count, gen);
   if (status != ACCEL_EAGAIN || spin_until(point_ready, q, &(wait_point){count, gen}))
     return be_cpu_queue_status(q, count, gen);
@@ -320,8 +299,7 @@ int be_cpu_queue_wait(be_queue *q, uint64_t count, unsigned gen)
   return status;
 }
 
-void be_cpu_queue_wake(be_queue *q)
-{
+void be_cpu_queue_wake(be_queue *q) {
   pthread_mutex_lock(&q->lock);
   pthread_cond_broadcast(&q->done_cv);
   pthread_mutex_unlock(&q->lock);

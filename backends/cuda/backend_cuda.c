@@ -26,8 +26,7 @@
 
 /* ---- discovery ------------------------------------------------------------------------ */
 
-static int cuda_probe(int *count, char *why, size_t why_len)
-{
+static int cuda_probe(int *count, char *why, size_t why_len) {
   if (count == NULL)
     return ACCEL_EINVAL;
   *count = 0;
@@ -45,17 +44,14 @@ static int cuda_probe(int *count, char *why, size_t why_len)
   return 0;
 }
 
-static int attribute(CUdevice cu, CUdevice_attribute a)
-{
+static int attribute(CUdevice cu, CUdevice_attribute a) {
   int v = 0;
   return be_cu.cuDeviceGetAttribute(&v, a, cu) == CUDA_SUCCESS ? v : 0;
 }
 
-static void fill_info(be_device *dev)
-{
+static void fill_info(be_device *dev) {
   size_t mem = 0;
-  if (be_cu.cuDeviceGetName(dev->info.name, (int)sizeof dev->info.name, dev->cu) !=
-      CUDA_SUCCESS)
+  if (be_cu.cuDeviceGetName(dev->info.name, (int)sizeof dev->info.name, dev->cu) != CUDA_SUCCESS)
     snprintf(dev->info.name, sizeof dev->info.name, "cuda:%d", dev->index);
   dev->info.name[sizeof dev->info.name - 1] = '\0';
   be_cu.cuDeviceTotalMem(&mem, dev->cu);
@@ -67,8 +63,7 @@ static void fill_info(be_device *dev)
             attribute(dev->cu, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR);
 }
 
-static int cuda_info(be_device *dev, be_device_info *out)
-{
+static int cuda_info(be_device *dev, be_device_info *out) {
   if (dev == NULL || out == NULL)
     return ACCEL_EINVAL;
   *out = dev->info;
@@ -77,22 +72,20 @@ static int cuda_info(be_device *dev, be_device_info *out)
 
 /* ---- open and close ------------------------------------------------------------------- */
 
-static bool env_is(const char *name, const char *value)
-{
+static bool env_is(const char *name, const char *value) {
   const char *v = getenv(name);
   return v != NULL && strcmp(v, value) == 0;
 }
 
-static unsigned default_copy_threads(void)
-{
+static unsigned default_copy_threads(void) {
   const char *env = getenv("ACCEL_CUDA_COPY_THREADS");
   long n = env != NULL ? strtol(env, NULL, 10) : sysconf(_SC_NPROCESSORS_ONLN) * 3 / 4;
-  return n < 1 ? 1 : n > BE_CUDA_COPY_THREADS_MAX && env == NULL ? BE_CUDA_COPY_THREADS_MAX
-                                                                 : (unsigned)n;
+  return n < 1                                         ? 1
+         : n > BE_CUDA_COPY_THREADS_MAX && env == NULL ? BE_CUDA_COPY_THREADS_MAX
+                                                       : (unsigned)n;
 }
 
-static be_device *dev_new(int index, const be_open_opts *opts)
-{
+static be_device *dev_new(int index, const be_open_opts *opts) {
   be_device *dev = rt_calloc(1, sizeof *dev);
   if (dev == NULL)
     return NULL;
@@ -119,13 +112,11 @@ static be_device *dev_new(int index, const be_open_opts *opts)
   return dev;
 }
 
-void be_cuda_dev_ref(be_device *dev)
-{
+void be_cuda_dev_ref(be_device *dev) {
   atomic_fetch_add_explicit(&dev->refs, 1, memory_order_relaxed);
 }
 
-void be_cuda_dev_unref(be_device *dev)
-{
+void be_cuda_dev_unref(be_device *dev) {
   if (atomic_fetch_sub_explicit(&dev->refs, 1, memory_order_acq_rel) != 1)
     return;
   pthread_cond_destroy(&dev->cb_idle);
@@ -137,8 +128,7 @@ void be_cuda_dev_unref(be_device *dev)
   rt_free(dev);
 }
 
-static int cuda_open(int index, const be_open_opts *opts, be_device **out)
-{
+static int cuda_open(int index, const be_open_opts *opts, be_device **out) {
   if (out == NULL)
     return ACCEL_EINVAL;
   int count = 0, rc = cuda_probe(&count, NULL, 0);
@@ -168,8 +158,7 @@ static int cuda_open(int index, const be_open_opts *opts, be_device **out)
 }
 
 /* The first queue still open, or NULL. */
-static be_queue *first_queue(be_device *dev)
-{
+static be_queue *first_queue(be_device *dev) {
   pthread_mutex_lock(&dev->lock);
   rt_list *l = dev->queues.next;
   pthread_mutex_unlock(&dev->lock);
@@ -180,8 +169,7 @@ static be_queue *first_queue(be_device *dev)
  * then memory left allocated is freed, then the incarnation goes, and the records of modules
  * left loaded with it. Events are not the device's to free: the struct lives on while they
  * do. */
-static void cuda_close(be_device *dev)
-{
+static void cuda_close(be_device *dev) {
   if (dev == NULL)
     return;
   be_queue *q;
@@ -198,8 +186,7 @@ static void cuda_close(be_device *dev)
 
 /* ---- faults --------------------------------------------------------------------------- */
 
-static int cuda_status(be_device *dev)
-{
+static int cuda_status(be_device *dev) {
   if (dev == NULL)
     return ACCEL_EINVAL;
   return be_cuda_lost(dev) || dev->ctx == NULL ? ACCEL_EDEVLOST : 0;
@@ -207,13 +194,11 @@ static int cuda_status(be_device *dev)
 
 /* Launches the fault kernel (mode 0: a trap, 1: an illegal write) and waits until the driver
  * reports the context broken. */
-static void break_context(be_device *dev, int mode)
-{
+static void break_context(be_device *dev, int mode) {
   CUdeviceptr bad = (CUdeviceptr)1 << 47; /* maps nothing */
   void *args[] = {&mode, &bad};
-  if (be_cuda_enter(dev) != 0 ||
-      be_cu.cuLaunchKernel(dev->fn[BE_FN_FAULT], 1, 1, 1, 1, 1, 1, 0, dev->aux, args,
-                           NULL) != CUDA_SUCCESS)
+  if (be_cuda_enter(dev) != 0 || be_cu.cuLaunchKernel(dev->fn[BE_FN_FAULT], 1, 1, 1, 1, 1, 1, 0,
+                                                      dev->aux, args, NULL) != CUDA_SUCCESS)
     return;
   uint64_t t0 = rt_mono_ns();
   CUresult r;
@@ -228,8 +213,7 @@ static void break_context(be_device *dev, int mode)
  * process on current drivers: after a sticky error even a new context cannot be made
  * (cuCtxCreate answers the error; measured on the H200, driver 580), so only the soft fault
  * lets a test go on to restart the device. Every other step is the same either way. */
-static int fault_mode(void)
-{
+static int fault_mode(void) {
   const char *v = getenv("ACCEL_CUDA_FAULT");
   return v == NULL ? -1 : strcmp(v, "trap") == 0 ? 0 : strcmp(v, "oob") == 0 ? 1 : -1;
 }
@@ -237,8 +221,7 @@ static int fault_mode(void)
 /* The device is marked lost first, so that nothing that runs while the context breaks (a
  * callback the driver lets through) is taken for a success. Work in flight then fails as
  * after a real sticky error, whatever the driver says. */
-static int cuda_inject_fault(be_device *dev)
-{
+static int cuda_inject_fault(be_device *dev) {
   if (dev == NULL)
     return ACCEL_EINVAL;
   if (!dev->fault_injection)
@@ -256,8 +239,7 @@ static int cuda_inject_fault(be_device *dev)
  * device any more (device.h, "Abort"): queue_destroy, close and reset return without it. The
  * work itself cannot be stopped inside the process on current drivers: its context is left
  * to end when it does (context.c, "Burial"); only the process's exit stops it for sure. */
-static void cuda_abort(be_device *dev)
-{
+static void cuda_abort(be_device *dev) {
   if (dev == NULL)
     return;
   atomic_store(&dev->aborted, true);
@@ -267,8 +249,7 @@ static void cuda_abort(be_device *dev)
 
 /* Callers destroy the old context's queues and events first (backend.h); stagers of queues
  * left behind are stopped, as their pinned memory goes with the context. */
-static int cuda_reset(be_device *dev)
-{
+static int cuda_reset(be_device *dev) {
   if (dev == NULL)
     return ACCEL_EINVAL;
   pthread_mutex_lock(&dev->lock);
@@ -281,13 +262,11 @@ static int cuda_reset(be_device *dev)
 
 /* ---- beyond backend.h ----------------------------------------------------------------- */
 
-uint64_t be_cuda_context(be_device *dev)
-{
+uint64_t be_cuda_context(be_device *dev) {
   return dev == NULL ? 0 : (uint64_t)(uintptr_t)dev->ctx;
 }
 
-int be_cuda_set_copy_threads(be_device *dev, unsigned n)
-{
+int be_cuda_set_copy_threads(be_device *dev, unsigned n) {
   if (dev == NULL || n == 0)
     return ACCEL_EINVAL;
   dev->copy_threads = n;

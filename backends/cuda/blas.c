@@ -20,21 +20,18 @@
 #include "backends/cuda/device.h"
 
 /* cuBLAS's int interface (strides are 64-bit there). */
-static bool fits(int64_t v)
-{
+static bool fits(int64_t v) {
   return v <= INT_MAX;
 }
 
-static int gemm_limits(const be_gemm_args *g)
-{
-  return fits(g->m) && fits(g->n) && fits(g->k) && fits(g->lda) && fits(g->ldb) &&
-                 fits(g->ldc) && fits(g->batch)
+static int gemm_limits(const be_gemm_args *g) {
+  return fits(g->m) && fits(g->n) && fits(g->k) && fits(g->lda) && fits(g->ldb) && fits(g->ldc) &&
+                 fits(g->batch)
              ? 0
              : ACCEL_ELIMIT;
 }
 
-static int handle_of(be_queue *q, const be_cublas_api *api, cublasHandle_t *out)
-{
+static int handle_of(be_queue *q, const be_cublas_api *api, cublasHandle_t *out) {
   if (q->blas == NULL) {
     cublasHandle_t h = NULL;
     int rc = be_cublas_err(api->cublasCreate_v2(&h));
@@ -51,8 +48,7 @@ static int handle_of(be_queue *q, const be_cublas_api *api, cublasHandle_t *out)
   return 0;
 }
 
-void be_cuda_blas_release(be_queue *q)
-{
+void be_cuda_blas_release(be_queue *q) {
   const be_cublas_api *api = be_cublas();
   if (q->blas != NULL && api != NULL)
     api->cublasDestroy_v2(q->blas);
@@ -61,22 +57,19 @@ void be_cuda_blas_release(be_queue *q)
 
 /* Compute capability (major * 10 + minor) a combination needs: BF16 and TF32 run on Ampere
  * and later, F16 from 5.3 (half arithmetic), FP32 and FP64 everywhere. */
-static int cc_needed(uint32_t ab_type, uint32_t math)
-{
+static int cc_needed(uint32_t ab_type, uint32_t math) {
   if (ab_type == ACCEL_BF16 || math == BE_GEMM_MATH_TF32)
     return 80;
   return ab_type == ACCEL_F16 ? 53 : 0;
 }
 
-int be_cuda_gemm_supports(be_device *dev, uint32_t ab_type, uint32_t c_type, uint32_t math)
-{
+int be_cuda_gemm_supports(be_device *dev, uint32_t ab_type, uint32_t c_type, uint32_t math) {
   if (dev == NULL || !be_gemm_combo_ok(ab_type, c_type, math))
     return ACCEL_ENOTSUP;
   return dev->cc >= cc_needed(ab_type, math) ? 0 : ACCEL_ENOTSUP;
 }
 
-static cudaDataType_t cuda_type(uint32_t dtype)
-{
+static cudaDataType_t cuda_type(uint32_t dtype) {
   switch (dtype) {
   case ACCEL_F64:
     return CUDA_R_64F;
@@ -89,8 +82,7 @@ static cudaDataType_t cuda_type(uint32_t dtype)
   }
 }
 
-static cublasComputeType_t compute_type(be_queue *q, const be_gemm_args *g)
-{
+static cublasComputeType_t compute_type(be_queue *q, const be_gemm_args *g) {
   if (g->ab_type == ACCEL_F64)
     return CUBLAS_COMPUTE_64F;
   bool tf32 = g->ab_type == ACCEL_F32 &&
@@ -99,15 +91,13 @@ static cublasComputeType_t compute_type(be_queue *q, const be_gemm_args *g)
   return tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
 }
 
-static cublasOperation_t op_of(be_blas_trans t)
-{
+static cublasOperation_t op_of(be_blas_trans t) {
   return t == BE_BLAS_TRANS ? CUBLAS_OP_T : CUBLAS_OP_N;
 }
 
 /* The one cuBLAS call; scalars are doubles for COMPUTE_64F, floats otherwise. */
 static cublasStatus_t gemm(const be_cublas_api *api, cublasHandle_t h, cublasComputeType_t ct,
-                           const be_gemm_args *g, CUdeviceptr a, CUdeviceptr b, CUdeviceptr c)
-{
+                           const be_gemm_args *g, CUdeviceptr a, CUdeviceptr b, CUdeviceptr c) {
   float alpha32 = (float)g->alpha, beta32 = (float)g->beta;
   bool f64 = ct == CUBLAS_COMPUTE_64F;
   const void *alpha = f64 ? (const void *)&g->alpha : (const void *)&alpha32;
@@ -120,15 +110,14 @@ static cublasStatus_t gemm(const be_cublas_api *api, cublasHandle_t h, cublasCom
     return api->cublasGemmEx(h, op_of(g->trans_a), op_of(g->trans_b), m, n, k, alpha, pa, tab,
                              (int)g->lda, pb, tab, (int)g->ldb, beta, pc, tc, (int)g->ldc, ct,
                              CUBLAS_GEMM_DEFAULT);
-  return api->cublasGemmStridedBatchedEx(
-      h, op_of(g->trans_a), op_of(g->trans_b), m, n, k, alpha, pa, tab, (int)g->lda,
-      g->stride_a, pb, tab, (int)g->ldb, g->stride_b, beta, pc, tc, (int)g->ldc, g->stride_c,
-      (int)g->batch, ct, CUBLAS_GEMM_DEFAULT);
+  return api->cublasGemmStridedBatchedEx(h, op_of(g->trans_a), op_of(g->trans_b), m, n, k, alpha,
+                                         pa, tab, (int)g->lda, g->stride_a, pb, tab, (int)g->ldb,
+                                         g->stride_b, beta, pc, tc, (int)g->ldc, g->stride_c,
+                                         (int)g->batch, ct, CUBLAS_GEMM_DEFAULT);
 }
 
 /* A cuBLAS failure may be the context breaking under it: the stream says. */
-static int gemm_error(be_queue *q, cublasStatus_t s)
-{
+static int gemm_error(be_queue *q, cublasStatus_t s) {
   int rc = be_cublas_err(s);
   if (rc != ACCEL_EIO)
     return rc;
@@ -136,9 +125,7 @@ static int gemm_error(be_queue *q, cublasStatus_t s)
   return be_cuda_sticky(r) ? be_cuda_check(q->dev, r) : rc;
 }
 
-static int run(be_queue *q, const be_gemm_args *g, CUdeviceptr a, CUdeviceptr b,
-               CUdeviceptr c)
-{
+static int run(be_queue *q, const be_gemm_args *g, CUdeviceptr a, CUdeviceptr b, CUdeviceptr c) {
   if (!be_blas_gemm_reads_ab(g)) /* BLAS: C = beta C, A and B unread (NaN there is fine) */
     return be_cuda_scale(q, g->c_type, c, g);
   const be_cublas_api *api = be_cublas();
@@ -152,9 +139,8 @@ static int run(be_queue *q, const be_gemm_args *g, CUdeviceptr a, CUdeviceptr b,
   return s == CUBLAS_STATUS_SUCCESS ? 0 : gemm_error(q, s);
 }
 
-int be_cuda_gemm(be_queue *q, const be_gemm_args *g, be_mem a, size_t a_off, be_mem b,
-                 size_t b_off, be_mem c, size_t c_off)
-{
+int be_cuda_gemm(be_queue *q, const be_gemm_args *g, be_mem a, size_t a_off, be_mem b, size_t b_off,
+                 be_mem c, size_t c_off) {
   if (q == NULL || g == NULL)
     return ACCEL_EINVAL;
   int rc = be_cuda_gemm_supports(q->dev, g->ab_type, g->c_type, g->math);
@@ -179,8 +165,7 @@ int be_cuda_gemm(be_queue *q, const be_gemm_args *g, be_mem a, size_t a_off, be_
   return rc != 0 ? rc : run(q, g, pa, pb, pc);
 }
 
-int be_cuda_set_tf32(be_device *dev, bool on)
-{
+int be_cuda_set_tf32(be_device *dev, bool on) {
   if (dev == NULL)
     return ACCEL_EINVAL;
   atomic_store(&dev->tf32, on);

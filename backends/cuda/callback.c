@@ -62,34 +62,29 @@ typedef struct cb_call {
   void *arg;
 } cb_call;
 
-static bool claim(cb_rec *r)
-{
+static bool claim(cb_rec *r) {
   int free_ = 0;
   return atomic_compare_exchange_strong(&r->claimed, &free_, 1);
 }
 
-static void unref(cb_rec *r)
-{
+static void unref(cb_rec *r) {
   if (atomic_fetch_sub(&r->refs, 1) == 1)
     rt_free(r);
 }
 
-static void hostfn_leave_locked(be_device *dev)
-{
+static void hostfn_leave_locked(be_device *dev) {
   if (--dev->cb_running == 0)
     pthread_cond_broadcast(&dev->cb_idle);
 }
 
-void be_cuda_hostfn_wait(be_device *dev)
-{
+void be_cuda_hostfn_wait(be_device *dev) {
   pthread_mutex_lock(&dev->cb_lock);
   while (dev->cb_running > 0)
     pthread_cond_wait(&dev->cb_idle, &dev->cb_lock);
   pthread_mutex_unlock(&dev->cb_lock);
 }
 
-static void run_copy(cb_rec *r)
-{
+static void run_copy(cb_rec *r) {
   if (!be_cuda_copy_begin(r->dev))
     return; /* lost: the caller's memory may be gone already */
   memcpy(r->dst, r->src, r->bytes);
@@ -97,8 +92,7 @@ static void run_copy(cb_rec *r)
 }
 
 /* How the work before a host function ended, as the callback hears it. */
-static int status_of(cb_rec *rec, CUresult r)
-{
+static int status_of(cb_rec *rec, CUresult r) {
   be_device *dev = rec->dev;
   bool old = rec->gen != atomic_load(&dev->gen); /* never faults the incarnation of now */
   if (r != CUDA_SUCCESS && be_cuda_sticky(r) && !old)
@@ -110,8 +104,7 @@ static int status_of(cb_rec *rec, CUresult r)
 
 /* On CUDA's host-function thread: the copy or the callback, unless the fault path claimed
  * it first; then the record goes. */
-static void run(cb_rec *r, CUresult result)
-{
+static void run(cb_rec *r, CUresult result) {
   be_device *dev = r->dev;
   pthread_mutex_lock(&dev->cb_lock);
   r->entered = true;
@@ -131,20 +124,17 @@ static void run(cb_rec *r, CUresult result)
   unref(r);
 }
 
-static void CUDA_CB stream_cb(CUstream s, CUresult result, void *p)
-{
+static void CUDA_CB stream_cb(CUstream s, CUresult result, void *p) {
   (void)s;
   run(p, result);
 }
 
-static void CUDA_CB host_fn(void *p)
-{
+static void CUDA_CB host_fn(void *p) {
   run(p, CUDA_SUCCESS);
 }
 
 /* cuStreamAddCallback unless ACCEL_CUDA_HOSTFN=1 asks for cuLaunchHostFunc. */
-static CUresult enqueue(CUstream stream, cb_rec *r)
-{
+static CUresult enqueue(CUstream stream, cb_rec *r) {
   static atomic_int use_hostfn = -1;
   if (atomic_load(&use_hostfn) < 0) {
     const char *v = getenv("ACCEL_CUDA_HOSTFN");
@@ -156,8 +146,7 @@ static CUresult enqueue(CUstream stream, cb_rec *r)
 }
 
 /* Unlinks and frees a record CUDA never accepted. */
-static void unarm(be_device *dev, cb_rec *r)
-{
+static void unarm(be_device *dev, cb_rec *r) {
   pthread_mutex_lock(&dev->cb_lock);
   rt_list_remove(&r->link);
   pthread_mutex_unlock(&dev->cb_lock);
@@ -167,8 +156,7 @@ static void unarm(be_device *dev, cb_rec *r)
 /* Links r, queues its host function on `stream` (q's own or its side stream) and arms it.
  * After a fault that came between the launch and the arming (the fault path skipped r), the
  * callback is called here. */
-static int launch(be_queue *q, CUstream stream, cb_rec *r)
-{
+static int launch(be_queue *q, CUstream stream, cb_rec *r) {
   be_device *dev = q->dev;
   r->gen = q->gen;
   pthread_mutex_lock(&dev->cb_lock);
@@ -196,8 +184,7 @@ static int launch(be_queue *q, CUstream stream, cb_rec *r)
   return 0;
 }
 
-static cb_rec *rec_new(be_device *dev)
-{
+static cb_rec *rec_new(be_device *dev) {
   cb_rec *r = rt_calloc(1, sizeof *r);
   if (r == NULL)
     return NULL;
@@ -208,8 +195,7 @@ static cb_rec *rec_new(be_device *dev)
   return r;
 }
 
-int be_cuda_callback(be_queue *q, be_host_fn fn, void *arg)
-{
+int be_cuda_callback(be_queue *q, be_host_fn fn, void *arg) {
   if (fn == NULL)
     return ACCEL_EINVAL;
   int rc = be_cuda_queue_ok(q);
@@ -224,8 +210,7 @@ int be_cuda_callback(be_queue *q, be_host_fn fn, void *arg)
 }
 
 /* The side stream waits for the queue's point, then the callback goes there. */
-int be_cuda_notify(be_queue *q, be_host_fn fn, void *arg)
-{
+int be_cuda_notify(be_queue *q, be_host_fn fn, void *arg) {
   if (fn == NULL)
     return ACCEL_EINVAL;
   int rc = be_cuda_queue_ok(q);
@@ -251,8 +236,7 @@ int be_cuda_notify(be_queue *q, be_host_fn fn, void *arg)
   return launch(q, q->side, r);
 }
 
-int be_cuda_hostfn_copy(be_queue *q, void *dst, const void *src, size_t bytes)
-{
+int be_cuda_hostfn_copy(be_queue *q, void *dst, const void *src, size_t bytes) {
   cb_rec *r = rec_new(q->dev);
   if (r == NULL)
     return ACCEL_ENOMEM;
@@ -264,8 +248,7 @@ int be_cuda_hostfn_copy(be_queue *q, void *dst, const void *src, size_t bytes)
 
 /* The armed, unclaimed callbacks of the list, claimed, in a new array (NULL: none, or no
  * memory: then they are called under the lock, which they may not notice). */
-static cb_call *claim_all(be_device *dev, size_t *n)
-{
+static cb_call *claim_all(be_device *dev, size_t *n) {
   size_t cap = 0;
   for (rt_list *l = dev->cbs.next; l != &dev->cbs; l = l->next)
     cap++;
@@ -283,16 +266,14 @@ static cb_call *claim_all(be_device *dev, size_t *n)
   return calls;
 }
 
-static void call_all(cb_call *calls, size_t n)
-{
+static void call_all(cb_call *calls, size_t n) {
   for (size_t i = 0; i < n; i++)
     calls[i].fn(calls[i].arg, ACCEL_EDEVLOST);
   rt_free(calls);
 }
 
 /* Records stay linked: CUDA may still be about to run one, and then frees it itself. */
-void be_cuda_callbacks_fail(be_device *dev)
-{
+void be_cuda_callbacks_fail(be_device *dev) {
   size_t n;
   pthread_mutex_lock(&dev->cb_lock);
   cb_call *calls = claim_all(dev, &n);
@@ -300,8 +281,7 @@ void be_cuda_callbacks_fail(be_device *dev)
   call_all(calls, n);
 }
 
-void be_cuda_callbacks_drain(be_device *dev)
-{
+void be_cuda_callbacks_drain(be_device *dev) {
   size_t n;
   pthread_mutex_lock(&dev->cb_lock);
   while (dev->cb_running > 0)
@@ -316,8 +296,7 @@ void be_cuda_callbacks_drain(be_device *dev)
   call_all(calls, n);
 }
 
-void be_cuda_callbacks_hand_off(be_device *dev, rt_list *to)
-{
+void be_cuda_callbacks_hand_off(be_device *dev, rt_list *to) {
   pthread_mutex_lock(&dev->cb_lock);
   while (!rt_list_empty(&dev->cbs)) {
     rt_list *l = dev->cbs.next;
@@ -327,8 +306,7 @@ void be_cuda_callbacks_hand_off(be_device *dev, rt_list *to)
   pthread_mutex_unlock(&dev->cb_lock);
 }
 
-void be_cuda_callbacks_free(be_device *dev, rt_list *list)
-{
+void be_cuda_callbacks_free(be_device *dev, rt_list *list) {
   pthread_mutex_lock(&dev->cb_lock);
   while (dev->cb_running > 0)
     pthread_cond_wait(&dev->cb_idle, &dev->cb_lock);

@@ -59,7 +59,7 @@ static const char *const fn_names[BE_FN_COUNT] = {
     [BE_FN_DOT_PARTIAL_F64] = "be_dot_partial_f64",
     [BE_FN_DOT_FINAL] = "be_dot_final",
     [BE_FN_DOT_FINAL_F64] = "be_dot_final_f64",
-#define BE_FN_ROW_(fn, name)                                                               \
+#define BE_FN_ROW_(fn, name)                                                                       \
   [fn] = name, [fn + 1] = name "_f64", [fn + 2] = name "_f16", [fn + 3] = name "_bf16"
     BE_FN_ROW_(BE_FN_SIGMOID, "be_sigmoid"),
     BE_FN_ROW_(BE_FN_RELU, "be_relu"),
@@ -78,15 +78,13 @@ static const char *const fn_names[BE_FN_COUNT] = {
 #define BE_CUDA_EPOCHS 64
 static atomic_uint reset_epoch[BE_CUDA_EPOCHS];
 
-static atomic_uint *epoch_of(be_device *dev)
-{
+static atomic_uint *epoch_of(be_device *dev) {
   return dev->index >= 0 && dev->index < BE_CUDA_EPOCHS ? &reset_epoch[dev->index] : NULL;
 }
 
 /* Resets the primary context unless someone did since this incarnation began. The thread
  * lets go of the context first: the driver refuses to reset one that is current. */
-static void reset_context(be_device *dev)
-{
+static void reset_context(be_device *dev) {
   atomic_uint *epoch = epoch_of(dev);
   unsigned seen = dev->epoch;
   if (epoch != NULL && !atomic_compare_exchange_strong(epoch, &seen, seen + 1)) {
@@ -102,11 +100,10 @@ static void reset_context(be_device *dev)
 static atomic_uint_fast64_t incarnations;
 static _Thread_local uint64_t current_incarnation;
 
-int be_cuda_enter(be_device *dev)
-{
+int be_cuda_enter(be_device *dev) {
   CUcontext cur = NULL;
-  if (current_incarnation == dev->incarnation &&
-      be_cu.cuCtxGetCurrent(&cur) == CUDA_SUCCESS && cur == dev->ctx)
+  if (current_incarnation == dev->incarnation && be_cu.cuCtxGetCurrent(&cur) == CUDA_SUCCESS &&
+      cur == dev->ctx)
     return 0;
   CUresult r = be_cu.cuCtxSetCurrent(dev->ctx);
   if (r != CUDA_SUCCESS)
@@ -115,8 +112,7 @@ int be_cuda_enter(be_device *dev)
   return 0;
 }
 
-static bool want_primary(void)
-{
+static bool want_primary(void) {
   const char *v = getenv("ACCEL_CUDA_CONTEXT");
   return v != NULL && strcmp(v, "primary") == 0;
 }
@@ -126,14 +122,12 @@ static bool want_primary(void)
 static atomic_bool primary_buried[BE_CUDA_EPOCHS];
 static atomic_int burials[BE_CUDA_EPOCHS];
 
-static atomic_bool *buried_of(be_device *dev)
-{
+static atomic_bool *buried_of(be_device *dev) {
   return dev->index >= 0 && dev->index < BE_CUDA_EPOCHS ? &primary_buried[dev->index] : NULL;
 }
 
 /* The context of a new incarnation, current on this thread. */
-static CUresult context_make(be_device *dev)
-{
+static CUresult context_make(be_device *dev) {
   dev->primary = want_primary();
   dev->incarnation = atomic_fetch_add(&incarnations, 1) + 1;
   if (!dev->primary)
@@ -148,8 +142,7 @@ static CUresult context_make(be_device *dev)
 }
 
 /* Gives the context up: destroyed (our own) or released (primary, reset first if lost). */
-static void context_end(be_device *dev, bool lost)
-{
+static void context_end(be_device *dev, bool lost) {
   if (!dev->primary) {
     be_cuda_trace("cuCtxDestroy", be_cu.cuCtxDestroy(dev->ctx));
   } else {
@@ -160,16 +153,14 @@ static void context_end(be_device *dev, bool lost)
   dev->ctx = NULL;
 }
 
-static int load_module(be_device *dev)
-{
+static int load_module(be_device *dev) {
   CUresult r = be_cuda_trace("module load", be_cu.cuModuleLoadData(&dev->module, be_cuda_fatbin));
   for (int i = 0; r == CUDA_SUCCESS && i < BE_FN_COUNT; i++)
     r = be_cu.cuModuleGetFunction(&dev->fn[i], dev->module, fn_names[i]);
   return be_cuda_err(r);
 }
 
-static void release_context(be_device *dev, bool lost)
-{
+static void release_context(be_device *dev, bool lost) {
   context_end(dev, lost);
   dev->module = NULL;
   dev->aux = NULL;
@@ -177,8 +168,7 @@ static void release_context(be_device *dev, bool lost)
     dev->fn[i] = NULL;
 }
 
-static int try_incarnate(be_device *dev)
-{
+static int try_incarnate(be_device *dev) {
   CUresult r = context_make(dev);
   if (r != CUDA_SUCCESS) {
     dev->ctx = NULL;
@@ -197,8 +187,7 @@ static int try_incarnate(be_device *dev)
   return rc;
 }
 
-int be_cuda_incarnate(be_device *dev)
-{
+int be_cuda_incarnate(be_device *dev) {
   int rc = try_incarnate(dev);
   if (rc != 0)
     return rc == ACCEL_EDEVLOST ? ACCEL_EIO : rc;
@@ -207,16 +196,14 @@ int be_cuda_incarnate(be_device *dev)
   return 0;
 }
 
-static uint64_t be_cuda_fn_lookup(be_device *dev, const char *name)
-{
+static uint64_t be_cuda_fn_lookup(be_device *dev, const char *name) {
   for (int i = 0; i < BE_FN_COUNT; i++)
     if (strcmp(fn_names[i], name) == 0)
       return (uint64_t)(uintptr_t)dev->fn[i];
   return 0;
 }
 
-uint64_t be_cuda_function(be_device *dev, const char *name)
-{
+uint64_t be_cuda_function(be_device *dev, const char *name) {
   return dev == NULL || name == NULL || dev->ctx == NULL ? 0 : be_cuda_fn_lookup(dev, name);
 }
 
@@ -241,22 +228,19 @@ typedef struct burial {
   rt_list cbs; /* host functions' records CUDA may still run */
 } burial;
 
-static atomic_int *burials_of(be_device *dev)
-{
+static atomic_int *burials_of(be_device *dev) {
   return dev->index >= 0 && dev->index < BE_CUDA_EPOCHS ? &burials[dev->index] : NULL;
 }
 
 /* Whether a context of this CUDA device is being buried (then ending another wedges the
  * driver: the context is left instead). Under left_lock. */
-static bool burial_pending(be_device *dev)
-{
+static bool burial_pending(be_device *dev) {
   atomic_int *n = burials_of(dev);
   return n != NULL && atomic_load(n) > 0;
 }
 
 /* Ends the contexts of device `index` left while its burials were pending, once none is. */
-static void end_left(int index)
-{
+static void end_left(int index) {
   pthread_mutex_lock(&left_lock);
   left_ctx *mine = NULL, **p = &left_list;
   while (*p != NULL) {
@@ -280,8 +264,7 @@ static void end_left(int index)
   }
 }
 
-static void *bury_main(void *arg)
-{
+static void *bury_main(void *arg) {
   burial *b = arg;
   be_device *dev = b->dev;
   be_cu.cuCtxSetCurrent(NULL);
@@ -303,8 +286,7 @@ static void *bury_main(void *arg)
   return NULL;
 }
 
-static bool bury_start(burial *b)
-{
+static bool bury_start(burial *b) {
   pthread_attr_t attr;
   pthread_t t;
   if (pthread_attr_init(&attr) != 0)
@@ -315,8 +297,7 @@ static bool bury_start(burial *b)
   return ok;
 }
 
-static void forget_context(be_device *dev)
-{
+static void forget_context(be_device *dev) {
   dev->ctx = NULL;
   dev->module = NULL;
   dev->aux = NULL;
@@ -327,8 +308,7 @@ static void forget_context(be_device *dev)
 /* Hands an aborted incarnation's context and its records to a burial thread. Without memory
  * or a thread for one, they are left for good, and a reference to the device with them: CUDA
  * may still run a record, which then unlinks itself under the device's cb_lock. */
-static void bury(be_device *dev)
-{
+static void bury(be_device *dev) {
   burial *b = rt_calloc(1, sizeof *b);
   be_cuda_dev_ref(dev);
   atomic_bool *buried = buried_of(dev);
@@ -353,8 +333,7 @@ static void bury(be_device *dev)
 
 /* Ends the context (release_context), or, while a burial of its device is pending, leaves it
  * to be ended after that (its work is done: the caller synchronised it). */
-static void end_or_leave(be_device *dev, bool lost)
-{
+static void end_or_leave(be_device *dev, bool lost) {
   left_ctx *l = rt_malloc(sizeof *l);
   pthread_mutex_lock(&left_lock);
   bool leave = burial_pending(dev);
@@ -375,8 +354,7 @@ static void end_or_leave(be_device *dev, bool lost)
 
 /* Threads still inside event_sync hold handles of this incarnation: wait them out (they
  * return once their work completes, or at once on a lost device). */
-static void wait_syncers(be_device *dev)
-{
+static void wait_syncers(be_device *dev) {
   while (atomic_load(&dev->syncing) > 0)
     sched_yield();
 }
@@ -386,8 +364,7 @@ static void wait_syncers(be_device *dev)
  * goes. A lost context's objects go with it (destroyed, or reset if primary); no host
  * function runs after that. After abort() the work may never end: nothing waits for it, and
  * the context is buried (above). */
-void be_cuda_dissolve(be_device *dev)
-{
+void be_cuda_dissolve(be_device *dev) {
   if (dev->ctx == NULL)
     return;
   bool lost = atomic_load(&dev->fault) != BE_CUDA_OK;

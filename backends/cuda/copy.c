@@ -18,8 +18,7 @@
 #define BE_CUDA_BOUNCE (1u << 20)
 
 /* Whether [p, p + bytes) lies inside one pinned host allocation. */
-static bool pinned(const void *p, size_t bytes)
-{
+static bool pinned(const void *p, size_t bytes) {
   CUpointer_attribute attrs[] = {CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
                                  CU_POINTER_ATTRIBUTE_RANGE_START_ADDR,
                                  CU_POINTER_ATTRIBUTE_RANGE_SIZE};
@@ -33,16 +32,14 @@ static bool pinned(const void *p, size_t bytes)
          bytes <= size - (a - start);
 }
 
-static int bounce_alloc(be_queue *q)
-{
+static int bounce_alloc(be_queue *q) {
   if (q->bounce != NULL)
     return 0;
   return be_cuda_check(q->dev, be_cu.cuMemHostAlloc(&q->bounce, BE_CUDA_BOUNCE, 0));
 }
 
 /* One piece through the bounce buffer: the host function and the DMA, in stream order. */
-static int bounce_piece(be_queue *q, bool to_device, CUdeviceptr d, char *host, size_t n)
-{
+static int bounce_piece(be_queue *q, bool to_device, CUdeviceptr d, char *host, size_t n) {
   if (to_device) {
     int rc = be_cuda_hostfn_copy(q, q->bounce, host, n);
     return rc != 0 ? rc
@@ -55,8 +52,7 @@ static int bounce_piece(be_queue *q, bool to_device, CUdeviceptr d, char *host, 
 /* Piece by piece (a large copy only when the stager is not available). A failure after the
  * first piece leaves the stream half-way through the copy: the device is marked lost, so
  * that nothing waits on a copy that will never finish. */
-static int bounce_copy(be_queue *q, bool to_device, CUdeviceptr d, char *host, size_t bytes)
-{
+static int bounce_copy(be_queue *q, bool to_device, CUdeviceptr d, char *host, size_t bytes) {
   int rc = bounce_alloc(q);
   for (size_t off = 0; rc == 0 && off < bytes; off += BE_CUDA_BOUNCE) {
     size_t n = bytes - off < BE_CUDA_BOUNCE ? bytes - off : BE_CUDA_BOUNCE;
@@ -67,8 +63,7 @@ static int bounce_copy(be_queue *q, bool to_device, CUdeviceptr d, char *host, s
   return rc;
 }
 
-static int host_copy(be_queue *q, bool to_device, CUdeviceptr d, void *host, size_t bytes)
-{
+static int host_copy(be_queue *q, bool to_device, CUdeviceptr d, void *host, size_t bytes) {
   int rc = be_cuda_enter(q->dev);
   if (rc != 0)
     return rc;
@@ -85,8 +80,7 @@ static int host_copy(be_queue *q, bool to_device, CUdeviceptr d, void *host, siz
   return bounce_copy(q, to_device, d, host, bytes);
 }
 
-int be_cuda_copy_h2d(be_queue *q, be_mem dst, size_t dst_off, const void *src, size_t bytes)
-{
+int be_cuda_copy_h2d(be_queue *q, be_mem dst, size_t dst_off, const void *src, size_t bytes) {
   CUdeviceptr d = 0;
   if (q == NULL || (src == NULL && bytes > 0) || be_cuda_span(dst, dst_off, bytes, 1, &d) != 0)
     return ACCEL_EINVAL;
@@ -96,8 +90,7 @@ int be_cuda_copy_h2d(be_queue *q, be_mem dst, size_t dst_off, const void *src, s
   return host_copy(q, true, d, (void *)(uintptr_t)src, bytes);
 }
 
-int be_cuda_copy_d2h(be_queue *q, void *dst, be_mem src, size_t src_off, size_t bytes)
-{
+int be_cuda_copy_d2h(be_queue *q, void *dst, be_mem src, size_t src_off, size_t bytes) {
   CUdeviceptr s = 0;
   if (q == NULL || (dst == NULL && bytes > 0) || be_cuda_span(src, src_off, bytes, 1, &s) != 0)
     return ACCEL_EINVAL;
@@ -110,8 +103,7 @@ int be_cuda_copy_d2h(be_queue *q, void *dst, be_mem src, size_t src_off, size_t 
 /* Overlapping ranges of one block are refused: DMA does not copy as memmove would (and the
  * API refuses them before they get here). */
 int be_cuda_copy_d2d(be_queue *q, be_mem dst, size_t dst_off, be_mem src, size_t src_off,
-                     size_t bytes)
-{
+                     size_t bytes) {
   CUdeviceptr d = 0, s = 0;
   if (q == NULL || be_cuda_span(dst, dst_off, bytes, 1, &d) != 0 ||
       be_cuda_span(src, src_off, bytes, 1, &s) != 0)

@@ -11,28 +11,28 @@
 /* The toolkit this backend is built against ships libcublas.so.13; older ones still answer
  * the same C entry points. The absolute path catches a toolkit not on the loader's path. */
 static const char *const cublas_names[] = {
-    "libcublas.so.13", "libcublas.so.12", "libcublas.so",
-    "/usr/local/cuda/lib64/libcublas.so.13", NULL,
+    "libcublas.so.13",
+    "libcublas.so.12",
+    "libcublas.so",
+    "/usr/local/cuda/lib64/libcublas.so.13",
+    NULL,
 };
 
 static pthread_once_t once = PTHREAD_ONCE_INIT;
 static be_cublas_api api;
 static const be_cublas_api *loaded;
 
-static int resolve(void *lib)
-{
-#define BE_CUBLAS_RESOLVE_(fn)                                                             \
-  *(void **)(void *)&api.fn = dlsym(lib, #fn);                                             \
-  if (api.fn == NULL)                                                                      \
+static int resolve(void *lib) {
+#define BE_CUBLAS_RESOLVE_(fn)                                                                     \
+  *(void **)(void *)&api.fn = dlsym(lib, #fn);                                                     \
+  if (api.fn == NULL)                                                                              \
     return -1;
   BE_CUBLAS_FUNCS(BE_CUBLAS_RESOLVE_)
 #undef BE_CUBLAS_RESOLVE_
   return 0;
 }
 
-
-static void load(void)
-{
+static void load(void) {
   void *lib = be_cuda_dlopen_first("ACCEL_CUDA_CUBLAS", cublas_names);
   if (lib == NULL)
     return;
@@ -42,14 +42,12 @@ static void load(void)
     dlclose(lib);
 }
 
-const be_cublas_api *be_cublas(void)
-{
+const be_cublas_api *be_cublas(void) {
   pthread_once(&once, load);
   return loaded;
 }
 
-int be_cublas_err(cublasStatus_t s)
-{
+int be_cublas_err(cublasStatus_t s) {
   switch (s) {
   case CUBLAS_STATUS_SUCCESS:
     return 0;

@@ -71,17 +71,15 @@ typedef enum be_cuda_fn {
 } be_cuda_fn;
 
 /* Bytes per element of a dtype the kernels take (0 for others). */
-static inline size_t be_cuda_esize(uint32_t dtype)
-{
-  return dtype == ACCEL_F64                                                  ? 8
-         : dtype == ACCEL_F32 || dtype == ACCEL_U32 || dtype == ACCEL_I32   ? 4
-         : dtype == ACCEL_F16 || dtype == ACCEL_BF16                        ? 2
-                                                                            : 0;
+static inline size_t be_cuda_esize(uint32_t dtype) {
+  return dtype == ACCEL_F64                                               ? 8
+         : dtype == ACCEL_F32 || dtype == ACCEL_U32 || dtype == ACCEL_I32 ? 4
+         : dtype == ACCEL_F16 || dtype == ACCEL_BF16                      ? 2
+                                                                          : 0;
 }
 
 /* A float type's place in a row of four kernels (F32 0, F64 1, F16 2, BF16 3), or -1. */
-static inline int be_cuda_slot(uint32_t dtype)
-{
+static inline int be_cuda_slot(uint32_t dtype) {
   switch (dtype) {
   case ACCEL_F32:
     return 0;
@@ -118,7 +116,7 @@ struct be_device {
   atomic_int fault;      /* BE_CUDA_OK, FAULTING, LOST */
   atomic_bool aborted;   /* lost by abort(): work may run for ever (above) */
   atomic_uint gen;
-  atomic_int syncing;    /* threads inside event_sync: close waits for them */
+  atomic_int syncing; /* threads inside event_sync: close waits for them */
   bool closed;
   pthread_rwlock_t copy_lock;
   pthread_mutex_t lock;
@@ -254,8 +252,7 @@ void be_cuda_event_pool_clear(be_device *dev, bool destroy);
 /* Stops and frees a queue's stager (its stream is idle or the device lost). */
 void be_cuda_stage_free(be_queue *q);
 /* Queues a staged copy of pageable host memory (stage.c): h2d when to_device. */
-int be_cuda_stage_copy(be_queue *q, bool to_device, CUdeviceptr dev_ptr, void *host,
-                       size_t bytes);
+int be_cuda_stage_copy(be_queue *q, bool to_device, CUdeviceptr dev_ptr, void *host, size_t bytes);
 
 /* Checks common to every submission on q: q valid and its generation alive. */
 RT_MUST_USE int be_cuda_queue_ok(be_queue *q);
@@ -284,8 +281,8 @@ int be_cuda_event_query(be_event *e);
 int be_cuda_event_sync(be_event *e);
 int be_cuda_queue_wait(be_queue *q, be_event *e);
 /* gemm of any combination cuBLAS runs (blas.c): backend.h's blas gemm. */
-int be_cuda_gemm(be_queue *q, const be_gemm_args *g, be_mem a, size_t a_off, be_mem b,
-                 size_t b_off, be_mem c, size_t c_off);
+int be_cuda_gemm(be_queue *q, const be_gemm_args *g, be_mem a, size_t a_off, be_mem b, size_t b_off,
+                 be_mem c, size_t c_off);
 /* 0 if the device runs this gemm (blas.c), else ACCEL_ENOTSUP. */
 int be_cuda_gemm_supports(be_device *dev, uint32_t ab_type, uint32_t c_type, uint32_t math);
 /* Destroys the queue's cuBLAS handle, if any (blas.c). */
@@ -299,8 +296,7 @@ int be_cuda_dot(be_queue *q, uint32_t dtype, size_t n, be_mem x, size_t x_off, b
 int be_cuda_fill_u32(be_queue *q, be_mem dst, size_t off, size_t count, uint32_t value);
 int be_cuda_fill_u64(be_queue *q, be_mem dst, size_t off, size_t count, uint64_t value);
 /* The core fill of backend.h (packages.c), and the op packages. */
-int be_cuda_fill(be_queue *q, be_mem dst, size_t off, size_t count, uint32_t esize,
-                 uint64_t value);
+int be_cuda_fill(be_queue *q, be_mem dst, size_t off, size_t count, uint32_t esize, uint64_t value);
 extern const be_blas_pkg be_cuda_blas;
 extern const be_rng_pkg be_cuda_rng;
 extern const be_nn_pkg be_cuda_nn;

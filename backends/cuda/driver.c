@@ -20,8 +20,7 @@ static int load_rc;
 static char load_why[128];
 
 /* why = prefix + arg (either may be empty). */
-static void say(char *why, size_t len, const char *prefix, const char *arg)
-{
+static void say(char *why, size_t len, const char *prefix, const char *arg) {
   if (why != NULL && len > 0)
     snprintf(why, len, "%s%s", prefix, arg);
 }
@@ -29,13 +28,12 @@ static void say(char *why, size_t len, const char *prefix, const char *arg)
 /* Every symbol of BE_CU_FUNCS from lib into api; the first missing one fails the load (a
  * driver older than the toolkit this was built with). Those of BE_CU_OPTIONAL_FUNCS stay NULL
  * when missing. */
-static int resolve(void *lib, be_cu_api *api, char *why, size_t len)
-{
-#define BE_CU_RESOLVE_(fn)                                                                 \
-  *(void **)(void *)&api->fn = dlsym(lib, BE_CU_STR(fn));                                  \
-  if (api->fn == NULL) {                                                                   \
-    say(why, len, "driver too old: no ", BE_CU_STR(fn));                               \
-    return ACCEL_ENOTSUP;                                                                  \
+static int resolve(void *lib, be_cu_api *api, char *why, size_t len) {
+#define BE_CU_RESOLVE_(fn)                                                                         \
+  *(void **)(void *)&api->fn = dlsym(lib, BE_CU_STR(fn));                                          \
+  if (api->fn == NULL) {                                                                           \
+    say(why, len, "driver too old: no ", BE_CU_STR(fn));                                           \
+    return ACCEL_ENOTSUP;                                                                          \
   }
   BE_CU_FUNCS(BE_CU_RESOLVE_)
 #undef BE_CU_RESOLVE_
@@ -46,8 +44,7 @@ static int resolve(void *lib, be_cu_api *api, char *why, size_t len)
 }
 
 /* The name of r from the table being loaded (be_cu is not published yet). */
-static const char *name_in(const be_cu_api *api, CUresult r)
-{
+static const char *name_in(const be_cu_api *api, CUresult r) {
   static _Thread_local char buf[32];
   const char *name = NULL;
   if (api->cuGetErrorName(r, &name) == CUDA_SUCCESS && name != NULL)
@@ -57,8 +54,7 @@ static const char *name_in(const be_cu_api *api, CUresult r)
 }
 
 /* cuInit's answer in words: no device, a stub or mismatched driver, or the error's name. */
-static int init_driver(const be_cu_api *api, char *why, size_t len)
-{
+static int init_driver(const be_cu_api *api, char *why, size_t len) {
   CUresult r = api->cuInit(0);
   if (r == CUDA_SUCCESS)
     return 0;
@@ -72,8 +68,7 @@ static int init_driver(const be_cu_api *api, char *why, size_t len)
   return ACCEL_ENOTSUP;
 }
 
-static int open_into(const char *path, be_cu_api *api, void **lib, char *why, size_t len)
-{
+static int open_into(const char *path, be_cu_api *api, void **lib, char *why, size_t len) {
   *lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
   if (*lib == NULL) {
     say(why, len, "no driver", "");
@@ -85,22 +80,20 @@ static int open_into(const char *path, be_cu_api *api, void **lib, char *why, si
   return rc;
 }
 
-static void load(void)
-{
+static void load(void) {
   const char *path = getenv("ACCEL_CUDA_DRIVER");
   void *lib = NULL;
   be_cu_api api;
   memset(&api, 0, sizeof api);
-  load_rc = open_into(path != NULL && *path != '\0' ? path : "libcuda.so.1", &api, &lib,
-                      load_why, sizeof load_why);
+  load_rc = open_into(path != NULL && *path != '\0' ? path : "libcuda.so.1", &api, &lib, load_why,
+                      sizeof load_why);
   if (load_rc == 0)
     be_cu = api; /* published by pthread_once; the library stays loaded for good */
   else if (lib != NULL)
     dlclose(lib);
 }
 
-int be_cuda_driver_load(char *why, size_t why_len)
-{
+int be_cuda_driver_load(char *why, size_t why_len) {
   pthread_once(&load_once, load);
   if (load_rc != 0)
     say(why, why_len, "", load_why);
@@ -109,8 +102,7 @@ int be_cuda_driver_load(char *why, size_t why_len)
   return load_rc;
 }
 
-int be_cuda_driver_try(const char *path, char *why, size_t why_len)
-{
+int be_cuda_driver_try(const char *path, char *why, size_t why_len) {
   be_cu_api api;
   void *lib = NULL;
   memset(&api, 0, sizeof api);
@@ -120,8 +112,7 @@ int be_cuda_driver_try(const char *path, char *why, size_t why_len)
   return rc;
 }
 
-bool be_cuda_sticky(CUresult r)
-{
+bool be_cuda_sticky(CUresult r) {
   switch (r) {
   case CUDA_ERROR_ECC_UNCORRECTABLE:
   case CUDA_ERROR_NVLINK_UNCORRECTABLE:
@@ -145,8 +136,7 @@ bool be_cuda_sticky(CUresult r)
   }
 }
 
-int be_cuda_err(CUresult r)
-{
+int be_cuda_err(CUresult r) {
   if (be_cuda_sticky(r))
     return ACCEL_EDEVLOST;
   switch (r) {
@@ -171,8 +161,7 @@ int be_cuda_err(CUresult r)
   }
 }
 
-const char *be_cuda_err_name(CUresult r)
-{
+const char *be_cuda_err_name(CUresult r) {
   static _Thread_local char buf[32];
   const char *name = NULL;
   if (be_cu.cuGetErrorName != NULL && be_cu.cuGetErrorName(r, &name) == CUDA_SUCCESS &&
@@ -182,8 +171,7 @@ const char *be_cuda_err_name(CUresult r)
   return buf;
 }
 
-CUresult be_cuda_trace(const char *what, CUresult r)
-{
+CUresult be_cuda_trace(const char *what, CUresult r) {
   static atomic_int on = -1;
   if (atomic_load(&on) < 0) {
     const char *v = getenv("ACCEL_CUDA_TRACE");
@@ -194,8 +182,7 @@ CUresult be_cuda_trace(const char *what, CUresult r)
   return r;
 }
 
-void *be_cuda_dlopen_first(const char *env, const char *const *names)
-{
+void *be_cuda_dlopen_first(const char *env, const char *const *names) {
   const char *path = getenv(env);
   if (path != NULL && *path != '\0')
     return dlopen(path, RTLD_NOW | RTLD_LOCAL);

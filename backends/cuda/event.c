@@ -33,8 +33,7 @@ struct be_event {
   atomic_bool recorded;
 };
 
-static CUevent pool_take(be_device *dev)
-{
+static CUevent pool_take(be_device *dev) {
   CUevent ev = NULL;
   pthread_mutex_lock(&dev->lock);
   if (dev->npool > 0)
@@ -44,8 +43,7 @@ static CUevent pool_take(be_device *dev)
 }
 
 /* Under dev->lock: keeps ev for reuse; false if the pool is full. */
-static bool pool_put(be_device *dev, CUevent ev)
-{
+static bool pool_put(be_device *dev, CUevent ev) {
   if (dev->npool == dev->pool_cap) {
     size_t cap = dev->pool_cap ? 2 * dev->pool_cap : 64;
     CUevent *p = cap <= BE_CUDA_POOL_MAX ? rt_realloc(dev->pool, cap * sizeof *p) : NULL;
@@ -58,8 +56,7 @@ static bool pool_put(be_device *dev, CUevent ev)
   return true;
 }
 
-void be_cuda_event_pool_clear(be_device *dev, bool destroy)
-{
+void be_cuda_event_pool_clear(be_device *dev, bool destroy) {
   pthread_mutex_lock(&dev->lock);
   size_t n = dev->npool;
   dev->npool = 0;
@@ -68,8 +65,7 @@ void be_cuda_event_pool_clear(be_device *dev, bool destroy)
     be_cu.cuEventDestroy(dev->pool[i]);
 }
 
-int be_cuda_event_create(be_device *dev, be_event **out)
-{
+int be_cuda_event_create(be_device *dev, be_event **out) {
   if (dev == NULL || out == NULL)
     return ACCEL_EINVAL;
   if (be_cuda_lost(dev) || dev->ctx == NULL)
@@ -95,8 +91,7 @@ int be_cuda_event_create(be_device *dev, be_event **out)
   return 0;
 }
 
-void be_cuda_event_destroy(be_event *e)
-{
+void be_cuda_event_destroy(be_event *e) {
   if (e == NULL)
     return;
   be_device *dev = e->dev;
@@ -110,8 +105,7 @@ void be_cuda_event_destroy(be_event *e)
   rt_free(e);
 }
 
-int be_cuda_event_record(be_event *e, be_queue *q)
-{
+int be_cuda_event_record(be_event *e, be_queue *q) {
   if (e == NULL || q == NULL || e->dev != q->dev)
     return ACCEL_EINVAL;
   int rc = be_cuda_queue_ok(q);
@@ -127,8 +121,7 @@ int be_cuda_event_record(be_event *e, be_queue *q)
 }
 
 /* 1 if the event's state must come from the driver, else 0 (complete) or the error. */
-static int ask_driver(be_event *e)
-{
+static int ask_driver(be_event *e) {
   if (be_cuda_gen_lost(e->dev, e->gen))
     return ACCEL_EDEVLOST;
   if (!atomic_load(&e->recorded))
@@ -137,23 +130,20 @@ static int ask_driver(be_event *e)
   return rc == 0 ? 1 : rc;
 }
 
-int be_cuda_event_query(be_event *e)
-{
+int be_cuda_event_query(be_event *e) {
   if (e == NULL)
     return ACCEL_EINVAL;
   int rc = ask_driver(e);
   return rc <= 0 ? rc : be_cuda_check(e->dev, be_cu.cuEventQuery(e->ev));
 }
 
-static void nap(uint64_t ns)
-{
+static void nap(uint64_t ns) {
   struct timespec ts = {0, (long)ns};
   nanosleep(&ts, NULL);
 }
 
 /* Until ev completes (0 or its error) or the device is lost (ACCEL_EDEVLOST). */
-static int wait_event(be_device *dev, CUevent ev)
-{
+static int wait_event(be_device *dev, CUevent ev) {
   uint64_t t0 = rt_mono_ns();
   CUresult r;
   while ((r = be_cu.cuEventQuery(ev)) == CUDA_ERROR_NOT_READY) {
@@ -172,8 +162,7 @@ static int wait_event(be_device *dev, CUevent ev)
 
 /* Counted in `syncing` before the generation is checked: close bumps the generation, then
  * waits for the count, so either this sees the new generation or close waits for it. */
-int be_cuda_event_sync(be_event *e)
-{
+int be_cuda_event_sync(be_event *e) {
   if (e == NULL)
     return ACCEL_EINVAL;
   be_device *dev = e->dev;
@@ -185,8 +174,7 @@ int be_cuda_event_sync(be_event *e)
   return rc;
 }
 
-int be_cuda_queue_wait(be_queue *q, be_event *e)
-{
+int be_cuda_queue_wait(be_queue *q, be_event *e) {
   if (q == NULL || e == NULL || e->dev != q->dev)
     return ACCEL_EINVAL;
   int rc = be_cuda_queue_ok(q);

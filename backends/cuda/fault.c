@@ -4,8 +4,7 @@
 #include "accel/error.h"
 #include "backends/cuda/device.h"
 
-bool be_cuda_lost(be_device *dev)
-{
+bool be_cuda_lost(be_device *dev) {
   int f = atomic_load(&dev->fault);
   while (f == BE_CUDA_FAULTING) {
     sched_yield(); /* a host-side copy is finishing: a chunk's memcpy at most */
@@ -14,19 +13,16 @@ bool be_cuda_lost(be_device *dev)
   return f != BE_CUDA_OK;
 }
 
-bool be_cuda_gen_lost(be_device *dev, unsigned gen)
-{
+bool be_cuda_gen_lost(be_device *dev, unsigned gen) {
   return gen != atomic_load(&dev->gen) || be_cuda_lost(dev);
 }
 
-static void *reap(void *arg)
-{
+static void *reap(void *arg) {
   be_cuda_callbacks_fail(arg);
   return NULL;
 }
 
-void be_cuda_fault(be_device *dev)
-{
+void be_cuda_fault(be_device *dev) {
   int ok = BE_CUDA_OK;
   if (!atomic_compare_exchange_strong(&dev->fault, &ok, BE_CUDA_FAULTING)) {
     be_cuda_lost(dev); /* another thread is marking it: wait until it is done */
@@ -44,8 +40,7 @@ void be_cuda_fault(be_device *dev)
     be_cuda_callbacks_fail(dev); /* no thread to spare: here, then */
 }
 
-void be_cuda_reap_wait(be_device *dev)
-{
+void be_cuda_reap_wait(be_device *dev) {
   pthread_mutex_lock(&dev->reap_lock);
   if (dev->reaper_started) {
     pthread_join(dev->reaper, NULL);
@@ -54,8 +49,7 @@ void be_cuda_reap_wait(be_device *dev)
   pthread_mutex_unlock(&dev->reap_lock);
 }
 
-int be_cuda_check(be_device *dev, CUresult r)
-{
+int be_cuda_check(be_device *dev, CUresult r) {
   if (r == CUDA_SUCCESS)
     return 0;
   if (be_cuda_sticky(r))
@@ -63,8 +57,7 @@ int be_cuda_check(be_device *dev, CUresult r)
   return be_cuda_err(r);
 }
 
-bool be_cuda_copy_begin(be_device *dev)
-{
+bool be_cuda_copy_begin(be_device *dev) {
   pthread_rwlock_rdlock(&dev->copy_lock);
   if (atomic_load(&dev->fault) == BE_CUDA_OK)
     return true;
@@ -72,7 +65,6 @@ bool be_cuda_copy_begin(be_device *dev)
   return false;
 }
 
-void be_cuda_copy_end(be_device *dev)
-{
+void be_cuda_copy_end(be_device *dev) {
   pthread_rwlock_unlock(&dev->copy_lock);
 }

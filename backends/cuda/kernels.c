@@ -13,15 +13,13 @@
 
 /* Blocks for `items` threads' worth of work, capped at a full device (grid-stride loops do
  * the rest). */
-static unsigned grid_for(be_device *dev, uint64_t items)
-{
+static unsigned grid_for(be_device *dev, uint64_t items) {
   uint64_t blocks = (items + THREADS - 1) / THREADS;
   uint64_t cap = (uint64_t)(dev->sms > 0 ? dev->sms : 1) * BLOCKS_PER_SM;
   return blocks == 0 ? 1 : (unsigned)(blocks < cap ? blocks : cap);
 }
 
-static int launch(be_queue *q, be_cuda_fn fn, unsigned grid, void **args)
-{
+static int launch(be_queue *q, be_cuda_fn fn, unsigned grid, void **args) {
   be_device *dev = q->dev;
   int rc = be_cuda_enter(dev);
   if (rc != 0)
@@ -31,15 +29,13 @@ static int launch(be_queue *q, be_cuda_fn fn, unsigned grid, void **args)
 }
 
 /* The checks every kernel starts with: the argument error first, then the queue. */
-static int ready(be_queue *q, int arg_err)
-{
+static int ready(be_queue *q, int arg_err) {
   if (q == NULL)
     return ACCEL_EINVAL;
   return arg_err != 0 ? arg_err : be_cuda_queue_ok(q);
 }
 
-int be_cuda_fill_u32(be_queue *q, be_mem dst, size_t off, size_t count, uint32_t value)
-{
+int be_cuda_fill_u32(be_queue *q, be_mem dst, size_t off, size_t count, uint32_t value) {
   CUdeviceptr d = 0;
   int rc = ready(q, be_cuda_span(dst, off, count, 4, &d));
   if (rc != 0 || count == 0)
@@ -49,8 +45,7 @@ int be_cuda_fill_u32(be_queue *q, be_mem dst, size_t off, size_t count, uint32_t
   return launch(q, BE_FN_FILL, grid_for(q->dev, n / 4 + 4), args);
 }
 
-int be_cuda_fill_u64(be_queue *q, be_mem dst, size_t off, size_t count, uint64_t value)
-{
+int be_cuda_fill_u64(be_queue *q, be_mem dst, size_t off, size_t count, uint64_t value) {
   CUdeviceptr d = 0;
   int rc = ready(q, be_cuda_span(dst, off, count, 8, &d));
   if (rc != 0 || count == 0)
@@ -61,8 +56,7 @@ int be_cuda_fill_u64(be_queue *q, be_mem dst, size_t off, size_t count, uint64_t
 }
 
 /* Normals come in Box-Muller pairs: an odd offset would split one (backends/cpu/philox.h). */
-static int rng_check(const be_rng_args *r)
-{
+static int rng_check(const be_rng_args *r) {
   if (r == NULL ||
       (r->dist != BE_RNG_BITS && r->dist != BE_RNG_UNIFORM && r->dist != BE_RNG_NORMAL))
     return ACCEL_EINVAL;
@@ -70,8 +64,7 @@ static int rng_check(const be_rng_args *r)
 }
 
 /* The kernel for (dist, dtype): BITS fills U32, the others a float type; else ENOTSUP. */
-static int rng_fn(const be_rng_args *r, uint32_t dtype, be_cuda_fn *fn)
-{
+static int rng_fn(const be_rng_args *r, uint32_t dtype, be_cuda_fn *fn) {
   int slot = be_cuda_slot(dtype);
   if (r->dist == BE_RNG_BITS) {
     *fn = BE_FN_RNG_BITS;
@@ -86,8 +79,7 @@ static int rng_fn(const be_rng_args *r, uint32_t dtype, be_cuda_fn *fn)
 /* One thread per Philox block: four elements of 32 bits or less, two of F64. F64 takes its
  * scalars as doubles; the others as floats (rounded first, as the cpu backend does). */
 int be_cuda_rng_fill(be_queue *q, uint32_t dtype, be_mem dst, size_t off, size_t count,
-                     const be_rng_args *r)
-{
+                     const be_rng_args *r) {
   CUdeviceptr d = 0;
   be_cuda_fn fn = BE_FN_RNG_BITS;
   int rc = rng_check(r);
@@ -102,7 +94,12 @@ int be_cuda_rng_fill(be_queue *q, uint32_t dtype, be_mem dst, size_t off, size_t
   float mean = (float)r->mean, stddev = (float)r->stddev;
   double mean64 = r->mean, stddev64 = r->stddev;
   bool f64 = dtype == ACCEL_F64;
-  void *args[] = {&d, &n, &offset, &k0, &k1, f64 ? (void *)&mean64 : (void *)&mean,
+  void *args[] = {&d,
+                  &n,
+                  &offset,
+                  &k0,
+                  &k1,
+                  f64 ? (void *)&mean64 : (void *)&mean,
                   f64 ? (void *)&stddev64 : (void *)&stddev};
   uint64_t blocks = f64 ? (offset % 2 + n + 1) / 2 : (offset % 4 + n + 3) / 4;
   return launch(q, fn, grid_for(q->dev, blocks), args);
@@ -110,8 +107,7 @@ int be_cuda_rng_fill(be_queue *q, uint32_t dtype, be_mem dst, size_t off, size_t
 
 /* ---- BLAS level 1: F32 and F64 kernels -------------------------------------------------- */
 
-static int vector_type(uint32_t dtype, size_t *esize)
-{
+static int vector_type(uint32_t dtype, size_t *esize) {
   if (dtype != ACCEL_F32 && dtype != ACCEL_F64)
     return ACCEL_ENOTSUP; /* as every dtype outside vector_dtypes */
   *esize = be_cuda_esize(dtype);
@@ -119,8 +115,7 @@ static int vector_type(uint32_t dtype, size_t *esize)
 }
 
 int be_cuda_axpy(be_queue *q, uint32_t dtype, size_t n, double alpha, be_mem x, size_t x_off,
-                 be_mem y, size_t y_off)
-{
+                 be_mem y, size_t y_off) {
   CUdeviceptr px = 0, py = 0;
   size_t es = 4;
   int rc = vector_type(dtype, &es);
@@ -135,8 +130,7 @@ int be_cuda_axpy(be_queue *q, uint32_t dtype, size_t n, double alpha, be_mem x, 
   return launch(q, es == 8 ? BE_FN_DAXPY : BE_FN_SAXPY, grid_for(q->dev, n64), args);
 }
 
-int be_cuda_scal(be_queue *q, uint32_t dtype, size_t n, double alpha, be_mem x, size_t x_off)
-{
+int be_cuda_scal(be_queue *q, uint32_t dtype, size_t n, double alpha, be_mem x, size_t x_off) {
   CUdeviceptr px = 0;
   size_t es = 4;
   int rc = vector_type(dtype, &es);
@@ -152,8 +146,7 @@ int be_cuda_scal(be_queue *q, uint32_t dtype, size_t n, double alpha, be_mem x, 
 /* Two launches: partial sums per block into the queue's scratch, then their sum. With
  * n = 0 the result is 0 (one block sums nothing). */
 int be_cuda_dot(be_queue *q, uint32_t dtype, size_t n, be_mem x, size_t x_off, be_mem y,
-                size_t y_off, be_mem result, size_t result_off)
-{
+                size_t y_off, be_mem result, size_t result_off) {
   CUdeviceptr px = 0, py = 0, pr = 0;
   size_t es = 4;
   int rc = vector_type(dtype, &es);
@@ -176,17 +169,15 @@ int be_cuda_dot(be_queue *q, uint32_t dtype, size_t n, be_mem x, size_t x_off, b
 
 /* ---- nn: F32, F64, F16, BF16 ------------------------------------------------------------ */
 
-static int nn_type(uint32_t dtype, int *slot)
-{
+static int nn_type(uint32_t dtype, int *slot) {
   *slot = be_cuda_slot(dtype);
   return *slot >= 0 ? 0 : ACCEL_ENOTSUP;
 }
 
 int be_cuda_unary(be_queue *q, uint32_t dtype, be_unary_op op, be_mem dst, size_t dst_off,
-                  be_mem src, size_t src_off, size_t count)
-{
-  static const be_cuda_fn fns[] = {[BE_SIGMOID] = BE_FN_SIGMOID, [BE_RELU] = BE_FN_RELU,
-                                   [BE_TANH] = BE_FN_TANH};
+                  be_mem src, size_t src_off, size_t count) {
+  static const be_cuda_fn fns[] = {
+      [BE_SIGMOID] = BE_FN_SIGMOID, [BE_RELU] = BE_FN_RELU, [BE_TANH] = BE_FN_TANH};
   CUdeviceptr d = 0, s = 0;
   int slot = 0;
   int rc = op == BE_SIGMOID || op == BE_RELU || op == BE_TANH ? 0 : ACCEL_EINVAL;
@@ -205,8 +196,7 @@ int be_cuda_unary(be_queue *q, uint32_t dtype, be_unary_op op, be_mem dst, size_
 
 /* One block per row (grid-stride over rows). */
 int be_cuda_softmax(be_queue *q, uint32_t dtype, be_mem dst, size_t dst_off, be_mem src,
-                    size_t src_off, size_t rows, size_t cols)
-{
+                    size_t src_off, size_t rows, size_t cols) {
   if (cols > 0 && rows > SIZE_MAX / cols)
     return ACCEL_EINVAL;
   CUdeviceptr d = 0, s = 0;
@@ -224,8 +214,7 @@ int be_cuda_softmax(be_queue *q, uint32_t dtype, be_mem dst, size_t dst_off, be_
 }
 
 /* beta travels as the kernel's compute type: double for F64, float for the others. */
-int be_cuda_scale(be_queue *q, uint32_t c_type, CUdeviceptr c, const be_gemm_args *g)
-{
+int be_cuda_scale(be_queue *q, uint32_t c_type, CUdeviceptr c, const be_gemm_args *g) {
   int slot = be_cuda_slot(c_type);
   if (slot < 0)
     return ACCEL_EINVAL;
@@ -233,8 +222,8 @@ int be_cuda_scale(be_queue *q, uint32_t c_type, CUdeviceptr c, const be_gemm_arg
   int64_t stride = batch > 1 ? g->stride_c : 0;
   double beta = g->beta;
   float beta32 = (float)beta;
-  void *args[] = {&c, &m, &n, &ldc, &batch, &stride,
-                  c_type == ACCEL_F64 ? (void *)&beta : (void *)&beta32};
+  void *args[] = {
+      &c, &m, &n, &ldc, &batch, &stride, c_type == ACCEL_F64 ? (void *)&beta : (void *)&beta32};
   uint64_t items = (uint64_t)m * (uint64_t)n * (uint64_t)batch;
   return launch(q, BE_FN_SCALE + slot, grid_for(q->dev, items), args);
 }

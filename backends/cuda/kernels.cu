@@ -41,12 +41,10 @@ template <> struct elem<double> {
 
 template <> struct elem<f16> {
   typedef float calc;
-  static __device__ __forceinline__ float load(f16 x)
-  {
+  static __device__ __forceinline__ float load(f16 x) {
     return __half2float(__ushort_as_half(x.bits));
   }
-  static __device__ __forceinline__ f16 store(float x)
-  {
+  static __device__ __forceinline__ f16 store(float x) {
     f16 r = {__half_as_ushort(__float2half_rn(x))};
     return r;
   }
@@ -54,12 +52,10 @@ template <> struct elem<f16> {
 
 template <> struct elem<bf16> {
   typedef float calc;
-  static __device__ __forceinline__ float load(bf16 x)
-  {
+  static __device__ __forceinline__ float load(bf16 x) {
     return __bfloat162float(__ushort_as_bfloat16(x.bits));
   }
-  static __device__ __forceinline__ bf16 store(float x)
-  {
+  static __device__ __forceinline__ bf16 store(float x) {
     bf16 r = {__bfloat16_as_ushort(__float2bfloat16_rn(x))};
     return r;
   }
@@ -67,14 +63,12 @@ template <> struct elem<bf16> {
 
 /* One extern "C" kernel per element type of a template: NAME (f32), NAME_f64, NAME_f16,
  * NAME_bf16. */
-#define BE_PER_TYPE(MACRO)                                                                 \
-  MACRO(, float) MACRO(_f64, double) MACRO(_f16, f16) MACRO(_bf16, bf16)
+#define BE_PER_TYPE(MACRO) MACRO(, float) MACRO(_f64, double) MACRO(_f16, f16) MACRO(_bf16, bf16)
 
 /* ---- fill ----------------------------------------------------------------------------- */
 
 /* dst[i] = value: 16-byte stores between a scalar head and tail. */
-extern "C" __global__ void be_fill_u32(uint32_t *dst, uint64_t n, uint32_t value)
-{
+extern "C" __global__ void be_fill_u32(uint32_t *dst, uint64_t n, uint32_t value) {
   uint64_t tid = blockIdx.x * (uint64_t)blockDim.x + threadIdx.x;
   uint64_t stride = (uint64_t)gridDim.x * blockDim.x;
   uint64_t head = ((16 - ((uintptr_t)dst & 15)) & 15) / 4;
@@ -93,8 +87,7 @@ extern "C" __global__ void be_fill_u32(uint32_t *dst, uint64_t n, uint32_t value
 }
 
 /* dst[i] = value over 8-byte elements (aligned: offsets count whole elements). */
-extern "C" __global__ void be_fill_u64(uint64_t *dst, uint64_t n, uint64_t value)
-{
+extern "C" __global__ void be_fill_u64(uint64_t *dst, uint64_t n, uint64_t value) {
   uint64_t stride = (uint64_t)gridDim.x * blockDim.x;
   for (uint64_t i = blockIdx.x * (uint64_t)blockDim.x + threadIdx.x; i < n; i += stride)
     dst[i] = value;
@@ -108,8 +101,7 @@ extern "C" __global__ void be_fill_u64(uint64_t *dst, uint64_t n, uint64_t value
 #define PHILOX_W1 0xBB67AE85u
 
 /* Block q of the stream of key (k0, k1): counter {q mod 2^32, q >> 32, 0, 0}. */
-__device__ __forceinline__ uint4 philox(uint64_t q, uint32_t k0, uint32_t k1)
-{
+__device__ __forceinline__ uint4 philox(uint64_t q, uint32_t k0, uint32_t k1) {
   uint32_t c0 = (uint32_t)q, c1 = (uint32_t)(q >> 32), c2 = 0, c3 = 0;
 #pragma unroll
   for (int r = 0; r < 10; r++) {
@@ -127,16 +119,14 @@ __device__ __forceinline__ uint4 philox(uint64_t q, uint32_t k0, uint32_t k1)
 
 /* cuRAND's uniform: x * 2^-32 + 2^-33 (the product is exact, so contraction cannot change
  * it). */
-__device__ __forceinline__ float uniform(uint32_t x)
-{
+__device__ __forceinline__ float uniform(uint32_t x) {
   return (float)x * 0x1p-32f + 0x1p-33f;
 }
 
 /* Box-Muller as backends/cpu/philox.c computes it, every rounding spelled out so that the
  * compiler contracts nothing the cpu does not: the values then differ from the cpu's only by
  * the device's sinf/cosf/logf (a few ulp). */
-__device__ __forceinline__ float2 box_muller(uint32_t x, uint32_t y)
-{
+__device__ __forceinline__ float2 box_muller(uint32_t x, uint32_t y) {
   const float k = 0x1p-32f * 6.2831855f;
   float u = uniform(x);
   float v = __fadd_rn(__fmul_rn((float)y, k), k / 2.0f);
@@ -146,16 +136,13 @@ __device__ __forceinline__ float2 box_muller(uint32_t x, uint32_t y)
   return make_float2(__fmul_rn(s, r), __fmul_rn(c, r));
 }
 
-__device__ __forceinline__ float scaled(float z, float mean, float stddev)
-{
+__device__ __forceinline__ float scaled(float z, float mean, float stddev) {
   return __fadd_rn(__fmul_rn(z, stddev), mean);
 }
 
 enum { DIST_BITS = 0, DIST_UNIFORM = 1, DIST_NORMAL = 2 };
 
-template <int DIST>
-__device__ __forceinline__ uint4 convert(uint4 w, float mean, float stddev)
-{
+template <int DIST> __device__ __forceinline__ uint4 convert(uint4 w, float mean, float stddev) {
   if (DIST == DIST_BITS)
     return w;
   if (DIST == DIST_UNIFORM)
@@ -168,8 +155,7 @@ __device__ __forceinline__ uint4 convert(uint4 w, float mean, float stddev)
                     __float_as_uint(scaled(b.y, mean, stddev)));
 }
 
-__device__ __forceinline__ uint32_t lane(uint4 v, int j)
-{
+__device__ __forceinline__ uint32_t lane(uint4 v, int j) {
   return j == 0 ? v.x : j == 1 ? v.y : j == 2 ? v.z : v.w;
 }
 
@@ -179,8 +165,7 @@ __device__ __forceinline__ uint32_t lane(uint4 v, int j)
  * (2m, 2m + 1), which share a block because the offset is even (checked by the host). */
 template <int DIST>
 __device__ void rng(uint32_t *dst, uint64_t count, uint64_t offset, uint32_t k0, uint32_t k1,
-                    float mean, float stddev)
-{
+                    float mean, float stddev) {
   uint64_t s = offset & 3, q0 = offset >> 2, nb = (s + count + 3) >> 2;
   bool vec = (((uintptr_t)dst >> 2) & 3) == s && ((uintptr_t)dst & 3) == 0;
   uint64_t stride = (uint64_t)gridDim.x * blockDim.x;
@@ -200,21 +185,18 @@ __device__ void rng(uint32_t *dst, uint64_t count, uint64_t offset, uint32_t k0,
   }
 }
 
-extern "C" __global__ void be_rng_bits(uint32_t *dst, uint64_t count, uint64_t offset,
-                                       uint32_t k0, uint32_t k1, float mean, float stddev)
-{
+extern "C" __global__ void be_rng_bits(uint32_t *dst, uint64_t count, uint64_t offset, uint32_t k0,
+                                       uint32_t k1, float mean, float stddev) {
   rng<DIST_BITS>(dst, count, offset, k0, k1, mean, stddev);
 }
 
 extern "C" __global__ void be_rng_uniform(uint32_t *dst, uint64_t count, uint64_t offset,
-                                          uint32_t k0, uint32_t k1, float mean, float stddev)
-{
+                                          uint32_t k0, uint32_t k1, float mean, float stddev) {
   rng<DIST_UNIFORM>(dst, count, offset, k0, k1, mean, stddev);
 }
 
 extern "C" __global__ void be_rng_normal(uint32_t *dst, uint64_t count, uint64_t offset,
-                                         uint32_t k0, uint32_t k1, float mean, float stddev)
-{
+                                         uint32_t k0, uint32_t k1, float mean, float stddev) {
   rng<DIST_NORMAL>(dst, count, offset, k0, k1, mean, stddev);
 }
 
@@ -224,9 +206,8 @@ extern "C" __global__ void be_rng_normal(uint32_t *dst, uint64_t count, uint64_t
  * words 2e and 2e + 1, so one Philox block q makes elements 2q and 2q + 1. */
 
 template <int DIST, typename T>
-__device__ void rng16(T *dst, uint64_t count, uint64_t offset, uint32_t k0, uint32_t k1,
-                      float mean, float stddev)
-{
+__device__ void rng16(T *dst, uint64_t count, uint64_t offset, uint32_t k0, uint32_t k1, float mean,
+                      float stddev) {
   uint64_t s = offset & 3, q0 = offset >> 2, nb = (s + count + 3) >> 2;
   uint64_t stride = (uint64_t)gridDim.x * blockDim.x;
   for (uint64_t b = blockIdx.x * (uint64_t)blockDim.x + threadIdx.x; b < nb; b += stride) {
@@ -243,16 +224,14 @@ __device__ void rng16(T *dst, uint64_t count, uint64_t offset, uint32_t k0, uint
 
 /* cuRAND's _curand_uniform_double_hq: z * 2^-53 + 2^-54 with z = w0 ^ (w1 << 21) (53 bits);
  * the product is exact, so the one rounding of the sum is the same everywhere. */
-__device__ __forceinline__ double hq(uint32_t w0, uint32_t w1, double scale)
-{
+__device__ __forceinline__ double hq(uint32_t w0, uint32_t w1, double scale) {
   uint64_t z = (uint64_t)w0 ^ ((uint64_t)w1 << 21);
   return __dadd_rn(__dmul_rn((double)z, scale), scale / 2.0);
 }
 
 template <int DIST>
 __device__ void rng64(double *dst, uint64_t count, uint64_t offset, uint32_t k0, uint32_t k1,
-                      double mean, double stddev)
-{
+                      double mean, double stddev) {
   uint64_t s = offset & 1, q0 = offset >> 1, nb = (s + count + 1) >> 1;
   uint64_t stride = (uint64_t)gridDim.x * blockDim.x;
   for (uint64_t b = blockIdx.x * (uint64_t)blockDim.x + threadIdx.x; b < nb; b += stride) {
@@ -276,18 +255,16 @@ __device__ void rng64(double *dst, uint64_t count, uint64_t offset, uint32_t k0,
   }
 }
 
-#define BE_RNG16(sfx, T)                                                                   \
-  extern "C" __global__ void be_rng_uniform##sfx(T *dst, uint64_t count, uint64_t offset,  \
-                                                 uint32_t k0, uint32_t k1, float mean,     \
-                                                 float stddev)                             \
-  {                                                                                        \
-    rng16<DIST_UNIFORM>(dst, count, offset, k0, k1, mean, stddev);                         \
-  }                                                                                        \
-  extern "C" __global__ void be_rng_normal##sfx(T *dst, uint64_t count, uint64_t offset,   \
-                                                uint32_t k0, uint32_t k1, float mean,      \
-                                                float stddev)                              \
-  {                                                                                        \
-    rng16<DIST_NORMAL>(dst, count, offset, k0, k1, mean, stddev);                          \
+#define BE_RNG16(sfx, T)                                                                           \
+  extern "C" __global__ void be_rng_uniform##sfx(T *dst, uint64_t count, uint64_t offset,          \
+                                                 uint32_t k0, uint32_t k1, float mean,             \
+                                                 float stddev) {                                   \
+    rng16<DIST_UNIFORM>(dst, count, offset, k0, k1, mean, stddev);                                 \
+  }                                                                                                \
+  extern "C" __global__ void be_rng_normal##sfx(T *dst, uint64_t count, uint64_t offset,           \
+                                                uint32_t k0, uint32_t k1, float mean,              \
+                                                float stddev) {                                    \
+    rng16<DIST_NORMAL>(dst, count, offset, k0, k1, mean, stddev);                                  \
   }
 
 BE_RNG16(_f16, f16)
@@ -295,36 +272,30 @@ BE_RNG16(_bf16, bf16)
 
 extern "C" __global__ void be_rng_uniform_f64(double *dst, uint64_t count, uint64_t offset,
                                               uint32_t k0, uint32_t k1, double mean,
-                                              double stddev)
-{
+                                              double stddev) {
   rng64<DIST_UNIFORM>(dst, count, offset, k0, k1, mean, stddev);
 }
 
 extern "C" __global__ void be_rng_normal_f64(double *dst, uint64_t count, uint64_t offset,
-                                             uint32_t k0, uint32_t k1, double mean,
-                                             double stddev)
-{
+                                             uint32_t k0, uint32_t k1, double mean, double stddev) {
   rng64<DIST_NORMAL>(dst, count, offset, k0, k1, mean, stddev);
 }
 
 /* ---- BLAS level 1 (F32 and F64) ------------------------------------------------------- */
 
-template <typename T> __device__ void axpy(uint64_t n, T alpha, const T *x, T *y)
-{
+template <typename T> __device__ void axpy(uint64_t n, T alpha, const T *x, T *y) {
   uint64_t stride = (uint64_t)gridDim.x * blockDim.x;
   for (uint64_t i = blockIdx.x * (uint64_t)blockDim.x + threadIdx.x; i < n; i += stride)
     y[i] = fma(alpha, x[i], y[i]);
 }
 
-template <typename T> __device__ void scal(uint64_t n, T alpha, T *x)
-{
+template <typename T> __device__ void scal(uint64_t n, T alpha, T *x) {
   uint64_t stride = (uint64_t)gridDim.x * blockDim.x;
   for (uint64_t i = blockIdx.x * (uint64_t)blockDim.x + threadIdx.x; i < n; i += stride)
     x[i] = alpha * x[i];
 }
 
-template <typename T> __device__ __forceinline__ T warp_sum(T v)
-{
+template <typename T> __device__ __forceinline__ T warp_sum(T v) {
 #pragma unroll
   for (int o = 16; o > 0; o /= 2)
     v += __shfl_down_sync(0xffffffffu, v, o);
@@ -332,8 +303,7 @@ template <typename T> __device__ __forceinline__ T warp_sum(T v)
 }
 
 /* The block's sum, valid in thread 0 (blockDim.x == BLOCK). */
-template <typename T> __device__ T block_sum(T v)
-{
+template <typename T> __device__ T block_sum(T v) {
   __shared__ T part[BLOCK / 32];
   v = warp_sum(v);
   if ((threadIdx.x & 31) == 0)
@@ -348,8 +318,7 @@ template <typename T> __device__ T block_sum(T v)
 
 /* partial[blockIdx.x] = this block's share of x . y. Deterministic: fixed partitions and a
  * fixed reduction tree. */
-template <typename T> __device__ void dot_partial(uint64_t n, const T *x, const T *y, T *partial)
-{
+template <typename T> __device__ void dot_partial(uint64_t n, const T *x, const T *y, T *partial) {
   T acc = 0;
   uint64_t stride = (uint64_t)gridDim.x * blockDim.x;
   for (uint64_t i = blockIdx.x * (uint64_t)blockDim.x + threadIdx.x; i < n; i += stride)
@@ -360,8 +329,7 @@ template <typename T> __device__ void dot_partial(uint64_t n, const T *x, const 
 }
 
 /* *result = the sum of nparts partials (one block). */
-template <typename T> __device__ void dot_final(unsigned nparts, const T *partial, T *result)
-{
+template <typename T> __device__ void dot_final(unsigned nparts, const T *partial, T *result) {
   T acc = 0;
   for (unsigned i = threadIdx.x; i < nparts; i += blockDim.x)
     acc += partial[i];
@@ -370,20 +338,18 @@ template <typename T> __device__ void dot_final(unsigned nparts, const T *partia
     *result = acc;
 }
 
-#define BE_BLAS1(a, d, s, T)                                                               \
-  extern "C" __global__ void be_##a##axpy(uint64_t n, T alpha, const T *x, T *y)           \
-  {                                                                                        \
-    axpy(n, alpha, x, y);                                                                  \
-  }                                                                                        \
-  extern "C" __global__ void be_##a##scal(uint64_t n, T alpha, T *x) { scal(n, alpha, x); } \
-  extern "C" __global__ void be_dot_partial##s(uint64_t n, const T *x, const T *y,          \
-                                               T *partial)                                 \
-  {                                                                                        \
-    dot_partial(n, x, y, partial);                                                         \
-  }                                                                                        \
-  extern "C" __global__ void be_dot_final##s(unsigned nparts, const T *partial, T *result)  \
-  {                                                                                        \
-    dot_final(nparts, partial, result);                                                    \
+#define BE_BLAS1(a, d, s, T)                                                                       \
+  extern "C" __global__ void be_##a##axpy(uint64_t n, T alpha, const T *x, T *y) {                 \
+    axpy(n, alpha, x, y);                                                                          \
+  }                                                                                                \
+  extern "C" __global__ void be_##a##scal(uint64_t n, T alpha, T *x) {                             \
+    scal(n, alpha, x);                                                                             \
+  }                                                                                                \
+  extern "C" __global__ void be_dot_partial##s(uint64_t n, const T *x, const T *y, T *partial) {   \
+    dot_partial(n, x, y, partial);                                                                 \
+  }                                                                                                \
+  extern "C" __global__ void be_dot_final##s(unsigned nparts, const T *partial, T *result) {       \
+    dot_final(nparts, partial, result);                                                            \
   }
 
 BE_BLAS1(s, s, , float)
@@ -392,9 +358,8 @@ BE_BLAS1(d, d, _f64, double)
 /* C_b = beta C_b over batch m x n column-major matrices stride_c elements apart (gemm when
  * A and B are not read); beta = 0 writes zeros, so NaN in C does not survive (BLAS). */
 template <typename T>
-__device__ void scale(T *c, int64_t m, int64_t n, int64_t ldc, int64_t batch,
-                      int64_t stride_c, typename elem<T>::calc beta)
-{
+__device__ void scale(T *c, int64_t m, int64_t n, int64_t ldc, int64_t batch, int64_t stride_c,
+                      typename elem<T>::calc beta) {
   typedef typename elem<T>::calc C;
   uint64_t mn = (uint64_t)m * (uint64_t)n, total = mn * (uint64_t)batch;
   uint64_t stride = (uint64_t)gridDim.x * blockDim.x;
@@ -405,12 +370,10 @@ __device__ void scale(T *c, int64_t m, int64_t n, int64_t ldc, int64_t batch,
   }
 }
 
-#define BE_SCALE(sfx, T)                                                                   \
-  extern "C" __global__ void be_scale##sfx(T *c, int64_t m, int64_t n, int64_t ldc,        \
-                                           int64_t batch, int64_t stride_c,                \
-                                           elem<T>::calc beta)                             \
-  {                                                                                        \
-    scale(c, m, n, ldc, batch, stride_c, beta);                                            \
+#define BE_SCALE(sfx, T)                                                                           \
+  extern "C" __global__ void be_scale##sfx(T *c, int64_t m, int64_t n, int64_t ldc, int64_t batch, \
+                                           int64_t stride_c, elem<T>::calc beta) {                 \
+    scale(c, m, n, ldc, batch, stride_c, beta);                                                    \
   }
 
 BE_PER_TYPE(BE_SCALE)
@@ -418,29 +381,34 @@ BE_PER_TYPE(BE_SCALE)
 /* ---- NN element-wise ------------------------------------------------------------------ */
 
 /* 1 / (1 + exp(-x)) without overflow, as the cpu backend computes it. */
-__device__ __forceinline__ float sigmoid(float x)
-{
+__device__ __forceinline__ float sigmoid(float x) {
   float e = expf(-fabsf(x));
   float r = 1.0f / (1.0f + e);
   return x >= 0.0f ? r : e * r;
 }
 
-__device__ __forceinline__ double sigmoid(double x)
-{
+__device__ __forceinline__ double sigmoid(double x) {
   double e = exp(-fabs(x));
   double r = 1.0 / (1.0 + e);
   return x >= 0.0 ? r : e * r;
 }
 
-__device__ __forceinline__ float exp_(float x) { return expf(x); }
-__device__ __forceinline__ double exp_(double x) { return exp(x); }
-__device__ __forceinline__ float tanh_(float x) { return tanhf(x); }
-__device__ __forceinline__ double tanh_(double x) { return tanh(x); }
+__device__ __forceinline__ float exp_(float x) {
+  return expf(x);
+}
+__device__ __forceinline__ double exp_(double x) {
+  return exp(x);
+}
+__device__ __forceinline__ float tanh_(float x) {
+  return tanhf(x);
+}
+__device__ __forceinline__ double tanh_(double x) {
+  return tanh(x);
+}
 
 enum { OP_SIGMOID = 0, OP_RELU = 1, OP_TANH = 2 };
 
-template <int OP, typename C> __device__ __forceinline__ C apply(C x)
-{
+template <int OP, typename C> __device__ __forceinline__ C apply(C x) {
   if (OP == OP_SIGMOID)
     return sigmoid(x);
   if (OP == OP_RELU)
@@ -448,31 +416,26 @@ template <int OP, typename C> __device__ __forceinline__ C apply(C x)
   return tanh_(x);
 }
 
-template <int OP, typename T> __device__ void unary(T *dst, const T *src, uint64_t n)
-{
+template <int OP, typename T> __device__ void unary(T *dst, const T *src, uint64_t n) {
   uint64_t stride = (uint64_t)gridDim.x * blockDim.x;
   for (uint64_t i = blockIdx.x * (uint64_t)blockDim.x + threadIdx.x; i < n; i += stride)
     dst[i] = elem<T>::store(apply<OP>(elem<T>::load(src[i])));
 }
 
-#define BE_UNARY(sfx, T)                                                                   \
-  extern "C" __global__ void be_sigmoid##sfx(T *dst, const T *src, uint64_t n)             \
-  {                                                                                        \
-    unary<OP_SIGMOID>(dst, src, n);                                                        \
-  }                                                                                        \
-  extern "C" __global__ void be_relu##sfx(T *dst, const T *src, uint64_t n)                \
-  {                                                                                        \
-    unary<OP_RELU>(dst, src, n);                                                           \
-  }                                                                                        \
-  extern "C" __global__ void be_tanh##sfx(T *dst, const T *src, uint64_t n)                \
-  {                                                                                        \
-    unary<OP_TANH>(dst, src, n);                                                           \
+#define BE_UNARY(sfx, T)                                                                           \
+  extern "C" __global__ void be_sigmoid##sfx(T *dst, const T *src, uint64_t n) {                   \
+    unary<OP_SIGMOID>(dst, src, n);                                                                \
+  }                                                                                                \
+  extern "C" __global__ void be_relu##sfx(T *dst, const T *src, uint64_t n) {                      \
+    unary<OP_RELU>(dst, src, n);                                                                   \
+  }                                                                                                \
+  extern "C" __global__ void be_tanh##sfx(T *dst, const T *src, uint64_t n) {                      \
+    unary<OP_TANH>(dst, src, n);                                                                   \
   }
 
 BE_PER_TYPE(BE_UNARY)
 
-template <typename T> __device__ __forceinline__ T warp_max(T v)
-{
+template <typename T> __device__ __forceinline__ T warp_max(T v) {
 #pragma unroll
   for (int o = 16; o > 0; o /= 2) {
     T w = __shfl_down_sync(0xffffffffu, v, o);
@@ -483,8 +446,7 @@ template <typename T> __device__ __forceinline__ T warp_max(T v)
 
 /* The block's maximum as `x > max` finds it (NaN never wins: the row's exp then makes the
  * NaN, as on the cpu), broadcast to every thread. */
-template <typename T> __device__ T block_max(T v)
-{
+template <typename T> __device__ T block_max(T v) {
   __shared__ T part[BLOCK / 32];
   __shared__ T all;
   v = warp_max(v);
@@ -503,8 +465,7 @@ template <typename T> __device__ T block_max(T v)
 
 /* Row-wise softmax of a rows x cols row-major matrix, one block per row: the maximum first,
  * so exp never overflows, then the sum, then the quotients (in f32 for F16 and BF16). */
-template <typename T> __device__ void softmax(T *dst, const T *src, uint64_t rows, uint64_t cols)
-{
+template <typename T> __device__ void softmax(T *dst, const T *src, uint64_t rows, uint64_t cols) {
   typedef typename elem<T>::calc C;
   __shared__ C total;
   for (uint64_t r = blockIdx.x; r < rows; r += gridDim.x) {
@@ -530,11 +491,9 @@ template <typename T> __device__ void softmax(T *dst, const T *src, uint64_t row
   }
 }
 
-#define BE_SOFTMAX(sfx, T)                                                                 \
-  extern "C" __global__ void be_softmax##sfx(T *dst, const T *src, uint64_t rows,          \
-                                             uint64_t cols)                                \
-  {                                                                                        \
-    softmax(dst, src, rows, cols);                                                         \
+#define BE_SOFTMAX(sfx, T)                                                                         \
+  extern "C" __global__ void be_softmax##sfx(T *dst, const T *src, uint64_t rows, uint64_t cols) { \
+    softmax(dst, src, rows, cols);                                                                 \
   }
 
 BE_PER_TYPE(BE_SOFTMAX)
@@ -542,12 +501,12 @@ BE_PER_TYPE(BE_SOFTMAX)
 /* ---- tests and benchmarks ------------------------------------------------------------- */
 
 /* Does nothing: the cost of a launch alone. */
-extern "C" __global__ void be_null(void) {}
+extern "C" __global__ void be_null(void) {
+}
 
 /* Breaks the context for real (fault injection, tests only): mode 0 traps, mode 1 writes
  * through a pointer that maps nothing. */
-extern "C" __global__ void be_fault(int mode, unsigned *bad)
-{
+extern "C" __global__ void be_fault(int mode, unsigned *bad) {
   if (mode == 0)
     asm volatile("trap;");
   else

@@ -15,13 +15,11 @@ typedef struct be_cuda_block {
   unsigned gen;
 } be_cuda_block;
 
-static be_cuda_block *block_of(be_mem m)
-{
+static be_cuda_block *block_of(be_mem m) {
   return (be_cuda_block *)(uintptr_t)m.handle;
 }
 
-int be_cuda_mem_alloc(be_device *dev, size_t bytes, be_mem *out)
-{
+int be_cuda_mem_alloc(be_device *dev, size_t bytes, be_mem *out) {
   if (dev == NULL || out == NULL || bytes == 0)
     return ACCEL_EINVAL;
   if (be_cuda_lost(dev) || dev->ctx == NULL)
@@ -46,15 +44,13 @@ int be_cuda_mem_alloc(be_device *dev, size_t bytes, be_mem *out)
 
 /* The device memory of blk, if its context still holds it. cuMemFree may wait for the
  * device (the reason alloc and free stay off the loop thread). */
-static void block_release(be_device *dev, be_cuda_block *blk)
-{
+static void block_release(be_device *dev, be_cuda_block *blk) {
   if (blk->gen != atomic_load(&dev->gen) || be_cuda_lost(dev) || be_cuda_enter(dev) != 0)
     return;
   be_cuda_check(dev, be_cu.cuMemFree(blk->ptr));
 }
 
-void be_cuda_mem_free(be_device *dev, be_mem *mem)
-{
+void be_cuda_mem_free(be_device *dev, be_mem *mem) {
   if (dev == NULL || mem == NULL || mem->handle == 0)
     return;
   be_cuda_block *blk = block_of(*mem);
@@ -66,8 +62,7 @@ void be_cuda_mem_free(be_device *dev, be_mem *mem)
   *mem = (be_mem){0};
 }
 
-void be_cuda_mem_free_all(be_device *dev)
-{
+void be_cuda_mem_free_all(be_device *dev) {
   while (!rt_list_empty(&dev->blocks)) {
     be_cuda_block *blk = (be_cuda_block *)dev->blocks.next;
     rt_list_remove(&blk->link);
@@ -76,8 +71,7 @@ void be_cuda_mem_free_all(be_device *dev)
   }
 }
 
-int be_cuda_span(be_mem m, size_t off, size_t count, size_t size, CUdeviceptr *out)
-{
+int be_cuda_span(be_mem m, size_t off, size_t count, size_t size, CUdeviceptr *out) {
   size_t len = m.bytes / size;
   if ((m.handle == 0 && m.bytes > 0) || off > len || count > len - off)
     return ACCEL_EINVAL;
@@ -85,20 +79,17 @@ int be_cuda_span(be_mem m, size_t off, size_t count, size_t size, CUdeviceptr *o
   return 0;
 }
 
-int be_cuda_tail(be_mem m, size_t off, size_t size, CUdeviceptr *out, size_t *len)
-{
+int be_cuda_tail(be_mem m, size_t off, size_t size, CUdeviceptr *out, size_t *len) {
   *len = off <= m.bytes / size ? m.bytes / size - off : 0;
   return be_cuda_span(m, off, *len, size, out);
 }
 
-uint64_t be_cuda_devptr(be_mem m)
-{
+uint64_t be_cuda_devptr(be_mem m) {
   return m.handle == 0 ? 0 : (uint64_t)block_of(m)->ptr;
 }
 
 /* Portable: the registration holds for every context, so one device's call serves all. */
-int be_cuda_host_register(be_device *dev, void *p, size_t bytes)
-{
+int be_cuda_host_register(be_device *dev, void *p, size_t bytes) {
   if (dev == NULL || p == NULL || bytes == 0)
     return ACCEL_EINVAL;
   if (be_cuda_lost(dev) || dev->ctx == NULL)
@@ -109,8 +100,7 @@ int be_cuda_host_register(be_device *dev, void *p, size_t bytes)
   return rc;
 }
 
-void be_cuda_host_unregister(be_device *dev, void *p)
-{
+void be_cuda_host_unregister(be_device *dev, void *p) {
   if (dev != NULL && p != NULL && be_cuda_enter(dev) == 0)
     be_cu.cuMemHostUnregister(p); /* fails harmlessly after a reset took the registration */
 }

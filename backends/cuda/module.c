@@ -62,14 +62,12 @@ struct be_module {
 
 /* ---- limits and sources --------------------------------------------------------------- */
 
-static uint32_t attr(be_device *dev, CUdevice_attribute a)
-{
+static uint32_t attr(be_device *dev, CUdevice_attribute a) {
   int v = 0;
   return be_cu.cuDeviceGetAttribute(&v, a, dev->cu) == CUDA_SUCCESS && v > 0 ? (uint32_t)v : 0;
 }
 
-void be_cuda_limits_read(be_device *dev)
-{
+void be_cuda_limits_read(be_device *dev) {
   be_launch_limits *l = &dev->limits;
   l->max_block[0] = attr(dev, CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_X);
   l->max_block[1] = attr(dev, CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Y);
@@ -83,23 +81,20 @@ void be_cuda_limits_read(be_device *dev)
     l->max_shared_bytes = attr(dev, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK);
 }
 
-static void cuda_limits(be_device *dev, be_launch_limits *out)
-{
+static void cuda_limits(be_device *dev, be_launch_limits *out) {
   if (dev != NULL && out != NULL)
     *out = dev->limits;
 }
 
 /* NVRTC was looked for when the device opened (backend_cuda.c): this never blocks. */
-static uint32_t cuda_sources(be_device *dev)
-{
+static uint32_t cuda_sources(be_device *dev) {
   (void)dev;
   return (be_nvrtc() != NULL ? 1u << ACCEL_SOURCE_CUDA : 0) | 1u << ACCEL_SOURCE_PTX;
 }
 
 /* ---- load ----------------------------------------------------------------------------- */
 
-static bool blank(const char *s)
-{
+static bool blank(const char *s) {
   char *copy = s != NULL ? rt_strdup(s) : NULL;
   be_cuda_log_finish(&copy);
   bool none = copy == NULL;
@@ -109,8 +104,7 @@ static bool blank(const char *s)
 
 /* The PTX as the driver wants it: ending in a NUL. */
 static int ptx_image(const void *code, size_t len, const char *options, be_cuda_image *img,
-                     char **log)
-{
+                     char **log) {
   if (!blank(options)) {
     be_cuda_log_append(log, "accel: PTX takes no options (the driver compiles it as it is)");
     return ACCEL_EBUILD;
@@ -125,32 +119,27 @@ static int ptx_image(const void *code, size_t len, const char *options, be_cuda_
   return 0;
 }
 
-static CUresult jit_load(CUmodule *cu, const void *image, char *err, char *info)
-{
+static CUresult jit_load(CUmodule *cu, const void *image, char *err, char *info) {
   CUjit_option opts[] = {CU_JIT_ERROR_LOG_BUFFER, CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES,
                          CU_JIT_INFO_LOG_BUFFER, CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES};
-  void *vals[] = {err, (void *)(uintptr_t)(JIT_LOG - 1), info,
-                  (void *)(uintptr_t)(JIT_LOG - 1)};
+  void *vals[] = {err, (void *)(uintptr_t)(JIT_LOG - 1), info, (void *)(uintptr_t)(JIT_LOG - 1)};
   return be_cu.cuModuleLoadDataEx(cu, image, 4, opts, vals);
 }
 
 /* An image the driver refused is a build error (its log says why), unless the device broke
  * (the fault path) or ran out of memory. */
-static int load_error(be_device *dev, CUresult r, char **log)
-{
+static int load_error(be_device *dev, CUresult r, char **log) {
   if (be_cuda_sticky(r))
     return be_cuda_check(dev, r);
   if (r == CUDA_ERROR_OUT_OF_MEMORY)
     return ACCEL_ENOMEM;
   char line[96];
-  snprintf(line, sizeof line, "accel: the driver did not load the module: %s",
-           be_cuda_err_name(r));
+  snprintf(line, sizeof line, "accel: the driver did not load the module: %s", be_cuda_err_name(r));
   be_cuda_log_append(log, line);
   return ACCEL_EBUILD;
 }
 
-static int driver_load(be_device *dev, const be_cuda_image *img, CUmodule *cu, char **log)
-{
+static int driver_load(be_device *dev, const be_cuda_image *img, CUmodule *cu, char **log) {
   char *err = rt_calloc(2, JIT_LOG);
   if (err == NULL)
     return ACCEL_ENOMEM;
@@ -165,8 +154,7 @@ static int driver_load(be_device *dev, const be_cuda_image *img, CUmodule *cu, c
   return rc;
 }
 
-static int module_new(be_device *dev, CUmodule cu, be_module **out)
-{
+static int module_new(be_device *dev, CUmodule cu, be_module **out) {
   be_module *m = rt_calloc(1, sizeof *m);
   if (m == NULL)
     return ACCEL_ENOMEM;
@@ -183,8 +171,7 @@ static int module_new(be_device *dev, CUmodule cu, be_module **out)
 }
 
 static int image_for(be_device *dev, uint32_t source, const void *code, size_t len,
-                     const char *options, be_cuda_image *img, char **log)
-{
+                     const char *options, be_cuda_image *img, char **log) {
   if (source == ACCEL_SOURCE_PTX)
     return ptx_image(code, len, options, img, log);
   if (source == ACCEL_SOURCE_CUDA)
@@ -193,8 +180,7 @@ static int image_for(be_device *dev, uint32_t source, const void *code, size_t l
 }
 
 static int cuda_load(be_device *dev, uint32_t source, const void *code, size_t len,
-                     const char *options, be_module **out, char **log)
-{
+                     const char *options, be_module **out, char **log) {
   char *text = NULL;
   if (log != NULL)
     *log = NULL;
@@ -220,8 +206,7 @@ static int cuda_load(be_device *dev, uint32_t source, const void *code, size_t l
 
 /* ---- unload and teardown ---------------------------------------------------------------- */
 
-static void module_free(be_module *m)
-{
+static void module_free(be_module *m) {
   while (m->kernels != NULL) {
     be_kernel *k = m->kernels;
     m->kernels = k->next;
@@ -233,8 +218,7 @@ static void module_free(be_module *m)
 
 /* A lost device's modules stay: its context is destroyed or reset, and they with it (the
  * driver might wait for work that never ends first). */
-static void cuda_unload(be_module *m)
-{
+static void cuda_unload(be_module *m) {
   if (m == NULL)
     return;
   be_device *dev = m->dev;
@@ -249,8 +233,7 @@ static void cuda_unload(be_module *m)
 }
 
 /* The CUmodule of a module of the incarnation, taken from it (under dev->lock). */
-static CUmodule take_live(be_device *dev)
-{
+static CUmodule take_live(be_device *dev) {
   for (rt_list *l = dev->modules.next; l != &dev->modules; l = l->next) {
     be_module *m = (be_module *)l;
     if (m->cu != NULL) {
@@ -262,8 +245,7 @@ static CUmodule take_live(be_device *dev)
   return NULL;
 }
 
-void be_cuda_modules_dissolve(be_device *dev, bool lost)
-{
+void be_cuda_modules_dissolve(be_device *dev, bool lost) {
   for (;;) {
     pthread_mutex_lock(&dev->lock);
     CUmodule cu = take_live(dev);
@@ -275,8 +257,7 @@ void be_cuda_modules_dissolve(be_device *dev, bool lost)
   }
 }
 
-void be_cuda_modules_free_all(be_device *dev)
-{
+void be_cuda_modules_free_all(be_device *dev) {
   pthread_mutex_lock(&dev->lock);
   while (!rt_list_empty(&dev->modules)) {
     be_module *m = (be_module *)dev->modules.next;
@@ -290,8 +271,7 @@ void be_cuda_modules_free_all(be_device *dev)
 
 /* The parameters' sizes, as far as the driver says (the count stops at the first index it
  * refuses). */
-static void param_info(CUfunction fn, be_kernel_info *info)
-{
+static void param_info(CUfunction fn, be_kernel_info *info) {
   memset(info, 0, sizeof *info);
   info->nparams = UINT32_MAX;
   if (be_cu.cuFuncGetParamInfo == NULL)
@@ -310,8 +290,7 @@ static void param_info(CUfunction fn, be_kernel_info *info)
   info->nparams = n;
 }
 
-static be_kernel *kernel_find(be_module *m, const char *name)
-{
+static be_kernel *kernel_find(be_module *m, const char *name) {
   for (be_kernel *k = m->kernels; k != NULL; k = k->next)
     if (strcmp(k->name, name) == 0)
       return k;
@@ -319,8 +298,7 @@ static be_kernel *kernel_find(be_module *m, const char *name)
 }
 
 /* The CUfunction of that name in a module of the live incarnation. */
-static int function_get(be_module *m, const char *name, CUfunction *fn)
-{
+static int function_get(be_module *m, const char *name, CUfunction *fn) {
   be_device *dev = m->dev;
   pthread_mutex_lock(&dev->lock);
   CUmodule cu = m->gen == atomic_load(&dev->gen) ? m->cu : NULL;
@@ -334,8 +312,7 @@ static int function_get(be_module *m, const char *name, CUfunction *fn)
   return r == CUDA_ERROR_NOT_FOUND ? ACCEL_ENOENT : be_cuda_check(dev, r);
 }
 
-static int kernel_new(be_module *m, const char *name, size_t len, be_kernel **out)
-{
+static int kernel_new(be_module *m, const char *name, size_t len, be_kernel **out) {
   CUfunction fn = NULL;
   int rc = function_get(m, name, &fn);
   if (rc != 0)
@@ -354,8 +331,7 @@ static int kernel_new(be_module *m, const char *name, size_t len, be_kernel **ou
   return 0;
 }
 
-static int cuda_kernel(be_module *m, const char *name, be_kernel **out, be_kernel_info *info)
-{
+static int cuda_kernel(be_module *m, const char *name, be_kernel **out, be_kernel_info *info) {
   if (m == NULL || name == NULL || out == NULL)
     return ACCEL_EINVAL;
   size_t len = strnlen(name, BE_KERNEL_NAME_MAX + 1);
@@ -379,8 +355,7 @@ typedef union arg_slot {
   uint64_t bits;
 } arg_slot;
 
-static int geometry_ok(const be_launch_limits *lim, const be_launch *l)
-{
+static int geometry_ok(const be_launch_limits *lim, const be_launch *l) {
   uint64_t threads = 1;
   for (int i = 0; i < 3; i++) {
     if (l->grid[i] == 0 || l->grid[i] > lim->max_grid[i] || l->block[i] == 0 ||
@@ -393,8 +368,7 @@ static int geometry_ok(const be_launch_limits *lim, const be_launch *l)
              : ACCEL_EINVAL;
 }
 
-static int pack_arg(const be_kernel_arg *a, arg_slot *slot, uint32_t *size)
-{
+static int pack_arg(const be_kernel_arg *a, arg_slot *slot, uint32_t *size) {
   if (a->kind == BE_PARAM_BUFFER) {
     *size = sizeof(CUdeviceptr);
     return be_cuda_span(a->mem, a->offset, 0, 1, &slot->ptr);
@@ -408,8 +382,7 @@ static int pack_arg(const be_kernel_arg *a, arg_slot *slot, uint32_t *size)
   return 0;
 }
 
-static int pack_args(const be_kernel *k, const be_launch *l, arg_slot *slots, void **params)
-{
+static int pack_args(const be_kernel *k, const be_launch *l, arg_slot *slots, void **params) {
   const be_kernel_info *info = &k->info;
   bool known = info->nparams != UINT32_MAX;
   if (l->nargs > BE_LAUNCH_MAX_ARGS || (l->nargs > 0 && l->args == NULL) ||
@@ -428,17 +401,16 @@ static int pack_args(const be_kernel *k, const be_launch *l, arg_slot *slots, vo
 }
 
 /* Raises the kernel's dynamic shared memory limit to `bytes` unless it is there already. */
-static int shared_open(be_kernel *k, uint32_t bytes)
-{
+static int shared_open(be_kernel *k, uint32_t bytes) {
   if (bytes <= atomic_load(&k->shared))
     return 0;
   be_module *m = k->mod;
   int rc = 0;
   pthread_mutex_lock(&m->lock);
   if (bytes > atomic_load(&k->shared)) {
-    rc = be_cuda_check(m->dev, be_cu.cuFuncSetAttribute(
-                                   k->fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                                   (int)bytes));
+    rc = be_cuda_check(
+        m->dev, be_cu.cuFuncSetAttribute(k->fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                         (int)bytes));
     if (rc == 0)
       atomic_store(&k->shared, bytes);
   }
@@ -446,8 +418,7 @@ static int shared_open(be_kernel *k, uint32_t bytes)
   return rc;
 }
 
-static int cuda_launch(be_queue *q, be_kernel *k, const be_launch *l)
-{
+static int cuda_launch(be_queue *q, be_kernel *k, const be_launch *l) {
   if (q == NULL || k == NULL || l == NULL || k->mod->dev != q->dev)
     return ACCEL_EINVAL;
   be_device *dev = q->dev;
@@ -466,10 +437,10 @@ static int cuda_launch(be_queue *q, be_kernel *k, const be_launch *l)
     rc = shared_open(k, l->shared_bytes);
   if (rc != 0)
     return rc;
-  return be_cuda_check(dev, be_cu.cuLaunchKernel(k->fn, l->grid[0], l->grid[1], l->grid[2],
-                                                 l->block[0], l->block[1], l->block[2],
-                                                 l->shared_bytes, q->stream,
-                                                 l->nargs > 0 ? params : NULL, NULL));
+  return be_cuda_check(dev,
+                       be_cu.cuLaunchKernel(k->fn, l->grid[0], l->grid[1], l->grid[2], l->block[0],
+                                            l->block[1], l->block[2], l->shared_bytes, q->stream,
+                                            l->nargs > 0 ? params : NULL, NULL));
 }
 
 const be_module_pkg be_cuda_module = {

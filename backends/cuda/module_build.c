@@ -38,8 +38,7 @@ static atomic_uint_fast64_t compiles, mem_hits, disk_hits;
 
 /* ---- the log ------------------------------------------------------------------------- */
 
-void be_cuda_log_append(char **log, const char *text)
-{
+void be_cuda_log_append(char **log, const char *text) {
   size_t old = *log != NULL ? strlen(*log) : 0, n = strlen(text);
   if (n == 0)
     return;
@@ -53,8 +52,7 @@ void be_cuda_log_append(char **log, const char *text)
   *log = s;
 }
 
-void be_cuda_log_finish(char **log)
-{
+void be_cuda_log_finish(char **log) {
   for (const char *p = *log; p != NULL && *p != '\0'; p++)
     if (!isspace((unsigned char)*p))
       return;
@@ -71,8 +69,7 @@ typedef struct ident {
 } ident;
 
 static int ident_make(be_device *dev, const be_nvrtc_api *nv, const void *code, size_t len,
-                      const char *options, ident *id)
-{
+                      const char *options, ident *id) {
   int drv = 0;
   be_cu.cuDriverGetVersion(&drv);
   char head[128];
@@ -100,8 +97,7 @@ typedef struct blob_head {
 } blob_head;
 
 static unsigned char *blob_make(const ident *id, const char *log, const be_cuda_image *img,
-                                size_t *len)
-{
+                                size_t *len) {
   blob_head h = {BLOB_VERSION, (uint32_t)id->len, log != NULL ? (uint32_t)strlen(log) : 0,
                  (uint32_t)img->len};
   *len = sizeof h + h.ident_len + h.log_len + h.image_len;
@@ -121,8 +117,7 @@ static unsigned char *blob_make(const ident *id, const char *log, const be_cuda_
 }
 
 /* malloc'd copy of n bytes and a NUL (PTX must end in one; a CUBIN does not mind). */
-static void *dup_nul(const void *p, size_t n)
-{
+static void *dup_nul(const void *p, size_t n) {
   char *s = rt_malloc(n + 1);
   if (s != NULL) {
     memcpy(s, p, n);
@@ -134,8 +129,7 @@ static void *dup_nul(const void *p, size_t n)
 /* The image and log of blob b if it was built from id: 0, ACCEL_ENOENT (another build, or
  * not a blob) or ACCEL_ENOMEM. */
 static int blob_open(const unsigned char *b, size_t len, const ident *id, be_cuda_image *img,
-                     char **log)
-{
+                     char **log) {
   blob_head h;
   if (len < sizeof h)
     return ACCEL_ENOENT;
@@ -173,8 +167,7 @@ static mem_entry mem[MEM_ENTRIES];
 static size_t mem_total;
 static uint64_t mem_tick;
 
-static int mem_find(const ident *id, be_cuda_image *img, char **log)
-{
+static int mem_find(const ident *id, be_cuda_image *img, char **log) {
   int rc = ACCEL_ENOENT;
   pthread_mutex_lock(&mem_lock);
   for (int i = 0; i < MEM_ENTRIES && rc == ACCEL_ENOENT; i++)
@@ -190,16 +183,14 @@ static int mem_find(const ident *id, be_cuda_image *img, char **log)
 }
 
 /* Under mem_lock. */
-static void mem_drop(mem_entry *e)
-{
+static void mem_drop(mem_entry *e) {
   mem_total -= e->len;
   rt_free(e->blob);
   *e = (mem_entry){0};
 }
 
 /* Under mem_lock: a slot for len more bytes, emptied of the least recently used entries. */
-static mem_entry *mem_room(size_t len)
-{
+static mem_entry *mem_room(size_t len) {
   for (;;) {
     mem_entry *lru = NULL, *empty = NULL;
     for (int i = 0; i < MEM_ENTRIES; i++) {
@@ -217,8 +208,7 @@ static mem_entry *mem_room(size_t len)
 }
 
 /* Keeps the blob (taken: freed here if it is not kept). */
-static void mem_put(uint64_t key, unsigned char *blob, size_t len)
-{
+static void mem_put(uint64_t key, unsigned char *blob, size_t len) {
   if (len > MEM_BYTES) {
     rt_free(blob);
     return;
@@ -237,8 +227,7 @@ static void mem_put(uint64_t key, unsigned char *blob, size_t len)
   rt_free(blob);
 }
 
-void be_cuda_module_cache_drop(void)
-{
+void be_cuda_module_cache_drop(void) {
   pthread_mutex_lock(&mem_lock);
   for (int i = 0; i < MEM_ENTRIES; i++)
     if (mem[i].used != 0)
@@ -246,8 +235,7 @@ void be_cuda_module_cache_drop(void)
   pthread_mutex_unlock(&mem_lock);
 }
 
-void be_cuda_module_cache_stats(be_cuda_module_stats *out)
-{
+void be_cuda_module_cache_stats(be_cuda_module_stats *out) {
   out->compiles = atomic_load(&compiles);
   out->memory_hits = atomic_load(&mem_hits);
   out->disk_hits = atomic_load(&disk_hits);
@@ -255,8 +243,7 @@ void be_cuda_module_cache_stats(be_cuda_module_stats *out)
 
 /* ---- the disk cache ------------------------------------------------------------------ */
 
-static int disk_find(const ident *id, be_cuda_image *img, char **log)
-{
+static int disk_find(const ident *id, be_cuda_image *img, char **log) {
   void *data = NULL;
   size_t len = 0;
   if (be_cache_read(CACHE_KIND, id->key, &data, &len) != 0)
@@ -271,8 +258,7 @@ static int disk_find(const ident *id, be_cuda_image *img, char **log)
   return rc;
 }
 
-static void keep(const ident *id, const char *log, const be_cuda_image *img)
-{
+static void keep(const ident *id, const char *log, const be_cuda_image *img) {
   size_t len = 0;
   unsigned char *blob = blob_make(id, log, img, &len);
   if (blob == NULL)
@@ -287,8 +273,7 @@ static void keep(const ident *id, const char *log, const be_cuda_image *img)
  * ACCEL_EBUILD for an unbalanced quote. Each word's text takes at most its input and a NUL,
  * and words are at least two input characters apart, so n + 1 bytes and n / 2 + 3 pointers
  * always suffice. */
-static int split_words(const char *s, char **store, char ***argv, int *argc)
-{
+static int split_words(const char *s, char **store, char ***argv, int *argc) {
   size_t n = strlen(s);
   char *w = *store = rt_malloc(n + 1);
   char **v = *argv = rt_malloc((n / 2 + 3) * sizeof *v);
@@ -317,8 +302,7 @@ static int split_words(const char *s, char **store, char ***argv, int *argc)
   return quoted ? ACCEL_EBUILD : 0;
 }
 
-static bool names_arch(char **argv, int argc)
-{
+static bool names_arch(char **argv, int argc) {
   for (int i = 0; i < argc; i++)
     if (strncmp(argv[i], "-arch", 5) == 0 || strncmp(argv[i], "--gpu-architecture", 18) == 0)
       return true;
@@ -326,8 +310,7 @@ static bool names_arch(char **argv, int argc)
 }
 
 /* The newest architecture this NVRTC knows at or below cc (cc itself if it cannot say). */
-static int known_arch(const be_nvrtc_api *nv, int cc)
-{
+static int known_arch(const be_nvrtc_api *nv, int cc) {
   int n = 0, archs[256], best = 0;
   if (nv->nvrtcGetNumSupportedArchs == NULL || nv->nvrtcGetSupportedArchs == NULL ||
       nv->nvrtcGetNumSupportedArchs(&n) != NVRTC_SUCCESS || n <= 0 || n > 256 ||
@@ -339,14 +322,12 @@ static int known_arch(const be_nvrtc_api *nv, int cc)
   return best > 0 ? best : cc;
 }
 
-static void arch_option(const be_nvrtc_api *nv, int cc, char *buf, size_t len)
-{
+static void arch_option(const be_nvrtc_api *nv, int cc, char *buf, size_t len) {
   int arch = known_arch(nv, cc);
   snprintf(buf, len, "--gpu-architecture=%s_%d", arch == cc ? "sm" : "compute", arch);
 }
 
-static void program_log(const be_nvrtc_api *nv, nvrtcProgram prog, char **log)
-{
+static void program_log(const be_nvrtc_api *nv, nvrtcProgram prog, char **log) {
   size_t n = 0;
   if (nv->nvrtcGetProgramLogSize(prog, &n) != NVRTC_SUCCESS || n <= 1)
     return;
@@ -359,8 +340,7 @@ static void program_log(const be_nvrtc_api *nv, nvrtcProgram prog, char **log)
 }
 
 /* The CUBIN NVRTC made, else its PTX. */
-static int program_image(const be_nvrtc_api *nv, nvrtcProgram prog, be_cuda_image *img)
-{
+static int program_image(const be_nvrtc_api *nv, nvrtcProgram prog, be_cuda_image *img) {
   size_t n = 0;
   bool cubin = nv->nvrtcGetCUBINSize != NULL && nv->nvrtcGetCUBIN != NULL &&
                nv->nvrtcGetCUBINSize(prog, &n) == NVRTC_SUCCESS && n > 0;
@@ -379,8 +359,7 @@ static int program_image(const be_nvrtc_api *nv, nvrtcProgram prog, be_cuda_imag
   return 0;
 }
 
-static int nvrtc_status(const be_nvrtc_api *nv, nvrtcResult r, char **log)
-{
+static int nvrtc_status(const be_nvrtc_api *nv, nvrtcResult r, char **log) {
   if (r == NVRTC_SUCCESS)
     return 0;
   if (r == NVRTC_ERROR_OUT_OF_MEMORY)
@@ -391,8 +370,7 @@ static int nvrtc_status(const be_nvrtc_api *nv, nvrtcResult r, char **log)
 }
 
 static int run_nvrtc(const be_nvrtc_api *nv, const char *src, char **argv, int argc,
-                     be_cuda_image *img, char **log)
-{
+                     be_cuda_image *img, char **log) {
   nvrtcProgram prog = NULL;
   atomic_fetch_add(&compiles, 1);
   int rc = nvrtc_status(nv, nv->nvrtcCreateProgram(&prog, src, "module.cu", 0, NULL, NULL), log);
@@ -407,12 +385,11 @@ static int run_nvrtc(const be_nvrtc_api *nv, const char *src, char **argv, int a
 }
 
 static int compile(be_device *dev, const be_nvrtc_api *nv, const void *code, size_t len,
-                   const char *options, be_cuda_image *img, char **log)
-{
+                   const char *options, be_cuda_image *img, char **log) {
   char *src = dup_nul(code, len), *store = NULL, **argv = NULL, arch[64];
   int argc = 0;
-  int rc = src == NULL ? ACCEL_ENOMEM : split_words(options != NULL ? options : "", &store,
-                                                   &argv, &argc);
+  int rc = src == NULL ? ACCEL_ENOMEM
+                       : split_words(options != NULL ? options : "", &store, &argv, &argc);
   if (rc == ACCEL_EBUILD)
     be_cuda_log_append(log, "accel: unbalanced double quote in the options");
   if (rc == 0 && !names_arch(argv, argc)) {
@@ -428,8 +405,7 @@ static int compile(be_device *dev, const be_nvrtc_api *nv, const void *code, siz
 }
 
 int be_cuda_build(be_device *dev, const void *code, size_t len, const char *options,
-                  be_cuda_image *img, char **log)
-{
+                  be_cuda_image *img, char **log) {
   const be_nvrtc_api *nv = be_nvrtc();
   if (nv == NULL)
     return ACCEL_ENOTSUP;

@@ -10,19 +10,17 @@
 /* The toolkit this backend is built against ships libnvrtc.so.13; 12's takes the same calls.
  * The absolute path catches a toolkit not on the loader's path. */
 static const char *const nvrtc_names[] = {
-    "libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so", "/usr/local/cuda/lib64/libnvrtc.so.13",
-    NULL,
+    "libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so", "/usr/local/cuda/lib64/libnvrtc.so.13", NULL,
 };
 
 static pthread_once_t once = PTHREAD_ONCE_INIT;
 static be_nvrtc_api api;
 static const be_nvrtc_api *loaded;
 
-static int resolve(void *lib)
-{
-#define BE_NVRTC_RESOLVE_(fn)                                                              \
-  *(void **)(void *)&api.fn = dlsym(lib, #fn);                                             \
-  if (api.fn == NULL)                                                                      \
+static int resolve(void *lib) {
+#define BE_NVRTC_RESOLVE_(fn)                                                                      \
+  *(void **)(void *)&api.fn = dlsym(lib, #fn);                                                     \
+  if (api.fn == NULL)                                                                              \
     return -1;
   BE_NVRTC_FUNCS(BE_NVRTC_RESOLVE_)
 #undef BE_NVRTC_RESOLVE_
@@ -32,9 +30,7 @@ static int resolve(void *lib)
   return api.nvrtcVersion(&api.major, &api.minor) == NVRTC_SUCCESS ? 0 : -1;
 }
 
-
-static void load(void)
-{
+static void load(void) {
   void *lib = be_cuda_dlopen_first("ACCEL_NVRTC", nvrtc_names);
   if (lib == NULL)
     return;
@@ -44,8 +40,7 @@ static void load(void)
     dlclose(lib);
 }
 
-const be_nvrtc_api *be_nvrtc(void)
-{
+const be_nvrtc_api *be_nvrtc(void) {
   pthread_once(&once, load);
   return loaded;
 }

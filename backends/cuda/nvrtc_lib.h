@@ -19,7 +19,7 @@
 /* Entries of newer NVRTCs that the backend does without (NULL when missing): CUBIN output
  * (11.1; else PTX, which the driver compiles) and the list of architectures (11.2; else the
  * device's own is asked for). */
-#define BE_NVRTC_OPTIONAL_FUNCS(X)                                                         \
+#define BE_NVRTC_OPTIONAL_FUNCS(X)                                                                 \
   X(nvrtcGetCUBINSize) X(nvrtcGetCUBIN) X(nvrtcGetNumSupportedArchs) X(nvrtcGetSupportedArchs)
 
 #define BE_NVRTC_FIELD_(fn) __typeof__(&fn) fn;

@@ -13,14 +13,13 @@
 #include "backends/cuda/backend_cuda.h"
 #include "backends/cuda/device.h"
 
-#define FLOATS                                                                             \
-  (ACCEL_DTYPE_BIT(ACCEL_F32) | ACCEL_DTYPE_BIT(ACCEL_F64) | ACCEL_DTYPE_BIT(ACCEL_F16) |    \
+#define FLOATS                                                                                     \
+  (ACCEL_DTYPE_BIT(ACCEL_F32) | ACCEL_DTYPE_BIT(ACCEL_F64) | ACCEL_DTYPE_BIT(ACCEL_F16) |          \
    ACCEL_DTYPE_BIT(ACCEL_BF16))
 
 /* ---- blas ---- */
 
-static uint32_t cuda_vector_dtypes(be_device *dev)
-{
+static uint32_t cuda_vector_dtypes(be_device *dev) {
   (void)dev;
   return ACCEL_DTYPE_BIT(ACCEL_F32) | ACCEL_DTYPE_BIT(ACCEL_F64);
 }
@@ -37,8 +36,7 @@ const be_blas_pkg be_cuda_blas = {
 
 /* ---- rng and nn ---- */
 
-static uint32_t cuda_floats(be_device *dev)
-{
+static uint32_t cuda_floats(be_device *dev) {
   (void)dev;
   return FLOATS;
 }
@@ -61,8 +59,7 @@ const be_nn_pkg be_cuda_nn = {
 /* 1 and 2 bytes through the driver's memset, 4 and 8 through kernels (16-byte stores for 4;
  * cuMemsetD32 is no faster). */
 static int memset_small(be_queue *q, be_mem dst, size_t off, size_t count, uint32_t esize,
-                        uint64_t value)
-{
+                        uint64_t value) {
   CUdeviceptr d = 0;
   int rc = q == NULL ? ACCEL_EINVAL : be_cuda_span(dst, off, count, esize, &d);
   if (rc == 0)
@@ -71,15 +68,13 @@ static int memset_small(be_queue *q, be_mem dst, size_t off, size_t count, uint3
     rc = be_cuda_enter(q->dev);
   if (rc != 0 || count == 0)
     return rc;
-  CUresult r = esize == 1
-                   ? be_cu.cuMemsetD8Async(d, (unsigned char)value, count, q->stream)
-                   : be_cu.cuMemsetD16Async(d, (unsigned short)value, count, q->stream);
+  CUresult r = esize == 1 ? be_cu.cuMemsetD8Async(d, (unsigned char)value, count, q->stream)
+                          : be_cu.cuMemsetD16Async(d, (unsigned short)value, count, q->stream);
   return be_cuda_check(q->dev, r);
 }
 
 int be_cuda_fill(be_queue *q, be_mem dst, size_t off, size_t count, uint32_t esize,
-                 uint64_t value)
-{
+                 uint64_t value) {
   switch (esize) {
   case 1:
   case 2:

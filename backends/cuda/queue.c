@@ -8,15 +8,13 @@
 #include "backends/cuda/device.h"
 #include "runtime/alloc.h"
 
-int be_cuda_queue_ok(be_queue *q)
-{
+int be_cuda_queue_ok(be_queue *q) {
   if (q == NULL)
     return ACCEL_EINVAL;
   return be_cuda_gen_lost(q->dev, q->gen) ? ACCEL_EDEVLOST : 0;
 }
 
-static int queue_init(be_device *dev, be_queue *q)
-{
+static int queue_init(be_device *dev, be_queue *q) {
   int rc = be_cuda_enter(dev);
   if (rc == 0)
     rc = be_cuda_check(dev, be_cu.cuStreamCreate(&q->stream, CU_STREAM_NON_BLOCKING));
@@ -27,8 +25,7 @@ static int queue_init(be_device *dev, be_queue *q)
   return rc;
 }
 
-int be_cuda_queue_create(be_device *dev, be_queue **out)
-{
+int be_cuda_queue_create(be_device *dev, be_queue **out) {
   if (dev == NULL || out == NULL)
     return ACCEL_EINVAL;
   if (be_cuda_lost(dev) || dev->ctx == NULL)
@@ -51,8 +48,7 @@ int be_cuda_queue_create(be_device *dev, be_queue **out)
   return 0;
 }
 
-int be_cuda_queue_side(be_queue *q)
-{
+int be_cuda_queue_side(be_queue *q) {
   if (q->side != NULL)
     return 0;
   be_device *dev = q->dev;
@@ -73,8 +69,7 @@ int be_cuda_queue_side(be_queue *q)
 
 /* The queue's CUDA objects, while its incarnation lives (after a reset they are gone). After
  * abort() they are left to the context's end: freeing device memory waits for the device. */
-static void queue_release(be_queue *q)
-{
+static void queue_release(be_queue *q) {
   be_device *dev = q->dev;
   if (q->gen != atomic_load(&dev->gen) || atomic_load(&dev->aborted) || be_cuda_enter(dev) != 0)
     return;
@@ -93,8 +88,7 @@ static void queue_release(be_queue *q)
 /* Waits for the stream, then the side stream (their host functions included: every callback
  * has been called), or, on a lost device, for nothing: its callbacks were called by the
  * fault. */
-void be_cuda_queue_destroy(be_queue *q)
-{
+void be_cuda_queue_destroy(be_queue *q) {
   if (q == NULL)
     return;
   be_device *dev = q->dev;
@@ -112,7 +106,6 @@ void be_cuda_queue_destroy(be_queue *q)
   rt_free(q);
 }
 
-uint64_t be_cuda_stream(be_queue *q)
-{
+uint64_t be_cuda_stream(be_queue *q) {
   return q == NULL ? 0 : (uint64_t)(uintptr_t)q->stream;
 }

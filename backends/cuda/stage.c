@@ -80,28 +80,24 @@ struct be_cuda_stage {
 
 enum { HOST_DONE = 0, GPU_DONE = 1 };
 
-static bool cyc_ge(uint32_t a, uint32_t b)
-{
+static bool cyc_ge(uint32_t a, uint32_t b) {
   return (int32_t)(a - b) >= 0;
 }
 
-static CUdeviceptr word_addr(be_cuda_stage *s, int w)
-{
+static CUdeviceptr word_addr(be_cuda_stage *s, int w) {
   return s->words_dev + (CUdeviceptr)w * sizeof(uint32_t);
 }
 
 /* ---- the team ------------------------------------------------------------------------- */
 
-static void part_range(team *t, unsigned i, char **dst, const char **src, size_t *n)
-{
+static void part_range(team *t, unsigned i, char **dst, const char **src, size_t *n) {
   size_t off = (size_t)i * t->part;
   *n = off >= t->bytes ? 0 : t->bytes - off < t->part ? t->bytes - off : t->part;
   *dst = t->dst + off;
   *src = t->src + off;
 }
 
-static void *helper(void *arg)
-{
+static void *helper(void *arg) {
   team *t = ((void **)arg)[0];
   unsigned idx = (unsigned)(uintptr_t)((void **)arg)[1];
   rt_free(arg);
@@ -130,8 +126,7 @@ static void *helper(void *arg)
   return NULL;
 }
 
-static void team_copy(team *t, char *dst, const char *src, size_t bytes)
-{
+static void team_copy(team *t, char *dst, const char *src, size_t bytes) {
   unsigned parts = (unsigned)(bytes / MIN_PART);
   parts = parts > t->helpers + 1 ? t->helpers + 1 : parts;
   if (parts <= 1) {
@@ -144,7 +139,7 @@ static void team_copy(team *t, char *dst, const char *src, size_t bytes)
   t->bytes = bytes;
   t->parts = parts;
   t->part = ((bytes + parts - 1) / parts + 63) & ~(size_t)63; /* covers it all; the last
-                                                                * part is shorter */
+                                                               * part is shorter */
   t->left = parts - 1;
   t->round++;
   pthread_cond_broadcast(&t->go);
@@ -158,8 +153,7 @@ static void team_copy(team *t, char *dst, const char *src, size_t bytes)
   pthread_mutex_unlock(&t->lock);
 }
 
-static void team_stop(team *t)
-{
+static void team_stop(team *t) {
   pthread_mutex_lock(&t->lock);
   t->stop = true;
   pthread_cond_broadcast(&t->go);
@@ -173,8 +167,7 @@ static void team_stop(team *t)
 }
 
 /* Starts up to `helpers` threads (fewer if threads run out: the copies just use fewer). */
-static void team_start(team *t, unsigned helpers)
-{
+static void team_start(team *t, unsigned helpers) {
   pthread_mutex_init(&t->lock, NULL);
   pthread_cond_init(&t->go, NULL);
   pthread_cond_init(&t->done, NULL);
@@ -195,8 +188,7 @@ static void team_start(team *t, unsigned helpers)
 
 /* ---- the stager thread ---------------------------------------------------------------- */
 
-static bool stopped(be_cuda_stage *s)
-{
+static bool stopped(be_cuda_stage *s) {
   pthread_mutex_lock(&s->lock);
   bool stop = s->stop;
   pthread_mutex_unlock(&s->lock);
@@ -204,8 +196,7 @@ static bool stopped(be_cuda_stage *s)
 }
 
 /* Until gpu_done >= target; false if the stager stops or the device is lost first. */
-static bool wait_gpu(be_cuda_stage *s, uint32_t target)
-{
+static bool wait_gpu(be_cuda_stage *s, uint32_t target) {
   long sleep_ns = 2000;
   for (unsigned i = 0;; i++) {
     if (cyc_ge(atomic_load_explicit(&s->words[GPU_DONE], memory_order_acquire), target))
@@ -222,8 +213,7 @@ static bool wait_gpu(be_cuda_stage *s, uint32_t target)
   }
 }
 
-static bool copy_chunk(be_cuda_stage *s, char *dst, const char *src, size_t n)
-{
+static bool copy_chunk(be_cuda_stage *s, char *dst, const char *src, size_t n) {
   if (!be_cuda_copy_begin(s->dev))
     return false;
   team_copy(&s->team, dst, src, n);
@@ -234,8 +224,7 @@ static bool copy_chunk(be_cuda_stage *s, char *dst, const char *src, size_t n)
   return true;
 }
 
-static bool run_chunk(be_cuda_stage *s, const stage_job *j, uint32_t c)
-{
+static bool run_chunk(be_cuda_stage *s, const stage_job *j, uint32_t c) {
   uint32_t seq = j->first + c;
   char *slot = s->ring + (size_t)(seq % SLOTS) * CHUNK;
   char *host = j->host + (size_t)c * CHUNK;
@@ -252,8 +241,7 @@ static bool run_chunk(be_cuda_stage *s, const stage_job *j, uint32_t c)
   return ok;
 }
 
-static stage_job *next_job(be_cuda_stage *s)
-{
+static stage_job *next_job(be_cuda_stage *s) {
   pthread_mutex_lock(&s->lock);
   while (s->head == NULL && !s->stop)
     pthread_cond_wait(&s->cv, &s->lock);
@@ -269,15 +257,13 @@ static stage_job *next_job(be_cuda_stage *s)
 
 /* A job dropped (after a fault or a stop) still lets its stream go on: the stream would
  * otherwise wait for it for ever (a soft fault leaves the context running). */
-static void release_job(be_cuda_stage *s, stage_job *j)
-{
+static void release_job(be_cuda_stage *s, stage_job *j) {
   atomic_store_explicit(&s->words[HOST_DONE], j->first + j->n - 1, memory_order_release);
   rt_free(j);
 }
 
 /* Runs the jobs in order; after a fault or a stop it only drops them. */
-static void *stager(void *arg)
-{
+static void *stager(void *arg) {
   be_cuda_stage *s = arg;
   stage_job *j;
   bool ok = true;
@@ -294,8 +280,7 @@ static void *stager(void *arg)
 
 /* ---- life cycle ----------------------------------------------------------------------- */
 
-static void stage_destroy(be_cuda_stage *s, bool alive)
-{
+static void stage_destroy(be_cuda_stage *s, bool alive) {
   if (s->thread_started) {
     pthread_mutex_lock(&s->lock);
     s->stop = true;
@@ -319,8 +304,7 @@ static void stage_destroy(be_cuda_stage *s, bool alive)
 }
 
 /* Whether the stream can wait on host memory: a wait that is already satisfied. */
-static int probe_memops(be_queue *q, be_cuda_stage *s)
-{
+static int probe_memops(be_queue *q, be_cuda_stage *s) {
   CUresult r = be_cu.cuStreamWaitValue32(q->stream, word_addr(s, HOST_DONE), 0,
                                          CU_STREAM_WAIT_VALUE_GEQ);
   if (r == CUDA_ERROR_NOT_SUPPORTED || r == CUDA_ERROR_INVALID_VALUE) {
@@ -330,8 +314,7 @@ static int probe_memops(be_queue *q, be_cuda_stage *s)
   return be_cuda_check(q->dev, r);
 }
 
-static int stage_alloc(be_queue *q, be_cuda_stage *s)
-{
+static int stage_alloc(be_queue *q, be_cuda_stage *s) {
   void *words = NULL, *ring = NULL;
   int rc = be_cuda_check(q->dev, be_cu.cuMemHostAlloc(&words, 64, CU_MEMHOSTALLOC_DEVICEMAP));
   s->words = words;
@@ -345,8 +328,7 @@ static int stage_alloc(be_queue *q, be_cuda_stage *s)
   return rc != 0 ? rc : probe_memops(q, s);
 }
 
-static int stage_create(be_queue *q)
-{
+static int stage_create(be_queue *q) {
   be_cuda_stage *s = rt_calloc(1, sizeof *s);
   if (s == NULL)
     return ACCEL_ENOMEM;
@@ -369,8 +351,7 @@ static int stage_create(be_queue *q)
   return 0;
 }
 
-void be_cuda_stage_free(be_queue *q)
-{
+void be_cuda_stage_free(be_queue *q) {
   if (q->stage == NULL)
     return;
   bool alive = q->gen == atomic_load(&q->dev->gen) && !be_cuda_lost(q->dev);
@@ -380,20 +361,17 @@ void be_cuda_stage_free(be_queue *q)
 
 /* ---- submission ----------------------------------------------------------------------- */
 
-static CUresult wait_host(be_queue *q, uint32_t v)
-{
+static CUresult wait_host(be_queue *q, uint32_t v) {
   return be_cu.cuStreamWaitValue32(q->stream, word_addr(q->stage, HOST_DONE), v,
                                    CU_STREAM_WAIT_VALUE_GEQ);
 }
 
-static CUresult write_gpu(be_queue *q, uint32_t v)
-{
+static CUresult write_gpu(be_queue *q, uint32_t v) {
   return be_cu.cuStreamWriteValue32(q->stream, word_addr(q->stage, GPU_DONE), v,
                                     CU_STREAM_WRITE_VALUE_DEFAULT);
 }
 
-static CUresult queue_chunk(be_queue *q, const stage_job *j, uint32_t c, CUdeviceptr d)
-{
+static CUresult queue_chunk(be_queue *q, const stage_job *j, uint32_t c, CUdeviceptr d) {
   uint32_t seq = j->first + c;
   char *slot = q->stage->ring + (size_t)(seq % SLOTS) * CHUNK;
   size_t off = (size_t)c * CHUNK, n = j->bytes - off < CHUNK ? j->bytes - off : CHUNK;
@@ -405,8 +383,7 @@ static CUresult queue_chunk(be_queue *q, const stage_job *j, uint32_t c, CUdevic
 }
 
 /* The stream's side of job j; j->n becomes the number of chunks actually queued. */
-static CUresult queue_job(be_queue *q, stage_job *j, CUdeviceptr d)
-{
+static CUresult queue_job(be_queue *q, stage_job *j, CUdeviceptr d) {
   uint32_t total = j->n;
   CUresult r = j->to_device ? write_gpu(q, j->first - 1) : CUDA_SUCCESS;
   for (j->n = 0; r == CUDA_SUCCESS && j->n < total; j->n++)
@@ -416,8 +393,7 @@ static CUresult queue_job(be_queue *q, stage_job *j, CUdeviceptr d)
   return r;
 }
 
-static void push_job(be_cuda_stage *s, stage_job *j)
-{
+static void push_job(be_cuda_stage *s, stage_job *j) {
   pthread_mutex_lock(&s->lock);
   if (s->tail != NULL)
     s->tail->next = j;
@@ -431,8 +407,7 @@ static void push_job(be_cuda_stage *s, stage_job *j)
 /* A failure half-way leaves the stream waiting for chunks that may never come, or the
  * thread waiting for DMAs that will not: the device is marked lost, which ends both. A
  * failure before the first chunk queued nothing that waits, and fails this copy alone. */
-int be_cuda_stage_copy(be_queue *q, bool to_device, CUdeviceptr d, void *host, size_t bytes)
-{
+int be_cuda_stage_copy(be_queue *q, bool to_device, CUdeviceptr d, void *host, size_t bytes) {
   if (q->stage == NULL) {
     int rc = stage_create(q);
     if (rc != 0)
@@ -441,8 +416,11 @@ int be_cuda_stage_copy(be_queue *q, bool to_device, CUdeviceptr d, void *host, s
   stage_job *j = rt_calloc(1, sizeof *j);
   if (j == NULL)
     return ACCEL_ENOMEM;
-  *j = (stage_job){.to_device = to_device, .host = host, .bytes = bytes,
-                   .first = q->stage->seq + 1, .n = (uint32_t)((bytes + CHUNK - 1) / CHUNK)};
+  *j = (stage_job){.to_device = to_device,
+                   .host = host,
+                   .bytes = bytes,
+                   .first = q->stage->seq + 1,
+                   .n = (uint32_t)((bytes + CHUNK - 1) / CHUNK)};
   CUresult r = queue_job(q, j, d);
   q->stage->seq = j->first + j->n - 1;
   int rc = be_cuda_check(q->dev, r);

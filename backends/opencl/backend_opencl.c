@@ -12,15 +12,13 @@
 
 /* ---- discovery ------------------------------------------------------------------------ */
 
-static void say(char *why, size_t why_len, const char *msg)
-{
+static void say(char *why, size_t why_len, const char *msg) {
   if (why != NULL && why_len > 0)
     snprintf(why, why_len, "%s", msg);
 }
 
 /* The platforms (caller frees *out): 0, or ACCEL_ENOTSUP when there are none. */
-static int platforms(cl_platform_id **out, cl_uint *n)
-{
+static int platforms(cl_platform_id **out, cl_uint *n) {
   *out = NULL;
   *n = 0;
   cl_uint np = 0;
@@ -38,15 +36,13 @@ static int platforms(cl_platform_id **out, cl_uint *n)
   return 0;
 }
 
-static cl_uint device_count(cl_platform_id p)
-{
+static cl_uint device_count(cl_platform_id p) {
   cl_uint nd = 0;
   return clGetDeviceIDs(p, CL_DEVICE_TYPE_ALL, 0, NULL, &nd) == CL_SUCCESS ? nd : 0;
 }
 
 /* Device `index` counted across platforms in the loader's order; *count is the total. */
-static int find_device(int index, int *count, cl_platform_id *plat, cl_device_id *dev)
-{
+static int find_device(int index, int *count, cl_platform_id *plat, cl_device_id *dev) {
   cl_platform_id *p;
   cl_uint np;
   int rc = platforms(&p, &np);
@@ -72,8 +68,7 @@ static int find_device(int index, int *count, cl_platform_id *plat, cl_device_id
   return rc;
 }
 
-static int ocl_probe(int *count, char *why, size_t why_len)
-{
+static int ocl_probe(int *count, char *why, size_t why_len) {
   if (count == NULL)
     return ACCEL_EINVAL;
   *count = 0;
@@ -92,15 +87,13 @@ static int ocl_probe(int *count, char *why, size_t why_len)
 
 /* ---- device info ---------------------------------------------------------------------- */
 
-static void dev_string(cl_device_id id, cl_device_info what, char *buf, size_t len)
-{
+static void dev_string(cl_device_id id, cl_device_info what, char *buf, size_t len) {
   if (clGetDeviceInfo(id, what, len, buf, NULL) != CL_SUCCESS)
     buf[0] = '\0';
   buf[len - 1] = '\0';
 }
 
-static bool has_extension(cl_device_id id, const char *ext)
-{
+static bool has_extension(cl_device_id id, const char *ext) {
   size_t len = 0;
   if (clGetDeviceInfo(id, CL_DEVICE_EXTENSIONS, 0, NULL, &len) != CL_SUCCESS || len == 0)
     return false;
@@ -116,11 +109,9 @@ static bool has_extension(cl_device_id id, const char *ext)
   return found;
 }
 
-static void fill_info(be_device *dev)
-{
+static void fill_info(be_device *dev) {
   char plat[64] = "", name[96] = "";
-  if (clGetPlatformInfo(dev->platform, CL_PLATFORM_NAME, sizeof plat, plat, NULL) !=
-      CL_SUCCESS)
+  if (clGetPlatformInfo(dev->platform, CL_PLATFORM_NAME, sizeof plat, plat, NULL) != CL_SUCCESS)
     plat[0] = '\0';
   plat[sizeof plat - 1] = '\0';
   dev_string(dev->id, CL_DEVICE_NAME, name, sizeof name);
@@ -143,8 +134,7 @@ static void fill_info(be_device *dev)
   dev->fp16 = has_extension(dev->id, "cl_khr_fp16");
 }
 
-static int ocl_info(be_device *dev, be_device_info *out)
-{
+static int ocl_info(be_device *dev, be_device_info *out) {
   if (dev == NULL || out == NULL)
     return ACCEL_EINVAL;
   *out = dev->info;
@@ -153,18 +143,15 @@ static int ocl_info(be_device *dev, be_device_info *out)
 
 /* ---- faults --------------------------------------------------------------------------- */
 
-void be_ocl_fault(be_device *dev)
-{
+void be_ocl_fault(be_device *dev) {
   atomic_store(&dev->lost, true);
 }
 
-bool be_ocl_gen_lost(be_device *dev, unsigned gen)
-{
+bool be_ocl_gen_lost(be_device *dev, unsigned gen) {
   return atomic_load(&dev->lost) || atomic_load(&dev->gen) != gen;
 }
 
-int be_ocl_check(be_device *dev, cl_int err)
-{
+int be_ocl_check(be_device *dev, cl_int err) {
   switch (err) {
   case CL_SUCCESS:
     return 0;
@@ -190,12 +177,10 @@ int be_ocl_check(be_device *dev, cl_int err)
   }
 }
 
-int be_ocl_wait(be_device *dev, cl_event ev)
-{
+int be_ocl_wait(be_device *dev, cl_event ev) {
   cl_int st = CL_COMPLETE;
   cl_int err = clWaitForEvents(1, &ev);
-  if (clGetEventInfo(ev, CL_EVENT_COMMAND_EXECUTION_STATUS, sizeof st, &st, NULL) !=
-      CL_SUCCESS)
+  if (clGetEventInfo(ev, CL_EVENT_COMMAND_EXECUTION_STATUS, sizeof st, &st, NULL) != CL_SUCCESS)
     st = err == CL_SUCCESS ? CL_COMPLETE : -1;
   if (st < 0) {
     be_ocl_fault(dev);
@@ -204,15 +189,13 @@ int be_ocl_wait(be_device *dev, cl_event ev)
   return 0;
 }
 
-int be_ocl_queue_ok(be_queue *q)
-{
+int be_ocl_queue_ok(be_queue *q) {
   if (q == NULL)
     return ACCEL_EINVAL;
   return be_ocl_gen_lost(q->dev, q->gen) ? ACCEL_EDEVLOST : 0;
 }
 
-static int ocl_status(be_device *dev)
-{
+static int ocl_status(be_device *dev) {
   if (dev == NULL)
     return ACCEL_EINVAL;
   return atomic_load(&dev->lost) || dev->ctx == NULL ? ACCEL_EDEVLOST : 0;
@@ -220,8 +203,7 @@ static int ocl_status(be_device *dev)
 
 /* OpenCL has no way to break a context on purpose: the device is marked lost, and work in
  * flight finishes but reports the loss (device.h). */
-static int ocl_inject_fault(be_device *dev)
-{
+static int ocl_inject_fault(be_device *dev) {
   if (dev == NULL)
     return ACCEL_EINVAL;
   if (!dev->fault_injection)
@@ -232,10 +214,8 @@ static int ocl_inject_fault(be_device *dev)
 
 /* ---- incarnations, open and close ----------------------------------------------------- */
 
-static int incarnate(be_device *dev)
-{
-  cl_context_properties props[] = {CL_CONTEXT_PLATFORM, (cl_context_properties)dev->platform,
-                                   0};
+static int incarnate(be_device *dev) {
+  cl_context_properties props[] = {CL_CONTEXT_PLATFORM, (cl_context_properties)dev->platform, 0};
   cl_int err = CL_SUCCESS;
   dev->ctx = clCreateContext(props, 1, &dev->id, NULL, NULL, &err);
   if (dev->ctx == NULL)
@@ -248,21 +228,18 @@ static int incarnate(be_device *dev)
   return rc;
 }
 
-static void dissolve(be_device *dev)
-{
+static void dissolve(be_device *dev) {
   be_ocl_program_free(dev);
   if (dev->ctx != NULL)
     clReleaseContext(dev->ctx);
   dev->ctx = NULL;
 }
 
-void be_ocl_dev_ref(be_device *dev)
-{
+void be_ocl_dev_ref(be_device *dev) {
   atomic_fetch_add_explicit(&dev->refs, 1, memory_order_relaxed);
 }
 
-void be_ocl_dev_unref(be_device *dev)
-{
+void be_ocl_dev_unref(be_device *dev) {
   if (atomic_fetch_sub_explicit(&dev->refs, 1, memory_order_acq_rel) != 1)
     return;
   pthread_mutex_destroy(&dev->klock);
@@ -271,8 +248,7 @@ void be_ocl_dev_unref(be_device *dev)
   rt_free(dev);
 }
 
-static be_device *dev_new(int index, const be_open_opts *opts)
-{
+static be_device *dev_new(int index, const be_open_opts *opts) {
   be_device *dev = rt_calloc(1, sizeof *dev);
   if (dev == NULL)
     return NULL;
@@ -287,8 +263,7 @@ static be_device *dev_new(int index, const be_open_opts *opts)
   return dev;
 }
 
-static int ocl_open(int index, const be_open_opts *opts, be_device **out)
-{
+static int ocl_open(int index, const be_open_opts *opts, be_device **out) {
   if (out == NULL)
     return ACCEL_EINVAL;
   int count = 0;
@@ -314,8 +289,7 @@ static int ocl_open(int index, const be_open_opts *opts, be_device **out)
   return 0;
 }
 
-static be_queue *first_queue(be_device *dev)
-{
+static be_queue *first_queue(be_device *dev) {
   pthread_mutex_lock(&dev->lock);
   rt_list *l = dev->queues.next;
   pthread_mutex_unlock(&dev->lock);
@@ -328,16 +302,14 @@ static be_queue *first_queue(be_device *dev)
  * kernel: the device is lost, and its queues and context are abandoned rather than waited
  * for (queue.c, ocl_close): the kernel runs on in the platform until it ends, holding what it
  * uses, and the device's next incarnation is a fresh context. */
-static void ocl_abort(be_device *dev)
-{
+static void ocl_abort(be_device *dev) {
   if (dev == NULL)
     return;
   atomic_store(&dev->aborted, true);
   be_ocl_fault(dev);
 }
 
-static void ocl_close(be_device *dev)
-{
+static void ocl_close(be_device *dev) {
   if (dev == NULL)
     return;
   be_queue *q;
@@ -352,8 +324,7 @@ static void ocl_close(be_device *dev)
 
 /* Callers destroyed the old incarnation's queues and events (backend.h); its buffers keep
  * the old context alive until freed. */
-static int ocl_reset(be_device *dev)
-{
+static int ocl_reset(be_device *dev) {
   if (dev == NULL)
     return ACCEL_EINVAL;
   dissolve(dev);
@@ -366,18 +337,15 @@ static int ocl_reset(be_device *dev)
 
 /* ---- beyond backend.h ----------------------------------------------------------------- */
 
-void *be_opencl_context(be_device *dev)
-{
+void *be_opencl_context(be_device *dev) {
   return dev == NULL ? NULL : (void *)dev->ctx;
 }
 
-void *be_opencl_device_id(be_device *dev)
-{
+void *be_opencl_device_id(be_device *dev) {
   return dev == NULL ? NULL : (void *)dev->id;
 }
 
-void *be_opencl_queue(be_queue *q)
-{
+void *be_opencl_queue(be_queue *q) {
   return q == NULL ? NULL : (void *)q->cq;
 }
 

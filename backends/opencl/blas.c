@@ -20,8 +20,7 @@
 #include "accel/error.h"
 #include "backends/dtype_conv.h"
 
-int be_ocl_gemm_supports(be_device *dev, uint32_t ab_type, uint32_t c_type, uint32_t math)
-{
+int be_ocl_gemm_supports(be_device *dev, uint32_t ab_type, uint32_t c_type, uint32_t math) {
   if (dev == NULL || !be_gemm_combo_ok(ab_type, c_type, math) || math == BE_GEMM_MATH_TF32 ||
       ab_type != c_type)
     return ACCEL_ENOTSUP;
@@ -37,20 +36,17 @@ int be_ocl_gemm_supports(be_device *dev, uint32_t ab_type, uint32_t c_type, uint
   }
 }
 
-static int clblast_err(be_device *dev, CLBlastStatusCode s)
-{
+static int clblast_err(be_device *dev, CLBlastStatusCode s) {
   if (s == CLBlastSuccess)
     return 0;
   if (s < 0 && s > -1024) /* an OpenCL error, passed through */
     return be_ocl_check(dev, (cl_int)s);
-  return s == CLBlastNotImplemented || s == CLBlastNoDoublePrecision ||
-                 s == CLBlastNoHalfPrecision
+  return s == CLBlastNotImplemented || s == CLBlastNoDoublePrecision || s == CLBlastNoHalfPrecision
              ? ACCEL_ENOTSUP
              : ACCEL_EIO;
 }
 
-static CLBlastTranspose op_of(be_blas_trans t)
-{
+static CLBlastTranspose op_of(be_blas_trans t) {
   return t == BE_BLAS_TRANS ? CLBlastTransposeYes : CLBlastTransposeNo;
 }
 
@@ -58,8 +54,7 @@ static CLBlastTranspose op_of(be_blas_trans t)
 #define BATCH_LOOP 16
 
 static CLBlastStatusCode call(be_queue *q, const be_gemm_args *g, cl_mem a, size_t ao, cl_mem b,
-                              size_t bo, cl_mem c, size_t co)
-{
+                              size_t bo, cl_mem c, size_t co) {
   CLBlastTranspose ta = op_of(g->trans_a), tb = op_of(g->trans_b);
   size_t m = (size_t)g->m, n = (size_t)g->n, k = (size_t)g->k, lda = (size_t)g->lda;
   size_t ldb = (size_t)g->ldb, ldc = (size_t)g->ldc, bat = (size_t)g->batch;
@@ -75,29 +70,27 @@ static CLBlastStatusCode call(be_queue *q, const be_gemm_args *g, cl_mem a, size
                                                  bo, ldb, sb, beta, c, co, ldc, sc, bat, cq, NULL);
   case ACCEL_F16: {
     cl_half al = be_f32_to_f16((float)g->alpha), be = be_f32_to_f16((float)beta);
-    return bat == 1 ? CLBlastHgemm(L, ta, tb, m, n, k, al, a, ao, lda, b, bo, ldb, be, c, co,
-                                   ldc, cq, NULL)
-                    : CLBlastHgemmStridedBatched(L, ta, tb, m, n, k, al, a, ao, lda, sa, b, bo,
-                                                 ldb, sb, be, c, co, ldc, sc, bat, cq, NULL);
+    return bat == 1 ? CLBlastHgemm(L, ta, tb, m, n, k, al, a, ao, lda, b, bo, ldb, be, c, co, ldc,
+                                   cq, NULL)
+                    : CLBlastHgemmStridedBatched(L, ta, tb, m, n, k, al, a, ao, lda, sa, b, bo, ldb,
+                                                 sb, be, c, co, ldc, sc, bat, cq, NULL);
   }
   default: {
     float al = (float)g->alpha, be = (float)beta;
-    return bat == 1 ? CLBlastSgemm(L, ta, tb, m, n, k, al, a, ao, lda, b, bo, ldb, be, c, co,
-                                   ldc, cq, NULL)
-                    : CLBlastSgemmStridedBatched(L, ta, tb, m, n, k, al, a, ao, lda, sa, b, bo,
-                                                 ldb, sb, be, c, co, ldc, sc, bat, cq, NULL);
+    return bat == 1 ? CLBlastSgemm(L, ta, tb, m, n, k, al, a, ao, lda, b, bo, ldb, be, c, co, ldc,
+                                   cq, NULL)
+                    : CLBlastSgemmStridedBatched(L, ta, tb, m, n, k, al, a, ao, lda, sa, b, bo, ldb,
+                                                 sb, be, c, co, ldc, sc, bat, cq, NULL);
   }
   }
 }
 
-static cl_mem mem_of(be_mem m)
-{
+static cl_mem mem_of(be_mem m) {
   return (cl_mem)(uintptr_t)m.handle;
 }
 
-int be_ocl_gemm(be_queue *q, const be_gemm_args *g, be_mem a, size_t a_off, be_mem b,
-                size_t b_off, be_mem c, size_t c_off)
-{
+int be_ocl_gemm(be_queue *q, const be_gemm_args *g, be_mem a, size_t a_off, be_mem b, size_t b_off,
+                be_mem c, size_t c_off) {
   if (q == NULL || g == NULL)
     return ACCEL_EINVAL;
   int rc = be_ocl_gemm_supports(q->dev, g->ab_type, g->c_type, g->math);
@@ -124,8 +117,8 @@ int be_ocl_gemm(be_queue *q, const be_gemm_args *g, be_mem a, size_t a_off, be_m
   be_gemm_args one = *g;
   one.batch = 1;
   for (int64_t i = 0; i < g->batch && rc == 0; i++)
-    rc = clblast_err(q->dev, call(q, &one, mem_of(a), a_off + (size_t)(i * g->stride_a),
-                                  mem_of(b), b_off + (size_t)(i * g->stride_b), mem_of(c),
+    rc = clblast_err(q->dev, call(q, &one, mem_of(a), a_off + (size_t)(i * g->stride_a), mem_of(b),
+                                  b_off + (size_t)(i * g->stride_b), mem_of(c),
                                   c_off + (size_t)(i * g->stride_c)));
   return rc;
 }

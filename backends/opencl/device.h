@@ -56,8 +56,7 @@ typedef enum be_ocl_fn {
 } be_ocl_fn;
 
 /* A float type's place in a row of four kernels (F32 0, F64 1, F16 2, BF16 3), or -1. */
-static inline int be_ocl_slot(uint32_t dtype)
-{
+static inline int be_ocl_slot(uint32_t dtype) {
   switch (dtype) {
   case ACCEL_F32:
     return 0;
@@ -73,9 +72,8 @@ static inline int be_ocl_slot(uint32_t dtype)
 }
 
 /* Bytes per element of a dtype the kernels take (0 for others). */
-static inline size_t be_ocl_esize(uint32_t dtype)
-{
-  return dtype == ACCEL_F64                                                ? 8
+static inline size_t be_ocl_esize(uint32_t dtype) {
+  return dtype == ACCEL_F64                                               ? 8
          : dtype == ACCEL_F32 || dtype == ACCEL_U32 || dtype == ACCEL_I32 ? 4
          : dtype == ACCEL_F16 || dtype == ACCEL_BF16                      ? 2
                                                                           : 0;
@@ -88,7 +86,7 @@ struct be_device {
   cl_device_id id;
   be_device_info info;
   bool fp64, fp16;
-  size_t wg_max;       /* CL_DEVICE_MAX_WORK_GROUP_SIZE */
+  size_t wg_max; /* CL_DEVICE_MAX_WORK_GROUP_SIZE */
   bool fault_injection;
   atomic_bool lost;
   atomic_bool aborted; /* abort(): queues and context are abandoned, not waited for */
@@ -100,7 +98,7 @@ struct be_device {
   pthread_mutex_t klock;
   pthread_mutex_t lock;
   rt_list queues; /* under lock */
-  cl_mem *mems;       /* under lock: buffers not yet freed (close frees them) */
+  cl_mem *mems;   /* under lock: buffers not yet freed (close frees them) */
   size_t nmems, cap_mems;
 };
 
@@ -183,8 +181,7 @@ int be_ocl_copy_h2d(be_queue *q, be_mem dst, size_t dst_off, const void *src, si
 int be_ocl_copy_d2h(be_queue *q, void *dst, be_mem src, size_t src_off, size_t bytes);
 int be_ocl_copy_d2d(be_queue *q, be_mem dst, size_t dst_off, be_mem src, size_t src_off,
                     size_t bytes);
-int be_ocl_fill(be_queue *q, be_mem dst, size_t off, size_t count, uint32_t esize,
-                uint64_t value);
+int be_ocl_fill(be_queue *q, be_mem dst, size_t off, size_t count, uint32_t esize, uint64_t value);
 int be_ocl_event_create(be_device *dev, be_event **out);
 void be_ocl_event_destroy(be_event *e);
 int be_ocl_event_record(be_event *e, be_queue *q);
@@ -192,8 +189,8 @@ int be_ocl_event_query(be_event *e);
 int be_ocl_event_sync(be_event *e);
 int be_ocl_queue_wait(be_queue *q, be_event *e);
 int be_ocl_gemm_supports(be_device *dev, uint32_t ab_type, uint32_t c_type, uint32_t math);
-int be_ocl_gemm(be_queue *q, const be_gemm_args *g, be_mem a, size_t a_off, be_mem b,
-                size_t b_off, be_mem c, size_t c_off);
+int be_ocl_gemm(be_queue *q, const be_gemm_args *g, be_mem a, size_t a_off, be_mem b, size_t b_off,
+                be_mem c, size_t c_off);
 int be_ocl_axpy(be_queue *q, uint32_t dtype, size_t n, double alpha, be_mem x, size_t x_off,
                 be_mem y, size_t y_off);
 int be_ocl_scal(be_queue *q, uint32_t dtype, size_t n, double alpha, be_mem x, size_t x_off);

@@ -7,8 +7,7 @@
 #include "backends/opencl/device.h"
 #include "runtime/alloc.h"
 
-int be_ocl_event_create(be_device *dev, be_event **out)
-{
+int be_ocl_event_create(be_device *dev, be_event **out) {
   if (dev == NULL || out == NULL)
     return ACCEL_EINVAL;
   unsigned gen = atomic_load(&dev->gen);
@@ -25,8 +24,7 @@ int be_ocl_event_create(be_device *dev, be_event **out)
   return 0;
 }
 
-void be_ocl_event_destroy(be_event *e)
-{
+void be_ocl_event_destroy(be_event *e) {
   if (e == NULL)
     return;
   if (e->ev != NULL)
@@ -36,8 +34,7 @@ void be_ocl_event_destroy(be_event *e)
   rt_free(e);
 }
 
-int be_ocl_event_record(be_event *e, be_queue *q)
-{
+int be_ocl_event_record(be_event *e, be_queue *q) {
   if (e == NULL || q == NULL || e->dev != q->dev)
     return ACCEL_EINVAL;
   int rc = be_ocl_queue_ok(q);
@@ -59,8 +56,7 @@ int be_ocl_event_record(be_event *e, be_queue *q)
 }
 
 /* The current marker, retained (NULL if never recorded), and its generation. */
-static cl_event current(be_event *e, unsigned *gen)
-{
+static cl_event current(be_event *e, unsigned *gen) {
   pthread_mutex_lock(&e->lock);
   cl_event ev = e->ev;
   if (ev != NULL)
@@ -70,8 +66,7 @@ static cl_event current(be_event *e, unsigned *gen)
   return ev;
 }
 
-int be_ocl_event_query(be_event *e)
-{
+int be_ocl_event_query(be_event *e) {
   if (e == NULL)
     return ACCEL_EINVAL;
   unsigned gen;
@@ -91,8 +86,7 @@ int be_ocl_event_query(be_event *e)
   return rc;
 }
 
-int be_ocl_event_sync(be_event *e)
-{
+int be_ocl_event_sync(be_event *e) {
   if (e == NULL)
     return ACCEL_EINVAL;
   unsigned gen;
@@ -107,8 +101,7 @@ int be_ocl_event_sync(be_event *e)
   return rc;
 }
 
-int be_ocl_queue_wait(be_queue *q, be_event *e)
-{
+int be_ocl_queue_wait(be_queue *q, be_event *e) {
   if (q == NULL || e == NULL || e->dev != q->dev)
     return ACCEL_EINVAL;
   int rc = be_ocl_queue_ok(q);

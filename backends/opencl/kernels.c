@@ -11,8 +11,7 @@
 /* clang-format on */
 
 int be_ocl_launch(be_queue *q, be_ocl_fn fn, cl_uint dims, const size_t *global,
-                  const size_t *local, const be_ocl_arg *args, cl_uint nargs)
-{
+                  const size_t *local, const be_ocl_arg *args, cl_uint nargs) {
   be_device *dev = q->dev;
   cl_kernel k = dev->fn[fn];
   if (k == NULL)
@@ -31,8 +30,7 @@ int be_ocl_launch(be_queue *q, be_ocl_fn fn, cl_uint dims, const size_t *global,
 }
 
 /* The kernel of a row of four for dtype, or ENOTSUP when the device has none. */
-static int kernel_for(be_device *dev, be_ocl_fn row, uint32_t dtype, be_ocl_fn *out)
-{
+static int kernel_for(be_device *dev, be_ocl_fn row, uint32_t dtype, be_ocl_fn *out) {
   int slot = be_ocl_slot(dtype);
   if (dev == NULL || slot < 0 || dev->fn[row + slot] == NULL)
     return ACCEL_ENOTSUP;
@@ -42,8 +40,7 @@ static int kernel_for(be_device *dev, be_ocl_fn row, uint32_t dtype, be_ocl_fn *
 
 /* ---- rng ------------------------------------------------------------------------------------ */
 
-static int rng_kernel(be_device *dev, uint32_t dtype, be_rng_dist dist, be_ocl_fn *out)
-{
+static int rng_kernel(be_device *dev, uint32_t dtype, be_rng_dist dist, be_ocl_fn *out) {
   switch (dist) {
   case BE_RNG_BITS:
     *out = BE_OCL_RNG_BITS;
@@ -58,8 +55,7 @@ static int rng_kernel(be_device *dev, uint32_t dtype, be_rng_dist dist, be_ocl_f
 }
 
 int be_ocl_rng_fill(be_queue *q, uint32_t dtype, be_mem dst, size_t off, size_t count,
-                    const be_rng_args *r)
-{
+                    const be_rng_args *r) {
   if (q == NULL || r == NULL)
     return ACCEL_EINVAL;
   be_ocl_fn fn;
@@ -78,8 +74,14 @@ int be_ocl_rng_fill(be_queue *q, uint32_t dtype, be_mem dst, size_t off, size_t 
   cl_uint k0 = (cl_uint)r->seed, k1 = (cl_uint)(r->seed >> 32);
   cl_float mean = (cl_float)r->mean, sd = (cl_float)r->stddev;
   cl_double mean64 = r->mean, sd64 = r->stddev;
-  be_ocl_arg args[8] = {{sizeof(cl_mem), &dst.handle}, ARG(o), ARG(offset), ARG(n), ARG(k0),
-                        ARG(k1), ARG(mean), ARG(sd)};
+  be_ocl_arg args[8] = {{sizeof(cl_mem), &dst.handle},
+                        ARG(o),
+                        ARG(offset),
+                        ARG(n),
+                        ARG(k0),
+                        ARG(k1),
+                        ARG(mean),
+                        ARG(sd)};
   if (dtype == ACCEL_F64) {
     args[6] = (be_ocl_arg)ARG(mean64);
     args[7] = (be_ocl_arg)ARG(sd64);
@@ -90,8 +92,7 @@ int be_ocl_rng_fill(be_queue *q, uint32_t dtype, be_mem dst, size_t off, size_t 
 /* ---- blas vector ops ------------------------------------------------------------------------ */
 
 /* The kernel of a vector op (F32, F64 only) and the element size. */
-static int vector_kernel(be_queue *q, be_ocl_fn row, uint32_t dtype, be_ocl_fn *fn)
-{
+static int vector_kernel(be_queue *q, be_ocl_fn row, uint32_t dtype, be_ocl_fn *fn) {
   if (q == NULL)
     return ACCEL_EINVAL;
   if (dtype != ACCEL_F32 && dtype != ACCEL_F64)
@@ -100,16 +101,14 @@ static int vector_kernel(be_queue *q, be_ocl_fn row, uint32_t dtype, be_ocl_fn *
 }
 
 /* The scalar as the kernel's type: 4 or 8 bytes in *buf. */
-static be_ocl_arg scalar(uint32_t dtype, double v, cl_float *f, cl_double *d)
-{
+static be_ocl_arg scalar(uint32_t dtype, double v, cl_float *f, cl_double *d) {
   *f = (cl_float)v;
   *d = v;
   return dtype == ACCEL_F64 ? (be_ocl_arg)ARG(*d) : (be_ocl_arg)ARG(*f);
 }
 
 int be_ocl_axpy(be_queue *q, uint32_t dtype, size_t n, double alpha, be_mem x, size_t x_off,
-                be_mem y, size_t y_off)
-{
+                be_mem y, size_t y_off) {
   be_ocl_fn fn;
   int rc = vector_kernel(q, BE_OCL_AXPY, dtype, &fn);
   size_t es = be_ocl_esize(dtype);
@@ -125,12 +124,11 @@ int be_ocl_axpy(be_queue *q, uint32_t dtype, size_t n, double alpha, be_mem x, s
   cl_float f;
   cl_double d;
   be_ocl_arg args[] = {ARG(nn), scalar(dtype, alpha, &f, &d), {sizeof(cl_mem), &x.handle},
-                       ARG(xo), {sizeof(cl_mem), &y.handle}, ARG(yo)};
+                       ARG(xo), {sizeof(cl_mem), &y.handle},  ARG(yo)};
   return be_ocl_launch(q, fn, 1, &n, NULL, args, 6);
 }
 
-int be_ocl_scal(be_queue *q, uint32_t dtype, size_t n, double alpha, be_mem x, size_t x_off)
-{
+int be_ocl_scal(be_queue *q, uint32_t dtype, size_t n, double alpha, be_mem x, size_t x_off) {
   be_ocl_fn fn;
   int rc = vector_kernel(q, BE_OCL_SCAL, dtype, &fn);
   if (rc == 0)
@@ -142,15 +140,13 @@ int be_ocl_scal(be_queue *q, uint32_t dtype, size_t n, double alpha, be_mem x, s
   cl_ulong nn = n, xo = x_off;
   cl_float f;
   cl_double d;
-  be_ocl_arg args[] = {ARG(nn), scalar(dtype, alpha, &f, &d), {sizeof(cl_mem), &x.handle},
-                       ARG(xo)};
+  be_ocl_arg args[] = {ARG(nn), scalar(dtype, alpha, &f, &d), {sizeof(cl_mem), &x.handle}, ARG(xo)};
   return be_ocl_launch(q, fn, 1, &n, NULL, args, 4);
 }
 
 /* One work-group of the largest power of two up to 256 the device allows. */
 int be_ocl_dot(be_queue *q, uint32_t dtype, size_t n, be_mem x, size_t x_off, be_mem y,
-               size_t y_off, be_mem result, size_t result_off)
-{
+               size_t y_off, be_mem result, size_t result_off) {
   be_ocl_fn fn;
   int rc = vector_kernel(q, BE_OCL_DOT, dtype, &fn);
   size_t es = be_ocl_esize(dtype);
@@ -168,17 +164,18 @@ int be_ocl_dot(be_queue *q, uint32_t dtype, size_t n, be_mem x, size_t x_off, be
   while (wg * 2 <= 256 && wg * 2 <= q->dev->wg_max)
     wg *= 2;
   cl_ulong nn = n, xo = x_off, yo = y_off, ro = result_off;
-  be_ocl_arg args[] = {ARG(nn), {sizeof(cl_mem), &x.handle}, ARG(xo),
-                       {sizeof(cl_mem), &y.handle}, ARG(yo), {sizeof(cl_mem), &result.handle},
+  be_ocl_arg args[] = {ARG(nn), {sizeof(cl_mem), &x.handle},
+                       ARG(xo), {sizeof(cl_mem), &y.handle},
+                       ARG(yo), {sizeof(cl_mem), &result.handle},
                        ARG(ro)};
   return be_ocl_launch(q, fn, 1, &wg, &wg, args, 7);
 }
 
-/* ---- nn --------------------------------------------------------------------------------------- */
+/* ---- nn ---------------------------------------------------------------------------------------
+ */
 
 int be_ocl_unary(be_queue *q, uint32_t dtype, be_unary_op op, be_mem dst, size_t dst_off,
-                 be_mem src, size_t src_off, size_t count)
-{
+                 be_mem src, size_t src_off, size_t count) {
   if (q == NULL)
     return ACCEL_EINVAL;
   be_ocl_fn fn;
@@ -197,14 +194,13 @@ int be_ocl_unary(be_queue *q, uint32_t dtype, be_unary_op op, be_mem dst, size_t
   if (rc != 0 || count == 0)
     return rc;
   cl_ulong dso = dst_off, so = src_off, n = count;
-  be_ocl_arg args[] = {{sizeof(cl_mem), &dst.handle}, ARG(dso), {sizeof(cl_mem), &src.handle},
-                       ARG(so), ARG(n)};
+  be_ocl_arg args[] = {
+      {sizeof(cl_mem), &dst.handle}, ARG(dso), {sizeof(cl_mem), &src.handle}, ARG(so), ARG(n)};
   return be_ocl_launch(q, fn, 1, &count, NULL, args, 5);
 }
 
 int be_ocl_softmax(be_queue *q, uint32_t dtype, be_mem dst, size_t dst_off, be_mem src,
-                   size_t src_off, size_t rows, size_t cols)
-{
+                   size_t src_off, size_t rows, size_t cols) {
   if (q == NULL)
     return ACCEL_EINVAL;
   be_ocl_fn fn;
@@ -222,15 +218,19 @@ int be_ocl_softmax(be_queue *q, uint32_t dtype, be_mem dst, size_t dst_off, be_m
   if (rc != 0 || rows == 0 || cols == 0)
     return rc;
   cl_ulong dso = dst_off, so = src_off, r = rows, c = cols;
-  be_ocl_arg args[] = {{sizeof(cl_mem), &dst.handle}, ARG(dso), {sizeof(cl_mem), &src.handle},
-                       ARG(so), ARG(r), ARG(c)};
+  be_ocl_arg args[] = {{sizeof(cl_mem), &dst.handle},
+                       ARG(dso),
+                       {sizeof(cl_mem), &src.handle},
+                       ARG(so),
+                       ARG(r),
+                       ARG(c)};
   return be_ocl_launch(q, fn, 1, &rows, NULL, args, 6);
 }
 
-/* ---- gemm's C = beta C ------------------------------------------------------------------------ */
+/* ---- gemm's C = beta C ------------------------------------------------------------------------
+ */
 
-int be_ocl_scale(be_queue *q, const be_gemm_args *g, be_mem c, size_t c_off, double beta)
-{
+int be_ocl_scale(be_queue *q, const be_gemm_args *g, be_mem c, size_t c_off, double beta) {
   be_ocl_fn fn;
   if (g->c_type == ACCEL_BF16 || kernel_for(q->dev, BE_OCL_SCALE, g->c_type, &fn) != 0)
     return ACCEL_ENOTSUP;
@@ -238,8 +238,9 @@ int be_ocl_scale(be_queue *q, const be_gemm_args *g, be_mem c, size_t c_off, dou
   cl_ulong stride = g->batch > 1 ? (cl_ulong)g->stride_c : 0;
   cl_float f;
   cl_double d;
-  be_ocl_arg args[] = {{sizeof(cl_mem), &c.handle}, ARG(co), ARG(m), ARG(n), ARG(ldc),
-                       ARG(stride), scalar(g->c_type, beta, &f, &d)};
+  be_ocl_arg args[] = {
+      {sizeof(cl_mem), &c.handle},    ARG(co), ARG(m), ARG(n), ARG(ldc), ARG(stride),
+      scalar(g->c_type, beta, &f, &d)};
   size_t global[3] = {(size_t)g->m, (size_t)g->n, (size_t)g->batch};
   return be_ocl_launch(q, fn, 3, global, NULL, args, 7);
 }

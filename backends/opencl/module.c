@@ -33,8 +33,7 @@ struct be_module {
 typedef cl_program (*create_with_il_fn)(cl_context, const void *, size_t, cl_int *);
 
 /* clCreateProgramWithIL (OpenCL 2.1, in the ICD loader) or the KHR extension's. */
-static create_with_il_fn il_creator(be_device *dev)
-{
+static create_with_il_fn il_creator(be_device *dev) {
   create_with_il_fn f = (create_with_il_fn)(uintptr_t)clGetExtensionFunctionAddressForPlatform(
       dev->platform, "clCreateProgramWithILKHR");
   if (f == NULL)
@@ -42,23 +41,20 @@ static create_with_il_fn il_creator(be_device *dev)
   return f;
 }
 
-static bool takes_spirv(be_device *dev)
-{
+static bool takes_spirv(be_device *dev) {
   char il[256] = "";
   if (clGetDeviceInfo(dev->id, IL_VERSION, sizeof il - 1, il, NULL) != CL_SUCCESS)
     return false;
   return strstr(il, "SPIR-V") != NULL && il_creator(dev) != NULL;
 }
 
-static uint32_t ocl_sources(be_device *dev)
-{
+static uint32_t ocl_sources(be_device *dev) {
   if (dev == NULL)
     return 0;
   return (1u << ACCEL_SOURCE_OPENCL) | (takes_spirv(dev) ? 1u << ACCEL_SOURCE_SPIRV : 0);
 }
 
-static void ocl_limits(be_device *dev, be_launch_limits *out)
-{
+static void ocl_limits(be_device *dev, be_launch_limits *out) {
   size_t items[3] = {1, 1, 1};
   memset(out, 0, sizeof *out);
   clGetDeviceInfo(dev->id, CL_DEVICE_MAX_WORK_ITEM_SIZES, sizeof items, items, NULL);
@@ -73,8 +69,7 @@ static void ocl_limits(be_device *dev, be_launch_limits *out)
 /* ---- building ---------------------------------------------------------------------------- */
 
 static uint64_t cache_key(be_device *dev, uint32_t source, const void *code, size_t len,
-                          const char *opts)
-{
+                          const char *opts) {
   char s[256];
   uint64_t h = be_cache_hash(BE_CACHE_HASH_INIT, &source, sizeof source);
   static const cl_device_info keys[] = {CL_DEVICE_NAME, CL_DEVICE_VENDOR, CL_DRIVER_VERSION,
@@ -94,8 +89,7 @@ static uint64_t cache_key(be_device *dev, uint32_t source, const void *code, siz
 }
 
 /* The compiler's log for dev (malloc'd), NULL if it said nothing but blanks. */
-static char *build_log(be_device *dev, cl_program p)
-{
+static char *build_log(be_device *dev, cl_program p) {
   size_t len = 0;
   if (clGetProgramBuildInfo(p, dev->id, CL_PROGRAM_BUILD_LOG, 0, NULL, &len) != CL_SUCCESS ||
       len == 0)
@@ -114,8 +108,7 @@ static char *build_log(be_device *dev, cl_program p)
   return log;
 }
 
-static char *text(const char *what, cl_int err)
-{
+static char *text(const char *what, cl_int err) {
   char *s = rt_malloc(96);
   if (s)
     snprintf(s, 96, "%s (OpenCL error %d)", what, (int)err);
@@ -123,8 +116,7 @@ static char *text(const char *what, cl_int err)
 }
 
 static cl_program create(be_device *dev, uint32_t source, const void *code, size_t len,
-                         cl_int *err)
-{
+                         cl_int *err) {
   if (source == ACCEL_SOURCE_SPIRV) {
     create_with_il_fn f = il_creator(dev);
     if (f == NULL) {
@@ -137,8 +129,7 @@ static cl_program create(be_device *dev, uint32_t source, const void *code, size
   return clCreateProgramWithSource(dev->ctx, 1, &src, &len, err);
 }
 
-static cl_program from_cache(be_device *dev, uint64_t key, const char *opts)
-{
+static cl_program from_cache(be_device *dev, uint64_t key, const char *opts) {
   void *bin = NULL;
   size_t size = 0;
   if (be_cache_read("opencl-module", key, &bin, &size) != 0)
@@ -155,23 +146,20 @@ static cl_program from_cache(be_device *dev, uint64_t key, const char *opts)
   return p;
 }
 
-static void to_cache(be_device *dev, cl_program p, uint64_t key)
-{
+static void to_cache(be_device *dev, cl_program p, uint64_t key) {
   size_t size = 0;
   if (clGetProgramInfo(p, CL_PROGRAM_BINARY_SIZES, sizeof size, &size, NULL) != CL_SUCCESS ||
       size == 0)
     return;
   unsigned char *bin = rt_malloc(size);
-  if (bin != NULL &&
-      clGetProgramInfo(p, CL_PROGRAM_BINARIES, sizeof bin, &bin, NULL) == CL_SUCCESS)
+  if (bin != NULL && clGetProgramInfo(p, CL_PROGRAM_BINARIES, sizeof bin, &bin, NULL) == CL_SUCCESS)
     be_cache_write("opencl-module", key, bin, size);
   rt_free(bin);
   (void)dev;
 }
 
-static int build(be_device *dev, uint32_t source, const void *code, size_t len,
-                 const char *opts, cl_program *out, char **log)
-{
+static int build(be_device *dev, uint32_t source, const void *code, size_t len, const char *opts,
+                 cl_program *out, char **log) {
   uint64_t key = cache_key(dev, source, code, len, opts);
   cl_program p = from_cache(dev, key, opts);
   if (p != NULL) {
@@ -200,8 +188,7 @@ static int build(be_device *dev, uint32_t source, const void *code, size_t len,
 }
 
 static int ocl_load(be_device *dev, uint32_t source, const void *code, size_t len,
-                    const char *options, be_module **out, char **log)
-{
+                    const char *options, be_module **out, char **log) {
   *log = NULL;
   if (source != ACCEL_SOURCE_OPENCL && (source != ACCEL_SOURCE_SPIRV || !takes_spirv(dev)))
     return ACCEL_ENOTSUP;
@@ -215,8 +202,7 @@ static int ocl_load(be_device *dev, uint32_t source, const void *code, size_t le
     rt_free(m);
     return ACCEL_ENOMEM;
   }
-  snprintf(opts, olen + sizeof ARG_INFO_OPTION, "%s%s", options ? options : "",
-           ARG_INFO_OPTION);
+  snprintf(opts, olen + sizeof ARG_INFO_OPTION, "%s%s", options ? options : "", ARG_INFO_OPTION);
   int rc = build(dev, source, code, len, opts, &m->program, log);
   rt_free(opts);
   if (rc != 0) {
@@ -229,8 +215,7 @@ static int ocl_load(be_device *dev, uint32_t source, const void *code, size_t le
   return 0;
 }
 
-static void ocl_unload(be_module *m)
-{
+static void ocl_unload(be_module *m) {
   if (m == NULL)
     return;
   while (m->kernels) {
@@ -248,14 +233,13 @@ static void ocl_unload(be_module *m)
 
 /* Bytes of an OpenCL C scalar or vector type by name ("float", "uint4", "size_t"); 0 if
  * unknown. */
-static uint32_t type_size(be_device *dev, const char *name)
-{
+static uint32_t type_size(be_device *dev, const char *name) {
   static const struct {
     const char *name;
     uint32_t size;
-  } base[] = {{"char", 1},  {"uchar", 1}, {"bool", 1},   {"short", 2},        {"ushort", 2},
-              {"half", 2},  {"int", 4},   {"uint", 4},   {"unsigned int", 4}, {"float", 4},
-              {"long", 8},  {"ulong", 8}, {"double", 8}, {"unsigned long", 8}};
+  } base[] = {{"char", 1}, {"uchar", 1}, {"bool", 1},   {"short", 2},        {"ushort", 2},
+              {"half", 2}, {"int", 4},   {"uint", 4},   {"unsigned int", 4}, {"float", 4},
+              {"long", 8}, {"ulong", 8}, {"double", 8}, {"unsigned long", 8}};
   cl_uint bits = 64;
   if (strcmp(name, "size_t") == 0 || strcmp(name, "ptrdiff_t") == 0 ||
       strcmp(name, "intptr_t") == 0 || strcmp(name, "uintptr_t") == 0) {
@@ -276,28 +260,24 @@ static uint32_t type_size(be_device *dev, const char *name)
   return 0;
 }
 
-static struct be_param param_of(be_device *dev, cl_kernel k, cl_uint i)
-{
+static struct be_param param_of(be_device *dev, cl_kernel k, cl_uint i) {
   struct be_param p = {BE_PARAM_UNKNOWN, 0};
   cl_kernel_arg_address_qualifier q;
   char type[128] = "";
-  if (clGetKernelArgInfo(k, i, CL_KERNEL_ARG_ADDRESS_QUALIFIER, sizeof q, &q, NULL) !=
-      CL_SUCCESS)
+  if (clGetKernelArgInfo(k, i, CL_KERNEL_ARG_ADDRESS_QUALIFIER, sizeof q, &q, NULL) != CL_SUCCESS)
     return p;
   if (q == CL_KERNEL_ARG_ADDRESS_GLOBAL || q == CL_KERNEL_ARG_ADDRESS_CONSTANT)
     return (struct be_param){BE_PARAM_BUFFER, 0};
   if (q == CL_KERNEL_ARG_ADDRESS_LOCAL)
     return (struct be_param){BE_PARAM_LOCAL, 0};
-  if (clGetKernelArgInfo(k, i, CL_KERNEL_ARG_TYPE_NAME, sizeof type - 1, type, NULL) !=
-      CL_SUCCESS)
+  if (clGetKernelArgInfo(k, i, CL_KERNEL_ARG_TYPE_NAME, sizeof type - 1, type, NULL) != CL_SUCCESS)
     return (struct be_param){BE_PARAM_SCALAR, 0};
   if (strchr(type, '*')) /* a pointer in the private space: nothing we can pass */
     return (struct be_param){BE_PARAM_SCALAR, UINT32_MAX};
   return (struct be_param){BE_PARAM_SCALAR, type_size(dev, type)};
 }
 
-static int kernel_info(be_device *dev, cl_kernel k, be_kernel_info *info)
-{
+static int kernel_info(be_device *dev, cl_kernel k, be_kernel_info *info) {
   cl_uint n = 0;
   memset(info, 0, sizeof *info);
   if (clGetKernelInfo(k, CL_KERNEL_NUM_ARGS, sizeof n, &n, NULL) != CL_SUCCESS) {
@@ -312,8 +292,7 @@ static int kernel_info(be_device *dev, cl_kernel k, be_kernel_info *info)
   return 0;
 }
 
-static int ocl_kernel(be_module *m, const char *name, be_kernel **out, be_kernel_info *info)
-{
+static int ocl_kernel(be_module *m, const char *name, be_kernel **out, be_kernel_info *info) {
   for (struct be_kernel *k = m->kernels; k; k = k->next)
     if (strcmp(k->name, name) == 0) {
       *out = k;
@@ -345,8 +324,7 @@ static int ocl_kernel(be_module *m, const char *name, be_kernel **out, be_kernel
 
 /* A buffer argument: the cl_mem itself, or a sub-buffer from the byte offset (which OpenCL
  * wants aligned to the device's base address alignment). *sub is set when one was made. */
-static cl_int buffer_arg(be_device *dev, const be_kernel_arg *a, cl_mem *mem, cl_mem *sub)
-{
+static cl_int buffer_arg(be_device *dev, const be_kernel_arg *a, cl_mem *mem, cl_mem *sub) {
   *mem = (cl_mem)(uintptr_t)a->mem.handle;
   *sub = NULL;
   if (a->offset == 0)
@@ -363,8 +341,7 @@ static cl_int buffer_arg(be_device *dev, const be_kernel_arg *a, cl_mem *mem, cl
   return err;
 }
 
-static cl_int set_args(struct be_kernel *k, const be_launch *l, cl_mem subs[])
-{
+static cl_int set_args(struct be_kernel *k, const be_launch *l, cl_mem subs[]) {
   cl_int err = CL_SUCCESS;
   for (uint32_t i = 0; i < l->nargs && err == CL_SUCCESS; i++) {
     const be_kernel_arg *a = &l->args[i];
@@ -384,8 +361,7 @@ static cl_int set_args(struct be_kernel *k, const be_launch *l, cl_mem subs[])
   return err;
 }
 
-static int ocl_launch(be_queue *q, be_kernel *k, const be_launch *l)
-{
+static int ocl_launch(be_queue *q, be_kernel *k, const be_launch *l) {
   int rc = be_ocl_queue_ok(q);
   if (rc != 0)
     return rc;
@@ -403,9 +379,9 @@ static int ocl_launch(be_queue *q, be_kernel *k, const be_launch *l)
   for (uint32_t i = 0; i < l->nargs; i++)
     if (subs[i]) /* the queued command holds its own reference */
       clReleaseMemObject(subs[i]);
-  if (err == CL_INVALID_KERNEL_ARGS || err == CL_INVALID_ARG_SIZE ||
-      err == CL_INVALID_ARG_VALUE || err == CL_MISALIGNED_SUB_BUFFER_OFFSET ||
-      err == CL_INVALID_WORK_GROUP_SIZE || err == CL_INVALID_WORK_ITEM_SIZE)
+  if (err == CL_INVALID_KERNEL_ARGS || err == CL_INVALID_ARG_SIZE || err == CL_INVALID_ARG_VALUE ||
+      err == CL_MISALIGNED_SUB_BUFFER_OFFSET || err == CL_INVALID_WORK_GROUP_SIZE ||
+      err == CL_INVALID_WORK_ITEM_SIZE)
     return ACCEL_EINVAL;
   return be_ocl_check(q->dev, err);
 }

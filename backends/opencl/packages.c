@@ -14,15 +14,13 @@
 
 #define BIT(t) ACCEL_DTYPE_BIT(t)
 
-uint32_t be_ocl_vector_dtypes(be_device *dev)
-{
+uint32_t be_ocl_vector_dtypes(be_device *dev) {
   if (dev == NULL)
     return 0;
   return BIT(ACCEL_F32) | (dev->fp64 ? BIT(ACCEL_F64) : 0);
 }
 
-uint32_t be_ocl_float_dtypes(be_device *dev)
-{
+uint32_t be_ocl_float_dtypes(be_device *dev) {
   if (dev == NULL)
     return 0;
   return BIT(ACCEL_F32) | BIT(ACCEL_F16) | BIT(ACCEL_BF16) | (dev->fp64 ? BIT(ACCEL_F64) : 0);

@@ -20,13 +20,11 @@
 
 static atomic_uint_fast64_t source_builds, cache_loads;
 
-uint64_t be_opencl_source_builds(void)
-{
+uint64_t be_opencl_source_builds(void) {
   return atomic_load(&source_builds);
 }
 
-uint64_t be_opencl_cache_loads(void)
-{
+uint64_t be_opencl_cache_loads(void) {
   return atomic_load(&cache_loads);
 }
 
@@ -69,14 +67,12 @@ static const char *const fn_names[BE_OCL_FN_COUNT] = {
     [BE_OCL_NULL] = "be_null",
 };
 
-static const char *options(const be_device *dev)
-{
+static const char *options(const be_device *dev) {
   return dev->fp64 ? "-DBE_FP64" : "";
 }
 
 /* The hash of everything the binary depends on. */
-static uint64_t cache_key(const be_device *dev)
-{
+static uint64_t cache_key(const be_device *dev) {
   char s[256];
   uint64_t h = BE_CACHE_HASH_INIT;
   static const cl_device_info dev_keys[] = {CL_DEVICE_NAME, CL_DEVICE_VENDOR, CL_DRIVER_VERSION,
@@ -99,8 +95,7 @@ static uint64_t cache_key(const be_device *dev)
   return be_cache_hash(h, be_opencl_source, be_opencl_source_size);
 }
 
-int be_opencl_cache_file(be_device *dev, char *buf, size_t len)
-{
+int be_opencl_cache_file(be_device *dev, char *buf, size_t len) {
   if (dev == NULL)
     return ACCEL_ENOENT;
   return be_cache_path(CACHE_KIND, cache_key(dev), buf, len);
@@ -108,8 +103,7 @@ int be_opencl_cache_file(be_device *dev, char *buf, size_t len)
 
 /* ---- building ----------------------------------------------------------------------------- */
 
-static cl_program from_binary(be_device *dev, const unsigned char *bin, size_t size)
-{
+static cl_program from_binary(be_device *dev, const unsigned char *bin, size_t size) {
   cl_int err = CL_SUCCESS, status = CL_SUCCESS;
   cl_program p = clCreateProgramWithBinary(dev->ctx, 1, &dev->id, &size, &bin, &status, &err);
   if (p == NULL)
@@ -122,8 +116,7 @@ static cl_program from_binary(be_device *dev, const unsigned char *bin, size_t s
   return p;
 }
 
-static void print_log(be_device *dev, cl_program p)
-{
+static void print_log(be_device *dev, cl_program p) {
   size_t len = 0;
   if (clGetProgramBuildInfo(p, dev->id, CL_PROGRAM_BUILD_LOG, 0, NULL, &len) != CL_SUCCESS)
     return;
@@ -136,8 +129,7 @@ static void print_log(be_device *dev, cl_program p)
   rt_free(log);
 }
 
-static cl_program from_source(be_device *dev)
-{
+static cl_program from_source(be_device *dev) {
   const char *src = be_opencl_source;
   size_t len = be_opencl_source_size;
   cl_int err = CL_SUCCESS;
@@ -153,22 +145,19 @@ static cl_program from_source(be_device *dev)
   return p;
 }
 
-static void save(be_device *dev, cl_program p, uint64_t key)
-{
+static void save(be_device *dev, cl_program p, uint64_t key) {
   size_t size = 0;
   if (clGetProgramInfo(p, CL_PROGRAM_BINARY_SIZES, sizeof size, &size, NULL) != CL_SUCCESS ||
       size == 0 || size > BE_CACHE_MAX)
     return;
   unsigned char *bin = rt_malloc(size);
-  if (bin != NULL &&
-      clGetProgramInfo(p, CL_PROGRAM_BINARIES, sizeof bin, &bin, NULL) == CL_SUCCESS)
+  if (bin != NULL && clGetProgramInfo(p, CL_PROGRAM_BINARIES, sizeof bin, &bin, NULL) == CL_SUCCESS)
     be_cache_write(CACHE_KIND, key, bin, size);
   (void)dev;
   rt_free(bin);
 }
 
-static cl_program build(be_device *dev)
-{
+static cl_program build(be_device *dev) {
   uint64_t key = cache_key(dev);
   void *bin = NULL;
   size_t size = 0;
@@ -186,8 +175,7 @@ static cl_program build(be_device *dev)
   return p;
 }
 
-int be_ocl_program_load(be_device *dev)
-{
+int be_ocl_program_load(be_device *dev) {
   cl_program p = build(dev);
   if (p == NULL)
     return ACCEL_EIO;
@@ -207,8 +195,7 @@ int be_ocl_program_load(be_device *dev)
   return 0;
 }
 
-void be_ocl_program_free(be_device *dev)
-{
+void be_ocl_program_free(be_device *dev) {
   for (int i = 0; i < BE_OCL_FN_COUNT; i++) {
     if (dev->fn[i] != NULL)
       clReleaseKernel(dev->fn[i]);

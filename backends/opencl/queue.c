@@ -21,8 +21,7 @@ struct be_ocl_hostfn {
   cl_event gate; /* host_callback: the user event later work waits for; else NULL */
 };
 
-int be_ocl_queue_create(be_device *dev, be_queue **out)
-{
+int be_ocl_queue_create(be_device *dev, be_queue **out) {
   if (dev == NULL || out == NULL)
     return ACCEL_EINVAL;
   unsigned gen = atomic_load(&dev->gen);
@@ -48,8 +47,7 @@ int be_ocl_queue_create(be_device *dev, be_queue **out)
   return 0;
 }
 
-static void hostfn_run(be_queue *q, be_ocl_hostfn *h)
-{
+static void hostfn_run(be_queue *q, be_ocl_hostfn *h) {
   int st = be_ocl_wait(q->dev, h->marker);
   if (be_ocl_gen_lost(q->dev, q->gen))
     st = ACCEL_EDEVLOST;
@@ -63,8 +61,7 @@ static void hostfn_run(be_queue *q, be_ocl_hostfn *h)
 }
 
 /* Runs the FIFO until stopped and empty. */
-static void *host_main(void *arg)
-{
+static void *host_main(void *arg) {
   be_queue *q = arg;
   for (;;) {
     pthread_mutex_lock(&q->hlock);
@@ -83,8 +80,7 @@ static void *host_main(void *arg)
   }
 }
 
-static int host_thread(be_queue *q)
-{
+static int host_thread(be_queue *q) {
   if (q->thread_started)
     return 0;
   if (pthread_create(&q->thread, NULL, host_main, q) != 0)
@@ -95,8 +91,7 @@ static int host_thread(be_queue *q)
 
 /* The marker, and for a callback the barrier on its gate. Nothing is queued on failure
  * (a marker alone changes nothing). */
-static int enqueue_hostfn(be_queue *q, be_ocl_hostfn *h, bool hold)
-{
+static int enqueue_hostfn(be_queue *q, be_ocl_hostfn *h, bool hold) {
   cl_int err = clEnqueueMarkerWithWaitList(q->cq, 0, NULL, &h->marker);
   if (err != CL_SUCCESS)
     return be_ocl_check(q->dev, err);
@@ -116,8 +111,7 @@ static int enqueue_hostfn(be_queue *q, be_ocl_hostfn *h, bool hold)
   return 0;
 }
 
-static int submit(be_queue *q, be_host_fn fn, void *arg, bool hold)
-{
+static int submit(be_queue *q, be_host_fn fn, void *arg, bool hold) {
   if (fn == NULL)
     return ACCEL_EINVAL;
   int rc = be_ocl_queue_ok(q);
@@ -147,15 +141,13 @@ static int submit(be_queue *q, be_host_fn fn, void *arg, bool hold)
   return 0;
 }
 
-int be_ocl_callback(be_queue *q, be_host_fn fn, void *arg)
-{
+int be_ocl_callback(be_queue *q, be_host_fn fn, void *arg) {
   return submit(q, fn, arg, true);
 }
 
 /* The same thread runs both kinds, so notifications keep submission order; only the gate
  * is left out, and the queue runs on while fn runs. */
-int be_ocl_notify(be_queue *q, be_host_fn fn, void *arg)
-{
+int be_ocl_notify(be_queue *q, be_host_fn fn, void *arg) {
   return submit(q, fn, arg, false);
 }
 
@@ -168,8 +160,7 @@ int be_ocl_notify(be_queue *q, be_host_fn fn, void *arg)
 static pthread_mutex_t abandoned_lock = PTHREAD_MUTEX_INITIALIZER;
 static rt_list abandoned = {&abandoned, &abandoned}; /* kept reachable, never freed */
 
-static void abandon(be_queue *q)
-{
+static void abandon(be_queue *q) {
   be_ocl_dev_ref(q->dev); /* never released: the thread may look at the device later */
   pthread_mutex_lock(&abandoned_lock);
   rt_list_push_front(&abandoned, &q->link);
@@ -183,8 +174,7 @@ static void abandon(be_queue *q)
   }
 }
 
-void be_ocl_queue_destroy(be_queue *q)
-{
+void be_ocl_queue_destroy(be_queue *q) {
   if (q == NULL)
     return;
   be_device *dev = q->dev;

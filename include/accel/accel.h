@@ -74,9 +74,9 @@ typedef enum accel_math {
 } accel_math;
 
 /* Op packages a device may provide (accel_device_info.packages). */
-#define ACCEL_PKG_BLAS 0x1u /* gemm, axpy, dot, scal */
-#define ACCEL_PKG_RNG 0x2u  /* accel_rng_fill */
-#define ACCEL_PKG_NN 0x4u   /* sigmoid, relu, tanh, softmax */
+#define ACCEL_PKG_BLAS 0x1u   /* gemm, axpy, dot, scal */
+#define ACCEL_PKG_RNG 0x2u    /* accel_rng_fill */
+#define ACCEL_PKG_NN 0x4u     /* sigmoid, relu, tanh, softmax */
 #define ACCEL_PKG_MODULE 0x8u /* user kernels: accel_module_load, accel_launch */
 
 typedef enum accel_completion {
@@ -89,19 +89,19 @@ typedef enum accel_completion {
 /* A struct without a typedef: its tag lives apart from the function accel_device_info(). */
 struct accel_device_info {
   char name[96];
-  char backend[16];     /* "cpu", "cuda", "opencl" */
+  char backend[16]; /* "cpu", "cuda", "opencl" */
   uint64_t mem_bytes;
   uint32_t compute_units;
-  int state;            /* 0 serving, 1 restarting, 2 quarantined */
+  int state; /* 0 serving, 1 restarting, 2 quarantined */
   uint32_t restarts;
-  uint32_t kind;          /* 0 CPU, 1 GPU, 2 accelerator. ACCEL_DEVICE_ANY prefers GPUs and
-                           * accelerators (CUDA's before OpenCL's by default), then the CPU
-                           * backend's devices; a CPU seen through OpenCL only when named */
-  uint32_t packages;      /* ACCEL_PKG_* */
+  uint32_t kind;     /* 0 CPU, 1 GPU, 2 accelerator. ACCEL_DEVICE_ANY prefers GPUs and
+                      * accelerators (CUDA's before OpenCL's by default), then the CPU
+                      * backend's devices; a CPU seen through OpenCL only when named */
+  uint32_t packages; /* ACCEL_PKG_* */
   /* Sets of ACCEL_DTYPE_BIT(t): gemm's A/B types, axpy/dot/scal, RNG uniform/normal outputs
    * (BITS fills U32 wherever there is an rng package), the element-wise ops and softmax. */
   uint32_t gemm_dtypes, vector_dtypes, rng_dtypes, nn_dtypes;
-  uint32_t sources;       /* user kernels: the accel_source kinds it builds, 1u << ACCEL_SOURCE_* */
+  uint32_t sources; /* user kernels: the accel_source kinds it builds, 1u << ACCEL_SOURCE_* */
 };
 
 /* Bytes moved between memory nodes and to or from the caller, per direction. */
@@ -146,8 +146,7 @@ ACCEL_API accel_runtime *accel_ctx_runtime(accel_ctx *ctx);
 ACCEL_API const char *accel_version(void);
 
 ACCEL_API int accel_device_count(accel_ctx *ctx);
-ACCEL_API int accel_device_info(accel_ctx *ctx, accel_device dev,
-                                struct accel_device_info *out);
+ACCEL_API int accel_device_info(accel_ctx *ctx, accel_device dev, struct accel_device_info *out);
 
 /* ---- buffers -----------------------------------------------------------------------------
  * A create does not wait for the memory: it returns the handle at once and the buffer is made
@@ -165,8 +164,8 @@ ACCEL_API int accel_buffer_destroy(accel_ctx *ctx, accel_buffer buf);
 ACCEL_API int accel_write(accel_ctx *ctx, accel_buffer dst, size_t offset, const void *src,
                           size_t count, accel_future **f);
 /* dst[0 .. count) = src[offset .. offset+count). `dst` must stay valid until completion. */
-ACCEL_API int accel_read(accel_ctx *ctx, accel_buffer src, size_t offset, void *dst,
-                         size_t count, accel_future **f);
+ACCEL_API int accel_read(accel_ctx *ctx, accel_buffer src, size_t offset, void *dst, size_t count,
+                         accel_future **f);
 /* dst[dst_off ..] = src[src_off ..], count elements; same dtype; overlapping is EINVAL when
  * src == dst. */
 ACCEL_API int accel_copy(accel_ctx *ctx, accel_device dev, accel_buffer dst, size_t dst_off,
@@ -189,18 +188,17 @@ ACCEL_API int accel_fill_f32(accel_ctx *ctx, accel_device dev, accel_buffer dst,
  * and BF16 inputs. With k = 0 or alpha = 0, A and B are not read; beta = 0 overwrites C.
  * A combination the device does not run is ACCEL_ENOTSUP ("not supported on this backend"),
  * and an op on ACCEL_DEVICE_ANY is placed only on devices that run it. */
-ACCEL_API int accel_gemm(accel_ctx *ctx, accel_device dev, accel_trans ta, accel_trans tb,
-                         size_t m, size_t n, size_t k, double alpha, accel_buffer a,
-                         size_t lda, accel_buffer b, size_t ldb, double beta, accel_buffer c,
-                         size_t ldc, accel_math math, accel_future **f);
+ACCEL_API int accel_gemm(accel_ctx *ctx, accel_device dev, accel_trans ta, accel_trans tb, size_t m,
+                         size_t n, size_t k, double alpha, accel_buffer a, size_t lda,
+                         accel_buffer b, size_t ldb, double beta, accel_buffer c, size_t ldc,
+                         accel_math math, accel_future **f);
 /* `batch` gemms of one shape: matrix i of A starts stride_a elements after matrix i - 1 (0
  * reuses one A; likewise B), C's matrices must not overlap. */
 ACCEL_API int accel_gemm_strided_batched(accel_ctx *ctx, accel_device dev, accel_trans ta,
-                                         accel_trans tb, size_t m, size_t n, size_t k,
-                                         double alpha, accel_buffer a, size_t lda,
-                                         size_t stride_a, accel_buffer b, size_t ldb,
-                                         size_t stride_b, double beta, accel_buffer c,
-                                         size_t ldc, size_t stride_c, size_t batch,
+                                         accel_trans tb, size_t m, size_t n, size_t k, double alpha,
+                                         accel_buffer a, size_t lda, size_t stride_a,
+                                         accel_buffer b, size_t ldb, size_t stride_b, double beta,
+                                         accel_buffer c, size_t ldc, size_t stride_c, size_t batch,
                                          accel_math math, accel_future **f);
 /* accel_gemm on F32 buffers with the math set by accel_set_math. */
 ACCEL_API int accel_sgemm(accel_ctx *ctx, accel_device dev, accel_trans ta, accel_trans tb,
@@ -209,18 +207,18 @@ ACCEL_API int accel_sgemm(accel_ctx *ctx, accel_device dev, accel_trans ta, acce
                           accel_future **f);
 /* y = alpha * x + y; result[0] = x . y; x = alpha * x: over n elements of float buffers of
  * one dtype (F32 and F64 on every backend; F16/BF16 where a device has them). */
-ACCEL_API int accel_axpy(accel_ctx *ctx, accel_device dev, size_t n, double alpha,
-                         accel_buffer x, accel_buffer y, accel_future **f);
-ACCEL_API int accel_dot(accel_ctx *ctx, accel_device dev, size_t n, accel_buffer x,
-                        accel_buffer y, accel_buffer result, accel_future **f);
-ACCEL_API int accel_scal(accel_ctx *ctx, accel_device dev, size_t n, double alpha,
-                         accel_buffer x, accel_future **f);
+ACCEL_API int accel_axpy(accel_ctx *ctx, accel_device dev, size_t n, double alpha, accel_buffer x,
+                         accel_buffer y, accel_future **f);
+ACCEL_API int accel_dot(accel_ctx *ctx, accel_device dev, size_t n, accel_buffer x, accel_buffer y,
+                        accel_buffer result, accel_future **f);
+ACCEL_API int accel_scal(accel_ctx *ctx, accel_device dev, size_t n, double alpha, accel_buffer x,
+                         accel_future **f);
 /* The F32 shorthands. */
-ACCEL_API int accel_saxpy(accel_ctx *ctx, accel_device dev, size_t n, float alpha,
-                          accel_buffer x, accel_buffer y, accel_future **f);
+ACCEL_API int accel_saxpy(accel_ctx *ctx, accel_device dev, size_t n, float alpha, accel_buffer x,
+                          accel_buffer y, accel_future **f);
 /* result[0] = x . y over n elements (result: an f32 buffer of at least 1 element). */
-ACCEL_API int accel_sdot(accel_ctx *ctx, accel_device dev, size_t n, accel_buffer x,
-                         accel_buffer y, accel_buffer result, accel_future **f);
+ACCEL_API int accel_sdot(accel_ctx *ctx, accel_device dev, size_t n, accel_buffer x, accel_buffer y,
+                         accel_buffer result, accel_future **f);
 
 /* ---- RNG: fills the whole buffer (U32 for BITS; F32, F64, F16 or BF16 otherwise) --------- */
 ACCEL_API int accel_rng_fill(accel_ctx *ctx, accel_device dev, accel_buffer dst,
@@ -228,15 +226,15 @@ ACCEL_API int accel_rng_fill(accel_ctx *ctx, accel_device dev, accel_buffer dst,
 
 /* ---- NN element-wise (F32, F64, F16, BF16; dst and src of one dtype; dst may equal src).
  * F16 and BF16 compute in f32 and round the result to nearest even. */
-ACCEL_API int accel_sigmoid(accel_ctx *ctx, accel_device dev, accel_buffer dst,
-                            accel_buffer src, accel_future **f);
+ACCEL_API int accel_sigmoid(accel_ctx *ctx, accel_device dev, accel_buffer dst, accel_buffer src,
+                            accel_future **f);
 ACCEL_API int accel_relu(accel_ctx *ctx, accel_device dev, accel_buffer dst, accel_buffer src,
                          accel_future **f);
 ACCEL_API int accel_tanh(accel_ctx *ctx, accel_device dev, accel_buffer dst, accel_buffer src,
                          accel_future **f);
 /* Row-wise softmax of a rows x cols row-major matrix, numerically stable. */
-ACCEL_API int accel_softmax(accel_ctx *ctx, accel_device dev, accel_buffer dst,
-                            accel_buffer src, size_t rows, size_t cols, accel_future **f);
+ACCEL_API int accel_softmax(accel_ctx *ctx, accel_device dev, accel_buffer dst, accel_buffer src,
+                            size_t rows, size_t cols, accel_future **f);
 
 /* ---- user kernels ------------------------------------------------------------------------
  * Load your own kernels from source and launch them like any other op: a launch names its
@@ -276,12 +274,11 @@ ACCEL_API int accel_module_unload(accel_ctx *ctx, accel_module m);
 /* A kernel of the module by its name (at most 127 bytes). The name is looked up when a launch
  * runs: an unknown name fails that launch with ACCEL_ENOENT. Kernel handles need no freeing:
  * they go with the module. */
-ACCEL_API int accel_kernel_get(accel_ctx *ctx, accel_module m, const char *name,
-                               accel_kernel *out);
+ACCEL_API int accel_kernel_get(accel_ctx *ctx, accel_module m, const char *name, accel_kernel *out);
 
 typedef enum accel_access {
   ACCEL_ACCESS_READ = 1,
-  ACCEL_ACCESS_WRITE = 2,     /* the kernel writes every element of the range, reads none */
+  ACCEL_ACCESS_WRITE = 2, /* the kernel writes every element of the range, reads none */
   ACCEL_ACCESS_READ_WRITE = 3
 } accel_access;
 
@@ -294,12 +291,12 @@ typedef enum accel_arg_kind {
 /* One kernel argument; make them with the helpers below. */
 typedef struct accel_arg {
   accel_arg_kind kind;
-  accel_access access;  /* BUFFER */
-  accel_buffer buffer;  /* BUFFER: the kernel gets the address of element `offset` */
+  accel_access access;    /* BUFFER */
+  accel_buffer buffer;    /* BUFFER: the kernel gets the address of element `offset` */
   uint64_t offset, count; /* BUFFER: the elements the kernel may touch (checked against the
                            * buffer: a launch past its end is ACCEL_EINVAL) */
-  uint32_t size;        /* SCALAR: 1, 2, 4 or 8 bytes; LOCAL: bytes */
-  uint64_t bits;        /* SCALAR: the value's bytes (little-endian, low `size` bytes) */
+  uint32_t size;          /* SCALAR: 1, 2, 4 or 8 bytes; LOCAL: bytes */
+  uint64_t bits;          /* SCALAR: the value's bytes (little-endian, low `size` bytes) */
 } accel_arg;
 
 static inline accel_arg accel_arg_buffer(accel_buffer b, accel_access access, uint64_t offset,
@@ -312,19 +309,33 @@ static inline accel_arg accel_arg_bits(uint32_t size, uint64_t bits) {
   return a;
 }
 static inline accel_arg accel_arg_f32(float v) {
-  union { float f; uint32_t u; } c;
+  union {
+    float f;
+    uint32_t u;
+  } c;
   c.f = v;
   return accel_arg_bits(4, c.u);
 }
 static inline accel_arg accel_arg_f64(double v) {
-  union { double f; uint64_t u; } c;
+  union {
+    double f;
+    uint64_t u;
+  } c;
   c.f = v;
   return accel_arg_bits(8, c.u);
 }
-static inline accel_arg accel_arg_i32(int32_t v) { return accel_arg_bits(4, (uint32_t)v); }
-static inline accel_arg accel_arg_u32(uint32_t v) { return accel_arg_bits(4, v); }
-static inline accel_arg accel_arg_i64(int64_t v) { return accel_arg_bits(8, (uint64_t)v); }
-static inline accel_arg accel_arg_u64(uint64_t v) { return accel_arg_bits(8, v); }
+static inline accel_arg accel_arg_i32(int32_t v) {
+  return accel_arg_bits(4, (uint32_t)v);
+}
+static inline accel_arg accel_arg_u32(uint32_t v) {
+  return accel_arg_bits(4, v);
+}
+static inline accel_arg accel_arg_i64(int64_t v) {
+  return accel_arg_bits(8, (uint64_t)v);
+}
+static inline accel_arg accel_arg_u64(uint64_t v) {
+  return accel_arg_bits(8, v);
+}
 static inline accel_arg accel_arg_local(uint32_t bytes) {
   accel_arg a = {ACCEL_ARG_LOCAL, (accel_access)0, 0, 0, 0, bytes, 0};
   return a;
@@ -345,7 +356,7 @@ typedef struct accel_launch_dims {
                           * acceld: a restart of the service) */
 } accel_launch_dims;
 
-#define ACCEL_LAUNCH_MAX_ARGS 32u /* arguments per launch */
+#define ACCEL_LAUNCH_MAX_ARGS 32u    /* arguments per launch */
 #define ACCEL_LAUNCH_MAX_BUFFERS 16u /* of them buffers */
 
 /* Launches a kernel on `dev` (ACCEL_DEVICE_ANY: a device its module was built for, where the

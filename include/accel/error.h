@@ -14,34 +14,34 @@ extern "C" {
 #endif
 
 /* X(NAME, value, message) */
-#define ACCEL_ERRNO_MAP(X)                                                                 \
-  X(EINVAL, -1, "invalid argument")                                                        \
-  X(ESTALE, -2, "stale or foreign handle")                                                 \
-  X(ENOMEM, -3, "out of memory")                                                           \
-  X(ETIMEDOUT, -4, "timed out")                                                            \
-  X(EAGAIN, -5, "not ready yet, try again")                                                \
-  X(EBUSY, -6, "busy: queue or mailbox full")                                              \
-  X(EDEVLOST, -7, "device lost while the operation was in flight")                         \
-  X(EDATALOST, -8, "data lost: the buffer's only valid copy was on a lost device")         \
-  X(ENOTSUP, -9, "not supported on this backend")                                          \
-  X(EPERM, -10, "operation not permitted")                                                 \
-  X(ECANCELED, -11, "canceled")                                                            \
-  X(ECLOSED, -12, "closed or shutting down")                                               \
-  X(EDEADLK, -13, "would deadlock: blocking call on the loop thread")                      \
-  X(EALREADY, -14, "already done")                                                         \
-  X(ELIMIT, -15, "limit exceeded")                                                         \
-  X(EFAILED, -16, "actor failed")                                                          \
-  X(EPROTO, -17, "protocol error")                                                         \
-  X(EIO, -18, "input/output error")                                                        \
-  X(ENOENT, -19, "no such entry")                                                          \
-  X(ESYS, -20, "system call failed")                                                       \
+#define ACCEL_ERRNO_MAP(X)                                                                         \
+  X(EINVAL, -1, "invalid argument")                                                                \
+  X(ESTALE, -2, "stale or foreign handle")                                                         \
+  X(ENOMEM, -3, "out of memory")                                                                   \
+  X(ETIMEDOUT, -4, "timed out")                                                                    \
+  X(EAGAIN, -5, "not ready yet, try again")                                                        \
+  X(EBUSY, -6, "busy: queue or mailbox full")                                                      \
+  X(EDEVLOST, -7, "device lost while the operation was in flight")                                 \
+  X(EDATALOST, -8, "data lost: the buffer's only valid copy was on a lost device")                 \
+  X(ENOTSUP, -9, "not supported on this backend")                                                  \
+  X(EPERM, -10, "operation not permitted")                                                         \
+  X(ECANCELED, -11, "canceled")                                                                    \
+  X(ECLOSED, -12, "closed or shutting down")                                                       \
+  X(EDEADLK, -13, "would deadlock: blocking call on the loop thread")                              \
+  X(EALREADY, -14, "already done")                                                                 \
+  X(ELIMIT, -15, "limit exceeded")                                                                 \
+  X(EFAILED, -16, "actor failed")                                                                  \
+  X(EPROTO, -17, "protocol error")                                                                 \
+  X(EIO, -18, "input/output error")                                                                \
+  X(ENOENT, -19, "no such entry")                                                                  \
+  X(ESYS, -20, "system call failed")                                                               \
   X(EBUILD, -21, "the kernel source did not build: see the module's build log")
 
 typedef enum accel_errno {
 #define ACCEL_ERR_ENUM_(name, value, msg) ACCEL_##name = (value),
   ACCEL_ERRNO_MAP(ACCEL_ERR_ENUM_)
 #undef ACCEL_ERR_ENUM_
-  ACCEL_ERRNO_MIN_ = -22 /* one below the lowest code; not an error */
+      ACCEL_ERRNO_MIN_ = -22 /* one below the lowest code; not an error */
 } accel_errno;
 
 /* A human-readable message for `err` ("success" for 0, "unknown error" for codes not in the

@@ -73,13 +73,13 @@ ACCEL_API int accel_replace_allocator(accel_malloc_func malloc_fn, accel_realloc
  * `drop(data)` when `drop` is set. On a failed send the message and its data stay the
  * caller's. */
 typedef struct accel_msg {
-  uint32_t type;             /* the behaviour's own message kinds; >= ACCEL_MSG_USER */
-  uint32_t flags;            /* free for the user */
-  uint64_t arg;              /* small inline argument */
-  void *data;                /* payload, see ownership above */
-  void (*drop)(void *data);  /* frees `data` if it is never received; may be NULL */
-  accel_ref sender;          /* filled in by the runtime when sent from an actor, else NONE */
-  accel_future *reply;       /* set by accel_ask(); see accel_reply() */
+  uint32_t type;            /* the behaviour's own message kinds; >= ACCEL_MSG_USER */
+  uint32_t flags;           /* free for the user */
+  uint64_t arg;             /* small inline argument */
+  void *data;               /* payload, see ownership above */
+  void (*drop)(void *data); /* frees `data` if it is never received; may be NULL */
+  accel_ref sender;         /* filled in by the runtime when sent from an actor, else NONE */
+  accel_future *reply;      /* set by accel_ask(); see accel_reply() */
 } accel_msg;
 
 /* Message types below this are the runtime's own (timers, work completions). */
@@ -140,9 +140,9 @@ typedef struct accel_supervision {
 
 /* Per-spawn options; a zeroed struct (or NULL) gives the defaults. */
 typedef struct accel_spawn_opts {
-  const char *name;          /* copied; defaults to behavior->name */
-  uint32_t mailbox_capacity; /* rounded up to a power of two; default 1024 */
-  uint32_t throughput;       /* messages per turn before yielding; default 64 */
+  const char *name;                     /* copied; defaults to behavior->name */
+  uint32_t mailbox_capacity;            /* rounded up to a power of two; default 1024 */
+  uint32_t throughput;                  /* messages per turn before yielding; default 64 */
   const accel_supervision *supervision; /* how this actor supervises its children; copied */
 } accel_spawn_opts;
 
@@ -202,11 +202,11 @@ ACCEL_API int accel_runtime_on_loop(accel_runtime *rt);
 
 /* One actor of the supervision tree, as accel_runtime_walk() shows it. */
 typedef struct accel_actor_view {
-  const char *name;      /* valid during the callback only */
-  accel_ref ref;         /* ACCEL_REF_NONE while waiting for a restart */
-  uint32_t depth;        /* 0 for the root */
-  const char *state;     /* "running", "restarting" */
-  uint32_t restarts;     /* restarts of this child in its current window */
+  const char *name;  /* valid during the callback only */
+  accel_ref ref;     /* ACCEL_REF_NONE while waiting for a restart */
+  uint32_t depth;    /* 0 for the root */
+  const char *state; /* "running", "restarting" */
+  uint32_t restarts; /* restarts of this child in its current window */
   uint64_t restarts_total;
   uint32_t mailbox_used; /* messages waiting (approximate) */
 } accel_actor_view;
@@ -237,8 +237,7 @@ ACCEL_API int accel_tell(accel_runtime *rt, accel_ref to, const accel_msg *msg);
  * receiver completes it with accel_reply() (or takes it, see accel_msg_take_reply); if it does
  * neither, the future completes with receive()'s return code when receive returns, and with
  * ACCEL_ESTALE if the message is dropped. On failure (codes as for tell) no future is made. */
-ACCEL_API int accel_ask(accel_runtime *rt, accel_ref to, const accel_msg *msg,
-                        accel_future **out);
+ACCEL_API int accel_ask(accel_runtime *rt, accel_ref to, const accel_msg *msg, accel_future **out);
 
 /* From receive(): completes the message's ask future with `status` and `value` (ownership of
  * `value` passes to the future, which calls `drop(value)` when it is freed). No-op for a tell.
@@ -290,8 +289,7 @@ typedef void (*accel_future_cb)(accel_future *f, int status, void *arg);
 ACCEL_API int accel_future_create(accel_runtime *rt, accel_future **out);
 /* Completes a pending future; any thread. Returns ACCEL_EALREADY if it was already completed
  * (then `value` stays the caller's). */
-ACCEL_API int accel_future_complete(accel_future *f, int status, void *value,
-                                    void (*drop)(void *));
+ACCEL_API int accel_future_complete(accel_future *f, int status, void *value, void (*drop)(void *));
 /* Blocks until completion or `timeout_ms` (< 0: forever); returns the status, or
  * ACCEL_ETIMEDOUT while pending. On the runtime's loop thread it returns ACCEL_EDEADLK at once
  * unless the future is already complete (blocking there would stall every actor). */

@@ -20,8 +20,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "accel/accel.h"
 #include "../test.h"
+#include "accel/accel.h"
 #include "daemon_mode.h"
 
 /* ---- seeded inputs (splitmix64: small, good enough for test data) ---- */
@@ -50,7 +50,9 @@ static inline uint64_t rnd64(void) {
   return z ^ (z >> 31);
 }
 
-static inline uint32_t rnd32(void) { return (uint32_t)(rnd64() >> 32); }
+static inline uint32_t rnd32(void) {
+  return (uint32_t)(rnd64() >> 32);
+}
 
 /* Uniform in [lo, hi]. */
 static inline size_t rnd_range(size_t lo, size_t hi) {
@@ -147,8 +149,7 @@ static inline void write_sync(accel_ctx *ctx, accel_buffer b, size_t off, const 
   WAIT_OK(f);
 }
 
-static inline void read_sync(accel_ctx *ctx, accel_buffer b, size_t off, void *dst,
-                             size_t count) {
+static inline void read_sync(accel_ctx *ctx, accel_buffer b, size_t off, void *dst, size_t count) {
   accel_future *f = NULL;
   CHECK_OK(accel_read(ctx, b, off, dst, count, &f));
   WAIT_OK(f);
@@ -210,7 +211,9 @@ static inline void loop_hold(accel_ctx *ctx, loop_gate *g) {
   }
 }
 
-static inline void loop_release(loop_gate *g) { sem_post(&g->release); }
+static inline void loop_release(loop_gate *g) {
+  sem_post(&g->release);
+}
 
 /* After the context is closed (the callback has certainly returned). */
 static inline void gate_destroy(loop_gate *g) {

@@ -26,8 +26,8 @@ static void check_order(const char *list) {
     CHECK_OK(accel_device_info(ctx, d, &info));
     int pos = position(list, info.backend);
     if (pos < 0 || pos < last)
-      TEST_FAIL("backends=%s: device %d is %s (%s), out of the list's order", list, d,
-                info.name, info.backend);
+      TEST_FAIL("backends=%s: device %d is %s (%s), out of the list's order", list, d, info.name,
+                info.backend);
     last = pos;
     cpus += strcmp(info.backend, "cpu") == 0;
   }
@@ -36,9 +36,8 @@ static void check_order(const char *list) {
 }
 
 TEST(devices_are_numbered_in_the_lists_order) {
-  static const char *const lists[] = {"cpu",         "cpu,cuda,opencl", "opencl,cuda,cpu",
-                                      "cuda,cpu",    "opencl,cpu",      "cuda",
-                                      "opencl"};
+  static const char *const lists[] = {
+      "cpu", "cpu,cuda,opencl", "opencl,cuda,cpu", "cuda,cpu", "opencl,cpu", "cuda", "opencl"};
   for (size_t i = 0; i < sizeof lists / sizeof lists[0]; i++)
     check_order(lists[i]);
 }

@@ -25,17 +25,17 @@ static void expect(accel_ctx *ctx, const char *where, moved want) {
       s.device_to_device != want.d2d || s.written != want.written || s.read != want.read)
     TEST_FAIL("%s: moved h2d %" PRIu64 " d2h %" PRIu64 " d2d %" PRIu64 " written %" PRIu64
               " read %" PRIu64 "; want h2d %" PRIu64 " d2h %" PRIu64 " d2d %" PRIu64
-              " written %" PRIu64 " read %" PRIu64, where, s.host_to_device, s.device_to_host,
-              s.device_to_device, s.written, s.read, want.h2d, want.d2h, want.d2d, want.written,
-              want.read);
+              " written %" PRIu64 " read %" PRIu64,
+              where, s.host_to_device, s.device_to_host, s.device_to_device, s.written, s.read,
+              want.h2d, want.d2h, want.d2d, want.written, want.read);
 }
 
 /* Runs an op that puts its future in the local `f`, and waits for it. */
-#define SYNC(call)                                                                         \
-  do {                                                                                     \
-    f = NULL;                                                                              \
-    CHECK_OK(call);                                                                        \
-    WAIT_OK(f);                                                                            \
+#define SYNC(call)                                                                                 \
+  do {                                                                                             \
+    f = NULL;                                                                                      \
+    CHECK_OK(call);                                                                                \
+    WAIT_OK(f);                                                                                    \
   } while (0)
 
 static void check_floats(const char *what, const float *got, const float *want, size_t n) {
@@ -53,8 +53,8 @@ static void check_sigmoid(const char *what, const float *got, const float *x, si
   for (size_t i = 0; i < n; i++) {
     float want = ref_sigmoid(x[i]);
     if (!(fabsf(got[i] - want) <= 4e-7f))
-      TEST_FAIL("%s[%zu] = %.9g, want sigmoid(%.9g) = %.9g", what, i, (double)got[i],
-                (double)x[i], (double)want);
+      TEST_FAIL("%s[%zu] = %.9g, want sigmoid(%.9g) = %.9g", what, i, (double)got[i], (double)x[i],
+                (double)want);
   }
 }
 
@@ -76,9 +76,9 @@ TEST(write_then_compute_moves_once) {
   expect(ctx, "after the write", (moved){.written = bytes});
   SYNC(accel_sigmoid(ctx, 0, Y, X, &f));
   expect(ctx, "first op on device 0", (moved){.h2d = bytes, .written = bytes});
-  SYNC(accel_relu(ctx, 0, Z, X, &f));           /* X is valid there now */
-  SYNC(accel_tanh(ctx, 0, Y, Y, &f));           /* in place on device data */
-  SYNC(accel_sigmoid(ctx, 0, Z, Y, &f));        /* device data as input */
+  SYNC(accel_relu(ctx, 0, Z, X, &f));    /* X is valid there now */
+  SYNC(accel_tanh(ctx, 0, Y, Y, &f));    /* in place on device data */
+  SYNC(accel_sigmoid(ctx, 0, Z, Y, &f)); /* device data as input */
   expect(ctx, "more ops on device 0", (moved){.h2d = bytes, .written = bytes});
   read_sync(ctx, X, 0, y, n); /* valid on the host: no move */
   check_floats("X", y, x, n);
@@ -111,16 +111,16 @@ TEST(sgemm_moves_only_what_it_reads) {
   moved want = {.written = (m * k + k * n + 3 * m * n + 8) * 4};
   expect(ctx, "after the writes", want);
   accel_future *f = NULL;
-  SYNC(accel_sgemm(ctx, 0, ACCEL_NO_TRANS, ACCEL_NO_TRANS, m, n, k, 1.0f, A, m, B, k, 0.0f,
-                      C0, m, &f));
+  SYNC(accel_sgemm(ctx, 0, ACCEL_NO_TRANS, ACCEL_NO_TRANS, m, n, k, 1.0f, A, m, B, k, 0.0f, C0, m,
+                   &f));
   want.h2d += (m * k + k * n) * 4; /* beta = 0 over all of C0: its contents are not needed */
   expect(ctx, "sgemm, beta = 0", want);
-  SYNC(accel_sgemm(ctx, 0, ACCEL_NO_TRANS, ACCEL_NO_TRANS, m, n, k, 1.0f, A, m, B, k, 1.0f,
-                      C1, m, &f));
+  SYNC(accel_sgemm(ctx, 0, ACCEL_NO_TRANS, ACCEL_NO_TRANS, m, n, k, 1.0f, A, m, B, k, 1.0f, C1, m,
+                   &f));
   want.h2d += m * n * 4; /* beta = 1: C1 is read */
   expect(ctx, "sgemm, beta = 1", want);
-  SYNC(accel_sgemm(ctx, 0, ACCEL_NO_TRANS, ACCEL_NO_TRANS, m, n, k, 1.0f, A, m, B, k, 0.0f,
-                      C2, m, &f));
+  SYNC(accel_sgemm(ctx, 0, ACCEL_NO_TRANS, ACCEL_NO_TRANS, m, n, k, 1.0f, A, m, B, k, 0.0f, C2, m,
+                   &f));
   want.h2d += (m * n + 8) * 4; /* C2 is longer than m x n: the tail must survive */
   expect(ctx, "sgemm, beta = 0 into a longer C", want);
   read_sync(ctx, C2, m * n, out, 8);
@@ -248,12 +248,9 @@ TEST(never_written_moves_nothing) {
 }
 
 static const test_case tests[] = {
-    TEST_CASE(fresh_context_moved_nothing),
-    TEST_CASE(write_then_compute_moves_once),
-    TEST_CASE(sgemm_moves_only_what_it_reads),
-    TEST_CASE(two_devices_move_once_each_way),
-    TEST_CASE(writes_over_device_data),
-    TEST_CASE(never_written_moves_nothing),
+    TEST_CASE(fresh_context_moved_nothing),    TEST_CASE(write_then_compute_moves_once),
+    TEST_CASE(sgemm_moves_only_what_it_reads), TEST_CASE(two_devices_move_once_each_way),
+    TEST_CASE(writes_over_device_data),        TEST_CASE(never_written_moves_nothing),
 };
 
 TEST_MAIN(tests)

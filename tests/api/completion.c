@@ -23,8 +23,8 @@ static void workload(accel_ctx *ctx, accel_device dev) {
   accel_rng spec = {.dist = ACCEL_DIST_BITS, .seed = 0};
   CHECK_OK(accel_write(ctx, A, 0, a, n * n, &f[0]));
   CHECK_OK(accel_write(ctx, B, 0, b, n * n, NULL));
-  CHECK_OK(accel_sgemm(ctx, dev, ACCEL_NO_TRANS, ACCEL_NO_TRANS, n, n, n, 1.0f, A, n, B, n,
-                       0.0f, C, n, &f[1]));
+  CHECK_OK(accel_sgemm(ctx, dev, ACCEL_NO_TRANS, ACCEL_NO_TRANS, n, n, n, 1.0f, A, n, B, n, 0.0f, C,
+                       n, &f[1]));
   CHECK_OK(accel_sigmoid(ctx, dev, C, C, &f[2]));
   CHECK_OK(accel_read(ctx, C, 0, c, n * n, &f[3]));
   CHECK_OK(accel_rng_fill(ctx, dev, R, &spec, &f[4]));
@@ -56,8 +56,8 @@ static void workload(accel_ctx *ctx, accel_device dev) {
 }
 
 TEST(context_strategies) {
-  static const char *const urls[] = {"embedded:?completion=callback",
-                                     "embedded:?completion=sync", "embedded:?completion=poll",
+  static const char *const urls[] = {"embedded:?completion=callback", "embedded:?completion=sync",
+                                     "embedded:?completion=poll",
                                      "embedded:?completion=poll&cpu_devices=2"};
   for (size_t u = 0; u < sizeof urls / sizeof urls[0]; u++) {
     accel_ctx *ctx = ctx_open(urls[u]);

@@ -16,8 +16,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "accel/accel.h"
 #include "../test.h"
+#include "accel/accel.h"
 
 #define DAEMON_MODE_MAX 64
 
@@ -30,10 +30,10 @@ static inline bool test_daemon_mode(void) {
   return p != NULL && *p != '\0';
 }
 
-#define EMBEDDED_ONLY()                                                                    \
-  do {                                                                                     \
-    if (test_daemon_mode())                                                                \
-      TEST_SKIP("holds the embedded loop thread: no meaning through the daemon");          \
+#define EMBEDDED_ONLY()                                                                            \
+  do {                                                                                             \
+    if (test_daemon_mode())                                                                        \
+      TEST_SKIP("holds the embedded loop thread: no meaning through the daemon");                  \
   } while (0)
 
 static inline void daemon_mode_stop_all_(void) {

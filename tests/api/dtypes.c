@@ -71,8 +71,10 @@ static double elem_value(accel_dtype t, const void *at) {
 }
 
 static double unit(accel_dtype t) {
-  return t == ACCEL_F64 ? ldexp(1, -53) : t == ACCEL_F32 ? ldexp(1, -24)
-                                        : t == ACCEL_F16 ? ldexp(1, -11) : ldexp(1, -8);
+  return t == ACCEL_F64   ? ldexp(1, -53)
+         : t == ACCEL_F32 ? ldexp(1, -24)
+         : t == ACCEL_F16 ? ldexp(1, -11)
+                          : ldexp(1, -8);
 }
 
 /* ---- gemm ---- */
@@ -81,8 +83,8 @@ typedef struct combo {
   accel_dtype ab, c;
 } combo;
 
-static const combo combos[] = {{ACCEL_F64, ACCEL_F64}, {ACCEL_F32, ACCEL_F32},
-                               {ACCEL_F16, ACCEL_F16}, {ACCEL_F16, ACCEL_F32},
+static const combo combos[] = {{ACCEL_F64, ACCEL_F64},   {ACCEL_F32, ACCEL_F32},
+                               {ACCEL_F16, ACCEL_F16},   {ACCEL_F16, ACCEL_F32},
                                {ACCEL_BF16, ACCEL_BF16}, {ACCEL_BF16, ACCEL_F32}};
 
 /* C (m x n, ldc = m) = 1.5 op(A) op(B) - 0.5 C on device dev; checked against float64. */
@@ -126,8 +128,8 @@ static void gemm_one(accel_ctx *ctx, accel_device dev, combo cb, bool runs) {
         double tol = (double)(k + 2) * 2 * ua * mag + unit(cb.c) * (fabs(ref) + mag) +
                      (cb.c == ACCEL_F16 ? ldexp(1, -24) : 0);
         if (!(fabs(got - ref) <= tol))
-          TEST_FAIL("device %d gemm %d->%d C(%zu,%zu) = %.17g, want %.17g (tol %.3g)", dev,
-                    cb.ab, cb.c, i, j, got, ref, tol);
+          TEST_FAIL("device %d gemm %d->%d C(%zu,%zu) = %.17g, want %.17g (tol %.3g)", dev, cb.ab,
+                    cb.c, i, j, got, ref, tol);
       }
   }
   for (accel_buffer *x = (accel_buffer[]){A, B, C}, *e = x + 3; x < e; x++)
@@ -163,27 +165,25 @@ TEST(unsupported_gemm_is_enotsup_and_mixed_types_einval) {
   accel_buffer a = buf_new(ctx, ACCEL_F32, 4), c = buf_new(ctx, ACCEL_F32, 4);
   accel_buffer d = buf_new(ctx, ACCEL_F64, 4);
   accel_future *f;
-  CHECK_OK(accel_gemm(ctx, 0, ACCEL_NO_TRANS, ACCEL_NO_TRANS, 2, 2, 2, 1.0, a, 2, a, 2, 0.0, c,
-                      2, ACCEL_MATH_TF32, &f));
+  CHECK_OK(accel_gemm(ctx, 0, ACCEL_NO_TRANS, ACCEL_NO_TRANS, 2, 2, 2, 1.0, a, 2, a, 2, 0.0, c, 2,
+                      ACCEL_MATH_TF32, &f));
   CHECK_ERR(fut_status(f), ACCEL_ENOTSUP);
-  CHECK_ERR(accel_gemm(ctx, 0, ACCEL_NO_TRANS, ACCEL_NO_TRANS, 2, 2, 2, 1.0, d, 2, d, 2, 0.0, c,
-                       2, ACCEL_MATH_DEFAULT, NULL),
+  CHECK_ERR(accel_gemm(ctx, 0, ACCEL_NO_TRANS, ACCEL_NO_TRANS, 2, 2, 2, 1.0, d, 2, d, 2, 0.0, c, 2,
+                       ACCEL_MATH_DEFAULT, NULL),
             ACCEL_EINVAL);
-  CHECK_ERR(accel_gemm(ctx, 0, ACCEL_NO_TRANS, ACCEL_NO_TRANS, 2, 2, 2, 1.0, a, 2, a, 2, 0.0, c,
-                       2, (accel_math)(ACCEL_MATH_FP64 + 1), NULL),
+  CHECK_ERR(accel_gemm(ctx, 0, ACCEL_NO_TRANS, ACCEL_NO_TRANS, 2, 2, 2, 1.0, a, 2, a, 2, 0.0, c, 2,
+                       (accel_math)(ACCEL_MATH_FP64 + 1), NULL),
             ACCEL_EINVAL);
   CHECK_ERR(accel_finish(ctx, 10000), ACCEL_ENOTSUP); /* the TF32 op's, reported once */
   /* A batch of 4 sharing both A and B does 4x the work its buffers hold: refused; sharing one
    * of them is fine. (2 x 2 matrices; C holds the 4 results.) */
   accel_buffer c4 = buf_new(ctx, ACCEL_F32, 16);
-  CHECK_ERR(accel_gemm_strided_batched(ctx, 0, ACCEL_NO_TRANS, ACCEL_NO_TRANS, 2, 2, 2, 1.0, a,
-                                       2, 0, a, 2, 0, 0.0, c4, 2, 4, 4, ACCEL_MATH_DEFAULT,
-                                       NULL),
+  CHECK_ERR(accel_gemm_strided_batched(ctx, 0, ACCEL_NO_TRANS, ACCEL_NO_TRANS, 2, 2, 2, 1.0, a, 2,
+                                       0, a, 2, 0, 0.0, c4, 2, 4, 4, ACCEL_MATH_DEFAULT, NULL),
             ACCEL_ELIMIT);
   accel_buffer b16 = buf_new(ctx, ACCEL_F32, 16);
-  CHECK_OK(accel_gemm_strided_batched(ctx, 0, ACCEL_NO_TRANS, ACCEL_NO_TRANS, 2, 2, 2, 1.0, a,
-                                      2, 0, b16, 2, 4, 0.0, c4, 2, 4, 4, ACCEL_MATH_DEFAULT,
-                                      NULL));
+  CHECK_OK(accel_gemm_strided_batched(ctx, 0, ACCEL_NO_TRANS, ACCEL_NO_TRANS, 2, 2, 2, 1.0, a, 2, 0,
+                                      b16, 2, 4, 0.0, c4, 2, 4, 4, ACCEL_MATH_DEFAULT, NULL));
   CHECK_OK(accel_finish(ctx, 10000));
   /* No backend runs axpy in F16: on ANY there is no device to place it on. */
   accel_buffer h = buf_new(ctx, ACCEL_F16, 8);
@@ -231,9 +231,12 @@ TEST(fill_converts_to_every_dtype) {
     accel_dtype t;
     double v;
     uint64_t bits;
-  } cases[] = {{ACCEL_F64, -0.1, 0xbfb999999999999aull}, {ACCEL_F32, 1.5, 0x3fc00000u},
-               {ACCEL_F16, 1.0 / 3.0, 0x3555u},             {ACCEL_BF16, 1.0 / 3.0, 0x3eabu},
-               {ACCEL_F16, 65520.0, 0x7c00u},                {ACCEL_I32, -7.0, 0xfffffff9u},
+  } cases[] = {{ACCEL_F64, -0.1, 0xbfb999999999999aull},
+               {ACCEL_F32, 1.5, 0x3fc00000u},
+               {ACCEL_F16, 1.0 / 3.0, 0x3555u},
+               {ACCEL_BF16, 1.0 / 3.0, 0x3eabu},
+               {ACCEL_F16, 65520.0, 0x7c00u},
+               {ACCEL_I32, -7.0, 0xfffffff9u},
                {ACCEL_U32, 4294967295.0, 0xffffffffu}};
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     size_t n = rnd_range(1, 100), s = dsize(cases[i].t);
@@ -245,8 +248,8 @@ TEST(fill_converts_to_every_dtype) {
       uint64_t bits = 0;
       memcpy(&bits, got + j * s, s);
       if (bits != cases[i].bits)
-        TEST_FAIL("fill %d with %g: element %zu is 0x%llx, want 0x%llx", cases[i].t,
-                  cases[i].v, j, (unsigned long long)bits, (unsigned long long)cases[i].bits);
+        TEST_FAIL("fill %d with %g: element %zu is 0x%llx, want 0x%llx", cases[i].t, cases[i].v, j,
+                  (unsigned long long)bits, (unsigned long long)cases[i].bits);
     }
     free(got);
     CHECK_OK(accel_buffer_destroy(ctx, b));

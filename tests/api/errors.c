@@ -20,14 +20,14 @@ __attribute__((used)) const char *__asan_default_options(void) {
 }
 
 /* Fails with `code` from the call, with and without a future, leaving the future pointer. */
-#define CHECK_CALL_ERR(code, call_with_f)                                                  \
-  do {                                                                                     \
-    accel_future *f = FUT_SENTINEL, **fp = &f;                                             \
-    CHECK_ERR(call_with_f, code);                                                          \
-    CHECK_PTR_EQ(f, FUT_SENTINEL);                                                         \
-    fp = NULL;                                                                             \
-    CHECK_ERR(call_with_f, code);                                                          \
-    (void)fp;                                                                              \
+#define CHECK_CALL_ERR(code, call_with_f)                                                          \
+  do {                                                                                             \
+    accel_future *f = FUT_SENTINEL, **fp = &f;                                                     \
+    CHECK_ERR(call_with_f, code);                                                                  \
+    CHECK_PTR_EQ(f, FUT_SENTINEL);                                                                 \
+    fp = NULL;                                                                                     \
+    CHECK_ERR(call_with_f, code);                                                                  \
+    (void)fp;                                                                                      \
   } while (0)
 
 /* A context with a few buffers of known content. */
@@ -70,9 +70,16 @@ static void teardown(fixture *x) {
 /* ---- contexts ------------------------------------------------------------------------ */
 
 TEST(open_urls) {
-  static const char *const bad[] = {
-      "", "bogus", "embedded", "embedded:x", "embedded:?nope=1", "embedded:?fault_injection",
-      "embedded:?cpu_devices=two", "embedded:?completion=never", "embedded:?=1", "Embedded:"};
+  static const char *const bad[] = {"",
+                                    "bogus",
+                                    "embedded",
+                                    "embedded:x",
+                                    "embedded:?nope=1",
+                                    "embedded:?fault_injection",
+                                    "embedded:?cpu_devices=two",
+                                    "embedded:?completion=never",
+                                    "embedded:?=1",
+                                    "Embedded:"};
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     accel_ctx *ctx = (accel_ctx *)(uintptr_t)0x5e11;
     int rc = accel_open(&ctx, bad[i]);
@@ -82,13 +89,15 @@ TEST(open_urls) {
   }
   /* Remote URLs (accel.h): ipc:// and tcp:// reach acceld, ACCEL_ECLOSED when no daemon
    * answers there (nothing listens at these); any other scheme is ACCEL_ENOTSUP. */
-  static const struct { const char *url; int rc; } remote[] = {
-      {"ipc://x", ACCEL_ECLOSED},
-      {"ipc:///nonexistent-accel-api-test/acceld.sock", ACCEL_ECLOSED},
-      {"tcp://127.0.0.1:1", ACCEL_ECLOSED},
-      {"udp://127.0.0.1:5555", ACCEL_ENOTSUP},
-      {"http://example.org/", ACCEL_ENOTSUP},
-      {"inproc://accel", ACCEL_ENOTSUP}};
+  static const struct {
+    const char *url;
+    int rc;
+  } remote[] = {{"ipc://x", ACCEL_ECLOSED},
+                {"ipc:///nonexistent-accel-api-test/acceld.sock", ACCEL_ECLOSED},
+                {"tcp://127.0.0.1:1", ACCEL_ECLOSED},
+                {"udp://127.0.0.1:5555", ACCEL_ENOTSUP},
+                {"http://example.org/", ACCEL_ENOTSUP},
+                {"inproc://accel", ACCEL_ENOTSUP}};
   for (size_t i = 0; i < sizeof remote / sizeof remote[0]; i++) {
     accel_ctx *ctx = (accel_ctx *)(uintptr_t)0x5e11;
     int rc = accel_open(&ctx, remote[i].url);
@@ -124,8 +133,8 @@ TEST(null_context) {
   CHECK_CALL_ERR(ACCEL_EINVAL, accel_copy(NULL, 0, b, 0, b, 1, 1, fp));
   CHECK_CALL_ERR(ACCEL_EINVAL, accel_fill_u32(NULL, 0, b, 1, fp));
   CHECK_CALL_ERR(ACCEL_EINVAL, accel_fill_f32(NULL, 0, b, 1, fp));
-  CHECK_CALL_ERR(ACCEL_EINVAL, accel_sgemm(NULL, 0, ACCEL_NO_TRANS, ACCEL_NO_TRANS, 1, 1, 1, 1,
-                                           b, 1, b, 1, 0, b, 1, fp));
+  CHECK_CALL_ERR(ACCEL_EINVAL, accel_sgemm(NULL, 0, ACCEL_NO_TRANS, ACCEL_NO_TRANS, 1, 1, 1, 1, b,
+                                           1, b, 1, 0, b, 1, fp));
   CHECK_CALL_ERR(ACCEL_EINVAL, accel_saxpy(NULL, 0, 1, 1, b, b, fp));
   CHECK_CALL_ERR(ACCEL_EINVAL, accel_sdot(NULL, 0, 1, b, b, b, fp));
   CHECK_CALL_ERR(ACCEL_EINVAL, accel_rng_fill(NULL, 0, b, &spec, fp));
@@ -179,8 +188,8 @@ TEST(bad_device_for_every_op) {
     CHECK_CALL_ERR(ACCEL_EINVAL, accel_copy(x.ctx, d, x.f16, 0, x.f16, 8, 8, fp));
     CHECK_CALL_ERR(ACCEL_EINVAL, accel_fill_u32(x.ctx, d, x.u16, 1, fp));
     CHECK_CALL_ERR(ACCEL_EINVAL, accel_fill_f32(x.ctx, d, x.f16, 1, fp));
-    CHECK_CALL_ERR(ACCEL_EINVAL, accel_sgemm(x.ctx, d, ACCEL_NO_TRANS, ACCEL_NO_TRANS, 2, 2, 2,
-                                             1, x.f16, 2, x.f16, 2, 0, x.f1, 1, fp));
+    CHECK_CALL_ERR(ACCEL_EINVAL, accel_sgemm(x.ctx, d, ACCEL_NO_TRANS, ACCEL_NO_TRANS, 2, 2, 2, 1,
+                                             x.f16, 2, x.f16, 2, 0, x.f1, 1, fp));
     CHECK_CALL_ERR(ACCEL_EINVAL, accel_saxpy(x.ctx, d, 4, 1, x.f1, x.f16, fp));
     CHECK_CALL_ERR(ACCEL_EINVAL, accel_sdot(x.ctx, d, 1, x.f16, x.f16, x.f1, fp));
     CHECK_CALL_ERR(ACCEL_EINVAL, accel_rng_fill(x.ctx, d, x.f16, &spec, fp));
@@ -224,7 +233,9 @@ TEST(buffer_create_destroy) {
 TEST(write_read_arguments) {
   fixture x = setup(NULL);
   uint32_t v[32] = {0};
-  static const struct { size_t off, count; } bad[] = {
+  static const struct {
+    size_t off, count;
+  } bad[] = {
       {0, 17}, {1, 16}, {16, 1}, {17, 0}, {SIZE_MAX, 1}, {1, SIZE_MAX}, {SIZE_MAX, SIZE_MAX}};
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     CHECK_CALL_ERR(ACCEL_EINVAL, accel_write(x.ctx, x.u16, bad[i].off, v, bad[i].count, fp));
@@ -288,7 +299,7 @@ TEST(sgemm_arguments) {
   accel_buffer C = buf_from(ctx, ACCEL_F32, ones, sc), Cs = buf_from(ctx, ACCEL_F32, ones, sc - 1);
   accel_buffer U = buf_new(ctx, ACCEL_U32, 64);
   const accel_trans N = ACCEL_NO_TRANS, T = ACCEL_TRANS;
-#define GEMM(ta, tb, m_, n_, k_, a, lda_, b, ldb_, c, ldc_)                                  \
+#define GEMM(ta, tb, m_, n_, k_, a, lda_, b, ldb_, c, ldc_)                                        \
   accel_sgemm(ctx, 0, ta, tb, m_, n_, k_, 1.0f, a, lda_, b, ldb_, 0.5f, c, ldc_, fp)
   CHECK_CALL_ERR(ACCEL_EINVAL, GEMM(N, N, m, n, k, As, lda, B, ldb, C, ldc)); /* too small */
   CHECK_CALL_ERR(ACCEL_EINVAL, GEMM(N, N, m, n, k, A, lda, Bs, ldb, C, ldc));
@@ -405,8 +416,8 @@ TEST(destroyed_handle_stale_everywhere) {
   CHECK_CALL_ERR(ACCEL_ESTALE, accel_read(ctx, old, 0, v, 16, fp));
   CHECK_CALL_ERR(ACCEL_ESTALE, accel_copy(ctx, 0, old, 0, x.f16, 0, 16, fp));
   CHECK_CALL_ERR(ACCEL_ESTALE, accel_fill_f32(ctx, 0, old, 1, fp));
-  CHECK_CALL_ERR(ACCEL_ESTALE, accel_sgemm(ctx, 0, ACCEL_NO_TRANS, ACCEL_NO_TRANS, 4, 4, 4, 1,
-                                           old, 4, x.f16, 4, 0, fresh, 4, fp));
+  CHECK_CALL_ERR(ACCEL_ESTALE, accel_sgemm(ctx, 0, ACCEL_NO_TRANS, ACCEL_NO_TRANS, 4, 4, 4, 1, old,
+                                           4, x.f16, 4, 0, fresh, 4, fp));
   CHECK_CALL_ERR(ACCEL_ESTALE, accel_saxpy(ctx, 0, 16, 1, old, fresh, fp));
   CHECK_CALL_ERR(ACCEL_ESTALE, accel_sdot(ctx, 0, 16, old, fresh, x.f1, fp));
   CHECK_CALL_ERR(ACCEL_ESTALE, accel_rng_fill(ctx, 0, old, &spec, fp));
@@ -522,8 +533,8 @@ TEST(destroy_and_close_with_ops_in_flight) {
   accel_buffer A = buf_new(ctx, ACCEL_F32, n * n), C = buf_new(ctx, ACCEL_F32, n * n);
   accel_future *fs = NULL, *fr = NULL;
   CHECK_OK(accel_write(ctx, A, 0, a, n * n, NULL));
-  CHECK_OK(accel_sgemm(ctx, 1, ACCEL_NO_TRANS, ACCEL_TRANS, n, n, n, 1.0f, A, n, A, n, 0.0f, C,
-                       n, &fs));
+  CHECK_OK(
+      accel_sgemm(ctx, 1, ACCEL_NO_TRANS, ACCEL_TRANS, n, n, n, 1.0f, A, n, A, n, 0.0f, C, n, &fs));
   CHECK_OK(accel_read(ctx, C, 0, c, n * n, &fr));
   CHECK_OK(accel_buffer_destroy(ctx, A));
   CHECK_OK(accel_buffer_destroy(ctx, C));

@@ -83,12 +83,12 @@ TEST(fault_with_ops_in_flight) {
   free(zeros);
   for (int i = 0; i < OPS; i++) {
     out[i] = xmalloc(n * n * 4);
-    CHECK_OK(accel_sgemm(ctx, 0, ACCEL_NO_TRANS, ACCEL_NO_TRANS, n, n, n, 1.0f, A, n, B, n,
-                         0.0f, C[i], n, &fg[i]));
+    CHECK_OK(accel_sgemm(ctx, 0, ACCEL_NO_TRANS, ACCEL_NO_TRANS, n, n, n, 1.0f, A, n, B, n, 0.0f,
+                         C[i], n, &fg[i]));
     CHECK_OK(accel_sigmoid(ctx, 0, S[i], C[i], &fs[i]));
     CHECK_OK(accel_read(ctx, C[i], 0, out[i], n * n, &fr[i]));
-    CHECK_OK(accel_sgemm(ctx, 0, ACCEL_TRANS, ACCEL_NO_TRANS, n, n, n, 1.0f, A, n, B, n, 0.0f,
-                         S[i], n, NULL)); /* fire-and-forget, overwriting S[i] after the sigmoid */
+    CHECK_OK(accel_sgemm(ctx, 0, ACCEL_TRANS, ACCEL_NO_TRANS, n, n, n, 1.0f, A, n, B, n, 0.0f, S[i],
+                         n, NULL)); /* fire-and-forget, overwriting S[i] after the sigmoid */
   }
   CHECK_OK(inject(ctx, 0));
   int lost = 0, ok = 0;
@@ -132,7 +132,7 @@ TEST(fault_with_ops_in_flight) {
     CHECK_ERR(fut_status(f), ACCEL_EDATALOST);
   }
   int frc2 = accel_finish(ctx, -1); /* the first error since the last finish, if it counts
-                                      * ops with futures too */
+                                     * ops with futures too */
   if (frc2 != 0)
     CHECK_ERR(frc2, ACCEL_EDATALOST);
 
@@ -233,13 +233,13 @@ TEST(restart_intensity_quarantines) {
   accel_buffer A = buf_from(ctx, ACCEL_F32, a, n * n), B = buf_from(ctx, ACCEL_F32, b, n * n);
   accel_buffer C = buf_new(ctx, ACCEL_F32, n * n), D1 = buf_new(ctx, ACCEL_F32, n * n);
   accel_future *f = NULL;
-  CHECK_OK(accel_sgemm(ctx, 1, ACCEL_NO_TRANS, ACCEL_NO_TRANS, n, n, n, 1.0f, A, n, B, n, 0.0f,
-                       D1, n, &f)); /* data that lives on device 1 only */
+  CHECK_OK(accel_sgemm(ctx, 1, ACCEL_NO_TRANS, ACCEL_NO_TRANS, n, n, n, 1.0f, A, n, B, n, 0.0f, D1,
+                       n, &f)); /* data that lives on device 1 only */
   WAIT_OK(f);
   struct accel_device_info info;
   for (uint32_t r = 1; r <= 2; r++) {
-    CHECK_OK(accel_sgemm(ctx, 0, ACCEL_NO_TRANS, ACCEL_NO_TRANS, n, n, n, 1.0f, A, n, B, n,
-                         0.0f, C, n, NULL));
+    CHECK_OK(accel_sgemm(ctx, 0, ACCEL_NO_TRANS, ACCEL_NO_TRANS, n, n, n, 1.0f, A, n, B, n, 0.0f, C,
+                         n, NULL));
     CHECK_OK(inject(ctx, 0));
     device_wait(ctx, 0, 0, r, &info);
     CHECK_EQ(info.restarts, r);
@@ -253,8 +253,8 @@ TEST(restart_intensity_quarantines) {
     CHECK_ERR(rc, ACCEL_EDEVLOST);
 
   /* Ops sent to the quarantined device: the call takes them, the future says device lost. */
-  CHECK_OK(accel_sgemm(ctx, 0, ACCEL_NO_TRANS, ACCEL_NO_TRANS, n, n, n, 1.0f, A, n, B, n, 0.0f,
-                       C, n, &f));
+  CHECK_OK(accel_sgemm(ctx, 0, ACCEL_NO_TRANS, ACCEL_NO_TRANS, n, n, n, 1.0f, A, n, B, n, 0.0f, C,
+                       n, &f));
   CHECK_ERR(fut_status(f), ACCEL_EDEVLOST);
   CHECK_OK(accel_fill_f32(ctx, 0, C, 1.0f, &f));
   CHECK_ERR(fut_status(f), ACCEL_EDEVLOST);
@@ -264,13 +264,13 @@ TEST(restart_intensity_quarantines) {
   /* The other device keeps working, and keeps its data. */
   read_sync(ctx, D1, 0, out, n * n);
   check_gemm("device 1 data after device 0's quarantine", out, want, n);
-  CHECK_OK(accel_sgemm(ctx, 1, ACCEL_NO_TRANS, ACCEL_NO_TRANS, n, n, n, 1.0f, A, n, B, n, 0.0f,
-                       C, n, &f));
+  CHECK_OK(accel_sgemm(ctx, 1, ACCEL_NO_TRANS, ACCEL_NO_TRANS, n, n, n, 1.0f, A, n, B, n, 0.0f, C,
+                       n, &f));
   WAIT_OK(f);
   read_sync(ctx, C, 0, out, n * n);
   check_gemm("sgemm on device 1", out, want, n);
-  CHECK_OK(accel_sgemm(ctx, ACCEL_DEVICE_ANY, ACCEL_NO_TRANS, ACCEL_NO_TRANS, n, n, n, 1.0f, A,
-                       n, B, n, 0.0f, C, n, &f));
+  CHECK_OK(accel_sgemm(ctx, ACCEL_DEVICE_ANY, ACCEL_NO_TRANS, ACCEL_NO_TRANS, n, n, n, 1.0f, A, n,
+                       B, n, 0.0f, C, n, &f));
   WAIT_OK(f);
   read_sync(ctx, C, 0, out, n * n);
   check_gemm("sgemm on any device", out, want, n);
@@ -288,10 +288,8 @@ TEST(restart_intensity_quarantines) {
 }
 
 static const test_case tests[] = {
-    TEST_CASE(inject_refused_without_opt_in),
-    TEST_CASE(fault_with_ops_in_flight),
-    TEST_CASE(restart_drops_device_replicas),
-    TEST_CASE(fault_on_one_device_spares_the_other),
+    TEST_CASE(inject_refused_without_opt_in), TEST_CASE(fault_with_ops_in_flight),
+    TEST_CASE(restart_drops_device_replicas), TEST_CASE(fault_on_one_device_spares_the_other),
     TEST_CASE(restart_intensity_quarantines),
 };
 

@@ -105,7 +105,7 @@ typedef struct lang {
   const char *name;
   accel_source source;
   const char *src;
-  const char *url; /* the backends whose devices take it, first */
+  const char *url;    /* the backends whose devices take it, first */
   const char *broken; /* source that does not build */
 } lang;
 
@@ -131,7 +131,7 @@ static const lang *test_lang(void) {
 typedef struct fixture {
   accel_ctx *ctx;
   const lang *l;
-  accel_device dev;   /* the first device that builds the language */
+  accel_device dev; /* the first device that builds the language */
   accel_module mod;
 } fixture;
 
@@ -167,9 +167,9 @@ static bool setup_(fixture *out) {
   return true;
 }
 
-#define SETUP(fx)                                                                          \
-  fixture fx;                                                                              \
-  if (!setup_(&fx))                                                                        \
+#define SETUP(fx)                                                                                  \
+  fixture fx;                                                                                      \
+  if (!setup_(&fx))                                                                                \
   TEST_SKIP("no device here builds this language (this build or machine has no such backend)")
 
 static accel_kernel kernel(fixture *fx, const char *name) {
@@ -341,8 +341,8 @@ TEST(source_that_does_not_build_returns_the_compilers_log) {
   SETUP(fx);
   accel_module m = 0;
   accel_future *f = NULL;
-  CHECK_OK(accel_module_load(fx.ctx, fx.dev, fx.l->source, fx.l->broken,
-                             strlen(fx.l->broken), NULL, &m, &f));
+  CHECK_OK(accel_module_load(fx.ctx, fx.dev, fx.l->source, fx.l->broken, strlen(fx.l->broken), NULL,
+                             &m, &f));
   CHECK_ERR(accel_future_wait(f, -1), ACCEL_EBUILD);
   const char *log = accel_future_value(f);
   CHECK(log != NULL);
@@ -425,7 +425,8 @@ TEST(wrong_arguments_are_refused) {
   uint32_t n = 64;
   accel_buffer x = buf_new(fx.ctx, ACCEL_F32, n), y = buf_new(fx.ctx, ACCEL_F32, n);
   accel_launch_dims d = dims_1d(n, 32);
-  accel_arg good[] = {accel_arg_u32(n), accel_arg_f32(1), accel_arg_buffer(x, ACCEL_ACCESS_READ, 0, n),
+  accel_arg good[] = {accel_arg_u32(n), accel_arg_f32(1),
+                      accel_arg_buffer(x, ACCEL_ACCESS_READ, 0, n),
                       accel_arg_buffer(y, ACCEL_ACCESS_READ_WRITE, 0, n)};
   CHECK_OK(launch_status(&fx, &d, good, 4));
   CHECK_ERR(launch_status(&fx, &d, good, 3), ACCEL_EINVAL); /* too few */
@@ -471,10 +472,13 @@ TEST(bad_geometry_is_refused) {
   SETUP(fx);
   uint32_t n = 8;
   accel_buffer x = buf_new(fx.ctx, ACCEL_F32, n), y = buf_new(fx.ctx, ACCEL_F32, n);
-  accel_arg args[] = {accel_arg_u32(n), accel_arg_f32(1), accel_arg_buffer(x, ACCEL_ACCESS_READ, 0, n),
+  accel_arg args[] = {accel_arg_u32(n), accel_arg_f32(1),
+                      accel_arg_buffer(x, ACCEL_ACCESS_READ, 0, n),
                       accel_arg_buffer(y, ACCEL_ACCESS_READ_WRITE, 0, n)};
-  accel_launch_dims zero[] = {{{0, 1, 1}, {8, 1, 1}, 0, 0}, {{1, 1, 1}, {0, 1, 1}, 0, 0},
-                              {{1, 0, 1}, {8, 1, 1}, 0, 0}, {{1, 1, 1}, {8, 1, 0}, 0, 0}};
+  accel_launch_dims zero[] = {{{0, 1, 1}, {8, 1, 1}, 0, 0},
+                              {{1, 1, 1}, {0, 1, 1}, 0, 0},
+                              {{1, 0, 1}, {8, 1, 1}, 0, 0},
+                              {{1, 1, 1}, {8, 1, 0}, 0, 0}};
   for (size_t i = 0; i < sizeof zero / sizeof zero[0]; i++)
     CHECK_ERR(launch_status(&fx, &zero[i], args, 4), ACCEL_EINVAL);
   accel_launch_dims big_block = {{1, 1, 1}, {1u << 20, 1, 1}, 0, 0};
@@ -483,8 +487,7 @@ TEST(bad_geometry_is_refused) {
   CHECK_ERR(launch_status(&fx, &big_threads, args, 4), ACCEL_EINVAL);
   accel_launch_dims big_shared = {{1, 1, 1}, {8, 1, 1}, 1u << 30, 0};
   CHECK_ERR(launch_status(&fx, &big_shared, args, 4), ACCEL_EINVAL);
-  CHECK_ERR(accel_launch(fx.ctx, fx.dev, kernel(&fx, "saxpy"), NULL, args, 4, NULL),
-            ACCEL_EINVAL);
+  CHECK_ERR(accel_launch(fx.ctx, fx.dev, kernel(&fx, "saxpy"), NULL, args, 4, NULL), ACCEL_EINVAL);
   accel_close(fx.ctx);
 }
 
@@ -493,7 +496,8 @@ TEST(stale_modules_and_kernels_are_refused) {
   accel_kernel k = kernel(&fx, "saxpy");
   uint32_t n = 16;
   accel_buffer x = buf_new(fx.ctx, ACCEL_F32, n), y = buf_new(fx.ctx, ACCEL_F32, n);
-  accel_arg args[] = {accel_arg_u32(n), accel_arg_f32(1), accel_arg_buffer(x, ACCEL_ACCESS_READ, 0, n),
+  accel_arg args[] = {accel_arg_u32(n), accel_arg_f32(1),
+                      accel_arg_buffer(x, ACCEL_ACCESS_READ, 0, n),
                       accel_arg_buffer(y, ACCEL_ACCESS_READ_WRITE, 0, n)};
   accel_launch_dims d = dims_1d(n, 16);
   /* Launched, then unloaded at once: the launch still runs (it holds the module). */
@@ -504,7 +508,7 @@ TEST(stale_modules_and_kernels_are_refused) {
   CHECK_ERR(accel_launch(fx.ctx, fx.dev, k, &d, args, 4, NULL), ACCEL_ESTALE);
   CHECK_ERR(accel_kernel_get(fx.ctx, fx.mod, "saxpy", &k), ACCEL_ESTALE);
   CHECK_ERR(accel_module_unload(fx.ctx, fx.mod), ACCEL_ESTALE);
-  CHECK_ERR(accel_module_unload(fx.ctx, x), ACCEL_ESTALE); /* a buffer is no module */
+  CHECK_ERR(accel_module_unload(fx.ctx, x), ACCEL_ESTALE);       /* a buffer is no module */
   CHECK_ERR(accel_buffer_destroy(fx.ctx, fx.mod), ACCEL_ESTALE); /* and a module no buffer */
   /* Another context's module and kernel (through acceld: another session's). */
   SETUP(other);
@@ -600,8 +604,8 @@ TEST(a_kernel_past_its_deadline_is_stopped) {
   accel_buffer x = buf_new(fx.ctx, ACCEL_F32, 4), y = buf_new(fx.ctx, ACCEL_F32, 4);
   CHECK_ERR(saxpy(&fx, fx.dev, 4, 1.0f, x, y), ACCEL_EDATALOST);
   accel_module m;
-  CHECK_OK(accel_module_load(fx.ctx, fx.dev, fx.l->source, fx.l->src, strlen(fx.l->src), NULL,
-                             &m, &f));
+  CHECK_OK(
+      accel_module_load(fx.ctx, fx.dev, fx.l->source, fx.l->src, strlen(fx.l->src), NULL, &m, &f));
   WAIT_OK(f);
   fx.mod = m;
   CHECK_OK(saxpy(&fx, fx.dev, 4, 1.0f, x, y));

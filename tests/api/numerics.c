@@ -59,9 +59,11 @@ static double op_b(const gemm_case *g, const float *b, size_t l, size_t j) {
 static void gemm_check(const gemm_case *g, const float *a, const float *b, const float *c_in,
                        const float *c_out, size_t c_len) {
   char what[160];
-  snprintf(what, sizeof what, "sgemm %c%c m=%zu n=%zu k=%zu lda=%zu ldb=%zu ldc=%zu "
-           "alpha=%g beta=%g: C", g->ta ? 'T' : 'N', g->tb ? 'T' : 'N', g->m, g->n, g->k,
-           g->lda, g->ldb, g->ldc, (double)g->alpha, (double)g->beta);
+  snprintf(what, sizeof what,
+           "sgemm %c%c m=%zu n=%zu k=%zu lda=%zu ldb=%zu ldc=%zu "
+           "alpha=%g beta=%g: C",
+           g->ta ? 'T' : 'N', g->tb ? 'T' : 'N', g->m, g->n, g->k, g->lda, g->ldb, g->ldc,
+           (double)g->alpha, (double)g->beta);
   for (size_t idx = 0; idx < c_len; idx++) {
     size_t i = idx % g->ldc, j = idx / g->ldc;
     if (i >= g->m || j >= g->n) { /* outside the m x n block: untouched */
@@ -97,8 +99,8 @@ static void gemm_run(accel_ctx *ctx, const gemm_case *g) {
   accel_buffer A = buf_from(ctx, ACCEL_F32, a, a_len), B = buf_from(ctx, ACCEL_F32, b, b_len);
   accel_buffer C = buf_from(ctx, ACCEL_F32, c_in, c_len);
   accel_future *f = NULL;
-  CHECK_OK(accel_sgemm(ctx, g->dev, g->ta, g->tb, g->m, g->n, g->k, g->alpha, A, g->lda, B,
-                       g->ldb, g->beta, C, g->ldc, &f));
+  CHECK_OK(accel_sgemm(ctx, g->dev, g->ta, g->tb, g->m, g->n, g->k, g->alpha, A, g->lda, B, g->ldb,
+                       g->beta, C, g->ldc, &f));
   WAIT_OK(f);
   read_sync(ctx, C, 0, c_out, c_len);
   gemm_check(g, a, b, c_in, c_out, c_len);
@@ -158,8 +160,13 @@ TEST(sgemm_random_shapes) {
 TEST(sgemm_transposes_and_1x1) {
   accel_ctx *ctx = ctx_open(NULL);
   for (int t = 0; t < 4; t++) {
-    gemm_case g = {.ta = (accel_trans)(t & 1), .tb = (accel_trans)(t >> 1), .m = 7, .n = 5,
-                   .k = 3, .alpha = rnd_alpha(), .beta = 1.0f};
+    gemm_case g = {.ta = (accel_trans)(t & 1),
+                   .tb = (accel_trans)(t >> 1),
+                   .m = 7,
+                   .n = 5,
+                   .k = 3,
+                   .alpha = rnd_alpha(),
+                   .beta = 1.0f};
     g.lda = (g.ta ? g.k : g.m) + 2;
     g.ldb = (g.tb ? g.n : g.k) + 3;
     g.ldc = g.m + 1;
@@ -167,8 +174,8 @@ TEST(sgemm_transposes_and_1x1) {
     g.beta = 0.0f; /* and C as pure output (NaN going in) */
     gemm_run(ctx, &g);
   }
-  gemm_case one = {.m = 1, .n = 1, .k = 1, .lda = 1, .ldb = 1, .ldc = 1, .alpha = 2.0f,
-                   .beta = -3.0f};
+  gemm_case one = {
+      .m = 1, .n = 1, .k = 1, .lda = 1, .ldb = 1, .ldc = 1, .alpha = 2.0f, .beta = -3.0f};
   gemm_run(ctx, &one);
   one.ta = one.tb = ACCEL_TRANS;
   one.beta = 0.0f;
@@ -194,8 +201,7 @@ TEST(sgemm_k_zero) {
           c[i] = i % ldc < m ? NAN : c[i];
       accel_buffer C = buf_from(ctx, ACCEL_F32, c, c_len);
       accel_future *f = NULL;
-      CHECK_OK(accel_sgemm(ctx, 0, ta, tb, m, n, 0, rnd_alpha(), A, lda, B, ldb, beta, C, ldc,
-                           &f));
+      CHECK_OK(accel_sgemm(ctx, 0, ta, tb, m, n, 0, rnd_alpha(), A, lda, B, ldb, beta, C, ldc, &f));
       WAIT_OK(f);
       read_sync(ctx, C, 0, out, c_len);
       for (size_t i = 0; i < c_len; i++) {
@@ -219,18 +225,19 @@ TEST(sgemm_m_or_n_zero) {
   float out[64];
   accel_buffer A = buf_from(ctx, ACCEL_F32, a, 64), B = buf_from(ctx, ACCEL_F32, b, 64);
   accel_buffer C = buf_from(ctx, ACCEL_F32, c, 64);
-  struct { size_t m, n, k, lda, ldb, ldc; float beta; } cases[] = {
-      {0, 3, 4, 1, 4, 1, 0.0f},  /* m = 0 */
-      {0, 3, 4, 1, 4, 1, 2.0f},
-      {3, 0, 4, 3, 4, 3, 0.0f},  /* n = 0 */
-      {3, 0, 4, 3, 4, 8, -1.0f},
-      {0, 0, 0, 1, 1, 1, 0.0f},
+  struct {
+    size_t m, n, k, lda, ldb, ldc;
+    float beta;
+  } cases[] = {
+      {0, 3, 4, 1, 4, 1, 0.0f},                            /* m = 0 */
+      {0, 3, 4, 1, 4, 1, 2.0f},  {3, 0, 4, 3, 4, 3, 0.0f}, /* n = 0 */
+      {3, 0, 4, 3, 4, 8, -1.0f}, {0, 0, 0, 1, 1, 1, 0.0f},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     accel_future *f = NULL;
-    CHECK_OK(accel_sgemm(ctx, 0, ACCEL_NO_TRANS, ACCEL_NO_TRANS, cases[i].m, cases[i].n,
-                         cases[i].k, 1.5f, A, cases[i].lda, B, cases[i].ldb, cases[i].beta, C,
-                         cases[i].ldc, &f));
+    CHECK_OK(accel_sgemm(ctx, 0, ACCEL_NO_TRANS, ACCEL_NO_TRANS, cases[i].m, cases[i].n, cases[i].k,
+                         1.5f, A, cases[i].lda, B, cases[i].ldb, cases[i].beta, C, cases[i].ldc,
+                         &f));
     WAIT_OK(f);
     read_sync(ctx, C, 0, out, 64);
     check_bits_equal("sgemm with m or n = 0: C", out, c, 64);
@@ -251,8 +258,8 @@ TEST(sgemm_alpha_zero_ignores_ab) {
   accel_buffer A = buf_from(ctx, ACCEL_F32, nan, m * k), B = buf_from(ctx, ACCEL_F32, nan, k * n);
   accel_buffer C = buf_from(ctx, ACCEL_F32, c, m * n);
   accel_future *f = NULL;
-  CHECK_OK(accel_sgemm(ctx, 0, ACCEL_NO_TRANS, ACCEL_NO_TRANS, m, n, k, 0.0f, A, m, B, k, 0.5f,
-                       C, m, &f));
+  CHECK_OK(accel_sgemm(ctx, 0, ACCEL_NO_TRANS, ACCEL_NO_TRANS, m, n, k, 0.0f, A, m, B, k, 0.5f, C,
+                       m, &f));
   WAIT_OK(f);
   read_sync(ctx, C, 0, out, m * n);
   for (size_t i = 0; i < m * n; i++)
@@ -385,8 +392,8 @@ static void unary_check(unary_kind k, bool in_place, const float *x, const float
 
 /* Inputs over [-12, 12] plus values where naive formulas overflow or lose everything. */
 static float *unary_inputs(size_t n) {
-  static const float special[] = {1e-30f, -1e-30f, 88.0f, -88.0f, 100.0f, -100.0f, 1000.0f,
-                                  -1000.0f, 0.5f, -3.0f};
+  static const float special[] = {1e-30f,  -1e-30f, 88.0f,    -88.0f, 100.0f,
+                                  -100.0f, 1000.0f, -1000.0f, 0.5f,   -3.0f};
   float *x = rnd_floats(n, -12.0f, 12.0f);
   for (size_t i = 0; i < n && i < sizeof special / sizeof special[0]; i++)
     x[rnd_range(0, n - 1)] = special[i];
@@ -464,7 +471,7 @@ TEST(softmax_random) {
     float *x = rnd_floats(n, -10.0f, 10.0f), *y = xmalloc((n + extra) * sizeof *y);
     float *y0 = rnd_floats(n + extra, 2.0f, 3.0f);
     for (size_t j = 0; j < cols && rows > 1; j++) {
-      x[j] = 1000.0f + rnd_float(-5.0f, 5.0f);        /* exp(1000) overflows a double */
+      x[j] = 1000.0f + rnd_float(-5.0f, 5.0f);         /* exp(1000) overflows a double */
       x[cols + j] = -1000.0f + rnd_float(-5.0f, 5.0f); /* and exp(-1000) underflows */
     }
     accel_buffer X = buf_from(ctx, ACCEL_F32, x, n);
@@ -487,10 +494,10 @@ TEST(softmax_random) {
 
 TEST(softmax_large_inputs) {
   accel_ctx *ctx = ctx_open(NULL);
-  float x[] = {1000, 1000, 1000, 1000,   /* equal: 1/4 each */
-               1000, 0, -1000, 999,      /* exp(1000) would be inf */
-               88.75f, 89, 100, -100,    /* exp(89) overflows a float */
-               -1000, -1000, -999, -1001}; /* exp(-1000) is 0 even in double */
+  float x[] = {1000,   1000,  1000,  1000,   /* equal: 1/4 each */
+               1000,   0,     -1000, 999,    /* exp(1000) would be inf */
+               88.75f, 89,    100,   -100,   /* exp(89) overflows a float */
+               -1000,  -1000, -999,  -1001}; /* exp(-1000) is 0 even in double */
   float y[16];
   accel_buffer X = buf_from(ctx, ACCEL_F32, x, 16), Y = buf_new(ctx, ACCEL_F32, 16);
   accel_future *f = NULL;

@@ -14,7 +14,9 @@ static void check_near(const char *what, size_t i, double got, double want, doub
     TEST_FAIL("%s[%zu] = %.9g, want %.9g (tolerance %.3g)", what, i, got, want, tol);
 }
 
-static double sigmoid(double x) { return 1.0 / (1.0 + exp(-x)); }
+static double sigmoid(double x) {
+  return 1.0 / (1.0 + exp(-x));
+}
 
 /* rng (rng actor) -> sgemm (blas) -> sigmoid in place (nn) -> read (mem) -> fill (mem, after the
  * read: write-after-read) -> read; and the input matrix read back in between. */
@@ -29,8 +31,8 @@ TEST(chain_across_kernel_actors) {
   CHECK_OK(accel_write(ctx, B, 0, b, n * n, NULL));
   CHECK_OK(accel_rng_fill(ctx, 0, A, &spec, NULL));
   CHECK_OK(accel_read(ctx, A, 0, ha, n * n, NULL));
-  CHECK_OK(accel_sgemm(ctx, 0, ACCEL_NO_TRANS, ACCEL_NO_TRANS, n, n, n, 1.0f / (float)n, A, n,
-                       B, n, 0.0f, C, n, NULL));
+  CHECK_OK(accel_sgemm(ctx, 0, ACCEL_NO_TRANS, ACCEL_NO_TRANS, n, n, n, 1.0f / (float)n, A, n, B, n,
+                       0.0f, C, n, NULL));
   CHECK_OK(accel_sigmoid(ctx, 0, C, C, NULL));
   CHECK_OK(accel_read(ctx, C, 0, c1, n * n, NULL));
   CHECK_OK(accel_fill_f32(ctx, 0, C, 7.0f, NULL));
@@ -83,12 +85,12 @@ TEST(write_read_overwrite_read) {
     for (size_t i = 0; i < n; i++) {
       if (o1[i] != d1[i] || o2[i] != d2[i])
         TEST_FAIL("%s: element %zu: first read 0x%08" PRIx32 " (want 0x%08" PRIx32 "), second "
-                  "0x%08" PRIx32 " (want 0x%08" PRIx32 ")", on_device ? "device" : "host", i,
-                  o1[i], d1[i], o2[i], d2[i]);
+                  "0x%08" PRIx32 " (want 0x%08" PRIx32 ")",
+                  on_device ? "device" : "host", i, o1[i], d1[i], o2[i], d2[i]);
       uint32_t want3 = i < n / 2 ? d2[i] : d1[i - n / 2];
       if (o3[i] != want3)
-        TEST_FAIL("after the partial overwrite: element %zu = 0x%08" PRIx32 ", want 0x%08"
-                  PRIx32, i, o3[i], want3);
+        TEST_FAIL("after the partial overwrite: element %zu = 0x%08" PRIx32 ", want 0x%08" PRIx32,
+                  i, o3[i], want3);
     }
     CHECK_OK(accel_buffer_destroy(ctx, X));
     CHECK_OK(accel_buffer_destroy(ctx, Y));
@@ -158,8 +160,8 @@ TEST(waw_and_war_across_devices) {
   float *c = xmalloc(n * n * 4), *ao = xmalloc(n * n * 4);
   CHECK_OK(accel_write(ctx, A, 0, a, n * n, NULL));
   CHECK_OK(accel_write(ctx, B, 0, b, n * n, NULL));
-  CHECK_OK(accel_sgemm(ctx, 0, ACCEL_TRANS, ACCEL_NO_TRANS, n, n, n, 1.0f, A, n, B, n, 0.0f, C,
-                       n, NULL));
+  CHECK_OK(accel_sgemm(ctx, 0, ACCEL_TRANS, ACCEL_NO_TRANS, n, n, n, 1.0f, A, n, B, n, 0.0f, C, n,
+                       NULL));
   CHECK_OK(accel_fill_f32(ctx, 1, A, 0.0f, NULL));
   CHECK_OK(accel_read(ctx, C, 0, c, n * n, NULL));
   CHECK_OK(accel_read(ctx, A, 0, ao, n * n, NULL));
@@ -200,8 +202,8 @@ TEST(war_and_waw_on_one_device) {
   accel_rng nrm = {.dist = ACCEL_DIST_NORMAL, .seed = rnd64(), .stddev = 1};
   CHECK_OK(accel_write(ctx, A, 0, a, n * n, NULL));
   CHECK_OK(accel_write(ctx, B, 0, b, n * n, NULL));
-  CHECK_OK(accel_sgemm(ctx, 0, ACCEL_TRANS, ACCEL_NO_TRANS, n, n, n, 1.0f, A, n, B, n, 0.0f, C,
-                       n, NULL));
+  CHECK_OK(accel_sgemm(ctx, 0, ACCEL_TRANS, ACCEL_NO_TRANS, n, n, n, 1.0f, A, n, B, n, 0.0f, C, n,
+                       NULL));
   CHECK_OK(accel_fill_f32(ctx, 0, A, 0.0f, NULL));
   CHECK_OK(accel_rng_fill(ctx, 0, B, &uni, NULL));
   CHECK_OK(accel_rng_fill(ctx, 0, R, &nrm, NULL));
@@ -323,14 +325,10 @@ TEST(finish_when_idle) {
 }
 
 static const test_case tests[] = {
-    TEST_CASE(chain_across_kernel_actors),
-    TEST_CASE(write_read_overwrite_read),
-    TEST_CASE(two_devices_in_turns),
-    TEST_CASE(waw_and_war_across_devices),
-    TEST_CASE(war_and_waw_on_one_device),
-    TEST_CASE(many_independent_chains),
-    TEST_CASE(chains_from_several_threads),
-    TEST_CASE(finish_when_idle),
+    TEST_CASE(chain_across_kernel_actors),  TEST_CASE(write_read_overwrite_read),
+    TEST_CASE(two_devices_in_turns),        TEST_CASE(waw_and_war_across_devices),
+    TEST_CASE(war_and_waw_on_one_device),   TEST_CASE(many_independent_chains),
+    TEST_CASE(chains_from_several_threads), TEST_CASE(finish_when_idle),
 };
 
 TEST_MAIN(tests)

@@ -13,13 +13,13 @@
  *   slices   a fill at offset o equals the matching slice of a fill from 0, bit for bit */
 #include <math.h>
 
-#include "api_util.h"
 #include "../philox_ref.h"
+#include "api_util.h"
 
 /* ---- helpers ------------------------------------------------------------------------- */
 
-static int fill(accel_ctx *ctx, accel_device dev, accel_buffer b, accel_dist dist,
-                uint64_t seed, uint64_t offset, float mean, float sd) {
+static int fill(accel_ctx *ctx, accel_device dev, accel_buffer b, accel_dist dist, uint64_t seed,
+                uint64_t offset, float mean, float sd) {
   accel_rng spec = {.dist = dist, .seed = seed, .offset = offset, .mean = mean, .stddev = sd};
   accel_future *f = NULL;
   int rc = accel_rng_fill(ctx, dev, b, &spec, &f);
@@ -74,7 +74,8 @@ static void check_bits(const uint32_t *got, uint64_t seed, uint64_t offset, size
     uint32_t want = ref_word(seed, offset + i);
     if (got[i] != want)
       TEST_FAIL("BITS seed 0x%" PRIx64 " offset %" PRIu64 " count %zu: word %zu = 0x%08" PRIx32
-                ", reference 0x%08" PRIx32, seed, offset, count, i, got[i], want);
+                ", reference 0x%08" PRIx32,
+                seed, offset, count, i, got[i], want);
   }
 }
 
@@ -83,10 +84,10 @@ static void check_bits(const uint32_t *got, uint64_t seed, uint64_t offset, size
 /* Random123 tests/kat_vectors, the three "philox4x32 10" lines: counter, key, expected. */
 static const uint32_t kat[3][10] = {
     {0, 0, 0, 0, 0, 0, 0x6627e8d5, 0xe169c58d, 0xbc57ac4c, 0x9b00dbd8},
-    {0xffffffff, 0xffffffff, 0xffffffff, 0xffffffff, 0xffffffff, 0xffffffff, 0x408f276d,
-     0x41c83b0e, 0xa20bc7c6, 0x6d5451fd},
-    {0x243f6a88, 0x85a308d3, 0x13198a2e, 0x03707344, 0xa4093822, 0x299f31d0, 0xd16cfe09,
-     0x94fdcceb, 0x5001e420, 0x24126ea1},
+    {0xffffffff, 0xffffffff, 0xffffffff, 0xffffffff, 0xffffffff, 0xffffffff, 0x408f276d, 0x41c83b0e,
+     0xa20bc7c6, 0x6d5451fd},
+    {0x243f6a88, 0x85a308d3, 0x13198a2e, 0x03707344, 0xa4093822, 0x299f31d0, 0xd16cfe09, 0x94fdcceb,
+     0x5001e420, 0x24126ea1},
 };
 
 TEST(reference_known_answers) {
@@ -139,8 +140,8 @@ TEST(uniform_bit_exact) {
     for (size_t i = 0; i < count; i++) {
       float want = ref_uniform(ref_word(seed, offset + i));
       if (memcmp(&u[i], &want, sizeof want) != 0)
-        TEST_FAIL("UNIFORM seed 0x%" PRIx64 " offset %" PRIu64 ": element %zu = %a, want %a",
-                  seed, offset, i, (double)u[i], (double)want);
+        TEST_FAIL("UNIFORM seed 0x%" PRIx64 " offset %" PRIu64 ": element %zu = %a, want %a", seed,
+                  offset, i, (double)u[i], (double)want);
       if (!(u[i] > 0.0f && u[i] <= 1.0f))
         TEST_FAIL("UNIFORM element %zu = %a: not in (0, 1]", i, (double)u[i]);
     }
@@ -167,9 +168,9 @@ TEST(offset_fill_is_a_slice) {
     uint32_t *part = fill_read(ctx, dev, dist, seed, o, n, mean, sd);
     for (size_t i = 0; i < n; i++)
       if (part[i] != whole[o + i])
-        TEST_FAIL("dist %d seed 0x%" PRIx64 ": fill at offset %" PRIu64 " element %zu = 0x%08"
-                  PRIx32 ", fill from 0 element %" PRIu64 " = 0x%08" PRIx32, (int)dist, seed,
-                  o, i, part[i], o + i, whole[o + i]);
+        TEST_FAIL("dist %d seed 0x%" PRIx64 ": fill at offset %" PRIu64
+                  " element %zu = 0x%08" PRIx32 ", fill from 0 element %" PRIu64 " = 0x%08" PRIx32,
+                  (int)dist, seed, o, i, part[i], o + i, whole[o + i]);
     free(whole);
     free(part);
   }
@@ -189,8 +190,8 @@ TEST(normal_values) {
       double tol = 1e-4 * sd * (1 + fabs(zr)) + 1e-6 * fabs(mean);
       if (!(fabs(z[i] - want) <= tol))
         TEST_FAIL("NORMAL seed 0x%" PRIx64 " offset %" PRIu64 " mean %g sd %g: element %zu = "
-                  "%.9g, want %.9g", seed, offset, (double)mean, (double)sd, i, (double)z[i],
-                  want);
+                  "%.9g, want %.9g",
+                  seed, offset, (double)mean, (double)sd, i, (double)z[i], want);
     }
     free(z);
   }
@@ -217,7 +218,8 @@ static void check_moments(accel_ctx *ctx, float mean, float sd) {
    * sqrt(p (1 - p) / n) for the share within one deviation (p = 0.682689 for a normal). */
   double p = 0.682689492137;
   printf("# normal mean %g sd %g (n %zu, seed 0x%" PRIx64 "): sample mean %.6f sd %.6f, "
-         "share within 1 sd %.6f\n", (double)mean, (double)sd, n, seed, m, sdev, frac);
+         "share within 1 sd %.6f\n",
+         (double)mean, (double)sd, n, seed, m, sdev, frac);
   if (!(fabs(m - mean) <= 6 * sd / sqrt((double)n)))
     TEST_FAIL("NORMAL sample mean %.6f, want %g", m, (double)mean);
   if (!(fabs(sdev - sd) <= 6 * sd / sqrt(2.0 * (double)n)))
@@ -246,8 +248,8 @@ TEST(normal_offset_rules) {
   write_sync(ctx, b, 0, ones, 16);
   static const uint64_t odd[] = {1, 3, 5, 12345, (4ull << 32) - 1};
   for (size_t i = 0; i < sizeof odd / sizeof odd[0]; i++) {
-    accel_rng spec = {.dist = ACCEL_DIST_NORMAL, .seed = rnd64(), .offset = odd[i],
-                      .mean = 0, .stddev = 1};
+    accel_rng spec = {
+        .dist = ACCEL_DIST_NORMAL, .seed = rnd64(), .offset = odd[i], .mean = 0, .stddev = 1};
     accel_future *f = FUT_SENTINEL;
     CHECK_ERR(accel_rng_fill(ctx, 0, b, &spec, &f), ACCEL_EINVAL);
     CHECK_PTR_EQ(f, FUT_SENTINEL);

@@ -9,27 +9,23 @@
 #include "../test.h"
 #include "backends/backend.h"
 
-static void set_flag(void *arg, int status)
-{
+static void set_flag(void *arg, int status) {
   (void)status;
   atomic_store_explicit((atomic_int *)arg, 1, memory_order_release);
 }
 
-static int cmp_u64(const void *a, const void *b)
-{
+static int cmp_u64(const void *a, const void *b) {
   uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
   return x < y ? -1 : x > y;
 }
 
-static void report(const char *what, uint64_t *ns, size_t n)
-{
+static void report(const char *what, uint64_t *ns, size_t n) {
   qsort(ns, n, sizeof *ns, cmp_u64);
   printf("  %-12s median %6" PRIu64 " ns   p10 %6" PRIu64 "   p90 %6" PRIu64 "   (%zu rounds)\n",
          what, ns[n / 2], ns[n / 10], ns[n * 9 / 10], n);
 }
 
-static void round_trip(const be_ops *o, be_queue *q, uint64_t *ns, size_t n)
-{
+static void round_trip(const be_ops *o, be_queue *q, uint64_t *ns, size_t n) {
   atomic_int flag;
   for (size_t i = 0; i < n; i++) {
     atomic_store(&flag, 0);
@@ -41,8 +37,7 @@ static void round_trip(const be_ops *o, be_queue *q, uint64_t *ns, size_t n)
   }
 }
 
-static void sync_trip(const be_ops *o, be_queue *q, be_event *ev, uint64_t *ns, size_t n)
-{
+static void sync_trip(const be_ops *o, be_queue *q, be_event *ev, uint64_t *ns, size_t n) {
   atomic_int flag;
   for (size_t i = 0; i < n; i++) {
     uint64_t t0 = test_now_ns();
@@ -54,15 +49,13 @@ static void sync_trip(const be_ops *o, be_queue *q, be_event *ev, uint64_t *ns, 
 }
 
 /* Holds the queue while the burst is submitted, so submission is measured alone. */
-static void hold(void *arg, int status)
-{
+static void hold(void *arg, int status) {
   (void)status;
   while (!atomic_load_explicit((atomic_int *)arg, memory_order_acquire)) {
   }
 }
 
-static double submit_burst(const be_ops *o, be_queue *q, be_event *ev, size_t n)
-{
+static double submit_burst(const be_ops *o, be_queue *q, be_event *ev, size_t n) {
   atomic_int flag, open = 0;
   CHECK_OK(o->host_callback(q, hold, &open));
   uint64_t t0 = test_now_ns();
@@ -76,14 +69,12 @@ static double submit_burst(const be_ops *o, be_queue *q, be_event *ev, size_t n)
 }
 
 /* The first burst fills the backend's caches of queue entries; the second is timed. */
-static double submit_cost(const be_ops *o, be_queue *q, be_event *ev, size_t n)
-{
+static double submit_cost(const be_ops *o, be_queue *q, be_event *ev, size_t n) {
   submit_burst(o, q, ev, n);
   return submit_burst(o, q, ev, n);
 }
 
-static void bench(const be_ops *o, size_t n)
-{
+static void bench(const be_ops *o, size_t n) {
   be_device *d = NULL;
   be_queue *q = NULL;
   be_event *ev = NULL;
@@ -98,16 +89,15 @@ static void bench(const be_ops *o, size_t n)
   report("round trip", ns, n);
   sync_trip(o, q, ev, ns, n);
   report("event sync", ns, n);
-  printf("  %-12s mean %6.1f ns per host_callback (a burst of 1000 on a held queue)\n",
-         "submit", submit_cost(o, q, ev, 1000));
+  printf("  %-12s mean %6.1f ns per host_callback (a burst of 1000 on a held queue)\n", "submit",
+         submit_cost(o, q, ev, 1000));
   free(ns);
   o->event_destroy(ev);
   o->queue_destroy(q);
   o->close(d);
 }
 
-int main(int argc, char **argv)
-{
+int main(int argc, char **argv) {
   size_t n = argc > 1 ? strtoul(argv[1], NULL, 10) : 20000;
   for (const be_entry *e = be_registry(); e->name != NULL; e++) {
     int count = 0;

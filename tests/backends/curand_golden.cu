@@ -20,17 +20,16 @@ struct golden {
 };
 
 static const unsigned long long cases[][2] = {
-  {0ull, 0ull},
-  {42ull, 3ull},
-  {0x0123456789abcdefull, 6ull},
-  {0xdeadbeefcafef00dull, (1ull << 34) + 5}, /* block index above 2^32: counter's 2nd word */
-  {0xffffffffffffffffull, 1000001ull},
-  {7ull, 0xfffffffffffffffeull}, /* the word index crosses 2^64 */
+    {0ull, 0ull},
+    {42ull, 3ull},
+    {0x0123456789abcdefull, 6ull},
+    {0xdeadbeefcafef00dull, (1ull << 34) + 5}, /* block index above 2^32: counter's 2nd word */
+    {0xffffffffffffffffull, 1000001ull},
+    {7ull, 0xfffffffffffffffeull}, /* the word index crosses 2^64 */
 };
 #define NCASES (sizeof cases / sizeof cases[0])
 
-__host__ __device__ static void draw(golden *g)
-{
+__host__ __device__ static void draw(golden *g) {
   curandStatePhilox4_32_10_t s;
   curand_init(g->seed, 0, g->offset, &s);
   for (int i = 0; i < NWORDS; i++)
@@ -43,15 +42,13 @@ __host__ __device__ static void draw(golden *g)
     g->normal[i] = curand_normal(&s);
 }
 
-__global__ static void draw_all(golden *g, int n)
-{
+__global__ static void draw_all(golden *g, int n) {
   int i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i < n)
     draw(&g[i]);
 }
 
-static void print_case(const golden *g)
-{
+static void print_case(const golden *g) {
   printf("  {0x%016llxull, 0x%016llxull,\n   {", g->seed, g->offset);
   for (int i = 0; i < NWORDS; i++)
     printf("0x%08xu%s", g->u32[i], i + 1 < NWORDS ? ", " : "},\n   {");
@@ -61,16 +58,14 @@ static void print_case(const golden *g)
     printf("%af%s", g->normal[i], i + 1 < NWORDS ? ", " : "}},\n");
 }
 
-static void print_table(const char *name, const golden *g)
-{
+static void print_table(const char *name, const golden *g) {
   printf("static const curand_golden %s[] = {\n", name);
   for (unsigned i = 0; i < NCASES; i++)
     print_case(&g[i]);
   printf("};\n\n");
 }
 
-int main()
-{
+int main() {
   golden host[NCASES], dev[NCASES];
   for (unsigned i = 0; i < NCASES; i++) {
     host[i].seed = dev[i].seed = cases[i][0];

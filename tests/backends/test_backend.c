@@ -18,9 +18,9 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 
+#include "../be_f32.h"
 #include "../test.h"
 #include "backends/backend.h"
-#include "../be_f32.h"
 #include "backends/cpu/philox.h"
 #include "backends/dtype_conv.h"
 
@@ -28,8 +28,7 @@
 
 static uint64_t base_seed, rng_state;
 
-static uint64_t rnd64(void)
-{
+static uint64_t rnd64(void) {
   uint64_t z = (rng_state += 0x9E3779B97F4A7C15ull);
   z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
   z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
@@ -37,40 +36,34 @@ static uint64_t rnd64(void)
 }
 
 /* Uniform in [lo, hi]. */
-static size_t rnd_range(size_t lo, size_t hi)
-{
+static size_t rnd_range(size_t lo, size_t hi) {
   return lo + (size_t)(rnd64() % (uint64_t)(hi - lo + 1));
 }
 
 /* |x| in [lo, hi] with a random sign: never zero. */
-static float rnd_nz(float lo, float hi)
-{
+static float rnd_nz(float lo, float hi) {
   float mag = lo + (hi - lo) * (float)((double)(rnd64() >> 11) * 0x1p-53);
   return (rnd64() & 1) ? -mag : mag;
 }
 
-static void rnd_floats(float *x, size_t n, float lo, float hi)
-{
+static void rnd_floats(float *x, size_t n, float lo, float hi) {
   for (size_t i = 0; i < n; i++)
     x[i] = rnd_nz(lo, hi);
 }
 
-static void rnd_bytes(uint8_t *p, size_t n)
-{
+static void rnd_bytes(uint8_t *p, size_t n) {
   for (size_t i = 0; i < n; i++)
     p[i] = (uint8_t)(rnd64() | 1); /* odd: never zero */
 }
 
-static void reseed(void)
-{
+static void reseed(void) {
   uint64_t h = 1469598103934665603ull; /* FNV-1a of the test's name */
   for (const char *s = test_current_; *s != '\0'; s++)
     h = (h ^ (uint8_t)*s) * 1099511628211ull;
   rng_state = base_seed ^ h;
 }
 
-static void *xcalloc(size_t n, size_t size)
-{
+static void *xcalloc(size_t n, size_t size) {
   void *p = calloc(n > 0 ? n : 1, size > 0 ? size : 1);
   if (p == NULL)
     TEST_FAIL("out of memory");
@@ -83,8 +76,7 @@ static const be_ops *B; /* the backend and device index each_device is running *
 static int IDX;
 
 /* Runs body once for every device of every built backend; at least one must run. */
-static void each_device(void (*body)(void))
-{
+static void each_device(void (*body)(void)) {
   reseed();
   int ran = 0;
   for (const be_entry *e = be_registry(); e->name != NULL; e++) {
@@ -107,8 +99,7 @@ static void each_device(void (*body)(void))
   CHECK_GE(ran, 1);
 }
 
-static be_device *dev_open(int fault_injection)
-{
+static be_device *dev_open(int fault_injection) {
   be_open_opts opts = {.fault_injection = fault_injection};
   be_device *d = NULL;
   CHECK_OK(B->open(IDX, &opts, &d));
@@ -116,24 +107,21 @@ static be_device *dev_open(int fault_injection)
   return d;
 }
 
-static be_queue *queue_new(be_device *d)
-{
+static be_queue *queue_new(be_device *d) {
   be_queue *q = NULL;
   CHECK_OK(B->queue_create(d, &q));
   CHECK(q != NULL);
   return q;
 }
 
-static be_event *event_new(be_device *d)
-{
+static be_event *event_new(be_device *d) {
   be_event *ev = NULL;
   CHECK_OK(B->event_create(d, &ev));
   CHECK(ev != NULL);
   return ev;
 }
 
-static be_mem mem_new(be_device *d, size_t bytes)
-{
+static be_mem mem_new(be_device *d, size_t bytes) {
   be_mem m = {0};
   CHECK_OK(B->mem_alloc(d, bytes, &m));
   CHECK(m.handle != 0);
@@ -142,8 +130,7 @@ static be_mem mem_new(be_device *d, size_t bytes)
 }
 
 /* Waits for everything submitted to q so far, which must have succeeded. */
-static void finish(be_device *d, be_queue *q)
-{
+static void finish(be_device *d, be_queue *q) {
   be_event *ev = event_new(d);
   CHECK_OK(B->event_record(ev, q));
   CHECK_OK(B->event_sync(ev));
@@ -157,27 +144,23 @@ typedef struct fx {
   be_queue *q;
 } fx;
 
-static fx fx_open(void)
-{
+static fx fx_open(void) {
   fx f = {dev_open(1), NULL};
   f.q = queue_new(f.d);
   return f;
 }
 
-static void fx_close(fx *f)
-{
+static void fx_close(fx *f) {
   B->queue_destroy(f->q);
   B->close(f->d);
 }
 
-static void put(fx *f, be_mem m, size_t off, const void *src, size_t bytes)
-{
+static void put(fx *f, be_mem m, size_t off, const void *src, size_t bytes) {
   CHECK_OK(B->copy_h2d(f->q, m, off, src, bytes));
   finish(f->d, f->q);
 }
 
-static void get(fx *f, void *dst, be_mem m, size_t off, size_t bytes)
-{
+static void get(fx *f, void *dst, be_mem m, size_t off, size_t bytes) {
   CHECK_OK(B->copy_d2h(f->q, dst, m, off, bytes));
   finish(f->d, f->q);
 }
@@ -189,16 +172,14 @@ typedef struct cb_rec {
   atomic_int calls, status, order;
 } cb_rec;
 
-static void cb_fn(void *arg, int status)
-{
+static void cb_fn(void *arg, int status) {
   cb_rec *r = arg;
   atomic_store(&r->status, status);
   atomic_store(&r->order, atomic_fetch_add(r->next, 1));
   atomic_fetch_add(&r->calls, 1); /* last: a waiter that sees it sees the rest */
 }
 
-static cb_rec *cb_recs(size_t n, atomic_int *next)
-{
+static cb_rec *cb_recs(size_t n, atomic_int *next) {
   cb_rec *r = xcalloc(n, sizeof *r);
   for (size_t i = 0; i < n; i++)
     r[i].next = next;
@@ -206,8 +187,7 @@ static cb_rec *cb_recs(size_t n, atomic_int *next)
 }
 
 /* Waits (up to 20 s) until each of the n callbacks has been called. */
-static void cb_wait(cb_rec *r, size_t n)
-{
+static void cb_wait(cb_rec *r, size_t n) {
   uint64_t t0 = test_now_ms();
   for (size_t i = 0; i < n; i++)
     while (atomic_load(&r[i].calls) == 0) {
@@ -223,8 +203,7 @@ typedef struct gate {
   unsigned open_after_ms; /* for gate_opener */
 } gate;
 
-static void gate_fn(void *arg, int status)
-{
+static void gate_fn(void *arg, int status) {
   gate *g = arg;
   atomic_store(&g->status, status);
   atomic_store(&g->entered, 1);
@@ -233,8 +212,7 @@ static void gate_fn(void *arg, int status)
     test_sleep_ms(1);
 }
 
-static void gate_wait_entered(gate *g)
-{
+static void gate_wait_entered(gate *g) {
   uint64_t t0 = test_now_ms();
   while (!atomic_load(&g->entered)) {
     if (test_now_ms() - t0 > 20000)
@@ -244,16 +222,14 @@ static void gate_wait_entered(gate *g)
 }
 
 /* A thread that opens the gate later, for calls that block until the queue drains. */
-static void *gate_opener(void *arg)
-{
+static void *gate_opener(void *arg) {
   gate *g = arg;
   test_sleep_ms(g->open_after_ms);
   atomic_store(&g->open, 1);
   return NULL;
 }
 
-static pthread_t open_later(gate *g, unsigned ms)
-{
+static pthread_t open_later(gate *g, unsigned ms) {
   pthread_t t;
   g->open_after_ms = ms;
   CHECK_EQ(pthread_create(&t, NULL, gate_opener, g), 0);
@@ -268,8 +244,7 @@ typedef struct fbuf {
   size_t len;
 } fbuf;
 
-static fbuf fbuf_new(fx *f, size_t len, float lo, float hi)
-{
+static fbuf fbuf_new(fx *f, size_t len, float lo, float hi) {
   fbuf b = {mem_new(f->d, len * sizeof(float)), xcalloc(len, sizeof(float)), len};
   rnd_floats(b.host, len, lo, hi);
   put(f, b.m, 0, b.host, len * sizeof(float));
@@ -277,30 +252,26 @@ static fbuf fbuf_new(fx *f, size_t len, float lo, float hi)
 }
 
 /* The buffer's contents now (caller frees). */
-static float *fbuf_read(fx *f, const fbuf *b)
-{
+static float *fbuf_read(fx *f, const fbuf *b) {
   float *out = xcalloc(b->len, sizeof(float));
   get(f, out, b->m, 0, b->len * sizeof(float));
   return out;
 }
 
-static void fbuf_free(fx *f, fbuf *b)
-{
+static void fbuf_free(fx *f, fbuf *b) {
   B->mem_free(f->d, &b->m);
   free(b->host);
 }
 
 /* Every element outside [off, off + n) still holds what was written, bit for bit. */
-static void check_outside(const float *got, const fbuf *b, size_t off, size_t n)
-{
+static void check_outside(const float *got, const fbuf *b, size_t off, size_t n) {
   for (size_t i = 0; i < b->len; i++)
     if ((i < off || i >= off + n) && memcmp(&got[i], &b->host[i], sizeof(float)) != 0)
       TEST_FAIL("element %zu outside [%zu, %zu) changed", i, off, off + n);
 }
 
 /* |got - want| <= tol, with the values in the message. */
-static void check_close(double got, double want, double tol, const char *what, size_t i)
-{
+static void check_close(double got, double want, double tol, const char *what, size_t i) {
   if (!(fabs(got - want) <= tol))
     TEST_FAIL("%s[%zu]: got %.9g, want %.9g (tolerance %.3g)", what, i, got, want, tol);
 }
@@ -308,23 +279,20 @@ static void check_close(double got, double want, double tol, const char *what, s
 /* ---- registry, devices, memory ------------------------------------------------------- */
 
 /* Every entry of a built backend is there. */
-static void check_complete(const be_ops *o)
-{
+static void check_complete(const be_ops *o) {
   CHECK(o->probe && o->open && o->close && o->info && o->status && o->reset);
   CHECK(o->inject_fault && o->queue_create && o->queue_destroy && o->mem_alloc && o->mem_free);
   CHECK(o->copy_h2d && o->copy_d2h && o->copy_d2d && o->event_create && o->event_destroy);
   CHECK(o->event_record && o->event_query && o->event_sync && o->queue_wait);
   CHECK(o->host_callback && o->host_notify && o->fill);
   CHECK(o->blas && o->blas->version == BE_BLAS_VERSION && o->blas->gemm_supports &&
-        o->blas->vector_dtypes && o->blas->gemm && o->blas->axpy && o->blas->dot &&
-        o->blas->scal);
+        o->blas->vector_dtypes && o->blas->gemm && o->blas->axpy && o->blas->dot && o->blas->scal);
   CHECK(o->rng && o->rng->version == BE_RNG_VERSION && o->rng->dtypes && o->rng->fill);
   CHECK(o->nn && o->nn->version == BE_NN_VERSION && o->nn->dtypes && o->nn->unary &&
         o->nn->softmax);
 }
 
-TEST(registry_lists_backends)
-{
+TEST(registry_lists_backends) {
   const be_entry *e = be_registry();
   CHECK_STR_EQ(e[0].name, "cpu"); /* CPU first, always built */
   CHECK(e[0].ops != NULL);
@@ -341,8 +309,7 @@ TEST(registry_lists_backends)
   CHECK(cuda && opencl);
 }
 
-static void open_info_close_dev(void)
-{
+static void open_info_close_dev(void) {
   be_device *d = dev_open(0);
   be_device_info info;
   memset(&info, 0xff, sizeof info);
@@ -362,10 +329,11 @@ static void open_info_close_dev(void)
   CHECK_ERR(B->open(-1, NULL, &none), ACCEL_ENOENT);
 }
 
-TEST(probe_open_info_close) { each_device(open_info_close_dev); }
+TEST(probe_open_info_close) {
+  each_device(open_info_close_dev);
+}
 
-static void mem_alloc_free_dev(void)
-{
+static void mem_alloc_free_dev(void) {
   be_device *d = dev_open(0);
   size_t sizes[] = {1, 3, 64, 4096, (size_t)1 << 20, rnd_range(1, (size_t)1 << 22)};
   be_mem m[sizeof sizes / sizeof sizes[0]];
@@ -381,14 +349,15 @@ static void mem_alloc_free_dev(void)
   B->close(d);
 }
 
-TEST(mem_alloc_free) { each_device(mem_alloc_free_dev); }
+TEST(mem_alloc_free) {
+  each_device(mem_alloc_free_dev);
+}
 
 /* ---- copies -------------------------------------------------------------------------- */
 
 /* h2d of random bytes at a random offset, d2h of the whole buffer: the range holds the data,
  * the rest what was there before. */
-static void copy_round_trip_dev(void)
-{
+static void copy_round_trip_dev(void) {
   fx f = fx_open();
   size_t n = rnd_range(1, (size_t)1 << 20), off = rnd_range(0, 4099), size = off + n + 77;
   uint8_t *before = xcalloc(size, 1), *data = xcalloc(n, 1), *got = xcalloc(size, 1);
@@ -410,10 +379,11 @@ static void copy_round_trip_dev(void)
   fx_close(&f);
 }
 
-TEST(copy_h2d_d2h_round_trip) { each_device(copy_round_trip_dev); }
+TEST(copy_h2d_d2h_round_trip) {
+  each_device(copy_round_trip_dev);
+}
 
-static void copy_d2d_dev(void)
-{
+static void copy_d2d_dev(void) {
   fx f = fx_open();
   size_t n = rnd_range(1, (size_t)1 << 20), so = rnd_range(0, 999), dof = rnd_range(0, 999);
   uint8_t *src = xcalloc(so + n, 1), *dst = xcalloc(dof + n + 5, 1), *got = xcalloc(dof + n + 5, 1);
@@ -434,15 +404,16 @@ static void copy_d2d_dev(void)
   fx_close(&f);
 }
 
-TEST(copy_d2d) { each_device(copy_d2d_dev); }
+TEST(copy_d2d) {
+  each_device(copy_d2d_dev);
+}
 
 /* ---- ordering ------------------------------------------------------------------------ */
 
 /* Step i fills a buffer with v[i] and copies one of its words to log[i]: every word of the log
  * shows the fill just before it, which only holds if the queue runs in order. Callbacks
  * between the steps run in order too. */
-static void in_order_dev(void)
-{
+static void in_order_dev(void) {
   fx f = fx_open();
   enum { STEPS = 300, WORDS = 4096 };
   uint32_t v[STEPS], got[STEPS];
@@ -466,10 +437,11 @@ static void in_order_dev(void)
   free(r);
 }
 
-TEST(in_order_on_one_queue) { each_device(in_order_dev); }
+TEST(in_order_on_one_queue) {
+  each_device(in_order_dev);
+}
 
-static void callbacks_once_in_order_dev(void)
-{
+static void callbacks_once_in_order_dev(void) {
   fx f = fx_open();
   be_queue *q2 = queue_new(f.d);
   enum { N = 2000 };
@@ -496,7 +468,9 @@ static void callbacks_once_in_order_dev(void)
   free(r2);
 }
 
-TEST(host_callbacks_once_in_order) { each_device(callbacks_once_in_order_dev); }
+TEST(host_callbacks_once_in_order) {
+  each_device(callbacks_once_in_order_dev);
+}
 
 /* ---- host_notify --------------------------------------------------------------------- */
 
@@ -510,8 +484,7 @@ typedef struct note {
   atomic_int seen; /* 1: the data was there; -1: it was not */
 } note;
 
-static void note_fn(void *arg, int status)
-{
+static void note_fn(void *arg, int status) {
   note *n = arg;
   bool ok = true;
   for (size_t i = 0; i < n->words && ok; i++)
@@ -523,8 +496,7 @@ static void note_fn(void *arg, int status)
 /* Two queues, interleaved steps of fill, copy to the host, notify (small copies and a few
  * large ones, which take other paths in a backend): each function runs once, in order per
  * queue, after the data of its step is in host memory. */
-static void notify_in_order_dev(void)
-{
+static void notify_in_order_dev(void) {
   fx f = fx_open();
   be_queue *q[2] = {f.q, queue_new(f.d)};
   enum { STEPS = 150, SMALL = 4096, BIG = (1 << 20) + 3 };
@@ -559,13 +531,14 @@ static void notify_in_order_dev(void)
   free(n);
 }
 
-TEST(host_notify_once_in_order_after_work) { each_device(notify_in_order_dev); }
+TEST(host_notify_once_in_order_after_work) {
+  each_device(notify_in_order_dev);
+}
 
 static void check_drained(cb_rec *r, size_t n);
 
 /* A gate (host_callback), then n fills and notifications. */
-static void gated_notes(be_queue *q, be_mem m, gate *g, cb_rec *r, size_t n)
-{
+static void gated_notes(be_queue *q, be_mem m, gate *g, cb_rec *r, size_t n) {
   CHECK_OK(B->host_callback(q, gate_fn, g));
   for (size_t i = 0; i < n; i++) {
     CHECK_OK(be_fill_u32(B, q, m, 0, m.bytes / 4, (uint32_t)i + 1));
@@ -577,8 +550,7 @@ static void gated_notes(be_queue *q, be_mem m, gate *g, cb_rec *r, size_t n)
 /* Notifications pending behind a gate: none runs before the work before it; queue_destroy
  * calls each once (run or canceled); after a fault each is called once with ACCEL_EDEVLOST,
  * and a notification submitted after the fault fails and is never called. */
-static void notify_pending_dev(void)
-{
+static void notify_pending_dev(void) {
   enum { N = 24 }; /* see FAULT_N */
   be_device *d = dev_open(1);
   be_mem m = mem_new(d, 1 << 16);
@@ -619,12 +591,13 @@ static void notify_pending_dev(void)
   free(r2);
 }
 
-TEST(host_notify_pending_and_fault) { each_device(notify_pending_dev); }
+TEST(host_notify_pending_and_fault) {
+  each_device(notify_pending_dev);
+}
 
 /* q1 is held by a gate, then fills A; q2 waits for q1's event, then reads A. While the gate
  * is closed q2's work must stay pending; once open, q2 reads the fill. */
-static void cross_queue_wait_dev(void)
-{
+static void cross_queue_wait_dev(void) {
   fx f = fx_open();
   be_queue *q2 = queue_new(f.d);
   enum { N = 1 << 16 };
@@ -655,12 +628,13 @@ static void cross_queue_wait_dev(void)
   free(got);
 }
 
-TEST(cross_queue_event_wait) { each_device(cross_queue_wait_dev); }
+TEST(cross_queue_event_wait) {
+  each_device(cross_queue_wait_dev);
+}
 
 /* queue_wait captures the event's point: the event may then be recorded again or destroyed
  * and its queue destroyed (here while q2 still waits on it). */
-static void wait_captures_point_dev(void)
-{
+static void wait_captures_point_dev(void) {
   fx f = fx_open();
   be_queue *q1 = queue_new(f.d);
   enum { N = 1 << 14 };
@@ -686,10 +660,11 @@ static void wait_captures_point_dev(void)
   free(got);
 }
 
-TEST(queue_wait_captures_point) { each_device(wait_captures_point_dev); }
+TEST(queue_wait_captures_point) {
+  each_device(wait_captures_point_dev);
+}
 
-static void event_query_sync_dev(void)
-{
+static void event_query_sync_dev(void) {
   fx f = fx_open();
   be_queue *q2 = queue_new(f.d);
   be_event *ev = event_new(f.d);
@@ -714,14 +689,15 @@ static void event_query_sync_dev(void)
   fx_close(&f);
 }
 
-TEST(event_query_sync) { each_device(event_query_sync_dev); }
+TEST(event_query_sync) {
+  each_device(event_query_sync_dev);
+}
 
 /* ---- kernels ------------------------------------------------------------------------- */
 
 /* C(i, j) of alpha op(A) op(B) + beta C in double; *mag gets the size of what was summed. */
 static double sgemm_ref(const be_sgemm_args *g, const float *a, const float *b, double cij,
-                        int64_t i, int64_t j, double *mag)
-{
+                        int64_t i, int64_t j, double *mag) {
   double sum = 0;
   *mag = 0;
   for (int64_t l = 0; l < g->k; l++) {
@@ -735,11 +711,14 @@ static double sgemm_ref(const be_sgemm_args *g, const float *a, const float *b, 
 }
 
 /* Random shape and padded leading dimensions for the given transposes. */
-static be_sgemm_args sgemm_shape(be_blas_trans ta, be_blas_trans tb)
-{
-  be_sgemm_args g = {.trans_a = ta, .trans_b = tb, .m = (int64_t)rnd_range(1, 70),
-                     .n = (int64_t)rnd_range(1, 70), .k = (int64_t)rnd_range(1, 70),
-                     .alpha = rnd_nz(0.5f, 2), .beta = rnd_nz(0.5f, 2)};
+static be_sgemm_args sgemm_shape(be_blas_trans ta, be_blas_trans tb) {
+  be_sgemm_args g = {.trans_a = ta,
+                     .trans_b = tb,
+                     .m = (int64_t)rnd_range(1, 70),
+                     .n = (int64_t)rnd_range(1, 70),
+                     .k = (int64_t)rnd_range(1, 70),
+                     .alpha = rnd_nz(0.5f, 2),
+                     .beta = rnd_nz(0.5f, 2)};
   g.lda = (ta ? g.k : g.m) + (int64_t)rnd_range(1, 7);
   g.ldb = (tb ? g.n : g.k) + (int64_t)rnd_range(1, 7);
   g.ldc = g.m + (int64_t)rnd_range(1, 7);
@@ -749,8 +728,7 @@ static be_sgemm_args sgemm_shape(be_blas_trans ta, be_blas_trans tb)
 /* One sgemm with the given transposes, padded leading dimensions and offsets. Tolerance:
  * (k + 4) FLT_EPSILON (|alpha| sum_l |a_il b_lj| + |beta c_ij|), the float error bound of a
  * k-term dot product plus the scaling. The padding of C is left alone. */
-static void sgemm_case(fx *f, be_blas_trans ta, be_blas_trans tb)
-{
+static void sgemm_case(fx *f, be_blas_trans ta, be_blas_trans tb) {
   be_sgemm_args g = sgemm_shape(ta, tb);
   int64_t acols = ta ? g.m : g.k, bcols = tb ? g.k : g.n;
   size_t ao = rnd_range(0, 33), bo = rnd_range(0, 33), co = rnd_range(0, 33);
@@ -773,19 +751,19 @@ static void sgemm_case(fx *f, be_blas_trans ta, be_blas_trans tb)
   fbuf_free(f, &c);
 }
 
-static void kernel_sgemm_dev(void)
-{
+static void kernel_sgemm_dev(void) {
   fx f = fx_open();
   for (int t = 0; t < 4; t++)
     sgemm_case(&f, (be_blas_trans)(t & 1), (be_blas_trans)(t >> 1));
   fx_close(&f);
 }
 
-TEST(kernel_sgemm) { each_device(kernel_sgemm_dev); }
+TEST(kernel_sgemm) {
+  each_device(kernel_sgemm_dev);
+}
 
 /* y = alpha x + y. Tolerance: 2 FLT_EPSILON (|alpha x| + |y|), two roundings (or one fma). */
-static void kernel_saxpy_dev(void)
-{
+static void kernel_saxpy_dev(void) {
   fx f = fx_open();
   size_t n = rnd_range(1, 20000), xo = rnd_range(0, 17), yo = rnd_range(0, 17);
   float alpha = rnd_nz(0.5f, 3);
@@ -803,12 +781,13 @@ static void kernel_saxpy_dev(void)
   fx_close(&f);
 }
 
-TEST(kernel_saxpy) { each_device(kernel_saxpy_dev); }
+TEST(kernel_saxpy) {
+  each_device(kernel_saxpy_dev);
+}
 
 /* result = x . y, in float. Tolerance: (n / 8 + 8) FLT_EPSILON sum |x_i y_i|: a float sum
  * with at least 8 partial sums (SIMD lanes, blocks); a wrong element is far outside it. */
-static void kernel_sdot_dev(void)
-{
+static void kernel_sdot_dev(void) {
   fx f = fx_open();
   size_t n = rnd_range(1, 20000), xo = rnd_range(0, 17), yo = rnd_range(0, 17);
   size_t ro = rnd_range(0, 7);
@@ -830,10 +809,11 @@ static void kernel_sdot_dev(void)
   fx_close(&f);
 }
 
-TEST(kernel_sdot) { each_device(kernel_sdot_dev); }
+TEST(kernel_sdot) {
+  each_device(kernel_sdot_dev);
+}
 
-static void kernel_fill_u32_dev(void)
-{
+static void kernel_fill_u32_dev(void) {
   fx f = fx_open();
   size_t n = rnd_range(1, 100000), off = rnd_range(0, 99);
   uint32_t value = (uint32_t)rnd64() | 1;
@@ -851,16 +831,20 @@ static void kernel_fill_u32_dev(void)
   fx_close(&f);
 }
 
-TEST(kernel_fill_u32) { each_device(kernel_fill_u32_dev); }
+TEST(kernel_fill_u32) {
+  each_device(kernel_fill_u32_dev);
+}
 
 /* One rng fill at a random seed and offset (odd ones included, even for normals) against the
  * cpu reference. Bits and uniforms: bit for bit. Normals: within 16 FLT_EPSILON (|ref| + 1) *
  * stddev (philox.h: GPUs agree to a few ulp, not bit for bit). */
-static void rng_case(fx *f, be_rng_dist dist)
-{
+static void rng_case(fx *f, be_rng_dist dist) {
   size_t n = rnd_range(1, 100000), off = rnd_range(0, 63);
-  be_rng_args r = {.dist = dist, .seed = rnd64(), .offset = rnd64() >> rnd_range(20, 63),
-                   .mean = rnd_nz(0.5f, 3), .stddev = fabsf(rnd_nz(0.5f, 3))};
+  be_rng_args r = {.dist = dist,
+                   .seed = rnd64(),
+                   .offset = rnd64() >> rnd_range(20, 63),
+                   .mean = rnd_nz(0.5f, 3),
+                   .stddev = fabsf(rnd_nz(0.5f, 3))};
   if (dist == BE_RNG_NORMAL)
     r.offset &= ~(uint64_t)1;
   fbuf d = fbuf_new(f, off + n + 5, 1, 2);
@@ -886,8 +870,7 @@ static void rng_case(fx *f, be_rng_dist dist)
   fbuf_free(f, &d);
 }
 
-static void kernel_rng_dev(void)
-{
+static void kernel_rng_dev(void) {
   fx f = fx_open();
   for (int i = 0; i < 3; i++) {
     rng_case(&f, BE_RNG_BITS);
@@ -897,12 +880,13 @@ static void kernel_rng_dev(void)
   fx_close(&f);
 }
 
-TEST(kernel_rng_fill) { each_device(kernel_rng_dev); }
+TEST(kernel_rng_fill) {
+  each_device(kernel_rng_dev);
+}
 
 static const char *const unary_name[] = {"sigmoid", "relu", "tanh"};
 
-static double unary_ref(be_unary_op op, double x)
-{
+static double unary_ref(be_unary_op op, double x) {
   switch (op) {
   case BE_SIGMOID:
     return 1 / (1 + exp(-x));
@@ -915,8 +899,7 @@ static double unary_ref(be_unary_op op, double x)
 }
 
 /* Tolerance: 4 FLT_EPSILON |ref| + 1e-7 (a few ulp of libm's float functions; relu exact). */
-static void unary_case(fx *f, be_unary_op op, bool in_place)
-{
+static void unary_case(fx *f, be_unary_op op, bool in_place) {
   size_t n = rnd_range(1, 50000), so = rnd_range(0, 31), dof = in_place ? so : rnd_range(0, 31);
   fbuf src = fbuf_new(f, so + n + 4, 0.05f, 9);
   fbuf dst = in_place ? src : fbuf_new(f, dof + n + 4, 1, 2);
@@ -934,8 +917,7 @@ static void unary_case(fx *f, be_unary_op op, bool in_place)
     fbuf_free(f, &dst);
 }
 
-static void kernel_unary_dev(void)
-{
+static void kernel_unary_dev(void) {
   fx f = fx_open();
   for (be_unary_op op = BE_SIGMOID; op <= BE_TANH; op++) {
     unary_case(&f, op, false);
@@ -944,12 +926,13 @@ static void kernel_unary_dev(void)
   fx_close(&f);
 }
 
-TEST(kernel_unary) { each_device(kernel_unary_dev); }
+TEST(kernel_unary) {
+  each_device(kernel_unary_dev);
+}
 
 /* Row-wise softmax of a rows x cols row-major matrix. Tolerance: (cols + 8) FLT_EPSILON
  * |ref| + 1e-9 (exp and a float sum of cols terms). Each row also sums to 1 within it. */
-static void kernel_softmax_dev(void)
-{
+static void kernel_softmax_dev(void) {
   fx f = fx_open();
   size_t rows = rnd_range(1, 64), cols = rnd_range(1, 300), so = rnd_range(0, 9);
   size_t dof = rnd_range(0, 9), n = rows * cols;
@@ -978,7 +961,9 @@ static void kernel_softmax_dev(void)
   fx_close(&f);
 }
 
-TEST(kernel_softmax) { each_device(kernel_softmax_dev); }
+TEST(kernel_softmax) {
+  each_device(kernel_softmax_dev);
+}
 
 /* ---- every dtype of the packages ------------------------------------------------------
  * Typed buffers hold raw elements (16-bit floats as their bits); values go through double.
@@ -986,30 +971,28 @@ TEST(kernel_softmax) { each_device(kernel_softmax_dev); }
  * reference on the values actually stored; every dtype it says it does not run must answer
  * ACCEL_ENOTSUP. Per-dtype unit roundoff u: F64 2^-53, F32 2^-24, F16 2^-11, BF16 2^-8. */
 
-static const uint32_t all_dtypes[] = {ACCEL_F32, ACCEL_U32, ACCEL_F64,
+static const uint32_t all_dtypes[] = {ACCEL_F32, ACCEL_U32,  ACCEL_F64,
                                       ACCEL_F16, ACCEL_BF16, ACCEL_I32};
 #define N_DTYPES (sizeof all_dtypes / sizeof all_dtypes[0])
 
-static const char *dt_name(uint32_t t)
-{
+static const char *dt_name(uint32_t t) {
   static const char *const names[] = {"?", "f32", "u32", "f64", "f16", "bf16", "i32"};
   return t <= ACCEL_I32 ? names[t] : "?";
 }
 
 /* The unit roundoff of a float type, and the smallest spacing near 0 (subnormals). */
-static double dt_u(uint32_t t)
-{
-  return t == ACCEL_F64 ? DBL_EPSILON / 2 : t == ACCEL_F32 ? FLT_EPSILON / 2
-         : t == ACCEL_F16 ? 0x1p-11 : 0x1p-8;
+static double dt_u(uint32_t t) {
+  return t == ACCEL_F64   ? DBL_EPSILON / 2
+         : t == ACCEL_F32 ? FLT_EPSILON / 2
+         : t == ACCEL_F16 ? 0x1p-11
+                          : 0x1p-8;
 }
 
-static double dt_tiny(uint32_t t)
-{
+static double dt_tiny(uint32_t t) {
   return t == ACCEL_F16 ? 0x1p-25 : t == ACCEL_BF16 ? 0x1p-134 : t == ACCEL_F32 ? 1e-9 : 1e-300;
 }
 
-static double tget(uint32_t t, const void *p, size_t i)
-{
+static double tget(uint32_t t, const void *p, size_t i) {
   switch (t) {
   case ACCEL_F64:
     return ((const double *)p)[i];
@@ -1024,8 +1007,7 @@ static double tget(uint32_t t, const void *p, size_t i)
   }
 }
 
-static void tset(uint32_t t, void *p, size_t i, double v)
-{
+static void tset(uint32_t t, void *p, size_t i, double v) {
   switch (t) {
   case ACCEL_F64:
     ((double *)p)[i] = v;
@@ -1052,8 +1034,7 @@ typedef struct tbuf {
 } tbuf;
 
 /* len random nonzero elements of type t, |x| in [lo, hi] (as stored after rounding). */
-static tbuf tbuf_new(fx *f, uint32_t t, size_t len, double lo, double hi)
-{
+static tbuf tbuf_new(fx *f, uint32_t t, size_t len, double lo, double hi) {
   tbuf b = {.t = t, .len = len, .es = be_dtype_size(t)};
   b.m = mem_new(f->d, len * b.es);
   b.host = xcalloc(len, b.es);
@@ -1064,34 +1045,29 @@ static tbuf tbuf_new(fx *f, uint32_t t, size_t len, double lo, double hi)
   return b;
 }
 
-static void tbuf_put(fx *f, const tbuf *b)
-{
+static void tbuf_put(fx *f, const tbuf *b) {
   put(f, b->m, 0, b->host, b->len * b->es);
 }
 
-static uint8_t *tbuf_read(fx *f, const tbuf *b)
-{
+static uint8_t *tbuf_read(fx *f, const tbuf *b) {
   uint8_t *out = xcalloc(b->len, b->es);
   get(f, out, b->m, 0, b->len * b->es);
   return out;
 }
 
-static void tbuf_free(fx *f, tbuf *b)
-{
+static void tbuf_free(fx *f, tbuf *b) {
   B->mem_free(f->d, &b->m);
   free(b->host);
 }
 
 /* Every element outside [off, off + n) still holds what was written, bit for bit. */
-static void tcheck_outside(const uint8_t *got, const tbuf *b, size_t off, size_t n)
-{
+static void tcheck_outside(const uint8_t *got, const tbuf *b, size_t off, size_t n) {
   for (size_t i = 0; i < b->len; i++)
     if ((i < off || i >= off + n) && memcmp(got + i * b->es, b->host + i * b->es, b->es) != 0)
       TEST_FAIL("%s element %zu outside [%zu, %zu) changed", dt_name(b->t), i, off, off + n);
 }
 
-static bool in_set(uint32_t set, uint32_t t)
-{
+static bool in_set(uint32_t set, uint32_t t) {
   return (set & ACCEL_DTYPE_BIT(t)) != 0;
 }
 
@@ -1106,22 +1082,27 @@ typedef struct gemm_t {
 } gemm_t;
 
 /* Random shape with padded leading dimensions, alpha, beta and strides for `kind`. */
-static be_gemm_args gemm_shape(uint32_t ab, uint32_t ct, int tr, gemm_kind kind)
-{
-  be_gemm_args g = {.trans_a = (be_blas_trans)(tr & 1), .trans_b = (be_blas_trans)(tr >> 1),
-                    .m = (int64_t)rnd_range(1, 70), .n = (int64_t)rnd_range(1, 70),
+static be_gemm_args gemm_shape(uint32_t ab, uint32_t ct, int tr, gemm_kind kind) {
+  be_gemm_args g = {.trans_a = (be_blas_trans)(tr & 1),
+                    .trans_b = (be_blas_trans)(tr >> 1),
+                    .m = (int64_t)rnd_range(1, 70),
+                    .n = (int64_t)rnd_range(1, 70),
                     .k = kind == G_K0 ? 0 : (int64_t)rnd_range(1, 70),
                     .alpha = kind == G_ALPHA0 ? 0 : rnd_nz(0.5f, 2),
-                    .beta = kind == G_BETA0_NAN ? 0 : rnd_nz(0.5f, 2), .ab_type = ab,
-                    .c_type = ct, .batch = kind == G_BATCH ? (int64_t)rnd_range(2, 5) : 1};
+                    .beta = kind == G_BETA0_NAN ? 0 : rnd_nz(0.5f, 2),
+                    .ab_type = ab,
+                    .c_type = ct,
+                    .batch = kind == G_BATCH ? (int64_t)rnd_range(2, 5) : 1};
   g.lda = (g.trans_a ? g.k : g.m) + (int64_t)rnd_range(0, 7);
   g.ldb = (g.trans_b ? g.n : g.k) + (int64_t)rnd_range(0, 7);
   g.lda = g.lda > 0 ? g.lda : 1;
   g.ldb = g.ldb > 0 ? g.ldb : 1;
   g.ldc = g.m + (int64_t)rnd_range(0, 7);
   if (g.batch > 1) {
-    g.stride_a = rnd_range(0, 3) == 0 ? 0 : (g.trans_a ? g.m : g.k) * g.lda + (int64_t)rnd_range(0, 9);
-    g.stride_b = rnd_range(0, 3) == 0 ? 0 : (g.trans_b ? g.k : g.n) * g.ldb + (int64_t)rnd_range(0, 9);
+    g.stride_a = rnd_range(0, 3) == 0 ? 0
+                                      : (g.trans_a ? g.m : g.k) * g.lda + (int64_t)rnd_range(0, 9);
+    g.stride_b = rnd_range(0, 3) == 0 ? 0
+                                      : (g.trans_b ? g.k : g.n) * g.ldb + (int64_t)rnd_range(0, 9);
     g.stride_c = g.n * g.ldc + (int64_t)rnd_range(0, 9);
     if (g.stride_a == 0 && g.stride_b == 0) /* sharing both is ELIMIT (blas_args.h) */
       g.stride_b = (g.trans_b ? g.k : g.n) * g.ldb;
@@ -1129,22 +1110,22 @@ static be_gemm_args gemm_shape(uint32_t ab, uint32_t ct, int tr, gemm_kind kind)
   return g;
 }
 
-static size_t batch_len(int64_t batch, int64_t stride, int64_t cols, int64_t ld)
-{
+static size_t batch_len(int64_t batch, int64_t stride, int64_t cols, int64_t ld) {
   return (size_t)((batch - 1) * stride + cols * ld);
 }
 
 /* C_b(i, j) of alpha op(A_b) op(B_b) + beta C_b in long double; *mag the size of what was
  * summed, for the tolerance. */
-static long double gemm_ref(const gemm_t *t, int64_t bi, int64_t i, int64_t j, double *mag)
-{
+static long double gemm_ref(const gemm_t *t, int64_t bi, int64_t i, int64_t j, double *mag) {
   const be_gemm_args *g = &t->g;
   size_t a0 = t->ao + (size_t)(bi * g->stride_a), b0 = t->bo + (size_t)(bi * g->stride_b);
   long double sum = 0;
   *mag = 0;
   for (int64_t l = 0; l < g->k && g->alpha != 0; l++) {
-    double x = tget(g->ab_type, t->a.host, a0 + (size_t)(g->trans_a ? l + i * g->lda : i + l * g->lda));
-    double y = tget(g->ab_type, t->b.host, b0 + (size_t)(g->trans_b ? j + l * g->ldb : l + j * g->ldb));
+    double x = tget(g->ab_type, t->a.host,
+                    a0 + (size_t)(g->trans_a ? l + i * g->lda : i + l * g->lda));
+    double y = tget(g->ab_type, t->b.host,
+                    b0 + (size_t)(g->trans_b ? j + l * g->ldb : l + j * g->ldb));
     sum += (long double)x * y;
     *mag += fabs(x * y);
   }
@@ -1156,8 +1137,7 @@ static long double gemm_ref(const gemm_t *t, int64_t bi, int64_t i, int64_t j, d
 
 /* Tolerance: (k + 4) u_acc mag, u_acc the accumulation's roundoff (F64 for F64, else F32),
  * plus the rounding to a 16-bit C: u_c |want| and half its smallest spacing. */
-static double gemm_tol(const be_gemm_args *g, double want, double mag)
-{
+static double gemm_tol(const be_gemm_args *g, double want, double mag) {
   double acc = g->ab_type == ACCEL_F64 ? DBL_EPSILON : FLT_EPSILON;
   double tol = (double)(g->k + 4) * acc * mag;
   if (g->c_type == ACCEL_F16 || g->c_type == ACCEL_BF16)
@@ -1165,8 +1145,7 @@ static double gemm_tol(const be_gemm_args *g, double want, double mag)
   return tol;
 }
 
-static void gemm_verify(fx *f, gemm_t *t)
-{
+static void gemm_verify(fx *f, gemm_t *t) {
   const be_gemm_args *g = &t->g;
   uint8_t *got = tbuf_read(f, &t->c);
   for (int64_t bi = 0; bi < g->batch; bi++)
@@ -1179,17 +1158,18 @@ static void gemm_verify(fx *f, gemm_t *t)
           TEST_FAIL("gemm %s->%s ta %d tb %d m %" PRId64 " n %" PRId64 " k %" PRId64
                     " batch %" PRId64 ": C_%" PRId64 "(%" PRId64 ", %" PRId64
                     ") = %.17g, want %.17g (tolerance %.3g)",
-                    dt_name(g->ab_type), dt_name(g->c_type), g->trans_a, g->trans_b, g->m,
-                    g->n, g->k, g->batch, bi, i, j, v, want, gemm_tol(g, want, mag));
+                    dt_name(g->ab_type), dt_name(g->c_type), g->trans_a, g->trans_b, g->m, g->n,
+                    g->k, g->batch, bi, i, j, v, want, gemm_tol(g, want, mag));
         memcpy(t->c.host + at * t->c.es, got + at * t->c.es, t->c.es);
       }
   tcheck_outside(got, &t->c, 0, 0); /* padding, gaps between batches, before and after */
   free(got);
 }
 
-static void gemm_case(fx *f, uint32_t ab, uint32_t ct, int tr, gemm_kind kind)
-{
-  gemm_t t = {.g = gemm_shape(ab, ct, tr, kind), .ao = rnd_range(0, 9), .bo = rnd_range(0, 9),
+static void gemm_case(fx *f, uint32_t ab, uint32_t ct, int tr, gemm_kind kind) {
+  gemm_t t = {.g = gemm_shape(ab, ct, tr, kind),
+              .ao = rnd_range(0, 9),
+              .bo = rnd_range(0, 9),
               .co = rnd_range(0, 9)};
   be_gemm_args *g = &t.g;
   int64_t acols = g->trans_a ? g->m : g->k, bcols = g->trans_b ? g->k : g->n;
@@ -1217,17 +1197,16 @@ static void gemm_case(fx *f, uint32_t ab, uint32_t ct, int tr, gemm_kind kind)
   tbuf_free(f, &t.c);
 }
 
-static const uint32_t gemm_maths[] = {BE_GEMM_MATH_DEVICE, BE_GEMM_MATH_FP32,
-                                      BE_GEMM_MATH_TF32, BE_GEMM_MATH_FP64};
+static const uint32_t gemm_maths[] = {BE_GEMM_MATH_DEVICE, BE_GEMM_MATH_FP32, BE_GEMM_MATH_TF32,
+                                      BE_GEMM_MATH_FP64};
 
 /* Every (A/B type, C type) the device runs with its default math: all transposes and every
  * special case. A combination it does not run (supports says so) answers ACCEL_ENOTSUP. */
-static void kernel_gemm_dtypes_dev(void)
-{
+static void kernel_gemm_dtypes_dev(void) {
   fx f = fx_open();
   tbuf m = tbuf_new(&f, ACCEL_F64, 64, 1, 2);
-  be_gemm_args small = {.m = 2, .n = 2, .k = 2, .alpha = 1, .lda = 2, .ldb = 2, .ldc = 2,
-                        .batch = 1};
+  be_gemm_args small = {
+      .m = 2, .n = 2, .k = 2, .alpha = 1, .lda = 2, .ldb = 2, .ldc = 2, .batch = 1};
   for (size_t x = 0; x < N_DTYPES; x++)
     for (size_t y = 0; y < N_DTYPES; y++)
       for (size_t mi = 0; mi < 4; mi++) {
@@ -1255,13 +1234,14 @@ static void kernel_gemm_dtypes_dev(void)
   fx_close(&f);
 }
 
-TEST(kernel_gemm_dtypes) { each_device(kernel_gemm_dtypes_dev); }
+TEST(kernel_gemm_dtypes) {
+  each_device(kernel_gemm_dtypes_dev);
+}
 
 /* ---- axpy, dot, scal ---- */
 
 /* y = alpha x + y: 2 u_t (|alpha x| + |y|) plus (for 16-bit) the smallest spacing. */
-static void axpy_case(fx *f, uint32_t t)
-{
+static void axpy_case(fx *f, uint32_t t) {
   size_t n = rnd_range(1, 20000), xo = rnd_range(0, 17), yo = rnd_range(0, 17);
   double alpha = rnd_nz(0.5f, 3);
   tbuf x = tbuf_new(f, t, xo + n + 5, 0.1, 4), y = tbuf_new(f, t, yo + n + 5, 0.1, 4);
@@ -1281,8 +1261,7 @@ static void axpy_case(fx *f, uint32_t t)
 }
 
 /* x . y: (n / 8 + 8) 2 u_t sum |x_i y_i| (blocked sums, as kernel_sdot). */
-static void dot_case(fx *f, uint32_t t)
-{
+static void dot_case(fx *f, uint32_t t) {
   size_t n = rnd_range(1, 20000), xo = rnd_range(0, 17), yo = rnd_range(0, 17);
   size_t ro = rnd_range(0, 7);
   tbuf x = tbuf_new(f, t, xo + n + 3, 0.1, 2), y = tbuf_new(f, t, yo + n + 3, 0.1, 2);
@@ -1308,8 +1287,7 @@ static void dot_case(fx *f, uint32_t t)
 }
 
 /* x = alpha x: one rounding, u_t |alpha x|. */
-static void scal_case(fx *f, uint32_t t)
-{
+static void scal_case(fx *f, uint32_t t) {
   size_t n = rnd_range(1, 20000), xo = rnd_range(0, 17);
   double alpha = rnd_nz(0.5f, 3);
   tbuf x = tbuf_new(f, t, xo + n + 5, 0.1, 4);
@@ -1326,8 +1304,7 @@ static void scal_case(fx *f, uint32_t t)
   tbuf_free(f, &x);
 }
 
-static void kernel_vector_dtypes_dev(void)
-{
+static void kernel_vector_dtypes_dev(void) {
   fx f = fx_open();
   uint32_t set = B->blas->vector_dtypes(f.d);
   tbuf m = tbuf_new(&f, ACCEL_F64, 64, 1, 2);
@@ -1354,12 +1331,13 @@ static void kernel_vector_dtypes_dev(void)
   fx_close(&f);
 }
 
-TEST(kernel_vector_dtypes) { each_device(kernel_vector_dtypes_dev); }
+TEST(kernel_vector_dtypes) {
+  each_device(kernel_vector_dtypes_dev);
+}
 
 /* ---- element-wise ops and softmax ---- */
 
-static long double unary_ref_l(be_unary_op op, long double x)
-{
+static long double unary_ref_l(be_unary_op op, long double x) {
   switch (op) {
   case BE_SIGMOID:
     return 1 / (1 + expl(-x));
@@ -1373,8 +1351,7 @@ static long double unary_ref_l(be_unary_op op, long double x)
 
 /* The op's own error (8 u of the arithmetic: double for F64, float otherwise; relu exact) plus
  * the rounding to t: u_t |want| and half its smallest spacing. */
-static double nn_tol(uint32_t t, double want, double op_ulps)
-{
+static double nn_tol(uint32_t t, double want, double op_ulps) {
   double ar = t == ACCEL_F64 ? DBL_EPSILON : FLT_EPSILON;
   double tol = op_ulps * ar * fabs(want) + (t == ACCEL_F64 ? 1e-300 : 1e-7 * (op_ulps > 0));
   if (t == ACCEL_F16 || t == ACCEL_BF16)
@@ -1382,8 +1359,7 @@ static double nn_tol(uint32_t t, double want, double op_ulps)
   return tol;
 }
 
-static void unary_dt_case(fx *f, uint32_t t, be_unary_op op, bool in_place)
-{
+static void unary_dt_case(fx *f, uint32_t t, be_unary_op op, bool in_place) {
   size_t n = rnd_range(1, 50000), so = rnd_range(0, 31), dof = in_place ? so : rnd_range(0, 31);
   tbuf src = tbuf_new(f, t, so + n + 4, 0.05, 9);
   tbuf dst = in_place ? src : tbuf_new(f, t, dof + n + 4, 1, 2);
@@ -1405,8 +1381,7 @@ static void unary_dt_case(fx *f, uint32_t t, be_unary_op op, bool in_place)
 }
 
 /* Tolerance: (cols + 8) ulps of the arithmetic, plus the rounding to t. */
-static void softmax_dt_case(fx *f, uint32_t t, bool in_place)
-{
+static void softmax_dt_case(fx *f, uint32_t t, bool in_place) {
   size_t rows = rnd_range(1, 64), cols = rnd_range(1, 300), so = rnd_range(0, 9);
   size_t dof = in_place ? so : rnd_range(0, 9), n = rows * cols;
   tbuf src = tbuf_new(f, t, so + n + 2, 0.01, 12);
@@ -1441,8 +1416,7 @@ static void softmax_dt_case(fx *f, uint32_t t, bool in_place)
     tbuf_free(f, &dst);
 }
 
-static void kernel_nn_dtypes_dev(void)
-{
+static void kernel_nn_dtypes_dev(void) {
   fx f = fx_open();
   uint32_t set = B->nn->dtypes(f.d);
   tbuf m = tbuf_new(&f, ACCEL_F64, 64, 1, 2);
@@ -1469,33 +1443,31 @@ static void kernel_nn_dtypes_dev(void)
   fx_close(&f);
 }
 
-TEST(kernel_nn_dtypes) { each_device(kernel_nn_dtypes_dev); }
+TEST(kernel_nn_dtypes) {
+  each_device(kernel_nn_dtypes_dev);
+}
 
 /* ---- rng into every dtype: against an independent computation from the block function ---- */
 
 /* Word j of the stream of `seed` (philox.h), straight from be_cpu_philox4x32_10. */
-static uint32_t philox_word(uint64_t seed, uint64_t j)
-{
+static uint32_t philox_word(uint64_t seed, uint64_t j) {
   uint32_t ctr[4] = {(uint32_t)(j / 4), (uint32_t)((j / 4) >> 32), 0, 0};
   uint32_t key[2] = {(uint32_t)seed, (uint32_t)(seed >> 32)}, out[4];
   be_cpu_philox4x32_10(ctr, key, out);
   return out[j % 4];
 }
 
-static float uniform_f32_ref(uint32_t w)
-{
+static float uniform_f32_ref(uint32_t w) {
   return (float)w * 0x1p-32f + 0x1p-33f;
 }
 
-static double uniform53_ref(uint32_t w0, uint32_t w1, double scale)
-{
+static double uniform53_ref(uint32_t w0, uint32_t w1, double scale) {
   uint64_t z = (uint64_t)w0 ^ ((uint64_t)w1 << 21);
   return (double)z * scale + scale / 2;
 }
 
 /* Uniform element e of a fill at offset o, as the bits the dtype stores. */
-static void uniform_ref(uint32_t t, uint64_t seed, uint64_t e, void *out, size_t i)
-{
+static void uniform_ref(uint32_t t, uint64_t seed, uint64_t e, void *out, size_t i) {
   if (t == ACCEL_F64) {
     ((double *)out)[i] = uniform53_ref(philox_word(seed, 2 * e), philox_word(seed, 2 * e + 1),
                                        0x1p-53);
@@ -1510,13 +1482,11 @@ static void uniform_ref(uint32_t t, uint64_t seed, uint64_t e, void *out, size_t
 
 /* Normal element e (unscaled) in long double: F64 by cuRAND's double Box-Muller, the others by
  * the float one (philox.h). */
-static long double normal_ref(uint32_t t, uint64_t seed, uint64_t e)
-{
+static long double normal_ref(uint32_t t, uint64_t seed, uint64_t e) {
   uint64_t p = e / 2;
   if (t == ACCEL_F64) {
     double u = uniform53_ref(philox_word(seed, 4 * p), philox_word(seed, 4 * p + 1), 0x1p-53);
-    double v = uniform53_ref(philox_word(seed, 4 * p + 2), philox_word(seed, 4 * p + 3),
-                             0x1p-52);
+    double v = uniform53_ref(philox_word(seed, 4 * p + 2), philox_word(seed, 4 * p + 3), 0x1p-52);
     long double s = sqrtl(-2 * logl(u)), a = 3.141592653589793238462643383279503L * v;
     return s * (e % 2 == 0 ? sinl(a) : cosl(a));
   }
@@ -1527,10 +1497,11 @@ static long double normal_ref(uint32_t t, uint64_t seed, uint64_t e)
   return e % 2 == 0 ? sinf(v) * r : cosf(v) * r;
 }
 
-static void rng_dt_case(fx *f, uint32_t t, be_rng_dist dist, bool standard)
-{
+static void rng_dt_case(fx *f, uint32_t t, be_rng_dist dist, bool standard) {
   size_t n = rnd_range(1, 30000), off = rnd_range(0, 63);
-  be_rng_args r = {.dist = dist, .seed = rnd64(), .offset = rnd64() >> rnd_range(20, 63),
+  be_rng_args r = {.dist = dist,
+                   .seed = rnd64(),
+                   .offset = rnd64() >> rnd_range(20, 63),
                    .mean = standard ? 0 : rnd_nz(0.5f, 3),
                    .stddev = standard ? 1 : fabsf(rnd_nz(0.5f, 3))};
   if (dist == BE_RNG_NORMAL)
@@ -1545,8 +1516,8 @@ static void rng_dt_case(fx *f, uint32_t t, be_rng_dist dist, bool standard)
     if (dist == BE_RNG_UNIFORM) {
       uniform_ref(t, r.seed, r.offset + i, want, 0);
       if (memcmp(got + (off + i) * d.es, want, d.es) != 0)
-        TEST_FAIL("uniform %s: element %zu (stream element %" PRIu64 ") differs",
-                  dt_name(t), i, r.offset + i);
+        TEST_FAIL("uniform %s: element %zu (stream element %" PRIu64 ") differs", dt_name(t), i,
+                  r.offset + i);
       continue;
     }
     double z = (double)normal_ref(t, r.seed, r.offset + i), w = z * sd + mean;
@@ -1564,8 +1535,7 @@ static void rng_dt_case(fx *f, uint32_t t, be_rng_dist dist, bool standard)
   tbuf_free(f, &d);
 }
 
-static void kernel_rng_dtypes_dev(void)
-{
+static void kernel_rng_dtypes_dev(void) {
   fx f = fx_open();
   uint32_t set = B->rng->dtypes(f.d);
   tbuf m = tbuf_new(&f, ACCEL_F64, 64, 1, 2);
@@ -1591,12 +1561,13 @@ static void kernel_rng_dtypes_dev(void)
   fx_close(&f);
 }
 
-TEST(kernel_rng_dtypes) { each_device(kernel_rng_dtypes_dev); }
+TEST(kernel_rng_dtypes) {
+  each_device(kernel_rng_dtypes_dev);
+}
 
 /* ---- the core fill in every element size ---- */
 
-static void kernel_fill_sizes_dev(void)
-{
+static void kernel_fill_sizes_dev(void) {
   fx f = fx_open();
   static const uint32_t sizes[] = {1, 2, 4, 8};
   for (size_t s = 0; s < 4; s++) {
@@ -1624,11 +1595,12 @@ static void kernel_fill_sizes_dev(void)
   fx_close(&f);
 }
 
-TEST(kernel_fill_sizes) { each_device(kernel_fill_sizes_dev); }
+TEST(kernel_fill_sizes) {
+  each_device(kernel_fill_sizes_dev);
+}
 
 /* What the cpu backend runs, exactly (packages.c); other backends say their own. */
-static void cpu_dtype_sets_dev(void)
-{
+static void cpu_dtype_sets_dev(void) {
   if (strcmp(B->name, "cpu") != 0)
     return;
   fx f = fx_open();
@@ -1645,8 +1617,16 @@ static void cpu_dtype_sets_dev(void)
         CHECK_ERR(B->blas->gemm_supports(f.d, ab, ct, math), runs ? 0 : ACCEL_ENOTSUP);
       }
   be_mem m = mem_new(f.d, 256);
-  be_gemm_args tf32 = {.m = 2, .n = 2, .k = 2, .alpha = 1, .lda = 2, .ldb = 2, .ldc = 2,
-                       .ab_type = ACCEL_F32, .c_type = ACCEL_F32, .math = BE_GEMM_MATH_TF32,
+  be_gemm_args tf32 = {.m = 2,
+                       .n = 2,
+                       .k = 2,
+                       .alpha = 1,
+                       .lda = 2,
+                       .ldb = 2,
+                       .ldc = 2,
+                       .ab_type = ACCEL_F32,
+                       .c_type = ACCEL_F32,
+                       .math = BE_GEMM_MATH_TF32,
                        .batch = 1};
   be_rng_args bits = {.dist = BE_RNG_BITS, .seed = 1};
   CHECK_ERR(B->blas->gemm(f.q, &tf32, m, 0, m, 4, m, 8), ACCEL_ENOTSUP);
@@ -1659,15 +1639,16 @@ static void cpu_dtype_sets_dev(void)
   fx_close(&f);
 }
 
-TEST(cpu_dtype_sets) { each_device(cpu_dtype_sets_dev); }
+TEST(cpu_dtype_sets) {
+  each_device(cpu_dtype_sets_dev);
+}
 
 /* ---- argument errors ----------------------------------------------------------------- */
 
 /* Every entry with a range past a buffer's end (or another bad argument) fails with
  * ACCEL_EINVAL; nothing runs: the buffer is unchanged, no callback is called, and the queue
  * still works (no error left behind for later events or callbacks). */
-static void bad_ranges(fx *f, be_mem m, size_t len, void *host)
-{
+static void bad_ranges(fx *f, be_mem m, size_t len, void *host) {
   be_queue *q = f->q;
   size_t bytes = len * 4;
   be_sgemm_args g = {.m = 4, .n = 4, .k = 4, .alpha = 1, .beta = 1, .lda = 4, .ldb = 4, .ldc = 4};
@@ -1698,8 +1679,7 @@ static void bad_ranges(fx *f, be_mem m, size_t len, void *host)
   CHECK_ERR(B->host_notify(q, NULL, NULL), ACCEL_EINVAL);
 }
 
-static void argument_errors_dev(void)
-{
+static void argument_errors_dev(void) {
   fx f = fx_open();
   size_t len = 64;
   fbuf b = fbuf_new(&f, len, 1, 2);
@@ -1724,12 +1704,13 @@ static void argument_errors_dev(void)
   fx_close(&f);
 }
 
-TEST(argument_errors) { each_device(argument_errors_dev); }
+TEST(argument_errors) {
+  each_device(argument_errors_dev);
+}
 
 /* ---- faults -------------------------------------------------------------------------- */
 
-static void fault_not_permitted_dev(void)
-{
+static void fault_not_permitted_dev(void) {
   be_device *d = dev_open(0);
   CHECK_ERR(B->inject_fault(d), ACCEL_EPERM);
   CHECK_OK(B->status(d));
@@ -1739,11 +1720,12 @@ static void fault_not_permitted_dev(void)
   B->close(d);
 }
 
-TEST(fault_injection_not_permitted) { each_device(fault_not_permitted_dev); }
+TEST(fault_injection_not_permitted) {
+  each_device(fault_not_permitted_dev);
+}
 
 /* After a fault every submission fails with ACCEL_EDEVLOST and queues nothing. */
-static void submissions_fail(be_device *d, be_queue *q, be_mem m, void *host)
-{
+static void submissions_fail(be_device *d, be_queue *q, be_mem m, void *host) {
   be_sgemm_args g = {.m = 2, .n = 2, .k = 2, .alpha = 1, .lda = 2, .ldb = 2, .ldc = 2};
   be_rng_args bits = {.dist = BE_RNG_BITS};
   be_event *ev = NULL;
@@ -1785,8 +1767,7 @@ typedef struct fault_scene {
 enum { FAULT_N = 24 };
 
 /* Work held behind a gate on qa; qb waits for qa's middle; callbacks everywhere. */
-static void fault_scene_start(fault_scene *s)
-{
+static void fault_scene_start(fault_scene *s) {
   s->d = dev_open(1);
   s->qa = queue_new(s->d);
   s->qb = queue_new(s->d);
@@ -1814,8 +1795,7 @@ static void fault_scene_start(fault_scene *s)
   gate_wait_entered(&s->g);
 }
 
-static void fault_reports_lost(fault_scene *s)
-{
+static void fault_reports_lost(fault_scene *s) {
   CHECK_ERR(B->status(s->d), ACCEL_EDEVLOST);
   CHECK_ERR(B->event_query(s->done), ACCEL_EDEVLOST); /* complete before the fault */
   CHECK_ERR(B->event_sync(s->done), ACCEL_EDEVLOST);
@@ -1832,8 +1812,7 @@ static void fault_reports_lost(fault_scene *s)
 }
 
 /* After reset: the device works again; the event kept across it can still be destroyed. */
-static void fault_after_reset(fault_scene *s)
-{
+static void fault_after_reset(fault_scene *s) {
   CHECK_OK(B->reset(s->d));
   CHECK_OK(B->status(s->d));
   B->event_destroy(s->pending);
@@ -1856,8 +1835,7 @@ static void fault_after_reset(fault_scene *s)
   free(got);
 }
 
-static void fault_in_flight_dev(void)
-{
+static void fault_in_flight_dev(void) {
   fault_scene s = {0};
   fault_scene_start(&s);
   CHECK_ERR(B->event_query(s.pending), ACCEL_EAGAIN);
@@ -1874,13 +1852,14 @@ static void fault_in_flight_dev(void)
   free(s.r);
 }
 
-TEST(fault_in_flight_and_reset) { each_device(fault_in_flight_dev); }
+TEST(fault_in_flight_and_reset) {
+  each_device(fault_in_flight_dev);
+}
 
 /* ---- destroying queues and devices with work pending --------------------------------- */
 
 /* A gate, then n fills and callbacks; opened by a thread later. */
-static pthread_t pending_work(be_queue *q, be_mem m, gate *g, cb_rec *r, size_t n)
-{
+static pthread_t pending_work(be_queue *q, be_mem m, gate *g, cb_rec *r, size_t n) {
   CHECK_OK(B->host_callback(q, gate_fn, g));
   for (size_t i = 0; i < n; i++) {
     CHECK_OK(be_fill_u32(B, q, m, 0, m.bytes / 4, (uint32_t)i + 1));
@@ -1892,8 +1871,7 @@ static pthread_t pending_work(be_queue *q, be_mem m, gate *g, cb_rec *r, size_t 
 
 /* Each called exactly once; 0 (ran) or ACCEL_ECANCELED (dropped), and once one is dropped
  * all later ones are too. */
-static void check_drained(cb_rec *r, size_t n)
-{
+static void check_drained(cb_rec *r, size_t n) {
   bool canceled = false;
   for (size_t i = 0; i < n; i++) {
     int st = atomic_load(&r[i].status);
@@ -1904,8 +1882,7 @@ static void check_drained(cb_rec *r, size_t n)
   }
 }
 
-static void destroy_pending_dev(void)
-{
+static void destroy_pending_dev(void) {
   enum { N = 24 }; /* see FAULT_N */
   be_device *d = dev_open(1);
   be_mem m = mem_new(d, 1 << 16);
@@ -1931,7 +1908,9 @@ static void destroy_pending_dev(void)
   free(r);
 }
 
-TEST(queue_destroy_with_pending_work) { each_device(destroy_pending_dev); }
+TEST(queue_destroy_with_pending_work) {
+  each_device(destroy_pending_dev);
+}
 
 typedef struct syncer {
   be_event *ev;
@@ -1939,8 +1918,7 @@ typedef struct syncer {
   int status;
 } syncer;
 
-static void *sync_thread(void *arg)
-{
+static void *sync_thread(void *arg) {
   syncer *s = arg;
   atomic_store(&s->started, 1);
   s->status = B->event_sync(s->ev);
@@ -1950,8 +1928,7 @@ static void *sync_thread(void *arg)
 /* close() with queues never destroyed and work pending: every callback called by the time it
  * returns; a thread blocked in event_sync meanwhile comes back; the event may still be
  * destroyed after close. */
-static void close_pending_dev(void)
-{
+static void close_pending_dev(void) {
   enum { N = 24 }; /* see FAULT_N */
   be_device *d = dev_open(1);
   be_mem m = mem_new(d, 1 << 16);
@@ -1976,7 +1953,9 @@ static void close_pending_dev(void)
   free(r);
 }
 
-TEST(close_with_pending_work) { each_device(close_pending_dev); }
+TEST(close_with_pending_work) {
+  each_device(close_pending_dev);
+}
 
 /* ---- several threads ----------------------------------------------------------------- */
 
@@ -1998,13 +1977,11 @@ typedef struct stress_arg {
   int t;
 } stress_arg;
 
-static uint32_t stress_value(int t, int r)
-{
+static uint32_t stress_value(int t, int r) {
   return (uint32_t)(t + 1) * 100000u + (uint32_t)r + 1;
 }
 
-static void stress_round(stress *s, be_queue *q, be_mem log, int t, int r)
-{
+static void stress_round(stress *s, be_queue *q, be_mem log, int t, int r) {
   be_mem scratch = mem_new(s->d, 4096);
   CHECK_OK(be_fill_u32(B, q, s->data[t], (size_t)r * T_SLOT, T_SLOT, stress_value(t, r)));
   CHECK_OK(be_fill_u32(B, q, scratch, 0, 1024, (uint32_t)r));
@@ -2014,15 +1991,14 @@ static void stress_round(stress *s, be_queue *q, be_mem log, int t, int r)
   CHECK_OK(B->queue_wait(q, s->ev[n]));
   int st = B->event_query(s->ev[n]);
   CHECK(st == 0 || st == ACCEL_EAGAIN);
-  CHECK_OK(B->copy_d2d(q, log, (size_t)r * T_SLOT * 4, s->data[n], (size_t)r * T_SLOT * 4,
-                       T_SLOT * 4));
+  CHECK_OK(
+      B->copy_d2d(q, log, (size_t)r * T_SLOT * 4, s->data[n], (size_t)r * T_SLOT * 4, T_SLOT * 4));
   finish(s->d, q); /* scratch is no longer used */
   B->mem_free(s->d, &scratch);
   pthread_barrier_wait(&s->bar); /* nobody records again before everyone has waited */
 }
 
-static void *stress_thread(void *arg)
-{
+static void *stress_thread(void *arg) {
   stress_arg *a = arg;
   stress *s = a->s;
   be_queue *q = queue_new(s->d);
@@ -2041,8 +2017,7 @@ static void *stress_thread(void *arg)
   return NULL;
 }
 
-static void threads_stress_dev(void)
-{
+static void threads_stress_dev(void) {
   stress s = {.d = dev_open(1)};
   pthread_t th[T_THREADS];
   stress_arg args[T_THREADS];
@@ -2065,7 +2040,9 @@ static void threads_stress_dev(void)
   B->close(s.d);
 }
 
-TEST(threads_and_cross_waits) { each_device(threads_stress_dev); }
+TEST(threads_and_cross_waits) {
+  each_device(threads_stress_dev);
+}
 
 /* ---- main ---------------------------------------------------------------------------- */
 
@@ -2103,8 +2080,7 @@ static const test_case tests[] = {
     TEST_CASE(threads_and_cross_waits),
 };
 
-int main(int argc, char **argv)
-{
+int main(int argc, char **argv) {
   const char *env = getenv("ACCEL_TEST_SEED");
   base_seed = env != NULL ? strtoull(env, NULL, 0) : test_now_ns() ^ ((uint64_t)getpid() << 32);
   printf("# seed %" PRIu64 " (rerun with ACCEL_TEST_SEED=%" PRIu64 ")\n", base_seed, base_seed);

@@ -23,23 +23,22 @@
 static int failures;
 static int checks;
 
-#define CHECK(cond, ...)                                                                   \
-  do {                                                                                     \
-    checks++;                                                                              \
-    if (!(cond)) {                                                                         \
-      failures++;                                                                          \
-      fprintf(stderr, "%s:%d: FAILED %s: ", __FILE__, __LINE__, #cond);                    \
-      fprintf(stderr, __VA_ARGS__);                                                        \
-      fputc('\n', stderr);                                                                 \
-    }                                                                                      \
+#define CHECK(cond, ...)                                                                           \
+  do {                                                                                             \
+    checks++;                                                                                      \
+    if (!(cond)) {                                                                                 \
+      failures++;                                                                                  \
+      fprintf(stderr, "%s:%d: FAILED %s: ", __FILE__, __LINE__, #cond);                            \
+      fprintf(stderr, __VA_ARGS__);                                                                \
+      fputc('\n', stderr);                                                                         \
+    }                                                                                              \
   } while (0)
 
 /* Stop after this many failures in one loop: one bug should not print a million lines. */
 #define LOOP_FAIL_LIMIT 20
 #define FAILED_TOO_OFTEN() (failures > LOOP_FAIL_LIMIT)
 
-static void *xmalloc(size_t bytes)
-{
+static void *xmalloc(size_t bytes) {
   void *p = malloc(bytes > 0 ? bytes : 1);
   if (p == NULL) {
     fprintf(stderr, "out of memory (%zu bytes)\n", bytes);
@@ -51,8 +50,7 @@ static void *xmalloc(size_t bytes)
 /* The test's own generator (splitmix64), unrelated to Philox. */
 static uint64_t rng_state;
 
-static uint64_t rnd64(void)
-{
+static uint64_t rnd64(void) {
   uint64_t z = (rng_state += 0x9E3779B97F4A7C15ull);
   z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
   z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
@@ -60,33 +58,28 @@ static uint64_t rnd64(void)
 }
 
 /* Uniform integer in [lo, hi]. */
-static int64_t rnd_int(int64_t lo, int64_t hi)
-{
+static int64_t rnd_int(int64_t lo, int64_t hi) {
   return lo + (int64_t)(rnd64() % (uint64_t)(hi - lo + 1));
 }
 
 /* Uniform in [lo, hi); never exactly 0 in practice, and the tests never rely on zeros. */
-static float rnd_float(float lo, float hi)
-{
+static float rnd_float(float lo, float hi) {
   return lo + (hi - lo) * (float)((double)(rnd64() >> 11) * 0x1p-53);
 }
 
-static void rnd_fill(float *x, size_t n, float lo, float hi)
-{
+static void rnd_fill(float *x, size_t n, float lo, float hi) {
   for (size_t i = 0; i < n; i++)
     x[i] = rnd_float(lo, hi);
 }
 
-static uint32_t float_bits(float f)
-{
+static uint32_t float_bits(float f) {
   uint32_t u;
   memcpy(&u, &f, sizeof u);
   return u;
 }
 
 /* Distance in units in the last place between two finite floats of the same sign. */
-static double ulps(float a, float b)
-{
+static double ulps(float a, float b) {
   if (a == b)
     return 0;
   if ((a < 0) != (b < 0))
@@ -98,8 +91,7 @@ static double ulps(float a, float b)
 
 /* Philox4x32-10 written out from the paper's definition, with the key schedule precomputed:
  * round r uses key + r * (W0, W1); S-box: hi/lo of M0 * L0 and M1 * L1 crossed over. */
-static void ref_philox(const uint32_t in[4], const uint32_t key[2], uint32_t out[4])
-{
+static void ref_philox(const uint32_t in[4], const uint32_t key[2], uint32_t out[4]) {
   uint32_t x[4] = {in[0], in[1], in[2], in[3]};
   for (uint32_t r = 0; r < 10; r++) {
     uint32_t k0 = key[0] + r * 0x9E3779B9u, k1 = key[1] + r * 0xBB67AE85u;
@@ -114,8 +106,7 @@ static void ref_philox(const uint32_t in[4], const uint32_t key[2], uint32_t out
 /* Word offset + i of the stream for `seed`, by the DESIGN.md definition. The index is split
  * into (block, word) first so that offsets near 2^64 do not wrap: the stream goes on past word
  * 2^64 - 1 into block 2^62, as cuRAND's 128-bit counter does. */
-static uint32_t ref_word(uint64_t seed, uint64_t offset, uint64_t i)
-{
+static uint32_t ref_word(uint64_t seed, uint64_t offset, uint64_t i) {
   uint64_t q = offset / 4 + (offset % 4 + i) / 4;
   uint32_t ctr[4] = {(uint32_t)q, (uint32_t)(q >> 32), 0, 0};
   uint32_t key[2] = {(uint32_t)seed, (uint32_t)(seed >> 32)};
@@ -127,8 +118,7 @@ static uint32_t ref_word(uint64_t seed, uint64_t offset, uint64_t i)
 /* cuRAND's uniform from the definition, without float arithmetic: round x to 24 significant
  * bits (nearest, ties to even) with integers, scale by 2^-32 and add 2^-33 in double (both
  * exact: at most 33 significant bits), then one rounding to float. */
-static float ref_uniform(uint32_t x)
-{
+static float ref_uniform(uint32_t x) {
   int shift = 0;
   while ((x >> shift) >= (1u << 24))
     shift++;
@@ -145,22 +135,21 @@ static float ref_uniform(uint32_t x)
 
 /* Random123 tests/kat_vectors, "philox4x32 10": counter, key, expected output. */
 static const uint32_t kat[3][10] = {
-  {0, 0, 0, 0, 0, 0, 0x6627e8d5, 0xe169c58d, 0xbc57ac4c, 0x9b00dbd8},
-  {0xffffffff, 0xffffffff, 0xffffffff, 0xffffffff, 0xffffffff, 0xffffffff, 0x408f276d,
-   0x41c83b0e, 0xa20bc7c6, 0x6d5451fd},
-  {0x243f6a88, 0x85a308d3, 0x13198a2e, 0x03707344, 0xa4093822, 0x299f31d0, 0xd16cfe09,
-   0x94fdcceb, 0x5001e420, 0x24126ea1},
+    {0, 0, 0, 0, 0, 0, 0x6627e8d5, 0xe169c58d, 0xbc57ac4c, 0x9b00dbd8},
+    {0xffffffff, 0xffffffff, 0xffffffff, 0xffffffff, 0xffffffff, 0xffffffff, 0x408f276d, 0x41c83b0e,
+     0xa20bc7c6, 0x6d5451fd},
+    {0x243f6a88, 0x85a308d3, 0x13198a2e, 0x03707344, 0xa4093822, 0x299f31d0, 0xd16cfe09, 0x94fdcceb,
+     0x5001e420, 0x24126ea1},
 };
 
-static void test_philox_kat(void)
-{
+static void test_philox_kat(void) {
   for (int t = 0; t < 3; t++) {
     uint32_t out[4], ref[4];
     be_cpu_philox4x32_10(kat[t], kat[t] + 4, out);
     ref_philox(kat[t], kat[t] + 4, ref);
     for (int i = 0; i < 4; i++) {
-      CHECK(out[i] == kat[t][6 + i], "kat %d word %d: %08" PRIx32 " != %08" PRIx32, t, i,
-            out[i], kat[t][6 + i]);
+      CHECK(out[i] == kat[t][6 + i], "kat %d word %d: %08" PRIx32 " != %08" PRIx32, t, i, out[i],
+            kat[t][6 + i]);
       CHECK(ref[i] == kat[t][6 + i], "reference kat %d word %d", t, i);
     }
   }
@@ -168,53 +157,52 @@ static void test_philox_kat(void)
 
 /* Every word of a fill against the reference, at random seeds, offsets of every residue mod 4,
  * block indices above 2^32, and word indices that cross 2^64. */
-static void test_philox_stream_definition(void)
-{
-  uint64_t offsets[] = {0, 1, 2, 3, (uint64_t)rnd_int(0, 1 << 20), (1ull << 34) - 3,
-                        rnd64(), UINT64_MAX - 5, UINT64_MAX};
+static void test_philox_stream_definition(void) {
+  uint64_t offsets[] = {
+      0,         1, 2, 3, (uint64_t)rnd_int(0, 1 << 20), (1ull << 34) - 3, rnd64(), UINT64_MAX - 5,
+      UINT64_MAX};
   uint32_t buf[300];
   for (size_t t = 0; t < sizeof offsets / sizeof offsets[0]; t++) {
     uint64_t seed = rnd64();
     size_t n = (size_t)rnd_int(1, 300);
     CHECK(be_cpu_philox_fill_u32(buf, n, seed, offsets[t]) == 0, "fill");
     for (size_t i = 0; i < n && !FAILED_TOO_OFTEN(); i++)
-      CHECK(buf[i] == ref_word(seed, offsets[t], i), "seed %" PRIx64 " word %" PRIu64 "+%zu",
-            seed, offsets[t], i);
+      CHECK(buf[i] == ref_word(seed, offsets[t], i), "seed %" PRIx64 " word %" PRIu64 "+%zu", seed,
+            offsets[t], i);
   }
 }
 
-static void check_golden_u32_uniform(const curand_golden *g, const char *where)
-{
+static void check_golden_u32_uniform(const curand_golden *g, const char *where) {
   uint32_t w[CURAND_GOLDEN_WORDS];
   float u[CURAND_GOLDEN_WORDS];
   CHECK(be_cpu_philox_fill_u32(w, CURAND_GOLDEN_WORDS, g->seed, g->offset) == 0, "fill");
   CHECK(be_cpu_philox_fill_uniform(u, CURAND_GOLDEN_WORDS, g->seed, g->offset) == 0, "fill");
   for (int i = 0; i < CURAND_GOLDEN_WORDS; i++) {
-    CHECK(w[i] == g->u32[i], "%s seed %" PRIx64 " offset %" PRIu64 " word %d: %08" PRIx32
-          " != cuRAND %08" PRIx32, where, g->seed, g->offset, i, w[i], g->u32[i]);
-    CHECK(float_bits(u[i]) == float_bits(g->uniform[i]), "%s uniform %d: %a != cuRAND %a",
-          where, i, (double)u[i], (double)g->uniform[i]);
+    CHECK(w[i] == g->u32[i],
+          "%s seed %" PRIx64 " offset %" PRIu64 " word %d: %08" PRIx32 " != cuRAND %08" PRIx32,
+          where, g->seed, g->offset, i, w[i], g->u32[i]);
+    CHECK(float_bits(u[i]) == float_bits(g->uniform[i]), "%s uniform %d: %a != cuRAND %a", where, i,
+          (double)u[i], (double)g->uniform[i]);
   }
 }
 
 /* cuRAND's normals: the host branch uses the same libm functions as we do (allow 4 ulp for a
  * different libm build); the GPU uses __sincosf, accurate to about 2^-21 absolute over
  * [-pi, pi] and less beyond, so compare absolutely, scaled by the magnitude. */
-static void check_golden_normal(const curand_golden *g, const char *where, int on_gpu)
-{
+static void check_golden_normal(const curand_golden *g, const char *where, int on_gpu) {
   float z[CURAND_GOLDEN_WORDS];
-  CHECK(be_cpu_philox_fill_normal(z, CURAND_GOLDEN_WORDS, g->seed, g->offset & ~1ull, 0.0f,
-                                  1.0f) == 0, "fill");
+  CHECK(be_cpu_philox_fill_normal(z, CURAND_GOLDEN_WORDS, g->seed, g->offset & ~1ull, 0.0f, 1.0f) ==
+            0,
+        "fill");
   for (int i = 0; i < CURAND_GOLDEN_WORDS; i++) {
     double d = fabs((double)z[i] - g->normal[i]);
     int ok = on_gpu ? d <= 2e-5 * (1.0 + fabs(g->normal[i])) : ulps(z[i], g->normal[i]) <= 4;
-    CHECK(ok, "%s normal %d (seed %" PRIx64 "): %a vs cuRAND %a", where, i, g->seed,
-          (double)z[i], (double)g->normal[i]);
+    CHECK(ok, "%s normal %d (seed %" PRIx64 "): %a vs cuRAND %a", where, i, g->seed, (double)z[i],
+          (double)g->normal[i]);
   }
 }
 
-static void test_philox_curand_golden(void)
-{
+static void test_philox_curand_golden(void) {
   size_t n = sizeof curand_golden_device / sizeof curand_golden_device[0];
   for (size_t t = 0; t < n; t++) {
     check_golden_u32_uniform(&curand_golden_device[t], "GPU");
@@ -229,8 +217,7 @@ static void test_philox_curand_golden(void)
 
 /* fill(o, n) == fill(0, N)[o, o + n) for u32, uniform and normal, with nothing written past n
  * (a guard word). */
-static void test_philox_slices(void)
-{
+static void test_philox_slices(void) {
   uint64_t seed = rnd64();
   uint32_t *whole = xmalloc(SLICE_WORDS * sizeof *whole);
   float *uwhole = xmalloc(SLICE_WORDS * sizeof *uwhole);
@@ -264,11 +251,10 @@ static void test_philox_slices(void)
 
 /* Uniform: bit for bit against the integer reference on random words, every word of a fill,
  * and the edges of the float rounding (ties, the top words that round to 1.0f). */
-static void test_philox_uniform_exact(void)
-{
-  static const uint32_t edges[] = {0, 1, 2, 0x00FFFFFF, 0x01000000, 0x01000001, 0x01000003,
-                                   0x7FFFFFBF, 0x7FFFFFC0, 0x80000000, 0xFFFFFF7F, 0xFFFFFF80,
-                                   0xFFFFFF81, 0xFFFFFFFF};
+static void test_philox_uniform_exact(void) {
+  static const uint32_t edges[] = {0,          1,          2,          0x00FFFFFF, 0x01000000,
+                                   0x01000001, 0x01000003, 0x7FFFFFBF, 0x7FFFFFC0, 0x80000000,
+                                   0xFFFFFF7F, 0xFFFFFF80, 0xFFFFFF81, 0xFFFFFFFF};
   for (size_t i = 0; i < sizeof edges / sizeof edges[0]; i++)
     CHECK(float_bits(be_cpu_philox_uniform(edges[i])) == float_bits(ref_uniform(edges[i])),
           "uniform(%08" PRIx32 ") = %a, want %a", edges[i], (double)be_cpu_philox_uniform(edges[i]),
@@ -296,8 +282,7 @@ static void test_philox_uniform_exact(void)
 /* Normal: each element against cuRAND's Box-Muller evaluated in double from the same two
  * words (even element from sin, odd from cos). The float pipeline (logf, sqrtf, sinf/cosf, one
  * multiply) is within a few ulp of r: allow 2e-6 * max(1, r) absolute. */
-static void test_philox_normal_formula(void)
-{
+static void test_philox_normal_formula(void) {
   enum { N = 20001 };
   static uint32_t w[N + 1];
   static float z[N];
@@ -315,15 +300,14 @@ static void test_philox_normal_formula(void)
     double r = sqrt(-2.0 * log(u));
     double want = (even ? sin((double)vf) : cos((double)vf)) * r * sd + mean;
     double tol = 2e-6 * (r > 1 ? r : 1) * sd + 2 * FLT_EPSILON * fabs(want);
-    CHECK(fabs(z[i] - want) <= tol, "normal %d: %.9g, want %.9g (tol %.3g)", i, (double)z[i],
-          want, tol);
+    CHECK(fabs(z[i] - want) <= tol, "normal %d: %.9g, want %.9g (tol %.3g)", i, (double)z[i], want,
+          tol);
   }
 }
 
 /* Box-Muller at the edges of its inputs, against double with a relative tolerance of 8 eps:
  * y = 0 puts v at 2^-33 * 2pi (sin v is tiny but not 0), x = max gives u = 1 and r = 0. */
-static void test_philox_box_muller_edges(void)
-{
+static void test_philox_box_muller_edges(void) {
   static const uint32_t xs[] = {0, 1, 0x80000000u, 0xFFFFFF00u, UINT32_MAX};
   static const uint32_t ys[] = {0, 1, 2, 0x40000000u, 0x7FFFFFFFu, 0xFFFFFF00u, UINT32_MAX};
   const float k = 0x1p-32f * 6.2831855f;
@@ -344,8 +328,7 @@ static void test_philox_box_muller_edges(void)
 
 /* Moments over 2^20 samples, within 5 standard errors: mean (sd/sqrt(N)), sd (sd/sqrt(2N)),
  * skewness (sqrt(6/N)) and excess kurtosis (sqrt(24/N)). Uniform: mean 1/2, variance 1/12. */
-static void test_philox_moments(void)
-{
+static void test_philox_moments(void) {
   enum { N = 1 << 20 };
   float *z = xmalloc(N * sizeof *z);
   float mean = rnd_float(-5, 5), sd = rnd_float(0.2f, 4);
@@ -378,8 +361,7 @@ static void test_philox_moments(void)
   free(z);
 }
 
-static void test_philox_errors(void)
-{
+static void test_philox_errors(void) {
   float z[4] = {1, 2, 3, 4};
   CHECK(be_cpu_philox_fill_normal(z, 4, 1, 3, 0, 1) == ACCEL_EINVAL, "odd offset");
   CHECK(be_cpu_philox_fill_normal(z, 4, 1, UINT64_MAX, 0, 1) == ACCEL_EINVAL, "odd offset");
@@ -401,8 +383,7 @@ typedef struct gemm_case {
   size_t a_len, b_len, c_len;
 } gemm_case;
 
-static int64_t rnd_dim(void)
-{
+static int64_t rnd_dim(void) {
   int64_t p = rnd_int(0, 99);
   if (p < 5)
     return 0;
@@ -411,8 +392,7 @@ static int64_t rnd_dim(void)
   return p < 85 ? rnd_int(2, 40) : rnd_int(41, 160);
 }
 
-static float rnd_scalar(float p_zero)
-{
+static float rnd_scalar(float p_zero) {
   float p = rnd_float(0, 1);
   if (p < p_zero)
     return 0.0f;
@@ -426,8 +406,7 @@ static float rnd_scalar(float p_zero)
 /* A stored matrix rows x cols with leading dimension ld in a buffer of exactly the length the
  * checks demand, (cols - 1) * ld + rows: values in [-1, 1), the padding rows hold `pad` (NaN
  * for inputs, which must never be read; a sentinel for C, which must never be written). */
-static float *make_matrix(int64_t rows, int64_t cols, int64_t ld, size_t *len, float pad)
-{
+static float *make_matrix(int64_t rows, int64_t cols, int64_t ld, size_t *len, float pad) {
   *len = rows > 0 && cols > 0 ? (size_t)((cols - 1) * ld + rows) : 0;
   float *m = xmalloc(*len * sizeof *m);
   for (size_t i = 0; i < *len; i++)
@@ -435,15 +414,13 @@ static float *make_matrix(int64_t rows, int64_t cols, int64_t ld, size_t *len, f
   return m;
 }
 
-static int64_t rnd_ld(int64_t rows)
-{
+static int64_t rnd_ld(int64_t rows) {
   int64_t ld = rows > 1 ? rows : 1;
   return rnd_int(0, 2) == 0 ? ld + rnd_int(1, 5) : ld;
 }
 
 /* trans: bit 0 transposes A, bit 1 B. */
-static void gemm_make(gemm_case *t, int64_t m, int64_t n, int64_t k, int trans)
-{
+static void gemm_make(gemm_case *t, int64_t m, int64_t n, int64_t k, int trans) {
   be_sgemm_args *g = &t->g;
   g->m = m, g->n = n, g->k = k;
   g->trans_a = trans & 1 ? BE_BLAS_TRANS : BE_BLAS_NO_TRANS;
@@ -473,23 +450,20 @@ static void gemm_make(gemm_case *t, int64_t m, int64_t n, int64_t k, int trans)
   memcpy(t->c0, t->c, t->c_len * sizeof *t->c);
 }
 
-static void gemm_free(gemm_case *t)
-{
+static void gemm_free(gemm_case *t) {
   free(t->a);
   free(t->b);
   free(t->c);
   free(t->c0);
 }
 
-static double op_elem(const float *x, be_blas_trans tr, int64_t ld, int64_t i, int64_t j)
-{
+static double op_elem(const float *x, be_blas_trans tr, int64_t ld, int64_t i, int64_t j) {
   return tr == BE_BLAS_TRANS ? x[j + i * ld] : x[i + j * ld];
 }
 
 /* One element of the naive reference in double, and the bound on float error for it:
  * 2 (k + 2) eps (|alpha| sum |a b| + |beta c|), the classical gamma_k bound with slack. */
-static void gemm_ref(const gemm_case *t, int64_t i, int64_t j, double *want, double *tol)
-{
+static void gemm_ref(const gemm_case *t, int64_t i, int64_t j, double *want, double *tol) {
   const be_sgemm_args *g = &t->g;
   double sum = 0, mag = 0;
   for (int64_t l = 0; l < g->k && g->alpha != 0.0f; l++) {
@@ -502,8 +476,7 @@ static void gemm_ref(const gemm_case *t, int64_t i, int64_t j, double *want, dou
   *tol = 2.0 * (double)(g->k + 2) * FLT_EPSILON * (fabs(g->alpha) * mag + fabs(c)) + 1e-30;
 }
 
-static void gemm_verify(const gemm_case *t, const char *what)
-{
+static void gemm_verify(const gemm_case *t, const char *what) {
   const be_sgemm_args *g = &t->g;
   for (int64_t j = 0; j < g->n; j++) {
     for (int64_t i = 0; i < g->ldc && i + j * g->ldc < (int64_t)t->c_len; i++) {
@@ -525,8 +498,7 @@ static void gemm_verify(const gemm_case *t, const char *what)
   }
 }
 
-static void run_gemm(int64_t m, int64_t n, int64_t k, int trans, const char *what)
-{
+static void run_gemm(int64_t m, int64_t n, int64_t k, int trans, const char *what) {
   gemm_case t;
   gemm_make(&t, m, n, k, trans);
   int err = be_cpu_sgemm(&t.g, t.a, t.a_len, t.b, t.b_len, t.c, t.c_len);
@@ -535,8 +507,7 @@ static void run_gemm(int64_t m, int64_t n, int64_t k, int trans, const char *wha
   gemm_free(&t);
 }
 
-static void test_sgemm_random(void)
-{
+static void test_sgemm_random(void) {
   for (int i = 0; i < 400 && !FAILED_TOO_OFTEN(); i++)
     run_gemm(rnd_dim(), rnd_dim(), rnd_dim(), i % 4, "random");
   for (int i = 0; i < 8; i++) { /* each of the four transpose pairs twice */
@@ -551,15 +522,16 @@ static void test_sgemm_random(void)
 }
 
 /* m or n = 0: nothing is touched, even with NULL buffers; k = 0 and beta = 0 zeroes C. */
-static void test_sgemm_edges(void)
-{
-  be_sgemm_args g = {BE_BLAS_NO_TRANS, BE_BLAS_NO_TRANS, 0, 5, 3, 1.0f, 0.0f, 1, 3, 1, BE_SGEMM_MATH_DEVICE};
+static void test_sgemm_edges(void) {
+  be_sgemm_args g = {BE_BLAS_NO_TRANS,    BE_BLAS_NO_TRANS, 0, 5, 3, 1.0f, 0.0f, 1, 3, 1,
+                     BE_SGEMM_MATH_DEVICE};
   float c[6] = {NAN, NAN, NAN, NAN, NAN, NAN};
   CHECK(be_cpu_sgemm(&g, NULL, 0, NULL, 0, c, 6) == ACCEL_EINVAL, "B too short for 3x5");
   float b[15];
   rnd_fill(b, 15, -1, 1);
   CHECK(be_cpu_sgemm(&g, NULL, 0, b, 15, NULL, 0) == 0, "m = 0 is a no-op");
-  g = (be_sgemm_args){BE_BLAS_TRANS, BE_BLAS_NO_TRANS, 2, 3, 0, 1.0f, 0.0f, 1, 1, 2, BE_SGEMM_MATH_DEVICE};
+  g = (be_sgemm_args){BE_BLAS_TRANS,       BE_BLAS_NO_TRANS, 2, 3, 0, 1.0f, 0.0f, 1, 1, 2,
+                      BE_SGEMM_MATH_DEVICE};
   CHECK(be_cpu_sgemm(&g, NULL, 0, NULL, 0, c, 6) == 0, "k = 0");
   for (int i = 0; i < 6; i++)
     CHECK(c[i] == 0.0f && !signbit(c[i]), "k = 0, beta = 0: C(%d) = %g", i, (double)c[i]);
@@ -570,15 +542,15 @@ static void test_sgemm_edges(void)
   CHECK(c[4] == -3.0f * c0, "k = 0: C = beta C");
 }
 
-static void test_sgemm_errors(void)
-{
+static void test_sgemm_errors(void) {
   float a[64], b[64], c[64];
   rnd_fill(a, 64, -1, 1);
   rnd_fill(b, 64, -1, 1);
   rnd_fill(c, 64, -1, 1);
   float c_before = c[0];
   /* 4x3 = (4x2)(2x3), all tight. */
-  be_sgemm_args ok = {BE_BLAS_NO_TRANS, BE_BLAS_NO_TRANS, 4, 3, 2, 1.5f, 0.5f, 4, 2, 4, BE_SGEMM_MATH_DEVICE};
+  be_sgemm_args ok = {BE_BLAS_NO_TRANS,    BE_BLAS_NO_TRANS, 4, 3, 2, 1.5f, 0.5f, 4, 2, 4,
+                      BE_SGEMM_MATH_DEVICE};
   be_sgemm_args g = ok;
   CHECK(be_cpu_sgemm(&g, a, 8, b, 6, c, 12) == 0, "tight lengths");
   c[0] = c_before;
@@ -611,15 +583,13 @@ static void test_sgemm_errors(void)
   CHECK(be_cpu_sgemm(&g, NULL, 8, NULL, 6, c, 12) == 0, "alpha = 0 reads neither A nor B");
   /* Too big for OpenBLAS's int: refused before anything runs (lengths claimed, not real). */
   g = ok, g.m = (int64_t)1 << 31, g.lda = g.m, g.ldc = g.m, g.k = 1, g.n = 1, g.ldb = 1;
-  CHECK(be_cpu_sgemm(&g, a, (size_t)1 << 31, b, 1, c, (size_t)1 << 31) == ACCEL_ELIMIT,
-        "m = 2^31");
+  CHECK(be_cpu_sgemm(&g, a, (size_t)1 << 31, b, 1, c, (size_t)1 << 31) == ACCEL_ELIMIT, "m = 2^31");
   /* Leading dimension so large that (cols - 1) * ld overflows: refused, not wrapped. */
   g = ok, g.ldb = INT64_MAX; /* B 2x3: 2 * (2^63 - 1) + 2 = 2^64 */
   CHECK(be_cpu_sgemm(&g, a, 8, b, SIZE_MAX, c, 12) == ACCEL_EINVAL, "ld overflow");
 }
 
-static void test_blas_args(void)
-{
+static void test_blas_args(void) {
   CHECK(be_blas_check_matrix(3, 4, 3, 12) == 0, "tight");
   CHECK(be_blas_check_matrix(3, 4, 5, 18) == 0, "last element at 3 * 5 + 2");
   CHECK(be_blas_check_matrix(3, 4, 5, 17) == ACCEL_EINVAL, "one short");
@@ -640,8 +610,7 @@ static void test_blas_args(void)
 }
 
 /* Vectors with stride inc: live elements in [-1, 1), the gaps hold the sentinel. */
-static float *make_vector(int64_t n, int64_t inc, size_t *len)
-{
+static float *make_vector(int64_t n, int64_t inc, size_t *len) {
   *len = n > 0 ? (size_t)((n - 1) * inc + 1) : 0;
   float *v = xmalloc((*len ? *len : 1) * sizeof *v);
   for (size_t i = 0; i < *len; i++)
@@ -650,8 +619,7 @@ static float *make_vector(int64_t n, int64_t inc, size_t *len)
 }
 
 /* saxpy: each element within 2 eps (|alpha x| + |y|) of the double result; gaps untouched. */
-static void check_saxpy_once(int64_t n)
-{
+static void check_saxpy_once(int64_t n) {
   int64_t incx = rnd_int(1, 3), incy = rnd_int(1, 3);
   size_t xl, yl;
   float *x = make_vector(n, incx, &xl), *y = make_vector(n, incy, &yl);
@@ -675,8 +643,7 @@ static void check_saxpy_once(int64_t n)
 }
 
 /* sdot: within 2 (n + 1) eps sum |x y| of the double result. */
-static void check_sdot_once(int64_t n)
-{
+static void check_sdot_once(int64_t n) {
   int64_t incx = rnd_int(1, 3), incy = rnd_int(1, 3);
   size_t xl, yl;
   float *x = make_vector(n, incx, &xl), *y = make_vector(n, incy, &yl);
@@ -694,8 +661,7 @@ static void check_sdot_once(int64_t n)
   free(y);
 }
 
-static void test_saxpy_sdot(void)
-{
+static void test_saxpy_sdot(void) {
   for (int64_t n = 0; n < 40 * 2; n++) { /* short vectors and random lengths up to 5000 */
     int64_t len = n < 40 ? n : rnd_int(40, 5000);
     check_saxpy_once(len);
@@ -711,13 +677,13 @@ static void test_saxpy_sdot(void)
   CHECK(be_cpu_saxpy(4, 2.0f, x, 0, 8, y, 1, 8) == ACCEL_EINVAL, "incx = 0");
   CHECK(be_cpu_saxpy(4, 2.0f, x, 1, 8, y, -1, 8) == ACCEL_EINVAL, "incy < 0");
   CHECK(be_cpu_saxpy((int64_t)1 << 31, 2.0f, x, 1, (size_t)1 << 31, y, 1, (size_t)1 << 31) ==
-            ACCEL_ELIMIT, "n = 2^31");
+            ACCEL_ELIMIT,
+        "n = 2^31");
 }
 
 /* ---- element-wise ------------------------------------------------------------------------- */
 
-static void test_fill_copy(void)
-{
+static void test_fill_copy(void) {
   enum { N = 1037 };
   static uint32_t u[N + 1];
   static float f[N + 1];
@@ -750,18 +716,21 @@ static void test_fill_copy(void)
 typedef int unary_fn(float *y, const float *x, size_t n);
 typedef double ref_fn(double x);
 
-static double ref_sigmoid(double x) { return 1.0 / (1.0 + exp(-x)); }
-static double ref_relu(double x) { return x < 0 ? 0.0 : x; }
+static double ref_sigmoid(double x) {
+  return 1.0 / (1.0 + exp(-x));
+}
+static double ref_relu(double x) {
+  return x < 0 ? 0.0 : x;
+}
 
 /* Inputs: random over [-30, 30], with extremes that would overflow a naive exp. Out of place
  * and in place; each result within `ulp_tol` ulp of the double reference rounded to float. */
-static void check_unary(const char *name, unary_fn *fn, ref_fn *ref, double ulp_tol)
-{
+static void check_unary(const char *name, unary_fn *fn, ref_fn *ref, double ulp_tol) {
   enum { N = 5003 };
   static float x[N], y[N];
   rnd_fill(x, N, -30, 30);
-  static const float extremes[] = {100, -100, 1000, -1000, 88.8f, -88.8f, 1e-20f, -1e-20f,
-                                   FLT_MAX, -FLT_MAX};
+  static const float extremes[] = {100,    -100,   1000,    -1000,   88.8f,
+                                   -88.8f, 1e-20f, -1e-20f, FLT_MAX, -FLT_MAX};
   memcpy(x, extremes, sizeof extremes);
   for (int pass = 0; pass < 2; pass++) {
     float *out = pass == 0 ? y : x;
@@ -770,8 +739,8 @@ static void check_unary(const char *name, unary_fn *fn, ref_fn *ref, double ulp_
     CHECK(fn(out, x, N) == 0, "%s", name);
     for (int i = 0; i < N && !FAILED_TOO_OFTEN(); i++) {
       float want = (float)ref(xin[i]);
-      CHECK(ulps(out[i], want) <= ulp_tol, "%s%s(%a) = %a, want %a", name,
-            pass ? " in place" : "", (double)xin[i], (double)out[i], (double)want);
+      CHECK(ulps(out[i], want) <= ulp_tol, "%s%s(%a) = %a, want %a", name, pass ? " in place" : "",
+            (double)xin[i], (double)out[i], (double)want);
     }
   }
   float nan_in = NAN, nan_out = 0;
@@ -780,8 +749,7 @@ static void check_unary(const char *name, unary_fn *fn, ref_fn *ref, double ulp_
   CHECK(fn(NULL, NULL, 0) == 0, "%s empty", name);
 }
 
-static void test_unary(void)
-{
+static void test_unary(void) {
   check_unary("sigmoid", be_cpu_sigmoid_f32, ref_sigmoid, 4);
   check_unary("tanh", be_cpu_tanh_f32, tanh, 2);
   check_unary("relu", be_cpu_relu_f32, ref_relu, 0);
@@ -793,8 +761,7 @@ static void test_unary(void)
 /* One row against double: y_j = exp(x_j - max) / sum. Relative tolerance (|x_j - max| + 8)
  * eps: x_j - max is rounded to float before exp, which scales its error by |x_j - max|; plus
  * two subnormal steps, for results below FLT_MIN that have fewer significant bits. */
-static void check_softmax_row(const float *x, const float *y, size_t cols, size_t row)
-{
+static void check_softmax_row(const float *x, const float *y, size_t cols, size_t row) {
   double max = x[0], sum = 0, ysum = 0;
   for (size_t j = 1; j < cols; j++)
     max = x[j] > max ? x[j] : max;
@@ -810,8 +777,7 @@ static void check_softmax_row(const float *x, const float *y, size_t cols, size_
   CHECK(fabs(ysum - 1.0) <= 1e-5, "softmax row %zu sums to %.9g", row, ysum);
 }
 
-static void check_softmax_once(float scale, int in_place)
-{
+static void check_softmax_once(float scale, int in_place) {
   size_t rows = (size_t)rnd_int(1, 20), cols = (size_t)rnd_int(1, 400);
   float *x = xmalloc(rows * cols * sizeof *x), *y = xmalloc(rows * cols * sizeof *y);
   float *x0 = xmalloc(rows * cols * sizeof *x0);
@@ -826,8 +792,7 @@ static void check_softmax_once(float scale, int in_place)
   free(x0);
 }
 
-static void test_softmax(void)
-{
+static void test_softmax(void) {
   for (int i = 0; i < 40 && !FAILED_TOO_OFTEN(); i++)
     check_softmax_once(i % 2 ? 1000.0f : 5.0f, i % 3 == 0);
   /* A constant row of large values: exp(1000) overflows unless the max is subtracted. */
@@ -847,11 +812,16 @@ static void test_softmax(void)
 
 /* The 16-bit gemm is exactly "widen A, B (and C) to f32, one FP32 sgemm, round C to nearest
  * even": bit for bit against be_cpu_sgemm on the widened copies, every matrix of a batch. */
-static void check_gemm16_exact(uint32_t ab, uint32_t ct, int trans, float beta)
-{
-  be_gemm_args g = {.trans_a = (be_blas_trans)(trans & 1), .trans_b = (be_blas_trans)(trans >> 1),
-                    .m = rnd_int(1, 40), .n = rnd_int(1, 40), .k = rnd_int(1, 40),
-                    .alpha = rnd_float(0.5f, 2), .beta = beta, .ab_type = ab, .c_type = ct,
+static void check_gemm16_exact(uint32_t ab, uint32_t ct, int trans, float beta) {
+  be_gemm_args g = {.trans_a = (be_blas_trans)(trans & 1),
+                    .trans_b = (be_blas_trans)(trans >> 1),
+                    .m = rnd_int(1, 40),
+                    .n = rnd_int(1, 40),
+                    .k = rnd_int(1, 40),
+                    .alpha = rnd_float(0.5f, 2),
+                    .beta = beta,
+                    .ab_type = ab,
+                    .c_type = ct,
                     .batch = 3};
   int64_t ar = g.trans_a ? g.k : g.m, ac = g.trans_a ? g.m : g.k;
   int64_t br = g.trans_b ? g.n : g.k, bc = g.trans_b ? g.k : g.n;
@@ -878,13 +848,22 @@ static void check_gemm16_exact(uint32_t ab, uint32_t ct, int trans, float beta)
       uint16_t h = ct == ACCEL_F16 ? be_f32_to_f16(v) : be_f32_to_bf16(v);
       memcpy(c + 2 * i, &h, 2);
     }
-    cf[i] = ct == ACCEL_F32 ? v : ct == ACCEL_F16 ? be_f16_to_f32(((uint16_t *)(void *)c)[i])
-                                                   : be_bf16_to_f32(((uint16_t *)(void *)c)[i]);
+    cf[i] = ct == ACCEL_F32   ? v
+            : ct == ACCEL_F16 ? be_f16_to_f32(((uint16_t *)(void *)c)[i])
+                              : be_bf16_to_f32(((uint16_t *)(void *)c)[i]);
   }
   memcpy(c0, c, c_len * ces);
   CHECK(be_cpu_gemm(&g, a, a_len, b, b_len, c, c_len) == 0, "gemm %u -> %u", ab, ct);
-  be_sgemm_args s = {.trans_a = g.trans_a, .trans_b = g.trans_b, .m = g.m, .n = g.n, .k = g.k,
-                     .alpha = (float)g.alpha, .beta = beta, .lda = ar, .ldb = br, .ldc = g.m};
+  be_sgemm_args s = {.trans_a = g.trans_a,
+                     .trans_b = g.trans_b,
+                     .m = g.m,
+                     .n = g.n,
+                     .k = g.k,
+                     .alpha = (float)g.alpha,
+                     .beta = beta,
+                     .lda = ar,
+                     .ldb = br,
+                     .ldc = g.m};
   float *pa = xmalloc((size_t)(ar * ac) * 4), *pb = xmalloc((size_t)(br * bc) * 4);
   float *pc = xmalloc((size_t)(g.m * g.n) * 4);
   for (int64_t bi = 0; bi < 3; bi++) {
@@ -905,8 +884,8 @@ static void check_gemm16_exact(uint32_t ab, uint32_t ct, int trans, float beta)
         uint16_t h = ct == ACCEL_F16 ? be_f32_to_f16(w) : be_f32_to_bf16(w);
         bool same = ct == ACCEL_F32 ? memcmp(c + 4 * at, &w, 4) == 0
                                     : memcmp(c + 2 * at, &h, 2) == 0;
-        CHECK(same, "gemm %u -> %u, batch %" PRId64 " C(%" PRId64 ", %" PRId64 ")", ab, ct,
-              bi, i, j);
+        CHECK(same, "gemm %u -> %u, batch %" PRId64 " C(%" PRId64 ", %" PRId64 ")", ab, ct, bi, i,
+              j);
         memcpy(c0 + at * ces, c + at * ces, ces);
       }
   }
@@ -914,17 +893,26 @@ static void check_gemm16_exact(uint32_t ab, uint32_t ct, int trans, float beta)
   free(a), free(b), free(c), free(c0), free(af), free(bf), free(cf), free(pa), free(pb), free(pc);
 }
 
-static void test_gemm_dtypes_exact(void)
-{
-  static const uint32_t combos[4][2] = {{ACCEL_F16, ACCEL_F16}, {ACCEL_F16, ACCEL_F32},
-                                        {ACCEL_BF16, ACCEL_BF16}, {ACCEL_BF16, ACCEL_F32}};
+static void test_gemm_dtypes_exact(void) {
+  static const uint32_t combos[4][2] = {{ACCEL_F16, ACCEL_F16},
+                                        {ACCEL_F16, ACCEL_F32},
+                                        {ACCEL_BF16, ACCEL_BF16},
+                                        {ACCEL_BF16, ACCEL_F32}};
   for (int c = 0; c < 4; c++)
     for (int t = 0; t < 4; t++) {
       check_gemm16_exact(combos[c][0], combos[c][1], t, rnd_float(0.5f, 2));
       check_gemm16_exact(combos[c][0], combos[c][1], t, 0);
     }
-  be_gemm_args g = {.m = 2, .n = 2, .k = 2, .alpha = 1, .lda = 2, .ldb = 2, .ldc = 2,
-                    .ab_type = ACCEL_F32, .c_type = ACCEL_F32, .math = BE_GEMM_MATH_TF32,
+  be_gemm_args g = {.m = 2,
+                    .n = 2,
+                    .k = 2,
+                    .alpha = 1,
+                    .lda = 2,
+                    .ldb = 2,
+                    .ldc = 2,
+                    .ab_type = ACCEL_F32,
+                    .c_type = ACCEL_F32,
+                    .math = BE_GEMM_MATH_TF32,
                     .batch = 1};
   float m[8] = {0};
   CHECK(be_cpu_gemm(&g, m, 4, m, 4, m + 4, 4) == ACCEL_ENOTSUP, "TF32 on the cpu");
@@ -934,8 +922,7 @@ static void test_gemm_dtypes_exact(void)
 
 /* F64 normals near the zeros of sin(pi v) and cos(pi v) (v = 1 - 2^-53, 1/2 - 2^-53): the
  * reduction keeps them to a few ulp, where sin(M_PI * v) would be wrong in the first digit. */
-static void test_philox_f64_edges(void)
-{
+static void test_philox_f64_edges(void) {
   CHECK(be_cpu_philox_uniform_f64(0, 0) == 0x1p-54, "smallest uniform");
   CHECK(be_cpu_philox_uniform_f64(0xffffffffu, 0xffffffffu) < 1.0, "below 1");
   static const uint32_t w23[2][2] = {{(1u << 21) - 1, (1u << 31) - 1},
@@ -947,14 +934,13 @@ static void test_philox_f64_edges(void)
     long double s = sqrtl(-2 * logl(u));
     long double want = s * sinl(3.141592653589793238462643383279503L * 0x1p-53L);
     double got = c == 0 ? z[0] : z[1];
-    CHECK(fabsl(got - want) <= 4 * DBL_EPSILON * fabsl(want), "zero %d: %.17g, want %.17Lg", c,
-          got, want);
+    CHECK(fabsl(got - want) <= 4 * DBL_EPSILON * fabsl(want), "zero %d: %.17g, want %.17Lg", c, got,
+          want);
   }
 }
 
 /* The dtype-generic kernels refuse what they do not fill or compute. */
-static void test_dtype_errors(void)
-{
+static void test_dtype_errors(void) {
   uint32_t buf[8] = {0};
   CHECK(be_cpu_philox_fill_uniform_as(ACCEL_U32, buf, 2, 1, 0) == ACCEL_ENOTSUP, "u32 uniform");
   CHECK(be_cpu_philox_fill_normal_as(ACCEL_F64, buf, 2, 1, 1, 0, 1) == ACCEL_EINVAL, "odd");
@@ -968,8 +954,7 @@ static void test_dtype_errors(void)
 
 /* ---- main ------------------------------------------------------------------------------- */
 
-static uint64_t pick_seed(void)
-{
+static uint64_t pick_seed(void) {
   const char *env = getenv("ACCEL_TEST_SEED");
   if (env != NULL && *env != '\0')
     return strtoull(env, NULL, 0);
@@ -978,32 +963,34 @@ static uint64_t pick_seed(void)
   return (uint64_t)ts.tv_sec * 1000000007ull ^ (uint64_t)ts.tv_nsec;
 }
 
-int main(void)
-{
+int main(void) {
   uint64_t seed = pick_seed();
   printf("seed %" PRIu64 " (rerun with ACCEL_TEST_SEED=%" PRIu64 ")\n", seed, seed);
   rng_state = seed;
-  struct { const char *name; void (*fn)(void); } tests[] = {
-    {"philox_kat", test_philox_kat},
-    {"philox_stream_definition", test_philox_stream_definition},
-    {"philox_curand_golden", test_philox_curand_golden},
-    {"philox_slices", test_philox_slices},
-    {"philox_uniform_exact", test_philox_uniform_exact},
-    {"philox_normal_formula", test_philox_normal_formula},
-    {"philox_box_muller_edges", test_philox_box_muller_edges},
-    {"philox_moments", test_philox_moments},
-    {"philox_errors", test_philox_errors},
-    {"blas_args", test_blas_args},
-    {"sgemm_random", test_sgemm_random},
-    {"sgemm_edges", test_sgemm_edges},
-    {"sgemm_errors", test_sgemm_errors},
-    {"saxpy_sdot", test_saxpy_sdot},
-    {"fill_copy", test_fill_copy},
-    {"unary", test_unary},
-    {"softmax", test_softmax},
-    {"gemm_dtypes_exact", test_gemm_dtypes_exact},
-    {"philox_f64_edges", test_philox_f64_edges},
-    {"dtype_errors", test_dtype_errors},
+  struct {
+    const char *name;
+    void (*fn)(void);
+  } tests[] = {
+      {"philox_kat", test_philox_kat},
+      {"philox_stream_definition", test_philox_stream_definition},
+      {"philox_curand_golden", test_philox_curand_golden},
+      {"philox_slices", test_philox_slices},
+      {"philox_uniform_exact", test_philox_uniform_exact},
+      {"philox_normal_formula", test_philox_normal_formula},
+      {"philox_box_muller_edges", test_philox_box_muller_edges},
+      {"philox_moments", test_philox_moments},
+      {"philox_errors", test_philox_errors},
+      {"blas_args", test_blas_args},
+      {"sgemm_random", test_sgemm_random},
+      {"sgemm_edges", test_sgemm_edges},
+      {"sgemm_errors", test_sgemm_errors},
+      {"saxpy_sdot", test_saxpy_sdot},
+      {"fill_copy", test_fill_copy},
+      {"unary", test_unary},
+      {"softmax", test_softmax},
+      {"gemm_dtypes_exact", test_gemm_dtypes_exact},
+      {"philox_f64_edges", test_philox_f64_edges},
+      {"dtype_errors", test_dtype_errors},
   };
   for (size_t i = 0; i < sizeof tests / sizeof tests[0]; i++) {
     int before = failures;

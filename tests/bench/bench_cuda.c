@@ -11,19 +11,19 @@
  * timed with CUDA events where the comparison allows (the same clock on both sides otherwise:
  * host time around a batch, which includes the batch's submission). Inputs are random,
  * never zeros. Without a CUDA device it exits 77 (meson's SKIP). --quick: fewer runs. */
-#include <pthread.h>
 #include <curand.h>
 #include <dlfcn.h>
 #include <math.h>
+#include <pthread.h>
 #include <semaphore.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
+#include "../be_f32.h"
 #include "accel/accel.h"
 #include "backends/backend.h"
-#include "../be_f32.h"
 #include "backends/cuda/backend_cuda.h"
 #include "backends/cuda/cublas_lib.h"
 #include "backends/cuda/driver.h"
@@ -37,8 +37,7 @@ static int REPS = 9;
 
 static uint64_t rng_state = 0x243F6A8885A308D3ull;
 
-static float rnd_float(void)
-{
+static float rnd_float(void) {
   uint64_t z = (rng_state += 0x9E3779B97F4A7C15ull);
   z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
   z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
@@ -46,16 +45,14 @@ static float rnd_float(void)
   return (float)((double)(z >> 11) * 0x1p-53) * 2.0f - 1.0f + 0x1p-20f;
 }
 
-static void *xmalloc(size_t n)
-{
+static void *xmalloc(size_t n) {
   void *p = malloc(n);
   if (p == NULL)
     DIE("out of memory");
   return p;
 }
 
-static float *random_floats(size_t n)
-{
+static float *random_floats(size_t n) {
   float *p = xmalloc(n * 4);
   for (size_t i = 0; i < n; i++)
     p[i] = rnd_float();
@@ -71,13 +68,11 @@ typedef struct raw {
   CUfunction fill, null;
 } raw;
 
-static void raw_enter(raw *r)
-{
+static void raw_enter(raw *r) {
   CU(be_cu.cuCtxSetCurrent((CUcontext)(uintptr_t)be_cuda_context(r->dev)));
 }
 
-static raw raw_open(void)
-{
+static raw raw_open(void) {
   raw r = {0};
   OK(be_cuda_ops.open(0, NULL, &r.dev));
   raw_enter(&r);
@@ -89,8 +84,7 @@ static raw raw_open(void)
   return r;
 }
 
-static void raw_close(raw *r)
-{
+static void raw_close(raw *r) {
   raw_enter(r);
   be_cu.cuEventDestroy(r->e0);
   be_cu.cuEventDestroy(r->e1);
@@ -98,16 +92,14 @@ static void raw_close(raw *r)
   be_cuda_ops.close(r->dev);
 }
 
-static double event_ms(raw *r)
-{
+static double event_ms(raw *r) {
   float ms = 0;
   CU(be_cu.cuEventSynchronize(r->e1));
   CU(be_cu.cuEventElapsedTime(&ms, r->e0, r->e1));
   return ms;
 }
 
-static CUdeviceptr raw_alloc_random(raw *r, size_t floats)
-{
+static CUdeviceptr raw_alloc_random(raw *r, size_t floats) {
   CUdeviceptr p;
   float *h = random_floats(floats);
   CU(be_cu.cuMemAlloc(&p, floats * 4));
@@ -119,8 +111,7 @@ static CUdeviceptr raw_alloc_random(raw *r, size_t floats)
 
 /* ---- accel contexts ------------------------------------------------------------------- */
 
-static accel_device find_gpu(accel_ctx *ctx)
-{
+static accel_device find_gpu(accel_ctx *ctx) {
   for (accel_device d = 0; d < accel_device_count(ctx); d++) {
     struct accel_device_info info;
     if (accel_device_info(ctx, d, &info) == 0 && strcmp(info.backend, "cuda") == 0)
@@ -129,16 +120,14 @@ static accel_device find_gpu(accel_ctx *ctx)
   DIE("no cuda device in the accel context");
 }
 
-static accel_ctx *ctx_open(const char *url, accel_device *gpu)
-{
+static accel_ctx *ctx_open(const char *url, accel_device *gpu) {
   accel_ctx *ctx = NULL;
   OK(accel_open(&ctx, url));
   *gpu = find_gpu(ctx);
   return ctx;
 }
 
-static accel_buffer buf_random(accel_ctx *ctx, size_t n)
-{
+static accel_buffer buf_random(accel_ctx *ctx, size_t n) {
   accel_buffer b;
   float *h = random_floats(n);
   OK(accel_buffer_create(ctx, ACCEL_F32, n, &b));
@@ -158,22 +147,20 @@ typedef struct gemm_in {
 } gemm_in;
 
 static cublasStatus_t direct_one(const be_cublas_api *api, cublasHandle_t h, const gemm_in *g,
-                                 CUdeviceptr a, CUdeviceptr b, CUdeviceptr c)
-{
+                                 CUdeviceptr a, CUdeviceptr b, CUdeviceptr c) {
   const float one = 1, zero = 0;
   const float *pa = (const float *)(uintptr_t)a, *pb = (const float *)(uintptr_t)b;
   float *pc = (float *)(uintptr_t)c;
   if (!g->tf32)
-    return api->cublasSgemm_v2(h, CUBLAS_OP_N, CUBLAS_OP_N, g->n, g->n, g->n, &one, pa, g->n,
-                               pb, g->n, &zero, pc, g->n);
+    return api->cublasSgemm_v2(h, CUBLAS_OP_N, CUBLAS_OP_N, g->n, g->n, g->n, &one, pa, g->n, pb,
+                               g->n, &zero, pc, g->n);
   return api->cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, g->n, g->n, g->n, &one, pa, CUDA_R_32F,
                            g->n, pb, CUDA_R_32F, g->n, &zero, pc, CUDA_R_32F, g->n,
                            CUBLAS_COMPUTE_32F_FAST_TF32, CUBLAS_GEMM_DEFAULT);
 }
 
 /* Seconds per sgemm: host clock around k_ops and a stream sync (*ev_s: CUDA events). */
-static double direct_sgemm(raw *r, const gemm_in *g, double *ev_s)
-{
+static double direct_sgemm(raw *r, const gemm_in *g, double *ev_s) {
   const be_cublas_api *api = be_cublas();
   if (api == NULL)
     DIE("cuBLAS not found");
@@ -210,22 +197,21 @@ static double direct_sgemm(raw *r, const gemm_in *g, double *ev_s)
 }
 
 /* Seconds per sgemm through the API: host clock around k_ops and accel_finish. */
-static double accel_sgemm_time(accel_ctx *ctx, accel_device gpu, const gemm_in *g)
-{
+static double accel_sgemm_time(accel_ctx *ctx, accel_device gpu, const gemm_in *g) {
   size_t n = (size_t)g->n, nn = n * n;
   accel_buffer a = buf_random(ctx, nn), b = buf_random(ctx, nn), c[NC];
   for (int i = 0; i < NC; i++)
     OK(accel_buffer_create(ctx, ACCEL_F32, nn, &c[i]));
   for (int i = 0; i < 2 * NC; i++) /* moves A and B to the GPU once; C stays there */
-    OK(accel_sgemm(ctx, gpu, ACCEL_NO_TRANS, ACCEL_NO_TRANS, n, n, n, 1, a, n, b, n, 0,
-                   c[i % NC], n, NULL));
+    OK(accel_sgemm(ctx, gpu, ACCEL_NO_TRANS, ACCEL_NO_TRANS, n, n, n, 1, a, n, b, n, 0, c[i % NC],
+                   n, NULL));
   OK(accel_finish(ctx, -1));
   double t[64];
   for (int rep = 0; rep < REPS; rep++) {
     double t0 = now_s();
     for (int i = 0; i < g->k_ops; i++)
-      OK(accel_sgemm(ctx, gpu, ACCEL_NO_TRANS, ACCEL_NO_TRANS, n, n, n, 1, a, n, b, n, 0,
-                     c[i % NC], n, NULL));
+      OK(accel_sgemm(ctx, gpu, ACCEL_NO_TRANS, ACCEL_NO_TRANS, n, n, n, 1, a, n, b, n, 0, c[i % NC],
+                     n, NULL));
     OK(accel_finish(ctx, -1));
     t[rep] = (now_s() - t0) / g->k_ops;
   }
@@ -237,16 +223,14 @@ static double accel_sgemm_time(accel_ctx *ctx, accel_device gpu, const gemm_in *
   return median(t, REPS);
 }
 
-static void fmt_tflops(char *buf, size_t len, int n, double s)
-{
+static void fmt_tflops(char *buf, size_t len, int n, double s) {
   snprintf(buf, len, "%.1f TFLOP/s", 2.0 * n * (double)n * n / s * 1e-12);
 }
 
 static const char *const strategies[] = {"callback", "sync", "poll"};
 
 /* cuBLAS direct for one size: the batch length (about 50 ms of work) and the times. */
-static gemm_in direct_setup(raw *r, int n, bool tf32, double *t, double *ev)
-{
+static gemm_in direct_setup(raw *r, int n, bool tf32, double *t, double *ev) {
   gemm_in g = {.n = n, .k_ops = 3, .tf32 = tf32};
   *t = direct_sgemm(r, &g, ev);
   g.k_ops = (int)fmin(2000, fmax(10, 0.05 / *t));
@@ -254,8 +238,7 @@ static gemm_in direct_setup(raw *r, int n, bool tf32, double *t, double *ev)
   return g;
 }
 
-static void sgemm_row(const gemm_in *g, const char *how, double ta, double t)
-{
+static void sgemm_row(const gemm_in *g, const char *how, double ta, double t) {
   char what[48], a[24], ref[24];
   snprintf(what, sizeof what, "sgemm %s n=%d, %s (x%d)", g->tf32 ? "TF32" : "FP32", g->n, how,
            g->k_ops);
@@ -268,15 +251,14 @@ static void sgemm_row(const gemm_in *g, const char *how, double ta, double t)
 
 /* Per completion strategy: a context whose device runs FP32 or (ACCEL_CUDA_TF32, read at
  * open) TF32. */
-static void bench_sgemm_mode(raw *r, bool tf32)
-{
+static void bench_sgemm_mode(raw *r, bool tf32) {
   static const int sizes[] = {256, 1024, 2048, 4096};
   gemm_in g[4];
   double t[4], ev[4];
   for (int i = 0; i < 4; i++) {
     g[i] = direct_setup(r, sizes[i], tf32, &t[i], &ev[i]);
-    printf("cuBLAS %s n=%d: %.3f ms per op (events %.3f ms)\n", tf32 ? "TF32" : "FP32",
-           sizes[i], t[i] * 1e3, ev[i] * 1e3);
+    printf("cuBLAS %s n=%d: %.3f ms per op (events %.3f ms)\n", tf32 ? "TF32" : "FP32", sizes[i],
+           t[i] * 1e3, ev[i] * 1e3);
   }
   for (int s = 0; s < 3; s++) {
     char url[64];
@@ -292,8 +274,7 @@ static void bench_sgemm_mode(raw *r, bool tf32)
   }
 }
 
-static void bench_sgemm(raw *r)
-{
+static void bench_sgemm(raw *r) {
   bench_sgemm_mode(r, false);
   bench_sgemm_mode(r, true);
 }
@@ -311,8 +292,7 @@ typedef struct curand_api {
   curandStatus_t (*uniform)(curandGenerator_t, float *, size_t);
 } curand_api;
 
-static bool curand_load(curand_api *c)
-{
+static bool curand_load(curand_api *c) {
   void *lib = dlopen("libcurand.so.10", RTLD_NOW | RTLD_LOCAL);
   if (lib == NULL)
     lib = dlopen("/usr/local/cuda/lib64/libcurand.so.10", RTLD_NOW | RTLD_LOCAL);
@@ -327,8 +307,7 @@ static bool curand_load(curand_api *c)
 }
 
 /* Seconds per 256 MiB fill by cuRAND: *ev_s by events, returned by host clock. */
-static double curand_fill(raw *r, double *ev_s)
-{
+static double curand_fill(raw *r, double *ev_s) {
   curand_api c;
   if (!curand_load(&c))
     DIE("libcurand.so.10 not found");
@@ -359,8 +338,7 @@ static double curand_fill(raw *r, double *ev_s)
 }
 
 /* The backend's kernel alone: rng_fill on a backend queue, timed by events on its stream. */
-static double backend_rng_fill(raw *r)
-{
+static double backend_rng_fill(raw *r) {
   be_queue *q;
   be_mem m;
   OK(be_cuda_ops.queue_create(r->dev, &q));
@@ -384,8 +362,7 @@ static double backend_rng_fill(raw *r)
   return median(ev, REPS);
 }
 
-static double accel_rng_time(const char *how)
-{
+static double accel_rng_time(const char *how) {
   char url[64];
   snprintf(url, sizeof url, "embedded:?completion=%s", how);
   accel_device gpu;
@@ -409,13 +386,11 @@ static double accel_rng_time(const char *how)
   return median(t, REPS);
 }
 
-static void fmt_tbs(char *buf, size_t len, double bytes, double s)
-{
+static void fmt_tbs(char *buf, size_t len, double bytes, double s) {
   snprintf(buf, len, "%.2f TB/s", bytes / s * 1e-12);
 }
 
-static void bench_rng(raw *r)
-{
+static void bench_rng(raw *r) {
   double bytes = (double)RNG_FLOATS * 4, cu_ev, cu_wall = curand_fill(r, &cu_ev);
   double be_ev = backend_rng_fill(r);
   char a[24], ref[24], what[48];
@@ -435,8 +410,7 @@ static void bench_rng(raw *r)
 
 #define TINY_N 3000
 
-static double accel_tiny(const char *how)
-{
+static double accel_tiny(const char *how) {
   char url[64];
   snprintf(url, sizeof url, "embedded:?completion=%s", how);
   accel_device gpu;
@@ -457,16 +431,14 @@ static double accel_tiny(const char *how)
   return median(t, TINY_N);
 }
 
-static void CUDA_CB post(CUstream s, CUresult r, void *sem)
-{
+static void CUDA_CB post(CUstream s, CUresult r, void *sem) {
   (void)s;
   (void)r;
   sem_post(sem);
 }
 
 /* A 1-element fill (or the null kernel) launched by hand and waited for by hand. */
-static double raw_tiny(raw *r, const char *how, bool null_kernel)
-{
+static double raw_tiny(raw *r, const char *how, bool null_kernel) {
   raw_enter(r);
   CUdeviceptr d;
   CU(be_cu.cuMemAlloc(&d, 4));
@@ -501,8 +473,7 @@ static double raw_tiny(raw *r, const char *how, bool null_kernel)
   return median(t, TINY_N);
 }
 
-static void bench_tiny(raw *r)
-{
+static void bench_tiny(raw *r) {
   char a[24], ref[24], what[48];
   for (int i = 0; i < 3; i++) {
     double raw_s = raw_tiny(r, strategies[i], false), acc = accel_tiny(strategies[i]);
@@ -520,14 +491,12 @@ static void bench_tiny(raw *r)
 
 #define XFER ((size_t)256 << 20)
 
-static void fmt_gbs(char *buf, size_t len, double s)
-{
+static void fmt_gbs(char *buf, size_t len, double s) {
   snprintf(buf, len, "%.1f GB/s", (double)XFER / s * 1e-9);
 }
 
 /* Raw cuMemcpy*Async from/to pinned memory, by events. */
-static double raw_copy(raw *r, bool h2d, void *host, CUdeviceptr d)
-{
+static double raw_copy(raw *r, bool h2d, void *host, CUdeviceptr d) {
   double t[64];
   raw_enter(r);
   for (int rep = -1; rep < REPS; rep++) {
@@ -545,8 +514,7 @@ static double raw_copy(raw *r, bool h2d, void *host, CUdeviceptr d)
 }
 
 /* Raw synchronous cuMemcpy from/to pageable memory (CUDA's own staging), host clock. */
-static double raw_pageable(raw *r, bool h2d, void *host, CUdeviceptr d)
-{
+static double raw_pageable(raw *r, bool h2d, void *host, CUdeviceptr d) {
   double t[64];
   int reps = REPS < 5 ? REPS : 5;
   raw_enter(r);
@@ -564,8 +532,7 @@ static double raw_pageable(raw *r, bool h2d, void *host, CUdeviceptr d)
 }
 
 /* The backend's copy_h2d / copy_d2h on a fresh queue, by events on its stream. */
-static double backend_copy(raw *r, bool h2d, void *host, be_mem m, unsigned threads)
-{
+static double backend_copy(raw *r, bool h2d, void *host, be_mem m, unsigned threads) {
   be_queue *q;
   if (threads > 0)
     OK(be_cuda_set_copy_threads(r->dev, threads)); /* read by the queue's first large copy */
@@ -595,8 +562,7 @@ typedef struct xfer_bufs {
   be_mem m;
 } xfer_bufs;
 
-static xfer_bufs xfer_alloc(raw *r)
-{
+static xfer_bufs xfer_alloc(raw *r) {
   xfer_bufs x;
   raw_enter(r);
   CU(be_cu.cuMemHostAlloc(&x.pinned, XFER, 0));
@@ -609,8 +575,7 @@ static xfer_bufs xfer_alloc(raw *r)
   return x;
 }
 
-static void xfer_free(raw *r, xfer_bufs *x)
-{
+static void xfer_free(raw *r, xfer_bufs *x) {
   raw_enter(r);
   be_cu.cuMemFreeHost(x->pinned);
   be_cu.cuMemFree(x->d);
@@ -619,8 +584,7 @@ static void xfer_free(raw *r, xfer_bufs *x)
 }
 
 /* Reads of a GPU-resident buffer into the caller's memory, through the API. */
-static double api_read(void *host)
-{
+static double api_read(void *host) {
   accel_device gpu;
   accel_ctx *ctx = ctx_open(NULL, &gpu);
   accel_buffer b;
@@ -640,16 +604,14 @@ static double api_read(void *host)
   return median(t, REPS);
 }
 
-static void xfer_row(const char *what, double accel_s, double ref_s, const char *target)
-{
+static void xfer_row(const char *what, double accel_s, double ref_s, const char *target) {
   char a[24], ref[24];
   fmt_gbs(a, sizeof a, accel_s);
   fmt_gbs(ref, sizeof ref, ref_s);
   add_row(what, a, ref, ref_s / accel_s, target);
 }
 
-static void bench_transfers(raw *r)
-{
+static void bench_transfers(raw *r) {
   xfer_bufs x = xfer_alloc(r);
   double h2d = raw_copy(r, true, x.pinned, x.d), d2h = raw_copy(r, false, x.pinned, x.d);
   double ph2d = raw_pageable(r, true, x.pageable, x.d);
@@ -676,12 +638,11 @@ static void bench_transfers(raw *r)
 /* ---- fault to serving ----------------------------------------------------------------- */
 
 static double fault_once(accel_ctx *ctx, accel_device gpu, accel_buffer a, accel_buffer *c,
-                         accel_buffer probe)
-{
+                         accel_buffer probe) {
   size_t n = 2048;
   for (int i = 0; i < 8; i++) /* work in flight when the fault hits */
-    OK(accel_sgemm(ctx, gpu, ACCEL_NO_TRANS, ACCEL_NO_TRANS, n, n, n, 1, a, n, a, n, 0, c[i],
-                   n, NULL));
+    OK(accel_sgemm(ctx, gpu, ACCEL_NO_TRANS, ACCEL_NO_TRANS, n, n, n, 1, a, n, a, n, 0, c[i], n,
+                   NULL));
   double t0 = now_s();
   OK(accel_inject_fault(ctx, gpu));
   for (;;) {
@@ -701,8 +662,7 @@ static double fault_once(accel_ctx *ctx, accel_device gpu, accel_buffer a, accel
   return t;
 }
 
-static void bench_fault(void)
-{
+static void bench_fault(void) {
   accel_device gpu;
   accel_ctx *ctx = ctx_open("embedded:?fault_injection=1&max_restarts=100", &gpu);
   size_t n = 2048;
@@ -729,8 +689,7 @@ static void bench_fault(void)
 #define ALLOC_N 400
 
 /* A 4 MiB buffer made, filled on the GPU (its memory is taken then), waited for, destroyed. */
-static double accel_alloc_cycle(void)
-{
+static double accel_alloc_cycle(void) {
   accel_device gpu;
   accel_ctx *ctx = ctx_open("embedded:", &gpu);
   static double t[ALLOC_N];
@@ -751,8 +710,7 @@ static double accel_alloc_cycle(void)
 }
 
 /* The same by hand: cuMemAlloc, a memset on the stream, a sync, cuMemFree. */
-static double raw_alloc_cycle(raw *r)
-{
+static double raw_alloc_cycle(raw *r) {
   raw_enter(r);
   static double t[ALLOC_N];
   for (int i = -50; i < ALLOC_N; i++) {
@@ -777,8 +735,7 @@ typedef struct mixer {
 
 /* One client thread of the mixed workload: buffers of many sizes made, used, destroyed, with
  * tiny ops and sgemms among them. */
-static void *mix_thread(void *arg)
-{
+static void *mix_thread(void *arg) {
   mixer *m = arg;
   unsigned x = (unsigned)m->seed * 2654435761u + 1;
   accel_buffer a = buf_random(m->ctx, 512 * 512), c;
@@ -790,8 +747,8 @@ static void *mix_thread(void *arg)
     accel_future *f;
     OK(accel_buffer_create(m->ctx, ACCEL_F32, n, &b));
     OK(accel_fill(m->ctx, m->gpu, b, 1.0, NULL));
-    OK(accel_sgemm(m->ctx, m->gpu, ACCEL_NO_TRANS, ACCEL_NO_TRANS, 512, 512, 512, 1.0f, a, 512,
-                   a, 512, 0.0f, c, 512, NULL));
+    OK(accel_sgemm(m->ctx, m->gpu, ACCEL_NO_TRANS, ACCEL_NO_TRANS, 512, 512, 512, 1.0f, a, 512, a,
+                   512, 0.0f, c, 512, NULL));
     OK(accel_fill(m->ctx, m->gpu, c, 0.0, &f));
     OK(accel_future_wait(f, -1));
     accel_future_release(f);
@@ -802,8 +759,7 @@ static void *mix_thread(void *arg)
 }
 
 /* Four client threads for two seconds; the loop's longest stall in that time. */
-static double mixed_stall_s(void)
-{
+static double mixed_stall_s(void) {
   mixer m[4];
   pthread_t th[4];
   accel_device gpu;
@@ -822,8 +778,7 @@ static double mixed_stall_s(void)
   return stall;
 }
 
-static void bench_memory(raw *r)
-{
+static void bench_memory(raw *r) {
   char a[24], ref[24];
   double raw_s = raw_alloc_cycle(r), acc = accel_alloc_cycle();
   snprintf(a, sizeof a, "%.1f us", acc * 1e6);
@@ -836,8 +791,7 @@ static void bench_memory(raw *r)
 
 /* ---- main ----------------------------------------------------------------------------- */
 
-int main(int argc, char **argv)
-{
+int main(int argc, char **argv) {
   char why[128] = "";
   int count = 0;
   if (be_cuda_ops.probe(&count, why, sizeof why) != 0 || count == 0) {
@@ -849,8 +803,8 @@ int main(int argc, char **argv)
   raw r = raw_open();
   be_device_info info;
   be_cuda_ops.info(r.dev, &info);
-  printf("# %s, %u SMs, %.0f GiB; median of %d runs after warm-up\n", info.name,
-         info.compute_units, (double)info.mem_bytes / (1 << 30), REPS);
+  printf("# %s, %u SMs, %.0f GiB; median of %d runs after warm-up\n", info.name, info.compute_units,
+         (double)info.mem_bytes / (1 << 30), REPS);
   bench_sgemm(&r);
   bench_rng(&r);
   bench_tiny(&r);

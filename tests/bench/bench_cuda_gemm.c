@@ -25,7 +25,6 @@
 static int REPS = 9;
 static const be_ops *B = &be_cuda_ops;
 
-
 typedef struct bench {
   be_device *dev;
   be_queue *q;
@@ -42,20 +41,19 @@ typedef struct row {
   double target;
 } row;
 
-static cudaDataType_t cuda_type(uint32_t t)
-{
-  return t == ACCEL_F64 ? CUDA_R_64F : t == ACCEL_F16 ? CUDA_R_16F
-                                     : t == ACCEL_BF16 ? CUDA_R_16BF : CUDA_R_32F;
+static cudaDataType_t cuda_type(uint32_t t) {
+  return t == ACCEL_F64    ? CUDA_R_64F
+         : t == ACCEL_F16  ? CUDA_R_16F
+         : t == ACCEL_BF16 ? CUDA_R_16BF
+                           : CUDA_R_32F;
 }
 
-static size_t esize(uint32_t t)
-{
+static size_t esize(uint32_t t) {
   return t == ACCEL_F64 ? 8 : t == ACCEL_F32 ? 4 : 2;
 }
 
 /* The direct call accel's gemm makes (blas.c), or cublasDgemm for F64. */
-static void direct(bench *b, const row *r, be_mem ma, be_mem mb, be_mem mc)
-{
+static void direct(bench *b, const row *r, be_mem ma, be_mem mb, be_mem mc) {
   const void *pa = (const void *)(uintptr_t)be_cuda_devptr(ma);
   const void *pb = (const void *)(uintptr_t)be_cuda_devptr(mb);
   void *pc = (void *)(uintptr_t)be_cuda_devptr(mc);
@@ -69,29 +67,38 @@ static void direct(bench *b, const row *r, be_mem ma, be_mem mb, be_mem mc)
     st = b->api->cublasDgemm_v2(b->h, CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &one64, pa, n, pb, n,
                                 &zero64, pc, n);
   else if (r->batch == 1)
-    st = b->api->cublasGemmEx(b->h, CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &one, pa, t, n, pb, t,
-                              n, &zero, pc, t, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+    st = b->api->cublasGemmEx(b->h, CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &one, pa, t, n, pb, t, n,
+                              &zero, pc, t, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
   else
-    st = b->api->cublasGemmStridedBatchedEx(b->h, CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &one, pa,
-                                            t, n, s, pb, t, n, s, &zero, pc, t, n, s,
-                                            r->batch, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+    st = b->api->cublasGemmStridedBatchedEx(b->h, CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &one, pa, t, n,
+                                            s, pb, t, n, s, &zero, pc, t, n, s, r->batch,
+                                            CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
   if (st != CUBLAS_STATUS_SUCCESS)
     DIE("direct cuBLAS call: status %d", (int)st);
 }
 
-static void through_accel(bench *b, const row *r, be_mem ma, be_mem mb, be_mem mc)
-{
+static void through_accel(bench *b, const row *r, be_mem ma, be_mem mb, be_mem mc) {
   int64_t n = r->n, s = n * n;
-  be_gemm_args g = {.m = n, .n = n, .k = n, .alpha = 1, .beta = 0, .lda = n, .ldb = n,
-                    .ldc = n, .ab_type = r->type, .c_type = r->type,
+  be_gemm_args g = {.m = n,
+                    .n = n,
+                    .k = n,
+                    .alpha = 1,
+                    .beta = 0,
+                    .lda = n,
+                    .ldb = n,
+                    .ldc = n,
+                    .ab_type = r->type,
+                    .c_type = r->type,
                     .math = r->type == ACCEL_F32 ? BE_GEMM_MATH_FP32 : BE_GEMM_MATH_DEVICE,
-                    .batch = r->batch, .stride_a = s, .stride_b = s, .stride_c = s};
+                    .batch = r->batch,
+                    .stride_a = s,
+                    .stride_b = s,
+                    .stride_c = s};
   OK(B->blas->gemm(b->q, &g, ma, 0, mb, 0, mc, 0));
 }
 
 /* Milliseconds per gemm: `iters` of them between two events. */
-static double timed(bench *b, const row *r, bool accel, be_mem ma, be_mem mb, be_mem mc)
-{
+static double timed(bench *b, const row *r, bool accel, be_mem ma, be_mem mb, be_mem mc) {
   float ms = 0;
   CU(be_cu.cuEventRecord(b->e0, b->stream));
   for (int i = 0; i < r->iters; i++)
@@ -102,8 +109,7 @@ static double timed(bench *b, const row *r, bool accel, be_mem ma, be_mem mb, be
   return ms / r->iters;
 }
 
-static be_mem random_matrices(bench *b, const row *r, uint64_t seed)
-{
+static be_mem random_matrices(bench *b, const row *r, uint64_t seed) {
   size_t count = (size_t)r->n * (size_t)r->n * (size_t)r->batch;
   be_mem m = {0};
   OK(B->mem_alloc(b->dev, count * esize(r->type), &m));
@@ -112,8 +118,7 @@ static be_mem random_matrices(bench *b, const row *r, uint64_t seed)
   return m;
 }
 
-static void run_row(bench *b, const row *r)
-{
+static void run_row(bench *b, const row *r) {
   if (B->blas->gemm_supports(b->dev, r->type, r->type, BE_GEMM_MATH_DEVICE) != 0) {
     printf("%-34s not supported on this device\n", r->what);
     return;
@@ -141,8 +146,7 @@ static void run_row(bench *b, const row *r)
   B->mem_free(b->dev, &mc);
 }
 
-int main(int argc, char **argv)
-{
+int main(int argc, char **argv) {
   char why[128] = "";
   int count = 0;
   if (argc > 1 && strcmp(argv[1], "--quick") == 0)
@@ -167,8 +171,8 @@ int main(int argc, char **argv)
     DIE("cublasCreate");
   be_device_info info;
   OK(B->info(b.dev, &info));
-  printf("== gemm through the cuda backend vs direct cuBLAS (%s), median of %d ==\n",
-         info.name, REPS);
+  printf("== gemm through the cuda backend vs direct cuBLAS (%s), median of %d ==\n", info.name,
+         REPS);
   static const row rows[] = {
       {"gemm BF16 n=4096", ACCEL_BF16, 4096, 1, 50, 0.95},
       {"gemm BF16 n=8192", ACCEL_BF16, 8192, 1, 10, 0.95},

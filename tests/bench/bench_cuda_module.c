@@ -29,8 +29,7 @@ static int LAUNCHES = 3000, LOADS = 9;
 
 /* ---- helpers -------------------------------------------------------------------------- */
 
-static double *times(int n)
-{
+static double *times(int n) {
   double *t = malloc((size_t)n * sizeof *t);
   if (t == NULL)
     DIE("out of memory");
@@ -54,8 +53,7 @@ typedef struct raw {
 } raw;
 
 /* The CUBIN the backend builds for this device (NVRTC, or its build cache). */
-static be_cuda_image raw_image(raw *r)
-{
+static be_cuda_image raw_image(raw *r) {
   be_cuda_image img = {0};
   char *log = NULL;
   int rc = be_cuda_build(r->dev, touch_src, strlen(touch_src), NULL, &img, &log);
@@ -65,8 +63,7 @@ static be_cuda_image raw_image(raw *r)
   return img;
 }
 
-static raw raw_open(void)
-{
+static raw raw_open(void) {
   raw r = {0};
   OK(be_cuda_ops.open(0, NULL, &r.dev));
   be_cuda_image img = raw_image(&r);
@@ -80,8 +77,7 @@ static raw raw_open(void)
   return r;
 }
 
-static void raw_close(raw *r)
-{
+static void raw_close(raw *r) {
   CU(be_cu.cuCtxSetCurrent((CUcontext)(uintptr_t)be_cuda_context(r->dev)));
   be_cu.cuMemFree(r->word);
   be_cu.cuEventDestroy(r->ev);
@@ -90,8 +86,7 @@ static void raw_close(raw *r)
   be_cuda_ops.close(r->dev);
 }
 
-static double raw_launch(raw *r)
-{
+static double raw_launch(raw *r) {
   double *t = times(LAUNCHES);
   CU(be_cu.cuCtxSetCurrent((CUcontext)(uintptr_t)be_cuda_context(r->dev)));
   for (int i = -300; i < LAUNCHES; i++) {
@@ -111,8 +106,7 @@ static double raw_launch(raw *r)
 
 /* ---- accel ---------------------------------------------------------------------------- */
 
-static accel_device find_gpu(accel_ctx *ctx)
-{
+static accel_device find_gpu(accel_ctx *ctx) {
   for (accel_device d = 0; d < accel_device_count(ctx); d++) {
     struct accel_device_info info;
     if (accel_device_info(ctx, d, &info) == 0 && strcmp(info.backend, "cuda") == 0)
@@ -121,8 +115,7 @@ static accel_device find_gpu(accel_ctx *ctx)
   DIE("no cuda device in the accel context");
 }
 
-static void wait_ok(accel_future *f)
-{
+static void wait_ok(accel_future *f) {
   int rc = accel_future_wait(f, -1);
   if (rc != 0) {
     const char *log = accel_future_value(f);
@@ -132,8 +125,7 @@ static void wait_ok(accel_future *f)
 }
 
 /* Seconds one accel_module_load of src takes until its future completes. */
-static double load_once(accel_ctx *ctx, accel_device gpu, const char *src, accel_module *m)
-{
+static double load_once(accel_ctx *ctx, accel_device gpu, const char *src, accel_module *m) {
   accel_future *f;
   double t0 = now_s();
   OK(accel_module_load(ctx, gpu, ACCEL_SOURCE_CUDA, src, strlen(src), NULL, m, &f));
@@ -141,9 +133,8 @@ static double load_once(accel_ctx *ctx, accel_device gpu, const char *src, accel
   return now_s() - t0;
 }
 
-static double accel_launch_rt(accel_ctx *ctx, accel_device gpu, accel_kernel k,
-                              accel_buffer word, accel_completion how)
-{
+static double accel_launch_rt(accel_ctx *ctx, accel_device gpu, accel_kernel k, accel_buffer word,
+                              accel_completion how) {
   OK(accel_set_completion(ctx, how));
   accel_launch_dims dims = {.grid = {1, 1, 1}, .block = {1, 1, 1}};
   double *t = times(LAUNCHES);
@@ -163,8 +154,7 @@ static double accel_launch_rt(accel_ctx *ctx, accel_device gpu, accel_kernel k,
   return m;
 }
 
-static void bench_launch(raw *r, accel_ctx *ctx, accel_device gpu)
-{
+static void bench_launch(raw *r, accel_ctx *ctx, accel_device gpu) {
   static const struct {
     accel_completion how;
     const char *name;
@@ -197,8 +187,7 @@ static void bench_launch(raw *r, accel_ctx *ctx, accel_device gpu)
 
 /* Cold: every load a source NVRTC has never seen (a random comment). Cached: the same source
  * again, served from the build cache. */
-static void bench_load(accel_ctx *ctx, accel_device gpu)
-{
+static void bench_load(accel_ctx *ctx, accel_device gpu) {
   double *cold = times(LOADS), *warm = times(LOADS);
   unsigned seed = (unsigned)time(NULL) ^ (unsigned)getpid();
   for (int i = 0; i < LOADS; i++) {
@@ -220,21 +209,18 @@ static void bench_load(accel_ctx *ctx, accel_device gpu)
 }
 
 /* A fresh, empty build cache for this run (cold loads must compile). */
-static void fresh_cache(char *dir, size_t len)
-{
+static void fresh_cache(char *dir, size_t len) {
   snprintf(dir, len, "/tmp/accel-bench-module-XXXXXX");
   if (mkdtemp(dir) == NULL)
     DIE("mkdtemp failed");
   setenv("ACCEL_CACHE_DIR", dir, 1);
 }
 
-int main(int argc, char **argv)
-{
+int main(int argc, char **argv) {
   char why[128] = "";
   int count = 0;
   if (be_cuda_ops.probe(&count, why, sizeof why) != 0 || count == 0) {
-    printf("SKIP: no CUDA device (%s): bench-cuda-module needs one\n",
-           why[0] ? why : "no device");
+    printf("SKIP: no CUDA device (%s): bench-cuda-module needs one\n", why[0] ? why : "no device");
     return 77;
   }
   if (argc > 1 && strcmp(argv[1], "--quick") == 0) {
@@ -246,8 +232,7 @@ int main(int argc, char **argv)
   raw r = raw_open();
   be_device_info info;
   be_cuda_ops.info(r.dev, &info);
-  printf("# %s; median of %d launches and %d loads after warm-up\n", info.name, LAUNCHES,
-         LOADS);
+  printf("# %s; median of %d launches and %d loads after warm-up\n", info.name, LAUNCHES, LOADS);
   accel_ctx *ctx = NULL;
   OK(accel_open(&ctx, "embedded:?backends=cuda"));
   accel_device gpu = find_gpu(ctx);

@@ -10,43 +10,40 @@
 #include "accel/error.h"
 #include "backends/cuda/driver.h"
 
-#define DIE(...)                                                                           \
-  do {                                                                                     \
-    fprintf(stderr, BENCH_NAME ": " __VA_ARGS__);                                          \
-    fputc('\n', stderr);                                                                   \
-    exit(1);                                                                               \
+#define DIE(...)                                                                                   \
+  do {                                                                                             \
+    fprintf(stderr, BENCH_NAME ": " __VA_ARGS__);                                                  \
+    fputc('\n', stderr);                                                                           \
+    exit(1);                                                                                       \
   } while (0)
 
-#define CU(call)                                                                           \
-  do {                                                                                     \
-    CUresult r_ = (call);                                                                  \
-    if (r_ != CUDA_SUCCESS)                                                                \
-      DIE("%s:%d: %s: %s", __FILE__, __LINE__, #call, be_cuda_err_name(r_));               \
+#define CU(call)                                                                                   \
+  do {                                                                                             \
+    CUresult r_ = (call);                                                                          \
+    if (r_ != CUDA_SUCCESS)                                                                        \
+      DIE("%s:%d: %s: %s", __FILE__, __LINE__, #call, be_cuda_err_name(r_));                       \
   } while (0)
 
-#define OK(call)                                                                           \
-  do {                                                                                     \
-    int rc_ = (call);                                                                      \
-    if (rc_ != 0)                                                                          \
-      DIE("%s:%d: %s: %s", __FILE__, __LINE__, #call, accel_strerror(rc_));                \
+#define OK(call)                                                                                   \
+  do {                                                                                             \
+    int rc_ = (call);                                                                              \
+    if (rc_ != 0)                                                                                  \
+      DIE("%s:%d: %s: %s", __FILE__, __LINE__, #call, accel_strerror(rc_));                        \
   } while (0)
 
-static inline double now_s(void)
-{
+static inline double now_s(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-static inline int cmp_double(const void *a, const void *b)
-{
+static inline int cmp_double(const void *a, const void *b) {
   double x = *(const double *)a, y = *(const double *)b;
   return x < y ? -1 : x > y;
 }
 
 /* Sorts v in place. */
-static inline double median(double *v, int n)
-{
+static inline double median(double *v, int n) {
   qsort(v, (size_t)n, sizeof *v, cmp_double);
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
@@ -62,8 +59,7 @@ static int bench_nrows;
 
 /* ratio <= 0: none ("-"). */
 static inline void add_row(const char *what, const char *accel, const char *ref, double ratio,
-                           const char *target)
-{
+                           const char *target) {
   if (bench_nrows == 64)
     return;
   bench_row *r = &bench_rows[bench_nrows++];
@@ -80,8 +76,7 @@ static inline void add_row(const char *what, const char *accel, const char *ref,
 }
 
 /* title: "== <title> on <gpu>: ..." */
-static inline void print_table(const char *title, const char *gpu, const char *ratio_means)
-{
+static inline void print_table(const char *title, const char *gpu, const char *ratio_means) {
   printf("\n== %s on %s: accel vs reference (ratio = %s) ==\n", title, gpu, ratio_means);
   printf("%-44s %-22s %-22s %-8s %s\n", "measure", "accel", "reference", "ratio", "target");
   for (int i = 0; i < bench_nrows; i++)

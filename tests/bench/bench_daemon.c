@@ -51,13 +51,13 @@ typedef struct bench_opts {
 static char dir[64], ipc_url[128], tcp_url[128];
 static pid_t daemon_pid, echo_pid;
 
-#define OK(x)                                                                              \
-  do {                                                                                     \
-    int rc_ = (x);                                                                         \
-    if (rc_ != 0) {                                                                        \
-      fprintf(stderr, "%s:%d: %s = %s\n", __FILE__, __LINE__, #x, accel_err_name(rc_));    \
-      exit(1);                                                                             \
-    }                                                                                      \
+#define OK(x)                                                                                      \
+  do {                                                                                             \
+    int rc_ = (x);                                                                                 \
+    if (rc_ != 0) {                                                                                \
+      fprintf(stderr, "%s:%d: %s = %s\n", __FILE__, __LINE__, #x, accel_err_name(rc_));            \
+      exit(1);                                                                                     \
+    }                                                                                              \
   } while (0)
 
 static void die(const char *what) {
@@ -206,12 +206,11 @@ static void bench_round_trips(const bench_opts *o, accel_ctx *remote, accel_ctx 
   }
   double msp = median(sp, o->reps), mpg = median(pg, o->reps), mop = median(op, o->reps),
          mem = median(em, o->reps);
-  printf("\n== 1. round trip, one request in flight (median of %d x %d) ==\n", o->reps,
-         o->iters);
+  printf("\n== 1. round trip, one request in flight (median of %d x %d) ==\n", o->reps, o->iters);
   printf("%-34s %9.1f us\n", "socketpair echo (floor)", msp);
   printf("%-34s %9.1f us   %.2fx socketpair\n", "daemon PING (ipc://)", mpg, mpg / msp);
-  printf("%-34s %9.1f us   %.2fx socketpair   (target <= 2)\n", "daemon 1-element fill op",
-         mop, mop / msp);
+  printf("%-34s %9.1f us   %.2fx socketpair   (target <= 2)\n", "daemon 1-element fill op", mop,
+         mop / msp);
   printf("%-34s %9.1f us   %.2fx socketpair\n", "embedded 1-element fill op", mem, mem / msp);
   OK(accel_buffer_destroy(remote, rb));
   OK(accel_buffer_destroy(local, lb));
@@ -234,8 +233,7 @@ static double fills_per_s(accel_ctx *ctx, accel_buffer b, long ops) {
   return (double)ops / (now_s() - t0);
 }
 
-static void bench_pipelined(const bench_opts *o, accel_ctx *ipc, accel_ctx *tcp,
-                            accel_ctx *local) {
+static void bench_pipelined(const bench_opts *o, accel_ctx *ipc, accel_ctx *tcp, accel_ctx *local) {
   accel_ctx *ctxs[3] = {ipc, tcp, local};
   accel_buffer b[3];
   double rate[3][MAX_REPS];
@@ -348,8 +346,8 @@ static double sgemm_s(accel_ctx *ctx, int n, int reps) {
   double t[MAX_REPS];
   for (int i = -1; i < reps; i++) {
     double t0 = now_s();
-    OK(accel_sgemm(ctx, 0, ACCEL_NO_TRANS, ACCEL_NO_TRANS, n, n, n, 1.0f, a, n, b, n, 0.0f, c,
-                   n, NULL));
+    OK(accel_sgemm(ctx, 0, ACCEL_NO_TRANS, ACCEL_NO_TRANS, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n,
+                   NULL));
     OK(accel_finish(ctx, -1));
     if (i >= 0)
       t[i] = now_s() - t0;
@@ -394,8 +392,7 @@ static int parse(int argc, char **argv, bench_opts *o) {
 }
 
 int main(int argc, char **argv) {
-  bench_opts o = {.reps = 9, .iters = 4000, .ops = 100000, .mib = 1024,
-                  .acceld = getenv("ACCELD")};
+  bench_opts o = {.reps = 9, .iters = 4000, .ops = 100000, .mib = 1024, .acceld = getenv("ACCELD")};
   if (parse(argc, argv, &o) != 0) {
     fprintf(stderr, "usage: bench-daemon [--quick] [--reps N] [--iters N] [--ops N] "
                     "[--mib N] [--acceld PATH]   (or set ACCELD)\n");

@@ -24,21 +24,21 @@
 #include "backends/cuda/backend_cuda.h"
 #include "backends/cuda/device.h"
 
-#define CU(x)                                                                              \
-  do {                                                                                     \
-    CUresult r_ = (x);                                                                     \
-    if (r_ != CUDA_SUCCESS) {                                                              \
-      fprintf(stderr, "%s:%d: %s = %d\n", __FILE__, __LINE__, #x, (int)r_);                \
-      exit(1);                                                                             \
-    }                                                                                      \
+#define CU(x)                                                                                      \
+  do {                                                                                             \
+    CUresult r_ = (x);                                                                             \
+    if (r_ != CUDA_SUCCESS) {                                                                      \
+      fprintf(stderr, "%s:%d: %s = %d\n", __FILE__, __LINE__, #x, (int)r_);                        \
+      exit(1);                                                                                     \
+    }                                                                                              \
   } while (0)
-#define OK(x)                                                                              \
-  do {                                                                                     \
-    int rc_ = (x);                                                                         \
-    if (rc_ != 0) {                                                                        \
-      fprintf(stderr, "%s:%d: %s = %s\n", __FILE__, __LINE__, #x, accel_err_name(rc_));    \
-      exit(1);                                                                             \
-    }                                                                                      \
+#define OK(x)                                                                                      \
+  do {                                                                                             \
+    int rc_ = (x);                                                                                 \
+    if (rc_ != 0) {                                                                                \
+      fprintf(stderr, "%s:%d: %s = %s\n", __FILE__, __LINE__, #x, accel_err_name(rc_));            \
+      exit(1);                                                                                     \
+    }                                                                                              \
   } while (0)
 
 static double now_s(void) {

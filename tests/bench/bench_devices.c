@@ -118,14 +118,14 @@ static void check(const char *what, int rc) {
 static unsigned long busy_retries; /* submissions refused with ACCEL_EBUSY and retried */
 
 /* Submits, retrying while the session's mailbox is full (backpressure, nothing queued). */
-#define SUBMIT(what, expr)                                                                   \
-  do {                                                                                       \
-    int rc_;                                                                                 \
-    while ((rc_ = (expr)) == ACCEL_EBUSY) {                                                  \
-      busy_retries++;                                                                        \
-      sched_yield();                                                                         \
-    }                                                                                        \
-    check(what, rc_);                                                                        \
+#define SUBMIT(what, expr)                                                                         \
+  do {                                                                                             \
+    int rc_;                                                                                       \
+    while ((rc_ = (expr)) == ACCEL_EBUSY) {                                                        \
+      busy_retries++;                                                                              \
+      sched_yield();                                                                               \
+    }                                                                                              \
+    check(what, rc_);                                                                              \
   } while (0)
 
 static uint64_t parse_u64(const char *name, const char *s) {
@@ -156,8 +156,8 @@ static void parse_only(bench_opts *o, const char *list) {
     else if (strcmp(w, "completion") == 0)
       o->run_completion = 1;
     else {
-      fprintf(stderr,
-              "bench-devices: --only wants sgemm,dgemm,overhead,rng,completion; got '%s'\n", w);
+      fprintf(stderr, "bench-devices: --only wants sgemm,dgemm,overhead,rng,completion; got '%s'\n",
+              w);
       exit(2);
     }
   }
@@ -191,8 +191,13 @@ static void usage(void) {
 }
 
 static void parse_opts(bench_opts *o, int argc, char **argv) {
-  *o = (bench_opts){.run_sgemm = 1, .run_dgemm = 1, .run_overhead = 1, .run_rng = 1,
-                    .run_completion = 1, .rng_mib = 64, .profile = -1};
+  *o = (bench_opts){.run_sgemm = 1,
+                    .run_dgemm = 1,
+                    .run_overhead = 1,
+                    .run_rng = 1,
+                    .run_completion = 1,
+                    .rng_mib = 64,
+                    .profile = -1};
   const char *e;
   long reps = -1, ops = -1;
   if ((e = getenv("ACCEL_BENCH_QUICK")) && *e && strcmp(e, "0") != 0)
@@ -311,21 +316,20 @@ static double ratio(double a, double b) {
 
 /* One call on each side: accel's on the device buffers (F32 through accel_sgemm, F64 through
  * accel_gemm), OpenBLAS's on the host arrays. */
-static void gemm_accel(accel_ctx *ctx, accel_dtype dt, size_t n, accel_buffer A,
-                       accel_buffer B, accel_buffer C) {
+static void gemm_accel(accel_ctx *ctx, accel_dtype dt, size_t n, accel_buffer A, accel_buffer B,
+                       accel_buffer C) {
   if (dt == ACCEL_F32)
-    SUBMIT("sgemm", accel_sgemm(ctx, 0, ACCEL_NO_TRANS, ACCEL_NO_TRANS, n, n, n, 1.0f, A, n, B,
-                                n, 0.0f, C, n, NULL));
+    SUBMIT("sgemm", accel_sgemm(ctx, 0, ACCEL_NO_TRANS, ACCEL_NO_TRANS, n, n, n, 1.0f, A, n, B, n,
+                                0.0f, C, n, NULL));
   else
-    SUBMIT("gemm", accel_gemm(ctx, 0, ACCEL_NO_TRANS, ACCEL_NO_TRANS, n, n, n, 1.0, A, n, B, n,
-                              0.0, C, n, ACCEL_MATH_DEFAULT, NULL));
+    SUBMIT("gemm", accel_gemm(ctx, 0, ACCEL_NO_TRANS, ACCEL_NO_TRANS, n, n, n, 1.0, A, n, B, n, 0.0,
+                              C, n, ACCEL_MATH_DEFAULT, NULL));
 }
 
 static void gemm_blas(accel_dtype dt, size_t n, const void *a, const void *b, void *c) {
   blasint N = (blasint)n;
   if (dt == ACCEL_F32)
-    cblas_sgemm(CblasColMajor, CblasNoTrans, CblasNoTrans, N, N, N, 1.0f, a, N, b, N, 0.0f, c,
-                N);
+    cblas_sgemm(CblasColMajor, CblasNoTrans, CblasNoTrans, N, N, N, 1.0f, a, N, b, N, 0.0f, c, N);
   else
     cblas_dgemm(CblasColMajor, CblasNoTrans, CblasNoTrans, N, N, N, 1.0, a, N, b, N, 0.0, c, N);
 }
@@ -335,8 +339,7 @@ static double elem(const void *v, accel_dtype dt, size_t i) {
 }
 
 /* One table row: n x n, K calls per repetition and side, `reps` alternating repetitions. */
-static void gemm_row(accel_ctx *ctx, accel_dtype dt, size_t n, double flop_target,
-                     uint32_t reps) {
+static void gemm_row(accel_ctx *ctx, accel_dtype dt, size_t n, double flop_target, uint32_t reps) {
   const char *op = dt == ACCEL_F32 ? "sgemm" : "dgemm";
   size_t nn = n * n, es = dt == ACCEL_F32 ? sizeof(float) : sizeof(double);
   double flop = 2.0 * (double)n * (double)n * (double)n;
@@ -400,8 +403,7 @@ static void gemm_row(accel_ctx *ctx, accel_dtype dt, size_t n, double flop_targe
   for (size_t i = 0; i < nn; i++)
     maxdiff = fmax(maxdiff, fabs(elem(c_acc, dt, i) - elem(c, dt, i)));
   if (maxdiff > (dt == ACCEL_F32 ? 1e-3 : 1e-11) * (double)n) {
-    fprintf(stderr, "bench-devices: %s n=%zu: accel and OpenBLAS differ by %g\n", op, n,
-            maxdiff);
+    fprintf(stderr, "bench-devices: %s n=%zu: accel and OpenBLAS differ by %g\n", op, n, maxdiff);
     exit(1);
   }
   double mga = median(ga, reps), mgb = median(gb, reps), q = ratio(mga, mgb);
@@ -433,11 +435,10 @@ static void bench_gemm(accel_ctx *ctx, const bench_opts *o, accel_dtype dt) {
   const uint32_t reps = 2 * o->reps; /* compute-bound and short: twice the repetitions */
   fprintf(out, "\n== %s: accel (device-resident buffers) vs cblas_%s, same run ==\n",
           dt == ACCEL_F32 ? "1. sgemm" : "1b. dgemm", dt == ACCEL_F32 ? "sgemm" : "dgemm");
-  fprintf(out, "OpenBLAS: %s; %d thread(s)\n", openblas_get_config(),
-          openblas_get_num_threads());
+  fprintf(out, "OpenBLAS: %s; %d thread(s)\n", openblas_get_config(), openblas_get_num_threads());
   fprintf(out, "medians of %u repetitions (best-of ratio for information)\n", reps);
-  fprintf(out, "%6s %4s %12s %13s %8s %8s %10s %10s\n", "n", "K", "accel GF/s",
-          "OpenBLAS GF/s", "ratio", "target", "best ratio", "max |diff|");
+  fprintf(out, "%6s %4s %12s %13s %8s %8s %10s %10s\n", "n", "K", "accel GF/s", "OpenBLAS GF/s",
+          "ratio", "target", "best ratio", "max |diff|");
   /* dgemm from n = 512: its rows are the targeted ones. */
   for (size_t si = dt == ACCEL_F64; si < sizeof sizes / sizeof sizes[0]; si++)
     gemm_row(ctx, dt, sizes[si], flop_target, reps);
@@ -471,10 +472,10 @@ static const char *const pat_desc[PAT_COUNT] = {
 
 typedef struct overhead_env {
   accel_ctx *ctx;
-  uint32_t n;            /* ops per repetition */
-  accel_buffer *bufs;    /* n distinct 1-element u32 buffers (indep) */
+  uint32_t n;         /* ops per repetition */
+  accel_buffer *bufs; /* n distinct 1-element u32 buffers (indep) */
   accel_buffer one, x, y;
-  uint32_t *host_u32;    /* n elements: direct calls' buffers */
+  uint32_t *host_u32; /* n elements: direct calls' buffers */
   float hx, hy;
 } overhead_env;
 
@@ -719,19 +720,18 @@ static void overhead_compare(overhead_env *ep, const bench_opts *o) {
 #endif
   }
 
-  fprintf(out, "%-6s %-44s %10s %10s %10s %12s %9s %8s\n", "", "pattern", "accel us",
-          "StarPU us", "direct us", "accel/StarPU", "target", "accel/dir");
+  fprintf(out, "%-6s %-44s %10s %10s %10s %12s %9s %8s\n", "", "pattern", "accel us", "StarPU us",
+          "direct us", "accel/StarPU", "target", "accel/dir");
   for (int p = 0; p < PAT_COUNT; p++) {
     double a = median(acc[p], R) * 1e6, d = median(dir[p], R) * 1e6;
     double s = have_starpu ? median(sp[p], R) * 1e6 : NAN;
     double q = ratio(a, s);
     if (have_starpu)
-      fprintf(out, "%-6s %-44s %10.2f %10.2f %10.4f %12.3f %9s %8.0f\n", pat_name[p],
-              pat_desc[p], a, s, d, q,
-              q <= TARGET_STARPU_RATIO ? "<=0.5 met" : "<=0.5 MISSED", ratio(a, d));
+      fprintf(out, "%-6s %-44s %10.2f %10.2f %10.4f %12.3f %9s %8.0f\n", pat_name[p], pat_desc[p],
+              a, s, d, q, q <= TARGET_STARPU_RATIO ? "<=0.5 met" : "<=0.5 MISSED", ratio(a, d));
     else
-      fprintf(out, "%-6s %-44s %10.2f %10s %10.4f %12s %9s %8.0f\n", pat_name[p], pat_desc[p],
-              a, "-", d, "-", "-", ratio(a, d));
+      fprintf(out, "%-6s %-44s %10.2f %10s %10.4f %12s %9s %8.0f\n", pat_name[p], pat_desc[p], a,
+              "-", d, "-", "-", ratio(a, d));
     char name[64];
     snprintf(name, sizeof name, "overhead_%s_accel_us", pat_name[p]);
     record(name, a, "us");
@@ -751,8 +751,8 @@ static void overhead_compare(overhead_env *ep, const bench_opts *o) {
                  "wait: 1 W handle), not targeted:\n");
     for (int p = 0; p < PAT_COUNT; p++) {
       double a = median(acc[p], R) * 1e6, s = median(spd[p], R) * 1e6;
-      fprintf(out, "%-6s %-44s %10.2f %10.2f %10s %12.3f\n", pat_name[p], pat_desc[p], a, s,
-              "", ratio(a, s));
+      fprintf(out, "%-6s %-44s %10.2f %10.2f %10s %12.3f\n", pat_name[p], pat_desc[p], a, s, "",
+              ratio(a, s));
       char name[64];
       snprintf(name, sizeof name, "overhead_%s_starpu_data_us", pat_name[p]);
       record(name, s, "us");
@@ -826,8 +826,9 @@ static void bench_overhead(accel_ctx *ctx, const bench_opts *o) {
 
 static void bench_rng(accel_ctx *ctx, const bench_opts *o) {
   size_t bytes = (size_t)o->rng_mib << 20, count = bytes / sizeof(float);
-  fprintf(out, "\n== 3. RNG fill bandwidth per core: accel_rng_fill (UNIFORM, %u MiB, "
-               "device-resident) vs memset ==\n",
+  fprintf(out,
+          "\n== 3. RNG fill bandwidth per core: accel_rng_fill (UNIFORM, %u MiB, "
+          "device-resident) vs memset ==\n",
           o->rng_mib);
   accel_buffer buf;
   check("buffer_create", accel_buffer_create(ctx, ACCEL_F32, count, &buf));
@@ -882,8 +883,8 @@ static void bench_rng(accel_ctx *ctx, const bench_opts *o) {
   (void)sink;
   double a = median(ga, o->reps), m = median(gm, o->reps);
   fprintf(out, "%-22s %10s\n", "", "GB/s");
-  fprintf(out, "%-22s %10.2f   (%.2f Gsamples/s; slice mean %.4f)\n", "accel_rng_fill", a,
-          a / 4, mean);
+  fprintf(out, "%-22s %10.2f   (%.2f Gsamples/s; slice mean %.4f)\n", "accel_rng_fill", a, a / 4,
+          mean);
   fprintf(out, "%-22s %10.2f\n", "memset", m);
   fprintf(out, "%-22s %10.3f\n", "ratio rng/memset", ratio(a, m));
   record("rng_accel_gbps", a, "GB/s");
@@ -906,8 +907,9 @@ static void bench_completion(accel_ctx *ctx, const bench_opts *o) {
   static const char *const how_name[] = {"callback", "sync", "poll"};
   enum { NHOW = 3 };
   uint32_t per = o->ops / 4 ? o->ops / 4 : 1; /* ops per strategy per repetition */
-  fprintf(out, "\n== 4. completion strategies: submit + wait of accel_fill_u32 (1 element), "
-               "%u ops x %u reps each ==\n",
+  fprintf(out,
+          "\n== 4. completion strategies: submit + wait of accel_fill_u32 (1 element), "
+          "%u ops x %u reps each ==\n",
           per, o->reps);
   accel_buffer buf;
   check("buffer_create", accel_buffer_create(ctx, ACCEL_U32, 1, &buf));
@@ -940,8 +942,8 @@ static void bench_completion(accel_ctx *ctx, const bench_opts *o) {
     }
   }
   check("set_completion", accel_set_completion(ctx, ACCEL_COMPLETION_DEFAULT));
-  fprintf(out, "%-10s %10s %10s %10s %10s %10s %10s\n", "strategy", "median us", "p10 us",
-          "p90 us", "p99 us", "mean us", ">1ms ops");
+  fprintf(out, "%-10s %10s %10s %10s %10s %10s %10s\n", "strategy", "median us", "p10 us", "p90 us",
+          "p99 us", "mean us", ">1ms ops");
   for (int h = 0; h < NHOW; h++) {
     double sum = 0;
     size_t slow = 0;
@@ -951,8 +953,8 @@ static void bench_completion(accel_ctx *ctx, const bench_opts *o) {
     }
     double p10 = quantile(lat[h], total, 0.1), p50 = quantile(lat[h], total, 0.5);
     double p90 = quantile(lat[h], total, 0.9), p99 = quantile(lat[h], total, 0.99);
-    fprintf(out, "%-10s %10.2f %10.2f %10.2f %10.2f %10.2f %9.1f%%\n", how_name[h], p50, p10,
-            p90, p99, sum / (double)total, 100.0 * (double)slow / (double)total);
+    fprintf(out, "%-10s %10.2f %10.2f %10.2f %10.2f %10.2f %9.1f%%\n", how_name[h], p50, p10, p90,
+            p99, sum / (double)total, 100.0 * (double)slow / (double)total);
     char name[64];
     snprintf(name, sizeof name, "completion_%s_median_us", how_name[h]);
     record(name, p50, "us");
@@ -987,10 +989,11 @@ int main(int argc, char **argv) {
   check("accel_open", accel_open(&ctx, "embedded:"));
   struct accel_device_info info;
   check("device_info", accel_device_info(ctx, 0, &info));
-  fprintf(out, "bench-devices: %ld online CPU(s); device 0: %s (%s, %u compute units); "
-               "reps %u, ops %u%s\n",
-          sysconf(_SC_NPROCESSORS_ONLN), info.name, info.backend, info.compute_units, o.reps,
-          o.ops, o.quick ? " (quick)" : "");
+  fprintf(out,
+          "bench-devices: %ld online CPU(s); device 0: %s (%s, %u compute units); "
+          "reps %u, ops %u%s\n",
+          sysconf(_SC_NPROCESSORS_ONLN), info.name, info.backend, info.compute_units, o.reps, o.ops,
+          o.quick ? " (quick)" : "");
   if (o.profile >= 0)
     o.run_sgemm = o.run_dgemm = o.run_rng = o.run_completion = 0, o.run_overhead = 1;
   double t0 = now_s();

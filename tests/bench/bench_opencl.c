@@ -10,26 +10,23 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../test.h"
 #include "backends/backend.h"
 #include "backends/opencl/backend_opencl.h"
-#include "../test.h"
 
 enum { N = 1024, GEMM_REPS = 5, TINY_REPS = 2000 };
 
-static int cmp_u64(const void *a, const void *b)
-{
+static int cmp_u64(const void *a, const void *b) {
   uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
   return x < y ? -1 : x > y;
 }
 
-static double median_us(uint64_t *t, size_t n)
-{
+static double median_us(uint64_t *t, size_t n) {
   qsort(t, n, sizeof *t, cmp_u64);
   return (double)t[n / 2] / 1e3;
 }
 
-static void sync_q(const be_ops *B, be_device *d, be_queue *q)
-{
+static void sync_q(const be_ops *B, be_device *d, be_queue *q) {
   be_event *ev = NULL;
   CHECK_OK(B->event_create(d, &ev));
   CHECK_OK(B->event_record(ev, q));
@@ -37,8 +34,7 @@ static void sync_q(const be_ops *B, be_device *d, be_queue *q)
   B->event_destroy(ev);
 }
 
-int main(void)
-{
+int main(void) {
   const be_ops *B = NULL;
   for (const be_entry *e = be_registry(); e->name != NULL; e++)
     if (strcmp(e->name, "opencl") == 0)
@@ -67,8 +63,17 @@ int main(void)
   CHECK_OK(B->copy_h2d(q, b, 0, h, bytes));
   CHECK_OK(B->copy_h2d(q, c, 0, h, bytes));
   sync_q(B, d, q);
-  be_gemm_args g = {.m = N, .n = N, .k = N, .alpha = 1, .beta = 0.5, .lda = N, .ldb = N,
-                    .ldc = N, .ab_type = ACCEL_F32, .c_type = ACCEL_F32, .batch = 1};
+  be_gemm_args g = {.m = N,
+                    .n = N,
+                    .k = N,
+                    .alpha = 1,
+                    .beta = 0.5,
+                    .lda = N,
+                    .ldb = N,
+                    .ldc = N,
+                    .ab_type = ACCEL_F32,
+                    .c_type = ACCEL_F32,
+                    .batch = 1};
   cl_command_queue cq = be_opencl_queue(q);
   cl_mem ca = (cl_mem)(uintptr_t)a.handle, cb = (cl_mem)(uintptr_t)b.handle;
   cl_mem cc = (cl_mem)(uintptr_t)c.handle;
@@ -81,8 +86,8 @@ int main(void)
     CHECK_OK(B->blas->gemm(q, &g, a, 0, b, 0, c, 0));
     sync_q(B, d, q);
     uint64_t t1 = test_now_ns();
-    CHECK_EQ(CLBlastSgemm(CLBlastLayoutColMajor, CLBlastTransposeNo, CLBlastTransposeNo, N, N,
-                          N, 1.0f, ca, 0, N, cb, 0, N, 0.5f, cc, 0, N, &cq, NULL),
+    CHECK_EQ(CLBlastSgemm(CLBlastLayoutColMajor, CLBlastTransposeNo, CLBlastTransposeNo, N, N, N,
+                          1.0f, ca, 0, N, cb, 0, N, 0.5f, cc, 0, N, &cq, NULL),
              CLBlastSuccess);
     CHECK_EQ(clFinish(cq), CL_SUCCESS);
     uint64_t t2 = test_now_ns();
@@ -92,7 +97,8 @@ int main(void)
   double gb = median_us(tb, GEMM_REPS), gr = median_us(tr, GEMM_REPS);
   double gflop = 2.0 * N * N * N / 1e3;
   printf("sgemm n=%d: backend %.1f ms (%.1f GFLOP/s), CLBlast direct %.1f ms (%.1f GFLOP/s), "
-         "ratio %.3f\n", N, gb / 1e3, gflop / gb, gr / 1e3, gflop / gr, gb / gr);
+         "ratio %.3f\n",
+         N, gb / 1e3, gflop / gb, gr / 1e3, gflop / gr, gb / gr);
   static uint64_t ub[TINY_REPS], ur[TINY_REPS];
   cl_uint zero = 0;
   for (int i = 0; i < TINY_REPS; i++) {
@@ -108,7 +114,8 @@ int main(void)
   }
   double fb = median_us(ub, TINY_REPS), fr = median_us(ur, TINY_REPS);
   printf("1-element fill + sync: backend %.1f us, raw clEnqueueFillBuffer + clFinish %.1f us, "
-         "ratio %.2f\n", fb, fr, fb / fr);
+         "ratio %.2f\n",
+         fb, fr, fb / fr);
   B->mem_free(d, &a);
   B->mem_free(d, &b);
   B->mem_free(d, &c);

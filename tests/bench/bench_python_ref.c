@@ -15,13 +15,13 @@
 
 #include "accel/accel.h"
 
-#define CHECK(call)                                                                       \
-  do {                                                                                     \
-    int rc_ = (call);                                                                      \
-    if (rc_ != 0) {                                                                        \
-      fprintf(stderr, "%s: %s\n", #call, accel_strerror(rc_));                             \
-      exit(1);                                                                             \
-    }                                                                                      \
+#define CHECK(call)                                                                                \
+  do {                                                                                             \
+    int rc_ = (call);                                                                              \
+    if (rc_ != 0) {                                                                                \
+      fprintf(stderr, "%s: %s\n", #call, accel_strerror(rc_));                                     \
+      exit(1);                                                                                     \
+    }                                                                                              \
   } while (0)
 
 static double now_s(void) {
@@ -61,8 +61,8 @@ static void tiny(accel_ctx *ctx, int iters, double *median_us, double *mean_us) 
   CHECK(accel_buffer_destroy(ctx, buf));
 }
 
-static double round_trip(accel_ctx *ctx, const accel_buffer buf[2], const float *src,
-                         float *dst, size_t n) {
+static double round_trip(accel_ctx *ctx, const accel_buffer buf[2], const float *src, float *dst,
+                         size_t n) {
   accel_future *w = NULL, *c = NULL, *r = NULL;
   double t0 = now_s();
   CHECK(accel_write(ctx, buf[0], 0, src, n, &w));

@@ -22,9 +22,9 @@
  * ACCEL_BENCH_QUICK=1, ACCEL_BENCH_JSON=1, ACCEL_BENCH_PIN=split|same (argv wins).
  */
 #include <errno.h>
-#include <sched.h>
 #include <inttypes.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -142,14 +142,14 @@ static int env_flag(const char *name) {
 }
 
 /* The numeric knobs: flag, environment variable, destination. */
-#define BENCH_KNOBS(o)                                                                     \
-  {                                                                                        \
-    {"--reps", "ACCEL_BENCH_REPS", NULL, &(o)->reps},                                      \
-        {"--warmup", "ACCEL_BENCH_WARMUP", NULL, &(o)->warmup},                            \
-        {"--messages", "ACCEL_BENCH_MESSAGES", &(o)->messages, NULL},                      \
-        {"--iters", "ACCEL_BENCH_ITERS", NULL, &(o)->iters},                               \
-        {"--mailbox", "ACCEL_BENCH_MAILBOX", NULL, &(o)->mailbox},                         \
-        {"--throughput", "ACCEL_BENCH_THROUGHPUT", NULL, &(o)->throughput},                \
+#define BENCH_KNOBS(o)                                                                             \
+  {                                                                                                \
+    {"--reps", "ACCEL_BENCH_REPS", NULL, &(o)->reps},                                              \
+        {"--warmup", "ACCEL_BENCH_WARMUP", NULL, &(o)->warmup},                                    \
+        {"--messages", "ACCEL_BENCH_MESSAGES", &(o)->messages, NULL},                              \
+        {"--iters", "ACCEL_BENCH_ITERS", NULL, &(o)->iters},                                       \
+        {"--mailbox", "ACCEL_BENCH_MAILBOX", NULL, &(o)->mailbox},                                 \
+        {"--throughput", "ACCEL_BENCH_THROUGHPUT", NULL, &(o)->throughput},                        \
   }
 
 /* Sizes first (--quick or ACCEL_BENCH_QUICK), then the environment, then the other flags. */
@@ -343,7 +343,7 @@ typedef struct tput_ctx {
   uint64_t out_of_order, refused, send_errors;
   uint64_t t_start, t_end;     /* wall clock, on the loop thread */
   uint64_t cpu_start, cpu_end; /* the loop thread's CPU time */
-  accel_future *done; /* the GO ask, completed by the consumer after the last message */
+  accel_future *done;          /* the GO ask, completed by the consumer after the last message */
 } tput_ctx;
 
 typedef struct ctx_state {
@@ -464,7 +464,8 @@ static rate tput_run(tput_bench *b, uint64_t messages) {
     die("wait for the throughput run", rc);
   accel_future_release(f);
   if (b->ctx.out_of_order || b->ctx.send_errors || b->ctx.received != messages) {
-    fprintf(stderr, "bench-runtime: throughput run broken: received %" PRIu64 "/%" PRIu64
+    fprintf(stderr,
+            "bench-runtime: throughput run broken: received %" PRIu64 "/%" PRIu64
             ", out of order %" PRIu64 ", send errors %" PRIu64 "\n",
             b->ctx.received, messages, b->ctx.out_of_order, b->ctx.send_errors);
     exit(3);
@@ -814,10 +815,9 @@ static void print_tell_table(const results *r) {
          verdict(cpu >= 1.0));
   printf("  -> tell / raw ring, wall (CPU)   %8.3fx (%.3fx) (context only)\n",
          r->tell.median / r->raw.median, r->tell_cpu.median / r->raw_cpu.median);
-  printf("  runtime stats: received %" PRIu64 ", busy refusals %" PRIu64
-         ", dead letters %" PRIu64 "\n",
-         r->tell_stats.messages_received, r->tell_stats.busy_refusals,
-         r->tell_stats.dead_letters);
+  printf("  runtime stats: received %" PRIu64 ", busy refusals %" PRIu64 ", dead letters %" PRIu64
+         "\n",
+         r->tell_stats.messages_received, r->tell_stats.busy_refusals, r->tell_stats.dead_letters);
 }
 
 static void print_ask_table(const results *r) {
@@ -846,8 +846,8 @@ static void print_table(const bench_opts *o, const results *r) {
 }
 
 static void print_summary_json(const char *name, const summary *s, const char *unit) {
-  printf("    \"%s\": {\"median\": %.6g, \"min\": %.6g, \"max\": %.6g, \"unit\": \"%s\"},\n",
-         name, s->median, s->min, s->max, unit);
+  printf("    \"%s\": {\"median\": %.6g, \"min\": %.6g, \"max\": %.6g, \"unit\": \"%s\"},\n", name,
+         s->median, s->min, s->max, unit);
 }
 
 static const char *json_bool(int v) {
@@ -874,10 +874,10 @@ static void print_ask_json(const results *r) {
   double ratio = r->ask_us.median / r->floor_us.median;
   print_summary_json("ask_round_trip", &r->ask_us, "us");
   print_summary_json("uv_async_condvar_floor", &r->floor_us, "us");
-  printf("    \"ask_round_trip_p99_us\": %.6g,\n    \"uv_floor_p99_us\": %.6g,\n",
-         r->ask_p99_us, r->floor_p99_us);
-  printf("    \"ask_cpu_us_per_rt\": %.6g,\n    \"uv_floor_cpu_us_per_rt\": %.6g,\n",
-         r->ask_cpu_us, r->floor_cpu_us);
+  printf("    \"ask_round_trip_p99_us\": %.6g,\n    \"uv_floor_p99_us\": %.6g,\n", r->ask_p99_us,
+         r->floor_p99_us);
+  printf("    \"ask_cpu_us_per_rt\": %.6g,\n    \"uv_floor_cpu_us_per_rt\": %.6g,\n", r->ask_cpu_us,
+         r->floor_cpu_us);
   printf("    \"ask_vs_floor\": %.4f,\n    \"ask_target_met\": %s,\n", ratio,
          json_bool(ratio <= TARGET_ASK_RATIO));
 }
@@ -885,8 +885,7 @@ static void print_ask_json(const results *r) {
 static void print_json(const bench_opts *o, const results *r) {
   printf("{\n  \"options\": {\"reps\": %u, \"warmup\": %u, \"messages\": %" PRIu64
          ", \"iters\": %u, \"mailbox\": %u, \"throughput\": %u, \"pin\": \"%s\"},\n",
-         o->reps, o->warmup, o->messages, o->iters, o->mailbox, o->throughput,
-         pin_names[o->pin]);
+         o->reps, o->warmup, o->messages, o->iters, o->mailbox, o->throughput, pin_names[o->pin]);
   printf("  \"targets\": {\"tell_msgs_per_s\": %.0f, \"ask_vs_floor_max\": %.2f},\n",
          TARGET_TELL_MSGS_PER_S, TARGET_ASK_RATIO);
   printf("  \"results\": {\n");

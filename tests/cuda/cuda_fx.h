@@ -11,8 +11,7 @@ typedef struct fx {
   be_queue *q;
 } fx;
 
-static inline fx fx_open_with(int fault_injection)
-{
+static inline fx fx_open_with(int fault_injection) {
   be_open_opts o = {.fault_injection = fault_injection};
   fx f = {0};
   CHECK_OK(be_cuda_ops.open(0, &o, &f.d));
@@ -20,8 +19,7 @@ static inline fx fx_open_with(int fault_injection)
   return f;
 }
 
-static inline void fx_close(fx *f)
-{
+static inline void fx_close(fx *f) {
   be_cuda_ops.queue_destroy(f->q);
   be_cuda_ops.close(f->d);
 }

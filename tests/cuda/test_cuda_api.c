@@ -18,8 +18,7 @@
 static accel_device GPU = -1; /* the CUDA device's index in every context made here */
 
 /* The first device whose backend is cuda, or -1. */
-static accel_device find_gpu(accel_ctx *ctx)
-{
+static accel_device find_gpu(accel_ctx *ctx) {
   for (accel_device d = 0; d < accel_device_count(ctx); d++) {
     struct accel_device_info info;
     if (accel_device_info(ctx, d, &info) == 0 && strcmp(info.backend, "cuda") == 0)
@@ -28,18 +27,17 @@ static accel_device find_gpu(accel_ctx *ctx)
   return -1;
 }
 
-static accel_ctx *gpu_ctx(const char *url)
-{
+static accel_ctx *gpu_ctx(const char *url) {
   accel_ctx *ctx = ctx_open(url);
   CHECK_EQ(find_gpu(ctx), GPU);
   return ctx;
 }
 
-#define SYNC(call)                                                                         \
-  do {                                                                                     \
-    f = NULL;                                                                              \
-    CHECK_OK(call);                                                                        \
-    WAIT_OK(f);                                                                            \
+#define SYNC(call)                                                                                 \
+  do {                                                                                             \
+    f = NULL;                                                                                      \
+    CHECK_OK(call);                                                                                \
+    WAIT_OK(f);                                                                                    \
   } while (0)
 
 /* ---- sgemm ---------------------------------------------------------------------------- */
@@ -47,8 +45,7 @@ static accel_ctx *gpu_ctx(const char *url)
 /* One sgemm of a random shape with padded leading dimensions, checked element by element:
  * |C - ref| <= (k + 4) eps (|alpha| sum |a b| + |beta c|). */
 static void sgemm_case(accel_ctx *ctx, accel_trans ta, accel_trans tb, size_t m, size_t n,
-                       size_t k)
-{
+                       size_t k) {
   size_t lda = (ta ? k : m) + rnd_range(0, 5), ldb = (tb ? n : k) + rnd_range(0, 5);
   size_t ldc = m + rnd_range(0, 5), alen = lda * (ta ? m : k), blen = ldb * (tb ? k : n);
   float alpha = rnd_nonzero(0.5f, 2), beta = rnd_nonzero(-1, 1);
@@ -68,10 +65,11 @@ static void sgemm_case(accel_ctx *ctx, accel_trans ta, accel_trans tb, size_t m,
         mag += fabs(x * y);
       }
       double want = alpha * s + beta * c[i + j * ldc];
-      double tol = (double)(k + 4) * FLT_EPSILON * (fabs(alpha) * mag + fabs(beta * c[i + j * ldc]));
+      double tol = (double)(k + 4) * FLT_EPSILON *
+                   (fabs(alpha) * mag + fabs(beta * c[i + j * ldc]));
       if (!(fabs(out[i + j * ldc] - want) <= tol))
-        TEST_FAIL("sgemm %zux%zux%zu (%d,%d) C[%zu,%zu] = %.9g, want %.9g", m, n, k, ta, tb, i,
-                  j, (double)out[i + j * ldc], want);
+        TEST_FAIL("sgemm %zux%zux%zu (%d,%d) C[%zu,%zu] = %.9g, want %.9g", m, n, k, ta, tb, i, j,
+                  (double)out[i + j * ldc], want);
     }
   CHECK_OK(accel_buffer_destroy(ctx, A));
   CHECK_OK(accel_buffer_destroy(ctx, Bm));
@@ -82,12 +80,11 @@ static void sgemm_case(accel_ctx *ctx, accel_trans ta, accel_trans tb, size_t m,
   free(out);
 }
 
-TEST(sgemm_against_float64)
-{
+TEST(sgemm_against_float64) {
   accel_ctx *ctx = gpu_ctx(NULL);
   for (int t = 0; t < 4; t++) {
-    sgemm_case(ctx, (accel_trans)(t & 1), (accel_trans)(t >> 1), rnd_range(1, 90),
-               rnd_range(1, 90), rnd_range(1, 90));
+    sgemm_case(ctx, (accel_trans)(t & 1), (accel_trans)(t >> 1), rnd_range(1, 90), rnd_range(1, 90),
+               rnd_range(1, 90));
     sgemm_case(ctx, (accel_trans)(t & 1), (accel_trans)(t >> 1), 1, 1, rnd_range(1, 9));
   }
   sgemm_case(ctx, ACCEL_NO_TRANS, ACCEL_NO_TRANS, 512, 384, 640);
@@ -98,10 +95,12 @@ TEST(sgemm_against_float64)
 
 /* ---- RNG equal to the CPU device ------------------------------------------------------ */
 
-static void rng_case(accel_ctx *ctx, accel_device cpu, accel_dist dist, size_t n)
-{
-  accel_rng spec = {.dist = dist, .seed = rnd64(), .offset = rnd64() >> rnd_range(2, 63),
-                    .mean = rnd_nonzero(-3, 3), .stddev = rnd_float(0.5f, 3)};
+static void rng_case(accel_ctx *ctx, accel_device cpu, accel_dist dist, size_t n) {
+  accel_rng spec = {.dist = dist,
+                    .seed = rnd64(),
+                    .offset = rnd64() >> rnd_range(2, 63),
+                    .mean = rnd_nonzero(-3, 3),
+                    .stddev = rnd_float(0.5f, 3)};
   if (dist == ACCEL_DIST_NORMAL)
     spec.offset &= ~1ull;
   accel_dtype t = dist == ACCEL_DIST_BITS ? ACCEL_U32 : ACCEL_F32;
@@ -118,7 +117,8 @@ static void rng_case(accel_ctx *ctx, accel_device cpu, accel_dist dist, size_t n
                     : memcmp(&g[i], &c[i], 4) == 0;
     if (!same)
       TEST_FAIL("dist %d seed %#" PRIx64 " offset %" PRIu64 " n %zu: element %zu: gpu %a, "
-                "cpu %a", dist, spec.seed, spec.offset, n, i, (double)g[i], (double)c[i]);
+                "cpu %a",
+                dist, spec.seed, spec.offset, n, i, (double)g[i], (double)c[i]);
   }
   CHECK_OK(accel_buffer_destroy(ctx, G));
   CHECK_OK(accel_buffer_destroy(ctx, Cb));
@@ -126,8 +126,7 @@ static void rng_case(accel_ctx *ctx, accel_device cpu, accel_dist dist, size_t n
   free(c);
 }
 
-TEST(rng_equals_cpu_device)
-{
+TEST(rng_equals_cpu_device) {
   accel_ctx *ctx = gpu_ctx(NULL);
   accel_device cpu = GPU == 0 ? 1 : 0;
   for (int i = 0; i < 24; i++)
@@ -143,29 +142,26 @@ typedef struct moved {
   uint64_t h2d, d2h, d2d, written, read;
 } moved;
 
-static void expect(accel_ctx *ctx, const char *where, moved want)
-{
+static void expect(accel_ctx *ctx, const char *where, moved want) {
   accel_transfer_stats s;
   CHECK_OK(accel_finish(ctx, -1));
   stats(ctx, &s);
   if (s.host_to_device != want.h2d || s.device_to_host != want.d2h ||
       s.device_to_device != want.d2d || s.written != want.written || s.read != want.read)
     TEST_FAIL("%s: moved h2d %" PRIu64 " d2h %" PRIu64 " d2d %" PRIu64 " written %" PRIu64
-              " read %" PRIu64 "; want %" PRIu64 " %" PRIu64 " %" PRIu64 " %" PRIu64
-              " %" PRIu64, where, s.host_to_device, s.device_to_host, s.device_to_device,
-              s.written, s.read, want.h2d, want.d2h, want.d2d, want.written, want.read);
+              " read %" PRIu64 "; want %" PRIu64 " %" PRIu64 " %" PRIu64 " %" PRIu64 " %" PRIu64,
+              where, s.host_to_device, s.device_to_host, s.device_to_device, s.written, s.read,
+              want.h2d, want.d2h, want.d2d, want.written, want.read);
 }
 
-static float sigmoid_ref(float x)
-{
+static float sigmoid_ref(float x) {
   return (float)(1.0 / (1.0 + exp(-(double)x)));
 }
 
 /* X from the host; Y = sigmoid(X) on the GPU (X moves there once); Z = relu(Y) on the CPU
  * device (Y moves GPU -> host -> CPU, once); both again (nothing moves); Y rewritten on the
  * CPU device, used on the GPU (back once); reads of data valid on the host move nothing. */
-TEST(coherence_gpu_and_cpu)
-{
+TEST(coherence_gpu_and_cpu) {
   accel_ctx *ctx = gpu_ctx(NULL);
   accel_device cpu = GPU == 0 ? 1 : 0;
   size_t n = rnd_range(300000, 3000000), bytes = n * 4; /* past the bounce buffer, often */
@@ -210,8 +206,7 @@ TEST(coherence_gpu_and_cpu)
 
 /* ---- completion strategies ------------------------------------------------------------ */
 
-static void workload(accel_ctx *ctx)
-{
+static void workload(accel_ctx *ctx) {
   const size_t n = 200;
   float *a = rnd_floats(n * n, -1, 1), *b = rnd_floats(n * n, -1, 1), *c = xmalloc(n * n * 4);
   uint32_t bits[8];
@@ -219,8 +214,8 @@ static void workload(accel_ctx *ctx)
   accel_buffer C = buf_new(ctx, ACCEL_F32, n * n), R = buf_new(ctx, ACCEL_U32, 8);
   accel_future *fs[4];
   accel_rng spec = {.dist = ACCEL_DIST_BITS, .seed = 0};
-  CHECK_OK(accel_sgemm(ctx, GPU, ACCEL_NO_TRANS, ACCEL_NO_TRANS, n, n, n, 1.0f, A, n, Bm, n,
-                       0.0f, C, n, &fs[0]));
+  CHECK_OK(accel_sgemm(ctx, GPU, ACCEL_NO_TRANS, ACCEL_NO_TRANS, n, n, n, 1.0f, A, n, Bm, n, 0.0f,
+                       C, n, &fs[0]));
   CHECK_OK(accel_sigmoid(ctx, GPU, C, C, &fs[1]));
   CHECK_OK(accel_read(ctx, C, 0, c, n * n, &fs[2]));
   CHECK_OK(accel_rng_fill(ctx, GPU, R, &spec, NULL));
@@ -235,8 +230,7 @@ static void workload(accel_ctx *ctx)
         s += (double)a[i + l * n] * b[l + j * n];
       float w = (float)(1.0 / (1.0 + exp(-s)));
       if (!(fabsf(c[i + j * n] - w) <= 1e-5f))
-        TEST_FAIL("sigmoid(A B)[%zu,%zu] = %.9g, want %.9g", i, j, (double)c[i + j * n],
-                  (double)w);
+        TEST_FAIL("sigmoid(A B)[%zu,%zu] = %.9g, want %.9g", i, j, (double)c[i + j * n], (double)w);
     }
   CHECK_EQ(bits[0], 0x6627e8d5u); /* Philox4x32-10 of counter 0, key 0 */
   CHECK_EQ(bits[3], 0x9b00dbd8u);
@@ -249,10 +243,9 @@ static void workload(accel_ctx *ctx)
   free(c);
 }
 
-TEST(completion_strategies)
-{
-  static const char *const urls[] = {"embedded:?completion=callback",
-                                     "embedded:?completion=sync", "embedded:?completion=poll"};
+TEST(completion_strategies) {
+  static const char *const urls[] = {"embedded:?completion=callback", "embedded:?completion=sync",
+                                     "embedded:?completion=poll"};
   for (size_t u = 0; u < 3; u++) {
     accel_ctx *ctx = gpu_ctx(urls[u]);
     workload(ctx);
@@ -267,8 +260,7 @@ TEST(completion_strategies)
 /* ---- sticky fault and recovery -------------------------------------------------------- */
 
 /* Issues a 1-element fill on the GPU until one succeeds; returns when it did. */
-static void until_served(accel_ctx *ctx, accel_buffer probe)
-{
+static void until_served(accel_ctx *ctx, accel_buffer probe) {
   for (;;) {
     accel_future *f = NULL;
     CHECK_OK(accel_fill_u32(ctx, GPU, probe, 1, &f));
@@ -280,8 +272,7 @@ static void until_served(accel_ctx *ctx, accel_buffer probe)
   }
 }
 
-TEST(fault_recovery)
-{
+TEST(fault_recovery) {
   accel_ctx *ctx = gpu_ctx("embedded:?fault_injection=1");
   size_t n = 1024;
   enum { OPS = 12 };
@@ -291,8 +282,8 @@ TEST(fault_recovery)
   accel_future *fg[OPS], *fr[OPS];
   for (int i = 0; i < OPS; i++) {
     C[i] = buf_new(ctx, ACCEL_F32, n * n);
-    CHECK_OK(accel_sgemm(ctx, GPU, ACCEL_NO_TRANS, ACCEL_NO_TRANS, n, n, n, 1.0f, A, n, Bm, n,
-                         0.0f, C[i], n, &fg[i]));
+    CHECK_OK(accel_sgemm(ctx, GPU, ACCEL_NO_TRANS, ACCEL_NO_TRANS, n, n, n, 1.0f, A, n, Bm, n, 0.0f,
+                         C[i], n, &fg[i]));
     CHECK_OK(accel_read(ctx, C[i], 0, out, n * n, &fr[i]));
   }
   uint64_t t0 = test_now_ns();
@@ -318,8 +309,8 @@ TEST(fault_recovery)
     CHECK_ERR(frc, ACCEL_EDEVLOST);
   accel_future *f;
   accel_buffer D = buf_new(ctx, ACCEL_F32, 16);
-  SYNC(accel_sgemm(ctx, GPU, ACCEL_NO_TRANS, ACCEL_NO_TRANS, 4, 4, 4, 1.0f, A, n, Bm, n, 0.0f,
-                   D, 4, &f));
+  SYNC(accel_sgemm(ctx, GPU, ACCEL_NO_TRANS, ACCEL_NO_TRANS, 4, 4, 4, 1.0f, A, n, Bm, n, 0.0f, D, 4,
+                   &f));
   read_sync(ctx, D, 0, out, 4); /* D(0..3, 0) after the restart, from host A and B */
   for (size_t i = 0; i < 4; i++) {
     double s = 0;
@@ -337,15 +328,12 @@ TEST(fault_recovery)
 }
 
 static const test_case tests[] = {
-    TEST_CASE(sgemm_against_float64),
-    TEST_CASE(rng_equals_cpu_device),
-    TEST_CASE(coherence_gpu_and_cpu),
-    TEST_CASE(completion_strategies),
+    TEST_CASE(sgemm_against_float64), TEST_CASE(rng_equals_cpu_device),
+    TEST_CASE(coherence_gpu_and_cpu), TEST_CASE(completion_strategies),
     TEST_CASE(fault_recovery),
 };
 
-int main(int argc, char **argv)
-{
+int main(int argc, char **argv) {
   accel_ctx *ctx = ctx_open(NULL);
   GPU = find_gpu(ctx);
   accel_close(ctx);

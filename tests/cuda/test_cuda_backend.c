@@ -17,13 +17,13 @@
  *     driver allows no new context in the process.
  * Without a CUDA device it exits 77 (meson's SKIP) and says why. */
 #include <float.h>
-#include <stdatomic.h>
 #include <math.h>
+#include <stdatomic.h>
 #include <string.h>
 
 #include "../backends/curand_golden.h"
-#include "backends/backend.h"
 #include "../be_f32.h"
+#include "backends/backend.h"
 #include "backends/cpu/philox.h"
 #include "backends/cuda/backend_cuda.h"
 #include "backends/cuda/driver.h"
@@ -33,9 +33,7 @@ static const be_ops *B = &be_cuda_ops;
 
 #define CU_OK(call) CHECK_EQ((call), CUDA_SUCCESS)
 
-
-static void finish(fx *f)
-{
+static void finish(fx *f) {
   be_event *ev = NULL;
   CHECK_OK(B->event_create(f->d, &ev));
   CHECK_OK(B->event_record(ev, f->q));
@@ -43,8 +41,7 @@ static void finish(fx *f)
   B->event_destroy(ev);
 }
 
-static be_mem mem_new(fx *f, size_t bytes)
-{
+static be_mem mem_new(fx *f, size_t bytes) {
   be_mem m = {0};
   CHECK_OK(B->mem_alloc(f->d, bytes, &m));
   return m;
@@ -54,11 +51,9 @@ static be_mem mem_new(fx *f, size_t bytes)
 
 /* count elements of the stream into element buf_off of a fresh buffer, read back. */
 static void rng_get(fx *f, be_rng_dist dist, uint64_t seed, uint64_t offset, size_t buf_off,
-                    size_t count, float mean, float stddev, void *out)
-{
+                    size_t count, float mean, float stddev, void *out) {
   be_mem m = mem_new(f, (buf_off + count) * 4);
-  be_rng_args r = {.dist = dist, .seed = seed, .offset = offset, .mean = mean,
-                   .stddev = stddev};
+  be_rng_args r = {.dist = dist, .seed = seed, .offset = offset, .mean = mean, .stddev = stddev};
   CHECK_OK(be_rng_fill(B, f->q, m, buf_off, count, &r));
   CHECK_OK(B->copy_d2h(f->q, out, m, buf_off * 4, count * 4));
   finish(f);
@@ -66,28 +61,24 @@ static void rng_get(fx *f, be_rng_dist dist, uint64_t seed, uint64_t offset, siz
 }
 
 static void check_normal(const float *got, const float *want, size_t n, float stddev,
-                         const char *what)
-{
+                         const char *what) {
   for (size_t i = 0; i < n; i++)
     if (!(fabs((double)got[i] - want[i]) <= 16 * FLT_EPSILON * (fabs(want[i]) + 1) * stddev))
       TEST_FAIL("%s[%zu]: got %a, want %a", what, i, (double)got[i], (double)want[i]);
 }
 
-static void golden_case(fx *f, const curand_golden *g, size_t buf_off)
-{
+static void golden_case(fx *f, const curand_golden *g, size_t buf_off) {
   uint32_t bits[CURAND_GOLDEN_WORDS];
   float uni[CURAND_GOLDEN_WORDS], nrm[CURAND_GOLDEN_WORDS];
   rng_get(f, BE_RNG_BITS, g->seed, g->offset, buf_off, CURAND_GOLDEN_WORDS, 0, 1, bits);
   rng_get(f, BE_RNG_UNIFORM, g->seed, g->offset, buf_off, CURAND_GOLDEN_WORDS, 0, 1, uni);
-  rng_get(f, BE_RNG_NORMAL, g->seed, g->offset & ~1ull, buf_off, CURAND_GOLDEN_WORDS, 0, 1,
-          nrm);
+  rng_get(f, BE_RNG_NORMAL, g->seed, g->offset & ~1ull, buf_off, CURAND_GOLDEN_WORDS, 0, 1, nrm);
   CHECK(memcmp(bits, g->u32, sizeof bits) == 0);
   CHECK(memcmp(uni, g->uniform, sizeof uni) == 0);
   check_normal(nrm, g->normal, CURAND_GOLDEN_WORDS, 1, "normal vs cuRAND");
 }
 
-TEST(rng_matches_curand)
-{
+TEST(rng_matches_curand) {
   fx f = fx_open_with(0);
   size_t n = sizeof curand_golden_device / sizeof curand_golden_device[0];
   for (size_t i = 0; i < n; i++)
@@ -96,8 +87,7 @@ TEST(rng_matches_curand)
   fx_close(&f);
 }
 
-static void rng_random_case(fx *f, be_rng_dist dist, size_t count)
-{
+static void rng_random_case(fx *f, be_rng_dist dist, size_t count) {
   uint64_t seed = cuda_rnd64(), offset = cuda_rnd64() >> cuda_rnd_range(2, 63);
   size_t buf_off = cuda_rnd_range(0, 7);
   float mean = cuda_rnd_nz(0.5f, 3), stddev = fabsf(cuda_rnd_nz(0.5f, 3));
@@ -117,13 +107,13 @@ static void rng_random_case(fx *f, be_rng_dist dist, size_t count)
     for (size_t i = 0; i < count; i++)
       if (memcmp(&got[i], &want[i], 4) != 0)
         TEST_FAIL("dist %d seed %#" PRIx64 " offset %" PRIu64 " (buffer +%zu, %zu words): "
-                  "word %zu differs", dist, seed, offset, buf_off, count, i);
+                  "word %zu differs",
+                  dist, seed, offset, buf_off, count, i);
   free(got);
   free(want);
 }
 
-TEST(rng_matches_cpu)
-{
+TEST(rng_matches_cpu) {
   fx f = fx_open_with(0);
   for (int i = 0; i < 30; i++)
     rng_random_case(&f, (be_rng_dist)(i % 3), cuda_rnd_range(1, 300000));
@@ -134,8 +124,7 @@ TEST(rng_matches_cpu)
 
 /* ---- transfers ------------------------------------------------------------------------ */
 
-static void fill_random(uint8_t *p, size_t n)
-{
+static void fill_random(uint8_t *p, size_t n) {
   for (size_t i = 0; i < n; i += 8) {
     uint64_t v = cuda_rnd64() | 0x0101010101010101ull; /* no zero byte */
     memcpy(p + i, &v, n - i < 8 ? n - i : 8);
@@ -144,8 +133,7 @@ static void fill_random(uint8_t *p, size_t n)
 
 /* h2d at a random offset of a device buffer, d2h back, both from pageable (or given) host
  * memory. */
-static void round_trip(fx *f, size_t n, uint8_t *src, uint8_t *dst)
-{
+static void round_trip(fx *f, size_t n, uint8_t *src, uint8_t *dst) {
   size_t off = cuda_rnd_range(0, 4095);
   be_mem m = mem_new(f, off + n);
   fill_random(src, n);
@@ -158,11 +146,17 @@ static void round_trip(fx *f, size_t n, uint8_t *src, uint8_t *dst)
   B->mem_free(f->d, &m);
 }
 
-TEST(pageable_copies)
-{
+TEST(pageable_copies) {
   fx f = fx_open_with(0);
-  size_t sizes[] = {1, 3, 4096, (1u << 20) - 1, 1u << 20, (1u << 20) + 1, (8u << 20) + 5,
-                    (37u << 20) + 3, cuda_rnd_range(1, 64u << 20)};
+  size_t sizes[] = {1,
+                    3,
+                    4096,
+                    (1u << 20) - 1,
+                    1u << 20,
+                    (1u << 20) + 1,
+                    (8u << 20) + 5,
+                    (37u << 20) + 3,
+                    cuda_rnd_range(1, 64u << 20)};
   for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
     uint8_t *src = cuda_xmalloc(sizes[i]), *dst = cuda_xmalloc(sizes[i]);
     round_trip(&f, sizes[i], src, dst);
@@ -172,8 +166,7 @@ TEST(pageable_copies)
   fx_close(&f);
 }
 
-TEST(pinned_copies)
-{
+TEST(pinned_copies) {
   fx f = fx_open_with(0);
   size_t n = (48u << 20) + 7;
   void *src = NULL, *dst = NULL;
@@ -189,8 +182,7 @@ TEST(pinned_copies)
 /* One queue, nothing waited for in between: a large h2d of H, a fill over part of the
  * device buffer, a large d2h into H itself (read, then written, in stream order), then a
  * small h2d and d2h through the bounce buffer over the same host memory. */
-TEST(transfers_keep_stream_order)
-{
+TEST(transfers_keep_stream_order) {
   fx f = fx_open_with(0);
   size_t words = (20u << 20) + 11, fill_at = cuda_rnd_range(0, words - 2000), fill_n = 999;
   uint32_t *h = cuda_xmalloc(words * 4), *want = cuda_xmalloc(words * 4), v = 0x5eed1234u;
@@ -219,8 +211,7 @@ TEST(transfers_keep_stream_order)
 
 /* The stream memory operations the stager stands on: a stream waits on a word of pinned host
  * memory until the host writes it, and writes another word the host then reads. */
-TEST(stream_waits_on_host_memory)
-{
+TEST(stream_waits_on_host_memory) {
   fx f = fx_open_with(0);
   CU_OK(be_cu.cuCtxSetCurrent((CUcontext)(uintptr_t)be_cuda_context(f.d)));
   CUstream s = (CUstream)(uintptr_t)be_cuda_stream(f.q);
@@ -256,8 +247,7 @@ TEST(stream_waits_on_host_memory)
 }
 
 /* Counts the bytes that differ; prints the first. */
-static size_t mismatches(const uint8_t *got, const uint8_t *want, size_t n, const char *what)
-{
+static size_t mismatches(const uint8_t *got, const uint8_t *want, size_t n, const char *what) {
   size_t bad = 0, first = 0;
   for (size_t i = 0; i < n; i++)
     if (got[i] != want[i] && bad++ == 0)
@@ -268,8 +258,7 @@ static size_t mismatches(const uint8_t *got, const uint8_t *want, size_t n, cons
 }
 
 /* Each direction of the stager alone, the other done in pieces through the bounce buffer. */
-TEST(stager_each_direction)
-{
+TEST(stager_each_direction) {
   fx f = fx_open_with(0);
   size_t n = (3u << 20) + 5, piece = 1u << 20;
   uint8_t *src = cuda_xmalloc(n), *dst = cuda_xmalloc(n);
@@ -298,12 +287,17 @@ TEST(stager_each_direction)
 /* ---- sgemm: FP32 and TF32 ------------------------------------------------------------- */
 
 /* ||C - A B|| / ||A B|| (Frobenius), A B in double. */
-static double sgemm_error(fx *f, size_t n, const float *a, const float *b, const double *ref)
-{
+static double sgemm_error(fx *f, size_t n, const float *a, const float *b, const double *ref) {
   be_mem ma = mem_new(f, n * n * 4), mb = mem_new(f, n * n * 4), mc = mem_new(f, n * n * 4);
   float *c = cuda_xmalloc(n * n * 4);
-  be_sgemm_args g = {.m = (int64_t)n, .n = (int64_t)n, .k = (int64_t)n, .alpha = 1,
-                     .beta = 0, .lda = (int64_t)n, .ldb = (int64_t)n, .ldc = (int64_t)n};
+  be_sgemm_args g = {.m = (int64_t)n,
+                     .n = (int64_t)n,
+                     .k = (int64_t)n,
+                     .alpha = 1,
+                     .beta = 0,
+                     .lda = (int64_t)n,
+                     .ldb = (int64_t)n,
+                     .ldc = (int64_t)n};
   CHECK_OK(B->copy_h2d(f->q, ma, 0, a, n * n * 4));
   CHECK_OK(B->copy_h2d(f->q, mb, 0, b, n * n * 4));
   CHECK_OK(be_sgemm(B, f->q, &g, ma, 0, mb, 0, mc, 0));
@@ -321,8 +315,7 @@ static double sgemm_error(fx *f, size_t n, const float *a, const float *b, const
   return sqrt(num / den);
 }
 
-TEST(sgemm_fp32_and_tf32)
-{
+TEST(sgemm_fp32_and_tf32) {
   fx f = fx_open_with(0);
   size_t n = 384;
   float *a = cuda_xmalloc(n * n * 4), *b = cuda_xmalloc(n * n * 4);
@@ -362,8 +355,7 @@ typedef struct cb_seen {
 
 static atomic_int injected, cb_order, gate_open, gate_in;
 
-static void seen_fn(void *arg, int status)
-{
+static void seen_fn(void *arg, int status) {
   cb_seen *c = arg;
   atomic_store(&c->status, status);
   atomic_store(&c->after_inject, atomic_load(&injected));
@@ -371,8 +363,7 @@ static void seen_fn(void *arg, int status)
   atomic_fetch_add(&c->calls, 1);
 }
 
-static void hold_fn(void *arg, int status)
-{
+static void hold_fn(void *arg, int status) {
   (void)arg;
   (void)status;
   atomic_store(&gate_in, 1);
@@ -381,8 +372,7 @@ static void hold_fn(void *arg, int status)
     test_sleep_ms(1);
 }
 
-static int count_calls(cb_seen *c, int n, int *ok, int *late)
-{
+static int count_calls(cb_seen *c, int n, int *ok, int *late) {
   int calls = 0;
   *ok = *late = 0;
   for (int i = 0; i < n; i++) {
@@ -393,8 +383,7 @@ static int count_calls(cb_seen *c, int n, int *ok, int *late)
   return calls;
 }
 
-TEST(callbacks_across_a_fault)
-{
+TEST(callbacks_across_a_fault) {
   enum { N = 40 };
   fx f = fx_open_with(1);
   be_mem m = mem_new(&f, 1 << 16);
@@ -419,7 +408,8 @@ TEST(callbacks_across_a_fault)
       break;
   int all = count_calls(c, N, &ok, &before);
   printf("    called before the fault %d, while held %d, in all %d of %d; with status 0: %d; "
-         "before inject returned: %d\n", early, held, all, N, ok, before);
+         "before inject returned: %d\n",
+         early, held, all, N, ok, before);
   CHECK_EQ(all, N);
   CHECK_EQ(ok, 0);
   B->mem_free(f.d, &m);
@@ -430,16 +420,14 @@ TEST(callbacks_across_a_fault)
  * the driver blocks the submitting thread once a held stream has a few hundred operations
  * waiting, until the callback returns (here after 2 s). Printed; each callback still runs
  * once. */
-static void hold_2s(void *arg, int status)
-{
+static void hold_2s(void *arg, int status) {
   (void)arg;
   (void)status;
   atomic_store(&gate_in, 1);
   test_sleep_ms(2000);
 }
 
-TEST(submitting_behind_a_blocked_callback)
-{
+TEST(submitting_behind_a_blocked_callback) {
   enum { N = 200 };
   fx f = fx_open_with(0);
   be_mem m = mem_new(&f, 1 << 16);
@@ -456,8 +444,8 @@ TEST(submitting_behind_a_blocked_callback)
     if (stalled_at < 0 && test_now_ns() - t1 > 500000000u)
       stalled_at = i;
   }
-  printf("    %d fills and callbacks behind a callback blocked for 2 s: submitted in %.0f ms%s",
-         N, (double)(test_now_ns() - t0) / 1e6, stalled_at < 0 ? "\n" : "");
+  printf("    %d fills and callbacks behind a callback blocked for 2 s: submitted in %.0f ms%s", N,
+         (double)(test_now_ns() - t0) / 1e6, stalled_at < 0 ? "\n" : "");
   if (stalled_at >= 0)
     printf(" (the driver held the submitter at operation pair %d)\n", stalled_at);
   finish(&f);
@@ -474,8 +462,7 @@ TEST(submitting_behind_a_blocked_callback)
  * a blocked one of either kind delays the others, a pageable copy's host side among them.) */
 static atomic_int note_open, note_in;
 
-static void note_hold(void *arg, int status)
-{
+static void note_hold(void *arg, int status) {
   (void)arg;
   (void)status;
   atomic_store(&note_in, 1);
@@ -484,8 +471,7 @@ static void note_hold(void *arg, int status)
     test_sleep_ms(1);
 }
 
-TEST(notify_does_not_hold_the_queue)
-{
+TEST(notify_does_not_hold_the_queue) {
   enum { N = 16 };
   fx f = fx_open_with(0);
   be_mem m = mem_new(&f, 1 << 16);
@@ -510,7 +496,8 @@ TEST(notify_does_not_hold_the_queue)
     if (test_now_ms() - t0 > 5000)
       break;
   printf("    queue finished in %" PRIu64 " ms behind a held notification; notifications "
-         "called meanwhile: %d\n", ms, held);
+         "called meanwhile: %d\n",
+         ms, held);
   uint32_t got = 0;
   CHECK_OK(B->copy_d2h(f.q, &got, m, 0, 4));
   finish(&f);
@@ -526,8 +513,7 @@ TEST(notify_does_not_hold_the_queue)
 }
 
 /* The default (soft) fault, then reset: the device serves again. */
-TEST(fault_and_reset)
-{
+TEST(fault_and_reset) {
   fx f = fx_open_with(1);
   be_mem m = mem_new(&f, 1 << 20);
   CHECK_OK(be_fill_u32(B, f.q, m, 0, 1 << 18, 7));
@@ -552,8 +538,7 @@ TEST(fault_and_reset)
   fx_close(&f);
 }
 
-static void count_cb(void *arg, int status)
-{
+static void count_cb(void *arg, int status) {
   atomic_store((atomic_int *)arg, status == ACCEL_EDEVLOST ? 2 : 1);
 }
 
@@ -561,8 +546,7 @@ static void count_cb(void *arg, int status)
  * the fault kernel breaks the context for real. Work in flight and every later call report
  * ACCEL_EDEVLOST; then reset either brings the device back or fails cleanly (the device
  * stays lost, a new open fails): which one is printed. */
-TEST(fault_real_break)
-{
+TEST(fault_real_break) {
   const char *mode = getenv("ACCEL_CUDA_FAULT");
   if (mode == NULL || (strcmp(mode, "trap") != 0 && strcmp(mode, "oob") != 0)) {
     printf("    (ACCEL_CUDA_FAULT=trap|oob runs it; it must run alone in its process)\n");
@@ -584,8 +568,7 @@ TEST(fault_real_break)
   be_device *other = NULL;
   int rc2 = B->open(0, NULL, &other);
   printf("    %s: in-process recovery %s (reset: %s, new open: %s)\n", mode,
-         rc == 0 && rc2 == 0 ? "works" : "impossible", accel_err_name(rc),
-         accel_err_name(rc2));
+         rc == 0 && rc2 == 0 ? "works" : "impossible", accel_err_name(rc), accel_err_name(rc2));
   if (rc != 0)
     CHECK_ERR(B->status(f.d), ACCEL_EDEVLOST);
   if (other != NULL)
@@ -609,8 +592,7 @@ static const test_case tests[] = {
     TEST_CASE(fault_real_break),
 };
 
-int main(int argc, char **argv)
-{
+int main(int argc, char **argv) {
   char why[128] = "";
   int count = 0;
   if (B->probe(&count, why, sizeof why) != 0 || count == 0)

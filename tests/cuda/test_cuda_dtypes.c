@@ -30,9 +30,7 @@ static const be_ops *B = &be_cuda_ops;
 
 #define PI 3.14159265358979323846
 
-
-static void finish(fx *f)
-{
+static void finish(fx *f) {
   be_event *ev = NULL;
   CHECK_OK(B->event_create(f->d, &ev));
   CHECK_OK(B->event_record(ev, f->q));
@@ -41,8 +39,7 @@ static void finish(fx *f)
 }
 
 /* A device buffer holding `bytes` of host memory. */
-static be_mem upload(fx *f, const void *host, size_t bytes)
-{
+static be_mem upload(fx *f, const void *host, size_t bytes) {
   be_mem m = {0};
   CHECK_OK(B->mem_alloc(f->d, bytes > 0 ? bytes : 1, &m));
   if (bytes > 0)
@@ -50,23 +47,20 @@ static be_mem upload(fx *f, const void *host, size_t bytes)
   return m;
 }
 
-static void download(fx *f, void *host, be_mem m, size_t bytes)
-{
+static void download(fx *f, void *host, be_mem m, size_t bytes) {
   if (bytes > 0)
     CHECK_OK(B->copy_d2h(f->q, host, m, 0, bytes));
   finish(f);
   B->mem_free(f->d, &m);
 }
 
-static const char *type_name(uint32_t t)
-{
+static const char *type_name(uint32_t t) {
   static const char *const names[] = {"?", "F32", "U32", "F64", "F16", "BF16", "I32"};
   return t <= ACCEL_DTYPE_MAX_ ? names[t] : "?";
 }
 
 /* Element i of a buffer of dtype t, as a double, and the value v rounded into it. */
-static double get(uint32_t t, const void *p, size_t i)
-{
+static double get(uint32_t t, const void *p, size_t i) {
   switch (t) {
   case ACCEL_F64:
     return ((const double *)p)[i];
@@ -79,8 +73,7 @@ static double get(uint32_t t, const void *p, size_t i)
   }
 }
 
-static void put(uint32_t t, void *p, size_t i, double v)
-{
+static void put(uint32_t t, void *p, size_t i, double v) {
   switch (t) {
   case ACCEL_F64:
     ((double *)p)[i] = v;
@@ -97,8 +90,7 @@ static void put(uint32_t t, void *p, size_t i, double v)
 }
 
 /* Uniform in [-1, 1). */
-static double rnd_unit(void)
-{
+static double rnd_unit(void) {
   return (double)(cuda_rnd64() >> 11) * 0x1p-52 - 1.0;
 }
 
@@ -121,19 +113,16 @@ static const combo combos[] = {
 };
 
 /* Elements a batch of `batch` matrices of `one` elements, `stride` apart, spans. */
-static size_t span_of(int64_t batch, int64_t stride, size_t one)
-{
+static size_t span_of(int64_t batch, int64_t stride, size_t one) {
   return one == 0 ? 0 : (size_t)((batch - 1) * stride) + one;
 }
 
-static size_t matrix_len(int64_t rows, int64_t cols, int64_t ld)
-{
+static size_t matrix_len(int64_t rows, int64_t cols, int64_t ld) {
   return rows == 0 || cols == 0 ? 0 : (size_t)((cols - 1) * ld + rows);
 }
 
 /* Whether element e of a C buffer (after its offset) lies in some matrix of the batch. */
-static bool in_c(const be_gemm_args *g, size_t e)
-{
+static bool in_c(const be_gemm_args *g, size_t e) {
   for (int64_t b = 0; b < g->batch; b++) {
     int64_t r = (int64_t)e - b * g->stride_c;
     if (r >= 0 && r % g->ldc < g->m && r / g->ldc < g->n)
@@ -142,8 +131,7 @@ static bool in_c(const be_gemm_args *g, size_t e)
   return false;
 }
 
-static void gemm_case(fx *f, const combo *cb, const be_gemm_args *g)
-{
+static void gemm_case(fx *f, const combo *cb, const be_gemm_args *g) {
   size_t ea = be_dtype_size(cb->ab), ec = be_dtype_size(cb->c);
   int64_t ar, ac, br, bc;
   be_blas_stored_shape(g->trans_a, g->m, g->k, &ar, &ac);
@@ -189,14 +177,12 @@ static void gemm_case(fx *f, const combo *cb, const be_gemm_args *g)
           TEST_FAIL("gemm %s->%s math %u m %" PRId64 " n %" PRId64 " k %" PRId64
                     " trans %d%d batch %" PRId64 " alpha %g beta %g: C%" PRId64 "[%" PRId64
                     ",%" PRId64 "] = %.17g, want %.17g (tolerance %.3g)",
-                    type_name(cb->ab), type_name(cb->c), cb->math, g->m, g->n, g->k,
-                    g->trans_a, g->trans_b, g->batch, g->alpha, g->beta, bt, i, j, v, want,
-                    cb->tol * mag);
+                    type_name(cb->ab), type_name(cb->c), cb->math, g->m, g->n, g->k, g->trans_a,
+                    g->trans_b, g->batch, g->alpha, g->beta, bt, i, j, v, want, cb->tol * mag);
       }
   for (size_t e = 0; e < nc; e++) /* outside the matrices: untouched, bit for bit */
     if ((e < off || !in_c(g, e - off)) && memcmp((char *)got + e * ec, (char *)c + e * ec, ec))
-      TEST_FAIL("gemm %s->%s wrote element %zu outside C", type_name(cb->ab), type_name(cb->c),
-                e);
+      TEST_FAIL("gemm %s->%s wrote element %zu outside C", type_name(cb->ab), type_name(cb->c), e);
   free(a);
   free(b);
   free(c);
@@ -206,8 +192,7 @@ static void gemm_case(fx *f, const combo *cb, const be_gemm_args *g)
 /* A random gemm: shapes up to 70 (k = 0 one time in 8), alpha = 0 one in 8, beta = 0 one in
  * 4, leading dimensions up to 4 more than needed, batches of 1 to 3 (A shared, stride 0, one
  * in 4), strides up to 5 more than a matrix. */
-static be_gemm_args random_gemm(const combo *cb, int64_t big)
-{
+static be_gemm_args random_gemm(const combo *cb, int64_t big) {
   be_gemm_args g = {.ab_type = cb->ab, .c_type = cb->c, .math = cb->math, .batch = 1};
   g.trans_a = (be_blas_trans)(cuda_rnd64() & 1);
   g.trans_b = (be_blas_trans)(cuda_rnd64() & 1);
@@ -235,8 +220,7 @@ static be_gemm_args random_gemm(const combo *cb, int64_t big)
   return g;
 }
 
-TEST(gemm_every_combination)
-{
+TEST(gemm_every_combination) {
   fx f = fx_open_with(0);
   for (size_t i = 0; i < sizeof combos / sizeof combos[0]; i++) {
     const combo *cb = &combos[i];
@@ -253,14 +237,19 @@ TEST(gemm_every_combination)
     gemm_case(&f, cb, &g);
   }
   /* What accel does not define is ENOTSUP, from supports and from the call. */
-  CHECK_ERR(B->blas->gemm_supports(f.d, ACCEL_F32, ACCEL_F16, BE_GEMM_MATH_DEVICE),
-            ACCEL_ENOTSUP);
-  CHECK_ERR(B->blas->gemm_supports(f.d, ACCEL_F16, ACCEL_F16, BE_GEMM_MATH_TF32),
-            ACCEL_ENOTSUP);
-  CHECK_ERR(B->blas->gemm_supports(f.d, ACCEL_U32, ACCEL_U32, BE_GEMM_MATH_DEVICE),
-            ACCEL_ENOTSUP);
-  be_gemm_args bad = {.m = 1, .n = 1, .k = 1, .lda = 1, .ldb = 1, .ldc = 1, .alpha = 1,
-                      .ab_type = ACCEL_F64, .c_type = ACCEL_F32, .batch = 1};
+  CHECK_ERR(B->blas->gemm_supports(f.d, ACCEL_F32, ACCEL_F16, BE_GEMM_MATH_DEVICE), ACCEL_ENOTSUP);
+  CHECK_ERR(B->blas->gemm_supports(f.d, ACCEL_F16, ACCEL_F16, BE_GEMM_MATH_TF32), ACCEL_ENOTSUP);
+  CHECK_ERR(B->blas->gemm_supports(f.d, ACCEL_U32, ACCEL_U32, BE_GEMM_MATH_DEVICE), ACCEL_ENOTSUP);
+  be_gemm_args bad = {.m = 1,
+                      .n = 1,
+                      .k = 1,
+                      .lda = 1,
+                      .ldb = 1,
+                      .ldc = 1,
+                      .alpha = 1,
+                      .ab_type = ACCEL_F64,
+                      .c_type = ACCEL_F32,
+                      .batch = 1};
   be_mem m = {0};
   CHECK_OK(B->mem_alloc(f.d, 64, &m));
   CHECK_ERR(B->blas->gemm(f.q, &bad, m, 0, m, 0, m, 0), ACCEL_ENOTSUP);
@@ -270,8 +259,7 @@ TEST(gemm_every_combination)
 
 /* ---- core fill ------------------------------------------------------------------------- */
 
-TEST(fill_every_size)
-{
+TEST(fill_every_size) {
   fx f = fx_open_with(0);
   for (uint32_t es = 1; es <= 8; es *= 2)
     for (int r = 0; r < 6; r++) {
@@ -287,8 +275,7 @@ TEST(fill_every_size)
       for (size_t i = 0; i < total; i++) {
         const uint8_t *want = i >= off && i < off + n ? (const uint8_t *)&value : h + i * es;
         if (memcmp(got + i * es, want, es) != 0) /* little-endian: the low bytes first */
-          TEST_FAIL("fill of %u-byte elements [%zu, %zu): element %zu wrong", es, off,
-                    off + n, i);
+          TEST_FAIL("fill of %u-byte elements [%zu, %zu): element %zu wrong", es, off, off + n, i);
       }
       free(h);
       free(got);
@@ -303,8 +290,7 @@ TEST(fill_every_size)
 
 /* ---- axpy, dot, scal ------------------------------------------------------------------- */
 
-static void vector_case(fx *f, uint32_t t, size_t n, double tol)
-{
+static void vector_case(fx *f, uint32_t t, size_t n, double tol) {
   size_t es = be_dtype_size(t), off = cuda_rnd_range(0, 3);
   void *x = cuda_xmalloc((n + off) * es), *y = cuda_xmalloc((n + off) * es);
   void *got = cuda_xmalloc((n + off) * es);
@@ -345,8 +331,7 @@ static void vector_case(fx *f, uint32_t t, size_t n, double tol)
   free(got);
 }
 
-TEST(vector_ops_f32_f64)
-{
+TEST(vector_ops_f32_f64) {
   fx f = fx_open_with(0);
   CHECK_EQ(B->blas->vector_dtypes(f.d), ACCEL_DTYPE_BIT(ACCEL_F32) | ACCEL_DTYPE_BIT(ACCEL_F64));
   for (int r = 0; r < 8; r++) {
@@ -369,29 +354,24 @@ static const uint32_t floats[] = {ACCEL_F64, ACCEL_F32, ACCEL_F16, ACCEL_BF16};
 
 /* Relative tolerance of a result of type t, and the absolute one near zero (the spacing of
  * the type's subnormals: a tiny sigmoid rounds there). */
-static double rel_tol(uint32_t t)
-{
+static double rel_tol(uint32_t t) {
   return t == ACCEL_F64 ? 1e-12 : t == ACCEL_F32 ? 2e-6 : t == ACCEL_F16 ? 0x1p-10 : 0x1p-7;
 }
 
-static double abs_tol(uint32_t t)
-{
+static double abs_tol(uint32_t t) {
   return t == ACCEL_F16 ? 0x1p-24 : t == ACCEL_F32 ? 1e-37 : 1e-300;
 }
 
-static double unary_ref(be_unary_op op, double x)
-{
+static double unary_ref(be_unary_op op, double x) {
   return op == BE_SIGMOID ? 1 / (1 + exp(-x)) : op == BE_RELU ? (x < 0 ? 0 : x) : tanh(x);
 }
 
-static void check_close(uint32_t t, double got, double want, const char *what, size_t i)
-{
+static void check_close(uint32_t t, double got, double want, const char *what, size_t i) {
   if (!(fabs(got - want) <= rel_tol(t) * fabs(want) + abs_tol(t)))
     TEST_FAIL("%s %s [%zu]: %.17g, want %.17g", what, type_name(t), i, got, want);
 }
 
-TEST(nn_every_float_type)
-{
+TEST(nn_every_float_type) {
   fx f = fx_open_with(0);
   uint32_t all = ACCEL_DTYPE_BIT(ACCEL_F32) | ACCEL_DTYPE_BIT(ACCEL_F64) |
                  ACCEL_DTYPE_BIT(ACCEL_F16) | ACCEL_DTYPE_BIT(ACCEL_BF16);
@@ -433,8 +413,8 @@ TEST(nn_every_float_type)
         double want = exp(get(t, x, r * cols + j) - mx) / sum;
         double slack = t == ACCEL_F32 ? 4 : 1; /* f32: the row's sum in float */
         if (!(fabs(get(t, y, r * cols + j) - want) <= slack * rel_tol(t) * want + abs_tol(t)))
-          TEST_FAIL("softmax %s %zux%zu [%zu,%zu]: %.17g, want %.17g", type_name(t), rows,
-                    cols, r, j, get(t, y, r * cols + j), want);
+          TEST_FAIL("softmax %s %zux%zu [%zu,%zu]: %.17g, want %.17g", type_name(t), rows, cols, r,
+                    j, get(t, y, r * cols + j), want);
       }
     }
     free(x);
@@ -446,8 +426,7 @@ TEST(nn_every_float_type)
 /* ---- RNG ------------------------------------------------------------------------------- */
 
 /* Word j of the Philox stream of seed. */
-static uint32_t word(uint64_t seed, uint64_t j)
-{
+static uint32_t word(uint64_t seed, uint64_t j) {
   uint32_t ctr[4] = {(uint32_t)(j / 4), (uint32_t)(j / 4 >> 32), 0, 0}, out[4];
   uint32_t key[2] = {(uint32_t)seed, (uint32_t)(seed >> 32)};
   be_cpu_philox4x32_10(ctr, key, out);
@@ -455,14 +434,12 @@ static uint32_t word(uint64_t seed, uint64_t j)
 }
 
 /* cuRAND's double from two words: (w0 ^ (w1 << 21)) * scale + scale / 2. */
-static double hq(uint32_t w0, uint32_t w1, double scale)
-{
+static double hq(uint32_t w0, uint32_t w1, double scale) {
   return (double)((uint64_t)w0 ^ ((uint64_t)w1 << 21)) * scale + scale / 2;
 }
 
 /* Element e (of the stream) of a fill of type t: the convention, bit for bit for uniforms. */
-static void want_uniform(uint32_t t, uint64_t seed, uint64_t e, void *out, size_t i)
-{
+static void want_uniform(uint32_t t, uint64_t seed, uint64_t e, void *out, size_t i) {
   if (t == ACCEL_F64) {
     ((double *)out)[i] = hq(word(seed, 2 * e), word(seed, 2 * e + 1), 0x1p-53);
     return;
@@ -471,8 +448,7 @@ static void want_uniform(uint32_t t, uint64_t seed, uint64_t e, void *out, size_
   ((uint16_t *)out)[i] = t == ACCEL_F16 ? be_f32_to_f16(u) : be_f32_to_bf16(u);
 }
 
-static double want_normal64(uint64_t seed, uint64_t e, double mean, double stddev)
-{
+static double want_normal64(uint64_t seed, uint64_t e, double mean, double stddev) {
   uint64_t p = e / 2;
   double u = hq(word(seed, 4 * p), word(seed, 4 * p + 1), 0x1p-53);
   double v = hq(word(seed, 4 * p + 2), word(seed, 4 * p + 3), 0x1p-52);
@@ -480,8 +456,7 @@ static double want_normal64(uint64_t seed, uint64_t e, double mean, double stdde
   return z * stddev + mean;
 }
 
-static void rng_case(fx *f, uint32_t t, be_rng_dist dist, size_t count)
-{
+static void rng_case(fx *f, uint32_t t, be_rng_dist dist, size_t count) {
   uint64_t seed = cuda_rnd64(), offset = cuda_rnd64() >> cuda_rnd_range(2, 63);
   if (dist == BE_RNG_NORMAL)
     offset &= ~1ull;
@@ -501,8 +476,8 @@ static void rng_case(fx *f, uint32_t t, be_rng_dist dist, size_t count)
     for (size_t i = 0; i < count; i++)
       if (memcmp(got + i * es, want + i * es, es) != 0)
         TEST_FAIL("uniform %s seed %#" PRIx64 " offset %" PRIu64 " (+%zu, %zu): element %zu "
-                  "is %.17g, want %.17g", type_name(t), seed, offset, buf_off, count, i,
-                  get(t, got, i), get(t, want, i));
+                  "is %.17g, want %.17g",
+                  type_name(t), seed, offset, buf_off, count, i, get(t, got, i), get(t, want, i));
   } else if (t == ACCEL_F64) {
     for (size_t i = 0; i < count; i++) {
       double w = want_normal64(seed, offset + i, mean, stddev), g = get(t, got, i);
@@ -524,8 +499,7 @@ static void rng_case(fx *f, uint32_t t, be_rng_dist dist, size_t count)
   free(want);
 }
 
-TEST(rng_every_float_type)
-{
+TEST(rng_every_float_type) {
   fx f = fx_open_with(0);
   uint32_t all = ACCEL_DTYPE_BIT(ACCEL_F32) | ACCEL_DTYPE_BIT(ACCEL_F64) |
                  ACCEL_DTYPE_BIT(ACCEL_F16) | ACCEL_DTYPE_BIT(ACCEL_BF16);
@@ -548,15 +522,12 @@ TEST(rng_every_float_type)
 }
 
 static const test_case tests[] = {
-    TEST_CASE(gemm_every_combination),
-    TEST_CASE(fill_every_size),
-    TEST_CASE(vector_ops_f32_f64),
-    TEST_CASE(nn_every_float_type),
+    TEST_CASE(gemm_every_combination), TEST_CASE(fill_every_size),
+    TEST_CASE(vector_ops_f32_f64),     TEST_CASE(nn_every_float_type),
     TEST_CASE(rng_every_float_type),
 };
 
-int main(int argc, char **argv)
-{
+int main(int argc, char **argv) {
   char why[128] = "";
   int count = 0;
   if (B->probe(&count, why, sizeof why) != 0 || count == 0)

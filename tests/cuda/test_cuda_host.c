@@ -6,8 +6,8 @@
  * GPU machine. */
 #include <string.h>
 
-#include "backends/backend.h"
 #include "../be_f32.h"
+#include "backends/backend.h"
 #include "backends/cuda/backend_cuda.h"
 #include "backends/cuda/driver.h"
 #include "cuda_test.h"
@@ -16,8 +16,7 @@ static const be_ops *B = &be_cuda_ops;
 
 #define NO_DRIVER "libaccel-no-such-driver.so.1"
 
-TEST(registry_has_cuda)
-{
+TEST(registry_has_cuda) {
   const be_entry *e = be_registry();
   while (e->name != NULL && strcmp(e->name, "cuda") != 0)
     e++;
@@ -27,18 +26,15 @@ TEST(registry_has_cuda)
   CHECK_EQ(B->abi_version, BE_ABI_VERSION);
 }
 
-TEST(driver_missing_is_enotsup)
-{
+TEST(driver_missing_is_enotsup) {
   char why[128] = "x";
-  CHECK_ERR(be_cuda_driver_try(NO_DRIVER, why, sizeof why),
-            ACCEL_ENOTSUP);
+  CHECK_ERR(be_cuda_driver_try(NO_DRIVER, why, sizeof why), ACCEL_ENOTSUP);
   CHECK_STR_EQ(why, "no driver");
   CHECK_ERR(be_cuda_driver_try(NO_DRIVER, NULL, 0), ACCEL_ENOTSUP);
 }
 
 /* The toolkit's stub library (for linking only) exports the API but works nowhere. */
-TEST(driver_stub_is_enotsup)
-{
+TEST(driver_stub_is_enotsup) {
   const char *stub = "/usr/local/cuda/lib64/stubs/libcuda.so";
   if (access(stub, R_OK) != 0) {
     printf("    (no stub at %s)\n", stub);
@@ -50,8 +46,7 @@ TEST(driver_stub_is_enotsup)
   CHECK(why[0] != '\0');
 }
 
-TEST(probe_and_open_without_driver)
-{
+TEST(probe_and_open_without_driver) {
   const char *env = getenv("ACCEL_CUDA_DRIVER");
   if (env == NULL || strcmp(env, NO_DRIVER) != 0) {
     printf("    (ACCEL_CUDA_DRIVER is set to another library: nothing to check)\n");
@@ -68,16 +63,15 @@ TEST(probe_and_open_without_driver)
   CHECK(d == NULL);
 }
 
-TEST(error_mapping)
-{
+TEST(error_mapping) {
   CHECK_EQ(be_cuda_err(CUDA_SUCCESS), 0);
   CHECK_ERR(be_cuda_err(CUDA_ERROR_NOT_READY), ACCEL_EAGAIN);
   CHECK_ERR(be_cuda_err(CUDA_ERROR_OUT_OF_MEMORY), ACCEL_ENOMEM);
   CHECK_ERR(be_cuda_err(CUDA_ERROR_INVALID_VALUE), ACCEL_EINVAL);
   CHECK_ERR(be_cuda_err(CUDA_ERROR_NO_DEVICE), ACCEL_ENOTSUP);
   CHECK_ERR(be_cuda_err(CUDA_ERROR_FILE_NOT_FOUND), ACCEL_EIO);
-  CUresult sticky[] = {CUDA_ERROR_ILLEGAL_ADDRESS, CUDA_ERROR_LAUNCH_FAILED,
-                       CUDA_ERROR_ILLEGAL_INSTRUCTION, CUDA_ERROR_MISALIGNED_ADDRESS,
+  CUresult sticky[] = {CUDA_ERROR_ILLEGAL_ADDRESS,      CUDA_ERROR_LAUNCH_FAILED,
+                       CUDA_ERROR_ILLEGAL_INSTRUCTION,  CUDA_ERROR_MISALIGNED_ADDRESS,
                        CUDA_ERROR_HARDWARE_STACK_ERROR, CUDA_ERROR_ECC_UNCORRECTABLE};
   for (size_t i = 0; i < sizeof sticky / sizeof sticky[0]; i++) {
     CHECK(be_cuda_sticky(sticky[i]));
@@ -89,8 +83,7 @@ TEST(error_mapping)
 }
 
 /* nvcc's fatbin wrapper starts with the magic 0xBA55ED50 (little-endian). */
-TEST(kernels_are_embedded)
-{
+TEST(kernels_are_embedded) {
   CHECK_GT(be_cuda_fatbin_size, 1024);
   uint32_t magic;
   memcpy(&magic, be_cuda_fatbin, 4);
@@ -98,15 +91,13 @@ TEST(kernels_are_embedded)
   CHECK_EQ((uintptr_t)be_cuda_fatbin % 16, 0);
 }
 
-static void nothing(void *arg, int status)
-{
+static void nothing(void *arg, int status) {
   (void)arg;
   (void)status;
 }
 
 /* Every entry point refuses missing objects without touching a device. */
-TEST(null_arguments)
-{
+TEST(null_arguments) {
   be_mem m = {0};
   be_sgemm_args g = {.m = 1, .n = 1, .k = 1, .lda = 1, .ldb = 1, .ldc = 1};
   be_rng_args r = {.dist = BE_RNG_BITS};
@@ -147,17 +138,13 @@ TEST(null_arguments)
 }
 
 static const test_case tests[] = {
-    TEST_CASE(registry_has_cuda),
-    TEST_CASE(driver_missing_is_enotsup),
-    TEST_CASE(driver_stub_is_enotsup),
-    TEST_CASE(probe_and_open_without_driver),
-    TEST_CASE(error_mapping),
-    TEST_CASE(kernels_are_embedded),
+    TEST_CASE(registry_has_cuda),      TEST_CASE(driver_missing_is_enotsup),
+    TEST_CASE(driver_stub_is_enotsup), TEST_CASE(probe_and_open_without_driver),
+    TEST_CASE(error_mapping),          TEST_CASE(kernels_are_embedded),
     TEST_CASE(null_arguments),
 };
 
-int main(int argc, char **argv)
-{
+int main(int argc, char **argv) {
   setenv("ACCEL_CUDA_DRIVER", NO_DRIVER, 0);
   return test_main_(argc, argv, tests, sizeof tests / sizeof tests[0]);
 }

@@ -40,9 +40,7 @@ static const be_module_pkg *M;
 
 /* ---- fixtures ------------------------------------------------------------------------- */
 
-
-static int finish_rc(fx *f)
-{
+static int finish_rc(fx *f) {
   be_event *ev = NULL;
   CHECK_OK(B->event_create(f->d, &ev));
   int rc = B->event_record(ev, f->q);
@@ -52,20 +50,17 @@ static int finish_rc(fx *f)
   return rc;
 }
 
-static void finish(fx *f)
-{
+static void finish(fx *f) {
   CHECK_OK(finish_rc(f));
 }
 
-static be_mem mem_new(fx *f, size_t bytes)
-{
+static be_mem mem_new(fx *f, size_t bytes) {
   be_mem m = {0};
   CHECK_OK(B->mem_alloc(f->d, bytes, &m));
   return m;
 }
 
-static void need_nvrtc(fx *f)
-{
+static void need_nvrtc(fx *f) {
   if (!(M->sources(f->d) & SRC_CUDA)) {
     fx_close(f);
     TEST_FAIL("no NVRTC: CUDA C is not built on this machine (ACCEL_NVRTC names one)");
@@ -74,8 +69,7 @@ static void need_nvrtc(fx *f)
 
 /* Loads code (a string) and prints the log, if any. */
 static int load(fx *f, uint32_t source, const char *code, const char *options, be_module **m,
-                char **log_out)
-{
+                char **log_out) {
   char *log = NULL;
   *m = NULL;
   int rc = M->load(f->d, source, code, strlen(code), options, m, &log);
@@ -88,8 +82,7 @@ static int load(fx *f, uint32_t source, const char *code, const char *options, b
   return rc;
 }
 
-static be_kernel *kernel(be_module *m, const char *name, be_kernel_info *info)
-{
+static be_kernel *kernel(be_module *m, const char *name, be_kernel_info *info) {
   be_kernel *k = NULL;
   be_kernel_info scratch;
   CHECK_OK(M->kernel(m, name, &k, info != NULL ? info : &scratch));
@@ -99,27 +92,23 @@ static be_kernel *kernel(be_module *m, const char *name, be_kernel_info *info)
 
 /* ---- arguments and launches ----------------------------------------------------------- */
 
-static be_kernel_arg arg_buf(be_mem m, size_t offset)
-{
+static be_kernel_arg arg_buf(be_mem m, size_t offset) {
   return (be_kernel_arg){.kind = BE_PARAM_BUFFER, .mem = m, .offset = offset};
 }
 
-static be_kernel_arg arg_bits(uint32_t size, uint64_t bits)
-{
+static be_kernel_arg arg_bits(uint32_t size, uint64_t bits) {
   return (be_kernel_arg){.kind = BE_PARAM_SCALAR, .size = size, .bits = bits};
 }
 
-static be_kernel_arg arg_f32(float v)
-{
+static be_kernel_arg arg_f32(float v) {
   uint32_t u;
   memcpy(&u, &v, 4);
   return arg_bits(4, u);
 }
 
-static be_launch dims1d(uint32_t n, uint32_t block, const be_kernel_arg *a, uint32_t na)
-{
-  be_launch l = {.grid = {(n + block - 1) / block, 1, 1}, .block = {block, 1, 1},
-                 .nargs = na, .args = a};
+static be_launch dims1d(uint32_t n, uint32_t block, const be_kernel_arg *a, uint32_t na) {
+  be_launch l = {
+      .grid = {(n + block - 1) / block, 1, 1}, .block = {block, 1, 1}, .nargs = na, .args = a};
   return l;
 }
 
@@ -147,54 +136,51 @@ static const char reverse_src[] =
     "}\n";
 
 /* Adds v to p[0 .. n). */
-static const char add_ptx[] =
-    ".version 7.0\n"
-    ".target sm_50\n"
-    ".address_size 64\n"
-    "\n"
-    ".visible .entry add_u32(\n"
-    "\t.param .u64 add_u32_p,\n"
-    "\t.param .u32 add_u32_v,\n"
-    "\t.param .u32 add_u32_n\n"
-    ")\n"
-    "{\n"
-    "\t.reg .pred %p<2>;\n"
-    "\t.reg .b32 %r<8>;\n"
-    "\t.reg .b64 %rd<5>;\n"
-    "\tld.param.u64 %rd1, [add_u32_p];\n"
-    "\tld.param.u32 %r1, [add_u32_v];\n"
-    "\tld.param.u32 %r2, [add_u32_n];\n"
-    "\tmov.u32 %r3, %ctaid.x;\n"
-    "\tmov.u32 %r4, %ntid.x;\n"
-    "\tmov.u32 %r5, %tid.x;\n"
-    "\tmad.lo.s32 %r6, %r3, %r4, %r5;\n"
-    "\tsetp.ge.u32 %p1, %r6, %r2;\n"
-    "\t@%p1 bra $L_done;\n"
-    "\tcvta.to.global.u64 %rd2, %rd1;\n"
-    "\tmul.wide.u32 %rd3, %r6, 4;\n"
-    "\tadd.s64 %rd4, %rd2, %rd3;\n"
-    "\tld.global.u32 %r7, [%rd4];\n"
-    "\tadd.s32 %r7, %r7, %r1;\n"
-    "\tst.global.u32 [%rd4], %r7;\n"
-    "$L_done:\n"
-    "\tret;\n"
-    "}\n";
+static const char add_ptx[] = ".version 7.0\n"
+                              ".target sm_50\n"
+                              ".address_size 64\n"
+                              "\n"
+                              ".visible .entry add_u32(\n"
+                              "\t.param .u64 add_u32_p,\n"
+                              "\t.param .u32 add_u32_v,\n"
+                              "\t.param .u32 add_u32_n\n"
+                              ")\n"
+                              "{\n"
+                              "\t.reg .pred %p<2>;\n"
+                              "\t.reg .b32 %r<8>;\n"
+                              "\t.reg .b64 %rd<5>;\n"
+                              "\tld.param.u64 %rd1, [add_u32_p];\n"
+                              "\tld.param.u32 %r1, [add_u32_v];\n"
+                              "\tld.param.u32 %r2, [add_u32_n];\n"
+                              "\tmov.u32 %r3, %ctaid.x;\n"
+                              "\tmov.u32 %r4, %ntid.x;\n"
+                              "\tmov.u32 %r5, %tid.x;\n"
+                              "\tmad.lo.s32 %r6, %r3, %r4, %r5;\n"
+                              "\tsetp.ge.u32 %p1, %r6, %r2;\n"
+                              "\t@%p1 bra $L_done;\n"
+                              "\tcvta.to.global.u64 %rd2, %rd1;\n"
+                              "\tmul.wide.u32 %rd3, %r6, 4;\n"
+                              "\tadd.s64 %rd4, %rd2, %rd3;\n"
+                              "\tld.global.u32 %r7, [%rd4];\n"
+                              "\tadd.s32 %r7, %r7, %r1;\n"
+                              "\tst.global.u32 [%rd4], %r7;\n"
+                              "$L_done:\n"
+                              "\tret;\n"
+                              "}\n";
 
 /* Never ends: counts in host memory (a heartbeat the test can watch) for ever. */
-static const char spin_src[] =
-    "extern \"C\" __global__ void spin(volatile unsigned *beat)\n"
-    "{\n"
-    "  for (;;) {\n"
-    "    *beat = *beat + 1;\n"
-    "    __threadfence_system();\n"
-    "  }\n"
-    "}\n";
+static const char spin_src[] = "extern \"C\" __global__ void spin(volatile unsigned *beat)\n"
+                               "{\n"
+                               "  for (;;) {\n"
+                               "    *beat = *beat + 1;\n"
+                               "    __threadfence_system();\n"
+                               "  }\n"
+                               "}\n";
 
 /* ---- saxpy ---------------------------------------------------------------------------- */
 
 /* y[off .. off + n) = a x + y through the kernel, against float64 on the host. */
-static void saxpy_check(fx *f, be_kernel *k)
-{
+static void saxpy_check(fx *f, be_kernel *k) {
   size_t n = cuda_rnd_range(1, 1 << 20), off = cuda_rnd_range(0, 1000);
   float a = cuda_rnd_nz(0.25f, 4.0f);
   float *x = cuda_xmalloc(n * 4), *y = cuda_xmalloc(n * 4), *got = cuda_xmalloc(n * 4);
@@ -224,16 +210,15 @@ static void saxpy_check(fx *f, be_kernel *k)
   free(got);
 }
 
-TEST(sources_and_limits)
-{
+TEST(sources_and_limits) {
   fx f = fx_open_with(0);
   uint32_t s = M->sources(f.d);
   be_launch_limits l;
   M->limits(f.d, &l);
   printf("    sources 0x%x; block %u x %u x %u (%u threads), grid %" PRIu64 " x %" PRIu64
-         " x %" PRIu64 ", shared %u bytes\n", s, l.max_block[0], l.max_block[1],
-         l.max_block[2], l.max_threads_per_block, l.max_grid[0], l.max_grid[1], l.max_grid[2],
-         l.max_shared_bytes);
+         " x %" PRIu64 ", shared %u bytes\n",
+         s, l.max_block[0], l.max_block[1], l.max_block[2], l.max_threads_per_block, l.max_grid[0],
+         l.max_grid[1], l.max_grid[2], l.max_shared_bytes);
   CHECK(s & SRC_PTX);
   CHECK_EQ(s & ~(SRC_CUDA | SRC_PTX), 0);
   CHECK_GE(l.max_threads_per_block, 1024);
@@ -243,8 +228,7 @@ TEST(sources_and_limits)
   fx_close(&f);
 }
 
-TEST(saxpy_cuda_c)
-{
+TEST(saxpy_cuda_c) {
   fx f = fx_open_with(0);
   need_nvrtc(&f);
   be_module *m;
@@ -257,23 +241,20 @@ TEST(saxpy_cuda_c)
 }
 
 /* The caller's architecture is left alone: compute_75 gives PTX, which the driver compiles. */
-TEST(saxpy_cuda_c_virtual_arch)
-{
+TEST(saxpy_cuda_c_virtual_arch) {
   fx f = fx_open_with(0);
   need_nvrtc(&f);
   be_module *m;
   CHECK_OK(load(&f, ACCEL_SOURCE_CUDA, saxpy_src, "--gpu-architecture=compute_75", &m, NULL));
   saxpy_check(&f, kernel(m, "saxpy", NULL));
   M->unload(m);
-  CHECK_OK(load(&f, ACCEL_SOURCE_CUDA, saxpy_src, "-arch compute_75 -DUNUSED=\"a b\"", &m,
-                NULL));
+  CHECK_OK(load(&f, ACCEL_SOURCE_CUDA, saxpy_src, "-arch compute_75 -DUNUSED=\"a b\"", &m, NULL));
   saxpy_check(&f, kernel(m, "saxpy", NULL));
   M->unload(m);
   fx_close(&f);
 }
 
-TEST(ptx_hand_written)
-{
+TEST(ptx_hand_written) {
   fx f = fx_open_with(0);
   be_module *m;
   CHECK_OK(load(&f, ACCEL_SOURCE_PTX, add_ptx, NULL, &m, NULL));
@@ -301,8 +282,7 @@ TEST(ptx_hand_written)
 
 /* ---- errors --------------------------------------------------------------------------- */
 
-TEST(build_errors)
-{
+TEST(build_errors) {
   fx f = fx_open_with(0);
   need_nvrtc(&f);
   be_module *m = NULL;
@@ -320,19 +300,18 @@ TEST(build_errors)
   CHECK_ERR(load(&f, ACCEL_SOURCE_CUDA, saxpy_src, "-DX=\"unbalanced", &m, &log), ACCEL_EBUILD);
   CHECK(log != NULL && strstr(log, "quote") != NULL);
   free(log);
-  CHECK_ERR(load(&f, ACCEL_SOURCE_PTX, ".version 7.0\n.target sm_50\n.entry k( { bad }", NULL,
-                 &m, &log),
+  CHECK_ERR(load(&f, ACCEL_SOURCE_PTX, ".version 7.0\n.target sm_50\n.entry k( { bad }", NULL, &m,
+                 &log),
             ACCEL_EBUILD);
   CHECK(log != NULL);
   free(log);
   CHECK_ERR(load(&f, ACCEL_SOURCE_PTX, add_ptx, "-O3", &m, &log), ACCEL_EBUILD);
   free(log);
-  CHECK_ERR(load(&f, ACCEL_SOURCE_OPENCL, "__kernel void k() {}", NULL, &m, NULL),
-            ACCEL_ENOTSUP);
+  CHECK_ERR(load(&f, ACCEL_SOURCE_OPENCL, "__kernel void k() {}", NULL, &m, NULL), ACCEL_ENOTSUP);
   CHECK_ERR(load(&f, 99, "x", NULL, &m, NULL), ACCEL_ENOTSUP);
   /* A warning comes back on success. */
-  CHECK_OK(load(&f, ACCEL_SOURCE_CUDA, "extern \"C\" __global__ void w() { int unused_var; }",
-                NULL, &m, &log));
+  CHECK_OK(load(&f, ACCEL_SOURCE_CUDA, "extern \"C\" __global__ void w() { int unused_var; }", NULL,
+                &m, &log));
   CHECK(log != NULL && strstr(log, "unused_var") != NULL);
   free(log);
   M->unload(m);
@@ -340,8 +319,7 @@ TEST(build_errors)
   fx_close(&f);
 }
 
-TEST(kernel_names)
-{
+TEST(kernel_names) {
   fx f = fx_open_with(0);
   be_module *m;
   CHECK_OK(load(&f, ACCEL_SOURCE_PTX, add_ptx, NULL, &m, NULL));
@@ -360,15 +338,13 @@ TEST(kernel_names)
   fx_close(&f);
 }
 
-static int driver_version(void)
-{
+static int driver_version(void) {
   int v = 0;
   CHECK_EQ(be_cu.cuDriverGetVersion(&v), CUDA_SUCCESS);
   return v;
 }
 
-TEST(kernel_params)
-{
+TEST(kernel_params) {
   fx f = fx_open_with(0);
   need_nvrtc(&f);
   be_module *m;
@@ -408,8 +384,7 @@ TEST(kernel_params)
   fx_close(&f);
 }
 
-TEST(launch_refusals)
-{
+TEST(launch_refusals) {
   fx f = fx_open_with(0);
   be_module *m;
   CHECK_OK(load(&f, ACCEL_SOURCE_PTX, add_ptx, NULL, &m, NULL));
@@ -456,8 +431,7 @@ TEST(launch_refusals)
 }
 
 /* More dynamic shared memory than the default 48 KiB: the kernel is opened to it. */
-TEST(dynamic_shared_memory)
-{
+TEST(dynamic_shared_memory) {
   fx f = fx_open_with(0);
   need_nvrtc(&f);
   be_launch_limits lim;
@@ -477,8 +451,11 @@ TEST(dynamic_shared_memory)
   be_mem d = mem_new(&f, n * 4);
   CHECK_OK(B->copy_h2d(f.q, d, 0, h, n * 4));
   be_kernel_arg args[] = {arg_buf(d, 0), arg_bits(4, words)};
-  be_launch l = {.grid = {blocks, 1, 1}, .block = {256, 1, 1}, .shared_bytes = words * 4,
-                 .nargs = 2, .args = args};
+  be_launch l = {.grid = {blocks, 1, 1},
+                 .block = {256, 1, 1},
+                 .shared_bytes = words * 4,
+                 .nargs = 2,
+                 .args = args};
   CHECK_OK(M->launch(f.q, k, &l));
   CHECK_OK(B->copy_d2h(f.q, got, d, 0, n * 4));
   finish(&f);
@@ -497,8 +474,7 @@ TEST(dynamic_shared_memory)
 
 static char cache_root[256];
 
-static int cache_files(void)
-{
+static int cache_files(void) {
   DIR *dir = opendir(getenv("ACCEL_CACHE_DIR"));
   int n = 0;
   for (struct dirent *e; dir != NULL && (e = readdir(dir)) != NULL;)
@@ -509,8 +485,7 @@ static int cache_files(void)
 }
 
 /* Overwrites bytes in the middle of every cache file: their checksums no longer match. */
-static void cache_corrupt(void)
-{
+static void cache_corrupt(void) {
   DIR *dir = opendir(getenv("ACCEL_CACHE_DIR"));
   CHECK(dir != NULL);
   for (struct dirent *e; (e = readdir(dir)) != NULL;) {
@@ -527,16 +502,14 @@ static void cache_corrupt(void)
   closedir(dir);
 }
 
-static be_cuda_module_stats stats(void)
-{
+static be_cuda_module_stats stats(void) {
   be_cuda_module_stats s;
   be_cuda_module_cache_stats(&s);
   return s;
 }
 
 /* Loads src, checks it runs (saxpy), unloads; returns the milliseconds the load took. */
-static double load_run(fx *f, const char *src, const char *options)
-{
+static double load_run(fx *f, const char *src, const char *options) {
   be_module *m;
   uint64_t t0 = test_now_ns();
   CHECK_OK(load(f, ACCEL_SOURCE_CUDA, src, options, &m, NULL));
@@ -546,8 +519,7 @@ static double load_run(fx *f, const char *src, const char *options)
   return ms;
 }
 
-TEST(build_cache)
-{
+TEST(build_cache) {
   fx f = fx_open_with(0);
   need_nvrtc(&f);
   char src[1024];
@@ -575,15 +547,13 @@ TEST(build_cache)
   be_cuda_module_stats s4 = stats();
   CHECK_EQ(s4.compiles, s1.compiles + 2);
   CHECK_EQ(s4.disk_hits, s3.disk_hits);
-  printf("    load: compiled %.2f ms, from memory %.3f ms, from disk %.3f ms\n", cold, warm,
-         disk);
+  printf("    load: compiled %.2f ms, from memory %.3f ms, from disk %.3f ms\n", cold, warm, disk);
   fx_close(&f);
 }
 
 /* ---- modules across resets and at close --------------------------------------------------- */
 
-TEST(modules_across_reset)
-{
+TEST(modules_across_reset) {
   fx f = fx_open_with(1);
   be_module *m, *left;
   CHECK_OK(load(&f, ACCEL_SOURCE_PTX, add_ptx, NULL, &m, NULL));
@@ -623,8 +593,7 @@ typedef struct watch {
   atomic_uint_fast64_t at_ns;
 } watch;
 
-static void watch_fn(void *arg, int status)
-{
+static void watch_fn(void *arg, int status) {
   watch *w = arg;
   atomic_store(&w->status, status);
   atomic_store(&w->at_ns, test_now_ns());
@@ -636,8 +605,7 @@ typedef struct syncer {
   atomic_int rc, done;
 } syncer;
 
-static void *sync_main(void *arg)
-{
+static void *sync_main(void *arg) {
   syncer *s = arg;
   atomic_store(&s->rc, B->event_sync(s->ev));
   atomic_store(&s->done, 1);
@@ -654,24 +622,22 @@ typedef struct heart {
   CUdeviceptr dptr; /* the same memory, as the kernel sees it */
 } heart;
 
-static heart heart_new(void)
-{
+static heart heart_new(void) {
   heart h = {0};
   void *p = aligned_alloc(4096, 4096);
   CHECK(p != NULL);
   memset(p, 0, 4096);
   CHECK_OK(B->open(0, NULL, &h.owner));
   CHECK_EQ(be_cu.cuCtxSetCurrent((CUcontext)(uintptr_t)be_cuda_context(h.owner)), 0);
-  CHECK_EQ(be_cu.cuMemHostRegister(p, 4096, CU_MEMHOSTREGISTER_PORTABLE |
-                                                CU_MEMHOSTREGISTER_DEVICEMAP),
+  CHECK_EQ(be_cu.cuMemHostRegister(p, 4096,
+                                   CU_MEMHOSTREGISTER_PORTABLE | CU_MEMHOSTREGISTER_DEVICEMAP),
            0);
   CHECK_EQ(be_cu.cuMemHostGetDevicePointer(&h.dptr, p, 0), 0);
   h.beat = p;
   return h;
 }
 
-static bool beating(heart *h, unsigned ms)
-{
+static bool beating(heart *h, unsigned ms) {
   unsigned b0 = *h->beat;
   test_sleep_ms(ms);
   return *h->beat != b0;
@@ -679,8 +645,7 @@ static bool beating(heart *h, unsigned ms)
 
 /* Left as it is while the kernel still writes to it: unmapping memory under a running kernel
  * would fault its context for real, which taints CUDA for the rest of the process. */
-static void heart_free(heart *h)
-{
+static void heart_free(heart *h) {
   if (beating(h, 20)) {
     printf("    (heartbeat memory left registered: the kernel still writes to it)\n");
     return;
@@ -699,8 +664,7 @@ typedef struct call {
   atomic_int done, rc;
 } call;
 
-static void *call_main(void *arg)
-{
+static void *call_main(void *arg) {
   call *c = arg;
   if (c->fn != NULL)
     c->fn(c->d);
@@ -710,8 +674,7 @@ static void *call_main(void *arg)
   return NULL;
 }
 
-static bool call_within(call *c, unsigned ms, double *took_ms)
-{
+static bool call_within(call *c, unsigned ms, double *took_ms) {
   pthread_t t;
   uint64_t t0 = test_now_ns();
   CHECK_EQ(pthread_create(&t, NULL, call_main, c), 0);
@@ -727,8 +690,7 @@ static bool call_within(call *c, unsigned ms, double *took_ms)
 /* A kernel that never ends, a callback and an event_sync behind it, then abort(): what the
  * callers hear and how fast, and that the queue goes without waiting. Leaves the device with
  * no queue, the kernel (maybe) still running. */
-static void spin_and_abort(fx *f, heart *h)
-{
+static void spin_and_abort(fx *f, heart *h) {
   be_module *m;
   CHECK_OK(load(f, ACCEL_SOURCE_CUDA, spin_src, NULL, &m, NULL));
   be_kernel *k = kernel(m, "spin", NULL);
@@ -776,8 +738,7 @@ static void spin_and_abort(fx *f, heart *h)
 }
 
 /* Saxpy on a fresh queue of d. */
-static void serves(be_device *d)
-{
+static void serves(be_device *d) {
   fx g = {.d = d};
   CHECK_OK(B->queue_create(d, &g.q));
   be_module *m;
@@ -787,8 +748,7 @@ static void serves(be_device *d)
   B->queue_destroy(g.q);
 }
 
-TEST(abort_then_reset)
-{
+TEST(abort_then_reset) {
   fx f = fx_open_with(0);
   need_nvrtc(&f);
   heart h = heart_new();
@@ -810,8 +770,7 @@ TEST(abort_then_reset)
   heart_free(&h);
 }
 
-TEST(abort_then_close_and_open)
-{
+TEST(abort_then_close_and_open) {
   fx f = fx_open_with(0);
   need_nvrtc(&f);
   heart h = heart_new();
@@ -826,8 +785,7 @@ TEST(abort_then_close_and_open)
   be_device *d = NULL;
   uint64_t t0 = test_now_ns();
   int rc = B->open(0, NULL, &d);
-  printf("    open again: %s in %.1f ms\n", accel_err_name(rc),
-         (double)(test_now_ns() - t0) / 1e6);
+  printf("    open again: %s in %.1f ms\n", accel_err_name(rc), (double)(test_now_ns() - t0) / 1e6);
   CHECK_OK(rc);
   t0 = test_now_ns();
   serves(d);
@@ -853,16 +811,14 @@ static const test_case tests[] = {
     TEST_CASE(abort_then_close_and_open),
 };
 
-int main(int argc, char **argv)
-{
+int main(int argc, char **argv) {
   char why[128] = "";
   int count = 0;
   if (B->probe(&count, why, sizeof why) != 0 || count == 0)
     return cuda_test_skip(why[0] ? why : "no device");
   M = B->module;
   if (M == NULL || M->version != BE_MODULE_VERSION) {
-    fprintf(stderr, "the cuda backend has no module package of version %u\n",
-            BE_MODULE_VERSION);
+    fprintf(stderr, "the cuda backend has no module package of version %u\n", BE_MODULE_VERSION);
     return 1;
   }
   setvbuf(stdout, NULL, _IOLBF, 0); /* lines reach a log even if the watchdog ends the run */

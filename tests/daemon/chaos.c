@@ -41,8 +41,7 @@ typedef struct chaos {
 
 static const char *status_json(td_daemon *d) {
   static char out[1 << 16];
-  int rc = td_ctl(out, sizeof out, "--url", d->url, "--timeout", "30000", "status", "--json",
-                  NULL);
+  int rc = td_ctl(out, sizeof out, "--url", d->url, "--timeout", "30000", "status", "--json", NULL);
   if (rc != 0)
     TEST_FAIL("accelctl status exited with %d: %s\nthe daemon's log:\n%s", rc, out, td_log(d));
   return out;
@@ -93,8 +92,7 @@ static void wait_field(td_daemon *d, const char *key, long want) {
   long v = -1;
   for (uint64_t t0 = test_now_ms(); (v = td_status_field(d, key)) > want; test_sleep_ms(50))
     if (test_now_ms() - t0 > 20000)
-      TEST_FAIL("%s stays at %ld (want <= %ld)\nthe daemon's log:\n%s", key, v, want,
-                td_log(d));
+      TEST_FAIL("%s stays at %ld (want <= %ld)\nthe daemon's log:\n%s", key, v, want, td_log(d));
 }
 
 static void wait_fds(td_daemon *d, int want) {
@@ -191,8 +189,8 @@ static void drain(chaos *ch) {
   chaos_report r;
   for (ssize_t n; (n = read(ch->rfd, &r, sizeof r)) == (ssize_t)sizeof r;) {
     if (r.kind == CHAOS_FAILED)
-      TEST_FAIL("client %d failed (its message is above); ACCEL_TEST_SEED=%llu",
-                (int)r.pid, (unsigned long long)ch->seed);
+      TEST_FAIL("client %d failed (its message is above); ACCEL_TEST_SEED=%llu", (int)r.pid,
+                (unsigned long long)ch->seed);
     add(&ch->total, &r);
   }
 }
@@ -201,8 +199,8 @@ static void check_daemon_alive(chaos *ch) {
   int status;
   if (waitpid(ch->d.pid, &status, WNOHANG) == ch->d.pid) {
     ch->d.pid = 0;
-    TEST_FAIL("acceld died (status 0x%x) under chaos; ACCEL_TEST_SEED=%llu\nits log:\n%s",
-              status, (unsigned long long)ch->seed, td_log(&ch->d));
+    TEST_FAIL("acceld died (status 0x%x) under chaos; ACCEL_TEST_SEED=%llu\nits log:\n%s", status,
+              (unsigned long long)ch->seed, td_log(&ch->d));
   }
 }
 
@@ -212,8 +210,8 @@ static void check_kids_running(chaos *ch) {
     int status;
     if (waitpid(ch->kids[i], &status, WNOHANG) == ch->kids[i]) {
       drain(ch);
-      TEST_FAIL("client %d exited by itself (status 0x%x); ACCEL_TEST_SEED=%llu",
-                (int)ch->kids[i], status, (unsigned long long)ch->seed);
+      TEST_FAIL("client %d exited by itself (status 0x%x); ACCEL_TEST_SEED=%llu", (int)ch->kids[i],
+                status, (unsigned long long)ch->seed);
     }
   }
 }
@@ -224,8 +222,7 @@ static void kill_one(chaos *ch) {
   CHECK_EQ(waitpid(ch->kids[i], &status, 0), ch->kids[i]);
   if (!WIFSIGNALED(status) || WTERMSIG(status) != SIGKILL) {
     drain(ch);
-    TEST_FAIL("client %d ended with status 0x%x before it was killed", (int)ch->kids[i],
-              status);
+    TEST_FAIL("client %d ended with status 0x%x before it was killed", (int)ch->kids[i], status);
   }
   ch->killed++;
   spawn(ch, i);
@@ -250,8 +247,7 @@ static void look(chaos *ch) {
   static const char *const commands[] = {"status", "clients", "tree", "devices"};
   static char out[1 << 16];
   const char *cmd = commands[chaos_range(&ch->rng, 0, 3)];
-  int rc = td_ctl(out, sizeof out, "--url", ch->d.url, "--timeout", "30000", "--json", cmd,
-                  NULL);
+  int rc = td_ctl(out, sizeof out, "--url", ch->d.url, "--timeout", "30000", "--json", cmd, NULL);
   if (rc != 0)
     TEST_FAIL("accelctl %s exited with %d under chaos: %s", cmd, rc, out);
   ch->looks++;

@@ -51,19 +51,33 @@ typedef struct slot {
 } slot;
 
 typedef enum op_kind {
-  K_CREATE, K_WRITE, K_READ, K_FILL, K_COPY, K_AXPY, K_DOT, K_SCAL, K_GEMM, K_RNG,
-  K_SIGMOID, K_RELU, K_TANH, K_SOFTMAX, K_DESTROY, K_COUNT
+  K_CREATE,
+  K_WRITE,
+  K_READ,
+  K_FILL,
+  K_COPY,
+  K_AXPY,
+  K_DOT,
+  K_SCAL,
+  K_GEMM,
+  K_RNG,
+  K_SIGMOID,
+  K_RELU,
+  K_TANH,
+  K_SOFTMAX,
+  K_DESTROY,
+  K_COUNT
 } op_kind;
 
-static const char *const kind_names[K_COUNT] = {
-    "create", "write", "read", "fill", "copy", "axpy", "dot", "scal",
-    "gemm", "rng", "sigmoid", "relu", "tanh", "softmax", "destroy"};
+static const char *const kind_names[K_COUNT] = {"create",  "write", "read", "fill",    "copy",
+                                                "axpy",    "dot",   "scal", "gemm",    "rng",
+                                                "sigmoid", "relu",  "tanh", "softmax", "destroy"};
 
 /* One op of a step: what it was asked, and its futures. */
 typedef struct op_rec {
   op_kind kind;
   accel_device dev;
-  int dst, x, y; /* slots: what it writes, what it reads (-1: none) */
+  int dst, x, y;           /* slots: what it writes, what it reads (-1: none) */
   size_t off, off2, count; /* write/read/copy ranges; count is n of axpy/dot/scal */
   size_t m, n, k, lda, ldb, ldc, rows, cols;
   accel_trans ta, tb;
@@ -107,8 +121,7 @@ static void report(client *c, uint32_t kind) {
   c->reported_ms = test_now_ms();
 }
 
-static __attribute__((noreturn, format(printf, 2, 3))) void fail(client *c, const char *fmt,
-                                                                 ...) {
+static __attribute__((noreturn, format(printf, 2, 3))) void fail(client *c, const char *fmt, ...) {
   char msg[2048];
   va_list ap;
   va_start(ap, fmt);
@@ -123,11 +136,17 @@ static __attribute__((noreturn, format(printf, 2, 3))) void fail(client *c, cons
 
 /* ---- elements ---- */
 
-static size_t esize(accel_dtype dt) { return dt == ACCEL_F64 ? 8 : 4; }
+static size_t esize(accel_dtype dt) {
+  return dt == ACCEL_F64 ? 8 : 4;
+}
 
-static bool is_float(accel_dtype dt) { return dt == ACCEL_F32 || dt == ACCEL_F64; }
+static bool is_float(accel_dtype dt) {
+  return dt == ACCEL_F32 || dt == ACCEL_F64;
+}
 
-static double unit(accel_dtype dt) { return dt == ACCEL_F64 ? 0x1p-53 : 0x1p-24; }
+static double unit(accel_dtype dt) {
+  return dt == ACCEL_F64 ? 0x1p-53 : 0x1p-24;
+}
 
 static const char *dt_name(accel_dtype dt) {
   return dt == ACCEL_F64 ? "F64" : dt == ACCEL_F32 ? "F32" : "U32";
@@ -184,7 +203,9 @@ static double rnd_value(client *c, accel_dtype dt) {
   return dt == ACCEL_F32 ? (double)(float)v : v;
 }
 
-static uint64_t rnd(client *c, uint64_t lo, uint64_t hi) { return chaos_range(&c->rng, lo, hi); }
+static uint64_t rnd(client *c, uint64_t lo, uint64_t hi) {
+  return chaos_range(&c->rng, lo, hi);
+}
 
 static accel_device rnd_dev(client *c) {
   int d = (int)rnd(c, 0, (uint64_t)c->ndev);
@@ -195,7 +216,9 @@ static accel_device rnd_dev(client *c) {
 
 typedef bool (*slot_pred)(const slot *s, const slot *ref);
 
-static bool any_live(const slot *s, const slot *ref) { return s->h != 0; }
+static bool any_live(const slot *s, const slot *ref) {
+  return s->h != 0;
+}
 static bool live_float(const slot *s, const slot *ref) {
   return s->h != 0 && is_float(s->dt) && !s->wild;
 }
@@ -334,7 +357,9 @@ static bool issue_fill(client *c, op_rec *r) {
   return true;
 }
 
-static bool ranges_overlap(size_t a, size_t b, size_t n) { return a < b + n && b < a + n; }
+static bool ranges_overlap(size_t a, size_t b, size_t n) {
+  return a < b + n && b < a + n;
+}
 
 static bool issue_copy(client *c, op_rec *r) {
   if ((r->x = pick(c, any_live, NULL, -1, -1)) < 0)
@@ -391,8 +416,7 @@ static bool issue_dot(client *c, op_rec *r) {
     return false;
   size_t most = c->s[r->x].n < c->s[r->y].n ? c->s[r->x].n : c->s[r->y].n;
   r->count = rnd(c, 1, most);
-  r->rc = accel_dot(c->ctx, r->dev, r->count, c->s[r->x].h, c->s[r->y].h, c->s[r->dst].h,
-                    &r->f);
+  r->rc = accel_dot(c->ctx, r->dev, r->count, c->s[r->x].h, c->s[r->y].h, c->s[r->dst].h, &r->f);
   call_rc(c, r->rc, "accel_dot");
   read_back(c, r);
   return true;
@@ -427,9 +451,9 @@ static bool issue_gemm(client *c, op_rec *r) {
     return false;
   r->alpha = chaos_uniform(&c->rng, -2, 2);
   r->beta = rnd(c, 0, 1) ? 0.0 : chaos_uniform(&c->rng, -1, 1);
-  r->rc = accel_gemm(c->ctx, r->dev, r->ta, r->tb, r->m, r->n, r->k, r->alpha, c->s[r->x].h,
-                     r->lda, c->s[r->y].h, r->ldb, r->beta, c->s[r->dst].h, r->ldc,
-                     ACCEL_MATH_DEFAULT, &r->f);
+  r->rc = accel_gemm(c->ctx, r->dev, r->ta, r->tb, r->m, r->n, r->k, r->alpha, c->s[r->x].h, r->lda,
+                     c->s[r->y].h, r->ldb, r->beta, c->s[r->dst].h, r->ldc, ACCEL_MATH_DEFAULT,
+                     &r->f);
   call_rc(c, r->rc, "accel_gemm");
   read_back(c, r);
   return true;
@@ -571,7 +595,9 @@ typedef struct expect {
   double *want, *tol;
 } expect;
 
-static const double *in(client *c, int i) { return c->s[i].v; }
+static const double *in(client *c, int i) {
+  return c->s[i].v;
+}
 
 static void ref_write(client *c, op_rec *r, expect *e) {
   accel_dtype dt = c->s[r->dst].dt;
@@ -723,17 +749,40 @@ static bool inputs_known(client *c, op_rec *r) {
 
 static void reference(client *c, op_rec *r, expect *e) {
   switch (r->kind) {
-  case K_CREATE: for (size_t i = 0; i < c->s[r->dst].n; i++) e->want[i] = 0; break;
-  case K_WRITE: ref_write(c, r, e); break;
-  case K_FILL: ref_fill(c, r, e); break;
-  case K_COPY: ref_copy(c, r, e); break;
-  case K_AXPY: ref_axpy(c, r, e); break;
-  case K_SCAL: ref_scal(c, r, e); break;
-  case K_DOT: ref_dot(c, r, e); break;
-  case K_GEMM: ref_gemm(c, r, e); break;
-  case K_RNG: ref_rng(c, r, e); break;
-  case K_SOFTMAX: ref_softmax(c, r, e); break;
-  default: ref_unary(c, r, e); break;
+  case K_CREATE:
+    for (size_t i = 0; i < c->s[r->dst].n; i++)
+      e->want[i] = 0;
+    break;
+  case K_WRITE:
+    ref_write(c, r, e);
+    break;
+  case K_FILL:
+    ref_fill(c, r, e);
+    break;
+  case K_COPY:
+    ref_copy(c, r, e);
+    break;
+  case K_AXPY:
+    ref_axpy(c, r, e);
+    break;
+  case K_SCAL:
+    ref_scal(c, r, e);
+    break;
+  case K_DOT:
+    ref_dot(c, r, e);
+    break;
+  case K_GEMM:
+    ref_gemm(c, r, e);
+    break;
+  case K_RNG:
+    ref_rng(c, r, e);
+    break;
+  case K_SOFTMAX:
+    ref_softmax(c, r, e);
+    break;
+  default:
+    ref_unary(c, r, e);
+    break;
   }
 }
 
@@ -769,15 +818,14 @@ static void describe(client *c, op_rec *r, char *buf, size_t len) {
            "%s on device %s into slot %d (%s, %zu elements; x %d, y %d): off %zu off2 %zu "
            "count %zu m %zu n %zu k %zu ta %d tb %d lda %zu ldb %zu ldc %zu rows %zu cols %zu "
            "alpha %.17g beta %.17g rng seed %llu offset %llu dist %d",
-           kind_names[r->kind], dev_name(r->dev, dv, sizeof dv), r->dst, dt_name(d->dt), d->n,
-           r->x, r->y, r->off, r->off2, r->count, r->m, r->n, r->k, (int)r->ta, (int)r->tb,
-           r->lda, r->ldb, r->ldc, r->rows, r->cols, r->alpha, r->beta,
-           (unsigned long long)r->rng.seed, (unsigned long long)r->rng.offset,
-           (int)r->rng.dist);
+           kind_names[r->kind], dev_name(r->dev, dv, sizeof dv), r->dst, dt_name(d->dt), d->n, r->x,
+           r->y, r->off, r->off2, r->count, r->m, r->n, r->k, (int)r->ta, (int)r->tb, r->lda,
+           r->ldb, r->ldc, r->rows, r->cols, r->alpha, r->beta, (unsigned long long)r->rng.seed,
+           (unsigned long long)r->rng.offset, (int)r->rng.dist);
 }
 
-static void compare(client *c, op_rec *r, const void *got, const double *want,
-                    const double *tol, size_t n) {
+static void compare(client *c, op_rec *r, const void *got, const double *want, const double *tol,
+                    size_t n) {
   accel_dtype dt = c->s[r->dst >= 0 ? r->dst : r->x].dt;
   double floor = subnormal_floor(r->kind, dt);
   for (size_t i = 0; i < n; i++) {
@@ -786,8 +834,9 @@ static void compare(client *c, op_rec *r, const void *got, const double *want,
       continue;
     char what[1024];
     describe(c, r, what, sizeof what);
-    fail(c, "wrong value after a successful op: %s: element %zu = %.17g, want %.17g (tolerance "
-            "%.3g)",
+    fail(c,
+         "wrong value after a successful op: %s: element %zu = %.17g, want %.17g (tolerance "
+         "%.3g)",
          what, i, g, want[i], tol ? tol[i] : 0.0);
   }
   c->rep.checked++;

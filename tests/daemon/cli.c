@@ -161,8 +161,8 @@ TEST(version_flags_print_the_build_version) {
 
 TEST(usage_errors_exit_2) {
   CHECK_EQ(td_ctl(out, sizeof out, "frobnicate", NULL), 2);
-  CHECK_EQ(td_ctl(out, sizeof out, "inject-fault", NULL), 2); /* needs --device */
-  CHECK_EQ(td_ctl(out, sizeof out, "status", "--count", "2", NULL), 2); /* top's */
+  CHECK_EQ(td_ctl(out, sizeof out, "inject-fault", NULL), 2);            /* needs --device */
+  CHECK_EQ(td_ctl(out, sizeof out, "status", "--count", "2", NULL), 2);  /* top's */
   CHECK_EQ(td_ctl(out, sizeof out, "top", "--interval", "10", NULL), 2); /* below 50 ms */
   CHECK(strstr(out, "usage: accelctl") != NULL);
 }
@@ -172,8 +172,8 @@ TEST(usage_errors_exit_2) {
 static int on_ctl_json(td_daemon *d, const char *command, const char *script) {
   char path[160], cmd[2048];
   snprintf(path, sizeof path, "%s/out.json", d->dir);
-  snprintf(cmd, sizeof cmd, "'%s' --url '%s' %s --json > '%s'", getenv("ACCELCTL"), d->url,
-           command, path);
+  snprintf(cmd, sizeof cmd, "'%s' --url '%s' %s --json > '%s'", getenv("ACCELCTL"), d->url, command,
+           path);
   CHECK_EQ(system(cmd), 0);
   snprintf(cmd, sizeof cmd, "python3 -c 'import json,sys; s=json.load(open(sys.argv[1])); %s' '%s'",
            script, path);
@@ -190,13 +190,15 @@ TEST(every_command_takes_json) {
   td_daemon d;
   td_prepare(&d);
   td_start(&d, "--enable-fault-injection", NULL);
-  CHECK_EQ(on_ctl_json(&d, "ping", "assert s[\"alive\"] is True and s[\"round_trip_us\"]>0"),
-           0);
+  CHECK_EQ(on_ctl_json(&d, "ping", "assert s[\"alive\"] is True and s[\"round_trip_us\"]>0"), 0);
   CHECK_EQ(on_ctl_json(&d, "inject-fault --device 0",
-                       "assert s=={\"device\":0,\"fault_injected\":True}, s"), 0);
+                       "assert s=={\"device\":0,\"fault_injected\":True}, s"),
+           0);
   CHECK_EQ(on_ctl_json(&d, "clients", "assert s==[], s"), 0);
-  CHECK_EQ(on_ctl_json(&d, "top --count 1", "assert s[\"status\"][\"state\"]==\"serving\"; "
-                                            "assert s[\"clients\"]==[]"), 0);
+  CHECK_EQ(on_ctl_json(&d, "top --count 1",
+                       "assert s[\"status\"][\"state\"]==\"serving\"; "
+                       "assert s[\"clients\"]==[]"),
+           0);
   CHECK_EQ(td_stop(&d), 0);
   td_cleanup(&d);
 }
@@ -224,7 +226,8 @@ TEST(tree_shows_quarantined_devices_and_restarts) {
                        "[\"serving\",\"quarantined\"], v; assert v[1][\"restarts\"]==1; "
                        "a=s[\"actors\"]; assert a[0][\"name\"]==\"root\" and a[0][\"depth\"]==0; "
                        "assert \"device0\" in [x[\"name\"] for x in a]; "
-                       "assert \"device1\" not in [x[\"name\"] for x in a]"), 0);
+                       "assert \"device1\" not in [x[\"name\"] for x in a]"),
+           0);
   CHECK_EQ(td_ctl(out, sizeof out, "--url", d.url, "devices", NULL), 0);
   const char *m = strstr(out, "memory ");
   CHECK(m != NULL);

@@ -11,8 +11,8 @@ enum { N = 256, OPS = 64 };
 static void issue_work(accel_ctx *ctx, accel_buffer a, accel_buffer c, accel_future **reads,
                        float *out) {
   for (int i = 0; i < OPS; i++) {
-    CHECK_OK(accel_sgemm(ctx, 0, ACCEL_NO_TRANS, ACCEL_NO_TRANS, N, N, N, 1.0f, a, N, a, N,
-                         1.0f, c, N, NULL));
+    CHECK_OK(accel_sgemm(ctx, 0, ACCEL_NO_TRANS, ACCEL_NO_TRANS, N, N, N, 1.0f, a, N, a, N, 1.0f, c,
+                         N, NULL));
     CHECK_OK(accel_read(ctx, c, 0, out + (size_t)i * 4, 4, &reads[i]));
   }
 }

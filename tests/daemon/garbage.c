@@ -280,8 +280,7 @@ static size_t good_hello(uint8_t *buf, size_t cap, uint64_t id) {
  * fresh connection, so "no HELLO yet" cannot be why it fails: it gets ACCEL_EPROTO with its
  * own request id, the daemon logs the version as the reason, and the connection is refused
  * from then on (a good HELLO on it gets no answer), while a fresh connection is served. */
-static void refused_for_its_version(td_daemon *d, const uint8_t *hello, size_t n,
-                                    uint64_t id) {
+static void refused_for_its_version(td_daemon *d, const uint8_t *hello, size_t n, uint64_t id) {
   int before = occurrences(td_log(d), VERSION_REASON);
   td_client c;
   td_client_open(&c, d->url);

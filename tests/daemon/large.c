@@ -48,8 +48,7 @@ static uint64_t checksum(const float *a, size_t n) {
 static void check_same(const float *got, const float *want, size_t n, const char *what) {
   for (size_t i = 0; i < n; i++)
     if (bits_of(got[i]) != bits_of(want[i]))
-      TEST_FAIL("%s: element %zu is %g, expected %g", what, i, (double)got[i],
-                (double)want[i]);
+      TEST_FAIL("%s: element %zu is %g, expected %g", what, i, (double)got[i], (double)want[i]);
 }
 
 static float *alloc_floats(size_t n) {
@@ -201,7 +200,7 @@ TEST(later_ops_follow_every_chunk) {
   CHECK_OK(accel_future_wait(r2, 60000));
   CHECK_OK(accel_finish(ctx, 60000));
   check_same(got, src, n - 1, "read after the write, before the second");
-  CHECK_EQ(bits_of(got[n - 1]), bits_of(last));  /* the small write after every chunk */
+  CHECK_EQ(bits_of(got[n - 1]), bits_of(last));     /* the small write after every chunk */
   CHECK_EQ(bits_of(tail[0]), bits_of(src2[n - 2])); /* the second write before r2 */
   CHECK_EQ(bits_of(tail[1]), bits_of(last));
   accel_future_release(w);
@@ -366,8 +365,7 @@ TEST(daemon_death_mid_stream_ipc) {
 /* About 4000 chunks of 60 KiB; killed after 20 (sends to nng are short: the sender waits for
  * the window, not in nng, when the daemon dies). */
 TEST(daemon_death_mid_stream_tcp) {
-  death_mid_stream_tries(true, SMALL_CONFIG, (size_t)test_scaled(64l << 20, 4l << 20), 20,
-                         false);
+  death_mid_stream_tries(true, SMALL_CONFIG, (size_t)test_scaled(64l << 20, 4l << 20), 20, false);
 }
 
 /* As above with the sender blocked in nng_sendmsg when the daemon dies: nng holds that send
@@ -419,15 +417,14 @@ static void round_trip(accel_ctx *ctx, size_t n, const char *kind) {
   if (got != want)
     for (size_t i = 0; i < n; i++)
       if (bits_of(a[i]) != bits_of(pattern(i)))
-        TEST_FAIL("%s: element %zu is %g, expected %g", kind, i, (double)a[i],
-                  (double)pattern(i));
+        TEST_FAIL("%s: element %zu is %g, expected %g", kind, i, (double)a[i], (double)pattern(i));
   CHECK_EQ(got, want);
   free(a);
   CHECK_OK(accel_buffer_destroy(ctx, b));
   CHECK_OK(accel_finish(ctx, 60000));
   printf("# %s, %.2f GiB: first write %.2f s (%.2f GB/s, with acceld's zero-fill), "
-         "write %.2f s (%.2f GB/s), read %.2f s (%.2f GB/s)\n", kind,
-         (double)bytes / (1 << 30), (double)first / 1e9, gbps(bytes, first),
+         "write %.2f s (%.2f GB/s), read %.2f s (%.2f GB/s)\n",
+         kind, (double)bytes / (1 << 30), (double)first / 1e9, gbps(bytes, first),
          (double)again / 1e9, gbps(bytes, again), (double)read / 1e9, gbps(bytes, read));
 }
 
@@ -450,8 +447,12 @@ static void four_gib(bool over_tcp) {
   td_cleanup(&d);
 }
 
-TEST(four_gib_over_ipc) { four_gib(false); }
-TEST(four_gib_over_tcp) { four_gib(true); }
+TEST(four_gib_over_ipc) {
+  four_gib(false);
+}
+TEST(four_gib_over_tcp) {
+  four_gib(true);
+}
 
 static const test_case tests[] = {
     TEST_CASE(one_op_up_to_the_limit_then_chunks),

@@ -58,8 +58,8 @@ TEST(detaches_when_not_foreground) {
   td_daemon d;
   td_prepare(&d);
   char cmd[2048];
-  snprintf(cmd, sizeof cmd, "'%s' --config '%s' --listen '%s' >/dev/null 2>>'%s'",
-           getenv("ACCELD"), d.conf, d.url, d.log);
+  snprintf(cmd, sizeof cmd, "'%s' --config '%s' --listen '%s' >/dev/null 2>>'%s'", getenv("ACCELD"),
+           d.conf, d.url, d.log);
   CHECK_EQ(system(cmd), 0); /* returns only once the daemon serves */
   td_client c;
   td_client_open(&c, d.url);
@@ -141,14 +141,13 @@ TEST(quarantine_exits_for_a_restart) {
 
 /* ---- SIGTERM with ops in flight ---- */
 
-static void encode_sgemm(proto_out *o, uint64_t id, uint64_t a, uint64_t b, uint64_t c,
-                         int64_t n) {
+static void encode_sgemm(proto_out *o, uint64_t id, uint64_t a, uint64_t b, uint64_t c, int64_t n) {
   dev_op op = {.h = {.kind = DEV_OP_GEMM, .device = 0}, .nbufs = 3};
   op.bufs[0] = (dev_op_buf){.handle = a};
   op.bufs[1] = (dev_op_buf){.handle = b};
   op.bufs[2] = (dev_op_buf){.handle = c};
-  op.u.gemm = (be_gemm_args){.m = n, .n = n, .k = n, .alpha = 1.0, .beta = 1.0, .lda = n,
-                             .ldb = n, .ldc = n, .batch = 1};
+  op.u.gemm = (be_gemm_args){
+      .m = n, .n = n, .k = n, .alpha = 1.0, .beta = 1.0, .lda = n, .ldb = n, .ldc = n, .batch = 1};
   CHECK_OK(proto_encode_op(o, id, &op, (proto_bytes){NULL, 0}));
 }
 

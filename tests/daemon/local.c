@@ -6,8 +6,8 @@
 #include <dirent.h>
 #include <pthread.h>
 #include <stdatomic.h>
-#include <sys/stat.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <sys/wait.h>
 
@@ -433,7 +433,7 @@ TEST(device_index_at_the_limit_and_one_past) {
   CHECK_OK(td_hello(&c, &w));
   CHECK_EQ(w.device_count, 2);
   CHECK_OK(td_create(&c, td_handle(1, 1), ACCEL_U32, 16));
-  CHECK_OK(fill_on(&c, td_handle(1, 1), 1));  /* the last device */
+  CHECK_OK(fill_on(&c, td_handle(1, 1), 1));                /* the last device */
   CHECK_ERR(fill_on(&c, td_handle(1, 1), 2), ACCEL_EINVAL); /* one past */
   CHECK_ERR(fill_on(&c, td_handle(1, 1), 0x7fffffff), ACCEL_EINVAL);
   CHECK_OK(fill_on(&c, td_handle(1, 1), ACCEL_DEVICE_ANY));
@@ -470,8 +470,7 @@ TEST(read_bytes_must_be_the_buffers) {
   CHECK_ERR(read_claiming(&c, td_handle(1, 1), 100, 400), ACCEL_EINVAL); /* 4-byte sized */
   CHECK_OK(read_claiming(&c, td_handle(2, 1), 100, 200));
   CHECK_ERR(read_claiming(&c, td_handle(2, 1), 100, 400), ACCEL_EINVAL);
-  CHECK_ERR(read_claiming(&c, td_handle(1, 1), 100, (uint64_t)w.limits.max_message),
-            ACCEL_ELIMIT);
+  CHECK_ERR(read_claiming(&c, td_handle(1, 1), 100, (uint64_t)w.limits.max_message), ACCEL_ELIMIT);
   td_client_close(&c);
   stop(&d);
 }
@@ -510,8 +509,8 @@ static void slow_sgemm(td_client *c, int64_t n, int reps) {
   dev_op op = {.h = {.kind = DEV_OP_GEMM, .device = 0}, .nbufs = 3};
   for (uint32_t i = 0; i < 3; i++)
     op.bufs[i] = (dev_op_buf){.handle = td_handle(i + 1, 1), .count = (uint64_t)(n * n)};
-  op.u.gemm = (be_gemm_args){.m = n, .n = n, .k = n, .alpha = 1, .beta = 0, .lda = n,
-                             .ldb = n, .ldc = n, .batch = 1};
+  op.u.gemm = (be_gemm_args){
+      .m = n, .n = n, .k = n, .alpha = 1, .beta = 0, .lda = n, .ldb = n, .ldc = n, .batch = 1};
   proto_out o;
   proto_out_init(&o);
   for (int i = 0; i < reps; i++)
@@ -521,9 +520,9 @@ static void slow_sgemm(td_client *c, int64_t n, int reps) {
 }
 
 /* Writes hold their bytes until they run. Writes queued behind long sgemms on the same
- * buffer pile up until they pass the connection's budget (max_memory, 64 MiB here); then the daemon stops reading that client, so its memory stays
- * bounded (without the pause, 1 GiB of writes would be taken in) and others are served. When
- * the sgemms are done the writes flow again. */
+ * buffer pile up until they pass the connection's budget (max_memory, 64 MiB here); then the daemon
+ * stops reading that client, so its memory stays bounded (without the pause, 1 GiB of writes would
+ * be taken in) and others are served. When the sgemms are done the writes flow again. */
 TEST(pipelined_large_writes_are_bounded) {
   td_daemon d;
   start(&d, "[limits]\nmax_memory = 67108864\nmax_message = 8388608\n");

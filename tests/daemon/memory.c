@@ -41,8 +41,8 @@ TEST(freed_memory_is_reused) {
   CHECK_OK(accel_finish(ctx, 60000));
   long misses = td_status_field(&d, "alloc_cache_misses") - misses0;
   long hits = td_status_field(&d, "alloc_cache_hits") - hits0;
-  printf("# 50 buffers of one size class on device 0: %ld allocated, %ld from the cache\n",
-         misses, hits);
+  printf("# 50 buffers of one size class on device 0: %ld allocated, %ld from the cache\n", misses,
+         hits);
   /* The first allocates; a destroy frees once its last op is done, so a later create may
    * come first now and then: a few more, never one per buffer. */
   CHECK_GE(misses, 1);
@@ -79,7 +79,7 @@ TEST(the_cache_is_bounded) {
   CHECK_EQ(td_status_field(&d, "mem_used"), 0);
   CHECK_LE(cached, bound);
   CHECK_GT(cached, bound - (32l << 20)); /* trimmed to the bound, not emptied */
-  use_once(ctx, count, 2.0f); /* served again, from the cache */
+  use_once(ctx, count, 2.0f);            /* served again, from the cache */
   accel_close(ctx);
   CHECK_EQ(td_stop(&d), 0);
   td_cleanup(&d);

@@ -55,7 +55,7 @@ TEST(handles_are_scoped_to_their_session) {
   uint64_t h = td_handle(3, 5);
   CHECK_OK(td_create(&a, h, ACCEL_U32, 64));
   CHECK_OK(td_fill(&a, h, 42));
-  CHECK_ERR(td_fill(&b, h, 1), ACCEL_ESTALE);          /* foreign */
+  CHECK_ERR(td_fill(&b, h, 1), ACCEL_ESTALE);               /* foreign */
   CHECK_ERR(td_fill(&a, td_handle(3, 6), 1), ACCEL_ESTALE); /* wrong generation */
   CHECK_ERR(td_fill(&a, td_handle(4, 5), 1), ACCEL_ESTALE); /* never made */
   uint32_t v[4];
@@ -223,9 +223,9 @@ TEST(client_gone_during_a_module_build) {
 
 typedef struct collector {
   td_client *c;
-  bool acks;                /* PROTO_CAP_ACK: report received messages */
+  bool acks; /* PROTO_CAP_ACK: report received messages */
   long expect, failed;
-  _Atomic long got;         /* read by the sender for its window */
+  _Atomic long got; /* read by the sender for its window */
   uint32_t messages;
 } collector;
 
@@ -245,8 +245,7 @@ static void count_frames(collector *k, const uint8_t *p, size_t len) {
     int32_t status;
     proto_bytes data;
     if (proto_decode_header(p, n, UINT32_MAX, &h) != 0 ||
-        proto_decode_reply(p + PROTO_HEADER_SIZE, h.body_len, &status, &data) != 0 ||
-        status != 0)
+        proto_decode_reply(p + PROTO_HEADER_SIZE, h.body_len, &status, &data) != 0 || status != 0)
       k->failed++;
     k->got++;
   }
@@ -276,8 +275,7 @@ static void send_fills(td_client *c, collector *k, long ops, int per_msg, uint32
     proto_out o;
     proto_out_init(&o);
     for (long j = i; j < i + per_msg && j < ops; j++)
-      td_encode_fill(&o, 1000 + (uint64_t)j, td_handle((uint32_t)(j % bufs) + 1, 1),
-                     (uint32_t)j);
+      td_encode_fill(&o, 1000 + (uint64_t)j, td_handle((uint32_t)(j % bufs) + 1, 1), (uint32_t)j);
     td_send_raw(c, o.data, o.len, 1000 + (uint64_t)i);
     proto_out_free(&o);
   }

@@ -99,8 +99,8 @@ TEST(ordinary_memory_goes_through_staging) {
   for (uint32_t seed = 1; seed <= 4; seed++) /* the staging regions are reused */
     round_trip(ctx, src, dst, n - seed * 1000, seed);
   round_trip(ctx, src, dst, 1000, 9); /* small: inline */
-  CHECK_GE(daemon_regions(&d), 1); /* staging regions, kept for reuse */
-  CHECK_LE(daemon_regions(&d), 2); /* reused, not one per transfer */
+  CHECK_GE(daemon_regions(&d), 1);    /* staging regions, kept for reuse */
+  CHECK_LE(daemon_regions(&d), 2);    /* reused, not one per transfer */
   free(src);
   free(dst);
   accel_close(ctx);
@@ -167,7 +167,7 @@ TEST(regions_the_daemon_must_not_map_are_refused) {
   CHECK_ERR(attach(&c, 4, fd), ACCEL_EINVAL); /* taken */
   close(fd);
   CHECK_OK(td_create(&c, td_handle(1, 1), ACCEL_U32, 1024));
-  CHECK_OK(shm_write(&c, td_handle(1, 1), 1024, (proto_shm_ref){4, 0}));  /* at the limit */
+  CHECK_OK(shm_write(&c, td_handle(1, 1), 1024, (proto_shm_ref){4, 0})); /* at the limit */
   CHECK_ERR(shm_write(&c, td_handle(1, 1), 1024, (proto_shm_ref){4, 1}), ACCEL_EINVAL);
   CHECK_ERR(shm_write(&c, td_handle(1, 1), 1024, (proto_shm_ref){4, UINT64_MAX}), ACCEL_EINVAL);
   CHECK_ERR(shm_write(&c, td_handle(1, 1), 1024, (proto_shm_ref){5, 0}), ACCEL_ESTALE);

@@ -14,8 +14,8 @@
 #include <sys/socket.h>
 
 #include "accel/accel.h"
-#include "server/server.h"
 #include "daemon/config.h"
+#include "server/server.h"
 #include "util.h"
 
 static char certs[64]; /* the directory of PEM files, made once */
@@ -143,8 +143,7 @@ static int open_with(const char *url, accel_ctx **ctx) {
 
 /* ---- the configuration ---- */
 
-static int read_config(const char *text, acd_config *c, const acd_flags *f, char *err,
-                       size_t len) {
+static int read_config(const char *text, acd_config *c, const acd_flags *f, char *err, size_t len) {
   td_daemon d;
   td_prepare(&d);
   td_write_config(&d, text);
@@ -274,7 +273,6 @@ TEST(plain_tcp_with_allow_plain_tcp) {
   plain_tcp_serves(&d, url);
   td_cleanup(&d);
 }
-
 
 /* ---- user_kernels: where clients may load modules ---- */
 

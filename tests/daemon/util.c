@@ -72,8 +72,7 @@ long td_status_field(td_daemon *d, const char *key) {
   static char out[1 << 16];
   /* A long timeout: the tests that poll the status do so while the daemon is busy (large
    * transfers on a loaded 2-core machine); whether it answers fast is tested elsewhere. */
-  int rc = td_ctl(out, sizeof out, "--url", d->url, "--timeout", "30000", "status", "--json",
-                  NULL);
+  int rc = td_ctl(out, sizeof out, "--url", d->url, "--timeout", "30000", "status", "--json", NULL);
   if (rc != 0)
     TEST_FAIL("accelctl status exited with %d: %s\nthe daemon's log:\n%s", rc, out, td_log(d));
   char pat[64];
@@ -102,8 +101,8 @@ void td_write_config(td_daemon *d, const char *text) {
 }
 
 static pid_t spawn_daemon(td_daemon *d, va_list ap) {
-  char *argv[40] = {(char *)binary("ACCELD"), "--foreground", "--config", d->conf,
-                    "--listen", d->url};
+  char *argv[40] = {
+      (char *)binary("ACCELD"), "--foreground", "--config", d->conf, "--listen", d->url};
   collect(argv, 6, 40, ap);
   int fd = open(d->log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
   CHECK_GE(fd, 0);
@@ -255,7 +254,8 @@ static int recv_any(td_client *c, nng_msg **m, int timeout_ms) {
   if (c->fd >= 0)
     return recv_local(c, m, timeout_ms);
   CHECK_EQ(nng_socket_set_ms(c->sock, NNG_OPT_RECVTIMEO,
-                             timeout_ms < 0 ? NNG_DURATION_INFINITE : timeout_ms), 0);
+                             timeout_ms < 0 ? NNG_DURATION_INFINITE : timeout_ms),
+           0);
   return nng_recvmsg(c->sock, m, 0);
 }
 
@@ -275,8 +275,7 @@ int td_reply_status(nng_msg *m, uint64_t id, proto_bytes *data) {
   CHECK_OK(proto_decode_header(p, nng_msg_len(m), UINT32_MAX, &h));
   CHECK_EQ(h.type, PROTO_REPLY);
   CHECK_EQ(h.request_id, id);
-  CHECK_OK(proto_decode_reply(p + PROTO_HEADER_SIZE, h.body_len, &status,
-                              data ? data : &ignored));
+  CHECK_OK(proto_decode_reply(p + PROTO_HEADER_SIZE, h.body_len, &status, data ? data : &ignored));
   return status;
 }
 

@@ -55,10 +55,10 @@ long td_status_field(td_daemon *d, const char *key);
 /* ---- the wire protocol by hand ---- */
 
 typedef struct td_client {
-  int fd;           /* >= 0: the daemon's local transport (ipc://) */
-  nng_socket sock;  /* else nng (tcp://) */
+  int fd;          /* >= 0: the daemon's local transport (ipc://) */
+  nng_socket sock; /* else nng (tcp://) */
   uint64_t next_id;
-  uint8_t *rbuf;    /* local: the frame being read */
+  uint8_t *rbuf; /* local: the frame being read */
   size_t rcap;
 } td_client;
 

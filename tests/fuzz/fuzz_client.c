@@ -48,9 +48,8 @@ static void device_ok(const struct accel_device_info *d) {
 
 static int device_same(const struct accel_device_info *a, const struct accel_device_info *b) {
   return memcmp(a->name, b->name, sizeof a->name) == 0 &&
-         memcmp(a->backend, b->backend, sizeof a->backend) == 0 &&
-         a->mem_bytes == b->mem_bytes && a->compute_units == b->compute_units &&
-         a->state == b->state && a->restarts == b->restarts;
+         memcmp(a->backend, b->backend, sizeof a->backend) == 0 && a->mem_bytes == b->mem_bytes &&
+         a->compute_units == b->compute_units && a->state == b->state && a->restarts == b->restarts;
 }
 
 /* A DEVICE_INFO reply's data: one record, exactly. */

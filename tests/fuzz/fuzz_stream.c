@@ -16,13 +16,13 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-#define STAGING 64u      /* small, so that frames often outgrow it */
+#define STAGING 64u /* small, so that frames often outgrow it */
 #define MAX_FRAMES 4096u
 
 typedef struct outcome {
   size_t ends[MAX_FRAMES]; /* where each whole frame ends in the stream */
   size_t n;
-  proto_scan stop;         /* why splitting stopped */
+  proto_scan stop; /* why splitting stopped */
 } outcome;
 
 static void check(int cond, const char *what) {

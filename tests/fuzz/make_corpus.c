@@ -65,9 +65,8 @@ static void handshake(void) {
   proto_hello h = {.version = PROTO_VERSION, .capabilities = 0, .name = "libaccel"};
   proto_out_init(&o);
   save("hello", &o, proto_encode_hello(&o, 1, &h));
-  proto_welcome w = {.version = PROTO_VERSION,
-                     .limits = {64u << 20, 8192, 65536, 1ull << 34},
-                     .device_count = 2};
+  proto_welcome w = {
+      .version = PROTO_VERSION, .limits = {64u << 20, 8192, 65536, 1ull << 34}, .device_count = 2};
   for (int i = 0; i < 2; i++) {
     snprintf(w.devices[i].name, sizeof w.devices[i].name, "device %d", i);
     snprintf(w.devices[i].backend, sizeof w.devices[i].backend, i ? "cuda" : "cpu");
@@ -135,9 +134,18 @@ static void ops(void) {
   f.u.fill.value = 0x3f800000u;
   op("op-fill", f, (proto_bytes){NULL, 0});
   dev_op g = base_op(DEV_OP_GEMM, 3);
-  g.u.gemm = (be_gemm_args){.trans_a = BE_BLAS_TRANS, .trans_b = BE_BLAS_NO_TRANS, .m = 4,
-                            .n = 4, .k = 4, .alpha = 1.0, .beta = 0.5, .lda = 4, .ldb = 4,
-                            .ldc = 4, .math = BE_GEMM_MATH_FP64, .batch = 1};
+  g.u.gemm = (be_gemm_args){.trans_a = BE_BLAS_TRANS,
+                            .trans_b = BE_BLAS_NO_TRANS,
+                            .m = 4,
+                            .n = 4,
+                            .k = 4,
+                            .alpha = 1.0,
+                            .beta = 0.5,
+                            .lda = 4,
+                            .ldb = 4,
+                            .ldc = 4,
+                            .math = BE_GEMM_MATH_FP64,
+                            .batch = 1};
   op("op-gemm", g, (proto_bytes){NULL, 0});
   g.u.gemm.batch = 8;
   g.u.gemm.stride_a = g.u.gemm.stride_b = g.u.gemm.stride_c = 16;
@@ -174,7 +182,6 @@ static void ops(void) {
   op("op-destroy", base_op(DEV_OP_BUFFER_DESTROY, 1), (proto_bytes){NULL, 0});
 }
 
-
 /* ---- user kernels ---- */
 
 #define MODULE_OPTIONS_AT (PROTO_OP_HEAD_SIZE + PROTO_BUF_SIZE + 16) /* in a MODULE_LOAD body */
@@ -194,8 +201,8 @@ static dev_op module_load(uint32_t source, const char *options) {
 /* A module load with n bytes of options (n may pass the limit: forged), the byte at `nul`
  * (< n) made a NUL if nul < n. */
 static void module_options(const char *name, size_t n, size_t nul) {
-  static uint8_t f[PROTO_HEADER_SIZE + MODULE_OPTIONS_AT + PROTO_OPTIONS_MAX + 1 +
-                   sizeof kernel_code];
+  static uint8_t
+      f[PROTO_HEADER_SIZE + MODULE_OPTIONS_AT + PROTO_OPTIONS_MAX + 1 + sizeof kernel_code];
   dev_op m = module_load(ACCEL_SOURCE_OPENCL, NULL);
   size_t code = sizeof kernel_code - 1, at = PROTO_HEADER_SIZE + MODULE_OPTIONS_AT;
   proto_out o;
@@ -280,8 +287,9 @@ static void user_kernels(void) {
 }
 
 static void controls_and_replies(void) {
-  static const char *const names[] = {"", "ping", "status", "devices", "tree", "inject-fault",
-                                      "device-info", "transfer-stats", "ack"};
+  static const char *const names[] = {"",     "ping",         "status",      "devices",
+                                      "tree", "inject-fault", "device-info", "transfer-stats",
+                                      "ack"};
   for (uint32_t cmd = 1; cmd < PROTO_CTL_MAX_; cmd++) {
     char name[64];
     proto_out o;
@@ -315,8 +323,10 @@ static void save_client(const char *name, proto_out *o, int rc) {
 }
 
 static proto_welcome welcome_of(uint32_t count) {
-  proto_welcome w = {.version = PROTO_VERSION, .limits = {64u << 20, 8192, 65536, 1ull << 34},
-                     .capabilities = PROTO_CAP_BATCH | PROTO_CAP_ACK, .device_count = count};
+  proto_welcome w = {.version = PROTO_VERSION,
+                     .limits = {64u << 20, 8192, 65536, 1ull << 34},
+                     .capabilities = PROTO_CAP_BATCH | PROTO_CAP_ACK,
+                     .device_count = count};
   for (uint32_t i = 0; i < count && i < PROTO_MAX_DEVICES; i++) {
     snprintf(w.devices[i].name, sizeof w.devices[i].name, "device %u", i);
     snprintf(w.devices[i].backend, sizeof w.devices[i].backend, i % 2 ? "cuda" : "cpu");
@@ -398,9 +408,14 @@ static void replies(void) {
   reply("reply-read", 0, bytes, sizeof bytes);
   static const char log[] = "<kernel>:1:40: error: use of undeclared identifier 'y'\n";
   reply("reply-build-log", ACCEL_EBUILD, log, sizeof log - 1);
-  struct accel_device_info d = {.name = "cpu0", .backend = "cpu", .mem_bytes = 1u << 30,
-                                .compute_units = 8, .state = 1, .restarts = 2,
-                                .packages = ACCEL_PKG_MODULE, .sources = 1u << ACCEL_SOURCE_OPENCL};
+  struct accel_device_info d = {.name = "cpu0",
+                                .backend = "cpu",
+                                .mem_bytes = 1u << 30,
+                                .compute_units = 8,
+                                .state = 1,
+                                .restarts = 2,
+                                .packages = ACCEL_PKG_MODULE,
+                                .sources = 1u << ACCEL_SOURCE_OPENCL};
   uint8_t rec[PROTO_DEVICE_SIZE] = {0};
   proto_out o;
   proto_out_init(&o);

@@ -31,7 +31,7 @@ typedef struct fa_header {
   uint64_t seq; /* the allocation's number since the start of the process */
   struct fa_header *prev, *next;
   void *frames[9]; /* who allocated it, with ACCEL_OOM_BACKTRACE=1 */
-} fa_header; /* 16 x 8 bytes: blocks stay 16-byte aligned */
+} fa_header;       /* 16 x 8 bytes: blocks stay 16-byte aligned */
 
 static atomic_ullong fa_calls, fa_fail_at, fa_hits, fa_seq;
 static void *fa_fail_frames[12]; /* where the armed failure happened */
@@ -190,8 +190,7 @@ static inline void fa_report_leaks(unsigned long long since) {
   for (fa_header *h = fa_blocks.next; h != &fa_blocks && shown < 16; h = h->next) {
     if (h->seq >= since) {
       fprintf(stderr, "  leaked: allocation #%llu, %llu bytes (ACCEL_OOM_TRAP_SEQ=%llu)\n",
-              (unsigned long long)h->seq, (unsigned long long)h->size,
-              (unsigned long long)h->seq);
+              (unsigned long long)h->seq, (unsigned long long)h->size, (unsigned long long)h->seq);
       int n = 0;
       while (n < 9 && h->frames[n] != NULL)
         n++;

@@ -106,8 +106,7 @@ static void echo_stop(accel_actor *self, void *state) {
 }
 
 static const accel_behavior echo_behavior = {
-    .name = "echo", .state_size = sizeof(echo_state), .receive = echo_receive,
-    .stop = echo_stop};
+    .name = "echo", .state_size = sizeof(echo_state), .receive = echo_receive, .stop = echo_stop};
 
 static int scenario_runtime(void) {
   accel_runtime *rt;
@@ -165,8 +164,8 @@ static int run_gemm(op_path *p, const float *x, const float *y) {
   float z[N_ELEMS];
   accel_future *f;
   int rc = await(accel_sgemm(p->ctx, ACCEL_DEVICE_ANY, ACCEL_NO_TRANS, ACCEL_NO_TRANS, N_SIDE,
-                             N_SIDE, N_SIDE, 1.0f, p->x, N_SIDE, p->y, N_SIDE, 0.0f, p->z,
-                             N_SIDE, &f),
+                             N_SIDE, N_SIDE, 1.0f, p->x, N_SIDE, p->y, N_SIDE, 0.0f, p->z, N_SIDE,
+                             &f),
                  &f, "sgemm");
   if (rc == 0)
     rc = await(accel_read(p->ctx, p->z, 0, z, N_ELEMS, &f), &f, "read z");
@@ -343,8 +342,8 @@ static void fail_each_allocation(const char *name, int (*scenario)(void)) {
     fa_disarm();
     if (rc != 0 && rc != ACCEL_ENOMEM) {
       fa_report_failure();
-      TEST_FAIL("%s: allocation %llu of %llu failed: the scenario returned %s (%s)", name, n,
-                total, accel_err_name(rc), failed_step);
+      TEST_FAIL("%s: allocation %llu of %llu failed: the scenario returned %s (%s)", name, n, total,
+                accel_err_name(rc), failed_step);
     }
     if (rc != 0 && !hit)
       TEST_FAIL("%s: ENOMEM with no allocation failed (N = %llu)", name, n);

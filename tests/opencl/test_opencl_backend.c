@@ -14,46 +14,41 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "../test.h"
 #include "backends/backend.h"
 #include "backends/cpu/philox.h"
 #include "backends/dtype_conv.h"
 #include "backends/opencl/backend_opencl.h"
-#include "../test.h"
 
 static const be_ops *B;
 static uint64_t rng_state;
 
-static uint64_t rnd64(void)
-{
+static uint64_t rnd64(void) {
   uint64_t z = (rng_state += 0x9e3779b97f4a7c15ull);
   z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
   z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
   return z ^ (z >> 31);
 }
 
-static size_t rnd_range(size_t lo, size_t hi)
-{
+static size_t rnd_range(size_t lo, size_t hi) {
   return lo + (size_t)(rnd64() % (hi - lo + 1));
 }
 
-static void *xcalloc(size_t n, size_t size)
-{
+static void *xcalloc(size_t n, size_t size) {
   void *p = calloc(n, size);
   if (p == NULL)
     TEST_FAIL("out of memory");
   return p;
 }
 
-static be_device *dev_open(int fault_injection)
-{
+static be_device *dev_open(int fault_injection) {
   be_open_opts opts = {.fault_injection = fault_injection};
   be_device *d = NULL;
   CHECK_OK(B->open(0, &opts, &d));
   return d;
 }
 
-static void finish(be_device *d, be_queue *q)
-{
+static void finish(be_device *d, be_queue *q) {
   be_event *ev = NULL;
   CHECK_OK(B->event_create(d, &ev));
   CHECK_OK(B->event_record(ev, q));
@@ -65,8 +60,7 @@ static void finish(be_device *d, be_queue *q)
 
 /* count elements of dtype (dist) at stream offset o into a buffer at element off, read back,
  * compared byte for byte with the CPU's fill. */
-static void rng_match(be_device *d, be_queue *q, uint32_t dtype, be_rng_dist dist)
-{
+static void rng_match(be_device *d, be_queue *q, uint32_t dtype, be_rng_dist dist) {
   size_t es = dtype == ACCEL_F64 ? 8 : dtype == ACCEL_F16 || dtype == ACCEL_BF16 ? 2 : 4;
   size_t n = rnd_range(1, 70000), off = rnd_range(0, 33);
   be_rng_args r = {.dist = dist, .seed = rnd64(), .offset = rnd64() >> rnd_range(0, 63)};
@@ -91,8 +85,7 @@ static void rng_match(be_device *d, be_queue *q, uint32_t dtype, be_rng_dist dis
   free(got);
 }
 
-TEST(rng_bit_identical_to_cpu)
-{
+TEST(rng_bit_identical_to_cpu) {
   be_device *d = dev_open(0);
   be_queue *q = NULL;
   CHECK_OK(B->queue_create(d, &q));
@@ -115,8 +108,7 @@ TEST(rng_bit_identical_to_cpu)
 static char cache_root[256];
 
 /* A fresh, empty cache directory of this process, as ACCEL_CACHE_DIR. */
-static void fresh_cache_dir(const char *name)
-{
+static void fresh_cache_dir(const char *name) {
   char dir[512];
   snprintf(dir, sizeof dir, "%s/%s", cache_root, name);
   CHECK_EQ(mkdir(dir, 0700), 0);
@@ -124,8 +116,7 @@ static void fresh_cache_dir(const char *name)
 }
 
 /* A small op that uses the program: 16 bits from seed 7 against the CPU. */
-static void program_works(be_device *d)
-{
+static void program_works(be_device *d) {
   be_queue *q = NULL;
   CHECK_OK(B->queue_create(d, &q));
   be_mem m = {0};
@@ -141,14 +132,12 @@ static void program_works(be_device *d)
   B->queue_destroy(q);
 }
 
-static bool file_exists(const char *path)
-{
+static bool file_exists(const char *path) {
   struct stat st;
   return stat(path, &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0;
 }
 
-TEST(program_cache_used_on_second_open)
-{
+TEST(program_cache_used_on_second_open) {
   fresh_cache_dir("second-open");
   uint64_t builds = be_opencl_source_builds(), loads = be_opencl_cache_loads();
   be_device *d = dev_open(0);
@@ -169,8 +158,7 @@ TEST(program_cache_used_on_second_open)
   B->close(d);
 }
 
-TEST(program_cache_corrupt_rebuilt)
-{
+TEST(program_cache_corrupt_rebuilt) {
   fresh_cache_dir("corrupt");
   be_device *d = dev_open(0);
   char path[4200];
@@ -204,8 +192,7 @@ TEST(program_cache_corrupt_rebuilt)
   B->close(d);
 }
 
-TEST(program_cache_unwritable)
-{
+TEST(program_cache_unwritable) {
   char file[512];
   snprintf(file, sizeof file, "%s/a-file", cache_root);
   FILE *f = fopen(file, "wb");
@@ -227,15 +214,13 @@ typedef struct rec {
   atomic_int calls, status;
 } rec;
 
-static void rec_fn(void *arg, int status)
-{
+static void rec_fn(void *arg, int status) {
   rec *r = arg;
   atomic_store(&r->status, status);
   atomic_fetch_add(&r->calls, 1);
 }
 
-static void rec_wait(rec *r)
-{
+static void rec_wait(rec *r) {
   uint64_t t0 = test_now_ms();
   while (atomic_load(&r->calls) == 0) {
     if (test_now_ms() - t0 > 20000)
@@ -244,8 +229,7 @@ static void rec_wait(rec *r)
   }
 }
 
-TEST(fault_then_reset_from_cache)
-{
+TEST(fault_then_reset_from_cache) {
   fresh_cache_dir("fault");
   be_device *d = dev_open(1);
   be_queue *q = NULL;
@@ -279,21 +263,31 @@ TEST(fault_then_reset_from_cache)
   CHECK_EQ(atomic_load(&before.calls), 1);
 }
 
-/* ---- gemm: a batch large enough for CLBlast's strided-batched routine (blas.c) ---------------- */
+/* ---- gemm: a batch large enough for CLBlast's strided-batched routine (blas.c) ----------------
+ */
 
-static float rnd_float(void)
-{
+static float rnd_float(void) {
   return (float)(rnd64() % 2000) / 1000.0f - 1.0f;
 }
 
-TEST(gemm_large_strided_batch)
-{
+TEST(gemm_large_strided_batch) {
   be_device *d = dev_open(0);
   be_queue *q = NULL;
   CHECK_OK(B->queue_create(d, &q));
-  be_gemm_args g = {.m = 5, .n = 4, .k = 3, .alpha = 1.5, .beta = -0.5, .lda = 6, .ldb = 3,
-                    .ldc = 5, .ab_type = ACCEL_F32, .c_type = ACCEL_F32, .batch = 40,
-                    .stride_a = 20, .stride_b = 13, .stride_c = 21};
+  be_gemm_args g = {.m = 5,
+                    .n = 4,
+                    .k = 3,
+                    .alpha = 1.5,
+                    .beta = -0.5,
+                    .lda = 6,
+                    .ldb = 3,
+                    .ldc = 5,
+                    .ab_type = ACCEL_F32,
+                    .c_type = ACCEL_F32,
+                    .batch = 40,
+                    .stride_a = 20,
+                    .stride_b = 13,
+                    .stride_c = 21};
   size_t la = 40 * 20, lb = 40 * 13, lc = 40 * 21;
   float *a = xcalloc(la, 4), *b = xcalloc(lb, 4), *c = xcalloc(lc, 4), *got = xcalloc(lc, 4);
   for (size_t i = 0; i < la; i++)
@@ -334,8 +328,7 @@ TEST(gemm_large_strided_batch)
   B->close(d);
 }
 
-TEST(info_names_platform_and_device)
-{
+TEST(info_names_platform_and_device) {
   be_device *d = dev_open(0);
   be_device_info info;
   CHECK_OK(B->info(d, &info));
@@ -345,17 +338,13 @@ TEST(info_names_platform_and_device)
 }
 
 static const test_case tests[] = {
-    TEST_CASE(info_names_platform_and_device),
-    TEST_CASE(rng_bit_identical_to_cpu),
-    TEST_CASE(gemm_large_strided_batch),
-    TEST_CASE(program_cache_used_on_second_open),
-    TEST_CASE(program_cache_corrupt_rebuilt),
-    TEST_CASE(program_cache_unwritable),
+    TEST_CASE(info_names_platform_and_device), TEST_CASE(rng_bit_identical_to_cpu),
+    TEST_CASE(gemm_large_strided_batch),       TEST_CASE(program_cache_used_on_second_open),
+    TEST_CASE(program_cache_corrupt_rebuilt),  TEST_CASE(program_cache_unwritable),
     TEST_CASE(fault_then_reset_from_cache),
 };
 
-int main(int argc, char **argv)
-{
+int main(int argc, char **argv) {
   const char *env = getenv("ACCEL_TEST_SEED");
   uint64_t seed = env != NULL ? strtoull(env, NULL, 0) : test_now_ns() ^ ((uint64_t)getpid() << 32);
   printf("# seed %" PRIu64 " (rerun with ACCEL_TEST_SEED=%" PRIu64 ")\n", seed, seed);

@@ -29,28 +29,38 @@ static const uint8_t *body_of(const proto_out *o, proto_header *h) {
 }
 
 static dev_op random_gemm(void) {
-  dev_op op = {.h = {.kind = DEV_OP_GEMM, .device = (int32_t)(rnd() % 4), .completion = 2,
+  dev_op op = {.h = {.kind = DEV_OP_GEMM,
+                     .device = (int32_t)(rnd() % 4),
+                     .completion = 2,
                      .deadline_ms = (int64_t)(rnd() % 1000)},
                .nbufs = 3};
   for (int i = 0; i < 3; i++)
     op.bufs[i] = (dev_op_buf){rnd(), DEV_READ, rnd(), rnd()};
   /* The types are not on the wire (the checker takes them from the buffers): 0 here. */
-  op.u.gemm = (be_gemm_args){.trans_a = BE_BLAS_TRANS, .trans_b = BE_BLAS_NO_TRANS,
-                             .m = (int64_t)(rnd() % 999), .n = (int64_t)(rnd() % 999),
-                             .k = (int64_t)(rnd() % 999), .alpha = 1.5, .beta = -0.1,
-                             .lda = 7, .ldb = 8, .ldc = 9, .math = BE_GEMM_MATH_FP64,
+  op.u.gemm = (be_gemm_args){.trans_a = BE_BLAS_TRANS,
+                             .trans_b = BE_BLAS_NO_TRANS,
+                             .m = (int64_t)(rnd() % 999),
+                             .n = (int64_t)(rnd() % 999),
+                             .k = (int64_t)(rnd() % 999),
+                             .alpha = 1.5,
+                             .beta = -0.1,
+                             .lda = 7,
+                             .ldb = 8,
+                             .ldc = 9,
+                             .math = BE_GEMM_MATH_FP64,
                              .batch = (int64_t)(rnd() % 99 + 1),
-                             .stride_a = (int64_t)rnd(), .stride_b = (int64_t)rnd(),
+                             .stride_a = (int64_t)rnd(),
+                             .stride_b = (int64_t)rnd(),
                              .stride_c = (int64_t)rnd()};
   return op;
 }
 
 static bool same_gemm(const be_gemm_args *a, const be_gemm_args *b) {
-  return a->trans_a == b->trans_a && a->trans_b == b->trans_b && a->m == b->m &&
-         a->n == b->n && a->k == b->k && a->alpha == b->alpha && a->beta == b->beta &&
-         a->lda == b->lda && a->ldb == b->ldb && a->ldc == b->ldc && a->math == b->math &&
-         a->batch == b->batch && a->stride_a == b->stride_a && a->stride_b == b->stride_b &&
-         a->stride_c == b->stride_c && b->ab_type == 0 && b->c_type == 0;
+  return a->trans_a == b->trans_a && a->trans_b == b->trans_b && a->m == b->m && a->n == b->n &&
+         a->k == b->k && a->alpha == b->alpha && a->beta == b->beta && a->lda == b->lda &&
+         a->ldb == b->ldb && a->ldc == b->ldc && a->math == b->math && a->batch == b->batch &&
+         a->stride_a == b->stride_a && a->stride_b == b->stride_b && a->stride_c == b->stride_c &&
+         b->ab_type == 0 && b->c_type == 0;
 }
 
 TEST(op_round_trip) {
@@ -304,8 +314,8 @@ TEST(hello_encoder_cuts_an_unterminated_name) {
 #define DEVICE_STATE_AT (96 + 16 + 12) /* state's offset in a device record */
 
 static proto_welcome welcome_of(uint32_t count) {
-  proto_welcome w = {.version = PROTO_VERSION, .limits = {1u << 20, 8, 64, 0},
-                     .device_count = count};
+  proto_welcome w = {
+      .version = PROTO_VERSION, .limits = {1u << 20, 8, 64, 0}, .device_count = count};
   for (uint32_t i = 0; i < count && i < PROTO_MAX_DEVICES; i++) {
     snprintf(w.devices[i].name, sizeof w.devices[i].name, "device %u", i);
     snprintf(w.devices[i].backend, sizeof w.devices[i].backend, "cpu");
@@ -754,8 +764,8 @@ TEST(op_payload_enums_at_the_limit_and_one_past) {
 
 TEST(gemm_enums_at_the_limit_and_one_past) {
   dev_op op = op_of(DEV_OP_GEMM, 3);
-  op.u.gemm = (be_gemm_args){.trans_a = BE_BLAS_TRANS, .trans_b = BE_BLAS_TRANS,
-                             .math = BE_GEMM_MATH_FP64, .batch = 1};
+  op.u.gemm = (be_gemm_args){
+      .trans_a = BE_BLAS_TRANS, .trans_b = BE_BLAS_TRANS, .math = BE_GEMM_MATH_FP64, .batch = 1};
   CHECK_OK(op_decodes(&op));
   dev_op bad = op;
   bad.u.gemm.trans_a = (be_blas_trans)(BE_BLAS_TRANS + 1);
@@ -840,11 +850,10 @@ TEST(control_at_the_limit_and_one_past) {
   CHECK_ERR(proto_decode_control(body, 16, &c), ACCEL_EPROTO);
 }
 
-
 /* ---- user kernels: MODULE_LOAD, MODULE_UNLOAD, LAUNCH ---- */
 
 #define MODULE_PAYLOAD_AT (PROTO_OP_HEAD_SIZE + PROTO_BUF_SIZE) /* source, in the body */
-#define MODULE_OPTIONS_AT (MODULE_PAYLOAD_AT + 16)               /* the options' bytes */
+#define MODULE_OPTIONS_AT (MODULE_PAYLOAD_AT + 16)              /* the options' bytes */
 
 static const char module_code[] = "__kernel void k(__global float *x) { x[0] = 1.0f; }";
 
@@ -1176,8 +1185,8 @@ TEST(build_log_reply_and_device_sources) {
   static const char log[] = "<kernel>:1:5: error: use of undeclared identifier 'y'";
   proto_out o;
   proto_out_init(&o);
-  CHECK_OK(proto_encode_reply(&o, 77, ACCEL_EBUILD, (proto_bytes){(const uint8_t *)log,
-                                                                   sizeof log - 1}));
+  CHECK_OK(proto_encode_reply(&o, 77, ACCEL_EBUILD,
+                              (proto_bytes){(const uint8_t *)log, sizeof log - 1}));
   size_t len;
   const uint8_t *body = only_body(&o, &len);
   int32_t status;
@@ -1187,7 +1196,8 @@ TEST(build_log_reply_and_device_sources) {
   CHECK(data.len == sizeof log - 1 && memcmp(data.data, log, data.len) == 0);
   proto_out_free(&o);
   /* A device's sources travel in its record (the field a daemon before them left 0). */
-  struct accel_device_info d = {.name = "gpu", .backend = "opencl",
+  struct accel_device_info d = {.name = "gpu",
+                                .backend = "opencl",
                                 .packages = ACCEL_PKG_MODULE,
                                 .sources = 1u << ACCEL_SOURCE_OPENCL | 1u << ACCEL_SOURCE_SPIRV},
                            back;

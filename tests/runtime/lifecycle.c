@@ -16,9 +16,13 @@ static int plain_start(accel_actor *self, void *state, void *arg) {
   return 0;
 }
 
-static void plain_stop(accel_actor *self, void *state) { plain_stops++; }
+static void plain_stop(accel_actor *self, void *state) {
+  plain_stops++;
+}
 
-static int ignore_receive(accel_actor *self, void *state, accel_msg *msg) { return 0; }
+static int ignore_receive(accel_actor *self, void *state, accel_msg *msg) {
+  return 0;
+}
 
 static const accel_behavior plain_b = {
     .name = "plain", .start = plain_start, .receive = ignore_receive, .stop = plain_stop};
@@ -116,8 +120,7 @@ static int order_driver_receive(accel_actor *self, void *state, accel_msg *msg) 
   return 0;
 }
 
-static void order_driver_child_exit(accel_actor *self, void *state, accel_ref child,
-                                    int reason) {
+static void order_driver_child_exit(accel_actor *self, void *state, accel_ref child, int reason) {
   check_on_loop(self);
   events_add("driver.child_exit:%s:%s", ref_eq(child, recorder_first_ref) ? "same" : "other",
              accel_err_name(reason));
@@ -322,7 +325,9 @@ static int grandchild_start(accel_actor *self, void *state, void *arg) {
   return 0;
 }
 
-static void grandchild_stop(accel_actor *self, void *state) { fs_grandchild_stops++; }
+static void grandchild_stop(accel_actor *self, void *state) {
+  fs_grandchild_stops++;
+}
 
 static const accel_behavior grandchild_b = {.name = "grandchild",
                                             .start = grandchild_start,
@@ -345,8 +350,7 @@ static void spawn_failing_children(accel_actor *self) {
   accel_ref ref = ACCEL_REF_NONE, found;
   CHECK_ERR(accel_spawn(rt, self, &failing_b, NULL, NULL, &ref), ACCEL_EPERM);
   CHECK_ERR(accel_child(self, "bad", &found), ACCEL_ENOENT);
-  CHECK_ERR(accel_spawn(rt, self, &failing_b, (void *)"with grandchild", NULL, &ref),
-            ACCEL_EPERM);
+  CHECK_ERR(accel_spawn(rt, self, &failing_b, (void *)"with grandchild", NULL, &ref), ACCEL_EPERM);
   CHECK_ERR(accel_child(self, "bad", &found), ACCEL_ENOENT);
   CHECK_EQ(fs_grandchild_starts, 1);
   CHECK_EQ(fs_grandchild_stops, 1); /* nothing remains: the grandchild was stopped */

@@ -5,8 +5,8 @@
 #include <spawn.h>
 #include <sys/wait.h>
 
-#include "accel/runtime.h"
 #include "../test.h"
+#include "accel/runtime.h"
 
 extern char **environ;
 
@@ -23,7 +23,9 @@ static accel_log_level level_expected_from_env(void) {
 }
 
 /* Runs first, before anything sets the level. */
-TEST(level_matches_environment) { CHECK_EQ(accel_log_get_level(), level_expected_from_env()); }
+TEST(level_matches_environment) {
+  CHECK_EQ(accel_log_get_level(), level_expected_from_env());
+}
 
 static int run_self_with_env(const char *test_name, const char *log_env) {
   char exe[4096];
@@ -193,14 +195,10 @@ TEST(lines_from_many_threads_stay_whole) {
 }
 
 static const test_case tests[] = {
-    TEST_CASE(level_matches_environment),
-    TEST_CASE(accel_log_variable_sets_the_level),
-    TEST_CASE(parse_accepts_every_level),
-    TEST_CASE(parse_refuses_other_words),
-    TEST_CASE(set_then_get_round_trips),
-    TEST_CASE(level_filters_lines),
-    TEST_CASE(trace_shows_every_level),
-    TEST_CASE(lines_from_many_threads_stay_whole),
+    TEST_CASE(level_matches_environment), TEST_CASE(accel_log_variable_sets_the_level),
+    TEST_CASE(parse_accepts_every_level), TEST_CASE(parse_refuses_other_words),
+    TEST_CASE(set_then_get_round_trips),  TEST_CASE(level_filters_lines),
+    TEST_CASE(trace_shows_every_level),   TEST_CASE(lines_from_many_threads_stay_whole),
 };
 
 TEST_MAIN(tests)

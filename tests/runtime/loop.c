@@ -263,8 +263,7 @@ static int table_driver_receive(accel_actor *self, void *state, accel_msg *msg) 
   return 0;
 }
 
-static void table_driver_child_exit(accel_actor *self, void *state, accel_ref child,
-                                    int reason) {
+static void table_driver_child_exit(accel_actor *self, void *state, accel_ref child, int reason) {
   CHECK(ref_eq(child, table.first));
   CHECK_ERR(tell_arg(accel_actor_runtime(self), table.first, MSG_PING, 0), ACCEL_ESTALE);
   respawn_in_freed_slot(self);

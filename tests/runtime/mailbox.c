@@ -291,8 +291,7 @@ static void check_turns(uint32_t throughput, int per_actor) {
     runs += run == 1;
     left[who]--;
     if (left[1 - who] > 0 && run > (int)throughput)
-      TEST_FAIL("actor %d ran %d messages in a row (throughput %u) at %d", who, run,
-                throughput, i);
+      TEST_FAIL("actor %d ran %d messages in a row (throughput %u) at %d", who, run, throughput, i);
   }
   CHECK_EQ(left[0], 0);
   CHECK_EQ(left[1], 0);
@@ -311,10 +310,16 @@ static void check_fairness(uint32_t throughput, uint32_t turn, int per_actor) {
   check_turns(turn, per_actor);
 }
 
-TEST(busy_actors_take_turns_of_throughput) { check_fairness(4, 4, 40); }
-TEST(throughput_one_alternates) { check_fairness(1, 1, 30); }
+TEST(busy_actors_take_turns_of_throughput) {
+  check_fairness(4, 4, 40);
+}
+TEST(throughput_one_alternates) {
+  check_fairness(1, 1, 30);
+}
 /* A zeroed option means the default, 64, not "unbounded". */
-TEST(zero_throughput_means_the_default_64) { check_fairness(0, 64, 300); }
+TEST(zero_throughput_means_the_default_64) {
+  check_fairness(0, 64, 300);
+}
 
 /* ---- backpressure: capacity 4 ---- */
 
@@ -385,7 +390,9 @@ static const capacity_case capacities[] = {{2, 2}, {5, 8}, {8, 8}, {17, 32}, {10
 enum { N_CAPACITIES = sizeof capacities / sizeof capacities[0] };
 static uint32_t accepted[N_CAPACITIES];
 
-static int ignore_receive(accel_actor *self, void *state, accel_msg *msg) { return 0; }
+static int ignore_receive(accel_actor *self, void *state, accel_msg *msg) {
+  return 0;
+}
 
 static const accel_behavior sponge_b = {.name = "sponge", .receive = ignore_receive};
 
@@ -500,8 +507,7 @@ static int stale_driver_receive(accel_actor *self, void *state, accel_msg *msg) 
   return 0;
 }
 
-static void stale_driver_child_exit(accel_actor *self, void *state, accel_ref child,
-                                    int reason) {
+static void stale_driver_child_exit(accel_actor *self, void *state, accel_ref child, int reason) {
   stale_driver *d = state;
   CHECK(ref_eq(child, d->stopped));
   CHECK_EQ(reason, 0);
@@ -533,8 +539,8 @@ TEST(stale_refs_are_dead_letters) {
 enum { PENDING_TELLS = 10, PENDING_ASKS = 3 };
 
 typedef struct pending_record {
-  int received;           /* payload messages the target received */
-  int asks_done;          /* then callbacks run */
+  int received;  /* payload messages the target received */
+  int asks_done; /* then callbacks run */
   int ask_status[16];
   int restarted;
 } pending_record;
@@ -683,8 +689,7 @@ static int race_driver_receive(accel_actor *self, void *state, accel_msg *msg) {
   return 0;
 }
 
-static void race_driver_child_exit(accel_actor *self, void *state, accel_ref child,
-                                   int reason) {
+static void race_driver_child_exit(accel_actor *self, void *state, accel_ref child, int reason) {
   CHECK_EQ(reason, 0);
   race_exited++;
   race_maybe_done(accel_actor_runtime(self));

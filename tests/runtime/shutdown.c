@@ -59,12 +59,12 @@ static int echo_receive(accel_actor *self, void *state, accel_msg *msg) {
   TEST_FAIL("unexpected message %u", msg->type);
 }
 
-static void echo_stop(accel_actor *self, void *state) { complete_all(state, ACCEL_ECANCELED); }
+static void echo_stop(accel_actor *self, void *state) {
+  complete_all(state, ACCEL_ECANCELED);
+}
 
-static const accel_behavior echo_b = {.name = "echo",
-                                      .state_size = sizeof(echo_state),
-                                      .receive = echo_receive,
-                                      .stop = echo_stop};
+static const accel_behavior echo_b = {
+    .name = "echo", .state_size = sizeof(echo_state), .receive = echo_receive, .stop = echo_stop};
 
 /* ---- producers ---- */
 

@@ -33,10 +33,8 @@ static int sink_receive(accel_actor *self, void *state, accel_msg *msg) {
   return 0;
 }
 
-static const accel_behavior sink_b = {.name = "sink",
-                                      .state_size = sizeof(sink *),
-                                      .start = sink_start,
-                                      .receive = sink_receive};
+static const accel_behavior sink_b = {
+    .name = "sink", .state_size = sizeof(sink *), .start = sink_start, .receive = sink_receive};
 
 typedef struct producer {
   accel_runtime *rt;

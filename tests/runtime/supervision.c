@@ -17,13 +17,17 @@ typedef struct kid_spec {
 
 static const kid_spec kids[MAX_KIDS] = {{0, "c0"}, {1, "c1"}, {2, "c2"}, {3, "c3"}};
 
-static accel_ref driver;  /* the test's driver: kids report their starts to it */
+static accel_ref driver; /* the test's driver: kids report their starts to it */
 static int kid_starts[MAX_KIDS];
 static int kid_fail_restarts; /* when set, every start after the first fails */
 static uint64_t kid_start_ns[16], kid_fail_ns[16];
 
-static uint64_t ref_to_arg(accel_ref r) { return (uint64_t)r.slot << 32 | r.gen; }
-static accel_ref ref_from_arg(uint64_t a) { return (accel_ref){(uint32_t)(a >> 32), (uint32_t)a}; }
+static uint64_t ref_to_arg(accel_ref r) {
+  return (uint64_t)r.slot << 32 | r.gen;
+}
+static accel_ref ref_from_arg(uint64_t a) {
+  return (accel_ref){(uint32_t)(a >> 32), (uint32_t)a};
+}
 
 static int kid_start(accel_actor *self, void *state, void *arg) {
   const kid_spec *k = arg;
@@ -91,7 +95,7 @@ static void settle_then_stop(accel_actor *self) {
 typedef struct strategy_run {
   int expected_restarts; /* starts to wait for after the failure */
   accel_ref before[3], after[3];
-  char log[1024];        /* the event log when things settled */
+  char log[1024]; /* the event log when things settled */
   int started, child_exits;
 } strategy_run;
 
@@ -163,8 +167,8 @@ static void check_restart_hooks(const char *log, const char *name) {
   int i_start = token_index(log, start, token_index(log, start, 0) + 1);
   int i_post = token_index(log, post, i_start + 1);
   if (!(i_pre >= 0 && i_pre < i_stop && i_stop < i_start && i_start < i_post))
-    TEST_FAIL("restart hooks of %s out of order (pre %d stop %d start %d post %d): %s", name,
-              i_pre, i_stop, i_start, i_post, log);
+    TEST_FAIL("restart hooks of %s out of order (pre %d stop %d start %d post %d): %s", name, i_pre,
+              i_stop, i_start, i_post, log);
 }
 
 /* Only the start:/stop: events of a log, space-separated. */
@@ -205,8 +209,7 @@ TEST(one_for_one_restarts_only_the_failed_child) {
   accel_runtime_stats stats;
   run_strategy(ACCEL_ONE_FOR_ONE, 1, &stats);
   check_restarted(restarted);
-  CHECK_STR_EQ(srun.log,
-               "start:c0 start:c1 start:c2 pre:c1 stop:c1 start:c1 post:c1");
+  CHECK_STR_EQ(srun.log, "start:c0 start:c1 start:c2 pre:c1 stop:c1 start:c1 post:c1");
   CHECK_EQ(stats.restarts, 1);
   CHECK_GE(stats.failures, 1);
   CHECK_EQ(stats.escalations, 0);
@@ -254,10 +257,8 @@ static void mid_pre_restart(accel_actor *self, void *state, int reason) {
   mid_pre_reason = reason;
 }
 
-static const accel_behavior mid_b = {.name = "mid",
-                                     .start = mid_start,
-                                     .receive = kid_receive,
-                                     .pre_restart = mid_pre_restart};
+static const accel_behavior mid_b = {
+    .name = "mid", .start = mid_start, .receive = kid_receive, .pre_restart = mid_pre_restart};
 
 static int escalation_driver_receive(accel_actor *self, void *state, accel_msg *msg) {
   accel_runtime *rt = accel_actor_runtime(self);
@@ -537,7 +538,9 @@ static void node_stop(accel_actor *self, void *state) {
   events_add("stop:%s", accel_actor_name(self));
 }
 
-static int ignore_receive(accel_actor *self, void *state, accel_msg *msg) { return 0; }
+static int ignore_receive(accel_actor *self, void *state, accel_msg *msg) {
+  return 0;
+}
 
 static const accel_behavior node_b = {
     .name = "node", .start = node_start, .receive = ignore_receive, .stop = node_stop};

@@ -171,10 +171,8 @@ static void inc_post_restart(accel_actor *self, void *state, int reason) {
   CHECK_OK(tell_arg(accel_actor_runtime(self), accel_parent(self), MSG_RESTARTED, 0));
 }
 
-static const accel_behavior inc_b = {.name = "inc",
-                                     .start = inc_start,
-                                     .receive = inc_receive,
-                                     .post_restart = inc_post_restart};
+static const accel_behavior inc_b = {
+    .name = "inc", .start = inc_start, .receive = inc_receive, .post_restart = inc_post_restart};
 
 static int inc_driver_receive(accel_actor *self, void *state, accel_msg *msg) {
   accel_runtime *rt = accel_actor_runtime(self);
@@ -203,7 +201,7 @@ TEST(timers_die_with_their_incarnation) {
   run_actor(&inc_driver_b);
   CHECK_EQ(inc_starts, 2);
   CHECK_EQ(inc_ticks[1], 2);
-  CHECK_EQ(inc_ticks[2], 0); /* nothing from the old incarnation's timer */
+  CHECK_EQ(inc_ticks[2], 0);            /* nothing from the old incarnation's timer */
   CHECK_LT(repeat_ticks, REPEAT_TICKS); /* stopped before it could cancel its own */
 }
 
@@ -224,10 +222,8 @@ static int many_receive(accel_actor *self, void *state, accel_msg *msg) {
   return 0;
 }
 
-static const accel_behavior many_b = {.name = "many",
-                                      .state_size = sizeof(int),
-                                      .start = kick_on_start,
-                                      .receive = many_receive};
+static const accel_behavior many_b = {
+    .name = "many", .state_size = sizeof(int), .start = kick_on_start, .receive = many_receive};
 
 TEST(many_actors_with_repeating_timers) {
   many_done = 0;

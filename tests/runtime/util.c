@@ -13,7 +13,9 @@ accel_msg msg_make(uint32_t type, uint64_t arg) {
   return m;
 }
 
-int ref_eq(accel_ref a, accel_ref b) { return a.slot == b.slot && a.gen == b.gen; }
+int ref_eq(accel_ref a, accel_ref b) {
+  return a.slot == b.slot && a.gen == b.gen;
+}
 
 int tell_arg(accel_runtime *rt, accel_ref to, uint32_t type, uint64_t arg) {
   accel_msg m = msg_make(type, arg);
@@ -102,7 +104,9 @@ void events_add(const char *fmt, ...) {
   pthread_mutex_unlock(&events_mu);
 }
 
-const char *events_get(void) { return events_buf; }
+const char *events_get(void) {
+  return events_buf;
+}
 
 const char *events_with_prefix(const char *prefix) {
   static char out[sizeof events_buf];
@@ -150,9 +154,13 @@ void counted_reset(void) {
   atomic_store(&counted_drops, 0);
 }
 
-long counted_live(void) { return atomic_load(&counted_allocs) - atomic_load(&counted_frees); }
+long counted_live(void) {
+  return atomic_load(&counted_allocs) - atomic_load(&counted_frees);
+}
 
-long counted_dropped(void) { return atomic_load(&counted_drops); }
+long counted_dropped(void) {
+  return atomic_load(&counted_drops);
+}
 
 /* ---- runtimes ---- */
 
@@ -199,4 +207,6 @@ accel_runtime_stats stats_of(accel_runtime *rt) {
   return s;
 }
 
-void stop_runtime_from(accel_actor *self) { accel_runtime_stop(accel_actor_runtime(self)); }
+void stop_runtime_from(accel_actor *self) {
+  accel_runtime_stop(accel_actor_runtime(self));
+}

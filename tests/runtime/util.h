@@ -9,8 +9,8 @@
 #include <stdatomic.h>
 #include <stdint.h>
 
-#include "accel/runtime.h"
 #include "../test.h"
+#include "accel/runtime.h"
 
 /* Message types shared by the tests; each file adds its own from MSG_FIRST_LOCAL. */
 enum {

@@ -61,10 +61,10 @@ static void check_result(accel_msg *msg) {
 
 static int result_receive(accel_actor *self, void *state, accel_msg *msg) {
   if (msg->type == MSG_KICK) {
-    CHECK_OK(accel_work_submit(self, work_returning_value, counted_new(42), counted_drop,
+    CHECK_OK(
+        accel_work_submit(self, work_returning_value, counted_new(42), counted_drop, MSG_DONE));
+    CHECK_OK(accel_work_submit(self, work_returning_value, counted_new((uint64_t)-7), counted_drop,
                                MSG_DONE));
-    CHECK_OK(accel_work_submit(self, work_returning_value, counted_new((uint64_t)-7),
-                               counted_drop, MSG_DONE));
   } else if (msg->type == MSG_DONE) {
     check_result(msg);
     if (++results_seen == 2)
@@ -162,9 +162,8 @@ static void gone_worker_post_restart(accel_actor *self, void *state, int reason)
   CHECK_OK(tell_arg(accel_actor_runtime(self), accel_parent(self), MSG_RESTARTED, 0));
 }
 
-static const accel_behavior gone_worker_b = {.name = "worker",
-                                             .receive = gone_worker_receive,
-                                             .post_restart = gone_worker_post_restart};
+static const accel_behavior gone_worker_b = {
+    .name = "worker", .receive = gone_worker_receive, .post_restart = gone_worker_post_restart};
 
 static int gone_driver_receive(accel_actor *self, void *state, accel_msg *msg) {
   accel_runtime *rt = accel_actor_runtime(self);
@@ -180,8 +179,7 @@ static int gone_driver_receive(accel_actor *self, void *state, accel_msg *msg) {
   return 0;
 }
 
-static void gone_driver_child_exit(accel_actor *self, void *state, accel_ref child,
-                                   int reason) {
+static void gone_driver_child_exit(accel_actor *self, void *state, accel_ref child, int reason) {
   gate_signal(&work_gate);
 }
 
@@ -214,8 +212,12 @@ static void check_drop_when_gone(uint32_t how) {
   gate_destroy(&work_gate);
 }
 
-TEST(work_of_a_stopped_actor_drops_its_data) { check_drop_when_gone(MSG_KICK); }
-TEST(work_of_a_restarted_incarnation_drops_its_data) { check_drop_when_gone(MSG_FAIL); }
+TEST(work_of_a_stopped_actor_drops_its_data) {
+  check_drop_when_gone(MSG_KICK);
+}
+TEST(work_of_a_restarted_incarnation_drops_its_data) {
+  check_drop_when_gone(MSG_FAIL);
+}
 
 /* ---- shutdown waits for work in flight ---- */
 
