@@ -12,9 +12,11 @@
 
 #include <accel/accel.h>
 
-/* Written as each backend's own axpy is (OpenCL: a product, then a sum, which the compiler
- * may contract as it does its own; CUDA: one fused multiply-add), so the bits match. */
+/* Written as each backend's own axpy is (OpenCL: a product, then a sum, with contraction
+ * into a fused multiply-add off, as in accel's own kernels; CUDA: one fused multiply-add), so
+ * the bits match. */
 static const char opencl_c[] =
+    "#pragma OPENCL FP_CONTRACT OFF\n"
     "__kernel void saxpy(uint n, float a, __global const float *x, __global float *y) {\n"
     "  size_t i = get_global_id(0);\n"
     "  if (i < n) { float ax = a * x[i]; y[i] = ax + y[i]; }\n"

@@ -11,6 +11,7 @@
 /* ---- the kernels, in each language ---- */
 
 static const char ocl_src[] =
+    "#pragma OPENCL FP_CONTRACT OFF /* as accel's own kernels: no fused multiply-add */\n"
     "__kernel void saxpy(uint n, float a, __global const float *x, __global float *y)\n"
     "{\n"
     "  size_t i = get_global_id(0);\n"

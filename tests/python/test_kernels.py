@@ -14,7 +14,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 # Written as each backend's own axpy is (OpenCL: a product, then a sum; CUDA: one fused
 # multiply-add), so the bits match the built-in op's (as examples/saxpy_kernel.c).
 SAXPY = {
-    "opencl": """__kernel void saxpy(uint n, float a, __global const float *x,
+    "opencl": """#pragma OPENCL FP_CONTRACT OFF
+                 __kernel void saxpy(uint n, float a, __global const float *x,
                                       __global float *y) {
                    size_t i = get_global_id(0);
                    if (i < n) { float ax = a * x[i]; y[i] = ax + y[i]; }
