@@ -40,6 +40,7 @@ typedef struct dev_inflight {
   accel_runtime *world_rt;
   accel_future *early; /* the op's future, completed right in the backend's callback */
   int refs;            /* the actor's list + the pending completion mechanism */
+  bool armed;          /* its completion is on its way (arm); the watchdog retries if not */
 } dev_inflight;
 
 struct kernel_state {
@@ -96,7 +97,7 @@ void dev_inflight_pool_free(dev_world *w) {
 
 static void inflight_unlink(kernel_state *k, dev_inflight *f) {
   rt_list_remove(&f->link);
-  if (f->how == ACCEL_COMPLETION_POLL)
+  if (f->how == ACCEL_COMPLETION_POLL && f->armed)
     k->polled--;
   k->on_queue--;
   f->owner = NULL;
@@ -179,6 +180,14 @@ static int arm_callback(kernel_state *k, dev_inflight *f) {
   /* host_notify does not hold the queue until the callback returns (a GPU would idle). */
   const be_ops *be = k->node->be;
   int rc = (be->host_notify ? be->host_notify : be->host_callback)(k->queue, host_callback, f);
+  if (rc == ACCEL_ENOMEM) { /* undone: the watchdog arms it again */
+    f->refs--;
+    if (f->early) {
+      accel_future_release(f->early);
+      f->early = NULL;
+    }
+    return rc;
+  }
   if (rc != 0)
     host_callback(f, rc); /* finishes the task with the error, through the loop */
   return 0;
@@ -202,7 +211,6 @@ static int arm_sync(kernel_state *k, dev_inflight *f) {
 }
 
 static void arm_poll(kernel_state *k) {
-  k->polled++;
   if (!k->poll_armed && accel_timer_start(k->self, 0, 0, DEV_MSG_POLL, 0, NULL) == 0)
     k->poll_armed = true;
 }
@@ -259,18 +267,11 @@ static accel_completion strategy_of(kernel_state *k, dev_task *t) {
   return how ? how : ACCEL_COMPLETION_CALLBACK;
 }
 
-/* sync and poll complete through an event of their own; callbacks need none. */
-static int completion_event(kernel_state *k, dev_inflight *f) {
-  if (f->how == ACCEL_COMPLETION_CALLBACK)
-    return 0;
-  const be_ops *be = k->node->be;
-  int rc = be->event_create(k->node->dev, &f->event);
-  if (rc == 0)
-    rc = be->event_record(f->event, k->queue);
-  return rc;
-}
-
-static int track(kernel_state *k, dev_task *t) {
+/* Everything the task's completion needs that may fail for lack of memory, made before the
+ * work is submitted: once it is, the task may not complete before the work does (the work
+ * may still read the caller's memory). sync and poll complete through an event of their
+ * own; callbacks need none. */
+static int track_prepare(kernel_state *k, dev_task *t, dev_inflight **out) {
   dev_inflight *f = inflight_alloc(k->node->world);
   if (f == NULL)
     return ACCEL_ENOMEM;
@@ -283,25 +284,54 @@ static int track(kernel_state *k, dev_task *t) {
                       .deadline_ms = rt_mono_ms() + deadline,
                       .refs = 1,
                       .world = k->node->world};
-  int rc = completion_event(k, f);
+  int rc = f->how == ACCEL_COMPLETION_CALLBACK ? 0
+                                               : k->node->be->event_create(k->node->dev, &f->event);
   if (rc != 0) {
-    inflight_unref(f); /* destroys the event, back to the pool */
+    inflight_unref(f); /* back to the pool */
     return rc;
   }
-  rt_list_push_front(&k->inflight, &f->link);
-  k->on_queue++;
+  *out = f;
+  return 0;
+}
+
+/* Starts the completion of submitted work: 0, ACCEL_ENOMEM with nothing changed (the watchdog
+ * tries again: the work is queued, so the task must wait for it), or another error. */
+static int arm(kernel_state *k, dev_inflight *f) {
+  int rc = f->event ? k->node->be->event_record(f->event, k->queue) : 0;
+  if (rc != 0)
+    return rc;
   if (f->how == ACCEL_COMPLETION_CALLBACK)
     rc = arm_callback(k, f);
   else if (f->how == ACCEL_COMPLETION_SYNC)
     rc = arm_sync(k, f);
-  else
+  if (rc != 0)
+    return rc;
+  f->armed = true;
+  if (f->how == ACCEL_COMPLETION_POLL) {
+    k->polled++;
     arm_poll(k);
-  arm_watchdog(k);
-  if (rc != 0) {
-    inflight_finish(f, rc); /* the work is queued but nothing would report it: fail it */
-    return 1;
   }
   return 0;
+}
+
+/* Tracks submitted work; true if it has finished already (with an error). */
+static bool track(kernel_state *k, dev_inflight *f) {
+  rt_list_push_front(&k->inflight, &f->link);
+  k->on_queue++;
+  int rc = arm(k, f);
+  arm_watchdog(k);
+  if (rc == ACCEL_ENOMEM) {
+    accel_log(ACCEL_LOG_WARN, "device",
+              "device %d: out of memory arming a completion: "
+              "trying again",
+              k->node->device);
+    return false;
+  }
+  if (rc != 0) {
+    inflight_finish(f, rc); /* the work is queued but nothing would report it: fail it */
+    return true;
+  }
+  return false;
 }
 
 static void run_task(kernel_state *k, dev_task *t) {
@@ -309,20 +339,22 @@ static void run_task(kernel_state *k, dev_task *t) {
     dev_task_complete(t, ACCEL_EDEVLOST);
     return;
   }
-  int rc = wait_for_same_node_deps(k, t);
+  dev_inflight *f = NULL;
+  int rc = track_prepare(k, t, &f);
+  if (rc == 0)
+    rc = wait_for_same_node_deps(k, t);
   if (rc == 0)
     rc = dev_exec(t, k->queue);
-  if (rc == 0)
-    rc = track(k, t);
-  if (rc > 0)
-    return; /* tracked and already finished */
   if (rc != 0) {
+    if (f)
+      inflight_unref(f);
     dev_task_complete(t, rc);
     if (rc == ACCEL_EDEVLOST)
       report_fault(k);
     return;
   }
-  dev_task_submitted(t);
+  if (!track(k, f))
+    dev_task_submitted(t);
 }
 
 /* ---- messages ---- */
@@ -340,7 +372,7 @@ static void poll_events(kernel_state *k) {
   k->poll_armed = false;
   for (dev_inflight *f = inflight_first(k), *next; f != NULL; f = next) {
     next = inflight_next(k, f); /* finishing f unlinks it */
-    if (f->how == ACCEL_COMPLETION_POLL) {
+    if (f->how == ACCEL_COMPLETION_POLL && f->armed) {
       int rc = k->node->be->event_query(f->event);
       if (rc != ACCEL_EAGAIN)
         inflight_finish(f, rc);
@@ -368,6 +400,12 @@ static void watchdog(kernel_state *k) {
   uint64_t now = rt_mono_ms();
   for (dev_inflight *f = inflight_first(k), *next; f != NULL; f = next) {
     next = inflight_next(k, f); /* finishing f unlinks it */
+    if (!f->armed) {            /* its work is queued: it waits for memory to arm its completion */
+      int rc = arm(k, f);
+      if (rc != 0 && rc != ACCEL_ENOMEM)
+        inflight_finish(f, rc);
+      continue;
+    }
     if (now >= f->deadline_ms) {
       int rc = f->event ? k->node->be->event_query(f->event) : ACCEL_EAGAIN;
       if (rc == ACCEL_EAGAIN && k->node->be->abort)

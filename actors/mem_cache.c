@@ -110,6 +110,8 @@ static void trim(dev_node *node, uint64_t keep) {
   uint64_t bytes = c->bytes;
   while (n < c->len && bytes > keep)
     bytes -= c->blocks[n++].bytes;
+  if (n == 0)
+    return; /* (blocks may be NULL then: memmove must not see it) */
   free_blocks(node, c->blocks, n);
   memmove(c->blocks, c->blocks + n, (c->len - n) * sizeof *c->blocks);
   c->len -= n;

@@ -310,6 +310,10 @@ static int module_unload(session_state *s, uint64_t handle) {
 /* Resolves the module and kernel, checks the launch against them and the device. */
 static int launch_prepare(session_state *s, dev_op *op, dev_buffer *bufs[], dev_node **at) {
   dev_world *w = s->args->world;
+  if (op->u.launch.mod != NULL) { /* prepared before its memory was allocated: again now */
+    dev_module_unref(op->u.launch.mod);
+    op->u.launch.mod = NULL;
+  }
   dev_module *m = resolve_module(s, op->u.launch.module);
   if (m == NULL)
     return ACCEL_ESTALE;
@@ -399,10 +403,11 @@ static void handle_op(session_state *s, dev_op *op) {
   op->t_issued_ns = uv_hrtime();
   a->refs++;
   a->in_flight++;
+  uint32_t kind = op->h.kind; /* a planned op may be done, and freed, when run_op returns */
   int rc = s->args->max_in_flight && a->in_flight > s->args->max_in_flight ? ACCEL_EBUSY
                                                                            : run_op(s, op);
-  bool finished_now = rc != 0 || op->h.kind == DEV_OP_BUFFER_CREATE ||
-                      op->h.kind == DEV_OP_BUFFER_DESTROY || op->h.kind == DEV_OP_MODULE_UNLOAD;
+  bool finished_now = rc != 0 || kind == DEV_OP_BUFFER_CREATE || kind == DEV_OP_BUFFER_DESTROY ||
+                      kind == DEV_OP_MODULE_UNLOAD;
   if (finished_now)
     dev_op_finished(s->args->world, op, rc);
 }

@@ -65,7 +65,7 @@ accel_actor *rt_resolve_local(accel_runtime *rt, accel_ref ref) {
 /* ---- cells ---- */
 
 accel_actor *rt_cell_create(accel_runtime *rt, accel_actor *parent, rt_child *spec) {
-  accel_actor *cell = rt_calloc(1, sizeof *cell);
+  accel_actor *cell = rt_aligned_calloc(_Alignof(accel_actor), sizeof *cell);
   if (cell == NULL)
     return NULL;
   cell->rt = rt;
@@ -79,12 +79,12 @@ accel_actor *rt_cell_create(accel_runtime *rt, accel_actor *parent, rt_child *sp
     cell->supervision = spec->supervision;
   atomic_init(&cell->scheduled, 0);
   if (rt_mailbox_init(&cell->mailbox, spec ? spec->mailbox_capacity : 64) != 0) {
-    rt_free(cell);
+    rt_aligned_free(cell);
     return NULL;
   }
   if (slot_alloc(rt, cell) != 0) {
     rt_mailbox_destroy(&cell->mailbox);
-    rt_free(cell);
+    rt_aligned_free(cell);
     return NULL;
   }
   atomic_fetch_add(&rt->stats.actors_live, 1);
@@ -94,7 +94,7 @@ accel_actor *rt_cell_create(accel_runtime *rt, accel_actor *parent, rt_child *sp
 
 static void cell_free(accel_actor *cell) {
   rt_mailbox_destroy(&cell->mailbox);
-  rt_free(cell);
+  rt_aligned_free(cell);
 }
 
 int rt_cell_start(accel_actor *cell) {

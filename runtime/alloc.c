@@ -4,6 +4,7 @@
 #include "runtime/alloc.h"
 
 #include <stdatomic.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -69,4 +70,23 @@ char *rt_strndup(const char *s, size_t n) {
 
 char *rt_strdup(const char *s) {
   return s == NULL ? NULL : rt_strndup(s, strlen(s));
+}
+
+/* The block from the hook starts `align - 1 + sizeof(void *)` bytes early at most; the pointer
+ * the hook gave sits just before the aligned address. */
+void *rt_aligned_calloc(size_t align, size_t size) {
+  if (align == 0 || (align & (align - 1)) != 0 || align > 4096 ||
+      size > SIZE_MAX - align - sizeof(void *))
+    return NULL;
+  char *raw = rt_calloc(1, size + align - 1 + sizeof(void *));
+  if (raw == NULL)
+    return NULL;
+  uintptr_t at = ((uintptr_t)(raw + sizeof(void *)) + align - 1) & ~(uintptr_t)(align - 1);
+  ((void **)at)[-1] = raw;
+  return (void *)at;
+}
+
+void rt_aligned_free(void *ptr) {
+  if (ptr != NULL)
+    rt_free(((void **)ptr)[-1]);
 }

@@ -130,8 +130,11 @@ void srv_conn_end(srv_server *s, srv_conn *c) {
   c->hnext = s->dead;
   s->dead = c;
   srv_out_free(s, c); /* its replies have nowhere to go */
-  if (c->session_live && accel_stop(s->rt, c->session) != 0) {
-    c->session_live = false; /* already gone (shutdown): nothing will report its exit */
+  /* ACCEL_ECLOSED: the runtime is shutting down and the session still runs: it stops with
+   * the tree, before the server, whose stop frees this record (srv_conns_free_all); freed now,
+   * the session's stop would read its arguments from freed memory. */
+  if (c->session_live && accel_stop(s->rt, c->session) == ACCEL_ESTALE) {
+    c->session_live = false; /* already gone: nothing will report its exit */
     s->sessions--;
   }
   srv_conn_maybe_free(s, c);
