@@ -164,6 +164,20 @@ def test_a_dropped_future_keeps_its_memory_until_the_op_ends(ctx, kernel_device,
     f.result(timeout=120)
 
 
+def test_an_error_that_came_before_the_drop_is_logged(ctx, caplog, kernel_device):
+    """The op fails before its Future is dropped (nobody looked at it): logged at the drop."""
+    from accel import _lib
+    f = failing_op(ctx, kernel_device)
+    deadline = time.monotonic() + 120
+    while _lib.lib.accel_future_poll(f._c) == _lib.EAGAIN and time.monotonic() < deadline:
+        threading.Event().wait(0.01)
+    with caplog.at_level(logging.ERROR, logger="accel"):
+        del f
+        gc.collect()
+    assert any("ENOENT" in r.getMessage() and "dropped" in r.getMessage()
+               for r in caplog.records)
+
+
 def test_an_error_nobody_looked_at_is_logged(ctx, caplog, kernel_device):
     with caplog.at_level(logging.ERROR, logger="accel"):
         failing_op(ctx, kernel_device)  # the future is dropped at once

@@ -238,8 +238,12 @@ class Future:
         if c is None or _lib is None or _lib.lib is None:
             return
         try:
-            if not self._settled and _lib.lib.accel_future_poll(c) == _lib.EAGAIN:
+            rc = _lib.EAGAIN if self._settled else _lib.lib.accel_future_poll(c)
+            if not self._settled and rc == _lib.EAGAIN:
                 notifier().register(c, _Orphan(c, self._keep, self._what))
+            elif not self._settled and rc < 0:  # failed before anyone looked, and now dropped
+                _log.error("accel: %s failed and its future was dropped: %s", self._what,
+                           AccelError(rc))
         except Exception:
             pass  # interpreter shutdown: the process is going away with the memory
         _lib.lib.accel_future_release(c)
