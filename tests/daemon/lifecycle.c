@@ -299,6 +299,42 @@ TEST(log_lines_carry_the_date_and_level_name) {
   td_cleanup(&d);
 }
 
+/* CPU time (user + system, in clock ticks) a process has used, from /proc/PID/stat. */
+static long cpu_ticks(pid_t pid) {
+  char path[64], buf[1024];
+  snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+  FILE *f = fopen(path, "r");
+  CHECK(f != NULL);
+  size_t n = fread(buf, 1, sizeof buf - 1, f);
+  fclose(f);
+  buf[n] = '\0';
+  const char *p = strrchr(buf, ')'); /* the name may hold spaces: fields start after it */
+  CHECK(p != NULL);
+  unsigned long utime = 0, stime = 0;
+  CHECK_EQ(sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &utime, &stime), 2);
+  return (long)(utime + stime);
+}
+
+/* An idle acceld (devices open, a client connected and quiet) sleeps: over two seconds it uses
+ * at most a few ticks (a spinning loop or a polling timer would use all 200). */
+TEST(an_idle_daemon_uses_no_cpu) {
+  td_daemon d;
+  td_prepare(&d);
+  td_start(&d, NULL);
+  td_client c;
+  td_client_open(&c, d.url);
+  CHECK_OK(td_hello(&c, NULL));
+  test_sleep_ms(500); /* start-up done */
+  long t0 = cpu_ticks(d.pid);
+  test_sleep_ms(2000);
+  long used = cpu_ticks(d.pid) - t0;
+  printf("# idle acceld: %ld clock ticks of CPU in 2 s\n", used);
+  CHECK_LE(used, 10);
+  td_client_close(&c);
+  CHECK_EQ(td_stop(&d), 0);
+  td_cleanup(&d);
+}
+
 static const test_case tests[] = {
     TEST_CASE(bad_configurations_are_refused),
     TEST_CASE(socket_mode_from_the_config),
@@ -310,6 +346,7 @@ static const test_case tests[] = {
     TEST_CASE(sighup_reloads_live_settings),
     TEST_CASE(journal_lines_carry_the_syslog_priority),
     TEST_CASE(log_lines_carry_the_date_and_level_name),
+    TEST_CASE(an_idle_daemon_uses_no_cpu),
 };
 
 TEST_MAIN(tests)

@@ -3,6 +3,7 @@
  * EALREADY, stop is idempotent, spawns from foreign threads while running (the start hook has
  * run on the loop when accel_spawn returns), sends after shutdown are refused without hanging,
  * and a small ref table reuses slots with new generations. */
+#include <sys/resource.h>
 #include <time.h>
 #include "util.h"
 
@@ -339,6 +340,33 @@ TEST(longest_stall_is_measured_and_reset) {
   accel_runtime_destroy(rt);
 }
 
+/* ---- idle ---- */
+
+static double process_cpu_s(void) {
+  struct rusage ru;
+  CHECK_EQ(getrusage(RUSAGE_SELF, &ru), 0);
+  return (double)ru.ru_utime.tv_sec + ru.ru_utime.tv_usec * 1e-6 + (double)ru.ru_stime.tv_sec +
+         ru.ru_stime.tv_usec * 1e-6;
+}
+
+/* A started runtime with an actor and nothing to do sleeps in its poll: over two seconds the
+ * process uses at most 50 ms of CPU (a spinning loop would use about 2000; under valgrind,
+ * whose own start-up may spill into the window, 500). */
+TEST(an_idle_runtime_uses_no_cpu) {
+  accel_runtime *rt = runtime_started();
+  accel_ref s = spawn_ok(rt, NULL, &sleepy_b, NULL, NULL);
+  ask_and_wait(rt, s, 0);
+  test_sleep_ms(200);
+  double t0 = process_cpu_s();
+  test_sleep_ms(2000);
+  double used = process_cpu_s() - t0;
+  printf("# idle runtime: %.1f ms of CPU in 2 s\n", used * 1e3);
+  CHECK(used < (test_under_valgrind() ? 0.5 : 0.05));
+  accel_runtime_stop(rt);
+  CHECK_OK(accel_runtime_join(rt));
+  accel_runtime_destroy(rt);
+}
+
 static const test_case tests[] = {
     TEST_CASE(run_on_the_calling_thread_until_an_actor_stops_it),
     TEST_CASE(run_on_the_calling_thread_until_another_thread_stops_it),
@@ -348,6 +376,7 @@ static const test_case tests[] = {
     TEST_CASE(small_ref_table_runs_out_then_reuses_slots),
     TEST_CASE(after_shutdown_sends_and_spawns_are_refused),
     TEST_CASE(longest_stall_is_measured_and_reset),
+    TEST_CASE(an_idle_runtime_uses_no_cpu),
 };
 
 TEST_MAIN(tests)
