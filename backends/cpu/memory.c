@@ -54,6 +54,6 @@ void be_cpu_mem_free_all(be_device *dev) {
   while (dev->blocks.next != &dev->blocks) {
     rt_list *node = dev->blocks.next;
     rt_list_remove(node);
-    rt_free(node); /* the link is the block's first member */
+    free(node); /* the link is the block's first member; aligned_alloc's, as in mem_free */
   }
 }
