@@ -28,7 +28,7 @@ static void replica_free(dev_world *w, dev_buffer *b, int n, bool closing) {
   dev_node *node = &w->nodes[n];
   if (r->allocated && node->dev && r->node_gen == node->generation) {
     if (closing)
-      dev_mem_release_now(node, &r->mem);
+      dev_mem_free(node, &r->mem);
     else
       dev_mem_cache_put(node, r->mem);
   }

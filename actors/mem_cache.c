@@ -10,8 +10,6 @@
 #define SMALL_STEP 512u
 #define LARGE_STEP (2u << 20)
 #define SMALL_MAX (1u << 20)
-#define PIN_MIN (1u << 20)     /* smaller host blocks go through the backends' bounce buffers */
-#define PIN_SHARE 4            /* at most a quarter of the host's memory is pinned */
 #define CACHE_SHARE 8          /* a node caches at most 1/8 of its memory... */
 #define CACHE_MAX (1ull << 30) /* ...and at most 1 GiB */
 
@@ -50,8 +48,7 @@ typedef struct free_job {
   dev_node *node;
   uint32_t gen;
   uint32_t n;
-  be_mem *mems;   /* n, after the pins */
-  dev_pin pins[]; /* n: the block's registration, node -1 if none */
+  be_mem mems[]; /* n */
 } free_job;
 
 /* Takes the device for a worker: false if the incarnation `gen` is gone (its memory went with
@@ -71,110 +68,8 @@ static void device_leave(dev_node *node) {
   pthread_mutex_unlock(&node->build_mu);
 }
 
-/* ---- pinned host blocks (the host node's cache.pins, loop only) ---- */
-
-static void *host_ptr(be_mem m) {
-  return (void *)(uintptr_t)m.handle;
-}
-
-/* Undoes a registration (on a worker, or on the loop where it may block): nothing to do if
- * the device that made it restarted since (the registration went with its context). */
-static void unpin(dev_world *w, const dev_pin *pin) {
-  if (pin->node < 0)
-    return;
-  dev_node *p = &w->nodes[pin->node];
-  if (device_enter(p, pin->gen)) {
-    p->be->host_unregister(p->dev, (void *)(uintptr_t)pin->handle);
-    device_leave(p);
-  }
-}
-
-/* The block's registration, taken out of the table (node -1 if it had none). */
-static dev_pin pin_take(dev_node *node, be_mem m) {
-  dev_mem_cache *c = &node->cache;
-  for (uint32_t i = 0; i < c->npins; i++) {
-    if (c->pins[i].handle != m.handle)
-      continue;
-    dev_pin pin = c->pins[i];
-    c->pins[i] = c->pins[--c->npins];
-    c->pinned_bytes -= pin.bytes;
-    return pin;
-  }
-  return (dev_pin){.node = -1};
-}
-
-static bool pin_add(dev_node *node, dev_pin pin) {
-  dev_mem_cache *c = &node->cache;
-  if (c->npins == c->pins_cap) {
-    uint32_t cap = c->pins_cap ? c->pins_cap * 2 : 32;
-    dev_pin *p = rt_realloc(c->pins, cap * sizeof *p);
-    if (p == NULL)
-      return false;
-    c->pins = p;
-    c->pins_cap = cap;
-  }
-  c->pins[c->npins++] = pin;
-  return true;
-}
-
-/* The first serving device whose backend registers host memory (a portable registration
- * serves every device of that backend). */
-static dev_node *pin_device(dev_world *w) {
-  for (int n = 1; n < w->nnodes; n++) {
-    dev_node *p = &w->nodes[n];
-    if (p->be->host_register && p->dev && p->state == DEV_NODE_SERVING)
-      return p;
-  }
-  return NULL;
-}
-
-/* Chooses the device that will pin a new host block of `cls` bytes and reserves the room
- * within the bound (given back if the registration fails). */
-static void pin_plan(dev_node *host, dev_mem_need *d) {
-  dev_mem_cache *c = &host->cache;
-  dev_node *p = d->cls >= PIN_MIN ? pin_device(host->world) : NULL;
-  if (p == NULL || c->pinned_bytes + d->cls > host->info.mem_bytes / PIN_SHARE)
-    return;
-  c->pinned_bytes += d->cls;
-  d->pin_node = p->index;
-  d->pin_gen = p->generation;
-}
-
-/* On a worker, after the block was allocated. */
-static void pin_block(dev_mem_need *d) {
-  dev_node *p = &d->node->world->nodes[d->pin_node];
-  if (device_enter(p, d->pin_gen)) {
-    d->pinned = p->be->host_register(p->dev, host_ptr(d->mem), d->cls) == 0;
-    device_leave(p);
-  }
-}
-
-/* On the loop, as the job ends: the registration goes into the table, or the reserved room
- * back (also when the table cannot grow: the block is unpinned at once then). */
-static void pin_keep(dev_mem_need *d) {
-  dev_mem_cache *c = &d->node->cache;
-  dev_pin pin = {d->mem.handle, d->cls, d->pin_node, d->pin_gen};
-  if (d->status == 0 && d->pinned && pin_add(d->node, pin))
-    return;
-  c->pinned_bytes -= d->cls;
-  if (d->status == 0 && d->pinned) {
-    dev_blocking_begin(); /* out of memory: the rare case that may block the loop */
-    unpin(d->node->world, &pin);
-    dev_blocking_end();
-  }
-}
-
-/* Frees a block now, unpinned first if it was (a device's stop: the loop waits there). */
-void dev_mem_release_now(dev_node *node, be_mem *mem) {
-  dev_pin pin = pin_take(node, *mem);
-  unpin(node->world, &pin);
-  dev_mem_free(node, mem);
-}
-
 static void free_work(uv_work_t *req) {
   free_job *j = req->data;
-  for (uint32_t i = 0; i < j->n; i++)
-    unpin(j->node->world, &j->pins[i]);
   if (!device_enter(j->node, j->gen))
     return;
   for (uint32_t i = 0; i < j->n; i++)
@@ -191,25 +86,19 @@ static void free_done(uv_work_t *req, int status) {
 static void free_blocks(dev_node *node, const be_mem *mems, uint32_t n) {
   if (n == 0)
     return;
-  free_job *j = rt_malloc(sizeof *j + n * (sizeof(dev_pin) + sizeof *mems));
+  free_job *j = rt_malloc(sizeof *j + n * sizeof *mems);
   if (j != NULL) {
     *j = (free_job){.node = node, .gen = node->generation, .n = n};
-    j->mems = (be_mem *)(void *)(j->pins + n);
     memcpy(j->mems, mems, n * sizeof *mems);
-    for (uint32_t i = 0; i < n; i++)
-      j->pins[i] = pin_take(node, mems[i]);
     j->req.data = j;
     if (uv_queue_work(rt_uv_loop(node->world->rt), &j->req, free_work, free_done) == 0)
       return;
-    for (uint32_t i = 0; i < n; i++) /* back in the table: unpinned below with their blocks */
-      if (j->pins[i].node >= 0 && pin_add(node, j->pins[i]))
-        node->cache.pinned_bytes += j->pins[i].bytes;
     rt_free(j);
   }
   dev_blocking_begin(); /* out of memory: giving memory back comes first */
   for (uint32_t i = 0; i < n; i++) {
     be_mem m = mems[i];
-    dev_mem_release_now(node, &m);
+    dev_mem_free(node, &m);
   }
   dev_blocking_end();
 }
@@ -256,14 +145,13 @@ void dev_mem_cache_flush(dev_node *node) {
 void dev_mem_cache_close(dev_node *node) {
   dev_mem_cache *c = &node->cache;
   for (uint32_t i = 0; node->dev != NULL && i < c->len; i++)
-    dev_mem_release_now(node, &c->blocks[i]);
+    dev_mem_free(node, &c->blocks[i]);
   c->len = 0;
   c->bytes = 0;
 }
 
 void dev_mem_cache_fini(dev_mem_cache *c) {
   rt_free(c->blocks);
-  rt_free(c->pins);
   *c = (dev_mem_cache){0};
 }
 
@@ -286,14 +174,8 @@ static void need(dev_mem_need *needs, uint32_t *n, dev_buffer *b, dev_node *node
   for (uint32_t i = 0; i < *n; i++)
     if (needs[i].buf == b && needs[i].node == node)
       return;
-  dev_mem_need *d = &needs[(*n)++];
-  *d = (dev_mem_need){.buf = b,
-                      .node = node,
-                      .node_gen = node->generation,
-                      .cls = dev_mem_class(b->bytes),
-                      .pin_node = -1};
-  if (node->index == DEV_HOST_NODE)
-    pin_plan(node, d);
+  needs[(*n)++] = (dev_mem_need){
+      .buf = b, .node = node, .node_gen = node->generation, .cls = dev_mem_class(b->bytes)};
 }
 
 uint32_t dev_mem_needs(dev_node *node, const dev_op *op, dev_buffer *bufs[], dev_mem_need *needs) {
@@ -315,15 +197,11 @@ static int alloc_work(void *data) {
   dev_mem_job *j = data;
   for (uint32_t i = 0; i < j->n; i++) {
     dev_mem_need *d = &j->needs[i];
-    if (d->pin_node >= 0) /* an allocated host block is kept (attached or cached) */
-      pin_keep(d);
     d->status = ACCEL_EDEVLOST;
     if (!device_enter(d->node, d->node_gen))
       continue;
     d->status = dev_mem_alloc(d->node, d->cls, &d->mem);
     device_leave(d->node);
-    if (d->status == 0 && d->pin_node >= 0)
-      pin_block(d);
   }
   return 0;
 }
@@ -358,24 +236,14 @@ static void job_drop(void *data) {
   job_finish(data, false, NULL); /* the actor went away first */
 }
 
-/* The room pin_plan reserved, given back: the job was never made. */
-static void unplan_pins(const dev_mem_need *needs, uint32_t n) {
-  for (uint32_t i = 0; i < n; i++)
-    if (needs[i].pin_node >= 0)
-      needs[i].node->cache.pinned_bytes -= needs[i].cls;
-}
-
 int dev_mem_job_submit(accel_actor *self, dev_mem_need *needs, uint32_t n, uint32_t type) {
   dev_mem_job *j = rt_malloc(sizeof *j + n * sizeof *needs);
-  if (j == NULL) {
-    unplan_pins(needs, n);
+  if (j == NULL)
     return ACCEL_ENOMEM;
-  }
   j->n = n;
   memcpy(j->needs, needs, n * sizeof *needs);
   int rc = accel_work_submit(self, alloc_work, j, job_drop, type);
   if (rc != 0) {
-    unplan_pins(needs, n);
     rt_free(j);
     return rc;
   }

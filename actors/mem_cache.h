@@ -23,28 +23,12 @@ struct dev_node;
 struct dev_buffer;
 struct dev_op;
 
-/* A host block registered for DMA (pinned) through a device's context: which one, so that
- * it is unregistered there before the block is freed (a restart of that device took the
- * registration with its context: nothing to undo then). */
-typedef struct dev_pin {
-  uint64_t handle;
-  size_t bytes;
-  int node;
-  uint32_t gen;
-} dev_pin;
-
 typedef struct dev_mem_cache {
   be_mem *blocks; /* free blocks of the current incarnation, oldest first */
   uint32_t len, cap;
   uint64_t bytes;                 /* their sum */
   uint64_t limit;                 /* past it, the oldest are freed (on a worker) */
   uint64_t hits, misses, trimmed; /* counters for the tests and reports */
-  /* The host node only: its blocks of 1 MiB or more are pinned when a device can register
-   * host memory, so that copies between them and a GPU run at DMA speed without staging;
-   * at most a quarter of the host's memory is pinned (then blocks stay pageable). */
-  dev_pin *pins;
-  uint32_t npins, pins_cap;
-  uint64_t pinned_bytes;
 } dev_mem_cache;
 
 /* The size a replica of `bytes` really takes. */
@@ -61,9 +45,6 @@ void dev_mem_cache_flush(struct dev_node *node);
  * cached block is freed now, before the context goes. */
 void dev_mem_cache_close(struct dev_node *node);
 void dev_mem_cache_fini(dev_mem_cache *c);
-/* Frees a block of the node's current incarnation at once, unpinned first if it was: for a
- * device's stop only (the loop waits for the device there by design). */
-void dev_mem_release_now(struct dev_node *node, be_mem *mem);
 
 /* ---- allocations on a worker ---- */
 
@@ -73,11 +54,8 @@ typedef struct dev_mem_need {
   struct dev_node *node;
   uint32_t node_gen;
   size_t cls;
-  be_mem mem;       /* filled by the worker */
-  int status;       /* its mem_alloc's result */
-  int pin_node;     /* a host block: the device that registers it for DMA, or -1 */
-  uint32_t pin_gen; /* that device's incarnation */
-  bool pinned;      /* the worker registered it */
+  be_mem mem; /* filled by the worker */
+  int status; /* its mem_alloc's result */
 } dev_mem_need;
 
 typedef struct dev_mem_job dev_mem_job;
