@@ -163,6 +163,13 @@ static void spawn(chaos *ch, int i) {
   envp[n + 1] = seed;
   envp[n + 2] = fd;
   char *argv[] = {"chaos-client", NULL};
+  /* The child starts with SIGTERM blocked (the mask survives exec) and unblocks it once its
+   * handler is in place: a SIGTERM sent while it starts waits for the handler rather than
+   * killing it. */
+  sigset_t term, old;
+  sigemptyset(&term);
+  sigaddset(&term, SIGTERM);
+  CHECK_EQ(sigprocmask(SIG_BLOCK, &term, &old), 0);
   pid_t pid = fork();
   CHECK_GE(pid, 0);
   if (pid == 0) {
@@ -170,6 +177,7 @@ static void spawn(chaos *ch, int i) {
     execve("/proc/self/exe", argv, envp);
     _exit(127);
   }
+  CHECK_EQ(sigprocmask(SIG_SETMASK, &old, NULL), 0);
   free(envp);
   ch->kids[i] = pid;
   ch->started++;

@@ -963,6 +963,10 @@ static __attribute__((noreturn)) void client_run(const char *url, uint64_t seed,
   c.reported_ms = test_now_ms();
   struct sigaction sa = {.sa_handler = on_sigterm, .sa_flags = SA_RESTART};
   sigaction(SIGTERM, &sa, NULL);
+  sigset_t term; /* blocked by the parent until now (spawn in chaos.c) */
+  sigemptyset(&term);
+  sigaddset(&term, SIGTERM);
+  sigprocmask(SIG_UNBLOCK, &term, NULL);
   connect_ctx(&c);
   while (!stop_requested) {
     step(&c);
