@@ -514,6 +514,16 @@ TEST(restart_delays_stop_growing_at_the_cap) {
   CHECK_LT(total_ms, uncapped_ms);
 }
 
+/* A cap that is no power-of-two multiple of the initial delay: 100, 200, 400, then 500 (the
+ * cap cuts the doubling short); a delay that doubled past it once more would be 800, beyond
+ * 500 + BACKOFF_LATE_MS. */
+enum { CUT_INITIAL_MS = 100, CUT_MAX_MS = 500, CUT_RESTARTS = 5 };
+
+TEST(restart_delays_are_cut_at_an_uneven_cap) {
+  run_backoff(CUT_INITIAL_MS, CUT_MAX_MS, CUT_RESTARTS);
+  check_backoff_gaps(CUT_INITIAL_MS, CUT_MAX_MS, CUT_RESTARTS);
+}
+
 /* ---- stop order: children in reverse start order, depth first ---- */
 
 typedef struct node_spec {
@@ -619,6 +629,7 @@ static const test_case tests[] = {
     TEST_CASE(restarts_outside_the_window_do_not_count),
     TEST_CASE(restart_delays_grow_exponentially),
     TEST_CASE(restart_delays_stop_growing_at_the_cap),
+    TEST_CASE(restart_delays_are_cut_at_an_uneven_cap),
     TEST_CASE(children_stop_in_reverse_start_order),
     TEST_CASE(shutdown_stops_top_level_actors_in_reverse_order),
 };
