@@ -37,7 +37,8 @@ TEST(freed_memory_is_reused) {
   long misses0 = td_status_field(&d, "alloc_cache_misses");
   long hits0 = td_status_field(&d, "alloc_cache_hits");
   for (int i = 0; i < 50; i++)
-    use_once(ctx, (1u << 20) + (size_t)i, (float)i); /* sizes of one class (2 MiB steps) */
+    /* 4 MiB + 4000 i bytes: one size class in 2 MiB steps (50 classes in 512 B steps) */
+    use_once(ctx, (1u << 20) + 1000 * (size_t)i, (float)i);
   CHECK_OK(accel_finish(ctx, 60000));
   long misses = td_status_field(&d, "alloc_cache_misses") - misses0;
   long hits = td_status_field(&d, "alloc_cache_hits") - hits0;
