@@ -169,7 +169,7 @@ static void apply_limits(svc_state *st, accel_actor *self, const proto_limits *l
   if (copy == NULL)
     return;
   *copy = *l;
-  accel_msg m = {.type = SRV_MSG_LIMITS, .data = copy, .drop = free};
+  accel_msg m = {.type = SRV_MSG_LIMITS, .data = copy, .drop = rt_free};
   if (accel_tell(accel_actor_runtime(self), st->args->server, &m) != 0) {
     rt_free(copy);
     return;
