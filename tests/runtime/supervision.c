@@ -534,6 +534,14 @@ TEST(restart_delays_are_cut_at_an_uneven_cap) {
   check_backoff_gaps(CUT_INITIAL_MS, CUT_MAX_MS, CUT_RESTARTS);
 }
 
+/* A first delay above the cap is cut to it (400, cut to 100). */
+enum { HIGH_INITIAL_MS = 400, LOW_CAP_MS = 100, LOW_CAP_RESTARTS = 2 };
+
+TEST(a_first_delay_above_the_cap_is_cut_to_it) {
+  run_backoff(HIGH_INITIAL_MS, LOW_CAP_MS, LOW_CAP_RESTARTS);
+  check_backoff_gaps(HIGH_INITIAL_MS, LOW_CAP_MS, LOW_CAP_RESTARTS);
+}
+
 /* ---- stop order: children in reverse start order, depth first ---- */
 
 typedef struct node_spec {
@@ -640,6 +648,7 @@ static const test_case tests[] = {
     TEST_CASE(restart_delays_grow_exponentially),
     TEST_CASE(restart_delays_stop_growing_at_the_cap),
     TEST_CASE(restart_delays_are_cut_at_an_uneven_cap),
+    TEST_CASE(a_first_delay_above_the_cap_is_cut_to_it),
     TEST_CASE(children_stop_in_reverse_start_order),
     TEST_CASE(shutdown_stops_top_level_actors_in_reverse_order),
 };
