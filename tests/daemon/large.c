@@ -4,10 +4,7 @@
  * many chunks cost little; the 4 GiB cases use the defaults, over the local socket (ipc://)
  * and over plain tcp://, one after the other (each holds 4 GiB here and 4 GiB in the daemon:
  * meson runs this test alone). */
-#include <arpa/inet.h>
-#include <netinet/in.h>
 #include <signal.h>
-#include <sys/socket.h>
 
 #include "accel/accel.h"
 #include "clients/chunk.h"
@@ -88,18 +85,6 @@ static size_t max_elems(accel_ctx *ctx) {
   CHECK_GT(ctx->max_op_bytes, 0);
   CHECK_EQ(ctx->max_op_bytes % 4, 0);
   return ctx->max_op_bytes / 4;
-}
-
-/* A TCP port nothing listens on now (the kernel's pick; free again once closed). */
-static int free_port(void) {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  CHECK_GE(fd, 0);
-  struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-  socklen_t len = sizeof a;
-  CHECK_EQ(bind(fd, (struct sockaddr *)&a, sizeof a), 0);
-  CHECK_EQ(getsockname(fd, (struct sockaddr *)&a, &len), 0);
-  close(fd);
-  return ntohs(a.sin_port);
 }
 
 /* The daemon's peak resident memory (VmHWM), in MiB; -1 if unknown. */
@@ -300,7 +285,7 @@ static bool death_mid_stream(bool over_tcp, const char *config, size_t n, long o
   td_prepare(&d);
   td_write_config(&d, config);
   char tcp[64];
-  snprintf(tcp, sizeof tcp, "tcp://127.0.0.1:%d", free_port());
+  snprintf(tcp, sizeof tcp, "tcp://127.0.0.1:%d", td_free_port());
   if (over_tcp)
     td_start(&d, "--listen", tcp, "--allow-plain-tcp", NULL);
   else
@@ -432,7 +417,7 @@ static void four_gib(bool over_tcp) {
   td_daemon d;
   td_prepare(&d);
   char tcp[64];
-  snprintf(tcp, sizeof tcp, "tcp://127.0.0.1:%d", free_port());
+  snprintf(tcp, sizeof tcp, "tcp://127.0.0.1:%d", td_free_port());
   if (over_tcp)
     td_start(&d, "--listen", tcp, "--allow-plain-tcp", NULL);
   else

@@ -2,7 +2,9 @@
  * silent clients, connect/close storms, clients that die with replies in flight, a second
  * daemon on the same socket, peers outside the allowlist, a client that never reads. After
  * each, a well-behaved client is served, what the peer held is back to its baseline, the
- * event is in the log, and SIGTERM ends the daemon cleanly. */
+ * event is in the log, and SIGTERM ends the daemon cleanly. The byte budgets, exactly: at
+ * least two frames, reading paused past it (local), unacknowledged replies counted and a pipe
+ * refused past twice it (nng). */
 #include <dirent.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -555,6 +557,168 @@ TEST(pipelined_large_writes_are_bounded) {
   stop(&d);
 }
 
+/* ---- byte budgets, exactly ---- */
+
+/* One READ of the first `count` u32 of `handle`. */
+static void encode_read(proto_out *o, uint64_t id, uint64_t handle, uint32_t count) {
+  dev_op op = {.h = {.kind = DEV_OP_READ, .device = ACCEL_DEVICE_ANY}, .nbufs = 1};
+  op.bufs[0] = (dev_op_buf){.handle = handle, .count = count};
+  op.u.read.bytes = 4ull * count;
+  CHECK_OK(proto_encode_op(o, id, &op, (proto_bytes){NULL, 0}));
+}
+
+/* n such reads, ids first.., sent in one write: the daemon takes them in one go. */
+static void send_reads(td_client *c, uint64_t first, int n, uint64_t handle, uint32_t count) {
+  proto_out o;
+  proto_out_init(&o);
+  for (int i = 0; i < n; i++)
+    encode_read(&o, first + (uint64_t)i, handle, count);
+  td_send_raw(c, o.data, o.len, first);
+  proto_out_free(&o);
+}
+
+/* The statuses of the replies to requests first.., in whatever order they come. */
+static void statuses(td_client *c, uint64_t first, int n, int status[]) {
+  for (int i = 0; i < n; i++) {
+    nng_msg *m;
+    CHECK_EQ(td_recv(c, &m, TD_FOREVER), 0);
+    proto_header h;
+    CHECK_OK(proto_decode_header(nng_msg_body(m), nng_msg_len(m), UINT32_MAX, &h));
+    CHECK(h.request_id >= first && h.request_id < first + (uint64_t)n);
+    status[h.request_id - first] = td_reply_status(m, h.request_id, NULL);
+    nng_msg_free(m);
+  }
+}
+
+/* The budget is at least two frames, whatever max_memory says (docs/PROTOCOL.md: a chunked
+ * transfer keeps two max_op_bytes in flight, and they must never be refused for their size):
+ * two reads of a whole frame each, sent together, are both served. */
+TEST(the_budget_holds_two_frames_whatever_max_memory_says) {
+  td_daemon d;
+  start(&d, "[limits]\nmax_message = 65536\nmax_memory = 65536\n");
+  uint32_t count = (65536 - PROTO_REPLY_HEAD_SIZE) / 4; /* a reply of one whole frame */
+  td_client c;
+  td_client_open(&c, d.url);
+  CHECK_OK(td_hello(&c, NULL));
+  CHECK_OK(td_create(&c, td_handle(1, 1), ACCEL_U32, count));
+  int status[2];
+  send_reads(&c, 500, 2, td_handle(1, 1), count);
+  statuses(&c, 500, 2, status);
+  CHECK_OK(status[0]);
+  CHECK_OK(status[1]);
+  td_client_close(&c);
+  stop(&d);
+}
+
+/* A local connection is not read while its unwritten replies pass its budget, and is read
+ * again once they drain below half. Four reads of 4 MiB, all admitted (16 MiB fit the budget
+ * of 16 MiB + 64), whose replies the client leaves unread, hold 4 x (4 MiB + 32): reading
+ * pauses. Two more reads, sent then, are taken only once the client has read the first
+ * replies, and are served; read at once, they would find the replies still held and be
+ * EBUSY. The status round trip on another connection orders it: by the time the daemon
+ * answers it, its loop has seen our bytes (sent before that connection was made). */
+TEST(local_reading_pauses_past_the_budget) {
+  td_daemon d;
+  start(&d, "[limits]\nmax_message = 4194336\nmax_memory = 16777280\n");
+  uint32_t count = 1u << 20; /* 4 MiB: the socket never takes a whole reply */
+  td_client c;
+  td_client_open(&c, d.url);
+  CHECK_OK(td_hello(&c, NULL));
+  CHECK_OK(td_create(&c, td_handle(1, 1), ACCEL_U32, count));
+  long done = td_status_field(&d, "ops_completed");
+  send_reads(&c, 600, 4, td_handle(1, 1), count);
+  TEST_WAIT_FOR(td_status_field(&d, "ops_completed") >= done + 4, 20);
+  send_reads(&c, 604, 2, td_handle(1, 1), count);
+  td_status_field(&d, "connections"); /* the round trip */
+  int status[6];
+  statuses(&c, 600, 6, status);
+  for (int i = 0; i < 6; i++)
+    CHECK_OK(status[i]);
+  td_client_close(&c);
+  stop(&d);
+}
+
+/* A daemon on the CPU backend listening on tcp:// (written to url) with `config`. */
+static void start_tcp(td_daemon *d, const char *config, char *url, size_t len) {
+  snprintf(url, len, "tcp://127.0.0.1:%d", td_free_port());
+  td_prepare(d);
+  td_write_config(d, config);
+  td_start(d, "--listen", url, "--allow-plain-tcp", "--backends", "cpu", NULL);
+}
+
+/* Over nng with acknowledgements a reply counts against the budget until acknowledged, and a
+ * read is EBUSY when it would pass it. Reads of 1 MiB one at a time, each answered, none
+ * acknowledged, with a budget of 8 MiB: the seventh is served (6 replies of 1 MiB + 32 and
+ * the WELCOME held, 1 MiB asked), the eighth is EBUSY. */
+TEST(tcp_unacknowledged_replies_count_against_reads) {
+  td_daemon d;
+  char tcp[64];
+  start_tcp(&d, "[limits]\nmax_memory = 8388608\nmax_message = 2097152\n", tcp, sizeof tcp);
+  td_client c;
+  td_client_open(&c, tcp);
+  CHECK_OK(td_hello_caps(&c, PROTO_CAP_ACK, NULL));
+  uint32_t count = 1 << 18; /* 1 MiB */
+  CHECK_OK(td_create(&c, td_handle(1, 1), ACCEL_U32, count));
+  uint32_t *back = malloc(4ull * count);
+  CHECK(back != NULL);
+  for (int i = 0; i < 7; i++)
+    CHECK_OK(td_read_u32(&c, td_handle(1, 1), back, count));
+  CHECK_ERR(td_read_u32(&c, td_handle(1, 1), back, count), ACCEL_EBUSY);
+  free(back);
+  td_client_close(&c);
+  stop(&d);
+}
+
+/* The frames in one message from the daemon (batched replies), 0 if none came in 50 ms. */
+static int frames_received(td_client *c) {
+  nng_msg *m;
+  if (td_recv(c, &m, 50) != 0)
+    return 0;
+  int n = 0;
+  const uint8_t *p = nng_msg_body(m);
+  for (size_t len = nng_msg_len(m), f; len > 0 && (f = proto_next_frame(p, len)) > 0; len -= f) {
+    p += f;
+    n++;
+  }
+  nng_msg_free(m);
+  return n;
+}
+
+/* An nng client whose replies pile up unacknowledged past twice its budget is refused: its
+ * later frames are dropped unread. The budget is 8 KiB here (two frames of 4 KiB); 1100 pings
+ * in batches make 34 KiB of replies: past twice the budget, short of 8 times it. The client
+ * takes what comes (never acknowledging) until the daemon logs the refusal: some replies
+ * never come. Refused only past 8 times the budget, the daemon would answer them all. */
+TEST(tcp_client_refused_past_twice_its_budget) {
+  enum { BATCHES = 11, PINGS = 100 }; /* 100 pings of 40 bytes: one message under 4096 */
+  td_daemon d;
+  char tcp[64];
+  start_tcp(&d, "[limits]\nmax_message = 4096\nmax_memory = 4096\n", tcp, sizeof tcp);
+  td_client c;
+  td_client_open(&c, tcp);
+  CHECK_OK(td_hello_caps(&c, PROTO_CAP_BATCH | PROTO_CAP_ACK, NULL));
+  for (int b = 0; b < BATCHES; b++) {
+    proto_out o;
+    proto_out_init(&o);
+    for (int i = 0; i < PINGS; i++) {
+      proto_control_req req = {PROTO_CTL_PING, 0};
+      CHECK_OK(proto_encode_control(&o, 1000 + (uint64_t)(b * PINGS + i), &req));
+    }
+    td_send_raw(&c, o.data, o.len, 1000 + (uint64_t)(b * PINGS));
+    proto_out_free(&o);
+  }
+  int got = 0;
+  test_waiting_for_ = "the refusal in the daemon's log";
+  while (strstr(td_log(&d), "replies not taken: refused") == NULL && got < BATCHES * PINGS)
+    got += frames_received(&c);
+  test_waiting_for_ = NULL;
+  fprintf(stderr, "# %d of %d ping replies taken when the refusal was logged\n", got,
+          BATCHES * PINGS);
+  CHECK_LT(got, BATCHES * PINGS);
+  td_client_close(&c);
+  stop(&d);
+}
+
 static const test_case tests[] = {
     TEST_CASE(raw_connect_and_close),
     TEST_CASE(half_written_header),
@@ -572,6 +736,10 @@ static const test_case tests[] = {
     TEST_CASE(device_index_at_the_limit_and_one_past),
     TEST_CASE(read_bytes_must_be_the_buffers),
     TEST_CASE(pipelined_large_writes_are_bounded),
+    TEST_CASE(the_budget_holds_two_frames_whatever_max_memory_says),
+    TEST_CASE(local_reading_pauses_past_the_budget),
+    TEST_CASE(tcp_unacknowledged_replies_count_against_reads),
+    TEST_CASE(tcp_client_refused_past_twice_its_budget),
 };
 
 TEST_MAIN(tests)

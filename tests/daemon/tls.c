@@ -76,18 +76,6 @@ static void make_certs(void) {
   make_cert("rogue", "other-ca", "/CN=accel test client", "extendedKeyUsage=clientAuth");
 }
 
-/* A TCP port nothing listens on now (the kernel's pick; free again once closed). */
-static int free_port(void) {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  CHECK_GE(fd, 0);
-  struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-  socklen_t len = sizeof a;
-  CHECK_EQ(bind(fd, (struct sockaddr *)&a, sizeof a), 0);
-  CHECK_EQ(getsockname(fd, (struct sockaddr *)&a, &len), 0);
-  close(fd);
-  return ntohs(a.sin_port);
-}
-
 static void set_or_unset(const char *var, const char *value) {
   if (value)
     CHECK_EQ(setenv(var, value, 1), 0);
@@ -132,7 +120,7 @@ static void tls_config(td_daemon *d, const char *extra) {
 
 /* Starts acceld with its ipc socket and a tls+tcp:// listener; *url gets the latter. */
 static void start_tls(td_daemon *d, char *url, size_t len) {
-  snprintf(url, len, "tls+tcp://127.0.0.1:%d", free_port());
+  snprintf(url, len, "tls+tcp://127.0.0.1:%d", td_free_port());
   td_start(d, "--listen", url, NULL);
 }
 
@@ -238,7 +226,7 @@ TEST(plain_tcp_is_refused_by_default) {
   td_daemon d;
   char url[64], want[160];
   td_prepare(&d);
-  snprintf(url, sizeof url, "tcp://127.0.0.1:%d", free_port());
+  snprintf(url, sizeof url, "tcp://127.0.0.1:%d", td_free_port());
   CHECK_EQ(td_start_expect_exit(&d, "--listen", url, NULL), 1);
   snprintf(want, sizeof want, "cannot listen on %s: plain TCP has no encryption", url);
   if (strstr(td_log(&d), want) == NULL)
@@ -264,11 +252,11 @@ TEST(plain_tcp_with_allow_plain_tcp) {
   td_daemon d;
   char url[64];
   td_prepare(&d);
-  snprintf(url, sizeof url, "tcp://127.0.0.1:%d", free_port());
+  snprintf(url, sizeof url, "tcp://127.0.0.1:%d", td_free_port());
   td_start(&d, "--listen", url, "--allow-plain-tcp", NULL);
   plain_tcp_serves(&d, url);
   td_write_config(&d, "[security]\nallow_plain_tcp = true\n");
-  snprintf(url, sizeof url, "tcp://127.0.0.1:%d", free_port());
+  snprintf(url, sizeof url, "tcp://127.0.0.1:%d", td_free_port());
   td_start(&d, "--listen", url, NULL);
   plain_tcp_serves(&d, url);
   td_cleanup(&d);
@@ -334,7 +322,7 @@ static int module_load_status(const char *url) {
 /* Starts the daemon on its ipc:// socket and a plain tcp:// port (*tcp), with `extra` (a flag
  * or NULL). */
 static void start_both(td_daemon *d, char *tcp, size_t len, const char *extra) {
-  snprintf(tcp, len, "tcp://127.0.0.1:%d", free_port());
+  snprintf(tcp, len, "tcp://127.0.0.1:%d", td_free_port());
   td_start(d, "--listen", tcp, "--allow-plain-tcp", extra, NULL);
 }
 
@@ -413,7 +401,7 @@ TEST(tls_nothing_listening_is_closed) {
   char url[64];
   accel_ctx *ctx;
   make_certs();
-  snprintf(url, sizeof url, "tls+tcp://127.0.0.1:%d", free_port());
+  snprintf(url, sizeof url, "tls+tcp://127.0.0.1:%d", td_free_port());
   client_env(pem("ca.pem"), NULL, NULL, NULL);
   CHECK_ERR(open_with(url, &ctx), ACCEL_ECLOSED);
 }
@@ -477,7 +465,7 @@ TEST(tls_without_a_usable_key_refuses_to_start) {
   char url[64], text[512], want[256];
   make_certs();
   td_prepare(&d);
-  snprintf(url, sizeof url, "tls+tcp://127.0.0.1:%d", free_port());
+  snprintf(url, sizeof url, "tls+tcp://127.0.0.1:%d", td_free_port());
   snprintf(text, sizeof text, "[security]\ntls_cert = %s\ntls_key = %s\n", pem("server.pem"),
            pem("missing.key"));
   td_write_config(&d, text);

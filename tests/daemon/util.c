@@ -1,10 +1,13 @@
 /* Helpers of the daemon tests (util.h). */
+#include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <nng/nng.h>
 #include <nng/protocol/reqrep0/req.h>
 #include <stdarg.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 
@@ -66,6 +69,17 @@ int td_ctl(char *out, size_t len, const char *arg, ...) {
   int status;
   CHECK_EQ(waitpid(pid, &status, 0), pid);
   return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+int td_free_port(void) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  CHECK_GE(fd, 0);
+  struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  socklen_t len = sizeof a;
+  CHECK_EQ(bind(fd, (struct sockaddr *)&a, sizeof a), 0);
+  CHECK_EQ(getsockname(fd, (struct sockaddr *)&a, &len), 0);
+  close(fd);
+  return ntohs(a.sin_port);
 }
 
 long td_status_field(td_daemon *d, const char *key) {

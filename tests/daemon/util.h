@@ -52,6 +52,9 @@ int td_ctl(char *out, size_t len, const char *arg, ...);
  * object (-1 if absent). */
 long td_status_field(td_daemon *d, const char *key);
 
+/* A TCP port nothing listens on now (the kernel's pick; free again once closed). */
+int td_free_port(void);
+
 /* ---- the wire protocol by hand ---- */
 
 typedef struct td_client {
