@@ -230,6 +230,33 @@ TEST(sighup_reloads_live_settings) {
   td_cleanup(&d);
 }
 
+/* A reload that raises max_message lets bigger frames in over nng too: the socket's own
+ * receive limit follows the codec's (left as it was, nng would drop such a frame unread and
+ * its client would wait for a reply that never comes). */
+TEST(sighup_raises_the_frame_limit_on_nng_too) {
+  enum { COUNT = 1 << 16 }; /* a write of 256 KiB: past the old limit, within the new */
+  static uint32_t data[COUNT];
+  td_daemon d;
+  char tcp[64];
+  snprintf(tcp, sizeof tcp, "tcp://127.0.0.1:%d", td_free_port());
+  td_prepare(&d);
+  td_write_config(&d, "[limits]\nmax_message = 65536\n");
+  td_start(&d, "--listen", tcp, "--allow-plain-tcp", "--backends", "cpu", NULL);
+  td_write_config(&d, "[limits]\nmax_message = 1048576\n");
+  td_signal(&d, SIGHUP);
+  wait_log(&d, "configuration reloaded");
+  td_client c;
+  td_client_open(&c, tcp);
+  proto_welcome w;
+  CHECK_OK(td_hello(&c, &w));
+  CHECK_EQ(w.limits.max_message, 1 << 20);
+  CHECK_OK(td_create(&c, td_handle(1, 1), ACCEL_U32, COUNT));
+  CHECK_OK(td_write_u32(&c, td_handle(1, 1), data, COUNT));
+  td_client_close(&c);
+  CHECK_EQ(td_stop(&d), 0);
+  td_cleanup(&d);
+}
+
 static bool starts_with(const char *s, const char *prefix) {
   return strncmp(s, prefix, strlen(prefix)) == 0;
 }
@@ -344,6 +371,7 @@ static const test_case tests[] = {
     TEST_CASE(quarantine_exits_for_a_restart),
     TEST_CASE(sigterm_drains_ops_in_flight_and_exits_0),
     TEST_CASE(sighup_reloads_live_settings),
+    TEST_CASE(sighup_raises_the_frame_limit_on_nng_too),
     TEST_CASE(journal_lines_carry_the_syslog_priority),
     TEST_CASE(log_lines_carry_the_date_and_level_name),
     TEST_CASE(an_idle_daemon_uses_no_cpu),
