@@ -89,6 +89,30 @@ TEST(session_limits_are_errors_not_stalls) {
   td_cleanup(&d);
 }
 
+/* A create refused for memory leaves its handle marked: its ops get the create's error
+ * (ENOMEM, not ESTALE), and its destroy succeeds and clears the mark. From then on the handle
+ * is stale like any destroyed one (a second destroy too), and its slot takes a new create. */
+TEST(a_failed_create_is_marked_until_destroyed) {
+  td_daemon d;
+  td_prepare(&d);
+  td_write_config(&d, "[limits]\nmax_memory = 4096\n");
+  td_start(&d, NULL);
+  td_client c;
+  td_client_open(&c, d.url);
+  CHECK_OK(td_hello(&c, NULL));
+  uint64_t h = td_handle(1, 1);
+  CHECK_ERR(td_create(&c, h, ACCEL_U32, 2048), ACCEL_ENOMEM);
+  CHECK_ERR(td_fill(&c, h, 7), ACCEL_ENOMEM);
+  CHECK_OK(td_destroy(&c, h));
+  CHECK_ERR(td_fill(&c, h, 7), ACCEL_ESTALE);
+  CHECK_ERR(td_destroy(&c, h), ACCEL_ESTALE);
+  CHECK_OK(td_create(&c, td_handle(1, 2), ACCEL_U32, 512));
+  CHECK_OK(td_fill(&c, td_handle(1, 2), 7));
+  td_client_close(&c);
+  CHECK_EQ(td_stop(&d), 0);
+  td_cleanup(&d);
+}
+
 /* ---- a client in a process of its own, to be killed ---- */
 
 /* The holder: connects, makes buffers, leaves an op in flight, says so on fd, then waits to be
@@ -365,6 +389,7 @@ static const test_case tests[] = {
     TEST_CASE(write_read_round_trip),
     TEST_CASE(handles_are_scoped_to_their_session),
     TEST_CASE(session_limits_are_errors_not_stalls),
+    TEST_CASE(a_failed_create_is_marked_until_destroyed),
     TEST_CASE(killed_client_frees_its_session_and_buffers),
     TEST_CASE(client_gone_during_a_module_build),
     TEST_CASE(pipelined_ops_all_answered),
