@@ -1,9 +1,12 @@
 /* Device memory through acceld (actors/mem_cache.h): a freed buffer's memory is kept and
  * given to the next buffer of its size class, so a loop of create, use, destroy allocates from
  * the backend once (the rest are hits of the cache); the cache stays within its bound (an
- * eighth of the device's memory, at most 1 GiB) and is not counted as memory used. The tests
+ * eighth of the device's memory, at most 1 GiB) and is not counted as memory used; blocks are
+ * cached at their size class, and out of device memory the cache is emptied. The tests
  * also run with the loop's blocking check on (ACCEL_CHECK_LOOP_BLOCKING=1, set by meson for
  * every test): the daemon aborts if it allocates on its loop. */
+#include <sys/resource.h>
+
 #include "accel/accel.h"
 #include "util.h"
 
@@ -86,9 +89,93 @@ TEST(the_cache_is_bounded) {
   td_cleanup(&d);
 }
 
+/* Device 0's cached bytes (the first "mem_cached" of the status). */
+static long cached(td_daemon *d) {
+  return td_status_field(d, "mem_cached");
+}
+
+/* A buffer of `bytes` made, filled on device 0 (a block there), destroyed: its block goes to
+ * the cache. Returns how much the cache grew. */
+static long cache_one(td_daemon *d, accel_ctx *ctx, size_t bytes) {
+  long before = cached(d);
+  accel_buffer b;
+  CHECK_OK(accel_buffer_create(ctx, ACCEL_F32, bytes / 4, &b));
+  CHECK_OK(accel_fill(ctx, 0, b, 1.0, NULL));
+  CHECK_OK(accel_buffer_destroy(ctx, b));
+  CHECK_OK(accel_finish(ctx, 60000));
+  TEST_WAIT_FOR(cached(d) != before, 20); /* freed once its last op is done */
+  return cached(d) - before;
+}
+
+/* Blocks are allocated and cached at their size class: 512-byte steps up to 1 MiB (1 MiB
+ * itself included), 2 MiB steps above; a size on a step is its own class. A buffer of a
+ * cached class takes its block back, and the cache shrinks by it. */
+TEST(blocks_are_cached_at_their_size_class) {
+  td_daemon d;
+  accel_ctx *ctx = open_ctx(&d);
+  CHECK_EQ(cache_one(&d, ctx, 1000), 1024);
+  CHECK_EQ(cache_one(&d, ctx, 1u << 20), 1l << 20);
+  CHECK_EQ(cache_one(&d, ctx, (3u << 20) + 4), 4l << 20);
+  long before = cached(&d);
+  accel_buffer b;
+  CHECK_OK(accel_buffer_create(ctx, ACCEL_F32, (1u << 20) / 4, &b));
+  CHECK_OK(accel_fill(ctx, 0, b, 2.0, NULL));
+  CHECK_OK(accel_finish(ctx, 60000)); /* its block was taken when the fill was planned */
+  CHECK_EQ(cached(&d), before - (1l << 20));
+  CHECK_OK(accel_buffer_destroy(ctx, b));
+  accel_close(ctx);
+  CHECK_EQ(td_stop(&d), 0);
+  td_cleanup(&d);
+}
+
+/* The daemon's address space (VmSize), in bytes. */
+static unsigned long long vm_size(pid_t pid) {
+  char path[64], line[256];
+  snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
+  FILE *f = fopen(path, "r");
+  CHECK(f != NULL);
+  unsigned long long kib = 0;
+  while (fgets(line, sizeof line, f) && sscanf(line, "VmSize: %llu kB", &kib) != 1) {
+  }
+  fclose(f);
+  CHECK_GT(kib, 0);
+  return kib << 10;
+}
+
+/* Out of device memory, the caches are emptied (every block) and the allocation is tried once
+ * more (actors/session.c). The CPU device's memory is the daemon's, so its address space is
+ * limited to what it maps now plus 256 MiB: with 64 MiB cached, 288 MiB do not fit. After
+ * that fill nothing is cached, whether the retry fitted or not. */
+TEST(out_of_device_memory_the_cache_is_emptied) {
+  td_daemon d;
+  accel_ctx *ctx = open_ctx(&d);
+  CHECK_EQ(cache_one(&d, ctx, 64u << 20), 64l << 20);
+  struct rlimit old, lim;
+  CHECK_EQ(prlimit(d.pid, RLIMIT_AS, NULL, &old), 0);
+  lim = (struct rlimit){vm_size(d.pid) + (256ull << 20), old.rlim_max};
+  CHECK_EQ(prlimit(d.pid, RLIMIT_AS, &lim, NULL), 0);
+  accel_buffer b;
+  CHECK_OK(accel_buffer_create(ctx, ACCEL_F32, (288u << 20) / 4, &b));
+  accel_future *f;
+  CHECK_OK(accel_fill(ctx, 0, b, 1.0, &f));
+  int rc = accel_future_wait(f, -1);
+  accel_future_release(f);
+  printf("# 288 MiB asked beside 64 MiB cached, 256 MiB of room: the fill %s\n",
+         accel_err_name(rc));
+  CHECK(rc == 0 || rc == ACCEL_ENOMEM);
+  CHECK_EQ(cached(&d), 0);
+  CHECK_EQ(prlimit(d.pid, RLIMIT_AS, &old, NULL), 0);
+  CHECK_OK(accel_buffer_destroy(ctx, b));
+  accel_close(ctx);
+  CHECK_EQ(td_stop(&d), 0);
+  td_cleanup(&d);
+}
+
 static const test_case tests[] = {
     TEST_CASE(freed_memory_is_reused),
     TEST_CASE(the_cache_is_bounded),
+    TEST_CASE(blocks_are_cached_at_their_size_class),
+    TEST_CASE(out_of_device_memory_the_cache_is_emptied),
 };
 
 TEST_MAIN(tests)
