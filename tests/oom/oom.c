@@ -10,12 +10,14 @@
  * embedded mode (open, buffers, write, ops, read, checked values, close); the wire codec
  * (encode and decode of every frame kind); a session through an in-process server (the
  * server actor on its own runtime and device world, a client of libaccel over ipc://: hello,
- * buffers, ops, read, the session's teardown when the client closes).
+ * buffers, ops, read, the session's teardown when the client closes). And once, without
+ * failures: a session whose transfers go through shared memory leaves no block behind.
  *
  * ACCEL_OOM_STRIDE=K tries every Kth N only (default 1: every N); ACCEL_OOM_ONLY=N that N only.
  * A leak names the blocks left (their allocation numbers: ACCEL_OOM_TRAP_SEQ, failing_alloc.h). */
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -134,11 +136,13 @@ static int scenario_runtime(void) {
 /* ---- an op's path: buffers, write, ops, read, checked against the host ---- */
 
 enum { N_ELEMS = 64, N_SIDE = 8 }; /* the vectors are also 8 x 8 matrices */
+enum { N_BIG = 16384 }; /* 64 KiB: on the local link, through shared memory (remote_shm.c) */
 
 typedef struct op_path {
   accel_ctx *ctx;
-  accel_buffer x, y, r, z;
+  accel_buffer x, y, r, z, w;
   int nbufs;
+  bool big; /* w too, written and read back */
 } op_path;
 
 /* `rc` is the call's result; the future is read after the call made it (through its address:
@@ -148,9 +152,9 @@ static int await(int rc, accel_future **f, const char *what) {
 }
 
 static int make_buffers(op_path *p) {
-  accel_buffer *bufs[] = {&p->x, &p->y, &p->r, &p->z};
-  size_t counts[] = {N_ELEMS, N_ELEMS, 1, N_ELEMS};
-  for (int i = 0; i < 4; i++) {
+  accel_buffer *bufs[] = {&p->x, &p->y, &p->r, &p->z, &p->w};
+  size_t counts[] = {N_ELEMS, N_ELEMS, 1, N_ELEMS, N_BIG};
+  for (int i = 0; i < (p->big ? 5 : 4); i++) {
     int rc = step(accel_buffer_create(p->ctx, ACCEL_F32, counts[i], bufs[i]), "create");
     if (rc != 0)
       return rc;
@@ -211,15 +215,33 @@ static int run_ops(op_path *p) {
   return run_gemm(p, x, out);
 }
 
-static int op_path_run(const char *url) {
-  op_path p = {0};
+/* w written and read back whole: large enough that a client of the daemon moves it through
+ * shared memory (a region attached, records of its own for each op). */
+static int run_big(op_path *p) {
+  static float in[N_BIG], out[N_BIG];
+  for (int i = 0; i < N_BIG; i++)
+    in[i] = (float)(i % 13);
+  memset(out, 0, sizeof out);
+  accel_future *f;
+  int rc = await(accel_write(p->ctx, p->w, 0, in, N_BIG, &f), &f, "write w");
+  if (rc == 0)
+    rc = await(accel_read(p->ctx, p->w, 0, out, N_BIG, &f), &f, "read w");
+  if (rc == 0)
+    CHECK(memcmp(in, out, sizeof in) == 0);
+  return rc;
+}
+
+static int op_path_run(const char *url, bool big) {
+  op_path p = {.big = big};
   int rc = step(accel_open(&p.ctx, url), "open");
   if (rc != 0)
     return rc;
   rc = make_buffers(&p);
   if (rc == 0)
     rc = run_ops(&p);
-  accel_buffer bufs[] = {p.x, p.y, p.r, p.z};
+  if (rc == 0 && big)
+    rc = run_big(&p);
+  accel_buffer bufs[] = {p.x, p.y, p.r, p.z, p.w};
   for (int i = 0; i < p.nbufs; i++) {
     int drc = step(accel_buffer_destroy(p.ctx, bufs[i]), "destroy");
     if (rc == 0)
@@ -230,7 +252,7 @@ static int op_path_run(const char *url) {
 }
 
 static int scenario_embedded(void) {
-  return op_path_run("embedded:?backends=cpu");
+  return op_path_run("embedded:?backends=cpu", false);
 }
 
 /* ---- the wire codec: every frame kind encoded and decoded back ---- */
@@ -289,7 +311,7 @@ static int server_tree(accel_runtime *rt, dev_world *w, srv_args *args) {
   return accel_spawn(rt, NULL, &srv_behavior, args, &so, NULL);
 }
 
-static int scenario_daemon(void) {
+static int daemon_session(bool big) {
   accel_runtime *rt;
   int rc = accel_runtime_create(&rt, NULL);
   if (rc != 0)
@@ -300,12 +322,16 @@ static int scenario_daemon(void) {
   if (rc == 0)
     rc = accel_runtime_start(rt);
   if (rc == 0)
-    rc = op_path_run(socket_url);
+    rc = op_path_run(socket_url, big);
   accel_runtime_stop(rt);
   accel_runtime_join(rt);
   accel_runtime_destroy(rt);
   dev_world_fini(&w);
   return rc;
+}
+
+static int scenario_daemon(void) {
+  return daemon_session(false);
 }
 
 /* ---- the driver: every N in turn ---- */
@@ -378,11 +404,24 @@ TEST(daemon_session_survives_every_failed_allocation) {
   unlink(socket_url + strlen("ipc://"));
 }
 
+/* Transfers through shared memory (a 64 KiB write and read on the local link) free every
+ * block they allocated, in the client and in the daemon, once the session is torn down. Run
+ * whole, without failures. */
+TEST(shared_memory_transfers_free_what_they_allocated) {
+  snprintf(socket_url, sizeof socket_url, "ipc:///tmp/accel-oom-%d.sock", (int)getpid());
+  CHECK_OK(daemon_session(true)); /* warm */
+  long long base = fa_live();
+  CHECK_OK(daemon_session(true));
+  CHECK_EQ(fa_live(), base);
+  unlink(socket_url + strlen("ipc://"));
+}
+
 static const test_case tests[] = {
     TEST_CASE(runtime_survives_every_failed_allocation),
     TEST_CASE(codec_survives_every_failed_allocation),
     TEST_CASE(embedded_op_path_survives_every_failed_allocation),
     TEST_CASE(daemon_session_survives_every_failed_allocation),
+    TEST_CASE(shared_memory_transfers_free_what_they_allocated),
 };
 
 static void install_first(void) __attribute__((constructor));
