@@ -59,7 +59,9 @@ struct srv_link {
   uint64_t out_bytes; /* reply bytes handed to uv_write, not yet written */
   link_write spare;   /* the first queued write needs no allocation (one is the usual most) */
   bool spare_busy;
-  char why[48]; /* what ended it, for the log */
+  unsigned fds_owed; /* descriptors of attach frames that could not take theirs (no memory):
+                      * still queued ahead of the next frame's, so they are discarded first */
+  char why[48];      /* what ended it, for the log */
 };
 
 typedef struct srv_listener {
@@ -282,10 +284,7 @@ static void on_fd_handle_closed(uv_handle_t *h) {
   rt_free(h);
 }
 
-int srv_local_take_fd(srv_conn *c) {
-  srv_link *l = c->link;
-  if (l == NULL || uv_pipe_pending_count(&l->pipe) == 0)
-    return ACCEL_ENOENT;
+static int accept_fd(srv_link *l) {
   uv_pipe_t *h = rt_malloc(sizeof *h);
   if (h == NULL)
     return ACCEL_ENOMEM;
@@ -297,6 +296,32 @@ int srv_local_take_fd(srv_conn *c) {
     fd = fcntl(raw, F_DUPFD_CLOEXEC, 0);
   uv_close((uv_handle_t *)h, on_fd_handle_closed);
   return fd >= 0 ? fd : ACCEL_ESYS;
+}
+
+/* The descriptor sent with the attach frame being handled. Descriptors arrive in the order of
+ * their frames; one an earlier attach could not take is still first in line and would be
+ * mapped as this frame's region (another region's bytes): it is discarded first. A take that
+ * fails for lack of memory leaves this frame's descriptor owed in turn. */
+int srv_local_take_fd(srv_conn *c) {
+  srv_link *l = c->link;
+  if (l == NULL)
+    return ACCEL_ENOENT;
+  while (l->fds_owed > 0 && uv_pipe_pending_count(&l->pipe) > 0) {
+    int stale = accept_fd(l);
+    if (stale == ACCEL_ENOMEM)
+      break;
+    if (stale >= 0)
+      close(stale);
+    l->fds_owed--;
+  }
+  if (uv_pipe_pending_count(&l->pipe) == 0) {
+    l->fds_owed = 0; /* nothing is queued: none is owed either */
+    return ACCEL_ENOENT;
+  }
+  int fd = l->fds_owed > 0 ? ACCEL_ENOMEM : accept_fd(l);
+  if (fd == ACCEL_ENOMEM)
+    l->fds_owed++;
+  return fd;
 }
 
 static void on_read(uv_stream_t *st, ssize_t n, const uv_buf_t *buf) {

@@ -183,8 +183,8 @@ int srv_shm_attach(srv_server *s, srv_conn *c, uint64_t id) {
   if (c->link == NULL)
     return ACCEL_ENOTSUP; /* nng cannot pass descriptors */
   int fd = srv_local_take_fd(c);
-  if (fd < 0)
-    return ACCEL_EPROTO; /* the frame came without its descriptor */
+  if (fd < 0) /* no memory to take it, or the frame came without its descriptor */
+    return fd == ACCEL_ENOMEM ? ACCEL_ENOMEM : ACCEL_EPROTO;
   int rc = id == 0 || find(c, id)               ? ACCEL_EINVAL
            : c->nregions >= SRV_SHM_MAX_REGIONS ? ACCEL_ELIMIT
                                                 : map_region(c, id, fd);
