@@ -23,13 +23,14 @@
 #ifndef BE_BACKEND_H
 #define BE_BACKEND_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
 #include "accel/error.h"
 #include "backends/blas_args.h"
 
-#define BE_ABI_VERSION 2u
+#define BE_ABI_VERSION 3u
 
 typedef struct be_device be_device;
 typedef struct be_queue be_queue;
@@ -114,6 +115,16 @@ typedef struct be_ops {
   int (*copy_d2h)(be_queue *q, void *dst, be_mem src, size_t src_off, size_t bytes);
   int (*copy_d2d)(be_queue *q, be_mem dst, size_t dst_off, be_mem src, size_t src_off,
                   size_t bytes);
+  /* Optional (NULL: between two devices of this backend data goes through the host). Whether
+   * q's device (dst) can copy from memory of device src with copy_peer: a direct path
+   * (CUDA peer access, one address space), or one the driver stages itself at near its
+   * speed. Any thread; never blocks (decided when the devices opened). */
+  bool (*can_peer)(be_device *dst, be_device *src);
+  /* Asynchronous copy on q into memory of q's device from memory of another device of this
+   * backend (src_dev, open, can_peer true), ordered on q like copy_d2d. The caller keeps
+   * src's memory allocated, and src_dev open, until the work has completed. */
+  int (*copy_peer)(be_queue *q, be_mem dst, size_t dst_off, be_device *src_dev, be_mem src,
+                   size_t src_off, size_t bytes);
   /* Optional (NULL: the backend copies any host memory at full speed). Makes host memory
    * [p, p + bytes) directly usable for DMA by the device (page-locked, as cuMemHostRegister),
    * or undoes it; copy_h2d/copy_d2h from such memory then run at pinned speed. May block for
@@ -156,6 +167,7 @@ typedef struct be_ops {
   const struct be_rng_pkg *rng;
   const struct be_nn_pkg *nn;
   const struct be_module_pkg *module;
+  const struct be_coll_pkg *collective;
 } be_ops;
 
 /* ---- op packages ----------------------------------------------------------------------------
@@ -171,6 +183,7 @@ typedef struct be_ops {
 #define BE_RNG_VERSION 1u
 #define BE_NN_VERSION 1u
 #define BE_MODULE_VERSION 1u
+#define BE_COLL_VERSION 1u
 
 typedef struct be_blas_pkg {
   uint32_t version; /* BE_BLAS_VERSION */
@@ -285,6 +298,54 @@ typedef struct be_module_pkg {
    * they rely on (ACCEL_EINVAL). */
   int (*launch)(be_queue *q, be_kernel *k, const be_launch *l);
 } be_module_pkg;
+
+/* ---- collectives (the `collective` package) -------------------------------------------------
+ * One op over a set of devices of one backend, each with its buffer (NCCL's model). The caller
+ * names the devices in order; device 0 of the call is the leader: the call is made from the
+ * leader's collective queue, and work queued on queue[0] after the call waits for the
+ * collective to have completed on every device (the other queues are only ordered behind it
+ * on their own device). The caller made sure that every buffer's data is valid on its device
+ * and that nothing else touches the buffers until queue[0] passes the call. */
+#define BE_COLL_MAX_DEVICES 8u
+
+typedef enum be_coll_kind {
+  BE_COLL_ALL_REDUCE = 0, /* every buf[i] = reduce(buf[0..n)) element-wise, in place */
+  BE_COLL_BROADCAST,      /* every buf[i] = buf[root] */
+  BE_COLL_ALL_GATHER      /* every recv[i] = send[0] ++ send[1] ++ ... ++ send[n-1] */
+} be_coll_kind;
+
+typedef enum be_reduce_op {
+  BE_REDUCE_SUM = 0,
+  BE_REDUCE_PROD,
+  BE_REDUCE_MIN,
+  BE_REDUCE_MAX
+} be_reduce_op;
+
+typedef struct be_coll_call {
+  be_coll_kind kind;
+  uint32_t dtype;      /* accel_dtype */
+  be_reduce_op reduce; /* ALL_REDUCE */
+  uint32_t root;       /* BROADCAST: index into the devices */
+  uint32_t ndev;       /* 1 .. BE_COLL_MAX_DEVICES */
+  size_t count;        /* elements of each buf, or of each send (a recv holds ndev * count) */
+  be_device *dev[BE_COLL_MAX_DEVICES];
+  be_queue *queue[BE_COLL_MAX_DEVICES]; /* each device's collective queue */
+  be_mem buf[BE_COLL_MAX_DEVICES];      /* ALL_REDUCE, BROADCAST; ALL_GATHER: send */
+  be_mem recv[BE_COLL_MAX_DEVICES];     /* ALL_GATHER */
+} be_coll_call;
+
+typedef struct be_coll_pkg {
+  uint32_t version; /* BE_COLL_VERSION */
+  /* The dtypes the collectives take on this device (ACCEL_DTYPE_BIT set; any thread). */
+  uint32_t (*dtypes)(be_device *dev);
+  /* Whether these devices (distinct, all of this backend, open) can run one collective
+   * together: 0, or ACCEL_ENOTSUP (say, a library missing). Quick; the loop calls it. */
+  int (*supports)(be_device *const dev[], uint32_t ndev);
+  /* Enqueues the collective (see above). Arguments were checked by the caller; the backend
+   * checks again what it relies on (ACCEL_EINVAL). Called on the loop: must not block for
+   * long (a first call may set up communicators: a few ms on NCCL). */
+  int (*run)(const be_coll_call *c);
+} be_coll_pkg;
 
 /* The backends this build knows, whether or not they were built: the description is always
  * compiled, so `devices` can say "cuda: not built". */
