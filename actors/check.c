@@ -30,6 +30,7 @@ static const kind_shape shapes[DEV_OP_KIND_COUNT_] = {
     [DEV_OP_BUFFER_DESTROY] = {1, false},
     [DEV_OP_MODULE_LOAD] = {1, false},
     [DEV_OP_MODULE_UNLOAD] = {1, false},
+    [DEV_OP_COLLECTIVE] = {0, true}, /* one buffer per device, two for all-gather */
 };
 
 static bool is_float(accel_dtype t) {
@@ -122,9 +123,69 @@ static int check_launch(dev_op *op, const dev_buf_info *b) {
   return 0;
 }
 
+/* ---- collectives ---- */
+
+static uint32_t coll_nbufs(const dev_op *op) {
+  return op->u.coll.kind == BE_COLL_ALL_GATHER ? 2 * op->u.coll.ndev : op->u.coll.ndev;
+}
+
+/* Devices distinct indexes (the session checks them against the world), one buffer per
+ * device (two for all-gather), a root among them. */
+static int check_collective_shape(const dev_op *op) {
+  uint32_t n = op->u.coll.ndev;
+  if (op->u.coll.kind > BE_COLL_ALL_GATHER || op->u.coll.reduce > BE_REDUCE_MAX || n < 1 ||
+      n > BE_COLL_MAX_DEVICES || op->nbufs != coll_nbufs(op) ||
+      (op->u.coll.kind == BE_COLL_BROADCAST && op->u.coll.root >= n) ||
+      op->h.device != op->u.coll.devices[0])
+    return ACCEL_EINVAL;
+  for (uint32_t i = 0; i < n; i++) {
+    if (op->u.coll.devices[i] < 0)
+      return ACCEL_EINVAL;
+    for (uint32_t j = 0; j < i; j++)
+      if (op->u.coll.devices[j] == op->u.coll.devices[i])
+        return ACCEL_EINVAL;
+  }
+  for (uint32_t i = n; i < BE_COLL_MAX_DEVICES; i++)
+    if (op->u.coll.devices[i] != 0)
+      return ACCEL_EINVAL;
+  return 0;
+}
+
+/* Float buffers of one dtype (checked with the shape), all distinct; equal counts, an
+ * all-gather's receives ndev times its sends'. All-reduce reads and writes every buffer;
+ * broadcast reads the root's and overwrites the others; all-gather reads the sends and
+ * overwrites the receives. */
+static int check_collective(dev_op *op, const dev_buf_info *b) {
+  uint32_t n = op->u.coll.ndev, kind = op->u.coll.kind;
+  uint64_t count = b[0].count;
+  if (!is_float(b[0].dtype))
+    return ACCEL_EINVAL;
+  for (uint32_t i = 0; i < op->nbufs; i++)
+    for (uint32_t j = 0; j < i; j++)
+      if (op->bufs[i].handle == op->bufs[j].handle)
+        return ACCEL_EINVAL;
+  for (uint32_t i = 0; i < n; i++) {
+    if (b[i].count != count)
+      return ACCEL_EINVAL;
+    if (kind == BE_COLL_ALL_GATHER && (count > UINT64_MAX / n || b[n + i].count != count * n))
+      return ACCEL_EINVAL;
+  }
+  for (uint32_t i = 0; i < n; i++) {
+    uint32_t a = kind == BE_COLL_ALL_REDUCE                           ? DEV_RW
+                 : kind == BE_COLL_ALL_GATHER || i == op->u.coll.root ? DEV_READ
+                                                                      : DEV_WRITE_ALL;
+    set_access(op, i, a, 0, count);
+    if (kind == BE_COLL_ALL_GATHER)
+      set_access(op, n + i, DEV_WRITE_ALL, 0, count * n);
+  }
+  return 0;
+}
+
 int dev_op_check_shape(const dev_op *op) {
   if (op->h.kind == 0 || op->h.kind >= DEV_OP_KIND_COUNT_)
     return ACCEL_EINVAL;
+  if (op->h.kind == DEV_OP_COLLECTIVE)
+    return op->h.completion > ACCEL_COMPLETION_POLL ? ACCEL_EINVAL : check_collective_shape(op);
   if (op->h.kind == DEV_OP_LAUNCH ? op->nbufs > ACCEL_LAUNCH_MAX_BUFFERS
                                   : op->nbufs != shapes[op->h.kind].nbufs)
     return ACCEL_EINVAL;
@@ -285,6 +346,8 @@ int dev_op_check(dev_op *op, const dev_buf_info *bufs) {
     return check_nn(op, bufs);
   case DEV_OP_LAUNCH:
     return check_launch(op, bufs);
+  case DEV_OP_COLLECTIVE:
+    return check_collective(op, bufs);
   default:
     return 0; /* buffer create/destroy: the session checks its table */
   }

@@ -12,7 +12,7 @@
 #include "actors/module.h"
 #include "runtime/deadline.h"
 
-static const char *const kernel_names[DEV_Q_COUNT] = {"mem", "blas", "rng", "nn", "mod"};
+static const char *const kernel_names[DEV_Q_COUNT] = {"mem", "blas", "rng", "nn", "mod", "coll"};
 
 typedef struct device_state {
   dev_node *node;
@@ -43,8 +43,9 @@ static int device_start(accel_actor *self, void *state, void *arg) {
   if (rc != 0)
     return rc;
   for (int q = 0; q < DEV_Q_COUNT; q++) {
-    if (q == DEV_Q_MOD && node->be->module == NULL)
-      continue; /* no user kernels on this backend: no queue (a CPU queue is a thread) */
+    if ((q == DEV_Q_MOD && node->be->module == NULL) ||
+        (q == DEV_Q_COLL && node->be->collective == NULL))
+      continue; /* no such package on this backend: no queue (a CPU queue is a thread) */
     node->kernel_args[q] = (struct dev_kernel_spawn){node, (dev_queue_class)q};
     accel_spawn_opts o = {.name = kernel_names[q], .mailbox_capacity = 1 << 14};
     rc = accel_spawn(accel_actor_runtime(self), self, &dev_kernel_behavior, &node->kernel_args[q],
@@ -77,6 +78,29 @@ static void wait_for_builds(dev_node *node) {
   }
 }
 
+#define FOREIGN_WAIT_MS 5000
+
+/* Other devices' queues may still be using this node's memory (a peer copy from it, a
+ * collective over it): it must not be freed under them. Their work ends on its own (a copy,
+ * a collective of serving devices); a wait past FOREIGN_WAIT_MS (a collective whose other
+ * device hangs) is given up with a warning. The loop waits here by design, as for the close. */
+static void wait_for_foreign_users(dev_node *node) {
+  uint64_t until = rt_mono_ms() + FOREIGN_WAIT_MS;
+  RT_LIST_FOR_EACH(dev_task, t, &node->world->foreign, foreign_link) {
+    if (!(t->foreign_mask & (1u << node->index)))
+      continue;
+    while (t->node->be->event_query(t->foreign_ev) == ACCEL_EAGAIN) {
+      if (rt_mono_ms() >= until) {
+        accel_log(ACCEL_LOG_WARN, "device",
+                  "device %d: device %d still uses its memory after %d ms: freeing it anyway",
+                  node->device, t->node->device, FOREIGN_WAIT_MS);
+        return;
+      }
+      nanosleep(&(struct timespec){0, 100000}, NULL);
+    }
+  }
+}
+
 static void device_stop(accel_actor *self, void *state) {
   device_state *d = state;
   dev_node *node = d->node;
@@ -88,6 +112,7 @@ static void device_stop(accel_actor *self, void *state) {
     __atomic_store_n(&node->state, DEV_NODE_RESTARTING, __ATOMIC_RELAXED);
   if (node->dev) {
     dev_blocking_begin(); /* closing a device blocks: the loop waits for it by design */
+    wait_for_foreign_users(node);
     dev_buffer_drop_node(node->world, node);
     pthread_mutex_lock(&node->build_mu);
     wait_for_builds(node); /* memory jobs too (mem_cache.c) */

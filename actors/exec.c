@@ -3,18 +3,72 @@
 #include "actors/device.h"
 #include "actors/session.h"
 
+/* The i-th buffer's memory where the op uses it (a collective's buffers: each on its own
+ * device). */
 static be_mem mem_on(dev_task *t, int i) {
-  return t->buf[i]->rep[t->node->index].mem;
-}
-
-static void *host_ptr(dev_buffer *b) {
-  return (void *)(uintptr_t)b->rep[DEV_HOST_NODE].mem.handle;
+  int n = t->op ? dev_op_buf_node(t->world, t->op, (uint32_t)i, t->node)->index : t->node->index;
+  return t->buf[i]->rep[n].mem;
 }
 
 /* The session's own counters (accel_transfer_stats_get through acceld is per session). */
 static accel_transfer_stats *moved(dev_task *t) {
   static accel_transfer_stats nobody; /* tasks of no session (none today) count here */
   return t->acct ? &t->acct->moved : &nobody;
+}
+
+/* Whether node n's current incarnation still holds b's replica (a source on another node can
+ * have been lost since the task was planned). */
+static bool replica_live(const dev_world *w, const dev_buffer *b, int n) {
+  const dev_node *node = &w->nodes[n];
+  const dev_replica *r = &b->rep[n];
+  return node->dev != NULL && node->state == DEV_NODE_SERVING && r->allocated &&
+         r->node_gen == node->generation;
+}
+
+/* t's queue is about to use memory of the nodes in `mask`: an event after the work tells a
+ * node that stops when that memory may go (device_actor.c). Undone at the task's end. */
+static int foreign_begin(dev_task *t, uint32_t mask) {
+  be_event *ev;
+  int rc = t->node->be->event_create(t->node->dev, &ev);
+  if (rc != 0)
+    return rc;
+  t->foreign_ev = ev;
+  t->foreign_mask = mask;
+  rt_list_push_back(&t->world->foreign, &t->foreign_link);
+  return 0;
+}
+
+/* `rc`: whether the work was queued; then the event is recorded behind it. */
+static int foreign_armed(dev_task *t, be_queue *q, int rc) {
+  if (rc == 0)
+    rc = t->node->be->event_record(t->foreign_ev, q);
+  if (rc != 0)
+    dev_task_foreign_end(t);
+  return rc;
+}
+
+/* From a peer device straight into this one. A source lost since planning (its device
+ * restarted) fails the copy with ACCEL_EDATALOST: this device is not at fault. */
+static int exec_peer(dev_task *t, be_queue *q) {
+  dev_buffer *b = t->buf[0];
+  dev_world *w = t->world;
+  dev_node *src = &w->nodes[t->src_node];
+  if (!replica_live(w, b, t->src_node))
+    return ACCEL_EDATALOST;
+  int rc = foreign_begin(t, 1u << t->src_node);
+  if (rc != 0)
+    return rc;
+  rc = t->node->be->copy_peer(q, mem_on(t, 0), 0, src->dev, b->rep[t->src_node].mem, 0, b->bytes);
+  rc = foreign_armed(t, q, rc);
+  if (rc == 0) {
+    atomic_fetch_add(&w->d2d, b->bytes);
+    moved(t)->device_to_device += b->bytes;
+  }
+  return rc;
+}
+
+static void *host_ptr(dev_buffer *b) {
+  return (void *)(uintptr_t)b->rep[DEV_HOST_NODE].mem.handle;
 }
 
 static int exec_transfer(dev_task *t, be_queue *q) {
@@ -28,6 +82,8 @@ static int exec_transfer(dev_task *t, be_queue *q) {
     moved(t)->host_to_device += b->bytes;
     return be->copy_h2d(q, mem_on(t, 0), 0, host_ptr(b), b->bytes);
   }
+  if (t->node->index != t->src_node)
+    return exec_peer(t, q);
   /* From this device to the host. */
   atomic_fetch_add(&w->d2h, b->bytes);
   moved(t)->device_to_host += b->bytes;
@@ -50,6 +106,38 @@ static int exec_io(dev_task *t, be_queue *q) {
 }
 
 static int exec_package_op(dev_task *t, be_queue *q);
+
+/* A collective from the leader's queue: the other devices' queues of the same class take
+ * their parts (the backend orders the leader's queue behind them). */
+static int exec_collective(dev_task *t, be_queue *q) {
+  const dev_op *op = t->op;
+  dev_world *w = t->world;
+  uint32_t n = op->u.coll.ndev, mask = 0;
+  be_coll_call c = {.kind = (be_coll_kind)op->u.coll.kind,
+                    .dtype = t->buf[0]->dtype,
+                    .reduce = (be_reduce_op)op->u.coll.reduce,
+                    .root = op->u.coll.root,
+                    .ndev = n,
+                    .count = t->buf[0]->count};
+  for (uint32_t i = 0; i < n; i++) {
+    dev_node *at = dev_op_buf_node(w, op, i, t->node);
+    bool gather = op->u.coll.kind == BE_COLL_ALL_GATHER;
+    if (!replica_live(w, t->buf[i], at->index) ||
+        (gather && !replica_live(w, t->buf[n + i], at->index)))
+      return ACCEL_EDATALOST;
+    c.dev[i] = at->dev;
+    c.queue[i] = i == 0 ? q : at->queue[DEV_Q_COLL];
+    if (c.queue[i] == NULL)
+      return ACCEL_EDATALOST; /* that device is restarting */
+    c.buf[i] = mem_on(t, (int)i);
+    if (gather)
+      c.recv[i] = mem_on(t, (int)(n + i));
+    if (at != t->node)
+      mask |= 1u << at->index;
+  }
+  int rc = foreign_begin(t, mask);
+  return rc != 0 ? rc : foreign_armed(t, q, t->node->be->collective->run(&c));
+}
 
 static int exec_op(dev_task *t, be_queue *q) {
   dev_op *op = t->op;
@@ -120,6 +208,8 @@ static int exec_package_op(dev_task *t, be_queue *q) {
                            op->u.softmax.cols);
   case DEV_OP_LAUNCH:
     return exec_launch(t, q);
+  case DEV_OP_COLLECTIVE:
+    return exec_collective(t, q);
   default:
     return ACCEL_ENOTSUP;
   }

@@ -179,15 +179,18 @@ static void need(dev_mem_need *needs, uint32_t *n, dev_buffer *b, dev_node *node
 }
 
 uint32_t dev_mem_needs(dev_node *node, const dev_op *op, dev_buffer *bufs[], dev_mem_need *needs) {
-  dev_node *host = &node->world->nodes[DEV_HOST_NODE];
+  dev_world *w = node->world;
+  dev_node *host = &w->nodes[DEV_HOST_NODE];
   uint32_t n = 0;
   for (uint32_t i = 0; i < op->nbufs; i++) {
-    if (dev_replica_ensure_alloc(bufs[i], node) == DEV_ALLOC_MISS)
-      need(needs, &n, bufs[i], node);
-    /* Valid only on another device: the copy goes through a host replica. */
-    if (node != host && dev_buffer_valid_node(bufs[i], -1) > DEV_HOST_NODE &&
-        bufs[i]->rep[node->index].state == DEV_INVALID &&
-        dev_replica_ensure_alloc(bufs[i], host) == DEV_ALLOC_MISS)
+    dev_node *at = dev_op_buf_node(w, op, i, node);
+    bool via_host = false;
+    if (dev_replica_ensure_alloc(bufs[i], at) == DEV_ALLOC_MISS)
+      need(needs, &n, bufs[i], at);
+    /* Valid only on a device that `at` cannot copy from: the copy goes through the host. */
+    if (bufs[i]->rep[at->index].state == DEV_INVALID)
+      (void)dev_copy_source(w, bufs[i], at, &via_host);
+    if (via_host && dev_replica_ensure_alloc(bufs[i], host) == DEV_ALLOC_MISS)
       need(needs, &n, bufs[i], host);
   }
   return n;

@@ -27,6 +27,7 @@ typedef enum dev_op_kind {
   DEV_OP_MODULE_LOAD,   /* bufs[0]: the module's handle (chosen by the client), count 0 */
   DEV_OP_MODULE_UNLOAD, /* bufs[0] */
   DEV_OP_LAUNCH,        /* bufs: the buffers among its arguments, in argument order */
+  DEV_OP_COLLECTIVE,    /* bufs: one per device (all-gather: the sends, then the receives) */
   DEV_OP_KIND_COUNT_
 } dev_op_kind;
 
@@ -118,6 +119,13 @@ typedef struct dev_op {
       const char *options; /* NUL-terminated, or NULL */
     } module;
     dev_launch launch;
+    struct {
+      uint32_t kind;                        /* be_coll_kind */
+      uint32_t reduce;                      /* be_reduce_op (all-reduce) */
+      uint32_t root;                        /* broadcast: an index into devices */
+      uint32_t ndev;                        /* 1 .. BE_COLL_MAX_DEVICES */
+      int32_t devices[BE_COLL_MAX_DEVICES]; /* distinct; bufs[i] (and bufs[ndev + i]) there */
+    } coll; /* h.device: devices[0], the leader (where the op's task runs) */
   } u;
   /* What the op made besides its status, for the caller (malloc'd, NUL-terminated): a
    * module load's build log. Whoever finishes the op hands it on or frees it. */

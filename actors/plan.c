@@ -1,8 +1,9 @@
 /* Planning: turns one op into tasks, in issue order. For each buffer the op reads (or writes
- * only in part) on a node where it has no valid copy, a transfer task brings one (through the
- * host between two devices); then the op's own task. Replica states change here, at issue
- * time, so the next op is planned against the state this one leaves; the task graph makes the
- * bytes follow in that order. */
+ * only in part) on a node where it has no valid copy, a transfer task brings one: from a
+ * device that the node copies from directly (a peer: another device of the same backend),
+ * else from the host, else from another device through the host; then the op's own task.
+ * Replica states change here, at issue time, so the next op is planned against the state
+ * this one leaves; the task graph makes the bytes follow in that order. */
 #include "actors/device.h"
 
 static bool needs_valid_copy(const dev_op_buf *ob, const dev_buffer *b) {
@@ -11,9 +12,36 @@ static bool needs_valid_copy(const dev_op_buf *ob, const dev_buffer *b) {
   return !(ob->access == DEV_WRITE_ALL && ob->offset == 0 && ob->count == b->count);
 }
 
+dev_node *dev_op_buf_node(dev_world *w, const dev_op *op, uint32_t i, dev_node *node) {
+  if (op->h.kind != DEV_OP_COLLECTIVE)
+    return node;
+  uint32_t n = op->u.coll.ndev; /* checked: 1 .. BE_COLL_MAX_DEVICES, devices valid */
+  return &w->nodes[op->u.coll.devices[i % n] + 1];
+}
+
+/* dst's queues copy straight from src's memory: two serving devices of one backend that
+ * says so (backend.h, can_peer). */
+bool dev_nodes_peer(const dev_node *dst, const dev_node *src) {
+  return dst != src && dst->index != DEV_HOST_NODE && src->index != DEV_HOST_NODE &&
+         dst->be == src->be && dst->be->copy_peer != NULL && dst->be->can_peer != NULL &&
+         dst->dev != NULL && src->dev != NULL && dst->state == DEV_NODE_SERVING &&
+         src->state == DEV_NODE_SERVING && dst->be->can_peer(dst->dev, src->dev);
+}
+
+int dev_copy_source(dev_world *w, const dev_buffer *b, const dev_node *dst, bool *via_host) {
+  *via_host = false;
+  for (int n = 1; n < w->nnodes; n++)
+    if (b->rep[n].state != DEV_INVALID && dev_nodes_peer(dst, &w->nodes[n]))
+      return n;
+  int src = dev_buffer_valid_node(b, -1); /* the host if valid there */
+  *via_host = src > DEV_HOST_NODE && dst->index != DEV_HOST_NODE;
+  return src;
+}
+
 /* One transfer task to `dst` from `src` (-1: zero-fill a never-written buffer). */
 static int add_transfer(dev_world *w, dev_buffer *b, int src, int dst, dev_op *op) {
-  /* A copy out of a device runs on that device; the others where they land. */
+  /* A copy out of a device to the host runs on that device; the others (from the host, from
+   * a peer) where they land. */
   dev_node *runs_on = &w->nodes[dst == DEV_HOST_NODE && src > DEV_HOST_NODE ? src : dst];
   dev_task *t = dev_task_create(w, DEV_TASK_TRANSFER, runs_on, DEV_Q_MEM);
   if (t == NULL)
@@ -31,14 +59,15 @@ static int add_transfer(dev_world *w, dev_buffer *b, int src, int dst, dev_op *o
 }
 
 /* Makes b valid on node n, logically now and physically in issue order. */
-static int bring_valid(dev_world *w, dev_buffer *b, int n, dev_op *op) {
-  if (b->rep[n].state != DEV_INVALID)
+static int bring_valid(dev_world *w, dev_buffer *b, dev_node *n, dev_op *op) {
+  if (b->rep[n->index].state != DEV_INVALID)
     return 0;
-  int src = dev_buffer_valid_node(b, -1);
-  if (src < 0 || src == DEV_HOST_NODE || n == DEV_HOST_NODE)
-    return add_transfer(w, b, src, n, op);
+  bool via_host;
+  int src = dev_copy_source(w, b, n, &via_host);
+  if (!via_host)
+    return add_transfer(w, b, src, n->index, op);
   int rc = add_transfer(w, b, src, DEV_HOST_NODE, op); /* device -> host -> device */
-  return rc != 0 ? rc : add_transfer(w, b, DEV_HOST_NODE, n, op);
+  return rc != 0 ? rc : add_transfer(w, b, DEV_HOST_NODE, n->index, op);
 }
 
 static void mark_written(dev_buffer *b, int n, int nnodes) {
@@ -54,13 +83,16 @@ static int check_and_allocate(dev_world *w, dev_op *op, dev_buffer *bufs[], dev_
     return ACCEL_EDEVLOST;
   for (uint32_t i = 0; i < op->nbufs; i++) {
     dev_buffer *b = bufs[i];
-    bool needs_valid = needs_valid_copy(&op->bufs[i], b);
+    dev_node *at = dev_op_buf_node(w, op, i, node);
+    bool needs_valid = needs_valid_copy(&op->bufs[i], b), via_host = false;
     if (b->lost && needs_valid)
       return ACCEL_EDATALOST;
-    int rc = dev_replica_ensure_alloc(b, node);
-    /* Valid only on another device: the copy goes through a host replica. */
-    if (rc == 0 && needs_valid && b->rep[node->index].state == DEV_INVALID &&
-        dev_buffer_valid_node(b, -1) > DEV_HOST_NODE)
+    if (at->state != DEV_NODE_SERVING)
+      return ACCEL_EDEVLOST;
+    int rc = dev_replica_ensure_alloc(b, at);
+    if (rc == 0 && needs_valid && b->rep[at->index].state == DEV_INVALID)
+      (void)dev_copy_source(w, b, at, &via_host);
+    if (rc == 0 && via_host) /* the copy goes through a host replica */
       rc = dev_replica_ensure_alloc(b, &w->nodes[DEV_HOST_NODE]);
     if (rc == DEV_ALLOC_MISS) /* the caller allocates first (dev_mem_needs): a bug */
       return ACCEL_EINVAL;
@@ -83,11 +115,11 @@ int dev_plan_op(dev_world *w, dev_op *op, dev_buffer *bufs[DEV_OP_MAX_BUFS], dev
   dev_task_count_for(t, op);
   for (uint32_t i = 0; i < op->nbufs && rc == 0; i++)
     if (needs_valid_copy(&op->bufs[i], bufs[i]))
-      rc = bring_valid(w, bufs[i], node->index, op);
+      rc = bring_valid(w, bufs[i], dev_op_buf_node(w, op, i, node), op);
   for (uint32_t i = 0; i < op->nbufs && rc == 0; i++) {
     rc = dev_task_use(t, bufs[i], op->bufs[i].access);
     if (op->bufs[i].access & DEV_WRITE)
-      mark_written(bufs[i], node->index, w->nnodes);
+      mark_written(bufs[i], dev_op_buf_node(w, op, i, node)->index, w->nnodes);
   }
   if (rc != 0)
     t->status = rc; /* out of memory while planning: the op fails, in order */

@@ -112,6 +112,19 @@ void dev_op_finished(dev_world *w, dev_op *op, int status) {
 
 /* ---- placement ---- */
 
+/* Whether every buffer the op reads is valid on node already (and it reads one). */
+static bool all_inputs_on(const dev_op *op, dev_buffer *bufs[], const dev_node *node) {
+  bool any = false;
+  for (uint32_t i = 0; i < op->nbufs; i++) {
+    if (!(op->bufs[i].access & DEV_READ))
+      continue;
+    if (bufs[i]->rep[node->index].state == DEV_INVALID)
+      return false;
+    any = true;
+  }
+  return any;
+}
+
 /* How eager placement is to pick a device on its own (lower first): GPUs and accelerators,
  * then the native CPU backend's devices; a CPU seen through another backend (PoCL's OpenCL
  * device) only when an op names it (-1). Parenchyma's "most potent device first". */
@@ -121,18 +134,46 @@ static int potency(const dev_node *node) {
   return strcmp(node->be->name, "cpu") == 0 ? 1 : -1;
 }
 
-/* The most potent device serving that runs the op; among equals, the earlier backend of the
- * world's list (CUDA before OpenCL by default), then the lower index. */
+/* What running the op on `node` costs, in bytes: those of its buffers that would have to be
+ * brought there (host staging counts twice), plus PLACE_TASK_BYTES for each task already
+ * queued there and not done. A queued task weighs as much as moving 1 MiB: about a small op's
+ * time at peer or PCIe speed, so a busy device's ops spill onto an idle one, while data larger
+ * than a few queued ops keeps the op where its data is. */
+#define PLACE_TASK_BYTES (1u << 20)
+
+static uint64_t place_cost(dev_world *w, const dev_op *op, dev_buffer *bufs[], dev_node *node) {
+  uint64_t cost = (uint64_t)node->queued * PLACE_TASK_BYTES;
+  for (uint32_t i = 0; i < op->nbufs; i++) {
+    dev_buffer *b = bufs[i];
+    bool reads = (op->bufs[i].access & DEV_READ) || op->bufs[i].access == DEV_WRITE;
+    if (!reads || b->rep[node->index].state != DEV_INVALID || dev_buffer_valid_node(b, -1) < 0)
+      continue;
+    bool via_host;
+    (void)dev_copy_source(w, b, node, &via_host);
+    cost += via_host ? 2 * b->bytes : b->bytes;
+  }
+  return cost;
+}
+
+/* Placement on ACCEL_DEVICE_ANY: among the most potent devices serving that run the op, the
+ * one where it costs least (place_cost: its inputs already there, a short queue); among
+ * equals, the earlier backend of the world's list (CUDA before OpenCL by default), then the
+ * lower index. A caller that wants one device names it. */
 static dev_node *default_device(dev_world *w, const dev_op *op, dev_buffer *bufs[]) {
   dev_node *best = NULL;
+  uint64_t best_cost = 0;
   for (int n = 1; n < w->nnodes; n++) {
     dev_node *node = &w->nodes[n];
     if (node->state != DEV_NODE_SERVING || potency(node) < 0 ||
         dev_node_supports(node, op, bufs) != 0)
       continue;
+    uint64_t cost = place_cost(w, op, bufs, node);
     if (best == NULL || potency(node) < potency(best) ||
-        (potency(node) == potency(best) && node->backend_pref < best->backend_pref))
+        (potency(node) == potency(best) &&
+         (cost < best_cost || (cost == best_cost && node->backend_pref < best->backend_pref)))) {
       best = node;
+      best_cost = cost;
+    }
   }
   return best;
 }
@@ -176,8 +217,9 @@ static dev_node *place_launch(dev_world *w, dev_op *op, dev_buffer *bufs[], dev_
 }
 
 /* Where an op runs: writes land on the host; reads run where a valid copy is; compute runs
- * on the named device, or for ANY where an input already is on a device that runs it, else
- * on the most potent device that does (default_device). */
+ * on the named device, or for ANY on the most potent device that runs it, where its inputs
+ * already are and its queue is short (default_device); a CPU device that is not the most
+ * potent still runs an op whose inputs are all there already. */
 static dev_node *place(dev_world *w, dev_op *op, dev_buffer *bufs[]) {
   if (op->h.kind == DEV_OP_WRITE) {
     /* A buffer that lives on a device only is written there, straight from the caller's
@@ -193,13 +235,42 @@ static dev_node *place(dev_world *w, dev_op *op, dev_buffer *bufs[]) {
   }
   if (op->h.device != ACCEL_DEVICE_ANY) /* compared before adding: no overflow */
     return op->h.device >= 0 && op->h.device < w->nnodes - 1 ? &w->nodes[op->h.device + 1] : NULL;
-  for (uint32_t i = 0; i < op->nbufs; i++) {
-    int n = dev_buffer_valid_node(bufs[i], -1);
-    if (n > DEV_HOST_NODE && w->nodes[n].state == DEV_NODE_SERVING &&
-        dev_node_supports(&w->nodes[n], op, bufs) == 0)
-      return &w->nodes[n];
+  dev_node *best = default_device(w, op, bufs);
+  for (int n = 1; n < w->nnodes; n++) {
+    dev_node *node = &w->nodes[n];
+    if (node != best && node->state == DEV_NODE_SERVING && potency(node) >= 0 &&
+        (best == NULL || potency(node) > potency(best)) && all_inputs_on(op, bufs, node) &&
+        dev_node_supports(node, op, bufs) == 0)
+      return node;
   }
-  return default_device(w, op, bufs);
+  return best;
+}
+
+/* A collective runs on its devices (all serving, of one backend, that run it together); its
+ * task on the first. 0 or ACCEL_EINVAL, ACCEL_EDEVLOST, ACCEL_ENOTSUP. */
+static int place_collective(dev_world *w, const dev_op *op, dev_buffer *bufs[], dev_node **at) {
+  be_device *devs[BE_COLL_MAX_DEVICES];
+  uint32_t n = op->u.coll.ndev;
+  const be_ops *be = NULL;
+  bool down = false;
+  for (uint32_t i = 0; i < n; i++) {
+    if (op->u.coll.devices[i] >= w->nnodes - 1)
+      return ACCEL_EINVAL;
+    dev_node *node = &w->nodes[op->u.coll.devices[i] + 1];
+    if (be != NULL && node->be != be)
+      return ACCEL_ENOTSUP; /* one backend's devices only */
+    be = node->be;
+    int rc = dev_node_supports(node, op, bufs);
+    if (rc == ACCEL_ENOTSUP)
+      return rc;
+    down = down || rc != 0 || node->state != DEV_NODE_SERVING || node->dev == NULL;
+    devs[i] = node->dev;
+  }
+  if (down)
+    return ACCEL_EDEVLOST;
+  int rc = be->collective->supports(devs, n);
+  *at = &w->nodes[op->u.coll.devices[0] + 1];
+  return rc;
 }
 
 /* ---- buffers ---- */
@@ -389,6 +460,11 @@ static int run_op(session_state *s, dev_op *op) {
     dev_node *at;
     rc = launch_prepare(s, op, bufs, &at);
     return rc != 0 ? rc : plan_or_allocate(s, op, bufs, at);
+  }
+  if (op->h.kind == DEV_OP_COLLECTIVE) {
+    dev_node *leader;
+    rc = place_collective(w, op, bufs, &leader);
+    return rc != 0 ? rc : plan_or_allocate(s, op, bufs, leader);
   }
   dev_node *node = place(w, op, bufs);
   if (node == NULL) /* no device serving that runs the op */

@@ -120,6 +120,11 @@ static void json_packages(sbuf *b, const dev_node *node) {
   if (c->packages & ACCEL_PKG_MODULE) {
     sb_printf(b, "%s\"module\":", sep);
     source_list(b, c->sources, true);
+    sep = ",";
+  }
+  if (c->packages & ACCEL_PKG_COLLECTIVE) {
+    sb_printf(b, "%s\"collective\":", sep);
+    dtype_list(b, c->coll_dtypes, true);
   }
   sb_printf(b, "}");
 }
@@ -149,6 +154,11 @@ static void text_packages(sbuf *b, const dev_node *node) {
   if (c->packages & ACCEL_PKG_MODULE) {
     sb_printf(b, " module (");
     source_list(b, c->sources, false);
+    sb_printf(b, ")");
+  }
+  if (c->packages & ACCEL_PKG_COLLECTIVE) {
+    sb_printf(b, " collective (");
+    dtype_list(b, c->coll_dtypes, false);
     sb_printf(b, ")");
   }
   sb_printf(b, "\n");

@@ -19,6 +19,8 @@ dev_queue_class dev_op_queue(uint32_t kind) {
     return DEV_Q_NN;
   case DEV_OP_LAUNCH:
     return DEV_Q_MOD;
+  case DEV_OP_COLLECTIVE:
+    return DEV_Q_COLL;
   default:
     return DEV_Q_MEM;
   }
@@ -63,6 +65,10 @@ void dev_caps_read(dev_node *node) {
     c->sources = be->module->sources(node->dev);
     be->module->limits(node->dev, &c->limits);
   }
+  if (be->collective && be->collective->version == BE_COLL_VERSION) {
+    c->packages |= ACCEL_PKG_COLLECTIVE;
+    c->coll_dtypes = be->collective->dtypes(node->dev);
+  }
 }
 
 uint32_t dev_caps_gemm_dtypes(const dev_caps *c) {
@@ -104,6 +110,9 @@ int dev_node_supports(const dev_node *node, const dev_op *op, dev_buffer *const 
   case DEV_Q_MOD: /* and the module built there: the session asks the module */
     ok = (c->packages & ACCEL_PKG_MODULE) != 0;
     break;
+  case DEV_Q_COLL: /* and the devices together: the session asks the backend */
+    ok = (c->packages & ACCEL_PKG_COLLECTIVE) && has(c->coll_dtypes, dtype);
+    break;
   default:
     ok = true; /* the core: every backend */
   }
@@ -127,4 +136,5 @@ void dev_node_describe(const dev_node *node, struct accel_device_info *d) {
   d->rng_dtypes = node->caps.rng_dtypes;
   d->nn_dtypes = node->caps.nn_dtypes;
   d->sources = node->caps.sources;
+  d->collective_dtypes = node->caps.coll_dtypes;
 }

@@ -67,6 +67,7 @@ dev_task *dev_task_create(dev_world *w, dev_task_kind kind, dev_node *node, dev_
   t->node_gen = node->generation;
   t->qclass = q;
   t->src_node = -1;
+  node->queued++;
   return t;
 }
 
@@ -255,19 +256,30 @@ static void task_free(dev_task *t) {
 /* A failed transfer leaves its destination replica without the data the planner promised. */
 static void transfer_failed(dev_task *t) {
   dev_buffer *b = t->buf[0];
-  /* A copy out of a device runs on that device and lands on the host; the others (from the
-   * host, or a first zero-fill) land on the node they run on. */
-  int dst = t->src_node > DEV_HOST_NODE ? DEV_HOST_NODE : t->node->index;
+  /* A copy out of a device to the host runs on that device; the others (from the host, from
+   * a peer, or a first zero-fill) land on the node they run on. */
+  int dst = t->src_node == t->node->index ? DEV_HOST_NODE : t->node->index;
   if (b->rep[dst].state == DEV_SHARED)
     b->rep[dst].state = DEV_INVALID;
   if (dev_buffer_valid_node(b, -1) < 0)
     b->lost = true;
 }
 
+void dev_task_foreign_end(dev_task *t) {
+  if (t->foreign_ev == NULL)
+    return;
+  rt_list_remove(&t->foreign_link);
+  t->node->be->event_destroy(t->foreign_ev);
+  t->foreign_ev = NULL;
+  t->foreign_mask = 0;
+}
+
 void dev_task_complete(dev_task *t, int status) {
   if (t->state == DEV_TASK_DONE)
     return;
   t->state = DEV_TASK_DONE;
+  t->node->queued--;
+  dev_task_foreign_end(t);
   if (t->status == 0)
     t->status = status;
   if (t->kind == DEV_TASK_TRANSFER && t->status < 0)

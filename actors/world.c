@@ -122,6 +122,7 @@ int dev_world_init(dev_world *w, accel_runtime *rt, const dev_world_opts *o) {
   memset(w, 0, sizeof *w);
   rt_list_init(&w->buffers);
   rt_list_init(&w->modules);
+  rt_list_init(&w->foreign);
   w->rt = rt;
   w->fault_injection = o->fault_injection;
   w->tf32 = o->tf32;

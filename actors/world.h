@@ -35,7 +35,8 @@ typedef enum dev_queue_class {
   DEV_Q_BLAS,
   DEV_Q_RNG,
   DEV_Q_NN,
-  DEV_Q_MOD, /* user kernels: only on devices whose backend has the module package */
+  DEV_Q_MOD,  /* user kernels: only on devices whose backend has the module package */
+  DEV_Q_COLL, /* collectives: only on devices whose backend has the collective package */
   DEV_Q_COUNT
 } dev_queue_class;
 
@@ -48,6 +49,7 @@ typedef struct dev_caps {
   uint32_t vector_dtypes, rng_dtypes, nn_dtypes; /* ACCEL_DTYPE_BIT sets */
   uint32_t sources;                              /* module package: 1u << accel_source */
   be_launch_limits limits;                       /* module package */
+  uint32_t coll_dtypes;                          /* collective package */
 } dev_caps;
 
 typedef enum dev_node_state {
@@ -94,6 +96,9 @@ typedef struct dev_node {
   /* Free blocks of device memory (mem_cache.h); workers that allocate or free for it count
    * in `builds` while they use the device, as module builds do. */
   dev_mem_cache cache;
+  /* Tasks planned on this node and not done yet (ops and transfers): its load, for placement
+   * on ACCEL_DEVICE_ANY. */
+  uint32_t queued;
 } dev_node;
 
 typedef enum dev_replica_state { DEV_INVALID = 0, DEV_SHARED, DEV_OWNER } dev_replica_state;
@@ -160,6 +165,13 @@ struct dev_task {
   be_event *event; /* made when another queue first waits for this task; owned */
   accel_completion completion;
   struct dev_session_acct *acct; /* the session whose op made it (held), for its counters */
+  /* Memory of other nodes this task's queue touches (a peer copy's source, a collective's
+   * other devices): bit n for node n. While such a task is in flight it is in the world's
+   * `foreign` list, and `foreign_ev` (on this task's queue, after its work) tells when that
+   * memory is no longer used: a node that stops waits for it before its memory goes. */
+  uint32_t foreign_mask;
+  be_event *foreign_ev;
+  rt_list foreign_link;
 };
 
 struct dev_world {
@@ -168,6 +180,7 @@ struct dev_world {
   int nnodes;      /* host + devices */
   rt_list buffers; /* every live buffer (dev_buffer.link) */
   rt_list modules; /* every live user module (dev_module.link, module.c) */
+  rt_list foreign; /* tasks in flight that use other nodes' memory (dev_task.foreign_link) */
   bool fault_injection;
   bool tf32;
   uint32_t max_restarts, restart_window_ms;
@@ -213,8 +226,18 @@ RT_MUST_USE int dev_task_use(dev_task *t, dev_buffer *b, uint32_t access);
 void dev_task_ready_check(dev_task *t);
 void dev_task_submitted(dev_task *t);
 void dev_task_complete(dev_task *t, int status);
+/* The task's queue no longer uses other nodes' memory (foreign_mask): out of the world's list. */
+void dev_task_foreign_end(dev_task *t);
 
 /* plan.c */
+/* The node where the op uses its i-th buffer: the op's node, but a collective's buffers each
+ * live on their own device. */
+dev_node *dev_op_buf_node(dev_world *w, const dev_op *op, uint32_t i, dev_node *node);
+/* Where a valid copy of b for `dst` comes from: a device that dst copies from directly (a
+ * peer: another GPU before the host), else the host, else any device through the host
+ * (*via_host). -1 if b is valid nowhere (never written: zeros). */
+int dev_copy_source(dev_world *w, const dev_buffer *b, const dev_node *dst, bool *via_host);
+bool dev_nodes_peer(const dev_node *dst, const dev_node *src);
 RT_MUST_USE int dev_plan_op(dev_world *w, dev_op *op, dev_buffer *bufs[DEV_OP_MAX_BUFS],
                             dev_node *node);
 

@@ -308,3 +308,49 @@ int accel_softmax(accel_ctx *ctx, accel_device dev, accel_buffer dst, accel_buff
                   size_t cols, accel_future **f) {
   return elementwise(ctx, dev, DEV_OP_SOFTMAX, BE_SIGMOID, dst, src, rows, cols, f);
 }
+
+/* ---- collectives ---- */
+
+static int collective(accel_ctx *ctx, uint32_t kind, const accel_device *devices,
+                      const accel_buffer *bufs, const accel_buffer *recv, uint32_t n,
+                      uint32_t reduce, uint32_t root, accel_future **f) {
+  if (ctx == NULL || devices == NULL || bufs == NULL || n < 1 || n > ACCEL_COLLECTIVE_MAX_DEVICES ||
+      (kind == BE_COLL_ALL_GATHER && recv == NULL))
+    return ACCEL_EINVAL;
+  for (uint32_t i = 0; i < n; i++)
+    if (devices[i] < 0 || devices[i] >= ctx->tp->device_count(ctx))
+      return ACCEL_EINVAL; /* a collective names its devices (ACCEL_DEVICE_ANY is -1) */
+  dev_op *op = new_op(DEV_OP_COLLECTIVE);
+  if (op == NULL)
+    return ACCEL_ENOMEM;
+  op->u.coll.kind = kind;
+  op->u.coll.reduce = reduce;
+  op->u.coll.root = root;
+  op->u.coll.ndev = n;
+  for (uint32_t i = 0; i < n; i++) {
+    op->u.coll.devices[i] = devices[i];
+    add_buf(op, bufs[i], 0, 0);
+  }
+  for (uint32_t i = 0; kind == BE_COLL_ALL_GATHER && i < n; i++)
+    add_buf(op, recv[i], 0, 0);
+  return client_submit(ctx, op, devices[0], f);
+}
+
+int accel_all_reduce(accel_ctx *ctx, const accel_device *devices, const accel_buffer *bufs,
+                     uint32_t n, accel_reduce op, accel_future **f) {
+  if ((unsigned)op > ACCEL_REDUCE_MAX)
+    return ACCEL_EINVAL;
+  return collective(ctx, BE_COLL_ALL_REDUCE, devices, bufs, NULL, n, (uint32_t)op, 0, f);
+}
+
+int accel_broadcast(accel_ctx *ctx, const accel_device *devices, const accel_buffer *bufs,
+                    uint32_t n, uint32_t root, accel_future **f) {
+  if (root >= n)
+    return ACCEL_EINVAL;
+  return collective(ctx, BE_COLL_BROADCAST, devices, bufs, NULL, n, 0, root, f);
+}
+
+int accel_all_gather(accel_ctx *ctx, const accel_device *devices, const accel_buffer *send,
+                     const accel_buffer *recv, uint32_t n, accel_future **f) {
+  return collective(ctx, BE_COLL_ALL_GATHER, devices, send, recv, n, 0, 0, f);
+}

@@ -230,6 +230,7 @@ static void put_device(proto_out *o, const struct accel_device_info *d) {
   put_u32(o, d->nn_dtypes);
   put_u32(o, d->kind);
   put_u32(o, d->sources);
+  put_u32(o, d->collective_dtypes);
 }
 
 static void get_device(reader *r, struct accel_device_info *d) {
@@ -256,6 +257,7 @@ static void get_device(reader *r, struct accel_device_info *d) {
   uint32_t kind = get_u32(r); /* an enum a client may index a table with */
   d->kind = kind <= BE_KIND_ACCELERATOR ? kind : (r->bad = true, 0);
   d->sources = get_u32(r) & SOURCE_BITS; /* a daemon before user kernels sent 0 */
+  d->collective_dtypes = get_u32(r);
 }
 
 int proto_encode_device(proto_out *o, const struct accel_device_info *d) {
@@ -421,6 +423,14 @@ static void put_payload(proto_out *o, const dev_op *op, size_t data_len) {
   case DEV_OP_LAUNCH:
     put_launch(o, &op->u.launch);
     break;
+  case DEV_OP_COLLECTIVE:
+    put_u32(o, op->u.coll.kind);
+    put_u32(o, op->u.coll.reduce);
+    put_u32(o, op->u.coll.root);
+    put_u32(o, op->u.coll.ndev);
+    for (uint32_t i = 0; i < BE_COLL_MAX_DEVICES; i++)
+      put_i32(o, op->u.coll.devices[i]);
+    break;
   default: /* COPY, BUFFER_DESTROY, MODULE_UNLOAD: nothing */
     break;
   }
@@ -559,6 +569,14 @@ static uint64_t get_payload(reader *r, dev_op *op, proto_bytes *options) {
     break;
   case DEV_OP_LAUNCH:
     get_launch(r, op);
+    break;
+  case DEV_OP_COLLECTIVE: /* values checked by the checker (dev_op_check_shape) */
+    op->u.coll.kind = get_u32(r);
+    op->u.coll.reduce = get_u32(r);
+    op->u.coll.root = get_u32(r);
+    op->u.coll.ndev = get_u32(r);
+    for (uint32_t i = 0; i < BE_COLL_MAX_DEVICES; i++)
+      op->u.coll.devices[i] = get_i32(r);
     break;
   default:
     break;

@@ -20,7 +20,7 @@
 #include "runtime/attr.h"
 
 #define PROTO_MAGIC 0x31434341u /* the bytes 'A' 'C' 'C' '1' */
-#define PROTO_VERSION 2u
+#define PROTO_VERSION 3u
 #define PROTO_HEADER_SIZE 24u
 #define PROTO_NAME_MAX 64u
 #define PROTO_DEVICE_SIZE 160u /* one device in a WELCOME */

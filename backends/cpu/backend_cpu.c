@@ -203,6 +203,8 @@ const be_ops be_cpu_ops = {
     .copy_h2d = be_cpu_submit_h2d,
     .copy_d2h = be_cpu_submit_d2h,
     .copy_d2d = be_cpu_submit_d2d,
+    .can_peer = be_cpu_can_peer,
+    .copy_peer = be_cpu_submit_peer,
     .event_create = be_cpu_event_create,
     .event_destroy = be_cpu_event_destroy,
     .event_record = be_cpu_event_record,
@@ -215,4 +217,5 @@ const be_ops be_cpu_ops = {
     .blas = &be_cpu_blas,
     .rng = &be_cpu_rng,
     .nn = &be_cpu_nn,
+    .collective = &be_cpu_collective,
 };

@@ -25,6 +25,7 @@ int be_cpu_queue_wait_event(be_queue *q, be_event *ev);
 extern const be_blas_pkg be_cpu_blas;
 extern const be_rng_pkg be_cpu_rng;
 extern const be_nn_pkg be_cpu_nn;
+extern const be_coll_pkg be_cpu_collective;
 
 /* ops.c */
 int be_cpu_submit_h2d(be_queue *q, be_mem dst, size_t dst_off, const void *src, size_t bytes);
@@ -32,6 +33,10 @@ int be_cpu_submit_d2h(be_queue *q, void *dst, be_mem src, size_t src_off, size_t
 int be_cpu_submit_d2d(be_queue *q, be_mem dst, size_t dst_off, be_mem src, size_t src_off,
                       size_t bytes);
 int be_cpu_submit_callback(be_queue *q, be_host_fn fn, void *arg);
+/* Any two devices of the backend share the address space: a peer copy is a d2d copy. */
+bool be_cpu_can_peer(be_device *dst, be_device *src);
+int be_cpu_submit_peer(be_queue *q, be_mem dst, size_t dst_off, be_device *src_dev, be_mem src,
+                       size_t src_off, size_t bytes);
 /* Kernels: dtype is an accel_dtype the package accepted (packages.c); sizes and offsets in
  * its elements. */
 int be_cpu_submit_gemm(be_queue *q, const be_gemm_args *g, be_mem a, size_t a_off, be_mem b,

@@ -61,6 +61,8 @@ int be_cpu_item_run(const be_cpu_item *it) {
   case BE_CPU_SOFTMAX:
     return be_cpu_softmax(it->u.softmax.dtype, it->u.softmax.dst, it->u.softmax.src,
                           it->u.softmax.rows, it->u.softmax.cols);
+  case BE_CPU_COLLECTIVE:
+    return be_cpu_collective_run(it);
   case BE_CPU_CALLBACK:
   case BE_CPU_WAIT:
     break; /* the queue runs these itself */

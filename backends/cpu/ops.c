@@ -73,6 +73,17 @@ int be_cpu_submit_d2d(be_queue *q, be_mem dst, size_t dst_off, be_mem src, size_
   return submit(q, &it, err);
 }
 
+bool be_cpu_can_peer(be_device *dst, be_device *src) {
+  (void)dst;
+  (void)src;
+  return true;
+}
+
+int be_cpu_submit_peer(be_queue *q, be_mem dst, size_t dst_off, be_device *src_dev, be_mem src,
+                       size_t src_off, size_t bytes) {
+  return src_dev == NULL ? ACCEL_EINVAL : be_cpu_submit_d2d(q, dst, dst_off, src, src_off, bytes);
+}
+
 int be_cpu_submit_callback(be_queue *q, be_host_fn fn, void *arg) {
   be_cpu_item it = {.kind = BE_CPU_CALLBACK, .u.cb = {.fn = fn, .arg = arg}};
   return submit(q, &it, fn == NULL ? ACCEL_EINVAL : 0);

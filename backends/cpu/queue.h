@@ -36,6 +36,7 @@ typedef enum be_cpu_item_kind {
   BE_CPU_RNG,
   BE_CPU_UNARY,
   BE_CPU_SOFTMAX,
+  BE_CPU_COLLECTIVE,
 } be_cpu_item_kind;
 
 /* One unit of work; pointers are the host addresses the submitter checked; dtypes are
@@ -96,6 +97,11 @@ typedef struct be_cpu_item {
       size_t rows, cols;
       uint32_t dtype;
     } softmax;
+    struct { /* every device's memory is host memory: one item does the whole collective */
+      uint32_t kind, dtype, reduce, root, ndev;
+      size_t count;
+      void *buf[BE_COLL_MAX_DEVICES], *recv[BE_COLL_MAX_DEVICES];
+    } coll;
   } u;
 } be_cpu_item;
 
@@ -147,5 +153,7 @@ void be_cpu_queue_wake(be_queue *q);
 
 /* item.c: runs a kernel or copy item; 0 or the kernel's error. */
 int be_cpu_item_run(const be_cpu_item *item);
+/* collective.c: runs a BE_CPU_COLLECTIVE item. */
+int be_cpu_collective_run(const be_cpu_item *item);
 
 #endif

@@ -74,10 +74,11 @@ typedef enum accel_math {
 } accel_math;
 
 /* Op packages a device may provide (accel_device_info.packages). */
-#define ACCEL_PKG_BLAS 0x1u   /* gemm, axpy, dot, scal */
-#define ACCEL_PKG_RNG 0x2u    /* accel_rng_fill */
-#define ACCEL_PKG_NN 0x4u     /* sigmoid, relu, tanh, softmax */
-#define ACCEL_PKG_MODULE 0x8u /* user kernels: accel_module_load, accel_launch */
+#define ACCEL_PKG_BLAS 0x1u        /* gemm, axpy, dot, scal */
+#define ACCEL_PKG_RNG 0x2u         /* accel_rng_fill */
+#define ACCEL_PKG_NN 0x4u          /* sigmoid, relu, tanh, softmax */
+#define ACCEL_PKG_MODULE 0x8u      /* user kernels: accel_module_load, accel_launch */
+#define ACCEL_PKG_COLLECTIVE 0x10u /* accel_all_reduce, accel_broadcast, accel_all_gather */
 
 typedef enum accel_completion {
   ACCEL_COMPLETION_DEFAULT = 0, /* the device's configured strategy */
@@ -102,6 +103,7 @@ struct accel_device_info {
    * (BITS fills U32 wherever there is an rng package), the element-wise ops and softmax. */
   uint32_t gemm_dtypes, vector_dtypes, rng_dtypes, nn_dtypes;
   uint32_t sources; /* user kernels: the accel_source kinds it builds, 1u << ACCEL_SOURCE_* */
+  uint32_t collective_dtypes; /* the dtypes of accel_all_reduce & co. on this device */
 };
 
 /* Bytes moved between memory nodes and to or from the caller, per direction. */
@@ -235,6 +237,36 @@ ACCEL_API int accel_tanh(accel_ctx *ctx, accel_device dev, accel_buffer dst, acc
 /* Row-wise softmax of a rows x cols row-major matrix, numerically stable. */
 ACCEL_API int accel_softmax(accel_ctx *ctx, accel_device dev, accel_buffer dst, accel_buffer src,
                             size_t rows, size_t cols, accel_future **f);
+
+/* ---- collectives ---------------------------------------------------------------------------
+ * One op over n devices (1 .. ACCEL_COLLECTIVE_MAX_DEVICES, distinct, of one backend with the
+ * collective package: NCCL between CUDA GPUs, the CPU backend's own devices): bufs[i] is used
+ * on devices[i] (its data is brought there first where it is not valid, as for any op, and is
+ * valid there afterwards). Buffers distinct, of one float dtype the devices take
+ * (accel_device_info.collective_dtypes), and of one length (all-gather: each recv n times
+ * each send). Ordered like any op on its buffers. ACCEL_ENOTSUP if the devices cannot run it
+ * together (other backends, NCCL missing), ACCEL_EDEVLOST if one of them is not serving. */
+#define ACCEL_COLLECTIVE_MAX_DEVICES 8
+
+typedef enum accel_reduce {
+  ACCEL_REDUCE_SUM = 0,
+  ACCEL_REDUCE_PROD,
+  ACCEL_REDUCE_MIN,
+  ACCEL_REDUCE_MAX
+} accel_reduce;
+
+/* Every bufs[i] = op(bufs[0], ..., bufs[n-1]) element-wise (the order of combination is the
+ * backend's: sums may differ in the last bits between backends). */
+ACCEL_API int accel_all_reduce(accel_ctx *ctx, const accel_device *devices,
+                               const accel_buffer *bufs, uint32_t n, accel_reduce op,
+                               accel_future **f);
+/* Every bufs[i] = bufs[root]. */
+ACCEL_API int accel_broadcast(accel_ctx *ctx, const accel_device *devices, const accel_buffer *bufs,
+                              uint32_t n, uint32_t root, accel_future **f);
+/* Every recv[i] = send[0] ++ send[1] ++ ... ++ send[n-1]. */
+ACCEL_API int accel_all_gather(accel_ctx *ctx, const accel_device *devices,
+                               const accel_buffer *send, const accel_buffer *recv, uint32_t n,
+                               accel_future **f);
 
 /* ---- user kernels ------------------------------------------------------------------------
  * Load your own kernels from source and launch them like any other op: a launch names its

@@ -3,8 +3,9 @@
  * counters (accel_transfer_stats_get) exactly, as deltas over a fresh context:
  *   host_to_device / device_to_host / device_to_device  bytes between memory nodes
  *   written / read                                        bytes from / to the caller's memory
- * Between two devices the data goes through the host (one device->host, one host->device); no
- * op here copies inside a device, so device_to_device stays 0 throughout. A read of data that
+ * Between two devices of a backend with peer copies (cpu, cuda) the data moves once, device to
+ * device; between others it goes through the host (one device->host, one host->device). No
+ * op here copies inside a device, so device_to_device counts peer copies only. A read of data that
  * is valid only on a device goes straight to the caller (it counts as `read`, not as a move
  * between nodes). Every test also checks the data, so a counter that is right by accident with
  * wrong bytes still fails. */
@@ -141,9 +142,30 @@ TEST(sgemm_moves_only_what_it_reads) {
   free(out);
 }
 
-/* Data written on device 0 and used by an op on device 1 moves device->host and host->device
- * exactly once each; after that it is valid everywhere it went, and using it again on either
- * device or reading it moves nothing. Written again on device 1, it moves back once. */
+/* Whether data moves straight from device a to device b (backend.h, copy_peer): two devices
+ * of the cpu backend, or of the cuda one. */
+static bool peers(accel_ctx *ctx, accel_device a, accel_device b) {
+  struct accel_device_info ia, ib;
+  CHECK_OK(accel_device_info(ctx, a, &ia));
+  CHECK_OK(accel_device_info(ctx, b, &ib));
+  return strcmp(ia.backend, ib.backend) == 0 &&
+         (strcmp(ia.backend, "cpu") == 0 || strcmp(ia.backend, "cuda") == 0);
+}
+
+/* One move of `bytes` from a device to another: a peer copy, or through the host. */
+static void moved_between(moved *m, bool peer, uint64_t bytes) {
+  if (peer) {
+    m->d2d += bytes;
+  } else {
+    m->d2h += bytes;
+    m->h2d += bytes;
+  }
+}
+
+/* Data written on device 0 and used by an op on device 1 moves once (device to device between
+ * peers, else device->host and host->device); after that it is valid everywhere it went, and
+ * using it again on either device or reading it moves nothing. Written again on device 1, it
+ * moves back once. */
 TEST(two_devices_move_once_each_way) {
   accel_ctx *ctx = ctx_open("embedded:?cpu_devices=2");
   CHECK_EQ(cpu_device_count(ctx), 2);
@@ -156,9 +178,9 @@ TEST(two_devices_move_once_each_way) {
   SYNC(accel_sigmoid(ctx, 0, Y, X, &f)); /* Y: written on device 0 only */
   moved want = {.h2d = bytes, .written = bytes};
   expect(ctx, "Y computed on device 0", want);
+  bool peer = peers(ctx, 0, 1);
   SYNC(accel_relu(ctx, 1, Z, Y, &f));
-  want.d2h += bytes;
-  want.h2d += bytes;
+  moved_between(&want, peer, bytes);
   expect(ctx, "Y used on device 1", want);
   SYNC(accel_relu(ctx, 1, W, Y, &f));
   SYNC(accel_tanh(ctx, 0, W, Y, &f));
@@ -174,8 +196,7 @@ TEST(two_devices_move_once_each_way) {
   SYNC(accel_sigmoid(ctx, 1, Y, Y, &f));
   expect(ctx, "Y rewritten on device 1", want);
   SYNC(accel_relu(ctx, 0, W, Y, &f));
-  want.d2h += bytes;
-  want.h2d += bytes;
+  moved_between(&want, peer, bytes);
   expect(ctx, "Y used on device 0 again", want);
   SYNC(accel_relu(ctx, 0, Z, Y, &f));
   SYNC(accel_relu(ctx, 1, Z, Y, &f));
@@ -183,9 +204,13 @@ TEST(two_devices_move_once_each_way) {
   read_sync(ctx, W, 0, out, n);
   want.read += bytes;
   check_sigmoid("W", out, sx, n);
-  /* Host data used on both devices: one host->device copy per device. */
+  /* Data valid on the host and on device 0, used on device 1: one copy, from device 0 between
+   * peers (another device before the host), else from the host. */
   SYNC(accel_relu(ctx, 1, W, X, &f));
-  want.h2d += bytes; /* X was already on device 0 */
+  if (peer)
+    want.d2d += bytes;
+  else
+    want.h2d += bytes;
   expect(ctx, "host data on the second device", want);
   accel_close(ctx);
   free(x);

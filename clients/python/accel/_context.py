@@ -12,7 +12,7 @@ from ._array import Array
 from ._kernels import Module
 from ._errors import AccelError, check
 
-_PACKAGES = {0x1: "blas", 0x2: "rng", 0x4: "nn", 0x8: "module"}
+_PACKAGES = {0x1: "blas", 0x2: "rng", 0x4: "nn", 0x8: "module", 0x10: "collective"}
 _SOURCES = {1: "cuda", 2: "ptx", 3: "opencl", 4: "spirv"}
 _STATES = {0: "serving", 1: "restarting", 2: "quarantined"}
 _KINDS = {0: "cpu", 1: "gpu", 2: "accelerator"}
@@ -30,12 +30,13 @@ class Device:
     compute_units: int
     state: str  # "serving", "restarting", "quarantined"
     restarts: int
-    packages: frozenset  # of "blas", "rng", "nn", "module"
+    packages: frozenset  # of "blas", "rng", "nn", "module", "collective"
     gemm_dtypes: frozenset  # dtype names ("float32", "bfloat16", ...)
     vector_dtypes: frozenset
     rng_dtypes: frozenset
     nn_dtypes: frozenset
     sources: frozenset  # user kernel sources it builds: "cuda", "ptx", "opencl", "spirv"
+    collective_dtypes: frozenset  # of all_reduce, broadcast, all_gather (C API only for now)
 
 
 def _device_from(index, info):
@@ -54,6 +55,7 @@ def _device_from(index, info):
         rng_dtypes=_dtypes.names_of_set(info.rng_dtypes),
         nn_dtypes=_dtypes.names_of_set(info.nn_dtypes),
         sources=frozenset(n for c, n in _SOURCES.items() if info.sources & (1 << c)),
+        collective_dtypes=_dtypes.names_of_set(info.collective_dtypes),
     )
 
 

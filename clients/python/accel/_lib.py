@@ -68,6 +68,7 @@ class DeviceInfo(ctypes.Structure):
         ("rng_dtypes", ctypes.c_uint32),
         ("nn_dtypes", ctypes.c_uint32),
         ("sources", ctypes.c_uint32),
+        ("collective_dtypes", ctypes.c_uint32),
     ]
 
 
