@@ -1,0 +1,541 @@
+/* api-multi: several devices of one backend (the CPU backend's, `cpu_devices=N`, each its own
+ * memory node): copies straight between them (peer copies), placement on ACCEL_DEVICE_ANY
+ * (where the inputs are, then the shortest queue), and the collective package (all-reduce,
+ * broadcast, all-gather) through the CPU backend's implementation, so that the package's
+ * contract is tested where there is no GPU. Transfer counters are checked exactly
+ * (accel_transfer_stats_get), every result against a reference computed here in float64 (or
+ * exactly, where the values make it exact), on fresh random inputs.
+ *
+ * The devices are found by backend: with ACCEL_TEST_BACKENDS=opencl,cpu the OpenCL device
+ * comes first and the CPU devices after it. */
+#include <math.h>
+
+#include "api_util.h"
+
+/* The index of the k-th device of the cpu backend. */
+static accel_device cpu_dev(accel_ctx *ctx, int k) {
+  for (accel_device d = 0; d < accel_device_count(ctx); d++) {
+    struct accel_device_info info;
+    CHECK_OK(accel_device_info(ctx, d, &info));
+    if (strcmp(info.backend, "cpu") == 0 && k-- == 0)
+      return d;
+  }
+  TEST_FAIL("no cpu device %d", k);
+  return -1;
+}
+
+static accel_ctx *open_cpus(int n) {
+  char url[64];
+  snprintf(url, sizeof url, "embedded:?cpu_devices=%d", n);
+  accel_ctx *ctx = ctx_open(url);
+  CHECK_EQ(cpu_device_count(ctx), n);
+  return ctx;
+}
+
+static accel_transfer_stats moved_now(accel_ctx *ctx) {
+  accel_transfer_stats s;
+  CHECK_OK(accel_finish(ctx, -1));
+  stats(ctx, &s);
+  return s;
+}
+
+#define CHECK_MOVED(ctx, what, h2d_, d2h_, d2d_)                                                   \
+  do {                                                                                             \
+    accel_transfer_stats s_ = moved_now(ctx);                                                      \
+    if (s_.host_to_device != (h2d_) || s_.device_to_host != (d2h_) ||                              \
+        s_.device_to_device != (d2d_))                                                             \
+      TEST_FAIL("%s: h2d %" PRIu64 " d2h %" PRIu64 " d2d %" PRIu64 ", want %" PRIu64 " %" PRIu64   \
+                " %" PRIu64,                                                                       \
+                what, s_.host_to_device, s_.device_to_host, s_.device_to_device, (uint64_t)(h2d_), \
+                (uint64_t)(d2h_), (uint64_t)(d2d_));                                               \
+  } while (0)
+
+static void check_same(const char *what, const float *got, const float *want, size_t n) {
+  for (size_t i = 0; i < n; i++)
+    if (memcmp(&got[i], &want[i], sizeof got[i]) != 0)
+      TEST_FAIL("%s[%zu] = %.9g, want %.9g", what, i, (double)got[i], (double)want[i]);
+}
+
+/* ---- peer copies ---- */
+
+/* Data computed on one device and used on two others moves device to device, once to each,
+ * and never through the host; the bytes are the ones computed. */
+TEST(peer_copies_move_device_to_device_once) {
+  accel_ctx *ctx = open_cpus(3);
+  accel_device a = cpu_dev(ctx, 0), b = cpu_dev(ctx, 1), c = cpu_dev(ctx, 2);
+  size_t n = rnd_range(1000, 100000), bytes = n * 4;
+  float *x = rnd_floats(n, -3, 3), *y = xmalloc(bytes), *z = xmalloc(bytes);
+  accel_buffer X = buf_from(ctx, ACCEL_F32, x, n), Y = buf_new(ctx, ACCEL_F32, n);
+  accel_buffer Z = buf_new(ctx, ACCEL_F32, n), W = buf_new(ctx, ACCEL_F32, n);
+  accel_future *f = NULL;
+  CHECK_OK(accel_relu(ctx, a, Y, X, &f)); /* Y on a only */
+  WAIT_OK(f);
+  CHECK_MOVED(ctx, "Y computed on a", bytes, 0, 0);
+  CHECK_OK(accel_relu(ctx, b, Z, Y, &f));
+  WAIT_OK(f);
+  CHECK_MOVED(ctx, "Y used on b", bytes, 0, bytes);
+  CHECK_OK(accel_relu(ctx, c, W, Y, &f));
+  WAIT_OK(f);
+  CHECK_OK(accel_relu(ctx, b, W, Y, &f)); /* valid on b already */
+  WAIT_OK(f);
+  CHECK_MOVED(ctx, "Y used on c, and on b again", bytes, 0, 2 * bytes);
+  read_sync(ctx, Z, 0, z, n);
+  read_sync(ctx, W, 0, y, n);
+  for (size_t i = 0; i < n; i++)
+    x[i] = x[i] > 0 ? x[i] : 0;
+  check_same("relu(relu(x)) on b", z, x, n);
+  check_same("relu(relu(x)) on b, from c's copy", y, x, n);
+  CHECK_MOVED(ctx, "reads", bytes, 0, 2 * bytes);
+  accel_close(ctx);
+  free(x);
+  free(y);
+  free(z);
+}
+
+/* A source device that faults while another device copies from it: the copy completes with
+ * the right bytes or its op fails with a clean error; nothing reads freed memory (ASan) and
+ * both devices serve again afterwards. */
+TEST(a_peer_source_that_faults_loses_nothing_silently) {
+  accel_ctx *ctx = ctx_open("embedded:?cpu_devices=2&fault_injection=1&max_restarts=8");
+  accel_device a = cpu_dev(ctx, 0), b = cpu_dev(ctx, 1);
+  size_t n = (size_t)test_scaled(4 << 20, 1 << 16), bytes = n * 4;
+  float *x = rnd_floats(n, -3, 3), *out = xmalloc(bytes);
+  for (int round = 0; round < 4; round++) {
+    accel_buffer X = buf_from(ctx, ACCEL_F32, x, n), Y = buf_new(ctx, ACCEL_F32, n);
+    accel_buffer Z = buf_new(ctx, ACCEL_F32, n);
+    accel_future *f = NULL, *g = NULL;
+    CHECK_OK(accel_relu(ctx, a, Y, X, &f)); /* Y on a only */
+    WAIT_OK(f);
+    CHECK_OK(accel_relu(ctx, b, Z, Y, &g)); /* a peer copy from a, then relu on b */
+    CHECK_OK(accel_inject_fault(ctx, a));
+    int rc = fut_status(g);
+    if (rc == 0) {
+      read_sync(ctx, Z, 0, out, n);
+      for (size_t i = 0; i < n; i++)
+        if (out[i] != (x[i] > 0 ? x[i] : 0))
+          TEST_FAIL("round %d: z[%zu] = %g after a fault of the source", round, i, (double)out[i]);
+    } else if (rc != ACCEL_EDATALOST && rc != ACCEL_EDEVLOST) {
+      TEST_FAIL("round %d: the op on b failed with %s", round, accel_err_name(rc));
+    }
+    struct accel_device_info info;
+    device_wait(ctx, a, 0, (uint32_t)round + 1, &info);
+    CHECK_OK(accel_buffer_destroy(ctx, X));
+    CHECK_OK(accel_buffer_destroy(ctx, Y));
+    CHECK_OK(accel_buffer_destroy(ctx, Z));
+  }
+  accel_close(ctx);
+  free(x);
+  free(out);
+}
+
+/* ---- placement ---- */
+
+/* Whether Z is valid on device d now: an op there reading it moves nothing. */
+static bool valid_on(accel_ctx *ctx, accel_device d, accel_buffer Z, accel_buffer scratch) {
+  accel_transfer_stats before = moved_now(ctx);
+  accel_future *f = NULL;
+  CHECK_OK(accel_relu(ctx, d, scratch, Z, &f));
+  WAIT_OK(f);
+  accel_transfer_stats after = moved_now(ctx);
+  return after.host_to_device == before.host_to_device &&
+         after.device_to_device == before.device_to_device;
+}
+
+/* ACCEL_DEVICE_ANY runs an op where its inputs are: computed on device b, used by an op on
+ * ANY, the result is on b (and nothing moved); the same with the data on a. */
+TEST(any_runs_where_the_inputs_are) {
+  accel_ctx *ctx = open_cpus(2);
+  size_t n = rnd_range(1000, 100000);
+  float *x = rnd_floats(n, -3, 3);
+  accel_buffer X = buf_from(ctx, ACCEL_F32, x, n), Y = buf_new(ctx, ACCEL_F32, n);
+  accel_buffer Z = buf_new(ctx, ACCEL_F32, n), S = buf_new(ctx, ACCEL_F32, n);
+  for (int k = 1; k >= 0; k--) {
+    accel_device d = cpu_dev(ctx, k);
+    accel_future *f = NULL;
+    CHECK_OK(accel_sigmoid(ctx, d, Y, X, &f));
+    WAIT_OK(f);
+    accel_transfer_stats before = moved_now(ctx);
+    CHECK_OK(accel_tanh(ctx, ACCEL_DEVICE_ANY, Z, Y, &f));
+    WAIT_OK(f);
+    accel_transfer_stats after = moved_now(ctx);
+    CHECK_EQ(after.host_to_device, before.host_to_device);
+    CHECK_EQ(after.device_to_device, before.device_to_device);
+    CHECK(valid_on(ctx, d, Z, S));
+  }
+  accel_close(ctx);
+  free(x);
+}
+
+/* With its inputs on the host (as far from one device as from the other), an op on ANY goes
+ * to the device whose queue is shorter: device a has a batch of gemms queued, so the op runs
+ * on b. (The gemms take tens of milliseconds; the op is submitted right behind them.) */
+TEST(any_runs_on_the_idle_device) {
+  accel_ctx *ctx = open_cpus(2);
+  accel_device a = cpu_dev(ctx, 0), b = cpu_dev(ctx, 1);
+  enum { SIDE = 640, GEMMS = 6 };
+  size_t n = rnd_range(1000, 50000);
+  float *m = rnd_floats(SIDE * SIDE, -1, 1), *x = rnd_floats(n, -3, 3);
+  accel_buffer A = buf_from(ctx, ACCEL_F32, m, SIDE * SIDE), C[GEMMS];
+  accel_buffer X = buf_from(ctx, ACCEL_F32, x, n), Z = buf_new(ctx, ACCEL_F32, n);
+  accel_buffer S = buf_new(ctx, ACCEL_F32, n);
+  accel_future *gf[GEMMS], *f = NULL;
+  for (int i = 0; i < GEMMS; i++)
+    C[i] = buf_new(ctx, ACCEL_F32, SIDE * SIDE);
+  for (int i = 0; i < GEMMS; i++)
+    CHECK_OK(accel_sgemm(ctx, a, ACCEL_NO_TRANS, ACCEL_NO_TRANS, SIDE, SIDE, SIDE, 1.0f, A, SIDE, A,
+                         SIDE, 0.0f, C[i], SIDE, &gf[i]));
+  CHECK_OK(accel_tanh(ctx, ACCEL_DEVICE_ANY, Z, X, &f));
+  WAIT_OK(f);
+  for (int i = 0; i < GEMMS; i++)
+    WAIT_OK(gf[i]);
+  CHECK(valid_on(ctx, b, Z, S));
+  accel_close(ctx);
+  free(m);
+  free(x);
+}
+
+/* ---- collectives ---- */
+
+enum { MAX_DEV = ACCEL_COLLECTIVE_MAX_DEVICES };
+
+static size_t esize(accel_dtype t) {
+  return t == ACCEL_F64 ? 8 : t == ACCEL_F16 || t == ACCEL_BF16 ? 2 : 4;
+}
+
+/* Values that are exact in every float type here: multiples of 1/4 in [-8, 8]. */
+static double rnd_quarter(void) {
+  return ((double)rnd_range(0, 64) - 32.0) / 4.0;
+}
+
+/* An exactly representable value as an element of t. */
+static void store(accel_dtype t, void *p, size_t i, double v) {
+  float f = (float)v;
+  uint32_t u;
+  memcpy(&u, &f, 4);
+  switch (t) {
+  case ACCEL_F64:
+    ((double *)p)[i] = v;
+    break;
+  case ACCEL_F32:
+    ((float *)p)[i] = f;
+    break;
+  case ACCEL_BF16:
+    ((uint16_t *)p)[i] = (uint16_t)(u >> 16);
+    break;
+  default: { /* F16: v is 0 or a normal number with at most 11 significant bits */
+    uint16_t sign = (uint16_t)((u >> 16) & 0x8000);
+    int e = (int)((u >> 23) & 0xff) - 127 + 15;
+    ((uint16_t *)p)[i] = f == 0.0f ? sign : (uint16_t)(sign | e << 10 | ((u >> 13) & 0x3ff));
+  }
+  }
+}
+
+static double load(accel_dtype t, const void *p, size_t i) {
+  switch (t) {
+  case ACCEL_F64:
+    return ((const double *)p)[i];
+  case ACCEL_F32:
+    return ((const float *)p)[i];
+  case ACCEL_BF16: {
+    uint32_t u = (uint32_t)((const uint16_t *)p)[i] << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+  }
+  default: {
+    uint16_t h = ((const uint16_t *)p)[i];
+    int e = (h >> 10) & 0x1f, m = h & 0x3ff;
+    double v = e == 0 ? ldexp(m, -24) : ldexp(1024 + m, e - 25);
+    return (h & 0x8000) ? -v : v;
+  }
+  }
+}
+
+static double reduce_ref(accel_reduce op, double a, double b) {
+  switch (op) {
+  case ACCEL_REDUCE_PROD:
+    return a * b;
+  case ACCEL_REDUCE_MIN:
+    return b < a ? b : a;
+  case ACCEL_REDUCE_MAX:
+    return b > a ? b : a;
+  default:
+    return a + b;
+  }
+}
+
+/* n buffers of `count` elements of t on the first n cpu devices, filled with host data. */
+typedef struct coll_set {
+  accel_ctx *ctx;
+  accel_device dev[MAX_DEV];
+  accel_buffer buf[MAX_DEV];
+  void *host[MAX_DEV];
+  uint32_t n;
+  size_t count;
+  accel_dtype t;
+} coll_set;
+
+static void coll_make(coll_set *s, accel_ctx *ctx, uint32_t n, accel_dtype t, size_t count,
+                      bool quarters) {
+  *s = (coll_set){.ctx = ctx, .n = n, .count = count, .t = t};
+  for (uint32_t i = 0; i < n; i++) {
+    s->dev[i] = cpu_dev(ctx, (int)i);
+    s->host[i] = xmalloc(count * esize(t) + 1);
+    for (size_t j = 0; j < count; j++)
+      store(t, s->host[i], j, quarters ? rnd_quarter() : (double)rnd_float(-2.0f, 2.0f));
+    s->buf[i] = buf_from(ctx, t, s->host[i], count);
+  }
+}
+
+static void coll_free(coll_set *s) {
+  for (uint32_t i = 0; i < s->n; i++) {
+    CHECK_OK(accel_buffer_destroy(s->ctx, s->buf[i]));
+    free(s->host[i]);
+  }
+}
+
+/* Every buffer read back equals the reduction of the inputs: exactly for MIN, MAX and for
+ * values that make the sum exact, else within `tol` relative to the sum of magnitudes. */
+static void check_all_reduce(coll_set *s, accel_reduce op, double tol) {
+  void *got = xmalloc(s->count * esize(s->t) + 1);
+  for (uint32_t i = 0; i < s->n; i++) {
+    read_sync(s->ctx, s->buf[i], 0, got, s->count);
+    for (size_t j = 0; j < s->count; j++) {
+      double want = load(s->t, s->host[0], j), mag = fabs(want);
+      for (uint32_t k = 1; k < s->n; k++) {
+        double v = load(s->t, s->host[k], j);
+        want = reduce_ref(op, want, v);
+        mag = op == ACCEL_REDUCE_PROD ? mag * fabs(v) : mag + fabs(v);
+      }
+      double g = load(s->t, got, j);
+      if (!(fabs(g - want) <= tol * mag))
+        TEST_FAIL("all-reduce op %d dtype %d over %u: buf %u [%zu] = %.17g, want %.17g", op,
+                  (int)s->t, s->n, i, j, g, want);
+    }
+  }
+  free(got);
+}
+
+/* F32 and F64 on random values, every reduction: F32 sums within 4 ulp of the sum of
+ * magnitudes per device, F64 within 1e-15. */
+TEST(all_reduce_matches_a_float64_reference) {
+  accel_ctx *ctx = open_cpus(3);
+  accel_dtype types[] = {ACCEL_F32, ACCEL_F64};
+  for (int ti = 0; ti < 2; ti++)
+    for (int op = ACCEL_REDUCE_SUM; op <= ACCEL_REDUCE_MAX; op++) {
+      coll_set s;
+      uint32_t n = (uint32_t)rnd_range(2, 3);
+      coll_make(&s, ctx, n, types[ti], rnd_range(1, 20000), false);
+      accel_future *f = NULL;
+      CHECK_OK(accel_all_reduce(ctx, s.dev, s.buf, n, (accel_reduce)op, &f));
+      WAIT_OK(f);
+      check_all_reduce(&s, (accel_reduce)op, types[ti] == ACCEL_F32 ? 4 * 0x1p-24 * n : 1e-15);
+      coll_free(&s);
+    }
+  accel_close(ctx);
+}
+
+/* F16 and BF16 on quarters: every sum, minimum and maximum is exact. */
+TEST(all_reduce_of_16_bit_floats_is_exact_on_exact_values) {
+  accel_ctx *ctx = open_cpus(3);
+  accel_dtype types[] = {ACCEL_F16, ACCEL_BF16};
+  accel_reduce ops[] = {ACCEL_REDUCE_SUM, ACCEL_REDUCE_MIN, ACCEL_REDUCE_MAX};
+  for (int ti = 0; ti < 2; ti++)
+    for (int oi = 0; oi < 3; oi++) {
+      coll_set s;
+      coll_make(&s, ctx, 3, types[ti], rnd_range(1, 5000), true);
+      accel_future *f = NULL;
+      CHECK_OK(accel_all_reduce(ctx, s.dev, s.buf, 3, ops[oi], &f));
+      WAIT_OK(f);
+      check_all_reduce(&s, ops[oi], 0.0);
+      coll_free(&s);
+    }
+  accel_close(ctx);
+}
+
+/* The data moves as for any op: each buffer written on the host is brought to its device
+ * once; afterwards each is valid on its device, and a read takes it from there. */
+TEST(all_reduce_moves_each_buffer_to_its_device_once) {
+  accel_ctx *ctx = open_cpus(3);
+  coll_set s;
+  coll_make(&s, ctx, 3, ACCEL_F32, rnd_range(1000, 20000), true);
+  uint64_t bytes = s.count * 4;
+  accel_future *f = NULL;
+  CHECK_OK(accel_all_reduce(ctx, s.dev, s.buf, 3, ACCEL_REDUCE_SUM, &f));
+  WAIT_OK(f);
+  CHECK_MOVED(ctx, "all-reduce of host data", 3 * bytes, 0, 0);
+  check_all_reduce(&s, ACCEL_REDUCE_SUM, 0.0);
+  CHECK_MOVED(ctx, "after the reads", 3 * bytes, 0, 0);
+  CHECK_OK(accel_all_reduce(ctx, s.dev, s.buf, 3, ACCEL_REDUCE_SUM, &f)); /* again: in place */
+  WAIT_OK(f);
+  CHECK_MOVED(ctx, "a second all-reduce", 3 * bytes, 0, 0);
+  coll_free(&s);
+  accel_close(ctx);
+}
+
+/* The most devices a collective takes (8, as many CPU devices as a context opens), and one
+ * more refused. */
+TEST(all_reduce_over_the_most_devices) {
+  accel_ctx *ctx = open_cpus(MAX_DEV);
+  coll_set s;
+  coll_make(&s, ctx, MAX_DEV, ACCEL_F64, rnd_range(1, 3000), true);
+  accel_future *f = NULL;
+  CHECK_OK(accel_all_reduce(ctx, s.dev, s.buf, MAX_DEV, ACCEL_REDUCE_SUM, &f));
+  WAIT_OK(f);
+  check_all_reduce(&s, ACCEL_REDUCE_SUM, 0.0);
+  accel_device dev9[MAX_DEV + 1];
+  accel_buffer buf9[MAX_DEV + 1];
+  memcpy(dev9, s.dev, sizeof s.dev);
+  memcpy(buf9, s.buf, sizeof s.buf);
+  dev9[MAX_DEV] = s.dev[0];
+  buf9[MAX_DEV] = s.buf[0];
+  f = FUT_SENTINEL;
+  CHECK_ERR(accel_all_reduce(ctx, dev9, buf9, MAX_DEV + 1, ACCEL_REDUCE_SUM, &f), ACCEL_EINVAL);
+  CHECK(f == FUT_SENTINEL);
+  coll_free(&s);
+  accel_close(ctx);
+}
+
+/* Every buffer equals the root's, bit for bit, whichever device is the root. */
+TEST(broadcast_copies_the_root_everywhere) {
+  accel_ctx *ctx = open_cpus(3);
+  for (uint32_t root = 0; root < 3; root++) {
+    coll_set s;
+    coll_make(&s, ctx, 3, ACCEL_F32, rnd_range(1, 30000), false);
+    accel_future *f = NULL;
+    CHECK_OK(accel_broadcast(ctx, s.dev, s.buf, 3, root, &f));
+    WAIT_OK(f);
+    float *got = xmalloc(s.count * 4);
+    for (uint32_t i = 0; i < 3; i++) {
+      read_sync(ctx, s.buf[i], 0, got, s.count);
+      check_same("broadcast", got, s.host[root], s.count);
+    }
+    free(got);
+    coll_free(&s);
+  }
+  accel_close(ctx);
+}
+
+/* Every receive buffer holds the sends in device order, bit for bit. */
+TEST(all_gather_concatenates_in_device_order) {
+  accel_ctx *ctx = open_cpus(3);
+  coll_set s;
+  coll_make(&s, ctx, 3, ACCEL_F64, rnd_range(1, 10000), false);
+  accel_buffer recv[3];
+  for (int i = 0; i < 3; i++)
+    recv[i] = buf_new(ctx, ACCEL_F64, 3 * s.count);
+  accel_future *f = NULL;
+  CHECK_OK(accel_all_gather(ctx, s.dev, s.buf, recv, 3, &f));
+  WAIT_OK(f);
+  double *got = xmalloc(3 * s.count * 8);
+  for (int i = 0; i < 3; i++) {
+    read_sync(ctx, recv[i], 0, got, 3 * s.count);
+    for (int k = 0; k < 3; k++)
+      CHECK(memcmp(got + (size_t)k * s.count, s.host[k], s.count * 8) == 0);
+  }
+  for (int i = 0; i < 3; i++)
+    CHECK_OK(accel_buffer_destroy(ctx, recv[i]));
+  free(got);
+  coll_free(&s);
+  accel_close(ctx);
+}
+
+/* Each bad argument is refused by the call, with no future made. */
+TEST(collectives_refuse_bad_arguments) {
+  accel_ctx *ctx = open_cpus(3);
+  coll_set s;
+  coll_make(&s, ctx, 3, ACCEL_F32, 64, true);
+  accel_buffer other = buf_new(ctx, ACCEL_F32, 65), ints = buf_new(ctx, ACCEL_U32, 64);
+  accel_buffer f64 = buf_new(ctx, ACCEL_F64, 64), big[3];
+  for (int i = 0; i < 3; i++)
+    big[i] = buf_new(ctx, ACCEL_F32, 3 * 64);
+  accel_device dev[3] = {s.dev[0], s.dev[1], s.dev[2]};
+  accel_buffer b[3] = {s.buf[0], s.buf[1], s.buf[2]};
+  accel_future *f = FUT_SENTINEL;
+#define REFUSED(call)                                                                              \
+  do {                                                                                             \
+    CHECK_ERR(call, ACCEL_EINVAL);                                                                 \
+    CHECK(f == FUT_SENTINEL);                                                                      \
+  } while (0)
+  REFUSED(accel_all_reduce(ctx, dev, b, 0, ACCEL_REDUCE_SUM, &f));
+  REFUSED(accel_all_reduce(ctx, dev, b, 3, (accel_reduce)4, &f));
+  REFUSED(accel_all_reduce(NULL, dev, b, 3, ACCEL_REDUCE_SUM, &f));
+  REFUSED(accel_all_reduce(ctx, NULL, b, 3, ACCEL_REDUCE_SUM, &f));
+  REFUSED(accel_broadcast(ctx, dev, b, 3, 3, &f)); /* root past the devices */
+  REFUSED(accel_all_gather(ctx, dev, b, NULL, 3, &f));
+  accel_device dup[3] = {dev[0], dev[1], dev[0]}, out[3] = {dev[0], dev[1], 99};
+  accel_device any[3] = {dev[0], ACCEL_DEVICE_ANY, dev[2]};
+  REFUSED(accel_all_reduce(ctx, dup, b, 3, ACCEL_REDUCE_SUM, &f));
+  REFUSED(accel_all_reduce(ctx, out, b, 3, ACCEL_REDUCE_SUM, &f));
+  REFUSED(accel_all_reduce(ctx, any, b, 3, ACCEL_REDUCE_SUM, &f));
+  accel_buffer same[3] = {b[0], b[1], b[0]}, longer[3] = {b[0], b[1], other};
+  accel_buffer u32[3] = {ints, b[1], b[2]}, mixed[3] = {b[0], f64, b[2]};
+  REFUSED(accel_all_reduce(ctx, dev, same, 3, ACCEL_REDUCE_SUM, &f));
+  REFUSED(accel_all_reduce(ctx, dev, longer, 3, ACCEL_REDUCE_SUM, &f));
+  REFUSED(accel_broadcast(ctx, dev, longer, 3, 0, &f));
+  REFUSED(accel_all_reduce(ctx, dev, u32, 3, ACCEL_REDUCE_SUM, &f));
+  REFUSED(accel_all_reduce(ctx, dev, mixed, 3, ACCEL_REDUCE_SUM, &f));
+  accel_buffer short_recv[3] = {big[0], big[1], other};
+  REFUSED(accel_all_gather(ctx, dev, b, short_recv, 3, &f));
+  accel_buffer self_recv[3] = {big[0], big[1], b[2]};
+  REFUSED(accel_all_gather(ctx, dev, b, self_recv, 3, &f));
+  f = NULL; /* and the right ones pass */
+  CHECK_OK(accel_all_gather(ctx, dev, b, big, 3, &f));
+  WAIT_OK(f);
+  CHECK_OK(accel_buffer_destroy(ctx, other));
+  CHECK_OK(accel_buffer_destroy(ctx, ints));
+  CHECK_OK(accel_buffer_destroy(ctx, f64));
+  for (int i = 0; i < 3; i++)
+    CHECK_OK(accel_buffer_destroy(ctx, big[i]));
+  coll_free(&s);
+  accel_close(ctx);
+}
+
+/* A collective over devices of different backends cannot run (ACCEL_ENOTSUP in its future);
+ * one over a quarantined device fails with ACCEL_EDEVLOST; the others go on serving. */
+TEST(collectives_need_serving_devices_of_one_backend) {
+  accel_ctx *ctx = ctx_open("embedded:?cpu_devices=2&fault_injection=1&max_restarts=1");
+  accel_device a = cpu_dev(ctx, 0), b = cpu_dev(ctx, 1);
+  accel_buffer x = buf_new(ctx, ACCEL_F32, 100), y = buf_new(ctx, ACCEL_F32, 100);
+  accel_buffer xy[2] = {x, y};
+  accel_future *f = NULL;
+  for (accel_device d = 0; d < accel_device_count(ctx); d++) {
+    struct accel_device_info info;
+    CHECK_OK(accel_device_info(ctx, d, &info));
+    if (strcmp(info.backend, "cpu") == 0)
+      continue;
+    accel_device mixed[2] = {a, d};
+    CHECK_OK(accel_all_reduce(ctx, mixed, xy, 2, ACCEL_REDUCE_SUM, &f));
+    CHECK_ERR(fut_status(f), ACCEL_ENOTSUP);
+  }
+  accel_device ab[2] = {a, b};
+  CHECK_OK(accel_all_reduce(ctx, ab, xy, 2, ACCEL_REDUCE_SUM, &f));
+  WAIT_OK(f);
+  struct accel_device_info info;
+  CHECK_OK(accel_inject_fault(ctx, b));
+  device_wait(ctx, b, 0, 1, &info); /* restarted once: the limit */
+  CHECK_OK(accel_inject_fault(ctx, b));
+  device_wait(ctx, b, 2, 0, &info); /* quarantined */
+  CHECK_OK(accel_all_reduce(ctx, ab, xy, 2, ACCEL_REDUCE_SUM, &f));
+  CHECK_ERR(fut_status(f), ACCEL_EDEVLOST);
+  CHECK_OK(accel_fill(ctx, a, x, 1.0, &f));
+  WAIT_OK(f);
+  accel_close(ctx);
+}
+
+static const test_case tests[] = {
+    TEST_CASE(peer_copies_move_device_to_device_once),
+    TEST_CASE(a_peer_source_that_faults_loses_nothing_silently),
+    TEST_CASE(any_runs_where_the_inputs_are),
+    TEST_CASE(any_runs_on_the_idle_device),
+    TEST_CASE(all_reduce_matches_a_float64_reference),
+    TEST_CASE(all_reduce_of_16_bit_floats_is_exact_on_exact_values),
+    TEST_CASE(all_reduce_moves_each_buffer_to_its_device_once),
+    TEST_CASE(all_reduce_over_the_most_devices),
+    TEST_CASE(broadcast_copies_the_root_everywhere),
+    TEST_CASE(all_gather_concatenates_in_device_order),
+    TEST_CASE(collectives_refuse_bad_arguments),
+    TEST_CASE(collectives_need_serving_devices_of_one_backend),
+};
+
+TEST_MAIN(tests)
