@@ -29,7 +29,8 @@ static const char *const kind_names[DEV_OP_KIND_COUNT_] = {
     [DEV_OP_SCAL] = "scal",
     [DEV_OP_MODULE_LOAD] = "module_load",
     [DEV_OP_MODULE_UNLOAD] = "module_unload",
-    [DEV_OP_LAUNCH] = "launch"};
+    [DEV_OP_LAUNCH] = "launch",
+    [DEV_OP_COLLECTIVE] = "collective"};
 
 /* A label value: backslash, double quote and line feed escaped, as the format asks. */
 static void label_value(sbuf *b, const char *s) {

@@ -570,11 +570,12 @@ static uint64_t get_payload(reader *r, dev_op *op, proto_bytes *options) {
   case DEV_OP_LAUNCH:
     get_launch(r, op);
     break;
-  case DEV_OP_COLLECTIVE: /* values checked by the checker (dev_op_check_shape) */
+  case DEV_OP_COLLECTIVE: /* enums here; the rest by the checker (dev_op_check_shape) */
     op->u.coll.kind = get_u32(r);
     op->u.coll.reduce = get_u32(r);
     op->u.coll.root = get_u32(r);
     op->u.coll.ndev = get_u32(r);
+    r->bad |= op->u.coll.kind > BE_COLL_ALL_GATHER || op->u.coll.reduce > BE_REDUCE_MAX;
     for (uint32_t i = 0; i < BE_COLL_MAX_DEVICES; i++)
       op->u.coll.devices[i] = get_i32(r);
     break;

@@ -23,7 +23,7 @@
 #define PROTO_VERSION 3u
 #define PROTO_HEADER_SIZE 24u
 #define PROTO_NAME_MAX 64u
-#define PROTO_DEVICE_SIZE 160u /* one device in a WELCOME */
+#define PROTO_DEVICE_SIZE 164u /* one device in a WELCOME */
 #define PROTO_BUF_SIZE 32u     /* one buffer reference in an OP */
 #define PROTO_OP_HEAD_SIZE 32u /* an OP body before its buffers */
 #define PROTO_MAX_DEVICES 16u

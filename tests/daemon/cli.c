@@ -65,7 +65,7 @@ TEST(devices_lists_devices_and_missing_backends) {
   /* The device's second line: its op packages with their dtypes (the CPU has every one). */
   CHECK(strstr(out, "\n  packages: blas (gemm f32 f64 f16 bf16; axpy/dot/scal f32 f64) rng (") !=
         NULL);
-  CHECK(strstr(out, ") nn (f32 f64 f16 bf16)\n") != NULL);
+  CHECK(strstr(out, ") nn (f32 f64 f16 bf16) collective (f32 f64 f16 bf16)\n") != NULL);
   /* Every backend of the registry appears: with devices, or with why it has none. */
   CHECK(strstr(out, "opencl: ") != NULL || strstr(out, "(opencl)") != NULL);
   CHECK(strstr(out, "cuda: ") != NULL || strstr(out, "(cuda)") != NULL);

@@ -717,8 +717,44 @@ static dev_op launch_of(uint32_t nbufs, uint32_t nargs) {
   return op;
 }
 
+/* An all-gather over three devices (the sends, then the receives). */
+static dev_op collective_of(void) {
+  dev_op op = op_of(DEV_OP_COLLECTIVE, 6);
+  op.u.coll.kind = BE_COLL_ALL_GATHER;
+  op.u.coll.reduce = BE_REDUCE_MAX;
+  op.u.coll.root = 2;
+  op.u.coll.ndev = 3;
+  op.u.coll.devices[0] = op.h.device = 4;
+  op.u.coll.devices[1] = 0;
+  op.u.coll.devices[2] = 7;
+  return op;
+}
+
+/* Every field of a collective comes back as it went. */
+TEST(collective_round_trips) {
+  dev_op op = collective_of(), back;
+  proto_out o;
+  proto_out_init(&o);
+  CHECK_OK(proto_encode_op(&o, 1, &op, (proto_bytes){NULL, 0}));
+  size_t len;
+  const uint8_t *body = only_body(&o, &len);
+  proto_bytes data;
+  CHECK_OK(proto_decode_op(body, len, &back, &data));
+  CHECK_EQ(back.h.kind, DEV_OP_COLLECTIVE);
+  CHECK_EQ(back.nbufs, 6u);
+  CHECK_EQ(back.h.device, 4);
+  CHECK_EQ(back.u.coll.kind, (uint32_t)BE_COLL_ALL_GATHER);
+  CHECK_EQ(back.u.coll.reduce, (uint32_t)BE_REDUCE_MAX);
+  CHECK_EQ(back.u.coll.root, 2u);
+  CHECK_EQ(back.u.coll.ndev, 3u);
+  CHECK(memcmp(back.u.coll.devices, op.u.coll.devices, sizeof op.u.coll.devices) == 0);
+  for (uint32_t i = 0; i < 6; i++)
+    CHECK_EQ(back.bufs[i].handle, op.bufs[i].handle);
+  proto_out_free(&o);
+}
+
 TEST(op_head_enums_at_the_limit_and_one_past) {
-  dev_op op = launch_of(1, 2); /* the last kind */
+  dev_op op = collective_of(); /* the last kind */
   CHECK_EQ(op.h.kind, DEV_OP_KIND_COUNT_ - 1);
   CHECK_OK(op_decodes(&op));
   op.h.kind = DEV_OP_KIND_COUNT_;
@@ -743,7 +779,14 @@ TEST(op_head_enums_at_the_limit_and_one_past) {
 }
 
 TEST(op_payload_enums_at_the_limit_and_one_past) {
-  dev_op op = op_of(DEV_OP_RNG, 1);
+  dev_op op = collective_of();
+  CHECK_OK(op_decodes(&op)); /* ALL_GATHER and MAX: the last of each */
+  op.u.coll.kind = BE_COLL_ALL_GATHER + 1;
+  CHECK_ERR(op_decodes(&op), ACCEL_EPROTO);
+  op = collective_of();
+  op.u.coll.reduce = BE_REDUCE_MAX + 1;
+  CHECK_ERR(op_decodes(&op), ACCEL_EPROTO);
+  op = op_of(DEV_OP_RNG, 1);
   op.u.rng.dist = BE_RNG_NORMAL;
   CHECK_OK(op_decodes(&op));
   op.u.rng.dist = (be_rng_dist)(BE_RNG_NORMAL + 1);
@@ -1229,6 +1272,7 @@ static const test_case tests[] = {
     TEST_CASE(reply_status_at_the_limits_and_one_past),
     TEST_CASE(header_at_the_limits_and_one_past),
     TEST_CASE(next_frame_at_the_limits),
+    TEST_CASE(collective_round_trips),
     TEST_CASE(op_head_enums_at_the_limit_and_one_past),
     TEST_CASE(op_payload_enums_at_the_limit_and_one_past),
     TEST_CASE(gemm_enums_at_the_limit_and_one_past),
