@@ -13,8 +13,10 @@
  *     additions in any order), broadcast from the last device and all-gather, exactly.
  * Collectives need the devices in their primary contexts (collective.c says why): those tests
  * set ACCEL_CUDA_CONTEXT=primary around their opens. Without a CUDA device it exits 77. */
+#include <execinfo.h>
 #include <float.h>
 #include <math.h>
+#include <signal.h>
 #include <string.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -399,10 +401,21 @@ static const test_case tests[] = {
     TEST_CASE(broadcast_and_all_gather_over_every_gpu),
 };
 
+/* A crash prints its stack (binary(+offset) frames: addr2line -e <binary> <offset>). */
+static void on_crash(int sig) {
+  void *frames[64];
+  int n = backtrace(frames, 64);
+  (void)!write(2, "crash: stack:\n", 14);
+  backtrace_symbols_fd(frames, n, 2);
+  signal(sig, SIG_DFL);
+  raise(sig);
+}
+
 int main(int argc, char **argv) {
   char why[128] = "";
   self_path = "/proc/self/exe";
-  (void)argv;
+  signal(SIGSEGV, on_crash);
+  signal(SIGBUS, on_crash);
   if (B->probe(&ngpu, why, sizeof why) != 0 || ngpu == 0)
     return cuda_test_skip(why[0] ? why : "no device");
   printf("# %d GPU(s)\n", ngpu);
