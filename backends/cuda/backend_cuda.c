@@ -11,6 +11,7 @@
 #include "accel/error.h"
 #include "backends/cuda/backend_cuda.h"
 #include "backends/cuda/device.h"
+#include "backends/cuda/nccl_lib.h"
 #include "backends/cuda/nvrtc_lib.h"
 #include "runtime/alloc.h"
 #include "runtime/deadline.h"
@@ -147,6 +148,7 @@ static int cuda_open(int index, const be_open_opts *opts, be_device **out) {
       atomic_store(&dev->memops, false);
     be_cuda_limits_read(dev);
     be_nvrtc(); /* looked for here, where blocking is allowed: sources() must not block */
+    be_nccl();  /* and NCCL: the collectives' supports() must not block either */
     rc = be_cuda_incarnate(dev);
   }
   if (rc != 0) {
@@ -291,6 +293,8 @@ const be_ops be_cuda_ops = {
     .copy_h2d = be_cuda_copy_h2d,
     .copy_d2h = be_cuda_copy_d2h,
     .copy_d2d = be_cuda_copy_d2d,
+    .can_peer = be_cuda_can_peer,
+    .copy_peer = be_cuda_copy_peer,
     .host_register = be_cuda_host_register,
     .host_unregister = be_cuda_host_unregister,
     .event_create = be_cuda_event_create,
@@ -306,4 +310,5 @@ const be_ops be_cuda_ops = {
     .rng = &be_cuda_rng,
     .nn = &be_cuda_nn,
     .module = &be_cuda_module,
+    .collective = &be_cuda_coll,
 };

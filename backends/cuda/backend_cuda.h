@@ -2,13 +2,15 @@
  * beyond backend.h. One file per idea: backend_cuda.c (probe, devices, faults, the table),
  * context.c, fault.c, callback.c, queue.c, event.c, memory.c, copy.c and stage.c (host
  * transfers), kernels.c and kernels.cu (built-in kernels), blas.c (cuBLAS), module.c and
- * module_build.c (user kernels, NVRTC), driver.c, cublas_lib.c and nvrtc_lib.c (the libraries,
- * loaded at run time). Contracts: backends/backend.h; how the pieces fit: device.h.
+ * module_build.c (user kernels, NVRTC), peer.c (copies between devices), collective.c (NCCL's
+ * collectives), driver.c, cublas_lib.c, nvrtc_lib.c and nccl_lib.c (the libraries, loaded at
+ * run time). Contracts: backends/backend.h; how the pieces fit: device.h.
  *
  * Environment (read when the thing it governs starts):
  *   ACCEL_CUDA_DRIVER=<file>      the driver library instead of libcuda.so.1 (tests)
  *   ACCEL_CUDA_CUBLAS=<file>      cuBLAS instead of libcublas.so.13 (or .12)
  *   ACCEL_NVRTC=<file>            NVRTC instead of libnvrtc.so.13 (or .12, or libnvrtc.so)
+ *   ACCEL_NCCL_LIBRARY=<file>     NCCL instead of libnccl.so.2 (the `collective` package)
  *   ACCEL_CACHE_DIR=<dir>         built user kernels' disk cache (backends/disk_cache.h)
  *   ACCEL_CUDA_TF32=1             sgemm on TF32 tensor cores for devices opened from then on
  *   ACCEL_CUDA_COPY_THREADS=<n>   threads per large pageable copy (default 3/4 of the cores,
@@ -44,6 +46,10 @@ uint64_t be_cuda_context(be_device *dev);
 /* A kernel of the embedded module by name ("be_null", "be_fill_u32"...): its CUfunction, or 0.
  * The device must be open. */
 uint64_t be_cuda_function(be_device *dev, const char *name);
+
+/* Whether dst's context reaches src's memory directly (peer access enabled: copy_peer then
+ * goes GPU to GPU; else the driver stages it through the host): 1, 0, or ACCEL_EINVAL. */
+int be_cuda_peer_direct(be_device *dst, be_device *src);
 
 /* Threads that copy a large pageable transfer to or from pinned memory (at least 1); set
  * before the queue's first large copy. From ACCEL_CUDA_COPY_THREADS at open by default. */

@@ -193,6 +193,7 @@ int be_cuda_incarnate(be_device *dev) {
     return rc == ACCEL_EDEVLOST ? ACCEL_EIO : rc;
   atomic_store(&dev->aborted, false);
   atomic_store(&dev->fault, BE_CUDA_OK);
+  be_cuda_peer_join(dev);
   return 0;
 }
 
@@ -367,6 +368,8 @@ static void wait_syncers(be_device *dev) {
 void be_cuda_dissolve(be_device *dev) {
   if (dev->ctx == NULL)
     return;
+  be_cuda_peer_leave(dev);
+  be_cuda_coll_forget(dev); /* NCCL's objects in this context go first */
   bool lost = atomic_load(&dev->fault) != BE_CUDA_OK;
   pthread_mutex_lock(&dev->lock);
   atomic_fetch_add(&dev->gen, 1); /* events still out there are stale from now on */

@@ -139,6 +139,10 @@ struct be_device {
   rt_list cbs;
   rt_list orphans; /* records of a buried context that found no burial (context.c) */
   int cb_running;
+  /* Peer copies (peer.c): whether the incarnation is in the registry of open devices, and
+   * the CUDA ordinals (bit i: device i) its context reaches directly (peer access). */
+  atomic_bool peer_open;
+  atomic_uint_fast64_t peer_direct;
 };
 
 struct be_queue {
@@ -232,6 +236,23 @@ void be_cuda_limits_read(be_device *dev);
 void be_cuda_modules_dissolve(be_device *dev, bool lost);
 /* Frees the records of the modules left (close, after dissolve). */
 void be_cuda_modules_free_all(be_device *dev);
+
+/* ---- peer.c: peer copies between devices of the backend -------------------------------- */
+
+/* The incarnation joins the registry of open devices (after be_cuda_incarnate): peer access
+ * is enabled both ways with every other open device whose GPU allows it. */
+void be_cuda_peer_join(be_device *dev);
+/* It leaves it (before its context goes: dissolve). */
+void be_cuda_peer_leave(be_device *dev);
+bool be_cuda_can_peer(be_device *dst, be_device *src);
+int be_cuda_copy_peer(be_queue *q, be_mem dst, size_t dst_off, be_device *src_dev, be_mem src,
+                      size_t src_off, size_t bytes);
+
+/* ---- collective.c: the `collective` package (NCCL) ---------------------------------------- */
+
+extern const be_coll_pkg be_cuda_coll;
+/* Destroys the communicators the device is a member of (dissolve, before its context goes). */
+void be_cuda_coll_forget(be_device *dev);
 
 /* ---- device references (backend_cuda.c) ------------------------------------------------- */
 

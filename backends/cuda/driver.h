@@ -35,7 +35,8 @@
   X(cuPointerGetAttributes) X(cuMemcpyHtoDAsync) X(cuMemcpyDtoHAsync)                      \
   X(cuMemcpyDtoDAsync) X(cuMemsetD8Async) X(cuMemsetD16Async) X(cuMemsetD32Async)          \
   X(cuMemHostRegister) X(cuMemHostUnregister)                                            \
-  X(cuModuleLoadDataEx) X(cuFuncSetAttribute)
+  X(cuModuleLoadDataEx) X(cuFuncSetAttribute)                                             \
+  X(cuDeviceCanAccessPeer) X(cuCtxEnablePeerAccess) X(cuMemcpyPeerAsync)
 /* clang-format on */
 
 /* Entry points of newer drivers that the backend does without: NULL in the table when the
