@@ -24,6 +24,17 @@ static accel_device cpu_dev(accel_ctx *ctx, int k) {
   return -1;
 }
 
+/* The first device of another backend than cpu (a GPU, an OpenCL device), or -1. */
+static accel_device other_dev(accel_ctx *ctx, const char *backend) {
+  for (accel_device d = 0; d < accel_device_count(ctx); d++) {
+    struct accel_device_info info;
+    CHECK_OK(accel_device_info(ctx, d, &info));
+    if (strcmp(info.backend, "cpu") != 0 && (backend == NULL || strcmp(info.backend, backend) == 0))
+      return d;
+  }
+  return -1;
+}
+
 static accel_ctx *open_cpus(int n) {
   char url[64];
   snprintf(url, sizeof url, "embedded:?cpu_devices=%d", n);
@@ -128,6 +139,35 @@ TEST(a_peer_source_that_faults_loses_nothing_silently) {
   free(out);
 }
 
+/* Between devices of two backends (a CPU device and a GPU or OpenCL device) data goes
+ * through the host: one device->host and one host->device copy each way, no peer copy. */
+TEST(different_backends_exchange_through_the_host) {
+  accel_ctx *ctx = ctx_open(NULL);
+  accel_device c = cpu_dev(ctx, 0), o = other_dev(ctx, NULL);
+  if (o < 0)
+    TEST_SKIP("no device of another backend here");
+  size_t n = rnd_range(1000, 100000), bytes = n * 4;
+  float *x = rnd_floats(n, -3, 3), *out = xmalloc(bytes);
+  accel_buffer X = buf_from(ctx, ACCEL_F32, x, n), Y = buf_new(ctx, ACCEL_F32, n);
+  accel_buffer Z = buf_new(ctx, ACCEL_F32, n);
+  accel_future *f = NULL;
+  CHECK_OK(accel_relu(ctx, c, Y, X, &f)); /* Y on the cpu device only */
+  WAIT_OK(f);
+  CHECK_OK(accel_relu(ctx, o, Z, Y, &f)); /* Y to the other device, through the host */
+  WAIT_OK(f);
+  CHECK_MOVED(ctx, "cpu -> other", 2 * bytes, bytes, 0);
+  CHECK_OK(accel_relu(ctx, c, Y, Z, &f)); /* Z back, through the host */
+  WAIT_OK(f);
+  CHECK_MOVED(ctx, "other -> cpu", 3 * bytes, 2 * bytes, 0);
+  read_sync(ctx, Y, 0, out, n);
+  for (size_t i = 0; i < n; i++)
+    x[i] = x[i] > 0 ? x[i] : 0;
+  check_same("relu x3", out, x, n);
+  accel_close(ctx);
+  free(x);
+  free(out);
+}
+
 /* ---- placement ---- */
 
 /* Whether Z is valid on device d now: an op there reading it moves nothing. */
@@ -170,7 +210,7 @@ TEST(any_runs_where_the_inputs_are) {
  * to the device whose queue is shorter: device a has a batch of gemms queued, so the op runs
  * on b. (The gemms take tens of milliseconds; the op is submitted right behind them.) */
 TEST(any_runs_on_the_idle_device) {
-  accel_ctx *ctx = open_cpus(2);
+  accel_ctx *ctx = ctx_open("embedded:?cpu_devices=2&backends=cpu"); /* no GPU to prefer */
   accel_device a = cpu_dev(ctx, 0), b = cpu_dev(ctx, 1);
   enum { SIDE = 640, GEMMS = 6 };
   size_t n = rnd_range(1000, 50000);
@@ -523,9 +563,43 @@ TEST(collectives_need_serving_devices_of_one_backend) {
   accel_close(ctx);
 }
 
+/* A collective through NCCL over the first CUDA device alone (its devices in primary
+ * contexts: ACCEL_CUDA_CONTEXT=primary; the GPU run sets it): all-reduce is the identity,
+ * broadcast too, all-gather a copy; checked exactly. */
+TEST(collectives_over_one_gpu) {
+  accel_ctx *ctx = ctx_open(NULL);
+  accel_device g = other_dev(ctx, "cuda");
+  struct accel_device_info info;
+  if (g < 0)
+    TEST_SKIP("no CUDA device here");
+  CHECK_OK(accel_device_info(ctx, g, &info));
+  if (!(info.packages & ACCEL_PKG_COLLECTIVE) || info.collective_dtypes == 0)
+    TEST_SKIP("the CUDA device runs no collectives (NCCL missing, or not in its primary context)");
+  size_t n = rnd_range(1, 1 << 20);
+  float *x = rnd_floats(n, -3, 3), *out = xmalloc(n * 4 + 4);
+  accel_buffer X = buf_from(ctx, ACCEL_F32, x, n), R = buf_new(ctx, ACCEL_F32, n);
+  accel_future *f = NULL;
+  for (int op = ACCEL_REDUCE_SUM; op <= ACCEL_REDUCE_MAX; op++) {
+    CHECK_OK(accel_all_reduce(ctx, &g, &X, 1, (accel_reduce)op, &f));
+    WAIT_OK(f);
+  }
+  CHECK_OK(accel_broadcast(ctx, &g, &X, 1, 0, &f));
+  WAIT_OK(f);
+  CHECK_OK(accel_all_gather(ctx, &g, &X, &R, 1, &f));
+  WAIT_OK(f);
+  read_sync(ctx, X, 0, out, n);
+  check_same("X after all-reduce and broadcast over one GPU", out, x, n);
+  read_sync(ctx, R, 0, out, n);
+  check_same("all-gather over one GPU", out, x, n);
+  accel_close(ctx);
+  free(x);
+  free(out);
+}
+
 static const test_case tests[] = {
     TEST_CASE(peer_copies_move_device_to_device_once),
     TEST_CASE(a_peer_source_that_faults_loses_nothing_silently),
+    TEST_CASE(different_backends_exchange_through_the_host),
     TEST_CASE(any_runs_where_the_inputs_are),
     TEST_CASE(any_runs_on_the_idle_device),
     TEST_CASE(all_reduce_matches_a_float64_reference),
@@ -536,6 +610,7 @@ static const test_case tests[] = {
     TEST_CASE(all_gather_concatenates_in_device_order),
     TEST_CASE(collectives_refuse_bad_arguments),
     TEST_CASE(collectives_need_serving_devices_of_one_backend),
+    TEST_CASE(collectives_over_one_gpu),
 };
 
 TEST_MAIN(tests)
