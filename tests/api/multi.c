@@ -144,8 +144,10 @@ TEST(a_peer_source_that_faults_loses_nothing_silently) {
 TEST(different_backends_exchange_through_the_host) {
   accel_ctx *ctx = ctx_open(NULL);
   accel_device c = cpu_dev(ctx, 0), o = other_dev(ctx, NULL);
-  if (o < 0)
+  if (o < 0) {
+    accel_close(ctx);
     TEST_SKIP("no device of another backend here");
+  }
   size_t n = rnd_range(1000, 100000), bytes = n * 4;
   float *x = rnd_floats(n, -3, 3), *out = xmalloc(bytes);
   accel_buffer X = buf_from(ctx, ACCEL_F32, x, n), Y = buf_new(ctx, ACCEL_F32, n);
@@ -569,12 +571,15 @@ TEST(collectives_need_serving_devices_of_one_backend) {
 TEST(collectives_over_one_gpu) {
   accel_ctx *ctx = ctx_open(NULL);
   accel_device g = other_dev(ctx, "cuda");
-  struct accel_device_info info;
-  if (g < 0)
-    TEST_SKIP("no CUDA device here");
-  CHECK_OK(accel_device_info(ctx, g, &info));
-  if (!(info.packages & ACCEL_PKG_COLLECTIVE) || info.collective_dtypes == 0)
-    TEST_SKIP("the CUDA device runs no collectives (NCCL missing, or not in its primary context)");
+  struct accel_device_info info = {0};
+  if (g >= 0)
+    CHECK_OK(accel_device_info(ctx, g, &info));
+  if (!(info.packages & ACCEL_PKG_COLLECTIVE) || info.collective_dtypes == 0) {
+    accel_close(ctx);
+    TEST_SKIP(g < 0 ? "no CUDA device here"
+                    : "the CUDA device runs no collectives (NCCL missing, or not in its primary "
+                      "context)");
+  }
   size_t n = rnd_range(1, 1 << 20);
   float *x = rnd_floats(n, -3, 3), *out = xmalloc(n * 4 + 4);
   accel_buffer X = buf_from(ctx, ACCEL_F32, x, n), R = buf_new(ctx, ACCEL_F32, n);

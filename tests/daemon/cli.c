@@ -87,7 +87,7 @@ TEST(devices_json_has_devices_with_packages_and_backends) {
            "python3 -c 'import json,sys; s=json.load(open(sys.argv[1]));"
            "assert sorted(s)==[\"backends\",\"devices\"], sorted(s);"
            "d=s[\"devices\"][0]; assert d[\"backend\"]==\"cpu\" and d[\"index\"]==0, d;"
-           "p=d[\"packages\"]; assert sorted(p)==[\"blas\",\"nn\",\"rng\"], p;"
+           "p=d[\"packages\"]; assert sorted(p)==[\"blas\",\"collective\",\"nn\",\"rng\"], p;"
            "assert \"f64\" in p[\"blas\"][\"gemm\"] and \"f64\" in p[\"blas\"][\"vector\"], p;"
            "b={e[\"name\"]: e for e in s[\"backends\"]};"
            "assert sum(e[\"devices\"] for e in b.values())==len(s[\"devices\"]), b;"
