@@ -7,7 +7,8 @@
  * then succeed with no failure: the system serves again.
  *
  * Scenarios: the runtime (spawn, ask, a worker job, a timer, stop); an op's path in the
- * embedded mode (open, buffers, write, ops, read, checked values, close); the wire codec
+ * embedded mode (open, buffers, write, ops, read, checked values, a peer copy and an
+ * all-reduce between two devices, close); the wire codec
  * (encode and decode of every frame kind); a session through an in-process server (the
  * server actor on its own runtime and device world, a client of libaccel over ipc://: hello,
  * buffers, ops, read, the session's teardown when the client closes). And once, without
@@ -231,6 +232,29 @@ static int run_big(op_path *p) {
   return rc;
 }
 
+/* Two devices: z (on device 0) copied straight to device 1 by an op there (y = relu(z)), then
+ * an all-reduce of z on device 0 with y on device 1: both become 2 z (exact: small integers). */
+static int run_two_devices(op_path *p) {
+  float z0[N_ELEMS], y1[N_ELEMS], z1[N_ELEMS];
+  accel_device devs[2] = {0, 1};
+  accel_buffer bufs[2] = {p->z, p->y};
+  accel_future *f;
+  int rc = await(accel_read(p->ctx, p->z, 0, z0, N_ELEMS, &f), &f, "read z");
+  if (rc == 0)
+    rc = await(accel_relu(p->ctx, 1, p->y, p->z, &f), &f, "relu on device 1");
+  if (rc == 0)
+    rc = await(accel_all_reduce(p->ctx, devs, bufs, 2, ACCEL_REDUCE_SUM, &f), &f, "all-reduce");
+  if (rc == 0)
+    rc = await(accel_read(p->ctx, p->y, 0, y1, N_ELEMS, &f), &f, "read y");
+  if (rc == 0)
+    rc = await(accel_read(p->ctx, p->z, 0, z1, N_ELEMS, &f), &f, "read z");
+  for (int i = 0; rc == 0 && i < N_ELEMS; i++) {
+    CHECK(z1[i] == 2 * z0[i]);
+    CHECK(y1[i] == 2 * z0[i]);
+  }
+  return rc;
+}
+
 static int op_path_run(const char *url, bool big) {
   op_path p = {.big = big};
   int rc = step(accel_open(&p.ctx, url), "open");
@@ -241,6 +265,8 @@ static int op_path_run(const char *url, bool big) {
     rc = run_ops(&p);
   if (rc == 0 && big)
     rc = run_big(&p);
+  if (rc == 0 && strstr(url, "cpu_devices=2"))
+    rc = run_two_devices(&p);
   accel_buffer bufs[] = {p.x, p.y, p.r, p.z, p.w};
   for (int i = 0; i < p.nbufs; i++) {
     int drc = step(accel_buffer_destroy(p.ctx, bufs[i]), "destroy");
@@ -252,7 +278,7 @@ static int op_path_run(const char *url, bool big) {
 }
 
 static int scenario_embedded(void) {
-  return op_path_run("embedded:?backends=cpu", false);
+  return op_path_run("embedded:?backends=cpu&cpu_devices=2", false);
 }
 
 /* ---- the wire codec: every frame kind encoded and decoded back ---- */
