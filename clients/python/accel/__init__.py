@@ -18,12 +18,13 @@ from ._dtypes import bfloat16, from_bfloat16, to_bfloat16
 from ._errors import AccelError
 from ._future import Future, gather
 from ._kernels import In, InOut, Kernel, Module, Out, local
-from ._ops import axpy, dot, fill, matmul, random_fill, relu, scal, sigmoid, softmax, tanh
+from ._ops import (all_gather, all_reduce, axpy, broadcast, dot, fill, matmul, random_fill, relu,
+                   scal, sigmoid, softmax, tanh)
 
 __version__ = _lib.lib.accel_version().decode()
 
 __all__ = [
     "AccelError", "Array", "Context", "Device", "Future", "In", "InOut", "Kernel", "Module",
-    "Out", "axpy", "bfloat16", "dot", "fill", "from_bfloat16", "gather", "local", "matmul",
+    "Out", "all_gather", "all_reduce", "axpy", "broadcast", "bfloat16", "dot", "fill", "from_bfloat16", "gather", "local", "matmul",
     "open", "random_fill", "relu", "scal", "sigmoid", "softmax", "tanh", "to_bfloat16",
 ]

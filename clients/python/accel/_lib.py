@@ -158,6 +158,21 @@ _PROTOTYPES = {
     "accel_relu": (_int, [ctx_p, device_t, handle, handle, _fut_out]),
     "accel_tanh": (_int, [ctx_p, device_t, handle, handle, _fut_out]),
     "accel_softmax": (_int, [ctx_p, device_t, handle, handle, _size, _size, _fut_out]),
+    "accel_all_reduce": (
+        _int,
+        [ctx_p, ctypes.POINTER(device_t), ctypes.POINTER(handle), ctypes.c_uint32,
+         ctypes.c_int, _fut_out],
+    ),
+    "accel_broadcast": (
+        _int,
+        [ctx_p, ctypes.POINTER(device_t), ctypes.POINTER(handle), ctypes.c_uint32,
+         ctypes.c_uint32, _fut_out],
+    ),
+    "accel_all_gather": (
+        _int,
+        [ctx_p, ctypes.POINTER(device_t), ctypes.POINTER(handle), ctypes.POINTER(handle),
+         ctypes.c_uint32, _fut_out],
+    ),
     "accel_module_load": (
         _int,
         [ctx_p, device_t, _int, ctypes.c_char_p, _size, ctypes.c_char_p, ctypes.POINTER(handle),

@@ -183,3 +183,58 @@ def random_fill(out, dist, *, seed, offset=0, mean=0.0, stddev=1.0, device=None)
     dev = out._dev(device)
     return _issue("accel_rng_fill", lambda f: _lib.lib.accel_rng_fill(
         out.ctx._live(), dev, out.handle, _lib.ctypes.byref(spec), f), (out,), out)
+
+
+# ---- collectives --------------------------------------------------------------------------
+
+_REDUCE = {"sum": 0, "prod": 1, "min": 2, "max": 3}
+
+
+def _members(arrays, devices):
+    """The devices and handles of a collective: arrays[i] on devices[i] (default: each
+    array's own device, which must then be one)."""
+    arrays = list(arrays)
+    if not arrays:
+        raise ValueError("a collective needs at least one array")
+    ctx = _same_ctx(*arrays)
+    if devices is None:
+        devices = [a.device for a in arrays]
+    devices = list(devices)
+    if len(devices) != len(arrays) or any(d is None for d in devices):
+        raise ValueError("a collective names one device per array (devices=, or arrays "
+                         "made with device=)")
+    n = len(arrays)
+    devs = (_lib.device_t * n)(*devices)
+    handles = (_lib.handle * n)(*(a.handle for a in arrays))
+    return ctx, arrays, devs, handles, n
+
+
+def all_reduce(arrays, op="sum", *, devices=None):
+    """Every array becomes the element-wise reduction (op: "sum", "prod", "min", "max") of
+    all of them, arrays[i] on devices[i] (accel_all_reduce: devices of one backend with the
+    collective package). The Future's result is the list of arrays."""
+    if op not in _REDUCE:
+        raise ValueError(f"op must be one of {sorted(_REDUCE)}")
+    ctx, arrays, devs, handles, n = _members(arrays, devices)
+    return _issue("accel_all_reduce", lambda f: _lib.lib.accel_all_reduce(
+        ctx._live(), devs, handles, n, _REDUCE[op], f), arrays, arrays)
+
+
+def broadcast(arrays, root=0, *, devices=None):
+    """Every array becomes a copy of arrays[root] (accel_broadcast)."""
+    ctx, arrays, devs, handles, n = _members(arrays, devices)
+    return _issue("accel_broadcast", lambda f: _lib.lib.accel_broadcast(
+        ctx._live(), devs, handles, n, int(root), f), arrays, arrays)
+
+
+def all_gather(sends, recvs, *, devices=None):
+    """Every recvs[i] becomes sends[0], sends[1], ... concatenated (accel_all_gather); each
+    recv holds len(sends) times a send's elements."""
+    ctx, sends, devs, send_h, n = _members(sends, devices)
+    recvs = list(recvs)
+    if len(recvs) != n:
+        raise ValueError("all_gather: one receive array per send array")
+    _same_ctx(*sends, *recvs)
+    recv_h = (_lib.handle * n)(*(r.handle for r in recvs))
+    return _issue("accel_all_gather", lambda f: _lib.lib.accel_all_gather(
+        ctx._live(), devs, send_h, recv_h, n, f), sends + recvs, recvs)
