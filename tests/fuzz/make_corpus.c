@@ -168,6 +168,12 @@ static void ops(void) {
   dev_op u = base_op(DEV_OP_UNARY, 2);
   u.u.unary.op = BE_TANH;
   op("op-unary", u, (proto_bytes){NULL, 0});
+  dev_op co = base_op(DEV_OP_COLLECTIVE, 4); /* an all-gather over two devices */
+  co.u.coll.kind = BE_COLL_ALL_GATHER;
+  co.u.coll.ndev = 2;
+  co.u.coll.devices[0] = co.h.device = 0;
+  co.u.coll.devices[1] = 1;
+  op("op-collective", co, (proto_bytes){NULL, 0});
   dev_op sm = base_op(DEV_OP_SOFTMAX, 2);
   sm.u.softmax.rows = 4;
   sm.u.softmax.cols = 4;
