@@ -92,11 +92,12 @@ static void compare(gpu *g, void (*a)(void *), void (*d)(void *), void *arg, dou
   *md = median(td, REPS);
 }
 
-static void row(const char *what, double bytes, double a, double d) {
+/* `target`: the ratio's, or a note where the row has none. */
+static void row(const char *what, double bytes, double a, double d, const char *target) {
   char sa[24], sd[24];
   snprintf(sa, sizeof sa, "%.3f ms %.1f GB/s", a, bytes / a * 1e-6);
   snprintf(sd, sizeof sd, "%.3f ms %.1f GB/s", d, bytes / d * 1e-6);
-  add_row(what, sa, sd, d / a, ">= 0.95");
+  add_row(what, sa, sd, d / a, target);
 }
 
 /* ---- peer copy ---------------------------------------------------------------------------- */
@@ -137,7 +138,7 @@ static void bench_peer(int ngpu) {
          be_cuda_peer_direct(g0.d, g1.d) == 1 ? "direct" : "staged by the driver");
   double a, d;
   compare(&g0, peer_accel, peer_raw, &p, &a, &d);
-  row("peer copy 256 MiB GPU1 -> GPU0", (double)PEER_BYTES, a, d);
+  row("peer copy 256 MiB GPU1 -> GPU0", (double)PEER_BYTES, a, d, ">= 0.9");
   B->mem_free(g0.d, &p.md);
   B->mem_free(g1.d, &p.ms);
   gpu_close(&g1);
@@ -225,7 +226,8 @@ static void bench_all_reduce(int ngpu) {
     compare(&x.g[0], reduce_accel, reduce_direct, &x, &a, &d);
     /* bus bandwidth, as nccl-tests count it: 2 (n - 1) / n of the buffer per rank */
     double bytes = (double)REDUCE_COUNT * 4 * (x.n > 1 ? 2.0 * (x.n - 1) / x.n : 1.0);
-    row(what, bytes, a, d);
+    /* one rank in place moves nothing: that row times the call alone */
+    row(what, bytes, a, d, x.n > 1 ? ">= 0.95" : "none: no data moves");
     for (uint32_t i = 0; i < x.n; i++) {
       CU(be_cu.cuCtxSetCurrent(x.g[i].ctx));
       CU(be_cu.cuStreamSynchronize(x.g[i].s));
