@@ -2,7 +2,8 @@
  * completion back to the loop by the task's strategy:
  *   callback  the backend notifies on its thread (host_notify) -> the op's future completes
  *             there, and the record is posted to the loop (accel_post)
- *   sync      a worker blocks in event_sync -> a message back
+ *   sync      a worker blocks in event_sync -> the op's future completes there too, and a
+ *             message goes back to the loop
  *   poll      the actor queries events every loop iteration while polled work is in flight
  * A deadline watchdog covers callbacks that never come (a CUDA callback does not fire after a
  * device error). When the actor ends (device fault, shutdown), its in-flight tasks complete
@@ -169,23 +170,33 @@ static void host_callback(void *arg, int status) {
   accel_post(f->world_rt, &f->post, on_callback_done);
 }
 
-static int arm_callback(kernel_state *k, dev_inflight *f) {
+/* The op's future, for completion on the thread that learns the work is done (a client
+ * waiting on it wakes one hop sooner); held by the record, so it outlives the op if need be. */
+static void take_early(dev_inflight *f) {
   dev_task *t = f->task;
-  f->world_rt = accel_actor_runtime(k->self);
   if (t->kind == DEV_TASK_OP && t->op->future && t->op->done == NULL) {
-    f->early = t->op->future; /* held by the record, so it outlives the op if need be */
+    f->early = t->op->future;
     accel_future_retain(f->early);
   }
+}
+
+static void drop_early(dev_inflight *f) {
+  if (f->early) {
+    accel_future_release(f->early);
+    f->early = NULL;
+  }
+}
+
+static int arm_callback(kernel_state *k, dev_inflight *f) {
+  f->world_rt = accel_actor_runtime(k->self);
+  take_early(f);
   f->refs++; /* released by on_callback_done, whichever way it comes */
   /* host_notify does not hold the queue until the callback returns (a GPU would idle). */
   const be_ops *be = k->node->be;
   int rc = (be->host_notify ? be->host_notify : be->host_callback)(k->queue, host_callback, f);
   if (rc == ACCEL_ENOMEM) { /* undone: the watchdog arms it again */
     f->refs--;
-    if (f->early) {
-      accel_future_release(f->early);
-      f->early = NULL;
-    }
+    drop_early(f);
     return rc;
   }
   if (rc != 0)
@@ -193,9 +204,14 @@ static int arm_callback(kernel_state *k, dev_inflight *f) {
   return 0;
 }
 
+/* On a worker: the client's future completes here, as in host_callback; the loop's
+ * bookkeeping follows with the message. */
 static int sync_work(void *data) {
   dev_inflight *f = data;
-  return f->be->event_sync(f->event);
+  int rc = f->be->event_sync(f->event);
+  if (f->early)
+    accel_future_complete(f->early, rc, NULL, NULL);
+  return rc;
 }
 
 static void sync_drop(void *data) {
@@ -203,10 +219,13 @@ static void sync_drop(void *data) {
 }
 
 static int arm_sync(kernel_state *k, dev_inflight *f) {
+  take_early(f);
   f->refs++;
   int rc = accel_work_submit(k->self, sync_work, f, sync_drop, DEV_MSG_SYNCED);
-  if (rc != 0)
+  if (rc != 0) {
     f->refs--;
+    drop_early(f);
+  }
   return rc;
 }
 
