@@ -65,18 +65,20 @@ typedef enum op_kind {
   K_RELU,
   K_TANH,
   K_SOFTMAX,
+  K_ALL_REDUCE, /* x on one device, dst on another: both become x + dst */
   K_DESTROY,
   K_COUNT
 } op_kind;
 
-static const char *const kind_names[K_COUNT] = {"create",  "write", "read", "fill",    "copy",
-                                                "axpy",    "dot",   "scal", "gemm",    "rng",
-                                                "sigmoid", "relu",  "tanh", "softmax", "destroy"};
+static const char *const kind_names[K_COUNT] = {"create", "write",   "read",       "fill",
+                                                "copy",   "axpy",    "dot",        "scal",
+                                                "gemm",   "rng",     "sigmoid",    "relu",
+                                                "tanh",   "softmax", "all-reduce", "destroy"};
 
 /* One op of a step: what it was asked, and its futures. */
 typedef struct op_rec {
   op_kind kind;
-  accel_device dev;
+  accel_device dev, dev2;  /* dev2: an all-reduce's second device (dst's) */
   int dst, x, y;           /* slots: what it writes, what it reads (-1: none) */
   size_t off, off2, count; /* write/read/copy ranges; count is n of axpy/dot/scal */
   size_t m, n, k, lda, ldb, ldc, rows, cols;
@@ -546,19 +548,44 @@ static bool issue_destroy(client *c, op_rec *r) {
   return true;
 }
 
+/* A sum of x (on one device) and dst (on another, named): both change; dst is read back, x's
+ * contents are unknown from then on (check_op). */
+static bool issue_all_reduce(client *c, op_rec *r) {
+  if (c->ndev < 2 || (r->x = pick(c, live_float, NULL, -1, -1)) < 0)
+    return false;
+  if ((r->dst = pick(c, same_shape, &c->s[r->x], r->x, -1)) < 0)
+    return false;
+  r->dev = (accel_device)rnd(c, 0, (uint64_t)c->ndev - 1);
+  r->dev2 = (accel_device)((r->dev + 1 + (int)rnd(c, 0, (uint64_t)c->ndev - 2)) % c->ndev);
+  accel_device devs[2] = {r->dev, r->dev2};
+  accel_buffer bufs[2] = {c->s[r->x].h, c->s[r->dst].h};
+  r->rc = accel_all_reduce(c->ctx, devs, bufs, 2, ACCEL_REDUCE_SUM, &r->f);
+  call_rc(c, r->rc, "accel_all_reduce");
+  read_back(c, r);
+  return true;
+}
+
 typedef bool (*issue_fn)(client *c, op_rec *r);
 
 static const struct {
   issue_fn fn;
   int weight;
 } issuers[K_COUNT] = {
-    [K_CREATE] = {issue_create, 6},   [K_WRITE] = {issue_write, 8},
-    [K_READ] = {issue_read, 6},       [K_FILL] = {issue_fill, 5},
-    [K_COPY] = {issue_copy, 6},       [K_AXPY] = {issue_axpy, 6},
-    [K_DOT] = {issue_dot, 5},         [K_SCAL] = {issue_scal, 5},
-    [K_GEMM] = {issue_gemm, 6},       [K_RNG] = {issue_rng, 6},
-    [K_SIGMOID] = {issue_unary, 4},   [K_RELU] = {issue_unary, 4},
-    [K_TANH] = {issue_unary, 3},      [K_SOFTMAX] = {issue_softmax, 4},
+    [K_CREATE] = {issue_create, 6},
+    [K_WRITE] = {issue_write, 8},
+    [K_READ] = {issue_read, 6},
+    [K_FILL] = {issue_fill, 5},
+    [K_COPY] = {issue_copy, 6},
+    [K_AXPY] = {issue_axpy, 6},
+    [K_DOT] = {issue_dot, 5},
+    [K_SCAL] = {issue_scal, 5},
+    [K_GEMM] = {issue_gemm, 6},
+    [K_RNG] = {issue_rng, 6},
+    [K_SIGMOID] = {issue_unary, 4},
+    [K_RELU] = {issue_unary, 4},
+    [K_TANH] = {issue_unary, 3},
+    [K_SOFTMAX] = {issue_softmax, 4},
+    [K_ALL_REDUCE] = {issue_all_reduce, 4},
     [K_DESTROY] = {issue_destroy, 3},
 };
 
@@ -683,6 +710,15 @@ static void ref_rng(client *c, op_rec *r, expect *e) {
   }
 }
 
+static void ref_all_reduce(client *c, op_rec *r, expect *e) {
+  double u = unit(c->s[r->dst].dt);
+  const double *x = in(c, r->x), *y = in(c, r->dst);
+  for (size_t i = 0; i < c->s[r->dst].n; i++) {
+    e->want[i] = x[i] + y[i];
+    e->tol[i] = 4 * u * (fabs(x[i]) + fabs(y[i]));
+  }
+}
+
 static double activation(op_kind k, double x) {
   if (k == K_SIGMOID)
     return 1 / (1 + exp(-x));
@@ -732,6 +768,7 @@ static bool reads_dst(client *c, op_rec *r) {
     return r->rows * r->cols != n || r->dst == r->x;
   case K_AXPY:
   case K_SCAL:
+  case K_ALL_REDUCE:
     return true;
   default:
     return false;
@@ -780,6 +817,9 @@ static void reference(client *c, op_rec *r, expect *e) {
   case K_SOFTMAX:
     ref_softmax(c, r, e);
     break;
+  case K_ALL_REDUCE:
+    ref_all_reduce(c, r, e);
+    break;
   default:
     ref_unary(c, r, e);
     break;
@@ -791,7 +831,7 @@ static void reference(client *c, op_rec *r, expect *e) {
 /* Arithmetic results below the smallest normal number carry an absolute error of its order
  * (rounded to subnormal spacing, or flushed to zero by vector code). */
 static double subnormal_floor(op_kind k, accel_dtype dt) {
-  bool arithmetic = k >= K_AXPY && k != K_RNG && k <= K_SOFTMAX;
+  bool arithmetic = k >= K_AXPY && k != K_RNG && k <= K_ALL_REDUCE;
   if (!arithmetic)
     return 0;
   return dt == ACCEL_F64 ? 4 * 0x1p-1022 : dt == ACCEL_F32 ? 4 * 0x1p-126 : 0;
@@ -817,11 +857,11 @@ static void describe(client *c, op_rec *r, char *buf, size_t len) {
   snprintf(buf, len,
            "%s on device %s into slot %d (%s, %zu elements; x %d, y %d): off %zu off2 %zu "
            "count %zu m %zu n %zu k %zu ta %d tb %d lda %zu ldb %zu ldc %zu rows %zu cols %zu "
-           "alpha %.17g beta %.17g rng seed %llu offset %llu dist %d",
+           "alpha %.17g beta %.17g rng seed %llu offset %llu dist %d dev2 %d",
            kind_names[r->kind], dev_name(r->dev, dv, sizeof dv), r->dst, dt_name(d->dt), d->n, r->x,
            r->y, r->off, r->off2, r->count, r->m, r->n, r->k, (int)r->ta, (int)r->tb, r->lda,
            r->ldb, r->ldc, r->rows, r->cols, r->alpha, r->beta, (unsigned long long)r->rng.seed,
-           (unsigned long long)r->rng.offset, (int)r->rng.dist);
+           (unsigned long long)r->rng.offset, (int)r->rng.dist, (int)r->dev2);
 }
 
 static void compare(client *c, op_rec *r, const void *got, const double *want, const double *tol,
@@ -904,6 +944,8 @@ static void check_op(client *c, op_rec *r) {
     adopt(c, r->dst, r->back);
   else
     d->known = false;
+  if (r->kind == K_ALL_REDUCE)
+    c->s[r->x].known = false; /* it changed too, and was not read back */
 }
 
 /* ---- the loop ---- */
