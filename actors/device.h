@@ -13,6 +13,7 @@ enum {
   DEV_MSG_SYNCED,                     /* kernel actor: a worker's event_sync returned */
   DEV_MSG_WATCHDOG,                   /* kernel actor: look for work past its deadline */
   DEV_MSG_FAULT_RETRY,                /* kernel actor: send a refused fault report again */
+  DEV_MSG_ARM_BATCH,                  /* kernel actor: one host function for the burst's tasks */
   DEV_MSG_FAULT,                      /* device actor: the device reported a sticky fault */
   DEV_MSG_INJECT_FAULT,               /* device actor: tests only */
   DEV_MSG_OP,                         /* session: data = dev_op */

@@ -4,6 +4,7 @@
  *             there, and the record is posted to the loop (accel_post)
  *   sync      a worker blocks in event_sync -> the op's future completes there too, and a
  *             message goes back to the loop
+ * (on backends whose errors are sticky, one notification or wait covers a burst of tasks)
  *   poll      the actor queries events every loop iteration while polled work is in flight
  * A deadline watchdog covers callbacks that never come (a CUDA callback does not fire after a
  * device error). When the actor ends (device fault, shutdown), its in-flight tasks complete
@@ -39,9 +40,10 @@ typedef struct dev_inflight {
   int status;       /* from the backend's callback */
   dev_world *world; /* whose pool the record goes back to */
   accel_runtime *world_rt;
-  accel_future *early; /* the op's future, completed right in the backend's callback */
-  int refs;            /* the actor's list + the pending completion mechanism */
-  bool armed;          /* its completion is on its way (arm); the watchdog retries if not */
+  accel_future *early;             /* the op's future, completed right in the backend's callback */
+  struct dev_inflight *batch_next; /* the next record one host function completes */
+  int refs;                        /* the actor's list + the pending completion mechanism */
+  bool armed; /* its completion is on its way (arm); the watchdog retries if not */
 } dev_inflight;
 
 struct kernel_state {
@@ -58,6 +60,12 @@ struct kernel_state {
   uint32_t generation;                   /* the device incarnation this actor serves */
   bool fault_reported; /* the device actor has the report (or no longer needs it) */
   bool fault_pending;  /* a report met a full mailbox: sent again until it gets through */
+  /* Records of this burst by strategy (callback, sync), oldest first, waiting for
+   * DEV_MSG_ARM_BATCH to arm one completion behind the last (be->sticky_errors). */
+  struct burst {
+    dev_inflight *head, *tail;
+  } burst[2];
+  bool batch_msg; /* DEV_MSG_ARM_BATCH is in the mailbox */
 };
 
 static dev_inflight *inflight_alloc(dev_world *w) {
@@ -149,27 +157,6 @@ static void inflight_finish(dev_inflight *f, int status) {
 
 static void pump(kernel_state *k);
 
-static void on_callback_done(accel_task *task) {
-  dev_inflight *f = (dev_inflight *)task;
-  kernel_state *k = f->owner;
-  if (k)
-    inflight_finish(f, f->status);
-  inflight_unref(f);
-  if (k)
-    pump(k);
-}
-
-/* On a backend thread. The client's future completes here, without waiting for the loop: a
- * client blocked on it wakes one hop sooner. The loop's bookkeeping follows (completing the
- * future again there is a no-op). */
-static void host_callback(void *arg, int status) {
-  dev_inflight *f = arg;
-  f->status = status;
-  if (f->early)
-    accel_future_complete(f->early, status, NULL, NULL);
-  accel_post(f->world_rt, &f->post, on_callback_done);
-}
-
 /* The op's future, for completion on the thread that learns the work is done (a client
  * waiting on it wakes one hop sooner); held by the record, so it outlives the op if need be. */
 static void take_early(dev_inflight *f) {
@@ -187,42 +174,143 @@ static void drop_early(dev_inflight *f) {
   }
 }
 
-static int arm_callback(kernel_state *k, dev_inflight *f) {
-  f->world_rt = accel_actor_runtime(k->self);
-  take_early(f);
-  f->refs++; /* released by on_callback_done, whichever way it comes */
+/* A chain of records (batch_next; one record alone is a chain of one) completed together:
+ * on the loop, each finishes in order and drops the completion's reference. */
+static void chain_finish(dev_inflight *f, bool use_status, int status) {
+  kernel_state *k = NULL;
+  for (dev_inflight *g = f; g != NULL; g = g->batch_next)
+    k = g->owner ? g->owner : k; /* finishing detaches them */
+  while (f != NULL) {
+    dev_inflight *next = f->batch_next; /* f may be freed below */
+    if (f->owner)
+      inflight_finish(f, use_status ? status : f->status);
+    inflight_unref(f);
+    f = next;
+  }
+  if (k)
+    pump(k);
+}
+
+/* Off the loop (a backend thread, a worker): the clients' futures complete here, without
+ * waiting for the loop; its bookkeeping follows (completing them again there is a no-op). */
+static void chain_complete_early(dev_inflight *head, int status) {
+  for (dev_inflight *f = head; f != NULL; f = f->batch_next) {
+    f->status = status;
+    if (f->early)
+      accel_future_complete(f->early, status, NULL, NULL);
+  }
+}
+
+static void on_callback_done(accel_task *task) {
+  chain_finish((dev_inflight *)task, false, 0);
+}
+
+/* On a backend thread, after the work of every record of the chain. */
+static void host_callback(void *arg, int status) {
+  dev_inflight *head = arg;
+  chain_complete_early(head, status);
+  accel_post(head->world_rt, &head->post, on_callback_done);
+}
+
+/* Undoes a chain's arming: its references dropped, each record to be armed again by the
+ * watchdog (`rearm`) or not at all (the actor ends). */
+static void chain_drop(dev_inflight *head, bool rearm) {
+  while (head != NULL) {
+    dev_inflight *next = head->batch_next;
+    head->batch_next = NULL;
+    if (rearm)
+      head->armed = false;
+    drop_early(head);
+    inflight_unref(head);
+    head = next;
+  }
+}
+
+static int arm_callback_chain(kernel_state *k, dev_inflight *head) {
+  head->world_rt = accel_actor_runtime(k->self);
   /* host_notify does not hold the queue until the callback returns (a GPU would idle). */
   const be_ops *be = k->node->be;
-  int rc = (be->host_notify ? be->host_notify : be->host_callback)(k->queue, host_callback, f);
-  if (rc == ACCEL_ENOMEM) { /* undone: the watchdog arms it again */
-    f->refs--;
-    drop_early(f);
+  int rc = (be->host_notify ? be->host_notify : be->host_callback)(k->queue, host_callback, head);
+  if (rc == ACCEL_ENOMEM)
     return rc;
-  }
   if (rc != 0)
-    host_callback(f, rc); /* finishes the task with the error, through the loop */
+    host_callback(head, rc); /* finishes them with the error, through the loop */
   return 0;
 }
 
-/* On a worker: the client's future completes here, as in host_callback; the loop's
- * bookkeeping follows with the message. */
+/* On a worker: the last record's event covers the chain (an in-order queue). */
 static int sync_work(void *data) {
-  dev_inflight *f = data;
-  int rc = f->be->event_sync(f->event);
-  if (f->early)
-    accel_future_complete(f->early, rc, NULL, NULL);
+  dev_inflight *head = data, *last = head;
+  while (last->batch_next)
+    last = last->batch_next;
+  int rc = last->be->event_sync(last->event);
+  chain_complete_early(head, rc);
   return rc;
 }
 
 static void sync_drop(void *data) {
-  inflight_unref(data); /* the actor ended before the worker's answer came back */
+  chain_drop(data, false); /* the actor ended before the worker's answer came back */
 }
 
-static int arm_sync(kernel_state *k, dev_inflight *f) {
+static int arm_sync_chain(kernel_state *k, dev_inflight *head) {
+  return accel_work_submit(k->self, sync_work, head, sync_drop, DEV_MSG_SYNCED);
+}
+
+/* ---- completions of a burst, batched ----
+ * Where errors are sticky for the device (be->sticky_errors), one host function (callback) or
+ * one worker's wait (sync) behind the last task of a burst completes every task of it: an
+ * in-order queue gets there once all have run. A client pipelining small ops then pays one per
+ * burst instead of one per op. The burst is what the actor submits before its own
+ * DEV_MSG_ARM_BATCH, sent behind the first, comes up. Each record of a burst holds a
+ * reference for its completion. */
+
+enum { BURST_CALLBACK = 0, BURST_SYNC = 1 };
+
+static void arm_bursts(kernel_state *k) {
+  k->batch_msg = false;
+  for (int b = BURST_CALLBACK; b <= BURST_SYNC; b++) {
+    dev_inflight *head = k->burst[b].head;
+    k->burst[b].head = k->burst[b].tail = NULL;
+    if (head == NULL)
+      continue;
+    int rc = b == BURST_SYNC ? arm_sync_chain(k, head) : arm_callback_chain(k, head);
+    if (rc == ACCEL_ENOMEM)
+      chain_drop(head, true);
+    else if (rc != 0)
+      chain_finish(head, true, rc); /* as the callback would have */
+  }
+}
+
+/* Adds f to the burst of its strategy: 0, or ACCEL_EAGAIN if it must be armed alone. */
+static int burst_join(kernel_state *k, dev_inflight *f, int b) {
+  if (!k->node->be->sticky_errors)
+    return ACCEL_EAGAIN;
+  if (!k->batch_msg) {
+    accel_msg m = {.type = DEV_MSG_ARM_BATCH};
+    if (accel_tell(accel_actor_runtime(k->self), accel_self(k->self), &m) != 0)
+      return ACCEL_EAGAIN; /* a full mailbox: this one alone */
+    k->batch_msg = true;
+  }
   take_early(f);
-  f->refs++;
-  int rc = accel_work_submit(k->self, sync_work, f, sync_drop, DEV_MSG_SYNCED);
-  if (rc != 0) {
+  f->refs++; /* the completion's */
+  f->batch_next = NULL;
+  if (k->burst[b].tail)
+    k->burst[b].tail->batch_next = f;
+  else
+    k->burst[b].head = f;
+  k->burst[b].tail = f;
+  return 0;
+}
+
+/* Arms f's completion by itself, or with its burst. */
+static int arm_one(kernel_state *k, dev_inflight *f, int b) {
+  if (burst_join(k, f, b) == 0)
+    return 0;
+  take_early(f);
+  f->refs++; /* the completion's, whichever way it comes */
+  f->batch_next = NULL;
+  int rc = b == BURST_SYNC ? arm_sync_chain(k, f) : arm_callback_chain(k, f);
+  if (rc != 0) { /* undone: the watchdog arms it again (ENOMEM), or track fails it */
     f->refs--;
     drop_early(f);
   }
@@ -320,9 +408,9 @@ static int arm(kernel_state *k, dev_inflight *f) {
   if (rc != 0)
     return rc;
   if (f->how == ACCEL_COMPLETION_CALLBACK)
-    rc = arm_callback(k, f);
+    rc = arm_one(k, f, BURST_CALLBACK);
   else if (f->how == ACCEL_COMPLETION_SYNC)
-    rc = arm_sync(k, f);
+    rc = arm_one(k, f, BURST_SYNC);
   if (rc != 0)
     return rc;
   f->armed = true;
@@ -492,9 +580,7 @@ static int kernel_handle(kernel_state *k, accel_msg *msg) {
   case DEV_MSG_SYNCED: {
     dev_inflight *f = msg->data;
     msg->data = NULL;
-    if (f->owner)
-      inflight_finish(f, (int)(int64_t)msg->arg);
-    inflight_unref(f);
+    chain_finish(f, true, (int)(int64_t)msg->arg);
     return 0;
   }
   case DEV_MSG_WATCHDOG:
@@ -503,6 +589,9 @@ static int kernel_handle(kernel_state *k, accel_msg *msg) {
   case DEV_MSG_FAULT_RETRY:
     if (k->fault_pending)
       report_fault(k);
+    return 0;
+  case DEV_MSG_ARM_BATCH:
+    arm_bursts(k);
     return 0;
   default:
     return 0;
@@ -534,6 +623,10 @@ static void kernel_stop(accel_actor *self, void *state) {
     dev_task_complete(t, ACCEL_EDEVLOST);
   }
   k->waiting_tail = NULL;
+  for (int b = BURST_CALLBACK; b <= BURST_SYNC; b++) { /* never armed: nothing will come */
+    chain_drop(k->burst[b].head, false);
+    k->burst[b].head = k->burst[b].tail = NULL;
+  }
   while (!rt_list_empty(&k->inflight))
     inflight_finish(inflight_first(k), ACCEL_EDEVLOST);
   if (k->queue) {

@@ -150,6 +150,11 @@ typedef struct be_ops {
   /* fn is called exactly once: after the work before it, or with ACCEL_EDEVLOST (fault) or
    * ACCEL_ECANCELED (queue destroyed first) at the latest in queue_destroy, reset or close. */
   int (*host_callback)(be_queue *q, be_host_fn fn, void *arg);
+  /* A failure on a queue is sticky for its device (CUDA's context errors, OpenCL's faults):
+   * one host function queued behind several ops may stand for all of them (its status is
+   * theirs), so completions of a burst share one (host functions cost microseconds there).
+   * False where an op's error is its own (the cpu backend's queues). */
+  bool sticky_errors;
   /* Like host_callback, but the queue does not wait for fn: later work on q may start before
    * fn has run (fn still runs once, after the work before it, with the same exactly-once and
    * error rules as host_callback). The functions of one queue's host_notify calls run in

@@ -305,6 +305,7 @@ const be_ops be_cuda_ops = {
     .queue_wait = be_cuda_queue_wait,
     .host_callback = be_cuda_callback,
     .host_notify = be_cuda_notify,
+    .sticky_errors = true, /* a failed op faults the context: every later one fails too */
     .fill = be_cuda_fill,
     .blas = &be_cuda_blas,
     .rng = &be_cuda_rng,

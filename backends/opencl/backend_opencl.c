@@ -377,6 +377,7 @@ const be_ops be_opencl_ops = {
     .queue_wait = be_ocl_queue_wait,
     .host_callback = be_ocl_callback,
     .host_notify = be_ocl_notify,
+    .sticky_errors = true, /* a command that fails faults the device (backend_opencl.c) */
     .fill = be_ocl_fill,
     .blas = &be_opencl_blas,
     .rng = &be_opencl_rng,
