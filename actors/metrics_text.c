@@ -129,6 +129,9 @@ static uint64_t mem_total(const dev_world *w, int n) {
 static uint64_t mem_cached(const dev_world *w, int n) {
   return w->nodes[n].cache.bytes;
 }
+static uint64_t tasks_queued(const dev_world *w, int n) {
+  return w->nodes[n].queued;
+}
 static uint64_t restarts(const dev_world *w, int n) {
   return w->nodes[n].restarts;
 }
@@ -151,6 +154,9 @@ static void render_devices(sbuf *b, const dev_world *w) {
   per_device(b, w, "accel_device_memory_total_bytes", "gauge", "The device's memory.", mem_total);
   per_device(b, w, "accel_device_memory_cached_bytes", "gauge",
              "Bytes of freed blocks kept for reuse (not counted as used).", mem_cached);
+  per_device(b, w, "accel_device_tasks_queued", "gauge",
+             "Tasks planned on the device and not done (what placement on any device weighs).",
+             tasks_queued);
   per_device(b, w, "accel_device_restarts_total", "counter", "Restarts of the device after faults.",
              restarts);
   per_device(b, w, "accel_device_quarantined", "gauge",

@@ -176,11 +176,11 @@ static void json_device(sbuf *b, const dev_world *w, int n) {
   sb_printf(b,
             ",\"state\":\"%s\",\"restarts\":%u,\"mem_used\":%llu,\"mem_total\":%llu,"
             "\"compute_units\":%u,\"mem_cached\":%llu,\"alloc_cache_hits\":%llu,"
-            "\"alloc_cache_misses\":%llu",
+            "\"alloc_cache_misses\":%llu,\"tasks_queued\":%u",
             state_name(node->state), node->restarts, (unsigned long long)dev_status_node_mem(w, n),
             (unsigned long long)node->info.mem_bytes, node->info.compute_units,
             (unsigned long long)node->cache.bytes, (unsigned long long)node->cache.hits,
-            (unsigned long long)node->cache.misses);
+            (unsigned long long)node->cache.misses, node->queued);
   json_packages(b, node);
   sb_printf(b, "}");
 }

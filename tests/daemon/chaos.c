@@ -343,6 +343,9 @@ static void check_baseline(chaos *ch, const baseline *b) {
   CHECK_EQ(td_status_field(d, "ops_in_flight"), 0);
   CHECK_EQ(td_status_field(d, "host_mem_used"), b->host_mem);
   CHECK_EQ(devices_mem(d), b->dev_mem);
+  int n; /* every task counted for placement has ended: no device looks busy for good */
+  CHECK_EQ(sum_field(status_json(d), "tasks_queued", &n), 0);
+  CHECK_EQ(n, CHAOS_DEVICES);
   wait_fds(d, b->fds);
 }
 

@@ -36,7 +36,7 @@ TEST(status_json_parses_with_required_fields) {
   td_daemon d;
   td_prepare(&d);
   td_start(&d, NULL);
-  char path[160], cmd[512];
+  char path[160], cmd[768];
   snprintf(path, sizeof path, "%s/status.json", d.dir);
   snprintf(cmd, sizeof cmd, "'%s' --url '%s' status --json > '%s'", getenv("ACCELCTL"), d.url,
            path);
@@ -46,7 +46,8 @@ TEST(status_json_parses_with_required_fields) {
            "assert all(k in s for k in (\"devices\",\"sessions\",\"buffers\",\"ops_completed\"));"
            "d=s[\"devices\"]; assert len(d)>=1;"
            "assert all(k in d[0] for k in (\"index\",\"name\",\"backend\",\"state\","
-           "\"restarts\",\"mem_used\")); assert d[0][\"state\"]==\"serving\"' '%s'",
+           "\"restarts\",\"mem_used\",\"tasks_queued\")); assert d[0][\"state\"]==\"serving\";"
+           "assert all(x[\"tasks_queued\"]==0 for x in d), d' '%s'",
            path);
   CHECK_EQ(system(cmd), 0);
   CHECK_EQ(td_status_field(&d, "sessions"), 0);
