@@ -80,25 +80,39 @@ static void wait_for_builds(dev_node *node) {
 
 #define FOREIGN_WAIT_MS 5000
 
-/* Other devices' queues may still be using this node's memory (a peer copy from it, a
- * collective over it): it must not be freed under them. Their work ends on its own (a copy,
- * a collective of serving devices); a wait past FOREIGN_WAIT_MS (a collective whose other
- * device hangs) is given up with a warning. The loop waits here by design, as for the close. */
-static void wait_for_foreign_users(dev_node *node) {
-  uint64_t until = rt_mono_ms() + FOREIGN_WAIT_MS;
-  RT_LIST_FOR_EACH(dev_task, t, &node->world->foreign, foreign_link) {
-    if (!(t->foreign_mask & (1u << node->index)))
-      continue;
-    while (t->node->be->event_query(t->foreign_ev) == ACCEL_EAGAIN) {
-      if (rt_mono_ms() >= until) {
-        accel_log(ACCEL_LOG_WARN, "device",
-                  "device %d: device %d still uses its memory after %d ms: freeing it anyway",
-                  node->device, t->node->device, FOREIGN_WAIT_MS);
-        return;
-      }
-      nanosleep(&(struct timespec){0, 100000}, NULL);
-    }
+/* Waits until the work behind `ev` (on `user`'s queue) has passed, or `until` (ms). */
+static bool wait_event(dev_node *user, be_event *ev, uint64_t until) {
+  while (user->be->event_query(ev) == ACCEL_EAGAIN) {
+    if (rt_mono_ms() >= until)
+      return false;
+    nanosleep(&(struct timespec){0, 100000}, NULL);
   }
+  return true;
+}
+
+/* Other devices' queues may still be using this node's memory (a peer copy from it, a
+ * collective over it, or such work whose task failed first: foreign_left): it must not be
+ * freed under them. Their work ends on its own (a copy, a collective of serving devices); a
+ * wait past FOREIGN_WAIT_MS (a collective whose other device hangs) is given up with a
+ * warning. The loop waits here by design, as for the close. */
+static void wait_for_foreign_users(dev_node *node) {
+  dev_world *w = node->world;
+  uint64_t until = rt_mono_ms() + FOREIGN_WAIT_MS;
+  uint32_t bit = 1u << node->index;
+  bool ok = true;
+  RT_LIST_FOR_EACH(dev_task, t, &w->foreign, foreign_link) {
+    if (ok && (t->foreign_mask & bit))
+      ok = wait_event(t->node, t->foreign_ev, until);
+  }
+  RT_LIST_FOR_EACH(dev_foreign_left, l, &w->foreign_left, link) {
+    if (ok && (l->mask & bit))
+      ok = wait_event(l->node, l->ev, until);
+  }
+  if (!ok)
+    accel_log(ACCEL_LOG_WARN, "device",
+              "device %d: another device still uses its memory after %d ms: freeing it anyway",
+              node->device, FOREIGN_WAIT_MS);
+  dev_foreign_left_sweep(w, false);
 }
 
 static void device_stop(accel_actor *self, void *state) {

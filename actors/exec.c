@@ -16,13 +16,14 @@ static accel_transfer_stats *moved(dev_task *t) {
   return t->acct ? &t->acct->moved : &nobody;
 }
 
-/* Whether node n's current incarnation still holds b's replica (a source on another node can
- * have been lost since the task was planned). */
-static bool replica_live(const dev_world *w, const dev_buffer *b, int n) {
+/* Whether node n still holds b's replica in the incarnation `gen` the task was planned for (a
+ * node that restarted since may hold new memory there, allocated for a later op: not the
+ * data). */
+static bool replica_live(const dev_world *w, const dev_buffer *b, int n, uint32_t gen) {
   const dev_node *node = &w->nodes[n];
   const dev_replica *r = &b->rep[n];
   return node->dev != NULL && node->state == DEV_NODE_SERVING && r->allocated &&
-         r->node_gen == node->generation;
+         node->generation == gen && r->node_gen == gen;
 }
 
 /* t's queue is about to use memory of the nodes in `mask`: an event after the work tells a
@@ -53,7 +54,7 @@ static int exec_peer(dev_task *t, be_queue *q) {
   dev_buffer *b = t->buf[0];
   dev_world *w = t->world;
   dev_node *src = &w->nodes[t->src_node];
-  if (!replica_live(w, b, t->src_node))
+  if (!replica_live(w, b, t->src_node, t->src_gen))
     return ACCEL_EDATALOST;
   int rc = foreign_begin(t, 1u << t->src_node);
   if (rc != 0)
@@ -122,8 +123,9 @@ static int exec_collective(dev_task *t, be_queue *q) {
   for (uint32_t i = 0; i < n; i++) {
     dev_node *at = dev_op_buf_node(w, op, i, t->node);
     bool gather = op->u.coll.kind == BE_COLL_ALL_GATHER;
-    if (!replica_live(w, t->buf[i], at->index) ||
-        (gather && !replica_live(w, t->buf[n + i], at->index)))
+    uint32_t gen = t->member_gen[i];
+    if (!replica_live(w, t->buf[i], at->index, gen) ||
+        (gather && !replica_live(w, t->buf[n + i], at->index, gen)))
       return ACCEL_EDATALOST;
     c.dev[i] = at->dev;
     c.queue[i] = i == 0 ? q : at->queue[DEV_Q_COLL];
@@ -136,7 +138,14 @@ static int exec_collective(dev_task *t, be_queue *q) {
       mask |= 1u << at->index;
   }
   int rc = foreign_begin(t, mask);
-  return rc != 0 ? rc : foreign_armed(t, q, t->node->be->collective->run(&c));
+  if (rc != 0)
+    return rc;
+  rc = foreign_armed(t, q, t->node->be->collective->run(&c));
+  /* Lost on another member, not here: the leader is not at fault (its kernel actor reports
+   * ACCEL_EDEVLOST as its own device's fault). */
+  if (rc == ACCEL_EDEVLOST && t->node->be->status(t->node->dev) == 0)
+    rc = ACCEL_EDATALOST;
+  return rc;
 }
 
 static int exec_op(dev_task *t, be_queue *q) {

@@ -47,6 +47,7 @@ static int add_transfer(dev_world *w, dev_buffer *b, int src, int dst, dev_op *o
   if (t == NULL)
     return ACCEL_ENOMEM;
   t->src_node = src;
+  t->src_gen = src >= 0 ? w->nodes[src].generation : 0;
   t->completion = (accel_completion)op->h.completion;
   dev_task_count_for(t, op);
   /* It rewrites a replica: ordered like a writer, so readers of that replica wait for it. */
@@ -111,6 +112,8 @@ int dev_plan_op(dev_world *w, dev_op *op, dev_buffer *bufs[DEV_OP_MAX_BUFS], dev
     return ACCEL_ENOMEM;
   t->op = op;
   op->ran_on = (uint32_t)node->index + 1;
+  for (uint32_t i = 0; op->h.kind == DEV_OP_COLLECTIVE && i < op->u.coll.ndev; i++)
+    t->member_gen[i] = dev_op_buf_node(w, op, i, node)->generation;
   t->completion = (accel_completion)op->h.completion;
   dev_task_count_for(t, op);
   for (uint32_t i = 0; i < op->nbufs && rc == 0; i++)

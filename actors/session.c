@@ -239,8 +239,8 @@ static dev_node *place(dev_world *w, dev_op *op, dev_buffer *bufs[]) {
   for (int n = 1; n < w->nnodes; n++) {
     dev_node *node = &w->nodes[n];
     if (node != best && node->state == DEV_NODE_SERVING && potency(node) >= 0 &&
-        (best == NULL || potency(node) > potency(best)) && all_inputs_on(op, bufs, node) &&
-        dev_node_supports(node, op, bufs) == 0)
+        (best == NULL || (potency(node) > potency(best) && !all_inputs_on(op, bufs, best))) &&
+        all_inputs_on(op, bufs, node) && dev_node_supports(node, op, bufs) == 0)
       return node;
   }
   return best;

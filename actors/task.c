@@ -90,6 +90,13 @@ static int grow(void **arr, uint32_t *cap, uint32_t n, size_t elem) {
   return 0;
 }
 
+/* Whether an edge may be satisfied on the device (to's queue waits on from's event) rather
+ * than by from's completion: both on one node, and `to` is not a collective, whose other
+ * devices' queues would not be ordered behind that wait. */
+static bool flows_on_device(const dev_task *from, const dev_task *to) {
+  return from->node == to->node && !(to->op && to->op->h.kind == DEV_OP_COLLECTIVE);
+}
+
 static int add_edge(dev_task *from, dev_task *to) {
   if (from == to || from->state == DEV_TASK_DONE)
     return 0;
@@ -98,7 +105,7 @@ static int add_edge(dev_task *from, dev_task *to) {
     return 0;
   if (grow((void **)&from->succ, &from->succ_cap, from->nsucc, sizeof(dev_edge)) != 0)
     return ACCEL_ENOMEM;
-  bool same_node = from->node == to->node;
+  bool same_node = flows_on_device(from, to);
   if (same_node &&
       grow((void **)&to->same_node_deps, &to->same_cap, to->nsame, sizeof(dev_task *)) != 0)
     return ACCEL_ENOMEM;
@@ -197,7 +204,7 @@ void dev_task_submitted(dev_task *t) {
   t->state = DEV_TASK_SUBMITTED;
   dev_edge *edges = t->succ;
   for (uint32_t i = 0; i < t->nsucc; i++) {
-    if (edges[i].satisfied || edges[i].to->node != t->node)
+    if (edges[i].satisfied || !flows_on_device(t, edges[i].to))
       continue;
     edges[i].satisfied = true;
     edges[i].to->deps--;
@@ -265,11 +272,35 @@ static void transfer_failed(dev_task *t) {
     b->lost = true;
 }
 
+void dev_foreign_left_sweep(dev_world *w, bool all) {
+  for (dev_foreign_left *l = RT_LIST_FIRST(&w->foreign_left, dev_foreign_left, link), *next;
+       l != NULL; l = next) {
+    next = RT_LIST_NEXT(l, &w->foreign_left, dev_foreign_left, link); /* l may go */
+    if (!all && l->node->be->event_query(l->ev) == ACCEL_EAGAIN)
+      continue;
+    rt_list_remove(&l->link);
+    l->node->be->event_destroy(l->ev);
+    rt_free(l);
+  }
+}
+
 void dev_task_foreign_end(dev_task *t) {
   if (t->foreign_ev == NULL)
     return;
   rt_list_remove(&t->foreign_link);
-  t->node->be->event_destroy(t->foreign_ev);
+  be_event *ev = t->foreign_ev;
+  /* A task that failed while its work was queued (an arming error, a deadline) ends first:
+   * the memory it names stays in use until the work passes the event. */
+  if (t->node->be->event_query(ev) == ACCEL_EAGAIN) {
+    dev_foreign_left *l = rt_malloc(sizeof *l);
+    if (l != NULL) { /* without memory the record goes: the one case left unguarded */
+      *l = (dev_foreign_left){.node = t->node, .ev = ev, .mask = t->foreign_mask};
+      rt_list_push_back(&t->world->foreign_left, &l->link);
+      ev = NULL;
+    }
+  }
+  if (ev != NULL)
+    t->node->be->event_destroy(ev);
   t->foreign_ev = NULL;
   t->foreign_mask = 0;
 }

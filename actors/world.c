@@ -123,6 +123,7 @@ int dev_world_init(dev_world *w, accel_runtime *rt, const dev_world_opts *o) {
   rt_list_init(&w->buffers);
   rt_list_init(&w->modules);
   rt_list_init(&w->foreign);
+  rt_list_init(&w->foreign_left);
   w->rt = rt;
   w->fault_injection = o->fault_injection;
   w->tf32 = o->tf32;
@@ -146,6 +147,7 @@ int dev_world_init(dev_world *w, accel_runtime *rt, const dev_world_opts *o) {
 }
 
 void dev_world_fini(dev_world *w) {
+  dev_foreign_left_sweep(w, true);
   for (int n = 0; n < w->nnodes; n++) {
     pthread_mutex_destroy(&w->nodes[n].build_mu);
     pthread_cond_destroy(&w->nodes[n].build_cv);

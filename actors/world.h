@@ -151,7 +151,12 @@ struct dev_task {
   dev_buffer *buf[DEV_OP_MAX_BUFS];
   uint32_t reader_pos[DEV_OP_MAX_BUFS]; /* index in buf[i]'s reader list, or UINT32_MAX */
   uint32_t nbufs;
-  int src_node;          /* DEV_TASK_TRANSFER: where the valid copy is */
+  int src_node; /* DEV_TASK_TRANSFER: where the valid copy is */
+  /* The incarnations whose memory it was planned to use on other nodes: a peer copy's source
+   * (src_gen), a collective's members (member_gen[i], devices[i]). A node that restarted
+   * since has new memory there, not the data: the task then fails (ACCEL_EDATALOST). */
+  uint32_t src_gen;
+  uint32_t member_gen[BE_COLL_MAX_DEVICES];
   uint32_t deps;         /* edges not yet satisfied */
   uint32_t preds_alive;  /* predecessors not done yet: they still point here */
   struct dev_edge *succ; /* tasks that wait for this one */
@@ -177,10 +182,11 @@ struct dev_task {
 struct dev_world {
   accel_runtime *rt;
   dev_node nodes[DEV_MAX_NODES];
-  int nnodes;      /* host + devices */
-  rt_list buffers; /* every live buffer (dev_buffer.link) */
-  rt_list modules; /* every live user module (dev_module.link, module.c) */
-  rt_list foreign; /* tasks in flight that use other nodes' memory (dev_task.foreign_link) */
+  int nnodes;           /* host + devices */
+  rt_list buffers;      /* every live buffer (dev_buffer.link) */
+  rt_list modules;      /* every live user module (dev_module.link, module.c) */
+  rt_list foreign;      /* tasks in flight that use other nodes' memory (dev_task.foreign_link) */
+  rt_list foreign_left; /* dev_foreign_left: such tasks that ended before their work did */
   bool fault_injection;
   bool tf32;
   uint32_t max_restarts, restart_window_ms;
@@ -226,8 +232,21 @@ RT_MUST_USE int dev_task_use(dev_task *t, dev_buffer *b, uint32_t access);
 void dev_task_ready_check(dev_task *t);
 void dev_task_submitted(dev_task *t);
 void dev_task_complete(dev_task *t, int status);
-/* The task's queue no longer uses other nodes' memory (foreign_mask): out of the world's list. */
+/* The task ended: out of the world's `foreign` list. If its work may still run (it failed
+ * while queued), its event stays in `foreign_left` until the work has passed it. */
 void dev_task_foreign_end(dev_task *t);
+
+/* What a task that ended before its work left behind: the event after that work, on `node`'s
+ * queue, and the nodes whose memory it uses. */
+typedef struct dev_foreign_left {
+  rt_list link;
+  dev_node *node;
+  be_event *ev;
+  uint32_t mask;
+} dev_foreign_left;
+
+/* Frees the records of foreign_left whose work has passed (all of them with `all`). */
+void dev_foreign_left_sweep(dev_world *w, bool all);
 
 /* plan.c */
 /* The node where the op uses its i-th buffer: the op's node, but a collective's buffers each
