@@ -170,6 +170,67 @@ TEST(different_backends_exchange_through_the_host) {
   free(out);
 }
 
+/* A peer copy that waits behind a long queue on its destination while its source restarts,
+ * and meanwhile the source gets new memory for the same buffer (a later op there; a block of
+ * NaNs from the cache): the copy must not take that memory for the data. Either the op that needed
+ * the copy succeeds with the right bytes (the copy ran before the fault) or it fails with
+ * ACCEL_EDATALOST; the same for the later op on the source. Device b's mem queue is held with
+ * copies of a large buffer (more than the 128 tasks a queue takes at once), so the peer copy waits
+ * in its kernel actor while the fault and the restart happen. */
+TEST(a_peer_copy_planned_before_its_source_restarted_takes_no_new_memory) {
+  accel_ctx *ctx = ctx_open("embedded:?cpu_devices=2&fault_injection=1&max_restarts=8");
+  accel_device a = cpu_dev(ctx, 0), b = cpu_dev(ctx, 1);
+  enum { HOLD = 200 };
+  size_t n = rnd_range(1000, 50000), big = (size_t)test_scaled(16 << 20, 1 << 16);
+  float *x = rnd_floats(n, -3, 3), *out = xmalloc(n * 4);
+  accel_buffer X = buf_from(ctx, ACCEL_F32, x, n), Y = buf_new(ctx, ACCEL_F32, n);
+  accel_buffer Z = buf_new(ctx, ACCEL_F32, n), W = buf_new(ctx, ACCEL_F32, n);
+  accel_buffer H1 = buf_new(ctx, ACCEL_F32, big), H2 = buf_new(ctx, ACCEL_F32, big);
+  accel_future *f = NULL, *g = NULL, *h = NULL;
+  CHECK_OK(accel_fill(ctx, b, H1, 1.0, &f));
+  WAIT_OK(f);
+  CHECK_OK(accel_relu(ctx, a, Y, X, &f)); /* Y on a only */
+  WAIT_OK(f);
+  for (int i = 0; i < HOLD; i++) /* b's mem queue: long */
+    CHECK_OK(accel_copy(ctx, b, i % 2 ? H1 : H2, 0, i % 2 ? H2 : H1, 0, big, NULL));
+  CHECK_OK(accel_relu(ctx, b, Z, Y, &g)); /* a peer copy a -> b, behind them */
+  accel_buffer T = buf_new(ctx, ACCEL_F32, 1);
+  CHECK_OK(accel_fill(ctx, a, T, 2.0, &f)); /* done: the session has planned the relu */
+  WAIT_OK(f);
+  CHECK_OK(accel_inject_fault(ctx, a));
+  struct accel_device_info info;
+  device_wait(ctx, a, 0, 1, &info);
+  /* a block of Y's size full of NaN in a's cache: the memory Y gets there next */
+  accel_buffer P = buf_new(ctx, ACCEL_F32, n);
+  CHECK_OK(accel_fill(ctx, a, P, NAN, &f));
+  WAIT_OK(f);
+  CHECK_OK(accel_buffer_destroy(ctx, P));
+  CHECK_OK(accel_relu(ctx, a, W, Y, &h)); /* Y on a again: new memory there */
+  int rg = fut_status(g), rh = fut_status(h);
+  for (size_t i = 0; i < n; i++)
+    x[i] = x[i] > 0 ? x[i] : 0;
+  if (rg == 0) {
+    read_sync(ctx, Z, 0, out, n);
+    check_same("relu(Y) on b", out, x, n);
+  } else {
+    CHECK_ERR(rg, ACCEL_EDATALOST);
+  }
+  if (rh == 0) {
+    read_sync(ctx, W, 0, out, n);
+    check_same("relu(Y) on a after its restart", out, x, n);
+  } else {
+    CHECK_ERR(rh, ACCEL_EDATALOST);
+  }
+  printf("# peer copy: %s; the op on the restarted source: %s\n", accel_err_name(rg),
+         accel_err_name(rh));
+  int rf = accel_finish(ctx, -1); /* it reports those failures again */
+  if (!(rf == 0 || rf == ACCEL_EDATALOST))
+    TEST_FAIL("accel_finish: %s", accel_err_name(rf));
+  accel_close(ctx);
+  free(x);
+  free(out);
+}
+
 /* ---- placement ---- */
 
 /* Whether Z is valid on device d now: an op there reading it moves nothing. */
@@ -605,6 +666,7 @@ static const test_case tests[] = {
     TEST_CASE(peer_copies_move_device_to_device_once),
     TEST_CASE(a_peer_source_that_faults_loses_nothing_silently),
     TEST_CASE(different_backends_exchange_through_the_host),
+    TEST_CASE(a_peer_copy_planned_before_its_source_restarted_takes_no_new_memory),
     TEST_CASE(any_runs_where_the_inputs_are),
     TEST_CASE(any_runs_on_the_idle_device),
     TEST_CASE(all_reduce_matches_a_float64_reference),
