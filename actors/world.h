@@ -189,6 +189,7 @@ struct dev_world {
   rt_list foreign_left; /* dev_foreign_left: such tasks that ended before their work did */
   bool fault_injection;
   bool tf32;
+  bool cuda_primary; /* be_open_opts.primary_context */
   uint32_t max_restarts, restart_window_ms;
   atomic_ullong h2d, d2h, d2d, written, read;
   void (*on_op_done)(void *arg, int status); /* every client op, once, on the loop */

@@ -55,6 +55,7 @@ typedef struct be_open_opts {
   int fault_injection; /* allow inject_fault (tests only) */
   int tf32;            /* sgemm on TF32 tensor cores unless an op asks for FP32 (CUDA only) */
   uint32_t threads;    /* CPU: worker threads for kernels (0: all cores) */
+  int primary_context; /* CUDA: run in the GPU's primary context (NCCL's collectives need it) */
 } be_open_opts;
 
 typedef enum be_unary_op { BE_SIGMOID = 0, BE_RELU, BE_TANH } be_unary_op;

@@ -30,6 +30,10 @@ static int parse_param(const char *key, const char *value, dev_world_opts *o,
     o->fault_injection = v != 0;
   else if (strcmp(key, "tf32") == 0 && numeric)
     o->tf32 = v != 0;
+  else if (strcmp(key, "cuda_context") == 0 && strcmp(value, "primary") == 0)
+    o->cuda_primary = 1;
+  else if (strcmp(key, "cuda_context") == 0 && strcmp(value, "own") == 0)
+    o->cuda_primary = 0;
   else if (strcmp(key, "cpu_devices") == 0 && numeric && v <= 8)
     o->cpu_devices = (uint32_t)v;
   else if (strcmp(key, "max_buffers") == 0 && numeric && v >= 2 && v <= (1u << 24))

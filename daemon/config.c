@@ -122,6 +122,15 @@ static bool parse_completion(const char *v, accel_completion *out) {
   return false;
 }
 
+/* [devices] cuda_context: own (a restart replaces it without touching anyone else's) or
+ * primary (the GPU's primary context, where NCCL's collectives work). */
+static bool parse_cuda_context(const char *v, bool *primary) {
+  if (strcmp(v, "own") != 0 && strcmp(v, "primary") != 0)
+    return false;
+  *primary = strcmp(v, "primary") == 0;
+  return true;
+}
+
 /* [security] user_kernels: where clients may load their own kernels. */
 static bool parse_user_kernels(const char *v, uint32_t *out) {
   static const struct {
@@ -319,6 +328,8 @@ static bool devices_key(acd_config *c, const char *k, const char *v) {
     return parse_u32(v, 1, 1000, &c->max_restarts);
   if (!strcmp(k, "tf32"))
     return parse_bool(v, &c->tf32);
+  if (!strcmp(k, "cuda_context"))
+    return parse_cuda_context(v, &c->cuda_primary);
   if (!strcmp(k, "exit_on_quarantine"))
     return parse_bool(v, &c->exit_on_quarantine);
   if (!strcmp(k, "restart_window_ms"))

@@ -25,6 +25,7 @@ typedef struct acd_config {
   accel_completion completion;
   uint32_t max_restarts, restart_window_ms;
   bool tf32; /* sgemm on TF32 tensor cores by default, where devices have them */
+  bool cuda_primary; /* [devices] cuda_context = primary: collectives through NCCL */
   /* Exit (status 3, after a drain) when a device is quarantined, so that the service manager
    * restarts the daemon: a CUDA device broken by a sticky error only comes back in a new
    * process. */

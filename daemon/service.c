@@ -140,6 +140,7 @@ static void note_restart_only(const acd_config *old, const acd_config *new) {
                      : old->fault_injection != new->fault_injection ? "fault_injection"
                      : old->socket_mode != new->socket_mode         ? "socket_mode"
                      : old->completion != new->completion           ? "completion"
+                     : old->cuda_primary != new->cuda_primary       ? "cuda_context"
                                                                     : NULL;
   if (what)
     accel_log(ACCEL_LOG_WARN, "service", "reload: %s changed: takes effect on restart", what);

@@ -99,6 +99,7 @@ static be_device *dev_new(int index, const be_open_opts *opts) {
   atomic_init(&dev->memops, !env_is("ACCEL_CUDA_STAGER", "0"));
   dev->index = index;
   dev->fault_injection = opts != NULL && opts->fault_injection != 0;
+  dev->primary_wanted = opts != NULL && opts->primary_context != 0;
   dev->copy_threads = default_copy_threads();
   pthread_rwlock_init(&dev->copy_lock, NULL);
   pthread_mutex_init(&dev->lock, NULL);

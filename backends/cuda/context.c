@@ -2,14 +2,15 @@
  * stream, made at open and after a reset, dissolved at reset and close (device.h).
  *
  * The context is the device's own (cuCtxCreate) by default, or the CUDA device's primary
- * context with ACCEL_CUDA_CONTEXT=primary (run on the H200 with the API completion and fault
- * checks). Why its own: a restart destroys it and makes another without touching anyone
- * else's, whereas resetting the
- * primary context after a fault pulls it from under every other user in the process (cuBLAS's
- * runtime retains it for good, and so may the application in embedded mode). Neither brings
- * the device back after a real sticky error on current drivers: then cuDevicePrimaryCtxRetain
- * and cuCtxCreate both answer the error (CUDA_ERROR_LAUNCH_FAILED after a trap; H200, driver
- * 580), and only a new process gets the GPU back (backend_cuda.c, inject_fault).
+ * context when opened with primary_context (acceld's `[devices] cuda_context = primary`, the
+ * embedded URL's `cuda_context=primary`) or with ACCEL_CUDA_CONTEXT=primary (run on the H200 with
+ * the API completion and fault checks). Why its own: a restart destroys it and makes another
+ * without touching anyone else's, whereas resetting the primary context after a fault pulls it from
+ * under every other user in the process (cuBLAS's runtime retains it for good, and so may the
+ * application in embedded mode). Neither brings the device back after a real sticky error on
+ * current drivers: then cuDevicePrimaryCtxRetain and cuCtxCreate both answer the error
+ * (CUDA_ERROR_LAUNCH_FAILED after a trap; H200, driver 580), and only a new process gets the GPU
+ * back (backend_cuda.c, inject_fault).
  *
  * Burial: after abort() the incarnation's work may never end, and ending its context waits for
  * that work: cuCtxDestroy and cuDevicePrimaryCtxReset were still blocked after 8 s beside a
@@ -128,7 +129,7 @@ static atomic_bool *buried_of(be_device *dev) {
 
 /* The context of a new incarnation, current on this thread. */
 static CUresult context_make(be_device *dev) {
-  dev->primary = want_primary();
+  dev->primary = dev->primary_wanted || want_primary();
   dev->incarnation = atomic_fetch_add(&incarnations, 1) + 1;
   if (!dev->primary)
     return be_cuda_trace("cuCtxCreate", be_cu.cuCtxCreate(&dev->ctx, NULL, 0, dev->cu));

@@ -109,6 +109,7 @@ struct be_device {
   be_device_info info;
   int sms;
   bool fault_injection;
+  bool primary_wanted;   /* be_open_opts.primary_context (or ACCEL_CUDA_CONTEXT=primary) */
   atomic_bool memops;    /* streams can wait on host memory (stage.c); else bounce copies */
   unsigned copy_threads; /* threads per large host-side copy (stage.c) */
   atomic_bool tf32;      /* sgemm on TF32 tensor cores (blas.c) */

@@ -120,7 +120,9 @@ typedef struct accel_transfer_stats {
  * devices are numbered in that order and placement prefers earlier ones among devices of one
  * kind; unlisted backends are not opened; default cpu,cuda,opencl),
  * completion=callback|sync|poll (default callback), max_restarts=N (per device, in 10 s),
- * max_buffers=N, tf32=1 (sgemm on TF32 tensor cores by default where devices have them).
+ * max_buffers=N, tf32=1 (sgemm on TF32 tensor cores by default where devices have them),
+ * cuda_context=own|primary (CUDA devices in a context of their own, the default, or in the
+ * GPU's primary context, where collectives through NCCL work).
  * "ipc://PATH" (or "unix://PATH"), "tls+tcp://HOST:PORT" or "tcp://HOST:PORT" connects to
  * acceld: the same API and semantics; buffers belong to this connection and die with it.
  * ACCEL_ECLOSED if no daemon answers there, and for every pending and later op once the

@@ -662,6 +662,19 @@ TEST(collectives_over_one_gpu) {
   free(out);
 }
 
+/* The URL chooses the CUDA devices' context: own (the default) or primary; nothing else. */
+TEST(the_url_takes_own_or_primary_cuda_contexts) {
+  EMBEDDED_ONLY();
+  accel_ctx *ctx = NULL;
+  CHECK_OK(accel_open(&ctx, test_url_("embedded:?cuda_context=primary")));
+  accel_close(ctx);
+  CHECK_OK(accel_open(&ctx, test_url_("embedded:?cuda_context=own")));
+  accel_close(ctx);
+  ctx = NULL;
+  CHECK_ERR(accel_open(&ctx, test_url_("embedded:?cuda_context=shared")), ACCEL_EINVAL);
+  CHECK(ctx == NULL);
+}
+
 static const test_case tests[] = {
     TEST_CASE(peer_copies_move_device_to_device_once),
     TEST_CASE(a_peer_source_that_faults_loses_nothing_silently),
@@ -678,6 +691,7 @@ static const test_case tests[] = {
     TEST_CASE(collectives_refuse_bad_arguments),
     TEST_CASE(collectives_need_serving_devices_of_one_backend),
     TEST_CASE(collectives_over_one_gpu),
+    TEST_CASE(the_url_takes_own_or_primary_cuda_contexts),
 };
 
 TEST_MAIN(tests)

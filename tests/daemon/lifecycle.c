@@ -34,6 +34,12 @@ TEST(bad_configurations_are_refused) {
   CHECK_EQ(td_start_expect_exit(&d, "--listen", "bogus://nowhere", NULL), 1);
   CHECK(strstr(td_log(&d), "cannot listen on bogus://nowhere") != NULL);
   CHECK_EQ(td_start_expect_exit(&d, "--cpu-devices", "99", NULL), 2);
+  td_write_config(&d, "[devices]\ncuda_context = primary\n"); /* taken (no GPU here) */
+  td_start(&d, NULL);
+  CHECK_EQ(td_stop(&d), 0);
+  td_write_config(&d, "[devices]\ncuda_context = shared\n"); /* own or primary only */
+  CHECK_EQ(td_start_expect_exit(&d, NULL), 1);
+  CHECK(strstr(td_log(&d), "acceld.conf:2") != NULL);
   td_cleanup(&d);
 }
 
