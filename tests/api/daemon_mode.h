@@ -85,6 +85,8 @@ static inline void daemon_mode_write_config_(const char *dir, const char *url) {
     fprintf(f, "max_restarts=%s\n", v);
   if (daemon_mode_param_(url, "backends", v, sizeof v))
     fprintf(f, "backends=%s\n", v);
+  if (daemon_mode_param_(url, "cuda_context", v, sizeof v))
+    fprintf(f, "cuda_context=%s\n", v);
   fclose(f);
 }
 

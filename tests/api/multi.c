@@ -626,11 +626,11 @@ TEST(collectives_need_serving_devices_of_one_backend) {
   accel_close(ctx);
 }
 
-/* A collective through NCCL over the first CUDA device alone (its devices in primary
- * contexts: ACCEL_CUDA_CONTEXT=primary; the GPU run sets it): all-reduce is the identity,
+/* A collective through NCCL over the first CUDA device alone (in its primary context, which
+ * the URL asks for: through acceld, its config's cuda_context): all-reduce is the identity,
  * broadcast too, all-gather a copy; checked exactly. */
 TEST(collectives_over_one_gpu) {
-  accel_ctx *ctx = ctx_open(NULL);
+  accel_ctx *ctx = ctx_open("embedded:?cuda_context=primary");
   accel_device g = other_dev(ctx, "cuda");
   struct accel_device_info info = {0};
   if (g >= 0)
