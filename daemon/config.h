@@ -24,7 +24,7 @@ typedef struct acd_config {
   char backends[64]; /* [devices] backends: dev_world_opts.backends ("": all) */
   accel_completion completion;
   uint32_t max_restarts, restart_window_ms;
-  bool tf32; /* sgemm on TF32 tensor cores by default, where devices have them */
+  bool tf32;         /* sgemm on TF32 tensor cores by default, where devices have them */
   bool cuda_primary; /* [devices] cuda_context = primary: collectives through NCCL */
   /* Exit (status 3, after a drain) when a device is quarantined, so that the service manager
    * restarts the daemon: a CUDA device broken by a sticky error only comes back in a new
