@@ -297,6 +297,35 @@ TEST(any_runs_on_the_idle_device) {
   free(x);
 }
 
+/* The other side of the trade: inputs much larger than what a few queued tasks weigh (1 MiB
+ * each) keep the op where they are, even with that device busy and the other idle. */
+TEST(any_stays_with_large_inputs_on_a_busy_device) {
+  accel_ctx *ctx = ctx_open("embedded:?cpu_devices=2&backends=cpu");
+  accel_device b = cpu_dev(ctx, 1);
+  enum { SIDE = 640, GEMMS = 3 };
+  size_t n = (size_t)16 << 20; /* 64 MiB of F32 */
+  float *m = rnd_floats(SIDE * SIDE, -1, 1), *x = rnd_floats(n, -3, 3);
+  accel_buffer A = buf_from(ctx, ACCEL_F32, m, SIDE * SIDE), C[GEMMS];
+  accel_buffer X = buf_from(ctx, ACCEL_F32, x, n), Y = buf_new(ctx, ACCEL_F32, n);
+  accel_buffer Z = buf_new(ctx, ACCEL_F32, n), S = buf_new(ctx, ACCEL_F32, n);
+  accel_future *gf[GEMMS], *f = NULL;
+  for (int i = 0; i < GEMMS; i++)
+    C[i] = buf_new(ctx, ACCEL_F32, SIDE * SIDE);
+  CHECK_OK(accel_relu(ctx, b, Y, X, &f)); /* Y: 64 MiB on b only */
+  WAIT_OK(f);
+  for (int i = 0; i < GEMMS; i++)
+    CHECK_OK(accel_sgemm(ctx, b, ACCEL_NO_TRANS, ACCEL_NO_TRANS, SIDE, SIDE, SIDE, 1.0f, A, SIDE, A,
+                         SIDE, 0.0f, C[i], SIDE, &gf[i]));
+  CHECK_OK(accel_tanh(ctx, ACCEL_DEVICE_ANY, Z, Y, &f));
+  WAIT_OK(f);
+  for (int i = 0; i < GEMMS; i++)
+    WAIT_OK(gf[i]);
+  CHECK(valid_on(ctx, b, Z, S));
+  accel_close(ctx);
+  free(m);
+  free(x);
+}
+
 /* ---- collectives ---- */
 
 enum { MAX_DEV = ACCEL_COLLECTIVE_MAX_DEVICES };
@@ -682,6 +711,7 @@ static const test_case tests[] = {
     TEST_CASE(a_peer_copy_planned_before_its_source_restarted_takes_no_new_memory),
     TEST_CASE(any_runs_where_the_inputs_are),
     TEST_CASE(any_runs_on_the_idle_device),
+    TEST_CASE(any_stays_with_large_inputs_on_a_busy_device),
     TEST_CASE(all_reduce_matches_a_float64_reference),
     TEST_CASE(all_reduce_of_16_bit_floats_is_exact_on_exact_values),
     TEST_CASE(all_reduce_moves_each_buffer_to_its_device_once),
