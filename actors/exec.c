@@ -114,6 +114,7 @@ static int exec_collective(dev_task *t, be_queue *q) {
   const dev_op *op = t->op;
   dev_world *w = t->world;
   uint32_t n = op->u.coll.ndev, mask = 0;
+  bool gather = op->u.coll.kind == BE_COLL_ALL_GATHER;
   be_coll_call c = {.kind = (be_coll_kind)op->u.coll.kind,
                     .dtype = t->buf[0]->dtype,
                     .reduce = (be_reduce_op)op->u.coll.reduce,
@@ -122,7 +123,6 @@ static int exec_collective(dev_task *t, be_queue *q) {
                     .count = t->buf[0]->count};
   for (uint32_t i = 0; i < n; i++) {
     dev_node *at = dev_op_buf_node(w, op, i, t->node);
-    bool gather = op->u.coll.kind == BE_COLL_ALL_GATHER;
     uint32_t gen = t->member_gen[i];
     if (!replica_live(w, t->buf[i], at->index, gen) ||
         (gather && !replica_live(w, t->buf[n + i], at->index, gen)))

@@ -256,6 +256,12 @@ static int arm_sync_chain(kernel_state *k, dev_inflight *head) {
   return accel_work_submit(k->self, sync_work, head, sync_drop, DEV_MSG_SYNCED);
 }
 
+enum { BURST_CALLBACK = 0, BURST_SYNC = 1 };
+
+static int arm_chain(kernel_state *k, dev_inflight *head, int b) {
+  return b == BURST_SYNC ? arm_sync_chain(k, head) : arm_callback_chain(k, head);
+}
+
 /* ---- completions of a burst, batched ----
  * Where errors are sticky for the device (be->sticky_errors), one host function (callback) or
  * one worker's wait (sync) behind the last task of a burst completes every task of it: an
@@ -264,8 +270,6 @@ static int arm_sync_chain(kernel_state *k, dev_inflight *head) {
  * DEV_MSG_ARM_BATCH, sent behind the first, comes up. Each record of a burst holds a
  * reference for its completion. */
 
-enum { BURST_CALLBACK = 0, BURST_SYNC = 1 };
-
 static void arm_bursts(kernel_state *k) {
   k->batch_msg = false;
   for (int b = BURST_CALLBACK; b <= BURST_SYNC; b++) {
@@ -273,7 +277,7 @@ static void arm_bursts(kernel_state *k) {
     k->burst[b].head = k->burst[b].tail = NULL;
     if (head == NULL)
       continue;
-    int rc = b == BURST_SYNC ? arm_sync_chain(k, head) : arm_callback_chain(k, head);
+    int rc = arm_chain(k, head, b);
     if (rc == ACCEL_ENOMEM)
       chain_drop(head, true);
     else if (rc != 0)
@@ -291,9 +295,6 @@ static int burst_join(kernel_state *k, dev_inflight *f, int b) {
       return ACCEL_EAGAIN; /* a full mailbox: this one alone */
     k->batch_msg = true;
   }
-  take_early(f);
-  f->refs++; /* the completion's */
-  f->batch_next = NULL;
   if (k->burst[b].tail)
     k->burst[b].tail->batch_next = f;
   else
@@ -304,12 +305,12 @@ static int burst_join(kernel_state *k, dev_inflight *f, int b) {
 
 /* Arms f's completion by itself, or with its burst. */
 static int arm_one(kernel_state *k, dev_inflight *f, int b) {
-  if (burst_join(k, f, b) == 0)
-    return 0;
   take_early(f);
   f->refs++; /* the completion's, whichever way it comes */
   f->batch_next = NULL;
-  int rc = b == BURST_SYNC ? arm_sync_chain(k, f) : arm_callback_chain(k, f);
+  if (burst_join(k, f, b) == 0)
+    return 0;
+  int rc = arm_chain(k, f, b);
   if (rc != 0) { /* undone: the watchdog arms it again (ENOMEM), or track fails it */
     f->refs--;
     drop_early(f);

@@ -184,13 +184,11 @@ uint32_t dev_mem_needs(dev_node *node, const dev_op *op, dev_buffer *bufs[], dev
   uint32_t n = 0;
   for (uint32_t i = 0; i < op->nbufs; i++) {
     dev_node *at = dev_op_buf_node(w, op, i, node);
-    bool via_host = false;
     if (dev_replica_ensure_alloc(bufs[i], at) == DEV_ALLOC_MISS)
       need(needs, &n, bufs[i], at);
     /* Valid only on a device that `at` cannot copy from: the copy goes through the host. */
-    if (bufs[i]->rep[at->index].state == DEV_INVALID)
-      (void)dev_copy_source(w, bufs[i], at, &via_host);
-    if (via_host && dev_replica_ensure_alloc(bufs[i], host) == DEV_ALLOC_MISS)
+    if (dev_copy_via_host(w, bufs[i], at) &&
+        dev_replica_ensure_alloc(bufs[i], host) == DEV_ALLOC_MISS)
       need(needs, &n, bufs[i], host);
   }
   return n;

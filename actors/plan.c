@@ -38,6 +38,13 @@ int dev_copy_source(dev_world *w, const dev_buffer *b, const dev_node *dst, bool
   return src;
 }
 
+bool dev_copy_via_host(dev_world *w, const dev_buffer *b, const dev_node *dst) {
+  bool via_host = false;
+  if (b->rep[dst->index].state == DEV_INVALID)
+    (void)dev_copy_source(w, b, dst, &via_host);
+  return via_host;
+}
+
 /* One transfer task to `dst` from `src` (-1: zero-fill a never-written buffer). */
 static int add_transfer(dev_world *w, dev_buffer *b, int src, int dst, dev_op *op) {
   /* A copy out of a device to the host runs on that device; the others (from the host, from
@@ -85,15 +92,13 @@ static int check_and_allocate(dev_world *w, dev_op *op, dev_buffer *bufs[], dev_
   for (uint32_t i = 0; i < op->nbufs; i++) {
     dev_buffer *b = bufs[i];
     dev_node *at = dev_op_buf_node(w, op, i, node);
-    bool needs_valid = needs_valid_copy(&op->bufs[i], b), via_host = false;
+    bool needs_valid = needs_valid_copy(&op->bufs[i], b);
     if (b->lost && needs_valid)
       return ACCEL_EDATALOST;
     if (at->state != DEV_NODE_SERVING)
       return ACCEL_EDEVLOST;
     int rc = dev_replica_ensure_alloc(b, at);
-    if (rc == 0 && needs_valid && b->rep[at->index].state == DEV_INVALID)
-      (void)dev_copy_source(w, b, at, &via_host);
-    if (rc == 0 && via_host) /* the copy goes through a host replica */
+    if (rc == 0 && needs_valid && dev_copy_via_host(w, b, at)) /* through a host replica */
       rc = dev_replica_ensure_alloc(b, &w->nodes[DEV_HOST_NODE]);
     if (rc == DEV_ALLOC_MISS) /* the caller allocates first (dev_mem_needs): a bug */
       return ACCEL_EINVAL;

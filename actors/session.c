@@ -148,9 +148,7 @@ static uint64_t place_cost(dev_world *w, const dev_op *op, dev_buffer *bufs[], d
     bool reads = (op->bufs[i].access & DEV_READ) || op->bufs[i].access == DEV_WRITE;
     if (!reads || b->rep[node->index].state != DEV_INVALID || dev_buffer_valid_node(b, -1) < 0)
       continue;
-    bool via_host;
-    (void)dev_copy_source(w, b, node, &via_host);
-    cost += via_host ? 2 * b->bytes : b->bytes;
+    cost += dev_copy_via_host(w, b, node) ? 2 * b->bytes : b->bytes;
   }
   return cost;
 }
@@ -236,11 +234,13 @@ static dev_node *place(dev_world *w, dev_op *op, dev_buffer *bufs[]) {
   if (op->h.device != ACCEL_DEVICE_ANY) /* compared before adding: no overflow */
     return op->h.device >= 0 && op->h.device < w->nnodes - 1 ? &w->nodes[op->h.device + 1] : NULL;
   dev_node *best = default_device(w, op, bufs);
+  if (best != NULL && all_inputs_on(op, bufs, best))
+    return best;
   for (int n = 1; n < w->nnodes; n++) {
     dev_node *node = &w->nodes[n];
     if (node != best && node->state == DEV_NODE_SERVING && potency(node) >= 0 &&
-        (best == NULL || (potency(node) > potency(best) && !all_inputs_on(op, bufs, best))) &&
-        all_inputs_on(op, bufs, node) && dev_node_supports(node, op, bufs) == 0)
+        (best == NULL || potency(node) > potency(best)) && all_inputs_on(op, bufs, node) &&
+        dev_node_supports(node, op, bufs) == 0)
       return node;
   }
   return best;

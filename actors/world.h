@@ -258,6 +258,8 @@ dev_node *dev_op_buf_node(dev_world *w, const dev_op *op, uint32_t i, dev_node *
  * (*via_host). -1 if b is valid nowhere (never written: zeros). */
 int dev_copy_source(dev_world *w, const dev_buffer *b, const dev_node *dst, bool *via_host);
 bool dev_nodes_peer(const dev_node *dst, const dev_node *src);
+/* Whether b, not valid on dst, would come there through a host replica. */
+bool dev_copy_via_host(dev_world *w, const dev_buffer *b, const dev_node *dst);
 RT_MUST_USE int dev_plan_op(dev_world *w, dev_op *op, dev_buffer *bufs[DEV_OP_MAX_BUFS],
                             dev_node *node);
 

@@ -40,17 +40,11 @@ static double combine(uint32_t op, double a, double b) {
   }
 }
 
+/* In f32: one double operation rounded once to float is the float operation's own result
+ * (double has more than twice float's precision, so the double rounding is innocuous for a
+ * sum or a product; min and max are exact). */
 static float combine_f(uint32_t op, float a, float b) {
-  switch (op) {
-  case BE_REDUCE_PROD:
-    return a * b;
-  case BE_REDUCE_MIN:
-    return b < a ? b : a;
-  case BE_REDUCE_MAX:
-    return b > a ? b : a;
-  default:
-    return a + b;
-  }
+  return (float)combine(op, a, b);
 }
 
 static float load16(uint32_t dtype, const void *p, size_t j) {
