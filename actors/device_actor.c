@@ -21,7 +21,8 @@ typedef struct device_state {
 static int open_device(dev_node *node) {
   be_open_opts opts = {.fault_injection = node->world->fault_injection,
                        .tf32 = node->world->tf32,
-                       .primary_context = node->world->cuda_primary};
+                       .primary_context = node->world->cuda_primary,
+                       .pinned_max = node->world->pinned_max};
   int rc = node->be->open(node->backend_index, &opts, &node->dev);
   if (rc != 0)
     return rc;

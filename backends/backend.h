@@ -56,7 +56,12 @@ typedef struct be_open_opts {
   int tf32;            /* sgemm on TF32 tensor cores unless an op asks for FP32 (CUDA only) */
   uint32_t threads;    /* CPU: worker threads for kernels (0: all cores) */
   int primary_context; /* CUDA: run in the GPU's primary context (NCCL's collectives need it) */
+  /* CUDA: bytes of caller memory the pin cache may keep registered for DMA (0: a quarter of
+   * the host's memory; BE_PINNED_OFF: no pin cache). Process-wide: the latest open sets it. */
+  uint64_t pinned_max;
 } be_open_opts;
+
+#define BE_PINNED_OFF UINT64_MAX
 
 typedef enum be_unary_op { BE_SIGMOID = 0, BE_RELU, BE_TANH } be_unary_op;
 

@@ -6,6 +6,7 @@
 #include "actors/device.h"
 #include "actors/session.h"
 #include "actors/world_init.h"
+#include "backends/backend.h"
 #include "clients/ctx.h"
 #include "runtime/alloc.h"
 
@@ -34,6 +35,8 @@ static int parse_param(const char *key, const char *value, dev_world_opts *o,
     o->cuda_primary = 1;
   else if (strcmp(key, "cuda_context") == 0 && strcmp(value, "own") == 0)
     o->cuda_primary = 0;
+  else if (strcmp(key, "pinned_max") == 0 && numeric && v < UINT64_MAX)
+    o->pinned_max = v == 0 ? BE_PINNED_OFF : v;
   else if (strcmp(key, "cpu_devices") == 0 && numeric && v <= 8)
     o->cpu_devices = (uint32_t)v;
   else if (strcmp(key, "max_buffers") == 0 && numeric && v >= 2 && v <= (1u << 24))

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "actors/world_init.h"
+#include "backends/backend.h"
 #include "daemon/config.h"
 #include "runtime/alloc.h"
 #include "server/server.h"
@@ -128,6 +129,15 @@ static bool parse_cuda_context(const char *v, bool *primary) {
   if (strcmp(v, "own") != 0 && strcmp(v, "primary") != 0)
     return false;
   *primary = strcmp(v, "primary") == 0;
+  return true;
+}
+
+/* [devices] pinned_max: a size (K, M, G, T); 0 turns the pin cache off. */
+static bool parse_pinned_max(const char *v, uint64_t *out) {
+  if (!parse_u64(v, 10, 0, UINT64_MAX - 1, out))
+    return false;
+  if (*out == 0)
+    *out = BE_PINNED_OFF;
   return true;
 }
 
@@ -330,6 +340,8 @@ static bool devices_key(acd_config *c, const char *k, const char *v) {
     return parse_bool(v, &c->tf32);
   if (!strcmp(k, "cuda_context"))
     return parse_cuda_context(v, &c->cuda_primary);
+  if (!strcmp(k, "pinned_max"))
+    return parse_pinned_max(v, &c->pinned_max);
   if (!strcmp(k, "exit_on_quarantine"))
     return parse_bool(v, &c->exit_on_quarantine);
   if (!strcmp(k, "restart_window_ms"))

@@ -26,6 +26,9 @@ typedef struct acd_config {
   uint32_t max_restarts, restart_window_ms;
   bool tf32;         /* sgemm on TF32 tensor cores by default, where devices have them */
   bool cuda_primary; /* [devices] cuda_context = primary: collectives through NCCL */
+  /* [devices] pinned_max: bytes of clients' memory CUDA devices may keep registered for DMA
+   * (dev_world_opts.pinned_max: 0 the default, BE_PINNED_OFF when the file says 0). */
+  uint64_t pinned_max;
   /* Exit (status 3, after a drain) when a device is quarantined, so that the service manager
    * restarts the daemon: a CUDA device broken by a sticky error only comes back in a new
    * process. */

@@ -215,7 +215,8 @@ static int start_tree(daemon_ctx *d, int gid, int ready_fd) {
                        .max_restarts = c->max_restarts,
                        .restart_window_ms = c->restart_window_ms,
                        .tf32 = c->tf32,
-                       .cuda_primary = c->cuda_primary};
+                       .cuda_primary = c->cuda_primary,
+                       .pinned_max = c->pinned_max};
   snprintf(wo.backends, sizeof wo.backends, "%s", c->backends);
   int rc = dev_world_init(&d->world, d->rt, &wo);
   if (c->exit_on_quarantine)

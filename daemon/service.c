@@ -141,6 +141,7 @@ static void note_restart_only(const acd_config *old, const acd_config *new) {
                      : old->socket_mode != new->socket_mode         ? "socket_mode"
                      : old->completion != new->completion           ? "completion"
                      : old->cuda_primary != new->cuda_primary       ? "cuda_context"
+                     : old->pinned_max != new->pinned_max           ? "pinned_max"
                                                                     : NULL;
   if (what)
     accel_log(ACCEL_LOG_WARN, "service", "reload: %s changed: takes effect on restart", what);

@@ -156,6 +156,7 @@ static int cuda_open(int index, const be_open_opts *opts, be_device **out) {
     be_cuda_dev_unref(dev);
     return rc;
   }
+  be_cuda_pins_attach(opts);
   *out = dev;
   return 0;
 }
@@ -184,6 +185,7 @@ static void cuda_close(be_device *dev) {
   pthread_mutex_lock(&dev->lock);
   dev->closed = true;
   pthread_mutex_unlock(&dev->lock);
+  be_cuda_pins_detach();
   be_cuda_dev_unref(dev);
 }
 

@@ -29,6 +29,7 @@
 #include <stdint.h>
 
 #include "backends/backend.h"
+#include "backends/pin_cache.h"
 
 extern const be_ops be_cuda_ops;
 
@@ -54,6 +55,11 @@ int be_cuda_peer_direct(be_device *dst, be_device *src);
 /* Threads that copy a large pageable transfer to or from pinned memory (at least 1); set
  * before the queue's first large copy. From ACCEL_CUDA_COPY_THREADS at open by default. */
 int be_cuda_set_copy_threads(be_device *dev, unsigned n);
+
+/* The pin cache of caller memory (pin.c): its counters (zero without one), and a wait until
+ * its pinner has done what was asked of it. Tests and benchmarks. */
+void be_cuda_pin_stats(pin_cache_stats *out);
+void be_cuda_pin_flush(void);
 
 /* User kernels' build caches (module_build.c), counted since the process began: NVRTC
  * compilations run, and loads served from the table in memory or from the disk cache. */

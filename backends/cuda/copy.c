@@ -2,7 +2,9 @@
  * ways, all asynchronous and in stream order (the host side is read or written when the
  * stream gets there, never at submission):
  *   pinned    (cuMemHostAlloc'd or registered; cuPointerGetAttributes says so) straight by
- *             DMA at full speed;
+ *             DMA at full speed; so is memory the pin cache (pin.c) registered after seeing
+ *             it copied before, and only the cache knows whether the driver's "registered"
+ *             still holds for the memory mapped there now;
  *   pageable, small (up to BE_CUDA_BOUNCE) through the queue's pinned bounce buffer, the
  *             host side done by a host function (callback.c). Stream order keeps the one
  *             buffer safe to reuse;
@@ -63,15 +65,36 @@ static int bounce_copy(be_queue *q, bool to_device, CUdeviceptr d, char *host, s
   return rc;
 }
 
+static void release_pin(void *range, int status) {
+  (void)status;
+  pin_cache_release(range);
+}
+
+/* By DMA; a range of the pin cache is held until the DMA is done. If that cannot be arranged
+ * the range stays held (pinned until its owner closes) rather than risk an unpin under the
+ * DMA. */
+static int dma_copy(be_queue *q, bool to_device, CUdeviceptr d, void *host, size_t bytes,
+                    pin_range *held) {
+  CUresult r = to_device ? be_cu.cuMemcpyHtoDAsync(d, host, bytes, q->stream)
+                         : be_cu.cuMemcpyDtoHAsync(host, d, bytes, q->stream);
+  int rc = be_cuda_check(q->dev, r);
+  if (held != NULL && rc != 0)
+    pin_cache_release(held);
+  else if (held != NULL)
+    rc = be_cuda_notify(q, release_pin, held);
+  return rc;
+}
+
 static int host_copy(be_queue *q, bool to_device, CUdeviceptr d, void *host, size_t bytes) {
   int rc = be_cuda_enter(q->dev);
   if (rc != 0)
     return rc;
-  if (pinned(host, bytes)) {
-    CUresult r = to_device ? be_cu.cuMemcpyHtoDAsync(d, host, bytes, q->stream)
-                           : be_cu.cuMemcpyDtoHAsync(host, d, bytes, q->stream);
-    return be_cuda_check(q->dev, r);
-  }
+  pin_cache *pins = be_cuda_pins();
+  pin_range *held;
+  if (pin_cache_use(pins, host, bytes, pinned, &held) != PIN_PAGEABLE)
+    return dma_copy(q, to_device, d, host, bytes, held);
+  if (bytes > BE_CUDA_BOUNCE)
+    pin_cache_note(pins, q->dev, host, bytes); /* pinned for the next time if it comes again */
   if (bytes > BE_CUDA_BOUNCE && atomic_load(&q->dev->memops)) {
     rc = be_cuda_stage_copy(q, to_device, d, host, bytes);
     if (rc != ACCEL_ENOTSUP)

@@ -34,6 +34,7 @@
 #include <stdbool.h>
 
 #include "backends/backend.h"
+#include "backends/pin_cache.h"
 #include "backends/cuda/driver.h"
 #include "runtime/attr.h"
 #include "runtime/list.h"
@@ -190,6 +191,14 @@ int be_cuda_check(be_device *dev, CUresult r);
  * if the device is lost; else copy_lock is held for reading until be_cuda_copy_end. */
 bool be_cuda_copy_begin(be_device *dev);
 void be_cuda_copy_end(be_device *dev);
+
+/* ---- pin.c: the process's pin cache (backends/pin_cache.h) ------------------------------ */
+
+void be_cuda_pins_attach(const be_open_opts *opts); /* each open, its close detaches */
+void be_cuda_pins_detach(void);
+pin_cache *be_cuda_pins(void); /* NULL: none (turned off, or no userfaultfd) */
+/* Before dev's context ends: its ranges are unregistered (unpin) or forgotten. */
+void be_cuda_pins_owner_closing(be_device *dev, bool unpin);
 
 /* ---- callback.c ------------------------------------------------------------------------- */
 

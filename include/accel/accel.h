@@ -122,7 +122,9 @@ typedef struct accel_transfer_stats {
  * completion=callback|sync|poll (default callback), max_restarts=N (per device, in 10 s),
  * max_buffers=N, tf32=1 (sgemm on TF32 tensor cores by default where devices have them),
  * cuda_context=own|primary (CUDA devices in a context of their own, the default, or in the
- * GPU's primary context, where collectives through NCCL work).
+ * GPU's primary context, where collectives through NCCL work), pinned_max=BYTES (caller
+ * memory that CUDA devices see copied again and again is registered for DMA, up to this many
+ * bytes for the process; default a quarter of the host's memory; 0: never).
  * "ipc://PATH" (or "unix://PATH"), "tls+tcp://HOST:PORT" or "tcp://HOST:PORT" connects to
  * acceld: the same API and semantics; buffers belong to this connection and die with it.
  * ACCEL_ECLOSED if no daemon answers there, and for every pending and later op once the
