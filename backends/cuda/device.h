@@ -194,7 +194,7 @@ void be_cuda_copy_end(be_device *dev);
 
 /* ---- pin.c: the process's pin cache (backends/pin_cache.h) ------------------------------ */
 
-void be_cuda_pins_attach(const be_open_opts *opts); /* each open, its close detaches */
+void be_cuda_pins_attach(const be_open_opts *opts); /* each open; its close detaches */
 void be_cuda_pins_detach(void);
 pin_cache *be_cuda_pins(void); /* NULL: none (turned off, or no userfaultfd) */
 /* Before dev's context ends: its ranges are unregistered (unpin) or forgotten. */

@@ -4,7 +4,9 @@
  *
  * One cache for the process, shared by every device: a registration is portable (every
  * context may DMA from it) and the driver refuses to register an address range twice. Made
- * when the first device opens, closed when the last one closes. A range is registered in the
+ * when a device that wants one opens (a device opened with BE_PINNED_OFF does not make one,
+ * but uses one that is there: its copies must not trust the driver where the cache does
+ * not), closed when the last device closes. A range is registered in the
  * context of the device whose copy asked for it (its owner); before a context ends
  * (be_cuda_dissolve) its ranges are unregistered, or forgotten if the context is lost. */
 #include <stdatomic.h>

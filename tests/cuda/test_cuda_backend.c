@@ -20,6 +20,7 @@
 #include <math.h>
 #include <stdatomic.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "../backends/curand_golden.h"
 #include "../be_f32.h"
@@ -176,6 +177,71 @@ TEST(pinned_copies) {
   round_trip(&f, 1000, (uint8_t *)src + 3, (uint8_t *)dst + 5); /* inside the allocation */
   be_cu.cuMemFreeHost(src);
   be_cu.cuMemFreeHost(dst);
+  fx_close(&f);
+}
+
+static pin_cache_stats pins_now(void) {
+  pin_cache_stats s;
+  be_cuda_pin_stats(&s);
+  return s;
+}
+
+static void fill_byte(fx *f, be_mem m, size_t n, uint8_t v) {
+  CHECK_OK(be_fill_u32(B, f->q, m, 0, n / 4, v * 0x01010101u));
+  finish(f);
+}
+
+static void check_all(const uint8_t *p, size_t n, uint8_t v, const char *what) {
+  for (size_t i = 0; i < n; i += 4093)
+    if (p[i] != v)
+      TEST_FAIL("%s: byte %zu is %#x, want %#x", what, i, p[i], v);
+  if (p[n - 1] != v)
+    TEST_FAIL("%s: the last byte is %#x, want %#x", what, p[n - 1], v);
+}
+
+/* Memory copied twice is registered by the pin cache, and copies from it then go by DMA. Then
+ * it is unmapped and other memory mapped at the same addresses: the driver still holds the
+ * old registration (it would DMA the old pages, measured), but the cache saw the unmap, so the
+ * new bytes arrive, both ways. */
+TEST(pin_cache_pins_reused_memory_and_never_serves_a_stale_registration) {
+  fx f = fx_open_with(0);
+  size_t n = 16u << 20;
+  be_mem m = mem_new(&f, n);
+  uint8_t *h = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  CHECK(h != MAP_FAILED);
+  memset(h, 0xa1, n);
+  pin_cache_stats s0 = pins_now();
+  for (int i = 0; i < 2; i++)
+    CHECK_OK(B->copy_h2d(f.q, m, 0, h, n));
+  finish(&f);
+  be_cuda_pin_flush();
+  CHECK_EQ(pins_now().pins, s0.pins + 1); /* needs userfaultfd, which this machine has */
+  memset(h, 0xa2, n);
+  CHECK_OK(B->copy_h2d(f.q, m, 0, h, n)); /* by DMA from the registered pages */
+  memset(h, 0, n);
+  CHECK_OK(B->copy_d2h(f.q, h, m, 0, n));
+  finish(&f);
+  CHECK_EQ(pins_now().hits, s0.hits + 2);
+  check_all(h, n, 0xa2, "round trip through registered memory");
+
+  CHECK_EQ(munmap(h, n), 0);
+  uint8_t *again = mmap(h, n, PROT_READ | PROT_WRITE,
+                        MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
+  CHECK(again == h); /* the same addresses, other pages */
+  memset(again, 0xb3, n);
+  CHECK_OK(B->copy_h2d(f.q, m, 0, again, n));
+  uint8_t *back = cuda_xmalloc(n);
+  CHECK_OK(B->copy_d2h(f.q, back, m, 0, n));
+  finish(&f);
+  check_all(back, n, 0xb3, "h2d from memory mapped where registered memory was");
+  fill_byte(&f, m, n, 0xc4);
+  CHECK_OK(B->copy_d2h(f.q, again, m, 0, n));
+  finish(&f);
+  check_all(again, n, 0xc4, "d2h into memory mapped where registered memory was");
+  CHECK_EQ(pins_now().invalidated, s0.invalidated + 1);
+  free(back);
+  munmap(again, n);
+  B->mem_free(f.d, &m);
   fx_close(&f);
 }
 
@@ -583,6 +649,7 @@ static const test_case tests[] = {
     TEST_CASE(rng_matches_cpu),
     TEST_CASE(pageable_copies),
     TEST_CASE(pinned_copies),
+    TEST_CASE(pin_cache_pins_reused_memory_and_never_serves_a_stale_registration),
     TEST_CASE(transfers_keep_stream_order),
     TEST_CASE(sgemm_fp32_and_tf32),
     TEST_CASE(callbacks_across_a_fault),
