@@ -20,6 +20,7 @@
 #include <poll.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/eventfd.h>
 #include <sys/ioctl.h>
@@ -47,7 +48,9 @@ struct pin_range {
   void *owner;
   range_state state;
   bool busy;    /* a thread calls the registrar for it, outside the lock */
-  bool orphan;  /* its owner's context ended: forgotten when released, never unpinned */
+  bool orphan;     /* its owner's context is ending: never unpinned, kept (dying, watched)
+                   * until that context is gone, since the driver may keep the registration */
+  bool owner_gone; /* and now it is: removed once no copy uses it */
   bool watched; /* registered with userfaultfd */
   _Atomic uint32_t ref;
   uint64_t last_use;
@@ -249,7 +252,7 @@ static void *watcher_main(void *arg) {
 static pin_range *idle_dying(pin_cache *c) {
   for (unsigned i = 0; i < c->nranges; i++) {
     pin_range *r = c->ranges[i];
-    if (!r->busy && atomic_load(&r->ref) == DYING)
+    if (!r->busy && atomic_load(&r->ref) == DYING && (!r->orphan || r->owner_gone))
       return r;
   }
   return NULL;
@@ -266,33 +269,85 @@ static pin_range *least_recent_idle(pin_cache *c) {
   return lru;
 }
 
-/* Room for `bytes` more: 1 there is, 0 once the dying ranges have gone (some were just marked
- * for it), -1 never (in use, or too large). */
+/* Room for `bytes` more: 1 there is, 0 once the dying ranges being let go have gone (some were
+ * just marked for it), -1 not now (in use, orphaned, or too large). */
 static int make_room(pin_cache *c, size_t bytes) {
-  size_t pinned = c->pinned, idle = 0;
+  size_t after = c->pinned, idle = 0; /* after: once the dying that can go have gone */
   unsigned n = c->nranges, nidle = 0;
   for (unsigned i = 0; i < c->nranges; i++) {
     pin_range *r = c->ranges[i];
     if (is_dying(r)) {
-      pinned -= r->bytes;
-      n--;
+      bool goes = r->busy || (users(r) == 0 && (!r->orphan || r->owner_gone));
+      after -= goes ? r->bytes : 0;
+      n -= goes ? 1 : 0;
     } else if (r->state == RANGE_VALID && !r->busy && users(r) == 0) {
       idle += r->bytes;
       nidle++;
     }
   }
-  if (bytes > c->max || pinned - idle > c->max - bytes || n - nidle >= PIN_CACHE_MAX_RANGES)
+  if (bytes > c->max || after - idle > c->max - bytes || n - nidle >= PIN_CACHE_MAX_RANGES)
     return -1;
-  while (pinned > c->max - bytes || n >= PIN_CACHE_MAX_RANGES) {
+  while (after > c->max - bytes || n >= PIN_CACHE_MAX_RANGES) {
     pin_range *r = least_recent_idle(c);
     if (r == NULL) /* cannot happen: counted above */
       return -1;
     atomic_fetch_or(&r->ref, DYING);
     c->st.evicted++;
-    pinned -= r->bytes;
+    after -= r->bytes;
     n--;
   }
   return c->pinned <= c->max - bytes && c->nranges < PIN_CACHE_MAX_RANGES ? 1 : 0;
+}
+
+/* Whether [base, base + bytes) is all private anonymous memory, without a hole: the only kind
+ * whose pages change only by the events the watch reports (a shared or file mapping's pages
+ * change under it by truncation, hole punching, writes to the file). From /proc/self/maps,
+ * read in pieces on the stack (no allocation). */
+static bool private_anonymous(uintptr_t base, size_t bytes) {
+  int fd = open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
+  if (fd < 0)
+    return false;
+  char buf[4096];
+  size_t have = 0;
+  uintptr_t covered = base, end = base + bytes;
+  bool ok = true, done = false;
+  while (ok && !done) {
+    ssize_t n = read(fd, buf + have, sizeof buf - 1 - have);
+    if (n <= 0)
+      break;
+    have += (size_t)n;
+    buf[have] = '\0';
+    char *line = buf, *nl;
+    while (ok && !done && (nl = strchr(line, '\n')) != NULL) {
+      *nl = '\0';
+      char perms[5] = "";
+      unsigned long long s = 0, e = 0, off = 0, inode = 0;
+      unsigned major = 0, minor = 0;
+      if (sscanf(line, "%llx-%llx %4s %llx %x:%x %llu", &s, &e, perms, &off, &major, &minor,
+                 &inode) != 7)
+        ok = false;
+      else if (e > covered && s < end) {
+        ok = s <= covered && perms[3] == 'p' && inode == 0 && major == 0 && minor == 0;
+        covered = (uintptr_t)e;
+      }
+      done = covered >= end || s >= end;
+      line = nl + 1;
+    }
+    have = (size_t)(buf + have - line);
+    memmove(buf, line, have);
+    if (have == sizeof buf - 1)
+      ok = false; /* a line longer than the buffer: not a line of ours */
+  }
+  close(fd);
+  return ok && covered >= end;
+}
+
+/* After the registrar: the range must be wholly watched (a hole mapped while it was pinned
+ * would be pinned and never watched; UFFDIO_WRITEPROTECT fails on an unwatched mapping) and
+ * of a kind the watch covers. */
+static bool still_watched(pin_cache *c, pin_range *r) {
+  struct uffdio_writeprotect wp = {.range = {.start = r->base, .len = r->bytes}, .mode = 0};
+  return ioctl(c->uffd, UFFDIO_WRITEPROTECT, &wp) == 0 && private_anonymous(r->base, r->bytes);
 }
 
 static int watch(pin_cache *c, pin_range *r) {
@@ -318,12 +373,15 @@ static void pin_span(pin_cache *c, span s) {
   c->busy_owner = s.owner;
   pthread_mutex_unlock(&c->lock);
   int rc = watch(c, r);
-  if (rc == 0)
-    rc = c->reg.pin(s.owner, (void *)s.base, s.bytes);
+  bool pinned = rc == 0 && c->reg.pin(s.owner, (void *)s.base, s.bytes) == 0;
+  if (pinned && !still_watched(c, r)) {
+    c->reg.unpin(s.owner, (void *)s.base);
+    pinned = false;
+  }
   pthread_mutex_lock(&c->lock);
   c->busy_owner = NULL;
   r->busy = false;
-  if (rc != 0) {
+  if (!pinned) {
     c->st.pin_failed++;
     remove_range(c, r);
     return;
@@ -478,19 +536,17 @@ void pin_cache_close(pin_cache *c) {
     wake(c->pinner_fd);
     pthread_join(c->pinner, NULL);
   }
+  /* Unwatched while the watcher still reads events: an unmap meanwhile does not stall. */
+  pthread_mutex_lock(&c->lock);
+  while (c->nranges > 0)
+    drop_range(c, c->ranges[0]);
+  pin_range *gone = take_gone(c);
+  pthread_mutex_unlock(&c->lock);
+  free_gone(gone);
   if (c->watcher_started) {
     wake(c->watcher_fd);
     pthread_join(c->watcher, NULL);
   }
-  pthread_mutex_lock(&c->lock);
-  while (c->nranges > 0) {
-    pin_range *r = c->ranges[0];
-    r->orphan |= r->state != RANGE_VALID;
-    drop_range(c, r);
-  }
-  pin_range *gone = take_gone(c);
-  pthread_mutex_unlock(&c->lock);
-  free_gone(gone);
   rt_free(c->spare);
   close_fd(c->uffd);
   close_fd(c->pinner_fd);
@@ -627,10 +683,8 @@ void pin_cache_owner_closing(pin_cache *c, void *owner, bool unpin) {
   pin_range *r;
   while ((r = owner_next(c, owner)) != NULL) {
     atomic_fetch_or(&r->ref, DYING);
-    if (users(r) > 0 || !unpin) { /* in flight on another device: forgotten when released */
+    if (users(r) > 0 || !unpin) { /* in flight on another device, or a context not to call */
       r->orphan = true;
-      if (users(r) == 0)
-        remove_range(c, r);
       continue;
     }
     r->busy = true;
@@ -644,6 +698,27 @@ void pin_cache_owner_closing(pin_cache *c, void *owner, bool unpin) {
   pthread_mutex_unlock(&c->lock);
   free_gone(gone);
   wake(c->pinner_fd); /* requests may have waited for room */
+}
+
+void pin_cache_owner_gone(pin_cache *c, void *owner) {
+  if (c == NULL)
+    return;
+  pthread_mutex_lock(&c->lock);
+  for (unsigned i = 0; i < c->nranges;) {
+    pin_range *r = c->ranges[i];
+    if (r->orphan && r->owner == owner && !r->owner_gone) {
+      r->owner_gone = true;
+      if (atomic_load(&r->ref) == DYING && !r->busy) {
+        remove_range(c, r); /* moved the last range to i */
+        continue;
+      }
+    }
+    i++;
+  }
+  pin_range *gone = take_gone(c);
+  pthread_mutex_unlock(&c->lock);
+  free_gone(gone);
+  wake(c->pinner_fd);
 }
 
 void pin_cache_flush(pin_cache *c) {

@@ -28,7 +28,7 @@
  *
  * Owners: each range is pinned through one owner (a device; its context holds the
  * registration). pin_cache_owner_closing, before the owner's context ends, unpins its ranges
- * not in use and orphans the others (forgotten, never unpinned, when released).
+ * not in use and orphans the others; pin_cache_owner_gone, once it has ended, lets them go.
  *
  * Threads: every entry may be called from any thread. use and note take the lock for a scan of
  * the table (at most PIN_CACHE_MAX_RANGES ranges) and never wait for the driver under it;
@@ -78,7 +78,8 @@ typedef struct pin_cache_stats {
 /* ACCEL_ENOTSUP without userfaultfd (its events or its write-protect mode), ACCEL_ENOMEM, or
  * ACCEL_EINVAL (reg NULL or max 0). */
 RT_MUST_USE int pin_cache_open(const pin_registrar *reg, size_t max, pin_cache **out);
-/* Stops the threads; unpins every range not orphaned. No range may be in use. */
+/* Stops the threads; unpins every range not orphaned. A range still held is one whose release
+ * will never come (a copy that failed): it goes too. */
 void pin_cache_close(pin_cache *c);
 void pin_cache_set_max(pin_cache *c, size_t max); /* takes effect at the next pin */
 
@@ -91,9 +92,13 @@ void pin_cache_release(pin_range *r);
 void pin_cache_note(pin_cache *c, void *owner, const void *p, size_t bytes);
 
 /* The owner's context is about to end: waits for the pinner's call for it to return, then
- * unpins the owner's ranges not in use (unpin: false when its context cannot be used: they
- * are forgotten) and orphans those in use. Requests of the owner are dropped. */
+ * unpins the owner's ranges not in use and orphans the others (in use, or all with unpin
+ * false, when its context cannot be called). An orphan is never unpinned and stays in the
+ * table, dying and watched (copies that touch it are staged), until pin_cache_owner_gone
+ * says the context, and so whatever the driver still registers in it, is gone. Requests of
+ * the owner are dropped. */
 void pin_cache_owner_closing(pin_cache *c, void *owner, bool unpin);
+void pin_cache_owner_gone(pin_cache *c, void *owner);
 
 /* Waits until the pinner has nothing left to do (tests and benchmarks). */
 void pin_cache_flush(pin_cache *c);

@@ -151,6 +151,10 @@ static void context_end(be_device *dev, bool lost) {
       reset_context(dev);
     be_cu.cuDevicePrimaryCtxRelease(dev->cu);
   }
+  /* Its registrations are gone with it (a primary context others still hold lives on: the
+   * pin cache keeps its orphans of this device until the cache closes). */
+  if (!dev->primary || lost)
+    be_cuda_pins_owner_gone(dev);
   dev->ctx = NULL;
 }
 

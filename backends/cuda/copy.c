@@ -65,14 +65,16 @@ static int bounce_copy(be_queue *q, bool to_device, CUdeviceptr d, char *host, s
   return rc;
 }
 
+/* After the DMA. A failed status (a fault, an abort, a queue destroyed first) may come while
+ * the DMA could still run (an aborted context runs on): the range then stays held for good
+ * (never unpinned, never trusted again) rather than risk an unpin under it. */
 static void release_pin(void *range, int status) {
-  (void)status;
-  pin_cache_release(range);
+  if (status == 0)
+    pin_cache_release(range);
 }
 
 /* By DMA; a range of the pin cache is held until the DMA is done. If that cannot be arranged
- * the range stays held (pinned until its owner closes) rather than risk an unpin under the
- * DMA. */
+ * the range stays held for good (as above). */
 static int dma_copy(be_queue *q, bool to_device, CUdeviceptr d, void *host, size_t bytes,
                     pin_range *held) {
   CUresult r = to_device ? be_cu.cuMemcpyHtoDAsync(d, host, bytes, q->stream)

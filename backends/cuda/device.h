@@ -197,8 +197,10 @@ void be_cuda_copy_end(be_device *dev);
 void be_cuda_pins_attach(const be_open_opts *opts); /* each open; its close detaches */
 void be_cuda_pins_detach(void);
 pin_cache *be_cuda_pins(void); /* NULL: none (turned off, or no userfaultfd) */
-/* Before dev's context ends: its ranges are unregistered (unpin) or forgotten. */
+/* Before dev's context ends: its ranges are unregistered (unpin), or kept as orphans (never
+ * trusted) until be_cuda_pins_owner_gone, once the context has been destroyed. */
 void be_cuda_pins_owner_closing(be_device *dev, bool unpin);
+void be_cuda_pins_owner_gone(be_device *dev);
 
 /* ---- callback.c ------------------------------------------------------------------------- */
 

@@ -82,6 +82,10 @@ void be_cuda_pins_owner_closing(be_device *dev, bool unpin) {
   pin_cache_owner_closing(be_cuda_pins(), dev, unpin);
 }
 
+void be_cuda_pins_owner_gone(be_device *dev) {
+  pin_cache_owner_gone(be_cuda_pins(), dev);
+}
+
 void be_cuda_pin_stats(pin_cache_stats *out) {
   pin_cache_stats_get(be_cuda_pins(), out);
 }

@@ -450,16 +450,94 @@ TEST(an_owner_closing_unpins_its_ranges_and_orphans_those_in_use) {
   CHECK_EQ(use(c, b, MIB), PIN_HIT);
   pin_cache_release(held);
   pin_cache_flush(c);
-  CHECK_EQ(fake_unpins, 1); /* an orphan is forgotten, never unpinned */
+  CHECK_EQ(fake_unpins, 1); /* an orphan is never unpinned... */
+  CHECK_EQ(stats(c).ranges, 2);
+  CHECK_EQ(use(c, d, MIB), PIN_PAGEABLE); /* ...nor trusted, while its context may live */
+  pin_cache_owner_gone(c, &owner_a);
   CHECK_EQ(stats(c).ranges, 1);
-  pin_cache_owner_closing(c, &owner_b, false); /* a lost context: forgotten too */
+  pin_cache_owner_closing(c, &owner_b, false); /* a context that cannot be called */
   CHECK_EQ(fake_unpins, 1);
+  CHECK_EQ(stats(c).ranges, 1);
+  CHECK(fake_pinned(b, MIB));             /* the driver still has it... */
+  CHECK_EQ(use(c, b, MIB), PIN_PAGEABLE); /* ...the cache does not trust it */
+  pin_cache_owner_gone(c, &owner_b);
   CHECK_EQ(stats(c).ranges, 0);
   pin_cache_close(c);
   CHECK_EQ(fake_unpins, 1);
   munmap(a, 2 * MIB);
   munmap(b, 2 * MIB);
   munmap(d, 2 * MIB);
+}
+
+/* A range with a hole when it is watched: memory mapped into the hole while the registrar
+ * runs would be pinned and never watched; the check after the registrar refuses it. */
+TEST(a_hole_filled_while_pinning_is_not_trusted) {
+  pin_cache *c;
+  OPEN_CACHE(c, 64 * MIB);
+  char *p = map(4 * MIB);
+  CHECK_EQ(munmap(p + 2 * MIB, 2 * MIB), 0);
+  gate(true);
+  pin_cache_note(c, &owner_a, p, 4 * MIB);
+  pin_cache_note(c, &owner_a, p, 4 * MIB);
+  wait_in_pin();
+  char *b = mmap(p + 2 * MIB, 2 * MIB, PROT_READ | PROT_WRITE,
+                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
+  CHECK(b == p + 2 * MIB);
+  gate(false);
+  pin_cache_flush(c);
+  CHECK_EQ(stats(c).pin_failed, 1);
+  CHECK_EQ(fake_count(), 0); /* pinned, then unpinned at once */
+  CHECK_EQ(use(c, p, 4 * MIB), PIN_PAGEABLE);
+  pin_cache_close(c);
+  munmap(p, 4 * MIB);
+}
+
+/* Shared memory changes under a mapping without an event (truncation): never pinned. */
+TEST(shared_memory_is_never_pinned) {
+  pin_cache *c;
+  OPEN_CACHE(c, 64 * MIB);
+  int fd = memfd_create("pin-cache-test", MFD_CLOEXEC);
+  CHECK(fd >= 0);
+  CHECK_EQ(ftruncate(fd, 2 * MIB), 0);
+  char *p = mmap(NULL, 2 * MIB, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  CHECK(p != MAP_FAILED);
+  memset(p, 1, 2 * MIB);
+  pin_now(c, &owner_a, p, 2 * MIB);
+  CHECK_EQ(stats(c).pins, 0);
+  CHECK_EQ(fake_count(), 0);
+  CHECK_EQ(use(c, p, MIB), PIN_PAGEABLE);
+  /* A private mapping of a file is not private anonymous memory either. */
+  char *q = mmap(NULL, 2 * MIB, PROT_READ | PROT_WRITE, MAP_PRIVATE, fd, 0);
+  CHECK(q != MAP_FAILED);
+  pin_now(c, &owner_a, q, 2 * MIB);
+  CHECK_EQ(stats(c).pins, 0);
+  pin_cache_close(c);
+  munmap(p, 2 * MIB);
+  munmap(q, 2 * MIB);
+  close(fd);
+}
+
+/* A dying range that stays in use must not stop every later pin (it cannot make room). */
+TEST(a_dying_range_in_use_does_not_stop_all_pinning) {
+  pin_cache *c;
+  OPEN_CACHE(c, 8 * MIB);
+  char *a = map(4 * MIB), *b = map(4 * MIB), *d = map(2 * MIB), *e = map(2 * MIB);
+  pin_now(c, &owner_a, a, 4 * MIB);
+  pin_range *held;
+  CHECK_EQ(pin_cache_use(c, a, MIB, fake_pinned, &held), PIN_HIT);
+  CHECK_EQ(munmap(a, 4 * MIB), 0); /* dying, held for good */
+  pin_now(c, &owner_a, b, 4 * MIB);
+  CHECK_EQ(use(c, b, MIB), PIN_HIT);
+  pin_now(c, &owner_a, d, 2 * MIB); /* no room unless b goes: b is idle, so it does */
+  CHECK_EQ(use(c, d, MIB), PIN_HIT);
+  pin_now(c, &owner_a, e, 2 * MIB);
+  CHECK_EQ(use(c, e, MIB), PIN_HIT);
+  CHECK_EQ(stats(c).evicted, 1);
+  pin_cache_release(held);
+  pin_cache_close(c);
+  munmap(b, 4 * MIB);
+  munmap(d, 2 * MIB);
+  munmap(e, 2 * MIB);
 }
 
 static atomic_bool gate_opened;
@@ -567,6 +645,9 @@ static const test_case tests[] = {
     TEST_CASE(the_request_queue_at_its_limit_and_one_past),
     TEST_CASE(an_owner_closing_unpins_its_ranges_and_orphans_those_in_use),
     TEST_CASE(an_owner_closing_waits_for_the_pinner_working_for_it),
+    TEST_CASE(a_hole_filled_while_pinning_is_not_trusted),
+    TEST_CASE(shared_memory_is_never_pinned),
+    TEST_CASE(a_dying_range_in_use_does_not_stop_all_pinning),
     TEST_CASE(without_a_cache_the_driver_decides),
     TEST_CASE(open_refuses_bad_arguments),
     TEST_CASE(allocation_failures),
