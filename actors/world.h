@@ -189,7 +189,7 @@ struct dev_world {
   rt_list foreign_left; /* dev_foreign_left: such tasks that ended before their work did */
   bool fault_injection;
   bool tf32;
-  bool cuda_primary; /* be_open_opts.primary_context */
+  bool cuda_primary;   /* be_open_opts.primary_context */
   uint64_t pinned_max; /* be_open_opts.pinned_max */
   uint32_t max_restarts, restart_window_ms;
   atomic_ullong h2d, d2h, d2d, written, read;

@@ -10,8 +10,8 @@ typedef struct dev_world_opts {
   int fault_injection;
   accel_completion completion;
   uint32_t max_restarts, restart_window_ms;
-  int tf32;         /* sgemm on TF32 tensor cores by default, where devices have them */
-  int cuda_primary; /* CUDA devices in their GPU's primary context (collectives through NCCL) */
+  int tf32;            /* sgemm on TF32 tensor cores by default, where devices have them */
+  int cuda_primary;    /* CUDA devices in their GPU's primary context (collectives through NCCL) */
   uint64_t pinned_max; /* be_open_opts.pinned_max: 0 the default, BE_PINNED_OFF none */
   /* The backends to open, in order, comma-separated ("cpu,cuda,opencl"); devices are
    * numbered in that order (the `cpu_devices` CPU devices where "cpu" is) and, among devices

@@ -47,11 +47,11 @@ struct pin_range {
   size_t bytes;
   void *owner;
   range_state state;
-  bool busy;    /* a thread calls the registrar for it, outside the lock */
+  bool busy;       /* a thread calls the registrar for it, outside the lock */
   bool orphan;     /* its owner's context is ending: never unpinned, kept (dying, watched)
-                   * until that context is gone, since the driver may keep the registration */
+                    * until that context is gone, since the driver may keep the registration */
   bool owner_gone; /* and now it is: removed once no copy uses it */
-  bool watched; /* registered with userfaultfd */
+  bool watched;    /* registered with userfaultfd */
   _Atomic uint32_t ref;
   uint64_t last_use;
 };
@@ -181,9 +181,8 @@ static void drop_range(pin_cache *c, pin_range *r) {
 /* A write fault cannot happen (no page is ever protected); if one came, the page is
  * unprotected, which also wakes the thread. */
 static void unprotect(pin_cache *c, uintptr_t address) {
-  struct uffdio_writeprotect wp = {.range = {.start = address & ~(uintptr_t)(c->page - 1),
-                                             .len = c->page},
-                                   .mode = 0};
+  struct uffdio_writeprotect wp = {
+      .range = {.start = address & ~(uintptr_t)(c->page - 1), .len = c->page}, .mode = 0};
   (void)ioctl(c->uffd, UFFDIO_WRITEPROTECT, &wp);
 }
 
@@ -236,7 +235,8 @@ static void read_events(pin_cache *c) {
 
 static void *watcher_main(void *arg) {
   pin_cache *c = arg;
-  struct pollfd fds[2] = {{.fd = c->uffd, .events = POLLIN}, {.fd = c->watcher_fd, .events = POLLIN}};
+  struct pollfd fds[2] = {{.fd = c->uffd, .events = POLLIN},
+                          {.fd = c->watcher_fd, .events = POLLIN}};
   for (;;) {
     if (poll(fds, 2, -1) < 0)
       continue; /* EINTR; never give up: unmapping threads would wait forever */
@@ -364,8 +364,12 @@ static int watch(pin_cache *c, pin_range *r) {
 static void pin_span(pin_cache *c, span s) {
   pin_range *r = c->spare;
   c->spare = NULL;
-  *r = (pin_range){.cache = c, .base = s.base, .bytes = s.bytes, .owner = s.owner,
-                   .state = RANGE_PINNING, .busy = true};
+  *r = (pin_range){.cache = c,
+                   .base = s.base,
+                   .bytes = s.bytes,
+                   .owner = s.owner,
+                   .state = RANGE_PINNING,
+                   .busy = true};
   atomic_init(&r->ref, 0);
   c->ranges[c->nranges++] = r;
   c->pinned += s.bytes;
@@ -493,8 +497,7 @@ static void close_fd(int fd) {
 
 static int start_threads(pin_cache *c) {
   c->pinner_started = pthread_create(&c->pinner, NULL, pinner_main, c) == 0;
-  c->watcher_started = c->pinner_started &&
-                       pthread_create(&c->watcher, NULL, watcher_main, c) == 0;
+  c->watcher_started = c->pinner_started && pthread_create(&c->watcher, NULL, watcher_main, c) == 0;
   return c->watcher_started ? 0 : ACCEL_ENOMEM;
 }
 
@@ -515,7 +518,7 @@ int pin_cache_open(const pin_registrar *reg, size_t max, pin_cache **out) {
   c->uffd = open_uffd();
   c->pinner_fd = eventfd(0, EFD_CLOEXEC);
   c->watcher_fd = eventfd(0, EFD_CLOEXEC);
-  int rc = c->uffd < 0                              ? ACCEL_ENOTSUP
+  int rc = c->uffd < 0                             ? ACCEL_ENOTSUP
            : c->pinner_fd < 0 || c->watcher_fd < 0 ? ACCEL_ENOMEM
                                                    : start_threads(c);
   if (rc != 0) {

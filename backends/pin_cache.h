@@ -43,9 +43,9 @@
 
 #include "runtime/attr.h"
 
-#define PIN_CACHE_MIN (1u << 20)     /* smaller copies are not noted */
-#define PIN_CACHE_MAX_RANGES 512u    /* pinned, being pinned or dying (each splits a mapping) */
-#define PIN_CACHE_MAX_REQUESTS 16u   /* noted twice and waiting for the pinner */
+#define PIN_CACHE_MIN (1u << 20)   /* smaller copies are not noted */
+#define PIN_CACHE_MAX_RANGES 512u  /* pinned, being pinned or dying (each splits a mapping) */
+#define PIN_CACHE_MAX_REQUESTS 16u /* noted twice and waiting for the pinner */
 
 typedef struct pin_cache pin_cache;
 typedef struct pin_range pin_range;

@@ -374,8 +374,8 @@ void be_cuda_dissolve(be_device *dev) {
   if (dev->ctx == NULL)
     return;
   /* The pin cache's registrations of this context go first, while it can still take calls. */
-  be_cuda_pins_owner_closing(dev, atomic_load(&dev->fault) == BE_CUDA_OK &&
-                                      !atomic_load(&dev->aborted));
+  be_cuda_pins_owner_closing(dev,
+                             atomic_load(&dev->fault) == BE_CUDA_OK && !atomic_load(&dev->aborted));
   be_cuda_peer_leave(dev);
   be_cuda_coll_forget(dev); /* NCCL's objects in this context go first */
   bool lost = atomic_load(&dev->fault) != BE_CUDA_OK;

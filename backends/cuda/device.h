@@ -34,8 +34,8 @@
 #include <stdbool.h>
 
 #include "backends/backend.h"
-#include "backends/pin_cache.h"
 #include "backends/cuda/driver.h"
+#include "backends/pin_cache.h"
 #include "runtime/attr.h"
 #include "runtime/list.h"
 

@@ -301,7 +301,7 @@ TEST(unmapped_while_being_pinned_is_unpinned_at_once) {
   gate(true);
   pin_cache_note(c, &owner_a, p, 4 * MIB);
   pin_cache_note(c, &owner_a, p, 4 * MIB);
-  wait_in_pin(); /* watched, the registrar not yet done */
+  wait_in_pin();                          /* watched, the registrar not yet done */
   CHECK_EQ(use(c, p, MIB), PIN_PAGEABLE); /* being pinned: not trusted yet */
   CHECK_EQ(munmap(p, 4 * MIB), 0);
   gate(false);

@@ -771,8 +771,8 @@ static void bench_transfers(raw *r) {
   OK(be_cuda_ops.open(0, NULL, &holder));
   xfer_row("H2D backend, pageable used once, 1 thr", backend_copy_fresh(r, true, x.m), h2d, "");
   xfer_row("D2H backend, pageable used once, 1 thr", backend_copy_fresh(r, false, x.m), d2h, "");
-  xfer_row("H2D backend, pageable reused, 1 copy thr", backend_copy_reused(r, true, x.pageable, x.m),
-           h2d, ">= 0.9");
+  xfer_row("H2D backend, pageable reused, 1 copy thr",
+           backend_copy_reused(r, true, x.pageable, x.m), h2d, ">= 0.9");
   xfer_row("D2H backend, pageable reused, 1 copy thr",
            backend_copy_reused(r, false, x.pageable, x.m), d2h, ">= 0.9");
   xfer_row("H2D API write, pageable caller memory", api_write(x.pageable), h2d, ">= 0.9");
