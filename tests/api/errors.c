@@ -78,6 +78,8 @@ TEST(open_urls) {
                                     "embedded:?fault_injection",
                                     "embedded:?cpu_devices=two",
                                     "embedded:?completion=never",
+                                    "embedded:?pinned_max=lots",
+                                    "embedded:?pinned_max=18446744073709551615",
                                     "embedded:?=1",
                                     "Embedded:"};
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
@@ -108,8 +110,11 @@ TEST(open_urls) {
   }
   CHECK_ERR(accel_open(NULL, NULL), ACCEL_EINVAL);
   CHECK_ERR(accel_open(NULL, "embedded:"), ACCEL_EINVAL);
-  static const char *const good[] = {NULL, "embedded:", "embedded:?cpu_devices=2&completion=poll"};
-  for (size_t i = 0; i < 3; i++) {
+  /* pinned_max: 0 (no pin cache) up to the largest value less one. */
+  static const char *const good[] = {NULL, "embedded:", "embedded:?cpu_devices=2&completion=poll",
+                                     "embedded:?pinned_max=0",
+                                     "embedded:?pinned_max=18446744073709551614"};
+  for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
     accel_ctx *ctx = ctx_open(good[i]);
     CHECK_EQ(cpu_device_count(ctx), i == 2 ? 2 : 1);
     accel_close(ctx);

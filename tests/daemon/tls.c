@@ -14,6 +14,7 @@
 #include <sys/socket.h>
 
 #include "accel/accel.h"
+#include "backends/backend.h"
 #include "daemon/config.h"
 #include "server/server.h"
 #include "util.h"
@@ -198,6 +199,29 @@ static void expect_config_error(const char *text, const char *what) {
   CHECK_ERR(read_config(text, &c, NULL, err, sizeof err), ACCEL_EINVAL);
   if (strstr(err, what) == NULL)
     TEST_FAIL("expected \"%s\" in \"%s\"", what, err);
+}
+
+/* [devices] pinned_max: a size; 0 turns the pin cache off; the largest value there is minus
+ * one is the most (UINT64_MAX means "off" inside), one more is an error. */
+TEST(pinned_max_key) {
+  char err[320];
+  acd_config c;
+  CHECK_OK(read_config("", &c, NULL, err, sizeof err));
+  CHECK_EQ(c.pinned_max, 0); /* the default: a quarter of the host's memory */
+  acd_config_free(&c);
+  CHECK_OK(read_config("[devices]\npinned_max = 16G\n", &c, NULL, err, sizeof err));
+  CHECK(c.pinned_max == 16ull << 30);
+  acd_config_free(&c);
+  CHECK_OK(read_config("[devices]\npinned_max = 0\n", &c, NULL, err, sizeof err));
+  CHECK(c.pinned_max == BE_PINNED_OFF);
+  acd_config_free(&c);
+  CHECK_OK(
+      read_config("[devices]\npinned_max = 18446744073709551614\n", &c, NULL, err, sizeof err));
+  CHECK(c.pinned_max == UINT64_MAX - 1);
+  acd_config_free(&c);
+  expect_config_error("[devices]\npinned_max = 18446744073709551615\n", "acceld.conf:2");
+  expect_config_error("[devices]\npinned_max = -1\n", "acceld.conf:2");
+  expect_config_error("[devices]\npinned_max = lots\n", "acceld.conf:2");
 }
 
 TEST(unknown_names_and_bad_values_are_errors_with_their_line) {
@@ -500,6 +524,7 @@ TEST(sighup_security_change_waits_for_a_restart) {
 static const test_case tests[] = {
     TEST_CASE(security_keys_are_parsed),
     TEST_CASE(security_defaults_and_the_plain_tcp_flag),
+    TEST_CASE(pinned_max_key),
     TEST_CASE(unknown_names_and_bad_values_are_errors_with_their_line),
     TEST_CASE(plain_tcp_is_refused_by_default),
     TEST_CASE(plain_tcp_with_allow_plain_tcp),
