@@ -1,6 +1,7 @@
 /* acceld's metrics in the Prometheus text exposition format 0.0.4 (metrics.h): names in
  * snake_case with the accel_ prefix, base units (seconds, bytes), counters ending in _total,
  * histograms as cumulative _bucket{le} series with _sum and _count. On the loop thread. */
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -163,6 +164,53 @@ static void render_devices(sbuf *b, const dev_world *w) {
              "1 while the device is quarantined (past its restart limit).", quarantined);
 }
 
+/* The pin caches of backends that keep one and have devices here: one series per backend. */
+static void render_pin_caches(sbuf *b, const dev_world *w) {
+  static const struct {
+    const char *name, *type, *help;
+    size_t off;
+  } rows[] = {
+      {"accel_pinned_bytes", "gauge",
+       "Bytes of caller memory the backend keeps registered for DMA (not swappable).",
+       offsetof(pin_cache_stats, pinned_bytes)},
+      {"accel_pin_cache_ranges", "gauge", "Address ranges the pin cache holds.",
+       offsetof(pin_cache_stats, ranges)},
+      {"accel_pin_cache_hits_total", "counter", "Copies that went by DMA from a registered range.",
+       offsetof(pin_cache_stats, hits)},
+      {"accel_pin_cache_pins_total", "counter", "Ranges registered.",
+       offsetof(pin_cache_stats, pins)},
+      {"accel_pin_cache_invalidated_total", "counter",
+       "Registered ranges ended by an unmap, madvise or mremap of their memory.",
+       offsetof(pin_cache_stats, invalidated)},
+      {"accel_pin_cache_evicted_total", "counter",
+       "Registered ranges let go to stay within pinned_max.", offsetof(pin_cache_stats, evicted)},
+  };
+  pin_cache_stats st[8];
+  const char *names[8];
+  size_t n = 0;
+  for (const be_entry *e = be_registry(); e->name && n < 8; e++) {
+    bool here = false;
+    for (int i = 1; i < w->nnodes && !here; i++)
+      here = w->nodes[i].be == e->ops;
+    if (e->ops == NULL || e->ops->pin_stats == NULL || !here)
+      continue;
+    e->ops->pin_stats(&st[n]);
+    names[n++] = e->name;
+  }
+  if (n == 0)
+    return;
+  for (size_t r = 0; r < sizeof rows / sizeof rows[0]; r++) {
+    header(b, rows[r].name, rows[r].type, rows[r].help);
+    for (size_t i = 0; i < n; i++) {
+      uint64_t v;
+      memcpy(&v, (const char *)&st[i] + rows[r].off, sizeof v);
+      sb_printf(b, "%s{backend=\"", rows[r].name);
+      label_value(b, names[i]);
+      sb_printf(b, "\"} %llu\n", (unsigned long long)v);
+    }
+  }
+}
+
 static void render_bytes(sbuf *b, dev_world *w) {
   header(b, "accel_bytes_moved_total", "counter",
          "Bytes moved between memory nodes and to or from callers, by direction.");
@@ -214,6 +262,7 @@ char *dev_metrics_render(dev_world *w, const dev_status_counts *c) {
   sbuf b = {0};
   render_server(&b, w, c);
   render_devices(&b, w);
+  render_pin_caches(&b, w);
   render_bytes(&b, w);
   if (w->metrics) {
     render_ops(&b, w, w->metrics);

@@ -204,6 +204,29 @@ static void json_backends(sbuf *b, const dev_world *w) {
   sb_printf(b, "]");
 }
 
+/* The pin caches of backends that keep one and have devices here (process-wide counters). */
+static void json_pin_caches(sbuf *b, const dev_world *w) {
+  sb_printf(b, "\"pin_caches\":[");
+  const char *sep = "";
+  for (const be_entry *e = be_registry(); e->name; e++) {
+    if (e->ops == NULL || e->ops->pin_stats == NULL || backend_devices(w, e->ops) == 0)
+      continue;
+    pin_cache_stats st;
+    e->ops->pin_stats(&st);
+    sb_printf(b, "%s{\"backend\":", sep);
+    sb_json_str(b, e->name);
+    sb_printf(b,
+              ",\"pinned_bytes\":%llu,\"ranges\":%llu,\"hits\":%llu,\"pins\":%llu,"
+              "\"pin_failed\":%llu,\"refused\":%llu,\"invalidated\":%llu,\"evicted\":%llu}",
+              (unsigned long long)st.pinned_bytes, (unsigned long long)st.ranges,
+              (unsigned long long)st.hits, (unsigned long long)st.pins,
+              (unsigned long long)st.pin_failed, (unsigned long long)st.refused,
+              (unsigned long long)st.invalidated, (unsigned long long)st.evicted);
+    sep = ",";
+  }
+  sb_printf(b, "]");
+}
+
 char *dev_status_json(dev_world *w, const dev_status_counts *c) {
   sbuf b = {0};
   accel_runtime_stats rs;
@@ -218,6 +241,8 @@ char *dev_status_json(dev_world *w, const dev_status_counts *c) {
   }
   sb_printf(&b, "],");
   json_backends(&b, w);
+  sb_printf(&b, ",");
+  json_pin_caches(&b, w);
   sb_printf(&b,
             ",\"host_mem_used\":%llu,\"connections\":%u,\"sessions\":%u,\"buffers\":%llu,"
             "\"ops_completed\":%llu,\"ops_failed\":%llu,\"ops_in_flight\":%llu,"
@@ -274,6 +299,17 @@ char *dev_status_text(dev_world *w, const dev_status_counts *c) {
             (unsigned long long)rs.restarts);
   for (int n = 1; n < w->nnodes; n++)
     text_device(&b, w, n);
+  for (const be_entry *e = be_registry(); e->name; e++) {
+    if (e->ops == NULL || e->ops->pin_stats == NULL || backend_devices(w, e->ops) == 0)
+      continue;
+    pin_cache_stats st;
+    e->ops->pin_stats(&st);
+    char pinned[32];
+    sb_human_bytes(st.pinned_bytes, pinned, sizeof pinned);
+    sb_printf(&b, "pin cache (%s): %s registered in %llu ranges, %llu DMA hits, %llu invalidated\n",
+              e->name, pinned, (unsigned long long)st.ranges, (unsigned long long)st.hits,
+              (unsigned long long)st.invalidated);
+  }
   return sb_finish(&b);
 }
 

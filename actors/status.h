@@ -28,7 +28,9 @@ typedef struct dev_status_counts {
 } dev_status_counts;
 
 /* One JSON object: devices (index, name, backend, state, restarts, mem_used, mem_total,
- * compute_units, packages), backends, host_mem_used, sessions, buffers, ops_*, dead_letters,
+ * compute_units, packages), backends, pin_caches (per backend that keeps one: pinned_bytes,
+ * ranges, hits, pins, pin_failed, refused, invalidated, evicted), host_mem_used, sessions, buffers,
+ * ops_*, dead_letters,
  * ... `accelctl devices --json` prints its "devices" and "backends" members as they are. */
 RT_MUST_USE char *dev_status_json(dev_world *w, const dev_status_counts *c);
 /* The same, as a few lines of text for people. */

@@ -29,6 +29,7 @@
 
 #include "accel/error.h"
 #include "backends/blas_args.h"
+#include "backends/pin_cache.h"
 
 #define BE_ABI_VERSION 3u
 
@@ -138,6 +139,9 @@ typedef struct be_ops {
    * the memory has completed, and before the memory goes. */
   int (*host_register)(be_device *dev, void *p, size_t bytes);
   void (*host_unregister)(be_device *dev, void *p);
+  /* Optional (NULL: the backend keeps none): the counters of its pin cache of caller memory
+   * (backends/pin_cache.h), one for the process; zeros while there is none. Any thread. */
+  void (*pin_stats)(pin_cache_stats *out);
 
   /* ---- events and completion ---- */
   int (*event_create)(be_device *dev, be_event **out);

@@ -299,6 +299,7 @@ const be_ops be_cuda_ops = {
     .can_peer = be_cuda_can_peer,
     .copy_peer = be_cuda_copy_peer,
     .host_register = be_cuda_host_register,
+    .pin_stats = be_cuda_pin_stats,
     .host_unregister = be_cuda_host_unregister,
     .event_create = be_cuda_event_create,
     .event_destroy = be_cuda_event_destroy,

@@ -47,7 +47,11 @@ TEST(status_json_parses_with_required_fields) {
            "d=s[\"devices\"]; assert len(d)>=1;"
            "assert all(k in d[0] for k in (\"index\",\"name\",\"backend\",\"state\","
            "\"restarts\",\"mem_used\",\"tasks_queued\")); assert d[0][\"state\"]==\"serving\";"
-           "assert all(x[\"tasks_queued\"]==0 for x in d), d' '%s'",
+           "assert all(x[\"tasks_queued\"]==0 for x in d), d;"
+           /* a pin cache for each backend here that keeps one (CUDA), none for others */
+           "p=s[\"pin_caches\"]; has=any(x[\"backend\"]==\"cuda\" for x in d);"
+           "assert [x[\"backend\"] for x in p]==([\"cuda\"] if has else []), p;"
+           "assert all(x[\"pinned_bytes\"]==0 and x[\"hits\"]==0 for x in p), p' '%s'",
            path);
   CHECK_EQ(system(cmd), 0);
   CHECK_EQ(td_status_field(&d, "sessions"), 0);

@@ -211,6 +211,67 @@ TEST(transfer_stats_are_per_session) {
   td_cleanup(&d);
 }
 
+static int cuda_device(accel_ctx *ctx) {
+  for (int i = 0; i < accel_device_count(ctx); i++) {
+    struct accel_device_info info;
+    if (accel_device_info(ctx, i, &info) == 0 && strcmp(info.backend, "cuda") == 0)
+      return i;
+  }
+  return -1;
+}
+
+/* A buffer's host copy in the daemon that goes to the GPU again and again is registered by
+ * the CUDA backend's pin cache (status shows it), and the results stay right. Needs a GPU
+ * (scripts/gpu-run runs this suite there). */
+TEST(the_pin_cache_registers_a_host_copy_used_again) {
+  td_daemon d;
+  td_prepare(&d);
+  td_start(&d, NULL);
+  accel_ctx *ctx;
+  CHECK_OK(accel_open(&ctx, d.url));
+  int gpu = cuda_device(ctx);
+  if (gpu < 0) {
+    accel_close(ctx);
+    CHECK_EQ(td_stop(&d), 0);
+    td_cleanup(&d);
+    TEST_SKIP("no CUDA device: the daemon keeps no pin cache");
+  }
+  CHECK_EQ(td_status_field(&d, "hits"), 0);
+  size_t n = 1u << 20; /* 4 MiB */
+  float *src = malloc(n * 4), *got = malloc(n * 4);
+  CHECK(src && got);
+  for (size_t i = 0; i < n; i++)
+    src[i] = (float)(i % 1000);
+  accel_buffer b, c;
+  CHECK_OK(accel_buffer_create(ctx, ACCEL_F32, n, &b));
+  CHECK_OK(accel_buffer_create(ctx, ACCEL_F32, n, &c));
+  int rounds = 0;
+  long hits = 0;
+  /* Each round: written on the host (the GPU's copy goes stale), read on the GPU (from the
+   * host copy: a staged copy twice, then by DMA once registered, in the background). */
+  while (hits == 0 && rounds < 50) {
+    CHECK_OK(accel_write(ctx, b, 0, src, n, NULL));
+    CHECK_OK(accel_saxpy(ctx, gpu, n, 1.0f, b, c, NULL));
+    CHECK_OK(accel_finish(ctx, 30000));
+    rounds++;
+    hits = td_status_field(&d, "hits");
+  }
+  CHECK_GT(hits, 0);
+  CHECK_GE(rounds, 3); /* nothing is registered before its second copy */
+  CHECK_GT(td_status_field(&d, "pinned_bytes"), 0);
+  CHECK_OK(accel_read(ctx, c, 0, got, n, NULL));
+  CHECK_OK(accel_finish(ctx, 30000));
+  for (size_t i = 0; i < n; i++)
+    if (got[i] != (float)rounds * src[i])
+      TEST_FAIL("c[%zu] = %g after %d rounds, want %g", i, (double)got[i], rounds,
+                (double)rounds * src[i]);
+  free(src);
+  free(got);
+  accel_close(ctx);
+  CHECK_EQ(td_stop(&d), 0);
+  td_cleanup(&d);
+}
+
 /* At most 1024 regions per connection: the 1025th is ACCEL_ELIMIT; a detach makes room. */
 TEST(regions_at_the_limit_and_one_past) {
   td_daemon d;
@@ -277,6 +338,7 @@ static const test_case tests[] = {
     TEST_CASE(ordinary_memory_goes_through_staging),
     TEST_CASE(regions_the_daemon_must_not_map_are_refused),
     TEST_CASE(transfer_stats_are_per_session),
+    TEST_CASE(the_pin_cache_registers_a_host_copy_used_again),
     TEST_CASE(regions_at_the_limit_and_one_past),
     TEST_CASE(unannounced_descriptors_close_the_connection),
 };
