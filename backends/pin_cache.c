@@ -1,9 +1,11 @@
 /* The pin cache (pin_cache.h says what and why).
  *
- * One lock guards the table of ranges, the ring of ranges seen once, the queue of pin
- * requests and the counters. Two threads: the watcher reads userfaultfd events (and nothing
- * else: a thread that unmaps watched memory waits for it, so it must never wait for the driver
- * or for anything but the lock), and the pinner calls the registrar, outside the lock.
+ * One lock guards the table of ranges, the queue of pin requests and the counters. The table
+ * holds ranges seen once (SEEN: watched, not pinned, so that memory unmapped and mapped again
+ * at the same address before its second copy starts over) as well as the pinned ones. Two threads:
+ * the watcher reads userfaultfd events (and nothing else: a thread that unmaps watched memory waits
+ * for it, so it must never wait for the driver or for anything but the lock), and the pinner calls
+ * the registrar, outside the lock.
  *
  * Nothing is allocated or freed under the lock: free() may give memory back to the kernel,
  * and if that memory is watched the freeing thread waits for the watcher, which waits for the
@@ -35,10 +37,10 @@
 #endif
 
 #define DYING (1u << 31)
-#define SEEN 16u
+#define MAX_SEEN 64u /* ranges seen once and watched; the oldest not asked for goes first */
 #define EVENTS (UFFD_FEATURE_EVENT_UNMAP | UFFD_FEATURE_EVENT_REMOVE | UFFD_FEATURE_EVENT_REMAP)
 
-typedef enum range_state { RANGE_PINNING, RANGE_VALID } range_state;
+typedef enum range_state { RANGE_SEEN, RANGE_PINNING, RANGE_VALID } range_state;
 
 struct pin_range {
   pin_cache *cache;
@@ -52,6 +54,7 @@ struct pin_range {
                     * until that context is gone, since the driver may keep the registration */
   bool owner_gone; /* and now it is: removed once no copy uses it */
   bool watched;    /* registered with userfaultfd */
+  bool requested;  /* SEEN, and seen again: a pin request waits for it */
   _Atomic uint32_t ref;
   uint64_t last_use;
 };
@@ -66,17 +69,14 @@ struct pin_cache {
   pthread_mutex_t lock;
   pthread_cond_t idle; /* the pinner finished a call or a pass */
   pin_registrar reg;
-  size_t page, max, pinned; /* pinned: bytes of the ranges in the table */
-  pin_range *ranges[PIN_CACHE_MAX_RANGES];
-  unsigned nranges;
-  span seen[SEEN];
-  unsigned seen_next;
+  size_t page, max, pinned; /* pinned: bytes of the ranges in the table but SEEN ones */
+  pin_range *ranges[PIN_CACHE_MAX_RANGES + MAX_SEEN];
+  unsigned nranges, nseen;
   span req[PIN_CACHE_MAX_REQUESTS];
   unsigned nreq;
   uint64_t clock, epoch, kicks, passes;
   void *busy_owner; /* whose registrar call the pinner is in (NULL: none) */
   pin_range *gone;  /* removed, to be freed once the lock is released */
-  pin_range *spare; /* allocated by the pinner before it takes the lock */
   int uffd, pinner_fd, watcher_fd;
   pthread_t pinner, watcher;
   bool pinner_started, watcher_started, stop;
@@ -103,11 +103,19 @@ static uint32_t users(const pin_range *r) {
   return atomic_load(&r->ref) & ~DYING;
 }
 
-static pin_range *overlapping(pin_cache *c, uintptr_t a, size_t n) {
-  for (unsigned i = 0; i < c->nranges; i++)
-    if (overlaps(a, n, c->ranges[i]->base, c->ranges[i]->bytes))
-      return c->ranges[i];
+/* A range of the table over [a, a + n): any, or (registered) only those pinned or being
+ * pinned or let go (a SEEN range is not registered: the driver's view stands there). */
+static pin_range *overlapping_of(pin_cache *c, uintptr_t a, size_t n, bool registered) {
+  for (unsigned i = 0; i < c->nranges; i++) {
+    pin_range *r = c->ranges[i];
+    if (overlaps(a, n, r->base, r->bytes) && (!registered || r->state != RANGE_SEEN))
+      return r;
+  }
   return NULL;
+}
+
+static pin_range *overlapping(pin_cache *c, uintptr_t a, size_t n) {
+  return overlapping_of(c, a, n, false);
 }
 
 /* Whole pages around [p, p + bytes); false when that would wrap. */
@@ -141,7 +149,10 @@ static void remove_range(pin_cache *c, pin_range *r) {
       break;
     }
   unwatch(c, r);
-  c->pinned -= r->bytes;
+  if (r->state == RANGE_SEEN)
+    c->nseen--;
+  else
+    c->pinned -= r->bytes;
   r->next_gone = c->gone;
   c->gone = r;
   pthread_cond_broadcast(&c->idle);
@@ -273,9 +284,11 @@ static pin_range *least_recent_idle(pin_cache *c) {
  * just marked for it), -1 not now (in use, orphaned, or too large). */
 static int make_room(pin_cache *c, size_t bytes) {
   size_t after = c->pinned, idle = 0; /* after: once the dying that can go have gone */
-  unsigned n = c->nranges, nidle = 0;
+  unsigned n = c->nranges - c->nseen, nidle = 0;
   for (unsigned i = 0; i < c->nranges; i++) {
     pin_range *r = c->ranges[i];
+    if (r->state == RANGE_SEEN)
+      continue;
     if (is_dying(r)) {
       bool goes = r->busy || (users(r) == 0 && (!r->orphan || r->owner_gone));
       after -= goes ? r->bytes : 0;
@@ -296,7 +309,7 @@ static int make_room(pin_cache *c, size_t bytes) {
     after -= r->bytes;
     n--;
   }
-  return c->pinned <= c->max - bytes && c->nranges < PIN_CACHE_MAX_RANGES ? 1 : 0;
+  return c->pinned <= c->max - bytes && c->nranges - c->nseen < PIN_CACHE_MAX_RANGES ? 1 : 0;
 }
 
 /* Whether [base, base + bytes) is all private anonymous memory, without a hole: the only kind
@@ -359,27 +372,22 @@ static int watch(pin_cache *c, pin_range *r) {
   return 0;
 }
 
-/* Pins s in a new range: watched first, so that an unmap from then on is seen; one while the
- * registrar runs leaves the range dying (pinned, to be unpinned at once). */
-static void pin_span(pin_cache *c, span s) {
-  pin_range *r = c->spare;
-  c->spare = NULL;
-  *r = (pin_range){.cache = c,
-                   .base = s.base,
-                   .bytes = s.bytes,
-                   .owner = s.owner,
-                   .state = RANGE_PINNING,
-                   .busy = true};
-  atomic_init(&r->ref, 0);
-  c->ranges[c->nranges++] = r;
-  c->pinned += s.bytes;
+/* Pins the SEEN range r, seen again: it is watched (since its first sighting, or now), so an
+ * unmap while the registrar runs leaves it dying (pinned, to be unpinned at once). */
+static void pin_seen(pin_cache *c, pin_range *r, void *owner) {
+  r->state = RANGE_PINNING;
+  r->requested = false;
+  r->owner = owner;
+  r->busy = true;
+  c->nseen--;
+  c->pinned += r->bytes;
   c->epoch++;
-  c->busy_owner = s.owner;
+  c->busy_owner = owner;
   pthread_mutex_unlock(&c->lock);
-  int rc = watch(c, r);
-  bool pinned = rc == 0 && c->reg.pin(s.owner, (void *)s.base, s.bytes) == 0;
+  int rc = r->watched ? 0 : watch(c, r);
+  bool pinned = rc == 0 && c->reg.pin(owner, (void *)r->base, r->bytes) == 0;
   if (pinned && !still_watched(c, r)) {
-    c->reg.unpin(s.owner, (void *)s.base);
+    c->reg.unpin(owner, (void *)r->base);
     pinned = false;
   }
   pthread_mutex_lock(&c->lock);
@@ -396,10 +404,38 @@ static void pin_span(pin_cache *c, span s) {
   pthread_cond_broadcast(&c->idle);
 }
 
+/* Watches a range seen once, outside the lock: from now on its unmap is an event. One that
+ * cannot be watched (not all mapped, not memory userfaultfd watches) is dropped. */
+static bool watch_seen(pin_cache *c) {
+  pin_range *r = NULL;
+  for (unsigned i = 0; i < c->nranges && r == NULL; i++) {
+    pin_range *x = c->ranges[i];
+    if (x->state == RANGE_SEEN && !x->watched && !x->busy && !is_dying(x))
+      r = x;
+  }
+  if (r == NULL)
+    return false;
+  r->busy = true;
+  pthread_mutex_unlock(&c->lock);
+  int rc = watch(c, r);
+  pthread_mutex_lock(&c->lock);
+  r->busy = false;
+  if (rc != 0)
+    remove_range(c, r);
+  return true;
+}
+
 static void requeue_front(pin_cache *c, span s) {
   memmove(c->req + 1, c->req, c->nreq * sizeof c->req[0]);
   c->req[0] = s;
   c->nreq++;
+}
+
+/* The SEEN range a request is for; NULL if it went meanwhile (unmapped, evicted). */
+static pin_range *requested_range(pin_cache *c, span s) {
+  pin_range *r = overlapping(c, s.base, s.bytes);
+  bool same = r != NULL && r->state == RANGE_SEEN && r->base == s.base && r->bytes == s.bytes;
+  return same && !is_dying(r) && !r->busy ? r : NULL;
 }
 
 /* One piece of work; false when nothing more can be done now. */
@@ -409,57 +445,51 @@ static bool pinner_step(pin_cache *c) {
     drop_range(c, r);
     return true;
   }
+  if (watch_seen(c))
+    return true;
   if (c->nreq == 0)
     return false;
   span s = c->req[0];
   memmove(c->req, c->req + 1, --c->nreq * sizeof c->req[0]);
-  if (overlapping(c, s.base, s.bytes) != NULL || c->spare == NULL) { /* no memory for it */
-    c->st.refused++;
+  r = requested_range(c, s);
+  if (r == NULL)
     return true;
-  }
   int room = make_room(c, s.bytes);
   if (room < 0) {
     c->st.refused++;
+    r->requested = false; /* a later copy may ask again */
     return true;
   }
   if (room == 0) { /* after the dying ranges go; they may be in use or busy yet */
     requeue_front(c, s);
     return idle_dying(c) != NULL;
   }
-  pin_span(c, s);
+  pin_seen(c, r, s.owner);
   return true;
 }
 
-/* Work until nothing more can be done. One range is pinned per round: its memory is
- * allocated before the round takes the lock (see the top). False once stopped. */
+/* Work until nothing more can be done. False once stopped. */
 static bool pinner_work(pin_cache *c) {
-  for (;;) {
-    pin_range *spare = rt_calloc(1, sizeof *spare);
-    pthread_mutex_lock(&c->lock);
-    if (c->stop) {
-      pthread_mutex_unlock(&c->lock);
-      rt_free(spare);
-      return false;
-    }
-    uint64_t kicks = c->kicks;
-    if (c->spare == NULL) {
-      c->spare = spare;
-      spare = NULL;
-    }
-    bool again = false;
-    while (!again && pinner_step(c))
-      again = c->spare == NULL && c->nreq > 0; /* used: a new one for the next */
-    if (!again) {
-      c->passes = kicks;
-      pthread_cond_broadcast(&c->idle);
-    }
-    pin_range *gone = take_gone(c);
+  pthread_mutex_lock(&c->lock);
+  if (c->stop) {
     pthread_mutex_unlock(&c->lock);
-    free_gone(gone);
-    rt_free(spare);
-    if (!again)
-      return true;
+    return false;
   }
+  uint64_t kicks = c->kicks;
+  while (pinner_step(c)) {
+    pin_range *gone = take_gone(c); /* freed between steps, never under the lock */
+    if (gone != NULL) {
+      pthread_mutex_unlock(&c->lock);
+      free_gone(gone);
+      pthread_mutex_lock(&c->lock);
+    }
+  }
+  c->passes = kicks;
+  pthread_cond_broadcast(&c->idle);
+  pin_range *gone = take_gone(c);
+  pthread_mutex_unlock(&c->lock);
+  free_gone(gone);
+  return true;
 }
 
 static void *pinner_main(void *arg) {
@@ -550,7 +580,6 @@ void pin_cache_close(pin_cache *c) {
     wake(c->watcher_fd);
     pthread_join(c->watcher, NULL);
   }
-  rt_free(c->spare);
   close_fd(c->uffd);
   close_fd(c->pinner_fd);
   close_fd(c->watcher_fd);
@@ -607,53 +636,89 @@ void pin_cache_release(pin_range *r) {
     wake(c->pinner_fd);
 }
 
-static int seen_index(const pin_cache *c, span s) {
-  for (unsigned i = 0; i < SEEN; i++)
-    if (c->seen[i].bytes == s.bytes && c->seen[i].base == s.base && s.bytes > 0)
-      return (int)i;
-  return -1;
+/* The oldest range seen once that no request waits for (it makes room for a newer one). */
+static pin_range *oldest_seen(pin_cache *c) {
+  pin_range *old = NULL;
+  for (unsigned i = 0; i < c->nranges; i++) {
+    pin_range *r = c->ranges[i];
+    if (r->state == RANGE_SEEN && !r->requested && !r->busy &&
+        (old == NULL || r->last_use < old->last_use))
+      old = r;
+  }
+  return old;
 }
 
-static bool requested(const pin_cache *c, span s) {
-  for (unsigned i = 0; i < c->nreq; i++)
-    if (overlaps(s.base, s.bytes, c->req[i].base, c->req[i].bytes))
-      return true;
-  return false;
+/* A first sighting: a SEEN range in *fresh (taken), to be watched by the pinner. */
+static bool add_seen(pin_cache *c, pin_range **fresh, span s) {
+  pin_range *old = c->nseen < MAX_SEEN ? NULL : oldest_seen(c);
+  if (*fresh == NULL || (c->nseen >= MAX_SEEN && old == NULL)) {
+    c->st.refused++; /* no memory for it, or every slot waits for the pinner */
+    return false;
+  }
+  if (old != NULL)
+    remove_range(c, old);
+  pin_range *r = *fresh;
+  *fresh = NULL;
+  *r = (pin_range){.cache = c,
+                   .base = s.base,
+                   .bytes = s.bytes,
+                   .owner = s.owner,
+                   .state = RANGE_SEEN,
+                   .last_use = ++c->clock};
+  atomic_init(&r->ref, 0);
+  c->ranges[c->nranges++] = r;
+  c->nseen++;
+  return true;
+}
+
+/* A range seen before and still there (watched, or about to be): ask the pinner for it. */
+static bool request_pin(pin_cache *c, pin_range *r, span s) {
+  if (r->state != RANGE_SEEN || is_dying(r) || r->requested || r->base != s.base ||
+      r->bytes != s.bytes)
+    return false; /* pinned already, going, asked for, or another span over it */
+  if (c->nreq == PIN_CACHE_MAX_REQUESTS) {
+    c->st.refused++;
+    return false;
+  }
+  r->requested = true;
+  c->req[c->nreq++] = s;
+  return true;
 }
 
 void pin_cache_note(pin_cache *c, void *owner, const void *p, size_t bytes) {
   span s;
   if (c == NULL || bytes < PIN_CACHE_MIN || !span_of(c, p, bytes, owner, &s))
     return;
-  bool queued = false;
+  pin_range *fresh = rt_calloc(1, sizeof *fresh); /* not under the lock (see the top) */
   pthread_mutex_lock(&c->lock);
   c->st.noted++;
-  if (overlapping(c, s.base, s.bytes) == NULL && !requested(c, s)) {
-    int i = seen_index(c, s);
-    if (i < 0) {
-      c->seen[c->seen_next++ % SEEN] = s;
-    } else if (c->nreq < PIN_CACHE_MAX_REQUESTS) {
-      c->seen[i].bytes = 0;
-      c->req[c->nreq++] = s;
-      queued = true;
-    } else {
-      c->st.refused++;
-    }
+  pin_range *r = overlapping(c, s.base, s.bytes);
+  if (r != NULL && r->state == RANGE_SEEN && !r->requested && !r->busy &&
+      (r->base != s.base || r->bytes != s.bytes)) {
+    remove_range(c, r); /* another span over memory seen once: the newer one counts */
+    r = overlapping(c, s.base, s.bytes);
   }
+  bool wake_pinner = r == NULL ? add_seen(c, &fresh, s) : request_pin(c, r, s);
+  pin_range *gone = take_gone(c);
   pthread_mutex_unlock(&c->lock);
-  if (queued)
+  free_gone(gone);
+  rt_free(fresh);
+  if (wake_pinner)
     wake(c->pinner_fd);
 }
 
 static void forget_owner_requests(pin_cache *c, void *owner) {
   unsigned kept = 0;
-  for (unsigned i = 0; i < c->nreq; i++)
-    if (c->req[i].owner != owner)
+  for (unsigned i = 0; i < c->nreq; i++) {
+    if (c->req[i].owner != owner) {
       c->req[kept++] = c->req[i];
+      continue;
+    }
+    pin_range *r = requested_range(c, c->req[i]);
+    if (r != NULL)
+      r->requested = false;
+  }
   c->nreq = kept;
-  for (unsigned i = 0; i < SEEN; i++)
-    if (c->seen[i].owner == owner)
-      c->seen[i].bytes = 0;
 }
 
 /* The next range of owner to deal with; waits while the pinner works on one. */
@@ -685,6 +750,10 @@ void pin_cache_owner_closing(pin_cache *c, void *owner, bool unpin) {
     pthread_cond_wait(&c->idle, &c->lock);
   pin_range *r;
   while ((r = owner_next(c, owner)) != NULL) {
+    if (r->state == RANGE_SEEN) { /* not registered: nothing to undo */
+      remove_range(c, r);
+      continue;
+    }
     atomic_fetch_or(&r->ref, DYING);
     if (users(r) > 0 || !unpin) { /* in flight on another device, or a context not to call */
       r->orphan = true;
@@ -744,6 +813,7 @@ void pin_cache_stats_get(pin_cache *c, pin_cache_stats *out) {
   pthread_mutex_lock(&c->lock);
   *out = c->st;
   out->pinned_bytes = c->pinned;
-  out->ranges = c->nranges;
+  out->ranges = c->nranges - c->nseen;
+  out->seen = c->nseen;
   pthread_mutex_unlock(&c->lock);
 }

@@ -5,11 +5,10 @@
  * the cache before each host copy (pin_cache_use) and tells it of each staged copy of
  * PIN_CACHE_MIN bytes or more (pin_cache_note). A range (whole pages) noted twice is pinned by
  * the cache's pinner thread through the backend's registrar (cuMemHostRegister), and copies
- * inside it then go straight by DMA. Pinning costs about what one staged copy costs (on the
- * H100 host: 256 MiB pinned in 11.6 ms, unpinned in 4.5 ms, staged at 7 GB/s per thread), so
- * only reuse pays it back: memory copied once is not pinned. (The cache knows addresses, not
- * allocations: memory freed and allocated again at the same address, as glibc often does,
- * counts as seen twice; it is then pinned, and unpinned at its next free, for nothing.)
+ * inside it then go straight by DMA. A range is watched (below) from its first sighting, so
+ * memory freed and allocated again at the same address in between starts over. Pinning costs about
+ * what one staged copy costs (on the H100 host: 256 MiB pinned in 11.6 ms, unpinned in 4.5 ms,
+ * staged at 7 GB/s per thread), so only reuse pays it back: memory copied once is not pinned.
  *
  * Why a watch. A driver keeps its registration of an address range after the memory there is
  * unmapped, and DMA "from" that range then reads the old physical pages, not what is mapped
@@ -33,7 +32,7 @@
  * not in use and orphans the others; pin_cache_owner_gone, once it has ended, lets them go.
  *
  * Threads: every entry may be called from any thread. use and note take the lock for a scan of
- * the table (at most PIN_CACHE_MAX_RANGES ranges) and never wait for the driver under it;
+ * the table (at most PIN_CACHE_MAX_RANGES + 64 ranges) and never wait for the driver under it;
  * release never takes it (a driver's host function may call it). The registrar runs on the
  * pinner thread, or on the thread of pin_cache_owner_closing / pin_cache_close. */
 #ifndef BACKENDS_PIN_CACHE_H
@@ -48,6 +47,7 @@
 #define PIN_CACHE_MIN (1u << 20)   /* smaller copies are not noted */
 #define PIN_CACHE_MAX_RANGES 512u  /* pinned, being pinned or dying (each splits a mapping) */
 #define PIN_CACHE_MAX_REQUESTS 16u /* noted twice and waiting for the pinner */
+/* Besides those, up to 64 ranges seen once are watched (the oldest not asked for goes). */
 
 typedef struct pin_cache pin_cache;
 typedef struct pin_range pin_range;
@@ -74,7 +74,8 @@ typedef struct pin_cache_stats {
   uint64_t invalidated; /* ranges that died by unmap, madvise or mremap */
   uint64_t evicted;     /* ranges unpinned to make room */
   uint64_t unpinned;    /* ranges unpinned (invalidated, evicted or owner closing) */
-  uint64_t pinned_bytes, ranges;
+  uint64_t pinned_bytes, ranges; /* registered (or being registered, or let go) */
+  uint64_t seen;                 /* ranges seen once and watched, not registered */
 } pin_cache_stats;
 
 /* ACCEL_ENOTSUP without userfaultfd (its events or its write-protect mode), ACCEL_ENOMEM, or

@@ -224,10 +224,11 @@ TEST(pin_cache_pins_reused_memory_and_never_serves_a_stale_registration) {
   CHECK_EQ(pins_now().hits, s0.hits + 2);
   check_all(h, n, 0xa2, "round trip through registered memory");
 
-  CHECK_EQ(munmap(h, n), 0);
-  uint8_t *again = mmap(h, n, PROT_READ | PROT_WRITE,
-                        MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
-  CHECK(again == h); /* the same addresses, other pages */
+  /* Other pages at the same addresses at once (the kernel unmaps the old: an event), so that
+   * no other thread can take the addresses in between. */
+  uint8_t *again = mmap(h, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1,
+                        0);
+  CHECK(again == h);
   memset(again, 0xb3, n);
   CHECK_OK(B->copy_h2d(f.q, m, 0, again, n));
   uint8_t *back = cuda_xmalloc(n);
