@@ -604,7 +604,7 @@ pin_answer pin_cache_use(pin_cache *c, const void *p, size_t bytes,
   uintptr_t a = (uintptr_t)p;
   size_t n = bytes > 0 ? bytes : 1;
   pthread_mutex_lock(&c->lock);
-  pin_range *r = overlapping(c, a, n);
+  pin_range *r = overlapping_of(c, a, n, true);
   if (r != NULL) {
     bool inside = a >= r->base && n <= r->bytes - (a - r->base);
     bool hit = inside && r->state == RANGE_VALID && !is_dying(r);
@@ -625,7 +625,7 @@ pin_answer pin_cache_use(pin_cache *c, const void *p, size_t bytes,
     return PIN_PAGEABLE;
   /* A range of ours may have been pinned meanwhile: the driver's "pinned" may be ours. */
   pthread_mutex_lock(&c->lock);
-  bool raced = c->epoch != epoch && overlapping(c, a, n) != NULL;
+  bool raced = c->epoch != epoch && overlapping_of(c, a, n, true) != NULL;
   pthread_mutex_unlock(&c->lock);
   return raced ? PIN_PAGEABLE : PIN_PINNED;
 }

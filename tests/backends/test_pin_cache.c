@@ -171,6 +171,12 @@ TEST(memory_copied_once_is_never_pinned) {
   CHECK_EQ(stats(c).pins, 0);
   CHECK_EQ(fake_count(), 0);
   CHECK_EQ(use(c, p, 4 * MIB), PIN_PAGEABLE);
+  /* Seen once, not registered by the cache: the driver's view decides (here the caller
+   * registered it since), not the cache's. */
+  CHECK_OK(fake_pin(&owner_b, p, 4 * MIB));
+  CHECK_EQ(use(c, p, 4 * MIB), PIN_PINNED);
+  CHECK_EQ(stats(c).avoided, 0);
+  fake_unpin(&owner_b, p);
   pin_cache_close(c);
   munmap(p, 4 * MIB);
 }
