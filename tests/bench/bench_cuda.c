@@ -558,54 +558,53 @@ static double raw_pageable(raw *r, bool h2d, void *host, CUdeviceptr d) {
   return median(t, reps);
 }
 
+static void submit_copy(be_queue *q, bool h2d, void *host, be_mem m) {
+  if (h2d)
+    OK(be_cuda_ops.copy_h2d(q, m, 0, host, XFER));
+  else
+    OK(be_cuda_ops.copy_d2h(q, host, m, 0, XFER));
+}
+
+/* One copy on q, timed by events on its stream from its submission to its end (seconds). */
+static double timed_copy(raw *r, be_queue *q, bool h2d, void *host, be_mem m) {
+  CUstream s = (CUstream)(uintptr_t)be_cuda_stream(q);
+  raw_enter(r);
+  CU(be_cu.cuEventRecord(r->e0, s));
+  submit_copy(q, h2d, host, m);
+  raw_enter(r);
+  CU(be_cu.cuEventRecord(r->e1, s));
+  return event_ms(r) * 1e-3;
+}
+
 /* The backend's copy_h2d / copy_d2h on a fresh queue, by events on its stream. */
 static double backend_copy(raw *r, bool h2d, void *host, be_mem m, unsigned threads) {
   be_queue *q;
   if (threads > 0)
     OK(be_cuda_set_copy_threads(r->dev, threads)); /* read by the queue's first large copy */
   OK(be_cuda_ops.queue_create(r->dev, &q));
-  CUstream s = (CUstream)(uintptr_t)be_cuda_stream(q);
   double t[64];
   for (int rep = -1; rep < REPS; rep++) {
-    raw_enter(r);
-    CU(be_cu.cuEventRecord(r->e0, s));
-    if (h2d)
-      OK(be_cuda_ops.copy_h2d(q, m, 0, host, XFER));
-    else
-      OK(be_cuda_ops.copy_d2h(q, host, m, 0, XFER));
-    raw_enter(r);
-    CU(be_cu.cuEventRecord(r->e1, s));
-    double ms = event_ms(r);
+    double sec = timed_copy(r, q, h2d, host, m);
     if (rep >= 0)
-      t[rep] = ms * 1e-3;
+      t[rep] = sec;
   }
   be_cuda_ops.queue_destroy(q);
   return median(t, REPS);
 }
 
-/* Memory used once: a fresh allocation each repetition (touched, then timed by events from
- * the copy's submission to its end), freed after. */
+/* Memory used once: a fresh allocation each repetition (touched, then timed), freed after. */
 static double backend_copy_fresh(raw *r, bool h2d, be_mem m) {
   be_queue *q;
   OK(be_cuda_set_copy_threads(r->dev, 1));
   OK(be_cuda_ops.queue_create(r->dev, &q));
-  CUstream s = (CUstream)(uintptr_t)be_cuda_stream(q);
   double t[64];
   for (int rep = -1; rep < REPS; rep++) {
     char *host = xmalloc(XFER);
     for (size_t i = 0; i < XFER; i += 4096)
       host[i] = (char)i;
-    raw_enter(r);
-    CU(be_cu.cuEventRecord(r->e0, s));
-    if (h2d)
-      OK(be_cuda_ops.copy_h2d(q, m, 0, host, XFER));
-    else
-      OK(be_cuda_ops.copy_d2h(q, host, m, 0, XFER));
-    raw_enter(r);
-    CU(be_cu.cuEventRecord(r->e1, s));
-    double ms = event_ms(r);
+    double sec = timed_copy(r, q, h2d, host, m);
     if (rep >= 0)
-      t[rep] = ms * 1e-3;
+      t[rep] = sec;
     free(host);
   }
   be_cuda_ops.queue_destroy(q);
@@ -617,12 +616,8 @@ static double backend_copy_fresh(raw *r, bool h2d, be_mem m) {
 static double backend_copy_reused(raw *r, bool h2d, void *host, be_mem m) {
   be_queue *q;
   OK(be_cuda_ops.queue_create(r->dev, &q));
-  for (int i = 0; i < 2; i++) {
-    if (h2d)
-      OK(be_cuda_ops.copy_h2d(q, m, 0, host, XFER));
-    else
-      OK(be_cuda_ops.copy_d2h(q, host, m, 0, XFER));
-  }
+  for (int i = 0; i < 2; i++)
+    submit_copy(q, h2d, host, m);
   raw_enter(r);
   CU(be_cu.cuStreamSynchronize((CUstream)(uintptr_t)be_cuda_stream(q)));
   be_cuda_ops.queue_destroy(q);
@@ -657,6 +652,15 @@ static void xfer_free(raw *r, xfer_bufs *x) {
   free(x->pageable);
 }
 
+/* An XFER-byte buffer valid on the GPU only (filled there). */
+static accel_buffer gpu_resident(accel_ctx *ctx, accel_device gpu) {
+  accel_buffer b;
+  accel_rng spec = {.dist = ACCEL_DIST_UNIFORM, .seed = 9};
+  OK(accel_buffer_create(ctx, ACCEL_F32, XFER / 4, &b));
+  OK(accel_rng_fill(ctx, gpu, b, &spec, NULL));
+  return b;
+}
+
 /* Writes from the caller's memory into a GPU-resident buffer, through the API (host clock to
  * accel_finish). Warm-up: two staged writes make the pin cache register the memory, in the
  * background while more run (this program cannot wait for libaccel's cache: six more, for a
@@ -664,10 +668,7 @@ static void xfer_free(raw *r, xfer_bufs *x) {
 static double api_write(void *host) {
   accel_device gpu;
   accel_ctx *ctx = ctx_open(NULL, &gpu);
-  accel_buffer b;
-  accel_rng spec = {.dist = ACCEL_DIST_UNIFORM, .seed = 9};
-  OK(accel_buffer_create(ctx, ACCEL_F32, XFER / 4, &b));
-  OK(accel_rng_fill(ctx, gpu, b, &spec, NULL)); /* valid on the GPU only: writes go there */
+  accel_buffer b = gpu_resident(ctx, gpu); /* writes go there */
   for (int i = 0; i < 8; i++)
     OK(accel_write(ctx, b, 0, host, XFER / 4, NULL));
   OK(accel_finish(ctx, -1));
@@ -687,10 +688,7 @@ static double api_write(void *host) {
 static double api_write_fresh(void) {
   accel_device gpu;
   accel_ctx *ctx = ctx_open(NULL, &gpu);
-  accel_buffer b;
-  accel_rng spec = {.dist = ACCEL_DIST_UNIFORM, .seed = 9};
-  OK(accel_buffer_create(ctx, ACCEL_F32, XFER / 4, &b));
-  OK(accel_rng_fill(ctx, gpu, b, &spec, NULL));
+  accel_buffer b = gpu_resident(ctx, gpu);
   OK(accel_finish(ctx, -1));
   double t[64];
   for (int rep = -1; rep < REPS; rep++) {
@@ -712,10 +710,7 @@ static double api_write_fresh(void) {
 static double api_read(void *host) {
   accel_device gpu;
   accel_ctx *ctx = ctx_open(NULL, &gpu);
-  accel_buffer b;
-  accel_rng spec = {.dist = ACCEL_DIST_UNIFORM, .seed = 9};
-  OK(accel_buffer_create(ctx, ACCEL_F32, XFER / 4, &b));
-  OK(accel_rng_fill(ctx, gpu, b, &spec, NULL)); /* valid on the GPU only */
+  accel_buffer b = gpu_resident(ctx, gpu);
   OK(accel_finish(ctx, -1));
   double t[64];
   for (int rep = -8; rep < REPS; rep++) { /* as api_write: the pin cache's warm-up */
