@@ -185,23 +185,14 @@ static void render_pin_caches(sbuf *b, const dev_world *w) {
       {"accel_pin_cache_evicted_total", "counter",
        "Registered ranges let go to stay within pinned_max.", offsetof(pin_cache_stats, evicted)},
   };
-  pin_cache_stats st[8];
-  const char *names[8];
-  size_t n = 0;
-  for (const be_entry *e = be_registry(); e->name && n < 8; e++) {
-    bool here = false;
-    for (int i = 1; i < w->nnodes && !here; i++)
-      here = w->nodes[i].be == e->ops;
-    if (e->ops == NULL || e->ops->pin_stats == NULL || !here)
-      continue;
-    e->ops->pin_stats(&st[n]);
-    names[n++] = e->name;
-  }
+  pin_cache_stats st[DEV_PIN_CACHES_MAX];
+  const char *names[DEV_PIN_CACHES_MAX];
+  int n = dev_status_pin_caches(w, names, st, DEV_PIN_CACHES_MAX);
   if (n == 0)
     return;
   for (size_t r = 0; r < sizeof rows / sizeof rows[0]; r++) {
     header(b, rows[r].name, rows[r].type, rows[r].help);
-    for (size_t i = 0; i < n; i++) {
+    for (int i = 0; i < n; i++) {
       uint64_t v;
       memcpy(&v, (const char *)&st[i] + rows[r].off, sizeof v);
       sb_printf(b, "%s{backend=\"", rows[r].name);

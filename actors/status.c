@@ -204,25 +204,33 @@ static void json_backends(sbuf *b, const dev_world *w) {
   sb_printf(b, "]");
 }
 
-/* The pin caches of backends that keep one and have devices here (process-wide counters). */
-static void json_pin_caches(sbuf *b, const dev_world *w) {
-  sb_printf(b, "\"pin_caches\":[");
-  const char *sep = "";
-  for (const be_entry *e = be_registry(); e->name; e++) {
+int dev_status_pin_caches(const dev_world *w, const char *names[], pin_cache_stats st[], int max) {
+  int n = 0;
+  for (const be_entry *e = be_registry(); e->name && n < max; e++) {
     if (e->ops == NULL || e->ops->pin_stats == NULL || backend_devices(w, e->ops) == 0)
       continue;
-    pin_cache_stats st;
-    e->ops->pin_stats(&st);
-    sb_printf(b, "%s{\"backend\":", sep);
-    sb_json_str(b, e->name);
+    e->ops->pin_stats(&st[n]);
+    names[n++] = e->name;
+  }
+  return n;
+}
+
+/* The pin caches of backends that keep one and have devices here (process-wide counters). */
+static void json_pin_caches(sbuf *b, const dev_world *w) {
+  const char *names[DEV_PIN_CACHES_MAX];
+  pin_cache_stats st[DEV_PIN_CACHES_MAX];
+  int n = dev_status_pin_caches(w, names, st, DEV_PIN_CACHES_MAX);
+  sb_printf(b, "\"pin_caches\":[");
+  for (int i = 0; i < n; i++) {
+    sb_printf(b, "%s{\"backend\":", i > 0 ? "," : "");
+    sb_json_str(b, names[i]);
     sb_printf(b,
               ",\"pinned_bytes\":%llu,\"ranges\":%llu,\"hits\":%llu,\"pins\":%llu,"
               "\"pin_failed\":%llu,\"refused\":%llu,\"invalidated\":%llu,\"evicted\":%llu}",
-              (unsigned long long)st.pinned_bytes, (unsigned long long)st.ranges,
-              (unsigned long long)st.hits, (unsigned long long)st.pins,
-              (unsigned long long)st.pin_failed, (unsigned long long)st.refused,
-              (unsigned long long)st.invalidated, (unsigned long long)st.evicted);
-    sep = ",";
+              (unsigned long long)st[i].pinned_bytes, (unsigned long long)st[i].ranges,
+              (unsigned long long)st[i].hits, (unsigned long long)st[i].pins,
+              (unsigned long long)st[i].pin_failed, (unsigned long long)st[i].refused,
+              (unsigned long long)st[i].invalidated, (unsigned long long)st[i].evicted);
   }
   sb_printf(b, "]");
 }
@@ -299,16 +307,15 @@ char *dev_status_text(dev_world *w, const dev_status_counts *c) {
             (unsigned long long)rs.restarts);
   for (int n = 1; n < w->nnodes; n++)
     text_device(&b, w, n);
-  for (const be_entry *e = be_registry(); e->name; e++) {
-    if (e->ops == NULL || e->ops->pin_stats == NULL || backend_devices(w, e->ops) == 0)
-      continue;
-    pin_cache_stats st;
-    e->ops->pin_stats(&st);
+  const char *names[DEV_PIN_CACHES_MAX];
+  pin_cache_stats st[DEV_PIN_CACHES_MAX];
+  int npin = dev_status_pin_caches(w, names, st, DEV_PIN_CACHES_MAX);
+  for (int i = 0; i < npin; i++) {
     char pinned[32];
-    sb_human_bytes(st.pinned_bytes, pinned, sizeof pinned);
+    sb_human_bytes(st[i].pinned_bytes, pinned, sizeof pinned);
     sb_printf(&b, "pin cache (%s): %s registered in %llu ranges, %llu DMA hits, %llu invalidated\n",
-              e->name, pinned, (unsigned long long)st.ranges, (unsigned long long)st.hits,
-              (unsigned long long)st.invalidated);
+              names[i], pinned, (unsigned long long)st[i].ranges, (unsigned long long)st[i].hits,
+              (unsigned long long)st[i].invalidated);
   }
   return sb_finish(&b);
 }

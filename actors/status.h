@@ -48,4 +48,9 @@ RT_MUST_USE char *dev_status_tree_json(accel_runtime *rt, const dev_world *w);
 /* Bytes of buffer replicas allocated on node `n` (host: 0) by its current incarnation. */
 uint64_t dev_status_node_mem(const dev_world *w, int n);
 
+/* The pin caches of the backends that keep one (be_ops.pin_stats) and have devices here, at
+ * most `max`: their names and counters; returns how many. */
+#define DEV_PIN_CACHES_MAX 8
+int dev_status_pin_caches(const dev_world *w, const char *names[], pin_cache_stats st[], int max);
+
 #endif
