@@ -24,6 +24,7 @@
  * thread when a stream's queue fills up (CUDA: about a thousand entries), and that thread is
  * the loop: it must never block. */
 #define MAX_ON_QUEUE 128
+#define EARLY_NONE 1 /* no answer yet (answers are 0 or negative) */
 
 typedef struct kernel_state kernel_state;
 
@@ -37,7 +38,10 @@ typedef struct dev_inflight {
   be_event *event;
   accel_completion how;
   uint64_t deadline_ms;
-  int status;       /* from the backend's callback */
+  /* The backend's answer, set off the loop where the op's future completed early (EARLY_NONE
+   * until then): an actor that ends before the record reaches the loop finishes it with this,
+   * never with a failure the client's future does not show. */
+  atomic_int early_status;
   dev_world *world; /* whose pool the record goes back to */
   accel_runtime *world_rt;
   accel_future *early;             /* the op's future, completed right in the backend's callback */
@@ -183,7 +187,7 @@ static void chain_finish(dev_inflight *f, bool use_status, int status) {
   while (f != NULL) {
     dev_inflight *next = f->batch_next; /* f may be freed below */
     if (f->owner)
-      inflight_finish(f, use_status ? status : f->status);
+      inflight_finish(f, use_status ? status : atomic_load(&f->early_status));
     inflight_unref(f);
     f = next;
   }
@@ -195,7 +199,7 @@ static void chain_finish(dev_inflight *f, bool use_status, int status) {
  * waiting for the loop; its bookkeeping follows (completing them again there is a no-op). */
 static void chain_complete_early(dev_inflight *head, int status) {
   for (dev_inflight *f = head; f != NULL; f = f->batch_next) {
-    f->status = status;
+    atomic_store(&f->early_status, status);
     if (f->early)
       accel_future_complete(f->early, status, NULL, NULL);
   }
@@ -392,6 +396,7 @@ static int track_prepare(kernel_state *k, dev_task *t, dev_inflight **out) {
                       .deadline_ms = rt_mono_ms() + deadline,
                       .refs = 1,
                       .world = k->node->world};
+  atomic_init(&f->early_status, EARLY_NONE);
   int rc = f->how == ACCEL_COMPLETION_CALLBACK ? 0
                                                : k->node->be->event_create(k->node->dev, &f->event);
   if (rc != 0) {
@@ -628,8 +633,11 @@ static void kernel_stop(accel_actor *self, void *state) {
     chain_drop(k->burst[b].head, false);
     k->burst[b].head = k->burst[b].tail = NULL;
   }
-  while (!rt_list_empty(&k->inflight))
-    inflight_finish(inflight_first(k), ACCEL_EDEVLOST);
+  while (!rt_list_empty(&k->inflight)) {
+    dev_inflight *f = inflight_first(k);
+    int early = atomic_load(&f->early_status); /* done, its future told so: keep to that */
+    inflight_finish(f, early == EARLY_NONE ? ACCEL_EDEVLOST : early);
+  }
   if (k->queue) {
     k->node->be->queue_destroy(k->queue); /* calls the remaining host callbacks */
     k->node->queue[k->qclass] = NULL;
