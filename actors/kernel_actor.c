@@ -14,8 +14,10 @@
 #include <time.h>
 
 #include "actors/device.h"
+#include "actors/wait_help.h"
 #include "runtime/alloc.h"
 #include "runtime/deadline.h"
+#include "runtime/future_help.h"
 
 #define WATCHDOG_MS 250
 #define FAULT_RETRY_MS 10
@@ -196,12 +198,15 @@ static void chain_finish(dev_inflight *f, bool use_status, int status) {
 }
 
 /* Off the loop (a backend thread, a worker): the clients' futures complete here, without
- * waiting for the loop; its bookkeeping follows (completing them again there is a no-op). */
+ * waiting for the loop; its bookkeeping follows (completing them again there is a no-op).
+ * A future a waiter's own wait completed first (wait_help.h) keeps that answer, and so does
+ * its record: the op ends as its future said. */
 static void chain_complete_early(dev_inflight *head, int status) {
   for (dev_inflight *f = head; f != NULL; f = f->batch_next) {
-    atomic_store(&f->early_status, status);
-    if (f->early)
-      accel_future_complete(f->early, status, NULL, NULL);
+    int answer = status;
+    if (f->early && accel_future_complete(f->early, status, NULL, NULL) == ACCEL_EALREADY)
+      answer = accel_future_poll(f->early);
+    atomic_store(&f->early_status, answer);
   }
 }
 
@@ -230,8 +235,22 @@ static void chain_drop(dev_inflight *head, bool rearm) {
   }
 }
 
+/* The futures of the chain whose clients wait for them now get a wait of their own, where the
+ * backend's host functions come late (wait_help.h). */
+static void offer_wait_help(kernel_state *k, dev_inflight *head) {
+  accel_future *futs[DEV_WAIT_HELP_MAX];
+  uint32_t n = 0;
+  for (dev_inflight *f = head; f != NULL && n < DEV_WAIT_HELP_MAX; f = f->batch_next)
+    if (f->early && rt_future_has_helper_waiting(f->early))
+      futs[n++] = f->early;
+  if (n > 0)
+    dev_wait_help_offer(k->node->be, k->node->dev, k->queue, futs, n);
+}
+
 static int arm_callback_chain(kernel_state *k, dev_inflight *head) {
   head->world_rt = accel_actor_runtime(k->self);
+  if (k->node->be->late_callbacks)
+    offer_wait_help(k, head);
   /* host_notify does not hold the queue until the callback returns (a GPU would idle). */
   const be_ops *be = k->node->be;
   int rc = (be->host_notify ? be->host_notify : be->host_callback)(k->queue, host_callback, head);
@@ -242,9 +261,27 @@ static int arm_callback_chain(kernel_state *k, dev_inflight *head) {
   return 0;
 }
 
-/* On a worker: the last record's event covers the chain (an in-order queue). */
-static int sync_work(void *data) {
-  dev_inflight *head = data, *last = head;
+/* ---- sync: a blocking wait on the chain's last event ----
+ * Run by a worker, or by a client thread already waiting on one of the chain's futures with
+ * no timeout (rt_future_offer_help): that client then learns of the completion in its own
+ * thread, with no worker to wake and no wake-up back from it. Whoever claims the job first
+ * runs it; a job a committed waiter will run is not given to a worker at all. */
+enum { CLAIM_NONE, CLAIM_WORKER, CLAIM_WAITER, CLAIM_NOBODY };
+
+typedef struct sync_job {
+  rt_helper help; /* first: the futures' waiters see this */
+  atomic_int claim;
+  dev_inflight *head; /* the chain; its completion references go with the claim */
+} sync_job;
+
+static bool job_claim(sync_job *j, int who) {
+  int none = CLAIM_NONE;
+  return atomic_compare_exchange_strong(&j->claim, &none, who);
+}
+
+/* Off the loop: the last record's event covers the chain (an in-order queue). */
+static int chain_sync(dev_inflight *head) {
+  dev_inflight *last = head;
   while (last->batch_next)
     last = last->batch_next;
   int rc = last->be->event_sync(last->event);
@@ -252,12 +289,79 @@ static int sync_work(void *data) {
   return rc;
 }
 
-static void sync_drop(void *data) {
-  chain_drop(data, false); /* the actor ended before the worker's answer came back */
+/* On a client's thread waiting on one of the chain's futures; the loop's bookkeeping follows
+ * as a callback's would. */
+static void job_help(rt_helper *h) {
+  sync_job *j = (sync_job *)h;
+  if (!job_claim(j, CLAIM_WAITER))
+    return;
+  dev_inflight *head = j->head;
+  chain_sync(head);
+  accel_post(head->world_rt, &head->post, on_callback_done);
+}
+
+static void on_job_dropped(accel_task *task) {
+  chain_drop((dev_inflight *)task, true);
+}
+
+/* The last reference. A job nobody claimed was left to waiters whose futures completed
+ * another way (the actor ended, a deadline): the chain's references go on the loop. */
+static void job_free(rt_helper *h) {
+  sync_job *j = (sync_job *)h;
+  if (job_claim(j, CLAIM_NOBODY))
+    accel_post(j->head->world_rt, &j->head->post, on_job_dropped);
+  rt_free(j);
+}
+
+static int sync_work(void *data) {
+  sync_job *j = data;
+  return job_claim(j, CLAIM_WORKER) ? chain_sync(j->head) : 0; /* else a waiter runs it */
+}
+
+/* On the loop, the worker's answer: the chain is finished here if the worker ran it. */
+static void sync_answer(sync_job *j, int status) {
+  if (atomic_load(&j->claim) == CLAIM_WORKER)
+    chain_finish(j->head, true, status);
+  rt_helper_release(&j->help);
+}
+
+static void sync_drop(void *data) { /* the actor ended before the worker's answer came back */
+  sync_job *j = data;
+  if (job_claim(j, CLAIM_NOBODY) || atomic_load(&j->claim) == CLAIM_WORKER)
+    chain_drop(j->head, false);
+  rt_helper_release(&j->help);
+}
+
+/* Offers the job to the chain's futures; true if a waiter is committed to run it. */
+static bool offer_to_waiters(sync_job *j) {
+  bool committed = false;
+  for (dev_inflight *f = j->head; f != NULL; f = f->batch_next)
+    if (f->early && rt_future_offer_help(f->early, &j->help))
+      committed = true;
+  return committed;
 }
 
 static int arm_sync_chain(kernel_state *k, dev_inflight *head) {
-  return accel_work_submit(k->self, sync_work, head, sync_drop, DEV_MSG_SYNCED);
+  sync_job *j = rt_malloc(sizeof *j);
+  if (j == NULL)
+    return ACCEL_ENOMEM;
+  head->world_rt = accel_actor_runtime(k->self);
+  j->help.run = job_help;
+  j->help.free = job_free;
+  atomic_init(&j->help.refs, 1); /* the loop's, then the worker's */
+  atomic_init(&j->claim, CLAIM_NONE);
+  j->head = head;
+  if (offer_to_waiters(j)) {
+    rt_helper_release(&j->help); /* a waiter runs it: no worker */
+    return 0;
+  }
+  int rc = accel_work_submit(k->self, sync_work, j, sync_drop, DEV_MSG_SYNCED);
+  if (rc == 0)
+    return 0; /* the loop's reference went with the worker */
+  if (!job_claim(j, CLAIM_NOBODY))
+    rc = 0; /* a waiter came meanwhile and runs it: armed after all */
+  rt_helper_release(&j->help);
+  return rc;
 }
 
 enum { BURST_CALLBACK = 0, BURST_SYNC = 1 };
@@ -584,9 +688,9 @@ static int kernel_handle(kernel_state *k, accel_msg *msg) {
     poll_events(k);
     return 0;
   case DEV_MSG_SYNCED: {
-    dev_inflight *f = msg->data;
+    sync_job *j = msg->data;
     msg->data = NULL;
-    chain_finish(f, true, (int)(int64_t)msg->arg);
+    sync_answer(j, (int)(int64_t)msg->arg);
     return 0;
   }
   case DEV_MSG_WATCHDOG:

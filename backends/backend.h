@@ -31,7 +31,7 @@
 #include "backends/blas_args.h"
 #include "backends/pin_cache.h"
 
-#define BE_ABI_VERSION 3u
+#define BE_ABI_VERSION 4u
 
 typedef struct be_device be_device;
 typedef struct be_queue be_queue;
@@ -151,7 +151,8 @@ typedef struct be_ops {
   int (*event_record)(be_event *ev, be_queue *q);
   /* 0 complete, ACCEL_EAGAIN pending, < 0 the work failed. Never blocks. */
   int (*event_query)(be_event *ev);
-  /* Blocks until complete (worker threads only). Same results as query, never EAGAIN. */
+  /* Blocks until complete (never on the loop: a worker, or a client thread waiting on an op's
+   * future). Same results as query, never EAGAIN. */
   int (*event_sync)(be_event *ev);
   /* Later work on q waits for ev (an event of the same device). Like cuStreamWaitEvent it
    * captures ev's current point at the call: ev may then be destroyed or recorded again, and
@@ -165,6 +166,11 @@ typedef struct be_ops {
    * theirs), so completions of a burst share one (host functions cost microseconds there).
    * False where an op's error is its own (the cpu backend's queues). */
   bool sticky_errors;
+  /* Host functions reach the host well after the work (CUDA's and OpenCL's come through a
+   * driver thread, tens of microseconds later): a client already waiting on an op's future is
+   * offered an event to sync on instead (actors/wait_help.h). False where a host function is
+   * as quick as a wait (the cpu backend calls it from the queue's worker). */
+  bool late_callbacks;
   /* Like host_callback, but the queue does not wait for fn: later work on q may start before
    * fn has run (fn still runs once, after the work before it, with the same exactly-once and
    * error rules as host_callback). The functions of one queue's host_notify calls run in

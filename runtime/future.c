@@ -9,6 +9,7 @@
 
 #include "runtime/alloc.h"
 #include "runtime/deadline.h"
+#include "runtime/future_help.h"
 #include "runtime/rt.h"
 
 struct accel_future {
@@ -25,6 +26,9 @@ struct accel_future {
   int notify_fd; /* accel_future_notify_fd: where the token goes */
   uint64_t notify_token;
   int waiters;
+  /* Threads in a wait with no timeout, spinning or asleep: they run a helper offered. */
+  atomic_int helping;
+  _Atomic(rt_helper *) helper; /* set and taken under mu; read without it by spinners */
   pthread_mutex_t mu;
   pthread_cond_t cv;
 };
@@ -50,6 +54,8 @@ int accel_future_create(accel_runtime *rt, accel_future **out) {
   f->task.fn_ = run_then;
   atomic_init(&f->refs, 1);
   atomic_init(&f->done, false);
+  atomic_init(&f->helping, 0);
+  atomic_init(&f->helper, NULL);
   *out = f;
   return 0;
 }
@@ -63,6 +69,7 @@ void accel_future_release(accel_future *f) {
     return;
   if (f->value && f->drop)
     f->drop(f->value);
+  rt_helper_release(atomic_load_explicit(&f->helper, memory_order_relaxed));
   pthread_mutex_destroy(&f->mu);
   pthread_cond_destroy(&f->cv);
   rt_free(f);
@@ -83,10 +90,28 @@ int accel_future_complete(accel_future *f, int status, void *value, void (*drop)
   bool post = f->has_cb;
   if (f->waiters)
     pthread_cond_broadcast(&f->cv);
+  rt_helper *h = atomic_exchange_explicit(&f->helper, NULL, memory_order_relaxed);
   pthread_mutex_unlock(&f->mu);
+  rt_helper_release(h); /* no longer needed: nobody waits on a completed future */
   if (post)
     rt_post(f->rt, &f->task);
   return 0;
+}
+
+bool rt_future_offer_help(accel_future *f, rt_helper *h) {
+  pthread_mutex_lock(&f->mu);
+  if (atomic_load_explicit(&f->done, memory_order_relaxed) ||
+      atomic_load_explicit(&f->helper, memory_order_relaxed) != NULL) {
+    pthread_mutex_unlock(&f->mu);
+    return false;
+  }
+  rt_helper_retain(h);
+  atomic_store(&f->helper, h); /* seq_cst against `helping`: see wait_helping */
+  bool committed = atomic_load(&f->helping) > 0;
+  if (committed && f->waiters)
+    pthread_cond_broadcast(&f->cv); /* an untimed waiter asleep: it has work now */
+  pthread_mutex_unlock(&f->mu);
+  return committed;
 }
 
 int rt_future_complete_release(accel_future *f, int status) {
@@ -103,20 +128,57 @@ int accel_future_poll(accel_future *f) {
   return f->status;
 }
 
-/* A completion that comes within microseconds is cheaper to catch spinning than sleeping. */
-static bool spin_until_done(accel_future *f) {
+bool rt_future_has_helper_waiting(accel_future *f) {
+  return atomic_load(&f->helping) > 0;
+}
+
+/* A completion that comes within microseconds is cheaper to catch spinning than sleeping.
+ * A helping waiter also stops spinning when help is offered. */
+static void spin_until_ready(accel_future *f, bool helping) {
   uint64_t spin = rt_spin_ns();
   if (spin == 0)
-    return false;
+    return;
   uint64_t until = uv_hrtime() + spin;
   do {
     for (int i = 0; i < 64; i++) {
-      if (atomic_load_explicit(&f->done, memory_order_acquire))
-        return true;
+      if (atomic_load_explicit(&f->done, memory_order_acquire) ||
+          (helping && atomic_load_explicit(&f->helper, memory_order_acquire) != NULL))
+        return;
       rt_cpu_relax();
     }
   } while (uv_hrtime() < until);
-  return false;
+}
+
+/* Under mu: takes the offered helper, runs it unlocked, locks again. */
+static void run_help(accel_future *f) {
+  rt_helper *h = atomic_exchange_explicit(&f->helper, NULL, memory_order_relaxed);
+  pthread_mutex_unlock(&f->mu);
+  h->run(h);
+  rt_helper_release(h);
+  pthread_mutex_lock(&f->mu);
+}
+
+/* Waits for f under mu; an untimed waiter (`helping`) runs help offered meanwhile (it may
+ * block until the work is done: a timed wait could not keep its timeout). */
+static int wait_locked(accel_future *f, bool helping, const struct timespec *deadline) {
+  int rc = 0;
+  f->waiters++;
+  for (;;) {
+    if (atomic_load_explicit(&f->done, memory_order_relaxed))
+      break;
+    if (helping && atomic_load_explicit(&f->helper, memory_order_relaxed) != NULL) {
+      run_help(f);
+      continue;
+    }
+    if (rc == ETIMEDOUT)
+      break;
+    if (helping)
+      pthread_cond_wait(&f->cv, &f->mu);
+    else
+      rc = pthread_cond_timedwait(&f->cv, &f->mu, deadline);
+  }
+  f->waiters--;
+  return atomic_load_explicit(&f->done, memory_order_relaxed) ? f->status : ACCEL_ETIMEDOUT;
 }
 
 int accel_future_wait(accel_future *f, int64_t timeout_ms) {
@@ -126,21 +188,19 @@ int accel_future_wait(accel_future *f, int64_t timeout_ms) {
     return f->status;
   if (rt_tls_loop == f->rt)
     return ACCEL_EDEADLK; /* only the loop could complete it: waiting here never ends */
-  if (timeout_ms != 0 && spin_until_done(f))
-    return f->status;
+  bool helping = timeout_ms < 0;
+  /* Counted before looking for help (seq_cst, as the offer stores the helper, then reads
+   * this): an offer either sees this thread committed or is seen by it. */
+  if (helping)
+    atomic_fetch_add(&f->helping, 1);
+  if (timeout_ms != 0)
+    spin_until_ready(f, helping);
   struct timespec deadline = rt_deadline_after(timeout_ms < 0 ? 0 : timeout_ms);
-  int rc = 0;
   pthread_mutex_lock(&f->mu);
-  f->waiters++;
-  while (!atomic_load_explicit(&f->done, memory_order_relaxed) && rc != ETIMEDOUT) {
-    if (timeout_ms < 0)
-      pthread_cond_wait(&f->cv, &f->mu);
-    else
-      rc = pthread_cond_timedwait(&f->cv, &f->mu, &deadline);
-  }
-  f->waiters--;
-  int status = atomic_load_explicit(&f->done, memory_order_relaxed) ? f->status : ACCEL_ETIMEDOUT;
+  int status = wait_locked(f, helping, &deadline);
   pthread_mutex_unlock(&f->mu);
+  if (helping)
+    atomic_fetch_sub(&f->helping, 1);
   return status;
 }
 

@@ -310,6 +310,7 @@ const be_ops be_cuda_ops = {
     .host_callback = be_cuda_callback,
     .host_notify = be_cuda_notify,
     .sticky_errors = true, /* a failed op faults the context: every later one fails too */
+    .late_callbacks = true,
     .fill = be_cuda_fill,
     .blas = &be_cuda_blas,
     .rng = &be_cuda_rng,

@@ -378,6 +378,7 @@ const be_ops be_opencl_ops = {
     .host_callback = be_ocl_callback,
     .host_notify = be_ocl_notify,
     .sticky_errors = true, /* a command that fails faults the device (backend_opencl.c) */
+    .late_callbacks = true,
     .fill = be_ocl_fill,
     .blas = &be_opencl_blas,
     .rng = &be_opencl_rng,

@@ -91,17 +91,27 @@ static inline void *xmalloc(size_t bytes) {
 
 /* ---- contexts, buffers, futures ---- */
 
-/* ACCEL_TEST_BACKENDS=LIST runs a suite with the backends of LIST first (devices are numbered
- * in its order: "opencl,cpu" makes device 0 the first OpenCL device), unless the URL names
- * its own backends. Returns the URL to open (a static buffer, or url itself). */
-static inline const char *test_url_(const char *url) {
-  static _Thread_local char buf[512];
-  const char *list = getenv("ACCEL_TEST_BACKENDS");
-  if (list == NULL || *list == '\0' || (url && strstr(url, "backends=")))
+/* Appends `key=value` to url's query unless it sets key already; buf holds the result. */
+static inline const char *test_url_param_(const char *url, const char *key, const char *value,
+                                          char *buf, size_t len) {
+  if (value == NULL || *value == '\0' || (url && strstr(url, key)))
     return url;
   const char *base = url ? url : "embedded:";
-  snprintf(buf, sizeof buf, "%s%sbackends=%s", base, strchr(base, '?') ? "&" : "?", list);
+  int n = snprintf(buf, len, "%s%s%s%s", base, strchr(base, '?') ? "&" : "?", key, value);
+  if (n < 0 || (size_t)n >= len)
+    TEST_FAIL("test URL too long: %s", base);
   return buf;
+}
+
+/* ACCEL_TEST_BACKENDS=LIST runs a suite with the backends of LIST first (devices are numbered
+ * in its order: "opencl,cpu" makes device 0 the first OpenCL device), unless the URL names
+ * its own backends; ACCEL_TEST_COMPLETION=HOW with that completion strategy unless the URL
+ * names one. Returns the URL to open (a static buffer, or url itself). */
+static inline const char *test_url_(const char *url) {
+  static _Thread_local char buf[2][512];
+  url = test_url_param_(url, "backends=", getenv("ACCEL_TEST_BACKENDS"), buf[0], sizeof buf[0]);
+  return test_url_param_(url, "completion=", getenv("ACCEL_TEST_COMPLETION"), buf[1],
+                         sizeof buf[1]);
 }
 
 static inline accel_ctx *ctx_open(const char *url) {

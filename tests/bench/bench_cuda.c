@@ -10,7 +10,8 @@
  * Every number is the median of many runs after a warm-up; GPU work in the baselines is
  * timed with CUDA events where the comparison allows (the same clock on both sides otherwise:
  * host time around a batch, which includes the batch's submission). Inputs are random,
- * never zeros. Without a CUDA device it exits 77 (meson's SKIP). --quick: fewer runs. */
+ * never zeros. Without a CUDA device it exits 77 (meson's SKIP). --quick: fewer runs; --only
+ * PART: one part (transfers, sgemm, rng, tiny, memory, fault). */
 #include <curand.h>
 #include <dlfcn.h>
 #include <math.h>
@@ -943,20 +944,38 @@ int main(int argc, char **argv) {
     printf("SKIP: no CUDA device (%s): bench-cuda needs one\n", why[0] ? why : "no device");
     return 77;
   }
-  if (argc > 1 && strcmp(argv[1], "--quick") == 0)
-    REPS = 3;
+  const char *only = NULL; /* --only PART: that part alone */
+  for (int i = 1; i < argc; i++) {
+    if (strcmp(argv[i], "--quick") == 0)
+      REPS = 3;
+    else if (strcmp(argv[i], "--only") == 0 && i + 1 < argc)
+      only = argv[++i];
+    else {
+      fprintf(stderr, "usage: %s [--quick] [--only transfers|sgemm|rng|tiny|memory|fault]\n",
+              argv[0]);
+      return 2;
+    }
+  }
+#define PART(name) (only == NULL || strcmp(only, name) == 0)
   raw r = raw_open();
   be_device_info info;
   be_cuda_ops.info(r.dev, &info);
   printf("# %s, %u SMs, %.0f GiB; median of %d runs after warm-up\n", info.name, info.compute_units,
          (double)info.mem_bytes / (1 << 30), REPS);
-  bench_transfers(&r); /* first: its staged rows need no pin cache yet (raw_open) */
-  bench_sgemm(&r);
-  bench_rng(&r);
-  bench_tiny(&r);
-  bench_memory(&r);
+  if (PART("transfers"))
+    bench_transfers(&r); /* first: its staged rows need no pin cache yet (raw_open) */
+  if (PART("sgemm"))
+    bench_sgemm(&r);
+  if (PART("rng"))
+    bench_rng(&r);
+  if (PART("tiny"))
+    bench_tiny(&r);
+  if (PART("memory"))
+    bench_memory(&r);
   raw_close(&r); /* the fault resets the primary context the raw side shares */
-  bench_fault();
+  if (PART("fault"))
+    bench_fault();
+#undef PART
   print_table("CUDA backend", info.name, "reference time / accel time");
   return 0;
 }

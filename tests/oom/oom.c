@@ -43,9 +43,13 @@ static int step(int rc, const char *what) {
   return rc;
 }
 
+/* Waits with no timeout (the waiting thread then runs a sync completion itself: kernel
+ * actor's sync jobs); a hang is then caught by the test's own timeout. */
+static bool untimed_waits;
+
 /* A future's status, or a loud failure when it does not complete in WAIT_MS: a hang. */
 static int wait_release(accel_future *f, const char *what) {
-  int rc = accel_future_wait(f, WAIT_MS);
+  int rc = accel_future_wait(f, untimed_waits ? -1 : WAIT_MS);
   if (rc == ACCEL_ETIMEDOUT)
     TEST_FAIL("%s did not complete in %d ms (armed at N = %llu)", what, WAIT_MS,
               (unsigned long long)atomic_load(&fa_fail_at));
@@ -281,6 +285,15 @@ static int scenario_embedded(void) {
   return op_path_run("embedded:?backends=cpu&cpu_devices=2", false);
 }
 
+/* Sync completions, waited for with no timeout: the clients' own threads do the device's
+ * waits. */
+static int scenario_embedded_sync(void) {
+  untimed_waits = true;
+  int rc = op_path_run("embedded:?backends=cpu&cpu_devices=2&completion=sync", false);
+  untimed_waits = false;
+  return rc;
+}
+
 /* ---- the wire codec: every frame kind encoded and decoded back ---- */
 
 static int codec_round_trip(void) {
@@ -426,6 +439,10 @@ TEST(embedded_op_path_survives_every_failed_allocation) {
   fail_each_allocation("embedded", scenario_embedded);
 }
 
+TEST(sync_waits_by_waiting_clients_survive_every_failed_allocation) {
+  fail_each_allocation("embedded, sync", scenario_embedded_sync);
+}
+
 TEST(daemon_session_survives_every_failed_allocation) {
   snprintf(socket_url, sizeof socket_url, "ipc:///tmp/accel-oom-%d.sock", (int)getpid());
   fail_each_allocation("daemon", scenario_daemon);
@@ -448,6 +465,7 @@ static const test_case tests[] = {
     TEST_CASE(runtime_survives_every_failed_allocation),
     TEST_CASE(codec_survives_every_failed_allocation),
     TEST_CASE(embedded_op_path_survives_every_failed_allocation),
+    TEST_CASE(sync_waits_by_waiting_clients_survive_every_failed_allocation),
     TEST_CASE(daemon_session_survives_every_failed_allocation),
     TEST_CASE(shared_memory_transfers_free_what_they_allocated),
 };
