@@ -71,6 +71,7 @@ void rt_schedule_remote(accel_runtime *rt, accel_actor *cell) {
   else
     rt->inject_head = cell;
   rt->inject_tail = cell;
+  atomic_store(&rt->remote_pending, true); /* before the signal reads `awake`: see maybe_sleep */
   pthread_mutex_unlock(&rt->remote_mu);
   rt_wakeup_signal(&rt->wake);
 }
@@ -106,6 +107,7 @@ void rt_post(accel_runtime *rt, rt_task *task) {
   bool pinned = rt_remote_enter(rt);
   pthread_mutex_lock(&rt->remote_mu);
   task_list_append(&rt->remote_tasks, task);
+  atomic_store(&rt->remote_pending, true);
   pthread_mutex_unlock(&rt->remote_mu);
   /* While closing, the task still runs: in the shutdown drain or in accel_runtime_destroy. */
   if (pinned) {
@@ -129,7 +131,10 @@ static void run_tasks(rt_task *task) {
 
 /* Moves what other threads queued (actors and tasks) to the loop's own lists. */
 static bool take_remote(accel_runtime *rt) {
+  if (!atomic_load(&rt->remote_pending))
+    return false;
   pthread_mutex_lock(&rt->remote_mu);
+  atomic_store(&rt->remote_pending, false);
   accel_actor *head = rt->inject_head;
   rt->inject_head = rt->inject_tail = NULL;
   rt_task_list tasks = rt->remote_tasks;
@@ -167,11 +172,10 @@ static bool has_local_work(accel_runtime *rt) {
   return rt->runq_head || rt->local_tasks.head || rt->graveyard || rt->retries;
 }
 
+/* seq_cst, after rt_wakeup_sleep's store: a sender that set remote_pending before this read
+ * is seen here, and one that sets it later sees the loop asleep and writes. */
 static bool has_remote_work(accel_runtime *rt) {
-  pthread_mutex_lock(&rt->remote_mu);
-  bool any = rt->inject_head || rt->remote_tasks.head;
-  pthread_mutex_unlock(&rt->remote_mu);
-  return any;
+  return atomic_load(&rt->remote_pending);
 }
 
 /* No work this turn: keep turning for the spin time since the last work, then sleep. Before
@@ -396,6 +400,7 @@ int accel_runtime_create(accel_runtime **out, const accel_runtime_opts *opts) {
     return rc;
   }
   pthread_mutex_init(&rt->remote_mu, NULL);
+  atomic_init(&rt->remote_pending, false);
   rc = root_create(rt);
   if (rc != 0) {
     accel_runtime_destroy(rt);

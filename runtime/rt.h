@@ -124,6 +124,10 @@ struct accel_runtime {
   pthread_mutex_t remote_mu; /* guards the two lists below */
   accel_actor *inject_head, *inject_tail;
   rt_task_list remote_tasks;
+  /* Set (under remote_mu) when the lists above get something, cleared when the loop takes
+   * them: a turn with nothing from other threads does not take the lock, which a spinning
+   * loop would otherwise take about once a microsecond, against every sender. */
+  atomic_bool remote_pending;
 
   accel_actor *root;  /* loop thread only; NULL once shut down */
   accel_ref root_ref; /* immutable after create: readable from any thread */
