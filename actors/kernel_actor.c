@@ -606,6 +606,11 @@ static void poll_events(kernel_state *k) {
 static void past_deadline(kernel_state *k, dev_inflight *f) {
   accel_log(ACCEL_LOG_WARN, "device", "device %d: an op ran past its deadline: resetting",
             k->node->device);
+  /* Its answer first: a thread waiting on the device (a worker, or a client's own wait) would
+   * hear of the reset and report ACCEL_EDEVLOST before the loop could say why. */
+  atomic_store(&f->early_status, ACCEL_ETIMEDOUT);
+  if (f->early)
+    accel_future_complete(f->early, ACCEL_ETIMEDOUT, NULL, NULL);
   k->node->be->abort(k->node->dev);
   k->node->aborted = true; /* its close need not wait for builds stuck behind the work */
   inflight_finish(f, ACCEL_ETIMEDOUT);
