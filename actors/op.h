@@ -5,6 +5,7 @@
 #ifndef DEV_OP_H
 #define DEV_OP_H
 
+#include <pthread.h>
 #include <stdint.h>
 
 #include "accel/accel.h"
@@ -138,6 +139,29 @@ typedef struct dev_op {
   struct dev_session_acct *acct; /* set by the session */
   uint64_t t_issued_ns;          /* uv_hrtime() when the session took it (metrics) */
   uint32_t ran_on;               /* 1 + the node it was planned on; 0: never placed (metrics) */
+  struct dev_op_pool *pool;      /* where dev_op_free puts it back (NULL: it is freed) */
+  struct dev_op *pool_next;      /* in the pool */
 } dev_op;
+
+/* Envelopes kept for reuse by one client context (op_pool.c). An op is built on a client's
+ * thread and freed on the loop's: a fresh allocation each time pulled the allocator's state
+ * and the block's cache lines across cores, about 4 us of a 17 us tiny op on a 16-core host.
+ * A pool must outlive every op taken from it (an embedded context drains it once its world
+ * has ended). */
+typedef struct dev_op_pool {
+  pthread_mutex_t mu;
+  dev_op *head;
+  uint32_t len;
+} dev_op_pool;
+
+void dev_op_pool_init(dev_op_pool *pool);
+/* Frees what it keeps. No op of the pool may be in use any more. */
+void dev_op_pool_drain(dev_op_pool *pool);
+/* A new op of that kind, zeroed as calloc would for what the op may read (the header, the
+ * buffers the op will not add itself, the payload, the tail); from the pool if given. NULL
+ * when out of memory. */
+dev_op *dev_op_alloc(dev_op_pool *pool, uint32_t kind);
+/* Back to its pool, or freed. An op's `result` is its owner's to free first. */
+void dev_op_free(dev_op *op);
 
 #endif

@@ -107,7 +107,7 @@ void dev_op_finished(dev_world *w, dev_op *op, int status) {
   } else {
     rt_free(result);
   }
-  rt_free(op);
+  dev_op_free(op);
 }
 
 /* ---- placement ---- */
@@ -645,7 +645,7 @@ static void op_drop(void *data) {
     accel_future_complete(op->future, ACCEL_ECLOSED, NULL, NULL);
     accel_future_release(op->future);
   }
-  rt_free(op);
+  dev_op_free(op);
 }
 
 void dev_session_op_msg(accel_msg *m, dev_op *op) {

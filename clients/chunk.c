@@ -98,7 +98,7 @@ static void op_finish(accel_ctx *ctx, dev_op *op, int status) {
     accel_future_complete(op->future, status, NULL, NULL);
     accel_future_release(op->future);
   }
-  rt_free(op);
+  dev_op_free(op);
   client_op_done(ctx, status);
 }
 

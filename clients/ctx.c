@@ -276,7 +276,7 @@ static int send_op(accel_ctx *ctx, dev_op *op, accel_future **f) {
   if (f) {
     int rc = accel_future_create(ctx->rt, &fut);
     if (rc != 0) {
-      rt_free(op);
+      dev_op_free(op);
       return rc;
     }
     accel_future_retain(fut); /* one for the caller, one for the op */
@@ -293,7 +293,7 @@ static int send_op(accel_ctx *ctx, dev_op *op, accel_future **f) {
       accel_future_release(fut);
       accel_future_release(fut);
     }
-    rt_free(op);
+    dev_op_free(op);
     return rc;
   }
   if (f)
@@ -307,10 +307,9 @@ int client_send(accel_ctx *ctx, dev_op *op, accel_future **f) {
 
 static int buffer_op(accel_ctx *ctx, uint32_t kind, accel_buffer h, accel_dtype dtype,
                      size_t count) {
-  dev_op *op = rt_calloc(1, sizeof *op);
+  dev_op *op = dev_op_alloc(ctx->op_pool, kind);
   if (op == NULL)
     return ACCEL_ENOMEM;
-  op->h.kind = kind;
   op->h.device = ACCEL_DEVICE_ANY; /* buffers live on no device until an op puts them there */
   op->nbufs = 1;
   op->bufs[0] = (dev_op_buf){.handle = h, .count = count};
@@ -367,7 +366,7 @@ int client_submit(accel_ctx *ctx, dev_op *op, accel_device dev, accel_future **f
   op->h.device = dev;
   int rc = check_op(ctx, op, dev);
   if (rc != 0) {
-    rt_free(op);
+    dev_op_free(op);
     return rc;
   }
   return send_op(ctx, op, f);

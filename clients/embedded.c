@@ -11,6 +11,7 @@
 #include "runtime/alloc.h"
 
 typedef struct embedded {
+  dev_op_pool ops; /* the context's envelopes, drained once the world has ended */
   dev_world world;
   dev_session_args session_args;
   accel_ref devices, session;
@@ -111,6 +112,8 @@ int client_embedded_open(accel_ctx *ctx, const char *query) {
     rt_free(e);
     return rc;
   }
+  dev_op_pool_init(&e->ops);
+  ctx->op_pool = &e->ops;
   ctx->tp = &client_embedded_transport;
   ctx->impl = e;
   rc = accel_runtime_create(&ctx->rt, NULL);
@@ -124,6 +127,7 @@ int client_embedded_open(accel_ctx *ctx, const char *query) {
     rc = accel_runtime_start(ctx->rt);
   if (rc != 0) {
     accel_runtime_destroy(ctx->rt);
+    dev_op_pool_drain(&e->ops);
     rt_free(e);
     pthread_mutex_destroy(&ctx->mu);
     pthread_mutex_destroy(&ctx->done_mu);
@@ -177,6 +181,7 @@ static void embedded_close(accel_ctx *ctx) {
   accel_runtime_join(ctx->rt);
   accel_runtime_destroy(ctx->rt);
   dev_world_fini(&impl_of(ctx)->world);
+  dev_op_pool_drain(&impl_of(ctx)->ops); /* every op has ended with the world */
   rt_free(ctx->impl);
 }
 

@@ -9,11 +9,8 @@
 #include "clients/ctx.h"
 #include "runtime/alloc.h"
 
-static dev_op *new_op(uint32_t kind) {
-  dev_op *op = rt_calloc(1, sizeof *op);
-  if (op)
-    op->h.kind = kind;
-  return op;
+static dev_op *new_op(accel_ctx *ctx, uint32_t kind) {
+  return dev_op_alloc(ctx->op_pool, kind);
 }
 
 static void add_buf(dev_op *op, accel_buffer h, uint64_t offset, uint64_t count) {
@@ -29,7 +26,7 @@ int accel_write(accel_ctx *ctx, accel_buffer dst, size_t offset, const void *src
     return rc;
   if ((src == NULL && count > 0) || count > SIZE_MAX / 8)
     return ACCEL_EINVAL;
-  dev_op *op = new_op(DEV_OP_WRITE);
+  dev_op *op = new_op(ctx, DEV_OP_WRITE);
   if (op == NULL)
     return ACCEL_ENOMEM;
   add_buf(op, dst, offset, count);
@@ -47,7 +44,7 @@ int accel_read(accel_ctx *ctx, accel_buffer src, size_t offset, void *dst, size_
     return rc;
   if ((dst == NULL && count > 0) || count > SIZE_MAX / 8)
     return ACCEL_EINVAL;
-  dev_op *op = new_op(DEV_OP_READ);
+  dev_op *op = new_op(ctx, DEV_OP_READ);
   if (op == NULL)
     return ACCEL_ENOMEM;
   add_buf(op, src, offset, count);
@@ -58,7 +55,7 @@ int accel_read(accel_ctx *ctx, accel_buffer src, size_t offset, void *dst, size_
 
 int accel_copy(accel_ctx *ctx, accel_device dev, accel_buffer dst, size_t dst_off, accel_buffer src,
                size_t src_off, size_t count, accel_future **f) {
-  dev_op *op = ctx ? new_op(DEV_OP_COPY) : NULL;
+  dev_op *op = ctx ? new_op(ctx, DEV_OP_COPY) : NULL;
   if (op == NULL)
     return ctx ? ACCEL_ENOMEM : ACCEL_EINVAL;
   add_buf(op, dst, dst_off, count);
@@ -68,7 +65,7 @@ int accel_copy(accel_ctx *ctx, accel_device dev, accel_buffer dst, size_t dst_of
 
 static int fill(accel_ctx *ctx, accel_device dev, accel_buffer dst, uint64_t bits,
                 accel_future **f) {
-  dev_op *op = ctx ? new_op(DEV_OP_FILL) : NULL;
+  dev_op *op = ctx ? new_op(ctx, DEV_OP_FILL) : NULL;
   if (op == NULL)
     return ctx ? ACCEL_ENOMEM : ACCEL_EINVAL;
   add_buf(op, dst, 0, 0);
@@ -146,7 +143,7 @@ static bool sizes_fit(size_t a, size_t b, size_t c, size_t d, size_t e, size_t g
 
 static int gemm(accel_ctx *ctx, accel_device dev, const be_gemm_args *g, accel_buffer a,
                 accel_buffer b, accel_buffer c, accel_future **f) {
-  dev_op *op = new_op(DEV_OP_GEMM);
+  dev_op *op = new_op(ctx, DEV_OP_GEMM);
   if (op == NULL)
     return ACCEL_ENOMEM;
   op->u.gemm = *g;
@@ -205,7 +202,7 @@ int accel_sgemm(accel_ctx *ctx, accel_device dev, accel_trans ta, accel_trans tb
 
 static int blas1(accel_ctx *ctx, accel_device dev, uint32_t kind, size_t n, double alpha,
                  accel_buffer x, accel_buffer y, accel_buffer result, accel_future **f) {
-  dev_op *op = ctx ? new_op(kind) : NULL;
+  dev_op *op = ctx ? new_op(ctx, kind) : NULL;
   if (op == NULL)
     return ctx ? ACCEL_ENOMEM : ACCEL_EINVAL;
   op->u.axpy.n = n; /* dot's n is at the same place */
@@ -261,7 +258,7 @@ int accel_rng_fill(accel_ctx *ctx, accel_device dev, accel_buffer dst, const acc
                    accel_future **f) {
   if (ctx == NULL || spec == NULL || (unsigned)spec->dist > ACCEL_DIST_NORMAL)
     return ACCEL_EINVAL;
-  dev_op *op = new_op(DEV_OP_RNG);
+  dev_op *op = new_op(ctx, DEV_OP_RNG);
   if (op == NULL)
     return ACCEL_ENOMEM;
   op->u.rng = (be_rng_args){(be_rng_dist)spec->dist, spec->seed, spec->offset, spec->mean,
@@ -275,7 +272,7 @@ int accel_rng_fill(accel_ctx *ctx, accel_device dev, accel_buffer dst, const acc
 static int elementwise(accel_ctx *ctx, accel_device dev, uint32_t kind, be_unary_op uop,
                        accel_buffer dst, accel_buffer src, size_t rows, size_t cols,
                        accel_future **f) {
-  dev_op *op = ctx ? new_op(kind) : NULL;
+  dev_op *op = ctx ? new_op(ctx, kind) : NULL;
   if (op == NULL)
     return ctx ? ACCEL_ENOMEM : ACCEL_EINVAL;
   if (kind == DEV_OP_SOFTMAX) {
@@ -320,7 +317,7 @@ static int collective(accel_ctx *ctx, uint32_t kind, const accel_device *devices
   for (uint32_t i = 0; i < n; i++)
     if (devices[i] < 0 || devices[i] >= ctx->tp->device_count(ctx))
       return ACCEL_EINVAL; /* a collective names its devices (ACCEL_DEVICE_ANY is -1) */
-  dev_op *op = new_op(DEV_OP_COLLECTIVE);
+  dev_op *op = new_op(ctx, DEV_OP_COLLECTIVE);
   if (op == NULL)
     return ACCEL_ENOMEM;
   op->u.coll.kind = kind;

@@ -70,7 +70,7 @@ static void finish_op(accel_ctx *ctx, dev_op *op, int status, char *value) {
   } else {
     rt_free(value);
   }
-  rt_free(op);
+  dev_op_free(op);
   client_op_done(ctx, status);
 }
 

@@ -401,6 +401,7 @@ int accel_runtime_create(accel_runtime **out, const accel_runtime_opts *opts) {
   }
   pthread_mutex_init(&rt->remote_mu, NULL);
   atomic_init(&rt->remote_pending, false);
+  rt_future_pool_open(); /* closed by accel_runtime_destroy, below too */
   rc = root_create(rt);
   if (rc != 0) {
     accel_runtime_destroy(rt);
@@ -484,6 +485,7 @@ void accel_runtime_destroy(accel_runtime *rt) {
   pthread_mutex_destroy(&rt->remote_mu);
   rt_free(rt->slots);
   rt_free(rt);
+  rt_future_pool_close();
 }
 
 int accel_runtime_on_loop(accel_runtime *rt) {

@@ -174,6 +174,9 @@ void rt_supervision_defaults(accel_supervision *s, const accel_supervision *give
 
 /* future.c */
 int rt_future_complete_release(accel_future *f, int status);
+/* A runtime is made / destroyed: freed futures are pooled while one lives. */
+void rt_future_pool_open(void);
+void rt_future_pool_close(void);
 
 /* timer.c */
 void rt_timers_stop_all(accel_actor *cell);

@@ -286,6 +286,44 @@ TEST(then_runs_on_the_loop_after_release) {
   gate_destroy(&then_rec.ran);
 }
 
+/* Freed futures are kept for reuse while a runtime lives (runtime/future.c): one made from
+ * the pool is pending, has no value, no callback, no notify fd, and works as a new one. */
+TEST(a_reused_future_starts_pending_and_clean) {
+  then_record_reset();
+  counted_reset();
+  accel_ref server = server_up();
+  accel_future *f = ask_ok(server, MSG_DEFER_TIMER, 12);
+  CHECK_OK(accel_future_then(f, on_then, &then_rec));
+  accel_future_release(f);
+  check_then_ran_once(f, 0);
+  gate_destroy(&then_rec.ran);
+  then_record_reset();
+  /* run_then drops the callback's reference just after the callback: until then f is not
+   * in the pool, and a new future is another block (kept aside, so it cannot come back). */
+  accel_future *g = NULL, *aside[64];
+  int naside = 0;
+  for (uint64_t t0 = test_now_ms();; test_sleep_ms(1)) {
+    CHECK_OK(accel_future_create(the_rt, &g));
+    if (g == f)
+      break;
+    CHECK(naside < 64 && test_now_ms() - t0 < 10000);
+    aside[naside++] = g;
+  }
+  while (naside > 0)
+    accel_future_release(aside[--naside]);
+  CHECK_ERR(accel_future_poll(g), ACCEL_EAGAIN);
+  CHECK(accel_future_value(g) == NULL);
+  CHECK_ERR(accel_future_wait(g, 0), ACCEL_ETIMEDOUT);
+  CHECK_OK(accel_future_then(g, on_then, &then_rec)); /* no callback left from f */
+  CHECK_OK(accel_future_complete(g, ACCEL_EIO, NULL, NULL));
+  check_then_ran_once(g, ACCEL_EIO);
+  CHECK(atomic_load(&then_rec.value_seen) == 0);
+  accel_future_release(g);
+  server_down();
+  CHECK_EQ(counted_dropped(), 1); /* f's value, dropped once, when f was freed */
+  gate_destroy(&then_rec.ran);
+}
+
 TEST(then_on_a_completed_future_runs_soon) {
   then_record_reset();
   accel_ref server = server_up();
@@ -516,6 +554,7 @@ static const test_case tests[] = {
     TEST_CASE(deferred_reply_from_another_thread),
     TEST_CASE(taken_reply_completed_by_the_stop_hook_on_shutdown),
     TEST_CASE(then_runs_on_the_loop_after_release),
+    TEST_CASE(a_reused_future_starts_pending_and_clean),
     TEST_CASE(then_on_a_completed_future_runs_soon),
     TEST_CASE(release_inside_then_drops_the_value_once),
     TEST_CASE(reply_to_a_released_future_is_dropped_once),
