@@ -6,9 +6,9 @@
 #include "actors/op.h"
 #include "runtime/alloc.h"
 
-#define POOL_MAX 64        /* envelopes one pool keeps */
-#define SMALL_PAYLOAD 128  /* bytes of `u` every kind but launch and collective fits in */
-#define SMALL_BUFS 3       /* buffers every kind but launch and collective fits in */
+#define POOL_MAX 64       /* envelopes one pool keeps */
+#define SMALL_PAYLOAD 128 /* bytes of `u` every kind but launch and collective fits in */
+#define SMALL_BUFS 3      /* buffers every kind but launch and collective fits in */
 
 _Static_assert(sizeof(be_gemm_args) <= SMALL_PAYLOAD, "gemm's payload is zeroed whole");
 _Static_assert(sizeof(be_rng_args) <= SMALL_PAYLOAD, "rng's payload is zeroed whole");
@@ -35,7 +35,8 @@ void dev_op_pool_drain(dev_op_pool *pool) {
  * line written here crosses from the core that freed it. */
 static void clear(dev_op *op, uint32_t kind) {
   bool wide = kind == DEV_OP_LAUNCH || kind == DEV_OP_COLLECTIVE;
-  memset(op, 0, offsetof(dev_op, bufs) + (wide ? DEV_OP_MAX_BUFS : SMALL_BUFS) * sizeof op->bufs[0]);
+  memset(op, 0,
+         offsetof(dev_op, bufs) + (wide ? DEV_OP_MAX_BUFS : SMALL_BUFS) * sizeof op->bufs[0]);
   memset(&op->u, 0, wide ? sizeof op->u : SMALL_PAYLOAD);
   memset(&op->result, 0, sizeof *op - offsetof(dev_op, result));
 }

@@ -82,7 +82,22 @@ void dev_session_acct_release(dev_session_acct *a) {
     rt_free(a);
 }
 
+/* Completes the op's future; the status the op ends with: the future's own if it had
+ * completed already. A future completed early (in a backend's callback, a worker's wait or
+ * a waiting client's) may have answered before the loop learned otherwise (the device was
+ * lost meanwhile): the client saw that answer, so accel_finish and the metrics count it. */
+static int settle_future(dev_op *op, int status) {
+  char *result = op->result; /* a build log: the future's value, freed with it */
+  op->result = NULL;
+  if (accel_future_complete(op->future, status, result, rt_free) == 0)
+    return status;
+  rt_free(result); /* completed already (never for ops with a result) */
+  return accel_future_poll(op->future);
+}
+
 void dev_op_finished(dev_world *w, dev_op *op, int status) {
+  if (op->future && op->done == NULL)
+    status = settle_future(op, status);
   dev_session_acct *acct = op->acct;
   if (op->h.kind == DEV_OP_LAUNCH && op->u.launch.mod) {
     dev_module_unref(op->u.launch.mod);
@@ -99,14 +114,9 @@ void dev_op_finished(dev_world *w, dev_op *op, int status) {
     op->done(op, status);
     return;
   }
-  char *result = op->result; /* a build log: the future's value, freed with it */
-  if (op->future) {
-    if (accel_future_complete(op->future, status, result, rt_free) != 0)
-      rt_free(result); /* completed already (never for ops with a result) */
+  if (op->future)
     accel_future_release(op->future);
-  } else {
-    rt_free(result);
-  }
+  rt_free(op->result);
   dev_op_free(op);
 }
 

@@ -73,7 +73,7 @@ TEST(a_pool_keeps_at_most_64_and_frees_the_rest) {
   }
   for (int i = 0; i <= POOL_MAX; i++)
     dev_op_free(ops[i]);
-  CHECK_EQ(pool.len, POOL_MAX); /* the 65th was freed (ASan sees a leak or a double free) */
+  CHECK_EQ(pool.len, POOL_MAX);        /* the 65th was freed (ASan sees a leak or a double free) */
   for (int i = 0; i < POOL_MAX; i++) { /* every kept one comes back, none twice */
     dev_op *op = dev_op_alloc(&pool, DEV_OP_COPY);
     for (int j = 0; j < i; j++)
