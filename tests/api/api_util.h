@@ -135,6 +135,18 @@ static inline int cpu_device_count(accel_ctx *ctx) {
   return n;
 }
 
+/* The index of the k-th device of the cpu backend. */
+static inline accel_device cpu_dev(accel_ctx *ctx, int k) {
+  for (accel_device d = 0; d < accel_device_count(ctx); d++) {
+    struct accel_device_info info;
+    CHECK_OK(accel_device_info(ctx, d, &info));
+    if (strcmp(info.backend, "cpu") == 0 && k-- == 0)
+      return d;
+  }
+  TEST_FAIL("no cpu device %d", k);
+  return -1;
+}
+
 static inline accel_buffer buf_new(accel_ctx *ctx, accel_dtype dtype, size_t count) {
   accel_buffer b = 0;
   CHECK_OK(accel_buffer_create(ctx, dtype, count, &b));

@@ -165,8 +165,8 @@ TEST(unsupported_gemm_is_enotsup_and_mixed_types_einval) {
   accel_buffer a = buf_new(ctx, ACCEL_F32, 4), c = buf_new(ctx, ACCEL_F32, 4);
   accel_buffer d = buf_new(ctx, ACCEL_F64, 4);
   accel_future *f;
-  CHECK_OK(accel_gemm(ctx, 0, ACCEL_NO_TRANS, ACCEL_NO_TRANS, 2, 2, 2, 1.0, a, 2, a, 2, 0.0, c, 2,
-                      ACCEL_MATH_TF32, &f));
+  CHECK_OK(accel_gemm(ctx, cpu_dev(ctx, 0), ACCEL_NO_TRANS, ACCEL_NO_TRANS, 2, 2, 2, 1.0, a, 2, a,
+                      2, 0.0, c, 2, ACCEL_MATH_TF32, &f));
   CHECK_ERR(fut_status(f), ACCEL_ENOTSUP);
   CHECK_ERR(accel_gemm(ctx, 0, ACCEL_NO_TRANS, ACCEL_NO_TRANS, 2, 2, 2, 1.0, d, 2, d, 2, 0.0, c, 2,
                        ACCEL_MATH_DEFAULT, NULL),

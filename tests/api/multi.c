@@ -12,18 +12,6 @@
 
 #include "api_util.h"
 
-/* The index of the k-th device of the cpu backend. */
-static accel_device cpu_dev(accel_ctx *ctx, int k) {
-  for (accel_device d = 0; d < accel_device_count(ctx); d++) {
-    struct accel_device_info info;
-    CHECK_OK(accel_device_info(ctx, d, &info));
-    if (strcmp(info.backend, "cpu") == 0 && k-- == 0)
-      return d;
-  }
-  TEST_FAIL("no cpu device %d", k);
-  return -1;
-}
-
 /* The first device of another backend than cpu (a GPU, an OpenCL device), or -1. */
 static accel_device other_dev(accel_ctx *ctx, const char *backend) {
   for (accel_device d = 0; d < accel_device_count(ctx); d++) {
