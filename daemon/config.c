@@ -26,6 +26,7 @@ void acd_config_defaults(acd_config *c) {
   c->max_restarts = 3;
   c->restart_window_ms = 10000;
   c->drain_timeout_ms = 10000;
+  c->exit_timeout_ms = 5000;
   c->first_frame_timeout_ms = 10000;
   c->max_connections = 1024;
   c->limits = (proto_limits){
@@ -312,6 +313,8 @@ static bool daemon_key(acd_config *c, const char *k, const char *v) {
     return parse_bool(v, &c->fault_injection);
   if (!strcmp(k, "drain_timeout_ms"))
     return parse_u32(v, 0, 3600000, &c->drain_timeout_ms);
+  if (!strcmp(k, "exit_timeout_ms"))
+    return parse_u32(v, 0, 3600000, &c->exit_timeout_ms);
   if (!strcmp(k, "first_frame_timeout_ms"))
     return parse_u32(v, 1, 3600000, &c->first_frame_timeout_ms);
   if (!strcmp(k, "max_connections"))

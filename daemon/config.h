@@ -34,6 +34,9 @@ typedef struct acd_config {
    * process. */
   bool exit_on_quarantine;
   uint32_t drain_timeout_ms;
+  /* After a SIGTERM, acceld is gone within drain_timeout_ms + exit_timeout_ms even if a
+   * library hangs in its teardown (daemon/exit_watch.h); 0: no bound. */
+  uint32_t exit_timeout_ms;
   /* Local connections: closed when no whole frame arrived within this long of connecting;
    * more than max_connections at once are refused. */
   uint32_t first_frame_timeout_ms, max_connections;

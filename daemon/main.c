@@ -207,6 +207,10 @@ static void on_quarantine(void *arg, accel_device device) {
   kill(getpid(), SIGTERM);
 }
 
+static int exit_status(void) {
+  return quarantine_exit ? EXIT_QUARANTINE : 0;
+}
+
 static int start_tree(daemon_ctx *d, int gid, int ready_fd) {
   acd_config *c = &d->config;
   dev_world_opts wo = {.cpu_devices = c->cpu_devices,
@@ -243,8 +247,11 @@ static int start_tree(daemon_ctx *d, int gid, int ready_fd) {
   rc = accel_spawn(d->rt, NULL, &srv_behavior, &d->server, &so, &server);
   if (rc != 0)
     return rc;
-  d->service =
-      (acd_service_args){.server = server, .config = c, .flags = &d->flags, .ready_fd = ready_fd};
+  d->service = (acd_service_args){.server = server,
+                                  .config = c,
+                                  .flags = &d->flags,
+                                  .ready_fd = ready_fd,
+                                  .exit_status = exit_status};
   accel_spawn_opts vo = {.name = "service", .mailbox_capacity = 64};
   return accel_spawn(d->rt, NULL, &acd_service_behavior, &d->service, &vo, NULL);
 }

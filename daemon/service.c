@@ -7,6 +7,7 @@
 #include <systemd/sd-daemon.h>
 #include <unistd.h>
 
+#include "daemon/exit_watch.h"
 #include "daemon/service.h"
 #include "runtime/alloc.h"
 #include "runtime/loop.h"
@@ -91,6 +92,9 @@ static void terminate(svc_state *st, accel_actor *self, int signum) {
     return;
   }
   st->draining = true;
+  const acd_config *c = st->args->config;
+  acd_exit_watch_start(c->exit_timeout_ms ? c->drain_timeout_ms + c->exit_timeout_ms : 0,
+                       st->args->exit_status());
   sd_notify(0, "STOPPING=1\nSTATUS=draining");
   accel_log(ACCEL_LOG_INFO, "service", "signal %d: draining", signum);
   accel_msg m = {.type = SRV_MSG_DRAIN};
@@ -194,6 +198,8 @@ static void reloaded(svc_state *st, accel_actor *self, accel_msg *msg) {
       cur->log_level = r->config.log_level;
     }
     apply_limits(st, self, &r->config.limits);
+    log_limit("exit_timeout_ms", cur->exit_timeout_ms, r->config.exit_timeout_ms);
+    cur->exit_timeout_ms = r->config.exit_timeout_ms; /* read when a SIGTERM comes */
     accel_log(ACCEL_LOG_INFO, "service", "configuration reloaded");
   }
   sd_notify(0, "READY=1");

@@ -11,9 +11,10 @@
 
 typedef struct acd_service_args {
   accel_ref server;
-  acd_config *config;     /* the configuration in force; reloads update its live parts */
-  const acd_flags *flags; /* re-applied over the file on every reload */
-  int ready_fd;           /* a byte is written here once ready, then it is closed; -1: none */
+  acd_config *config;       /* the configuration in force; reloads update its live parts */
+  const acd_flags *flags;   /* re-applied over the file on every reload */
+  int ready_fd;             /* a byte is written here once ready, then it is closed; -1: none */
+  int (*exit_status)(void); /* what main() will return once stopped (for the exit's bound) */
 } acd_service_args;
 
 extern const accel_behavior acd_service_behavior;

@@ -224,6 +224,23 @@ TEST(pinned_max_key) {
   expect_config_error("[devices]\npinned_max = lots\n", "acceld.conf:2");
 }
 
+/* [daemon] exit_timeout_ms: 5 s by default, 0 (no bound) to an hour; one past is an error. */
+TEST(exit_timeout_key) {
+  char err[320];
+  acd_config c;
+  CHECK_OK(read_config("", &c, NULL, err, sizeof err));
+  CHECK_EQ(c.exit_timeout_ms, 5000);
+  acd_config_free(&c);
+  CHECK_OK(read_config("[daemon]\nexit_timeout_ms = 0\n", &c, NULL, err, sizeof err));
+  CHECK_EQ(c.exit_timeout_ms, 0);
+  acd_config_free(&c);
+  CHECK_OK(read_config("[daemon]\nexit_timeout_ms = 3600000\n", &c, NULL, err, sizeof err));
+  CHECK_EQ(c.exit_timeout_ms, 3600000);
+  acd_config_free(&c);
+  expect_config_error("[daemon]\nexit_timeout_ms = 3600001\n", "acceld.conf:2");
+  expect_config_error("[daemon]\nexit_timeout_ms = -1\n", "acceld.conf:2");
+}
+
 TEST(unknown_names_and_bad_values_are_errors_with_their_line) {
   expect_config_error("[security]\nallow_any_local = no\nallow_users = root, no-such-user-h2\n",
                       "acceld.conf:3: [security] allow_users: no such user 'no-such-user-h2'");
@@ -525,6 +542,7 @@ static const test_case tests[] = {
     TEST_CASE(security_keys_are_parsed),
     TEST_CASE(security_defaults_and_the_plain_tcp_flag),
     TEST_CASE(pinned_max_key),
+    TEST_CASE(exit_timeout_key),
     TEST_CASE(unknown_names_and_bad_values_are_errors_with_their_line),
     TEST_CASE(plain_tcp_is_refused_by_default),
     TEST_CASE(plain_tcp_with_allow_plain_tcp),
