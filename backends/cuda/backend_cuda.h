@@ -71,6 +71,14 @@ void be_cuda_module_cache_stats(be_cuda_module_stats *out);
  * reads the disk. Tests and benchmarks. */
 void be_cuda_module_cache_drop(void);
 
+/* A queue's small-gemm plans (gemm_lt.c): gemms run through one, plans made (a shape seen
+ * again after its plan was evicted counts again), plans live now. Tests. */
+typedef struct be_cuda_gemm_lt_stats {
+  uint64_t runs, made;
+  unsigned live;
+} be_cuda_gemm_lt_stats;
+void be_cuda_gemm_lt_stats_get(be_queue *q, be_cuda_gemm_lt_stats *out);
+
 /* The embedded fatbin (kernels.cu, compiled by nvcc at build time). */
 extern const unsigned char be_cuda_fatbin[];
 extern const size_t be_cuda_fatbin_size;

@@ -18,6 +18,7 @@
 #include "backends/cuda/backend_cuda.h"
 #include "backends/cuda/cublas_lib.h"
 #include "backends/cuda/device.h"
+#include "backends/cuda/gemm_lt.h"
 
 /* cuBLAS's int interface (strides are 64-bit there). */
 static bool fits(int64_t v) {
@@ -49,6 +50,7 @@ static int handle_of(be_queue *q, const be_cublas_api *api, cublasHandle_t *out)
 }
 
 void be_cuda_blas_release(be_queue *q) {
+  be_cuda_gemm_lt_release(q);
   const be_cublas_api *api = be_cublas();
   if (q->blas != NULL && api != NULL)
     api->cublasDestroy_v2(q->blas);
@@ -95,13 +97,25 @@ static cublasOperation_t op_of(be_blas_trans t) {
   return t == BE_BLAS_TRANS ? CUBLAS_OP_T : CUBLAS_OP_N;
 }
 
-/* The one cuBLAS call; scalars are doubles for COMPUTE_64F, floats otherwise. */
-static cublasStatus_t gemm(const be_cublas_api *api, cublasHandle_t h, cublasComputeType_t ct,
-                           const be_gemm_args *g, CUdeviceptr a, CUdeviceptr b, CUdeviceptr c) {
-  float alpha32 = (float)g->alpha, beta32 = (float)g->beta;
+/* The scalars as the compute type reads them: doubles for COMPUTE_64F, floats otherwise. */
+typedef struct scalars {
+  float alpha32, beta32;
+  const void *alpha, *beta;
+} scalars;
+
+static void scalars_of(scalars *s, cublasComputeType_t ct, const be_gemm_args *g) {
+  s->alpha32 = (float)g->alpha;
+  s->beta32 = (float)g->beta;
   bool f64 = ct == CUBLAS_COMPUTE_64F;
-  const void *alpha = f64 ? (const void *)&g->alpha : (const void *)&alpha32;
-  const void *beta = f64 ? (const void *)&g->beta : (const void *)&beta32;
+  s->alpha = f64 ? (const void *)&g->alpha : (const void *)&s->alpha32;
+  s->beta = f64 ? (const void *)&g->beta : (const void *)&s->beta32;
+}
+
+/* The one cuBLAS call. */
+static cublasStatus_t gemm(const be_cublas_api *api, cublasHandle_t h, cublasComputeType_t ct,
+                           const scalars *sc, const be_gemm_args *g, CUdeviceptr a, CUdeviceptr b,
+                           CUdeviceptr c) {
+  const void *alpha = sc->alpha, *beta = sc->beta;
   const void *pa = (const void *)(uintptr_t)a, *pb = (const void *)(uintptr_t)b;
   void *pc = (void *)(uintptr_t)c;
   cudaDataType_t tab = cuda_type(g->ab_type), tc = cuda_type(g->c_type);
@@ -116,8 +130,7 @@ static cublasStatus_t gemm(const be_cublas_api *api, cublasHandle_t h, cublasCom
                                          (int)g->batch, ct, CUBLAS_GEMM_DEFAULT);
 }
 
-/* A cuBLAS failure may be the context breaking under it: the stream says. */
-static int gemm_error(be_queue *q, cublasStatus_t s) {
+int be_cuda_gemm_error(be_queue *q, cublasStatus_t s) {
   int rc = be_cublas_err(s);
   if (rc != ACCEL_EIO)
     return rc;
@@ -131,12 +144,18 @@ static int run(be_queue *q, const be_gemm_args *g, CUdeviceptr a, CUdeviceptr b,
   const be_cublas_api *api = be_cublas();
   if (api == NULL)
     return ACCEL_ENOTSUP;
+  cublasComputeType_t ct = compute_type(q, g);
+  scalars sc;
+  scalars_of(&sc, ct, g);
+  int rc = be_cuda_gemm_lt(q, ct, g, sc.alpha, sc.beta, a, b, c); /* small ones: gemm_lt.c */
+  if (rc != ACCEL_EAGAIN)
+    return rc;
   cublasHandle_t h;
-  int rc = handle_of(q, api, &h);
+  rc = handle_of(q, api, &h);
   if (rc != 0)
     return rc;
-  cublasStatus_t s = gemm(api, h, compute_type(q, g), g, a, b, c);
-  return s == CUBLAS_STATUS_SUCCESS ? 0 : gemm_error(q, s);
+  cublasStatus_t s = gemm(api, h, ct, &sc, g, a, b, c);
+  return s == CUBLAS_STATUS_SUCCESS ? 0 : be_cuda_gemm_error(q, s);
 }
 
 int be_cuda_gemm(be_queue *q, const be_gemm_args *g, be_mem a, size_t a_off, be_mem b, size_t b_off,

@@ -18,19 +18,37 @@ static const char *const cublas_names[] = {
     NULL,
 };
 
-static pthread_once_t once = PTHREAD_ONCE_INIT;
+static const char *const cublaslt_names[] = {
+    "libcublasLt.so.13",
+    "libcublasLt.so.12",
+    "libcublasLt.so",
+    "/usr/local/cuda/lib64/libcublasLt.so.13",
+    NULL,
+};
+
+static pthread_once_t once = PTHREAD_ONCE_INIT, lt_once = PTHREAD_ONCE_INIT;
 static be_cublas_api api;
 static const be_cublas_api *loaded;
+static be_cublaslt_api lt_api;
+static const be_cublaslt_api *lt_loaded;
+
+#define BE_CUBLAS_RESOLVE_(fn)                                                                     \
+  *(void **)(void *)&t->fn = dlsym(lib, #fn);                                                      \
+  if (t->fn == NULL)                                                                               \
+    return -1;
 
 static int resolve(void *lib) {
-#define BE_CUBLAS_RESOLVE_(fn)                                                                     \
-  *(void **)(void *)&api.fn = dlsym(lib, #fn);                                                     \
-  if (api.fn == NULL)                                                                              \
-    return -1;
+  be_cublas_api *t = &api;
   BE_CUBLAS_FUNCS(BE_CUBLAS_RESOLVE_)
-#undef BE_CUBLAS_RESOLVE_
   return 0;
 }
+
+static int resolve_lt(void *lib) {
+  be_cublaslt_api *t = &lt_api;
+  BE_CUBLASLT_FUNCS(BE_CUBLAS_RESOLVE_)
+  return 0;
+}
+#undef BE_CUBLAS_RESOLVE_
 
 static void load(void) {
   void *lib = be_cuda_dlopen_first("ACCEL_CUDA_CUBLAS", cublas_names);
@@ -45,6 +63,21 @@ static void load(void) {
 const be_cublas_api *be_cublas(void) {
   pthread_once(&once, load);
   return loaded;
+}
+
+static void load_lt(void) {
+  void *lib = be_cuda_dlopen_first("ACCEL_CUDA_CUBLASLT", cublaslt_names);
+  if (lib == NULL)
+    return;
+  if (resolve_lt(lib) == 0)
+    lt_loaded = &lt_api;
+  else
+    dlclose(lib);
+}
+
+const be_cublaslt_api *be_cublaslt(void) {
+  pthread_once(&lt_once, load_lt);
+  return lt_loaded;
 }
 
 int be_cublas_err(cublasStatus_t s) {

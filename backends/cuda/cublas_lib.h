@@ -4,6 +4,7 @@
 #ifndef BE_CUDA_CUBLAS_LIB_H
 #define BE_CUDA_CUBLAS_LIB_H
 
+#include <cublasLt.h>
 #include <cublas_api.h>
 #include <stddef.h>
 
@@ -22,6 +23,24 @@ typedef struct be_cublas_api {
 
 /* The loaded table, or NULL if cuBLAS is missing (loaded once, thread-safe). */
 const be_cublas_api *be_cublas(void);
+
+/* cuBLASLt, loaded the same way (ACCEL_CUDA_CUBLASLT names another file): the small gemms'
+ * cached plans (gemm_lt.c). Without it those go through cuBLAS as the others do. */
+/* clang-format off */
+#define BE_CUBLASLT_FUNCS(X)                                                               \
+  X(cublasLtCreate) X(cublasLtDestroy) X(cublasLtMatmul) X(cublasLtMatmulAlgoGetHeuristic) \
+  X(cublasLtMatmulDescCreate) X(cublasLtMatmulDescDestroy) X(cublasLtMatmulDescSetAttribute) \
+  X(cublasLtMatrixLayoutCreate) X(cublasLtMatrixLayoutDestroy)                             \
+  X(cublasLtMatmulPreferenceCreate) X(cublasLtMatmulPreferenceDestroy)                     \
+  X(cublasLtMatmulPreferenceSetAttribute)
+/* clang-format on */
+
+typedef struct be_cublaslt_api {
+  BE_CUBLASLT_FUNCS(BE_CUBLAS_FIELD_)
+} be_cublaslt_api;
+
+/* The loaded table, or NULL if cuBLASLt is missing (loaded once, thread-safe). */
+const be_cublaslt_api *be_cublaslt(void);
 
 /* accel's code for a cuBLAS status (ACCEL_EIO for execution failures: the caller asks the
  * driver whether the context broke). */

@@ -153,6 +153,7 @@ struct be_queue {
   unsigned gen;
   CUstream stream;
   void *blas;           /* a cublasHandle_t bound to the stream, made on first sgemm */
+  struct be_cuda_lt *lt; /* small gemms' cuBLASLt plans (gemm_lt.c), made on first use */
   CUdeviceptr scratch;  /* dot's partial sums (BE_CUDA_DOT_PARTS doubles) */
   void *bounce;         /* pinned, for small pageable copies (copy.c), made on first use */
   be_cuda_stage *stage; /* large pageable copies, made on first use */

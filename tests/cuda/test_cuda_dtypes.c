@@ -259,6 +259,45 @@ TEST(gemm_every_combination) {
 
 /* ---- core fill ------------------------------------------------------------------------- */
 
+/* Small gemms go through the queue's cached cuBLASLt plans (gemm_lt.c), 16 shapes at most,
+ * least recently used out; large ones and batches through cuBLAS. The results are checked
+ * by gemm_case either way (gemm_every_combination runs many shapes through the plans). */
+TEST(small_gemms_run_through_cached_plans) {
+  fx f = fx_open_with(0);
+  const combo *cb = &combos[2]; /* F32, FP32 math */
+  be_gemm_args g = random_gemm(cb, 64);
+  g.batch = 1;
+  be_cuda_gemm_lt_stats st, before;
+  be_cuda_gemm_lt_stats_get(f.q, &before);
+  gemm_case(&f, cb, &g);
+  gemm_case(&f, cb, &g);
+  be_cuda_gemm_lt_stats_get(f.q, &st);
+  CHECK_EQ(st.runs - before.runs, 2);
+  CHECK_EQ(st.made - before.made, 1); /* the second call used the plan of the first */
+  for (int64_t m = 1; m <= 20; m++) { /* 20 new shapes: 16 plans stay */
+    be_gemm_args h = g;
+    h.m = m;
+    h.ldc = m;
+    gemm_case(&f, cb, &h);
+  }
+  be_cuda_gemm_lt_stats_get(f.q, &st);
+  CHECK_EQ(st.made - before.made, 21);
+  CHECK_EQ(st.live, 16);
+  gemm_case(&f, cb, &g); /* evicted meanwhile: made again */
+  be_cuda_gemm_lt_stats_get(f.q, &before);
+  CHECK_EQ(before.made, st.made + 1);
+  be_gemm_args big = random_gemm(cb, 576); /* 576^3 > 512^3: cuBLAS */
+  big.batch = 1;
+  gemm_case(&f, cb, &big);
+  be_gemm_args batched = g;
+  batched.batch = 2;
+  batched.stride_a = batched.stride_b = batched.stride_c = 64 * 80;
+  gemm_case(&f, cb, &batched);
+  be_cuda_gemm_lt_stats_get(f.q, &st);
+  CHECK_EQ(st.runs, before.runs);
+  fx_close(&f);
+}
+
 TEST(fill_every_size) {
   fx f = fx_open_with(0);
   for (uint32_t es = 1; es <= 8; es *= 2)
@@ -522,7 +561,8 @@ TEST(rng_every_float_type) {
 }
 
 static const test_case tests[] = {
-    TEST_CASE(gemm_every_combination), TEST_CASE(fill_every_size),
+    TEST_CASE(gemm_every_combination), TEST_CASE(small_gemms_run_through_cached_plans),
+    TEST_CASE(fill_every_size),
     TEST_CASE(vector_ops_f32_f64),     TEST_CASE(nn_every_float_type),
     TEST_CASE(rng_every_float_type),
 };
