@@ -152,11 +152,11 @@ struct be_queue {
   be_device *dev;
   unsigned gen;
   CUstream stream;
-  void *blas;           /* a cublasHandle_t bound to the stream, made on first sgemm */
+  void *blas;            /* a cublasHandle_t bound to the stream, made on first sgemm */
   struct be_cuda_lt *lt; /* small gemms' cuBLASLt plans (gemm_lt.c), made on first use */
-  CUdeviceptr scratch;  /* dot's partial sums (BE_CUDA_DOT_PARTS doubles) */
-  void *bounce;         /* pinned, for small pageable copies (copy.c), made on first use */
-  be_cuda_stage *stage; /* large pageable copies, made on first use */
+  CUdeviceptr scratch;   /* dot's partial sums (BE_CUDA_DOT_PARTS doubles) */
+  void *bounce;          /* pinned, for small pageable copies (copy.c), made on first use */
+  be_cuda_stage *stage;  /* large pageable copies, made on first use */
   /* host_notify's side stream and the event that marks q's point for it, made on first use
    * (callback.c): the callbacks wait there, so that they never hold `stream`. */
   CUstream side;

@@ -155,8 +155,8 @@ static bool plan_choose(const be_cublaslt_api *lt, struct be_cuda_lt *s, lt_plan
   bool ok = lt->cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
                                                      &s->work_size, sizeof s->work_size) ==
                 CUBLAS_STATUS_SUCCESS &&
-            lt->cublasLtMatmulAlgoGetHeuristic(s->handle, p->desc, p->la, p->lb, p->lc, p->lc,
-                                               pref, 1, &r, &found) == CUBLAS_STATUS_SUCCESS &&
+            lt->cublasLtMatmulAlgoGetHeuristic(s->handle, p->desc, p->la, p->lb, p->lc, p->lc, pref,
+                                               1, &r, &found) == CUBLAS_STATUS_SUCCESS &&
             found > 0 && r.state == CUBLAS_STATUS_SUCCESS;
   lt->cublasLtMatmulPreferenceDestroy(pref);
   if (ok)
@@ -199,9 +199,8 @@ static void key_of(lt_key *k, cublasComputeType_t ct, const be_gemm_args *g) {
                 .compute = ct};
 }
 
-int be_cuda_gemm_lt(be_queue *q, cublasComputeType_t ct, const be_gemm_args *g,
-                    const void *alpha, const void *beta, CUdeviceptr a, CUdeviceptr b,
-                    CUdeviceptr c) {
+int be_cuda_gemm_lt(be_queue *q, cublasComputeType_t ct, const be_gemm_args *g, const void *alpha,
+                    const void *beta, CUdeviceptr a, CUdeviceptr b, CUdeviceptr c) {
   const be_cublaslt_api *lt = be_cublaslt();
   if (g->batch != 1 || (uint64_t)g->m * (uint64_t)g->n * (uint64_t)g->k > LT_MAX_VOLUME ||
       lt == NULL || !lt_enabled())
@@ -215,10 +214,10 @@ int be_cuda_gemm_lt(be_queue *q, cublasComputeType_t ct, const be_gemm_args *g,
   if (p->none)
     return ACCEL_EAGAIN;
   void *pc = (void *)(uintptr_t)c;
-  cublasStatus_t st = lt->cublasLtMatmul(
-      s->handle, p->desc, alpha, (const void *)(uintptr_t)a, p->la, (const void *)(uintptr_t)b,
-      p->lb, beta, pc, p->lc, pc, p->lc, &p->algo, (void *)(uintptr_t)s->work, s->work_size,
-      q->stream);
+  cublasStatus_t st = lt->cublasLtMatmul(s->handle, p->desc, alpha, (const void *)(uintptr_t)a,
+                                         p->la, (const void *)(uintptr_t)b, p->lb, beta, pc, p->lc,
+                                         pc, p->lc, &p->algo, (void *)(uintptr_t)s->work,
+                                         s->work_size, q->stream);
   if (st == CUBLAS_STATUS_NOT_SUPPORTED || st == CUBLAS_STATUS_INVALID_VALUE) {
     p->none = true; /* refused before anything was queued: cuBLAS's own way then */
     return ACCEL_EAGAIN;

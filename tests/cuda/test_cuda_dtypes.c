@@ -562,9 +562,8 @@ TEST(rng_every_float_type) {
 
 static const test_case tests[] = {
     TEST_CASE(gemm_every_combination), TEST_CASE(small_gemms_run_through_cached_plans),
-    TEST_CASE(fill_every_size),
-    TEST_CASE(vector_ops_f32_f64),     TEST_CASE(nn_every_float_type),
-    TEST_CASE(rng_every_float_type),
+    TEST_CASE(fill_every_size),        TEST_CASE(vector_ops_f32_f64),
+    TEST_CASE(nn_every_float_type),    TEST_CASE(rng_every_float_type),
 };
 
 int main(int argc, char **argv) {
