@@ -11,7 +11,6 @@
 #include "clients/ctx.h"
 #include "runtime/alloc.h"
 #include "runtime/deadline.h"
-#include "runtime/rt.h"
 
 static _Thread_local accel_completion thread_completion;
 static _Thread_local accel_math thread_math;
@@ -41,7 +40,6 @@ int client_ctx_init(accel_ctx *ctx, uint32_t max_buffers) {
 }
 
 void client_ctx_free(accel_ctx *ctx) {
-  accel_future_release(ctx->last_op); /* NULL after accel_close's accel_finish */
   for (uint32_t i = 1; i < ctx->max_buffers; i++) {
     rt_free(ctx->handles[i].kernels); /* modules and kernels never unloaded */
     rt_free(ctx->handles[i].name);
@@ -267,15 +265,6 @@ void client_op_done(accel_ctx *ctx, int status) {
   in_flight_remove(ctx, status);
 }
 
-void client_last_op_set(accel_ctx *ctx, accel_future *f) {
-  accel_future_retain(f);
-  pthread_mutex_lock(&ctx->done_mu);
-  accel_future *old = ctx->last_op;
-  ctx->last_op = f;
-  pthread_mutex_unlock(&ctx->done_mu);
-  accel_future_release(old);
-}
-
 /* ---- sending ops ---- */
 
 /* Sends an op as it is (checked or not), counting it in flight: through chunk_send, which
@@ -403,48 +392,6 @@ int accel_set_completion(accel_ctx *ctx, accel_completion how) {
 
 /* ---- finishing ---- */
 
-/* Off done_mu: the loop counts an op done a moment after its future completed (the thread
- * that saw the end posts to the loop as it completes the future); a waiter still awake
- * catches that spinning, for the runtime's spin time at most, instead of being woken. */
-static void spin_until_idle(accel_ctx *ctx) {
-  uint64_t spin = rt_spin_ns();
-  if (spin == 0)
-    return;
-  uint64_t until = rt_mono_ns() + spin;
-  do {
-    for (int i = 0; i < 64; i++) {
-      if (atomic_load_explicit(&ctx->in_flight, memory_order_acquire) == 0)
-        return;
-      rt_cpu_relax();
-    }
-  } while (rt_mono_ns() < until);
-}
-
-/* Under done_mu, with no timeout: waits (unlocked) on the future of the op sent last if it
- * is not done yet, and says so. That wait may be the device's own (runtime/future_help.h):
- * a client's accel_finish after a pipeline of ops then learns of the last one's end on its
- * own thread (or as soon as another thread does) instead of only once the loop has done its
- * bookkeeping and woken it; the loop's count follows in parallel (spin_until_idle). */
-static bool wait_last_op(accel_ctx *ctx) {
-  accel_future *f = ctx->last_op;
-  if (f == NULL || accel_future_poll(f) != ACCEL_EAGAIN)
-    return false;
-  accel_future_retain(f);
-  pthread_mutex_unlock(&ctx->done_mu);
-  accel_future_wait(f, -1);
-  accel_future_release(f);
-  spin_until_idle(ctx);
-  pthread_mutex_lock(&ctx->done_mu);
-  return true;
-}
-
-/* Under done_mu, once nothing is in flight. */
-static void drop_last_op_locked(accel_ctx *ctx) {
-  accel_future *f = ctx->last_op;
-  ctx->last_op = NULL;
-  accel_future_release(f); /* never the last reference while an op holds one */
-}
-
 int accel_finish(accel_ctx *ctx, int64_t timeout_ms) {
   if (ctx == NULL)
     return ACCEL_EINVAL;
@@ -454,8 +401,6 @@ int accel_finish(accel_ctx *ctx, int64_t timeout_ms) {
   int rc = 0;
   pthread_mutex_lock(&ctx->done_mu);
   while (ctx->in_flight > 0 && rc == 0) {
-    if (timeout_ms < 0 && wait_last_op(ctx))
-      continue;
     if (timeout_ms < 0)
       pthread_cond_wait(&ctx->done_cv, &ctx->done_mu);
     else if (pthread_cond_timedwait(&ctx->done_cv, &ctx->done_mu, &deadline) != 0)
@@ -464,7 +409,6 @@ int accel_finish(accel_ctx *ctx, int64_t timeout_ms) {
   if (rc == 0) {
     rc = ctx->first_error;
     ctx->first_error = 0;
-    drop_last_op_locked(ctx);
   }
   pthread_mutex_unlock(&ctx->done_mu);
   return rc;

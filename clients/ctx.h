@@ -70,17 +70,11 @@ struct accel_ctx {
   client_handle *handles;
   uint32_t free_head;
 
-  pthread_mutex_t done_mu; /* guards the in-flight count, first error and last op */
+  pthread_mutex_t done_mu; /* guards the in-flight count and first error */
   pthread_cond_t done_cv;
-  _Atomic uint64_t in_flight; /* changed under done_mu; read without it by accel_finish's spin */
+  uint64_t in_flight;
   int first_error;
-  /* The future of the op sent last, where the transport notes it (embedded): accel_finish
-   * waits on it first (a reference; dropped once nothing is in flight). */
-  accel_future *last_op;
 };
-
-/* Notes f (a reference taken here) as the future of the op sent last. */
-void client_last_op_set(accel_ctx *ctx, accel_future *f);
 
 extern const client_transport client_embedded_transport;
 extern const client_transport client_remote_transport;

@@ -137,26 +137,10 @@ int client_embedded_open(accel_ctx *ctx, const char *query) {
   return rc;
 }
 
-/* A fire-and-forget op gets a future of the context's (from the runtime's pool), so that the
- * op sent last always has one: accel_finish waits on it first (clients/ctx.c). Out of memory
- * for it only leaves the op without one. */
 static int embedded_send(accel_ctx *ctx, dev_op *op) {
-  bool made = op->future == NULL && op->done == NULL &&
-              accel_future_create(ctx->rt, &op->future) == 0;
-  accel_future *last = op->future;
-  if (last)
-    accel_future_retain(last); /* the op may be done and freed once sent */
   accel_msg m;
   dev_session_op_msg(&m, op);
-  int rc = accel_tell(ctx->rt, impl_of(ctx)->session, &m);
-  if (rc == 0 && last)
-    client_last_op_set(ctx, last);
-  if (rc != 0 && made) { /* the op is the caller's again, as it came */
-    accel_future_release(op->future);
-    op->future = NULL;
-  }
-  accel_future_release(last);
-  return rc;
+  return accel_tell(ctx->rt, impl_of(ctx)->session, &m);
 }
 
 static int embedded_device_count(accel_ctx *ctx) {
