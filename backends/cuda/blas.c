@@ -50,7 +50,7 @@ static int handle_of(be_queue *q, const be_cublas_api *api, cublasHandle_t *out)
 }
 
 void be_cuda_blas_release(be_queue *q) {
-  be_cuda_gemm_lt_release(q);
+  be_cuda_gemm_lt_release(q, true);
   const be_cublas_api *api = be_cublas();
   if (q->blas != NULL && api != NULL)
     api->cublasDestroy_v2(q->blas);

@@ -319,7 +319,7 @@ int be_cuda_gemm(be_queue *q, const be_gemm_args *g, be_mem a, size_t a_off, be_
                  be_mem c, size_t c_off);
 /* 0 if the device runs this gemm (blas.c), else ACCEL_ENOTSUP. */
 int be_cuda_gemm_supports(be_device *dev, uint32_t ab_type, uint32_t c_type, uint32_t math);
-/* Destroys the queue's cuBLAS handle, if any (blas.c). */
+/* Destroys the queue's cuBLAS handle and small-gemm plans, if any (blas.c). */
 void be_cuda_blas_release(be_queue *q);
 /* axpy, scal and dot in F32 or F64 (kernels.c; ACCEL_ENOTSUP for other dtypes). */
 int be_cuda_axpy(be_queue *q, uint32_t dtype, size_t n, double alpha, be_mem x, size_t x_off,

@@ -41,7 +41,7 @@
 
 /* Entry points of newer drivers that the backend does without: NULL in the table when the
  * driver lacks them (cuFuncGetParamInfo: 12.4). */
-#define BE_CU_OPTIONAL_FUNCS(X) X(cuFuncGetParamInfo)
+#define BE_CU_OPTIONAL_FUNCS(X) X(cuFuncGetParamInfo) X(cuMemAllocAsync) X(cuMemFreeAsync)
 
 #define BE_CU_FIELD_(fn) __typeof__(&fn) fn;
 

@@ -14,7 +14,10 @@
  * gemm to cublasGemmEx (ACCEL_EAGAIN): the plans are a shortcut, never a new failure.
  * ACCEL_CUDA_GEMM_LT=0 turns them off (read once per process), for comparisons.
  *
- * Plans live on the queue's thread (the loop), like the queue's cuBLAS handle. */
+ * Plans live on the queue's thread (the loop), like the queue's cuBLAS handle. The workspace
+ * comes from the device's stream-ordered pool (cuMemAllocAsync on the queue's stream: it does
+ * not wait for the device, as cuMemAlloc would, with every client behind the loop); a driver
+ * without one leaves the plans without a workspace. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -73,15 +76,15 @@ static void plan_clear(const be_cublaslt_api *lt, lt_plan *p) {
   memset(p, 0, sizeof *p);
 }
 
-void be_cuda_gemm_lt_release(be_queue *q) {
+void be_cuda_gemm_lt_release(be_queue *q, bool context_alive) {
   struct be_cuda_lt *s = q->lt;
   const be_cublaslt_api *lt = be_cublaslt();
   if (s == NULL || lt == NULL)
     return;
   for (int i = 0; i < LT_PLANS; i++)
-    plan_clear(lt, &s->plans[i]);
-  if (s->work)
-    be_cu.cuMemFree(s->work);
+    plan_clear(lt, &s->plans[i]); /* host objects: freed whatever became of the context */
+  if (s->work && context_alive)
+    be_cu.cuMemFreeAsync(s->work, q->stream);
   lt->cublasLtDestroy(s->handle);
   rt_free(s);
   q->lt = NULL;
@@ -98,7 +101,8 @@ static struct be_cuda_lt *state_of(be_queue *q, const be_cublaslt_api *lt) {
     rt_free(s);
     return NULL;
   }
-  if (be_cu.cuMemAlloc(&s->work, LT_WORKSPACE) == CUDA_SUCCESS)
+  if (be_cu.cuMemAllocAsync != NULL && be_cu.cuMemFreeAsync != NULL &&
+      be_cu.cuMemAllocAsync(&s->work, LT_WORKSPACE, q->stream) == CUDA_SUCCESS)
     s->work_size = LT_WORKSPACE;
   else
     s->work = 0; /* plans without a workspace */

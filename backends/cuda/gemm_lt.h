@@ -13,8 +13,9 @@
 int be_cuda_gemm_lt(be_queue *q, cublasComputeType_t ct, const be_gemm_args *g, const void *alpha,
                     const void *beta, CUdeviceptr a, CUdeviceptr b, CUdeviceptr c);
 
-/* Frees the queue's plans and workspace (none: nothing). */
-void be_cuda_gemm_lt_release(be_queue *q);
+/* Frees the queue's plans (none: nothing), and their workspace where the queue's context
+ * still lives (else it went with the context). */
+void be_cuda_gemm_lt_release(be_queue *q, bool context_alive);
 
 /* A cuBLAS status as accel's code (blas.c); an execution failure asks the stream whether the
  * context broke under it (then the device is lost). */
