@@ -203,11 +203,16 @@ static void key_of(lt_key *k, cublasComputeType_t ct, const be_gemm_args *g) {
                 .compute = ct};
 }
 
+/* 0 < m n k <= LT_MAX_VOLUME, without overflow (each may be up to INT_MAX). */
+static bool small(const be_gemm_args *g) {
+  uint64_t m = (uint64_t)g->m, n = (uint64_t)g->n, k = (uint64_t)g->k;
+  return m > 0 && n > 0 && k > 0 && m <= LT_MAX_VOLUME && n <= LT_MAX_VOLUME / m && k <= LT_MAX_VOLUME / (m * n);
+}
+
 int be_cuda_gemm_lt(be_queue *q, cublasComputeType_t ct, const be_gemm_args *g, const void *alpha,
                     const void *beta, CUdeviceptr a, CUdeviceptr b, CUdeviceptr c) {
   const be_cublaslt_api *lt = be_cublaslt();
-  if (g->batch != 1 || (uint64_t)g->m * (uint64_t)g->n * (uint64_t)g->k > LT_MAX_VOLUME ||
-      lt == NULL || !lt_enabled())
+  if (g->batch != 1 || !small(g) || lt == NULL || !lt_enabled())
     return ACCEL_EAGAIN;
   struct be_cuda_lt *s = state_of(q, lt);
   if (s == NULL)
