@@ -206,7 +206,8 @@ static void key_of(lt_key *k, cublasComputeType_t ct, const be_gemm_args *g) {
 /* 0 < m n k <= LT_MAX_VOLUME, without overflow (each may be up to INT_MAX). */
 static bool small(const be_gemm_args *g) {
   uint64_t m = (uint64_t)g->m, n = (uint64_t)g->n, k = (uint64_t)g->k;
-  return m > 0 && n > 0 && k > 0 && m <= LT_MAX_VOLUME && n <= LT_MAX_VOLUME / m && k <= LT_MAX_VOLUME / (m * n);
+  return m > 0 && n > 0 && k > 0 && m <= LT_MAX_VOLUME && n <= LT_MAX_VOLUME / m &&
+         k <= LT_MAX_VOLUME / (m * n);
 }
 
 int be_cuda_gemm_lt(be_queue *q, cublasComputeType_t ct, const be_gemm_args *g, const void *alpha,
