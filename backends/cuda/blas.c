@@ -71,7 +71,7 @@ int be_cuda_gemm_supports(be_device *dev, uint32_t ab_type, uint32_t c_type, uin
   return dev->cc >= cc_needed(ab_type, math) ? 0 : ACCEL_ENOTSUP;
 }
 
-static cudaDataType_t cuda_type(uint32_t dtype) {
+cudaDataType_t be_cuda_data_type(uint32_t dtype) {
   switch (dtype) {
   case ACCEL_F64:
     return CUDA_R_64F;
@@ -118,7 +118,7 @@ static cublasStatus_t gemm(const be_cublas_api *api, cublasHandle_t h, cublasCom
   const void *alpha = sc->alpha, *beta = sc->beta;
   const void *pa = (const void *)(uintptr_t)a, *pb = (const void *)(uintptr_t)b;
   void *pc = (void *)(uintptr_t)c;
-  cudaDataType_t tab = cuda_type(g->ab_type), tc = cuda_type(g->c_type);
+  cudaDataType_t tab = be_cuda_data_type(g->ab_type), tc = be_cuda_data_type(g->c_type);
   int m = (int)g->m, n = (int)g->n, k = (int)g->k;
   if (g->batch == 1)
     return api->cublasGemmEx(h, op_of(g->trans_a), op_of(g->trans_b), m, n, k, alpha, pa, tab,

@@ -110,24 +110,11 @@ static struct be_cuda_lt *state_of(be_queue *q, const be_cublaslt_api *lt) {
   return s;
 }
 
-static cudaDataType_t lt_type(uint32_t dtype) {
-  switch (dtype) {
-  case ACCEL_F64:
-    return CUDA_R_64F;
-  case ACCEL_F16:
-    return CUDA_R_16F;
-  case ACCEL_BF16:
-    return CUDA_R_16BF;
-  default:
-    return CUDA_R_32F;
-  }
-}
-
 /* Column-major, as stored: rows x cols with leading dimension ld. */
 static bool layout(const be_cublaslt_api *lt, cublasLtMatrixLayout_t *out, uint32_t dtype,
                    int64_t rows, int64_t cols, int64_t ld) {
-  return lt->cublasLtMatrixLayoutCreate(out, lt_type(dtype), (uint64_t)rows, (uint64_t)cols, ld) ==
-         CUBLAS_STATUS_SUCCESS;
+  return lt->cublasLtMatrixLayoutCreate(out, be_cuda_data_type(dtype), (uint64_t)rows,
+                                        (uint64_t)cols, ld) == CUBLAS_STATUS_SUCCESS;
 }
 
 static bool set_trans(const be_cublaslt_api *lt, cublasLtMatmulDesc_t d,

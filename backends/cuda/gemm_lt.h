@@ -17,6 +17,9 @@ int be_cuda_gemm_lt(be_queue *q, cublasComputeType_t ct, const be_gemm_args *g, 
  * still lives (else it went with the context). */
 void be_cuda_gemm_lt_release(be_queue *q, bool context_alive);
 
+/* The CUDA data type of an accel dtype of gemm: F64, F16, BF16, else F32 (blas.c). */
+cudaDataType_t be_cuda_data_type(uint32_t dtype);
+
 /* A cuBLAS status as accel's code (blas.c); an execution failure asks the stream whether the
  * context broke under it (then the device is lost). */
 int be_cuda_gemm_error(be_queue *q, cublasStatus_t s);
