@@ -57,6 +57,10 @@ static int add_transfer(dev_world *w, dev_buffer *b, int src, int dst, dev_op *o
   t->src_gen = src >= 0 ? w->nodes[src].generation : 0;
   t->completion = (accel_completion)op->h.completion;
   dev_task_count_for(t, op);
+  if (w->on_transfer) {
+    w->on_transfer(w->on_op_done_arg, 1);
+    t->counted = true;
+  }
   /* It rewrites a replica: ordered like a writer, so readers of that replica wait for it. */
   int rc = dev_task_use(t, b, DEV_RW);
   if (src >= 0)

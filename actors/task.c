@@ -319,6 +319,8 @@ void dev_task_complete(dev_task *t, int status) {
   release_successors(t);
   if (t->kind == DEV_TASK_OP)
     dev_op_finished(t->world, t->op, t->status);
+  if (t->counted && t->world->on_transfer)
+    t->world->on_transfer(t->world->on_op_done_arg, -1); /* its op reports its failures */
   if (t->preds_alive == 0)
     task_free(t);
 }

@@ -165,6 +165,7 @@ struct dev_task {
   uint32_t nsame, same_cap;
   dev_task_state state;
   bool dispatched; /* sent to its kernel actor */
+  bool counted;    /* a transfer the client counts in flight (on_transfer) until it is done */
   dev_task *overflow_next;
   int status;
   be_event *event; /* made when another queue first waits for this task; owned */
@@ -195,6 +196,11 @@ struct dev_world {
   atomic_ullong h2d, d2h, d2d, written, read;
   void (*on_op_done)(void *arg, int status); /* every client op, once, on the loop */
   void *on_op_done_arg;
+  /* A transfer task planned for a client op begins (+1) or ends (-1), on the loop, with
+   * on_op_done_arg; may be NULL. An op may complete before a transfer it waited for reaches the
+   * loop (the device ran them in order, the completions came back in any order): counted, the
+   * transfer keeps accel_finish waiting until the loop knows it is done, which placement reads. */
+  void (*on_transfer)(void *arg, int delta);
   /* A device was quarantined (past its restart limit); on the loop. May be NULL. */
   void (*on_quarantine)(void *arg, accel_device device);
   void *on_quarantine_arg;

@@ -265,6 +265,10 @@ void client_op_done(accel_ctx *ctx, int status) {
   in_flight_remove(ctx, status);
 }
 
+void client_work_begin(accel_ctx *ctx) {
+  in_flight_add(ctx);
+}
+
 /* ---- sending ops ---- */
 
 /* Sends an op as it is (checked or not), counting it in flight: through chunk_send, which

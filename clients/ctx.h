@@ -107,6 +107,9 @@ RT_MUST_USE int client_submit(accel_ctx *ctx, dev_op *op, accel_device dev, acce
 
 /* An op the transport took has finished (any thread). */
 void client_op_done(accel_ctx *ctx, int status);
+/* Work the transport does for the client's ops besides the ops themselves (embedded: their
+ * transfers) counts in flight too, from here until a client_op_done with status 0. */
+void client_work_begin(accel_ctx *ctx);
 /* An op's status as its caller should see it, as it finishes (before client_op_done): a
  * create that failed marks its handle; an op that found no buffer behind a handle whose
  * create failed gets the create's error rather than ACCEL_ESTALE. */

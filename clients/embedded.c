@@ -89,6 +89,13 @@ static void on_op_done(void *arg, int status) {
   client_op_done(arg, status);
 }
 
+static void on_transfer(void *arg, int delta) {
+  if (delta > 0)
+    client_work_begin(arg);
+  else
+    client_op_done(arg, 0);
+}
+
 static int start_tree(accel_ctx *ctx, embedded *e) {
   int rc = dev_world_spawn(&e->world, NULL, &e->devices);
   if (rc != 0)
@@ -121,6 +128,7 @@ int client_embedded_open(accel_ctx *ctx, const char *query) {
     rc = dev_world_init(&e->world, ctx->rt, &wo);
   e->world.on_op_done = on_op_done;
   e->world.on_op_done_arg = ctx;
+  e->world.on_transfer = on_transfer;
   if (rc == 0)
     rc = start_tree(ctx, e);
   if (rc == 0)

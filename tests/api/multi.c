@@ -257,6 +257,34 @@ TEST(any_runs_where_the_inputs_are) {
   free(x);
 }
 
+/* accel_finish waits for the transfers its ops brought about, not only for the ops: an op
+ * may complete before the copy it waited for reaches the loop (the device ran them in order,
+ * their completions came back in any order), and a copy still counted as queued would make
+ * the next op on ANY avoid its device. Many rounds, each with a copy from the host. */
+TEST(accel_finish_waits_for_the_transfers_of_its_ops) {
+  accel_ctx *ctx = open_cpus(2);
+  size_t n = 4096;
+  float *x = rnd_floats(n, -3, 3);
+  accel_buffer X = buf_new(ctx, ACCEL_F32, n), Y = buf_new(ctx, ACCEL_F32, n);
+  accel_buffer Z = buf_new(ctx, ACCEL_F32, n);
+  for (int round = 0; round < 300; round++) {
+    accel_device d = cpu_dev(ctx, round % 2);
+    accel_future *f = NULL;
+    CHECK_OK(accel_write(ctx, X, 0, x, n, NULL)); /* on the host: the sigmoid copies it */
+    CHECK_OK(accel_sigmoid(ctx, d, Y, X, &f));
+    WAIT_OK(f);
+    accel_transfer_stats before = moved_now(ctx);
+    CHECK_OK(accel_tanh(ctx, ACCEL_DEVICE_ANY, Z, Y, &f));
+    WAIT_OK(f);
+    accel_transfer_stats after = moved_now(ctx);
+    if (after.device_to_device != before.device_to_device)
+      TEST_FAIL("round %d: the op on ANY moved %llu bytes between devices", round,
+                (unsigned long long)(after.device_to_device - before.device_to_device));
+  }
+  accel_close(ctx);
+  free(x);
+}
+
 /* With its inputs on the host (as far from one device as from the other), an op on ANY goes
  * to the device whose queue is shorter: device a has a batch of gemms queued, so the op runs
  * on b. (The gemms take tens of milliseconds; the op is submitted right behind them.) */
@@ -698,6 +726,7 @@ static const test_case tests[] = {
     TEST_CASE(different_backends_exchange_through_the_host),
     TEST_CASE(a_peer_copy_planned_before_its_source_restarted_takes_no_new_memory),
     TEST_CASE(any_runs_where_the_inputs_are),
+    TEST_CASE(accel_finish_waits_for_the_transfers_of_its_ops),
     TEST_CASE(any_runs_on_the_idle_device),
     TEST_CASE(any_stays_with_large_inputs_on_a_busy_device),
     TEST_CASE(all_reduce_matches_a_float64_reference),
