@@ -3,6 +3,7 @@
 
 #include <dlfcn.h>
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdlib.h>
 
 #include "accel/error.h"
@@ -50,14 +51,21 @@ static int resolve_lt(void *lib) {
 }
 #undef BE_CUBLAS_RESOLVE_
 
-static void load(void) {
-  void *lib = be_cuda_dlopen_first("ACCEL_CUDA_CUBLAS", cublas_names);
+/* The first library of `names` (env may name another) whose symbols `resolve` finds: true;
+ * else nothing stays open. */
+static bool load_lib(const char *env, const char *const *names, int (*resolve_fn)(void *)) {
+  void *lib = be_cuda_dlopen_first(env, names);
   if (lib == NULL)
-    return;
-  if (resolve(lib) == 0)
+    return false;
+  if (resolve_fn(lib) == 0)
+    return true;
+  dlclose(lib);
+  return false;
+}
+
+static void load(void) {
+  if (load_lib("ACCEL_CUDA_CUBLAS", cublas_names, resolve))
     loaded = &api;
-  else
-    dlclose(lib);
 }
 
 const be_cublas_api *be_cublas(void) {
@@ -66,13 +74,8 @@ const be_cublas_api *be_cublas(void) {
 }
 
 static void load_lt(void) {
-  void *lib = be_cuda_dlopen_first("ACCEL_CUDA_CUBLASLT", cublaslt_names);
-  if (lib == NULL)
-    return;
-  if (resolve_lt(lib) == 0)
+  if (load_lib("ACCEL_CUDA_CUBLASLT", cublaslt_names, resolve_lt))
     lt_loaded = &lt_api;
-  else
-    dlclose(lib);
 }
 
 const be_cublaslt_api *be_cublaslt(void) {

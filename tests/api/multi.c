@@ -232,6 +232,22 @@ static bool valid_on(accel_ctx *ctx, accel_device d, accel_buffer Z, accel_buffe
          after.device_to_device == before.device_to_device;
 }
 
+/* Y = sigmoid(X) on d, then Z = tanh(Y) on ANY, each waited for: what the second moved (each
+ * count after accel_finish). */
+static accel_transfer_stats any_after_one_on(accel_ctx *ctx, accel_device d, accel_buffer X,
+                                             accel_buffer Y, accel_buffer Z) {
+  accel_future *f = NULL;
+  CHECK_OK(accel_sigmoid(ctx, d, Y, X, &f));
+  WAIT_OK(f);
+  accel_transfer_stats before = moved_now(ctx);
+  CHECK_OK(accel_tanh(ctx, ACCEL_DEVICE_ANY, Z, Y, &f));
+  WAIT_OK(f);
+  accel_transfer_stats after = moved_now(ctx);
+  return (accel_transfer_stats){.host_to_device = after.host_to_device - before.host_to_device,
+                                .device_to_device = after.device_to_device -
+                                                    before.device_to_device};
+}
+
 /* ACCEL_DEVICE_ANY runs an op where its inputs are: computed on device b, used by an op on
  * ANY, the result is on b (and nothing moved); the same with the data on a. */
 TEST(any_runs_where_the_inputs_are) {
@@ -242,15 +258,9 @@ TEST(any_runs_where_the_inputs_are) {
   accel_buffer Z = buf_new(ctx, ACCEL_F32, n), S = buf_new(ctx, ACCEL_F32, n);
   for (int k = 1; k >= 0; k--) {
     accel_device d = cpu_dev(ctx, k);
-    accel_future *f = NULL;
-    CHECK_OK(accel_sigmoid(ctx, d, Y, X, &f));
-    WAIT_OK(f);
-    accel_transfer_stats before = moved_now(ctx);
-    CHECK_OK(accel_tanh(ctx, ACCEL_DEVICE_ANY, Z, Y, &f));
-    WAIT_OK(f);
-    accel_transfer_stats after = moved_now(ctx);
-    CHECK_EQ(after.host_to_device, before.host_to_device);
-    CHECK_EQ(after.device_to_device, before.device_to_device);
+    accel_transfer_stats moved = any_after_one_on(ctx, d, X, Y, Z);
+    CHECK_EQ(moved.host_to_device, 0);
+    CHECK_EQ(moved.device_to_device, 0);
     CHECK(valid_on(ctx, d, Z, S));
   }
   accel_close(ctx);
@@ -269,17 +279,11 @@ TEST(accel_finish_waits_for_the_transfers_of_its_ops) {
   accel_buffer Z = buf_new(ctx, ACCEL_F32, n);
   for (int round = 0; round < 300; round++) {
     accel_device d = cpu_dev(ctx, round % 2);
-    accel_future *f = NULL;
     CHECK_OK(accel_write(ctx, X, 0, x, n, NULL)); /* on the host: the sigmoid copies it */
-    CHECK_OK(accel_sigmoid(ctx, d, Y, X, &f));
-    WAIT_OK(f);
-    accel_transfer_stats before = moved_now(ctx);
-    CHECK_OK(accel_tanh(ctx, ACCEL_DEVICE_ANY, Z, Y, &f));
-    WAIT_OK(f);
-    accel_transfer_stats after = moved_now(ctx);
-    if (after.device_to_device != before.device_to_device)
+    accel_transfer_stats moved = any_after_one_on(ctx, d, X, Y, Z);
+    if (moved.device_to_device != 0)
       TEST_FAIL("round %d: the op on ANY moved %llu bytes between devices", round,
-                (unsigned long long)(after.device_to_device - before.device_to_device));
+                (unsigned long long)moved.device_to_device);
   }
   accel_close(ctx);
   free(x);
