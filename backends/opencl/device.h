@@ -158,8 +158,9 @@ void be_ocl_mem_free_all(be_device *dev);
 
 /* ---- kernels.c ------------------------------------------------------------------------------ */
 
-/* A launch of fn over `dims` dimensions of global size `global` (local size `local` or NULL)
- * with nargs arguments (sizes and pointers), under klock. */
+/* A launch of fn over `dims` (at most 3) dimensions of global size `global` with nargs
+ * arguments (sizes and pointers), under klock. Local size `local`, or NULL for a fixed shape
+ * (global rounded up to it: the kernel checks its range). */
 typedef struct be_ocl_arg {
   size_t size;
   const void *p;

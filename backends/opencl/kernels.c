@@ -2,6 +2,7 @@
  * C = beta C. Every entry checks the dtype first (ACCEL_ENOTSUP), then its ranges
  * (ACCEL_EINVAL), then the device (ACCEL_EDEVLOST), and queues nothing on failure. */
 #include <math.h>
+#include <stdint.h>
 
 #include "accel/error.h"
 #include "backends/opencl/device.h"
@@ -9,6 +10,23 @@
 /* clang-format off */
 #define ARG(x) {sizeof(x), &(x)}
 /* clang-format on */
+
+/* The built-in kernels' work-group shape when the caller gives none: 64 work items (8 x 8
+ * for 2-D and 3-D launches, the third dimension 1), fewer where the device allows fewer.
+ * Leaving it to the driver lets it pick a shape from each global size, and PoCL compiles (and
+ * caches on disk) one work-group function per shape: every new size of a small op cost a
+ * compile, and the cache grew without bound. The global size is rounded up to a multiple;
+ * every built-in kernel checks its range. False when rounding up would overflow. */
+static bool fixed_shape(size_t wg_max, cl_uint dims, const size_t *global, size_t *g, size_t *l) {
+  size_t side = wg_max >= 64 ? 8 : 1;
+  for (cl_uint i = 0; i < dims; i++) {
+    l[i] = dims == 1 ? (wg_max >= 64 ? 64 : 1) : (i < 2 ? side : 1);
+    if (global[i] > SIZE_MAX - l[i])
+      return false;
+    g[i] = (global[i] + l[i] - 1) / l[i] * l[i];
+  }
+  return true;
+}
 
 int be_ocl_launch(be_queue *q, be_ocl_fn fn, cl_uint dims, const size_t *global,
                   const size_t *local, const be_ocl_arg *args, cl_uint nargs) {
@@ -19,6 +37,13 @@ int be_ocl_launch(be_queue *q, be_ocl_fn fn, cl_uint dims, const size_t *global,
   for (cl_uint i = 0; i < dims; i++)
     if (global[i] == 0)
       return 0;
+  size_t g[3], l[3];
+  if (local == NULL) {
+    if (dims > 3 || !fixed_shape(dev->wg_max, dims, global, g, l))
+      return ACCEL_EINVAL;
+    global = g;
+    local = l;
+  }
   cl_int err = CL_SUCCESS;
   pthread_mutex_lock(&dev->klock);
   for (cl_uint i = 0; i < nargs && err == CL_SUCCESS; i++)

@@ -4,7 +4,8 @@
  *   - the program's disk cache: the first open compiles kernels.cl and writes the cache file,
  *     a second open loads it (no compilation), a corrupt file is rebuilt, an unwritable cache
  *     directory still works;
- *   - a fault, then reset: the fresh context comes from the cache and works.
+ *   - a fault, then reset: the fresh context comes from the cache and works;
+ *   - the built-in kernels' rounded-up launches write nothing past an op's range.
  * Every test uses a cache directory of its own (ACCEL_CACHE_DIR, a fresh temporary one).
  * Without an OpenCL device it exits 77 (meson's SKIP) and says why. Fresh random inputs each
  * run; ACCEL_TEST_SEED reproduces one. */
@@ -328,6 +329,100 @@ TEST(gemm_large_strided_batch) {
   B->close(d);
 }
 
+/* ---- launches past the range: the built-ins run a fixed work-group shape (kernels.c), so
+ * the global size is rounded up; every element past an op's range keeps its value. */
+
+#define TAIL 80 /* more than one work group of 64 */
+
+/* n floats of x; y holds y0 (n + TAIL); z starts as sentinels. axpy, relu, RNG bits and
+ * gemm's C = beta C (k = 0) of n elements, checked inside and past the range. */
+static void range_round(be_device *d, be_queue *q, size_t n) {
+  size_t len = n + TAIL;
+  float *x = xcalloc(len, 4), *y0 = xcalloc(len, 4), *got = xcalloc(len, 4);
+  uint32_t *bits = xcalloc(len, 4), *want_bits = xcalloc(n, 4);
+  for (size_t i = 0; i < len; i++) {
+    x[i] = rnd_float();
+    y0[i] = rnd_float();
+  }
+  be_mem mx = {0}, my = {0}, mz = {0}, mb = {0};
+  CHECK_OK(B->mem_alloc(d, len * 4, &mx));
+  CHECK_OK(B->mem_alloc(d, len * 4, &my));
+  CHECK_OK(B->mem_alloc(d, len * 4, &mz));
+  CHECK_OK(B->mem_alloc(d, len * 4, &mb));
+  CHECK_OK(B->copy_h2d(q, mx, 0, x, len * 4));
+  CHECK_OK(B->copy_h2d(q, my, 0, y0, len * 4));
+  CHECK_OK(B->copy_h2d(q, mz, 0, y0, len * 4));
+  CHECK_OK(B->fill(q, mb, 0, len, 4, 0xdeadbeefu));
+  CHECK_OK(B->blas->axpy(q, ACCEL_F32, n, 2.0, mx, 0, my, 0));
+  CHECK_OK(B->nn->unary(q, ACCEL_F32, BE_RELU, mz, 0, mx, 0, n));
+  be_rng_args r = {.dist = BE_RNG_BITS, .seed = rnd64(), .offset = rnd_range(0, 9)};
+  CHECK_OK(B->rng->fill(q, ACCEL_U32, mb, 0, n, &r));
+  CHECK_OK(B->copy_d2h(q, got, my, 0, len * 4));
+  finish(d, q);
+  for (size_t i = 0; i < len; i++) {
+    float want = i < n ? 2.0f * x[i] + y0[i] : y0[i];
+    if (!(fabsf(got[i] - want) <= 1e-6f * (1 + fabsf(want))))
+      TEST_FAIL("axpy n %zu: y[%zu] = %g, want %g", n, i, (double)got[i], (double)want);
+  }
+  CHECK_OK(B->copy_d2h(q, got, mz, 0, len * 4));
+  CHECK_OK(B->copy_d2h(q, bits, mb, 0, len * 4));
+  finish(d, q);
+  for (size_t i = 0; i < len; i++) {
+    float want = i < n ? (x[i] > 0 ? x[i] : 0) : y0[i];
+    if (got[i] != want)
+      TEST_FAIL("relu n %zu: z[%zu] = %g, want %g", n, i, (double)got[i], (double)want);
+  }
+  CHECK_OK(be_cpu_philox_fill_u32(want_bits, n, r.seed, r.offset));
+  for (size_t i = 0; i < len; i++)
+    if (bits[i] != (i < n ? want_bits[i] : 0xdeadbeefu))
+      TEST_FAIL("rng n %zu: word %zu = %08x", n, i, bits[i]);
+  /* C = -0.5 C over a batch of 2 (m x 1 each, ldc m, stride m): 2m elements, the rest kept. */
+  be_gemm_args g = {.m = (int64_t)n / 2 + 1,
+                    .n = 1,
+                    .k = 0,
+                    .alpha = 1,
+                    .beta = -0.5,
+                    .lda = 1,
+                    .ldb = 1,
+                    .ab_type = ACCEL_F32,
+                    .c_type = ACCEL_F32,
+                    .batch = 2};
+  g.lda = g.ldc = g.m;
+  g.stride_c = g.m;
+  CHECK_OK(B->copy_h2d(q, my, 0, y0, len * 4));
+  CHECK_OK(B->blas->gemm(q, &g, mx, 0, mx, 0, my, 0));
+  CHECK_OK(B->copy_d2h(q, got, my, 0, len * 4));
+  finish(d, q);
+  for (size_t i = 0; i < len; i++) {
+    float want = i < (size_t)(2 * g.m) ? -0.5f * y0[i] : y0[i];
+    if (got[i] != want)
+      TEST_FAIL("C = beta C, m %" PRId64 ": C[%zu] = %g, want %g", g.m, i, (double)got[i],
+                (double)want);
+  }
+  B->mem_free(d, &mx);
+  B->mem_free(d, &my);
+  B->mem_free(d, &mz);
+  B->mem_free(d, &mb);
+  free(x);
+  free(y0);
+  free(got);
+  free(bits);
+  free(want_bits);
+}
+
+TEST(built_in_launches_stop_at_their_range) {
+  be_device *d = dev_open(0);
+  be_queue *q = NULL;
+  CHECK_OK(B->queue_create(d, &q));
+  static const size_t sizes[] = {1, 2, 63, 64, 65, 127, 129};
+  for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
+    range_round(d, q, sizes[i]);
+  for (int rep = 0; rep < 4; rep++)
+    range_round(d, q, rnd_range(130, 20000));
+  B->queue_destroy(q);
+  B->close(d);
+}
+
 TEST(info_names_platform_and_device) {
   be_device *d = dev_open(0);
   be_device_info info;
@@ -341,7 +436,7 @@ static const test_case tests[] = {
     TEST_CASE(info_names_platform_and_device), TEST_CASE(rng_bit_identical_to_cpu),
     TEST_CASE(gemm_large_strided_batch),       TEST_CASE(program_cache_used_on_second_open),
     TEST_CASE(program_cache_corrupt_rebuilt),  TEST_CASE(program_cache_unwritable),
-    TEST_CASE(fault_then_reset_from_cache),
+    TEST_CASE(fault_then_reset_from_cache),    TEST_CASE(built_in_launches_stop_at_their_range),
 };
 
 int main(int argc, char **argv) {
