@@ -175,7 +175,9 @@ typedef struct be_ops {
    * fn has run (fn still runs once, after the work before it, with the same exactly-once and
    * error rules as host_callback). The functions of one queue's host_notify calls run in
    * submission order; nothing orders them against its host_callback functions. A backend
-   * whose host functions never hold its queue long may point this at host_callback (cpu). */
+   * whose host functions never hold its queue long may point this at host_callback. fn must
+   * be quick: where the work before it is already done, fn may run at once, on the calling
+   * thread, before host_notify returns (the cpu backend's idle queues do). */
   int (*host_notify)(be_queue *q, be_host_fn fn, void *arg);
 
   /* Every element of dst[off .. off + count) = the low `esize` bytes of value (esize 1, 2, 4

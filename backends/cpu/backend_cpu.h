@@ -33,6 +33,7 @@ int be_cpu_submit_d2h(be_queue *q, void *dst, be_mem src, size_t src_off, size_t
 int be_cpu_submit_d2d(be_queue *q, be_mem dst, size_t dst_off, be_mem src, size_t src_off,
                       size_t bytes);
 int be_cpu_submit_callback(be_queue *q, be_host_fn fn, void *arg);
+int be_cpu_submit_notify(be_queue *q, be_host_fn fn, void *arg);
 /* Any two devices of the backend share the address space: a peer copy is a d2d copy. */
 bool be_cpu_can_peer(be_device *dst, be_device *src);
 int be_cpu_submit_peer(be_queue *q, be_mem dst, size_t dst_off, be_device *src_dev, be_mem src,

@@ -1,4 +1,5 @@
-/* Runs one copy or kernel item of a cpu queue on its worker thread: the kernels of
+/* Runs one copy or kernel item of a cpu queue on its worker thread (a tiny one where it is
+ * submitted: be_cpu_item_tiny): the kernels of
  * cpu_kernels.h on the addresses the submitter checked (ops.c). Scratch the kernels need
  * (16-bit gemm and softmax) is allocated here, on the worker, never on the submitting loop. */
 #include "accel/error.h"
@@ -68,4 +69,30 @@ int be_cpu_item_run(const be_cpu_item *it) {
     break; /* the queue runs these itself */
   }
   return ACCEL_EINVAL;
+}
+
+/* About a microsecond of work on one core: run where it is submitted (queue.h). Gemm and
+ * softmax are left out: 16-bit ones allocate scratch, which stays off the submitting loop. */
+#define TINY_BYTES 16384
+#define TINY_ELEMENTS 4096
+
+bool be_cpu_item_tiny(const be_cpu_item *it) {
+  switch (it->kind) {
+  case BE_CPU_CALLBACK:
+    return it->u.cb.quick;
+  case BE_CPU_COPY:
+    return it->u.copy.bytes <= TINY_BYTES;
+  case BE_CPU_FILL:
+    return it->u.fill.count <= TINY_BYTES / it->u.fill.esize;
+  case BE_CPU_RNG:
+    return it->u.rng.count <= TINY_ELEMENTS;
+  case BE_CPU_AXPY:
+  case BE_CPU_DOT:
+  case BE_CPU_SCAL:
+    return it->u.vec.n <= TINY_ELEMENTS;
+  case BE_CPU_UNARY:
+    return it->u.unary.count <= TINY_ELEMENTS;
+  default:
+    return false;
+  }
 }

@@ -89,6 +89,13 @@ int be_cpu_submit_callback(be_queue *q, be_host_fn fn, void *arg) {
   return submit(q, &it, fn == NULL ? ACCEL_EINVAL : 0);
 }
 
+/* A host_callback may hold the queue as long as it likes; a notification is quick by
+ * contract (backend.h), so on an idle queue it runs at once, on the submitting thread. */
+int be_cpu_submit_notify(be_queue *q, be_host_fn fn, void *arg) {
+  be_cpu_item it = {.kind = BE_CPU_CALLBACK, .u.cb = {.fn = fn, .arg = arg, .quick = true}};
+  return submit(q, &it, fn == NULL ? ACCEL_EINVAL : 0);
+}
+
 /* ---- BLAS ---------------------------------------------------------------------------- */
 
 static int gemm_limits(const be_gemm_args *g) {

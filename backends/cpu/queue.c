@@ -115,6 +115,7 @@ static be_cpu_item *take_batch(be_queue *q, be_cpu_item **last) {
   be_cpu_item *first = q->head;
   *last = q->tail;
   q->head = q->tail = NULL;
+  q->executing = first != NULL;
   atomic_store_explicit(&q->pending, false, memory_order_relaxed);
   return first;
 }
@@ -122,15 +123,15 @@ static be_cpu_item *take_batch(be_queue *q, be_cpu_item **last) {
 /* Runs each batch without the lock, in order; exits once stopping and drained. */
 static void *worker(void *arg) {
   be_queue *q = arg;
-  uint64_t count = 0;
   be_cpu_item *first, *last;
   pthread_mutex_lock(&q->lock);
   while ((first = take_batch(q, &last)) != NULL) {
     pthread_mutex_unlock(&q->lock);
     size_t n = 0;
     for (be_cpu_item *it = first; it != NULL; it = it->next, n++)
-      run_item(q, it, ++count);
+      run_item(q, it, it->seq);
     pthread_mutex_lock(&q->lock);
+    q->executing = false;
     recycle(q, first, last, n);
   }
   pthread_mutex_unlock(&q->lock);
@@ -218,14 +219,14 @@ void be_cpu_queue_unref(be_queue *q) {
 
 /* ---- submission ---------------------------------------------------------------------- */
 
-/* A node from the free list, or a new one (allocated without the lock held). */
+/* With the lock held: a node from the free list, or a new one (allocated with the lock
+ * released, then taken again). NULL, unlocked, when out of memory. */
 static be_cpu_item *take_node(be_queue *q) {
-  pthread_mutex_lock(&q->lock);
   be_cpu_item *node = q->free;
   if (node != NULL) {
     q->free = node->next;
     q->nfree--;
-    return node; /* still locked */
+    return node;
   }
   pthread_mutex_unlock(&q->lock);
   node = rt_malloc(sizeof *node);
@@ -234,20 +235,34 @@ static be_cpu_item *take_node(be_queue *q) {
   return node;
 }
 
+/* Under the lock, the only submitter here: nothing queued and no batch running, so every
+ * earlier item is done and this one may run now, in order, on this thread. */
+static bool runs_inline(const be_queue *q, const be_cpu_item *item) {
+  return q->head == NULL && !q->executing && !q->stopping && be_cpu_item_tiny(item);
+}
+
 int be_cpu_queue_submit(be_queue *q, const be_cpu_item *item) {
   if (be_cpu_lost(q->dev, q->gen))
     return ACCEL_EDEVLOST;
+  pthread_mutex_lock(&q->lock);
+  if (runs_inline(q, item)) {
+    be_cpu_item now = *item;
+    now.seq = ++q->submitted;
+    pthread_mutex_unlock(&q->lock);
+    run_item(q, &now, now.seq);
+    return 0;
+  }
   be_cpu_item *node = take_node(q);
   if (node == NULL)
     return ACCEL_ENOMEM;
   *node = *item;
   node->next = NULL;
+  node->seq = ++q->submitted;
   if (q->tail != NULL)
     q->tail->next = node;
   else
     q->head = node;
   q->tail = node;
-  q->submitted++;
   atomic_store_explicit(&q->pending, true, memory_order_relaxed);
   /* Only a sleeping worker needs the (costly) signal; one signal per sleep is enough. */
   bool wake = q->sleeping;

@@ -1,9 +1,9 @@
 /* The cpu backend's queue: one worker thread running a FIFO of items in order (internal to
  * backends/cpu/).
  *
- * Items are counted from 1 in submission order; `done` is how many have completed (the worker
- * is its only writer). An event is a (queue, count) pair: it is complete once done >= count,
- * so recording one queues nothing. Items are copied into nodes kept on a free list per queue,
+ * Items are counted from 1 in submission order; `done` is how many have completed. An event
+ * is a (queue, count) pair: it is complete once done >= count, so recording one queues
+ * nothing. Items are copied into nodes kept on a free list per queue,
  * so a steady stream of submissions allocates nothing. The worker spins briefly after its
  * work before it sleeps (device.h: spin_ns), and is signalled only when it sleeps.
  *
@@ -43,6 +43,7 @@ typedef enum be_cpu_item_kind {
  * accel_dtype values the package checked (packages.c). */
 typedef struct be_cpu_item {
   struct be_cpu_item *next;
+  uint64_t seq; /* its number in the queue's order, from 1 (set by submit) */
   be_cpu_item_kind kind;
   union {
     struct {
@@ -53,6 +54,7 @@ typedef struct be_cpu_item {
     struct {
       be_host_fn fn;
       void *arg;
+      bool quick; /* host_notify's: may run inline (be_cpu_item_tiny) */
     } cb;
     struct {
       be_queue *q; /* a reference, dropped once the wait is over */
@@ -118,6 +120,7 @@ struct be_queue {
   be_cpu_item *head, *tail, *free;
   size_t nfree;
   bool sleeping, stopping;
+  bool executing; /* the worker runs a batch (the lock released): nothing runs inline */
   uint64_t submitted;
   atomic_bool pending; /* items queued (also written under lock): what a spinning worker polls */
   /* Written by the worker, read by anyone: */
@@ -135,7 +138,10 @@ void be_cpu_queue_ref(be_queue *q);
 void be_cpu_queue_unref(be_queue *q);
 
 /* Queues a copy of *item. ACCEL_EDEVLOST if the queue is lost, ACCEL_ENOMEM; on failure
- * nothing is queued (and a wait item's reference is still the caller's). */
+ * nothing is queued (and a wait item's reference is still the caller's). A tiny item
+ * (be_cpu_item_tiny) submitted to an idle queue (nothing queued, the worker not running a
+ * batch) runs at once on the submitting thread instead: handing it to the worker and hearing
+ * back costs two thread wake-ups, many times the work itself. */
 RT_MUST_USE int be_cpu_queue_submit(be_queue *q, const be_cpu_item *item);
 
 /* How many items have been submitted: an event recorded now covers them. Submitting thread. */
@@ -153,6 +159,9 @@ void be_cpu_queue_wake(be_queue *q);
 
 /* item.c: runs a kernel or copy item; 0 or the kernel's error. */
 int be_cpu_item_run(const be_cpu_item *item);
+/* item.c: true for an item of about a microsecond of work or less (a notification, a copy or
+ * fill of a few KiB, a kernel over a few thousand elements); never a wait or a collective. */
+bool be_cpu_item_tiny(const be_cpu_item *item);
 /* collective.c: runs a BE_CPU_COLLECTIVE item. */
 int be_cpu_collective_run(const be_cpu_item *item);
 

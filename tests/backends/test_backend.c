@@ -595,6 +595,51 @@ TEST(host_notify_pending_and_fault) {
   each_device(notify_pending_dev);
 }
 
+static bool testing_cpu(void) {
+  for (const be_entry *e = be_registry(); e->name != NULL; e++)
+    if (strcmp(e->name, "cpu") == 0)
+      return e->ops == B;
+  return false;
+}
+
+/* The cpu backend runs tiny work submitted to an idle queue on the submitting thread
+ * (backends/cpu/queue.h): it is done, in order, when the submit returns, with no worker in
+ * between. A host_callback (it may hold the queue) still goes to the worker, and tiny work
+ * behind it waits its turn (host_notify_pending_and_fault). */
+static void tiny_at_once_dev(void) {
+  if (!testing_cpu()) {
+    printf("    not the cpu backend: nothing to check\n");
+    return;
+  }
+  be_device *d = dev_open(0);
+  be_queue *q = queue_new(d);
+  be_mem m = mem_new(d, 4096);
+  be_event *ev = event_new(d);
+  atomic_int next = 0;
+  cb_rec *r = cb_recs(3, &next);
+  for (uint32_t round = 0; round < 3; round++) {
+    uint32_t got[1024] = {0};
+    CHECK_OK(be_fill_u32(B, q, m, 0, 1024, round + 7));
+    CHECK_OK(B->copy_d2h(q, got, m, 0, sizeof got));
+    CHECK_OK(B->host_notify(q, cb_fn, &r[round]));
+    CHECK_EQ(atomic_load(&r[round].calls), 1);
+    CHECK_EQ(atomic_load(&r[round].order), round);
+    for (size_t i = 0; i < 1024; i++)
+      CHECK_EQ(got[i], round + 7);
+    CHECK_OK(B->event_record(ev, q));
+    CHECK_OK(B->event_query(ev)); /* complete already: never EAGAIN */
+  }
+  B->event_destroy(ev);
+  free(r);
+  B->queue_destroy(q);
+  B->mem_free(d, &m);
+  B->close(d);
+}
+
+TEST(cpu_tiny_work_on_an_idle_queue_runs_at_once) {
+  each_device(tiny_at_once_dev);
+}
+
 /* q1 is held by a gate, then fills A; q2 waits for q1's event, then reads A. While the gate
  * is closed q2's work must stay pending; once open, q2 reads the fill. */
 static void cross_queue_wait_dev(void) {
@@ -2056,6 +2101,7 @@ static const test_case tests[] = {
     TEST_CASE(host_callbacks_once_in_order),
     TEST_CASE(host_notify_once_in_order_after_work),
     TEST_CASE(host_notify_pending_and_fault),
+    TEST_CASE(cpu_tiny_work_on_an_idle_queue_runs_at_once),
     TEST_CASE(cross_queue_event_wait),
     TEST_CASE(queue_wait_captures_point),
     TEST_CASE(event_query_sync),
