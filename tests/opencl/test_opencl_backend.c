@@ -444,6 +444,16 @@ int main(int argc, char **argv) {
   uint64_t seed = env != NULL ? strtoull(env, NULL, 0) : test_now_ns() ^ ((uint64_t)getpid() << 32);
   printf("# seed %" PRIu64 " (rerun with ACCEL_TEST_SEED=%" PRIu64 ")\n", seed, seed);
   rng_state = seed;
+  snprintf(cache_root, sizeof cache_root, "/tmp/accel-opencl-test-XXXXXX");
+  if (mkdtemp(cache_root) == NULL) {
+    perror("mkdtemp");
+    return 1;
+  }
+  /* PoCL's own kernel cache too, before the first OpenCL call: the machine's (which grows
+   * with every work-group shape ever compiled) would make timings depend on its history. */
+  char pocl_dir[300];
+  snprintf(pocl_dir, sizeof pocl_dir, "%s/pocl", cache_root);
+  CHECK_EQ(setenv("POCL_CACHE_DIR", pocl_dir, 1), 0);
   for (const be_entry *e = be_registry(); e->name != NULL; e++)
     if (strcmp(e->name, "opencl") == 0)
       B = e->ops;
@@ -451,12 +461,8 @@ int main(int argc, char **argv) {
   char why[128] = "not built";
   if (B == NULL || B->probe(&count, why, sizeof why) != 0 || count == 0) {
     printf("1..0 # SKIP no OpenCL device (%s)\n", why);
+    rmdir(cache_root);
     return 77;
-  }
-  snprintf(cache_root, sizeof cache_root, "/tmp/accel-opencl-test-XXXXXX");
-  if (mkdtemp(cache_root) == NULL) {
-    perror("mkdtemp");
-    return 1;
   }
   CHECK_EQ(setenv("ACCEL_CACHE_DIR", cache_root, 1), 0);
   int rc = test_main_(argc, argv, tests, sizeof tests / sizeof tests[0]);
