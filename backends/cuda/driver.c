@@ -171,13 +171,17 @@ const char *be_cuda_err_name(CUresult r) {
   return buf;
 }
 
-CUresult be_cuda_trace(const char *what, CUresult r) {
+bool be_cuda_tracing(void) {
   static atomic_int on = -1;
   if (atomic_load(&on) < 0) {
     const char *v = getenv("ACCEL_CUDA_TRACE");
     atomic_store(&on, v != NULL && strcmp(v, "1") == 0);
   }
-  if (atomic_load(&on) > 0)
+  return atomic_load(&on) > 0;
+}
+
+CUresult be_cuda_trace(const char *what, CUresult r) {
+  if (be_cuda_tracing())
     fprintf(stderr, "accel-cuda: %s: %s\n", what, be_cuda_err_name(r));
   return r;
 }

@@ -81,4 +81,7 @@ const char *be_cuda_err_name(CUresult r);
  * the rare paths: faults, resets, start-up). Returns r. */
 CUresult be_cuda_trace(const char *what, CUresult r);
 
+/* Whether ACCEL_CUDA_TRACE=1 (read once), for traces of other libraries' statuses. */
+bool be_cuda_tracing(void);
+
 #endif

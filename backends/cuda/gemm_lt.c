@@ -18,6 +18,7 @@
  * comes from the device's stream-ordered pool (cuMemAllocAsync on the queue's stream: it does
  * not wait for the device, as cuMemAlloc would, with every client behind the loop); a driver
  * without one leaves the plans without a workspace. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -31,11 +32,17 @@
 /* Split-k algorithms of small products keep their partial sums here. */
 #define LT_WORKSPACE ((size_t)8 << 20)
 
-typedef struct lt_key { /* compared with memcmp: no padding (`zero` fills it) */
+/* A plan is per shape and per alignment of the three pointers: cuBLASLt's heuristic assumes
+ * 256-byte aligned matrices unless told otherwise, and its matmul then refuses a pointer at an
+ * offset into a buffer (CUBLAS_STATUS_NOT_SUPPORTED). */
+#define LT_MAX_ALIGN 256u
+
+typedef struct lt_key { /* compared with memcmp: no padding */
   int64_t m, n, k, lda, ldb, ldc;
-  uint32_t ab_type, c_type;
-  int32_t trans_a, trans_b, compute, zero;
+  uint32_t ab_type, c_type, align_a, align_b, align_c;
+  int32_t trans_a, trans_b, compute;
 } lt_key;
+_Static_assert(sizeof(lt_key) == 6 * sizeof(int64_t) + 8 * sizeof(uint32_t), "lt_key: no padding");
 
 typedef struct lt_plan {
   lt_key key;
@@ -62,6 +69,16 @@ static bool lt_enabled(void) {
     atomic_store(&on, !(v != NULL && strcmp(v, "0") == 0));
   }
   return atomic_load(&on) > 0;
+}
+
+/* st is success; else, with ACCEL_CUDA_TRACE=1, says on stderr which step refused. */
+static bool lt_ok(const char *what, cublasStatus_t st) {
+  if (st == CUBLAS_STATUS_SUCCESS)
+    return true;
+  if (be_cuda_tracing())
+    fprintf(stderr, "accel-cuda: cuBLASLt %s: status %d (that shape goes to cublasGemmEx)\n", what,
+            (int)st);
+  return false;
 }
 
 static void plan_clear(const be_cublaslt_api *lt, lt_plan *p) {
@@ -102,7 +119,8 @@ static struct be_cuda_lt *state_of(be_queue *q, const be_cublaslt_api *lt) {
     return NULL;
   }
   if (be_cu.cuMemAllocAsync != NULL && be_cu.cuMemFreeAsync != NULL &&
-      be_cu.cuMemAllocAsync(&s->work, LT_WORKSPACE, q->stream) == CUDA_SUCCESS)
+      be_cuda_trace("cuBLASLt workspace",
+                    be_cu.cuMemAllocAsync(&s->work, LT_WORKSPACE, q->stream)) == CUDA_SUCCESS)
     s->work_size = LT_WORKSPACE;
   else
     s->work = 0; /* plans without a workspace */
@@ -113,13 +131,13 @@ static struct be_cuda_lt *state_of(be_queue *q, const be_cublaslt_api *lt) {
 /* Column-major, as stored: rows x cols with leading dimension ld. */
 static bool layout(const be_cublaslt_api *lt, cublasLtMatrixLayout_t *out, uint32_t dtype,
                    int64_t rows, int64_t cols, int64_t ld) {
-  return lt->cublasLtMatrixLayoutCreate(out, be_cuda_data_type(dtype), (uint64_t)rows,
-                                        (uint64_t)cols, ld) == CUBLAS_STATUS_SUCCESS;
+  return lt_ok("layout", lt->cublasLtMatrixLayoutCreate(out, be_cuda_data_type(dtype),
+                                                        (uint64_t)rows, (uint64_t)cols, ld));
 }
 
 static bool set_trans(const be_cublaslt_api *lt, cublasLtMatmulDesc_t d,
                       cublasLtMatmulDescAttributes_t attr, int32_t op) {
-  return lt->cublasLtMatmulDescSetAttribute(d, attr, &op, sizeof op) == CUBLAS_STATUS_SUCCESS;
+  return lt_ok("transpose", lt->cublasLtMatmulDescSetAttribute(d, attr, &op, sizeof op));
 }
 
 /* Descriptors and layouts of the key's operation; false if any could not be made. */
@@ -127,8 +145,8 @@ static bool plan_describe(const be_cublaslt_api *lt, lt_plan *p) {
   const lt_key *k = &p->key;
   cudaDataType_t scale = k->compute == CUBLAS_COMPUTE_64F ? CUDA_R_64F : CUDA_R_32F;
   bool ta = k->trans_a != CUBLAS_OP_N, tb = k->trans_b != CUBLAS_OP_N;
-  return lt->cublasLtMatmulDescCreate(&p->desc, (cublasComputeType_t)k->compute, scale) ==
-             CUBLAS_STATUS_SUCCESS &&
+  return lt_ok("descriptor",
+               lt->cublasLtMatmulDescCreate(&p->desc, (cublasComputeType_t)k->compute, scale)) &&
          set_trans(lt, p->desc, CUBLASLT_MATMUL_DESC_TRANSA, k->trans_a) &&
          set_trans(lt, p->desc, CUBLASLT_MATMUL_DESC_TRANSB, k->trans_b) &&
          layout(lt, &p->la, k->ab_type, ta ? k->k : k->m, ta ? k->m : k->k, k->lda) &&
@@ -136,19 +154,31 @@ static bool plan_describe(const be_cublaslt_api *lt, lt_plan *p) {
          layout(lt, &p->lc, k->c_type, k->m, k->n, k->ldc);
 }
 
-/* The heuristic's first algorithm within the workspace; false if it has none. */
+static bool set_align(const be_cublaslt_api *lt, cublasLtMatmulPreference_t pref,
+                      cublasLtMatmulPreferenceAttributes_t attr, uint32_t bytes) {
+  return lt_ok("alignment",
+               lt->cublasLtMatmulPreferenceSetAttribute(pref, attr, &bytes, sizeof bytes));
+}
+
+/* The heuristic's first algorithm within the workspace and for the pointers' alignment; false
+ * if it has none. */
 static bool plan_choose(const be_cublaslt_api *lt, struct be_cuda_lt *s, lt_plan *p) {
   cublasLtMatmulPreference_t pref = NULL;
-  if (lt->cublasLtMatmulPreferenceCreate(&pref) != CUBLAS_STATUS_SUCCESS)
+  if (!lt_ok("preference", lt->cublasLtMatmulPreferenceCreate(&pref)))
     return false;
   cublasLtMatmulHeuristicResult_t r;
   int found = 0;
-  bool ok = lt->cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
-                                                     &s->work_size, sizeof s->work_size) ==
-                CUBLAS_STATUS_SUCCESS &&
-            lt->cublasLtMatmulAlgoGetHeuristic(s->handle, p->desc, p->la, p->lb, p->lc, p->lc, pref,
-                                               1, &r, &found) == CUBLAS_STATUS_SUCCESS &&
-            found > 0 && r.state == CUBLAS_STATUS_SUCCESS;
+  bool ok =
+      lt_ok("workspace size",
+            lt->cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                     &s->work_size, sizeof s->work_size)) &&
+      set_align(lt, pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, p->key.align_a) &&
+      set_align(lt, pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, p->key.align_b) &&
+      set_align(lt, pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, p->key.align_c) &&
+      set_align(lt, pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, p->key.align_c) &&
+      lt_ok("heuristic", lt->cublasLtMatmulAlgoGetHeuristic(s->handle, p->desc, p->la, p->lb, p->lc,
+                                                            p->lc, pref, 1, &r, &found)) &&
+      lt_ok("heuristic: no algorithm", found > 0 ? r.state : CUBLAS_STATUS_NOT_SUPPORTED);
   lt->cublasLtMatmulPreferenceDestroy(pref);
   if (ok)
     p->algo = r.algo;
@@ -176,7 +206,14 @@ static lt_plan *plan_for(const be_cublaslt_api *lt, struct be_cuda_lt *s, const 
   return victim;
 }
 
-static void key_of(lt_key *k, cublasComputeType_t ct, const be_gemm_args *g) {
+/* The largest power of two dividing p, LT_MAX_ALIGN at most. */
+static uint32_t align_of(CUdeviceptr p) {
+  uint64_t low = (uint64_t)p & (~(uint64_t)p + 1); /* lowest set bit; 0 for a null pointer */
+  return low == 0 || low > LT_MAX_ALIGN ? LT_MAX_ALIGN : (uint32_t)low;
+}
+
+static void key_of(lt_key *k, cublasComputeType_t ct, const be_gemm_args *g, CUdeviceptr a,
+                   CUdeviceptr b, CUdeviceptr c) {
   *k = (lt_key){.m = g->m,
                 .n = g->n,
                 .k = g->k,
@@ -185,6 +222,9 @@ static void key_of(lt_key *k, cublasComputeType_t ct, const be_gemm_args *g) {
                 .ldc = g->ldc,
                 .ab_type = g->ab_type,
                 .c_type = g->c_type,
+                .align_a = align_of(a),
+                .align_b = align_of(b),
+                .align_c = align_of(c),
                 .trans_a = g->trans_a == BE_BLAS_TRANS ? CUBLAS_OP_T : CUBLAS_OP_N,
                 .trans_b = g->trans_b == BE_BLAS_TRANS ? CUBLAS_OP_T : CUBLAS_OP_N,
                 .compute = ct};
@@ -199,14 +239,20 @@ static bool small(const be_gemm_args *g) {
 
 int be_cuda_gemm_lt(be_queue *q, cublasComputeType_t ct, const be_gemm_args *g, const void *alpha,
                     const void *beta, CUdeviceptr a, CUdeviceptr b, CUdeviceptr c) {
-  const be_cublaslt_api *lt = be_cublaslt();
-  if (g->batch != 1 || !small(g) || lt == NULL || !lt_enabled())
+  if (g->batch != 1 || !small(g) || !lt_enabled())
     return ACCEL_EAGAIN;
+  const be_cublaslt_api *lt = be_cublaslt();
+  if (lt == NULL) {
+    static atomic_bool told;
+    if (be_cuda_tracing() && !atomic_exchange(&told, true))
+      fprintf(stderr, "accel-cuda: cuBLASLt not loaded: small gemms go to cublasGemmEx\n");
+    return ACCEL_EAGAIN;
+  }
   struct be_cuda_lt *s = state_of(q, lt);
   if (s == NULL)
     return ACCEL_EAGAIN;
   lt_key key;
-  key_of(&key, ct, g);
+  key_of(&key, ct, g, a, b, c);
   lt_plan *p = plan_for(lt, s, &key);
   if (p->none)
     return ACCEL_EAGAIN;
@@ -216,6 +262,7 @@ int be_cuda_gemm_lt(be_queue *q, cublasComputeType_t ct, const be_gemm_args *g, 
                                          pc, p->lc, &p->algo, (void *)(uintptr_t)s->work,
                                          s->work_size, q->stream);
   if (st == CUBLAS_STATUS_NOT_SUPPORTED || st == CUBLAS_STATUS_INVALID_VALUE) {
+    lt_ok("matmul", st);
     p->none = true; /* refused before anything was queued: cuBLAS's own way then */
     return ACCEL_EAGAIN;
   }

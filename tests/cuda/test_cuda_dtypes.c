@@ -131,12 +131,12 @@ static bool in_c(const be_gemm_args *g, size_t e) {
   return false;
 }
 
-static void gemm_case(fx *f, const combo *cb, const be_gemm_args *g) {
+/* One gemm with A, B and C at `off` elements into their buffers, checked against float64. */
+static void gemm_case_at(fx *f, const combo *cb, const be_gemm_args *g, size_t off) {
   size_t ea = be_dtype_size(cb->ab), ec = be_dtype_size(cb->c);
   int64_t ar, ac, br, bc;
   be_blas_stored_shape(g->trans_a, g->m, g->k, &ar, &ac);
   be_blas_stored_shape(g->trans_b, g->k, g->n, &br, &bc);
-  size_t off = cuda_rnd_range(0, 3);
   size_t na = off + span_of(g->batch, g->stride_a, matrix_len(ar, ac, g->lda));
   size_t nb = off + span_of(g->batch, g->stride_b, matrix_len(br, bc, g->ldb));
   size_t nc = off + span_of(g->batch, g->stride_c, matrix_len(g->m, g->n, g->ldc));
@@ -187,6 +187,10 @@ static void gemm_case(fx *f, const combo *cb, const be_gemm_args *g) {
   free(b);
   free(c);
   free(got);
+}
+
+static void gemm_case(fx *f, const combo *cb, const be_gemm_args *g) {
+  gemm_case_at(f, cb, g, cuda_rnd_range(0, 3));
 }
 
 /* A random gemm: shapes up to 70 (k = 0 one time in 8), alpha = 0 one in 8, beta = 0 one in
@@ -267,23 +271,31 @@ TEST(small_gemms_run_through_cached_plans) {
   const combo *cb = &combos[2]; /* F32, FP32 math */
   be_gemm_args g = random_gemm(cb, 64);
   g.batch = 1;
+  g.alpha = 0.75; /* alpha = 0 (drawn one time in 8) is C = beta C: no gemm at all */
   be_cuda_gemm_lt_stats st, before;
   be_cuda_gemm_lt_stats_get(f.q, &before);
-  gemm_case(&f, cb, &g);
-  gemm_case(&f, cb, &g);
+  gemm_case_at(&f, cb, &g, 0);
+  gemm_case_at(&f, cb, &g, 0);
   be_cuda_gemm_lt_stats_get(f.q, &st);
   CHECK_EQ(st.runs - before.runs, 2);
   CHECK_EQ(st.made - before.made, 1); /* the second call used the plan of the first */
+  /* Matrices one element into their buffers (4-byte aligned): a plan of their own, which
+   * runs (one made for 256-byte alignment is refused there by cublasLtMatmul). */
+  gemm_case_at(&f, cb, &g, 1);
+  gemm_case_at(&f, cb, &g, 1);
+  be_cuda_gemm_lt_stats_get(f.q, &st);
+  CHECK_EQ(st.runs - before.runs, 4);
+  CHECK_EQ(st.made - before.made, 2);
   for (int64_t m = 1; m <= 20; m++) { /* 20 new shapes: 16 plans stay */
     be_gemm_args h = g;
     h.m = m;
     h.ldc = m;
-    gemm_case(&f, cb, &h);
+    gemm_case_at(&f, cb, &h, 0);
   }
   be_cuda_gemm_lt_stats_get(f.q, &st);
-  CHECK_EQ(st.made - before.made, 21);
+  CHECK_EQ(st.made - before.made, 22);
   CHECK_EQ(st.live, 16);
-  gemm_case(&f, cb, &g); /* evicted meanwhile: made again */
+  gemm_case_at(&f, cb, &g, 0); /* evicted meanwhile: made again */
   be_cuda_gemm_lt_stats_get(f.q, &before);
   CHECK_EQ(before.made, st.made + 1);
   be_gemm_args big = random_gemm(cb, 576); /* 576^3 > 512^3: cuBLAS */
