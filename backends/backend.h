@@ -171,6 +171,11 @@ typedef struct be_ops {
    * offered an event to sync on instead (actors/wait_help.h). False where a host function is
    * as quick as a wait (the cpu backend calls it from the queue's worker). */
   bool late_callbacks;
+  /* Every entry may be called from any thread (one at a time, as the loop calls them), with no
+   * state of the calling thread involved: a client thread may then run the loop's turns
+   * (runtime/loop.h: rt_tell_and_run). False where a thread needs setting up first (CUDA's
+   * current context is per thread, and the caller's own would be replaced). */
+  bool any_thread;
   /* Like host_callback, but the queue does not wait for fn: later work on q may start before
    * fn has run (fn still runs once, after the work before it, with the same exactly-once and
    * error rules as host_callback). The functions of one queue's host_notify calls run in

@@ -11,6 +11,7 @@
 #include "clients/ctx.h"
 #include "runtime/alloc.h"
 #include "runtime/deadline.h"
+#include "runtime/loop.h"
 
 static _Thread_local accel_completion thread_completion;
 static _Thread_local accel_math thread_math;
@@ -113,8 +114,12 @@ const char *accel_version(void) {
   return ACCEL_VERSION_STRING;
 }
 
+/* The caller's own actors may expect the loop thread: client threads stop running turns. */
 accel_runtime *accel_ctx_runtime(accel_ctx *ctx) {
-  return ctx ? ctx->rt : NULL;
+  if (ctx == NULL)
+    return NULL;
+  rt_borrow_disable(ctx->rt);
+  return ctx->rt;
 }
 
 /* ---- devices, faults, statistics: the transport's ---- */

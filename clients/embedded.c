@@ -9,12 +9,14 @@
 #include "backends/backend.h"
 #include "clients/ctx.h"
 #include "runtime/alloc.h"
+#include "runtime/loop.h"
 
 typedef struct embedded {
   dev_op_pool ops; /* the context's envelopes, drained once the world has ended */
   dev_world world;
   dev_session_args session_args;
   accel_ref devices, session;
+  bool borrow; /* the client's thread may run the loop's turns (embedded_send) */
 } embedded;
 
 static embedded *impl_of(accel_ctx *ctx) {
@@ -96,6 +98,13 @@ static void on_transfer(void *arg, int delta) {
     client_op_done(arg, 0);
 }
 
+static bool all_devices_any_thread(const dev_world *w) {
+  for (int i = 1; i < w->nnodes; i++)
+    if (!w->nodes[i].be->any_thread)
+      return false;
+  return true;
+}
+
 static int start_tree(accel_ctx *ctx, embedded *e) {
   int rc = dev_world_spawn(&e->world, NULL, &e->devices);
   if (rc != 0)
@@ -129,6 +138,7 @@ int client_embedded_open(accel_ctx *ctx, const char *query) {
   e->world.on_op_done = on_op_done;
   e->world.on_op_done_arg = ctx;
   e->world.on_transfer = on_transfer;
+  e->borrow = rc == 0 && all_devices_any_thread(&e->world);
   if (rc == 0)
     rc = start_tree(ctx, e);
   if (rc == 0)
@@ -145,10 +155,13 @@ int client_embedded_open(accel_ctx *ctx, const char *query) {
   return rc;
 }
 
+/* Where every device's backend may be called from any thread, the client's thread runs the
+ * op's turns itself while the loop sleeps (runtime/loop.h): no wake-up either way. */
 static int embedded_send(accel_ctx *ctx, dev_op *op) {
   accel_msg m;
   dev_session_op_msg(&m, op);
-  return accel_tell(ctx->rt, impl_of(ctx)->session, &m);
+  embedded *e = impl_of(ctx);
+  return e->borrow ? rt_tell_and_run(ctx->rt, e->session, &m) : accel_tell(ctx->rt, e->session, &m);
 }
 
 static int embedded_device_count(accel_ctx *ctx) {

@@ -179,7 +179,7 @@ int accel_future_complete(accel_future *f, int status, void *value, void (*drop)
   pthread_mutex_unlock(&f->mu);
   rt_helper_release(h); /* no longer needed: nobody waits on a completed future */
   if (post)
-    rt_post(f->rt, &f->task);
+    rt_post_loop_thread(f->rt, &f->task);
   return 0;
 }
 
@@ -307,7 +307,7 @@ static int set_then(accel_future *f, accel_future_cb cb, void *arg, int notify_f
   bool post = atomic_load_explicit(&f->done, memory_order_relaxed);
   pthread_mutex_unlock(&f->mu);
   if (post)
-    rt_post(f->rt, &f->task);
+    rt_post_loop_thread(f->rt, &f->task);
   return 0;
 }
 

@@ -10,6 +10,7 @@
  * waits for needs (measured: 20x slower round trips on 2 busy cores). One turn
  * runs each actor that was queued when the turn began for at most `throughput` messages, so
  * new work and I/O get their share. */
+#include <poll.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -19,6 +20,8 @@
 
 RT_TLS accel_runtime *rt_tls_loop;
 RT_TLS accel_actor *rt_tls_actor;
+RT_TLS accel_runtime *rt_tls_hold_wake;
+RT_TLS bool rt_tls_wake_owed;
 
 static void on_turn(uv_idle_t *h);
 static void note_busy(accel_runtime *rt, uint64_t since_ns);
@@ -73,6 +76,10 @@ void rt_schedule_remote(accel_runtime *rt, accel_actor *cell) {
   rt->inject_tail = cell;
   atomic_store(&rt->remote_pending, true); /* before the signal reads `awake`: see maybe_sleep */
   pthread_mutex_unlock(&rt->remote_mu);
+  if (rt_tls_hold_wake == rt) {
+    rt_tls_wake_owed = true; /* the sender runs the turn itself, or wakes the loop (borrow.c) */
+    return;
+  }
   rt_wakeup_signal(&rt->wake);
 }
 
@@ -114,6 +121,14 @@ void rt_post(accel_runtime *rt, rt_task *task) {
     rt_wakeup_signal(&rt->wake);
     rt_remote_leave(rt);
   }
+}
+
+void rt_post_loop_thread(accel_runtime *rt, rt_task *task) {
+  if (rt_tls_loop == rt && rt->borrowed) {
+    task_list_append(&rt->loop_tasks, task); /* the borrower wakes the loop for it */
+    return;
+  }
+  rt_post(rt, task);
 }
 
 void accel_post(accel_runtime *rt, accel_task *task, void (*fn)(accel_task *task)) {
@@ -169,7 +184,18 @@ static void run_queued_actors(accel_runtime *rt) {
 }
 
 static bool has_local_work(accel_runtime *rt) {
-  return rt->runq_head || rt->local_tasks.head || rt->graveyard || rt->retries;
+  return rt->runq_head || rt->local_tasks.head || rt->graveyard || rt->retries ||
+         (!rt->borrowed && rt->loop_tasks.head);
+}
+
+/* The loop thread's own tasks (rt_post_loop_thread), queued while a client thread ran the
+ * turns: the loop thread only. */
+static void run_loop_tasks(accel_runtime *rt) {
+  if (rt->borrowed || rt->loop_tasks.head == NULL)
+    return;
+  rt_task *tasks = rt->loop_tasks.head;
+  rt->loop_tasks.head = rt->loop_tasks.tail = NULL;
+  run_tasks(tasks);
 }
 
 /* seq_cst, after rt_wakeup_sleep's store: a sender that set remote_pending before this read
@@ -207,12 +233,39 @@ static void run_turn_timed(accel_runtime *rt) {
   rt_task *tasks = rt->local_tasks.head;
   rt->local_tasks.head = rt->local_tasks.tail = NULL;
   run_tasks(tasks);
+  run_loop_tasks(rt);
   rt_retries_flush(rt);
   rt_sweep(rt);
   if (worked)
     rt->last_work_ns = uv_hrtime();
   if (!has_local_work(rt) && rt->turn_active)
     maybe_sleep(rt);
+}
+
+/* ---- turns run by a client thread while the loop sleeps (borrow.c), token held ---- */
+
+bool rt_turn_has_work(accel_runtime *rt) {
+  return has_local_work(rt) || has_remote_work(rt);
+}
+
+void rt_turn_run(accel_runtime *rt) {
+  run_turn_timed(rt);
+}
+
+/* After a borrow: stops the idle turn if nothing is left, marks the loop asleep again
+ * (senders write from here), and says whether it must wake: work left, a stop, or a handle
+ * or timer due before the deadline it sleeps to. */
+bool rt_turn_loop_must_wake(accel_runtime *rt) {
+  bool work = has_local_work(rt);
+  if (!work && rt->turn_active) {
+    rt->turn_active = false;
+    uv_idle_stop(&rt->turn);
+  }
+  rt_wakeup_sleep(&rt->wake);
+  if (work || has_remote_work(rt) || atomic_load(&rt->closing))
+    return true;
+  int t = uv_backend_timeout(&rt->loop);
+  return t == 0 || (t > 0 && uv_now(&rt->loop) + (uint64_t)t < rt->sleep_until_ms);
 }
 
 static void shutdown_tree(accel_runtime *rt);
@@ -251,6 +304,7 @@ static void drain(accel_runtime *rt) {
     rt_task *tasks = rt->local_tasks.head;
     rt->local_tasks.head = rt->local_tasks.tail = NULL;
     run_tasks(tasks);
+    run_loop_tasks(rt);
     run_queued_actors(rt);
     rt_retries_flush(rt);
     rt_sweep(rt);
@@ -346,10 +400,33 @@ static void note_busy(accel_runtime *rt, uint64_t since_ns) {
     atomic_store_explicit(&rt->max_stall_ns, busy, memory_order_relaxed);
 }
 
+/* Sleeps as long as uv_run would have, in poll on libuv's backend fd (libuv's documented way
+ * to embed its loop), with the token released: while the loop sleeps a client thread may take
+ * the token and run the turns itself (borrow.c), then wakes the loop if it must.
+ *
+ * It runs from `asleep`, the prepare handle started first and so run last (libuv runs prepare
+ * handles newest first): every other prepare callback (the server's output flush among them)
+ * has run, and the I/O callbacks come right after, from uv_run's own poll phase (NOWAIT), as
+ * when uv_run blocks itself. A sleep between two uv_run calls instead would leave what an I/O
+ * callback set up for the next prepare phase (a reply to flush) waiting through the sleep. */
+static void sleep_in_poll(accel_runtime *rt) {
+  int timeout = uv_backend_timeout(&rt->loop);
+  if (timeout == 0)
+    return;
+  rt->sleep_until_ms = timeout < 0 ? UINT64_MAX : uv_now(&rt->loop) + (uint64_t)timeout;
+  pthread_mutex_unlock(&rt->token);
+  struct pollfd p = {.fd = uv_backend_fd(&rt->loop), .events = POLLIN};
+  (void)poll(&p, 1, timeout); /* ready, timed out or interrupted: uv_run sees to it */
+  pthread_mutex_lock(&rt->token);
+  rt->sleep_until_ms = 0;
+}
+
 static void on_asleep(uv_prepare_t *h) {
   accel_runtime *rt = h->data;
   if (rt->woke_ns != 0)
     note_busy(rt, rt->woke_ns);
+  if (rt->sleeps_here)
+    sleep_in_poll(rt);
 }
 
 /* uv_check/uv_prepare init and start only fill the handle (they cannot fail). */
@@ -400,7 +477,9 @@ int accel_runtime_create(accel_runtime **out, const accel_runtime_opts *opts) {
     return rc;
   }
   pthread_mutex_init(&rt->remote_mu, NULL);
+  pthread_mutex_init(&rt->token, NULL);
   atomic_init(&rt->remote_pending, false);
+  atomic_init(&rt->borrow_off, rt_borrow_env_off());
   rt_future_pool_open(); /* closed by accel_runtime_destroy, below too */
   rc = root_create(rt);
   if (rc != 0) {
@@ -412,12 +491,17 @@ int accel_runtime_create(accel_runtime **out, const accel_runtime_opts *opts) {
 }
 
 static void loop_body(accel_runtime *rt) {
+  pthread_mutex_lock(&rt->token);
   rt_tls_loop = rt;
   rt->last_work_ns = uv_hrtime();
   rt_wakeup_awake(&rt->wake); /* the first turns look at the remote lists anyway */
   rt_wake_turn(rt);
-  uv_run(&rt->loop, UV_RUN_DEFAULT);
+  rt->sleeps_here = true; /* in `asleep`: uv_run itself never waits */
+  while (uv_run(&rt->loop, UV_RUN_NOWAIT) != 0)
+    ;
+  rt->sleeps_here = false;
   rt_tls_loop = NULL;
+  pthread_mutex_unlock(&rt->token);
 }
 
 int accel_runtime_run(accel_runtime *rt) {
@@ -483,6 +567,7 @@ void accel_runtime_destroy(accel_runtime *rt) {
   uv_loop_close(&rt->loop);
   rt_wakeup_free(&rt->wake);
   pthread_mutex_destroy(&rt->remote_mu);
+  pthread_mutex_destroy(&rt->token);
   rt_free(rt->slots);
   rt_free(rt);
   rt_future_pool_close();

@@ -14,4 +14,17 @@ uv_loop_t *rt_uv_loop(accel_runtime *rt);
 /* Whether the calling thread runs some runtime's loop (or spawns on it before it runs). */
 bool rt_on_a_loop(void);
 
+/* accel_tell from a client thread that, when the loop sleeps, runs the loop's turns itself
+ * instead of waking it (borrow.c): the receiving actor and whatever it sets off run on the
+ * calling thread, turn after turn until nothing is left (at most RT_BORROW_TURNS), and the
+ * loop is woken only if it has something to do then. Actors still run one at a time: the
+ * loop token passes between the threads like a lock, and the loop thread holds it except
+ * while it sleeps. `then` callbacks still run on the loop thread. When the loop is awake, or
+ * borrowing is off, it is accel_tell. For callers whose actors may run on any thread. */
+int rt_tell_and_run(accel_runtime *rt, accel_ref to, const accel_msg *msg);
+/* No client thread runs rt's turns from now on (a user's actors may expect the loop thread). */
+void rt_borrow_disable(accel_runtime *rt);
+/* Turns run by client threads so far. */
+uint64_t rt_borrowed_turns(accel_runtime *rt);
+
 #endif

@@ -129,6 +129,17 @@ struct accel_runtime {
    * loop would otherwise take about once a microsecond, against every sender. */
   atomic_bool remote_pending;
 
+  /* The loop token: whoever runs the runtime's state (actors, turns, tasks, the libuv loop)
+   * holds it. The loop thread holds it except while it sleeps in poll (loop.c); a client
+   * thread that finds it free then may run the turns itself (rt_tell_and_run). */
+  pthread_mutex_t token;
+  uint64_t sleep_until_ms; /* under token: the sleeping loop's deadline; 0 awake, MAX none */
+  bool sleeps_here;        /* under token: loop_body runs; the loop sleeps in `asleep` */
+  bool borrowed;           /* under token: a client thread runs the turns (rt_tls_loop set) */
+  atomic_bool borrow_off;  /* no client thread runs turns (accel_runtime_opts, or later) */
+  rt_task_list loop_tasks; /* under token: tasks only the loop thread runs (`then` callbacks) */
+  atomic_ullong borrowed_turns;
+
   accel_actor *root;  /* loop thread only; NULL once shut down */
   accel_ref root_ref; /* immutable after create: readable from any thread */
   uint64_t next_timer_id;
@@ -144,7 +155,21 @@ extern RT_TLS accel_actor *rt_tls_actor;  /* the actor whose callback is running
 void rt_schedule_local(accel_runtime *rt, accel_actor *cell);
 void rt_schedule_remote(accel_runtime *rt, accel_actor *cell);
 void rt_post(accel_runtime *rt, rt_task *task);
+/* Like rt_post, but the task runs on the loop thread itself, never in a client thread's
+ * borrowed turn (a `then` callback: the API says the loop thread runs those). */
+void rt_post_loop_thread(accel_runtime *rt, rt_task *task);
 void rt_wake_turn(accel_runtime *rt);
+/* Set by rt_tell_and_run around its send: rt_schedule_remote then owes the wake-up instead of
+ * signalling (borrow.c settles it). */
+extern RT_TLS accel_runtime *rt_tls_hold_wake;
+extern RT_TLS bool rt_tls_wake_owed;
+/* For borrow.c, token held: whether a turn has anything to do, one turn, and the end of a
+ * borrow (true: the loop must be woken). */
+bool rt_turn_has_work(accel_runtime *rt);
+void rt_turn_run(accel_runtime *rt);
+bool rt_turn_loop_must_wake(accel_runtime *rt);
+/* borrow.c: ACCEL_BORROW=0 turns borrowing off in every runtime (read once). */
+bool rt_borrow_env_off(void);
 bool rt_remote_enter(accel_runtime *rt);
 void rt_remote_leave(accel_runtime *rt);
 uint64_t rt_now_ms(accel_runtime *rt);

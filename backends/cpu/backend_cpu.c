@@ -213,6 +213,7 @@ const be_ops be_cpu_ops = {
     .queue_wait = be_cpu_queue_wait_event,
     .host_callback = be_cpu_submit_callback,
     .host_notify = be_cpu_submit_notify,
+    .any_thread = true,
     .fill = be_cpu_submit_fill,
     .blas = &be_cpu_blas,
     .rng = &be_cpu_rng,

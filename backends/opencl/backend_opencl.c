@@ -379,6 +379,7 @@ const be_ops be_opencl_ops = {
     .host_notify = be_ocl_notify,
     .sticky_errors = true, /* a command that fails faults the device (backend_opencl.c) */
     .late_callbacks = true,
+    .any_thread = true, /* OpenCL calls are thread-safe; kernels' arguments are set under klock */
     .fill = be_ocl_fill,
     .blas = &be_opencl_blas,
     .rng = &be_opencl_rng,

@@ -7,7 +7,10 @@
  * an op needs it somewhere it is not valid.
  *
  * Threads: every function is safe from any thread. Futures are the runtime's (runtime.h):
- * `then` callbacks run on the context's loop thread and must not block.
+ * `then` callbacks run on the context's loop thread and must not block. In an embedded context
+ * whose devices may be driven from any thread (CPU, OpenCL), an op call made while the loop is
+ * idle may do the loop's work on the calling thread (a small op is then done when the call
+ * returns); accel_ctx_runtime() turns that off, so your own actors keep the loop thread.
  *
  * Errors: 0 or a negative code (accel/error.h). An argument error (bad shape, a buffer too small
  * for the shape and leading dimensions, a stale handle) is reported by the call itself and no
