@@ -171,16 +171,11 @@ typedef struct be_ops {
    * offered an event to sync on instead (actors/wait_help.h). False where a host function is
    * as quick as a wait (the cpu backend calls it from the queue's worker). */
   bool late_callbacks;
-  /* Every entry may be called from any thread (one at a time, as the loop calls them): a
-   * client thread may then run the loop's turns (runtime/loop.h: rt_tell_and_run). Where the
-   * entries set up the calling thread (CUDA makes its context current), thread_enter and
-   * thread_leave give a client's thread back as it was found. */
+  /* Every entry may be called from any thread (one at a time, as the loop calls them), with no
+   * state of the calling thread involved: a client thread may then run the loop's turns
+   * (runtime/loop.h: rt_tell_and_run). False where a thread needs setting up first (CUDA's
+   * current context is per thread, and the caller's own would be replaced). */
   bool any_thread;
-  /* Called on a client thread before it may call the backend's entries for the loop (a
-   * borrowed turn, a waiter's own event sync), and thread_leave after with what it returned:
-   * CUDA saves the thread's current context and puts it back. NULL where nothing changes. */
-  void *(*thread_enter)(void);
-  void (*thread_leave)(void *saved);
   /* Like host_callback, but the queue does not wait for fn: later work on q may start before
    * fn has run (fn still runs once, after the work before it, with the same exactly-once and
    * error rules as host_callback). The functions of one queue's host_notify calls run in
@@ -389,18 +384,5 @@ typedef struct be_entry {
 
 /* NULL-terminated list, CPU first. */
 const be_entry *be_registry(void);
-
-/* The calling thread as every built backend that sets threads up found it (be_ops.thread_enter;
- * thread_marks.c): taken before a client's thread may run backend entries for the loop (an
- * embedded context's open, a borrowed turn) and given back after. */
-#define BE_THREAD_MARKS 4
-typedef struct be_thread_marks {
-  const be_ops *be[BE_THREAD_MARKS];
-  void *saved[BE_THREAD_MARKS];
-  int n;
-} be_thread_marks;
-
-void be_thread_marks_take(be_thread_marks *t);
-void be_thread_marks_give_back(const be_thread_marks *t);
 
 #endif

@@ -98,9 +98,7 @@ static void on_transfer(void *arg, int delta) {
     client_op_done(arg, 0);
 }
 
-/* Whether a client's thread may run the loop's turns: every device's backend may be called
- * from any thread (embedded_send gives the thread back as it was: be_thread_marks). */
-static bool devices_allow_borrowing(const dev_world *w) {
+static bool all_devices_any_thread(const dev_world *w) {
   for (int i = 1; i < w->nnodes; i++)
     if (!w->nodes[i].be->any_thread)
       return false;
@@ -116,7 +114,7 @@ static int start_tree(accel_ctx *ctx, embedded *e) {
   return accel_spawn(ctx->rt, NULL, &dev_session_behavior, &e->session_args, &o, &e->session);
 }
 
-static int open_here(accel_ctx *ctx, const char *query) {
+int client_embedded_open(accel_ctx *ctx, const char *query) {
   dev_world_opts wo;
   uint32_t max_buffers;
   int rc = parse_query(query, &wo, &max_buffers);
@@ -140,7 +138,7 @@ static int open_here(accel_ctx *ctx, const char *query) {
   e->world.on_op_done = on_op_done;
   e->world.on_op_done_arg = ctx;
   e->world.on_transfer = on_transfer;
-  e->borrow = rc == 0 && devices_allow_borrowing(&e->world);
+  e->borrow = rc == 0 && all_devices_any_thread(&e->world);
   if (rc == 0)
     rc = start_tree(ctx, e);
   if (rc == 0)
@@ -157,29 +155,13 @@ static int open_here(accel_ctx *ctx, const char *query) {
   return rc;
 }
 
-/* The devices open on this thread (the tree is spawned before the loop runs): the thread is
- * given back as the backends found it (CUDA: the caller's current context). */
-int client_embedded_open(accel_ctx *ctx, const char *query) {
-  be_thread_marks marks;
-  be_thread_marks_take(&marks);
-  int rc = open_here(ctx, query);
-  be_thread_marks_give_back(&marks);
-  return rc;
-}
-
 /* Where every device's backend may be called from any thread, the client's thread runs the
  * op's turns itself while the loop sleeps (runtime/loop.h): no wake-up either way. */
 static int embedded_send(accel_ctx *ctx, dev_op *op) {
   accel_msg m;
   dev_session_op_msg(&m, op);
   embedded *e = impl_of(ctx);
-  if (!e->borrow)
-    return accel_tell(ctx->rt, e->session, &m);
-  be_thread_marks marks;
-  be_thread_marks_take(&marks);
-  int rc = rt_tell_and_run(ctx->rt, e->session, &m);
-  be_thread_marks_give_back(&marks);
-  return rc;
+  return e->borrow ? rt_tell_and_run(ctx->rt, e->session, &m) : accel_tell(ctx->rt, e->session, &m);
 }
 
 static int embedded_device_count(accel_ctx *ctx) {
@@ -216,15 +198,12 @@ static int embedded_transfer_stats(accel_ctx *ctx, accel_transfer_stats *out) {
 }
 
 static void embedded_close(accel_ctx *ctx) {
-  be_thread_marks marks; /* what the loop did not close is closed here */
-  be_thread_marks_take(&marks);
   accel_runtime_stop(ctx->rt);
   accel_runtime_join(ctx->rt);
   accel_runtime_destroy(ctx->rt);
   dev_world_fini(&impl_of(ctx)->world);
   dev_op_pool_drain(&impl_of(ctx)->ops); /* every op has ended with the world */
   rt_free(ctx->impl);
-  be_thread_marks_give_back(&marks);
 }
 
 const client_transport client_embedded_transport = {

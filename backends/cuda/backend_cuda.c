@@ -278,21 +278,6 @@ int be_cuda_set_copy_threads(be_device *dev, unsigned n) {
   return 0;
 }
 
-/* A client thread's current context, put back after the backend ran there (be_ops). */
-static void *cuda_thread_enter(void) {
-  CUcontext cur = NULL;
-  if (be_cu.cuCtxGetCurrent == NULL || be_cu.cuCtxGetCurrent(&cur) != CUDA_SUCCESS)
-    return NULL;
-  return cur;
-}
-
-static void cuda_thread_leave(void *saved) {
-  CUcontext cur = NULL;
-  if (be_cu.cuCtxGetCurrent != NULL && be_cu.cuCtxGetCurrent(&cur) == CUDA_SUCCESS &&
-      cur != (CUcontext)saved)
-    (void)be_cu.cuCtxSetCurrent((CUcontext)saved); /* as it was: nothing to report */
-}
-
 const be_ops be_cuda_ops = {
     .abi_version = BE_ABI_VERSION,
     .name = "cuda",
@@ -326,9 +311,6 @@ const be_ops be_cuda_ops = {
     .host_notify = be_cuda_notify,
     .sticky_errors = true, /* a failed op faults the context: every later one fails too */
     .late_callbacks = true,
-    .any_thread = true, /* calls from a client's thread make the context current there */
-    .thread_enter = cuda_thread_enter,
-    .thread_leave = cuda_thread_leave,
     .fill = be_cuda_fill,
     .blas = &be_cuda_blas,
     .rng = &be_cuda_rng,

@@ -127,27 +127,12 @@ static atomic_bool *buried_of(be_device *dev) {
   return dev->index >= 0 && dev->index < BE_CUDA_EPOCHS ? &primary_buried[dev->index] : NULL;
 }
 
-/* A context of our own. cuCtxCreate pushes it on the calling thread's context stack; it is
- * popped again (try_incarnate makes it current in place), so that the stack of a client's
- * thread that ran the open (a borrowed turn) keeps its depth and be_ops.thread_leave can put
- * the client's own context back. */
-static CUresult own_context(be_device *dev) {
-  CUresult r = be_cuda_trace("cuCtxCreate", be_cu.cuCtxCreate(&dev->ctx, NULL, 0, dev->cu));
-  if (r != CUDA_SUCCESS)
-    return r;
-  CUcontext popped = NULL;
-  r = be_cu.cuCtxPopCurrent(&popped);
-  if (r != CUDA_SUCCESS)
-    be_cu.cuCtxDestroy(dev->ctx);
-  return r;
-}
-
-/* The context of a new incarnation (made current by be_cuda_enter). */
+/* The context of a new incarnation, current on this thread. */
 static CUresult context_make(be_device *dev) {
   dev->primary = dev->primary_wanted || want_primary();
   dev->incarnation = atomic_fetch_add(&incarnations, 1) + 1;
   if (!dev->primary)
-    return own_context(dev);
+    return be_cuda_trace("cuCtxCreate", be_cu.cuCtxCreate(&dev->ctx, NULL, 0, dev->cu));
   atomic_bool *buried = buried_of(dev);
   if (buried != NULL && atomic_load(buried))
     return be_cuda_trace("primary context still held by work that never ended",
