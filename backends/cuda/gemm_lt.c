@@ -32,22 +32,20 @@
 /* Split-k algorithms of small products keep their partial sums here. */
 #define LT_WORKSPACE ((size_t)8 << 20)
 
-/* A plan is per shape and per alignment of the three pointers: cuBLASLt's heuristic assumes
- * 256-byte aligned matrices unless told otherwise, and its matmul then refuses a pointer at an
- * offset into a buffer (CUBLAS_STATUS_NOT_SUPPORTED). Matrices aligned to less than
- * LT_MIN_ALIGN go to cublasGemmEx: with plans for every alignment, the conformance suite
- * (matrices at random offsets into their buffers) once found a BF16 result rounded past its
- * bound (1.1 half-ulps off), where cuBLAS's stay within it; fully aligned matrices (a
- * buffer's start) are the ones the plans were measured and checked on. */
-#define LT_MAX_ALIGN 256u
-#define LT_MIN_ALIGN 256u
+/* Plans are for matrices at LT_ALIGN-byte aligned addresses only (a buffer's start): that is
+ * what cuBLASLt's heuristic assumes unless told otherwise, and its matmul refuses a pointer at
+ * an offset into a buffer (CUBLAS_STATUS_NOT_SUPPORTED), which then marked the shape's plan
+ * unusable for aligned calls too. The others go to cublasGemmEx: with plans made for every
+ * alignment (the minimum set in the preference), the conformance suite, whose matrices sit at
+ * random offsets, once found a BF16 result rounded past its bound (1.1 half-ulps off), where
+ * cuBLAS's stay within it. */
+#define LT_ALIGN 256u
 
-typedef struct lt_key { /* compared with memcmp: no padding */
+typedef struct lt_key { /* compared with memcmp: no padding (`zero` fills it) */
   int64_t m, n, k, lda, ldb, ldc;
-  uint32_t ab_type, c_type, align_a, align_b, align_c;
-  int32_t trans_a, trans_b, compute;
+  uint32_t ab_type, c_type;
+  int32_t trans_a, trans_b, compute, zero;
 } lt_key;
-_Static_assert(sizeof(lt_key) == 6 * sizeof(int64_t) + 8 * sizeof(uint32_t), "lt_key: no padding");
 
 typedef struct lt_plan {
   lt_key key;
@@ -159,14 +157,7 @@ static bool plan_describe(const be_cublaslt_api *lt, lt_plan *p) {
          layout(lt, &p->lc, k->c_type, k->m, k->n, k->ldc);
 }
 
-static bool set_align(const be_cublaslt_api *lt, cublasLtMatmulPreference_t pref,
-                      cublasLtMatmulPreferenceAttributes_t attr, uint32_t bytes) {
-  return lt_ok("alignment",
-               lt->cublasLtMatmulPreferenceSetAttribute(pref, attr, &bytes, sizeof bytes));
-}
-
-/* The heuristic's first algorithm within the workspace and for the pointers' alignment; false
- * if it has none. */
+/* The heuristic's first algorithm within the workspace; false if it has none. */
 static bool plan_choose(const be_cublaslt_api *lt, struct be_cuda_lt *s, lt_plan *p) {
   cublasLtMatmulPreference_t pref = NULL;
   if (!lt_ok("preference", lt->cublasLtMatmulPreferenceCreate(&pref)))
@@ -177,10 +168,6 @@ static bool plan_choose(const be_cublaslt_api *lt, struct be_cuda_lt *s, lt_plan
       lt_ok("workspace size",
             lt->cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
                                                      &s->work_size, sizeof s->work_size)) &&
-      set_align(lt, pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, p->key.align_a) &&
-      set_align(lt, pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, p->key.align_b) &&
-      set_align(lt, pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, p->key.align_c) &&
-      set_align(lt, pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, p->key.align_c) &&
       lt_ok("heuristic", lt->cublasLtMatmulAlgoGetHeuristic(s->handle, p->desc, p->la, p->lb, p->lc,
                                                             p->lc, pref, 1, &r, &found)) &&
       lt_ok("heuristic: no algorithm", found > 0 ? r.state : CUBLAS_STATUS_NOT_SUPPORTED);
@@ -211,14 +198,7 @@ static lt_plan *plan_for(const be_cublaslt_api *lt, struct be_cuda_lt *s, const 
   return victim;
 }
 
-/* The largest power of two dividing p, LT_MAX_ALIGN at most. */
-static uint32_t align_of(CUdeviceptr p) {
-  uint64_t low = (uint64_t)p & (~(uint64_t)p + 1); /* lowest set bit; 0 for a null pointer */
-  return low == 0 || low > LT_MAX_ALIGN ? LT_MAX_ALIGN : (uint32_t)low;
-}
-
-static void key_of(lt_key *k, cublasComputeType_t ct, const be_gemm_args *g, CUdeviceptr a,
-                   CUdeviceptr b, CUdeviceptr c) {
+static void key_of(lt_key *k, cublasComputeType_t ct, const be_gemm_args *g) {
   *k = (lt_key){.m = g->m,
                 .n = g->n,
                 .k = g->k,
@@ -227,9 +207,6 @@ static void key_of(lt_key *k, cublasComputeType_t ct, const be_gemm_args *g, CUd
                 .ldc = g->ldc,
                 .ab_type = g->ab_type,
                 .c_type = g->c_type,
-                .align_a = align_of(a),
-                .align_b = align_of(b),
-                .align_c = align_of(c),
                 .trans_a = g->trans_a == BE_BLAS_TRANS ? CUBLAS_OP_T : CUBLAS_OP_N,
                 .trans_b = g->trans_b == BE_BLAS_TRANS ? CUBLAS_OP_T : CUBLAS_OP_N,
                 .compute = ct};
@@ -244,7 +221,7 @@ static bool small(const be_gemm_args *g) {
 
 int be_cuda_gemm_lt(be_queue *q, cublasComputeType_t ct, const be_gemm_args *g, const void *alpha,
                     const void *beta, CUdeviceptr a, CUdeviceptr b, CUdeviceptr c) {
-  if (g->batch != 1 || !small(g) || !lt_enabled())
+  if (g->batch != 1 || !small(g) || !lt_enabled() || (a | b | c) % LT_ALIGN != 0)
     return ACCEL_EAGAIN;
   const be_cublaslt_api *lt = be_cublaslt();
   if (lt == NULL) {
@@ -257,9 +234,7 @@ int be_cuda_gemm_lt(be_queue *q, cublasComputeType_t ct, const be_gemm_args *g, 
   if (s == NULL)
     return ACCEL_EAGAIN;
   lt_key key;
-  key_of(&key, ct, g, a, b, c);
-  if (key.align_a < LT_MIN_ALIGN || key.align_b < LT_MIN_ALIGN || key.align_c < LT_MIN_ALIGN)
-    return ACCEL_EAGAIN;
+  key_of(&key, ct, g);
   lt_plan *p = plan_for(lt, s, &key);
   if (p->none)
     return ACCEL_EAGAIN;

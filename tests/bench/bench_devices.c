@@ -303,14 +303,10 @@ static double cpu_s(void) {
 #ifdef BENCH_HAVE_STARPU
 /* The process's CPU time per wall time over 100 ms of sleep: what its idle threads burn. */
 static double idle_cpu_share(void) {
-  struct timespec c0, c1;
-  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &c0);
-  double w0 = now_s();
+  double c0 = cpu_s(), w0 = now_s();
   struct timespec nap = {0, 100 * 1000 * 1000};
   nanosleep(&nap, NULL);
-  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &c1);
-  double cpu = (double)(c1.tv_sec - c0.tv_sec) + (double)(c1.tv_nsec - c0.tv_nsec) * 1e-9;
-  return cpu / (now_s() - w0);
+  return (cpu_s() - c0) / (now_s() - w0);
 }
 #endif
 
