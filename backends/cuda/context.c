@@ -215,10 +215,10 @@ uint64_t be_cuda_function(be_device *dev, const char *name) {
 
 /* ---- burial (above) ---------------------------------------------------------------------- */
 
-/* A context left alone while a burial of its CUDA device is pending, ended after it. */
+/* A context left alone while a burial that blocks it is pending, ended after it. */
 typedef struct left_ctx {
   struct left_ctx *next;
-  int index;
+  int index; /* the device index of that burial */
   CUdevice cu;
   CUcontext ctx;
   bool primary;
@@ -238,14 +238,22 @@ static atomic_int *burials_of(be_device *dev) {
   return dev->index >= 0 && dev->index < BE_CUDA_EPOCHS ? &burials[dev->index] : NULL;
 }
 
-/* Whether a context of this CUDA device is being buried (then ending another wedges the
- * driver: the context is left instead). Under left_lock. */
-static bool burial_pending(be_device *dev) {
+/* The device index whose pending burial keeps this context from ending, or -1: its own CUDA
+ * device's (ending another context of a device with one being buried wedges the driver), or
+ * that of a GPU whose contexts it had peer access with (`peers`, ordinal bits; be_cuda_peer_*):
+ * with two H200s, cuCtxDestroy of GPU 1's context never returned while GPU 0's aborted context
+ * it had peer access with was being buried. Under left_lock. */
+static int burial_blocking(be_device *dev, uint_fast64_t peers) {
   atomic_int *n = burials_of(dev);
-  return n != NULL && atomic_load(n) > 0;
+  if (n != NULL && atomic_load(n) > 0)
+    return dev->index;
+  for (int i = 0; i < 64 && i < BE_CUDA_EPOCHS; i++)
+    if ((peers >> i & 1) != 0 && atomic_load(&burials[i]) > 0)
+      return i;
+  return -1;
 }
 
-/* Ends the contexts of device `index` left while its burials were pending, once none is. */
+/* Ends the contexts left while device `index`'s burials were pending, once none is. */
 static void end_left(int index) {
   pthread_mutex_lock(&left_lock);
   left_ctx *mine = NULL, **p = &left_list;
@@ -337,14 +345,16 @@ static void bury(be_device *dev) {
   forget_context(dev);
 }
 
-/* Ends the context (release_context), or, while a burial of its device is pending, leaves it
- * to be ended after that (its work is done: the caller synchronised it). */
-static void end_or_leave(be_device *dev, bool lost) {
+/* Ends the context (release_context), or, while a burial that blocks it is pending
+ * (burial_blocking), leaves it to be ended after that (its work is done: the caller
+ * synchronised it). */
+static void end_or_leave(be_device *dev, bool lost, uint_fast64_t peers) {
   left_ctx *l = rt_malloc(sizeof *l);
   pthread_mutex_lock(&left_lock);
-  bool leave = burial_pending(dev);
+  int blocker = burial_blocking(dev, peers);
+  bool leave = blocker >= 0;
   if (leave && l != NULL) {
-    *l = (left_ctx){left_list, dev->index, dev->cu, dev->ctx, dev->primary};
+    *l = (left_ctx){left_list, blocker, dev->cu, dev->ctx, dev->primary};
     left_list = l;
     l = NULL;
   }
@@ -354,7 +364,7 @@ static void end_or_leave(be_device *dev, bool lost) {
     release_context(dev, lost);
     return;
   }
-  be_cuda_trace("context left: another of the device is being buried", CUDA_SUCCESS);
+  be_cuda_trace("context left: a burial it is tied to is pending", CUDA_SUCCESS);
   forget_context(dev);
 }
 
@@ -376,6 +386,7 @@ void be_cuda_dissolve(be_device *dev) {
   /* The pin cache's registrations of this context go first, while it can still take calls. */
   be_cuda_pins_owner_closing(dev,
                              atomic_load(&dev->fault) == BE_CUDA_OK && !atomic_load(&dev->aborted));
+  uint_fast64_t peers = atomic_load(&dev->peer_direct); /* the GPUs it had peer access with */
   be_cuda_peer_leave(dev);
   be_cuda_coll_forget(dev); /* NCCL's objects in this context go first */
   bool lost = atomic_load(&dev->fault) != BE_CUDA_OK;
@@ -404,6 +415,6 @@ void be_cuda_dissolve(be_device *dev) {
   }
   be_cuda_reap_wait(dev);
   be_cuda_hostfn_wait(dev);
-  end_or_leave(dev, lost);
+  end_or_leave(dev, lost, peers);
   be_cuda_callbacks_drain(dev);
 }

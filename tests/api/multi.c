@@ -1,10 +1,14 @@
-/* api-multi: several devices of one backend (the CPU backend's, `cpu_devices=N`, each its own
- * memory node): copies straight between them (peer copies), placement on ACCEL_DEVICE_ANY
- * (where the inputs are, then the shortest queue), and the collective package (all-reduce,
- * broadcast, all-gather) through the CPU backend's implementation, so that the package's
- * contract is tested where there is no GPU. Transfer counters are checked exactly
- * (accel_transfer_stats_get), every result against a reference computed here in float64 (or
- * exactly, where the values make it exact), on fresh random inputs.
+/* api-multi: several devices of one backend, the suite's members: copies straight between them
+ * (peer copies), placement on ACCEL_DEVICE_ANY (where the inputs are, then the shortest queue),
+ * and the collective package (all-reduce, broadcast, all-gather). Transfer counters are checked
+ * exactly (accel_transfer_stats_get), every result against a reference computed here in float64
+ * (or exactly, where the values make it exact), on fresh random inputs.
+ *
+ * The members are the CPU backend's devices by default (`cpu_devices=N`, each its own memory
+ * node, the collectives through the CPU backend's implementation), so that the contract is
+ * tested where there is no GPU. With ACCEL_TEST_MEMBERS=cuda they are the host's GPUs: the same
+ * tests over real peer copies and NCCL, with as many GPUs as the host has up to what a test
+ * asks for; a test that needs more than the host has is skipped, saying so.
  *
  * The devices are found by backend: with ACCEL_TEST_BACKENDS=opencl,cpu the OpenCL device
  * comes first and the CPU devices after it. */
@@ -23,13 +27,76 @@ static accel_device other_dev(accel_ctx *ctx, const char *backend) {
   return -1;
 }
 
-static accel_ctx *open_cpus(int n) {
-  char url[64];
-  snprintf(url, sizeof url, "embedded:?cpu_devices=%d", n);
+/* ---- the members ---- */
+
+static const char *members_backend(void) {
+  const char *b = getenv("ACCEL_TEST_MEMBERS");
+  return b != NULL && *b != '\0' ? b : "cpu";
+}
+
+static bool members_are_cpus(void) {
+  return strcmp(members_backend(), "cpu") == 0;
+}
+
+static int member_count(accel_ctx *ctx) {
+  int n = 0;
+  for (accel_device d = 0; d < accel_device_count(ctx); d++) {
+    struct accel_device_info info;
+    CHECK_OK(accel_device_info(ctx, d, &info));
+    n += strcmp(info.backend, members_backend()) == 0;
+  }
+  return n;
+}
+
+/* The index of the k-th member. */
+static accel_device member(accel_ctx *ctx, int k) {
+  for (accel_device d = 0; d < accel_device_count(ctx); d++) {
+    struct accel_device_info info;
+    CHECK_OK(accel_device_info(ctx, d, &info));
+    if (strcmp(info.backend, members_backend()) == 0 && k-- == 0)
+      return d;
+  }
+  TEST_FAIL("no %s device %d", members_backend(), k);
+  return -1;
+}
+
+static char members_skip_[128];
+
+/* A context with `want` members, or as many as the host has of another backend, at least
+ * `least` (else NULL, the reason in members_skip_); *n: how many to use. `params`: more of the
+ * URL ("" for none). GPUs are opened in their primary contexts where `collectives` (NCCL needs
+ * them; collective.c), in their own otherwise (acceld's default). */
+static accel_ctx *open_members(int want, int least, const char *params, bool collectives, int *n) {
+  char url[256];
+  const char *sep = *params ? "&" : "";
+  if (members_are_cpus())
+    snprintf(url, sizeof url, "embedded:?cpu_devices=%d%s%s", want, sep, params);
+  else
+    snprintf(url, sizeof url, "embedded:?%s%s%scuda_context=%s%s%s",
+             strstr(params, "backends=") ? "" : "backends=",
+             strstr(params, "backends=") ? "" : members_backend(),
+             strstr(params, "backends=") ? "" : "&", collectives ? "primary" : "own", sep, params);
   accel_ctx *ctx = ctx_open(url);
-  CHECK_EQ(cpu_device_count(ctx), n);
+  int have = member_count(ctx);
+  if (members_are_cpus())
+    CHECK_EQ(have, want);
+  if (have < least) {
+    accel_close(ctx);
+    snprintf(members_skip_, sizeof members_skip_, "needs %d %s devices, %d here", least,
+             members_backend(), have);
+    return NULL;
+  }
+  *n = have < want ? have : want;
   return ctx;
 }
+
+/* ctx = a context of up to `want` members, at least `least`, their number in n (open_members);
+ * skips the test where there are too few. */
+#define OPEN_MEMBERS(ctx, n, want, least, params, collectives)                                     \
+  do {                                                                                             \
+    if (((ctx) = open_members(want, least, params, collectives, &(n))) == NULL)                    \
+      TEST_SKIP(members_skip_);                                                                    \
+  } while (0)
 
 static accel_transfer_stats moved_now(accel_ctx *ctx) {
   accel_transfer_stats s;
@@ -57,12 +124,16 @@ static void check_same(const char *what, const float *got, const float *want, si
 
 /* ---- peer copies ---- */
 
-/* Data computed on one device and used on two others moves device to device, once to each,
- * and never through the host; the bytes are the ones computed. */
+/* Data computed on one device and used on the others (two, or one where the host has only
+ * two GPUs) moves device to device, once to each, and never through the host; the bytes are
+ * the ones computed. */
 TEST(peer_copies_move_device_to_device_once) {
-  accel_ctx *ctx = open_cpus(3);
-  accel_device a = cpu_dev(ctx, 0), b = cpu_dev(ctx, 1), c = cpu_dev(ctx, 2);
+  accel_ctx *ctx;
+  int nm;
+  OPEN_MEMBERS(ctx, nm, 3, 2, "", false);
+  accel_device a = member(ctx, 0), b = member(ctx, 1), c = member(ctx, nm - 1);
   size_t n = rnd_range(1000, 100000), bytes = n * 4;
+  uint64_t others = (uint64_t)(nm - 1) * bytes; /* once to each other member */
   float *x = rnd_floats(n, -3, 3), *y = xmalloc(bytes), *z = xmalloc(bytes);
   accel_buffer X = buf_from(ctx, ACCEL_F32, x, n), Y = buf_new(ctx, ACCEL_F32, n);
   accel_buffer Z = buf_new(ctx, ACCEL_F32, n), W = buf_new(ctx, ACCEL_F32, n);
@@ -73,18 +144,18 @@ TEST(peer_copies_move_device_to_device_once) {
   CHECK_OK(accel_relu(ctx, b, Z, Y, &f));
   WAIT_OK(f);
   CHECK_MOVED(ctx, "Y used on b", bytes, 0, bytes);
-  CHECK_OK(accel_relu(ctx, c, W, Y, &f));
+  CHECK_OK(accel_relu(ctx, c, W, Y, &f)); /* c is b with two members: valid there already */
   WAIT_OK(f);
   CHECK_OK(accel_relu(ctx, b, W, Y, &f)); /* valid on b already */
   WAIT_OK(f);
-  CHECK_MOVED(ctx, "Y used on c, and on b again", bytes, 0, 2 * bytes);
+  CHECK_MOVED(ctx, "Y used on c, and on b again", bytes, 0, others);
   read_sync(ctx, Z, 0, z, n);
   read_sync(ctx, W, 0, y, n);
   for (size_t i = 0; i < n; i++)
     x[i] = x[i] > 0 ? x[i] : 0;
   check_same("relu(relu(x)) on b", z, x, n);
   check_same("relu(relu(x)) on b, from c's copy", y, x, n);
-  CHECK_MOVED(ctx, "reads", bytes, 0, 2 * bytes);
+  CHECK_MOVED(ctx, "reads", bytes, 0, others);
   accel_close(ctx);
   free(x);
   free(y);
@@ -95,8 +166,10 @@ TEST(peer_copies_move_device_to_device_once) {
  * the right bytes or its op fails with a clean error; nothing reads freed memory (ASan) and
  * both devices serve again afterwards. */
 TEST(a_peer_source_that_faults_loses_nothing_silently) {
-  accel_ctx *ctx = ctx_open("embedded:?cpu_devices=2&fault_injection=1&max_restarts=8");
-  accel_device a = cpu_dev(ctx, 0), b = cpu_dev(ctx, 1);
+  accel_ctx *ctx;
+  int nm;
+  OPEN_MEMBERS(ctx, nm, 2, 2, "fault_injection=1&max_restarts=8", false);
+  accel_device a = member(ctx, 0), b = member(ctx, 1);
   size_t n = (size_t)test_scaled(4 << 20, 1 << 16), bytes = n * 4;
   float *x = rnd_floats(n, -3, 3), *out = xmalloc(bytes);
   for (int round = 0; round < 4; round++) {
@@ -166,8 +239,10 @@ TEST(different_backends_exchange_through_the_host) {
  * copies of a large buffer (more than the 128 tasks a queue takes at once), so the peer copy waits
  * in its kernel actor while the fault and the restart happen. */
 TEST(a_peer_copy_planned_before_its_source_restarted_takes_no_new_memory) {
-  accel_ctx *ctx = ctx_open("embedded:?cpu_devices=2&fault_injection=1&max_restarts=8");
-  accel_device a = cpu_dev(ctx, 0), b = cpu_dev(ctx, 1);
+  accel_ctx *ctx;
+  int nm;
+  OPEN_MEMBERS(ctx, nm, 2, 2, "fault_injection=1&max_restarts=8", false);
+  accel_device a = member(ctx, 0), b = member(ctx, 1);
   enum { HOLD = 200 };
   size_t n = rnd_range(1000, 50000), big = (size_t)test_scaled(16 << 20, 1 << 16);
   float *x = rnd_floats(n, -3, 3), *out = xmalloc(n * 4);
@@ -251,13 +326,15 @@ static accel_transfer_stats any_after_one_on(accel_ctx *ctx, accel_device d, acc
 /* ACCEL_DEVICE_ANY runs an op where its inputs are: computed on device b, used by an op on
  * ANY, the result is on b (and nothing moved); the same with the data on a. */
 TEST(any_runs_where_the_inputs_are) {
-  accel_ctx *ctx = open_cpus(2);
+  accel_ctx *ctx;
+  int nm;
+  OPEN_MEMBERS(ctx, nm, 2, 2, "", false);
   size_t n = rnd_range(1000, 100000);
   float *x = rnd_floats(n, -3, 3);
   accel_buffer X = buf_from(ctx, ACCEL_F32, x, n), Y = buf_new(ctx, ACCEL_F32, n);
   accel_buffer Z = buf_new(ctx, ACCEL_F32, n), S = buf_new(ctx, ACCEL_F32, n);
   for (int k = 1; k >= 0; k--) {
-    accel_device d = cpu_dev(ctx, k);
+    accel_device d = member(ctx, k);
     accel_transfer_stats moved = any_after_one_on(ctx, d, X, Y, Z);
     CHECK_EQ(moved.host_to_device, 0);
     CHECK_EQ(moved.device_to_device, 0);
@@ -272,13 +349,15 @@ TEST(any_runs_where_the_inputs_are) {
  * their completions came back in any order), and a copy still counted as queued would make
  * the next op on ANY avoid its device. Many rounds, each with a copy from the host. */
 TEST(accel_finish_waits_for_the_transfers_of_its_ops) {
-  accel_ctx *ctx = open_cpus(2);
+  accel_ctx *ctx;
+  int nm;
+  OPEN_MEMBERS(ctx, nm, 2, 2, "", false);
   size_t n = 4096;
   float *x = rnd_floats(n, -3, 3);
   accel_buffer X = buf_new(ctx, ACCEL_F32, n), Y = buf_new(ctx, ACCEL_F32, n);
   accel_buffer Z = buf_new(ctx, ACCEL_F32, n);
   for (int round = 0; round < 300; round++) {
-    accel_device d = cpu_dev(ctx, round % 2);
+    accel_device d = member(ctx, round % 2);
     CHECK_OK(accel_write(ctx, X, 0, x, n, NULL)); /* on the host: the sigmoid copies it */
     accel_transfer_stats moved = any_after_one_on(ctx, d, X, Y, Z);
     if (moved.device_to_device != 0)
@@ -289,24 +368,32 @@ TEST(accel_finish_waits_for_the_transfers_of_its_ops) {
   free(x);
 }
 
+/* The side of the gemms that keep a device busy for tens of milliseconds. */
+static int busy_side(void) {
+  return members_are_cpus() ? 640 : 4096;
+}
+
 /* With its inputs on the host (as far from one device as from the other), an op on ANY goes
  * to the device whose queue is shorter: device a has a batch of gemms queued, so the op runs
  * on b. (The gemms take tens of milliseconds; the op is submitted right behind them.) */
 TEST(any_runs_on_the_idle_device) {
-  accel_ctx *ctx = ctx_open("embedded:?cpu_devices=2&backends=cpu"); /* no GPU to prefer */
-  accel_device a = cpu_dev(ctx, 0), b = cpu_dev(ctx, 1);
-  enum { SIDE = 640, GEMMS = 6 };
+  accel_ctx *ctx;
+  int nm;
+  OPEN_MEMBERS(ctx, nm, 2, 2, members_are_cpus() ? "backends=cpu" : "", false); /* members only */
+  accel_device a = member(ctx, 0), b = member(ctx, 1);
+  enum { GEMMS = 6 };
+  const int side = busy_side();
   size_t n = rnd_range(1000, 50000);
-  float *m = rnd_floats(SIDE * SIDE, -1, 1), *x = rnd_floats(n, -3, 3);
-  accel_buffer A = buf_from(ctx, ACCEL_F32, m, SIDE * SIDE), C[GEMMS];
+  float *m = rnd_floats(side * side, -1, 1), *x = rnd_floats(n, -3, 3);
+  accel_buffer A = buf_from(ctx, ACCEL_F32, m, side * side), C[GEMMS];
   accel_buffer X = buf_from(ctx, ACCEL_F32, x, n), Z = buf_new(ctx, ACCEL_F32, n);
   accel_buffer S = buf_new(ctx, ACCEL_F32, n);
   accel_future *gf[GEMMS], *f = NULL;
   for (int i = 0; i < GEMMS; i++)
-    C[i] = buf_new(ctx, ACCEL_F32, SIDE * SIDE);
+    C[i] = buf_new(ctx, ACCEL_F32, side * side);
   for (int i = 0; i < GEMMS; i++)
-    CHECK_OK(accel_sgemm(ctx, a, ACCEL_NO_TRANS, ACCEL_NO_TRANS, SIDE, SIDE, SIDE, 1.0f, A, SIDE, A,
-                         SIDE, 0.0f, C[i], SIDE, &gf[i]));
+    CHECK_OK(accel_sgemm(ctx, a, ACCEL_NO_TRANS, ACCEL_NO_TRANS, side, side, side, 1.0f, A, side, A,
+                         side, 0.0f, C[i], side, &gf[i]));
   CHECK_OK(accel_tanh(ctx, ACCEL_DEVICE_ANY, Z, X, &f));
   WAIT_OK(f);
   for (int i = 0; i < GEMMS; i++)
@@ -320,22 +407,25 @@ TEST(any_runs_on_the_idle_device) {
 /* The other side of the trade: inputs much larger than what a few queued tasks weigh (1 MiB
  * each) keep the op where they are, even with that device busy and the other idle. */
 TEST(any_stays_with_large_inputs_on_a_busy_device) {
-  accel_ctx *ctx = ctx_open("embedded:?cpu_devices=2&backends=cpu");
-  accel_device b = cpu_dev(ctx, 1);
-  enum { SIDE = 640, GEMMS = 3 };
+  accel_ctx *ctx;
+  int nm;
+  OPEN_MEMBERS(ctx, nm, 2, 2, members_are_cpus() ? "backends=cpu" : "", false);
+  accel_device b = member(ctx, 1);
+  enum { GEMMS = 3 };
+  const int side = busy_side();
   size_t n = (size_t)16 << 20; /* 64 MiB of F32 */
-  float *m = rnd_floats(SIDE * SIDE, -1, 1), *x = rnd_floats(n, -3, 3);
-  accel_buffer A = buf_from(ctx, ACCEL_F32, m, SIDE * SIDE), C[GEMMS];
+  float *m = rnd_floats(side * side, -1, 1), *x = rnd_floats(n, -3, 3);
+  accel_buffer A = buf_from(ctx, ACCEL_F32, m, side * side), C[GEMMS];
   accel_buffer X = buf_from(ctx, ACCEL_F32, x, n), Y = buf_new(ctx, ACCEL_F32, n);
   accel_buffer Z = buf_new(ctx, ACCEL_F32, n), S = buf_new(ctx, ACCEL_F32, n);
   accel_future *gf[GEMMS], *f = NULL;
   for (int i = 0; i < GEMMS; i++)
-    C[i] = buf_new(ctx, ACCEL_F32, SIDE * SIDE);
+    C[i] = buf_new(ctx, ACCEL_F32, side * side);
   CHECK_OK(accel_relu(ctx, b, Y, X, &f)); /* Y: 64 MiB on b only */
   WAIT_OK(f);
   for (int i = 0; i < GEMMS; i++)
-    CHECK_OK(accel_sgemm(ctx, b, ACCEL_NO_TRANS, ACCEL_NO_TRANS, SIDE, SIDE, SIDE, 1.0f, A, SIDE, A,
-                         SIDE, 0.0f, C[i], SIDE, &gf[i]));
+    CHECK_OK(accel_sgemm(ctx, b, ACCEL_NO_TRANS, ACCEL_NO_TRANS, side, side, side, 1.0f, A, side, A,
+                         side, 0.0f, C[i], side, &gf[i]));
   CHECK_OK(accel_tanh(ctx, ACCEL_DEVICE_ANY, Z, Y, &f));
   WAIT_OK(f);
   for (int i = 0; i < GEMMS; i++)
@@ -416,7 +506,7 @@ static double reduce_ref(accel_reduce op, double a, double b) {
   }
 }
 
-/* n buffers of `count` elements of t on the first n cpu devices, filled with host data. */
+/* n buffers of `count` elements of t on the first n members, filled with host data. */
 typedef struct coll_set {
   accel_ctx *ctx;
   accel_device dev[MAX_DEV];
@@ -431,7 +521,7 @@ static void coll_make(coll_set *s, accel_ctx *ctx, uint32_t n, accel_dtype t, si
                       bool quarters) {
   *s = (coll_set){.ctx = ctx, .n = n, .count = count, .t = t};
   for (uint32_t i = 0; i < n; i++) {
-    s->dev[i] = cpu_dev(ctx, (int)i);
+    s->dev[i] = member(ctx, (int)i);
     s->host[i] = xmalloc(count * esize(t) + 1);
     for (size_t j = 0; j < count; j++)
       store(t, s->host[i], j, quarters ? rnd_quarter() : (double)rnd_float(-2.0f, 2.0f));
@@ -471,12 +561,14 @@ static void check_all_reduce(coll_set *s, accel_reduce op, double tol) {
 /* F32 and F64 on random values, every reduction: F32 sums within 4 ulp of the sum of
  * magnitudes per device, F64 within 1e-15. */
 TEST(all_reduce_matches_a_float64_reference) {
-  accel_ctx *ctx = open_cpus(3);
+  accel_ctx *ctx;
+  int nm;
+  OPEN_MEMBERS(ctx, nm, 3, 2, "", true);
   accel_dtype types[] = {ACCEL_F32, ACCEL_F64};
   for (int ti = 0; ti < 2; ti++)
     for (int op = ACCEL_REDUCE_SUM; op <= ACCEL_REDUCE_MAX; op++) {
       coll_set s;
-      uint32_t n = (uint32_t)rnd_range(2, 3);
+      uint32_t n = (uint32_t)rnd_range(2, (size_t)nm);
       coll_make(&s, ctx, n, types[ti], rnd_range(1, 20000), false);
       accel_future *f = NULL;
       CHECK_OK(accel_all_reduce(ctx, s.dev, s.buf, n, (accel_reduce)op, &f));
@@ -489,15 +581,17 @@ TEST(all_reduce_matches_a_float64_reference) {
 
 /* F16 and BF16 on quarters: every sum, minimum and maximum is exact. */
 TEST(all_reduce_of_16_bit_floats_is_exact_on_exact_values) {
-  accel_ctx *ctx = open_cpus(3);
+  accel_ctx *ctx;
+  int nm;
+  OPEN_MEMBERS(ctx, nm, 3, 2, "", true);
   accel_dtype types[] = {ACCEL_F16, ACCEL_BF16};
   accel_reduce ops[] = {ACCEL_REDUCE_SUM, ACCEL_REDUCE_MIN, ACCEL_REDUCE_MAX};
   for (int ti = 0; ti < 2; ti++)
     for (int oi = 0; oi < 3; oi++) {
       coll_set s;
-      coll_make(&s, ctx, 3, types[ti], rnd_range(1, 5000), true);
+      coll_make(&s, ctx, (uint32_t)nm, types[ti], rnd_range(1, 5000), true);
       accel_future *f = NULL;
-      CHECK_OK(accel_all_reduce(ctx, s.dev, s.buf, 3, ops[oi], &f));
+      CHECK_OK(accel_all_reduce(ctx, s.dev, s.buf, s.n, ops[oi], &f));
       WAIT_OK(f);
       check_all_reduce(&s, ops[oi], 0.0);
       coll_free(&s);
@@ -508,19 +602,21 @@ TEST(all_reduce_of_16_bit_floats_is_exact_on_exact_values) {
 /* The data moves as for any op: each buffer written on the host is brought to its device
  * once; afterwards each is valid on its device, and a read takes it from there. */
 TEST(all_reduce_moves_each_buffer_to_its_device_once) {
-  accel_ctx *ctx = open_cpus(3);
+  accel_ctx *ctx;
+  int nm;
+  OPEN_MEMBERS(ctx, nm, 3, 2, "", true);
   coll_set s;
-  coll_make(&s, ctx, 3, ACCEL_F32, rnd_range(1000, 20000), true);
-  uint64_t bytes = s.count * 4;
+  coll_make(&s, ctx, (uint32_t)nm, ACCEL_F32, rnd_range(1000, 20000), true);
+  uint64_t bytes = s.count * 4 * s.n;
   accel_future *f = NULL;
-  CHECK_OK(accel_all_reduce(ctx, s.dev, s.buf, 3, ACCEL_REDUCE_SUM, &f));
+  CHECK_OK(accel_all_reduce(ctx, s.dev, s.buf, s.n, ACCEL_REDUCE_SUM, &f));
   WAIT_OK(f);
-  CHECK_MOVED(ctx, "all-reduce of host data", 3 * bytes, 0, 0);
+  CHECK_MOVED(ctx, "all-reduce of host data", bytes, 0, 0);
   check_all_reduce(&s, ACCEL_REDUCE_SUM, 0.0);
-  CHECK_MOVED(ctx, "after the reads", 3 * bytes, 0, 0);
-  CHECK_OK(accel_all_reduce(ctx, s.dev, s.buf, 3, ACCEL_REDUCE_SUM, &f)); /* again: in place */
+  CHECK_MOVED(ctx, "after the reads", bytes, 0, 0);
+  CHECK_OK(accel_all_reduce(ctx, s.dev, s.buf, s.n, ACCEL_REDUCE_SUM, &f)); /* again: in place */
   WAIT_OK(f);
-  CHECK_MOVED(ctx, "a second all-reduce", 3 * bytes, 0, 0);
+  CHECK_MOVED(ctx, "a second all-reduce", bytes, 0, 0);
   coll_free(&s);
   accel_close(ctx);
 }
@@ -528,7 +624,9 @@ TEST(all_reduce_moves_each_buffer_to_its_device_once) {
 /* The most devices a collective takes (8, as many CPU devices as a context opens), and one
  * more refused. */
 TEST(all_reduce_over_the_most_devices) {
-  accel_ctx *ctx = open_cpus(MAX_DEV);
+  accel_ctx *ctx;
+  int nm;
+  OPEN_MEMBERS(ctx, nm, MAX_DEV, MAX_DEV, "", true);
   coll_set s;
   coll_make(&s, ctx, MAX_DEV, ACCEL_F64, rnd_range(1, 3000), true);
   accel_future *f = NULL;
@@ -550,15 +648,17 @@ TEST(all_reduce_over_the_most_devices) {
 
 /* Every buffer equals the root's, bit for bit, whichever device is the root. */
 TEST(broadcast_copies_the_root_everywhere) {
-  accel_ctx *ctx = open_cpus(3);
-  for (uint32_t root = 0; root < 3; root++) {
+  accel_ctx *ctx;
+  int nm;
+  OPEN_MEMBERS(ctx, nm, 3, 2, "", true);
+  for (uint32_t root = 0; root < (uint32_t)nm; root++) {
     coll_set s;
-    coll_make(&s, ctx, 3, ACCEL_F32, rnd_range(1, 30000), false);
+    coll_make(&s, ctx, (uint32_t)nm, ACCEL_F32, rnd_range(1, 30000), false);
     accel_future *f = NULL;
-    CHECK_OK(accel_broadcast(ctx, s.dev, s.buf, 3, root, &f));
+    CHECK_OK(accel_broadcast(ctx, s.dev, s.buf, s.n, root, &f));
     WAIT_OK(f);
     float *got = xmalloc(s.count * 4);
-    for (uint32_t i = 0; i < 3; i++) {
+    for (uint32_t i = 0; i < s.n; i++) {
       read_sync(ctx, s.buf[i], 0, got, s.count);
       check_same("broadcast", got, s.host[root], s.count);
     }
@@ -570,39 +670,65 @@ TEST(broadcast_copies_the_root_everywhere) {
 
 /* Every receive buffer holds the sends in device order, bit for bit. */
 TEST(all_gather_concatenates_in_device_order) {
-  accel_ctx *ctx = open_cpus(3);
+  accel_ctx *ctx;
+  int nm;
+  OPEN_MEMBERS(ctx, nm, 3, 2, "", true);
   coll_set s;
-  coll_make(&s, ctx, 3, ACCEL_F64, rnd_range(1, 10000), false);
+  coll_make(&s, ctx, (uint32_t)nm, ACCEL_F64, rnd_range(1, 10000), false);
   accel_buffer recv[3];
-  for (int i = 0; i < 3; i++)
-    recv[i] = buf_new(ctx, ACCEL_F64, 3 * s.count);
+  for (int i = 0; i < nm; i++)
+    recv[i] = buf_new(ctx, ACCEL_F64, s.n * s.count);
   accel_future *f = NULL;
-  CHECK_OK(accel_all_gather(ctx, s.dev, s.buf, recv, 3, &f));
+  CHECK_OK(accel_all_gather(ctx, s.dev, s.buf, recv, s.n, &f));
   WAIT_OK(f);
-  double *got = xmalloc(3 * s.count * 8);
-  for (int i = 0; i < 3; i++) {
-    read_sync(ctx, recv[i], 0, got, 3 * s.count);
-    for (int k = 0; k < 3; k++)
+  double *got = xmalloc(s.n * s.count * 8);
+  for (int i = 0; i < nm; i++) {
+    read_sync(ctx, recv[i], 0, got, s.n * s.count);
+    for (int k = 0; k < nm; k++)
       CHECK(memcmp(got + (size_t)k * s.count, s.host[k], s.count * 8) == 0);
   }
-  for (int i = 0; i < 3; i++)
+  for (int i = 0; i < nm; i++)
     CHECK_OK(accel_buffer_destroy(ctx, recv[i]));
   free(got);
   coll_free(&s);
   accel_close(ctx);
 }
 
-/* Each bad argument is refused by the call, with no future made. */
+/* Each bad argument is refused by the call, with no future made. Over nm members (3, or 2
+ * GPUs): the odd one out in each list is its last (L) or its second element. */
 TEST(collectives_refuse_bad_arguments) {
-  accel_ctx *ctx = open_cpus(3);
+  accel_ctx *ctx;
+  int nm;
+  OPEN_MEMBERS(ctx, nm, 3, 2, "", true);
+  uint32_t n = (uint32_t)nm, L = n - 1;
   coll_set s;
-  coll_make(&s, ctx, 3, ACCEL_F32, 64, true);
+  coll_make(&s, ctx, n, ACCEL_F32, 64, true);
   accel_buffer other = buf_new(ctx, ACCEL_F32, 65), ints = buf_new(ctx, ACCEL_U32, 64);
   accel_buffer f64 = buf_new(ctx, ACCEL_F64, 64), big[3];
-  for (int i = 0; i < 3; i++)
-    big[i] = buf_new(ctx, ACCEL_F32, 3 * 64);
-  accel_device dev[3] = {s.dev[0], s.dev[1], s.dev[2]};
-  accel_buffer b[3] = {s.buf[0], s.buf[1], s.buf[2]};
+  for (uint32_t i = 0; i < n; i++)
+    big[i] = buf_new(ctx, ACCEL_F32, n * 64);
+  accel_device dev[3], dup[3], out[3], any[3];
+  accel_buffer b[3], same[3], longer[3], u32[3], mixed[3], short_recv[3], self_recv[3];
+  memcpy(dev, s.dev, sizeof dev);
+  memcpy(b, s.buf, sizeof b);
+  memcpy(dup, dev, sizeof dev);
+  memcpy(out, dev, sizeof dev);
+  memcpy(any, dev, sizeof dev);
+  dup[L] = dev[0];
+  out[L] = 99;
+  any[1] = ACCEL_DEVICE_ANY;
+  memcpy(same, b, sizeof b);
+  memcpy(longer, b, sizeof b);
+  memcpy(u32, b, sizeof b);
+  memcpy(mixed, b, sizeof b);
+  same[L] = b[0];
+  longer[L] = other;
+  u32[0] = ints;
+  mixed[1] = f64;
+  memcpy(short_recv, big, sizeof big);
+  memcpy(self_recv, big, sizeof big);
+  short_recv[L] = other;
+  self_recv[L] = b[L];
   accel_future *f = FUT_SENTINEL;
 #define REFUSED(call)                                                                              \
   do {                                                                                             \
@@ -610,51 +736,52 @@ TEST(collectives_refuse_bad_arguments) {
     CHECK(f == FUT_SENTINEL);                                                                      \
   } while (0)
   REFUSED(accel_all_reduce(ctx, dev, b, 0, ACCEL_REDUCE_SUM, &f));
-  REFUSED(accel_all_reduce(ctx, dev, b, 3, (accel_reduce)4, &f));
-  REFUSED(accel_all_reduce(NULL, dev, b, 3, ACCEL_REDUCE_SUM, &f));
-  REFUSED(accel_all_reduce(ctx, NULL, b, 3, ACCEL_REDUCE_SUM, &f));
-  REFUSED(accel_broadcast(ctx, dev, b, 3, 3, &f)); /* root past the devices */
-  REFUSED(accel_all_gather(ctx, dev, b, NULL, 3, &f));
-  accel_device dup[3] = {dev[0], dev[1], dev[0]}, out[3] = {dev[0], dev[1], 99};
-  accel_device any[3] = {dev[0], ACCEL_DEVICE_ANY, dev[2]};
-  REFUSED(accel_all_reduce(ctx, dup, b, 3, ACCEL_REDUCE_SUM, &f));
-  REFUSED(accel_all_reduce(ctx, out, b, 3, ACCEL_REDUCE_SUM, &f));
-  REFUSED(accel_all_reduce(ctx, any, b, 3, ACCEL_REDUCE_SUM, &f));
-  accel_buffer same[3] = {b[0], b[1], b[0]}, longer[3] = {b[0], b[1], other};
-  accel_buffer u32[3] = {ints, b[1], b[2]}, mixed[3] = {b[0], f64, b[2]};
-  REFUSED(accel_all_reduce(ctx, dev, same, 3, ACCEL_REDUCE_SUM, &f));
-  REFUSED(accel_all_reduce(ctx, dev, longer, 3, ACCEL_REDUCE_SUM, &f));
-  REFUSED(accel_broadcast(ctx, dev, longer, 3, 0, &f));
-  REFUSED(accel_all_reduce(ctx, dev, u32, 3, ACCEL_REDUCE_SUM, &f));
-  REFUSED(accel_all_reduce(ctx, dev, mixed, 3, ACCEL_REDUCE_SUM, &f));
-  accel_buffer short_recv[3] = {big[0], big[1], other};
-  REFUSED(accel_all_gather(ctx, dev, b, short_recv, 3, &f));
-  accel_buffer self_recv[3] = {big[0], big[1], b[2]};
-  REFUSED(accel_all_gather(ctx, dev, b, self_recv, 3, &f));
+  REFUSED(accel_all_reduce(ctx, dev, b, n, (accel_reduce)4, &f));
+  REFUSED(accel_all_reduce(NULL, dev, b, n, ACCEL_REDUCE_SUM, &f));
+  REFUSED(accel_all_reduce(ctx, NULL, b, n, ACCEL_REDUCE_SUM, &f));
+  REFUSED(accel_broadcast(ctx, dev, b, n, n, &f)); /* root past the devices */
+  REFUSED(accel_all_gather(ctx, dev, b, NULL, n, &f));
+  REFUSED(accel_all_reduce(ctx, dup, b, n, ACCEL_REDUCE_SUM, &f));
+  REFUSED(accel_all_reduce(ctx, out, b, n, ACCEL_REDUCE_SUM, &f));
+  REFUSED(accel_all_reduce(ctx, any, b, n, ACCEL_REDUCE_SUM, &f));
+  REFUSED(accel_all_reduce(ctx, dev, same, n, ACCEL_REDUCE_SUM, &f));
+  REFUSED(accel_all_reduce(ctx, dev, longer, n, ACCEL_REDUCE_SUM, &f));
+  REFUSED(accel_broadcast(ctx, dev, longer, n, 0, &f));
+  REFUSED(accel_all_reduce(ctx, dev, u32, n, ACCEL_REDUCE_SUM, &f));
+  REFUSED(accel_all_reduce(ctx, dev, mixed, n, ACCEL_REDUCE_SUM, &f));
+  REFUSED(accel_all_gather(ctx, dev, b, short_recv, n, &f));
+  REFUSED(accel_all_gather(ctx, dev, b, self_recv, n, &f));
   f = NULL; /* and the right ones pass */
-  CHECK_OK(accel_all_gather(ctx, dev, b, big, 3, &f));
+  CHECK_OK(accel_all_gather(ctx, dev, b, big, n, &f));
   WAIT_OK(f);
   CHECK_OK(accel_buffer_destroy(ctx, other));
   CHECK_OK(accel_buffer_destroy(ctx, ints));
   CHECK_OK(accel_buffer_destroy(ctx, f64));
-  for (int i = 0; i < 3; i++)
+  for (uint32_t i = 0; i < n; i++)
     CHECK_OK(accel_buffer_destroy(ctx, big[i]));
   coll_free(&s);
   accel_close(ctx);
 }
 
 /* A collective over devices of different backends cannot run (ACCEL_ENOTSUP in its future);
- * one over a quarantined device fails with ACCEL_EDEVLOST; the others go on serving. */
+ * one over a quarantined device fails with ACCEL_EDEVLOST; the others go on serving. (GPU
+ * members are opened beside a CPU device, for the mixed case.) */
 TEST(collectives_need_serving_devices_of_one_backend) {
-  accel_ctx *ctx = ctx_open("embedded:?cpu_devices=2&fault_injection=1&max_restarts=1");
-  accel_device a = cpu_dev(ctx, 0), b = cpu_dev(ctx, 1);
+  char params[96] = "fault_injection=1&max_restarts=1";
+  if (!members_are_cpus())
+    snprintf(params, sizeof params, "backends=%s,cpu&fault_injection=1&max_restarts=1",
+             members_backend());
+  accel_ctx *ctx;
+  int nm;
+  OPEN_MEMBERS(ctx, nm, 2, 2, params, true);
+  accel_device a = member(ctx, 0), b = member(ctx, 1);
   accel_buffer x = buf_new(ctx, ACCEL_F32, 100), y = buf_new(ctx, ACCEL_F32, 100);
   accel_buffer xy[2] = {x, y};
   accel_future *f = NULL;
   for (accel_device d = 0; d < accel_device_count(ctx); d++) {
     struct accel_device_info info;
     CHECK_OK(accel_device_info(ctx, d, &info));
-    if (strcmp(info.backend, "cpu") == 0)
+    if (strcmp(info.backend, members_backend()) == 0)
       continue;
     accel_device mixed[2] = {a, d};
     CHECK_OK(accel_all_reduce(ctx, mixed, xy, 2, ACCEL_REDUCE_SUM, &f));

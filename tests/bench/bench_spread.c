@@ -1,14 +1,20 @@
 /* accel — an sgemm workload spread by placement over every GPU, against the same workload on
  * one GPU (issue: every GPU of a host). API level, embedded mode, CUDA devices only.
  *
- * The workload: P independent products C_i = A_i B_i (n x n, F32), each pair written from the
- * host, then accel_finish. "one": every sgemm names GPU 0. "any": every sgemm on
- * ACCEL_DEVICE_ANY, which places it where its inputs are and, with them on the host, on the
- * GPU with the shortest queue (docs/ARCHITECTURE.md, "Placement"). Both include the writes.
+ * The workload: P independent products C_i = A_i B_i (n x n, F32), then accel_finish. "one":
+ * every sgemm names GPU 0. "any": every sgemm on ACCEL_DEVICE_ANY, which places it where its
+ * inputs are and, with them on the host, on the GPU with the shortest queue
+ * (docs/ARCHITECTURE.md, "Placement"). Two rows:
+ *   - inputs resident: the pairs were written once, before the timing; each side has its own
+ *     buffers, so "one" finds them all on GPU 0 and "any" each pair where its first product
+ *     ran (spread by queue length, then kept there by data): products only;
+ *   - writes included: each repetition writes every pair from the host first (pageable
+ *     memory), so the host's copies weigh as much as the products.
  * The printed speed-up is one's time / any's time (median of the repetitions, alternating).
  * With fewer than two GPUs it says so and exits 77.
  *
  * Usage: bench-spread [--quick] [--n N] [--pairs P] [--reps R] */
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -48,18 +54,70 @@ typedef struct work {
   accel_buffer *a, *b, *c;
 } work;
 
-/* One repetition: the writes and products, on `dev`; seconds until everything finished. */
-static double run_once(work *w, accel_device dev) {
+static void write_pair(work *w, int i) {
   size_t elems = (size_t)w->n * (size_t)w->n;
+  OK(accel_write(w->ctx, w->a[i], 0, w->host, elems, NULL));
+  OK(accel_write(w->ctx, w->b[i], 0, w->host + elems, elems, NULL));
+}
+
+/* One repetition: the products (after writing each pair, if `writes`) on `dev`; seconds until
+ * everything finished. */
+static double run_once(work *w, accel_device dev, bool writes) {
   double t0 = now_s();
   for (int i = 0; i < w->pairs; i++) {
-    OK(accel_write(w->ctx, w->a[i], 0, w->host, elems, NULL));
-    OK(accel_write(w->ctx, w->b[i], 0, w->host + elems, elems, NULL));
+    if (writes)
+      write_pair(w, i);
     OK(accel_sgemm(w->ctx, dev, ACCEL_NO_TRANS, ACCEL_NO_TRANS, w->n, w->n, w->n, 1.0f, w->a[i],
                    w->n, w->b[i], w->n, 0.0f, w->c[i], w->n, NULL));
   }
   OK(accel_finish(w->ctx, -1));
   return now_s() - t0;
+}
+
+static void work_make(work *w) {
+  size_t elems = (size_t)w->n * (size_t)w->n;
+  w->a = calloc((size_t)w->pairs, sizeof *w->a);
+  w->b = calloc((size_t)w->pairs, sizeof *w->b);
+  w->c = calloc((size_t)w->pairs, sizeof *w->c);
+  if (!w->a || !w->b || !w->c)
+    DIE("out of memory");
+  for (int i = 0; i < w->pairs; i++) {
+    OK(accel_buffer_create(w->ctx, ACCEL_F32, elems, &w->a[i]));
+    OK(accel_buffer_create(w->ctx, ACCEL_F32, elems, &w->b[i]));
+    OK(accel_buffer_create(w->ctx, ACCEL_F32, elems, &w->c[i]));
+    write_pair(w, i);
+  }
+}
+
+static void work_free(work *w) {
+  for (int i = 0; i < w->pairs; i++) {
+    OK(accel_buffer_destroy(w->ctx, w->a[i]));
+    OK(accel_buffer_destroy(w->ctx, w->b[i]));
+    OK(accel_buffer_destroy(w->ctx, w->c[i]));
+  }
+  free(w->a);
+  free(w->b);
+  free(w->c);
+}
+
+/* Alternates one (GPU 0, buffers of `one`) and any (ANY, buffers of `any`) `reps` times after a
+ * warm-up of each, and prints the row: the medians and one's over any's. */
+static void compare(const char *what, work *one, work *any, int gpus, int reps, bool writes) {
+  double t1[64], ta[64];
+  run_once(one, 0, writes); /* warm-up: memory, cuBLAS handles, the second GPU, placement */
+  run_once(any, ACCEL_DEVICE_ANY, writes);
+  for (int r = 0; r < reps; r++) {
+    t1[r] = run_once(one, 0, writes);
+    ta[r] = run_once(any, ACCEL_DEVICE_ANY, writes);
+  }
+  qsort(t1, (size_t)reps, sizeof *t1, cmp_double);
+  qsort(ta, (size_t)reps, sizeof *ta, cmp_double);
+  double flop = 2.0 * one->n * (double)one->n * one->n * one->pairs;
+  double m1 = t1[reps / 2], ma = ta[reps / 2];
+  printf("sgemm spread over %d GPUs, %s (%d products n=%d): one GPU %.1f ms (%.0f GFLOP/s), "
+         "ANY %.1f ms (%.0f GFLOP/s): speed-up %.2f\n",
+         gpus, what, one->pairs, one->n, m1 * 1e3, flop / m1 * 1e-9, ma * 1e3, flop / ma * 1e-9,
+         m1 / ma);
 }
 
 int main(int argc, char **argv) {
@@ -76,53 +134,30 @@ int main(int argc, char **argv) {
       reps = atoi(argv[++i]);
     }
   }
-  work w = {.n = n, .pairs = pairs};
-  OK(accel_open(&w.ctx, "embedded:?backends=cuda"));
-  int gpus = accel_device_count(w.ctx);
+  accel_ctx *ctx = NULL;
+  OK(accel_open(&ctx, "embedded:?backends=cuda"));
+  int gpus = accel_device_count(ctx);
   if (gpus < 2) {
     printf("sgemm spread over GPUs: skipped: %d GPU(s); the comparison needs two or more\n", gpus);
-    accel_close(w.ctx);
+    accel_close(ctx);
     return 77;
   }
   size_t elems = (size_t)n * (size_t)n;
-  w.host = malloc(2 * elems * sizeof *w.host);
-  w.a = calloc((size_t)pairs, sizeof *w.a);
-  w.b = calloc((size_t)pairs, sizeof *w.b);
-  w.c = calloc((size_t)pairs, sizeof *w.c);
-  if (!w.host || !w.a || !w.b || !w.c)
+  float *host = malloc(2 * elems * sizeof *host);
+  if (host == NULL)
     DIE("out of memory");
   srand(12345);
   for (size_t i = 0; i < 2 * elems; i++)
-    w.host[i] = (float)rand() / (float)RAND_MAX - 0.5f;
-  for (int i = 0; i < pairs; i++) {
-    OK(accel_buffer_create(w.ctx, ACCEL_F32, elems, &w.a[i]));
-    OK(accel_buffer_create(w.ctx, ACCEL_F32, elems, &w.b[i]));
-    OK(accel_buffer_create(w.ctx, ACCEL_F32, elems, &w.c[i]));
-  }
-  run_once(&w, 0); /* warm-up: memory, cuBLAS handles, the second GPU */
-  run_once(&w, ACCEL_DEVICE_ANY);
-  double one[64], any[64];
+    host[i] = (float)rand() / (float)RAND_MAX - 0.5f;
+  work one = {.ctx = ctx, .n = n, .pairs = pairs, .host = host}, any = one;
+  work_make(&one);
+  work_make(&any);
   reps = reps > 64 ? 64 : reps;
-  for (int r = 0; r < reps; r++) {
-    one[r] = run_once(&w, 0);
-    any[r] = run_once(&w, ACCEL_DEVICE_ANY);
-  }
-  qsort(one, (size_t)reps, sizeof *one, cmp_double);
-  qsort(any, (size_t)reps, sizeof *any, cmp_double);
-  double flop = 2.0 * n * (double)n * n * pairs;
-  printf("sgemm spread over %d GPUs (%d products n=%d, writes included): one GPU %.1f ms "
-         "(%.0f GFLOP/s), ANY %.1f ms (%.0f GFLOP/s): speed-up %.2f\n",
-         gpus, pairs, n, one[reps / 2] * 1e3, flop / one[reps / 2] * 1e-9, any[reps / 2] * 1e3,
-         flop / any[reps / 2] * 1e-9, one[reps / 2] / any[reps / 2]);
-  for (int i = 0; i < pairs; i++) {
-    OK(accel_buffer_destroy(w.ctx, w.a[i]));
-    OK(accel_buffer_destroy(w.ctx, w.b[i]));
-    OK(accel_buffer_destroy(w.ctx, w.c[i]));
-  }
-  accel_close(w.ctx);
-  free(w.host);
-  free(w.a);
-  free(w.b);
-  free(w.c);
+  compare("inputs resident", &one, &any, gpus, reps, false);
+  compare("writes included", &one, &any, gpus, reps, true);
+  work_free(&one);
+  work_free(&any);
+  accel_close(ctx);
+  free(host);
   return 0;
 }
