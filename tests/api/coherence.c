@@ -218,9 +218,8 @@ TEST(two_devices_move_once_each_way) {
   free(sx);
 }
 
-/* A partial write into data that lives only on the device needs the rest of it on the host
- * first (one device->host copy); a whole-buffer write needs nothing. Either way the device
- * copy is stale afterwards: the next op there brings the buffer over once. */
+/* A write into data that lives only on a device lands there, partial or whole: nothing else
+ * moves, and the next op there finds the buffer in place. */
 TEST(writes_over_device_data) {
   accel_ctx *ctx = ctx_open(NULL);
   size_t n = rnd_range(1000, 50000), bytes = n * 4, off = rnd_range(0, n - 10);
@@ -255,6 +254,37 @@ TEST(writes_over_device_data) {
   free(out);
 }
 
+/* A write into data valid on the host and on a device lands on the device, as it would if the
+ * device alone held it: the next op there moves nothing (landing on the host would copy the
+ * buffer across again), and a read takes it from the device. */
+TEST(a_write_over_data_on_host_and_device_lands_on_the_device) {
+  accel_ctx *ctx = ctx_open(NULL);
+  size_t n = rnd_range(1000, 50000), bytes = n * 4, off = rnd_range(0, n - 10);
+  float *x = rnd_floats(n, 1, 2), *part = rnd_floats(10, 3, 4), *out = xmalloc(bytes);
+  accel_buffer X = buf_new(ctx, ACCEL_F32, n), Y = buf_new(ctx, ACCEL_F32, n);
+  accel_future *f = NULL;
+  write_sync(ctx, X, 0, x, n);
+  SYNC(accel_relu(ctx, 0, Y, X, &f)); /* X valid on the host and on device 0 */
+  moved want = {.h2d = bytes, .written = bytes};
+  expect(ctx, "X used on device 0", want);
+  write_sync(ctx, X, off, part, 10);
+  want.written += 40;
+  expect(ctx, "partial write", want);
+  SYNC(accel_relu(ctx, 0, Y, X, &f));
+  expect(ctx, "X used on device 0 after the write", want);
+  memcpy(x + off, part, 40);
+  read_sync(ctx, Y, 0, out, n);
+  check_floats("relu(X) after the partial write", out, x, n);
+  read_sync(ctx, X, 0, out, n); /* from the device, straight to the caller */
+  check_floats("X after the partial write", out, x, n);
+  want.read += 2 * bytes;
+  expect(ctx, "reads", want);
+  accel_close(ctx);
+  free(x);
+  free(part);
+  free(out);
+}
+
 /* A buffer never written has no bytes to move: ops that read it see zeros, nothing is copied. */
 TEST(never_written_moves_nothing) {
   accel_ctx *ctx = ctx_open(NULL);
@@ -273,9 +303,13 @@ TEST(never_written_moves_nothing) {
 }
 
 static const test_case tests[] = {
-    TEST_CASE(fresh_context_moved_nothing),    TEST_CASE(write_then_compute_moves_once),
-    TEST_CASE(sgemm_moves_only_what_it_reads), TEST_CASE(two_devices_move_once_each_way),
-    TEST_CASE(writes_over_device_data),        TEST_CASE(never_written_moves_nothing),
+    TEST_CASE(fresh_context_moved_nothing),
+    TEST_CASE(write_then_compute_moves_once),
+    TEST_CASE(sgemm_moves_only_what_it_reads),
+    TEST_CASE(two_devices_move_once_each_way),
+    TEST_CASE(writes_over_device_data),
+    TEST_CASE(never_written_moves_nothing),
+    TEST_CASE(a_write_over_data_on_host_and_device_lands_on_the_device),
 };
 
 TEST_MAIN(tests)
