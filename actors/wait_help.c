@@ -19,7 +19,10 @@ static void job_run(rt_helper *h) {
   wait_job *j = (wait_job *)h;
   if (atomic_exchange(&j->claimed, true))
     return;
+  be_thread_marks marks; /* the client's thread as it was (CUDA: its current context) */
+  be_thread_marks_take(&marks);
   int rc = j->be->event_sync(j->event);
+  be_thread_marks_give_back(&marks);
   for (uint32_t i = 0; i < j->n; i++)
     accel_future_complete(j->futs[i], rc, NULL, NULL);
 }

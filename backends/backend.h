@@ -176,6 +176,12 @@ typedef struct be_ops {
    * (runtime/loop.h: rt_tell_and_run). False where a thread needs setting up first (CUDA's
    * current context is per thread, and the caller's own would be replaced). */
   bool any_thread;
+  /* Called on a client's thread before it runs backend entries itself (an embedded context's
+   * open and close, a waiter's own event sync), and thread_leave after, with what
+   * thread_enter returned: CUDA puts back the context that was current there, the caller's
+   * own, which its entries would otherwise leave replaced. NULL where nothing changes. */
+  void *(*thread_enter)(void);
+  void (*thread_leave)(void *saved);
   /* Like host_callback, but the queue does not wait for fn: later work on q may start before
    * fn has run (fn still runs once, after the work before it, with the same exactly-once and
    * error rules as host_callback). The functions of one queue's host_notify calls run in
@@ -384,5 +390,17 @@ typedef struct be_entry {
 
 /* NULL-terminated list, CPU first. */
 const be_entry *be_registry(void);
+
+/* The calling thread as every built backend with thread_enter found it (thread_marks.c):
+ * taken before a client's thread runs backend entries, given back after. */
+#define BE_THREAD_MARKS 4
+typedef struct be_thread_marks {
+  const be_ops *be[BE_THREAD_MARKS];
+  void *saved[BE_THREAD_MARKS];
+  int n;
+} be_thread_marks;
+
+void be_thread_marks_take(be_thread_marks *t);
+void be_thread_marks_give_back(const be_thread_marks *t);
 
 #endif

@@ -114,7 +114,7 @@ static int start_tree(accel_ctx *ctx, embedded *e) {
   return accel_spawn(ctx->rt, NULL, &dev_session_behavior, &e->session_args, &o, &e->session);
 }
 
-int client_embedded_open(accel_ctx *ctx, const char *query) {
+static int open_here(accel_ctx *ctx, const char *query) {
   dev_world_opts wo;
   uint32_t max_buffers;
   int rc = parse_query(query, &wo, &max_buffers);
@@ -152,6 +152,16 @@ int client_embedded_open(accel_ctx *ctx, const char *query) {
     pthread_cond_destroy(&ctx->done_cv);
     rt_free(ctx->handles);
   }
+  return rc;
+}
+
+/* The devices open on this thread (the tree is spawned before the loop runs): the thread is
+ * given back as the backends found it (CUDA: the caller's current context). */
+int client_embedded_open(accel_ctx *ctx, const char *query) {
+  be_thread_marks marks;
+  be_thread_marks_take(&marks);
+  int rc = open_here(ctx, query);
+  be_thread_marks_give_back(&marks);
   return rc;
 }
 
@@ -198,12 +208,15 @@ static int embedded_transfer_stats(accel_ctx *ctx, accel_transfer_stats *out) {
 }
 
 static void embedded_close(accel_ctx *ctx) {
+  be_thread_marks marks; /* what the loop did not close is closed here */
+  be_thread_marks_take(&marks);
   accel_runtime_stop(ctx->rt);
   accel_runtime_join(ctx->rt);
   accel_runtime_destroy(ctx->rt);
   dev_world_fini(&impl_of(ctx)->world);
   dev_op_pool_drain(&impl_of(ctx)->ops); /* every op has ended with the world */
   rt_free(ctx->impl);
+  be_thread_marks_give_back(&marks);
 }
 
 const client_transport client_embedded_transport = {

@@ -100,6 +100,8 @@ static void reset_context(be_device *dev) {
  * as the next one's, so a thread knows it has the right one current only by this number. */
 static atomic_uint_fast64_t incarnations;
 static _Thread_local uint64_t current_incarnation;
+/* The context this thread last made current for a device (it may be gone since). */
+static _Thread_local CUcontext entered_ctx;
 
 int be_cuda_enter(be_device *dev) {
   CUcontext cur = NULL;
@@ -110,7 +112,31 @@ int be_cuda_enter(be_device *dev) {
   if (r != CUDA_SUCCESS)
     return be_cuda_err(r);
   current_incarnation = dev->incarnation;
+  entered_ctx = dev->ctx;
   return 0;
+}
+
+/* Nothing to put back: the thread's current context was one of ours, or none could be read. */
+static char leave_as_is;
+
+/* A client's thread's current context, to be put back by be_cuda_thread_leave (be_ops). A
+ * context this thread made current for a device itself is not the client's, and may be
+ * destroyed by the time the thread leaves (a restart): it is never put back. */
+void *be_cuda_thread_enter(void) {
+  CUcontext cur = NULL;
+  if (be_cu.cuCtxGetCurrent == NULL || be_cu.cuCtxGetCurrent(&cur) != CUDA_SUCCESS ||
+      (cur != NULL && cur == entered_ctx))
+    return &leave_as_is;
+  return cur;
+}
+
+void be_cuda_thread_leave(void *saved) {
+  CUcontext cur = NULL;
+  if (saved == &leave_as_is || be_cu.cuCtxGetCurrent(&cur) != CUDA_SUCCESS ||
+      cur == (CUcontext)saved)
+    return;
+  if (be_cu.cuCtxSetCurrent((CUcontext)saved) == CUDA_SUCCESS)
+    entered_ctx = NULL; /* the next be_cuda_enter here sets its context again */
 }
 
 static bool want_primary(void) {
@@ -127,12 +153,27 @@ static atomic_bool *buried_of(be_device *dev) {
   return dev->index >= 0 && dev->index < BE_CUDA_EPOCHS ? &primary_buried[dev->index] : NULL;
 }
 
-/* The context of a new incarnation, current on this thread. */
+/* A context of our own. cuCtxCreate pushes it on the calling thread's context stack; it is
+ * popped again (be_cuda_enter makes it current in place), so that the stack of a client's
+ * thread that ran the open keeps its depth and be_cuda_thread_leave can put the client's own
+ * context back. */
+static CUresult own_context(be_device *dev) {
+  CUresult r = be_cuda_trace("cuCtxCreate", be_cu.cuCtxCreate(&dev->ctx, NULL, 0, dev->cu));
+  if (r != CUDA_SUCCESS)
+    return r;
+  CUcontext popped = NULL;
+  r = be_cu.cuCtxPopCurrent(&popped);
+  if (r != CUDA_SUCCESS)
+    be_cu.cuCtxDestroy(dev->ctx);
+  return r;
+}
+
+/* The context of a new incarnation (try_incarnate makes it current). */
 static CUresult context_make(be_device *dev) {
   dev->primary = dev->primary_wanted || want_primary();
   dev->incarnation = atomic_fetch_add(&incarnations, 1) + 1;
   if (!dev->primary)
-    return be_cuda_trace("cuCtxCreate", be_cu.cuCtxCreate(&dev->ctx, NULL, 0, dev->cu));
+    return own_context(dev);
   atomic_bool *buried = buried_of(dev);
   if (buried != NULL && atomic_load(buried))
     return be_cuda_trace("primary context still held by work that never ended",

@@ -167,6 +167,9 @@ struct be_queue {
 
 /* Makes the device's context current on this thread (a no-op when it is). 0, or the error. */
 RT_MUST_USE int be_cuda_enter(be_device *dev);
+/* be_ops.thread_enter / thread_leave: a client's thread gets its current context back. */
+void *be_cuda_thread_enter(void);
+void be_cuda_thread_leave(void *saved);
 /* Makes the context, loads the module, makes the internal stream. */
 RT_MUST_USE int be_cuda_incarnate(be_device *dev);
 /* Frees the incarnation and its context (a lost primary context is reset). Queues must be

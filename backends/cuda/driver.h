@@ -24,6 +24,7 @@
   X(cuDeviceGetName) X(cuDeviceTotalMem) X(cuDeviceGetAttribute)                           \
   X(cuDevicePrimaryCtxRetain) X(cuDevicePrimaryCtxRelease) X(cuDevicePrimaryCtxReset)      \
   X(cuCtxSetCurrent) X(cuCtxGetCurrent) X(cuCtxSynchronize) X(cuCtxCreate) X(cuCtxDestroy)  \
+  X(cuCtxPopCurrent)                                                                       \
   X(cuModuleLoadData) X(cuModuleUnload) X(cuModuleGetFunction) X(cuLaunchKernel)           \
   X(cuStreamCreate) X(cuStreamDestroy) X(cuStreamSynchronize) X(cuStreamQuery)             \
   X(cuStreamWaitEvent) X(cuLaunchHostFunc) X(cuStreamAddCallback)                          \

@@ -8,8 +8,12 @@
  *   - the three completion strategies (context-wide and per op) give the same results;
  *   - a sticky fault with ops in flight: each completes (OK or ACCEL_EDEVLOST), the device
  *     restarts, host data survives, later ops are right; the time from the fault to the first
- *     op served again is printed.
+ *     op served again is printed;
+ *   - the calling thread's own current CUDA context is current again after every call (the
+ *     open and close run the devices' start and stop there, and a waiter syncs on the device
+ *     itself), and the thread's context stack keeps its depth.
  * Without a CUDA device it exits 77 (meson's SKIP) and says why. */
+#include <dlfcn.h>
 #include <float.h>
 #include <math.h>
 
@@ -327,10 +331,86 @@ TEST(fault_recovery) {
   free(out);
 }
 
+/* ---- the caller's own context ---------------------------------------------------------- */
+
+/* The driver's entries this test calls itself (stable signatures since CUDA 4). */
+typedef struct driver {
+  int (*init)(unsigned);
+  int (*device_get)(int *, int);
+  int (*retain)(void **, int);
+  int (*release)(int);
+  int (*set_current)(void *);
+  int (*get_current)(void **);
+  int (*pop_current)(void **);
+} driver;
+
+static void driver_load(driver *d) {
+  void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+  CHECK(lib != NULL);
+  *(void **)&d->init = dlsym(lib, "cuInit");
+  *(void **)&d->device_get = dlsym(lib, "cuDeviceGet");
+  *(void **)&d->retain = dlsym(lib, "cuDevicePrimaryCtxRetain");
+  *(void **)&d->release = dlsym(lib, "cuDevicePrimaryCtxRelease_v2");
+  *(void **)&d->set_current = dlsym(lib, "cuCtxSetCurrent");
+  *(void **)&d->get_current = dlsym(lib, "cuCtxGetCurrent");
+  *(void **)&d->pop_current = dlsym(lib, "cuCtxPopCurrent_v2");
+  CHECK(d->init && d->device_get && d->retain && d->release && d->set_current && d->get_current &&
+        d->pop_current);
+}
+
+static void check_current(const driver *d, void *want, const char *after) {
+  void *cur = NULL;
+  CHECK_EQ(d->get_current(&cur), 0);
+  if (cur != want)
+    TEST_FAIL("after %s the thread's current context is %p, not the caller's %p", after, cur, want);
+}
+
+/* The caller's primary context (accel's is its own) is current on this thread, alone on its
+ * stack; every kind of call, each completion strategy, leaves it so. */
+TEST(the_callers_context_stays_current) {
+  driver d;
+  driver_load(&d);
+  CHECK_EQ(d.init(0), 0);
+  int cu = -1;
+  CHECK_EQ(d.device_get(&cu, 0), 0);
+  void *mine = NULL;
+  CHECK_EQ(d.retain(&mine, cu), 0);
+  static const char *const urls[] = {"embedded:?completion=callback", "embedded:?completion=sync",
+                                     "embedded:?completion=poll"};
+  for (size_t u = 0; u < 3; u++) {
+    CHECK_EQ(d.set_current(mine), 0);
+    accel_ctx *ctx = gpu_ctx(urls[u]);
+    check_current(&d, mine, "accel_open");
+    accel_buffer X = buf_new(ctx, ACCEL_U32, 4096);
+    check_current(&d, mine, "accel_buffer_create");
+    uint32_t host[4096];
+    for (int round = 0; round < 20; round++) {
+      accel_future *f = NULL;
+      CHECK_OK(accel_fill_u32(ctx, GPU, X, (uint32_t)round, &f));
+      check_current(&d, mine, "accel_fill_u32");
+      WAIT_OK(f);
+      check_current(&d, mine, "a wait");
+      read_sync(ctx, X, 0, host, 4096);
+      check_current(&d, mine, "accel_read");
+      CHECK_EQ(host[0], (uint32_t)round);
+      CHECK_EQ(host[4095], (uint32_t)round);
+      test_sleep_ms(round % 3); /* the loop falls asleep now and then */
+    }
+    CHECK_OK(accel_buffer_destroy(ctx, X));
+    accel_close(ctx);
+    check_current(&d, mine, "accel_close");
+    void *popped = NULL;
+    CHECK_EQ(d.pop_current(&popped), 0);
+    CHECK(popped == mine);
+    check_current(&d, NULL, "popping the caller's one context"); /* the stack's depth kept */
+  }
+  CHECK_EQ(d.release(cu), 0);
+}
+
 static const test_case tests[] = {
     TEST_CASE(sgemm_against_float64), TEST_CASE(rng_equals_cpu_device),
     TEST_CASE(coherence_gpu_and_cpu), TEST_CASE(completion_strategies),
-    TEST_CASE(fault_recovery),
+    TEST_CASE(fault_recovery),        TEST_CASE(the_callers_context_stays_current),
 };
 
 int main(int argc, char **argv) {
