@@ -224,17 +224,25 @@ static dev_node *place_launch(dev_world *w, dev_op *op, dev_buffer *bufs[], dev_
   return best;
 }
 
-/* Where a write lands: on the first serving device that holds a valid copy of the buffer,
- * straight from the caller's memory (one copy; at pinned speed from memory registered for
- * DMA), else on the host. Data that a device holds is used there next, as far as we can tell:
- * landing on the host instead made each later use on the device pay for a memcpy on the host
- * (about 6.5 GB/s on one thread) and then the copy across (bench-spread, two H200s: 2 GiB of
- * writes took 300 ms per repetition). */
+/* Where a write lands: on a serving device that holds a valid copy of the buffer, a GPU or
+ * accelerator first, straight from the caller's memory (one copy; at pinned speed from memory
+ * registered for DMA); else on the host. Data that a device holds is used there next, as far
+ * as we can tell: landing on the host instead made each later use on a GPU pay for a memcpy on
+ * the host (about 6.5 GB/s on one thread) and then the copy across (bench-spread, two H200s:
+ * 2 GiB of writes took 300 ms per repetition). GPUs first: landing on a CPU device would leave
+ * a GPU's copy stale, to be brought over again through the host. */
 static dev_node *write_node(dev_world *w, const dev_buffer *b) {
-  for (int n = 1; n < w->nnodes; n++)
-    if (b->rep[n].state != DEV_INVALID && w->nodes[n].state == DEV_NODE_SERVING)
-      return &w->nodes[n];
-  return &w->nodes[DEV_HOST_NODE];
+  dev_node *first = NULL;
+  for (int n = 1; n < w->nnodes; n++) {
+    dev_node *node = &w->nodes[n];
+    if (b->rep[n].state == DEV_INVALID || node->state != DEV_NODE_SERVING)
+      continue;
+    if (potency(node) == 0)
+      return node;
+    if (first == NULL)
+      first = node;
+  }
+  return first != NULL ? first : &w->nodes[DEV_HOST_NODE];
 }
 
 /* Where an op runs: writes land where write_node says; reads run where a valid copy is; compute

@@ -124,19 +124,26 @@ static char leave_as_is;
  * destroyed by the time the thread leaves (a restart): it is never put back. */
 void *be_cuda_thread_enter(void) {
   CUcontext cur = NULL;
-  if (be_cu.cuCtxGetCurrent == NULL || be_cu.cuCtxGetCurrent(&cur) != CUDA_SUCCESS ||
+  /* The driver first (once per process): an embedded open is usually the process's first
+   * accel call, and the caller's context must be read before the devices open. */
+  if (be_cuda_driver_load(NULL, 0) != 0 || be_cu.cuCtxGetCurrent(&cur) != CUDA_SUCCESS ||
       (cur != NULL && cur == entered_ctx))
     return &leave_as_is;
   return cur;
 }
 
+/* Whatever this thread made current for a device is forgotten once the caller's context is
+ * current again (even where it was all along: a primary context may be the caller's and a
+ * device's at once), so that a later enter never takes the caller's context for ours. */
 void be_cuda_thread_leave(void *saved) {
   CUcontext cur = NULL;
-  if (saved == &leave_as_is || be_cu.cuCtxGetCurrent(&cur) != CUDA_SUCCESS ||
-      cur == (CUcontext)saved)
+  if (saved == &leave_as_is)
     return;
-  if (be_cu.cuCtxSetCurrent((CUcontext)saved) == CUDA_SUCCESS)
-    entered_ctx = NULL; /* the next be_cuda_enter here sets its context again */
+  if (be_cu.cuCtxGetCurrent(&cur) == CUDA_SUCCESS && cur != (CUcontext)saved &&
+      be_cu.cuCtxSetCurrent((CUcontext)saved) != CUDA_SUCCESS)
+    return;
+  entered_ctx = NULL; /* the next be_cuda_enter here sets its context again */
+  current_incarnation = 0;
 }
 
 static bool want_primary(void) {
@@ -185,6 +192,8 @@ static CUresult context_make(be_device *dev) {
 
 /* Gives the context up: destroyed (our own) or released (primary, reset first if lost). */
 static void context_end(be_device *dev, bool lost) {
+  if (entered_ctx == dev->ctx) /* its handle may come back as someone else's context */
+    entered_ctx = NULL;
   if (!dev->primary) {
     be_cuda_trace("cuCtxDestroy", be_cu.cuCtxDestroy(dev->ctx));
   } else {
@@ -260,6 +269,8 @@ uint64_t be_cuda_function(be_device *dev, const char *name) {
 typedef struct left_ctx {
   struct left_ctx *next;
   int index; /* the device index of that burial */
+  int own;   /* its own device index */
+  uint_fast64_t peers;
   CUdevice cu;
   CUcontext ctx;
   bool primary;
@@ -284,23 +295,26 @@ static atomic_int *burials_of(be_device *dev) {
  * that of a GPU whose contexts it had peer access with (`peers`, ordinal bits; be_cuda_peer_*):
  * with two H200s, cuCtxDestroy of GPU 1's context never returned while GPU 0's aborted context
  * it had peer access with was being buried. Under left_lock. */
-static int burial_blocking(be_device *dev, uint_fast64_t peers) {
-  atomic_int *n = burials_of(dev);
-  if (n != NULL && atomic_load(n) > 0)
-    return dev->index;
+static int burial_blocking(int own, uint_fast64_t peers) {
+  if (own >= 0 && own < BE_CUDA_EPOCHS && atomic_load(&burials[own]) > 0)
+    return own;
   for (int i = 0; i < 64 && i < BE_CUDA_EPOCHS; i++)
     if ((peers >> i & 1) != 0 && atomic_load(&burials[i]) > 0)
       return i;
   return -1;
 }
 
-/* Ends the contexts left while device `index`'s burials were pending, once none is. */
+/* Ends the contexts left while device `index`'s burials were pending, once none is. One that
+ * another pending burial still blocks (of its own device or a peer's, begun meanwhile) is
+ * left again, for that burial to end. */
 static void end_left(int index) {
   pthread_mutex_lock(&left_lock);
   left_ctx *mine = NULL, **p = &left_list;
   while (*p != NULL) {
     left_ctx *l = *p;
-    if (l->index != index) {
+    int blocker = l->index == index ? burial_blocking(l->own, l->peers) : l->index;
+    if (blocker >= 0) {
+      l->index = blocker;
       p = &l->next;
       continue;
     }
@@ -392,10 +406,10 @@ static void bury(be_device *dev) {
 static void end_or_leave(be_device *dev, bool lost, uint_fast64_t peers) {
   left_ctx *l = rt_malloc(sizeof *l);
   pthread_mutex_lock(&left_lock);
-  int blocker = burial_blocking(dev, peers);
+  int blocker = burial_blocking(dev->index, peers);
   bool leave = blocker >= 0;
   if (leave && l != NULL) {
-    *l = (left_ctx){left_list, blocker, dev->cu, dev->ctx, dev->primary};
+    *l = (left_ctx){left_list, blocker, dev->index, peers, dev->cu, dev->ctx, dev->primary};
     left_list = l;
     l = NULL;
   }

@@ -354,15 +354,16 @@ TEST(accel_finish_waits_for_the_transfers_of_its_ops) {
   OPEN_MEMBERS(ctx, nm, 2, 2, "", false);
   size_t n = 4096;
   float *x = rnd_floats(n, -3, 3);
-  accel_buffer X = buf_new(ctx, ACCEL_F32, n), Y = buf_new(ctx, ACCEL_F32, n);
-  accel_buffer Z = buf_new(ctx, ACCEL_F32, n);
+  accel_buffer Y = buf_new(ctx, ACCEL_F32, n), Z = buf_new(ctx, ACCEL_F32, n);
   for (int round = 0; round < 300; round++) {
     accel_device d = member(ctx, round % 2);
+    accel_buffer X = buf_new(ctx, ACCEL_F32, n);  /* new: valid nowhere */
     CHECK_OK(accel_write(ctx, X, 0, x, n, NULL)); /* on the host: the sigmoid copies it */
     accel_transfer_stats moved = any_after_one_on(ctx, d, X, Y, Z);
     if (moved.device_to_device != 0)
       TEST_FAIL("round %d: the op on ANY moved %llu bytes between devices", round,
                 (unsigned long long)moved.device_to_device);
+    CHECK_OK(accel_buffer_destroy(ctx, X));
   }
   accel_close(ctx);
   free(x);

@@ -59,7 +59,7 @@ TEST(chain_across_kernel_actors) {
 }
 
 /* write, read, overwrite, read — on the host, and with the buffer's data on a device (the read
- * then runs there, the overwrite on the host). */
+ * and the overwrite then run there). */
 TEST(write_read_overwrite_read) {
   accel_ctx *ctx = ctx_open(NULL);
   size_t n = (size_t)test_scaled(1 << 20, 1 << 16);

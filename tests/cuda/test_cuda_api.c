@@ -11,11 +11,14 @@
  *     op served again is printed;
  *   - the calling thread's own current CUDA context is current again after every call (the
  *     open and close run the devices' start and stop there, and a waiter syncs on the device
- *     itself), and the thread's context stack keeps its depth.
+ *     itself), and the thread's context stack keeps its depth; also in a fresh process whose
+ *     first accel call is accel_open.
  * Without a CUDA device it exits 77 (meson's SKIP) and says why. */
 #include <dlfcn.h>
 #include <float.h>
 #include <math.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "../api/api_util.h"
 
@@ -407,13 +410,98 @@ TEST(the_callers_context_stays_current) {
   CHECK_EQ(d.release(cu), 0);
 }
 
+/* With accel's devices in their primary contexts, one of them is the caller's own (GPU 0's):
+ * waits on ops of every GPU (gemms long enough that the caller waits before they end, and so
+ * may sync on the device itself) leave the caller's context current, not another GPU's. */
+TEST(the_callers_primary_context_stays_current_over_every_gpu) {
+  driver d;
+  driver_load(&d);
+  CHECK_EQ(d.init(0), 0);
+  int cu = -1;
+  CHECK_EQ(d.device_get(&cu, 0), 0);
+  void *mine = NULL;
+  CHECK_EQ(d.retain(&mine, cu), 0);
+  CHECK_EQ(d.set_current(mine), 0);
+  accel_ctx *ctx = gpu_ctx("embedded:?cuda_context=primary&completion=sync");
+  check_current(&d, mine, "accel_open");
+  enum { SIDE = 2048 };
+  accel_buffer A = buf_new(ctx, ACCEL_F32, SIDE * SIDE), C = buf_new(ctx, ACCEL_F32, SIDE * SIDE);
+  int gpus = 0;
+  for (accel_device g = 0; g < accel_device_count(ctx); g++) {
+    struct accel_device_info info;
+    CHECK_OK(accel_device_info(ctx, g, &info));
+    if (strcmp(info.backend, "cuda") != 0)
+      continue;
+    gpus++;
+    for (int round = 0; round < 10; round++) {
+      accel_future *f = NULL;
+      CHECK_OK(accel_sgemm(ctx, g, ACCEL_NO_TRANS, ACCEL_NO_TRANS, SIDE, SIDE, SIDE, 1.0f, A, SIDE,
+                           A, SIDE, 0.0f, C, SIDE, &f));
+      WAIT_OK(f);
+      check_current(&d, mine, "a wait on a GPU's sgemm");
+    }
+  }
+  printf("# %d GPU(s)\n", gpus);
+  CHECK_OK(accel_buffer_destroy(ctx, A));
+  CHECK_OK(accel_buffer_destroy(ctx, C));
+  accel_close(ctx);
+  check_current(&d, mine, "accel_close");
+  void *popped = NULL;
+  CHECK_EQ(d.pop_current(&popped), 0);
+  CHECK(popped == mine);
+  CHECK_EQ(d.release(cu), 0);
+}
+
+/* In a fresh process whose first accel call is accel_open, with the caller's primary context
+ * current (the driver is loaded by that call: nothing of accel's ran before it). Exit status:
+ * 0 when the caller's context is current after the open and after the close, else 1. */
+static int first_open_child(void) {
+  driver d;
+  driver_load(&d);
+  int cu = -1;
+  void *mine = NULL, *cur = NULL;
+  if (d.init(0) != 0 || d.device_get(&cu, 0) != 0 || d.retain(&mine, cu) != 0 ||
+      d.set_current(mine) != 0)
+    return 1;
+  accel_ctx *ctx = NULL;
+  if (accel_open(&ctx, "embedded:?backends=cuda") != 0)
+    return 1;
+  bool ok = d.get_current(&cur) == 0 && cur == mine;
+  accel_close(ctx);
+  ok = ok && d.get_current(&cur) == 0 && cur == mine;
+  printf("# first accel_open in the process: the caller's context %s\n",
+         ok ? "stays current" : "was replaced");
+  return ok ? 0 : 1;
+}
+
+TEST(the_callers_context_survives_the_first_accel_open) {
+  pid_t pid = fork();
+  CHECK(pid >= 0);
+  if (pid == 0) {
+    setenv("ACCEL_TEST_FIRST_OPEN", "1", 1);
+    execl("/proc/self/exe", "test-cuda-api", (char *)NULL);
+    _exit(127);
+  }
+  int status = 0;
+  CHECK_EQ(waitpid(pid, &status, 0), pid);
+  CHECK(WIFEXITED(status));
+  CHECK_EQ(WEXITSTATUS(status), 0);
+}
+
 static const test_case tests[] = {
-    TEST_CASE(sgemm_against_float64), TEST_CASE(rng_equals_cpu_device),
-    TEST_CASE(coherence_gpu_and_cpu), TEST_CASE(completion_strategies),
-    TEST_CASE(fault_recovery),        TEST_CASE(the_callers_context_stays_current),
+    TEST_CASE(sgemm_against_float64),
+    TEST_CASE(rng_equals_cpu_device),
+    TEST_CASE(coherence_gpu_and_cpu),
+    TEST_CASE(completion_strategies),
+    TEST_CASE(fault_recovery),
+    TEST_CASE(the_callers_context_stays_current),
+    TEST_CASE(the_callers_context_survives_the_first_accel_open),
+    TEST_CASE(the_callers_primary_context_stays_current_over_every_gpu),
 };
 
 int main(int argc, char **argv) {
+  if (getenv("ACCEL_TEST_FIRST_OPEN") != NULL)
+    return first_open_child();
   accel_ctx *ctx = ctx_open(NULL);
   GPU = find_gpu(ctx);
   accel_close(ctx);
