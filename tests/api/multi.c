@@ -69,13 +69,14 @@ static char members_skip_[128];
 static accel_ctx *open_members(int want, int least, const char *params, bool collectives, int *n) {
   char url[256];
   const char *sep = *params ? "&" : "";
+  char backends[48] = ""; /* the members' backend alone, unless params name the backends */
+  if (!strstr(params, "backends="))
+    snprintf(backends, sizeof backends, "backends=%s&", members_backend());
   if (members_are_cpus())
     snprintf(url, sizeof url, "embedded:?cpu_devices=%d%s%s", want, sep, params);
   else
-    snprintf(url, sizeof url, "embedded:?%s%s%scuda_context=%s%s%s",
-             strstr(params, "backends=") ? "" : "backends=",
-             strstr(params, "backends=") ? "" : members_backend(),
-             strstr(params, "backends=") ? "" : "&", collectives ? "primary" : "own", sep, params);
+    snprintf(url, sizeof url, "embedded:?%scuda_context=%s%s%s", backends,
+             collectives ? "primary" : "own", sep, params);
   accel_ctx *ctx = ctx_open(url);
   int have = member_count(ctx);
   if (members_are_cpus())

@@ -368,16 +368,33 @@ static void check_current(const driver *d, void *want, const char *after) {
     TEST_FAIL("after %s the thread's current context is %p, not the caller's %p", after, cur, want);
 }
 
+/* The driver loaded and GPU 0's primary context retained, as a program of its own would:
+ * that context; the CUDA device in *cu. */
+static void *callers_primary(driver *d, int *cu) {
+  driver_load(d);
+  CHECK_EQ(d->init(0), 0);
+  CHECK_EQ(d->device_get(cu, 0), 0);
+  void *mine = NULL;
+  CHECK_EQ(d->retain(&mine, *cu), 0);
+  return mine;
+}
+
+/* Closes ctx, then pops the caller's context off this thread's stack: it is current after
+ * the close and it is what the pop takes. */
+static void close_and_pop(const driver *d, accel_ctx *ctx, void *mine) {
+  accel_close(ctx);
+  check_current(d, mine, "accel_close");
+  void *popped = NULL;
+  CHECK_EQ(d->pop_current(&popped), 0);
+  CHECK(popped == mine);
+}
+
 /* The caller's primary context (accel's is its own) is current on this thread, alone on its
  * stack; every kind of call, each completion strategy, leaves it so. */
 TEST(the_callers_context_stays_current) {
   driver d;
-  driver_load(&d);
-  CHECK_EQ(d.init(0), 0);
   int cu = -1;
-  CHECK_EQ(d.device_get(&cu, 0), 0);
-  void *mine = NULL;
-  CHECK_EQ(d.retain(&mine, cu), 0);
+  void *mine = callers_primary(&d, &cu);
   static const char *const urls[] = {"embedded:?completion=callback", "embedded:?completion=sync",
                                      "embedded:?completion=poll"};
   for (size_t u = 0; u < 3; u++) {
@@ -400,11 +417,7 @@ TEST(the_callers_context_stays_current) {
       test_sleep_ms(round % 3); /* the loop falls asleep now and then */
     }
     CHECK_OK(accel_buffer_destroy(ctx, X));
-    accel_close(ctx);
-    check_current(&d, mine, "accel_close");
-    void *popped = NULL;
-    CHECK_EQ(d.pop_current(&popped), 0);
-    CHECK(popped == mine);
+    close_and_pop(&d, ctx, mine);
     check_current(&d, NULL, "popping the caller's one context"); /* the stack's depth kept */
   }
   CHECK_EQ(d.release(cu), 0);
@@ -415,12 +428,8 @@ TEST(the_callers_context_stays_current) {
  * may sync on the device itself) leave the caller's context current, not another GPU's. */
 TEST(the_callers_primary_context_stays_current_over_every_gpu) {
   driver d;
-  driver_load(&d);
-  CHECK_EQ(d.init(0), 0);
   int cu = -1;
-  CHECK_EQ(d.device_get(&cu, 0), 0);
-  void *mine = NULL;
-  CHECK_EQ(d.retain(&mine, cu), 0);
+  void *mine = callers_primary(&d, &cu);
   CHECK_EQ(d.set_current(mine), 0);
   accel_ctx *ctx = gpu_ctx("embedded:?cuda_context=primary&completion=sync");
   check_current(&d, mine, "accel_open");
@@ -444,11 +453,7 @@ TEST(the_callers_primary_context_stays_current_over_every_gpu) {
   printf("# %d GPU(s)\n", gpus);
   CHECK_OK(accel_buffer_destroy(ctx, A));
   CHECK_OK(accel_buffer_destroy(ctx, C));
-  accel_close(ctx);
-  check_current(&d, mine, "accel_close");
-  void *popped = NULL;
-  CHECK_EQ(d.pop_current(&popped), 0);
-  CHECK(popped == mine);
+  close_and_pop(&d, ctx, mine);
   CHECK_EQ(d.release(cu), 0);
 }
 
