@@ -97,6 +97,7 @@ static be_device *dev_new(int index, const be_open_opts *opts) {
   atomic_init(&dev->syncing, 0);
   atomic_init(&dev->tf32, (opts && opts->tf32) || env_is("ACCEL_CUDA_TF32", "1"));
   atomic_init(&dev->memops, !env_is("ACCEL_CUDA_STAGER", "0"));
+  atomic_init(&dev->gemm_graphs, !env_is("ACCEL_CUDA_GEMM_GRAPHS", "0"));
   dev->index = index;
   dev->fault_injection = opts != NULL && opts->fault_injection != 0;
   dev->primary_wanted = opts != NULL && opts->primary_context != 0;

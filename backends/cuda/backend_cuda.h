@@ -13,6 +13,8 @@
  *   ACCEL_NCCL_LIBRARY=<file>     NCCL instead of libnccl.so.2 (the `collective` package)
  *   ACCEL_CACHE_DIR=<dir>         built user kernels' disk cache (backends/disk_cache.h)
  *   ACCEL_CUDA_TF32=1             sgemm on TF32 tensor cores for devices opened from then on
+ *   ACCEL_CUDA_GEMM_GRAPHS=0      no replays of repeated small gemms from CUDA graphs, for
+ *                                 devices opened from then on (gemm_graph.c)
  *   ACCEL_CUDA_COPY_THREADS=<n>   threads per large pageable copy (default 3/4 of the cores,
  *                                 at most 16)
  *   ACCEL_CUDA_STAGER=0           no stager: large pageable copies go through the bounce buffer
@@ -78,6 +80,17 @@ typedef struct be_cuda_gemm_lt_stats {
   unsigned live;
 } be_cuda_gemm_lt_stats;
 void be_cuda_gemm_lt_stats_get(be_queue *q, be_cuda_gemm_lt_stats *out);
+
+/* A queue's replays of repeated gemms (gemm_graph.c): calls captured into a graph (and run by
+ * it), later calls run by replaying one, keys whose capture failed, graphs live now. Tests. */
+typedef struct be_cuda_gemm_graph_stats {
+  uint64_t captured, replays, refused;
+  unsigned live;
+} be_cuda_gemm_graph_stats;
+void be_cuda_gemm_graph_stats_get(be_queue *q, be_cuda_gemm_graph_stats *out);
+/* Replays on (the default; ACCEL_CUDA_GEMM_GRAPHS=0 turns them off at open) or off for this
+ * device's queues. 0 or ACCEL_EINVAL. */
+int be_cuda_set_gemm_graphs(be_device *dev, bool on);
 
 /* The embedded fatbin (kernels.cu, compiled by nvcc at build time). */
 extern const unsigned char be_cuda_fatbin[];

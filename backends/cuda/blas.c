@@ -18,6 +18,7 @@
 #include "backends/cuda/backend_cuda.h"
 #include "backends/cuda/cublas_lib.h"
 #include "backends/cuda/device.h"
+#include "backends/cuda/gemm_graph.h"
 #include "backends/cuda/gemm_lt.h"
 
 /* cuBLAS's int interface (strides are 64-bit there). */
@@ -50,6 +51,7 @@ static int handle_of(be_queue *q, const be_cublas_api *api, cublasHandle_t *out)
 }
 
 void be_cuda_blas_release(be_queue *q) {
+  be_cuda_gemm_graph_release(q, true); /* first: the graphs use the workspaces below */
   be_cuda_gemm_lt_release(q, true);
   const be_cublas_api *api = be_cublas();
   if (q->blas != NULL && api != NULL)
@@ -112,12 +114,13 @@ static void scalars_of(scalars *s, cublasComputeType_t ct, const be_gemm_args *g
 }
 
 /* The one cuBLAS call. */
-static cublasStatus_t gemm(const be_cublas_api *api, cublasHandle_t h, cublasComputeType_t ct,
-                           const scalars *sc, const be_gemm_args *g, CUdeviceptr a, CUdeviceptr b,
-                           CUdeviceptr c) {
-  const void *alpha = sc->alpha, *beta = sc->beta;
-  const void *pa = (const void *)(uintptr_t)a, *pb = (const void *)(uintptr_t)b;
-  void *pc = (void *)(uintptr_t)c;
+static cublasStatus_t gemm(const be_cublas_api *api, cublasHandle_t h,
+                           const be_cuda_gemm_call *call) {
+  const be_gemm_args *g = call->g;
+  const void *alpha = call->alpha, *beta = call->beta;
+  const void *pa = (const void *)(uintptr_t)call->a, *pb = (const void *)(uintptr_t)call->b;
+  void *pc = (void *)(uintptr_t)call->c;
+  cublasComputeType_t ct = call->compute;
   cudaDataType_t tab = be_cuda_data_type(g->ab_type), tc = be_cuda_data_type(g->c_type);
   int m = (int)g->m, n = (int)g->n, k = (int)g->k;
   if (g->batch == 1)
@@ -138,24 +141,35 @@ int be_cuda_gemm_error(be_queue *q, cublasStatus_t s) {
   return be_cuda_sticky(r) ? be_cuda_check(q->dev, r) : rc;
 }
 
-static int run(be_queue *q, const be_gemm_args *g, CUdeviceptr a, CUdeviceptr b, CUdeviceptr c) {
-  if (!be_blas_gemm_reads_ab(g)) /* BLAS: C = beta C, A and B unread (NaN there is fine) */
-    return be_cuda_scale(q, g->c_type, c, g);
-  const be_cublas_api *api = be_cublas();
-  if (api == NULL)
-    return ACCEL_ENOTSUP;
-  cublasComputeType_t ct = compute_type(q, g);
-  scalars sc;
-  scalars_of(&sc, ct, g);
-  int rc = be_cuda_gemm_lt(q, ct, g, sc.alpha, sc.beta, a, b, c); /* small ones: gemm_lt.c */
+int be_cuda_gemm_issue(const be_cuda_gemm_call *call) {
+  be_queue *q = call->q;
+  int rc = be_cuda_gemm_lt(q, call->compute, call->g, call->alpha, call->beta, call->a, call->b,
+                           call->c); /* small ones: gemm_lt.c */
   if (rc != ACCEL_EAGAIN)
     return rc;
+  const be_cublas_api *api = be_cublas();
+  if (q->capturing && q->blas == NULL)
+    return ACCEL_EAGAIN; /* making the handle allocates: not in a capture (gemm_graph.c) */
   cublasHandle_t h;
   rc = handle_of(q, api, &h);
   if (rc != 0)
     return rc;
-  cublasStatus_t s = gemm(api, h, ct, &sc, g, a, b, c);
+  cublasStatus_t s = gemm(api, h, call);
   return s == CUBLAS_STATUS_SUCCESS ? 0 : be_cuda_gemm_error(q, s);
+}
+
+static int run(be_queue *q, const be_gemm_args *g, CUdeviceptr a, CUdeviceptr b, CUdeviceptr c) {
+  if (!be_blas_gemm_reads_ab(g)) /* BLAS: C = beta C, A and B unread (NaN there is fine) */
+    return be_cuda_scale(q, g->c_type, c, g);
+  if (be_cublas() == NULL)
+    return ACCEL_ENOTSUP;
+  be_cuda_gemm_call call = {.q = q, .g = g, .compute = compute_type(q, g), .a = a, .b = b, .c = c};
+  scalars sc;
+  scalars_of(&sc, call.compute, g);
+  call.alpha = sc.alpha;
+  call.beta = sc.beta;
+  int rc = be_cuda_gemm_graph(q, &call); /* repeated ones: gemm_graph.c */
+  return rc != ACCEL_EAGAIN ? rc : be_cuda_gemm_issue(&call);
 }
 
 int be_cuda_gemm(be_queue *q, const be_gemm_args *g, be_mem a, size_t a_off, be_mem b, size_t b_off,

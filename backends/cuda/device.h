@@ -110,13 +110,14 @@ struct be_device {
   be_device_info info;
   int sms;
   bool fault_injection;
-  bool primary_wanted;   /* be_open_opts.primary_context (or ACCEL_CUDA_CONTEXT=primary) */
-  atomic_bool memops;    /* streams can wait on host memory (stage.c); else bounce copies */
-  unsigned copy_threads; /* threads per large host-side copy (stage.c) */
-  atomic_bool tf32;      /* sgemm on TF32 tensor cores (blas.c) */
-  int cc;                /* compute capability, major * 10 + minor (gemm_supports) */
-  atomic_int fault;      /* BE_CUDA_OK, FAULTING, LOST */
-  atomic_bool aborted;   /* lost by abort(): work may run for ever (above) */
+  bool primary_wanted;     /* be_open_opts.primary_context (or ACCEL_CUDA_CONTEXT=primary) */
+  atomic_bool memops;      /* streams can wait on host memory (stage.c); else bounce copies */
+  unsigned copy_threads;   /* threads per large host-side copy (stage.c) */
+  atomic_bool tf32;        /* sgemm on TF32 tensor cores (blas.c) */
+  atomic_bool gemm_graphs; /* repeated small gemms replayed from graphs (gemm_graph.c) */
+  int cc;                  /* compute capability, major * 10 + minor (gemm_supports) */
+  atomic_int fault;        /* BE_CUDA_OK, FAULTING, LOST */
+  atomic_bool aborted;     /* lost by abort(): work may run for ever (above) */
   atomic_uint gen;
   atomic_int syncing; /* threads inside event_sync: close waits for them */
   bool closed;
@@ -152,11 +153,13 @@ struct be_queue {
   be_device *dev;
   unsigned gen;
   CUstream stream;
-  void *blas;            /* a cublasHandle_t bound to the stream, made on first sgemm */
-  struct be_cuda_lt *lt; /* small gemms' cuBLASLt plans (gemm_lt.c), made on first use */
-  CUdeviceptr scratch;   /* dot's partial sums (BE_CUDA_DOT_PARTS doubles) */
-  void *bounce;          /* pinned, for small pageable copies (copy.c), made on first use */
-  be_cuda_stage *stage;  /* large pageable copies, made on first use */
+  void *blas;                    /* a cublasHandle_t bound to the stream, made on first sgemm */
+  struct be_cuda_lt *lt;         /* small gemms' cuBLASLt plans (gemm_lt.c), made on first use */
+  struct be_cuda_graphs *graphs; /* repeated gemms' graphs (gemm_graph.c), made on first use */
+  bool capturing;                /* a gemm is being captured on `stream` (gemm_graph.c) */
+  CUdeviceptr scratch;           /* dot's partial sums (BE_CUDA_DOT_PARTS doubles) */
+  void *bounce;                  /* pinned, for small pageable copies (copy.c), made on first use */
+  be_cuda_stage *stage;          /* large pageable copies, made on first use */
   /* host_notify's side stream and the event that marks q's point for it, made on first use
    * (callback.c): the callbacks wait there, so that they never hold `stream`. */
   CUstream side;

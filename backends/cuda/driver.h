@@ -41,8 +41,14 @@
 /* clang-format on */
 
 /* Entry points of newer drivers that the backend does without: NULL in the table when the
- * driver lacks them (cuFuncGetParamInfo: 12.4). */
-#define BE_CU_OPTIONAL_FUNCS(X) X(cuFuncGetParamInfo) X(cuMemAllocAsync) X(cuMemFreeAsync)
+ * driver lacks them (cuFuncGetParamInfo: 12.4; cuGraphInstantiate is cuda.h's name of
+ * cuGraphInstantiateWithFlags: 11.4). */
+/* clang-format off */
+#define BE_CU_OPTIONAL_FUNCS(X)                                                            \
+  X(cuFuncGetParamInfo) X(cuMemAllocAsync) X(cuMemFreeAsync)                               \
+  X(cuStreamBeginCapture) X(cuStreamEndCapture) X(cuGraphInstantiate) X(cuGraphLaunch)     \
+  X(cuGraphExecDestroy) X(cuGraphDestroy)
+/* clang-format on */
 
 #define BE_CU_FIELD_(fn) __typeof__(&fn) fn;
 

@@ -112,7 +112,7 @@ void be_cuda_gemm_lt_release(be_queue *q, bool context_alive) {
 
 /* The queue's Lt state, made on its first small gemm (the workspace with it). */
 static struct be_cuda_lt *state_of(be_queue *q, const be_cublaslt_api *lt) {
-  if (q->lt != NULL)
+  if (q->lt != NULL || q->capturing) /* the workspace is not to be a graph's (gemm_graph.c) */
     return q->lt;
   struct be_cuda_lt *s = rt_calloc(1, sizeof *s);
   if (s == NULL)

@@ -6,6 +6,7 @@
 #include "accel/error.h"
 #include "backends/cuda/backend_cuda.h"
 #include "backends/cuda/device.h"
+#include "backends/cuda/gemm_graph.h"
 #include "backends/cuda/gemm_lt.h"
 #include "runtime/alloc.h"
 
@@ -101,7 +102,8 @@ void be_cuda_queue_destroy(be_queue *q) {
   be_cuda_reap_wait(dev); /* after a fault: every callback has been called */
   be_cuda_stage_free(q);
   queue_release(q);
-  be_cuda_gemm_lt_release(q, false); /* a context gone: the plans' host side still goes */
+  be_cuda_gemm_graph_release(q, false); /* a context gone: the tables' host side still goes */
+  be_cuda_gemm_lt_release(q, false);
   pthread_mutex_lock(&dev->lock);
   rt_list_remove(&q->link);
   pthread_mutex_unlock(&dev->lock);

@@ -164,68 +164,121 @@ static cublasStatus_t direct_one(const be_cublas_api *api, cublasHandle_t h, con
                            CUBLAS_GEMM_DEFAULT);
 }
 
-/* Seconds per sgemm: host clock around k_ops and a stream sync (*ev_s: CUDA events). */
-static double direct_sgemm(raw *r, const gemm_in *g, double *ev_s) {
-  const be_cublas_api *api = be_cublas();
-  if (api == NULL)
+/* The direct side of one size: its own cuBLAS handle on the raw stream, and its matrices. */
+typedef struct direct_gemm {
+  const be_cublas_api *api;
+  cublasHandle_t h;
+  CUdeviceptr a, b, c[NC];
+} direct_gemm;
+
+static void direct_open(raw *r, const gemm_in *g, direct_gemm *d) {
+  d->api = be_cublas();
+  if (d->api == NULL)
     DIE("cuBLAS not found");
   raw_enter(r);
-  cublasHandle_t h;
-  if (api->cublasCreate_v2(&h) != 0 || api->cublasSetStream_v2(h, r->stream) != 0)
+  if (d->api->cublasCreate_v2(&d->h) != 0 || d->api->cublasSetStream_v2(d->h, r->stream) != 0)
     DIE("cublasCreate");
   size_t nn = (size_t)g->n * (size_t)g->n;
-  CUdeviceptr a = raw_alloc_random(r, nn), b = raw_alloc_random(r, nn), c[NC];
+  d->a = raw_alloc_random(r, nn);
+  d->b = raw_alloc_random(r, nn);
   for (int i = 0; i < NC; i++)
-    c[i] = raw_alloc_random(r, nn);
+    d->c[i] = raw_alloc_random(r, nn);
   for (int i = 0; i < 3; i++)
-    direct_one(api, h, g, a, b, c[i % NC]);
+    direct_one(d->api, d->h, g, d->a, d->b, d->c[i % NC]);
   CU(be_cu.cuStreamSynchronize(r->stream));
-  double wall[64], ev[64];
-  for (int rep = 0; rep < REPS; rep++) {
-    double t0 = now_s();
-    CU(be_cu.cuEventRecord(r->e0, r->stream));
-    for (int i = 0; i < g->k_ops; i++)
-      if (direct_one(api, h, g, a, b, c[i % NC]) != CUBLAS_STATUS_SUCCESS)
-        DIE("cublas gemm");
-    CU(be_cu.cuEventRecord(r->e1, r->stream));
-    CU(be_cu.cuStreamSynchronize(r->stream));
-    wall[rep] = (now_s() - t0) / g->k_ops;
-    ev[rep] = event_ms(r) * 1e-3 / g->k_ops;
-  }
-  api->cublasDestroy_v2(h);
-  be_cu.cuMemFree(a);
-  be_cu.cuMemFree(b);
+}
+
+/* Seconds per sgemm: host clock around k_ops and a stream sync (*ev_s: CUDA events). */
+static double direct_rep(raw *r, const gemm_in *g, direct_gemm *d, double *ev_s) {
+  raw_enter(r);
+  double t0 = now_s();
+  CU(be_cu.cuEventRecord(r->e0, r->stream));
+  for (int i = 0; i < g->k_ops; i++)
+    if (direct_one(d->api, d->h, g, d->a, d->b, d->c[i % NC]) != CUBLAS_STATUS_SUCCESS)
+      DIE("cublas gemm");
+  CU(be_cu.cuEventRecord(r->e1, r->stream));
+  CU(be_cu.cuStreamSynchronize(r->stream));
+  double wall = (now_s() - t0) / g->k_ops;
+  *ev_s = event_ms(r) * 1e-3 / g->k_ops;
+  return wall;
+}
+
+static void direct_close(raw *r, direct_gemm *d) {
+  raw_enter(r);
+  d->api->cublasDestroy_v2(d->h);
+  be_cu.cuMemFree(d->a);
+  be_cu.cuMemFree(d->b);
   for (int i = 0; i < NC; i++)
-    be_cu.cuMemFree(c[i]);
+    be_cu.cuMemFree(d->c[i]);
+}
+
+/* Medians of REPS repetitions of the direct call alone (*ev_s: by CUDA events). */
+static double direct_sgemm(raw *r, const gemm_in *g, double *ev_s) {
+  direct_gemm d;
+  direct_open(r, g, &d);
+  double wall[64], ev[64];
+  for (int rep = 0; rep < REPS; rep++)
+    wall[rep] = direct_rep(r, g, &d, &ev[rep]);
+  direct_close(r, &d);
   *ev_s = median(ev, REPS);
   return median(wall, REPS);
 }
 
-/* Seconds per sgemm through the API: host clock around k_ops and accel_finish. */
-static double accel_sgemm_time(accel_ctx *ctx, accel_device gpu, const gemm_in *g) {
+/* The accel side of one size: its buffers in an open context. */
+typedef struct api_gemm {
+  accel_ctx *ctx;
+  accel_device gpu;
+  accel_buffer a, b, c[NC];
+} api_gemm;
+
+static void accel_gemm_open(accel_ctx *ctx, accel_device gpu, const gemm_in *g, api_gemm *x) {
   size_t n = (size_t)g->n, nn = n * n;
-  accel_buffer a = buf_random(ctx, nn), b = buf_random(ctx, nn), c[NC];
+  *x = (api_gemm){.ctx = ctx, .gpu = gpu, .a = buf_random(ctx, nn), .b = buf_random(ctx, nn)};
   for (int i = 0; i < NC; i++)
-    OK(accel_buffer_create(ctx, ACCEL_F32, nn, &c[i]));
+    OK(accel_buffer_create(ctx, ACCEL_F32, nn, &x->c[i]));
   for (int i = 0; i < 2 * NC; i++) /* moves A and B to the GPU once; C stays there */
-    OK(accel_sgemm(ctx, gpu, ACCEL_NO_TRANS, ACCEL_NO_TRANS, n, n, n, 1, a, n, b, n, 0, c[i % NC],
-                   n, NULL));
+    OK(accel_sgemm(ctx, gpu, ACCEL_NO_TRANS, ACCEL_NO_TRANS, n, n, n, 1, x->a, n, x->b, n, 0,
+                   x->c[i % NC], n, NULL));
   OK(accel_finish(ctx, -1));
-  double t[64];
-  for (int rep = 0; rep < REPS; rep++) {
-    double t0 = now_s();
-    for (int i = 0; i < g->k_ops; i++)
-      OK(accel_sgemm(ctx, gpu, ACCEL_NO_TRANS, ACCEL_NO_TRANS, n, n, n, 1, a, n, b, n, 0, c[i % NC],
-                     n, NULL));
-    OK(accel_finish(ctx, -1));
-    t[rep] = (now_s() - t0) / g->k_ops;
-  }
-  accel_buffer_destroy(ctx, a);
-  accel_buffer_destroy(ctx, b);
+}
+
+/* Seconds per sgemm through the API: host clock around k_ops and accel_finish. */
+static double accel_rep(const gemm_in *g, api_gemm *x) {
+  size_t n = (size_t)g->n;
+  double t0 = now_s();
+  for (int i = 0; i < g->k_ops; i++)
+    OK(accel_sgemm(x->ctx, x->gpu, ACCEL_NO_TRANS, ACCEL_NO_TRANS, n, n, n, 1, x->a, n, x->b, n, 0,
+                   x->c[i % NC], n, NULL));
+  OK(accel_finish(x->ctx, -1));
+  return (now_s() - t0) / g->k_ops;
+}
+
+static void accel_gemm_close(api_gemm *x) {
+  accel_buffer_destroy(x->ctx, x->a);
+  accel_buffer_destroy(x->ctx, x->b);
   for (int i = 0; i < NC; i++)
-    accel_buffer_destroy(ctx, c[i]);
-  OK(accel_finish(ctx, -1));
-  return median(t, REPS);
+    accel_buffer_destroy(x->ctx, x->c[i]);
+  OK(accel_finish(x->ctx, -1));
+}
+
+/* Medians of REPS repetitions, the direct call's and accel's alternating, so that the GPU's
+ * clocks and the host's load drift under both alike (a reference measured once, before every
+ * strategy's rows, moved by up to 10% against them). */
+static void alternate(raw *r, accel_ctx *ctx, accel_device gpu, const gemm_in *g, double *t_accel,
+                      double *t_direct) {
+  direct_gemm d;
+  api_gemm x;
+  direct_open(r, g, &d);
+  accel_gemm_open(ctx, gpu, g, &x);
+  double ta[64], td[64], ev;
+  for (int rep = 0; rep < REPS; rep++) {
+    td[rep] = direct_rep(r, g, &d, &ev);
+    ta[rep] = accel_rep(g, &x);
+  }
+  accel_gemm_close(&x);
+  direct_close(r, &d);
+  *t_accel = median(ta, REPS);
+  *t_direct = median(td, REPS);
 }
 
 static void fmt_tflops(char *buf, size_t len, int n, double s) {
@@ -267,22 +320,15 @@ static void gemm_ex_rows(const gemm_in *g, const char *how, double ta, double t_
 }
 
 /* Per completion strategy: a context whose device runs FP32 or (ACCEL_CUDA_TF32, read at
- * open) TF32. */
+ * open) TF32; each size's rows alternate the direct call and accel's. */
 static void bench_sgemm_mode(raw *r, bool tf32) {
   static const int sizes[] = {256, 1024, 2048, 4096};
   gemm_in g[4];
-  double t[4], ev[4], t_ex = 0;
+  double t[4], ev[4];
   for (int i = 0; i < 4; i++) {
     g[i] = direct_setup(r, sizes[i], tf32, &t[i], &ev[i]);
     printf("cuBLAS %s n=%d: %.3f ms per op (events %.3f ms)\n", tf32 ? "TF32" : "FP32", sizes[i],
            t[i] * 1e3, ev[i] * 1e3);
-  }
-  if (!tf32) {
-    gemm_in ex = g[0];
-    ex.gemm_ex = true;
-    t_ex = direct_sgemm(r, &ex, &ev[0]);
-    printf("cuBLAS FP32 n=%d through cublasGemmEx: %.3f ms per op (events %.3f ms)\n", ex.n,
-           t_ex * 1e3, ev[0] * 1e3);
   }
   for (int s = 0; s < 3; s++) {
     char url[64];
@@ -293,10 +339,16 @@ static void bench_sgemm_mode(raw *r, bool tf32) {
     accel_ctx *ctx = ctx_open(url, &gpu);
     unsetenv("ACCEL_CUDA_TF32");
     for (int i = 0; i < 4; i++) {
-      double ta = accel_sgemm_time(ctx, gpu, &g[i]);
-      sgemm_row(&g[i], strategies[s], ta, t[i]);
-      if (i == 0 && !tf32)
-        gemm_ex_rows(&g[i], strategies[s], ta, t_ex);
+      double ta, td;
+      alternate(r, ctx, gpu, &g[i], &ta, &td);
+      sgemm_row(&g[i], strategies[s], ta, td);
+      if (i == 0 && !tf32) {
+        gemm_in ex = g[0];
+        ex.gemm_ex = true;
+        double ta_ex, t_ex;
+        alternate(r, ctx, gpu, &ex, &ta_ex, &t_ex);
+        gemm_ex_rows(&g[i], strategies[s], ta_ex, t_ex);
+      }
     }
     accel_close(ctx);
   }

@@ -41,7 +41,8 @@ __global__ void spin(long long cycles) {
   }
 }
 
-enum Api { SGEMM, GEMMEX, LT };
+enum Api { SGEMM, GEMMEX, LT, GRAPH };
+static cudaGraphExec_t graphs[4]; // GRAPH: one cublasGemmEx per C buffer, captured once
 struct LtPlan {
   cublasLtMatmulDesc_t d;
   cublasLtMatrixLayout_t l;
@@ -84,7 +85,25 @@ static void one(Api api, cublasHandle_t h, LtPlan *p, int n, bool tf32, float *a
     CK(cublasLtMatmul(lth, p->d, &one, a, p->l, b, p->l, &zero, c, p->l, c, p->l, &p->algo, p->ws,
                       p->wss, s));
 }
-static const char *names[] = {"cublasSgemm", "cublasGemmEx", "cublasLt(cached)"};
+static void capture(cublasHandle_t h, int n, bool tf32, float *a, float *b, float **c,
+                    cudaStream_t s) {
+  for (int i = 0; i < 4; i++) {
+    cudaGraph_t g;
+    CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeRelaxed));
+    one(GEMMEX, h, nullptr, n, tf32, a, b, c[i], s);
+    CK(cudaStreamEndCapture(s, &g));
+    CK(cudaGraphInstantiate(&graphs[i], g, 0));
+    CK(cudaGraphDestroy(g));
+  }
+}
+static void launch(Api api, cublasHandle_t h, LtPlan *p, int n, bool tf32, float *a, float *b,
+                   float **c, int i, cudaStream_t s) {
+  if (api == GRAPH)
+    CK(cudaGraphLaunch(graphs[i % 4], s));
+  else
+    one(api, h, p, n, tf32, a, b, c[i % 4], s);
+}
+static const char *names[] = {"cublasSgemm", "cublasGemmEx", "cublasLt(cached)", "GemmEx graph"};
 static void gemm_case(int n, bool tf32) {
   cudaStream_t s;
   CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
@@ -104,11 +123,15 @@ static void gemm_case(int n, bool tf32) {
   CK(cudaEventCreate(&e1));
   LtPlan p = lt_plan(n, tf32);
   int K = n <= 256 ? 400 : 100;
-  for (int api = 0; api < 3; api++) {
+  void *ws;
+  CK(cudaMalloc(&ws, 32 << 20));
+  CK(cublasSetWorkspace(h, ws, 32 << 20)); // a graph may not allocate cuBLAS's workspace
+  capture(h, n, tf32, a, b, c, s);
+  for (int api = 0; api < 4; api++) {
     if (tf32 && api == SGEMM)
       continue;
     for (int i = 0; i < 10; i++)
-      one((Api)api, h, &p, n, tf32, a, b, c[i % 4], s);
+      launch((Api)api, h, &p, n, tf32, a, b, c, i, s);
     CK(cudaStreamSynchronize(s));
     std::vector<double> host, wall, gpu;
     for (int rep = 0; rep < 7; rep++) {
@@ -116,7 +139,7 @@ static void gemm_case(int n, bool tf32) {
       double t0 = now();
       CK(cudaEventRecord(e0, s));
       for (int i = 0; i < K; i++)
-        one((Api)api, h, &p, n, tf32, a, b, c[i % 4], s);
+        launch((Api)api, h, &p, n, tf32, a, b, c, i, s);
       double t1 = now();
       CK(cudaEventRecord(e1, s));
       CK(cudaStreamSynchronize(s));
@@ -126,7 +149,7 @@ static void gemm_case(int n, bool tf32) {
       spin<<<1, 1, 0, s>>>(2000000000LL / 1000 * 5); // ~ a few ms
       CK(cudaEventRecord(e0, s));
       for (int i = 0; i < K && i < 200; i++)
-        one((Api)api, h, &p, n, tf32, a, b, c[i % 4], s);
+        launch((Api)api, h, &p, n, tf32, a, b, c, i, s);
       CK(cudaEventRecord(e1, s));
       CK(cudaStreamSynchronize(s));
       float ms;

@@ -131,29 +131,39 @@ static bool in_c(const be_gemm_args *g, size_t e) {
   return false;
 }
 
-/* One gemm with A, B and C at `off` elements into their buffers, checked against float64. */
-static void gemm_case_at(fx *f, const combo *cb, const be_gemm_args *g, size_t off) {
+/* A gemm's operands on the host: random A, B and C (NaN where they must not be read) with
+ * `off` elements before the matrices, and room for the result. */
+typedef struct gemm_host {
+  void *a, *b, *c, *got;
+  size_t na, nb, nc; /* elements */
+} gemm_host;
+
+static gemm_host host_operands(const combo *cb, const be_gemm_args *g, size_t off) {
   size_t ea = be_dtype_size(cb->ab), ec = be_dtype_size(cb->c);
   int64_t ar, ac, br, bc;
   be_blas_stored_shape(g->trans_a, g->m, g->k, &ar, &ac);
   be_blas_stored_shape(g->trans_b, g->k, g->n, &br, &bc);
-  size_t na = off + span_of(g->batch, g->stride_a, matrix_len(ar, ac, g->lda));
-  size_t nb = off + span_of(g->batch, g->stride_b, matrix_len(br, bc, g->ldb));
-  size_t nc = off + span_of(g->batch, g->stride_c, matrix_len(g->m, g->n, g->ldc));
-  void *a = cuda_xmalloc(na * ea), *b = cuda_xmalloc(nb * ea), *c = cuda_xmalloc(nc * ec);
-  void *got = cuda_xmalloc(nc * ec);
+  gemm_host h = {.na = off + span_of(g->batch, g->stride_a, matrix_len(ar, ac, g->lda)),
+                 .nb = off + span_of(g->batch, g->stride_b, matrix_len(br, bc, g->ldb)),
+                 .nc = off + span_of(g->batch, g->stride_c, matrix_len(g->m, g->n, g->ldc))};
+  h.a = cuda_xmalloc(h.na * ea);
+  h.b = cuda_xmalloc(h.nb * ea);
+  h.c = cuda_xmalloc(h.nc * ec);
+  h.got = cuda_xmalloc(h.nc * ec);
   bool reads = be_blas_gemm_reads_ab(g);
-  for (size_t i = 0; i < na; i++)
-    put(cb->ab, a, i, reads ? rnd_unit() : NAN);
-  for (size_t i = 0; i < nb; i++)
-    put(cb->ab, b, i, reads ? rnd_unit() : NAN);
-  for (size_t i = 0; i < nc; i++)
-    put(cb->c, c, i, g->beta == 0 ? NAN : rnd_unit());
-  be_mem ma = upload(f, a, na * ea), mb = upload(f, b, nb * ea), mc = upload(f, c, nc * ec);
-  CHECK_OK(B->blas->gemm(f->q, g, ma, off, mb, off, mc, off));
-  B->mem_free(f->d, &ma);
-  B->mem_free(f->d, &mb);
-  download(f, got, mc, nc * ec);
+  for (size_t i = 0; i < h.na; i++)
+    put(cb->ab, h.a, i, reads ? rnd_unit() : NAN);
+  for (size_t i = 0; i < h.nb; i++)
+    put(cb->ab, h.b, i, reads ? rnd_unit() : NAN);
+  for (size_t i = 0; i < h.nc; i++)
+    put(cb->c, h.c, i, g->beta == 0 ? NAN : rnd_unit());
+  return h;
+}
+
+/* h.got against float64 from h's operands; frees h. */
+static void check_gemm(const combo *cb, const be_gemm_args *g, gemm_host *h, size_t off) {
+  size_t ec = be_dtype_size(cb->c);
+  bool reads = be_blas_gemm_reads_ab(g);
   for (int64_t bt = 0; bt < g->batch; bt++)
     for (int64_t j = 0; j < g->n; j++)
       for (int64_t i = 0; i < g->m; i++) {
@@ -161,16 +171,16 @@ static void gemm_case_at(fx *f, const combo *cb, const be_gemm_args *g, size_t o
         for (int64_t l = 0; reads && l < g->k; l++) {
           int64_t ia = g->trans_a ? l + i * g->lda : i + l * g->lda;
           int64_t ib = g->trans_b ? j + l * g->ldb : l + j * g->ldb;
-          double x = get(cb->ab, a, off + (size_t)(bt * g->stride_a + ia));
-          double y = get(cb->ab, b, off + (size_t)(bt * g->stride_b + ib));
+          double x = get(cb->ab, h->a, off + (size_t)(bt * g->stride_a + ia));
+          double y = get(cb->ab, h->b, off + (size_t)(bt * g->stride_b + ib));
           s += x * y;
           mag += fabs(x * y);
         }
         size_t ic = off + (size_t)(bt * g->stride_c + i + j * g->ldc);
-        double want = g->alpha * s, cv = g->beta == 0 ? 0 : get(cb->c, c, ic);
+        double want = g->alpha * s, cv = g->beta == 0 ? 0 : get(cb->c, h->c, ic);
         want += g->beta * cv;
         mag = fabs(g->alpha) * mag + fabs(g->beta * cv) + DBL_MIN;
-        double v = get(cb->c, got, ic);
+        double v = get(cb->c, h->got, ic);
         /* plus one step of the output's subnormals: f16's are 2^-24 apart (beta * C near 0) */
         double tiny = cb->c == ACCEL_F16 ? ldexp(1, -24) : 0;
         if (!(fabs(v - want) <= cb->tol * mag + tiny))
@@ -180,13 +190,59 @@ static void gemm_case_at(fx *f, const combo *cb, const be_gemm_args *g, size_t o
                     type_name(cb->ab), type_name(cb->c), cb->math, g->m, g->n, g->k, g->trans_a,
                     g->trans_b, g->batch, g->alpha, g->beta, bt, i, j, v, want, cb->tol * mag);
       }
-  for (size_t e = 0; e < nc; e++) /* outside the matrices: untouched, bit for bit */
-    if ((e < off || !in_c(g, e - off)) && memcmp((char *)got + e * ec, (char *)c + e * ec, ec))
+  for (size_t e = 0; e < h->nc; e++) /* outside the matrices: untouched, bit for bit */
+    if ((e < off || !in_c(g, e - off)) &&
+        memcmp((char *)h->got + e * ec, (char *)h->c + e * ec, ec))
       TEST_FAIL("gemm %s->%s wrote element %zu outside C", type_name(cb->ab), type_name(cb->c), e);
-  free(a);
-  free(b);
-  free(c);
-  free(got);
+  free(h->a);
+  free(h->b);
+  free(h->c);
+  free(h->got);
+}
+
+/* One gemm with A, B and C at `off` elements into fresh buffers, checked against float64. */
+static void gemm_case_at(fx *f, const combo *cb, const be_gemm_args *g, size_t off) {
+  size_t ea = be_dtype_size(cb->ab), ec = be_dtype_size(cb->c);
+  gemm_host h = host_operands(cb, g, off);
+  be_mem ma = upload(f, h.a, h.na * ea), mb = upload(f, h.b, h.nb * ea);
+  be_mem mc = upload(f, h.c, h.nc * ec);
+  CHECK_OK(B->blas->gemm(f->q, g, ma, off, mb, off, mc, off));
+  B->mem_free(f->d, &ma);
+  B->mem_free(f->d, &mb);
+  download(f, h.got, mc, h.nc * ec);
+  check_gemm(cb, g, &h, off);
+}
+
+/* Buffers that one gemm runs on again and again (gemm_case_in), made on its first run. */
+typedef struct gemm_bufs {
+  bool made;
+  be_mem a, b, c;
+} gemm_bufs;
+
+/* One gemm on m's buffers with fresh random operands, checked against float64. */
+static void gemm_case_in(fx *f, const combo *cb, const be_gemm_args *g, gemm_bufs *m) {
+  size_t ea = be_dtype_size(cb->ab), ec = be_dtype_size(cb->c);
+  gemm_host h = host_operands(cb, g, 0);
+  if (!m->made) {
+    CHECK_OK(B->mem_alloc(f->d, h.na * ea, &m->a));
+    CHECK_OK(B->mem_alloc(f->d, h.nb * ea, &m->b));
+    CHECK_OK(B->mem_alloc(f->d, h.nc * ec, &m->c));
+    m->made = true;
+  }
+  CHECK_OK(B->copy_h2d(f->q, m->a, 0, h.a, h.na * ea));
+  CHECK_OK(B->copy_h2d(f->q, m->b, 0, h.b, h.nb * ea));
+  CHECK_OK(B->copy_h2d(f->q, m->c, 0, h.c, h.nc * ec));
+  CHECK_OK(B->blas->gemm(f->q, g, m->a, 0, m->b, 0, m->c, 0));
+  CHECK_OK(B->copy_d2h(f->q, h.got, m->c, 0, h.nc * ec));
+  finish(f);
+  check_gemm(cb, g, &h, 0);
+}
+
+static void gemm_bufs_free(fx *f, gemm_bufs *m) {
+  B->mem_free(f->d, &m->a);
+  B->mem_free(f->d, &m->b);
+  B->mem_free(f->d, &m->c);
+  m->made = false;
 }
 
 static void gemm_case(fx *f, const combo *cb, const be_gemm_args *g) {
@@ -272,6 +328,7 @@ TEST(small_gemms_run_through_cached_plans) {
   be_gemm_args g = random_gemm(cb, 64);
   g.batch = 1;
   g.alpha = 0.75; /* alpha = 0 (drawn one time in 8) is C = beta C: no gemm at all */
+  CHECK_OK(be_cuda_set_gemm_graphs(f.d, false)); /* every call reaches the plans */
   be_cuda_gemm_lt_stats st, before;
   be_cuda_gemm_lt_stats_get(f.q, &before);
   gemm_case_at(&f, cb, &g, 0);
@@ -308,6 +365,94 @@ TEST(small_gemms_run_through_cached_plans) {
   gemm_case(&f, cb, &batched);
   be_cuda_gemm_lt_stats_get(f.q, &st);
   CHECK_EQ(st.runs, before.runs);
+  fx_close(&f);
+}
+
+/* A gemm repeated on the same buffers is captured into a CUDA graph on its second call and
+ * replayed from then on (gemm_graph.c). Every call runs on fresh operands and is checked
+ * against float64, so a replay that ran another product, or kept anything of an earlier
+ * call's data, fails. */
+static void replayed(fx *f, const combo *cb, be_gemm_args g, int calls) {
+  be_cuda_gemm_graph_stats before, st;
+  be_cuda_gemm_graph_stats_get(f->q, &before);
+  gemm_bufs m = {0};
+  for (int i = 0; i < calls; i++)
+    gemm_case_in(f, cb, &g, &m);
+  gemm_bufs_free(f, &m);
+  be_cuda_gemm_graph_stats_get(f->q, &st);
+  if (st.captured - before.captured != 1 || st.replays - before.replays != (uint64_t)calls - 2 ||
+      st.refused != before.refused)
+    TEST_FAIL("gemm %s->%s math %u batch %" PRId64 ", %d calls: %" PRIu64 " captured, %" PRIu64
+              " replayed, %" PRIu64 " refused (want 1, %d, 0)",
+              type_name(cb->ab), type_name(cb->c), cb->math, g.batch, calls,
+              st.captured - before.captured, st.replays - before.replays,
+              st.refused - before.refused, calls - 2);
+}
+
+/* A gemm with every matrix read: k > 0, alpha not 0. */
+static be_gemm_args read_gemm(const combo *cb, int64_t big) {
+  be_gemm_args g;
+  do
+    g = random_gemm(cb, big);
+  while (!be_blas_gemm_reads_ab(&g));
+  return g;
+}
+
+TEST(repeated_gemms_replay_their_graph) {
+  fx f = fx_open_with(0);
+  for (size_t i = 0; i < sizeof combos / sizeof combos[0]; i++) {
+    const combo *cb = &combos[i];
+    be_gemm_args g = read_gemm(cb, 96);
+    g.batch = 1;
+    replayed(&f, cb, g, 4);
+    replayed(&f, cb, read_gemm(cb, 0), 3); /* random shapes, batches among them */
+  }
+  /* 70 keys (C's scalar tells them apart) seen twice each: 70 graphs made, 64 kept. */
+  const combo *cb = &combos[2];
+  be_gemm_args g = read_gemm(cb, 8);
+  be_cuda_gemm_graph_stats before, st;
+  be_cuda_gemm_graph_stats_get(f.q, &before);
+  gemm_bufs m = {0};
+  for (int key = 0; key < 70; key++)
+    for (int i = 0; i < 2; i++) {
+      g.alpha = 1 + key / 64.0;
+      gemm_case_in(&f, cb, &g, &m);
+    }
+  be_cuda_gemm_graph_stats_get(f.q, &st);
+  CHECK_EQ(st.captured - before.captured, 70);
+  CHECK_EQ(st.live, 64);
+  /* Replays off, and a product past the bound (m n k > 2^31): plain calls, however often. */
+  CHECK_OK(be_cuda_set_gemm_graphs(f.d, false));
+  for (int i = 0; i < 3; i++)
+    gemm_case_in(&f, cb, &g, &m);
+  gemm_bufs_free(&f, &m);
+  CHECK_OK(be_cuda_set_gemm_graphs(f.d, true));
+  be_gemm_args big = {.m = 2048,
+                      .n = 2048,
+                      .k = 513,
+                      .lda = 2048,
+                      .ldb = 513,
+                      .ldc = 2048,
+                      .alpha = 1,
+                      .ab_type = ACCEL_F32,
+                      .c_type = ACCEL_F32,
+                      .math = BE_GEMM_MATH_FP32,
+                      .batch = 1};
+  be_mem ma = {0}, mb = {0}, mc = {0};
+  CHECK_OK(B->mem_alloc(f.d, 2048 * 513 * 4, &ma));
+  CHECK_OK(B->mem_alloc(f.d, 2048 * 513 * 4, &mb));
+  CHECK_OK(B->mem_alloc(f.d, 2048 * 2048 * 4, &mc));
+  CHECK_OK(B->fill(f.q, ma, 0, 2048 * 513, 4, 0));
+  CHECK_OK(B->fill(f.q, mb, 0, 2048 * 513, 4, 0));
+  for (int i = 0; i < 3; i++)
+    CHECK_OK(B->blas->gemm(f.q, &big, ma, 0, mb, 0, mc, 0));
+  finish(&f);
+  B->mem_free(f.d, &ma);
+  B->mem_free(f.d, &mb);
+  B->mem_free(f.d, &mc);
+  be_cuda_gemm_graph_stats_get(f.q, &before);
+  CHECK_EQ(before.captured, st.captured);
+  CHECK_EQ(before.replays, st.replays);
   fx_close(&f);
 }
 
@@ -574,9 +719,13 @@ TEST(rng_every_float_type) {
 }
 
 static const test_case tests[] = {
-    TEST_CASE(gemm_every_combination), TEST_CASE(small_gemms_run_through_cached_plans),
-    TEST_CASE(fill_every_size),        TEST_CASE(vector_ops_f32_f64),
-    TEST_CASE(nn_every_float_type),    TEST_CASE(rng_every_float_type),
+    TEST_CASE(gemm_every_combination),
+    TEST_CASE(small_gemms_run_through_cached_plans),
+    TEST_CASE(fill_every_size),
+    TEST_CASE(vector_ops_f32_f64),
+    TEST_CASE(nn_every_float_type),
+    TEST_CASE(rng_every_float_type),
+    TEST_CASE(repeated_gemms_replay_their_graph),
 };
 
 int main(int argc, char **argv) {
