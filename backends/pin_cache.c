@@ -245,6 +245,7 @@ static void read_events(pin_cache *c) {
 }
 
 static void *watcher_main(void *arg) {
+  pthread_setname_np(pthread_self(), "accel-pin-watch"); /* seen in top -H, gdb */
   pin_cache *c = arg;
   struct pollfd fds[2] = {{.fd = c->uffd, .events = POLLIN},
                           {.fd = c->watcher_fd, .events = POLLIN}};
@@ -493,6 +494,7 @@ static bool pinner_work(pin_cache *c) {
 }
 
 static void *pinner_main(void *arg) {
+  pthread_setname_np(pthread_self(), "accel-pinner"); /* seen in top -H, gdb */
   pin_cache *c = arg;
   for (;;) {
     uint64_t v;

@@ -514,6 +514,7 @@ int accel_runtime_run(accel_runtime *rt) {
 }
 
 static void thread_main(void *arg) {
+  pthread_setname_np(pthread_self(), "accel-loop"); /* seen in top -H, gdb */
   loop_body(arg);
 }
 

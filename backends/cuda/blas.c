@@ -33,17 +33,37 @@ static int gemm_limits(const be_gemm_args *g) {
              : ACCEL_ELIMIT;
 }
 
+/* The handle's workspace: what cuBLAS's guide recommends (32 MiB on Hopper and later, 4 MiB
+ * before), the size it would take itself. Given to the handle, so that cuBLAS allocates none
+ * of its own while a gemm is captured into a graph (gemm_graph.c), which would then hold
+ * memory of its own; from the device's stream-ordered pool, which does not wait for the device
+ * as cuMemAlloc would. Without one (no pool, no memory), cuBLAS keeps its own and gemms are
+ * not captured (be_cuda_gemm_issue). */
+static void give_workspace(be_queue *q, const be_cublas_api *api, cublasHandle_t h) {
+  size_t bytes = (size_t)(q->dev->cc >= 90 ? 32 : 4) << 20;
+  CUdeviceptr w = 0;
+  if (be_cu.cuMemAllocAsync == NULL || be_cu.cuMemFreeAsync == NULL ||
+      be_cuda_trace("cuBLAS workspace", be_cu.cuMemAllocAsync(&w, bytes, q->stream)) != 0)
+    return;
+  if (api->cublasSetWorkspace_v2(h, (void *)(uintptr_t)w, bytes) != CUBLAS_STATUS_SUCCESS) {
+    be_cu.cuMemFreeAsync(w, q->stream);
+    return;
+  }
+  q->blas_work = w;
+}
+
 static int handle_of(be_queue *q, const be_cublas_api *api, cublasHandle_t *out) {
   if (q->blas == NULL) {
     cublasHandle_t h = NULL;
     int rc = be_cublas_err(api->cublasCreate_v2(&h));
-    if (rc == 0)
+    if (rc == 0) /* the stream first: setting it resets the workspace to cuBLAS's own */
       rc = be_cublas_err(api->cublasSetStream_v2(h, q->stream));
     if (rc != 0) {
       if (h != NULL)
         api->cublasDestroy_v2(h);
       return rc;
     }
+    give_workspace(q, api, h);
     q->blas = h;
   }
   *out = q->blas;
@@ -56,7 +76,10 @@ void be_cuda_blas_release(be_queue *q) {
   const be_cublas_api *api = be_cublas();
   if (q->blas != NULL && api != NULL)
     api->cublasDestroy_v2(q->blas);
+  if (q->blas_work != 0)
+    be_cu.cuMemFreeAsync(q->blas_work, q->stream); /* after the work queued before */
   q->blas = NULL;
+  q->blas_work = 0;
 }
 
 /* Compute capability (major * 10 + minor) a combination needs: BF16 and TF32 run on Ampere
@@ -148,8 +171,8 @@ int be_cuda_gemm_issue(const be_cuda_gemm_call *call) {
   if (rc != ACCEL_EAGAIN)
     return rc;
   const be_cublas_api *api = be_cublas();
-  if (q->capturing && q->blas == NULL)
-    return ACCEL_EAGAIN; /* making the handle allocates: not in a capture (gemm_graph.c) */
+  if (q->capturing && (q->blas == NULL || q->blas_work == 0))
+    return ACCEL_EAGAIN; /* cuBLAS would allocate in the capture (gemm_graph.c) */
   cublasHandle_t h;
   rc = handle_of(q, api, &h);
   if (rc != 0)

@@ -334,6 +334,7 @@ static void end_left(int index) {
 }
 
 static void *bury_main(void *arg) {
+  pthread_setname_np(pthread_self(), "accel-cu-bury"); /* seen in top -H, gdb */
   burial *b = arg;
   be_device *dev = b->dev;
   be_cu.cuCtxSetCurrent(NULL);

@@ -12,7 +12,7 @@
 #define BE_CUBLAS_FUNCS(X)                                                                 \
   X(cublasCreate_v2) X(cublasDestroy_v2) X(cublasSetStream_v2) X(cublasSetMathMode)       \
   X(cublasSgemm_v2) X(cublasDgemm_v2) X(cublasGemmEx) X(cublasGemmStridedBatchedEx)         \
-  X(cublasGetVersion_v2)
+  X(cublasGetVersion_v2) X(cublasSetWorkspace_v2)
 /* clang-format on */
 
 #define BE_CUBLAS_FIELD_(fn) __typeof__(&fn) fn;

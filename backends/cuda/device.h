@@ -154,6 +154,7 @@ struct be_queue {
   unsigned gen;
   CUstream stream;
   void *blas;                    /* a cublasHandle_t bound to the stream, made on first sgemm */
+  CUdeviceptr blas_work;         /* its workspace (blas.c); 0: cuBLAS's own */
   struct be_cuda_lt *lt;         /* small gemms' cuBLASLt plans (gemm_lt.c), made on first use */
   struct be_cuda_graphs *graphs; /* repeated gemms' graphs (gemm_graph.c), made on first use */
   bool capturing;                /* a gemm is being captured on `stream` (gemm_graph.c) */

@@ -18,6 +18,7 @@ bool be_cuda_gen_lost(be_device *dev, unsigned gen) {
 }
 
 static void *reap(void *arg) {
+  pthread_setname_np(pthread_self(), "accel-cu-reap"); /* seen in top -H, gdb */
   be_cuda_callbacks_fail(arg);
   return NULL;
 }

@@ -6,22 +6,26 @@
  * graph launches in 1.4-1.9 us (tests/bench/cublas_host_cost.cu, docs/PERFORMANCE.md). A
  * pipeline of small gemms is bound by that host time, and in accel the host time is the loop's,
  * with accel's own work per op on top. Programs repeat their gemms: the same shapes on the
- * same buffers, step after step. So a queue remembers its last GRAPH_SLOTS gemms, keyed by
- * everything the call depends on (shape, types, compute type, scalars and the three device
- * addresses). The second time a key is seen, its call is captured and instantiated; from then
- * on it is launched as a graph.
+ * same buffers, step after step. So a queue keys its gemms by everything the call depends on
+ * (shape, types, compute type, scalars and the three device addresses) and remembers the last
+ * SEEN_SLOTS keys seen once. The second time a key is seen, its call is captured and
+ * instantiated into one of GRAPH_SLOTS graphs (the least recently used one goes), and from
+ * then on it is launched as a graph. Gemms seen once (temporaries at new addresses) pass
+ * through the table of keys seen once and never evict a graph.
  *
  * Why a replay computes what the call would: the graph holds the call's kernels and their
  * arguments, nothing of the data, so it reads and writes the addresses as they are when it runs,
  * in stream order like any launch. A key names addresses, not buffers: a buffer freed and
  * another made at the same address gets the same product, which is what the call would give.
- * What the kernels use besides the matrices (the cuBLAS handle's workspace, the cuBLASLt
- * workspace) belongs to the queue and is released after the graphs (blas.c).
+ * What the kernels use besides the matrices (the cuBLAS handle's workspace, which blas.c gives
+ * the handle so that cuBLAS allocates none in a capture, and the cuBLASLt workspace) belongs to
+ * the queue and is released after the graphs (blas.c).
  *
- * The capture is in relaxed mode, so it forbids nothing to the other threads of the process
- * (copy threads, callbacks). Anything that fails in the capture or the instantiation marks the
- * key refused: it runs as a plain call until it is evicted. Memory is bounded by the slots:
- * each instantiated graph holds a few KiB of the driver's.
+ * The capture is in thread-local mode: it forbids nothing to the other threads of the process
+ * (copy threads, callbacks), and nothing else can queue work on the stream meanwhile (only the
+ * queue's thread does, the loop holding the runtime's token). A capture or instantiation that
+ * fails leaves the key to plain calls for its next RETRY_AFTER sightings. Memory is bounded by
+ * the slots: each instantiated graph holds a few KiB of the driver's.
  *
  * Only products of at most GRAPH_MAX_VOLUME multiply-adds: beyond that the GPU's time hides the
  * host's. ACCEL_CUDA_GEMM_GRAPHS=0, or be_cuda_set_gemm_graphs, turns replays off (for
@@ -34,6 +38,8 @@
 #include "runtime/alloc.h"
 
 #define GRAPH_SLOTS 64
+#define SEEN_SLOTS 32
+#define RETRY_AFTER 256 /* sightings of a refused key before its capture is tried again */
 #define GRAPH_MAX_VOLUME ((uint64_t)1 << 31) /* m n k batch: 1024^3 twice over */
 
 typedef struct graph_key { /* compared with memcmp: no padding (`zero` fills it) */
@@ -44,17 +50,26 @@ typedef struct graph_key { /* compared with memcmp: no padding (`zero` fills it)
   int32_t trans_a, trans_b, compute, zero;
 } graph_key;
 
-typedef struct graph_slot {
+typedef struct slot_head { /* first in both kinds of slot (find) */
   graph_key key;
   uint64_t last_use; /* 0: an empty slot */
-  bool refused;      /* capture or instantiation failed: a plain call */
-  CUgraphExec exec;  /* NULL: seen once, not captured yet */
+} slot_head;
+
+typedef struct graph_slot {
+  slot_head h;
+  CUgraphExec exec;
 } graph_slot;
+
+typedef struct seen_slot {
+  slot_head h;
+  uint32_t skip; /* sightings left before a capture is tried again (after a refusal) */
+} seen_slot;
 
 struct be_cuda_graphs {
   uint64_t clock;
   uint64_t captured, replays, refused; /* be_cuda_gemm_graph_stats */
-  graph_slot slots[GRAPH_SLOTS];
+  graph_slot graphs[GRAPH_SLOTS];
+  seen_slot seen[SEEN_SLOTS];
 };
 
 static bool driver_has_graphs(void) {
@@ -98,7 +113,7 @@ static void key_of(graph_key *k, const be_cuda_gemm_call *call) {
                    .compute = call->compute};
 }
 
-static void slot_clear(graph_slot *s) {
+static void graph_clear(graph_slot *s) {
   if (s->exec != NULL)
     be_cu.cuGraphExecDestroy(s->exec);
   memset(s, 0, sizeof *s);
@@ -109,33 +124,32 @@ void be_cuda_gemm_graph_release(be_queue *q, bool context_alive) {
   if (gs == NULL)
     return;
   for (int i = 0; context_alive && i < GRAPH_SLOTS; i++)
-    slot_clear(&gs->slots[i]); /* else the graphs went with the context */
+    graph_clear(&gs->graphs[i]); /* else the graphs went with the context */
   rt_free(gs);
   q->graphs = NULL;
 }
 
-/* The key's slot, or NULL after taking the least recently used slot for it (seen once). */
-static graph_slot *slot_for(struct be_cuda_graphs *gs, const graph_key *key) {
-  graph_slot *victim = &gs->slots[0];
-  for (int i = 0; i < GRAPH_SLOTS; i++) {
-    graph_slot *s = &gs->slots[i];
-    if (s->last_use != 0 && memcmp(&s->key, key, sizeof *key) == 0) {
-      s->last_use = ++gs->clock;
-      return s;
+/* Index of the key among n slots `stride` bytes apart from `first`, or -1; *lru: the least
+ * recently used slot (an empty one first). */
+static int find(const slot_head *first, size_t stride, int n, const graph_key *key, int *lru) {
+  uint64_t oldest = UINT64_MAX;
+  for (int i = 0; i < n; i++) {
+    const slot_head *h = (const slot_head *)(const void *)((const char *)first +
+                                                           (size_t)i * stride);
+    if (h->last_use != 0 && memcmp(&h->key, key, sizeof *key) == 0)
+      return i;
+    if (h->last_use < oldest) {
+      oldest = h->last_use;
+      *lru = i;
     }
-    if (s->last_use < victim->last_use)
-      victim = s;
   }
-  slot_clear(victim);
-  victim->key = *key;
-  victim->last_use = ++gs->clock;
-  return NULL;
+  return -1;
 }
 
-/* Captures the call on the queue's stream and instantiates it into s->exec; false (nothing
+/* Captures the call on the queue's stream and instantiates it into *exec; false (nothing
  * queued: a capture runs nothing) if any step failed. */
-static bool capture(be_queue *q, graph_slot *s, const be_cuda_gemm_call *call) {
-  if (be_cu.cuStreamBeginCapture(q->stream, CU_STREAM_CAPTURE_MODE_RELAXED) != CUDA_SUCCESS)
+static bool capture(be_queue *q, const be_cuda_gemm_call *call, CUgraphExec *exec) {
+  if (be_cu.cuStreamBeginCapture(q->stream, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL) != CUDA_SUCCESS)
     return false;
   q->capturing = true;
   int rc = be_cuda_gemm_issue(call);
@@ -143,11 +157,9 @@ static bool capture(be_queue *q, graph_slot *s, const be_cuda_gemm_call *call) {
   CUgraph graph = NULL;
   CUresult r = be_cu.cuStreamEndCapture(q->stream, &graph);
   bool ok = rc == 0 && r == CUDA_SUCCESS && graph != NULL &&
-            be_cu.cuGraphInstantiate(&s->exec, graph, 0) == CUDA_SUCCESS;
+            be_cu.cuGraphInstantiate(exec, graph, 0) == CUDA_SUCCESS;
   if (graph != NULL)
     be_cu.cuGraphDestroy(graph);
-  if (!ok)
-    s->exec = NULL;
   return ok;
 }
 
@@ -155,6 +167,38 @@ static struct be_cuda_graphs *graphs_of(be_queue *q) {
   if (q->graphs == NULL)
     q->graphs = rt_calloc(1, sizeof *q->graphs);
   return q->graphs;
+}
+
+/* The key's graph: found, or captured now if the key was seen before (NULL: a plain call). */
+static graph_slot *graph_for(be_queue *q, struct be_cuda_graphs *gs, const graph_key *key,
+                             const be_cuda_gemm_call *call, bool *fresh) {
+  int lru = 0, i = find(&gs->graphs[0].h, sizeof gs->graphs[0], GRAPH_SLOTS, key, &lru);
+  *fresh = i < 0;
+  if (i >= 0) {
+    gs->graphs[i].h.last_use = ++gs->clock;
+    return &gs->graphs[i];
+  }
+  int old = 0, j = find(&gs->seen[0].h, sizeof gs->seen[0], SEEN_SLOTS, key, &old);
+  if (j < 0) { /* first sighting */
+    gs->seen[old] = (seen_slot){.h = {.key = *key, .last_use = ++gs->clock}};
+    return NULL;
+  }
+  seen_slot *s = &gs->seen[j];
+  s->h.last_use = ++gs->clock;
+  if (s->skip > 0) {
+    s->skip--;
+    return NULL;
+  }
+  CUgraphExec exec = NULL;
+  if (!capture(q, call, &exec)) {
+    s->skip = RETRY_AFTER;
+    gs->refused++;
+    return NULL;
+  }
+  graph_clear(&gs->graphs[lru]);
+  gs->graphs[lru] = (graph_slot){.h = {.key = *key, .last_use = ++gs->clock}, .exec = exec};
+  memset(s, 0, sizeof *s); /* a graph now */
+  return &gs->graphs[lru];
 }
 
 int be_cuda_gemm_graph(be_queue *q, const be_cuda_gemm_call *call) {
@@ -165,18 +209,13 @@ int be_cuda_gemm_graph(be_queue *q, const be_cuda_gemm_call *call) {
     return ACCEL_EAGAIN;
   graph_key key;
   key_of(&key, call);
-  graph_slot *s = slot_for(gs, &key);
-  if (s == NULL || s->refused)
+  bool fresh;
+  graph_slot *s = graph_for(q, gs, &key, call, &fresh);
+  if (s == NULL)
     return ACCEL_EAGAIN;
-  bool fresh = s->exec == NULL;
-  if (fresh && !capture(q, s, call)) {
-    s->refused = true;
-    gs->refused++;
-    return ACCEL_EAGAIN;
-  }
   CUresult r = be_cu.cuGraphLaunch(s->exec, q->stream);
   if (r != CUDA_SUCCESS && !be_cuda_sticky(r)) { /* out of memory, say: a plain call */
-    slot_clear(s);
+    graph_clear(s);
     return ACCEL_EAGAIN;
   }
   if (r != CUDA_SUCCESS)
@@ -197,7 +236,7 @@ void be_cuda_gemm_graph_stats_get(be_queue *q, be_cuda_gemm_graph_stats *out) {
   out->replays = gs->replays;
   out->refused = gs->refused;
   for (int i = 0; i < GRAPH_SLOTS; i++)
-    out->live += gs->slots[i].exec != NULL;
+    out->live += gs->graphs[i].exec != NULL;
 }
 
 int be_cuda_set_gemm_graphs(be_device *dev, bool on) {

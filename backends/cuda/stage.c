@@ -98,6 +98,7 @@ static void part_range(team *t, unsigned i, char **dst, const char **src, size_t
 }
 
 static void *helper(void *arg) {
+  pthread_setname_np(pthread_self(), "accel-cu-copy"); /* seen in top -H, gdb */
   team *t = ((void **)arg)[0];
   unsigned idx = (unsigned)(uintptr_t)((void **)arg)[1];
   rt_free(arg);
@@ -264,6 +265,7 @@ static void release_job(be_cuda_stage *s, stage_job *j) {
 
 /* Runs the jobs in order; after a fault or a stop it only drops them. */
 static void *stager(void *arg) {
+  pthread_setname_np(pthread_self(), "accel-cu-stage"); /* seen in top -H, gdb */
   be_cuda_stage *s = arg;
   stage_job *j;
   bool ok = true;

@@ -62,6 +62,7 @@ static void hostfn_run(be_queue *q, be_ocl_hostfn *h) {
 
 /* Runs the FIFO until stopped and empty. */
 static void *host_main(void *arg) {
+  pthread_setname_np(pthread_self(), "accel-ocl-queue"); /* seen in top -H, gdb */
   be_queue *q = arg;
   for (;;) {
     pthread_mutex_lock(&q->hlock);

@@ -11,8 +11,10 @@
  * timed with CUDA events where the comparison allows (the same clock on both sides otherwise:
  * host time around a batch, which includes the batch's submission). Inputs are random,
  * never zeros. Without a CUDA device it exits 77 (meson's SKIP). --quick: fewer runs; --only
- * PART: one part (transfers, sgemm, rng, tiny, memory, fault). */
+ * PART[,PART...]: those parts (transfers, sgemm, rng, tiny, memory, fault). Before each part
+ * it prints the process's threads and the CPU it uses while idle. */
 #include <curand.h>
+#include <dirent.h>
 #include <dlfcn.h>
 #include <math.h>
 #include <pthread.h>
@@ -670,9 +672,9 @@ static double backend_copy(raw *r, bool h2d, void *host, be_mem m, unsigned thre
 }
 
 /* Memory used once: a fresh allocation each repetition (touched, then timed), freed after. */
-static double backend_copy_fresh(raw *r, bool h2d, be_mem m) {
+static double backend_copy_fresh(raw *r, bool h2d, be_mem m, unsigned threads) {
   be_queue *q;
-  OK(be_cuda_set_copy_threads(r->dev, 1));
+  OK(be_cuda_set_copy_threads(r->dev, threads));
   OK(be_cuda_ops.queue_create(r->dev, &q));
   double t[64];
   for (int rep = -1; rep < REPS; rep++) {
@@ -761,10 +763,10 @@ static double api_write(void *host) {
 }
 
 /* The same from memory used once: a fresh allocation each time (touched before the clock
- * starts), staged by the default copy threads. */
-static double api_write_fresh(void) {
+ * starts), staged by the default copy threads; url NULL, or one without the pin cache. */
+static double api_write_fresh(const char *url) {
   accel_device gpu;
-  accel_ctx *ctx = ctx_open(NULL, &gpu);
+  accel_ctx *ctx = ctx_open(url, &gpu);
   accel_buffer b = gpu_resident(ctx, gpu);
   OK(accel_finish(ctx, -1));
   double t[64];
@@ -842,14 +844,18 @@ static void bench_transfers(raw *r) {
    * program also links the backend itself). */
   be_device *holder;
   OK(be_cuda_ops.open(0, NULL, &holder));
-  xfer_row("H2D backend, pageable used once, 1 thr", backend_copy_fresh(r, true, x.m), h2d, "");
-  xfer_row("D2H backend, pageable used once, 1 thr", backend_copy_fresh(r, false, x.m), d2h, "");
+  xfer_row("H2D backend, pageable used once, 1 thr", backend_copy_fresh(r, true, x.m, 1), h2d, "");
+  xfer_row("D2H backend, pageable used once, 1 thr", backend_copy_fresh(r, false, x.m, 1), d2h, "");
+  xfer_row("H2D backend, pageable used once, 12 thr", backend_copy_fresh(r, true, x.m, 12), h2d,
+           "");
   xfer_row("H2D backend, pageable reused, 1 copy thr",
            backend_copy_reused(r, true, x.pageable, x.m), h2d, ">= 0.9");
   xfer_row("D2H backend, pageable reused, 1 copy thr",
            backend_copy_reused(r, false, x.pageable, x.m), d2h, ">= 0.9");
   xfer_row("H2D API write, pageable caller memory", api_write(x.pageable), h2d, ">= 0.9");
-  xfer_row("H2D API write, pageable used once", api_write_fresh(), h2d, "");
+  xfer_row("H2D API write, pageable used once", api_write_fresh(NULL), h2d, "");
+  xfer_row("H2D API write, used once, no pin cache", api_write_fresh("embedded:?pinned_max=0"), h2d,
+           "");
   xfer_row("D2H API read, pinned caller memory", api_read(x.pinned), d2h, ">= 0.9");
   xfer_row("D2H API read, pageable caller memory", api_read(x.pageable), d2h, ">= 0.9");
   pin_row();
@@ -1013,6 +1019,70 @@ static void bench_memory(raw *r) {
 
 /* ---- main ----------------------------------------------------------------------------- */
 
+/* Whether PART is in `only`, a comma-separated list (NULL: every part). */
+static bool part_on(const char *only, const char *part) {
+  size_t n = strlen(part);
+  for (const char *p = only; p != NULL; p = strchr(p, ',') ? strchr(p, ',') + 1 : NULL)
+    if (strncmp(p, part, n) == 0 && (p[n] == ',' || p[n] == '\0'))
+      return true;
+  return only == NULL;
+}
+
+enum { MAX_TASKS = 512 };
+
+typedef struct task_cpu {
+  int tid;
+  long ticks; /* user + system, clock ticks */
+  char name[32];
+} task_cpu;
+
+/* Every thread of the process with its CPU time so far; the count. */
+static int task_cpus(task_cpu *out) {
+  DIR *d = opendir("/proc/self/task");
+  int n = 0;
+  for (struct dirent *e; d != NULL && n < MAX_TASKS && (e = readdir(d)) != NULL;) {
+    char path[64], line[512];
+    snprintf(path, sizeof path, "/proc/self/task/%.16s/stat", e->d_name);
+    FILE *f = e->d_name[0] == '.' ? NULL : fopen(path, "r");
+    if (f == NULL)
+      continue;
+    char *close_paren = fgets(line, sizeof line, f) ? strrchr(line, ')') : NULL;
+    char *open_paren = strchr(line, '(');
+    long ut = 0, st = 0;
+    if (close_paren != NULL && open_paren != NULL &&
+        sscanf(close_paren + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %ld %ld", &ut, &st) ==
+            2) {
+      out[n] = (task_cpu){.tid = atoi(e->d_name), .ticks = ut + st};
+      snprintf(out[n].name, sizeof out[n].name, "%.*s", (int)(close_paren - open_paren - 1),
+               open_paren + 1);
+      n++;
+    }
+    fclose(f);
+  }
+  if (d != NULL)
+    closedir(d);
+  return n;
+}
+
+/* The process's threads, and the CPU it uses over 200 ms of doing nothing, before a part:
+ * what earlier parts left behind (idle contexts are to use no CPU), with the busiest threads
+ * by name when it uses any. */
+static void idle_report(const char *part) {
+  static task_cpu before[MAX_TASKS], after[MAX_TASKS];
+  int nb = task_cpus(before);
+  double c0 = cpu_s(), t0 = now_s();
+  nanosleep(&(struct timespec){.tv_nsec = 200 * 1000 * 1000}, NULL);
+  double share = (cpu_s() - c0) / (now_s() - t0);
+  int na = task_cpus(after);
+  printf("# idle before %s: %d threads, %.1f%% of a core", part, na, 100 * share);
+  for (int i = 0; share > 0.01 && i < na; i++)
+    for (int j = 0; j < nb; j++)
+      if (before[j].tid == after[i].tid && after[i].ticks > before[j].ticks)
+        printf("; %s (tid %d) %ld ticks", after[i].name, after[i].tid,
+               after[i].ticks - before[j].ticks);
+  printf("\n");
+}
+
 int main(int argc, char **argv) {
   char why[128] = "";
   int count = 0;
@@ -1027,12 +1097,14 @@ int main(int argc, char **argv) {
     else if (strcmp(argv[i], "--only") == 0 && i + 1 < argc)
       only = argv[++i];
     else {
-      fprintf(stderr, "usage: %s [--quick] [--only transfers|sgemm|rng|tiny|memory|fault]\n",
+      fprintf(stderr,
+              "usage: %s [--quick] [--only PART[,PART...]] (transfers sgemm rng tiny memory "
+              "fault)\n",
               argv[0]);
       return 2;
     }
   }
-#define PART(name) (only == NULL || strcmp(only, name) == 0)
+#define PART(name) (part_on(only, name) && (idle_report(name), true))
   raw r = raw_open();
   be_device_info info;
   be_cuda_ops.info(r.dev, &info);

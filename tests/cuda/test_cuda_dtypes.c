@@ -371,22 +371,32 @@ TEST(small_gemms_run_through_cached_plans) {
 /* A gemm repeated on the same buffers is captured into a CUDA graph on its second call and
  * replayed from then on (gemm_graph.c). Every call runs on fresh operands and is checked
  * against float64, so a replay that ran another product, or kept anything of an earlier
- * call's data, fails. */
-static void replayed(fx *f, const combo *cb, be_gemm_args g, int calls) {
-  be_cuda_gemm_graph_stats before, st;
-  be_cuda_gemm_graph_stats_get(f->q, &before);
-  gemm_bufs m = {0};
-  for (int i = 0; i < calls; i++)
-    gemm_case_in(f, cb, &g, &m);
-  gemm_bufs_free(f, &m);
+ * call's data, fails. Two sets of buffers alternate, so that a replay on the wrong addresses
+ * fails too, and the same product with another beta must not replay the first one's graph. */
+static void graph_counts(fx *f, const be_cuda_gemm_graph_stats *before, uint64_t captured,
+                         uint64_t replays, const char *what) {
+  be_cuda_gemm_graph_stats st;
   be_cuda_gemm_graph_stats_get(f->q, &st);
-  if (st.captured - before.captured != 1 || st.replays - before.replays != (uint64_t)calls - 2 ||
-      st.refused != before.refused)
-    TEST_FAIL("gemm %s->%s math %u batch %" PRId64 ", %d calls: %" PRIu64 " captured, %" PRIu64
-              " replayed, %" PRIu64 " refused (want 1, %d, 0)",
-              type_name(cb->ab), type_name(cb->c), cb->math, g.batch, calls,
-              st.captured - before.captured, st.replays - before.replays,
-              st.refused - before.refused, calls - 2);
+  if (st.captured - before->captured != captured || st.replays - before->replays != replays ||
+      st.refused != before->refused)
+    TEST_FAIL("%s: %" PRIu64 " captured, %" PRIu64 " replayed, %" PRIu64 " refused (want %" PRIu64
+              ", %" PRIu64 ", 0)",
+              what, st.captured - before->captured, st.replays - before->replays,
+              st.refused - before->refused, captured, replays);
+}
+
+static void replayed(fx *f, const combo *cb, be_gemm_args g, int calls) {
+  be_cuda_gemm_graph_stats before;
+  be_cuda_gemm_graph_stats_get(f->q, &before);
+  gemm_bufs m[2] = {{0}, {0}};
+  for (int i = 0; i < 2 * calls; i++)
+    gemm_case_in(f, cb, &g, &m[i % 2]);
+  graph_counts(f, &before, 2, 2 * ((uint64_t)calls - 2), type_name(cb->ab));
+  g.beta = g.beta == 0 ? 0.5 : 0; /* another key: a plain call, seen once */
+  gemm_case_in(f, cb, &g, &m[0]);
+  graph_counts(f, &before, 2, 2 * ((uint64_t)calls - 2), "another beta");
+  gemm_bufs_free(f, &m[0]);
+  gemm_bufs_free(f, &m[1]);
 }
 
 /* A gemm with every matrix read: k > 0, alpha not 0. */
@@ -398,16 +408,39 @@ static be_gemm_args read_gemm(const combo *cb, int64_t big) {
   return g;
 }
 
+/* An F32 gemm in the device's math, replayed from a graph captured on TF32 tensor cores:
+ * once the device is back to FP32, the same call must not replay it (checked at FP32's
+ * tolerance, which TF32's rounding misses by far). */
+static void tf32_switch(fx *f) {
+  combo fp32 = {ACCEL_F32, ACCEL_F32, BE_GEMM_MATH_DEVICE, 1e-5};
+  combo tf32 = {ACCEL_F32, ACCEL_F32, BE_GEMM_MATH_DEVICE, 4e-3};
+  be_gemm_args g = read_gemm(&fp32, 96);
+  g.batch = 1;
+  gemm_bufs m = {0};
+  CHECK_OK(be_cuda_set_tf32(f->d, true));
+  for (int i = 0; i < 3; i++)
+    gemm_case_in(f, &tf32, &g, &m);
+  CHECK_OK(be_cuda_set_tf32(f->d, false));
+  for (int i = 0; i < 3; i++)
+    gemm_case_in(f, &fp32, &g, &m);
+  gemm_bufs_free(f, &m);
+}
+
 TEST(repeated_gemms_replay_their_graph) {
   fx f = fx_open_with(0);
   for (size_t i = 0; i < sizeof combos / sizeof combos[0]; i++) {
     const combo *cb = &combos[i];
+    if (B->blas->gemm_supports(f.d, cb->ab, cb->c, cb->math) != 0)
+      continue; /* BF16 and TF32 before Ampere: gemm_every_combination checks the refusal */
     be_gemm_args g = read_gemm(cb, 96);
     g.batch = 1;
     replayed(&f, cb, g, 4);
     replayed(&f, cb, read_gemm(cb, 0), 3); /* random shapes, batches among them */
   }
-  /* 70 keys (C's scalar tells them apart) seen twice each: 70 graphs made, 64 kept. */
+  if (B->blas->gemm_supports(f.d, ACCEL_F32, ACCEL_F32, BE_GEMM_MATH_TF32) == 0)
+    tf32_switch(&f);
+  /* 70 keys (alpha tells them apart) seen twice each: 70 graphs made, 64 kept; then 40 gemms
+   * seen once evict none of them (the first 6 keys went: their third call is a capture). */
   const combo *cb = &combos[2];
   be_gemm_args g = read_gemm(cb, 8);
   be_cuda_gemm_graph_stats before, st;
@@ -421,12 +454,23 @@ TEST(repeated_gemms_replay_their_graph) {
   be_cuda_gemm_graph_stats_get(f.q, &st);
   CHECK_EQ(st.captured - before.captured, 70);
   CHECK_EQ(st.live, 64);
+  for (int once = 0; once < 40; once++) {
+    g.alpha = -1 - once / 64.0;
+    gemm_case_in(&f, cb, &g, &m);
+  }
+  for (int key = 69; key >= 6; key--) { /* the 64 kept: every one replays */
+    g.alpha = 1 + key / 64.0;
+    gemm_case_in(&f, cb, &g, &m);
+  }
+  graph_counts(&f, &before, 70, 64, "after 40 gemms seen once");
   /* Replays off, and a product past the bound (m n k > 2^31): plain calls, however often. */
+  be_cuda_gemm_graph_stats_get(f.q, &st);
   CHECK_OK(be_cuda_set_gemm_graphs(f.d, false));
   for (int i = 0; i < 3; i++)
     gemm_case_in(&f, cb, &g, &m);
   gemm_bufs_free(&f, &m);
   CHECK_OK(be_cuda_set_gemm_graphs(f.d, true));
+  graph_counts(&f, &st, 0, 0, "replays off");
   be_gemm_args big = {.m = 2048,
                       .n = 2048,
                       .k = 513,
@@ -450,9 +494,7 @@ TEST(repeated_gemms_replay_their_graph) {
   B->mem_free(f.d, &ma);
   B->mem_free(f.d, &mb);
   B->mem_free(f.d, &mc);
-  be_cuda_gemm_graph_stats_get(f.q, &before);
-  CHECK_EQ(before.captured, st.captured);
-  CHECK_EQ(before.replays, st.replays);
+  graph_counts(&f, &st, 0, 0, "past the bound");
   fx_close(&f);
 }
 
