@@ -34,6 +34,7 @@
 
 #include "accel/error.h"
 #include "backends/cuda/device.h"
+#include "backends/stream_copy.h"
 #include "runtime/alloc.h"
 
 #define SLOTS 4u
@@ -59,6 +60,7 @@ typedef struct team {
   char *dst;
   const char *src;
   size_t bytes, part;
+  bool streaming; /* the round's stores bypass the caches (stage_memcpy) */
   bool stop;
   pthread_t *threads;
 } team;
@@ -90,6 +92,25 @@ static CUdeviceptr word_addr(be_cuda_stage *s, int w) {
 
 /* ---- the team ------------------------------------------------------------------------- */
 
+/* A part of a chunk. Device to host, the destination is the caller's memory, which the stager
+ * does not read again: streaming stores skip reading each line before writing it and leave the
+ * caches alone (backends/stream_copy.h), unless ACCEL_CUDA_STREAM_COPY=0 (read once; for
+ * comparisons). Host to device, the destination is a slot the DMA engine reads next: plain
+ * stores leave it in the last-level cache, which the engine reads from. On an H200 host (300 MiB
+ * of L3, 12 copy threads), streaming stores took device-to-host staging from 0.72-0.74 of pinned
+ * speed to 0.88-0.94 with 8 threads, and host-to-device from 0.61-0.83 down to 0.50-0.64. */
+static void stage_memcpy(void *dst, const void *src, size_t n, bool streaming) {
+  static atomic_int on = -1;
+  if (atomic_load(&on) < 0) {
+    const char *v = getenv("ACCEL_CUDA_STREAM_COPY");
+    atomic_store(&on, !(v != NULL && strcmp(v, "0") == 0));
+  }
+  if (streaming && atomic_load(&on))
+    stream_copy(dst, src, n);
+  else
+    memcpy(dst, src, n);
+}
+
 static void part_range(team *t, unsigned i, char **dst, const char **src, size_t *n) {
   size_t off = (size_t)i * t->part;
   *n = off >= t->bytes ? 0 : t->bytes - off < t->part ? t->bytes - off : t->part;
@@ -116,9 +137,10 @@ static void *helper(void *arg) {
     const char *src;
     size_t n;
     part_range(t, idx, &dst, &src, &n);
+    bool streaming = t->streaming;
     pthread_mutex_unlock(&t->lock);
-    memcpy(dst, src, n);
-    __sync_synchronize(); /* a full barrier: orders glibc's non-temporal stores too */
+    stage_memcpy(dst, src, n, streaming);
+    __sync_synchronize(); /* a full barrier: orders non-temporal stores too */
     pthread_mutex_lock(&t->lock);
     if (--t->left == 0)
       pthread_cond_signal(&t->done);
@@ -127,17 +149,18 @@ static void *helper(void *arg) {
   return NULL;
 }
 
-static void team_copy(team *t, char *dst, const char *src, size_t bytes) {
+static void team_copy(team *t, char *dst, const char *src, size_t bytes, bool streaming) {
   unsigned parts = (unsigned)(bytes / MIN_PART);
   parts = parts > t->helpers + 1 ? t->helpers + 1 : parts;
   if (parts <= 1) {
-    memcpy(dst, src, bytes);
+    stage_memcpy(dst, src, bytes, streaming);
     return;
   }
   pthread_mutex_lock(&t->lock);
   t->dst = dst;
   t->src = src;
   t->bytes = bytes;
+  t->streaming = streaming;
   t->parts = parts;
   t->part = ((bytes + parts - 1) / parts + 63) & ~(size_t)63; /* covers it all; the last
                                                                * part is shorter */
@@ -147,7 +170,7 @@ static void team_copy(team *t, char *dst, const char *src, size_t bytes) {
   pthread_mutex_unlock(&t->lock);
   size_t n;
   part_range(t, 0, &dst, &src, &n);
-  memcpy(dst, src, n);
+  stage_memcpy(dst, src, n, streaming);
   pthread_mutex_lock(&t->lock);
   while (t->left > 0)
     pthread_cond_wait(&t->done, &t->lock);
@@ -214,10 +237,10 @@ static bool wait_gpu(be_cuda_stage *s, uint32_t target) {
   }
 }
 
-static bool copy_chunk(be_cuda_stage *s, char *dst, const char *src, size_t n) {
+static bool copy_chunk(be_cuda_stage *s, char *dst, const char *src, size_t n, bool to_host) {
   if (!be_cuda_copy_begin(s->dev))
     return false;
-  team_copy(&s->team, dst, src, n);
+  team_copy(&s->team, dst, src, n, to_host);
   be_cuda_copy_end(s->dev);
   /* The data before the word, for the DMA: a full hardware barrier (a C11 fence would do as
    * well, but ThreadSanitizer builds refuse fences). */
@@ -233,9 +256,9 @@ static bool run_chunk(be_cuda_stage *s, const stage_job *j, uint32_t c) {
   bool ok;
   if (j->to_device) {
     uint32_t begun = j->first - 1, free_ = seq - SLOTS;
-    ok = wait_gpu(s, cyc_ge(begun, free_) ? begun : free_) && copy_chunk(s, slot, host, n);
+    ok = wait_gpu(s, cyc_ge(begun, free_) ? begun : free_) && copy_chunk(s, slot, host, n, false);
   } else {
-    ok = wait_gpu(s, seq) && copy_chunk(s, host, slot, n);
+    ok = wait_gpu(s, seq) && copy_chunk(s, host, slot, n, true);
   }
   if (ok)
     atomic_store_explicit(&s->words[HOST_DONE], seq, memory_order_release);
