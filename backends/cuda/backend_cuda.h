@@ -1,7 +1,8 @@
 /* The cuda backend: its ops table (for the registry) and what its tests and benchmarks reach
  * beyond backend.h. One file per idea: backend_cuda.c (probe, devices, faults, the table),
  * context.c, fault.c, callback.c, queue.c, event.c, memory.c, copy.c and stage.c (host
- * transfers), kernels.c and kernels.cu (built-in kernels), blas.c (cuBLAS), module.c and
+ * transfers), kernels.c and kernels.cu (built-in kernels), blas.c (cuBLAS), gemm_lt.c (small
+ * gemms' cuBLASLt plans), gemm_graph.c (repeated gemms replayed from graphs), module.c and
  * module_build.c (user kernels, NVRTC), peer.c (copies between devices), collective.c (NCCL's
  * collectives), driver.c, cublas_lib.c, nvrtc_lib.c and nccl_lib.c (the libraries, loaded at
  * run time). Contracts: backends/backend.h; how the pieces fit: device.h.
@@ -18,6 +19,7 @@
  *   ACCEL_CUDA_COPY_THREADS=<n>   threads per large pageable copy (default 3/4 of the cores,
  *                                 at most 16)
  *   ACCEL_CUDA_STAGER=0           no stager: large pageable copies go through the bounce buffer
+ *   ACCEL_CUDA_STREAM_COPY=0      the stager's device-to-host copies with plain stores (stage.c)
  *   ACCEL_CUDA_CONTEXT=primary    the CUDA device's primary context instead of one's own
  *   ACCEL_CUDA_FAULT=trap|oob     inject_fault breaks the context for real (default: soft)
  *   ACCEL_CUDA_HOSTFN=1           host functions through cuLaunchHostFunc, not

@@ -39,16 +39,16 @@ static void copy_case(unsigned char *src_buf, unsigned char *dst_buf, size_t len
   memset(dst + len, 0x5A, GUARD);
   stream_copy(dst, src, len);
   if (memcmp(dst, src, len) != 0)
-    TEST_FAIL("stream_copy of %zu bytes (source +%zu, destination +%zu): wrong bytes", len,
-              src_off, dst_off);
+    TEST_FAIL("stream_copy of %zu bytes (source +%zu, destination +%zu): wrong bytes", len, src_off,
+              dst_off);
   for (size_t i = 0; i < GUARD + dst_off; i++)
     if (dst_buf[i] != 0xA5)
       TEST_FAIL("stream_copy of %zu bytes (destination +%zu) wrote %zu bytes before it", len,
                 dst_off, GUARD + dst_off - i);
   for (size_t i = 0; i < GUARD; i++)
     if (dst[len + i] != 0x5A)
-      TEST_FAIL("stream_copy of %zu bytes (destination +%zu) wrote byte %zu after it", len,
-                dst_off, i);
+      TEST_FAIL("stream_copy of %zu bytes (destination +%zu) wrote byte %zu after it", len, dst_off,
+                i);
 }
 
 static unsigned char *aligned(size_t bytes) {
