@@ -1080,6 +1080,17 @@ static void idle_report(const char *part) {
       if (before[j].tid == after[i].tid && after[i].ticks > before[j].ticks)
         printf("; %s (tid %d) %ld ticks", after[i].name, after[i].tid,
                after[i].ticks - before[j].ticks);
+  printf("\n#   by name:");
+  for (int i = 0; i < na; i++) { /* each name once, with its count */
+    int count = 0, first = i;
+    for (int j = 0; j < na; j++)
+      if (strcmp(after[j].name, after[i].name) == 0) {
+        count++;
+        first = j < first ? j : first;
+      }
+    if (first == i)
+      printf(" %s x%d", after[i].name, count);
+  }
   printf("\n");
 }
 
