@@ -1,4 +1,6 @@
 /* Blocking work on libuv's thread pool; the result comes back to the actor as a message. */
+#include <pthread.h>
+#include <stdbool.h>
 #include <stdlib.h>
 
 #include "runtime/alloc.h"
@@ -16,6 +18,13 @@ typedef struct rt_work {
 } rt_work;
 
 static void run_work(uv_work_t *req) {
+  /* libuv's pool threads inherit the name of the thread that made them, a loop's: renamed on
+   * their first work, so that top -H and gdb tell them from the loops. */
+  static _Thread_local bool named;
+  if (!named) {
+    pthread_setname_np(pthread_self(), "accel-uv-work");
+    named = true;
+  }
   rt_work *w = (rt_work *)req;
   w->result = w->work(w->data);
 }
