@@ -501,6 +501,19 @@ static double cpu_s(void) {
 }
 
 /* Median latency; *cpu: the process's CPU time per op over the measured ops. */
+/* ACCEL_BENCH_TINY_GAP_US=<n>: each op of the tiny rows starts n microseconds after the last
+ * one ended (spun, outside the timing), so that whatever the last one left for later is done
+ * first: a diagnostic of what an op's completion costs the next one. Default 0. */
+static void tiny_gap(void) {
+  static double gap = -1;
+  if (gap < 0) {
+    const char *v = getenv("ACCEL_BENCH_TINY_GAP_US");
+    gap = v != NULL ? atof(v) * 1e-6 : 0;
+  }
+  for (double t0 = now_s(); gap > 0 && now_s() - t0 < gap;)
+    ;
+}
+
 static double accel_tiny(const char *how, double *cpu) {
   char url[64];
   snprintf(url, sizeof url, "embedded:?completion=%s", how);
@@ -514,6 +527,7 @@ static double accel_tiny(const char *how, double *cpu) {
     accel_future *f;
     if (i == 0)
       c0 = cpu_s();
+    tiny_gap();
     double t0 = now_s();
     OK(accel_fill_u32(ctx, gpu, p, (uint32_t)i, &f));
     OK(accel_future_wait(f, -1));
@@ -547,6 +561,7 @@ static double raw_tiny(raw *r, const char *how, bool null_kernel, double *cpu) {
   for (int i = -300; i < TINY_N; i++) {
     if (i == 0)
       c0 = cpu_s();
+    tiny_gap();
     double t0 = now_s();
     if (null_kernel)
       CU(be_cu.cuLaunchKernel(r->null, 1, 1, 1, 1, 1, 1, 0, r->stream, NULL, NULL));
