@@ -393,9 +393,15 @@ static void arm_bursts(kernel_state *k) {
   }
 }
 
-/* Adds f to the burst of its strategy: 0, or ACCEL_EAGAIN if it must be armed alone. */
+/* Adds f to the burst of its strategy: 0, or ACCEL_EAGAIN if it is armed alone. A task whose
+ * client waits for it already, with no burst open, is armed at once, in the turn that submitted
+ * it, rather than a turn later with a burst that a waiting client will not add to (its wait,
+ * or the host function's, starts sooner: on an H200, tiny-op sync 0.80-0.87 of raw launch +
+ * sync in three runs, against 0.67-0.82). */
 static int burst_join(kernel_state *k, dev_inflight *f, int b) {
   if (!k->node->be->sticky_errors)
+    return ACCEL_EAGAIN;
+  if (k->burst[b].head == NULL && f->early != NULL && rt_future_has_helper_waiting(f->early))
     return ACCEL_EAGAIN;
   if (!k->batch_msg) {
     accel_msg m = {.type = DEV_MSG_ARM_BATCH};
@@ -411,20 +417,12 @@ static int burst_join(kernel_state *k, dev_inflight *f, int b) {
   return 0;
 }
 
-/* Whether f's client waits for it already, with no burst of its strategy open: then it is
- * armed at once, in the turn that submitted it, rather than a turn later with a burst that a
- * waiting client will not add to (its wait, or the host function's, starts sooner: on an
- * H200, tiny-op sync 0.80-0.87 of raw launch + sync in three runs, against 0.67-0.82). */
-static bool waited_alone(kernel_state *k, dev_inflight *f, int b) {
-  return k->burst[b].head == NULL && f->early != NULL && rt_future_has_helper_waiting(f->early);
-}
-
 /* Arms f's completion by itself, or with its burst. */
 static int arm_one(kernel_state *k, dev_inflight *f, int b) {
   take_early(f);
   f->refs++; /* the completion's, whichever way it comes */
   f->batch_next = NULL;
-  if (!waited_alone(k, f, b) && burst_join(k, f, b) == 0)
+  if (burst_join(k, f, b) == 0)
     return 0;
   int rc = arm_chain(k, f, b);
   if (rc != 0) { /* undone: the watchdog arms it again (ENOMEM), or track fails it */
