@@ -5,6 +5,7 @@
  *               of another protocol version; module loads and launches at their limits
  *               (options, arguments, name) and one past them, with a bad argument kind, a
  *               buffer argument past the op's buffers, NULs where a string is made;
+ *               streams for fuzz-stream with a frame at its frame limit and one byte over;
  *   CLIENT_DIR  messages a client reads (fuzz-client): WELCOMEs with 0, 16 and 17 devices or a
  *               count that disagrees with the body, REPLYs at the status limits and one past
  *               them, with device and transfer-stats records, a build log, batches of frames,
@@ -318,6 +319,45 @@ static void controls_and_replies(void) {
   save("record-transfer-stats", &o, proto_encode_transfer_stats(&o, &t));
 }
 
+/* ---- the local transport's stream ---- */
+
+/* fuzz-stream reads its first byte as the frame limit, in units of 16 bytes past a header
+ * (its second chooses where reads cut the rest): this one makes it PROTO_HEADER_SIZE + 192. */
+#define STREAM_UNITS 12u
+#define STREAM_LIMIT (PROTO_HEADER_SIZE + 16u * STREAM_UNITS)
+
+/* Those two bytes, then a WRITE whose frame is `len` bytes (its data makes up the length),
+ * then a PING. At the limit both frames are taken; one byte over it, the stream stops at the
+ * first, as the daemon's reader stops at a frame over max_message (PROTO_SCAN_TOO_BIG). */
+static void stream_frame_of(const char *name, size_t len) {
+  static const uint8_t bytes[STREAM_LIMIT + 1];
+  static uint8_t stream[2 + 2 * STREAM_LIMIT];
+  dev_op w = base_op(DEV_OP_WRITE, 1);
+  proto_control_req ping = {PROTO_CTL_PING, 0};
+  proto_out o;
+  proto_out_init(&o);
+  int rc = proto_encode_op(&o, 7, &w, (proto_bytes){bytes, 1});
+  size_t data = rc == 0 && o.len <= len ? len - o.len + 1 : 0; /* o.len: 1 byte of data */
+  proto_out_free(&o);
+  proto_out_init(&o);
+  if (data > 0 && data <= sizeof bytes &&
+      proto_encode_op(&o, 7, &w, (proto_bytes){bytes, data}) == 0 && o.len == len &&
+      proto_encode_control(&o, 8, &ping) == 0 && 2 + o.len <= sizeof stream) {
+    stream[0] = STREAM_UNITS;
+    stream[1] = 5; /* reads of 59, 76, 93, 13, ... bytes: the WRITE outgrows the staging */
+    memcpy(stream + 2, o.data, o.len);
+    save_bytes(dir, name, stream, 2 + o.len);
+  } else {
+    failed++;
+  }
+  proto_out_free(&o);
+}
+
+static void stream_limits(void) {
+  stream_frame_of("stream-frame-at-limit", STREAM_LIMIT);
+  stream_frame_of("stream-frame-one-over", STREAM_LIMIT + 1);
+}
+
 /* ---- the client's side: messages from a (possibly hostile) daemon ---- */
 
 #define WELCOME_COUNT_AT (PROTO_HEADER_SIZE + 20)   /* device_count, in a WELCOME frame */
@@ -532,6 +572,7 @@ int main(int argc, char **argv) {
   ops();
   user_kernels();
   controls_and_replies();
+  stream_limits();
   client_side();
   printf("make-corpus: %d files in %s and %s\n", written, dir, client_dir);
   return written > 0 && failed == 0 ? 0 : 1;
