@@ -197,8 +197,9 @@ int dev_op_check_shape(const dev_op *op) {
     return ACCEL_EINVAL;
   if (op->h.kind == DEV_OP_GEMM && (unsigned)op->u.gemm.math > BE_GEMM_MATH_FP64)
     return ACCEL_EINVAL;
-  if (op->h.kind == DEV_OP_BUFFER_CREATE && be_dtype_size(op->u.create.dtype) == 0)
-    return ACCEL_EINVAL;
+  if (op->h.kind == DEV_OP_BUFFER_CREATE &&
+      (be_dtype_size(op->u.create.dtype) == 0 || op->bufs[0].count == 0))
+    return ACCEL_EINVAL; /* a buffer holds at least one element */
   if (op->h.kind == DEV_OP_MODULE_LOAD)
     return check_module_load(op);
   if (op->h.kind == DEV_OP_LAUNCH)

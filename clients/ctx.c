@@ -327,7 +327,8 @@ static int buffer_op(accel_ctx *ctx, uint32_t kind, accel_buffer h, accel_dtype 
 }
 
 int accel_buffer_create(accel_ctx *ctx, accel_dtype dtype, size_t count, accel_buffer *out) {
-  if (ctx == NULL || out == NULL || dev_dtype_size(dtype) == 0 || count > (SIZE_MAX >> 4))
+  if (ctx == NULL || out == NULL || dev_dtype_size(dtype) == 0 || count == 0 ||
+      count > (SIZE_MAX >> 4))
     return ACCEL_EINVAL;
   accel_buffer h;
   int rc = handle_alloc(ctx, dtype, count, &h);

@@ -362,6 +362,10 @@ static bool limits_key(acd_config *c, const char *k, const char *v) {
     return parse_u32(v, 2, 1u << 24, &l->max_buffers);
   if (!strcmp(k, "max_memory"))
     return parse_u64(v, 10, 0, UINT64_MAX, &l->max_memory);
+  if (!strcmp(k, "max_shared_bytes"))
+    return parse_u64(v, 10, 0, UINT64_MAX, &c->max_shared_bytes);
+  if (!strcmp(k, "max_shared_bytes_total"))
+    return parse_u64(v, 10, 0, UINT64_MAX, &c->max_shared_bytes_total);
   return false;
 }
 

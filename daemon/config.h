@@ -41,6 +41,9 @@ typedef struct acd_config {
    * more than max_connections at once are refused. */
   uint32_t first_frame_timeout_ms, max_connections;
   proto_limits limits;
+  /* [limits] max_shared_bytes, max_shared_bytes_total: shared memory mapped for clients, per
+   * connection and in all (srv_args); 0: the machine's RAM and twice that. */
+  uint64_t max_shared_bytes, max_shared_bytes_total;
   /* [security]: who may connect (srv_security in server/server.h says what each means).
    * User and group names are resolved to ids when the file is read. Owned. */
   uint32_t *allow_uids, *allow_gids;

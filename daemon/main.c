@@ -239,6 +239,8 @@ static int start_tree(daemon_ctx *d, int gid, int ready_fd) {
                          .drain_timeout_ms = c->drain_timeout_ms,
                          .first_frame_timeout_ms = c->first_frame_timeout_ms,
                          .max_connections = c->max_connections,
+                         .max_shared_bytes = c->max_shared_bytes,
+                         .max_shared_bytes_total = c->max_shared_bytes_total,
                          .metrics_listen = c->metrics_listen};
   acd_config_security(c, &d->server.sec); /* points into d->config, which outlives the tree */
   /* A session that fails past its restart limit is stopped, never escalated to the server. */

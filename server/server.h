@@ -73,6 +73,9 @@ typedef struct srv_args {
    * that connects and never speaks holds a descriptor); 0: 10 s. */
   uint32_t first_frame_timeout_ms;
   uint32_t max_connections; /* local connections at once, past it refused; 0: 1024 */
+  /* Bytes of clients' shared memory (server_shm.c) mapped at once, per connection and in all;
+   * an attach past either is ACCEL_ELIMIT. 0: the machine's RAM and twice that. */
+  uint64_t max_shared_bytes, max_shared_bytes_total;
   srv_security sec;
   /* http://HOST:PORT for GET /metrics (Prometheus) and /healthz; NULL: not served. */
   const char *metrics_listen;

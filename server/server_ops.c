@@ -164,13 +164,13 @@ static int decode(srv_server *s, srv_conn *c, nng_msg *m, srv_op *so) {
     s->frames_bad++;
     return rc;
   }
+  int32_t dev = so->op.h.device; /* only the daemon knows how many devices it has */
+  if (dev != ACCEL_DEVICE_ANY && (dev < 0 || dev >= s->world->nnodes - 1))
+    return ACCEL_EINVAL;
   if (so->op.h.flags & PROTO_OPF_SHM)
     return resolve_shm(c, so, out.shm);
   if (so->op.h.kind == DEV_OP_MODULE_LOAD && (rc = take_options(so, out.options)) != 0)
     return rc;
-  int32_t dev = so->op.h.device; /* only the daemon knows how many devices it has */
-  if (dev != ACCEL_DEVICE_ANY && (dev < 0 || dev >= s->world->nnodes - 1))
-    return ACCEL_EINVAL;
   return so->op.h.kind == DEV_OP_READ ? prepare_read(s, c, so) : 0;
 }
 

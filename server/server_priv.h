@@ -37,6 +37,7 @@ typedef struct srv_conn {
   uint64_t connected_ms;         /* srv_now_ms() when it connected */
   srv_region *regions;           /* shared memory mapped for this connection */
   uint32_t nregions;
+  uint64_t shared_bytes;  /* their sizes */
   struct srv_conn *hnext; /* hash chain, or the list of dead connections */
   accel_ref session;      /* ACCEL_REF_NONE until HELLO, and after the session exited */
   bool session_live;      /* spawned and not exited yet */
@@ -105,6 +106,7 @@ struct srv_server {
   srv_conn *dirty;     /* connections with output to flush */
   uint64_t out_queued; /* messages in connections' queues */
 
+  uint64_t shared_bytes; /* clients' shared memory mapped here (server_shm.c) */
   uint32_t sessions;
   uint64_t ops_in_flight, ops_completed, ops_failed, frames_bad;
 

@@ -6,13 +6,19 @@
  * and no data crosses the socket.
  *
  * Why the seal: a region the client could shrink after the daemon mapped it would make the
- * daemon's next access to it a SIGBUS. Only sealed regular files are taken. A region is the
- * connection's: detached on request once no op uses it, and at the latest when the
- * connection's record goes. Loop thread only. */
+ * daemon's next access to it a SIGBUS. Only sealed memfds (files on the kernel's shmem) are
+ * taken. A region is the connection's: detached on request once no op uses it, and at the
+ * latest when the connection's record goes. What a client can make the daemon map is capped
+ * per connection and in all (srv_args.max_shared_bytes*): mapped memory costs address space,
+ * and pages the daemon touches first (a READ into a sparse region) are charged to it.
+ * Loop thread only. */
+#include <errno.h>
 #include <fcntl.h>
+#include <linux/magic.h>
 #include <stdlib.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/vfs.h>
 #include <unistd.h>
 
 #include "runtime/alloc.h"
@@ -95,6 +101,8 @@ static void unlink_region(srv_server *s, srv_conn *c, srv_region *r) {
     pp = &(*pp)->next;
   *pp = r->next;
   c->nregions--;
+  c->shared_bytes -= r->len;
+  s->shared_bytes -= r->len;
   unmap_region(s, r);
   rt_free(r);
 }
@@ -145,37 +153,82 @@ void srv_shm_registered(srv_server *s, void *data) {
   srv_release(s);
 }
 
-/* A descriptor we may map: a sealed (no shrinking) regular file of a sane size. */
+/* A failpoint for the race test: ACCEL_TEST_SHM_CHECK_GAP_US widens the gap between the two
+ * reads of check_fd (a window of a microsecond otherwise, which a test on a loaded 2-core
+ * machine cannot hit in bounded time). Read once; loop thread only. */
+static void check_gap(void) {
+  static long gap_us = -1;
+  if (gap_us < 0) {
+    const char *v = getenv("ACCEL_TEST_SHM_CHECK_GAP_US");
+    gap_us = v ? strtol(v, NULL, 10) : 0;
+    gap_us = gap_us > 0 && gap_us <= 100000 ? gap_us : 0;
+  }
+  if (gap_us > 0)
+    usleep((useconds_t)gap_us);
+}
+
+/* A descriptor we may map: a memfd sealed against shrinking, of a sane size. The seals are
+ * read BEFORE the size: once F_SEAL_SHRINK is set the size can only grow, so the size read
+ * after it is safe to map. Read the other way round, a client that shrinks its file to 0 and
+ * then seals it between the two reads passed both, and the daemon's next access to the region
+ * died of SIGBUS. Files on other file systems are refused: a hugetlbfs memfd can be sealed
+ * too, and its pages can run out when they are touched. */
 static int check_fd(int fd, size_t *len) {
-  struct stat st;
-  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size <= 0 ||
-      (uint64_t)st.st_size > SRV_SHM_MAX_BYTES)
-    return ACCEL_EINVAL;
   int seals = fcntl(fd, F_GET_SEALS);
+  check_gap();
+  struct stat st;
+  struct statfs fs;
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode))
+    return ACCEL_EINVAL;
   if (seals < 0 || !(seals & F_SEAL_SHRINK))
     return ACCEL_EPERM; /* it could shrink under us: SIGBUS */
+  if (st.st_size <= 0 || (uint64_t)st.st_size > SRV_SHM_MAX_BYTES || fstatfs(fd, &fs) != 0 ||
+      fs.f_type != TMPFS_MAGIC)
+    return ACCEL_EINVAL;
   *len = (size_t)st.st_size;
   return 0;
 }
 
-static int map_region(srv_conn *c, uint64_t id, int fd) {
+/* The machine's RAM in bytes (the caps' default), or 1 TiB when it cannot be read. */
+static uint64_t ram_bytes(void) {
+  long pages = sysconf(_SC_PHYS_PAGES), size = sysconf(_SC_PAGESIZE);
+  return pages > 0 && size > 0 ? (uint64_t)pages * (uint64_t)size : SRV_SHM_MAX_BYTES;
+}
+
+/* Whether `len` more bytes fit the connection's cap and the daemon's. */
+static bool within_caps(const srv_server *s, const srv_conn *c, size_t len) {
+  uint64_t one = s->args->max_shared_bytes, all = s->args->max_shared_bytes_total;
+  if (one == 0 || all == 0) {
+    uint64_t ram = ram_bytes();
+    one = one ? one : ram;
+    all = all ? all : 2 * ram;
+  }
+  return len <= one - (c->shared_bytes < one ? c->shared_bytes : one) &&
+         len <= all - (s->shared_bytes < all ? s->shared_bytes : all);
+}
+
+static int map_region(srv_server *s, srv_conn *c, uint64_t id, int fd) {
   size_t len;
   int rc = check_fd(fd, &len);
   if (rc != 0)
     return rc;
+  if (!within_caps(s, c, len))
+    return ACCEL_ELIMIT;
   srv_region *r = rt_calloc(1, sizeof *r);
   if (r == NULL)
     return ACCEL_ENOMEM;
   r->base = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  if (r->base == MAP_FAILED) {
+  if (r->base == MAP_FAILED) { /* write-sealed (EPERM), or no address space left */
     rt_free(r);
-    return ACCEL_ENOMEM;
+    return errno == EPERM || errno == EACCES ? ACCEL_EPERM : ACCEL_ENOMEM;
   }
   r->id = id;
   r->len = len;
   r->next = c->regions;
   c->regions = r;
   c->nregions++;
+  c->shared_bytes += len;
+  s->shared_bytes += len;
   return 0;
 }
 
@@ -187,7 +240,7 @@ int srv_shm_attach(srv_server *s, srv_conn *c, uint64_t id) {
     return fd == ACCEL_ENOMEM ? ACCEL_ENOMEM : ACCEL_EPROTO;
   int rc = id == 0 || find(c, id)               ? ACCEL_EINVAL
            : c->nregions >= SRV_SHM_MAX_REGIONS ? ACCEL_ELIMIT
-                                                : map_region(c, id, fd);
+                                                : map_region(s, c, id, fd);
   close(fd);
   if (rc == 0)
     dma_register(s, c, c->regions); /* the new one is first */

@@ -161,7 +161,8 @@ ACCEL_API int accel_device_info(accel_ctx *ctx, accel_device dev, struct accel_d
  * A create does not wait for the memory: it returns the handle at once and the buffer is made
  * in order with the ops that follow. One that fails there (out of memory, or past the
  * session's max_memory or max_buffers through acceld) makes every op on the handle complete
- * with that error (ACCEL_ENOMEM) until it is destroyed; accel_finish() reports it too. */
+ * with that error (ACCEL_ENOMEM) until it is destroyed; accel_finish() reports it too.
+ * A count of 0 is ACCEL_EINVAL (a buffer holds at least one element). */
 ACCEL_API int accel_buffer_create(accel_ctx *ctx, accel_dtype dtype, size_t count,
                                   accel_buffer *out);
 /* Frees the buffer once the ops issued on it before have completed. Its handle is stale at

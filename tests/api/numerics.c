@@ -540,11 +540,18 @@ TEST(fill_u32_f32) {
     CHECK_OK(accel_buffer_destroy(ctx, b));
     free(out);
   }
-  /* A zero-length buffer: nothing to fill, still fine. */
-  accel_buffer z = buf_new(ctx, ACCEL_U32, 0);
+  /* A zero-length buffer is refused (EINVAL: a buffer holds at least one element); one
+   * element, the limit, fills. */
+  accel_buffer z;
+  CHECK_ERR(accel_buffer_create(ctx, ACCEL_U32, 0, &z), ACCEL_EINVAL);
+  z = buf_new(ctx, ACCEL_U32, 1);
   accel_future *f = NULL;
+  uint32_t one = 0;
   CHECK_OK(accel_fill_u32(ctx, 0, z, 5, &f));
   WAIT_OK(f);
+  CHECK_OK(accel_read(ctx, z, 0, &one, 1, &f));
+  WAIT_OK(f);
+  CHECK_EQ(one, 5);
   accel_close(ctx);
 }
 

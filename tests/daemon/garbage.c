@@ -157,6 +157,9 @@ TEST(truncated_and_corrupted_ops_get_eproto) {
   CHECK_ERR(raw_call(&c, bad, o.len, 50), ACCEL_EPROTO);
   proto_out_free(&o);
   CHECK_OK(td_fill(&c, td_handle(1, 1), 3)); /* the session is unharmed */
+  /* A buffer of no elements, which the library never sends: refused by the decoder too. */
+  CHECK_ERR(td_create(&c, td_handle(2, 1), ACCEL_U32, 0), ACCEL_EPROTO);
+  CHECK_OK(td_create(&c, td_handle(2, 1), ACCEL_U32, 1));
   td_client_close(&c);
   finish(&d);
 }

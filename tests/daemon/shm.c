@@ -2,9 +2,14 @@
  * accel_host_alloc memory (zero copy) and from ordinary memory (staging) matches, with the
  * daemon's transfer counters exact; and the daemon refuses regions it must not map (not
  * sealed, not a file, no descriptor, unknown region, out of bounds) with clear errors. */
+#include <dirent.h>
 #include <fcntl.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
 
 #include "accel/accel.h"
 #include "proto/local.h"
@@ -336,6 +341,223 @@ TEST(unannounced_descriptors_close_the_connection) {
   td_cleanup(&d);
 }
 
+/* ---- what a hostile client tries ---- */
+
+static int shm_read(td_client *c, uint64_t handle, uint64_t count, proto_shm_ref ref,
+                    int32_t device) {
+  dev_op op = {.h = {.kind = DEV_OP_READ, .device = device}, .nbufs = 1};
+  op.bufs[0] = (dev_op_buf){.handle = handle, .count = count};
+  op.u.read.bytes = count * 4;
+  proto_out o;
+  uint64_t id = c->next_id++;
+  proto_out_init(&o);
+  CHECK_OK(proto_encode_op_shm(&o, id, &op, ref));
+  return td_call(c, &o, id);
+}
+
+static bool daemon_alive(td_daemon *d) {
+  return waitpid(d->pid, NULL, WNOHANG) == 0;
+}
+
+/* The racer: shrinks the file to nothing and seals it as soon as it is told to, after a
+ * short random spin, so that over many tries its two calls land between the daemon's own
+ * two checks of the descriptor (the size, the seals). */
+typedef struct racer {
+  pthread_t thread;
+  atomic_int go; /* the descriptor to shrink; -1: wait; -2: stop */
+} racer;
+
+static uint64_t now_ns(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
+}
+
+static void *race(void *arg) {
+  racer *r = arg;
+  uint64_t x = 88172645463325252ull;
+  for (;;) {
+    int fd = atomic_load(&r->go);
+    if (fd == -2)
+      return NULL;
+    if (fd < 0)
+      continue;
+    x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+    uint64_t until = now_ns() + x % 600000; /* 0-600 us: the frame's way, and the gap */
+    while (now_ns() < until) {
+    }
+    if (ftruncate(fd, 0) == 0 && fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK) == 0)
+      atomic_store(&r->go, -1);
+  }
+}
+
+/* A region whose file the client shrinks to nothing and seals WHILE the daemon checks it:
+ * the daemon read the size first and the seals second, so a file shrunk in between passed
+ * both checks at its old size and the next READ into it killed acceld with SIGBUS (the
+ * probe won within 3.3 s in 7 of 7 tries). Now the seals are read first: the attach is
+ * refused, or it maps a region the READ can write. The daemon's failpoint widens the gap
+ * between its two checks to 300 us, so the racer lands in it often; tries for 3 s. */
+TEST(a_region_shrunk_during_its_checks_never_faults_the_daemon) {
+  td_daemon d;
+  td_prepare(&d);
+  CHECK_EQ(setenv("ACCEL_TEST_SHM_CHECK_GAP_US", "300", 1), 0);
+  td_start(&d, NULL);
+  CHECK_EQ(unsetenv("ACCEL_TEST_SHM_CHECK_GAP_US"), 0);
+  td_client c;
+  td_client_open(&c, d.url);
+  CHECK_OK(td_hello(&c, NULL));
+  CHECK_OK(td_create(&c, td_handle(1, 1), ACCEL_U32, 4096));
+  CHECK_OK(td_fill(&c, td_handle(1, 1), 7));
+  racer r = {.go = -1};
+  CHECK_EQ(pthread_create(&r.thread, NULL, race, &r), 0);
+  int tries = 0, mapped = 0, refusals[2] = {0, 0};
+  for (uint64_t t0 = test_now_ms(); test_now_ms() - t0 < 3000 && daemon_alive(&d); tries++) {
+    int fd = memfd(1u << 20, 0);
+    atomic_store(&r.go, fd);
+    uint64_t id = (uint64_t)tries + 1;
+    int rc = attach(&c, id, fd);
+    while (atomic_load(&r.go) >= 0) { /* the racer is done with it before it is closed */
+    }
+    close(fd);
+    if (rc != 0) {
+      refusals[rc == ACCEL_EPERM]++;
+      continue;
+    }
+    mapped++; /* whatever it mapped must take the READ (or refuse it), never fault */
+    int rd = shm_read(&c, td_handle(1, 1), 4096, (proto_shm_ref){id, 0}, ACCEL_DEVICE_ANY);
+    if (rd != 0)
+      CHECK_ERR(rd, ACCEL_EINVAL);
+    CHECK_OK(td_control(&c, PROTO_CTL_SHM_DETACH, id));
+  }
+  atomic_store(&r.go, -2);
+  pthread_join(r.thread, NULL);
+  if (!daemon_alive(&d))
+    TEST_FAIL("acceld died after %d tries (%d mapped):\n%s", tries, mapped, td_log(&d));
+  printf("# %d attaches raced: %d mapped, %d refused unsealed, %d refused empty\n", tries, mapped,
+         refusals[1], refusals[0]);
+  CHECK_GT(tries, 50);
+  td_client_close(&c);
+  CHECK_EQ(td_stop(&d), 0);
+  td_cleanup(&d);
+}
+
+/* Mapped bytes are capped per connection and in all ([limits] max_shared_bytes and
+ * max_shared_bytes_total): at each cap an attach passes, one page past it is ACCEL_ELIMIT; a
+ * detach, or a connection's end, gives its bytes back. Sparse files cost the client nothing,
+ * so without the caps one client mapped 127 TiB and every other HELLO failed. */
+TEST(shared_bytes_at_the_caps_and_one_past) {
+  td_daemon d;
+  td_prepare(&d);
+  td_write_config(&d, "[limits]\nmax_shared_bytes = 3M\nmax_shared_bytes_total = 5M\n");
+  td_start(&d, NULL);
+  td_client a, b;
+  td_client_open(&a, d.url);
+  td_client_open(&b, d.url);
+  CHECK_OK(td_hello(&a, NULL));
+  CHECK_OK(td_hello(&b, NULL));
+  int mib = memfd(1u << 20, F_SEAL_SHRINK), page = memfd(4096, F_SEAL_SHRINK);
+  int two = memfd(2u << 20, F_SEAL_SHRINK);
+  CHECK_OK(attach(&a, 1, two));
+  CHECK_OK(attach(&a, 2, mib)); /* a: 3 MiB, at its cap */
+  CHECK_ERR(attach(&a, 3, page), ACCEL_ELIMIT);
+  CHECK_OK(attach(&b, 1, two)); /* in all: 5 MiB, at the daemon's cap */
+  CHECK_ERR(attach(&b, 2, page), ACCEL_ELIMIT);
+  CHECK_OK(td_control(&a, PROTO_CTL_SHM_DETACH, 2));
+  CHECK_OK(attach(&b, 2, mib)); /* b: 3 MiB; in all 5 again */
+  CHECK_ERR(attach(&a, 3, page), ACCEL_ELIMIT);
+  td_client_close(&b); /* its 3 MiB come back when its record goes (soon after) */
+  int rc = ACCEL_ELIMIT;
+  for (uint64_t t0 = test_now_ms(); rc == ACCEL_ELIMIT && test_now_ms() - t0 < 5000;)
+    if ((rc = attach(&a, 3, mib)) == ACCEL_ELIMIT)
+      test_sleep_ms(10);
+  CHECK_OK(rc);
+  CHECK_ERR(attach(&a, 4, page), ACCEL_ELIMIT);
+  /* a 1 TiB sparse file: far past both */
+  int huge = memfd(1ull << 40, F_SEAL_SHRINK);
+  CHECK_ERR(attach(&a, 5, huge), ACCEL_ELIMIT);
+  close(huge);
+  close(two);
+  close(mib);
+  close(page);
+  td_client_close(&a);
+  CHECK_EQ(td_stop(&d), 0);
+  td_cleanup(&d);
+}
+
+static int daemon_fds(td_daemon *d) {
+  char path[64];
+  snprintf(path, sizeof path, "/proc/%d/fd", (int)d->pid);
+  DIR *dir = opendir(path);
+  CHECK(dir != NULL);
+  int n = 0;
+  for (struct dirent *e; (e = readdir(dir)) != NULL;)
+    n += e->d_name[0] != '.';
+  closedir(dir);
+  return n;
+}
+
+/* Every refused attach closes the descriptor it brought: 300 refusals of each kind leave
+ * the daemon with the descriptors it had (a leak of one per refusal ran acceld out of them). */
+TEST(refused_attaches_leave_no_descriptor_behind) {
+  td_daemon d;
+  td_prepare(&d);
+  td_write_config(&d, "[limits]\nmax_shared_bytes = 1M\n");
+  td_start(&d, NULL);
+  td_client c;
+  td_client_open(&c, d.url);
+  CHECK_OK(td_hello(&c, NULL));
+  int unsealed = memfd(4096, 0), sealed = memfd(4096, F_SEAL_SHRINK);
+  int big = memfd(2u << 20, F_SEAL_SHRINK);
+  CHECK_OK(attach(&c, 1, sealed));
+  int before = daemon_fds(&d);
+  for (int i = 0; i < 300; i++) {
+    CHECK_ERR(attach(&c, 2, unsealed), ACCEL_EPERM); /* could shrink */
+    CHECK_ERR(attach(&c, 1, sealed), ACCEL_EINVAL);  /* id taken */
+    CHECK_ERR(attach(&c, 0, sealed), ACCEL_EINVAL);  /* not an id */
+    CHECK_ERR(attach(&c, 3, big), ACCEL_ELIMIT);     /* past the cap */
+  }
+  CHECK_EQ(daemon_fds(&d), before);
+  close(unsealed);
+  close(sealed);
+  close(big);
+  td_client_close(&c);
+  CHECK_EQ(td_stop(&d), 0);
+  td_cleanup(&d);
+}
+
+/* A shared-memory READ or WRITE names its device like any op: one the daemon does not have
+ * is ACCEL_EINVAL (it was accepted, where the same op inline was refused). */
+TEST(shared_memory_ops_on_a_device_that_does_not_exist) {
+  td_daemon d;
+  td_prepare(&d);
+  td_start(&d, NULL);
+  td_client c;
+  td_client_open(&c, d.url);
+  proto_welcome w;
+  CHECK_OK(td_hello(&c, &w));
+  int fd = memfd(1u << 16, F_SEAL_SHRINK);
+  CHECK_OK(attach(&c, 1, fd));
+  close(fd);
+  CHECK_OK(td_create(&c, td_handle(1, 1), ACCEL_U32, 16));
+  CHECK_OK(td_fill(&c, td_handle(1, 1), 5));
+  int32_t last = (int32_t)w.device_count - 1;
+  CHECK_OK(shm_read(&c, td_handle(1, 1), 16, (proto_shm_ref){1, 0}, last)); /* at the limit */
+  CHECK_ERR(shm_read(&c, td_handle(1, 1), 16, (proto_shm_ref){1, 0}, last + 1), ACCEL_EINVAL);
+  CHECK_ERR(shm_read(&c, td_handle(1, 1), 16, (proto_shm_ref){1, 0}, 1000), ACCEL_EINVAL);
+  CHECK_ERR(shm_read(&c, td_handle(1, 1), 16, (proto_shm_ref){1, 0}, -5), ACCEL_EPROTO);
+  dev_op op = {.h = {.kind = DEV_OP_WRITE, .device = 1000}, .nbufs = 1};
+  op.bufs[0] = (dev_op_buf){.handle = td_handle(1, 1), .count = 16};
+  op.u.write.bytes = 64;
+  proto_out o;
+  uint64_t id = c.next_id++;
+  proto_out_init(&o);
+  CHECK_OK(proto_encode_op_shm(&o, id, &op, (proto_shm_ref){1, 0}));
+  CHECK_ERR(td_call(&c, &o, id), ACCEL_EINVAL);
+  td_client_close(&c);
+  CHECK_EQ(td_stop(&d), 0);
+  td_cleanup(&d);
+}
+
 static const test_case tests[] = {
     TEST_CASE(host_alloc_memory_round_trips_without_copies),
     TEST_CASE(ordinary_memory_goes_through_staging),
@@ -344,6 +566,10 @@ static const test_case tests[] = {
     TEST_CASE(the_pin_cache_registers_a_host_copy_used_again),
     TEST_CASE(regions_at_the_limit_and_one_past),
     TEST_CASE(unannounced_descriptors_close_the_connection),
+    TEST_CASE(a_region_shrunk_during_its_checks_never_faults_the_daemon),
+    TEST_CASE(shared_bytes_at_the_caps_and_one_past),
+    TEST_CASE(refused_attaches_leave_no_descriptor_behind),
+    TEST_CASE(shared_memory_ops_on_a_device_that_does_not_exist),
 };
 
 TEST_MAIN(tests)
