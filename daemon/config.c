@@ -29,6 +29,10 @@ void acd_config_defaults(acd_config *c) {
   c->exit_timeout_ms = 5000;
   c->first_frame_timeout_ms = 10000;
   c->max_connections = 1024;
+  c->metrics_max_connections = SRV_HTTP_DEFAULT_MAX_CONNECTIONS;
+  c->metrics_header_timeout_ms = SRV_HTTP_DEFAULT_HEADER_TIMEOUT_MS;
+  c->metrics_write_timeout_ms = SRV_HTTP_DEFAULT_WRITE_TIMEOUT_MS;
+  c->metrics_max_header_bytes = SRV_HTTP_DEFAULT_MAX_HEADER_BYTES;
   c->limits = (proto_limits){
       .max_message = SRV_DEFAULT_MAX_MESSAGE,
       .max_in_flight = SRV_DEFAULT_MAX_IN_FLIGHT,
@@ -392,20 +396,30 @@ static bool security_key(load_ctx *x, const char *k, const char *v) {
   return false;
 }
 
-/* [metrics] listen = http://HOST:PORT ("" or "off": not served). */
+/* [metrics] listen = http://HOST:PORT, http://:PORT or PORT (no host: 127.0.0.1); "" or
+ * "off": not served. */
 static bool set_metrics_listen(acd_config *c, const char *v) {
+  srv_http_addr a;
   if (!strcmp(v, "") || !strcmp(v, "off")) {
     rt_free(c->metrics_listen);
     c->metrics_listen = NULL;
     return true;
   }
-  if (strncmp(v, "http://", 7) != 0 || v[7] == '\0')
-    return false;
-  return set_path(&c->metrics_listen, v);
+  return srv_http_addr_parse(v, &a) == 0 && set_path(&c->metrics_listen, v);
 }
 
 static bool metrics_key(acd_config *c, const char *k, const char *v) {
-  return !strcmp(k, "listen") && set_metrics_listen(c, v);
+  if (!strcmp(k, "listen"))
+    return set_metrics_listen(c, v);
+  if (!strcmp(k, "max_connections"))
+    return parse_u32(v, 1, 4096, &c->metrics_max_connections);
+  if (!strcmp(k, "header_timeout_ms"))
+    return parse_u32(v, 1, 600000, &c->metrics_header_timeout_ms);
+  if (!strcmp(k, "write_timeout_ms"))
+    return parse_u32(v, 1, 600000, &c->metrics_write_timeout_ms);
+  if (!strcmp(k, "max_header_bytes"))
+    return parse_u32(v, 64, 1u << 20, &c->metrics_max_header_bytes);
+  return false;
 }
 
 static int on_key(void *user, const char *section, const char *key, const char *value) {
@@ -471,7 +485,8 @@ int acd_config_apply_flags(acd_config *c, const acd_flags *f, char *err, size_t 
     return ACCEL_EINVAL;
   }
   if (f->metrics_listen && !set_metrics_listen(c, f->metrics_listen)) {
-    snprintf(err, err_len, "--metrics %s: http://HOST:PORT, or off", f->metrics_listen);
+    snprintf(err, err_len, "--metrics %s: http://HOST:PORT, http://:PORT or PORT, or off",
+             f->metrics_listen);
     return ACCEL_EINVAL;
   }
   if (c->nlisten == 0 && !add_listen(c, ACD_DEFAULT_URL)) {

@@ -54,6 +54,10 @@ typedef struct acd_config {
   bool tls_verify_clients;
   uint32_t user_kernels; /* srv_user_kernels: local (default), all, none */
   char *metrics_listen;  /* [metrics] listen: http://HOST:PORT; NULL: off. Owned */
+  /* [metrics] max_connections, header_timeout_ms, write_timeout_ms, max_header_bytes: the
+   * HTTP endpoint's limits (srv_http_limits in server/server.h). */
+  uint32_t metrics_max_connections, metrics_header_timeout_ms, metrics_write_timeout_ms;
+  uint32_t metrics_max_header_bytes;
 } acd_config;
 
 /* What the command line said; it overrides the file, at start and on every reload. */

@@ -50,7 +50,8 @@ static void usage(FILE *to) {
           "  --user-kernels WHERE      where clients may load their own kernels: local\n"
           "                            (ipc:// only, the default), all, none\n"
           "  --metrics URL             serve GET /metrics (Prometheus) and /healthz on\n"
-          "                            http://HOST:PORT (default: off)\n"
+          "                            http://HOST:PORT, or http://:PORT or PORT on\n"
+          "                            127.0.0.1 (default: off)\n"
           "  --foreground              stay attached (systemd, tests)\n"
           "  --version                 print the version and exit\n",
           ACD_DEFAULT_CONFIG, ACD_DEFAULT_URL);
@@ -241,7 +242,11 @@ static int start_tree(daemon_ctx *d, int gid, int ready_fd) {
                          .max_connections = c->max_connections,
                          .max_shared_bytes = c->max_shared_bytes,
                          .max_shared_bytes_total = c->max_shared_bytes_total,
-                         .metrics_listen = c->metrics_listen};
+                         .metrics_listen = c->metrics_listen,
+                         .metrics = {.max_connections = c->metrics_max_connections,
+                                     .header_timeout_ms = c->metrics_header_timeout_ms,
+                                     .write_timeout_ms = c->metrics_write_timeout_ms,
+                                     .max_header_bytes = c->metrics_max_header_bytes}};
   acd_config_security(c, &d->server.sec); /* points into d->config, which outlives the tree */
   /* A session that fails past its restart limit is stopped, never escalated to the server. */
   accel_supervision sup = {.strategy = ACCEL_ONE_FOR_ONE, .on_limit = ACCEL_LIMIT_STOP_CHILD};

@@ -208,9 +208,6 @@ static int srv_receive(accel_actor *self, void *state, accel_msg *msg) {
     srv_shm_registered(s, msg->data);
     msg->data = NULL;
     return 0;
-  case SRV_MSG_HTTP:
-    srv_http_answer(s, msg);
-    return 0;
   case SRV_MSG_SHM_UNMAPPED: /* done on the worker: only the job's memory is left */
     rt_free(msg->data);
     msg->data = NULL;

@@ -61,6 +61,25 @@ typedef struct srv_security {
   srv_user_kernels user_kernels;
 } srv_security;
 
+/* The HTTP endpoint's limits against hostile clients (server/server_http.c); a field that
+ * is 0 takes its default (SRV_HTTP_DEFAULT_*). */
+typedef struct srv_http_limits {
+  uint32_t max_connections;   /* open at once; past it a new one is closed as it comes */
+  uint32_t header_timeout_ms; /* a request's head must be whole this long after connecting */
+  uint32_t write_timeout_ms;  /* the response must be taken this long after the request */
+  uint32_t max_header_bytes;  /* a request's head (request line to empty line); past it 431 */
+} srv_http_limits;
+
+#define SRV_HTTP_DEFAULT_MAX_CONNECTIONS 64u
+#define SRV_HTTP_DEFAULT_HEADER_TIMEOUT_MS 5000u
+#define SRV_HTTP_DEFAULT_WRITE_TIMEOUT_MS 10000u
+#define SRV_HTTP_DEFAULT_MAX_HEADER_BYTES 8192u
+
+typedef struct srv_http_addr {
+  char host[256]; /* "" when none was given (127.0.0.1), else as written (no brackets) */
+  uint16_t port;
+} srv_http_addr;
+
 typedef struct srv_args {
   dev_world *world;          /* the devices (dev_world_spawn'ed by the caller) */
   const char *const *listen; /* URLs: ipc://PATH, tcp://HOST:PORT */
@@ -79,7 +98,12 @@ typedef struct srv_args {
   srv_security sec;
   /* http://HOST:PORT for GET /metrics (Prometheus) and /healthz; NULL: not served. */
   const char *metrics_listen;
+  srv_http_limits metrics;
 } srv_args;
+
+/* [metrics] listen, parsed (server/http_url.c): PORT, :PORT, http://:PORT (host "": bound to
+ * 127.0.0.1), http://HOST:PORT, http://[IPV6]:PORT. 0, or ACCEL_EINVAL (out untouched). */
+RT_MUST_USE int srv_http_addr_parse(const char *url, srv_http_addr *out);
 
 /* Sets up an nng listener for its URL before it starts (server/server_tls.c): tls+tcp://
  * gets the certificate, key and client verification of `sec`; plain tcp:// is refused
@@ -96,7 +120,6 @@ enum {
   SRV_MSG_LIMITS,
   SRV_MSG_SHM_REGISTERED, /* internal: a shared region's DMA registration finished */
   SRV_MSG_SHM_UNMAPPED,   /* internal: a region was unregistered and unmapped */
-  SRV_MSG_HTTP,           /* internal ask: arg 0 the metrics text (value), 1 health (status) */
 };
 
 extern const accel_behavior srv_behavior;

@@ -167,11 +167,10 @@ void srv_shm_registered(srv_server *s, void *data);
 RT_MUST_USE char *srv_clients_report(srv_server *s, bool json);
 /* server_frames.c: the server's counters, for the reports. */
 dev_status_counts srv_counts(srv_server *s);
-/* server_http.c: /metrics and /healthz on `url` (http://HOST:PORT); 0 or an accel error
- * (logged); stop is idempotent. srv_http_answer runs on the loop for SRV_MSG_HTTP. */
+/* server_http.c: /metrics and /healthz on `url` (srv_http_addr_parse's forms), with the
+ * limits of args->metrics; 0 or an accel error (logged); stop is idempotent. */
 RT_MUST_USE int srv_http_start(srv_server *s, const char *url);
 void srv_http_stop(srv_server *s);
-void srv_http_answer(srv_server *s, accel_msg *msg);
 RT_MUST_USE int srv_io_start(srv_server *s);
 /* Sets the nng socket's receive size limit for frames of max_message bytes; an nng error. */
 RT_MUST_USE int srv_set_recv_limit(srv_server *s, uint32_t max_message);
