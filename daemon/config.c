@@ -29,6 +29,8 @@ void acd_config_defaults(acd_config *c) {
   c->exit_timeout_ms = 5000;
   c->first_frame_timeout_ms = 10000;
   c->max_connections = 1024;
+  c->frame_idle_timeout_ms = SRV_DEFAULT_FRAME_IDLE_TIMEOUT_MS;
+  c->min_frame_rate = SRV_DEFAULT_MIN_FRAME_RATE;
   c->metrics_max_connections = SRV_HTTP_DEFAULT_MAX_CONNECTIONS;
   c->metrics_header_timeout_ms = SRV_HTTP_DEFAULT_HEADER_TIMEOUT_MS;
   c->metrics_write_timeout_ms = SRV_HTTP_DEFAULT_WRITE_TIMEOUT_MS;
@@ -356,8 +358,26 @@ static bool devices_key(acd_config *c, const char *k, const char *v) {
   return false;
 }
 
+/* [limits] max_partial_bytes: 0 (automatic) or at least 1 MiB. */
+static bool parse_partial_bytes(const char *v, uint64_t *out) {
+  return parse_u64(v, 10, 0, UINT64_MAX, out) && (*out == 0 || *out >= (1u << 20));
+}
+
+/* The local transport's limits on frames being received (srv_args says what each means). */
+static bool frame_key(acd_config *c, const char *k, const char *v) {
+  if (!strcmp(k, "max_partial_bytes"))
+    return parse_partial_bytes(v, &c->max_partial_bytes);
+  if (!strcmp(k, "frame_idle_timeout_ms"))
+    return parse_u32(v, 1, 3600000, &c->frame_idle_timeout_ms);
+  if (!strcmp(k, "min_frame_rate")) /* bytes per second; 0: no minimum */
+    return parse_u32(v, 0, UINT32_MAX - 1, &c->min_frame_rate);
+  return false;
+}
+
 static bool limits_key(acd_config *c, const char *k, const char *v) {
   proto_limits *l = &c->limits;
+  if (frame_key(c, k, v))
+    return true;
   if (!strcmp(k, "max_message"))
     return parse_u32(v, 4096, UINT32_MAX, &l->max_message);
   if (!strcmp(k, "max_in_flight"))

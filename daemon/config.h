@@ -41,6 +41,10 @@ typedef struct acd_config {
    * more than max_connections at once are refused. */
   uint32_t first_frame_timeout_ms, max_connections;
   proto_limits limits;
+  /* [limits] max_partial_bytes (0: automatic), frame_idle_timeout_ms, min_frame_rate (bytes
+   * per second, 0: none): local frames being received (srv_args in server/server.h). */
+  uint64_t max_partial_bytes;
+  uint32_t frame_idle_timeout_ms, min_frame_rate;
   /* [limits] max_shared_bytes, max_shared_bytes_total: shared memory mapped for clients, per
    * connection and in all (srv_args); 0: the machine's RAM and twice that. */
   uint64_t max_shared_bytes, max_shared_bytes_total;

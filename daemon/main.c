@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -158,6 +159,37 @@ static int prepare_ipc_dirs(const acd_config *c) {
   return 0;
 }
 
+/* ---- descriptors ---- */
+
+/* Every client connection holds a descriptor: the soft limit (often 1024) is raised to the
+ * hard one (the unit's LimitNOFILE=). Past it a new local client hears ACCEL_EBUSY
+ * (server/server_local.c). Where the hard limit is unlimited, the kernel's nr_open caps it. */
+static rlim_t nr_open(void) {
+  unsigned long long n = 0;
+  FILE *f = fopen("/proc/sys/fs/nr_open", "r");
+  if (f != NULL && fscanf(f, "%llu", &n) != 1)
+    n = 0;
+  if (f != NULL)
+    fclose(f);
+  return n ? (rlim_t)n : 1048576;
+}
+
+static void raise_nofile(void) {
+  struct rlimit rl;
+  if (getrlimit(RLIMIT_NOFILE, &rl) != 0)
+    return;
+  rlim_t soft = rl.rlim_cur, want = rl.rlim_max == RLIM_INFINITY ? nr_open() : rl.rlim_max;
+  if (rl.rlim_cur < want) {
+    rl.rlim_cur = want;
+    if (setrlimit(RLIMIT_NOFILE, &rl) == 0)
+      soft = rl.rlim_cur;
+    else
+      accel_log(ACCEL_LOG_WARN, "acceld", "cannot raise the descriptor limit: %s", strerror(errno));
+  }
+  accel_log(ACCEL_LOG_INFO, "acceld", "descriptors: at most %llu (RLIMIT_NOFILE)",
+            (unsigned long long)soft);
+}
+
 /* ---- detaching ---- */
 
 /* Forks; the parent waits until the child says it serves (a byte on the pipe) or dies, and
@@ -240,6 +272,10 @@ static int start_tree(daemon_ctx *d, int gid, int ready_fd) {
                          .drain_timeout_ms = c->drain_timeout_ms,
                          .first_frame_timeout_ms = c->first_frame_timeout_ms,
                          .max_connections = c->max_connections,
+                         .max_partial_bytes = c->max_partial_bytes,
+                         .frame_idle_timeout_ms = c->frame_idle_timeout_ms,
+                         .min_frame_rate = c->min_frame_rate ? c->min_frame_rate
+                                                             : SRV_MIN_FRAME_RATE_OFF,
                          .max_shared_bytes = c->max_shared_bytes,
                          .max_shared_bytes_total = c->max_shared_bytes_total,
                          .metrics_listen = c->metrics_listen,
@@ -292,6 +328,7 @@ int main(int argc, char **argv) {
     return 1;
   }
   accel_log_set_level(d.config.log_level);
+  raise_nofile();
   int gid;
   if (acd_config_gid(&d.config, &gid) != 0) {
     fprintf(stderr, "acceld: socket_group '%s': no such group\n", d.config.socket_group);

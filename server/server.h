@@ -92,6 +92,19 @@ typedef struct srv_args {
    * that connects and never speaks holds a descriptor); 0: 10 s. */
   uint32_t first_frame_timeout_ms;
   uint32_t max_connections; /* local connections at once, past it refused; 0: 1024 */
+  /* Local connections, what a peer that sends slowly or stops mid-frame can hold
+   * (server/server_local.c says why these): bytes of frames over 64 KiB being received, all
+   * connections together; past it a connection waits, unread, for its turn, and a frame
+   * larger than all of it is ACCEL_ELIMIT. 0: 1 GiB or a quarter of the machine's memory if
+   * less, never below two max_message frames. */
+  uint64_t max_partial_bytes;
+  /* A local connection inside a frame that sends no byte (and takes no reply) for this long
+   * is closed; 0: 30 s. */
+  uint32_t frame_idle_timeout_ms;
+  /* Bytes per second a frame over 64 KiB must arrive at, at least, measured over each
+   * frame_idle_timeout_ms; slower, the connection is closed. 0: 1 MiB/s;
+   * SRV_MIN_FRAME_RATE_OFF: no minimum. */
+  uint32_t min_frame_rate;
   /* Bytes of clients' shared memory (server_shm.c) mapped at once, per connection and in all;
    * an attach past either is ACCEL_ELIMIT. 0: the machine's RAM and twice that. */
   uint64_t max_shared_bytes, max_shared_bytes_total;
@@ -129,5 +142,8 @@ extern const accel_behavior srv_behavior;
 #define SRV_DEFAULT_MAX_IN_FLIGHT 8192u
 #define SRV_DEFAULT_MAX_BUFFERS 65536u
 #define SRV_DEFAULT_MAX_MEMORY 0u /* no limit */
+#define SRV_DEFAULT_FRAME_IDLE_TIMEOUT_MS 30000u
+#define SRV_DEFAULT_MIN_FRAME_RATE (1u << 20)
+#define SRV_MIN_FRAME_RATE_OFF UINT32_MAX
 
 #endif

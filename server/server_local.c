@@ -13,15 +13,40 @@
  * Flow control: a connection whose requests hold too many bytes (writes waiting for their
  * turn) or whose replies wait to be written (a client that does not read) is not read from
  * until they drain: the kernel's socket buffer then stops the client. Nothing a peer sends
- * is queued without bound. Loop thread only. */
+ * is queued without bound.
+ *
+ * What peers can make the daemon hold while frames arrive. Frames up to LINK_INBUF bytes
+ * are read through the connection's staging buffer (allocated with it). A larger frame is
+ * read straight into a message of its size, allocated when its header arrives; all
+ * connections together may hold max_partial_bytes of such frames. Each is charged whole
+ * when it starts, not as its bytes come: a frame that has started can always finish, so
+ * connections holding parts of frames can never wait on each other for room (charged as
+ * they arrive, N half-received frames could fill the budget and none could complete). A
+ * connection whose next frame does not fit waits, unread, in a first-come-first-served
+ * queue, and starts when frames that finished or whose peers left release their bytes; a
+ * frame larger than the whole budget could never start and is ACCEL_ELIMIT. A peer that
+ * holds its place and stops sending is closed after frame_idle_timeout_ms without a byte
+ * (or without taking a reply, while its unread replies pause it); one that trickles a large
+ * frame below min_frame_rate over such a span is closed too, so a charge is always given
+ * back in bounded time. Time the daemon itself pauses a connection (its ops hold too much,
+ * or it waits for room) is not counted.
+ *
+ * Descriptors: the listener accepts by itself rather than through uv_listen, because at the
+ * process's descriptor limit libuv's answer (uv__emfile_trick) accepts and closes every
+ * waiting connection unanswered. Here a reserve descriptor is given up for a moment, the
+ * connection taken, told ACCEL_EBUSY (as past max_connections) and closed, and the reserve
+ * taken back; the daemon logs it, at most once a second. Loop thread only. */
 #include <errno.h>
 #include <fcntl.h>
 #include <grp.h>
 #include <pwd.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include "proto/local.h"
@@ -35,6 +60,7 @@
 /* Ops in flight per connection before reading pauses: below the session's mailbox (16384),
  * so a client that pipelines freely is slowed by its socket rather than refused (EBUSY). */
 #define LINK_MAX_OPS 4096u
+#define LINK_ACCEPTS_PER_TURN 64 /* connections taken per wakeup before other handles run */
 
 typedef struct link_write {
   uv_write_t req;
@@ -46,8 +72,9 @@ typedef struct link_write {
 struct srv_link {
   uv_pipe_t pipe;   /* first: the handle's data is the link */
   uv_timer_t first; /* closes a peer that sends no whole frame in time */
-  bool first_open;
-  int open_handles; /* pipe and timer: freed when both have closed */
+  uv_timer_t idle;  /* inside a frame: closes a peer that stalls or trickles */
+  bool first_open, idle_open, idle_armed;
+  int open_handles; /* pipe and timers: freed when all have closed */
   srv_server *s;
   srv_conn *conn; /* NULL once the record went away (the server stopped) */
   uint8_t *in;    /* staging (LINK_INBUF bytes, allocated with the link: reading never
@@ -56,19 +83,33 @@ struct srv_link {
   nng_msg *big; /* a frame larger than the staging buffer, read straight into it */
   size_t big_have;
   bool reading, closing;
+  bool flow_paused;     /* link_flow: its requests or unwritten replies hold too much */
+  bool queued;          /* waiting for room among the server's partial frames */
+  uint64_t charged;     /* bytes of that room it holds: its frame in `big`, or granted */
+  uint64_t want;        /* queued: the size of the frame it waits to start */
+  srv_link *qnext;      /* the queue, in order of arrival */
+  uint64_t progress_ms; /* loop time of the last byte read, or of a reply byte taken */
+  uint64_t window_ms;   /* the rate's span: when it began, and bytes of `big` read since */
+  uint64_t window_bytes;
   uint64_t out_bytes; /* reply bytes handed to uv_write, not yet written */
   link_write spare;   /* the first queued write needs no allocation (one is the usual most) */
   bool spare_busy;
   unsigned fds_owed; /* descriptors of attach frames that could not take theirs (no memory):
                       * still queued ahead of the next frame's, so they are discarded first */
-  char why[48];      /* what ended it, for the log */
+  char why[64];      /* what ended it, for the log */
 };
 
 typedef struct srv_listener {
-  uv_pipe_t pipe;
+  uv_poll_t poll;    /* the listening socket: connections are accepted here, not by libuv */
   uv_timer_t retry;  /* accepting again after a connection found no memory */
   uint64_t retry_ms; /* the last delay; 0 after a connection was taken */
   int open_handles;  /* the two handles above: freed when both have closed */
+  bool poll_open;
+  int fd;         /* the listening socket, -1 until made */
+  int pending_fd; /* a connection accepted and not served yet (no memory for it), or -1 */
+  int reserve;    /* /dev/null, given up for a moment at the descriptor limit; -1 if lost */
+  uint64_t refused_log_ms; /* the last "descriptor limit" line, and refusals since */
+  uint32_t refused;
   srv_server *s;
   char *path;
   dev_t dev; /* the socket file we made: unlinked at close only if it is still ours */
@@ -77,6 +118,8 @@ typedef struct srv_listener {
 
 static void link_close(srv_link *l, const char *why);
 static void link_flow(srv_link *l);
+static void link_set_reading(srv_link *l);
+static void parse(srv_link *l);
 
 /* ---- credentials and the allowlist ---- */
 
@@ -146,10 +189,12 @@ static void on_written(uv_write_t *req, int status) {
     l->spare_busy = false;
   else
     rt_free(w);
-  if (status < 0 && status != UV_ECANCELED)
+  if (status < 0 && status != UV_ECANCELED) {
     link_close(l, "write failed (peer gone)");
-  else if (!l->closing)
+  } else if (!l->closing) {
+    l->progress_ms = uv_now(l->pipe.loop); /* the peer takes its replies: not idle */
     link_flow(l);
+  }
 }
 
 /* Takes m. What the socket takes at once is written now; the rest is queued with libuv. */
@@ -189,6 +234,195 @@ void srv_local_send(srv_server *s, srv_conn *c, nng_msg *m) {
   link_flow(l);
 }
 
+/* ---- the partial-frame budget (all connections together) ---- */
+
+enum { ADMIT_GO, ADMIT_WAIT, ADMIT_CLOSED };
+
+/* 1 GiB, or a quarter of the machine's memory if less; never below two frames of
+ * max_message, so that two clients can always send their largest frames at once. */
+static uint64_t partial_default(const srv_server *s) {
+  uint64_t v = 1ull << 30;
+  long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+  if (pages > 0 && page > 0 && (uint64_t)pages * (uint64_t)page / 4 < v)
+    v = (uint64_t)pages * (uint64_t)page / 4;
+  uint64_t two = 2ull * s->limits.max_message;
+  return v < two ? two : v;
+}
+
+static void partial_init(srv_server *s) {
+  if (s->partial_max != 0)
+    return;
+  s->partial_max = s->args->max_partial_bytes ? s->args->max_partial_bytes : partial_default(s);
+  accel_log(ACCEL_LOG_INFO, "server", "local frames being received: at most %llu bytes at once",
+            (unsigned long long)s->partial_max);
+  if (s->partial_max < s->limits.max_message)
+    accel_log(ACCEL_LOG_WARN, "server",
+              "max_partial_bytes (%llu) is below max_message (%u): local frames larger than it "
+              "are refused (ELIMIT)",
+              (unsigned long long)s->partial_max, s->limits.max_message);
+}
+
+static void queue_push(srv_link *l, uint64_t want) {
+  srv_server *s = l->s;
+  l->queued = true;
+  l->want = want;
+  l->qnext = NULL;
+  if (s->partial_tail)
+    s->partial_tail->qnext = l;
+  else
+    s->partial_head = l;
+  s->partial_tail = l;
+}
+
+static void queue_remove(srv_link *l) {
+  srv_server *s = l->s;
+  srv_link **p = &s->partial_head, *prev = NULL;
+  while (*p != NULL && *p != l) {
+    prev = *p;
+    p = &(*p)->qnext;
+  }
+  if (*p == l) {
+    *p = l->qnext;
+    if (s->partial_tail == l)
+      s->partial_tail = prev;
+  }
+  l->queued = false;
+  l->qnext = NULL;
+}
+
+/* Gives room to the waiting connections, in order, while the first one's frame fits: each
+ * is charged for it and reads again (parsing the frame held in its staging buffer). A
+ * connection that closes as it starts gives its room back to this same loop. */
+static void partial_wake(srv_server *s) {
+  if (s->partial_waking || s->stopped)
+    return;
+  s->partial_waking = true;
+  for (srv_link *l; (l = s->partial_head) != NULL && s->partial_held + l->want <= s->partial_max;) {
+    queue_remove(l);
+    s->partial_held += l->want;
+    l->charged = l->want;
+    link_set_reading(l);
+  }
+  s->partial_waking = false;
+}
+
+/* The link's frame finished, or the link closes: its room (or its place in line) goes. */
+static void partial_release(srv_link *l) {
+  bool moved = l->queued || l->charged != 0;
+  if (l->queued)
+    queue_remove(l);
+  l->s->partial_held -= l->charged;
+  l->charged = 0;
+  if (moved)
+    partial_wake(l->s);
+}
+
+/* Whether a frame of flen bytes (over LINK_INBUF) may start now. It waits, reading paused,
+ * behind any connection already waiting or while it does not fit; larger than the whole
+ * budget it never could: the peer hears ELIMIT and is closed. */
+static int partial_admit(srv_link *l, size_t flen, uint64_t id) {
+  srv_server *s = l->s;
+  if (l->charged != 0) /* granted while it waited */
+    return ADMIT_GO;
+  if (flen > s->partial_max) {
+    s->frames_bad++;
+    srv_conn_status(s, l->conn, id, ACCEL_ELIMIT);
+    srv_conn_flush(s, l->conn);
+    link_close(l, "frame over max_partial_bytes");
+    return ADMIT_CLOSED;
+  }
+  if (s->partial_head == NULL && s->partial_held + flen <= s->partial_max) {
+    s->partial_held += flen;
+    l->charged = flen;
+    return ADMIT_GO;
+  }
+  queue_push(l, flen);
+  link_set_reading(l); /* stops: the rest waits in the kernel's socket buffer */
+  return ADMIT_WAIT;
+}
+
+/* ---- a peer that stalls or trickles inside a frame ---- */
+
+static uint64_t idle_limit_ms(const srv_server *s) {
+  uint32_t ms = s->args->frame_idle_timeout_ms;
+  return ms ? ms : SRV_DEFAULT_FRAME_IDLE_TIMEOUT_MS;
+}
+
+static uint32_t min_rate(const srv_server *s) {
+  uint32_t r = s->args->min_frame_rate;
+  return r ? r : SRV_DEFAULT_MIN_FRAME_RATE;
+}
+
+/* Whether it is the peer's turn to make progress inside a frame: it is read from and has
+ * part of a frame in, or it holds a large frame's room and its unread replies pause it.
+ * Pauses of the daemon's own making (its ops hold too much, a wait for room) are not. */
+static bool idle_watched(const srv_link *l) {
+  if (l->closing || l->queued)
+    return false;
+  return (l->reading && (l->in_len > 0 || l->big != NULL)) || (l->big != NULL && l->out_bytes > 0);
+}
+
+static void on_idle_check(uv_timer_t *t);
+
+static void idle_update(srv_link *l) {
+  bool want = l->idle_open && idle_watched(l);
+  if (want == l->idle_armed)
+    return;
+  l->idle_armed = want;
+  if (!want) {
+    uv_timer_stop(&l->idle);
+    return;
+  }
+  l->progress_ms = l->window_ms = uv_now(l->pipe.loop);
+  l->window_bytes = 0;
+  uv_timer_start(&l->idle, on_idle_check, idle_limit_ms(l->s), 0);
+}
+
+/* Bytes that arrived and are not read yet: a busy loop, not an idle peer. */
+static size_t bytes_waiting(srv_link *l) {
+  uv_os_fd_t fd;
+  int n = 0;
+  if (!l->reading || uv_fileno((uv_handle_t *)&l->pipe, &fd) != 0 || ioctl(fd, FIONREAD, &n) != 0)
+    return 0;
+  return n > 0 ? (size_t)n : 0;
+}
+
+/* Whether the frame in `big` came slower than min_frame_rate over the span of reading just
+ * ended (at least frame_idle_timeout_ms long); the next span starts. */
+static bool too_slow(srv_link *l, uint64_t now, size_t waiting, uint64_t limit) {
+  if (l->big == NULL || !l->reading || now - l->window_ms < limit)
+    return false;
+  uint32_t rate = min_rate(l->s);
+  bool slow = rate != SRV_MIN_FRAME_RATE_OFF &&
+              (l->window_bytes + waiting) * 1000 < (uint64_t)rate * (now - l->window_ms);
+  l->window_ms = now;
+  l->window_bytes = 0;
+  return slow;
+}
+
+static void on_idle_check(uv_timer_t *t) {
+  srv_link *l = t->data;
+  uint64_t now = uv_now(t->loop), limit = idle_limit_ms(l->s);
+  size_t waiting = bytes_waiting(l);
+  char why[64];
+  if (waiting > 0)
+    l->progress_ms = now;
+  if (now - l->progress_ms >= limit) {
+    snprintf(why, sizeof why, "no byte for %llu ms inside a frame: closed",
+             (unsigned long long)limit);
+    link_close(l, why);
+    return;
+  }
+  if (too_slow(l, now, waiting, limit)) {
+    link_close(l, "frame arriving below min_frame_rate: closed");
+    return;
+  }
+  uint64_t next = l->progress_ms + limit;
+  if (l->big != NULL && l->reading && l->window_ms + limit < next)
+    next = l->window_ms + limit;
+  uv_timer_start(t, on_idle_check, next > now ? next - now : 1, 0);
+}
+
 /* ---- reading ---- */
 
 static void on_alloc(uv_handle_t *h, size_t hint, uv_buf_t *buf) {
@@ -216,17 +450,16 @@ static void deliver(srv_link *l, nng_msg *m) {
 
 /* A header that cannot start a frame of ours: the stream cannot be resynchronised, so the
  * connection ends (with an answer first, if the peer speaks accel at all). */
-/* The length of the frame starting at p (whole header there), or 0 if the connection is
- * closed for it. */
-static size_t frame_length(srv_link *l, const uint8_t *p, size_t have) {
+/* The length of the frame starting at p (whole header there) and its request id, or 0 if
+ * the connection is closed for it. */
+static size_t frame_length(srv_link *l, const uint8_t *p, size_t have, uint64_t *id) {
   size_t flen;
-  uint64_t id;
-  switch (proto_stream_scan(p, have, l->s->limits.max_message, &flen, &id)) {
+  switch (proto_stream_scan(p, have, l->s->limits.max_message, &flen, id)) {
   case PROTO_SCAN_FRAME:
     return flen;
   case PROTO_SCAN_TOO_BIG:
     l->s->frames_bad++;
-    srv_conn_status(l->s, l->conn, id, ACCEL_ELIMIT);
+    srv_conn_status(l->s, l->conn, *id, ACCEL_ELIMIT);
     srv_conn_flush(l->s, l->conn);
     link_close(l, "frame over max_message");
     return 0;
@@ -237,26 +470,46 @@ static size_t frame_length(srv_link *l, const uint8_t *p, size_t have) {
   }
 }
 
-/* Makes whole frames of the staging buffer; a frame too large for it continues in `big`. */
+/* Starts a frame too large for the staging buffer, once it has room: its `have` bytes so far
+ * move into a message of its size and the rest is read straight into it. False if it waits
+ * for room or the connection was closed. */
+static bool start_big(srv_link *l, const uint8_t *p, size_t have, size_t flen, uint64_t id) {
+  if (partial_admit(l, flen, id) != ADMIT_GO)
+    return false;
+  nng_msg *m;
+  if (nng_msg_alloc(&m, flen) != 0) {
+    link_close(l, "out of memory for a frame");
+    return false;
+  }
+  memcpy(nng_msg_body(m), p, have);
+  l->big = m;
+  l->big_have = have;
+  l->window_ms = uv_now(l->pipe.loop);
+  l->window_bytes = 0;
+  return true;
+}
+
+/* Makes whole frames of the staging buffer. The rest of a frame that fits the buffer is
+ * read into it; a larger frame continues in `big`. */
 static void parse(srv_link *l) {
   size_t at = 0;
   while (!l->closing && l->reading && l->in_len - at >= PROTO_HEADER_SIZE) {
     const uint8_t *p = l->in + at;
-    size_t have = l->in_len - at, flen = frame_length(l, p, have);
+    uint64_t id;
+    size_t have = l->in_len - at, flen = frame_length(l, p, have, &id);
     if (flen == 0)
       return;
+    if (flen > have) {
+      if (flen > LINK_INBUF && start_big(l, p, have, flen, id))
+        at = l->in_len; /* those bytes are in `big` now */
+      break;
+    }
     nng_msg *m;
     if (nng_msg_alloc(&m, flen) != 0) {
       link_close(l, "out of memory for a frame");
       return;
     }
-    memcpy(nng_msg_body(m), p, flen < have ? flen : have);
-    if (flen > have) { /* the rest arrives straight in the message */
-      l->big = m;
-      l->big_have = have;
-      at = l->in_len;
-      break;
-    }
+    memcpy(nng_msg_body(m), p, flen);
     at += flen;
     deliver(l, m);
     link_flow(l); /* may pause: the rest waits in the staging buffer */
@@ -332,22 +585,49 @@ static void on_read(uv_stream_t *st, ssize_t n, const uv_buf_t *buf) {
     link_close(l, n != UV_EOF ? "read error" : partial ? "closed mid-frame" : "closed");
     return;
   }
+  if (n > 0)
+    l->progress_ms = uv_now(st->loop);
   if (l->big) {
     l->big_have += (size_t)n;
+    l->window_bytes += (size_t)n;
     if (l->big_have == nng_msg_len(l->big)) {
       nng_msg *m = l->big;
       l->big = NULL;
       deliver(l, m);
+      partial_release(l);
     }
-    return;
+  } else {
+    l->in_len += (size_t)n;
+    parse(l);
+    if (!l->closing)
+      fds_ok(l);
   }
-  l->in_len += (size_t)n;
-  parse(l);
   if (!l->closing)
-    fds_ok(l);
+    idle_update(l);
 }
 
 /* ---- flow control ---- */
+
+/* Reads while nothing holds the link back: its own flow control or a wait for room. On
+ * resuming, frames that arrived before the pause are parsed. */
+static void link_set_reading(srv_link *l) {
+  bool want = !l->closing && !l->flow_paused && !l->queued;
+  if (want && !l->reading) {
+    if (uv_read_start((uv_stream_t *)&l->pipe, on_alloc, on_read) != 0) {
+      link_close(l, "cannot read");
+      return;
+    }
+    l->reading = true;
+    l->window_ms = uv_now(l->pipe.loop); /* time paused is not the peer's */
+    l->window_bytes = 0;
+    parse(l);
+  } else if (!want && l->reading) {
+    uv_read_stop((uv_stream_t *)&l->pipe);
+    l->reading = false;
+  }
+  if (!l->closing)
+    idle_update(l);
+}
 
 /* Reading pauses while the connection's requests or unwritten replies hold more than its
  * budget, or it has LINK_MAX_OPS ops in flight, and resumes below half of both (hysteresis:
@@ -357,14 +637,11 @@ static void link_flow(srv_link *l) {
   if (c == NULL || l->closing)
     return;
   uint64_t budget = srv_conn_budget(l->s), held = c->req_bytes + c->out_bytes;
-  if (l->reading && (held > budget || c->ops >= LINK_MAX_OPS)) {
-    uv_read_stop((uv_stream_t *)&l->pipe);
-    l->reading = false;
-  } else if (!l->reading && held <= budget / 2 && c->ops <= LINK_MAX_OPS / 2) {
-    l->reading = uv_read_start((uv_stream_t *)&l->pipe, on_alloc, on_read) == 0;
-    if (l->reading)
-      parse(l); /* frames that arrived before the pause */
-  }
+  if (held > budget || c->ops >= LINK_MAX_OPS)
+    l->flow_paused = true;
+  else if (held <= budget / 2 && c->ops <= LINK_MAX_OPS / 2)
+    l->flow_paused = false;
+  link_set_reading(l);
 }
 
 void srv_local_flow(srv_server *s, srv_conn *c) {
@@ -372,7 +649,7 @@ void srv_local_flow(srv_server *s, srv_conn *c) {
     link_flow(c->link);
 }
 
-/* ---- accepting and closing ---- */
+/* ---- closing ---- */
 
 static void on_link_closed(uv_handle_t *h) {
   srv_link *l = h->data;
@@ -391,6 +668,7 @@ static void on_link_closed(uv_handle_t *h) {
   srv_release(s);
 }
 
+/* The handles close in later callbacks; the room its frame held goes at once. */
 static void link_close(srv_link *l, const char *why) {
   if (l->closing)
     return;
@@ -398,19 +676,25 @@ static void link_close(srv_link *l, const char *why) {
   snprintf(l->why, sizeof l->why, "%s", why);
   if (l->first_open)
     uv_close((uv_handle_t *)&l->first, on_link_closed);
+  if (l->idle_open)
+    uv_close((uv_handle_t *)&l->idle, on_link_closed);
   uv_close((uv_handle_t *)&l->pipe, on_link_closed);
+  partial_release(l);
 }
+
+/* ---- accepting ---- */
 
 static void on_first_frame_late(uv_timer_t *t) {
   link_close(t->data, "no frame in time: closed");
 }
 
-static void start_first_frame_timer(srv_server *s, srv_link *l) {
+static void start_timers(srv_server *s, srv_link *l) {
   uint32_t ms = s->args->first_frame_timeout_ms ? s->args->first_frame_timeout_ms : 10000;
-  uv_timer_init(l->pipe.loop, &l->first);
-  l->first.data = l;
-  l->first_open = true;
-  l->open_handles++;
+  uv_timer_init(l->pipe.loop, &l->first); /* cannot fail: it only fills the handle */
+  uv_timer_init(l->pipe.loop, &l->idle);
+  l->first.data = l->idle.data = l;
+  l->first_open = l->idle_open = true;
+  l->open_handles += 2;
   uv_timer_start(&l->first, on_first_frame_late, ms, 0);
 }
 
@@ -428,38 +712,55 @@ static void refuse_peer(srv_server *s, srv_link *l, int status, const char *why)
   link_close(l, why);
 }
 
-static bool accept_link(srv_listener *ls, srv_link *l) {
-  srv_server *s = ls->s;
-  l->s = s;
+/* Whether the new peer is turned away (it was told why). */
+static bool refused(srv_server *s, srv_link *l) {
+  uint32_t max = s->args->max_connections ? s->args->max_connections : 1024;
+  if (s->draining)
+    refuse_peer(s, l, ACCEL_ECLOSED, "refused: draining");
+  else if (!peer_allowed(s, l->conn))
+    refuse_peer(s, l, ACCEL_EPERM, "refused: not in allow_users/allow_groups");
+  else if (s->nconns > max)
+    refuse_peer(s, l, ACCEL_EBUSY, "refused: max_connections reached");
+  return l->closing;
+}
+
+/* Serves the accepted connection fd with l and c; the link owns fd from here on. */
+static void link_start(srv_server *s, srv_link *l, srv_conn *c, int fd) {
+  *l = (srv_link){.s = s, .conn = c, .in = (uint8_t *)(l + 1), .open_handles = 1};
   uv_pipe_init(rt_uv_loop(s->rt), &l->pipe, 1); /* ipc: descriptors may come with frames */
   l->pipe.data = l;
-  l->open_handles = 1;
   s->refs++; /* released in on_link_closed */
-  if (uv_accept((uv_stream_t *)&ls->pipe, (uv_stream_t *)&l->pipe) != 0) {
+  c->link = l;
+  if (uv_pipe_open(&l->pipe, fd) != 0) {
+    close(fd);
     link_close(l, "accept failed");
-    return false;
+    return;
   }
-  return true;
+  read_credentials(l, c);
+  if (refused(s, l))
+    return;
+  log_peer(c, "connected");
+  start_timers(s, l);
+  link_set_reading(l);
 }
 
-static void accept_connection(srv_listener *ls);
+static void on_accept_retry(uv_timer_t *t);
 
-static void on_accept_retry(uv_timer_t *t) {
-  srv_listener *ls = t->data;
-  if (!ls->s->stopped)
-    accept_connection(ls);
+static int reserve_open(void) {
+  return open("/dev/null", O_RDONLY | O_CLOEXEC);
 }
 
-/* Out of memory for a new connection: it stays in the listen queue and the listener tries
- * again from a timer, 1 ms then doubling up to 1 s. libuv watches no listener whose
- * connection was not accepted, so the clients behind it wait too, and get in once memory is
- * back; nothing is refused or lost. */
-static void accept_later(srv_listener *ls) {
+static int listener_watch(srv_listener *ls, bool on);
+
+/* No memory for a new connection (or no descriptor to refuse one with): the listener stops
+ * watching and tries again from a timer, 1 ms then doubling up to 1 s. A connection already
+ * accepted is kept for then; the others wait in the listen queue. Nothing is refused or
+ * lost. */
+static void accept_later(srv_listener *ls, const char *what) {
+  listener_watch(ls, false);
   ls->retry_ms = ls->retry_ms == 0 ? 1 : ls->retry_ms >= 512 ? 1000 : ls->retry_ms * 2;
-  accel_log(ACCEL_LOG_WARN, "server",
-            "ipc://%s: out of memory for a new connection: trying "
-            "again in %llu ms",
-            ls->path, (unsigned long long)ls->retry_ms);
+  accel_log(ACCEL_LOG_WARN, "server", "ipc://%s: %s: trying again in %llu ms", ls->path, what,
+            (unsigned long long)ls->retry_ms);
   if (uv_timer_start(&ls->retry, on_accept_retry, ls->retry_ms, 0) != 0)
     accel_log(ACCEL_LOG_ERROR, "server",
               "ipc://%s: cannot retry: new clients wait for the "
@@ -467,52 +768,116 @@ static void accept_later(srv_listener *ls) {
               ls->path);
 }
 
-static void on_connection(uv_stream_t *server, int status) {
-  srv_listener *ls = server->data;
-  if (status < 0 || ls->s->stopped)
-    return;
-  accept_connection(ls);
+/* A REPLY with request id 0 (about the connection), as refuse_peer sends, straight to the
+ * socket: its buffer is empty, it takes these few bytes at once. */
+static void send_busy(int fd) {
+  uint8_t head[PROTO_REPLY_HEAD_SIZE];
+  if (proto_encode_reply_head(head, 0, ACCEL_EBUSY, 0) == 0 &&
+      send(fd, head, sizeof head, MSG_DONTWAIT | MSG_NOSIGNAL) != (ssize_t)sizeof head) {
+    /* the peer left already: nobody to tell */
+  }
 }
 
-static void accept_connection(srv_listener *ls) {
-  srv_server *s = ls->s;
-  srv_link *l = rt_malloc(sizeof *l + LINK_INBUF);
-  if (l != NULL) {
-    *l = (srv_link){0};
-    l->in = (uint8_t *)(l + 1);
+/* One line a second at most, with the count since the last line. */
+static void note_refused(srv_listener *ls) {
+  uint64_t now = srv_now_ms(ls->s);
+  ls->refused++;
+  if (ls->refused_log_ms != 0 && now - ls->refused_log_ms < 1000)
+    return;
+  struct rlimit rl = {0};
+  getrlimit(RLIMIT_NOFILE, &rl);
+  accel_log(ACCEL_LOG_WARN, "server",
+            "ipc://%s: at the descriptor limit (RLIMIT_NOFILE %llu): %u new connection(s) "
+            "refused with EBUSY",
+            ls->path, (unsigned long long)rl.rlim_cur, ls->refused);
+  ls->refused_log_ms = now;
+  ls->refused = 0;
+}
+
+/* accept() found no descriptor (EMFILE, ENFILE). The reserve makes room for one connection,
+ * which hears ACCEL_EBUSY and is closed, and is taken back. True if there may be more to
+ * take now. */
+static bool refuse_at_fd_limit(srv_listener *ls) {
+  if (ls->reserve >= 0)
+    close(ls->reserve);
+  int fd = accept4(ls->fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK), err = errno;
+  if (fd >= 0) {
+    send_busy(fd);
+    close(fd);
+    note_refused(ls);
   }
+  ls->reserve = reserve_open();
+  if (fd >= 0 && ls->reserve >= 0)
+    return true;
+  if (fd < 0 && (err == EAGAIN || err == EWOULDBLOCK))
+    return false;
+  accept_later(ls, "at the descriptor limit, with none to refuse a connection with");
+  return false;
+}
+
+/* accept() failed: true if the next may succeed at once. */
+static bool accept_error(srv_listener *ls, int err) {
+  if (err == EINTR || err == ECONNABORTED)
+    return true;
+  if (err == EMFILE || err == ENFILE)
+    return refuse_at_fd_limit(ls);
+  if (err != EAGAIN && err != EWOULDBLOCK)
+    accept_later(ls, strerror(err));
+  return false;
+}
+
+/* Takes one connection (the one kept back for lack of memory first): false when there is
+ * none now or the listener must wait. */
+static bool accept_one(srv_listener *ls) {
+  srv_server *s = ls->s;
+  int fd = ls->pending_fd;
+  ls->pending_fd = -1;
+  if (fd < 0)
+    fd = accept4(ls->fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+  if (fd < 0)
+    return accept_error(ls, errno);
+  srv_link *l = rt_malloc(sizeof *l + LINK_INBUF);
   srv_conn *c = l ? srv_conn_new(s, s->next_local_id++ | SRV_LOCAL_ID_BIT) : NULL;
   if (c == NULL) {
     rt_free(l);
-    accept_later(ls);
-    return;
+    ls->pending_fd = fd;
+    accept_later(ls, "out of memory for a new connection");
+    return false;
   }
   ls->retry_ms = 0;
-  if (!accept_link(ls, l)) {
-    srv_conn_end(s, c); /* it never carried anything */
-    return;
+  link_start(s, l, c, fd);
+  return true;
+}
+
+static void accept_some(srv_listener *ls) {
+  for (int i = 0; i < LINK_ACCEPTS_PER_TURN && !ls->s->stopped && accept_one(ls); i++) {
   }
-  c->link = l;
-  l->conn = c;
-  read_credentials(l, c);
-  if (s->draining) {
-    refuse_peer(s, l, ACCEL_ECLOSED, "refused: draining");
+}
+
+static void on_listener_ready(uv_poll_t *p, int status, int events) {
+  if (status == 0)
+    accept_some(p->data);
+  else /* libuv stopped watching the socket: watch it again later */
+    accept_later(p->data, uv_strerror(status));
+}
+
+static int listener_watch(srv_listener *ls, bool on) {
+  if (!ls->poll_open)
+    return ACCEL_ESYS;
+  if (!on)
+    return uv_poll_stop(&ls->poll) == 0 ? 0 : ACCEL_ESYS;
+  return uv_poll_start(&ls->poll, UV_READABLE, on_listener_ready) == 0 ? 0 : ACCEL_ESYS;
+}
+
+static void on_accept_retry(uv_timer_t *t) {
+  srv_listener *ls = t->data;
+  if (ls->s->stopped)
     return;
-  }
-  if (!peer_allowed(s, c)) {
-    refuse_peer(s, l, ACCEL_EPERM, "refused: not in allow_users/allow_groups");
-    return;
-  }
-  uint32_t max = s->args->max_connections ? s->args->max_connections : 1024;
-  if (s->nconns > max) {
-    refuse_peer(s, l, ACCEL_EBUSY, "refused: max_connections reached");
-    return;
-  }
-  log_peer(c, "connected");
-  start_first_frame_timer(s, l);
-  l->reading = uv_read_start((uv_stream_t *)&l->pipe, on_alloc, on_read) == 0;
-  if (!l->reading)
-    link_close(l, "cannot read");
+  if (ls->reserve < 0)
+    ls->reserve = reserve_open();
+  if (listener_watch(ls, true) != 0)
+    accel_log(ACCEL_LOG_ERROR, "server", "ipc://%s: cannot watch for connections", ls->path);
+  accept_some(ls);
 }
 
 /* ---- listening ---- */
@@ -564,23 +929,46 @@ static void on_listener_closed(uv_handle_t *h) {
   srv_server *s = ls->s;
   if (--ls->open_handles > 0)
     return;
+  int fds[] = {ls->fd, ls->pending_fd, ls->reserve};
+  for (size_t i = 0; i < sizeof fds / sizeof fds[0]; i++)
+    if (fds[i] >= 0)
+      close(fds[i]);
   rt_free(ls->path);
   rt_free(ls);
   srv_release(s);
 }
 
-static int bind_listener(srv_server *s, srv_listener *ls) {
-  int rc = prepare_path(ls->path);
-  if (rc != 0)
-    return rc;
-  if (uv_pipe_bind(&ls->pipe, ls->path) != 0) {
+static int make_socket(srv_listener *ls) {
+  struct sockaddr_un sa = {.sun_family = AF_UNIX};
+  size_t len = strlen(ls->path);
+  if (len >= sizeof sa.sun_path) {
+    accel_log(ACCEL_LOG_ERROR, "server", "cannot bind %s: the path is too long", ls->path);
+    return ACCEL_EINVAL;
+  }
+  memcpy(sa.sun_path, ls->path, len + 1);
+  ls->fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (ls->fd < 0 || bind(ls->fd, (struct sockaddr *)&sa, sizeof sa) != 0) {
     accel_log(ACCEL_LOG_ERROR, "server", "cannot bind %s: %s", ls->path, strerror(errno));
     return ACCEL_EBUSY;
   }
-  rc = set_owner(s, ls);
-  if (rc == 0 && uv_listen((uv_stream_t *)&ls->pipe, LINK_BACKLOG, on_connection) != 0)
+  return 0;
+}
+
+static int bind_listener(srv_server *s, srv_listener *ls) {
+  int rc = prepare_path(ls->path);
+  if (rc == 0)
+    rc = make_socket(ls);
+  if (rc == 0)
+    rc = set_owner(s, ls);
+  if (rc == 0 && listen(ls->fd, LINK_BACKLOG) != 0)
     rc = ACCEL_ESYS;
-  return rc;
+  if (rc != 0 || uv_poll_init(rt_uv_loop(s->rt), &ls->poll, ls->fd) != 0)
+    return rc != 0 ? rc : ACCEL_ESYS;
+  ls->poll.data = ls;
+  ls->poll_open = true;
+  ls->open_handles++;
+  ls->reserve = reserve_open(); /* none: at the limit, connections wait in the queue */
+  return listener_watch(ls, true);
 }
 
 int srv_local_listen(srv_server *s, const char *path) {
@@ -591,13 +979,13 @@ int srv_local_listen(srv_server *s, const char *path) {
     rt_free(copy);
     return ACCEL_ENOMEM;
   }
+  partial_init(s);
   ls->s = s;
   ls->path = copy;
-  uv_pipe_init(rt_uv_loop(s->rt), &ls->pipe, 0);
+  ls->fd = ls->pending_fd = ls->reserve = -1;
   uv_timer_init(rt_uv_loop(s->rt), &ls->retry); /* cannot fail: it only fills the handle */
-  ls->pipe.data = ls;
   ls->retry.data = ls;
-  ls->open_handles = 2;
+  ls->open_handles = 1; /* and the poll handle, once there is a socket to watch */
   s->refs++;
   s->locals[s->nlocals++] = ls;
   int rc = bind_listener(s, ls);
@@ -612,7 +1000,8 @@ static void close_listener(srv_listener *ls) {
   struct stat st;
   if (ls->ino && lstat(ls->path, &st) == 0 && st.st_dev == ls->dev && st.st_ino == ls->ino)
     unlink(ls->path);
-  uv_close((uv_handle_t *)&ls->pipe, on_listener_closed);
+  if (ls->poll_open)
+    uv_close((uv_handle_t *)&ls->poll, on_listener_closed);
   uv_close((uv_handle_t *)&ls->retry, on_listener_closed);
 }
 

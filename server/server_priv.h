@@ -102,6 +102,13 @@ struct srv_server {
   uint32_t tombs[SRV_TOMBSTONES];
   uint32_t tomb_next;
 
+  /* server_local.c: bytes of frames over the staging buffer being received on local
+   * connections, each charged whole when it starts, against partial_max; connections whose
+   * next frame does not fit wait, unread, first come first served (a list through srv_link) */
+  uint64_t partial_max, partial_held;
+  srv_link *partial_head, *partial_tail;
+  bool partial_waking;
+
   srv_sendq sendq;
   srv_conn *dirty;     /* connections with output to flush */
   uint64_t out_queued; /* messages in connections' queues */
