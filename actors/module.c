@@ -1,5 +1,6 @@
 /* User modules: a client's code built for devices, its kernels, and the checks of a launch
- * against them. Builds run on a worker (NVRTC or an OpenCL compiler may take seconds), counted
+ * against them. Builds run on a build thread (build.h: NVRTC or an OpenCL compiler may take
+ * seconds; acceld compiles in a helper process with a memory cap and a deadline), counted
  * on the node, so the device actor does not close a device under a build (build_on says how);
  * a device that restarts takes its builds with it (they are marked lost: the source would
  * have to be loaded again). */
@@ -7,8 +8,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "actors/build.h"
 #include "actors/module.h"
 #include "runtime/alloc.h"
+#include "runtime/loop.h"
 
 dev_module *dev_module_create(dev_world *w) {
   dev_module *m = rt_calloc(1, sizeof *m);
@@ -52,11 +55,15 @@ void dev_modules_drop_node(dev_world *w, dev_node *node) {
   }
 }
 
-/* ---- building, on a worker ---- */
+/* ---- building, on a build thread (build.h) ---- */
 
-typedef struct build_job {
+struct dev_module_job {
+  dev_build build; /* first */
   dev_module *m;
   dev_world *w;
+  accel_runtime *rt;
+  accel_ref to; /* the session, for the answer */
+  uint32_t msg_type;
   int nodes[DEV_MAX_NODES];
   uint32_t gens[DEV_MAX_NODES]; /* the incarnation each build is for */
   int nnodes;
@@ -66,7 +73,9 @@ typedef struct build_job {
   char *options;
   char *log;
   size_t log_len;
-} build_job;
+};
+
+typedef struct dev_module_job build_job;
 
 static void log_append(build_job *j, const dev_node *node, const char *text) {
   if (text == NULL || text[0] == '\0')
@@ -81,6 +90,16 @@ static void log_append(build_job *j, const dev_node *node, const char *text) {
   j->log = p;
   j->log_len += (size_t)snprintf(p + j->log_len, add, "%s%s%s", head, text,
                                  j->nnodes > 1 ? "\n" : "");
+}
+
+/* The backend's load, its compile step in the build helper where the build says so. */
+static int load_on(build_job *j, dev_node *node, be_device *dev, be_module **mod, char **log) {
+  const be_module_pkg *pkg = node->be->module;
+  dev_build_compiler storage;
+  const be_compiler *c = dev_build_compiler_for(&j->build, node->be, &storage);
+  if (c != NULL)
+    return pkg->load_with(dev, j->source, j->code, j->len, j->options, c, mod, log);
+  return pkg->load(dev, j->source, j->code, j->len, j->options, mod, log);
 }
 
 /* Builds for one device without holding build_mu while the driver works (a load may block
@@ -98,7 +117,7 @@ static int build_on(build_job *j, int i) {
   node->builds += dev != NULL;
   pthread_mutex_unlock(&node->build_mu);
   if (dev)
-    rc = node->be->module->load(dev, j->source, j->code, j->len, j->options, &mod, &log);
+    rc = load_on(j, node, dev, &mod, &log);
   pthread_mutex_lock(&node->build_mu);
   if (dev) {
     node->builds--;
@@ -114,10 +133,10 @@ static int build_on(build_job *j, int i) {
   return rc;
 }
 
-static int build_work(void *data) {
-  build_job *j = data;
+static int build_work(dev_build *build) {
+  build_job *j = (build_job *)build;
   int status = 0;
-  for (int i = 0; i < j->nnodes; i++) {
+  for (int i = 0; i < j->nnodes && !dev_build_cancelled(build); i++) {
     int rc = build_on(j, i);
     if (status == 0)
       status = rc;
@@ -127,6 +146,7 @@ static int build_work(void *data) {
 
 static void job_free(build_job *j) {
   dev_module_unref(j->m);
+  dev_build_fini(&j->build);
   rt_free(j->code);
   rt_free(j->options);
   rt_free(j->log);
@@ -137,16 +157,70 @@ static void job_drop(void *data) {
   job_free(data); /* the session ended before the build did */
 }
 
+/* The answer to the session: 0 (sent: the job is the message's), ACCEL_EBUSY (its mailbox is
+ * full: still ours), or the session is gone (the job is freed). */
+static int answer(build_job *j) {
+  accel_msg msg = {
+      .type = j->msg_type, .arg = (uint64_t)(int64_t)j->build.status, .data = j, .drop = job_drop};
+  int rc = accel_tell(j->rt, j->to, &msg);
+  if (rc != 0 && rc != ACCEL_EBUSY)
+    job_free(j);
+  return rc == ACCEL_EBUSY ? rc : 0;
+}
+
+/* An answer that met a full mailbox, sent again every millisecond (rare: a session's mailbox
+ * holds 16384 messages). The timer is not the job's: the job may be freed before the timer's
+ * close is done. */
+typedef struct answer_retry {
+  uv_timer_t timer;
+  build_job *j;
+} answer_retry;
+
+static void retry_closed(uv_handle_t *h) {
+  rt_free(h->data);
+}
+
+static void retry_tick(uv_timer_t *t) {
+  answer_retry *r = t->data;
+  if (answer(r->j) != ACCEL_EBUSY)
+    uv_close((uv_handle_t *)t, retry_closed);
+}
+
+static void build_finish(dev_build *build, int status) {
+  build_job *j = (build_job *)build;
+  build->status = status;
+  if (answer(j) != ACCEL_EBUSY)
+    return;
+  answer_retry *r = rt_malloc(sizeof *r);
+  if (r == NULL) { /* nothing to wait with: the session hears of it as of its end */
+    job_free(j);
+    return;
+  }
+  r->j = j;
+  uv_timer_init(rt_uv_loop(j->rt), &r->timer);
+  r->timer.data = r;
+  uv_timer_start(&r->timer, retry_tick, 1, 1);
+}
+
 int dev_module_build_start(accel_actor *self, uint32_t msg_type, dev_module *m, const int *nodes,
                            int nnodes, uint32_t source, const void *code, size_t len,
-                           const char *options) {
+                           const char *options, dev_module_job **out) {
   build_job *j = rt_calloc(1, sizeof *j);
   if (j == NULL)
     return ACCEL_ENOMEM;
-  *j = (build_job){.m = m, .w = m->world, .nnodes = nnodes, .source = source, .len = len};
+  dev_build_init(&j->build, build_work, build_finish);
+  j->m = m;
+  j->w = m->world;
+  j->rt = accel_actor_runtime(self);
+  j->to = accel_self(self);
+  j->msg_type = msg_type;
+  j->nnodes = nnodes;
+  j->source = source;
+  j->len = len;
   j->code = rt_malloc(len ? len : 1);
   j->options = options ? rt_strdup(options) : NULL;
   if (j->code == NULL || (options && j->options == NULL)) {
+    dev_build_fini(&j->build);
     rt_free(j->code);
     rt_free(j->options);
     rt_free(j);
@@ -158,10 +232,16 @@ int dev_module_build_start(accel_actor *self, uint32_t msg_type, dev_module *m, 
     j->gens[i] = m->world->nodes[nodes[i]].generation;
   }
   dev_module_ref(m);
-  int rc = accel_work_submit(self, build_work, j, job_drop, msg_type);
+  int rc = dev_build_submit(j->rt, &j->build);
   if (rc != 0)
     job_free(j);
+  else
+    *out = j;
   return rc;
+}
+
+void dev_module_build_cancel(dev_module_job *j) {
+  dev_build_cancel(&j->build);
 }
 
 int dev_module_build_done(accel_msg *msg, char **log) {

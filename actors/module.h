@@ -41,12 +41,22 @@ void dev_module_unref(dev_module *m);
  * holds node->build_mu. */
 void dev_modules_drop_node(dev_world *w, dev_node *node);
 
+/* A module's build in flight (module.c). */
+typedef struct dev_module_job dev_module_job;
+
 /* Builds code for every node of `nodes` (node indexes, each with the module package and the
- * source kind) on a worker; the answer comes to `self` as a message of msg_type, for
- * dev_module_build_done. The code and options are copied. */
+ * source kind) on a build thread (build.h), now or after the builds queued before it; the
+ * answer comes to `self` as a message of msg_type, for dev_module_build_done. The code and
+ * options are copied. 0 (*out names the build until its answer is taken), ACCEL_EBUSY (as
+ * many builds as the process allows run, and as many wait), ACCEL_ENOMEM, ACCEL_ESYS. */
 RT_MUST_USE int dev_module_build_start(accel_actor *self, uint32_t msg_type, dev_module *m,
                                        const int *nodes, int nnodes, uint32_t source,
-                                       const void *code, size_t len, const char *options);
+                                       const void *code, size_t len, const char *options,
+                                       dev_module_job **out);
+/* The session goes before the answer came: a queued build is dropped, a running one's
+ * compiler (in the build helper) killed. The answer still comes (or meets a stale ref and is
+ * dropped). */
+void dev_module_build_cancel(dev_module_job *j);
 /* The worker's answer: 0 if every build succeeded, else the first failure; *log gets the
  * compilers' output (malloc'd, NUL-terminated, or NULL), headed per device when there are
  * several. */

@@ -39,9 +39,10 @@ typedef struct session_state {
   accel_actor *self;
   session_entry *table;
   dev_session_acct *acct;
-  dev_op *building;   /* the module load being built, or NULL */
-  dev_op *allocating; /* the op whose memory a worker allocates (mem_cache.h), or NULL */
-  bool alloc_retried; /* its allocation failed once and the caches were emptied */
+  dev_op *building;          /* the module load being built, or NULL */
+  dev_module_job *build_job; /* its build, until the answer comes (cancelled at the end) */
+  dev_op *allocating;        /* the op whose memory a worker allocates (mem_cache.h), or NULL */
+  bool alloc_retried;        /* its allocation failed once and the caches were emptied */
   op_fifo held;
 } session_state;
 
@@ -384,7 +385,8 @@ static int module_load(session_state *s, dev_op *op) {
   if (m == NULL)
     return ACCEL_ENOMEM;
   rc = dev_module_build_start(s->self, DEV_MSG_BUILT, m, nodes, n, op->u.module.source,
-                              op->u.module.code, op->u.module.len, op->u.module.options);
+                              op->u.module.code, op->u.module.len, op->u.module.options,
+                              &s->build_job);
   if (rc != 0) {
     dev_module_unref(m);
     return rc;
@@ -568,6 +570,7 @@ static void module_built(session_state *s, accel_msg *msg) {
   int status = dev_module_build_done(msg, &log);
   dev_op *op = s->building;
   s->building = NULL;
+  s->build_job = NULL;
   if (op == NULL) {
     rt_free(log);
     return;
@@ -698,7 +701,9 @@ static void session_stop(accel_actor *self, void *state) {
   while ((held = fifo_pop(&s->held)) != NULL)
     op_drop(held);
   rt_free(s->held.items);
-  if (s->building) { /* the worker's answer will meet a stale ref and be dropped */
+  if (s->build_job) /* queued: dropped; running: its compiler killed (acceld) */
+    dev_module_build_cancel(s->build_job);
+  if (s->building) { /* the build's answer will meet a stale ref and be dropped */
     dev_op_finished(s->args->world, s->building, ACCEL_ECLOSED);
     s->building = NULL;
   }

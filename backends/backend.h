@@ -309,6 +309,16 @@ typedef struct be_launch {
   const be_kernel_arg *args;
 } be_launch;
 
+/* The compile step of a load done elsewhere (load_with): accel's daemon runs the backend's
+ * `compile` in a helper process with a memory cap and a deadline (backends/build_child.h).
+ * `compile` gets what the backend's own compile entry would, and returns the same results,
+ * plus ACCEL_ETIMEDOUT (past its deadline) and ACCEL_ECANCELED (the build was cancelled).
+ * *image (malloc'd) is what the backend loads; *log as load's. Blocks. */
+typedef struct be_compiler {
+  int (*compile)(const struct be_compiler *c, const char *target, uint32_t source, const void *code,
+                 size_t len, const char *options, void **image, size_t *image_len, char **log);
+} be_compiler;
+
 typedef struct be_module_pkg {
   uint32_t version; /* BE_MODULE_VERSION */
   /* The source kinds the device builds: bits 1u << accel_source (any thread, never blocks). */
@@ -331,6 +341,21 @@ typedef struct be_module_pkg {
    * against limits() and the arguments against kernel()'s info; backends check again what
    * they rely on (ACCEL_EINVAL). */
   int (*launch)(be_queue *q, be_kernel *k, const be_launch *l);
+  /* ---- the compile step out of the process (optional: both NULL where the backend builds
+   * in-process only; the caller then uses load) ---- */
+  /* As load, but the compiler's work on the client's code (the OpenCL C or SPIR-V front end,
+   * NVRTC) is c's: the backend looks in its caches first and, on a miss, calls c->compile
+   * with a `target` text naming what to compile for, then loads the image that comes back
+   * (clCreateProgramWithBinary, cuModuleLoadData) and caches it. Source kinds that need no
+   * compiler (PTX: the driver's JIT) load as in load. Worker threads only. */
+  int (*load_with)(be_device *dev, uint32_t source, const void *code, size_t len,
+                   const char *options, const be_compiler *c, be_module **out, char **log);
+  /* In the helper process (no device open, nothing else of the backend used): compiles as
+   * load would for the device that `target` (as load_with gave it) names, into *image
+   * (malloc'd) and *log. 0, ACCEL_EBUILD, ACCEL_ENOTSUP, ACCEL_ENOMEM, ACCEL_ENOENT (no such
+   * device here). */
+  int (*compile)(const char *target, uint32_t source, const void *code, size_t len,
+                 const char *options, void **image, size_t *image_len, char **log);
 } be_module_pkg;
 
 /* ---- collectives (the `collective` package) -------------------------------------------------

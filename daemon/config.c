@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <grp.h>
 #include <ini.h>
+#include <limits.h>
 #include <pwd.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -11,6 +12,7 @@
 #include <strings.h>
 #include <unistd.h>
 
+#include "actors/build.h"
 #include "actors/world_init.h"
 #include "backends/backend.h"
 #include "daemon/config.h"
@@ -29,12 +31,15 @@ void acd_config_defaults(acd_config *c) {
   c->exit_timeout_ms = 5000;
   c->first_frame_timeout_ms = 10000;
   c->max_connections = 1024;
-  c->frame_idle_timeout_ms = SRV_DEFAULT_FRAME_IDLE_TIMEOUT_MS;
-  c->min_frame_rate = SRV_DEFAULT_MIN_FRAME_RATE;
   c->metrics_max_connections = SRV_HTTP_DEFAULT_MAX_CONNECTIONS;
   c->metrics_header_timeout_ms = SRV_HTTP_DEFAULT_HEADER_TIMEOUT_MS;
   c->metrics_write_timeout_ms = SRV_HTTP_DEFAULT_WRITE_TIMEOUT_MS;
   c->metrics_max_header_bytes = SRV_HTTP_DEFAULT_MAX_HEADER_BYTES;
+  c->build_timeout_ms = DEV_BUILD_TIMEOUT_MS;
+  c->build_memory_mb = DEV_BUILD_MEMORY_MB;
+  c->max_queued_builds = DEV_BUILD_MAX_QUEUED;
+  c->frame_idle_timeout_ms = SRV_DEFAULT_FRAME_IDLE_TIMEOUT_MS;
+  c->min_frame_rate = SRV_DEFAULT_MIN_FRAME_RATE;
   c->limits = (proto_limits){
       .max_message = SRV_DEFAULT_MAX_MESSAGE,
       .max_in_flight = SRV_DEFAULT_MAX_IN_FLIGHT,
@@ -53,6 +58,7 @@ void acd_config_free(acd_config *c) {
   rt_free(c->tls_key);
   rt_free(c->tls_ca);
   rt_free(c->metrics_listen);
+  rt_free(c->build_helper);
   memset(c, 0, sizeof *c);
 }
 
@@ -442,6 +448,43 @@ static bool metrics_key(acd_config *c, const char *k, const char *v) {
   return false;
 }
 
+/* [builds]: where and how user modules are built (actors/build.h). */
+static bool builds_key(acd_config *c, const char *k, const char *v) {
+  if (!strcmp(k, "timeout_ms"))
+    return parse_u32(v, 100, 3600000, &c->build_timeout_ms);
+  if (!strcmp(k, "memory_mb"))
+    return parse_u32(v, 64, 1u << 24, &c->build_memory_mb);
+  if (!strcmp(k, "max_builds"))
+    return parse_u32(v, 0, 1024, &c->max_builds);
+  if (!strcmp(k, "max_queued"))
+    return parse_u32(v, 0, 1u << 16, &c->max_queued_builds);
+  if (!strcmp(k, "helper"))
+    return set_path(&c->build_helper, v);
+  return false;
+}
+
+/* The helper beside acceld's own file (the build tree), else the installed one. */
+static const char *default_helper(void) {
+  static char path[PATH_MAX];
+  ssize_t n = readlink("/proc/self/exe", path, sizeof path - 1);
+  char *slash = n > 0 ? memrchr(path, '/', (size_t)n) : NULL;
+  if (slash != NULL && (size_t)(slash - path) + sizeof "/accel-build" <= sizeof path) {
+    memcpy(slash, "/accel-build", sizeof "/accel-build");
+    if (access(path, X_OK) == 0)
+      return path;
+  }
+  return ACD_BUILD_HELPER;
+}
+
+void acd_config_builds(const acd_config *c, struct dev_build_opts *out) {
+  *out = (dev_build_opts){.sandbox = true,
+                          .helper = c->build_helper ? c->build_helper : default_helper(),
+                          .timeout_ms = c->build_timeout_ms,
+                          .memory_mb = c->build_memory_mb,
+                          .max_builds = c->max_builds,
+                          .max_queued = c->max_queued_builds};
+}
+
 static int on_key(void *user, const char *section, const char *key, const char *value) {
   load_ctx *x = user;
   bool ok = !strcmp(section, "daemon")     ? daemon_key(x->c, key, value)
@@ -449,6 +492,7 @@ static int on_key(void *user, const char *section, const char *key, const char *
             : !strcmp(section, "limits")   ? limits_key(x->c, key, value)
             : !strcmp(section, "security") ? security_key(x, key, value)
             : !strcmp(section, "metrics")  ? metrics_key(x->c, key, value)
+            : !strcmp(section, "builds")   ? builds_key(x->c, key, value)
                                            : false;
   if (!ok) /* a specific message, if the key's parser wrote one, stays */
     fail(x, "[%s] %s = %s: unknown key or bad value", section, key, value);

@@ -62,6 +62,11 @@ typedef struct acd_config {
    * HTTP endpoint's limits (srv_http_limits in server/server.h). */
   uint32_t metrics_max_connections, metrics_header_timeout_ms, metrics_write_timeout_ms;
   uint32_t metrics_max_header_bytes;
+  /* [builds]: user-module builds (actors/build.h): the compile's deadline and memory cap in
+   * the build helper, builds at once (0: the CPUs, at most 4) and builds waiting; the
+   * helper's path (owned; NULL: beside acceld, else the installed one). */
+  uint32_t build_timeout_ms, build_memory_mb, max_builds, max_queued_builds;
+  char *build_helper;
 } acd_config;
 
 /* What the command line said; it overrides the file, at start and on every reload. */
@@ -80,6 +85,7 @@ typedef struct acd_flags {
 } acd_flags;
 
 struct srv_security;
+struct dev_build_opts;
 
 void acd_config_defaults(acd_config *c);
 void acd_config_free(acd_config *c);
@@ -95,6 +101,8 @@ RT_MUST_USE int acd_config_read(acd_config *c, const acd_flags *f, char *err, si
 RT_MUST_USE int acd_config_gid(const acd_config *c, int *gid);
 /* The server's view of [security]: its pointers point into *c, which must outlive it. */
 void acd_config_security(const acd_config *c, struct srv_security *out);
+/* The build options of [builds] (out->helper points into *c or a static buffer). */
+void acd_config_builds(const acd_config *c, struct dev_build_opts *out);
 /* Whether two configurations say the same in [security] (a reload compares them). */
 bool acd_config_security_same(const acd_config *a, const acd_config *b);
 

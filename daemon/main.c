@@ -23,6 +23,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "actors/build.h"
 #include "actors/device.h"
 #include "actors/world_init.h"
 #include "daemon/config.h"
@@ -255,6 +256,9 @@ static int start_tree(daemon_ctx *d, int gid, int ready_fd) {
                        .cuda_primary = c->cuda_primary,
                        .pinned_max = c->pinned_max};
   snprintf(wo.backends, sizeof wo.backends, "%s", c->backends);
+  dev_build_opts bo;
+  acd_config_builds(c, &bo); /* compiles of clients' code in the helper (actors/build.h) */
+  dev_builds_configure(&bo);
   int rc = dev_world_init(&d->world, d->rt, &wo);
   if (c->exit_on_quarantine)
     d->world.on_quarantine = on_quarantine;

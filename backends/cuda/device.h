@@ -242,9 +242,13 @@ typedef struct be_cuda_image {
 } be_cuda_image;
 
 /* CUDA C built for dev by NVRTC, or found in the caches (module_build.c): 0, ACCEL_EBUILD,
- * ACCEL_ENOTSUP (no NVRTC), ACCEL_ENOMEM. The compiler's output is appended to *log. */
-int be_cuda_build(be_device *dev, const void *code, size_t len, const char *options,
-                  be_cuda_image *img, char **log);
+ * ACCEL_ENOTSUP (no NVRTC), ACCEL_ENOMEM. The compiler's output is appended to *log. With c,
+ * NVRTC runs in c's place (be_compiler, backend.h), whose errors it also returns. */
+int be_cuda_build(be_device *dev, const be_compiler *c, const void *code, size_t len,
+                  const char *options, be_cuda_image *img, char **log);
+/* be_module_pkg.compile: NVRTC for the compute capability `target` ("90"), in the helper. */
+int be_cuda_compile(const char *target, uint32_t source, const void *code, size_t len,
+                    const char *options, void **image, size_t *image_len, char **log);
 /* Appends a line of text to a malloc'd log (*log NULL: none yet). */
 void be_cuda_log_append(char **log, const char *text);
 /* Frees a log that holds nothing but blanks (it becomes NULL). */

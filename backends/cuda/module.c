@@ -170,17 +170,17 @@ static int module_new(be_device *dev, CUmodule cu, be_module **out) {
   return 0;
 }
 
-static int image_for(be_device *dev, uint32_t source, const void *code, size_t len,
-                     const char *options, be_cuda_image *img, char **log) {
+static int image_for(be_device *dev, const be_compiler *c, uint32_t source, const void *code,
+                     size_t len, const char *options, be_cuda_image *img, char **log) {
   if (source == ACCEL_SOURCE_PTX)
     return ptx_image(code, len, options, img, log);
   if (source == ACCEL_SOURCE_CUDA)
-    return be_cuda_build(dev, code, len, options, img, log);
+    return be_cuda_build(dev, c, code, len, options, img, log);
   return ACCEL_ENOTSUP;
 }
 
-static int cuda_load(be_device *dev, uint32_t source, const void *code, size_t len,
-                     const char *options, be_module **out, char **log) {
+static int cuda_load_with(be_device *dev, uint32_t source, const void *code, size_t len,
+                          const char *options, const be_compiler *c, be_module **out, char **log) {
   char *text = NULL;
   if (log != NULL)
     *log = NULL;
@@ -190,7 +190,7 @@ static int cuda_load(be_device *dev, uint32_t source, const void *code, size_t l
     return ACCEL_EDEVLOST;
   be_cuda_image img = {0};
   CUmodule cu = NULL;
-  int rc = image_for(dev, source, code, len, options, &img, &text);
+  int rc = image_for(dev, c, source, code, len, options, &img, &text);
   if (rc == 0)
     rc = driver_load(dev, &img, &cu, &text);
   if (rc == 0 && (rc = module_new(dev, cu, out)) != 0)
@@ -202,6 +202,11 @@ static int cuda_load(be_device *dev, uint32_t source, const void *code, size_t l
   else
     rt_free(text);
   return rc;
+}
+
+static int cuda_load(be_device *dev, uint32_t source, const void *code, size_t len,
+                     const char *options, be_module **out, char **log) {
+  return cuda_load_with(dev, source, code, len, options, NULL, out, log);
 }
 
 /* ---- unload and teardown ---------------------------------------------------------------- */
@@ -451,4 +456,6 @@ const be_module_pkg be_cuda_module = {
     .unload = cuda_unload,
     .kernel = cuda_kernel,
     .launch = cuda_launch,
+    .load_with = cuda_load_with,
+    .compile = be_cuda_compile,
 };

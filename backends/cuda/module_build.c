@@ -15,6 +15,10 @@
  * backends' disk cache (disk_cache.h, kind "cuda"). Failed builds are not kept. Headers a
  * source includes through -I are not part of the key: a changed header needs a changed
  * source or option to be seen.
+ *
+ * Out of the process: with a be_compiler (acceld's build helper) the caches are looked in
+ * here as ever, and only NVRTC's work runs in the helper (be_cuda_compile: no device, no
+ * driver, just the compute capability in its target text).
  */
 #include <ctype.h>
 #include <pthread.h>
@@ -22,6 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "accel/accel.h"
 #include "accel/error.h"
 #include "backends/cuda/backend_cuda.h"
 #include "backends/cuda/device.h"
@@ -384,7 +389,7 @@ static int run_nvrtc(const be_nvrtc_api *nv, const char *src, char **argv, int a
   return rc;
 }
 
-static int compile(be_device *dev, const be_nvrtc_api *nv, const void *code, size_t len,
+static int compile(int cc, const be_nvrtc_api *nv, const void *code, size_t len,
                    const char *options, be_cuda_image *img, char **log) {
   char *src = dup_nul(code, len), *store = NULL, **argv = NULL, arch[64];
   int argc = 0;
@@ -393,7 +398,7 @@ static int compile(be_device *dev, const be_nvrtc_api *nv, const void *code, siz
   if (rc == ACCEL_EBUILD)
     be_cuda_log_append(log, "accel: unbalanced double quote in the options");
   if (rc == 0 && !names_arch(argv, argc)) {
-    arch_option(nv, dev->cc, arch, sizeof arch);
+    arch_option(nv, cc, arch, sizeof arch);
     argv[argc++] = arch;
   }
   if (rc == 0)
@@ -404,8 +409,25 @@ static int compile(be_device *dev, const be_nvrtc_api *nv, const void *code, siz
   return rc;
 }
 
-int be_cuda_build(be_device *dev, const void *code, size_t len, const char *options,
-                  be_cuda_image *img, char **log) {
+/* NVRTC in c's place (acceld's build helper, which runs be_cuda_compile there). */
+static int compile_by(const be_compiler *c, int cc, const void *code, size_t len,
+                      const char *options, be_cuda_image *img, char **log) {
+  char target[16];
+  snprintf(target, sizeof target, "%d", cc);
+  void *image = NULL;
+  size_t n = 0;
+  atomic_fetch_add(&compiles, 1);
+  int rc = c->compile(c, target, ACCEL_SOURCE_CUDA, code, len, options, &image, &n, log);
+  if (rc != 0)
+    return rc;
+  img->data = dup_nul(image, n);
+  img->len = n;
+  rt_free(image);
+  return img->data != NULL ? 0 : ACCEL_ENOMEM;
+}
+
+int be_cuda_build(be_device *dev, const be_compiler *c, const void *code, size_t len,
+                  const char *options, be_cuda_image *img, char **log) {
   const be_nvrtc_api *nv = be_nvrtc();
   if (nv == NULL)
     return ACCEL_ENOTSUP;
@@ -417,10 +439,33 @@ int be_cuda_build(be_device *dev, const void *code, size_t len, const char *opti
   if (rc == ACCEL_ENOENT)
     rc = disk_find(&id, img, log);
   if (rc == ACCEL_ENOENT) {
-    rc = compile(dev, nv, code, len, options, img, log);
+    rc = c ? compile_by(c, dev->cc, code, len, options, img, log)
+           : compile(dev->cc, nv, code, len, options, img, log);
     if (rc == 0)
       keep(&id, *log, img);
   }
   rt_free(id.p);
+  return rc;
+}
+
+int be_cuda_compile(const char *target, uint32_t source, const void *code, size_t len,
+                    const char *options, void **image, size_t *image_len, char **log) {
+  *log = NULL;
+  char *end = NULL;
+  long cc = strtol(target, &end, 10);
+  if (source != ACCEL_SOURCE_CUDA)
+    return ACCEL_ENOTSUP;
+  if (end == target || *end != '\0' || cc <= 0 || cc > 10000)
+    return ACCEL_EINVAL;
+  const be_nvrtc_api *nv = be_nvrtc();
+  if (nv == NULL)
+    return ACCEL_ENOTSUP;
+  be_cuda_image img = {0};
+  int rc = compile((int)cc, nv, code, len, options, &img, log);
+  be_cuda_log_finish(log);
+  if (rc == 0) {
+    *image = img.data;
+    *image_len = img.len;
+  }
   return rc;
 }

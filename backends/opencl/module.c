@@ -2,7 +2,9 @@
  * SPIR-V where the device takes IL. Programs are built with -cl-kernel-arg-info, so a launch's
  * arguments are checked against each parameter's address space and type. A built program's
  * binary is cached on disk (backends/disk_cache.h) keyed by the device, its driver, the
- * options and the code: a second load of the same source skips the compiler. */
+ * options and the code: a second load of the same source skips the compiler. With load_with
+ * the compiler runs elsewhere (acceld's build helper, compile.c there) and its binary is
+ * loaded here. */
 #include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,6 +12,7 @@
 
 #include "accel/accel.h"
 #include "backends/disk_cache.h"
+#include "backends/opencl/compile.h"
 #include "backends/opencl/device.h"
 #include "runtime/alloc.h"
 
@@ -30,22 +33,11 @@ struct be_module {
   struct be_kernel *kernels;
 };
 
-typedef cl_program (*create_with_il_fn)(cl_context, const void *, size_t, cl_int *);
-
-/* clCreateProgramWithIL (OpenCL 2.1, in the ICD loader) or the KHR extension's. */
-static create_with_il_fn il_creator(be_device *dev) {
-  create_with_il_fn f = (create_with_il_fn)(uintptr_t)clGetExtensionFunctionAddressForPlatform(
-      dev->platform, "clCreateProgramWithILKHR");
-  if (f == NULL)
-    f = (create_with_il_fn)(uintptr_t)dlsym(RTLD_DEFAULT, "clCreateProgramWithIL");
-  return f;
-}
-
 static bool takes_spirv(be_device *dev) {
   char il[256] = "";
   if (clGetDeviceInfo(dev->id, IL_VERSION, sizeof il - 1, il, NULL) != CL_SUCCESS)
     return false;
-  return strstr(il, "SPIR-V") != NULL && il_creator(dev) != NULL;
+  return strstr(il, "SPIR-V") != NULL && be_ocl_il_creator(dev->platform) != NULL;
 }
 
 static uint32_t ocl_sources(be_device *dev) {
@@ -88,26 +80,6 @@ static uint64_t cache_key(be_device *dev, uint32_t source, const void *code, siz
   return be_cache_hash(h, code, len);
 }
 
-/* The compiler's log for dev (malloc'd), NULL if it said nothing but blanks. */
-static char *build_log(be_device *dev, cl_program p) {
-  size_t len = 0;
-  if (clGetProgramBuildInfo(p, dev->id, CL_PROGRAM_BUILD_LOG, 0, NULL, &len) != CL_SUCCESS ||
-      len == 0)
-    return NULL;
-  char *log = rt_malloc(len + 1);
-  if (log == NULL ||
-      clGetProgramBuildInfo(p, dev->id, CL_PROGRAM_BUILD_LOG, len, log, NULL) != CL_SUCCESS) {
-    rt_free(log);
-    return NULL;
-  }
-  log[len] = '\0';
-  if (strspn(log, " \t\r\n") == strlen(log)) {
-    rt_free(log);
-    return NULL;
-  }
-  return log;
-}
-
 static char *text(const char *what, cl_int err) {
   char *s = rt_malloc(96);
   if (s)
@@ -118,7 +90,7 @@ static char *text(const char *what, cl_int err) {
 static cl_program create(be_device *dev, uint32_t source, const void *code, size_t len,
                          cl_int *err) {
   if (source == ACCEL_SOURCE_SPIRV) {
-    create_with_il_fn f = il_creator(dev);
+    be_ocl_il_fn f = be_ocl_il_creator(dev->platform);
     if (f == NULL) {
       *err = CL_INVALID_OPERATION;
       return NULL;
@@ -129,20 +101,27 @@ static cl_program create(be_device *dev, uint32_t source, const void *code, size
   return clCreateProgramWithSource(dev->ctx, 1, &src, &len, err);
 }
 
-static cl_program from_cache(be_device *dev, uint64_t key, const char *opts) {
-  void *bin = NULL;
-  size_t size = 0;
-  if (be_cache_read("opencl-module", key, &bin, &size) != 0)
-    return NULL;
+/* A program from a binary (the cache's, the build helper's), built for dev: NULL if the
+ * driver refused it. */
+static cl_program from_binary(be_device *dev, const void *bin, size_t size, const char *opts) {
   const unsigned char *b = bin;
   cl_int err = CL_SUCCESS, status = CL_SUCCESS;
   cl_program p = clCreateProgramWithBinary(dev->ctx, 1, &dev->id, &size, &b, &status, &err);
-  rt_free(bin);
   if (p != NULL && (err != CL_SUCCESS || status != CL_SUCCESS ||
                     clBuildProgram(p, 1, &dev->id, opts, NULL, NULL) != CL_SUCCESS)) {
     clReleaseProgram(p);
     p = NULL;
   }
+  return p;
+}
+
+static cl_program from_cache(be_device *dev, uint64_t key, const char *opts) {
+  void *bin = NULL;
+  size_t size = 0;
+  if (be_cache_read("opencl-module", key, &bin, &size) != 0)
+    return NULL;
+  cl_program p = from_binary(dev, bin, size, opts);
+  rt_free(bin);
   return p;
 }
 
@@ -158,16 +137,11 @@ static void to_cache(be_device *dev, cl_program p, uint64_t key) {
   (void)dev;
 }
 
-static int build(be_device *dev, uint32_t source, const void *code, size_t len, const char *opts,
-                 cl_program *out, char **log) {
-  uint64_t key = cache_key(dev, source, code, len, opts);
-  cl_program p = from_cache(dev, key, opts);
-  if (p != NULL) {
-    *out = p;
-    return 0;
-  }
+/* The front end in this process (embedded mode's default). */
+static int build_here(be_device *dev, uint32_t source, const void *code, size_t len,
+                      const char *opts, cl_program *out, char **log) {
   cl_int err = CL_SUCCESS;
-  p = create(dev, source, code, len, &err);
+  cl_program p = create(dev, source, code, len, &err);
   if (p == NULL) {
     *log = text(source == ACCEL_SOURCE_SPIRV ? "the device refused the SPIR-V module"
                                              : "the platform refused the source",
@@ -175,20 +149,57 @@ static int build(be_device *dev, uint32_t source, const void *code, size_t len, 
     return err == CL_OUT_OF_HOST_MEMORY ? ACCEL_ENOMEM : ACCEL_EBUILD;
   }
   err = clBuildProgram(p, 1, &dev->id, opts, NULL, NULL);
-  *log = build_log(dev, p);
+  *log = be_ocl_build_log(dev->id, p);
   if (err != CL_SUCCESS) {
     if (*log == NULL)
       *log = text("the build failed", err);
     clReleaseProgram(p);
     return err == CL_OUT_OF_HOST_MEMORY ? ACCEL_ENOMEM : ACCEL_EBUILD;
   }
-  to_cache(dev, p, key);
   *out = p;
   return 0;
 }
 
-static int ocl_load(be_device *dev, uint32_t source, const void *code, size_t len,
-                    const char *options, be_module **out, char **log) {
+/* The front end in c's place (the build helper): its binary is loaded here. */
+static int build_by(be_device *dev, const be_compiler *c, uint32_t source, const void *code,
+                    size_t len, const char *opts, cl_program *out, char **log) {
+  char target[600];
+  be_ocl_target(dev, target, sizeof target);
+  void *bin = NULL;
+  size_t size = 0;
+  int rc = c->compile(c, target, source, code, len, opts, &bin, &size, log);
+  if (rc != 0)
+    return rc;
+  *out = from_binary(dev, bin, size, opts);
+  rt_free(bin);
+  if (*out == NULL) {
+    char *why = text("accel: the driver refused the build helper's binary", CL_INVALID_BINARY);
+    if (why != NULL && *log == NULL)
+      *log = why;
+    else
+      rt_free(why);
+    return ACCEL_EBUILD;
+  }
+  return 0;
+}
+
+static int build(be_device *dev, const be_compiler *c, uint32_t source, const void *code,
+                 size_t len, const char *opts, cl_program *out, char **log) {
+  uint64_t key = cache_key(dev, source, code, len, opts);
+  cl_program p = from_cache(dev, key, opts);
+  if (p != NULL) {
+    *out = p;
+    return 0;
+  }
+  int rc = c ? build_by(dev, c, source, code, len, opts, out, log)
+             : build_here(dev, source, code, len, opts, out, log);
+  if (rc == 0)
+    to_cache(dev, *out, key);
+  return rc;
+}
+
+static int ocl_load_with(be_device *dev, uint32_t source, const void *code, size_t len,
+                         const char *options, const be_compiler *c, be_module **out, char **log) {
   *log = NULL;
   if (source != ACCEL_SOURCE_OPENCL && (source != ACCEL_SOURCE_SPIRV || !takes_spirv(dev)))
     return ACCEL_ENOTSUP;
@@ -203,7 +214,7 @@ static int ocl_load(be_device *dev, uint32_t source, const void *code, size_t le
     return ACCEL_ENOMEM;
   }
   snprintf(opts, olen + sizeof ARG_INFO_OPTION, "%s%s", options ? options : "", ARG_INFO_OPTION);
-  int rc = build(dev, source, code, len, opts, &m->program, log);
+  int rc = build(dev, c, source, code, len, opts, &m->program, log);
   rt_free(opts);
   if (rc != 0) {
     rt_free(m);
@@ -213,6 +224,11 @@ static int ocl_load(be_device *dev, uint32_t source, const void *code, size_t le
   m->dev = dev;
   *out = m;
   return 0;
+}
+
+static int ocl_load(be_device *dev, uint32_t source, const void *code, size_t len,
+                    const char *options, be_module **out, char **log) {
+  return ocl_load_with(dev, source, code, len, options, NULL, out, log);
 }
 
 static void ocl_unload(be_module *m) {
@@ -394,4 +410,6 @@ const be_module_pkg be_opencl_module = {
     .unload = ocl_unload,
     .kernel = ocl_kernel,
     .launch = ocl_launch,
+    .load_with = ocl_load_with,
+    .compile = be_ocl_compile,
 };

@@ -56,7 +56,7 @@ typedef struct raw {
 static be_cuda_image raw_image(raw *r) {
   be_cuda_image img = {0};
   char *log = NULL;
-  int rc = be_cuda_build(r->dev, touch_src, strlen(touch_src), NULL, &img, &log);
+  int rc = be_cuda_build(r->dev, NULL, touch_src, strlen(touch_src), NULL, &img, &log);
   if (rc != 0)
     DIE("NVRTC: %s\n%s", accel_strerror(rc), log != NULL ? log : "");
   free(log);
