@@ -29,7 +29,7 @@
 #include "runtime/list.h"
 
 #define DEV_BUILD_TIMEOUT_MS 60000u /* a compile's deadline in the helper */
-#define DEV_BUILD_MEMORY_MB 4096u   /* the helper's address space */
+#define DEV_BUILD_MEMORY_MB 4096u   /* the helper's memory (RLIMIT_DATA) */
 #define DEV_BUILD_MAX_QUEUED 64u
 
 typedef struct dev_build_opts {

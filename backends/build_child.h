@@ -6,7 +6,7 @@
  * nested macros took 23.6 GiB in two minutes and the kernel killed acceld. Neither can be
  * stopped inside the process. The helper is spawned fresh (posix_spawn, never a fork of the
  * multi-threaded daemon with its driver state), gets the request on stdin (a memfd: no pipe
- * to fill), limits its own address space (RLIMIT_AS) before it opens anything, and writes the
+ * to fill), limits its own memory (RLIMIT_DATA) before it opens anything, and writes the
  * image and the log to stdout. The daemon kills it (SIGKILL) at the deadline, when the build is
  * cancelled, or when it says more than an image and a log may hold.
  *
@@ -50,7 +50,7 @@ typedef struct be_child_answer {
 typedef struct be_child_limits {
   const char *helper;  /* the accel-build executable */
   uint32_t timeout_ms; /* from the spawn to the answer: then SIGKILL, ACCEL_ETIMEDOUT */
-  uint32_t memory_mb;  /* the helper's address space (RLIMIT_AS); 0: not limited */
+  uint32_t memory_mb;  /* the helper's writable memory (RLIMIT_DATA); 0: not limited */
 } be_child_limits;
 
 /* A build's running helper, for cancelling it from another thread. */

@@ -16,8 +16,11 @@
 #include "backends/build_child.h"
 #include "runtime/alloc.h"
 
-/* A sanitizer's shadow memory takes terabytes of address space before main(): an RLIMIT_AS
- * would fail every allocation after. Such builds (tests) rely on the deadline alone. */
+/* The cap is RLIMIT_DATA, the memory the process may write (heap, anonymous mappings,
+ * stacks), not RLIMIT_AS: GPU drivers reserve far more address space than they use (CUDA's
+ * unified addressing), which an address-space cap would refuse. A sanitizer's shadow memory
+ * is writable and takes terabytes before main(): such builds (tests) rely on the deadline
+ * alone. */
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
 #define HELPER_SANITIZED 1
 #elif defined(__has_feature)
@@ -37,8 +40,8 @@ static void limit_self(uint32_t memory_mb) {
   (void)setpriority(PRIO_PROCESS, 0, HELPER_NICE);
 #ifndef HELPER_SANITIZED
   if (memory_mb > 0) {
-    struct rlimit as = {(rlim_t)memory_mb << 20, (rlim_t)memory_mb << 20};
-    setrlimit(RLIMIT_AS, &as);
+    struct rlimit data = {(rlim_t)memory_mb << 20, (rlim_t)memory_mb << 20};
+    setrlimit(RLIMIT_DATA, &data);
   }
 #endif
 }

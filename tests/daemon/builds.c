@@ -17,7 +17,7 @@
 #include "tests/daemon/util.h"
 
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-#define SANITIZED 1 /* the helper then has no RLIMIT_AS (backends/build_helper.c) */
+#define SANITIZED 1 /* the helper then has no memory cap (backends/build_helper.c) */
 #endif
 
 /* ---- sources ---- */
@@ -220,10 +220,10 @@ TEST(a_macro_bomb_meets_the_deadline) {
 }
 
 /* The same source under a long deadline meets the memory cap instead: the helper's own
- * RLIMIT_AS (1 GiB) ends it, and the log names the cap. */
+ * RLIMIT_DATA (1 GiB) ends it, and the log names the cap. */
 TEST(a_macro_bomb_meets_the_memory_cap) {
 #ifdef SANITIZED
-  TEST_SKIP("a sanitized helper has no address-space cap");
+  TEST_SKIP("a sanitized helper has no memory cap");
 #endif
   td_daemon d;
   if (!start(&d, "timeout_ms = 60000\nmemory_mb = 1024\n"))
