@@ -12,7 +12,6 @@
  *
  * ACCEL_CHAOS_SECONDS sets how long the chaos lasts (default 40, scaled by ACCEL_TEST_SCALE);
  * ACCEL_TEST_SEED replays the choices of this process and of its clients (not their timing). */
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
@@ -74,18 +73,6 @@ static long devices_mem(td_daemon *d) {
   return sum;
 }
 
-static int open_fds(pid_t pid) {
-  char path[64];
-  snprintf(path, sizeof path, "/proc/%d/fd", (int)pid);
-  DIR *dp = opendir(path);
-  CHECK(dp != NULL);
-  int n = 0;
-  for (struct dirent *e; (e = readdir(dp)) != NULL;)
-    n += e->d_name[0] != '.';
-  closedir(dp);
-  return n;
-}
-
 /* Waits (20 s at most) until `key` is at most `want`: sessions and buffers end
  * asynchronously. */
 static void wait_field(td_daemon *d, const char *key, long want) {
@@ -97,7 +84,7 @@ static void wait_field(td_daemon *d, const char *key, long want) {
 
 static void wait_fds(td_daemon *d, int want) {
   int n = 0;
-  for (uint64_t t0 = test_now_ms(); (n = open_fds(d->pid)) > want; test_sleep_ms(50))
+  for (uint64_t t0 = test_now_ms(); (n = td_open_fds(d->pid)) > want; test_sleep_ms(50))
     if (test_now_ms() - t0 > 10000)
       TEST_FAIL("the daemon holds %d descriptors (baseline %d)", n, want);
 }
@@ -112,7 +99,7 @@ static baseline measure(td_daemon *d) {
   wait_field(d, "sessions", 0);
   wait_field(d, "connections", 1);
   test_sleep_ms(100);
-  return (baseline){open_fds(d->pid), td_status_field(d, "host_mem_used"), devices_mem(d)};
+  return (baseline){td_open_fds(d->pid), td_status_field(d, "host_mem_used"), devices_mem(d)};
 }
 
 /* ---- a client of this process, checked here ---- */

@@ -6,7 +6,6 @@
  * address given with no host bound to loopback; methods, paths and malformed requests
  * answered 405, 404, 400 and 505; random bytes never hurt it. */
 #include <arpa/inet.h>
-#include <dirent.h>
 #include <errno.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -241,18 +240,6 @@ TEST(connections_past_the_cap_are_closed_at_once) {
   stop(&e);
 }
 
-static int open_fds(pid_t pid) {
-  char path[64];
-  snprintf(path, sizeof path, "/proc/%d/fd", (int)pid);
-  DIR *dp = opendir(path);
-  CHECK(dp != NULL);
-  int n = 0;
-  for (struct dirent *e; (e = readdir(dp)) != NULL;)
-    n += e->d_name[0] != '.';
-  closedir(dp);
-  return n;
-}
-
 /* A local client's round: HELLO, create, write, read back. */
 static void local_op(td_daemon *d) {
   td_client c;
@@ -292,7 +279,7 @@ TEST(half_open_flood_leaves_the_daemon_serving) {
       .rlim_max = old.rlim_max};
   CHECK_EQ(setrlimit(RLIMIT_NOFILE, &mine), 0);
   scrape(e.port);
-  int base = open_fds(e.d.pid);
+  int base = td_open_fds(e.d.pid);
   enum { FLOOD = 1100 };
   static int fds[FLOOD];
   static const char half[] = "GET /metrics HTTP/1.1\r\n";
@@ -301,9 +288,9 @@ TEST(half_open_flood_leaves_the_daemon_serving) {
     if (fds[i] >= 0) /* refused ones are reset, some before connect() returned */
       (void)!send(fds[i], half, sizeof half - 1, MSG_NOSIGNAL);
   }
-  CHECK_LE(open_fds(e.d.pid), base + 64 + 4);
+  CHECK_LE(td_open_fds(e.d.pid), base + 64 + 4);
   local_op(&e.d);
-  CHECK_LE(open_fds(e.d.pid), base + 64 + 4);
+  CHECK_LE(td_open_fds(e.d.pid), base + 64 + 4);
   wait_log(&e.d, "connections refused past max_connections");
   CHECK_LE(count(td_log(&e.d), "refused past max_connections"), 2);
   for (int i = 0; i < FLOOD; i++)

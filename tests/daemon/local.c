@@ -5,7 +5,6 @@
  * event is in the log, and SIGTERM ends the daemon cleanly. The byte budgets, exactly: at
  * least two frames, reading paused past it (local), unacknowledged replies counted and a pipe
  * refused past twice it (nng). */
-#include <dirent.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <sys/socket.h>
@@ -53,27 +52,15 @@ static void wait_field(td_daemon *d, const char *key, long want) {
   TEST_WAIT_FOR(td_status_field(d, key) <= want, 50);
 }
 
-static int open_fds(pid_t pid) {
-  char path[64];
-  snprintf(path, sizeof path, "/proc/%d/fd", (int)pid);
-  DIR *dp = opendir(path);
-  CHECK(dp != NULL);
-  int n = 0;
-  for (struct dirent *e; (e = readdir(dp)) != NULL;)
-    n += e->d_name[0] != '.';
-  closedir(dp);
-  return n;
-}
-
 /* The daemon's descriptors once connections that just ended are closed on its side. */
 static int settled_fds(td_daemon *d) {
   wait_field(d, "connections", 1); /* accelctl asking */
   test_sleep_ms(100);
-  return open_fds(d->pid);
+  return td_open_fds(d->pid);
 }
 
 static void wait_fds(td_daemon *d, int want) {
-  TEST_WAIT_FOR(open_fds(d->pid) <= want, 50);
+  TEST_WAIT_FOR(td_open_fds(d->pid) <= want, 50);
 }
 
 static long rss_kb(pid_t pid) {

@@ -2,7 +2,6 @@
  * accel_host_alloc memory (zero copy) and from ordinary memory (staging) matches, with the
  * daemon's transfer counters exact; and the daemon refuses regions it must not map (not
  * sealed, not a file, no descriptor, unknown region, out of bounds) with clear errors. */
-#include <dirent.h>
 #include <fcntl.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -484,18 +483,6 @@ TEST(shared_bytes_at_the_caps_and_one_past) {
   td_cleanup(&d);
 }
 
-static int daemon_fds(td_daemon *d) {
-  char path[64];
-  snprintf(path, sizeof path, "/proc/%d/fd", (int)d->pid);
-  DIR *dir = opendir(path);
-  CHECK(dir != NULL);
-  int n = 0;
-  for (struct dirent *e; (e = readdir(dir)) != NULL;)
-    n += e->d_name[0] != '.';
-  closedir(dir);
-  return n;
-}
-
 /* Every refused attach closes the descriptor it brought: 300 refusals of each kind leave
  * the daemon with the descriptors it had (a leak of one per refusal ran acceld out of them). */
 TEST(refused_attaches_leave_no_descriptor_behind) {
@@ -509,14 +496,14 @@ TEST(refused_attaches_leave_no_descriptor_behind) {
   int unsealed = memfd(4096, 0), sealed = memfd(4096, F_SEAL_SHRINK);
   int big = memfd(2u << 20, F_SEAL_SHRINK);
   CHECK_OK(attach(&c, 1, sealed));
-  int before = daemon_fds(&d);
+  int before = td_open_fds(d.pid);
   for (int i = 0; i < 300; i++) {
     CHECK_ERR(attach(&c, 2, unsealed), ACCEL_EPERM); /* could shrink */
     CHECK_ERR(attach(&c, 1, sealed), ACCEL_EINVAL);  /* id taken */
     CHECK_ERR(attach(&c, 0, sealed), ACCEL_EINVAL);  /* not an id */
     CHECK_ERR(attach(&c, 3, big), ACCEL_ELIMIT);     /* past the cap */
   }
-  CHECK_EQ(daemon_fds(&d), before);
+  CHECK_EQ(td_open_fds(d.pid), before);
   close(unsealed);
   close(sealed);
   close(big);

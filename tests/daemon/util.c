@@ -1,5 +1,6 @@
 /* Helpers of the daemon tests (util.h). */
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -71,6 +72,18 @@ int td_ctl(char *out, size_t len, const char *arg, ...) {
   int status;
   CHECK_EQ(waitpid(pid, &status, 0), pid);
   return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+int td_open_fds(pid_t pid) {
+  char path[64];
+  snprintf(path, sizeof path, "/proc/%d/fd", (int)pid);
+  DIR *dp = opendir(path);
+  CHECK(dp != NULL);
+  int n = 0;
+  for (struct dirent *e; (e = readdir(dp)) != NULL;)
+    n += e->d_name[0] != '.';
+  closedir(dp);
+  return n;
 }
 
 int td_free_port(void) {

@@ -52,6 +52,9 @@ int td_ctl(char *out, size_t len, const char *arg, ...);
  * object (-1 if absent). */
 long td_status_field(td_daemon *d, const char *key);
 
+/* How many descriptors process `pid` holds now (its /proc/PID/fd). */
+int td_open_fds(pid_t pid);
+
 /* A TCP port nothing listens on now (the kernel's pick; free again once closed). */
 int td_free_port(void);
 
