@@ -65,20 +65,6 @@ static void log_line(char **log, const char *text) {
 
 /* ---- the request, in a memfd that becomes the helper's stdin ---- */
 
-static bool write_all(int fd, const void *p, size_t n) {
-  const char *s = p;
-  while (n > 0) {
-    ssize_t w = write(fd, s, n);
-    if (w < 0 && errno == EINTR)
-      continue;
-    if (w <= 0)
-      return false;
-    s += w;
-    n -= (size_t)w;
-  }
-  return true;
-}
-
 static int request_fd(const char *target, uint32_t source, const void *code, size_t len,
                       const char *options) {
   be_child_req h = {.source = source,
@@ -89,9 +75,9 @@ static int request_fd(const char *target, uint32_t source, const void *code, siz
   int fd = memfd_create("accel-build-request", MFD_CLOEXEC);
   if (fd < 0)
     return -1;
-  bool ok = write_all(fd, &h, sizeof h) && write_all(fd, target, h.target_len) &&
-            (options == NULL || write_all(fd, options, h.options_len)) &&
-            write_all(fd, code, len) && lseek(fd, 0, SEEK_SET) == 0;
+  bool ok = be_child_write_all(fd, &h, sizeof h) && be_child_write_all(fd, target, h.target_len) &&
+            (options == NULL || be_child_write_all(fd, options, h.options_len)) &&
+            be_child_write_all(fd, code, len) && lseek(fd, 0, SEEK_SET) == 0;
   if (!ok) {
     close(fd);
     return -1;

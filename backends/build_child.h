@@ -80,4 +80,8 @@ RT_MUST_USE int be_child_compile(const be_child_limits *l, be_child_slot *slot, 
  * stdout (build_helper.c). Exits 0 when it answered (whatever the compile said), else 1. */
 int be_child_main(int argc, char **argv);
 
+/* Writes all n bytes of p to fd (retrying short writes and EINTR): false on an error or a
+ * closed pipe. Both sides of the helper's pipe use it. */
+bool be_child_write_all(int fd, const void *p, size_t n);
+
 #endif

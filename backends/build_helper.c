@@ -60,7 +60,7 @@ static bool read_all(int fd, void *p, size_t n) {
   return true;
 }
 
-static bool write_all(int fd, const void *p, size_t n) {
+bool be_child_write_all(int fd, const void *p, size_t n) {
   const char *s = p;
   while (n > 0) {
     ssize_t w = write(fd, s, n);
@@ -117,7 +117,8 @@ static bool answer(int status, const char *log, const void *image, size_t image_
   }
   be_child_answer h = {.status = status, .log_len = (uint32_t)log_len, .image_len = image_len};
   memcpy(h.magic, BE_CHILD_MAGIC, sizeof h.magic);
-  return write_all(1, &h, sizeof h) && write_all(1, log, log_len) && write_all(1, image, image_len);
+  return be_child_write_all(1, &h, sizeof h) && be_child_write_all(1, log, log_len) &&
+         be_child_write_all(1, image, image_len);
 }
 
 int be_child_main(int argc, char **argv) {
