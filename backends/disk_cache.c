@@ -25,12 +25,17 @@ uint64_t be_cache_hash(uint64_t h, const void *p, size_t n) {
   return h;
 }
 
+/* $CACHE_DIRECTORY is systemd's CacheDirectory= (acceld.service), the first of its
+ * colon-separated paths: under DynamicUser= and ProtectSystem=strict the one writable place
+ * for a cache ($HOME is / there, read-only). */
 static int cache_dir(char *buf, size_t len) {
-  const char *env = getenv("ACCEL_CACHE_DIR"), *xdg = getenv("XDG_CACHE_HOME");
-  const char *home = getenv("HOME");
+  const char *env = getenv("ACCEL_CACHE_DIR"), *unit = getenv("CACHE_DIRECTORY");
+  const char *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
   int n;
   if (env != NULL && env[0] != '\0')
     n = snprintf(buf, len, "%s", env);
+  else if (unit != NULL && unit[0] != '\0')
+    n = snprintf(buf, len, "%.*s", (int)strcspn(unit, ":"), unit);
   else if (xdg != NULL && xdg[0] != '\0')
     n = snprintf(buf, len, "%s/accel", xdg);
   else if (home != NULL && home[0] != '\0')

@@ -1,7 +1,8 @@
 /* A disk cache of built code, shared by the backends (OpenCL programs, user kernels).
  *
- * Files live in $ACCEL_CACHE_DIR, else $XDG_CACHE_HOME/accel, else $HOME/.cache/accel (made on
- * the first write, mode 0700), one per entry, named "<kind>-<key as 16 hex digits>.bin". A
+ * Files live in $ACCEL_CACHE_DIR, else $CACHE_DIRECTORY (systemd's CacheDirectory=: acceld's
+ * unit sets it), else $XDG_CACHE_HOME/accel, else $HOME/.cache/accel (made on the first write,
+ * mode 0700), one per entry, named "<kind>-<key as 16 hex digits>.bin". A
  * file holds a header (magic, payload length, FNV-1a hash of the payload) and the payload.
  * Files are written whole to a temporary file and renamed into place, so a concurrent reader,
  * in this process or another, never sees half a file; one that is missing, short, too long or

@@ -1,8 +1,8 @@
 #!/bin/sh
 # meson install into a temporary DESTDIR, then check what a packager gets: the systemd unit
-# (and that systemd-analyze verify accepts it), the sysusers.d entry, the sample configuration,
-# the man pages, an accel.pc whose Cflags name no OpenBLAS path, and the Python package (meson
-# install and pip install).
+# (that systemd-analyze verify accepts it, its security exposure, its CacheDirectory=), the
+# sysusers.d entry, the sample configuration, the man pages, an accel.pc whose Cflags name no
+# OpenBLAS path, and the Python package (meson install and pip install).
 #   install.sh BUILD_DIR [PYTHON [SANITIZERS]]
 set -u
 build=$1
@@ -47,6 +47,10 @@ if [ -n "$unit" ]; then
   grep -q '^Documentation=man:acceld(8)$' "$unit" && ok "Documentation=man:acceld(8)" ||
     bad "Documentation= is not man:acceld(8)"
   grep -q '@[a-z]*@' "$unit" && bad "unsubstituted @...@ in the unit"
+  # The kernel cache: under DynamicUser= and ProtectSystem=strict the only writable place for
+  # it is the unit's CacheDirectory= (acceld reads $CACHE_DIRECTORY, tests/packaging/cache_dir.c)
+  grep -q '^CacheDirectory=accel$' "$unit" && ok "CacheDirectory=accel" ||
+    bad "no CacheDirectory=accel: the service could not keep built kernels"
   exec_path=$(sed -n 's/^ExecStart=\([^ ]*\).*/\1/p' "$unit")
   [ -x "$dest$exec_path" ] && ok "ExecStart=$exec_path installed" ||
     bad "ExecStart=$exec_path is not installed"
@@ -61,6 +65,16 @@ if [ -n "$unit" ]; then
       ok "systemd-analyze verify"
     else
       echo "$out"; bad "systemd-analyze verify"
+    fi
+    # The sandbox's exposure score (0 safest, 10 none) stays at 2.1 or below (--threshold is in
+    # tenths; --offline needs systemd 250).
+    if out=$(systemd-analyze security --offline=true --threshold=21 \
+        "$dest/verify/acceld.service" 2>&1); then
+      ok "systemd-analyze security: $(echo "$out" | sed -n 's/.*exposure level for [^:]*: //p')"
+    elif echo "$out" | grep -q 'unrecognized option'; then
+      echo "SKIP: systemd-analyze security --offline (systemd < 250)"
+    else
+      echo "$out" | tail -n 3; bad "systemd-analyze security: above 2.1"
     fi
   else
     echo "SKIP: no systemd-analyze"
