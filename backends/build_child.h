@@ -6,9 +6,9 @@
  * nested macros took 23.6 GiB in two minutes and the kernel killed acceld. Neither can be
  * stopped inside the process. The helper is spawned fresh (posix_spawn, never a fork of the
  * multi-threaded daemon with its driver state), gets the request on stdin (a memfd: no pipe
- * to fill), limits its own memory (RLIMIT_DATA) before it opens anything, and writes the
- * image and the log to stdout. The daemon kills it (SIGKILL) at the deadline, when the build is
- * cancelled, or when it says more than an image and a log may hold.
+ * to fill), caps the memory its compile may add (RLIMIT_DATA over what the platforms'
+ * libraries took), and writes the image and the log to stdout. The daemon kills it (SIGKILL) at the
+ * deadline, when the build is cancelled, or when it says more than an image and a log may hold.
  *
  * The wire between the two is this header's two structs, host byte order (one machine, one
  * build), each followed by its strings: request: target, options, code; answer: log, image. */

@@ -33,17 +33,53 @@
 /* The compile is the daemon's background work: it yields the CPU to the daemon's loop. */
 #define HELPER_NICE 10
 
-static void limit_self(uint32_t memory_mb) {
+static void limit_self(void) {
   prctl(PR_SET_PDEATHSIG, SIGKILL); /* the daemon's thread that spawned it went: so does it */
   struct rlimit none = {0, 0};
   setrlimit(RLIMIT_CORE, &none); /* no core file of gigabytes when the cap ends it */
   (void)setpriority(PRIO_PROCESS, 0, HELPER_NICE);
+}
+
+/* The process's writable memory now (VmData of /proc/self/status), in bytes; 0 if unknown. */
+static uint64_t data_now(void) {
+  FILE *f = fopen("/proc/self/status", "r");
+  char line[128];
+  unsigned long long kb = 0;
+  while (f != NULL && fgets(line, sizeof line, f) != NULL)
+    if (sscanf(line, "VmData: %llu kB", &kb) == 1)
+      break;
+  if (f != NULL)
+    fclose(f);
+  return (uint64_t)kb << 10;
+}
+
+/* Caps what the compile may add to what the process holds now (the platforms' libraries,
+ * loaded before: see warm_up) at memory_mb. */
+static void cap_data(uint32_t memory_mb) {
 #ifndef HELPER_SANITIZED
   if (memory_mb > 0) {
-    struct rlimit data = {(rlim_t)memory_mb << 20, (rlim_t)memory_mb << 20};
+    rlim_t cap = (rlim_t)data_now() + ((rlim_t)memory_mb << 20);
+    struct rlimit data = {cap, cap};
     setrlimit(RLIMIT_DATA, &data);
   }
+#else
+  (void)memory_mb;
 #endif
+}
+
+/* Loads what the backend's compile needs before the cap, so that the cap bounds the compile
+ * and not the libraries: OpenCL's ICD loader opens every platform's library at its first
+ * call (NVIDIA's takes more than a gigabyte of writable memory; with the cap set first, a
+ * 1 GiB cap found no platform at all, PoCL's included). */
+static void warm_up(const char *backend) {
+  if (strcmp(backend, "opencl") != 0)
+    return; /* CUDA's compile is NVRTC alone, loaded by the compile itself */
+  for (const be_entry *e = be_registry(); e->name != NULL; e++)
+    if (strcmp(e->name, backend) == 0 && e->ops && e->ops->probe) {
+      int count;
+      char why[128];
+      (void)e->ops->probe(&count, why, sizeof why);
+    }
 }
 
 static bool read_all(int fd, void *p, size_t n) {
@@ -126,7 +162,7 @@ int be_child_main(int argc, char **argv) {
     fprintf(stderr, "usage: accel-build BACKEND MEMORY_MB < request (acceld runs it)\n");
     return 1;
   }
-  limit_self((uint32_t)strtoul(argv[2], NULL, 10));
+  limit_self();
   if (getppid() == 1)
     _exit(1); /* the daemon went before the death signal was armed */
   request r = {0};
@@ -135,6 +171,8 @@ int be_child_main(int argc, char **argv) {
     fprintf(stderr, "accel-build: no such backend, or a malformed request\n");
     _exit(1);
   }
+  warm_up(argv[1]);
+  cap_data((uint32_t)strtoul(argv[2], NULL, 10));
   void *image = NULL;
   size_t image_len = 0;
   char *log = NULL;
