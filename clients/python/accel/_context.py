@@ -1,4 +1,9 @@
-"""Contexts: a connection to accel (in-process, or acceld over ipc:// or tcp://)."""
+"""Contexts: a connection to accel (in-process, or acceld over ipc:// or tcp://).
+
+Every context still open at exit is closed by an atexit handler, before the interpreter
+finalizes (where __del__ may run late or never): see _close_all_at_exit.
+"""
+import atexit
 import ctypes
 import os
 import threading
@@ -7,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import _dtypes, _lib, _ops
+from . import _dtypes, _future, _lib, _ops, _wait
 from ._array import Array
 from ._kernels import Module
 from ._errors import AccelError, check
@@ -71,6 +76,7 @@ class Context:
     """A context: devices, arrays, ops, modules. Safe to use from any thread."""
 
     def __init__(self, url=None):
+        _future.start_notifier()  # here, never in a Future's __del__ (_future.py)
         if url is None:
             url = os.environ.get("ACCEL_URL") or None
         c = _lib.ctx_p()
@@ -80,11 +86,28 @@ class Context:
         self.url = url or "embedded:"
         self._host_blocks = weakref.WeakValueDictionary()
         self._lock = threading.Lock()
+        self._finishing = None  # a _wait.FinishJob left running (Ctrl-C, timeout), or None
+        self._pid = os.getpid()
+        _open_contexts.add(self)
 
     def close(self):
         """Waits for the context's ops, frees its arrays (they become unusable: ops on them
         raise ECLOSED) and closes it. Closing twice does nothing. Arrays from host_empty()
-        stay valid: while any is alive, the connection is only closed when the last goes."""
+        stay valid: while any is alive, the connection is only closed when the last goes.
+        On the main thread Ctrl-C interrupts the wait for the ops (KeyboardInterrupt), and
+        the context stays open."""
+        if self._c and _wait.interruptible():
+            self._wait_idle()
+        self._close()
+
+    def _wait_idle(self):
+        """Waits interruptibly for the ops (their errors are not close()'s to report)."""
+        with self._lock:
+            busy = self._finishing is not None
+        if busy or _lib.lib.accel_finish(self._open_c, 0) == _lib.ETIMEDOUT:
+            self._join_finish(None)
+
+    def _close(self):
         with self._lock:
             self._c = None
             blocks_alive = len(self._host_blocks) > 0
@@ -95,7 +118,41 @@ class Context:
         with self._lock:
             c, self._open_c = self._open_c, None
         if c:
+            self._quiesce(c)
             _lib.lib.accel_close(c)
+
+    def _quiesce(self, c):
+        """Waits for c's ops, and for an accel_finish left running on c by an interrupted
+        finish(): accel_close frees what that call waits on. The ops are waited for in C,
+        not interruptibly, so the job's wait ends with this one."""
+        with self._lock:
+            job, self._finishing = self._finishing, None
+        if job is not None:
+            _lib.lib.accel_finish(c, -1)
+            try:
+                job.done.wait()
+            except BaseException:  # a Ctrl-C in the moment the job takes to return
+                with self._lock:
+                    self._open_c, self._finishing = c, job  # closed later, after it
+                raise
+
+    def _close_at_exit(self):
+        """No op may run on at exit: libaccel's CPU backend computes on OpenBLAS's threads,
+        and OpenBLAS's exit-time destructor (0.3.21) waits for ever for a thread whose gemm
+        ends after it began (the thread overwrites the stop request). So the context is
+        closed, waiting for its ops; one that arrays from host_empty() still use is only
+        finished, since the interpreter may read them while it finalizes."""
+        with self._lock:
+            c = self._open_c
+            self._c = None
+            blocks_alive = len(self._host_blocks) > 0
+        if c is None:
+            return
+        if blocks_alive:
+            _lib.lib.accel_finish(c, -1)
+            self._quiesce(c)
+        else:
+            self._release()
 
     def _host_block_freed(self):
         with self._lock:
@@ -111,7 +168,7 @@ class Context:
 
     def __del__(self):
         if getattr(self, "_open_c", None) and _lib.lib is not None:
-            self.close()
+            self._close()  # no waiting thread started here: the collector may run anywhere
 
     def __repr__(self):
         return f"<accel.Context {self.url}{'' if self._c else ' closed'}>"
@@ -217,10 +274,32 @@ class Context:
     # ---- whole-context -------------------------------------------------------------------
 
     def finish(self, timeout=None):
-        """Waits for every op issued so far; raises the first error of ops issued without
-        anyone holding their future (accel_finish)."""
-        ms = -1 if timeout is None else max(0, int(timeout * 1000))
-        check(_lib.lib.accel_finish(self._live(), ms), "accel_finish")
+        """Waits up to `timeout` seconds (None: forever) for every op issued so far; raises
+        the first error of the ops since the last finish (accel_finish), AccelError ETIMEDOUT
+        if some still run then. On the main thread Ctrl-C interrupts the wait
+        (KeyboardInterrupt); the next finish() reports what this one would have."""
+        c = self._live()
+        with self._lock:
+            job = self._finishing
+        short = timeout is not None and timeout * 1000 <= _wait.SLICE_MS  # over before a ^C
+        if job is None and (short or not _wait.interruptible()):
+            check(_lib.lib.accel_finish(c, _wait.to_ms(timeout)), "accel_finish")
+            return
+        check(self._join_finish(timeout), "accel_finish")
+
+    def _join_finish(self, timeout):
+        """Waits for the finish job (started if none runs); its accel_finish result, or
+        ETIMEDOUT after `timeout` seconds, the job going on."""
+        with self._lock:
+            job = self._finishing
+            if job is None:
+                job = self._finishing = _wait.FinishJob(self._open_c)
+        if not _wait.event(job.done, timeout):
+            return _lib.ETIMEDOUT
+        with self._lock:
+            if self._finishing is job:
+                self._finishing = None
+        return job.rc
 
     def transfer_stats(self):
         """Bytes moved so far: host_to_device, device_to_host, device_to_device, written,
@@ -264,3 +343,17 @@ class _HostBlock:
     def __del__(self):
         if _lib.lib is not None:
             self.free()
+
+
+_open_contexts = weakref.WeakSet()
+
+
+@atexit.register
+def _close_all_at_exit():
+    """Runs before the interpreter finalizes, with every thread still running: closes the
+    contexts this process opened (a forked child's inherited ones are its parent's), then
+    lets the callback thread run what their ended ops ask for and stops it."""
+    for ctx in list(_open_contexts):
+        if ctx._pid == os.getpid():
+            ctx._close_at_exit()
+    _future.stop_notifier()

@@ -1,19 +1,26 @@
 """Futures: what every op returns.
 
-A Future wraps one of libaccel's futures. `result()` waits in C with the GIL released. Callbacks
-(`add_done_callback`, `await`) never run on accel's loop thread: the C future is asked to write
-a token to a pipe when it completes (accel_future_notify_fd), and one Python thread reads the
-pipe and runs the callbacks. So a slow callback, or a thread holding the GIL, never stalls the
-loop that serves every op, and a callback may call accel freely (even wait on other futures).
+A Future wraps one of libaccel's futures. `result()` waits in C with the GIL released (on the
+main thread in slices, so that Ctrl-C interrupts it: _wait.py). Callbacks (`add_done_callback`,
+`await`) never run on accel's loop thread: the C future is asked to write a token to a pipe
+when it completes (accel_future_notify_fd), and one Python thread reads the pipe and runs the
+callbacks. So a slow callback, or a thread holding the GIL, never stalls the loop that serves
+every op, and a callback may call accel freely (even wait on other futures).
+
+That thread is started by the first Context (start_notifier), never by a Future's __del__: a
+__del__ runs wherever the collector runs, also while the interpreter finalizes, where a thread
+cannot start (3.11 waits for ever for it to). At exit, once every context is closed,
+stop_notifier() lets it run what the tokens already written ask for, then ends it.
 """
 import asyncio
 import fcntl
 import logging
 import os
 import struct
+import sys
 import threading
 
-from . import _lib
+from . import _lib, _wait
 from ._errors import AccelError
 
 _log = logging.getLogger("accel")
@@ -31,8 +38,9 @@ class _Notifier:
             pass  # the default size only makes a full pipe likelier, never wrong
         self._lock = threading.Lock()
         self._waiting = {}  # token -> object with _on_complete()
-        self._next = 1
-        threading.Thread(target=self._run, name="accel-futures", daemon=True).start()
+        self._next = 1  # 0 is stop()'s
+        self._thread = threading.Thread(target=self._run, name="accel-futures", daemon=True)
+        self._thread.start()
 
     def register(self, cfut, obj):
         """Calls obj._on_complete() on this thread once `cfut` has completed."""
@@ -46,6 +54,14 @@ class _Notifier:
                 del self._waiting[token]
             raise AccelError(rc, "accel_future_notify_fd")
 
+    def stop(self):
+        """Runs what the tokens written so far ask for, then ends the thread. The pipe stays
+        open: a C future still registered would otherwise write to whatever file gets its
+        number next."""
+        os.write(self.wfd, struct.pack("=Q", 0))
+        if threading.current_thread() is not self._thread:  # not from a callback
+            self._thread.join()
+
     def _run(self):
         pending = b""
         while True:
@@ -57,6 +73,8 @@ class _Notifier:
             tokens = struct.unpack_from(f"={whole}Q", pending)
             pending = pending[whole * 8:]
             for token in tokens:
+                if token == 0:
+                    return
                 with self._lock:
                     obj = self._waiting.pop(token, None)
                 if obj is not None:
@@ -64,24 +82,38 @@ class _Notifier:
 
 
 _notifier = None
+_notifier_pid = None  # a forked child has no thread of its parent's: it starts its own
 _notifier_lock = threading.Lock()
+_abandoned = []  # a forked child's _Orphans of its parent's ops
 
 
-def notifier():
-    global _notifier
+def _running():
+    """The notifier of this process, or None."""
+    n = _notifier
+    return n if n is not None and _notifier_pid == os.getpid() else None
+
+
+def start_notifier():
+    """Starts the callback thread if it is not running (not while the interpreter finalizes:
+    RuntimeError then)."""
+    global _notifier, _notifier_pid
     with _notifier_lock:
-        if _notifier is None or _notifier_pid != os.getpid():
-            _start_notifier()
+        if _running() is None:
+            if sys.is_finalizing():
+                raise RuntimeError("accel: no callback thread while the interpreter shuts down")
+            _notifier = _Notifier()
+            _notifier_pid = os.getpid()
         return _notifier
 
 
-_notifier_pid = None
-
-
-def _start_notifier():
-    global _notifier, _notifier_pid
-    _notifier = _Notifier()
-    _notifier_pid = os.getpid()
+def stop_notifier():
+    """At exit, after every context closed: the callbacks and dropped futures of ops that
+    ended have run, and the thread is gone (a later callback starts another)."""
+    global _notifier
+    with _notifier_lock:
+        n, _notifier = _running(), None
+    if n is not None:
+        n.stop()
 
 
 class _Orphan:
@@ -165,12 +197,10 @@ class Future:
 
     def result(self, timeout=None):
         """Waits (GIL released) up to `timeout` seconds (None: forever); returns the op's
-        result or raises its AccelError. TimeoutError if it is still running then."""
-        if not self._settled:
-            ms = -1 if timeout is None else max(0, int(timeout * 1000))
-            _lib.lib.accel_future_wait(self._c, ms)
-            if _lib.lib.accel_future_poll(self._c) == _lib.EAGAIN:
-                raise TimeoutError(f"{self._what} still running after {timeout} s")
+        result or raises its AccelError. TimeoutError if it is still running then. On the
+        main thread Ctrl-C interrupts the wait (KeyboardInterrupt); the op goes on."""
+        if not self._settled and not _wait.future(self._c, timeout):
+            raise TimeoutError(f"{self._what} still running after {timeout} s")
         return self._settle()
 
     def exception(self, timeout=None):
@@ -201,7 +231,7 @@ class Future:
         if register is None:
             self._run_callback(fn)
         elif register:
-            notifier().register(self._c, self)
+            start_notifier().register(self._c, self)
 
     def _run_callback(self, fn):
         try:
@@ -240,13 +270,27 @@ class Future:
         try:
             rc = _lib.EAGAIN if self._settled else _lib.lib.accel_future_poll(c)
             if not self._settled and rc == _lib.EAGAIN:
-                notifier().register(c, _Orphan(c, self._keep, self._what))
+                self._orphan(c)
             elif not self._settled and rc < 0:  # failed before anyone looked, and now dropped
                 _log.error("accel: %s failed and its future was dropped: %s", self._what,
                            AccelError(rc))
         except Exception:
-            pass  # interpreter shutdown: the process is going away with the memory
+            pass  # the interpreter finalizes: the modules this needs are gone
         _lib.lib.accel_future_release(c)
+
+    def _orphan(self, c):
+        """The op goes on without its Future: the running callback thread keeps its memory
+        alive until it ends. Without one none is started. In a forked child the parent's ops
+        never end: their memory stays for good. Otherwise (the interpreter finalizes, or
+        stop_notifier ran) the op is waited for here, GIL released; the contexts were closed
+        at exit, so it has ended by then."""
+        n = _running()
+        if n is not None and not sys.is_finalizing():
+            n.register(c, _Orphan(c, self._keep, self._what))
+        elif _notifier_pid is not None and _notifier_pid != os.getpid():
+            _abandoned.append(_Orphan(c, self._keep, self._what))
+        else:
+            _lib.lib.accel_future_wait(c, -1)
 
 
 def gather(futures, timeout=None):
