@@ -13,12 +13,13 @@
  * The URL defaults to $ACCEL_URL, else ipc:///run/acceld/acceld.sock. Exit status: 0 on
  * success, 1 on any error (with a message on stderr), 2 for a usage error. */
 #include <errno.h>
+#include <getopt.h>
 #include <nng/nng.h>
 #include <nng/protocol/reqrep0/req.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -41,7 +42,7 @@ typedef struct ctl_args {
 } ctl_args;
 
 static void usage(FILE *to) {
-  fprintf(to, "usage: accelctl [--url URL] [--timeout MS] COMMAND\n"
+  fprintf(to, "usage: accelctl [--url URL] [--timeout MS] [--json] COMMAND\n"
               "commands:\n"
               "  status                   the daemon, its devices and clients\n"
               "  devices                  each device with its op packages and dtypes,\n"
@@ -64,58 +65,153 @@ static void usage(FILE *to) {
 
 static bool parse_long(const char *s, long lo, long hi, long *out) {
   char *end;
+  errno = 0;
   long v = strtol(s, &end, 10);
-  if (*s == '\0' || *end != '\0' || v < lo || v > hi)
+  if (*s == '\0' || *end != '\0' || errno != 0 || v < lo || v > hi)
     return false;
   *out = v;
   return true;
 }
 
-static int parse_args(int argc, char **argv, ctl_args *a) {
+/* A usage error: what was wrong, named, then where the usage is; exit status 2. */
+__attribute__((format(printf, 1, 2))) static int usage_error(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  fputs("accelctl: ", stderr);
+  vfprintf(stderr, fmt, ap);
+  va_end(ap);
+  fputs("\nusage: accelctl [--url URL] [--timeout MS] [--json] COMMAND (accelctl --help "
+        "lists the commands)\n",
+        stderr);
+  return 2;
+}
+
+/* The CONTROL request of a command; 2 if there is no such command. */
+static int command_of(const ctl_args *a, proto_control_req *req) {
+  static const struct {
+    const char *name;
+    uint32_t command;
+  } table[] = {{"ping", PROTO_CTL_PING},
+               {"status", PROTO_CTL_STATUS},
+               {"devices", PROTO_CTL_DEVICES},
+               {"tree", PROTO_CTL_TREE},
+               {"clients", PROTO_CTL_CLIENTS},
+               {"top", PROTO_CTL_STATUS},
+               {"inject-fault", PROTO_CTL_INJECT_FAULT}};
+  for (size_t i = 0; i < sizeof table / sizeof table[0]; i++)
+    if (!strcmp(a->command, table[i].name)) {
+      /* devices --json: the status JSON, of which print_devices_json keeps two members */
+      req->command = table[i].command == PROTO_CTL_DEVICES && a->json ? PROTO_CTL_STATUS
+                                                                      : table[i].command;
+      /* arg: the device; the text (1) or JSON (0) of STATUS and CLIENTS; TREE the other way
+       * round (its text came first) */
+      req->arg = req->command == PROTO_CTL_INJECT_FAULT ? (uint64_t)a->device
+                 : req->command == PROTO_CTL_TREE       ? (a->json ? 1 : 0)
+                 : req->command == PROTO_CTL_STATUS || req->command == PROTO_CTL_CLIENTS
+                     ? (a->json ? 0 : 1)
+                     : 0;
+      return 0;
+    }
+  return 2;
+}
+
+/* A numeric option's value into *out, within [lo, hi]. */
+static int number(const char *option, long lo, long hi, long *out) {
+  if (parse_long(optarg, lo, hi, out))
+    return 0;
+  return usage_error("--%s: '%s' is not a whole number from %ld to %ld", option, optarg, lo, hi);
+}
+
+static int take_option(int c, const char *option, ctl_args *a) {
+  long v = 0;
+  int rc = 0;
+  switch (c) {
+  case 'h':
+    usage(stdout);
+    exit(0);
+  case 'V':
+    printf("accelctl %s\n", ACCEL_VERSION_STRING);
+    exit(0);
+  case 'u':
+    a->url = optarg;
+    return 0;
+  case 't':
+    rc = number(option, 1, 3600000, &v);
+    a->timeout_ms = (int)v;
+    return rc;
+  case 'j':
+    a->json = true;
+    return 0;
+  case 'd':
+    return number(option, 0, 1 << 20, &a->device);
+  case 'i':
+    return number(option, 50, 3600000, &a->interval_ms);
+  case 'n':
+    return number(option, 1, 1L << 30, &a->count);
+  default:
+    return 2;
+  }
+}
+
+/* getopt_long's complaint (c '?' or ':') about `arg`, the argument it stopped at. For a long
+ * option it sets optopt only when the option exists but was given a value it does not take. */
+static int option_error(int c, const char *arg) {
+  bool is_long = strncmp(arg, "--", 2) == 0;
+  const char *eq = strchr(arg, '=');
+  if (c == ':')
+    return usage_error("option '%s' needs a value", arg);
+  if (is_long && optopt != 0 && eq != NULL)
+    return usage_error("option '%.*s' takes no value", (int)(eq - arg), arg);
+  if (!is_long && optopt != 0)
+    return usage_error("unknown option '-%c'", optopt);
+  return usage_error("unknown option '%s'", arg);
+}
+
+/* The command and the options that belong to it agree. */
+static int check_command(const ctl_args *a, proto_control_req *req) {
+  if (command_of(a, req) != 0)
+    return usage_error("unknown command '%s'", a->command);
+  bool top = !strcmp(a->command, "top"), inject = !strcmp(a->command, "inject-fault");
+  if ((a->count || a->interval_ms != 1000) && !top)
+    return usage_error("--interval and --count are options of top, not of %s", a->command);
+  if (inject && a->device < 0)
+    return usage_error("inject-fault needs --device N");
+  if (!inject && a->device >= 0)
+    return usage_error("--device is an option of inject-fault, not of %s", a->command);
+  return 0;
+}
+
+/* Options anywhere (getopt_long: --url URL and --url=URL), one command; its request. */
+static int parse_args(int argc, char **argv, ctl_args *a, proto_control_req *req) {
+  static const struct option opts[] = {
+      {"url", required_argument, NULL, 'u'},
+      {"timeout", required_argument, NULL, 't'},
+      {"json", no_argument, NULL, 'j'},
+      {"device", required_argument, NULL, 'd'},
+      {"interval", required_argument, NULL, 'i'},
+      {"count", required_argument, NULL, 'n'},
+      {"help", no_argument, NULL, 'h'},
+      {"version", no_argument, NULL, 'V'},
+      {NULL, 0, NULL, 0},
+  };
   const char *env = getenv("ACCEL_URL");
   *a = (ctl_args){.url = env && *env ? env : DEFAULT_URL,
                   .timeout_ms = 5000,
                   .device = -1,
                   .interval_ms = 1000};
-  for (int i = 1; i < argc; i++) {
-    const char *arg = argv[i], *next = i + 1 < argc ? argv[i + 1] : NULL;
-    long v;
-    if (!strcmp(arg, "-h") || !strcmp(arg, "--help")) {
-      usage(stdout);
-      exit(0);
-    } else if (!strcmp(arg, "--version")) {
-      printf("accelctl %s\n", ACCEL_VERSION_STRING);
-      exit(0);
-    } else if (!strcmp(arg, "--url") && next) {
-      a->url = next;
-      i++;
-    } else if (!strcmp(arg, "--timeout") && next && parse_long(next, 1, 3600000, &v)) {
-      a->timeout_ms = (int)v;
-      i++;
-    } else if (!strcmp(arg, "--json")) {
-      a->json = true;
-    } else if (!strcmp(arg, "--device") && next && parse_long(next, 0, 1 << 20, &v)) {
-      a->device = v;
-      i++;
-    } else if (!strcmp(arg, "--interval") && next && parse_long(next, 50, 3600000, &v)) {
-      a->interval_ms = v;
-      i++;
-    } else if (!strcmp(arg, "--count") && next && parse_long(next, 1, 1L << 30, &v)) {
-      a->count = v;
-      i++;
-    } else if (a->command == NULL && arg[0] != '-') {
-      a->command = arg;
-    } else {
+  opterr = 0; /* the errors are ours, with the option named */
+  for (int c, at = 0; (c = getopt_long(argc, argv, ":h", opts, &at)) != -1;) {
+    if (c == '?' || c == ':')
+      return option_error(c, argv[optind - 1]);
+    if (take_option(c, opts[at].name, a) != 0)
       return 2;
-    }
   }
-  if (a->command == NULL)
-    return 2;
-  if ((a->count || a->interval_ms != 1000) && strcmp(a->command, "top") != 0)
-    return 2;
-  if ((a->device >= 0) != !strcmp(a->command, "inject-fault"))
-    return 2;
-  return 0;
+  if (optind == argc)
+    return usage_error("no command given");
+  a->command = argv[optind];
+  if (optind + 1 < argc)
+    return usage_error("unexpected argument '%s' after %s", argv[optind + 1], a->command);
+  return check_command(a, req);
 }
 
 /* ---- one request, one reply ---- */
@@ -127,6 +223,16 @@ typedef struct ctl_conn {
   uint8_t *reply;
   size_t reply_len, reply_cap;
 } ctl_conn;
+
+/* Why the dial failed: what it recorded (clients/remote_dial.c: "no acceld at URL (connect:
+ * No such file or directory)"), else the code's message. */
+static void unreachable(const ctl_args *a, int rc) {
+  const char *why = accel_last_error_detail();
+  if (*why != '\0')
+    fprintf(stderr, "accelctl: %s\n", why);
+  else
+    fprintf(stderr, "accelctl: cannot reach acceld at %s: %s\n", a->url, accel_strerror(rc));
+}
 
 static int dial_nng(const ctl_args *a, ctl_conn *c) {
   int rv = nng_req0_open(&c->sock);
@@ -144,11 +250,9 @@ static int dial_nng(const ctl_args *a, ctl_conn *c) {
     nng_fini();
     return 1;
   }
-  int rc = client_nng_dial(c->sock, a->url);
-  if (rc == 0)
+  if ((rv = client_nng_dial(c->sock, a->url)) == 0)
     return 0;
-  fprintf(stderr, "accelctl: cannot reach acceld at %s: %s (is acceld running?)\n", a->url,
-          accel_strerror(rc));
+  unreachable(a, rv);
   nng_close(c->sock);
   nng_fini();
   return 1;
@@ -157,19 +261,12 @@ static int dial_nng(const ctl_args *a, ctl_conn *c) {
 static int dial(const ctl_args *a, ctl_conn *c) {
   memset(c, 0, sizeof *c);
   c->fd = -1;
-  const char *path = proto_local_path(a->url);
-  if (path == NULL)
+  if (proto_local_path(a->url) == NULL)
     return dial_nng(a, c);
-  c->fd = proto_local_connect(path);
+  c->fd = client_local_connect(a->url);
   if (c->fd >= 0)
     return 0;
-  /* ACCEL_ECLOSED: nothing listens there; say whether the socket file is missing or dead */
-  struct stat st;
-  if (c->fd == ACCEL_ECLOSED)
-    fprintf(stderr, "accelctl: no acceld at %s (%s)\n", a->url,
-            stat(path, &st) != 0 && errno == ENOENT ? "no such socket" : "connection refused");
-  else
-    fprintf(stderr, "accelctl: cannot reach acceld at %s: %s\n", a->url, accel_strerror(c->fd));
+  unreachable(a, c->fd);
   return 1;
 }
 
@@ -359,34 +456,6 @@ static int print_reply(const ctl_args *a, const ctl_conn *c, double us) {
   return 0;
 }
 
-static int command_of(const ctl_args *a, proto_control_req *req) {
-  static const struct {
-    const char *name;
-    uint32_t command;
-  } table[] = {{"ping", PROTO_CTL_PING},
-               {"status", PROTO_CTL_STATUS},
-               {"devices", PROTO_CTL_DEVICES},
-               {"tree", PROTO_CTL_TREE},
-               {"clients", PROTO_CTL_CLIENTS},
-               {"top", PROTO_CTL_STATUS},
-               {"inject-fault", PROTO_CTL_INJECT_FAULT}};
-  for (size_t i = 0; i < sizeof table / sizeof table[0]; i++)
-    if (!strcmp(a->command, table[i].name)) {
-      /* devices --json: the status JSON, of which print_devices_json keeps two members */
-      req->command = table[i].command == PROTO_CTL_DEVICES && a->json ? PROTO_CTL_STATUS
-                                                                      : table[i].command;
-      /* arg: the device; the text (1) or JSON (0) of STATUS and CLIENTS; TREE the other way
-       * round (its text came first) */
-      req->arg = req->command == PROTO_CTL_INJECT_FAULT ? (uint64_t)a->device
-                 : req->command == PROTO_CTL_TREE       ? (a->json ? 1 : 0)
-                 : req->command == PROTO_CTL_STATUS || req->command == PROTO_CTL_CLIENTS
-                     ? (a->json ? 0 : 1)
-                     : 0;
-      return 0;
-    }
-  return 2;
-}
-
 static double now_us(void) {
   return (double)rt_mono_ns() / 1e3;
 }
@@ -450,10 +519,8 @@ static int top(ctl_conn *c, const ctl_args *a) {
 int main(int argc, char **argv) {
   ctl_args a;
   proto_control_req req;
-  if (parse_args(argc, argv, &a) != 0 || command_of(&a, &req) != 0) {
-    usage(stderr);
+  if (parse_args(argc, argv, &a, &req) != 0)
     return 2;
-  }
   ctl_conn c;
   if (dial(&a, &c) != 0)
     return 1;

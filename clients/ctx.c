@@ -11,6 +11,7 @@
 #include "clients/ctx.h"
 #include "runtime/alloc.h"
 #include "runtime/deadline.h"
+#include "runtime/error_detail.h"
 #include "runtime/loop.h"
 
 static _Thread_local accel_completion thread_completion;
@@ -53,6 +54,7 @@ void client_ctx_free(accel_ctx *ctx) {
 }
 
 int accel_open(accel_ctx **out, const char *url) {
+  rt_error_detail_clear(); /* what accel_last_error_detail says is this call's */
   if (out == NULL)
     return ACCEL_EINVAL;
   accel_ctx *ctx = rt_calloc(1, sizeof *ctx);

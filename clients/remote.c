@@ -7,6 +7,8 @@
  * way: the daemon freed the session's buffers. */
 #include "clients/remote.h"
 
+#include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -14,6 +16,7 @@
 #include "actors/world.h"
 #include "runtime/alloc.h"
 #include "runtime/deadline.h"
+#include "runtime/error_detail.h"
 
 #define HELLO_TIMEOUT_MS 5000
 #define PRE_WELCOME_MAX_BODY (1u << 20) /* until the daemon says its limit */
@@ -349,14 +352,15 @@ static void take_welcome(accel_ctx *ctx, remote *r) {
   ctx->max_op_bytes = max > 8192 ? max - 4096 : max / 2;
 }
 
-static int hello(accel_ctx *ctx) {
+static int hello(accel_ctx *ctx, const char *name) {
   remote *r = remote_of(ctx);
   pending *p = waited_pending(ctx, PROTO_WELCOME);
   if (p == NULL)
     return ACCEL_ENOMEM;
   proto_out o;
   proto_out_init(&o);
-  proto_hello h = {.version = PROTO_VERSION, .capabilities = r->link->caps, .name = "libaccel"};
+  proto_hello h = {.version = PROTO_VERSION, .capabilities = r->link->caps};
+  snprintf(h.name, sizeof h.name, "%s", name);
   bool answered = false;
   int rc = proto_encode_hello(&o, p->id, &h);
   if (rc == 0)
@@ -398,7 +402,45 @@ static void open_failed(accel_ctx *ctx) {
   rt_free(ctx->handles);
 }
 
-int client_remote_open(accel_ctx *ctx, const char *url) {
+/* ---- the URL's parameters ---- */
+
+/* The client's name in HELLO, as `accelctl clients` and acceld's log show it: the URL's
+ * name= (at most PROTO_NAME_MAX bytes), else the program's (program_invocation_short_name). */
+static int take_param(const char *url, const char *param, size_t len, char *name) {
+  static const char key[] = "name=";
+  size_t klen = sizeof key - 1;
+  if (len <= klen || len - klen > PROTO_NAME_MAX || strncmp(param, key, klen) != 0)
+    return rt_error_detail(ACCEL_EINVAL,
+                           "%s: '%.*s' is not a parameter of a daemon's URL (only name=NAME, "
+                           "1 to %u bytes)",
+                           url, (int)len, param, PROTO_NAME_MAX);
+  memcpy(name, param + klen, len - klen);
+  name[len - klen] = '\0';
+  return 0;
+}
+
+/* Splits "SCHEME://ADDRESS?name=NAME" into the address the link dials (*link, rt_malloc'd)
+ * and the name. */
+static int parse_url(const char *url, char **link, char name[PROTO_NAME_MAX + 1]) {
+  const char *q = strchr(url, '?');
+  size_t n = q ? (size_t)(q - url) : strlen(url);
+  snprintf(name, PROTO_NAME_MAX + 1, "%s", program_invocation_short_name);
+  for (const char *p = q ? q + 1 : NULL; p != NULL;) {
+    const char *amp = strchr(p, '&');
+    size_t len = amp ? (size_t)(amp - p) : strlen(p);
+    int rc = take_param(url, p, len, name);
+    if (rc != 0)
+      return rc;
+    p = amp ? amp + 1 : NULL;
+  }
+  if ((*link = rt_malloc(n + 1)) == NULL)
+    return ACCEL_ENOMEM;
+  memcpy(*link, url, n);
+  (*link)[n] = '\0';
+  return 0;
+}
+
+static int remote_open(accel_ctx *ctx, const char *url, const char *name) {
   remote *r = rt_calloc(1, sizeof *r);
   if (r == NULL)
     return ACCEL_ENOMEM;
@@ -428,10 +470,21 @@ int client_remote_open(accel_ctx *ctx, const char *url) {
     rc = accel_runtime_start(ctx->rt);
   if (rc == 0)
     rc = r->link->open(ctx, url);
-  if (rc == 0)
-    rc = hello(ctx);
+  if (rc == 0 && (rc = hello(ctx, name)) != 0)
+    rt_error_detail(rc, "acceld at %s did not welcome this client (HELLO: %s)", url,
+                    accel_strerror(rc));
   if (rc != 0)
     open_failed(ctx);
+  return rc;
+}
+
+int client_remote_open(accel_ctx *ctx, const char *url) {
+  char *link, name[PROTO_NAME_MAX + 1];
+  int rc = parse_url(url, &link, name);
+  if (rc != 0)
+    return rc;
+  rc = remote_open(ctx, link, name);
+  rt_free(link);
   return rc;
 }
 

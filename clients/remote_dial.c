@@ -16,8 +16,10 @@
 
 #include "accel/error.h"
 #include "accel/runtime.h"
+#include "proto/local.h"
 #include "runtime/alloc.h"
 #include "runtime/deadline.h"
+#include "runtime/error_detail.h"
 
 static bool is_tls(const char *url) {
   static const char *const schemes[] = {"tls+tcp://", "tls+tcp4://", "tls+tcp6://"};
@@ -27,12 +29,18 @@ static bool is_tls(const char *url) {
   return false;
 }
 
+/* The detail just recorded (rt_error_detail), in the log too: a setting's mistake is worth a
+ * line there even for a program that never reads accel_last_error_detail. */
+static void log_detail(int level) {
+  accel_log(level, "client", "%s", accel_last_error_detail());
+}
+
 static const char *env(const char *name) {
   const char *v = getenv(name);
   return v != NULL && *v != '\0' ? v : NULL;
 }
 
-/* A PEM file as a NUL-terminated string, or NULL after logging why (bounded: PEM files are a
+/* A PEM file as a NUL-terminated string, or NULL after saying why (bounded: PEM files are a
  * few KiB). */
 static char *read_pem(const char *var, const char *path, size_t *len) {
   enum { MAX_PEM = 1 << 20 };
@@ -43,7 +51,8 @@ static char *read_pem(const char *var, const char *path, size_t *len) {
   if (f)
     fclose(f);
   if (err != 0) {
-    accel_log(ACCEL_LOG_ERROR, "client", "%s=%s: %s", var, path, strerror(err));
+    rt_error_detail(0, "%s=%s: %s", var, path, strerror(err));
+    log_detail(ACCEL_LOG_ERROR);
     rt_free(buf);
     return NULL;
   }
@@ -59,18 +68,21 @@ static int client_cert(nng_tls_config *cfg) {
   if (cert_path == NULL && key_path == NULL)
     return 0;
   if (cert_path == NULL || key_path == NULL) {
-    accel_log(ACCEL_LOG_ERROR, "client", "ACCEL_TLS_CERT and ACCEL_TLS_KEY go together");
+    rt_error_detail(0, "ACCEL_TLS_CERT and ACCEL_TLS_KEY go together");
+    log_detail(ACCEL_LOG_ERROR);
     return ACCEL_EINVAL;
   }
   size_t cert_len = 0, key_len = 0;
   char *cert = read_pem("ACCEL_TLS_CERT", cert_path, &cert_len);
   char *key = cert ? read_pem("ACCEL_TLS_KEY", key_path, &key_len) : NULL;
   int rv = key ? nng_tls_config_own_cert(cfg, cert, key, NULL) : NNG_EINVAL;
-  if (key && rv != 0)
-    accel_log(ACCEL_LOG_ERROR, "client",
-              "ACCEL_TLS_CERT=%s, ACCEL_TLS_KEY=%s: not a usable PEM certificate and "
-              "unencrypted private key: %s",
-              cert_path, key_path, nng_strerror(rv));
+  if (key && rv != 0) {
+    rt_error_detail(0,
+                    "ACCEL_TLS_CERT=%s, ACCEL_TLS_KEY=%s: not a usable PEM certificate and "
+                    "unencrypted private key: %s",
+                    cert_path, key_path, nng_strerror(rv));
+    log_detail(ACCEL_LOG_ERROR);
+  }
   rt_free(cert);
   if (key)
     explicit_bzero(key, key_len);
@@ -85,9 +97,10 @@ static int server_name(nng_tls_config *cfg, const char *url) {
   if (name == NULL && nng_url_parse(&u, url) == 0)
     name = u->u_hostname;
   int rv = name != NULL && *name != '\0' ? nng_tls_config_server_name(cfg, name) : NNG_EINVAL;
-  if (rv != 0)
-    accel_log(ACCEL_LOG_ERROR, "client", "%s: no server name to verify (ACCEL_TLS_SERVER_NAME)",
-              url);
+  if (rv != 0) {
+    rt_error_detail(0, "%s: no server name to verify (ACCEL_TLS_SERVER_NAME)", url);
+    log_detail(ACCEL_LOG_ERROR);
+  }
   if (u)
     nng_url_free(u);
   return rv == 0 ? 0 : ACCEL_EINVAL;
@@ -96,14 +109,16 @@ static int server_name(nng_tls_config *cfg, const char *url) {
 static int trust(nng_tls_config *cfg, const char *url) {
   const char *ca = env("ACCEL_TLS_CA");
   if (ca == NULL) {
-    accel_log(ACCEL_LOG_ERROR, "client",
-              "%s: set ACCEL_TLS_CA to the CA file that signed the daemon's certificate", url);
+    rt_error_detail(0, "%s: set ACCEL_TLS_CA to the CA file that signed the daemon's certificate",
+                    url);
+    log_detail(ACCEL_LOG_ERROR);
     return ACCEL_EPERM;
   }
   int rv = nng_tls_config_ca_file(cfg, ca);
   if (rv != 0) {
     const char *why = access(ca, R_OK) != 0 ? strerror(errno) : nng_strerror(rv);
-    accel_log(ACCEL_LOG_ERROR, "client", "ACCEL_TLS_CA=%s: %s", ca, why);
+    rt_error_detail(0, "ACCEL_TLS_CA=%s: %s", ca, why);
+    log_detail(ACCEL_LOG_ERROR);
     return ACCEL_EINVAL;
   }
   rv = nng_tls_config_auth_mode(cfg, NNG_TLS_AUTH_MODE_REQUIRED);
@@ -134,15 +149,16 @@ static int dial_error(const char *url, int rv) {
   bool refused = rv == NNG_EPEERAUTH || rv == NNG_ECRYPTO || rv == NNG_ECONNSHUT ||
                  rv == NNG_ECONNRESET;
   if (rv == NNG_ETIMEDOUT)
-    accel_log(ACCEL_LOG_WARN, "client", "%s: no TLS handshake within %d ms", url, DIAL_TIMEOUT_MS);
+    rt_error_detail(0, "%s: no TLS handshake within %d ms", url, DIAL_TIMEOUT_MS);
   else if (refused)
-    accel_log(ACCEL_LOG_WARN, "client",
-              "%s: TLS handshake failed (%s): the daemon's certificate is not trusted "
-              "(ACCEL_TLS_CA, ACCEL_TLS_SERVER_NAME), or the daemon refused ours "
-              "(ACCEL_TLS_CERT), or it does not speak TLS there",
-              url, nng_strerror(rv));
+    rt_error_detail(0,
+                    "%s: TLS handshake failed (%s): the daemon's certificate is not trusted "
+                    "(ACCEL_TLS_CA, ACCEL_TLS_SERVER_NAME), or the daemon refused ours "
+                    "(ACCEL_TLS_CERT), or it does not speak TLS there",
+                    url, nng_strerror(rv));
   else
-    accel_log(ACCEL_LOG_DEBUG, "client", "%s: %s", url, nng_strerror(rv));
+    rt_error_detail(0, "no acceld at %s (dial: %s)", url, nng_strerror(rv));
+  log_detail(rv == NNG_ETIMEDOUT || refused ? ACCEL_LOG_WARN : ACCEL_LOG_DEBUG);
   if (refused)
     return ACCEL_EPERM;
   return rv == NNG_EADDRINVAL || rv == NNG_EINVAL ? ACCEL_EINVAL : ACCEL_ECLOSED;
@@ -218,5 +234,25 @@ static int dial_tls(nng_socket sock, const char *url) {
 int client_nng_dial(nng_socket sock, const char *url) {
   if (is_tls(url))
     return dial_tls(sock, url);
-  return nng_dial(sock, url, NULL, 0) == 0 ? 0 : ACCEL_ECLOSED;
+  int rv = nng_dial(sock, url, NULL, 0);
+  if (rv == 0)
+    return 0;
+  return rt_error_detail(ACCEL_ECLOSED, "no acceld at %s (nng_dial: %s)", url, nng_strerror(rv));
+}
+
+int client_local_connect(const char *url) {
+  int fd = proto_local_connect(proto_local_path(url));
+  if (fd >= 0)
+    return fd;
+  const char *why = strerror(errno);
+  switch (fd) {
+  case ACCEL_ECLOSED: /* ENOENT: no socket file; ECONNREFUSED: nobody behind it */
+    return rt_error_detail(fd, "no acceld at %s (connect: %s)", url, why);
+  case ACCEL_EPERM:
+    return rt_error_detail(fd, "not allowed to connect to %s (connect: %s)", url, why);
+  case ACCEL_EINVAL:
+    return rt_error_detail(fd, "%s: the socket path is too long (%s)", url, why);
+  default:
+    return rt_error_detail(fd, "cannot connect to %s (socket: %s)", url, why);
+  }
 }

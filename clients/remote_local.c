@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "clients/remote.h"
+#include "clients/remote_dial.h"
 
 /* Out of memory for a frame's bytes: they wait in the socket, so the reader waits too (this is
  * its own thread) and tries again, 1 ms then doubling, for about 4 s in all before it gives
@@ -45,7 +46,7 @@ static void *receiver(void *arg) {
 
 static int local_open(accel_ctx *ctx, const char *url) {
   remote *r = remote_of(ctx);
-  int fd = proto_local_connect(proto_local_path(url));
+  int fd = client_local_connect(url);
   if (fd < 0)
     return fd;
   r->fd = fd;

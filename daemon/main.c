@@ -3,8 +3,8 @@
  * systemd), and runs the loop on the main thread until SIGTERM has drained it.
  *
  *   acceld [--config FILE] [--listen URL]... [--log-level L] [--enable-fault-injection]
- *          [--cpu-devices N] [--allow-plain-tcp] [--user-kernels local|all|none]
- *          [--foreground]
+ *          [--cpu-devices N] [--backends LIST] [--allow-plain-tcp]
+ *          [--user-kernels local|all|none] [--metrics URL] [--foreground]
  *   acceld --version
  *
  * Without --foreground (and outside systemd) it detaches once it serves, so a shell script can
@@ -29,6 +29,7 @@
 #include "daemon/config.h"
 #include "daemon/service.h"
 #include "runtime/alloc.h"
+#include "runtime/error_detail.h"
 #include "server/server.h"
 
 static void usage(FILE *to) {
@@ -36,7 +37,7 @@ static void usage(FILE *to) {
           "usage: acceld [--config FILE] [--listen URL]... [--log-level LEVEL]\n"
           "              [--enable-fault-injection] [--cpu-devices N] [--backends LIST]\n"
           "              [--allow-plain-tcp] [--user-kernels local|all|none]\n"
-          "              [--foreground]\n"
+          "              [--metrics URL] [--foreground]\n"
           "  --config FILE             INI configuration (default %s, if present)\n"
           "  --listen URL              ipc://PATH, tls+tcp://HOST:PORT (TLS settings in the\n"
           "                            config's [security]) or tcp://HOST:PORT, repeatable\n"
@@ -303,11 +304,22 @@ static int start_tree(daemon_ctx *d, int gid, int ready_fd) {
   return accel_spawn(d->rt, NULL, &acd_service_behavior, &d->service, &vo, NULL);
 }
 
-static int run(daemon_ctx *d, int gid, int ready_fd) {
+/* Why the tree did not start, in words: the detail its failing step recorded (a listener's
+ * address and the cause: "ipc://PATH: address in use by another acceld (pid N)"), else the
+ * code's message. Taken before teardown, which may record details of its own. */
+static void say_why(int rc, char *why, size_t len) {
+  const char *detail = accel_last_error_detail();
+  snprintf(why, len, "%s", *detail != '\0' ? detail : accel_strerror(rc));
+}
+
+static int run(daemon_ctx *d, int gid, int ready_fd, char *why, size_t why_len) {
   int rc = accel_runtime_create(&d->rt, NULL);
   if (rc != 0)
     return rc;
+  rt_error_detail_clear();
   rc = start_tree(d, gid, ready_fd);
+  if (rc != 0)
+    say_why(rc, why, why_len);
   if (rc == 0) {
     accel_log(ACCEL_LOG_INFO, "acceld", "serving %d device(s) (pid %d)", d->world.nnodes - 1,
               (int)getpid());
@@ -341,9 +353,10 @@ int main(int argc, char **argv) {
   if (prepare_ipc_dirs(&d.config) != 0)
     return 1;
   int ready_fd = detach(d.flags.foreground);
-  int rc = run(&d, gid, ready_fd);
+  char why[600] = "";
+  int rc = run(&d, gid, ready_fd, why, sizeof why);
   if (rc != 0)
-    fprintf(stderr, "acceld: cannot start: %s\n", accel_strerror(rc));
+    fprintf(stderr, "acceld: cannot start: %s\n", *why != '\0' ? why : accel_strerror(rc));
   acd_config_free(&d.config);
   if (rc == 0 && quarantine_exit)
     return EXIT_QUARANTINE;

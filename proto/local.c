@@ -25,8 +25,10 @@ const char *proto_local_path(const char *url) {
 
 int proto_local_connect(const char *path) {
   struct sockaddr_un sa = {.sun_family = AF_UNIX};
-  if (path == NULL || strlen(path) >= sizeof sa.sun_path)
+  if (path == NULL || strlen(path) >= sizeof sa.sun_path) {
+    errno = ENAMETOOLONG;
     return ACCEL_EINVAL;
+  }
   strcpy(sa.sun_path, path);
   int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0)
@@ -34,6 +36,7 @@ int proto_local_connect(const char *path) {
   if (connect(fd, (struct sockaddr *)&sa, sizeof sa) != 0) {
     int e = errno;
     close(fd);
+    errno = e; /* the caller names the cause (clients/remote_dial.c) */
     return e == EACCES || e == EPERM ? ACCEL_EPERM : ACCEL_ECLOSED;
   }
   return fd;

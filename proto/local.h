@@ -22,7 +22,8 @@
 const char *proto_local_path(const char *url);
 
 /* Connects to the daemon's socket. The descriptor (close-on-exec) or ACCEL_ECLOSED (nothing
- * listens there), ACCEL_EINVAL (path too long), ACCEL_EPERM (no permission). */
+ * listens there), ACCEL_EINVAL (path too long), ACCEL_EPERM (no permission), ACCEL_ESYS (no
+ * socket); on failure errno says why (connect's, or ENAMETOOLONG). */
 RT_MUST_USE int proto_local_connect(const char *path);
 
 /* Writes all `len` bytes (retrying short writes and EINTR; SIGPIPE never raised). 0 or

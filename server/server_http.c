@@ -25,6 +25,7 @@
 
 #include "actors/metrics.h"
 #include "runtime/alloc.h"
+#include "runtime/error_detail.h"
 #include "runtime/loop.h"
 #include "server/http_priv.h"
 
@@ -279,7 +280,7 @@ int srv_http_start(srv_server *s, const char *url) {
   srv_http_addr a;
   if (rc == 0 && srv_http_addr_parse(url, &a) != 0) {
     accel_log(ACCEL_LOG_ERROR, "server", "metrics: cannot serve %s: not http://HOST:PORT", url);
-    rc = ACCEL_EINVAL;
+    rc = rt_error_detail(ACCEL_EINVAL, "metrics %s: not http://HOST:PORT", url);
   }
   srv_http *h = rc == 0 ? http_new(s) : NULL;
   if (rc != 0 || h == NULL)
@@ -288,8 +289,11 @@ int srv_http_start(srv_server *s, const char *url) {
   if (rv != 0) {
     accel_log(ACCEL_LOG_ERROR, "server", "metrics: cannot serve %s: %s%s", url, uv_strerror(rv),
               rv == UV_EADDRINUSE ? " (another program, perhaps another acceld, has it)" : "");
+    /* acceld's "cannot start: ..." line ends with this (daemon/main.c) */
+    rc = rt_error_detail(rv == UV_EADDRNOTAVAIL || rv == UV_EINVAL ? ACCEL_EINVAL : ACCEL_ESYS,
+                         "metrics %s: %s", h->where[0] ? h->where : url, uv_strerror(rv));
     http_close(h);
-    return rv == UV_EADDRNOTAVAIL || rv == UV_EINVAL ? ACCEL_EINVAL : ACCEL_ESYS;
+    return rc;
   }
   accel_log(ACCEL_LOG_INFO, "server", "metrics on %s/metrics, health on %s/healthz", h->where,
             h->where);

@@ -52,6 +52,7 @@
 #include "proto/local.h"
 #include "proto/stream.h"
 #include "runtime/alloc.h"
+#include "runtime/error_detail.h"
 #include "runtime/loop.h"
 #include "server/server_priv.h"
 
@@ -883,26 +884,37 @@ static void on_accept_retry(uv_timer_t *t) {
 /* ---- listening ---- */
 
 /* Whether a daemon answers on `path` now: a second acceld must not take the socket of a live
- * one (it would cut it off from every new client). A socket file nobody answers is stale. */
-static bool path_is_live(const char *path) {
+ * one (it would cut it off from every new client). A socket file nobody answers is stale.
+ * *pid: the one answering, where the kernel says (SO_PEERCRED), else 0. */
+static bool path_is_live(const char *path, pid_t *pid) {
+  struct ucred cred = {0};
+  socklen_t len = sizeof cred;
   int fd = proto_local_connect(path);
+  *pid = 0;
   if (fd < 0)
     return fd != ACCEL_ECLOSED; /* EPERM: someone's socket we may not even use */
+  if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0)
+    *pid = cred.pid;
   close(fd);
   return true;
 }
 
+/* acceld's "cannot start: ..." line ends with these details (daemon/main.c). */
 static int prepare_path(const char *path) {
   struct stat st;
+  pid_t pid;
   if (lstat(path, &st) != 0)
-    return errno == ENOENT ? 0 : ACCEL_ESYS;
+    return errno == ENOENT ? 0 : rt_error_detail(ACCEL_ESYS, "ipc://%s: %s", path, strerror(errno));
   if (!S_ISSOCK(st.st_mode)) {
     accel_log(ACCEL_LOG_ERROR, "server", "%s exists and is not a socket", path);
-    return ACCEL_EBUSY;
+    return rt_error_detail(ACCEL_EBUSY, "ipc://%s: the file exists and is not a socket", path);
   }
-  if (path_is_live(path)) {
+  if (path_is_live(path, &pid)) {
     accel_log(ACCEL_LOG_ERROR, "server", "address in use by another acceld (%s)", path);
-    return ACCEL_EBUSY;
+    return pid > 0
+               ? rt_error_detail(ACCEL_EBUSY, "ipc://%s: address in use by another acceld (pid %d)",
+                                 path, (int)pid)
+               : rt_error_detail(ACCEL_EBUSY, "ipc://%s: address in use by another acceld", path);
   }
   accel_log(ACCEL_LOG_INFO, "server", "%s: removing a stale socket file", path);
   return unlink(path) == 0 ? 0 : ACCEL_ESYS;
@@ -948,8 +960,9 @@ static int make_socket(srv_listener *ls) {
   memcpy(sa.sun_path, ls->path, len + 1);
   ls->fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   if (ls->fd < 0 || bind(ls->fd, (struct sockaddr *)&sa, sizeof sa) != 0) {
-    accel_log(ACCEL_LOG_ERROR, "server", "cannot bind %s: %s", ls->path, strerror(errno));
-    return ACCEL_EBUSY;
+    const char *why = strerror(errno);
+    accel_log(ACCEL_LOG_ERROR, "server", "cannot bind %s: %s", ls->path, why);
+    return rt_error_detail(ACCEL_EBUSY, "ipc://%s: bind: %s", ls->path, why);
   }
   return 0;
 }

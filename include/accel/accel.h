@@ -130,7 +130,10 @@ typedef struct accel_transfer_stats {
  * bytes for the process; default a quarter of the host's memory; 0: never).
  * "ipc://PATH" (or "unix://PATH"), "tls+tcp://HOST:PORT" or "tcp://HOST:PORT" connects to
  * acceld: the same API and semantics; buffers belong to this connection and die with it.
- * ACCEL_ECLOSED if no daemon answers there, and for every pending and later op once the
+ * One parameter: name=NAME (1 to 64 bytes), the client's name in `accelctl clients` and the
+ * daemon's log (default: the program's, program_invocation_short_name); any other is
+ * ACCEL_EINVAL. ACCEL_ECLOSED if no daemon answers there (accel_last_error_detail says why:
+ * no socket file, or nobody behind it), and for every pending and later op once the
  * connection is lost. Other schemes: ACCEL_ENOTSUP.
  * tls+tcp:// always verifies the daemon's certificate; the settings come from the environment:
  *   ACCEL_TLS_CA           PEM file of the CA(s) that signed the daemon's certificate (required)

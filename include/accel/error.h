@@ -52,6 +52,17 @@ ACCEL_API const char *accel_strerror(int err);
  * Static string; thread-safe. */
 ACCEL_API const char *accel_err_name(int err);
 
+/* Why the calling thread's last failed call failed, where the code alone cannot say: which
+ * argument or address, which values, which system call and its errno. For example
+ * "no acceld at ipc:///run/acceld/acceld.sock (connect: No such file or directory)". Never
+ * NULL; "" when there is nothing to add.
+ *
+ * accel_open clears it when it starts and, when it fails to reach acceld, records why; other
+ * calls leave it as it was, so read it right after the call that failed. Per thread: a
+ * failure on one thread never shows on another. The string belongs to libaccel; the thread's
+ * next accel_open rewrites it (copy it to keep it). */
+ACCEL_API const char *accel_last_error_detail(void);
+
 #ifdef __cplusplus
 }
 #endif

@@ -2,13 +2,18 @@
  * leave no trace: no future is made (the out pointer stays untouched), nothing goes in flight
  * and nothing is recorded for accel_finish, the buffers are unchanged. Stale handles (destroyed,
  * never made, 0, another context's) give ACCEL_ESTALE. accel_open refuses bad URLs (EINVAL),
- * unknown schemes (ENOTSUP) and daemons that do not answer (ECLOSED). Destroying buffers and
- * closing a context while ops are in flight is safe. An op that runs out of memory fails alone
- * (ENOMEM in its future). A destroyed handle stays stale however often its slot is reused.
+ * unknown schemes (ENOTSUP) and daemons that do not answer (ECLOSED), saying why in
+ * accel_last_error_detail. Destroying buffers and closing a context while ops are in flight
+ * is safe. An op that runs out of memory fails alone (ENOMEM in its future). A destroyed handle
+ * stays stale however often its slot is reused.
  *
  * Every call that must fail is made twice, with a future pointer (which must stay untouched)
  * and with NULL (fire-and-forget: the error must still come from the call). */
+#include <errno.h>
 #include <math.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
 
 #include "api_util.h"
 
@@ -120,6 +125,59 @@ TEST(open_urls) {
     accel_close(ctx);
   }
   accel_close(NULL); /* harmless */
+}
+
+/* accel_last_error_detail: why accel_open could not reach acceld, in words (the address, the
+ * system call, its errno), where the code alone (ECLOSED) cannot tell a missing socket from a
+ * dead one; "" after an open that had nothing to add; per thread. */
+static void check_open_detail(const char *url, int code, const char *detail) {
+  accel_ctx *ctx = NULL;
+  CHECK_ERR(accel_open(&ctx, url), code);
+  if (strcmp(accel_last_error_detail(), detail) != 0)
+    TEST_FAIL("accel_open(\"%s\"): detail \"%s\", want \"%s\"", url, accel_last_error_detail(),
+              detail);
+}
+
+static void *open_on_another_thread(void *url) {
+  accel_ctx *ctx = NULL;
+  CHECK_ERR(accel_open(&ctx, url), ACCEL_ECLOSED);
+  CHECK(strstr(accel_last_error_detail(), "no acceld at ") == accel_last_error_detail());
+  return NULL;
+}
+
+TEST(open_failures_say_why) {
+  char want[512], dir[] = "/tmp/accel-api-detail-XXXXXX", url[128];
+  const char *missing = "ipc:///nonexistent-accel-api-test/acceld.sock";
+  snprintf(want, sizeof want, "no acceld at %s (connect: %s)", missing, strerror(ENOENT));
+  check_open_detail(missing, ACCEL_ECLOSED, want);
+  /* a socket file with nobody behind it: a daemon that died */
+  CHECK(mkdtemp(dir) != NULL);
+  int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+  struct sockaddr_un sa = {.sun_family = AF_UNIX};
+  snprintf(sa.sun_path, sizeof sa.sun_path, "%s/dead.sock", dir);
+  CHECK_EQ(bind(fd, (struct sockaddr *)&sa, sizeof sa), 0);
+  snprintf(url, sizeof url, "ipc://%s", sa.sun_path);
+  snprintf(want, sizeof want, "no acceld at %s (connect: %s)", url, strerror(ECONNREFUSED));
+  check_open_detail(url, ACCEL_ECLOSED, want);
+  check_open_detail("bogus", ACCEL_EINVAL, ""); /* cleared: nothing to add to EINVAL */
+  check_open_detail("tcp://127.0.0.1:1", ACCEL_ECLOSED,
+                    "no acceld at tcp://127.0.0.1:1 (nng_dial: Connection refused)");
+  check_open_detail("ipc:///x?nope=1", ACCEL_EINVAL,
+                    "ipc:///x?nope=1: 'nope=1' is not a parameter of a daemon's URL (only "
+                    "name=NAME, 1 to 64 bytes)");
+  const char *empty_name = "ipc:///x?name=: 'name=' is not a parameter of a daemon's URL (only "
+                           "name=NAME, 1 to 64 bytes)";
+  check_open_detail("ipc:///x?name=", ACCEL_EINVAL, empty_name);
+  /* another thread's failure leaves this thread's detail alone */
+  pthread_t t;
+  CHECK_EQ(pthread_create(&t, NULL, open_on_another_thread, url), 0);
+  CHECK_EQ(pthread_join(t, NULL), 0);
+  CHECK_STR_EQ(accel_last_error_detail(), empty_name);
+  accel_close(ctx_open(NULL)); /* a success clears it */
+  CHECK_STR_EQ(accel_last_error_detail(), "");
+  close(fd);
+  CHECK_EQ(unlink(sa.sun_path), 0);
+  CHECK_EQ(rmdir(dir), 0);
 }
 
 TEST(null_context) {
@@ -614,6 +672,7 @@ TEST(version) {
 
 static const test_case tests[] = {
     TEST_CASE(open_urls),
+    TEST_CASE(open_failures_say_why),
     TEST_CASE(null_context),
     TEST_CASE(devices),
     TEST_CASE(bad_device_for_every_op),

@@ -1,9 +1,14 @@
 /* accelctl against the real acceld: ping, status, devices, tree, clients and top (text and
- * JSON), errors. */
+ * JSON), errors (each named: the option, the command, the address and its cause); acceld's
+ * start-up errors; clients named after their program or their URL's name=. */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <sys/wait.h>
 
+#include "accel/accel.h"
 #include "util.h"
 
 static char out[1 << 16];
@@ -14,6 +19,13 @@ TEST(ping_answers) {
   td_start(&d, NULL);
   CHECK_EQ(td_ctl(out, sizeof out, "--url", d.url, "ping", NULL), 0);
   CHECK(strstr(out, "alive") != NULL);
+  /* --url=URL as well as --url URL, and options after the command */
+  char url_opt[160];
+  snprintf(url_opt, sizeof url_opt, "--url=%s", d.url);
+  CHECK_EQ(td_ctl(out, sizeof out, url_opt, "ping", NULL), 0);
+  CHECK(strstr(out, "alive") != NULL);
+  CHECK_EQ(td_ctl(out, sizeof out, "ping", url_opt, "--json", NULL), 0);
+  CHECK(strstr(out, "\"alive\":true") != NULL);
   CHECK_EQ(td_stop(&d), 0);
   td_cleanup(&d);
 }
@@ -123,8 +135,8 @@ TEST(no_daemon_is_a_clear_error) {
   td_prepare(&d); /* never started: nothing listens on d.url */
   CHECK_EQ(td_ctl(out, sizeof out, "--url", d.url, "status", NULL), 1);
   char want[256];
-  snprintf(want, sizeof want, "no acceld at %s (no such socket)", d.url);
-  CHECK(strstr(out, want) != NULL);
+  snprintf(want, sizeof want, "accelctl: no acceld at %s (connect: %s)\n", d.url, strerror(ENOENT));
+  CHECK_STR_EQ(out, want);
   /* a socket file with nobody behind it (a daemon that died) */
   int fd = socket(AF_UNIX, SOCK_STREAM, 0);
   struct sockaddr_un sa = {.sun_family = AF_UNIX};
@@ -133,8 +145,15 @@ TEST(no_daemon_is_a_clear_error) {
   memcpy(sa.sun_path, path, strlen(path) + 1);
   CHECK_EQ(bind(fd, (struct sockaddr *)&sa, sizeof sa), 0);
   CHECK_EQ(td_ctl(out, sizeof out, "--url", d.url, "status", NULL), 1);
-  snprintf(want, sizeof want, "no acceld at %s (connection refused)", d.url);
-  CHECK(strstr(out, want) != NULL);
+  snprintf(want, sizeof want, "accelctl: no acceld at %s (connect: %s)\n", d.url,
+           strerror(ECONNREFUSED));
+  CHECK_STR_EQ(out, want);
+  /* over nng: a port nobody listens on */
+  char tcp[64];
+  snprintf(tcp, sizeof tcp, "tcp://127.0.0.1:%d", td_free_port());
+  CHECK_EQ(td_ctl(out, sizeof out, "--url", tcp, "ping", NULL), 1);
+  snprintf(want, sizeof want, "accelctl: no acceld at %s (nng_dial: Connection refused)\n", tcp);
+  CHECK_STR_EQ(out, want);
   close(fd);
   unlink(sa.sun_path);
   td_cleanup(&d);
@@ -164,12 +183,130 @@ TEST(version_flags_print_the_build_version) {
   td_cleanup(&d);
 }
 
+/* accelctl ARGS... exits 2 with `message` as its first line, then one line of usage (not the
+ * whole list of commands). */
+#define CHECK_USAGE_ERROR(message, ...)                                                            \
+  do {                                                                                             \
+    CHECK_EQ(td_ctl(out, sizeof out, __VA_ARGS__, NULL), 2);                                       \
+    static const char want_[] = "accelctl: " message "\nusage: accelctl ";                         \
+    if (strncmp(out, want_, sizeof want_ - 1) != 0)                                                \
+      TEST_FAIL("accelctl %s said:\n%s\nnot:\n%s", #__VA_ARGS__, out, want_);                      \
+    CHECK(strstr(out, "commands:") == NULL);                                                       \
+  } while (0)
+
 TEST(usage_errors_exit_2) {
-  CHECK_EQ(td_ctl(out, sizeof out, "frobnicate", NULL), 2);
-  CHECK_EQ(td_ctl(out, sizeof out, "inject-fault", NULL), 2);            /* needs --device */
-  CHECK_EQ(td_ctl(out, sizeof out, "status", "--count", "2", NULL), 2);  /* top's */
-  CHECK_EQ(td_ctl(out, sizeof out, "top", "--interval", "10", NULL), 2); /* below 50 ms */
-  CHECK(strstr(out, "usage: accelctl") != NULL);
+  CHECK_USAGE_ERROR("unknown command 'frobnicate'", "frobnicate");
+  CHECK_USAGE_ERROR("unknown command 'bogus'", "--json", "bogus");
+  CHECK_USAGE_ERROR("inject-fault needs --device N", "inject-fault");
+  CHECK_USAGE_ERROR("--interval and --count are options of top, not of status", "status", "--count",
+                    "2");
+  CHECK_USAGE_ERROR("--interval: '10' is not a whole number from 50 to 3600000", "top",
+                    "--interval", "10");
+  CHECK_USAGE_ERROR("--timeout: 'x' is not a whole number from 1 to 3600000", "--timeout=x",
+                    "ping");
+  CHECK_USAGE_ERROR("unknown option '--bogus'", "--bogus", "ping");
+  CHECK_USAGE_ERROR("unknown option '--bogus=1'", "ping", "--bogus=1");
+  CHECK_USAGE_ERROR("unknown option '-x'", "-x", "ping");
+  CHECK_USAGE_ERROR("option '--json' takes no value", "--json=yes", "ping");
+  CHECK_USAGE_ERROR("option '--url' needs a value", "ping", "--url");
+  CHECK_USAGE_ERROR("unexpected argument 'now' after ping", "ping", "now");
+  CHECK_USAGE_ERROR("no command given", "--json");
+  /* --help: the whole usage, on stdout, exit 0 */
+  CHECK_EQ(td_ctl(out, sizeof out, "--help", NULL), 0);
+  CHECK(strstr(out, "commands:") != NULL && strstr(out, "inject-fault --device N") != NULL);
+}
+
+/* A TCP port on 127.0.0.1 that this process listens on (so nobody else can take it). */
+static int taken_port(int *fd) {
+  struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  socklen_t len = sizeof sa;
+  *fd = socket(AF_INET, SOCK_STREAM, 0);
+  CHECK_GE(*fd, 0);
+  CHECK_EQ(bind(*fd, (struct sockaddr *)&sa, sizeof sa), 0);
+  CHECK_EQ(listen(*fd, 1), 0);
+  CHECK_EQ(getsockname(*fd, (struct sockaddr *)&sa, &len), 0);
+  return ntohs(sa.sin_port);
+}
+
+/* acceld's last line when it cannot start names the address and the cause, not just a code
+ * ("busy: queue or mailbox full", "system call failed"). */
+TEST(start_up_errors_name_the_address_and_the_cause) {
+  td_daemon d;
+  td_prepare(&d);
+  td_start(&d, NULL);
+  td_daemon second = d; /* the same socket */
+  second.pid = 0;
+  snprintf(second.log, sizeof second.log, "%s/second.log", d.dir);
+  CHECK_EQ(td_start_expect_exit(&second, NULL), 1);
+  char want[256];
+  snprintf(want, sizeof want,
+           "acceld: cannot start: %s: address in use by another acceld (pid %d)\n", d.url,
+           (int)d.pid);
+  if (strstr(td_log(&second), want) == NULL)
+    TEST_FAIL("no '%s' in:\n%s", want, td_log(&second));
+  /* the metrics port taken (by this process) */
+  int fd, port = taken_port(&fd);
+  char port_arg[16];
+  snprintf(port_arg, sizeof port_arg, "%d", port);
+  snprintf(second.url, sizeof second.url, "ipc://%s/other.sock", d.dir);
+  snprintf(second.log, sizeof second.log, "%s/third.log", d.dir);
+  CHECK_EQ(td_start_expect_exit(&second, "--metrics", port_arg, NULL), 1);
+  snprintf(want, sizeof want,
+           "acceld: cannot start: metrics http://127.0.0.1:%d: address already in use\n", port);
+  if (strstr(td_log(&second), want) == NULL)
+    TEST_FAIL("no '%s' in:\n%s", want, td_log(&second));
+  close(fd);
+  CHECK_EQ(td_stop(&d), 0);
+  td_cleanup(&d);
+}
+
+/* The man page's SYNOPSIS (docs/man/acceld.8.scd) as one string, or NULL without the source. */
+static char *man_synopsis(const char *page) {
+  static char text[1 << 16];
+  char path[512];
+  const char *src = getenv("ACCEL_SOURCE_ROOT");
+  if (src == NULL)
+    return NULL;
+  snprintf(path, sizeof path, "%s/docs/man/%s", src, page);
+  FILE *f = fopen(path, "r");
+  CHECK(f != NULL);
+  size_t n = fread(text, 1, sizeof text - 1, f);
+  fclose(f);
+  text[n] = '\0';
+  char *from = strstr(text, "# SYNOPSIS"), *to = from ? strstr(from, "# DESCRIPTION") : NULL;
+  CHECK(to != NULL);
+  *to = '\0';
+  return from;
+}
+
+/* Every flag `acceld --help` describes is in its synopsis line and in the man page's. */
+TEST(acceld_synopsis_names_every_flag) {
+  td_daemon d;
+  td_prepare(&d);
+  CHECK_EQ(td_start_expect_exit(&d, "--help", NULL), 0);
+  static char help[1 << 14];
+  snprintf(help, sizeof help, "%s", td_log(&d));
+  char *flags = strstr(help, "\n  --");
+  CHECK(flags != NULL);
+  *flags++ = '\0'; /* help: the synopsis; flags: one line per flag */
+  const char *man = man_synopsis("acceld.8.scd");
+  int checked = 0;
+  for (char *line = flags, *next; line != NULL; line = next) {
+    if ((next = strchr(line, '\n')) != NULL)
+      *next++ = '\0';
+    char name[48], want[64];
+    if (sscanf(line, "  --%47[a-z-]", name) != 1 || strcmp(name, "version") == 0)
+      continue; /* a description's second line, or the synopsis' own */
+    snprintf(want, sizeof want, "[--%s", name);
+    if (strstr(help, want) == NULL)
+      TEST_FAIL("--%s is not in acceld's synopsis:\n%s", name, help);
+    snprintf(want, sizeof want, "[*--%s*", name);
+    if (man != NULL && strstr(man, want) == NULL)
+      TEST_FAIL("--%s is not in acceld.8's SYNOPSIS:\n%s", name, man);
+    checked++;
+  }
+  CHECK_GE(checked, 10);
+  td_cleanup(&d);
 }
 
 /* Runs a python3 one-liner on the JSON `accelctl COMMAND --json` prints (saved in the daemon's
@@ -270,6 +407,33 @@ TEST(clients_lists_each_session) {
   td_cleanup(&d);
 }
 
+/* A libaccel client is named after its program (here this test's executable), or by its
+ * URL's name=; another parameter is refused. */
+TEST(clients_are_named_by_program_or_url) {
+  td_daemon d;
+  td_prepare(&d);
+  td_start(&d, NULL);
+  char url[192];
+  accel_ctx *plain, *named;
+  CHECK_OK(accel_open(&plain, d.url));
+  snprintf(url, sizeof url, "%s?name=trainer-7", d.url);
+  CHECK_OK(accel_open(&named, url));
+  CHECK_EQ(on_ctl_json(&d, "clients",
+                       "n=sorted(x[\"name\"] for x in s); "
+                       "assert n==[\"test-daemon-cli\",\"trainer-7\"], n"),
+           0);
+  CHECK_EQ(td_ctl(out, sizeof out, "--url", d.url, "clients", NULL), 0);
+  CHECK(strstr(out, "trainer-7") != NULL && strstr(out, "test-daemon-cli") != NULL);
+  accel_close(plain);
+  accel_close(named);
+  /* (its detail is checked in tests/api/errors.c: this executable has a copy of the runtime
+   * of its own besides libaccel's, so it cannot read libaccel's detail) */
+  snprintf(url, sizeof url, "%s?nmae=x", d.url);
+  CHECK_ERR(accel_open(&plain, url), ACCEL_EINVAL);
+  CHECK_EQ(td_stop(&d), 0);
+  td_cleanup(&d);
+}
+
 /* `top` in a real terminal (tmux): the screen is redrawn in place, so one header is on it,
  * and what it shows changes between refreshes. */
 TEST(top_refreshes_in_place_in_a_terminal) {
@@ -364,6 +528,9 @@ static const test_case tests[] = {
     TEST_CASE(every_command_takes_json),
     TEST_CASE(tree_shows_quarantined_devices_and_restarts),
     TEST_CASE(clients_lists_each_session),
+    TEST_CASE(clients_are_named_by_program_or_url),
+    TEST_CASE(start_up_errors_name_the_address_and_the_cause),
+    TEST_CASE(acceld_synopsis_names_every_flag),
     TEST_CASE(top_refreshes_in_place_in_a_terminal),
     TEST_CASE(any_prefers_the_cpu_backend_over_an_opencl_cpu_device),
 };
