@@ -40,6 +40,7 @@ static void limit_self(void) {
   (void)setpriority(PRIO_PROCESS, 0, HELPER_NICE);
 }
 
+#ifndef HELPER_SANITIZED
 /* The process's writable memory now (VmData of /proc/self/status), in bytes; 0 if unknown. */
 static uint64_t data_now(void) {
   FILE *f = fopen("/proc/self/status", "r");
@@ -52,6 +53,7 @@ static uint64_t data_now(void) {
     fclose(f);
   return (uint64_t)kb << 10;
 }
+#endif
 
 /* Caps what the compile may add to what the process holds now (the platforms' libraries,
  * loaded before: see warm_up) at memory_mb. */
