@@ -190,6 +190,25 @@ static inline void stats(accel_ctx *ctx, accel_transfer_stats *s) {
   CHECK_OK(accel_transfer_stats_get(ctx, s));
 }
 
+/* The context's transfer counters once every op issued so far is done. */
+static inline accel_transfer_stats moved_now(accel_ctx *ctx) {
+  accel_transfer_stats s;
+  CHECK_OK(accel_finish(ctx, -1));
+  stats(ctx, &s);
+  return s;
+}
+
+/* Whether Z is valid on device d now: an op there reading it moves nothing. */
+static inline bool valid_on(accel_ctx *ctx, accel_device d, accel_buffer Z, accel_buffer scratch) {
+  accel_transfer_stats before = moved_now(ctx);
+  accel_future *f = NULL;
+  CHECK_OK(accel_relu(ctx, d, scratch, Z, &f));
+  WAIT_OK(f);
+  accel_transfer_stats after = moved_now(ctx);
+  return after.host_to_device == before.host_to_device &&
+         after.device_to_device == before.device_to_device;
+}
+
 /* Waits until device `dev` reports `state` with at least `restarts` restarts (a wait loop, not
  * a timing assertion: a device that never gets there is the watchdog's to report). */
 static inline void device_wait(accel_ctx *ctx, accel_device dev, int state, uint32_t restarts,

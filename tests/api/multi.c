@@ -99,13 +99,6 @@ static accel_ctx *open_members(int want, int least, const char *params, bool col
       TEST_SKIP(members_skip_);                                                                    \
   } while (0)
 
-static accel_transfer_stats moved_now(accel_ctx *ctx) {
-  accel_transfer_stats s;
-  CHECK_OK(accel_finish(ctx, -1));
-  stats(ctx, &s);
-  return s;
-}
-
 #define CHECK_MOVED(ctx, what, h2d_, d2h_, d2d_)                                                   \
   do {                                                                                             \
     accel_transfer_stats s_ = moved_now(ctx);                                                      \
@@ -296,17 +289,6 @@ TEST(a_peer_copy_planned_before_its_source_restarted_takes_no_new_memory) {
 }
 
 /* ---- placement ---- */
-
-/* Whether Z is valid on device d now: an op there reading it moves nothing. */
-static bool valid_on(accel_ctx *ctx, accel_device d, accel_buffer Z, accel_buffer scratch) {
-  accel_transfer_stats before = moved_now(ctx);
-  accel_future *f = NULL;
-  CHECK_OK(accel_relu(ctx, d, scratch, Z, &f));
-  WAIT_OK(f);
-  accel_transfer_stats after = moved_now(ctx);
-  return after.host_to_device == before.host_to_device &&
-         after.device_to_device == before.device_to_device;
-}
 
 /* Y = sigmoid(X) on d, then Z = tanh(Y) on ANY, each waited for: what the second moved (each
  * count after accel_finish). */

@@ -19,24 +19,6 @@ static accel_ctx *open_equals(void) {
   return ctx;
 }
 
-static accel_transfer_stats moved_now(accel_ctx *ctx) {
-  accel_transfer_stats s;
-  CHECK_OK(accel_finish(ctx, -1));
-  stats(ctx, &s);
-  return s;
-}
-
-/* Whether Z is valid on device d now: an op there reading it moves nothing. */
-static bool valid_on(accel_ctx *ctx, accel_device d, accel_buffer Z, accel_buffer scratch) {
-  accel_transfer_stats before = moved_now(ctx);
-  accel_future *f = NULL;
-  CHECK_OK(accel_relu(ctx, d, scratch, Z, &f));
-  WAIT_OK(f);
-  accel_transfer_stats after = moved_now(ctx);
-  return after.host_to_device == before.host_to_device &&
-         after.device_to_device == before.device_to_device;
-}
-
 /* The device Z is valid on, of those that could have made it (the first found; -1: none). */
 static accel_device where(accel_ctx *ctx, accel_buffer Z, accel_buffer scratch) {
   for (accel_device d = 0; d < DEVICES; d++)

@@ -240,19 +240,6 @@ TEST(connections_past_the_cap_are_closed_at_once) {
   stop(&e);
 }
 
-/* A local client's round: HELLO, create, write, read back. */
-static void local_op(td_daemon *d) {
-  td_client c;
-  td_client_open(&c, d->url);
-  CHECK_OK(td_hello(&c, NULL));
-  CHECK_OK(td_create(&c, td_handle(1, 1), ACCEL_U32, 4));
-  uint32_t v[4] = {1, 2, 3, 4}, back[4] = {0};
-  CHECK_OK(td_write_u32(&c, td_handle(1, 1), v, 4));
-  CHECK_OK(td_read_u32(&c, td_handle(1, 1), back, 4));
-  CHECK_EQ(memcmp(v, back, sizeof v), 0);
-  td_client_close(&c);
-}
-
 static int count(const char *text, const char *what) {
   int n = 0;
   for (const char *p = text; (p = strstr(p, what)) != NULL; p += strlen(what))
@@ -289,7 +276,7 @@ TEST(half_open_flood_leaves_the_daemon_serving) {
       (void)!send(fds[i], half, sizeof half - 1, MSG_NOSIGNAL);
   }
   CHECK_LE(td_open_fds(e.d.pid), base + 64 + 4);
-  local_op(&e.d);
+  td_served(&e.d);
   CHECK_LE(td_open_fds(e.d.pid), base + 64 + 4);
   wait_log(&e.d, "connections refused past max_connections");
   CHECK_LE(count(td_log(&e.d), "refused past max_connections"), 2);
@@ -299,7 +286,7 @@ TEST(half_open_flood_leaves_the_daemon_serving) {
   static char buf[1 << 16];
   TEST_WAIT_FOR(ask(e.port, GET_METRICS, buf, sizeof buf) == 200, 20);
   scrape(e.port);
-  local_op(&e.d);
+  td_served(&e.d);
   stop(&e);
   CHECK_EQ(setrlimit(RLIMIT_NOFILE, &old), 0);
 }
@@ -580,7 +567,7 @@ TEST(random_requests_never_hurt_it) {
           code == 505);
   }
   scrape(e.port);
-  local_op(&e.d);
+  td_served(&e.d);
   stop(&e);
 }
 

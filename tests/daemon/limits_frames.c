@@ -25,19 +25,6 @@ static void stop(td_daemon *d) {
   td_cleanup(d);
 }
 
-/* A fresh client's HELLO, buffer, write and read round. */
-static void served(td_daemon *d) {
-  td_client c;
-  td_client_open(&c, d->url);
-  CHECK_OK(td_hello(&c, NULL));
-  CHECK_OK(td_create(&c, td_handle(1, 1), ACCEL_U32, 4));
-  uint32_t v[4] = {1, 2, 3, 4}, back[4] = {0};
-  CHECK_OK(td_write_u32(&c, td_handle(1, 1), v, 4));
-  CHECK_OK(td_read_u32(&c, td_handle(1, 1), back, 4));
-  CHECK_EQ(memcmp(v, back, sizeof v), 0);
-  td_client_close(&c);
-}
-
 /* Whether the daemon reports `want` sessions within `ms` (they go asynchronously). */
 static bool sessions_within(td_daemon *d, long want, int ms) {
   for (uint64_t t0 = test_now_ms(); td_status_field(d, "sessions") != want; test_sleep_ms(20))
@@ -159,7 +146,7 @@ TEST(partial_frames_across_connections_are_bounded_by_the_budget) {
     CHECK_OK(td_hello(&s[i].c, NULL));
     s[i] = (sender){.c = s[i].c, .len = FRAME - 1};
   }
-  served(&d);
+  td_served(&d);
   long rss0 = rss_kb(d.pid);
   int done = push_all(s, N, frame, 5000);
   long grown_mb = (rss_kb(d.pid) - rss0) / 1024;
@@ -167,7 +154,7 @@ TEST(partial_frames_across_connections_are_bounded_by_the_budget) {
           grown_mb);
   CHECK_EQ(done, 2);
   CHECK_LT(grown_mb, 8 + 16); /* the budget, and slack for the allocator */
-  served(&d);
+  td_served(&d);
   for (int i = 0; i < N; i++)
     if (s[i].sent == s[i].len) { /* the last byte: the frame is whole, answered, released */
       s[i].len = FRAME;
@@ -179,7 +166,7 @@ TEST(partial_frames_across_connections_are_bounded_by_the_budget) {
     td_client_close(&s[i].c);
   free(frame);
   CHECK(sessions_within(&d, 0, 3000));
-  served(&d);
+  td_served(&d);
   stop(&d);
 }
 
@@ -205,7 +192,7 @@ TEST(a_frame_at_the_budget_and_one_byte_over) {
   CHECK_EQ(td_recv(&c, &m, 3000), NNG_ECLOSED);
   td_client_close(&c);
   expect_log(&d, "frame over max_partial_bytes");
-  served(&d);
+  td_served(&d);
   stop(&d);
 }
 
@@ -330,7 +317,7 @@ TEST(a_large_frame_trickled_below_the_minimum_rate_is_closed) {
   td_client_close(&c);
   free(frame);
   expect_log(&d, "frame arriving below min_frame_rate");
-  served(&d);
+  td_served(&d);
   stop(&d);
 }
 
@@ -429,7 +416,7 @@ TEST(at_the_descriptor_limit_a_new_client_hears_ebusy) {
   for (int i = 0; i < n; i++)
     close(fds[i]);
   CHECK(welcomed_within_3s(&d));
-  served(&d);
+  td_served(&d);
   stop(&d);
 }
 

@@ -28,21 +28,6 @@ static void start(td_daemon *d, const char *config) {
   td_start(d, "--backends", "cpu", NULL);
 }
 
-/* A full HELLO + create + write + read round by a fresh client. The tests hold connections
- * open (silent, half a frame) that the daemon never cuts (UNCUT): had it blocked on one, it
- * would never serve this round, which is what they check; how fast does not matter. */
-static void served(td_daemon *d) {
-  td_client c;
-  td_client_open(&c, d->url);
-  CHECK_OK(td_hello(&c, NULL));
-  CHECK_OK(td_create(&c, td_handle(1, 1), ACCEL_U32, 4));
-  uint32_t v[4] = {1, 2, 3, 4}, back[4] = {0};
-  CHECK_OK(td_write_u32(&c, td_handle(1, 1), v, 4));
-  CHECK_OK(td_read_u32(&c, td_handle(1, 1), back, 4));
-  CHECK_EQ(memcmp(v, back, sizeof v), 0);
-  td_client_close(&c);
-}
-
 static void wait_log(td_daemon *d, const char *text) {
   TEST_WAIT_FOR(strstr(td_log(d), text) != NULL, 20);
 }
@@ -91,7 +76,7 @@ TEST(raw_connect_and_close) {
   int fd = proto_local_connect(path_of(&d));
   CHECK(fd >= 0);
   close(fd);
-  served(&d);
+  td_served(&d);
   wait_log(&d, ": closed");
   stop(&d);
 }
@@ -103,10 +88,10 @@ TEST(half_written_header) {
   CHECK(fd >= 0);
   uint8_t head[10] = {0x41, 0x43, 0x43, 0x31, 1, 0}; /* the magic and a version, then silence */
   CHECK_OK(proto_local_send(fd, head, sizeof head, -1));
-  served(&d);
+  td_served(&d);
   close(fd);
   wait_log(&d, "closed mid-frame");
-  served(&d);
+  td_served(&d);
   stop(&d);
 }
 
@@ -116,7 +101,7 @@ TEST(silent_client_does_not_block_others) {
   int fds[64];
   for (int i = 0; i < 64; i++)
     CHECK((fds[i] = proto_local_connect(path_of(&d))) >= 0);
-  served(&d);
+  td_served(&d);
   for (int i = 0; i < 64; i++)
     close(fds[i]);
   wait_field(&d, "connections", 1); /* accelctl asking */
@@ -168,7 +153,7 @@ TEST(max_connections_at_the_limit_and_one_past) {
   char out[256];
   TEST_WAIT_FOR(td_ctl(out, sizeof out, "--url", d.url, "ping", NULL) == 0, 20);
   settled_fds(&d);
-  served(&d);
+  td_served(&d);
   stop(&d);
 }
 
@@ -182,9 +167,9 @@ TEST(connect_close_storm) {
     CHECK(fd >= 0);
     close(fd);
     if (i % 250 == 0)
-      served(&d);
+      td_served(&d);
   }
-  served(&d);
+  td_served(&d);
   wait_field(&d, "connections", 1); /* accelctl asking */
   wait_fds(&d, fds0);
   stop(&d);
@@ -215,7 +200,7 @@ static void dying_client(const char *url, int i) {
 TEST(clients_dying_with_replies_in_flight) {
   td_daemon d;
   start(&d, NULL);
-  served(&d);
+  td_served(&d);
   int fds0 = settled_fds(&d);
   long mem0 = td_status_field(&d, "host_mem_used");
   long n = test_scaled(2000, 200), batch = 50;
@@ -229,9 +214,9 @@ TEST(clients_dying_with_replies_in_flight) {
     for (long k = 0; k < batch; k++)
       CHECK(wait(NULL) > 0);
     if (i % 500 == 0)
-      served(&d);
+      td_served(&d);
   }
-  served(&d);
+  td_served(&d);
   wait_field(&d, "sessions", 0);
   wait_field(&d, "buffers", 0);
   wait_field(&d, "connections", 1); /* accelctl asking */
@@ -250,7 +235,7 @@ TEST(second_daemon_on_the_same_path_is_refused) {
   char want[256];
   snprintf(want, sizeof want, "address in use by another acceld (%s)", path_of(&d));
   CHECK(strstr(td_log(&second), want) != NULL);
-  served(&d);
+  td_served(&d);
   stop(&d);
 }
 
@@ -264,7 +249,7 @@ TEST(stale_socket_file_is_replaced) {
   close(fd);
   td_start(&d, NULL);
   wait_log(&d, "removing a stale socket file");
-  served(&d);
+  td_served(&d);
   stop(&d);
 }
 
@@ -299,7 +284,7 @@ TEST(peer_outside_the_allowlist_is_refused) {
   CHECK(WIFEXITED(status));
   CHECK_EQ(WEXITSTATUS(status), 0);
   wait_log(&d, "refused: not in allow_users/allow_groups (uid 65534");
-  served(&d);
+  td_served(&d);
   stop(&d);
 }
 
@@ -331,7 +316,7 @@ TEST(allow_users_lets_a_listed_user_in) {
 TEST(client_that_never_reads_is_bounded) {
   td_daemon d;
   start(&d, "[limits]\nmax_memory = 67108864\n");
-  served(&d);
+  td_served(&d);
   long rss0 = rss_kb(d.pid);
   td_client c;
   td_client_open(&c, d.url);
@@ -354,14 +339,14 @@ TEST(client_that_never_reads_is_bounded) {
     sent++;
   }
   test_sleep_ms(500);
-  served(&d);
+  td_served(&d);
   long grown_mb = (rss_kb(d.pid) - rss0) / 1024;
   fprintf(stderr, "# sent %ld reads of 1 MiB unread; daemon grew %ld MiB\n", sent, grown_mb);
   CHECK_LT(sent, 4096);
   CHECK_LT(grown_mb, 3 * 64 + 64); /* the budget for requests and replies, and slack */
   td_client_close(&c);
   wait_field(&d, "sessions", 0);
-  served(&d);
+  td_served(&d);
   stop(&d);
 }
 
@@ -392,12 +377,12 @@ TEST(tcp_client_that_never_acknowledges_is_bounded) {
     proto_out_free(&o);
   }
   test_sleep_ms(1000);
-  served(&d);
+  td_served(&d);
   long grown_mb = (rss_kb(d.pid) - rss0) / 1024;
   fprintf(stderr, "# 2048 reads of 1 MiB, never acknowledged; daemon grew %ld MiB\n", grown_mb);
   CHECK_LT(grown_mb, 3 * 128 + 64); /* requests' and replies' budgets, and slack */
   td_client_close(&c);
-  served(&d);
+  td_served(&d);
   stop(&d);
 }
 
@@ -528,7 +513,7 @@ TEST(pipelined_large_writes_are_bounded) {
     peak = grown > peak ? grown : peak;
   }
   long sent = atomic_load(&w.sent);
-  served(&d);
+  td_served(&d);
   fprintf(stderr, "# %ld of 256 writes of 4 MiB taken behind the sgemm; daemon grew %ld MiB\n",
           sent, peak / 1024);
   CHECK_LT(sent, 256);
@@ -540,7 +525,7 @@ TEST(pipelined_large_writes_are_bounded) {
   CHECK_EQ(pthread_join(t, NULL), 0); /* the sgemm ends, the writes flow again */
   CHECK_EQ(atomic_load(&w.sent), 256);
   td_client_close(&c);
-  served(&d);
+  td_served(&d);
   stop(&d);
 }
 

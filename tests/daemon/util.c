@@ -74,6 +74,18 @@ int td_ctl(char *out, size_t len, const char *arg, ...) {
   return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
+void td_served(td_daemon *d) {
+  td_client c;
+  td_client_open(&c, d->url);
+  CHECK_OK(td_hello(&c, NULL));
+  CHECK_OK(td_create(&c, td_handle(1, 1), ACCEL_U32, 4));
+  uint32_t v[4] = {1, 2, 3, 4}, back[4] = {0};
+  CHECK_OK(td_write_u32(&c, td_handle(1, 1), v, 4));
+  CHECK_OK(td_read_u32(&c, td_handle(1, 1), back, 4));
+  CHECK_EQ(memcmp(v, back, sizeof v), 0);
+  td_client_close(&c);
+}
+
 int td_open_fds(pid_t pid) {
   char path[64];
   snprintf(path, sizeof path, "/proc/%d/fd", (int)pid);

@@ -52,6 +52,11 @@ int td_ctl(char *out, size_t len, const char *arg, ...);
  * object (-1 if absent). */
 long td_status_field(td_daemon *d, const char *key);
 
+/* A full round by a fresh client: HELLO, create, write, read back (checked). Tests that hold
+ * connections the daemon must not block on check with it that others are still served; how
+ * fast does not matter. */
+void td_served(td_daemon *d);
+
 /* How many descriptors process `pid` holds now (its /proc/PID/fd). */
 int td_open_fds(pid_t pid);
 
