@@ -5,6 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <unistd.h>
+
 #include "runtime/alloc.h"
 #include "runtime/loop.h"
 #include "server/server_priv.h"
@@ -23,6 +25,11 @@ void srv_release(srv_server *s) {
   if (s->gone_mu_init)
     pthread_mutex_destroy(&s->gone_mu);
   rt_free(s);
+}
+
+uint64_t srv_ram_bytes(void) {
+  long pages = sysconf(_SC_PHYS_PAGES), size = sysconf(_SC_PAGESIZE);
+  return pages > 0 && size > 0 ? (uint64_t)pages * (uint64_t)size : 0;
 }
 
 uint64_t srv_now_ms(srv_server *s) {

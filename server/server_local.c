@@ -242,10 +242,9 @@ enum { ADMIT_GO, ADMIT_WAIT, ADMIT_CLOSED };
 /* 1 GiB, or a quarter of the machine's memory if less; never below two frames of
  * max_message, so that two clients can always send their largest frames at once. */
 static uint64_t partial_default(const srv_server *s) {
-  uint64_t v = 1ull << 30;
-  long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
-  if (pages > 0 && page > 0 && (uint64_t)pages * (uint64_t)page / 4 < v)
-    v = (uint64_t)pages * (uint64_t)page / 4;
+  uint64_t v = 1ull << 30, ram = srv_ram_bytes();
+  if (ram != 0 && ram / 4 < v)
+    v = ram / 4;
   uint64_t two = 2ull * s->limits.max_message;
   return v < two ? two : v;
 }

@@ -126,6 +126,8 @@ struct srv_server {
 
 /* server.c */
 void srv_release(srv_server *s);
+/* The machine's memory in bytes (the default of caps sized by it), 0 if it cannot be read. */
+uint64_t srv_ram_bytes(void);
 uint64_t srv_now_ms(srv_server *s);
 void srv_tick_start(srv_server *s);
 void srv_drain_check(srv_server *s);

@@ -189,17 +189,12 @@ static int check_fd(int fd, size_t *len) {
   return 0;
 }
 
-/* The machine's RAM in bytes (the caps' default), or 1 TiB when it cannot be read. */
-static uint64_t ram_bytes(void) {
-  long pages = sysconf(_SC_PHYS_PAGES), size = sysconf(_SC_PAGESIZE);
-  return pages > 0 && size > 0 ? (uint64_t)pages * (uint64_t)size : SRV_SHM_MAX_BYTES;
-}
-
 /* Whether `len` more bytes fit the connection's cap and the daemon's. */
 static bool within_caps(const srv_server *s, const srv_conn *c, size_t len) {
   uint64_t one = s->args->max_shared_bytes, all = s->args->max_shared_bytes_total;
   if (one == 0 || all == 0) {
-    uint64_t ram = ram_bytes();
+    uint64_t ram = srv_ram_bytes();
+    ram = ram ? ram : SRV_SHM_MAX_BYTES; /* unknown: 1 TiB */
     one = one ? one : ram;
     all = all ? all : 2 * ram;
   }
