@@ -42,7 +42,16 @@ static uint64_t live_buffers(const dev_world *w) {
   return n;
 }
 
-static int backend_devices(const dev_world *w, const be_ops *be) {
+/* Devices of the backend `name`, in this process or in worker processes. */
+static int backend_devices(const dev_world *w, const char *name) {
+  int n = 0;
+  for (int i = 1; i < w->nnodes; i++)
+    n += strcmp(w->nodes[i].be->name, name) == 0;
+  return n;
+}
+
+/* Devices `be` serves in this process (not through a worker's proxy). */
+static int devices_here(const dev_world *w, const be_ops *be) {
   int n = 0;
   for (int i = 1; i < w->nnodes; i++)
     n += w->nodes[i].be == be;
@@ -190,7 +199,7 @@ static void json_backends(sbuf *b, const dev_world *w) {
   const char *sep = "";
   for (const be_entry *e = be_registry(); e->name; e++) {
     char why[128];
-    int n = e->ops ? backend_devices(w, e->ops) : 0;
+    int n = e->ops ? backend_devices(w, e->name) : 0;
     sb_printf(b, "%s{\"name\":", sep);
     sb_json_str(b, e->name);
     sb_printf(b, ",\"built\":%s,\"devices\":%d", e->ops ? "true" : "false", n);
@@ -207,7 +216,7 @@ static void json_backends(sbuf *b, const dev_world *w) {
 int dev_status_pin_caches(const dev_world *w, const char *names[], pin_cache_stats st[], int max) {
   int n = 0;
   for (const be_entry *e = be_registry(); e->name && n < max; e++) {
-    if (e->ops == NULL || e->ops->pin_stats == NULL || backend_devices(w, e->ops) == 0)
+    if (e->ops == NULL || e->ops->pin_stats == NULL || devices_here(w, e->ops) == 0)
       continue;
     e->ops->pin_stats(&st[n]);
     names[n++] = e->name;
@@ -284,7 +293,7 @@ char *dev_status_devices(dev_world *w) {
     text_device(&b, w, n);
   for (const be_entry *e = be_registry(); e->name; e++) {
     char why[128];
-    if (e->ops == NULL || backend_devices(w, e->ops) == 0)
+    if (e->ops == NULL || backend_devices(w, e->name) == 0)
       sb_printf(&b, "%s: %s\n", e->name, backend_absence(e, why, sizeof why));
   }
   return sb_finish(&b);

@@ -9,6 +9,7 @@
 #include "actors/metrics.h"
 #include "actors/world.h"
 #include "actors/world_init.h"
+#include "backends/worker/worker.h"
 #include "runtime/deadline.h"
 
 static const be_ops *cpu_backend(void) {
@@ -38,18 +39,32 @@ static int add_node(dev_world *w, const be_ops *be, int backend_index, int pref,
   return 0;
 }
 
-static int add_backend_devices(dev_world *w, const be_entry *e, int pref, accel_completion how) {
+/* Whether `name` is in the comma-separated `list`. */
+static bool listed(const char *list, const char *name) {
+  size_t n = strlen(name);
+  for (const char *p = list; *p;) {
+    size_t len = strcspn(p, ",");
+    if (len == n && strncmp(p, name, n) == 0)
+      return true;
+    p += len + (p[len] == ',');
+  }
+  return false;
+}
+
+static int add_backend_devices(dev_world *w, const be_entry *e, int pref, accel_completion how,
+                               const char *workers) {
   int count = 0;
   char why[128] = "";
   if (e->ops == NULL || e->ops->abi_version != BE_ABI_VERSION)
     return 0;
-  if (e->ops->probe(&count, why, sizeof why) != 0) {
+  const be_ops *be = listed(workers, e->name) ? bw_proxy_ops(e->ops) : e->ops;
+  if (be->probe(&count, why, sizeof why) != 0) {
     accel_log(ACCEL_LOG_INFO, "device", "%s: %s", e->name, why[0] ? why : "no device");
     return 0;
   }
   int rc = 0;
   for (int i = 0; rc == 0 && i < count && w->nnodes < DEV_MAX_NODES; i++)
-    rc = add_node(w, e->ops, i, pref, how);
+    rc = add_node(w, be, i, pref, how);
   return rc;
 }
 
@@ -111,7 +126,7 @@ static int open_named(const char *name, size_t len, int pos, void *arg) {
   open_state *s = arg;
   const be_entry *e = entry_named(name, len);
   if (strcmp(e->name, "cpu") != 0)
-    return add_backend_devices(s->w, e, pos, s->o->completion);
+    return add_backend_devices(s->w, e, pos, s->o->completion, s->o->workers);
   int rc = 0;
   for (uint32_t i = 0; rc == 0 && i < s->o->cpu_devices && s->w->nnodes < DEV_MAX_NODES; i++)
     rc = add_node(s->w, e->ops, 0, pos, s->o->completion);

@@ -19,6 +19,10 @@ typedef struct dev_world_opts {
    * host node is always served by the CPU backend). Empty: every backend of the build, CPU
    * first. */
   char backends[64];
+  /* The backends whose devices run in worker processes (backends/worker/worker.h), comma-
+   * separated; empty: every device in this process (bw_configure must have named the worker
+   * executable before). The cpu backend's CPU devices and the host stay in the process. */
+  char workers[64];
 } dev_world_opts;
 
 /* 0 if `list` names backends this build knows, each at most once; ACCEL_EINVAL otherwise

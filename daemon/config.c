@@ -15,6 +15,7 @@
 #include "actors/build.h"
 #include "actors/world_init.h"
 #include "backends/backend.h"
+#include "backends/worker/worker.h"
 #include "daemon/config.h"
 #include "runtime/alloc.h"
 #include "server/server.h"
@@ -24,6 +25,7 @@ void acd_config_defaults(acd_config *c) {
   c->log_level = ACCEL_LOG_INFO;
   c->socket_mode = 0660;
   c->cpu_devices = 1;
+  snprintf(c->workers, sizeof c->workers, "%s", ACD_DEFAULT_WORKERS);
   c->completion = ACCEL_COMPLETION_CALLBACK;
   c->max_restarts = 3;
   c->restart_window_ms = 10000;
@@ -59,6 +61,7 @@ void acd_config_free(acd_config *c) {
   rt_free(c->tls_ca);
   rt_free(c->metrics_listen);
   rt_free(c->build_helper);
+  rt_free(c->device_helper);
   memset(c, 0, sizeof *c);
 }
 
@@ -342,7 +345,19 @@ static bool set_backends(acd_config *c, const char *v) {
   return true;
 }
 
+/* The backends whose devices run in worker processes ("" none; cpu's stay in acceld). */
+static bool set_workers(acd_config *c, const char *v) {
+  if (strlen(v) >= sizeof c->workers || dev_backends_check(v, NULL, 0) != 0)
+    return false;
+  strcpy(c->workers, v);
+  return true;
+}
+
 static bool devices_key(acd_config *c, const char *k, const char *v) {
+  if (!strcmp(k, "workers"))
+    return set_workers(c, v);
+  if (!strcmp(k, "worker_helper"))
+    return set_path(&c->device_helper, v);
   if (!strcmp(k, "cpu_devices"))
     return parse_u32(v, 0, 8, &c->cpu_devices);
   if (!strcmp(k, "backends"))
@@ -469,17 +484,34 @@ static bool builds_key(acd_config *c, const char *k, const char *v) {
 #define ACD_BUILD_HELPER "/usr/libexec/accel/accel-build"
 #endif
 
-/* The helper beside acceld's own file (the build tree), else the installed one. */
-static const char *default_helper(void) {
-  static char path[PATH_MAX];
-  ssize_t n = readlink("/proc/self/exe", path, sizeof path - 1);
+#ifndef ACD_DEVICE_HELPER
+#define ACD_DEVICE_HELPER "/usr/libexec/accel/accel-device"
+#endif
+
+/* The helper `name` beside acceld's own file (the build tree), else the installed one. */
+static const char *helper_path(char *path, size_t size, const char *name, const char *installed) {
+  ssize_t n = readlink("/proc/self/exe", path, size - 1);
   char *slash = n > 0 ? memrchr(path, '/', (size_t)n) : NULL;
-  if (slash != NULL && (size_t)(slash - path) + sizeof "/accel-build" <= sizeof path) {
-    memcpy(slash, "/accel-build", sizeof "/accel-build");
+  size_t len = strlen(name);
+  if (slash != NULL && (size_t)(slash - path) + len + 2 <= size) {
+    slash[0] = '/';
+    memcpy(slash + 1, name, len + 1);
     if (access(path, X_OK) == 0)
       return path;
   }
-  return ACD_BUILD_HELPER;
+  return installed;
+}
+
+static const char *default_helper(void) {
+  static char path[PATH_MAX];
+  return helper_path(path, sizeof path, "accel-build", ACD_BUILD_HELPER);
+}
+
+void acd_config_workers(const acd_config *c, bw_options *out) {
+  static char path[PATH_MAX];
+  *out = (bw_options){.helper = c->device_helper ? c->device_helper
+                                                 : helper_path(path, sizeof path, "accel-device",
+                                                               ACD_DEVICE_HELPER)};
 }
 
 void acd_config_builds(const acd_config *c, struct dev_build_opts *out) {
@@ -546,6 +578,12 @@ int acd_config_apply_flags(acd_config *c, const acd_flags *f, char *err, size_t 
     char why[96] = "too long";
     dev_backends_check(f->backends, why, sizeof why);
     snprintf(err, err_len, "--backends %s: %s", f->backends, why);
+    return ACCEL_EINVAL;
+  }
+  if (f->workers && !set_workers(c, f->workers)) {
+    char why[96] = "too long";
+    dev_backends_check(f->workers, why, sizeof why);
+    snprintf(err, err_len, "--workers %s: %s", f->workers, why);
     return ACCEL_EINVAL;
   }
   if (f->allow_plain_tcp)

@@ -13,6 +13,8 @@
 #define ACD_DEFAULT_CONFIG "/etc/acceld/acceld.conf"
 #define ACD_MAX_LISTEN 16
 
+#define ACD_DEFAULT_WORKERS "cuda,opencl"
+
 typedef struct acd_config {
   char *listen[ACD_MAX_LISTEN]; /* owned; none: ACD_DEFAULT_URL */
   uint32_t nlisten;
@@ -22,6 +24,10 @@ typedef struct acd_config {
   bool fault_injection;
   uint32_t cpu_devices;
   char backends[64]; /* [devices] backends: dev_world_opts.backends ("": all) */
+  /* [devices] workers: backends whose devices run in worker processes (dev_world_opts.workers;
+   * default ACD_DEFAULT_WORKERS, "" none); [devices] worker_helper: the accel-device file. */
+  char workers[64];
+  char *device_helper;
   accel_completion completion;
   uint32_t max_restarts, restart_window_ms;
   bool tf32;         /* sgemm on TF32 tensor cores by default, where devices have them */
@@ -78,6 +84,7 @@ typedef struct acd_flags {
   bool fault_injection;
   long cpu_devices;     /* < 0: not given */
   const char *backends; /* --backends LIST; NULL: not given */
+  const char *workers;  /* --workers LIST; NULL: not given */
   bool foreground;
   bool allow_plain_tcp;       /* --allow-plain-tcp: as [security] allow_plain_tcp = true */
   const char *user_kernels;   /* --user-kernels local|all|none; NULL: not given */
@@ -101,6 +108,9 @@ RT_MUST_USE int acd_config_read(acd_config *c, const acd_flags *f, char *err, si
 RT_MUST_USE int acd_config_gid(const acd_config *c, int *gid);
 /* The server's view of [security]: its pointers point into *c, which must outlive it. */
 void acd_config_security(const acd_config *c, struct srv_security *out);
+/* The device workers' options (backends/worker/worker.h) from [devices]. */
+struct bw_options;
+void acd_config_workers(const acd_config *c, struct bw_options *out);
 /* The build options of [builds] (out->helper points into *c or a static buffer). */
 void acd_config_builds(const acd_config *c, struct dev_build_opts *out);
 /* Whether two configurations say the same in [security] (a reload compares them). */

@@ -26,6 +26,7 @@
 #include "actors/build.h"
 #include "actors/device.h"
 #include "actors/world_init.h"
+#include "backends/worker/worker.h"
 #include "daemon/config.h"
 #include "daemon/service.h"
 #include "runtime/alloc.h"
@@ -36,6 +37,7 @@ static void usage(FILE *to) {
   fprintf(to,
           "usage: acceld [--config FILE] [--listen URL]... [--log-level LEVEL]\n"
           "              [--enable-fault-injection] [--cpu-devices N] [--backends LIST]\n"
+          "              [--workers LIST]\n"
           "              [--allow-plain-tcp] [--user-kernels local|all|none]\n"
           "              [--metrics URL] [--foreground]\n"
           "  --config FILE             INI configuration (default %s, if present)\n"
@@ -48,6 +50,9 @@ static void usage(FILE *to) {
           "  --backends LIST           backends to open, in order (default cpu,cuda,opencl):\n"
           "                            devices are numbered so, and placement prefers earlier\n"
           "                            backends among devices of one kind\n"
+          "  --workers LIST            backends whose devices run in worker processes, where\n"
+          "                            a fault costs only their devices (default cuda,opencl;\n"
+          "                            '' for none)\n"
           "  --allow-plain-tcp         let tcp:// listeners start (no encryption, no\n"
           "                            authentication: trusted networks only)\n"
           "  --user-kernels WHERE      where clients may load their own kernels: local\n"
@@ -68,6 +73,7 @@ static int parse_args(int argc, char **argv, acd_flags *f) {
       {"enable-fault-injection", no_argument, NULL, 'F'},
       {"cpu-devices", required_argument, NULL, 'n'},
       {"backends", required_argument, NULL, 'b'},
+      {"workers", required_argument, NULL, 'w'},
       {"foreground", no_argument, NULL, 'f'},
       {"allow-plain-tcp", no_argument, NULL, 'P'},
       {"user-kernels", required_argument, NULL, 'K'},
@@ -101,6 +107,9 @@ static int parse_args(int argc, char **argv, acd_flags *f) {
       break;
     case 'b':
       f->backends = optarg;
+      break;
+    case 'w':
+      f->workers = optarg;
       break;
     case 'f':
       f->foreground = true;
@@ -257,6 +266,10 @@ static int start_tree(daemon_ctx *d, int gid, int ready_fd) {
                        .cuda_primary = c->cuda_primary,
                        .pinned_max = c->pinned_max};
   snprintf(wo.backends, sizeof wo.backends, "%s", c->backends);
+  snprintf(wo.workers, sizeof wo.workers, "%s", c->workers);
+  bw_options wk;
+  acd_config_workers(c, &wk); /* devices in worker processes (backends/worker/worker.h) */
+  bw_configure(&wk);
   dev_build_opts bo;
   acd_config_builds(c, &bo); /* compiles of clients' code in the helper (actors/build.h) */
   dev_builds_configure(&bo);

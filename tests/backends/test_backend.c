@@ -23,6 +23,7 @@
 #include "backends/backend.h"
 #include "backends/cpu/philox.h"
 #include "backends/dtype_conv.h"
+#include "backends/worker/worker.h"
 
 /* ---- random inputs ------------------------------------------------------------------- */
 
@@ -75,6 +76,19 @@ static void *xcalloc(size_t n, size_t size) {
 static const be_ops *B; /* the backend and device index each_device is running */
 static int IDX;
 
+/* ACCEL_TEST_WORKERS=PATH (the accel-device executable): every backend is tested through
+ * its proxy, its devices served by worker processes (backends/worker/worker.h). */
+static const be_ops *under_test(const be_ops *real) {
+  static int workers = -1;
+  if (workers < 0) {
+    const char *helper = getenv("ACCEL_TEST_WORKERS");
+    workers = helper != NULL && helper[0] != '\0';
+    if (workers)
+      bw_configure(&(bw_options){.helper = helper});
+  }
+  return workers ? bw_proxy_ops(real) : real;
+}
+
 /* Runs body once for every device of every built backend; at least one must run. */
 static void each_device(void (*body)(void)) {
   reseed();
@@ -82,15 +96,16 @@ static void each_device(void (*body)(void)) {
   for (const be_entry *e = be_registry(); e->name != NULL; e++) {
     if (e->ops == NULL)
       continue;
+    const be_ops *ops = under_test(e->ops);
     int count = 0;
     char why[128] = "";
-    int err = e->ops->probe(&count, why, sizeof why);
+    int err = ops->probe(&count, why, sizeof why);
     if (err == ACCEL_ENOTSUP || (err == 0 && count == 0)) {
       printf("  %s: skipped (%s)\n", e->name, err != 0 ? why : "no device");
       continue;
     }
     CHECK_OK(err);
-    for (B = e->ops, IDX = 0; IDX < count; IDX++, ran++) {
+    for (B = ops, IDX = 0; IDX < count; IDX++, ran++) {
       printf("  %s:%d\n", e->name, IDX);
       fflush(stdout);
       body();

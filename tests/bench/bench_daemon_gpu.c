@@ -10,7 +10,13 @@
  * Ratios are raw time / acceld time (1.0: as fast as the raw copy). Each measure is the median
  * of --reps runs after a warm-up; every copy's data is checked once.
  *
- * Usage: bench-daemon-gpu [--mib N] [--reps N] [--acceld PATH]   (exits 77 without a GPU) */
+ *   tiny   a fill of a 1-element GPU buffer and a wait on its future, one after another:
+ *          the latency a client sees for the smallest op (median and p99, microseconds)
+ * --workers LIST is passed to acceld (its devices in worker processes or not: '' for none),
+ * so one run can put the two side by side.
+ *
+ * Usage: bench-daemon-gpu [--mib N] [--reps N] [--acceld PATH] [--workers LIST]
+ * (exits 77 without a GPU) */
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -71,6 +77,8 @@ static size_t mismatches(const uint32_t *p, size_t n, uint32_t seed) {
 
 /* ---- the daemon ---- */
 
+static const char *workers; /* --workers, or NULL: acceld's default */
+
 static pid_t start_acceld(const char *acceld, char *url, size_t url_len) {
   char dir[] = "/tmp/accel-bench-gpu-XXXXXX";
   if (mkdtemp(dir) == NULL)
@@ -83,7 +91,10 @@ static pid_t start_acceld(const char *acceld, char *url, size_t url_len) {
     snprintf(log, sizeof log, "%s/acceld.log", dir);
     if (freopen(log, "w", stderr) == NULL)
       _exit(127);
-    execl(acceld, acceld, "--foreground", "--listen", url, (char *)NULL);
+    if (workers != NULL)
+      execl(acceld, acceld, "--foreground", "--listen", url, "--workers", workers, (char *)NULL);
+    else
+      execl(acceld, acceld, "--foreground", "--listen", url, (char *)NULL);
     _exit(127);
   }
   for (int i = 0; i < 200; i++) { /* until it answers */
@@ -142,6 +153,27 @@ static through via_acceld(accel_ctx *ctx, int gpu, uint32_t *src, uint32_t *dst,
   return t;
 }
 
+/* The smallest op and a wait, n times: median and p99 in microseconds. */
+static void tiny_ops(accel_ctx *ctx, int gpu, double *med_us, double *p99_us) {
+  enum { N = 2000 };
+  static double t[N];
+  accel_buffer b;
+  OK(accel_buffer_create(ctx, ACCEL_U32, 1, &b));
+  for (int i = -200; i < N; i++) { /* < 0: warm-up */
+    double t0 = now_s();
+    accel_future *f;
+    OK(accel_fill_u32(ctx, gpu, b, (uint32_t)i, &f));
+    OK(accel_future_wait(f, -1));
+    accel_future_release(f);
+    if (i >= 0)
+      t[i] = (now_s() - t0) * 1e6;
+  }
+  OK(accel_buffer_destroy(ctx, b));
+  qsort(t, N, sizeof t[0], cmp_double);
+  *med_us = t[N / 2];
+  *p99_us = t[N * 99 / 100];
+}
+
 /* ---- raw ---- */
 
 static through raw_copies(size_t bytes, int reps) {
@@ -190,6 +222,8 @@ int main(int argc, char **argv) {
       reps = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--acceld") && i + 1 < argc)
       acceld = argv[++i];
+    else if (!strcmp(argv[i], "--workers") && i + 1 < argc)
+      workers = argv[++i];
   }
   reps = reps < 1 ? 1 : reps > 64 ? 64 : reps;
   int count;
@@ -228,6 +262,10 @@ int main(int argc, char **argv) {
   row("H2D from malloc memory (staging)", (double)bytes, plain.write_s, raw.write_s);
   row("D2H into malloc memory (staging)", (double)bytes, plain.read_s, raw.read_s);
   printf("data checked: %zu + %zu mismatches\n", shared.bad, plain.bad);
+  double med, p99;
+  tiny_ops(ctx, gpu, &med, &p99);
+  printf("%-40s %8.1f us median %8.1f us p99   (workers: %s)\n", "tiny op + wait (1-element fill)",
+         med, p99, workers ? (workers[0] ? workers : "none") : "default");
   OK(accel_host_free(ctx, src));
   OK(accel_host_free(ctx, dst));
   free(psrc);

@@ -183,9 +183,12 @@ static int children_of(pid_t pid) {
     const char *close_paren = strrchr(stat, ')'); /* the name may hold blanks */
     char state = 0;
     int ppid = 0;
-    if (close_paren && sscanf(close_paren + 1, " %c %d", &state, &ppid) == 2 && ppid == pid &&
+    const char *open_paren = strchr(stat, '(');
+    bool helper = open_paren && close_paren &&
+                  strncmp(open_paren, "(accel-build)", sizeof "(accel-build)" - 1) == 0;
+    if (helper && sscanf(close_paren + 1, " %c %d", &state, &ppid) == 2 && ppid == pid &&
         state != 'Z')
-      n++;
+      n++; /* a build helper: not a device worker (accel-device), also acceld's child */
   }
   closedir(dir);
   return n;

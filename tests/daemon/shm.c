@@ -233,7 +233,9 @@ static int device_of(accel_ctx *ctx, const char *backend) {
 TEST(the_pin_cache_registers_a_host_copy_used_again) {
   td_daemon d;
   td_prepare(&d);
-  td_start(&d, NULL);
+  /* The GPU in acceld: in a worker process (the default), the daemon's host memory reaches
+   * the GPU through the worker's staging region, which is registered once at its start. */
+  td_start(&d, "--workers", "", NULL);
   accel_ctx *ctx;
   CHECK_OK(accel_open(&ctx, d.url));
   int gpu = device_of(ctx, "cuda"), cpu = device_of(ctx, "cpu");

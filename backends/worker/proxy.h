@@ -1,0 +1,187 @@
+/* acceld's side of device workers (worker.h): a link is one worker process; proxy devices,
+ * queues, events and modules name the worker's by ids. proxy_link.c: the process, its
+ * channels, calls and completions; proxy_stage.c: the staging region's pages; proxy_ops.c:
+ * the be_ops entries; proxy_pkgs.c: the packages. */
+#ifndef BW_PROXY_H
+#define BW_PROXY_H
+
+#include <pthread.h>
+#include <sys/types.h>
+
+#include "backends/worker/wire.h"
+#include "backends/worker/worker.h"
+
+#define BW_LINK_DEVICES 64u
+#define BW_STAGE_PAGE ((size_t)64 << 10)
+
+typedef enum bw_kind { BW_K_QUEUE = 0, BW_K_EVENT, BW_K_MODULE, BW_K_KERNEL, BW_K_COUNT } bw_kind;
+
+/* Ids of one kind: freed ones are used again (the worker's tables are arrays). */
+typedef struct bw_ids_pool {
+  uint64_t next;
+  uint64_t *free;
+  size_t nfree, cap;
+} bw_ids_pool;
+
+typedef enum bw_pending_kind {
+  BW_P_CALL = 1, /* a call a thread waits for */
+  BW_P_CALLBACK, /* host_callback / host_notify */
+  BW_P_EVENT,    /* an event's record */
+  BW_P_H2D,      /* staging pages to give back */
+  BW_P_D2H       /* staging pages to copy out, then give back */
+} bw_pending_kind;
+
+struct bw_event;
+
+typedef struct bw_pending {
+  uint32_t gen;
+  uint8_t kind;
+  bool hold, answered, in_use;
+  uint32_t dev;
+  int status;
+  be_host_fn fn;
+  void *arg;
+  struct bw_event *event;
+  uint64_t seq;
+  size_t stage_off, stage_len; /* pages */
+  void *dst;                   /* D2H */
+  size_t bytes;
+  void *body; /* CALL: the reply (malloc'd), BW_COMPILE's target while `compile` */
+  uint32_t body_len;
+  bool compile;
+  uint32_t next_free;
+} bw_pending;
+
+/* A host function to run on the link's callback thread. */
+typedef struct bw_cb {
+  be_host_fn fn;
+  void *arg;
+  int status;
+  bool hold;
+  uint64_t tag;
+  struct bw_cb *next;
+} bw_cb;
+
+typedef struct bw_link {
+  const be_ops *real;
+  int group; /* the device index it serves, or -1: every device of the backend */
+  pid_t pid;
+  int cmd, note, ack, stage_fd;
+  char *stage;
+  size_t stage_bytes, stage_pages;
+  uint8_t *page_used;
+  pthread_t reader, caller;
+  bool has_reader, has_caller;
+  /* Host functions run on `caller`, in the order their completions came: one that blocks
+   * (the contract says it must not, tests' gates do) holds the others, never the replies. */
+  bw_cb *cb_head, *cb_tail;
+  bool cb_end;
+  uint64_t cb_queued, cb_ran;
+  bool reader_done;        /* the worker's end was seen: everything pending was failed */
+  pthread_mutex_t send_mu; /* frames on cmd */
+  pthread_mutex_t mu;      /* everything below */
+  pthread_cond_t cv;
+  bool dead;
+  int refs;  /* open devices: the process lives while there are */
+  int objs;  /* events that may outlive their device: the struct lives while there are */
+  bool torn; /* the process is over (refs reached 0) */
+  bool lost[BW_LINK_DEVICES];
+  bw_ids_pool ids[BW_K_COUNT];
+  bw_pending *pend;
+  uint32_t npend, pend_cap, free_head;
+  struct bw_link *next;
+} bw_link;
+
+typedef struct bw_pdev {
+  bw_link *link;
+  const be_ops *real;
+  uint32_t index;
+  be_open_opts opts;
+  bw_caps caps;
+  int8_t peer[BW_LINK_DEVICES]; /* can_peer answers: -1 not asked */
+} bw_pdev;
+
+typedef struct bw_pqueue {
+  bw_pdev *dev;
+  bw_link *link;
+  uint64_t id;
+} bw_pqueue;
+
+typedef struct bw_event {
+  bw_link *link;
+  uint32_t dev;
+  uint64_t id;
+  int refs; /* the owner, and each record in flight (under link->mu) */
+  uint64_t recorded, done;
+  int status;
+} bw_event;
+
+typedef struct bw_pkernel {
+  uint64_t id;
+  char name[BE_KERNEL_NAME_MAX + 1];
+  be_kernel_info info;
+  struct bw_pkernel *next;
+} bw_pkernel;
+
+typedef struct bw_pmodule {
+  bw_pdev *dev;
+  bw_link *link;
+  uint64_t id;
+  pthread_mutex_t mu;
+  bw_pkernel *kernels;
+} bw_pmodule;
+
+/* proxy_link.c */
+extern bw_options bw_opts;
+/* The live worker for device `index` of `real`, started if there is none: one more ref. */
+int bw_link_get(const be_ops *real, uint32_t index, bw_link **out);
+/* One ref less; the last one ends the worker. kill: end it at once (SIGKILL). */
+void bw_link_put(bw_link *l, bool kill_it);
+/* Sends a frame on cmd; false if the worker is gone. */
+bool bw_link_send(bw_link *l, uint16_t type, uint64_t tag, const void *a, size_t alen,
+                  const void *b, size_t blen, const void *c, size_t clen);
+/* A call and its reply: 0 with the reply's body (malloc'd: the caller frees) in *body, or
+ * ACCEL_EDEVLOST. compile (may be NULL): how to answer a BW_COMPILE on the way. */
+typedef int (*bw_compile_fn)(void *arg, const char *target, void **answer, size_t *len);
+int bw_link_call(bw_link *l, uint16_t type, const void *a, size_t alen, const void *b, size_t blen,
+                 const void *c, size_t clen, void **body, uint32_t *body_len, bw_compile_fn compile,
+                 void *compile_arg);
+/* A pending completion (under l->mu): its tag, or 0 if the worker is gone. */
+uint64_t bw_pending_add(bw_link *l, const bw_pending *p);
+/* Forgets a pending completion whose call could not be sent (under l->mu). */
+void bw_pending_drop(bw_link *l, uint64_t tag);
+uint64_t bw_id_take(bw_link *l, bw_kind k); /* under l->mu */
+void bw_id_give(bw_link *l, bw_kind k, uint64_t id);
+bool bw_link_lost(bw_link *l, uint32_t dev);
+/* Keeps the link's memory (not its process) for an object that may outlive its device. */
+void bw_link_hold(bw_link *l);
+void bw_link_release(bw_link *l);
+void bw_link_kill(bw_link *l);
+/* Waits until every host function whose completion has come (all of them, if the worker is
+ * gone) has run: what "called at the latest in queue_destroy / close" needs. */
+void bw_link_drain(bw_link *l);
+
+/* proxy_stage.c (under l->mu): pages for `bytes`, waiting for some to come back; false if
+ * the worker went. */
+bool bw_stage_take(bw_link *l, size_t bytes, size_t *off);
+void bw_stage_give(bw_link *l, size_t off, size_t bytes);
+bool bw_stage_init(bw_link *l, size_t bytes);
+void bw_stage_fini(bw_link *l);
+
+/* proxy_check.c: 0, ACCEL_EINVAL (out of range, bad shape), ACCEL_ENOTSUP (not run here) */
+int bw_check_span(be_mem m, size_t off, size_t count, size_t size);
+int bw_check_host(const void *p, size_t bytes);
+int bw_check_gemm(const bw_pdev *d, const be_gemm_args *g, be_mem a, size_t a_off, be_mem b,
+                  size_t b_off, be_mem c, size_t c_off);
+int bw_check_vec(const bw_pdev *d, uint32_t dtype, size_t n, be_mem x, size_t x_off,
+                 const be_mem *y, size_t y_off);
+int bw_check_rng(const bw_pdev *d, uint32_t dtype, be_mem dst, size_t off, size_t count,
+                 const be_rng_args *r);
+int bw_check_nn(const bw_pdev *d, uint32_t dtype, be_mem dst, size_t dst_off, be_mem src,
+                size_t src_off, size_t count);
+
+/* proxy_pkgs.c: fills the packages of a proxy table after those of real. */
+void bw_pkgs_fill(const be_ops *real, be_blas_pkg *blas, be_rng_pkg *rng, be_nn_pkg *nn,
+                  be_module_pkg *module, be_coll_pkg *coll);
+
+#endif

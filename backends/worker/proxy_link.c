@@ -1,0 +1,529 @@
+/* A worker process and its channels (proxy.h): started from a fresh executable (posix_spawn,
+ * never a fork of the multi-threaded daemon with its driver state), its notes read by a
+ * thread of acceld's, its death turned into ACCEL_EDEVLOST for everything pending. */
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "accel/runtime.h"
+#include "backends/worker/proxy.h"
+
+extern char **environ;
+
+bw_options bw_opts;
+static char helper_path[4096];
+static pthread_mutex_t links_mu = PTHREAD_MUTEX_INITIALIZER;
+static bw_link *links;
+
+void bw_configure(const bw_options *o) {
+  pthread_mutex_lock(&links_mu);
+  bw_opts = *o;
+  snprintf(helper_path, sizeof helper_path, "%s", o->helper ? o->helper : "");
+  bw_opts.helper = helper_path;
+  pthread_mutex_unlock(&links_mu);
+}
+
+/* ---- pending completions ---- */
+
+static bw_pending *find(bw_link *l, uint64_t tag) {
+  uint32_t i = (uint32_t)(tag & 0xffffffffu);
+  if (i == 0 || i > l->npend)
+    return NULL;
+  bw_pending *p = &l->pend[i - 1];
+  return p->in_use && p->gen == (uint32_t)(tag >> 32) ? p : NULL;
+}
+
+uint64_t bw_pending_add(bw_link *l, const bw_pending *p) {
+  if (l->dead)
+    return 0;
+  if (l->free_head == 0) {
+    if (l->npend == l->pend_cap) {
+      uint32_t cap = l->pend_cap ? l->pend_cap * 2 : 256;
+      bw_pending *n = realloc(l->pend, cap * sizeof *n);
+      if (n == NULL)
+        return 0;
+      l->pend = n;
+      l->pend_cap = cap;
+    }
+    l->pend[l->npend] = (bw_pending){0};
+    l->free_head = ++l->npend;
+  }
+  uint32_t i = l->free_head;
+  bw_pending *slot = &l->pend[i - 1];
+  uint32_t gen = slot->gen + 1;
+  l->free_head = slot->next_free;
+  *slot = *p;
+  slot->gen = gen;
+  slot->in_use = true;
+  return ((uint64_t)gen << 32) | i;
+}
+
+static void pending_free(bw_link *l, bw_pending *p) {
+  p->in_use = false;
+  p->next_free = l->free_head;
+  l->free_head = (uint32_t)(p - l->pend) + 1;
+}
+
+void bw_pending_drop(bw_link *l, uint64_t tag) {
+  bw_pending *p = find(l, tag);
+  if (p != NULL) {
+    free(p->body);
+    pending_free(l, p);
+  }
+}
+
+/* ---- ids ---- */
+
+uint64_t bw_id_take(bw_link *l, bw_kind k) {
+  bw_ids_pool *p = &l->ids[k];
+  return p->nfree ? p->free[--p->nfree] : p->next++;
+}
+
+void bw_id_give(bw_link *l, bw_kind k, uint64_t id) {
+  bw_ids_pool *p = &l->ids[k];
+  pthread_mutex_lock(&l->mu);
+  if (p->nfree == p->cap) {
+    size_t cap = p->cap ? p->cap * 2 : 64;
+    uint64_t *n = realloc(p->free, cap * sizeof *n);
+    if (n == NULL) { /* the id is not used again: the worker's table only grows */
+      pthread_mutex_unlock(&l->mu);
+      return;
+    }
+    p->free = n;
+    p->cap = cap;
+  }
+  p->free[p->nfree++] = id;
+  pthread_mutex_unlock(&l->mu);
+}
+
+/* ---- completions (the reader thread) ---- */
+
+static void event_unref(bw_event *e) { /* under mu */
+  if (--e->refs == 0)
+    free(e);
+}
+
+/* ---- host functions (the caller thread) ---- */
+
+static void *caller(void *arg) {
+  bw_link *l = arg;
+  pthread_mutex_lock(&l->mu);
+  for (;;) {
+    while (l->cb_head == NULL && !l->cb_end)
+      pthread_cond_wait(&l->cv, &l->mu);
+    bw_cb *c = l->cb_head;
+    if (c == NULL)
+      break;
+    l->cb_head = c->next;
+    if (l->cb_head == NULL)
+      l->cb_tail = NULL;
+    pthread_mutex_unlock(&l->mu);
+    c->fn(c->arg, c->status);
+    if (c->hold) /* the worker's queue waits for this (a dead one reads none) */
+      (void)bw_send(l->ack, BW_ACK, c->tag, NULL, 0, NULL, 0, NULL, 0);
+    free(c);
+    pthread_mutex_lock(&l->mu);
+    l->cb_ran++;
+    pthread_cond_broadcast(&l->cv);
+  }
+  pthread_mutex_unlock(&l->mu);
+  return NULL;
+}
+
+/* Queues a host function for the caller thread (mu not held). Without memory for the entry
+ * it runs here: late, but exactly once. */
+static void call_later(bw_link *l, const bw_pending *p, int status) {
+  bw_cb *c = malloc(sizeof *c);
+  if (c == NULL) { /* counted as queued and run at once */
+    p->fn(p->arg, status);
+    if (p->hold)
+      (void)bw_send(l->ack, BW_ACK, p->seq, NULL, 0, NULL, 0, NULL, 0);
+    return;
+  }
+  *c = (bw_cb){p->fn, p->arg, status, p->hold, p->seq, NULL};
+  pthread_mutex_lock(&l->mu);
+  l->cb_queued++;
+  if (l->cb_tail)
+    l->cb_tail->next = c;
+  else
+    l->cb_head = c;
+  l->cb_tail = c;
+  pthread_cond_broadcast(&l->cv);
+  pthread_mutex_unlock(&l->mu);
+}
+
+/* What a completion does once it is out of the table (mu not held; `p` a copy). */
+static void finish(bw_link *l, bw_pending *p, int status) {
+  if (p->kind == BW_P_CALLBACK) {
+    call_later(l, p, status);
+    return;
+  }
+  if (p->kind == BW_P_D2H && status == 0)
+    memcpy(p->dst, l->stage + p->stage_off, p->bytes);
+  pthread_mutex_lock(&l->mu);
+  if (p->kind == BW_P_EVENT) {
+    bw_event *e = p->event;
+    if (p->seq >= e->done) {
+      e->done = p->seq;
+      e->status = status;
+    }
+    event_unref(e);
+  } else {
+    bw_stage_give(l, p->stage_off, p->stage_len);
+  }
+  pthread_cond_broadcast(&l->cv);
+  pthread_mutex_unlock(&l->mu);
+}
+
+static void on_done(bw_link *l, uint64_t tag, int status) {
+  pthread_mutex_lock(&l->mu);
+  bw_pending *p = find(l, tag);
+  if (p == NULL || p->kind == BW_P_CALL) {
+    pthread_mutex_unlock(&l->mu);
+    return;
+  }
+  bw_pending copy = *p;
+  copy.seq = copy.kind == BW_P_CALLBACK ? tag : copy.seq;
+  pending_free(l, p);
+  if (status == ACCEL_EDEVLOST && copy.dev < BW_LINK_DEVICES)
+    l->lost[copy.dev] = true;
+  pthread_mutex_unlock(&l->mu);
+  finish(l, &copy, status);
+}
+
+/* A reply or a compile request: the waiting caller takes it. */
+static void on_answer(bw_link *l, const bw_hdr *h, void *body) {
+  pthread_mutex_lock(&l->mu);
+  bw_pending *p = find(l, h->tag);
+  if (p != NULL && p->kind == BW_P_CALL) {
+    free(p->body);
+    p->body = body;
+    p->body_len = h->len;
+    p->compile = h->type == BW_COMPILE;
+    p->answered = h->type == BW_REPLY;
+    body = NULL;
+    pthread_cond_broadcast(&l->cv);
+  }
+  pthread_mutex_unlock(&l->mu);
+  free(body);
+}
+
+/* The worker went: every completion reports ACCEL_EDEVLOST, every call is answered so. */
+static void on_death(bw_link *l) {
+  pthread_mutex_lock(&l->mu);
+  l->dead = true;
+  for (uint32_t d = 0; d < BW_LINK_DEVICES; d++)
+    l->lost[d] = true;
+  for (uint32_t i = 0; i < l->npend; i++) {
+    bw_pending *p = &l->pend[i];
+    if (!p->in_use || p->kind == BW_P_CALL)
+      continue;
+    bw_pending copy = *p;
+    pending_free(l, p);
+    pthread_mutex_unlock(&l->mu);
+    finish(l, &copy, ACCEL_EDEVLOST);
+    pthread_mutex_lock(&l->mu);
+  }
+  l->reader_done = true;
+  pthread_cond_broadcast(&l->cv);
+  pthread_mutex_unlock(&l->mu);
+}
+
+void bw_link_drain(bw_link *l) {
+  pthread_mutex_lock(&l->mu);
+  while (l->dead && !l->reader_done && l->has_reader)
+    pthread_cond_wait(&l->cv, &l->mu);
+  uint64_t target = l->cb_queued;
+  while (l->cb_ran < target && !l->cb_end)
+    pthread_cond_wait(&l->cv, &l->mu);
+  pthread_mutex_unlock(&l->mu);
+}
+
+static void *reader(void *arg) {
+  bw_link *l = arg;
+  char buf[256];
+  bw_hdr h;
+  void *body;
+  while (bw_recv(l->note, &h, buf, sizeof buf, &body)) {
+    if (h.type == BW_DONE) {
+      int status = h.len >= sizeof(bw_reply) ? ((bw_reply *)body)->status : ACCEL_EPROTO;
+      on_done(l, h.tag, status);
+    } else if (h.type == BW_REPLY || h.type == BW_COMPILE) {
+      if (body == buf && (body = malloc(h.len + 1u)) != NULL)
+        memcpy(body, buf, h.len);
+      if (body != NULL && h.type == BW_COMPILE)
+        ((char *)body)[h.len] = '\0'; /* room: bw_recv's and the copy's are h.len + 1 */
+      on_answer(l, &h, body);
+      continue;
+    }
+    if (body != buf)
+      free(body);
+  }
+  on_death(l);
+  return NULL;
+}
+
+/* ---- calls ---- */
+
+bool bw_link_send(bw_link *l, uint16_t type, uint64_t tag, const void *a, size_t alen,
+                  const void *b, size_t blen, const void *c, size_t clen) {
+  pthread_mutex_lock(&l->send_mu);
+  bool ok = !__atomic_load_n(&l->dead, __ATOMIC_RELAXED) &&
+            bw_send(l->cmd, type, tag, a, alen, b, blen, c, clen);
+  pthread_mutex_unlock(&l->send_mu);
+  return ok;
+}
+
+/* Runs the compile a load asked for and sends its answer (mu not held). */
+static void answer_compile(bw_link *l, uint64_t tag, char *target, bw_compile_fn fn, void *arg) {
+  void *ans = NULL;
+  size_t len = 0;
+  bw_compiled fail = {.status = ACCEL_ENOTSUP};
+  if (fn == NULL || fn(arg, target, &ans, &len) != 0 || ans == NULL)
+    (void)bw_link_send(l, BW_COMPILED, tag, &fail, sizeof fail, NULL, 0, NULL, 0);
+  else
+    (void)bw_link_send(l, BW_COMPILED, tag, ans, len, NULL, 0, NULL, 0);
+  free(ans);
+  free(target);
+}
+
+int bw_link_call(bw_link *l, uint16_t type, const void *a, size_t alen, const void *b, size_t blen,
+                 const void *c, size_t clen, void **body, uint32_t *body_len, bw_compile_fn compile,
+                 void *compile_arg) {
+  *body = NULL;
+  pthread_mutex_lock(&l->mu);
+  uint64_t tag = bw_pending_add(l, &(bw_pending){.kind = BW_P_CALL});
+  pthread_mutex_unlock(&l->mu);
+  if (tag == 0)
+    return ACCEL_EDEVLOST;
+  bool sent = bw_link_send(l, type, tag, a, alen, b, blen, c, clen);
+  pthread_mutex_lock(&l->mu);
+  bw_pending *p;
+  while (sent && (p = find(l, tag)) != NULL && !p->answered && !l->dead) {
+    if (!p->compile) {
+      pthread_cond_wait(&l->cv, &l->mu);
+      continue;
+    }
+    char *target = p->body;
+    p->body = NULL;
+    p->compile = false;
+    pthread_mutex_unlock(&l->mu);
+    answer_compile(l, tag, target, compile, compile_arg);
+    pthread_mutex_lock(&l->mu);
+  }
+  p = find(l, tag);
+  int rc = ACCEL_EDEVLOST;
+  if (p != NULL && p->answered && p->body_len >= sizeof(bw_reply)) {
+    rc = 0;
+    *body = p->body;
+    *body_len = p->body_len;
+    p->body = NULL;
+  }
+  bw_pending_drop(l, tag);
+  pthread_mutex_unlock(&l->mu);
+  return rc;
+}
+
+bool bw_link_lost(bw_link *l, uint32_t dev) {
+  return __atomic_load_n(&l->lost[dev], __ATOMIC_RELAXED);
+}
+
+void bw_link_kill(bw_link *l) {
+  if (l->pid > 0)
+    kill(l->pid, SIGKILL);
+}
+
+/* ---- the process ---- */
+
+/* An fd above the ones the worker gets, close-on-exec (dup2 onto itself would keep it). */
+static int high(int fd) {
+  int h = fcntl(fd, F_DUPFD_CLOEXEC, 16);
+  close(fd);
+  return h;
+}
+
+static bool pair(int *mine, int *theirs) {
+  int sv[2];
+  if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0)
+    return false;
+  *mine = sv[0];
+  *theirs = high(sv[1]);
+  return *theirs >= 0;
+}
+
+static int spawn(bw_link *l) {
+  int theirs[4] = {-1, -1, -1, -1};
+  int rc = ACCEL_ESYS;
+  if (!pair(&l->cmd, &theirs[0]) || !pair(&l->note, &theirs[1]) || !pair(&l->ack, &theirs[2]) ||
+      !bw_stage_init(l, bw_opts.stage_bytes ? bw_opts.stage_bytes : BW_STAGE_DEFAULT) ||
+      (theirs[3] = fcntl(l->stage_fd, F_DUPFD_CLOEXEC, 16)) < 0)
+    goto out;
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  for (int i = 0; i < 4; i++)
+    posix_spawn_file_actions_adddup2(&fa, theirs[i], BW_FD_CMD + i);
+  char *argv[] = {(char *)"accel-device", (char *)l->real->name, NULL};
+  int err = posix_spawn(&l->pid, bw_opts.helper, &fa, NULL, argv, environ);
+  posix_spawn_file_actions_destroy(&fa);
+  if (err != 0) {
+    l->pid = 0;
+    accel_log(ACCEL_LOG_ERROR, "device", "cannot start the device worker %s: %s", bw_opts.helper,
+              strerror(err));
+    goto out;
+  }
+  l->has_caller = pthread_create(&l->caller, NULL, caller, l) == 0;
+  l->has_reader = l->has_caller && pthread_create(&l->reader, NULL, reader, l) == 0;
+  rc = l->has_reader ? 0 : ACCEL_ESYS;
+out:
+  for (int i = 0; i < 4; i++)
+    if (theirs[i] >= 0)
+      close(theirs[i]);
+  return rc;
+}
+
+static void close_fd(int *fd) {
+  if (*fd >= 0)
+    close(*fd);
+  *fd = -1;
+}
+
+/* Waits for the worker to exit after its channel closed: a kernel still running there may
+ * keep it, so after `grace_ms` it is killed. */
+static void reap(pid_t pid, int grace_ms) {
+  for (int waited = 0; waited < grace_ms; waited++) {
+    if (waitpid(pid, NULL, WNOHANG) == pid)
+      return;
+    nanosleep(&(struct timespec){0, 1000000}, NULL);
+  }
+  kill(pid, SIGKILL);
+  while (waitpid(pid, NULL, 0) < 0 && errno == EINTR) {
+  }
+}
+
+static void link_memory_free(bw_link *l) {
+  for (int k = 0; k < BW_K_COUNT; k++)
+    free(l->ids[k].free);
+  for (uint32_t i = 0; i < l->npend; i++)
+    free(l->pend[i].body);
+  free(l->pend);
+  pthread_mutex_destroy(&l->send_mu);
+  pthread_mutex_destroy(&l->mu);
+  pthread_cond_destroy(&l->cv);
+  free(l);
+}
+
+void bw_link_hold(bw_link *l) {
+  pthread_mutex_lock(&links_mu);
+  l->objs++;
+  pthread_mutex_unlock(&links_mu);
+}
+
+void bw_link_release(bw_link *l) {
+  pthread_mutex_lock(&links_mu);
+  bool last = --l->objs == 0 && l->torn;
+  pthread_mutex_unlock(&links_mu);
+  if (last)
+    link_memory_free(l);
+}
+
+/* Ends the process and its channels; the memory goes with the last object holding it. */
+static void link_free(bw_link *l, bool kill_it) {
+  if (kill_it)
+    bw_link_kill(l);
+  if (l->cmd >= 0)
+    shutdown(l->cmd, SHUT_RDWR); /* the worker's main thread sees the end and exits */
+  if (l->pid > 0)
+    reap(l->pid, kill_it ? 0 : 2000);
+  if (l->has_reader)
+    pthread_join(l->reader, NULL); /* its note channel closed with the process */
+  pthread_mutex_lock(&l->mu);
+  l->cb_end = true; /* the caller runs what is queued, then ends */
+  pthread_cond_broadcast(&l->cv);
+  pthread_mutex_unlock(&l->mu);
+  if (l->has_caller)
+    pthread_join(l->caller, NULL);
+  close_fd(&l->cmd);
+  close_fd(&l->note);
+  close_fd(&l->ack);
+  pthread_mutex_lock(&l->mu);
+  l->dead = true;
+  bw_stage_fini(l);
+  pthread_mutex_unlock(&l->mu);
+  pthread_mutex_lock(&links_mu);
+  l->torn = true;
+  bool unheld = l->objs == 0;
+  pthread_mutex_unlock(&links_mu);
+  if (unheld)
+    link_memory_free(l);
+}
+
+static int link_new(const be_ops *real, int group, bw_link **out) {
+  bw_link *l = calloc(1, sizeof *l);
+  if (l == NULL)
+    return ACCEL_ENOMEM;
+  l->real = real;
+  l->group = group;
+  l->cmd = l->note = l->ack = l->stage_fd = -1;
+  pthread_mutex_init(&l->send_mu, NULL);
+  pthread_mutex_init(&l->mu, NULL);
+  pthread_cond_init(&l->cv, NULL);
+  int rc = spawn(l);
+  if (rc != 0) {
+    l->dead = true;
+    link_free(l, true);
+    return rc;
+  }
+  *out = l;
+  return 0;
+}
+
+/* Devices that work together (peer copies, collectives) share their backend's worker. */
+static int group_of(const be_ops *real, uint32_t index) {
+  return real->can_peer || real->collective ? -1 : (int)index;
+}
+
+int bw_link_get(const be_ops *real, uint32_t index, bw_link **out) {
+  int group = group_of(real, index);
+  pthread_mutex_lock(&links_mu);
+  bw_link *l = links;
+  while (l != NULL && (l->real != real || l->group != group || l->dead))
+    l = l->next;
+  int rc = 0;
+  if (l == NULL && (rc = link_new(real, group, &l)) == 0) {
+    l->next = links;
+    links = l;
+  }
+  if (rc == 0)
+    l->refs++;
+  pthread_mutex_unlock(&links_mu);
+  *out = l;
+  return rc;
+}
+
+void bw_link_put(bw_link *l, bool kill_it) {
+  pthread_mutex_lock(&links_mu);
+  if (kill_it) {
+    bw_link_kill(l); /* its other devices see their work fail: a fresh worker serves them */
+    pthread_mutex_lock(&l->mu);
+    l->dead = true; /* no new device joins it */
+    pthread_mutex_unlock(&l->mu);
+  }
+  bool last = --l->refs == 0;
+  if (last)
+    for (bw_link **p = &links; *p; p = &(*p)->next)
+      if (*p == l) {
+        *p = l->next;
+        break;
+      }
+  pthread_mutex_unlock(&links_mu);
+  if (last)
+    link_free(l, kill_it);
+}

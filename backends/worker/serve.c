@@ -1,0 +1,314 @@
+/* The device worker process (worker.h): its channels, id tables and completions. The main
+ * thread reads calls from acceld in order and submits them (serve_calls.c); completions come
+ * back from the backend's threads; an ack thread lets host callbacks that hold their queue
+ * go on once acceld has run its function. */
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "backends/worker/serve.h"
+#include "backends/worker/worker.h"
+
+ws_state ws = {.note_mu = PTHREAD_MUTEX_INITIALIZER,
+               .mu = PTHREAD_MUTEX_INITIALIZER,
+               .cv = PTHREAD_COND_INITIALIZER};
+
+/* ---- notes to acceld ---- */
+
+void ws_reply(uint64_t tag, int status, const void *a, size_t alen, const void *b, size_t blen) {
+  bw_reply r = {.status = status};
+  pthread_mutex_lock(&ws.note_mu);
+  bool ok = bw_send(ws.note, BW_REPLY, tag, &r, sizeof r, a, alen, b, blen);
+  pthread_mutex_unlock(&ws.note_mu);
+  if (!ok)
+    _exit(0); /* acceld went: so does its worker */
+}
+
+void ws_done(uint64_t tag, int status) {
+  bw_reply r = {.status = status};
+  pthread_mutex_lock(&ws.note_mu);
+  bool ok = bw_send(ws.note, BW_DONE, tag, &r, sizeof r, NULL, 0, NULL, 0);
+  pthread_mutex_unlock(&ws.note_mu);
+  if (!ok)
+    _exit(0);
+}
+
+/* ---- tables: ids acceld chose, indexes into growing arrays ---- */
+
+void *ws_get(ws_table *t, uint64_t id) {
+  return id < t->cap ? t->slot[id] : NULL;
+}
+
+bool ws_put(ws_table *t, uint64_t id, void *p) {
+  if (id >= BW_MAX_IDS)
+    return false;
+  if (id >= t->cap) {
+    size_t cap = t->cap ? t->cap : 64;
+    while (cap <= id)
+      cap *= 2;
+    void **s = realloc(t->slot, cap * sizeof *s);
+    if (s == NULL)
+      return false;
+    memset(s + t->cap, 0, (cap - t->cap) * sizeof *s);
+    t->slot = s;
+    t->cap = cap;
+  }
+  t->slot[id] = p;
+  return true;
+}
+
+be_device *ws_device(uint32_t dev) {
+  return dev < BW_MAX_DEVICES ? ws.dev[dev] : NULL;
+}
+
+void *ws_stage_at(uint64_t off, uint64_t bytes) {
+  if (off > ws.stage_bytes || bytes > ws.stage_bytes - off)
+    return NULL;
+  return ws.stage + off;
+}
+
+/* ---- completions ---- */
+
+typedef struct ws_done_arg {
+  uint64_t tag;
+  int error; /* a submission's error the completion reports */
+  bool hold, event;
+  bool flush; /* the queue waited for an event since its last completion */
+} ws_done_arg;
+
+typedef struct ws_evrec {
+  uint64_t tag;
+  be_event *e; /* NULL once the event is destroyed */
+  bool sent;
+  struct ws_evrec *next;
+} ws_evrec;
+
+void ws_event_watch(uint64_t tag, be_event *e) {
+  ws_evrec *r = malloc(sizeof *r);
+  if (r == NULL)
+    return; /* its own completion reports it, later */
+  pthread_mutex_lock(&ws.mu);
+  *r = (ws_evrec){tag, e, false, ws.evrecs};
+  ws.evrecs = r;
+  pthread_mutex_unlock(&ws.mu);
+}
+
+void ws_event_forget(be_event *e) {
+  pthread_mutex_lock(&ws.mu);
+  for (ws_evrec *r = ws.evrecs; r; r = r->next)
+    if (r->e == e)
+      r->e = NULL;
+  pthread_mutex_unlock(&ws.mu);
+}
+
+/* Sends the completion of every watched record whose event is complete now. Under mu. */
+static void flush_events(void) {
+  for (ws_evrec *r = ws.evrecs; r; r = r->next) {
+    int rc = r->sent || r->e == NULL ? ACCEL_EAGAIN : ws.be->event_query(r->e);
+    if (rc != ACCEL_EAGAIN) {
+      r->sent = true;
+      ws_done(r->tag, rc);
+    }
+  }
+}
+
+/* ---- the poller: event queries outside the backend's callbacks ----
+ * A completion of a queue that waited for another queue's event must reach acceld after that
+ * event's: acceld would otherwise see the waiting queue's work done and the event not. CUDA
+ * forbids driver calls inside its host functions, so the function asks this thread to query
+ * the watched events (and send those complete) and waits for it: microseconds, and only for
+ * the first completion after a wait. */
+
+static pthread_cond_t poll_cv = PTHREAD_COND_INITIALIZER;
+static uint64_t poll_asked, poll_done;
+
+static void *poller(void *arg) {
+  (void)arg;
+  pthread_mutex_lock(&ws.mu);
+  for (;;) {
+    while (poll_done == poll_asked)
+      pthread_cond_wait(&poll_cv, &ws.mu);
+    uint64_t target = poll_asked;
+    flush_events();
+    poll_done = target;
+    pthread_cond_broadcast(&poll_cv);
+  }
+  return NULL;
+}
+
+/* From a completion: every watched event complete now is sent before it returns. */
+static void flush_through_poller(void) {
+  pthread_mutex_lock(&ws.mu);
+  uint64_t want = ++poll_asked;
+  pthread_cond_broadcast(&poll_cv);
+  while (poll_done < want)
+    pthread_cond_wait(&poll_cv, &ws.mu);
+  pthread_mutex_unlock(&ws.mu);
+}
+
+/* The record's own completion: sent unless a flush sent it. */
+static void event_done(uint64_t tag, int status) {
+  pthread_mutex_lock(&ws.mu);
+  bool sent = false;
+  for (ws_evrec **p = &ws.evrecs; *p; p = &(*p)->next)
+    if ((*p)->tag == tag) {
+      ws_evrec *r = *p;
+      sent = r->sent;
+      *p = r->next;
+      free(r);
+      break;
+    }
+  if (!sent)
+    ws_done(tag, status);
+  pthread_mutex_unlock(&ws.mu);
+}
+
+/* Waits until acceld acks `tag` (its host function ran). */
+static void wait_ack(uint64_t tag) {
+  pthread_mutex_lock(&ws.mu);
+  for (;;) {
+    for (size_t i = 0; i < ws.nacked; i++)
+      if (ws.acked[i] == tag) {
+        ws.acked[i] = ws.acked[--ws.nacked];
+        pthread_mutex_unlock(&ws.mu);
+        return;
+      }
+    pthread_cond_wait(&ws.cv, &ws.mu);
+  }
+}
+
+static void on_complete(void *arg, int status) {
+  ws_done_arg d = *(ws_done_arg *)arg;
+  free(arg);
+  if (d.flush)
+    flush_through_poller(); /* events this queue waited for: acceld hears of them first */
+  if (d.event)
+    event_done(d.tag, status == 0 ? d.error : status);
+  else
+    ws_done(d.tag, status == 0 ? d.error : status);
+  if (d.hold)
+    wait_ack(d.tag);
+}
+
+/* Every completion goes through host_callback: the functions of one queue then reach acceld
+ * in the queue's order (host_notify's are not ordered against host_callback's), so the data
+ * of a read is out before anything queued after it is reported. Without `hold` the function
+ * only sends a frame: the queue waits microseconds. */
+static void complete_after(ws_queue *q, uint64_t tag, bool hold, bool clear_pending, bool event) {
+  int error = q->q == NULL ? q->error : q->pending;
+  if (clear_pending)
+    q->pending = 0;
+  ws_done_arg *d = malloc(sizeof *d);
+  if (d == NULL || q->q == NULL) {
+    free(d);
+    ws_done(tag, error ? error : ACCEL_ENOMEM);
+    return;
+  }
+  *d = (ws_done_arg){tag, error, hold, event, q->waited};
+  q->waited = false;
+  int rc = ws.be->host_callback(q->q, on_complete, d);
+  if (rc != 0) {
+    free(d);
+    ws_done(tag, rc);
+  }
+}
+
+void ws_complete_after(ws_queue *q, uint64_t tag, bool hold, bool clear_pending) {
+  complete_after(q, tag, hold, clear_pending, false);
+}
+
+void ws_complete_event_after(ws_queue *q, uint64_t tag) {
+  complete_after(q, tag, false, false, true);
+}
+
+/* ---- the ack channel ---- */
+
+static void *ack_thread(void *arg) {
+  (void)arg;
+  bw_hdr h;
+  char buf[64];
+  void *body;
+  while (bw_recv(ws.ack, &h, buf, sizeof buf, &body)) {
+    if (body != buf)
+      free(body);
+    pthread_mutex_lock(&ws.mu);
+    if (ws.nacked == ws.acked_cap) {
+      size_t cap = ws.acked_cap ? ws.acked_cap * 2 : 64;
+      uint64_t *a = realloc(ws.acked, cap * sizeof *a);
+      if (a == NULL)
+        _exit(1);
+      ws.acked = a;
+      ws.acked_cap = cap;
+    }
+    ws.acked[ws.nacked++] = h.tag;
+    pthread_cond_broadcast(&ws.cv);
+    pthread_mutex_unlock(&ws.mu);
+  }
+  _exit(0); /* acceld went */
+}
+
+/* ---- the process ---- */
+
+static const be_ops *backend_named(const char *name) {
+  for (const be_entry *e = be_registry(); e->name; e++)
+    if (strcmp(e->name, name) == 0)
+      return e->ops;
+  return NULL;
+}
+
+static bool map_stage(void) {
+  struct stat st;
+  if (fstat(BW_FD_STAGE, &st) != 0 || st.st_size <= 0)
+    return false;
+  ws.stage_bytes = (size_t)st.st_size;
+  ws.stage = mmap(NULL, ws.stage_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, BW_FD_STAGE, 0);
+  return ws.stage != MAP_FAILED;
+}
+
+int bw_worker_main(int argc, char **argv) {
+  if (argc != 2 || (ws.be = backend_named(argv[1])) == NULL) {
+    fprintf(stderr, "accel-device: usage: accel-device BACKEND (started by acceld)\n");
+    return 2;
+  }
+  struct rlimit none = {0, 0};
+  setrlimit(RLIMIT_CORE, &none); /* a faulting kernel is an expected event, not a core file */
+  signal(SIGPIPE, SIG_IGN);
+  ws.cmd = BW_FD_CMD;
+  ws.note = BW_FD_NOTE;
+  ws.ack = BW_FD_ACK;
+  if (!map_stage()) {
+    fprintf(stderr, "accel-device: no staging region on fd %d\n", BW_FD_STAGE);
+    return 2;
+  }
+  int count = 0;
+  char why[128] = "";
+  (void)ws.be->probe(&count, why, sizeof why); /* backends number their devices here */
+  pthread_t t;
+  if (pthread_create(&t, NULL, ack_thread, NULL) != 0 ||
+      pthread_create(&t, NULL, poller, NULL) != 0)
+    return 1;
+  char buf[4096];
+  bw_hdr h;
+  void *body;
+  while (bw_recv(ws.cmd, &h, buf, sizeof buf, &body)) {
+    if (h.type == BW_LOAD || h.type == BW_COMPILED) { /* they keep the body: on the heap */
+      if (body == buf && (body = malloc(h.len ? h.len : 1)) != NULL)
+        memcpy(body, buf, h.len);
+      if (body == NULL)
+        _exit(1);
+      (h.type == BW_LOAD ? ws_load : ws_compiled)(&h, body);
+      continue;
+    }
+    ws_handle(&h, body);
+    if (body != buf)
+      free(body);
+  }
+  _exit(0); /* acceld closed the channel (or went): nothing here outlives it */
+}

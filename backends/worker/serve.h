@@ -1,0 +1,74 @@
+/* The worker process's side (worker.h): its state, shared by serve.c (channels, tables,
+ * completions) and serve_calls.c (one handler per call). */
+#ifndef BW_SERVE_H
+#define BW_SERVE_H
+
+#include <pthread.h>
+
+#include "backends/worker/wire.h"
+
+#define BW_MAX_DEVICES 64u
+
+/* A queue: its backend queue (NULL where creating it failed: `error` then fails its work)
+ * and the error of a call that failed on submission, which the next completion queued
+ * behind it reports (an op's error is found where acceld no longer waits for the call). */
+typedef struct ws_queue {
+  be_queue *q;
+  uint32_t dev;
+  int error;
+  int pending;
+  bool waited; /* a queue_wait since its last completion was queued (serve.c's poller) */
+} ws_queue;
+
+typedef struct ws_table {
+  void **slot;
+  size_t cap;
+} ws_table;
+
+typedef struct ws_state {
+  const be_ops *be;
+  be_device *dev[BW_MAX_DEVICES];
+  int cmd, note, ack;
+  char *stage;
+  size_t stage_bytes;
+  bool stage_registered;
+  pthread_mutex_t note_mu; /* one frame at a time on `note` */
+  pthread_mutex_t mu;      /* the tables below, acks and loads */
+  pthread_cond_t cv;
+  ws_table queues, events, modules, kernels;
+  uint64_t *acked; /* tags acked and not yet taken */
+  size_t nacked, acked_cap;
+  struct ws_load *loads;   /* loads waiting for acceld's compiler */
+  struct ws_evrec *evrecs; /* event records whose completion acceld has not heard of */
+} ws_state;
+
+extern ws_state ws;
+
+/* serve.c */
+void ws_reply(uint64_t tag, int status, const void *a, size_t alen, const void *b, size_t blen);
+void ws_done(uint64_t tag, int status);
+/* Under ws.mu. */
+void *ws_get(ws_table *t, uint64_t id);
+bool ws_put(ws_table *t, uint64_t id, void *p);
+/* The open device `dev`, else NULL. */
+be_device *ws_device(uint32_t dev);
+/* A completion of `tag` queued on q behind its work (hold: the queue waits for acceld's ack);
+ * if it cannot be queued, it is sent at once with the error. */
+void ws_complete_after(ws_queue *q, uint64_t tag, bool hold, bool clear_pending);
+/* An event record's completion (tag), sent by the first completion of any queue that finds the
+ * event complete: a queue that waited for it completes after it, and acceld must not hear of
+ * that first (ws_event_watch after queueing the record's own completion with event = true). */
+void ws_event_watch(uint64_t tag, be_event *e);
+/* The event is being destroyed: its records are no longer queried. */
+void ws_event_forget(be_event *e);
+void ws_complete_event_after(ws_queue *q, uint64_t tag);
+/* The host side of a copy in the staging region, or NULL if [off, off + bytes) is outside. */
+void *ws_stage_at(uint64_t off, uint64_t bytes);
+
+/* serve_calls.c: handles one call from `cmd` (body: h->len bytes). */
+void ws_handle(const bw_hdr *h, void *body);
+/* serve_load.c: both take the body (malloc'd) */
+void ws_load(const bw_hdr *h, void *body);
+void ws_compiled(const bw_hdr *h, void *body);
+
+#endif
