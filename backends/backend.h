@@ -31,7 +31,7 @@
 #include "backends/blas_args.h"
 #include "backends/pin_cache.h"
 
-#define BE_ABI_VERSION 4u
+#define BE_ABI_VERSION 5u
 
 typedef struct be_device be_device;
 typedef struct be_queue be_queue;
@@ -139,6 +139,12 @@ typedef struct be_ops {
    * the memory has completed, and before the memory goes. */
   int (*host_register)(be_device *dev, void *p, size_t bytes);
   void (*host_unregister)(be_device *dev, void *p);
+  /* Optional (NULL: host_register only). As host_register, for memory that is a shared
+   * mapping of all of fd (a memfd): a backend whose devices live in another process (the
+   * device workers, backends/worker/worker.h) maps it there too, so copies to and from it
+   * need no staging. fd stays the caller's. host_unregister undoes it; dev may be closed by
+   * then (an unregister must not need it). */
+  int (*host_register_shared)(be_device *dev, void *p, size_t bytes, int fd);
   /* Optional (NULL: the backend keeps none): the counters of its pin cache of caller memory
    * (backends/pin_cache.h), one for the process; zeros while there is none. Any thread. */
   void (*pin_stats)(pin_cache_stats *out);

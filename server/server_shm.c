@@ -51,13 +51,26 @@ typedef struct dma_job {
   be_device *dev;
   void *base;
   size_t len;
+  int fd; /* the region's memfd (a copy), for backends that map it elsewhere; else -1 */
   int rc;
 } dma_job;
 
 static int dma_register_work(void *arg) {
   dma_job *j = arg;
-  j->rc = j->be->host_register(j->dev, j->base, j->len);
+  j->rc = j->fd >= 0 ? j->be->host_register_shared(j->dev, j->base, j->len, j->fd)
+                     : j->be->host_register(j->dev, j->base, j->len);
+  if (j->fd >= 0)
+    close(j->fd);
+  j->fd = -1;
   return j->rc;
+}
+
+/* A job dropped before it ran: its descriptor goes with it. */
+static void dma_register_drop(void *arg) {
+  dma_job *j = arg;
+  if (j->fd >= 0)
+    close(j->fd);
+  rt_free(j);
 }
 
 static int dma_release_work(void *arg) {
@@ -82,7 +95,8 @@ static void unmap_region(srv_server *s, srv_region *r) {
     munmap(r->base, r->len);
     return;
   }
-  *j = (dma_job){.s = s, .be = r->dma_be, .dev = r->dma_dev, .base = r->base, .len = r->len};
+  *j = (dma_job){
+      .s = s, .be = r->dma_be, .dev = r->dma_dev, .base = r->base, .len = r->len, .fd = -1};
   if (s->self == NULL ||
       accel_work_submit(s->self, dma_release_work, j, dma_release_drop, SRV_MSG_SHM_UNMAPPED) != 0)
     dma_release_drop(j);
@@ -108,25 +122,38 @@ static void unlink_region(srv_server *s, srv_conn *c, srv_region *r) {
 }
 
 /* The first serving device whose backend registers host memory (the registration is
- * portable: it serves every device of that backend). */
+ * portable: it serves every device of that backend, or of its worker process). */
 static dev_node *dma_node(srv_server *s) {
   for (int i = 1; i < s->world->nnodes; i++) {
     dev_node *n = &s->world->nodes[i];
-    if (n->be->host_register && n->dev && n->state == DEV_NODE_SERVING)
+    if ((n->be->host_register || n->be->host_register_shared) && n->dev &&
+        n->state == DEV_NODE_SERVING)
       return n;
   }
   return NULL;
 }
 
-static void dma_register(srv_server *s, srv_conn *c, srv_region *r) {
+/* fd: the region's memfd, shared with a device worker where the backend takes it. */
+static void dma_register(srv_server *s, srv_conn *c, srv_region *r, int fd) {
   dev_node *n = s->self ? dma_node(s) : NULL;
   dma_job *j = n ? rt_calloc(1, sizeof *j) : NULL;
   if (j == NULL)
     return; /* no such device (or no memory): copies take the pageable path */
-  *j =
-      (dma_job){.s = s, .c = c, .r = r, .be = n->be, .dev = n->dev, .base = r->base, .len = r->len};
-  if (accel_work_submit(s->self, dma_register_work, j, rt_free, SRV_MSG_SHM_REGISTERED) != 0) {
+  *j = (dma_job){.s = s,
+                 .c = c,
+                 .r = r,
+                 .be = n->be,
+                 .dev = n->dev,
+                 .base = r->base,
+                 .len = r->len,
+                 .fd = n->be->host_register_shared ? fcntl(fd, F_DUPFD_CLOEXEC, 0) : -1};
+  if (n->be->host_register_shared && j->fd < 0) {
     rt_free(j);
+    return;
+  }
+  if (accel_work_submit(s->self, dma_register_work, j, dma_register_drop, SRV_MSG_SHM_REGISTERED) !=
+      0) {
+    dma_register_drop(j);
     return;
   }
   r->refs++;
@@ -236,9 +263,9 @@ int srv_shm_attach(srv_server *s, srv_conn *c, uint64_t id) {
   int rc = id == 0 || find(c, id)               ? ACCEL_EINVAL
            : c->nregions >= SRV_SHM_MAX_REGIONS ? ACCEL_ELIMIT
                                                 : map_region(s, c, id, fd);
-  close(fd);
   if (rc == 0)
-    dma_register(s, c, c->regions); /* the new one is first */
+    dma_register(s, c, c->regions, fd); /* the new one is first */
+  close(fd);
   if (rc != 0)
     accel_log(ACCEL_LOG_INFO, "server", "local %u: shared region %llu refused: %s", c->pipe,
               (unsigned long long)id, accel_err_name(rc));

@@ -14,7 +14,14 @@
 #define BW_LINK_DEVICES 64u
 #define BW_STAGE_PAGE ((size_t)64 << 10)
 
-typedef enum bw_kind { BW_K_QUEUE = 0, BW_K_EVENT, BW_K_MODULE, BW_K_KERNEL, BW_K_COUNT } bw_kind;
+typedef enum bw_kind {
+  BW_K_QUEUE = 0,
+  BW_K_EVENT,
+  BW_K_MODULE,
+  BW_K_KERNEL,
+  BW_K_REGION,
+  BW_K_COUNT
+} bw_kind;
 
 /* Ids of one kind: freed ones are used again (the worker's tables are arrays). */
 typedef struct bw_ids_pool {
@@ -37,6 +44,7 @@ typedef struct bw_pending {
   uint32_t gen;
   uint8_t kind;
   bool hold, answered, in_use;
+  bool direct; /* H2D, D2H through a shared region: no staging pages, nothing to copy */
   uint32_t dev;
   int status;
   be_host_fn fn;
@@ -135,6 +143,9 @@ typedef struct bw_pmodule {
 extern bw_options bw_opts;
 /* The live worker for device `index` of `real`, started if there is none: one more ref. */
 int bw_link_get(const be_ops *real, uint32_t index, bw_link **out);
+/* The devices of `real` as a worker process sees them (a worker started for the question):
+ * device numbers are the workers', whatever acceld's own process would see. */
+int bw_link_probe(const be_ops *real, int *count, char *why, size_t why_len);
 /* One ref less; the last one ends the worker. kill: end it at once (SIGKILL). */
 void bw_link_put(bw_link *l, bool kill_it);
 /* Sends a frame on cmd; false if the worker is gone. */
@@ -146,6 +157,9 @@ typedef int (*bw_compile_fn)(void *arg, const char *target, void **answer, size_
 int bw_link_call(bw_link *l, uint16_t type, const void *a, size_t alen, const void *b, size_t blen,
                  const void *c, size_t clen, void **body, uint32_t *body_len, bw_compile_fn compile,
                  void *compile_arg);
+/* As bw_link_call, the frame (`a` only) with descriptor `pass` (SCM_RIGHTS). */
+int bw_link_call_fd(bw_link *l, uint16_t type, const void *a, size_t alen, int pass, void **body,
+                    uint32_t *body_len);
 /* A pending completion (under l->mu): its tag, or 0 if the worker is gone. */
 uint64_t bw_pending_add(bw_link *l, const bw_pending *p);
 /* Forgets a pending completion whose call could not be sent (under l->mu). */
@@ -167,6 +181,12 @@ bool bw_stage_take(bw_link *l, size_t bytes, size_t *off);
 void bw_stage_give(bw_link *l, size_t off, size_t bytes);
 bool bw_stage_init(bw_link *l, size_t bytes);
 void bw_stage_fini(bw_link *l);
+
+/* proxy_share.c: clients' memfds the worker maps too (backend.h: host_register_shared) */
+int bw_share_register(bw_pdev *d, void *p, size_t bytes, int fd);
+void bw_share_unregister(void *p);
+/* Whether [p, p + bytes) lies in a region shared with l: its id and offset. */
+bool bw_share_find(bw_link *l, const void *p, size_t bytes, uint64_t *id, uint64_t *off);
 
 /* proxy_check.c: 0, ACCEL_EINVAL (out of range, bad shape), ACCEL_ENOTSUP (not run here) */
 int bw_check_span(be_mem m, size_t off, size_t count, size_t size);

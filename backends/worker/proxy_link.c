@@ -166,7 +166,7 @@ static void finish(bw_link *l, bw_pending *p, int status) {
     call_later(l, p, status);
     return;
   }
-  if (p->kind == BW_P_D2H && status == 0)
+  if (p->kind == BW_P_D2H && status == 0 && !p->direct)
     memcpy(p->dst, l->stage + p->stage_off, p->bytes);
   pthread_mutex_lock(&l->mu);
   if (p->kind == BW_P_EVENT) {
@@ -176,7 +176,7 @@ static void finish(bw_link *l, bw_pending *p, int status) {
       e->status = status;
     }
     event_unref(e);
-  } else {
+  } else if (!p->direct) {
     bw_stage_give(l, p->stage_off, p->stage_len);
   }
   pthread_cond_broadcast(&l->cv);
@@ -295,16 +295,24 @@ static void answer_compile(bw_link *l, uint64_t tag, char *target, bw_compile_fn
   free(target);
 }
 
-int bw_link_call(bw_link *l, uint16_t type, const void *a, size_t alen, const void *b, size_t blen,
-                 const void *c, size_t clen, void **body, uint32_t *body_len, bw_compile_fn compile,
-                 void *compile_arg) {
+static int call(bw_link *l, uint16_t type, const void *a, size_t alen, const void *b, size_t blen,
+                const void *c, size_t clen, int pass, void **body, uint32_t *body_len,
+                bw_compile_fn compile, void *compile_arg) {
   *body = NULL;
   pthread_mutex_lock(&l->mu);
   uint64_t tag = bw_pending_add(l, &(bw_pending){.kind = BW_P_CALL});
   pthread_mutex_unlock(&l->mu);
   if (tag == 0)
     return ACCEL_EDEVLOST;
-  bool sent = bw_link_send(l, type, tag, a, alen, b, blen, c, clen);
+  bool sent;
+  if (pass >= 0) {
+    pthread_mutex_lock(&l->send_mu);
+    sent = !__atomic_load_n(&l->dead, __ATOMIC_RELAXED) &&
+           bw_send_fd(l->cmd, type, tag, a, alen, pass);
+    pthread_mutex_unlock(&l->send_mu);
+  } else {
+    sent = bw_link_send(l, type, tag, a, alen, b, blen, c, clen);
+  }
   pthread_mutex_lock(&l->mu);
   bw_pending *p;
   while (sent && (p = find(l, tag)) != NULL && !p->answered && !l->dead) {
@@ -330,6 +338,17 @@ int bw_link_call(bw_link *l, uint16_t type, const void *a, size_t alen, const vo
   bw_pending_drop(l, tag);
   pthread_mutex_unlock(&l->mu);
   return rc;
+}
+
+int bw_link_call(bw_link *l, uint16_t type, const void *a, size_t alen, const void *b, size_t blen,
+                 const void *c, size_t clen, void **body, uint32_t *body_len, bw_compile_fn compile,
+                 void *compile_arg) {
+  return call(l, type, a, alen, b, blen, c, clen, -1, body, body_len, compile, compile_arg);
+}
+
+int bw_link_call_fd(bw_link *l, uint16_t type, const void *a, size_t alen, int pass, void **body,
+                    uint32_t *body_len) {
+  return call(l, type, a, alen, NULL, 0, NULL, 0, pass, body, body_len, NULL, NULL);
 }
 
 bool bw_link_lost(bw_link *l, uint32_t dev) {
@@ -506,6 +525,34 @@ int bw_link_get(const be_ops *real, uint32_t index, bw_link **out) {
   pthread_mutex_unlock(&links_mu);
   *out = l;
   return rc;
+}
+
+int bw_link_probe(const be_ops *real, int *count, char *why, size_t why_len) {
+  bw_link *l;
+  *count = 0;
+  int rc = link_new(real, -2, &l); /* its own: never joined by a device */
+  if (rc != 0) {
+    snprintf(why, why_len, "the device worker did not start");
+    return ACCEL_ENOTSUP;
+  }
+  l->refs = 1;
+  void *body = NULL;
+  uint32_t len = 0;
+  rc = bw_link_call(l, BW_PROBE, NULL, 0, NULL, 0, NULL, 0, &body, &len, NULL, NULL);
+  const bw_probed *p = (const bw_probed *)((char *)body + sizeof(bw_reply));
+  if (rc == 0 && len >= sizeof(bw_reply) + sizeof *p) {
+    rc = p->rc;
+    *count = p->count;
+    if (why_len)
+      snprintf(why, why_len, "%.*s", (int)sizeof p->why, p->why);
+  } else if (rc == 0) {
+    rc = ACCEL_EPROTO;
+  }
+  free(body);
+  if (rc != 0 && rc != ACCEL_ENOTSUP && why_len && why[0] == '\0')
+    snprintf(why, why_len, "the device worker's probe: %s", accel_err_name(rc));
+  link_free(l, false);
+  return rc == 0 ? 0 : ACCEL_ENOTSUP;
 }
 
 void bw_link_put(bw_link *l, bool kill_it) {

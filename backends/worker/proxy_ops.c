@@ -43,8 +43,10 @@ static int lost(bw_link *l, uint32_t dev) {
 
 /* ---- devices ---- */
 
+/* Asked of a worker: the devices are numbered as workers see them (an OpenCL platform may
+ * show more devices in a process where CUDA is initialised than in a fresh one). */
 static int proxy_probe(int t, int *count, char *why, size_t why_len) {
-  return tables[t].real->probe(count, why, why_len);
+  return bw_link_probe(tables[t].real, count, why, why_len);
 }
 static int probe0(int *c, char *w, size_t n) {
   return proxy_probe(0, c, w, n);
@@ -308,7 +310,25 @@ static int host_chunk(bw_pqueue *q, bool h2d, bw_copy *c, char *host) {
   return rc;
 }
 
+/* A host copy from or into a client's shared region that the worker maps: one call, no
+ * staging, no copy here. */
+static int direct_copy(bw_pqueue *q, bool h2d, bw_copy *c, uint64_t region, uint64_t off) {
+  c->region = region;
+  c->stage_off = off;
+  bw_pending p = {.kind = h2d ? BW_P_H2D : BW_P_D2H, .dev = q->dev->index, .direct = true};
+  return submit_pending(q, &p, h2d ? BW_H2D : BW_D2H, c, sizeof *c);
+}
+
 static int host_copy(bw_pqueue *q, bool h2d, be_mem mem, size_t mem_off, char *host, size_t bytes) {
+  uint64_t region, region_off;
+  if (bytes > 0 && bw_share_find(q->link, host, bytes, &region, &region_off)) {
+    bw_copy c = {.queue = q->id, .bytes = bytes};
+    if (h2d)
+      c.dst = mem, c.dst_off = mem_off;
+    else
+      c.src = mem, c.src_off = mem_off;
+    return direct_copy(q, h2d, &c, region, region_off);
+  }
   size_t chunk = q->link->stage_bytes / 4;
   int rc = 0;
   for (size_t done = 0; rc == 0 && done < bytes; done += chunk) {
@@ -509,6 +529,20 @@ static int proxy_host_notify(be_queue *q, be_host_fn fn, void *arg) {
   return host_fn(q, fn, arg, false);
 }
 
+/* ---- clients' shared memory ---- */
+
+static int proxy_register_shared(be_device *dev, void *p, size_t bytes, int fd) {
+  bw_pdev *d = D(dev);
+  if (d->link == NULL || bw_link_lost(d->link, d->index))
+    return ACCEL_EDEVLOST;
+  return bw_share_register(d, p, bytes, fd);
+}
+
+static void proxy_unregister(be_device *dev, void *p) {
+  (void)dev; /* may be closed by now: the region is found by its address */
+  bw_share_unregister(p);
+}
+
 /* ---- the tables ---- */
 
 static void fill_table(proxy_table *t, int index, const be_ops *real) {
@@ -532,6 +566,8 @@ static void fill_table(proxy_table *t, int index, const be_ops *real) {
       .copy_d2h = proxy_d2h,
       .copy_d2d = proxy_d2d,
       .can_peer = real->can_peer ? proxy_can_peer : NULL,
+      .host_register_shared = proxy_register_shared,
+      .host_unregister = proxy_unregister,
       .copy_peer = real->copy_peer ? proxy_copy_peer : NULL,
       .event_create = proxy_event_create,
       .event_destroy = proxy_event_destroy,

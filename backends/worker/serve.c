@@ -287,9 +287,9 @@ int bw_worker_main(int argc, char **argv) {
     fprintf(stderr, "accel-device: no staging region on fd %d\n", BW_FD_STAGE);
     return 2;
   }
-  int count = 0;
   char why[128] = "";
-  (void)ws.be->probe(&count, why, sizeof why); /* backends number their devices here */
+  ws.probe_rc = ws.be->probe(&ws.probe_count, why, sizeof why); /* devices are numbered here */
+  snprintf(ws.probe_why, sizeof ws.probe_why, "%s", why);
   pthread_t t;
   if (pthread_create(&t, NULL, ack_thread, NULL) != 0 ||
       pthread_create(&t, NULL, poller, NULL) != 0)
@@ -297,7 +297,14 @@ int bw_worker_main(int argc, char **argv) {
   char buf[4096];
   bw_hdr h;
   void *body;
-  while (bw_recv(ws.cmd, &h, buf, sizeof buf, &body)) {
+  int passed;
+  while (bw_recv_fd(ws.cmd, &h, buf, sizeof buf, &body, &passed)) {
+    if (h.type == BW_SHARE || passed >= 0) { /* the only call that brings a descriptor */
+      ws_share(&h, body, passed);
+      if (body != buf)
+        free(body);
+      continue;
+    }
     if (h.type == BW_LOAD || h.type == BW_COMPILED) { /* they keep the body: on the heap */
       if (body == buf && (body = malloc(h.len ? h.len : 1)) != NULL)
         memcpy(body, buf, h.len);

@@ -27,6 +27,8 @@ typedef struct ws_table {
 
 typedef struct ws_state {
   const be_ops *be;
+  int probe_rc, probe_count; /* what the backend's probe found here */
+  char probe_why[128];
   be_device *dev[BW_MAX_DEVICES];
   int cmd, note, ack;
   char *stage;
@@ -35,7 +37,7 @@ typedef struct ws_state {
   pthread_mutex_t note_mu; /* one frame at a time on `note` */
   pthread_mutex_t mu;      /* the tables below, acks and loads */
   pthread_cond_t cv;
-  ws_table queues, events, modules, kernels;
+  ws_table queues, events, modules, kernels, regions;
   uint64_t *acked; /* tags acked and not yet taken */
   size_t nacked, acked_cap;
   struct ws_load *loads;   /* loads waiting for acceld's compiler */
@@ -67,6 +69,14 @@ void *ws_stage_at(uint64_t off, uint64_t bytes);
 
 /* serve_calls.c: handles one call from `cmd` (body: h->len bytes). */
 void ws_handle(const bw_hdr *h, void *body);
+/* serve_share.c: BW_SHARE with its descriptor (taken), BW_UNSHARE; a copy's host side in a
+ * shared region, or NULL if [off, off + bytes) is not in region `id`. */
+void ws_share(const bw_hdr *h, const void *body, int fd);
+void ws_unshare(const bw_hdr *h, const void *body);
+/* Before device d closes: the regions registered with it are unregistered (copies from them
+ * then run at pageable speed). */
+void ws_unshare_device(be_device *d);
+void *ws_region_at(uint64_t id, uint64_t off, uint64_t bytes);
 /* serve_load.c: both take the body (malloc'd) */
 void ws_load(const bw_hdr *h, void *body);
 void ws_compiled(const bw_hdr *h, void *body);

@@ -67,6 +67,10 @@ static void open_device(const bw_hdr *h, const bw_open *o) {
     return;
   }
   int rc = ws.be->open((int)o->dev, &o->opts, &d);
+  if (rc != 0)
+    fprintf(stderr, "accel-device: %s device %u: %s (the worker's probe found %d device(s)%s%s)\n",
+            ws.be->name, o->dev, accel_err_name(rc), ws.probe_count, ws.probe_why[0] ? ": " : "",
+            ws.probe_why);
   if (rc != 0) {
     ws_reply(h->tag, rc, NULL, 0, NULL, 0);
     return;
@@ -81,9 +85,16 @@ static void open_device(const bw_hdr *h, const bw_open *o) {
   ws_reply(h->tag, 0, &out, sizeof out, NULL, 0);
 }
 
+static void probe(const bw_hdr *h) {
+  bw_probed out = {.rc = ws.probe_rc, .count = ws.probe_count};
+  snprintf(out.why, sizeof out.why, "%s", ws.probe_why);
+  ws_reply(h->tag, 0, &out, sizeof out, NULL, 0);
+}
+
 static void close_device(const bw_hdr *h, const bw_dev *b) {
   be_device *d = ws_device(b->dev);
   if (d != NULL) {
+    ws_unshare_device(d);
     ws.be->close(d);
     ws.dev[b->dev] = NULL;
   }
@@ -201,7 +212,11 @@ static void copy_host(const bw_hdr *h, const bw_copy *c) {
     ws_done(h->tag, ACCEL_EINVAL);
     return;
   }
-  void *host = ws_stage_at(c->stage_off, c->bytes);
+  void *host = c->region ? ws_region_at(c->region, c->stage_off, c->bytes)
+                         : ws_stage_at(c->stage_off, c->bytes);
+  if (c->bytes >= (64u << 20) && getenv("ACCEL_WORKER_TRACE"))
+    fprintf(stderr, "accel-device: %s of %llu bytes from %s\n", h->type == BW_H2D ? "H2D" : "D2H",
+            (unsigned long long)c->bytes, c->region ? "a shared region" : "staging");
   if (q->q != NULL) {
     int rc = host == NULL        ? ACCEL_EINVAL
              : h->type == BW_H2D ? ws.be->copy_h2d(q->q, c->dst, c->dst_off, host, c->bytes)
@@ -391,6 +406,7 @@ static const size_t body_size[BW_REPLY] = {
     [BW_SOFTMAX] = sizeof(bw_nn),       [BW_UNLOAD] = sizeof(bw_ids),
     [BW_KERNEL] = sizeof(bw_ids),       [BW_LAUNCH] = sizeof(bw_launch),
     [BW_COLL_OK] = sizeof(bw_coll),     [BW_COLL_RUN] = sizeof(bw_coll),
+    [BW_UNSHARE] = sizeof(bw_share),
 };
 
 static void handle_ids(const bw_hdr *h, const bw_ids *b) {
@@ -461,6 +477,10 @@ static void handle_work(const bw_hdr *h, const void *body) {
 }
 
 void ws_handle(const bw_hdr *h, void *body) {
+  if (h->type == BW_PROBE) {
+    probe(h);
+    return;
+  }
   size_t need = h->type < BW_REPLY ? body_size[h->type] : 0;
   if (need == 0 || h->len < need) {
     bad(h);
@@ -475,6 +495,9 @@ void ws_handle(const bw_hdr *h, void *body) {
     break;
   case BW_INJECT:
     inject(h, body);
+    break;
+  case BW_UNSHARE:
+    ws_unshare(h, body);
     break;
   case BW_MEM_ALLOC:
     mem_alloc(h, body);

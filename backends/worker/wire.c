@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
@@ -46,6 +47,59 @@ bool bw_send(int fd, uint16_t type, uint64_t tag, const void *a, size_t alen, co
   return write_vec(fd, v, n);
 }
 
+bool bw_send_fd(int fd, uint16_t type, uint64_t tag, const void *a, size_t alen, int pass) {
+  bw_hdr h = {.len = (uint32_t)alen, .type = type, .tag = tag};
+  union {
+    char buf[CMSG_SPACE(sizeof(int))];
+    struct cmsghdr align;
+  } u;
+  struct iovec v = {&h, sizeof h};
+  struct msghdr m = {
+      .msg_iov = &v, .msg_iovlen = 1, .msg_control = u.buf, .msg_controllen = sizeof u.buf};
+  struct cmsghdr *c = CMSG_FIRSTHDR(&m);
+  c->cmsg_level = SOL_SOCKET;
+  c->cmsg_type = SCM_RIGHTS;
+  c->cmsg_len = CMSG_LEN(sizeof(int));
+  memcpy(CMSG_DATA(c), &pass, sizeof pass);
+  ssize_t w;
+  while ((w = sendmsg(fd, &m, MSG_NOSIGNAL)) < 0 && errno == EINTR) {
+  }
+  if (w <= 0)
+    return false;
+  /* The descriptor went with the first byte; the rest of the frame is plain bytes. */
+  struct iovec rest[2] = {{(char *)&h + w, sizeof h - (size_t)w}, {(void *)a, alen}};
+  int n = 0;
+  struct iovec *from = rest;
+  if (rest[0].iov_len == 0)
+    from++;
+  n = (rest[0].iov_len ? 1 : 0) + (alen ? 1 : 0);
+  return n == 0 || write_vec(fd, from, n);
+}
+
+/* Reads the first bytes of a frame with recvmsg: a descriptor comes with them. */
+static ssize_t read_first(int fd, void *p, size_t n, int *passed) {
+  union {
+    char buf[CMSG_SPACE(sizeof(int))];
+    struct cmsghdr align;
+  } u;
+  struct iovec v = {p, n};
+  struct msghdr m = {
+      .msg_iov = &v, .msg_iovlen = 1, .msg_control = u.buf, .msg_controllen = sizeof u.buf};
+  ssize_t r;
+  while ((r = recvmsg(fd, &m, MSG_CMSG_CLOEXEC)) < 0 && errno == EINTR) {
+  }
+  for (struct cmsghdr *c = CMSG_FIRSTHDR(&m); r > 0 && c; c = CMSG_NXTHDR(&m, c))
+    if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) {
+      int got;
+      memcpy(&got, CMSG_DATA(c), sizeof got);
+      if (*passed >= 0)
+        close(got); /* one per frame */
+      else
+        *passed = got;
+    }
+  return r;
+}
+
 static bool read_all(int fd, void *p, size_t n) {
   char *at = p;
   while (n > 0) {
@@ -60,16 +114,33 @@ static bool read_all(int fd, void *p, size_t n) {
   return true;
 }
 
-bool bw_recv(int fd, bw_hdr *h, void *buf, size_t room, void **body) {
+bool bw_recv_fd(int fd, bw_hdr *h, void *buf, size_t room, void **body, int *passed) {
   *body = buf;
-  if (!read_all(fd, h, sizeof *h) || h->len > BW_MAX_FRAME)
+  *passed = -1;
+  ssize_t r = read_first(fd, h, sizeof *h, passed);
+  if (r <= 0 || !read_all(fd, (char *)h + r, sizeof *h - (size_t)r) || h->len > BW_MAX_FRAME) {
+    if (*passed >= 0)
+      close(*passed);
+    *passed = -1;
     return false;
+  }
   if (h->len > room && (*body = malloc(h->len)) == NULL)
-    return false;
-  if (read_all(fd, *body, h->len))
+    *body = buf; /* and fails below, closing what came */
+  else if (read_all(fd, *body, h->len))
     return true;
   if (*body != buf)
     free(*body);
   *body = buf;
+  if (*passed >= 0)
+    close(*passed);
+  *passed = -1;
   return false;
+}
+
+bool bw_recv(int fd, bw_hdr *h, void *buf, size_t room, void **body) {
+  int passed;
+  bool ok = bw_recv_fd(fd, h, buf, room, body, &passed);
+  if (passed >= 0)
+    close(passed); /* none expected here */
+  return ok;
 }

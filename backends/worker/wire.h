@@ -74,6 +74,9 @@ typedef enum bw_type {
   BW_COMPILED,   /* bw_compiled + log + image: the answer to a BW_COMPILE (tag: the load) */
   BW_COLL_OK,    /* bw_coll; reply status */
   BW_COLL_RUN,   /* bw_coll */
+  BW_SHARE,      /* bw_share, with the memfd (SCM_RIGHTS); reply status */
+  BW_UNSHARE,    /* bw_share {id} */
+  BW_PROBE,      /* empty; reply bw_probed: what the backend found in the worker */
   /* ---- worker -> acceld (note) ---- */
   BW_REPLY = 64, /* bw_reply + the call's answer; tag: the call */
   BW_DONE,       /* bw_reply; tag: the completion */
@@ -110,6 +113,11 @@ typedef struct bw_open {
   uint64_t stage_bytes; /* the staging region's size, to register for DMA once */
 } bw_open;
 
+typedef struct bw_probed {
+  int32_t rc, count;
+  char why[128];
+} bw_probed;
+
 typedef struct bw_opened {
   bw_caps caps;
 } bw_opened;
@@ -130,10 +138,19 @@ typedef struct bw_copy {
   uint64_t queue;
   be_mem dst, src; /* device memory (dst for H2D, D2D, PEER; src for D2H, D2D, PEER) */
   uint64_t dst_off, src_off, bytes;
-  uint64_t stage_off; /* H2D, D2H: where in the staging region the host side is */
+  uint64_t stage_off; /* H2D, D2H: where the host side is: in the staging region, or */
+  uint64_t region;    /* (not 0) in this shared region (BW_SHARE), from its start */
   uint32_t src_dev;   /* PEER */
   uint32_t pad;
 } bw_copy;
+
+/* A client's memfd that acceld maps (server_shm.c), mapped by the worker too: copies between
+ * it and the devices need no staging (backend.h: host_register_shared). */
+typedef struct bw_share {
+  uint32_t dev, pad;
+  uint64_t id; /* not 0 */
+  uint64_t bytes;
+} bw_share;
 
 typedef struct bw_fill {
   uint64_t queue;
@@ -213,8 +230,13 @@ typedef struct bw_coll {
 bool bw_send(int fd, uint16_t type, uint64_t tag, const void *a, size_t alen, const void *b,
              size_t blen, const void *c, size_t clen);
 
+/* As bw_send, with a descriptor passed along (SCM_RIGHTS). */
+bool bw_send_fd(int fd, uint16_t type, uint64_t tag, const void *a, size_t alen, int pass);
+
 /* Reads one frame: the header, then len bytes into *body (malloc'd when longer than `room`,
- * else `buf`); false at the end of the stream, on an error, or past BW_MAX_FRAME. */
+ * else `buf`); false at the end of the stream, on an error, or past BW_MAX_FRAME. passed (may
+ * be NULL: none is taken) gets a descriptor that came with the frame, else -1. */
 bool bw_recv(int fd, bw_hdr *h, void *buf, size_t room, void **body);
+bool bw_recv_fd(int fd, bw_hdr *h, void *buf, size_t room, void **body, int *passed);
 
 #endif
