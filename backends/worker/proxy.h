@@ -80,8 +80,9 @@ typedef struct bw_link {
   uint8_t *page_used;
   pthread_t reader, caller;
   bool has_reader, has_caller;
-  /* Host functions run on `caller`, in the order their completions came: one that blocks
-   * (the contract says it must not, tests' gates do) holds the others, never the replies. */
+  /* host_callback's functions run on `caller`, in the order their completions came: one
+   * that blocks (tests' gates do) holds the others, never the replies. host_notify's, quick
+   * by contract, run on the reader as their completions come. */
   bw_cb *cb_head, *cb_tail;
   bool cb_end;
   uint64_t cb_queued, cb_ran;

@@ -127,7 +127,7 @@ static void *caller(void *arg) {
       l->cb_tail = NULL;
     pthread_mutex_unlock(&l->mu);
     c->fn(c->arg, c->status);
-    if (c->hold) /* the worker's queue waits for this (a dead one reads none) */
+    if (c->hold && c->status == 0) /* the worker's queue waits for this one */
       (void)bw_send(l->ack, BW_ACK, c->tag, NULL, 0, NULL, 0, NULL, 0);
     free(c);
     pthread_mutex_lock(&l->mu);
@@ -144,7 +144,7 @@ static void call_later(bw_link *l, const bw_pending *p, int status) {
   bw_cb *c = malloc(sizeof *c);
   if (c == NULL) { /* counted as queued and run at once */
     p->fn(p->arg, status);
-    if (p->hold)
+    if (p->hold && status == 0)
       (void)bw_send(l->ack, BW_ACK, p->seq, NULL, 0, NULL, 0, NULL, 0);
     return;
   }
@@ -162,6 +162,10 @@ static void call_later(bw_link *l, const bw_pending *p, int status) {
 
 /* What a completion does once it is out of the table (mu not held; `p` a copy). */
 static void finish(bw_link *l, bw_pending *p, int status) {
+  if (p->kind == BW_P_CALLBACK && !p->hold) {
+    p->fn(p->arg, status); /* host_notify's are quick by contract: no thread hop */
+    return;
+  }
   if (p->kind == BW_P_CALLBACK) {
     call_later(l, p, status);
     return;

@@ -9,6 +9,15 @@
 
 #define BW_MAX_DEVICES 64u
 
+/* A completion the queue's completer thread waits for (serve_complete.c). */
+typedef struct ws_cdone {
+  uint64_t tag, seq;
+  be_event *e;
+  int error;
+  bool event, flush;
+  struct ws_cdone *next;
+} ws_cdone;
+
 /* A queue: its backend queue (NULL where creating it failed: `error` then fails its work)
  * and the error of a call that failed on submission, which the next completion queued
  * behind it reports (an op's error is found where acceld no longer waits for the call). */
@@ -17,7 +26,17 @@ typedef struct ws_queue {
   uint32_t dev;
   int error;
   int pending;
-  bool waited; /* a queue_wait since its last completion was queued (serve.c's poller) */
+  bool waited; /* a queue_wait since its last completion was queued */
+  /* The completer (backends whose host functions come late: CUDA, OpenCL): a thread that
+   * waits on an event recorded behind each completion, in order, and sends it. */
+  pthread_mutex_t cmu;
+  pthread_cond_t ccv;
+  pthread_t thread;
+  bool has_thread, stop;
+  ws_cdone *head, *tail;
+  uint64_t queued, sent; /* completions given to the completer, and sent by it */
+  be_event **pool;       /* recorded-and-done events, used again */
+  size_t npool, pool_cap;
 } ws_queue;
 
 typedef struct ws_table {
@@ -54,16 +73,20 @@ void *ws_get(ws_table *t, uint64_t id);
 bool ws_put(ws_table *t, uint64_t id, void *p);
 /* The open device `dev`, else NULL. */
 be_device *ws_device(uint32_t dev);
-/* A completion of `tag` queued on q behind its work (hold: the queue waits for acceld's ack);
- * if it cannot be queued, it is sent at once with the error. */
+/* serve_complete.c: a completion of `tag` queued on q behind its work (hold: the queue waits
+ * for acceld's ack); if it cannot be queued, it is sent at once with the error. */
 void ws_complete_after(ws_queue *q, uint64_t tag, bool hold, bool clear_pending);
-/* An event record's completion (tag), sent by the first completion of any queue that finds the
- * event complete: a queue that waited for it completes after it, and acceld must not hear of
- * that first (ws_event_watch after queueing the record's own completion with event = true). */
-void ws_event_watch(uint64_t tag, be_event *e);
+bool ws_completions_start(void);
+void ws_queue_init(ws_queue *q);
+/* After the backend's queue_destroy: the completer sends what it has, ends, and its events
+ * are freed. */
+void ws_queue_fini(ws_queue *q);
+/* An event record's completion (tag; e: the event recorded, NULL if the record failed). Also
+ * sent, in its queue's turn, by the first completion of another queue that waited for it:
+ * acceld must not hear of that queue's work done before the event. */
+void ws_complete_event_after(ws_queue *q, uint64_t tag, be_event *e);
 /* The event is being destroyed: its records are no longer queried. */
 void ws_event_forget(be_event *e);
-void ws_complete_event_after(ws_queue *q, uint64_t tag);
 /* The host side of a copy in the staging region, or NULL if [off, off + bytes) is outside. */
 void *ws_stage_at(uint64_t off, uint64_t bytes);
 

@@ -67,7 +67,7 @@ static void open_device(const bw_hdr *h, const bw_open *o) {
     return;
   }
   int rc = ws.be->open((int)o->dev, &o->opts, &d);
-  if (rc != 0)
+  if (rc != 0 && (int)o->dev < ws.probe_count) /* a device the probe found would not open */
     fprintf(stderr, "accel-device: %s device %u: %s (the worker's probe found %d device(s)%s%s)\n",
             ws.be->name, o->dev, accel_err_name(rc), ws.probe_count, ws.probe_why[0] ? ": " : "",
             ws.probe_why);
@@ -124,6 +124,7 @@ static void queue_create(const bw_ids *b) {
     return;
   }
   q->dev = b->dev;
+  ws_queue_init(q);
   q->error = d == NULL ? ACCEL_EINVAL : ws.be->queue_create(d, &q->q);
 }
 
@@ -132,6 +133,7 @@ static void queue_destroy(const bw_hdr *h, const bw_ids *b) {
   if (q != NULL) {
     if (q->q != NULL)
       ws.be->queue_destroy(q->q);
+    ws_queue_fini(q); /* after the queue's work: its completions are all sent */
     free(q);
     ws_put(&ws.queues, b->id, NULL);
   }
@@ -165,9 +167,7 @@ static void event_record(const bw_hdr *h, const bw_ids *b) {
   be_event *e = ws_get(&ws.events, b->id);
   int rc = q->q == NULL ? q->error : e == NULL ? ACCEL_ENOMEM : ws.be->event_record(e, q->q);
   submitted(q, rc);
-  if (rc == 0)
-    ws_event_watch(h->tag, e); /* before its completion is queued: that one removes it */
-  ws_complete_event_after(q, h->tag);
+  ws_complete_event_after(q, h->tag, rc == 0 ? e : NULL);
 }
 
 static void queue_wait(const bw_ids *b) {

@@ -1,0 +1,334 @@
+/* Completions in the worker (serve.h): how acceld hears that work before a point of a queue
+ * is done. Two ways:
+ *   - the completer: on backends whose host functions come late (CUDA's and OpenCL's reach
+ *     the host through a driver thread, tens of microseconds after the work), an event is
+ *     recorded behind the work and a thread of the queue's own waits on it (event_sync) and
+ *     sends the completion: the one a client waits for arrives microseconds after the GPU;
+ *   - a host function (host_callback), where those are quick (the cpu backend), and for
+ *     completions that hold their queue until acceld's function has run (an ack).
+ * Completions of one queue reach acceld in the queue's order either way: a holding host
+ * function first waits for the completer to have sent everything queued before it.
+ *
+ * Events watched: a completion of a queue that waited for another queue's event must reach
+ * acceld after that event's (acceld would otherwise see the waiting work done and the event
+ * not): the first completion after a wait sends every watched event that is complete. CUDA
+ * forbids driver calls inside its host functions, so there the poller thread queries. */
+#include <stdlib.h>
+
+#include "backends/worker/serve.h"
+
+/* ---- watched event records ---- */
+
+typedef struct ws_evrec {
+  uint64_t tag;
+  be_event *e; /* NULL once the event is destroyed */
+  ws_queue *q; /* the queue it was recorded on, and its place among q's completions */
+  uint64_t seq;
+  bool sent;
+  struct ws_evrec *next;
+} ws_evrec;
+
+static void watch(uint64_t tag, be_event *e, ws_queue *q, uint64_t seq) {
+  ws_evrec *r = malloc(sizeof *r);
+  if (r == NULL)
+    return; /* its own completion reports it, later */
+  pthread_mutex_lock(&ws.mu);
+  *r = (ws_evrec){tag, e, q, seq, false, ws.evrecs};
+  ws.evrecs = r;
+  pthread_mutex_unlock(&ws.mu);
+}
+
+void ws_event_forget(be_event *e) {
+  pthread_mutex_lock(&ws.mu);
+  for (ws_evrec *r = ws.evrecs; r; r = r->next)
+    if (r->e == e)
+      r->e = NULL;
+  pthread_mutex_unlock(&ws.mu);
+}
+
+/* Whether every completion of q before `seq` has reached acceld: a record's completion must
+ * not overtake them (a read's data is copied out when its own completion comes). */
+static bool in_turn(ws_queue *q, uint64_t seq) {
+  pthread_mutex_lock(&q->cmu);
+  bool ok = q->sent + 1 >= seq;
+  pthread_mutex_unlock(&q->cmu);
+  return ok;
+}
+
+/* Sends the completion of every watched record whose event is complete now, in its queue's
+ * turn. Under mu. */
+static void flush_events(void) {
+  for (ws_evrec *r = ws.evrecs; r; r = r->next) {
+    int rc = r->sent || r->e == NULL || !in_turn(r->q, r->seq) ? ACCEL_EAGAIN
+                                                               : ws.be->event_query(r->e);
+    if (rc != ACCEL_EAGAIN) {
+      r->sent = true;
+      ws_done(r->tag, rc);
+    }
+  }
+}
+
+/* The record's own completion: sent unless a flush sent it. */
+static void event_done(uint64_t tag, int status) {
+  pthread_mutex_lock(&ws.mu);
+  bool sent = false;
+  for (ws_evrec **p = &ws.evrecs; *p; p = &(*p)->next)
+    if ((*p)->tag == tag) {
+      ws_evrec *r = *p;
+      sent = r->sent;
+      *p = r->next;
+      free(r);
+      break;
+    }
+  if (!sent)
+    ws_done(tag, status);
+  pthread_mutex_unlock(&ws.mu);
+}
+
+static void send_done(uint64_t tag, bool event, int status) {
+  if (event)
+    event_done(tag, status);
+  else
+    ws_done(tag, status);
+}
+
+/* ---- the poller (flushes asked from inside a host function) ---- */
+
+static pthread_cond_t poll_cv = PTHREAD_COND_INITIALIZER;
+static uint64_t poll_asked, poll_done;
+
+static void *poller(void *arg) {
+  (void)arg;
+  pthread_mutex_lock(&ws.mu);
+  for (;;) {
+    while (poll_done == poll_asked)
+      pthread_cond_wait(&poll_cv, &ws.mu);
+    uint64_t target = poll_asked;
+    flush_events();
+    poll_done = target;
+    pthread_cond_broadcast(&poll_cv);
+  }
+  return NULL;
+}
+
+static void flush_through_poller(void) {
+  pthread_mutex_lock(&ws.mu);
+  uint64_t want = ++poll_asked;
+  pthread_cond_broadcast(&poll_cv);
+  while (poll_done < want)
+    pthread_cond_wait(&poll_cv, &ws.mu);
+  pthread_mutex_unlock(&ws.mu);
+}
+
+bool ws_completions_start(void) {
+  pthread_t t;
+  return pthread_create(&t, NULL, poller, NULL) == 0;
+}
+
+/* ---- host functions ---- */
+
+typedef struct ws_done_arg {
+  uint64_t tag;
+  int error; /* a submission's error the completion reports */
+  bool hold, event, flush;
+  ws_queue *q;
+  uint64_t seq; /* its place among q's completions: those before it are sent first */
+} ws_done_arg;
+
+/* Waits until acceld acks `tag` (its host function ran). */
+static void wait_ack(uint64_t tag) {
+  pthread_mutex_lock(&ws.mu);
+  for (;;) {
+    for (size_t i = 0; i < ws.nacked; i++)
+      if (ws.acked[i] == tag) {
+        ws.acked[i] = ws.acked[--ws.nacked];
+        pthread_mutex_unlock(&ws.mu);
+        return;
+      }
+    pthread_cond_wait(&ws.cv, &ws.mu);
+  }
+}
+
+static void wait_turn(ws_queue *q, uint64_t seq) {
+  pthread_mutex_lock(&q->cmu);
+  while (q->sent + 1 < seq)
+    pthread_cond_wait(&q->ccv, &q->cmu);
+  pthread_mutex_unlock(&q->cmu);
+}
+
+/* q's completions up to seq have reached acceld. */
+static void sent_up_to(ws_queue *q, uint64_t seq) {
+  pthread_mutex_lock(&q->cmu);
+  if (q->sent < seq)
+    q->sent = seq;
+  pthread_cond_broadcast(&q->ccv);
+  pthread_mutex_unlock(&q->cmu);
+}
+
+static void on_complete(void *arg, int status) {
+  ws_done_arg d = *(ws_done_arg *)arg;
+  free(arg);
+  wait_turn(d.q, d.seq); /* what came before it (the completer's) reaches acceld first */
+  if (d.flush)
+    flush_through_poller();
+  int sent = status == 0 ? d.error : status;
+  send_done(d.tag, d.event, sent);
+  sent_up_to(d.q, d.seq);
+  /* A failed one holds nothing (acceld acks only those that ran with 0): a backend may call
+   * it from inside a call of the main thread (a fault), which must not wait for acceld. */
+  if (d.hold && sent == 0)
+    wait_ack(d.tag);
+}
+
+static void by_host_function(ws_queue *q, uint64_t tag, int error, bool hold, bool event,
+                             uint64_t seq) {
+  ws_done_arg *d = malloc(sizeof *d);
+  int rc = ACCEL_ENOMEM;
+  if (d != NULL) {
+    *d = (ws_done_arg){tag, error, hold, event, q->waited, q, seq};
+    q->waited = false;
+    rc = ws.be->host_callback(q->q, on_complete, d);
+  }
+  if (rc != 0) { /* the queue cannot say when: at once, in its turn as far as can be */
+    free(d);
+    send_done(tag, event, error ? error : rc);
+    sent_up_to(q, seq);
+  }
+}
+
+/* ---- the completer ---- */
+
+static void *completer(void *arg) {
+  ws_queue *q = arg;
+  pthread_mutex_lock(&q->cmu);
+  for (;;) {
+    while (q->head == NULL && !q->stop)
+      pthread_cond_wait(&q->ccv, &q->cmu);
+    ws_cdone *c = q->head;
+    if (c == NULL)
+      break;
+    q->head = c->next;
+    if (q->head == NULL)
+      q->tail = NULL;
+    pthread_mutex_unlock(&q->cmu);
+    int st = c->e ? ws.be->event_sync(c->e) : 0;
+    if (c->flush) { /* not a host function: it may query the driver itself */
+      pthread_mutex_lock(&ws.mu);
+      flush_events();
+      pthread_mutex_unlock(&ws.mu);
+    }
+    send_done(c->tag, c->event, st == 0 ? c->error : st);
+    pthread_mutex_lock(&q->cmu);
+    q->sent = c->seq;
+    if (c->e && q->npool < q->pool_cap)
+      q->pool[q->npool++] = c->e;
+    else if (c->e)
+      ws.be->event_destroy(c->e);
+    free(c);
+    pthread_cond_broadcast(&q->ccv);
+  }
+  pthread_mutex_unlock(&q->cmu);
+  return NULL;
+}
+
+/* An event of the queue's device from the pool, or a new one. */
+static be_event *event_for(ws_queue *q) {
+  be_event *e = NULL;
+  pthread_mutex_lock(&q->cmu);
+  if (q->npool > 0)
+    e = q->pool[--q->npool];
+  pthread_mutex_unlock(&q->cmu);
+  be_device *d = ws_device(q->dev);
+  if (e == NULL && (d == NULL || ws.be->event_create(d, &e) != 0))
+    e = NULL;
+  return e;
+}
+
+static bool completer_started(ws_queue *q) {
+  if (q->has_thread)
+    return true;
+  enum { POOL = 64 };
+  if (q->pool == NULL && (q->pool = calloc(POOL, sizeof *q->pool)) == NULL)
+    return false;
+  q->pool_cap = POOL;
+  q->has_thread = pthread_create(&q->thread, NULL, completer, q) == 0;
+  return q->has_thread;
+}
+
+/* false: the completer cannot take it (the caller falls back to a host function). */
+static bool by_completer(ws_queue *q, uint64_t tag, int error, bool event, uint64_t seq) {
+  ws_cdone *c = malloc(sizeof *c);
+  be_event *e = c != NULL && completer_started(q) ? event_for(q) : NULL;
+  if (e == NULL) {
+    free(c);
+    return false;
+  }
+  int rc = ws.be->event_record(e, q->q);
+  if (rc != 0) { /* sent in its turn, with the error */
+    ws.be->event_destroy(e);
+    e = NULL;
+    error = rc;
+  }
+  pthread_mutex_lock(&q->cmu);
+  *c = (ws_cdone){
+      .tag = tag, .seq = seq, .e = e, .error = error, .event = event, .flush = q->waited};
+  q->waited = false;
+  if (q->tail)
+    q->tail->next = c;
+  else
+    q->head = c;
+  q->tail = c;
+  pthread_cond_broadcast(&q->ccv);
+  pthread_mutex_unlock(&q->cmu);
+  return true;
+}
+
+/* ---- the entry points ---- */
+
+/* watch: the event an event record's completion is for (NULL otherwise). */
+static void complete_after(ws_queue *q, uint64_t tag, bool hold, bool clear_pending, bool event,
+                           be_event *watched) {
+  int error = q->q == NULL ? q->error : q->pending;
+  if (clear_pending)
+    q->pending = 0;
+  if (q->q == NULL) {
+    ws_done(tag, error ? error : ACCEL_ENOMEM);
+    return;
+  }
+  pthread_mutex_lock(&q->cmu);
+  uint64_t seq = ++q->queued;
+  pthread_mutex_unlock(&q->cmu);
+  if (watched != NULL)
+    watch(tag, watched, q, seq); /* before the completion is queued: that one removes it */
+  if (!hold && ws.be->late_callbacks && by_completer(q, tag, error, event, seq))
+    return;
+  by_host_function(q, tag, error, hold, event, seq);
+}
+
+void ws_complete_after(ws_queue *q, uint64_t tag, bool hold, bool clear_pending) {
+  complete_after(q, tag, hold, clear_pending, false, NULL);
+}
+
+void ws_complete_event_after(ws_queue *q, uint64_t tag, be_event *e) {
+  complete_after(q, tag, false, false, true, e);
+}
+
+void ws_queue_init(ws_queue *q) {
+  pthread_mutex_init(&q->cmu, NULL);
+  pthread_cond_init(&q->ccv, NULL);
+}
+
+void ws_queue_fini(ws_queue *q) {
+  if (q->has_thread) {
+    pthread_mutex_lock(&q->cmu);
+    q->stop = true;
+    pthread_cond_broadcast(&q->ccv);
+    pthread_mutex_unlock(&q->cmu);
+    pthread_join(q->thread, NULL);
+  }
+  for (size_t i = 0; i < q->npool; i++)
+    ws.be->event_destroy(q->pool[i]);
+  free(q->pool);
+  pthread_mutex_destroy(&q->cmu);
+  pthread_cond_destroy(&q->ccv);
+}
