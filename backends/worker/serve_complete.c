@@ -168,16 +168,22 @@ static void sent_up_to(ws_queue *q, uint64_t seq) {
 static void on_complete(void *arg, int status) {
   ws_done_arg d = *(ws_done_arg *)arg;
   free(arg);
+  if (status != 0) {
+    /* The backend failed it (a fault, a queue destroyed): perhaps from inside a call that
+     * holds the backend's locks (CUDA's fault handling calls them), where waiting for the
+     * completer or the poller, who need those locks, would never end. Order no longer
+     * matters: everything after a fault fails alike. */
+    send_done(d.tag, d.event, status);
+    sent_up_to(d.q, d.seq);
+    return;
+  }
   wait_turn(d.q, d.seq); /* what came before it (the completer's) reaches acceld first */
   if (d.flush)
     flush_through_poller();
-  int sent = status == 0 ? d.error : status;
-  send_done(d.tag, d.event, sent);
+  send_done(d.tag, d.event, d.error);
   sent_up_to(d.q, d.seq);
-  /* A failed one holds nothing (acceld acks only those that ran with 0): a backend may call
-   * it from inside a call of the main thread (a fault), which must not wait for acceld. */
-  if (d.hold && sent == 0)
-    wait_ack(d.tag);
+  if (d.hold && d.error == 0)
+    wait_ack(d.tag); /* acceld acks those that ran with 0 */
 }
 
 static void by_host_function(ws_queue *q, uint64_t tag, int error, bool hold, bool event,
