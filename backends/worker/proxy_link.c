@@ -76,6 +76,7 @@ void bw_pending_drop(bw_link *l, uint64_t tag) {
   bw_pending *p = find(l, tag);
   if (p != NULL) {
     free(p->body);
+    p->body = NULL;
     pending_free(l, p);
   }
 }
@@ -256,13 +257,18 @@ static void *reader(void *arg) {
   char buf[256];
   bw_hdr h;
   void *body;
-  while (bw_recv(l->note, &h, buf, sizeof buf, &body)) {
+  /* A frame past BW_MAX_NOTE ends the worker's link, as its death would. */
+  while (bw_recv_max(l->note, &h, buf, sizeof buf, &body, BW_MAX_NOTE)) {
     if (h.type == BW_DONE) {
       int status = h.len >= sizeof(bw_reply) ? ((bw_reply *)body)->status : ACCEL_EPROTO;
       on_done(l, h.tag, status);
     } else if (h.type == BW_REPLY || h.type == BW_COMPILE) {
-      if (body == buf && (body = malloc(h.len + 1u)) != NULL)
-        memcpy(body, buf, h.len);
+      void *copy = malloc(h.len + 1u); /* room for the NUL of a target text */
+      if (copy != NULL)
+        memcpy(copy, body, h.len);
+      if (body != buf)
+        free(body);
+      body = copy;
       if (body != NULL && h.type == BW_COMPILE)
         ((char *)body)[h.len] = '\0'; /* room: bw_recv's and the copy's are h.len + 1 */
       on_answer(l, &h, body);
@@ -499,9 +505,23 @@ static int link_new(const be_ops *real, int group, bw_link **out) {
   pthread_mutex_init(&l->mu, NULL);
   pthread_cond_init(&l->cv, NULL);
   int rc = spawn(l);
-  if (rc != 0) {
-    l->dead = true;
-    link_free(l, true);
+  if (rc != 0) {      /* links_mu may be held: not link_free */
+    if (l->pid > 0) { /* started, but no thread could read it */
+      kill(l->pid, SIGKILL);
+      waitpid(l->pid, NULL, 0);
+    }
+    if (l->has_caller) {
+      pthread_mutex_lock(&l->mu);
+      l->cb_end = true;
+      pthread_cond_broadcast(&l->cv);
+      pthread_mutex_unlock(&l->mu);
+      pthread_join(l->caller, NULL);
+    }
+    close_fd(&l->cmd);
+    close_fd(&l->note);
+    close_fd(&l->ack);
+    bw_stage_fini(l);
+    link_memory_free(l);
     return rc;
   }
   *out = l;

@@ -77,6 +77,7 @@ static int attach(bw_pdev *d, const be_open_opts *opts) {
     rc = ACCEL_EPROTO;
   if (rc == 0) {
     memcpy(&d->caps, (char *)body + sizeof(bw_reply), sizeof d->caps);
+    d->caps.info.name[sizeof d->caps.info.name - 1] = '\0'; /* the worker's word, checked */
     pthread_mutex_lock(&d->link->mu);
     d->link->lost[d->index] = false;
     pthread_mutex_unlock(&d->link->mu);

@@ -114,11 +114,12 @@ static bool read_all(int fd, void *p, size_t n) {
   return true;
 }
 
-bool bw_recv_fd(int fd, bw_hdr *h, void *buf, size_t room, void **body, int *passed) {
+static bool recv_frame(int fd, bw_hdr *h, void *buf, size_t room, void **body, int *passed,
+                       uint32_t max) {
   *body = buf;
   *passed = -1;
   ssize_t r = read_first(fd, h, sizeof *h, passed);
-  if (r <= 0 || !read_all(fd, (char *)h + r, sizeof *h - (size_t)r) || h->len > BW_MAX_FRAME) {
+  if (r <= 0 || !read_all(fd, (char *)h + r, sizeof *h - (size_t)r) || h->len > max) {
     if (*passed >= 0)
       close(*passed);
     *passed = -1;
@@ -135,6 +136,18 @@ bool bw_recv_fd(int fd, bw_hdr *h, void *buf, size_t room, void **body, int *pas
     close(*passed);
   *passed = -1;
   return false;
+}
+
+bool bw_recv_fd(int fd, bw_hdr *h, void *buf, size_t room, void **body, int *passed) {
+  return recv_frame(fd, h, buf, room, body, passed, BW_MAX_FRAME);
+}
+
+bool bw_recv_max(int fd, bw_hdr *h, void *buf, size_t room, void **body, uint32_t max) {
+  int passed;
+  bool ok = recv_frame(fd, h, buf, room, body, &passed, max);
+  if (passed >= 0)
+    close(passed); /* none expected here */
+  return ok;
 }
 
 bool bw_recv(int fd, bw_hdr *h, void *buf, size_t room, void **body) {

@@ -32,6 +32,9 @@
 
 #define BW_MAX_FRAME ((uint32_t)600 << 20) /* a module's code or image (256 MiB) and more */
 #define BW_MAX_IDS (1u << 22)              /* live queues, events, modules, kernels each */
+/* The longest frame a worker may send (a module's build log is at most 1 MiB): a worker runs
+ * clients' kernels, so acceld reads what it sends as it reads a client's bytes. */
+#define BW_MAX_NOTE ((uint32_t)4 << 20)
 
 typedef struct bw_hdr {
   uint32_t len;  /* bytes after the header */
@@ -238,5 +241,7 @@ bool bw_send_fd(int fd, uint16_t type, uint64_t tag, const void *a, size_t alen,
  * be NULL: none is taken) gets a descriptor that came with the frame, else -1. */
 bool bw_recv(int fd, bw_hdr *h, void *buf, size_t room, void **body);
 bool bw_recv_fd(int fd, bw_hdr *h, void *buf, size_t room, void **body, int *passed);
+/* As bw_recv, refusing (false) a frame longer than max. */
+bool bw_recv_max(int fd, bw_hdr *h, void *buf, size_t room, void **body, uint32_t max);
 
 #endif

@@ -1,0 +1,214 @@
+/* The link between acceld and a device worker (backends/worker/), at its edges:
+ *   - framing: a frame at the limit a receiver takes and one byte past it; a descriptor that
+ *     travels with a frame;
+ *   - the staging region's pages: every page taken, a taker that waits until one comes back;
+ *   - a hostile or broken worker: a worker runs clients' kernels, so what it sends is read as
+ *     a client's bytes are. This executable stands in for accel-device (the proxy starts it
+ *     as its worker: argv[0] "accel-device") and, per ACCEL_TEST_HOSTILE, answers the open
+ *     with a reply too short, a frame one byte past the limit, one exactly at it, or by dying.
+ *     The proxy must fail the open with a clear error, never crash or take the memory a
+ *     frame claims.
+ * The real worker is exercised by backend-conformance-workers and daemon-device-faults. */
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "../test.h"
+#include "backends/cpu/backend_cpu.h"
+#include "backends/worker/proxy.h"
+
+/* ---- the stand-in worker ---- */
+
+static void write_frame(int fd, uint16_t type, uint64_t tag, const void *body, uint32_t len) {
+  bw_hdr h = {.len = len, .type = type, .tag = tag};
+  if (write(fd, &h, sizeof h) != (ssize_t)sizeof h || (len && write(fd, body, len) != len))
+    _exit(3);
+}
+
+/* Reads the first call (the open) and answers it as `mode` says. */
+static int hostile_worker(const char *mode) {
+  bw_hdr h;
+  char buf[4096];
+  void *body;
+  if (!bw_recv(BW_FD_CMD, &h, buf, sizeof buf, &body))
+    return 1;
+  if (strcmp(mode, "die") == 0)
+    _exit(9);
+  if (strcmp(mode, "short") == 0) {
+    write_frame(BW_FD_NOTE, BW_REPLY, h.tag, "\1", 1); /* less than a bw_reply */
+  } else {
+    uint32_t len = strcmp(mode, "past") == 0 ? BW_MAX_NOTE + 1 : BW_MAX_NOTE;
+    char *reply = calloc(1, len);
+    bw_reply r = {.status = ACCEL_ENOENT};
+    memcpy(reply, &r, sizeof r);
+    write_frame(BW_FD_NOTE, BW_REPLY, h.tag, reply, len);
+    free(reply);
+  }
+  while (bw_recv(BW_FD_CMD, &h, buf, sizeof buf, &body)) /* until the proxy lets go */
+    if (body != buf)
+      free(body);
+  return 0;
+}
+
+/* ---- through the proxy ---- */
+
+static char self_path[4096];
+
+static int open_with(const char *mode) {
+  setenv("ACCEL_TEST_HOSTILE", mode, 1);
+  bw_configure(&(bw_options){.helper = self_path});
+  const be_ops *proxy = bw_proxy_ops(&be_cpu_ops);
+  be_device *d = NULL;
+  int rc = proxy->open(0, NULL, &d);
+  if (rc == 0)
+    proxy->close(d);
+  return rc;
+}
+
+TEST(a_reply_too_short_fails_the_open) {
+  CHECK_ERR(open_with("short"), ACCEL_EDEVLOST);
+}
+
+TEST(a_frame_one_past_the_limit_ends_the_link) {
+  CHECK_ERR(open_with("past"), ACCEL_EDEVLOST);
+}
+
+TEST(a_frame_at_the_limit_is_read) {
+  CHECK_ERR(open_with("at"), ACCEL_ENOENT); /* the reply's own status: it was read whole */
+}
+
+TEST(a_worker_dying_mid_call_fails_the_call) {
+  CHECK_ERR(open_with("die"), ACCEL_EDEVLOST);
+}
+
+TEST(no_worker_at_all_is_a_clear_error) {
+  bw_configure(&(bw_options){.helper = "/nonexistent/accel-device"});
+  const be_ops *proxy = bw_proxy_ops(&be_cpu_ops);
+  be_device *d = NULL;
+  CHECK_ERR(proxy->open(0, NULL, &d), ACCEL_ESYS);
+}
+
+/* ---- framing ---- */
+
+TEST(frames_at_the_limit_and_one_past) {
+  int sv[2];
+  CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+  enum { MAX = 1000 };
+  char *big = calloc(1, MAX + 1), buf[64];
+  CHECK(big != NULL);
+  CHECK(bw_send(sv[0], BW_REPLY, 7, big, MAX, NULL, 0, NULL, 0));
+  CHECK(bw_send(sv[0], BW_REPLY, 8, big, MAX + 1, NULL, 0, NULL, 0));
+  bw_hdr h;
+  void *body;
+  CHECK(bw_recv_max(sv[1], &h, buf, sizeof buf, &body, MAX));
+  CHECK_EQ(h.tag, 7);
+  CHECK_EQ(h.len, MAX);
+  free(body);
+  CHECK(!bw_recv_max(sv[1], &h, buf, sizeof buf, &body, MAX)); /* one past: refused */
+  free(big);
+  close(sv[0]);
+  close(sv[1]);
+}
+
+TEST(a_descriptor_travels_with_its_frame) {
+  int sv[2], pipefd[2];
+  CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+  CHECK_EQ(pipe(pipefd), 0);
+  uint64_t payload = 0x1122334455667788ull;
+  CHECK(bw_send_fd(sv[0], BW_SHARE, 3, &payload, sizeof payload, pipefd[1]));
+  CHECK(bw_send(sv[0], BW_UNSHARE, 4, &payload, sizeof payload, NULL, 0, NULL, 0));
+  bw_hdr h;
+  char buf[64];
+  void *body;
+  int passed = -1;
+  CHECK(bw_recv_fd(sv[1], &h, buf, sizeof buf, &body, &passed));
+  CHECK_EQ(h.type, BW_SHARE);
+  CHECK_GE(passed, 0);
+  CHECK_EQ(memcmp(body, &payload, sizeof payload), 0);
+  CHECK_EQ(write(passed, "x", 1), 1); /* the same pipe: it reads back on the other end */
+  char c = 0;
+  CHECK_EQ(read(pipefd[0], &c, 1), 1);
+  CHECK_EQ(c, 'x');
+  close(passed);
+  CHECK(bw_recv_fd(sv[1], &h, buf, sizeof buf, &body, &passed));
+  CHECK_EQ(h.type, BW_UNSHARE);
+  CHECK_EQ(passed, -1); /* none came with this one */
+  close(pipefd[0]);
+  close(pipefd[1]);
+  close(sv[0]);
+  close(sv[1]);
+}
+
+/* ---- staging pages ---- */
+
+typedef struct taker {
+  bw_link *l;
+  size_t off;
+  bool ok;
+} taker;
+
+static void *take_one(void *arg) {
+  taker *t = arg;
+  pthread_mutex_lock(&t->l->mu);
+  t->ok = bw_stage_take(t->l, BW_STAGE_PAGE, &t->off);
+  pthread_mutex_unlock(&t->l->mu);
+  return NULL;
+}
+
+TEST(a_full_staging_region_waits_for_a_page) {
+  bw_link l = {.stage_fd = -1};
+  pthread_mutex_init(&l.mu, NULL);
+  pthread_cond_init(&l.cv, NULL);
+  CHECK(bw_stage_init(&l, 4 * BW_STAGE_PAGE));
+  size_t off[4];
+  pthread_mutex_lock(&l.mu);
+  CHECK(bw_stage_take(&l, 2 * BW_STAGE_PAGE, &off[0]));
+  CHECK(bw_stage_take(&l, BW_STAGE_PAGE, &off[1]));
+  CHECK(bw_stage_take(&l, 1, &off[2])); /* the last page: the region is full */
+  pthread_mutex_unlock(&l.mu);
+  CHECK_EQ(off[0], 0);
+  CHECK_EQ(off[2], 3 * BW_STAGE_PAGE);
+  taker t = {.l = &l};
+  pthread_t th;
+  CHECK_EQ(pthread_create(&th, NULL, take_one, &t), 0);
+  test_sleep_ms(50);
+  CHECK(!t.ok); /* still waiting */
+  pthread_mutex_lock(&l.mu);
+  bw_stage_give(&l, off[1], BW_STAGE_PAGE);
+  pthread_cond_broadcast(&l.cv);
+  pthread_mutex_unlock(&l.mu);
+  pthread_join(th, NULL);
+  CHECK(t.ok);
+  CHECK_EQ(t.off, off[1]);
+  pthread_mutex_lock(&l.mu);
+  l.dead = true; /* a taker of a gone worker gives up */
+  CHECK(!bw_stage_take(&l, BW_STAGE_PAGE, &off[3]));
+  pthread_mutex_unlock(&l.mu);
+  bw_stage_fini(&l);
+}
+
+static const test_case tests[] = {
+    TEST_CASE(frames_at_the_limit_and_one_past),
+    TEST_CASE(a_descriptor_travels_with_its_frame),
+    TEST_CASE(a_full_staging_region_waits_for_a_page),
+    TEST_CASE(a_reply_too_short_fails_the_open),
+    TEST_CASE(a_frame_one_past_the_limit_ends_the_link),
+    TEST_CASE(a_frame_at_the_limit_is_read),
+    TEST_CASE(a_worker_dying_mid_call_fails_the_call),
+    TEST_CASE(no_worker_at_all_is_a_clear_error),
+};
+
+int main(int argc, char **argv) {
+  const char *mode = getenv("ACCEL_TEST_HOSTILE");
+  if (strcmp(argv[0], "accel-device") == 0 && mode != NULL)
+    return hostile_worker(mode);
+  ssize_t n = readlink("/proc/self/exe", self_path, sizeof self_path - 1);
+  if (n <= 0)
+    return 1;
+  self_path[n] = '\0';
+  return test_main_(argc, argv, tests, sizeof tests / sizeof tests[0]);
+}
