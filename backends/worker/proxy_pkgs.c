@@ -292,10 +292,10 @@ static int ask_kernel(bw_pmodule *m, const char *name, bw_pkernel *k) {
     rc = ((bw_reply *)body)->status;
   if (rc == 0 && len >= sizeof(bw_reply) + sizeof k->info)
     memcpy(&k->info, (char *)body + sizeof(bw_reply), sizeof k->info);
-  if (k->info.nparams > BE_LAUNCH_MAX_ARGS) /* a worker's answer is checked as a client's */
-    k->info.nparams = UINT32_MAX;
   else if (rc == 0)
     rc = ACCEL_EPROTO;
+  if (k->info.nparams > BE_LAUNCH_MAX_ARGS) /* a worker's answer is checked as a client's */
+    k->info.nparams = UINT32_MAX;
   free(body);
   if (rc != 0)
     bw_id_give(l, BW_K_KERNEL, k->id);
