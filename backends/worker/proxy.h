@@ -101,8 +101,12 @@ typedef struct bw_link {
   struct bw_link *next;
 } bw_link;
 
+struct bw_pqueue;
+
 typedef struct bw_pdev {
   bw_link *link;
+  pthread_mutex_t qmu;      /* queues */
+  struct bw_pqueue *queues; /* those not destroyed: close frees them (backend.h) */
   const be_ops *real;
   uint32_t index;
   be_open_opts opts;
@@ -114,6 +118,7 @@ typedef struct bw_pqueue {
   bw_pdev *dev;
   bw_link *link;
   uint64_t id;
+  struct bw_pqueue *prev, *next; /* the device's queues */
 } bw_pqueue;
 
 typedef struct bw_event {

@@ -105,6 +105,7 @@ static void detach(bw_pdev *d) {
       faulted = true;
     free(body);
   }
+  bw_link_drain(l); /* every host function of the device has run when close returns */
   bw_link_put(l, faulted);
   d->link = NULL;
 }
@@ -118,10 +119,12 @@ static int proxy_open_real(const be_ops *real, int index, const be_open_opts *op
     return ACCEL_ENOMEM;
   d->real = real;
   d->index = (uint32_t)index;
+  pthread_mutex_init(&d->qmu, NULL);
   d->opts = opts ? *opts : (be_open_opts){0};
   memset(d->peer, -1, sizeof d->peer);
   int rc = attach(d, &d->opts);
   if (rc != 0) {
+    pthread_mutex_destroy(&d->qmu);
     free(d);
     return rc;
   }
@@ -144,9 +147,18 @@ static int open3(int i, const be_open_opts *o, be_device **d) {
 static int (*const opens[PROXY_TABLES])(int, const be_open_opts *, be_device **) = {open0, open1,
                                                                                     open2, open3};
 
+/* Closing frees what the caller did not: the device's queues (their worker side goes with the
+ * device's close there). */
 static void proxy_close(be_device *dev) {
-  detach(D(dev));
-  free(dev);
+  bw_pdev *d = D(dev);
+  detach(d);
+  while (d->queues) {
+    bw_pqueue *q = d->queues;
+    d->queues = q->next;
+    free(q);
+  }
+  pthread_mutex_destroy(&d->qmu);
+  free(d);
 }
 
 static int proxy_info(be_device *dev, be_device_info *out) {
@@ -209,12 +221,31 @@ static int proxy_queue_create(be_device *dev, be_queue **out) {
     free(q);
     return ACCEL_EDEVLOST;
   }
+  pthread_mutex_lock(&d->qmu);
+  q->next = d->queues;
+  if (d->queues)
+    d->queues->prev = q;
+  d->queues = q;
+  pthread_mutex_unlock(&d->qmu);
   *out = (be_queue *)q;
   return 0;
 }
 
+static void unlink_queue(bw_pqueue *q) {
+  bw_pdev *d = q->dev;
+  pthread_mutex_lock(&d->qmu);
+  if (q->prev)
+    q->prev->next = q->next;
+  else
+    d->queues = q->next;
+  if (q->next)
+    q->next->prev = q->prev;
+  pthread_mutex_unlock(&d->qmu);
+}
+
 static void proxy_queue_destroy(be_queue *queue) {
   bw_pqueue *q = Q(queue);
+  unlink_queue(q);
   bw_ids b = {.id = q->id};
   void *body = NULL;
   uint32_t len = 0;
