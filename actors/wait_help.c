@@ -4,6 +4,7 @@
 #include "actors/wait_help.h"
 #include "runtime/alloc.h"
 #include "runtime/future_help.h"
+#include "runtime/rt.h"
 
 typedef struct wait_job {
   rt_helper help; /* first: the futures see this */
@@ -27,6 +28,25 @@ static void job_run(rt_helper *h) {
     accel_future_complete(j->futs[i], rc, NULL, NULL);
 }
 
+/* For a waiter with a timeout: the event polled until `until_ns` (it must not block past
+ * it), then the same as job_run. False if the work was not done by then: the job stays
+ * unclaimed, and the op's own completion completes the futures. */
+static bool job_try(rt_helper *h, uint64_t until_ns) {
+  wait_job *j = (wait_job *)h;
+  be_thread_marks marks;
+  be_thread_marks_take(&marks);
+  int rc;
+  while ((rc = j->be->event_query(j->event)) == ACCEL_EAGAIN && uv_hrtime() < until_ns)
+    rt_cpu_relax();
+  be_thread_marks_give_back(&marks);
+  if (rc == ACCEL_EAGAIN)
+    return false;
+  if (!atomic_exchange(&j->claimed, true))
+    for (uint32_t i = 0; i < j->n; i++)
+      accel_future_complete(j->futs[i], rc, NULL, NULL);
+  return true;
+}
+
 /* Any thread (backends' event_destroy may be called from any). */
 static void job_free(rt_helper *h) {
   wait_job *j = (wait_job *)h;
@@ -43,6 +63,7 @@ void dev_wait_help_offer(const be_ops *be, be_device *dev, be_queue *q, accel_fu
   if (j == NULL)
     return;
   j->help.run = job_run;
+  j->help.try_run = job_try;
   j->help.free = job_free;
   atomic_init(&j->help.refs, 1);
   atomic_init(&j->claimed, false);

@@ -26,7 +26,7 @@ struct accel_future {
   int notify_fd; /* accel_future_notify_fd: where the token goes */
   uint64_t notify_token;
   int waiters;
-  /* Threads in a wait with no timeout, spinning or asleep: they run a helper offered. */
+  /* Threads in a wait, spinning or asleep: they run a helper offered (timed ones briefly). */
   atomic_int helping;
   _Atomic(rt_helper *) helper; /* set and taken under mu; read without it by spinners */
   pthread_mutex_t mu;
@@ -234,30 +234,68 @@ static void spin_until_ready(accel_future *f, bool helping) {
   } while (uv_hrtime() < until);
 }
 
-/* Under mu: takes the offered helper, runs it unlocked, locks again. */
-static void run_help(accel_future *f) {
+/* How long a timed waiter works at help it was offered (a helper's try_run polls) before it
+ * sleeps until the op's own completion: a tiny op ends well within it, a long one is not worth
+ * a busy core. */
+#define TIMED_HELP_NS 500000u
+
+/* Under mu: takes the offered helper, runs it unlocked, locks again. A timed waiter (until_ns
+ * not 0) runs its try_run, bounded by until_ns; if that runs out, the helper goes back to the
+ * future for an untimed waiter (unless the future is done or has another by then). */
+static void run_help(accel_future *f, uint64_t until_ns) {
   rt_helper *h = atomic_exchange_explicit(&f->helper, NULL, memory_order_relaxed);
   pthread_mutex_unlock(&f->mu);
-  h->run(h);
-  rt_helper_release(h);
+  bool done = true;
+  if (until_ns == 0)
+    h->run(h);
+  else
+    done = h->try_run(h, until_ns);
   pthread_mutex_lock(&f->mu);
+  if (!done && !atomic_load_explicit(&f->done, memory_order_relaxed) &&
+      atomic_load_explicit(&f->helper, memory_order_relaxed) == NULL) {
+    atomic_store(&f->helper, h);    /* its reference goes back with it */
+    pthread_cond_broadcast(&f->cv); /* for an untimed waiter asleep meanwhile */
+  } else {
+    rt_helper_release(h);
+  }
 }
 
-/* Waits for f under mu; an untimed waiter (`helping`) runs help offered meanwhile (it may
- * block until the work is done: a timed wait could not keep its timeout). */
-static int wait_locked(accel_future *f, bool helping, const struct timespec *deadline) {
+/* Under mu: whether this waiter runs the helper offered now: an untimed one any; a timed one
+ * only one with a bounded try, once per wait (a helper with only `run` may block past the
+ * timeout: it is left for an untimed waiter). */
+static bool takes_help(accel_future *f, bool timed, bool tried) {
+  rt_helper *h = atomic_load_explicit(&f->helper, memory_order_relaxed);
+  return h != NULL && (!timed || (h->try_run != NULL && !tried));
+}
+
+/* When a timed waiter stops helping: the deadline, or its help budget from now if sooner. */
+static uint64_t help_until(const struct timespec *deadline) {
+  uint64_t now = uv_hrtime(), budget = now + TIMED_HELP_NS;
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  int64_t left = (int64_t)(deadline->tv_sec - t.tv_sec) * 1000000000 +
+                 (deadline->tv_nsec - t.tv_nsec); /* both on the monotonic clock */
+  uint64_t end = left <= 0 ? now : now + (uint64_t)left;
+  return end < budget ? end : budget;
+}
+
+/* Waits for f under mu, running help offered meanwhile: an untimed waiter as long as it
+ * takes, a timed one within its time (TIMED_HELP_NS at most, then as usual). */
+static int wait_locked(accel_future *f, bool timed, const struct timespec *deadline) {
   int rc = 0;
+  bool tried = false;
   f->waiters++;
   for (;;) {
     if (atomic_load_explicit(&f->done, memory_order_relaxed))
       break;
-    if (helping && atomic_load_explicit(&f->helper, memory_order_relaxed) != NULL) {
-      run_help(f);
+    if (rc != ETIMEDOUT && takes_help(f, timed, tried)) {
+      run_help(f, timed ? help_until(deadline) : 0);
+      tried = timed;
       continue;
     }
     if (rc == ETIMEDOUT)
       break;
-    if (helping)
+    if (!timed)
       pthread_cond_wait(&f->cv, &f->mu);
     else
       rc = pthread_cond_timedwait(&f->cv, &f->mu, deadline);
@@ -273,7 +311,8 @@ int accel_future_wait(accel_future *f, int64_t timeout_ms) {
     return f->status;
   if (rt_tls_loop == f->rt)
     return ACCEL_EDEADLK; /* only the loop could complete it: waiting here never ends */
-  bool helping = timeout_ms < 0;
+  /* Every waiter that waits at all helps: one with a timeout only within it. */
+  bool helping = timeout_ms != 0;
   /* Counted before looking for help (seq_cst, as the offer stores the helper, then reads
    * this): an offer either sees this thread committed or is seen by it. */
   if (helping)
@@ -282,7 +321,7 @@ int accel_future_wait(accel_future *f, int64_t timeout_ms) {
     spin_until_ready(f, helping);
   struct timespec deadline = rt_deadline_after(timeout_ms < 0 ? 0 : timeout_ms);
   pthread_mutex_lock(&f->mu);
-  int status = wait_locked(f, helping, &deadline);
+  int status = wait_locked(f, timeout_ms >= 0, &deadline);
   pthread_mutex_unlock(&f->mu);
   if (helping)
     atomic_fetch_sub(&f->helping, 1);

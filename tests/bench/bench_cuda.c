@@ -514,7 +514,8 @@ static void tiny_gap(void) {
     ;
 }
 
-static double accel_tiny(const char *how, double *cpu) {
+/* timeout_ms: the wait's (-1: none; a careful user's 10000 takes the same fast path). */
+static double accel_tiny_wait(const char *how, int64_t timeout_ms, double *cpu) {
   char url[64];
   snprintf(url, sizeof url, "embedded:?completion=%s", how);
   accel_device gpu;
@@ -530,7 +531,7 @@ static double accel_tiny(const char *how, double *cpu) {
     tiny_gap();
     double t0 = now_s();
     OK(accel_fill_u32(ctx, gpu, p, (uint32_t)i, &f));
-    OK(accel_future_wait(f, -1));
+    OK(accel_future_wait(f, timeout_ms));
     accel_future_release(f);
     if (i >= 0)
       t[i] = now_s() - t0;
@@ -538,6 +539,10 @@ static double accel_tiny(const char *how, double *cpu) {
   *cpu = (cpu_s() - c0) / TINY_N;
   accel_close(ctx);
   return median(t, TINY_N);
+}
+
+static double accel_tiny(const char *how, double *cpu) {
+  return accel_tiny_wait(how, -1, cpu);
 }
 
 static void CUDA_CB post(CUstream s, CUresult r, void *sem) {
@@ -603,6 +608,12 @@ static void bench_tiny(raw *r) {
     snprintf(ref, sizeof ref, "%.1f us", raw_cpu * 1e6);
     add_row(what, a, ref, raw_cpu / acc_cpu, "");
   }
+  /* A wait with a timeout against one without, same op, same run (target: ratio >= 0.9). */
+  double cpu, untimed = accel_tiny_wait("callback", -1, &cpu);
+  double timed = accel_tiny_wait("callback", 10000, &cpu);
+  snprintf(a, sizeof a, "%.1f us", timed * 1e6);
+  snprintf(ref, sizeof ref, "%.1f us", untimed * 1e6);
+  add_row("tiny op, wait(10 s) vs wait(-1), callback", a, ref, untimed / timed, "");
   double nul_cpu, nul = raw_tiny(r, "sync", true, &nul_cpu);
   snprintf(ref, sizeof ref, "%.1f us", nul * 1e6);
   add_row("null kernel + event sync (floor)", "-", ref, 0, "");

@@ -1,20 +1,26 @@
 /* Help offered to a future's waiters (runtime/future_help.h): a thread waiting with no timeout
  * runs the helper itself, on its own thread, and only once however many wait; a timed waiter
- * never does (a helper may block past its timeout); an offer says whether such a waiter is
- * already committed; an offer to a completed future, or a second one, is refused and takes
+ * runs only the helper's bounded try_run, within its time (half a millisecond at most), and
+ * never `run` (which may block past its timeout); an offer says whether a waiter is already
+ * committed; an offer to a completed future, or a second one, is refused and takes
  * nothing; the future's reference to its helper goes when it completes or is freed; a helper
  * that does not complete the future leaves its waiter waiting for whoever does. */
+#include <uv.h>
+
 #include "runtime/future_help.h"
 #include "util.h"
 
 typedef struct test_helper {
   rt_helper h;
-  accel_future *f;    /* what run completes (NULL: run completes nothing) */
-  int status;         /* with this */
-  atomic_int runs;    /* calls of run */
-  atomic_int freed;   /* calls of free */
-  pthread_t ran_on;   /* the thread of the last run */
-  atomic_bool waited; /* a waiter thread is about to wait */
+  atomic_int tries;       /* calls of try_run */
+  bool try_completes;     /* try_run completes f (else it gives up, as at its time's end) */
+  uint64_t try_budget_ns; /* until_ns - now, as try_run saw it */
+  accel_future *f;        /* what run completes (NULL: run completes nothing) */
+  int status;             /* with this */
+  atomic_int runs;        /* calls of run */
+  atomic_int freed;       /* calls of free */
+  pthread_t ran_on;       /* the thread of the last run */
+  atomic_bool waited;     /* a waiter thread is about to wait */
 } test_helper;
 
 static void helper_run(rt_helper *h) {
@@ -24,6 +30,17 @@ static void helper_run(rt_helper *h) {
   test_sleep_ms(5); /* as a device wait would: the other waiters see the helper taken */
   if (t->f)
     CHECK_OK(accel_future_complete(t->f, t->status, NULL, NULL));
+}
+
+static bool helper_try(rt_helper *h, uint64_t until_ns) {
+  test_helper *t = (test_helper *)h;
+  uint64_t now = uv_hrtime();
+  t->try_budget_ns = until_ns > now ? until_ns - now : 0;
+  t->ran_on = pthread_self();
+  atomic_fetch_add(&t->tries, 1);
+  if (t->try_completes && t->f)
+    CHECK_OK(accel_future_complete(t->f, t->status, NULL, NULL));
+  return t->try_completes;
 }
 
 static void helper_free(rt_helper *h) {
@@ -114,15 +131,15 @@ TEST(help_offered_before_the_wait_is_run_by_it) {
   runtime_stop_then_destroy(rt, NULL);
 }
 
-TEST(a_timed_waiter_never_runs_help) {
+TEST(a_timed_waiter_never_runs_a_blocking_helper) {
   accel_runtime *rt = runtime_started();
   accel_future *f;
   CHECK_OK(accel_future_create(rt, &f));
   test_helper t;
-  helper_init(&t, f, 0);
+  helper_init(&t, f, 0); /* no try_run: only `run`, which may block */
   waiter w;
   waiter_start(&w, f, 20000, &t);
-  CHECK(!rt_future_offer_help(f, &t.h)); /* a timed waiter is not committed */
+  CHECK(rt_future_offer_help(f, &t.h)); /* committed: it takes the offer, and leaves it */
   test_sleep_ms(50);
   CHECK_EQ(atomic_load(&t.runs), 0);
   CHECK_OK(accel_future_complete(f, ACCEL_EPROTO, NULL, NULL));
@@ -136,6 +153,75 @@ TEST(a_timed_waiter_never_runs_help) {
   accel_future_release(f);
   rt_helper_release(&t.h);
   CHECK_EQ(atomic_load(&t.freed), 1);
+  runtime_stop_then_destroy(rt, NULL);
+}
+
+/* The fast path a timed wait takes, as an untimed one does: it runs the bounded try itself,
+ * on its own thread, within half a millisecond and within its own timeout. */
+TEST(a_timed_waiter_runs_the_bounded_try_on_its_own_thread) {
+  accel_runtime *rt = runtime_started();
+  accel_future *f;
+  CHECK_OK(accel_future_create(rt, &f));
+  test_helper t;
+  helper_init(&t, f, ACCEL_EIO);
+  t.h.try_run = helper_try;
+  t.try_completes = true;
+  waiter w;
+  waiter_start(&w, f, 20000, &t);
+  CHECK(rt_future_offer_help(f, &t.h));
+  CHECK_EQ(pthread_join(w.th, NULL), 0); /* no wait here: this thread would take the help */
+  CHECK_ERR(w.status, ACCEL_EIO);
+  CHECK_EQ(atomic_load(&t.tries), 1);
+  CHECK_EQ(atomic_load(&t.runs), 0);
+  CHECK(pthread_equal(t.ran_on, w.th));
+  CHECK_GT(t.try_budget_ns, 0);
+  CHECK_LE(t.try_budget_ns, 500000); /* at most the help budget, never the whole timeout */
+  accel_future_release(f);
+  rt_helper_release(&t.h);
+  CHECK_EQ(atomic_load(&t.freed), 1);
+  runtime_stop_then_destroy(rt, NULL);
+}
+
+/* A try that runs out of time leaves the waiter waiting for the op's own completion, which
+ * it still gets within its timeout. */
+TEST(a_timed_waiter_whose_try_runs_out_waits_for_the_completion) {
+  accel_runtime *rt = runtime_started();
+  accel_future *f;
+  CHECK_OK(accel_future_create(rt, &f));
+  test_helper t;
+  helper_init(&t, f, 0);
+  t.h.try_run = helper_try; /* gives up without completing */
+  waiter w;
+  waiter_start(&w, f, 20000, &t);
+  CHECK(rt_future_offer_help(f, &t.h));
+  test_sleep_ms(50);
+  CHECK_EQ(atomic_load(&t.tries), 1);
+  CHECK_ERR(accel_future_poll(f), ACCEL_EAGAIN); /* still waiting: nothing completed it */
+  CHECK_OK(accel_future_complete(f, ACCEL_ENOENT, NULL, NULL));
+  CHECK_EQ(pthread_join(w.th, NULL), 0);
+  CHECK_ERR(w.status, ACCEL_ENOENT);
+  CHECK_EQ(atomic_load(&t.tries), 1);
+  CHECK_EQ(atomic_load(&t.runs), 0);
+  accel_future_release(f);
+  rt_helper_release(&t.h);
+  runtime_stop_then_destroy(rt, NULL);
+}
+
+/* With less time left than the help budget, the try gets only what is left. */
+TEST(a_short_timeout_bounds_the_try) {
+  accel_runtime *rt = runtime_started();
+  accel_future *f;
+  CHECK_OK(accel_future_create(rt, &f));
+  test_helper t;
+  helper_init(&t, f, 0);
+  t.h.try_run = helper_try;
+  CHECK(!rt_future_offer_help(f, &t.h));               /* before the wait: taken when it starts */
+  CHECK_ERR(accel_future_wait(f, 1), ACCEL_ETIMEDOUT); /* 1 ms; the try gives up */
+  CHECK_EQ(atomic_load(&t.tries), 1);
+  CHECK_LE(t.try_budget_ns, 1000000);
+  CHECK_OK(accel_future_complete(f, 0, NULL, NULL));
+  accel_future_release(f);
+  rt_helper_release(&t.h);
   runtime_stop_then_destroy(rt, NULL);
 }
 
@@ -220,7 +306,10 @@ TEST(help_that_completes_nothing_leaves_the_waiter_waiting) {
 static const test_case tests[] = {
     TEST_CASE(an_untimed_waiter_runs_the_help_offered_on_its_own_thread),
     TEST_CASE(help_offered_before_the_wait_is_run_by_it),
-    TEST_CASE(a_timed_waiter_never_runs_help),
+    TEST_CASE(a_timed_waiter_never_runs_a_blocking_helper),
+    TEST_CASE(a_timed_waiter_runs_the_bounded_try_on_its_own_thread),
+    TEST_CASE(a_timed_waiter_whose_try_runs_out_waits_for_the_completion),
+    TEST_CASE(a_short_timeout_bounds_the_try),
     TEST_CASE(an_offer_to_a_done_future_or_a_second_offer_is_refused),
     TEST_CASE(many_untimed_waiters_run_one_help_once),
     TEST_CASE(help_that_completes_nothing_leaves_the_waiter_waiting),
