@@ -145,6 +145,11 @@ typedef struct bw_pmodule {
   bw_pkernel *kernels;
 } bw_pmodule;
 
+/* The answer after a reply's status (a reply's body is malloc'd: aligned for any type). */
+static inline void *bw_answer(void *body) {
+  return (char *)body + sizeof(bw_reply);
+}
+
 /* proxy_link.c */
 extern bw_options bw_opts;
 /* The live worker for device `index` of `real`, started if there is none: one more ref. */
@@ -152,6 +157,11 @@ int bw_link_get(const be_ops *real, uint32_t index, bw_link **out);
 /* The devices of `real` as a worker process sees them (a worker started for the question):
  * device numbers are the workers', whatever acceld's own process would see. */
 int bw_link_probe(const be_ops *real, int *count, char *why, size_t why_len);
+/* Tests and the fuzzer: a link over channels the caller made, with no process behind it (the
+ * other ends play the worker). bw_link_end closes the channels and frees it. */
+int bw_link_adopt(const be_ops *real, int cmd, int note, int ack, size_t stage_bytes,
+                  bw_link **out);
+void bw_link_end(bw_link *l);
 /* One ref less; the last one ends the worker. kill: end it at once (SIGKILL). */
 void bw_link_put(bw_link *l, bool kill_it);
 /* Sends a frame on cmd; false if the worker is gone. */

@@ -528,6 +528,31 @@ static int link_new(const be_ops *real, int group, bw_link **out) {
   return 0;
 }
 
+int bw_link_adopt(const be_ops *real, int cmd, int note, int ack, size_t stage_bytes,
+                  bw_link **out) {
+  bw_link *l = calloc(1, sizeof *l);
+  if (l == NULL)
+    return ACCEL_ENOMEM;
+  *l = (bw_link){.real = real, .group = -2, .cmd = cmd, .note = note, .ack = ack, .stage_fd = -1};
+  pthread_mutex_init(&l->send_mu, NULL);
+  pthread_mutex_init(&l->mu, NULL);
+  pthread_cond_init(&l->cv, NULL);
+  l->refs = 1;
+  if (!bw_stage_init(l, stage_bytes) ||
+      !(l->has_caller = pthread_create(&l->caller, NULL, caller, l) == 0) ||
+      !(l->has_reader = pthread_create(&l->reader, NULL, reader, l) == 0)) {
+    l->cmd = l->note = l->ack = -1; /* the caller's */
+    link_free(l, false);
+    return ACCEL_ESYS;
+  }
+  *out = l;
+  return 0;
+}
+
+void bw_link_end(bw_link *l) {
+  link_free(l, false);
+}
+
 /* Devices that work together (peer copies, collectives) share their backend's worker. */
 static int group_of(const be_ops *real, uint32_t index) {
   return real->can_peer || real->collective ? -1 : (int)index;
@@ -563,7 +588,7 @@ int bw_link_probe(const be_ops *real, int *count, char *why, size_t why_len) {
   void *body = NULL;
   uint32_t len = 0;
   rc = bw_link_call(l, BW_PROBE, NULL, 0, NULL, 0, NULL, 0, &body, &len, NULL, NULL);
-  const bw_probed *p = (const bw_probed *)((char *)body + sizeof(bw_reply));
+  const bw_probed *p = body ? bw_answer(body) : NULL;
   if (rc == 0 && len >= sizeof(bw_reply) + sizeof *p) {
     rc = p->rc;
     *count = p->count;

@@ -299,7 +299,7 @@ static int proxy_mem_alloc(be_device *dev, size_t bytes, be_mem *out) {
   if (rc == 0)
     rc = ((bw_reply *)body)->status;
   if (rc == 0 && len >= sizeof(bw_reply) + sizeof m)
-    *out = ((bw_mem_op *)((char *)body + sizeof(bw_reply)))->mem;
+    *out = ((bw_mem_op *)bw_answer(body))->mem;
   else if (rc == 0)
     rc = ACCEL_EPROTO;
   free(body);

@@ -225,7 +225,7 @@ static int load_any(be_device *dev, uint32_t source, const void *code, size_t le
   uint32_t blen = 0;
   int rc = bw_link_call(d->link, BW_LOAD, &b, sizeof b, options, opt_len, code, len, &body, &blen,
                         c ? compile_for_worker : NULL, &x);
-  const bw_loaded *r = (const bw_loaded *)((char *)body + sizeof(bw_reply));
+  const bw_loaded *r = body ? bw_answer(body) : NULL;
   if (rc == 0 && blen < sizeof(bw_reply) + sizeof *r)
     rc = ACCEL_EPROTO;
   if (rc == 0) {

@@ -1,0 +1,125 @@
+/* libFuzzer target for what acceld reads from a device worker (backends/worker/proxy_link.c):
+ * a worker runs clients' kernels, so its notes are read as a client's bytes are. The target
+ * plays the worker: it adopts a link over socketpairs, keeps completions of every kind pending
+ * (host functions that hold their queue or not, an event record, a copy to the device, a copy
+ * back, a call), then writes frames built from the input into the note channel and hangs up.
+ *   - Each input record is a frame: a type (DONE, REPLY, COMPILE or any), a tag (one of the
+ *     pending ones, or arbitrary), a length, a body; a first byte with its top bit set sends
+ *     the rest of the input raw instead.
+ *   - Whatever comes, when the link has ended: every host function ran exactly once, the event
+ *     is done, every staging page came back, and nothing leaked or crashed.
+ * Linked with replay.c it is a plain program that runs the seed corpus through the target. */
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "backends/cpu/backend_cpu.h"
+#include "backends/worker/proxy.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+static void check(int cond, const char *what) {
+  if (!cond) {
+    fprintf(stderr, "fuzz_worker_note: %s\n", what);
+    abort();
+  }
+}
+
+enum { CALLBACKS = 3, TAGS = CALLBACKS + 4 };
+
+static atomic_int calls[CALLBACKS];
+
+static void counted(void *arg, int status) {
+  (void)status;
+  atomic_fetch_add(&calls[(intptr_t)arg], 1);
+}
+
+/* Completions of every kind, pending on l; their tags in tags[]. */
+static void add_pending(bw_link *l, bw_event *ev, char *dst, uint64_t tags[TAGS]) {
+  pthread_mutex_lock(&l->mu);
+  for (intptr_t i = 0; i < CALLBACKS; i++)
+    tags[i] = bw_pending_add(
+        l, &(bw_pending){.kind = BW_P_CALLBACK, .fn = counted, .arg = (void *)i, .hold = i == 1});
+  ev->refs++; /* the record's */
+  ev->recorded = 1;
+  tags[CALLBACKS] = bw_pending_add(l, &(bw_pending){.kind = BW_P_EVENT, .event = ev, .seq = 1});
+  size_t off_in = 0, off_out = 0;
+  check(bw_stage_take(l, 100, &off_in) && bw_stage_take(l, 64, &off_out), "staging pages");
+  tags[CALLBACKS + 1] =
+      bw_pending_add(l, &(bw_pending){.kind = BW_P_H2D, .stage_off = off_in, .stage_len = 100});
+  tags[CALLBACKS + 2] = bw_pending_add(
+      l, &(bw_pending){
+             .kind = BW_P_D2H, .stage_off = off_out, .stage_len = 64, .dst = dst, .bytes = 64});
+  tags[CALLBACKS + 3] = bw_pending_add(l, &(bw_pending){.kind = BW_P_CALL});
+  pthread_mutex_unlock(&l->mu);
+}
+
+/* One frame from the input: 1 byte type, 1 byte tag, 2 bytes length, then the body. */
+static size_t send_record(int fd, const uint8_t *p, size_t n, const uint64_t tags[TAGS]) {
+  if (n < 4)
+    return n;
+  static const uint16_t types[] = {BW_DONE, BW_REPLY, BW_COMPILE};
+  uint16_t type = p[0] < 3 * 80 ? types[p[0] % 3] : p[0];
+  uint64_t tag = p[1] < 2 * TAGS ? tags[p[1] % TAGS] : (uint64_t)p[1] << 32 | p[1];
+  size_t len = (size_t)(p[2] | p[3] << 8);
+  len = len <= n - 4 ? len : n - 4;
+  bw_hdr h = {.len = (uint32_t)len, .type = type, .tag = tag};
+  if (write(fd, &h, sizeof h) != (ssize_t)sizeof h ||
+      (len && write(fd, p + 4, len) != (ssize_t)len))
+    return n; /* the reader stopped reading (it refused a frame): the rest is moot */
+  return 4 + len;
+}
+
+static void send_input(int fd, const uint8_t *data, size_t size, const uint64_t tags[TAGS]) {
+  if (size > 0 && (data[0] & 0x80)) {
+    (void)!write(fd, data + 1, size - 1);
+    return;
+  }
+  for (size_t at = size ? 1 : 0; at < size;)
+    at += send_record(fd, data + at, size - at, tags);
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+  int cmd[2], note[2], ack[2];
+  check(socketpair(AF_UNIX, SOCK_STREAM, 0, cmd) == 0 &&
+            socketpair(AF_UNIX, SOCK_STREAM, 0, note) == 0 &&
+            socketpair(AF_UNIX, SOCK_STREAM, 0, ack) == 0,
+        "socketpairs");
+  bw_link *l;
+  check(bw_link_adopt(&be_cpu_ops, cmd[0], note[0], ack[0], 4 * BW_STAGE_PAGE, &l) == 0, "adopt");
+  for (int i = 0; i < CALLBACKS; i++)
+    atomic_store(&calls[i], 0);
+  bw_event *ev = calloc(1, sizeof *ev);
+  char *dst = malloc(64);
+  check(ev != NULL && dst != NULL, "memory");
+  *ev = (bw_event){.link = l, .refs = 1};
+  uint64_t tags[TAGS];
+  add_pending(l, ev, dst, tags);
+  fcntl(note[1], F_SETFL, O_NONBLOCK); /* a reader that stopped reading must not hang us */
+  send_input(note[1], data, size, tags);
+  close(note[1]); /* the worker hangs up: whatever is pending fails with ACCEL_EDEVLOST */
+  pthread_mutex_lock(&l->mu);
+  while (!l->reader_done)
+    pthread_cond_wait(&l->cv, &l->mu);
+  bool event_done = ev->done >= ev->recorded && ev->refs == 1;
+  bool pages_back = true;
+  for (size_t i = 0; i < l->stage_pages; i++)
+    pages_back = pages_back && !l->page_used[i];
+  pthread_mutex_unlock(&l->mu);
+  bw_link_drain(l);
+  for (int i = 0; i < CALLBACKS; i++)
+    check(atomic_load(&calls[i]) == 1, "a host function did not run exactly once");
+  check(event_done, "the event record never completed");
+  check(pages_back, "a staging page never came back");
+  bw_link_end(l);
+  free(ev);
+  free(dst);
+  close(cmd[1]);
+  close(ack[1]);
+  return 0;
+}
