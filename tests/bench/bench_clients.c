@@ -1,0 +1,373 @@
+/* accel — many client processes sharing a device (docs/PERFORMANCE.md, "Many clients"): the
+ * table of the issue on acceld's scale, in one run. For each N (default 1, 8, 32) N processes
+ * start at once and, for --seconds, each does:
+ *   tiny       a fill of its own 1-element buffer and a wait on its future, in a loop;
+ *   pipelined  fills issued back to back, 256 per accel_finish;
+ * through one acceld (a private ipc:// socket; --workers is passed on) and embedded (one
+ * context per process). With --device cuda, built with the CUDA backend, also the raw floor:
+ *   raw        cuMemsetD32Async of 1 element and cuStreamSynchronize, a context per process,
+ *              time-sliced by the driver, and the same under MPS (--mps: the bench starts and
+ *              stops nvidia-cuda-mps-control with directories of its own).
+ * Rows: aggregate ops/s of all clients, and the median of the clients' median latencies (tiny
+ * rows). Ratios printed: acceld ÷ MPS per N (GPU), and each mode's N ÷ 1 scaling.
+ *
+ * Usage: bench-clients [--device cpu|cuda] [--clients 1,8,32] [--seconds S] [--acceld PATH]
+ *                      [--workers LIST] [--mps] [--quick]
+ * Exit status 0 unless a benchmark itself broke (a failed call, a client that died). */
+#include <signal.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "accel/accel.h"
+#ifdef BENCH_RAW_CUDA
+#include "backends/cuda/driver.h"
+#endif
+
+#define MAX_CLIENTS 64
+#define MAX_SAMPLES (1 << 18)
+
+typedef struct opts {
+  const char *device; /* backend name of the device: "cpu" or "cuda" */
+  int clients[8], nclients;
+  double seconds;
+  const char *acceld, *workers;
+  int mps;
+} opts;
+
+typedef enum mode { TINY = 0, PIPELINED, RAW } mode;
+
+/* What one client sends back. */
+typedef struct result {
+  int ok;
+  uint64_t ops;
+  double median_us;
+} result;
+
+static double now_s(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return x < y ? -1 : x > y;
+}
+
+static double median_of(double *v, size_t n) {
+  if (n == 0)
+    return 0;
+  qsort(v, n, sizeof *v, cmp_double);
+  return v[n / 2];
+}
+
+/* ---- one client process ---- */
+
+static int find_device(accel_ctx *ctx, const char *backend) {
+  for (int d = 0; d < accel_device_count(ctx); d++) {
+    struct accel_device_info info;
+    if (accel_device_info(ctx, d, &info) == 0 && strcmp(info.backend, backend) == 0)
+      return d;
+  }
+  return -1;
+}
+
+/* Waits for the parent's go (one byte on `go`), then runs `m` until `seconds` have passed. */
+static result run_api(const char *url, mode m, const opts *o, int ready, int go) {
+  result r = {0};
+  accel_ctx *ctx;
+  if (accel_open(&ctx, url) != 0)
+    return r;
+  int dev = find_device(ctx, o->device);
+  accel_buffer b;
+  if (dev < 0 || accel_buffer_create(ctx, ACCEL_U32, 1, &b) != 0)
+    return r;
+  for (int i = 0; i < 50; i++) /* warm-up: placement, kernels built */
+    (void)accel_fill_u32(ctx, dev, b, (uint32_t)i, NULL);
+  (void)accel_finish(ctx, -1);
+  static double lat[MAX_SAMPLES];
+  size_t n = 0;
+  char c = 'r';
+  if (write(ready, &c, 1) != 1 || read(go, &c, 1) != 1)
+    return r;
+  double t0 = now_s(), end = t0 + o->seconds;
+  int rc = 0;
+  while (rc == 0 && now_s() < end) {
+    if (m == PIPELINED) {
+      for (int i = 0; rc == 0 && i < 256; i++)
+        rc = accel_fill_u32(ctx, dev, b, (uint32_t)i, NULL);
+      rc = rc ? rc : accel_finish(ctx, -1);
+      r.ops += 256;
+      continue;
+    }
+    double s = now_s();
+    accel_future *f;
+    rc = accel_fill_u32(ctx, dev, b, (uint32_t)r.ops, &f);
+    if (rc == 0) {
+      rc = accel_future_wait(f, -1);
+      accel_future_release(f);
+    }
+    if (n < MAX_SAMPLES)
+      lat[n++] = (now_s() - s) * 1e6;
+    r.ops++;
+  }
+  r.ok = rc == 0;
+  r.median_us = median_of(lat, n);
+  accel_buffer_destroy(ctx, b);
+  accel_close(ctx);
+  return r;
+}
+
+#ifdef BENCH_RAW_CUDA
+#define CU_OK(x) ((x) == CUDA_SUCCESS)
+
+/* The raw floor: a context of its own, a 1-element memset and a stream sync, in a loop. */
+static result run_raw(const opts *o, int ready, int go) {
+  result r = {0};
+  char why[128];
+  CUdevice d;
+  CUcontext ctx;
+  CUstream s;
+  CUdeviceptr p;
+  if (be_cuda_driver_load(why, sizeof why) != 0 || !CU_OK(be_cu.cuDeviceGet(&d, 0)) ||
+      !CU_OK(be_cu.cuCtxCreate(&ctx, NULL, 0, d)) || !CU_OK(be_cu.cuStreamCreate(&s, 0)) ||
+      !CU_OK(be_cu.cuMemAlloc(&p, 4)))
+    return r;
+  static double lat[MAX_SAMPLES];
+  size_t n = 0;
+  char c = 'r';
+  if (write(ready, &c, 1) != 1 || read(go, &c, 1) != 1)
+    return r;
+  double end = now_s() + o->seconds;
+  bool ok = true;
+  while (ok && now_s() < end) {
+    double t = now_s();
+    ok = CU_OK(be_cu.cuMemsetD32Async(p, (unsigned)r.ops, 1, s)) &&
+         CU_OK(be_cu.cuStreamSynchronize(s));
+    if (n < MAX_SAMPLES)
+      lat[n++] = (now_s() - t) * 1e6;
+    r.ops++;
+  }
+  r.ok = ok;
+  r.median_us = median_of(lat, n);
+  be_cu.cuMemFree(p);
+  be_cu.cuCtxDestroy(ctx);
+  return r;
+}
+#endif
+
+static void client_main(const char *url, mode m, const opts *o, int ready, int go, int out) {
+  result r = {0};
+#ifdef BENCH_RAW_CUDA
+  if (m == RAW)
+    r = run_raw(o, ready, go);
+  else
+#endif
+    r = run_api(url, m, o, ready, go);
+  if (write(out, &r, sizeof r) != (ssize_t)sizeof r)
+    _exit(2);
+  _exit(r.ok ? 0 : 1);
+}
+
+/* ---- the parent ---- */
+
+typedef struct row {
+  double kops, median_us;
+  bool ok;
+} row;
+
+/* N clients at once; the row of their aggregate. */
+static row run_clients(const char *url, mode m, int n, const opts *o) {
+  int ready[2], go[2], out[2];
+  row w = {0};
+  if (pipe(ready) != 0 || pipe(go) != 0 || pipe(out) != 0)
+    return w;
+  pid_t pids[MAX_CLIENTS];
+  for (int i = 0; i < n; i++) {
+    pids[i] = fork();
+    if (pids[i] == 0) {
+      prctl(PR_SET_PDEATHSIG, SIGKILL);
+      close(ready[0]), close(go[1]), close(out[0]);
+      client_main(url, m, o, ready[1], go[0], out[1]);
+    }
+  }
+  close(ready[1]), close(go[0]), close(out[1]);
+  char c;
+  int up = 0;
+  while (up < n && read(ready[0], &c, 1) == 1)
+    up++;
+  for (int i = 0; i < n; i++) /* every client starts at once */
+    (void)!write(go[1], "g", 1);
+  double medians[MAX_CLIENTS];
+  uint64_t ops = 0;
+  int got = 0;
+  result r;
+  while (got < n && read(out[0], &r, sizeof r) == (ssize_t)sizeof r) {
+    w.ok = got == 0 ? r.ok : w.ok && r.ok;
+    ops += r.ops;
+    medians[got++] = r.median_us;
+  }
+  for (int i = 0; i < n; i++)
+    waitpid(pids[i], NULL, 0);
+  close(ready[0]), close(go[1]), close(out[0]);
+  w.ok = w.ok && up == n && got == n;
+  w.kops = (double)ops / o->seconds / 1e3;
+  w.median_us = median_of(medians, (size_t)got);
+  return w;
+}
+
+static pid_t start_acceld(const opts *o, char *url, size_t len) {
+  static char dir[] = "/tmp/accel-bench-clients-XXXXXX";
+  if (mkdtemp(dir) == NULL)
+    exit(1);
+  snprintf(url, len, "ipc://%s/acceld.sock", dir);
+  pid_t pid = fork();
+  if (pid == 0) {
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    char log[128];
+    snprintf(log, sizeof log, "%s/acceld.log", dir);
+    if (freopen(log, "w", stderr) == NULL)
+      _exit(127);
+    const char *argv[12] = {o->acceld, "--foreground", "--listen", url, "--log-level", "warn"};
+    int a = 6;
+    if (o->workers)
+      argv[a++] = "--workers", argv[a++] = o->workers;
+    execv(o->acceld, (char *const *)argv);
+    _exit(127);
+  }
+  /* Waits for the socket file; the parent never opens a context itself (it forks clients,
+   * and a fork of a process with libaccel's threads could inherit a held lock). */
+  char path[200];
+  snprintf(path, sizeof path, "%s/acceld.sock", dir);
+  for (int i = 0; i < 300; i++) {
+    struct stat st;
+    if (stat(path, &st) == 0) {
+      nanosleep(&(struct timespec){0, 300000000}, NULL);
+      return pid;
+    }
+    nanosleep(&(struct timespec){0, 20000000}, NULL);
+  }
+  fprintf(stderr, "bench-clients: acceld did not start (log in %s)\n", dir);
+  exit(1);
+}
+
+static void print_row(const char *what, int n, row w, bool latency) {
+  printf("| %3d | %-28s | %10.1f | ", n, what, w.kops);
+  if (latency)
+    printf("%10.1f |%s\n", w.median_us, w.ok ? "" : " (FAILED)");
+  else
+    printf("%10s |%s\n", "-", w.ok ? "" : " (FAILED)");
+}
+
+#ifdef BENCH_RAW_CUDA
+/* nvidia-cuda-mps-control -d with directories of our own; false if it would not start. */
+static bool mps(bool on) {
+  static char dir[] = "/tmp/accel-bench-mps-XXXXXX";
+  static bool made;
+  if (!made && (made = mkdtemp(dir) != NULL)) {
+    char p[128];
+    snprintf(p, sizeof p, "%s/pipe", dir);
+    setenv("CUDA_MPS_PIPE_DIRECTORY", p, 1);
+    snprintf(p, sizeof p, "%s/log", dir);
+    setenv("CUDA_MPS_LOG_DIRECTORY", p, 1);
+  }
+  const char *cmd = on ? "mkdir -p \"$CUDA_MPS_PIPE_DIRECTORY\" \"$CUDA_MPS_LOG_DIRECTORY\" && "
+                         "nvidia-cuda-mps-control -d"
+                       : "echo quit | nvidia-cuda-mps-control";
+  bool ok = system(cmd) == 0;
+  if (!on)
+    unsetenv("CUDA_MPS_PIPE_DIRECTORY");
+  sleep(1);
+  return ok;
+}
+#endif
+
+static void parse_clients(opts *o, const char *list) {
+  o->nclients = 0;
+  for (const char *p = list; *p && o->nclients < 8;) {
+    int v = atoi(p);
+    if (v >= 1 && v <= MAX_CLIENTS)
+      o->clients[o->nclients++] = v;
+    p += strcspn(p, ",");
+    p += *p == ',';
+  }
+}
+
+static void parse(int argc, char **argv, opts *o) {
+  *o = (opts){.device = "cpu", .seconds = 5, .acceld = getenv("ACCELD")};
+  parse_clients(o, "1,8,32");
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+    if (!strcmp(a, "--device") && v)
+      o->device = v, i++;
+    else if (!strcmp(a, "--clients") && v)
+      parse_clients(o, v), i++;
+    else if (!strcmp(a, "--seconds") && v)
+      o->seconds = atof(v), i++;
+    else if (!strcmp(a, "--acceld") && v)
+      o->acceld = v, i++;
+    else if (!strcmp(a, "--workers") && v)
+      o->workers = v, i++;
+    else if (!strcmp(a, "--mps"))
+      o->mps = 1;
+    else if (!strcmp(a, "--quick"))
+      o->seconds = 1, parse_clients(o, "1,4");
+  }
+  if (o->seconds <= 0 || o->nclients == 0 || o->acceld == NULL) {
+    fprintf(stderr, "usage: bench-clients [--device cpu|cuda] [--clients 1,8,32] [--seconds S] "
+                    "[--acceld PATH] [--workers LIST] [--mps] [--quick] (or ACCELD)\n");
+    exit(2);
+  }
+}
+
+int main(int argc, char **argv) {
+  opts o;
+  parse(argc, argv, &o);
+  char url[160];
+  pid_t daemon = start_acceld(&o, url, sizeof url);
+  printf("# bench-clients: device %s, %.1f s per row, acceld workers %s\n", o.device, o.seconds,
+         o.workers ? o.workers : "(default)");
+  printf("| N | mode | aggregate kops/s | client median us |\n|---|---|---|---|\n");
+  bool ok = true;
+  row first[4] = {{0}};
+  for (int i = 0; i < o.nclients; i++) {
+    int n = o.clients[i];
+    row rows[4] = {run_clients(url, TINY, n, &o), run_clients("embedded:", TINY, n, &o),
+                   run_clients(url, PIPELINED, n, &o), run_clients("embedded:", PIPELINED, n, &o)};
+    static const char *const names[4] = {"through acceld, tiny + wait", "embedded, tiny + wait",
+                                         "through acceld, pipelined", "embedded, pipelined"};
+    for (int k = 0; k < 4; k++) {
+      print_row(names[k], n, rows[k], k < 2);
+      ok = ok && rows[k].ok;
+      if (i == 0)
+        first[k] = rows[k];
+      else if (first[k].kops > 0)
+        printf("|     | %s: %d clients %.2f× the aggregate of %d |\n", names[k], n,
+               rows[k].kops / first[k].kops, o.clients[0]);
+    }
+#ifdef BENCH_RAW_CUDA
+    if (strcmp(o.device, "cuda") == 0) {
+      row raw = run_clients(NULL, RAW, n, &o);
+      print_row("raw CUDA, time-sliced", n, raw, true);
+      if (o.mps && mps(true)) {
+        row m = run_clients(NULL, RAW, n, &o);
+        mps(false);
+        print_row("raw CUDA under MPS", n, m, true);
+        printf("|     | acceld ÷ MPS: %.2f× ops/s, %.2f× latency |\n", rows[0].kops / m.kops,
+               rows[0].median_us / m.median_us);
+      }
+    }
+#endif
+  }
+  kill(daemon, SIGTERM);
+  waitpid(daemon, NULL, 0);
+  return ok ? 0 : 1;
+}
