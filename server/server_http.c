@@ -1,5 +1,7 @@
-/* acceld's HTTP endpoint (srv_args.metrics_listen): GET /metrics (Prometheus text format) and
- * GET /healthz (200 "ok" while serving; 503 while draining or with every device quarantined).
+/* acceld's HTTP endpoint (srv_args.metrics_listen): GET /metrics (Prometheus text format),
+ * GET /readyz and /healthz (200 "ok" while serving; 503 while draining or with every device
+ * quarantined) and GET /livez (200 "ok" whenever acceld's loop answers: Kubernetes restarts a
+ * container whose liveness probe fails, which a drain or a quarantine must not cause).
  *
  * A small HTTP/1.1 responder of our own on the server's libuv loop, not nng's HTTP server:
  * nng 1.5.2's has no header timeout, no idle timeout and no connection cap, so a thousand
@@ -14,7 +16,7 @@
  *   - every response closes the connection (Connection: close), so there is no idle
  *     keep-alive state to time out: a scrape every few seconds gains nothing from keeping a
  *     connection, and one request per connection keeps a connection's state to one head.
- * Only GET and HEAD (405 otherwise) of /metrics and /healthz (404 otherwise) are served.
+ * Only GET and HEAD (405 otherwise) of those paths (404 otherwise) are served.
  *
  * The handlers run on the loop, where the figures live: the text is rendered as the request
  * arrives, with no hop to another thread. http_conn.c holds a connection's life,
@@ -71,10 +73,12 @@ void http_answer(srv_http *h, const http_request *req, http_response *res) {
     http_static(res, 405, "only GET and HEAD\n");
   else if (path_is(req, "/metrics"))
     answer_metrics(h, res);
-  else if (path_is(req, "/healthz"))
+  else if (path_is(req, "/healthz") || path_is(req, "/readyz"))
     answer_health(h, res);
+  else if (path_is(req, "/livez"))
+    http_static(res, 200, "ok\n"); /* the loop answered: acceld is alive */
   else
-    http_static(res, 404, "not found: /metrics and /healthz are served here\n");
+    http_static(res, 404, "not found: /metrics, /livez, /readyz and /healthz are served here\n");
 }
 
 /* ---- the log, rate-limited ---- */

@@ -484,6 +484,10 @@ typedef struct http_case {
 
 static const http_case cases[] = {
     {"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n", 200},
+    {"GET /livez HTTP/1.1\r\n\r\n", 200},
+    {"GET /readyz HTTP/1.1\r\n\r\n", 200},
+    {"GET /readyz/ HTTP/1.1\r\n\r\n", 404},
+    {"GET /live HTTP/1.1\r\n\r\n", 404},
     {"GET /healthz HTTP/1.0\r\n\r\n", 200},
     {"GET /healthz?probe=1 HTTP/1.1\r\n\r\n", 200},
     {"GET http://localhost:1/healthz HTTP/1.1\r\n\r\n", 200}, /* absolute-form */

@@ -135,6 +135,7 @@ def test_metrics_follow_the_format_and_count_the_ops(daemon):
     proc, url, port, _ = daemon
     code, ctype, text = get(port, "/healthz")
     assert (code, text) == (200, "ok\n")
+    assert get(port, "/readyz")[0] == 200 and get(port, "/livez")[0] == 200
     with accel.open(url) as ctx:
         a = ctx.asarray(np.ones((32, 32), np.float32), device=0)
         outs = [accel.matmul(a, a).result() for _ in range(3)]
@@ -185,6 +186,8 @@ def test_healthz_is_503_once_every_device_is_quarantined(daemon):
     assert all(i["backend"] == "cpu" and i["name"] for i in infos)
     code, ctype, text = get(port, "/healthz")
     assert code == 503 and "quarantined" in text
+    assert get(port, "/readyz")[0] == 503  # not ready: nothing serves
+    assert get(port, "/livez")[:3:2] == (200, "ok\n")  # alive: no reason to restart it
 
 
 def test_a_bad_url_and_a_taken_port_are_clear_errors(daemon):
