@@ -11,6 +11,7 @@
 #include "actors/build.h"
 #include "actors/module.h"
 #include "runtime/alloc.h"
+#include "runtime/deadline.h"
 #include "runtime/loop.h"
 
 dev_module *dev_module_create(dev_world *w) {
@@ -102,6 +103,21 @@ static int load_on(build_job *j, dev_node *node, be_device *dev, be_module **mod
   return pkg->load(dev, j->source, j->code, j->len, j->options, mod, log);
 }
 
+/* Long work is visible: a build says when it starts and how long it took (a compile of a
+ * client's code may take minutes; a build found in a cache ends at once). */
+static void log_build_start(const build_job *j, const dev_node *node) {
+  static const char *const kinds[] = {"?", "CUDA C", "PTX", "OpenCL C", "SPIR-V"};
+  accel_log(ACCEL_LOG_INFO, "device", "device %d (%s): building a module from %zu bytes of %s",
+            node->device, node->info.name, j->len, kinds[j->source < 5 ? j->source : 0]);
+}
+
+static void log_build_end(const dev_node *node, int rc, uint64_t ms) {
+  accel_log(rc == 0 ? ACCEL_LOG_INFO : ACCEL_LOG_WARN, "device",
+            "device %d (%s): module build %s in %llu.%03llu s", node->device, node->info.name,
+            rc == 0 ? "done" : accel_err_name(rc), (unsigned long long)(ms / 1000),
+            (unsigned long long)(ms % 1000));
+}
+
 /* Builds for one device without holding build_mu while the driver works (a load may block
  * behind a kernel that never ends): `builds` counts it, and the device actor waits for it
  * before closing. A build that finishes for an incarnation already gone is not kept (nor
@@ -116,8 +132,12 @@ static int build_on(build_job *j, int i) {
   be_device *dev = node->dev && node->generation == j->gens[i] ? node->dev : NULL;
   node->builds += dev != NULL;
   pthread_mutex_unlock(&node->build_mu);
-  if (dev)
+  uint64_t t0 = rt_mono_ms();
+  if (dev) {
+    log_build_start(j, node);
     rc = load_on(j, node, dev, &mod, &log);
+    log_build_end(node, rc, rt_mono_ms() - t0);
+  }
   pthread_mutex_lock(&node->build_mu);
   if (dev) {
     node->builds--;

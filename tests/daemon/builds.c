@@ -310,6 +310,11 @@ TEST(b_others_go_on_while_slow_builds_run) {
   CHECK_LT(buffers, 1000);
   CHECK_LT(all, 4000);
   CHECK_EQ(children_of(d.pid), 2); /* the slow builds were at work all along */
+  /* Long work is visible in the log: every build says it started, the finished one how long
+   * it took. */
+  const char *log = td_log(&d);
+  CHECK(strstr(log, "building a module from") != NULL);
+  CHECK(strstr(log, "module build done in") != NULL);
   td_client_close(&c);
   for (int i = 0; i < 2; i++)
     td_client_close(&slow[i]);
