@@ -47,7 +47,16 @@ void http_static(http_response *res, int code, const char *body) {
 
 static void answer_metrics(srv_http *h, http_response *res) {
   dev_status_counts c = srv_counts(h->s);
-  char *text = dev_metrics_render(h->s->world, &c);
+  char *devices = dev_metrics_render(h->s->world, &c);
+  char *clients = devices ? srv_clients_metrics(h->s) : NULL;
+  size_t dl = devices ? strlen(devices) : 0, cl = clients ? strlen(clients) : 0;
+  char *text = clients ? rt_malloc(dl + cl + 1) : NULL;
+  if (text != NULL) {
+    memcpy(text, devices, dl);
+    memcpy(text + dl, clients, cl + 1);
+  }
+  rt_free(devices);
+  rt_free(clients);
   if (text == NULL) {
     http_static(res, 503, "acceld is out of memory\n");
     return;

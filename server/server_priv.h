@@ -174,6 +174,10 @@ void srv_shm_registered(srv_server *s, void *data);
 /* server_clients.c: the client sessions, as text (a table) or a JSON array of objects;
  * malloc'd, NULL when out of memory. */
 RT_MUST_USE char *srv_clients_report(srv_server *s, bool json);
+/* The per-client series of /metrics (Prometheus text), at most SRV_METRICS_CLIENTS client
+ * names and "other". */
+#define SRV_METRICS_CLIENTS 32
+RT_MUST_USE char *srv_clients_metrics(srv_server *s);
 /* server_frames.c: the server's counters, for the reports. */
 dev_status_counts srv_counts(srv_server *s);
 /* server_http.c: /metrics and /healthz on `url` (srv_http_addr_parse's forms), with the

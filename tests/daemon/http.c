@@ -517,6 +517,52 @@ static const http_case cases[] = {
     {":\r\n\r\n", 400},
 };
 
+/* The samples of `metric` in a scrape: how many, and the value of client="name" (-1: none). */
+static int client_series(const char *text, const char *metric, const char *name, long *value) {
+  char key[160];
+  int n = 0;
+  *value = -1;
+  snprintf(key, sizeof key, "%s{client=\"%s\"} ", metric, name);
+  for (const char *line = text; line && *line;
+       line = strchr(line, '\n'), line = line ? line + 1 : NULL) {
+    if (strncmp(line, metric, strlen(metric)) == 0 && line[strlen(metric)] == '{')
+      n++;
+    if (strncmp(line, key, strlen(key)) == 0)
+      *value = strtol(line + strlen(key), NULL, 10);
+  }
+  return n;
+}
+
+/* Sessions summed per client name, at most SRV_METRICS_CLIENTS (32) names and "other": forty
+ * clients with forty names make 33 series, the last eight sessions under client="other". */
+TEST(per_client_series_are_bounded) {
+  enum { CLIENTS = 40, NAMES = 32 };
+  endpoint e;
+  start(&e, NULL, 1);
+  static td_client c[CLIENTS];
+  for (int i = 0; i < CLIENTS; i++) {
+    char name[32];
+    snprintf(name, sizeof name, "client-%02d", i);
+    td_client_open(&c[i], e.d.url);
+    CHECK_OK(td_hello_as(&c[i], 0, name, NULL));
+  }
+  static char buf[1 << 20];
+  CHECK_EQ(ask(e.port, GET_METRICS, buf, sizeof buf), 200);
+  long v;
+  CHECK_EQ(client_series(buf, "accel_client_sessions", "client-00", &v), NAMES + 1);
+  CHECK_EQ(v, 1);
+  client_series(buf, "accel_client_sessions", "client-31", &v);
+  CHECK_EQ(v, 1); /* the 32nd name: still its own */
+  client_series(buf, "accel_client_sessions", "client-32", &v);
+  CHECK_EQ(v, -1); /* the 33rd: summed under "other" */
+  client_series(buf, "accel_client_sessions", "other", &v);
+  CHECK_EQ(v, CLIENTS - NAMES);
+  CHECK_EQ(client_series(buf, "accel_client_buffers", "other", &v), NAMES + 1);
+  for (int i = 0; i < CLIENTS; i++)
+    td_client_close(&c[i]);
+  stop(&e);
+}
+
 /* Each case on its own connection; a control byte (NUL) in a header too; HEAD gets the
  * headers of GET and no body; every answer closes the connection. */
 TEST(methods_paths_and_malformed_requests) {
@@ -576,6 +622,7 @@ TEST(random_requests_never_hurt_it) {
 }
 
 static const test_case tests[] = {
+    TEST_CASE(per_client_series_are_bounded),
     TEST_CASE(half_a_request_is_closed_after_the_header_timeout),
     TEST_CASE(connections_past_the_cap_are_closed_at_once),
     TEST_CASE(half_open_flood_leaves_the_daemon_serving),

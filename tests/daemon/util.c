@@ -376,9 +376,14 @@ int td_hello(td_client *c, proto_welcome *w) {
 }
 
 int td_hello_caps(td_client *c, uint32_t caps, proto_welcome *w) {
+  return td_hello_as(c, caps, "daemon-test", w);
+}
+
+int td_hello_as(td_client *c, uint32_t caps, const char *name, proto_welcome *w) {
   proto_out o;
   uint64_t id = c->next_id++;
-  proto_hello h = {.version = PROTO_VERSION, .capabilities = caps, .name = "daemon-test"};
+  proto_hello h = {.version = PROTO_VERSION, .capabilities = caps};
+  snprintf(h.name, sizeof h.name, "%s", name);
   proto_out_init(&o);
   CHECK_OK(proto_encode_hello(&o, id, &h));
   nng_msg *m = call_msg(c, &o, id);

@@ -91,6 +91,8 @@ int td_call(td_client *c, proto_out *frame, uint64_t id);
 int td_hello(td_client *c, proto_welcome *w);
 /* HELLO announcing capabilities (PROTO_CAP_*); the WELCOME says which were granted. */
 int td_hello_caps(td_client *c, uint32_t caps, proto_welcome *w);
+/* As td_hello_caps, naming the client `name` (what `accelctl clients` and /metrics show). */
+int td_hello_as(td_client *c, uint32_t caps, const char *name, proto_welcome *w);
 int td_control(td_client *c, uint32_t command, uint64_t arg);
 int td_create(td_client *c, uint64_t handle, accel_dtype dtype, uint64_t count);
 int td_destroy(td_client *c, uint64_t handle);

@@ -146,6 +146,9 @@ def test_metrics_follow_the_format_and_count_the_ops(daemon):
         assert code == 200 and ctype.startswith("text/plain; version=0.0.4")
         s = parse(text)
         assert value(s, "accel_sessions") == 1 and value(s, "accel_connections") == 1
+        clients = [(dict(ls), v) for (m, ls), v in s.items() if m == "accel_client_sessions"]
+        assert len(clients) == 1 and clients[0][1] == 1  # this session, under its name
+        assert value(s, "accel_client_buffers", client=clients[0][0]["client"]) == 1 + len(outs)
         assert value(s, "accel_buffers") == 1 + len(outs)
     assert value(s, "accel_ops_total", device="0", kind="gemm", status="OK") == 3
     assert value(s, "accel_ops_total", device="1", kind="elementwise", status="OK") == 1
