@@ -178,8 +178,9 @@ int bw_link_call_fd(bw_link *l, uint16_t type, const void *a, size_t alen, int p
                     uint32_t *body_len);
 /* A pending completion (under l->mu): its tag, or 0 if the worker is gone. */
 uint64_t bw_pending_add(bw_link *l, const bw_pending *p);
-/* Forgets a pending completion whose call could not be sent (under l->mu). */
-void bw_pending_drop(bw_link *l, uint64_t tag);
+/* Forgets a pending completion whose call could not be sent (under l->mu): false if it was not
+ * there any more (the worker's end completed it with ACCEL_EDEVLOST meanwhile). */
+bool bw_pending_drop(bw_link *l, uint64_t tag);
 uint64_t bw_id_take(bw_link *l, bw_kind k); /* under l->mu */
 void bw_id_give(bw_link *l, bw_kind k, uint64_t id);
 bool bw_link_lost(bw_link *l, uint32_t dev);

@@ -72,13 +72,14 @@ static void pending_free(bw_link *l, bw_pending *p) {
   l->free_head = (uint32_t)(p - l->pend) + 1;
 }
 
-void bw_pending_drop(bw_link *l, uint64_t tag) {
+bool bw_pending_drop(bw_link *l, uint64_t tag) {
   bw_pending *p = find(l, tag);
   if (p != NULL) {
     free(p->body);
     p->body = NULL;
     pending_free(l, p);
   }
+  return p != NULL;
 }
 
 /* ---- ids ---- */
@@ -114,6 +115,14 @@ static void event_unref(bw_event *e) { /* under mu */
 
 /* ---- host functions (the caller thread) ---- */
 
+/* The caller thread sends acks, and the reader when it ran a function itself (no memory for
+ * the caller's queue): one frame at a time. */
+static void send_ack(bw_link *l, uint64_t tag) {
+  pthread_mutex_lock(&l->send_mu);
+  (void)bw_send(l->ack, BW_ACK, tag, NULL, 0, NULL, 0, NULL, 0);
+  pthread_mutex_unlock(&l->send_mu);
+}
+
 static void *caller(void *arg) {
   bw_link *l = arg;
   pthread_mutex_lock(&l->mu);
@@ -129,7 +138,7 @@ static void *caller(void *arg) {
     pthread_mutex_unlock(&l->mu);
     c->fn(c->arg, c->status);
     if (c->hold && c->status == 0) /* the worker's queue waits for this one */
-      (void)bw_send(l->ack, BW_ACK, c->tag, NULL, 0, NULL, 0, NULL, 0);
+      send_ack(l, c->tag);
     free(c);
     pthread_mutex_lock(&l->mu);
     l->cb_ran++;
@@ -146,7 +155,7 @@ static void call_later(bw_link *l, const bw_pending *p, int status) {
   if (c == NULL) { /* counted as queued and run at once */
     p->fn(p->arg, status);
     if (p->hold && status == 0)
-      (void)bw_send(l->ack, BW_ACK, p->seq, NULL, 0, NULL, 0, NULL, 0);
+      send_ack(l, p->seq);
     return;
   }
   *c = (bw_cb){p->fn, p->arg, status, p->hold, p->seq, NULL};
@@ -339,7 +348,7 @@ static int call(bw_link *l, uint16_t type, const void *a, size_t alen, const voi
   }
   p = find(l, tag);
   int rc = ACCEL_EDEVLOST;
-  if (p != NULL && p->answered && p->body_len >= sizeof(bw_reply)) {
+  if (p != NULL && p->answered && p->body != NULL && p->body_len >= sizeof(bw_reply)) {
     rc = 0;
     *body = p->body;
     *body_len = p->body_len;

@@ -79,7 +79,8 @@ static int attach(bw_pdev *d, const be_open_opts *opts) {
     memcpy(&d->caps, (char *)body + sizeof(bw_reply), sizeof d->caps);
     d->caps.info.name[sizeof d->caps.info.name - 1] = '\0'; /* the worker's word, checked */
     pthread_mutex_lock(&d->link->mu);
-    d->link->lost[d->index] = false;
+    if (!d->link->dead) /* a worker that died after answering stays lost */
+      d->link->lost[d->index] = false;
     pthread_mutex_unlock(&d->link->mu);
   }
   free(body);
@@ -280,9 +281,11 @@ static int submit_pending(bw_pqueue *q, const bw_pending *p, uint16_t type, cons
   if (submit(q, type, tag, a, alen, NULL, 0) == 0)
     return 0;
   pthread_mutex_lock(&q->link->mu);
-  bw_pending_drop(q->link, tag); /* never sent: nothing will complete it */
+  bool dropped = bw_pending_drop(q->link, tag); /* never sent: nothing will complete it */
   pthread_mutex_unlock(&q->link->mu);
-  return ACCEL_EDEVLOST;
+  /* Not there any more: the worker's end completed it (ACCEL_EDEVLOST) between the two, so
+   * it counts as submitted; failing the call too would complete it twice. */
+  return dropped ? ACCEL_EDEVLOST : 0;
 }
 
 /* ---- memory and copies ---- */

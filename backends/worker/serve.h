@@ -57,7 +57,8 @@ typedef struct ws_state {
   pthread_mutex_t mu;      /* the tables below, acks and loads */
   pthread_cond_t cv;
   ws_table queues, events, modules, kernels, regions;
-  uint64_t *acked; /* tags acked and not yet taken */
+  ws_table kernel_module; /* each kernel's module id + 1: an unload forgets its kernels */
+  uint64_t *acked;        /* tags acked and not yet taken */
   size_t nacked, acked_cap;
   struct ws_load *loads;   /* loads waiting for acceld's compiler */
   struct ws_evrec *evrecs; /* event records whose completion acceld has not heard of */

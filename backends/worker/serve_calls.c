@@ -304,6 +304,11 @@ static void unload(const bw_ids *b) {
   be_module *m = ws_get(&ws.modules, b->id);
   ws_put(&ws.modules, b->id, NULL);
   pthread_mutex_unlock(&ws.mu);
+  for (size_t i = 0; i < ws.kernel_module.cap; i++) /* its kernels go with it */
+    if ((uintptr_t)ws.kernel_module.slot[i] == b->id + 1) {
+      ws_put(&ws.kernels, i, NULL);
+      ws_put(&ws.kernel_module, i, NULL);
+    }
   if (m != NULL && ws.be->module)
     ws.be->module->unload(m);
 }
@@ -323,7 +328,8 @@ static void kernel(const bw_hdr *h, const bw_ids *b) {
   be_kernel *k = NULL;
   be_kernel_info info = {0};
   int rc = m == NULL ? ACCEL_ENOENT : ws.be->module->kernel(m, name, &k, &info);
-  if (rc == 0 && !ws_put(&ws.kernels, b->id2, k))
+  if (rc == 0 && (!ws_put(&ws.kernels, b->id2, k) ||
+                  !ws_put(&ws.kernel_module, b->id2, (void *)(uintptr_t)(b->id + 1))))
     rc = ACCEL_ENOMEM;
   ws_reply(h->tag, rc, &info, sizeof info, NULL, 0);
 }

@@ -14,6 +14,7 @@
  * not): the first completion after a wait sends every watched event that is complete. CUDA
  * forbids driver calls inside its host functions, so there the poller thread queries. */
 #include <stdlib.h>
+#include <time.h>
 
 #include "backends/worker/serve.h"
 
@@ -66,6 +67,58 @@ static void flush_events(void) {
       ws_done(r->tag, rc);
     }
   }
+}
+
+/* Under mu: a watched record of another queue than `self` whose event is complete but whose
+ * queue has completions before it still on their way: its queue and place; false if none. */
+static bool complete_out_of_turn(const ws_queue *self, ws_queue **q, uint64_t *seq) {
+  for (ws_evrec *r = ws.evrecs; r; r = r->next)
+    if (!r->sent && r->e != NULL && r->q != self && !in_turn(r->q, r->seq) &&
+        ws.be->event_query(r->e) != ACCEL_EAGAIN) {
+      *q = r->q;
+      *seq = r->seq;
+      return true;
+    }
+  return false;
+}
+
+/* Waits until q's completions before seq are sent, or FLUSH_WAIT_MS have passed. */
+#define FLUSH_WAIT_MS 20
+static bool wait_turn_for(ws_queue *q, uint64_t seq) {
+  struct timespec until;
+  clock_gettime(CLOCK_REALTIME, &until); /* q->ccv's clock */
+  until.tv_nsec += FLUSH_WAIT_MS * 1000000L;
+  until.tv_sec += until.tv_nsec / 1000000000L;
+  until.tv_nsec %= 1000000000L;
+  pthread_mutex_lock(&q->cmu);
+  int rc = 0;
+  while (q->sent + 1 < seq && rc == 0)
+    rc = pthread_cond_timedwait(&q->ccv, &q->cmu, &until);
+  bool ok = q->sent + 1 >= seq;
+  pthread_mutex_unlock(&q->cmu);
+  return ok;
+}
+
+/* From `self`'s completer (never a host function, never the poller: those must not wait on
+ * another queue): sends every watched event that is complete, waiting for the queues whose
+ * earlier completions are still on their way (their completers are at it), so that nothing
+ * this queue waited for reaches acceld after this queue's own completion. The wait is bounded:
+ * two queues waiting for each other's events would otherwise wait for good (then the order is
+ * the one that comes, as before). */
+static void flush_in_turn(const ws_queue *self) {
+  ws_queue *q;
+  uint64_t seq;
+  pthread_mutex_lock(&ws.mu);
+  flush_events();
+  while (complete_out_of_turn(self, &q, &seq)) {
+    pthread_mutex_unlock(&ws.mu);
+    bool turned = wait_turn_for(q, seq);
+    pthread_mutex_lock(&ws.mu);
+    flush_events();
+    if (!turned)
+      break;
+  }
+  pthread_mutex_unlock(&ws.mu);
 }
 
 /* The record's own completion: sent unless a flush sent it. */
@@ -218,14 +271,12 @@ static void *completer(void *arg) {
       q->tail = NULL;
     pthread_mutex_unlock(&q->cmu);
     int st = c->e ? ws.be->event_sync(c->e) : 0;
-    if (c->flush) { /* not a host function: it may query the driver itself */
-      pthread_mutex_lock(&ws.mu);
-      flush_events();
-      pthread_mutex_unlock(&ws.mu);
-    }
+    if (c->flush)
+      flush_in_turn(q); /* not a host function: it may query the driver, and wait */
     send_done(c->tag, c->event, st == 0 ? c->error : st);
     pthread_mutex_lock(&q->cmu);
-    q->sent = c->seq;
+    if (q->sent < c->seq)
+      q->sent = c->seq;
     if (c->e && q->npool < q->pool_cap)
       q->pool[q->npool++] = c->e;
     else if (c->e)

@@ -52,7 +52,8 @@ static int relay(const be_compiler *c, const char *target, uint32_t source, cons
   uint32_t n = 0;
   bw_compiled *a = ask_compile(l, target, &n);
   int rc = ACCEL_EPROTO;
-  if (a != NULL && n >= sizeof *a && (uint64_t)a->log_len + a->image_len <= n - sizeof *a) {
+  if (a != NULL && n >= sizeof *a && a->image_len <= n - sizeof *a &&
+      a->log_len <= n - sizeof *a - a->image_len) {
     rc = a->status;
     const char *p = (const char *)(a + 1);
     if (a->log_len > 0 && (*log = malloc(a->log_len + 1u)) != NULL) {
@@ -87,7 +88,8 @@ static int run_load(ws_load_t *l, be_module **m, char **log) {
   uint64_t opt_len = b->options_len == UINT32_MAX ? 0 : b->options_len;
   be_device *d = ws_device(b->dev);
   const be_module_pkg *pkg = ws.be->module;
-  if (d == NULL || pkg == NULL || sizeof *b + opt_len + b->code_len != l->h.len ||
+  uint64_t room = l->h.len - sizeof *b; /* ws_load checked h.len >= sizeof *b */
+  if (d == NULL || pkg == NULL || opt_len > room || b->code_len != room - opt_len ||
       (b->options_len != UINT32_MAX && opt_len == 0))
     return ACCEL_EINVAL;
   const char *opt = (const char *)(b + 1);

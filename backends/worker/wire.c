@@ -11,7 +11,8 @@
 /* Writes every byte of the vector, retrying short writes and EINTR. */
 static bool write_vec(int fd, struct iovec *v, int n) {
   while (n > 0) {
-    ssize_t w = writev(fd, v, n);
+    struct msghdr m = {.msg_iov = v, .msg_iovlen = (size_t)n};
+    ssize_t w = sendmsg(fd, &m, MSG_NOSIGNAL); /* a peer gone is an error, not a SIGPIPE */
     if (w < 0 && errno == EINTR)
       continue;
     if (w <= 0)
