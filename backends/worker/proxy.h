@@ -167,6 +167,9 @@ void bw_link_put(bw_link *l, bool kill_it);
 /* Sends a frame on cmd; false if the worker is gone. */
 bool bw_link_send(bw_link *l, uint16_t type, uint64_t tag, const void *a, size_t alen,
                   const void *b, size_t blen, const void *c, size_t clen);
+/* Creates an object of kind k on device d's worker (type: BW_Q_CREATE, BW_EV_CREATE): its id in
+ * *id; ACCEL_EDEVLOST if the worker is gone (the id is given back). */
+int bw_link_create(bw_link *l, uint32_t dev, bw_kind k, uint16_t type, uint64_t *id);
 /* A call and its reply: 0 with the reply's body (malloc'd: the caller frees) in *body, or
  * ACCEL_EDEVLOST. compile (may be NULL): how to answer a BW_COMPILE on the way. */
 typedef int (*bw_compile_fn)(void *arg, const char *target, void **answer, size_t *len);
@@ -181,7 +184,7 @@ uint64_t bw_pending_add(bw_link *l, const bw_pending *p);
 /* Forgets a pending completion whose call could not be sent (under l->mu): false if it was not
  * there any more (the worker's end completed it with ACCEL_EDEVLOST meanwhile). */
 bool bw_pending_drop(bw_link *l, uint64_t tag);
-uint64_t bw_id_take(bw_link *l, bw_kind k); /* under l->mu */
+uint64_t bw_id_take(bw_link *l, bw_kind k);
 void bw_id_give(bw_link *l, bw_kind k, uint64_t id);
 bool bw_link_lost(bw_link *l, uint32_t dev);
 /* Keeps the link's memory (not its process) for an object that may outlive its device. */

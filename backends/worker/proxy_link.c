@@ -86,7 +86,10 @@ bool bw_pending_drop(bw_link *l, uint64_t tag) {
 
 uint64_t bw_id_take(bw_link *l, bw_kind k) {
   bw_ids_pool *p = &l->ids[k];
-  return p->nfree ? p->free[--p->nfree] : p->next++;
+  pthread_mutex_lock(&l->mu);
+  uint64_t id = p->nfree ? p->free[--p->nfree] : p->next++;
+  pthread_mutex_unlock(&l->mu);
+  return id;
 }
 
 void bw_id_give(bw_link *l, bw_kind k, uint64_t id) {
@@ -368,6 +371,15 @@ int bw_link_call(bw_link *l, uint16_t type, const void *a, size_t alen, const vo
 int bw_link_call_fd(bw_link *l, uint16_t type, const void *a, size_t alen, int pass, void **body,
                     uint32_t *body_len) {
   return call(l, type, a, alen, NULL, 0, NULL, 0, pass, body, body_len, NULL, NULL);
+}
+
+int bw_link_create(bw_link *l, uint32_t dev, bw_kind k, uint16_t type, uint64_t *id) {
+  *id = bw_id_take(l, k);
+  bw_ids b = {.dev = dev, .id = *id};
+  if (bw_link_send(l, type, 0, &b, sizeof b, NULL, 0, NULL, 0))
+    return 0;
+  bw_id_give(l, k, *id);
+  return ACCEL_EDEVLOST;
 }
 
 bool bw_link_lost(bw_link *l, uint32_t dev) {

@@ -214,11 +214,7 @@ static int proxy_queue_create(be_device *dev, be_queue **out) {
   if (rc != 0 || q == NULL)
     return rc ? rc : ACCEL_ENOMEM;
   *q = (bw_pqueue){.dev = d, .link = d->link};
-  pthread_mutex_lock(&d->link->mu);
-  q->id = bw_id_take(d->link, BW_K_QUEUE);
-  pthread_mutex_unlock(&d->link->mu);
-  bw_ids b = {.dev = d->index, .id = q->id};
-  if (!bw_link_send(d->link, BW_Q_CREATE, 0, &b, sizeof b, NULL, 0, NULL, 0)) {
+  if (bw_link_create(d->link, d->index, BW_K_QUEUE, BW_Q_CREATE, &q->id) != 0) {
     free(q);
     return ACCEL_EDEVLOST;
   }
@@ -464,11 +460,7 @@ static int proxy_event_create(be_device *dev, be_event **out) {
   if (rc != 0 || e == NULL)
     return rc ? rc : ACCEL_ENOMEM;
   *e = (bw_event){.link = d->link, .dev = d->index, .refs = 1};
-  pthread_mutex_lock(&d->link->mu);
-  e->id = bw_id_take(d->link, BW_K_EVENT);
-  pthread_mutex_unlock(&d->link->mu);
-  bw_ids b = {.dev = d->index, .id = e->id};
-  if (!bw_link_send(d->link, BW_EV_CREATE, 0, &b, sizeof b, NULL, 0, NULL, 0)) {
+  if (bw_link_create(d->link, d->index, BW_K_EVENT, BW_EV_CREATE, &e->id) != 0) {
     free(e);
     return ACCEL_EDEVLOST;
   }

@@ -211,9 +211,7 @@ static int load_any(be_device *dev, uint32_t source, const void *code, size_t le
   if (m == NULL)
     return ACCEL_ENOMEM;
   size_t opt_len = options ? strlen(options) : 0;
-  pthread_mutex_lock(&d->link->mu);
   uint64_t id = bw_id_take(d->link, BW_K_MODULE);
-  pthread_mutex_unlock(&d->link->mu);
   bw_load b = {.dev = d->index,
                .source = source,
                .module = id,
@@ -280,9 +278,7 @@ static bw_pkernel *known(bw_pmodule *m, const char *name) {
 
 static int ask_kernel(bw_pmodule *m, const char *name, bw_pkernel *k) {
   bw_link *l = m->link;
-  pthread_mutex_lock(&l->mu);
   k->id = bw_id_take(l, BW_K_KERNEL);
-  pthread_mutex_unlock(&l->mu);
   bw_ids b = {.id = m->id, .id2 = k->id};
   void *body = NULL;
   uint32_t len = 0;

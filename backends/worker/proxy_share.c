@@ -25,9 +25,7 @@ int bw_share_register(bw_pdev *d, void *p, size_t bytes, int fd) {
   share *s = calloc(1, sizeof *s);
   if (s == NULL)
     return ACCEL_ENOMEM;
-  pthread_mutex_lock(&l->mu);
   uint64_t id = bw_id_take(l, BW_K_REGION) + 1; /* 0 means the staging region */
-  pthread_mutex_unlock(&l->mu);
   bw_share b = {.dev = d->index, .id = id, .bytes = bytes};
   void *body = NULL;
   uint32_t len = 0;
