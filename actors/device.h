@@ -16,7 +16,7 @@ enum {
   DEV_MSG_ARM_BATCH,                  /* kernel actor: one host function for the burst's tasks */
   DEV_MSG_FAULT,                      /* device actor: the device reported a sticky fault */
   DEV_MSG_INJECT_FAULT,               /* device actor: tests only */
-  DEV_MSG_OP,                         /* session: data = dev_op */
+  DEV_MSG_OP,                         /* session: data = dev_call */
   DEV_MSG_BUILT,                      /* session: a module build finished (module.c) */
   DEV_MSG_ALLOCATED,                  /* session: a memory job finished (mem_cache.c) */
 };
@@ -48,7 +48,7 @@ uint32_t dev_caps_gemm_dtypes(const dev_caps *c);
 void dev_node_describe(const dev_node *node, struct accel_device_info *d);
 
 /* A client op finished with `status` (implemented by the session layer). */
-void dev_op_finished(dev_world *w, dev_op *op, int status);
+void dev_op_finished(dev_world *w, dev_call *call, int status);
 
 /* The device supervisor's arg: the world. Spawns a DeviceActor per node. */
 int dev_world_spawn(dev_world *w, accel_actor *parent, accel_ref *supervisor);

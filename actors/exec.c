@@ -6,7 +6,8 @@
 /* The i-th buffer's memory where the op uses it (a collective's buffers: each on its own
  * device). */
 static be_mem mem_on(dev_task *t, int i) {
-  int n = t->op ? dev_op_buf_node(t->world, t->op, (uint32_t)i, t->node)->index : t->node->index;
+  int n = t->call ? dev_op_buf_node(t->world, &t->call->op, (uint32_t)i, t->node)->index
+                  : t->node->index;
   return t->buf[i]->rep[n].mem;
 }
 
@@ -92,7 +93,7 @@ static int exec_transfer(dev_task *t, be_queue *q) {
 }
 
 static int exec_io(dev_task *t, be_queue *q) {
-  dev_op *op = t->op;
+  const dev_op *op = &t->call->op;
   const be_ops *be = t->node->be;
   size_t esize = dev_dtype_size(t->buf[0]->dtype);
   size_t off = op->bufs[0].offset * esize, bytes = op->bufs[0].count * esize;
@@ -106,12 +107,10 @@ static int exec_io(dev_task *t, be_queue *q) {
   return be->copy_d2h(q, op->u.read.dst, mem_on(t, 0), off, bytes);
 }
 
-static int exec_package_op(dev_task *t, be_queue *q);
-
 /* A collective from the leader's queue: the other devices' queues of the same class take
  * their parts (the backend orders the leader's queue behind them). */
 static int exec_collective(dev_task *t, be_queue *q) {
-  const dev_op *op = t->op;
+  const dev_op *op = &t->call->op;
   dev_world *w = t->world;
   uint32_t n = op->u.coll.ndev, mask = 0;
   bool gather = op->u.coll.kind == BE_COLL_ALL_GATHER;
@@ -148,31 +147,9 @@ static int exec_collective(dev_task *t, be_queue *q) {
   return rc;
 }
 
-static int exec_op(dev_task *t, be_queue *q) {
-  dev_op *op = t->op;
-  const be_ops *be = t->node->be;
-  switch (op->h.kind) {
-  case DEV_OP_WRITE:
-  case DEV_OP_READ:
-    return exec_io(t, q);
-  case DEV_OP_COPY: {
-    size_t esize = dev_dtype_size(t->buf[0]->dtype);
-    atomic_fetch_add(&t->world->d2d, op->bufs[0].count * esize);
-    moved(t)->device_to_device += op->bufs[0].count * esize;
-    return be->copy_d2d(q, mem_on(t, 0), op->bufs[0].offset * esize, mem_on(t, 1),
-                        op->bufs[1].offset * esize, op->bufs[0].count * esize);
-  }
-  case DEV_OP_FILL:
-    return be->fill(q, mem_on(t, 0), 0, t->buf[0]->count,
-                    (uint32_t)dev_dtype_size(t->buf[0]->dtype), op->u.fill.value);
-  default:
-    return exec_package_op(t, q);
-  }
-}
-
 /* A user kernel: buffers become their memory on this device at the range's start. */
 static int exec_launch(dev_task *t, be_queue *q) {
-  const dev_launch *l = &t->op->u.launch;
+  const dev_launch *l = &t->call->op.u.launch;
   be_kernel_arg args[BE_LAUNCH_MAX_ARGS];
   for (uint32_t i = 0; i < l->nargs; i++) {
     const dev_kernel_arg *a = &l->args[i];
@@ -181,7 +158,7 @@ static int exec_launch(dev_task *t, be_queue *q) {
       continue;
     uint32_t b = (uint32_t)a->bits; /* checked: < nbufs */
     args[i].mem = mem_on(t, (int)b);
-    args[i].offset = t->op->bufs[b].offset * dev_dtype_size(t->buf[b]->dtype);
+    args[i].offset = t->call->op.bufs[b].offset * dev_dtype_size(t->buf[b]->dtype);
     args[i].bits = 0;
   }
   be_launch launch = {.shared_bytes = l->shared_bytes, .nargs = l->nargs, .args = args};
@@ -189,39 +166,76 @@ static int exec_launch(dev_task *t, be_queue *q) {
     launch.grid[i] = l->grid[i];
     launch.block[i] = l->block[i];
   }
-  return t->node->be->module->launch(q, l->kernel, &launch);
+  return t->node->be->module->launch(q, t->call->kernel, &launch);
 }
 
-/* The ops of the packages; the checker made sure the device has the package. */
-static int exec_package_op(dev_task *t, be_queue *q) {
-  dev_op *op = t->op;
-  const be_ops *be = t->node->be;
-  uint32_t dtype = t->nbufs ? t->buf[0]->dtype : 0; /* a launch may name no buffer */
-  switch (op->h.kind) {
-  case DEV_OP_GEMM:
-    return be->blas->gemm(q, &op->u.gemm, mem_on(t, 0), 0, mem_on(t, 1), 0, mem_on(t, 2), 0);
-  case DEV_OP_AXPY:
-    return be->blas->axpy(q, dtype, op->u.axpy.n, op->u.axpy.alpha, mem_on(t, 0), 0, mem_on(t, 1),
-                          0);
-  case DEV_OP_DOT:
-    return be->blas->dot(q, dtype, op->u.dot.n, mem_on(t, 0), 0, mem_on(t, 1), 0, mem_on(t, 2), 0);
-  case DEV_OP_SCAL:
-    return be->blas->scal(q, dtype, op->u.axpy.n, op->u.axpy.alpha, mem_on(t, 0), 0);
-  case DEV_OP_RNG:
-    return be->rng->fill(q, dtype, mem_on(t, 0), 0, t->buf[0]->count, &op->u.rng);
-  case DEV_OP_UNARY:
-    return be->nn->unary(q, dtype, op->u.unary.op, mem_on(t, 0), 0, mem_on(t, 1), 0,
-                         t->buf[0]->count);
-  case DEV_OP_SOFTMAX:
-    return be->nn->softmax(q, dtype, mem_on(t, 0), 0, mem_on(t, 1), 0, op->u.softmax.rows,
-                           op->u.softmax.cols);
-  case DEV_OP_LAUNCH:
-    return exec_launch(t, q);
-  case DEV_OP_COLLECTIVE:
-    return exec_collective(t, q);
-  default:
-    return ACCEL_ENOTSUP;
-  }
+#define exec_write exec_io
+#define exec_read exec_io
+
+static int exec_copy(dev_task *t, be_queue *q) {
+  const dev_op *op = &t->call->op;
+  size_t esize = dev_dtype_size(t->buf[0]->dtype);
+  atomic_fetch_add(&t->world->d2d, op->bufs[0].count * esize);
+  moved(t)->device_to_device += op->bufs[0].count * esize;
+  return t->node->be->copy_d2d(q, mem_on(t, 0), op->bufs[0].offset * esize, mem_on(t, 1),
+                               op->bufs[1].offset * esize, op->bufs[0].count * esize);
+}
+
+static int exec_fill(dev_task *t, be_queue *q) {
+  return t->node->be->fill(q, mem_on(t, 0), 0, t->buf[0]->count,
+                           (uint32_t)dev_dtype_size(t->buf[0]->dtype), t->call->op.u.fill.value);
+}
+
+/* The ops of the packages: the session made sure the device has the package. */
+
+static int exec_gemm(dev_task *t, be_queue *q) {
+  return t->node->be->blas->gemm(q, &t->call->op.u.gemm, mem_on(t, 0), 0, mem_on(t, 1), 0,
+                                 mem_on(t, 2), 0);
+}
+
+static int exec_axpy(dev_task *t, be_queue *q) {
+  const dev_op *op = &t->call->op;
+  return t->node->be->blas->axpy(q, t->buf[0]->dtype, op->u.axpy.n, op->u.axpy.alpha, mem_on(t, 0),
+                                 0, mem_on(t, 1), 0);
+}
+
+static int exec_dot(dev_task *t, be_queue *q) {
+  return t->node->be->blas->dot(q, t->buf[0]->dtype, t->call->op.u.dot.n, mem_on(t, 0), 0,
+                                mem_on(t, 1), 0, mem_on(t, 2), 0);
+}
+
+static int exec_scal(dev_task *t, be_queue *q) {
+  const dev_op *op = &t->call->op;
+  return t->node->be->blas->scal(q, t->buf[0]->dtype, op->u.axpy.n, op->u.axpy.alpha, mem_on(t, 0),
+                                 0);
+}
+
+static int exec_rng(dev_task *t, be_queue *q) {
+  return t->node->be->rng->fill(q, t->buf[0]->dtype, mem_on(t, 0), 0, t->buf[0]->count,
+                                &t->call->op.u.rng);
+}
+
+static int exec_unary(dev_task *t, be_queue *q) {
+  return t->node->be->nn->unary(q, t->buf[0]->dtype, t->call->op.u.unary.op, mem_on(t, 0), 0,
+                                mem_on(t, 1), 0, t->buf[0]->count);
+}
+
+static int exec_softmax(dev_task *t, be_queue *q) {
+  const dev_op *op = &t->call->op;
+  return t->node->be->nn->softmax(q, t->buf[0]->dtype, mem_on(t, 0), 0, mem_on(t, 1), 0,
+                                  op->u.softmax.rows, op->u.softmax.cols);
+}
+
+/* The kinds a device task runs (op_table.h's TASK rows); the session carries out the others. */
+typedef int (*exec_fn)(dev_task *t, be_queue *q);
+#define EXEC_ROW(K, name, label, nbufs, dtypes, package, queue, runs) EXEC_##runs(K, name)
+#define EXEC_TASK(K, name) [DEV_OP_##K] = exec_##name,
+#define EXEC_SESSION(K, name)
+static const exec_fn execs[DEV_OP_KIND_COUNT_] = {DEV_OP_TABLE(EXEC_ROW)};
+
+static int exec_op(dev_task *t, be_queue *q) {
+  exec_fn fn = execs[t->call->op.h.kind]; /* checked: a kind of the table */
+  return fn ? fn(t, q) : ACCEL_ENOTSUP;
 }
 
 int dev_exec(dev_task *t, be_queue *q) {

@@ -167,8 +167,8 @@ static void pump(kernel_state *k);
  * waiting on it wakes one hop sooner); held by the record, so it outlives the op if need be. */
 static void take_early(dev_inflight *f) {
   dev_task *t = f->task;
-  if (t->kind == DEV_TASK_OP && t->op->future && t->op->done == NULL) {
-    f->early = t->op->future;
+  if (t->kind == DEV_TASK_OP && t->call->future && t->call->done == NULL) {
+    f->early = t->call->future;
     accel_future_retain(f->early);
   }
 }
@@ -497,8 +497,8 @@ static int track_prepare(kernel_state *k, dev_task *t, dev_inflight **out) {
   dev_inflight *f = inflight_alloc(k->node->world);
   if (f == NULL)
     return ACCEL_ENOMEM;
-  uint64_t deadline = t->op && t->op->h.deadline_ms > 0 ? (uint64_t)t->op->h.deadline_ms
-                                                        : DEFAULT_DEADLINE_MS;
+  int64_t asked = t->call ? t->call->op.h.deadline_ms : 0;
+  uint64_t deadline = asked > 0 ? (uint64_t)asked : DEFAULT_DEADLINE_MS;
   *f = (dev_inflight){.owner = k,
                       .task = t,
                       .be = k->node->be,

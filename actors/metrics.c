@@ -22,15 +22,16 @@ void dev_metrics_free(dev_world *w) {
   w->metrics = NULL;
 }
 
-void dev_metrics_record(dev_world *w, const dev_op *op, int status) {
+void dev_metrics_record(dev_world *w, const dev_call *call, int status) {
   dev_metrics *m = w->metrics;
-  if (m == NULL || op->h.kind == 0 || op->h.kind >= DEV_OP_KIND_COUNT_)
+  const dev_op *op = &call->op;
+  if (m == NULL || dev_op_info_of(op->h.kind) == NULL)
     return;
-  unsigned node = op->ran_on < DEV_METRICS_NODE_SLOTS ? op->ran_on : 0;
+  unsigned node = call->ran_on < DEV_METRICS_NODE_SLOTS ? call->ran_on : 0;
   unsigned st = status <= 0 && status > ACCEL_ERRNO_MIN_ ? (unsigned)-status
                                                          : DEV_METRICS_STATUS_SLOTS - 1;
   m->ops[node][op->h.kind][st]++;
-  double s = op->t_issued_ns ? (double)(uv_hrtime() - op->t_issued_ns) * 1e-9 : 0.0;
+  double s = call->t_issued_ns ? (double)(uv_hrtime() - call->t_issued_ns) * 1e-9 : 0.0;
   unsigned b = 0;
   while (b < DEV_METRICS_BUCKETS && s > dev_metrics_bucket_le[b])
     b++;

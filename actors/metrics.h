@@ -3,15 +3,13 @@
  * Recorded on the loop thread as each client op finishes (dev_op_finished): a counter per
  * device, op kind and status, and a latency histogram per device and op kind (from the op's
  * arrival at its session to its end). Off until dev_metrics_enable (embedded contexts never
- * pay for it). Rendered in the Prometheus text exposition format with the world's gauges
- * (device memory, states, restarts) and the server's counters. */
+ * pay for it). acceld renders them (server/render.h) with the world's gauges and its own
+ * counters. */
 #ifndef DEV_METRICS_H
 #define DEV_METRICS_H
 
 #include <stdint.h>
 
-#include "actors/op.h"
-#include "actors/status.h"
 #include "actors/world.h"
 #include "runtime/attr.h"
 
@@ -32,12 +30,7 @@ struct dev_metrics {
 /* Allocates the counters; 0 or ACCEL_ENOMEM. Idempotent. */
 RT_MUST_USE int dev_metrics_enable(dev_world *w);
 /* One client op finished with `status` (dev_op_finished). */
-void dev_metrics_record(dev_world *w, const dev_op *op, int status);
-/* metrics_text.c (acceld only): the whole exposition (malloc'd, NUL-terminated) or NULL when
- * out of memory. `c` is the server's counters (sessions, connections, draining). */
-RT_MUST_USE char *dev_metrics_render(dev_world *w, const dev_status_counts *c);
-/* 1 while serving: not draining and some device not quarantined; else 0 (for /healthz). */
-int dev_metrics_healthy(const dev_world *w, const dev_status_counts *c);
+void dev_metrics_record(dev_world *w, const dev_call *call, int status);
 void dev_metrics_free(dev_world *w);
 
 #endif

@@ -46,7 +46,7 @@ bool dev_copy_via_host(dev_world *w, const dev_buffer *b, const dev_node *dst) {
 }
 
 /* One transfer task to `dst` from `src` (-1: zero-fill a never-written buffer). */
-static int add_transfer(dev_world *w, dev_buffer *b, int src, int dst, dev_op *op) {
+static int add_transfer(dev_world *w, dev_buffer *b, int src, int dst, dev_call *call) {
   /* A copy out of a device to the host runs on that device; the others (from the host, from
    * a peer) where they land. */
   dev_node *runs_on = &w->nodes[dst == DEV_HOST_NODE && src > DEV_HOST_NODE ? src : dst];
@@ -55,8 +55,8 @@ static int add_transfer(dev_world *w, dev_buffer *b, int src, int dst, dev_op *o
     return ACCEL_ENOMEM;
   t->src_node = src;
   t->src_gen = src >= 0 ? w->nodes[src].generation : 0;
-  t->completion = (accel_completion)op->h.completion;
-  dev_task_count_for(t, op);
+  t->completion = (accel_completion)call->op.h.completion;
+  dev_task_count_for(t, call);
   if (w->on_transfer) {
     w->on_transfer(w->on_op_done_arg, 1);
     t->counted = true;
@@ -71,15 +71,15 @@ static int add_transfer(dev_world *w, dev_buffer *b, int src, int dst, dev_op *o
 }
 
 /* Makes b valid on node n, logically now and physically in issue order. */
-static int bring_valid(dev_world *w, dev_buffer *b, dev_node *n, dev_op *op) {
+static int bring_valid(dev_world *w, dev_buffer *b, dev_node *n, dev_call *call) {
   if (b->rep[n->index].state != DEV_INVALID)
     return 0;
   bool via_host;
   int src = dev_copy_source(w, b, n, &via_host);
   if (!via_host)
-    return add_transfer(w, b, src, n->index, op);
-  int rc = add_transfer(w, b, src, DEV_HOST_NODE, op); /* device -> host -> device */
-  return rc != 0 ? rc : add_transfer(w, b, DEV_HOST_NODE, n->index, op);
+    return add_transfer(w, b, src, n->index, call);
+  int rc = add_transfer(w, b, src, DEV_HOST_NODE, call); /* device -> host -> device */
+  return rc != 0 ? rc : add_transfer(w, b, DEV_HOST_NODE, n->index, call);
 }
 
 static void mark_written(dev_buffer *b, int n, int nnodes) {
@@ -112,22 +112,23 @@ static int check_and_allocate(dev_world *w, dev_op *op, dev_buffer *bufs[], dev_
   return 0;
 }
 
-int dev_plan_op(dev_world *w, dev_op *op, dev_buffer *bufs[DEV_OP_MAX_BUFS], dev_node *node) {
+int dev_plan_op(dev_world *w, dev_call *call, dev_buffer *bufs[DEV_OP_MAX_BUFS], dev_node *node) {
+  dev_op *op = &call->op;
   int rc = check_and_allocate(w, op, bufs, node);
   if (rc != 0)
     return rc;
   dev_task *t = dev_task_create(w, DEV_TASK_OP, node, dev_op_queue(op->h.kind));
   if (t == NULL)
     return ACCEL_ENOMEM;
-  t->op = op;
-  op->ran_on = (uint32_t)node->index + 1;
+  t->call = call;
+  call->ran_on = (uint32_t)node->index + 1;
   for (uint32_t i = 0; op->h.kind == DEV_OP_COLLECTIVE && i < op->u.coll.ndev; i++)
     t->member_gen[i] = dev_op_buf_node(w, op, i, node)->generation;
   t->completion = (accel_completion)op->h.completion;
-  dev_task_count_for(t, op);
+  dev_task_count_for(t, call);
   for (uint32_t i = 0; i < op->nbufs && rc == 0; i++)
     if (needs_valid_copy(&op->bufs[i], bufs[i]))
-      rc = bring_valid(w, bufs[i], dev_op_buf_node(w, op, i, node), op);
+      rc = bring_valid(w, bufs[i], dev_op_buf_node(w, op, i, node), call);
   for (uint32_t i = 0; i < op->nbufs && rc == 0; i++) {
     rc = dev_task_use(t, bufs[i], op->bufs[i].access);
     if (op->bufs[i].access & DEV_WRITE)

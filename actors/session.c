@@ -11,11 +11,11 @@
 #include <string.h>
 #include <uv.h>
 
-#include "actors/check.h"
 #include "actors/device.h"
 #include "actors/metrics.h"
 #include "actors/module.h"
 #include "actors/session.h"
+#include "ops/check.h"
 #include "runtime/alloc.h"
 
 /* A handle names a buffer or a user module (one table, one generation scheme). */
@@ -30,7 +30,7 @@ typedef struct session_entry {
  * order holds for them (a launch of that module, a write its launch reads) without holding
  * other sessions. */
 typedef struct op_fifo {
-  dev_op **items;
+  dev_call **items;
   uint32_t head, len, cap;
 } op_fifo;
 
@@ -39,9 +39,9 @@ typedef struct session_state {
   accel_actor *self;
   session_entry *table;
   dev_session_acct *acct;
-  dev_op *building;          /* the module load being built, or NULL */
+  dev_call *building;        /* the module load being built, or NULL */
   dev_module_job *build_job; /* its build, until the answer comes (cancelled at the end) */
-  dev_op *allocating;        /* the op whose memory a worker allocates (mem_cache.h), or NULL */
+  dev_call *allocating;      /* the op whose memory a worker allocates (mem_cache.h), or NULL */
   bool alloc_retried;        /* its allocation failed once and the caches were emptied */
   op_fifo held;
 } session_state;
@@ -87,38 +87,38 @@ void dev_session_acct_release(dev_session_acct *a) {
  * completed already. A future completed early (in a backend's callback, a worker's wait or
  * a waiting client's) may have answered before the loop learned otherwise (the device was
  * lost meanwhile): the client saw that answer, so accel_finish and the metrics count it. */
-static int settle_future(dev_op *op, int status) {
-  char *result = op->result; /* a build log: the future's value, freed with it */
-  op->result = NULL;
-  if (accel_future_complete(op->future, status, result, rt_free) == 0)
+static int settle_future(dev_call *call, int status) {
+  char *result = call->result; /* a build log: the future's value, freed with it */
+  call->result = NULL;
+  if (accel_future_complete(call->future, status, result, rt_free) == 0)
     return status;
   rt_free(result); /* completed already (never for ops with a result) */
-  return accel_future_poll(op->future);
+  return accel_future_poll(call->future);
 }
 
-void dev_op_finished(dev_world *w, dev_op *op, int status) {
-  if (op->future && op->done == NULL)
-    status = settle_future(op, status);
-  dev_session_acct *acct = op->acct;
-  if (op->h.kind == DEV_OP_LAUNCH && op->u.launch.mod) {
-    dev_module_unref(op->u.launch.mod);
-    op->u.launch.mod = NULL;
+void dev_op_finished(dev_world *w, dev_call *call, int status) {
+  if (call->future && call->done == NULL)
+    status = settle_future(call, status);
+  dev_session_acct *acct = call->acct;
+  if (call->mod) {
+    dev_module_unref(call->mod);
+    call->mod = NULL;
   }
   if (acct) {
     acct->in_flight--;
     dev_session_acct_release(acct);
   }
-  dev_metrics_record(w, op, status);
+  dev_metrics_record(w, call, status);
   if (w->on_op_done)
     w->on_op_done(w->on_op_done_arg, status);
-  if (op->done) {
-    op->done(op, status);
+  if (call->done) {
+    call->done(call, status);
     return;
   }
-  if (op->future)
-    accel_future_release(op->future);
-  rt_free(op->result);
-  dev_op_free(op);
+  if (call->future)
+    accel_future_release(call->future);
+  rt_free(call->result);
+  dev_call_free(call);
 }
 
 /* ---- placement ---- */
@@ -370,7 +370,8 @@ static int module_targets(dev_world *w, const dev_op *op, int nodes[], int *n) {
 }
 
 /* Starts building a module: the op finishes when the worker answers (module_built). */
-static int module_load(session_state *s, dev_op *op) {
+static int module_load(session_state *s, dev_call *call) {
+  const dev_op *op = &call->op;
   dev_world *w = s->args->world;
   uint64_t handle = op->bufs[0].handle;
   int nodes[DEV_MAX_NODES], n;
@@ -392,7 +393,7 @@ static int module_load(session_state *s, dev_op *op) {
     return rc;
   }
   s->table[handle_slot(handle)] = (session_entry){.gen = handle_gen(handle), .mod = m};
-  s->building = op;
+  s->building = call;
   return 0;
 }
 
@@ -406,11 +407,12 @@ static int module_unload(session_state *s, uint64_t handle) {
 }
 
 /* Resolves the module and kernel, checks the launch against them and the device. */
-static int launch_prepare(session_state *s, dev_op *op, dev_buffer *bufs[], dev_node **at) {
+static int launch_prepare(session_state *s, dev_call *call, dev_buffer *bufs[], dev_node **at) {
   dev_world *w = s->args->world;
-  if (op->u.launch.mod != NULL) { /* prepared before its memory was allocated: again now */
-    dev_module_unref(op->u.launch.mod);
-    op->u.launch.mod = NULL;
+  dev_op *op = &call->op;
+  if (call->mod != NULL) { /* prepared before its memory was allocated: again now */
+    dev_module_unref(call->mod);
+    call->mod = NULL;
   }
   dev_module *m = resolve_module(s, op->u.launch.module);
   if (m == NULL)
@@ -431,8 +433,8 @@ static int launch_prepare(session_state *s, dev_op *op, dev_buffer *bufs[], dev_
   if (rc != 0)
     return rc;
   dev_module_ref(m);
-  op->u.launch.mod = m;
-  op->u.launch.kernel = k->kernel;
+  call->mod = m;
+  call->kernel = k->kernel;
   *at = node;
   return 0;
 }
@@ -455,19 +457,20 @@ static int resolve_all(session_state *s, dev_op *op, dev_buffer *bufs[]) {
 /* Plans the op, or has the memory it lacks allocated on a worker first (the loop never calls
  * the backend's mem_alloc: it may block every client): the session holds the op, and the ops
  * after it, until the job answers (mem_allocated). */
-static int plan_or_allocate(session_state *s, dev_op *op, dev_buffer *bufs[], dev_node *node) {
+static int plan_or_allocate(session_state *s, dev_call *call, dev_buffer *bufs[], dev_node *node) {
   dev_mem_need needs[2 * DEV_OP_MAX_BUFS];
-  uint32_t n = dev_mem_needs(node, op, bufs, needs);
+  uint32_t n = dev_mem_needs(node, &call->op, bufs, needs);
   if (n == 0)
-    return dev_plan_op(s->args->world, op, bufs, node);
+    return dev_plan_op(s->args->world, call, bufs, node);
   int rc = dev_mem_job_submit(s->self, needs, n, DEV_MSG_ALLOCATED);
   if (rc == 0)
-    s->allocating = op;
+    s->allocating = call;
   return rc;
 }
 
-static int run_op(session_state *s, dev_op *op) {
+static int run_op(session_state *s, dev_call *call) {
   dev_world *w = s->args->world;
+  dev_op *op = &call->op;
   int rc = dev_op_check_shape(op);
   if (rc != 0)
     return rc;
@@ -476,7 +479,7 @@ static int run_op(session_state *s, dev_op *op) {
   if (op->h.kind == DEV_OP_BUFFER_DESTROY)
     return destroy_buffer(s, op->bufs[0].handle);
   if (op->h.kind == DEV_OP_MODULE_LOAD)
-    return module_load(s, op);
+    return module_load(s, call);
   if (op->h.kind == DEV_OP_MODULE_UNLOAD)
     return module_unload(s, op->bufs[0].handle);
   dev_buffer *bufs[DEV_OP_MAX_BUFS] = {0};
@@ -485,40 +488,40 @@ static int run_op(session_state *s, dev_op *op) {
     return rc;
   if (op->h.kind == DEV_OP_LAUNCH) {
     dev_node *at;
-    rc = launch_prepare(s, op, bufs, &at);
-    return rc != 0 ? rc : plan_or_allocate(s, op, bufs, at);
+    rc = launch_prepare(s, call, bufs, &at);
+    return rc != 0 ? rc : plan_or_allocate(s, call, bufs, at);
   }
   if (op->h.kind == DEV_OP_COLLECTIVE) {
     dev_node *leader;
     rc = place_collective(w, op, bufs, &leader);
-    return rc != 0 ? rc : plan_or_allocate(s, op, bufs, leader);
+    return rc != 0 ? rc : plan_or_allocate(s, call, bufs, leader);
   }
   dev_node *node = place(w, op, bufs);
   if (node == NULL) /* no device serving that runs the op */
     return any_runs(w, op, bufs) ? ACCEL_EDEVLOST : ACCEL_ENOTSUP;
   rc = dev_node_supports(node, op, bufs); /* a named device */
-  return rc != 0 ? rc : plan_or_allocate(s, op, bufs, node);
+  return rc != 0 ? rc : plan_or_allocate(s, call, bufs, node);
 }
 
-static void handle_op(session_state *s, dev_op *op) {
+static void handle_op(session_state *s, dev_call *call) {
   dev_session_acct *a = s->acct;
-  op->acct = a;
-  op->t_issued_ns = uv_hrtime();
+  call->acct = a;
+  call->t_issued_ns = uv_hrtime();
   a->refs++;
   a->in_flight++;
-  uint32_t kind = op->h.kind; /* a planned op may be done, and freed, when run_op returns */
+  uint32_t kind = call->op.h.kind; /* a planned op may be done, and freed, when run_op returns */
   int rc = s->args->max_in_flight && a->in_flight > s->args->max_in_flight ? ACCEL_EBUSY
-                                                                           : run_op(s, op);
+                                                                           : run_op(s, call);
   bool finished_now = rc != 0 || kind == DEV_OP_BUFFER_CREATE || kind == DEV_OP_BUFFER_DESTROY ||
                       kind == DEV_OP_MODULE_UNLOAD;
   if (finished_now)
-    dev_op_finished(s->args->world, op, rc);
+    dev_op_finished(s->args->world, call, rc);
 }
 
-static int fifo_push(op_fifo *q, dev_op *op) {
+static int fifo_push(op_fifo *q, dev_call *call) {
   if (q->len == q->cap) {
     uint32_t cap = q->cap ? 2 * q->cap : 64;
-    dev_op **p = rt_malloc(cap * sizeof *p);
+    dev_call **p = rt_malloc(cap * sizeof *p);
     if (p == NULL)
       return ACCEL_ENOMEM;
     for (uint32_t i = 0; i < q->len; i++)
@@ -526,17 +529,17 @@ static int fifo_push(op_fifo *q, dev_op *op) {
     rt_free(q->items);
     *q = (op_fifo){p, 0, q->len, cap};
   }
-  q->items[(q->head + q->len++) % q->cap] = op;
+  q->items[(q->head + q->len++) % q->cap] = call;
   return 0;
 }
 
-static dev_op *fifo_pop(op_fifo *q) {
+static dev_call *fifo_pop(op_fifo *q) {
   if (q->len == 0)
     return NULL;
-  dev_op *op = q->items[q->head];
+  dev_call *call = q->items[q->head];
   q->head = (q->head + 1) % q->cap;
   q->len--;
-  return op;
+  return call;
 }
 
 /* Ops wait behind a module being built and an op whose memory is being allocated. */
@@ -545,22 +548,22 @@ static bool holding(const session_state *s) {
 }
 
 static void run_held(session_state *s) {
-  dev_op *next;
+  dev_call *next;
   while (!holding(s) && (next = fifo_pop(&s->held)) != NULL)
     handle_op(s, next);
 }
 
 /* An op arrives: it runs now, or after the module being built or the memory allocated. */
-static void take_op(session_state *s, dev_op *op) {
+static void take_op(session_state *s, dev_call *call) {
   if (!holding(s)) {
-    handle_op(s, op);
+    handle_op(s, call);
     return;
   }
-  if (fifo_push(&s->held, op) != 0) { /* cannot keep it in order: fail it */
-    op->acct = s->acct;
+  if (fifo_push(&s->held, call) != 0) { /* cannot keep it in order: fail it */
+    call->acct = s->acct;
     s->acct->refs++;
     s->acct->in_flight++;
-    dev_op_finished(s->args->world, op, ACCEL_ENOMEM);
+    dev_op_finished(s->args->world, call, ACCEL_ENOMEM);
   }
 }
 
@@ -568,18 +571,18 @@ static void take_op(session_state *s, dev_op *op) {
 static void module_built(session_state *s, accel_msg *msg) {
   char *log = NULL;
   int status = dev_module_build_done(msg, &log);
-  dev_op *op = s->building;
+  dev_call *call = s->building;
   s->building = NULL;
   s->build_job = NULL;
-  if (op == NULL) {
+  if (call == NULL) {
     rt_free(log);
     return;
   }
-  dev_module *m = resolve_module(s, op->bufs[0].handle);
+  dev_module *m = resolve_module(s, call->op.bufs[0].handle);
   if (m) /* still there: an unload is held behind the load */
     m->status = status;
-  op->result = log;
-  dev_op_finished(s->args->world, op, status);
+  call->result = log;
+  dev_op_finished(s->args->world, call, status);
   run_held(s);
 }
 
@@ -598,16 +601,16 @@ static bool empty_caches_once(session_state *s, int status) {
  * device may have restarted meanwhile), then the held ops run in order. */
 static void mem_allocated(session_state *s, accel_msg *msg) {
   int status = dev_mem_job_done(msg);
-  dev_op *op = s->allocating;
+  dev_call *call = s->allocating;
   s->allocating = NULL;
-  if (op == NULL)
+  if (call == NULL)
     return;
   if (status == 0 || empty_caches_once(s, status))
-    status = run_op(s, op);
+    status = run_op(s, call);
   if (s->allocating == NULL) {
     s->alloc_retried = false;
     if (status != 0)
-      dev_op_finished(s->args->world, op, status);
+      dev_op_finished(s->args->world, call, status);
   }
   run_held(s);
 }
@@ -645,9 +648,9 @@ static int session_receive(accel_actor *self, void *state, accel_msg *msg) {
   session_state *s = state;
   switch (msg->type) {
   case DEV_MSG_OP: {
-    dev_op *op = msg->data;
+    dev_call *call = msg->data;
     msg->data = NULL;
-    take_op(s, op);
+    take_op(s, call);
     return 0;
   }
   case DEV_MSG_BUILT:
@@ -664,20 +667,20 @@ static int session_receive(accel_actor *self, void *state, accel_msg *msg) {
 }
 
 static void op_drop(void *data) {
-  dev_op *op = data; /* the session ended before taking it */
-  if (op->done) {
-    op->done(op, ACCEL_ECLOSED);
+  dev_call *call = data; /* the session ended before taking it */
+  if (call->done) {
+    call->done(call, ACCEL_ECLOSED);
     return;
   }
-  if (op->future) {
-    accel_future_complete(op->future, ACCEL_ECLOSED, NULL, NULL);
-    accel_future_release(op->future);
+  if (call->future) {
+    accel_future_complete(call->future, ACCEL_ECLOSED, NULL, NULL);
+    accel_future_release(call->future);
   }
-  dev_op_free(op);
+  dev_call_free(call);
 }
 
-void dev_session_op_msg(accel_msg *m, dev_op *op) {
-  *m = (accel_msg){.type = DEV_MSG_OP, .data = op, .drop = op_drop};
+void dev_session_op_msg(accel_msg *m, dev_call *call) {
+  *m = (accel_msg){.type = DEV_MSG_OP, .data = call, .drop = op_drop};
 }
 
 static int session_start(accel_actor *self, void *state, void *arg) {
@@ -697,7 +700,7 @@ static int session_start(accel_actor *self, void *state, void *arg) {
 
 static void session_stop(accel_actor *self, void *state) {
   session_state *s = state;
-  dev_op *held;
+  dev_call *held;
   while ((held = fifo_pop(&s->held)) != NULL)
     op_drop(held);
   rt_free(s->held.items);

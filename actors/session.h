@@ -34,8 +34,8 @@ void dev_session_acct_release(dev_session_acct *a);
 
 extern const accel_behavior dev_session_behavior;
 
-/* The message that carries `op` to a session (its drop completes the op with ACCEL_ECLOSED if
+/* The message that carries `call` to a session (its drop completes its op with ACCEL_ECLOSED if
  * the session ends first). */
-void dev_session_op_msg(accel_msg *m, dev_op *op);
+void dev_session_op_msg(accel_msg *m, dev_call *call);
 
 #endif

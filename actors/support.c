@@ -5,25 +5,11 @@
 
 #include "actors/device.h"
 
+#define QUEUE_ROW(K, name, label, nbufs, dtypes, package, queue, runs) [DEV_OP_##K] = DEV_Q_##queue,
+static const dev_queue_class queues[DEV_OP_KIND_COUNT_] = {DEV_OP_TABLE(QUEUE_ROW)};
+
 dev_queue_class dev_op_queue(uint32_t kind) {
-  switch (kind) {
-  case DEV_OP_GEMM:
-  case DEV_OP_AXPY:
-  case DEV_OP_DOT:
-  case DEV_OP_SCAL:
-    return DEV_Q_BLAS;
-  case DEV_OP_RNG:
-    return DEV_Q_RNG;
-  case DEV_OP_UNARY:
-  case DEV_OP_SOFTMAX:
-    return DEV_Q_NN;
-  case DEV_OP_LAUNCH:
-    return DEV_Q_MOD;
-  case DEV_OP_COLLECTIVE:
-    return DEV_Q_COLL;
-  default:
-    return DEV_Q_MEM;
-  }
+  return kind < DEV_OP_KIND_COUNT_ ? queues[kind] : DEV_Q_MEM;
 }
 
 _Static_assert(ACCEL_DTYPE_MAX_ * 4 + BE_GEMM_MATH_FP64 < 32, "gemm caps fit in 32 bits");
@@ -89,33 +75,35 @@ static bool gemm_ok(const dev_caps *c, const be_gemm_args *g) {
          (c->gemm[g->ab_type] & gemm_bit(g->c_type, g->math)) != 0;
 }
 
+/* Whether the device runs the op's dtypes in the op's package (it has the package). */
+static bool package_runs(const dev_caps *c, uint32_t package, const dev_op *op, uint32_t dtype) {
+  switch (package) {
+  case ACCEL_PKG_BLAS:
+    return op->h.kind == DEV_OP_GEMM ? gemm_ok(c, &op->u.gemm) : has(c->vector_dtypes, dtype);
+  case ACCEL_PKG_RNG:
+    return op->u.rng.dist == BE_RNG_BITS ? dtype == ACCEL_U32 : has(c->rng_dtypes, dtype);
+  case ACCEL_PKG_NN:
+    return has(c->nn_dtypes, dtype);
+  case ACCEL_PKG_MODULE: /* and the module built there: the session asks the module */
+    return true;
+  case ACCEL_PKG_COLLECTIVE: /* and the devices together: the session asks the backend */
+    return has(c->coll_dtypes, dtype);
+  default:
+    return false;
+  }
+}
+
 int dev_node_supports(const dev_node *node, const dev_op *op, dev_buffer *const bufs[]) {
   const dev_caps *c = &node->caps;
+  const dev_op_info *info = dev_op_info_of(op->h.kind);
   uint32_t dtype = op->nbufs ? bufs[0]->dtype : 0;
-  bool ok;
-  if (!c->read && dev_op_queue(op->h.kind) != DEV_Q_MEM)
+  if (info == NULL)
+    return ACCEL_EINVAL;
+  if (info->package == 0)
+    return 0; /* the core: every backend */
+  if (!c->read)
     return ACCEL_EDEVLOST; /* never opened (quarantined at start): we cannot know */
-  switch (dev_op_queue(op->h.kind)) {
-  case DEV_Q_BLAS:
-    ok = (c->packages & ACCEL_PKG_BLAS) &&
-         (op->h.kind == DEV_OP_GEMM ? gemm_ok(c, &op->u.gemm) : has(c->vector_dtypes, dtype));
-    break;
-  case DEV_Q_RNG:
-    ok = (c->packages & ACCEL_PKG_RNG) &&
-         (op->u.rng.dist == BE_RNG_BITS ? dtype == ACCEL_U32 : has(c->rng_dtypes, dtype));
-    break;
-  case DEV_Q_NN:
-    ok = (c->packages & ACCEL_PKG_NN) && has(c->nn_dtypes, dtype);
-    break;
-  case DEV_Q_MOD: /* and the module built there: the session asks the module */
-    ok = (c->packages & ACCEL_PKG_MODULE) != 0;
-    break;
-  case DEV_Q_COLL: /* and the devices together: the session asks the backend */
-    ok = (c->packages & ACCEL_PKG_COLLECTIVE) && has(c->coll_dtypes, dtype);
-    break;
-  default:
-    ok = true; /* the core: every backend */
-  }
+  bool ok = (c->packages & info->package) && package_runs(c, info->package, op, dtype);
   return ok ? 0 : ACCEL_ENOTSUP;
 }
 

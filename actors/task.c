@@ -71,10 +71,10 @@ dev_task *dev_task_create(dev_world *w, dev_task_kind kind, dev_node *node, dev_
   return t;
 }
 
-void dev_task_count_for(dev_task *t, const dev_op *op) {
-  if (op->acct == NULL || t->acct != NULL)
+void dev_task_count_for(dev_task *t, const dev_call *call) {
+  if (call->acct == NULL || t->acct != NULL)
     return;
-  t->acct = op->acct;
+  t->acct = call->acct;
   t->acct->refs++;
 }
 
@@ -94,7 +94,7 @@ static int grow(void **arr, uint32_t *cap, uint32_t n, size_t elem) {
  * than by from's completion: both on one node, and `to` is not a collective, whose other
  * devices' queues would not be ordered behind that wait. */
 static bool flows_on_device(const dev_task *from, const dev_task *to) {
-  return from->node == to->node && !(to->op && to->op->h.kind == DEV_OP_COLLECTIVE);
+  return from->node == to->node && !(to->call && to->call->op.h.kind == DEV_OP_COLLECTIVE);
 }
 
 static int add_edge(dev_task *from, dev_task *to) {
@@ -318,7 +318,7 @@ void dev_task_complete(dev_task *t, int status) {
   untrack(t);
   release_successors(t);
   if (t->kind == DEV_TASK_OP)
-    dev_op_finished(t->world, t->op, t->status);
+    dev_op_finished(t->world, t->call, t->status);
   if (t->counted && t->world->on_transfer)
     t->world->on_transfer(t->world->on_op_done_arg, -1); /* its op reports its failures */
   if (t->preds_alive == 0)

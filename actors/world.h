@@ -14,9 +14,8 @@
 
 #include "accel/accel.h"
 #include "actors/mem_cache.h"
-#include "actors/op.h"
 #include "backends/backend.h"
-#include "backends/dtype_conv.h"
+#include "ops/call.h"
 #include "runtime/attr.h"
 #include "runtime/list.h"
 
@@ -144,7 +143,7 @@ typedef enum dev_task_kind {
 struct dev_task {
   dev_task_kind kind;
   dev_world *world;
-  dev_op *op;        /* owned, for DEV_TASK_OP */
+  dev_call *call;    /* owned, for DEV_TASK_OP */
   dev_node *node;    /* where it runs */
   uint32_t node_gen; /* node incarnation it was planned for */
   dev_queue_class qclass;
@@ -234,7 +233,7 @@ void dev_buffer_unuse(dev_buffer *b);
 RT_MUST_USE dev_task *dev_task_create(dev_world *w, dev_task_kind kind, dev_node *node,
                                       dev_queue_class q);
 /* The bytes t moves count for the session of `op` too (t holds its counters). */
-void dev_task_count_for(dev_task *t, const dev_op *op);
+void dev_task_count_for(dev_task *t, const dev_call *call);
 void dev_task_pool_free(dev_world *w);
 RT_MUST_USE int dev_task_use(dev_task *t, dev_buffer *b, uint32_t access);
 void dev_task_ready_check(dev_task *t);
@@ -267,11 +266,7 @@ int dev_copy_source(dev_world *w, const dev_buffer *b, const dev_node *dst, bool
 bool dev_nodes_peer(const dev_node *dst, const dev_node *src);
 /* Whether b, not valid on dst, would come there through a host replica. */
 bool dev_copy_via_host(dev_world *w, const dev_buffer *b, const dev_node *dst);
-RT_MUST_USE int dev_plan_op(dev_world *w, dev_op *op, dev_buffer *bufs[DEV_OP_MAX_BUFS],
+RT_MUST_USE int dev_plan_op(dev_world *w, dev_call *call, dev_buffer *bufs[DEV_OP_MAX_BUFS],
                             dev_node *node);
-
-static inline size_t dev_dtype_size(accel_dtype t) {
-  return be_dtype_size(t);
-}
 
 #endif

@@ -28,8 +28,9 @@
 #include <stdint.h>
 
 #include "accel/error.h"
-#include "backends/blas_args.h"
 #include "backends/pin_cache.h"
+#include "ops/args.h"
+#include "ops/blas_args.h"
 
 #define BE_ABI_VERSION 5u
 
@@ -63,16 +64,6 @@ typedef struct be_open_opts {
 } be_open_opts;
 
 #define BE_PINNED_OFF UINT64_MAX
-
-typedef enum be_unary_op { BE_SIGMOID = 0, BE_RELU, BE_TANH } be_unary_op;
-
-typedef enum be_rng_dist { BE_RNG_BITS = 0, BE_RNG_UNIFORM, BE_RNG_NORMAL } be_rng_dist;
-
-typedef struct be_rng_args {
-  be_rng_dist dist;
-  uint64_t seed, offset; /* Philox4x32-10 stream position, in elements of the output */
-  double mean, stddev;   /* NORMAL only; rounded to the output's type first for F32 and below */
-} be_rng_args;
 
 /* Runs on a backend thread (a driver thread, a CPU worker) once the work before it in the
  * queue has completed; status is 0, or < 0 if that work failed (ACCEL_EDEVLOST after a
@@ -272,16 +263,6 @@ typedef struct be_nn_pkg {
 typedef struct be_module be_module;
 typedef struct be_kernel be_kernel;
 
-#define BE_KERNEL_NAME_MAX 127u
-#define BE_LAUNCH_MAX_ARGS 32u
-
-typedef enum be_param_kind {
-  BE_PARAM_UNKNOWN = 0, /* the driver cannot tell: any argument of the right size */
-  BE_PARAM_BUFFER,      /* a device pointer (CUDA: 8 bytes), a __global/__constant buffer */
-  BE_PARAM_SCALAR,      /* by value, `size` bytes */
-  BE_PARAM_LOCAL        /* OpenCL __local pointer: the launch gives its size */
-} be_param_kind;
-
 /* A kernel's parameters as far as the device can tell (nparams UINT32_MAX: not even their
  * number; a launch's arguments are then taken as they come). */
 typedef struct be_kernel_info {
@@ -371,21 +352,6 @@ typedef struct be_module_pkg {
  * collective to have completed on every device (the other queues are only ordered behind it
  * on their own device). The caller made sure that every buffer's data is valid on its device
  * and that nothing else touches the buffers until queue[0] passes the call. */
-#define BE_COLL_MAX_DEVICES 8u
-
-typedef enum be_coll_kind {
-  BE_COLL_ALL_REDUCE = 0, /* every buf[i] = reduce(buf[0..n)) element-wise, in place */
-  BE_COLL_BROADCAST,      /* every buf[i] = buf[root] */
-  BE_COLL_ALL_GATHER      /* every recv[i] = send[0] ++ send[1] ++ ... ++ send[n-1] */
-} be_coll_kind;
-
-typedef enum be_reduce_op {
-  BE_REDUCE_SUM = 0,
-  BE_REDUCE_PROD,
-  BE_REDUCE_MIN,
-  BE_REDUCE_MAX
-} be_reduce_op;
-
 typedef struct be_coll_call {
   be_coll_kind kind;
   uint32_t dtype;      /* accel_dtype */

@@ -36,7 +36,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "actors/world.h"
 #include "clients/chunk.h"
 #include "runtime/alloc.h"
 
@@ -45,7 +44,7 @@ typedef struct gate gate;
 /* One chunked transfer: the caller's op, sent as chunks of `chunk` elements. */
 typedef struct xfer {
   gate *g;
-  dev_op *op;         /* the caller's: its future and in-flight count settle at the end */
+  dev_call *call;     /* the caller's: its future and in-flight count settle at the end */
   size_t esize;       /* bytes per element */
   uint64_t chunk;     /* elements per chunk */
   unsigned window;    /* at most this many chunks of the context in flight while it sends */
@@ -59,7 +58,7 @@ typedef struct xfer {
 typedef struct entry {
   struct entry *next;
   gate *g;
-  dev_op *op;
+  dev_call *call;
   xfer *x;
   accel_future *user;
   bool text; /* a module load: its future's value (the build log, a string) is relayed too */
@@ -92,13 +91,13 @@ typedef struct work {
 /* ---- completing ops ---- */
 
 /* As the transport completes an op it took. */
-static void op_finish(accel_ctx *ctx, dev_op *op, int status) {
-  status = client_op_settle(ctx, op, status);
-  if (op->future) {
-    accel_future_complete(op->future, status, NULL, NULL);
-    accel_future_release(op->future);
+static void op_finish(accel_ctx *ctx, dev_call *call, int status) {
+  status = client_op_settle(ctx, &call->op, status);
+  if (call->future) {
+    accel_future_complete(call->future, status, NULL, NULL);
+    accel_future_release(call->future);
   }
-  dev_op_free(op);
+  dev_call_free(call);
   client_op_done(ctx, status);
 }
 
@@ -109,10 +108,10 @@ static void in_flight_add(accel_ctx *ctx) {
 }
 
 static void xfer_finish(accel_ctx *ctx, xfer *x) {
-  dev_op *op = x->op;
+  dev_call *call = x->call;
   int status = x->status;
   rt_free(x);
-  op_finish(ctx, op, status);
+  op_finish(ctx, call, status);
 }
 
 /* Ops that waited in a closed gate: ACCEL_ECLOSED, never sent. */
@@ -124,7 +123,7 @@ static void flush_finish(accel_ctx *ctx, entry *list) {
       e->x->status = ACCEL_ECLOSED;
       xfer_finish(ctx, e->x);
     } else {
-      op_finish(ctx, e->op, ACCEL_ECLOSED);
+      op_finish(ctx, e->call, ACCEL_ECLOSED);
     }
     rt_free(e);
   }
@@ -196,7 +195,7 @@ static void chunk_done(xfer *x, int status) {
   if (status < 0 && x->status == 0)
     x->status = status;
   entry *flushed = status == ACCEL_ECLOSED ? gate_close(g) : NULL;
-  bool done = x->in_flight == 0 && (x->status != 0 || x->sent == x->op->bufs[0].count);
+  bool done = x->in_flight == 0 && (x->status != 0 || x->sent == x->call->op.bufs[0].count);
   if (done && g->active == x)
     g->active = NULL;
   gate_settle(g);
@@ -235,7 +234,7 @@ static void on_relay(accel_future *f, int status, void *arg) {
 /* ---- the sender ---- */
 
 static void take_chunk(gate *g, xfer *x, work *w) {
-  uint64_t left = x->op->bufs[0].count - x->sent;
+  uint64_t left = x->call->op.bufs[0].count - x->sent;
   w->chunk_of = x;
   w->first = x->sent;
   w->n = left < x->chunk ? left : x->chunk;
@@ -251,7 +250,7 @@ static bool next_work(gate *g, work *w) {
     if (x) {
       if (g->closed && x->status == 0)
         x->status = ACCEL_ECLOSED;
-      if (x->status == 0 && x->sent < x->op->bufs[0].count) {
+      if (x->status == 0 && x->sent < x->call->op.bufs[0].count) {
         if (g->chunks >= x->window)
           return false;
         take_chunk(g, x, w);
@@ -283,19 +282,20 @@ static bool next_work(gate *g, work *w) {
 
 /* A chunk: the caller's op narrowed to [first, first + n), with a future of ours whose
  * `then` counts it (the future's one reference is the op's, as the transport expects). */
-static dev_op *chunk_op(accel_ctx *ctx, xfer *x, uint64_t first, uint64_t n) {
-  dev_op *c = rt_malloc(sizeof *c);
+static dev_call *chunk_call(accel_ctx *ctx, xfer *x, uint64_t first, uint64_t n) {
+  dev_call *c = rt_malloc(sizeof *c);
   if (c == NULL)
     return NULL;
-  *c = *x->op;
-  c->bufs[0].offset += first;
-  c->bufs[0].count = n;
-  if (c->h.kind == DEV_OP_WRITE) {
-    c->u.write.src = (const char *)c->u.write.src + first * x->esize;
-    c->u.write.bytes = n * x->esize;
+  *c = *x->call;
+  dev_op *op = &c->op;
+  op->bufs[0].offset += first;
+  op->bufs[0].count = n;
+  if (op->h.kind == DEV_OP_WRITE) {
+    op->u.write.src = (const char *)op->u.write.src + first * x->esize;
+    op->u.write.bytes = n * x->esize;
   } else {
-    c->u.read.dst = (char *)c->u.read.dst + first * x->esize;
-    c->u.read.bytes = n * x->esize;
+    op->u.read.dst = (char *)op->u.read.dst + first * x->esize;
+    op->u.read.bytes = n * x->esize;
   }
   if (accel_future_create(ctx->rt, &c->future) != 0) {
     rt_free(c);
@@ -306,7 +306,7 @@ static dev_op *chunk_op(accel_ctx *ctx, xfer *x, uint64_t first, uint64_t n) {
 }
 
 static void send_chunk(accel_ctx *ctx, xfer *x, uint64_t first, uint64_t n) {
-  dev_op *c = chunk_op(ctx, x, first, n);
+  dev_call *c = chunk_call(ctx, x, first, n);
   if (c == NULL) {
     chunk_done(x, ACCEL_ENOMEM);
     return;
@@ -325,21 +325,21 @@ static void send_chunk(accel_ctx *ctx, xfer *x, uint64_t first, uint64_t n) {
 /* A queued op goes out with a future of ours (and one more in-flight count, so that
  * accel_finish waits for the relay), so that its ACCEL_ECLOSED is seen here too. */
 static void send_plain(accel_ctx *ctx, entry *e) {
-  dev_op *op = e->op;
+  dev_call *call = e->call;
   accel_future *relay;
   in_flight_add(ctx);
   if (accel_future_create(ctx->rt, &relay) != 0) {
-    op_finish(ctx, op, ACCEL_ENOMEM); /* the caller's future, directly */
+    op_finish(ctx, call, ACCEL_ENOMEM); /* the caller's future, directly */
     on_relay(NULL, ACCEL_ENOMEM, e);
     return;
   }
-  e->user = op->future;
-  e->text = op->h.kind == DEV_OP_MODULE_LOAD;
-  op->future = relay;
+  e->user = call->future;
+  e->text = call->op.h.kind == DEV_OP_MODULE_LOAD;
+  call->future = relay;
   accel_future_then(relay, on_relay, e);
-  int rc = ctx->tp->send_op(ctx, op);
+  int rc = ctx->tp->send_op(ctx, call);
   if (rc != 0)
-    op_finish(ctx, op, rc);
+    op_finish(ctx, call, rc);
 }
 
 static void do_work(accel_ctx *ctx, const work *w) {
@@ -425,12 +425,12 @@ static unsigned window_of(size_t max_op_bytes, uint64_t chunk_bytes) {
   return n < 1 ? 1 : n > CHUNK_WINDOW ? CHUNK_WINDOW : (unsigned)n;
 }
 
-static xfer *xfer_new(accel_ctx *ctx, dev_op *op, size_t esize) {
+static xfer *xfer_new(accel_ctx *ctx, dev_call *call, size_t esize) {
   xfer *x = rt_calloc(1, sizeof *x);
   if (x == NULL)
     return NULL;
   size_t bytes = ctx->max_op_bytes < CHUNK_MAX_BYTES ? ctx->max_op_bytes : CHUNK_MAX_BYTES;
-  x->op = op;
+  x->call = call;
   x->esize = esize;
   x->chunk = bytes / esize ? bytes / esize : 1; /* whole elements */
   x->window = window_of(ctx->max_op_bytes, x->chunk * esize);
@@ -438,21 +438,21 @@ static xfer *xfer_new(accel_ctx *ctx, dev_op *op, size_t esize) {
 }
 
 /* A queue entry: a plain op (esize 0) or a transfer of esize-byte elements. */
-static entry *entry_new(accel_ctx *ctx, dev_op *op, size_t esize) {
+static entry *entry_new(accel_ctx *ctx, dev_call *call, size_t esize) {
   entry *e = rt_calloc(1, sizeof *e);
   if (e == NULL)
     return NULL;
   if (esize == 0)
-    e->op = op;
-  else if ((e->x = xfer_new(ctx, op, esize)) == NULL) {
+    e->call = call;
+  else if ((e->x = xfer_new(ctx, call, esize)) == NULL) {
     rt_free(e);
     return NULL;
   }
   return e;
 }
 
-static int enqueue(accel_ctx *ctx, dev_op *op, size_t esize) {
-  entry *e = entry_new(ctx, op, esize);
+static int enqueue(accel_ctx *ctx, dev_call *call, size_t esize) {
+  entry *e = entry_new(ctx, call, esize);
   if (e == NULL)
     return ACCEL_ENOMEM;
   pthread_mutex_lock(&gates_mu);
@@ -461,7 +461,7 @@ static int enqueue(accel_ctx *ctx, dev_op *op, size_t esize) {
   if (g == NULL && e->x == NULL) { /* the gate finished meanwhile: straight on */
     pthread_mutex_unlock(&gates_mu);
     rt_free(e);
-    return ctx->tp->send_op(ctx, op);
+    return ctx->tp->send_op(ctx, call);
   }
   if (g == NULL)
     rc = gate_open(ctx, &g);
@@ -484,14 +484,14 @@ static bool module_too_large(const accel_ctx *ctx, const dev_op *op) {
   return op->u.module.len > ctx->max_op_bytes || options > ctx->max_op_bytes - op->u.module.len;
 }
 
-int chunk_send(accel_ctx *ctx, dev_op *op) {
-  if (module_too_large(ctx, op))
+int chunk_send(accel_ctx *ctx, dev_call *call) {
+  if (module_too_large(ctx, &call->op))
     return ACCEL_ELIMIT;
   size_t esize = 0;
-  int rc = is_large(ctx, op, &esize);
+  int rc = is_large(ctx, &call->op, &esize);
   if (rc < 0)
     return rc;
   if (rc == 0 && atomic_load(&gates_linked) == 0)
-    return ctx->tp->send_op(ctx, op);
-  return enqueue(ctx, op, rc ? esize : 0);
+    return ctx->tp->send_op(ctx, call);
+  return enqueue(ctx, call, rc ? esize : 0);
 }

@@ -18,12 +18,12 @@
 /* Chunks of one context in flight at once (sent and not yet answered). */
 #define CHUNK_WINDOW 4u
 
-/* Sends an op through ctx's transport, in issue order with the context's chunked transfers,
+/* Sends a call's op through ctx's transport, in issue order with the context's chunked transfers,
  * splitting it if it is a WRITE or READ larger than ctx->max_op_bytes. The contract of
  * client_transport.send_op: on success the op is taken (with its future, if any, holding the
  * op's reference, and one in-flight count, settled with one client_op_done); on failure it
  * stays the caller's. Errors met later come in the op's future (and accel_finish). Any thread
  * but the transport's receive thread. */
-RT_MUST_USE int chunk_send(accel_ctx *ctx, dev_op *op);
+RT_MUST_USE int chunk_send(accel_ctx *ctx, dev_call *call);
 
 #endif

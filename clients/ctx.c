@@ -5,10 +5,9 @@
 #include <string.h>
 #include <time.h>
 
-#include "actors/check.h"
-#include "actors/world.h"
 #include "clients/chunk.h"
 #include "clients/ctx.h"
+#include "ops/check.h"
 #include "runtime/alloc.h"
 #include "runtime/deadline.h"
 #include "runtime/error_detail.h"
@@ -281,20 +280,20 @@ void client_work_begin(accel_ctx *ctx) {
 /* Sends an op as it is (checked or not), counting it in flight: through chunk_send, which
  * splits a WRITE or READ too large for one op of the transport and keeps later ops behind
  * its chunks (clients/chunk.c); the caller gets one future and one in-flight count either way. */
-static int send_op(accel_ctx *ctx, dev_op *op, accel_future **f) {
-  op->h.completion = thread_completion;
+static int send_op(accel_ctx *ctx, dev_call *call, accel_future **f) {
+  call->op.h.completion = thread_completion;
   accel_future *fut = NULL;
   if (f) {
     int rc = accel_future_create(ctx->rt, &fut);
     if (rc != 0) {
-      dev_op_free(op);
+      dev_call_free(call);
       return rc;
     }
     accel_future_retain(fut); /* one for the caller, one for the op */
   }
-  op->future = fut;
+  call->future = fut;
   in_flight_add(ctx);
-  int rc = chunk_send(ctx, op);
+  int rc = chunk_send(ctx, call);
   if (rc != 0) {
     pthread_mutex_lock(&ctx->done_mu);
     if (--ctx->in_flight == 0)
@@ -304,7 +303,7 @@ static int send_op(accel_ctx *ctx, dev_op *op, accel_future **f) {
       accel_future_release(fut);
       accel_future_release(fut);
     }
-    dev_op_free(op);
+    dev_call_free(call);
     return rc;
   }
   if (f)
@@ -312,20 +311,21 @@ static int send_op(accel_ctx *ctx, dev_op *op, accel_future **f) {
   return 0;
 }
 
-int client_send(accel_ctx *ctx, dev_op *op, accel_future **f) {
-  return send_op(ctx, op, f);
+int client_send(accel_ctx *ctx, dev_call *call, accel_future **f) {
+  return send_op(ctx, call, f);
 }
 
 static int buffer_op(accel_ctx *ctx, uint32_t kind, accel_buffer h, accel_dtype dtype,
                      size_t count) {
-  dev_op *op = dev_op_alloc(ctx->op_pool, kind);
-  if (op == NULL)
+  dev_call *call = dev_call_alloc(ctx->call_pool, kind);
+  if (call == NULL)
     return ACCEL_ENOMEM;
+  dev_op *op = &call->op;
   op->h.device = ACCEL_DEVICE_ANY; /* buffers live on no device until an op puts them there */
   op->nbufs = 1;
   op->bufs[0] = (dev_op_buf){.handle = h, .count = count};
   op->u.create.dtype = dtype;
-  return send_op(ctx, op, NULL);
+  return send_op(ctx, call, NULL);
 }
 
 int accel_buffer_create(accel_ctx *ctx, accel_dtype dtype, size_t count, accel_buffer *out) {
@@ -374,14 +374,14 @@ static int check_op(accel_ctx *ctx, dev_op *op, accel_device dev) {
   return dev_op_check(op, info);
 }
 
-int client_submit(accel_ctx *ctx, dev_op *op, accel_device dev, accel_future **f) {
-  op->h.device = dev;
-  int rc = check_op(ctx, op, dev);
+int client_submit(accel_ctx *ctx, dev_call *call, accel_device dev, accel_future **f) {
+  call->op.h.device = dev;
+  int rc = check_op(ctx, &call->op, dev);
   if (rc != 0) {
-    dev_op_free(op);
+    dev_call_free(call);
     return rc;
   }
-  return send_op(ctx, op, f);
+  return send_op(ctx, call, f);
 }
 
 int accel_set_math(accel_ctx *ctx, accel_math math) {

@@ -10,7 +10,7 @@
 #include <stdbool.h>
 
 #include "accel/accel.h"
-#include "actors/op.h"
+#include "ops/call.h"
 #include "runtime/attr.h"
 
 typedef enum client_handle_kind {
@@ -38,9 +38,9 @@ typedef struct client_handle {
 } client_handle;
 
 typedef struct client_transport {
-  /* Takes the op (with its future set, if any) on success; on failure it stays the
+  /* Takes the call (with its future set, if any) on success; on failure it stays the
    * caller's. The transport calls client_op_done() once per op it took. */
-  int (*send_op)(accel_ctx *ctx, dev_op *op);
+  int (*send_op)(accel_ctx *ctx, dev_call *call);
   int (*device_count)(accel_ctx *ctx);
   int (*device_info)(accel_ctx *ctx, accel_device dev, struct accel_device_info *out);
   int (*inject_fault)(accel_ctx *ctx, accel_device dev);
@@ -60,8 +60,8 @@ struct accel_ctx {
   void *impl;        /* the transport's state */
   accel_runtime *rt; /* runs `then` callbacks (and, embedded, everything else) */
   uint32_t max_buffers;
-  dev_op_pool *op_pool; /* where envelopes come from (embedded); NULL: allocated each time */
-  uint32_t tag;         /* 16 bits in every handle of this context */
+  dev_call_pool *call_pool; /* where calls come from (embedded); NULL: allocated each time */
+  uint32_t tag;             /* 16 bits in every handle of this context */
   /* The most bytes of data one WRITE or READ op may carry through the transport (0: no
    * limit). Larger transfers are split into chunks (clients/chunk.c). Set at open. */
   size_t max_op_bytes;
@@ -96,14 +96,14 @@ client_handle *client_handle_entry(accel_ctx *ctx, uint64_t h, client_handle_kin
 RT_MUST_USE int client_handle_alloc_locked(accel_ctx *ctx, client_handle_kind kind,
                                            accel_dtype dtype, size_t count, uint64_t *out);
 void client_handle_free_locked(accel_ctx *ctx, uint32_t slot);
-/* Sends an op as it is, checked or not (send_op in ctx.c). */
-RT_MUST_USE int client_send(accel_ctx *ctx, dev_op *op, accel_future **f);
+/* Sends a call's op as it is, checked or not (send_op in ctx.c). */
+RT_MUST_USE int client_send(accel_ctx *ctx, dev_call *call, accel_future **f);
 
-/* Checks an envelope against the handle table and sends it; makes the future. On error the
- * op is freed and no future made. */
 /* The math accel_set_math chose for this thread's sgemms. */
 accel_math client_thread_math(void);
-RT_MUST_USE int client_submit(accel_ctx *ctx, dev_op *op, accel_device dev, accel_future **f);
+/* Checks a call's op against the handle table and sends it; makes the future. On error the
+ * call is freed and no future made. */
+RT_MUST_USE int client_submit(accel_ctx *ctx, dev_call *call, accel_device dev, accel_future **f);
 
 /* An op the transport took has finished (any thread). */
 void client_op_done(accel_ctx *ctx, int status);

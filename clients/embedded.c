@@ -12,7 +12,7 @@
 #include "runtime/loop.h"
 
 typedef struct embedded {
-  dev_op_pool ops; /* the context's envelopes, drained once the world has ended */
+  dev_call_pool calls; /* the context's calls, drained once the world has ended */
   dev_world world;
   dev_session_args session_args;
   accel_ref devices, session;
@@ -128,8 +128,8 @@ static int open_here(accel_ctx *ctx, const char *query) {
     rt_free(e);
     return rc;
   }
-  dev_op_pool_init(&e->ops);
-  ctx->op_pool = &e->ops;
+  dev_call_pool_init(&e->calls);
+  ctx->call_pool = &e->calls;
   ctx->tp = &client_embedded_transport;
   ctx->impl = e;
   rc = accel_runtime_create(&ctx->rt, NULL);
@@ -145,7 +145,7 @@ static int open_here(accel_ctx *ctx, const char *query) {
     rc = accel_runtime_start(ctx->rt);
   if (rc != 0) {
     accel_runtime_destroy(ctx->rt);
-    dev_op_pool_drain(&e->ops);
+    dev_call_pool_drain(&e->calls);
     rt_free(e);
     pthread_mutex_destroy(&ctx->mu);
     pthread_mutex_destroy(&ctx->done_mu);
@@ -167,9 +167,9 @@ int client_embedded_open(accel_ctx *ctx, const char *query) {
 
 /* Where every device's backend may be called from any thread, the client's thread runs the
  * op's turns itself while the loop sleeps (runtime/loop.h): no wake-up either way. */
-static int embedded_send(accel_ctx *ctx, dev_op *op) {
+static int embedded_send(accel_ctx *ctx, dev_call *call) {
   accel_msg m;
-  dev_session_op_msg(&m, op);
+  dev_session_op_msg(&m, call);
   embedded *e = impl_of(ctx);
   return e->borrow ? rt_tell_and_run(ctx->rt, e->session, &m) : accel_tell(ctx->rt, e->session, &m);
 }
@@ -214,7 +214,7 @@ static void embedded_close(accel_ctx *ctx) {
   accel_runtime_join(ctx->rt);
   accel_runtime_destroy(ctx->rt);
   dev_world_fini(&impl_of(ctx)->world);
-  dev_op_pool_drain(&impl_of(ctx)->ops); /* every op has ended with the world */
+  dev_call_pool_drain(&impl_of(ctx)->calls); /* every call has ended with the world */
   rt_free(ctx->impl);
   be_thread_marks_give_back(&marks);
 }

@@ -4,8 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "actors/check.h"
 #include "clients/ctx.h"
+#include "ops/check.h"
 #include "runtime/alloc.h"
 
 int accel_module_load(accel_ctx *ctx, accel_device dev, accel_source source, const void *code,
@@ -19,10 +19,11 @@ int accel_module_load(accel_ctx *ctx, accel_device dev, accel_source source, con
   if (dev != ACCEL_DEVICE_ANY && (dev < 0 || dev >= ctx->tp->device_count(ctx)))
     return ACCEL_EINVAL;
   /* The op carries copies of the code and options (the caller may free theirs now). */
-  dev_op *op = rt_calloc(1, sizeof *op + len + olen + 1);
-  if (op == NULL)
+  dev_call *call = rt_calloc(1, sizeof *call + len + olen + 1);
+  if (call == NULL)
     return ACCEL_ENOMEM;
-  char *copy = (char *)(op + 1);
+  dev_op *op = &call->op;
+  char *copy = (char *)(call + 1);
   memcpy(copy, code, len);
   if (options)
     memcpy(copy + len, options, olen + 1);
@@ -36,16 +37,16 @@ int accel_module_load(accel_ctx *ctx, accel_device dev, accel_source source, con
   int rc = client_handle_alloc_locked(ctx, CLIENT_H_MODULE, 0, 0, out);
   pthread_mutex_unlock(&ctx->mu);
   if (rc != 0) {
-    rt_free(op);
+    rt_free(call);
     return rc;
   }
   op->nbufs = 1;
   op->bufs[0] = (dev_op_buf){.handle = *out};
   rc = dev_op_check_shape(op);
   if (rc == 0)
-    rc = client_send(ctx, op, f); /* frees op on failure */
+    rc = client_send(ctx, call, f); /* frees the call on failure */
   else
-    rt_free(op);
+    rt_free(call);
   if (rc != 0) {
     pthread_mutex_lock(&ctx->mu);
     client_handle_free_locked(ctx, (uint32_t)*out);
@@ -62,14 +63,15 @@ int accel_module_unload(accel_ctx *ctx, accel_module m) {
   pthread_mutex_unlock(&ctx->mu);
   if (e == NULL)
     return ACCEL_ESTALE;
-  dev_op *op = rt_calloc(1, sizeof *op);
-  if (op == NULL)
+  dev_call *call = rt_calloc(1, sizeof *call);
+  if (call == NULL)
     return ACCEL_ENOMEM;
+  dev_op *op = &call->op;
   op->h.kind = DEV_OP_MODULE_UNLOAD;
   op->h.device = ACCEL_DEVICE_ANY;
   op->nbufs = 1;
   op->bufs[0] = (dev_op_buf){.handle = m};
-  int rc = client_send(ctx, op, NULL);
+  int rc = client_send(ctx, call, NULL);
   if (rc != 0)
     return rc;
   pthread_mutex_lock(&ctx->mu);
@@ -175,9 +177,10 @@ int accel_launch(accel_ctx *ctx, accel_device dev, accel_kernel k, const accel_l
                  const accel_arg *args, size_t nargs, accel_future **f) {
   if (ctx == NULL || dims == NULL || (args == NULL && nargs > 0) || nargs > ACCEL_LAUNCH_MAX_ARGS)
     return ACCEL_EINVAL;
-  dev_op *op = rt_calloc(1, sizeof *op);
-  if (op == NULL)
+  dev_call *call = rt_calloc(1, sizeof *call);
+  if (call == NULL)
     return ACCEL_ENOMEM;
+  dev_op *op = &call->op;
   op->h.kind = DEV_OP_LAUNCH;
   op->h.deadline_ms = dims->timeout_ms;
   dev_launch *l = &op->u.launch;
@@ -185,11 +188,11 @@ int accel_launch(accel_ctx *ctx, accel_device dev, accel_kernel k, const accel_l
   for (size_t i = 0; i < nargs && rc == 0; i++)
     rc = add_arg(op, &args[i]);
   if (rc != 0) {
-    rt_free(op);
+    rt_free(call);
     return rc;
   }
   memcpy(l->grid, dims->grid, sizeof l->grid);
   memcpy(l->block, dims->block, sizeof l->block);
   l->shared_bytes = dims->shared_bytes;
-  return client_submit(ctx, op, dev, f);
+  return client_submit(ctx, call, dev, f);
 }

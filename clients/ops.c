@@ -4,13 +4,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "actors/world.h"
-#include "backends/dtype_conv.h"
 #include "clients/ctx.h"
+#include "ops/dtype_conv.h"
 #include "runtime/alloc.h"
 
-static dev_op *new_op(accel_ctx *ctx, uint32_t kind) {
-  return dev_op_alloc(ctx->op_pool, kind);
+static dev_call *new_call(accel_ctx *ctx, uint32_t kind) {
+  return dev_call_alloc(ctx->call_pool, kind);
 }
 
 static void add_buf(dev_op *op, accel_buffer h, uint64_t offset, uint64_t count) {
@@ -26,13 +25,14 @@ int accel_write(accel_ctx *ctx, accel_buffer dst, size_t offset, const void *src
     return rc;
   if ((src == NULL && count > 0) || count > SIZE_MAX / 8)
     return ACCEL_EINVAL;
-  dev_op *op = new_op(ctx, DEV_OP_WRITE);
-  if (op == NULL)
+  dev_call *call = new_call(ctx, DEV_OP_WRITE);
+  if (call == NULL)
     return ACCEL_ENOMEM;
+  dev_op *op = &call->op;
   add_buf(op, dst, offset, count);
   op->u.write.src = src;
   op->u.write.bytes = count * dev_dtype_size(dtype);
-  return client_submit(ctx, op, ACCEL_DEVICE_ANY, f);
+  return client_submit(ctx, call, ACCEL_DEVICE_ANY, f);
 }
 
 int accel_read(accel_ctx *ctx, accel_buffer src, size_t offset, void *dst, size_t count,
@@ -44,33 +44,36 @@ int accel_read(accel_ctx *ctx, accel_buffer src, size_t offset, void *dst, size_
     return rc;
   if ((dst == NULL && count > 0) || count > SIZE_MAX / 8)
     return ACCEL_EINVAL;
-  dev_op *op = new_op(ctx, DEV_OP_READ);
-  if (op == NULL)
+  dev_call *call = new_call(ctx, DEV_OP_READ);
+  if (call == NULL)
     return ACCEL_ENOMEM;
+  dev_op *op = &call->op;
   add_buf(op, src, offset, count);
   op->u.read.dst = dst;
   op->u.read.bytes = count * dev_dtype_size(dtype);
-  return client_submit(ctx, op, ACCEL_DEVICE_ANY, f);
+  return client_submit(ctx, call, ACCEL_DEVICE_ANY, f);
 }
 
 int accel_copy(accel_ctx *ctx, accel_device dev, accel_buffer dst, size_t dst_off, accel_buffer src,
                size_t src_off, size_t count, accel_future **f) {
-  dev_op *op = ctx ? new_op(ctx, DEV_OP_COPY) : NULL;
-  if (op == NULL)
+  dev_call *call = ctx ? new_call(ctx, DEV_OP_COPY) : NULL;
+  if (call == NULL)
     return ctx ? ACCEL_ENOMEM : ACCEL_EINVAL;
+  dev_op *op = &call->op;
   add_buf(op, dst, dst_off, count);
   add_buf(op, src, src_off, count);
-  return client_submit(ctx, op, dev, f);
+  return client_submit(ctx, call, dev, f);
 }
 
 static int fill(accel_ctx *ctx, accel_device dev, accel_buffer dst, uint64_t bits,
                 accel_future **f) {
-  dev_op *op = ctx ? new_op(ctx, DEV_OP_FILL) : NULL;
-  if (op == NULL)
+  dev_call *call = ctx ? new_call(ctx, DEV_OP_FILL) : NULL;
+  if (call == NULL)
     return ctx ? ACCEL_ENOMEM : ACCEL_EINVAL;
+  dev_op *op = &call->op;
   add_buf(op, dst, 0, 0);
   op->u.fill.value = bits;
-  return client_submit(ctx, op, dev, f);
+  return client_submit(ctx, call, dev, f);
 }
 
 /* The bits of `value` as an element of `dtype`, or ACCEL_EINVAL. */
@@ -143,14 +146,15 @@ static bool sizes_fit(size_t a, size_t b, size_t c, size_t d, size_t e, size_t g
 
 static int gemm(accel_ctx *ctx, accel_device dev, const be_gemm_args *g, accel_buffer a,
                 accel_buffer b, accel_buffer c, accel_future **f) {
-  dev_op *op = new_op(ctx, DEV_OP_GEMM);
-  if (op == NULL)
+  dev_call *call = new_call(ctx, DEV_OP_GEMM);
+  if (call == NULL)
     return ACCEL_ENOMEM;
+  dev_op *op = &call->op;
   op->u.gemm = *g;
   add_buf(op, a, 0, 0);
   add_buf(op, b, 0, 0);
   add_buf(op, c, 0, 0);
-  return client_submit(ctx, op, dev, f);
+  return client_submit(ctx, call, dev, f);
 }
 
 int accel_gemm_strided_batched(accel_ctx *ctx, accel_device dev, accel_trans ta, accel_trans tb,
@@ -202,9 +206,10 @@ int accel_sgemm(accel_ctx *ctx, accel_device dev, accel_trans ta, accel_trans tb
 
 static int blas1(accel_ctx *ctx, accel_device dev, uint32_t kind, size_t n, double alpha,
                  accel_buffer x, accel_buffer y, accel_buffer result, accel_future **f) {
-  dev_op *op = ctx ? new_op(ctx, kind) : NULL;
-  if (op == NULL)
+  dev_call *call = ctx ? new_call(ctx, kind) : NULL;
+  if (call == NULL)
     return ctx ? ACCEL_ENOMEM : ACCEL_EINVAL;
+  dev_op *op = &call->op;
   op->u.axpy.n = n; /* dot's n is at the same place */
   op->u.axpy.alpha = alpha;
   if (kind == DEV_OP_DOT)
@@ -214,7 +219,7 @@ static int blas1(accel_ctx *ctx, accel_device dev, uint32_t kind, size_t n, doub
     add_buf(op, y, 0, 0);
   if (kind == DEV_OP_DOT)
     add_buf(op, result, 0, 0);
-  return client_submit(ctx, op, dev, f);
+  return client_submit(ctx, call, dev, f);
 }
 
 int accel_axpy(accel_ctx *ctx, accel_device dev, size_t n, double alpha, accel_buffer x,
@@ -258,13 +263,14 @@ int accel_rng_fill(accel_ctx *ctx, accel_device dev, accel_buffer dst, const acc
                    accel_future **f) {
   if (ctx == NULL || spec == NULL || (unsigned)spec->dist > ACCEL_DIST_NORMAL)
     return ACCEL_EINVAL;
-  dev_op *op = new_op(ctx, DEV_OP_RNG);
-  if (op == NULL)
+  dev_call *call = new_call(ctx, DEV_OP_RNG);
+  if (call == NULL)
     return ACCEL_ENOMEM;
+  dev_op *op = &call->op;
   op->u.rng = (be_rng_args){(be_rng_dist)spec->dist, spec->seed, spec->offset, spec->mean,
                             spec->stddev};
   add_buf(op, dst, 0, 0);
-  return client_submit(ctx, op, dev, f);
+  return client_submit(ctx, call, dev, f);
 }
 
 /* ---- NN element-wise ---- */
@@ -272,9 +278,10 @@ int accel_rng_fill(accel_ctx *ctx, accel_device dev, accel_buffer dst, const acc
 static int elementwise(accel_ctx *ctx, accel_device dev, uint32_t kind, be_unary_op uop,
                        accel_buffer dst, accel_buffer src, size_t rows, size_t cols,
                        accel_future **f) {
-  dev_op *op = ctx ? new_op(ctx, kind) : NULL;
-  if (op == NULL)
+  dev_call *call = ctx ? new_call(ctx, kind) : NULL;
+  if (call == NULL)
     return ctx ? ACCEL_ENOMEM : ACCEL_EINVAL;
+  dev_op *op = &call->op;
   if (kind == DEV_OP_SOFTMAX) {
     op->u.softmax.rows = rows;
     op->u.softmax.cols = cols;
@@ -283,7 +290,7 @@ static int elementwise(accel_ctx *ctx, accel_device dev, uint32_t kind, be_unary
   }
   add_buf(op, dst, 0, 0);
   add_buf(op, src, 0, 0);
-  return client_submit(ctx, op, dev, f);
+  return client_submit(ctx, call, dev, f);
 }
 
 int accel_sigmoid(accel_ctx *ctx, accel_device dev, accel_buffer dst, accel_buffer src,
@@ -317,9 +324,10 @@ static int collective(accel_ctx *ctx, uint32_t kind, const accel_device *devices
   for (uint32_t i = 0; i < n; i++)
     if (devices[i] < 0 || devices[i] >= ctx->tp->device_count(ctx))
       return ACCEL_EINVAL; /* a collective names its devices (ACCEL_DEVICE_ANY is -1) */
-  dev_op *op = new_op(ctx, DEV_OP_COLLECTIVE);
-  if (op == NULL)
+  dev_call *call = new_call(ctx, DEV_OP_COLLECTIVE);
+  if (call == NULL)
     return ACCEL_ENOMEM;
+  dev_op *op = &call->op;
   op->u.coll.kind = kind;
   op->u.coll.reduce = reduce;
   op->u.coll.root = root;
@@ -330,7 +338,7 @@ static int collective(accel_ctx *ctx, uint32_t kind, const accel_device *devices
   }
   for (uint32_t i = 0; kind == BE_COLL_ALL_GATHER && i < n; i++)
     add_buf(op, recv[i], 0, 0);
-  return client_submit(ctx, op, devices[0], f);
+  return client_submit(ctx, call, devices[0], f);
 }
 
 int accel_all_reduce(accel_ctx *ctx, const accel_device *devices, const accel_buffer *bufs,

@@ -27,7 +27,7 @@ struct pending {
   struct pending *next;
   uint64_t id;
   pending_kind kind;
-  dev_op *op;         /* PENDING_OP */
+  dev_call *call;     /* PENDING_OP */
   accel_future *done; /* PENDING_CONTROL: completed with the status */
   uint8_t *data;      /* PENDING_CONTROL: a copy of the reply's data */
   size_t len;
@@ -65,15 +65,15 @@ static pending *pending_take(remote *r, uint64_t id) {
 /* ---- completing ---- */
 
 /* `value` (a module load's build log, or NULL) goes to the op's future, or is freed. */
-static void finish_op(accel_ctx *ctx, dev_op *op, int status, char *value) {
-  status = client_op_settle(ctx, op, status);
-  if (op->future) {
-    accel_future_complete(op->future, status, value, value ? rt_free : NULL);
-    accel_future_release(op->future);
+static void finish_op(accel_ctx *ctx, dev_call *call, int status, char *value) {
+  status = client_op_settle(ctx, &call->op, status);
+  if (call->future) {
+    accel_future_complete(call->future, status, value, value ? rt_free : NULL);
+    accel_future_release(call->future);
   } else {
     rt_free(value);
   }
-  dev_op_free(op);
+  dev_call_free(call);
   client_op_done(ctx, status);
 }
 
@@ -90,13 +90,13 @@ static char *log_of(proto_bytes data) {
 
 static void finish_pending(accel_ctx *ctx, pending *p, int status, proto_bytes data) {
   if (p->kind == PENDING_OP && p->shm) {
-    remote_shm_complete(remote_of(ctx), p->op, p->staging, status);
-    finish_op(ctx, p->op, status, NULL);
+    remote_shm_complete(remote_of(ctx), &p->call->op, p->staging, status);
+    finish_op(ctx, p->call, status, NULL);
     rt_free(p);
     return;
   }
   if (p->kind == PENDING_OP) {
-    dev_op *op = p->op;
+    dev_op *op = &p->call->op;
     if (status == 0 && op->h.kind == DEV_OP_READ) {
       size_t want = (size_t)op->u.read.bytes;
       if (data.len == want)
@@ -104,7 +104,7 @@ static void finish_pending(accel_ctx *ctx, pending *p, int status, proto_bytes d
       else
         status = ACCEL_EPROTO;
     }
-    finish_op(ctx, op, status, op->h.kind == DEV_OP_MODULE_LOAD ? log_of(data) : NULL);
+    finish_op(ctx, p->call, status, op->h.kind == DEV_OP_MODULE_LOAD ? log_of(data) : NULL);
     rt_free(p);
     return;
   }
@@ -224,25 +224,26 @@ static int link_send(remote *r, const uint8_t *bytes, size_t len, uint64_t id, i
   return rc;
 }
 
-static int send_op_frame(accel_ctx *ctx, dev_op *op);
+static int send_op_frame(accel_ctx *ctx, dev_call *call);
 
 /* The whole send holds the remote, not only the link's part: after the link returns, the
  * sender still looks its request up in the table. */
-static int remote_send(accel_ctx *ctx, dev_op *op) {
+static int remote_send(accel_ctx *ctx, dev_call *call) {
   remote *r = remote_of(ctx);
   sender_enter(r);
-  int rc = send_op_frame(ctx, op);
+  int rc = send_op_frame(ctx, call);
   sender_leave(r);
   return rc;
 }
 
-static int send_op_frame(accel_ctx *ctx, dev_op *op) {
+static int send_op_frame(accel_ctx *ctx, dev_call *call) {
   remote *r = remote_of(ctx);
+  dev_op *op = &call->op;
   pending *p = rt_calloc(1, sizeof *p);
   if (p == NULL)
     return ACCEL_ENOMEM;
   p->kind = PENDING_OP;
-  p->op = op;
+  p->call = call;
   proto_shm_ref ref;
   bool shm = p->shm = remote_shm_prepare(ctx, op, &ref, &p->staging) == 1;
   shm_region *staging = p->staging;

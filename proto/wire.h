@@ -16,7 +16,7 @@
 #include <stdint.h>
 
 #include "accel/accel.h"
-#include "actors/op.h"
+#include "ops/op.h"
 #include "runtime/attr.h"
 
 #define PROTO_MAGIC 0x31434341u /* the bytes 'A' 'C' 'C' '1' */
@@ -27,6 +27,10 @@
 #define PROTO_BUF_SIZE 32u     /* one buffer reference in an OP */
 #define PROTO_OP_HEAD_SIZE 32u /* an OP body before its buffers */
 #define PROTO_MAX_DEVICES 16u
+/* The last values of a device's state (serving, restarting, quarantined) and kind (CPU, GPU,
+ * accelerator): a client may index tables with them, so larger ones are refused. */
+#define PROTO_DEVICE_STATE_MAX 2u
+#define PROTO_DEVICE_KIND_MAX 2u
 #define PROTO_OPTIONS_MAX 4096u /* a MODULE_LOAD's compiler options, bytes (no NUL) */
 /* The most bytes of a build log a MODULE_LOAD's REPLY carries (and never more than fits in
  * max_message): the daemon cuts a longer log there. */

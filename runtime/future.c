@@ -37,7 +37,7 @@ struct accel_future {
 /* Freed futures kept for reuse, process-wide, at most POOL_MAX, while a runtime lives (the
  * last runtime destroyed frees them). A client's future is made on its thread and often
  * freed on the loop's: a fresh allocation each time pulled the allocator's state and the
- * block's cache lines across cores (with the op's envelope, actors/op.h, about 4 us of a
+ * block's cache lines across cores (with the op's envelope, ops/op.h, about 4 us of a
  * 17 us tiny op on a 16-core host). A pooled future keeps its mutex and condition variable. */
 #define POOL_MAX 64
 

@@ -3,8 +3,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "actors/sbuf.h"
 #include "runtime/alloc.h"
+#include "server/sbuf.h"
 #include "server/server_priv.h"
 
 static const char *transport(const srv_conn *c) {

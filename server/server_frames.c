@@ -6,8 +6,8 @@
 #include <string.h>
 
 #include "actors/device.h"
-#include "actors/status.h"
 #include "runtime/alloc.h"
+#include "server/render.h"
 #include "server/server_priv.h"
 
 /* ---- replies ---- */
@@ -151,8 +151,8 @@ static void on_hello(srv_server *s, srv_conn *c, nng_msg *m, const proto_header 
 
 /* ---- CONTROL ---- */
 
-dev_status_counts srv_counts(srv_server *s) {
-  return (dev_status_counts){
+srv_status_counts srv_counts(srv_server *s) {
+  return (srv_status_counts){
       .connections = s->nconns,
       .sessions = s->sessions,
       .ops_completed = s->ops_completed,
@@ -265,22 +265,22 @@ static void on_control(srv_server *s, srv_conn *c, nng_msg *m, const proto_heade
     srv_reply_status(s, c, m, h->request_id, rc);
     return;
   }
-  dev_status_counts n = srv_counts(s);
+  srv_status_counts n = srv_counts(s);
   switch (req.command) {
   case PROTO_CTL_PING:
     srv_reply_status(s, c, m, h->request_id, 0);
     break;
   case PROTO_CTL_STATUS: /* arg 1: text for people, else JSON */
     reply_text(s, c, m, h->request_id,
-               req.arg == 1 ? dev_status_text(s->world, &n) : dev_status_json(s->world, &n));
+               req.arg == 1 ? srv_status_text(s->world, &n) : srv_status_json(s->world, &n));
     break;
   case PROTO_CTL_DEVICES:
-    reply_text(s, c, m, h->request_id, dev_status_devices(s->world));
+    reply_text(s, c, m, h->request_id, srv_status_devices(s->world));
     break;
   case PROTO_CTL_TREE: /* arg 1: JSON, else text */
     reply_text(s, c, m, h->request_id,
-               req.arg == 1 ? dev_status_tree_json(s->rt, s->world)
-                            : dev_status_tree(s->rt, s->world));
+               req.arg == 1 ? srv_status_tree_json(s->rt, s->world)
+                            : srv_status_tree(s->rt, s->world));
     break;
   case PROTO_CTL_CLIENTS: /* arg 1: text, else JSON */
     reply_text(s, c, m, h->request_id, srv_clients_report(s, req.arg != 1));

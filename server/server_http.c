@@ -46,8 +46,8 @@ void http_static(http_response *res, int code, const char *body) {
 }
 
 static void answer_metrics(srv_http *h, http_response *res) {
-  dev_status_counts c = srv_counts(h->s);
-  char *devices = dev_metrics_render(h->s->world, &c);
+  srv_status_counts c = srv_counts(h->s);
+  char *devices = srv_metrics_render(h->s->world, &c);
   char *clients = devices ? srv_clients_metrics(h->s) : NULL;
   size_t dl = devices ? strlen(devices) : 0, cl = clients ? strlen(clients) : 0;
   char *text = clients ? rt_malloc(dl + cl + 1) : NULL;
@@ -66,8 +66,8 @@ static void answer_metrics(srv_http *h, http_response *res) {
 }
 
 static void answer_health(srv_http *h, http_response *res) {
-  dev_status_counts c = srv_counts(h->s);
-  if (dev_metrics_healthy(h->s->world, &c))
+  srv_status_counts c = srv_counts(h->s);
+  if (srv_metrics_healthy(h->s->world, &c))
     http_static(res, 200, "ok\n");
   else
     http_static(res, 503, "draining, or every device quarantined\n");

@@ -3,7 +3,7 @@
  * while the op runs, because a write's bytes (and a module's code) are read straight out of
  * it; it then becomes the reply. A read's reply is allocated before the op is sent, with room
  * for the data, and the buffer is read straight into it. A module load's reply carries its
- * build log (op.result), whatever its status. */
+ * build log (call.result), whatever its status. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -11,20 +11,20 @@
 #include "server/server_priv.h"
 
 typedef struct srv_op {
-  dev_op op;       /* first: `done` gets &op */
+  dev_call call;   /* first: `done` gets &call */
   srv_server *srv; /* holds a reference */
   srv_conn *conn;  /* counted in conn->ops */
-  nng_msg *req;    /* == op.owner: the request, with the routing header */
+  nng_msg *req;    /* == call.owner: the request, with the routing header */
   nng_msg *rep;    /* a read's reply, data at PROTO_REPLY_HEAD_SIZE; else NULL */
   uint64_t read_bytes;
   uint64_t req_bytes; /* the request's size, counted in conn->req_bytes */
   srv_region *region; /* PROTO_OPF_SHM: the shared memory its data is in (held) */
-  char *options;      /* MODULE_LOAD: op.u.module.options, a NUL-terminated copy (or NULL) */
+  char *options;      /* MODULE_LOAD: call.op.u.module.options, a NUL-terminated copy (or NULL) */
 } srv_op;
 
 /* The op's memory, once nothing refers to it any more. */
 static void srv_op_free(srv_op *so) {
-  rt_free(so->op.result);
+  rt_free(so->call.result);
   rt_free(so->options);
   rt_free(so);
 }
@@ -34,17 +34,17 @@ static void srv_op_free(srv_op *so) {
 static void send_text(srv_server *s, srv_op *so, int status) {
   srv_conn *c = so->conn;
   size_t room = s->limits.max_message - PROTO_REPLY_HEAD_SIZE;
-  size_t n = strnlen(so->op.result, room < PROTO_BUILD_LOG_MAX ? room : PROTO_BUILD_LOG_MAX);
+  size_t n = strnlen(so->call.result, room < PROTO_BUILD_LOG_MAX ? room : PROTO_BUILD_LOG_MAX);
   nng_msg *m;
   if (nng_msg_alloc(&m, PROTO_REPLY_HEAD_SIZE + n) != 0) {
-    srv_reply_status(s, c, so->req, so->op.h.request_id, status);
+    srv_reply_status(s, c, so->req, so->call.op.h.request_id, status);
     return;
   }
-  memcpy((uint8_t *)nng_msg_body(m) + PROTO_REPLY_HEAD_SIZE, so->op.result, n);
-  if (proto_encode_reply_head(nng_msg_body(m), so->op.h.request_id, status, n) != 0 ||
+  memcpy((uint8_t *)nng_msg_body(m) + PROTO_REPLY_HEAD_SIZE, so->call.result, n);
+  if (proto_encode_reply_head(nng_msg_body(m), so->call.op.h.request_id, status, n) != 0 ||
       nng_msg_header_append(m, nng_msg_header(so->req), nng_msg_header_len(so->req)) != 0) {
     nng_msg_free(m);
-    srv_reply_status(s, c, so->req, so->op.h.request_id, status);
+    srv_reply_status(s, c, so->req, so->call.op.h.request_id, status);
     return;
   }
   nng_msg_free(so->req);
@@ -54,31 +54,33 @@ static void send_text(srv_server *s, srv_op *so, int status) {
 /* The status-only reply is the request made over; a read's reply gets the routing header. */
 static void send_result(srv_server *s, srv_op *so, int status) {
   srv_conn *c = so->conn;
-  if (so->op.result != NULL && so->rep == NULL) {
+  if (so->call.result != NULL && so->rep == NULL) {
     send_text(s, so, status);
     return;
   }
   if (so->rep == NULL || status != 0) {
     if (so->rep)
       nng_msg_free(so->rep);
-    srv_reply_status(s, c, so->req, so->op.h.request_id, status);
+    srv_reply_status(s, c, so->req, so->call.op.h.request_id, status);
     return;
   }
-  int rc = proto_encode_reply_head(nng_msg_body(so->rep), so->op.h.request_id, 0, so->read_bytes);
+  int rc = proto_encode_reply_head(nng_msg_body(so->rep), so->call.op.h.request_id, 0,
+                                   so->read_bytes);
   if (rc == 0 &&
       nng_msg_header_append(so->rep, nng_msg_header(so->req), nng_msg_header_len(so->req)) != 0)
     rc = ACCEL_ENOMEM;
   if (rc != 0) {
     nng_msg_free(so->rep);
-    srv_reply_status(s, c, so->req, so->op.h.request_id, rc);
+    srv_reply_status(s, c, so->req, so->call.op.h.request_id, rc);
     return;
   }
   nng_msg_free(so->req);
   srv_conn_send(s, c, so->rep);
 }
 
-static void op_done(dev_op *op, int status) {
-  srv_op *so = (srv_op *)op;
+static void op_done(dev_call *call, int status) {
+  srv_op *so = (srv_op *)call;
+  const dev_op *op = &call->op;
   srv_server *s = so->srv;
   srv_conn *c = so->conn;
   s->ops_in_flight--;
@@ -108,7 +110,7 @@ static void op_done(dev_op *op, int status) {
 /* Sizes a read's reply from the count the decoder checked against nothing yet: bounded by
  * the frame limit before anything is allocated; the session checks it against the buffer. */
 static int prepare_read(srv_server *s, srv_conn *c, srv_op *so) {
-  uint64_t bytes = so->op.u.read.bytes; /* the session holds it to count x the dtype's size */
+  uint64_t bytes = so->call.op.u.read.bytes; /* the session holds it to count x the dtype's size */
   uint64_t room = s->limits.max_message - PROTO_REPLY_HEAD_SIZE;
   if (bytes > room)
     return ACCEL_ELIMIT;
@@ -119,7 +121,7 @@ static int prepare_read(srv_server *s, srv_conn *c, srv_op *so) {
   if (nng_msg_alloc(&so->rep, PROTO_REPLY_HEAD_SIZE + (size_t)bytes) != 0)
     return ACCEL_ENOMEM;
   so->read_bytes = bytes;
-  so->op.u.read.dst = (uint8_t *)nng_msg_body(so->rep) + PROTO_REPLY_HEAD_SIZE;
+  so->call.op.u.read.dst = (uint8_t *)nng_msg_body(so->rep) + PROTO_REPLY_HEAD_SIZE;
   c->read_pending += bytes;
   return 0;
 }
@@ -128,7 +130,7 @@ static int prepare_read(srv_server *s, srv_conn *c, srv_op *so) {
  * then carries no data. The region's size was checked against the op's bytes; the buffer's
  * checker holds those bytes to the buffer's dtype and count. */
 static int resolve_shm(srv_conn *c, srv_op *so, proto_shm_ref ref) {
-  dev_op *op = &so->op;
+  dev_op *op = &so->call.op;
   bool write = op->h.kind == DEV_OP_WRITE;
   uint64_t bytes = write ? op->u.write.bytes : op->u.read.bytes;
   uint8_t *p;
@@ -151,27 +153,27 @@ static int take_options(srv_op *so, proto_bytes options) {
     return ACCEL_ENOMEM;
   memcpy(so->options, options.data, options.len);
   so->options[options.len] = '\0';
-  so->op.u.module.options = so->options;
+  so->call.op.u.module.options = so->options;
   return 0;
 }
 
 static int decode(srv_server *s, srv_conn *c, nng_msg *m, srv_op *so) {
   proto_op_data out;
   const uint8_t *body = (const uint8_t *)nng_msg_body(m) + PROTO_HEADER_SIZE;
-  int rc = proto_decode_op_ex(body, nng_msg_len(m) - PROTO_HEADER_SIZE, c->link != NULL, &so->op,
-                              &out);
+  int rc = proto_decode_op_ex(body, nng_msg_len(m) - PROTO_HEADER_SIZE, c->link != NULL,
+                              &so->call.op, &out);
   if (rc != 0) {
     s->frames_bad++;
     return rc;
   }
-  int32_t dev = so->op.h.device; /* only the daemon knows how many devices it has */
+  int32_t dev = so->call.op.h.device; /* only the daemon knows how many devices it has */
   if (dev != ACCEL_DEVICE_ANY && (dev < 0 || dev >= s->world->nnodes - 1))
     return ACCEL_EINVAL;
-  if (so->op.h.flags & PROTO_OPF_SHM)
+  if (so->call.op.h.flags & PROTO_OPF_SHM)
     return resolve_shm(c, so, out.shm);
-  if (so->op.h.kind == DEV_OP_MODULE_LOAD && (rc = take_options(so, out.options)) != 0)
+  if (so->call.op.h.kind == DEV_OP_MODULE_LOAD && (rc = take_options(so, out.options)) != 0)
     return rc;
-  return so->op.h.kind == DEV_OP_READ ? prepare_read(s, c, so) : 0;
+  return so->call.op.h.kind == DEV_OP_READ ? prepare_read(s, c, so) : 0;
 }
 
 /* Requests hold their bytes (a write's data) until the op is done. A local connection stops
@@ -188,7 +190,7 @@ static int submit(srv_server *s, srv_conn *c, srv_op *so) {
   accel_msg msg;
   so->srv = s;
   so->conn = c;
-  dev_session_op_msg(&msg, &so->op);
+  dev_session_op_msg(&msg, &so->call);
   int rc = accel_tell(s->rt, c->session, &msg); /* the session runs later: not inside this */
   if (rc != 0)
     return rc; /* ACCEL_EBUSY: the session's mailbox is full */
@@ -209,9 +211,9 @@ void srv_op_frame(srv_server *s, srv_conn *c, nng_msg *m, uint64_t request_id) {
   if (rc == 0)
     rc = admit(s, c, so, m);
   if (rc == 0) {
-    so->op.h.request_id = request_id;
-    so->op.done = op_done;
-    so->op.owner = m;
+    so->call.op.h.request_id = request_id;
+    so->call.done = op_done;
+    so->call.owner = m;
     so->req = m;
     rc = submit(s, c, so);
   }

@@ -10,8 +10,8 @@
 #include <uv.h>
 
 #include "actors/session.h"
-#include "actors/status.h"
 #include "runtime/attr.h"
+#include "server/render.h"
 #include "server/server.h"
 
 #define SRV_TOMBSTONES 256           /* recently removed pipes that never had a connection record */
@@ -179,7 +179,7 @@ RT_MUST_USE char *srv_clients_report(srv_server *s, bool json);
 #define SRV_METRICS_CLIENTS 32
 RT_MUST_USE char *srv_clients_metrics(srv_server *s);
 /* server_frames.c: the server's counters, for the reports. */
-dev_status_counts srv_counts(srv_server *s);
+srv_status_counts srv_counts(srv_server *s);
 /* server_http.c: /metrics and /healthz on `url` (srv_http_addr_parse's forms), with the
  * limits of args->metrics; 0 or an accel error (logged); stop is idempotent. */
 RT_MUST_USE int srv_http_start(srv_server *s, const char *url);

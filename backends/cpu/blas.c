@@ -1,5 +1,5 @@
 /* BLAS on the cpu backend: OpenBLAS through its CBLAS interface, behind the shared argument
- * checks (backends/blas_args.h). Every call goes through be_openblas() (openblas.h), never
+ * checks (ops/blas_args.h). Every call goes through be_openblas() (openblas.h), never
  * through the global cblas_* names, which another BLAS in the process may own. */
 #include <limits.h>
 

@@ -12,7 +12,7 @@
 #include "accel/error.h"
 #include "backends/cpu/backend_cpu.h"
 #include "backends/cpu/queue.h"
-#include "backends/dtype_conv.h"
+#include "ops/dtype_conv.h"
 
 #define BIT(t) ACCEL_DTYPE_BIT(t)
 #define COLL_DTYPES (BIT(ACCEL_F32) | BIT(ACCEL_F64) | BIT(ACCEL_F16) | BIT(ACCEL_BF16))

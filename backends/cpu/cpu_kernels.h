@@ -27,8 +27,8 @@
 #include <stdint.h>
 
 #include "backends/backend.h"
-#include "backends/blas_args.h"
 #include "backends/cpu/philox.h"
+#include "ops/blas_args.h"
 
 /* ---- BLAS (blas.c, gemm.c) -----------------------------------------------------------------
  * Errors: ACCEL_EINVAL (see be_blas_check_*; also a NULL buffer that would be touched),

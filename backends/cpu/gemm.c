@@ -11,7 +11,7 @@
 #include "accel/error.h"
 #include "backends/cpu/cpu_kernels.h"
 #include "backends/cpu/openblas.h"
-#include "backends/dtype_conv.h"
+#include "ops/dtype_conv.h"
 #include "runtime/alloc.h"
 
 static bool fits_blasint(int64_t v) {

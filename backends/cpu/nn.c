@@ -1,12 +1,12 @@
 /* The element-wise ops and softmax in every dtype of the nn package (cpu_kernels.h): F32 is
  * elementwise.c's kernels; F64 the same formulas in double; F16 and BF16 widen each element to
- * f32, run the F32 kernel and round the result to nearest even (backends/dtype_conv.h). */
+ * f32, run the F32 kernel and round the result to nearest even (ops/dtype_conv.h). */
 #include <math.h>
 #include <stdlib.h>
 
 #include "accel/error.h"
 #include "backends/cpu/cpu_kernels.h"
-#include "backends/dtype_conv.h"
+#include "ops/dtype_conv.h"
 #include "runtime/alloc.h"
 
 /* Elements per chunk of a 16-bit op: the f32 copy lives on the worker's stack. */

@@ -8,7 +8,7 @@
 #include "accel/error.h"
 #include "backends/cpu/backend_cpu.h"
 #include "backends/cpu/queue.h"
-#include "backends/dtype_conv.h"
+#include "ops/dtype_conv.h"
 
 /* `count` elements of `size` bytes from element `off` of m. A handle of 0 is "no buffer",
  * valid only with 0 bytes (an empty range, a NULL address). */

@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "accel/error.h"
-#include "backends/dtype_conv.h"
+#include "ops/dtype_conv.h"
 
 #define PHILOX_M0 0xD2511F53u
 #define PHILOX_M1 0xCD9E8D57u

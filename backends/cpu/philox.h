@@ -9,7 +9,7 @@
  *
  * Other dtypes (the same rules on every backend; uniforms bit for bit, normals to a few ulp):
  *   UNIFORM F16, BF16  the F32 uniform of the same word, rounded to nearest even
- *                      (be_f32_to_f16, be_f32_to_bf16 of backends/dtype_conv.h).
+ *                      (be_f32_to_f16, be_f32_to_bf16 of ops/dtype_conv.h).
  *   UNIFORM F64        cuRAND's double convention: element e of a fill at offset o (stream
  *                      element o + e) takes words w0 = 2(o + e) and w1 = 2(o + e) + 1:
  *                      z = w0 ^ (w1 << 21) in 64 bits, value = z * 2^-53 + 2^-54, in (0, 1).

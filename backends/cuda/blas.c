@@ -1,5 +1,5 @@
 /* gemm on the cuda backend: cuBLAS (loaded at run time, cublas_lib.h) on the queue's stream,
- * behind the shared argument checks (backends/blas_args.h). One cublasGemmEx, or one
+ * behind the shared argument checks (ops/blas_args.h). One cublasGemmEx, or one
  * cublasGemmStridedBatchedEx for a batch, per op:
  *   F64 -> F64             CUBLAS_COMPUTE_64F, double scalars
  *   F32 -> F32             CUBLAS_COMPUTE_32F, or _32F_FAST_TF32 for TF32 math (and for the

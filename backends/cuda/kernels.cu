@@ -16,7 +16,7 @@
 /* ---- element types -------------------------------------------------------------------- *
  * F16 and BF16 travel as their bits (uint16_t wrapped in a tag type); every op on them
  * computes in f32 and rounds once at the store, to nearest even (__float2half_rn,
- * __float2bfloat16_rn: bit-exact with backends/dtype_conv.h on the host). */
+ * __float2bfloat16_rn: bit-exact with ops/dtype_conv.h on the host). */
 
 struct f16 {
   uint16_t bits;

@@ -1,5 +1,5 @@
 /* gemm on the opencl backend: CLBlast on the queue's cl_command_queue, behind the shared
- * argument checks (backends/blas_args.h). One CLBlast call per op:
+ * argument checks (ops/blas_args.h). One CLBlast call per op:
  *   F64 -> F64   CLBlastDgemm / DgemmStridedBatched (devices with cl_khr_fp64)
  *   F32 -> F32   CLBlastSgemm / SgemmStridedBatched (FP32 math; TF32 is ACCEL_ENOTSUP)
  *   F16 -> F16   CLBlastHgemm / HgemmStridedBatched (devices with cl_khr_fp16)
@@ -18,7 +18,7 @@
 #include <clblast_c.h>
 
 #include "accel/error.h"
-#include "backends/dtype_conv.h"
+#include "ops/dtype_conv.h"
 
 int be_ocl_gemm_supports(be_device *dev, uint32_t ab_type, uint32_t c_type, uint32_t math) {
   if (dev == NULL || !be_gemm_combo_ok(ab_type, c_type, math) || math == BE_GEMM_MATH_TF32 ||

@@ -2,8 +2,8 @@
  * refuses on submission (ranges of memory, dtypes the device does not run, shapes), so that
  * a bad call fails the call, as the contract says, and not the queue's next completion. The
  * worker's backend checks again what it relies on. */
-#include "backends/dtype_conv.h"
 #include "backends/worker/proxy.h"
+#include "ops/dtype_conv.h"
 
 int bw_check_span(be_mem m, size_t off, size_t count, size_t size) {
   if (size == 0)

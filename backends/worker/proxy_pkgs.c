@@ -4,8 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backends/dtype_conv.h"
 #include "backends/worker/proxy.h"
+#include "ops/dtype_conv.h"
 
 static bw_pdev *D(be_device *d) {
   return (bw_pdev *)d;

@@ -22,8 +22,8 @@
 #include "../test.h"
 #include "backends/backend.h"
 #include "backends/cpu/philox.h"
-#include "backends/dtype_conv.h"
 #include "backends/worker/worker.h"
+#include "ops/dtype_conv.h"
 
 /* ---- random inputs ------------------------------------------------------------------- */
 

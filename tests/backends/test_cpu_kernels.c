@@ -15,8 +15,8 @@
 
 #include "accel/error.h"
 #include "backends/cpu/cpu_kernels.h"
-#include "backends/dtype_conv.h"
 #include "curand_golden.h"
+#include "ops/dtype_conv.h"
 
 /* ---- harness -------------------------------------------------------------------------- */
 

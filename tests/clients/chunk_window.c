@@ -21,7 +21,7 @@ typedef struct holder {
   pthread_mutex_t mu;
   pthread_cond_t cv;
   const client_transport *inner;
-  dev_op *held[64]; /* in the order sent */
+  dev_call *held[64]; /* in the order sent */
   unsigned nheld, most, sent;
   uint64_t next_first; /* where the next chunk should start (chunks go in order) */
   size_t max_op_bytes;
@@ -36,15 +36,16 @@ static size_t op_bytes(const dev_op *op) {
 }
 
 /* The transport's send_op, on the transfer's sender thread (chunks) or the caller's. */
-static int hold_or_pass(accel_ctx *ctx, dev_op *op) {
+static int hold_or_pass(accel_ctx *ctx, dev_call *call) {
+  const dev_op *op = &call->op;
   if (op->h.kind != DEV_OP_WRITE && op->h.kind != DEV_OP_READ)
-    return h.inner->send_op(ctx, op);
+    return h.inner->send_op(ctx, call);
   pthread_mutex_lock(&h.mu);
   h.disorder |= op->bufs[0].offset != h.next_first || op_bytes(op) > h.max_op_bytes ||
                 h.nheld == sizeof h.held / sizeof h.held[0];
   h.next_first = op->bufs[0].offset + op->bufs[0].count;
   if (h.nheld < sizeof h.held / sizeof h.held[0])
-    h.held[h.nheld++] = op;
+    h.held[h.nheld++] = call;
   h.most = h.nheld > h.most ? h.nheld : h.most;
   h.sent++;
   pthread_cond_broadcast(&h.cv);
@@ -69,12 +70,12 @@ static void wait_held(unsigned want) {
 static void answer_oldest(accel_ctx *ctx) {
   pthread_mutex_lock(&h.mu);
   CHECK_GT(h.nheld, 0);
-  dev_op *op = h.held[0];
+  dev_call *call = h.held[0];
   memmove(h.held, h.held + 1, --h.nheld * sizeof h.held[0]);
   pthread_mutex_unlock(&h.mu);
-  accel_future_complete(op->future, 0, NULL, NULL);
-  accel_future_release(op->future);
-  dev_op_free(op);
+  accel_future_complete(call->future, 0, NULL, NULL);
+  accel_future_release(call->future);
+  dev_call_free(call);
   client_op_done(ctx, 0);
 }
 

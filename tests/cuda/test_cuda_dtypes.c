@@ -12,7 +12,7 @@
  *   - sigmoid, relu, tanh and softmax in F64 (1e-12 relative), F32 (2e-6), F16 (2^-10) and
  *     BF16 (2^-7) plus the 16-bit types' subnormal spacing;
  *   - RNG: uniform F64/F16/BF16 bit for bit against the convention computed here (Philox of
- *     backends/cpu/philox.h, rounding of backends/dtype_conv.h); normals within 16 ulp of
+ *     backends/cpu/philox.h, rounding of ops/dtype_conv.h); normals within 16 ulp of
  *     |x| + |mean| + 8 stddev (z stddev + mean cancels near 0), F16/BF16 also within one unit
  *     of their last place.
  * Without a CUDA device it exits 77 (meson's SKIP). */
@@ -23,8 +23,8 @@
 #include "backends/backend.h"
 #include "backends/cpu/philox.h"
 #include "backends/cuda/backend_cuda.h"
-#include "backends/dtype_conv.h"
 #include "cuda_fx.h"
+#include "ops/dtype_conv.h"
 
 static const be_ops *B = &be_cuda_ops;
 

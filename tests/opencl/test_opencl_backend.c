@@ -18,8 +18,8 @@
 #include "../test.h"
 #include "backends/backend.h"
 #include "backends/cpu/philox.h"
-#include "backends/dtype_conv.h"
 #include "backends/opencl/backend_opencl.h"
+#include "ops/dtype_conv.h"
 
 static const be_ops *B;
 static uint64_t rng_state;

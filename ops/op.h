@@ -1,36 +1,42 @@
-/* Op envelopes: the typed structs every hop carries (client library -> session -> device ->
- * kernel actor). Only the client<->daemon hop will encode them; in-process they travel as
- * pointers in message payloads. Buffers are named by the client's handles here; the session
- * resolves them. */
-#ifndef DEV_OP_H
-#define DEV_OP_H
+/* The op as a client asks for it and the wire carries it: a header, the buffers it names (by
+ * the client's handles; the session resolves them) and a payload fixed per kind. Nothing here
+ * says who waits for it or where it runs: that is its carrier's (call.h), and the device
+ * world's. The kinds themselves are the rows of op_table.h. */
+#ifndef OPS_OP_H
+#define OPS_OP_H
 
-#include <pthread.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "accel/accel.h"
-#include "backends/backend.h"
+#include "ops/args.h"
+#include "ops/blas_args.h"
+#include "ops/dtype_conv.h"
+#include "ops/op_table.h"
 
+/* DEV_OP_WRITE = 1, DEV_OP_READ, ...: the rows of op_table.h, in order. */
+#define DEV_OP_KIND_ROW(K, name, label, nbufs, dtypes, package, queue, runs) DEV_OP_##K,
 typedef enum dev_op_kind {
-  DEV_OP_WRITE = 1, /* caller memory -> buffer */
-  DEV_OP_READ,      /* buffer -> caller memory */
-  DEV_OP_COPY,
-  DEV_OP_FILL,
-  DEV_OP_GEMM, /* any dtypes (the buffers'), strided-batched too */
-  DEV_OP_AXPY,
-  DEV_OP_DOT,
-  DEV_OP_RNG,
-  DEV_OP_UNARY,
-  DEV_OP_SOFTMAX,
-  DEV_OP_BUFFER_CREATE,  /* bufs[0]: the new handle (chosen by the client), count */
-  DEV_OP_BUFFER_DESTROY, /* bufs[0] */
-  DEV_OP_SCAL,
-  DEV_OP_MODULE_LOAD,   /* bufs[0]: the module's handle (chosen by the client), count 0 */
-  DEV_OP_MODULE_UNLOAD, /* bufs[0] */
-  DEV_OP_LAUNCH,        /* bufs: the buffers among its arguments, in argument order */
-  DEV_OP_COLLECTIVE,    /* bufs: one per device (all-gather: the sends, then the receives) */
-  DEV_OP_KIND_COUNT_
+  DEV_OP_NONE_ = 0, /* no kind: a decoder's zeroed op */
+  DEV_OP_TABLE(DEV_OP_KIND_ROW) DEV_OP_KIND_COUNT_
 } dev_op_kind;
+#undef DEV_OP_KIND_ROW
+
+/* A kind's row, for code that asks at run time (op_info.c). */
+typedef enum dev_dtype_rule { DEV_DT_ANY = 0, DEV_DT_SAME, DEV_DT_FLOAT } dev_dtype_rule;
+typedef enum dev_op_runs { DEV_RUNS_TASK = 0, DEV_RUNS_SESSION } dev_op_runs;
+#define DEV_NBUFS_OWN UINT32_MAX
+
+typedef struct dev_op_info {
+  const char *label;
+  uint32_t nbufs; /* DEV_NBUFS_OWN: the payload says */
+  dev_dtype_rule dtypes;
+  uint32_t package; /* ACCEL_PKG_* bit; 0: every backend */
+  dev_op_runs runs;
+} dev_op_info;
+
+/* The row of a kind; NULL for a value that is no kind (0, or past the table). */
+const dev_op_info *dev_op_info_of(uint32_t kind);
 
 /* How an op uses a buffer. WRITE_ALL overwrites every element it names without reading them,
  * so no valid copy has to be brought in first when it covers the whole buffer. */
@@ -55,9 +61,6 @@ typedef struct dev_launch {
   uint32_t nargs;
   dev_kernel_arg args[BE_LAUNCH_MAX_ARGS];
   char name[BE_KERNEL_NAME_MAX + 1]; /* NUL-terminated, not empty */
-  /* Set by the session when it places the launch (never on the wire). */
-  struct dev_module *mod; /* held until the op finishes */
-  be_kernel *kernel;      /* owned by the module's build */
 } dev_launch;
 
 typedef struct dev_op_header {
@@ -128,40 +131,11 @@ typedef struct dev_op {
       int32_t devices[BE_COLL_MAX_DEVICES]; /* distinct; bufs[i] (and bufs[ndev + i]) there */
     } coll; /* h.device: devices[0], the leader (where the op's task runs) */
   } u;
-  /* What the op made besides its status, for the caller (malloc'd, NUL-terminated): a
-   * module load's build log. Whoever finishes the op hands it on or frees it. */
-  char *result;
-  accel_future *future; /* completed with the op's status; NULL for fire-and-forget */
-  /* If set, called instead of completing `future` (the daemon replies on the wire); it owns
-   * and frees the op. `owner` is the submitter's (e.g. the frame holding a write's bytes). */
-  void (*done)(struct dev_op *op, int status);
-  void *owner;
-  struct dev_session_acct *acct; /* set by the session */
-  uint64_t t_issued_ns;          /* uv_hrtime() when the session took it (metrics) */
-  uint32_t ran_on;               /* 1 + the node it was planned on; 0: never placed (metrics) */
-  struct dev_op_pool *pool;      /* where dev_op_free puts it back (NULL: it is freed) */
-  struct dev_op *pool_next;      /* in the pool */
 } dev_op;
 
-/* Envelopes kept for reuse by one client context (op_pool.c). An op is built on a client's
- * thread and freed on the loop's: a fresh allocation each time pulled the allocator's state
- * and the block's cache lines across cores, about 4 us of a 17 us tiny op on a 16-core host.
- * A pool must outlive every op taken from it (an embedded context drains it once its world
- * has ended). */
-typedef struct dev_op_pool {
-  pthread_mutex_t mu;
-  dev_op *head;
-  uint32_t len;
-} dev_op_pool;
-
-void dev_op_pool_init(dev_op_pool *pool);
-/* Frees what it keeps. No op of the pool may be in use any more. */
-void dev_op_pool_drain(dev_op_pool *pool);
-/* A new op of that kind, zeroed as calloc would for what the op may read (the header, the
- * buffers the op will not add itself, the payload, the tail); from the pool if given. NULL
- * when out of memory. */
-dev_op *dev_op_alloc(dev_op_pool *pool, uint32_t kind);
-/* Back to its pool, or freed. An op's `result` is its owner's to free first. */
-void dev_op_free(dev_op *op);
+/* The bytes of one element of a dtype; 0 for a value that is no dtype. */
+static inline size_t dev_dtype_size(accel_dtype t) {
+  return be_dtype_size(t);
+}
 
 #endif

@@ -3,8 +3,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "actors/sbuf.h"
 #include "runtime/alloc.h"
+#include "server/sbuf.h"
 
 bool sb_reserve(sbuf *b, size_t extra) {
   if (b->oom)

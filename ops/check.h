@@ -1,8 +1,8 @@
 /* Validation of op envelopes (check.c). */
-#ifndef DEV_CHECK_H
-#define DEV_CHECK_H
+#ifndef OPS_CHECK_H
+#define OPS_CHECK_H
 
-#include "actors/op.h"
+#include "ops/op.h"
 #include "runtime/attr.h"
 
 /* What the checker needs to know of each buffer an op names, in the op's order. */

@@ -1,7 +1,7 @@
-/* A growable string for the reports built on the loop (status.c, metrics.c): after the first
- * allocation failure every append is a no-op, and sb_finish returns NULL. */
-#ifndef DEV_SBUF_H
-#define DEV_SBUF_H
+/* A growable string for the reports built on the loop (render_status.c, render_metrics.c): after
+ * the first allocation failure every append is a no-op, and sb_finish returns NULL. */
+#ifndef SRV_SBUF_H
+#define SRV_SBUF_H
 
 #include <stdbool.h>
 #include <stddef.h>

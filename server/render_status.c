@@ -1,62 +1,16 @@
-/* Reports on the world and the supervision tree (status.h). They run on the loop thread, the
+/* Reports on the world and the supervision tree (render.h), read through the world's
+ * answers (actors/query.h). They run on the loop thread, the
  * only thread that changes buffers and nodes, so plain reads see a consistent picture. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "actors/status.h"
+#include "server/render.h"
 
 #include "actors/device.h"
-#include "actors/sbuf.h"
+#include "actors/query.h"
 #include "runtime/alloc.h"
-
-/* ---- facts about the world ---- */
-
-static const char *state_name(dev_node_state s) {
-  switch (s) {
-  case DEV_NODE_SERVING:
-    return "serving";
-  case DEV_NODE_RESTARTING:
-    return "restarting";
-  default:
-    return "quarantined";
-  }
-}
-
-uint64_t dev_status_node_mem(const dev_world *w, int n) {
-  const dev_node *node = &w->nodes[n];
-  uint64_t sum = 0;
-  RT_LIST_FOR_EACH(const dev_buffer, b, &w->buffers, link) {
-    const dev_replica *r = &b->rep[n];
-    if (r->allocated && r->node_gen == node->generation)
-      sum += r->mem.bytes;
-  }
-  return sum;
-}
-
-/* Buffers whose handle is still live (destroyed ones linger until their last task ends). */
-static uint64_t live_buffers(const dev_world *w) {
-  uint64_t n = 0;
-  RT_LIST_FOR_EACH(const dev_buffer, b, &w->buffers, link)
-  n += !b->destroyed;
-  return n;
-}
-
-/* Devices of the backend `name`, in this process or in worker processes. */
-static int backend_devices(const dev_world *w, const char *name) {
-  int n = 0;
-  for (int i = 1; i < w->nnodes; i++)
-    n += strcmp(w->nodes[i].be->name, name) == 0;
-  return n;
-}
-
-/* Devices `be` serves in this process (not through a worker's proxy). */
-static int devices_here(const dev_world *w, const be_ops *be) {
-  int n = 0;
-  for (int i = 1; i < w->nnodes; i++)
-    n += w->nodes[i].be == be;
-  return n;
-}
+#include "server/sbuf.h"
 
 /* Why a backend has no device here: "not built", or its probe's own words. */
 static const char *backend_absence(const be_entry *e, char *why, size_t len) {
@@ -186,10 +140,11 @@ static void json_device(sbuf *b, const dev_world *w, int n) {
             ",\"state\":\"%s\",\"restarts\":%u,\"mem_used\":%llu,\"mem_total\":%llu,"
             "\"compute_units\":%u,\"mem_cached\":%llu,\"alloc_cache_hits\":%llu,"
             "\"alloc_cache_misses\":%llu,\"tasks_queued\":%u",
-            state_name(node->state), node->restarts, (unsigned long long)dev_status_node_mem(w, n),
-            (unsigned long long)node->info.mem_bytes, node->info.compute_units,
-            (unsigned long long)node->cache.bytes, (unsigned long long)node->cache.hits,
-            (unsigned long long)node->cache.misses, node->queued);
+            dev_node_state_name(node->state), node->restarts,
+            (unsigned long long)dev_node_mem_used(w, n), (unsigned long long)node->info.mem_bytes,
+            node->info.compute_units, (unsigned long long)node->cache.bytes,
+            (unsigned long long)node->cache.hits, (unsigned long long)node->cache.misses,
+            node->queued);
   json_packages(b, node);
   sb_printf(b, "}");
 }
@@ -199,7 +154,7 @@ static void json_backends(sbuf *b, const dev_world *w) {
   const char *sep = "";
   for (const be_entry *e = be_registry(); e->name; e++) {
     char why[128];
-    int n = e->ops ? backend_devices(w, e->name) : 0;
+    int n = e->ops ? dev_backend_devices(w, e->name) : 0;
     sb_printf(b, "%s{\"name\":", sep);
     sb_json_str(b, e->name);
     sb_printf(b, ",\"built\":%s,\"devices\":%d", e->ops ? "true" : "false", n);
@@ -213,22 +168,11 @@ static void json_backends(sbuf *b, const dev_world *w) {
   sb_printf(b, "]");
 }
 
-int dev_status_pin_caches(const dev_world *w, const char *names[], pin_cache_stats st[], int max) {
-  int n = 0;
-  for (const be_entry *e = be_registry(); e->name && n < max; e++) {
-    if (e->ops == NULL || e->ops->pin_stats == NULL || devices_here(w, e->ops) == 0)
-      continue;
-    e->ops->pin_stats(&st[n]);
-    names[n++] = e->name;
-  }
-  return n;
-}
-
 /* The pin caches of backends that keep one and have devices here (process-wide counters). */
 static void json_pin_caches(sbuf *b, const dev_world *w) {
   const char *names[DEV_PIN_CACHES_MAX];
   pin_cache_stats st[DEV_PIN_CACHES_MAX];
-  int n = dev_status_pin_caches(w, names, st, DEV_PIN_CACHES_MAX);
+  int n = dev_pin_caches(w, names, st, DEV_PIN_CACHES_MAX);
   sb_printf(b, "\"pin_caches\":[");
   for (int i = 0; i < n; i++) {
     sb_printf(b, "%s{\"backend\":", i > 0 ? "," : "");
@@ -244,7 +188,7 @@ static void json_pin_caches(sbuf *b, const dev_world *w) {
   sb_printf(b, "]");
 }
 
-char *dev_status_json(dev_world *w, const dev_status_counts *c) {
+char *srv_status_json(dev_world *w, const srv_status_counts *c) {
   sbuf b = {0};
   accel_runtime_stats rs;
   accel_runtime_get_stats(w->rt, &rs);
@@ -265,8 +209,8 @@ char *dev_status_json(dev_world *w, const dev_status_counts *c) {
             "\"ops_completed\":%llu,\"ops_failed\":%llu,\"ops_in_flight\":%llu,"
             "\"frames_bad\":%llu,\"fault_injection\":%s,\"actors\":%llu,"
             "\"dead_letters\":%llu,\"busy_refusals\":%llu,\"actor_restarts\":%llu}",
-            (unsigned long long)dev_status_node_mem(w, DEV_HOST_NODE), c->connections, c->sessions,
-            (unsigned long long)live_buffers(w), (unsigned long long)c->ops_completed,
+            (unsigned long long)dev_node_mem_used(w, DEV_HOST_NODE), c->connections, c->sessions,
+            (unsigned long long)dev_live_buffers(w), (unsigned long long)c->ops_completed,
             (unsigned long long)c->ops_failed, (unsigned long long)c->ops_in_flight,
             (unsigned long long)c->frames_bad, w->fault_injection ? "true" : "false",
             (unsigned long long)rs.actors_live, (unsigned long long)rs.dead_letters,
@@ -279,27 +223,27 @@ char *dev_status_json(dev_world *w, const dev_status_counts *c) {
 static void text_device(sbuf *b, const dev_world *w, int n) {
   const dev_node *node = &w->nodes[n];
   char used[32], total[32];
-  sb_human_bytes(dev_status_node_mem(w, n), used, sizeof used);
+  sb_human_bytes(dev_node_mem_used(w, n), used, sizeof used);
   sb_human_bytes(node->info.mem_bytes, total, sizeof total);
   sb_printf(b, "device %d: %s (%s) %s, restarts %u, memory %s used of %s, %u units, kind %s\n",
-            node->device, node->info.name, node->be->name, state_name(node->state), node->restarts,
-            used, total, node->info.compute_units, kind_name(node->info.kind));
+            node->device, node->info.name, node->be->name, dev_node_state_name(node->state),
+            node->restarts, used, total, node->info.compute_units, kind_name(node->info.kind));
   text_packages(b, node);
 }
 
-char *dev_status_devices(dev_world *w) {
+char *srv_status_devices(dev_world *w) {
   sbuf b = {0};
   for (int n = 1; n < w->nnodes; n++)
     text_device(&b, w, n);
   for (const be_entry *e = be_registry(); e->name; e++) {
     char why[128];
-    if (e->ops == NULL || backend_devices(w, e->name) == 0)
+    if (e->ops == NULL || dev_backend_devices(w, e->name) == 0)
       sb_printf(&b, "%s: %s\n", e->name, backend_absence(e, why, sizeof why));
   }
   return sb_finish(&b);
 }
 
-char *dev_status_text(dev_world *w, const dev_status_counts *c) {
+char *srv_status_text(dev_world *w, const srv_status_counts *c) {
   sbuf b = {0};
   accel_runtime_stats rs;
   accel_runtime_get_stats(w->rt, &rs);
@@ -307,7 +251,7 @@ char *dev_status_text(dev_world *w, const dev_status_counts *c) {
             c->draining ? "draining" : "serving", (unsigned long long)(c->uptime_ms / 1000),
             (unsigned long long)(c->uptime_ms % 1000));
   sb_printf(&b, "clients: %u connections, %u sessions, %llu buffers\n", c->connections, c->sessions,
-            (unsigned long long)live_buffers(w));
+            (unsigned long long)dev_live_buffers(w));
   sb_printf(&b, "ops: %llu completed (%llu failed), %llu in flight\n",
             (unsigned long long)c->ops_completed, (unsigned long long)c->ops_failed,
             (unsigned long long)c->ops_in_flight);
@@ -318,7 +262,7 @@ char *dev_status_text(dev_world *w, const dev_status_counts *c) {
     text_device(&b, w, n);
   const char *names[DEV_PIN_CACHES_MAX];
   pin_cache_stats st[DEV_PIN_CACHES_MAX];
-  int npin = dev_status_pin_caches(w, names, st, DEV_PIN_CACHES_MAX);
+  int npin = dev_pin_caches(w, names, st, DEV_PIN_CACHES_MAX);
   for (int i = 0; i < npin; i++) {
     char pinned[32];
     sb_human_bytes(st[i].pinned_bytes, pinned, sizeof pinned);
@@ -349,11 +293,11 @@ static void tree_devices(sbuf *b, const dev_world *w) {
   for (int n = 1; n < w->nnodes; n++) {
     const dev_node *node = &w->nodes[n];
     sb_printf(b, "  device %d: %s (%s) %s, restarts %u\n", node->device, node->info.name,
-              node->be->name, state_name(node->state), node->restarts);
+              node->be->name, dev_node_state_name(node->state), node->restarts);
   }
 }
 
-char *dev_status_tree(accel_runtime *rt, const dev_world *w) {
+char *srv_status_tree(accel_runtime *rt, const dev_world *w) {
   sbuf b = {0};
   if (accel_runtime_walk(rt, tree_visit, &b) != 0) {
     rt_free(b.s);
@@ -382,7 +326,7 @@ static void tree_visit_json(const accel_actor_view *v, void *arg) {
   t->sep = ",";
 }
 
-char *dev_status_tree_json(accel_runtime *rt, const dev_world *w) {
+char *srv_status_tree_json(accel_runtime *rt, const dev_world *w) {
   sbuf b = {0};
   tree_json t = {&b, ""};
   sb_printf(&b, "{\"actors\":[");
@@ -397,7 +341,8 @@ char *dev_status_tree_json(accel_runtime *rt, const dev_world *w) {
     sb_json_str(&b, node->info.name);
     sb_printf(&b, ",\"backend\":");
     sb_json_str(&b, node->be->name);
-    sb_printf(&b, ",\"state\":\"%s\",\"restarts\":%u}", state_name(node->state), node->restarts);
+    sb_printf(&b, ",\"state\":\"%s\",\"restarts\":%u}", dev_node_state_name(node->state),
+              node->restarts);
   }
   sb_printf(&b, "]}");
   return sb_finish(&b);

@@ -1,5 +1,5 @@
 /* BLAS argument checks shared by every backend (see blas_args.h). */
-#include "backends/blas_args.h"
+#include "ops/blas_args.h"
 
 #include <math.h>
 #include <stddef.h>

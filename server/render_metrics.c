@@ -1,37 +1,20 @@
-/* acceld's metrics in the Prometheus text exposition format 0.0.4 (metrics.h): names in
+/* acceld's metrics in the Prometheus text exposition format 0.0.4 (render.h): names in
  * snake_case with the accel_ prefix, base units (seconds, bytes), counters ending in _total,
  * histograms as cumulative _bucket{le} series with _sum and _count. On the loop thread. */
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "actors/metrics.h"
+#include "server/render.h"
 
 #include "actors/device.h"
-#include "actors/sbuf.h"
+#include "actors/metrics.h"
+#include "actors/query.h"
+#include "server/sbuf.h"
 
 #define NODE_SLOTS DEV_METRICS_NODE_SLOTS
 #define STATUS_SLOTS DEV_METRICS_STATUS_SLOTS
 #define bucket_le dev_metrics_bucket_le
-
-static const char *const kind_names[DEV_OP_KIND_COUNT_] = {
-    [DEV_OP_WRITE] = "write",
-    [DEV_OP_READ] = "read",
-    [DEV_OP_COPY] = "copy",
-    [DEV_OP_FILL] = "fill",
-    [DEV_OP_GEMM] = "gemm",
-    [DEV_OP_AXPY] = "axpy",
-    [DEV_OP_DOT] = "dot",
-    [DEV_OP_RNG] = "rng",
-    [DEV_OP_UNARY] = "elementwise",
-    [DEV_OP_SOFTMAX] = "softmax",
-    [DEV_OP_BUFFER_CREATE] = "buffer_create",
-    [DEV_OP_BUFFER_DESTROY] = "buffer_destroy",
-    [DEV_OP_SCAL] = "scal",
-    [DEV_OP_MODULE_LOAD] = "module_load",
-    [DEV_OP_MODULE_UNLOAD] = "module_unload",
-    [DEV_OP_LAUNCH] = "launch",
-    [DEV_OP_COLLECTIVE] = "collective"};
 
 /* A label value: backslash, double quote and line feed escaped, as the format asks. */
 static void label_value(sbuf *b, const char *s) {
@@ -70,7 +53,7 @@ static void render_ops(sbuf *b, const dev_world *w, const dev_metrics *m) {
           continue;
         sb_printf(b, "accel_ops_total{");
         device_label(b, w, n);
-        sb_printf(b, ",kind=\"%s\",status=\"%s\"} %llu\n", kind_names[k],
+        sb_printf(b, ",kind=\"%s\",status=\"%s\"} %llu\n", dev_op_info_of(k)->label,
                   st == STATUS_SLOTS - 1 ? "UNKNOWN" : accel_err_name(-(int)st),
                   (unsigned long long)m->ops[n][k][st]);
       }
@@ -92,24 +75,19 @@ static void render_histogram(sbuf *b, const dev_world *w, const dev_metrics *m) 
         sb_printf(b, "accel_op_duration_seconds_bucket{");
         device_label(b, w, n);
         if (i < DEV_METRICS_BUCKETS)
-          sb_printf(b, ",kind=\"%s\",le=\"%g\"} %llu\n", kind_names[k], bucket_le[i],
+          sb_printf(b, ",kind=\"%s\",le=\"%g\"} %llu\n", dev_op_info_of(k)->label, bucket_le[i],
                     (unsigned long long)cum);
         else
-          sb_printf(b, ",kind=\"%s\",le=\"+Inf\"} %llu\n", kind_names[k], (unsigned long long)cum);
+          sb_printf(b, ",kind=\"%s\",le=\"+Inf\"} %llu\n", dev_op_info_of(k)->label,
+                    (unsigned long long)cum);
       }
       sb_printf(b, "accel_op_duration_seconds_sum{");
       device_label(b, w, n);
-      sb_printf(b, ",kind=\"%s\"} %.9f\naccel_op_duration_seconds_count{", kind_names[k],
+      sb_printf(b, ",kind=\"%s\"} %.9f\naccel_op_duration_seconds_count{", dev_op_info_of(k)->label,
                 m->sum_s[n][k]);
       device_label(b, w, n);
-      sb_printf(b, ",kind=\"%s\"} %llu\n", kind_names[k], (unsigned long long)cum);
+      sb_printf(b, ",kind=\"%s\"} %llu\n", dev_op_info_of(k)->label, (unsigned long long)cum);
     }
-}
-
-static const char *state_name(dev_node_state s) {
-  return s == DEV_NODE_SERVING      ? "serving"
-         : s == DEV_NODE_RESTARTING ? "restarting"
-                                    : "quarantined";
 }
 
 /* One gauge or counter with a value per device. */
@@ -122,7 +100,7 @@ static void per_device(sbuf *b, const dev_world *w, const char *name, const char
 }
 
 static uint64_t mem_used(const dev_world *w, int n) {
-  return dev_status_node_mem(w, n);
+  return dev_node_mem_used(w, n);
 }
 static uint64_t mem_total(const dev_world *w, int n) {
   return w->nodes[n].info.mem_bytes;
@@ -148,7 +126,7 @@ static void render_devices(sbuf *b, const dev_world *w) {
     label_value(b, node->be->name);
     sb_printf(b, "\",name=\"");
     label_value(b, node->info.name);
-    sb_printf(b, "\",state=\"%s\"} 1\n", state_name(node->state));
+    sb_printf(b, "\",state=\"%s\"} 1\n", dev_node_state_name(node->state));
   }
   per_device(b, w, "accel_device_memory_used_bytes", "gauge",
              "Bytes of buffer replicas on the device.", mem_used);
@@ -187,7 +165,7 @@ static void render_pin_caches(sbuf *b, const dev_world *w) {
   };
   pin_cache_stats st[DEV_PIN_CACHES_MAX];
   const char *names[DEV_PIN_CACHES_MAX];
-  int n = dev_status_pin_caches(w, names, st, DEV_PIN_CACHES_MAX);
+  int n = dev_pin_caches(w, names, st, DEV_PIN_CACHES_MAX);
   if (n == 0)
     return;
   for (size_t r = 0; r < sizeof rows / sizeof rows[0]; r++) {
@@ -218,38 +196,31 @@ static void render_bytes(sbuf *b, dev_world *w) {
               (unsigned long long)atomic_load(rows[i].v));
 }
 
-static uint64_t live_buffers(const dev_world *w) {
-  uint64_t n = 0;
-  RT_LIST_FOR_EACH(const dev_buffer, buf, &w->buffers, link)
-  n += !buf->destroyed;
-  return n;
-}
-
 static void gauge(sbuf *b, const char *name, const char *type, const char *help,
                   unsigned long long v) {
   header(b, name, type, help);
   sb_printf(b, "%s %llu\n", name, v);
 }
 
-static void render_server(sbuf *b, const dev_world *w, const dev_status_counts *c) {
+static void render_server(sbuf *b, const dev_world *w, const srv_status_counts *c) {
   header(b, "accel_build_info", "gauge", "acceld's version.");
   sb_printf(b, "accel_build_info{version=\"%s\"} 1\n", ACCEL_VERSION_STRING);
   gauge(b, "accel_up", "gauge",
         "1 while serving, 0 while draining or with every device "
         "quarantined (as /healthz).",
-        (unsigned long long)dev_metrics_healthy(w, c));
+        (unsigned long long)srv_metrics_healthy(w, c));
   gauge(b, "accel_uptime_seconds", "gauge", "Seconds since acceld started.",
         (unsigned long long)(c->uptime_ms / 1000));
   gauge(b, "accel_connections", "gauge", "Client connections open.", c->connections);
   gauge(b, "accel_sessions", "gauge", "Client sessions.", c->sessions);
-  gauge(b, "accel_buffers", "gauge", "Live buffers of every session.", live_buffers(w));
+  gauge(b, "accel_buffers", "gauge", "Live buffers of every session.", dev_live_buffers(w));
   gauge(b, "accel_ops_in_flight", "gauge", "Ops received and not finished.",
         (unsigned long long)c->ops_in_flight);
   gauge(b, "accel_frames_bad_total", "counter", "Malformed frames refused.",
         (unsigned long long)c->frames_bad);
 }
 
-char *dev_metrics_render(dev_world *w, const dev_status_counts *c) {
+char *srv_metrics_render(dev_world *w, const srv_status_counts *c) {
   sbuf b = {0};
   render_server(&b, w, c);
   render_devices(&b, w);
@@ -262,7 +233,7 @@ char *dev_metrics_render(dev_world *w, const dev_status_counts *c) {
   return sb_finish(&b);
 }
 
-int dev_metrics_healthy(const dev_world *w, const dev_status_counts *c) {
+int srv_metrics_healthy(const dev_world *w, const srv_status_counts *c) {
   if (c->draining)
     return 0;
   for (int n = 1; n < w->nnodes; n++)

@@ -1,0 +1,55 @@
+/* acceld's reports, rendered from the device world's answers (actors/query.h) and the
+ * server's own counters: `accelctl status|devices|tree` (render_status.c) and the Prometheus
+ * text of /metrics (render_metrics.c). Built on the loop thread; each returns one malloc'd
+ * NUL-terminated string that the caller frees, or NULL when out of memory. */
+#ifndef SRV_RENDER_H
+#define SRV_RENDER_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "actors/world.h"
+#include "runtime/attr.h"
+
+/* meson passes the project version; a build without it says so. */
+#ifndef ACCEL_VERSION_STRING
+#define ACCEL_VERSION_STRING "unknown"
+#endif
+
+/* What the world does not know: the server's own counters. */
+typedef struct srv_status_counts {
+  uint32_t connections;   /* client pipes open */
+  uint32_t sessions;      /* SessionActors alive */
+  uint64_t ops_completed; /* ops finished (any status) */
+  uint64_t ops_failed;    /* of which with an error */
+  uint64_t ops_in_flight; /* sent to a session, not finished */
+  uint64_t frames_bad;    /* malformed frames answered or dropped */
+  uint64_t uptime_ms;
+  bool draining; /* SIGTERM: finishing the ops in flight, refusing new ones */
+} srv_status_counts;
+
+/* One JSON object: devices (index, name, backend, state, restarts, mem_used, mem_total,
+ * compute_units, packages), backends, pin_caches (per backend that keeps one: pinned_bytes,
+ * ranges, hits, pins, pin_failed, refused, invalidated, evicted), host_mem_used, sessions,
+ * buffers, ops_*, dead_letters, ... `accelctl devices --json` prints its "devices" and
+ * "backends" members as they are. */
+RT_MUST_USE char *srv_status_json(dev_world *w, const srv_status_counts *c);
+/* The same, as a few lines of text for people. */
+RT_MUST_USE char *srv_status_text(dev_world *w, const srv_status_counts *c);
+/* Per device a line, then one with its op packages and their dtypes; then one line per
+ * backend that is not built or has no device, saying why. */
+RT_MUST_USE char *srv_status_devices(dev_world *w);
+/* The supervision tree, one actor per line, indented by depth, then every device with its
+ * state and restarts (a quarantined device has no actors left to show). */
+RT_MUST_USE char *srv_status_tree(accel_runtime *rt, const dev_world *w);
+/* The same as JSON: {"actors":[{name, state, depth, restarts_total, restarts_in_window,
+ * mailbox}] in tree order, "devices":[{index, name, backend, state, restarts}]}. */
+RT_MUST_USE char *srv_status_tree_json(accel_runtime *rt, const dev_world *w);
+
+/* The whole /metrics exposition: the world's op counters and histograms (actors/metrics.h),
+ * its gauges (device memory, states, restarts) and the server's counters `c`. */
+RT_MUST_USE char *srv_metrics_render(dev_world *w, const srv_status_counts *c);
+/* 1 while serving: not draining and some device not quarantined; else 0 (for /healthz). */
+int srv_metrics_healthy(const dev_world *w, const srv_status_counts *c);
+
+#endif
