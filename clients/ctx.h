@@ -99,10 +99,10 @@ void client_handle_free_locked(accel_ctx *ctx, uint32_t slot);
 /* Sends an op as it is, checked or not (send_op in ctx.c). */
 RT_MUST_USE int client_send(accel_ctx *ctx, dev_op *op, accel_future **f);
 
-/* Checks an envelope against the handle table and sends it; makes the future. On error the
- * op is freed and no future made. */
 /* The math accel_set_math chose for this thread's sgemms. */
 accel_math client_thread_math(void);
+/* Checks an envelope against the handle table and sends it; makes the future. On error the
+ * op is freed and no future made. */
 RT_MUST_USE int client_submit(accel_ctx *ctx, dev_op *op, accel_device dev, accel_future **f);
 
 /* An op the transport took has finished (any thread). */
