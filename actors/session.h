@@ -29,7 +29,7 @@ typedef struct dev_session_acct {
   accel_transfer_stats moved; /* bytes this session's ops moved (loop thread) */
 } dev_session_acct;
 
-/* Live sessions' counters summed, for status (loop thread). */
+/* Drops a reference to a; the last one frees it (loop thread). */
 void dev_session_acct_release(dev_session_acct *a);
 
 extern const accel_behavior dev_session_behavior;

@@ -239,7 +239,7 @@ typedef struct be_rng_pkg {
   uint32_t version; /* BE_RNG_VERSION */
   /* The dtypes UNIFORM and NORMAL fill on this device (BITS fills U32 everywhere). */
   uint32_t (*dtypes)(be_device *dev);
-  /* count elements of dtype from the Philox stream position r->offset (DESIGN.md, "Ops"). */
+  /* count elements of dtype from the Philox stream position r->offset (backends/cpu/philox.h). */
   int (*fill)(be_queue *q, uint32_t dtype, be_mem dst, size_t off, size_t count,
               const be_rng_args *r);
 } be_rng_pkg;

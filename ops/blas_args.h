@@ -21,8 +21,6 @@ typedef enum be_blas_trans {
   BE_BLAS_TRANS = 1     /* op(X) = X^T */
 } be_blas_trans;
 
-/* C = alpha * op(A) * op(B) + beta * C, with op(A) m x k, op(B) k x n, C m x n. The shape and
- * the scalars; buffers travel separately because each backend names them its own way. */
 /* The arithmetic of an sgemm: the device's default (FP32 unless opened with tf32), or forced. */
 typedef enum be_sgemm_math {
   BE_SGEMM_MATH_DEVICE = 0,
@@ -30,6 +28,8 @@ typedef enum be_sgemm_math {
   BE_SGEMM_MATH_TF32 /* tensor cores, 10-bit mantissa inputs; ACCEL_ENOTSUP where absent */
 } be_sgemm_math;
 
+/* C = alpha * op(A) * op(B) + beta * C, with op(A) m x k, op(B) k x n, C m x n. The shape and
+ * the scalars; buffers travel separately because each backend names them its own way. */
 typedef struct be_sgemm_args {
   be_blas_trans trans_a, trans_b;
   int64_t m, n, k;

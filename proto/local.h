@@ -3,7 +3,7 @@
  * A local connection is a Unix stream socket carrying whole frames back to back: a frame is
  * self-delimiting (its header's body_len), so the stream needs no framing of its own and no
  * routing header. This replaces nng 1.5.2's ipc:// transport, which one stray connect can lock
- * and dying clients can wedge (docs/ARCHITECTURE.md, "The local transport"). The socket
+ * and dying clients can wedge (docs/DECISIONS.md, "A local transport of our own"). The socket
  * also carries descriptors (SCM_RIGHTS) for the shared-memory data plane.
  *
  * Blocking calls for clients (libaccel's remote transport, accelctl, tests); thread-safe as

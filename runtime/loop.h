@@ -10,6 +10,8 @@
 
 #include "accel/runtime.h"
 
+/* The loop, for in-tree actors that own libuv handles (the daemon's server): loop thread
+ * only; such handles must be closed in the actor's stop hook. */
 uv_loop_t *rt_uv_loop(accel_runtime *rt);
 /* Whether the calling thread runs some runtime's loop (or spawns on it before it runs). */
 bool rt_on_a_loop(void);

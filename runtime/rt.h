@@ -206,8 +206,6 @@ void rt_future_pool_close(void);
 /* timer.c */
 void rt_timers_stop_all(accel_actor *cell);
 
-/* The loop, for in-tree actors that own libuv handles (the daemon's server): loop thread
- * only; such handles must be closed in the actor's stop hook. */
 /* rt_uv_loop: runtime/loop.h */
 
 /* log.c */

@@ -170,7 +170,6 @@ void srv_shm_free_all(srv_server *s, srv_conn *c);
 /* SRV_MSG_SHM_REGISTERED: a region's registration for DMA finished (data: its job). */
 void srv_shm_registered(srv_server *s, void *data);
 
-/* server_io.c: nng <-> the loop */
 /* server_clients.c: the client sessions, as text (a table) or a JSON array of objects;
  * malloc'd, NULL when out of memory. */
 RT_MUST_USE char *srv_clients_report(srv_server *s, bool json);
@@ -184,6 +183,7 @@ srv_status_counts srv_counts(srv_server *s);
  * limits of args->metrics; 0 or an accel error (logged); stop is idempotent. */
 RT_MUST_USE int srv_http_start(srv_server *s, const char *url);
 void srv_http_stop(srv_server *s);
+/* server_io.c: nng <-> the loop */
 RT_MUST_USE int srv_io_start(srv_server *s);
 /* Sets the nng socket's receive size limit for frames of max_message bytes; an nng error. */
 RT_MUST_USE int srv_set_recv_limit(srv_server *s, uint32_t max_message);
@@ -192,10 +192,10 @@ void srv_io_close(srv_server *s);
 void srv_send(srv_server *s, nng_msg *m);
 
 /* server_out.c: a connection's output (batching, the ack window) */
-/* Queues a reply (taken) for the connection; it leaves at the end of this loop iteration. */
 /* Makes room in the connection's output for a request's reply before it is taken
  * (server_out.c); ACCEL_ENOMEM: answer the request ACCEL_ENOMEM (room for that is kept). */
 int srv_out_reserve(srv_server *s, srv_conn *c);
+/* Queues a reply (taken) for the connection; it leaves at the end of this loop iteration. */
 void srv_conn_send(srv_server *s, srv_conn *c, nng_msg *m);
 void srv_conn_ack(srv_server *s, srv_conn *c, uint32_t received);
 /* A status-only reply made from nothing (no request message to reuse). */

@@ -1,6 +1,7 @@
 /* An independent Philox4x32-10 for tests, written from its definition (Random123; cuRAND's
- * device-API stream convention, DESIGN.md "Ops"). tests/api/rng.c checks it against Random123's
- * known-answer vectors; other tests use it as the reference of accel_rng_fill's bits. */
+ * device-API stream convention: backends/cpu/philox.h). tests/api/rng.c checks it
+ * against Random123's known-answer vectors; other tests use it as the reference of
+ * accel_rng_fill's bits. */
 #ifndef ACCEL_TESTS_PHILOX_REF_H
 #define ACCEL_TESTS_PHILOX_REF_H
 

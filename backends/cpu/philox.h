@@ -1,4 +1,4 @@
-/* Philox4x32-10 on the CPU, in cuRAND's device-API stream convention (DESIGN.md "Ops").
+/* Philox4x32-10 on the CPU, in cuRAND's device-API stream convention (defined below).
  *
  * The stream for a 64-bit seed s is an array of 32-bit words indexed from 0. Word j is word
  * (j mod 4) of philox4x32_10(counter = {q mod 2^32, q >> 32, 0, 0}, key = {s mod 2^32, s >> 32})

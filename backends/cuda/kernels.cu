@@ -4,7 +4,7 @@
  *
  * Every kernel runs a grid-stride loop over 64-bit indices, so any grid covers any size.
  * Results follow the cpu backend's formulas (backends/cpu/): RNG bits and uniforms bit for bit
- * (Philox4x32-10 in cuRAND's device-API stream convention, DESIGN.md "Ops"), the rest within
+ * (Philox4x32-10 in cuRAND's device-API stream convention, backends/cpu/philox.h), the rest within
  * the float error of the operation.
  */
 #include <cuda_bf16.h>

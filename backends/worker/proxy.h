@@ -170,9 +170,9 @@ bool bw_link_send(bw_link *l, uint16_t type, uint64_t tag, const void *a, size_t
 /* Creates an object of kind k on device d's worker (type: BW_Q_CREATE, BW_EV_CREATE): its id in
  * *id; ACCEL_EDEVLOST if the worker is gone (the id is given back). */
 int bw_link_create(bw_link *l, uint32_t dev, bw_kind k, uint16_t type, uint64_t *id);
+typedef int (*bw_compile_fn)(void *arg, const char *target, void **answer, size_t *len);
 /* A call and its reply: 0 with the reply's body (malloc'd: the caller frees) in *body, or
  * ACCEL_EDEVLOST. compile (may be NULL): how to answer a BW_COMPILE on the way. */
-typedef int (*bw_compile_fn)(void *arg, const char *target, void **answer, size_t *len);
 int bw_link_call(bw_link *l, uint16_t type, const void *a, size_t alen, const void *b, size_t blen,
                  const void *c, size_t clen, void **body, uint32_t *body_len, bw_compile_fn compile,
                  void *compile_arg);

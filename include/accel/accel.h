@@ -46,9 +46,10 @@ typedef enum accel_dist {
   ACCEL_DIST_NORMAL = 2   /* f32, Box-Muller over word pairs (offset must be even) */
 } accel_dist;
 
-/* Random fills (accel_rng_fill): Philox4x32-10 in cuRAND's stream convention (DESIGN.md,
- * "Ops"); the same (seed, offset, count) gives the same bits on every device, whatever the
- * split into ops. The output's type is the buffer's:
+/* Random fills (accel_rng_fill): Philox4x32-10 in cuRAND's stream convention (word i of the
+ * stream is what the (i+1)-th curand() returns after curand_init(seed, 0, 0, &state)); the
+ * same (seed, offset, count) gives the same bits on every device, whatever the split into
+ * ops. The output's type is the buffer's:
  *   BITS     into U32: word i of the stream.
  *   UNIFORM  into F32: u * 2^-32 + 2^-33 of word i (cuRAND's curand_uniform), in (0, 1];
  *            into F16 / BF16: that f32 rounded to nearest even (tiny values may become 0 in

@@ -1,6 +1,6 @@
 /* api-coherence: buffers live on several memory nodes and data moves only when an op needs it
- * where it is not valid (DESIGN.md "Buffers and coherence"). Every test asserts the transfer
- * counters (accel_transfer_stats_get) exactly, as deltas over a fresh context:
+ * where it is not valid (docs/ARCHITECTURE.md "Buffers and coherence"). Every test asserts the
+ * transfer counters (accel_transfer_stats_get) exactly, as deltas over a fresh context:
  *   host_to_device / device_to_host / device_to_device  bytes between memory nodes
  *   written / read                                        bytes from / to the caller's memory
  * Between two devices of a backend with peer copies (cpu, cuda) the data moves once, device to

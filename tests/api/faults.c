@@ -1,4 +1,4 @@
-/* api-faults: device faults through the test-only fault injection (DESIGN.md "Faults").
+/* api-faults: device faults through the test-only fault injection (docs/ARCHITECTURE.md "Faults").
  *
  *   - without fault_injection=1 in the URL, accel_inject_fault is refused (ACCEL_EPERM);
  *   - with ops in flight, a fault completes every one of them with ACCEL_EDEVLOST or success

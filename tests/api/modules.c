@@ -583,7 +583,7 @@ TEST(built_code_is_cached) {
  * never ends by itself (the context's destruction stops it). OpenCL cannot stop a running
  * kernel: there it runs a few seconds and ends on its own, after the device has moved on. */
 TEST(a_kernel_past_its_deadline_is_stopped) {
-  if (test_lang()->source != ACCEL_SOURCE_CUDA) /* see docs/ARCHITECTURE.md, "Deadlines" */
+  if (test_lang()->source != ACCEL_SOURCE_CUDA) /* see docs/DECISIONS.md, "Deadlines" */
     TEST_SKIP("OpenCL cannot stop a running kernel; its abandon-on-deadline path is not yet "
               "reliable enough on PoCL to test (a run sometimes completes first); cuda run");
   SETUP(fx);

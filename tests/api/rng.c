@@ -1,5 +1,5 @@
 /* api-rng: accel_rng_fill against an independent Philox4x32-10 written here from its
- * definition (DESIGN.md "Ops": cuRAND's device-API stream convention), itself checked against
+ * definition (backends/cpu/philox.h: cuRAND's device-API stream convention), itself checked against
  * Random123's known-answer vectors. Random seeds, offsets (every residue mod 4, across the
  * 2^32-block carry into the counter's second word) and sizes each run; the seed is printed and
  * ACCEL_TEST_SEED=<seed> replays it.

@@ -103,7 +103,7 @@ static void ref_philox(const uint32_t in[4], const uint32_t key[2], uint32_t out
   memcpy(out, x, sizeof x);
 }
 
-/* Word offset + i of the stream for `seed`, by the DESIGN.md definition. The index is split
+/* Word offset + i of the stream for `seed`, as backends/cpu/philox.h defines it. The index is split
  * into (block, word) first so that offsets near 2^64 do not wrap: the stream goes on past word
  * 2^64 - 1 into block 2^62, as cuRAND's 128-bit counter does. */
 static uint32_t ref_word(uint64_t seed, uint64_t offset, uint64_t i) {

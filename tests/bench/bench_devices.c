@@ -1,7 +1,7 @@
 /* accel — benchmarks of the device API (embedded mode, CPU backend).
  *
  * Every figure is a ratio against a peer measured in the same run, because the machines are
- * shared and noisy (docs/PERFORMANCE.md, DESIGN.md "Measured floors"). Inputs are random,
+ * shared and noisy (docs/PERFORMANCE.md, docs/DECISIONS.md "Measured floors"). Inputs are random,
  * never zeros. Each benchmark runs warm-up work first, then `reps` measured repetitions in which
  * accel and its peer alternate (so that noise hits both alike); tables report medians.
  *

@@ -1,7 +1,7 @@
 /* accel — benchmarks of the actor runtime.
  *
  * Every figure is compared with a floor measured in the same run, because the machines are
- * shared and noisy (docs/PERFORMANCE.md, DESIGN.md "Measured floors"):
+ * shared and noisy (docs/PERFORMANCE.md, docs/DECISIONS.md "Measured floors"):
  *
  *   1. same-loop tell -> receive throughput: a producer actor tells a consumer actor on the
  *      same loop M messages, window flow control (the consumer acks every capacity/4 messages,

@@ -4,7 +4,7 @@
  * The workload: P independent products C_i = A_i B_i (n x n, F32), then accel_finish. "one":
  * every sgemm names GPU 0. "any": every sgemm on ACCEL_DEVICE_ANY, which places it where its
  * inputs are and, with them on the host, on the GPU with the shortest queue
- * (docs/ARCHITECTURE.md, "Placement"). Two rows:
+ * (docs/DECISIONS.md, "Placement"). Two rows:
  *   - inputs resident: the pairs were written once, before the timing; each side has its own
  *     buffers, so "one" finds them all on GPU 0 and "any" each pair where its first product
  *     ran (spread by queue length, then kept there by data): products only;
