@@ -205,14 +205,14 @@ typedef struct be_ops {
  * A package is a versioned table of ops a backend provides or not (parenchyma's extension
  * packages); each is served by its own kernel actor of the device. Kernels: offsets and counts
  * in elements of the buffers' dtype (accel_dtype values); arguments were checked by the caller
- * against the buffers (blas_args.h, actors/check.c); backends check again what they rely on.
+ * against the buffers (ops/blas_args.h, ops/check.c); backends check again what they rely on.
  * A dtype or combination the device does not run is ACCEL_ENOTSUP, from the submit call, and
  * the `supports`/`dtypes` entries say so beforehand (any thread, never block), so that
  * placement and `accelctl devices` need not try. */
 
 #define BE_BLAS_VERSION 1u
 #define BE_RNG_VERSION 1u
-#define BE_NN_VERSION 1u
+#define BE_NN_VERSION 2u
 #define BE_MODULE_VERSION 1u
 #define BE_COLL_VERSION 1u
 
@@ -253,6 +253,11 @@ typedef struct be_nn_pkg {
   /* Row-wise softmax of a rows x cols row-major matrix. */
   int (*softmax)(be_queue *q, uint32_t dtype, be_mem dst, size_t dst_off, be_mem src,
                  size_t src_off, size_t rows, size_t cols);
+  /* dst = a op b element-wise over g->rows x g->cols, the inputs broadcast by their strides
+   * (ops/args.h); arithmetic in the dtype (F32 for F16 and BF16), rounded once. dst may be
+   * an input only where that input is read in step (strides (cols, 1)). */
+  int (*binary)(be_queue *q, uint32_t dtype, const be_binary_args *g, be_mem dst, size_t dst_off,
+                be_mem a, size_t a_off, be_mem b, size_t b_off);
 } be_nn_pkg;
 
 /* ---- user kernels (the `module` package) ----------------------------------------------------

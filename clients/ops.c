@@ -293,6 +293,31 @@ static int elementwise(accel_ctx *ctx, accel_device dev, uint32_t kind, be_unary
   return client_submit(ctx, call, dev, f);
 }
 
+_Static_assert((int)ACCEL_ADD == (int)BE_ADD && (int)ACCEL_MINIMUM == (int)BE_MINIMUM,
+               "accel_binary_op is be_binary_op");
+
+int accel_binary(accel_ctx *ctx, accel_device dev, accel_binary_op bop, accel_buffer dst,
+                 size_t rows, size_t cols, accel_buffer a, accel_strides a_strides, accel_buffer b,
+                 accel_strides b_strides, accel_future **f) {
+  if ((unsigned)bop > BE_BINARY_OP_LAST)
+    return ACCEL_EINVAL;
+  dev_call *call = ctx ? new_call(ctx, DEV_OP_BINARY) : NULL;
+  if (call == NULL)
+    return ctx ? ACCEL_ENOMEM : ACCEL_EINVAL;
+  dev_op *op = &call->op;
+  op->u.binary = (be_binary_args){.op = (be_binary_op)bop,
+                                  .rows = rows,
+                                  .cols = cols,
+                                  .a_rs = a_strides.row,
+                                  .a_cs = a_strides.col,
+                                  .b_rs = b_strides.row,
+                                  .b_cs = b_strides.col};
+  add_buf(op, dst, 0, 0);
+  add_buf(op, a, 0, 0);
+  add_buf(op, b, 0, 0);
+  return client_submit(ctx, call, dev, f);
+}
+
 int accel_sigmoid(accel_ctx *ctx, accel_device dev, accel_buffer dst, accel_buffer src,
                   accel_future **f) {
   return elementwise(ctx, dev, DEV_OP_UNARY, BE_SIGMOID, dst, src, 0, 0, f);

@@ -9,6 +9,40 @@
 
 typedef enum be_unary_op { BE_SIGMOID = 0, BE_RELU, BE_TANH } be_unary_op;
 
+/* Element-wise functions of two inputs. MAXIMUM and MINIMUM propagate NaN (as numpy's
+ * maximum and minimum do). */
+typedef enum be_binary_op {
+  BE_ADD = 0,
+  BE_SUB,
+  BE_MUL,
+  BE_DIV,
+  BE_MAXIMUM,
+  BE_MINIMUM
+} be_binary_op;
+#define BE_BINARY_OP_LAST BE_MINIMUM
+
+/* dst, a rows x cols row-major matrix (contiguous), = a op b element-wise, where each input's
+ * element (r, c) lies r * rs + c * cs elements from its start. A stride of 0 repeats the input
+ * along that dimension, as numpy broadcasts: (0, 0) a scalar, (0, 1) a row, (1, 0) a column;
+ * (cols, 1) is a whole matrix, (1, rows) its transpose. */
+typedef struct be_binary_args {
+  be_binary_op op;
+  uint64_t rows, cols;
+  uint64_t a_rs, a_cs; /* a's strides, in elements */
+  uint64_t b_rs, b_cs; /* b's */
+} be_binary_args;
+
+/* The elements an input with strides (rs, cs) spans: 0 for an empty dst, UINT64_MAX where
+ * that would not fit (never a valid buffer). rows * cols must fit (the checker's). */
+static inline uint64_t be_binary_span(const be_binary_args *g, uint64_t rs, uint64_t cs) {
+  if (g->rows == 0 || g->cols == 0)
+    return 0;
+  uint64_t r = g->rows - 1, c = g->cols - 1;
+  if ((rs != 0 && r > UINT64_MAX / 4 / rs) || (cs != 0 && c > UINT64_MAX / 4 / cs))
+    return UINT64_MAX;
+  return r * rs + c * cs + 1;
+}
+
 typedef enum be_rng_dist { BE_RNG_BITS = 0, BE_RNG_UNIFORM, BE_RNG_NORMAL } be_rng_dist;
 
 typedef struct be_rng_args {

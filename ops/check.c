@@ -200,6 +200,36 @@ static int check_softmax(dev_op *op, const dev_buf_info *b) {
   return 0;
 }
 
+static int shape_binary(const dev_op *op) {
+  const be_binary_args *g = &op->u.binary;
+  if (g->op > BE_BINARY_OP_LAST || (g->cols != 0 && g->rows > UINT64_MAX / g->cols))
+    return ACCEL_EINVAL;
+  return 0;
+}
+
+/* Strides that read element i where dst writes element i. */
+static bool binary_in_step(const be_binary_args *g, uint64_t rs, uint64_t cs) {
+  return (g->rows <= 1 || rs == g->cols) && (g->cols <= 1 || cs == 1);
+}
+
+/* dst may be an input only where that input is read in step with the writes (in place). */
+static int check_binary(dev_op *op, const dev_buf_info *b) {
+  const be_binary_args *g = &op->u.binary;
+  uint64_t n = g->rows * g->cols; /* checked by the shape */
+  uint64_t ea = be_binary_span(g, g->a_rs, g->a_cs), eb = be_binary_span(g, g->b_rs, g->b_cs);
+  if (n > b[0].count || ea > b[1].count || eb > b[2].count)
+    return ACCEL_EINVAL;
+  bool in_a = op->bufs[0].handle == op->bufs[1].handle;
+  bool in_b = op->bufs[0].handle == op->bufs[2].handle;
+  if ((in_a && !binary_in_step(g, g->a_rs, g->a_cs)) ||
+      (in_b && !binary_in_step(g, g->b_rs, g->b_cs)))
+    return ACCEL_EINVAL;
+  set_access(op, 0, in_a || in_b ? DEV_RW : DEV_WRITE_ALL, 0, n);
+  set_access(op, 1, DEV_READ, 0, ea);
+  set_access(op, 2, DEV_READ, 0, eb);
+  return 0;
+}
+
 /* ---- user kernels ---- */
 
 static int shape_module_load(const dev_op *op) {

@@ -112,7 +112,8 @@ typedef struct dev_op {
     } unary; /* bufs: dst, src */
     struct {
       uint64_t rows, cols;
-    } softmax; /* bufs: dst, src */
+    } softmax;             /* bufs: dst, src */
+    be_binary_args binary; /* bufs: dst, a, b */
     struct {
       uint32_t dtype;
     } create;           /* bufs[0]: handle, count */

@@ -42,7 +42,8 @@
   X(MODULE_LOAD,    module_load,    "module_load",    1,   ANY,   CORE,       MEM,  SESSION)  \
   X(MODULE_UNLOAD,  module_unload,  "module_unload",  1,   ANY,   CORE,       MEM,  SESSION)  \
   X(LAUNCH,         launch,         "launch",         OWN, ANY,   MODULE,     MOD,  TASK)     \
-  X(COLLECTIVE,     collective,     "collective",     OWN, FLOAT, COLLECTIVE, COLL, TASK)
+  X(COLLECTIVE,     collective,     "collective",     OWN, FLOAT, COLLECTIVE, COLL, TASK)     \
+  X(BINARY,         binary,         "binary",         3,   FLOAT, NN,         NN,   TASK)
 /* clang-format on */
 
 #endif

@@ -213,6 +213,32 @@ static void put_collective(proto_out *o, const dev_op *op, size_t data_len) {
     put_i32(o, op->u.coll.devices[i]);
 }
 
+static void put_binary(proto_out *o, const dev_op *op, size_t data_len) {
+  const be_binary_args *g = &op->u.binary;
+  put_u32(o, g->op);
+  put_u32(o, 0);
+  put_u64(o, g->rows);
+  put_u64(o, g->cols);
+  put_u64(o, g->a_rs);
+  put_u64(o, g->a_cs);
+  put_u64(o, g->b_rs);
+  put_u64(o, g->b_cs);
+}
+
+static uint64_t get_binary(reader *r, dev_op *op, proto_bytes *options) {
+  be_binary_args *g = &op->u.binary;
+  uint32_t f = get_u32(r);
+  g->op = f <= BE_BINARY_OP_LAST ? (be_binary_op)f : (r->bad = true, BE_ADD);
+  get_u32(r);
+  g->rows = get_u64(r);
+  g->cols = get_u64(r);
+  g->a_rs = get_u64(r);
+  g->a_cs = get_u64(r);
+  g->b_rs = get_u64(r);
+  g->b_cs = get_u64(r);
+  return 0;
+}
+
 /* Enums here; the rest by the checker (dev_op_check_shape). */
 static uint64_t get_collective(reader *r, dev_op *op, proto_bytes *options) {
   op->u.coll.kind = get_u32(r);

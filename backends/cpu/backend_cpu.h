@@ -55,5 +55,7 @@ int be_cpu_submit_unary(be_queue *q, uint32_t dtype, be_unary_op op, be_mem dst,
                         be_mem src, size_t src_off, size_t count);
 int be_cpu_submit_softmax(be_queue *q, uint32_t dtype, be_mem dst, size_t dst_off, be_mem src,
                           size_t src_off, size_t rows, size_t cols);
+int be_cpu_submit_binary(be_queue *q, uint32_t dtype, const be_binary_args *g, be_mem dst,
+                         size_t dst_off, be_mem a, size_t a_off, be_mem b, size_t b_off);
 
 #endif

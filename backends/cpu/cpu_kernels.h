@@ -107,4 +107,9 @@ int be_cpu_softmax_f32(float *y, const float *x, size_t rows, size_t cols);
 int be_cpu_unary(uint32_t dtype, be_unary_op op, void *y, const void *x, size_t n);
 int be_cpu_softmax(uint32_t dtype, void *y, const void *x, size_t rows, size_t cols);
 
+/* dst = a op b over g->rows x g->cols, the inputs read at their strides (binary.c); the same
+ * dtypes, F16 and BF16 computed in f32 and rounded once. ACCEL_EINVAL for an unknown op,
+ * ACCEL_ENOTSUP for another dtype. */
+int be_cpu_binary(uint32_t dtype, const be_binary_args *g, void *dst, const void *a, const void *b);
+
 #endif

@@ -62,6 +62,9 @@ int be_cpu_item_run(const be_cpu_item *it) {
   case BE_CPU_SOFTMAX:
     return be_cpu_softmax(it->u.softmax.dtype, it->u.softmax.dst, it->u.softmax.src,
                           it->u.softmax.rows, it->u.softmax.cols);
+  case BE_CPU_BINARY:
+    return be_cpu_binary(it->u.binary.dtype, &it->u.binary.g, it->u.binary.dst, it->u.binary.a,
+                         it->u.binary.b);
   case BE_CPU_COLLECTIVE:
     return be_cpu_collective_run(it);
   case BE_CPU_CALLBACK:
@@ -92,6 +95,8 @@ bool be_cpu_item_tiny(const be_cpu_item *it) {
     return it->u.vec.n <= TINY_ELEMENTS;
   case BE_CPU_UNARY:
     return it->u.unary.count <= TINY_ELEMENTS;
+  case BE_CPU_BINARY:
+    return it->u.binary.g.rows * it->u.binary.g.cols <= TINY_ELEMENTS;
   default:
     return false;
   }

@@ -36,6 +36,7 @@ typedef enum be_cpu_item_kind {
   BE_CPU_RNG,
   BE_CPU_UNARY,
   BE_CPU_SOFTMAX,
+  BE_CPU_BINARY,
   BE_CPU_COLLECTIVE,
 } be_cpu_item_kind;
 
@@ -99,6 +100,12 @@ typedef struct be_cpu_item {
       size_t rows, cols;
       uint32_t dtype;
     } softmax;
+    struct {
+      void *dst;
+      const void *a, *b;
+      uint32_t dtype;
+      be_binary_args g;
+    } binary;
     struct { /* every device's memory is host memory: one item does the whole collective */
       uint32_t kind, dtype, reduce, root, ndev;
       size_t count;

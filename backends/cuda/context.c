@@ -67,6 +67,7 @@ static const char *const fn_names[BE_FN_COUNT] = {
     BE_FN_ROW_(BE_FN_TANH, "be_tanh"),
     BE_FN_ROW_(BE_FN_SOFTMAX, "be_softmax"),
     BE_FN_ROW_(BE_FN_SCALE, "be_scale"),
+    BE_FN_ROW_(BE_FN_BINARY, "be_binary"),
 #undef BE_FN_ROW_
     [BE_FN_NULL] = "be_null",
     [BE_FN_FAULT] = "be_fault",

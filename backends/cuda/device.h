@@ -66,7 +66,8 @@ typedef enum be_cuda_fn {
   BE_FN_TANH = BE_FN_RELU + 4,
   BE_FN_SOFTMAX = BE_FN_TANH + 4,
   BE_FN_SCALE = BE_FN_SOFTMAX + 4,
-  BE_FN_NULL = BE_FN_SCALE + 4,
+  BE_FN_BINARY = BE_FN_SCALE + 4,
+  BE_FN_NULL = BE_FN_BINARY + 4,
   BE_FN_FAULT,
   BE_FN_COUNT
 } be_cuda_fn;
@@ -354,6 +355,8 @@ int be_cuda_unary(be_queue *q, uint32_t dtype, be_unary_op op, be_mem dst, size_
                   be_mem src, size_t src_off, size_t count);
 int be_cuda_softmax(be_queue *q, uint32_t dtype, be_mem dst, size_t dst_off, be_mem src,
                     size_t src_off, size_t rows, size_t cols);
+int be_cuda_binary(be_queue *q, uint32_t dtype, const be_binary_args *g, be_mem dst, size_t dst_off,
+                   be_mem a, size_t a_off, be_mem b, size_t b_off);
 /* C_b = beta C_b for gemm's batch of m x n matrices of c_type (kernels.c), when A and B are
  * not read. */
 int be_cuda_scale(be_queue *q, uint32_t c_type, CUdeviceptr c, const be_gemm_args *g);

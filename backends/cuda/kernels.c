@@ -221,6 +221,35 @@ int be_cuda_softmax(be_queue *q, uint32_t dtype, be_mem dst, size_t dst_off, be_
   return launch(q, BE_FN_SOFTMAX + slot, (unsigned)(r64 < cap ? r64 : cap), args);
 }
 
+/* SIZE_MAX where an input's span does not fit: be_cuda_span refuses it. */
+static size_t binary_span(const be_binary_args *g, uint64_t rs, uint64_t cs) {
+  uint64_t n = be_binary_span(g, rs, cs);
+  return n > SIZE_MAX ? SIZE_MAX : (size_t)n;
+}
+
+/* Grid-stride over dst's elements; the op is an argument (one kernel per type). */
+int be_cuda_binary(be_queue *q, uint32_t dtype, const be_binary_args *g, be_mem dst, size_t dst_off,
+                   be_mem a, size_t a_off, be_mem b, size_t b_off) {
+  if (g->op > BE_BINARY_OP_LAST || (g->cols != 0 && g->rows > SIZE_MAX / g->cols))
+    return ACCEL_EINVAL;
+  CUdeviceptr d = 0, pa = 0, pb = 0;
+  int slot = 0;
+  int rc = nn_type(dtype, &slot);
+  size_t es = be_cuda_esize(dtype), n = g->rows * g->cols;
+  if (rc == 0)
+    rc = be_cuda_span(dst, dst_off, n, es, &d);
+  if (rc == 0)
+    rc = be_cuda_span(a, a_off, binary_span(g, g->a_rs, g->a_cs), es, &pa);
+  rc = ready(q, rc != 0 ? rc : be_cuda_span(b, b_off, binary_span(g, g->b_rs, g->b_cs), es, &pb));
+  if (rc != 0 || n == 0)
+    return rc;
+  int32_t op = (int32_t)g->op;
+  uint64_t rows = g->rows, cols = g->cols, ars = g->a_rs, acs = g->a_cs, brs = g->b_rs,
+           bcs = g->b_cs;
+  void *args[] = {&d, &pa, &pb, &op, &rows, &cols, &ars, &acs, &brs, &bcs};
+  return launch(q, BE_FN_BINARY + slot, grid_for(q->dev, n), args);
+}
+
 /* beta travels as the kernel's compute type: double for F64, float for the others. */
 int be_cuda_scale(be_queue *q, uint32_t c_type, CUdeviceptr c, const be_gemm_args *g) {
   int slot = be_cuda_slot(c_type);

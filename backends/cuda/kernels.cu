@@ -435,6 +435,48 @@ template <int OP, typename T> __device__ void unary(T *dst, const T *src, uint64
 
 BE_PER_TYPE(BE_UNARY)
 
+/* Element-wise of two inputs, broadcast by their strides (ops/args.h be_binary_args). The op
+ * is uniform across the grid, so its switch never diverges. MAXIMUM and MINIMUM propagate NaN,
+ * as the cpu backend's (and numpy's) do. */
+enum { OP_ADD = 0, OP_SUB, OP_MUL, OP_DIV, OP_MAXIMUM, OP_MINIMUM };
+
+template <typename C> __device__ __forceinline__ C apply2(int op, C x, C y) {
+  switch (op) {
+  case OP_ADD:
+    return x + y;
+  case OP_SUB:
+    return x - y;
+  case OP_MUL:
+    return x * y;
+  case OP_DIV:
+    return x / y;
+  case OP_MAXIMUM:
+    return x > y || x != x ? x : y;
+  default:
+    return x < y || x != x ? x : y;
+  }
+}
+
+template <typename T>
+__device__ void binary(T *dst, const T *a, const T *b, int op, uint64_t rows, uint64_t cols,
+                       uint64_t ars, uint64_t acs, uint64_t brs, uint64_t bcs) {
+  uint64_t n = rows * cols, stride = (uint64_t)gridDim.x * blockDim.x;
+  for (uint64_t i = blockIdx.x * (uint64_t)blockDim.x + threadIdx.x; i < n; i += stride) {
+    uint64_t r = i / cols, c = i - r * cols;
+    dst[i] = elem<T>::store(
+        apply2(op, elem<T>::load(a[r * ars + c * acs]), elem<T>::load(b[r * brs + c * bcs])));
+  }
+}
+
+#define BE_BINARY(sfx, T)                                                                          \
+  extern "C" __global__ void be_binary##sfx(T *dst, const T *a, const T *b, int op, uint64_t rows, \
+                                            uint64_t cols, uint64_t ars, uint64_t acs,             \
+                                            uint64_t brs, uint64_t bcs) {                          \
+    binary(dst, a, b, op, rows, cols, ars, acs, brs, bcs);                                         \
+  }
+
+BE_PER_TYPE(BE_BINARY)
+
 template <typename T> __device__ __forceinline__ T warp_max(T v) {
 #pragma unroll
   for (int o = 16; o > 0; o /= 2) {

@@ -7,7 +7,8 @@
  *   axpy, dot, scal   F32 and F64 (F16 and BF16: ACCEL_ENOTSUP: no accumulation type is
  *                 defined for them yet);
  *   rng           bits into U32; uniform and normal into F32, F64, F16, BF16;
- *   nn            sigmoid, relu, tanh and row-wise softmax in F32, F64, F16, BF16.
+ *   nn            sigmoid, relu, tanh, row-wise softmax and the broadcasting binary ops in
+ *                 F32, F64, F16, BF16.
  * The `supports`/`dtypes` entries say the same. */
 #include "accel/error.h"
 #include "backends/cuda/backend_cuda.h"
@@ -51,6 +52,7 @@ const be_nn_pkg be_cuda_nn = {
     .version = BE_NN_VERSION,
     .dtypes = cuda_floats,
     .unary = be_cuda_unary,
+    .binary = be_cuda_binary,
     .softmax = be_cuda_softmax,
 };
 

@@ -51,7 +51,8 @@ typedef enum be_ocl_fn {
   BE_OCL_TANH = BE_OCL_RELU + 4,
   BE_OCL_SOFTMAX = BE_OCL_TANH + 4,
   BE_OCL_SCALE = BE_OCL_SOFTMAX + 4, /* F32, F64, F16 */
-  BE_OCL_NULL = BE_OCL_SCALE + 4,
+  BE_OCL_BINARY = BE_OCL_SCALE + 4,
+  BE_OCL_NULL = BE_OCL_BINARY + 4,
   BE_OCL_FN_COUNT
 } be_ocl_fn;
 
@@ -199,6 +200,8 @@ int be_ocl_dot(be_queue *q, uint32_t dtype, size_t n, be_mem x, size_t x_off, be
                size_t y_off, be_mem result, size_t result_off);
 int be_ocl_rng_fill(be_queue *q, uint32_t dtype, be_mem dst, size_t off, size_t count,
                     const be_rng_args *r);
+int be_ocl_binary(be_queue *q, uint32_t dtype, const be_binary_args *g, be_mem dst, size_t dst_off,
+                  be_mem a, size_t a_off, be_mem b, size_t b_off);
 int be_ocl_unary(be_queue *q, uint32_t dtype, be_unary_op op, be_mem dst, size_t dst_off,
                  be_mem src, size_t src_off, size_t count);
 int be_ocl_softmax(be_queue *q, uint32_t dtype, be_mem dst, size_t dst_off, be_mem src,

@@ -2,7 +2,7 @@
  * (program.c caches the binary). BE_FP64 is defined when the device has cl_khr_fp64; the F64
  * kernels exist only then. 16-bit types are storage only (F16 through vload_half and
  * vstore_half_rte, which are core OpenCL and need no cl_khr_fp16; BF16 as ushort), computed
- * in f32 and rounded to nearest even, as backends/dtype_conv.h does on the host.
+ * in f32 and rounded to nearest even, as ops/dtype_conv.h does on the host.
  *
  * Offsets and counts are in elements of the buffer's type (ulong). No contraction into fused
  * multiply-adds: the RNG's uniforms must round each step as the CPU backend does
@@ -256,6 +256,37 @@ NN_OPS(f16, half, float, LOAD_F16, STORE_F16, f)
 NN_OPS(bf16, ushort, float, LOAD_BF16, STORE_BF16, f)
 #ifdef BE_FP64
 NN_OPS(f64, double, double, LOAD_F64, STORE_F64, d)
+#endif
+
+/* Element-wise of two inputs, broadcast by their strides (ops/args.h be_binary_args): dst is
+ * rows x cols, contiguous; input element (r, c) at r * rs + c * cs. The op (be_binary_op) is
+ * an argument; MAXIMUM and MINIMUM propagate NaN. */
+#define BINARY(NAME, T, C, LOAD, STORE)                                                        \
+  __kernel void NAME(__global T *dst, ulong dso, __global const T *a, ulong ao,                \
+                     __global const T *b, ulong bo, int op, ulong rows, ulong cols, ulong ars, \
+                     ulong acs, ulong brs, ulong bcs)                                          \
+  {                                                                                          \
+    ulong i = get_global_id(0);                                                              \
+    if (i >= rows * cols)                                                                    \
+      return;                                                                                \
+    ulong r = i / cols, c = i - r * cols;                                                    \
+    C x = LOAD(a, ao + r * ars + c * acs), y = LOAD(b, bo + r * brs + c * bcs), v;           \
+    switch (op) {                                                                            \
+    case 0: v = x + y; break;                                                                \
+    case 1: v = x - y; break;                                                                \
+    case 2: v = x * y; break;                                                                \
+    case 3: v = x / y; break;                                                                \
+    case 4: v = x > y || isnan(x) ? x : y; break;                                            \
+    default: v = x < y || isnan(x) ? x : y; break;                                           \
+    }                                                                                        \
+    STORE(dst, dso + i, v);                                                                  \
+  }
+
+BINARY(be_binary_f32, float, float, LOAD_F32, STORE_F32)
+BINARY(be_binary_f16, half, float, LOAD_F16, STORE_F16)
+BINARY(be_binary_bf16, ushort, float, LOAD_BF16, STORE_BF16)
+#ifdef BE_FP64
+BINARY(be_binary_f64, double, double, LOAD_F64, STORE_F64)
 #endif
 
 /* ---- gemm's C = beta C (k = 0 or alpha = 0; beta = 0 writes zeros, NaN or not) ---------- */

@@ -7,7 +7,8 @@
  *   rng           bits into U32; uniform and normal into F32, F16, BF16, and F64 with
  *                 cl_khr_fp64 (16-bit types are storage only: computed in f32, rounded to
  *                 nearest even; no cl_khr_fp16 needed).
- *   nn            sigmoid, relu, tanh and row-wise softmax in the same types as rng.
+ *   nn            sigmoid, relu, tanh, row-wise softmax and the broadcasting binary ops in
+ *                 the same types as rng.
  * The `supports`/`dtypes` entries say the same. */
 #include "accel/error.h"
 #include "backends/opencl/device.h"
@@ -46,5 +47,6 @@ const be_nn_pkg be_opencl_nn = {
     .version = BE_NN_VERSION,
     .dtypes = be_ocl_float_dtypes,
     .unary = be_ocl_unary,
+    .binary = be_ocl_binary,
     .softmax = be_ocl_softmax,
 };

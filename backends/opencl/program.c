@@ -64,6 +64,10 @@ static const char *const fn_names[BE_OCL_FN_COUNT] = {
     [BE_OCL_SCALE] = "be_scale_f32",
     [BE_OCL_SCALE + 1] = "be_scale_f64",
     [BE_OCL_SCALE + 2] = "be_scale_f16",
+    [BE_OCL_BINARY] = "be_binary_f32",
+    [BE_OCL_BINARY + 1] = "be_binary_f64",
+    [BE_OCL_BINARY + 2] = "be_binary_f16",
+    [BE_OCL_BINARY + 3] = "be_binary_bf16",
     [BE_OCL_NULL] = "be_null",
 };
 

@@ -217,6 +217,8 @@ int bw_check_vec(const bw_pdev *d, uint32_t dtype, size_t n, be_mem x, size_t x_
                  const be_mem *y, size_t y_off);
 int bw_check_rng(const bw_pdev *d, uint32_t dtype, be_mem dst, size_t off, size_t count,
                  const be_rng_args *r);
+int bw_check_binary(const bw_pdev *d, uint32_t dtype, const be_binary_args *g, be_mem dst,
+                    size_t dst_off, be_mem a, size_t a_off, be_mem b, size_t b_off);
 int bw_check_nn(const bw_pdev *d, uint32_t dtype, be_mem dst, size_t dst_off, be_mem src,
                 size_t src_off, size_t count);
 

@@ -297,6 +297,14 @@ static void nn(uint16_t type, const bw_nn *n) {
   submitted(q, rc);
 }
 
+static void binary(const bw_binary *m) {
+  ws_queue *q = usable(m->queue);
+  if (q != NULL)
+    submitted(q, missing(ws.be->nn) ? ACCEL_ENOTSUP
+                                    : ws.be->nn->binary(q->q, m->dtype, &m->g, m->dst, m->dst_off,
+                                                        m->a, m->a_off, m->b, m->b_off));
+}
+
 /* ---- modules ---- */
 
 static void unload(const bw_ids *b) {
@@ -412,7 +420,7 @@ static const size_t body_size[BW_REPLY] = {
     [BW_SOFTMAX] = sizeof(bw_nn),       [BW_UNLOAD] = sizeof(bw_ids),
     [BW_KERNEL] = sizeof(bw_ids),       [BW_LAUNCH] = sizeof(bw_launch),
     [BW_COLL_OK] = sizeof(bw_coll),     [BW_COLL_RUN] = sizeof(bw_coll),
-    [BW_UNSHARE] = sizeof(bw_share),
+    [BW_UNSHARE] = sizeof(bw_share),    [BW_BINARY] = sizeof(bw_binary),
 };
 
 static void handle_ids(const bw_hdr *h, const bw_ids *b) {
@@ -469,6 +477,9 @@ static void handle_work(const bw_hdr *h, const void *body) {
   case BW_UNARY:
   case BW_SOFTMAX:
     nn(h->type, body);
+    break;
+  case BW_BINARY:
+    binary(body);
     break;
   case BW_LAUNCH:
     launch(h, body);
@@ -527,6 +538,7 @@ void ws_handle(const bw_hdr *h, void *body) {
   case BW_RNG:
   case BW_UNARY:
   case BW_SOFTMAX:
+  case BW_BINARY:
   case BW_LAUNCH:
   case BW_COLL_OK:
   case BW_COLL_RUN:

@@ -80,6 +80,7 @@ typedef enum bw_type {
   BW_SHARE,      /* bw_share, with the memfd (SCM_RIGHTS); reply status */
   BW_UNSHARE,    /* bw_share {id} */
   BW_PROBE,      /* empty; reply bw_probed: what the backend found in the worker */
+  BW_BINARY,     /* bw_binary */
   /* ---- worker -> acceld (note) ---- */
   BW_REPLY = 64, /* bw_reply + the call's answer; tag: the call */
   BW_DONE,       /* bw_reply; tag: the completion */
@@ -192,6 +193,14 @@ typedef struct bw_nn {
   be_mem dst, src;
   uint64_t dst_off, src_off, count, rows, cols;
 } bw_nn;
+
+typedef struct bw_binary {
+  uint64_t queue;
+  uint32_t dtype, pad;
+  be_binary_args g;
+  be_mem dst, a, b;
+  uint64_t dst_off, a_off, b_off;
+} bw_binary;
 
 typedef struct bw_load {
   uint32_t dev, source;

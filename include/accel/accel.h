@@ -250,6 +250,32 @@ ACCEL_API int accel_tanh(accel_ctx *ctx, accel_device dev, accel_buffer dst, acc
 ACCEL_API int accel_softmax(accel_ctx *ctx, accel_device dev, accel_buffer dst, accel_buffer src,
                             size_t rows, size_t cols, accel_future **f);
 
+/* ---- element-wise of two inputs, broadcast as numpy does (the nn package's dtypes) -------- */
+typedef enum accel_binary_op {
+  ACCEL_ADD = 0,
+  ACCEL_SUBTRACT,
+  ACCEL_MULTIPLY,
+  ACCEL_DIVIDE,
+  ACCEL_MAXIMUM, /* NaN if either is NaN, as numpy's maximum */
+  ACCEL_MINIMUM  /* NaN if either is NaN */
+} accel_binary_op;
+
+/* How accel_binary reads an input: its element (r, c) lies r * row + c * col elements from the
+ * buffer's start. {cols, 1}: a rows x cols matrix as dst is laid out; {0, 0}: one element for
+ * all; {0, 1}: one row of cols, for every row; {1, 0}: one column of rows, for every column;
+ * {1, rows}: the transpose of a cols x rows matrix. */
+typedef struct accel_strides {
+  size_t row, col;
+} accel_strides;
+
+/* dst[r * cols + c] = a(r, c) op b(r, c) for the rows x cols elements at dst's start. dst, a
+ * and b have one dtype; F16 and BF16 compute in f32 and round once. dst may be a or b only
+ * where that input is read with strides {cols, 1}. ACCEL_EINVAL if dst has fewer than
+ * rows x cols elements or an input's strides reach past its end. */
+ACCEL_API int accel_binary(accel_ctx *ctx, accel_device dev, accel_binary_op op, accel_buffer dst,
+                           size_t rows, size_t cols, accel_buffer a, accel_strides a_strides,
+                           accel_buffer b, accel_strides b_strides, accel_future **f);
+
 /* ---- collectives ---------------------------------------------------------------------------
  * One op over n devices (1 .. ACCEL_COLLECTIVE_MAX_DEVICES, distinct, of one backend with the
  * collective package: NCCL between CUDA GPUs, the CPU backend's own devices): bufs[i] is used

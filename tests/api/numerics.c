@@ -10,6 +10,8 @@
  *   sigmoid, tanh   |got - ref| <= 8 eps |ref| + 1e-37          (a few ulp of libm, subnormals)
  *   relu, fill, copy, write/read   exact (bit for bit)
  *   softmax |got - ref| <= 2e-5 ref + 1e-7, and each row sums to 1 within cols * 2 eps + 1e-6
+ *   binary  add, subtract, multiply, divide: |got - ref| <= eps/2 |ref| (one rounding);
+ *           maximum, minimum exact
  * Elements an op must not touch (padding rows of C, the tail of a longer buffer, the rest of a
  * buffer around a partial write) are compared bit for bit with what was there before. */
 #include <float.h>
@@ -429,6 +431,94 @@ TEST(unary_ops) {
   accel_close(ctx);
 }
 
+/* ---- binary ops, broadcast as numpy does ---- */
+
+static double binary_ref(accel_binary_op op, double x, double y) {
+  switch (op) {
+  case ACCEL_ADD:
+    return x + y;
+  case ACCEL_SUBTRACT:
+    return x - y;
+  case ACCEL_MULTIPLY:
+    return x * y;
+  case ACCEL_DIVIDE:
+    return x / y;
+  case ACCEL_MAXIMUM:
+    return isnan(x) || isnan(y) ? NAN : x > y ? x : y;
+  default:
+    return isnan(x) || isnan(y) ? NAN : x < y ? x : y;
+  }
+}
+
+/* dst = a op b, a a rows x cols matrix, b one of: the same, a scalar, a row, a column, the
+ * transpose of a cols x rows matrix. Each element against float64. */
+static void binary_case(accel_ctx *ctx, accel_binary_op op, int how) {
+  size_t rows = rnd_range(1, 40), cols = rnd_range(1, 60), n = rows * cols;
+  accel_strides sa = {cols, 1}, sb[] = {{cols, 1}, {0, 0}, {0, 1}, {1, 0}, {1, rows}};
+  size_t lb[] = {n, 1, cols, rows, n};
+  float *a = rnd_floats(n, 0.5, 4), *b = rnd_floats(lb[how], 0.5, 4), *y = xmalloc(n * 4);
+  accel_buffer A = buf_from(ctx, ACCEL_F32, a, n), Bb = buf_from(ctx, ACCEL_F32, b, lb[how]);
+  accel_buffer D = buf_new(ctx, ACCEL_F32, n);
+  accel_future *f = NULL;
+  CHECK_OK(accel_binary(ctx, 0, op, D, rows, cols, A, sa, Bb, sb[how], &f));
+  WAIT_OK(f);
+  read_sync(ctx, D, 0, y, n);
+  for (size_t r = 0; r < rows; r++)
+    for (size_t c = 0; c < cols; c++) {
+      double want = binary_ref(op, a[r * cols + c], b[r * sb[how].row + c * sb[how].col]);
+      double tol = op >= ACCEL_MAXIMUM ? 0 : EPS / 2 * fabs(want);
+      check_close("binary", r * cols + c, y[r * cols + c], want, tol);
+    }
+  CHECK_OK(accel_buffer_destroy(ctx, A));
+  CHECK_OK(accel_buffer_destroy(ctx, Bb));
+  CHECK_OK(accel_buffer_destroy(ctx, D));
+  free(a);
+  free(b);
+  free(y);
+}
+
+TEST(binary_ops_broadcast) {
+  accel_ctx *ctx = ctx_open(NULL);
+  for (int op = ACCEL_ADD; op <= ACCEL_MINIMUM; op++)
+    for (int how = 0; how < 5; how++)
+      binary_case(ctx, (accel_binary_op)op, how);
+  accel_close(ctx);
+}
+
+/* In place where the input is read in step; maximum and minimum give NaN for a NaN either
+ * side; refused: dst read out of step, rows x cols past dst, strides past an input's end (one
+ * element past, after one at the limit), an unknown op, mixed dtypes. */
+TEST(binary_in_place_nan_and_limits) {
+  accel_ctx *ctx = ctx_open(NULL);
+  float x[6] = {1, NAN, 3, -4, 5, 6}, y[6] = {2, 2, NAN, -5, 4, 7}, got[6];
+  accel_buffer X = buf_from(ctx, ACCEL_F32, x, 6), Y = buf_from(ctx, ACCEL_F32, y, 6);
+  accel_strides full = {3, 1}, row = {0, 1};
+  accel_future *f = NULL;
+  CHECK_OK(accel_binary(ctx, 0, ACCEL_MAXIMUM, X, 2, 3, X, full, Y, full, &f));
+  WAIT_OK(f);
+  read_sync(ctx, X, 0, got, 6);
+  for (size_t i = 0; i < 6; i++)
+    if (i != 1 && i != 2)
+      check_close("maximum in place", i, got[i], binary_ref(ACCEL_MAXIMUM, x[i], y[i]), 0);
+  CHECK(isnan(got[1]) && isnan(got[2])); /* NaN on either side */
+  CHECK_ERR(accel_binary(ctx, 0, ACCEL_ADD, X, 2, 3, Y, full, X, row, NULL), ACCEL_EINVAL);
+  CHECK_ERR(accel_binary(ctx, 0, ACCEL_ADD, Y, 2, 4, X, full, X, full, NULL), ACCEL_EINVAL);
+  accel_strides last = {2, 1}; /* spans 1 * 2 + 2 + 1 = 5 of 6 */
+  CHECK_OK(accel_binary(ctx, 0, ACCEL_ADD, Y, 2, 3, X, (accel_strides){3, 1}, X, last, &f));
+  WAIT_OK(f);
+  CHECK_ERR(accel_binary(ctx, 0, ACCEL_ADD, Y, 2, 3, X, full, X, (accel_strides){4, 1}, NULL),
+            ACCEL_EINVAL);
+  CHECK_ERR(accel_binary(ctx, 0, (accel_binary_op)(ACCEL_MINIMUM + 1), Y, 2, 3, X, full, X, full,
+                         NULL),
+            ACCEL_EINVAL);
+  accel_buffer Z = buf_new(ctx, ACCEL_F64, 6);
+  CHECK_ERR(accel_binary(ctx, 0, ACCEL_ADD, Z, 2, 3, X, full, X, full, NULL), ACCEL_EINVAL);
+  CHECK_OK(accel_buffer_destroy(ctx, Z));
+  CHECK_OK(accel_buffer_destroy(ctx, X));
+  CHECK_OK(accel_buffer_destroy(ctx, Y));
+  accel_close(ctx);
+}
+
 static void softmax_ref(const float *x, double *y, size_t rows, size_t cols) {
   for (size_t r = 0; r < rows; r++) {
     const float *row = x + r * cols;
@@ -694,6 +784,8 @@ static const test_case tests[] = {
     TEST_CASE(blas1_n_zero),
     TEST_CASE(unary_ops),
     TEST_CASE(softmax_random),
+    TEST_CASE(binary_ops_broadcast),
+    TEST_CASE(binary_in_place_nan_and_limits),
     TEST_CASE(softmax_large_inputs),
     TEST_CASE(fill_u32_f32),
     TEST_CASE(copy_offsets),

@@ -304,7 +304,7 @@ static void check_complete(const be_ops *o) {
         o->blas->vector_dtypes && o->blas->gemm && o->blas->axpy && o->blas->dot && o->blas->scal);
   CHECK(o->rng && o->rng->version == BE_RNG_VERSION && o->rng->dtypes && o->rng->fill);
   CHECK(o->nn && o->nn->version == BE_NN_VERSION && o->nn->dtypes && o->nn->unary &&
-        o->nn->softmax);
+        o->nn->softmax && o->nn->binary);
 }
 
 TEST(registry_lists_backends) {
@@ -1476,6 +1476,119 @@ static void softmax_dt_case(fx *f, uint32_t t, bool in_place) {
     tbuf_free(f, &dst);
 }
 
+/* ---- binary element-wise ops, broadcast by strides ---- */
+
+static const char *const binary_name[] = {"add",    "subtract", "multiply",
+                                          "divide", "maximum",  "minimum"};
+
+static long double binary_ref(be_binary_op op, long double x, long double y) {
+  switch (op) {
+  case BE_ADD:
+    return x + y;
+  case BE_SUB:
+    return x - y;
+  case BE_MUL:
+    return x * y;
+  case BE_DIV:
+    return x / y;
+  case BE_MAXIMUM:
+    return x > y ? x : y;
+  case BE_MINIMUM:
+    return x < y ? x : y;
+  }
+  return NAN;
+}
+
+/* How a case reads its inputs. */
+typedef enum { B_FULL, B_SCALAR, B_ROW, B_COLUMN, B_TRANSPOSED } bcast;
+
+static void strides_of(bcast how, uint64_t rows, uint64_t cols, uint64_t *rs, uint64_t *cs,
+                       size_t *len) {
+  static const uint64_t k[][2] = {{1, 1}, {0, 0}, {0, 1}, {1, 0}, {1, 1}};
+  *rs = how == B_FULL ? cols : how == B_TRANSPOSED ? 1 : k[how][0];
+  *cs = how == B_TRANSPOSED ? rows : k[how][1];
+  *len = how == B_SCALAR ? 1 : how == B_ROW ? cols : how == B_COLUMN ? rows : rows * cols;
+}
+
+/* dst = a op b over rows x cols with a read as `ha` and b as `hb` (dst is a when in_place),
+ * at random offsets; each element against a long double reference (the op rounds once to
+ * its arithmetic, once more to F16/BF16; maximum and minimum exact); nothing else written. */
+static void binary_dt_case(fx *f, uint32_t t, be_binary_op op, bcast ha, bcast hb, bool in_place) {
+  uint64_t rows = rnd_range(1, 70), cols = rnd_range(1, 90);
+  be_binary_args g = {.op = op, .rows = rows, .cols = cols};
+  size_t la, lb, ao = rnd_range(0, 7), bo = rnd_range(0, 7), n = rows * cols;
+  strides_of(ha, rows, cols, &g.a_rs, &g.a_cs, &la);
+  strides_of(hb, rows, cols, &g.b_rs, &g.b_cs, &lb);
+  tbuf a = tbuf_new(f, t, ao + la + 3, 0.5, 4), b = tbuf_new(f, t, bo + lb + 3, 0.5, 4);
+  size_t dof = in_place ? ao : rnd_range(0, 7);
+  tbuf dst = in_place ? a : tbuf_new(f, t, dof + n + 3, 1, 2);
+  tbuf_put(f, &a);
+  tbuf_put(f, &b);
+  if (!in_place)
+    tbuf_put(f, &dst);
+  CHECK_OK(B->nn->binary(f->q, t, &g, dst.m, dof, a.m, ao, b.m, bo));
+  uint8_t *got = tbuf_read(f, &dst);
+  for (uint64_t r = 0; r < rows; r++)
+    for (uint64_t c = 0; c < cols; c++) {
+      long double x = tget(t, a.host, ao + r * g.a_rs + c * g.a_cs);
+      long double y = tget(t, b.host, bo + r * g.b_rs + c * g.b_cs);
+      double want = (double)binary_ref(op, x, y);
+      double tol = op >= BE_MAXIMUM ? 0 : nn_tol(t, want, 1);
+      check_close(tget(t, got, dof + r * cols + c), want, tol, binary_name[op], r * cols + c);
+    }
+  tcheck_outside(got, &dst, dof, n);
+  free(got);
+  tbuf_free(f, &b);
+  tbuf_free(f, &a);
+  if (!in_place)
+    tbuf_free(f, &dst);
+}
+
+/* Refused before anything runs: an unknown op, rows x cols past dst, an input's strides past
+ * its end (by one element), a dtype the device does not run. */
+static void binary_refusals(fx *f, uint32_t set) {
+  tbuf m = tbuf_new(f, ACCEL_F32, 64, 1, 2);
+  tbuf_put(f, &m);
+  be_binary_args g = {.op = BE_ADD, .rows = 4, .cols = 4, .a_rs = 4, .a_cs = 1};
+  CHECK_OK(B->nn->binary(f->q, ACCEL_F32, &g, m.m, 0, m.m, 16, m.m, 48)); /* at the limit */
+  CHECK_ERR(B->nn->binary(f->q, ACCEL_F32, &g, m.m, 49, m.m, 0, m.m, 0), ACCEL_EINVAL);
+  CHECK_ERR(B->nn->binary(f->q, ACCEL_F32, &g, m.m, 0, m.m, 49, m.m, 0), ACCEL_EINVAL);
+  g.b_rs = 16; /* b spans 3 * 16 + 1 = 49 elements */
+  CHECK_OK(B->nn->binary(f->q, ACCEL_F32, &g, m.m, 0, m.m, 0, m.m, 15));
+  CHECK_ERR(B->nn->binary(f->q, ACCEL_F32, &g, m.m, 0, m.m, 0, m.m, 16), ACCEL_EINVAL);
+  g.op = (be_binary_op)(BE_BINARY_OP_LAST + 1);
+  CHECK_ERR(B->nn->binary(f->q, ACCEL_F32, &g, m.m, 0, m.m, 0, m.m, 0), ACCEL_EINVAL);
+  g.op = BE_ADD;
+  for (size_t x = 0; x < N_DTYPES; x++)
+    if (!in_set(set, all_dtypes[x]))
+      CHECK_ERR(B->nn->binary(f->q, all_dtypes[x], &g, m.m, 0, m.m, 0, m.m, 0), ACCEL_ENOTSUP);
+  tbuf_free(f, &m);
+}
+
+static void kernel_binary_dev(void) {
+  fx f = fx_open();
+  uint32_t set = B->nn->dtypes(f.d);
+  binary_refusals(&f, set);
+  for (size_t x = 0; x < N_DTYPES; x++) {
+    uint32_t t = all_dtypes[x];
+    if (!in_set(set, t))
+      continue;
+    printf("    add, subtract, multiply, divide, maximum, minimum %s\n", dt_name(t));
+    for (be_binary_op op = BE_ADD; op <= BE_BINARY_OP_LAST; op++) {
+      binary_dt_case(&f, t, op, B_FULL, B_FULL, false);
+      binary_dt_case(&f, t, op, B_FULL, B_SCALAR, false);
+      binary_dt_case(&f, t, op, B_ROW, B_COLUMN, false);
+      binary_dt_case(&f, t, op, B_TRANSPOSED, B_FULL, false);
+      binary_dt_case(&f, t, op, B_FULL, B_ROW, true);
+    }
+  }
+  fx_close(&f);
+}
+
+TEST(kernel_binary) {
+  each_device(kernel_binary_dev);
+}
+
 static void kernel_nn_dtypes_dev(void) {
   fx f = fx_open();
   uint32_t set = B->nn->dtypes(f.d);
@@ -2130,6 +2243,7 @@ static const test_case tests[] = {
     TEST_CASE(kernel_gemm_dtypes),
     TEST_CASE(kernel_vector_dtypes),
     TEST_CASE(kernel_nn_dtypes),
+    TEST_CASE(kernel_binary),
     TEST_CASE(kernel_rng_dtypes),
     TEST_CASE(kernel_fill_sizes),
     TEST_CASE(cpu_dtype_sets),

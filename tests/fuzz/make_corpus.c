@@ -175,6 +175,10 @@ static void ops(void) {
   co.u.coll.devices[0] = co.h.device = 0;
   co.u.coll.devices[1] = 1;
   op("op-collective", co, (proto_bytes){NULL, 0});
+  dev_op bi = base_op(DEV_OP_BINARY, 3); /* a row broadcast over a 4 x 4 matrix */
+  bi.u.binary =
+      (be_binary_args){.op = BE_DIV, .rows = 4, .cols = 4, .a_rs = 4, .a_cs = 1, .b_cs = 1};
+  op("op-binary", bi, (proto_bytes){NULL, 0});
   dev_op sm = base_op(DEV_OP_SOFTMAX, 2);
   sm.u.softmax.rows = 4;
   sm.u.softmax.cols = 4;

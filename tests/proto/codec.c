@@ -753,8 +753,34 @@ TEST(collective_round_trips) {
   proto_out_free(&o);
 }
 
+/* A binary op: a 2 x 3 dst, a transposed, b a row; the last op of the enum. */
+static dev_op binary_of(void) {
+  dev_op op = op_of(DEV_OP_BINARY, 3);
+  op.u.binary = (be_binary_args){
+      .op = BE_MINIMUM, .rows = 2, .cols = 3, .a_rs = 1, .a_cs = 2, .b_rs = 0, .b_cs = 1};
+  return op;
+}
+
+/* Every field of a binary op comes back as it went. */
+TEST(binary_round_trips) {
+  dev_op op = binary_of(), back;
+  proto_out o;
+  proto_out_init(&o);
+  CHECK_OK(proto_encode_op(&o, 9, &op, (proto_bytes){NULL, 0}));
+  size_t len;
+  const uint8_t *body = only_body(&o, &len);
+  proto_bytes data;
+  CHECK_OK(proto_decode_op(body, len, &back, &data));
+  CHECK_EQ(back.h.kind, DEV_OP_BINARY);
+  CHECK_EQ(back.nbufs, 3u);
+  CHECK(memcmp(&back.u.binary, &op.u.binary, sizeof op.u.binary) == 0);
+  for (uint32_t i = 0; i < 3; i++)
+    CHECK_EQ(back.bufs[i].handle, op.bufs[i].handle);
+  proto_out_free(&o);
+}
+
 TEST(op_head_enums_at_the_limit_and_one_past) {
-  dev_op op = collective_of(); /* the last kind */
+  dev_op op = binary_of(); /* the last kind */
   CHECK_EQ(op.h.kind, DEV_OP_KIND_COUNT_ - 1);
   CHECK_OK(op_decodes(&op));
   op.h.kind = DEV_OP_KIND_COUNT_;
@@ -795,6 +821,10 @@ TEST(op_payload_enums_at_the_limit_and_one_past) {
   op.u.unary.op = BE_TANH;
   CHECK_OK(op_decodes(&op));
   op.u.unary.op = (be_unary_op)(BE_TANH + 1);
+  CHECK_ERR(op_decodes(&op), ACCEL_EPROTO);
+  op = binary_of();
+  CHECK_OK(op_decodes(&op)); /* MINIMUM: the last */
+  op.u.binary.op = (be_binary_op)(BE_BINARY_OP_LAST + 1);
   CHECK_ERR(op_decodes(&op), ACCEL_EPROTO);
   op = op_of(DEV_OP_BUFFER_CREATE, 1);
   op.u.create.dtype = ACCEL_DTYPE_MAX_;
@@ -1273,6 +1303,7 @@ static const test_case tests[] = {
     TEST_CASE(header_at_the_limits_and_one_past),
     TEST_CASE(next_frame_at_the_limits),
     TEST_CASE(collective_round_trips),
+    TEST_CASE(binary_round_trips),
     TEST_CASE(op_head_enums_at_the_limit_and_one_past),
     TEST_CASE(op_payload_enums_at_the_limit_and_one_past),
     TEST_CASE(gemm_enums_at_the_limit_and_one_past),
