@@ -11,6 +11,7 @@
 #include "actors/device.h"
 #include "actors/module.h"
 #include "runtime/deadline.h"
+#include "runtime/status.h"
 
 static const char *const kernel_names[DEV_Q_COUNT] = {"mem", "blas", "rng", "nn", "mod", "coll"};
 
@@ -85,7 +86,7 @@ static void wait_for_builds(dev_node *node) {
 
 /* Waits until the work behind `ev` (on `user`'s queue) has passed, or `until` (ms). */
 static bool wait_event(dev_node *user, be_event *ev, uint64_t until) {
-  while (user->be->event_query(ev) == ACCEL_EAGAIN) {
+  while (user->be->event_query(ev) == RT_PENDING) {
     if (rt_mono_ms() >= until)
       return false;
     nanosleep(&(struct timespec){0, 100000}, NULL);

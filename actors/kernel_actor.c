@@ -18,6 +18,7 @@
 #include "runtime/alloc.h"
 #include "runtime/deadline.h"
 #include "runtime/future_help.h"
+#include "runtime/status.h"
 
 #define WATCHDOG_MS 250
 #define FAULT_RETRY_MS 10
@@ -146,6 +147,7 @@ static void report_fault(kernel_state *k) {
 
 /* The work behind f completed with `status` (on the loop). */
 static void inflight_finish(dev_inflight *f, int status) {
+  status = rt_status_public(status); /* the op's: its client hears it */
   kernel_state *k = f->owner;
   dev_task *t = f->task;
   f->task = NULL;
@@ -393,20 +395,20 @@ static void arm_bursts(kernel_state *k) {
   }
 }
 
-/* Adds f to the burst of its strategy: 0, or ACCEL_EAGAIN if it is armed alone. A task whose
+/* Adds f to the burst of its strategy: 0, or RT_NOT_HANDLED if it is armed alone. A task whose
  * client waits for it already, with no burst open, is armed at once, in the turn that submitted
  * it, rather than a turn later with a burst that a waiting client will not add to (its wait,
  * or the host function's, starts sooner: on an H200, tiny-op sync 0.80-0.87 of raw launch +
  * sync in three runs, against 0.67-0.82). */
 static int burst_join(kernel_state *k, dev_inflight *f, int b) {
   if (!k->node->be->sticky_errors)
-    return ACCEL_EAGAIN;
+    return RT_NOT_HANDLED;
   if (k->burst[b].head == NULL && f->early != NULL && rt_future_has_helper_waiting(f->early))
-    return ACCEL_EAGAIN;
+    return RT_NOT_HANDLED;
   if (!k->batch_msg) {
     accel_msg m = {.type = DEV_MSG_ARM_BATCH};
     if (accel_tell(accel_actor_runtime(k->self), accel_self(k->self), &m) != 0)
-      return ACCEL_EAGAIN; /* a full mailbox: this one alone */
+      return RT_NOT_HANDLED; /* a full mailbox: this one alone */
     k->batch_msg = true;
   }
   if (k->burst[b].tail)
@@ -597,7 +599,7 @@ static void poll_events(kernel_state *k) {
     next = inflight_next(k, f); /* finishing f unlinks it */
     if (f->how == ACCEL_COMPLETION_POLL && f->armed) {
       int rc = k->node->be->event_query(f->event);
-      if (rc != ACCEL_EAGAIN)
+      if (rc != RT_PENDING)
         inflight_finish(f, rc);
     }
   }
@@ -635,11 +637,11 @@ static void watchdog(kernel_state *k) {
       continue;
     }
     if (now >= f->deadline_ms) {
-      int rc = f->event ? k->node->be->event_query(f->event) : ACCEL_EAGAIN;
-      if (rc == ACCEL_EAGAIN && k->node->be->abort)
+      int rc = f->event ? k->node->be->event_query(f->event) : RT_PENDING;
+      if (rc == RT_PENDING && k->node->be->abort)
         past_deadline(k, f); /* still running: stop it (a user kernel that never ends) */
       else
-        inflight_finish(f, rc == ACCEL_EAGAIN || rc == 0 ? ACCEL_EDEVLOST : rc);
+        inflight_finish(f, rc == RT_PENDING || rc == 0 ? ACCEL_EDEVLOST : rc);
     }
   }
   if (!rt_list_empty(&k->inflight))

@@ -13,6 +13,7 @@
 #include "actors/session.h"
 #include "actors/world.h"
 #include "runtime/alloc.h"
+#include "runtime/status.h"
 
 /* A task from the pool keeps its edge arrays (emptied): they are the allocations a chain of
  * tasks would otherwise repeat. */
@@ -276,7 +277,7 @@ void dev_foreign_left_sweep(dev_world *w, bool all) {
   for (dev_foreign_left *l = RT_LIST_FIRST(&w->foreign_left, dev_foreign_left, link), *next;
        l != NULL; l = next) {
     next = RT_LIST_NEXT(l, &w->foreign_left, dev_foreign_left, link); /* l may go */
-    if (!all && l->node->be->event_query(l->ev) == ACCEL_EAGAIN)
+    if (!all && l->node->be->event_query(l->ev) == RT_PENDING)
       continue;
     rt_list_remove(&l->link);
     l->node->be->event_destroy(l->ev);
@@ -291,7 +292,7 @@ void dev_task_foreign_end(dev_task *t) {
   be_event *ev = t->foreign_ev;
   /* A task that failed while its work was queued (an arming error, a deadline) ends first:
    * the memory it names stays in use until the work passes the event. */
-  if (t->node->be->event_query(ev) == ACCEL_EAGAIN) {
+  if (t->node->be->event_query(ev) == RT_PENDING) {
     dev_foreign_left *l = rt_malloc(sizeof *l);
     if (l != NULL) { /* without memory the record goes: the one case left unguarded */
       *l = (dev_foreign_left){.node = t->node, .ev = ev, .mask = t->foreign_mask};

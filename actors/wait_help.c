@@ -5,6 +5,7 @@
 #include "runtime/alloc.h"
 #include "runtime/future_help.h"
 #include "runtime/rt.h"
+#include "runtime/status.h"
 
 typedef struct wait_job {
   rt_helper help; /* first: the futures see this */
@@ -36,11 +37,12 @@ static bool job_try(rt_helper *h, uint64_t until_ns) {
   be_thread_marks marks;
   be_thread_marks_take(&marks);
   int rc;
-  while ((rc = j->be->event_query(j->event)) == ACCEL_EAGAIN && uv_hrtime() < until_ns)
+  while ((rc = j->be->event_query(j->event)) == RT_PENDING && uv_hrtime() < until_ns)
     rt_cpu_relax();
   be_thread_marks_give_back(&marks);
-  if (rc == ACCEL_EAGAIN)
+  if (rc == RT_PENDING)
     return false;
+  rc = rt_status_public(rc); /* the futures are the clients' */
   if (!atomic_exchange(&j->claimed, true))
     for (uint32_t i = 0; i < j->n; i++)
       accel_future_complete(j->futs[i], rc, NULL, NULL);

@@ -31,6 +31,7 @@
 #include "backends/pin_cache.h"
 #include "ops/args.h"
 #include "ops/blas_args.h"
+#include "runtime/status.h" /* RT_PENDING: event_query */
 
 #define BE_ABI_VERSION 5u
 
@@ -146,10 +147,11 @@ typedef struct be_ops {
    * or closed (then it only frees the event's own memory). */
   void (*event_destroy)(be_event *ev);
   int (*event_record)(be_event *ev, be_queue *q);
-  /* 0 complete, ACCEL_EAGAIN pending, < 0 the work failed. Never blocks. */
+  /* 0 complete, RT_PENDING pending (runtime/status.h: never a public code), < 0 the work
+   * failed. Never blocks. */
   int (*event_query)(be_event *ev);
   /* Blocks until complete (never on the loop: a worker, or a client thread waiting on an op's
-   * future). Same results as query, never EAGAIN. */
+   * future). Same results as query, never RT_PENDING. */
   int (*event_sync)(be_event *ev);
   /* Later work on q waits for ev (an event of the same device). Like cuStreamWaitEvent it
    * captures ev's current point at the call: ev may then be destroyed or recorded again, and

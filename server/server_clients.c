@@ -6,9 +6,10 @@
 #include "runtime/alloc.h"
 #include "server/sbuf.h"
 #include "server/server_priv.h"
+#include "server/server_transport.h"
 
 static const char *transport(const srv_conn *c) {
-  return (c->pipe & SRV_LOCAL_ID_BIT) ? "local" : "nng";
+  return c->tp->name;
 }
 
 static void json_client(sbuf *b, const srv_server *s, const srv_conn *c) {

@@ -7,7 +7,7 @@
 #include <stdlib.h>
 
 #include "runtime/alloc.h"
-#include "server/server_priv.h"
+#include "server/server_transport.h"
 
 static uint32_t bucket_of(const srv_server *s, uint32_t pipe) {
   return (pipe * 2654435761u) & (s->nbuckets - 1);
@@ -59,11 +59,12 @@ static bool pipe_open(nng_pipe np) {
   return nng_pipe_get_addr(np, NNG_OPT_REMADDR, &sa) == 0;
 }
 
-srv_conn *srv_conn_new(srv_server *s, uint32_t id) {
+srv_conn *srv_conn_new(srv_server *s, uint32_t id, const srv_transport *tp) {
   srv_conn *c = rt_calloc(1, sizeof *c);
   if (c == NULL)
     return NULL;
   c->pipe = id;
+  c->tp = tp;
   c->session = ACCEL_REF_NONE;
   c->peer_uid = c->peer_gid = UINT32_MAX;
   c->peer_pid = -1;
@@ -81,7 +82,7 @@ srv_conn *srv_conn_for(srv_server *s, nng_pipe np) {
   srv_conn *c = srv_conn_find(s, pipe);
   if (c != NULL || pipe == 0 || tombstoned(s, pipe) || !pipe_open(np))
     return c;
-  c = srv_conn_new(s, pipe);
+  c = srv_conn_new(s, pipe, &srv_transport_nng);
   if (c == NULL)
     return NULL;
   c->np = np;
@@ -157,6 +158,12 @@ void srv_conn_session_exited(srv_server *s, accel_ref session) {
   c->session = ACCEL_REF_NONE; /* a live pipe whose session failed for good: HELLO again */
   s->sessions--;
   srv_conn_maybe_free(s, c);
+}
+
+void srv_conns_close_all(srv_server *s) {
+  for (uint32_t b = 0; s->buckets && b < s->nbuckets; b++)
+    for (srv_conn *c = s->buckets[b]; c; c = c->hnext)
+      c->tp->close(s, c);
 }
 
 /* The actor ended: its sessions have stopped already (children stop first). */

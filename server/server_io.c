@@ -306,7 +306,8 @@ static void close_handle(uv_handle_t *h, bool *open) {
  * (which runs the last pipe callbacks, so the async handle must still be open), then the
  * rest. Replies still queued are dropped: their clients are being disconnected. */
 void srv_io_close(srv_server *s) {
-  srv_local_close_all(s);
+  srv_local_stop_listening(s);
+  srv_conns_close_all(s);
   close_handle((uv_handle_t *)&s->flush, &s->flush_open);
   srv_out_forget_dirty(s);
   close_handle((uv_handle_t *)&s->recv_poll, &s->recv_poll_open);

@@ -54,7 +54,7 @@
 #include "runtime/alloc.h"
 #include "runtime/error_detail.h"
 #include "runtime/loop.h"
-#include "server/server_priv.h"
+#include "server/server_transport.h"
 
 #define LINK_INBUF (64u << 10) /* frames up to this size are read through a staging buffer */
 #define LINK_BACKLOG 511
@@ -644,6 +644,7 @@ static void link_flow(srv_link *l) {
   link_set_reading(l);
 }
 
+/* Ops may finish after the socket closed (link NULL): nothing left to pause then. */
 void srv_local_flow(srv_server *s, srv_conn *c) {
   if (c->link)
     link_flow(c->link);
@@ -837,7 +838,8 @@ static bool accept_one(srv_listener *ls) {
   if (fd < 0)
     return accept_error(ls, errno);
   srv_link *l = rt_malloc(sizeof *l + LINK_INBUF);
-  srv_conn *c = l ? srv_conn_new(s, s->next_local_id++ | SRV_LOCAL_ID_BIT) : NULL;
+  srv_conn *c = l ? srv_conn_new(s, s->next_local_id++ | SRV_LOCAL_ID_BIT, &srv_transport_local)
+                  : NULL;
   if (c == NULL) {
     rt_free(l);
     ls->pending_fd = fd;
@@ -1023,14 +1025,12 @@ void srv_local_stop_listening(srv_server *s) {
   s->nlocals = 0;
 }
 
-/* The server stops: every connection closes; the records are freed by the caller. */
-void srv_local_close_all(srv_server *s) {
-  srv_local_stop_listening(s);
-  for (uint32_t b = 0; s->buckets && b < s->nbuckets; b++)
-    for (srv_conn *c = s->buckets[b]; c; c = c->hnext)
-      if (c->link) {
-        c->link->conn = NULL;
-        link_close(c->link, "server stopped");
-        c->link = NULL;
-      }
+/* The server stops: the socket closes (if it has not yet); the record is freed by the
+ * caller, so the link forgets it. */
+void srv_local_close(srv_server *s, srv_conn *c) {
+  if (c->link == NULL)
+    return;
+  c->link->conn = NULL;
+  link_close(c->link, "server stopped");
+  c->link = NULL;
 }

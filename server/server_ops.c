@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "runtime/alloc.h"
-#include "server/server_priv.h"
+#include "server/server_transport.h"
 
 typedef struct srv_op {
   dev_call call;   /* first: `done` gets &call */
@@ -101,7 +101,7 @@ static void op_done(dev_call *call, int status) {
   c->ops--;
   c->read_pending -= so->read_bytes;
   c->req_bytes -= so->req_bytes;
-  srv_local_flow(s, c);
+  c->tp->flow(s, c);
   srv_conn_maybe_free(s, c);
   srv_op_free(so);
   srv_release(s);
@@ -160,8 +160,8 @@ static int take_options(srv_op *so, proto_bytes options) {
 static int decode(srv_server *s, srv_conn *c, nng_msg *m, srv_op *so) {
   proto_op_data out;
   const uint8_t *body = (const uint8_t *)nng_msg_body(m) + PROTO_HEADER_SIZE;
-  int rc = proto_decode_op_ex(body, nng_msg_len(m) - PROTO_HEADER_SIZE, c->link != NULL,
-                              &so->call.op, &out);
+  bool shm = c->tp->take_fd != NULL; /* shared memory comes only where descriptors pass */
+  int rc = proto_decode_op_ex(body, nng_msg_len(m) - PROTO_HEADER_SIZE, shm, &so->call.op, &out);
   if (rc != 0) {
     s->frames_bad++;
     return rc;
@@ -181,7 +181,7 @@ static int decode(srv_server *s, srv_conn *c, nng_msg *m, srv_op *so) {
  * ops past the budget are refused instead. */
 static int admit(srv_server *s, srv_conn *c, srv_op *so, nng_msg *m) {
   so->req_bytes = nng_msg_len(m);
-  if (c->link == NULL && c->req_bytes + so->req_bytes > srv_conn_budget(s))
+  if (!c->tp->pausable && c->req_bytes + so->req_bytes > srv_conn_budget(s))
     return ACCEL_EBUSY;
   return 0;
 }

@@ -12,7 +12,7 @@
 #include <stdlib.h>
 
 #include "runtime/alloc.h"
-#include "server/server_priv.h"
+#include "server/server_transport.h"
 
 #define SRV_BATCH_COPY_MAX 4096u /* a larger reply (a read's data) travels on its own */
 
@@ -103,7 +103,7 @@ static void mark_dirty(srv_server *s, srv_conn *c) {
  * status replies pile up here: past twice its budget it is refused (its frames dropped
  * unread, docs/PROTOCOL.md) until it hangs up. Local connections pause instead. */
 static void overflow_check(srv_server *s, srv_conn *c) {
-  if (c->link || c->refused || c->out_bytes <= 2 * srv_conn_budget(s))
+  if (c->tp->pausable || c->refused || c->out_bytes <= 2 * srv_conn_budget(s))
     return;
   c->refused = true;
   accel_log(ACCEL_LOG_WARN, "server", "pipe %u: %llu bytes of replies not taken: refused", c->pipe,
@@ -132,28 +132,14 @@ void srv_conn_send(srv_server *s, srv_conn *c, nng_msg *m) {
   mark_dirty(s, c);
 }
 
-/* One message to the connection's transport. nng's messages count until acknowledged when
- * the client acknowledges, else they leave our books at once (nng holds at most 64). */
-static void transmit(srv_server *s, srv_conn *c, nng_msg *m, bool windowed) {
-  if (c->link) {
-    srv_local_send(s, c, m);
-    return;
-  }
-  if (windowed)
-    c->unacked_len[c->sent % PROTO_ACK_WINDOW] = (uint32_t)nng_msg_len(m);
-  else
-    c->out_bytes -= nng_msg_len(m);
-  c->sent++;
-  srv_send(s, m);
-}
-
-/* Hands queued messages to the transport while the window allows. A local connection is a
- * stream that drops nothing: no window (its flow control is in server_local.c). */
+/* Hands queued messages to the transport (its send entry keeps the books of what it took)
+ * while the window allows. A local connection is a stream that drops nothing: no window (its
+ * flow control is in server_local.c). */
 static void flush_conn(srv_server *s, srv_conn *c) {
   seal_batch(s, c);
-  bool windowed = (c->caps & PROTO_CAP_ACK) != 0 && c->link == NULL;
+  bool windowed = (c->caps & PROTO_CAP_ACK) != 0 && c->tp->ack_window;
   while (c->oq_len > 0 && (!windowed || c->sent - c->acked < PROTO_ACK_WINDOW))
-    transmit(s, c, outq_pop(s, c), windowed);
+    c->tp->send(s, c, outq_pop(s, c));
 }
 
 void srv_conn_flush(srv_server *s, srv_conn *c) {
@@ -202,9 +188,10 @@ void srv_out_flush_all(uv_prepare_t *h) {
 }
 
 /* `received` counts every message the client has taken from this connection (mod 2^32). A
- * count beyond what was sent is a lie and is ignored. */
+ * count beyond what was sent is a lie and is ignored, and so is any on a transport without the
+ * window. */
 void srv_conn_ack(srv_server *s, srv_conn *c, uint32_t received) {
-  if (c->link || received - c->acked > c->sent - c->acked)
+  if (!c->tp->ack_window || received - c->acked > c->sent - c->acked)
     return;
   for (; c->acked != received; c->acked++)
     c->out_bytes -= c->unacked_len[c->acked % PROTO_ACK_WINDOW];

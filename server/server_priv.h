@@ -21,15 +21,18 @@
 #define SRV_LOCAL_ID_BIT 0x80000000u /* local connections' ids; nng's pipe ids stay below */
 
 typedef struct srv_server srv_server;
-typedef struct srv_link srv_link;         /* a local connection's socket (server_local.c) */
-typedef struct srv_listener srv_listener; /* a local listening socket */
-typedef struct srv_region srv_region;     /* a client's shared memory (server_shm.c) */
+typedef struct srv_link srv_link;           /* a local connection's socket (server_local.c) */
+typedef struct srv_listener srv_listener;   /* a local listening socket */
+typedef struct srv_region srv_region;       /* a client's shared memory (server_shm.c) */
+typedef struct srv_transport srv_transport; /* a transport's table (server_transport.h) */
 
-/* One client connection: an nng pipe, or a local socket (link != NULL). Lives while it is
- * open, then until its session has exited and its last op has finished (ops point at it). */
+/* One client connection: an nng pipe, or a local socket (tp == &srv_transport_local). Lives
+ * while it is open, then until its session has exited and its last op has finished (ops point
+ * at it). */
 typedef struct srv_conn {
   uint32_t pipe; /* nng's pipe id, or a local id (SRV_LOCAL_ID_BIT set) */
   nng_pipe np;
+  const srv_transport *tp;     /* its transport's table: set when the record is made */
   srv_link *link;              /* local connections: the socket; NULL once closed */
   uint32_t peer_uid, peer_gid; /* local: SO_PEERCRED; UINT32_MAX unknown */
   int32_t peer_pid;
@@ -138,26 +141,25 @@ RT_MUST_USE int srv_conns_init(srv_server *s);
 srv_conn *srv_conn_find(srv_server *s, uint32_t pipe);
 /* The connection of a frame's pipe, made on its first frame; NULL if the pipe is gone. */
 srv_conn *srv_conn_for(srv_server *s, nng_pipe np);
-/* A record for connection `id` (NULL: out of memory). */
-RT_MUST_USE srv_conn *srv_conn_new(srv_server *s, uint32_t id);
+/* A record for connection `id` over transport tp (NULL: out of memory). */
+RT_MUST_USE srv_conn *srv_conn_new(srv_server *s, uint32_t id, const srv_transport *tp);
 void srv_conn_gone(srv_server *s, uint32_t pipe);
 /* The connection closed: its session stops; the record goes when nothing points at it. */
 void srv_conn_end(srv_server *s, srv_conn *c);
 void srv_conn_session_exited(srv_server *s, accel_ref session);
 void srv_conn_maybe_free(srv_server *s, srv_conn *c);
 void srv_conns_free_all(srv_server *s);
+/* The server stops: every connection's transport lets go of it (srv_transport.close). */
+void srv_conns_close_all(srv_server *s);
 
 /* server_local.c: the local transport (Unix sockets on the loop) */
 RT_MUST_USE int srv_local_listen(srv_server *s, const char *path);
 void srv_local_stop_listening(srv_server *s);
-void srv_local_close_all(srv_server *s);
-/* Writes a reply message (taken) to a local connection; out_bytes counts it until written. */
+/* The entries of srv_transport_local (server_transport.h says what each does). */
 void srv_local_send(srv_server *s, srv_conn *c, nng_msg *m);
-/* Pauses or resumes reading from a local connection by what it holds (no-op for nng). */
 void srv_local_flow(srv_server *s, srv_conn *c);
-
-/* The next descriptor the peer passed (SCM_RIGHTS), or a negative error. */
 int srv_local_take_fd(srv_conn *c);
+void srv_local_close(srv_server *s, srv_conn *c);
 
 /* server_shm.c: the shared-memory data plane */
 RT_MUST_USE int srv_shm_attach(srv_server *s, srv_conn *c, uint64_t id);

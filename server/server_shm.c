@@ -22,7 +22,7 @@
 #include <unistd.h>
 
 #include "runtime/alloc.h"
-#include "server/server_priv.h"
+#include "server/server_transport.h"
 
 #define SRV_SHM_MAX_REGIONS 1024u
 #define SRV_SHM_MAX_BYTES (1ull << 40) /* one region's size: 1 TiB */
@@ -255,9 +255,9 @@ static int map_region(srv_server *s, srv_conn *c, uint64_t id, int fd) {
 }
 
 int srv_shm_attach(srv_server *s, srv_conn *c, uint64_t id) {
-  if (c->link == NULL)
+  if (c->tp->take_fd == NULL)
     return ACCEL_ENOTSUP; /* nng cannot pass descriptors */
-  int fd = srv_local_take_fd(c);
+  int fd = c->tp->take_fd(c);
   if (fd < 0) /* no memory to take it, or the frame came without its descriptor */
     return fd == ACCEL_ENOMEM ? ACCEL_ENOMEM : ACCEL_EPROTO;
   int rc = id == 0 || find(c, id)               ? ACCEL_EINVAL

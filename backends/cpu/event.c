@@ -15,6 +15,7 @@
 #include "backends/cpu/backend_cpu.h"
 #include "backends/cpu/queue.h"
 #include "runtime/alloc.h"
+#include "runtime/status.h"
 
 struct be_event {
   be_device *dev; /* a reference */
@@ -112,7 +113,7 @@ int be_cpu_queue_wait_event(be_queue *q, be_event *ev) {
   if (p.q == NULL)
     return be_cpu_lost(q->dev, p.gen) ? ACCEL_EDEVLOST : 0;
   int err = be_cpu_queue_status(p.q, p.count, p.gen);
-  if (err == ACCEL_EAGAIN || (err < 0 && err != ACCEL_EDEVLOST)) {
+  if (err == RT_PENDING || (err < 0 && err != ACCEL_EDEVLOST)) {
     be_cpu_item it = {.kind = BE_CPU_WAIT, .u.wait = {.q = p.q, .count = p.count, .gen = p.gen}};
     err = be_cpu_queue_submit(q, &it);
     if (err == 0)

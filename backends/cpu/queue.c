@@ -8,6 +8,7 @@
 #include "accel/error.h"
 #include "runtime/alloc.h"
 #include "runtime/deadline.h"
+#include "runtime/status.h"
 
 /* Nodes a queue keeps for reuse; a burst beyond this gives its nodes back to malloc. */
 #define BE_CPU_FREE_MAX 1024
@@ -284,7 +285,7 @@ int be_cpu_queue_status(be_queue *q, uint64_t count, unsigned gen) {
   if (be_cpu_lost(q->dev, gen))
     return ACCEL_EDEVLOST;
   if (atomic_load_explicit(&q->done, memory_order_acquire) < count)
-    return ACCEL_EAGAIN;
+    return RT_PENDING;
   if (atomic_load(&q->err_count) <= count)
     return atomic_load(&q->err);
   return 0;
@@ -297,17 +298,17 @@ typedef struct wait_point {
 
 static bool point_ready(be_queue *q, const void *arg) {
   const wait_point *p = arg;
-  return be_cpu_queue_status(q, p->count, p->gen) != ACCEL_EAGAIN;
+  return be_cpu_queue_status(q, p->count, p->gen) != RT_PENDING;
 }
 
 /* Spins first (a tiny op completes within the spin), then sleeps on done_cv. */
 int be_cpu_queue_wait(be_queue *q, uint64_t count, unsigned gen) {
   int status = be_cpu_queue_status(q, count, gen);
-  if (status != ACCEL_EAGAIN || spin_until(point_ready, q, &(wait_point){count, gen}))
+  if (status != RT_PENDING || spin_until(point_ready, q, &(wait_point){count, gen}))
     return be_cpu_queue_status(q, count, gen);
   pthread_mutex_lock(&q->lock);
   atomic_fetch_add(&q->waiters, 1);
-  while ((status = be_cpu_queue_status(q, count, gen)) == ACCEL_EAGAIN)
+  while ((status = be_cpu_queue_status(q, count, gen)) == RT_PENDING)
     pthread_cond_wait(&q->done_cv, &q->lock);
   atomic_fetch_sub(&q->waiters, 1);
   pthread_mutex_unlock(&q->lock);

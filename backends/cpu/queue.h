@@ -155,10 +155,10 @@ RT_MUST_USE int be_cpu_queue_submit(be_queue *q, const be_cpu_item *item);
 uint64_t be_cpu_queue_mark(be_queue *q);
 
 /* The state of "the first `count` items of q", for objects of generation gen: 0 done,
- * ACCEL_EAGAIN pending, ACCEL_EDEVLOST lost, or the queue's error. Never blocks. */
+ * RT_PENDING pending, ACCEL_EDEVLOST lost, or the queue's error. Never blocks. */
 int be_cpu_queue_status(be_queue *q, uint64_t count, unsigned gen);
 
-/* Blocks until that state is not ACCEL_EAGAIN, and returns it. */
+/* Blocks until that state is not RT_PENDING, and returns it. */
 RT_MUST_USE int be_cpu_queue_wait(be_queue *q, uint64_t count, unsigned gen);
 
 /* Wakes everything waiting on q (a fault or a reset changed what they wait for). */

@@ -20,6 +20,7 @@
 #include "backends/cuda/device.h"
 #include "backends/cuda/gemm_graph.h"
 #include "backends/cuda/gemm_lt.h"
+#include "runtime/status.h"
 
 /* cuBLAS's int interface (strides are 64-bit there). */
 static bool fits(int64_t v) {
@@ -168,11 +169,11 @@ int be_cuda_gemm_issue(const be_cuda_gemm_call *call) {
   be_queue *q = call->q;
   int rc = be_cuda_gemm_lt(q, call->compute, call->g, call->alpha, call->beta, call->a, call->b,
                            call->c); /* small ones: gemm_lt.c */
-  if (rc != ACCEL_EAGAIN)
+  if (rc != RT_NOT_HANDLED)
     return rc;
   const be_cublas_api *api = be_cublas();
   if (q->capturing && (q->blas == NULL || q->blas_work == 0))
-    return ACCEL_EAGAIN; /* cuBLAS would allocate in the capture (gemm_graph.c) */
+    return RT_NOT_HANDLED; /* cuBLAS would allocate in the capture (gemm_graph.c) */
   cublasHandle_t h;
   rc = handle_of(q, api, &h);
   if (rc != 0)
@@ -192,7 +193,7 @@ static int run(be_queue *q, const be_gemm_args *g, CUdeviceptr a, CUdeviceptr b,
   call.alpha = sc.alpha;
   call.beta = sc.beta;
   int rc = be_cuda_gemm_graph(q, &call); /* repeated ones: gemm_graph.c */
-  return rc != ACCEL_EAGAIN ? rc : be_cuda_gemm_issue(&call);
+  return rc != RT_NOT_HANDLED ? rc : be_cuda_gemm_issue(&call);
 }
 
 int be_cuda_gemm(be_queue *q, const be_gemm_args *g, be_mem a, size_t a_off, be_mem b, size_t b_off,
@@ -218,7 +219,7 @@ int be_cuda_gemm(be_queue *q, const be_gemm_args *g, be_mem a, size_t a_off, be_
   if (rc != 0 || g->m == 0 || g->n == 0)
     return rc;
   rc = be_cuda_enter(q->dev);
-  return rc != 0 ? rc : run(q, g, pa, pb, pc);
+  return rc != 0 ? rc : rt_status_public(run(q, g, pa, pb, pc)); /* the op's status */
 }
 
 int be_cuda_set_tf32(be_device *dev, bool on) {

@@ -11,6 +11,7 @@
 #include "backends/cuda/device.h"
 #include "runtime/alloc.h"
 #include "runtime/deadline.h"
+#include "runtime/status.h"
 
 /* Idle CUevents kept per device; beyond, event_destroy destroys them. */
 #define BE_CUDA_POOL_MAX 4096
@@ -134,7 +135,10 @@ int be_cuda_event_query(be_event *e) {
   if (e == NULL)
     return ACCEL_EINVAL;
   int rc = ask_driver(e);
-  return rc <= 0 ? rc : be_cuda_check(e->dev, be_cu.cuEventQuery(e->ev));
+  if (rc <= 0)
+    return rc;
+  CUresult r = be_cu.cuEventQuery(e->ev);
+  return r == CUDA_ERROR_NOT_READY ? RT_PENDING : be_cuda_check(e->dev, r);
 }
 
 static void nap(uint64_t ns) {

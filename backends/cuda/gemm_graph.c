@@ -36,6 +36,7 @@
 #include "backends/cuda/backend_cuda.h"
 #include "backends/cuda/gemm_graph.h"
 #include "runtime/alloc.h"
+#include "runtime/status.h"
 
 #define GRAPH_SLOTS 64
 #define SEEN_SLOTS 32
@@ -203,20 +204,20 @@ static graph_slot *graph_for(be_queue *q, struct be_cuda_graphs *gs, const graph
 
 int be_cuda_gemm_graph(be_queue *q, const be_cuda_gemm_call *call) {
   if (!atomic_load(&q->dev->gemm_graphs) || !small_enough(call->g) || !driver_has_graphs())
-    return ACCEL_EAGAIN;
+    return RT_NOT_HANDLED;
   struct be_cuda_graphs *gs = graphs_of(q);
   if (gs == NULL)
-    return ACCEL_EAGAIN;
+    return RT_NOT_HANDLED;
   graph_key key;
   key_of(&key, call);
   bool fresh;
   graph_slot *s = graph_for(q, gs, &key, call, &fresh);
   if (s == NULL)
-    return ACCEL_EAGAIN;
+    return RT_NOT_HANDLED;
   CUresult r = be_cu.cuGraphLaunch(s->exec, q->stream);
   if (r != CUDA_SUCCESS && !be_cuda_sticky(r)) { /* out of memory, say: a plain call */
     graph_clear(s);
-    return ACCEL_EAGAIN;
+    return RT_NOT_HANDLED;
   }
   if (r != CUDA_SUCCESS)
     return be_cuda_check(q->dev, r);

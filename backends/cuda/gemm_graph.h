@@ -17,11 +17,12 @@ typedef struct be_cuda_gemm_call {
 } be_cuda_gemm_call;
 
 /* Queues the call on the queue's stream: a cached cuBLASLt plan for a small one, else
- * cuBLAS (blas.c). 0, or the error. */
+ * cuBLAS (blas.c). 0, or the error; while the queue captures, RT_NOT_HANDLED where cuBLAS
+ * would allocate in the capture (the call then runs uncaptured). */
 int be_cuda_gemm_issue(const be_cuda_gemm_call *call);
 
 /* Queues the call as a replay of its graph: 0 when queued (captured now, or earlier);
- * ACCEL_EAGAIN when the caller is to issue it itself (seen for the first time, too large,
+ * RT_NOT_HANDLED when the caller is to issue it itself (seen for the first time, too large,
  * refused, replays off); another error (the device lost) if the launch failed. */
 int be_cuda_gemm_graph(be_queue *q, const be_cuda_gemm_call *call);
 

@@ -11,7 +11,7 @@
  * choice is the one measured against cuBLAS (docs/PERFORMANCE.md).
  *
  * Anything missing (the library, memory for the plan, an algorithm for the shape) leaves the
- * gemm to cublasGemmEx (ACCEL_EAGAIN): the plans are a shortcut, never a new failure.
+ * gemm to cublasGemmEx (RT_NOT_HANDLED): the plans are a shortcut, never a new failure.
  * ACCEL_CUDA_GEMM_LT=0 turns them off (read once per process), for comparisons.
  *
  * Plans live on the queue's thread (the loop), like the queue's cuBLAS handle. The workspace
@@ -26,6 +26,7 @@
 #include "backends/cuda/backend_cuda.h"
 #include "backends/cuda/gemm_lt.h"
 #include "runtime/alloc.h"
+#include "runtime/status.h"
 
 #define LT_PLANS 16
 #define LT_MAX_VOLUME ((uint64_t)1 << 27) /* m n k of 512^3 */
@@ -222,22 +223,22 @@ static bool small(const be_gemm_args *g) {
 int be_cuda_gemm_lt(be_queue *q, cublasComputeType_t ct, const be_gemm_args *g, const void *alpha,
                     const void *beta, CUdeviceptr a, CUdeviceptr b, CUdeviceptr c) {
   if (g->batch != 1 || !small(g) || !lt_enabled() || (a | b | c) % LT_ALIGN != 0)
-    return ACCEL_EAGAIN;
+    return RT_NOT_HANDLED;
   const be_cublaslt_api *lt = be_cublaslt();
   if (lt == NULL) {
     static atomic_bool told;
     if (be_cuda_tracing() && !atomic_exchange(&told, true))
       fprintf(stderr, "accel-cuda: cuBLASLt not loaded: small gemms go to cublasGemmEx\n");
-    return ACCEL_EAGAIN;
+    return RT_NOT_HANDLED;
   }
   struct be_cuda_lt *s = state_of(q, lt);
   if (s == NULL)
-    return ACCEL_EAGAIN;
+    return RT_NOT_HANDLED;
   lt_key key;
   key_of(&key, ct, g);
   lt_plan *p = plan_for(lt, s, &key);
   if (p->none)
-    return ACCEL_EAGAIN;
+    return RT_NOT_HANDLED;
   void *pc = (void *)(uintptr_t)c;
   cublasStatus_t st = lt->cublasLtMatmul(s->handle, p->desc, alpha, (const void *)(uintptr_t)a,
                                          p->la, (const void *)(uintptr_t)b, p->lb, beta, pc, p->lc,
@@ -246,7 +247,7 @@ int be_cuda_gemm_lt(be_queue *q, cublasComputeType_t ct, const be_gemm_args *g, 
   if (st == CUBLAS_STATUS_NOT_SUPPORTED || st == CUBLAS_STATUS_INVALID_VALUE) {
     lt_ok("matmul", st);
     p->none = true; /* refused before anything was queued: cuBLAS's own way then */
-    return ACCEL_EAGAIN;
+    return RT_NOT_HANDLED;
   }
   if (st != CUBLAS_STATUS_SUCCESS)
     return be_cuda_gemm_error(q, st);

@@ -7,7 +7,7 @@
 #include "backends/cuda/device.h"
 
 /* Runs g (checked already; device pointers a, b, c) through the queue's plan for its shape,
- * with the scalars as the compute type reads them. 0 when queued; ACCEL_EAGAIN when not taken
+ * with the scalars as the compute type reads them. 0 when queued; RT_NOT_HANDLED when not taken
  * (too large, batched, no library, memory or algorithm for it: the caller uses cuBLAS);
  * another error if cuBLASLt failed after taking it. */
 int be_cuda_gemm_lt(be_queue *q, cublasComputeType_t ct, const be_gemm_args *g, const void *alpha,

@@ -6,6 +6,7 @@
 #include "accel/error.h"
 #include "backends/opencl/device.h"
 #include "runtime/alloc.h"
+#include "runtime/status.h"
 
 int be_ocl_event_create(be_device *dev, be_event **out) {
   if (dev == NULL || out == NULL)
@@ -79,7 +80,7 @@ int be_ocl_event_query(be_event *e) {
       be_ocl_fault(e->dev);
       rc = ACCEL_EDEVLOST;
     } else if (st != CL_COMPLETE)
-      rc = ACCEL_EAGAIN;
+      rc = RT_PENDING;
   }
   if (ev != NULL)
     clReleaseEvent(ev);

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "backends/worker/proxy.h"
+#include "runtime/status.h"
 
 #define PROXY_TABLES 4
 
@@ -504,11 +505,11 @@ static int proxy_event_record(be_event *ev, be_queue *queue) {
   return rc;
 }
 
-/* Under mu: 0, < 0, or ACCEL_EAGAIN while pending. */
+/* Under mu: 0, < 0, or RT_PENDING while pending. */
 static int event_state(bw_event *e) {
   if (e->link->lost[e->dev])
     return ACCEL_EDEVLOST; /* sticky: even for work that completed before the fault */
-  return e->done >= e->recorded ? e->status : ACCEL_EAGAIN;
+  return e->done >= e->recorded ? e->status : RT_PENDING;
 }
 
 static int proxy_event_query(be_event *ev) {
@@ -524,10 +525,10 @@ static int proxy_event_sync(be_event *ev) {
   pthread_mutex_lock(&e->link->mu);
   uint64_t want = e->recorded;
   int rc;
-  while ((rc = event_state(e)) == ACCEL_EAGAIN && e->done < want)
+  while ((rc = event_state(e)) == RT_PENDING && e->done < want)
     pthread_cond_wait(&e->link->cv, &e->link->mu);
   pthread_mutex_unlock(&e->link->mu);
-  return rc == ACCEL_EAGAIN ? 0 : rc;
+  return rc == RT_PENDING ? 0 : rc;
 }
 
 static int proxy_queue_wait(be_queue *queue, be_event *ev) {

@@ -17,6 +17,7 @@
 #include <time.h>
 
 #include "backends/worker/serve.h"
+#include "runtime/status.h"
 
 /* ---- watched event records ---- */
 
@@ -60,11 +61,11 @@ static bool in_turn(ws_queue *q, uint64_t seq) {
  * turn. Under mu. */
 static void flush_events(void) {
   for (ws_evrec *r = ws.evrecs; r; r = r->next) {
-    int rc = r->sent || r->e == NULL || !in_turn(r->q, r->seq) ? ACCEL_EAGAIN
+    int rc = r->sent || r->e == NULL || !in_turn(r->q, r->seq) ? RT_PENDING
                                                                : ws.be->event_query(r->e);
-    if (rc != ACCEL_EAGAIN) {
+    if (rc != RT_PENDING) {
       r->sent = true;
-      ws_done(r->tag, rc);
+      ws_done(r->tag, rt_status_public(rc)); /* to acceld, over the wire */
     }
   }
 }
@@ -74,7 +75,7 @@ static void flush_events(void) {
 static bool complete_out_of_turn(const ws_queue *self, ws_queue **q, uint64_t *seq) {
   for (ws_evrec *r = ws.evrecs; r; r = r->next)
     if (!r->sent && r->e != NULL && r->q != self && !in_turn(r->q, r->seq) &&
-        ws.be->event_query(r->e) != ACCEL_EAGAIN) {
+        ws.be->event_query(r->e) != RT_PENDING) {
       *q = r->q;
       *seq = r->seq;
       return true;

@@ -642,7 +642,7 @@ static void tiny_at_once_dev(void) {
     for (size_t i = 0; i < 1024; i++)
       CHECK_EQ(got[i], round + 7);
     CHECK_OK(B->event_record(ev, q));
-    CHECK_OK(B->event_query(ev)); /* complete already: never EAGAIN */
+    CHECK_OK(B->event_query(ev)); /* complete already: never RT_PENDING */
   }
   B->event_destroy(ev);
   free(r);
@@ -673,8 +673,8 @@ static void cross_queue_wait_dev(void) {
   CHECK_OK(B->event_record(ev2, q2));
   gate_wait_entered(&g);
   test_sleep_ms(20);
-  CHECK_ERR(B->event_query(ev), ACCEL_EAGAIN);
-  CHECK_ERR(B->event_query(ev2), ACCEL_EAGAIN);
+  CHECK_ERR(B->event_query(ev), RT_PENDING);
+  CHECK_ERR(B->event_query(ev2), RT_PENDING);
   atomic_store(&g.open, 1);
   CHECK_OK(B->event_sync(ev2));
   CHECK_OK(B->event_query(ev));
@@ -735,11 +735,11 @@ static void event_query_sync_dev(void) {
   CHECK_OK(B->host_callback(f.q, gate_fn, &g));
   CHECK_OK(B->event_record(ev, f.q));
   gate_wait_entered(&g);
-  CHECK_ERR(B->event_query(ev), ACCEL_EAGAIN);
+  CHECK_ERR(B->event_query(ev), RT_PENDING);
   CHECK_OK(B->event_record(ev, q2)); /* recorded again, on an idle queue */
   CHECK_OK(B->event_sync(ev));
   CHECK_OK(B->event_record(ev, f.q));
-  CHECK_ERR(B->event_query(ev), ACCEL_EAGAIN);
+  CHECK_ERR(B->event_query(ev), RT_PENDING);
   atomic_store(&g.open, 1);
   CHECK_OK(B->event_sync(ev));
   CHECK_OK(B->event_query(ev));
@@ -2011,7 +2011,7 @@ static void fault_after_reset(fault_scene *s) {
 static void fault_in_flight_dev(void) {
   fault_scene s = {0};
   fault_scene_start(&s);
-  CHECK_ERR(B->event_query(s.pending), ACCEL_EAGAIN);
+  CHECK_ERR(B->event_query(s.pending), RT_PENDING);
   CHECK_OK(B->inject_fault(s.d));
   fault_reports_lost(&s);
   B->mem_free(s.d, &s.buf); /* works on a faulted device */
@@ -2163,7 +2163,7 @@ static void stress_round(stress *s, be_queue *q, be_mem log, int t, int r) {
   int n = (t + 1) % T_THREADS;
   CHECK_OK(B->queue_wait(q, s->ev[n]));
   int st = B->event_query(s->ev[n]);
-  CHECK(st == 0 || st == ACCEL_EAGAIN);
+  CHECK(st == 0 || st == RT_PENDING);
   CHECK_OK(
       B->copy_d2d(q, log, (size_t)r * T_SLOT * 4, s->data[n], (size_t)r * T_SLOT * 4, T_SLOT * 4));
   finish(s->d, q); /* scratch is no longer used */
