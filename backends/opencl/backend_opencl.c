@@ -132,6 +132,9 @@ static void fill_info(be_device *dev) {
   dev->wg_max = wg > 0 ? wg : 1;
   dev->fp64 = has_extension(dev->id, "cl_khr_fp64");
   dev->fp16 = has_extension(dev->id, "cl_khr_fp16");
+  cl_device_fp_config fp32 = 0;
+  clGetDeviceInfo(dev->id, CL_DEVICE_SINGLE_FP_CONFIG, sizeof fp32, &fp32, NULL);
+  dev->div_exact = (fp32 & CL_FP_CORRECTLY_ROUNDED_DIVIDE_SQRT) != 0;
 }
 
 static int ocl_info(be_device *dev, be_device_info *out) {

@@ -87,7 +87,8 @@ struct be_device {
   cl_device_id id;
   be_device_info info;
   bool fp64, fp16;
-  size_t wg_max; /* CL_DEVICE_MAX_WORK_GROUP_SIZE */
+  bool div_exact; /* f32 division and sqrt can be built correctly rounded */
+  size_t wg_max;  /* CL_DEVICE_MAX_WORK_GROUP_SIZE */
   bool fault_injection;
   atomic_bool lost;
   atomic_bool aborted; /* abort(): queues and context are abandoned, not waited for */

@@ -260,7 +260,8 @@ NN_OPS(f64, double, double, LOAD_F64, STORE_F64, d)
 
 /* Element-wise of two inputs, broadcast by their strides (ops/args.h be_binary_args): dst is
  * rows x cols, contiguous; input element (r, c) at r * rs + c * cs. The op (be_binary_op) is
- * an argument; MAXIMUM and MINIMUM propagate NaN. */
+ * an argument; MAXIMUM and MINIMUM propagate NaN. f32 quotients are correctly rounded where
+ * the device can build them so (program.c asks for it); else they are the device's own. */
 #define BINARY(NAME, T, C, LOAD, STORE)                                                        \
   __kernel void NAME(__global T *dst, ulong dso, __global const T *a, ulong ao,                \
                      __global const T *b, ulong bo, int op, ulong rows, ulong cols, ulong ars, \

@@ -88,7 +88,11 @@ typedef struct bw_link {
   uint64_t cb_queued, cb_ran;
   bool reader_done;        /* the worker's end was seen: everything pending was failed */
   pthread_mutex_t send_mu; /* frames on cmd */
-  pthread_mutex_t mu;      /* everything below */
+  /* Frames on ack: never under send_mu. A call blocked on a full cmd socket (the worker busy
+   * in a driver call that waits for the stream a holding host function keeps) would otherwise
+   * keep back the ack that function waits for. */
+  pthread_mutex_t ack_mu;
+  pthread_mutex_t mu; /* everything below */
   pthread_cond_t cv;
   bool dead;
   int refs;  /* open devices: the process lives while there are */

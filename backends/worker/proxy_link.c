@@ -121,9 +121,9 @@ static void event_unref(bw_event *e) { /* under mu */
 /* The caller thread sends acks, and the reader when it ran a function itself (no memory for
  * the caller's queue): one frame at a time. */
 static void send_ack(bw_link *l, uint64_t tag) {
-  pthread_mutex_lock(&l->send_mu);
+  pthread_mutex_lock(&l->ack_mu);
   (void)bw_send(l->ack, BW_ACK, tag, NULL, 0, NULL, 0, NULL, 0);
-  pthread_mutex_unlock(&l->send_mu);
+  pthread_mutex_unlock(&l->ack_mu);
 }
 
 static void *caller(void *arg) {
@@ -465,6 +465,7 @@ static void link_memory_free(bw_link *l) {
     free(l->pend[i].body);
   free(l->pend);
   pthread_mutex_destroy(&l->send_mu);
+  pthread_mutex_destroy(&l->ack_mu);
   pthread_mutex_destroy(&l->mu);
   pthread_cond_destroy(&l->cv);
   free(l);
@@ -523,6 +524,7 @@ static int link_new(const be_ops *real, int group, bw_link **out) {
   l->group = group;
   l->cmd = l->note = l->ack = l->stage_fd = -1;
   pthread_mutex_init(&l->send_mu, NULL);
+  pthread_mutex_init(&l->ack_mu, NULL);
   pthread_mutex_init(&l->mu, NULL);
   pthread_cond_init(&l->cv, NULL);
   int rc = spawn(l);
@@ -556,6 +558,7 @@ int bw_link_adopt(const be_ops *real, int cmd, int note, int ack, size_t stage_b
     return ACCEL_ENOMEM;
   *l = (bw_link){.real = real, .group = -2, .cmd = cmd, .note = note, .ack = ack, .stage_fd = -1};
   pthread_mutex_init(&l->send_mu, NULL);
+  pthread_mutex_init(&l->ack_mu, NULL);
   pthread_mutex_init(&l->mu, NULL);
   pthread_cond_init(&l->cv, NULL);
   l->refs = 1;

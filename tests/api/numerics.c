@@ -433,6 +433,9 @@ TEST(unary_ops) {
 
 /* ---- binary ops, broadcast as numpy does ---- */
 
+static const char *const binary_names[] = {"add",    "subtract", "multiply",
+                                           "divide", "maximum",  "minimum"};
+
 static double binary_ref(accel_binary_op op, double x, double y) {
   switch (op) {
   case ACCEL_ADD:
@@ -467,7 +470,7 @@ static void binary_case(accel_ctx *ctx, accel_binary_op op, int how) {
     for (size_t c = 0; c < cols; c++) {
       double want = binary_ref(op, a[r * cols + c], b[r * sb[how].row + c * sb[how].col]);
       double tol = op >= ACCEL_MAXIMUM ? 0 : EPS / 2 * fabs(want);
-      check_close("binary", r * cols + c, y[r * cols + c], want, tol);
+      check_close(binary_names[op], r * cols + c, y[r * cols + c], want, tol);
     }
   CHECK_OK(accel_buffer_destroy(ctx, A));
   CHECK_OK(accel_buffer_destroy(ctx, Bb));

@@ -10,7 +10,9 @@
  *     frame claims.
  * The real worker is exercised by backend-conformance-workers and daemon-device-faults. */
 #include <fcntl.h>
+#include <poll.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -191,6 +193,78 @@ TEST(a_full_staging_region_waits_for_a_page) {
   bw_stage_fini(&l);
 }
 
+/* ---- a holding host function's ack, while calls back up ---- */
+
+/* The worker's side: once the proxy's calls have filled the cmd socket (its sender blocked
+ * in the middle of a frame), the completion of a holding host function; then no call read
+ * until its ack has come (a real worker's thread sits in a driver call while the stream waits for
+ * that function), then every call read until the proxy lets go. */
+typedef struct held_worker {
+  int cmd, note, ack;
+  int proxy_cmd; /* the proxy's end of cmd */
+  uint64_t tag;
+  atomic_int acked;
+  size_t calls;
+} held_worker;
+
+static void *held_worker_run(void *arg) {
+  held_worker *w = arg;
+  struct pollfd full = {.fd = w->proxy_cmd, .events = POLLOUT};
+  while (poll(&full, 1, 0) == 1) /* until the proxy's calls fill the socket: it blocks */
+    test_sleep_ms(1);
+  bw_reply ok = {0};
+  write_frame(w->note, BW_DONE, w->tag, &ok, sizeof ok);
+  bw_hdr h;
+  char buf[256];
+  void *body;
+  if (bw_recv(w->ack, &h, buf, sizeof buf, &body) && h.type == BW_ACK && h.tag == w->tag)
+    atomic_store(&w->acked, 1);
+  while (bw_recv(w->cmd, &h, buf, sizeof buf, &body)) {
+    w->calls++;
+    if (body != buf)
+      free(body);
+  }
+  return NULL;
+}
+
+static void note_ran(void *arg, int status) {
+  atomic_store((atomic_int *)arg, status == 0 ? 1 : -1);
+}
+
+/* Calls fill the cmd socket and block while the worker waits for an ack: the ack must still
+ * go out (on its own socket, under its own lock), or the proxy and the worker wait for each
+ * other for good (the watchdog fails the test). */
+TEST(an_ack_goes_out_while_calls_back_up) {
+  int cmd[2], note[2], ack[2];
+  CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, cmd), 0);
+  CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, note), 0);
+  CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, ack), 0);
+  bw_link *l = NULL;
+  CHECK_OK(bw_link_adopt(&be_cpu_ops, cmd[0], note[0], ack[0], 1 << 20, &l));
+  atomic_int ran = 0;
+  pthread_mutex_lock(&l->mu);
+  uint64_t tag = bw_pending_add(
+      l, &(bw_pending){.kind = BW_P_CALLBACK, .hold = true, .fn = note_ran, .arg = &ran});
+  pthread_mutex_unlock(&l->mu);
+  CHECK_GT(tag, 0);
+  held_worker w = {.cmd = cmd[1], .note = note[1], .ack = ack[1], .proxy_cmd = cmd[0], .tag = tag};
+  pthread_t t;
+  CHECK_EQ(pthread_create(&t, NULL, held_worker_run, &w), 0);
+  static char call[64 << 10]; /* 2 MiB of calls: far past what a socket holds */
+  enum { CALLS = 32 };
+  for (int i = 0; i < CALLS; i++)
+    CHECK(bw_link_send(l, BW_FILL, 0, call, sizeof call, NULL, 0, NULL, 0));
+  CHECK_EQ(atomic_load(&ran), 1);
+  CHECK_EQ(atomic_load(&w.acked), 1);
+  shutdown(cmd[0], SHUT_WR); /* the worker reads to the end */
+  CHECK_EQ(pthread_join(t, NULL), 0);
+  CHECK_EQ(w.calls, (size_t)CALLS);
+  close(cmd[1]); /* the worker's ends: the link's reader sees the end */
+  close(note[1]);
+  close(ack[1]);
+  bw_link_end(l);
+}
+
 static const test_case tests[] = {
     TEST_CASE(frames_at_the_limit_and_one_past),
     TEST_CASE(a_descriptor_travels_with_its_frame),
@@ -200,6 +274,7 @@ static const test_case tests[] = {
     TEST_CASE(a_frame_at_the_limit_is_read),
     TEST_CASE(a_worker_dying_mid_call_fails_the_call),
     TEST_CASE(no_worker_at_all_is_a_clear_error),
+    TEST_CASE(an_ack_goes_out_while_calls_back_up),
 };
 
 int main(int argc, char **argv) {
