@@ -272,19 +272,23 @@ static void print_row(const char *what, int n, row w, bool latency) {
 static bool mps(bool on) {
   static char dir[] = "/tmp/accel-bench-mps-XXXXXX";
   static bool made;
-  if (!made && (made = mkdtemp(dir) != NULL)) {
-    char p[128];
-    snprintf(p, sizeof p, "%s/pipe", dir);
-    setenv("CUDA_MPS_PIPE_DIRECTORY", p, 1);
-    snprintf(p, sizeof p, "%s/log", dir);
-    setenv("CUDA_MPS_LOG_DIRECTORY", p, 1);
-  }
+  if (!made && !(made = mkdtemp(dir) != NULL))
+    return false;
+  /* Set for each round (the clients it starts inherit them), unset after: the next rows'
+   * clients must not look for the control daemon. */
+  char p[128];
+  snprintf(p, sizeof p, "%s/pipe", dir);
+  setenv("CUDA_MPS_PIPE_DIRECTORY", p, 1);
+  snprintf(p, sizeof p, "%s/log", dir);
+  setenv("CUDA_MPS_LOG_DIRECTORY", p, 1);
   const char *cmd = on ? "mkdir -p \"$CUDA_MPS_PIPE_DIRECTORY\" \"$CUDA_MPS_LOG_DIRECTORY\" && "
                          "nvidia-cuda-mps-control -d"
                        : "echo quit | nvidia-cuda-mps-control";
   bool ok = system(cmd) == 0;
-  if (!on)
+  if (!on) {
     unsetenv("CUDA_MPS_PIPE_DIRECTORY");
+    unsetenv("CUDA_MPS_LOG_DIRECTORY");
+  }
   sleep(1);
   return ok;
 }
