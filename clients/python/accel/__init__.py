@@ -18,13 +18,16 @@ from ._dtypes import bfloat16, from_bfloat16, to_bfloat16
 from ._errors import AccelError
 from ._future import Future, gather
 from ._kernels import In, InOut, Kernel, Module, Out, local
-from ._ops import (all_gather, all_reduce, axpy, broadcast, dot, fill, matmul, random_fill, relu,
-                   scal, sigmoid, softmax, tanh)
+from ._ops import (add, all_gather, all_reduce, axpy, broadcast, divide, dot, fill, matmul,
+                   maximum, minimum, multiply, random_fill, relu, scal, sigmoid, softmax,
+                   subtract, tanh)
 
 __version__ = _lib.lib.accel_version().decode()
 
 __all__ = [
     "AccelError", "Array", "Context", "Device", "Future", "In", "InOut", "Kernel", "Module",
-    "Out", "all_gather", "all_reduce", "axpy", "broadcast", "bfloat16", "dot", "fill", "from_bfloat16", "gather", "local", "matmul",
-    "open", "random_fill", "relu", "scal", "sigmoid", "softmax", "tanh", "to_bfloat16",
+    "Out", "add", "all_gather", "all_reduce", "axpy", "broadcast", "bfloat16", "divide", "dot",
+    "fill", "from_bfloat16", "gather", "local", "matmul", "maximum", "minimum", "multiply",
+    "open", "random_fill", "relu", "scal", "sigmoid", "softmax", "subtract", "tanh",
+    "to_bfloat16",
 ]

@@ -46,8 +46,13 @@ class Array:
     None: ops on this array run where accel places them).
     """
 
+    # numpy's operators and ufuncs hand an Array operand back to its own (ndarray + Array
+    # calls Array.__radd__), so the op runs on the device and gives an Array.
+    __array_ufunc__ = None
+
     def __init__(self, ctx, shape, dtype, device=None, _buffer=None):
         shape = _shape_of(shape)
+        self._made_by = None  # the Future of the op an operator made this array with
         code = _dtypes.code_of(dtype) if _buffer is None else _buffer.code
         size = math.prod(shape)
         self._buf = _buffer if _buffer is not None else _Buffer(ctx, code, max(size, 1))
@@ -129,8 +134,58 @@ class Array:
         return Future(cf, "accel_read", keep=(out, self._buf), output=out)
 
     def numpy(self, out=None, timeout=None):
-        """The contents as a numpy array (waits for the ops issued on it before)."""
-        return self.read(out).result(timeout)
+        """The contents as a numpy array (waits for the ops issued on it before; raises the
+        error of the operator that made it, if it failed)."""
+        got = self.read(out).result(timeout)
+        if self._made_by is not None:
+            self._made_by.result(timeout)  # done: ops on a buffer run in order
+        return got
+
+    def __array__(self, dtype=None, copy=None):
+        """numpy.asarray(array): a copy of the contents, read back from the device."""
+        got = self.numpy()
+        return got if dtype is None else got.astype(dtype, copy=False)
+
+    # ---- operators: element-wise on the device, numpy's broadcasting of scalars, rows and
+    # columns; the result is an Array at once (the op runs in order with the others) ----
+
+    def _op(self, name, other, reflected=False):
+        from . import _ops
+
+        a, b = (other, self) if reflected else (self, other)
+        fut = getattr(_ops, name)(a, b)
+        fut.output._made_by = fut
+        return fut.output
+
+    def __add__(self, other):
+        return self._op("add", other)
+
+    def __radd__(self, other):
+        return self._op("add", other, True)
+
+    def __sub__(self, other):
+        return self._op("subtract", other)
+
+    def __rsub__(self, other):
+        return self._op("subtract", other, True)
+
+    def __mul__(self, other):
+        return self._op("multiply", other)
+
+    def __rmul__(self, other):
+        return self._op("multiply", other, True)
+
+    def __truediv__(self, other):
+        return self._op("divide", other)
+
+    def __rtruediv__(self, other):
+        return self._op("divide", other, True)
+
+    def __neg__(self):
+        return self._op("multiply", -1.0)
+
+    def __pos__(self):
+        return self
 
     def write(self, src):
         """Future of writing `src` (array-like of this size, converted to this dtype) into

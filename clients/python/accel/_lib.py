@@ -103,6 +103,10 @@ class LaunchDims(ctypes.Structure):
     ]
 
 
+class Strides(ctypes.Structure):
+    _fields_ = [("row", ctypes.c_size_t), ("col", ctypes.c_size_t)]
+
+
 class TransferStats(ctypes.Structure):
     _fields_ = [
         ("host_to_device", ctypes.c_uint64),
@@ -158,6 +162,11 @@ _PROTOTYPES = {
     "accel_relu": (_int, [ctx_p, device_t, handle, handle, _fut_out]),
     "accel_tanh": (_int, [ctx_p, device_t, handle, handle, _fut_out]),
     "accel_softmax": (_int, [ctx_p, device_t, handle, handle, _size, _size, _fut_out]),
+    "accel_binary": (
+        _int,
+        [ctx_p, device_t, _int, handle, _size, _size, handle, Strides, handle, Strides,
+         _fut_out],
+    ),
     "accel_all_reduce": (
         _int,
         [ctx_p, ctypes.POINTER(device_t), ctypes.POINTER(handle), ctypes.c_uint32,

@@ -185,6 +185,96 @@ def random_fill(out, dist, *, seed, offset=0, mean=0.0, stddev=1.0, device=None)
         out.ctx._live(), dev, out.handle, _lib.ctypes.byref(spec), f), (out,), out)
 
 
+# ---- element-wise of two operands, broadcast as numpy does -------------------------------
+
+_BINARY = {"add": 0, "subtract": 1, "multiply": 2, "divide": 3, "maximum": 4, "minimum": 5}
+
+
+def _operand(x, like):
+    """x as an Array beside `like`: an Array as it is; a number, a 1-element array of like's
+    dtype (filled on the device, in order); anything numpy takes, uploaded in like's dtype."""
+    if isinstance(x, Array):
+        return x
+    if isinstance(x, (int, float, np.integer, np.floating)) or np.ndim(x) == 0:
+        a = Array(like.ctx, (), like._code, like.device)
+        fill(a, float(x))
+        return a
+    return like.ctx.asarray(np.asarray(x, dtype=like.dtype), device=like.device)
+
+
+def _strides_in(shape, out_shape, rows, cols):
+    """How an operand of `shape` is read to make `out_shape` seen as rows x cols: its (row,
+    col) strides, numpy's broadcasting in the forms accel_binary takes."""
+    shape = (1,) * (len(out_shape) - len(shape)) + tuple(shape)
+    lead, last = shape[:-1], shape[-1] if shape else 1
+    out_lead, out_last = out_shape[:-1], out_shape[-1] if out_shape else 1
+    if shape == tuple(out_shape):
+        return (cols, 1)
+    if all(s == 1 for s in shape):
+        return (0, 0)  # one element for all
+    if all(s == 1 for s in lead) and last == out_last:
+        return (0, 1)  # one row, for every row
+    if last == 1 and tuple(lead) == tuple(out_lead):
+        return (1, 0)  # one column, for every column
+    raise NotImplementedError(
+        f"broadcasting {shape} to {tuple(out_shape)} is not supported yet (accel broadcasts "
+        "scalars, rows and columns of the result)")
+
+
+def _binary(name, a, b, out, device):
+    if not isinstance(a, Array):
+        if not isinstance(b, Array):
+            raise TypeError(f"{name}: one operand must be an accel Array")
+        a = _operand(a, b)
+    b = _operand(b, a)
+    ctx = _same_ctx(a, b, *([out] if out is not None else []))
+    if a._code != b._code:
+        raise TypeError(f"{name}: dtypes differ ({a.accel_dtype} and {b.accel_dtype}); "
+                        "convert one first")
+    shape = np.broadcast_shapes(a.shape, b.shape)
+    cols = shape[-1] if shape else 1
+    rows = int(np.prod(shape[:-1])) if shape else 1
+    sa = _lib.Strides(*_strides_in(a.shape, shape, rows, cols))
+    sb = _lib.Strides(*_strides_in(b.shape, shape, rows, cols))
+    out = _out_like(a, out, shape)
+    dev = a._dev(device) if device is not None or a.device is not None else b._dev(None)
+    return _issue("accel_binary", lambda f: _lib.lib.accel_binary(
+        ctx._live(), dev, _BINARY[name], out.handle, rows, cols, a.handle, sa, b.handle, sb,
+        f), (a, b, out), out)
+
+
+def add(a, b, out=None, *, device=None):
+    """out = a + b element-wise, numpy's broadcasting of scalars, rows and columns. a or b
+    may be a number or a numpy array (converted to the other's dtype); float32, float64,
+    float16, bfloat16 (the nn package's dtypes). Future of out."""
+    return _binary("add", a, b, out, device)
+
+
+def subtract(a, b, out=None, *, device=None):
+    """out = a - b, as add()."""
+    return _binary("subtract", a, b, out, device)
+
+
+def multiply(a, b, out=None, *, device=None):
+    """out = a * b, as add()."""
+    return _binary("multiply", a, b, out, device)
+
+
+def divide(a, b, out=None, *, device=None):
+    """out = a / b (IEEE division, correctly rounded), as add()."""
+    return _binary("divide", a, b, out, device)
+
+
+def maximum(a, b, out=None, *, device=None):
+    """out = the larger of a and b, NaN where either is NaN (numpy's maximum), as add()."""
+    return _binary("maximum", a, b, out, device)
+
+
+def minimum(a, b, out=None, *, device=None):
+    """out = the smaller of a and b, NaN where either is NaN, as add()."""
+    return _binary("minimum", a, b, out, device)
+
+
 # ---- collectives --------------------------------------------------------------------------
 
 _REDUCE = {"sum": 0, "prod": 1, "min": 2, "max": 3}
