@@ -8,8 +8,10 @@
  * last work, so that a quick exchange with another thread needs no sleep and wake-up. Spinning
  * pays only with spare cores: on a loaded machine the spinner takes the core the thread it
  * waits for needs (measured: 20x slower round trips on 2 busy cores). One turn
- * runs each actor that was queued when the turn began for at most `throughput` messages, so
- * new work and I/O get their share. */
+ * runs each actor that was queued when the turn began for at most `throughput` messages, then
+ * the actors those woke, up to `turn_hops` more runs (ACCEL_TURN_HOPS, default 1024): a
+ * message handed from actor to actor on one loop (ping-pong, a ring) costs no loop iteration,
+ * no poll and no clock read per hop, while the bound leaves new work and I/O their share. */
 #include <poll.h>
 #include <stdlib.h>
 #include <string.h>
@@ -174,7 +176,7 @@ static bool take_remote(accel_runtime *rt) {
 /* ---- turns ---- */
 
 static void run_queued_actors(accel_runtime *rt) {
-  uint32_t n = rt->runq_len;
+  uint64_t n = (uint64_t)rt->runq_len + rt->turn_hops;
   while (n-- > 0) {
     accel_actor *cell = runq_pop(rt);
     if (cell == NULL)
@@ -204,10 +206,11 @@ static bool has_remote_work(accel_runtime *rt) {
   return atomic_load(&rt->remote_pending);
 }
 
-/* No work this turn: keep turning for the spin time since the last work, then sleep. Before
- * sleeping, senders are told to write (rt_wakeup_sleep) and the lists checked once more. */
-static void maybe_sleep(accel_runtime *rt) {
-  if (uv_hrtime() - rt->last_work_ns < rt->spin_ns)
+/* No work this turn (begun at now_ns): keep turning for the spin time since the last work,
+ * then sleep. Before sleeping, senders are told to write (rt_wakeup_sleep) and the lists
+ * checked once more. */
+static void maybe_sleep(accel_runtime *rt, uint64_t now_ns) {
+  if (now_ns - rt->last_work_ns < rt->spin_ns)
     return;
   rt_wakeup_sleep(&rt->wake);
   /* A sender (or a stop) that saw the loop awake did not write: look once more. */
@@ -219,15 +222,17 @@ static void maybe_sleep(accel_runtime *rt) {
   uv_idle_stop(&rt->turn);
 }
 
-static void run_turn_timed(accel_runtime *rt);
+static void run_turn_timed(accel_runtime *rt, uint64_t t0);
 
 static void run_turn(accel_runtime *rt) {
   uint64_t t0 = uv_hrtime();
-  run_turn_timed(rt);
+  run_turn_timed(rt, t0);
   note_busy(rt, t0); /* a turn from the poll phase (a wake-up) is outside awake..asleep */
 }
 
-static void run_turn_timed(accel_runtime *rt) {
+/* The turn's one clock read is t0, its start: when work was last found, and the spin's
+ * measure (a hop from actor to actor reads no clock). */
+static void run_turn_timed(accel_runtime *rt, uint64_t t0) {
   bool worked = take_remote(rt) || rt->runq_head || rt->local_tasks.head;
   run_queued_actors(rt);
   rt_task *tasks = rt->local_tasks.head;
@@ -237,9 +242,9 @@ static void run_turn_timed(accel_runtime *rt) {
   rt_retries_flush(rt);
   rt_sweep(rt);
   if (worked)
-    rt->last_work_ns = uv_hrtime();
+    rt->last_work_ns = t0;
   if (!has_local_work(rt) && rt->turn_active)
-    maybe_sleep(rt);
+    maybe_sleep(rt, t0);
 }
 
 /* ---- turns run by a client thread while the loop sleeps (borrow.c), token held ---- */
@@ -249,7 +254,7 @@ bool rt_turn_has_work(accel_runtime *rt) {
 }
 
 void rt_turn_run(accel_runtime *rt) {
-  run_turn_timed(rt);
+  run_turn_timed(rt, uv_hrtime());
 }
 
 /* After a borrow: stops the idle turn if nothing is left, marks the loop asleep again
@@ -387,6 +392,17 @@ uint64_t rt_spin_ns(void) {
   return v;
 }
 
+/* ACCEL_TURN_HOPS (0: only the actors queued when a turn began run in it, as before), read
+ * at each runtime's creation (a benchmark compares both in one process). */
+uint32_t rt_turn_hops(void) {
+  const char *s = getenv("ACCEL_TURN_HOPS");
+  char *end = NULL;
+  unsigned long v = s ? strtoul(s, &end, 10) : RT_TURN_HOPS_DEFAULT;
+  if (s && (*s == '\0' || *end != '\0' || v > UINT32_MAX))
+    v = RT_TURN_HOPS_DEFAULT;
+  return (uint32_t)v;
+}
+
 /* ---- stalls: how long one iteration of the loop runs callbacks ---- */
 
 static void on_awake(uv_check_t *h) {
@@ -456,6 +472,7 @@ static int loop_init(accel_runtime *rt) {
   uv_idle_init(&rt->loop, &rt->turn);
   rt->turn.data = rt;
   rt->spin_ns = rt_spin_ns();
+  rt->turn_hops = rt_turn_hops();
   stall_watch_init(rt);
   return 0;
 }

@@ -105,6 +105,7 @@ struct accel_runtime {
   bool turn_active;
   uint64_t last_work_ns; /* when a turn last found something to do */
   uint64_t spin_ns;      /* how long the loop keeps turning after that before sleeping */
+  uint32_t turn_hops;    /* actor runs a turn adds for actors woken during it (loop.c) */
   uv_thread_t thread;
   bool has_thread;
   atomic_bool running;      /* the loop is running (run or start called, not finished) */
@@ -215,6 +216,8 @@ void rt_log_init_from_env(void);
  * never), else 50 us on machines of 8 cores or more and 0 below (worth it only with spare
  * cores). Read once. */
 uint64_t rt_spin_ns(void);
+#define RT_TURN_HOPS_DEFAULT 1024u
+uint32_t rt_turn_hops(void);
 
 static inline void rt_cpu_relax(void) {
 #if defined(__x86_64__) || defined(__i386__)
