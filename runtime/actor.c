@@ -113,12 +113,13 @@ int rt_cell_start(accel_actor *cell) {
 
 /* Ends an incarnation: its ref goes stale at once, its children stop (reverse start order),
  * its timers stop, its stop hook runs, and the cell waits in the graveyard for the sweep. */
-void rt_cell_terminate(accel_actor *cell) {
+void rt_cell_terminate(accel_actor *cell, int reason) {
   if (cell->status == RT_STOPPED)
     return;
   accel_runtime *rt = cell->rt;
   cell->status = RT_STOPPED;
   slot_retire(rt, cell->ref.slot);
+  rt_monitors_fire(cell, reason);
   rt_children_stop_all(cell);
   rt_timers_stop_all(cell);
   if (cell->state) {
@@ -211,10 +212,10 @@ void rt_cell_run(accel_actor *cell) {
 
 /* ---- sending ---- */
 
-static int push(accel_runtime *rt, accel_actor *cell, const accel_msg *msg, bool remote) {
+static int push_as(accel_runtime *rt, accel_actor *cell, const accel_msg *msg, bool remote,
+                   accel_ref sender) {
   accel_msg m = *msg;
-  accel_actor *from = rt_tls_actor;
-  m.sender = from && from->rt == rt ? from->ref : ACCEL_REF_NONE;
+  m.sender = sender;
   if (rt_mailbox_push(&cell->mailbox, &m) != 0) {
     atomic_fetch_add_explicit(&rt->stats.busy_refusals, 1, memory_order_relaxed);
     return ACCEL_EBUSY;
@@ -226,6 +227,18 @@ static int push(accel_runtime *rt, accel_actor *cell, const accel_msg *msg, bool
       rt_schedule_local(rt, cell);
   }
   return 0;
+}
+
+static int push(accel_runtime *rt, accel_actor *cell, const accel_msg *msg, bool remote) {
+  accel_actor *from = rt_tls_actor;
+  return push_as(rt, cell, msg, remote, from && from->rt == rt ? from->ref : ACCEL_REF_NONE);
+}
+
+int rt_send_as(accel_runtime *rt, accel_ref to, const accel_msg *msg) {
+  if (atomic_load_explicit(&rt->closing, memory_order_relaxed))
+    return ACCEL_ECLOSED;
+  accel_actor *cell = rt_resolve_local(rt, to);
+  return cell ? push_as(rt, cell, msg, false, msg->sender) : ACCEL_ESTALE;
 }
 
 int rt_send_local(accel_runtime *rt, accel_ref to, const accel_msg *msg) {
@@ -311,7 +324,7 @@ accel_future *accel_msg_take_reply(accel_msg *msg) {
 
 /* ---- sends that met a full mailbox on the loop (timer ticks, work results) ---- */
 
-void rt_retry_send(accel_runtime *rt, accel_ref to, const accel_msg *msg) {
+static void retry_send(accel_runtime *rt, accel_ref to, const accel_msg *msg, bool as_sender) {
   rt_retry *node = rt_malloc(sizeof *node);
   if (node == NULL) {
     accel_msg m = *msg;
@@ -321,6 +334,7 @@ void rt_retry_send(accel_runtime *rt, accel_ref to, const accel_msg *msg) {
   node->next = NULL;
   node->to = to;
   node->msg = *msg;
+  node->as_sender = as_sender;
   rt_retry **link = &rt->retries;
   while (*link)
     link = &(*link)->next;
@@ -328,12 +342,21 @@ void rt_retry_send(accel_runtime *rt, accel_ref to, const accel_msg *msg) {
   rt_wake_turn(rt);
 }
 
+void rt_retry_send(accel_runtime *rt, accel_ref to, const accel_msg *msg) {
+  retry_send(rt, to, msg, false);
+}
+
+void rt_retry_send_as(accel_runtime *rt, accel_ref to, const accel_msg *msg) {
+  retry_send(rt, to, msg, true);
+}
+
 /* Returns true if some retries are still waiting for room. */
 bool rt_retries_flush(accel_runtime *rt) {
   rt_retry **link = &rt->retries;
   while (*link) {
     rt_retry *node = *link;
-    int rc = rt_send_local(rt, node->to, &node->msg);
+    int rc = node->as_sender ? rt_send_as(rt, node->to, &node->msg)
+                             : rt_send_local(rt, node->to, &node->msg);
     if (rc == ACCEL_EBUSY) {
       link = &node->next;
       continue;
@@ -356,7 +379,7 @@ static int child_spawn(rt_child *spec) {
   spec->cell = cell;
   int rc = rt_cell_start(cell);
   if (rc != 0)
-    rt_cell_terminate(cell); /* runs the stop hook on the partial state */
+    rt_cell_terminate(cell, rc); /* runs the stop hook on the partial state */
   return rc;
 }
 

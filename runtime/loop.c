@@ -318,7 +318,7 @@ static void drain(accel_runtime *rt) {
 
 static void shutdown_tree(accel_runtime *rt) {
   if (rt->root) {
-    rt_cell_terminate(rt->root);
+    rt_cell_terminate(rt->root, ACCEL_ECLOSED);
     rt->root = NULL;
   }
   wait_remote_users(rt);

@@ -22,6 +22,7 @@
 
 typedef struct rt_child rt_child;
 typedef struct rt_timer rt_timer;
+typedef struct rt_monitor rt_monitor; /* monitor.c */
 
 /* A deferred call on the loop thread (posted from any thread): the public accel_task. */
 typedef accel_task rt_task;
@@ -49,6 +50,7 @@ struct accel_actor {
   rt_list children; /* rt_child records, in start order */
   accel_supervision supervision;
   rt_timer *timers;
+  rt_monitor *monitors; /* who watches this incarnation (monitor.c) */
 };
 
 /* A supervisor's record of one child: what it needs to restart it, and the restart history. */
@@ -87,6 +89,7 @@ typedef struct rt_retry {
   struct rt_retry *next;
   accel_ref to;
   accel_msg msg;
+  bool as_sender; /* sent as msg.sender (a DOWN: the actor that ended), not as the loop */
 } rt_retry;
 
 struct accel_runtime {
@@ -144,6 +147,7 @@ struct accel_runtime {
   accel_actor *root;  /* loop thread only; NULL once shut down */
   accel_ref root_ref; /* immutable after create: readable from any thread */
   uint64_t next_timer_id;
+  uint64_t next_monitor_id;
   rt_stats stats;
 };
 
@@ -178,7 +182,9 @@ uint64_t rt_now_ms(accel_runtime *rt);
 /* actor.c */
 RT_MUST_USE accel_actor *rt_cell_create(accel_runtime *rt, accel_actor *parent, rt_child *spec);
 RT_MUST_USE int rt_cell_start(accel_actor *cell);
-void rt_cell_terminate(accel_actor *cell);
+/* Ends an incarnation for `reason` (0: stopped; ACCEL_ECLOSED: its parent or the runtime
+ * stopped; else the failure that ended it): what its monitors are told. */
+void rt_cell_terminate(accel_actor *cell, int reason);
 void rt_cell_run(accel_actor *cell);
 void rt_sweep(accel_runtime *rt);
 void rt_drop_msg(accel_runtime *rt, accel_msg *msg);
@@ -186,6 +192,11 @@ RT_MUST_USE int rt_send_local(accel_runtime *rt, accel_ref to, const accel_msg *
 accel_actor *rt_resolve_local(accel_runtime *rt, accel_ref ref);
 RT_MUST_USE int rt_slots_init(accel_runtime *rt, uint32_t count);
 void rt_retry_send(accel_runtime *rt, accel_ref to, const accel_msg *msg);
+/* As rt_send_local and rt_retry_send, with msg->sender as it is (loop thread). */
+int rt_send_as(accel_runtime *rt, accel_ref to, const accel_msg *msg);
+void rt_retry_send_as(accel_runtime *rt, accel_ref to, const accel_msg *msg);
+/* monitor.c: tells the cell's watchers it ended (on the loop), and forgets them. */
+void rt_monitors_fire(accel_actor *cell, int reason);
 bool rt_retries_flush(accel_runtime *rt);
 
 /* supervisor.c */

@@ -68,7 +68,7 @@ void rt_children_stop_all(accel_actor *owner) {
   while (!rt_list_empty(&owner->children)) {
     rt_child *spec = RT_LIST_LAST(&owner->children, rt_child, link);
     if (spec->cell)
-      rt_cell_terminate(spec->cell);
+      rt_cell_terminate(spec->cell, ACCEL_ECLOSED); /* its parent stops */
     rt_child_free(spec);
   }
 }
@@ -87,7 +87,7 @@ void rt_child_stop(rt_child *spec, int reason) {
   accel_actor *owner = spec->owner;
   accel_ref ref = spec->cell ? spec->cell->ref : ACCEL_REF_NONE;
   if (spec->cell)
-    rt_cell_terminate(spec->cell);
+    rt_cell_terminate(spec->cell, reason);
   rt_child_free(spec);
   notify_child_exit(owner, ref, reason);
 }
@@ -147,8 +147,8 @@ static void stop_for_restart(rt_child *spec, int reason) {
       cell->b->pre_restart(cell, cell->state, reason);
       rt_tls_actor = prev;
     }
-    if (cell)
-      rt_cell_terminate(cell);
+    if (cell) /* the failed one with its failure; the others the strategy takes along */
+      rt_cell_terminate(cell, s == spec ? reason : ACCEL_ECLOSED);
     if (s == first)
       break;
   }

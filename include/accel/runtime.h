@@ -83,7 +83,20 @@ typedef struct accel_msg {
 } accel_msg;
 
 /* Message types below this are the runtime's own (timers, work completions). */
-enum { ACCEL_MSG_USER = 1024 };
+enum {
+  /* Sent by the runtime to an actor that monitors another (accel_monitor) when that one's
+   * incarnation ends: sender is its ref, arg the monitor's id, and the reason is
+   * accel_down_reason(msg). */
+  ACCEL_MSG_DOWN = 1,
+  ACCEL_MSG_USER = 1024
+};
+
+/* Why a monitored incarnation ended: 0 it was stopped (accel_stop); ACCEL_ECLOSED its parent,
+ * a sibling's restart (one-for-all, rest-for-one) or the runtime stopped it; else the error
+ * its start or receive returned (it may have been restarted since, under a new ref). */
+static inline int accel_down_reason(const accel_msg *msg) {
+  return (int)(int32_t)msg->flags;
+}
 
 /* ---------------------------------------------------------------------------------------
  * Behaviours
@@ -251,6 +264,14 @@ ACCEL_API accel_future *accel_msg_take_reply(accel_msg *msg);
 /* Stops the actor and its subtree, from any thread; asynchronous (posted to the loop). Its
  * parent's child_exit hook runs with reason 0. ACCEL_ESTALE if the ref is not live. */
 ACCEL_API int accel_stop(accel_runtime *rt, accel_ref ref);
+
+/* From a callback of `self`: watches the incarnation `target` (any actor of the runtime, not
+ * only a child): when it ends, `self` receives one ACCEL_MSG_DOWN (see accel_down_reason),
+ * its arg *id. ACCEL_ESTALE if target has ended already (no DOWN comes), ACCEL_ENOMEM. */
+ACCEL_API int accel_monitor(accel_actor *self, accel_ref target, uint64_t *id);
+/* Stops watching: no DOWN of that monitor is sent from now (one sent already may still be
+ * in the mailbox). ACCEL_ENOENT if it is not self's or has fired. */
+ACCEL_API int accel_demonitor(accel_actor *self, accel_ref target, uint64_t id);
 
 /* Inside callbacks of `self` (loop thread): */
 ACCEL_API accel_ref accel_self(accel_actor *self);

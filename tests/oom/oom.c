@@ -57,7 +57,7 @@ static int wait_release(accel_future *f, const char *what) {
   return step(rc, what);
 }
 
-/* ---- the runtime: spawn, ask, a job on a worker, a timer, stop ---- */
+/* ---- the runtime: spawn, ask, a monitor, a job on a worker, a timer, stop ---- */
 
 enum { MSG_ASK = ACCEL_MSG_USER, MSG_WORKED, MSG_TICK };
 
@@ -83,6 +83,10 @@ static void finish_if_done(echo_state *st, int status) {
 static int echo_receive(accel_actor *self, void *state, accel_msg *msg) {
   echo_state *st = state;
   if (msg->type == MSG_ASK) {
+    uint64_t id; /* a monitor of the root: its record lives until the shutdown fires it */
+    int mon = accel_monitor(self, accel_runtime_root(accel_actor_runtime(self)), &id);
+    if (mon != 0)
+      return accel_reply(msg, mon, NULL, NULL) < 0 ? -1 : 0;
     int *v = malloc(sizeof *v); /* the test's memory, not accel's */
     CHECK(v != NULL);
     *v = 21;
