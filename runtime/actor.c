@@ -309,6 +309,8 @@ int accel_reply(accel_msg *msg, int status, void *value, void (*drop)(void *)) {
   if (msg->reply == NULL)
     return 0;
   int rc = accel_future_complete(msg->reply, status, value, drop);
+  if (rc == ACCEL_EALREADY && value != NULL && drop != NULL)
+    drop(value); /* an ask that timed out: its future took no value */
   accel_future_release(msg->reply);
   msg->reply = RT_REPLIED;
   return rc;

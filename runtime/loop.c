@@ -317,6 +317,7 @@ static void drain(accel_runtime *rt) {
 }
 
 static void shutdown_tree(accel_runtime *rt) {
+  rt_ask_timers_close(rt);
   if (rt->root) {
     rt_cell_terminate(rt->root, ACCEL_ECLOSED);
     rt->root = NULL;
@@ -471,6 +472,7 @@ static int loop_init(accel_runtime *rt) {
   }
   uv_idle_init(&rt->loop, &rt->turn);
   rt->turn.data = rt;
+  rt_list_init(&rt->ask_timers);
   rt->spin_ns = rt_spin_ns();
   rt->turn_hops = rt_turn_hops();
   stall_watch_init(rt);

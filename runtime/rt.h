@@ -148,6 +148,7 @@ struct accel_runtime {
   accel_ref root_ref; /* immutable after create: readable from any thread */
   uint64_t next_timer_id;
   uint64_t next_monitor_id;
+  rt_list ask_timers; /* asks with a deadline whose timer runs (ask_timeout.c) */
   rt_stats stats;
 };
 
@@ -197,6 +198,9 @@ int rt_send_as(accel_runtime *rt, accel_ref to, const accel_msg *msg);
 void rt_retry_send_as(accel_runtime *rt, accel_ref to, const accel_msg *msg);
 /* monitor.c: tells the cell's watchers it ended (on the loop), and forgets them. */
 void rt_monitors_fire(accel_actor *cell, int reason);
+/* ask_timeout.c: at shutdown, the asks whose deadline is still ahead complete ACCEL_ECLOSED
+ * (their timers then close in the drain, so the loop does not wait for their deadlines). */
+void rt_ask_timers_close(accel_runtime *rt);
 bool rt_retries_flush(accel_runtime *rt);
 
 /* supervisor.c */

@@ -251,6 +251,13 @@ ACCEL_API int accel_tell(accel_runtime *rt, accel_ref to, const accel_msg *msg);
  * neither, the future completes with receive()'s return code when receive returns, and with
  * ACCEL_ESTALE if the message is dropped. On failure (codes as for tell) no future is made. */
 ACCEL_API int accel_ask(accel_runtime *rt, accel_ref to, const accel_msg *msg, accel_future **out);
+/* As accel_ask, with a deadline: the future completes with ACCEL_ETIMEDOUT if no reply has
+ * come within timeout_ms (> 0; else ACCEL_EINVAL), and with ACCEL_ECLOSED if the runtime
+ * stops first. A reply after that is dropped: accel_reply frees its value (drop) and returns
+ * ACCEL_EALREADY, as accel_future_complete does for a future taken with
+ * accel_msg_take_reply (its caller frees the value then). Any thread. */
+ACCEL_API int accel_ask_timeout(accel_runtime *rt, accel_ref to, const accel_msg *msg,
+                                uint64_t timeout_ms, accel_future **out);
 
 /* From receive(): completes the message's ask future with `status` and `value` (ownership of
  * `value` passes to the future, which calls `drop(value)` when it is freed). No-op for a tell.

@@ -57,7 +57,7 @@ static int wait_release(accel_future *f, const char *what) {
   return step(rc, what);
 }
 
-/* ---- the runtime: spawn, ask, a monitor, a job on a worker, a timer, stop ---- */
+/* ---- the runtime: spawn, asks (one with a deadline), a monitor, a job, a timer, stop ---- */
 
 enum { MSG_ASK = ACCEL_MSG_USER, MSG_WORKED, MSG_TICK };
 
@@ -128,9 +128,10 @@ static int scenario_runtime(void) {
   accel_ref echo = ACCEL_REF_NONE;
   if (rc == 0)
     rc = accel_spawn(rt, NULL, &echo_behavior, NULL, NULL, &echo);
-  for (int i = 0; rc == 0 && i < 2; i++) {
+  for (int i = 0; rc == 0 && i < 2; i++) { /* an ask, then one with a deadline far ahead */
     accel_future *f;
-    rc = accel_ask(rt, echo, &(accel_msg){.type = MSG_ASK}, &f);
+    rc = i == 0 ? accel_ask(rt, echo, &(accel_msg){.type = MSG_ASK}, &f)
+                : accel_ask_timeout(rt, echo, &(accel_msg){.type = MSG_ASK}, 60000, &f);
     if (rc == 0)
       rc = wait_release(f, "an ask");
   }
