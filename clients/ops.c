@@ -318,6 +318,17 @@ int accel_binary(accel_ctx *ctx, accel_device dev, accel_binary_op bop, accel_bu
   return client_submit(ctx, call, dev, f);
 }
 
+_Static_assert((int)ACCEL_UNARY_SIGMOID == (int)BE_SIGMOID &&
+                   (int)ACCEL_UNARY_ABS == (int)BE_UNARY_OP_LAST,
+               "accel_unary_op is be_unary_op");
+
+int accel_unary(accel_ctx *ctx, accel_device dev, accel_unary_op op, accel_buffer dst,
+                accel_buffer src, accel_future **f) {
+  if ((unsigned)op > BE_UNARY_OP_LAST)
+    return ACCEL_EINVAL;
+  return elementwise(ctx, dev, DEV_OP_UNARY, (be_unary_op)op, dst, src, 0, 0, f);
+}
+
 int accel_sigmoid(accel_ctx *ctx, accel_device dev, accel_buffer dst, accel_buffer src,
                   accel_future **f) {
   return elementwise(ctx, dev, DEV_OP_UNARY, BE_SIGMOID, dst, src, 0, 0, f);

@@ -7,7 +7,17 @@
 
 #include <stdint.h>
 
-typedef enum be_unary_op { BE_SIGMOID = 0, BE_RELU, BE_TANH } be_unary_op;
+/* Element-wise functions of one input (values on the wire: append only). */
+typedef enum be_unary_op {
+  BE_SIGMOID = 0,
+  BE_RELU,
+  BE_TANH,
+  BE_EXP,
+  BE_LOG, /* NaN below 0, -inf at 0 */
+  BE_SQRT,
+  BE_ABS
+} be_unary_op;
+#define BE_UNARY_OP_LAST BE_ABS
 
 /* Element-wise functions of two inputs. MAXIMUM and MINIMUM propagate NaN (as numpy's
  * maximum and minimum do). */

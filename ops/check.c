@@ -178,7 +178,7 @@ static void set_nn_access(dev_op *op, const dev_buf_info *b, uint64_t covered) {
 }
 
 static int shape_unary(const dev_op *op) {
-  return op->u.unary.op > BE_TANH ? ACCEL_EINVAL : 0;
+  return op->u.unary.op > BE_UNARY_OP_LAST ? ACCEL_EINVAL : 0;
 }
 
 static int check_unary(dev_op *op, const dev_buf_info *b) {

@@ -175,7 +175,7 @@ static void put_unary(proto_out *o, const dev_op *op, size_t data_len) {
 
 static uint64_t get_unary(reader *r, dev_op *op, proto_bytes *options) {
   uint32_t u = get_u32(r);
-  op->u.unary.op = u <= BE_TANH ? (be_unary_op)u : (r->bad = true, BE_SIGMOID);
+  op->u.unary.op = u <= BE_UNARY_OP_LAST ? (be_unary_op)u : (r->bad = true, BE_SIGMOID);
   return 0;
 }
 

@@ -22,6 +22,14 @@ static void narrow(uint32_t dtype, uint16_t *dst, const float *src, size_t n) {
     dst[i] = dtype == ACCEL_F16 ? be_f32_to_f16(src[i]) : be_f32_to_bf16(src[i]);
 }
 
+/* exp, log, sqrt, abs: libm's, one element at a time (sqrt and fabs correctly rounded). */
+static void math_f32(be_unary_op op, float *y, const float *x, size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    float v = x[i];
+    y[i] = op == BE_EXP ? expf(v) : op == BE_LOG ? logf(v) : op == BE_SQRT ? sqrtf(v) : fabsf(v);
+  }
+}
+
 static int unary_f32(be_unary_op op, float *y, const float *x, size_t n) {
   switch (op) {
   case BE_SIGMOID:
@@ -30,6 +38,14 @@ static int unary_f32(be_unary_op op, float *y, const float *x, size_t n) {
     return be_cpu_relu_f32(y, x, n);
   case BE_TANH:
     return be_cpu_tanh_f32(y, x, n);
+  case BE_EXP:
+  case BE_LOG:
+  case BE_SQRT:
+  case BE_ABS:
+    if (n > 0 && (y == NULL || x == NULL))
+      return ACCEL_EINVAL;
+    math_f32(op, y, x, n);
+    return 0;
   }
   return ACCEL_EINVAL;
 }
@@ -40,11 +56,28 @@ static double sigmoid64(double x) {
   return x >= 0.0 ? r : e * r;
 }
 
-static void unary_f64(be_unary_op op, double *y, const double *x, size_t n) {
-  for (size_t i = 0; i < n; i++) {
-    double v = x[i];
-    y[i] = op == BE_SIGMOID ? sigmoid64(v) : op == BE_RELU ? (v < 0.0 ? 0.0 : v) : tanh(v);
+static double unary64(be_unary_op op, double v) {
+  switch (op) {
+  case BE_SIGMOID:
+    return sigmoid64(v);
+  case BE_RELU:
+    return v < 0.0 ? 0.0 : v;
+  case BE_TANH:
+    return tanh(v);
+  case BE_EXP:
+    return exp(v);
+  case BE_LOG:
+    return log(v);
+  case BE_SQRT:
+    return sqrt(v);
+  default:
+    return fabs(v);
   }
+}
+
+static void unary_f64(be_unary_op op, double *y, const double *x, size_t n) {
+  for (size_t i = 0; i < n; i++)
+    y[i] = unary64(op, x[i]);
 }
 
 /* Chunk by chunk: each chunk is read whole before it is written, so y == x works. */
@@ -65,7 +98,7 @@ static bool nn_dtype(uint32_t dtype) {
 int be_cpu_unary(uint32_t dtype, be_unary_op op, void *y, const void *x, size_t n) {
   if (!nn_dtype(dtype))
     return ACCEL_ENOTSUP;
-  if ((op != BE_SIGMOID && op != BE_RELU && op != BE_TANH) || (n > 0 && (y == NULL || x == NULL)))
+  if (op > BE_UNARY_OP_LAST || (n > 0 && (y == NULL || x == NULL)))
     return ACCEL_EINVAL;
   if (dtype == ACCEL_F32)
     return unary_f32(op, y, x, n);

@@ -204,7 +204,7 @@ int be_cpu_submit_unary(be_queue *q, uint32_t dtype, be_unary_op op, be_mem dst,
   be_cpu_item it = {.kind = BE_CPU_UNARY, .u.unary = {.op = op, .count = count, .dtype = dtype}};
   void *to = NULL, *from = NULL;
   size_t esize = be_dtype_size(dtype);
-  bool op_ok = op == BE_SIGMOID || op == BE_RELU || op == BE_TANH;
+  bool op_ok = op <= BE_UNARY_OP_LAST;
   int err = op_ok && esize > 0 ? 0 : ACCEL_EINVAL;
   if (err == 0)
     err = span(dst, dst_off, count, esize, &to);

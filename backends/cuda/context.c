@@ -68,6 +68,10 @@ static const char *const fn_names[BE_FN_COUNT] = {
     BE_FN_ROW_(BE_FN_SOFTMAX, "be_softmax"),
     BE_FN_ROW_(BE_FN_SCALE, "be_scale"),
     BE_FN_ROW_(BE_FN_BINARY, "be_binary"),
+    BE_FN_ROW_(BE_FN_EXP, "be_exp"),
+    BE_FN_ROW_(BE_FN_LOG, "be_log"),
+    BE_FN_ROW_(BE_FN_SQRT, "be_sqrt"),
+    BE_FN_ROW_(BE_FN_ABS, "be_abs"),
 #undef BE_FN_ROW_
     [BE_FN_NULL] = "be_null",
     [BE_FN_FAULT] = "be_fault",

@@ -67,7 +67,11 @@ typedef enum be_cuda_fn {
   BE_FN_SOFTMAX = BE_FN_TANH + 4,
   BE_FN_SCALE = BE_FN_SOFTMAX + 4,
   BE_FN_BINARY = BE_FN_SCALE + 4,
-  BE_FN_NULL = BE_FN_BINARY + 4,
+  BE_FN_EXP = BE_FN_BINARY + 4, /* then LOG, SQRT, ABS: be_unary_op's order */
+  BE_FN_LOG = BE_FN_EXP + 4,
+  BE_FN_SQRT = BE_FN_LOG + 4,
+  BE_FN_ABS = BE_FN_SQRT + 4,
+  BE_FN_NULL = BE_FN_ABS + 4,
   BE_FN_FAULT,
   BE_FN_COUNT
 } be_cuda_fn;

@@ -184,11 +184,13 @@ static int nn_type(uint32_t dtype, int *slot) {
 
 int be_cuda_unary(be_queue *q, uint32_t dtype, be_unary_op op, be_mem dst, size_t dst_off,
                   be_mem src, size_t src_off, size_t count) {
-  static const be_cuda_fn fns[] = {
-      [BE_SIGMOID] = BE_FN_SIGMOID, [BE_RELU] = BE_FN_RELU, [BE_TANH] = BE_FN_TANH};
+  static const be_cuda_fn fns[BE_UNARY_OP_LAST + 1] = {
+      [BE_SIGMOID] = BE_FN_SIGMOID, [BE_RELU] = BE_FN_RELU, [BE_TANH] = BE_FN_TANH,
+      [BE_EXP] = BE_FN_EXP,         [BE_LOG] = BE_FN_LOG,   [BE_SQRT] = BE_FN_SQRT,
+      [BE_ABS] = BE_FN_ABS};
   CUdeviceptr d = 0, s = 0;
   int slot = 0;
-  int rc = op == BE_SIGMOID || op == BE_RELU || op == BE_TANH ? 0 : ACCEL_EINVAL;
+  int rc = op <= BE_UNARY_OP_LAST ? 0 : ACCEL_EINVAL;
   if (rc == 0)
     rc = nn_type(dtype, &slot);
   size_t es = be_cuda_esize(dtype);

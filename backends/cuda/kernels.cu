@@ -406,13 +406,34 @@ __device__ __forceinline__ double tanh_(double x) {
   return tanh(x);
 }
 
-enum { OP_SIGMOID = 0, OP_RELU = 1, OP_TANH = 2 };
+__device__ __forceinline__ float log_(float x) {
+  return logf(x);
+}
+__device__ __forceinline__ double log_(double x) {
+  return log(x);
+}
+__device__ __forceinline__ float sqrt_(float x) {
+  return sqrtf(x); /* correctly rounded: nvcc's default -prec-sqrt=true */
+}
+__device__ __forceinline__ double sqrt_(double x) {
+  return sqrt(x);
+}
+
+enum { OP_SIGMOID = 0, OP_RELU, OP_TANH, OP_EXP, OP_LOG, OP_SQRT, OP_ABS };
 
 template <int OP, typename C> __device__ __forceinline__ C apply(C x) {
   if (OP == OP_SIGMOID)
     return sigmoid(x);
   if (OP == OP_RELU)
     return x < (C)0 ? (C)0 : x;
+  if (OP == OP_EXP)
+    return exp_(x);
+  if (OP == OP_LOG)
+    return log_(x);
+  if (OP == OP_SQRT)
+    return sqrt_(x);
+  if (OP == OP_ABS)
+    return x < (C)0 ? -x : x == (C)0 ? (C)0 : x; /* -0 -> +0, NaN stays */
   return tanh_(x);
 }
 
@@ -431,6 +452,18 @@ template <int OP, typename T> __device__ void unary(T *dst, const T *src, uint64
   }                                                                                                \
   extern "C" __global__ void be_tanh##sfx(T *dst, const T *src, uint64_t n) {                      \
     unary<OP_TANH>(dst, src, n);                                                                   \
+  }                                                                                                \
+  extern "C" __global__ void be_exp##sfx(T *dst, const T *src, uint64_t n) {                       \
+    unary<OP_EXP>(dst, src, n);                                                                    \
+  }                                                                                                \
+  extern "C" __global__ void be_log##sfx(T *dst, const T *src, uint64_t n) {                       \
+    unary<OP_LOG>(dst, src, n);                                                                    \
+  }                                                                                                \
+  extern "C" __global__ void be_sqrt##sfx(T *dst, const T *src, uint64_t n) {                      \
+    unary<OP_SQRT>(dst, src, n);                                                                   \
+  }                                                                                                \
+  extern "C" __global__ void be_abs##sfx(T *dst, const T *src, uint64_t n) {                       \
+    unary<OP_ABS>(dst, src, n);                                                                    \
   }
 
 BE_PER_TYPE(BE_UNARY)

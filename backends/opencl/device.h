@@ -52,7 +52,11 @@ typedef enum be_ocl_fn {
   BE_OCL_SOFTMAX = BE_OCL_TANH + 4,
   BE_OCL_SCALE = BE_OCL_SOFTMAX + 4, /* F32, F64, F16 */
   BE_OCL_BINARY = BE_OCL_SCALE + 4,
-  BE_OCL_NULL = BE_OCL_BINARY + 4,
+  BE_OCL_EXP = BE_OCL_BINARY + 4, /* then LOG, SQRT, ABS: be_unary_op's order */
+  BE_OCL_LOG = BE_OCL_EXP + 4,
+  BE_OCL_SQRT = BE_OCL_LOG + 4,
+  BE_OCL_ABS = BE_OCL_SQRT + 4,
+  BE_OCL_NULL = BE_OCL_ABS + 4,
   BE_OCL_FN_COUNT
 } be_ocl_fn;
 

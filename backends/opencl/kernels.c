@@ -207,9 +207,13 @@ int be_ocl_unary(be_queue *q, uint32_t dtype, be_unary_op op, be_mem dst, size_t
   int rc = kernel_for(q->dev, BE_OCL_SIGMOID, dtype, &fn);
   if (rc != 0)
     return rc;
-  if (op != BE_SIGMOID && op != BE_RELU && op != BE_TANH)
+  static const be_ocl_fn rows[BE_UNARY_OP_LAST + 1] = {
+      [BE_SIGMOID] = BE_OCL_SIGMOID, [BE_RELU] = BE_OCL_RELU, [BE_TANH] = BE_OCL_TANH,
+      [BE_EXP] = BE_OCL_EXP,         [BE_LOG] = BE_OCL_LOG,   [BE_SQRT] = BE_OCL_SQRT,
+      [BE_ABS] = BE_OCL_ABS};
+  if (op > BE_UNARY_OP_LAST)
     return ACCEL_EINVAL;
-  fn = (be_ocl_fn)(fn + 4 * (int)op); /* SIGMOID, RELU, TANH rows in order */
+  fn = (be_ocl_fn)(rows[op] + (fn - BE_OCL_SIGMOID)); /* the op's row, the dtype's column */
   size_t es = be_ocl_esize(dtype);
   rc = be_ocl_span(dst, dst_off, count, es);
   if (rc == 0)

@@ -207,10 +207,18 @@ VECTOR_OPS(f64, double)
 inline float sigmoid_f(float x) { return 1.0f / (1.0f + exp(-x)); }
 inline float relu_f(float x) { return x > 0.0f ? x : 0.0f; }
 inline float tanh_f(float x) { return tanh(x); }
+inline float exp_f(float x) { return exp(x); }
+inline float log_f(float x) { return log(x); }
+inline float sqrt_f(float x) { return sqrt(x); }
+inline float abs_f(float x) { return fabs(x); }
 #ifdef BE_FP64
 inline double sigmoid_d(double x) { return 1.0 / (1.0 + exp(-x)); }
 inline double relu_d(double x) { return x > 0.0 ? x : 0.0; }
 inline double tanh_d(double x) { return tanh(x); }
+inline double exp_d(double x) { return exp(x); }
+inline double log_d(double x) { return log(x); }
+inline double sqrt_d(double x) { return sqrt(x); }
+inline double abs_d(double x) { return fabs(x); }
 #endif
 
 #define UNARY(NAME, T, C, LOAD, STORE, FN)                                                     \
@@ -249,6 +257,10 @@ inline double tanh_d(double x) { return tanh(x); }
   UNARY(be_sigmoid_##SUF, T, C, LOAD, STORE, sigmoid_##F)                                    \
   UNARY(be_relu_##SUF, T, C, LOAD, STORE, relu_##F)                                          \
   UNARY(be_tanh_##SUF, T, C, LOAD, STORE, tanh_##F)                                          \
+  UNARY(be_exp_##SUF, T, C, LOAD, STORE, exp_##F)                                            \
+  UNARY(be_log_##SUF, T, C, LOAD, STORE, log_##F)                                            \
+  UNARY(be_sqrt_##SUF, T, C, LOAD, STORE, sqrt_##F)                                          \
+  UNARY(be_abs_##SUF, T, C, LOAD, STORE, abs_##F)                                            \
   SOFTMAX(be_softmax_##SUF, T, C, LOAD, STORE)
 
 NN_OPS(f32, float, float, LOAD_F32, STORE_F32, f)

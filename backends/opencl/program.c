@@ -68,6 +68,13 @@ static const char *const fn_names[BE_OCL_FN_COUNT] = {
     [BE_OCL_BINARY + 1] = "be_binary_f64",
     [BE_OCL_BINARY + 2] = "be_binary_f16",
     [BE_OCL_BINARY + 3] = "be_binary_bf16",
+#define OCL_ROW_(fn, name)                                                                         \
+  [fn] = name "_f32", [fn + 1] = name "_f64", [fn + 2] = name "_f16", [fn + 3] = name "_bf16"
+    OCL_ROW_(BE_OCL_EXP, "be_exp"),
+    OCL_ROW_(BE_OCL_LOG, "be_log"),
+    OCL_ROW_(BE_OCL_SQRT, "be_sqrt"),
+    OCL_ROW_(BE_OCL_ABS, "be_abs"),
+#undef OCL_ROW_
     [BE_OCL_NULL] = "be_null",
 };
 

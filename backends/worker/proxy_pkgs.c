@@ -115,8 +115,8 @@ static uint32_t nn_dtypes(be_device *dev) {
 
 static int unary(be_queue *q, uint32_t dtype, be_unary_op op, be_mem dst, size_t dst_off,
                  be_mem src, size_t src_off, size_t count) {
-  int rc = op > BE_TANH ? ACCEL_EINVAL
-                        : bw_check_nn(Q(q)->dev, dtype, dst, dst_off, src, src_off, count);
+  int rc = op > BE_UNARY_OP_LAST ? ACCEL_EINVAL
+                                 : bw_check_nn(Q(q)->dev, dtype, dst, dst_off, src, src_off, count);
   if (rc != 0)
     return rc;
   bw_nn m = {.queue = Q(q)->id,

@@ -246,6 +246,19 @@ ACCEL_API int accel_relu(accel_ctx *ctx, accel_device dev, accel_buffer dst, acc
                          accel_future **f);
 ACCEL_API int accel_tanh(accel_ctx *ctx, accel_device dev, accel_buffer dst, accel_buffer src,
                          accel_future **f);
+/* Any of them, and more, by name: dst = op(src) element-wise (the dtypes above). LOG is NaN
+ * below 0 and -inf at 0, SQRT NaN below 0 (IEEE); SQRT and ABS are correctly rounded. */
+typedef enum accel_unary_op {
+  ACCEL_UNARY_SIGMOID = 0,
+  ACCEL_UNARY_RELU,
+  ACCEL_UNARY_TANH,
+  ACCEL_UNARY_EXP,
+  ACCEL_UNARY_LOG,
+  ACCEL_UNARY_SQRT,
+  ACCEL_UNARY_ABS
+} accel_unary_op;
+ACCEL_API int accel_unary(accel_ctx *ctx, accel_device dev, accel_unary_op op, accel_buffer dst,
+                          accel_buffer src, accel_future **f);
 /* Row-wise softmax of a rows x cols row-major matrix, numerically stable. */
 ACCEL_API int accel_softmax(accel_ctx *ctx, accel_device dev, accel_buffer dst, accel_buffer src,
                             size_t rows, size_t cols, accel_future **f);

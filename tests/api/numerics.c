@@ -10,6 +10,7 @@
  *   sigmoid, tanh   |got - ref| <= 8 eps |ref| + 1e-37          (a few ulp of libm, subnormals)
  *   relu, fill, copy, write/read   exact (bit for bit)
  *   softmax |got - ref| <= 2e-5 ref + 1e-7, and each row sums to 1 within cols * 2 eps + 1e-6
+ *   exp, log        |got - ref| <= 8 eps |ref| + 1e-37; sqrt eps/2 |ref|; abs exact
  *   binary  add, subtract, multiply, divide: |got - ref| <= eps/2 |ref| (one rounding);
  *           maximum, minimum exact
  * Elements an op must not touch (padding rows of C, the tail of a longer buffer, the rest of a
@@ -431,6 +432,45 @@ TEST(unary_ops) {
   accel_close(ctx);
 }
 
+/* ---- accel_unary: exp, log, sqrt, abs (the others are the shorthands above) ---- */
+
+TEST(unary_math_ops) {
+  accel_ctx *ctx = ctx_open(NULL);
+  static const accel_unary_op ops[] = {ACCEL_UNARY_EXP, ACCEL_UNARY_LOG, ACCEL_UNARY_SQRT,
+                                       ACCEL_UNARY_ABS};
+  for (size_t k = 0; k < sizeof ops / sizeof ops[0]; k++) {
+    accel_unary_op op = ops[k];
+    size_t n = rnd_range(1, 5000);
+    float *x = rnd_floats(n, 0.05f, 8), *y = xmalloc(n * sizeof *y);
+    if (op == ACCEL_UNARY_ABS)
+      for (size_t i = 0; i < n; i += 2)
+        x[i] = -x[i];
+    accel_buffer X = buf_from(ctx, ACCEL_F32, x, n), Y = buf_new(ctx, ACCEL_F32, n);
+    accel_future *f = NULL;
+    CHECK_OK(accel_unary(ctx, 0, op, Y, X, &f));
+    WAIT_OK(f);
+    read_sync(ctx, Y, 0, y, n);
+    for (size_t i = 0; i < n; i++) {
+      double want = op == ACCEL_UNARY_EXP    ? exp(x[i])
+                    : op == ACCEL_UNARY_LOG  ? log(x[i])
+                    : op == ACCEL_UNARY_SQRT ? sqrt(x[i])
+                                             : fabs(x[i]);
+      double tol = op == ACCEL_UNARY_ABS    ? 0
+                   : op == ACCEL_UNARY_SQRT ? EPS / 2 * fabs(want)
+                                            : 8 * EPS * fabs(want) + 1e-37;
+      check_close("unary math", i, y[i], want, tol);
+    }
+    CHECK_OK(accel_buffer_destroy(ctx, X));
+    CHECK_OK(accel_buffer_destroy(ctx, Y));
+    free(x);
+    free(y);
+  }
+  accel_buffer B = buf_new(ctx, ACCEL_F32, 4);
+  CHECK_ERR(accel_unary(ctx, 0, (accel_unary_op)(ACCEL_UNARY_ABS + 1), B, B, NULL), ACCEL_EINVAL);
+  CHECK_OK(accel_buffer_destroy(ctx, B));
+  accel_close(ctx);
+}
+
 /* ---- binary ops, broadcast as numpy does ---- */
 
 static const char *const binary_names[] = {"add",    "subtract", "multiply",
@@ -787,6 +827,7 @@ static const test_case tests[] = {
     TEST_CASE(blas1_n_zero),
     TEST_CASE(unary_ops),
     TEST_CASE(softmax_random),
+    TEST_CASE(unary_math_ops),
     TEST_CASE(binary_ops_broadcast),
     TEST_CASE(binary_in_place_nan_and_limits),
     TEST_CASE(softmax_large_inputs),

@@ -944,7 +944,7 @@ TEST(kernel_rng_fill) {
   each_device(kernel_rng_dev);
 }
 
-static const char *const unary_name[] = {"sigmoid", "relu", "tanh"};
+static const char *const unary_name[] = {"sigmoid", "relu", "tanh", "exp", "log", "sqrt", "abs"};
 
 static double unary_ref(be_unary_op op, double x) {
   switch (op) {
@@ -954,8 +954,26 @@ static double unary_ref(be_unary_op op, double x) {
     return x < 0 ? 0 : x;
   case BE_TANH:
     return tanh(x);
+  case BE_EXP:
+    return exp(x);
+  case BE_LOG:
+    return log(x);
+  case BE_SQRT:
+    return sqrt(x);
+  case BE_ABS:
+    return fabs(x);
   }
   return NAN;
+}
+
+/* relu and abs are exact; log and sqrt of the negative inputs are NaN on both sides. */
+static void check_unary_value(be_unary_op op, double got, double want, double tol, size_t i) {
+  if (isnan(want)) {
+    if (!isnan(got))
+      TEST_FAIL("%s[%zu]: got %.9g, want NaN", unary_name[op], i, got);
+    return;
+  }
+  check_close(got, want, op == BE_RELU || op == BE_ABS ? 0 : tol, unary_name[op], i);
 }
 
 /* Tolerance: 4 FLT_EPSILON |ref| + 1e-7 (a few ulp of libm's float functions; relu exact). */
@@ -967,8 +985,7 @@ static void unary_case(fx *f, be_unary_op op, bool in_place) {
   float *got = fbuf_read(f, &dst);
   for (size_t i = 0; i < n; i++) {
     double want = unary_ref(op, src.host[so + i]);
-    double tol = op == BE_RELU ? 0 : 4 * FLT_EPSILON * fabs(want) + 1e-7;
-    check_close(got[dof + i], want, tol, unary_name[op], i);
+    check_unary_value(op, got[dof + i], want, 4 * FLT_EPSILON * fabs(want) + 1e-7, i);
   }
   check_outside(got, &dst, dof, n);
   free(got);
@@ -979,7 +996,7 @@ static void unary_case(fx *f, be_unary_op op, bool in_place) {
 
 static void kernel_unary_dev(void) {
   fx f = fx_open();
-  for (be_unary_op op = BE_SIGMOID; op <= BE_TANH; op++) {
+  for (be_unary_op op = BE_SIGMOID; op <= BE_UNARY_OP_LAST; op++) {
     unary_case(&f, op, false);
     unary_case(&f, op, true);
   }
@@ -1405,6 +1422,14 @@ static long double unary_ref_l(be_unary_op op, long double x) {
     return x < 0 ? 0 : x;
   case BE_TANH:
     return tanhl(x);
+  case BE_EXP:
+    return expl(x);
+  case BE_LOG:
+    return logl(x);
+  case BE_SQRT:
+    return sqrtl(x);
+  case BE_ABS:
+    return fabsl(x);
   }
   return NAN;
 }
@@ -1430,8 +1455,7 @@ static void unary_dt_case(fx *f, uint32_t t, be_unary_op op, bool in_place) {
   uint8_t *got = tbuf_read(f, &dst);
   for (size_t i = 0; i < n; i++) {
     double want = (double)unary_ref_l(op, tget(t, src.host, so + i));
-    double tol = op == BE_RELU ? 0 : nn_tol(t, want, 4);
-    check_close(tget(t, got, dof + i), want, tol, unary_name[op], i);
+    check_unary_value(op, tget(t, got, dof + i), want, nn_tol(t, want, 4), i);
   }
   tcheck_outside(got, &dst, dof, n);
   free(got);
@@ -1601,8 +1625,8 @@ static void kernel_nn_dtypes_dev(void) {
       CHECK_ERR(B->nn->softmax(f.q, t, m.m, 0, m.m, 16, 2, 2), ACCEL_ENOTSUP);
       continue;
     }
-    printf("    sigmoid, relu, tanh, softmax %s\n", dt_name(t));
-    for (be_unary_op op = BE_SIGMOID; op <= BE_TANH; op++) {
+    printf("    sigmoid, relu, tanh, exp, log, sqrt, abs, softmax %s\n", dt_name(t));
+    for (be_unary_op op = BE_SIGMOID; op <= BE_UNARY_OP_LAST; op++) {
       unary_dt_case(&f, t, op, false);
       unary_dt_case(&f, t, op, true);
     }

@@ -818,9 +818,9 @@ TEST(op_payload_enums_at_the_limit_and_one_past) {
   op.u.rng.dist = (be_rng_dist)(BE_RNG_NORMAL + 1);
   CHECK_ERR(op_decodes(&op), ACCEL_EPROTO);
   op = op_of(DEV_OP_UNARY, 2);
-  op.u.unary.op = BE_TANH;
+  op.u.unary.op = BE_UNARY_OP_LAST; /* the last */
   CHECK_OK(op_decodes(&op));
-  op.u.unary.op = (be_unary_op)(BE_TANH + 1);
+  op.u.unary.op = (be_unary_op)(BE_UNARY_OP_LAST + 1);
   CHECK_ERR(op_decodes(&op), ACCEL_EPROTO);
   op = binary_of();
   CHECK_OK(op_decodes(&op)); /* MINIMUM: the last */

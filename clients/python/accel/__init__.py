@@ -18,16 +18,16 @@ from ._dtypes import bfloat16, from_bfloat16, to_bfloat16
 from ._errors import AccelError
 from ._future import Future, gather
 from ._kernels import In, InOut, Kernel, Module, Out, local
-from ._ops import (add, all_gather, all_reduce, axpy, broadcast, divide, dot, fill, matmul,
-                   maximum, minimum, multiply, random_fill, relu, scal, sigmoid, softmax,
-                   subtract, tanh)
+from ._ops import (abs, add, all_gather, all_reduce, axpy, broadcast, divide, dot, exp, fill,
+                   log, matmul, maximum, minimum, multiply, random_fill, relu, scal, sigmoid,
+                   softmax, sqrt, subtract, tanh)
 
 __version__ = _lib.lib.accel_version().decode()
 
 __all__ = [
     "AccelError", "Array", "Context", "Device", "Future", "In", "InOut", "Kernel", "Module",
-    "Out", "add", "all_gather", "all_reduce", "axpy", "broadcast", "bfloat16", "divide", "dot",
-    "fill", "from_bfloat16", "gather", "local", "matmul", "maximum", "minimum", "multiply",
-    "open", "random_fill", "relu", "scal", "sigmoid", "softmax", "subtract", "tanh",
+    "Out", "abs", "add", "all_gather", "all_reduce", "axpy", "broadcast", "bfloat16", "divide", "dot",
+    "exp", "fill", "from_bfloat16", "gather", "local", "log", "matmul", "maximum", "minimum", "multiply",
+    "open", "random_fill", "relu", "scal", "sigmoid", "softmax", "sqrt", "subtract", "tanh",
     "to_bfloat16",
 ]

@@ -187,6 +187,13 @@ class Array:
     def __pos__(self):
         return self
 
+    def __abs__(self):
+        from . import _ops
+
+        fut = _ops.abs(self)
+        fut.output._made_by = fut
+        return fut.output
+
     def write(self, src):
         """Future of writing `src` (array-like of this size, converted to this dtype) into
         the array. A C-contiguous source of the right dtype is not copied: it must not

@@ -161,6 +161,7 @@ _PROTOTYPES = {
     "accel_sigmoid": (_int, [ctx_p, device_t, handle, handle, _fut_out]),
     "accel_relu": (_int, [ctx_p, device_t, handle, handle, _fut_out]),
     "accel_tanh": (_int, [ctx_p, device_t, handle, handle, _fut_out]),
+    "accel_unary": (_int, [ctx_p, device_t, _int, handle, handle, _fut_out]),
     "accel_softmax": (_int, [ctx_p, device_t, handle, handle, _size, _size, _fut_out]),
     "accel_binary": (
         _int,

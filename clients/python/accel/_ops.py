@@ -159,6 +159,36 @@ def tanh(x, out=None, *, device=None):
     return _elementwise("accel_tanh", _lib.lib.accel_tanh, x, out, device)
 
 
+_UNARY = {"exp": 3, "log": 4, "sqrt": 5, "abs": 6}
+
+
+def _unary(name, x, out, device):
+    if not isinstance(x, Array):
+        raise TypeError(f"{name}: x must be an accel Array (got {type(x).__name__})")
+    return _elementwise("accel_unary", lambda c, d, o, s, f: _lib.lib.accel_unary(
+        c, d, _UNARY[name], o, s, f), x, out, device)
+
+
+def exp(x, out=None, *, device=None):
+    """out = e**x, element-wise (the nn package's dtypes; out may be x)."""
+    return _unary("exp", x, out, device)
+
+
+def log(x, out=None, *, device=None):
+    """out = the natural logarithm of x, element-wise: NaN below 0, -inf at 0."""
+    return _unary("log", x, out, device)
+
+
+def sqrt(x, out=None, *, device=None):
+    """out = the square root of x, element-wise (correctly rounded): NaN below 0."""
+    return _unary("sqrt", x, out, device)
+
+
+def abs(x, out=None, *, device=None):  # noqa: A001 - numpy's name
+    """out = |x|, element-wise."""
+    return _unary("abs", x, out, device)
+
+
 def softmax(x, out=None, *, device=None):
     """Softmax of each row (the last axis) of x, numerically stable; a 1-D x is one row."""
     out = _out_like(x, out)
