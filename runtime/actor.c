@@ -176,6 +176,10 @@ void rt_sweep(accel_runtime *rt) {
 /* ---- running a turn ---- */
 
 static void deliver(accel_actor *cell, accel_msg *msg) {
+  if (msg->type == ACCEL_MSG_EXIT) { /* a linked actor failed: so does this one */
+    rt_supervise_failure(cell, (int)(int32_t)msg->flags);
+    return;
+  }
   rt_tls_actor = cell;
   int rc = cell->b->receive(cell, cell->state, msg);
   rt_tls_actor = NULL;

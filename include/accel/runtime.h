@@ -88,6 +88,9 @@ enum {
    * incarnation ends: sender is its ref, arg the monitor's id, and the reason is
    * accel_down_reason(msg). */
   ACCEL_MSG_DOWN = 1,
+  /* Never seen by receive(): a linked actor (accel_link) failed; the runtime fails this one
+   * with the same reason, in its turn, as if its receive had returned it. */
+  ACCEL_MSG_EXIT = 2,
   ACCEL_MSG_USER = 1024
 };
 
@@ -279,6 +282,14 @@ ACCEL_API int accel_monitor(accel_actor *self, accel_ref target, uint64_t *id);
 /* Stops watching: no DOWN of that monitor is sent from now (one sent already may still be
  * in the mailbox). ACCEL_ENOENT if it is not self's or has fired. */
 ACCEL_API int accel_demonitor(accel_actor *self, accel_ref target, uint64_t id);
+/* From a callback of `self`: links the incarnations of self and `other` (not self): when either
+ * fails (its start or receive returned an error), the other fails too with that reason, and
+ * its own supervisor handles it; a stop (accel_stop, or from its parent or the runtime) takes
+ * nothing along. A link lasts while both incarnations do. ACCEL_ESTALE if other has ended,
+ * ACCEL_EINVAL for self, ACCEL_ENOMEM. */
+ACCEL_API int accel_link(accel_actor *self, accel_ref other);
+/* Undoes accel_link from either side; ACCEL_ENOENT if they are not linked. */
+ACCEL_API int accel_unlink(accel_actor *self, accel_ref other);
 
 /* Inside callbacks of `self` (loop thread): */
 ACCEL_API accel_ref accel_self(accel_actor *self);

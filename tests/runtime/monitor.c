@@ -2,13 +2,23 @@
  * when that incarnation ends, with the reason (a failure that restarts it, a stop) and the
  * ended actor as sender; after accel_demonitor none comes; a target gone already is
  * ACCEL_ESTALE; a DOWN that meets a full mailbox comes once there is room, still with its
- * sender. */
+ * sender. Links (accel_link): a failure of one takes the other along with the same reason; a
+ * stop takes nothing along; after accel_unlink a failure stays alone; linking self or a gone
+ * actor is refused. */
 #include <stdio.h>
 #include <stdlib.h>
 
 #include "util.h"
 
-enum { MSG_WATCH = MSG_FIRST_LOCAL, MSG_UNWATCH, MSG_FAIL, MSG_CHECK, MSG_FILL };
+enum {
+  MSG_WATCH = MSG_FIRST_LOCAL,
+  MSG_UNWATCH,
+  MSG_FAIL,
+  MSG_CHECK,
+  MSG_FILL,
+  MSG_LINK,
+  MSG_UNLINK
+};
 
 typedef struct watcher {
   accel_ref target;
@@ -154,12 +164,104 @@ TEST(a_down_that_meets_a_full_mailbox_comes_later) {
   scene_end(rt);
 }
 
+/* ---- links ---- */
+
+static accel_ref link_to; /* whom the linker links to */
+
+static int linker_receive(accel_actor *self, void *state, accel_msg *msg) {
+  switch (msg->type) {
+  case MSG_LINK:
+    events_add("link:%s", accel_err_name(accel_link(self, link_to)));
+    events_add("self:%s", accel_err_name(accel_link(self, accel_self(self))));
+    break;
+  case MSG_UNLINK:
+    events_add("unlink:%s", accel_err_name(accel_unlink(self, link_to)));
+    events_add("again:%s", accel_err_name(accel_unlink(self, link_to)));
+    break;
+  case MSG_CHECK:
+    events_add("alive");
+    break;
+  default:
+    return 0;
+  }
+  gate_signal(&got);
+  return 0;
+}
+
+static const accel_behavior linker_b = {.name = "linker", .receive = linker_receive};
+
+/* The watcher watches the linker, which is linked to the target: all three siblings. */
+static accel_runtime *link_scene(accel_ref *w, accel_ref *l, accel_ref *t) {
+  events_reset();
+  gate_init(&got);
+  accel_runtime *rt = runtime_started();
+  *w = spawn_ok(rt, NULL, &watcher_b, NULL, NULL);
+  *l = who = spawn_ok(rt, NULL, &linker_b, NULL, NULL);
+  *t = link_to = spawn_ok(rt, NULL, &target_b, NULL, NULL);
+  CHECK_OK(tell_arg(rt, *w, MSG_WATCH, 0));
+  CHECK_OK(tell_arg(rt, *l, MSG_LINK, 0));
+  CHECK_OK(gate_wait(&got, 2, 5000));
+  return rt;
+}
+
+TEST(a_linked_failure_takes_the_partner_along) {
+  accel_ref w, l, t;
+  accel_runtime *rt = link_scene(&w, &l, &t);
+  CHECK_OK(tell_arg(rt, t, MSG_FAIL, 0)); /* the target fails with EIO */
+  CHECK_OK(gate_wait(&got, 3, 5000));
+  CHECK_STR_EQ(events_get(), "watch:OK link:OK self:EINVAL down:EIO:sender:id");
+  scene_end(rt);
+}
+
+TEST(a_stop_takes_nothing_along) {
+  accel_ref w, l, t;
+  accel_runtime *rt = link_scene(&w, &l, &t);
+  CHECK_OK(accel_stop(rt, t));
+  wait_stale(rt, t);
+  CHECK_OK(tell_arg(rt, l, MSG_CHECK, 0)); /* behind any EXIT the stop would have sent */
+  CHECK_OK(gate_wait(&got, 3, 5000));
+  CHECK_OK(tell_arg(rt, w, MSG_CHECK, 0));
+  CHECK_OK(gate_wait(&got, 4, 5000));
+  CHECK_STR_EQ(events_get(), "watch:OK link:OK self:EINVAL alive check");
+  scene_end(rt);
+}
+
+TEST(after_unlink_a_failure_stays_alone) {
+  accel_ref w, l, t;
+  accel_runtime *rt = link_scene(&w, &l, &t);
+  CHECK_OK(tell_arg(rt, l, MSG_UNLINK, 0));
+  CHECK_OK(gate_wait(&got, 3, 5000));
+  CHECK_OK(tell_arg(rt, t, MSG_FAIL, 0));
+  wait_stale(rt, t); /* restarted: the failed incarnation's ref is stale */
+  CHECK_OK(tell_arg(rt, l, MSG_CHECK, 0));
+  CHECK_OK(gate_wait(&got, 4, 5000));
+  CHECK_OK(tell_arg(rt, w, MSG_CHECK, 0));
+  CHECK_OK(gate_wait(&got, 5, 5000));
+  CHECK_STR_EQ(events_get(), "watch:OK link:OK self:EINVAL unlink:OK again:ENOENT alive check");
+  scene_end(rt);
+}
+
+TEST(linking_an_actor_gone_is_estale) {
+  accel_ref w, l, t;
+  accel_runtime *rt = link_scene(&w, &l, &t);
+  CHECK_OK(accel_stop(rt, t));
+  wait_stale(rt, t);
+  CHECK_OK(tell_arg(rt, l, MSG_LINK, 0)); /* link_to is the ended target */
+  CHECK_OK(gate_wait(&got, 3, 5000));
+  CHECK_STR_EQ(events_get(), "watch:OK link:OK self:EINVAL link:ESTALE self:EINVAL");
+  scene_end(rt);
+}
+
 static const test_case tests[] = {
     TEST_CASE(a_failure_sends_down_with_its_reason_and_sender),
     TEST_CASE(a_stop_sends_down_with_reason_0),
     TEST_CASE(after_demonitor_no_down_comes),
     TEST_CASE(watching_an_actor_gone_is_estale),
     TEST_CASE(a_down_that_meets_a_full_mailbox_comes_later),
+    TEST_CASE(a_linked_failure_takes_the_partner_along),
+    TEST_CASE(a_stop_takes_nothing_along),
+    TEST_CASE(after_unlink_a_failure_stays_alone),
+    TEST_CASE(linking_an_actor_gone_is_estale),
 };
 
 TEST_MAIN(tests)
