@@ -375,6 +375,7 @@ static int check_op(accel_ctx *ctx, dev_op *op, accel_device dev) {
 }
 
 int client_submit(accel_ctx *ctx, dev_call *call, accel_device dev, accel_future **f) {
+  rt_error_detail_clear(); /* the checker says why it refuses the op, this call's own */
   call->op.h.device = dev;
   int rc = check_op(ctx, &call->op, dev);
   if (rc != 0) {

@@ -10,6 +10,8 @@
 
 #include <string.h>
 
+#include "runtime/error_detail.h"
+
 static bool is_float(accel_dtype t) {
   return t == ACCEL_F32 || t == ACCEL_F64 || t == ACCEL_F16 || t == ACCEL_BF16;
 }
@@ -36,9 +38,16 @@ static int check_none(dev_op *op, const dev_buf_info *b) {
 
 /* ---- memory ---- */
 
+/* ACCEL_EINVAL, saying which range of which buffer lies past its end. */
+static int past_end(const char *what, uint64_t offset, uint64_t count, uint64_t len) {
+  return rt_error_detail(ACCEL_EINVAL, "%s: elements [%llu, %llu + %llu) past its %llu elements",
+                         what, (unsigned long long)offset, (unsigned long long)offset,
+                         (unsigned long long)count, (unsigned long long)len);
+}
+
 static int check_io(dev_op *op, const dev_buf_info *b) {
   if (!range_ok(op->bufs[0].offset, op->bufs[0].count, b[0].count))
-    return ACCEL_EINVAL;
+    return past_end("the buffer", op->bufs[0].offset, op->bufs[0].count, b[0].count);
   bool write = op->h.kind == DEV_OP_WRITE;
   /* A write carries exactly the bytes it names (on the wire, the frame's own length). */
   if (write && op->u.write.bytes != op->bufs[0].count * dev_dtype_size(b[0].dtype))
@@ -61,8 +70,12 @@ static int check_io(dev_op *op, const dev_buf_info *b) {
 #define shape_copy shape_none
 static int check_copy(dev_op *op, const dev_buf_info *b) {
   uint64_t n = op->bufs[0].count, d = op->bufs[0].offset, s = op->bufs[1].offset;
-  if (op->bufs[1].count != n || !range_ok(d, n, b[0].count) || !range_ok(s, n, b[1].count))
+  if (op->bufs[1].count != n)
     return ACCEL_EINVAL;
+  if (!range_ok(d, n, b[0].count))
+    return past_end("dst", d, n, b[0].count);
+  if (!range_ok(s, n, b[1].count))
+    return past_end("src", s, n, b[1].count);
   if (op->bufs[0].handle == op->bufs[1].handle && n > 0 && d < s + n && s < d + n)
     return ACCEL_EINVAL; /* overlapping ranges of one buffer */
   set_access(op, 0, DEV_WRITE_ALL, d, n);
@@ -217,13 +230,17 @@ static int check_binary(dev_op *op, const dev_buf_info *b) {
   const be_binary_args *g = &op->u.binary;
   uint64_t n = g->rows * g->cols; /* checked by the shape */
   uint64_t ea = be_binary_span(g, g->a_rs, g->a_cs), eb = be_binary_span(g, g->b_rs, g->b_cs);
-  if (n > b[0].count || ea > b[1].count || eb > b[2].count)
-    return ACCEL_EINVAL;
+  if (n > b[0].count)
+    return past_end("dst (rows x cols)", 0, n, b[0].count);
+  if (ea > b[1].count)
+    return past_end("a at its strides", 0, ea, b[1].count);
+  if (eb > b[2].count)
+    return past_end("b at its strides", 0, eb, b[2].count);
   bool in_a = op->bufs[0].handle == op->bufs[1].handle;
   bool in_b = op->bufs[0].handle == op->bufs[2].handle;
   if ((in_a && !binary_in_step(g, g->a_rs, g->a_cs)) ||
       (in_b && !binary_in_step(g, g->b_rs, g->b_cs)))
-    return ACCEL_EINVAL;
+    return rt_error_detail(ACCEL_EINVAL, "dst is an input read at other strides than dst's");
   set_access(op, 0, in_a || in_b ? DEV_RW : DEV_WRITE_ALL, 0, n);
   set_access(op, 1, DEV_READ, 0, ea);
   set_access(op, 2, DEV_READ, 0, eb);
@@ -385,20 +402,23 @@ int dev_op_check_shape(const dev_op *op) {
   return shapes[op->h.kind](op);
 }
 
-static bool dtypes_ok(const dev_op *op, dev_dtype_rule rule, const dev_buf_info *b) {
-  if (rule == DEV_DT_ANY || op->nbufs == 0)
-    return true;
+/* 0, or ACCEL_EINVAL saying which buffers' dtypes break the kind's rule. */
+static int dtypes_ok(const dev_op *op, const dev_op_info *info, const dev_buf_info *b) {
+  if (info->dtypes == DEV_DT_ANY || op->nbufs == 0)
+    return 0;
   for (uint32_t i = 1; i < op->nbufs; i++)
     if (b[i].dtype != b[0].dtype)
-      return false;
-  return rule != DEV_DT_FLOAT || is_float(b[0].dtype);
+      return rt_error_detail(ACCEL_EINVAL, "%s: buffers of different dtypes (%s and %s)",
+                             info->label, dev_dtype_name(b[0].dtype), dev_dtype_name(b[i].dtype));
+  if (info->dtypes == DEV_DT_FLOAT && !is_float(b[0].dtype))
+    return rt_error_detail(ACCEL_EINVAL, "%s: needs a float dtype, not %s", info->label,
+                           dev_dtype_name(b[0].dtype));
+  return 0;
 }
 
 int dev_op_check(dev_op *op, const dev_buf_info *bufs) {
   int rc = dev_op_check_shape(op);
-  if (rc != 0)
-    return rc;
-  if (!dtypes_ok(op, dev_op_info_of(op->h.kind)->dtypes, bufs))
-    return ACCEL_EINVAL;
-  return checks[op->h.kind](op, bufs);
+  if (rc == 0)
+    rc = dtypes_ok(op, dev_op_info_of(op->h.kind), bufs);
+  return rc != 0 ? rc : checks[op->h.kind](op, bufs);
 }

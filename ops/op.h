@@ -37,6 +37,8 @@ typedef struct dev_op_info {
 
 /* The row of a kind; NULL for a value that is no kind (0, or past the table). */
 const dev_op_info *dev_op_info_of(uint32_t kind);
+/* "f32", "u32", "f64", "f16", "bf16", "i32"; "?" for a value that is no dtype. */
+const char *dev_dtype_name(uint32_t dtype);
 
 /* How an op uses a buffer. WRITE_ALL overwrites every element it names without reading them,
  * so no valid copy has to be brought in first when it covers the whole buffer. */

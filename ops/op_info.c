@@ -18,6 +18,13 @@
 
 static const dev_op_info rows[DEV_OP_KIND_COUNT_] = {DEV_OP_TABLE(INFO_ROW)};
 
+const char *dev_dtype_name(uint32_t dtype) {
+  static const char *const names[ACCEL_DTYPE_MAX_ + 1] = {
+      [ACCEL_F32] = "f32", [ACCEL_U32] = "u32",   [ACCEL_F64] = "f64",
+      [ACCEL_F16] = "f16", [ACCEL_BF16] = "bf16", [ACCEL_I32] = "i32"};
+  return dtype <= ACCEL_DTYPE_MAX_ && names[dtype] ? names[dtype] : "?";
+}
+
 const dev_op_info *dev_op_info_of(uint32_t kind) {
   return kind > 0 && kind < DEV_OP_KIND_COUNT_ ? &rows[kind] : NULL;
 }

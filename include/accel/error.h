@@ -57,8 +57,10 @@ ACCEL_API const char *accel_err_name(int err);
  * "no acceld at ipc:///run/acceld/acceld.sock (connect: No such file or directory)". Never
  * NULL; "" when there is nothing to add.
  *
- * accel_open clears it when it starts and, when it fails to reach acceld, records why; other
- * calls leave it as it was, so read it right after the call that failed. Per thread: a
+ * accel_open clears it when it starts and, when it fails to reach acceld, records why; the op
+ * calls (accel_write ... accel_binary) clear it too and, when they refuse an op's arguments,
+ * say which (a range past a buffer's end, mixed or unfit dtypes); other calls leave it as it
+ * was, so read it right after the call that failed. Per thread: a
  * failure on one thread never shows on another. The string belongs to libaccel; the thread's
  * next accel_open rewrites it (copy it to keep it). */
 ACCEL_API const char *accel_last_error_detail(void);

@@ -652,6 +652,28 @@ TEST(foreign_handle_stale) {
 }
 
 /* The error table: every code has a name and a message. */
+/* A refused op says why in accel_last_error_detail (which range of which buffer, which dtypes),
+ * and the next op call starts from nothing. */
+TEST(refused_ops_say_why) {
+  accel_ctx *ctx = ctx_open(NULL);
+  accel_buffer f = buf_new(ctx, ACCEL_F32, 6), d = buf_new(ctx, ACCEL_F64, 6);
+  accel_buffer u = buf_new(ctx, ACCEL_U32, 6);
+  float x[8] = {0};
+  CHECK_ERR(accel_write(ctx, f, 3, x, 4, NULL), ACCEL_EINVAL); /* 3 + 4 > 6 */
+  CHECK(strstr(accel_last_error_detail(), "[3, 3 + 4) past its 6 elements") != NULL);
+  accel_strides full = {3, 1};
+  CHECK_ERR(accel_binary(ctx, 0, ACCEL_ADD, f, 2, 3, f, full, d, full, NULL), ACCEL_EINVAL);
+  CHECK(strstr(accel_last_error_detail(), "different dtypes (f32 and f64)") != NULL);
+  CHECK_ERR(accel_binary(ctx, 0, ACCEL_ADD, u, 2, 3, u, full, u, full, NULL), ACCEL_EINVAL);
+  CHECK(strstr(accel_last_error_detail(), "needs a float dtype, not u32") != NULL);
+  CHECK_ERR(accel_binary(ctx, 0, ACCEL_ADD, f, 2, 3, f, full, f, (accel_strides){4, 1}, NULL),
+            ACCEL_EINVAL);
+  CHECK(strstr(accel_last_error_detail(), "b at its strides") != NULL);
+  CHECK_OK(accel_fill(ctx, 0, f, 1.0, NULL)); /* accepted: nothing to say */
+  CHECK_STR_EQ(accel_last_error_detail(), "");
+  accel_close(ctx);
+}
+
 TEST(error_names) {
   CHECK_STR_EQ(accel_err_name(0), "OK");
   CHECK_STR_EQ(accel_err_name(ACCEL_ESTALE), "ESTALE");
@@ -684,6 +706,7 @@ static const test_case tests[] = {
     TEST_CASE(destroyed_handle_stale_everywhere),
     TEST_CASE(out_of_memory_fails_the_op_only),
     TEST_CASE(destroy_and_close_with_ops_in_flight),
+    TEST_CASE(refused_ops_say_why),
     TEST_CASE(error_names),
     TEST_CASE(foreign_handle_stale),
     TEST_CASE(destroyed_handle_never_comes_back),

@@ -24,7 +24,10 @@ class AccelError(Exception):
 
 
 def check(rc, what):
-    """Raises AccelError for a negative return code; returns rc otherwise."""
+    """Raises AccelError for a negative return code, with the C library's words on why when it
+    has some (accel_last_error_detail, read on this thread right after the call); returns rc
+    otherwise."""
     if rc < 0:
-        raise AccelError(rc, what)
+        why = _lib.lib.accel_last_error_detail().decode(errors="replace")
+        raise AccelError(rc, f"{what}: {why}" if why else what)
     return rc

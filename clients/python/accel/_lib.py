@@ -134,6 +134,7 @@ _PROTOTYPES = {
     "accel_version": (ctypes.c_char_p, []),
     "accel_strerror": (ctypes.c_char_p, [_int]),
     "accel_err_name": (ctypes.c_char_p, [_int]),
+    "accel_last_error_detail": (ctypes.c_char_p, []),
     "accel_open": (_int, [ctypes.POINTER(ctx_p), ctypes.c_char_p]),
     "accel_close": (None, [ctx_p]),
     "accel_device_count": (_int, [ctx_p]),
