@@ -5,6 +5,7 @@
 #ifndef OPS_ARGS_H
 #define OPS_ARGS_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 /* Element-wise functions of one input (values on the wire: append only). */
@@ -51,6 +52,13 @@ static inline uint64_t be_binary_span(const be_binary_args *g, uint64_t rs, uint
   if ((rs != 0 && r > UINT64_MAX / 4 / rs) || (cs != 0 && c > UINT64_MAX / 4 / cs))
     return UINT64_MAX;
   return r * rs + c * cs + 1;
+}
+
+/* The same as a size for a backend's span check: SIZE_MAX where it does not fit (no buffer
+ * holds that many, so the check refuses it). */
+static inline size_t be_binary_span_size(const be_binary_args *g, uint64_t rs, uint64_t cs) {
+  uint64_t n = be_binary_span(g, rs, cs);
+  return n > SIZE_MAX ? SIZE_MAX : (size_t)n;
 }
 
 typedef enum be_rng_dist { BE_RNG_BITS = 0, BE_RNG_UNIFORM, BE_RNG_NORMAL } be_rng_dist;

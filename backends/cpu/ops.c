@@ -215,12 +215,6 @@ int be_cpu_submit_unary(be_queue *q, uint32_t dtype, be_unary_op op, be_mem dst,
   return submit(q, &it, err);
 }
 
-/* SIZE_MAX where an input's span does not fit: span() refuses it. */
-static size_t binary_span(const be_binary_args *g, uint64_t rs, uint64_t cs) {
-  uint64_t n = be_binary_span(g, rs, cs);
-  return n > SIZE_MAX ? SIZE_MAX : (size_t)n;
-}
-
 int be_cpu_submit_binary(be_queue *q, uint32_t dtype, const be_binary_args *g, be_mem dst,
                          size_t dst_off, be_mem a, size_t a_off, be_mem b, size_t b_off) {
   be_cpu_item it = {.kind = BE_CPU_BINARY, .u.binary = {.dtype = dtype, .g = *g}};
@@ -230,9 +224,9 @@ int be_cpu_submit_binary(be_queue *q, uint32_t dtype, const be_binary_args *g, b
   void *to = NULL, *x = NULL, *y = NULL;
   int err = span(dst, dst_off, g->rows * g->cols, esize, &to);
   if (err == 0)
-    err = span(a, a_off, binary_span(g, g->a_rs, g->a_cs), esize, &x);
+    err = span(a, a_off, be_binary_span_size(g, g->a_rs, g->a_cs), esize, &x);
   if (err == 0)
-    err = span(b, b_off, binary_span(g, g->b_rs, g->b_cs), esize, &y);
+    err = span(b, b_off, be_binary_span_size(g, g->b_rs, g->b_cs), esize, &y);
   it.u.binary.dst = to;
   it.u.binary.a = x;
   it.u.binary.b = y;

@@ -223,12 +223,6 @@ int be_cuda_softmax(be_queue *q, uint32_t dtype, be_mem dst, size_t dst_off, be_
   return launch(q, BE_FN_SOFTMAX + slot, (unsigned)(r64 < cap ? r64 : cap), args);
 }
 
-/* SIZE_MAX where an input's span does not fit: be_cuda_span refuses it. */
-static size_t binary_span(const be_binary_args *g, uint64_t rs, uint64_t cs) {
-  uint64_t n = be_binary_span(g, rs, cs);
-  return n > SIZE_MAX ? SIZE_MAX : (size_t)n;
-}
-
 /* Grid-stride over dst's elements; the op is an argument (one kernel per type). */
 int be_cuda_binary(be_queue *q, uint32_t dtype, const be_binary_args *g, be_mem dst, size_t dst_off,
                    be_mem a, size_t a_off, be_mem b, size_t b_off) {
@@ -241,8 +235,9 @@ int be_cuda_binary(be_queue *q, uint32_t dtype, const be_binary_args *g, be_mem 
   if (rc == 0)
     rc = be_cuda_span(dst, dst_off, n, es, &d);
   if (rc == 0)
-    rc = be_cuda_span(a, a_off, binary_span(g, g->a_rs, g->a_cs), es, &pa);
-  rc = ready(q, rc != 0 ? rc : be_cuda_span(b, b_off, binary_span(g, g->b_rs, g->b_cs), es, &pb));
+    rc = be_cuda_span(a, a_off, be_binary_span_size(g, g->a_rs, g->a_cs), es, &pa);
+  rc = ready(
+      q, rc != 0 ? rc : be_cuda_span(b, b_off, be_binary_span_size(g, g->b_rs, g->b_cs), es, &pb));
   if (rc != 0 || n == 0)
     return rc;
   int32_t op = (int32_t)g->op;

@@ -228,12 +228,6 @@ int be_ocl_unary(be_queue *q, uint32_t dtype, be_unary_op op, be_mem dst, size_t
   return be_ocl_launch(q, fn, 1, &count, NULL, args, 5);
 }
 
-/* SIZE_MAX where an input's span does not fit: be_ocl_span refuses it. */
-static size_t binary_span(const be_binary_args *g, uint64_t rs, uint64_t cs) {
-  uint64_t n = be_binary_span(g, rs, cs);
-  return n > SIZE_MAX ? SIZE_MAX : (size_t)n;
-}
-
 int be_ocl_binary(be_queue *q, uint32_t dtype, const be_binary_args *g, be_mem dst, size_t dst_off,
                   be_mem a, size_t a_off, be_mem b, size_t b_off) {
   if (q == NULL || g->op > BE_BINARY_OP_LAST || (g->cols != 0 && g->rows > SIZE_MAX / g->cols))
@@ -245,9 +239,9 @@ int be_ocl_binary(be_queue *q, uint32_t dtype, const be_binary_args *g, be_mem d
   size_t es = be_ocl_esize(dtype), n = g->rows * g->cols;
   rc = be_ocl_span(dst, dst_off, n, es);
   if (rc == 0)
-    rc = be_ocl_span(a, a_off, binary_span(g, g->a_rs, g->a_cs), es);
+    rc = be_ocl_span(a, a_off, be_binary_span_size(g, g->a_rs, g->a_cs), es);
   if (rc == 0)
-    rc = be_ocl_span(b, b_off, binary_span(g, g->b_rs, g->b_cs), es);
+    rc = be_ocl_span(b, b_off, be_binary_span_size(g, g->b_rs, g->b_cs), es);
   if (rc == 0)
     rc = be_ocl_queue_ok(q);
   if (rc != 0 || n == 0)

@@ -66,17 +66,17 @@ int bw_check_rng(const bw_pdev *d, uint32_t dtype, be_mem dst, size_t off, size_
 int bw_check_binary(const bw_pdev *d, uint32_t dtype, const be_binary_args *g, be_mem dst,
                     size_t dst_off, be_mem a, size_t a_off, be_mem b, size_t b_off) {
   size_t esize = be_dtype_size(dtype);
-  uint64_t sa = be_binary_span(g, g->a_rs, g->a_cs), sb = be_binary_span(g, g->b_rs, g->b_cs);
+  size_t sa = be_binary_span_size(g, g->a_rs, g->a_cs);
+  size_t sb = be_binary_span_size(g, g->b_rs, g->b_cs);
   int rc = has_dtype(d->caps.nn, dtype);
-  if (rc == 0 && (g->op > BE_BINARY_OP_LAST || (g->cols != 0 && g->rows > SIZE_MAX / g->cols) ||
-                  sa > SIZE_MAX || sb > SIZE_MAX))
+  if (rc == 0 && (g->op > BE_BINARY_OP_LAST || (g->cols != 0 && g->rows > SIZE_MAX / g->cols)))
     rc = ACCEL_EINVAL;
   if (rc == 0)
     rc = bw_check_span(dst, dst_off, g->rows * g->cols, esize);
   if (rc == 0)
-    rc = bw_check_span(a, a_off, (size_t)sa, esize);
+    rc = bw_check_span(a, a_off, sa, esize);
   if (rc == 0)
-    rc = bw_check_span(b, b_off, (size_t)sb, esize);
+    rc = bw_check_span(b, b_off, sb, esize);
   return rc;
 }
 

@@ -10,31 +10,11 @@ import numpy as np
 import pytest
 
 import accel
+from held import held, nn_dtypes, values
 
 ARITH = {"float64": 2.0**-53, "float32": 2.0**-24, "float16": 2.0**-24, "bfloat16": 2.0**-24}
 STORE = {"float64": 0.0, "float32": 0.0, "float16": 2.0**-11, "bfloat16": 2.0**-8}
 ULPS = {"exp": 4, "log": 4, "sqrt": 1, "abs": 0}
-NUMPY = {"float64": np.float64, "float32": np.float32, "float16": np.float16}
-
-
-def nn_dtypes(ctx):
-    names = sorted(frozenset().union(*(d.nn_dtypes for d in ctx.devices
-                                       if "nn" in d.packages)))
-    assert names, "no device runs the nn package"
-    return names
-
-
-def held(ctx, x, name):
-    if name == "bfloat16":
-        bits = accel.to_bfloat16(x)
-        return ctx.asarray(bits, dtype=accel.bfloat16), accel.from_bfloat16(bits).astype(float)
-    h = x.astype(NUMPY[name])
-    return ctx.asarray(h), h.astype(np.float64)
-
-
-def values(arr):
-    out = arr.numpy()
-    return (accel.from_bfloat16(out) if arr.accel_dtype == "bfloat16" else out).astype(float)
 
 
 @pytest.mark.parametrize("fn", list(ULPS))
