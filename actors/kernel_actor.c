@@ -13,6 +13,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "actors/busy.h"
 #include "actors/device.h"
 #include "actors/wait_help.h"
 #include "runtime/alloc.h"
@@ -116,6 +117,7 @@ static void inflight_unlink(kernel_state *k, dev_inflight *f) {
   if (f->how == ACCEL_COMPLETION_POLL && f->armed)
     k->polled--;
   k->on_queue--;
+  dev_node_busy_end(k->node, rt_mono_ns());
   f->owner = NULL;
 }
 
@@ -543,6 +545,7 @@ static int arm(kernel_state *k, dev_inflight *f) {
 static bool track(kernel_state *k, dev_inflight *f) {
   rt_list_push_front(&k->inflight, &f->link);
   k->on_queue++;
+  dev_node_busy_begin(k->node, rt_mono_ns());
   int rc = arm(k, f);
   arm_watchdog(k);
   if (rc == ACCEL_ENOMEM) {

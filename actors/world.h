@@ -98,6 +98,12 @@ typedef struct dev_node {
   /* Tasks planned on this node and not done yet (ops and transfers): its load, for placement
    * on ACCEL_DEVICE_ANY. */
   uint32_t queued;
+  /* Busy time, measured here for every backend (loop thread; query.c reads it): the time
+   * work of this node was submitted and not yet complete, on any of its queues. */
+  uint32_t busy_running;
+  uint64_t busy_since_ns, busy_ns;
+  uint64_t busy_window_at_ns, busy_window_ns; /* the previous reading (dev_node_busy_share) */
+  double busy_share;                          /* over the last window of at least a second */
 } dev_node;
 
 typedef enum dev_replica_state { DEV_INVALID = 0, DEV_SHARED, DEV_OWNER } dev_replica_state;
@@ -203,7 +209,8 @@ struct dev_world {
   /* A device was quarantined (past its restart limit); on the loop. May be NULL. */
   void (*on_quarantine)(void *arg, accel_device device);
   void *on_quarantine_arg;
-  struct dev_metrics *metrics; /* acceld's op counters (metrics.c); NULL: not recorded */
+  struct dev_metrics *metrics;     /* acceld's op counters (metrics.c); NULL: not recorded */
+  struct dev_telemetry *telemetry; /* GPU telemetry (telemetry.c); NULL: off */
   /* Free lists of the per-op objects made and freed on the loop (malloc was a quarter of
    * the cost of a tiny op). */
   dev_task *task_pool;

@@ -52,6 +52,9 @@ typedef struct be_device_info {
   uint64_t mem_bytes;     /* device memory (for the CPU: physical memory) */
   uint32_t compute_units; /* cores, SMs, compute units */
   be_device_kind kind;    /* 0 (CPU) unless the backend says otherwise */
+  /* The device's PCI address as be_pci_bus_id_normalize writes it ("0000:3b:00.0"), where the
+   * backend knows it (CUDA, NVIDIA's OpenCL); empty otherwise. Telemetry matches on it. */
+  char pci_bus_id[32];
 } be_device_info;
 
 typedef struct be_open_opts {

@@ -7,8 +7,8 @@
  *                                              | top [--interval MS] [--count N]
  *   accelctl --version
  *
- * `devices --json` asks for the status JSON and prints only its "devices" and "backends"
- * members, so both commands describe a device with the same object.
+ * `devices --json` asks for the status JSON and prints only its "devices", "backends" and
+ * "telemetry" members, so both commands describe a device with the same object.
  *
  * The URL defaults to $ACCEL_URL, else ipc:///run/acceld/acceld.sock. Exit status: 0 on
  * success, 1 on any error (with a message on stderr), 2 for a usage error. */
@@ -410,18 +410,22 @@ static bool json_member(const char *p, const char *end, const char *key, proto_b
   return false;
 }
 
-/* {"devices":[...],"backends":[...]} out of the status JSON; 1 if either is missing. */
+/* {"devices":[...],"backends":[...],"telemetry":{...}} out of the status JSON; 1 if devices or
+ * backends are missing (telemetry is left out where an older acceld has none). */
 static int print_devices_json(const ctl_args *a, proto_bytes status) {
   const char *p = (const char *)status.data, *end = p + status.len;
-  proto_bytes dev, be;
+  proto_bytes dev, be, tel;
   if (!json_member(p, end, "devices", &dev) || !json_member(p, end, "backends", &be) ||
       dev.data[0] != '[' || be.data[0] != '[') {
     fprintf(stderr, "accelctl: %s: the status from %s has no devices and backends\n", a->command,
             a->url);
     return 1;
   }
-  printf("{\"devices\":%.*s,\"backends\":%.*s}", (int)dev.len, (const char *)dev.data, (int)be.len,
+  printf("{\"devices\":%.*s,\"backends\":%.*s", (int)dev.len, (const char *)dev.data, (int)be.len,
          (const char *)be.data);
+  if (json_member(p, end, "telemetry", &tel) && tel.data[0] == '{')
+    printf(",\"telemetry\":%.*s", (int)tel.len, (const char *)tel.data);
+  printf("}");
   return 0;
 }
 

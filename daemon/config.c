@@ -29,6 +29,7 @@ void acd_config_defaults(acd_config *c) {
   c->completion = ACCEL_COMPLETION_CALLBACK;
   c->max_restarts = 3;
   c->restart_window_ms = 10000;
+  c->telemetry_interval_ms = 1000;
   c->drain_timeout_ms = 10000;
   c->exit_timeout_ms = 5000;
   c->first_frame_timeout_ms = 10000;
@@ -376,6 +377,9 @@ static bool devices_key(acd_config *c, const char *k, const char *v) {
     return parse_bool(v, &c->exit_on_quarantine);
   if (!strcmp(k, "restart_window_ms"))
     return parse_u32(v, 1, 86400000, &c->restart_window_ms);
+  if (!strcmp(k, "telemetry_interval_ms")) /* 0 (off) or 100 ms to an hour */
+    return parse_u32(v, 0, 3600000, &c->telemetry_interval_ms) &&
+           (c->telemetry_interval_ms == 0 || c->telemetry_interval_ms >= 100);
   return false;
 }
 

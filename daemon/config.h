@@ -30,6 +30,7 @@ typedef struct acd_config {
   char *device_helper;
   accel_completion completion;
   uint32_t max_restarts, restart_window_ms;
+  uint32_t telemetry_interval_ms; /* [devices]: GPU telemetry (actors/telemetry.h); 0 off */
   bool tf32;         /* sgemm on TF32 tensor cores by default, where devices have them */
   bool cuda_primary; /* [devices] cuda_context = primary: collectives through NCCL */
   /* [devices] pinned_max: bytes of clients' memory CUDA devices may keep registered for DMA

@@ -25,6 +25,7 @@
 
 #include "actors/build.h"
 #include "actors/device.h"
+#include "actors/telemetry.h"
 #include "actors/world_init.h"
 #include "backends/worker/worker.h"
 #include "daemon/config.h"
@@ -279,6 +280,8 @@ static int start_tree(daemon_ctx *d, int gid, int ready_fd) {
   accel_ref devices, server;
   if (rc == 0)
     rc = dev_world_spawn(&d->world, NULL, &devices);
+  if (rc == 0)
+    rc = dev_telemetry_start(&d->world, c->telemetry_interval_ms);
   if (rc != 0)
     return rc;
   d->server = (srv_args){.world = &d->world,

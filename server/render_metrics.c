@@ -7,9 +7,12 @@
 
 #include "server/render.h"
 
+#include "actors/busy.h"
 #include "actors/device.h"
 #include "actors/metrics.h"
 #include "actors/query.h"
+#include "runtime/deadline.h"
+#include "server/render_telemetry.h"
 #include "server/sbuf.h"
 
 #define NODE_SLOTS DEV_METRICS_NODE_SLOTS
@@ -118,6 +121,16 @@ static uint64_t quarantined(const dev_world *w, int n) {
   return w->nodes[n].state == DEV_NODE_QUARANTINED;
 }
 
+/* Busy time as accel measures it, for every backend (actors/busy.h). */
+static void render_busy(sbuf *b, const dev_world *w) {
+  uint64_t now = rt_mono_ns();
+  header(b, "accel_device_busy_seconds_total", "counter",
+         "Time work was on the device (submitted, not complete), on any of its queues.");
+  for (int n = 1; n < w->nnodes; n++)
+    sb_printf(b, "accel_device_busy_seconds_total{device=\"%d\"} %.6f\n", w->nodes[n].device,
+              (double)dev_node_busy_total_ns(&w->nodes[n], now) * 1e-9);
+}
+
 static void render_devices(sbuf *b, const dev_world *w) {
   header(b, "accel_device_info", "gauge", "One series per device: its name, backend, state.");
   for (int n = 1; n < w->nnodes; n++) {
@@ -140,6 +153,7 @@ static void render_devices(sbuf *b, const dev_world *w) {
              restarts);
   per_device(b, w, "accel_device_quarantined", "gauge",
              "1 while the device is quarantined (past its restart limit).", quarantined);
+  render_busy(b, w);
 }
 
 /* The pin caches of backends that keep one and have devices here: one series per backend. */
@@ -226,6 +240,7 @@ char *srv_metrics_render(dev_world *w, const srv_status_counts *c) {
   render_devices(&b, w);
   render_pin_caches(&b, w);
   render_bytes(&b, w);
+  srv_telemetry_metrics(&b, w);
   if (w->metrics) {
     render_ops(&b, w, w->metrics);
     render_histogram(&b, w, w->metrics);

@@ -7,9 +7,12 @@
 
 #include "server/render.h"
 
+#include "actors/busy.h"
 #include "actors/device.h"
 #include "actors/query.h"
 #include "runtime/alloc.h"
+#include "runtime/deadline.h"
+#include "server/render_telemetry.h"
 #include "server/sbuf.h"
 
 /* Why a backend has no device here: "not built", or its probe's own words. */
@@ -145,6 +148,8 @@ static void json_device(sbuf *b, const dev_world *w, int n) {
             node->info.compute_units, (unsigned long long)node->cache.bytes,
             (unsigned long long)node->cache.hits, (unsigned long long)node->cache.misses,
             node->queued);
+  sb_printf(b, ",\"busy_s\":%.6f,\"busy_share\":%.4f",
+            (double)dev_node_busy_total_ns(node, rt_mono_ns()) * 1e-9, node->busy_share);
   json_packages(b, node);
   sb_printf(b, "}");
 }
@@ -190,6 +195,7 @@ static void json_pin_caches(sbuf *b, const dev_world *w) {
 
 char *srv_status_json(dev_world *w, const srv_status_counts *c) {
   sbuf b = {0};
+  dev_busy_roll(w, rt_mono_ns());
   accel_runtime_stats rs;
   accel_runtime_get_stats(w->rt, &rs);
   sb_printf(&b, "{\"version\":\"%s\",\"uptime_ms\":%llu,\"state\":\"%s\",\"devices\":[",
@@ -204,6 +210,8 @@ char *srv_status_json(dev_world *w, const srv_status_counts *c) {
   json_backends(&b, w);
   sb_printf(&b, ",");
   json_pin_caches(&b, w);
+  sb_printf(&b, ",");
+  srv_telemetry_json(&b, w);
   sb_printf(&b,
             ",\"host_mem_used\":%llu,\"connections\":%u,\"sessions\":%u,\"buffers\":%llu,"
             "\"ops_completed\":%llu,\"ops_failed\":%llu,\"ops_in_flight\":%llu,"
@@ -225,14 +233,19 @@ static void text_device(sbuf *b, const dev_world *w, int n) {
   char used[32], total[32];
   sb_human_bytes(dev_node_mem_used(w, n), used, sizeof used);
   sb_human_bytes(node->info.mem_bytes, total, sizeof total);
-  sb_printf(b, "device %d: %s (%s) %s, restarts %u, memory %s used of %s, %u units, kind %s\n",
+  sb_printf(b,
+            "device %d: %s (%s) %s, restarts %u, memory %s used of %s, %u units, kind %s, "
+            "%.0f%% busy\n",
             node->device, node->info.name, node->be->name, dev_node_state_name(node->state),
-            node->restarts, used, total, node->info.compute_units, kind_name(node->info.kind));
+            node->restarts, used, total, node->info.compute_units, kind_name(node->info.kind),
+            node->busy_share * 100.0);
   text_packages(b, node);
+  srv_telemetry_text_device(b, w, node->device);
 }
 
 char *srv_status_devices(dev_world *w) {
   sbuf b = {0};
+  dev_busy_roll(w, rt_mono_ns());
   for (int n = 1; n < w->nnodes; n++)
     text_device(&b, w, n);
   for (const be_entry *e = be_registry(); e->name; e++) {
@@ -240,11 +253,13 @@ char *srv_status_devices(dev_world *w) {
     if (e->ops == NULL || dev_backend_devices(w, e->name) == 0)
       sb_printf(&b, "%s: %s\n", e->name, backend_absence(e, why, sizeof why));
   }
+  srv_telemetry_text(&b, w);
   return sb_finish(&b);
 }
 
 char *srv_status_text(dev_world *w, const srv_status_counts *c) {
   sbuf b = {0};
+  dev_busy_roll(w, rt_mono_ns());
   accel_runtime_stats rs;
   accel_runtime_get_stats(w->rt, &rs);
   sb_printf(&b, "acceld %s: %s, up %llu.%03llu s\n", ACCEL_VERSION_STRING,
@@ -260,6 +275,7 @@ char *srv_status_text(dev_world *w, const srv_status_counts *c) {
             (unsigned long long)rs.restarts);
   for (int n = 1; n < w->nnodes; n++)
     text_device(&b, w, n);
+  srv_telemetry_text(&b, w);
   const char *names[DEV_PIN_CACHES_MAX];
   pin_cache_stats st[DEV_PIN_CACHES_MAX];
   int npin = dev_pin_caches(w, names, st, DEV_PIN_CACHES_MAX);

@@ -13,6 +13,7 @@
 #include "backends/cuda/device.h"
 #include "backends/cuda/nccl_lib.h"
 #include "backends/cuda/nvrtc_lib.h"
+#include "backends/nvml/nvml.h"
 #include "runtime/alloc.h"
 #include "runtime/deadline.h"
 
@@ -62,6 +63,11 @@ static void fill_info(be_device *dev) {
   dev->info.kind = BE_KIND_GPU;
   dev->cc = attribute(dev->cu, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR) * 10 +
             attribute(dev->cu, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR);
+  char bus[32];
+  if (be_cu.cuDeviceGetPCIBusId == NULL ||
+      be_cu.cuDeviceGetPCIBusId(bus, (int)sizeof bus, dev->cu) != CUDA_SUCCESS ||
+      !be_pci_bus_id_normalize(bus, dev->info.pci_bus_id, sizeof dev->info.pci_bus_id))
+    dev->info.pci_bus_id[0] = '\0'; /* no telemetry matched to it */
 }
 
 static int cuda_info(be_device *dev, be_device_info *out) {

@@ -47,7 +47,7 @@
 #define BE_CU_OPTIONAL_FUNCS(X)                                                            \
   X(cuFuncGetParamInfo) X(cuMemAllocAsync) X(cuMemFreeAsync)                               \
   X(cuStreamBeginCapture) X(cuStreamEndCapture) X(cuGraphInstantiate) X(cuGraphLaunch)     \
-  X(cuGraphExecDestroy) X(cuGraphDestroy)
+  X(cuGraphExecDestroy) X(cuGraphDestroy) X(cuDeviceGetPCIBusId)
 /* clang-format on */
 
 #define BE_CU_FIELD_(fn) __typeof__(&fn) fn;

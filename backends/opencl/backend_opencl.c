@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "accel/error.h"
+#include "backends/nvml/nvml.h"
 #include "backends/opencl/backend_opencl.h"
 #include "backends/opencl/device.h"
 #include "runtime/alloc.h"
@@ -109,6 +110,34 @@ static bool has_extension(cl_device_id id, const char *ext) {
   return found;
 }
 
+/* The device's PCI address, for telemetry: cl_khr_pci_bus_info, else NVIDIA's
+ * cl_nv_device_attribute_query (its slot id packs the device number and the function as
+ * hashcat and NVIDIA's samples read it). Empty when neither is there (PoCL, CPUs). */
+#define PCI_BUS_INFO_KHR 0x410F
+#define PCI_BUS_ID_NV 0x4008
+#define PCI_SLOT_ID_NV 0x4009
+#define PCI_DOMAIN_ID_NV 0x400A
+
+static void fill_pci_bus_id(be_device *dev) {
+  struct {
+    cl_uint domain, bus, device, function;
+  } k;
+  cl_uint bus = 0, slot = 0, domain = 0;
+  char text[32] = "";
+  if (has_extension(dev->id, "cl_khr_pci_bus_info") &&
+      clGetDeviceInfo(dev->id, PCI_BUS_INFO_KHR, sizeof k, &k, NULL) == CL_SUCCESS)
+    snprintf(text, sizeof text, "%x:%x:%x.%x", k.domain, k.bus, k.device, k.function);
+  else if (has_extension(dev->id, "cl_nv_device_attribute_query") &&
+           clGetDeviceInfo(dev->id, PCI_BUS_ID_NV, sizeof bus, &bus, NULL) == CL_SUCCESS &&
+           clGetDeviceInfo(dev->id, PCI_SLOT_ID_NV, sizeof slot, &slot, NULL) == CL_SUCCESS) {
+    if (clGetDeviceInfo(dev->id, PCI_DOMAIN_ID_NV, sizeof domain, &domain, NULL) != CL_SUCCESS)
+      domain = 0;
+    snprintf(text, sizeof text, "%x:%x:%x.%x", domain, bus, (slot >> 3) & 0x1f, slot & 7);
+  }
+  if (!be_pci_bus_id_normalize(text, dev->info.pci_bus_id, sizeof dev->info.pci_bus_id))
+    dev->info.pci_bus_id[0] = '\0';
+}
+
 static void fill_info(be_device *dev) {
   char plat[64] = "", name[96] = "";
   if (clGetPlatformInfo(dev->platform, CL_PLATFORM_NAME, sizeof plat, plat, NULL) != CL_SUCCESS)
@@ -135,6 +164,7 @@ static void fill_info(be_device *dev) {
   cl_device_fp_config fp32 = 0;
   clGetDeviceInfo(dev->id, CL_DEVICE_SINGLE_FP_CONFIG, sizeof fp32, &fp32, NULL);
   dev->div_exact = (fp32 & CL_FP_CORRECTLY_ROUNDED_DIVIDE_SQRT) != 0;
+  fill_pci_bus_id(dev);
 }
 
 static int ocl_info(be_device *dev, be_device_info *out) {

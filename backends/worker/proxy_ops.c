@@ -79,6 +79,7 @@ static int attach(bw_pdev *d, const be_open_opts *opts) {
   if (rc == 0) {
     memcpy(&d->caps, (char *)body + sizeof(bw_reply), sizeof d->caps);
     d->caps.info.name[sizeof d->caps.info.name - 1] = '\0'; /* the worker's word, checked */
+    d->caps.info.pci_bus_id[sizeof d->caps.info.pci_bus_id - 1] = '\0';
     pthread_mutex_lock(&d->link->mu);
     if (!d->link->dead) /* a worker that died after answering stays lost */
       d->link->lost[d->index] = false;

@@ -102,7 +102,8 @@ TEST(devices_json_has_devices_with_packages_and_backends) {
   CHECK_EQ(system(cmd), 0);
   snprintf(cmd, sizeof cmd,
            "python3 -c 'import json,sys; s=json.load(open(sys.argv[1]));"
-           "assert sorted(s)==[\"backends\",\"devices\"], sorted(s);"
+           "assert sorted(s)==[\"backends\",\"devices\",\"telemetry\"], sorted(s);"
+           "assert \"gpus\" in s[\"telemetry\"] and \"busy_s\" in s[\"devices\"][0], s;"
            "d=s[\"devices\"][0]; assert d[\"backend\"]==\"cpu\" and d[\"index\"]==0, d;"
            "p=d[\"packages\"]; assert sorted(p)==[\"blas\",\"collective\",\"nn\",\"rng\"], p;"
            "assert \"f64\" in p[\"blas\"][\"gemm\"] and \"f64\" in p[\"blas\"][\"vector\"], p;"

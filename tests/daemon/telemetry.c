@@ -1,0 +1,259 @@
+/* Device telemetry through acceld: a fake NVML (fake_nvml.c, every reading known) is read
+ * into the status JSON, the text of `accelctl devices`/`status` and /metrics under
+ * dcgm-exporter's names; a missing or failing NVML says why; busy time is measured for the
+ * CPU device; the interval's limits. */
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "accel/accel.h"
+#include "util.h"
+
+static char out[1 << 17];
+static char text[1 << 17];
+
+/* acceld with this NVML library and its environment; metrics on a free port. */
+static int start(td_daemon *d, const char *library, const char *init_error, const char *extra) {
+  int port = td_free_port();
+  char conf[512];
+  snprintf(conf, sizeof conf,
+           "[devices]\ncpu_devices = 1\n%s\n[metrics]\nlisten = http://127.0.0.1:%d\n",
+           extra ? extra : "", port);
+  setenv("ACCEL_NVML_LIBRARY", library, 1);
+  if (init_error)
+    setenv("FAKE_NVML_INIT_ERROR", init_error, 1);
+  else
+    unsetenv("FAKE_NVML_INIT_ERROR");
+  td_prepare(d);
+  td_write_config(d, conf);
+  td_start(d, "--backends", "cpu", NULL);
+  return port;
+}
+
+static const char *fake_library(void) {
+  const char *p = getenv("FAKE_NVML");
+  if (p == NULL)
+    TEST_FAIL("FAKE_NVML is not set (meson sets it)");
+  return p;
+}
+
+/* The status JSON once the telemetry has an answer (a sample, or why there is none). */
+static const char *status_when_sampled(td_daemon *d) {
+  for (int i = 0; i < 200; i++) {
+    CHECK_EQ(td_ctl(out, sizeof out, "--url", d->url, "status", "--json", NULL), 0);
+    if (strstr(out, "\"why\":\"waiting for the first sample\"") == NULL)
+      return out;
+    usleep(20000);
+  }
+  TEST_FAIL("no telemetry sample within 4 s: %s", out);
+}
+
+/* GET path from the metrics port; the body. */
+static const char *http_get(int port, const char *path) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  CHECK_GE(fd, 0);
+  struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  CHECK_EQ(connect(fd, (struct sockaddr *)&a, sizeof a), 0);
+  char req[128];
+  int n = snprintf(req, sizeof req, "GET %s HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+                   path);
+  CHECK_EQ(send(fd, req, (size_t)n, MSG_NOSIGNAL), n);
+  size_t got = 0;
+  for (;;) {
+    struct pollfd p = {.fd = fd, .events = POLLIN};
+    CHECK_EQ(poll(&p, 1, 10000), 1);
+    ssize_t k = recv(fd, text + got, sizeof text - 1 - got, 0);
+    if (k <= 0)
+      break;
+    got += (size_t)k;
+    CHECK_LT(got, sizeof text - 1);
+  }
+  text[got] = '\0';
+  close(fd);
+  const char *body = strstr(text, "\r\n\r\n");
+  CHECK(body != NULL);
+  return body + 4;
+}
+
+/* The JSON object of GPU `index` in the status (up to its closing brace; no nesting there). */
+static const char *gpu_json(const char *status, int index, char *buf, size_t len) {
+  char key[32];
+  snprintf(key, sizeof key, "{\"index\":%d,\"name\":\"Fake GPU", index);
+  const char *s = strstr(status, key);
+  CHECK(s != NULL);
+  const char *e = strchr(s, '}');
+  CHECK(e != NULL);
+  CHECK_LT((size_t)(e - s), len);
+  memcpy(buf, s, (size_t)(e - s + 1));
+  buf[e - s + 1] = '\0';
+  return buf;
+}
+
+#define HAS(hay, needle)                                                                           \
+  do {                                                                                             \
+    if (strstr((hay), (needle)) == NULL)                                                           \
+      TEST_FAIL("missing %s in:\n%s", (needle), (hay));                                            \
+  } while (0)
+
+TEST(nvml_readings_reach_status_json) {
+  td_daemon d;
+  start(&d, fake_library(), NULL, NULL);
+  const char *s = status_when_sampled(&d);
+  HAS(s, "\"telemetry\":{\"source\":\"nvml\",\"why\":null,\"gpus\":[");
+  char g[1024];
+  gpu_json(s, 0, g, sizeof g);
+  HAS(g, "\"uuid\":\"GPU-00000000-fake-4a6e-8c6d-000000000000\"");
+  HAS(g, "\"pci_bus_id\":\"0000:3b:00.0\""); /* normalized from NVML's 00000000:3B:00.0 */
+  HAS(g, "\"devices\":[]");                  /* no accel device runs on it */
+  HAS(g, "\"utilization_gpu_pct\":37,\"utilization_memory_pct\":12");
+  HAS(g, "\"memory_used\":1073741824,\"memory_total\":85899345920");
+  HAS(g, "\"temperature_c\":41,\"power_w\":123.456,\"sm_clock_mhz\":1980");
+  HAS(g, "\"memory_clock_mhz\":2619,\"ecc_corrected\":3,\"ecc_uncorrected\":0");
+  HAS(g, "\"xid_errors\":0,\"last_xid\":0");
+  gpu_json(s, 1, g, sizeof g);
+  HAS(g, "\"pci_bus_id\":\"0000:86:00.0\"");
+  HAS(g, "\"temperature_c\":42,\"power_w\":123.457");
+  HAS(g, "\"ecc_corrected\":4,\"ecc_uncorrected\":null"); /* not supported: not a 0 */
+  HAS(g, "\"xid_errors\":1,\"last_xid\":79");
+  CHECK_EQ(td_stop(&d), 0);
+  td_cleanup(&d);
+}
+
+TEST(nvml_readings_reach_text_and_metrics) {
+  td_daemon d;
+  int port = start(&d, fake_library(), NULL, NULL);
+  status_when_sampled(&d);
+  CHECK_EQ(td_ctl(out, sizeof out, "--url", d.url, "devices", NULL), 0);
+  HAS(out, "Fake GPU 1 (0000:86:00.0, not served by accel):\n  gpu 1: 38% busy, 13% memory "
+           "busy, 2.00 GiB of 80.0 GiB, 42 C, 123.5 W, SM 1980 MHz, memory 2619 MHz, ECC 4 "
+           "corrected 0 uncorrected, XID 1 (last 79)\n");
+  CHECK_EQ(td_ctl(out, sizeof out, "--url", d.url, "status", NULL), 0);
+  HAS(out, "gpu 0: 37% busy");
+  CHECK_EQ(td_ctl(out, sizeof out, "--url", d.url, "devices", "--json", NULL), 0);
+  HAS(out, "],\"telemetry\":{\"source\":\"nvml\",\"why\":null,\"gpus\":[{\"index\":0,");
+  const char *m = http_get(port, "/metrics");
+  HAS(m, "accel_gpu_telemetry_up 1\n");
+  HAS(m, "# TYPE DCGM_FI_DEV_GPU_UTIL gauge\n");
+  HAS(m, "DCGM_FI_DEV_GPU_UTIL{gpu=\"0\",UUID=\"GPU-00000000-fake-4a6e-8c6d-000000000000\","
+         "pci_bus_id=\"0000:3b:00.0\",modelName=\"Fake GPU 0\",accel_device=\"\"} 37\n");
+  HAS(m, "DCGM_FI_DEV_FB_USED{gpu=\"1\"");
+  HAS(m, "} 2048.000\n# HELP DCGM_FI_DEV_FB_FREE"); /* MiB, as dcgm-exporter */
+  HAS(m, "DCGM_FI_DEV_POWER_USAGE{gpu=\"0\"");
+  HAS(m, "} 123.456\n");
+  HAS(m, "DCGM_FI_DEV_XID_ERRORS{gpu=\"1\"");
+  HAS(m, "accel_gpu_xid_errors_total{gpu=\"1\"");
+  /* GPU 1 has no uncorrected-ECC counter: its series is left out, GPU 0's is there */
+  HAS(m, "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL{gpu=\"0\"");
+  CHECK(strstr(m, "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL{gpu=\"1\"") == NULL);
+  HAS(m, "accel_device_busy_seconds_total{device=\"0\"} ");
+  CHECK_EQ(td_stop(&d), 0);
+  td_cleanup(&d);
+}
+
+TEST(no_nvml_says_why) {
+  td_daemon d;
+  int port = start(&d, "/nonexistent/libnvidia-ml.so.1", NULL, NULL);
+  const char *s = status_when_sampled(&d);
+  HAS(s, "\"telemetry\":{\"source\":\"nvml\",\"why\":\"no NVML: /nonexistent/libnvidia-ml.so.1");
+  HAS(s, "\"gpus\":[]}");
+  CHECK_EQ(td_ctl(out, sizeof out, "--url", d.url, "devices", NULL), 0);
+  HAS(out, "gpu telemetry: no NVML: /nonexistent/libnvidia-ml.so.1");
+  HAS(http_get(port, "/metrics"), "accel_gpu_telemetry_up 0\n");
+  CHECK(strstr(text, "DCGM_FI_DEV_GPU_UTIL") == NULL);
+  CHECK_EQ(td_stop(&d), 0);
+  td_cleanup(&d);
+}
+
+TEST(nvml_init_failure_names_the_cause) {
+  td_daemon d;
+  start(&d, fake_library(), "9", NULL);
+  const char *s = status_when_sampled(&d);
+  HAS(s, "\"why\":\"nvmlInit_v2: Driver Not Loaded (NVML error 9)\"");
+  CHECK_EQ(td_stop(&d), 0);
+  td_cleanup(&d);
+}
+
+TEST(interval_zero_turns_telemetry_off_and_its_limits) {
+  td_daemon d;
+  start(&d, fake_library(), NULL, "telemetry_interval_ms = 0");
+  CHECK_EQ(td_ctl(out, sizeof out, "--url", d.url, "status", "--json", NULL), 0);
+  HAS(out, "\"telemetry\":{\"source\":\"nvml\",\"why\":\"off\",\"gpus\":[]}");
+  CHECK_EQ(td_stop(&d), 0);
+  td_cleanup(&d);
+  /* 100 ms is the shortest interval; 99 is refused at start, naming the key */
+  start(&d, fake_library(), NULL, "telemetry_interval_ms = 100");
+  CHECK(strstr(status_when_sampled(&d), "\"why\":null") != NULL);
+  CHECK_EQ(td_stop(&d), 0);
+  td_cleanup(&d);
+  td_prepare(&d);
+  td_write_config(&d, "[devices]\ntelemetry_interval_ms = 99\n");
+  CHECK(td_start_expect_exit(&d, NULL) != 0);
+  HAS(td_log(&d), "telemetry_interval_ms");
+  td_cleanup(&d);
+}
+
+/* Field `key` (a number) of device `index` in the status JSON. */
+static double device_field(const char *status, int index, const char *key) {
+  char want[48];
+  snprintf(want, sizeof want, "{\"index\":%d,\"name\":", index);
+  const char *s = strstr(status, want);
+  CHECK(s != NULL);
+  char k[48];
+  snprintf(k, sizeof k, "\"%s\":", key);
+  const char *v = strstr(s, k);
+  CHECK(v != NULL);
+  return strtod(v + strlen(k), NULL);
+}
+
+static double now_s(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+TEST(busy_time_is_measured_for_the_cpu_device) {
+  td_daemon d;
+  start(&d, fake_library(), NULL, NULL);
+  CHECK_EQ(td_ctl(out, sizeof out, "--url", d.url, "status", "--json", NULL), 0);
+  double before = device_field(out, 0, "busy_s");
+  CHECK(before >= 0.0 && before < 0.5); /* nothing ran yet */
+  accel_ctx *ctx;
+  CHECK_EQ(accel_open(&ctx, d.url), 0);
+  accel_buffer buf;
+  size_t n = 4u << 20;
+  CHECK_EQ(accel_buffer_create(ctx, ACCEL_F32, n, &buf), 0);
+  double t0 = now_s();
+  for (int i = 0; i < 40; i++) {
+    accel_future *f;
+    CHECK_EQ(accel_fill(ctx, 0, buf, (float)i, &f), 0);
+    CHECK_EQ(accel_future_wait(f, -1), 0);
+    accel_future_release(f);
+  }
+  double wall = now_s() - t0;
+  CHECK_EQ(td_ctl(out, sizeof out, "--url", d.url, "status", "--json", NULL), 0);
+  double busy = device_field(out, 0, "busy_s") - before;
+  /* 40 fills of 16 MiB: busy for some of the time, never longer than it took */
+  CHECK(busy > 0.0);
+  CHECK(busy <= wall + 0.01);
+  accel_buffer_destroy(ctx, buf);
+  accel_close(ctx);
+  CHECK_EQ(td_stop(&d), 0);
+  td_cleanup(&d);
+}
+
+static const test_case tests[] = {
+    TEST_CASE(nvml_readings_reach_status_json),
+    TEST_CASE(nvml_readings_reach_text_and_metrics),
+    TEST_CASE(no_nvml_says_why),
+    TEST_CASE(nvml_init_failure_names_the_cause),
+    TEST_CASE(interval_zero_turns_telemetry_off_and_its_limits),
+    TEST_CASE(busy_time_is_measured_for_the_cpu_device),
+};
+
+TEST_MAIN(tests)
