@@ -17,4 +17,31 @@ uint64_t dev_node_busy_total_ns(const dev_node *node, uint64_t now_ns);
  * second). Called by reports before they read busy_share. */
 void dev_busy_roll(dev_world *w, uint64_t now_ns);
 
+/* What a task does, in words: its op's label, or "copy host to device", "copy device to host",
+ * "copy device to device", "release". A static string. */
+const char *dev_task_label(const dev_task *t);
+
+/* The name of the client whose op made the task ("?" unknown). */
+const char *dev_task_client(const dev_task *t);
+
+/* Work that has been on a device queue for at least min_ns (long kernels, large transfers):
+ * for `accelctl top` and the status JSON. */
+typedef struct dev_work_report {
+  int device;
+  const char *queue; /* "mem", "blas", ... */
+  const char *what;  /* dev_task_label */
+  uint64_t bytes;    /* a transfer's */
+  double seconds;    /* on the queue so far */
+  const char *client;
+} dev_work_report;
+
+extern const char *const dev_queue_names[DEV_Q_COUNT];
+
+/* Module builds running on node n now, and for how long the first of them has run. */
+uint32_t dev_node_builds_running(dev_node *node, double *seconds);
+
+/* kernel_actor.c: up to max reports, oldest first per queue; how many. */
+int dev_work_in_progress(const dev_world *w, uint64_t now_ns, uint64_t min_ns,
+                         dev_work_report out[], int max);
+
 #endif

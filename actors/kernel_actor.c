@@ -15,6 +15,7 @@
 
 #include "actors/busy.h"
 #include "actors/device.h"
+#include "actors/trace.h"
 #include "actors/wait_help.h"
 #include "runtime/alloc.h"
 #include "runtime/deadline.h"
@@ -51,7 +52,8 @@ typedef struct dev_inflight {
   accel_future *early;             /* the op's future, completed right in the backend's callback */
   struct dev_inflight *batch_next; /* the next record one host function completes */
   int refs;                        /* the actor's list + the pending completion mechanism */
-  bool armed; /* its completion is on its way (arm); the watchdog retries if not */
+  bool armed;           /* its completion is on its way (arm); the watchdog retries if not */
+  uint64_t t_submit_ns; /* when the work went to the queue (busy time, traces) */
 } dev_inflight;
 
 struct kernel_state {
@@ -117,7 +119,6 @@ static void inflight_unlink(kernel_state *k, dev_inflight *f) {
   if (f->how == ACCEL_COMPLETION_POLL && f->armed)
     k->polled--;
   k->on_queue--;
-  dev_node_busy_end(k->node, rt_mono_ns());
   f->owner = NULL;
 }
 
@@ -147,6 +148,28 @@ static void report_fault(kernel_state *k) {
               k->node->device);
 }
 
+/* Transfers this large are logged when they start and end: a long silence otherwise. */
+#define LARGE_TRANSFER_BYTES (256ull << 20)
+
+/* took_ns 0: it starts now; else it ended with `status` after took_ns. */
+static void log_large_transfer(const kernel_state *k, const dev_task *t, uint64_t took_ns,
+                               int status) {
+  if (t->kind != DEV_TASK_TRANSFER || t->buf[0] == NULL || t->buf[0]->bytes < LARGE_TRANSFER_BYTES)
+    return;
+  double gib = (double)t->buf[0]->bytes / (double)(1ull << 30), s = (double)took_ns * 1e-9;
+  const char *client = dev_task_client(t);
+  if (took_ns == 0)
+    accel_log(ACCEL_LOG_INFO, "device", "device %d: %s of %.2f GiB started (client %s)",
+              k->node->device, dev_task_label(t), gib, client);
+  else if (status == 0)
+    accel_log(ACCEL_LOG_INFO, "device", "device %d: %s of %.2f GiB done in %.3f s (%.2f GB/s)",
+              k->node->device, dev_task_label(t), gib, s,
+              (double)t->buf[0]->bytes / (s > 0 ? s : 1e-9) * 1e-9);
+  else
+    accel_log(ACCEL_LOG_WARN, "device", "device %d: %s of %.2f GiB failed after %.3f s: %s",
+              k->node->device, dev_task_label(t), gib, s, accel_strerror(status));
+}
+
 /* The work behind f completed with `status` (on the loop). */
 static void inflight_finish(dev_inflight *f, int status) {
   status = rt_status_public(status); /* the op's: its client hears it */
@@ -154,6 +177,12 @@ static void inflight_finish(dev_inflight *f, int status) {
   dev_task *t = f->task;
   f->task = NULL;
   if (k) {
+    uint64_t now = rt_mono_ns();
+    dev_node_busy_end(k->node, now);
+    if (t && k->node->world->trace)
+      dev_trace_task(k->node->world, t, f->t_submit_ns, now, status);
+    if (t)
+      log_large_transfer(k, t, now - f->t_submit_ns, status);
     inflight_unlink(k, f);
     inflight_unref(f); /* the list's reference */
   }
@@ -545,7 +574,11 @@ static int arm(kernel_state *k, dev_inflight *f) {
 static bool track(kernel_state *k, dev_inflight *f) {
   rt_list_push_front(&k->inflight, &f->link);
   k->on_queue++;
-  dev_node_busy_begin(k->node, rt_mono_ns());
+  f->t_submit_ns = rt_mono_ns();
+  dev_node_busy_begin(k->node, f->t_submit_ns);
+  log_large_transfer(k, f->task, 0, 0);
+  if (k->node->world->trace)
+    dev_trace_submitted(k->node->world, f->task, f->t_submit_ns);
   int rc = arm(k, f);
   arm_watchdog(k);
   if (rc == ACCEL_ENOMEM) {
@@ -737,12 +770,15 @@ static int kernel_start(accel_actor *self, void *state, void *arg) {
     return rc;
   k->node->queue[k->qclass] = k->queue;
   k->node->kernel[k->qclass] = accel_self(self);
+  k->node->kstate[k->qclass] = k;
   return 0;
 }
 
 static void kernel_stop(accel_actor *self, void *state) {
   kernel_state *k = state;
   k->stopping = true;
+  if (k->node && k->node->kstate[k->qclass] == k)
+    k->node->kstate[k->qclass] = NULL;
   while (k->waiting_head) {
     dev_task *t = k->waiting_head;
     k->waiting_head = t->overflow_next;
@@ -825,4 +861,32 @@ void dev_kernel_dispatch(dev_task *t) {
     overflow_push(o, t); /* the kernel actor takes it when its mailbox has room */
   else if (rc != 0)
     dev_task_complete(t, ACCEL_EDEVLOST);
+}
+
+/* ---- reports ---- */
+
+int dev_work_in_progress(const dev_world *w, uint64_t now_ns, uint64_t min_ns,
+                         dev_work_report out[], int max) {
+  int n = 0;
+  for (int i = 1; i < w->nnodes; i++)
+    for (int q = 0; q < DEV_Q_COUNT; q++) {
+      kernel_state *k = w->nodes[i].kstate[q];
+      if (k == NULL)
+        continue;
+      /* the list is newest first: walk it all, it holds at most MAX_ON_QUEUE records */
+      for (dev_inflight *f = inflight_first(k); f != NULL && n < max; f = inflight_next(k, f)) {
+        if (f->task == NULL || now_ns < f->t_submit_ns + min_ns)
+          continue;
+        const dev_task *t = f->task;
+        out[n++] = (dev_work_report){
+            .device = w->nodes[i].device,
+            .queue = dev_queue_names[q],
+            .what = dev_task_label(t),
+            .bytes = t->kind == DEV_TASK_TRANSFER && t->buf[0] ? t->buf[0]->bytes : 0,
+            .seconds = (double)(now_ns - f->t_submit_ns) * 1e-9,
+            .client = dev_task_client(t),
+        };
+      }
+    }
+  return n;
 }

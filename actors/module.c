@@ -130,9 +130,11 @@ static int build_on(build_job *j, int i) {
   int rc = ACCEL_EDEVLOST;
   pthread_mutex_lock(&node->build_mu);
   be_device *dev = node->dev && node->generation == j->gens[i] ? node->dev : NULL;
-  node->builds += dev != NULL;
-  pthread_mutex_unlock(&node->build_mu);
   uint64_t t0 = rt_mono_ms();
+  node->builds += dev != NULL;
+  if (dev && node->modules_building++ == 0)
+    node->building_since_ms = t0;
+  pthread_mutex_unlock(&node->build_mu);
   if (dev) {
     log_build_start(j, node);
     rc = load_on(j, node, dev, &mod, &log);
@@ -141,6 +143,7 @@ static int build_on(build_job *j, int i) {
   pthread_mutex_lock(&node->build_mu);
   if (dev) {
     node->builds--;
+    node->modules_building--;
     pthread_cond_broadcast(&node->build_cv);
   }
   if (rc == 0 && node->dev == dev && node->generation == j->gens[i])

@@ -15,6 +15,7 @@
 #include "actors/metrics.h"
 #include "actors/module.h"
 #include "actors/session.h"
+#include "actors/trace.h"
 #include "ops/check.h"
 #include "runtime/alloc.h"
 
@@ -109,6 +110,8 @@ void dev_op_finished(dev_world *w, dev_call *call, int status) {
     dev_session_acct_release(acct);
   }
   dev_metrics_record(w, call, status);
+  if (w->trace)
+    dev_trace_op_end(w, call, status, uv_hrtime());
   if (w->on_op_done)
     w->on_op_done(w->on_op_done_arg, status);
   if (call->done) {
@@ -507,6 +510,9 @@ static void handle_op(session_state *s, dev_call *call) {
   dev_session_acct *a = s->acct;
   call->acct = a;
   call->t_issued_ns = uv_hrtime();
+  call->trace_id = 0;
+  if (s->args->world->trace)
+    dev_trace_op_begin(s->args->world, call);
   a->refs++;
   a->in_flight++;
   uint32_t kind = call->op.h.kind; /* a planned op may be done, and freed, when run_op returns */
@@ -691,6 +697,8 @@ static int session_start(accel_actor *self, void *state, void *arg) {
   if (s->acct == NULL)
     return ACCEL_ENOMEM;
   s->acct->refs = 1; /* session_stop releases it, also after a start that failed below */
+  s->acct->id = ++s->args->world->next_session_id;
+  s->acct->name = s->args->name;
   s->table = rt_calloc(s->args->max_buffers, sizeof *s->table);
   if (s->table == NULL)
     return ACCEL_ENOMEM;

@@ -12,6 +12,9 @@ typedef struct dev_session_args {
   /* Module loads (user kernels) are refused with ACCEL_EPERM when set (acceld's
    * [security] user_kernels for the connection's listener). */
   bool forbid_modules;
+  /* Who the client is, for traces (acceld: the name from HELLO; it must outlive the session's
+   * last op). NULL: "session". */
+  const char *name;
   /* Called on the loop when the session ends (client gone, shutdown); may be NULL. */
   void (*on_stop)(void *arg, accel_ref session);
   void *on_stop_arg;
@@ -27,6 +30,8 @@ typedef struct dev_session_acct {
   uint64_t memory;
   uint32_t buffers;
   accel_transfer_stats moved; /* bytes this session's ops moved (loop thread) */
+  uint32_t id;                /* the session's number in traces (1, 2, ... per world) */
+  const char *name;           /* dev_session_args.name */
 } dev_session_acct;
 
 /* Drops a reference to a; the last one frees it (loop thread). */

@@ -8,6 +8,7 @@
 #include "actors/device.h"
 #include "actors/metrics.h"
 #include "actors/telemetry.h"
+#include "actors/trace.h"
 #include "actors/world.h"
 #include "actors/world_init.h"
 #include "backends/worker/worker.h"
@@ -166,6 +167,7 @@ int dev_world_init(dev_world *w, accel_runtime *rt, const dev_world_opts *o) {
 
 void dev_world_fini(dev_world *w) {
   dev_telemetry_stop(w);
+  dev_trace_finish(w);
   dev_foreign_left_sweep(w, true);
   for (int n = 0; n < w->nnodes; n++) {
     pthread_mutex_destroy(&w->nodes[n].build_mu);

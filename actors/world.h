@@ -87,6 +87,8 @@ typedef struct dev_node {
   pthread_mutex_t build_mu;
   pthread_cond_t build_cv;
   uint32_t builds;
+  uint32_t modules_building;   /* module builds running now (reports) */
+  uint64_t building_since_ms; /* when the first of them began */
   bool aborted; /* this incarnation's work was abandoned at a deadline (loop thread) */
   /* Ready tasks that met a full kernel mailbox, in order; the kernel actor drains them. */
   struct dev_overflow {
@@ -100,6 +102,7 @@ typedef struct dev_node {
   uint32_t queued;
   /* Busy time, measured here for every backend (loop thread; query.c reads it): the time
    * work of this node was submitted and not yet complete, on any of its queues. */
+  struct kernel_state *kstate[DEV_Q_COUNT]; /* each running queue's actor (reports) */
   uint32_t busy_running;
   uint64_t busy_since_ns, busy_ns;
   uint64_t busy_window_at_ns, busy_window_ns; /* the previous reading (dev_node_busy_share) */
@@ -211,6 +214,8 @@ struct dev_world {
   void *on_quarantine_arg;
   struct dev_metrics *metrics;     /* acceld's op counters (metrics.c); NULL: not recorded */
   struct dev_telemetry *telemetry; /* GPU telemetry (telemetry.c); NULL: off */
+  struct dev_trace *trace;         /* the trace being recorded (trace.c); NULL: off */
+  uint32_t next_session_id;        /* numbers sessions for traces (loop thread) */
   /* Free lists of the per-op objects made and freed on the loop (malloc was a quarter of
    * the cost of a tiny op). */
   dev_task *task_pool;

@@ -5,6 +5,7 @@
  *   accelctl [--url URL] [--timeout MS] [--json] status | devices | tree | clients | ping
  *                                              | inject-fault --device N
  *                                              | top [--interval MS] [--count N]
+ *                                              | trace [--seconds N] [--output FILE]
  *   accelctl --version
  *
  * `devices --json` asks for the status JSON and prints only its "devices", "backends" and
@@ -16,6 +17,7 @@
 #include <getopt.h>
 #include <nng/nng.h>
 #include <nng/protocol/reqrep0/req.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -39,6 +41,8 @@ typedef struct ctl_args {
   bool json;
   long device;
   long interval_ms, count; /* top */
+  long seconds;            /* trace */
+  const char *output;      /* trace: the file (NULL: stdout) */
 } ctl_args;
 
 static void usage(FILE *to) {
@@ -54,6 +58,10 @@ static void usage(FILE *to) {
               "  top [--interval MS] [--count N]\n"
               "                           status and clients, refreshed in place every MS\n"
               "                           (default 1000) until Ctrl-C, or N times\n"
+              "  trace [--seconds N] [--output FILE]\n"
+              "                           record what every client's ops do for N seconds\n"
+              "                           (default 5) as Chrome trace-event JSON (open it\n"
+              "                           in Perfetto), to FILE or the standard output\n"
               "  ping                     round trip to the daemon\n"
               "  inject-fault --device N  make device N fault (needs acceld\n"
               "                           --enable-fault-injection)\n"
@@ -97,7 +105,8 @@ static int command_of(const ctl_args *a, proto_control_req *req) {
                {"tree", PROTO_CTL_TREE},
                {"clients", PROTO_CTL_CLIENTS},
                {"top", PROTO_CTL_STATUS},
-               {"inject-fault", PROTO_CTL_INJECT_FAULT}};
+               {"inject-fault", PROTO_CTL_INJECT_FAULT},
+               {"trace", PROTO_CTL_TRACE_START}};
   for (size_t i = 0; i < sizeof table / sizeof table[0]; i++)
     if (!strcmp(a->command, table[i].name)) {
       /* devices --json: the status JSON, of which print_devices_json keeps two members */
@@ -148,6 +157,11 @@ static int take_option(int c, const char *option, ctl_args *a) {
     return number(option, 50, 3600000, &a->interval_ms);
   case 'n':
     return number(option, 1, 1L << 30, &a->count);
+  case 's':
+    return number(option, 1, 3600, &a->seconds);
+  case 'o':
+    a->output = optarg;
+    return 0;
   default:
     return 2;
   }
@@ -174,6 +188,9 @@ static int check_command(const ctl_args *a, proto_control_req *req) {
   bool top = !strcmp(a->command, "top"), inject = !strcmp(a->command, "inject-fault");
   if ((a->count || a->interval_ms != 1000) && !top)
     return usage_error("--interval and --count are options of top, not of %s", a->command);
+  bool trace = !strcmp(a->command, "trace");
+  if ((a->seconds || a->output) && !trace)
+    return usage_error("--seconds and --output are options of trace, not of %s", a->command);
   if (inject && a->device < 0)
     return usage_error("inject-fault needs --device N");
   if (!inject && a->device >= 0)
@@ -190,6 +207,8 @@ static int parse_args(int argc, char **argv, ctl_args *a, proto_control_req *req
       {"device", required_argument, NULL, 'd'},
       {"interval", required_argument, NULL, 'i'},
       {"count", required_argument, NULL, 'n'},
+      {"seconds", required_argument, NULL, 's'},
+      {"output", required_argument, NULL, 'o'},
       {"help", no_argument, NULL, 'h'},
       {"version", no_argument, NULL, 'V'},
       {NULL, 0, NULL, 0},
@@ -490,6 +509,68 @@ static void sleep_ms(long ms) {
     ;
 }
 
+/* ---- trace ---- */
+
+static volatile sig_atomic_t interrupted;
+
+static void on_interrupt(int sig) {
+  (void)sig;
+  interrupted = 1;
+}
+
+/* The trace's JSON to the file or stdout; its event count (from otherData) to stderr. */
+static int write_trace(const ctl_args *a, const char *json, double seconds) {
+  FILE *f = a->output ? fopen(a->output, "w") : stdout;
+  if (f == NULL) {
+    fprintf(stderr, "accelctl: trace: cannot write %s: %s\n", a->output, strerror(errno));
+    return 1;
+  }
+  size_t len = strlen(json);
+  bool ok = fwrite(json, 1, len, f) == len;
+  if (f != stdout)
+    ok = fclose(f) == 0 && ok;
+  else
+    ok = fflush(f) == 0 && ok;
+  if (!ok) {
+    fprintf(stderr, "accelctl: trace: writing %s failed: %s\n", a->output ? a->output : "stdout",
+            strerror(errno));
+    return 1;
+  }
+  const char *events = strstr(json, "\"events\":");
+  fprintf(stderr, "accelctl: trace of %.1f s: %ld events%s%s (open it in Perfetto)\n", seconds,
+          events ? strtol(events + 9, NULL, 10) : 0L, a->output ? " in " : "",
+          a->output ? a->output : "");
+  return 0;
+}
+
+/* trace: starts the daemon's trace, waits (Ctrl-C ends the wait early, not the trace's
+ * collection), stops it and writes what it holds. */
+static int trace(ctl_conn *c, const ctl_args *a) {
+  proto_control_req start = {.command = PROTO_CTL_TRACE_START, .arg = 0};
+  int32_t status = 0;
+  proto_bytes data;
+  if (roundtrip(c, a, &start) != 0)
+    return 1;
+  if (decode_reply(c, 1, &status, &data) != 0 || status != 0) {
+    fprintf(stderr, "accelctl: trace: %s from %s\n",
+            status != 0 ? accel_strerror(status) : "malformed reply", a->url);
+    return 1;
+  }
+  struct sigaction sa = {.sa_handler = on_interrupt};
+  sigaction(SIGINT, &sa, NULL);
+  sigaction(SIGTERM, &sa, NULL);
+  double t0 = now_us();
+  long ms = (a->seconds ? a->seconds : 5) * 1000;
+  for (long waited = 0; waited < ms && !interrupted; waited += 50)
+    sleep_ms(50);
+  char *json = fetch_text(c, a, PROTO_CTL_TRACE_STOP, 0);
+  if (json == NULL)
+    return 1;
+  int rc = write_trace(a, json, (now_us() - t0) / 1e6);
+  rt_free(json);
+  return rc;
+}
+
 /* top: status and clients, refreshed in place (a terminal: cursor home, clear to the end) or
  * one after the other (a pipe; with --json, one object per line), every interval. */
 static int top(ctl_conn *c, const ctl_args *a) {
@@ -528,8 +609,8 @@ int main(int argc, char **argv) {
   ctl_conn c;
   if (dial(&a, &c) != 0)
     return 1;
-  if (!strcmp(a.command, "top")) {
-    int rc = top(&c, &a);
+  if (!strcmp(a.command, "top") || !strcmp(a.command, "trace")) {
+    int rc = !strcmp(a.command, "top") ? top(&c, &a) : trace(&c, &a);
     hang_up(&c);
     return rc;
   }

@@ -1,10 +1,12 @@
 /* The embedded transport: a runtime in this process running the device tree and one
  * session; ops go to the session as messages. */
+#include <errno.h> /* program_invocation_short_name */
 #include <stdlib.h>
 #include <string.h>
 
 #include "actors/device.h"
 #include "actors/session.h"
+#include "actors/trace.h"
 #include "actors/world_init.h"
 #include "backends/backend.h"
 #include "clients/ctx.h"
@@ -109,7 +111,8 @@ static int start_tree(accel_ctx *ctx, embedded *e) {
   int rc = dev_world_spawn(&e->world, NULL, &e->devices);
   if (rc != 0)
     return rc;
-  e->session_args = (dev_session_args){.world = &e->world, .max_buffers = ctx->max_buffers};
+  e->session_args = (dev_session_args){
+      .world = &e->world, .max_buffers = ctx->max_buffers, .name = program_invocation_short_name};
   accel_spawn_opts o = {.name = "session", .mailbox_capacity = 1 << 14};
   return accel_spawn(ctx->rt, NULL, &dev_session_behavior, &e->session_args, &o, &e->session);
 }
@@ -141,10 +144,13 @@ static int open_here(accel_ctx *ctx, const char *query) {
   e->borrow = rc == 0 && all_devices_any_thread(&e->world);
   if (rc == 0)
     rc = start_tree(ctx, e);
+  if (rc == 0)                     /* before the loop runs: it reads w->trace */
+    dev_trace_from_env(&e->world); /* ACCEL_TRACE=FILE: written at accel_close */
   if (rc == 0)
     rc = accel_runtime_start(ctx->rt);
   if (rc != 0) {
     accel_runtime_destroy(ctx->rt);
+    dev_trace_finish(&e->world);
     dev_call_pool_drain(&e->calls);
     rt_free(e);
     pthread_mutex_destroy(&ctx->mu);

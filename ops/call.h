@@ -30,6 +30,7 @@ typedef struct dev_call {
   struct dev_module *mod;     /* held until the op finishes */
   struct be_kernel *kernel;   /* owned by the module's build */
   uint64_t t_issued_ns;       /* uv_hrtime() when the session took it (metrics) */
+  uint64_t trace_id;          /* its number in the trace being recorded; 0: not traced */
   uint32_t ran_on;            /* 1 + the node it was planned on; 0: never placed (metrics) */
   struct dev_call_pool *pool; /* where dev_call_free puts it back (NULL: it is freed) */
   struct dev_call *pool_next; /* in the pool */

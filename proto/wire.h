@@ -57,6 +57,8 @@ typedef enum proto_control {
   PROTO_CTL_SHM_ATTACH = 9,     /* arg: region id; the frame carries a sealed memfd (SCM_RIGHTS) */
   PROTO_CTL_SHM_DETACH = 10,    /* arg: region id; unmapped once no op uses it */
   PROTO_CTL_CLIENTS = 11,       /* arg 1: text, else JSON; reply: the client sessions */
+  PROTO_CTL_TRACE_START = 12,   /* arg: events to keep at most (0: the default); restarts one */
+  PROTO_CTL_TRACE_STOP = 13,    /* reply: the trace since TRACE_START, Chrome trace-event JSON */
   PROTO_CTL_MAX_
 } proto_control;
 

@@ -130,6 +130,56 @@ static void text_packages(sbuf *b, const dev_node *node) {
   sb_printf(b, "\n");
 }
 
+/* ---- long work in progress (accelctl top) ---- */
+
+#define LONG_WORK_NS 1000000000ull /* work shown once it has been on a queue this long */
+#define LONG_WORK_MAX 32
+
+static void json_in_progress(sbuf *b, dev_world *w) {
+  dev_work_report r[LONG_WORK_MAX];
+  int n = dev_work_in_progress(w, rt_mono_ns(), LONG_WORK_NS, r, LONG_WORK_MAX);
+  sb_printf(b, "\"in_progress\":[");
+  for (int i = 0; i < n; i++) {
+    sb_printf(b, "%s{\"device\":%d,\"queue\":\"%s\",\"what\":", i ? "," : "", r[i].device,
+              r[i].queue);
+    sb_json_str(b, r[i].what);
+    sb_printf(b, ",\"bytes\":%llu,\"seconds\":%.3f,\"client\":", (unsigned long long)r[i].bytes,
+              r[i].seconds);
+    sb_json_str(b, r[i].client);
+    sb_printf(b, "}");
+  }
+  for (int k = 1; k < w->nnodes; k++) {
+    double s;
+    uint32_t builds = dev_node_builds_running(&w->nodes[k], &s);
+    if (builds)
+      sb_printf(b, "%s{\"device\":%d,\"queue\":\"build\",\"what\":\"module build\","
+                   "\"count\":%u,\"seconds\":%.3f}",
+                n++ ? "," : "", w->nodes[k].device, builds, s);
+  }
+  sb_printf(b, "]");
+}
+
+static void text_in_progress(sbuf *b, dev_world *w) {
+  dev_work_report r[LONG_WORK_MAX];
+  int n = dev_work_in_progress(w, rt_mono_ns(), LONG_WORK_NS, r, LONG_WORK_MAX);
+  for (int i = 0; i < n; i++) {
+    sb_printf(b, "in progress: device %d %s queue: %s", r[i].device, r[i].queue, r[i].what);
+    if (r[i].bytes) {
+      char size[32];
+      sb_human_bytes(r[i].bytes, size, sizeof size);
+      sb_printf(b, " of %s", size);
+    }
+    sb_printf(b, " for %.1f s (client %s)\n", r[i].seconds, r[i].client);
+  }
+  for (int k = 1; k < w->nnodes; k++) {
+    double s;
+    uint32_t builds = dev_node_builds_running(&w->nodes[k], &s);
+    if (builds)
+      sb_printf(b, "in progress: device %d: %u module build%s, the first for %.1f s\n",
+                w->nodes[k].device, builds, builds > 1 ? "s" : "", s);
+  }
+}
+
 /* ---- JSON ---- */
 
 static void json_device(sbuf *b, const dev_world *w, int n) {
@@ -212,6 +262,8 @@ char *srv_status_json(dev_world *w, const srv_status_counts *c) {
   json_pin_caches(&b, w);
   sb_printf(&b, ",");
   srv_telemetry_json(&b, w);
+  sb_printf(&b, ",");
+  json_in_progress(&b, w);
   sb_printf(&b,
             ",\"host_mem_used\":%llu,\"connections\":%u,\"sessions\":%u,\"buffers\":%llu,"
             "\"ops_completed\":%llu,\"ops_failed\":%llu,\"ops_in_flight\":%llu,"
@@ -276,6 +328,7 @@ char *srv_status_text(dev_world *w, const srv_status_counts *c) {
   for (int n = 1; n < w->nnodes; n++)
     text_device(&b, w, n);
   srv_telemetry_text(&b, w);
+  text_in_progress(&b, w);
   const char *names[DEV_PIN_CACHES_MAX];
   pin_cache_stats st[DEV_PIN_CACHES_MAX];
   int npin = dev_pin_caches(w, names, st, DEV_PIN_CACHES_MAX);

@@ -148,6 +148,7 @@ int srv_session_start(srv_server *s, srv_conn *c) {
       .max_in_flight = s->limits.max_in_flight,
       .max_memory = s->limits.max_memory,
       .forbid_modules = !modules_allowed(s, c),
+      .name = c->name, /* filled by HELLO; the connection outlives the session's ops */
   };
   char name[32];
   snprintf(name, sizeof name, "session-%u", c->pipe);

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "actors/device.h"
+#include "actors/trace.h"
 #include "runtime/alloc.h"
 #include "server/render.h"
 #include "server/server_priv.h"
@@ -256,6 +257,31 @@ static void on_transfer_stats(srv_server *s, srv_conn *c, nng_msg *m, uint64_t r
   reply_record(s, c, m, request_id, &o, proto_encode_transfer_stats(&o, &t));
 }
 
+/* accelctl trace: a trace of every session's ops (actors/trace.h), kept in memory until the
+ * stop; a client that never stops it leaves at most `max_events` events behind, and the next
+ * start drops them. */
+#define TRACE_MAX_EVENTS (4u << 20) /* 192 MiB at most */
+
+static int trace_start(srv_server *s, srv_conn *c, uint64_t max_events) {
+  if (max_events > TRACE_MAX_EVENTS)
+    return ACCEL_EINVAL;
+  int rc = dev_trace_start(s->world, (uint32_t)max_events);
+  if (rc == 0)
+    accel_log(ACCEL_LOG_INFO, "server", "client %u (%s) started a trace", c->pipe, c->name);
+  return rc;
+}
+
+static void trace_stop(srv_server *s, srv_conn *c, nng_msg *m, uint64_t request_id) {
+  char *json = NULL;
+  size_t len = 0;
+  int rc = dev_trace_stop(s->world, &json, &len);
+  if (rc != 0) { /* EINVAL: no trace runs */
+    srv_reply_status(s, c, m, request_id, rc);
+    return;
+  }
+  reply_text(s, c, m, request_id, json);
+}
+
 static void on_control(srv_server *s, srv_conn *c, nng_msg *m, const proto_header *h) {
   proto_control_req req;
   int rc = proto_decode_control((const uint8_t *)nng_msg_body(m) + PROTO_HEADER_SIZE, h->body_len,
@@ -299,6 +325,12 @@ static void on_control(srv_server *s, srv_conn *c, nng_msg *m, const proto_heade
     break;
   case PROTO_CTL_SHM_DETACH:
     srv_reply_status(s, c, m, h->request_id, srv_shm_detach(s, c, req.arg));
+    break;
+  case PROTO_CTL_TRACE_START:
+    srv_reply_status(s, c, m, h->request_id, trace_start(s, c, req.arg));
+    break;
+  case PROTO_CTL_TRACE_STOP:
+    trace_stop(s, c, m, h->request_id);
     break;
   case PROTO_CTL_ACK: /* never answered: an answer would need acknowledging too */
     srv_conn_ack(s, c, (uint32_t)req.arg);

@@ -439,6 +439,47 @@ TEST(four_gib_over_tcp) {
   four_gib(true);
 }
 
+/* A transfer of 256 MiB or more inside acceld logs its start and its end with the time it took;
+ * one element less is not logged. The write lands in host memory, the copy on device 0 brings
+ * it over: one transfer task of the buffer's size. */
+static void copy_to_device(accel_ctx *ctx, size_t count) {
+  accel_buffer src, dst;
+  CHECK_OK(accel_buffer_create(ctx, ACCEL_U32, count, &src));
+  CHECK_OK(accel_buffer_create(ctx, ACCEL_U32, 1, &dst));
+  uint32_t *host = calloc(count, sizeof *host);
+  CHECK(host != NULL);
+  accel_future *f;
+  CHECK_OK(accel_write(ctx, src, 0, host, count, &f));
+  CHECK_OK(accel_future_wait(f, -1));
+  accel_future_release(f);
+  CHECK_OK(accel_copy(ctx, 0, dst, 0, src, 0, 1, &f));
+  CHECK_OK(accel_future_wait(f, -1));
+  accel_future_release(f);
+  free(host);
+  CHECK_OK(accel_buffer_destroy(ctx, src));
+  CHECK_OK(accel_buffer_destroy(ctx, dst));
+  CHECK_OK(accel_finish(ctx, 60000));
+}
+
+TEST(large_transfers_are_logged) {
+  td_daemon d;
+  td_prepare(&d);
+  td_start(&d, "--backends", "cpu", NULL);
+  char url[200];
+  snprintf(url, sizeof url, "%s?name=mover", d.url);
+  accel_ctx *ctx = open_ctx(url);
+  copy_to_device(ctx, (256u << 20) / 4 - 1); /* one element under the threshold */
+  CHECK(strstr(td_log(&d), "copy host to device of") == NULL);
+  copy_to_device(ctx, (256u << 20) / 4);
+  const char *log = td_log(&d);
+  CHECK(strstr(log, "device 0: copy host to device of 0.25 GiB started (client mover)") != NULL);
+  CHECK(strstr(log, "device 0: copy host to device of 0.25 GiB done in ") != NULL);
+  CHECK(strstr(log, " GB/s)") != NULL);
+  accel_close(ctx);
+  CHECK_EQ(td_stop(&d), 0);
+  td_cleanup(&d);
+}
+
 static const test_case tests[] = {
     TEST_CASE(one_op_up_to_the_limit_then_chunks),
     TEST_CASE(later_ops_follow_every_chunk),
@@ -447,6 +488,7 @@ static const test_case tests[] = {
     TEST_CASE(daemon_death_mid_stream_ipc),
     TEST_CASE(daemon_death_mid_stream_tcp),
     TEST_CASE(daemon_death_with_a_stuck_nng_send),
+    TEST_CASE(large_transfers_are_logged),
     TEST_CASE(four_gib_over_ipc),
     TEST_CASE(four_gib_over_tcp),
 };

@@ -247,6 +247,52 @@ TEST(busy_time_is_measured_for_the_cpu_device) {
   td_cleanup(&d);
 }
 
+/* Work on a queue for over a second is listed by status (JSON and text, so by top too) with
+ * its device, queue, op and client, until it ends. Sixteen f64 gemms of n = 2500 (500 GFLOP)
+ * keep the CPU device's blas queue busy for seconds on any machine this runs on (150 GFLOP/s on
+ * the 2 cores it was written on), and each of them is on the queue from the start. */
+TEST(long_work_is_shown_in_progress) {
+  td_daemon d;
+  start(&d, fake_library(), NULL, NULL);
+  accel_ctx *ctx;
+  char url[200];
+  snprintf(url, sizeof url, "%s?name=long-worker", d.url);
+  CHECK_EQ(accel_open(&ctx, url), 0);
+  size_t n = 2500;
+  accel_buffer a, b, c;
+  CHECK_EQ(accel_buffer_create(ctx, ACCEL_F64, n * n, &a), 0);
+  CHECK_EQ(accel_buffer_create(ctx, ACCEL_F64, n * n, &b), 0);
+  CHECK_EQ(accel_buffer_create(ctx, ACCEL_F64, n * n, &c), 0);
+  accel_future *f[16];
+  for (int i = 0; i < 16; i++)
+    CHECK_EQ(accel_gemm(ctx, 0, ACCEL_NO_TRANS, ACCEL_NO_TRANS, n, n, n, 1.0, a, n, b, n, 0.0, c, n,
+                        ACCEL_MATH_DEFAULT, &f[i]),
+             0);
+  bool seen = false;
+  while (!seen && accel_future_poll(f[15]) == ACCEL_EAGAIN) {
+    CHECK_EQ(td_ctl(out, sizeof out, "--url", d.url, "status", "--json", NULL), 0);
+    seen = strstr(out, "\"in_progress\":[{\"device\":0,\"queue\":\"blas\",\"what\":\"gemm\"") !=
+           NULL;
+    if (seen) {
+      HAS(out, "\"client\":\"long-worker\"}");
+      CHECK_EQ(td_ctl(text, sizeof text, "--url", d.url, "status", NULL), 0);
+      HAS(text, "in progress: device 0 blas queue: gemm for ");
+      HAS(text, " s (client long-worker)\n");
+    }
+    usleep(100000);
+  }
+  CHECK(seen);
+  for (int i = 0; i < 16; i++) {
+    CHECK_EQ(accel_future_wait(f[i], -1), 0);
+    accel_future_release(f[i]);
+  }
+  CHECK_EQ(td_ctl(out, sizeof out, "--url", d.url, "status", "--json", NULL), 0);
+  HAS(out, "\"in_progress\":[]"); /* done: gone from the list */
+  accel_close(ctx);
+  CHECK_EQ(td_stop(&d), 0);
+  td_cleanup(&d);
+}
+
 static const test_case tests[] = {
     TEST_CASE(nvml_readings_reach_status_json),
     TEST_CASE(nvml_readings_reach_text_and_metrics),
@@ -254,6 +300,7 @@ static const test_case tests[] = {
     TEST_CASE(nvml_init_failure_names_the_cause),
     TEST_CASE(interval_zero_turns_telemetry_off_and_its_limits),
     TEST_CASE(busy_time_is_measured_for_the_cpu_device),
+    TEST_CASE(long_work_is_shown_in_progress),
 };
 
 TEST_MAIN(tests)

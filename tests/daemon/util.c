@@ -410,6 +410,23 @@ int td_control(td_client *c, uint32_t command, uint64_t arg) {
   return td_call(c, &o, id);
 }
 
+int td_control_data(td_client *c, uint32_t command, uint64_t arg, char *out, size_t cap,
+                    size_t *len) {
+  proto_out o;
+  uint64_t id = c->next_id++;
+  proto_control_req req = {command, arg};
+  proto_out_init(&o);
+  CHECK_OK(proto_encode_control(&o, id, &req));
+  nng_msg *m = call_msg(c, &o, id);
+  proto_bytes data = {0};
+  int status = td_reply_status(m, id, &data);
+  *len = data.len < cap ? data.len : cap - 1;
+  memcpy(out, data.data, *len);
+  out[*len] = '\0';
+  nng_msg_free(m);
+  return status;
+}
+
 static int op_call(td_client *c, dev_op *op, proto_bytes data) {
   proto_out o;
   uint64_t id = c->next_id++;

@@ -94,6 +94,10 @@ int td_hello_caps(td_client *c, uint32_t caps, proto_welcome *w);
 /* As td_hello_caps, naming the client `name` (what `accelctl clients` and /metrics show). */
 int td_hello_as(td_client *c, uint32_t caps, const char *name, proto_welcome *w);
 int td_control(td_client *c, uint32_t command, uint64_t arg);
+/* As td_control, with the reply's data copied into out (cut at cap - 1, NUL-terminated; *len
+ * its length there). */
+int td_control_data(td_client *c, uint32_t command, uint64_t arg, char *out, size_t cap,
+                    size_t *len);
 int td_create(td_client *c, uint64_t handle, accel_dtype dtype, uint64_t count);
 int td_destroy(td_client *c, uint64_t handle);
 int td_write_u32(td_client *c, uint64_t handle, const uint32_t *src, uint64_t count);

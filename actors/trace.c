@@ -1,0 +1,351 @@
+/* The trace (trace.h): events in an array on the loop thread, rendered to Chrome's
+ * trace-event JSON when the trace stops.
+ *
+ * Tracks: pid 1 holds the ops, one async span each (cat "op", id the op's trace id) with a
+ * nested "queued" span; pid 2 + n is device node n, tid 1 + its queue class. A queue runs its
+ * work in order, so a task's span there starts when the one before it on that queue ended or
+ * when it was submitted, whichever is later: spans on a track never overlap, and show what
+ * the device did as the loop learnt it (completions reach the loop a few microseconds late). */
+#include "actors/trace.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "actors/busy.h"
+#include "actors/device.h"
+#include "actors/session.h"
+#include "runtime/alloc.h"
+#include "runtime/deadline.h"
+
+enum ev_type { EV_OP_BEGIN, EV_OP_END, EV_QUEUED, EV_TASK };
+
+typedef struct ev {
+  uint64_t ts_ns, dur_ns, id, bytes;
+  const char *label; /* tasks: dev_task_label's */
+  uint32_t session;
+  int32_t status;
+  uint16_t kind; /* the op's kind (DEV_OP_*) */
+  uint8_t type;  /* enum ev_type */
+  uint8_t qclass, task_kind;
+  int8_t node;
+} ev;
+
+#define MAX_SESSIONS 1024
+
+struct dev_trace {
+  uint64_t t0_ns;
+  ev *ev;
+  uint32_t n, max;
+  uint64_t dropped;
+  uint64_t next_id;
+  uint64_t track_end[DEV_MAX_NODES][DEV_Q_COUNT];
+  struct {
+    uint32_t id;
+    char name[64];
+  } sessions[MAX_SESSIONS];
+  uint32_t nsessions;
+  char *path; /* ACCEL_TRACE: written by dev_trace_finish */
+};
+
+static void trace_free(dev_trace *t) {
+  if (t) {
+    rt_free(t->ev);
+    rt_free(t->path);
+    rt_free(t);
+  }
+}
+
+int dev_trace_start(dev_world *w, uint32_t max_events) {
+  max_events = max_events ? max_events : DEV_TRACE_MAX_EVENTS_DEFAULT;
+  dev_trace *t = rt_calloc(1, sizeof *t);
+  ev *events = rt_malloc((size_t)max_events * sizeof *events);
+  if (t == NULL || events == NULL) {
+    rt_free(t);
+    rt_free(events);
+    return ACCEL_ENOMEM;
+  }
+  t->ev = events;
+  t->max = max_events;
+  t->t0_ns = rt_mono_ns();
+  t->next_id = 1;
+  if (w->trace) { /* a restart keeps where the file goes */
+    t->path = w->trace->path;
+    w->trace->path = NULL;
+    trace_free(w->trace);
+  }
+  w->trace = t;
+  return 0;
+}
+
+static ev *add(dev_trace *t) {
+  if (t->n == t->max) {
+    t->dropped++;
+    return NULL;
+  }
+  return &t->ev[t->n++];
+}
+
+/* The session's number, its name remembered the first time it is seen. */
+static uint32_t session_of(dev_trace *t, const dev_session_acct *a) {
+  if (a == NULL)
+    return 0;
+  for (uint32_t i = t->nsessions; i-- > 0;) /* newest first: a session's ops come together */
+    if (t->sessions[i].id == a->id)
+      return a->id;
+  if (t->nsessions < MAX_SESSIONS) {
+    t->sessions[t->nsessions].id = a->id;
+    snprintf(t->sessions[t->nsessions].name, sizeof t->sessions[0].name, "%s",
+             a->name && *a->name ? a->name : "session");
+    t->nsessions++;
+  }
+  return a->id;
+}
+
+void dev_trace_op_begin(dev_world *w, dev_call *call) {
+  dev_trace *t = w->trace;
+  call->trace_id = t->next_id++;
+  ev *e = add(t);
+  if (e)
+    *e = (ev){.type = EV_OP_BEGIN,
+              .ts_ns = call->t_issued_ns,
+              .id = call->trace_id,
+              .session = session_of(t, call->acct),
+              .kind = (uint16_t)call->op.h.kind};
+}
+
+void dev_trace_op_end(dev_world *w, const dev_call *call, int status, uint64_t now_ns) {
+  ev *e = call->trace_id ? add(w->trace) : NULL;
+  if (e)
+    *e = (ev){.type = EV_OP_END,
+              .ts_ns = now_ns,
+              .id = call->trace_id,
+              .session = session_of(w->trace, call->acct),
+              .kind = (uint16_t)call->op.h.kind,
+              .status = status};
+}
+
+void dev_trace_submitted(dev_world *w, const dev_task *task, uint64_t submit_ns) {
+  const dev_call *call = task->kind == DEV_TASK_OP ? task->call : NULL;
+  if (call == NULL || call->trace_id == 0 || submit_ns < call->t_issued_ns)
+    return;
+  ev *e = add(w->trace);
+  if (e)
+    *e = (ev){.type = EV_QUEUED,
+              .ts_ns = call->t_issued_ns,
+              .dur_ns = submit_ns - call->t_issued_ns,
+              .id = call->trace_id,
+              .session = session_of(w->trace, call->acct),
+              .kind = (uint16_t)call->op.h.kind};
+}
+
+void dev_trace_task(dev_world *w, const dev_task *task, uint64_t submit_ns, uint64_t end_ns,
+                    int status) {
+  dev_trace *t = w->trace;
+  int node = task->node->index;
+  uint64_t *track_end = &t->track_end[node][task->qclass];
+  uint64_t start = submit_ns > *track_end ? submit_ns : *track_end;
+  if (start < t->t0_ns || end_ns < start) /* submitted before the trace began */
+    return;
+  *track_end = end_ns;
+  const dev_call *call = task->kind == DEV_TASK_OP ? task->call : NULL;
+  ev *e = add(t);
+  if (e)
+    *e = (ev){.type = EV_TASK,
+              .ts_ns = start,
+              .dur_ns = end_ns - start,
+              .id = call ? call->trace_id : 0,
+              .session = session_of(t, task->acct),
+              .kind = call ? (uint16_t)call->op.h.kind : 0,
+              .task_kind = (uint8_t)task->kind,
+              .label = dev_task_label(task),
+              .qclass = (uint8_t)task->qclass,
+              .node = (int8_t)node,
+              .bytes = task->kind == DEV_TASK_OP || task->buf[0] == NULL ? 0 : task->buf[0]->bytes,
+              .status = status};
+}
+
+/* ---- rendering ---- */
+
+static void json_str(FILE *f, const char *s) {
+  fputc('"', f);
+  for (; *s; s++) {
+    unsigned char c = (unsigned char)*s;
+    if (c == '"' || c == '\\')
+      fprintf(f, "\\%c", c);
+    else if (c < 0x20)
+      fprintf(f, "\\u%04x", c);
+    else
+      fputc(c, f);
+  }
+  fputc('"', f);
+}
+
+static double us(const dev_trace *t, uint64_t ns) {
+  return ns >= t->t0_ns ? (double)(ns - t->t0_ns) / 1000.0 : 0.0;
+}
+
+static const char *session_name(const dev_trace *t, uint32_t id) {
+  for (uint32_t i = 0; i < t->nsessions; i++)
+    if (t->sessions[i].id == id)
+      return t->sessions[i].name;
+  return "";
+}
+
+static const char *op_name(uint16_t kind) {
+  const dev_op_info *info = dev_op_info_of(kind);
+  return info ? info->label : "op";
+}
+
+static void metadata(FILE *f, const dev_world *w, const dev_trace *t) {
+  fprintf(f, "{\"ph\":\"M\",\"name\":\"process_name\",\"pid\":1,\"tid\":0,"
+             "\"args\":{\"name\":\"accel ops\"}}");
+  bool used[DEV_MAX_NODES][DEV_Q_COUNT] = {{false}};
+  for (uint32_t i = 0; i < t->n; i++)
+    if (t->ev[i].type == EV_TASK)
+      used[t->ev[i].node][t->ev[i].qclass] = true;
+  for (int n = 0; n < w->nnodes; n++) {
+    char name[160];
+    const dev_node *node = &w->nodes[n];
+    if (n == DEV_HOST_NODE)
+      snprintf(name, sizeof name, "host memory");
+    else
+      snprintf(name, sizeof name, "device %d: %s (%s)", node->device, node->info.name,
+               node->be->name);
+    fprintf(f,
+            ",\n{\"ph\":\"M\",\"name\":\"process_name\",\"pid\":%d,\"tid\":0,\"args\":{\"name\":",
+            2 + n);
+    json_str(f, name);
+    fprintf(f,
+            "}},\n{\"ph\":\"M\",\"name\":\"process_sort_index\",\"pid\":%d,\"tid\":0,"
+            "\"args\":{\"sort_index\":%d}}",
+            2 + n, 2 + n);
+    for (int q = 0; q < DEV_Q_COUNT; q++)
+      if (used[n][q])
+        fprintf(f,
+                ",\n{\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":%d,\"tid\":%d,"
+                "\"args\":{\"name\":\"%s queue\"}}",
+                2 + n, 1 + q, dev_queue_names[q]);
+  }
+}
+
+static void op_args(FILE *f, const dev_trace *t, const ev *e) {
+  fprintf(f, "\"args\":{\"op\":%llu,\"session\":%u,\"client\":", (unsigned long long)e->id,
+          e->session);
+  json_str(f, session_name(t, e->session));
+}
+
+static void event(FILE *f, const dev_trace *t, const ev *e) {
+  switch (e->type) {
+  case EV_OP_BEGIN:
+  case EV_OP_END:
+    fprintf(f,
+            ",\n{\"ph\":\"%c\",\"cat\":\"op\",\"id\":%llu,\"pid\":1,\"tid\":%u,\"ts\":%.3f,"
+            "\"name\":",
+            e->type == EV_OP_BEGIN ? 'b' : 'e', (unsigned long long)e->id, e->session,
+            us(t, e->ts_ns));
+    json_str(f, op_name(e->kind));
+    fprintf(f, ",");
+    op_args(f, t, e);
+    if (e->type == EV_OP_END)
+      fprintf(f, ",\"status\":\"%s\"", e->status == 0 ? "ok" : accel_err_name(e->status));
+    fprintf(f, "}}");
+    return;
+  case EV_QUEUED:
+    for (int end = 0; end < 2; end++)
+      fprintf(f,
+              ",\n{\"ph\":\"%c\",\"cat\":\"op\",\"id\":%llu,\"pid\":1,\"tid\":%u,"
+              "\"ts\":%.3f,\"name\":\"queued\"}",
+              end ? 'e' : 'b', (unsigned long long)e->id, e->session,
+              us(t, e->ts_ns + (end ? e->dur_ns : 0)));
+    return;
+  case EV_TASK:
+    fprintf(f,
+            ",\n{\"ph\":\"X\",\"cat\":\"%s\",\"pid\":%d,\"tid\":%d,\"ts\":%.3f,\"dur\":%.3f,"
+            "\"name\":",
+            e->task_kind == DEV_TASK_OP ? "exec" : "transfer", 2 + e->node, 1 + e->qclass,
+            us(t, e->ts_ns), (double)e->dur_ns / 1000.0);
+    json_str(f, e->label);
+    fprintf(f, ",");
+    op_args(f, t, e);
+    if (e->bytes)
+      fprintf(f, ",\"bytes\":%llu", (unsigned long long)e->bytes);
+    fprintf(f, ",\"status\":\"%s\"}}", e->status == 0 ? "ok" : accel_err_name(e->status));
+    return;
+  }
+}
+
+/* The JSON, in a block of accel's allocator (the caller frees it with rt_free, whatever
+ * allocator the program installed): open_memstream's own block is copied. */
+static int render(const dev_world *w, const dev_trace *t, char **json, size_t *len) {
+  char *text = NULL;
+  size_t n = 0;
+  FILE *f = open_memstream(&text, &n);
+  if (f == NULL)
+    return ACCEL_ENOMEM;
+  fprintf(f,
+          "{\"displayTimeUnit\":\"ns\",\"otherData\":{\"producer\":\"accel\","
+          "\"events\":%u,\"dropped\":%llu},\n\"traceEvents\":[\n",
+          t->n, (unsigned long long)t->dropped);
+  metadata(f, w, t);
+  for (uint32_t i = 0; i < t->n; i++)
+    event(f, t, &t->ev[i]);
+  fprintf(f, "\n]}\n");
+  bool bad = ferror(f) != 0;
+  if (fclose(f) != 0 || bad || (*json = rt_malloc(n + 1)) == NULL) {
+    free(text);
+    return ACCEL_ENOMEM;
+  }
+  memcpy(*json, text, n + 1);
+  *len = n;
+  free(text);
+  return 0;
+}
+
+int dev_trace_stop(dev_world *w, char **json, size_t *len) {
+  dev_trace *t = w->trace;
+  if (t == NULL)
+    return ACCEL_EINVAL;
+  int rc = render(w, t, json, len);
+  w->trace = NULL;
+  trace_free(t);
+  return rc;
+}
+
+void dev_trace_from_env(dev_world *w) {
+  const char *path = getenv("ACCEL_TRACE");
+  if (path == NULL || *path == '\0')
+    return;
+  char *copy = rt_malloc(strlen(path) + 1);
+  if (copy == NULL || dev_trace_start(w, 0) != 0) {
+    rt_free(copy);
+    accel_log(ACCEL_LOG_ERROR, "trace", "ACCEL_TRACE=%s: out of memory: no trace", path);
+    return;
+  }
+  strcpy(copy, path);
+  w->trace->path = copy;
+}
+
+void dev_trace_finish(dev_world *w) {
+  dev_trace *t = w->trace;
+  if (t == NULL)
+    return;
+  char *path = t->path;
+  t->path = NULL;
+  char *json = NULL;
+  size_t len = 0;
+  int rc = dev_trace_stop(w, &json, &len);
+  if (path == NULL) {
+    rt_free(json);
+    return;
+  }
+  FILE *f = rc == 0 ? fopen(path, "w") : NULL;
+  bool ok = f != NULL && fwrite(json, 1, len, f) == len;
+  if (f != NULL && fclose(f) != 0)
+    ok = false;
+  if (!ok)
+    accel_log(ACCEL_LOG_ERROR, "trace", "ACCEL_TRACE=%s: %s", path,
+              rc != 0 ? "out of memory" : "could not be written");
+  rt_free(json);
+  rt_free(path);
+}

@@ -1,0 +1,39 @@
+/* A timeline of what ran where, as Chrome's trace-event JSON (what Perfetto and
+ * chrome://tracing open): each client op as an async span from the moment its session took it
+ * to its completion, with a nested "queued" span up to its submission to a device queue; and on
+ * one track per device and queue, the span each op or transfer spent there. Recorded on the
+ * loop thread into memory (no I/O while tracing); off, it costs one pointer test per op.
+ *
+ * Embedded: ACCEL_TRACE=FILE traces a context from open to close and writes FILE at close.
+ * acceld: `accelctl trace --seconds N` starts and stops it (control commands). */
+#ifndef DEV_TRACE_H
+#define DEV_TRACE_H
+
+#include <stdint.h>
+
+#include "actors/world.h"
+
+typedef struct dev_trace dev_trace;
+
+#define DEV_TRACE_MAX_EVENTS_DEFAULT (1u << 20) /* about 48 MiB */
+
+/* Starts recording (again: what was recorded is dropped). 0 or ACCEL_ENOMEM. */
+RT_MUST_USE int dev_trace_start(dev_world *w, uint32_t max_events);
+/* Stops recording and renders what was recorded as JSON (NUL-terminated, freed with rt_free;
+ * *len its length). ACCEL_EINVAL when no trace runs, ACCEL_ENOMEM. */
+RT_MUST_USE int dev_trace_stop(dev_world *w, char **json, size_t *len);
+/* ACCEL_TRACE: starts a trace that dev_trace_finish writes to that file (embedded contexts). */
+void dev_trace_from_env(dev_world *w);
+/* At the world's end: writes the ACCEL_TRACE file if one was asked for, frees the trace. */
+void dev_trace_finish(dev_world *w);
+
+/* The hooks; each is called only while w->trace is set. */
+void dev_trace_op_begin(dev_world *w, dev_call *call);
+void dev_trace_op_end(dev_world *w, const dev_call *call, int status, uint64_t now_ns);
+/* A task's work went to its queue at submit_ns (the op's queueing ends there). */
+void dev_trace_submitted(dev_world *w, const dev_task *t, uint64_t submit_ns);
+/* A task's work on its queue completed (as the loop learnt it) at end_ns. */
+void dev_trace_task(dev_world *w, const dev_task *t, uint64_t submit_ns, uint64_t end_ns,
+                    int status);
+
+#endif

@@ -1,0 +1,140 @@
+/* Traces: `accelctl trace` of acceld while a client runs, and ACCEL_TRACE of an embedded
+ * program, each checked by check_trace.py (spans nest and order, device tracks named, the
+ * client named, the program's ops there); the command's errors named. */
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "util.h"
+
+static char out[1 << 16];
+
+/* python3 check_trace.py FILE --client compute --ops gemm,softmax,rng */
+static int check_trace(const char *file) {
+  char cmd[1024];
+  snprintf(cmd, sizeof cmd,
+           "python3 '%s/tests/daemon/check_trace.py' '%s' --client compute "
+           "--ops gemm,softmax,rng",
+           getenv("ACCEL_SOURCE_ROOT"), file);
+  return system(cmd);
+}
+
+static const char *compute_example(void) {
+  const char *p = getenv("COMPUTE_EXAMPLE");
+  if (p == NULL)
+    TEST_FAIL("COMPUTE_EXAMPLE is not set (meson sets it)");
+  return p;
+}
+
+TEST(accelctl_trace_records_a_client) {
+  td_daemon d;
+  td_prepare(&d);
+  td_start(&d, "--backends", "cpu", "--cpu-devices", "2", NULL);
+  char file[160], cmd[1024];
+  snprintf(file, sizeof file, "%s/trace.json", d.dir);
+  /* the trace runs 3 s; the client starts within it and is done long before its end */
+  snprintf(cmd, sizeof cmd,
+           "'%s' --url '%s' trace --seconds 3 --output '%s' 2>'%s.err' & sleep 0.5; "
+           "'%s' '%s' >/dev/null && wait $!",
+           getenv("ACCELCTL"), d.url, file, file, compute_example(), d.url);
+  CHECK_EQ(system(cmd), 0);
+  CHECK_EQ(check_trace(file), 0);
+  /* what accelctl says on stderr: how long, how many events, where */
+  char err[200];
+  snprintf(err, sizeof err, "%s.err", file);
+  FILE *f = fopen(err, "r");
+  CHECK(f != NULL);
+  size_t n = fread(out, 1, sizeof out - 1, f);
+  out[n] = '\0';
+  fclose(f);
+  CHECK(strstr(out, "accelctl: trace of 3.") != NULL);
+  CHECK(strstr(out, " events in ") != NULL);
+  CHECK_EQ(td_stop(&d), 0);
+  td_cleanup(&d);
+}
+
+TEST(accel_trace_records_an_embedded_program) {
+  char dir[] = "/tmp/accel-trace-XXXXXX";
+  CHECK(mkdtemp(dir) != NULL);
+  char file[160], cmd[512];
+  snprintf(file, sizeof file, "%s/embedded.json", dir);
+  snprintf(cmd, sizeof cmd, "ACCEL_TRACE='%s' '%s' >/dev/null", file, compute_example());
+  CHECK_EQ(system(cmd), 0);
+  CHECK_EQ(check_trace(file), 0);
+  /* a file that cannot be written: the program still runs and says why */
+  snprintf(cmd, sizeof cmd, "ACCEL_TRACE='%s/no/such/dir/t.json' '%s' >/dev/null 2>'%s/err'", dir,
+           compute_example(), dir);
+  CHECK_EQ(system(cmd), 0);
+  snprintf(file, sizeof file, "%s/err", dir);
+  FILE *f = fopen(file, "r");
+  CHECK(f != NULL);
+  size_t n = fread(out, 1, sizeof out - 1, f);
+  out[n] = '\0';
+  fclose(f);
+  CHECK(strstr(out, "/no/such/dir/t.json: could not be written") != NULL);
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+  CHECK_EQ(system(cmd), 0);
+}
+
+TEST(trace_errors_are_named) {
+  td_daemon d;
+  td_prepare(&d);
+  td_start(&d, "--backends", "cpu", NULL);
+  CHECK_EQ(td_ctl(out, sizeof out, "--url", d.url, "trace", "--seconds", "0", NULL), 2);
+  CHECK(strstr(out, "--seconds: '0' is not a whole number from 1 to 3600") != NULL);
+  CHECK_EQ(td_ctl(out, sizeof out, "--url", d.url, "trace", "--seconds", "3601", NULL), 2);
+  CHECK_EQ(td_ctl(out, sizeof out, "--url", d.url, "status", "--seconds", "1", NULL), 2);
+  CHECK(strstr(out, "--seconds and --output are options of trace, not of status") != NULL);
+  CHECK_EQ(td_ctl(out, sizeof out, "--url", d.url, "trace", "--seconds", "1", "--output",
+                  "/nonexistent-dir/t.json", NULL),
+           1);
+  CHECK(strstr(out, "cannot write /nonexistent-dir/t.json: No such file or directory") != NULL);
+  /* one second is the shortest trace; with nothing running it holds no ops, and parses */
+  char file[160];
+  snprintf(file, sizeof file, "%s/empty.json", d.dir);
+  CHECK_EQ(td_ctl(out, sizeof out, "--url", d.url, "trace", "--seconds", "1", "--output", file,
+                  NULL),
+           0);
+  CHECK(strstr(out, ": 0 events in ") != NULL);
+  char cmd[512];
+  snprintf(cmd, sizeof cmd,
+           "python3 -c 'import json,sys; t=json.load(open(sys.argv[1]));"
+           "assert t[\"otherData\"][\"events\"]==0 and t[\"otherData\"][\"dropped\"]==0, t' '%s'",
+           file);
+  CHECK_EQ(system(cmd), 0);
+  CHECK_EQ(td_stop(&d), 0);
+  td_cleanup(&d);
+}
+
+/* Stopping a trace that was never started is refused, by the wire command itself. */
+TEST(stop_without_start_is_refused) {
+  td_daemon d;
+  td_prepare(&d);
+  td_start(&d, "--backends", "cpu", NULL);
+  td_client c;
+  td_client_open(&c, d.url);
+  CHECK_EQ(td_control(&c, PROTO_CTL_TRACE_STOP, 0), ACCEL_EINVAL);
+  /* more events than acceld keeps; then at the limit; then again, smaller (a restart) */
+  CHECK_EQ(td_control(&c, PROTO_CTL_TRACE_START, (4u << 20) + 1), ACCEL_EINVAL);
+  CHECK_EQ(td_control(&c, PROTO_CTL_TRACE_START, 4u << 20), 0);
+  CHECK_EQ(td_control(&c, PROTO_CTL_TRACE_START, 4), 0);
+  td_served(&d); /* more than 4 events: the rest are counted as dropped */
+  size_t len = 0;
+  CHECK_EQ(td_control_data(&c, PROTO_CTL_TRACE_STOP, 0, out, sizeof out, &len), 0);
+  CHECK_GT(len, 0);
+  CHECK(strstr(out, "\"events\":4,\"dropped\":") != NULL);
+  CHECK(strstr(out, "\"dropped\":0}") == NULL);
+  td_client_close(&c);
+  CHECK_EQ(td_stop(&d), 0);
+  td_cleanup(&d);
+}
+
+static const test_case tests[] = {
+    TEST_CASE(accelctl_trace_records_a_client),
+    TEST_CASE(accel_trace_records_an_embedded_program),
+    TEST_CASE(trace_errors_are_named),
+    TEST_CASE(stop_without_start_is_refused),
+};
+
+TEST_MAIN(tests)
