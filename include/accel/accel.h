@@ -307,7 +307,8 @@ typedef enum accel_axis {
  * r * src_strides.row + c * src_strides.col elements from src's start (accel_strides: {cols, 1}
  * a row-major matrix, {1, rows} the transpose of a cols x rows one), along `axis`; dst is
  * contiguous and a buffer other than src, of src's dtype. F16 and BF16 accumulate in f32, F32
- * in f32 or wider (the cpu backend: f64), F64 in f64; the result rounds once. ACCEL_EINVAL
+ * in f32 (the cpu backend: within blocks of 4096, in f64 across) or f64, F64 in f64; the
+ * result rounds once. ACCEL_EINVAL
  * (accel_last_error_detail says which) if dst has fewer elements than the outputs, the view
  * reaches past src's end, dst is src, or ACCEL_MAX/ACCEL_MIN would fold no elements into an
  * output (numpy raises there too). */
