@@ -231,6 +231,11 @@ static int exec_binary(dev_task *t, be_queue *q) {
                                  mem_on(t, 1), 0, mem_on(t, 2), 0);
 }
 
+static int exec_reduce(dev_task *t, be_queue *q) {
+  return t->node->be->nn->reduce(q, t->buf[0]->dtype, &t->call->op.u.reduce, mem_on(t, 0), 0,
+                                 mem_on(t, 1), 0);
+}
+
 /* The kinds a device task runs (op_table.h's TASK rows); the session carries out the others. */
 typedef int (*exec_fn)(dev_task *t, be_queue *q);
 #define EXEC_ROW(K, name, label, nbufs, dtypes, package, queue, runs) EXEC_##runs(K, name)

@@ -217,7 +217,7 @@ typedef struct be_ops {
 
 #define BE_BLAS_VERSION 1u
 #define BE_RNG_VERSION 1u
-#define BE_NN_VERSION 2u
+#define BE_NN_VERSION 3u
 #define BE_MODULE_VERSION 1u
 #define BE_COLL_VERSION 1u
 
@@ -263,6 +263,11 @@ typedef struct be_nn_pkg {
    * an input only where that input is read in step (strides (cols, 1)). */
   int (*binary)(be_queue *q, uint32_t dtype, const be_binary_args *g, be_mem dst, size_t dst_off,
                 be_mem a, size_t a_off, be_mem b, size_t b_off);
+  /* dst[0 .. be_reduction_outputs) = g->op folded over src's view (ops/args.h), accumulated
+   * in f32 for F16 and BF16 (in f32 or wider for F32, f64 for F64) and rounded once; max and
+   * min propagate NaN. dst is never src. ACCEL_EINVAL for max or min of no elements. */
+  int (*reduce)(be_queue *q, uint32_t dtype, const be_reduction_args *g, be_mem dst, size_t dst_off,
+                be_mem src, size_t src_off);
 } be_nn_pkg;
 
 /* ---- user kernels (the `module` package) ----------------------------------------------------

@@ -329,6 +329,30 @@ int accel_unary(accel_ctx *ctx, accel_device dev, accel_unary_op op, accel_buffe
   return elementwise(ctx, dev, DEV_OP_UNARY, (be_unary_op)op, dst, src, 0, 0, f);
 }
 
+_Static_assert((int)ACCEL_SUM == (int)BE_RED_SUM && (int)ACCEL_MEAN == (int)BE_RED_MEAN &&
+                   (int)ACCEL_AXIS_ROWS == (int)BE_AXIS_ROWS &&
+                   (int)ACCEL_AXIS_COLS == (int)BE_AXIS_COLS,
+               "accel_reduction_op is be_reduction_op, accel_axis be_reduction_axis");
+
+int accel_reduction(accel_ctx *ctx, accel_device dev, accel_reduction_op op, accel_buffer dst,
+                    size_t rows, size_t cols, accel_buffer src, accel_strides src_strides,
+                    accel_axis axis, accel_future **f) {
+  if ((unsigned)op > BE_REDUCTION_OP_LAST || (unsigned)axis > BE_REDUCTION_AXIS_LAST)
+    return ACCEL_EINVAL;
+  dev_call *call = ctx ? new_call(ctx, DEV_OP_REDUCE) : NULL;
+  if (call == NULL)
+    return ctx ? ACCEL_ENOMEM : ACCEL_EINVAL;
+  call->op.u.reduce = (be_reduction_args){.op = (be_reduction_op)op,
+                                          .axis = (be_reduction_axis)axis,
+                                          .rows = rows,
+                                          .cols = cols,
+                                          .rs = src_strides.row,
+                                          .cs = src_strides.col};
+  add_buf(&call->op, dst, 0, 0);
+  add_buf(&call->op, src, 0, 0);
+  return client_submit(ctx, call, dev, f);
+}
+
 int accel_sigmoid(accel_ctx *ctx, accel_device dev, accel_buffer dst, accel_buffer src,
                   accel_future **f) {
   return elementwise(ctx, dev, DEV_OP_UNARY, BE_SIGMOID, dst, src, 0, 0, f);

@@ -5,6 +5,7 @@
 #ifndef OPS_ARGS_H
 #define OPS_ARGS_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -59,6 +60,66 @@ static inline uint64_t be_binary_span(const be_binary_args *g, uint64_t rs, uint
 static inline size_t be_binary_span_size(const be_binary_args *g, uint64_t rs, uint64_t cs) {
   uint64_t n = be_binary_span(g, rs, cs);
   return n > SIZE_MAX ? SIZE_MAX : (size_t)n;
+}
+
+/* Reductions of a 2-D strided view (values on the wire: append only). MAX and MIN propagate
+ * NaN (as numpy's max and min do) and need at least one element per output; SUM of nothing is
+ * 0, MEAN of nothing NaN. */
+typedef enum be_reduction_op {
+  BE_RED_SUM = 0,
+  BE_RED_MAX,
+  BE_RED_MIN,
+  BE_RED_MEAN
+} be_reduction_op;
+#define BE_REDUCTION_OP_LAST BE_RED_MEAN
+
+/* What a reduction folds: every element into one value (ALL), each column into one value
+ * (ROWS: numpy's axis 0, cols outputs), or each row into one (COLS: axis 1, rows outputs). */
+typedef enum be_reduction_axis { BE_AXIS_ALL = 0, BE_AXIS_ROWS, BE_AXIS_COLS } be_reduction_axis;
+#define BE_REDUCTION_AXIS_LAST BE_AXIS_COLS
+
+/* dst (contiguous, be_reduction_outputs elements) = op over the rows x cols view of src whose
+ * element (r, c) lies r * rs + c * cs elements from its start (strides as be_binary_args'). */
+typedef struct be_reduction_args {
+  be_reduction_op op;
+  be_reduction_axis axis;
+  uint64_t rows, cols;
+  uint64_t rs, cs; /* src's strides, in elements */
+} be_reduction_args;
+
+/* The elements dst receives. */
+static inline uint64_t be_reduction_outputs(const be_reduction_args *g) {
+  return g->axis == BE_AXIS_ALL ? 1 : g->axis == BE_AXIS_ROWS ? g->cols : g->rows;
+}
+
+/* The elements folded into each output. rows * cols must fit (the checker's). */
+static inline uint64_t be_reduction_length(const be_reduction_args *g) {
+  return g->axis == BE_AXIS_ALL ? g->rows * g->cols : g->axis == BE_AXIS_ROWS ? g->rows : g->cols;
+}
+
+/* Whether the reduction has an answer: MAX and MIN of no element have none (numpy raises). */
+static inline bool be_reduction_defined(const be_reduction_args *g) {
+  bool folds_nothing = be_reduction_outputs(g) > 0 && be_reduction_length(g) == 0;
+  return !(folds_nothing && (g->op == BE_RED_MAX || g->op == BE_RED_MIN));
+}
+
+/* The elements src spans at its strides (0 for an empty view, UINT64_MAX where it would not
+ * fit), and the same as a size for a backend's span check. */
+static inline uint64_t be_reduction_span(const be_reduction_args *g) {
+  be_binary_args v = {.rows = g->rows, .cols = g->cols};
+  return be_binary_span(&v, g->rs, g->cs);
+}
+
+static inline size_t be_reduction_span_size(const be_reduction_args *g) {
+  be_binary_args v = {.rows = g->rows, .cols = g->cols};
+  return be_binary_span_size(&v, g->rs, g->cs);
+}
+
+/* What every backend checks before it runs one: a known op and axis, rows x cols that fits a
+ * size, an answer (not max or min of no elements). */
+static inline bool be_reduction_ok(const be_reduction_args *g) {
+  return g->op <= BE_REDUCTION_OP_LAST && g->axis <= BE_REDUCTION_AXIS_LAST &&
+         (g->cols == 0 || g->rows <= SIZE_MAX / g->cols) && be_reduction_defined(g);
 }
 
 typedef enum be_rng_dist { BE_RNG_BITS = 0, BE_RNG_UNIFORM, BE_RNG_NORMAL } be_rng_dist;

@@ -247,6 +247,31 @@ static int check_binary(dev_op *op, const dev_buf_info *b) {
   return 0;
 }
 
+static int shape_reduce(const dev_op *op) {
+  const be_reduction_args *g = &op->u.reduce;
+  if (g->op > BE_REDUCTION_OP_LAST || g->axis > BE_REDUCTION_AXIS_LAST ||
+      (g->cols != 0 && g->rows > UINT64_MAX / g->cols))
+    return ACCEL_EINVAL;
+  if (!be_reduction_defined(g))
+    return rt_error_detail(ACCEL_EINVAL, "reduce: max or min of no elements (no identity)");
+  return 0;
+}
+
+/* dst and src are distinct buffers: dst's outputs are written while src is read. */
+static int check_reduce(dev_op *op, const dev_buf_info *b) {
+  const be_reduction_args *g = &op->u.reduce;
+  uint64_t n = be_reduction_outputs(g), span = be_reduction_span(g);
+  if (n > b[0].count)
+    return past_end("dst (the outputs)", 0, n, b[0].count);
+  if (span > b[1].count)
+    return past_end("src at its strides", 0, span, b[1].count);
+  if (op->bufs[0].handle == op->bufs[1].handle)
+    return rt_error_detail(ACCEL_EINVAL, "reduce: dst is src");
+  set_access(op, 0, DEV_WRITE_ALL, 0, n);
+  set_access(op, 1, DEV_READ, 0, span);
+  return 0;
+}
+
 /* ---- user kernels ---- */
 
 static int shape_module_load(const dev_op *op) {

@@ -114,8 +114,9 @@ typedef struct dev_op {
     } unary; /* bufs: dst, src */
     struct {
       uint64_t rows, cols;
-    } softmax;             /* bufs: dst, src */
-    be_binary_args binary; /* bufs: dst, a, b */
+    } softmax;                /* bufs: dst, src */
+    be_binary_args binary;    /* bufs: dst, a, b */
+    be_reduction_args reduce; /* bufs: dst, src */
     struct {
       uint32_t dtype;
     } create;           /* bufs[0]: handle, count */

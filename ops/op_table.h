@@ -43,7 +43,8 @@
   X(MODULE_UNLOAD,  module_unload,  "module_unload",  1,   ANY,   CORE,       MEM,  SESSION)  \
   X(LAUNCH,         launch,         "launch",         OWN, ANY,   MODULE,     MOD,  TASK)     \
   X(COLLECTIVE,     collective,     "collective",     OWN, FLOAT, COLLECTIVE, COLL, TASK)     \
-  X(BINARY,         binary,         "binary",         3,   FLOAT, NN,         NN,   TASK)
+  X(BINARY,         binary,         "binary",         3,   FLOAT, NN,         NN,   TASK)     \
+  X(REDUCE,         reduce,         "reduce",         2,   FLOAT, NN,         NN,   TASK)
 /* clang-format on */
 
 #endif

@@ -239,6 +239,28 @@ static uint64_t get_binary(reader *r, dev_op *op, proto_bytes *options) {
   return 0;
 }
 
+static void put_reduce(proto_out *o, const dev_op *op, size_t data_len) {
+  const be_reduction_args *g = &op->u.reduce;
+  put_u32(o, g->op);
+  put_u32(o, g->axis);
+  put_u64(o, g->rows);
+  put_u64(o, g->cols);
+  put_u64(o, g->rs);
+  put_u64(o, g->cs);
+}
+
+static uint64_t get_reduce(reader *r, dev_op *op, proto_bytes *options) {
+  be_reduction_args *g = &op->u.reduce;
+  uint32_t f = get_u32(r), axis = get_u32(r);
+  g->op = f <= BE_REDUCTION_OP_LAST ? (be_reduction_op)f : (r->bad = true, BE_RED_SUM);
+  g->axis = axis <= BE_REDUCTION_AXIS_LAST ? (be_reduction_axis)axis : (r->bad = true, BE_AXIS_ALL);
+  g->rows = get_u64(r);
+  g->cols = get_u64(r);
+  g->rs = get_u64(r);
+  g->cs = get_u64(r);
+  return 0;
+}
+
 /* Enums here; the rest by the checker (dev_op_check_shape). */
 static uint64_t get_collective(reader *r, dev_op *op, proto_bytes *options) {
   op->u.coll.kind = get_u32(r);

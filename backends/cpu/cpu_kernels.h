@@ -112,4 +112,9 @@ int be_cpu_softmax(uint32_t dtype, void *y, const void *x, size_t rows, size_t c
  * ACCEL_ENOTSUP for another dtype. */
 int be_cpu_binary(uint32_t dtype, const be_binary_args *g, void *dst, const void *a, const void *b);
 
+/* dst = g->op folded over src's view (reduce.c), accumulated in double (contiguous F32 in
+ * float blocks), rounded once to the dtype; no scratch. ACCEL_EINVAL for an unknown op or axis or
+ * max/min of no elements, ACCEL_ENOTSUP for a dtype other than F32, F64, F16, BF16. */
+int be_cpu_reduce(uint32_t dtype, const be_reduction_args *g, void *dst, const void *src);
+
 #endif

@@ -65,6 +65,8 @@ int be_cpu_item_run(const be_cpu_item *it) {
   case BE_CPU_BINARY:
     return be_cpu_binary(it->u.binary.dtype, &it->u.binary.g, it->u.binary.dst, it->u.binary.a,
                          it->u.binary.b);
+  case BE_CPU_REDUCE:
+    return be_cpu_reduce(it->u.reduce.dtype, &it->u.reduce.g, it->u.reduce.dst, it->u.reduce.src);
   case BE_CPU_COLLECTIVE:
     return be_cpu_collective_run(it);
   case BE_CPU_CALLBACK:
@@ -97,6 +99,8 @@ bool be_cpu_item_tiny(const be_cpu_item *it) {
     return it->u.unary.count <= TINY_ELEMENTS;
   case BE_CPU_BINARY:
     return it->u.binary.g.rows * it->u.binary.g.cols <= TINY_ELEMENTS;
+  case BE_CPU_REDUCE:
+    return it->u.reduce.g.rows * it->u.reduce.g.cols <= TINY_ELEMENTS;
   default:
     return false;
   }

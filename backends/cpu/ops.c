@@ -233,6 +233,21 @@ int be_cpu_submit_binary(be_queue *q, uint32_t dtype, const be_binary_args *g, b
   return submit(q, &it, err);
 }
 
+int be_cpu_submit_reduce(be_queue *q, uint32_t dtype, const be_reduction_args *g, be_mem dst,
+                         size_t dst_off, be_mem src, size_t src_off) {
+  be_cpu_item it = {.kind = BE_CPU_REDUCE, .u.reduce = {.dtype = dtype, .g = *g}};
+  size_t esize = be_dtype_size(dtype);
+  if (esize == 0 || !be_reduction_ok(g))
+    return ACCEL_EINVAL;
+  void *to = NULL, *from = NULL;
+  int err = span(dst, dst_off, (size_t)be_reduction_outputs(g), esize, &to);
+  if (err == 0)
+    err = span(src, src_off, be_reduction_span_size(g), esize, &from);
+  it.u.reduce.dst = to;
+  it.u.reduce.src = from;
+  return submit(q, &it, err);
+}
+
 int be_cpu_submit_softmax(be_queue *q, uint32_t dtype, be_mem dst, size_t dst_off, be_mem src,
                           size_t src_off, size_t rows, size_t cols) {
   be_cpu_item it = {.kind = BE_CPU_SOFTMAX,

@@ -8,8 +8,8 @@
  *            cores), and so is all of it when OpenBLAS could not be bound (openblas.h).
  *   axpy, dot, scal   F32 and F64 (not F16/BF16: ACCEL_ENOTSUP), likewise only with OpenBLAS.
  *   rng      BITS into U32; UNIFORM and NORMAL into F32, F64, F16, BF16 (philox.h).
- *   nn       sigmoid, relu, tanh, row-wise softmax and the broadcasting binary ops in F32, F64,
- *            F16, BF16.
+ *   nn       sigmoid, relu, tanh, row-wise softmax, the broadcasting binary ops and the
+ *            reductions (sum, max, min, mean) in F32, F64, F16, BF16.
  * The `supports`/`dtypes` entries say exactly this; what they exclude is ACCEL_ENOTSUP from the
  * submit call, before any argument check. Scratch memory (16-bit gemm and softmax) is
  * allocated by the worker that runs the item, never by the submitting thread; if it fails the
@@ -118,10 +118,18 @@ static int cpu_binary(be_queue *q, uint32_t dtype, const be_binary_args *g, be_m
   return be_cpu_submit_binary(q, dtype, g, dst, dst_off, a, a_off, b, b_off);
 }
 
+static int cpu_reduce(be_queue *q, uint32_t dtype, const be_reduction_args *g, be_mem dst,
+                      size_t dst_off, be_mem src, size_t src_off) {
+  if (!has(FLOATS, dtype))
+    return ACCEL_ENOTSUP;
+  return be_cpu_submit_reduce(q, dtype, g, dst, dst_off, src, src_off);
+}
+
 const be_nn_pkg be_cpu_nn = {
     .version = BE_NN_VERSION,
     .dtypes = cpu_floats,
     .unary = cpu_unary,
     .softmax = cpu_softmax,
     .binary = cpu_binary,
+    .reduce = cpu_reduce,
 };

@@ -37,6 +37,7 @@ typedef enum be_cpu_item_kind {
   BE_CPU_UNARY,
   BE_CPU_SOFTMAX,
   BE_CPU_BINARY,
+  BE_CPU_REDUCE,
   BE_CPU_COLLECTIVE,
 } be_cpu_item_kind;
 
@@ -106,6 +107,12 @@ typedef struct be_cpu_item {
       uint32_t dtype;
       be_binary_args g;
     } binary;
+    struct {
+      void *dst;
+      const void *src;
+      uint32_t dtype;
+      be_reduction_args g;
+    } reduce;
     struct { /* every device's memory is host memory: one item does the whole collective */
       uint32_t kind, dtype, reduce, root, ndev;
       size_t count;

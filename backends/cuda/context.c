@@ -72,6 +72,9 @@ static const char *const fn_names[BE_FN_COUNT] = {
     BE_FN_ROW_(BE_FN_LOG, "be_log"),
     BE_FN_ROW_(BE_FN_SQRT, "be_sqrt"),
     BE_FN_ROW_(BE_FN_ABS, "be_abs"),
+    BE_FN_ROW_(BE_FN_REDUCE_BLOCKS, "be_reduce_blocks"),
+    BE_FN_ROW_(BE_FN_REDUCE_FINAL, "be_reduce_final"),
+    BE_FN_ROW_(BE_FN_REDUCE_THREADS, "be_reduce_threads"),
 #undef BE_FN_ROW_
     [BE_FN_NULL] = "be_null",
     [BE_FN_FAULT] = "be_fault",

@@ -71,7 +71,10 @@ typedef enum be_cuda_fn {
   BE_FN_LOG = BE_FN_EXP + 4,
   BE_FN_SQRT = BE_FN_LOG + 4,
   BE_FN_ABS = BE_FN_SQRT + 4,
-  BE_FN_NULL = BE_FN_ABS + 4,
+  BE_FN_REDUCE_BLOCKS = BE_FN_ABS + 4,
+  BE_FN_REDUCE_FINAL = BE_FN_REDUCE_BLOCKS + 4,
+  BE_FN_REDUCE_THREADS = BE_FN_REDUCE_FINAL + 4,
+  BE_FN_NULL = BE_FN_REDUCE_THREADS + 4,
   BE_FN_FAULT,
   BE_FN_COUNT
 } be_cuda_fn;
@@ -361,6 +364,8 @@ int be_cuda_softmax(be_queue *q, uint32_t dtype, be_mem dst, size_t dst_off, be_
                     size_t src_off, size_t rows, size_t cols);
 int be_cuda_binary(be_queue *q, uint32_t dtype, const be_binary_args *g, be_mem dst, size_t dst_off,
                    be_mem a, size_t a_off, be_mem b, size_t b_off);
+int be_cuda_reduce(be_queue *q, uint32_t dtype, const be_reduction_args *g, be_mem dst,
+                   size_t dst_off, be_mem src, size_t src_off);
 /* C_b = beta C_b for gemm's batch of m x n matrices of c_type (kernels.c), when A and B are
  * not read. */
 int be_cuda_scale(be_queue *q, uint32_t c_type, CUdeviceptr c, const be_gemm_args *g);

@@ -247,6 +247,69 @@ int be_cuda_binary(be_queue *q, uint32_t dtype, const be_binary_args *g, be_mem 
   return launch(q, BE_FN_BINARY + slot, grid_for(q->dev, n), args);
 }
 
+/* ---- reductions ---------------------------------------------------------------------------
+ * A view as nout outputs of len elements: element k of output o at o * os + (k / n2) * s1 +
+ * (k % n2) * s2 (kernels.cu). Three ways to run one:
+ *   - outputs side by side and each read across rows (a row-major matrix's columns, enough of
+ *     them to fill the GPU): a thread per output, a warp's loads one row segment;
+ *   - enough outputs for the grid: a block per output;
+ *   - few long ones (the whole view above all): parts blocks per output write partials (as
+ *     doubles) into the queue's scratch (BE_CUDA_DOT_PARTS of them, as dot's), and a second
+ *     launch folds them. */
+typedef struct red_plan {
+  uint64_t nout, len, os, n2, s1, s2;
+} red_plan;
+
+static red_plan red_plan_of(const be_reduction_args *g) {
+  red_plan p = {.nout = be_reduction_outputs(g), .len = be_reduction_length(g)};
+  if (g->axis == BE_AXIS_ROWS)
+    p.os = g->cs, p.n2 = p.len, p.s2 = g->rs;
+  else if (g->axis == BE_AXIS_COLS)
+    p.os = g->rs, p.n2 = p.len, p.s2 = g->cs;
+  else if ((g->cols <= 1 || g->cs == 1) && (g->rows <= 1 || g->rs == g->cols))
+    p.n2 = p.len, p.s2 = 1; /* contiguous: one run */
+  else if (g->rows == 1 || g->cols == 1)
+    p.n2 = p.len, p.s2 = g->rows == 1 ? g->cs : g->rs;
+  else
+    p.n2 = g->cols, p.s1 = g->rs, p.s2 = g->cs;
+  return p;
+}
+
+int be_cuda_reduce(be_queue *q, uint32_t dtype, const be_reduction_args *g, be_mem dst,
+                   size_t dst_off, be_mem src, size_t src_off) {
+  CUdeviceptr d = 0, s = 0;
+  int slot = 0;
+  int rc = be_reduction_ok(g) ? nn_type(dtype, &slot) : ACCEL_EINVAL;
+  size_t es = be_cuda_esize(dtype);
+  red_plan p = red_plan_of(g);
+  if (rc == 0)
+    rc = be_cuda_span(dst, dst_off, (size_t)p.nout, es, &d);
+  rc = ready(q, rc != 0 ? rc : be_cuda_span(src, src_off, be_reduction_span_size(g), es, &s));
+  if (rc != 0 || p.nout == 0)
+    return rc;
+  int32_t op = (int32_t)g->op;
+  uint64_t target = (uint64_t)(q->dev->sms > 0 ? q->dev->sms : 1) * BLOCKS_PER_SM;
+  if (p.os == 1 && p.s2 != 1 && p.nout >= target * 32) {
+    void *args[] = {&d, &s, &op, &p.nout, &p.len, &p.os, &p.s2};
+    return launch(q, BE_FN_REDUCE_THREADS + slot, grid_for(q->dev, p.nout), args);
+  }
+  uint64_t parts = 1, useful = (p.len + THREADS - 1) / THREADS;
+  if (p.nout < target && 2 * p.nout <= BE_CUDA_DOT_PARTS && useful > 1) {
+    parts = (target + p.nout - 1) / p.nout;
+    parts = parts < useful ? parts : useful;
+    parts = parts < BE_CUDA_DOT_PARTS / p.nout ? parts : BE_CUDA_DOT_PARTS / p.nout;
+  }
+  uint32_t parts32 = (uint32_t)parts;
+  uint64_t units = p.nout * parts;
+  unsigned grid = (unsigned)(units < 4 * target ? units : 4 * target);
+  void *bargs[] = {&d, &q->scratch, &s, &op, &p.nout, &p.len, &p.os, &p.n2, &p.s1, &p.s2, &parts32};
+  rc = launch(q, BE_FN_REDUCE_BLOCKS + slot, grid, bargs);
+  if (rc != 0 || parts == 1)
+    return rc;
+  void *fargs[] = {&d, &q->scratch, &op, &p.nout, &parts32, &p.len};
+  return launch(q, BE_FN_REDUCE_FINAL + slot, (unsigned)p.nout, fargs);
+}
+
 /* beta travels as the kernel's compute type: double for F64, float for the others. */
 int be_cuda_scale(be_queue *q, uint32_t c_type, CUdeviceptr c, const be_gemm_args *g) {
   int slot = be_cuda_slot(c_type);

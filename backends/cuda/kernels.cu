@@ -573,6 +573,133 @@ template <typename T> __device__ void softmax(T *dst, const T *src, uint64_t row
 
 BE_PER_TYPE(BE_SOFTMAX)
 
+/* ---- reductions (ops/args.h be_reduction_args) ------------------------------------------ *
+ * The host (kernels.c) turns a view into nout outputs of len elements each: element k of
+ * output o lies at o * os + (k / n2) * s1 + (k % n2) * s2 (n2 == len: a single run at step s2,
+ * no division). Folds run in the element's calc type (f32 for F16 and BF16), partials travel
+ * as doubles, and the output rounds once. Max and min let NaN win (x > NaN is false, so a NaN
+ * held stays), as numpy's do. Deterministic: fixed partitions, a fixed tree. */
+enum { RED_SUM = 0, RED_MAX, RED_MIN, RED_MEAN };
+
+template <typename C> __device__ __forceinline__ C red_fold(int op, C m, C x) {
+  switch (op) {
+  case RED_MAX:
+    return x > m || x != x ? x : m;
+  case RED_MIN:
+    return x < m || x != x ? x : m;
+  default:
+    return m + x;
+  }
+}
+
+template <typename C> __device__ __forceinline__ C red_init(int op) {
+  return op == RED_MAX ? (C)-INFINITY : op == RED_MIN ? (C)INFINITY : (C)0;
+}
+
+/* The answer from a fold of len elements: the mean divides (0 / 0 = NaN for none). */
+template <typename C> __device__ __forceinline__ C red_finish(int op, C v, uint64_t len) {
+  return op == RED_MEAN ? v / (C)len : v;
+}
+
+/* The block's fold, valid in thread 0 (blockDim.x == BLOCK). */
+template <typename C> __device__ C block_fold(int op, C v) {
+  __shared__ C part[BLOCK / 32];
+#pragma unroll
+  for (int o = 16; o > 0; o /= 2)
+    v = red_fold(op, v, __shfl_down_sync(0xffffffffu, v, o));
+  if ((threadIdx.x & 31) == 0)
+    part[threadIdx.x / 32] = v;
+  __syncthreads();
+  if (threadIdx.x < 32) {
+    v = threadIdx.x < BLOCK / 32 ? part[threadIdx.x] : red_init<C>(op);
+#pragma unroll
+    for (int o = 16; o > 0; o /= 2)
+      v = red_fold(op, v, __shfl_down_sync(0xffffffffu, v, o));
+  }
+  __syncthreads(); /* part is reused by the block's next unit */
+  return v;
+}
+
+/* Units u = o * parts + p (grid-stride): block folds output o's elements p * BLOCK + tid,
+ * step parts * BLOCK. parts == 1: the answer into dst[o]; else the partial into part[u]. */
+template <typename T>
+__device__ void reduce_blocks(T *dst, double *part, const T *src, int op, uint64_t nout,
+                              uint64_t len, uint64_t os, uint64_t n2, uint64_t s1, uint64_t s2,
+                              uint32_t parts) {
+  typedef typename elem<T>::calc C;
+  uint64_t units = nout * parts, step = (uint64_t)parts * BLOCK;
+  for (uint64_t u = blockIdx.x; u < units; u += gridDim.x) {
+    uint64_t o = u / parts, p = u - o * parts;
+    const T *x = src + o * os;
+    C v = red_init<C>(op);
+    if (n2 == len) {
+      for (uint64_t k = p * BLOCK + threadIdx.x; k < len; k += step)
+        v = red_fold(op, v, elem<T>::load(x[k * s2]));
+    } else {
+      for (uint64_t k = p * BLOCK + threadIdx.x; k < len; k += step) {
+        uint64_t k1 = k / n2;
+        v = red_fold(op, v, elem<T>::load(x[k1 * s1 + (k - k1 * n2) * s2]));
+      }
+    }
+    v = block_fold(op, v);
+    if (threadIdx.x == 0) {
+      if (parts == 1)
+        dst[o] = elem<T>::store(red_finish(op, v, len));
+      else
+        part[u] = (double)v;
+    }
+  }
+}
+
+/* dst[o] = the fold of part[o * parts .. + parts), in double, rounded once. */
+template <typename T>
+__device__ void reduce_final(T *dst, const double *part, int op, uint64_t nout, uint32_t parts,
+                             uint64_t len) {
+  typedef typename elem<T>::calc C;
+  for (uint64_t o = blockIdx.x; o < nout; o += gridDim.x) {
+    double v = red_init<double>(op);
+    for (uint32_t p = threadIdx.x; p < parts; p += blockDim.x)
+      v = red_fold(op, v, part[o * parts + p]);
+    v = block_fold(op, v);
+    if (threadIdx.x == 0)
+      dst[o] = elem<T>::store((C)red_finish(op, v, len));
+  }
+}
+
+/* One thread per output, its len elements at `step` in turn: outputs side by side in memory
+ * (a row-major matrix's columns), so a warp's loads are one coalesced row segment. */
+template <typename T>
+__device__ void reduce_threads(T *dst, const T *src, int op, uint64_t nout, uint64_t len,
+                               uint64_t os, uint64_t step) {
+  typedef typename elem<T>::calc C;
+  uint64_t stride = (uint64_t)gridDim.x * blockDim.x;
+  for (uint64_t o = blockIdx.x * (uint64_t)blockDim.x + threadIdx.x; o < nout; o += stride) {
+    const T *x = src + o * os;
+    C v = red_init<C>(op);
+    for (uint64_t k = 0; k < len; k++)
+      v = red_fold(op, v, elem<T>::load(x[k * step]));
+    dst[o] = elem<T>::store(red_finish(op, v, len));
+  }
+}
+
+#define BE_REDUCE(sfx, T)                                                                          \
+  extern "C" __global__ void be_reduce_blocks##sfx(T *dst, double *part, const T *src, int op,     \
+                                                   uint64_t nout, uint64_t len, uint64_t os,       \
+                                                   uint64_t n2, uint64_t s1, uint64_t s2,          \
+                                                   uint32_t parts) {                               \
+    reduce_blocks(dst, part, src, op, nout, len, os, n2, s1, s2, parts);                           \
+  }                                                                                                \
+  extern "C" __global__ void be_reduce_final##sfx(T *dst, const double *part, int op,              \
+                                                  uint64_t nout, uint32_t parts, uint64_t len) {   \
+    reduce_final(dst, part, op, nout, parts, len);                                                 \
+  }                                                                                                \
+  extern "C" __global__ void be_reduce_threads##sfx(T *dst, const T *src, int op, uint64_t nout,   \
+                                                    uint64_t len, uint64_t os, uint64_t step) {    \
+    reduce_threads(dst, src, op, nout, len, os, step);                                             \
+  }
+
+BE_PER_TYPE(BE_REDUCE)
+
 /* ---- tests and benchmarks ------------------------------------------------------------- */
 
 /* Does nothing: the cost of a launch alone. */

@@ -7,9 +7,8 @@
  *   axpy, dot, scal   F32 and F64 (F16 and BF16: ACCEL_ENOTSUP: no accumulation type is
  *                 defined for them yet);
  *   rng           bits into U32; uniform and normal into F32, F64, F16, BF16;
- *   nn            sigmoid, relu, tanh, row-wise softmax and the broadcasting binary ops in
- *                 F32, F64, F16, BF16.
- * The `supports`/`dtypes` entries say the same. */
+ *   nn            sigmoid, relu, tanh, row-wise softmax, the broadcasting binary ops and the
+ * reductions in F32, F64, F16, BF16. The `supports`/`dtypes` entries say the same. */
 #include "accel/error.h"
 #include "backends/cuda/backend_cuda.h"
 #include "backends/cuda/device.h"
@@ -53,6 +52,7 @@ const be_nn_pkg be_cuda_nn = {
     .dtypes = cuda_floats,
     .unary = be_cuda_unary,
     .binary = be_cuda_binary,
+    .reduce = be_cuda_reduce,
     .softmax = be_cuda_softmax,
 };
 

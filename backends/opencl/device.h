@@ -56,7 +56,8 @@ typedef enum be_ocl_fn {
   BE_OCL_LOG = BE_OCL_EXP + 4,
   BE_OCL_SQRT = BE_OCL_LOG + 4,
   BE_OCL_ABS = BE_OCL_SQRT + 4,
-  BE_OCL_NULL = BE_OCL_ABS + 4,
+  BE_OCL_REDUCE = BE_OCL_ABS + 4,
+  BE_OCL_NULL = BE_OCL_REDUCE + 4,
   BE_OCL_FN_COUNT
 } be_ocl_fn;
 
@@ -207,6 +208,8 @@ int be_ocl_rng_fill(be_queue *q, uint32_t dtype, be_mem dst, size_t off, size_t 
                     const be_rng_args *r);
 int be_ocl_binary(be_queue *q, uint32_t dtype, const be_binary_args *g, be_mem dst, size_t dst_off,
                   be_mem a, size_t a_off, be_mem b, size_t b_off);
+int be_ocl_reduce(be_queue *q, uint32_t dtype, const be_reduction_args *g, be_mem dst,
+                  size_t dst_off, be_mem src, size_t src_off);
 int be_ocl_unary(be_queue *q, uint32_t dtype, be_unary_op op, be_mem dst, size_t dst_off,
                  be_mem src, size_t src_off, size_t count);
 int be_ocl_softmax(be_queue *q, uint32_t dtype, be_mem dst, size_t dst_off, be_mem src,

@@ -265,6 +265,52 @@ int be_ocl_binary(be_queue *q, uint32_t dtype, const be_binary_args *g, be_mem d
   return be_ocl_launch(q, fn, 1, &n, NULL, args, 13);
 }
 
+/* One work-group per output (kernels.cl): element k of output o at o * os + (k / n2) * s1 +
+ * (k % n2) * s2, so a strided view needs no copy. Few outputs use few work-groups (the whole
+ * view: one, as dot's). */
+int be_ocl_reduce(be_queue *q, uint32_t dtype, const be_reduction_args *g, be_mem dst,
+                  size_t dst_off, be_mem src, size_t src_off) {
+  if (q == NULL || !be_reduction_ok(g))
+    return ACCEL_EINVAL;
+  be_ocl_fn fn;
+  int rc = kernel_for(q->dev, BE_OCL_REDUCE, dtype, &fn);
+  if (rc != 0)
+    return rc;
+  size_t es = be_ocl_esize(dtype), wg = 1;
+  while (wg * 2 <= 256 && wg * 2 <= q->dev->wg_max)
+    wg *= 2;
+  cl_ulong nout = be_reduction_outputs(g), len = be_reduction_length(g), os = 0, n2 = len, s1 = 0,
+           s2 = 1;
+  if (g->axis == BE_AXIS_ROWS)
+    os = g->cs, s2 = g->rs;
+  else if (g->axis == BE_AXIS_COLS)
+    os = g->rs, s2 = g->cs;
+  else if (!((g->cols <= 1 || g->cs == 1) && (g->rows <= 1 || g->rs == g->cols)))
+    n2 = g->cols, s1 = g->rs, s2 = g->cs; /* not one contiguous run: row by row */
+  rc = nout > SIZE_MAX / wg ? ACCEL_EINVAL : be_ocl_span(dst, dst_off, (size_t)nout, es);
+  if (rc == 0)
+    rc = be_ocl_span(src, src_off, be_reduction_span_size(g), es);
+  if (rc == 0)
+    rc = be_ocl_queue_ok(q);
+  if (rc != 0 || nout == 0)
+    return rc;
+  cl_ulong dso = dst_off, so = src_off;
+  cl_int op = (cl_int)g->op;
+  size_t global = (size_t)nout * wg;
+  be_ocl_arg args[] = {{sizeof(cl_mem), &dst.handle},
+                       ARG(dso),
+                       {sizeof(cl_mem), &src.handle},
+                       ARG(so),
+                       ARG(op),
+                       ARG(nout),
+                       ARG(len),
+                       ARG(os),
+                       ARG(n2),
+                       ARG(s1),
+                       ARG(s2)};
+  return be_ocl_launch(q, fn, 1, &global, &wg, args, 11);
+}
+
 int be_ocl_softmax(be_queue *q, uint32_t dtype, be_mem dst, size_t dst_off, be_mem src,
                    size_t src_off, size_t rows, size_t cols) {
   if (q == NULL)

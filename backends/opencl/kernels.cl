@@ -302,6 +302,48 @@ BINARY(be_binary_bf16, ushort, float, LOAD_BF16, STORE_BF16)
 BINARY(be_binary_f64, double, double, LOAD_F64, STORE_F64)
 #endif
 
+/* Reductions (ops/args.h be_reduction_args): one work-group per output (local size a power
+ * of two up to 256), its work items folding a strided share in C, then a tree in local
+ * memory. Element k of output o lies at o * os + (k / n2) * s1 + (k % n2) * s2 (kernels.c).
+ * op: 0 sum, 1 max, 2 min, 3 mean; max and min let NaN win (x > NaN is false, so it stays). */
+#define RED_FOLD(op, m, x)                                                                     \
+  ((op) == 1 ? ((x) > (m) || isnan(x) ? (x) : (m))                                           \
+             : (op) == 2 ? ((x) < (m) || isnan(x) ? (x) : (m)) : (m) + (x))
+
+#define REDUCE(NAME, T, C, LOAD, STORE)                                                        \
+  __kernel void NAME(__global T *dst, ulong dso, __global const T *src, ulong so, int op,      \
+                     ulong nout, ulong len, ulong os, ulong n2, ulong s1, ulong s2)          \
+  {                                                                                          \
+    __local C part[256];                                                                     \
+    ulong o = get_group_id(0);                                                               \
+    uint l = get_local_id(0), ls = get_local_size(0);                                        \
+    if (o >= nout)                                                                           \
+      return;                                                                                \
+    C v = op == 1 ? (C)(-INFINITY) : op == 2 ? (C)INFINITY : (C)0;                           \
+    ulong base = so + o * os;                                                                \
+    for (ulong k = l; k < len; k += ls) {                                                    \
+      ulong k1 = n2 == len ? 0 : k / n2, k2 = k - k1 * n2;                                   \
+      C x = LOAD(src, base + k1 * s1 + k2 * s2);                                             \
+      v = RED_FOLD(op, v, x);                                                                \
+    }                                                                                        \
+    part[l] = v;                                                                             \
+    barrier(CLK_LOCAL_MEM_FENCE);                                                            \
+    for (uint h = ls / 2; h > 0; h /= 2) {                                                   \
+      if (l < h)                                                                             \
+        part[l] = RED_FOLD(op, part[l], part[l + h]);                                        \
+      barrier(CLK_LOCAL_MEM_FENCE);                                                          \
+    }                                                                                        \
+    if (l == 0)                                                                              \
+      STORE(dst, dso + o, op == 3 ? part[0] / (C)len : part[0]);                             \
+  }
+
+REDUCE(be_reduce_f32, float, float, LOAD_F32, STORE_F32)
+REDUCE(be_reduce_f16, half, float, LOAD_F16, STORE_F16)
+REDUCE(be_reduce_bf16, ushort, float, LOAD_BF16, STORE_BF16)
+#ifdef BE_FP64
+REDUCE(be_reduce_f64, double, double, LOAD_F64, STORE_F64)
+#endif
+
 /* ---- gemm's C = beta C (k = 0 or alpha = 0; beta = 0 writes zeros, NaN or not) ---------- */
 
 #define SCALE(NAME, T, C, LOAD, STORE)                                                         \

@@ -74,6 +74,7 @@ static const char *const fn_names[BE_OCL_FN_COUNT] = {
     OCL_ROW_(BE_OCL_LOG, "be_log"),
     OCL_ROW_(BE_OCL_SQRT, "be_sqrt"),
     OCL_ROW_(BE_OCL_ABS, "be_abs"),
+    OCL_ROW_(BE_OCL_REDUCE, "be_reduce"),
 #undef OCL_ROW_
     [BE_OCL_NULL] = "be_null",
 };

@@ -80,6 +80,20 @@ int bw_check_binary(const bw_pdev *d, uint32_t dtype, const be_binary_args *g, b
   return rc;
 }
 
+/* dst's outputs and src's span at its strides (ops/args.h). */
+int bw_check_reduce(const bw_pdev *d, uint32_t dtype, const be_reduction_args *g, be_mem dst,
+                    size_t dst_off, be_mem src, size_t src_off) {
+  size_t esize = be_dtype_size(dtype);
+  int rc = has_dtype(d->caps.nn, dtype);
+  if (rc == 0 && (!be_reduction_ok(g) || be_reduction_span(g) > SIZE_MAX))
+    rc = ACCEL_EINVAL;
+  if (rc == 0)
+    rc = bw_check_span(dst, dst_off, (size_t)be_reduction_outputs(g), esize);
+  if (rc == 0)
+    rc = bw_check_span(src, src_off, (size_t)be_reduction_span(g), esize);
+  return rc;
+}
+
 int bw_check_nn(const bw_pdev *d, uint32_t dtype, be_mem dst, size_t dst_off, be_mem src,
                 size_t src_off, size_t count) {
   int rc = has_dtype(d->caps.nn, dtype);

@@ -305,6 +305,14 @@ static void binary(const bw_binary *m) {
                                                         m->a, m->a_off, m->b, m->b_off));
 }
 
+static void reduce(const bw_reduce *m) {
+  ws_queue *q = usable(m->queue);
+  if (q != NULL)
+    submitted(q, missing(ws.be->nn) ? ACCEL_ENOTSUP
+                                    : ws.be->nn->reduce(q->q, m->dtype, &m->g, m->dst, m->dst_off,
+                                                        m->src, m->src_off));
+}
+
 /* ---- modules ---- */
 
 static void unload(const bw_ids *b) {
@@ -421,6 +429,7 @@ static const size_t body_size[BW_REPLY] = {
     [BW_KERNEL] = sizeof(bw_ids),       [BW_LAUNCH] = sizeof(bw_launch),
     [BW_COLL_OK] = sizeof(bw_coll),     [BW_COLL_RUN] = sizeof(bw_coll),
     [BW_UNSHARE] = sizeof(bw_share),    [BW_BINARY] = sizeof(bw_binary),
+    [BW_REDUCE] = sizeof(bw_reduce),
 };
 
 static void handle_ids(const bw_hdr *h, const bw_ids *b) {
@@ -481,6 +490,9 @@ static void handle_work(const bw_hdr *h, const void *body) {
   case BW_BINARY:
     binary(body);
     break;
+  case BW_REDUCE:
+    reduce(body);
+    break;
   case BW_LAUNCH:
     launch(h, body);
     break;
@@ -539,6 +551,7 @@ void ws_handle(const bw_hdr *h, void *body) {
   case BW_UNARY:
   case BW_SOFTMAX:
   case BW_BINARY:
+  case BW_REDUCE:
   case BW_LAUNCH:
   case BW_COLL_OK:
   case BW_COLL_RUN:

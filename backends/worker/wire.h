@@ -81,6 +81,7 @@ typedef enum bw_type {
   BW_UNSHARE,    /* bw_share {id} */
   BW_PROBE,      /* empty; reply bw_probed: what the backend found in the worker */
   BW_BINARY,     /* bw_binary */
+  BW_REDUCE,     /* bw_reduce */
   /* ---- worker -> acceld (note) ---- */
   BW_REPLY = 64, /* bw_reply + the call's answer; tag: the call */
   BW_DONE,       /* bw_reply; tag: the completion */
@@ -201,6 +202,14 @@ typedef struct bw_binary {
   be_mem dst, a, b;
   uint64_t dst_off, a_off, b_off;
 } bw_binary;
+
+typedef struct bw_reduce {
+  uint64_t queue;
+  uint32_t dtype, pad;
+  be_reduction_args g;
+  be_mem dst, src;
+  uint64_t dst_off, src_off;
+} bw_reduce;
 
 typedef struct bw_load {
   uint32_t dev, source;

@@ -289,6 +289,33 @@ ACCEL_API int accel_binary(accel_ctx *ctx, accel_device dev, accel_binary_op op,
                            size_t rows, size_t cols, accel_buffer a, accel_strides a_strides,
                            accel_buffer b, accel_strides b_strides, accel_future **f);
 
+/* ---- reductions of a strided 2-D view (the nn package's dtypes) ----------------------------- */
+typedef enum accel_reduction_op {
+  ACCEL_SUM = 0, /* of no elements: 0 */
+  ACCEL_MAX,     /* NaN if any element is NaN, as numpy's max; of no elements: refused */
+  ACCEL_MIN,     /* NaN if any is NaN; of no elements: refused */
+  ACCEL_MEAN     /* the sum over the count; of no elements: NaN */
+} accel_reduction_op;
+
+typedef enum accel_axis {
+  ACCEL_AXIS_ALL = 0, /* every element into dst[0] */
+  ACCEL_AXIS_ROWS,    /* numpy's axis 0: dst[c] folds column c (cols outputs) */
+  ACCEL_AXIS_COLS     /* numpy's axis 1: dst[r] folds row r (rows outputs) */
+} accel_axis;
+
+/* dst[0 ..) = op folded over the rows x cols view of src whose element (r, c) lies
+ * r * src_strides.row + c * src_strides.col elements from src's start (accel_strides: {cols, 1}
+ * a row-major matrix, {1, rows} the transpose of a cols x rows one), along `axis`; dst is
+ * contiguous and a buffer other than src, of src's dtype. F16 and BF16 accumulate in f32, F32
+ * in f32 (the cpu backend: within blocks of 4096, in f64 across) or f64, F64 in f64; the
+ * result rounds once. ACCEL_EINVAL
+ * (accel_last_error_detail says which) if dst has fewer elements than the outputs, the view
+ * reaches past src's end, dst is src, or ACCEL_MAX/ACCEL_MIN would fold no elements into an
+ * output (numpy raises there too). */
+ACCEL_API int accel_reduction(accel_ctx *ctx, accel_device dev, accel_reduction_op op,
+                              accel_buffer dst, size_t rows, size_t cols, accel_buffer src,
+                              accel_strides src_strides, accel_axis axis, accel_future **f);
+
 /* ---- collectives ---------------------------------------------------------------------------
  * One op over n devices (1 .. ACCEL_COLLECTIVE_MAX_DEVICES, distinct, of one backend with the
  * collective package: NCCL between CUDA GPUs, the CPU backend's own devices): bufs[i] is used

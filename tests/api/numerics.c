@@ -13,6 +13,8 @@
  *   exp, log        |got - ref| <= 8 eps |ref| + 1e-37; sqrt eps/2 |ref|; abs exact
  *   binary  add, subtract, multiply, divide: |got - ref| <= eps/2 |ref| (one rounding);
  *           maximum, minimum exact
+ *   reduction  sum: |got - ref| <= len eps sum|x| + eps |ref| (any order of f32 accumulation,
+ *           then the output's rounding); mean that over len; max, min exact; NaN in, NaN out
  * Elements an op must not touch (padding rows of C, the tail of a longer buffer, the rest of a
  * buffer around a partial write) are compared bit for bit with what was there before. */
 #include <float.h>
@@ -562,6 +564,135 @@ TEST(binary_in_place_nan_and_limits) {
   accel_close(ctx);
 }
 
+/* ---- reductions of a strided view ---- */
+
+/* op over the elements of output o of a rows x cols view (strides s) in float64, and the sum
+ * of magnitudes. */
+static double reduction_ref(accel_reduction_op op, accel_axis axis, const float *x, size_t rows,
+                            size_t cols, accel_strides s, size_t o, double *mag, size_t *len) {
+  size_t r0 = axis == ACCEL_AXIS_COLS ? o : 0, r1 = axis == ACCEL_AXIS_COLS ? o + 1 : rows;
+  size_t c0 = axis == ACCEL_AXIS_ROWS ? o : 0, c1 = axis == ACCEL_AXIS_ROWS ? o + 1 : cols;
+  double acc = op == ACCEL_MAX ? -INFINITY : op == ACCEL_MIN ? INFINITY : 0;
+  bool nan = false;
+  *mag = 0;
+  *len = (r1 - r0) * (c1 - c0);
+  for (size_t r = r0; r < r1; r++)
+    for (size_t c = c0; c < c1; c++) {
+      double v = x[r * s.row + c * s.col];
+      nan |= isnan(v);
+      *mag += fabs(v);
+      acc = op == ACCEL_MAX ? fmax(acc, v) : op == ACCEL_MIN ? fmin(acc, v) : acc + v;
+    }
+  if (nan)
+    return NAN;
+  return op == ACCEL_MEAN ? acc / (double)*len : acc;
+}
+
+/* One reduction of a random rows x cols f32 view, row-major or transposed, NaN planted at one
+ * element when `nan`; each output against float64. */
+static void reduction_case(accel_ctx *ctx, accel_reduction_op op, accel_axis axis, bool transposed,
+                           bool nan) {
+  size_t rows = rnd_range(1, 60), cols = rnd_range(1, 80), n = rows * cols;
+  accel_strides s = transposed ? (accel_strides){1, rows} : (accel_strides){cols, 1};
+  size_t nout = axis == ACCEL_AXIS_ALL ? 1 : axis == ACCEL_AXIS_ROWS ? cols : rows;
+  float *x = rnd_floats(n, 0.5, 4), *y = xmalloc((nout + 1) * 4);
+  if (nan)
+    x[rnd_range(0, n - 1)] = NAN;
+  accel_buffer X = buf_from(ctx, ACCEL_F32, x, n), D = buf_new(ctx, ACCEL_F32, nout + 1);
+  accel_future *f = NULL;
+  CHECK_OK(accel_fill(ctx, 0, D, 7.0, NULL));
+  CHECK_OK(accel_reduction(ctx, 0, op, D, rows, cols, X, s, axis, &f));
+  WAIT_OK(f);
+  read_sync(ctx, D, 0, y, nout + 1);
+  for (size_t o = 0; o < nout; o++) {
+    double mag;
+    size_t len;
+    double want = reduction_ref(op, axis, x, rows, cols, s, o, &mag, &len);
+    if (isnan(want) || isnan(y[o])) {
+      if (isnan(want) != isnan(y[o]))
+        TEST_FAIL("reduction %d axis %d [%zu]: got %g, want %g", op, axis, o, y[o], want);
+      continue;
+    }
+    double tol = op == ACCEL_MAX || op == ACCEL_MIN
+                     ? 0
+                     : len * EPS * mag / (op == ACCEL_MEAN ? (double)len : 1) + EPS * fabs(want);
+    check_close("reduction", o, y[o], want, tol);
+  }
+  CHECK(y[nout] == 7.0f); /* past the outputs: untouched */
+  CHECK_OK(accel_buffer_destroy(ctx, X));
+  CHECK_OK(accel_buffer_destroy(ctx, D));
+  free(x);
+  free(y);
+}
+
+TEST(reductions_random) {
+  accel_ctx *ctx = ctx_open(NULL);
+  for (int op = ACCEL_SUM; op <= ACCEL_MEAN; op++)
+    for (int axis = ACCEL_AXIS_ALL; axis <= ACCEL_AXIS_COLS; axis++)
+      for (int how = 0; how < 3; how++)
+        reduction_case(ctx, (accel_reduction_op)op, (accel_axis)axis, how == 1, how == 2);
+  accel_close(ctx);
+}
+
+/* Sum 0 and mean NaN of nothing; max of nothing refused with the reason; refused: dst one
+ * element short (after one at the limit), the view one element past src (after one at the
+ * limit), dst being src, mixed dtypes, an op or axis past the last. */
+TEST(reduction_empty_and_limits) {
+  accel_ctx *ctx = ctx_open(NULL);
+  float x[12] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12}, got[4];
+  accel_buffer X = buf_from(ctx, ACCEL_F32, x, 12), D = buf_new(ctx, ACCEL_F32, 4);
+  accel_strides full = {4, 1};
+  accel_future *f = NULL;
+  CHECK_OK(accel_fill(ctx, 0, D, 7.0, NULL));
+  CHECK_OK(accel_reduction(ctx, 0, ACCEL_SUM, D, 0, 4, X, full, ACCEL_AXIS_ALL, &f));
+  WAIT_OK(f);
+  read_sync(ctx, D, 0, got, 4);
+  CHECK(got[0] == 0 && got[1] == 7);
+  CHECK_OK(accel_reduction(ctx, 0, ACCEL_MEAN, D, 2, 0, X, full, ACCEL_AXIS_COLS, &f));
+  WAIT_OK(f); /* two rows of nothing */
+  read_sync(ctx, D, 0, got, 4);
+  CHECK(isnan(got[0]) && isnan(got[1]) && got[2] == 7);
+  CHECK_ERR(accel_reduction(ctx, 0, ACCEL_MAX, D, 0, 4, X, full, ACCEL_AXIS_ALL, NULL),
+            ACCEL_EINVAL);
+  CHECK(strstr(accel_last_error_detail(), "no elements") != NULL);
+  /* Columns of a 3 x 4 matrix: 4 outputs, dst of 4 at the limit; 5 is one past. */
+  CHECK_OK(accel_reduction(ctx, 0, ACCEL_MIN, D, 3, 4, X, full, ACCEL_AXIS_ROWS, &f));
+  WAIT_OK(f);
+  read_sync(ctx, D, 0, got, 4);
+  for (size_t c = 0; c < 4; c++)
+    check_close("min of a column", c, got[c], x[c], 0);
+  CHECK_ERR(accel_reduction(ctx, 0, ACCEL_MIN, D, 3, 5, X, (accel_strides){5, 1}, ACCEL_AXIS_ROWS,
+                            NULL),
+            ACCEL_EINVAL);
+  CHECK(strstr(accel_last_error_detail(), "dst") != NULL);
+  /* Rows 5 apart: 2 * 5 + 1 + 1 = 12 elements of 12 at the limit; 6 apart is one past. */
+  CHECK_OK(
+      accel_reduction(ctx, 0, ACCEL_SUM, D, 3, 2, X, (accel_strides){5, 1}, ACCEL_AXIS_ALL, &f));
+  WAIT_OK(f);
+  read_sync(ctx, D, 0, got, 1);
+  check_close("sum at the limit", 0, got[0], 1 + 2 + 6 + 7 + 11 + 12, 0);
+  CHECK_ERR(accel_reduction(ctx, 0, ACCEL_SUM, D, 3, 2, X, (accel_strides){6, 0}, ACCEL_AXIS_ALL,
+                            NULL),
+            ACCEL_EINVAL);
+  CHECK(strstr(accel_last_error_detail(), "src at its strides") != NULL);
+  CHECK_ERR(accel_reduction(ctx, 0, ACCEL_SUM, X, 3, 4, X, full, ACCEL_AXIS_ALL, NULL),
+            ACCEL_EINVAL);
+  accel_buffer Z = buf_new(ctx, ACCEL_F64, 4);
+  CHECK_ERR(accel_reduction(ctx, 0, ACCEL_SUM, Z, 3, 4, X, full, ACCEL_AXIS_ALL, NULL),
+            ACCEL_EINVAL);
+  CHECK(strstr(accel_last_error_detail(), "different dtypes") != NULL);
+  CHECK_ERR(accel_reduction(ctx, 0, (accel_reduction_op)(ACCEL_MEAN + 1), D, 3, 4, X, full,
+                            ACCEL_AXIS_ALL, NULL),
+            ACCEL_EINVAL);
+  CHECK_ERR(accel_reduction(ctx, 0, ACCEL_SUM, D, 3, 4, X, full, (accel_axis)(ACCEL_AXIS_COLS + 1),
+                            NULL),
+            ACCEL_EINVAL);
+  CHECK_OK(accel_buffer_destroy(ctx, Z));
+  CHECK_OK(accel_buffer_destroy(ctx, X));
+  CHECK_OK(accel_buffer_destroy(ctx, D));
+  accel_close(ctx);
+}
+
 static void softmax_ref(const float *x, double *y, size_t rows, size_t cols) {
   for (size_t r = 0; r < rows; r++) {
     const float *row = x + r * cols;
@@ -830,6 +961,8 @@ static const test_case tests[] = {
     TEST_CASE(unary_math_ops),
     TEST_CASE(binary_ops_broadcast),
     TEST_CASE(binary_in_place_nan_and_limits),
+    TEST_CASE(reductions_random),
+    TEST_CASE(reduction_empty_and_limits),
     TEST_CASE(softmax_large_inputs),
     TEST_CASE(fill_u32_f32),
     TEST_CASE(copy_offsets),

@@ -304,7 +304,7 @@ static void check_complete(const be_ops *o) {
         o->blas->vector_dtypes && o->blas->gemm && o->blas->axpy && o->blas->dot && o->blas->scal);
   CHECK(o->rng && o->rng->version == BE_RNG_VERSION && o->rng->dtypes && o->rng->fill);
   CHECK(o->nn && o->nn->version == BE_NN_VERSION && o->nn->dtypes && o->nn->unary &&
-        o->nn->softmax && o->nn->binary);
+        o->nn->softmax && o->nn->binary && o->nn->reduce);
 }
 
 TEST(registry_lists_backends) {
@@ -1613,6 +1613,189 @@ TEST(kernel_binary) {
   each_device(kernel_binary_dev);
 }
 
+/* ---- reductions of a strided view ---- */
+
+static const char *const red_name[] = {"sum", "max", "min", "mean"};
+static const char *const axis_name[] = {"all", "rows", "cols"};
+
+/* How a case lays out its view: row-major, the transpose of a cols x rows matrix, rows with a
+ * gap of 3 elements after each (a slice of a wider matrix). */
+typedef enum { V_FULL, V_TRANSPOSED, V_PADDED } view;
+
+/* op over the view's elements whose (r, c) satisfy the axis and output o, in long double:
+ * the value, and the sum of magnitudes (the error bound of a sum scales with it). NaN in,
+ * NaN out for every op. */
+static long double red_ref(const be_reduction_args *g, uint32_t t, const uint8_t *x, size_t xo,
+                           uint64_t o, long double *mag) {
+  uint64_t r0 = 0, r1 = g->rows, c0 = 0, c1 = g->cols;
+  if (g->axis == BE_AXIS_ROWS)
+    c0 = o, c1 = o + 1;
+  else if (g->axis == BE_AXIS_COLS)
+    r0 = o, r1 = o + 1;
+  long double acc = g->op == BE_RED_MAX ? -INFINITY : g->op == BE_RED_MIN ? INFINITY : 0;
+  bool nan = false;
+  *mag = 0;
+  for (uint64_t r = r0; r < r1; r++)
+    for (uint64_t c = c0; c < c1; c++) {
+      long double v = tget(t, x, xo + r * g->rs + c * g->cs);
+      nan |= isnan(v);
+      *mag += fabsl(v);
+      acc = g->op == BE_RED_MAX   ? (v > acc ? v : acc)
+            : g->op == BE_RED_MIN ? (v < acc ? v : acc)
+                                  : acc + v;
+    }
+  uint64_t len = (r1 - r0) * (c1 - c0);
+  if (nan)
+    return NAN;
+  return g->op == BE_RED_MEAN ? acc / (long double)len : acc;
+}
+
+/* The bound a reduction is held to: max and min exact; a sum within len eps of its
+ * accumulator (f32 for every type but F64) times the sum of magnitudes, plus the output's own
+ * rounding; a mean that over len. */
+static double red_tol(uint32_t t, const be_reduction_args *g, double want, long double mag) {
+  if (g->op == BE_RED_MAX || g->op == BE_RED_MIN)
+    return 0;
+  double len = (double)be_reduction_length(g);
+  double acc = t == ACCEL_F64 ? DBL_EPSILON : FLT_EPSILON;
+  double bound = len * acc * (double)mag / (g->op == BE_RED_MEAN && len > 0 ? len : 1);
+  return bound + 2 * dt_u(t) * fabs(want) + dt_tiny(t);
+}
+
+/* One reduction of a random rows x cols view at random offsets against the reference, NaN
+ * planted at one element when `nan`; nothing of dst past the outputs written. */
+static void reduce_dt_case(fx *f, uint32_t t, be_reduction_op op, be_reduction_axis axis, view v,
+                           uint64_t rows, uint64_t cols, bool nan) {
+  be_reduction_args g = {.op = op, .axis = axis, .rows = rows, .cols = cols};
+  g.rs = v == V_FULL ? cols : v == V_PADDED ? cols + 3 : 1;
+  g.cs = v == V_TRANSPOSED ? rows : 1;
+  size_t so = rnd_range(0, 7), dof = rnd_range(0, 7), span = (size_t)be_reduction_span(&g);
+  size_t nout = (size_t)be_reduction_outputs(&g);
+  tbuf src = tbuf_new(f, t, so + span + 3, 0.5, 4), dst = tbuf_new(f, t, dof + nout + 3, 1, 2);
+  if (nan && span > 0) {
+    uint64_t r = rnd_range(0, rows - 1), c = rnd_range(0, cols - 1);
+    tset(t, src.host, so + r * g.rs + c * g.cs, NAN);
+  }
+  tbuf_put(f, &src);
+  tbuf_put(f, &dst);
+  CHECK_OK(B->nn->reduce(f->q, t, &g, dst.m, dof, src.m, so));
+  uint8_t *got = tbuf_read(f, &dst);
+  for (uint64_t o = 0; o < nout; o++) {
+    long double mag;
+    double want = (double)red_ref(&g, t, src.host, so, o, &mag);
+    double have = tget(t, got, dof + o);
+    if (isnan(want) || isnan(have)) {
+      if (isnan(want) != isnan(have))
+        TEST_FAIL("%s %s %s[%llu] of %llu x %llu: got %g, want %g", red_name[op], dt_name(t),
+                  axis_name[axis], (unsigned long long)o, (unsigned long long)rows,
+                  (unsigned long long)cols, have, want);
+      continue;
+    }
+    check_close(have, want, red_tol(t, &g, want, mag), red_name[op], o);
+  }
+  tcheck_outside(got, &dst, dof, nout);
+  free(got);
+  tbuf_free(f, &dst);
+  tbuf_free(f, &src);
+}
+
+/* Empty views: sum 0 and mean NaN of no elements; max and min refused where an output would
+ * fold nothing, accepted where there is no output. */
+static void reduce_empty(fx *f) {
+  tbuf d = tbuf_new(f, ACCEL_F32, 6, 1, 2), s = tbuf_new(f, ACCEL_F32, 4, 1, 2);
+  tbuf_put(f, &d);
+  tbuf_put(f, &s);
+  be_reduction_args g = {.op = BE_RED_SUM, .axis = BE_AXIS_ALL, .rows = 0, .cols = 5, .cs = 1};
+  CHECK_OK(B->nn->reduce(f->q, ACCEL_F32, &g, d.m, 0, s.m, 0));
+  g.op = BE_RED_MEAN;
+  CHECK_OK(B->nn->reduce(f->q, ACCEL_F32, &g, d.m, 1, s.m, 0));
+  g.axis = BE_AXIS_ROWS; /* 3 outputs, each of 0 rows: sums 0 into d[2..5) */
+  g.op = BE_RED_SUM;
+  g.cols = 3;
+  CHECK_OK(B->nn->reduce(f->q, ACCEL_F32, &g, d.m, 2, s.m, 0));
+  uint8_t *got = tbuf_read(f, &d);
+  CHECK(tget(ACCEL_F32, got, 0) == 0 && isnan(tget(ACCEL_F32, got, 1)));
+  for (size_t i = 2; i < 5; i++)
+    CHECK(tget(ACCEL_F32, got, i) == 0);
+  tcheck_outside(got, &d, 0, 5);
+  free(got);
+  for (be_reduction_op op = BE_RED_MAX; op <= BE_RED_MIN; op++) {
+    be_reduction_args e = {.op = op, .axis = BE_AXIS_ALL, .rows = 3, .cols = 0, .rs = 1};
+    CHECK_ERR(B->nn->reduce(f->q, ACCEL_F32, &e, d.m, 0, s.m, 0), ACCEL_EINVAL);
+    e.axis = BE_AXIS_COLS; /* three rows of nothing */
+    CHECK_ERR(B->nn->reduce(f->q, ACCEL_F32, &e, d.m, 0, s.m, 0), ACCEL_EINVAL);
+    e.axis = BE_AXIS_ROWS; /* no column: no output */
+    CHECK_OK(B->nn->reduce(f->q, ACCEL_F32, &e, d.m, 0, s.m, 0));
+  }
+  tbuf_free(f, &s);
+  tbuf_free(f, &d);
+}
+
+/* Refused before anything runs: outputs past dst's end, the view past src's end (each at the
+ * limit, then one element past), an unknown op or axis, a dtype the device does not run. */
+static void reduce_refusals(fx *f, uint32_t set) {
+  tbuf m = tbuf_new(f, ACCEL_F32, 64, 1, 2), d = tbuf_new(f, ACCEL_F32, 64, 1, 2);
+  tbuf_put(f, &m);
+  be_reduction_args g = {.op = BE_RED_SUM,
+                         .axis = BE_AXIS_COLS,
+                         .rows = 4,
+                         .cols = 4,
+                         .rs = 16,
+                         .cs = 1}; /* spans 3 * 16 + 3 + 1 = 52 elements, 4 outputs */
+  CHECK_OK(B->nn->reduce(f->q, ACCEL_F32, &g, d.m, 60, m.m, 12));
+  CHECK_ERR(B->nn->reduce(f->q, ACCEL_F32, &g, d.m, 61, m.m, 0), ACCEL_EINVAL);
+  CHECK_ERR(B->nn->reduce(f->q, ACCEL_F32, &g, d.m, 0, m.m, 13), ACCEL_EINVAL);
+  g.rs = 17; /* 55 elements */
+  CHECK_OK(B->nn->reduce(f->q, ACCEL_F32, &g, d.m, 0, m.m, 9));
+  CHECK_ERR(B->nn->reduce(f->q, ACCEL_F32, &g, d.m, 0, m.m, 10), ACCEL_EINVAL);
+  g.axis = BE_AXIS_ALL;
+  CHECK_OK(B->nn->reduce(f->q, ACCEL_F32, &g, d.m, 63, m.m, 0));
+  CHECK_ERR(B->nn->reduce(f->q, ACCEL_F32, &g, d.m, 64, m.m, 0), ACCEL_EINVAL);
+  g.op = (be_reduction_op)(BE_REDUCTION_OP_LAST + 1);
+  CHECK_ERR(B->nn->reduce(f->q, ACCEL_F32, &g, d.m, 0, m.m, 0), ACCEL_EINVAL);
+  g.op = BE_RED_SUM;
+  g.axis = (be_reduction_axis)(BE_REDUCTION_AXIS_LAST + 1);
+  CHECK_ERR(B->nn->reduce(f->q, ACCEL_F32, &g, d.m, 0, m.m, 0), ACCEL_EINVAL);
+  g.axis = BE_AXIS_ALL;
+  for (size_t x = 0; x < N_DTYPES; x++)
+    if (!in_set(set, all_dtypes[x]))
+      CHECK_ERR(B->nn->reduce(f->q, all_dtypes[x], &g, d.m, 0, m.m, 0), ACCEL_ENOTSUP);
+  tbuf_free(f, &d);
+  tbuf_free(f, &m);
+}
+
+static void kernel_reduce_dev(void) {
+  fx f = fx_open();
+  uint32_t set = B->nn->dtypes(f.d);
+  reduce_refusals(&f, set);
+  reduce_empty(&f);
+  for (size_t x = 0; x < N_DTYPES; x++) {
+    uint32_t t = all_dtypes[x];
+    if (!in_set(set, t))
+      continue;
+    printf("    sum, max, min, mean %s: all, rows, cols; full, transposed, padded; NaN\n",
+           dt_name(t));
+    for (be_reduction_op op = BE_RED_SUM; op <= BE_REDUCTION_OP_LAST; op++)
+      for (be_reduction_axis ax = BE_AXIS_ALL; ax <= BE_REDUCTION_AXIS_LAST; ax++) {
+        for (view v = V_FULL; v <= V_PADDED; v++)
+          reduce_dt_case(&f, t, op, ax, v, rnd_range(1, 70), rnd_range(1, 90), false);
+        reduce_dt_case(&f, t, op, ax, V_FULL, rnd_range(1, 40), rnd_range(1, 40), true);
+        reduce_dt_case(&f, t, op, ax, V_TRANSPOSED, 1, rnd_range(1, 300), false);
+      }
+    /* Long ones: the whole of 300000 elements (several blocks' partials on a GPU), and the
+     * columns of a tall matrix (a thread per output), each at the tolerance above. */
+    reduce_dt_case(&f, t, BE_RED_SUM, BE_AXIS_ALL, V_FULL, 300, 1000, false);
+    reduce_dt_case(&f, t, BE_RED_MAX, BE_AXIS_ALL, V_PADDED, 300, 1000, true);
+    reduce_dt_case(&f, t, BE_RED_MEAN, BE_AXIS_ROWS, V_FULL, 500, 700, false);
+    reduce_dt_case(&f, t, BE_RED_MIN, BE_AXIS_COLS, V_TRANSPOSED, 700, 500, false);
+  }
+  fx_close(&f);
+}
+
+TEST(kernel_reduce) {
+  each_device(kernel_reduce_dev);
+}
+
 static void kernel_nn_dtypes_dev(void) {
   fx f = fx_open();
   uint32_t set = B->nn->dtypes(f.d);
@@ -2268,6 +2451,7 @@ static const test_case tests[] = {
     TEST_CASE(kernel_vector_dtypes),
     TEST_CASE(kernel_nn_dtypes),
     TEST_CASE(kernel_binary),
+    TEST_CASE(kernel_reduce),
     TEST_CASE(kernel_rng_dtypes),
     TEST_CASE(kernel_fill_sizes),
     TEST_CASE(cpu_dtype_sets),

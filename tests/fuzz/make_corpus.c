@@ -179,6 +179,10 @@ static void ops(void) {
   bi.u.binary =
       (be_binary_args){.op = BE_DIV, .rows = 4, .cols = 4, .a_rs = 4, .a_cs = 1, .b_cs = 1};
   op("op-binary", bi, (proto_bytes){NULL, 0});
+  dev_op re = base_op(DEV_OP_REDUCE, 2); /* the columns of a transposed 4 x 4 matrix */
+  re.u.reduce = (be_reduction_args){
+      .op = BE_RED_MAX, .axis = BE_AXIS_ROWS, .rows = 4, .cols = 4, .rs = 1, .cs = 4};
+  op("op-reduce", re, (proto_bytes){NULL, 0});
   dev_op sm = base_op(DEV_OP_SOFTMAX, 2);
   sm.u.softmax.rows = 4;
   sm.u.softmax.cols = 4;

@@ -779,8 +779,34 @@ TEST(binary_round_trips) {
   proto_out_free(&o);
 }
 
+/* A reduction: the columns of a 3 x 4 view with padded rows; the last op and axis. */
+static dev_op reduce_of(void) {
+  dev_op op = op_of(DEV_OP_REDUCE, 2);
+  op.u.reduce = (be_reduction_args){
+      .op = BE_RED_MEAN, .axis = BE_AXIS_COLS, .rows = 3, .cols = 4, .rs = 6, .cs = 1};
+  return op;
+}
+
+/* Every field of a reduction comes back as it went. */
+TEST(reduce_round_trips) {
+  dev_op op = reduce_of(), back;
+  proto_out o;
+  proto_out_init(&o);
+  CHECK_OK(proto_encode_op(&o, 9, &op, (proto_bytes){NULL, 0}));
+  size_t len;
+  const uint8_t *body = only_body(&o, &len);
+  proto_bytes data;
+  CHECK_OK(proto_decode_op(body, len, &back, &data));
+  CHECK_EQ(back.h.kind, DEV_OP_REDUCE);
+  CHECK_EQ(back.nbufs, 2u);
+  CHECK(memcmp(&back.u.reduce, &op.u.reduce, sizeof op.u.reduce) == 0);
+  for (uint32_t i = 0; i < 2; i++)
+    CHECK_EQ(back.bufs[i].handle, op.bufs[i].handle);
+  proto_out_free(&o);
+}
+
 TEST(op_head_enums_at_the_limit_and_one_past) {
-  dev_op op = binary_of(); /* the last kind */
+  dev_op op = reduce_of(); /* the last kind */
   CHECK_EQ(op.h.kind, DEV_OP_KIND_COUNT_ - 1);
   CHECK_OK(op_decodes(&op));
   op.h.kind = DEV_OP_KIND_COUNT_;
@@ -825,6 +851,13 @@ TEST(op_payload_enums_at_the_limit_and_one_past) {
   op = binary_of();
   CHECK_OK(op_decodes(&op)); /* MINIMUM: the last */
   op.u.binary.op = (be_binary_op)(BE_BINARY_OP_LAST + 1);
+  CHECK_ERR(op_decodes(&op), ACCEL_EPROTO);
+  op = reduce_of();
+  CHECK_OK(op_decodes(&op)); /* MEAN and COLS: the last */
+  op.u.reduce.op = (be_reduction_op)(BE_REDUCTION_OP_LAST + 1);
+  CHECK_ERR(op_decodes(&op), ACCEL_EPROTO);
+  op = reduce_of();
+  op.u.reduce.axis = (be_reduction_axis)(BE_REDUCTION_AXIS_LAST + 1);
   CHECK_ERR(op_decodes(&op), ACCEL_EPROTO);
   op = op_of(DEV_OP_BUFFER_CREATE, 1);
   op.u.create.dtype = ACCEL_DTYPE_MAX_;
@@ -1304,6 +1337,7 @@ static const test_case tests[] = {
     TEST_CASE(next_frame_at_the_limits),
     TEST_CASE(collective_round_trips),
     TEST_CASE(binary_round_trips),
+    TEST_CASE(reduce_round_trips),
     TEST_CASE(op_head_enums_at_the_limit_and_one_past),
     TEST_CASE(op_payload_enums_at_the_limit_and_one_past),
     TEST_CASE(gemm_enums_at_the_limit_and_one_past),

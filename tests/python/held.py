@@ -25,6 +25,7 @@ def held(ctx, x, name):
 
 
 def values(arr):
-    """An accel array's contents as float64."""
+    """An accel array's contents as float64, in its shape (bfloat16's decoded bits too)."""
     out = arr.numpy()
-    return (accel.from_bfloat16(out) if arr.accel_dtype == "bfloat16" else out).astype(float)
+    got = accel.from_bfloat16(out) if arr.accel_dtype == "bfloat16" else out
+    return np.asarray(got).astype(float).reshape(arr.shape)

@@ -21,13 +21,14 @@ from ._kernels import In, InOut, Kernel, Module, Out, local
 from ._ops import (abs, add, all_gather, all_reduce, axpy, broadcast, divide, dot, exp, fill,
                    log, matmul, maximum, minimum, multiply, random_fill, relu, scal, sigmoid,
                    softmax, sqrt, subtract, tanh)
+from ._reduce import max, mean, min, sum
 
 __version__ = _lib.lib.accel_version().decode()
 
 __all__ = [
     "AccelError", "Array", "Context", "Device", "Future", "In", "InOut", "Kernel", "Module",
     "Out", "abs", "add", "all_gather", "all_reduce", "axpy", "broadcast", "bfloat16", "divide", "dot",
-    "exp", "fill", "from_bfloat16", "gather", "local", "log", "matmul", "maximum", "minimum", "multiply",
-    "open", "random_fill", "relu", "scal", "sigmoid", "softmax", "sqrt", "subtract", "tanh",
-    "to_bfloat16",
+    "exp", "fill", "from_bfloat16", "gather", "local", "log", "matmul", "max", "maximum", "mean", "min", "minimum",
+    "multiply", "open", "random_fill", "relu", "scal", "sigmoid", "softmax", "sqrt", "subtract", "sum",
+    "tanh", "to_bfloat16",
 ]

@@ -194,6 +194,39 @@ class Array:
         fut.output._made_by = fut
         return fut.output
 
+    # ---- reductions: on the device, an Array at once (0-d for axis=None), as numpy's ----
+
+    def sum(self, axis=None, keepdims=False):
+        """accel.sum(self, axis, keepdims)."""
+        from . import _reduce
+
+        return _reduce.sum(self, axis, keepdims)
+
+    def max(self, axis=None, keepdims=False):
+        """accel.max(self, axis, keepdims)."""
+        from . import _reduce
+
+        return _reduce.max(self, axis, keepdims)
+
+    def min(self, axis=None, keepdims=False):
+        """accel.min(self, axis, keepdims)."""
+        from . import _reduce
+
+        return _reduce.min(self, axis, keepdims)
+
+    def mean(self, axis=None, keepdims=False):
+        """accel.mean(self, axis, keepdims)."""
+        from . import _reduce
+
+        return _reduce.mean(self, axis, keepdims)
+
+    def __float__(self):
+        """The value of a one-element array (read back; bfloat16 decoded), as numpy's."""
+        if self.size != 1:
+            raise TypeError("only one-element arrays can be converted to Python scalars")
+        got = self.numpy().reshape(-1)
+        return float(_dtypes.from_bfloat16(got)[0] if self._code == _dtypes.BF16 else got[0])
+
     def write(self, src):
         """Future of writing `src` (array-like of this size, converted to this dtype) into
         the array. A C-contiguous source of the right dtype is not copied: it must not

@@ -169,6 +169,10 @@ _PROTOTYPES = {
         [ctx_p, device_t, _int, handle, _size, _size, handle, Strides, handle, Strides,
          _fut_out],
     ),
+    "accel_reduction": (
+        _int,
+        [ctx_p, device_t, _int, handle, _size, _size, handle, Strides, _int, _fut_out],
+    ),
     "accel_all_reduce": (
         _int,
         [ctx_p, ctypes.POINTER(device_t), ctypes.POINTER(handle), ctypes.c_uint32,
