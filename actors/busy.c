@@ -26,8 +26,8 @@ uint64_t dev_node_busy_total_ns(const dev_node *node, uint64_t now_ns) {
   return node->busy_ns + open;
 }
 
-const char *const dev_queue_names[DEV_Q_COUNT] = {"mem", "blas", "rng", "nn", "modules",
-                                                  "collectives"};
+const char *const dev_queue_names[DEV_Q_COUNT] = {"mem", "blas",    "rng",
+                                                  "nn",  "modules", "collectives"};
 
 const char *dev_task_label(const dev_task *t) {
   if (t->kind == DEV_TASK_OP) {

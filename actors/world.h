@@ -87,7 +87,7 @@ typedef struct dev_node {
   pthread_mutex_t build_mu;
   pthread_cond_t build_cv;
   uint32_t builds;
-  uint32_t modules_building;   /* module builds running now (reports) */
+  uint32_t modules_building;  /* module builds running now (reports) */
   uint64_t building_since_ms; /* when the first of them began */
   bool aborted; /* this incarnation's work was abandoned at a deadline (loop thread) */
   /* Ready tasks that met a full kernel mailbox, in order; the kernel actor drains them. */

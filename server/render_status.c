@@ -152,8 +152,9 @@ static void json_in_progress(sbuf *b, dev_world *w) {
     double s;
     uint32_t builds = dev_node_builds_running(&w->nodes[k], &s);
     if (builds)
-      sb_printf(b, "%s{\"device\":%d,\"queue\":\"build\",\"what\":\"module build\","
-                   "\"count\":%u,\"seconds\":%.3f}",
+      sb_printf(b,
+                "%s{\"device\":%d,\"queue\":\"build\",\"what\":\"module build\","
+                "\"count\":%u,\"seconds\":%.3f}",
                 n++ ? "," : "", w->nodes[k].device, builds, s);
   }
   sb_printf(b, "]");
