@@ -267,7 +267,8 @@ static int trace_start(srv_server *s, srv_conn *c, uint64_t max_events) {
     return ACCEL_EINVAL;
   int rc = dev_trace_start(s->world, (uint32_t)max_events);
   if (rc == 0)
-    accel_log(ACCEL_LOG_INFO, "server", "client %u (%s) started a trace", c->pipe, c->name);
+    accel_log(ACCEL_LOG_INFO, "server", "connection %u%s%s%s started a trace", c->pipe,
+              c->name[0] ? " ('" : "", c->name, c->name[0] ? "')" : "");
   return rc;
 }
 
