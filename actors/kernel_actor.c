@@ -20,6 +20,7 @@
 #include "runtime/alloc.h"
 #include "runtime/deadline.h"
 #include "runtime/future_help.h"
+#include "runtime/loop.h"
 #include "runtime/status.h"
 
 #define WATCHDOG_MS 250
@@ -177,7 +178,9 @@ static void inflight_finish(dev_inflight *f, int status) {
   dev_task *t = f->task;
   f->task = NULL;
   if (k) {
-    uint64_t now = rt_mono_ns();
+    /* the turn's start: at most a turn early, and no clock read per op */
+    uint64_t now = rt_turn_ns(k->node->world->rt);
+    now = now > f->t_submit_ns ? now : f->t_submit_ns;
     dev_node_busy_end(k->node, now);
     if (t && k->node->world->trace)
       dev_trace_task(k->node->world, t, f->t_submit_ns, now, status);
@@ -532,11 +535,13 @@ static int track_prepare(kernel_state *k, dev_task *t, dev_inflight **out) {
     return ACCEL_ENOMEM;
   int64_t asked = t->call ? t->call->op.h.deadline_ms : 0;
   uint64_t deadline = asked > 0 ? (uint64_t)asked : DEFAULT_DEADLINE_MS;
+  uint64_t now = rt_mono_ns(); /* the work is submitted right after: its start too */
   *f = (dev_inflight){.owner = k,
                       .task = t,
                       .be = k->node->be,
                       .how = strategy_of(k, t),
-                      .deadline_ms = rt_mono_ms() + deadline,
+                      .deadline_ms = now / 1000000u + deadline,
+                      .t_submit_ns = now,
                       .refs = 1,
                       .world = k->node->world};
   atomic_init(&f->early_status, EARLY_NONE);
@@ -574,7 +579,6 @@ static int arm(kernel_state *k, dev_inflight *f) {
 static bool track(kernel_state *k, dev_inflight *f) {
   rt_list_push_front(&k->inflight, &f->link);
   k->on_queue++;
-  f->t_submit_ns = rt_mono_ns();
   dev_node_busy_begin(k->node, f->t_submit_ns);
   log_large_transfer(k, f->task, 0, 0);
   if (k->node->world->trace)

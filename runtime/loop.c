@@ -28,6 +28,10 @@ RT_TLS bool rt_tls_wake_owed;
 static void on_turn(uv_idle_t *h);
 static void note_busy(accel_runtime *rt, uint64_t since_ns);
 
+uint64_t rt_turn_ns(accel_runtime *rt) {
+  return rt->turn_ns;
+}
+
 uint64_t rt_now_ms(accel_runtime *rt) {
   return uv_now(&rt->loop);
 }
@@ -233,6 +237,7 @@ static void run_turn(accel_runtime *rt) {
 /* The turn's one clock read is t0, its start: when work was last found, and the spin's
  * measure (a hop from actor to actor reads no clock). */
 static void run_turn_timed(accel_runtime *rt, uint64_t t0) {
+  rt->turn_ns = t0;
   bool worked = take_remote(rt) || rt->runq_head || rt->local_tasks.head;
   run_queued_actors(rt);
   rt_task *tasks = rt->local_tasks.head;

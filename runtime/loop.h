@@ -13,6 +13,10 @@
 /* The loop, for in-tree actors that own libuv handles (the daemon's server): loop thread
  * only; such handles must be closed in the actor's stop hook. */
 uv_loop_t *rt_uv_loop(accel_runtime *rt);
+/* When the turn now running began (CLOCK_MONOTONIC ns; the turn's one clock read): a time
+ * stamp for events the loop learns of, without a clock read each. Loop thread (or the thread
+ * running a borrowed turn). */
+uint64_t rt_turn_ns(accel_runtime *rt);
 /* Whether the calling thread runs some runtime's loop (or spawns on it before it runs). */
 bool rt_on_a_loop(void);
 

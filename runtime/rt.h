@@ -109,6 +109,7 @@ struct accel_runtime {
   uint64_t last_work_ns; /* when a turn last found something to do */
   uint64_t spin_ns;      /* how long the loop keeps turning after that before sleeping */
   uint32_t turn_hops;    /* actor runs a turn adds for actors woken during it (loop.c) */
+  uint64_t turn_ns;      /* when the current turn began (uv_hrtime: CLOCK_MONOTONIC) */
   uv_thread_t thread;
   bool has_thread;
   atomic_bool running;      /* the loop is running (run or start called, not finished) */

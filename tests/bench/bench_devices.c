@@ -28,13 +28,16 @@
  *      with completion = callback, sync and poll (accel_set_completion, per op; ops/4 ops per
  *      strategy per repetition); median, p10, p90, p99, mean and the share of ops over 1 ms,
  *      over every op of every repetition.
+ *   5. tracing: the indep and wait patterns of 2 in a context without a trace and in one with
+ *      ACCEL_TRACE set, alternating: the cost of a trace that records (its off cost is three
+ *      pointer tests per op).
  *
  * Usage: bench-devices [--quick] [--json] [--reps N] [--ops N] [--only LIST] [--rng-mib N]
  *   --quick      fewer repetitions and ops (a run well under a minute)
  *   --json       the figures as one JSON object on stdout (the tables go to stderr)
  *   --reps N     measured repetitions per benchmark (default 9, quick 5)
  *   --ops N      ops per repetition in benchmarks 2 and 4 (default 4000, quick 1500)
- *   --only LIST  comma-separated subset of sgemm,dgemm,overhead,rng,completion
+ *   --only LIST  comma-separated subset of sgemm,dgemm,overhead,rng,completion,trace
  *   --rng-mib N  size of the RNG / memset buffer in MiB (default 64)
  *   --profile P  only accel's side of overhead pattern P (indep, chain, wait), for perf or
  *                callgrind; --completion callback|sync|poll sets its ops' strategy
@@ -49,6 +52,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -76,7 +80,7 @@
 
 typedef struct bench_opts {
   int json, quick;
-  int run_sgemm, run_dgemm, run_overhead, run_rng, run_completion;
+  int run_sgemm, run_dgemm, run_overhead, run_rng, run_completion, run_trace;
   uint32_t reps;
   uint32_t ops;
   uint32_t rng_mib;
@@ -140,7 +144,7 @@ static uint64_t parse_u64(const char *name, const char *s) {
 }
 
 static void parse_only(bench_opts *o, const char *list) {
-  o->run_sgemm = o->run_dgemm = o->run_overhead = o->run_rng = o->run_completion = 0;
+  o->run_sgemm = o->run_dgemm = o->run_overhead = o->run_rng = o->run_completion = o->run_trace = 0;
   char buf[256];
   snprintf(buf, sizeof buf, "%s", list);
   char *save = NULL;
@@ -155,8 +159,11 @@ static void parse_only(bench_opts *o, const char *list) {
       o->run_rng = 1;
     else if (strcmp(w, "completion") == 0)
       o->run_completion = 1;
+    else if (strcmp(w, "trace") == 0)
+      o->run_trace = 1;
     else {
-      fprintf(stderr, "bench-devices: --only wants sgemm,dgemm,overhead,rng,completion; got '%s'\n",
+      fprintf(stderr,
+              "bench-devices: --only wants sgemm,dgemm,overhead,rng,completion,trace; got '%s'\n",
               w);
       exit(2);
     }
@@ -196,6 +203,7 @@ static void parse_opts(bench_opts *o, int argc, char **argv) {
                     .run_overhead = 1,
                     .run_rng = 1,
                     .run_completion = 1,
+                    .run_trace = 1,
                     .rng_mib = 64,
                     .profile = -1};
   const char *e;
@@ -808,38 +816,96 @@ static void overhead_profile(overhead_env *e, const bench_opts *o) {
   free(v);
 }
 
-static void bench_overhead(accel_ctx *ctx, const bench_opts *o) {
-  fprintf(out, "\n== 2. per-op overhead of a tiny op (N = %u ops per repetition) ==\n", o->ops);
-  overhead_env e = {.ctx = ctx, .n = o->ops};
-  e.bufs = xmalloc(e.n * sizeof *e.bufs);
-  e.host_u32 = xmalloc(e.n * sizeof *e.host_u32);
-  for (uint32_t i = 0; i < e.n; i++) {
-    check("buffer_create", accel_buffer_create(ctx, ACCEL_U32, 1, &e.bufs[i]));
-    e.host_u32[i] = (uint32_t)splitmix64();
+/* The buffers of the tiny-op patterns, on ctx. */
+static void overhead_setup(overhead_env *e, accel_ctx *ctx, uint32_t n) {
+  *e = (overhead_env){.ctx = ctx, .n = n};
+  e->bufs = xmalloc(e->n * sizeof *e->bufs);
+  e->host_u32 = xmalloc(e->n * sizeof *e->host_u32);
+  for (uint32_t i = 0; i < e->n; i++) {
+    check("buffer_create", accel_buffer_create(ctx, ACCEL_U32, 1, &e->bufs[i]));
+    e->host_u32[i] = (uint32_t)splitmix64();
   }
-  check("buffer_create", accel_buffer_create(ctx, ACCEL_U32, 1, &e.one));
-  check("buffer_create", accel_buffer_create(ctx, ACCEL_F32, 1, &e.x));
-  check("buffer_create", accel_buffer_create(ctx, ACCEL_F32, 1, &e.y));
+  check("buffer_create", accel_buffer_create(ctx, ACCEL_U32, 1, &e->one));
+  check("buffer_create", accel_buffer_create(ctx, ACCEL_F32, 1, &e->x));
+  check("buffer_create", accel_buffer_create(ctx, ACCEL_F32, 1, &e->y));
   float xy[2];
   fill_random(xy, ACCEL_F32, 2);
-  e.hx = xy[0];
-  e.hy = xy[1];
-  SUBMIT("write", accel_write(ctx, e.x, 0, &xy[0], 1, NULL));
-  SUBMIT("write", accel_write(ctx, e.y, 0, &xy[1], 1, NULL));
+  e->hx = xy[0];
+  e->hy = xy[1];
+  SUBMIT("write", accel_write(ctx, e->x, 0, &xy[0], 1, NULL));
+  SUBMIT("write", accel_write(ctx, e->y, 0, &xy[1], 1, NULL));
   check("finish", accel_finish(ctx, -1));
+}
 
+static void overhead_teardown(overhead_env *e) {
+  for (uint32_t i = 0; i < e->n; i++)
+    accel_buffer_destroy(e->ctx, e->bufs[i]);
+  accel_buffer_destroy(e->ctx, e->one);
+  accel_buffer_destroy(e->ctx, e->x);
+  accel_buffer_destroy(e->ctx, e->y);
+  check("finish", accel_finish(e->ctx, -1));
+  free(e->bufs);
+  free(e->host_u32);
+}
+
+static void bench_overhead(accel_ctx *ctx, const bench_opts *o) {
+  fprintf(out, "\n== 2. per-op overhead of a tiny op (N = %u ops per repetition) ==\n", o->ops);
+  overhead_env e;
+  overhead_setup(&e, ctx, o->ops);
   if (o->profile >= 0)
     overhead_profile(&e, o);
   else
     overhead_compare(&e, o);
-  for (uint32_t i = 0; i < e.n; i++)
-    accel_buffer_destroy(ctx, e.bufs[i]);
-  accel_buffer_destroy(ctx, e.one);
-  accel_buffer_destroy(ctx, e.x);
-  accel_buffer_destroy(ctx, e.y);
-  check("finish", accel_finish(ctx, -1));
-  free(e.bufs);
-  free(e.host_u32);
+  overhead_teardown(&e);
+}
+
+/* ---------------------------------------------------------------------------------------
+ * 5. What tracing costs: the tiny-op patterns in a context without a trace and in one with
+ * ACCEL_TRACE set, alternating. Off, an op meets three pointer tests more than before the trace
+ * existed; on, it records four events. */
+static void bench_trace(const bench_opts *o) {
+  fprintf(out, "\n== 5. tracing: tiny ops without and with ACCEL_TRACE (N = %u) ==\n", o->ops);
+  accel_ctx *ctx; /* a fresh context of its own too, so that both start alike */
+  check("accel_open", accel_open(&ctx, "embedded:"));
+  char path[] = "/tmp/accel-bench-trace-XXXXXX";
+  int fd = mkstemp(path);
+  if (fd < 0)
+    die("mkstemp", ACCEL_ESYS);
+  close(fd);
+  setenv("ACCEL_TRACE", path, 1);
+  accel_ctx *traced;
+  check("accel_open (traced)", accel_open(&traced, "embedded:"));
+  unsetenv("ACCEL_TRACE");
+  overhead_env e[2];
+  overhead_setup(&e[0], ctx, o->ops);
+  overhead_setup(&e[1], traced, o->ops);
+  static const int pats[] = {PAT_INDEP, PAT_WAIT};
+  fprintf(out, "%-8s %14s %14s %10s\n", "pattern", "off us/op", "on us/op", "on/off");
+  for (size_t p = 0; p < sizeof pats / sizeof pats[0]; p++) {
+    double off[64], on[64];
+    uint32_t reps = o->reps < 64 ? o->reps : 64;
+    accel_pattern(&e[0], pats[p]); /* warm-up */
+    accel_pattern(&e[1], pats[p]);
+    for (uint32_t r = 0; r < reps; r++) {
+      off[r] = accel_pattern(&e[0], pats[p]);
+      on[r] = accel_pattern(&e[1], pats[p]);
+    }
+    double moff = median(off, reps), mon = median(on, reps);
+    fprintf(out, "%-8s %14.3f %14.3f %10.3f\n", pat_name[pats[p]], moff * 1e6, mon * 1e6,
+            mon / moff);
+    char name[64];
+    snprintf(name, sizeof name, "trace_%s_on_over_off", pat_name[pats[p]]);
+    record(name, mon / moff, "x");
+  }
+  overhead_teardown(&e[0]);
+  overhead_teardown(&e[1]);
+  accel_close(ctx);
+  accel_close(traced); /* writes the trace */
+  struct stat st;
+  if (stat(path, &st) != 0 || st.st_size == 0)
+    die("the trace file", ACCEL_EIO);
+  fprintf(out, "(the trace of the traced context: %lld bytes)\n", (long long)st.st_size);
+  unlink(path);
 }
 
 /* ---------------------------------------------------------------------------------------
@@ -1016,7 +1082,7 @@ int main(int argc, char **argv) {
           sysconf(_SC_NPROCESSORS_ONLN), info.name, info.backend, info.compute_units, o.reps, o.ops,
           o.quick ? " (quick)" : "");
   if (o.profile >= 0)
-    o.run_sgemm = o.run_dgemm = o.run_rng = o.run_completion = 0, o.run_overhead = 1;
+    o.run_sgemm = o.run_dgemm = o.run_rng = o.run_completion = o.run_trace = 0, o.run_overhead = 1;
   double t0 = now_s();
   if (o.run_sgemm)
     bench_gemm(ctx, &o, ACCEL_F32);
@@ -1028,6 +1094,8 @@ int main(int argc, char **argv) {
     bench_rng(ctx, &o);
   if (o.run_completion)
     bench_completion(ctx, &o);
+  if (o.run_trace)
+    bench_trace(&o);
   accel_close(ctx);
   fprintf(out, "\ntotal %.1f s\n", now_s() - t0);
   if (o.json)
