@@ -174,6 +174,7 @@ struct dev_task {
   dev_task_state state;
   bool dispatched; /* sent to its kernel actor */
   bool counted;    /* a transfer the client counts in flight (on_transfer) until it is done */
+  uint8_t lane;    /* its session's lane in its kernel actor (lanes.h) */
   dev_task *overflow_next;
   int status;
   be_event *event; /* made when another queue first waits for this task; owned */

@@ -10,9 +10,12 @@
  *              stops nvidia-cuda-mps-control with directories of its own).
  * Rows: aggregate ops/s of all clients, and the median of the clients' median latencies (tiny
  * rows). Ratios printed: acceld ÷ MPS per N (GPU), and each mode's N ÷ 1 scaling.
+ * --fairness F: instead, one light client (tiny + wait) alone, then the same client while F
+ * others flood the same device through the same acceld (pipelined); its p50 and p99 latency in
+ * both, and the p99 ratio (target: at most 5).
  *
  * Usage: bench-clients [--device cpu|cuda] [--clients 1,8,32] [--seconds S] [--acceld PATH]
- *                      [--workers LIST] [--mps] [--quick]
+ *                      [--workers LIST] [--mps] [--quick] [--fairness F]
  * Exit status 0 unless a benchmark itself broke (a failed call, a client that died). */
 #include <signal.h>
 #include <stdbool.h>
@@ -40,6 +43,7 @@ typedef struct opts {
   double seconds;
   const char *acceld, *workers;
   int mps;
+  int fairness; /* flooders beside the light client; 0: the scaling table */
 } opts;
 
 typedef enum mode { TINY = 0, PIPELINED, RAW } mode;
@@ -47,8 +51,9 @@ typedef enum mode { TINY = 0, PIPELINED, RAW } mode;
 /* What one client sends back. */
 typedef struct result {
   int ok;
+  int mode;
   uint64_t ops;
-  double median_us;
+  double median_us, p99_us;
 } result;
 
 static double now_s(void) {
@@ -69,6 +74,11 @@ static double median_of(double *v, size_t n) {
   return v[n / 2];
 }
 
+/* v sorted (median_of sorts it). */
+static double p99_of(const double *v, size_t n) {
+  return n == 0 ? 0 : v[(size_t)((double)(n - 1) * 0.99)];
+}
+
 /* ---- one client process ---- */
 
 static int find_device(accel_ctx *ctx, const char *backend) {
@@ -82,7 +92,7 @@ static int find_device(accel_ctx *ctx, const char *backend) {
 
 /* Waits for the parent's go (one byte on `go`), then runs `m` until `seconds` have passed. */
 static result run_api(const char *url, mode m, const opts *o, int ready, int go) {
-  result r = {0};
+  result r = {.mode = m};
   accel_ctx *ctx;
   if (accel_open(&ctx, url) != 0)
     return r;
@@ -121,6 +131,7 @@ static result run_api(const char *url, mode m, const opts *o, int ready, int go)
   }
   r.ok = rc == 0;
   r.median_us = median_of(lat, n);
+  r.p99_us = p99_of(lat, n);
   accel_buffer_destroy(ctx, b);
   accel_close(ctx);
   return r;
@@ -184,8 +195,15 @@ typedef struct row {
   bool ok;
 } row;
 
-/* N clients at once; the row of their aggregate. */
+/* N clients at once, the first in mode m and the others in `others`; the row of their
+ * aggregate, and the first client's own result in *first (if given). */
+static row run_mixed(const char *url, mode m, mode others, int n, const opts *o, result *first);
+
 static row run_clients(const char *url, mode m, int n, const opts *o) {
+  return run_mixed(url, m, m, n, o, NULL);
+}
+
+static row run_mixed(const char *url, mode m, mode others, int n, const opts *o, result *first) {
   int ready[2], go[2], out[2];
   row w = {0};
   if (pipe(ready) != 0 || pipe(go) != 0 || pipe(out) != 0)
@@ -196,7 +214,7 @@ static row run_clients(const char *url, mode m, int n, const opts *o) {
     if (pids[i] == 0) {
       prctl(PR_SET_PDEATHSIG, SIGKILL);
       close(ready[0]), close(go[1]), close(out[0]);
-      client_main(url, m, o, ready[1], go[0], out[1]);
+      client_main(url, i == 0 ? m : others, o, ready[1], go[0], out[1]);
     }
   }
   close(ready[1]), close(go[0]), close(out[1]);
@@ -212,6 +230,8 @@ static row run_clients(const char *url, mode m, int n, const opts *o) {
   result r;
   while (got < n && read(out[0], &r, sizeof r) == (ssize_t)sizeof r) {
     w.ok = got == 0 ? r.ok : w.ok && r.ok;
+    if (first && (int)r.mode == (int)m && (m != others || got == 0))
+      *first = r;
     ops += r.ops;
     medians[got++] = r.median_us;
   }
@@ -322,6 +342,8 @@ static void parse(int argc, char **argv, opts *o) {
       o->workers = v, i++;
     else if (!strcmp(a, "--mps"))
       o->mps = 1;
+    else if (!strcmp(a, "--fairness") && v)
+      o->fairness = atoi(v), i++;
     else if (!strcmp(a, "--quick"))
       o->seconds = 1, parse_clients(o, "1,4");
   }
@@ -332,11 +354,34 @@ static void parse(int argc, char **argv, opts *o) {
   }
 }
 
+/* The light client alone, then beside `o->fairness` flooders. */
+static bool fairness(const char *url, const opts *o) {
+  result alone = {0}, beside = {0};
+  row a = run_mixed(url, TINY, TINY, 1, o, &alone);
+  row b = run_mixed(url, TINY, PIPELINED, 1 + o->fairness, o, &beside);
+  printf("| clients | light client p50 us | light client p99 us | flood kops/s "
+         "|\n|---|---|---|---|\n");
+  printf("| light alone | %.1f | %.1f | - |\n", alone.median_us, alone.p99_us);
+  printf("| light + %d flooding | %.1f | %.1f | %.1f |\n", o->fairness, beside.median_us,
+         beside.p99_us, b.kops - (double)beside.ops / o->seconds / 1e3);
+  printf("light client's p99 beside the flood ÷ alone: %.2f (target <= 5)\n",
+         alone.p99_us > 0 ? beside.p99_us / alone.p99_us : 0.0);
+  return a.ok && b.ok;
+}
+
 int main(int argc, char **argv) {
   opts o;
   parse(argc, argv, &o);
   char url[160];
   pid_t daemon = start_acceld(&o, url, sizeof url);
+  if (o.fairness > 0) {
+    printf("# bench-clients --fairness %d: device %s, %.1f s per row\n", o.fairness, o.device,
+           o.seconds);
+    bool ok = fairness(url, &o);
+    kill(daemon, SIGTERM);
+    waitpid(daemon, NULL, 0);
+    return ok ? 0 : 1;
+  }
   printf("# bench-clients: device %s, %.1f s per row, acceld workers %s\n", o.device, o.seconds,
          o.workers ? o.workers : "(default)");
   printf("| N | mode | aggregate kops/s | client median us |\n|---|---|---|---|\n");
