@@ -226,9 +226,15 @@ static int exec_softmax(dev_task *t, be_queue *q) {
                                   op->u.softmax.rows, op->u.softmax.cols);
 }
 
+/* The inputs' dtype: a comparison's dst is BOOL. */
 static int exec_binary(dev_task *t, be_queue *q) {
-  return t->node->be->nn->binary(q, t->buf[0]->dtype, &t->call->op.u.binary, mem_on(t, 0), 0,
+  return t->node->be->nn->binary(q, t->buf[1]->dtype, &t->call->op.u.binary, mem_on(t, 0), 0,
                                  mem_on(t, 1), 0, mem_on(t, 2), 0);
+}
+
+static int exec_where(dev_task *t, be_queue *q) {
+  return t->node->be->nn->where(q, t->buf[0]->dtype, &t->call->op.u.where, mem_on(t, 0), 0,
+                                mem_on(t, 1), 0, mem_on(t, 2), 0, mem_on(t, 3), 0);
 }
 
 static int exec_reduce(dev_task *t, be_queue *q) {

@@ -82,8 +82,9 @@ static bool package_runs(const dev_caps *c, uint32_t package, const dev_op *op, 
     return op->h.kind == DEV_OP_GEMM ? gemm_ok(c, &op->u.gemm) : has(c->vector_dtypes, dtype);
   case ACCEL_PKG_RNG:
     return op->u.rng.dist == BE_RNG_BITS ? dtype == ACCEL_U32 : has(c->rng_dtypes, dtype);
-  case ACCEL_PKG_NN:
-    return has(c->nn_dtypes, dtype);
+  case ACCEL_PKG_NN: /* the integers of binary and every dtype of where besides the floats */
+    return has(c->nn_dtypes, dtype) || op->h.kind == DEV_OP_WHERE ||
+           (op->h.kind == DEV_OP_BINARY && (dtype == ACCEL_I32 || dtype == ACCEL_U32));
   case ACCEL_PKG_MODULE: /* and the module built there: the session asks the module */
     return true;
   case ACCEL_PKG_COLLECTIVE: /* and the devices together: the session asks the backend */
@@ -96,7 +97,10 @@ static bool package_runs(const dev_caps *c, uint32_t package, const dev_op *op, 
 int dev_node_supports(const dev_node *node, const dev_op *op, dev_buffer *const bufs[]) {
   const dev_caps *c = &node->caps;
   const dev_op_info *info = dev_op_info_of(op->h.kind);
-  uint32_t dtype = op->nbufs ? bufs[0]->dtype : 0;
+  /* The dtype the op computes in: its first buffer's, but a binary op's inputs (a
+   * comparison writes BOOL whatever it compares). */
+  uint32_t first = op->h.kind == DEV_OP_BINARY ? 1 : 0;
+  uint32_t dtype = op->nbufs > first ? bufs[first]->dtype : 0;
   if (info == NULL)
     return ACCEL_EINVAL;
   if (info->package == 0)

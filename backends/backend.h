@@ -217,7 +217,7 @@ typedef struct be_ops {
 
 #define BE_BLAS_VERSION 1u
 #define BE_RNG_VERSION 1u
-#define BE_NN_VERSION 3u
+#define BE_NN_VERSION 4u
 #define BE_MODULE_VERSION 1u
 #define BE_COLL_VERSION 1u
 
@@ -251,7 +251,9 @@ typedef struct be_rng_pkg {
 
 typedef struct be_nn_pkg {
   uint32_t version; /* BE_NN_VERSION */
-  /* The dtypes of the element-wise ops and softmax on this device. */
+  /* The float dtypes of the nn ops on this device (unary, softmax, reduce, binary). Besides
+   * them every nn package of this version runs binary on I32 and U32 (be_binary_dtype_ok)
+   * and where on every dtype (BOOL included): placement counts on it (actors/support.c). */
   uint32_t (*dtypes)(be_device *dev);
   int (*unary)(be_queue *q, uint32_t dtype, be_unary_op op, be_mem dst, size_t dst_off, be_mem src,
                size_t src_off, size_t count);
@@ -259,8 +261,10 @@ typedef struct be_nn_pkg {
   int (*softmax)(be_queue *q, uint32_t dtype, be_mem dst, size_t dst_off, be_mem src,
                  size_t src_off, size_t rows, size_t cols);
   /* dst = a op b element-wise over g->rows x g->cols, the inputs broadcast by their strides
-   * (ops/args.h); arithmetic in the dtype (F32 for F16 and BF16), rounded once. dst may be
-   * an input only where that input is read in step (strides (cols, 1)). */
+   * (ops/args.h); dtype is the inputs'. Arithmetic writes dtype, computed in it (F32 for F16
+   * and BF16, rounded once; I32 and U32 wrap); comparisons write BOOL (0 or 1). dst may be
+   * an input only where that input is read in step (strides (cols, 1)). ACCEL_EINVAL for an
+   * op the dtype does not take (be_binary_dtype_ok: DIV of integers). */
   int (*binary)(be_queue *q, uint32_t dtype, const be_binary_args *g, be_mem dst, size_t dst_off,
                 be_mem a, size_t a_off, be_mem b, size_t b_off);
   /* dst[0 .. be_reduction_outputs) = g->op folded over src's view (ops/args.h), accumulated
@@ -268,6 +272,11 @@ typedef struct be_nn_pkg {
    * min propagate NaN. dst is never src. ACCEL_EINVAL for max or min of no elements. */
   int (*reduce)(be_queue *q, uint32_t dtype, const be_reduction_args *g, be_mem dst, size_t dst_off,
                 be_mem src, size_t src_off);
+  /* dst = cond ? a : b element-wise over g->rows x g->cols (ops/args.h be_where_args): cond
+   * BOOL (nonzero true), dst, a and b of dtype, moved as bits. dst may be an input only where
+   * it is read in step. */
+  int (*where)(be_queue *q, uint32_t dtype, const be_where_args *g, be_mem dst, size_t dst_off,
+               be_mem cond, size_t c_off, be_mem a, size_t a_off, be_mem b, size_t b_off);
 } be_nn_pkg;
 
 /* ---- user kernels (the `module` package) ----------------------------------------------------

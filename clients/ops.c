@@ -7,6 +7,7 @@
 #include "clients/ctx.h"
 #include "ops/dtype_conv.h"
 #include "runtime/alloc.h"
+#include "runtime/error_detail.h"
 
 static dev_call *new_call(accel_ctx *ctx, uint32_t kind) {
   return dev_call_alloc(ctx->call_pool, kind);
@@ -100,6 +101,11 @@ static int element_bits(accel_dtype dtype, double value, uint64_t *bits) {
     if (!(value >= -2147483648.0 && value <= 2147483647.0) || value != (double)(int32_t)value)
       return ACCEL_EINVAL;
     *bits = (uint32_t)(int32_t)value;
+    return 0;
+  case ACCEL_BOOL:
+    if (value != 0.0 && value != 1.0)
+      return rt_error_detail(ACCEL_EINVAL, "fill: a bool is 0 or 1, not %g", value);
+    *bits = value == 1.0;
     return 0;
   }
   return ACCEL_EINVAL;
@@ -296,16 +302,14 @@ static int elementwise(accel_ctx *ctx, accel_device dev, uint32_t kind, be_unary
 _Static_assert((int)ACCEL_ADD == (int)BE_ADD && (int)ACCEL_MINIMUM == (int)BE_MINIMUM,
                "accel_binary_op is be_binary_op");
 
-int accel_binary(accel_ctx *ctx, accel_device dev, accel_binary_op bop, accel_buffer dst,
-                 size_t rows, size_t cols, accel_buffer a, accel_strides a_strides, accel_buffer b,
-                 accel_strides b_strides, accel_future **f) {
-  if ((unsigned)bop > BE_BINARY_OP_LAST)
-    return ACCEL_EINVAL;
+static int binary(accel_ctx *ctx, accel_device dev, be_binary_op bop, accel_buffer dst, size_t rows,
+                  size_t cols, accel_buffer a, accel_strides a_strides, accel_buffer b,
+                  accel_strides b_strides, accel_future **f) {
   dev_call *call = ctx ? new_call(ctx, DEV_OP_BINARY) : NULL;
   if (call == NULL)
     return ctx ? ACCEL_ENOMEM : ACCEL_EINVAL;
   dev_op *op = &call->op;
-  op->u.binary = (be_binary_args){.op = (be_binary_op)bop,
+  op->u.binary = (be_binary_args){.op = bop,
                                   .rows = rows,
                                   .cols = cols,
                                   .a_rs = a_strides.row,
@@ -313,6 +317,50 @@ int accel_binary(accel_ctx *ctx, accel_device dev, accel_binary_op bop, accel_bu
                                   .b_rs = b_strides.row,
                                   .b_cs = b_strides.col};
   add_buf(op, dst, 0, 0);
+  add_buf(op, a, 0, 0);
+  add_buf(op, b, 0, 0);
+  return client_submit(ctx, call, dev, f);
+}
+
+int accel_binary(accel_ctx *ctx, accel_device dev, accel_binary_op bop, accel_buffer dst,
+                 size_t rows, size_t cols, accel_buffer a, accel_strides a_strides, accel_buffer b,
+                 accel_strides b_strides, accel_future **f) {
+  if ((unsigned)bop > BE_BINARY_ARITH_LAST)
+    return rt_error_detail(ACCEL_EINVAL, "accel_binary: no op %u (add .. minimum)", (unsigned)bop);
+  return binary(ctx, dev, (be_binary_op)bop, dst, rows, cols, a, a_strides, b, b_strides, f);
+}
+
+_Static_assert((int)BE_EQUAL + (int)ACCEL_GREATER_EQUAL == (int)BE_GREATER_EQUAL &&
+                   (int)ACCEL_EQUAL == 0,
+               "accel_compare_op is be_binary_op's comparisons, from BE_EQUAL");
+
+int accel_compare(accel_ctx *ctx, accel_device dev, accel_compare_op cop, accel_buffer dst,
+                  size_t rows, size_t cols, accel_buffer a, accel_strides a_strides, accel_buffer b,
+                  accel_strides b_strides, accel_future **f) {
+  if ((unsigned)cop > ACCEL_GREATER_EQUAL)
+    return rt_error_detail(ACCEL_EINVAL, "accel_compare: no op %u (equal .. greater_equal)",
+                           (unsigned)cop);
+  return binary(ctx, dev, (be_binary_op)(BE_EQUAL + (int)cop), dst, rows, cols, a, a_strides, b,
+                b_strides, f);
+}
+
+int accel_where(accel_ctx *ctx, accel_device dev, accel_buffer dst, size_t rows, size_t cols,
+                accel_buffer cond, accel_strides c_strides, accel_buffer a, accel_strides a_strides,
+                accel_buffer b, accel_strides b_strides, accel_future **f) {
+  dev_call *call = ctx ? new_call(ctx, DEV_OP_WHERE) : NULL;
+  if (call == NULL)
+    return ctx ? ACCEL_ENOMEM : ACCEL_EINVAL;
+  dev_op *op = &call->op;
+  op->u.where = (be_where_args){.rows = rows,
+                                .cols = cols,
+                                .c_rs = c_strides.row,
+                                .c_cs = c_strides.col,
+                                .a_rs = a_strides.row,
+                                .a_cs = a_strides.col,
+                                .b_rs = b_strides.row,
+                                .b_cs = b_strides.col};
+  add_buf(op, dst, 0, 0);
+  add_buf(op, cond, 0, 0);
   add_buf(op, a, 0, 0);
   add_buf(op, b, 0, 0);
   return client_submit(ctx, call, dev, f);

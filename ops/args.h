@@ -9,6 +9,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "accel/dtype.h"
+
 /* Element-wise functions of one input (values on the wire: append only). */
 typedef enum be_unary_op {
   BE_SIGMOID = 0,
@@ -21,17 +23,41 @@ typedef enum be_unary_op {
 } be_unary_op;
 #define BE_UNARY_OP_LAST BE_ABS
 
-/* Element-wise functions of two inputs. MAXIMUM and MINIMUM propagate NaN (as numpy's
- * maximum and minimum do). */
+/* Element-wise functions of two inputs (values on the wire: append only). The arithmetic
+ * (ADD .. MINIMUM) writes the inputs' dtype: floats, and I32 and U32 wrapping as two's
+ * complement does (numpy's), DIV excepted (numpy's `/` of integers gives floats). MAXIMUM and
+ * MINIMUM propagate NaN (as numpy's maximum and minimum do). The comparisons (EQUAL ..
+ * GREATER_EQUAL) write BOOL, 1 where true: IEEE's, so a NaN is only NOT_EQUAL to anything. */
 typedef enum be_binary_op {
   BE_ADD = 0,
   BE_SUB,
   BE_MUL,
   BE_DIV,
   BE_MAXIMUM,
-  BE_MINIMUM
+  BE_MINIMUM,
+  BE_EQUAL,
+  BE_NOT_EQUAL,
+  BE_LESS,
+  BE_LESS_EQUAL,
+  BE_GREATER,
+  BE_GREATER_EQUAL
 } be_binary_op;
-#define BE_BINARY_OP_LAST BE_MINIMUM
+#define BE_BINARY_ARITH_LAST BE_MINIMUM
+#define BE_BINARY_OP_LAST BE_GREATER_EQUAL
+
+/* Whether op compares (its dst is BOOL). */
+static inline bool be_binary_compares(be_binary_op op) {
+  return op > BE_BINARY_ARITH_LAST && op <= BE_BINARY_OP_LAST;
+}
+
+/* Whether the binary ops run on the inputs' dtype: op is known, of a dtype it takes (the
+ * floats, I32 and U32; DIV the floats only). Every backend checks it before it runs one. */
+static inline bool be_binary_dtype_ok(be_binary_op op, uint32_t dtype) {
+  bool is_int = dtype == ACCEL_I32 || dtype == ACCEL_U32;
+  bool is_float = dtype == ACCEL_F32 || dtype == ACCEL_F64 || dtype == ACCEL_F16 ||
+                  dtype == ACCEL_BF16;
+  return op <= BE_BINARY_OP_LAST && (is_float || (is_int && op != BE_DIV));
+}
 
 /* dst, a rows x cols row-major matrix (contiguous), = a op b element-wise, where each input's
  * element (r, c) lies r * rs + c * cs elements from its start. A stride of 0 repeats the input
@@ -60,6 +86,27 @@ static inline uint64_t be_binary_span(const be_binary_args *g, uint64_t rs, uint
 static inline size_t be_binary_span_size(const be_binary_args *g, uint64_t rs, uint64_t cs) {
   uint64_t n = be_binary_span(g, rs, cs);
   return n > SIZE_MAX ? SIZE_MAX : (size_t)n;
+}
+
+/* dst = cond ? a : b element-wise over rows x cols (dst contiguous, row-major), each input
+ * read at its strides as be_binary_args' (a 0 stride broadcasts). cond is BOOL (any byte but
+ * 0 is true); dst, a and b share a dtype, any (BOOL included): the select moves bits. */
+typedef struct be_where_args {
+  uint64_t rows, cols;
+  uint64_t c_rs, c_cs; /* cond's strides, in elements */
+  uint64_t a_rs, a_cs;
+  uint64_t b_rs, b_cs;
+} be_where_args;
+
+/* The elements input (rs, cs) spans, as be_binary_span (and as a size for a backend). */
+static inline uint64_t be_where_span(const be_where_args *g, uint64_t rs, uint64_t cs) {
+  be_binary_args v = {.rows = g->rows, .cols = g->cols};
+  return be_binary_span(&v, rs, cs);
+}
+
+static inline size_t be_where_span_size(const be_where_args *g, uint64_t rs, uint64_t cs) {
+  be_binary_args v = {.rows = g->rows, .cols = g->cols};
+  return be_binary_span_size(&v, rs, cs);
 }
 
 /* Reductions of a 2-D strided view (values on the wire: append only). MAX and MIN propagate

@@ -84,11 +84,14 @@ static int check_copy(dev_op *op, const dev_buf_info *b) {
 }
 
 #define shape_fill shape_none
-/* The value's bits beyond the element's size must be 0. */
+/* The value's bits beyond the element's size must be 0; a bool's value 0 or 1. */
 static int check_fill(dev_op *op, const dev_buf_info *b) {
   uint32_t size = be_dtype_size(b[0].dtype);
   if (size < 8 && op->u.fill.value >> (8 * size) != 0)
     return ACCEL_EINVAL;
+  if (b[0].dtype == ACCEL_BOOL && op->u.fill.value > 1)
+    return rt_error_detail(ACCEL_EINVAL, "fill: a bool is 0 or 1, not %llu",
+                           (unsigned long long)op->u.fill.value);
   set_access(op, 0, DEV_WRITE_ALL, 0, b[0].count);
   return 0;
 }
@@ -220,9 +223,30 @@ static int shape_binary(const dev_op *op) {
   return 0;
 }
 
-/* Strides that read element i where dst writes element i. */
-static bool binary_in_step(const be_binary_args *g, uint64_t rs, uint64_t cs) {
-  return (g->rows <= 1 || rs == g->cols) && (g->cols <= 1 || cs == 1);
+/* Strides that read element i where a rows x cols dst writes element i. */
+static bool in_step(uint64_t rows, uint64_t cols, uint64_t rs, uint64_t cs) {
+  return (rows <= 1 || rs == cols) && (cols <= 1 || cs == 1);
+}
+
+/* a and b of one dtype the op takes; dst of that dtype (arithmetic) or BOOL (comparisons). */
+static int binary_dtypes(const be_binary_args *g, const dev_buf_info *b) {
+  if (b[1].dtype != b[2].dtype)
+    return rt_error_detail(ACCEL_EINVAL, "binary: a and b of different dtypes (%s and %s)",
+                           dev_dtype_name(b[1].dtype), dev_dtype_name(b[2].dtype));
+  if (g->op == BE_DIV && (b[1].dtype == ACCEL_I32 || b[1].dtype == ACCEL_U32))
+    return rt_error_detail(ACCEL_EINVAL,
+                           "binary: no divide of %s (numpy's / of integers gives floats: "
+                           "convert to a float dtype first)",
+                           dev_dtype_name(b[1].dtype));
+  if (!be_binary_dtype_ok(g->op, b[1].dtype))
+    return rt_error_detail(ACCEL_EINVAL,
+                           "binary: inputs of %s (it takes f32, f64, f16, bf16, i32, u32)",
+                           dev_dtype_name(b[1].dtype));
+  uint32_t want = be_binary_compares(g->op) ? ACCEL_BOOL : b[1].dtype;
+  if (b[0].dtype != want)
+    return rt_error_detail(ACCEL_EINVAL, "binary: dst is %s where the op writes %s",
+                           dev_dtype_name(b[0].dtype), dev_dtype_name(want));
+  return 0;
 }
 
 /* dst may be an input only where that input is read in step with the writes (in place). */
@@ -230,6 +254,9 @@ static int check_binary(dev_op *op, const dev_buf_info *b) {
   const be_binary_args *g = &op->u.binary;
   uint64_t n = g->rows * g->cols; /* checked by the shape */
   uint64_t ea = be_binary_span(g, g->a_rs, g->a_cs), eb = be_binary_span(g, g->b_rs, g->b_cs);
+  int rc = binary_dtypes(g, b);
+  if (rc != 0)
+    return rc;
   if (n > b[0].count)
     return past_end("dst (rows x cols)", 0, n, b[0].count);
   if (ea > b[1].count)
@@ -238,12 +265,48 @@ static int check_binary(dev_op *op, const dev_buf_info *b) {
     return past_end("b at its strides", 0, eb, b[2].count);
   bool in_a = op->bufs[0].handle == op->bufs[1].handle;
   bool in_b = op->bufs[0].handle == op->bufs[2].handle;
-  if ((in_a && !binary_in_step(g, g->a_rs, g->a_cs)) ||
-      (in_b && !binary_in_step(g, g->b_rs, g->b_cs)))
+  if ((in_a && !in_step(g->rows, g->cols, g->a_rs, g->a_cs)) ||
+      (in_b && !in_step(g->rows, g->cols, g->b_rs, g->b_cs)))
     return rt_error_detail(ACCEL_EINVAL, "dst is an input read at other strides than dst's");
   set_access(op, 0, in_a || in_b ? DEV_RW : DEV_WRITE_ALL, 0, n);
   set_access(op, 1, DEV_READ, 0, ea);
   set_access(op, 2, DEV_READ, 0, eb);
+  return 0;
+}
+
+static int shape_where(const dev_op *op) {
+  const be_where_args *g = &op->u.where;
+  return g->cols != 0 && g->rows > UINT64_MAX / g->cols ? ACCEL_EINVAL : 0;
+}
+
+/* cond BOOL; dst, a and b of one dtype (any); each input read in step if it is dst. */
+static int check_where(dev_op *op, const dev_buf_info *b) {
+  const be_where_args *g = &op->u.where;
+  static const char *const what[4] = {"dst (rows x cols)", "cond at its strides",
+                                      "a at its strides", "b at its strides"};
+  uint64_t span[4] = {g->rows * g->cols, be_where_span(g, g->c_rs, g->c_cs),
+                      be_where_span(g, g->a_rs, g->a_cs), be_where_span(g, g->b_rs, g->b_cs)};
+  const uint64_t rs[4] = {g->cols, g->c_rs, g->a_rs, g->b_rs},
+                 cs[4] = {1, g->c_cs, g->a_cs, g->b_cs};
+  if (b[1].dtype != ACCEL_BOOL)
+    return rt_error_detail(ACCEL_EINVAL, "where: cond is %s, not bool", dev_dtype_name(b[1].dtype));
+  if (b[2].dtype != b[0].dtype || b[3].dtype != b[0].dtype)
+    return rt_error_detail(ACCEL_EINVAL, "where: dst, a and b of different dtypes (%s, %s, %s)",
+                           dev_dtype_name(b[0].dtype), dev_dtype_name(b[2].dtype),
+                           dev_dtype_name(b[3].dtype));
+  bool in_place = false;
+  for (uint32_t i = 0; i < 4; i++) {
+    if (span[i] > b[i].count)
+      return past_end(what[i], 0, span[i], b[i].count);
+    if (i == 0 || op->bufs[i].handle != op->bufs[0].handle)
+      continue;
+    if (!in_step(g->rows, g->cols, rs[i], cs[i]))
+      return rt_error_detail(ACCEL_EINVAL, "where: dst is an input read at other strides");
+    in_place = true;
+  }
+  set_access(op, 0, in_place ? DEV_RW : DEV_WRITE_ALL, 0, span[0]);
+  for (uint32_t i = 1; i < 4; i++)
+    set_access(op, i, DEV_READ, 0, span[i]);
   return 0;
 }
 

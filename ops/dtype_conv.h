@@ -83,6 +83,8 @@ static inline uint32_t be_dtype_size(uint32_t dtype) {
   case ACCEL_F16:
   case ACCEL_BF16:
     return 2;
+  case ACCEL_BOOL:
+    return 1;
   default:
     return 0;
   }

@@ -44,7 +44,8 @@ const char *dev_dtype_name(uint32_t dtype);
  * so no valid copy has to be brought in first when it covers the whole buffer. */
 enum dev_access { DEV_READ = 1, DEV_WRITE = 2, DEV_RW = 3, DEV_WRITE_ALL = 6 };
 
-#define DEV_OP_MAX_BUFS 16 /* a launch's buffers (ACCEL_LAUNCH_MAX_BUFFERS); others take 3 */
+#define DEV_OP_MAX_BUFS                                                                            \
+  16 /* a launch's buffers (ACCEL_LAUNCH_MAX_BUFFERS); others take 4 at most */
 
 #define DEV_MODULE_MAX_OPTIONS 4096u     /* bytes of compiler options */
 #define DEV_MODULE_MAX_CODE (256u << 20) /* bytes of code (acceld: also one frame) */
@@ -116,6 +117,7 @@ typedef struct dev_op {
       uint64_t rows, cols;
     } softmax;                /* bufs: dst, src */
     be_binary_args binary;    /* bufs: dst, a, b */
+    be_where_args where;      /* bufs: dst, cond, a, b */
     be_reduction_args reduce; /* bufs: dst, src */
     struct {
       uint32_t dtype;

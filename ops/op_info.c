@@ -6,6 +6,7 @@
 #define NBUFS_OF_1 1u
 #define NBUFS_OF_2 2u
 #define NBUFS_OF_3 3u
+#define NBUFS_OF_4 4u
 #define PKG_CORE 0u
 #define PKG_BLAS ACCEL_PKG_BLAS
 #define PKG_RNG ACCEL_PKG_RNG
@@ -20,8 +21,8 @@ static const dev_op_info rows[DEV_OP_KIND_COUNT_] = {DEV_OP_TABLE(INFO_ROW)};
 
 const char *dev_dtype_name(uint32_t dtype) {
   static const char *const names[ACCEL_DTYPE_MAX_ + 1] = {
-      [ACCEL_F32] = "f32", [ACCEL_U32] = "u32",   [ACCEL_F64] = "f64",
-      [ACCEL_F16] = "f16", [ACCEL_BF16] = "bf16", [ACCEL_I32] = "i32"};
+      [ACCEL_F32] = "f32",   [ACCEL_U32] = "u32", [ACCEL_F64] = "f64",  [ACCEL_F16] = "f16",
+      [ACCEL_BF16] = "bf16", [ACCEL_I32] = "i32", [ACCEL_BOOL] = "bool"};
   return dtype <= ACCEL_DTYPE_MAX_ && names[dtype] ? names[dtype] : "?";
 }
 

@@ -43,8 +43,9 @@
   X(MODULE_UNLOAD,  module_unload,  "module_unload",  1,   ANY,   CORE,       MEM,  SESSION)  \
   X(LAUNCH,         launch,         "launch",         OWN, ANY,   MODULE,     MOD,  TASK)     \
   X(COLLECTIVE,     collective,     "collective",     OWN, FLOAT, COLLECTIVE, COLL, TASK)     \
-  X(BINARY,         binary,         "binary",         3,   FLOAT, NN,         NN,   TASK)     \
-  X(REDUCE,         reduce,         "reduce",         2,   FLOAT, NN,         NN,   TASK)
+  X(BINARY,         binary,         "binary",         3,   ANY,   NN,         NN,   TASK)     \
+  X(REDUCE,         reduce,         "reduce",         2,   FLOAT, NN,         NN,   TASK)     \
+  X(WHERE,          where,          "where",          4,   ANY,   NN,         NN,   TASK)
 /* clang-format on */
 
 #endif

@@ -261,6 +261,31 @@ static uint64_t get_reduce(reader *r, dev_op *op, proto_bytes *options) {
   return 0;
 }
 
+static void put_where(proto_out *o, const dev_op *op, size_t data_len) {
+  const be_where_args *g = &op->u.where;
+  put_u64(o, g->rows);
+  put_u64(o, g->cols);
+  put_u64(o, g->c_rs);
+  put_u64(o, g->c_cs);
+  put_u64(o, g->a_rs);
+  put_u64(o, g->a_cs);
+  put_u64(o, g->b_rs);
+  put_u64(o, g->b_cs);
+}
+
+static uint64_t get_where(reader *r, dev_op *op, proto_bytes *options) {
+  be_where_args *g = &op->u.where;
+  g->rows = get_u64(r);
+  g->cols = get_u64(r);
+  g->c_rs = get_u64(r);
+  g->c_cs = get_u64(r);
+  g->a_rs = get_u64(r);
+  g->a_cs = get_u64(r);
+  g->b_rs = get_u64(r);
+  g->b_cs = get_u64(r);
+  return 0;
+}
+
 /* Enums here; the rest by the checker (dev_op_check_shape). */
 static uint64_t get_collective(reader *r, dev_op *op, proto_bytes *options) {
   op->u.coll.kind = get_u32(r);

@@ -33,8 +33,8 @@ static const char *kind_name(be_device_kind kind) {
 /* ---- packages and dtypes ---- */
 
 static const char *const dtype_names[ACCEL_DTYPE_MAX_ + 1] = {
-    [ACCEL_F32] = "f32", [ACCEL_U32] = "u32",   [ACCEL_F64] = "f64",
-    [ACCEL_F16] = "f16", [ACCEL_BF16] = "bf16", [ACCEL_I32] = "i32"};
+    [ACCEL_F32] = "f32",   [ACCEL_U32] = "u32", [ACCEL_F64] = "f64",  [ACCEL_F16] = "f16",
+    [ACCEL_BF16] = "bf16", [ACCEL_I32] = "i32", [ACCEL_BOOL] = "bool"};
 
 /* The dtypes of a set, space-separated (text) or as a JSON array. */
 static void dtype_list(sbuf *b, uint32_t set, bool json) {

@@ -107,10 +107,16 @@ int be_cpu_softmax_f32(float *y, const float *x, size_t rows, size_t cols);
 int be_cpu_unary(uint32_t dtype, be_unary_op op, void *y, const void *x, size_t n);
 int be_cpu_softmax(uint32_t dtype, void *y, const void *x, size_t rows, size_t cols);
 
-/* dst = a op b over g->rows x g->cols, the inputs read at their strides (binary.c); the same
- * dtypes, F16 and BF16 computed in f32 and rounded once. ACCEL_EINVAL for an unknown op,
- * ACCEL_ENOTSUP for another dtype. */
+/* dst = a op b over g->rows x g->cols, the inputs read at their strides (binary.c); dtype is
+ * the inputs': the arithmetic writes it (F16 and BF16 computed in f32 and rounded once, I32
+ * and U32 wrapping), the comparisons write bytes 0 or 1. ACCEL_EINVAL for an op the dtype does
+ * not take (be_binary_dtype_ok), ACCEL_ENOTSUP for another dtype. */
 int be_cpu_binary(uint32_t dtype, const be_binary_args *g, void *dst, const void *a, const void *b);
+
+/* dst = cond ? a : b over g->rows x g->cols (binary.c), cond bytes (nonzero true), the others
+ * elements of dtype moved as bits. */
+int be_cpu_where(uint32_t dtype, const be_where_args *g, void *dst, const void *cond, const void *a,
+                 const void *b);
 
 /* dst = g->op folded over src's view (reduce.c), accumulated in double (contiguous F32 in
  * float blocks), rounded once to the dtype; no scratch. ACCEL_EINVAL for an unknown op or axis or

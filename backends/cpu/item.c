@@ -67,6 +67,9 @@ int be_cpu_item_run(const be_cpu_item *it) {
                          it->u.binary.b);
   case BE_CPU_REDUCE:
     return be_cpu_reduce(it->u.reduce.dtype, &it->u.reduce.g, it->u.reduce.dst, it->u.reduce.src);
+  case BE_CPU_WHERE:
+    return be_cpu_where(it->u.where.dtype, &it->u.where.g, it->u.where.dst, it->u.where.cond,
+                        it->u.where.a, it->u.where.b);
   case BE_CPU_COLLECTIVE:
     return be_cpu_collective_run(it);
   case BE_CPU_CALLBACK:
@@ -101,6 +104,8 @@ bool be_cpu_item_tiny(const be_cpu_item *it) {
     return it->u.binary.g.rows * it->u.binary.g.cols <= TINY_ELEMENTS;
   case BE_CPU_REDUCE:
     return it->u.reduce.g.rows * it->u.reduce.g.cols <= TINY_ELEMENTS;
+  case BE_CPU_WHERE:
+    return it->u.where.g.rows * it->u.where.g.cols <= TINY_ELEMENTS;
   default:
     return false;
   }

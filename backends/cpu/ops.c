@@ -218,11 +218,11 @@ int be_cpu_submit_unary(be_queue *q, uint32_t dtype, be_unary_op op, be_mem dst,
 int be_cpu_submit_binary(be_queue *q, uint32_t dtype, const be_binary_args *g, be_mem dst,
                          size_t dst_off, be_mem a, size_t a_off, be_mem b, size_t b_off) {
   be_cpu_item it = {.kind = BE_CPU_BINARY, .u.binary = {.dtype = dtype, .g = *g}};
-  size_t esize = be_dtype_size(dtype);
-  if (esize == 0 || g->op > BE_BINARY_OP_LAST || (g->cols > 0 && g->rows > SIZE_MAX / g->cols))
+  size_t esize = be_dtype_size(dtype), dsize = be_binary_compares(g->op) ? 1 : esize;
+  if (!be_binary_dtype_ok(g->op, dtype) || (g->cols > 0 && g->rows > SIZE_MAX / g->cols))
     return ACCEL_EINVAL;
   void *to = NULL, *x = NULL, *y = NULL;
-  int err = span(dst, dst_off, g->rows * g->cols, esize, &to);
+  int err = span(dst, dst_off, g->rows * g->cols, dsize, &to);
   if (err == 0)
     err = span(a, a_off, be_binary_span_size(g, g->a_rs, g->a_cs), esize, &x);
   if (err == 0)
@@ -230,6 +230,28 @@ int be_cpu_submit_binary(be_queue *q, uint32_t dtype, const be_binary_args *g, b
   it.u.binary.dst = to;
   it.u.binary.a = x;
   it.u.binary.b = y;
+  return submit(q, &it, err);
+}
+
+int be_cpu_submit_where(be_queue *q, uint32_t dtype, const be_where_args *g, be_mem dst,
+                        size_t dst_off, be_mem cond, size_t c_off, be_mem a, size_t a_off, be_mem b,
+                        size_t b_off) {
+  be_cpu_item it = {.kind = BE_CPU_WHERE, .u.where = {.dtype = dtype, .g = *g}};
+  size_t esize = be_dtype_size(dtype);
+  if (esize == 0 || (g->cols > 0 && g->rows > SIZE_MAX / g->cols))
+    return ACCEL_EINVAL;
+  void *to = NULL, *c = NULL, *x = NULL, *y = NULL;
+  int err = span(dst, dst_off, g->rows * g->cols, esize, &to);
+  if (err == 0)
+    err = span(cond, c_off, be_where_span_size(g, g->c_rs, g->c_cs), 1, &c);
+  if (err == 0)
+    err = span(a, a_off, be_where_span_size(g, g->a_rs, g->a_cs), esize, &x);
+  if (err == 0)
+    err = span(b, b_off, be_where_span_size(g, g->b_rs, g->b_cs), esize, &y);
+  it.u.where.dst = to;
+  it.u.where.cond = c;
+  it.u.where.a = x;
+  it.u.where.b = y;
   return submit(q, &it, err);
 }
 

@@ -8,8 +8,10 @@
  *            cores), and so is all of it when OpenBLAS could not be bound (openblas.h).
  *   axpy, dot, scal   F32 and F64 (not F16/BF16: ACCEL_ENOTSUP), likewise only with OpenBLAS.
  *   rng      BITS into U32; UNIFORM and NORMAL into F32, F64, F16, BF16 (philox.h).
- *   nn       sigmoid, relu, tanh, row-wise softmax, the broadcasting binary ops and the
- *            reductions (sum, max, min, mean) in F32, F64, F16, BF16.
+ *   nn       sigmoid, relu, tanh, row-wise softmax and the reductions (sum, max, min, mean)
+ *            in F32, F64, F16, BF16 (the `dtypes` entry); the broadcasting binary ops and
+ *            comparisons in those, I32 and U32 (no DIV of integers); where in all of them
+ *            and BOOL (backend.h: what every nn package of this version runs).
  * The `supports`/`dtypes` entries say exactly this; what they exclude is ACCEL_ENOTSUP from the
  * submit call, before any argument check. Scratch memory (16-bit gemm and softmax) is
  * allocated by the worker that runs the item, never by the submitting thread; if it fails the
@@ -20,6 +22,7 @@
 
 #define BIT(t) ACCEL_DTYPE_BIT(t)
 #define FLOATS (BIT(ACCEL_F32) | BIT(ACCEL_F64) | BIT(ACCEL_F16) | BIT(ACCEL_BF16))
+#define INTS (BIT(ACCEL_I32) | BIT(ACCEL_U32))
 
 static bool has(uint32_t set, uint32_t dtype) {
   return dtype <= ACCEL_DTYPE_MAX_ && (set & BIT(dtype)) != 0;
@@ -113,9 +116,17 @@ static int cpu_softmax(be_queue *q, uint32_t dtype, be_mem dst, size_t dst_off, 
 
 static int cpu_binary(be_queue *q, uint32_t dtype, const be_binary_args *g, be_mem dst,
                       size_t dst_off, be_mem a, size_t a_off, be_mem b, size_t b_off) {
-  if (!has(FLOATS, dtype))
+  if (!has(FLOATS | INTS, dtype))
     return ACCEL_ENOTSUP;
   return be_cpu_submit_binary(q, dtype, g, dst, dst_off, a, a_off, b, b_off);
+}
+
+static int cpu_where(be_queue *q, uint32_t dtype, const be_where_args *g, be_mem dst,
+                     size_t dst_off, be_mem cond, size_t c_off, be_mem a, size_t a_off, be_mem b,
+                     size_t b_off) {
+  if (!has(FLOATS | INTS | BIT(ACCEL_BOOL), dtype))
+    return ACCEL_ENOTSUP;
+  return be_cpu_submit_where(q, dtype, g, dst, dst_off, cond, c_off, a, a_off, b, b_off);
 }
 
 static int cpu_reduce(be_queue *q, uint32_t dtype, const be_reduction_args *g, be_mem dst,
@@ -132,4 +143,5 @@ const be_nn_pkg be_cpu_nn = {
     .softmax = cpu_softmax,
     .binary = cpu_binary,
     .reduce = cpu_reduce,
+    .where = cpu_where,
 };

@@ -38,6 +38,7 @@ typedef enum be_cpu_item_kind {
   BE_CPU_SOFTMAX,
   BE_CPU_BINARY,
   BE_CPU_REDUCE,
+  BE_CPU_WHERE,
   BE_CPU_COLLECTIVE,
 } be_cpu_item_kind;
 
@@ -113,6 +114,12 @@ typedef struct be_cpu_item {
       uint32_t dtype;
       be_reduction_args g;
     } reduce;
+    struct {
+      void *dst;
+      const void *cond, *a, *b;
+      uint32_t dtype;
+      be_where_args g;
+    } where;
     struct { /* every device's memory is host memory: one item does the whole collective */
       uint32_t kind, dtype, reduce, root, ndev;
       size_t count;

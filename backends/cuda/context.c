@@ -76,6 +76,18 @@ static const char *const fn_names[BE_FN_COUNT] = {
     BE_FN_ROW_(BE_FN_REDUCE_FINAL, "be_reduce_final"),
     BE_FN_ROW_(BE_FN_REDUCE_THREADS, "be_reduce_threads"),
 #undef BE_FN_ROW_
+    [BE_FN_BINARY_INT] = "be_binary_i32",
+    [BE_FN_BINARY_INT + 1] = "be_binary_u32",
+    [BE_FN_COMPARE] = "be_compare",
+    [BE_FN_COMPARE + 1] = "be_compare_f64",
+    [BE_FN_COMPARE + 2] = "be_compare_f16",
+    [BE_FN_COMPARE + 3] = "be_compare_bf16",
+    [BE_FN_COMPARE + 4] = "be_compare_i32",
+    [BE_FN_COMPARE + 5] = "be_compare_u32",
+    [BE_FN_WHERE] = "be_where_u8",
+    [BE_FN_WHERE + 1] = "be_where_u16",
+    [BE_FN_WHERE + 2] = "be_where_u32",
+    [BE_FN_WHERE + 3] = "be_where_u64",
     [BE_FN_NULL] = "be_null",
     [BE_FN_FAULT] = "be_fault",
 };

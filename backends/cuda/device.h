@@ -74,7 +74,10 @@ typedef enum be_cuda_fn {
   BE_FN_REDUCE_BLOCKS = BE_FN_ABS + 4,
   BE_FN_REDUCE_FINAL = BE_FN_REDUCE_BLOCKS + 4,
   BE_FN_REDUCE_THREADS = BE_FN_REDUCE_FINAL + 4,
-  BE_FN_NULL = BE_FN_REDUCE_THREADS + 4,
+  BE_FN_BINARY_INT = BE_FN_REDUCE_THREADS + 4, /* I32, U32 */
+  BE_FN_COMPARE = BE_FN_BINARY_INT + 2,        /* F32, F64, F16, BF16, I32, U32 */
+  BE_FN_WHERE = BE_FN_COMPARE + 6,             /* elements of 1, 2, 4 and 8 bytes */
+  BE_FN_NULL = BE_FN_WHERE + 4,
   BE_FN_FAULT,
   BE_FN_COUNT
 } be_cuda_fn;
@@ -84,6 +87,7 @@ static inline size_t be_cuda_esize(uint32_t dtype) {
   return dtype == ACCEL_F64                                               ? 8
          : dtype == ACCEL_F32 || dtype == ACCEL_U32 || dtype == ACCEL_I32 ? 4
          : dtype == ACCEL_F16 || dtype == ACCEL_BF16                      ? 2
+         : dtype == ACCEL_BOOL                                            ? 1
                                                                           : 0;
 }
 
@@ -364,6 +368,8 @@ int be_cuda_softmax(be_queue *q, uint32_t dtype, be_mem dst, size_t dst_off, be_
                     size_t src_off, size_t rows, size_t cols);
 int be_cuda_binary(be_queue *q, uint32_t dtype, const be_binary_args *g, be_mem dst, size_t dst_off,
                    be_mem a, size_t a_off, be_mem b, size_t b_off);
+int be_cuda_where(be_queue *q, uint32_t dtype, const be_where_args *g, be_mem dst, size_t dst_off,
+                  be_mem cond, size_t c_off, be_mem a, size_t a_off, be_mem b, size_t b_off);
 int be_cuda_reduce(be_queue *q, uint32_t dtype, const be_reduction_args *g, be_mem dst,
                    size_t dst_off, be_mem src, size_t src_off);
 /* C_b = beta C_b for gemm's batch of m x n matrices of c_type (kernels.c), when A and B are

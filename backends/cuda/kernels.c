@@ -223,17 +223,34 @@ int be_cuda_softmax(be_queue *q, uint32_t dtype, be_mem dst, size_t dst_off, be_
   return launch(q, BE_FN_SOFTMAX + slot, (unsigned)(r64 < cap ? r64 : cap), args);
 }
 
+/* The kernel of a binary op on dtype: one per float type (the op an argument), I32 and U32
+ * for the integer arithmetic, a comparison per input type. ACCEL_ENOTSUP for other dtypes,
+ * ACCEL_EINVAL for an op the dtype does not take (DIV of integers). */
+static int binary_fn(uint32_t dtype, be_binary_op op, be_cuda_fn *fn) {
+  int slot = be_cuda_slot(dtype);
+  if (slot < 0)
+    slot = dtype == ACCEL_I32 ? 4 : dtype == ACCEL_U32 ? 5 : -1;
+  if (slot < 0)
+    return ACCEL_ENOTSUP;
+  if (!be_binary_dtype_ok(op, dtype))
+    return ACCEL_EINVAL;
+  *fn = be_binary_compares(op) ? (be_cuda_fn)(BE_FN_COMPARE + slot)
+        : slot < 4             ? (be_cuda_fn)(BE_FN_BINARY + slot)
+                               : (be_cuda_fn)(BE_FN_BINARY_INT + slot - 4);
+  return 0;
+}
+
 /* Grid-stride over dst's elements; the op is an argument (one kernel per type). */
 int be_cuda_binary(be_queue *q, uint32_t dtype, const be_binary_args *g, be_mem dst, size_t dst_off,
                    be_mem a, size_t a_off, be_mem b, size_t b_off) {
   if (g->op > BE_BINARY_OP_LAST || (g->cols != 0 && g->rows > SIZE_MAX / g->cols))
     return ACCEL_EINVAL;
   CUdeviceptr d = 0, pa = 0, pb = 0;
-  int slot = 0;
-  int rc = nn_type(dtype, &slot);
+  be_cuda_fn fn = BE_FN_BINARY;
+  int rc = binary_fn(dtype, g->op, &fn);
   size_t es = be_cuda_esize(dtype), n = g->rows * g->cols;
   if (rc == 0)
-    rc = be_cuda_span(dst, dst_off, n, es, &d);
+    rc = be_cuda_span(dst, dst_off, n, be_binary_compares(g->op) ? 1 : es, &d);
   if (rc == 0)
     rc = be_cuda_span(a, a_off, be_binary_span_size(g, g->a_rs, g->a_cs), es, &pa);
   rc = ready(
@@ -244,7 +261,34 @@ int be_cuda_binary(be_queue *q, uint32_t dtype, const be_binary_args *g, be_mem 
   uint64_t rows = g->rows, cols = g->cols, ars = g->a_rs, acs = g->a_cs, brs = g->b_rs,
            bcs = g->b_cs;
   void *args[] = {&d, &pa, &pb, &op, &rows, &cols, &ars, &acs, &brs, &bcs};
-  return launch(q, BE_FN_BINARY + slot, grid_for(q->dev, n), args);
+  return launch(q, fn, grid_for(q->dev, n), args);
+}
+
+/* A select of bits: one kernel per element size. */
+int be_cuda_where(be_queue *q, uint32_t dtype, const be_where_args *g, be_mem dst, size_t dst_off,
+                  be_mem cond, size_t c_off, be_mem a, size_t a_off, be_mem b, size_t b_off) {
+  size_t es = be_cuda_esize(dtype), n = 0;
+  int rc = es == 0 ? ACCEL_ENOTSUP : 0;
+  if (rc == 0 && g->cols != 0 && g->rows > SIZE_MAX / g->cols)
+    rc = ACCEL_EINVAL;
+  CUdeviceptr d = 0, pc = 0, pa = 0, pb = 0;
+  if (rc == 0) {
+    n = g->rows * g->cols;
+    rc = be_cuda_span(dst, dst_off, n, es, &d);
+  }
+  if (rc == 0)
+    rc = be_cuda_span(cond, c_off, be_where_span_size(g, g->c_rs, g->c_cs), 1, &pc);
+  if (rc == 0)
+    rc = be_cuda_span(a, a_off, be_where_span_size(g, g->a_rs, g->a_cs), es, &pa);
+  rc = ready(q, rc != 0 ? rc
+                        : be_cuda_span(b, b_off, be_where_span_size(g, g->b_rs, g->b_cs), es, &pb));
+  if (rc != 0 || n == 0)
+    return rc;
+  uint64_t rows = g->rows, cols = g->cols, crs = g->c_rs, ccs = g->c_cs, ars = g->a_rs,
+           acs = g->a_cs, brs = g->b_rs, bcs = g->b_cs;
+  void *args[] = {&d, &pc, &pa, &pb, &rows, &cols, &crs, &ccs, &ars, &acs, &brs, &bcs};
+  int slot = es == 1 ? 0 : es == 2 ? 1 : es == 4 ? 2 : 3;
+  return launch(q, (be_cuda_fn)(BE_FN_WHERE + slot), grid_for(q->dev, n), args);
 }
 
 /* ---- reductions ---------------------------------------------------------------------------

@@ -510,6 +510,124 @@ __device__ void binary(T *dst, const T *a, const T *b, int op, uint64_t rows, ui
 
 BE_PER_TYPE(BE_BINARY)
 
+/* I32 and U32: add, subtract and multiply in the unsigned type U (wrapping, as numpy's), the
+ * others in T; DIV never comes (kernels.c refuses it). */
+template <typename T, typename U> __device__ __forceinline__ T apply_int(int op, T x, T y) {
+  switch (op) {
+  case OP_ADD:
+    return (T)((U)x + (U)y);
+  case OP_SUB:
+    return (T)((U)x - (U)y);
+  case OP_MUL:
+    return (T)((U)x * (U)y);
+  case OP_MAXIMUM:
+    return x > y ? x : y;
+  default:
+    return x < y ? x : y;
+  }
+}
+
+template <typename T, typename U>
+__device__ void binary_int(T *dst, const T *a, const T *b, int op, uint64_t rows, uint64_t cols,
+                           uint64_t ars, uint64_t acs, uint64_t brs, uint64_t bcs) {
+  uint64_t n = rows * cols, stride = (uint64_t)gridDim.x * blockDim.x;
+  for (uint64_t i = blockIdx.x * (uint64_t)blockDim.x + threadIdx.x; i < n; i += stride) {
+    uint64_t r = i / cols, c = i - r * cols;
+    dst[i] = apply_int<T, U>(op, a[r * ars + c * acs], b[r * brs + c * bcs]);
+  }
+}
+
+extern "C" __global__ void be_binary_i32(int32_t *dst, const int32_t *a, const int32_t *b, int op,
+                                         uint64_t rows, uint64_t cols, uint64_t ars, uint64_t acs,
+                                         uint64_t brs, uint64_t bcs) {
+  binary_int<int32_t, uint32_t>(dst, a, b, op, rows, cols, ars, acs, brs, bcs);
+}
+
+extern "C" __global__ void be_binary_u32(uint32_t *dst, const uint32_t *a, const uint32_t *b,
+                                         int op, uint64_t rows, uint64_t cols, uint64_t ars,
+                                         uint64_t acs, uint64_t brs, uint64_t bcs) {
+  binary_int<uint32_t, uint32_t>(dst, a, b, op, rows, cols, ars, acs, brs, bcs);
+}
+
+/* Comparisons (be_binary_op from EQUAL): IEEE's, so NaN is only NOT_EQUAL; a byte 0 or 1. */
+enum { OP_EQUAL = 6, OP_NOT_EQUAL, OP_LESS, OP_LESS_EQUAL, OP_GREATER, OP_GREATER_EQUAL };
+
+template <> struct elem<int32_t> {
+  typedef int32_t calc;
+  static __device__ __forceinline__ int32_t load(int32_t x) { return x; }
+};
+
+template <> struct elem<uint32_t> {
+  typedef uint32_t calc;
+  static __device__ __forceinline__ uint32_t load(uint32_t x) { return x; }
+};
+
+template <typename C> __device__ __forceinline__ bool compare_of(int op, C x, C y) {
+  switch (op) {
+  case OP_EQUAL:
+    return x == y;
+  case OP_NOT_EQUAL:
+    return x != y;
+  case OP_LESS:
+    return x < y;
+  case OP_LESS_EQUAL:
+    return x <= y;
+  case OP_GREATER:
+    return x > y;
+  default:
+    return x >= y;
+  }
+}
+
+template <typename T>
+__device__ void compare(uint8_t *dst, const T *a, const T *b, int op, uint64_t rows, uint64_t cols,
+                        uint64_t ars, uint64_t acs, uint64_t brs, uint64_t bcs) {
+  uint64_t n = rows * cols, stride = (uint64_t)gridDim.x * blockDim.x;
+  for (uint64_t i = blockIdx.x * (uint64_t)blockDim.x + threadIdx.x; i < n; i += stride) {
+    uint64_t r = i / cols, c = i - r * cols;
+    dst[i] = compare_of(op, elem<T>::load(a[r * ars + c * acs]),
+                        elem<T>::load(b[r * brs + c * bcs]))
+                 ? 1
+                 : 0;
+  }
+}
+
+#define BE_COMPARE(sfx, T)                                                                         \
+  extern "C" __global__ void be_compare##sfx(uint8_t *dst, const T *a, const T *b, int op,         \
+                                             uint64_t rows, uint64_t cols, uint64_t ars,           \
+                                             uint64_t acs, uint64_t brs, uint64_t bcs) {           \
+    compare(dst, a, b, op, rows, cols, ars, acs, brs, bcs);                                        \
+  }
+
+BE_PER_TYPE(BE_COMPARE)
+BE_COMPARE(_i32, int32_t)
+BE_COMPARE(_u32, uint32_t)
+
+/* dst = cond ? a : b, the elements moved as bits (one kernel per element size). */
+template <typename T>
+__device__ void where(T *dst, const uint8_t *cond, const T *a, const T *b, uint64_t rows,
+                      uint64_t cols, uint64_t crs, uint64_t ccs, uint64_t ars, uint64_t acs,
+                      uint64_t brs, uint64_t bcs) {
+  uint64_t n = rows * cols, stride = (uint64_t)gridDim.x * blockDim.x;
+  for (uint64_t i = blockIdx.x * (uint64_t)blockDim.x + threadIdx.x; i < n; i += stride) {
+    uint64_t r = i / cols, c = i - r * cols;
+    dst[i] = cond[r * crs + c * ccs] ? a[r * ars + c * acs] : b[r * brs + c * bcs];
+  }
+}
+
+#define BE_WHERE(sfx, T)                                                                           \
+  extern "C" __global__ void be_where##sfx(T *dst, const uint8_t *cond, const T *a, const T *b,    \
+                                           uint64_t rows, uint64_t cols, uint64_t crs,             \
+                                           uint64_t ccs, uint64_t ars, uint64_t acs, uint64_t brs, \
+                                           uint64_t bcs) {                                         \
+    where(dst, cond, a, b, rows, cols, crs, ccs, ars, acs, brs, bcs);                              \
+  }
+
+BE_WHERE(_u8, uint8_t)
+BE_WHERE(_u16, uint16_t)
+BE_WHERE(_u32, uint32_t)
+BE_WHERE(_u64, uint64_t)
+
 template <typename T> __device__ __forceinline__ T warp_max(T v) {
 #pragma unroll
   for (int o = 16; o > 0; o /= 2) {

@@ -7,8 +7,10 @@
  *   axpy, dot, scal   F32 and F64 (F16 and BF16: ACCEL_ENOTSUP: no accumulation type is
  *                 defined for them yet);
  *   rng           bits into U32; uniform and normal into F32, F64, F16, BF16;
- *   nn            sigmoid, relu, tanh, row-wise softmax, the broadcasting binary ops and the
- * reductions in F32, F64, F16, BF16. The `supports`/`dtypes` entries say the same. */
+ *   nn            sigmoid, relu, tanh, row-wise softmax and the reductions in F32, F64, F16,
+ *                 BF16 (the `dtypes` entry); the broadcasting binary ops and comparisons in
+ *                 those, I32 and U32 (no DIV of integers); where in all of them and BOOL.
+ * The `supports`/`dtypes` entries say the same. */
 #include "accel/error.h"
 #include "backends/cuda/backend_cuda.h"
 #include "backends/cuda/device.h"
@@ -54,6 +56,7 @@ const be_nn_pkg be_cuda_nn = {
     .binary = be_cuda_binary,
     .reduce = be_cuda_reduce,
     .softmax = be_cuda_softmax,
+    .where = be_cuda_where,
 };
 
 /* ---- core: fill ---- */

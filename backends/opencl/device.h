@@ -57,7 +57,10 @@ typedef enum be_ocl_fn {
   BE_OCL_SQRT = BE_OCL_LOG + 4,
   BE_OCL_ABS = BE_OCL_SQRT + 4,
   BE_OCL_REDUCE = BE_OCL_ABS + 4,
-  BE_OCL_NULL = BE_OCL_REDUCE + 4,
+  BE_OCL_BINARY_INT = BE_OCL_REDUCE + 4,  /* I32, U32 */
+  BE_OCL_COMPARE = BE_OCL_BINARY_INT + 2, /* F32, F64, F16, BF16, I32, U32 */
+  BE_OCL_WHERE = BE_OCL_COMPARE + 6,      /* elements of 1, 2, 4 and 8 bytes */
+  BE_OCL_NULL = BE_OCL_WHERE + 4,
   BE_OCL_FN_COUNT
 } be_ocl_fn;
 
@@ -82,6 +85,7 @@ static inline size_t be_ocl_esize(uint32_t dtype) {
   return dtype == ACCEL_F64                                               ? 8
          : dtype == ACCEL_F32 || dtype == ACCEL_U32 || dtype == ACCEL_I32 ? 4
          : dtype == ACCEL_F16 || dtype == ACCEL_BF16                      ? 2
+         : dtype == ACCEL_BOOL                                            ? 1
                                                                           : 0;
 }
 
@@ -206,6 +210,8 @@ int be_ocl_dot(be_queue *q, uint32_t dtype, size_t n, be_mem x, size_t x_off, be
                size_t y_off, be_mem result, size_t result_off);
 int be_ocl_rng_fill(be_queue *q, uint32_t dtype, be_mem dst, size_t off, size_t count,
                     const be_rng_args *r);
+int be_ocl_where(be_queue *q, uint32_t dtype, const be_where_args *g, be_mem dst, size_t dst_off,
+                 be_mem cond, size_t c_off, be_mem a, size_t a_off, be_mem b, size_t b_off);
 int be_ocl_binary(be_queue *q, uint32_t dtype, const be_binary_args *g, be_mem dst, size_t dst_off,
                   be_mem a, size_t a_off, be_mem b, size_t b_off);
 int be_ocl_reduce(be_queue *q, uint32_t dtype, const be_reduction_args *g, be_mem dst,

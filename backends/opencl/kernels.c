@@ -228,16 +228,36 @@ int be_ocl_unary(be_queue *q, uint32_t dtype, be_unary_op op, be_mem dst, size_t
   return be_ocl_launch(q, fn, 1, &count, NULL, args, 5);
 }
 
+/* The kernel of a binary op on dtype: a row of four floats (the op an argument), I32 and U32
+ * for the integer arithmetic, a comparison per input type. ACCEL_ENOTSUP for a dtype the
+ * device lacks, ACCEL_EINVAL for an op the dtype does not take (DIV of integers). */
+static int binary_fn(be_device *dev, uint32_t dtype, be_binary_op op, be_ocl_fn *out) {
+  int slot = be_ocl_slot(dtype);
+  if (slot < 0)
+    slot = dtype == ACCEL_I32 ? 4 : dtype == ACCEL_U32 ? 5 : -1;
+  if (slot < 0)
+    return ACCEL_ENOTSUP;
+  if (!be_binary_dtype_ok(op, dtype))
+    return ACCEL_EINVAL;
+  be_ocl_fn fn = be_binary_compares(op) ? (be_ocl_fn)(BE_OCL_COMPARE + slot)
+                 : slot < 4             ? (be_ocl_fn)(BE_OCL_BINARY + slot)
+                                        : (be_ocl_fn)(BE_OCL_BINARY_INT + slot - 4);
+  if (dev->fn[fn] == NULL)
+    return ACCEL_ENOTSUP; /* F64 without cl_khr_fp64 */
+  *out = fn;
+  return 0;
+}
+
 int be_ocl_binary(be_queue *q, uint32_t dtype, const be_binary_args *g, be_mem dst, size_t dst_off,
                   be_mem a, size_t a_off, be_mem b, size_t b_off) {
   if (q == NULL || g->op > BE_BINARY_OP_LAST || (g->cols != 0 && g->rows > SIZE_MAX / g->cols))
     return ACCEL_EINVAL;
   be_ocl_fn fn;
-  int rc = kernel_for(q->dev, BE_OCL_BINARY, dtype, &fn);
+  int rc = binary_fn(q->dev, dtype, g->op, &fn);
   if (rc != 0)
     return rc;
   size_t es = be_ocl_esize(dtype), n = g->rows * g->cols;
-  rc = be_ocl_span(dst, dst_off, n, es);
+  rc = be_ocl_span(dst, dst_off, n, be_binary_compares(g->op) ? 1 : es);
   if (rc == 0)
     rc = be_ocl_span(a, a_off, be_binary_span_size(g, g->a_rs, g->a_cs), es);
   if (rc == 0)
@@ -263,6 +283,48 @@ int be_ocl_binary(be_queue *q, uint32_t dtype, const be_binary_args *g, be_mem d
                        ARG(brs),
                        ARG(bcs)};
   return be_ocl_launch(q, fn, 1, &n, NULL, args, 13);
+}
+
+/* A select of bits: one kernel per element size. */
+int be_ocl_where(be_queue *q, uint32_t dtype, const be_where_args *g, be_mem dst, size_t dst_off,
+                 be_mem cond, size_t c_off, be_mem a, size_t a_off, be_mem b, size_t b_off) {
+  size_t es = be_ocl_esize(dtype);
+  if (q == NULL || (g->cols != 0 && g->rows > SIZE_MAX / g->cols))
+    return ACCEL_EINVAL;
+  if (es == 0)
+    return ACCEL_ENOTSUP;
+  be_ocl_fn fn = (be_ocl_fn)(BE_OCL_WHERE + (es == 1 ? 0 : es == 2 ? 1 : es == 4 ? 2 : 3));
+  size_t n = g->rows * g->cols;
+  int rc = be_ocl_span(dst, dst_off, n, es);
+  if (rc == 0)
+    rc = be_ocl_span(cond, c_off, be_where_span_size(g, g->c_rs, g->c_cs), 1);
+  if (rc == 0)
+    rc = be_ocl_span(a, a_off, be_where_span_size(g, g->a_rs, g->a_cs), es);
+  if (rc == 0)
+    rc = be_ocl_span(b, b_off, be_where_span_size(g, g->b_rs, g->b_cs), es);
+  if (rc == 0)
+    rc = be_ocl_queue_ok(q);
+  if (rc != 0 || n == 0)
+    return rc;
+  cl_ulong dso = dst_off, co = c_off, ao = a_off, bo = b_off, rows = g->rows, cols = g->cols;
+  cl_ulong crs = g->c_rs, ccs = g->c_cs, ars = g->a_rs, acs = g->a_cs, brs = g->b_rs, bcs = g->b_cs;
+  be_ocl_arg args[] = {{sizeof(cl_mem), &dst.handle},
+                       ARG(dso),
+                       {sizeof(cl_mem), &cond.handle},
+                       ARG(co),
+                       {sizeof(cl_mem), &a.handle},
+                       ARG(ao),
+                       {sizeof(cl_mem), &b.handle},
+                       ARG(bo),
+                       ARG(rows),
+                       ARG(cols),
+                       ARG(crs),
+                       ARG(ccs),
+                       ARG(ars),
+                       ARG(acs),
+                       ARG(brs),
+                       ARG(bcs)};
+  return be_ocl_launch(q, fn, 1, &n, NULL, args, 16);
 }
 
 /* One work-group per output (kernels.cl): element k of output o at o * os + (k / n2) * s1 +

@@ -302,6 +302,86 @@ BINARY(be_binary_bf16, ushort, float, LOAD_BF16, STORE_BF16)
 BINARY(be_binary_f64, double, double, LOAD_F64, STORE_F64)
 #endif
 
+/* I32 and U32 arithmetic (be_binary_op 0 add, 1 subtract, 2 multiply, 4 maximum, 5 minimum;
+ * no divide): add, subtract and multiply in uint, wrapping as numpy's does, the bits taken
+ * back as T; maximum and minimum in T. */
+#define BINARY_INT(NAME, T, AS_T)                                                              \
+  __kernel void NAME(__global T *dst, ulong dso, __global const T *a, ulong ao,                \
+                     __global const T *b, ulong bo, int op, ulong rows, ulong cols, ulong ars, \
+                     ulong acs, ulong brs, ulong bcs)                                          \
+  {                                                                                          \
+    ulong i = get_global_id(0);                                                              \
+    if (i >= rows * cols)                                                                    \
+      return;                                                                                \
+    ulong r = i / cols, c = i - r * cols;                                                    \
+    T x = a[ao + r * ars + c * acs], y = b[bo + r * brs + c * bcs], v;                       \
+    switch (op) {                                                                            \
+    case 0: v = AS_T(as_uint(x) + as_uint(y)); break;                                        \
+    case 1: v = AS_T(as_uint(x) - as_uint(y)); break;                                        \
+    case 2: v = AS_T(as_uint(x) * as_uint(y)); break;                                        \
+    case 4: v = x > y ? x : y; break;                                                        \
+    default: v = x < y ? x : y; break;                                                       \
+    }                                                                                        \
+    dst[dso + i] = v;                                                                        \
+  }
+
+BINARY_INT(be_binary_i32, int, as_int)
+BINARY_INT(be_binary_u32, uint, as_uint)
+
+/* Comparisons (be_binary_op 6 equal .. 11 greater_equal): IEEE's (NaN only not-equal), one
+ * byte 0 or 1 per element. */
+#define COMPARE(NAME, T, C, LOAD)                                                              \
+  __kernel void NAME(__global uchar *dst, ulong dso, __global const T *a, ulong ao,            \
+                     __global const T *b, ulong bo, int op, ulong rows, ulong cols, ulong ars, \
+                     ulong acs, ulong brs, ulong bcs)                                          \
+  {                                                                                          \
+    ulong i = get_global_id(0);                                                              \
+    if (i >= rows * cols)                                                                    \
+      return;                                                                                \
+    ulong r = i / cols, c = i - r * cols;                                                    \
+    C x = LOAD(a, ao + r * ars + c * acs), y = LOAD(b, bo + r * brs + c * bcs);              \
+    bool v;                                                                                  \
+    switch (op) {                                                                            \
+    case 6: v = x == y; break;                                                               \
+    case 7: v = x != y; break;                                                               \
+    case 8: v = x < y; break;                                                                \
+    case 9: v = x <= y; break;                                                               \
+    case 10: v = x > y; break;                                                               \
+    default: v = x >= y; break;                                                              \
+    }                                                                                        \
+    dst[dso + i] = v ? 1 : 0;                                                                \
+  }
+
+#define LOAD_INT(p, i) ((p)[i])
+COMPARE(be_compare_f32, float, float, LOAD_F32)
+COMPARE(be_compare_f16, half, float, LOAD_F16)
+COMPARE(be_compare_bf16, ushort, float, LOAD_BF16)
+COMPARE(be_compare_i32, int, int, LOAD_INT)
+COMPARE(be_compare_u32, uint, uint, LOAD_INT)
+#ifdef BE_FP64
+COMPARE(be_compare_f64, double, double, LOAD_F64)
+#endif
+
+/* dst = cond ? a : b (cond bytes, nonzero true), the elements moved as bits. */
+#define WHERE(NAME, T)                                                                         \
+  __kernel void NAME(__global T *dst, ulong dso, __global const uchar *cond, ulong co,         \
+                     __global const T *a, ulong ao, __global const T *b, ulong bo, ulong rows, \
+                     ulong cols, ulong crs, ulong ccs, ulong ars, ulong acs, ulong brs,        \
+                     ulong bcs)                                                                \
+  {                                                                                          \
+    ulong i = get_global_id(0);                                                              \
+    if (i >= rows * cols)                                                                    \
+      return;                                                                                \
+    ulong r = i / cols, c = i - r * cols;                                                    \
+    dst[dso + i] = cond[co + r * crs + c * ccs] ? a[ao + r * ars + c * acs]                  \
+                                                : b[bo + r * brs + c * bcs];                 \
+  }
+
+WHERE(be_where_u8, uchar)
+WHERE(be_where_u16, ushort)
+WHERE(be_where_u32, uint)
+WHERE(be_where_u64, ulong)
+
 /* Reductions (ops/args.h be_reduction_args): one work-group per output (local size a power
  * of two up to 256), its work items folding a strided share in C, then a tree in local
  * memory. Element k of output o lies at o * os + (k / n2) * s1 + (k % n2) * s2 (kernels.c).

@@ -7,8 +7,10 @@
  *   rng           bits into U32; uniform and normal into F32, F16, BF16, and F64 with
  *                 cl_khr_fp64 (16-bit types are storage only: computed in f32, rounded to
  *                 nearest even; no cl_khr_fp16 needed).
- *   nn            sigmoid, relu, tanh, row-wise softmax, the broadcasting binary ops and the
- * reductions in the same types as rng. The `supports`/`dtypes` entries say the same. */
+ *   nn            sigmoid, relu, tanh, row-wise softmax and the reductions in the same types
+ *                 as rng (the `dtypes` entry); the broadcasting binary ops and comparisons in
+ *                 those, I32 and U32 (no DIV of integers); where in all of them and BOOL.
+ * The `supports`/`dtypes` entries say the same. */
 #include "accel/error.h"
 #include "backends/opencl/device.h"
 
@@ -48,5 +50,6 @@ const be_nn_pkg be_opencl_nn = {
     .unary = be_ocl_unary,
     .binary = be_ocl_binary,
     .reduce = be_ocl_reduce,
+    .where = be_ocl_where,
     .softmax = be_ocl_softmax,
 };

@@ -76,6 +76,18 @@ static const char *const fn_names[BE_OCL_FN_COUNT] = {
     OCL_ROW_(BE_OCL_ABS, "be_abs"),
     OCL_ROW_(BE_OCL_REDUCE, "be_reduce"),
 #undef OCL_ROW_
+    [BE_OCL_BINARY_INT] = "be_binary_i32",
+    [BE_OCL_BINARY_INT + 1] = "be_binary_u32",
+    [BE_OCL_COMPARE] = "be_compare_f32",
+    [BE_OCL_COMPARE + 1] = "be_compare_f64",
+    [BE_OCL_COMPARE + 2] = "be_compare_f16",
+    [BE_OCL_COMPARE + 3] = "be_compare_bf16",
+    [BE_OCL_COMPARE + 4] = "be_compare_i32",
+    [BE_OCL_COMPARE + 5] = "be_compare_u32",
+    [BE_OCL_WHERE] = "be_where_u8",
+    [BE_OCL_WHERE + 1] = "be_where_u16",
+    [BE_OCL_WHERE + 2] = "be_where_u32",
+    [BE_OCL_WHERE + 3] = "be_where_u64",
     [BE_OCL_NULL] = "be_null",
 };
 

@@ -62,21 +62,42 @@ int bw_check_rng(const bw_pdev *d, uint32_t dtype, be_mem dst, size_t off, size_
   return bw_check_span(dst, off, count, be_dtype_size(dtype));
 }
 
-/* dst's rows x cols elements and each input's span at its strides (ops/args.h). */
+/* dst's rows x cols elements (bytes for a comparison) and each input's span at its strides
+ * (ops/args.h). */
 int bw_check_binary(const bw_pdev *d, uint32_t dtype, const be_binary_args *g, be_mem dst,
                     size_t dst_off, be_mem a, size_t a_off, be_mem b, size_t b_off) {
-  size_t esize = be_dtype_size(dtype);
+  size_t esize = be_dtype_size(dtype), dsize = be_binary_compares(g->op) ? 1 : esize;
   size_t sa = be_binary_span_size(g, g->a_rs, g->a_cs);
   size_t sb = be_binary_span_size(g, g->b_rs, g->b_cs);
-  int rc = has_dtype(d->caps.nn, dtype);
-  if (rc == 0 && (g->op > BE_BINARY_OP_LAST || (g->cols != 0 && g->rows > SIZE_MAX / g->cols)))
+  int rc = dtype == ACCEL_I32 || dtype == ACCEL_U32 ? 0 : has_dtype(d->caps.nn, dtype);
+  if (rc == 0 &&
+      (!be_binary_dtype_ok(g->op, dtype) || (g->cols != 0 && g->rows > SIZE_MAX / g->cols)))
     rc = ACCEL_EINVAL;
   if (rc == 0)
-    rc = bw_check_span(dst, dst_off, g->rows * g->cols, esize);
+    rc = bw_check_span(dst, dst_off, g->rows * g->cols, dsize);
   if (rc == 0)
     rc = bw_check_span(a, a_off, sa, esize);
   if (rc == 0)
     rc = bw_check_span(b, b_off, sb, esize);
+  return rc;
+}
+
+/* dst's rows x cols elements, cond's (bytes) and each input's span at its strides. */
+int bw_check_where(const bw_pdev *d, uint32_t dtype, const be_where_args *g, be_mem dst,
+                   size_t dst_off, be_mem cond, size_t c_off, be_mem a, size_t a_off, be_mem b,
+                   size_t b_off) {
+  size_t esize = be_dtype_size(dtype);
+  int rc = esize == 0 ? ACCEL_ENOTSUP : 0; /* every dtype (backend.h) */
+  if (rc == 0 && g->cols != 0 && g->rows > SIZE_MAX / g->cols)
+    rc = ACCEL_EINVAL;
+  if (rc == 0)
+    rc = bw_check_span(dst, dst_off, g->rows * g->cols, esize);
+  if (rc == 0)
+    rc = bw_check_span(cond, c_off, be_where_span_size(g, g->c_rs, g->c_cs), 1);
+  if (rc == 0)
+    rc = bw_check_span(a, a_off, be_where_span_size(g, g->a_rs, g->a_cs), esize);
+  if (rc == 0)
+    rc = bw_check_span(b, b_off, be_where_span_size(g, g->b_rs, g->b_cs), esize);
   return rc;
 }
 

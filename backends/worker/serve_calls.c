@@ -313,6 +313,15 @@ static void reduce(const bw_reduce *m) {
                                                         m->src, m->src_off));
 }
 
+static void where(const bw_where *m) {
+  ws_queue *q = usable(m->queue);
+  if (q != NULL)
+    submitted(q, missing(ws.be->nn)
+                     ? ACCEL_ENOTSUP
+                     : ws.be->nn->where(q->q, m->dtype, &m->g, m->dst, m->dst_off, m->cond,
+                                        m->c_off, m->a, m->a_off, m->b, m->b_off));
+}
+
 /* ---- modules ---- */
 
 static void unload(const bw_ids *b) {
@@ -429,7 +438,7 @@ static const size_t body_size[BW_REPLY] = {
     [BW_KERNEL] = sizeof(bw_ids),       [BW_LAUNCH] = sizeof(bw_launch),
     [BW_COLL_OK] = sizeof(bw_coll),     [BW_COLL_RUN] = sizeof(bw_coll),
     [BW_UNSHARE] = sizeof(bw_share),    [BW_BINARY] = sizeof(bw_binary),
-    [BW_REDUCE] = sizeof(bw_reduce),
+    [BW_REDUCE] = sizeof(bw_reduce),    [BW_WHERE] = sizeof(bw_where),
 };
 
 static void handle_ids(const bw_hdr *h, const bw_ids *b) {
@@ -493,6 +502,9 @@ static void handle_work(const bw_hdr *h, const void *body) {
   case BW_REDUCE:
     reduce(body);
     break;
+  case BW_WHERE:
+    where(body);
+    break;
   case BW_LAUNCH:
     launch(h, body);
     break;
@@ -552,6 +564,7 @@ void ws_handle(const bw_hdr *h, void *body) {
   case BW_SOFTMAX:
   case BW_BINARY:
   case BW_REDUCE:
+  case BW_WHERE:
   case BW_LAUNCH:
   case BW_COLL_OK:
   case BW_COLL_RUN:

@@ -82,6 +82,7 @@ typedef enum bw_type {
   BW_PROBE,      /* empty; reply bw_probed: what the backend found in the worker */
   BW_BINARY,     /* bw_binary */
   BW_REDUCE,     /* bw_reduce */
+  BW_WHERE,      /* bw_where */
   /* ---- worker -> acceld (note) ---- */
   BW_REPLY = 64, /* bw_reply + the call's answer; tag: the call */
   BW_DONE,       /* bw_reply; tag: the completion */
@@ -210,6 +211,14 @@ typedef struct bw_reduce {
   be_mem dst, src;
   uint64_t dst_off, src_off;
 } bw_reduce;
+
+typedef struct bw_where {
+  uint64_t queue;
+  uint32_t dtype, pad;
+  be_where_args g;
+  be_mem dst, cond, a, b;
+  uint64_t dst_off, c_off, a_off, b_off;
+} bw_where;
 
 typedef struct bw_load {
   uint32_t dev, source;

@@ -187,7 +187,7 @@ ACCEL_API int accel_copy(accel_ctx *ctx, accel_device dev, accel_buffer dst, siz
 /* Every element of the buffer = value, converted to the buffer's dtype: F32 rounded to
  * nearest even; F16 and BF16 from that f32, rounded to nearest even again (as a C cast through
  * float does: a value within 2^-30 of a tie may round the other way than from the double);
- * U32 and I32 take integral values in their range, else ACCEL_EINVAL. */
+ * U32 and I32 take integral values in their range, BOOL 0 and 1, else ACCEL_EINVAL. */
 ACCEL_API int accel_fill(accel_ctx *ctx, accel_device dev, accel_buffer dst, double value,
                          accel_future **f);
 /* Shorthands: the u32 pattern for 4-byte buffers (F32, U32, I32); an F32 buffer's value. */
@@ -282,12 +282,42 @@ typedef struct accel_strides {
 } accel_strides;
 
 /* dst[r * cols + c] = a(r, c) op b(r, c) for the rows x cols elements at dst's start. dst, a
- * and b have one dtype; F16 and BF16 compute in f32 and round once. dst may be a or b only
- * where that input is read with strides {cols, 1}. ACCEL_EINVAL if dst has fewer than
- * rows x cols elements or an input's strides reach past its end. */
+ * and b have one dtype: F32, F64, F16, BF16 (F16 and BF16 compute in f32 and round once), I32
+ * or U32 (wrapping as two's complement does, as numpy's; ACCEL_DIVIDE is refused for them:
+ * numpy's `/` of integers gives floats, so convert first). dst may be a or b only where that
+ * input is read with strides {cols, 1}. ACCEL_EINVAL, with accel_last_error_detail saying
+ * why, if dst has fewer than rows x cols elements, an input's strides reach past its end or
+ * the dtypes do not fit. */
 ACCEL_API int accel_binary(accel_ctx *ctx, accel_device dev, accel_binary_op op, accel_buffer dst,
                            size_t rows, size_t cols, accel_buffer a, accel_strides a_strides,
                            accel_buffer b, accel_strides b_strides, accel_future **f);
+
+/* ---- comparisons and selection (ACCEL_BOOL results and conditions) ------------------------ */
+typedef enum accel_compare_op {
+  ACCEL_EQUAL = 0,
+  ACCEL_NOT_EQUAL, /* the only one true where a NaN is compared (IEEE) */
+  ACCEL_LESS,
+  ACCEL_LESS_EQUAL,
+  ACCEL_GREATER,
+  ACCEL_GREATER_EQUAL
+} accel_compare_op;
+
+/* dst[r * cols + c] = a(r, c) op b(r, c) ? 1 : 0, dst ACCEL_BOOL, a and b of one dtype (F32,
+ * F64, F16, BF16, I32, U32), read as accel_binary reads them. ACCEL_EINVAL (with the detail)
+ * for another dst dtype, inputs of different dtypes, or sizes as accel_binary's. */
+ACCEL_API int accel_compare(accel_ctx *ctx, accel_device dev, accel_compare_op op, accel_buffer dst,
+                            size_t rows, size_t cols, accel_buffer a, accel_strides a_strides,
+                            accel_buffer b, accel_strides b_strides, accel_future **f);
+
+/* dst[r * cols + c] = cond(r, c) ? a(r, c) : b(r, c), cond ACCEL_BOOL (any byte but 0 is
+ * true), dst, a and b of one dtype (any, ACCEL_BOOL included; the elements are copied as
+ * they are), each input read at its strides as accel_binary's. dst may be an input only
+ * where it is read with strides {cols, 1}. ACCEL_EINVAL (with the detail) otherwise, or if a
+ * buffer is too small for its strides. */
+ACCEL_API int accel_where(accel_ctx *ctx, accel_device dev, accel_buffer dst, size_t rows,
+                          size_t cols, accel_buffer cond, accel_strides c_strides, accel_buffer a,
+                          accel_strides a_strides, accel_buffer b, accel_strides b_strides,
+                          accel_future **f);
 
 /* ---- reductions of a strided 2-D view (the nn package's dtypes) ----------------------------- */
 typedef enum accel_reduction_op {

@@ -29,7 +29,7 @@ static double bf16_value(uint16_t h) {
 }
 
 static size_t dsize(accel_dtype t) {
-  return t == ACCEL_F64 ? 8 : t == ACCEL_F16 || t == ACCEL_BF16 ? 2 : 4;
+  return t == ACCEL_F64 ? 8 : t == ACCEL_F16 || t == ACCEL_BF16 ? 2 : t == ACCEL_BOOL ? 1 : 4;
 }
 
 /* A random finite value in about [-2, 2] as an element of t: *bits gets its bytes. */
@@ -237,7 +237,9 @@ TEST(fill_converts_to_every_dtype) {
                {ACCEL_BF16, 1.0 / 3.0, 0x3eabu},
                {ACCEL_F16, 65520.0, 0x7c00u},
                {ACCEL_I32, -7.0, 0xfffffff9u},
-               {ACCEL_U32, 4294967295.0, 0xffffffffu}};
+               {ACCEL_U32, 4294967295.0, 0xffffffffu},
+               {ACCEL_BOOL, 1.0, 1u},
+               {ACCEL_BOOL, 0.0, 0u}};
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     size_t n = rnd_range(1, 100), s = dsize(cases[i].t);
     accel_buffer b = buf_new(ctx, cases[i].t, n);
@@ -259,6 +261,12 @@ TEST(fill_converts_to_every_dtype) {
   CHECK_ERR(accel_fill(ctx, ACCEL_DEVICE_ANY, u, 4294967296.0, NULL), ACCEL_EINVAL);
   CHECK_ERR(accel_fill(ctx, ACCEL_DEVICE_ANY, i32, 0.5, NULL), ACCEL_EINVAL);
   CHECK_ERR(accel_fill(ctx, ACCEL_DEVICE_ANY, i32, 2147483648.0, NULL), ACCEL_EINVAL);
+  accel_buffer bo = buf_new(ctx, ACCEL_BOOL, 4); /* 0 or 1: one past each way refused */
+  CHECK_ERR(accel_fill(ctx, ACCEL_DEVICE_ANY, bo, 2.0, NULL), ACCEL_EINVAL);
+  CHECK(strstr(accel_last_error_detail(), "bool") != NULL);
+  CHECK_ERR(accel_fill(ctx, ACCEL_DEVICE_ANY, bo, -1.0, NULL), ACCEL_EINVAL);
+  CHECK_ERR(accel_fill(ctx, ACCEL_DEVICE_ANY, bo, 0.5, NULL), ACCEL_EINVAL);
+  CHECK_ERR(accel_fill_u32(ctx, ACCEL_DEVICE_ANY, bo, 1u, NULL), ACCEL_EINVAL); /* 1 byte */
   accel_buffer h = buf_new(ctx, ACCEL_F16, 4);
   CHECK_ERR(accel_fill_u32(ctx, ACCEL_DEVICE_ANY, h, 1u, NULL), ACCEL_EINVAL); /* 2 bytes */
   accel_buffer g = buf_new(ctx, ACCEL_F64, 4);

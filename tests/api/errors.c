@@ -664,7 +664,9 @@ TEST(refused_ops_say_why) {
   accel_strides full = {3, 1};
   CHECK_ERR(accel_binary(ctx, 0, ACCEL_ADD, f, 2, 3, f, full, d, full, NULL), ACCEL_EINVAL);
   CHECK(strstr(accel_last_error_detail(), "different dtypes (f32 and f64)") != NULL);
-  CHECK_ERR(accel_binary(ctx, 0, ACCEL_ADD, u, 2, 3, u, full, u, full, NULL), ACCEL_EINVAL);
+  CHECK_ERR(accel_binary(ctx, 0, ACCEL_DIVIDE, u, 2, 3, u, full, u, full, NULL), ACCEL_EINVAL);
+  CHECK(strstr(accel_last_error_detail(), "no divide of u32") != NULL);
+  CHECK_ERR(accel_unary(ctx, 0, ACCEL_UNARY_EXP, u, u, NULL), ACCEL_EINVAL);
   CHECK(strstr(accel_last_error_detail(), "needs a float dtype, not u32") != NULL);
   CHECK_ERR(accel_binary(ctx, 0, ACCEL_ADD, f, 2, 3, f, full, f, (accel_strides){4, 1}, NULL),
             ACCEL_EINVAL);

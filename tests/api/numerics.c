@@ -15,6 +15,7 @@
  *           maximum, minimum exact
  *   reduction  sum: |got - ref| <= len eps sum|x| + eps |ref| (any order of f32 accumulation,
  *           then the output's rounding); mean that over len; max, min exact; NaN in, NaN out
+ *   int32/uint32 arithmetic, comparisons (IEEE: NaN only not-equal), where: exact (bit for bit)
  * Elements an op must not touch (padding rows of C, the tail of a longer buffer, the rest of a
  * buffer around a partial write) are compared bit for bit with what was there before. */
 #include <float.h>
@@ -564,6 +565,278 @@ TEST(binary_in_place_nan_and_limits) {
   accel_close(ctx);
 }
 
+/* ---- integers, comparisons and where: exact answers ---- */
+
+static const accel_strides how_strides[5] = {{0, 0}, {0, 0}, {0, 1}, {1, 0}, {1, 0}};
+
+/* An input read as `how` for a rows x cols result: 0 the same shape, 1 a scalar, 2 a row, 3 a
+ * column, 4 the transpose of a cols x rows matrix; its strides and element count. */
+static accel_strides strides_for(int how, size_t rows, size_t cols, size_t *len) {
+  size_t lens[5] = {rows * cols, 1, cols, rows, rows * cols};
+  *len = lens[how];
+  return how == 0   ? (accel_strides){cols, 1}
+         : how == 4 ? (accel_strides){1, rows}
+                    : how_strides[how];
+}
+
+static uint32_t *rnd_bits(size_t n) {
+  uint32_t *x = xmalloc(n * 4 + 4);
+  for (size_t i = 0; i < n; i++)
+    x[i] = (uint32_t)(rnd64() >> 17);
+  return x;
+}
+
+static int64_t int_value(accel_dtype t, uint32_t bits) {
+  return t == ACCEL_I32 ? (int64_t)(int32_t)bits : (int64_t)bits;
+}
+
+static uint32_t int_ref(accel_binary_op op, int64_t x, int64_t y) {
+  switch (op) {
+  case ACCEL_ADD:
+    return (uint32_t)(uint64_t)(x + y);
+  case ACCEL_SUBTRACT:
+    return (uint32_t)(uint64_t)(x - y);
+  case ACCEL_MULTIPLY:
+    return (uint32_t)((uint64_t)x * (uint64_t)y); /* mod 2^32, as numpy's int32 wraps */
+  case ACCEL_MAXIMUM:
+    return (uint32_t)(x > y ? x : y);
+  default:
+    return (uint32_t)(x < y ? x : y);
+  }
+}
+
+/* I32 and U32: every op but divide, a the matrix and b each way, random bits (overflow
+ * everywhere), exact. */
+TEST(int_binary_ops_wrap) {
+  accel_ctx *ctx = ctx_open(NULL);
+  static const accel_dtype ts[] = {ACCEL_I32, ACCEL_U32};
+  for (int k = 0; k < 2; k++)
+    for (int op = ACCEL_ADD; op <= ACCEL_MINIMUM; op++)
+      for (int how = 0; how < 5; how++) {
+        if (op == ACCEL_DIVIDE)
+          continue;
+        size_t rows = rnd_range(1, 40), cols = rnd_range(1, 60), n = rows * cols, lb;
+        accel_strides sb = strides_for(how, rows, cols, &lb);
+        uint32_t *a = rnd_bits(n), *b = rnd_bits(lb), *y = xmalloc(n * 4);
+        accel_buffer A = buf_from(ctx, ts[k], a, n), Bb = buf_from(ctx, ts[k], b, lb);
+        accel_buffer D = buf_new(ctx, ts[k], n);
+        accel_future *f = NULL;
+        CHECK_OK(accel_binary(ctx, 0, (accel_binary_op)op, D, rows, cols, A,
+                              (accel_strides){cols, 1}, Bb, sb, &f));
+        WAIT_OK(f);
+        read_sync(ctx, D, 0, y, n);
+        for (size_t r = 0; r < rows; r++)
+          for (size_t c = 0; c < cols; c++) {
+            uint32_t want = int_ref((accel_binary_op)op, int_value(ts[k], a[r * cols + c]),
+                                    int_value(ts[k], b[r * sb.row + c * sb.col]));
+            if (y[r * cols + c] != want)
+              TEST_FAIL("%s %s [%zu, %zu]: got %u, want %u", ts[k] == ACCEL_I32 ? "i32" : "u32",
+                        binary_names[op], r, c, y[r * cols + c], want);
+          }
+        CHECK_OK(accel_buffer_destroy(ctx, A));
+        CHECK_OK(accel_buffer_destroy(ctx, Bb));
+        CHECK_OK(accel_buffer_destroy(ctx, D));
+        free(a), free(b), free(y);
+      }
+  accel_close(ctx);
+}
+
+static const char *const compare_names[] = {"equal",      "not_equal", "less",
+                                            "less_equal", "greater",   "greater_equal"};
+
+static bool compare_ref(accel_compare_op op, double x, double y) {
+  switch (op) {
+  case ACCEL_EQUAL:
+    return x == y;
+  case ACCEL_NOT_EQUAL:
+    return x != y;
+  case ACCEL_LESS:
+    return x < y;
+  case ACCEL_LESS_EQUAL:
+    return x <= y;
+  case ACCEL_GREATER:
+    return x > y;
+  default:
+    return x >= y;
+  }
+}
+
+/* Values from a handful, so that pairs tie; NaN planted in floats; raw bits in out. */
+static double tie_value(accel_dtype t, void *out, size_t i) {
+  uint64_t r = rnd64();
+  double v = (double)(int)(r % 7) - 3.0;
+  switch (t) {
+  case ACCEL_F32: {
+    float x = r % 9 == 0 ? NAN : (float)(v + (r % 5 == 0 ? 0.5 : 0));
+    memcpy((char *)out + 4 * i, &x, 4);
+    return x;
+  }
+  case ACCEL_F64: {
+    double x = r % 9 == 0 ? NAN : v + (r % 5 == 0 ? 1e-300 : 0);
+    memcpy((char *)out + 8 * i, &x, 8);
+    return x;
+  }
+  case ACCEL_I32: {
+    int32_t x = r % 4 == 0 ? (int32_t)(r >> 32) : (int32_t)v;
+    memcpy((char *)out + 4 * i, &x, 4);
+    return x;
+  }
+  default: {
+    uint32_t x = r % 4 == 0 ? (uint32_t)(r >> 32) : (uint32_t)(r % 7);
+    memcpy((char *)out + 4 * i, &x, 4);
+    return x;
+  }
+  }
+}
+
+/* Every comparison in F32, F64, I32, U32, b each way, against the C comparisons in float64
+ * (exact for every value of these types); the byte past dst untouched. */
+TEST(compare_ops_broadcast_and_nan) {
+  accel_ctx *ctx = ctx_open(NULL);
+  static const accel_dtype ts[] = {ACCEL_F32, ACCEL_F64, ACCEL_I32, ACCEL_U32};
+  for (int k = 0; k < 4; k++)
+    for (int op = ACCEL_EQUAL; op <= ACCEL_GREATER_EQUAL; op++)
+      for (int how = 0; how < 5; how++) {
+        size_t rows = rnd_range(1, 40), cols = rnd_range(1, 60), n = rows * cols, lb;
+        size_t es = ts[k] == ACCEL_F64 ? 8 : 4;
+        accel_strides sb = strides_for(how, rows, cols, &lb);
+        uint8_t *a = xmalloc(n * es), *b = xmalloc(lb * es), *y = xmalloc(n + 1);
+        double *av = xmalloc(n * 8), *bv = xmalloc(lb * 8);
+        for (size_t i = 0; i < n; i++)
+          av[i] = tie_value(ts[k], a, i);
+        for (size_t i = 0; i < lb; i++)
+          bv[i] = tie_value(ts[k], b, i);
+        accel_buffer A = buf_from(ctx, ts[k], a, n), Bb = buf_from(ctx, ts[k], b, lb);
+        accel_buffer D = buf_new(ctx, ACCEL_BOOL, n + 1);
+        accel_future *f = NULL;
+        CHECK_OK(accel_fill(ctx, 0, D, 1.0, NULL));
+        CHECK_OK(accel_compare(ctx, 0, (accel_compare_op)op, D, rows, cols, A,
+                               (accel_strides){cols, 1}, Bb, sb, &f));
+        WAIT_OK(f);
+        read_sync(ctx, D, 0, y, n + 1);
+        for (size_t r = 0; r < rows; r++)
+          for (size_t c = 0; c < cols; c++) {
+            double x = av[r * cols + c], z = bv[r * sb.row + c * sb.col];
+            if (y[r * cols + c] != compare_ref((accel_compare_op)op, x, z))
+              TEST_FAIL("%s(%g, %g) [dtype %d, %zu, %zu] gave %u", compare_names[op], x, z, ts[k],
+                        r, c, y[r * cols + c]);
+          }
+        CHECK_EQ(y[n], 1); /* past dst's rows x cols */
+        CHECK_OK(accel_buffer_destroy(ctx, A));
+        CHECK_OK(accel_buffer_destroy(ctx, Bb));
+        CHECK_OK(accel_buffer_destroy(ctx, D));
+        free(a), free(b), free(y), free(av), free(bv);
+      }
+  accel_close(ctx);
+}
+
+/* dst = cond ? a : b in F32, F64 and BOOL with cond, a and b each read their own way (cond
+ * bytes above 1 are true); bit for bit. */
+TEST(where_broadcast) {
+  accel_ctx *ctx = ctx_open(NULL);
+  static const accel_dtype ts[] = {ACCEL_F32, ACCEL_F64, ACCEL_BOOL};
+  for (int k = 0; k < 3; k++)
+    for (int how = 0; how < 5; how++) {
+      size_t rows = rnd_range(1, 40), cols = rnd_range(1, 60), n = rows * cols, lc, la, lb;
+      size_t es = ts[k] == ACCEL_F64 ? 8 : ts[k] == ACCEL_BOOL ? 1 : 4;
+      accel_strides sc = strides_for(how, rows, cols, &lc);
+      accel_strides sa = strides_for((how + 1) % 5, rows, cols, &la);
+      accel_strides sb = strides_for((how + 3) % 5, rows, cols, &lb);
+      uint8_t *c = xmalloc(lc), *a = xmalloc(la * es), *b = xmalloc(lb * es), *y = xmalloc(n * es);
+      for (size_t i = 0; i < lc; i++)
+        c[i] = (uint8_t)(rnd64() % 3 == 0 ? 0 : rnd_range(1, 255));
+      for (size_t i = 0; i < la * es; i++)
+        a[i] = ts[k] == ACCEL_BOOL ? (uint8_t)(rnd64() & 1) : (uint8_t)rnd64();
+      for (size_t i = 0; i < lb * es; i++)
+        b[i] = ts[k] == ACCEL_BOOL ? (uint8_t)(rnd64() & 1) : (uint8_t)rnd64();
+      accel_buffer C = buf_from(ctx, ACCEL_BOOL, c, lc), A = buf_from(ctx, ts[k], a, la);
+      accel_buffer Bb = buf_from(ctx, ts[k], b, lb), D = buf_new(ctx, ts[k], n);
+      accel_future *f = NULL;
+      CHECK_OK(accel_where(ctx, 0, D, rows, cols, C, sc, A, sa, Bb, sb, &f));
+      WAIT_OK(f);
+      read_sync(ctx, D, 0, y, n);
+      for (size_t r = 0; r < rows; r++)
+        for (size_t j = 0; j < cols; j++) {
+          bool pick = c[r * sc.row + j * sc.col] != 0;
+          const uint8_t *want = pick ? a + (r * sa.row + j * sa.col) * es
+                                     : b + (r * sb.row + j * sb.col) * es;
+          if (memcmp(y + (r * cols + j) * es, want, es) != 0)
+            TEST_FAIL("where dtype %d [%zu, %zu]: not %s's element", ts[k], r, j, pick ? "a" : "b");
+        }
+      CHECK_OK(accel_buffer_destroy(ctx, C));
+      CHECK_OK(accel_buffer_destroy(ctx, A));
+      CHECK_OK(accel_buffer_destroy(ctx, Bb));
+      CHECK_OK(accel_buffer_destroy(ctx, D));
+      free(c), free(a), free(b), free(y);
+    }
+  accel_close(ctx);
+}
+
+/* Refused, each saying why: integer divide; a compare's dst not BOOL, its inputs of two
+ * dtypes or BOOL; where's cond not BOOL, its a of another dtype than dst; dst, cond and the
+ * inputs one element past their end (after one at the limit); ops one past the last. */
+TEST(int_compare_where_refusals) {
+  accel_ctx *ctx = ctx_open(NULL);
+  accel_buffer I = buf_new(ctx, ACCEL_I32, 6), U = buf_new(ctx, ACCEL_U32, 6);
+  accel_buffer F = buf_new(ctx, ACCEL_F32, 6), M = buf_new(ctx, ACCEL_BOOL, 6);
+  accel_strides full = {3, 1};
+  accel_future *f = NULL;
+  CHECK_OK(accel_fill(ctx, 0, I, -2.0, NULL));
+  CHECK_OK(accel_fill(ctx, 0, F, 0.5, NULL));
+  CHECK_ERR(accel_binary(ctx, 0, ACCEL_DIVIDE, I, 2, 3, I, full, I, full, NULL), ACCEL_EINVAL);
+  CHECK(strstr(accel_last_error_detail(), "divide") != NULL);
+  CHECK_ERR(accel_binary(ctx, 0, ACCEL_DIVIDE, U, 2, 3, U, full, U, full, NULL), ACCEL_EINVAL);
+  CHECK_ERR(accel_binary(ctx, 0, ACCEL_ADD, I, 2, 3, I, full, U, full, NULL), ACCEL_EINVAL);
+  CHECK(strstr(accel_last_error_detail(), "different dtypes") != NULL);
+  CHECK_ERR(accel_binary(ctx, 0, ACCEL_ADD, M, 2, 3, M, full, M, full, NULL), ACCEL_EINVAL);
+  CHECK(strstr(accel_last_error_detail(), "bool") != NULL);
+  CHECK_ERR(accel_compare(ctx, 0, ACCEL_LESS, F, 2, 3, F, full, F, full, NULL), ACCEL_EINVAL);
+  CHECK(strstr(accel_last_error_detail(), "dst is f32") != NULL);
+  CHECK_ERR(accel_compare(ctx, 0, ACCEL_LESS, M, 2, 3, I, full, F, full, NULL), ACCEL_EINVAL);
+  CHECK(strstr(accel_last_error_detail(), "different dtypes") != NULL);
+  CHECK_ERR(accel_compare(ctx, 0, ACCEL_EQUAL, M, 2, 3, M, full, M, full, NULL), ACCEL_EINVAL);
+  CHECK_ERR(accel_compare(ctx, 0, (accel_compare_op)(ACCEL_GREATER_EQUAL + 1), M, 2, 3, I, full, I,
+                          full, NULL),
+            ACCEL_EINVAL);
+  CHECK_ERR(accel_binary(ctx, 0, (accel_binary_op)(ACCEL_MINIMUM + 1), I, 2, 3, I, full, I, full,
+                         NULL),
+            ACCEL_EINVAL);
+  /* dst of 6 bytes: 2 x 3 at the limit, 2 x 4 past it; b spans 1 * 2 + 2 + 1 = 5 of 6, 4 apart
+   * 4 + 2 + 1 = 7. */
+  CHECK_OK(accel_compare(ctx, 0, ACCEL_LESS, M, 2, 3, I, full, I, (accel_strides){2, 1}, &f));
+  WAIT_OK(f);
+  CHECK_ERR(accel_compare(ctx, 0, ACCEL_LESS, M, 2, 4, I, (accel_strides){0, 1}, I,
+                          (accel_strides){0, 0}, NULL),
+            ACCEL_EINVAL);
+  CHECK(strstr(accel_last_error_detail(), "dst") != NULL);
+  CHECK_ERR(accel_compare(ctx, 0, ACCEL_LESS, M, 2, 3, I, full, I, (accel_strides){4, 1}, NULL),
+            ACCEL_EINVAL);
+  CHECK(strstr(accel_last_error_detail(), "b at its strides") != NULL);
+  CHECK_ERR(accel_where(ctx, 0, F, 2, 3, I, full, F, full, F, full, NULL), ACCEL_EINVAL);
+  CHECK(strstr(accel_last_error_detail(), "cond is i32") != NULL);
+  CHECK_ERR(accel_where(ctx, 0, F, 2, 3, M, full, I, full, F, full, NULL), ACCEL_EINVAL);
+  CHECK(strstr(accel_last_error_detail(), "different dtypes") != NULL);
+  CHECK_OK(accel_where(ctx, 0, F, 2, 3, M, (accel_strides){2, 1}, F, full, F, full, &f));
+  WAIT_OK(f);
+  CHECK_ERR(accel_where(ctx, 0, F, 2, 3, M, (accel_strides){4, 1}, F, full, F, full, NULL),
+            ACCEL_EINVAL);
+  CHECK(strstr(accel_last_error_detail(), "cond at its strides") != NULL);
+  CHECK_ERR(accel_where(ctx, 0, F, 2, 4, M, (accel_strides){0, 0}, F, (accel_strides){0, 0}, F,
+                        (accel_strides){0, 0}, NULL),
+            ACCEL_EINVAL);
+  CHECK_ERR(accel_where(ctx, 0, F, 2, 3, M, full, F, full, F, (accel_strides){4, 1}, NULL),
+            ACCEL_EINVAL);
+  CHECK(strstr(accel_last_error_detail(), "b at its strides") != NULL);
+  CHECK_ERR(accel_where(ctx, 0, F, 2, 3, M, full, F, (accel_strides){0, 1}, F, full, NULL),
+            ACCEL_EINVAL); /* dst is a, read out of step */
+  CHECK(strstr(accel_last_error_detail(), "other strides") != NULL);
+  CHECK_OK(accel_buffer_destroy(ctx, I));
+  CHECK_OK(accel_buffer_destroy(ctx, U));
+  CHECK_OK(accel_buffer_destroy(ctx, F));
+  CHECK_OK(accel_buffer_destroy(ctx, M));
+  accel_close(ctx);
+}
+
 /* ---- reductions of a strided view ---- */
 
 /* op over the elements of output o of a rows x cols view (strides s) in float64, and the sum
@@ -961,6 +1234,10 @@ static const test_case tests[] = {
     TEST_CASE(unary_math_ops),
     TEST_CASE(binary_ops_broadcast),
     TEST_CASE(binary_in_place_nan_and_limits),
+    TEST_CASE(int_binary_ops_wrap),
+    TEST_CASE(compare_ops_broadcast_and_nan),
+    TEST_CASE(where_broadcast),
+    TEST_CASE(int_compare_where_refusals),
     TEST_CASE(reductions_random),
     TEST_CASE(reduction_empty_and_limits),
     TEST_CASE(softmax_large_inputs),

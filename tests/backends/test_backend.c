@@ -304,7 +304,7 @@ static void check_complete(const be_ops *o) {
         o->blas->vector_dtypes && o->blas->gemm && o->blas->axpy && o->blas->dot && o->blas->scal);
   CHECK(o->rng && o->rng->version == BE_RNG_VERSION && o->rng->dtypes && o->rng->fill);
   CHECK(o->nn && o->nn->version == BE_NN_VERSION && o->nn->dtypes && o->nn->unary &&
-        o->nn->softmax && o->nn->binary && o->nn->reduce);
+        o->nn->softmax && o->nn->binary && o->nn->reduce && o->nn->where);
 }
 
 TEST(registry_lists_backends) {
@@ -1053,8 +1053,8 @@ static const uint32_t all_dtypes[] = {ACCEL_F32, ACCEL_U32,  ACCEL_F64,
 #define N_DTYPES (sizeof all_dtypes / sizeof all_dtypes[0])
 
 static const char *dt_name(uint32_t t) {
-  static const char *const names[] = {"?", "f32", "u32", "f64", "f16", "bf16", "i32"};
-  return t <= ACCEL_I32 ? names[t] : "?";
+  static const char *const names[] = {"?", "f32", "u32", "f64", "f16", "bf16", "i32", "bool"};
+  return t <= ACCEL_BOOL ? names[t] : "?";
 }
 
 /* The unit roundoff of a float type, and the smallest spacing near 0 (subnormals). */
@@ -1519,8 +1519,9 @@ static long double binary_ref(be_binary_op op, long double x, long double y) {
     return x > y ? x : y;
   case BE_MINIMUM:
     return x < y ? x : y;
+  default: /* the comparisons: kernel_compare */
+    return NAN;
   }
-  return NAN;
 }
 
 /* How a case reads its inputs. */
@@ -1584,8 +1585,9 @@ static void binary_refusals(fx *f, uint32_t set) {
   CHECK_ERR(B->nn->binary(f->q, ACCEL_F32, &g, m.m, 0, m.m, 0, m.m, 0), ACCEL_EINVAL);
   g.op = BE_ADD;
   for (size_t x = 0; x < N_DTYPES; x++)
-    if (!in_set(set, all_dtypes[x]))
+    if (!in_set(set, all_dtypes[x]) && all_dtypes[x] != ACCEL_I32 && all_dtypes[x] != ACCEL_U32)
       CHECK_ERR(B->nn->binary(f->q, all_dtypes[x], &g, m.m, 0, m.m, 0, m.m, 0), ACCEL_ENOTSUP);
+  CHECK_ERR(B->nn->binary(f->q, ACCEL_BOOL, &g, m.m, 0, m.m, 0, m.m, 0), ACCEL_ENOTSUP);
   tbuf_free(f, &m);
 }
 
@@ -1598,7 +1600,7 @@ static void kernel_binary_dev(void) {
     if (!in_set(set, t))
       continue;
     printf("    add, subtract, multiply, divide, maximum, minimum %s\n", dt_name(t));
-    for (be_binary_op op = BE_ADD; op <= BE_BINARY_OP_LAST; op++) {
+    for (be_binary_op op = BE_ADD; op <= BE_BINARY_ARITH_LAST; op++) {
       binary_dt_case(&f, t, op, B_FULL, B_FULL, false);
       binary_dt_case(&f, t, op, B_FULL, B_SCALAR, false);
       binary_dt_case(&f, t, op, B_ROW, B_COLUMN, false);
@@ -1611,6 +1613,325 @@ static void kernel_binary_dev(void) {
 
 TEST(kernel_binary) {
   each_device(kernel_binary_dev);
+}
+
+/* ---- integer arithmetic, comparisons and where: exact answers ---- */
+
+/* len elements of t with random bits (BOOL: random bytes, some above 1), or for `ties` values
+ * from a handful (so that comparisons meet equal pairs), NaN planted in floats. */
+static tbuf tbuf_bits(fx *f, uint32_t t, size_t len, bool ties) {
+  tbuf b = {.t = t, .len = len, .es = be_dtype_size(t)};
+  b.m = mem_new(f->d, len * b.es);
+  b.host = xcalloc(len, b.es);
+  bool is_float = t == ACCEL_F32 || t == ACCEL_F64 || t == ACCEL_F16 || t == ACCEL_BF16;
+  for (size_t i = 0; i < len; i++) {
+    uint64_t r = rnd64();
+    if (ties && is_float)
+      tset(t, b.host, i, r % 9 == 0 ? NAN : (double)(int)(r % 7) - 3.0 + (r % 5 == 0 ? 0.5 : 0));
+    else if (ties && t == ACCEL_I32)
+      ((int32_t *)(void *)b.host)[i] = r % 4 == 0 ? (int32_t)(r >> 32) : (int32_t)(r % 7) - 3;
+    else if (ties)
+      ((uint32_t *)(void *)b.host)[i] = r % 4 == 0 ? (uint32_t)(r >> 32) : (uint32_t)(r % 7);
+    else
+      memcpy(b.host + i * b.es, &r, b.es);
+  }
+  return b;
+}
+
+/* The value of element i of an I32 or U32 buffer, exactly. */
+static int64_t iget(uint32_t t, const uint8_t *p, size_t i) {
+  uint32_t u;
+  memcpy(&u, p + 4 * i, 4);
+  return t == ACCEL_I32 ? (int64_t)(int32_t)u : (int64_t)u;
+}
+
+/* a op b for I32 or U32 in 64 bits, then reduced mod 2^32 (the wrap numpy's int32 makes). */
+static uint32_t int_ref(be_binary_op op, int64_t x, int64_t y) {
+  switch (op) {
+  case BE_ADD:
+    return (uint32_t)(uint64_t)(x + y);
+  case BE_SUB:
+    return (uint32_t)(uint64_t)(x - y);
+  case BE_MUL:
+    return (uint32_t)((uint64_t)x * (uint64_t)y);
+  case BE_MAXIMUM:
+    return (uint32_t)(x > y ? x : y);
+  default:
+    return (uint32_t)(x < y ? x : y);
+  }
+}
+
+static void int_binary_case(fx *f, uint32_t t, be_binary_op op, bcast ha, bcast hb, bool in_place) {
+  uint64_t rows = rnd_range(1, 70), cols = rnd_range(1, 90);
+  be_binary_args g = {.op = op, .rows = rows, .cols = cols};
+  size_t la, lb, ao = rnd_range(0, 7), bo = rnd_range(0, 7), n = rows * cols;
+  strides_of(ha, rows, cols, &g.a_rs, &g.a_cs, &la);
+  strides_of(hb, rows, cols, &g.b_rs, &g.b_cs, &lb);
+  tbuf a = tbuf_bits(f, t, ao + la + 3, rnd64() & 1), b = tbuf_bits(f, t, bo + lb + 3, false);
+  size_t dof = in_place ? ao : rnd_range(0, 7);
+  tbuf dst = in_place ? a : tbuf_bits(f, t, dof + n + 3, false);
+  tbuf_put(f, &a);
+  tbuf_put(f, &b);
+  if (!in_place)
+    tbuf_put(f, &dst);
+  CHECK_OK(B->nn->binary(f->q, t, &g, dst.m, dof, a.m, ao, b.m, bo));
+  uint8_t *got = tbuf_read(f, &dst);
+  for (uint64_t r = 0; r < rows; r++)
+    for (uint64_t c = 0; c < cols; c++) {
+      int64_t x = iget(t, a.host, ao + r * g.a_rs + c * g.a_cs);
+      int64_t y = iget(t, b.host, bo + r * g.b_rs + c * g.b_cs);
+      uint32_t want = int_ref(op, x, y), have = (uint32_t)iget(t, got, dof + r * cols + c);
+      if (have != want)
+        TEST_FAIL("%s %s[%llu, %llu]: %lld, %lld gave %u, want %u", dt_name(t), binary_name[op],
+                  (unsigned long long)r, (unsigned long long)c, (long long)x, (long long)y, have,
+                  want);
+    }
+  tcheck_outside(got, &dst, dof, n);
+  free(got);
+  tbuf_free(f, &b);
+  tbuf_free(f, &a);
+  if (!in_place)
+    tbuf_free(f, &dst);
+}
+
+static void kernel_binary_int_dev(void) {
+  fx f = fx_open();
+  static const uint32_t ints[] = {ACCEL_I32, ACCEL_U32};
+  tbuf m = tbuf_bits(&f, ACCEL_I32, 64, false);
+  tbuf_put(&f, &m);
+  be_binary_args g = {
+      .op = BE_DIV, .rows = 4, .cols = 4, .a_rs = 4, .a_cs = 1, .b_rs = 4, .b_cs = 1};
+  for (int k = 0; k < 2; k++) { /* integer division: refused, nothing written */
+    CHECK_ERR(B->nn->binary(f.q, ints[k], &g, m.m, 0, m.m, 16, m.m, 32), ACCEL_EINVAL);
+    g.op = BE_ADD; /* and at the limit and one past, in 4-byte elements */
+    CHECK_OK(B->nn->binary(f.q, ints[k], &g, m.m, 48, m.m, 0, m.m, 0));
+    CHECK_ERR(B->nn->binary(f.q, ints[k], &g, m.m, 49, m.m, 0, m.m, 0), ACCEL_EINVAL);
+    g.op = BE_DIV;
+  }
+  uint8_t *got = tbuf_read(&f, &m);
+  for (size_t i = 48; i < 64; i++) /* what the accepted adds wrote: a + a of [0, 16), in U32 */
+    memcpy(m.host + 4 * i, &(uint32_t){(uint32_t)(2 * (uint64_t)iget(ACCEL_U32, m.host, i - 48))},
+           4);
+  tcheck_outside(got, &m, 0, 0);
+  free(got);
+  tbuf_free(&f, &m);
+  for (int k = 0; k < 2; k++) {
+    uint32_t t = ints[k];
+    printf("    add, subtract, multiply, maximum, minimum %s\n", dt_name(t));
+    for (be_binary_op op = BE_ADD; op <= BE_BINARY_ARITH_LAST; op++) {
+      if (op == BE_DIV)
+        continue;
+      int_binary_case(&f, t, op, B_FULL, B_FULL, false);
+      int_binary_case(&f, t, op, B_FULL, B_SCALAR, false);
+      int_binary_case(&f, t, op, B_ROW, B_COLUMN, false);
+      int_binary_case(&f, t, op, B_TRANSPOSED, B_FULL, false);
+      int_binary_case(&f, t, op, B_FULL, B_ROW, true);
+    }
+  }
+  fx_close(&f);
+}
+
+TEST(kernel_binary_int) {
+  each_device(kernel_binary_int_dev);
+}
+
+static const char *const compare_name[] = {"equal",      "not_equal", "less",
+                                           "less_equal", "greater",   "greater_equal"};
+
+/* x op y as IEEE says: every comparison with a NaN false, but not_equal. */
+static bool compare_ref(be_binary_op op, long double x, long double y) {
+  switch (op) {
+  case BE_EQUAL:
+    return x == y;
+  case BE_NOT_EQUAL:
+    return x != y;
+  case BE_LESS:
+    return x < y;
+  case BE_LESS_EQUAL:
+    return x <= y;
+  case BE_GREATER:
+    return x > y;
+  default:
+    return x >= y;
+  }
+}
+
+static long double value_of(uint32_t t, const uint8_t *p, size_t i) {
+  return t == ACCEL_I32 || t == ACCEL_U32 ? (long double)iget(t, p, i) : tget(t, p, i);
+}
+
+static void compare_case(fx *f, uint32_t t, be_binary_op op, bcast ha, bcast hb) {
+  uint64_t rows = rnd_range(1, 70), cols = rnd_range(1, 90);
+  be_binary_args g = {.op = op, .rows = rows, .cols = cols};
+  size_t la, lb, ao = rnd_range(0, 7), bo = rnd_range(0, 7), n = rows * cols;
+  strides_of(ha, rows, cols, &g.a_rs, &g.a_cs, &la);
+  strides_of(hb, rows, cols, &g.b_rs, &g.b_cs, &lb);
+  tbuf a = tbuf_bits(f, t, ao + la + 3, true), b = tbuf_bits(f, t, bo + lb + 3, true);
+  size_t dof = rnd_range(0, 7);
+  tbuf dst = tbuf_bits(f, ACCEL_BOOL, dof + n + 3, false);
+  tbuf_put(f, &a);
+  tbuf_put(f, &b);
+  tbuf_put(f, &dst);
+  CHECK_OK(B->nn->binary(f->q, t, &g, dst.m, dof, a.m, ao, b.m, bo));
+  uint8_t *got = tbuf_read(f, &dst);
+  for (uint64_t r = 0; r < rows; r++)
+    for (uint64_t c = 0; c < cols; c++) {
+      long double x = value_of(t, a.host, ao + r * g.a_rs + c * g.a_cs);
+      long double y = value_of(t, b.host, bo + r * g.b_rs + c * g.b_cs);
+      uint8_t want = compare_ref(op, x, y), have = got[dof + r * cols + c];
+      if (have != want)
+        TEST_FAIL("%s %s[%llu, %llu]: %Lg, %Lg gave %u, want %u", dt_name(t),
+                  compare_name[op - BE_EQUAL], (unsigned long long)r, (unsigned long long)c, x, y,
+                  have, want);
+    }
+  tcheck_outside(got, &dst, dof, n);
+  free(got);
+  tbuf_free(f, &dst);
+  tbuf_free(f, &b);
+  tbuf_free(f, &a);
+}
+
+/* NaN against NaN, against itself and against numbers, and infinities, each way round. */
+static void compare_nan_edges(fx *f, uint32_t t) {
+  static const double v[] = {NAN, 1.0, -INFINITY, INFINITY, 0.0, -0.0};
+  enum { K = sizeof v / sizeof v[0] };
+  tbuf a = tbuf_bits(f, t, K, false), d = tbuf_bits(f, ACCEL_BOOL, K * K, false);
+  for (size_t i = 0; i < K; i++)
+    tset(t, a.host, i, v[i]);
+  tbuf_put(f, &a);
+  for (be_binary_op op = BE_EQUAL; op <= BE_BINARY_OP_LAST; op++) {
+    be_binary_args g = {.op = op, .rows = K, .cols = K, .a_rs = 1, .a_cs = 0, .b_rs = 0, .b_cs = 1};
+    CHECK_OK(B->nn->binary(f->q, t, &g, d.m, 0, a.m, 0, a.m, 0)); /* a column against a row */
+    uint8_t *got = tbuf_read(f, &d);
+    for (size_t r = 0; r < K; r++)
+      for (size_t c = 0; c < K; c++)
+        if (got[r * K + c] != compare_ref(op, v[r], v[c]))
+          TEST_FAIL("%s %s(%g, %g) gave %u", dt_name(t), compare_name[op - BE_EQUAL], v[r], v[c],
+                    got[r * K + c]);
+    free(got);
+  }
+  tbuf_free(f, &d);
+  tbuf_free(f, &a);
+}
+
+/* dst of bytes: at the limit and one past; the op one past the last refused. */
+static void compare_refusals(fx *f) {
+  tbuf m = tbuf_bits(f, ACCEL_F32, 64, false), d = tbuf_bits(f, ACCEL_BOOL, 20, false);
+  tbuf_put(f, &m);
+  tbuf_put(f, &d);
+  be_binary_args g = {.op = BE_LESS, .rows = 4, .cols = 4, .a_rs = 4, .a_cs = 1};
+  CHECK_OK(B->nn->binary(f->q, ACCEL_F32, &g, d.m, 4, m.m, 48, m.m, 0)); /* 4 + 16 = 20 */
+  CHECK_ERR(B->nn->binary(f->q, ACCEL_F32, &g, d.m, 5, m.m, 0, m.m, 0), ACCEL_EINVAL);
+  CHECK_ERR(B->nn->binary(f->q, ACCEL_F32, &g, d.m, 0, m.m, 49, m.m, 0), ACCEL_EINVAL);
+  g.op = (be_binary_op)(BE_BINARY_OP_LAST + 1);
+  CHECK_ERR(B->nn->binary(f->q, ACCEL_F32, &g, d.m, 0, m.m, 0, m.m, 0), ACCEL_EINVAL);
+  tbuf_free(f, &d);
+  tbuf_free(f, &m);
+}
+
+static void kernel_compare_dev(void) {
+  fx f = fx_open();
+  uint32_t set = B->nn->dtypes(f.d) | ACCEL_DTYPE_BIT(ACCEL_I32) | ACCEL_DTYPE_BIT(ACCEL_U32);
+  compare_refusals(&f);
+  for (size_t x = 0; x < N_DTYPES; x++) {
+    uint32_t t = all_dtypes[x];
+    if (!in_set(set, t))
+      continue;
+    printf("    equal .. greater_equal %s\n", dt_name(t));
+    if (t != ACCEL_I32 && t != ACCEL_U32)
+      compare_nan_edges(&f, t);
+    for (be_binary_op op = BE_EQUAL; op <= BE_BINARY_OP_LAST; op++) {
+      compare_case(&f, t, op, B_FULL, B_FULL);
+      compare_case(&f, t, op, B_FULL, B_SCALAR);
+      compare_case(&f, t, op, B_ROW, B_COLUMN);
+      compare_case(&f, t, op, B_TRANSPOSED, B_FULL);
+    }
+  }
+  fx_close(&f);
+}
+
+TEST(kernel_compare) {
+  each_device(kernel_compare_dev);
+}
+
+/* dst = cond ? a : b with every input read its own way (dst is a when in_place), bit for bit;
+ * cond holds bytes above 1 too (true). */
+static void where_case(fx *f, uint32_t t, bcast hc, bcast ha, bcast hb, bool in_place) {
+  uint64_t rows = rnd_range(1, 70), cols = rnd_range(1, 90);
+  be_where_args g = {.rows = rows, .cols = cols};
+  size_t lc, la, lb, co = rnd_range(0, 7), ao = rnd_range(0, 7), bo = rnd_range(0, 7);
+  size_t n = rows * cols;
+  strides_of(hc, rows, cols, &g.c_rs, &g.c_cs, &lc);
+  strides_of(ha, rows, cols, &g.a_rs, &g.a_cs, &la);
+  strides_of(hb, rows, cols, &g.b_rs, &g.b_cs, &lb);
+  tbuf c = tbuf_bits(f, ACCEL_BOOL, co + lc + 3, false);
+  for (size_t i = 0; i < c.len; i++)
+    c.host[i] = c.host[i] % 3 == 0 ? 0 : c.host[i] % 3 == 1 ? 1 : c.host[i];
+  tbuf a = tbuf_bits(f, t, ao + la + 3, false), b = tbuf_bits(f, t, bo + lb + 3, false);
+  size_t dof = in_place ? ao : rnd_range(0, 7);
+  tbuf dst = in_place ? a : tbuf_bits(f, t, dof + n + 3, false);
+  tbuf_put(f, &c);
+  tbuf_put(f, &a);
+  tbuf_put(f, &b);
+  if (!in_place)
+    tbuf_put(f, &dst);
+  CHECK_OK(B->nn->where(f->q, t, &g, dst.m, dof, c.m, co, a.m, ao, b.m, bo));
+  uint8_t *got = tbuf_read(f, &dst);
+  size_t es = a.es;
+  for (uint64_t r = 0; r < rows; r++)
+    for (uint64_t k = 0; k < cols; k++) {
+      bool pick = c.host[co + r * g.c_rs + k * g.c_cs] != 0;
+      const uint8_t *want = pick ? a.host + (ao + r * g.a_rs + k * g.a_cs) * es
+                                 : b.host + (bo + r * g.b_rs + k * g.b_cs) * es;
+      if (memcmp(got + (dof + r * cols + k) * es, want, es) != 0)
+        TEST_FAIL("where %s[%llu, %llu]: not the %s element", dt_name(t), (unsigned long long)r,
+                  (unsigned long long)k, pick ? "a" : "b");
+    }
+  tcheck_outside(got, &dst, dof, n);
+  free(got);
+  tbuf_free(f, &b);
+  tbuf_free(f, &a);
+  tbuf_free(f, &c);
+  if (!in_place)
+    tbuf_free(f, &dst);
+}
+
+/* Each buffer's span at the limit and one element past. */
+static void where_refusals(fx *f) {
+  tbuf m = tbuf_bits(f, ACCEL_F32, 64, false), c = tbuf_bits(f, ACCEL_BOOL, 20, false);
+  tbuf_put(f, &m);
+  tbuf_put(f, &c);
+  be_where_args g = {
+      .rows = 4, .cols = 4, .c_rs = 4, .c_cs = 1, .a_rs = 4, .a_cs = 1, .b_rs = 16, .b_cs = 1};
+  /* b spans 3 * 16 + 4 = 52 elements: at offset 12 it ends at the buffer's end */
+  CHECK_OK(B->nn->where(f->q, ACCEL_F32, &g, m.m, 48, c.m, 4, m.m, 0, m.m, 12));
+  CHECK_ERR(B->nn->where(f->q, ACCEL_F32, &g, m.m, 49, c.m, 0, m.m, 0, m.m, 0), ACCEL_EINVAL);
+  CHECK_ERR(B->nn->where(f->q, ACCEL_F32, &g, m.m, 0, c.m, 5, m.m, 0, m.m, 0), ACCEL_EINVAL);
+  CHECK_ERR(B->nn->where(f->q, ACCEL_F32, &g, m.m, 0, c.m, 0, m.m, 49, m.m, 0), ACCEL_EINVAL);
+  CHECK_ERR(B->nn->where(f->q, ACCEL_F32, &g, m.m, 0, c.m, 0, m.m, 0, m.m, 13), ACCEL_EINVAL);
+  tbuf_free(f, &c);
+  tbuf_free(f, &m);
+}
+
+static void kernel_where_dev(void) {
+  fx f = fx_open();
+  static const uint32_t every[] = {ACCEL_F32,  ACCEL_U32, ACCEL_F64, ACCEL_F16,
+                                   ACCEL_BF16, ACCEL_I32, ACCEL_BOOL};
+  where_refusals(&f);
+  for (size_t x = 0; x < sizeof every / sizeof every[0]; x++) {
+    uint32_t t = every[x];
+    printf("    where %s\n", dt_name(t));
+    where_case(&f, t, B_FULL, B_FULL, B_FULL, false);
+    where_case(&f, t, B_FULL, B_SCALAR, B_FULL, false);
+    where_case(&f, t, B_ROW, B_COLUMN, B_SCALAR, false);
+    where_case(&f, t, B_COLUMN, B_TRANSPOSED, B_ROW, false);
+    where_case(&f, t, B_TRANSPOSED, B_FULL, B_COLUMN, true);
+  }
+  fx_close(&f);
+}
+
+TEST(kernel_where) {
+  each_device(kernel_where_dev);
 }
 
 /* ---- reductions of a strided view ---- */
@@ -2451,6 +2772,9 @@ static const test_case tests[] = {
     TEST_CASE(kernel_vector_dtypes),
     TEST_CASE(kernel_nn_dtypes),
     TEST_CASE(kernel_binary),
+    TEST_CASE(kernel_binary_int),
+    TEST_CASE(kernel_compare),
+    TEST_CASE(kernel_where),
     TEST_CASE(kernel_reduce),
     TEST_CASE(kernel_rng_dtypes),
     TEST_CASE(kernel_fill_sizes),

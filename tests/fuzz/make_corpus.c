@@ -183,6 +183,11 @@ static void ops(void) {
   re.u.reduce = (be_reduction_args){
       .op = BE_RED_MAX, .axis = BE_AXIS_ROWS, .rows = 4, .cols = 4, .rs = 1, .cs = 4};
   op("op-reduce", re, (proto_bytes){NULL, 0});
+  bi.u.binary.op = BE_LESS_EQUAL; /* a comparison: the same frame, BOOL out */
+  op("op-compare", bi, (proto_bytes){NULL, 0});
+  dev_op wh = base_op(DEV_OP_WHERE, 4); /* cond a column, a the matrix, b a scalar */
+  wh.u.where = (be_where_args){.rows = 4, .cols = 4, .c_rs = 1, .a_rs = 4, .a_cs = 1};
+  op("op-where", wh, (proto_bytes){NULL, 0});
   dev_op sm = base_op(DEV_OP_SOFTMAX, 2);
   sm.u.softmax.rows = 4;
   sm.u.softmax.cols = 4;

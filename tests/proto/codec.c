@@ -805,8 +805,34 @@ TEST(reduce_round_trips) {
   proto_out_free(&o);
 }
 
+/* A where: a 3 x 4 dst, cond a column, a transposed, b a scalar. */
+static dev_op where_of(void) {
+  dev_op op = op_of(DEV_OP_WHERE, 4);
+  op.u.where = (be_where_args){
+      .rows = 3, .cols = 4, .c_rs = 1, .c_cs = 0, .a_rs = 1, .a_cs = 3, .b_rs = 0, .b_cs = 0};
+  return op;
+}
+
+/* Every field of a where comes back as it went. */
+TEST(where_round_trips) {
+  dev_op op = where_of(), back;
+  proto_out o;
+  proto_out_init(&o);
+  CHECK_OK(proto_encode_op(&o, 9, &op, (proto_bytes){NULL, 0}));
+  size_t len;
+  const uint8_t *body = only_body(&o, &len);
+  proto_bytes data;
+  CHECK_OK(proto_decode_op(body, len, &back, &data));
+  CHECK_EQ(back.h.kind, DEV_OP_WHERE);
+  CHECK_EQ(back.nbufs, 4u);
+  CHECK(memcmp(&back.u.where, &op.u.where, sizeof op.u.where) == 0);
+  for (uint32_t i = 0; i < 4; i++)
+    CHECK_EQ(back.bufs[i].handle, op.bufs[i].handle);
+  proto_out_free(&o);
+}
+
 TEST(op_head_enums_at_the_limit_and_one_past) {
-  dev_op op = reduce_of(); /* the last kind */
+  dev_op op = where_of(); /* the last kind */
   CHECK_EQ(op.h.kind, DEV_OP_KIND_COUNT_ - 1);
   CHECK_OK(op_decodes(&op));
   op.h.kind = DEV_OP_KIND_COUNT_;
@@ -849,7 +875,8 @@ TEST(op_payload_enums_at_the_limit_and_one_past) {
   op.u.unary.op = (be_unary_op)(BE_UNARY_OP_LAST + 1);
   CHECK_ERR(op_decodes(&op), ACCEL_EPROTO);
   op = binary_of();
-  CHECK_OK(op_decodes(&op)); /* MINIMUM: the last */
+  op.u.binary.op = BE_GREATER_EQUAL;
+  CHECK_OK(op_decodes(&op)); /* the last comparison: the last op */
   op.u.binary.op = (be_binary_op)(BE_BINARY_OP_LAST + 1);
   CHECK_ERR(op_decodes(&op), ACCEL_EPROTO);
   op = reduce_of();
@@ -1338,6 +1365,7 @@ static const test_case tests[] = {
     TEST_CASE(collective_round_trips),
     TEST_CASE(binary_round_trips),
     TEST_CASE(reduce_round_trips),
+    TEST_CASE(where_round_trips),
     TEST_CASE(op_head_enums_at_the_limit_and_one_past),
     TEST_CASE(op_payload_enums_at_the_limit_and_one_past),
     TEST_CASE(gemm_enums_at_the_limit_and_one_past),

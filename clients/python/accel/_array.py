@@ -184,6 +184,35 @@ class Array:
     def __neg__(self):
         return self._op("multiply", -1.0)
 
+    # Comparisons give bool Arrays, as numpy's do (Python reflects them: 2 < x is x > 2). An
+    # Array still hashes by identity.
+    __hash__ = object.__hash__
+
+    def __eq__(self, other):
+        return self._op("equal", other)
+
+    def __ne__(self, other):
+        return self._op("not_equal", other)
+
+    def __lt__(self, other):
+        return self._op("less", other)
+
+    def __le__(self, other):
+        return self._op("less_equal", other)
+
+    def __gt__(self, other):
+        return self._op("greater", other)
+
+    def __ge__(self, other):
+        return self._op("greater_equal", other)
+
+    def __bool__(self):
+        """The truth of a one-element array (read back), as numpy's; ValueError otherwise."""
+        if self.size != 1:
+            raise ValueError("the truth value of an accel array of more than one element is "
+                             "ambiguous (read it with numpy() and use any() or all())")
+        return bool(self.numpy().reshape(-1)[0])
+
     def __pos__(self):
         return self
 

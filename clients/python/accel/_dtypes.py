@@ -1,21 +1,24 @@
 """Element types: accel's dtypes and the numpy dtypes that hold them.
 
 numpy has no bfloat16: BF16 buffers are read and written as uint16 arrays holding the bits
-(the upper half of a float32). to_bfloat16() and from_bfloat16() convert.
+(the upper half of a float32). to_bfloat16() and from_bfloat16() convert. BOOL is numpy's
+bool_: one byte, 0 or 1 (what comparisons give and where() takes).
 """
 import numpy as np
 
-F32, U32, F64, F16, BF16, I32 = 1, 2, 3, 4, 5, 6
+F32, U32, F64, F16, BF16, I32, BOOL = 1, 2, 3, 4, 5, 6, 7
 
 bfloat16 = "bfloat16"  # pass as dtype= for BF16 buffers
 
 _NAMES = {F32: "float32", U32: "uint32", F64: "float64", F16: "float16", BF16: "bfloat16",
-          I32: "int32"}
+          I32: "int32", BOOL: "bool"}
 _STORAGE = {F32: np.dtype(np.float32), U32: np.dtype(np.uint32), F64: np.dtype(np.float64),
-            F16: np.dtype(np.float16), BF16: np.dtype(np.uint16), I32: np.dtype(np.int32)}
+            F16: np.dtype(np.float16), BF16: np.dtype(np.uint16), I32: np.dtype(np.int32),
+            BOOL: np.dtype(np.bool_)}
 _FROM_NUMPY = {np.dtype(np.float32): F32, np.dtype(np.uint32): U32,
                np.dtype(np.float64): F64, np.dtype(np.float16): F16,
-               np.dtype(np.int32): I32}
+               np.dtype(np.int32): I32, np.dtype(np.bool_): BOOL}
+INTEGERS = frozenset((I32, U32))
 
 
 def code_of(dtype):
@@ -30,7 +33,7 @@ def code_of(dtype):
         code = None
     if code is None:
         raise TypeError(f"accel has no dtype {dtype!r}: float32, float64, float16, bfloat16 "
-                        "(as uint16 bits), int32 and uint32")
+                        "(as uint16 bits), int32, uint32 and bool")
     return code
 
 

@@ -225,7 +225,11 @@ def _operand(x, like):
     dtype (filled on the device, in order); anything numpy takes, uploaded in like's dtype."""
     if isinstance(x, Array):
         return x
-    if isinstance(x, (int, float, np.integer, np.floating)) or np.ndim(x) == 0:
+    if isinstance(x, (bool, int, float, np.bool_, np.integer, np.floating)) or np.ndim(x) == 0:
+        if like._code in _dtypes.INTEGERS and float(x) != int(x):
+            raise TypeError(f"{x!r} with an {like.accel_dtype} array: numpy would give floats, "
+                            "accel keeps the array's dtype (convert the array to a float dtype "
+                            "first)")
         a = Array(like.ctx, (), like._code, like.device)
         fill(a, float(x))
         return a
@@ -251,19 +255,31 @@ def _strides_in(shape, out_shape, rows, cols):
         "scalars, rows and columns of the result)")
 
 
-def _binary(name, a, b, out, device):
+def _pair(name, a, b):
+    """a and b as Arrays of one context and dtype (numbers and numpy arrays take the other's)."""
     if not isinstance(a, Array):
         if not isinstance(b, Array):
             raise TypeError(f"{name}: one operand must be an accel Array")
         a = _operand(a, b)
     b = _operand(b, a)
-    ctx = _same_ctx(a, b, *([out] if out is not None else []))
     if a._code != b._code:
         raise TypeError(f"{name}: dtypes differ ({a.accel_dtype} and {b.accel_dtype}); "
                         "convert one first")
-    shape = np.broadcast_shapes(a.shape, b.shape)
+    return a, b
+
+
+def _view(shape):
+    """An output shape seen as rows x cols (the last axis the columns)."""
     cols = shape[-1] if shape else 1
     rows = int(np.prod(shape[:-1])) if shape else 1
+    return rows, cols
+
+
+def _binary(name, a, b, out, device):
+    a, b = _pair(name, a, b)
+    ctx = _same_ctx(a, b, *([out] if out is not None else []))
+    shape = np.broadcast_shapes(a.shape, b.shape)
+    rows, cols = _view(shape)
     sa = _lib.Strides(*_strides_in(a.shape, shape, rows, cols))
     sb = _lib.Strides(*_strides_in(b.shape, shape, rows, cols))
     out = _out_like(a, out, shape)
@@ -276,7 +292,8 @@ def _binary(name, a, b, out, device):
 def add(a, b, out=None, *, device=None):
     """out = a + b element-wise, numpy's broadcasting of scalars, rows and columns. a or b
     may be a number or a numpy array (converted to the other's dtype); float32, float64,
-    float16, bfloat16 (the nn package's dtypes). Future of out."""
+    float16, bfloat16 (the nn package's dtypes), int32 and uint32 (wrapping, as numpy's).
+    Future of out."""
     return _binary("add", a, b, out, device)
 
 
@@ -291,7 +308,8 @@ def multiply(a, b, out=None, *, device=None):
 
 
 def divide(a, b, out=None, *, device=None):
-    """out = a / b (IEEE division, correctly rounded), as add()."""
+    """out = a / b (IEEE division, correctly rounded), as add(); floats only (numpy's `/` of
+    integers gives floats: the C library refuses int32 and uint32, saying so)."""
     return _binary("divide", a, b, out, device)
 
 
@@ -303,6 +321,82 @@ def maximum(a, b, out=None, *, device=None):
 def minimum(a, b, out=None, *, device=None):
     """out = the smaller of a and b, NaN where either is NaN, as add()."""
     return _binary("minimum", a, b, out, device)
+
+
+# ---- comparisons (bool results) and where -------------------------------------------------
+
+_COMPARE = {"equal": 0, "not_equal": 1, "less": 2, "less_equal": 3, "greater": 4,
+            "greater_equal": 5}
+
+
+def _compare(name, a, b, out, device):
+    a, b = _pair(name, a, b)
+    ctx = _same_ctx(a, b, *([out] if out is not None else []))
+    shape = np.broadcast_shapes(a.shape, b.shape)
+    rows, cols = _view(shape)
+    sa = _lib.Strides(*_strides_in(a.shape, shape, rows, cols))
+    sb = _lib.Strides(*_strides_in(b.shape, shape, rows, cols))
+    out = _out_like(a, out, shape, _dtypes.BOOL)
+    dev = a._dev(device) if device is not None or a.device is not None else b._dev(None)
+    return _issue("accel_compare", lambda f: _lib.lib.accel_compare(
+        ctx._live(), dev, _COMPARE[name], out.handle, rows, cols, a.handle, sa, b.handle, sb,
+        f), (a, b, out), out)
+
+
+def equal(a, b, out=None, *, device=None):
+    """out (bool) = a == b element-wise, broadcast as add() (IEEE: NaN equals nothing).
+    Future of out."""
+    return _compare("equal", a, b, out, device)
+
+
+def not_equal(a, b, out=None, *, device=None):
+    """out (bool) = a != b (true wherever a NaN is), as equal()."""
+    return _compare("not_equal", a, b, out, device)
+
+
+def less(a, b, out=None, *, device=None):
+    """out (bool) = a < b, as equal()."""
+    return _compare("less", a, b, out, device)
+
+
+def less_equal(a, b, out=None, *, device=None):
+    """out (bool) = a <= b, as equal()."""
+    return _compare("less_equal", a, b, out, device)
+
+
+def greater(a, b, out=None, *, device=None):
+    """out (bool) = a > b, as equal()."""
+    return _compare("greater", a, b, out, device)
+
+
+def greater_equal(a, b, out=None, *, device=None):
+    """out (bool) = a >= b, as equal()."""
+    return _compare("greater_equal", a, b, out, device)
+
+
+def where(cond, a, b, out=None, *, device=None):
+    """out = a where cond else b, element-wise, numpy's broadcasting of the three (scalars,
+    rows and columns of the result): cond a bool Array (or anything numpy takes, uploaded as
+    bool); a and b Arrays of one dtype, or numbers and numpy arrays taking the other's. Future
+    of out; the Array at once as accel.where(...).output."""
+    if not isinstance(a, Array) and not isinstance(b, Array):
+        raise TypeError("where: a or b must be an accel Array (its dtype is the result's)")
+    a, b = _pair("where", a, b)
+    if not isinstance(cond, Array):
+        cond = a.ctx.asarray(np.asarray(cond, dtype=np.bool_), device=a.device)
+    if cond._code != _dtypes.BOOL:
+        raise TypeError(f"where: cond must be a bool array, not {cond.accel_dtype} (compare "
+                        "first, as in x > 0)")
+    ctx = _same_ctx(cond, a, b, *([out] if out is not None else []))
+    shape = np.broadcast_shapes(cond.shape, a.shape, b.shape)
+    rows, cols = _view(shape)
+    sc, sa, sb = (_lib.Strides(*_strides_in(x.shape, shape, rows, cols)) for x in (cond, a, b))
+    out = _out_like(a, out, shape)
+    dev = next((x._dev(device) for x in (a, b, cond) if device is not None or x.device is not None),
+               _lib.DEVICE_ANY)
+    return _issue("accel_where", lambda f: _lib.lib.accel_where(
+        ctx._live(), dev, out.handle, rows, cols, cond.handle, sc, a.handle, sa, b.handle, sb,
+        f), (cond, a, b, out), out)
 
 
 # ---- collectives --------------------------------------------------------------------------
