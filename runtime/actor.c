@@ -403,7 +403,7 @@ bool rt_retries_flush(accel_runtime *rt) {
     rt_retry *node = *link;
     int rc = node->as_sender ? rt_send_as(rt, node->to, &node->msg)
                              : rt_send_local(rt, node->to, &node->msg);
-    if (rc == ACCEL_EBUSY) {
+    if (rt_send_later(rc)) {
       link = &node->next;
       continue;
     }

@@ -217,6 +217,11 @@ static inline rt_slot *rt_slot_at(accel_runtime *rt, uint32_t idx) {
   return rt_slot_of(rt, idx);
 }
 void rt_retry_send(accel_runtime *rt, accel_ref to, const accel_msg *msg);
+/* A local send refused for now (a full mailbox, or one that could not grow): the runtime's own
+ * messages (ticks, work results, DOWN, EXIT) are retried every turn then. */
+static inline bool rt_send_later(int rc) {
+  return rc == ACCEL_EBUSY || rc == ACCEL_ENOMEM;
+}
 /* As rt_send_local and rt_retry_send, with msg->sender as it is (loop thread). */
 int rt_send_as(accel_runtime *rt, accel_ref to, const accel_msg *msg);
 void rt_retry_send_as(accel_runtime *rt, accel_ref to, const accel_msg *msg);
