@@ -20,8 +20,8 @@
 struct rt_ring {
   /* Read by producers and the consumer, written once. */
   size_t mask;
-  _Atomic(rt_ring *) next; /* the ring that replaced this one (set after the close) */
-  rt_ring *retired_next;   /* consumer only: in the mailbox's retired list */
+  _Atomic(rt_ring *) next;         /* the ring that replaced this one (set after the close) */
+  rt_ring *retired_next;           /* consumer only: in the mailbox's retired list */
   _Alignas(64) atomic_size_t tail; /* next position producers claim; CLOSED once replaced */
   /* Consumer only. */
   _Alignas(64) size_t head;
@@ -247,14 +247,14 @@ int rt_mailbox_empty(rt_mailbox *mb) {
 
 uint32_t rt_mailbox_used(rt_mailbox *mb) {
   size_t n = 0;
-  for (rt_ring *r = mb->head_ring; r; r = atomic_load_explicit(&r->next, memory_order_relaxed))
+  for (rt_ring *r = mb->head_ring; r; r = atomic_load_explicit(&r->next, memory_order_acquire))
     n += (atomic_load_explicit(&r->tail, memory_order_relaxed) & ~CLOSED) - r->head;
   return (uint32_t)n;
 }
 
 size_t rt_mailbox_cells(rt_mailbox *mb) {
   size_t n = 0;
-  for (rt_ring *r = mb->head_ring; r; r = atomic_load_explicit(&r->next, memory_order_relaxed))
+  for (rt_ring *r = mb->head_ring; r; r = atomic_load_explicit(&r->next, memory_order_acquire))
     n += r->mask + 1;
   for (rt_ring *r = mb->retired; r; r = r->retired_next)
     n += r->mask + 1;

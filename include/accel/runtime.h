@@ -156,7 +156,7 @@ typedef struct accel_supervision {
 
 /* Per-spawn options; a zeroed struct (or NULL) gives the defaults. */
 typedef struct accel_spawn_opts {
-  const char *name;                     /* copied; defaults to behavior->name */
+  const char *name; /* copied; defaults to behavior->name */
   /* The mailbox's bound, rounded up to a power of two; default 1024. A mailbox starts with
    * room for 16 messages (or the bound, if smaller) and grows by doubling as messages queue
    * up, to the bound at most: an actor that keeps up costs 16 slots, not the bound. */

@@ -16,12 +16,12 @@
  * CAF 0.17, with CAF's default scheduler and with one worker thread; the ratios are accel's
  * rate over CAF's.
  * Usage: bench-savina [--quick] [--caf PATH] [--only PROGRAM] */
+#include <math.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <math.h>
 #include <time.h>
 
 #include "accel/runtime.h"
@@ -607,9 +607,9 @@ typedef struct row {
 } row;
 
 static const row rows[] = {
-    {PINGPONG, "round trips", 200000},  {THREADRING, "hops", 2000000},
-    {COUNTING, "messages", 4000000},    {FORKJOIN, "actors", 200000},
-    {BIG, "pongs", 1920000},            {ASK, "round trips", 200000},
+    {PINGPONG, "round trips", 200000}, {THREADRING, "hops", 2000000},
+    {COUNTING, "messages", 4000000},   {FORKJOIN, "actors", 200000},
+    {BIG, "pongs", 1920000},           {ASK, "round trips", 200000},
     {TRAPEZOID, "pieces", 10000000},
 };
 

@@ -82,7 +82,7 @@ static int grow_driver_receive(accel_actor *self, void *state, accel_msg *msg) {
     grown.cells_full = cells_of(rt, grown.sink);
   } else if (msg->type == MSG_DONE && ++grown.rounds == 1) {
     CHECK_EQ(msg->arg, GROW_CAP);
-    grown.cells_drained = cells_of(rt, grown.sink); /* the outgrown rings are freed */
+    grown.cells_drained = cells_of(rt, grown.sink);   /* the outgrown rings are freed */
     fill_exactly(rt, grown.sink, GROW_CAP, GROW_CAP); /* the grown ring alone: exact again */
   } else if (msg->type == MSG_DONE) {
     CHECK_EQ(msg->arg, 2 * GROW_CAP);
@@ -247,6 +247,8 @@ typedef struct conc_sink {
 
 static int conc_sink_receive(accel_actor *self, void *state, accel_msg *msg) {
   conc_sink *s = *(conc_sink **)state;
+  if (msg->type == MSG_DONE) /* the refill's, after the producers */
+    return 0;
   uint64_t p = msg->arg >> 32, seq = msg->arg & 0xFFFFFFFFu;
   CHECK_LT(p, PRODUCERS);
   CHECK_EQ(seq, s->next[p]);
@@ -289,6 +291,23 @@ static void *produce(void *arg) {
   return NULL;
 }
 
+/* On the loop, after the run: the sink cannot run while this fills its mailbox, which must
+ * hold its whole bound again (every cell blocked during growth was unblocked). */
+typedef struct refill {
+  accel_task task; /* first: the task pointer is the refill */
+  accel_runtime *rt;
+  accel_ref to;
+  uint32_t held;
+  gate done;
+} refill;
+
+static void refill_task(accel_task *t) {
+  refill *r = (refill *)t;
+  while (tell_arg(r->rt, r->to, MSG_DONE, 0) == 0 && r->held <= 2 * CONC_CAP)
+    r->held++;
+  gate_signal(&r->done);
+}
+
 TEST(producer_threads_keep_their_order_while_the_mailbox_grows) {
   uint32_t per = (uint32_t)test_scaled(20000, 2000);
   conc_sink s = {.expected = (uint64_t)PRODUCERS * per};
@@ -304,8 +323,14 @@ TEST(producer_threads_keep_their_order_while_the_mailbox_grows) {
   for (int i = 0; i < PRODUCERS; i++)
     CHECK_EQ(pthread_join(ps[i].thread, NULL), 0);
   TEST_WAIT_FOR(gate_wait(&s.done, 1, 100) == 0, 1);
+  refill r = {.rt = rt, .to = to};
+  gate_init(&r.done);
+  accel_post(rt, &r.task, refill_task);
+  TEST_WAIT_FOR(gate_wait(&r.done, 1, 100) == 0, 1);
   runtime_stop_then_destroy(rt, NULL);
+  gate_destroy(&r.done);
   printf("# most queued %zu, most cells %zu\n", s.max_used, s.max_cells);
+  CHECK_EQ(r.held, CONC_CAP);
   for (int i = 0; i < PRODUCERS; i++)
     CHECK_EQ(s.next[i], per);
   CHECK_GT(s.max_cells, RT_MAILBOX_FIRST); /* it grew: the test saw growth under load */
@@ -425,8 +450,7 @@ TEST(senders_on_other_threads_while_the_table_grows) {
   CHECK_EQ(pthread_join(t, NULL), 0);
   TEST_WAIT_FOR(atomic_load(&table_received) == s.sent, 1);
   runtime_stop_then_destroy(rt, NULL);
-  printf("# %llu delivered, %llu stale\n", (unsigned long long)s.sent,
-         (unsigned long long)s.stale);
+  printf("# %llu delivered, %llu stale\n", (unsigned long long)s.sent, (unsigned long long)s.stale);
   CHECK_GT(s.sent, 0);
   CHECK_GT(s.stale, 0);
 }
