@@ -341,7 +341,7 @@ static double trap_area; /* the master's sum, read after the run */
 static int trap_worker_receive(accel_actor *self, void *state, accel_msg *msg) {
   if (msg->type == MSG_SLICE) { /* the slice's work is done: its area to the master */
     slice *s = msg->data;
-    accel_msg m = {.type = MSG_SLICE, .arg = 0, .data = s};
+    accel_msg m = {.type = MSG_SLICE, .data = s, .drop = free}; /* freed after the master's turn */
     msg->data = NULL;
     return accel_tell(accel_actor_runtime(self), trap_master_ref, &m);
   }
