@@ -337,6 +337,82 @@ TEST(producer_threads_keep_their_order_while_the_mailbox_grows) {
   gate_destroy(&s.done);
 }
 
+/* ---- the mailbox alone: growth racing with the consumer, cycle after cycle ---- */
+
+enum { RACE_CAP = 64, RACE_MSGS = 200 };
+
+typedef struct race {
+  rt_mailbox mb;
+  pthread_barrier_t start, end;
+  atomic_bool quit;
+  uint64_t got; /* the consumer's count in the cycle */
+} race;
+
+/* One cycle: the producer pushes RACE_MSGS (retrying refusals) while the consumer pops them
+ * in order; both meet at `end`, and the main thread checks the bound with nobody popping. */
+static void *race_consumer(void *arg) {
+  race *r = arg;
+  for (;;) {
+    pthread_barrier_wait(&r->start);
+    if (atomic_load(&r->quit))
+      return NULL;
+    accel_msg m;
+    for (r->got = 0; r->got < RACE_MSGS;) {
+      if (rt_mailbox_pop(&r->mb, &m)) {
+        CHECK_EQ(m.arg, r->got);
+        r->got++;
+      }
+    }
+    pthread_barrier_wait(&r->end);
+  }
+}
+
+static void *race_producer(void *arg) {
+  race *r = arg;
+  for (;;) {
+    pthread_barrier_wait(&r->start);
+    if (atomic_load(&r->quit))
+      return NULL;
+    for (uint64_t i = 0; i < RACE_MSGS; i++) {
+      accel_msg m = {.type = MSG_SEQ, .arg = i};
+      int rc;
+      while ((rc = rt_mailbox_push(&r->mb, &m)) == ACCEL_EBUSY)
+        sched_yield();
+      CHECK_OK(rc);
+    }
+    pthread_barrier_wait(&r->end);
+  }
+}
+
+TEST(growth_racing_the_consumer_keeps_order_and_the_whole_bound) {
+  race r;
+  atomic_init(&r.quit, false);
+  CHECK_EQ(pthread_barrier_init(&r.start, NULL, 3), 0);
+  CHECK_EQ(pthread_barrier_init(&r.end, NULL, 3), 0);
+  pthread_t c, p;
+  CHECK_EQ(pthread_create(&c, NULL, race_consumer, &r), 0);
+  CHECK_EQ(pthread_create(&p, NULL, race_producer, &r), 0);
+  long cycles = test_scaled(2000, 100);
+  for (long k = 0; k < cycles; k++) {
+    CHECK_OK(rt_mailbox_init(&r.mb, RACE_CAP));
+    pthread_barrier_wait(&r.start);
+    pthread_barrier_wait(&r.end);
+    CHECK_EQ(r.got, RACE_MSGS);
+    uint32_t fits = 0; /* the consumer waits: exactly the bound fits, whatever the race left */
+    while (rt_mailbox_push(&r.mb, &(accel_msg){.arg = fits}) == 0 && fits <= 2 * RACE_CAP)
+      fits++;
+    if (fits != RACE_CAP)
+      TEST_FAIL("cycle %ld: the mailbox held %u after growing, bound %u", k, fits, RACE_CAP);
+    rt_mailbox_destroy(&r.mb);
+  }
+  atomic_store(&r.quit, true);
+  pthread_barrier_wait(&r.start);
+  CHECK_EQ(pthread_join(c, NULL), 0);
+  CHECK_EQ(pthread_join(p, NULL), 0);
+  pthread_barrier_destroy(&r.start);
+  pthread_barrier_destroy(&r.end);
+}
+
 /* ---- the ref table ---- */
 
 enum { TABLE_MAX = 2500 }; /* three chunks, the last one partial */
@@ -460,6 +536,7 @@ static const test_case tests[] = {
     TEST_CASE(a_growing_mailbox_holds_exactly_its_bound),
     TEST_CASE(a_growth_without_memory_refuses_that_send_and_loses_nothing),
     TEST_CASE(producer_threads_keep_their_order_while_the_mailbox_grows),
+    TEST_CASE(growth_racing_the_consumer_keeps_order_and_the_whole_bound),
     TEST_CASE(the_ref_table_grows_to_max_actors_and_no_further),
     TEST_CASE(max_actors_has_a_hard_bound),
     TEST_CASE(senders_on_other_threads_while_the_table_grows),
