@@ -14,25 +14,59 @@
 
 /* ---- the ref table ---- */
 
-int rt_slots_init(accel_runtime *rt, uint32_t count) {
-  /* Slot 0 is never handed out, so {0, 0} is always stale. */
-  rt->slots = rt_calloc((size_t)count + 1, sizeof *rt->slots);
-  if (rt->slots == NULL)
+int rt_slots_init(accel_runtime *rt, uint32_t max_actors) {
+  if (max_actors > RT_MAX_ACTORS_LIMIT)
+    return ACCEL_EINVAL;
+  rt->slot_limit = max_actors + 1;
+  size_t chunks = (rt->slot_limit + RT_SLOT_CHUNK - 1) / RT_SLOT_CHUNK;
+  rt->slot_chunks = rt_calloc(chunks, sizeof *rt->slot_chunks);
+  if (rt->slot_chunks == NULL)
     return ACCEL_ENOMEM;
-  rt->slot_count = count + 1;
-  for (uint32_t i = 1; i <= count; i++) {
-    atomic_init(&rt->slots[i].gen, 1);
-    rt->slots[i].next_free = i < count ? i + 1 : 0;
+  atomic_init(&rt->slot_count, 0);
+  rt->free_head = 0;
+  return 0;
+}
+
+void rt_slots_free(accel_runtime *rt) {
+  if (rt->slot_chunks == NULL)
+    return;
+  uint32_t count = atomic_load(&rt->slot_count);
+  for (uint32_t c = 0; c * RT_SLOT_CHUNK < count; c++)
+    rt_free(rt->slot_chunks[c]);
+  rt_free(rt->slot_chunks);
+  rt->slot_chunks = NULL;
+}
+
+/* One more chunk of free slots (loop thread), lowest first on the free list. Slot 0 is never
+ * handed out, so {0, 0} is always stale. */
+static int slots_grow(accel_runtime *rt) {
+  uint32_t base = atomic_load_explicit(&rt->slot_count, memory_order_relaxed);
+  if (base >= rt->slot_limit)
+    return ACCEL_ELIMIT;
+  uint32_t end = rt->slot_limit - base < RT_SLOT_CHUNK ? rt->slot_limit : base + RT_SLOT_CHUNK;
+  rt_slot *chunk = rt_calloc(RT_SLOT_CHUNK, sizeof *chunk);
+  if (chunk == NULL)
+    return ACCEL_ENOMEM;
+  uint32_t first = base == 0 ? 1 : base;
+  for (uint32_t i = first; i < end; i++) {
+    atomic_init(&chunk[i - base].gen, 1);
+    chunk[i - base].next_free = i + 1 < end ? i + 1 : rt->free_head;
   }
-  rt->free_head = 1;
+  rt->slot_chunks[base >> RT_SLOT_CHUNK_SHIFT] = chunk;
+  if (first < end)
+    rt->free_head = first;
+  atomic_store_explicit(&rt->slot_count, end, memory_order_release);
   return 0;
 }
 
 static int slot_alloc(accel_runtime *rt, accel_actor *cell) {
+  if (rt->free_head == 0) {
+    int rc = slots_grow(rt);
+    if (rc != 0)
+      return rc;
+  }
   uint32_t idx = rt->free_head;
-  if (idx == 0)
-    return ACCEL_ELIMIT;
-  rt_slot *slot = &rt->slots[idx];
+  rt_slot *slot = rt_slot_of(rt, idx);
   rt->free_head = slot->next_free;
   atomic_store(&slot->cell, cell);
   cell->ref = (accel_ref){idx, atomic_load(&slot->gen)};
@@ -40,22 +74,22 @@ static int slot_alloc(accel_runtime *rt, accel_actor *cell) {
 }
 
 static void slot_retire(accel_runtime *rt, uint32_t idx) {
-  rt_slot *slot = &rt->slots[idx];
+  rt_slot *slot = rt_slot_of(rt, idx);
   unsigned gen = atomic_load(&slot->gen) + 1;
   atomic_store(&slot->gen, gen == 0 ? 1 : gen); /* 0 is never live */
 }
 
 static void slot_release(accel_runtime *rt, uint32_t idx) {
-  rt_slot *slot = &rt->slots[idx];
+  rt_slot *slot = rt_slot_of(rt, idx);
   atomic_store(&slot->cell, NULL);
   slot->next_free = rt->free_head;
   rt->free_head = idx;
 }
 
 accel_actor *rt_resolve_local(accel_runtime *rt, accel_ref ref) {
-  if (ref.slot == 0 || ref.slot >= rt->slot_count)
+  rt_slot *slot = rt_slot_at(rt, ref.slot);
+  if (slot == NULL)
     return NULL;
-  rt_slot *slot = &rt->slots[ref.slot];
   if (atomic_load_explicit(&slot->gen, memory_order_relaxed) != ref.gen)
     return NULL;
   accel_actor *cell = atomic_load_explicit(&slot->cell, memory_order_relaxed);
@@ -64,10 +98,10 @@ accel_actor *rt_resolve_local(accel_runtime *rt, accel_ref ref) {
 
 /* ---- cells ---- */
 
-accel_actor *rt_cell_create(accel_runtime *rt, accel_actor *parent, rt_child *spec) {
+int rt_cell_create(accel_runtime *rt, accel_actor *parent, rt_child *spec, accel_actor **out) {
   accel_actor *cell = rt_aligned_calloc(_Alignof(accel_actor), sizeof *cell);
   if (cell == NULL)
-    return NULL;
+    return ACCEL_ENOMEM;
   cell->rt = rt;
   cell->parent = parent;
   cell->spec = spec;
@@ -80,16 +114,18 @@ accel_actor *rt_cell_create(accel_runtime *rt, accel_actor *parent, rt_child *sp
   atomic_init(&cell->scheduled, 0);
   if (rt_mailbox_init(&cell->mailbox, spec ? spec->mailbox_capacity : 64) != 0) {
     rt_aligned_free(cell);
-    return NULL;
+    return ACCEL_ENOMEM;
   }
-  if (slot_alloc(rt, cell) != 0) {
+  int rc = slot_alloc(rt, cell);
+  if (rc != 0) {
     rt_mailbox_destroy(&cell->mailbox);
     rt_aligned_free(cell);
-    return NULL;
+    return rc;
   }
   atomic_fetch_add(&rt->stats.actors_live, 1);
   atomic_fetch_add(&rt->stats.actors_spawned, 1);
-  return cell;
+  *out = cell;
+  return 0;
 }
 
 static void cell_free(accel_actor *cell) {
@@ -160,7 +196,7 @@ void rt_sweep(accel_runtime *rt) {
   accel_actor **link = &rt->graveyard;
   while (*link) {
     accel_actor *cell = *link;
-    rt_slot *slot = &rt->slots[cell->ref.slot];
+    rt_slot *slot = rt_slot_of(rt, cell->ref.slot);
     /* scheduled == 1 means a run queue still holds it; taking it to 1 keeps senders out. */
     if (atomic_load(&slot->pins) == 0 && atomic_exchange(&cell->scheduled, 1) == 0) {
       *link = cell->grave_next;
@@ -208,6 +244,8 @@ void rt_cell_run(accel_actor *cell) {
     deliver(cell, &msg);
   }
   atomic_fetch_add_explicit(&cell->rt->stats.messages_received, n, memory_order_relaxed);
+  if (rt_mailbox_has_retired(&cell->mailbox)) /* rings it outgrew, once no sender holds them */
+    rt_mailbox_reclaim(&cell->mailbox, &rt_slot_of(cell->rt, cell->ref.slot)->pins);
   if (cell->status == RT_RUNNING && n == cell->throughput && !rt_mailbox_empty(&cell->mailbox))
     rt_schedule_local(cell->rt, cell); /* used its turn: to the back of the queue */
   else
@@ -220,9 +258,11 @@ static int push_as(accel_runtime *rt, accel_actor *cell, const accel_msg *msg, b
                    accel_ref sender) {
   accel_msg m = *msg;
   m.sender = sender;
-  if (rt_mailbox_push(&cell->mailbox, &m) != 0) {
-    atomic_fetch_add_explicit(&rt->stats.busy_refusals, 1, memory_order_relaxed);
-    return ACCEL_EBUSY;
+  int rc = rt_mailbox_push(&cell->mailbox, &m);
+  if (rc != 0) {
+    if (rc == ACCEL_EBUSY)
+      atomic_fetch_add_explicit(&rt->stats.busy_refusals, 1, memory_order_relaxed);
+    return rc;
   }
   if (atomic_exchange(&cell->scheduled, 1) == 0) {
     if (remote)
@@ -256,8 +296,8 @@ static int send_remote(accel_runtime *rt, accel_ref to, const accel_msg *msg) {
   if (!rt_remote_enter(rt))
     return ACCEL_ECLOSED;
   int rc = ACCEL_ESTALE;
-  if (to.slot != 0 && to.slot < rt->slot_count) {
-    rt_slot *slot = &rt->slots[to.slot];
+  rt_slot *slot = rt_slot_at(rt, to.slot);
+  if (slot != NULL) {
     atomic_fetch_add(&slot->pins, 1);
     accel_actor *cell = atomic_load(&slot->cell);
     if (atomic_load(&slot->gen) == to.gen && cell != NULL)
@@ -363,7 +403,7 @@ bool rt_retries_flush(accel_runtime *rt) {
     rt_retry *node = *link;
     int rc = node->as_sender ? rt_send_as(rt, node->to, &node->msg)
                              : rt_send_local(rt, node->to, &node->msg);
-    if (rc == ACCEL_EBUSY) {
+    if (rt_send_later(rc)) {
       link = &node->next;
       continue;
     }
@@ -379,11 +419,12 @@ bool rt_retries_flush(accel_runtime *rt) {
 
 static int child_spawn(rt_child *spec) {
   accel_runtime *rt = spec->owner->rt;
-  accel_actor *cell = rt_cell_create(rt, spec->owner, spec);
-  if (cell == NULL)
-    return rt->free_head == 0 ? ACCEL_ELIMIT : ACCEL_ENOMEM;
+  accel_actor *cell;
+  int rc = rt_cell_create(rt, spec->owner, spec, &cell);
+  if (rc != 0)
+    return rc;
   spec->cell = cell;
-  int rc = rt_cell_start(cell);
+  rc = rt_cell_start(cell);
   if (rc != 0)
     rt_cell_terminate(cell, rc); /* runs the stop hook on the partial state */
   return rc;
@@ -493,8 +534,8 @@ int accel_stop(accel_runtime *rt, accel_ref ref) {
     return ACCEL_EINVAL;
   if (atomic_load(&rt->closing))
     return ACCEL_ECLOSED;
-  if (ref.slot == 0 || ref.slot >= rt->slot_count ||
-      atomic_load(&rt->slots[ref.slot].gen) != ref.gen)
+  rt_slot *slot = rt_slot_at(rt, ref.slot);
+  if (slot == NULL || atomic_load(&slot->gen) != ref.gen)
     return ACCEL_ESTALE;
   if (ref.slot == rt->root_ref.slot)
     return ACCEL_EINVAL; /* the root stops with the runtime */

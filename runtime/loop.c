@@ -359,9 +359,10 @@ accel_ref accel_runtime_root(accel_runtime *rt) {
 }
 
 static int root_create(accel_runtime *rt) {
-  accel_actor *root = rt_cell_create(rt, NULL, NULL);
-  if (root == NULL)
-    return ACCEL_ENOMEM;
+  accel_actor *root;
+  int rc = rt_cell_create(rt, NULL, NULL, &root);
+  if (rc != 0)
+    return rc;
   root->b = &root_behavior;
   /* The root never escalates: a child past its limit is stopped and reported. */
   accel_supervision sup = {.on_limit = ACCEL_LIMIT_STOP_CHILD};
@@ -491,12 +492,12 @@ int accel_runtime_create(accel_runtime **out, const accel_runtime_opts *opts) {
   accel_runtime *rt = rt_calloc(1, sizeof *rt);
   if (rt == NULL)
     return ACCEL_ENOMEM;
-  uint32_t max_actors = opts && opts->max_actors ? opts->max_actors : 65536;
+  uint32_t max_actors = opts && opts->max_actors ? opts->max_actors : RT_MAX_ACTORS_DEFAULT;
   int rc = rt_slots_init(rt, max_actors);
   if (rc == 0)
     rc = loop_init(rt);
   if (rc != 0) {
-    rt_free(rt->slots);
+    rt_slots_free(rt);
     rt_free(rt);
     return rc;
   }
@@ -593,7 +594,7 @@ void accel_runtime_destroy(accel_runtime *rt) {
   rt_wakeup_free(&rt->wake);
   pthread_mutex_destroy(&rt->remote_mu);
   pthread_mutex_destroy(&rt->token);
-  rt_free(rt->slots);
+  rt_slots_free(rt);
   rt_free(rt);
   rt_future_pool_close();
 }

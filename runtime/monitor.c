@@ -97,7 +97,7 @@ static void fire_link(accel_actor *cell, const rt_monitor *m, int reason) {
   if (reason >= 0 || reason == ACCEL_ECLOSED)
     return;
   accel_msg exit_msg = {.type = ACCEL_MSG_EXIT, .flags = (uint32_t)reason, .sender = cell->ref};
-  if (rt_send_as(rt, m->watcher, &exit_msg) == ACCEL_EBUSY)
+  if (rt_send_later(rt_send_as(rt, m->watcher, &exit_msg)))
     rt_retry_send_as(rt, m->watcher, &exit_msg);
 }
 
@@ -106,7 +106,7 @@ static void fire_link(accel_actor *cell, const rt_monitor *m, int reason) {
 static void fire_monitor(accel_actor *cell, const rt_monitor *m, int reason) {
   accel_msg down = {
       .type = ACCEL_MSG_DOWN, .flags = (uint32_t)reason, .arg = m->id, .sender = cell->ref};
-  if (rt_send_as(cell->rt, m->watcher, &down) == ACCEL_EBUSY)
+  if (rt_send_later(rt_send_as(cell->rt, m->watcher, &down)))
     rt_retry_send_as(cell->rt, m->watcher, &down);
 }
 

@@ -79,6 +79,11 @@ typedef struct rt_slot {
   uint32_t next_free; /* loop thread only */
 } rt_slot;
 
+#define RT_SLOT_CHUNK_SHIFT 10
+#define RT_SLOT_CHUNK (1u << RT_SLOT_CHUNK_SHIFT)
+#define RT_MAX_ACTORS_DEFAULT (1u << 20)
+#define RT_MAX_ACTORS_LIMIT (1u << 26)
+
 typedef struct rt_stats {
   atomic_ullong actors_live, actors_spawned, messages_received, dead_letters, busy_refusals,
       failures, restarts, escalations;
@@ -117,8 +122,13 @@ struct accel_runtime {
   bool shut_down;           /* the tree is stopped and the handles are closing */
   atomic_uint remote_users; /* non-loop threads inside a send/post right now */
 
-  rt_slot *slots;
-  uint32_t slot_count, free_head;
+  /* The ref table: chunks of RT_SLOT_CHUNK slots, made as spawns need them and never moved
+   * (senders on other threads read slots while the loop adds chunks), up to slot_limit slots.
+   * slot_count (release, after the chunk is in place) says how many slots exist. */
+  rt_slot **slot_chunks; /* slot_limit / RT_SLOT_CHUNK entries (rounded up) */
+  atomic_uint slot_count;
+  uint32_t slot_limit; /* max_actors + 1 (slot 0 is never handed out) */
+  uint32_t free_head;  /* loop thread only */
 
   accel_actor *runq_head, *runq_tail; /* loop thread only */
   uint32_t runq_len;
@@ -182,7 +192,9 @@ void rt_remote_leave(accel_runtime *rt);
 uint64_t rt_now_ms(accel_runtime *rt);
 
 /* actor.c */
-RT_MUST_USE accel_actor *rt_cell_create(accel_runtime *rt, accel_actor *parent, rt_child *spec);
+/* 0 and *out, ACCEL_ENOMEM, or ACCEL_ELIMIT (the ref table is at its bound). */
+RT_MUST_USE int rt_cell_create(accel_runtime *rt, accel_actor *parent, rt_child *spec,
+                               accel_actor **out);
 RT_MUST_USE int rt_cell_start(accel_actor *cell);
 /* Ends an incarnation for `reason` (0: stopped; ACCEL_ECLOSED: its parent or the runtime
  * stopped; else the failure that ended it): what its monitors are told. */
@@ -192,8 +204,25 @@ void rt_sweep(accel_runtime *rt);
 void rt_drop_msg(accel_runtime *rt, accel_msg *msg);
 RT_MUST_USE int rt_send_local(accel_runtime *rt, accel_ref to, const accel_msg *msg);
 accel_actor *rt_resolve_local(accel_runtime *rt, accel_ref ref);
-RT_MUST_USE int rt_slots_init(accel_runtime *rt, uint32_t count);
+/* The table for at most `max_actors` live actors (the root included); its first chunk. */
+RT_MUST_USE int rt_slots_init(accel_runtime *rt, uint32_t max_actors);
+void rt_slots_free(accel_runtime *rt);
+/* The slot of an index known to exist (a live or retired cell's). */
+static inline rt_slot *rt_slot_of(accel_runtime *rt, uint32_t idx) {
+  return &rt->slot_chunks[idx >> RT_SLOT_CHUNK_SHIFT][idx & (RT_SLOT_CHUNK - 1)];
+}
+/* The slot `idx` names, or NULL if no such slot exists (yet). Any thread. */
+static inline rt_slot *rt_slot_at(accel_runtime *rt, uint32_t idx) {
+  if (idx == 0 || idx >= atomic_load_explicit(&rt->slot_count, memory_order_acquire))
+    return NULL;
+  return rt_slot_of(rt, idx);
+}
 void rt_retry_send(accel_runtime *rt, accel_ref to, const accel_msg *msg);
+/* A local send refused for now (a full mailbox, or one that could not grow): the runtime's own
+ * messages (ticks, work results, DOWN, EXIT) are retried every turn then. */
+static inline bool rt_send_later(int rc) {
+  return rc == ACCEL_EBUSY || rc == ACCEL_ENOMEM;
+}
 /* As rt_send_local and rt_retry_send, with msg->sender as it is (loop thread). */
 int rt_send_as(accel_runtime *rt, accel_ref to, const accel_msg *msg);
 void rt_retry_send_as(accel_runtime *rt, accel_ref to, const accel_msg *msg);

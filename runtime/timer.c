@@ -31,7 +31,7 @@ static void on_tick(uv_timer_t *h) {
   rt_timer *t = (rt_timer *)h;
   accel_actor *cell = t->cell;
   accel_msg msg = {.type = t->type, .arg = t->arg};
-  if (rt_send_local(cell->rt, cell->ref, &msg) == ACCEL_EBUSY)
+  if (rt_send_later(rt_send_local(cell->rt, cell->ref, &msg)))
     rt_retry_send(cell->rt, cell->ref, &msg); /* a full mailbox delays the tick */
   if (!t->repeat)
     unlink_and_close(t);

@@ -4,8 +4,7 @@
 typedef void (*visit_fn)(const accel_actor_view *v, void *arg);
 
 static uint32_t mailbox_used(accel_actor *cell) {
-  size_t tail = atomic_load_explicit(&cell->mailbox.tail, memory_order_relaxed);
-  return (uint32_t)(tail - cell->mailbox.head);
+  return rt_mailbox_used(&cell->mailbox);
 }
 
 static void visit_children(accel_actor *owner, uint32_t depth, visit_fn visit, void *arg) {

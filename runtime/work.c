@@ -34,7 +34,7 @@ static void after_work(uv_work_t *req, int status) {
   accel_msg msg = {
       .type = w->type, .arg = (uint64_t)(int64_t)w->result, .data = w->data, .drop = w->drop};
   int rc = status == UV_ECANCELED ? ACCEL_ECANCELED : rt_send_local(w->rt, w->to, &msg);
-  if (rc == ACCEL_EBUSY)
+  if (rt_send_later(rc))
     rt_retry_send(w->rt, w->to, &msg);
   else if (rc != 0)
     rt_drop_msg(w->rt, &msg); /* the actor is gone: nobody takes the result */

@@ -156,8 +156,11 @@ typedef struct accel_supervision {
 
 /* Per-spawn options; a zeroed struct (or NULL) gives the defaults. */
 typedef struct accel_spawn_opts {
-  const char *name;                     /* copied; defaults to behavior->name */
-  uint32_t mailbox_capacity;            /* rounded up to a power of two; default 1024 */
+  const char *name; /* copied; defaults to behavior->name */
+  /* The mailbox's bound, rounded up to a power of two; default 1024. A mailbox starts with
+   * room for 16 messages (or the bound, if smaller) and grows by doubling as messages queue
+   * up, to the bound at most: an actor that keeps up costs 16 slots, not the bound. */
+  uint32_t mailbox_capacity;
   uint32_t throughput;                  /* messages per turn before yielding; default 64 */
   const accel_supervision *supervision; /* how this actor supervises its children; copied */
 } accel_spawn_opts;
@@ -165,7 +168,10 @@ typedef struct accel_spawn_opts {
 /* ---------------------------------------------------------------------------------------
  * The runtime */
 typedef struct accel_runtime_opts {
-  uint32_t max_actors; /* size of the ref table; default 65536 */
+  /* The most actors alive at once, the root included (the ref table's bound): a spawn past it
+   * fails with ACCEL_ELIMIT. The table grows in chunks of 1024 refs as spawns need them.
+   * Default 2^20 (1048576); at most 2^26, more is ACCEL_EINVAL. */
+  uint32_t max_actors;
 } accel_runtime_opts;
 
 typedef struct accel_runtime_stats {
@@ -245,7 +251,8 @@ ACCEL_API int accel_spawn(accel_runtime *rt, accel_actor *parent, const accel_be
 
 /* Sends a message. Any thread. Returns 0 (the runtime owns msg->data now), ACCEL_ESTALE (dead
  * letter: the ref no longer names a live actor), ACCEL_EBUSY (mailbox full: backpressure,
- * nothing was queued), ACCEL_ECLOSED (the runtime is shutting down). On failure the message
+ * nothing was queued), ACCEL_ENOMEM (the mailbox had to grow and no memory was left; nothing
+ * was queued), ACCEL_ECLOSED (the runtime is shutting down). On failure the message
  * stays the caller's. Messages from one sender thread or actor arrive in the order sent. */
 ACCEL_API int accel_tell(accel_runtime *rt, accel_ref to, const accel_msg *msg);
 

@@ -4,9 +4,19 @@
  * before), in the same process; the ratio is the gain.
  *   pingpong    two actors pass one message back and forth (round trips/s);
  *   threadring  503 actors in a ring pass one token around (hops/s);
- *   counting    one actor sends N messages to another, which counts them (messages/s).
- * Every program checks its own result (the count a run must reach) and fails otherwise.
- * Usage: bench-savina [--quick] */
+ *   counting    one actor sends N messages to another, which counts them (messages/s);
+ *   fork-join   200 k actors spawned (default options), one message each (actors/s);
+ *   big         120 actors ping random peers and answer with pongs (pongs/s);
+ *   ask         a plain thread asks an actor and waits, one round trip at a time;
+ *   trapezoid   compute-bound: an integral in 10 M pieces split over 100 actors, each running
+ *               its slice as blocking work (libuv's pool), summed by a master (pieces/s).
+ * Every program checks its own result (the count a run must reach; the trapezoid's area
+ * against a float64 sum) and fails otherwise.
+ * With --caf PATH (tests/bench/caf/savina-caf) each program runs against the same program on
+ * CAF 0.17, with CAF's default scheduler and with one worker thread; the ratios are accel's
+ * rate over CAF's.
+ * Usage: bench-savina [--quick] [--caf PATH] [--only PROGRAM] */
+#include <math.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -163,17 +173,272 @@ static const accel_behavior producer_b = {.name = "producer",
                                           .start = producer_start,
                                           .receive = producer_receive};
 
+/* ---- fork-join (Savina fjcreation): spawn N actors, one message each; each computes a
+ * little, tells the driver and stops itself ---- */
+
+enum { MSG_FJ = MSG_COUNT + 1, MSG_FJ_DONE, MSG_BIG_PING, MSG_BIG_PONG, MSG_BIG_DONE, MSG_SLICE };
+
+static int fj_worker_receive(accel_actor *self, void *state, accel_msg *msg) {
+  double sint = sin(37.2); /* Savina's performComputation(37.2) */
+  if (sint * sint <= 0.0)
+    return -1;
+  accel_runtime *rt = accel_actor_runtime(self);
+  int rc = accel_tell(rt, msg->sender, &(accel_msg){.type = MSG_FJ_DONE});
+  if (rc == 0)
+    rc = accel_stop(rt, accel_self(self));
+  return rc;
+}
+
+static const accel_behavior fj_worker_b = {.name = "fj", .receive = fj_worker_receive};
+
+typedef struct fj_driver {
+  run *r;
+  uint64_t done;
+} fj_driver;
+
+static int fj_driver_start(accel_actor *self, void *state, void *arg) {
+  ((fj_driver *)state)->r = arg;
+  return 0;
+}
+
+/* MSG_GO: spawns the workers with the default options (mailbox bound 1024) and tells each. */
+static int fj_driver_receive(accel_actor *self, void *state, accel_msg *msg) {
+  fj_driver *d = state;
+  accel_runtime *rt = accel_actor_runtime(self);
+  if (msg->type == MSG_FJ_DONE) {
+    if (++d->done == d->r->target)
+      finish(d->r, d->done);
+    return 0;
+  }
+  for (uint64_t i = 0; i < d->r->target; i++) {
+    accel_ref w;
+    int rc = accel_spawn(rt, NULL, &fj_worker_b, NULL, NULL, &w);
+    if (rc == 0)
+      rc = accel_tell(rt, w, &(accel_msg){.type = MSG_FJ});
+    if (rc != 0)
+      die("fork-join spawn and tell", rc);
+  }
+  return 0;
+}
+
+static const accel_behavior fj_driver_b = {.name = "fj-driver",
+                                           .state_size = sizeof(fj_driver),
+                                           .start = fj_driver_start,
+                                           .receive = fj_driver_receive};
+
+/* ---- big (Savina big): W actors; each sends `pings` pings to random peers, one at a time,
+ * and answers every ping with a pong; the sink counts the actors that finished ---- */
+
+#define BIG_ACTORS 120
+
+typedef struct big_setup {
+  run *r;
+  uint64_t pings; /* per actor */
+  accel_ref peers[BIG_ACTORS];
+  accel_ref sink;
+  uint64_t pongs; /* all actors' pongs received */
+} big_setup;
+
+typedef struct big_actor {
+  big_setup *b;
+  uint64_t left, rng;
+} big_actor;
+
+static int big_start(accel_actor *self, void *state, void *arg) {
+  big_actor *a = state;
+  a->b = arg;
+  a->left = a->b->pings;
+  a->rng = 0x9E3779B97F4A7C15ull ^ ((uint64_t)accel_self(self).slot << 17);
+  return 0;
+}
+
+static uint32_t big_random(big_actor *a) { /* xorshift64 */
+  a->rng ^= a->rng << 13;
+  a->rng ^= a->rng >> 7;
+  a->rng ^= a->rng << 17;
+  return (uint32_t)(a->rng % BIG_ACTORS);
+}
+
+static int big_receive(accel_actor *self, void *state, accel_msg *msg) {
+  big_actor *a = state;
+  accel_runtime *rt = accel_actor_runtime(self);
+  if (msg->type == MSG_BIG_PING)
+    return accel_tell(rt, msg->sender, &(accel_msg){.type = MSG_BIG_PONG});
+  if (msg->type == MSG_BIG_PONG)
+    a->b->pongs++;
+  if (a->left == 0)
+    return accel_tell(rt, a->b->sink, &(accel_msg){.type = MSG_BIG_DONE});
+  a->left--;
+  return accel_tell(rt, a->b->peers[big_random(a)], &(accel_msg){.type = MSG_BIG_PING});
+}
+
+static const accel_behavior big_b = {
+    .name = "big", .state_size = sizeof(big_actor), .start = big_start, .receive = big_receive};
+
+static int big_sink_receive(accel_actor *self, void *state, accel_msg *msg) {
+  big_setup *b = *(big_setup **)state;
+  uint64_t *finished = (uint64_t *)((big_setup **)state + 1);
+  if (++*finished == BIG_ACTORS)
+    finish(b->r, b->pongs);
+  return 0;
+}
+
+static int big_sink_start(accel_actor *self, void *state, void *arg) {
+  *(big_setup **)state = arg;
+  return 0;
+}
+
+static const accel_behavior big_sink_b = {.name = "big-sink",
+                                          .state_size = sizeof(big_setup *) + sizeof(uint64_t),
+                                          .start = big_sink_start,
+                                          .receive = big_sink_receive};
+
+/* ---- trapezoid (Savina trapezoid): the integral of Savina's fx over [1, 5] in n pieces,
+ * split over W actors; each runs its slice as blocking work (accel_work_submit: libuv's
+ * pool, so the slices use every core) and sends the partial area to the master ---- */
+
+#define TRAP_WORKERS 100
+#define TRAP_LEFT 1.0
+#define TRAP_RIGHT 5.0
+
+static double fx(double x) {
+  double a = sin(pow(x, 3) - 1);
+  double b = x + 1;
+  double c = a / b;
+  double d = sqrt(1 + exp(sqrt(2 * x)));
+  return c * d;
+}
+
+typedef struct slice {
+  double left, step, area;
+  uint64_t pieces;
+} slice;
+
+static double slice_area(double left, double step, uint64_t pieces) {
+  double area = 0;
+  for (uint64_t i = 0; i < pieces; i++) {
+    double l = left + (double)i * step;
+    area += 0.5 * (fx(l) + fx(l + step)) * step;
+  }
+  return area;
+}
+
+static int slice_work(void *data) {
+  slice *s = data;
+  s->area = slice_area(s->left, s->step, s->pieces);
+  return 0;
+}
+
+typedef struct trap_master {
+  run *r;
+  double area;
+  int parts;
+} trap_master;
+
+static accel_ref trap_master_ref;
+static double trap_area; /* the master's sum, read after the run */
+
+static int trap_worker_receive(accel_actor *self, void *state, accel_msg *msg) {
+  if (msg->type == MSG_SLICE) { /* the slice's work is done: its area to the master */
+    slice *s = msg->data;
+    accel_msg m = {.type = MSG_SLICE, .data = s, .drop = free}; /* freed after the master's turn */
+    msg->data = NULL;
+    return accel_tell(accel_actor_runtime(self), trap_master_ref, &m);
+  }
+  slice *s = msg->data; /* MSG_GO: our slice */
+  msg->data = NULL;
+  return accel_work_submit(self, slice_work, s, free, MSG_SLICE);
+}
+
+static const accel_behavior trap_worker_b = {.name = "trap", .receive = trap_worker_receive};
+
+static int trap_master_start(accel_actor *self, void *state, void *arg) {
+  ((trap_master *)state)->r = arg;
+  return 0;
+}
+
+static int trap_master_receive(accel_actor *self, void *state, accel_msg *msg) {
+  trap_master *t = state;
+  accel_runtime *rt = accel_actor_runtime(self);
+  if (msg->type == MSG_SLICE) {
+    t->area += ((slice *)msg->data)->area;
+    if (++t->parts == TRAP_WORKERS) {
+      trap_area = t->area;
+      finish(t->r, t->r->target);
+    }
+    return 0;
+  }
+  uint64_t n = t->r->target, per = n / TRAP_WORKERS;
+  double step = (TRAP_RIGHT - TRAP_LEFT) / (double)n;
+  for (int i = 0; i < TRAP_WORKERS; i++) {
+    accel_ref w;
+    int rc = accel_spawn(rt, self, &trap_worker_b, NULL, NULL, &w);
+    slice *s = malloc(sizeof *s);
+    if (rc != 0 || s == NULL)
+      die("trapezoid spawn", rc);
+    uint64_t first = (uint64_t)i * per;
+    *s = (slice){.left = TRAP_LEFT + (double)first * step,
+                 .step = step,
+                 .pieces = i == TRAP_WORKERS - 1 ? n - first : per};
+    rc = accel_tell(rt, w, &(accel_msg){.type = MSG_GO, .data = s, .drop = free});
+    if (rc != 0)
+      die("trapezoid tell", rc);
+  }
+  return 0;
+}
+
+static const accel_behavior trap_master_b = {.name = "trap-master",
+                                             .state_size = sizeof(trap_master),
+                                             .start = trap_master_start,
+                                             .receive = trap_master_receive};
+
+/* ---- ask: a plain thread asks an actor and waits for each answer ---- */
+
+static int echo_receive(accel_actor *self, void *state, accel_msg *msg) {
+  return accel_reply(msg, 0, (void *)(uintptr_t)(msg->arg + 1), NULL);
+}
+
+static const accel_behavior echo_b = {.name = "echo", .receive = echo_receive};
+
+static void ask_rounds(accel_runtime *rt, accel_ref echo, run *r) {
+  uint64_t i = 0;
+  for (; i < r->target; i++) {
+    accel_future *f;
+    int rc = accel_ask(rt, echo, &(accel_msg){.type = MSG_PING, .arg = i}, &f);
+    if (rc == 0)
+      rc = accel_future_wait(f, -1);
+    if (rc != 0)
+      die("ask", rc);
+    if ((uint64_t)(uintptr_t)accel_future_value(f) != i + 1)
+      die("ask: a wrong answer", ACCEL_EIO);
+    accel_future_release(f);
+  }
+  finish(r, i);
+}
+
 /* ---- driving one program ---- */
 
-typedef enum { PINGPONG, THREADRING, COUNTING } program;
+typedef enum { PINGPONG, THREADRING, COUNTING, FORKJOIN, BIG, ASK, TRAPEZOID, N_PROGRAMS } program;
+
+static const char *const program_names[N_PROGRAMS] = {
+    "pingpong", "threadring", "counting", "fork-join", "big", "ask", "trapezoid"};
 
 #define RING 503
 
-static void spawn(accel_runtime *rt, const accel_behavior *b, run *r, accel_ref *out) {
-  accel_spawn_opts o = {.mailbox_capacity = 1024};
-  int rc = accel_spawn(rt, NULL, b, r, &o, out);
+static void spawn_cap(accel_runtime *rt, const accel_behavior *b, void *arg, uint32_t capacity,
+                      accel_ref *out) {
+  accel_spawn_opts o = {.mailbox_capacity = capacity};
+  int rc = accel_spawn(rt, NULL, b, arg, &o, out);
   if (rc != 0)
     die("accel_spawn", rc);
+}
+
+static void spawn_arg(accel_runtime *rt, const accel_behavior *b, void *arg, accel_ref *out) {
+  spawn_cap(rt, b, arg, 1024, out);
+}
+
+static void spawn(accel_runtime *rt, const accel_behavior *b, run *r, accel_ref *out) {
+  spawn_arg(rt, b, r, out);
 }
 
 static void tell_ref(accel_runtime *rt, accel_ref to, uint32_t type, uint64_t arg, accel_ref *ref) {
@@ -181,6 +446,8 @@ static void tell_ref(accel_runtime *rt, accel_ref to, uint32_t type, uint64_t ar
   if (rc != 0)
     die("accel_tell", rc);
 }
+
+static big_setup big;
 
 /* Spawns the program's actors and links them, before the loop runs; refs[] must outlive the
  * run (messages point at them). */
@@ -202,6 +469,25 @@ static void set_up(accel_runtime *rt, program p, run *r, accel_ref *refs) {
     spawn(rt, &producer_b, r, &refs[1]);
     tell_ref(rt, refs[1], MSG_GO, 0, &refs[0]);
     break;
+  case FORKJOIN: /* every worker's answer may queue at once: the driver's bound is N (its
+                  * mailbox grows only as far as the answers do) */
+    spawn_cap(rt, &fj_driver_b, r, (uint32_t)r->target, &refs[0]);
+    break;
+  case BIG:
+    big = (big_setup){.r = r, .pings = r->target / BIG_ACTORS};
+    spawn_arg(rt, &big_sink_b, &big, &big.sink);
+    for (int i = 0; i < BIG_ACTORS; i++)
+      spawn_arg(rt, &big_b, &big, &big.peers[i]);
+    break;
+  case ASK:
+    spawn(rt, &echo_b, r, &refs[0]);
+    break;
+  case TRAPEZOID:
+    spawn(rt, &trap_master_b, r, &refs[0]);
+    trap_master_ref = refs[0];
+    break;
+  default:
+    break;
   }
 }
 
@@ -211,8 +497,43 @@ static void kick(accel_runtime *rt, program p, run *r, accel_ref *refs) {
     tell_ref(rt, refs[0], MSG_TOKEN, 0, NULL);
   else if (p == THREADRING)
     tell_ref(rt, refs[0], MSG_TOKEN, r->target, NULL);
-  else
+  else if (p == BIG)
+    for (int i = 0; i < BIG_ACTORS; i++)
+      tell_ref(rt, big.peers[i], MSG_GO, 0, NULL);
+  else if (p == ASK)
+    ask_rounds(rt, refs[0], r);
+  else if (p == COUNTING)
     tell_ref(rt, refs[1], MSG_GO, 0, NULL);
+  else
+    tell_ref(rt, refs[0], MSG_GO, 0, NULL);
+}
+
+static double trapezoid_reference(uint64_t n) {
+  static uint64_t done_for;
+  static double area;
+  if (done_for != n) {
+    area = slice_area(TRAP_LEFT, (TRAP_RIGHT - TRAP_LEFT) / (double)n, n);
+    done_for = n;
+  }
+  return area;
+}
+
+/* What a run must reach: the count, and for trapezoid the area against a float64 sum in one
+ * piece (relative 1e-9: the sums differ only in the order of additions). */
+static void check_result(program p, uint64_t target, uint64_t reached) {
+  uint64_t want = p == BIG ? target / BIG_ACTORS * BIG_ACTORS : target;
+  if (reached != want) {
+    fprintf(stderr, "bench-savina: %s reached %llu of %llu\n", program_names[p],
+            (unsigned long long)reached, (unsigned long long)want);
+    exit(1);
+  }
+  if (p == TRAPEZOID) {
+    double ref = trapezoid_reference(target);
+    if (!(fabs(trap_area - ref) <= 1e-9 * fabs(ref))) {
+      fprintf(stderr, "bench-savina: trapezoid area %.17g, reference %.17g\n", trap_area, ref);
+      exit(1);
+    }
+  }
 }
 
 /* One run in a fresh runtime; its rate in units per second. */
@@ -234,12 +555,7 @@ static double run_once(program p, uint64_t target, const char *hops) {
   if ((rc = accel_future_wait(r.done, 120000)) != 0)
     die("the run", rc);
   double s = (double)(now_ns() - t0) * 1e-9;
-  uint64_t reached = (uint64_t)(uintptr_t)accel_future_value(r.done);
-  if (reached != target) {
-    fprintf(stderr, "bench-savina: reached %llu of %llu\n", (unsigned long long)reached,
-            (unsigned long long)target);
-    exit(1);
-  }
+  check_result(p, target, (uint64_t)(uintptr_t)accel_future_value(r.done));
   accel_future_release(r.done);
   accel_runtime_stop(rt);
   accel_runtime_join(rt);
@@ -252,6 +568,11 @@ static int cmp(const void *a, const void *b) {
   return (x > y) - (x < y);
 }
 
+static double median(double *v, int n) {
+  qsort(v, (size_t)n, sizeof v[0], cmp);
+  return v[n / 2];
+}
+
 /* The median of `reps` runs, alternating the two modes so that drift hits both alike. */
 static void compare(const char *name, const char *unit, program p, uint64_t target, int reps) {
   double on[9], off[9];
@@ -259,25 +580,91 @@ static void compare(const char *name, const char *unit, program p, uint64_t targ
     off[i] = run_once(p, target, "0");
     on[i] = run_once(p, target, "1024");
   }
-  qsort(on, (size_t)reps, sizeof on[0], cmp);
-  qsort(off, (size_t)reps, sizeof off[0], cmp);
-  double a = on[reps / 2], b = off[reps / 2];
+  double a = median(on, reps), b = median(off, reps);
   printf("| %-10s | %12.0f | %12.0f | %5.2f | %s |\n", name, a, b, a / b, unit);
 }
 
+/* ---- against CAF: the same programs in tests/bench/caf/savina_caf.cpp ---- */
+
+/* One run of the CAF program (threads 0: CAF's default scheduler); its rate. */
+static double caf_once(const char *caf, program p, uint64_t target, int threads) {
+  char cmd[4096];
+  snprintf(cmd, sizeof cmd, "'%s' %s %llu %d", caf, program_names[p], (unsigned long long)target,
+           threads);
+  FILE *f = popen(cmd, "r");
+  double rate = 0;
+  if (f == NULL || fscanf(f, "%lf", &rate) != 1 || pclose(f) != 0 || !(rate > 0)) {
+    fprintf(stderr, "bench-savina: %s failed\n", cmd);
+    exit(1);
+  }
+  return rate;
+}
+
+typedef struct row {
+  program p;
+  const char *unit;
+  uint64_t target; /* at full scale */
+} row;
+
+static const row rows[] = {
+    {PINGPONG, "round trips", 200000}, {THREADRING, "hops", 2000000},
+    {COUNTING, "messages", 4000000},   {FORKJOIN, "actors", 200000},
+    {BIG, "pongs", 1920000},           {ASK, "round trips", 200000},
+    {TRAPEZOID, "pieces", 10000000},
+};
+
+/* Per row, alternating: accel, CAF default, CAF on one thread; medians and ratios. */
+static void against_caf(const char *caf, const char *only, int reps, uint64_t scale) {
+  printf("# bench-savina --caf: medians of %d runs each, alternating; ratio = accel / CAF\n", reps);
+  printf("| program | accel /s | CAF default /s | accel/CAF | CAF 1 thread /s | accel/CAF-1 | unit "
+         "|\n|---|---|---|---|---|---|---|\n");
+  for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+    const row *w = &rows[i];
+    if (only && strcmp(only, program_names[w->p]) != 0)
+      continue;
+    uint64_t target = w->target / scale;
+    double a[9], c[9], c1[9];
+    for (int k = 0; k < reps; k++) {
+      a[k] = run_once(w->p, target, "1024");
+      c[k] = caf_once(caf, w->p, target, 0);
+      c1[k] = caf_once(caf, w->p, target, 1);
+    }
+    double ma = median(a, reps), mc = median(c, reps), mc1 = median(c1, reps);
+    printf("| %-10s | %12.0f | %12.0f | %5.2f | %12.0f | %5.2f | %s |\n", program_names[w->p], ma,
+           mc, ma / mc, mc1, ma / mc1, w->unit);
+    fflush(stdout);
+  }
+}
+
+static void usage(const char *argv0) {
+  fprintf(stderr, "usage: %s [--quick] [--caf PATH] [--only PROGRAM]\n", argv0);
+  exit(2);
+}
+
 int main(int argc, char **argv) {
-  bool quick = argc > 1 && strcmp(argv[1], "--quick") == 0;
-  if (argc > 1 && !quick) {
-    fprintf(stderr, "usage: %s [--quick]\n", argv[0]);
-    return 2;
+  bool quick = false;
+  const char *caf = NULL, *only = NULL;
+  for (int i = 1; i < argc; i++) {
+    if (strcmp(argv[i], "--quick") == 0)
+      quick = true;
+    else if (strcmp(argv[i], "--caf") == 0 && i + 1 < argc)
+      caf = argv[++i];
+    else if (strcmp(argv[i], "--only") == 0 && i + 1 < argc)
+      only = argv[++i];
+    else
+      usage(argv[0]);
   }
   int reps = quick ? 3 : 7;
   uint64_t scale = quick ? 10 : 1;
+  if (caf != NULL) {
+    against_caf(caf, only, reps, scale);
+    return 0;
+  }
   printf("# bench-savina: one loop; median of %d runs each; in-turn hops (1024) vs none (0)\n",
          reps);
   printf("| program | hops in turn /s | hops 0 /s | ratio | unit |\n|---|---|---|---|---|\n");
-  compare("pingpong", "round trips", PINGPONG, 200000 / scale, reps);
-  compare("threadring", "hops", THREADRING, 2000000 / scale, reps);
-  compare("counting", "messages", COUNTING, 4000000 / scale, reps);
+  for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++)
+    if (only == NULL || strcmp(only, program_names[rows[i].p]) == 0)
+      compare(program_names[rows[i].p], rows[i].unit, rows[i].p, rows[i].target / scale, reps);
   return 0;
 }
