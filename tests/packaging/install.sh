@@ -106,6 +106,15 @@ elif [ -z "$init" ]; then
   bad "no accel/__init__.py (the Python package) installed"
 else
   site=$(dirname "$(dirname "$init")")
+  # Where the prefix has a directory on the interpreter's own path (/usr/local on Debian),
+  # the package goes there: `import accel` then needs no PYTHONPATH.
+  prefix=$(meson introspect --buildoptions "$build" |
+    "$python" -c 'import json,sys; print(next(o["value"] for o in json.load(sys.stdin) if o["name"] == "prefix"))')
+  want=$("$python" "$src/clients/python/site_dir.py" "$prefix")
+  if [ -n "$want" ]; then
+    [ "${site#"$dest"}" = "$want" ] && ok "python package in $want, on python3's own path" ||
+      bad "python package in ${site#"$dest"}, not $want (on python3's path)"
+  fi
   libdir=$(sed -n 's/^LIBDIR = "\(.*\)"$/\1/p' "$site/accel/_paths.py" 2>/dev/null)
   [ -n "$lib" ] && [ "$dest$libdir/libaccel.so.0" = "$lib" ] &&
     ok "python package ${site#"$dest"}, _paths.LIBDIR=$libdir" ||
