@@ -156,6 +156,7 @@ void rt_cell_terminate(accel_actor *cell, int reason) {
   cell->status = RT_STOPPED;
   slot_retire(rt, cell->ref.slot);
   rt_monitors_fire(cell, reason);
+  rt_waiters_fail(cell);
   rt_children_stop_all(cell);
   rt_timers_stop_all(cell);
   if (cell->state) {
@@ -250,6 +251,8 @@ void rt_cell_run(accel_actor *cell) {
     rt_schedule_local(cell->rt, cell); /* used its turn: to the back of the queue */
   else
     unschedule(cell);
+  if (cell->waiters) /* after the schedule's decision: their pushes schedule it again */
+    rt_waiters_admit(cell);
 }
 
 /* ---- sending ---- */

@@ -23,6 +23,7 @@
 typedef struct rt_child rt_child;
 typedef struct rt_timer rt_timer;
 typedef struct rt_monitor rt_monitor; /* monitor.c */
+typedef struct rt_waiter rt_waiter;   /* tell_wait.c */
 
 /* A deferred call on the loop thread (posted from any thread): the public accel_task. */
 typedef accel_task rt_task;
@@ -50,7 +51,8 @@ struct accel_actor {
   rt_list children; /* rt_child records, in start order */
   accel_supervision supervision;
   rt_timer *timers;
-  rt_monitor *monitors; /* who watches this incarnation (monitor.c) */
+  rt_monitor *monitors;              /* who watches this incarnation (monitor.c) */
+  rt_waiter *waiters, *waiters_tail; /* sends waiting for room, in order (tell_wait.c; loop) */
 };
 
 /* A supervisor's record of one child: what it needs to restart it, and the restart history. */
@@ -228,6 +230,10 @@ int rt_send_as(accel_runtime *rt, accel_ref to, const accel_msg *msg);
 void rt_retry_send_as(accel_runtime *rt, accel_ref to, const accel_msg *msg);
 /* monitor.c: tells the cell's watchers it ended (on the loop), and forgets them. */
 void rt_monitors_fire(accel_actor *cell, int reason);
+/* tell_wait.c: after a turn of the cell, the sends that wait for room go in while it lasts;
+ * at its end they fail (ACCEL_ESTALE). */
+void rt_waiters_admit(accel_actor *cell);
+void rt_waiters_fail(accel_actor *cell);
 /* ask_timeout.c: at shutdown, the asks whose deadline is still ahead complete ACCEL_ECLOSED
  * (their timers then close in the drain, so the loop does not wait for their deadlines). */
 void rt_ask_timers_close(accel_runtime *rt);

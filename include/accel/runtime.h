@@ -256,6 +256,17 @@ ACCEL_API int accel_spawn(accel_runtime *rt, accel_actor *parent, const accel_be
  * stays the caller's. Messages from one sender thread or actor arrive in the order sent. */
 ACCEL_API int accel_tell(accel_runtime *rt, accel_ref to, const accel_msg *msg);
 
+/* As accel_tell, but a full mailbox does not refuse the message: it waits for room, after the
+ * messages that waited before it, and goes in as the actor's turns make room (no polling).
+ * *delivered (if not NULL; release it) completes with 0 once the message is in the mailbox
+ * (at once if there was room), ACCEL_ESTALE if the actor ends first (the message is dropped),
+ * ACCEL_ECLOSED if the runtime stops first. Returns 0, or what accel_tell returns but
+ * ACCEL_EBUSY (the message then stays the caller's), or ACCEL_ENOMEM. Any thread. A sender
+ * that needs its messages in order sends through accel_tell_wait until the last one waiting
+ * is delivered: a plain accel_tell could overtake them. */
+ACCEL_API int accel_tell_wait(accel_runtime *rt, accel_ref to, const accel_msg *msg,
+                              accel_future **delivered);
+
 /* Sends a message that expects a reply and returns its future in *out. Any thread. The
  * receiver completes it with accel_reply() (or takes it, see accel_msg_take_reply); if it does
  * neither, the future completes with receive()'s return code when receive returns, and with
