@@ -133,6 +133,66 @@ typedef struct accel_behavior {
 } accel_behavior;
 
 /* ---------------------------------------------------------------------------------------
+ * Typed messages
+ *
+ * A typed message carries a value of a declared size, copied at the send: one of up to
+ * ACCEL_MSG_INLINE bytes travels inside the message itself (no allocation), a larger one in
+ * an allocation the message owns (freed after receive, or with the message if it is never
+ * received). `flags` holds ACCEL_MSG_TYPED and the size; plain messages keep flags free.
+ *
+ *   ACCEL_MSG_DEFINE(MSG_POINT, ACCEL_MSG_USER + 1, struct point)
+ *   MSG_POINT_tell(rt, to, &(struct point){1, 2});         // a send
+ *   struct point p; if (MSG_POINT_get(msg, &p) == 0) ...   // in receive
+ *
+ * accel_dispatch matches a received message against a table of handlers by type, and a
+ * typed one against its declared size too. */
+#define ACCEL_MSG_INLINE 16u
+#define ACCEL_MSG_TYPED 0x80000000u
+#define ACCEL_MSG_SIZE_MAX 0x00ffffffu /* larger values: send a pointer in `data` */
+
+/* Makes *msg a typed message of `type` (>= ACCEL_MSG_USER) carrying a copy of size bytes at
+ * payload. 0, ACCEL_EINVAL (type, size past ACCEL_MSG_SIZE_MAX, NULL payload with a size) or
+ * ACCEL_ENOMEM. If the message is then not sent, free it with accel_msg_discard. */
+ACCEL_API int accel_msg_pack(accel_msg *msg, uint32_t type, const void *payload, size_t size);
+/* Copies a typed message's value out: 0, or ACCEL_EINVAL if msg is not typed or its value is
+ * not `size` bytes. */
+ACCEL_API int accel_msg_unpack(const accel_msg *msg, void *out, size_t size);
+/* The value of a typed message in place (valid while the message is: during receive), its size
+ * in *size; NULL for a plain message. */
+ACCEL_API const void *accel_msg_payload(const accel_msg *msg, size_t *size);
+/* Frees what a packed message owns (an unsent one). */
+ACCEL_API void accel_msg_discard(accel_msg *msg);
+
+typedef int (*accel_handler_fn)(accel_actor *self, void *state, accel_msg *msg);
+typedef struct accel_handler {
+  uint32_t type;
+  uint32_t size; /* typed messages: the value's size (0: any message of that type) */
+  accel_handler_fn fn;
+} accel_handler;
+
+/* For receive(): runs the handler of the message's type and returns its result. A message of
+ * no handler's type goes to `otherwise` (NULL: ignored, 0); a typed one whose value is not its
+ * handler's size is ACCEL_EPROTO (the sender and receiver disagree on the type). */
+ACCEL_API int accel_dispatch(accel_actor *self, void *state, accel_msg *msg,
+                             const accel_handler *handlers, size_t count,
+                             accel_handler_fn otherwise);
+
+/* Declares message type `name` = id carrying a `ctype`, with name##_tell(rt, to, &value) and
+ * name##_get(msg, &out). */
+#define ACCEL_MSG_DEFINE(name, id, ctype)                                                          \
+  enum { name = (id) };                                                                            \
+  static inline int name##_tell(accel_runtime *rt_, accel_ref to_, const ctype *value_) {          \
+    accel_msg m_;                                                                                  \
+    int rc_ = accel_msg_pack(&m_, name, value_, sizeof *value_);                                   \
+    if (rc_ == 0 && (rc_ = accel_tell(rt_, to_, &m_)) != 0)                                        \
+      accel_msg_discard(&m_);                                                                      \
+    return rc_;                                                                                    \
+  }                                                                                                \
+  static inline int name##_get(const accel_msg *msg_, ctype *out_) {                               \
+    return accel_msg_unpack(msg_, out_, sizeof *out_);                                             \
+  }
+
+/* ---------------------------------------------------------------------------------------
  * Supervision: how a parent treats its children's failures. */
 typedef enum accel_strategy {
   ACCEL_ONE_FOR_ONE = 0, /* restart only the failed child */
