@@ -1132,7 +1132,10 @@ static uint8_t *tbuf_read(fx *f, const tbuf *b) {
   return out;
 }
 
+/* After the queue's work is done: memory must outlive the work that uses it (the backend
+ * contract), and a case may end on ops it never read back (the refusals' accepted calls). */
 static void tbuf_free(fx *f, tbuf *b) {
+  finish(f->d, f->q);
   B->mem_free(f->d, &b->m);
   free(b->host);
 }
