@@ -13,10 +13,11 @@
 #include "backends/cpu/cpu_kernels.h"
 #include "ops/dtype_conv.h"
 
-#define BLOCK 256
+#define BLOCK 1024
 
-/* v[i] = element i * step of p, i < n, widened exactly. */
-static void widen(uint32_t dtype, const void *p, uint64_t step, uint64_t n, double *v) {
+/* v[i] = element i * step of p, i < n, widened exactly. Inlined twice (step 1 and any), so
+ * that a contiguous row runs loops the compiler vectorises. */
+static inline void widen(uint32_t dtype, const void *p, uint64_t step, uint64_t n, double *v) {
   switch (dtype) {
   case ACCEL_F32:
     for (uint64_t i = 0; i < n; i++)
@@ -49,11 +50,12 @@ static void widen(uint32_t dtype, const void *p, uint64_t step, uint64_t n, doub
   }
 }
 
-/* Truncated toward zero into [lo, hi], NaN to 0 (the limits are exact doubles). */
-static inline double saturate(double d, double lo, double hi) {
+/* Truncated toward zero into [lo, hi], NaN to 0 (the limits are exact doubles; inside them
+ * the cast truncates, without libm's trunc, a call on baseline x86-64). */
+static inline int64_t saturate(double d, double lo, double hi) {
   if (d != d)
-    return 0.0;
-  return d <= lo ? lo : d >= hi ? hi : trunc(d);
+    return 0;
+  return d <= lo ? (int64_t)lo : d >= hi ? (int64_t)hi : (int64_t)d;
 }
 
 /* Modulo 2^32 of an integer held exactly in d (a source I32, U32 or BOOL). */
@@ -79,14 +81,21 @@ static void narrow(uint32_t dtype, bool ints, const double *v, uint64_t n, void 
     for (uint64_t i = 0; i < n; i++)
       ((uint16_t *)q)[i] = be_f32_to_bf16(be_f64_to_f32_odd(v[i]));
     break;
-  case ACCEL_I32:
-    for (uint64_t i = 0; i < n; i++)
-      ((int32_t *)q)[i] = ints ? (int32_t)wrap(v[i])
-                               : (int32_t)saturate(v[i], -2147483648.0, 2147483647.0);
+  case ACCEL_I32: /* one loop each way: no test per element */
+    if (ints)
+      for (uint64_t i = 0; i < n; i++)
+        ((int32_t *)q)[i] = (int32_t)wrap(v[i]);
+    else
+      for (uint64_t i = 0; i < n; i++)
+        ((int32_t *)q)[i] = (int32_t)saturate(v[i], -2147483648.0, 2147483647.0);
     break;
   case ACCEL_U32:
-    for (uint64_t i = 0; i < n; i++)
-      ((uint32_t *)q)[i] = ints ? wrap(v[i]) : (uint32_t)saturate(v[i], 0.0, 4294967295.0);
+    if (ints)
+      for (uint64_t i = 0; i < n; i++)
+        ((uint32_t *)q)[i] = wrap(v[i]);
+    else
+      for (uint64_t i = 0; i < n; i++)
+        ((uint32_t *)q)[i] = (uint32_t)saturate(v[i], 0.0, 4294967295.0);
     break;
   default: /* BOOL: not zero (NaN is not zero) */
     for (uint64_t i = 0; i < n; i++)
@@ -101,8 +110,24 @@ static void copy_row(size_t esize, const char *p, uint64_t step, uint64_t n, cha
     memcpy(q, p, n * esize);
     return;
   }
-  for (uint64_t i = 0; i < n; i++)
-    memcpy(q + i * esize, p + i * step * esize, esize);
+  switch (esize) { /* a typed loop per size: no call per element */
+  case 1:
+    for (uint64_t i = 0; i < n; i++)
+      q[i] = p[i * step];
+    break;
+  case 2:
+    for (uint64_t i = 0; i < n; i++)
+      ((uint16_t *)(void *)q)[i] = ((const uint16_t *)(const void *)p)[i * step];
+    break;
+  case 4:
+    for (uint64_t i = 0; i < n; i++)
+      ((uint32_t *)(void *)q)[i] = ((const uint32_t *)(const void *)p)[i * step];
+    break;
+  default:
+    for (uint64_t i = 0; i < n; i++)
+      ((uint64_t *)(void *)q)[i] = ((const uint64_t *)(const void *)p)[i * step];
+    break;
+  }
 }
 
 int be_cpu_convert(uint32_t dst_dtype, uint32_t src_dtype, const be_convert_args *g, void *dst,
@@ -121,7 +146,10 @@ int be_cpu_convert(uint32_t dst_dtype, uint32_t src_dtype, const be_convert_args
     }
     for (uint64_t c = 0; c < g->cols; c += BLOCK) {
       uint64_t n = g->cols - c < BLOCK ? g->cols - c : BLOCK;
-      widen(src_dtype, row + c * g->cs * ss, g->cs, n, v);
+      if (g->cs == 1)
+        widen(src_dtype, row + c * ss, 1, n, v);
+      else
+        widen(src_dtype, row + c * g->cs * ss, g->cs, n, v);
       narrow(dst_dtype, ints, v, n, out + c * ds);
     }
   }
