@@ -106,6 +106,9 @@ def test_matmul_of_views_uses_the_transpose_flag(ctx, rng, ta, tb):
     ref = va.numpy().astype(np.float64) @ vb.numpy().astype(np.float64)
     tol = 5 * 2.0**-23 * (np.abs(va.numpy()) @ np.abs(vb.numpy()))
     assert np.all(np.abs(got - ref) <= tol)
+    # a numpy operand on either side of @ is uploaded
+    assert np.all(np.abs((va @ vb.numpy()).numpy() - ref) <= tol)
+    assert np.all(np.abs((va.numpy() @ vb).numpy() - ref) <= tol)
     # the flag and the view together: op(va.T) with transpose_a is va again
     got2 = accel.matmul(va.T, vb, transpose_a=True).result().numpy()
     assert np.all(np.abs(got2 - ref) <= tol)

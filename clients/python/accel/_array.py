@@ -255,11 +255,16 @@ class Array:
 
     def __matmul__(self, other):
         """accel.matmul(self, other) as an Array at once (a transposed view passes as gemm's
-        transpose flag, without a copy)."""
-        return self._op("matmul", other)
+        transpose flag, without a copy); a numpy operand is uploaded in this dtype."""
+        return self._op("matmul", self._same_kind(other))
 
     def __rmatmul__(self, other):
-        return self._op("matmul", other, True)
+        return self._op("matmul", self._same_kind(other), True)
+
+    def _same_kind(self, other):
+        if isinstance(other, Array):
+            return other
+        return self.ctx.asarray(np.asarray(other, dtype=self.dtype), device=self.device)
 
     def __neg__(self):
         return self._op("multiply", -1.0)
