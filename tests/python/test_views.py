@@ -194,3 +194,26 @@ def test_views_of_operator_results_in_a_chain(ctx, rng):
     ref = ((h.astype(np.float64) + 1.0) * 2.0).T
     assert np.allclose(y.numpy(), ref, rtol=2.0**-22, atol=0)
     assert (x + 1.0).T._made_by is not None  # the view keeps its maker's future
+
+
+def test_no_copy_where_the_op_takes_strides(ctx, rng, monkeypatch):
+    """Count the accel_convert calls: none for @, + and sum of views; one for sigmoid."""
+    from accel import _lib
+
+    calls = []
+    real = _lib.lib.accel_convert
+
+    def counting(*args):
+        calls.append(args)
+        return real(*args)
+
+    monkeypatch.setattr(_lib.lib, "accel_convert", counting)
+    a = ctx.asarray(rng.random((6, 4)).astype(np.float32))
+    b = ctx.asarray(rng.random((6, 3)).astype(np.float32))
+    got = (a.T @ b).numpy()
+    s = (a.T + a.T).sum(axis=0).numpy()
+    assert calls == []  # the views went to gemm, binary and reduction as they are
+    assert np.allclose(got, a.numpy().T @ b.numpy(), rtol=1e-5)
+    assert np.allclose(s, 2 * a.numpy().T.sum(axis=0), rtol=1e-5)
+    accel.sigmoid(a.T).result()
+    assert len(calls) == 1  # a row-major copy for an op that reads from the start
