@@ -217,3 +217,17 @@ def test_no_copy_where_the_op_takes_strides(ctx, rng, monkeypatch):
     assert np.allclose(s, 2 * a.numpy().T.sum(axis=0), rtol=1e-5)
     accel.sigmoid(a.T).result()
     assert len(calls) == 1  # a row-major copy for an op that reads from the start
+
+
+@pytest.mark.parametrize("shape", [(0, 5), (5, 0), (), (0,), (1, 1), (1, 7), (7, 1)])
+def test_astype_and_views_of_empty_and_thin_arrays(ctx, rng, shape):
+    h = (rng.random(shape) * 10).astype(np.float32)
+    a = ctx.asarray(h)
+    got = a.astype(np.int32).numpy()
+    assert got.shape == shape and np.array_equal(got, h.astype(np.int32))
+    if len(shape) == 2:
+        assert np.array_equal(a.T.numpy(), h.T)
+        assert np.array_equal(a.T.astype(np.float16).numpy(), h.T.astype(np.float16))
+        assert np.allclose((a.T + 1.0).numpy(), h.T + 1.0, rtol=2.0**-23)
+        ref = h.T.astype(np.float64).sum(axis=1)  # at most 7 terms: within 8 e sum|x|
+        assert np.all(np.abs(a.T.sum(axis=1).numpy() - ref) <= 8 * 2.0**-23 * np.abs(ref))
