@@ -237,6 +237,11 @@ static int exec_where(dev_task *t, be_queue *q) {
                                 mem_on(t, 1), 0, mem_on(t, 2), 0, mem_on(t, 3), 0);
 }
 
+static int exec_convert(dev_task *t, be_queue *q) {
+  return t->node->be->nn->convert(q, t->buf[0]->dtype, t->buf[1]->dtype, &t->call->op.u.convert,
+                                  mem_on(t, 0), 0, mem_on(t, 1), 0);
+}
+
 static int exec_reduce(dev_task *t, be_queue *q) {
   return t->node->be->nn->reduce(q, t->buf[0]->dtype, &t->call->op.u.reduce, mem_on(t, 0), 0,
                                  mem_on(t, 1), 0);

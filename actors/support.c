@@ -82,7 +82,7 @@ static bool package_runs(const dev_caps *c, uint32_t package, const dev_op *op, 
     return op->h.kind == DEV_OP_GEMM ? gemm_ok(c, &op->u.gemm) : has(c->vector_dtypes, dtype);
   case ACCEL_PKG_RNG:
     return op->u.rng.dist == BE_RNG_BITS ? dtype == ACCEL_U32 : has(c->rng_dtypes, dtype);
-  case ACCEL_PKG_NN: /* the integers of binary and every dtype of where besides the floats */
+  case ACCEL_PKG_NN: /* the integers of binary, every dtype of where besides the floats */
     return has(c->nn_dtypes, dtype) || op->h.kind == DEV_OP_WHERE ||
            (op->h.kind == DEV_OP_BINARY && (dtype == ACCEL_I32 || dtype == ACCEL_U32));
   case ACCEL_PKG_MODULE: /* and the module built there: the session asks the module */
@@ -92,6 +92,10 @@ static bool package_runs(const dev_caps *c, uint32_t package, const dev_op *op, 
   default:
     return false;
   }
+}
+
+static bool convert_runs(const dev_caps *c, uint32_t dtype) {
+  return dtype != ACCEL_F64 || has(c->nn_dtypes, dtype);
 }
 
 int dev_node_supports(const dev_node *node, const dev_op *op, dev_buffer *const bufs[]) {
@@ -108,6 +112,9 @@ int dev_node_supports(const dev_node *node, const dev_op *op, dev_buffer *const 
   if (!c->read)
     return ACCEL_EDEVLOST; /* never opened (quarantined at start): we cannot know */
   bool ok = (c->packages & info->package) && package_runs(c, info->package, op, dtype);
+  if (op->h.kind == DEV_OP_CONVERT) /* every dtype but F64, which only a device with it */
+    ok = (c->packages & info->package) && convert_runs(c, bufs[0]->dtype) &&
+         convert_runs(c, bufs[1]->dtype);
   return ok ? 0 : ACCEL_ENOTSUP;
 }
 

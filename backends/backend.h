@@ -217,7 +217,7 @@ typedef struct be_ops {
 
 #define BE_BLAS_VERSION 1u
 #define BE_RNG_VERSION 1u
-#define BE_NN_VERSION 4u
+#define BE_NN_VERSION 5u
 #define BE_MODULE_VERSION 1u
 #define BE_COLL_VERSION 1u
 
@@ -253,7 +253,8 @@ typedef struct be_nn_pkg {
   uint32_t version; /* BE_NN_VERSION */
   /* The float dtypes of the nn ops on this device (unary, softmax, reduce, binary). Besides
    * them every nn package of this version runs binary on I32 and U32 (be_binary_dtype_ok)
-   * and where on every dtype (BOOL included): placement counts on it (actors/support.c). */
+   * and where on every dtype (BOOL included), and convert between any two dtypes (F64 only
+   * where `dtypes` has it): placement counts on it (actors/support.c). */
   uint32_t (*dtypes)(be_device *dev);
   int (*unary)(be_queue *q, uint32_t dtype, be_unary_op op, be_mem dst, size_t dst_off, be_mem src,
                size_t src_off, size_t count);
@@ -277,6 +278,11 @@ typedef struct be_nn_pkg {
    * it is read in step. */
   int (*where)(be_queue *q, uint32_t dtype, const be_where_args *g, be_mem dst, size_t dst_off,
                be_mem cond, size_t c_off, be_mem a, size_t a_off, be_mem b, size_t b_off);
+  /* dst (dst_dtype, contiguous) = src's view (src_dtype, ops/args.h be_convert_args)
+   * converted as astype does; any two of be_convert_dtype_ok's (F64 only where the device
+   * has it: ACCEL_ENOTSUP otherwise). dst is never src. */
+  int (*convert)(be_queue *q, uint32_t dst_dtype, uint32_t src_dtype, const be_convert_args *g,
+                 be_mem dst, size_t dst_off, be_mem src, size_t src_off);
 } be_nn_pkg;
 
 /* ---- user kernels (the `module` package) ----------------------------------------------------

@@ -366,6 +366,18 @@ int accel_where(accel_ctx *ctx, accel_device dev, accel_buffer dst, size_t rows,
   return client_submit(ctx, call, dev, f);
 }
 
+int accel_convert(accel_ctx *ctx, accel_device dev, accel_buffer dst, size_t rows, size_t cols,
+                  accel_buffer src, accel_strides src_strides, accel_future **f) {
+  dev_call *call = ctx ? new_call(ctx, DEV_OP_CONVERT) : NULL;
+  if (call == NULL)
+    return ctx ? ACCEL_ENOMEM : ACCEL_EINVAL;
+  call->op.u.convert =
+      (be_convert_args){.rows = rows, .cols = cols, .rs = src_strides.row, .cs = src_strides.col};
+  add_buf(&call->op, dst, 0, 0);
+  add_buf(&call->op, src, 0, 0);
+  return client_submit(ctx, call, dev, f);
+}
+
 _Static_assert((int)ACCEL_UNARY_SIGMOID == (int)BE_SIGMOID &&
                    (int)ACCEL_UNARY_ABS == (int)BE_UNARY_OP_LAST,
                "accel_unary_op is be_unary_op");

@@ -109,6 +109,37 @@ static inline size_t be_where_span_size(const be_where_args *g, uint64_t rs, uin
   return be_binary_span_size(&v, rs, cs);
 }
 
+/* dst (contiguous, rows x cols, row-major, its own dtype) = src's rows x cols view (element
+ * (r, c) at r * rs + c * cs, as be_binary_args' inputs) converted as numpy's astype does:
+ *   - the same dtype: the bits copied (a strided copy);
+ *   - between I32 and U32 (and from BOOL): modulo 2^32, two's complement;
+ *   - to BOOL: 1 where the element is not zero (NaN is not zero; -0.0 is);
+ *   - float to I32/U32: truncated toward zero, saturating at the type's limits, NaN to 0
+ *     (numpy's result is undefined there; this is C's saturating conversion, as CUDA's);
+ *   - to a float: rounded once to nearest even (F16 and BF16 from F64, I32 and U32 through
+ *     an f32 rounded to odd, which rounds once: dtype_conv.h be_f64_to_f32_odd). */
+typedef struct be_convert_args {
+  uint64_t rows, cols;
+  uint64_t rs, cs; /* src's strides, in elements */
+} be_convert_args;
+
+/* The elements src spans at its strides (as be_binary_span), and the same as a size. */
+static inline uint64_t be_convert_span(const be_convert_args *g) {
+  be_binary_args v = {.rows = g->rows, .cols = g->cols};
+  return be_binary_span(&v, g->rs, g->cs);
+}
+
+static inline size_t be_convert_span_size(const be_convert_args *g) {
+  be_binary_args v = {.rows = g->rows, .cols = g->cols};
+  return be_binary_span_size(&v, g->rs, g->cs);
+}
+
+/* The dtypes convert takes, on either side: every dtype of accel.h's list. */
+static inline bool be_convert_dtype_ok(uint32_t dtype) {
+  return dtype == ACCEL_F32 || dtype == ACCEL_F64 || dtype == ACCEL_F16 || dtype == ACCEL_BF16 ||
+         dtype == ACCEL_I32 || dtype == ACCEL_U32 || dtype == ACCEL_BOOL;
+}
+
 /* Reductions of a 2-D strided view (values on the wire: append only). MAX and MIN propagate
  * NaN (as numpy's max and min do) and need at least one element per output; SUM of nothing is
  * 0, MEAN of nothing NaN. */

@@ -310,6 +310,33 @@ static int check_where(dev_op *op, const dev_buf_info *b) {
   return 0;
 }
 
+static int shape_convert(const dev_op *op) {
+  const be_convert_args *g = &op->u.convert;
+  return g->cols != 0 && g->rows > UINT64_MAX / g->cols ? ACCEL_EINVAL : 0;
+}
+
+/* Any two of the dtypes (be_convert_dtype_ok); dst and src distinct buffers (elements of
+ * different sizes are not read in step with the writes). */
+static int check_convert(dev_op *op, const dev_buf_info *b) {
+  const be_convert_args *g = &op->u.convert;
+  uint64_t n = g->rows * g->cols, span = be_convert_span(g); /* n checked by the shape */
+  for (uint32_t i = 0; i < 2; i++)
+    if (!be_convert_dtype_ok(b[i].dtype))
+      return rt_error_detail(ACCEL_EINVAL,
+                             "convert: %s of dtype %s (it takes f32, f64, f16, "
+                             "bf16, i32, u32, bool)",
+                             i == 0 ? "dst" : "src", dev_dtype_name(b[i].dtype));
+  if (n > b[0].count)
+    return past_end("dst (rows x cols)", 0, n, b[0].count);
+  if (span > b[1].count)
+    return past_end("src at its strides", 0, span, b[1].count);
+  if (op->bufs[0].handle == op->bufs[1].handle)
+    return rt_error_detail(ACCEL_EINVAL, "convert: dst is src");
+  set_access(op, 0, DEV_WRITE_ALL, 0, n);
+  set_access(op, 1, DEV_READ, 0, span);
+  return 0;
+}
+
 static int shape_reduce(const dev_op *op) {
   const be_reduction_args *g = &op->u.reduce;
   if (g->op > BE_REDUCTION_OP_LAST || g->axis > BE_REDUCTION_AXIS_LAST ||

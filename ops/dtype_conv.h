@@ -71,6 +71,21 @@ static inline float be_f16_to_f32(uint16_t h) {
   return sign ? -v : v;
 }
 
+/* d as an f32 rounded to odd: truncated toward zero, its last bit set where that dropped
+ * anything (NaN and infinities kept; above FLT_MAX: FLT_MAX, odd). An f32 rounded so, then
+ * to f16 or bf16 to nearest even, gives what d rounded once would: f32 keeps more than two
+ * bits beyond either (the classic round-to-odd argument). So F64, I32 and U32 reach F16 and
+ * BF16 with one rounding (ops/args.h be_convert_args; the GPU kernels do the same). */
+static inline float be_f64_to_f32_odd(double d) {
+  float f = (float)d; /* to nearest */
+  if (d != d || (double)f == d)
+    return f;
+  uint32_t u = be_f32_bits(f);
+  if (f > d ? f > 0 : f < 0) /* rounded away from zero (or to an infinity): one step back */
+    u -= 1u;
+  return be_f32_of_bits(u | 1u);
+}
+
 /* Bytes per element of a dtype (0 for an unknown one). */
 static inline uint32_t be_dtype_size(uint32_t dtype) {
   switch (dtype) {

@@ -118,6 +118,7 @@ typedef struct dev_op {
     } softmax;                /* bufs: dst, src */
     be_binary_args binary;    /* bufs: dst, a, b */
     be_where_args where;      /* bufs: dst, cond, a, b */
+    be_convert_args convert;  /* bufs: dst, src */
     be_reduction_args reduce; /* bufs: dst, src */
     struct {
       uint32_t dtype;

@@ -45,7 +45,8 @@
   X(COLLECTIVE,     collective,     "collective",     OWN, FLOAT, COLLECTIVE, COLL, TASK)     \
   X(BINARY,         binary,         "binary",         3,   ANY,   NN,         NN,   TASK)     \
   X(REDUCE,         reduce,         "reduce",         2,   FLOAT, NN,         NN,   TASK)     \
-  X(WHERE,          where,          "where",          4,   ANY,   NN,         NN,   TASK)
+  X(WHERE,          where,          "where",          4,   ANY,   NN,         NN,   TASK)     \
+  X(CONVERT,        convert,        "convert",        2,   ANY,   NN,         NN,   TASK)
 /* clang-format on */
 
 #endif

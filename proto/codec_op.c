@@ -286,6 +286,23 @@ static uint64_t get_where(reader *r, dev_op *op, proto_bytes *options) {
   return 0;
 }
 
+static void put_convert(proto_out *o, const dev_op *op, size_t data_len) {
+  const be_convert_args *g = &op->u.convert;
+  put_u64(o, g->rows);
+  put_u64(o, g->cols);
+  put_u64(o, g->rs);
+  put_u64(o, g->cs);
+}
+
+static uint64_t get_convert(reader *r, dev_op *op, proto_bytes *options) {
+  be_convert_args *g = &op->u.convert;
+  g->rows = get_u64(r);
+  g->cols = get_u64(r);
+  g->rs = get_u64(r);
+  g->cs = get_u64(r);
+  return 0;
+}
+
 /* Enums here; the rest by the checker (dev_op_check_shape). */
 static uint64_t get_collective(reader *r, dev_op *op, proto_bytes *options) {
   op->u.coll.kind = get_u32(r);

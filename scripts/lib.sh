@@ -29,7 +29,7 @@ ACCEL_DEPS=(
   libblas3
   python3
   # the Python package: numpy, and pytest for its tests
-  python3-numpy python3-pytest python3-pip python3-setuptools python3-wheel
+  python3-numpy python3-pytest python3-hypothesis python3-pip python3-setuptools python3-wheel
   # a real terminal for the test of `accelctl top`
   tmux
   openssl

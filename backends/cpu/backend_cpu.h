@@ -60,6 +60,9 @@ int be_cpu_submit_binary(be_queue *q, uint32_t dtype, const be_binary_args *g, b
 int be_cpu_submit_where(be_queue *q, uint32_t dtype, const be_where_args *g, be_mem dst,
                         size_t dst_off, be_mem cond, size_t c_off, be_mem a, size_t a_off, be_mem b,
                         size_t b_off);
+int be_cpu_submit_convert(be_queue *q, uint32_t dst_dtype, uint32_t src_dtype,
+                          const be_convert_args *g, be_mem dst, size_t dst_off, be_mem src,
+                          size_t src_off);
 int be_cpu_submit_reduce(be_queue *q, uint32_t dtype, const be_reduction_args *g, be_mem dst,
                          size_t dst_off, be_mem src, size_t src_off);
 

@@ -118,6 +118,11 @@ int be_cpu_binary(uint32_t dtype, const be_binary_args *g, void *dst, const void
 int be_cpu_where(uint32_t dtype, const be_where_args *g, void *dst, const void *cond, const void *a,
                  const void *b);
 
+/* dst (dst_dtype, contiguous) = src's view (src_dtype) converted as astype does (convert.c;
+ * the rules: ops/args.h be_convert_args). ACCEL_ENOTSUP for a dtype outside the list. */
+int be_cpu_convert(uint32_t dst_dtype, uint32_t src_dtype, const be_convert_args *g, void *dst,
+                   const void *src);
+
 /* dst = g->op folded over src's view (reduce.c), accumulated in double (contiguous F32 in
  * float blocks), rounded once to the dtype; no scratch. ACCEL_EINVAL for an unknown op or axis or
  * max/min of no elements, ACCEL_ENOTSUP for a dtype other than F32, F64, F16, BF16. */

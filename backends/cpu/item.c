@@ -70,6 +70,9 @@ int be_cpu_item_run(const be_cpu_item *it) {
   case BE_CPU_WHERE:
     return be_cpu_where(it->u.where.dtype, &it->u.where.g, it->u.where.dst, it->u.where.cond,
                         it->u.where.a, it->u.where.b);
+  case BE_CPU_CONVERT:
+    return be_cpu_convert(it->u.convert.dst_dtype, it->u.convert.src_dtype, &it->u.convert.g,
+                          it->u.convert.dst, it->u.convert.src);
   case BE_CPU_COLLECTIVE:
     return be_cpu_collective_run(it);
   case BE_CPU_CALLBACK:
@@ -106,6 +109,8 @@ bool be_cpu_item_tiny(const be_cpu_item *it) {
     return it->u.reduce.g.rows * it->u.reduce.g.cols <= TINY_ELEMENTS;
   case BE_CPU_WHERE:
     return it->u.where.g.rows * it->u.where.g.cols <= TINY_ELEMENTS;
+  case BE_CPU_CONVERT:
+    return it->u.convert.g.rows * it->u.convert.g.cols <= TINY_ELEMENTS;
   default:
     return false;
   }

@@ -255,6 +255,22 @@ int be_cpu_submit_where(be_queue *q, uint32_t dtype, const be_where_args *g, be_
   return submit(q, &it, err);
 }
 
+int be_cpu_submit_convert(be_queue *q, uint32_t dst_dtype, uint32_t src_dtype,
+                          const be_convert_args *g, be_mem dst, size_t dst_off, be_mem src,
+                          size_t src_off) {
+  be_cpu_item it = {.kind = BE_CPU_CONVERT,
+                    .u.convert = {.dst_dtype = dst_dtype, .src_dtype = src_dtype, .g = *g}};
+  if (g->cols > 0 && g->rows > SIZE_MAX / g->cols)
+    return ACCEL_EINVAL;
+  void *to = NULL, *from = NULL;
+  int err = span(dst, dst_off, g->rows * g->cols, be_dtype_size(dst_dtype), &to);
+  if (err == 0)
+    err = span(src, src_off, be_convert_span_size(g), be_dtype_size(src_dtype), &from);
+  it.u.convert.dst = to;
+  it.u.convert.src = from;
+  return submit(q, &it, err);
+}
+
 int be_cpu_submit_reduce(be_queue *q, uint32_t dtype, const be_reduction_args *g, be_mem dst,
                          size_t dst_off, be_mem src, size_t src_off) {
   be_cpu_item it = {.kind = BE_CPU_REDUCE, .u.reduce = {.dtype = dtype, .g = *g}};

@@ -11,7 +11,8 @@
  *   nn       sigmoid, relu, tanh, row-wise softmax and the reductions (sum, max, min, mean)
  *            in F32, F64, F16, BF16 (the `dtypes` entry); the broadcasting binary ops and
  *            comparisons in those, I32 and U32 (no DIV of integers); where in all of them
- *            and BOOL (backend.h: what every nn package of this version runs).
+ *            and BOOL, convert between any two of those (backend.h: what every nn package of
+ *            this version runs).
  * The `supports`/`dtypes` entries say exactly this; what they exclude is ACCEL_ENOTSUP from the
  * submit call, before any argument check. Scratch memory (16-bit gemm and softmax) is
  * allocated by the worker that runs the item, never by the submitting thread; if it fails the
@@ -136,6 +137,14 @@ static int cpu_reduce(be_queue *q, uint32_t dtype, const be_reduction_args *g, b
   return be_cpu_submit_reduce(q, dtype, g, dst, dst_off, src, src_off);
 }
 
+static int cpu_convert(be_queue *q, uint32_t dst_dtype, uint32_t src_dtype,
+                       const be_convert_args *g, be_mem dst, size_t dst_off, be_mem src,
+                       size_t src_off) {
+  if (!be_convert_dtype_ok(dst_dtype) || !be_convert_dtype_ok(src_dtype))
+    return ACCEL_ENOTSUP;
+  return be_cpu_submit_convert(q, dst_dtype, src_dtype, g, dst, dst_off, src, src_off);
+}
+
 const be_nn_pkg be_cpu_nn = {
     .version = BE_NN_VERSION,
     .dtypes = cpu_floats,
@@ -144,4 +153,5 @@ const be_nn_pkg be_cpu_nn = {
     .binary = cpu_binary,
     .reduce = cpu_reduce,
     .where = cpu_where,
+    .convert = cpu_convert,
 };

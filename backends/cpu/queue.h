@@ -39,6 +39,7 @@ typedef enum be_cpu_item_kind {
   BE_CPU_BINARY,
   BE_CPU_REDUCE,
   BE_CPU_WHERE,
+  BE_CPU_CONVERT,
   BE_CPU_COLLECTIVE,
 } be_cpu_item_kind;
 
@@ -120,6 +121,12 @@ typedef struct be_cpu_item {
       uint32_t dtype;
       be_where_args g;
     } where;
+    struct {
+      void *dst;
+      const void *src;
+      uint32_t dst_dtype, src_dtype;
+      be_convert_args g;
+    } convert;
     struct { /* every device's memory is host memory: one item does the whole collective */
       uint32_t kind, dtype, reduce, root, ndev;
       size_t count;

@@ -77,7 +77,8 @@ typedef enum be_cuda_fn {
   BE_FN_BINARY_INT = BE_FN_REDUCE_THREADS + 4, /* I32, U32 */
   BE_FN_COMPARE = BE_FN_BINARY_INT + 2,        /* F32, F64, F16, BF16, I32, U32 */
   BE_FN_WHERE = BE_FN_COMPARE + 6,             /* elements of 1, 2, 4 and 8 bytes */
-  BE_FN_NULL = BE_FN_WHERE + 4,
+  BE_FN_CONVERT = BE_FN_WHERE + 4,             /* every pair of dtypes */
+  BE_FN_NULL = BE_FN_CONVERT + 1,
   BE_FN_FAULT,
   BE_FN_COUNT
 } be_cuda_fn;
@@ -368,6 +369,8 @@ int be_cuda_softmax(be_queue *q, uint32_t dtype, be_mem dst, size_t dst_off, be_
                     size_t src_off, size_t rows, size_t cols);
 int be_cuda_binary(be_queue *q, uint32_t dtype, const be_binary_args *g, be_mem dst, size_t dst_off,
                    be_mem a, size_t a_off, be_mem b, size_t b_off);
+int be_cuda_convert(be_queue *q, uint32_t dst_dtype, uint32_t src_dtype, const be_convert_args *g,
+                    be_mem dst, size_t dst_off, be_mem src, size_t src_off);
 int be_cuda_where(be_queue *q, uint32_t dtype, const be_where_args *g, be_mem dst, size_t dst_off,
                   be_mem cond, size_t c_off, be_mem a, size_t a_off, be_mem b, size_t b_off);
 int be_cuda_reduce(be_queue *q, uint32_t dtype, const be_reduction_args *g, be_mem dst,

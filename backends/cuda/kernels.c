@@ -368,3 +368,26 @@ int be_cuda_scale(be_queue *q, uint32_t c_type, CUdeviceptr c, const be_gemm_arg
   uint64_t items = (uint64_t)m * (uint64_t)n * (uint64_t)batch;
   return launch(q, BE_FN_SCALE + slot, grid_for(q->dev, items), args);
 }
+
+/* One kernel for every pair (kernels.cu be_convert), a copy of bits for the same dtype. */
+int be_cuda_convert(be_queue *q, uint32_t dst_dtype, uint32_t src_dtype, const be_convert_args *g,
+                    be_mem dst, size_t dst_off, be_mem src, size_t src_off) {
+  size_t ds = be_cuda_esize(dst_dtype), ss = be_cuda_esize(src_dtype), n = 0;
+  bool known = be_convert_dtype_ok(dst_dtype) && be_convert_dtype_ok(src_dtype);
+  int rc = known && ds != 0 && ss != 0 ? 0 : ACCEL_ENOTSUP;
+  if (rc == 0 && g->cols != 0 && g->rows > SIZE_MAX / g->cols)
+    rc = ACCEL_EINVAL;
+  CUdeviceptr d = 0, s = 0;
+  if (rc == 0) {
+    n = g->rows * g->cols;
+    rc = be_cuda_span(dst, dst_off, n, ds, &d);
+  }
+  rc = ready(q, rc != 0 ? rc : be_cuda_span(src, src_off, be_convert_span_size(g), ss, &s));
+  if (rc != 0 || n == 0)
+    return rc;
+  int32_t ddt = (int32_t)dst_dtype, sdt = (int32_t)src_dtype;
+  int32_t same = dst_dtype == src_dtype ? (int32_t)ds : 0;
+  uint64_t rows = g->rows, cols = g->cols, rs = g->rs, cs = g->cs;
+  void *args[] = {&d, &s, &ddt, &sdt, &same, &rows, &cols, &rs, &cs};
+  return launch(q, BE_FN_CONVERT, grid_for(q->dev, n), args);
+}

@@ -832,3 +832,126 @@ extern "C" __global__ void be_fault(int mode, unsigned *bad) {
   else
     *(volatile unsigned *)bad = 0xdeadu;
 }
+
+/* ---- convert (ops/args.h be_convert_args) ---------------------------------------------- *
+ * One kernel for every pair of dtypes (the pair an argument: one branch taken by the whole
+ * grid). An element is loaded as what holds it exactly: an int64 for I32, U32 and BOOL, a
+ * double for the floats; the store rounds once (F16 and BF16 through an f32 rounded to odd,
+ * as ops/dtype_conv.h be_f64_to_f32_odd does on the host), integers to integers wrap, floats
+ * to integers truncate and saturate (NaN 0). Dtype codes are accel_dtype's. */
+enum { DT_F32 = 1, DT_U32, DT_F64, DT_F16, DT_BF16, DT_I32, DT_BOOL };
+
+struct conv_val {
+  bool is_int;
+  long long i; /* is_int */
+  double d;    /* else */
+};
+
+__device__ __forceinline__ conv_val conv_load(const void *src, int dt, uint64_t k) {
+  conv_val v = {false, 0, 0.0};
+  switch (dt) {
+  case DT_F32:
+    v.d = ((const float *)src)[k];
+    break;
+  case DT_F64:
+    v.d = ((const double *)src)[k];
+    break;
+  case DT_F16:
+    v.d = __half2float(__ushort_as_half(((const uint16_t *)src)[k]));
+    break;
+  case DT_BF16:
+    v.d = __bfloat162float(__ushort_as_bfloat16(((const uint16_t *)src)[k]));
+    break;
+  case DT_I32:
+    v.is_int = true;
+    v.i = ((const int32_t *)src)[k];
+    break;
+  case DT_U32:
+    v.is_int = true;
+    v.i = ((const uint32_t *)src)[k];
+    break;
+  default:
+    v.is_int = true;
+    v.i = ((const uint8_t *)src)[k] != 0;
+    break;
+  }
+  return v;
+}
+
+/* d as an f32 rounded to odd (host twin: be_f64_to_f32_odd). */
+__device__ __forceinline__ float f32_odd(double d) {
+  float f = (float)d;
+  if (d != d || (double)f == d)
+    return f;
+  uint32_t u = __float_as_uint(f);
+  if (f > d ? f > 0.0f : f < 0.0f)
+    u -= 1u;
+  return __uint_as_float(u | 1u);
+}
+
+__device__ __forceinline__ double saturate(double d, double lo, double hi) {
+  if (d != d)
+    return 0.0;
+  return d <= lo ? lo : d >= hi ? hi : trunc(d);
+}
+
+__device__ __forceinline__ void conv_store(void *dst, int dt, uint64_t i, conv_val v) {
+  double d = v.is_int ? (double)v.i : v.d; /* exact: |i| < 2^33 */
+  switch (dt) {
+  case DT_F32:
+    ((float *)dst)[i] = (float)d;
+    break;
+  case DT_F64:
+    ((double *)dst)[i] = d;
+    break;
+  case DT_F16:
+    ((uint16_t *)dst)[i] = __half_as_ushort(__float2half_rn(f32_odd(d)));
+    break;
+  case DT_BF16:
+    ((uint16_t *)dst)[i] = __bfloat16_as_ushort(__float2bfloat16_rn(f32_odd(d)));
+    break;
+  case DT_I32:
+    ((int32_t *)dst)[i] = v.is_int ? (int32_t)(uint32_t)v.i
+                                   : (int32_t)saturate(d, -2147483648.0, 2147483647.0);
+    break;
+  case DT_U32:
+    ((uint32_t *)dst)[i] = v.is_int ? (uint32_t)v.i : (uint32_t)saturate(d, 0.0, 4294967295.0);
+    break;
+  default:
+    ((uint8_t *)dst)[i] = v.is_int ? v.i != 0 : d != 0.0;
+    break;
+  }
+}
+
+/* The same dtype: bits moved (element size es). */
+__device__ __forceinline__ void conv_copy(void *dst, const void *src, int es, uint64_t i,
+                                          uint64_t k) {
+  switch (es) {
+  case 1:
+    ((uint8_t *)dst)[i] = ((const uint8_t *)src)[k];
+    break;
+  case 2:
+    ((uint16_t *)dst)[i] = ((const uint16_t *)src)[k];
+    break;
+  case 4:
+    ((uint32_t *)dst)[i] = ((const uint32_t *)src)[k];
+    break;
+  default:
+    ((uint64_t *)dst)[i] = ((const uint64_t *)src)[k];
+    break;
+  }
+}
+
+/* same_es: the element size when the dtypes are the same (a copy), else 0. */
+extern "C" __global__ void be_convert(void *dst, const void *src, int dst_dt, int src_dt,
+                                      int same_es, uint64_t rows, uint64_t cols, uint64_t rs,
+                                      uint64_t cs) {
+  uint64_t n = rows * cols, stride = (uint64_t)gridDim.x * blockDim.x;
+  for (uint64_t i = blockIdx.x * (uint64_t)blockDim.x + threadIdx.x; i < n; i += stride) {
+    uint64_t r = i / cols, c = i - r * cols, k = r * rs + c * cs;
+    if (same_es != 0)
+      conv_copy(dst, src, same_es, i, k);
+    else
+      conv_store(dst, dst_dt, i, conv_load(src, src_dt, k));
+  }
+}

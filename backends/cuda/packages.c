@@ -9,8 +9,8 @@
  *   rng           bits into U32; uniform and normal into F32, F64, F16, BF16;
  *   nn            sigmoid, relu, tanh, row-wise softmax and the reductions in F32, F64, F16,
  *                 BF16 (the `dtypes` entry); the broadcasting binary ops and comparisons in
- *                 those, I32 and U32 (no DIV of integers); where in all of them and BOOL.
- * The `supports`/`dtypes` entries say the same. */
+ *                 those, I32 and U32 (no DIV of integers); where in all of them and BOOL; convert
+ * between any two of those. The `supports`/`dtypes` entries say the same. */
 #include "accel/error.h"
 #include "backends/cuda/backend_cuda.h"
 #include "backends/cuda/device.h"
@@ -57,6 +57,7 @@ const be_nn_pkg be_cuda_nn = {
     .reduce = be_cuda_reduce,
     .softmax = be_cuda_softmax,
     .where = be_cuda_where,
+    .convert = be_cuda_convert,
 };
 
 /* ---- core: fill ---- */

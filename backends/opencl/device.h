@@ -60,7 +60,8 @@ typedef enum be_ocl_fn {
   BE_OCL_BINARY_INT = BE_OCL_REDUCE + 4,  /* I32, U32 */
   BE_OCL_COMPARE = BE_OCL_BINARY_INT + 2, /* F32, F64, F16, BF16, I32, U32 */
   BE_OCL_WHERE = BE_OCL_COMPARE + 6,      /* elements of 1, 2, 4 and 8 bytes */
-  BE_OCL_NULL = BE_OCL_WHERE + 4,
+  BE_OCL_CONVERT = BE_OCL_WHERE + 4,      /* every pair of dtypes */
+  BE_OCL_NULL = BE_OCL_CONVERT + 1,
   BE_OCL_FN_COUNT
 } be_ocl_fn;
 
@@ -210,6 +211,8 @@ int be_ocl_dot(be_queue *q, uint32_t dtype, size_t n, be_mem x, size_t x_off, be
                size_t y_off, be_mem result, size_t result_off);
 int be_ocl_rng_fill(be_queue *q, uint32_t dtype, be_mem dst, size_t off, size_t count,
                     const be_rng_args *r);
+int be_ocl_convert(be_queue *q, uint32_t dst_dtype, uint32_t src_dtype, const be_convert_args *g,
+                   be_mem dst, size_t dst_off, be_mem src, size_t src_off);
 int be_ocl_where(be_queue *q, uint32_t dtype, const be_where_args *g, be_mem dst, size_t dst_off,
                  be_mem cond, size_t c_off, be_mem a, size_t a_off, be_mem b, size_t b_off);
 int be_ocl_binary(be_queue *q, uint32_t dtype, const be_binary_args *g, be_mem dst, size_t dst_off,

@@ -327,6 +327,42 @@ int be_ocl_where(be_queue *q, uint32_t dtype, const be_where_args *g, be_mem dst
   return be_ocl_launch(q, fn, 1, &n, NULL, args, 16);
 }
 
+/* One kernel for every pair of dtypes (kernels.cl be_convert); F64 only with cl_khr_fp64. */
+int be_ocl_convert(be_queue *q, uint32_t dst_dtype, uint32_t src_dtype, const be_convert_args *g,
+                   be_mem dst, size_t dst_off, be_mem src, size_t src_off) {
+  size_t ds = be_ocl_esize(dst_dtype), ss = be_ocl_esize(src_dtype);
+  if (q == NULL || (g->cols != 0 && g->rows > SIZE_MAX / g->cols))
+    return ACCEL_EINVAL;
+  bool f64 = dst_dtype == ACCEL_F64 || src_dtype == ACCEL_F64;
+  if (!be_convert_dtype_ok(dst_dtype) || !be_convert_dtype_ok(src_dtype) || ds == 0 || ss == 0 ||
+      (f64 && !q->dev->fp64))
+    return ACCEL_ENOTSUP;
+  size_t n = g->rows * g->cols;
+  int rc = be_ocl_span(dst, dst_off, n, ds);
+  if (rc == 0)
+    rc = be_ocl_span(src, src_off, be_convert_span_size(g), ss);
+  if (rc == 0)
+    rc = be_ocl_queue_ok(q);
+  if (rc != 0 || n == 0)
+    return rc;
+  cl_ulong dso = dst_off * ds, so = src_off * ss, rows = g->rows, cols = g->cols, rs = g->rs,
+           cs = g->cs;
+  cl_int ddt = (cl_int)dst_dtype, sdt = (cl_int)src_dtype;
+  cl_int same = dst_dtype == src_dtype ? (cl_int)ds : 0;
+  be_ocl_arg args[] = {{sizeof(cl_mem), &dst.handle},
+                       ARG(dso),
+                       {sizeof(cl_mem), &src.handle},
+                       ARG(so),
+                       ARG(ddt),
+                       ARG(sdt),
+                       ARG(same),
+                       ARG(rows),
+                       ARG(cols),
+                       ARG(rs),
+                       ARG(cs)};
+  return be_ocl_launch(q, BE_OCL_CONVERT, 1, &n, NULL, args, 11);
+}
+
 /* One work-group per output (kernels.cl): element k of output o at o * os + (k / n2) * s1 +
  * (k % n2) * s2, so a strided view needs no copy. Few outputs use few work-groups (the whole
  * view: one, as dot's). */

@@ -444,6 +444,172 @@ SCALE(be_scale_f16, half, float, LOAD_F16, STORE_F16)
 SCALE(be_scale_f64, double, double, LOAD_F64, STORE_F64)
 #endif
 
+/* Convert (ops/args.h be_convert_args): one kernel for every pair of dtypes (codes of
+ * accel_dtype: 1 F32, 2 U32, 3 F64, 4 F16, 5 BF16, 6 I32, 7 BOOL; same_es the element size
+ * when they are the same: a copy of bits). An element is held exactly: I32, U32 and BOOL in a
+ * long, F32, F16 and BF16 in a float, F64 in a double; the store rounds once (F16 and BF16
+ * from a long or a double through an f32 rounded to odd, as ops/dtype_conv.h
+ * be_f64_to_f32_odd), integers to integers wrap, floats to integers truncate and saturate
+ * (NaN 0). Offsets in bytes. */
+inline float f32_odd_of_long(long l)
+{
+  float f = (float)l; /* to nearest even */
+  long back = (long)f;  /* |f| <= 2^32: exact */
+  if (back == l)
+    return f;
+  uint u = as_uint(f);
+  if (back > l ? f > 0.0f : f < 0.0f)
+    u -= 1u;
+  return as_float(u | 1u);
+}
+
+#ifdef BE_FP64
+inline float f32_odd_of_double(double d)
+{
+  float f = (float)d;
+  if (isnan(d) || (double)f == d)
+    return f;
+  uint u = as_uint(f);
+  if ((double)f > d ? f > 0.0f : f < 0.0f)
+    u -= 1u;
+  return as_float(u | 1u);
+}
+#endif
+
+inline int sat_i32(float f)
+{
+  return isnan(f) ? 0 : f >= 2147483648.0f ? INT_MAX : f < -2147483648.0f ? INT_MIN : (int)f;
+}
+
+inline uint sat_u32(float f)
+{
+  return isnan(f) ? 0u : f >= 4294967296.0f ? UINT_MAX : f <= -1.0f ? 0u : (uint)f;
+}
+
+__kernel void be_convert(__global uchar *dst, ulong dso, __global const uchar *src, ulong so,
+                         int ddt, int sdt, int same_es, ulong rows, ulong cols, ulong rs,
+                         ulong cs)
+{
+  ulong i = get_global_id(0);
+  if (i >= rows * cols)
+    return;
+  ulong r = i / cols, c = i - r * cols, k = r * rs + c * cs;
+  __global const uchar *s = src + so;
+  __global uchar *d = dst + dso;
+  if (same_es != 0) {
+    if (same_es == 1)
+      d[i] = s[k];
+    else if (same_es == 2)
+      ((__global ushort *)d)[i] = ((__global const ushort *)s)[k];
+    else if (same_es == 4)
+      ((__global uint *)d)[i] = ((__global const uint *)s)[k];
+    else
+      ((__global ulong *)d)[i] = ((__global const ulong *)s)[k];
+    return;
+  }
+  int kind = 0; /* 0: the float f, 1: the long l, 2: the double x */
+  float f = 0.0f;
+  long l = 0;
+#ifdef BE_FP64
+  double x = 0.0;
+#endif
+  switch (sdt) {
+  case 1:
+    f = ((__global const float *)s)[k];
+    break;
+  case 4:
+    f = vload_half(k, (__global const half *)s);
+    break;
+  case 5:
+    f = bf16_to_f32(((__global const ushort *)s)[k]);
+    break;
+  case 6:
+    kind = 1;
+    l = ((__global const int *)s)[k];
+    break;
+  case 2:
+    kind = 1;
+    l = ((__global const uint *)s)[k];
+    break;
+  case 7:
+    kind = 1;
+    l = s[k] != 0;
+    break;
+#ifdef BE_FP64
+  case 3:
+    kind = 2;
+    x = ((__global const double *)s)[k];
+    break;
+#endif
+  default:
+    return;
+  }
+  switch (ddt) {
+  case 1:
+#ifdef BE_FP64
+    if (kind == 2) {
+      ((__global float *)d)[i] = (float)x;
+      break;
+    }
+#endif
+    ((__global float *)d)[i] = kind == 1 ? (float)l : f;
+    break;
+  case 4:
+  case 5: {
+    float o = kind == 1 ? f32_odd_of_long(l) : f;
+#ifdef BE_FP64
+    if (kind == 2)
+      o = f32_odd_of_double(x);
+#endif
+    if (ddt == 4)
+      vstore_half_rte(o, i, (__global half *)d);
+    else
+      ((__global ushort *)d)[i] = f32_to_bf16(o);
+    break;
+  }
+  case 6:
+  case 2: {
+    uint u;
+#ifdef BE_FP64
+    if (kind == 2) {
+      double t = trunc(x);
+      if (ddt == 6)
+        u = isnan(x)                ? 0u
+            : x >= 2147483648.0     ? (uint)INT_MAX
+            : x <= -2147483649.0    ? (uint)INT_MIN
+                                    : (uint)(int)t;
+      else
+        u = isnan(x) ? 0u : x >= 4294967296.0 ? UINT_MAX : x <= -1.0 ? 0u : (uint)t;
+      ((__global uint *)d)[i] = u;
+      break;
+    }
+#endif
+    if (kind == 1)
+      u = (uint)l;
+    else
+      u = ddt == 6 ? (uint)sat_i32(f) : sat_u32(f);
+    ((__global uint *)d)[i] = u;
+    break;
+  }
+  case 7: {
+    bool t = kind == 1 ? l != 0 : f != 0.0f;
+#ifdef BE_FP64
+    if (kind == 2)
+      t = x != 0.0;
+#endif
+    d[i] = t ? 1 : 0;
+    break;
+  }
+#ifdef BE_FP64
+  case 3:
+    ((__global double *)d)[i] = kind == 2 ? x : kind == 1 ? (double)l : (double)f;
+    break;
+#endif
+  default:
+    break;
+  }
+}
+
 /* A kernel that does nothing: a command whose completion is all there is to wait for. */
 __kernel void be_null(void)
 {

@@ -9,8 +9,8 @@
  *                 nearest even; no cl_khr_fp16 needed).
  *   nn            sigmoid, relu, tanh, row-wise softmax and the reductions in the same types
  *                 as rng (the `dtypes` entry); the broadcasting binary ops and comparisons in
- *                 those, I32 and U32 (no DIV of integers); where in all of them and BOOL.
- * The `supports`/`dtypes` entries say the same. */
+ *                 those, I32 and U32 (no DIV of integers); where in all of them and BOOL; convert
+ * between any two of those (F64 as rng). The `supports`/`dtypes` entries say the same. */
 #include "accel/error.h"
 #include "backends/opencl/device.h"
 
@@ -51,5 +51,6 @@ const be_nn_pkg be_opencl_nn = {
     .binary = be_ocl_binary,
     .reduce = be_ocl_reduce,
     .where = be_ocl_where,
+    .convert = be_ocl_convert,
     .softmax = be_ocl_softmax,
 };

@@ -223,6 +223,9 @@ int bw_check_rng(const bw_pdev *d, uint32_t dtype, be_mem dst, size_t off, size_
                  const be_rng_args *r);
 int bw_check_binary(const bw_pdev *d, uint32_t dtype, const be_binary_args *g, be_mem dst,
                     size_t dst_off, be_mem a, size_t a_off, be_mem b, size_t b_off);
+int bw_check_convert(const bw_pdev *d, uint32_t dst_dtype, uint32_t src_dtype,
+                     const be_convert_args *g, be_mem dst, size_t dst_off, be_mem src,
+                     size_t src_off);
 int bw_check_where(const bw_pdev *d, uint32_t dtype, const be_where_args *g, be_mem dst,
                    size_t dst_off, be_mem cond, size_t c_off, be_mem a, size_t a_off, be_mem b,
                    size_t b_off);

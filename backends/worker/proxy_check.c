@@ -82,6 +82,23 @@ int bw_check_binary(const bw_pdev *d, uint32_t dtype, const be_binary_args *g, b
   return rc;
 }
 
+/* Both dtypes in the list (F64 only where the device's nn has it), dst's rows x cols elements
+ * and src's span at its strides. */
+int bw_check_convert(const bw_pdev *d, uint32_t dst_dtype, uint32_t src_dtype,
+                     const be_convert_args *g, be_mem dst, size_t dst_off, be_mem src,
+                     size_t src_off) {
+  int rc = be_convert_dtype_ok(dst_dtype) && be_convert_dtype_ok(src_dtype) ? 0 : ACCEL_ENOTSUP;
+  if (rc == 0 && (dst_dtype == ACCEL_F64 || src_dtype == ACCEL_F64))
+    rc = has_dtype(d->caps.nn, ACCEL_F64);
+  if (rc == 0 && g->cols != 0 && g->rows > SIZE_MAX / g->cols)
+    rc = ACCEL_EINVAL;
+  if (rc == 0)
+    rc = bw_check_span(dst, dst_off, g->rows * g->cols, be_dtype_size(dst_dtype));
+  if (rc == 0)
+    rc = bw_check_span(src, src_off, be_convert_span_size(g), be_dtype_size(src_dtype));
+  return rc;
+}
+
 /* dst's rows x cols elements, cond's (bytes) and each input's span at its strides. */
 int bw_check_where(const bw_pdev *d, uint32_t dtype, const be_where_args *g, be_mem dst,
                    size_t dst_off, be_mem cond, size_t c_off, be_mem a, size_t a_off, be_mem b,

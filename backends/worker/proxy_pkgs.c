@@ -162,6 +162,22 @@ static int reduce(be_queue *q, uint32_t dtype, const be_reduction_args *g, be_me
   return send_on(q, BW_REDUCE, &m, sizeof m, NULL, 0);
 }
 
+static int convert(be_queue *q, uint32_t dst_dtype, uint32_t src_dtype, const be_convert_args *g,
+                   be_mem dst, size_t dst_off, be_mem src, size_t src_off) {
+  int rc = bw_check_convert(Q(q)->dev, dst_dtype, src_dtype, g, dst, dst_off, src, src_off);
+  if (rc != 0)
+    return rc;
+  bw_convert m = {.queue = Q(q)->id,
+                  .dst_dtype = dst_dtype,
+                  .src_dtype = src_dtype,
+                  .g = *g,
+                  .dst = dst,
+                  .src = src,
+                  .dst_off = dst_off,
+                  .src_off = src_off};
+  return send_on(q, BW_CONVERT, &m, sizeof m, NULL, 0);
+}
+
 static int where(be_queue *q, uint32_t dtype, const be_where_args *g, be_mem dst, size_t dst_off,
                  be_mem cond, size_t c_off, be_mem a, size_t a_off, be_mem b, size_t b_off) {
   int rc = bw_check_where(Q(q)->dev, dtype, g, dst, dst_off, cond, c_off, a, a_off, b, b_off);
@@ -433,7 +449,7 @@ void bw_pkgs_fill(const be_ops *real, be_blas_pkg *blas, be_rng_pkg *rng, be_nn_
                   be_module_pkg *module, be_coll_pkg *coll) {
   *blas = (be_blas_pkg){BE_BLAS_VERSION, gemm_supports, vector_dtypes, gemm, axpy, dot, scal};
   *rng = (be_rng_pkg){BE_RNG_VERSION, rng_dtypes, rng_fill};
-  *nn = (be_nn_pkg){BE_NN_VERSION, nn_dtypes, unary, softmax, binary, reduce, where};
+  *nn = (be_nn_pkg){BE_NN_VERSION, nn_dtypes, unary, softmax, binary, reduce, where, convert};
   *module = (be_module_pkg){.version = BE_MODULE_VERSION,
                             .sources = sources,
                             .limits = limits,

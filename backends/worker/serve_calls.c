@@ -313,6 +313,14 @@ static void reduce(const bw_reduce *m) {
                                                         m->src, m->src_off));
 }
 
+static void convert(const bw_convert *m) {
+  ws_queue *q = usable(m->queue);
+  if (q != NULL)
+    submitted(q, missing(ws.be->nn) ? ACCEL_ENOTSUP
+                                    : ws.be->nn->convert(q->q, m->dst_dtype, m->src_dtype, &m->g,
+                                                         m->dst, m->dst_off, m->src, m->src_off));
+}
+
 static void where(const bw_where *m) {
   ws_queue *q = usable(m->queue);
   if (q != NULL)
@@ -439,6 +447,7 @@ static const size_t body_size[BW_REPLY] = {
     [BW_COLL_OK] = sizeof(bw_coll),     [BW_COLL_RUN] = sizeof(bw_coll),
     [BW_UNSHARE] = sizeof(bw_share),    [BW_BINARY] = sizeof(bw_binary),
     [BW_REDUCE] = sizeof(bw_reduce),    [BW_WHERE] = sizeof(bw_where),
+    [BW_CONVERT] = sizeof(bw_convert),
 };
 
 static void handle_ids(const bw_hdr *h, const bw_ids *b) {
@@ -505,6 +514,9 @@ static void handle_work(const bw_hdr *h, const void *body) {
   case BW_WHERE:
     where(body);
     break;
+  case BW_CONVERT:
+    convert(body);
+    break;
   case BW_LAUNCH:
     launch(h, body);
     break;
@@ -565,6 +577,7 @@ void ws_handle(const bw_hdr *h, void *body) {
   case BW_BINARY:
   case BW_REDUCE:
   case BW_WHERE:
+  case BW_CONVERT:
   case BW_LAUNCH:
   case BW_COLL_OK:
   case BW_COLL_RUN:

@@ -83,6 +83,7 @@ typedef enum bw_type {
   BW_BINARY,     /* bw_binary */
   BW_REDUCE,     /* bw_reduce */
   BW_WHERE,      /* bw_where */
+  BW_CONVERT,    /* bw_convert */
   /* ---- worker -> acceld (note) ---- */
   BW_REPLY = 64, /* bw_reply + the call's answer; tag: the call */
   BW_DONE,       /* bw_reply; tag: the completion */
@@ -219,6 +220,14 @@ typedef struct bw_where {
   be_mem dst, cond, a, b;
   uint64_t dst_off, c_off, a_off, b_off;
 } bw_where;
+
+typedef struct bw_convert {
+  uint64_t queue;
+  uint32_t dst_dtype, src_dtype;
+  be_convert_args g;
+  be_mem dst, src;
+  uint64_t dst_off, src_off;
+} bw_convert;
 
 typedef struct bw_load {
   uint32_t dev, source;

@@ -319,6 +319,20 @@ ACCEL_API int accel_where(accel_ctx *ctx, accel_device dev, accel_buffer dst, si
                           accel_strides a_strides, accel_buffer b, accel_strides b_strides,
                           accel_future **f);
 
+/* dst[r * cols + c] = src(r, c) converted to dst's dtype, src(r, c) lying r * src_strides.row
+ * + c * src_strides.col elements from src's start (as accel_binary's inputs: {1, rows} reads
+ * the transpose of a cols x rows matrix). Any two of F32, F64, F16, BF16, I32, U32, BOOL (F64
+ * on devices that have it), as numpy's astype: the same dtype copies the bits (so this also
+ * makes a contiguous copy of a strided view); I32 <-> U32 wraps modulo 2^32; to BOOL is != 0
+ * (NaN true); a float to I32 or U32 truncates toward zero and saturates at the type's limits,
+ * NaN giving 0 (numpy leaves those undefined); to a float rounds once to nearest even (F64,
+ * I32 and U32 to F16 or BF16 too). dst is a buffer other than src. ACCEL_EINVAL (with the
+ * detail) for another dtype, a dst shorter than rows x cols, a view past src's end, or dst
+ * being src. */
+ACCEL_API int accel_convert(accel_ctx *ctx, accel_device dev, accel_buffer dst, size_t rows,
+                            size_t cols, accel_buffer src, accel_strides src_strides,
+                            accel_future **f);
+
 /* ---- reductions of a strided 2-D view (the nn package's dtypes) ----------------------------- */
 typedef enum accel_reduction_op {
   ACCEL_SUM = 0, /* of no elements: 0 */

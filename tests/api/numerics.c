@@ -772,6 +772,128 @@ TEST(where_broadcast) {
   accel_close(ctx);
 }
 
+/* ---- convert ---- */
+
+/* f32 values that meet the rules: truncation, NaN, infinities, the integer limits. */
+static float conv_value(void) {
+  static const float special[] = {0.5f,          -0.5f,         -0.99f,        2.5f,
+                                  -1.0f,         NAN,           INFINITY,      -INFINITY,
+                                  2147483648.0f, -2147483904.f, 4294967296.0f, 3e9f};
+  uint64_t r = rnd64();
+  if (r % 4 == 0)
+    return special[(r >> 8) % (sizeof special / sizeof special[0])];
+  return (float)(((double)(r >> 11) * 0x1p-53 - 0.5) * 1e4);
+}
+
+/* f32 through the transpose (and the matrix itself) into i32, u32, bool and f64: every
+ * element exact against a reference in double (saturating truncation, NaN 0; != 0). */
+TEST(convert_f32_views) {
+  accel_ctx *ctx = ctx_open(NULL);
+  static const accel_dtype to[] = {ACCEL_I32, ACCEL_U32, ACCEL_BOOL, ACCEL_F64};
+  for (int k = 0; k < 4; k++)
+    for (int t = 0; t < 2; t++) {
+      size_t rows = rnd_range(1, 40), cols = rnd_range(1, 60), n = rows * cols;
+      float *x = xmalloc(n * sizeof *x);
+      for (size_t i = 0; i < n; i++)
+        x[i] = conv_value();
+      /* t: the view is the transpose of a cols x rows matrix */
+      accel_strides s = t ? (accel_strides){1, rows} : (accel_strides){cols, 1};
+      size_t es = to[k] == ACCEL_F64 ? 8 : to[k] == ACCEL_BOOL ? 1 : 4;
+      uint8_t *y = xmalloc(n * es);
+      accel_buffer X = buf_from(ctx, ACCEL_F32, x, n), Y = buf_new(ctx, to[k], n);
+      accel_future *f = NULL;
+      CHECK_OK(accel_convert(ctx, 0, Y, rows, cols, X, s, &f));
+      WAIT_OK(f);
+      read_sync(ctx, Y, 0, y, n);
+      for (size_t r = 0; r < rows; r++)
+        for (size_t c = 0; c < cols; c++) {
+          double v = x[r * s.row + c * s.col], want, got;
+          size_t i = r * cols + c;
+          double lo = to[k] == ACCEL_I32 ? -2147483648.0 : 0.0;
+          double hi = to[k] == ACCEL_I32 ? 2147483647.0 : 4294967295.0;
+          if (to[k] == ACCEL_BOOL) {
+            want = v != 0.0;
+            got = y[i];
+          } else if (to[k] == ACCEL_F64) {
+            want = v;
+            memcpy(&got, y + 8 * i, 8);
+          } else {
+            want = v != v ? 0.0 : v < lo ? lo : v > hi ? hi : trunc(v);
+            uint32_t u;
+            memcpy(&u, y + 4 * i, 4);
+            got = to[k] == ACCEL_I32 ? (double)(int32_t)u : (double)u;
+          }
+          if (!(got == want || (want != want && got != got)))
+            TEST_FAIL("convert f32 -> dtype %d [%zu, %zu]: %.9g gave %.17g", to[k], r, c, v, got);
+        }
+      CHECK_OK(accel_buffer_destroy(ctx, X));
+      CHECK_OK(accel_buffer_destroy(ctx, Y));
+      free(x), free(y);
+    }
+  accel_close(ctx);
+}
+
+/* i32 -> u32 wraps, u32 -> i32 wraps, i32 -> f16 rounds once (65519 and 65520 meet the top). */
+TEST(convert_ints) {
+  accel_ctx *ctx = ctx_open(NULL);
+  enum { N = 6 };
+  int32_t a[N] = {-1, INT32_MIN, INT32_MAX, 65519, 65520, -2049};
+  uint32_t b[N];
+  accel_buffer A = buf_from(ctx, ACCEL_I32, a, N), U = buf_new(ctx, ACCEL_U32, N);
+  accel_buffer H = buf_new(ctx, ACCEL_F16, N), Back = buf_new(ctx, ACCEL_I32, N);
+  accel_strides row = {N, 1};
+  CHECK_OK(accel_convert(ctx, 0, U, 1, N, A, row, NULL));
+  CHECK_OK(accel_convert(ctx, 0, Back, 1, N, U, row, NULL));
+  CHECK_OK(accel_convert(ctx, 0, H, 1, N, A, row, NULL));
+  read_sync(ctx, U, 0, b, N);
+  for (int i = 0; i < N; i++)
+    CHECK_EQ(b[i], (uint32_t)a[i]);
+  int32_t back[N];
+  read_sync(ctx, Back, 0, back, N);
+  for (int i = 0; i < N; i++)
+    CHECK_EQ(back[i], a[i]);
+  uint16_t h[N];
+  read_sync(ctx, H, 0, h, N);
+  /* -1, -inf, +inf, 65504 (65519 rounds down), +inf (65520 is the tie past the top), -2048
+   * (-2049 is a tie between -2048 and -2050: to even) */
+  static const uint16_t want[N] = {0xbc00, 0xfc00, 0x7c00, 0x7bff, 0x7c00, 0xe800};
+  for (int i = 0; i < N; i++)
+    if (h[i] != want[i])
+      TEST_FAIL("i32 %d -> f16 gave 0x%04x, not 0x%04x", a[i], h[i], want[i]);
+  CHECK_OK(accel_buffer_destroy(ctx, A));
+  CHECK_OK(accel_buffer_destroy(ctx, U));
+  CHECK_OK(accel_buffer_destroy(ctx, H));
+  CHECK_OK(accel_buffer_destroy(ctx, Back));
+  accel_close(ctx);
+}
+
+/* Refused, saying why: dst one element short (after one at the limit), the view one past
+ * src's end, dst being src. */
+TEST(convert_refusals) {
+  accel_ctx *ctx = ctx_open(NULL);
+  accel_buffer S = buf_new(ctx, ACCEL_F32, 12), D = buf_new(ctx, ACCEL_BF16, 6);
+  CHECK_OK(accel_fill(ctx, 0, S, 1.5, NULL));
+  accel_strides t = {1, 2}; /* the transpose of a 6 x 2 matrix: 12 elements */
+  CHECK_OK(accel_convert(ctx, 0, D, 3, 2, S, (accel_strides){4, 1}, NULL)); /* spans 10 */
+  CHECK_ERR(accel_convert(ctx, 0, D, 7, 1, S, (accel_strides){1, 1}, NULL), ACCEL_EINVAL);
+  CHECK(strstr(accel_last_error_detail(), "dst") != NULL);
+  accel_buffer E = buf_new(ctx, ACCEL_BF16, 12);
+  CHECK_OK(accel_convert(ctx, 0, E, 2, 6, S, (accel_strides){6, 1}, NULL)); /* spans 12 */
+  CHECK_ERR(accel_convert(ctx, 0, E, 2, 6, S, (accel_strides){7, 1}, NULL), ACCEL_EINVAL);
+  CHECK(strstr(accel_last_error_detail(), "src") != NULL);
+  CHECK_OK(accel_convert(ctx, 0, E, 2, 6, S, t, NULL));
+  CHECK_ERR(accel_convert(ctx, 0, S, 2, 6, S, (accel_strides){6, 1}, NULL), ACCEL_EINVAL);
+  CHECK(strstr(accel_last_error_detail(), "dst is src") != NULL);
+  uint16_t e[12];
+  read_sync(ctx, E, 0, e, 12);
+  for (int i = 0; i < 12; i++)
+    CHECK_EQ(e[i], 0x3fc0); /* 1.5 in bf16 */
+  CHECK_OK(accel_buffer_destroy(ctx, S));
+  CHECK_OK(accel_buffer_destroy(ctx, D));
+  CHECK_OK(accel_buffer_destroy(ctx, E));
+  accel_close(ctx);
+}
+
 /* Refused, each saying why: integer divide; a compare's dst not BOOL, its inputs of two
  * dtypes or BOOL; where's cond not BOOL, its a of another dtype than dst; dst, cond and the
  * inputs one element past their end (after one at the limit); ops one past the last. */
@@ -1238,6 +1360,9 @@ static const test_case tests[] = {
     TEST_CASE(compare_ops_broadcast_and_nan),
     TEST_CASE(where_broadcast),
     TEST_CASE(int_compare_where_refusals),
+    TEST_CASE(convert_f32_views),
+    TEST_CASE(convert_ints),
+    TEST_CASE(convert_refusals),
     TEST_CASE(reductions_random),
     TEST_CASE(reduction_empty_and_limits),
     TEST_CASE(softmax_large_inputs),

@@ -304,7 +304,7 @@ static void check_complete(const be_ops *o) {
         o->blas->vector_dtypes && o->blas->gemm && o->blas->axpy && o->blas->dot && o->blas->scal);
   CHECK(o->rng && o->rng->version == BE_RNG_VERSION && o->rng->dtypes && o->rng->fill);
   CHECK(o->nn && o->nn->version == BE_NN_VERSION && o->nn->dtypes && o->nn->unary &&
-        o->nn->softmax && o->nn->binary && o->nn->reduce && o->nn->where);
+        o->nn->softmax && o->nn->binary && o->nn->reduce && o->nn->where && o->nn->convert);
 }
 
 TEST(registry_lists_backends) {
@@ -1937,6 +1937,159 @@ TEST(kernel_where) {
   each_device(kernel_where_dev);
 }
 
+/* ---- convert between dtypes: exact answers ---- */
+
+/* d rounded to nearest even with `mant` bits after the point, exponents down to emin
+ * (subnormals below), overflowing to infinity above `max`: an independent reference for
+ * F32, F16 and BF16 (rint on a power-of-two scaling, exact in double). */
+static double round_to(double d, int mant, int emin, double max) {
+  if (d != d || isinf(d) || d == 0.0)
+    return d;
+  int e;
+  (void)frexp(d, &e); /* |d| in [2^(e-1), 2^e) */
+  e -= 1;
+  if (e < emin)
+    e = emin;
+  double q = ldexp(1.0, e - mant), r = rint(d / q) * q;
+  if (fabs(r) > max)
+    return d > 0 ? INFINITY : -INFINITY;
+  return r;
+}
+
+/* The element's value exactly: a double for the floats, *is_int and *iv for the others. */
+static double conv_src(uint32_t t, const uint8_t *p, size_t i, bool *is_int, int64_t *iv) {
+  *is_int = t == ACCEL_I32 || t == ACCEL_U32 || t == ACCEL_BOOL;
+  if (t == ACCEL_BOOL)
+    *iv = p[i] != 0;
+  else if (*is_int)
+    *iv = iget(t, p, i);
+  return *is_int ? (double)*iv : tget(t, p, i);
+}
+
+/* Whether dst element i (dtype dt) is what converting the value gives: ints exact, floats bit
+ * for bit (any NaN for a NaN). */
+static bool conv_ok(uint32_t dt, const uint8_t *got, size_t i, double v, bool is_int, int64_t iv) {
+  if (dt == ACCEL_BOOL)
+    return got[i] == (is_int ? iv != 0 : v != 0.0);
+  if (dt == ACCEL_I32 || dt == ACCEL_U32) {
+    int64_t want;
+    if (is_int)
+      want = dt == ACCEL_I32 ? (int64_t)(int32_t)(uint32_t)iv : (int64_t)(uint32_t)iv;
+    else if (v != v)
+      want = 0;
+    else {
+      double lo = dt == ACCEL_I32 ? -2147483648.0 : 0.0;
+      double hi = dt == ACCEL_I32 ? 2147483647.0 : 4294967295.0;
+      want = (int64_t)(v < lo ? lo : v > hi ? hi : trunc(v));
+    }
+    return iget(dt, got, i) == want;
+  }
+  double want = dt == ACCEL_F64   ? v
+                : dt == ACCEL_F32 ? round_to(v, 23, -126, 0x1.fffffep127)
+                : dt == ACCEL_F16 ? round_to(v, 10, -14, 65504.0)
+                                  : round_to(v, 7, -126, 0x1.fep127);
+  double g = tget(dt, got, i);
+  if (want != want)
+    return g != g;
+  return g == want && signbit(g) == signbit(want);
+}
+
+/* Values that meet every rule: specials, truncation, the integer limits, f16/bf16 ties. */
+static const double conv_specials[] = {
+    0.0,           -0.0,         0.5,           -0.5,
+    2.5,           -1.0,         -0.99,         1e-40,
+    -3e-8,         2147483647.5, 2147483648.0,  -2147483648.5,
+    -2147483649.0, 4294967295.9, 4294967296.0,  65519.99,
+    65520.0,       1.0009765625, 1.00048828125, 1.0 + 0x1p-11 + 0x1p-40,
+    1.0 + 0x1p-8,  3e38,         3.4e38,        1e300,
+    -1e300,        16777217.0,   0x1p-24,       0x1p-25,
+    0x1.8p-25,     INFINITY,     -INFINITY,     NAN};
+
+/* src of dtype st read as `how` at a random offset into a dst of dtype dt; every element
+ * against the reference, nothing else written. */
+static void convert_case(fx *f, uint32_t dt, uint32_t st, bcast how) {
+  uint64_t rows = rnd_range(1, 40), cols = rnd_range(1, 60);
+  be_convert_args g = {.rows = rows, .cols = cols};
+  size_t len, so = rnd_range(0, 7), dof = rnd_range(0, 7), n = rows * cols;
+  strides_of(how, rows, cols, &g.rs, &g.cs, &len);
+  bool is_float = st == ACCEL_F32 || st == ACCEL_F64 || st == ACCEL_F16 || st == ACCEL_BF16;
+  tbuf s = tbuf_bits(f, st, so + len + 3, false);
+  size_t nspec = sizeof conv_specials / sizeof conv_specials[0];
+  for (size_t i = 0; is_float && i < s.len; i++) {
+    uint64_t r = rnd64();
+    double mag = ldexp(1.0 + (double)(r >> 11) * 0x1p-53, (int)(r % 80) - 40);
+    tset(st, s.host, i, r % 3 == 0 ? conv_specials[(r >> 8) % nspec] : (r & 16) ? -mag : mag);
+  }
+  tbuf d = tbuf_bits(f, dt, dof + n + 3, false);
+  tbuf_put(f, &s);
+  tbuf_put(f, &d);
+  CHECK_OK(B->nn->convert(f->q, dt, st, &g, d.m, dof, s.m, so));
+  uint8_t *got = tbuf_read(f, &d);
+  for (uint64_t r = 0; r < rows; r++)
+    for (uint64_t k = 0; k < cols; k++) {
+      size_t si = so + r * g.rs + k * g.cs, di = dof + r * cols + k;
+      bool is_int;
+      int64_t iv = 0;
+      double v = conv_src(st, s.host, si, &is_int, &iv);
+      bool ok = dt == st ? memcmp(got + di * d.es, s.host + si * s.es, s.es) == 0
+                         : conv_ok(dt, got, di, v, is_int, iv);
+      if (!ok)
+        TEST_FAIL("convert %s -> %s [%llu, %llu]: %.17g gave %.17g", dt_name(st), dt_name(dt),
+                  (unsigned long long)r, (unsigned long long)k, v,
+                  dt == ACCEL_BOOL                     ? (double)got[di]
+                  : dt == ACCEL_I32 || dt == ACCEL_U32 ? (double)iget(dt, got, di)
+                                                       : tget(dt, got, di));
+    }
+  tcheck_outside(got, &d, dof, n);
+  free(got);
+  tbuf_free(f, &d);
+  tbuf_free(f, &s);
+}
+
+/* dst and src at the limit and one element past; a dtype outside the list. */
+static void convert_refusals(fx *f) {
+  tbuf m = tbuf_bits(f, ACCEL_F32, 64, false), o = tbuf_bits(f, ACCEL_F16, 64, false);
+  tbuf_put(f, &m);
+  tbuf_put(f, &o);
+  be_convert_args g = {.rows = 4, .cols = 4, .rs = 16, .cs = 1}; /* src spans 52 elements */
+  CHECK_OK(B->nn->convert(f->q, ACCEL_F16, ACCEL_F32, &g, o.m, 48, m.m, 12));
+  CHECK_ERR(B->nn->convert(f->q, ACCEL_F16, ACCEL_F32, &g, o.m, 49, m.m, 0), ACCEL_EINVAL);
+  CHECK_ERR(B->nn->convert(f->q, ACCEL_F16, ACCEL_F32, &g, o.m, 0, m.m, 13), ACCEL_EINVAL);
+  CHECK_ERR(B->nn->convert(f->q, ACCEL_F16, 0, &g, o.m, 0, m.m, 0), ACCEL_ENOTSUP);
+  CHECK_ERR(B->nn->convert(f->q, ACCEL_DTYPE_MAX_ + 1, ACCEL_F32, &g, o.m, 0, m.m, 0),
+            ACCEL_ENOTSUP);
+  tbuf_free(f, &o);
+  tbuf_free(f, &m);
+}
+
+static void kernel_convert_dev(void) {
+  fx f = fx_open();
+  static const uint32_t every[] = {ACCEL_F32,  ACCEL_U32, ACCEL_F64, ACCEL_F16,
+                                   ACCEL_BF16, ACCEL_I32, ACCEL_BOOL};
+  bool f64 = in_set(B->nn->dtypes(f.d), ACCEL_F64);
+  convert_refusals(&f);
+  for (size_t x = 0; x < sizeof every / sizeof every[0]; x++)
+    for (size_t y = 0; y < sizeof every / sizeof every[0]; y++) {
+      uint32_t dt = every[x], st = every[y];
+      if (!f64 && (dt == ACCEL_F64 || st == ACCEL_F64)) {
+        be_convert_args g = {.rows = 1, .cols = 1, .rs = 1, .cs = 1};
+        tbuf a = tbuf_bits(&f, dt, 1, false), b = tbuf_bits(&f, st, 1, false);
+        CHECK_ERR(B->nn->convert(f.q, dt, st, &g, a.m, 0, b.m, 0), ACCEL_ENOTSUP);
+        tbuf_free(&f, &b);
+        tbuf_free(&f, &a);
+        continue;
+      }
+      convert_case(&f, dt, st, B_FULL);
+      convert_case(&f, dt, st, B_TRANSPOSED);
+      convert_case(&f, dt, st, B_ROW);
+    }
+  fx_close(&f);
+}
+
+TEST(kernel_convert) {
+  each_device(kernel_convert_dev);
+}
+
 /* ---- reductions of a strided view ---- */
 
 static const char *const red_name[] = {"sum", "max", "min", "mean"};
@@ -2778,6 +2931,7 @@ static const test_case tests[] = {
     TEST_CASE(kernel_binary_int),
     TEST_CASE(kernel_compare),
     TEST_CASE(kernel_where),
+    TEST_CASE(kernel_convert),
     TEST_CASE(kernel_reduce),
     TEST_CASE(kernel_rng_dtypes),
     TEST_CASE(kernel_fill_sizes),

@@ -188,6 +188,9 @@ static void ops(void) {
   dev_op wh = base_op(DEV_OP_WHERE, 4); /* cond a column, a the matrix, b a scalar */
   wh.u.where = (be_where_args){.rows = 4, .cols = 4, .c_rs = 1, .a_rs = 4, .a_cs = 1};
   op("op-where", wh, (proto_bytes){NULL, 0});
+  dev_op cv = base_op(DEV_OP_CONVERT, 2); /* the transpose of a 4 x 4 matrix */
+  cv.u.convert = (be_convert_args){.rows = 4, .cols = 4, .rs = 1, .cs = 4};
+  op("op-convert", cv, (proto_bytes){NULL, 0});
   dev_op sm = base_op(DEV_OP_SOFTMAX, 2);
   sm.u.softmax.rows = 4;
   sm.u.softmax.cols = 4;

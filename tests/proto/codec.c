@@ -831,8 +831,33 @@ TEST(where_round_trips) {
   proto_out_free(&o);
 }
 
+/* A convert: a 5 x 2 dst from the transpose of a padded 2 x 7 src. */
+static dev_op convert_of(void) {
+  dev_op op = op_of(DEV_OP_CONVERT, 2);
+  op.u.convert = (be_convert_args){.rows = 5, .cols = 2, .rs = 1, .cs = 7};
+  return op;
+}
+
+/* Every field of a convert comes back as it went. */
+TEST(convert_round_trips) {
+  dev_op op = convert_of(), back;
+  proto_out o;
+  proto_out_init(&o);
+  CHECK_OK(proto_encode_op(&o, 9, &op, (proto_bytes){NULL, 0}));
+  size_t len;
+  const uint8_t *body = only_body(&o, &len);
+  proto_bytes data;
+  CHECK_OK(proto_decode_op(body, len, &back, &data));
+  CHECK_EQ(back.h.kind, DEV_OP_CONVERT);
+  CHECK_EQ(back.nbufs, 2u);
+  CHECK(memcmp(&back.u.convert, &op.u.convert, sizeof op.u.convert) == 0);
+  for (uint32_t i = 0; i < 2; i++)
+    CHECK_EQ(back.bufs[i].handle, op.bufs[i].handle);
+  proto_out_free(&o);
+}
+
 TEST(op_head_enums_at_the_limit_and_one_past) {
-  dev_op op = where_of(); /* the last kind */
+  dev_op op = convert_of(); /* the last kind */
   CHECK_EQ(op.h.kind, DEV_OP_KIND_COUNT_ - 1);
   CHECK_OK(op_decodes(&op));
   op.h.kind = DEV_OP_KIND_COUNT_;
@@ -1366,6 +1391,7 @@ static const test_case tests[] = {
     TEST_CASE(binary_round_trips),
     TEST_CASE(reduce_round_trips),
     TEST_CASE(where_round_trips),
+    TEST_CASE(convert_round_trips),
     TEST_CASE(op_head_enums_at_the_limit_and_one_past),
     TEST_CASE(op_payload_enums_at_the_limit_and_one_past),
     TEST_CASE(gemm_enums_at_the_limit_and_one_past),

@@ -14,6 +14,7 @@ dynamic linker's search path.
 from . import _lib
 from ._array import Array
 from ._context import Context, Device, open
+from ._convert import astype
 from ._dtypes import bfloat16, from_bfloat16, to_bfloat16
 from ._errors import AccelError
 from ._future import Future, gather
@@ -28,7 +29,7 @@ __version__ = _lib.lib.accel_version().decode()
 
 __all__ = [
     "AccelError", "Array", "Context", "Device", "Future", "In", "InOut", "Kernel", "Module",
-    "Out", "abs", "add", "all_gather", "all_reduce", "axpy", "broadcast", "bfloat16", "divide", "dot",
+    "Out", "abs", "add", "astype", "all_gather", "all_reduce", "axpy", "broadcast", "bfloat16", "divide", "dot",
     "equal", "exp", "fill", "from_bfloat16", "gather", "greater", "greater_equal", "less",
     "less_equal", "local", "log", "matmul", "max", "maximum", "mean", "min", "minimum",
     "multiply", "not_equal", "open", "random_fill", "relu", "scal", "sigmoid", "softmax", "sqrt",

@@ -2,7 +2,9 @@
 
 The buffer lives wherever accel keeps it (the host and the devices that used it, the latest
 copy tracked by accel); an Array only adds a shape, a dtype and the device its ops prefer.
-Arrays made by reshape() share one buffer, freed when the last of them is collected.
+Arrays made by reshape() and .T share one buffer, freed when the last of them is collected.
+A transposed array is a view: a 2-D shape with (row, col) strides into its buffer, which the
+ops read in place (matmul as gemm's transpose flag); see Array.T.
 """
 import math
 
@@ -50,9 +52,12 @@ class Array:
     # calls Array.__radd__), so the op runs on the device and gives an Array.
     __array_ufunc__ = None
 
-    def __init__(self, ctx, shape, dtype, device=None, _buffer=None):
+    def __init__(self, ctx, shape, dtype, device=None, _buffer=None, _strides=None):
         shape = _shape_of(shape)
         self._made_by = None  # the Future of the op an operator made this array with
+        # None: row-major and contiguous from the buffer's start; else a 2-D view, element
+        # (r, c) at r * _strides[0] + c * _strides[1] elements (accel_strides)
+        self._strides = _strides
         code = _dtypes.code_of(dtype) if _buffer is None else _buffer.code
         size = math.prod(shape)
         self._buf = _buffer if _buffer is not None else _Buffer(ctx, code, max(size, 1))
@@ -96,8 +101,54 @@ class Array:
         where = "any device" if self.device is None else f"device {self.device}"
         return f"<accel.Array shape={self.shape} dtype={self.accel_dtype} on {where}>"
 
+    @property
+    def is_view(self):
+        """Whether the array reads its buffer at other strides than row-major (a transpose)."""
+        return self._strides is not None
+
+    def _like(self, shape, strides):
+        """This buffer seen with another shape (strides None: row-major), the same maker."""
+        if strides is not None and len(shape) == 2 and tuple(strides) == (shape[1], 1):
+            strides = None  # the transpose of a transpose: row-major again
+        view = Array(self.ctx, shape, None, self.device, _buffer=self._buf, _strides=strides)
+        view._made_by = self._made_by
+        return view
+
+    @property
+    def T(self):
+        """The transpose, as numpy's .T: of a 2-D array a view of the same buffer (no copy;
+        ops read it through its strides, matmul as gemm's transpose flag); a 0-d or 1-d array
+        itself."""
+        if self.ndim < 2:
+            return self
+        if self.ndim > 2:
+            raise NotImplementedError(f".T of a {self.ndim}-d array: accel's views are 2-D "
+                                      "(transpose a 2-D array)")
+        rs, cs = self._strides if self._strides is not None else (self.shape[1], 1)
+        return self._like((self.shape[1], self.shape[0]), (cs, rs))
+
+    def _plain(self):
+        """This array if row-major; else a row-major copy made on the device (accel_convert
+        to the same dtype), for ops that read a buffer from its start."""
+        if self._strides is None:
+            return self
+        from . import _convert
+
+        return _convert.astype(self, self._code, copy=True)
+
+    def astype(self, dtype, copy=True):
+        """accel.astype(self, dtype, copy=copy): a new array of `dtype` made on the device."""
+        from . import _convert
+
+        return _convert.astype(self, dtype, copy=copy)
+
+    def copy(self):
+        """A row-major copy made on the device (of a view: its elements in its order)."""
+        return self.astype(self._code, copy=True)
+
     def reshape(self, *shape):
-        """The same buffer with another shape of the same size (no copy; one -1 is inferred)."""
+        """The same buffer with another shape of the same size (no copy; one -1 is inferred).
+        A view (a transpose) is first copied to row-major on the device, as numpy copies."""
         if len(shape) == 1 and not isinstance(shape[0], (int, np.integer)):
             shape = shape[0]
         shape = tuple(int(s) for s in shape)
@@ -109,18 +160,30 @@ class Array:
         shape = _shape_of(shape)
         if math.prod(shape) != self.size:
             raise ValueError(f"cannot reshape {self.shape} into {shape}")
-        return Array(self.ctx, shape, None, self.device, _buffer=self._buf)
+        return self._plain()._like(shape, None)
 
     def to(self, device):
         """The same buffer, with ops on it preferring `device` (no copy now: data moves when
         an op there needs it)."""
-        return Array(self.ctx, self.shape, None, self.ctx._device_index(device), self._buf)
+        moved = Array(self.ctx, self.shape, None, self.ctx._device_index(device), self._buf,
+                      self._strides)
+        moved._made_by = self._made_by
+        return moved
+
+    def _no_view(self, what):
+        """Refuses to write into a view: ops write their outputs row-major from the start."""
+        if self._strides is not None:
+            raise ValueError(f"{what}: cannot write into a view (a transposed array); write "
+                             "into a row-major array (x.copy()) instead")
 
     # ---- data ----------------------------------------------------------------------------
 
     def read(self, out=None):
         """Future of a numpy array with this array's contents (into `out` if given: a
-        C-contiguous array of this dtype and size, for example one from ctx.host_empty())."""
+        C-contiguous array of this dtype and size, for example one from ctx.host_empty()).
+        A view reads its whole buffer and gives its elements in its own order."""
+        if self._strides is not None:
+            return self._read_view(out)
         if out is None:
             out = np.empty(self.shape, self.dtype)
         elif not (isinstance(out, np.ndarray) and out.flags.c_contiguous
@@ -132,6 +195,15 @@ class Array:
         check(_lib.lib.accel_read(self.ctx._live(), self.handle, 0, out.ctypes.data,
                                   self.size, cf), "accel_read")
         return Future(cf, "accel_read", keep=(out, self._buf), output=out)
+
+    def _read_view(self, out):
+        """A view is copied to row-major on the device (accel_convert), then read; the
+        copy's error, if any, is the read's."""
+        plain = self._plain()
+        fut = plain.read(out)
+        conv = plain._made_by
+        fut._finish = lambda _: (conv.result(), fut.output)[1]
+        return fut
 
     def numpy(self, out=None, timeout=None):
         """The contents as a numpy array (waits for the ops issued on it before; raises the
@@ -180,6 +252,19 @@ class Array:
 
     def __rtruediv__(self, other):
         return self._op("divide", other, True)
+
+    def __matmul__(self, other):
+        """accel.matmul(self, other) as an Array at once (a transposed view passes as gemm's
+        transpose flag, without a copy); a numpy operand is uploaded in this dtype."""
+        return self._op("matmul", self._same_kind(other))
+
+    def __rmatmul__(self, other):
+        return self._op("matmul", self._same_kind(other), True)
+
+    def _same_kind(self, other):
+        if isinstance(other, Array):
+            return other
+        return self.ctx.asarray(np.asarray(other, dtype=self.dtype), device=self.device)
 
     def __neg__(self):
         return self._op("multiply", -1.0)
@@ -259,7 +344,13 @@ class Array:
     def write(self, src):
         """Future of writing `src` (array-like of this size, converted to this dtype) into
         the array. A C-contiguous source of the right dtype is not copied: it must not
-        change until the future completes."""
+        change until the future completes. A view (a transpose) writes src's transpose into
+        its buffer."""
+        if self._strides is not None:
+            src = np.asarray(src, dtype=self.dtype)
+            if src.size != self.size:
+                raise ValueError(f"source has {src.size} elements, the array {self.size}")
+            return self.T.write(src.reshape(self.shape).T)
         src = np.ascontiguousarray(src, dtype=self.dtype)
         if src.size != self.size:
             raise ValueError(f"source has {src.size} elements, the array {self.size}")
@@ -276,9 +367,12 @@ class Array:
         return Future(cf, "accel_fill", keep=(self._buf,), output=self)
 
     def copy_from(self, src):
-        """Future of copying Array `src` (same dtype and size) into this one, on a device."""
+        """Future of copying Array `src` (same dtype and size) into this one, on a device (a
+        view as src: its elements in its order)."""
         if src._code != self._code or src.size != self.size:
             raise ValueError("copy_from needs an array of the same dtype and size")
+        self._no_view("copy_from")
+        src = src._plain()
         cf = _lib.future_p()
         check(_lib.lib.accel_copy(self.ctx._live(), self._dev(None), self.handle, 0,
                                   src.handle, 0, self.size, cf), "accel_copy")

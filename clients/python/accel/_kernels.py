@@ -69,6 +69,9 @@ def _arg(value, ctx, keep):
     if isinstance(value, _Access):
         if value.array.ctx is not ctx:
             raise ValueError("a kernel argument from another context")
+        if value.array._strides is not None:
+            raise ValueError("a kernel argument that is a view (a transposed array): a kernel "
+                             "reads a buffer from its start; pass x.copy()")
         keep.append(value.array._buf)
         return _lib.Arg(_ARG_BUFFER, value.access, value.array.handle, value.offset,
                         value.count, 0, 0)

@@ -179,6 +179,10 @@ _PROTOTYPES = {
         [ctx_p, device_t, handle, _size, _size, handle, Strides, handle, Strides, handle,
          Strides, _fut_out],
     ),
+    "accel_convert": (
+        _int,
+        [ctx_p, device_t, handle, _size, _size, handle, Strides, _fut_out],
+    ),
     "accel_reduction": (
         _int,
         [ctx_p, device_t, _int, handle, _size, _size, handle, Strides, _int, _fut_out],

@@ -34,12 +34,24 @@ def _out_like(x, out, shape=None, dtype_code=None):
     shape = x.shape if shape is None else shape
     if out is None:
         return Array(x.ctx, shape, x._code if dtype_code is None else dtype_code, x.device)
+    out._no_view("out")
     if tuple(out.shape) != tuple(shape):
         raise ValueError(f"out has shape {out.shape}, expected {shape}")
     return out
 
 
 # ---- BLAS ---------------------------------------------------------------------------------
+
+
+def _untransposed(x, flag):
+    """(array, transpose flag) for gemm: a transposed view is its row-major base with the
+    flag flipped (no copy); any other view a row-major copy."""
+    if x._strides is None:
+        return x, flag
+    base = x.T
+    if base._strides is None:
+        return base, not flag
+    return x._plain(), flag
 
 
 def matmul(a, b, out=None, *, alpha=1.0, beta=0.0, transpose_a=False, transpose_b=False,
@@ -49,8 +61,11 @@ def matmul(a, b, out=None, *, alpha=1.0, beta=0.0, transpose_a=False, transpose_
     every matrix of the batch. Types: float64, float32, float16, bfloat16 (a and b alike);
     out the same, or float32 for float16/bfloat16 inputs. math: None, "fp32", "tf32", "fp64"
     (accel_math). accel's BLAS is column-major: a row-major C = A B is computed as the
-    column-major C^T = B^T A^T, which reads the same memory without moving it."""
+    column-major C^T = B^T A^T, which reads the same memory without moving it. A transposed
+    view (x.T) goes to gemm as its buffer with the transpose flag flipped: no copy."""
     ctx = _same_ctx(a, b, *([out] if out is not None else []))
+    a, transpose_a = _untransposed(a, transpose_a)
+    b, transpose_b = _untransposed(b, transpose_b)
     if a.ndim not in (2, 3) or b.ndim not in (2, 3):
         raise ValueError("matmul takes 2-D arrays or stacks of them (3-D)")
     batch = max(a.shape[0] if a.ndim == 3 else 1, b.shape[0] if b.ndim == 3 else 1)
@@ -85,6 +100,8 @@ def matmul(a, b, out=None, *, alpha=1.0, beta=0.0, transpose_a=False, transpose_
 def axpy(alpha, x, y, *, device=None):
     """y = alpha * x + y over every element (x and y of one size and float dtype)."""
     ctx = _same_ctx(x, y)
+    y._no_view("axpy")
+    x = x._plain()
     if x.size != y.size:
         raise ValueError(f"axpy: sizes differ ({x.size} and {y.size})")
     dev = y._dev(device)
@@ -94,6 +111,7 @@ def axpy(alpha, x, y, *, device=None):
 
 def scal(alpha, x, *, device=None):
     """x = alpha * x."""
+    x._no_view("scal")
     dev = x._dev(device)
     return _issue("accel_scal", lambda f: _lib.lib.accel_scal(
         x.ctx._live(), dev, x.size, float(alpha), x.handle, f), (x,), x)
@@ -108,6 +126,7 @@ def _as_float(arr, code):
 def dot(x, y, *, device=None):
     """Future of the dot product x . y (a Python float) over every element."""
     ctx = _same_ctx(x, y)
+    x, y = x._plain(), y._plain()
     if x.size != y.size:
         raise ValueError(f"dot: sizes differ ({x.size} and {y.size})")
     result = _out_like(x, None, (1,))
@@ -137,6 +156,7 @@ def fill(x, value, *, device=None):
 
 
 def _elementwise(name, fn, x, out, device):
+    x = x._plain()
     out = _out_like(x, out)
     _same_ctx(x, out)
     dev = x._dev(device)
@@ -191,6 +211,7 @@ def abs(x, out=None, *, device=None):  # noqa: A001 - numpy's name
 
 def softmax(x, out=None, *, device=None):
     """Softmax of each row (the last axis) of x, numerically stable; a 1-D x is one row."""
+    x = x._plain()
     out = _out_like(x, out)
     _same_ctx(x, out)
     cols = x.shape[-1] if x.ndim else 1
@@ -209,6 +230,7 @@ def random_fill(out, dist, *, seed, offset=0, mean=0.0, stddev=1.0, device=None)
     size) gives the same numbers on every device and through every API, C's included."""
     if dist not in _DIST:
         raise ValueError(f"dist must be one of {sorted(_DIST)}")
+    out._no_view("random_fill")
     spec = _lib.Rng(_DIST[dist], int(seed), int(offset), float(mean), float(stddev))
     dev = out._dev(device)
     return _issue("accel_rng_fill", lambda f: _lib.lib.accel_rng_fill(
@@ -234,6 +256,25 @@ def _operand(x, like):
         fill(a, float(x))
         return a
     return like.ctx.asarray(np.asarray(x, dtype=like.dtype), device=like.device)
+
+
+def _read_as(x, out_shape, rows, cols):
+    """(x, its accel_strides) to read x as `out_shape` seen as rows x cols: a view (a
+    transpose) in place where the result is 2-D, else x's row-major copy (accel_convert)."""
+    if x._strides is not None and len(out_shape) <= 2:
+        rs, cs = x._strides
+        shape = (1,) * (len(out_shape) - 2) + tuple(x.shape)
+        full = tuple(out_shape) if len(out_shape) == 2 else (1,) + tuple(out_shape)
+        if shape == full:
+            return x, _lib.Strides(rs, cs)
+        if shape == (1, 1):
+            return x, _lib.Strides(0, 0)
+        if shape[0] == 1 and shape[1] == full[1]:
+            return x, _lib.Strides(0, cs)
+        if shape[1] == 1 and shape[0] == full[0]:
+            return x, _lib.Strides(rs, 0)
+    x = x._plain()
+    return x, _lib.Strides(*_strides_in(x.shape, out_shape, rows, cols))
 
 
 def _strides_in(shape, out_shape, rows, cols):
@@ -280,8 +321,8 @@ def _binary(name, a, b, out, device):
     ctx = _same_ctx(a, b, *([out] if out is not None else []))
     shape = np.broadcast_shapes(a.shape, b.shape)
     rows, cols = _view(shape)
-    sa = _lib.Strides(*_strides_in(a.shape, shape, rows, cols))
-    sb = _lib.Strides(*_strides_in(b.shape, shape, rows, cols))
+    a, sa = _read_as(a, shape, rows, cols)
+    b, sb = _read_as(b, shape, rows, cols)
     out = _out_like(a, out, shape)
     dev = a._dev(device) if device is not None or a.device is not None else b._dev(None)
     return _issue("accel_binary", lambda f: _lib.lib.accel_binary(
@@ -334,8 +375,8 @@ def _compare(name, a, b, out, device):
     ctx = _same_ctx(a, b, *([out] if out is not None else []))
     shape = np.broadcast_shapes(a.shape, b.shape)
     rows, cols = _view(shape)
-    sa = _lib.Strides(*_strides_in(a.shape, shape, rows, cols))
-    sb = _lib.Strides(*_strides_in(b.shape, shape, rows, cols))
+    a, sa = _read_as(a, shape, rows, cols)
+    b, sb = _read_as(b, shape, rows, cols)
     out = _out_like(a, out, shape, _dtypes.BOOL)
     dev = a._dev(device) if device is not None or a.device is not None else b._dev(None)
     return _issue("accel_compare", lambda f: _lib.lib.accel_compare(
@@ -390,7 +431,9 @@ def where(cond, a, b, out=None, *, device=None):
     ctx = _same_ctx(cond, a, b, *([out] if out is not None else []))
     shape = np.broadcast_shapes(cond.shape, a.shape, b.shape)
     rows, cols = _view(shape)
-    sc, sa, sb = (_lib.Strides(*_strides_in(x.shape, shape, rows, cols)) for x in (cond, a, b))
+    cond, sc = _read_as(cond, shape, rows, cols)
+    a, sa = _read_as(a, shape, rows, cols)
+    b, sb = _read_as(b, shape, rows, cols)
     out = _out_like(a, out, shape)
     dev = next((x._dev(device) for x in (a, b, cond) if device is not None or x.device is not None),
                _lib.DEVICE_ANY)
@@ -410,6 +453,8 @@ def _members(arrays, devices):
     arrays = list(arrays)
     if not arrays:
         raise ValueError("a collective needs at least one array")
+    for a in arrays:
+        a._no_view("a collective")
     ctx = _same_ctx(*arrays)
     if devices is None:
         devices = [a.device for a in arrays]
@@ -448,6 +493,8 @@ def all_gather(sends, recvs, *, devices=None):
     recvs = list(recvs)
     if len(recvs) != n:
         raise ValueError("all_gather: one receive array per send array")
+    for r in recvs:
+        r._no_view("all_gather")
     _same_ctx(*sends, *recvs)
     recv_h = (_lib.handle * n)(*(r.handle for r in recvs))
     return _issue("accel_all_gather", lambda f: _lib.lib.accel_all_gather(

@@ -57,7 +57,10 @@ def _reduce(name, x, axis, keepdims, device):
                          "has no identity")
     out = Array(x.ctx, keep if keepdims else shape, x._code, x.device)
     dev = x._dev(device)
-    strides = _lib.Strides(cols, 1)  # an Array is row-major and contiguous
+    strides = _lib.Strides(cols, 1)  # a row-major Array
+    if x._strides is not None:  # a 2-D view, read in place at its strides
+        rows, cols = x.shape
+        strides = _lib.Strides(*x._strides)
     cf = _lib.future_p()
     check(_lib.lib.accel_reduction(x.ctx._live(), dev, _OPS[name], out.handle, rows, cols,
                                    x.handle, strides, how, cf), "accel_reduction")
