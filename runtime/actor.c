@@ -50,6 +50,7 @@ static int slots_grow(accel_runtime *rt) {
   uint32_t first = base == 0 ? 1 : base;
   for (uint32_t i = first; i < end; i++) {
     atomic_init(&chunk[i - base].gen, 1);
+    atomic_init(&chunk[i - base].waiting, 0);
     chunk[i - base].next_free = i + 1 < end ? i + 1 : rt->free_head;
   }
   rt->slot_chunks[base >> RT_SLOT_CHUNK_SHIFT] = chunk;

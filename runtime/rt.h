@@ -78,6 +78,9 @@ typedef struct rt_slot {
   atomic_uint gen;  /* generation of the incarnation in this slot */
   atomic_uint pins; /* senders on other threads currently inside a send */
   _Atomic(accel_actor *) cell;
+  /* Sends waiting for room to this slot's actor (tell_wait.c): while there are, later sends
+   * of accel_tell_wait wait too, behind them, so none overtakes an earlier one. */
+  atomic_uint waiting;
   uint32_t next_free; /* loop thread only */
 } rt_slot;
 

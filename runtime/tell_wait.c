@@ -4,7 +4,12 @@
  * only; a sender on another thread posts it there), in the order parked. After each turn of the
  * target, rt_cell_run moves waiters into its mailbox while there is room, completing each
  * one's future. No polling and no spinning: the room a turn makes is what lets them in. The
- * target's end completes them with ACCEL_ESTALE and drops their messages. */
+ * target's end completes them with ACCEL_ESTALE and drops their messages.
+ *
+ * Order: the slot counts its waiting sends (rt_slot.waiting, from the moment one is made until
+ * it ends). While any waits, a new accel_tell_wait does not try the mailbox but waits behind
+ * them: a sender's later message can never overtake its earlier one. */
+#include <stdbool.h>
 #include <stdlib.h>
 
 #include "runtime/alloc.h"
@@ -17,12 +22,14 @@ struct rt_waiter {
   accel_ref to;
   accel_msg msg;   /* its sender filled in when it was sent */
   accel_future *f; /* completed when the message is in the mailbox; NULL: not asked for */
+  rt_slot *slot;   /* whose `waiting` counts it (slots are never freed before the runtime) */
 };
 
 /* The end of a wait: the future told, the message dropped unless it was queued. */
 static void finish(rt_waiter *w, int status) {
   if (status != 0)
     rt_drop_msg(w->rt, &w->msg);
+  atomic_fetch_sub(&w->slot->waiting, 1); /* after the push: a later direct send comes after */
   if (w->f) {
     accel_future_complete(w->f, status, NULL, NULL);
     accel_future_release(w->f);
@@ -93,13 +100,15 @@ int accel_tell_wait(accel_runtime *rt, accel_ref to, const accel_msg *msg,
     return ACCEL_EINVAL;
   if (delivered)
     *delivered = NULL;
-  int rc = accel_tell(rt, to, msg);
+  rt_slot *slot = rt_slot_at(rt, to.slot);
+  bool behind = slot && atomic_load(&slot->waiting) > 0 && atomic_load(&slot->gen) == to.gen;
+  int rc = behind ? ACCEL_EBUSY : accel_tell(rt, to, msg);
   if (rc != ACCEL_EBUSY)
     return rc == 0 && delivered ? done_future(rt, 0, delivered) : rc;
   rt_waiter *w = rt_calloc(1, sizeof *w);
   if (w == NULL)
     return ACCEL_ENOMEM;
-  *w = (rt_waiter){.rt = rt, .to = to, .msg = *msg};
+  *w = (rt_waiter){.rt = rt, .to = to, .msg = *msg, .slot = slot};
   accel_actor *from = rt_tls_actor;
   w->msg.sender = from && from->rt == rt ? from->ref : ACCEL_REF_NONE;
   if (delivered) {
@@ -111,6 +120,7 @@ int accel_tell_wait(accel_runtime *rt, accel_ref to, const accel_msg *msg,
     accel_future_retain(w->f); /* one for the caller, one for the wait */
     *delivered = w->f;
   }
+  atomic_fetch_add(&slot->waiting, 1); /* slot: a busy mailbox has one */
   if (rt_tls_loop == rt)
     park(w);
   else

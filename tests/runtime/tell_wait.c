@@ -31,8 +31,7 @@ static int sink_receive(accel_actor *self, void *state, accel_msg *msg) {
     s->out_of_order += msg->arg != s->next;
     s->next = msg->arg + 1;
     s->got++;
-    if (s->got % 64 == 0)
-      spin_us(50);
+    spin_us(5); /* slow: the sender finds it full, then room in the middle of its turn */
     return 0;
   case MSG_REPORT: {
     uint64_t *r = malloc(2 * sizeof *r);
@@ -63,7 +62,9 @@ TEST(a_plain_thread_waits_for_room_in_order) {
   }
   CHECK_GT(stats_of(rt).busy_refusals, 0u); /* the mailbox was full: some waited */
   accel_future *r;
-  CHECK_OK(accel_tell_wait(rt, s, &(accel_msg){.type = MSG_SEQ, .arg = N}, NULL));
+  CHECK_OK(accel_tell_wait(rt, s, &(accel_msg){.type = MSG_SEQ, .arg = N}, &r));
+  CHECK_OK(accel_future_wait(r, 10000)); /* the report's ask must not overtake it */
+  accel_future_release(r);
   accel_msg report = {.type = MSG_REPORT};
   int rc;
   while ((rc = accel_ask(rt, s, &report, &r)) == ACCEL_EBUSY)
@@ -128,8 +129,56 @@ TEST(arguments_and_plain_refusals) {
   runtime_stop_then_destroy(rt, NULL);
 }
 
+/* The overtaking race, made to happen: a message waits (its park is posted, the loop busy), the
+ * target's turn then makes room, and the same thread sends again before the park has run. The
+ * later message must still come after the earlier one. The loop is held inside the target's
+ * receive of message 0 (room for one), while the park of message 4 waits behind that turn. */
+static atomic_int gate_entered, gate_open;
+
+static int gated_receive(accel_actor *self, void *state, accel_msg *msg) {
+  if (msg->type == MSG_SEQ && msg->arg == 0) {
+    atomic_store(&gate_entered, 1);
+    while (!atomic_load(&gate_open))
+      test_sleep_ms(1);
+  }
+  return sink_receive(self, state, msg);
+}
+
+static const accel_behavior gated_b = {
+    .name = "gated", .state_size = sizeof(sink), .receive = gated_receive};
+
+TEST(a_later_send_never_overtakes_one_that_waits) {
+  accel_runtime *rt;
+  CHECK_OK(accel_runtime_create(&rt, NULL));
+  accel_ref s = spawn_ok(rt, NULL, &gated_b, NULL, &(accel_spawn_opts){.mailbox_capacity = 4});
+  atomic_store(&gate_entered, 0);
+  atomic_store(&gate_open, 0);
+  for (uint64_t i = 0; i < 4; i++) /* full, before the loop runs */
+    CHECK_OK(accel_tell(rt, s, &(accel_msg){.type = MSG_SEQ, .arg = i}));
+  accel_future *f4, *f5, *r;
+  CHECK_OK(accel_tell_wait(rt, s, &(accel_msg){.type = MSG_SEQ, .arg = 4}, &f4)); /* waits */
+  CHECK_OK(accel_runtime_start(rt));
+  while (!atomic_load(&gate_entered)) /* message 0 taken: room for one, 4's park not run */
+    test_sleep_ms(1);
+  CHECK_ERR(accel_future_poll(f4), ACCEL_EAGAIN);
+  CHECK_OK(accel_tell_wait(rt, s, &(accel_msg){.type = MSG_SEQ, .arg = 5}, &f5));
+  atomic_store(&gate_open, 1);
+  CHECK_OK(accel_future_wait(f4, 10000));
+  CHECK_OK(accel_future_wait(f5, 10000));
+  accel_future_release(f4);
+  accel_future_release(f5);
+  CHECK_OK(accel_ask(rt, s, &(accel_msg){.type = MSG_REPORT}, &r));
+  CHECK_OK(accel_future_wait(r, 10000));
+  const uint64_t *got = accel_future_value(r);
+  CHECK_EQ(got[0], 6u);
+  CHECK_EQ(got[1], 0u); /* 0 1 2 3 4 5 */
+  accel_future_release(r);
+  runtime_stop_then_destroy(rt, NULL);
+}
+
 static const test_case tests[] = {
     TEST_CASE(a_plain_thread_waits_for_room_in_order),
+    TEST_CASE(a_later_send_never_overtakes_one_that_waits),
     TEST_CASE(waiting_sends_fail_when_the_target_ends),
     TEST_CASE(arguments_and_plain_refusals),
 };
