@@ -106,6 +106,19 @@ def test_wrong_sizes_and_dtypes_are_clear_errors(ctx):
         accel.axpy(1.0, ctx.empty(3), ctx.empty(4))
 
 
+def test_a_bad_device_fails_where_the_array_is_made(ctx):
+    n = len(ctx.devices)
+    last = ctx.empty(2, device=n - 1)  # the last device: at the limit
+    assert last.device == n - 1
+    for bad in (n, -1, 10**6):  # one past it, and others
+        with pytest.raises(ValueError, match=f"device {bad}: no such device .*has {n}"):
+            ctx.empty(2, device=bad)
+        with pytest.raises(ValueError, match="no such device"):
+            ctx.asarray(np.zeros(2, np.float32), device=bad)
+    with pytest.raises(ValueError, match="no such device"):
+        last.to(n)
+
+
 def test_accel_errors_carry_name_and_message(ctx):
     a32, b64 = ctx.empty((2, 2), np.float32), ctx.empty((2, 2), np.float64)
     with pytest.raises(accel.AccelError) as e:

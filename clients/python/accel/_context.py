@@ -193,11 +193,16 @@ class Context:
         return out
 
     def _device_index(self, device):
+        """accel's index of `device` (a Device or an int), checked against this context's
+        devices: a wrong one fails here, where the array is made, not at its first op."""
         if device is None:
             return _lib.DEVICE_ANY
-        if isinstance(device, Device):
-            return device.index
-        return int(device)
+        index = device.index if isinstance(device, Device) else int(device)
+        n = check(_lib.lib.accel_device_count(self._live()), "accel_device_count")
+        if not 0 <= index < n:
+            raise ValueError(f"device {index}: no such device (this context has {n}: "
+                             f"{', '.join(f'{d.index} {d.backend}' for d in self.devices)})")
+        return index
 
     # ---- arrays --------------------------------------------------------------------------
 
