@@ -267,7 +267,7 @@ static pid_t start_acceld(const opts *o, char *url, size_t len) {
    * and a fork of a process with libaccel's threads could inherit a held lock). */
   char path[200];
   snprintf(path, sizeof path, "%s/acceld.sock", dir);
-  for (int i = 0; i < 300; i++) {
+  for (int i = 0; i < 3000; i++) { /* 60 s: a cold host takes seconds to bring up CUDA */
     struct stat st;
     if (stat(path, &st) == 0) {
       nanosleep(&(struct timespec){0, 300000000}, NULL);
