@@ -231,3 +231,43 @@ def test_astype_and_views_of_empty_and_thin_arrays(ctx, rng, shape):
         assert np.allclose((a.T + 1.0).numpy(), h.T + 1.0, rtol=2.0**-23)
         ref = h.T.astype(np.float64).sum(axis=1)  # at most 7 terms: within 8 e sum|x|
         assert np.all(np.abs(a.T.sum(axis=1).numpy() - ref) <= 8 * 2.0**-23 * np.abs(ref))
+
+
+# ---- indexing along the first axis (copies made on the device) ----
+
+
+@pytest.mark.parametrize("key", [0, 2, -1, -4, slice(1, 3), slice(None, 2), slice(-2, None),
+                                 slice(3, 1), slice(-10, 10), slice(None)])
+def test_first_axis_indexing_matches_numpy(ctx, rng, key):
+    x = rng.standard_normal((4, 5, 3)).astype(np.float32)
+    a = ctx.asarray(x)
+    got = a[key]
+    want = x[key]
+    assert got.shape == want.shape
+    np.testing.assert_array_equal(np.asarray(got), want)
+
+
+def test_indexing_a_transposed_view_and_1d(ctx, rng):
+    x = rng.standard_normal((3, 6)).astype(np.float32)
+    t = ctx.asarray(x).T  # a view: its rows are x's columns
+    np.testing.assert_array_equal(np.asarray(t[1:4]), x.T[1:4])
+    np.testing.assert_array_equal(np.asarray(t[-1]), x.T[-1])
+    v = ctx.asarray(np.arange(7, dtype=np.int32))
+    assert float(v[3]) == 3 and v[3].shape == ()
+    np.testing.assert_array_equal(np.asarray(v[2:5]), np.arange(2, 5, dtype=np.int32))
+
+
+def test_indexing_limits_and_refusals(ctx):
+    a = ctx.asarray(np.zeros((4, 2), np.float32))
+    a[3], a[-4]  # the last and the first: at the limits
+    for bad in (4, -5):  # one past each
+        with pytest.raises(IndexError, match="out of bounds for axis 0 with size 4"):
+            a[bad]
+    with pytest.raises(NotImplementedError, match="step"):
+        a[::2]
+    with pytest.raises(NotImplementedError, match="first axis only"):
+        a[1, 1]
+    with pytest.raises(IndexError, match="0-d"):
+        accel.sum(a)[0]
+    assert a[...] is a
+    assert a[2:2].shape == (0, 2)

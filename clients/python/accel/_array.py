@@ -127,6 +127,42 @@ class Array:
         rs, cs = self._strides if self._strides is not None else (self.shape[1], 1)
         return self._like((self.shape[1], self.shape[0]), (cs, rs))
 
+    def __getitem__(self, key):
+        """Indexing along the first axis, as numpy's: `a[i]` (negative from the end) and
+        `a[i:j]` (step 1, bounds clipped as numpy clips them), and `a[...]`. The result is a
+        new array copied on the device (accel_copy of the rows: no host round trip); the
+        array API leaves it to the library whether a slice is a view, and accel's ops take
+        no offset into a buffer. Other keys (steps, several axes, arrays) are
+        NotImplementedError."""
+        if key is Ellipsis:
+            return self
+        if not self.shape:
+            raise IndexError("a 0-d accel array takes no index")
+        n, row = self.shape[0], math.prod(self.shape[1:])
+        if isinstance(key, slice):
+            start, stop, step = key.indices(n)
+            if step != 1:
+                raise NotImplementedError(f"slices with a step ({key.step}): accel slices "
+                                          "the first axis with step 1")
+            first, count, shape = start, max(stop - start, 0), (max(stop - start, 0),)
+        elif isinstance(key, (int, np.integer)) and not isinstance(key, bool):
+            i = int(key)
+            if not -n <= i < n:
+                raise IndexError(f"index {i} is out of bounds for axis 0 with size {n}")
+            first, count, shape = i % n, 1, ()
+        else:
+            raise NotImplementedError(f"index {key!r}: accel indexes the first axis only "
+                                      "(an int, or a slice with step 1)")
+        shape = shape + tuple(self.shape[1:])
+        src = self._plain()
+        out = Array(self.ctx, shape, self._code, self.device)
+        if count * row > 0:
+            cf = _lib.future_p()
+            check(_lib.lib.accel_copy(self.ctx._live(), self._dev(None), out.handle, 0,
+                                      src.handle, first * row, count * row, cf), "accel_copy")
+            out._made_by = Future(cf, "accel_copy", keep=(out._buf, src._buf), output=out)
+        return out
+
     def _plain(self):
         """This array if row-major; else a row-major copy made on the device (accel_convert
         to the same dtype), for ops that read a buffer from its start."""
