@@ -19,18 +19,6 @@
 #define STATUS_SLOTS DEV_METRICS_STATUS_SLOTS
 #define bucket_le dev_metrics_bucket_le
 
-/* A label value: backslash, double quote and line feed escaped, as the format asks. */
-static void label_value(sbuf *b, const char *s) {
-  for (; *s; s++) {
-    if (*s == '\\' || *s == '"')
-      sb_printf(b, "\\%c", *s);
-    else if (*s == '\n')
-      sb_printf(b, "\\n");
-    else
-      sb_printf(b, "%c", *s);
-  }
-}
-
 static void header(sbuf *b, const char *name, const char *type, const char *help) {
   sb_printf(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
 }
@@ -136,9 +124,9 @@ static void render_devices(sbuf *b, const dev_world *w) {
   for (int n = 1; n < w->nnodes; n++) {
     const dev_node *node = &w->nodes[n];
     sb_printf(b, "accel_device_info{device=\"%d\",backend=\"", node->device);
-    label_value(b, node->be->name);
+    sb_label_value(b, node->be->name);
     sb_printf(b, "\",name=\"");
-    label_value(b, node->info.name);
+    sb_label_value(b, node->info.name);
     sb_printf(b, "\",state=\"%s\"} 1\n", dev_node_state_name(node->state));
   }
   per_device(b, w, "accel_device_memory_used_bytes", "gauge",
@@ -188,7 +176,7 @@ static void render_pin_caches(sbuf *b, const dev_world *w) {
       uint64_t v;
       memcpy(&v, (const char *)&st[i] + rows[r].off, sizeof v);
       sb_printf(b, "%s{backend=\"", rows[r].name);
-      label_value(b, names[i]);
+      sb_label_value(b, names[i]);
       sb_printf(b, "\"} %llu\n", (unsigned long long)v);
     }
   }

@@ -281,7 +281,7 @@ char *srv_status_json(dev_world *w, const srv_status_counts *c) {
 
 /* ---- text ---- */
 
-static void text_device(sbuf *b, const dev_world *w, int n) {
+static void text_device(sbuf *b, const dev_world *w, int n, const srv_gpus *g) {
   const dev_node *node = &w->nodes[n];
   char used[32], total[32];
   sb_human_bytes(dev_node_mem_used(w, n), used, sizeof used);
@@ -293,26 +293,32 @@ static void text_device(sbuf *b, const dev_world *w, int n) {
             node->restarts, used, total, node->info.compute_units, kind_name(node->info.kind),
             node->busy_share * 100.0);
   text_packages(b, node);
-  srv_telemetry_text_device(b, w, node->device);
+  srv_telemetry_text_device(b, g, node->device);
 }
 
 char *srv_status_devices(dev_world *w) {
   sbuf b = {0};
   dev_busy_roll(w, rt_mono_ns());
+  srv_gpus gpus; /* one snapshot for every device's line */
+  srv_gpus_read(w, &gpus);
+  const srv_gpus *g = &gpus;
   for (int n = 1; n < w->nnodes; n++)
-    text_device(&b, w, n);
+    text_device(&b, w, n, g);
   for (const be_entry *e = be_registry(); e->name; e++) {
     char why[128];
     if (e->ops == NULL || dev_backend_devices(w, e->name) == 0)
       sb_printf(&b, "%s: %s\n", e->name, backend_absence(e, why, sizeof why));
   }
-  srv_telemetry_text(&b, w);
+  srv_telemetry_text(&b, g);
   return sb_finish(&b);
 }
 
 char *srv_status_text(dev_world *w, const srv_status_counts *c) {
   sbuf b = {0};
   dev_busy_roll(w, rt_mono_ns());
+  srv_gpus gpus; /* one snapshot for every device's line */
+  srv_gpus_read(w, &gpus);
+  const srv_gpus *g = &gpus;
   accel_runtime_stats rs;
   accel_runtime_get_stats(w->rt, &rs);
   sb_printf(&b, "acceld %s: %s, up %llu.%03llu s\n", ACCEL_VERSION_STRING,
@@ -327,8 +333,8 @@ char *srv_status_text(dev_world *w, const srv_status_counts *c) {
             (unsigned long long)rs.actors_live, (unsigned long long)rs.dead_letters,
             (unsigned long long)rs.restarts);
   for (int n = 1; n < w->nnodes; n++)
-    text_device(&b, w, n);
-  srv_telemetry_text(&b, w);
+    text_device(&b, w, n, g);
+  srv_telemetry_text(&b, g);
   text_in_progress(&b, w);
   const char *names[DEV_PIN_CACHES_MAX];
   pin_cache_stats st[DEV_PIN_CACHES_MAX];

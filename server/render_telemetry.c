@@ -10,13 +10,7 @@
 #include "actors/telemetry.h"
 #include "server/render.h"
 
-typedef struct gpus {
-  dev_gpu_report r[DEV_TELEMETRY_MAX_GPUS];
-  int n; /* -1: none, why says why */
-  char why[192];
-} gpus;
-
-static void read_gpus(const dev_world *w, gpus *g) {
+void srv_gpus_read(const dev_world *w, srv_gpus *g) {
   g->n = dev_telemetry_read(w, g->r, DEV_TELEMETRY_MAX_GPUS, g->why, sizeof g->why);
 }
 
@@ -57,8 +51,8 @@ static void json_gpu(sbuf *b, const dev_gpu_report *r) {
 }
 
 void srv_telemetry_json(sbuf *b, const dev_world *w) {
-  gpus g;
-  read_gpus(w, &g);
+  srv_gpus g;
+  srv_gpus_read(w, &g);
   sb_printf(b, "\"telemetry\":{\"source\":\"nvml\",\"why\":");
   if (g.n < 0)
     sb_json_str(b, g.why);
@@ -112,25 +106,21 @@ static bool gpu_has(const dev_gpu_report *r, int device) {
   return false;
 }
 
-void srv_telemetry_text_device(sbuf *b, const dev_world *w, int device) {
-  gpus g;
-  read_gpus(w, &g);
-  for (int i = 0; i < g.n; i++)
-    if (gpu_has(&g.r[i], device))
-      text_gpu(b, "  ", &g.r[i]);
+void srv_telemetry_text_device(sbuf *b, const srv_gpus *g, int device) {
+  for (int i = 0; i < g->n; i++)
+    if (gpu_has(&g->r[i], device))
+      text_gpu(b, "  ", &g->r[i]);
 }
 
-void srv_telemetry_text(sbuf *b, const dev_world *w) {
-  gpus g;
-  read_gpus(w, &g);
-  if (g.n < 0) {
-    sb_printf(b, "gpu telemetry: %s\n", g.why);
+void srv_telemetry_text(sbuf *b, const srv_gpus *g) {
+  if (g->n < 0) {
+    sb_printf(b, "gpu telemetry: %s\n", g->why);
     return;
   }
-  for (int i = 0; i < g.n; i++)
-    if (g.r[i].ndevices == 0) { /* the others are shown under their devices */
-      sb_printf(b, "%s (%s, not served by accel):\n", g.r[i].id.name, g.r[i].id.pci_bus_id);
-      text_gpu(b, "  ", &g.r[i]);
+  for (int i = 0; i < g->n; i++)
+    if (g->r[i].ndevices == 0) { /* the others are shown under their devices */
+      sb_printf(b, "%s (%s, not served by accel):\n", g->r[i].id.name, g->r[i].id.pci_bus_id);
+      text_gpu(b, "  ", &g->r[i]);
     }
 }
 
@@ -138,11 +128,11 @@ void srv_telemetry_text(sbuf *b, const dev_world *w) {
 
 static void labels(sbuf *b, const dev_gpu_report *r) {
   sb_printf(b, "{gpu=\"%u\",UUID=\"", r->index);
-  for (const char *s = r->id.uuid; *s; s++) /* NVML's UUIDs and names: no quotes, but be sure */
-    sb_printf(b, "%c", *s == '"' || *s == '\\' || *s == '\n' ? '_' : *s);
-  sb_printf(b, "\",pci_bus_id=\"%s\",modelName=\"", r->id.pci_bus_id);
-  for (const char *s = r->id.name; *s; s++)
-    sb_printf(b, "%c", *s == '"' || *s == '\\' || *s == '\n' ? '_' : *s);
+  sb_label_value(b, r->id.uuid);
+  sb_printf(b, "\",pci_bus_id=\"");
+  sb_label_value(b, r->id.pci_bus_id);
+  sb_printf(b, "\",modelName=\"");
+  sb_label_value(b, r->id.name);
   sb_printf(b, "\",accel_device=\"");
   if (r->ndevices > 0)
     sb_printf(b, "%d", r->devices[0]);
@@ -215,8 +205,8 @@ static const metric metrics[] = {
 };
 
 void srv_telemetry_metrics(sbuf *b, const dev_world *w) {
-  gpus g;
-  read_gpus(w, &g);
+  srv_gpus g;
+  srv_gpus_read(w, &g);
   sb_printf(b,
             "# HELP accel_gpu_telemetry_up 1 while NVML answers, else 0 (status JSON's "
             "telemetry.why says why).\n# TYPE accel_gpu_telemetry_up gauge\n"

@@ -51,6 +51,17 @@ void sb_json_str(sbuf *b, const char *s) {
   sb_printf(b, "\"");
 }
 
+void sb_label_value(sbuf *b, const char *s) {
+  for (; *s; s++) {
+    if (*s == '\\' || *s == '"')
+      sb_printf(b, "\\%c", *s);
+    else if (*s == '\n')
+      sb_printf(b, "\\n");
+    else
+      sb_printf(b, "%c", *s);
+  }
+}
+
 char *sb_finish(sbuf *b) {
   if (b->oom || !sb_reserve(b, 0)) {
     rt_free(b->s);

@@ -19,6 +19,9 @@ bool sb_reserve(sbuf *b, size_t extra);
 void sb_printf(sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* A JSON string literal: quotes, backslashes and control characters escaped. */
 void sb_json_str(sbuf *b, const char *s);
+/* A Prometheus label value, without its quotes: backslash, double quote and line feed
+ * escaped, as the exposition format asks. */
+void sb_label_value(sbuf *b, const char *s);
 /* A size for people: "1.50 GiB" (binary units, three significant digits; exact below 1 KiB). */
 void sb_human_bytes(uint64_t n, char *out, size_t len);
 /* The NUL-terminated string (the caller frees it), or NULL if an append ran out of memory. */

@@ -116,14 +116,6 @@ static size_t fold_others(client_sum *sums, size_t n) {
   return SRV_METRICS_CLIENTS + 1;
 }
 
-/* A label value: backslash, double quote and newline escaped (the exposition format). */
-static void label_value(sbuf *b, const char *s) {
-  for (; *s; s++) {
-    bool escaped = *s == '\\' || *s == '"' || *s == '\n';
-    sb_printf(b, "%s%c", escaped ? "\\" : "", *s == '\n' ? 'n' : *s);
-  }
-}
-
 typedef enum client_field { SESSIONS, BUFFERS, MEMORY, IN_FLIGHT } client_field;
 
 static uint64_t field_of(const client_sum *c, client_field f) {
@@ -138,7 +130,7 @@ static void client_family(sbuf *b, const char *metric, const char *help, const c
   sb_printf(b, "# HELP %s %s\n# TYPE %s gauge\n", metric, help, metric);
   for (size_t i = 0; i < n; i++) {
     sb_printf(b, "%s{client=\"", metric);
-    label_value(b, sums[i].name);
+    sb_label_value(b, sums[i].name);
     sb_printf(b, "\"} %llu\n", (unsigned long long)field_of(&sums[i], field));
   }
 }

@@ -753,6 +753,23 @@ TEST(collective_round_trips) {
   proto_out_free(&o);
 }
 
+/* Encodes op, decodes it into *back and checks its head and buffer handles; the caller checks
+ * the payload. */
+static void payload_round_trip(const dev_op *op, dev_op *back) {
+  proto_out o;
+  proto_out_init(&o);
+  CHECK_OK(proto_encode_op(&o, 9, op, (proto_bytes){NULL, 0}));
+  size_t len;
+  const uint8_t *body = only_body(&o, &len);
+  proto_bytes data;
+  CHECK_OK(proto_decode_op(body, len, back, &data));
+  CHECK_EQ(back->h.kind, op->h.kind);
+  CHECK_EQ(back->nbufs, op->nbufs);
+  for (uint32_t i = 0; i < op->nbufs; i++)
+    CHECK_EQ(back->bufs[i].handle, op->bufs[i].handle);
+  proto_out_free(&o);
+}
+
 /* A binary op: a 2 x 3 dst, a transposed, b a row; the last op of the enum. */
 static dev_op binary_of(void) {
   dev_op op = op_of(DEV_OP_BINARY, 3);
@@ -764,19 +781,8 @@ static dev_op binary_of(void) {
 /* Every field of a binary op comes back as it went. */
 TEST(binary_round_trips) {
   dev_op op = binary_of(), back;
-  proto_out o;
-  proto_out_init(&o);
-  CHECK_OK(proto_encode_op(&o, 9, &op, (proto_bytes){NULL, 0}));
-  size_t len;
-  const uint8_t *body = only_body(&o, &len);
-  proto_bytes data;
-  CHECK_OK(proto_decode_op(body, len, &back, &data));
-  CHECK_EQ(back.h.kind, DEV_OP_BINARY);
-  CHECK_EQ(back.nbufs, 3u);
+  payload_round_trip(&op, &back);
   CHECK(memcmp(&back.u.binary, &op.u.binary, sizeof op.u.binary) == 0);
-  for (uint32_t i = 0; i < 3; i++)
-    CHECK_EQ(back.bufs[i].handle, op.bufs[i].handle);
-  proto_out_free(&o);
 }
 
 /* A reduction: the columns of a 3 x 4 view with padded rows; the last op and axis. */
@@ -790,19 +796,8 @@ static dev_op reduce_of(void) {
 /* Every field of a reduction comes back as it went. */
 TEST(reduce_round_trips) {
   dev_op op = reduce_of(), back;
-  proto_out o;
-  proto_out_init(&o);
-  CHECK_OK(proto_encode_op(&o, 9, &op, (proto_bytes){NULL, 0}));
-  size_t len;
-  const uint8_t *body = only_body(&o, &len);
-  proto_bytes data;
-  CHECK_OK(proto_decode_op(body, len, &back, &data));
-  CHECK_EQ(back.h.kind, DEV_OP_REDUCE);
-  CHECK_EQ(back.nbufs, 2u);
+  payload_round_trip(&op, &back);
   CHECK(memcmp(&back.u.reduce, &op.u.reduce, sizeof op.u.reduce) == 0);
-  for (uint32_t i = 0; i < 2; i++)
-    CHECK_EQ(back.bufs[i].handle, op.bufs[i].handle);
-  proto_out_free(&o);
 }
 
 /* A where: a 3 x 4 dst, cond a column, a transposed, b a scalar. */
@@ -816,19 +811,8 @@ static dev_op where_of(void) {
 /* Every field of a where comes back as it went. */
 TEST(where_round_trips) {
   dev_op op = where_of(), back;
-  proto_out o;
-  proto_out_init(&o);
-  CHECK_OK(proto_encode_op(&o, 9, &op, (proto_bytes){NULL, 0}));
-  size_t len;
-  const uint8_t *body = only_body(&o, &len);
-  proto_bytes data;
-  CHECK_OK(proto_decode_op(body, len, &back, &data));
-  CHECK_EQ(back.h.kind, DEV_OP_WHERE);
-  CHECK_EQ(back.nbufs, 4u);
+  payload_round_trip(&op, &back);
   CHECK(memcmp(&back.u.where, &op.u.where, sizeof op.u.where) == 0);
-  for (uint32_t i = 0; i < 4; i++)
-    CHECK_EQ(back.bufs[i].handle, op.bufs[i].handle);
-  proto_out_free(&o);
 }
 
 /* A convert: a 5 x 2 dst from the transpose of a padded 2 x 7 src. */
@@ -841,19 +825,8 @@ static dev_op convert_of(void) {
 /* Every field of a convert comes back as it went. */
 TEST(convert_round_trips) {
   dev_op op = convert_of(), back;
-  proto_out o;
-  proto_out_init(&o);
-  CHECK_OK(proto_encode_op(&o, 9, &op, (proto_bytes){NULL, 0}));
-  size_t len;
-  const uint8_t *body = only_body(&o, &len);
-  proto_bytes data;
-  CHECK_OK(proto_decode_op(body, len, &back, &data));
-  CHECK_EQ(back.h.kind, DEV_OP_CONVERT);
-  CHECK_EQ(back.nbufs, 2u);
+  payload_round_trip(&op, &back);
   CHECK(memcmp(&back.u.convert, &op.u.convert, sizeof op.u.convert) == 0);
-  for (uint32_t i = 0; i < 2; i++)
-    CHECK_EQ(back.bufs[i].handle, op.bufs[i].handle);
-  proto_out_free(&o);
 }
 
 TEST(op_head_enums_at_the_limit_and_one_past) {
