@@ -135,7 +135,9 @@ static int open_here(accel_ctx *ctx, const char *query) {
   ctx->call_pool = &e->calls;
   ctx->tp = &client_embedded_transport;
   ctx->impl = e;
-  rc = accel_runtime_create(&ctx->rt, NULL);
+  /* One loop: the device world's actors share libuv handles and a loop-thread-only state
+   * (docs/ARCHITECTURE.md "Threads"), whatever ACCEL_LOOPS says for user runtimes. */
+  rc = accel_runtime_create(&ctx->rt, &(accel_runtime_opts){.loops = 1});
   if (rc == 0)
     rc = dev_world_init(&e->world, ctx->rt, &wo);
   e->world.on_op_done = on_op_done;

@@ -466,7 +466,7 @@ static int remote_open(accel_ctx *ctx, const char *url, const char *name) {
   }
   ctx->tp = &client_remote_transport;
   ctx->impl = r;
-  rc = accel_runtime_create(&ctx->rt, NULL);
+  rc = accel_runtime_create(&ctx->rt, &(accel_runtime_opts){.loops = 1}); /* for `then` only */
   if (rc == 0)
     rc = accel_runtime_start(ctx->rt);
   if (rc == 0)

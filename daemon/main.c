@@ -329,7 +329,9 @@ static void say_why(int rc, char *why, size_t len) {
 }
 
 static int run(daemon_ctx *d, int gid, int ready_fd, char *why, size_t why_len) {
-  int rc = accel_runtime_create(&d->rt, NULL);
+  /* One loop: the server's and the device world's actors share libuv handles and state of one
+   * loop thread (docs/ARCHITECTURE.md "Threads"), whatever ACCEL_LOOPS says. */
+  int rc = accel_runtime_create(&d->rt, &(accel_runtime_opts){.loops = 1});
   if (rc != 0)
     return rc;
   rt_error_detail_clear();

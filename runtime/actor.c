@@ -1,9 +1,10 @@
 /* Actor cells: the ref table, spawning, sending, running a turn, retiring and sweeping.
  *
- * Sends from the loop thread resolve the ref directly. Sends from other threads pin the slot
- * (slot->pins) before checking the generation, and the loop bumps the generation before it
- * checks the pins (both sequentially consistent): either the sender sees the new generation
- * (stale), or the loop sees the pin and frees the cell only in a later sweep. */
+ * Sends from the target's own loop resolve the ref directly. Sends from other threads (other
+ * loops included) pin the slot (slot->pins) before checking the generation, and the target's
+ * loop bumps the generation before it checks the pins (both sequentially consistent): either
+ * the sender sees the new generation (stale), or the loop sees the pin and frees the cell only
+ * in a later sweep. The free list is shared by the loops, under slots_mu. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -37,7 +38,7 @@ void rt_slots_free(accel_runtime *rt) {
   rt->slot_chunks = NULL;
 }
 
-/* One more chunk of free slots (loop thread), lowest first on the free list. Slot 0 is never
+/* One more chunk of free slots (slots_mu held), lowest first on the free list. Slot 0 is never
  * handed out, so {0, 0} is always stale. */
 static int slots_grow(accel_runtime *rt) {
   uint32_t base = atomic_load_explicit(&rt->slot_count, memory_order_relaxed);
@@ -61,17 +62,18 @@ static int slots_grow(accel_runtime *rt) {
 }
 
 static int slot_alloc(accel_runtime *rt, accel_actor *cell) {
-  if (rt->free_head == 0) {
-    int rc = slots_grow(rt);
-    if (rc != 0)
-      return rc;
+  pthread_mutex_lock(&rt->slots_mu);
+  int rc = rt->free_head == 0 ? slots_grow(rt) : 0;
+  if (rc == 0) {
+    uint32_t idx = rt->free_head;
+    rt_slot *slot = rt_slot_of(rt, idx);
+    rt->free_head = slot->next_free;
+    atomic_store(&slot->home, cell->home->index);
+    atomic_store(&slot->cell, cell);
+    cell->ref = (accel_ref){idx, atomic_load(&slot->gen)};
   }
-  uint32_t idx = rt->free_head;
-  rt_slot *slot = rt_slot_of(rt, idx);
-  rt->free_head = slot->next_free;
-  atomic_store(&slot->cell, cell);
-  cell->ref = (accel_ref){idx, atomic_load(&slot->gen)};
-  return 0;
+  pthread_mutex_unlock(&rt->slots_mu);
+  return rc;
 }
 
 static void slot_retire(accel_runtime *rt, uint32_t idx) {
@@ -82,14 +84,22 @@ static void slot_retire(accel_runtime *rt, uint32_t idx) {
 
 static void slot_release(accel_runtime *rt, uint32_t idx) {
   rt_slot *slot = rt_slot_of(rt, idx);
+  pthread_mutex_lock(&rt->slots_mu);
   atomic_store(&slot->cell, NULL);
   slot->next_free = rt->free_head;
   rt->free_head = idx;
+  pthread_mutex_unlock(&rt->slots_mu);
+}
+
+/* True if `slot` is this thread's loop's: its cell may be read without a pin. */
+static bool slot_is_here(accel_runtime *rt, const rt_slot *slot) {
+  rt_loop *l = rt_here(rt);
+  return l != NULL && atomic_load_explicit(&slot->home, memory_order_relaxed) == l->index;
 }
 
 accel_actor *rt_resolve_local(accel_runtime *rt, accel_ref ref) {
   rt_slot *slot = rt_slot_at(rt, ref.slot);
-  if (slot == NULL)
+  if (slot == NULL || !slot_is_here(rt, slot))
     return NULL;
   if (atomic_load_explicit(&slot->gen, memory_order_relaxed) != ref.gen)
     return NULL;
@@ -99,11 +109,14 @@ accel_actor *rt_resolve_local(accel_runtime *rt, accel_ref ref) {
 
 /* ---- cells ---- */
 
-int rt_cell_create(accel_runtime *rt, accel_actor *parent, rt_child *spec, accel_actor **out) {
+int rt_cell_create(rt_loop *home, accel_actor *parent, rt_child *spec, accel_actor **out) {
+  accel_runtime *rt = home->rt;
   accel_actor *cell = rt_aligned_calloc(_Alignof(accel_actor), sizeof *cell);
   if (cell == NULL)
     return ACCEL_ENOMEM;
   cell->rt = rt;
+  cell->home = home;
+  atomic_flag_clear(&cell->monitors_lock);
   cell->parent = parent;
   cell->spec = spec;
   cell->b = spec ? spec->b : NULL;
@@ -170,13 +183,17 @@ void rt_cell_terminate(accel_actor *cell, int reason) {
     rt_free(cell->state);
     cell->state = NULL;
   }
-  if (cell->spec && cell->spec->cell == cell)
+  rt_loop *l = cell->home;
+  if (cell->spec && cell->spec->cell == cell) {
+    pthread_mutex_lock(&l->tree_mu);
     cell->spec->cell = NULL;
+    pthread_mutex_unlock(&l->tree_mu);
+  }
   cell->spec = NULL;
   atomic_fetch_sub(&rt->stats.actors_live, 1);
-  cell->grave_next = rt->graveyard;
-  rt->graveyard = cell;
-  rt_wake_turn(rt);
+  cell->grave_next = l->graveyard;
+  l->graveyard = cell;
+  rt_wake_turn(l);
 }
 
 void rt_drop_msg(accel_runtime *rt, accel_msg *msg) {
@@ -194,8 +211,9 @@ static void drain_dead_letters(accel_runtime *rt, accel_actor *cell) {
 }
 
 /* Frees retired cells that no other thread can reach any more. */
-void rt_sweep(accel_runtime *rt) {
-  accel_actor **link = &rt->graveyard;
+void rt_sweep(rt_loop *l) {
+  accel_runtime *rt = l->rt;
+  accel_actor **link = &l->graveyard;
   while (*link) {
     accel_actor *cell = *link;
     rt_slot *slot = rt_slot_of(rt, cell->ref.slot);
@@ -234,7 +252,7 @@ static void unschedule(accel_actor *cell) {
   /* A sender that pushed before our store saw scheduled == 1 and left the wake-up to us. */
   if (cell->status == RT_RUNNING && !rt_mailbox_empty(&cell->mailbox) &&
       atomic_exchange(&cell->scheduled, 1) == 0)
-    rt_schedule_local(cell->rt, cell);
+    rt_schedule_local(cell->home, cell);
 }
 
 void rt_cell_run(accel_actor *cell) {
@@ -249,7 +267,7 @@ void rt_cell_run(accel_actor *cell) {
   if (rt_mailbox_has_retired(&cell->mailbox)) /* rings it outgrew, once no sender holds them */
     rt_mailbox_reclaim(&cell->mailbox, &rt_slot_of(cell->rt, cell->ref.slot)->pins);
   if (cell->status == RT_RUNNING && n == cell->throughput && !rt_mailbox_empty(&cell->mailbox))
-    rt_schedule_local(cell->rt, cell); /* used its turn: to the back of the queue */
+    rt_schedule_local(cell->home, cell); /* used its turn: to the back of the queue */
   else
     unschedule(cell);
   if (cell->waiters) /* after the schedule's decision: their pushes schedule it again */
@@ -258,8 +276,7 @@ void rt_cell_run(accel_actor *cell) {
 
 /* ---- sending ---- */
 
-static int push_as(accel_runtime *rt, accel_actor *cell, const accel_msg *msg, bool remote,
-                   accel_ref sender) {
+static int push_as(accel_runtime *rt, accel_actor *cell, const accel_msg *msg, accel_ref sender) {
   accel_msg m = *msg;
   m.sender = sender;
   int rc = rt_mailbox_push(&cell->mailbox, &m);
@@ -268,35 +285,18 @@ static int push_as(accel_runtime *rt, accel_actor *cell, const accel_msg *msg, b
       atomic_fetch_add_explicit(&rt->stats.busy_refusals, 1, memory_order_relaxed);
     return rc;
   }
-  if (atomic_exchange(&cell->scheduled, 1) == 0) {
-    if (remote)
-      rt_schedule_remote(rt, cell);
-    else
-      rt_schedule_local(rt, cell);
-  }
+  if (atomic_exchange(&cell->scheduled, 1) == 0)
+    rt_schedule(cell);
   return 0;
 }
 
-static int push(accel_runtime *rt, accel_actor *cell, const accel_msg *msg, bool remote) {
+static accel_ref current_sender(accel_runtime *rt) {
   accel_actor *from = rt_tls_actor;
-  return push_as(rt, cell, msg, remote, from && from->rt == rt ? from->ref : ACCEL_REF_NONE);
+  return from && from->rt == rt ? from->ref : ACCEL_REF_NONE;
 }
 
-int rt_send_as(accel_runtime *rt, accel_ref to, const accel_msg *msg) {
-  if (atomic_load_explicit(&rt->closing, memory_order_relaxed))
-    return ACCEL_ECLOSED;
-  accel_actor *cell = rt_resolve_local(rt, to);
-  return cell ? push_as(rt, cell, msg, false, msg->sender) : ACCEL_ESTALE;
-}
-
-int rt_send_local(accel_runtime *rt, accel_ref to, const accel_msg *msg) {
-  if (atomic_load_explicit(&rt->closing, memory_order_relaxed))
-    return ACCEL_ECLOSED;
-  accel_actor *cell = rt_resolve_local(rt, to);
-  return cell ? push(rt, cell, msg, false) : ACCEL_ESTALE;
-}
-
-static int send_remote(accel_runtime *rt, accel_ref to, const accel_msg *msg) {
+/* From a thread that is not the target's loop: pin the slot, check, push. */
+static int send_pinned(accel_runtime *rt, accel_ref to, const accel_msg *msg, accel_ref sender) {
   if (!rt_remote_enter(rt))
     return ACCEL_ECLOSED;
   int rc = ACCEL_ESTALE;
@@ -305,15 +305,35 @@ static int send_remote(accel_runtime *rt, accel_ref to, const accel_msg *msg) {
     atomic_fetch_add(&slot->pins, 1);
     accel_actor *cell = atomic_load(&slot->cell);
     if (atomic_load(&slot->gen) == to.gen && cell != NULL)
-      rc = push(rt, cell, msg, true);
+      rc = push_as(rt, cell, msg, sender);
     atomic_fetch_sub(&slot->pins, 1);
   }
   rt_remote_leave(rt);
   return rc;
 }
 
+static int send_from(accel_runtime *rt, accel_ref to, const accel_msg *msg, accel_ref sender) {
+  if (atomic_load_explicit(&rt->closing, memory_order_relaxed))
+    return ACCEL_ECLOSED;
+  rt_slot *slot = rt_slot_at(rt, to.slot);
+  if (slot == NULL)
+    return ACCEL_ESTALE;
+  if (!slot_is_here(rt, slot))
+    return send_pinned(rt, to, msg, sender);
+  accel_actor *cell = rt_resolve_local(rt, to);
+  return cell ? push_as(rt, cell, msg, sender) : ACCEL_ESTALE;
+}
+
+int rt_send_as(accel_runtime *rt, accel_ref to, const accel_msg *msg) {
+  return send_from(rt, to, msg, msg->sender);
+}
+
+int rt_send_local(accel_runtime *rt, accel_ref to, const accel_msg *msg) {
+  return send_from(rt, to, msg, current_sender(rt));
+}
+
 static int send_msg(accel_runtime *rt, accel_ref to, const accel_msg *msg) {
-  int rc = rt_tls_loop == rt ? rt_send_local(rt, to, msg) : send_remote(rt, to, msg);
+  int rc = send_from(rt, to, msg, current_sender(rt));
   if (rc == ACCEL_ESTALE) {
     atomic_fetch_add_explicit(&rt->stats.dead_letters, 1, memory_order_relaxed);
     RT_LOG(ACCEL_LOG_DEBUG, "dead letter: type %u to {%u,%u}", msg->type, to.slot, to.gen);
@@ -374,7 +394,9 @@ accel_future *accel_msg_take_reply(accel_msg *msg) {
 
 /* ---- sends that met a full mailbox on the loop (timer ticks, work results) ---- */
 
+/* On a loop of rt: the retry waits on that loop's list. */
 static void retry_send(accel_runtime *rt, accel_ref to, const accel_msg *msg, bool as_sender) {
+  rt_loop *l = rt_here(rt);
   rt_retry *node = rt_malloc(sizeof *node);
   if (node == NULL) {
     accel_msg m = *msg;
@@ -385,11 +407,11 @@ static void retry_send(accel_runtime *rt, accel_ref to, const accel_msg *msg, bo
   node->to = to;
   node->msg = *msg;
   node->as_sender = as_sender;
-  rt_retry **link = &rt->retries;
+  rt_retry **link = &l->retries;
   while (*link)
     link = &(*link)->next;
   *link = node;
-  rt_wake_turn(rt);
+  rt_wake_turn(l);
 }
 
 void rt_retry_send(accel_runtime *rt, accel_ref to, const accel_msg *msg) {
@@ -401,8 +423,9 @@ void rt_retry_send_as(accel_runtime *rt, accel_ref to, const accel_msg *msg) {
 }
 
 /* Returns true if some retries are still waiting for room. */
-bool rt_retries_flush(accel_runtime *rt) {
-  rt_retry **link = &rt->retries;
+bool rt_retries_flush(rt_loop *l) {
+  accel_runtime *rt = l->rt;
+  rt_retry **link = &l->retries;
   while (*link) {
     rt_retry *node = *link;
     int rc = node->as_sender ? rt_send_as(rt, node->to, &node->msg)
@@ -416,18 +439,20 @@ bool rt_retries_flush(accel_runtime *rt) {
     *link = node->next;
     rt_free(node);
   }
-  return rt->retries != NULL;
+  return l->retries != NULL;
 }
 
 /* ---- spawning ---- */
 
 static int child_spawn(rt_child *spec) {
-  accel_runtime *rt = spec->owner->rt;
+  rt_loop *home = spec->owner->home;
   accel_actor *cell;
-  int rc = rt_cell_create(rt, spec->owner, spec, &cell);
+  int rc = rt_cell_create(home, spec->owner, spec, &cell);
   if (rc != 0)
     return rc;
+  pthread_mutex_lock(&home->tree_mu);
   spec->cell = cell;
+  pthread_mutex_unlock(&home->tree_mu);
   rc = rt_cell_start(cell);
   if (rc != 0)
     rt_cell_terminate(cell, rc); /* runs the stop hook on the partial state */
@@ -438,11 +463,13 @@ int rt_child_respawn(rt_child *spec) {
   return child_spawn(spec);
 }
 
-static int spawn_now(accel_runtime *rt, accel_actor *parent, const accel_behavior *b, void *arg,
+/* On loop l (its thread, or the creating thread before the loops run): a child of parent, or
+ * of l's root. */
+static int spawn_now(rt_loop *l, accel_actor *parent, const accel_behavior *b, void *arg,
                      const accel_spawn_opts *opts, accel_ref *out) {
-  if (atomic_load(&rt->closing))
+  if (atomic_load(&l->rt->closing))
     return ACCEL_ECLOSED;
-  accel_actor *owner = parent ? parent : rt->root;
+  accel_actor *owner = parent ? parent : l->root;
   if (owner == NULL || owner->status != RT_RUNNING)
     return ACCEL_ESTALE;
   rt_child *spec = rt_child_create(owner, b, arg, opts);
@@ -460,7 +487,7 @@ static int spawn_now(accel_runtime *rt, accel_actor *parent, const accel_behavio
 
 typedef struct spawn_req {
   rt_task task; /* first: the task pointer is the request */
-  accel_runtime *rt;
+  rt_loop *loop;
   const accel_behavior *b;
   void *arg;
   const accel_spawn_opts *opts;
@@ -471,14 +498,15 @@ typedef struct spawn_req {
 
 static void spawn_task(rt_task *task) {
   spawn_req *req = (spawn_req *)task;
-  req->rc = spawn_now(req->rt, NULL, req->b, req->arg, req->opts, &req->ref);
+  req->rc = spawn_now(req->loop, NULL, req->b, req->arg, req->opts, &req->ref);
   /* Our own reference: the waiter may see `done` and free its own before we return. */
   rt_future_complete_release(req->done, 0);
 }
 
-static int spawn_from_other_thread(accel_runtime *rt, const accel_behavior *b, void *arg,
+static int spawn_from_other_thread(rt_loop *l, const accel_behavior *b, void *arg,
                                    const accel_spawn_opts *opts, accel_ref *out) {
-  spawn_req req = {.task.fn_ = spawn_task, .rt = rt, .b = b, .arg = arg, .opts = opts};
+  accel_runtime *rt = l->rt;
+  spawn_req req = {.task.fn_ = spawn_task, .loop = l, .b = b, .arg = arg, .opts = opts};
   int rc = accel_future_create(rt, &req.done);
   if (rc != 0)
     return rc;
@@ -488,7 +516,7 @@ static int spawn_from_other_thread(accel_runtime *rt, const accel_behavior *b, v
     return ACCEL_ECLOSED;
   }
   accel_future_retain(req.done); /* the task's */
-  rt_post(rt, &req.task);
+  rt_post_to(l, &req.task);
   rt_remote_leave(rt);
   accel_future_wait(req.done, -1);
   accel_future_release(req.done);
@@ -497,24 +525,31 @@ static int spawn_from_other_thread(accel_runtime *rt, const accel_behavior *b, v
   return req.rc;
 }
 
+/* Where a child goes: its parent's loop. A top-level actor (parent NULL) spawned on a loop
+ * stays there (it will talk to its spawner most); from outside the loops, round-robin. */
 int accel_spawn(accel_runtime *rt, accel_actor *parent, const accel_behavior *b, void *arg,
                 const accel_spawn_opts *opts, accel_ref *out) {
   if (rt == NULL || b == NULL || b->receive == NULL)
     return ACCEL_EINVAL;
   if (atomic_load(&rt->closing))
     return ACCEL_ECLOSED; /* also: nobody would run a posted spawn after the loop ended */
-  if (rt_tls_loop == rt)
-    return spawn_now(rt, parent, b, arg, opts, out);
+  rt_loop *here = rt_here(rt);
+  if (here) {
+    if (parent != NULL && parent->home != here)
+      return ACCEL_EINVAL; /* a cell pointer is only valid on its own loop */
+    return spawn_now(here, parent, b, arg, opts, out);
+  }
   if (!atomic_load(&rt->running)) {
-    /* Before the loop runs, the creating thread stands in for the loop thread. */
-    rt_tls_loop = rt;
-    int rc = spawn_now(rt, parent, b, arg, opts, out);
+    /* Before the loops run, the creating thread stands in for the loop. */
+    rt_loop *l = parent ? parent->home : rt_place(rt);
+    rt_tls_loop = l;
+    int rc = spawn_now(l, parent, b, arg, opts, out);
     rt_tls_loop = NULL;
     return rc;
   }
   if (parent != NULL)
-    return ACCEL_EINVAL; /* a cell pointer is only valid on the loop thread */
-  return spawn_from_other_thread(rt, b, arg, opts, out);
+    return ACCEL_EINVAL; /* a cell pointer is only valid on its loop's thread */
+  return spawn_from_other_thread(rt_place(rt), b, arg, opts, out);
 }
 
 /* ---- stopping ---- */
@@ -549,7 +584,7 @@ int accel_stop(accel_runtime *rt, accel_ref ref) {
   req->task.fn_ = stop_task;
   req->rt = rt;
   req->ref = ref;
-  rt_post(rt, &req->task);
+  rt_post_to(rt_slot_home(rt, slot), &req->task); /* its cell is only touched there */
   return 0;
 }
 

@@ -36,7 +36,7 @@ static void settled(accel_future *f, int status, void *arg) {
 /* On the loop thread: uv handles are the loop's. */
 static void start_timer(rt_task *task) {
   ask_timer *t = (ask_timer *)task;
-  uv_timer_init(&t->rt->loop, &t->timer);
+  uv_timer_init(&t->rt->loops[0].loop, &t->timer); /* loop 0 runs `then` callbacks */
   t->timer.data = t;
   uv_timer_start(&t->timer, timed_out, t->ms, 0);
   rt_list_push_back(&t->rt->ask_timers, &t->link);

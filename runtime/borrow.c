@@ -34,40 +34,45 @@ void rt_borrow_disable(accel_runtime *rt) {
 }
 
 uint64_t rt_borrowed_turns(accel_runtime *rt) {
-  return rt == NULL ? 0 : atomic_load(&rt->borrowed_turns);
+  uint64_t n = 0;
+  for (uint32_t i = 0; rt != NULL && i < rt->n_loops; i++)
+    n += atomic_load(&rt->loops[i].borrowed_turns);
+  return n;
 }
 
-/* True if this thread ran the turns (the loop slept); false if the loop must be woken. */
-static bool run_here(accel_runtime *rt) {
-  if (pthread_mutex_trylock(&rt->token) != 0)
+static bool run_here(rt_loop *l) {
+  if (pthread_mutex_trylock(&l->token) != 0)
     return false; /* the loop (or another borrower) runs: it will look */
-  if (rt->sleep_until_ms == 0 || atomic_load(&rt->closing)) {
-    pthread_mutex_unlock(&rt->token); /* not asleep in poll: not started, or on its way */
+  if (l->sleep_until_ms == 0 || atomic_load(&l->rt->closing)) {
+    pthread_mutex_unlock(&l->token); /* not asleep in poll: not started, or on its way */
     return false;
   }
-  rt->borrowed = true;
-  rt_tls_loop = rt;
-  uv_update_time(&rt->loop); /* timers started here count from now, not from its sleep */
+  l->borrowed = true;
+  rt_tls_loop = l;
+  uv_update_time(&l->loop); /* timers started here count from now, not from its sleep */
   uint64_t turns = 0;
-  while (turns < RT_BORROW_TURNS && rt_turn_has_work(rt)) {
-    rt_turn_run(rt);
+  while (turns < RT_BORROW_TURNS && rt_turn_has_work(l)) {
+    rt_turn_run(l);
     turns++;
   }
   rt_tls_loop = NULL;
-  rt->borrowed = false;
-  atomic_fetch_add_explicit(&rt->borrowed_turns, turns, memory_order_relaxed);
-  bool wake = rt_turn_loop_must_wake(rt);
-  pthread_mutex_unlock(&rt->token);
+  l->borrowed = false;
+  atomic_fetch_add_explicit(&l->borrowed_turns, turns, memory_order_relaxed);
+  bool wake = rt_turn_loop_must_wake(l);
+  pthread_mutex_unlock(&l->token);
   if (wake)
-    rt_wakeup_signal(&rt->wake);
+    rt_wakeup_signal(&l->wake);
   return true;
 }
 
+/* The turns run are those of the target's loop (the one the send queued work on). */
 int rt_tell_and_run(accel_runtime *rt, accel_ref to, const accel_msg *msg) {
-  if (rt == NULL || rt_tls_loop != NULL ||
+  rt_slot *slot = rt ? rt_slot_at(rt, to.slot) : NULL;
+  if (slot == NULL || rt_tls_loop != NULL ||
       atomic_load_explicit(&rt->borrow_off, memory_order_relaxed))
     return accel_tell(rt, to, msg);
-  rt_tls_hold_wake = rt;
+  rt_loop *l = rt_slot_home(rt, slot);
+  rt_tls_hold_wake = l;
   rt_tls_wake_owed = false;
   int rc = accel_tell(rt, to, msg);
   rt_tls_hold_wake = NULL;
@@ -77,8 +82,8 @@ int rt_tell_and_run(accel_runtime *rt, accel_ref to, const accel_msg *msg) {
   /* Pinned like any remote sender; a closing runtime's stop already woke the loop, whose
    * drain takes what was queued. */
   if (rt_remote_enter(rt)) {
-    if (!run_here(rt))
-      rt_wakeup_signal(&rt->wake);
+    if (!run_here(l))
+      rt_wakeup_signal(&l->wake);
     rt_remote_leave(rt);
   }
   return rc;

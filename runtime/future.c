@@ -309,7 +309,7 @@ int accel_future_wait(accel_future *f, int64_t timeout_ms) {
     return ACCEL_EINVAL;
   if (atomic_load_explicit(&f->done, memory_order_acquire))
     return f->status;
-  if (rt_tls_loop == f->rt)
+  if (rt_here(f->rt) != NULL)
     return ACCEL_EDEADLK; /* only the loop could complete it: waiting here never ends */
   /* Every waiter that waits at all helps: one with a timeout only within it. */
   bool helping = timeout_ms != 0;

@@ -34,24 +34,31 @@ typedef struct rt_task_list {
 
 enum rt_cell_status { RT_RUNNING = 0, RT_FAILED, RT_STOPPED };
 
+typedef struct rt_loop rt_loop;
+
 struct accel_actor {
   accel_runtime *rt;
+  rt_loop *home; /* the loop that runs its turns and owns its state; fixed for its life */
   const accel_behavior *b;
   void *arg;
   void *state;
-  rt_child *spec;      /* the parent's record of this child; NULL for the root */
-  accel_actor *parent; /* NULL for the root */
+  rt_child *spec;      /* the parent's record of this child; NULL for a loop's root */
+  accel_actor *parent; /* NULL for a loop's root */
   accel_ref ref;
-  int status; /* enum rt_cell_status; loop thread only */
+  int status; /* enum rt_cell_status; its loop only */
   uint32_t throughput;
   rt_mailbox mailbox;
   atomic_int scheduled; /* 1 while queued to run (or being swept); producers test-and-set */
   accel_actor *runq_next;
   accel_actor *grave_next;
-  rt_list children; /* rt_child records, in start order */
+  rt_list children; /* rt_child records, in start order (their loop is this one) */
   accel_supervision supervision;
   rt_timer *timers;
-  rt_monitor *monitors;              /* who watches this incarnation (monitor.c) */
+  /* Who watches this incarnation (monitor.c): other loops add and remove records, so the list
+   * is under a spin lock; `monitors_closed` is set under it when the incarnation ends. */
+  atomic_flag monitors_lock;
+  bool monitors_closed;
+  rt_monitor *monitors;
   rt_waiter *waiters, *waiters_tail; /* sends waiting for room, in order (tell_wait.c; loop) */
 };
 
@@ -81,7 +88,8 @@ typedef struct rt_slot {
   /* Sends waiting for room to this slot's actor (tell_wait.c): while there are, later sends
    * of accel_tell_wait wait too, behind them, so none overtakes an earlier one. */
   atomic_uint waiting;
-  uint32_t next_free; /* loop thread only */
+  atomic_uint home;   /* the index of the loop its incarnation lives on */
+  uint32_t next_free; /* under slots_mu */
 } rt_slot;
 
 #define RT_SLOT_CHUNK_SHIFT 10
@@ -102,7 +110,14 @@ typedef struct rt_retry {
   bool as_sender; /* sent as msg.sender (a DOWN: the actor that ended), not as the loop */
 } rt_retry;
 
-struct accel_runtime {
+/* One loop of a runtime: a thread with its own libuv loop, run queue and root. Each actor lives
+ * on one loop for its life (its `home`): its turns, hooks, timers, children and supervision
+ * run there, so an actor's turns never run on two threads at once and its state needs no
+ * locks. Children live on their parent's loop; top-level actors are spread over the loops
+ * (loop.c `rt_place`). Everything in here is its thread's only, unless said. */
+struct rt_loop {
+  accel_runtime *rt;
+  uint32_t index;
   uv_loop_t loop;
   rt_wakeup wake; /* wake-ups from other threads */
   uv_idle_t turn; /* active while there is local work: keeps the loop from blocking */
@@ -116,30 +131,20 @@ struct accel_runtime {
   uint64_t woke_ns;
   atomic_ullong max_stall_ns;
   bool turn_active;
+  bool initialized;      /* loop_init done: destroy closes it */
   uint64_t last_work_ns; /* when a turn last found something to do */
   uint64_t spin_ns;      /* how long the loop keeps turning after that before sleeping */
   uint32_t turn_hops;    /* actor runs a turn adds for actors woken during it (loop.c) */
   uint64_t turn_ns;      /* when the current turn began (uv_hrtime: CLOCK_MONOTONIC) */
-  uv_thread_t thread;
+  uv_thread_t thread;    /* loops 1..n-1: their own thread (loop 0 runs where run/start says) */
   bool has_thread;
-  atomic_bool running;      /* the loop is running (run or start called, not finished) */
-  atomic_bool closing;      /* shutdown requested: sends are refused */
-  bool shut_down;           /* the tree is stopped and the handles are closing */
-  atomic_uint remote_users; /* non-loop threads inside a send/post right now */
+  bool shut_down; /* the tree is stopped and the handles are closing */
 
-  /* The ref table: chunks of RT_SLOT_CHUNK slots, made as spawns need them and never moved
-   * (senders on other threads read slots while the loop adds chunks), up to slot_limit slots.
-   * slot_count (release, after the chunk is in place) says how many slots exist. */
-  rt_slot **slot_chunks; /* slot_limit / RT_SLOT_CHUNK entries (rounded up) */
-  atomic_uint slot_count;
-  uint32_t slot_limit; /* max_actors + 1 (slot 0 is never handed out) */
-  uint32_t free_head;  /* loop thread only */
-
-  accel_actor *runq_head, *runq_tail; /* loop thread only */
+  accel_actor *runq_head, *runq_tail;
   uint32_t runq_len;
   accel_actor *graveyard; /* retired cells waiting to be swept */
   rt_retry *retries;
-  rt_task_list local_tasks; /* loop thread only */
+  rt_task_list local_tasks;
 
   pthread_mutex_t remote_mu; /* guards the two lists below */
   accel_actor *inject_head, *inject_tail;
@@ -149,22 +154,49 @@ struct accel_runtime {
    * loop would otherwise take about once a microsecond, against every sender. */
   atomic_bool remote_pending;
 
-  /* The loop token: whoever runs the runtime's state (actors, turns, tasks, the libuv loop)
+  /* The loop token: whoever runs the loop's state (actors, turns, tasks, the libuv loop)
    * holds it. The loop thread holds it except while it sleeps in poll (loop.c); a client
    * thread that finds it free then may run the turns itself (rt_tell_and_run). */
   pthread_mutex_t token;
   uint64_t sleep_until_ms; /* under token: the sleeping loop's deadline; 0 awake, MAX none */
   bool sleeps_here;        /* under token: loop_body runs; the loop sleeps in `asleep` */
   bool borrowed;           /* under token: a client thread runs the turns (rt_tls_loop set) */
-  atomic_bool borrow_off;  /* no client thread runs turns (accel_runtime_opts, or later) */
   rt_task_list loop_tasks; /* under token: tasks only the loop thread runs (`then` callbacks) */
   atomic_ullong borrowed_turns;
 
-  accel_actor *root;  /* loop thread only; NULL once shut down */
-  accel_ref root_ref; /* immutable after create: readable from any thread */
+  /* Guards the shape of this loop's tree (children lists, which cell a record names, restart
+   * counts) against accel_runtime_walk from another loop; the loop itself reads it freely. */
+  pthread_mutex_t tree_mu;
+  accel_actor *root; /* NULL once shut down */
   uint64_t next_timer_id;
   uint64_t next_monitor_id;
-  rt_list ask_timers; /* asks with a deadline whose timer runs (ask_timeout.c) */
+};
+
+struct accel_runtime {
+  rt_loop *loops; /* n_loops of them; fixed at create */
+  uint32_t n_loops;
+  atomic_uint next_place;   /* round-robin placement of top-level actors spawned from outside */
+  atomic_bool running;      /* the loops run (run or start called, not finished) */
+  atomic_bool closing;      /* shutdown requested: sends are refused */
+  atomic_uint remote_users; /* threads inside a send/post to a loop not their own right now */
+  atomic_uint loops_done;   /* loops whose shutdown drain finished */
+  uint32_t loops_started;   /* loops whose thread runs (loop 0's thread only) */
+  atomic_bool borrow_off;   /* no client thread runs turns (accel_runtime_opts, or later) */
+  uv_thread_t thread;       /* accel_runtime_start's thread, running loop 0 */
+  bool has_thread;
+
+  /* The ref table: chunks of RT_SLOT_CHUNK slots, made as spawns need them and never moved
+   * (senders on other threads read slots while a loop adds chunks), up to slot_limit slots.
+   * slot_count (release, after the chunk is in place) says how many slots exist. The free
+   * list and growth are under slots_mu (spawns and sweeps of every loop). */
+  pthread_mutex_t slots_mu;
+  rt_slot **slot_chunks; /* slot_limit / RT_SLOT_CHUNK entries (rounded up) */
+  atomic_uint slot_count;
+  uint32_t slot_limit; /* max_actors + 1 (slot 0 is never handed out) */
+  uint32_t free_head;  /* under slots_mu */
+
+  accel_ref root_ref; /* loop 0's root; immutable after create: readable from any thread */
+  rt_list ask_timers; /* asks with a deadline whose timer runs (ask_timeout.c; loop 0) */
   rt_stats stats;
 };
 
@@ -172,40 +204,56 @@ struct accel_runtime {
 /* initial-exec: a plain load, not a __tls_get_addr call on every send (libaccel is a shared
  * library; this model needs it loaded with the program or early, which is how it is used). */
 #define RT_TLS _Thread_local __attribute__((tls_model("initial-exec")))
-extern RT_TLS accel_runtime *rt_tls_loop; /* the runtime whose loop this thread runs */
-extern RT_TLS accel_actor *rt_tls_actor;  /* the actor whose callback is running */
-void rt_schedule_local(accel_runtime *rt, accel_actor *cell);
-void rt_schedule_remote(accel_runtime *rt, accel_actor *cell);
+extern RT_TLS rt_loop *rt_tls_loop;      /* the loop this thread runs (or stands in for) */
+extern RT_TLS accel_actor *rt_tls_actor; /* the actor whose callback is running */
+/* The loop of `rt` this thread runs, or NULL (another runtime's, or none). */
+static inline rt_loop *rt_here(accel_runtime *rt) {
+  rt_loop *l = rt_tls_loop;
+  return l != NULL && l->rt == rt ? l : NULL;
+}
+void rt_schedule_local(rt_loop *l, accel_actor *cell);
+void rt_schedule_remote(rt_loop *l, accel_actor *cell);
+/* Queues the cell on its home loop's run queue, from whichever thread this is. */
+void rt_schedule(accel_actor *cell);
+/* Runs task on loop l soon (its own thread, or a client thread's borrowed turn). */
+void rt_post_to(rt_loop *l, rt_task *task);
+/* rt_post_to the calling thread's loop of rt, else loop 0. */
 void rt_post(accel_runtime *rt, rt_task *task);
-/* Like rt_post, but the task runs on the loop thread itself, never in a client thread's
- * borrowed turn (a `then` callback: the API says the loop thread runs those). */
+/* Like rt_post to loop 0, but the task runs on the loop thread itself, never in a client
+ * thread's borrowed turn (a `then` callback: the API says the loop thread runs those). */
 void rt_post_loop_thread(accel_runtime *rt, rt_task *task);
-void rt_wake_turn(accel_runtime *rt);
-/* Set by rt_tell_and_run around its send: rt_schedule_remote then owes the wake-up instead of
- * signalling (borrow.c settles it). */
-extern RT_TLS accel_runtime *rt_tls_hold_wake;
+void rt_wake_turn(rt_loop *l);
+/* Set by rt_tell_and_run around its send: rt_schedule_remote to that loop then owes the
+ * wake-up instead of signalling (borrow.c settles it). */
+extern RT_TLS rt_loop *rt_tls_hold_wake;
 extern RT_TLS bool rt_tls_wake_owed;
 /* For borrow.c, token held: whether a turn has anything to do, one turn, and the end of a
  * borrow (true: the loop must be woken). */
-bool rt_turn_has_work(accel_runtime *rt);
-void rt_turn_run(accel_runtime *rt);
-bool rt_turn_loop_must_wake(accel_runtime *rt);
+bool rt_turn_has_work(rt_loop *l);
+void rt_turn_run(rt_loop *l);
+bool rt_turn_loop_must_wake(rt_loop *l);
 /* borrow.c: ACCEL_BORROW=0 turns borrowing off in every runtime (read once). */
 bool rt_borrow_env_off(void);
 bool rt_remote_enter(accel_runtime *rt);
 void rt_remote_leave(accel_runtime *rt);
-uint64_t rt_now_ms(accel_runtime *rt);
+uint64_t rt_now_ms(rt_loop *l);
+/* The loop a new top-level actor goes to when spawned from outside the loops: round-robin. */
+rt_loop *rt_place(accel_runtime *rt);
+/* The loop the slot's incarnation lives on. */
+static inline rt_loop *rt_slot_home(accel_runtime *rt, const rt_slot *slot) {
+  return &rt->loops[atomic_load_explicit(&slot->home, memory_order_relaxed)];
+}
 
 /* actor.c */
 /* 0 and *out, ACCEL_ENOMEM, or ACCEL_ELIMIT (the ref table is at its bound). */
-RT_MUST_USE int rt_cell_create(accel_runtime *rt, accel_actor *parent, rt_child *spec,
+RT_MUST_USE int rt_cell_create(rt_loop *home, accel_actor *parent, rt_child *spec,
                                accel_actor **out);
 RT_MUST_USE int rt_cell_start(accel_actor *cell);
 /* Ends an incarnation for `reason` (0: stopped; ACCEL_ECLOSED: its parent or the runtime
  * stopped; else the failure that ended it): what its monitors are told. */
 void rt_cell_terminate(accel_actor *cell, int reason);
 void rt_cell_run(accel_actor *cell);
-void rt_sweep(accel_runtime *rt);
+void rt_sweep(rt_loop *l);
 void rt_drop_msg(accel_runtime *rt, accel_msg *msg);
 RT_MUST_USE int rt_send_local(accel_runtime *rt, accel_ref to, const accel_msg *msg);
 accel_actor *rt_resolve_local(accel_runtime *rt, accel_ref ref);
@@ -240,7 +288,7 @@ void rt_waiters_fail(accel_actor *cell);
 /* ask_timeout.c: at shutdown, the asks whose deadline is still ahead complete ACCEL_ECLOSED
  * (their timers then close in the drain, so the loop does not wait for their deadlines). */
 void rt_ask_timers_close(accel_runtime *rt);
-bool rt_retries_flush(accel_runtime *rt);
+bool rt_retries_flush(rt_loop *l);
 
 /* supervisor.c */
 RT_MUST_USE rt_child *rt_child_create(accel_actor *owner, const accel_behavior *b, void *arg,

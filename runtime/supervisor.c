@@ -42,7 +42,9 @@ rt_child *rt_child_create(accel_actor *owner, const accel_behavior *b, void *arg
   spec->mailbox_capacity = opts && opts->mailbox_capacity ? opts->mailbox_capacity : 1024;
   spec->throughput = opts && opts->throughput ? opts->throughput : 64;
   rt_supervision_defaults(&spec->supervision, opts ? opts->supervision : NULL);
+  pthread_mutex_lock(&owner->home->tree_mu);
   rt_list_push_back(&owner->children, &spec->link);
+  pthread_mutex_unlock(&owner->home->tree_mu);
   return spec;
 }
 
@@ -58,7 +60,10 @@ static void cancel_backoff(rt_child *spec) {
 }
 
 void rt_child_free(rt_child *spec) {
+  pthread_mutex_t *tree_mu = &spec->owner->home->tree_mu;
+  pthread_mutex_lock(tree_mu);
   rt_list_remove(&spec->link);
+  pthread_mutex_unlock(tree_mu);
   cancel_backoff(spec);
   rt_free(spec->name);
   rt_free(spec);
@@ -98,11 +103,13 @@ static void supervise(rt_child *spec, int reason);
 
 static bool over_limit(rt_child *spec, const accel_supervision *sup) {
   uint64_t now = uv_hrtime() / 1000000;
+  pthread_mutex_lock(&spec->owner->home->tree_mu); /* the counts are read by walks */
   if (spec->restarts_in_window == 0 || now - spec->window_start_ms > sup->within_ms) {
     spec->window_start_ms = now;
     spec->restarts_in_window = 0;
   }
   spec->restarts_in_window++;
+  pthread_mutex_unlock(&spec->owner->home->tree_mu);
   return spec->restarts_in_window > sup->max_restarts;
 }
 
@@ -164,7 +171,9 @@ static void restart_one(rt_child *spec) {
     return;
   }
   atomic_fetch_add(&rt->stats.restarts, 1);
+  pthread_mutex_lock(&spec->owner->home->tree_mu);
   spec->restarts_total++;
+  pthread_mutex_unlock(&spec->owner->home->tree_mu);
   accel_actor *cell = spec->cell;
   RT_LOG(ACCEL_LOG_INFO, "actor '%s' restarted as {%u,%u}", spec->name, cell->ref.slot,
          cell->ref.gen);
@@ -204,7 +213,7 @@ static int arm_backoff(rt_child *spec, uint64_t delay) {
     uv_timer_t *t = rt_malloc(sizeof *t);
     if (t == NULL)
       return ACCEL_ENOMEM;
-    if (uv_timer_init(&spec->owner->rt->loop, t) != 0) {
+    if (uv_timer_init(&spec->owner->home->loop, t) != 0) {
       rt_free(t); /* not a handle of the loop yet: no close needed */
       return ACCEL_ESYS;
     }

@@ -120,10 +120,13 @@ int accel_tell_wait(accel_runtime *rt, accel_ref to, const accel_msg *msg,
     accel_future_retain(w->f); /* one for the caller, one for the wait */
     *delivered = w->f;
   }
-  atomic_fetch_add(&slot->waiting, 1); /* slot: a busy mailbox has one */
-  if (rt_tls_loop == rt)
+  atomic_fetch_add(&slot->waiting, 1);    /* slot: a busy mailbox has one */
+  rt_loop *home = rt_slot_home(rt, slot); /* the target's cell is only touched there */
+  if (rt_tls_loop == home) {
     park(w);
-  else
-    accel_post(rt, &w->post, on_posted); /* in order per sending thread, as tells are */
+  } else {
+    w->post.fn_ = on_posted;
+    rt_post_to(home, &w->post); /* in order per sending thread, as tells are */
+  }
   return 0;
 }

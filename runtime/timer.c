@@ -39,12 +39,12 @@ static void on_tick(uv_timer_t *h) {
 
 int accel_timer_start(accel_actor *self, uint64_t delay_ms, uint64_t repeat_ms, uint32_t type,
                       uint64_t arg, uint64_t *id) {
-  if (self == NULL || self->status != RT_RUNNING || rt_tls_loop != self->rt)
+  if (self == NULL || self->status != RT_RUNNING || rt_tls_loop != self->home)
     return ACCEL_EINVAL;
   rt_timer *t = rt_calloc(1, sizeof *t);
   if (t == NULL)
     return ACCEL_ENOMEM;
-  int rc = uv_timer_init(&self->rt->loop, &t->handle);
+  int rc = uv_timer_init(&self->home->loop, &t->handle);
   if (rc != 0) {
     rt_free(t); /* not a handle of the loop yet: no close needed */
     return rt_uv_err(rc);
@@ -55,7 +55,7 @@ int accel_timer_start(accel_actor *self, uint64_t delay_ms, uint64_t repeat_ms, 
     return rt_uv_err(rc);
   }
   t->cell = self;
-  t->id = ++self->rt->next_timer_id;
+  t->id = ++self->home->next_timer_id;
   t->type = type;
   t->arg = arg;
   t->repeat = repeat_ms > 0;

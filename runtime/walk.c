@@ -7,7 +7,10 @@ static uint32_t mailbox_used(accel_actor *cell) {
   return rt_mailbox_used(&cell->mailbox);
 }
 
-static void visit_children(accel_actor *owner, uint32_t depth, visit_fn visit, void *arg) {
+/* `here`: the tree is this thread's loop's (mailboxes are read only there: their rings are
+ * freed by their own loop). */
+static void visit_children(accel_actor *owner, uint32_t depth, bool here, visit_fn visit,
+                           void *arg) {
   RT_LIST_FOR_EACH(rt_child, spec, &owner->children, link) {
     accel_actor *cell = spec->cell;
     accel_actor_view v = {
@@ -17,28 +20,40 @@ static void visit_children(accel_actor *owner, uint32_t depth, visit_fn visit, v
         .state = cell ? "running" : "restarting",
         .restarts = spec->restarts_in_window,
         .restarts_total = spec->restarts_total,
-        .mailbox_used = cell ? mailbox_used(cell) : 0,
+        .mailbox_used = cell && here ? mailbox_used(cell) : 0,
     };
     visit(&v, arg);
     if (cell)
-      visit_children(cell, depth + 1, visit, arg);
+      visit_children(cell, depth + 1, here, visit, arg);
   }
 }
 
+/* Every loop's tree under one root (loop 0's): the other loops' roots are not shown, their
+ * children are. Another loop's tree is read under its tree_mu. */
 int accel_runtime_walk(accel_runtime *rt, visit_fn visit, void *arg) {
   if (rt == NULL || visit == NULL)
     return ACCEL_EINVAL;
-  if (rt_tls_loop != rt || rt->root == NULL)
+  rt_loop *here = rt_here(rt);
+  if (here == NULL || here->root == NULL)
     return ACCEL_EDEADLK;
-  accel_actor_view root = {.name = "root",
-                           .ref = rt->root->ref,
-                           .state = "running",
-                           .mailbox_used = mailbox_used(rt->root)};
+  rt_loop *first = &rt->loops[0];
+  accel_actor_view root = {.name = "root", .ref = rt->root_ref, .state = "running"};
+  if (first == here)
+    root.mailbox_used = mailbox_used(first->root);
   visit(&root, arg);
-  visit_children(rt->root, 1, visit, arg);
+  for (uint32_t i = 0; i < rt->n_loops; i++) {
+    rt_loop *l = &rt->loops[i];
+    if (l != here)
+      pthread_mutex_lock(&l->tree_mu);
+    if (l->root != NULL)
+      visit_children(l->root, 1, l == here, visit, arg);
+    if (l != here)
+      pthread_mutex_unlock(&l->tree_mu);
+  }
   return 0;
 }
 
 uv_loop_t *rt_uv_loop(accel_runtime *rt) {
-  return &rt->loop;
+  rt_loop *l = rt_here(rt);
+  return l ? &l->loop : &rt->loops[0].loop;
 }

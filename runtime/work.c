@@ -43,14 +43,14 @@ static void after_work(uv_work_t *req, int status) {
 
 int accel_work_submit(accel_actor *self, int (*work)(void *data), void *data,
                       void (*drop)(void *data), uint32_t type) {
-  if (self == NULL || work == NULL || self->status != RT_RUNNING || rt_tls_loop != self->rt)
+  if (self == NULL || work == NULL || self->status != RT_RUNNING || rt_tls_loop != self->home)
     return ACCEL_EINVAL;
   rt_work *w = rt_calloc(1, sizeof *w);
   if (w == NULL)
     return ACCEL_ENOMEM;
   *w = (rt_work){
       .rt = self->rt, .to = self->ref, .work = work, .data = data, .drop = drop, .type = type};
-  int rc = uv_queue_work(&self->rt->loop, &w->req, run_work, after_work);
+  int rc = uv_queue_work(&self->home->loop, &w->req, run_work, after_work);
   if (rc != 0) {
     rt_free(w);
     return rt_uv_err(rc);

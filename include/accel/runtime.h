@@ -1,16 +1,21 @@
 /* accel — the actor runtime.
  *
- * The runtime runs actors on one libuv loop. An actor is a cell: private state, a behaviour
- * (the callbacks below), a bounded mailbox, a parent (its supervisor) and children. Write your
- * own actors against this header; they live beside accel's device actors in the same tree.
+ * The runtime runs actors on libuv loops: one, or several on threads of their own
+ * (accel_runtime_opts.loops). An actor is a cell: private state, a behaviour (the callbacks
+ * below), a bounded mailbox, a parent (its supervisor) and children. Write your own actors
+ * against this header; they live beside accel's device actors in the same tree.
  *
  * Threads
- *   - The *loop thread* runs every actor callback, `then` callback, timer and work completion.
- *     It is the thread that called accel_runtime_run(), or the runtime's own thread after
- *     accel_runtime_start().
+ *   - Each actor lives on one loop for its life, and that *loop thread* runs all of its
+ *     callbacks, timers and work completions: an actor's callbacks never run on two threads at
+ *     once. Children live on their parent's loop; a top-level actor (parent NULL) spawned from
+ *     an actor's callback lives on that actor's loop, and one spawned from any other thread goes
+ *     to the loops in turn (round-robin). Loop 0 runs on the thread that called
+ *     accel_runtime_run(), or the runtime's own thread after accel_runtime_start(); it runs the
+ *     `then` callbacks of futures.
  *   - accel_tell(), accel_ask(), accel_stop(), accel_runtime_stop() and the future functions are
- *     safe from any thread. Functions taking an `accel_actor *self` are for the loop thread,
- *     inside that actor's callbacks, only.
+ *     safe from any thread. Functions taking an `accel_actor *self` are for that actor's loop
+ *     thread, inside its callbacks, only.
  *   - Never block in a callback: move blocking work to accel_work_submit().
  *
  * Errors: every function returns 0 or a negative code from accel/error.h. If a call that would
@@ -230,8 +235,11 @@ typedef struct accel_spawn_opts {
 typedef struct accel_runtime_opts {
   /* The most actors alive at once, the root included (the ref table's bound): a spawn past it
    * fails with ACCEL_ELIMIT. The table grows in chunks of 1024 refs as spawns need them.
-   * Default 2^20 (1048576); at most 2^26, more is ACCEL_EINVAL. */
+   * Default 2^20 (1048576); at most 2^26, more is ACCEL_EINVAL. Each loop's root counts. */
   uint32_t max_actors;
+  /* How many loop threads run the actors. 0: the environment's ACCEL_LOOPS if set (1 to
+   * 256), else 1. More than 256 is ACCEL_EINVAL. */
+  uint32_t loops;
 } accel_runtime_opts;
 
 typedef struct accel_runtime_stats {
@@ -261,6 +269,8 @@ ACCEL_API int accel_runtime_join(accel_runtime *rt);
  * the tree is stopped here. */
 ACCEL_API void accel_runtime_destroy(accel_runtime *rt);
 ACCEL_API void accel_runtime_get_stats(accel_runtime *rt, accel_runtime_stats *out);
+/* How many loops the runtime runs (accel_runtime_opts.loops). */
+ACCEL_API uint32_t accel_runtime_loops(accel_runtime *rt);
 /* The longest time one iteration of the loop spent running callbacks (actors, timers, work
  * completions, I/O) since the runtime started or the last reset: the longest any actor or
  * client could have waited behind the loop. Any thread; reset != 0 starts a new window. */
@@ -274,12 +284,13 @@ typedef struct accel_task {
   void (*fn_)(struct accel_task *task);
 } accel_task;
 
-/* Runs fn(task) once on the loop thread, soon, in posting order per thread. Any thread, never
+/* Runs fn(task) once on a loop thread (the caller's loop, else loop 0), soon, in posting order
+ * per thread. Any thread, never
  * blocks, never fails: the runtime holds the task until fn runs (fn may free it). Tasks
  * posted while the runtime shuts down still run, at the latest in accel_runtime_destroy. */
 ACCEL_API void accel_post(accel_runtime *rt, accel_task *task, void (*fn)(accel_task *task));
 
-/* 1 when called on `rt`'s loop thread, else 0. */
+/* 1 when called on one of `rt`'s loop threads, else 0. */
 ACCEL_API int accel_runtime_on_loop(accel_runtime *rt);
 
 /* One actor of the supervision tree, as accel_runtime_walk() shows it. */
@@ -293,8 +304,9 @@ typedef struct accel_actor_view {
   uint32_t mailbox_used; /* messages waiting (approximate) */
 } accel_actor_view;
 
-/* Visits the tree depth-first in start order. Loop thread only (from a callback);
- * ACCEL_EDEADLK elsewhere. */
+/* Visits the tree depth-first in start order: one root, then the top-level actors of every
+ * loop, loop by loop. Loop thread only (from a callback); ACCEL_EDEADLK elsewhere. `visit`
+ * must not spawn or stop actors. mailbox_used is 0 for actors of other loops. */
 ACCEL_API int accel_runtime_walk(accel_runtime *rt,
                                  void (*visit)(const accel_actor_view *v, void *arg), void *arg);
 

@@ -236,12 +236,13 @@ typedef struct big_setup {
   uint64_t pings; /* per actor */
   accel_ref peers[BIG_ACTORS];
   accel_ref sink;
-  uint64_t pongs; /* all actors' pongs received */
+  uint64_t pongs; /* all actors' pongs received (the sink's sum) */
 } big_setup;
 
 typedef struct big_actor {
   big_setup *b;
   uint64_t left, rng;
+  uint64_t pongs; /* its own: the actors may run on several loops */
 } big_actor;
 
 static int big_start(accel_actor *self, void *state, void *arg) {
@@ -265,9 +266,9 @@ static int big_receive(accel_actor *self, void *state, accel_msg *msg) {
   if (msg->type == MSG_BIG_PING)
     return accel_tell(rt, msg->sender, &(accel_msg){.type = MSG_BIG_PONG});
   if (msg->type == MSG_BIG_PONG)
-    a->b->pongs++;
+    a->pongs++;
   if (a->left == 0)
-    return accel_tell(rt, a->b->sink, &(accel_msg){.type = MSG_BIG_DONE});
+    return accel_tell(rt, a->b->sink, &(accel_msg){.type = MSG_BIG_DONE, .arg = a->pongs});
   a->left--;
   return accel_tell(rt, a->b->peers[big_random(a)], &(accel_msg){.type = MSG_BIG_PING});
 }
@@ -278,6 +279,7 @@ static const accel_behavior big_b = {
 static int big_sink_receive(accel_actor *self, void *state, accel_msg *msg) {
   big_setup *b = *(big_setup **)state;
   uint64_t *finished = (uint64_t *)((big_setup **)state + 1);
+  b->pongs += msg->arg;
   if (++*finished == BIG_ACTORS)
     finish(b->r, b->pongs);
   return 0;
@@ -338,12 +340,20 @@ typedef struct trap_master {
 static accel_ref trap_master_ref;
 static double trap_area; /* the master's sum, read after the run */
 
+static accel_ref trap_workers[TRAP_WORKERS];
+
+/* With one loop a slice runs on libuv's pool (blocking work, the cores in parallel); with
+ * several loops (spread over them: spawned from outside) in the worker's own turn, as CAF's
+ * workers compute in their handlers. */
 static int trap_worker_receive(accel_actor *self, void *state, accel_msg *msg) {
-  if (msg->type == MSG_SLICE) { /* the slice's work is done: its area to the master */
+  accel_runtime *rt = accel_actor_runtime(self);
+  if (msg->type == MSG_GO && accel_runtime_loops(rt) > 1)
+    slice_work(msg->data);
+  if (msg->type == MSG_SLICE || accel_runtime_loops(rt) > 1) { /* done: the area to the master */
     slice *s = msg->data;
     accel_msg m = {.type = MSG_SLICE, .data = s, .drop = free}; /* freed after the master's turn */
     msg->data = NULL;
-    return accel_tell(accel_actor_runtime(self), trap_master_ref, &m);
+    return accel_tell(rt, trap_master_ref, &m);
   }
   slice *s = msg->data; /* MSG_GO: our slice */
   msg->data = NULL;
@@ -371,11 +381,11 @@ static int trap_master_receive(accel_actor *self, void *state, accel_msg *msg) {
   uint64_t n = t->r->target, per = n / TRAP_WORKERS;
   double step = (TRAP_RIGHT - TRAP_LEFT) / (double)n;
   for (int i = 0; i < TRAP_WORKERS; i++) {
-    accel_ref w;
-    int rc = accel_spawn(rt, self, &trap_worker_b, NULL, NULL, &w);
+    accel_ref w = trap_workers[i];
     slice *s = malloc(sizeof *s);
-    if (rc != 0 || s == NULL)
-      die("trapezoid spawn", rc);
+    int rc = 0;
+    if (s == NULL)
+      die("trapezoid slice", ACCEL_ENOMEM);
     uint64_t first = (uint64_t)i * per;
     *s = (slice){.left = TRAP_LEFT + (double)first * step,
                  .step = step,
@@ -485,6 +495,8 @@ static void set_up(accel_runtime *rt, program p, run *r, accel_ref *refs) {
   case TRAPEZOID:
     spawn(rt, &trap_master_b, r, &refs[0]);
     trap_master_ref = refs[0];
+    for (int i = 0; i < TRAP_WORKERS; i++) /* from here: over every loop */
+      spawn(rt, &trap_worker_b, r, &trap_workers[i]);
     break;
   default:
     break;
@@ -536,9 +548,12 @@ static void check_result(program p, uint64_t target, uint64_t reached) {
   }
 }
 
-/* One run in a fresh runtime; its rate in units per second. */
-static double run_once(program p, uint64_t target, const char *hops) {
+static const char *loops_arg = "1"; /* --loops: the runtime's loops (ACCEL_LOOPS) */
+
+/* One run in a fresh runtime of `loops` loops; its rate in units per second. */
+static double run_loops(program p, uint64_t target, const char *hops, const char *loops) {
   setenv("ACCEL_TURN_HOPS", hops, 1);
+  setenv("ACCEL_LOOPS", loops, 1);
   accel_runtime *rt;
   int rc = accel_runtime_create(&rt, NULL);
   if (rc != 0)
@@ -563,6 +578,10 @@ static double run_once(program p, uint64_t target, const char *hops) {
   return (double)target / s;
 }
 
+static double run_once(program p, uint64_t target, const char *hops) {
+  return run_loops(p, target, hops, loops_arg);
+}
+
 static int cmp(const void *a, const void *b) {
   double x = *(const double *)a, y = *(const double *)b;
   return (x > y) - (x < y);
@@ -581,6 +600,18 @@ static void compare(const char *name, const char *unit, program p, uint64_t targ
     on[i] = run_once(p, target, "1024");
   }
   double a = median(on, reps), b = median(off, reps);
+  printf("| %-10s | %12.0f | %12.0f | %5.2f | %s |\n", name, a, b, a / b, unit);
+}
+
+/* --loops N without --caf: N loops against one, alternating. */
+static void compare_loops(const char *name, const char *unit, program p, uint64_t target,
+                          int reps) {
+  double many[9], one[9];
+  for (int i = 0; i < reps; i++) {
+    one[i] = run_loops(p, target, "1024", "1");
+    many[i] = run_loops(p, target, "1024", loops_arg);
+  }
+  double a = median(many, reps), b = median(one, reps);
   printf("| %-10s | %12.0f | %12.0f | %5.2f | %s |\n", name, a, b, a / b, unit);
 }
 
@@ -615,7 +646,9 @@ static const row rows[] = {
 
 /* Per row, alternating: accel, CAF default, CAF on one thread; medians and ratios. */
 static void against_caf(const char *caf, const char *only, int reps, uint64_t scale) {
-  printf("# bench-savina --caf: medians of %d runs each, alternating; ratio = accel / CAF\n", reps);
+  printf("# bench-savina --caf: medians of %d runs each, alternating; ratio = accel / CAF; "
+         "accel on %s loop(s)\n",
+         reps, loops_arg);
   printf("| program | accel /s | CAF default /s | accel/CAF | CAF 1 thread /s | accel/CAF-1 | unit "
          "|\n|---|---|---|---|---|---|---|\n");
   for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
@@ -637,7 +670,7 @@ static void against_caf(const char *caf, const char *only, int reps, uint64_t sc
 }
 
 static void usage(const char *argv0) {
-  fprintf(stderr, "usage: %s [--quick] [--caf PATH] [--only PROGRAM]\n", argv0);
+  fprintf(stderr, "usage: %s [--quick] [--caf PATH] [--only PROGRAM] [--loops N]\n", argv0);
   exit(2);
 }
 
@@ -651,6 +684,8 @@ int main(int argc, char **argv) {
       caf = argv[++i];
     else if (strcmp(argv[i], "--only") == 0 && i + 1 < argc)
       only = argv[++i];
+    else if (strcmp(argv[i], "--loops") == 0 && i + 1 < argc)
+      loops_arg = argv[++i];
     else
       usage(argv[0]);
   }
@@ -658,6 +693,17 @@ int main(int argc, char **argv) {
   uint64_t scale = quick ? 10 : 1;
   if (caf != NULL) {
     against_caf(caf, only, reps, scale);
+    return 0;
+  }
+  if (strcmp(loops_arg, "1") != 0) {
+    printf("# bench-savina --loops %s: median of %d runs each; %s loops vs one\n", loops_arg, reps,
+           loops_arg);
+    printf("| program | %s loops /s | 1 loop /s | ratio | unit |\n|---|---|---|---|---|\n",
+           loops_arg);
+    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++)
+      if (only == NULL || strcmp(only, program_names[rows[i].p]) == 0)
+        compare_loops(program_names[rows[i].p], rows[i].unit, rows[i].p, rows[i].target / scale,
+                      reps);
     return 0;
   }
   printf("# bench-savina: one loop; median of %d runs each; in-turn hops (1024) vs none (0)\n",
