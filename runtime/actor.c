@@ -52,6 +52,7 @@ static int slots_grow(accel_runtime *rt) {
   for (uint32_t i = first; i < end; i++) {
     atomic_init(&chunk[i - base].gen, 1);
     atomic_init(&chunk[i - base].waiting, 0);
+    atomic_flag_clear(&chunk[i - base].post_lock);
     chunk[i - base].next_free = i + 1 < end ? i + 1 : rt->free_head;
   }
   rt->slot_chunks[base >> RT_SLOT_CHUNK_SHIFT] = chunk;
@@ -117,6 +118,7 @@ int rt_cell_create(rt_loop *home, accel_actor *parent, rt_child *spec, accel_act
   cell->rt = rt;
   cell->home = home;
   atomic_flag_clear(&cell->monitors_lock);
+  cell->turns_since_move = UINT32_MAX; /* never moved: free to move on its first turn */
   cell->parent = parent;
   cell->spec = spec;
   cell->b = spec ? spec->b : NULL;
@@ -236,6 +238,8 @@ static void deliver(accel_actor *cell, accel_msg *msg) {
     rt_supervise_failure(cell, (int)(int32_t)msg->flags);
     return;
   }
+  if (cell->rt->n_loops > 1)
+    rt_move_note(cell, msg->sender);
   rt_tls_actor = cell;
   int rc = cell->b->receive(cell, cell->state, msg);
   rt_tls_actor = NULL;
@@ -256,6 +260,7 @@ static void unschedule(accel_actor *cell) {
 }
 
 void rt_cell_run(accel_actor *cell) {
+  uint64_t start = cell->rt->n_loops > 1 ? rt_move_stamp() : 0;
   uint32_t n = 0;
   accel_msg msg;
   while (cell->status == RT_RUNNING && n < cell->throughput &&
@@ -266,6 +271,11 @@ void rt_cell_run(accel_actor *cell) {
   atomic_fetch_add_explicit(&cell->rt->stats.messages_received, n, memory_order_relaxed);
   if (rt_mailbox_has_retired(&cell->mailbox)) /* rings it outgrew, once no sender holds them */
     rt_mailbox_reclaim(&cell->mailbox, &rt_slot_of(cell->rt, cell->ref.slot)->pins);
+  if (cell->rt->n_loops > 1) {
+    if (rt_move_due(cell, start) && rt_move(cell))
+      return; /* still scheduled: its new loop runs it next (move.c) */
+    rt_move_turn_end(cell);
+  }
   if (cell->status == RT_RUNNING && n == cell->throughput && !rt_mailbox_empty(&cell->mailbox))
     rt_schedule_local(cell->home, cell); /* used its turn: to the back of the queue */
   else
@@ -563,6 +573,8 @@ typedef struct stop_req {
 static void stop_task(rt_task *task) {
   stop_req *req = (stop_req *)task;
   accel_actor *cell = rt_resolve_local(req->rt, req->ref);
+  if (cell == NULL && rt_follow(req->rt, req->ref, &req->task))
+    return; /* it moved to another loop: the stop follows it */
   if (cell && cell->spec)
     rt_child_stop(cell->spec, 0);
   rt_free(req);

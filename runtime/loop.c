@@ -536,6 +536,7 @@ static int loop_init(accel_runtime *rt, rt_loop *l, uint32_t index) {
   l->turn.data = l;
   l->spin_ns = rt_spin_ns();
   l->turn_hops = rt_turn_hops();
+  l->move_after = rt_move_after();
   stall_watch_init(l);
   pthread_mutex_init(&l->remote_mu, NULL);
   pthread_mutex_init(&l->token, NULL);
@@ -760,4 +761,5 @@ void accel_runtime_get_stats(accel_runtime *rt, accel_runtime_stats *out) {
   out->failures = atomic_load(&rt->stats.failures);
   out->restarts = atomic_load(&rt->stats.restarts);
   out->escalations = atomic_load(&rt->stats.escalations);
+  out->moves = atomic_load(&rt->stats.moves);
 }

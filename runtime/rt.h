@@ -59,7 +59,13 @@ struct accel_actor {
   atomic_flag monitors_lock;
   bool monitors_closed;
   rt_monitor *monitors;
-  rt_waiter *waiters, *waiters_tail; /* sends waiting for room, in order (tell_wait.c; loop) */
+  rt_waiter *waiters, *waiters_tail;      /* sends waiting for room, in order (tell_wait.c; loop) */
+  uint32_t work_pending;                  /* accel_work_submit's jobs not yet back (work.c) */
+  uint32_t affinity_loop, affinity_count; /* where this turn's messages came from (move.c) */
+  bool affinity_mixed;                    /* from its own loop too, or from two */
+  uint32_t turns_since_move;
+  uint32_t move_rng;
+  rt_task move_task; /* its hand-over to another loop (move.c) */
 };
 
 /* A supervisor's record of one child: what it needs to restart it, and the restart history. */
@@ -88,7 +94,10 @@ typedef struct rt_slot {
   /* Sends waiting for room to this slot's actor (tell_wait.c): while there are, later sends
    * of accel_tell_wait wait too, behind them, so none overtakes an earlier one. */
   atomic_uint waiting;
-  atomic_uint home;   /* the index of the loop its incarnation lives on */
+  atomic_uint home; /* the index of the loop its incarnation lives on */
+  /* Held while a waiting send is counted and posted to `home`, and while a move decides:
+   * a move never happens between the two (tell_wait.c, move.c). */
+  atomic_flag post_lock;
   uint32_t next_free; /* under slots_mu */
 } rt_slot;
 
@@ -99,7 +108,7 @@ typedef struct rt_slot {
 
 typedef struct rt_stats {
   atomic_ullong actors_live, actors_spawned, messages_received, dead_letters, busy_refusals,
-      failures, restarts, escalations;
+      failures, restarts, escalations, moves;
 } rt_stats;
 
 /* A local send that met a full mailbox (timer tick, work result): retried every turn. */
@@ -135,6 +144,7 @@ struct rt_loop {
   uint64_t last_work_ns; /* when a turn last found something to do */
   uint64_t spin_ns;      /* how long the loop keeps turning after that before sleeping */
   uint32_t turn_hops;    /* actor runs a turn adds for actors woken during it (loop.c) */
+  uint32_t move_after;   /* messages in a row from one other loop that move an actor (move.c) */
   uint64_t turn_ns;      /* when the current turn began (uv_hrtime: CLOCK_MONOTONIC) */
   uv_thread_t thread;    /* loops 1..n-1: their own thread (loop 0 runs where run/start says) */
   bool has_thread;
@@ -289,6 +299,26 @@ void rt_waiters_fail(accel_actor *cell);
  * (their timers then close in the drain, so the loop does not wait for their deadlines). */
 void rt_ask_timers_close(accel_runtime *rt);
 bool rt_retries_flush(rt_loop *l);
+
+/* move.c: an actor moves to the loop its messages come from (several loops only). */
+uint32_t rt_move_after(void);
+void rt_move_note(accel_actor *cell, accel_ref sender);
+void rt_move_turn_end(accel_actor *cell);
+bool rt_move_due(accel_actor *cell, uint64_t turn_start);
+/* False (nothing changed) if a send waiting for room is on its way to the old loop. */
+bool rt_move(accel_actor *cell);
+/* A cheap timestamp for the length of an actor's turn (several loops only). */
+uint64_t rt_move_stamp(void);
+static inline void rt_slot_lock(rt_slot *slot) {
+  while (atomic_flag_test_and_set_explicit(&slot->post_lock, memory_order_acquire))
+    ;
+}
+static inline void rt_slot_unlock(rt_slot *slot) {
+  atomic_flag_clear_explicit(&slot->post_lock, memory_order_release);
+}
+/* For a task posted to ref's loop that found the actor gone from it: if the incarnation lives
+ * and has moved, the task is posted to its new loop (true); false: it is really gone. */
+bool rt_follow(accel_runtime *rt, accel_ref ref, rt_task *task);
 
 /* supervisor.c */
 RT_MUST_USE rt_child *rt_child_create(accel_actor *owner, const accel_behavior *b, void *arg,

@@ -41,6 +41,8 @@ static void finish(rt_waiter *w, int status) {
 static void park(rt_waiter *w) {
   accel_runtime *rt = w->rt;
   accel_actor *cell = atomic_load(&rt->closing) ? NULL : rt_resolve_local(rt, w->to);
+  if (cell == NULL && rt_follow(rt, w->to, &w->post))
+    return; /* it moved to another loop: the send follows it, still in order */
   if (cell == NULL || cell->status != RT_RUNNING) {
     finish(w, atomic_load(&rt->closing) ? ACCEL_ECLOSED : ACCEL_ESTALE);
     return;
@@ -120,13 +122,18 @@ int accel_tell_wait(accel_runtime *rt, accel_ref to, const accel_msg *msg,
     accel_future_retain(w->f); /* one for the caller, one for the wait */
     *delivered = w->f;
   }
-  atomic_fetch_add(&slot->waiting, 1);    /* slot: a busy mailbox has one */
+  /* Counted and posted under the slot's lock, so the target does not move to another loop in
+   * between: this thread's waiting sends all meet it on one loop, in order (move.c). */
+  rt_slot_lock(slot); /* slot: a busy mailbox has one */
+  atomic_fetch_add(&slot->waiting, 1);
   rt_loop *home = rt_slot_home(rt, slot); /* the target's cell is only touched there */
   if (rt_tls_loop == home) {
+    rt_slot_unlock(slot);
     park(w);
   } else {
     w->post.fn_ = on_posted;
     rt_post_to(home, &w->post); /* in order per sending thread, as tells are */
+    rt_slot_unlock(slot);
   }
   return 0;
 }

@@ -31,6 +31,9 @@ static void run_work(uv_work_t *req) {
 
 static void after_work(uv_work_t *req, int status) {
   rt_work *w = (rt_work *)req;
+  accel_actor *cell = rt_resolve_local(w->rt, w->to);
+  if (cell != NULL)
+    cell->work_pending--;
   accel_msg msg = {
       .type = w->type, .arg = (uint64_t)(int64_t)w->result, .data = w->data, .drop = w->drop};
   int rc = status == UV_ECANCELED ? ACCEL_ECANCELED : rt_send_local(w->rt, w->to, &msg);
@@ -55,5 +58,6 @@ int accel_work_submit(accel_actor *self, int (*work)(void *data), void *data,
     rt_free(w);
     return rt_uv_err(rc);
   }
+  self->work_pending++; /* it stays on this loop until the result is back (move.c) */
   return 0;
 }

@@ -251,6 +251,7 @@ typedef struct accel_runtime_stats {
   uint64_t failures;
   uint64_t restarts;
   uint64_t escalations;
+  uint64_t moves; /* actors moved to the loop they talk to (several loops) */
 } accel_runtime_stats;
 
 /* Creates a runtime and its root supervisor. `opts` may be NULL. The loop does not run yet. */

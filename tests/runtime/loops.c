@@ -5,10 +5,12 @@
  * for room work across loops; a walk sees every loop's actors; a runtime stopped while its
  * loops exchange messages stops every actor and loses no payload; the option's limits. */
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <time.h>
 
 #include "util.h"
 
@@ -458,6 +460,135 @@ TEST(a_stop_while_loops_exchange_messages_stops_everyone_and_loses_nothing) {
   CHECK_EQ(counted_live(), 0); /* every token freed: dropped in a mailbox or by its holder */
 }
 
+/* ---- actors move to the loop they talk to ---- */
+
+#define ROUNDS 2000
+
+typedef struct talker {
+  accel_ref peer;
+  uint32_t rounds;
+  bool busy;  /* spin ~100 us a turn: long turns do not move */
+  bool timer; /* holds a timer: tied to its loop */
+} talker;
+
+static pthread_t last_thread[2];
+static atomic_uint talk_done;
+
+static void spin_us(unsigned us) {
+  struct timespec t0, t;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  do
+    clock_gettime(CLOCK_MONOTONIC, &t);
+  while ((t.tv_sec - t0.tv_sec) * 1000000L + (t.tv_nsec - t0.tv_nsec) / 1000 < (long)us);
+}
+
+/* arg: the peer's ref and which side; MSG_PASS bounces ROUNDS times. */
+static int talker_receive(accel_actor *self, void *state, accel_msg *msg) {
+  talker *t = state;
+  if (msg->type == MSG_KICK) {
+    t->peer = (accel_ref){(uint32_t)(msg->arg >> 32), (uint32_t)msg->arg};
+    t->busy = msg->flags & 1;
+    t->timer = msg->flags & 2;
+    if (t->timer)
+      CHECK_OK(accel_timer_start(self, 60000, 0, MSG_TIMER, 0, NULL));
+    gate_signal(&got);
+    return 0;
+  }
+  if (msg->type != MSG_PASS)
+    return 0;
+  last_thread[msg->arg & 1] = pthread_self();
+  if (t->busy)
+    spin_us(100);
+  if (++t->rounds >= ROUNDS / 2) {
+    if (t->rounds == ROUNDS / 2) {
+      atomic_fetch_add(&talk_done, 1);
+      gate_signal(&got);
+    }
+    if (atomic_load(&talk_done) == 2)
+      return 0;
+  }
+  return accel_tell(accel_actor_runtime(self), t->peer,
+                    &(accel_msg){.type = MSG_PASS, .arg = msg->arg + 1});
+}
+
+static const accel_behavior talker_b = {
+    .name = "talker", .state_size = sizeof(talker), .receive = talker_receive};
+
+/* Two top-level actors spawned from outside (so on loops 0 and 1) play ping-pong; flags: 1 busy
+ * turns, 2 the second holds a timer. Returns the moves counted. */
+static uint64_t ping_pong(uint32_t flags, bool *same_thread) {
+  gate_init(&got);
+  atomic_store(&talk_done, 0);
+  accel_runtime *rt = new_runtime(2);
+  accel_ref a = spawn_ok(rt, NULL, &talker_b, NULL, NULL);
+  accel_ref b = spawn_ok(rt, NULL, &talker_b, NULL, NULL);
+  CHECK_OK(accel_runtime_start(rt));
+  accel_msg ka = {.type = MSG_KICK, .arg = ref_arg(b), .flags = flags & 1};
+  accel_msg kb = {.type = MSG_KICK, .arg = ref_arg(a), .flags = flags};
+  CHECK_OK(accel_tell(rt, a, &ka));
+  CHECK_OK(accel_tell(rt, b, &kb));
+  CHECK_OK(gate_wait(&got, 2, 5000));
+  CHECK_OK(tell_arg(rt, a, MSG_PASS, 0));
+  CHECK_OK(gate_wait(&got, 4, 60000));
+  *same_thread = pthread_equal(last_thread[0], last_thread[1]);
+  accel_runtime_stats st;
+  runtime_stop_then_destroy(rt, &st);
+  gate_destroy(&got);
+  return st.moves;
+}
+
+TEST(a_conversation_across_loops_moves_to_one) {
+  bool same;
+  uint64_t moves = ping_pong(0, &same);
+  CHECK(moves >= 1);
+  CHECK(same); /* the last exchanges ran on one thread */
+}
+
+TEST(actors_with_long_turns_or_a_timer_stay_where_they_are) {
+  bool same;
+  CHECK_EQ(ping_pong(1, &same), 0); /* 100 us turns: computing, spread pays */
+  CHECK(!same);
+  CHECK_EQ(ping_pong(2, &same), 1); /* b holds a timer: a moves to b, not b to a */
+  CHECK(same);
+}
+
+TEST(move_after_0_keeps_every_actor_where_it_was_spawned) {
+  setenv("ACCEL_MOVE_AFTER", "0", 1);
+  bool same;
+  uint64_t moves = ping_pong(0, &same);
+  unsetenv("ACCEL_MOVE_AFTER");
+  CHECK_EQ(moves, 0);
+  CHECK(!same);
+}
+
+/* A stop and waiting sends posted to an actor's old loop follow it to its new one. */
+TEST(stops_and_waiting_sends_follow_an_actor_that_moved) {
+  bool same;
+  (void)same;
+  gate_init(&got);
+  atomic_store(&talk_done, 0);
+  events_reset();
+  accel_runtime *rt = new_runtime(2);
+  accel_ref a = spawn_ok(rt, NULL, &talker_b, NULL, NULL);
+  accel_ref b = spawn_ok(rt, NULL, &watcher_b, NULL, NULL); /* its stop hook logs */
+  CHECK_OK(accel_runtime_start(rt));
+  accel_msg ka = {.type = MSG_KICK, .arg = ref_arg(b)};
+  CHECK_OK(accel_tell(rt, a, &ka));
+  CHECK_OK(gate_wait(&got, 1, 5000));
+  /* b hears only from a's loop: it moves there on its first turn. */
+  CHECK_OK(tell_arg(rt, a, MSG_PASS, 0));
+  TEST_WAIT_FOR(stats_of(rt).moves >= 1, 1);
+  for (int i = 0; i < 100; i++) {
+    accel_msg m = msg_make(MSG_WALK, 0);
+    CHECK_OK(accel_tell_wait(rt, b, &m, NULL));
+  }
+  CHECK_OK(accel_stop(rt, b));
+  TEST_WAIT_FOR(strcmp(events_with_prefix("stopped"), "stopped:watcher") == 0, 1);
+  CHECK_ERR(tell_arg(rt, b, MSG_WALK, 0), ACCEL_ESTALE);
+  runtime_stop_then_destroy(rt, NULL);
+  gate_destroy(&got);
+}
+
 /* ---- the option ---- */
 
 TEST(the_number_of_loops_is_bounded_and_the_environment_sets_the_default) {
@@ -499,6 +630,10 @@ static const test_case tests[] = {
     TEST_CASE(a_walk_sees_the_actors_of_every_loop),
     TEST_CASE(timers_and_work_complete_on_the_actors_own_loop),
     TEST_CASE(a_stop_while_loops_exchange_messages_stops_everyone_and_loses_nothing),
+    TEST_CASE(a_conversation_across_loops_moves_to_one),
+    TEST_CASE(actors_with_long_turns_or_a_timer_stay_where_they_are),
+    TEST_CASE(move_after_0_keeps_every_actor_where_it_was_spawned),
+    TEST_CASE(stops_and_waiting_sends_follow_an_actor_that_moved),
     TEST_CASE(the_number_of_loops_is_bounded_and_the_environment_sets_the_default),
 };
 
