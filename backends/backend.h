@@ -217,7 +217,7 @@ typedef struct be_ops {
 
 #define BE_BLAS_VERSION 1u
 #define BE_RNG_VERSION 1u
-#define BE_NN_VERSION 5u
+#define BE_NN_VERSION 6u
 #define BE_MODULE_VERSION 1u
 #define BE_COLL_VERSION 1u
 
@@ -252,7 +252,8 @@ typedef struct be_rng_pkg {
 typedef struct be_nn_pkg {
   uint32_t version; /* BE_NN_VERSION */
   /* The float dtypes of the nn ops on this device (unary, softmax, reduce, binary). Besides
-   * them every nn package of this version runs binary on I32 and U32 (be_binary_dtype_ok)
+   * them every nn package of this version runs binary on I32 and U32 (be_binary_dtype_ok),
+   * the logical ops (BITAND .. BITXOR) on BOOL too,
    * and where on every dtype (BOOL included), and convert between any two dtypes (F64 only
    * where `dtypes` has it): placement counts on it (actors/support.c). */
   uint32_t (*dtypes)(be_device *dev);

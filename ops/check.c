@@ -228,7 +228,8 @@ static bool in_step(uint64_t rows, uint64_t cols, uint64_t rs, uint64_t cs) {
   return (rows <= 1 || rs == cols) && (cols <= 1 || cs == 1);
 }
 
-/* a and b of one dtype the op takes; dst of that dtype (arithmetic) or BOOL (comparisons). */
+/* a and b of one dtype the op takes; dst of that dtype (arithmetic, logical) or BOOL
+ * (comparisons). */
 static int binary_dtypes(const be_binary_args *g, const dev_buf_info *b) {
   if (b[1].dtype != b[2].dtype)
     return rt_error_detail(ACCEL_EINVAL, "binary: a and b of different dtypes (%s and %s)",
@@ -239,9 +240,9 @@ static int binary_dtypes(const be_binary_args *g, const dev_buf_info *b) {
                            "convert to a float dtype first)",
                            dev_dtype_name(b[1].dtype));
   if (!be_binary_dtype_ok(g->op, b[1].dtype))
-    return rt_error_detail(ACCEL_EINVAL,
-                           "binary: inputs of %s (it takes f32, f64, f16, bf16, i32, u32)",
-                           dev_dtype_name(b[1].dtype));
+    return rt_error_detail(ACCEL_EINVAL, "binary: inputs of %s (%s)", dev_dtype_name(b[1].dtype),
+                           be_binary_logical(g->op) ? "the logical ops take bool, i32, u32"
+                                                    : "it takes f32, f64, f16, bf16, i32, u32");
   uint32_t want = be_binary_compares(g->op) ? ACCEL_BOOL : b[1].dtype;
   if (b[0].dtype != want)
     return rt_error_detail(ACCEL_EINVAL, "binary: dst is %s where the op writes %s",

@@ -78,7 +78,8 @@ typedef enum be_cuda_fn {
   BE_FN_COMPARE = BE_FN_BINARY_INT + 2,        /* F32, F64, F16, BF16, I32, U32 */
   BE_FN_WHERE = BE_FN_COMPARE + 6,             /* elements of 1, 2, 4 and 8 bytes */
   BE_FN_CONVERT = BE_FN_WHERE + 4,             /* every pair of dtypes */
-  BE_FN_NULL = BE_FN_CONVERT + 1,
+  BE_FN_BINARY_BOOL = BE_FN_CONVERT + 1,       /* the logical ops on BOOL */
+  BE_FN_NULL,
   BE_FN_FAULT,
   BE_FN_COUNT
 } be_cuda_fn;

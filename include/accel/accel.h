@@ -270,7 +270,13 @@ typedef enum accel_binary_op {
   ACCEL_MULTIPLY,
   ACCEL_DIVIDE,
   ACCEL_MAXIMUM, /* NaN if either is NaN, as numpy's maximum */
-  ACCEL_MINIMUM  /* NaN if either is NaN */
+  ACCEL_MINIMUM, /* NaN if either is NaN */
+  /* The logical ops (numpy's &, |, ^): on ACCEL_BOOL the truth of each input (any byte but 0
+   * is true), 0 or 1 out; bitwise on I32 and U32; refused for the float dtypes. (6 .. 11 are
+   * accel_compare's.) */
+  ACCEL_BITWISE_AND = 12,
+  ACCEL_BITWISE_OR = 13,
+  ACCEL_BITWISE_XOR = 14
 } accel_binary_op;
 
 /* How accel_binary reads an input: its element (r, c) lies r * row + c * col elements from the
@@ -284,10 +290,11 @@ typedef struct accel_strides {
 /* dst[r * cols + c] = a(r, c) op b(r, c) for the rows x cols elements at dst's start. dst, a
  * and b have one dtype: F32, F64, F16, BF16 (F16 and BF16 compute in f32 and round once), I32
  * or U32 (wrapping as two's complement does, as numpy's; ACCEL_DIVIDE is refused for them:
- * numpy's `/` of integers gives floats, so convert first). dst may be a or b only where that
- * input is read with strides {cols, 1}. ACCEL_EINVAL, with accel_last_error_detail saying
- * why, if dst has fewer than rows x cols elements, an input's strides reach past its end or
- * the dtypes do not fit. */
+ * numpy's `/` of integers gives floats, so convert first), BOOL for the logical ops only
+ * (numpy's ~x is x ^ True for BOOL, x ^ all ones for the integers). dst may be a or b only where
+ * that input is read with strides {cols, 1}. ACCEL_EINVAL, with accel_last_error_detail saying why,
+ * if dst has fewer than rows x cols elements, an input's strides reach past its end or the dtypes
+ * do not fit. */
 ACCEL_API int accel_binary(accel_ctx *ctx, accel_device dev, accel_binary_op op, accel_buffer dst,
                            size_t rows, size_t cols, accel_buffer a, accel_strides a_strides,
                            accel_buffer b, accel_strides b_strides, accel_future **f);

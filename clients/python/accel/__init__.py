@@ -19,17 +19,18 @@ from ._dtypes import bfloat16, from_bfloat16, to_bfloat16
 from ._errors import AccelError
 from ._future import Future, gather
 from ._kernels import In, InOut, Kernel, Module, Out, local
-from ._ops import (abs, add, all_gather, all_reduce, axpy, broadcast, divide, dot, equal, exp,
-                   fill, greater, greater_equal, less, less_equal, log, matmul, maximum,
-                   minimum, multiply, not_equal, random_fill, relu, scal, sigmoid, softmax, sqrt,
-                   subtract, tanh, where)
+from ._ops import (abs, add, all_gather, all_reduce, axpy, bitwise_and, bitwise_or,
+                   bitwise_xor, broadcast, divide, dot, equal, exp, fill, greater, greater_equal,
+                   invert, less, less_equal, log, matmul, maximum, minimum, multiply, not_equal,
+                   random_fill, relu, scal, sigmoid, softmax, sqrt, subtract, tanh, where)
 from ._reduce import max, mean, min, sum
 
 __version__ = _lib.lib.accel_version().decode()
 
 __all__ = [
     "AccelError", "Array", "Context", "Device", "Future", "In", "InOut", "Kernel", "Module",
-    "Out", "abs", "add", "astype", "all_gather", "all_reduce", "axpy", "broadcast", "bfloat16", "divide", "dot",
+    "Out", "abs", "add", "astype", "all_gather", "all_reduce", "axpy", "bitwise_and",
+    "bitwise_or", "bitwise_xor", "broadcast", "bfloat16", "divide", "dot", "invert",
     "equal", "exp", "fill", "from_bfloat16", "gather", "greater", "greater_equal", "less",
     "less_equal", "local", "log", "matmul", "max", "maximum", "mean", "min", "minimum",
     "multiply", "not_equal", "open", "random_fill", "relu", "scal", "sigmoid", "softmax", "sqrt",

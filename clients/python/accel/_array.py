@@ -302,6 +302,32 @@ class Array:
             return other
         return self.ctx.asarray(np.asarray(other, dtype=self.dtype), device=self.device)
 
+    # & | ^ ~ on bool arrays (logical) and int32/uint32 ones (bitwise), on the device
+    def __and__(self, other):
+        return self._op("bitwise_and", other)
+
+    def __rand__(self, other):
+        return self._op("bitwise_and", other, True)
+
+    def __or__(self, other):
+        return self._op("bitwise_or", other)
+
+    def __ror__(self, other):
+        return self._op("bitwise_or", other, True)
+
+    def __xor__(self, other):
+        return self._op("bitwise_xor", other)
+
+    def __rxor__(self, other):
+        return self._op("bitwise_xor", other, True)
+
+    def __invert__(self):
+        from . import _ops
+
+        fut = _ops.invert(self)
+        fut.output._made_by = fut
+        return fut.output
+
     def __neg__(self):
         return self._op("multiply", -1.0)
 
