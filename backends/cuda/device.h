@@ -329,6 +329,11 @@ RT_MUST_USE int be_cuda_mem_alloc(be_device *dev, size_t bytes, be_mem *out);
 int be_cuda_host_register(be_device *dev, void *p, size_t bytes);
 void be_cuda_host_unregister(be_device *dev, void *p);
 void be_cuda_mem_free(be_device *dev, be_mem *mem);
+/* Memory shared with other libraries of the process (backend.h mem_share .. mem_unwrap). */
+int be_cuda_mem_share(be_device *dev, char *why, size_t why_len);
+int be_cuda_mem_address(be_device *dev, be_mem mem, uint64_t *out);
+int be_cuda_mem_wrap(be_device *dev, uint64_t addr, size_t bytes, be_mem *out);
+void be_cuda_mem_unwrap(be_device *dev, be_mem *mem);
 int be_cuda_copy_h2d(be_queue *q, be_mem dst, size_t dst_off, const void *src, size_t bytes);
 int be_cuda_copy_d2h(be_queue *q, void *dst, be_mem src, size_t src_off, size_t bytes);
 int be_cuda_copy_d2d(be_queue *q, be_mem dst, size_t dst_off, be_mem src, size_t src_off,
