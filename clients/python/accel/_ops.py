@@ -369,23 +369,26 @@ def minimum(a, b, out=None, *, device=None):
     return _binary("minimum", a, b, out, device)
 
 
-def bitwise_and(a, b, out=None, *, device=None):
+def bitwise_and(a: object, b: object, out: "Array | None" = None, *,
+                device: "int | None" = None) -> Future:
     """out = a & b element-wise, broadcast as add(): bool arrays (logical and: numpy's &), or
     int32 and uint32 (bitwise); floats are a TypeError, as numpy's. Future of out."""
     return _binary("bitwise_and", a, b, out, device)
 
 
-def bitwise_or(a, b, out=None, *, device=None):
+def bitwise_or(a: object, b: object, out: "Array | None" = None, *,
+               device: "int | None" = None) -> Future:
     """out = a | b, as bitwise_and()."""
     return _binary("bitwise_or", a, b, out, device)
 
 
-def bitwise_xor(a, b, out=None, *, device=None):
+def bitwise_xor(a: object, b: object, out: "Array | None" = None, *,
+                device: "int | None" = None) -> Future:
     """out = a ^ b, as bitwise_and()."""
     return _binary("bitwise_xor", a, b, out, device)
 
 
-def invert(x, out=None, *, device=None):
+def invert(x: Array, out: "Array | None" = None, *, device: "int | None" = None) -> Future:
     """out = ~x (numpy's invert): logical not of a bool array, every bit flipped of an int32
     or uint32 one; on the device, as x ^ True (x ^ all ones). Future of out."""
     if not isinstance(x, Array):
