@@ -1588,9 +1588,11 @@ static void binary_refusals(fx *f, uint32_t set) {
   CHECK_ERR(B->nn->binary(f->q, ACCEL_F32, &g, m.m, 0, m.m, 0, m.m, 0), ACCEL_EINVAL);
   g.op = BE_ADD;
   for (size_t x = 0; x < N_DTYPES; x++)
-    if (!in_set(set, all_dtypes[x]) && all_dtypes[x] != ACCEL_I32 && all_dtypes[x] != ACCEL_U32)
+    if (!in_set(set, all_dtypes[x]) && all_dtypes[x] != ACCEL_I32 && all_dtypes[x] != ACCEL_U32 &&
+        all_dtypes[x] != ACCEL_BOOL)
       CHECK_ERR(B->nn->binary(f->q, all_dtypes[x], &g, m.m, 0, m.m, 0, m.m, 0), ACCEL_ENOTSUP);
-  CHECK_ERR(B->nn->binary(f->q, ACCEL_BOOL, &g, m.m, 0, m.m, 0, m.m, 0), ACCEL_ENOTSUP);
+  /* BOOL takes the logical ops only: arithmetic is an op the dtype does not take */
+  CHECK_ERR(B->nn->binary(f->q, ACCEL_BOOL, &g, m.m, 0, m.m, 0, m.m, 0), ACCEL_EINVAL);
   tbuf_free(f, &m);
 }
 
