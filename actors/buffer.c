@@ -16,14 +16,50 @@ dev_buffer *dev_buffer_create(dev_world *w, accel_dtype dtype, size_t count) {
   b->dtype = dtype;
   b->count = count;
   b->bytes = count * dev_dtype_size(dtype);
+  b->pin_node = -1;
+  b->foreign_node = -1;
   rt_list_push_front(&w->buffers, &b->link);
   return b;
+}
+
+dev_buffer *dev_buffer_import(dev_world *w, accel_dtype dtype, size_t count, dev_node *node,
+                              be_mem mem, void (*release)(void *), void *arg) {
+  dev_buffer *b = dev_buffer_create(w, dtype, count);
+  if (b == NULL)
+    return NULL;
+  b->rep[node->index] = (dev_replica){
+      .state = DEV_OWNER, .allocated = true, .node_gen = node->generation, .mem = mem};
+  b->foreign_node = node->index;
+  b->pin_node = node->index;
+  b->release = release;
+  b->release_arg = arg;
+  return b;
+}
+
+/* The importer's memory is never accel's to free: the backend drops its record of it
+ * (mem_unwrap needs no live device) and the importer learns that accel is done with it. */
+static void foreign_free(dev_world *w, dev_buffer *b, int n) {
+  dev_replica *r = &b->rep[n];
+  dev_node *node = &w->nodes[n];
+  if (r->allocated)
+    node->be->mem_unwrap(node->dev, &r->mem);
+  r->allocated = false;
+  r->state = DEV_INVALID;
+  b->foreign_node = -1;
+  void (*release)(void *) = b->release;
+  b->release = NULL;
+  if (release)
+    release(b->release_arg);
 }
 
 /* The replica's memory goes back to its node's cache (mem_cache.h), or, when the device is
  * closing (`closing`: the device actor's stop, where the loop already waits for the device),
  * straight to the backend. Memory of an earlier incarnation went with its context. */
 static void replica_free(dev_world *w, dev_buffer *b, int n, bool closing) {
+  if (n == b->foreign_node) {
+    foreign_free(w, b, n);
+    return;
+  }
   dev_replica *r = &b->rep[n];
   dev_node *node = &w->nodes[n];
   if (r->allocated && node->dev && r->node_gen == node->generation) {

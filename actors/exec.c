@@ -1,5 +1,7 @@
 /* Puts a task's work on a backend queue: the one place that maps op envelopes to backend
  * calls. Offsets in envelopes are elements; copies take bytes. */
+#include <string.h>
+
 #include "actors/device.h"
 #include "actors/session.h"
 
@@ -245,6 +247,24 @@ static int exec_convert(dev_task *t, be_queue *q) {
 static int exec_reduce(dev_task *t, be_queue *q) {
   return t->node->be->nn->reduce(q, t->buf[0]->dtype, &t->call->op.u.reduce, mem_on(t, 0), 0,
                                  mem_on(t, 1), 0);
+}
+
+/* The exported copy is valid here now (planned as a read and write of all of it): its
+ * address goes to the caller, who reads it once the task completes, after the ops before it.
+ * Nothing is queued. */
+static int exec_export(dev_task *t, be_queue *q) {
+  dev_node *node = t->node;
+  uint64_t addr = 0;
+  int rc = node->be->mem_address ? node->be->mem_address(node->dev, mem_on(t, 0), &addr)
+                                 : ACCEL_ENOTSUP;
+  if (rc != 0)
+    return rc;
+  bool cuda = strcmp(node->be->name, "cuda") == 0;
+  *t->call->op.u.xport.out = (accel_export_info){.address = addr,
+                                                 .bytes = t->buf[0]->bytes,
+                                                 .device_type = cuda ? 2 : 1,
+                                                 .device_id = cuda ? node->backend_index : 0};
+  return 0;
 }
 
 /* The kinds a device task runs (op_table.h's TASK rows); the session carries out the others. */

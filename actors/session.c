@@ -18,6 +18,7 @@
 #include "actors/trace.h"
 #include "ops/check.h"
 #include "runtime/alloc.h"
+#include "runtime/error_detail.h"
 
 /* A handle names a buffer or a user module (one table, one generation scheme). */
 typedef struct session_entry {
@@ -97,9 +98,18 @@ static int settle_future(dev_call *call, int status) {
   return accel_future_poll(call->future);
 }
 
+static void export_unpin(dev_buffer *b);
+
 void dev_op_finished(dev_world *w, dev_call *call, int status) {
   if (call->future && call->done == NULL)
     status = settle_future(call, status);
+  if (call->op.h.kind == DEV_OP_EXPORT && call->op.u.xport.pinned) {
+    dev_buffer *b = call->op.u.xport.pinned; /* held since the pin (users) */
+    call->op.u.xport.pinned = NULL;
+    if (status != 0) /* the caller sees the error: no export to release */
+      export_unpin(b);
+    dev_buffer_unuse(b);
+  }
   dev_session_acct *acct = call->acct;
   if (call->mod) {
     dev_module_unref(call->mod);
@@ -254,6 +264,10 @@ static dev_node *write_node(dev_world *w, const dev_buffer *b) {
  * already are and its queue is short (default_device); a CPU device that is not the most
  * potent still runs an op whose inputs are all there already. */
 static dev_node *place(dev_world *w, dev_op *op, dev_buffer *bufs[]) {
+  for (uint32_t i = 0; i < op->nbufs; i++) /* shared with another library: it stays there */
+    if (bufs[i]->pin_node >= 0 && (op->h.device == ACCEL_DEVICE_ANY || op->h.kind == DEV_OP_WRITE ||
+                                   op->h.kind == DEV_OP_READ))
+      return &w->nodes[bufs[i]->pin_node];
   if (op->h.kind == DEV_OP_WRITE)
     return write_node(w, bufs[0]);
   if (op->h.kind == DEV_OP_READ) {
@@ -345,6 +359,88 @@ static int destroy_buffer(session_state *s, uint64_t handle) {
   if (resolve(s, handle) == NULL)
     return ACCEL_ESTALE;
   forget_buffer(s, handle_slot(handle));
+  return 0;
+}
+
+/* ---- memory shared with other libraries of the process ---- */
+
+/* Every buffer the op names is used where it is pinned, if it is: else ACCEL_EBUSY. */
+static int check_pins(dev_world *w, const dev_op *op, dev_buffer *bufs[], dev_node *node) {
+  for (uint32_t i = 0; i < op->nbufs; i++) {
+    int at = dev_op_buf_node(w, op, i, node)->index;
+    if (bufs[i]->pin_node >= 0 && bufs[i]->pin_node != at)
+      return rt_error_detail(ACCEL_EBUSY,
+                             "a buffer of this op is %s device %d: its ops run there, not on "
+                             "device %d",
+                             bufs[i]->foreign_node >= 0 ? "imported on" : "exported from",
+                             bufs[i]->pin_node - 1, at - 1);
+  }
+  return 0;
+}
+
+static int share_check(dev_node *node) {
+  char why[160] = "";
+  if (node->be->mem_share == NULL || node->be->mem_address == NULL)
+    return rt_error_detail(ACCEL_ENOTSUP, "the %s backend's memory cannot be shared",
+                           node->be->name);
+  if (node->dev == NULL || node->state != DEV_NODE_SERVING)
+    return ACCEL_EDEVLOST;
+  int rc = node->be->mem_share(node->dev, why, sizeof why);
+  return rc == 0 ? 0 : rt_error_detail(rc, "%s", why);
+}
+
+/* The export's pin, held (with the buffer: users) until the op finishes, and kept past it
+ * unless the op failed. Taken once: an op whose memory was allocated first comes again. */
+static void export_pin(dev_op *op, dev_buffer *b, dev_node *node) {
+  if (op->u.xport.pinned)
+    return;
+  b->exports++;
+  b->pin_node = node->index;
+  b->users++;
+  op->u.xport.pinned = b;
+}
+
+static void export_unpin(dev_buffer *b) {
+  if (b->exports > 0 && --b->exports == 0)
+    b->pin_node = b->foreign_node; /* an import stays pinned */
+}
+
+static int export_end(session_state *s, uint64_t handle) {
+  dev_buffer *b = resolve(s, handle);
+  if (b == NULL)
+    return ACCEL_ESTALE;
+  if (b->exports == 0)
+    return rt_error_detail(ACCEL_EINVAL, "export_release: the buffer is not exported");
+  export_unpin(b);
+  return 0;
+}
+
+/* A buffer over the importer's memory on the op's device. Nothing of it is kept on failure
+ * (the importer's release never runs then). */
+static int import_buffer(session_state *s, const dev_op *op) {
+  dev_world *w = s->args->world;
+  uint64_t handle = op->bufs[0].handle, bytes = op->u.import.bytes;
+  if (!slot_free(s, handle) || op->h.device < 0 || op->h.device >= w->nnodes - 1)
+    return ACCEL_EINVAL;
+  dev_node *node = &w->nodes[op->h.device + 1];
+  int rc = share_check(node);
+  if (rc != 0)
+    return rc;
+  if (s->args->max_memory && s->acct->memory + bytes > s->args->max_memory)
+    return ACCEL_ENOMEM;
+  be_mem mem;
+  rc = node->be->mem_wrap(node->dev, op->u.import.address, bytes, &mem);
+  if (rc != 0)
+    return rc;
+  dev_buffer *b = dev_buffer_import(w, (accel_dtype)op->u.import.dtype, op->bufs[0].count, node,
+                                    mem, op->u.import.release, op->u.import.arg);
+  if (b == NULL) {
+    node->be->mem_unwrap(node->dev, &mem);
+    return ACCEL_ENOMEM;
+  }
+  s->table[handle_slot(handle)] = (session_entry){.gen = handle_gen(handle), .buf = b};
+  s->acct->memory += bytes;
+  s->acct->buffers++;
   return 0;
 }
 
@@ -485,6 +581,10 @@ static int run_op(session_state *s, dev_call *call) {
     return module_load(s, call);
   if (op->h.kind == DEV_OP_MODULE_UNLOAD)
     return module_unload(s, op->bufs[0].handle);
+  if (op->h.kind == DEV_OP_IMPORT)
+    return import_buffer(s, op);
+  if (op->h.kind == DEV_OP_EXPORT_END)
+    return export_end(s, op->bufs[0].handle);
   dev_buffer *bufs[DEV_OP_MAX_BUFS] = {0};
   rc = resolve_all(s, op, bufs);
   if (rc != 0)
@@ -492,17 +592,25 @@ static int run_op(session_state *s, dev_call *call) {
   if (op->h.kind == DEV_OP_LAUNCH) {
     dev_node *at;
     rc = launch_prepare(s, call, bufs, &at);
+    if (rc == 0)
+      rc = check_pins(w, op, bufs, at);
     return rc != 0 ? rc : plan_or_allocate(s, call, bufs, at);
   }
   if (op->h.kind == DEV_OP_COLLECTIVE) {
     dev_node *leader;
     rc = place_collective(w, op, bufs, &leader);
+    if (rc == 0)
+      rc = check_pins(w, op, bufs, leader);
     return rc != 0 ? rc : plan_or_allocate(s, call, bufs, leader);
   }
   dev_node *node = place(w, op, bufs);
   if (node == NULL) /* no device serving that runs the op */
     return any_runs(w, op, bufs) ? ACCEL_EDEVLOST : ACCEL_ENOTSUP;
-  rc = dev_node_supports(node, op, bufs); /* a named device */
+  rc = op->h.kind == DEV_OP_EXPORT ? share_check(node) : dev_node_supports(node, op, bufs);
+  if (rc == 0)
+    rc = check_pins(w, op, bufs, node);
+  if (rc == 0 && op->h.kind == DEV_OP_EXPORT)
+    export_pin(op, bufs[0], node); /* undone as the op finishes if it fails */
   return rc != 0 ? rc : plan_or_allocate(s, call, bufs, node);
 }
 
@@ -519,7 +627,8 @@ static void handle_op(session_state *s, dev_call *call) {
   int rc = s->args->max_in_flight && a->in_flight > s->args->max_in_flight ? ACCEL_EBUSY
                                                                            : run_op(s, call);
   bool finished_now = rc != 0 || kind == DEV_OP_BUFFER_CREATE || kind == DEV_OP_BUFFER_DESTROY ||
-                      kind == DEV_OP_MODULE_UNLOAD;
+                      kind == DEV_OP_MODULE_UNLOAD || kind == DEV_OP_IMPORT ||
+                      kind == DEV_OP_EXPORT_END;
   if (finished_now)
     dev_op_finished(s->args->world, call, rc);
 }

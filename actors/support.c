@@ -84,7 +84,8 @@ static bool package_runs(const dev_caps *c, uint32_t package, const dev_op *op, 
     return op->u.rng.dist == BE_RNG_BITS ? dtype == ACCEL_U32 : has(c->rng_dtypes, dtype);
   case ACCEL_PKG_NN: /* the integers of binary, every dtype of where besides the floats */
     return has(c->nn_dtypes, dtype) || op->h.kind == DEV_OP_WHERE ||
-           (op->h.kind == DEV_OP_BINARY && (dtype == ACCEL_I32 || dtype == ACCEL_U32));
+           (op->h.kind == DEV_OP_BINARY &&
+            (dtype == ACCEL_I32 || dtype == ACCEL_U32 || dtype == ACCEL_BOOL));
   case ACCEL_PKG_MODULE: /* and the module built there: the session asks the module */
     return true;
   case ACCEL_PKG_COLLECTIVE: /* and the devices together: the session asks the backend */

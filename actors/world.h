@@ -130,6 +130,15 @@ struct dev_buffer {
   bool lost;      /* its only valid replica died with a device */
   bool destroyed; /* the handle is gone: free when no task uses it */
   uint32_t users; /* tasks that name it */
+  /* Shared with other libraries of the process (accel_buffer_export, accel_buffer_import):
+   * the node whose replica is pinned (-1: none; every op on the buffer runs there, session.c),
+   * the exports holding the pin, and an imported replica's node (-1: none) with the release
+   * its importer gave, called once when that replica goes (replica_free). */
+  int pin_node;
+  uint32_t exports;
+  int foreign_node;
+  void (*release)(void *arg);
+  void *release_arg;
 };
 
 typedef struct dev_edge {
@@ -241,6 +250,11 @@ RT_MUST_USE int dev_replica_ensure_alloc(dev_buffer *b, dev_node *node);
 void dev_buffer_drop_node(dev_world *w, dev_node *node);
 int dev_buffer_valid_node(const dev_buffer *b, int prefer);
 void dev_buffer_unuse(dev_buffer *b);
+/* An import's buffer: foreign memory `mem` (a mem_wrap of node's backend) is its replica on
+ * node, valid there and pinned; release(arg) runs once when it goes. */
+RT_MUST_USE dev_buffer *dev_buffer_import(dev_world *w, accel_dtype dtype, size_t count,
+                                          dev_node *node, be_mem mem, void (*release)(void *),
+                                          void *arg);
 
 /* task.c */
 RT_MUST_USE dev_task *dev_task_create(dev_world *w, dev_task_kind kind, dev_node *node,

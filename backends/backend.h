@@ -144,6 +144,23 @@ typedef struct be_ops {
    * (backends/pin_cache.h), one for the process; zeros while there is none. Any thread. */
   void (*pin_stats)(pin_cache_stats *out);
 
+  /* ---- memory shared with other libraries of the process (DLPack): optional, all four NULL
+   * where the device's memory cannot be (OpenCL's cl_mem, devices in worker processes) ---- */
+  /* 0 if mem_address and mem_wrap work on dev, else ACCEL_ENOTSUP with why (a CUDA device in
+   * a context of its own: other libraries use the primary context). Never blocks; any
+   * thread. */
+  int (*mem_share)(be_device *dev, char *why, size_t why_len);
+  /* The address of mem's first byte in the process: a host pointer, or a CUdeviceptr valid in
+   * the primary context. Never blocks (the loop calls it). */
+  int (*mem_address)(be_device *dev, be_mem mem, uint64_t *out);
+  /* Foreign memory [addr, addr + bytes) of dev as a be_mem every entry takes; the backend
+   * never frees it: mem_unwrap (never mem_free) drops the be_mem alone. CUDA waits for the
+   * legacy default stream (where a DLPack producer orders its work for stream 1) before it
+   * returns. Called on the loop. mem_unwrap works on any incarnation's be_mem, dev even
+   * NULL (between incarnations). */
+  int (*mem_wrap)(be_device *dev, uint64_t addr, size_t bytes, be_mem *out);
+  void (*mem_unwrap)(be_device *dev, be_mem *mem);
+
   /* ---- events and completion ---- */
   int (*event_create)(be_device *dev, be_event **out);
   /* May be called while the work it marks is still pending, and after the device was reset
@@ -217,7 +234,7 @@ typedef struct be_ops {
 
 #define BE_BLAS_VERSION 1u
 #define BE_RNG_VERSION 1u
-#define BE_NN_VERSION 5u
+#define BE_NN_VERSION 6u
 #define BE_MODULE_VERSION 1u
 #define BE_COLL_VERSION 1u
 
@@ -252,7 +269,8 @@ typedef struct be_rng_pkg {
 typedef struct be_nn_pkg {
   uint32_t version; /* BE_NN_VERSION */
   /* The float dtypes of the nn ops on this device (unary, softmax, reduce, binary). Besides
-   * them every nn package of this version runs binary on I32 and U32 (be_binary_dtype_ok)
+   * them every nn package of this version runs binary on I32 and U32 (be_binary_dtype_ok),
+   * the logical ops (BITAND .. BITXOR) on BOOL too,
    * and where on every dtype (BOOL included), and convert between any two dtypes (F64 only
    * where `dtypes` has it): placement counts on it (actors/support.c). */
   uint32_t (*dtypes)(be_device *dev);

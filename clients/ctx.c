@@ -238,6 +238,7 @@ void client_handle_free_locked(accel_ctx *ctx, uint32_t slot) {
   e->name = NULL;
   e->module = 0;
   e->failed = 0;
+  e->exports = 0;
   if ((e->gen & 0xffffu) != 0) {
     e->next_free = ctx->free_head;
     ctx->free_head = slot;

@@ -35,6 +35,9 @@ typedef struct client_handle {
   /* A buffer whose create failed (creates are pipelined: the caller did not wait for it): its
    * error, with which every later op on it completes (client_op_settle), until destroyed. */
   int failed;
+  /* A buffer's exports not yet released (accel_buffer_export), so that a release too many is
+   * refused by the call itself, with its reason. */
+  uint32_t exports;
 } client_handle;
 
 typedef struct client_transport {
@@ -86,6 +89,11 @@ void client_ctx_free(accel_ctx *ctx);
 /* Transports' open functions: fill ctx->tp, ctx->impl, ctx->rt. */
 RT_MUST_USE int client_embedded_open(accel_ctx *ctx, const char *query);
 RT_MUST_USE int client_remote_open(accel_ctx *ctx, const char *url);
+
+/* Embedded contexts: 0 if device dev's memory can be shared with other libraries of the
+ * process (accel_buffer_export, accel_buffer_import), else ACCEL_EINVAL or ACCEL_ENOTSUP with
+ * the detail set. */
+int client_embedded_share_check(accel_ctx *ctx, accel_device dev);
 
 /* Looks up a live buffer handle: its dtype and count. ACCEL_ESTALE if it is not one of ours. */
 int client_handle_get(accel_ctx *ctx, accel_buffer h, accel_dtype *dtype, size_t *count);

@@ -11,6 +11,7 @@
 #include "backends/backend.h"
 #include "clients/ctx.h"
 #include "runtime/alloc.h"
+#include "runtime/error_detail.h"
 #include "runtime/loop.h"
 
 typedef struct embedded {
@@ -225,6 +226,25 @@ static void embedded_close(accel_ctx *ctx) {
   dev_call_pool_drain(&impl_of(ctx)->calls); /* every call has ended with the world */
   rt_free(ctx->impl);
   be_thread_marks_give_back(&marks);
+}
+
+/* Whether dev's memory can be shared with other libraries (the session checks again). A
+ * device between incarnations passes here: the op then meets its state there. */
+int client_embedded_share_check(accel_ctx *ctx, accel_device dev) {
+  dev_world *w = &impl_of(ctx)->world;
+  if (dev < 0 || dev >= w->nnodes - 1)
+    return rt_error_detail(ACCEL_EINVAL, "device %d is not one of this context's %d", dev,
+                           w->nnodes - 1);
+  const dev_node *node = &w->nodes[dev + 1];
+  char why[160] = "";
+  if (node->be->mem_share == NULL)
+    return rt_error_detail(ACCEL_ENOTSUP,
+                           "device %d (%s): the %s backend's memory cannot be shared with other "
+                           "libraries",
+                           dev, node->info.name, node->be->name);
+  be_device *d = node->dev;
+  int rc = d != NULL ? node->be->mem_share(d, why, sizeof why) : 0;
+  return rc == 0 ? 0 : rt_error_detail(rc, "device %d (%s): %s", dev, node->info.name, why);
 }
 
 const client_transport client_embedded_transport = {

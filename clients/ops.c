@@ -299,7 +299,9 @@ static int elementwise(accel_ctx *ctx, accel_device dev, uint32_t kind, be_unary
   return client_submit(ctx, call, dev, f);
 }
 
-_Static_assert((int)ACCEL_ADD == (int)BE_ADD && (int)ACCEL_MINIMUM == (int)BE_MINIMUM,
+_Static_assert((int)ACCEL_ADD == (int)BE_ADD && (int)ACCEL_MINIMUM == (int)BE_MINIMUM &&
+                   (int)ACCEL_BITWISE_AND == (int)BE_BITAND &&
+                   (int)ACCEL_BITWISE_XOR == (int)BE_BITXOR,
                "accel_binary_op is be_binary_op");
 
 static int binary(accel_ctx *ctx, accel_device dev, be_binary_op bop, accel_buffer dst, size_t rows,
@@ -325,8 +327,10 @@ static int binary(accel_ctx *ctx, accel_device dev, be_binary_op bop, accel_buff
 int accel_binary(accel_ctx *ctx, accel_device dev, accel_binary_op bop, accel_buffer dst,
                  size_t rows, size_t cols, accel_buffer a, accel_strides a_strides, accel_buffer b,
                  accel_strides b_strides, accel_future **f) {
-  if ((unsigned)bop > BE_BINARY_ARITH_LAST)
-    return rt_error_detail(ACCEL_EINVAL, "accel_binary: no op %u (add .. minimum)", (unsigned)bop);
+  if ((unsigned)bop > BE_BINARY_OP_LAST || be_binary_compares((be_binary_op)bop))
+    return rt_error_detail(ACCEL_EINVAL,
+                           "accel_binary: no op %u (add .. minimum, bitwise_and .. bitwise_xor)",
+                           (unsigned)bop);
   return binary(ctx, dev, (be_binary_op)bop, dst, rows, cols, a, a_strides, b, b_strides, f);
 }
 

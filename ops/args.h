@@ -27,7 +27,9 @@ typedef enum be_unary_op {
  * (ADD .. MINIMUM) writes the inputs' dtype: floats, and I32 and U32 wrapping as two's
  * complement does (numpy's), DIV excepted (numpy's `/` of integers gives floats). MAXIMUM and
  * MINIMUM propagate NaN (as numpy's maximum and minimum do). The comparisons (EQUAL ..
- * GREATER_EQUAL) write BOOL, 1 where true: IEEE's, so a NaN is only NOT_EQUAL to anything. */
+ * GREATER_EQUAL) write BOOL, 1 where true: IEEE's, so a NaN is only NOT_EQUAL to anything.
+ * The logical ops (BITAND .. BITXOR) take and write BOOL, I32 or U32: bitwise on the integers;
+ * on BOOL the truth of each input (any byte but 0 is true), the answer 0 or 1. */
 typedef enum be_binary_op {
   BE_ADD = 0,
   BE_SUB,
@@ -40,22 +42,34 @@ typedef enum be_binary_op {
   BE_LESS,
   BE_LESS_EQUAL,
   BE_GREATER,
-  BE_GREATER_EQUAL
+  BE_GREATER_EQUAL,
+  BE_BITAND,
+  BE_BITOR,
+  BE_BITXOR
 } be_binary_op;
 #define BE_BINARY_ARITH_LAST BE_MINIMUM
-#define BE_BINARY_OP_LAST BE_GREATER_EQUAL
+#define BE_BINARY_COMPARE_LAST BE_GREATER_EQUAL
+#define BE_BINARY_OP_LAST BE_BITXOR
 
 /* Whether op compares (its dst is BOOL). */
 static inline bool be_binary_compares(be_binary_op op) {
-  return op > BE_BINARY_ARITH_LAST && op <= BE_BINARY_OP_LAST;
+  return op > BE_BINARY_ARITH_LAST && op <= BE_BINARY_COMPARE_LAST;
+}
+
+/* Whether op is one of the logical (bitwise) ops. */
+static inline bool be_binary_logical(be_binary_op op) {
+  return op > BE_BINARY_COMPARE_LAST && op <= BE_BINARY_OP_LAST;
 }
 
 /* Whether the binary ops run on the inputs' dtype: op is known, of a dtype it takes (the
- * floats, I32 and U32; DIV the floats only). Every backend checks it before it runs one. */
+ * floats, I32 and U32; DIV the floats only; the logical ops BOOL, I32 and U32 only). Every
+ * backend checks it before it runs one. */
 static inline bool be_binary_dtype_ok(be_binary_op op, uint32_t dtype) {
   bool is_int = dtype == ACCEL_I32 || dtype == ACCEL_U32;
   bool is_float = dtype == ACCEL_F32 || dtype == ACCEL_F64 || dtype == ACCEL_F16 ||
                   dtype == ACCEL_BF16;
+  if (be_binary_logical(op))
+    return is_int || dtype == ACCEL_BOOL;
   return op <= BE_BINARY_OP_LAST && (is_float || (is_int && op != BE_DIV));
 }
 

@@ -104,6 +104,37 @@ static int shape_buffer_create(const dev_op *op) {
 #define shape_buffer_destroy shape_none
 #define check_buffer_destroy check_none
 
+/* ---- sharing memory in the process (embedded contexts only: the codec refuses them) ---- */
+
+/* The exported copy is read and written by someone else: the op reads and writes all of it. */
+#define shape_export shape_none
+static int check_export(dev_op *op, const dev_buf_info *b) {
+  if (op->u.xport.out == NULL)
+    return rt_error_detail(ACCEL_EINVAL, "export: no place for the answer");
+  set_access(op, 0, DEV_RW, 0, b[0].count);
+  return 0;
+}
+#define shape_export_end shape_none
+#define check_export_end check_none
+
+/* Foreign memory: a whole number of elements, aligned to one. */
+static int shape_import(const dev_op *op) {
+  size_t size = be_dtype_size(op->u.import.dtype);
+  uint64_t bytes = op->u.import.bytes;
+  if (size == 0)
+    return rt_error_detail(ACCEL_EINVAL, "import: no dtype %u", op->u.import.dtype);
+  if (op->u.import.address == 0 || op->u.import.address % size != 0)
+    return rt_error_detail(ACCEL_EINVAL, "import: address 0x%llx is not one of %zu-byte elements",
+                           (unsigned long long)op->u.import.address, size);
+  if (bytes == 0 || bytes % size != 0 || op->bufs[0].count != bytes / size)
+    return rt_error_detail(ACCEL_EINVAL,
+                           "import: %llu bytes are not a whole number of %zu-byte "
+                           "elements (at least one)",
+                           (unsigned long long)bytes, size);
+  return 0;
+}
+#define check_import check_none
+
 /* ---- blas ---- */
 
 static int shape_gemm(const dev_op *op) {
@@ -228,7 +259,8 @@ static bool in_step(uint64_t rows, uint64_t cols, uint64_t rs, uint64_t cs) {
   return (rows <= 1 || rs == cols) && (cols <= 1 || cs == 1);
 }
 
-/* a and b of one dtype the op takes; dst of that dtype (arithmetic) or BOOL (comparisons). */
+/* a and b of one dtype the op takes; dst of that dtype (arithmetic, logical) or BOOL
+ * (comparisons). */
 static int binary_dtypes(const be_binary_args *g, const dev_buf_info *b) {
   if (b[1].dtype != b[2].dtype)
     return rt_error_detail(ACCEL_EINVAL, "binary: a and b of different dtypes (%s and %s)",
@@ -239,9 +271,9 @@ static int binary_dtypes(const be_binary_args *g, const dev_buf_info *b) {
                            "convert to a float dtype first)",
                            dev_dtype_name(b[1].dtype));
   if (!be_binary_dtype_ok(g->op, b[1].dtype))
-    return rt_error_detail(ACCEL_EINVAL,
-                           "binary: inputs of %s (it takes f32, f64, f16, bf16, i32, u32)",
-                           dev_dtype_name(b[1].dtype));
+    return rt_error_detail(ACCEL_EINVAL, "binary: inputs of %s (%s)", dev_dtype_name(b[1].dtype),
+                           be_binary_logical(g->op) ? "the logical ops take bool, i32, u32"
+                                                    : "it takes f32, f64, f16, bf16, i32, u32");
   uint32_t want = be_binary_compares(g->op) ? ACCEL_BOOL : b[1].dtype;
   if (b[0].dtype != want)
     return rt_error_detail(ACCEL_EINVAL, "binary: dst is %s where the op writes %s",

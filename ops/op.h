@@ -137,6 +137,16 @@ typedef struct dev_op {
       uint32_t ndev;                        /* 1 .. BE_COLL_MAX_DEVICES */
       int32_t devices[BE_COLL_MAX_DEVICES]; /* distinct; bufs[i] (and bufs[ndev + i]) there */
     } coll; /* h.device: devices[0], the leader (where the op's task runs) */
+    struct {
+      struct accel_export_info *out; /* the caller's, filled by the task before it completes */
+      void *pinned; /* the session's dev_buffer while the op holds a pin on it, or NULL */
+    } xport;        /* bufs[0]; h.device: where */
+    struct {
+      uint64_t address, bytes; /* the foreign memory */
+      uint32_t dtype;
+      void (*release)(void *arg); /* called once when the buffer's memory goes */
+      void *arg;
+    } import; /* bufs[0]: the new handle, count = bytes / the dtype's size; h.device: where */
   } u;
 } dev_op;
 

@@ -19,6 +19,10 @@
  *   runs     TASK: planned into a device task, run by exec_<name>; SESSION: the session
  *            carries it out on its own tables (buffers and modules are made and dropped there).
  *
+ * EXPORT, EXPORT_END and IMPORT share memory with other libraries of the client's process
+ * (accel_buffer_export, accel_buffer_import): embedded contexts only, never on the wire (the
+ * codec refuses them).
+ *
  * Adding a kind: append its row, write its payload's codec and check, its exec case, and the
  * backends' entry points that run it. */
 #ifndef OPS_OP_TABLE_H
@@ -46,7 +50,10 @@
   X(BINARY,         binary,         "binary",         3,   ANY,   NN,         NN,   TASK)     \
   X(REDUCE,         reduce,         "reduce",         2,   FLOAT, NN,         NN,   TASK)     \
   X(WHERE,          where,          "where",          4,   ANY,   NN,         NN,   TASK)     \
-  X(CONVERT,        convert,        "convert",        2,   ANY,   NN,         NN,   TASK)
+  X(CONVERT,        convert,        "convert",        2,   ANY,   NN,         NN,   TASK)     \
+  X(EXPORT,         export,         "export",         1,   ANY,   CORE,       MEM,  TASK)     \
+  X(EXPORT_END,     export_end,     "export_end",     1,   ANY,   CORE,       MEM,  SESSION)  \
+  X(IMPORT,         import,         "import",         1,   ANY,   CORE,       MEM,  SESSION)
 /* clang-format on */
 
 #endif

@@ -204,6 +204,21 @@ static uint64_t get_buffer_create(reader *r, dev_op *op, proto_bytes *options) {
 #define put_module_unload put_none
 #define get_module_unload get_none
 
+/* Kinds that share memory inside one process: never on the wire. The client library refuses
+ * them before encoding (accel_buffer_export through acceld is ACCEL_ENOTSUP), and the decoder
+ * refuses them from a peer. */
+static uint64_t get_in_process(reader *r, dev_op *op, proto_bytes *options) {
+  r->bad = true;
+  return 0;
+}
+
+#define put_export put_none
+#define get_export get_in_process
+#define put_export_end put_none
+#define get_export_end get_in_process
+#define put_import put_none
+#define get_import get_in_process
+
 static void put_collective(proto_out *o, const dev_op *op, size_t data_len) {
   put_u32(o, op->u.coll.kind);
   put_u32(o, op->u.coll.reduce);

@@ -12,6 +12,10 @@ extern const be_ops be_cpu_ops;
 /* memory.c */
 RT_MUST_USE int be_cpu_mem_alloc(be_device *dev, size_t bytes, be_mem *out);
 void be_cpu_mem_free(be_device *dev, be_mem *mem);
+int be_cpu_mem_share(be_device *dev, char *why, size_t why_len);
+int be_cpu_mem_address(be_device *dev, be_mem mem, uint64_t *out);
+int be_cpu_mem_wrap(be_device *dev, uint64_t addr, size_t bytes, be_mem *out);
+void be_cpu_mem_unwrap(be_device *dev, be_mem *mem);
 
 /* event.c */
 RT_MUST_USE int be_cpu_event_create(be_device *dev, be_event **out);

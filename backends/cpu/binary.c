@@ -49,8 +49,8 @@
   }
 
 /* Integers: add, subtract and multiply in the unsigned type U (wrapping, as numpy's int32 and
- * uint32 do, without signed overflow), maximum and minimum in T itself; DIV is refused before
- * (be_binary_dtype_ok). */
+ * uint32 do, without signed overflow), maximum and minimum in T itself, the bitwise ops on U's
+ * bits; DIV is refused before (be_binary_dtype_ok). */
 #define INT_OPS(T, U)                                                                              \
   switch (g->op) {                                                                                 \
   case BE_ADD:                                                                                     \
@@ -67,6 +67,15 @@
     return 0;                                                                                      \
   case BE_MINIMUM:                                                                                 \
     ROWS_LOOP(T, IDENTITY, IDENTITY, x < y ? x : y);                                               \
+    return 0;                                                                                      \
+  case BE_BITAND:                                                                                  \
+    ROWS_LOOP(T, IDENTITY, IDENTITY, (T)((U)x & (U)y));                                            \
+    return 0;                                                                                      \
+  case BE_BITOR:                                                                                   \
+    ROWS_LOOP(T, IDENTITY, IDENTITY, (T)((U)x | (U)y));                                            \
+    return 0;                                                                                      \
+  case BE_BITXOR:                                                                                  \
+    ROWS_LOOP(T, IDENTITY, IDENTITY, (T)((U)x ^ (U)y));                                            \
     return 0;                                                                                      \
   default:                                                                                         \
     return ACCEL_EINVAL;                                                                           \
@@ -126,10 +135,31 @@ BINARY_FN(binary_bf16, uint16_t, float, be_bf16_to_f32, be_f32_to_bf16,
 BINARY_FN(binary_i32, int32_t, int32_t, IDENTITY, IDENTITY, INT_OPS(int32_t, uint32_t))
 BINARY_FN(binary_u32, uint32_t, uint32_t, IDENTITY, IDENTITY, INT_OPS(uint32_t, uint32_t))
 
+/* BOOL: the logical ops on each byte's truth (any byte but 0 is true), 0 or 1 out. */
+#define TRUTH(v) ((v) != 0)
+
+static int binary_bool(const be_binary_args *g, void *dst, const void *a, const void *b) {
+  typedef uint8_t float_t_;
+  switch (g->op) {
+  case BE_BITAND:
+    ROWS_LOOP(uint8_t, TRUTH, IDENTITY, (uint8_t)(x & y));
+    return 0;
+  case BE_BITOR:
+    ROWS_LOOP(uint8_t, TRUTH, IDENTITY, (uint8_t)(x | y));
+    return 0;
+  case BE_BITXOR:
+    ROWS_LOOP(uint8_t, TRUTH, IDENTITY, (uint8_t)(x ^ y));
+    return 0;
+  default:
+    return ACCEL_EINVAL;
+  }
+}
+
 int be_cpu_binary(uint32_t dtype, const be_binary_args *g, void *dst, const void *a,
                   const void *b) {
   if (!be_binary_dtype_ok(g->op, dtype))
-    return dtype == ACCEL_I32 || dtype == ACCEL_U32 ? ACCEL_EINVAL : ACCEL_ENOTSUP;
+    return dtype == ACCEL_I32 || dtype == ACCEL_U32 || dtype == ACCEL_BOOL ? ACCEL_EINVAL
+                                                                           : ACCEL_ENOTSUP;
   switch (dtype) {
   case ACCEL_F32:
     return binary_f32(g, dst, a, b);
@@ -143,6 +173,8 @@ int be_cpu_binary(uint32_t dtype, const be_binary_args *g, void *dst, const void
     return binary_i32(g, dst, a, b);
   case ACCEL_U32:
     return binary_u32(g, dst, a, b);
+  case ACCEL_BOOL:
+    return binary_bool(g, dst, a, b);
   default:
     return ACCEL_ENOTSUP;
   }

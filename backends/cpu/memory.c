@@ -57,3 +57,29 @@ void be_cpu_mem_free_all(be_device *dev) {
     free(node); /* the link is the block's first member; aligned_alloc's, as in mem_free */
   }
 }
+
+/* ---- shared with other libraries: host memory is the process's ---- */
+
+int be_cpu_mem_share(be_device *dev, char *why, size_t why_len) {
+  return dev == NULL ? ACCEL_EINVAL : 0;
+}
+
+int be_cpu_mem_address(be_device *dev, be_mem mem, uint64_t *out) {
+  if (dev == NULL || mem.handle == 0)
+    return ACCEL_EINVAL;
+  *out = mem.handle;
+  return 0;
+}
+
+/* A wrapped block has no header: its handle is the caller's pointer (the kernels take any
+ * handle as the data's address), never freed here. */
+int be_cpu_mem_wrap(be_device *dev, uint64_t addr, size_t bytes, be_mem *out) {
+  if (dev == NULL || addr == 0 || bytes == 0)
+    return ACCEL_EINVAL;
+  *out = (be_mem){.handle = addr, .bytes = bytes};
+  return 0;
+}
+
+void be_cpu_mem_unwrap(be_device *dev, be_mem *mem) {
+  *mem = (be_mem){0};
+}

@@ -10,7 +10,8 @@
  *   rng      BITS into U32; UNIFORM and NORMAL into F32, F64, F16, BF16 (philox.h).
  *   nn       sigmoid, relu, tanh, row-wise softmax and the reductions (sum, max, min, mean)
  *            in F32, F64, F16, BF16 (the `dtypes` entry); the broadcasting binary ops and
- *            comparisons in those, I32 and U32 (no DIV of integers); where in all of them
+ *            comparisons in those, I32 and U32 (no DIV of integers), the logical ops in I32,
+ *            U32 and BOOL; where in all of them
  *            and BOOL, convert between any two of those (backend.h: what every nn package of
  *            this version runs).
  * The `supports`/`dtypes` entries say exactly this; what they exclude is ACCEL_ENOTSUP from the
@@ -117,7 +118,7 @@ static int cpu_softmax(be_queue *q, uint32_t dtype, be_mem dst, size_t dst_off, 
 
 static int cpu_binary(be_queue *q, uint32_t dtype, const be_binary_args *g, be_mem dst,
                       size_t dst_off, be_mem a, size_t a_off, be_mem b, size_t b_off) {
-  if (!has(FLOATS | INTS, dtype))
+  if (!has(FLOATS | INTS | BIT(ACCEL_BOOL), dtype))
     return ACCEL_ENOTSUP;
   return be_cpu_submit_binary(q, dtype, g, dst, dst_off, a, a_off, b, b_off);
 }

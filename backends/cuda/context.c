@@ -89,6 +89,7 @@ static const char *const fn_names[BE_FN_COUNT] = {
     [BE_FN_WHERE + 2] = "be_where_u32",
     [BE_FN_WHERE + 3] = "be_where_u64",
     [BE_FN_CONVERT] = "be_convert",
+    [BE_FN_BINARY_BOOL] = "be_binary_bool",
     [BE_FN_NULL] = "be_null",
     [BE_FN_FAULT] = "be_fault",
 };

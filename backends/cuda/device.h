@@ -78,7 +78,8 @@ typedef enum be_cuda_fn {
   BE_FN_COMPARE = BE_FN_BINARY_INT + 2,        /* F32, F64, F16, BF16, I32, U32 */
   BE_FN_WHERE = BE_FN_COMPARE + 6,             /* elements of 1, 2, 4 and 8 bytes */
   BE_FN_CONVERT = BE_FN_WHERE + 4,             /* every pair of dtypes */
-  BE_FN_NULL = BE_FN_CONVERT + 1,
+  BE_FN_BINARY_BOOL = BE_FN_CONVERT + 1,       /* the logical ops on BOOL */
+  BE_FN_NULL,
   BE_FN_FAULT,
   BE_FN_COUNT
 } be_cuda_fn;
@@ -328,6 +329,11 @@ RT_MUST_USE int be_cuda_mem_alloc(be_device *dev, size_t bytes, be_mem *out);
 int be_cuda_host_register(be_device *dev, void *p, size_t bytes);
 void be_cuda_host_unregister(be_device *dev, void *p);
 void be_cuda_mem_free(be_device *dev, be_mem *mem);
+/* Memory shared with other libraries of the process (backend.h mem_share .. mem_unwrap). */
+int be_cuda_mem_share(be_device *dev, char *why, size_t why_len);
+int be_cuda_mem_address(be_device *dev, be_mem mem, uint64_t *out);
+int be_cuda_mem_wrap(be_device *dev, uint64_t addr, size_t bytes, be_mem *out);
+void be_cuda_mem_unwrap(be_device *dev, be_mem *mem);
 int be_cuda_copy_h2d(be_queue *q, be_mem dst, size_t dst_off, const void *src, size_t bytes);
 int be_cuda_copy_d2h(be_queue *q, void *dst, be_mem src, size_t src_off, size_t bytes);
 int be_cuda_copy_d2d(be_queue *q, be_mem dst, size_t dst_off, be_mem src, size_t src_off,

@@ -224,9 +224,14 @@ int be_cuda_softmax(be_queue *q, uint32_t dtype, be_mem dst, size_t dst_off, be_
 }
 
 /* The kernel of a binary op on dtype: one per float type (the op an argument), I32 and U32
- * for the integer arithmetic, a comparison per input type. ACCEL_ENOTSUP for other dtypes,
- * ACCEL_EINVAL for an op the dtype does not take (DIV of integers). */
+ * for the integer arithmetic and bitwise ops, BOOL's logical ops, a comparison per input
+ * type. ACCEL_ENOTSUP for other dtypes, ACCEL_EINVAL for an op the dtype does not take (DIV
+ * of integers, logic of floats). */
 static int binary_fn(uint32_t dtype, be_binary_op op, be_cuda_fn *fn) {
+  if (dtype == ACCEL_BOOL) {
+    *fn = BE_FN_BINARY_BOOL;
+    return be_binary_dtype_ok(op, dtype) ? 0 : ACCEL_EINVAL;
+  }
   int slot = be_cuda_slot(dtype);
   if (slot < 0)
     slot = dtype == ACCEL_I32 ? 4 : dtype == ACCEL_U32 ? 5 : -1;

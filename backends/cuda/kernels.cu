@@ -510,8 +510,12 @@ __device__ void binary(T *dst, const T *a, const T *b, int op, uint64_t rows, ui
 
 BE_PER_TYPE(BE_BINARY)
 
+/* The logical ops (be_binary_op BITAND .. BITXOR): bitwise on I32 and U32, on each byte's
+ * truth for BOOL (binary_bool). */
+enum { OP_BITAND = 12, OP_BITOR, OP_BITXOR };
+
 /* I32 and U32: add, subtract and multiply in the unsigned type U (wrapping, as numpy's), the
- * others in T; DIV never comes (kernels.c refuses it). */
+ * bitwise ops on U's bits, the others in T; DIV never comes (kernels.c refuses it). */
 template <typename T, typename U> __device__ __forceinline__ T apply_int(int op, T x, T y) {
   switch (op) {
   case OP_ADD:
@@ -522,6 +526,12 @@ template <typename T, typename U> __device__ __forceinline__ T apply_int(int op,
     return (T)((U)x * (U)y);
   case OP_MAXIMUM:
     return x > y ? x : y;
+  case OP_BITAND:
+    return (T)((U)x & (U)y);
+  case OP_BITOR:
+    return (T)((U)x | (U)y);
+  case OP_BITXOR:
+    return (T)((U)x ^ (U)y);
   default:
     return x < y ? x : y;
   }
@@ -547,6 +557,18 @@ extern "C" __global__ void be_binary_u32(uint32_t *dst, const uint32_t *a, const
                                          int op, uint64_t rows, uint64_t cols, uint64_t ars,
                                          uint64_t acs, uint64_t brs, uint64_t bcs) {
   binary_int<uint32_t, uint32_t>(dst, a, b, op, rows, cols, ars, acs, brs, bcs);
+}
+
+/* BOOL: the logical ops on each byte's truth (any byte but 0 is true), 0 or 1 out. */
+extern "C" __global__ void be_binary_bool(uint8_t *dst, const uint8_t *a, const uint8_t *b, int op,
+                                          uint64_t rows, uint64_t cols, uint64_t ars, uint64_t acs,
+                                          uint64_t brs, uint64_t bcs) {
+  uint64_t n = rows * cols, stride = (uint64_t)gridDim.x * blockDim.x;
+  for (uint64_t i = blockIdx.x * (uint64_t)blockDim.x + threadIdx.x; i < n; i += stride) {
+    uint64_t r = i / cols, c = i - r * cols;
+    unsigned x = a[r * ars + c * acs] != 0, y = b[r * brs + c * bcs] != 0;
+    dst[i] = (uint8_t)(op == OP_BITAND ? x & y : op == OP_BITOR ? x | y : x ^ y);
+  }
 }
 
 /* Comparisons (be_binary_op from EQUAL): IEEE's, so NaN is only NOT_EQUAL; a byte 0 or 1. */

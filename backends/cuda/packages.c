@@ -9,7 +9,8 @@
  *   rng           bits into U32; uniform and normal into F32, F64, F16, BF16;
  *   nn            sigmoid, relu, tanh, row-wise softmax and the reductions in F32, F64, F16,
  *                 BF16 (the `dtypes` entry); the broadcasting binary ops and comparisons in
- *                 those, I32 and U32 (no DIV of integers); where in all of them and BOOL; convert
+ *                 those, I32 and U32 (no DIV of integers), the logical ops in I32, U32 and BOOL;
+ *                 where in all of them and BOOL; convert
  * between any two of those. The `supports`/`dtypes` entries say the same. */
 #include "accel/error.h"
 #include "backends/cuda/backend_cuda.h"

@@ -57,11 +57,12 @@ typedef enum be_ocl_fn {
   BE_OCL_SQRT = BE_OCL_LOG + 4,
   BE_OCL_ABS = BE_OCL_SQRT + 4,
   BE_OCL_REDUCE = BE_OCL_ABS + 4,
-  BE_OCL_BINARY_INT = BE_OCL_REDUCE + 4,  /* I32, U32 */
-  BE_OCL_COMPARE = BE_OCL_BINARY_INT + 2, /* F32, F64, F16, BF16, I32, U32 */
-  BE_OCL_WHERE = BE_OCL_COMPARE + 6,      /* elements of 1, 2, 4 and 8 bytes */
-  BE_OCL_CONVERT = BE_OCL_WHERE + 4,      /* every pair of dtypes */
-  BE_OCL_NULL = BE_OCL_CONVERT + 1,
+  BE_OCL_BINARY_INT = BE_OCL_REDUCE + 4,   /* I32, U32 */
+  BE_OCL_COMPARE = BE_OCL_BINARY_INT + 2,  /* F32, F64, F16, BF16, I32, U32 */
+  BE_OCL_WHERE = BE_OCL_COMPARE + 6,       /* elements of 1, 2, 4 and 8 bytes */
+  BE_OCL_CONVERT = BE_OCL_WHERE + 4,       /* every pair of dtypes */
+  BE_OCL_BINARY_BOOL = BE_OCL_CONVERT + 1, /* the logical ops on BOOL */
+  BE_OCL_NULL,
   BE_OCL_FN_COUNT
 } be_ocl_fn;
 

@@ -229,9 +229,14 @@ int be_ocl_unary(be_queue *q, uint32_t dtype, be_unary_op op, be_mem dst, size_t
 }
 
 /* The kernel of a binary op on dtype: a row of four floats (the op an argument), I32 and U32
- * for the integer arithmetic, a comparison per input type. ACCEL_ENOTSUP for a dtype the
- * device lacks, ACCEL_EINVAL for an op the dtype does not take (DIV of integers). */
+ * for the integer arithmetic and bitwise ops, BOOL's logical ops, a comparison per input type.
+ * ACCEL_ENOTSUP for a dtype the device lacks, ACCEL_EINVAL for an op the dtype does not take
+ * (DIV of integers, logic of floats). */
 static int binary_fn(be_device *dev, uint32_t dtype, be_binary_op op, be_ocl_fn *out) {
+  if (dtype == ACCEL_BOOL) {
+    *out = BE_OCL_BINARY_BOOL;
+    return be_binary_dtype_ok(op, dtype) ? 0 : ACCEL_EINVAL;
+  }
   int slot = be_ocl_slot(dtype);
   if (slot < 0)
     slot = dtype == ACCEL_I32 ? 4 : dtype == ACCEL_U32 ? 5 : -1;

@@ -303,8 +303,8 @@ BINARY(be_binary_f64, double, double, LOAD_F64, STORE_F64)
 #endif
 
 /* I32 and U32 arithmetic (be_binary_op 0 add, 1 subtract, 2 multiply, 4 maximum, 5 minimum;
- * no divide): add, subtract and multiply in uint, wrapping as numpy's does, the bits taken
- * back as T; maximum and minimum in T. */
+ * no divide) and bitwise ops (12 and, 13 or, 14 xor): add, subtract, multiply and the bitwise
+ * ops in uint, wrapping as numpy's does, the bits taken back as T; maximum and minimum in T. */
 #define BINARY_INT(NAME, T, AS_T)                                                              \
   __kernel void NAME(__global T *dst, ulong dso, __global const T *a, ulong ao,                \
                      __global const T *b, ulong bo, int op, ulong rows, ulong cols, ulong ars, \
@@ -320,6 +320,9 @@ BINARY(be_binary_f64, double, double, LOAD_F64, STORE_F64)
     case 1: v = AS_T(as_uint(x) - as_uint(y)); break;                                        \
     case 2: v = AS_T(as_uint(x) * as_uint(y)); break;                                        \
     case 4: v = x > y ? x : y; break;                                                        \
+    case 12: v = AS_T(as_uint(x) & as_uint(y)); break;                                       \
+    case 13: v = AS_T(as_uint(x) | as_uint(y)); break;                                       \
+    case 14: v = AS_T(as_uint(x) ^ as_uint(y)); break;                                       \
     default: v = x < y ? x : y; break;                                                       \
     }                                                                                        \
     dst[dso + i] = v;                                                                        \
@@ -327,6 +330,20 @@ BINARY(be_binary_f64, double, double, LOAD_F64, STORE_F64)
 
 BINARY_INT(be_binary_i32, int, as_int)
 BINARY_INT(be_binary_u32, uint, as_uint)
+
+/* BOOL: the logical ops (12 and, 13 or, 14 xor) on each byte's truth (any byte but 0 is
+ * true), one byte 0 or 1 out. */
+__kernel void be_binary_bool(__global uchar *dst, ulong dso, __global const uchar *a, ulong ao,
+                             __global const uchar *b, ulong bo, int op, ulong rows, ulong cols,
+                             ulong ars, ulong acs, ulong brs, ulong bcs)
+{
+  ulong i = get_global_id(0);
+  if (i >= rows * cols)
+    return;
+  ulong r = i / cols, c = i - r * cols;
+  uint x = a[ao + r * ars + c * acs] != 0, y = b[bo + r * brs + c * bcs] != 0;
+  dst[dso + i] = (uchar)(op == 12 ? x & y : op == 13 ? x | y : x ^ y);
+}
 
 /* Comparisons (be_binary_op 6 equal .. 11 greater_equal): IEEE's (NaN only not-equal), one
  * byte 0 or 1 per element. */

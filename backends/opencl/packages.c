@@ -9,7 +9,8 @@
  *                 nearest even; no cl_khr_fp16 needed).
  *   nn            sigmoid, relu, tanh, row-wise softmax and the reductions in the same types
  *                 as rng (the `dtypes` entry); the broadcasting binary ops and comparisons in
- *                 those, I32 and U32 (no DIV of integers); where in all of them and BOOL; convert
+ *                 those, I32 and U32 (no DIV of integers), the logical ops in I32, U32 and BOOL;
+ *                 where in all of them and BOOL; convert
  * between any two of those (F64 as rng). The `supports`/`dtypes` entries say the same. */
 #include "accel/error.h"
 #include "backends/opencl/device.h"

@@ -89,6 +89,7 @@ static const char *const fn_names[BE_OCL_FN_COUNT] = {
     [BE_OCL_WHERE + 2] = "be_where_u32",
     [BE_OCL_WHERE + 3] = "be_where_u64",
     [BE_OCL_CONVERT] = "be_convert",
+    [BE_OCL_BINARY_BOOL] = "be_binary_bool",
     [BE_OCL_NULL] = "be_null",
 };
 

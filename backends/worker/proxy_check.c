@@ -69,7 +69,9 @@ int bw_check_binary(const bw_pdev *d, uint32_t dtype, const be_binary_args *g, b
   size_t esize = be_dtype_size(dtype), dsize = be_binary_compares(g->op) ? 1 : esize;
   size_t sa = be_binary_span_size(g, g->a_rs, g->a_cs);
   size_t sb = be_binary_span_size(g, g->b_rs, g->b_cs);
-  int rc = dtype == ACCEL_I32 || dtype == ACCEL_U32 ? 0 : has_dtype(d->caps.nn, dtype);
+  int rc = dtype == ACCEL_I32 || dtype == ACCEL_U32 || dtype == ACCEL_BOOL
+               ? 0
+               : has_dtype(d->caps.nn, dtype);
   if (rc == 0 &&
       (!be_binary_dtype_ok(g->op, dtype) || (g->cols != 0 && g->rows > SIZE_MAX / g->cols)))
     rc = ACCEL_EINVAL;

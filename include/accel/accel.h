@@ -173,6 +173,52 @@ ACCEL_API int accel_buffer_create(accel_ctx *ctx, accel_dtype dtype, size_t coun
  * once. */
 ACCEL_API int accel_buffer_destroy(accel_ctx *ctx, accel_buffer buf);
 
+/* ---- sharing memory with other libraries in this process (DLPack, CUDA array interface) ----
+ * Embedded contexts only: through acceld a buffer's memory lives in the daemon's process, and
+ * these calls are ACCEL_ENOTSUP (accel_last_error_detail says so). Devices whose memory can be
+ * shared: the CPU backend's (host memory) and CUDA devices in their GPU's primary context
+ * (cuda_context=primary, where PyTorch and CuPy allocate: a context of accel's own has an
+ * address space of its own, so its pointers mean nothing elsewhere); others ACCEL_ENOTSUP. */
+typedef struct accel_export_info {
+  uint64_t address;    /* element 0: a host pointer, or a CUdeviceptr of the primary context */
+  uint64_t bytes;      /* the buffer's: count x the dtype's size */
+  int32_t device_type; /* DLPack's DLDeviceType: 1 (kDLCPU) or 2 (kDLCUDA) */
+  int32_t device_id;   /* 0 for the CPU, the CUDA ordinal for a GPU */
+} accel_export_info;
+
+/* Makes `buf`'s latest data valid on device `dev` (waiting for the ops issued on it before:
+ * when the call returns they have completed, so any stream of the importer may use the
+ * memory at once), fills *out, and pins that copy: until accel_buffer_export_release, it is
+ * the buffer's only copy, never moved or freed, and every op naming the buffer runs on `dev`
+ * (ACCEL_DEVICE_ANY is placed there; another device is ACCEL_EBUSY, detail saying why), so
+ * that what the importer writes there is what accel's ops read. Exports nest on one device
+ * (each ends with a release); on another device while pinned: ACCEL_EBUSY. Destroying the
+ * buffer ends its exports: the memory goes once the ops issued before have completed, so the
+ * importer must be done with it first. Blocks the calling thread; 0, or ACCEL_EINVAL (dev not
+ * a device, out NULL), ACCEL_ESTALE, ACCEL_ENOTSUP, ACCEL_EBUSY, an error of the ops before
+ * (ACCEL_EDEVLOST, ACCEL_EDATALOST): then nothing is pinned. */
+ACCEL_API int accel_buffer_export(accel_ctx *ctx, accel_buffer buf, accel_device dev,
+                                  accel_export_info *out);
+/* Ends one export of `buf`: its copy may move and be freed again as ops need. ACCEL_EINVAL if
+ * the buffer is not exported. In order with the ops issued before; blocks until done. */
+ACCEL_API int accel_buffer_export_release(accel_ctx *ctx, accel_buffer buf);
+/* A new buffer over foreign memory [address, address + bytes) of device `dev` (a host pointer
+ * for a CPU device, a CUdeviceptr of the primary context for a CUDA one), of `dtype`, with
+ * bytes / its size elements; no copy is made. The memory must stay valid until `release`
+ * runs, and hold its data already: on CUDA, work writing it must have completed or be queued
+ * on the legacy default stream (the import waits for that stream once, as DLPack's stream 1
+ * asks). The buffer is pinned to `dev` for its life, as an export pins (its ops run there, so
+ * that both sides see each other's writes; ordering between the importer's work and accel's
+ * is the caller's). `release(arg)` (may be NULL) is called exactly once, on the context's
+ * loop thread, when the buffer is freed (after accel_buffer_destroy and the ops issued
+ * before, at the latest in accel_close) or its device is lost; it must not block nor call
+ * accel on this context. 0 with *out; else ACCEL_EINVAL (address 0 or not aligned to the
+ * dtype, bytes 0 or not a multiple of its size, a bad dtype or device), ACCEL_ENOTSUP,
+ * ACCEL_ELIMIT, and `release` is never called. Blocks the calling thread. */
+ACCEL_API int accel_buffer_import(accel_ctx *ctx, accel_device dev, uint64_t address, size_t bytes,
+                                  accel_dtype dtype, void (*release)(void *arg), void *arg,
+                                  accel_buffer *out);
+
 /* dst[offset .. offset+count) = src[0 .. count). Offset and count in elements. `src` must stay
  * valid until the future completes. */
 ACCEL_API int accel_write(accel_ctx *ctx, accel_buffer dst, size_t offset, const void *src,
@@ -270,7 +316,13 @@ typedef enum accel_binary_op {
   ACCEL_MULTIPLY,
   ACCEL_DIVIDE,
   ACCEL_MAXIMUM, /* NaN if either is NaN, as numpy's maximum */
-  ACCEL_MINIMUM  /* NaN if either is NaN */
+  ACCEL_MINIMUM, /* NaN if either is NaN */
+  /* The logical ops (numpy's &, |, ^): on ACCEL_BOOL the truth of each input (any byte but 0
+   * is true), 0 or 1 out; bitwise on I32 and U32; refused for the float dtypes. (6 .. 11 are
+   * accel_compare's.) */
+  ACCEL_BITWISE_AND = 12,
+  ACCEL_BITWISE_OR = 13,
+  ACCEL_BITWISE_XOR = 14
 } accel_binary_op;
 
 /* How accel_binary reads an input: its element (r, c) lies r * row + c * col elements from the
@@ -284,10 +336,11 @@ typedef struct accel_strides {
 /* dst[r * cols + c] = a(r, c) op b(r, c) for the rows x cols elements at dst's start. dst, a
  * and b have one dtype: F32, F64, F16, BF16 (F16 and BF16 compute in f32 and round once), I32
  * or U32 (wrapping as two's complement does, as numpy's; ACCEL_DIVIDE is refused for them:
- * numpy's `/` of integers gives floats, so convert first). dst may be a or b only where that
- * input is read with strides {cols, 1}. ACCEL_EINVAL, with accel_last_error_detail saying
- * why, if dst has fewer than rows x cols elements, an input's strides reach past its end or
- * the dtypes do not fit. */
+ * numpy's `/` of integers gives floats, so convert first), BOOL for the logical ops only
+ * (numpy's ~x is x ^ True for BOOL, x ^ all ones for the integers). dst may be a or b only where
+ * that input is read with strides {cols, 1}. ACCEL_EINVAL, with accel_last_error_detail saying why,
+ * if dst has fewer than rows x cols elements, an input's strides reach past its end or the dtypes
+ * do not fit. */
 ACCEL_API int accel_binary(accel_ctx *ctx, accel_device dev, accel_binary_op op, accel_buffer dst,
                            size_t rows, size_t cols, accel_buffer a, accel_strides a_strides,
                            accel_buffer b, accel_strides b_strides, accel_future **f);

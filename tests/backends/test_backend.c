@@ -1588,9 +1588,11 @@ static void binary_refusals(fx *f, uint32_t set) {
   CHECK_ERR(B->nn->binary(f->q, ACCEL_F32, &g, m.m, 0, m.m, 0, m.m, 0), ACCEL_EINVAL);
   g.op = BE_ADD;
   for (size_t x = 0; x < N_DTYPES; x++)
-    if (!in_set(set, all_dtypes[x]) && all_dtypes[x] != ACCEL_I32 && all_dtypes[x] != ACCEL_U32)
+    if (!in_set(set, all_dtypes[x]) && all_dtypes[x] != ACCEL_I32 && all_dtypes[x] != ACCEL_U32 &&
+        all_dtypes[x] != ACCEL_BOOL)
       CHECK_ERR(B->nn->binary(f->q, all_dtypes[x], &g, m.m, 0, m.m, 0, m.m, 0), ACCEL_ENOTSUP);
-  CHECK_ERR(B->nn->binary(f->q, ACCEL_BOOL, &g, m.m, 0, m.m, 0, m.m, 0), ACCEL_ENOTSUP);
+  /* BOOL takes the logical ops only: arithmetic is an op the dtype does not take */
+  CHECK_ERR(B->nn->binary(f->q, ACCEL_BOOL, &g, m.m, 0, m.m, 0, m.m, 0), ACCEL_EINVAL);
   tbuf_free(f, &m);
 }
 
@@ -1802,7 +1804,7 @@ static void compare_nan_edges(fx *f, uint32_t t) {
   for (size_t i = 0; i < K; i++)
     tset(t, a.host, i, v[i]);
   tbuf_put(f, &a);
-  for (be_binary_op op = BE_EQUAL; op <= BE_BINARY_OP_LAST; op++) {
+  for (be_binary_op op = BE_EQUAL; op <= BE_BINARY_COMPARE_LAST; op++) {
     be_binary_args g = {.op = op, .rows = K, .cols = K, .a_rs = 1, .a_cs = 0, .b_rs = 0, .b_cs = 1};
     CHECK_OK(B->nn->binary(f->q, t, &g, d.m, 0, a.m, 0, a.m, 0)); /* a column against a row */
     uint8_t *got = tbuf_read(f, &d);
@@ -1843,7 +1845,7 @@ static void kernel_compare_dev(void) {
     printf("    equal .. greater_equal %s\n", dt_name(t));
     if (t != ACCEL_I32 && t != ACCEL_U32)
       compare_nan_edges(&f, t);
-    for (be_binary_op op = BE_EQUAL; op <= BE_BINARY_OP_LAST; op++) {
+    for (be_binary_op op = BE_EQUAL; op <= BE_BINARY_COMPARE_LAST; op++) {
       compare_case(&f, t, op, B_FULL, B_FULL);
       compare_case(&f, t, op, B_FULL, B_SCALAR);
       compare_case(&f, t, op, B_ROW, B_COLUMN);
@@ -1855,6 +1857,114 @@ static void kernel_compare_dev(void) {
 
 TEST(kernel_compare) {
   each_device(kernel_compare_dev);
+}
+
+/* ---- logical ops: BOOL (on each byte's truth), I32 and U32 (bitwise) ---- */
+
+static const char *const logical_name[] = {"bitwise_and", "bitwise_or", "bitwise_xor"};
+
+/* Random elements; BOOL bytes 0, 1 and others (true too), a third each. */
+static tbuf tbuf_logic(fx *f, uint32_t t, size_t len) {
+  tbuf b = tbuf_bits(f, t, len, false);
+  for (size_t i = 0; t == ACCEL_BOOL && i < len; i++) {
+    uint64_t r = rnd64();
+    b.host[i] = r % 3 == 0 ? 0 : r % 3 == 1 ? 1 : (uint8_t)((r >> 8) | 2);
+  }
+  return b;
+}
+
+/* The reference in 64-bit integers: BOOL's truth values, the integers' 32 bits. */
+static uint64_t logical_ref(be_binary_op op, uint64_t x, uint64_t y) {
+  return op == BE_BITAND ? (x & y) : op == BE_BITOR ? (x | y) : (x ^ y);
+}
+
+static uint64_t logic_get(uint32_t t, const uint8_t *p, size_t i, bool truth) {
+  if (t == ACCEL_BOOL)
+    return truth ? p[i] != 0 : p[i];
+  return (uint32_t)iget(t, p, i);
+}
+
+static void logical_case(fx *f, uint32_t t, be_binary_op op, bcast ha, bcast hb, bool in_place) {
+  uint64_t rows = rnd_range(1, 70), cols = rnd_range(1, 90);
+  be_binary_args g = {.op = op, .rows = rows, .cols = cols};
+  size_t la, lb, ao = rnd_range(0, 7), bo = rnd_range(0, 7), n = rows * cols;
+  strides_of(ha, rows, cols, &g.a_rs, &g.a_cs, &la);
+  strides_of(hb, rows, cols, &g.b_rs, &g.b_cs, &lb);
+  tbuf a = tbuf_logic(f, t, ao + la + 3), b = tbuf_logic(f, t, bo + lb + 3);
+  size_t dof = in_place ? ao : rnd_range(0, 7);
+  tbuf dst = in_place ? a : tbuf_logic(f, t, dof + n + 3);
+  tbuf_put(f, &a);
+  tbuf_put(f, &b);
+  if (!in_place)
+    tbuf_put(f, &dst);
+  CHECK_OK(B->nn->binary(f->q, t, &g, dst.m, dof, a.m, ao, b.m, bo));
+  uint8_t *got = tbuf_read(f, &dst);
+  for (uint64_t r = 0; r < rows; r++)
+    for (uint64_t c = 0; c < cols; c++) {
+      uint64_t x = logic_get(t, a.host, ao + r * g.a_rs + c * g.a_cs, true);
+      uint64_t y = logic_get(t, b.host, bo + r * g.b_rs + c * g.b_cs, true);
+      uint64_t want = logical_ref(op, x, y), have = logic_get(t, got, dof + r * cols + c, false);
+      if (have != want)
+        TEST_FAIL("%s %s[%llu, %llu]: %llu, %llu gave %llu, want %llu", dt_name(t),
+                  logical_name[op - BE_BITAND], (unsigned long long)r, (unsigned long long)c,
+                  (unsigned long long)x, (unsigned long long)y, (unsigned long long)have,
+                  (unsigned long long)want);
+    }
+  tcheck_outside(got, &dst, dof, n);
+  free(got);
+  tbuf_free(f, &b);
+  tbuf_free(f, &a);
+  if (!in_place)
+    tbuf_free(f, &dst);
+}
+
+/* Floats take no logical op, BOOL no arithmetic nor comparison: refused, nothing written; the
+ * bytes of dst at the limit and one past. */
+static void logical_refusals(fx *f) {
+  tbuf m = tbuf_bits(f, ACCEL_F32, 64, false), d = tbuf_logic(f, ACCEL_BOOL, 20);
+  tbuf_put(f, &m);
+  tbuf_put(f, &d);
+  be_binary_args g = {.op = BE_BITAND, .rows = 4, .cols = 4, .a_rs = 4, .a_cs = 1};
+  CHECK_ERR(B->nn->binary(f->q, ACCEL_F32, &g, m.m, 0, m.m, 16, m.m, 32), ACCEL_EINVAL);
+  g.op = BE_ADD;
+  CHECK_ERR(B->nn->binary(f->q, ACCEL_BOOL, &g, d.m, 0, d.m, 0, d.m, 0), ACCEL_EINVAL);
+  g.op = BE_LESS;
+  CHECK_ERR(B->nn->binary(f->q, ACCEL_BOOL, &g, d.m, 0, d.m, 0, d.m, 0), ACCEL_EINVAL);
+  g = (be_binary_args){.op = BE_BITXOR, .rows = 4, .cols = 4, .a_rs = 0, .a_cs = 0};
+  CHECK_ERR(B->nn->binary(f->q, ACCEL_BOOL, &g, d.m, 5, d.m, 0, d.m, 0), ACCEL_EINVAL);
+  CHECK_OK(B->nn->binary(f->q, ACCEL_BOOL, &g, d.m, 4, d.m, 0, d.m, 1)); /* 4 + 16 = 20 */
+  uint8_t *got = tbuf_read(f, &d);
+  uint8_t want = (uint8_t)((d.host[0] != 0) ^ (d.host[1] != 0));
+  for (size_t i = 4; i < 20; i++)
+    d.host[i] = want;
+  tcheck_outside(got, &d, 0, 0);
+  free(got);
+  uint8_t *floats = tbuf_read(f, &m);
+  tcheck_outside(floats, &m, 0, 0);
+  free(floats);
+  tbuf_free(f, &d);
+  tbuf_free(f, &m);
+}
+
+static void kernel_logical_dev(void) {
+  fx f = fx_open();
+  static const uint32_t types[] = {ACCEL_BOOL, ACCEL_I32, ACCEL_U32};
+  logical_refusals(&f);
+  for (int k = 0; k < 3; k++) {
+    printf("    bitwise_and, bitwise_or, bitwise_xor %s\n", dt_name(types[k]));
+    for (be_binary_op op = BE_BITAND; op <= BE_BITXOR; op++) {
+      logical_case(&f, types[k], op, B_FULL, B_FULL, false);
+      logical_case(&f, types[k], op, B_FULL, B_SCALAR, false);
+      logical_case(&f, types[k], op, B_ROW, B_COLUMN, false);
+      logical_case(&f, types[k], op, B_TRANSPOSED, B_FULL, false);
+      logical_case(&f, types[k], op, B_FULL, B_ROW, true);
+    }
+  }
+  fx_close(&f);
+}
+
+TEST(kernel_logical) {
+  each_device(kernel_logical_dev);
 }
 
 /* dst = cond ? a : b with every input read its own way (dst is a when in_place), bit for bit;
@@ -2930,6 +3040,7 @@ static const test_case tests[] = {
     TEST_CASE(kernel_binary),
     TEST_CASE(kernel_binary_int),
     TEST_CASE(kernel_compare),
+    TEST_CASE(kernel_logical),
     TEST_CASE(kernel_where),
     TEST_CASE(kernel_convert),
     TEST_CASE(kernel_reduce),

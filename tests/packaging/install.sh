@@ -106,6 +106,8 @@ elif [ -z "$init" ]; then
   bad "no accel/__init__.py (the Python package) installed"
 else
   site=$(dirname "$(dirname "$init")")
+  # PEP 561: the marker that tells type checkers to read the package's annotations
+  [ -f "$site/accel/py.typed" ] && ok "accel/py.typed installed" || bad "no accel/py.typed"
   # Where the prefix has a directory on the interpreter's own path (/usr/local on Debian),
   # the package goes there: `import accel` then needs no PYTHONPATH.
   prefix=$(meson introspect --buildoptions "$build" |
@@ -137,6 +139,8 @@ elif "$python" -m pip --version >/dev/null 2>&1; then
       'import accel, numpy; c = accel.open("embedded:?backends=cpu"); a = c.asarray(numpy.ones(3)); print(accel.dot(a, a).result()); c.close()' 2>&1)
     [ "$v" = "3.0" ] && ok "pip install clients/python: dot = $v" ||
       bad "pip install clients/python, then using it: $v"
+    [ -f "$dest/pip/accel/py.typed" ] && ok "pip install clients/python: py.typed" ||
+      bad "pip install clients/python: no accel/py.typed"
   else
     echo "$out"; bad "pip install clients/python"
   fi

@@ -830,9 +830,13 @@ TEST(convert_round_trips) {
 }
 
 TEST(op_head_enums_at_the_limit_and_one_past) {
-  dev_op op = convert_of(); /* the last kind */
-  CHECK_EQ(op.h.kind, DEV_OP_KIND_COUNT_ - 1);
+  dev_op op = convert_of(); /* the last kind that travels */
   CHECK_OK(op_decodes(&op));
+  CHECK_EQ(DEV_OP_IMPORT, DEV_OP_KIND_COUNT_ - 1); /* after it, kinds of one process only */
+  for (uint32_t k = DEV_OP_EXPORT; k <= DEV_OP_IMPORT; k++) {
+    dev_op local = op_of(k, 1);
+    CHECK_ERR(op_decodes(&local), ACCEL_EPROTO);
+  }
   op.h.kind = DEV_OP_KIND_COUNT_;
   CHECK_ERR(op_decodes(&op), ACCEL_EPROTO);
   op.h.kind = 0;

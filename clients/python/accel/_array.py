@@ -25,6 +25,13 @@ class _Buffer:
               "accel_buffer_create")
         self.ctx, self.handle, self.code, self.count = ctx, out.value, code, count
 
+    @classmethod
+    def wrap(cls, ctx, handle, code, count):
+        """One over a handle made otherwise (accel_buffer_import)."""
+        self = cls.__new__(cls)
+        self.ctx, self.handle, self.code, self.count = ctx, handle, code, count
+        return self
+
     def __del__(self):
         ctx = getattr(self, "ctx", None)
         if ctx is not None and ctx._c and _lib.lib is not None:
@@ -254,6 +261,39 @@ class Array:
         got = self.numpy()
         return got if dtype is None else got.astype(dtype, copy=False)
 
+    # ---- sharing memory with other libraries (in-process contexts; see _dlpack.py) ----------
+
+    def __dlpack__(self, *, stream: "int | None" = None,
+                   max_version: "tuple[int, int] | None" = None,
+                   dl_device: "tuple[int, int] | None" = None,
+                   copy: "bool | None" = None) -> object:
+        """A DLPack capsule over this array's memory, without a copy (numpy.from_dlpack,
+        torch.from_dlpack, cupy.from_dlpack take it): on the array's device (its `device`,
+        else the first CPU device; `dl_device` picks another), with accel's work on the buffer
+        done before it returns (any consumer stream may use it at once). Until the consumer
+        lets go, the buffer's copy there is pinned: accel's ops on it run on that device and
+        see the consumer's writes. BufferError where memory cannot be shared (through acceld,
+        on an OpenCL device, on a CUDA device outside the primary context)."""
+        from . import _dlpack
+
+        return _dlpack.dlpack(self, stream, max_version, dl_device, copy)
+
+    def __dlpack_device__(self) -> "tuple[int, int]":
+        """(DLPack device type, id) that __dlpack__() gives: (1, 0) for host memory, (2,
+        CUDA ordinal) for a CUDA device."""
+        from . import _dlpack
+
+        return _dlpack.dlpack_device(self)
+
+    @property
+    def __cuda_array_interface__(self) -> dict:
+        """Version 3 of Numba's CUDA array interface for an array on a CUDA device (in the
+        primary context), for CuPy, Numba and PyTorch: the buffer stays pinned on that device
+        as long as it lives (the interface has no release). AttributeError elsewhere."""
+        from . import _dlpack
+
+        return _dlpack.cuda_array_interface(self)
+
     # ---- operators: element-wise on the device, numpy's broadcasting of scalars, rows and
     # columns; the result is an Array at once (the op runs in order with the others) ----
 
@@ -301,6 +341,32 @@ class Array:
         if isinstance(other, Array):
             return other
         return self.ctx.asarray(np.asarray(other, dtype=self.dtype), device=self.device)
+
+    # & | ^ ~ on bool arrays (logical) and int32/uint32 ones (bitwise), on the device
+    def __and__(self, other: object) -> "Array":
+        return self._op("bitwise_and", other)
+
+    def __rand__(self, other: object) -> "Array":
+        return self._op("bitwise_and", other, True)
+
+    def __or__(self, other: object) -> "Array":
+        return self._op("bitwise_or", other)
+
+    def __ror__(self, other: object) -> "Array":
+        return self._op("bitwise_or", other, True)
+
+    def __xor__(self, other: object) -> "Array":
+        return self._op("bitwise_xor", other)
+
+    def __rxor__(self, other: object) -> "Array":
+        return self._op("bitwise_xor", other, True)
+
+    def __invert__(self) -> "Array":
+        from . import _ops
+
+        fut = _ops.invert(self)
+        fut.output._made_by = fut
+        return fut.output
 
     def __neg__(self):
         return self._op("multiply", -1.0)

@@ -233,6 +233,12 @@ class Context:
         a.write(x).result()
         return a
 
+    def from_dlpack(self, x, device=None, copy=None):
+        """accel.from_dlpack(x, ctx=self, device=device, copy=copy)."""
+        from . import _dlpack
+
+        return _dlpack.from_dlpack(self, x, device, copy)
+
     def host_empty(self, shape, dtype=np.float32):
         """A numpy array in accel's host memory (accel_host_alloc). Through acceld's local
         socket it is shared with the daemon: reads into it and writes from it copy nothing

@@ -53,6 +53,15 @@ device_t = ctypes.c_int32
 DEVICE_ANY = -1
 
 
+class ExportInfo(ctypes.Structure):  # accel_export_info
+    _fields_ = [
+        ("address", ctypes.c_uint64),
+        ("bytes", ctypes.c_uint64),
+        ("device_type", ctypes.c_int32),
+        ("device_id", ctypes.c_int32),
+    ]
+
+
 class DeviceInfo(ctypes.Structure):
     _fields_ = [
         ("name", ctypes.c_char * 96),
@@ -213,6 +222,13 @@ _PROTOTYPES = {
         _int,
         [ctx_p, device_t, handle, ctypes.POINTER(LaunchDims), ctypes.POINTER(Arg), _size,
          _fut_out],
+    ),
+    "accel_buffer_export": (_int, [ctx_p, handle, device_t, ctypes.POINTER(ExportInfo)]),
+    "accel_buffer_export_release": (_int, [ctx_p, handle]),
+    "accel_buffer_import": (
+        _int,
+        [ctx_p, device_t, _u64, _size, _int, ctypes.c_void_p, ctypes.c_void_p,
+         ctypes.POINTER(handle)],
     ),
     "accel_finish": (_int, [ctx_p, ctypes.c_int64]),
     "accel_inject_fault": (_int, [ctx_p, device_t]),

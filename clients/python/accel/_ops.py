@@ -239,7 +239,9 @@ def random_fill(out, dist, *, seed, offset=0, mean=0.0, stddev=1.0, device=None)
 
 # ---- element-wise of two operands, broadcast as numpy does -------------------------------
 
-_BINARY = {"add": 0, "subtract": 1, "multiply": 2, "divide": 3, "maximum": 4, "minimum": 5}
+_BINARY = {"add": 0, "subtract": 1, "multiply": 2, "divide": 3, "maximum": 4, "minimum": 5,
+           "bitwise_and": 12, "bitwise_or": 13, "bitwise_xor": 14}
+_LOGICAL = frozenset(("bitwise_and", "bitwise_or", "bitwise_xor"))
 
 
 def _operand(x, like):
@@ -318,6 +320,9 @@ def _view(shape):
 
 def _binary(name, a, b, out, device):
     a, b = _pair(name, a, b)
+    if name in _LOGICAL and a._code not in _dtypes.INTEGERS | {_dtypes.BOOL}:
+        raise TypeError(f"{name} of {a.accel_dtype} arrays: numpy's bitwise ops take bool and "
+                        "integers only")
     ctx = _same_ctx(a, b, *([out] if out is not None else []))
     shape = np.broadcast_shapes(a.shape, b.shape)
     rows, cols = _view(shape)
@@ -362,6 +367,37 @@ def maximum(a, b, out=None, *, device=None):
 def minimum(a, b, out=None, *, device=None):
     """out = the smaller of a and b, NaN where either is NaN, as add()."""
     return _binary("minimum", a, b, out, device)
+
+
+def bitwise_and(a: object, b: object, out: "Array | None" = None, *,
+                device: "int | None" = None) -> Future:
+    """out = a & b element-wise, broadcast as add(): bool arrays (logical and: numpy's &), or
+    int32 and uint32 (bitwise); floats are a TypeError, as numpy's. Future of out."""
+    return _binary("bitwise_and", a, b, out, device)
+
+
+def bitwise_or(a: object, b: object, out: "Array | None" = None, *,
+               device: "int | None" = None) -> Future:
+    """out = a | b, as bitwise_and()."""
+    return _binary("bitwise_or", a, b, out, device)
+
+
+def bitwise_xor(a: object, b: object, out: "Array | None" = None, *,
+                device: "int | None" = None) -> Future:
+    """out = a ^ b, as bitwise_and()."""
+    return _binary("bitwise_xor", a, b, out, device)
+
+
+def invert(x: Array, out: "Array | None" = None, *, device: "int | None" = None) -> Future:
+    """out = ~x (numpy's invert): logical not of a bool array, every bit flipped of an int32
+    or uint32 one; on the device, as x ^ True (x ^ all ones). Future of out."""
+    if not isinstance(x, Array):
+        raise TypeError("invert: x must be an accel Array")
+    ones = {_dtypes.BOOL: True, _dtypes.I32: -1, _dtypes.U32: 0xFFFFFFFF}.get(x._code)
+    if ones is None:
+        raise TypeError(f"invert of a {x.accel_dtype} array: numpy's ~ takes bool and integers "
+                        "only")
+    return _binary("bitwise_xor", x, ones, out, device)
 
 
 # ---- comparisons (bool results) and where -------------------------------------------------
