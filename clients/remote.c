@@ -262,6 +262,18 @@ static int link_send(remote *r, const uint8_t *bytes, size_t len, uint64_t id, i
   return rc;
 }
 
+/* A large write through a link that gathers: its bytes are copied once, into the link's
+ * message, rather than into the encoded frame first. */
+#define GATHER_MIN (64u << 10)
+
+static int link_send_gather(remote *r, const uint8_t *head, size_t head_len, proto_bytes tail,
+                            uint64_t id) {
+  sender_enter(r);
+  int rc = r->link->send_gather(r, head, head_len, tail.data, tail.len, id);
+  sender_leave(r);
+  return rc;
+}
+
 static int send_op_frame(accel_ctx *ctx, dev_call *call);
 
 /* The whole send holds the remote, not only the link's part: after the link returns, the
@@ -296,18 +308,21 @@ static int send_op_frame(accel_ctx *ctx, dev_call *call) {
   proto_out o;
   proto_out_init(&o);
   uint64_t id = pending_put(r, p); /* from here on p may be finished by the receiver */
+  bool gather = data.len >= GATHER_MIN && r->link->send_gather != NULL;
   if (op->h.kind == DEV_OP_MODULE_LOAD && op->u.module.len > r->welcome.limits.max_message)
     rc = ACCEL_ELIMIT; /* a module's code goes in one frame: refused before it is copied */
+  else if (gather)
+    rc = proto_encode_write_head(&o, id, op, data.len);
   else
     rc = shm ? proto_encode_op_shm(&o, id, op, ref) : proto_encode_op(&o, id, op, data);
-  if (rc == 0 && o.len > r->welcome.limits.max_message)
+  if (rc == 0 && o.len + (gather ? data.len : 0) > r->welcome.limits.max_message)
     rc = ACCEL_ELIMIT; /* larger than the daemon takes in one frame */
   pthread_mutex_lock(&r->mu);
   if (rc == 0 && r->dead)
     rc = ACCEL_ECLOSED;
   pthread_mutex_unlock(&r->mu);
   if (rc == 0)
-    rc = link_send(r, o.data, o.len, id, -1);
+    rc = gather ? link_send_gather(r, o.data, o.len, data, id) : link_send(r, o.data, o.len, id, -1);
   proto_out_free(&o);
   if (rc != 0 && pending_take(r, id) == p) {
     if (shm)

@@ -32,6 +32,9 @@ typedef struct remote_link {
   /* Stops receiving and frees the link's state; no callback of the link runs afterwards.
    * Never blocks for long, whatever the daemon does. */
   void (*close)(accel_ctx *ctx);
+  /* Sends one frame in two parts, head then tail, as one (NULL: the caller joins them). */
+  int (*send_gather)(remote *r, const uint8_t *head, size_t head_len, const uint8_t *tail,
+                     size_t tail_len, uint64_t id);
   /* Sends frames with a descriptor attached to their first byte (NULL: the link cannot). */
   int (*send_fd)(remote *r, const uint8_t *bytes, size_t len, int fd);
   uint32_t caps; /* PROTO_CAP_* this link asks for in HELLO */

@@ -32,6 +32,7 @@
 
 #define NNG_CLOSE_WAIT_MS 2000
 #define NNG_BATCH_MAX (4u << 20) /* bytes of small frames gathered behind the one in flight */
+#define NNG_LARGE (64u << 10)     /* a frame this large ends its message (sealed) */
 
 typedef struct nng_link {
   accel_ctx *ctx;
@@ -49,6 +50,7 @@ typedef struct nng_link {
   nng_msg *next;       /* frames waiting for the message in flight to leave */
   bool busy;           /* tx holds a message */
   bool ended;          /* closing or a send failed: nothing is sent any more */
+  bool sealed;         /* next ends with a large frame: nothing more joins it */
   bool ack_owed;       /* ack_count goes in the next message */
   uint32_t ack_count, acked;
 } nng_link;
@@ -143,8 +145,9 @@ static void on_sent(void *arg) {
   } else {
     m = l->next;
     l->next = NULL;
-    if (l->ack_owed)
+    if (l->ack_owed && !l->sealed) /* else it goes alone after this one */
       add_ack(l, &m);
+    l->sealed = false;
   }
   m = take_send(l, m);
   pthread_cond_broadcast(&l->room);
@@ -161,13 +164,29 @@ static void on_sent(void *arg) {
 static bool fits(nng_link *l, remote *r, size_t len) {
   if (l->next == NULL)
     return true;
+  if (l->sealed)
+    return false;
   size_t have = nng_msg_len(l->next), cap = atomic_load(&r->max_body);
   cap = cap < NNG_BATCH_MAX ? cap : NNG_BATCH_MAX;
   return have + len <= cap;
 }
 
-static int nng_link_send(remote *r, const uint8_t *bytes, size_t len, uint64_t id) {
+/* Appends head and tail to m: all or nothing. */
+static int append_parts(nng_msg *m, const uint8_t *head, size_t head_len, const uint8_t *tail,
+                        size_t tail_len) {
+  if (nng_msg_append(m, head, head_len) != 0)
+    return ACCEL_ENOMEM;
+  if (tail_len > 0 && nng_msg_append(m, tail, tail_len) != 0) {
+    nng_msg_chop(m, head_len); /* cannot fail: head_len bytes were just appended */
+    return ACCEL_ENOMEM;
+  }
+  return 0;
+}
+
+static int nng_link_send_gather(remote *r, const uint8_t *head, size_t head_len,
+                                const uint8_t *tail, size_t tail_len, uint64_t id) {
   nng_link *l = link_of(r);
+  size_t len = head_len + tail_len;
   nng_msg *now = NULL;
   int rc = 0;
   pthread_mutex_lock(&l->smu);
@@ -175,26 +194,32 @@ static int nng_link_send(remote *r, const uint8_t *bytes, size_t len, uint64_t i
     pthread_cond_wait(&l->room, &l->smu);
   if (l->ended) {
     rc = ACCEL_ECLOSED;
-  } else if (!l->busy) { /* nothing in flight: it leaves at once */
-    nng_msg *m = msg_new(id, 0);
-    if (m == NULL || nng_msg_append(m, bytes, len) != 0) {
+  } else if (!l->busy) { /* nothing in flight: it leaves at once (after an ack owed) */
+    nng_msg *m = msg_new(id, len);
+    if (m != NULL && l->ack_owed)
+      add_ack(l, &m);
+    if (m == NULL || append_parts(m, head, head_len, tail, tail_len) != 0) {
       if (m)
         nng_msg_free(m);
       rc = ACCEL_ENOMEM;
     } else {
-      if (l->ack_owed)
-        add_ack(l, &m);
       now = take_send(l, m);
     }
   } else {
     if (l->next == NULL)
       l->next = msg_new(id, len < 65536 ? 65536 : len);
-    if (l->next == NULL || nng_msg_append(l->next, bytes, len) != 0)
-      rc = ACCEL_ENOMEM; /* an append that fails leaves the message as it was */
+    if (l->next == NULL || append_parts(l->next, head, head_len, tail, tail_len) != 0)
+      rc = ACCEL_ENOMEM; /* the message is left as it was */
+    else
+      l->sealed = len >= NNG_LARGE; /* the daemon takes the last frame without a copy */
   }
   pthread_mutex_unlock(&l->smu);
   launch(l, now);
   return rc;
+}
+
+static int nng_link_send(remote *r, const uint8_t *bytes, size_t len, uint64_t id) {
+  return nng_link_send_gather(r, bytes, len, NULL, 0, id);
 }
 
 /* The daemon keeps at most PROTO_ACK_WINDOW messages unacknowledged (beyond that nng would
@@ -360,6 +385,7 @@ static void nng_link_close(accel_ctx *ctx) {
 const remote_link remote_nng_link = {
     .open = nng_link_open,
     .send = nng_link_send,
+    .send_gather = nng_link_send_gather,
     .close = nng_link_close,
     .caps = PROTO_CAP_BATCH | PROTO_CAP_ACK,
     .credit = true,
