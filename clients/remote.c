@@ -322,7 +322,8 @@ static int send_op_frame(accel_ctx *ctx, dev_call *call) {
     rc = ACCEL_ECLOSED;
   pthread_mutex_unlock(&r->mu);
   if (rc == 0)
-    rc = gather ? link_send_gather(r, o.data, o.len, data, id) : link_send(r, o.data, o.len, id, -1);
+    rc = gather ? link_send_gather(r, o.data, o.len, data, id)
+                : link_send(r, o.data, o.len, id, -1);
   proto_out_free(&o);
   if (rc != 0 && pending_take(r, id) == p) {
     if (shm)

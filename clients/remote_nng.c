@@ -32,7 +32,7 @@
 
 #define NNG_CLOSE_WAIT_MS 2000
 #define NNG_BATCH_MAX (4u << 20) /* bytes of small frames gathered behind the one in flight */
-#define NNG_LARGE (64u << 10)     /* a frame this large ends its message (sealed) */
+#define NNG_LARGE (64u << 10)    /* a frame this large ends its message (sealed) */
 
 typedef struct nng_link {
   accel_ctx *ctx;

@@ -121,11 +121,19 @@ TEST(a_sender_waiting_for_room_is_released_when_the_daemon_dies) {
   td_cleanup(&d);
 }
 
-/* WRITE frames of `bytes` each (24 header + 32 op head + 32 buffer + 8 payload + data): with
- * max_message = 64 KiB, `per` of them gathered while the daemon is stopped. */
+/* WRITE frames of `data` bytes each (24 header + 32 op head + 32 buffer + 8 payload + data),
+ * with max_message = 64 KiB, issued while the daemon is stopped for 300 ms: 32 MiB in all,
+ * more than loopback's socket buffers hold, so they wait in the client and are gathered (the
+ * sender waits too once the next message is full, until the daemon goes on). */
 #define MAX_MESSAGE 65536
 #define WRITE_FRAME(data) (96 + (data))
-#define WRITES 64
+#define WRITES 2048
+
+static void *continue_later(void *arg) {
+  test_sleep_ms(300);
+  td_signal(arg, SIGCONT);
+  return NULL;
+}
 
 static void gathered_writes(size_t data) {
   td_daemon d;
@@ -134,24 +142,25 @@ static void gathered_writes(size_t data) {
   accel_ctx *ctx = NULL;
   CHECK_OK(accel_open(&ctx, url));
   size_t n = data / 4;
-  accel_buffer b[WRITES];
+  accel_buffer b;
   uint32_t *src = malloc(WRITES * n * 4), *dst = calloc(WRITES * n, 4);
   CHECK(src != NULL && dst != NULL);
   for (size_t i = 0; i < WRITES * n; i++)
     src[i] = (uint32_t)(i * 2654435761u) | 1u;
-  for (int i = 0; i < WRITES; i++)
-    CHECK_OK(accel_buffer_create(ctx, ACCEL_U32, n, &b[i]));
+  CHECK_OK(accel_buffer_create(ctx, ACCEL_U32, WRITES * n, &b));
   CHECK_OK(accel_finish(ctx, -1));
-  td_signal(&d, SIGSTOP); /* the writes gather behind the messages in flight */
-  accel_future *f[WRITES];
-  for (int i = 0; i < WRITES; i++)
-    CHECK_OK(accel_write(ctx, b[i], 0, src + (size_t)i * n, n, &f[i]));
-  td_signal(&d, SIGCONT);
+  td_signal(&d, SIGSTOP);
+  pthread_t t;
+  CHECK_EQ(pthread_create(&t, NULL, continue_later, &d), 0);
+  static accel_future *f[WRITES];
+  for (size_t i = 0; i < WRITES; i++)
+    CHECK_OK(accel_write(ctx, b, i * n, src + i * n, n, &f[i]));
+  pthread_join(t, NULL);
   for (int i = 0; i < WRITES; i++) {
     CHECK_OK(accel_future_wait(f[i], -1)); /* a message over the limit: ECLOSED */
     accel_future_release(f[i]);
-    CHECK_OK(accel_read(ctx, b[i], 0, dst + (size_t)i * n, n, NULL));
   }
+  CHECK_OK(accel_read(ctx, b, 0, dst, WRITES * n, NULL)); /* in chunks */
   CHECK_OK(accel_finish(ctx, -1));
   CHECK(memcmp(src, dst, WRITES * n * 4) == 0);
   accel_close(ctx);
