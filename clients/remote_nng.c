@@ -38,7 +38,7 @@ typedef struct nng_link {
   accel_ctx *ctx;
   nng_socket sock;
   nng_aio *rx, *tx;
-  uint32_t received;   /* messages received (receiver) */
+  uint32_t received;   /* messages received (under smu) */
   atomic_bool closing; /* set before the context goes: callbacks do nothing */
   pthread_mutex_t mu;  /* guards refs and closed (the closer thread) */
   pthread_cond_t cv;
