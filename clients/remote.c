@@ -50,10 +50,17 @@ static uint64_t pending_put(remote *r, pending *p) {
   return id;
 }
 
+/* Where a sender that found max_in_flight ops unanswered goes on: a quarter of the window
+ * lower, so that it then sends a burst (gathered into few messages) rather than one op per
+ * answer, each after a wake-up. */
+static uint32_t room_low(uint32_t max) {
+  return max - 1 - max / 4;
+}
+
 /* An op's place in the count (op_room took it) is given back. Under mu. */
 static void op_out(remote *r) {
   r->ops_out--;
-  if (r->link->credit)
+  if (r->link->credit && r->ops_out == room_low(r->welcome.limits.max_in_flight))
     pthread_cond_broadcast(&r->room);
 }
 
@@ -78,13 +85,14 @@ static pending *pending_take(remote *r, uint64_t id) {
 }
 
 /* Takes a place for one more op, which it keeps until its pending entry leaves the table
- * (or op_room_return). With link->credit, waits while max_in_flight ops are unanswered. 0, or
- * ACCEL_ECLOSED once the connection is gone. */
+ * (or op_room_return). With link->credit, when max_in_flight ops are unanswered it waits
+ * until only room_low are. 0, or ACCEL_ECLOSED once the connection is gone. */
 static int op_room(remote *r) {
   pthread_mutex_lock(&r->mu);
   uint32_t max = r->welcome.limits.max_in_flight;
-  while (r->link->credit && max > 0 && r->ops_out >= max && !r->dead)
-    pthread_cond_wait(&r->room, &r->mu);
+  if (r->link->credit && max > 0 && r->ops_out >= max)
+    while (r->ops_out > room_low(max) && !r->dead)
+      pthread_cond_wait(&r->room, &r->mu);
   int rc = r->dead ? ACCEL_ECLOSED : 0;
   r->ops_out += rc == 0;
   pthread_mutex_unlock(&r->mu);
