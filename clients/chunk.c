@@ -18,9 +18,10 @@
  * per queued op, which relays to the caller's), on the context's runtime loop; they never
  * send, they only count and wake the sender. Sends are kept off the loop (accel_post): a send
  * may wait for an answer (the local link attaches a shared-memory staging region first,
- * which would be ACCEL_EDEADLK there), and over nng a send waits while the connection
- * carries the previous message (raw req0 has no send queue); if the daemon dies just then it
- * waits until the socket is closed in accel_close(), after accel_finish(). The completions
+ * which would be ACCEL_EDEADLK there), and over nng a send waits while the link's next
+ * message is full or max_in_flight ops are unanswered (remote_nng.c, remote.c op_room); if
+ * the daemon dies just then it waits until the link notices or is closed in accel_close(),
+ * after accel_finish(). The completions
  * that fail everything with ACCEL_ECLOSED must run meanwhile, so the thread that may be stuck
  * is one that accel_finish does not wait for; after a send it touches only its gate.
  *

@@ -50,16 +50,59 @@ static uint64_t pending_put(remote *r, pending *p) {
   return id;
 }
 
+/* Where a sender that found max_in_flight ops unanswered goes on: a quarter of the window
+ * lower, so that it then sends a burst (gathered into few messages) rather than one op per
+ * answer, each after a wake-up. */
+static uint32_t room_low(uint32_t max) {
+  return max - 1 - max / 4;
+}
+
+/* An op's place in the count (op_room took it) is given back. Under mu. */
+static void op_out(remote *r) {
+  r->ops_out--;
+  if (r->link->credit && r->ops_out == room_low(r->welcome.limits.max_in_flight))
+    pthread_cond_broadcast(&r->room);
+}
+
+/* p leaves the table. Under mu. */
+static void pending_out(remote *r, pending *p) {
+  if (p->kind == PENDING_OP)
+    op_out(r);
+}
+
 static pending *pending_take(remote *r, uint64_t id) {
   pthread_mutex_lock(&r->mu);
   pending **link = &r->table[id % REMOTE_BUCKETS];
   while (*link && (*link)->id != id)
     link = &(*link)->next;
   pending *p = *link;
-  if (p)
+  if (p) {
     *link = p->next;
+    pending_out(r, p);
+  }
   pthread_mutex_unlock(&r->mu);
   return p;
+}
+
+/* Takes a place for one more op, which it keeps until its pending entry leaves the table
+ * (or op_room_return). With link->credit, when max_in_flight ops are unanswered it waits
+ * until only room_low are. 0, or ACCEL_ECLOSED once the connection is gone. */
+static int op_room(remote *r) {
+  pthread_mutex_lock(&r->mu);
+  uint32_t max = r->welcome.limits.max_in_flight;
+  if (r->link->credit && max > 0 && r->ops_out >= max)
+    while (r->ops_out > room_low(max) && !r->dead)
+      pthread_cond_wait(&r->room, &r->mu);
+  int rc = r->dead ? ACCEL_ECLOSED : 0;
+  r->ops_out += rc == 0;
+  pthread_mutex_unlock(&r->mu);
+  return rc;
+}
+
+static void op_room_return(remote *r) {
+  pthread_mutex_lock(&r->mu);
+  op_out(r);
+  pthread_mutex_unlock(&r->mu);
 }
 
 /* ---- completing ---- */
@@ -124,13 +167,16 @@ void remote_on_lost(accel_ctx *ctx) {
   int why = atomic_load(&r->conn_error);
   pthread_mutex_lock(&r->mu);
   r->dead = true;
+  pthread_cond_broadcast(&r->room);
   pthread_mutex_unlock(&r->mu);
   for (uint32_t b = 0; b < REMOTE_BUCKETS; b++) {
     for (;;) {
       pthread_mutex_lock(&r->mu);
       pending *p = r->table[b];
-      if (p)
+      if (p) {
         r->table[b] = p->next;
+        pending_out(r, p);
+      }
       pthread_mutex_unlock(&r->mu);
       if (p == NULL)
         break;
@@ -224,6 +270,18 @@ static int link_send(remote *r, const uint8_t *bytes, size_t len, uint64_t id, i
   return rc;
 }
 
+/* A large write through a link that gathers: its bytes are copied once, into the link's
+ * message, rather than into the encoded frame first. */
+#define GATHER_MIN (64u << 10)
+
+static int link_send_gather(remote *r, const uint8_t *head, size_t head_len, proto_bytes tail,
+                            uint64_t id) {
+  sender_enter(r);
+  int rc = r->link->send_gather(r, head, head_len, tail.data, tail.len, id);
+  sender_leave(r);
+  return rc;
+}
+
 static int send_op_frame(accel_ctx *ctx, dev_call *call);
 
 /* The whole send holds the remote, not only the link's part: after the link returns, the
@@ -239,9 +297,14 @@ static int remote_send(accel_ctx *ctx, dev_call *call) {
 static int send_op_frame(accel_ctx *ctx, dev_call *call) {
   remote *r = remote_of(ctx);
   dev_op *op = &call->op;
+  int rc = op_room(r);
+  if (rc != 0)
+    return rc;
   pending *p = rt_calloc(1, sizeof *p);
-  if (p == NULL)
+  if (p == NULL) {
+    op_room_return(r);
     return ACCEL_ENOMEM;
+  }
   p->kind = PENDING_OP;
   p->call = call;
   proto_shm_ref ref;
@@ -253,19 +316,22 @@ static int send_op_frame(accel_ctx *ctx, dev_call *call) {
   proto_out o;
   proto_out_init(&o);
   uint64_t id = pending_put(r, p); /* from here on p may be finished by the receiver */
-  int rc;
+  bool gather = data.len >= GATHER_MIN && r->link->send_gather != NULL;
   if (op->h.kind == DEV_OP_MODULE_LOAD && op->u.module.len > r->welcome.limits.max_message)
     rc = ACCEL_ELIMIT; /* a module's code goes in one frame: refused before it is copied */
+  else if (gather)
+    rc = proto_encode_write_head(&o, id, op, data.len);
   else
     rc = shm ? proto_encode_op_shm(&o, id, op, ref) : proto_encode_op(&o, id, op, data);
-  if (rc == 0 && o.len > r->welcome.limits.max_message)
+  if (rc == 0 && o.len + (gather ? data.len : 0) > r->welcome.limits.max_message)
     rc = ACCEL_ELIMIT; /* larger than the daemon takes in one frame */
   pthread_mutex_lock(&r->mu);
   if (rc == 0 && r->dead)
     rc = ACCEL_ECLOSED;
   pthread_mutex_unlock(&r->mu);
   if (rc == 0)
-    rc = link_send(r, o.data, o.len, id, -1);
+    rc = gather ? link_send_gather(r, o.data, o.len, data, id)
+                : link_send(r, o.data, o.len, id, -1);
   proto_out_free(&o);
   if (rc != 0 && pending_take(r, id) == p) {
     if (shm)
@@ -381,6 +447,10 @@ static int hello(accel_ctx *ctx, const char *name) {
 static void remote_free(accel_ctx *ctx) {
   remote *r = remote_of(ctx);
   r->link->close(ctx);
+  pthread_mutex_lock(&r->mu);
+  r->dead = true; /* a sender waiting for room gives up */
+  pthread_cond_broadcast(&r->room);
+  pthread_mutex_unlock(&r->mu);
   if (!senders_gone(r)) { /* a send still blocked in the link: leak rather than free under it */
     accel_log(ACCEL_LOG_WARN, "libaccel", "a send did not return after close: abandoned");
     return;
@@ -391,6 +461,7 @@ static void remote_free(accel_ctx *ctx) {
   pthread_mutex_destroy(&r->mu);
   pthread_mutex_destroy(&r->send_mu);
   pthread_cond_destroy(&r->idle);
+  pthread_cond_destroy(&r->room);
   rt_free(r);
 }
 
@@ -452,6 +523,11 @@ static int remote_open(accel_ctx *ctx, const char *url, const char *name) {
     rt_free(r);
     return ACCEL_ENOMEM;
   }
+  if (pthread_cond_init(&r->room, NULL) != 0) {
+    pthread_cond_destroy(&r->idle);
+    rt_free(r);
+    return ACCEL_ENOMEM;
+  }
   pthread_mutex_init(&r->mu, NULL);
   pthread_mutex_init(&r->send_mu, NULL);
   pthread_mutex_init(&r->shm_mu, NULL);
@@ -459,6 +535,7 @@ static int remote_open(accel_ctx *ctx, const char *url, const char *name) {
   if (rc != 0) {
     pthread_mutex_destroy(&r->shm_mu);
     pthread_cond_destroy(&r->idle);
+    pthread_cond_destroy(&r->room);
     pthread_mutex_destroy(&r->mu);
     pthread_mutex_destroy(&r->send_mu);
     rt_free(r);

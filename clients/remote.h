@@ -32,17 +32,26 @@ typedef struct remote_link {
   /* Stops receiving and frees the link's state; no callback of the link runs afterwards.
    * Never blocks for long, whatever the daemon does. */
   void (*close)(accel_ctx *ctx);
+  /* Sends one frame in two parts, head then tail, as one (NULL: the caller joins them). */
+  int (*send_gather)(remote *r, const uint8_t *head, size_t head_len, const uint8_t *tail,
+                     size_t tail_len, uint64_t id);
   /* Sends frames with a descriptor attached to their first byte (NULL: the link cannot). */
   int (*send_fd)(remote *r, const uint8_t *bytes, size_t len, int fd);
   uint32_t caps; /* PROTO_CAP_* this link asks for in HELLO */
   bool shm;      /* the shared-memory data plane (remote_shm.c) */
+  /* The daemon cannot stop reading this link (nng): past WELCOME's max_in_flight it would
+   * refuse ops (ACCEL_EBUSY), so a sender waits while that many ops are unanswered. A local
+   * stream is paused by the daemon instead, and its sender waits in the socket. */
+  bool credit;
 } remote_link;
 
 struct remote {
   const remote_link *link;
-  pthread_mutex_t mu;  /* guards the table, next_id, dead, senders */
+  pthread_mutex_t mu;  /* guards the table, next_id, dead, senders, ops_out */
   pthread_cond_t idle; /* senders reached 0 */
   uint32_t senders;    /* threads inside a send: remote_free waits for them */
+  pthread_cond_t room; /* ops_out went down, or the connection died (link->credit) */
+  uint32_t ops_out;    /* ops in the table: sent (or being sent), not yet answered */
   pending *table[REMOTE_BUCKETS];
   uint64_t next_id;
   bool dead;

@@ -452,6 +452,22 @@ int proto_encode_op(proto_out *o, uint64_t request_id, const dev_op *op, proto_b
   return proto_finish_frame(o, at);
 }
 
+int proto_encode_write_head(proto_out *o, uint64_t request_id, const dev_op *op,
+                            uint64_t data_len) {
+  if (op->nbufs > DEV_OP_MAX_BUFS || op->h.kind != DEV_OP_WRITE)
+    return ACCEL_EINVAL;
+  size_t at = proto_begin_frame(o, PROTO_OP, request_id);
+  put_op_head(o, op, 0);
+  put_payload(o, op, data_len);
+  int rc = proto_finish_frame(o, at);
+  uint64_t body = o->len - at - PROTO_HEADER_SIZE + data_len;
+  if (rc == 0 && body > UINT32_MAX)
+    return ACCEL_ELIMIT;
+  for (int i = 0; rc == 0 && i < 4; i++)
+    o->data[at + 12 + i] = (uint8_t)(body >> (8 * i));
+  return rc;
+}
+
 int proto_encode_op_shm(proto_out *o, uint64_t request_id, const dev_op *op, proto_shm_ref ref) {
   bool write = op->h.kind == DEV_OP_WRITE;
   if (op->nbufs > DEV_OP_MAX_BUFS || (!write && op->h.kind != DEV_OP_READ))

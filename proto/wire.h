@@ -137,6 +137,10 @@ RT_MUST_USE int proto_encode_welcome(proto_out *o, uint64_t request_id, const pr
  * more than BE_LAUNCH_MAX_ARGS arguments is ACCEL_EINVAL. */
 RT_MUST_USE int proto_encode_op(proto_out *o, uint64_t request_id, const dev_op *op,
                                 proto_bytes data);
+/* A WRITE's frame without its bytes: what proto_encode_op appends before them, its header
+ * counting data_len more, which the caller sends right after (a gathered send, one copy less). */
+RT_MUST_USE int proto_encode_write_head(proto_out *o, uint64_t request_id, const dev_op *op,
+                                        uint64_t data_len);
 RT_MUST_USE int proto_encode_control(proto_out *o, uint64_t request_id, const proto_control_req *c);
 RT_MUST_USE int proto_encode_reply(proto_out *o, uint64_t request_id, int32_t status,
                                    proto_bytes data);

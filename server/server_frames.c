@@ -374,14 +374,21 @@ static void one_frame(srv_server *s, srv_conn *c, nng_msg *m) {
 }
 
 /* A client with PROTO_CAP_BATCH may send several frames in one message: each becomes a
- * message of its own (with the same routing header), as if sent alone. Bytes after the last
- * whole frame are one more (bad) frame. */
+ * message of its own (with the same routing header), as if sent alone. The last one keeps the
+ * message itself (its front trimmed, nothing copied): a client puts a large frame (a write's
+ * chunk) last, so its bytes are not copied here. Bytes after the last whole frame are one
+ * more (bad) frame. */
 static void split_frames(srv_server *s, srv_conn *c, nng_msg *m) {
-  const uint8_t *p = nng_msg_body(m);
-  size_t len = nng_msg_len(m);
-  while (len > 0 && !c->refused) {
-    size_t n = proto_next_frame(p, len);
-    n = n ? n : len;
+  size_t at = 0, len = nng_msg_len(m);
+  while (at < len && !c->refused) {
+    const uint8_t *p = (const uint8_t *)nng_msg_body(m) + at;
+    size_t n = proto_next_frame(p, len - at);
+    n = n ? n : len - at;
+    if (at + n == len) {
+      nng_msg_trim(m, at); /* cannot fail: at < len */
+      one_frame(s, c, m);
+      return;
+    }
     nng_msg *f;
     if (nng_msg_alloc(&f, n) != 0)
       break; /* out of memory: the rest is lost, as a dropped message would be */
@@ -391,8 +398,7 @@ static void split_frames(srv_server *s, srv_conn *c, nng_msg *m) {
       break;
     }
     one_frame(s, c, f);
-    p += n;
-    len -= n;
+    at += n;
   }
   nng_msg_free(m);
 }

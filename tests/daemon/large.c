@@ -353,10 +353,10 @@ TEST(daemon_death_mid_stream_tcp) {
   death_mid_stream_tries(true, SMALL_CONFIG, (size_t)test_scaled(64l << 20, 4l << 20), 20, false);
 }
 
-/* As above with the sender blocked in nng_sendmsg when the daemon dies: nng holds that send
- * until accel_close closes the socket; remote_free() then waits for the sender to leave
- * before freeing (it crashed about 2 runs in 3 before it did). The queued ops fail without
- * the sender (chunk.c's flush). */
+/* As above with the sender blocked in the nng link (waiting for room behind 16 MiB chunks)
+ * when the daemon dies: it is released when the link hears the pipe go, or by accel_close;
+ * remote_free() waits for the sender to leave before freeing (it crashed about 2 runs in 3
+ * before it did). The queued ops fail without the sender (chunk.c's flush). */
 TEST(daemon_death_with_a_stuck_nng_send) {
   death_mid_stream_tries(true, "", (size_t)test_scaled(256l << 20, 16l << 20), 3, true);
 }
