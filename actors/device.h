@@ -36,6 +36,8 @@ void dev_overflow_fail(dev_node *node);
 
 /* Enqueues the task's work on queue q (no waiting, no completion handling). */
 int dev_exec(dev_task *t, be_queue *q);
+/* What accel_buffer_export answers for b's replica on node (exec.c). */
+int dev_export_info(dev_node *node, dev_buffer *b, struct accel_export_info *out);
 
 /* support.c: the kernel actor (package) of an op kind; what a device runs (read at its first
  * open, on the loop; a device that never opened may run anything); 0 if the node runs op (on

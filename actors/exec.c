@@ -252,19 +252,22 @@ static int exec_reduce(dev_task *t, be_queue *q) {
 /* The exported copy is valid here now (planned as a read and write of all of it): its
  * address goes to the caller, who reads it once the task completes, after the ops before it.
  * Nothing is queued. */
-static int exec_export(dev_task *t, be_queue *q) {
-  dev_node *node = t->node;
+int dev_export_info(dev_node *node, dev_buffer *b, accel_export_info *out) {
   uint64_t addr = 0;
-  int rc = node->be->mem_address ? node->be->mem_address(node->dev, mem_on(t, 0), &addr)
+  int rc = node->be->mem_address ? node->be->mem_address(node->dev, b->rep[node->index].mem, &addr)
                                  : ACCEL_ENOTSUP;
   if (rc != 0)
     return rc;
   bool cuda = strcmp(node->be->name, "cuda") == 0;
-  *t->call->op.u.xport.out = (accel_export_info){.address = addr,
-                                                 .bytes = t->buf[0]->bytes,
-                                                 .device_type = cuda ? 2 : 1,
-                                                 .device_id = cuda ? node->backend_index : 0};
+  *out = (accel_export_info){.address = addr,
+                             .bytes = b->bytes,
+                             .device_type = cuda ? 2 : 1,
+                             .device_id = cuda ? node->backend_index : 0};
   return 0;
+}
+
+static int exec_export(dev_task *t, be_queue *q) {
+  return dev_export_info(t->node, t->buf[0], t->call->op.u.xport.out);
 }
 
 /* The kinds a device task runs (op_table.h's TASK rows); the session carries out the others. */

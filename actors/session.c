@@ -415,6 +415,22 @@ static int export_end(session_state *s, uint64_t handle) {
   return 0;
 }
 
+/* An export of a buffer whose copy on node is valid and that no task uses now (no writer, no
+ * reader in flight) needs no device work: answered here, without a round trip through the
+ * device's queue (a CUDA host callback alone costs tens of microseconds). The importer may
+ * write: the copy becomes the only valid one, as the task's planning would make it. */
+static bool export_now(dev_world *w, dev_op *op, dev_buffer *b, dev_node *node) {
+  dev_replica *r = &b->rep[node->index];
+  if (b->last_writer != NULL || b->nreaders != 0 || r->state == DEV_INVALID || !r->allocated ||
+      b->lost || dev_export_info(node, b, op->u.xport.out) != 0)
+    return false;
+  for (int i = 0; i < w->nnodes; i++)
+    b->rep[i].state = DEV_INVALID;
+  r->state = DEV_OWNER;
+  op->u.xport.now = true;
+  return true;
+}
+
 /* A buffer over the importer's memory on the op's device. Nothing of it is kept on failure
  * (the importer's release never runs then). */
 static int import_buffer(session_state *s, const dev_op *op) {
@@ -609,8 +625,11 @@ static int run_op(session_state *s, dev_call *call) {
   rc = op->h.kind == DEV_OP_EXPORT ? share_check(node) : dev_node_supports(node, op, bufs);
   if (rc == 0)
     rc = check_pins(w, op, bufs, node);
-  if (rc == 0 && op->h.kind == DEV_OP_EXPORT)
+  if (rc == 0 && op->h.kind == DEV_OP_EXPORT) {
     export_pin(op, bufs[0], node); /* undone as the op finishes if it fails */
+    if (export_now(w, op, bufs[0], node))
+      return 0;
+  }
   return rc != 0 ? rc : plan_or_allocate(s, call, bufs, node);
 }
 
@@ -628,7 +647,7 @@ static void handle_op(session_state *s, dev_call *call) {
                                                                            : run_op(s, call);
   bool finished_now = rc != 0 || kind == DEV_OP_BUFFER_CREATE || kind == DEV_OP_BUFFER_DESTROY ||
                       kind == DEV_OP_MODULE_UNLOAD || kind == DEV_OP_IMPORT ||
-                      kind == DEV_OP_EXPORT_END;
+                      kind == DEV_OP_EXPORT_END || (kind == DEV_OP_EXPORT && call->op.u.xport.now);
   if (finished_now)
     dev_op_finished(s->args->world, call, rc);
 }

@@ -140,6 +140,7 @@ typedef struct dev_op {
     struct {
       struct accel_export_info *out; /* the caller's, filled by the task before it completes */
       void *pinned; /* the session's dev_buffer while the op holds a pin on it, or NULL */
+      bool now;     /* answered by the session without a task (session.c export_now) */
     } xport;        /* bufs[0]; h.device: where */
     struct {
       uint64_t address, bytes; /* the foreign memory */
