@@ -192,6 +192,14 @@ class Context:
             out.append(_device_from(i, info))
         return out
 
+    def _backends(self):
+        """Each device's backend name, by accel's index: read once per context (a context's
+        devices are fixed when it opens) for the paths that must stay cheap (DLPack)."""
+        cached = self.__dict__.get("_backend_names")
+        if cached is None:
+            cached = self._backend_names = tuple(d.backend for d in self.devices)
+        return cached
+
     def _device_index(self, device):
         """accel's index of `device` (a Device or an int), checked against this context's
         devices: a wrong one fails here, where the array is made, not at its first op."""

@@ -103,24 +103,24 @@ def _capsule_dtor(cap):
 def _cuda_ordinal(ctx, index):
     """The CUDA ordinal of accel's device `index` (its place among the context's CUDA
     devices, which accel opens in the driver's order)."""
-    return [d.index for d in ctx.devices if d.backend == "cuda"].index(index)
+    return [i for i, b in enumerate(ctx._backends()) if b == "cuda"].index(index)
 
 
 def _device_for(arr, dl_device=None):
     """accel's device an export of arr goes to: the one dl_device names, else the array's,
     else the first CPU device (host memory)."""
-    devices = arr.ctx.devices
+    backends = arr.ctx._backends()
     if dl_device is not None:
         kind, ordinal = int(dl_device[0]), int(dl_device[1])
         want = {CPU: "cpu", CUDA: "cuda"}.get(kind)
-        of_kind = [d.index for d in devices if d.backend == want]
+        of_kind = [i for i, b in enumerate(backends) if b == want]
         if want is None or not 0 <= ordinal < len(of_kind) or (kind == CPU and ordinal):
             raise BufferError(f"dl_device {tuple(dl_device)}: no such accel device (it shares "
                               "memory of CPU and CUDA devices)")
         return of_kind[ordinal]
     if arr.device is not None:
         return arr.device
-    cpus = [d.index for d in devices if d.backend == "cpu"]
+    cpus = [i for i, b in enumerate(backends) if b == "cpu"]
     if not cpus:
         raise BufferError("no CPU device in this context to share host memory from")
     return cpus[0]
@@ -128,7 +128,7 @@ def _device_for(arr, dl_device=None):
 
 def dlpack_device(arr):
     index = _device_for(arr)
-    backend = arr.ctx.devices[index].backend
+    backend = arr.ctx._backends()[index]
     if backend == "cuda":
         return (CUDA, _cuda_ordinal(arr.ctx, index))
     if backend == "cpu":
@@ -184,7 +184,7 @@ def cuda_array_interface(arr):
     """Array.__cuda_array_interface__ (version 3): the array pinned on its CUDA device for as
     long as its buffer lives (the interface has no release)."""
     index = arr.device
-    if index is None or arr.ctx.devices[index].backend != "cuda":
+    if index is None or arr.ctx._backends()[index] != "cuda":
         raise AttributeError("__cuda_array_interface__: the array is not on a CUDA device "
                              "(arr.to(cuda_device) first)")
     buf = arr._buf
@@ -228,7 +228,7 @@ def from_dlpack(ctx, x, device=None, copy=None):
     kind, ordinal = x.__dlpack_device__()
     kind, ordinal = int(kind), int(ordinal)
     backend = {CPU: "cpu", CUDA: "cuda"}.get(kind)
-    of_kind = [d.index for d in ctx.devices if d.backend == backend]
+    of_kind = [i for i, b in enumerate(ctx._backends()) if b == backend]
     if backend is None or not 0 <= ordinal < len(of_kind):
         raise BufferError(f"from_dlpack: memory of DLPack device ({kind}, {ordinal}) has no "
                           "accel device here (CPU and CUDA devices share memory)")
