@@ -17,6 +17,7 @@
  * rate over CAF's.
  * Usage: bench-savina [--quick] [--caf PATH] [--only PROGRAM] */
 #include <math.h>
+#include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -603,6 +604,47 @@ static void compare(const char *name, const char *unit, program p, uint64_t targ
   printf("| %-10s | %12.0f | %12.0f | %5.2f | %s |\n", name, a, b, a / b, unit);
 }
 
+/* ---- trapezoid's floor: the same slices on plain threads ---- */
+
+typedef struct trap_thread {
+  pthread_t t;
+  uint64_t n;      /* all pieces */
+  int first, step; /* the slices this thread computes: first, first + step, ... */
+  double area;
+} trap_thread;
+
+static void *trap_thread_main(void *arg) {
+  trap_thread *tt = arg;
+  uint64_t per = tt->n / TRAP_WORKERS;
+  double step = (TRAP_RIGHT - TRAP_LEFT) / (double)tt->n;
+  for (int i = tt->first; i < TRAP_WORKERS; i += tt->step) {
+    uint64_t first = (uint64_t)i * per;
+    uint64_t pieces = i == TRAP_WORKERS - 1 ? tt->n - first : per;
+    tt->area += slice_area(TRAP_LEFT + (double)first * step, step, pieces);
+  }
+  return NULL;
+}
+
+/* The 100 slices dealt round-robin to `threads` plain threads; pieces per second. */
+static double trap_threads_once(uint64_t n, int threads) {
+  trap_thread tt[256];
+  uint64_t t0 = now_ns();
+  for (int i = 0; i < threads; i++) {
+    tt[i] = (trap_thread){.n = n, .first = i, .step = threads};
+    if (pthread_create(&tt[i].t, NULL, trap_thread_main, &tt[i]) != 0)
+      die("pthread_create", ACCEL_ESYS);
+  }
+  double area = 0;
+  for (int i = 0; i < threads; i++) {
+    pthread_join(tt[i].t, NULL);
+    area += tt[i].area;
+  }
+  double s = (double)(now_ns() - t0) * 1e-9;
+  if (area == 0)
+    die("trapezoid threads: no area", ACCEL_EIO);
+  return (double)n / s;
+}
+
 /* --loops N without --caf: N loops against one, alternating. */
 static void compare_loops(const char *name, const char *unit, program p, uint64_t target,
                           int reps) {
@@ -613,6 +655,19 @@ static void compare_loops(const char *name, const char *unit, program p, uint64_
   }
   double a = median(many, reps), b = median(one, reps);
   printf("| %-10s | %12.0f | %12.0f | %5.2f | %s |\n", name, a, b, a / b, unit);
+  if (p != TRAPEZOID)
+    return;
+  /* The hardware's own scaling, in the same run: the slices on N plain threads and on one. */
+  int n = atoi(loops_arg);
+  double raw[9], raw1[9];
+  for (int i = 0; i < reps; i++) {
+    raw1[i] = trap_threads_once(target, 1);
+    raw[i] = trap_threads_once(target, n > 256 ? 256 : n);
+  }
+  double r = median(raw, reps), r1 = median(raw1, reps);
+  printf("# trapezoid on plain threads: %d threads %.0f /s, 1 thread %.0f /s (%.2fx); "
+         "accel %d loops / %d threads %.2f, speed-up over 1 thread %.2fx\n",
+         n, r, r1, r / r1, n, n, a / r, a / r1);
 }
 
 /* ---- against CAF: the same programs in tests/bench/caf/savina_caf.cpp ---- */
