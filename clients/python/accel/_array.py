@@ -9,7 +9,7 @@ ops read in place (matmul as gemm's transpose flag); see Array.T.
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, SupportsFloat, cast
 
 import numpy as np
 import numpy.typing as npt
@@ -29,19 +29,19 @@ class _Buffer:
     """Owns one accel buffer handle; destroys it when collected (accel frees it once the ops
     issued on it have completed)."""
 
+    cai: Any  # set once __cuda_array_interface__ exported it (_dlpack.py)
+
     def __init__(self, ctx: Context, code: int, count: int) -> None:
         out = _lib.handle()
         check(_lib.lib.accel_buffer_create(ctx._live(), code, count, out),
               "accel_buffer_create")
         self.ctx, self.handle, self.code, self.count = ctx, int(out.value), code, count
-        self.cai: Any = None  # the export of __cuda_array_interface__, once made (_dlpack.py)
 
     @classmethod
     def wrap(cls, ctx: Context, handle: int, code: int, count: int) -> _Buffer:
         """One over a handle made otherwise (accel_buffer_import)."""
         self = cls.__new__(cls)
         self.ctx, self.handle, self.code, self.count = ctx, handle, code, count
-        self.cai = None
         return self
 
     def __del__(self) -> None:
@@ -75,7 +75,8 @@ class Array:
                  _buffer: _Buffer | None = None,
                  _strides: tuple[int, int] | None = None) -> None:
         dims = _shape_of(shape)
-        self._made_by: Future[Any] | None = None  # the Future of the op an operator made this array with
+        # the Future of the op an operator made this array with
+        self._made_by: Future[Any] | None = None
         # None: row-major and contiguous from the buffer's start; else a 2-D view, element
         # (r, c) at r * _strides[0] + c * _strides[1] elements (accel_strides)
         self._strides = _strides
@@ -478,7 +479,7 @@ class Array:
                                    cf), "accel_write")
         return Future(cf, "accel_write", keep=(src, self._buf), output=self)
 
-    def fill(self, value: float) -> Future[Array]:
+    def fill(self, value: SupportsFloat) -> Future[Array]:
         """Future of setting every element to `value` (converted as accel_fill does)."""
         cf = _lib.future_p()
         check(_lib.lib.accel_fill(self.ctx._live(), self._dev(None), self.handle,

@@ -11,7 +11,7 @@ import os
 import threading
 import weakref
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any, SupportsFloat, cast
 
 import numpy as np
 import numpy.typing as npt
@@ -94,7 +94,8 @@ class Context:
         self._host_blocks: weakref.WeakValueDictionary[int, _HostBlock] = \
             weakref.WeakValueDictionary()
         self._lock = threading.Lock()
-        self._finishing: _wait.FinishJob | None = None  # a _wait.FinishJob left running (Ctrl-C, timeout), or None
+        # a _wait.FinishJob left running (Ctrl-C, timeout), or None
+        self._finishing: _wait.FinishJob | None = None
         self._pid = os.getpid()
         _open_contexts.add(self)
 
@@ -228,7 +229,7 @@ class Context:
         return Array(self, shape, dtype, self._device_index(device) if device is not None
                      else None)
 
-    def full(self, shape: Shape, value: float, dtype: DType = np.float32,
+    def full(self, shape: Shape, value: SupportsFloat, dtype: DType = np.float32,
              device: DeviceLike = None) -> Array:
         """A new array with every element `value` (waits for the fill)."""
         a = self.empty(shape, dtype, device)
@@ -281,8 +282,8 @@ class Context:
         return _ops.random_fill(self.empty(shape, dtype, device), "uniform", seed=seed,
                                 offset=offset)
 
-    def normal(self, shape: Shape, *, seed: int, offset: int = 0, mean: float = 0.0,
-               stddev: float = 1.0, dtype: DType = np.float32,
+    def normal(self, shape: Shape, *, seed: int, offset: int = 0, mean: SupportsFloat = 0.0,
+               stddev: SupportsFloat = 1.0, dtype: DType = np.float32,
                device: DeviceLike = None) -> Future[Array]:
         """Future of a new array of normal numbers (Box-Muller; offset even)."""
         return _ops.random_fill(self.empty(shape, dtype, device), "normal", seed=seed,

@@ -86,7 +86,8 @@ _capsule_rename = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.py_object, ctypes.c_cha
 
 # ---- export -------------------------------------------------------------------------------
 
-_exports: dict[int, tuple[Any, ...]] = {}  # address of a managed tensor we made -> what it keeps alive
+# address of a managed tensor we made -> what it keeps alive
+_exports: dict[int, tuple[Any, ...]] = {}
 
 
 @ctypes.CFUNCTYPE(None, ctypes.c_void_p)

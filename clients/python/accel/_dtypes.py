@@ -6,7 +6,7 @@ bool_: one byte, 0 or 1 (what comparisons give and where() takes).
 """
 from __future__ import annotations
 
-from typing import Any, cast
+from typing import cast
 
 import numpy as np
 import numpy.typing as npt
@@ -17,14 +17,15 @@ F32, U32, F64, F16, BF16, I32, BOOL = 1, 2, 3, 4, 5, 6, 7
 
 bfloat16: str = "bfloat16"  # pass as dtype= for BF16 buffers
 
-_NAMES: dict[int, str] = {F32: "float32", U32: "uint32", F64: "float64", F16: "float16", BF16: "bfloat16",
-          I32: "int32", BOOL: "bool"}
-_STORAGE: dict[int, NumpyDType] = {F32: np.dtype(np.float32), U32: np.dtype(np.uint32), F64: np.dtype(np.float64),
-            F16: np.dtype(np.float16), BF16: np.dtype(np.uint16), I32: np.dtype(np.int32),
-            BOOL: np.dtype(np.bool_)}
-_FROM_NUMPY: dict[NumpyDType, int] = {np.dtype(np.float32): F32, np.dtype(np.uint32): U32,
-               np.dtype(np.float64): F64, np.dtype(np.float16): F16,
-               np.dtype(np.int32): I32, np.dtype(np.bool_): BOOL}
+_NAMES: dict[int, str] = {F32: "float32", U32: "uint32", F64: "float64", F16: "float16",
+                          BF16: "bfloat16", I32: "int32", BOOL: "bool"}
+_STORAGE: dict[int, NumpyDType] = {
+    F32: np.dtype(np.float32), U32: np.dtype(np.uint32), F64: np.dtype(np.float64),
+    F16: np.dtype(np.float16), BF16: np.dtype(np.uint16), I32: np.dtype(np.int32),
+    BOOL: np.dtype(np.bool_)}
+_FROM_NUMPY: dict[NumpyDType, int] = {
+    np.dtype(np.float32): F32, np.dtype(np.uint32): U32, np.dtype(np.float64): F64,
+    np.dtype(np.float16): F16, np.dtype(np.int32): I32, np.dtype(np.bool_): BOOL}
 INTEGERS = frozenset((I32, U32))
 
 
@@ -59,7 +60,7 @@ def names_of_set(bits: int) -> frozenset[str]:
     return frozenset(n for c, n in _NAMES.items() if bits & (1 << c))
 
 
-def to_bfloat16(x: Any) -> NDArray:
+def to_bfloat16(x: npt.ArrayLike) -> NDArray:
     """float32 values (any float array) as bfloat16 bits in uint16, rounded to nearest even,
     NaN kept NaN."""
     u = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32)
@@ -68,7 +69,7 @@ def to_bfloat16(x: Any) -> NDArray:
     return np.where(np.isnan(u.view(np.float32)), quiet_nan, rounded).astype(np.uint16)
 
 
-def from_bfloat16(bits: Any) -> NDArray:
+def from_bfloat16(bits: npt.ArrayLike) -> NDArray:
     """bfloat16 bits (uint16) as float32 values (exact)."""
     b = np.ascontiguousarray(bits, dtype=np.uint16)
     return (b.astype(np.uint32) << np.uint32(16)).view(np.float32)

@@ -167,7 +167,8 @@ class Future(Generic[T]):
                  finish: Callable[[Any], T] | None = None) -> None:
         self._c = cfut  # owned reference to the C future
         self._what = what
-        self._keep: Iterable[Any] | None = keep  # memory the op reads or writes: alive until it completes
+        # memory the op reads or writes: alive until it completes
+        self._keep: Iterable[Any] | None = keep
         self.output: T = output
         self._finish = finish  # called once on success: the result (default: output)
         self._lock = threading.Lock()

@@ -38,17 +38,20 @@ class _Access:
         self.count = array.size - self.offset if count is None else int(count)
 
 
-def In(array: Array, offset: int = 0, count: int | None = None) -> _Access:  # noqa: N802 - reads like a mode, as in PyOpenCL/CuPy
+def In(array: Array, offset: int = 0,  # noqa: N802 - reads like a mode, as in PyOpenCL/CuPy
+       count: int | None = None) -> _Access:
     """A kernel argument the kernel only reads (elements offset .. offset+count)."""
     return _Access(array, _READ, offset, count)
 
 
-def Out(array: Array, offset: int = 0, count: int | None = None) -> _Access:  # noqa: N802
+def Out(array: Array, offset: int = 0,  # noqa: N802
+        count: int | None = None) -> _Access:
     """A kernel argument the kernel writes entirely, without reading it."""
     return _Access(array, _WRITE, offset, count)
 
 
-def InOut(array: Array, offset: int = 0, count: int | None = None) -> _Access:  # noqa: N802
+def InOut(array: Array, offset: int = 0,  # noqa: N802
+          count: int | None = None) -> _Access:
     """A kernel argument the kernel reads and writes (what a bare Array means)."""
     return _Access(array, _READ_WRITE, offset, count)
 

@@ -6,7 +6,8 @@ whatever the device, so outputs can be passed to the next op without waiting.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence, TypeVar, cast
+from typing import (TYPE_CHECKING, Any, Callable, Iterable, Sequence, SupportsFloat, TypeVar,
+                    cast)
 
 import numpy as np
 
@@ -66,8 +67,8 @@ def _untransposed(x: Array, flag: bool) -> tuple[Array, bool]:
     return x._plain(), flag
 
 
-def matmul(a: Array, b: Array, out: Array | None = None, *, alpha: float = 1.0,
-           beta: float = 0.0, transpose_a: bool = False, transpose_b: bool = False,
+def matmul(a: Array, b: Array, out: Array | None = None, *, alpha: SupportsFloat = 1.0,
+           beta: SupportsFloat = 0.0, transpose_a: bool = False, transpose_b: bool = False,
            math: str | None = None, device: DeviceLike = None) -> Future[Array]:
     """out = alpha * op(a) @ op(b) + beta * out, numpy's row-major layout (op(x) is x.T with
     transpose_x). 2-D arrays, or stacks (batch, rows, cols) where a 2-D operand is shared by
@@ -110,7 +111,7 @@ def matmul(a: Array, b: Array, out: Array | None = None, *, alpha: float = 1.0,
         stride_a, beta, dst.handle, n, m * n, batch, _MATH[math], f), (a, b, dst), dst)
 
 
-def axpy(alpha: float, x: Array, y: Array, *, device: DeviceLike = None) -> Future[Array]:
+def axpy(alpha: SupportsFloat, x: Array, y: Array, *, device: DeviceLike = None) -> Future[Array]:
     """y = alpha * x + y over every element (x and y of one size and float dtype)."""
     ctx = _same_ctx(x, y)
     y._no_view("axpy")
@@ -122,7 +123,7 @@ def axpy(alpha: float, x: Array, y: Array, *, device: DeviceLike = None) -> Futu
         ctx._live(), dev, x.size, float(alpha), x.handle, y.handle, f), (x, y), y)
 
 
-def scal(alpha: float, x: Array, *, device: DeviceLike = None) -> Future[Array]:
+def scal(alpha: SupportsFloat, x: Array, *, device: DeviceLike = None) -> Future[Array]:
     """x = alpha * x."""
     x._no_view("scal")
     dev = x._dev(device)
@@ -158,7 +159,7 @@ def dot(x: Array, y: Array, *, device: DeviceLike = None) -> Future[float]:
     return Future(cf, "accel_dot", keep=(host, result._buf, op), finish=finish)
 
 
-def fill(x: Array, value: float, *, device: DeviceLike = None) -> Future[Array]:
+def fill(x: Array, value: SupportsFloat, *, device: DeviceLike = None) -> Future[Array]:
     """Every element of x = value."""
     dev = x._dev(device)
     return _issue("accel_fill", lambda f: _lib.lib.accel_fill(
@@ -239,8 +240,9 @@ def softmax(x: Array, out: Array | None = None, *, device: DeviceLike = None) ->
 # ---- random fills -------------------------------------------------------------------------
 
 
-def random_fill(out: Array, dist: str, *, seed: int, offset: int = 0, mean: float = 0.0,
-                stddev: float = 1.0, device: DeviceLike = None) -> Future[Array]:
+def random_fill(out: Array, dist: str, *, seed: int, offset: int = 0,
+                mean: SupportsFloat = 0.0, stddev: SupportsFloat = 1.0,
+                device: DeviceLike = None) -> Future[Array]:
     """Fills `out` from accel's Philox4x32-10 stream (accel_rng_fill): dist "bits" (uint32),
     "uniform" (in (0, 1]) or "normal" (mean, stddev; offset even). The same (seed, offset,
     size) gives the same numbers on every device and through every API, C's included."""
