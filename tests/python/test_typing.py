@@ -7,11 +7,11 @@ reveal the type its comment names (so `a @ b` must stay an Array, `accel.matmul(
 Future[Array]), and each line of its rejected() must be an error mypy reports. Then the
 program's run() runs against the real context with reveal_type recording what it is given:
 every value must be of the type mypy revealed for its line (a Future's result too), so the
-annotations are checked against what the package does, in-process and through acceld.
+annotations are checked against what the package does, in-process and through acceld. The
+Python of the READMEs and examples/python/ must type-check as printed.
 
 mypy is part of what the tests need (python3-mypy, scripts/deps): without it this fails.
 """
-import builtins
 import importlib
 import importlib.util
 import inspect
@@ -47,10 +47,14 @@ def expected_reveals():
     return out
 
 
-def run_mypy(tmp_path):
+def need_mypy():
     if importlib.util.find_spec("mypy") is None:
         pytest.fail(f"mypy is not installed for {sys.executable}: the typing tests need it "
                     "(Debian's python3-mypy; scripts/deps installs it)")
+
+
+def run_mypy(tmp_path):
+    need_mypy()
     config = tmp_path / "mypy.ini"
     config.write_text(CONFIG)
     cmd = [sys.executable, "-m", "mypy", *FLAGS, "--config-file", str(config),
@@ -80,6 +84,7 @@ def test_package_and_usage_type_check(tmp_path):
 
 def test_rejections_are_errors(tmp_path):
     """The check can fail: without its ignores, every line of rejected() is an error."""
+    need_mypy()
     source = open(USAGE).read()
     body, lines = inspect.getsourcelines(typed_usage.rejected)
     first = lines + 1  # the def line itself carries no ignore
@@ -98,6 +103,30 @@ def test_rejections_are_errors(tmp_path):
     rejected = set(range(first, lines + len(body)))
     assert errors == rejected, f"errors on lines {sorted(errors)}, expected {sorted(rejected)}" \
         f":\n{got.stdout}"
+
+
+def test_documented_examples_type_check(tmp_path):
+    """The Python of both READMEs and examples/python/ passes mypy as it stands: the types
+    refuse none of the documented uses."""
+    need_mypy()
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    files = []
+    for readme in ("README.md", os.path.join("clients", "python", "README.md")):
+        with open(os.path.join(root, readme)) as f:
+            blocks = re.findall(r"```python\n(.*?)```", f.read(), re.S)
+        assert blocks, f"{readme} has no Python example"
+        for i, block in enumerate(blocks):
+            path = tmp_path / f"{readme.replace(os.sep, '_')[:-3]}_{i}.py"
+            path.write_text(block)
+            files.append(str(path))
+    examples = os.path.join(root, "examples", "python")
+    files += sorted(os.path.join(examples, f) for f in os.listdir(examples) if f.endswith(".py"))
+    assert len(files) >= 8
+    got = subprocess.run([sys.executable, "-m", "mypy", "--disallow-incomplete-defs",
+                          "--warn-return-any", "--config-file", os.devnull,
+                          "--cache-dir", str(tmp_path / "cache"), *files],
+                         cwd=PACKAGE_ROOT, capture_output=True, text=True, timeout=240)
+    assert got.returncode == 0, got.stdout + got.stderr
 
 
 # ---- the revealed types against the values --------------------------------------------------
@@ -164,4 +193,3 @@ def test_revealed_types_hold_at_run_time(ctx, monkeypatch):
     assert {n for n, _ in seen} == in_run, "reveal_type lines of run() that did not run"
     wrong = [(n, want[n], type(v).__name__) for n, v in seen if not matches(v, want[n])]
     assert not wrong, f"(line, revealed type, value's type): {wrong}"
-    assert builtins  # the module, for _class("builtins....")

@@ -61,10 +61,12 @@ def run(ctx: accel.Context) -> None:
     v = a.reshape(-1)
     reveal_type(accel.dot(v, v))  # accel._future.Future[builtins.float]
     reveal_type(accel.dot(v, v).result())  # builtins.float
-    reveal_type(accel.gather([accel.relu(a), accel.sigmoid(a)]))  # builtins.list[accel._array.Array]
+    both = [accel.relu(a), accel.sigmoid(a)]
+    reveal_type(accel.gather(both))  # builtins.list[accel._array.Array]
     reveal_type(ctx.uniform((2, 2), seed=1))  # accel._future.Future[accel._array.Array]
     reveal_type(ctx.normal(4, seed=1, dtype=np.float64).result())  # accel._array.Array
-    reveal_type(accel.from_dlpack(np.arange(4, dtype=np.float32), ctx=ctx, copy=True))  # accel._array.Array
+    h = np.arange(4, dtype=np.float32)
+    reveal_type(accel.from_dlpack(h, ctx=ctx, copy=True))  # accel._array.Array
     reveal_type(accel.to_bfloat16(np.ones(2)))  # numpy.ndarray[Any, numpy.dtype[Any]]
     try:
         accel.open("nosuch://host")
@@ -81,7 +83,8 @@ def static_only(ctx: accel.Context, a: accel.Array) -> None:
     reveal_type(module.build)  # accel._future.Future[Union[builtins.str, None]]
     reveal_type(module.kernel("k"))  # accel._kernels.Kernel
     reveal_type(module.kernel("k")(1, 1, accel.InOut(a)))  # accel._future.Future[None]
-    reveal_type(accel.all_reduce([a, a], devices=[0, 1]))  # accel._future.Future[builtins.list[accel._array.Array]]
+    summed = accel.all_reduce([a, a], devices=[0, 1])
+    reveal_type(summed)  # accel._future.Future[builtins.list[accel._array.Array]]
     reveal_type(accel.open("ipc:///run/acceld/acceld.sock"))  # accel._context.Context
 
 
