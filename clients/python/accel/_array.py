@@ -12,17 +12,18 @@ import math
 from typing import TYPE_CHECKING, Any, SupportsFloat, cast
 
 import numpy as np
-import numpy.typing as npt
 
 from . import _dtypes, _lib
 from ._errors import check
 from ._future import Future
-from ._types import Axis, DType, DeviceLike, NDArray, NumpyDType, Operand, Shape
 
 if TYPE_CHECKING:
     from types import EllipsisType
 
+    import numpy.typing as npt
+
     from ._context import Context
+    from ._types import Axis, DType, DeviceLike, NDArray, NumpyDType, Operand, Shape
 
 
 class _Buffer:
@@ -35,7 +36,7 @@ class _Buffer:
         out = _lib.handle()
         check(_lib.lib.accel_buffer_create(ctx._live(), code, count, out),
               "accel_buffer_create")
-        self.ctx, self.handle, self.code, self.count = ctx, int(out.value), code, count
+        self.ctx, self.handle, self.code, self.count = ctx, out.value, code, count
 
     @classmethod
     def wrap(cls, ctx: Context, handle: int, code: int, count: int) -> _Buffer:

@@ -11,17 +11,20 @@ import os
 import threading
 import weakref
 from dataclasses import dataclass
-from typing import Any, SupportsFloat, cast
+from typing import TYPE_CHECKING, Any, SupportsFloat, cast
 
 import numpy as np
-import numpy.typing as npt
 
 from . import _dtypes, _future, _lib, _ops, _wait
 from ._array import Array
 from ._kernels import Module
 from ._errors import AccelError, check
 from ._future import Future
-from ._types import DType, DeviceLike, NDArray, Shape
+
+if TYPE_CHECKING:
+    import numpy.typing as npt
+
+    from ._types import DType, DeviceLike, NDArray, Shape
 
 _PACKAGES = {0x1: "blas", 0x2: "rng", 0x4: "nn", 0x8: "module", 0x10: "collective"}
 _SOURCES = {1: "cuda", 2: "ptx", 3: "opencl", 4: "spirv"}

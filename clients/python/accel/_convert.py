@@ -9,11 +9,15 @@ to a float rounds once to nearest even.
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from . import _dtypes, _lib
 from ._array import Array
 from ._errors import check
 from ._future import Future
-from ._types import DType, DeviceLike
+
+if TYPE_CHECKING:
+    from ._types import DType, DeviceLike
 
 
 def _view_of(x: Array) -> tuple[int, int, tuple[int, int]]:

@@ -19,11 +19,11 @@ import numpy as np
 
 from . import _dtypes, _lib
 from ._errors import AccelError
-from ._types import DeviceLike
 
 if TYPE_CHECKING:
     from ._array import Array
     from ._context import Context
+    from ._types import DeviceLike
 
 CPU, CUDA = 1, 2  # DLDeviceType: kDLCPU, kDLCUDA
 

@@ -6,12 +6,14 @@ bool_: one byte, 0 or 1 (what comparisons give and where() takes).
 """
 from __future__ import annotations
 
-from typing import cast
+from typing import TYPE_CHECKING, cast
 
 import numpy as np
-import numpy.typing as npt
 
-from ._types import DType, NDArray, NumpyDType
+if TYPE_CHECKING:
+    import numpy.typing as npt
+
+    from ._types import DType, NDArray, NumpyDType
 
 F32, U32, F64, F16, BF16, I32, BOOL = 1, 2, 3, 4, 5, 6, 7
 
@@ -37,7 +39,7 @@ def code_of(dtype: DType) -> int:
         return dtype
     try:
         # an int that is no code: numpy raises TypeError too
-        code = _FROM_NUMPY.get(np.dtype(cast(npt.DTypeLike, dtype)))
+        code = _FROM_NUMPY.get(np.dtype(cast("npt.DTypeLike", dtype)))
     except TypeError:
         code = None
     if code is None:

@@ -7,7 +7,7 @@ A launch is an op like the others: ordered with every op on its arrays, on any d
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Sequence, SupportsIndex, Union
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -15,13 +15,10 @@ from . import _lib
 from ._array import Array
 from ._errors import check
 from ._future import Future
-from ._types import DeviceLike
 
 if TYPE_CHECKING:
     from ._context import Context
-
-# A launch's grid or block: up to 3 dimensions.
-Dims = Union[SupportsIndex, Sequence[SupportsIndex]]
+    from ._types import DeviceLike, Dims
 
 _SOURCES = {"cuda": 1, "ptx": 2, "opencl": 3, "spirv": 4}
 _READ, _WRITE, _READ_WRITE = 1, 2, 3

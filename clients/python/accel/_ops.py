@@ -15,10 +15,10 @@ from . import _dtypes, _lib
 from ._array import Array
 from ._errors import check
 from ._future import Future
-from ._types import DeviceLike, NDArray, Operand
 
 if TYPE_CHECKING:
     from ._context import Context
+    from ._types import DeviceLike, NDArray, Operand
 
 T = TypeVar("T")
 

@@ -8,7 +8,7 @@ Kept apart from _ops.py, whose module-level sum/max/min would shadow the builtin
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -16,7 +16,9 @@ from . import _lib
 from ._array import Array
 from ._errors import check
 from ._future import Future
-from ._types import Axis, DeviceLike
+
+if TYPE_CHECKING:
+    from ._types import Axis, DeviceLike
 
 _OPS = {"sum": 0, "max": 1, "min": 2, "mean": 3}
 _ALL, _ROWS, _COLS = 0, 1, 2  # accel_axis

@@ -1,5 +1,6 @@
-"""The types the package's signatures share, for type checkers (mypy, pyright); nothing here
-runs any accel code. The names are private: the public signatures spell them out."""
+"""The types the package's signatures share, for type checkers (mypy, pyright). The modules
+import this under TYPE_CHECKING only (their annotations are strings, never evaluated), so it
+costs nothing at run time and asks nothing more of numpy there."""
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Sequence, SupportsIndex, Tuple, Union
@@ -20,6 +21,8 @@ DeviceLike = Union[int, "Device", None]
 # An operand of the element-wise ops: an Array, or a number or anything numpy.asarray takes
 # (given the other operand's dtype).
 Operand = Union["Array", npt.ArrayLike]
+# A kernel launch's grid or block: up to 3 dimensions.
+Dims = Union[SupportsIndex, Sequence[SupportsIndex]]
 # The axis of a reduction: None (every element), one axis, or a tuple of them.
 Axis = Union[SupportsIndex, Tuple[SupportsIndex, ...], None]
 # A numpy array of any element type.
