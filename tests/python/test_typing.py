@@ -129,6 +129,19 @@ def test_documented_examples_type_check(tmp_path):
     assert got.returncode == 0, got.stdout + got.stderr
 
 
+def test_every_module_is_installed():
+    """meson installs the package from a list of its files: a module missing there (one
+    imported for type checkers only, say) would leave an installed package whose types do
+    not resolve."""
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    with open(os.path.join(root, "clients", "python", "meson.build")) as f:
+        listed = set(re.findall(r"'accel/([^']+)'", f.read()))
+    package = os.path.join(root, "clients", "python", "accel")
+    present = {f for f in os.listdir(package) if f.endswith(".py") or f == "py.typed"}
+    assert "_types.py" in present and "__init__.py" in present
+    assert listed == present
+
+
 # ---- the revealed types against the values --------------------------------------------------
 
 def _split(args):
