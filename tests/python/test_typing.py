@@ -85,7 +85,8 @@ def test_package_and_usage_type_check(tmp_path):
 def test_rejections_are_errors(tmp_path):
     """The check can fail: without its ignores, every line of rejected() is an error."""
     need_mypy()
-    source = open(USAGE).read()
+    with open(USAGE) as f:
+        source = f.read()
     body, lines = inspect.getsourcelines(typed_usage.rejected)
     first = lines + 1  # the def line itself carries no ignore
     plain = [re.sub(r"  # type: ignore\[[a-z-]+\]$", "", line.rstrip("\n")) for line in body]
