@@ -28,8 +28,10 @@ ACCEL_DEPS=(
   # Debian's reference BLAS: tests/backends/foreign_blas.c links it ahead of OpenBLAS
   libblas3
   python3
-  # the Python package: numpy, and pytest for its tests
-  python3-numpy python3-pytest python3-hypothesis python3-pip python3-setuptools python3-wheel
+  # the Python package: numpy, and pytest for its tests (mypy: tests/python/test_typing.py
+  # checks the package's annotations)
+  python3-numpy python3-pytest python3-hypothesis python3-mypy python3-pip python3-setuptools
+  python3-wheel
   # a real terminal for the test of `accelctl top`
   tmux
   openssl

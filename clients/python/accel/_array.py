@@ -6,7 +6,10 @@ Arrays made by reshape() and .T share one buffer, freed when the last of them is
 A transposed array is a view: a 2-D shape with (row, col) strides into its buffer, which the
 ops read in place (matmul as gemm's transpose flag); see Array.T.
 """
+from __future__ import annotations
+
 import math
+from typing import TYPE_CHECKING, Any, SupportsFloat, cast
 
 import numpy as np
 
@@ -14,37 +17,47 @@ from . import _dtypes, _lib
 from ._errors import check
 from ._future import Future
 
+if TYPE_CHECKING:
+    from types import EllipsisType
+
+    import numpy.typing as npt
+
+    from ._context import Context
+    from ._types import Axis, DType, DeviceLike, NDArray, NumpyDType, Operand, Shape
+
 
 class _Buffer:
     """Owns one accel buffer handle; destroys it when collected (accel frees it once the ops
     issued on it have completed)."""
 
-    def __init__(self, ctx, code, count):
+    cai: Any  # set once __cuda_array_interface__ exported it (_dlpack.py)
+
+    def __init__(self, ctx: Context, code: int, count: int) -> None:
         out = _lib.handle()
         check(_lib.lib.accel_buffer_create(ctx._live(), code, count, out),
               "accel_buffer_create")
         self.ctx, self.handle, self.code, self.count = ctx, out.value, code, count
 
     @classmethod
-    def wrap(cls, ctx, handle, code, count):
+    def wrap(cls, ctx: Context, handle: int, code: int, count: int) -> _Buffer:
         """One over a handle made otherwise (accel_buffer_import)."""
         self = cls.__new__(cls)
         self.ctx, self.handle, self.code, self.count = ctx, handle, code, count
         return self
 
-    def __del__(self):
+    def __del__(self) -> None:
         ctx = getattr(self, "ctx", None)
         if ctx is not None and ctx._c and _lib.lib is not None:
             _lib.lib.accel_buffer_destroy(ctx._c, self.handle)
 
 
-def _shape_of(shape):
+def _shape_of(shape: Shape) -> tuple[int, ...]:
     if isinstance(shape, (int, np.integer)):
         shape = (int(shape),)
-    shape = tuple(int(s) for s in shape)
-    if any(s < 0 for s in shape):
-        raise ValueError(f"negative dimension in shape {shape}")
-    return shape
+    dims = tuple(int(s) for s in shape)  # type: ignore[union-attr]  # a sequence by now
+    if any(s < 0 for s in dims):
+        raise ValueError(f"negative dimension in shape {dims}")
+    return dims
 
 
 class Array:
@@ -59,61 +72,64 @@ class Array:
     # calls Array.__radd__), so the op runs on the device and gives an Array.
     __array_ufunc__ = None
 
-    def __init__(self, ctx, shape, dtype, device=None, _buffer=None, _strides=None):
-        shape = _shape_of(shape)
-        self._made_by = None  # the Future of the op an operator made this array with
+    def __init__(self, ctx: Context, shape: Shape, dtype: DType, device: int | None = None,
+                 _buffer: _Buffer | None = None,
+                 _strides: tuple[int, int] | None = None) -> None:
+        dims = _shape_of(shape)
+        # the Future of the op an operator made this array with
+        self._made_by: Future[Any] | None = None
         # None: row-major and contiguous from the buffer's start; else a 2-D view, element
         # (r, c) at r * _strides[0] + c * _strides[1] elements (accel_strides)
         self._strides = _strides
         code = _dtypes.code_of(dtype) if _buffer is None else _buffer.code
-        size = math.prod(shape)
+        size = math.prod(dims)
         self._buf = _buffer if _buffer is not None else _Buffer(ctx, code, max(size, 1))
-        self.ctx = ctx
-        self.shape = shape
-        self.device = device
-        self._code = code
+        self.ctx: Context = ctx
+        self.shape: tuple[int, ...] = dims
+        self.device: int | None = device
+        self._code: int = code
 
     # ---- description ---------------------------------------------------------------------
 
     @property
-    def handle(self):
+    def handle(self) -> int:
         return self._buf.handle
 
     @property
-    def dtype(self):
+    def dtype(self) -> NumpyDType:
         return _dtypes.storage(self._code)
 
     @property
-    def accel_dtype(self):
+    def accel_dtype(self) -> str:
         return _dtypes.name(self._code)
 
     @property
-    def size(self):
+    def size(self) -> int:
         return math.prod(self.shape)
 
     @property
-    def ndim(self):
+    def ndim(self) -> int:
         return len(self.shape)
 
     @property
-    def nbytes(self):
+    def nbytes(self) -> int:
         return self.size * self.dtype.itemsize
 
-    def __len__(self):
+    def __len__(self) -> int:
         if not self.shape:
             raise TypeError("len() of a 0-d accel array")
         return self.shape[0]
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         where = "any device" if self.device is None else f"device {self.device}"
         return f"<accel.Array shape={self.shape} dtype={self.accel_dtype} on {where}>"
 
     @property
-    def is_view(self):
+    def is_view(self) -> bool:
         """Whether the array reads its buffer at other strides than row-major (a transpose)."""
         return self._strides is not None
 
-    def _like(self, shape, strides):
+    def _like(self, shape: tuple[int, ...], strides: tuple[int, int] | None) -> Array:
         """This buffer seen with another shape (strides None: row-major), the same maker."""
         if strides is not None and len(shape) == 2 and tuple(strides) == (shape[1], 1):
             strides = None  # the transpose of a transpose: row-major again
@@ -122,7 +138,7 @@ class Array:
         return view
 
     @property
-    def T(self):
+    def T(self) -> Array:
         """The transpose, as numpy's .T: of a 2-D array a view of the same buffer (no copy;
         ops read it through its strides, matmul as gemm's transpose flag); a 0-d or 1-d array
         itself."""
@@ -134,7 +150,7 @@ class Array:
         rs, cs = self._strides if self._strides is not None else (self.shape[1], 1)
         return self._like((self.shape[1], self.shape[0]), (cs, rs))
 
-    def __getitem__(self, key):
+    def __getitem__(self, key: int | np.integer[Any] | slice | EllipsisType) -> Array:
         """Indexing along the first axis, as numpy's: `a[i]` (negative from the end) and
         `a[i:j]` (step 1, bounds clipped as numpy clips them), and `a[...]`. The result is a
         new array copied on the device (accel_copy of the rows: no host round trip); the
@@ -151,7 +167,8 @@ class Array:
             if step != 1:
                 raise NotImplementedError(f"slices with a step ({key.step}): accel slices "
                                           "the first axis with step 1")
-            first, count, shape = start, max(stop - start, 0), (max(stop - start, 0),)
+            first, count = start, max(stop - start, 0)
+            shape: tuple[int, ...] = (count,)
         elif isinstance(key, (int, np.integer)) and not isinstance(key, bool):
             i = int(key)
             if not -n <= i < n:
@@ -170,7 +187,7 @@ class Array:
             out._made_by = Future(cf, "accel_copy", keep=(out._buf, src._buf), output=out)
         return out
 
-    def _plain(self):
+    def _plain(self) -> Array:
         """This array if row-major; else a row-major copy made on the device (accel_convert
         to the same dtype), for ops that read a buffer from its start."""
         if self._strides is None:
@@ -179,33 +196,34 @@ class Array:
 
         return _convert.astype(self, self._code, copy=True)
 
-    def astype(self, dtype, copy=True):
+    def astype(self, dtype: DType, copy: bool = True) -> Array:
         """accel.astype(self, dtype, copy=copy): a new array of `dtype` made on the device."""
         from . import _convert
 
         return _convert.astype(self, dtype, copy=copy)
 
-    def copy(self):
+    def copy(self) -> Array:
         """A row-major copy made on the device (of a view: its elements in its order)."""
         return self.astype(self._code, copy=True)
 
-    def reshape(self, *shape):
+    def reshape(self, *shape: Shape) -> Array:
         """The same buffer with another shape of the same size (no copy; one -1 is inferred).
         A view (a transpose) is first copied to row-major on the device, as numpy copies."""
+        given: Any = shape
         if len(shape) == 1 and not isinstance(shape[0], (int, np.integer)):
-            shape = shape[0]
-        shape = tuple(int(s) for s in shape)
-        if shape.count(-1) == 1:  # one dimension inferred, as numpy does
-            known = math.prod(s for s in shape if s != -1)
+            given = shape[0]
+        dims = tuple(int(s) for s in given)
+        if dims.count(-1) == 1:  # one dimension inferred, as numpy does
+            known = math.prod(s for s in dims if s != -1)
             if known == 0 or self.size % known:
-                raise ValueError(f"cannot reshape {self.shape} into {shape}")
-            shape = tuple(self.size // known if s == -1 else s for s in shape)
-        shape = _shape_of(shape)
-        if math.prod(shape) != self.size:
-            raise ValueError(f"cannot reshape {self.shape} into {shape}")
-        return self._plain()._like(shape, None)
+                raise ValueError(f"cannot reshape {self.shape} into {dims}")
+            dims = tuple(self.size // known if s == -1 else s for s in dims)
+        dims = _shape_of(dims)
+        if math.prod(dims) != self.size:
+            raise ValueError(f"cannot reshape {self.shape} into {dims}")
+        return self._plain()._like(dims, None)
 
-    def to(self, device):
+    def to(self, device: DeviceLike) -> Array:
         """The same buffer, with ops on it preferring `device` (no copy now: data moves when
         an op there needs it)."""
         moved = Array(self.ctx, self.shape, None, self.ctx._device_index(device), self._buf,
@@ -213,7 +231,7 @@ class Array:
         moved._made_by = self._made_by
         return moved
 
-    def _no_view(self, what):
+    def _no_view(self, what: str) -> None:
         """Refuses to write into a view: ops write their outputs row-major from the start."""
         if self._strides is not None:
             raise ValueError(f"{what}: cannot write into a view (a transposed array); write "
@@ -221,7 +239,7 @@ class Array:
 
     # ---- data ----------------------------------------------------------------------------
 
-    def read(self, out=None):
+    def read(self, out: NDArray | None = None) -> Future[NDArray]:
         """Future of a numpy array with this array's contents (into `out` if given: a
         C-contiguous array of this dtype and size, for example one from ctx.host_empty()).
         A view reads its whole buffer and gives its elements in its own order."""
@@ -239,16 +257,17 @@ class Array:
                                   self.size, cf), "accel_read")
         return Future(cf, "accel_read", keep=(out, self._buf), output=out)
 
-    def _read_view(self, out):
+    def _read_view(self, out: NDArray | None) -> Future[NDArray]:
         """A view is copied to row-major on the device (accel_convert), then read; the
         copy's error, if any, is the read's."""
         plain = self._plain()
         fut = plain.read(out)
-        conv = plain._made_by
+        # _plain() of a view converts: that op's Future made the copy
+        conv = cast("Future[Array]", plain._made_by)
         fut._finish = lambda _: (conv.result(), fut.output)[1]
         return fut
 
-    def numpy(self, out=None, timeout=None):
+    def numpy(self, out: NDArray | None = None, timeout: float | None = None) -> NDArray:
         """The contents as a numpy array (waits for the ops issued on it before; raises the
         error of the operator that made it, if it failed)."""
         got = self.read(out).result(timeout)
@@ -256,10 +275,10 @@ class Array:
             self._made_by.result(timeout)  # done: ops on a buffer run in order
         return got
 
-    def __array__(self, dtype=None, copy=None):
+    def __array__(self, dtype: DType | None = None, copy: bool | None = None) -> NDArray:
         """numpy.asarray(array): a copy of the contents, read back from the device."""
         got = self.numpy()
-        return got if dtype is None else got.astype(dtype, copy=False)
+        return got if dtype is None else got.astype(dtype, copy=False)  # type: ignore[arg-type]
 
     # ---- sharing memory with other libraries (in-process contexts; see _dlpack.py) ----------
 
@@ -286,7 +305,7 @@ class Array:
         return _dlpack.dlpack_device(self)
 
     @property
-    def __cuda_array_interface__(self) -> dict:
+    def __cuda_array_interface__(self) -> dict[str, Any]:
         """Version 3 of Numba's CUDA array interface for an array on a CUDA device (in the
         primary context), for CuPy, Numba and PyTorch: the buffer stays pinned on that device
         as long as it lives (the interface has no release). AttributeError elsewhere."""
@@ -297,113 +316,113 @@ class Array:
     # ---- operators: element-wise on the device, numpy's broadcasting of scalars, rows and
     # columns; the result is an Array at once (the op runs in order with the others) ----
 
-    def _op(self, name, other, reflected=False):
+    def _op(self, name: str, other: object, reflected: bool = False) -> Array:
         from . import _ops
 
         a, b = (other, self) if reflected else (self, other)
-        fut = getattr(_ops, name)(a, b)
+        fut: Future[Array] = getattr(_ops, name)(a, b)
         fut.output._made_by = fut
         return fut.output
 
-    def __add__(self, other):
+    def __add__(self, other: Operand) -> Array:
         return self._op("add", other)
 
-    def __radd__(self, other):
+    def __radd__(self, other: Operand) -> Array:
         return self._op("add", other, True)
 
-    def __sub__(self, other):
+    def __sub__(self, other: Operand) -> Array:
         return self._op("subtract", other)
 
-    def __rsub__(self, other):
+    def __rsub__(self, other: Operand) -> Array:
         return self._op("subtract", other, True)
 
-    def __mul__(self, other):
+    def __mul__(self, other: Operand) -> Array:
         return self._op("multiply", other)
 
-    def __rmul__(self, other):
+    def __rmul__(self, other: Operand) -> Array:
         return self._op("multiply", other, True)
 
-    def __truediv__(self, other):
+    def __truediv__(self, other: Operand) -> Array:
         return self._op("divide", other)
 
-    def __rtruediv__(self, other):
+    def __rtruediv__(self, other: Operand) -> Array:
         return self._op("divide", other, True)
 
-    def __matmul__(self, other):
+    def __matmul__(self, other: Operand) -> Array:
         """accel.matmul(self, other) as an Array at once (a transposed view passes as gemm's
         transpose flag, without a copy); a numpy operand is uploaded in this dtype."""
         return self._op("matmul", self._same_kind(other))
 
-    def __rmatmul__(self, other):
+    def __rmatmul__(self, other: Operand) -> Array:
         return self._op("matmul", self._same_kind(other), True)
 
-    def _same_kind(self, other):
+    def _same_kind(self, other: Operand) -> Array:
         if isinstance(other, Array):
             return other
         return self.ctx.asarray(np.asarray(other, dtype=self.dtype), device=self.device)
 
     # & | ^ ~ on bool arrays (logical) and int32/uint32 ones (bitwise), on the device
-    def __and__(self, other: object) -> "Array":
+    def __and__(self, other: Operand) -> Array:
         return self._op("bitwise_and", other)
 
-    def __rand__(self, other: object) -> "Array":
+    def __rand__(self, other: Operand) -> Array:
         return self._op("bitwise_and", other, True)
 
-    def __or__(self, other: object) -> "Array":
+    def __or__(self, other: Operand) -> Array:
         return self._op("bitwise_or", other)
 
-    def __ror__(self, other: object) -> "Array":
+    def __ror__(self, other: Operand) -> Array:
         return self._op("bitwise_or", other, True)
 
-    def __xor__(self, other: object) -> "Array":
+    def __xor__(self, other: Operand) -> Array:
         return self._op("bitwise_xor", other)
 
-    def __rxor__(self, other: object) -> "Array":
+    def __rxor__(self, other: Operand) -> Array:
         return self._op("bitwise_xor", other, True)
 
-    def __invert__(self) -> "Array":
+    def __invert__(self) -> Array:
         from . import _ops
 
         fut = _ops.invert(self)
         fut.output._made_by = fut
         return fut.output
 
-    def __neg__(self):
+    def __neg__(self) -> Array:
         return self._op("multiply", -1.0)
 
     # Comparisons give bool Arrays, as numpy's do (Python reflects them: 2 < x is x > 2). An
     # Array still hashes by identity.
     __hash__ = object.__hash__
 
-    def __eq__(self, other):
+    def __eq__(self, other: object) -> Array:  # type: ignore[override]  # numpy's too
         return self._op("equal", other)
 
-    def __ne__(self, other):
+    def __ne__(self, other: object) -> Array:  # type: ignore[override]
         return self._op("not_equal", other)
 
-    def __lt__(self, other):
+    def __lt__(self, other: Operand) -> Array:
         return self._op("less", other)
 
-    def __le__(self, other):
+    def __le__(self, other: Operand) -> Array:
         return self._op("less_equal", other)
 
-    def __gt__(self, other):
+    def __gt__(self, other: Operand) -> Array:
         return self._op("greater", other)
 
-    def __ge__(self, other):
+    def __ge__(self, other: Operand) -> Array:
         return self._op("greater_equal", other)
 
-    def __bool__(self):
+    def __bool__(self) -> bool:
         """The truth of a one-element array (read back), as numpy's; ValueError otherwise."""
         if self.size != 1:
             raise ValueError("the truth value of an accel array of more than one element is "
                              "ambiguous (read it with numpy() and use any() or all())")
         return bool(self.numpy().reshape(-1)[0])
 
-    def __pos__(self):
+    def __pos__(self) -> Array:
         return self
 
-    def __abs__(self):
+    def __abs__(self) -> Array:
         from . import _ops
 
         fut = _ops.abs(self)
@@ -412,38 +431,38 @@ class Array:
 
     # ---- reductions: on the device, an Array at once (0-d for axis=None), as numpy's ----
 
-    def sum(self, axis=None, keepdims=False):
+    def sum(self, axis: Axis = None, keepdims: bool = False) -> Array:
         """accel.sum(self, axis, keepdims)."""
         from . import _reduce
 
         return _reduce.sum(self, axis, keepdims)
 
-    def max(self, axis=None, keepdims=False):
+    def max(self, axis: Axis = None, keepdims: bool = False) -> Array:
         """accel.max(self, axis, keepdims)."""
         from . import _reduce
 
         return _reduce.max(self, axis, keepdims)
 
-    def min(self, axis=None, keepdims=False):
+    def min(self, axis: Axis = None, keepdims: bool = False) -> Array:
         """accel.min(self, axis, keepdims)."""
         from . import _reduce
 
         return _reduce.min(self, axis, keepdims)
 
-    def mean(self, axis=None, keepdims=False):
+    def mean(self, axis: Axis = None, keepdims: bool = False) -> Array:
         """accel.mean(self, axis, keepdims)."""
         from . import _reduce
 
         return _reduce.mean(self, axis, keepdims)
 
-    def __float__(self):
+    def __float__(self) -> float:
         """The value of a one-element array (read back; bfloat16 decoded), as numpy's."""
         if self.size != 1:
             raise TypeError("only one-element arrays can be converted to Python scalars")
         got = self.numpy().reshape(-1)
         return float(_dtypes.from_bfloat16(got)[0] if self._code == _dtypes.BF16 else got[0])
 
-    def write(self, src):
+    def write(self, src: npt.ArrayLike) -> Future[Array]:
         """Future of writing `src` (array-like of this size, converted to this dtype) into
         the array. A C-contiguous source of the right dtype is not copied: it must not
         change until the future completes. A view (a transpose) writes src's transpose into
@@ -461,14 +480,14 @@ class Array:
                                    cf), "accel_write")
         return Future(cf, "accel_write", keep=(src, self._buf), output=self)
 
-    def fill(self, value):
+    def fill(self, value: SupportsFloat) -> Future[Array]:
         """Future of setting every element to `value` (converted as accel_fill does)."""
         cf = _lib.future_p()
         check(_lib.lib.accel_fill(self.ctx._live(), self._dev(None), self.handle,
                                   float(value), cf), "accel_fill")
         return Future(cf, "accel_fill", keep=(self._buf,), output=self)
 
-    def copy_from(self, src):
+    def copy_from(self, src: Array) -> Future[Array]:
         """Future of copying Array `src` (same dtype and size) into this one, on a device (a
         view as src: its elements in its order)."""
         if src._code != self._code or src.size != self.size:
@@ -480,7 +499,7 @@ class Array:
                                   src.handle, 0, self.size, cf), "accel_copy")
         return Future(cf, "accel_copy", keep=(self._buf, src._buf), output=self)
 
-    def _dev(self, device):
+    def _dev(self, device: DeviceLike) -> int:
         """The device index an op on this array runs on: the op's, else the array's."""
         if device is not None:
             return self.ctx._device_index(device)

@@ -7,13 +7,20 @@ accel_convert): int32 <-> uint32 wraps, to bool is != 0, floats to integers trun
 zero and saturate at the integer's limits with NaN giving 0 (numpy leaves those undefined),
 to a float rounds once to nearest even.
 """
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
 from . import _dtypes, _lib
 from ._array import Array
 from ._errors import check
 from ._future import Future
 
+if TYPE_CHECKING:
+    from ._types import DType, DeviceLike
 
-def _view_of(x):
+
+def _view_of(x: Array) -> tuple[int, int, tuple[int, int]]:
     """x seen as rows x cols with its (row, col) strides."""
     if x._strides is not None:
         return x.shape[0], x.shape[1], x._strides
@@ -22,7 +29,8 @@ def _view_of(x):
     return rows, cols, (cols, 1)
 
 
-def astype(x, dtype, /, *, copy=True, device=None):
+def astype(x: Array, dtype: DType, /, *, copy: bool = True,
+           device: DeviceLike = None) -> Array:
     """x converted to `dtype` (a numpy dtype-like, "bfloat16", or an accel dtype code) on the
     device, as a new row-major Array of x's shape, at once (the op runs in order with the
     others; its error surfaces when the result is read). copy=False gives x itself when it

@@ -9,13 +9,21 @@ accel's work on the buffer before it returns (the DLPack standard allows it), so
 consumer's stream needs no synchronisation; an import asks the producer to order its work
 before the legacy default stream (stream=1), which accel waits for once.
 """
+from __future__ import annotations
+
 import ctypes
 import math
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from . import _dtypes, _lib
 from ._errors import AccelError
+
+if TYPE_CHECKING:
+    from ._array import Array
+    from ._context import Context
+    from ._types import DeviceLike
 
 CPU, CUDA = 1, 2  # DLDeviceType: kDLCPU, kDLCUDA
 
@@ -78,11 +86,12 @@ _capsule_rename = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.py_object, ctypes.c_cha
 
 # ---- export -------------------------------------------------------------------------------
 
-_exports = {}  # address of a managed tensor we made -> what it keeps alive
+# address of a managed tensor we made -> what it keeps alive
+_exports: dict[int, tuple[Any, ...]] = {}
 
 
 @ctypes.CFUNCTYPE(None, ctypes.c_void_p)
-def _deleter(addr):
+def _deleter(addr: int) -> None:
     """The consumer is done (or the capsule died unconsumed): the export ends."""
     kept = _exports.pop(addr, None)
     if kept is None:
@@ -94,19 +103,19 @@ def _deleter(addr):
 
 
 @ctypes.CFUNCTYPE(None, ctypes.c_void_p)
-def _capsule_dtor(cap):
+def _capsule_dtor(cap: int) -> None:
     for name in (_NAME, _NAME_V):  # renamed "used_..." once a consumer took it
         if _capsule_valid(cap, name):
             _deleter(_capsule_pointer(cap, name))
 
 
-def _cuda_ordinal(ctx, index):
+def _cuda_ordinal(ctx: Context, index: int) -> int:
     """The CUDA ordinal of accel's device `index` (its place among the context's CUDA
     devices, which accel opens in the driver's order)."""
     return [i for i, b in enumerate(ctx._backends()) if b == "cuda"].index(index)
 
 
-def _device_for(arr, dl_device=None):
+def _device_for(arr: Array, dl_device: tuple[int, int] | None = None) -> int:
     """accel's device an export of arr goes to: the one dl_device names, else the array's,
     else the first CPU device (host memory)."""
     backends = arr.ctx._backends()
@@ -126,7 +135,7 @@ def _device_for(arr, dl_device=None):
     return cpus[0]
 
 
-def dlpack_device(arr):
+def dlpack_device(arr: Array) -> tuple[int, int]:
     index = _device_for(arr)
     backend = arr.ctx._backends()[index]
     if backend == "cuda":
@@ -136,7 +145,7 @@ def dlpack_device(arr):
     raise BufferError(f"device {index} ({backend}): its memory cannot be shared")
 
 
-def _export(arr, device):
+def _export(arr: Array, device: int) -> _lib.ExportInfo:
     """accel_buffer_export of arr's buffer on device: its accel_export_info (BufferError with
     the C library's reason if refused)."""
     info = _lib.ExportInfo()
@@ -147,7 +156,8 @@ def _export(arr, device):
     return info
 
 
-def dlpack(arr, stream=None, max_version=None, dl_device=None, copy=None):
+def dlpack(arr: Array, stream: int | None = None, max_version: tuple[int, int] | None = None,
+           dl_device: tuple[int, int] | None = None, copy: bool | None = None) -> object:
     """Array.__dlpack__: a capsule over the array's own memory (no copy) on its device."""
     if copy:
         arr = arr.copy()
@@ -180,7 +190,7 @@ def dlpack(arr, stream=None, max_version=None, dl_device=None, copy=None):
                         ctypes.cast(_capsule_dtor, ctypes.c_void_p))
 
 
-def cuda_array_interface(arr):
+def cuda_array_interface(arr: Array) -> dict[str, Any]:
     """Array.__cuda_array_interface__ (version 3): the array pinned on its CUDA device for as
     long as its buffer lives (the interface has no release)."""
     index = arr.device
@@ -198,7 +208,7 @@ def cuda_array_interface(arr):
 
 # ---- import -------------------------------------------------------------------------------
 
-def _take(capsule):
+def _take(capsule: object) -> tuple[int, Any, int]:
     """The managed tensor in a DLPack capsule (either version), the capsule marked used: its
     deleter is ours to call now. (pointer, tensor, flags)."""
     for name, used, kind in ((_NAME_V, _USED_V, _DLManagedTensorVersioned),
@@ -211,12 +221,13 @@ def _take(capsule):
     raise BufferError("not a DLPack capsule (or one consumed already)")
 
 
-def _give_back(ptr, m):
+def _give_back(ptr: int, m: Any) -> None:
     if m.deleter:
         ctypes.CFUNCTYPE(None, ctypes.c_void_p)(m.deleter)(ptr)
 
 
-def from_dlpack(ctx, x, device=None, copy=None):
+def from_dlpack(ctx: Context, x: Any, device: DeviceLike = None,
+                copy: bool | None = None) -> Array:
     """An accel Array over the memory of `x` (any object with __dlpack__: a numpy array, a
     PyTorch or CuPy tensor), without a copy; see accel.from_dlpack."""
     from ._array import Array
@@ -246,7 +257,7 @@ def from_dlpack(ctx, x, device=None, copy=None):
         raise
 
 
-def _wrap(ctx, index, ptr, m, flags):
+def _wrap(ctx: Context, index: int, ptr: int, m: Any, flags: int) -> Array:
     from ._array import Array, _Buffer
 
     t = m.dl_tensor

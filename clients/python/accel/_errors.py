@@ -1,4 +1,6 @@
 """accel's errors as Python exceptions."""
+from __future__ import annotations
+
 from . import _lib
 
 
@@ -12,7 +14,7 @@ class AccelError(Exception):
         detail: what failed ("accel_gemm", or a module's build log), or None.
     """
 
-    def __init__(self, code, detail=None):
+    def __init__(self, code: int, detail: str | None = None) -> None:
         self.code = int(code)
         self.name = _lib.lib.accel_err_name(self.code).decode()
         self.strerror = _lib.lib.accel_strerror(self.code).decode()
@@ -23,7 +25,7 @@ class AccelError(Exception):
         super().__init__(text)
 
 
-def check(rc, what):
+def check(rc: int, what: str) -> int:
     """Raises AccelError for a negative return code, with the C library's words on why when it
     has some (accel_last_error_detail, read on this thread right after the call); returns rc
     otherwise."""

@@ -5,6 +5,10 @@
 
 A launch is an op like the others: ordered with every op on its arrays, on any device.
 """
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
 import numpy as np
 
 from . import _lib
@@ -12,13 +16,18 @@ from ._array import Array
 from ._errors import check
 from ._future import Future
 
+if TYPE_CHECKING:
+    from ._context import Context
+    from ._types import DeviceLike, Dims
+
 _SOURCES = {"cuda": 1, "ptx": 2, "opencl": 3, "spirv": 4}
 _READ, _WRITE, _READ_WRITE = 1, 2, 3
 _ARG_BUFFER, _ARG_SCALAR, _ARG_LOCAL = 1, 2, 3
 
 
 class _Access:
-    def __init__(self, array, access, offset=0, count=None):
+    def __init__(self, array: Array, access: int, offset: int = 0,
+                 count: int | None = None) -> None:
         if not isinstance(array, Array):
             raise TypeError(f"expected an accel Array, got {type(array).__name__}")
         self.array, self.access = array, access
@@ -26,17 +35,20 @@ class _Access:
         self.count = array.size - self.offset if count is None else int(count)
 
 
-def In(array, offset=0, count=None):  # noqa: N802 - reads like a mode, as in PyOpenCL/CuPy
+def In(array: Array, offset: int = 0,  # noqa: N802 - reads like a mode, as in PyOpenCL/CuPy
+       count: int | None = None) -> _Access:
     """A kernel argument the kernel only reads (elements offset .. offset+count)."""
     return _Access(array, _READ, offset, count)
 
 
-def Out(array, offset=0, count=None):  # noqa: N802
+def Out(array: Array, offset: int = 0,  # noqa: N802
+        count: int | None = None) -> _Access:
     """A kernel argument the kernel writes entirely, without reading it."""
     return _Access(array, _WRITE, offset, count)
 
 
-def InOut(array, offset=0, count=None):  # noqa: N802
+def InOut(array: Array, offset: int = 0,  # noqa: N802
+          count: int | None = None) -> _Access:
     """A kernel argument the kernel reads and writes (what a bare Array means)."""
     return _Access(array, _READ_WRITE, offset, count)
 
@@ -44,11 +56,11 @@ def InOut(array, offset=0, count=None):  # noqa: N802
 class local:  # noqa: N801 - a marker, like the dtypes
     """OpenCL: a __local buffer of `nbytes` for the kernel (CUDA: use shared_bytes)."""
 
-    def __init__(self, nbytes):
+    def __init__(self, nbytes: int) -> None:
         self.nbytes = int(nbytes)
 
 
-def _scalar_bits(value):
+def _scalar_bits(value: object) -> tuple[int, int]:
     """(size, bits) of a numpy scalar, by its own dtype."""
     if isinstance(value, (bool, int, float)):
         raise TypeError(
@@ -63,7 +75,7 @@ def _scalar_bits(value):
     return len(raw), int.from_bytes(raw, "little")
 
 
-def _arg(value, ctx, keep):
+def _arg(value: object, ctx: Context, keep: list[Any]) -> _lib.Arg:
     if isinstance(value, Array):
         value = InOut(value)
     if isinstance(value, _Access):
@@ -81,8 +93,9 @@ def _arg(value, ctx, keep):
     return _lib.Arg(_ARG_SCALAR, 0, 0, 0, 0, size, bits)
 
 
-def _dims3(v, what):
-    t = (int(v),) if isinstance(v, (int, np.integer)) else tuple(int(x) for x in v)
+def _dims3(v: Dims, what: str) -> tuple[int, ...]:
+    t = (int(v),) if isinstance(v, (int, np.integer)) else tuple(
+        int(x) for x in v)  # type: ignore[union-attr]  # a sequence by now
     if not 1 <= len(t) <= 3:
         raise ValueError(f"{what} takes 1 to 3 dimensions")
     return t + (1,) * (3 - len(t))
@@ -91,20 +104,21 @@ def _dims3(v, what):
 class Kernel:
     """A kernel of a module, by name. Call it to launch: k(grid, block, *args, ...)."""
 
-    def __init__(self, module, name, handle):
+    def __init__(self, module: Module, name: str, handle: int) -> None:
         self.module, self.name, self.handle = module, name, handle
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return f"<accel.Kernel {self.name}>"
 
-    def __call__(self, grid, block, *args, shared_bytes=0, timeout_ms=0, device=None):
+    def __call__(self, grid: Dims, block: Dims, *args: object, shared_bytes: int = 0,
+                 timeout_ms: int = 0, device: DeviceLike = None) -> Future[None]:
         """Future of a launch of grid x block threads (CUDA's geometry on every backend:
         OpenCL runs grid*block work items in groups of block). Arguments: Arrays (read and
         written), In/Out/InOut(array, offset, count), numpy scalars (np.float32(2), their
         size is the dtype's), accel.local(nbytes). A kernel still running after timeout_ms
         (0: the device's default) fails with ETIMEDOUT and its device is reset."""
         ctx = self.module.ctx
-        keep = [self.module]
+        keep: list[Any] = [self.module]
         argv = (_lib.Arg * max(len(args), 1))(*[_arg(a, ctx, keep) for a in args])
         dims = _lib.LaunchDims((_lib.ctypes.c_uint32 * 3)(*_dims3(grid, "grid")),
                                (_lib.ctypes.c_uint32 * 3)(*_dims3(block, "block")),
@@ -123,7 +137,8 @@ class Module:
     build's Future (its result: the compiler's log, or None; AccelError EBUILD carrying the
     log when the source does not build). Unloaded when collected, or with unload()."""
 
-    def __init__(self, ctx, code, kind, options=None, device=None):
+    def __init__(self, ctx: Context, code: str | bytes, kind: str, options: str | None = None,
+                 device: DeviceLike = None) -> None:
         if kind not in _SOURCES:
             raise ValueError(f"source kind must be one of {sorted(_SOURCES)}")
         data = code.encode() if isinstance(code, str) else bytes(code)
@@ -133,11 +148,13 @@ class Module:
         check(_lib.lib.accel_module_load(ctx._live(), dev, _SOURCES[kind], data, len(data),
                                          options.encode() if options else None, out, cf),
               "accel_module_load")
-        self.ctx, self.handle, self.kind = ctx, out.value, kind
-        self.build = Future(cf, f"build of a {kind} module", finish=_build_log)
-        self._kernels = {}
+        self.ctx, self.kind = ctx, kind
+        self.handle: int | None = out.value
+        self.build: Future[str | None] = Future(cf, f"build of a {kind} module",
+                                                finish=_build_log)
+        self._kernels: dict[str, Kernel] = {}
 
-    def kernel(self, name):
+    def kernel(self, name: str) -> Kernel:
         """The kernel `name` (looked up when it is launched: an unknown name fails the launch
         with ENOENT)."""
         k = self._kernels.get(name)
@@ -150,17 +167,17 @@ class Module:
 
     __getitem__ = kernel
 
-    def log(self, timeout=None):
+    def log(self, timeout: float | None = None) -> str | None:
         """Waits for the build; the compiler's log (None if it said nothing)."""
         return self.build.result(timeout)
 
-    def unload(self):
+    def unload(self) -> None:
         """Frees the module once the launches issued before have run."""
         h, self.handle = self.handle, None
         if h and self.ctx._c:
             check(_lib.lib.accel_module_unload(self.ctx._c, h), "accel_module_unload")
 
-    def __del__(self):
+    def __del__(self) -> None:
         if getattr(self, "handle", None) and _lib.lib is not None:
             try:
                 self.unload()
@@ -168,6 +185,6 @@ class Module:
                 pass
 
 
-def _build_log(cfut):
+def _build_log(cfut: Any) -> str | None:
     value = _lib.lib.accel_future_value(cfut)
     return _lib.ctypes.string_at(value).decode(errors="replace") if value else None

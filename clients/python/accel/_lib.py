@@ -4,21 +4,24 @@ Nothing here implements accel: every call goes to libaccel (accel/accel.h), whic
 runtime in-process or talks to acceld. ctypes releases the GIL for the length of each call, so
 a thread waiting on a future (accel_future_wait) never holds up the others.
 """
+from __future__ import annotations
+
 import ctypes
 import ctypes.util
 import os
+from typing import Any, Iterator
 
 # ---- finding libaccel -----------------------------------------------------------------------
 
 
-def _candidates():
+def _candidates() -> Iterator[str]:
     """Where libaccel may be, most specific first."""
     explicit = os.environ.get("ACCEL_LIBRARY")
     if explicit:
         yield explicit
         return
     try:  # written by `meson install` next to this file: the library installed with it
-        from . import _paths
+        from . import _paths  # type: ignore[attr-defined]
 
         yield os.path.join(_paths.LIBDIR, "libaccel.so.0")
     except ImportError:
@@ -29,7 +32,7 @@ def _candidates():
     yield "libaccel.so.0"  # LD_LIBRARY_PATH and the default directories
 
 
-def _load():
+def _load() -> ctypes.CDLL:
     errors = []
     for path in _candidates():
         try:
@@ -42,7 +45,9 @@ def _load():
     )
 
 
-lib = _load()
+# Any: every accel_* attribute is a foreign function, its result an int, bytes or pointer
+# (declared in _PROTOTYPES below); the callers say which.
+lib: Any = _load()
 
 # ---- types of accel.h -------------------------------------------------------------------------
 
@@ -139,7 +144,7 @@ _int, _size, _dbl, _flt, _u32, _u64 = (
 _fut_out = ctypes.POINTER(future_p)
 _ptr = ctypes.c_void_p
 
-_PROTOTYPES = {
+_PROTOTYPES: dict[str, tuple[Any, list[Any]]] = {
     "accel_version": (ctypes.c_char_p, []),
     "accel_strerror": (ctypes.c_char_p, [_int]),
     "accel_err_name": (ctypes.c_char_p, [_int]),

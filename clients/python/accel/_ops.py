@@ -4,6 +4,11 @@ Every op returns a Future at once; its result (and its `output`, available at on
 output Array, or a number for dot(). Ops on the same arrays run in the order they were issued,
 whatever the device, so outputs can be passed to the next op without waiting.
 """
+from __future__ import annotations
+
+from typing import (TYPE_CHECKING, Any, Callable, Iterable, Sequence, SupportsFloat, TypeVar,
+                    cast)
+
 import numpy as np
 
 from . import _dtypes, _lib
@@ -11,11 +16,17 @@ from ._array import Array
 from ._errors import check
 from ._future import Future
 
+if TYPE_CHECKING:
+    from ._context import Context
+    from ._types import DeviceLike, NDArray, Operand
+
+T = TypeVar("T")
+
 _MATH = {None: 0, "default": 0, "fp32": 1, "tf32": 2, "fp64": 3}
 _DIST = {"bits": 0, "uniform": 1, "normal": 2}
 
 
-def _same_ctx(*arrays):
+def _same_ctx(*arrays: Array) -> Context:
     ctx = arrays[0].ctx
     for a in arrays[1:]:
         if a.ctx is not ctx:
@@ -23,14 +34,16 @@ def _same_ctx(*arrays):
     return ctx
 
 
-def _issue(name, call, keep, output):
+def _issue(name: str, call: Callable[[Any], Any], keep: Iterable[Array], output: T
+           ) -> Future[T]:
     """Runs an accel_* call that takes a future last; the Future of its op."""
     cf = _lib.future_p()
     check(call(cf), name)
     return Future(cf, name, keep=tuple(a._buf for a in keep), output=output)
 
 
-def _out_like(x, out, shape=None, dtype_code=None):
+def _out_like(x: Array, out: Array | None, shape: tuple[int, ...] | None = None,
+              dtype_code: int | None = None) -> Array:
     shape = x.shape if shape is None else shape
     if out is None:
         return Array(x.ctx, shape, x._code if dtype_code is None else dtype_code, x.device)
@@ -43,7 +56,7 @@ def _out_like(x, out, shape=None, dtype_code=None):
 # ---- BLAS ---------------------------------------------------------------------------------
 
 
-def _untransposed(x, flag):
+def _untransposed(x: Array, flag: bool) -> tuple[Array, bool]:
     """(array, transpose flag) for gemm: a transposed view is its row-major base with the
     flag flipped (no copy); any other view a row-major copy."""
     if x._strides is None:
@@ -54,8 +67,9 @@ def _untransposed(x, flag):
     return x._plain(), flag
 
 
-def matmul(a, b, out=None, *, alpha=1.0, beta=0.0, transpose_a=False, transpose_b=False,
-           math=None, device=None):
+def matmul(a: Array, b: Array, out: Array | None = None, *, alpha: SupportsFloat = 1.0,
+           beta: SupportsFloat = 0.0, transpose_a: bool = False, transpose_b: bool = False,
+           math: str | None = None, device: DeviceLike = None) -> Future[Array]:
     """out = alpha * op(a) @ op(b) + beta * out, numpy's row-major layout (op(x) is x.T with
     transpose_x). 2-D arrays, or stacks (batch, rows, cols) where a 2-D operand is shared by
     every matrix of the batch. Types: float64, float32, float16, bfloat16 (a and b alike);
@@ -79,8 +93,8 @@ def matmul(a, b, out=None, *, alpha=1.0, beta=0.0, transpose_a=False, transpose_
     if k != kb:
         raise ValueError(f"matmul: inner dimensions differ ({m}x{k} and {kb}x{n})")
     stacked = a.ndim == 3 or b.ndim == 3
-    shape = (batch, m, n) if stacked else (m, n)
-    out = _out_like(a, out, shape)
+    shape: tuple[int, ...] = (batch, m, n) if stacked else (m, n)
+    dst = _out_like(a, out, shape)
     dev = a._dev(device)
     if math not in _MATH:
         raise ValueError(f"math must be one of {sorted(k for k in _MATH if k)} or None")
@@ -89,15 +103,15 @@ def matmul(a, b, out=None, *, alpha=1.0, beta=0.0, transpose_a=False, transpose_
     if not stacked:
         return _issue("accel_gemm", lambda f: _lib.lib.accel_gemm(
             ctx._live(), dev, ta, tb, n, m, k, alpha, b.handle, lda, a.handle, ldb, beta,
-            out.handle, n, _MATH[math], f), (a, b, out), out)
+            dst.handle, n, _MATH[math], f), (a, b, dst), dst)
     stride_b = br * bc if b.ndim == 3 else 0
     stride_a = ar * ac if a.ndim == 3 else 0
     return _issue("accel_gemm_strided_batched", lambda f: _lib.lib.accel_gemm_strided_batched(
         ctx._live(), dev, ta, tb, n, m, k, alpha, b.handle, lda, stride_b, a.handle, ldb,
-        stride_a, beta, out.handle, n, m * n, batch, _MATH[math], f), (a, b, out), out)
+        stride_a, beta, dst.handle, n, m * n, batch, _MATH[math], f), (a, b, dst), dst)
 
 
-def axpy(alpha, x, y, *, device=None):
+def axpy(alpha: SupportsFloat, x: Array, y: Array, *, device: DeviceLike = None) -> Future[Array]:
     """y = alpha * x + y over every element (x and y of one size and float dtype)."""
     ctx = _same_ctx(x, y)
     y._no_view("axpy")
@@ -109,7 +123,7 @@ def axpy(alpha, x, y, *, device=None):
         ctx._live(), dev, x.size, float(alpha), x.handle, y.handle, f), (x, y), y)
 
 
-def scal(alpha, x, *, device=None):
+def scal(alpha: SupportsFloat, x: Array, *, device: DeviceLike = None) -> Future[Array]:
     """x = alpha * x."""
     x._no_view("scal")
     dev = x._dev(device)
@@ -117,13 +131,13 @@ def scal(alpha, x, *, device=None):
         x.ctx._live(), dev, x.size, float(alpha), x.handle, f), (x,), x)
 
 
-def _as_float(arr, code):
+def _as_float(arr: NDArray, code: int) -> float:
     if code == _dtypes.BF16:
         return float(_dtypes.from_bfloat16(arr)[0])
     return float(arr[0])
 
 
-def dot(x, y, *, device=None):
+def dot(x: Array, y: Array, *, device: DeviceLike = None) -> Future[float]:
     """Future of the dot product x . y (a Python float) over every element."""
     ctx = _same_ctx(x, y)
     x, y = x._plain(), y._plain()
@@ -138,14 +152,14 @@ def dot(x, y, *, device=None):
     check(_lib.lib.accel_read(ctx._live(), result.handle, 0, host.ctypes.data, 1, cf),
           "accel_read")
 
-    def finish(_):
+    def finish(_: object) -> float:
         op.result()  # the dot's own error, if any, before the value read after it
         return _as_float(host, x._code)
 
     return Future(cf, "accel_dot", keep=(host, result._buf, op), finish=finish)
 
 
-def fill(x, value, *, device=None):
+def fill(x: Array, value: SupportsFloat, *, device: DeviceLike = None) -> Future[Array]:
     """Every element of x = value."""
     dev = x._dev(device)
     return _issue("accel_fill", lambda f: _lib.lib.accel_fill(
@@ -155,26 +169,27 @@ def fill(x, value, *, device=None):
 # ---- NN element-wise --------------------------------------------------------------------------
 
 
-def _elementwise(name, fn, x, out, device):
+def _elementwise(name: str, fn: Callable[..., Any], x: Array, out: Array | None,
+                 device: DeviceLike) -> Future[Array]:
     x = x._plain()
-    out = _out_like(x, out)
-    _same_ctx(x, out)
+    dst = _out_like(x, out)
+    _same_ctx(x, dst)
     dev = x._dev(device)
-    return _issue(name, lambda f: fn(x.ctx._live(), dev, out.handle, x.handle, f), (x, out),
-                  out)
+    return _issue(name, lambda f: fn(x.ctx._live(), dev, dst.handle, x.handle, f), (x, dst),
+                  dst)
 
 
-def sigmoid(x, out=None, *, device=None):
+def sigmoid(x: Array, out: Array | None = None, *, device: DeviceLike = None) -> Future[Array]:
     """out = 1 / (1 + exp(-x)), element-wise (a new array unless out is given; out may be x)."""
     return _elementwise("accel_sigmoid", _lib.lib.accel_sigmoid, x, out, device)
 
 
-def relu(x, out=None, *, device=None):
+def relu(x: Array, out: Array | None = None, *, device: DeviceLike = None) -> Future[Array]:
     """out = max(x, 0), element-wise."""
     return _elementwise("accel_relu", _lib.lib.accel_relu, x, out, device)
 
 
-def tanh(x, out=None, *, device=None):
+def tanh(x: Array, out: Array | None = None, *, device: DeviceLike = None) -> Future[Array]:
     """out = tanh(x), element-wise."""
     return _elementwise("accel_tanh", _lib.lib.accel_tanh, x, out, device)
 
@@ -182,49 +197,52 @@ def tanh(x, out=None, *, device=None):
 _UNARY = {"exp": 3, "log": 4, "sqrt": 5, "abs": 6}
 
 
-def _unary(name, x, out, device):
+def _unary(name: str, x: Array, out: Array | None, device: DeviceLike) -> Future[Array]:
     if not isinstance(x, Array):
         raise TypeError(f"{name}: x must be an accel Array (got {type(x).__name__})")
     return _elementwise("accel_unary", lambda c, d, o, s, f: _lib.lib.accel_unary(
         c, d, _UNARY[name], o, s, f), x, out, device)
 
 
-def exp(x, out=None, *, device=None):
+def exp(x: Array, out: Array | None = None, *, device: DeviceLike = None) -> Future[Array]:
     """out = e**x, element-wise (the nn package's dtypes; out may be x)."""
     return _unary("exp", x, out, device)
 
 
-def log(x, out=None, *, device=None):
+def log(x: Array, out: Array | None = None, *, device: DeviceLike = None) -> Future[Array]:
     """out = the natural logarithm of x, element-wise: NaN below 0, -inf at 0."""
     return _unary("log", x, out, device)
 
 
-def sqrt(x, out=None, *, device=None):
+def sqrt(x: Array, out: Array | None = None, *, device: DeviceLike = None) -> Future[Array]:
     """out = the square root of x, element-wise (correctly rounded): NaN below 0."""
     return _unary("sqrt", x, out, device)
 
 
-def abs(x, out=None, *, device=None):  # noqa: A001 - numpy's name
+def abs(x: Array, out: Array | None = None, *,  # noqa: A001 - numpy's name
+        device: DeviceLike = None) -> Future[Array]:
     """out = |x|, element-wise."""
     return _unary("abs", x, out, device)
 
 
-def softmax(x, out=None, *, device=None):
+def softmax(x: Array, out: Array | None = None, *, device: DeviceLike = None) -> Future[Array]:
     """Softmax of each row (the last axis) of x, numerically stable; a 1-D x is one row."""
     x = x._plain()
-    out = _out_like(x, out)
-    _same_ctx(x, out)
+    dst = _out_like(x, out)
+    _same_ctx(x, dst)
     cols = x.shape[-1] if x.ndim else 1
     rows = x.size // cols if cols else 0
     dev = x._dev(device)
     return _issue("accel_softmax", lambda f: _lib.lib.accel_softmax(
-        x.ctx._live(), dev, out.handle, x.handle, rows, cols, f), (x, out), out)
+        x.ctx._live(), dev, dst.handle, x.handle, rows, cols, f), (x, dst), dst)
 
 
 # ---- random fills -------------------------------------------------------------------------
 
 
-def random_fill(out, dist, *, seed, offset=0, mean=0.0, stddev=1.0, device=None):
+def random_fill(out: Array, dist: str, *, seed: int, offset: int = 0,
+                mean: SupportsFloat = 0.0, stddev: SupportsFloat = 1.0,
+                device: DeviceLike = None) -> Future[Array]:
     """Fills `out` from accel's Philox4x32-10 stream (accel_rng_fill): dist "bits" (uint32),
     "uniform" (in (0, 1]) or "normal" (mean, stddev; offset even). The same (seed, offset,
     size) gives the same numbers on every device and through every API, C's included."""
@@ -244,23 +262,25 @@ _BINARY = {"add": 0, "subtract": 1, "multiply": 2, "divide": 3, "maximum": 4, "m
 _LOGICAL = frozenset(("bitwise_and", "bitwise_or", "bitwise_xor"))
 
 
-def _operand(x, like):
+def _operand(x: Operand, like: Array) -> Array:
     """x as an Array beside `like`: an Array as it is; a number, a 1-element array of like's
     dtype (filled on the device, in order); anything numpy takes, uploaded in like's dtype."""
     if isinstance(x, Array):
         return x
     if isinstance(x, (bool, int, float, np.bool_, np.integer, np.floating)) or np.ndim(x) == 0:
-        if like._code in _dtypes.INTEGERS and float(x) != int(x):
+        number: Any = x  # a number, or a 0-d array: float() and int() take it
+        if like._code in _dtypes.INTEGERS and float(number) != int(number):
             raise TypeError(f"{x!r} with an {like.accel_dtype} array: numpy would give floats, "
                             "accel keeps the array's dtype (convert the array to a float dtype "
                             "first)")
         a = Array(like.ctx, (), like._code, like.device)
-        fill(a, float(x))
+        fill(a, float(number))
         return a
     return like.ctx.asarray(np.asarray(x, dtype=like.dtype), device=like.device)
 
 
-def _read_as(x, out_shape, rows, cols):
+def _read_as(x: Array, out_shape: tuple[int, ...], rows: int, cols: int
+             ) -> tuple[Array, _lib.Strides]:
     """(x, its accel_strides) to read x as `out_shape` seen as rows x cols: a view (a
     transpose) in place where the result is 2-D, else x's row-major copy (accel_convert)."""
     if x._strides is not None and len(out_shape) <= 2:
@@ -279,7 +299,8 @@ def _read_as(x, out_shape, rows, cols):
     return x, _lib.Strides(*_strides_in(x.shape, out_shape, rows, cols))
 
 
-def _strides_in(shape, out_shape, rows, cols):
+def _strides_in(shape: tuple[int, ...], out_shape: tuple[int, ...], rows: int, cols: int
+                ) -> tuple[int, int]:
     """How an operand of `shape` is read to make `out_shape` seen as rows x cols: its (row,
     col) strides, numpy's broadcasting in the forms accel_binary takes."""
     shape = (1,) * (len(out_shape) - len(shape)) + tuple(shape)
@@ -298,7 +319,7 @@ def _strides_in(shape, out_shape, rows, cols):
         "scalars, rows and columns of the result)")
 
 
-def _pair(name, a, b):
+def _pair(name: str, a: Operand, b: Operand) -> tuple[Array, Array]:
     """a and b as Arrays of one context and dtype (numbers and numpy arrays take the other's)."""
     if not isinstance(a, Array):
         if not isinstance(b, Array):
@@ -311,15 +332,16 @@ def _pair(name, a, b):
     return a, b
 
 
-def _view(shape):
+def _view(shape: tuple[int, ...]) -> tuple[int, int]:
     """An output shape seen as rows x cols (the last axis the columns)."""
     cols = shape[-1] if shape else 1
     rows = int(np.prod(shape[:-1])) if shape else 1
     return rows, cols
 
 
-def _binary(name, a, b, out, device):
-    a, b = _pair(name, a, b)
+def _binary(name: str, lhs: Operand, rhs: Operand, out: Array | None,
+            device: DeviceLike) -> Future[Array]:
+    a, b = _pair(name, lhs, rhs)
     if name in _LOGICAL and a._code not in _dtypes.INTEGERS | {_dtypes.BOOL}:
         raise TypeError(f"{name} of {a.accel_dtype} arrays: numpy's bitwise ops take bool and "
                         "integers only")
@@ -328,14 +350,15 @@ def _binary(name, a, b, out, device):
     rows, cols = _view(shape)
     a, sa = _read_as(a, shape, rows, cols)
     b, sb = _read_as(b, shape, rows, cols)
-    out = _out_like(a, out, shape)
+    dst = _out_like(a, out, shape)
     dev = a._dev(device) if device is not None or a.device is not None else b._dev(None)
     return _issue("accel_binary", lambda f: _lib.lib.accel_binary(
-        ctx._live(), dev, _BINARY[name], out.handle, rows, cols, a.handle, sa, b.handle, sb,
-        f), (a, b, out), out)
+        ctx._live(), dev, _BINARY[name], dst.handle, rows, cols, a.handle, sa, b.handle, sb,
+        f), (a, b, dst), dst)
 
 
-def add(a, b, out=None, *, device=None):
+def add(a: Operand, b: Operand, out: Array | None = None, *,
+        device: DeviceLike = None) -> Future[Array]:
     """out = a + b element-wise, numpy's broadcasting of scalars, rows and columns. a or b
     may be a number or a numpy array (converted to the other's dtype); float32, float64,
     float16, bfloat16 (the nn package's dtypes), int32 and uint32 (wrapping, as numpy's).
@@ -343,52 +366,57 @@ def add(a, b, out=None, *, device=None):
     return _binary("add", a, b, out, device)
 
 
-def subtract(a, b, out=None, *, device=None):
+def subtract(a: Operand, b: Operand, out: Array | None = None, *,
+             device: DeviceLike = None) -> Future[Array]:
     """out = a - b, as add()."""
     return _binary("subtract", a, b, out, device)
 
 
-def multiply(a, b, out=None, *, device=None):
+def multiply(a: Operand, b: Operand, out: Array | None = None, *,
+             device: DeviceLike = None) -> Future[Array]:
     """out = a * b, as add()."""
     return _binary("multiply", a, b, out, device)
 
 
-def divide(a, b, out=None, *, device=None):
+def divide(a: Operand, b: Operand, out: Array | None = None, *,
+           device: DeviceLike = None) -> Future[Array]:
     """out = a / b (IEEE division, correctly rounded), as add(); floats only (numpy's `/` of
     integers gives floats: the C library refuses int32 and uint32, saying so)."""
     return _binary("divide", a, b, out, device)
 
 
-def maximum(a, b, out=None, *, device=None):
+def maximum(a: Operand, b: Operand, out: Array | None = None, *,
+            device: DeviceLike = None) -> Future[Array]:
     """out = the larger of a and b, NaN where either is NaN (numpy's maximum), as add()."""
     return _binary("maximum", a, b, out, device)
 
 
-def minimum(a, b, out=None, *, device=None):
+def minimum(a: Operand, b: Operand, out: Array | None = None, *,
+            device: DeviceLike = None) -> Future[Array]:
     """out = the smaller of a and b, NaN where either is NaN, as add()."""
     return _binary("minimum", a, b, out, device)
 
 
-def bitwise_and(a: object, b: object, out: "Array | None" = None, *,
-                device: "int | None" = None) -> Future:
+def bitwise_and(a: Operand, b: Operand, out: Array | None = None, *,
+                device: DeviceLike = None) -> Future[Array]:
     """out = a & b element-wise, broadcast as add(): bool arrays (logical and: numpy's &), or
     int32 and uint32 (bitwise); floats are a TypeError, as numpy's. Future of out."""
     return _binary("bitwise_and", a, b, out, device)
 
 
-def bitwise_or(a: object, b: object, out: "Array | None" = None, *,
-               device: "int | None" = None) -> Future:
+def bitwise_or(a: Operand, b: Operand, out: Array | None = None, *,
+               device: DeviceLike = None) -> Future[Array]:
     """out = a | b, as bitwise_and()."""
     return _binary("bitwise_or", a, b, out, device)
 
 
-def bitwise_xor(a: object, b: object, out: "Array | None" = None, *,
-                device: "int | None" = None) -> Future:
+def bitwise_xor(a: Operand, b: Operand, out: Array | None = None, *,
+                device: DeviceLike = None) -> Future[Array]:
     """out = a ^ b, as bitwise_and()."""
     return _binary("bitwise_xor", a, b, out, device)
 
 
-def invert(x: Array, out: "Array | None" = None, *, device: "int | None" = None) -> Future:
+def invert(x: Array, out: Array | None = None, *, device: DeviceLike = None) -> Future[Array]:
     """out = ~x (numpy's invert): logical not of a bool array, every bit flipped of an int32
     or uint32 one; on the device, as x ^ True (x ^ all ones). Future of out."""
     if not isinstance(x, Array):
@@ -406,76 +434,86 @@ _COMPARE = {"equal": 0, "not_equal": 1, "less": 2, "less_equal": 3, "greater": 4
             "greater_equal": 5}
 
 
-def _compare(name, a, b, out, device):
-    a, b = _pair(name, a, b)
+def _compare(name: str, lhs: Operand, rhs: Operand, out: Array | None,
+             device: DeviceLike) -> Future[Array]:
+    a, b = _pair(name, lhs, rhs)
     ctx = _same_ctx(a, b, *([out] if out is not None else []))
     shape = np.broadcast_shapes(a.shape, b.shape)
     rows, cols = _view(shape)
     a, sa = _read_as(a, shape, rows, cols)
     b, sb = _read_as(b, shape, rows, cols)
-    out = _out_like(a, out, shape, _dtypes.BOOL)
+    dst = _out_like(a, out, shape, _dtypes.BOOL)
     dev = a._dev(device) if device is not None or a.device is not None else b._dev(None)
     return _issue("accel_compare", lambda f: _lib.lib.accel_compare(
-        ctx._live(), dev, _COMPARE[name], out.handle, rows, cols, a.handle, sa, b.handle, sb,
-        f), (a, b, out), out)
+        ctx._live(), dev, _COMPARE[name], dst.handle, rows, cols, a.handle, sa, b.handle, sb,
+        f), (a, b, dst), dst)
 
 
-def equal(a, b, out=None, *, device=None):
+def equal(a: Operand, b: Operand, out: Array | None = None, *,
+          device: DeviceLike = None) -> Future[Array]:
     """out (bool) = a == b element-wise, broadcast as add() (IEEE: NaN equals nothing).
     Future of out."""
     return _compare("equal", a, b, out, device)
 
 
-def not_equal(a, b, out=None, *, device=None):
+def not_equal(a: Operand, b: Operand, out: Array | None = None, *,
+              device: DeviceLike = None) -> Future[Array]:
     """out (bool) = a != b (true wherever a NaN is), as equal()."""
     return _compare("not_equal", a, b, out, device)
 
 
-def less(a, b, out=None, *, device=None):
+def less(a: Operand, b: Operand, out: Array | None = None, *,
+         device: DeviceLike = None) -> Future[Array]:
     """out (bool) = a < b, as equal()."""
     return _compare("less", a, b, out, device)
 
 
-def less_equal(a, b, out=None, *, device=None):
+def less_equal(a: Operand, b: Operand, out: Array | None = None, *,
+               device: DeviceLike = None) -> Future[Array]:
     """out (bool) = a <= b, as equal()."""
     return _compare("less_equal", a, b, out, device)
 
 
-def greater(a, b, out=None, *, device=None):
+def greater(a: Operand, b: Operand, out: Array | None = None, *,
+            device: DeviceLike = None) -> Future[Array]:
     """out (bool) = a > b, as equal()."""
     return _compare("greater", a, b, out, device)
 
 
-def greater_equal(a, b, out=None, *, device=None):
+def greater_equal(a: Operand, b: Operand, out: Array | None = None, *,
+                  device: DeviceLike = None) -> Future[Array]:
     """out (bool) = a >= b, as equal()."""
     return _compare("greater_equal", a, b, out, device)
 
 
-def where(cond, a, b, out=None, *, device=None):
+def where(cond: Operand, a: Operand, b: Operand, out: Array | None = None, *,
+          device: DeviceLike = None) -> Future[Array]:
     """out = a where cond else b, element-wise, numpy's broadcasting of the three (scalars,
     rows and columns of the result): cond a bool Array (or anything numpy takes, uploaded as
     bool); a and b Arrays of one dtype, or numbers and numpy arrays taking the other's. Future
     of out; the Array at once as accel.where(...).output."""
     if not isinstance(a, Array) and not isinstance(b, Array):
         raise TypeError("where: a or b must be an accel Array (its dtype is the result's)")
-    a, b = _pair("where", a, b)
-    if not isinstance(cond, Array):
-        cond = a.ctx.asarray(np.asarray(cond, dtype=np.bool_), device=a.device)
-    if cond._code != _dtypes.BOOL:
-        raise TypeError(f"where: cond must be a bool array, not {cond.accel_dtype} (compare "
+    x, y = _pair("where", a, b)
+    if isinstance(cond, Array):
+        c = cond
+    else:
+        c = x.ctx.asarray(np.asarray(cond, dtype=np.bool_), device=x.device)
+    if c._code != _dtypes.BOOL:
+        raise TypeError(f"where: cond must be a bool array, not {c.accel_dtype} (compare "
                         "first, as in x > 0)")
-    ctx = _same_ctx(cond, a, b, *([out] if out is not None else []))
-    shape = np.broadcast_shapes(cond.shape, a.shape, b.shape)
+    ctx = _same_ctx(c, x, y, *([out] if out is not None else []))
+    shape = np.broadcast_shapes(c.shape, x.shape, y.shape)
     rows, cols = _view(shape)
-    cond, sc = _read_as(cond, shape, rows, cols)
-    a, sa = _read_as(a, shape, rows, cols)
-    b, sb = _read_as(b, shape, rows, cols)
-    out = _out_like(a, out, shape)
-    dev = next((x._dev(device) for x in (a, b, cond) if device is not None or x.device is not None),
+    c, sc = _read_as(c, shape, rows, cols)
+    x, sa = _read_as(x, shape, rows, cols)
+    y, sb = _read_as(y, shape, rows, cols)
+    dst = _out_like(x, out, shape)
+    dev = next((v._dev(device) for v in (x, y, c) if device is not None or v.device is not None),
                _lib.DEVICE_ANY)
     return _issue("accel_where", lambda f: _lib.lib.accel_where(
-        ctx._live(), dev, out.handle, rows, cols, cond.handle, sc, a.handle, sa, b.handle, sb,
-        f), (cond, a, b, out), out)
+        ctx._live(), dev, dst.handle, rows, cols, c.handle, sc, x.handle, sa, y.handle, sb,
+        f), (c, x, y, dst), dst)
 
 
 # ---- collectives --------------------------------------------------------------------------
@@ -483,7 +521,8 @@ def where(cond, a, b, out=None, *, device=None):
 _REDUCE = {"sum": 0, "prod": 1, "min": 2, "max": 3}
 
 
-def _members(arrays, devices):
+def _members(arrays: Iterable[Array], devices: Iterable[int | None] | None
+             ) -> tuple[Context, list[Array], Any, Any, int]:
     """The devices and handles of a collective: arrays[i] on devices[i] (default: each
     array's own device, which must then be one)."""
     arrays = list(arrays)
@@ -499,12 +538,13 @@ def _members(arrays, devices):
         raise ValueError("a collective names one device per array (devices=, or arrays "
                          "made with device=)")
     n = len(arrays)
-    devs = (_lib.device_t * n)(*devices)
+    devs = (_lib.device_t * n)(*cast("list[int]", devices))  # no None, as checked
     handles = (_lib.handle * n)(*(a.handle for a in arrays))
     return ctx, arrays, devs, handles, n
 
 
-def all_reduce(arrays, op="sum", *, devices=None):
+def all_reduce(arrays: Iterable[Array], op: str = "sum", *,
+               devices: Sequence[int] | None = None) -> Future[list[Array]]:
     """Every array becomes the element-wise reduction (op: "sum", "prod", "min", "max") of
     all of them, arrays[i] on devices[i] (accel_all_reduce: devices of one backend with the
     collective package). The Future's result is the list of arrays."""
@@ -515,14 +555,16 @@ def all_reduce(arrays, op="sum", *, devices=None):
         ctx._live(), devs, handles, n, _REDUCE[op], f), arrays, arrays)
 
 
-def broadcast(arrays, root=0, *, devices=None):
+def broadcast(arrays: Iterable[Array], root: int = 0, *,
+              devices: Sequence[int] | None = None) -> Future[list[Array]]:
     """Every array becomes a copy of arrays[root] (accel_broadcast)."""
     ctx, arrays, devs, handles, n = _members(arrays, devices)
     return _issue("accel_broadcast", lambda f: _lib.lib.accel_broadcast(
         ctx._live(), devs, handles, n, int(root), f), arrays, arrays)
 
 
-def all_gather(sends, recvs, *, devices=None):
+def all_gather(sends: Iterable[Array], recvs: Iterable[Array], *,
+               devices: Sequence[int] | None = None) -> Future[list[Array]]:
     """Every recvs[i] becomes sends[0], sends[1], ... concatenated (accel_all_gather); each
     recv holds len(sends) times a send's elements."""
     ctx, sends, devs, send_h, n = _members(sends, devices)

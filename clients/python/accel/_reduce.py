@@ -5,7 +5,10 @@ The result is an Array at once (the op runs in order with the others; its error,
 surfaces when the result is read): 0-d for axis=None, as numpy's scalar result would be.
 Kept apart from _ops.py, whose module-level sum/max/min would shadow the builtins there.
 """
+from __future__ import annotations
+
 import math
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -14,13 +17,17 @@ from ._array import Array
 from ._errors import check
 from ._future import Future
 
+if TYPE_CHECKING:
+    from ._types import Axis, DeviceLike
+
 _OPS = {"sum": 0, "max": 1, "min": 2, "mean": 3}
 _ALL, _ROWS, _COLS = 0, 1, 2  # accel_axis
 _NUMPY_NAME = {"max": "maximum", "min": "minimum"}
 _AxisError = getattr(getattr(np, "exceptions", np), "AxisError")
 
 
-def _plan(shape, axis):
+def _plan(shape: tuple[int, ...], axis: Any
+          ) -> tuple[int, int, int, tuple[int, ...], tuple[int, ...]]:
     """(rows, cols, accel_axis, result shape, keepdims shape) for reducing `shape` along
     `axis` (None: everything; else the first or the last axis of an n-d array)."""
     ndim, size = len(shape), math.prod(shape)
@@ -46,7 +53,7 @@ def _plan(shape, axis):
                               "axis, the last or all of them")
 
 
-def _reduce(name, x, axis, keepdims, device):
+def _reduce(name: str, x: Array, axis: Axis, keepdims: bool, device: DeviceLike) -> Array:
     if not isinstance(x, Array):
         raise TypeError(f"{name}: x must be an accel Array (got {type(x).__name__})")
     rows, cols, how, shape, keep = _plan(tuple(x.shape), axis)
@@ -68,24 +75,28 @@ def _reduce(name, x, axis, keepdims, device):
     return out
 
 
-def sum(x, axis=None, keepdims=False, *, device=None):  # noqa: A001 - numpy's name
+def sum(x: Array, axis: Axis = None, keepdims: bool = False, *,
+        device: DeviceLike = None) -> Array:  # noqa: A001 - numpy's name
     """The sum of x's elements (axis=None), or along its first or last axis, as numpy's
     (float dtypes: float16 and bfloat16 accumulate in float32; of no elements, 0). An Array:
     0-d for axis=None (keepdims: every axis kept, of length 1)."""
     return _reduce("sum", x, axis, keepdims, device)
 
 
-def max(x, axis=None, keepdims=False, *, device=None):  # noqa: A001
+def max(x: Array, axis: Axis = None, keepdims: bool = False, *,
+        device: DeviceLike = None) -> Array:  # noqa: A001
     """The largest element, as sum(); NaN if any element is NaN (numpy's max); ValueError
     where an output would fold no element, as numpy raises."""
     return _reduce("max", x, axis, keepdims, device)
 
 
-def min(x, axis=None, keepdims=False, *, device=None):  # noqa: A001
+def min(x: Array, axis: Axis = None, keepdims: bool = False, *,
+        device: DeviceLike = None) -> Array:  # noqa: A001
     """The smallest element, as max()."""
     return _reduce("min", x, axis, keepdims, device)
 
 
-def mean(x, axis=None, keepdims=False, *, device=None):
+def mean(x: Array, axis: Axis = None, keepdims: bool = False, *,
+         device: DeviceLike = None) -> Array:
     """The arithmetic mean, as sum() (NaN of no elements, where numpy also warns)."""
     return _reduce("mean", x, axis, keepdims, device)

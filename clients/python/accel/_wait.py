@@ -8,28 +8,31 @@ in slices too, that a thread of its own sets (FinishJob). Other threads wait in 
 call: no signal handler runs there, and an untimed accel_future_wait lets the waiting thread
 bring the completion about itself (runtime/future_help.h), which a timed one does not.
 """
+from __future__ import annotations
+
 import math
 import sys
 import threading
 import time
+from typing import Any
 
 from . import _lib
 
 SLICE_MS = 50  # a Ctrl-C is seen within this (plus a thread switch); each slice costs a wake-up
 
 
-def interruptible():
+def interruptible() -> bool:
     """True on the thread that runs signal handlers, while the interpreter is not finalizing
     (when no handler runs any more, and no thread may be started)."""
     return threading.get_ident() == threading.main_thread().ident and not sys.is_finalizing()
 
 
-def to_ms(timeout):
+def to_ms(timeout: float | None) -> int:
     """A timeout in seconds (None: forever) as libaccel's milliseconds (-1: forever)."""
     return -1 if timeout is None else max(0, int(timeout * 1000))
 
 
-def future(cfut, timeout):
+def future(cfut: Any, timeout: float | None) -> bool:
     """Waits up to `timeout` seconds (None: forever) for a C future; True once it completed.
     On the main thread a signal handler's exception (KeyboardInterrupt) comes out of here
     within a slice; the op goes on."""
@@ -38,7 +41,8 @@ def future(cfut, timeout):
         return True
     if not interruptible():
         lib.accel_future_wait(cfut, to_ms(timeout))
-        return lib.accel_future_poll(cfut) != _lib.EAGAIN
+        status: int = lib.accel_future_poll(cfut)
+        return status != _lib.EAGAIN
     deadline = None if timeout is None else time.monotonic() + max(0.0, timeout)
     while True:
         ms = SLICE_MS
@@ -52,7 +56,7 @@ def future(cfut, timeout):
             return False
 
 
-def event(ev, timeout):
+def event(ev: threading.Event, timeout: float | None) -> bool:
     """threading.Event.wait in slices: a lock wait is interrupted by a signal only when the
     signal is delivered to the waiting thread itself, which a process-directed one need not
     be."""
@@ -73,11 +77,11 @@ class FinishJob:
     consumes. A job left running by a Ctrl-C or a timeout goes on; the next finish() takes
     it over, with its result (rc, once `done` is set)."""
 
-    def __init__(self, c):
-        self.rc = None
+    def __init__(self, c: Any) -> None:
+        self.rc: int | None = None
         self.done = threading.Event()
         threading.Thread(target=self._run, args=(c,), name="accel-finish", daemon=True).start()
 
-    def _run(self, c):
+    def _run(self, c: Any) -> None:
         self.rc = _lib.lib.accel_finish(c, -1)
         self.done.set()
