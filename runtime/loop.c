@@ -537,6 +537,7 @@ static int loop_init(accel_runtime *rt, rt_loop *l, uint32_t index) {
   l->spin_ns = rt_spin_ns();
   l->turn_hops = rt_turn_hops();
   l->move_after = rt_move_after();
+  l->move_turn_cycles = rt_move_turn_cycles();
   stall_watch_init(l);
   pthread_mutex_init(&l->remote_mu, NULL);
   pthread_mutex_init(&l->token, NULL);

@@ -40,6 +40,15 @@ uint64_t rt_move_stamp(void) {
 #endif
 }
 
+/* ACCEL_MOVE_TURN_CYCLES: the short turn's bound (tests under valgrind, whose turns are 50x
+ * longer, raise it); read at each runtime's creation. */
+uint64_t rt_move_turn_cycles(void) {
+  const char *s = getenv("ACCEL_MOVE_TURN_CYCLES");
+  char *end = NULL;
+  unsigned long long n = s ? strtoull(s, &end, 10) : RT_MOVE_SHORT_TURN;
+  return s && (*s == '\0' || *end != '\0') ? RT_MOVE_SHORT_TURN : (uint64_t)n;
+}
+
 /* Read at each runtime's creation (a benchmark or test compares settings in one process). */
 uint32_t rt_move_after(void) {
   const char *s = getenv("ACCEL_MOVE_AFTER");
@@ -97,7 +106,7 @@ bool rt_move_due(accel_actor *cell, uint64_t turn_start) {
   uint32_t after = cell->home->move_after;
   return after != 0 && cell->affinity_count >= after && !cell->affinity_mixed &&
          cell->turns_since_move >= RT_MOVE_SETTLE && cell->affinity_loop < cell->rt->n_loops &&
-         rt_move_stamp() - turn_start < RT_MOVE_SHORT_TURN && movable(cell) && coin(cell);
+         rt_move_stamp() - turn_start < cell->home->move_turn_cycles && movable(cell) && coin(cell);
 }
 
 static void adopt(rt_task *task);
@@ -132,7 +141,7 @@ bool rt_move(accel_actor *cell) {
 /* On the new loop: the record joins its root; the actor runs again if mail waits. A loop that
  * has shut its tree down meanwhile ends the actor as its own stop would have. */
 static void adopt(rt_task *task) {
-  accel_actor *cell = (accel_actor *)((char *)task - offsetof(accel_actor, move_task));
+  accel_actor *cell = (void *)((char *)task - offsetof(accel_actor, move_task));
   rt_loop *l = cell->home;
   rt_child *spec = cell->spec;
   if (l->root == NULL || l->root->status != RT_RUNNING) {

@@ -140,13 +140,14 @@ struct rt_loop {
   uint64_t woke_ns;
   atomic_ullong max_stall_ns;
   bool turn_active;
-  bool initialized;      /* loop_init done: destroy closes it */
-  uint64_t last_work_ns; /* when a turn last found something to do */
-  uint64_t spin_ns;      /* how long the loop keeps turning after that before sleeping */
-  uint32_t turn_hops;    /* actor runs a turn adds for actors woken during it (loop.c) */
-  uint32_t move_after;   /* messages in a row from one other loop that move an actor (move.c) */
-  uint64_t turn_ns;      /* when the current turn began (uv_hrtime: CLOCK_MONOTONIC) */
-  uv_thread_t thread;    /* loops 1..n-1: their own thread (loop 0 runs where run/start says) */
+  bool initialized;          /* loop_init done: destroy closes it */
+  uint64_t last_work_ns;     /* when a turn last found something to do */
+  uint64_t spin_ns;          /* how long the loop keeps turning after that before sleeping */
+  uint32_t turn_hops;        /* actor runs a turn adds for actors woken during it (loop.c) */
+  uint32_t move_after;       /* messages in a row from one other loop that move an actor (move.c) */
+  uint64_t move_turn_cycles; /* a turn shorter than this may move its actor (move.c) */
+  uint64_t turn_ns;          /* when the current turn began (uv_hrtime: CLOCK_MONOTONIC) */
+  uv_thread_t thread;        /* loops 1..n-1: their own thread (loop 0 runs where run/start says) */
   bool has_thread;
   bool shut_down; /* the tree is stopped and the handles are closing */
 
@@ -302,6 +303,7 @@ bool rt_retries_flush(rt_loop *l);
 
 /* move.c: an actor moves to the loop its messages come from (several loops only). */
 uint32_t rt_move_after(void);
+uint64_t rt_move_turn_cycles(void);
 void rt_move_note(accel_actor *cell, accel_ref sender);
 void rt_move_turn_end(accel_actor *cell);
 bool rt_move_due(accel_actor *cell, uint64_t turn_start);
