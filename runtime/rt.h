@@ -38,7 +38,7 @@ typedef struct rt_loop rt_loop;
 
 struct accel_actor {
   accel_runtime *rt;
-  rt_loop *home; /* the loop that runs its turns and owns its state; fixed for its life */
+  rt_loop *home; /* the loop that runs its turns and owns its state (changed only by move.c) */
   const accel_behavior *b;
   void *arg;
   void *state;
@@ -120,10 +120,11 @@ typedef struct rt_retry {
 } rt_retry;
 
 /* One loop of a runtime: a thread with its own libuv loop, run queue and root. Each actor lives
- * on one loop for its life (its `home`): its turns, hooks, timers, children and supervision
- * run there, so an actor's turns never run on two threads at once and its state needs no
- * locks. Children live on their parent's loop; top-level actors are spread over the loops
- * (loop.c `rt_place`). Everything in here is its thread's only, unless said. */
+ * on one loop at a time (its `home`; move.c moves some between turns): its turns, hooks,
+ * timers, children and supervision run there, so an actor's turns never run on two threads at
+ * once and its state needs no locks. Children live on their parent's loop; top-level actors are
+ * spread over the loops (loop.c `rt_place`). Everything in here is its thread's only, unless said.
+ */
 struct rt_loop {
   accel_runtime *rt;
   uint32_t index;

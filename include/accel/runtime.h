@@ -6,11 +6,13 @@
  * against this header; they live beside accel's device actors in the same tree.
  *
  * Threads
- *   - Each actor lives on one loop for its life, and that *loop thread* runs all of its
+ *   - Each actor lives on one loop at a time, and that *loop thread* runs all of its
  *     callbacks, timers and work completions: an actor's callbacks never run on two threads at
- *     once. Children live on their parent's loop; a top-level actor (parent NULL) spawned from
- *     an actor's callback lives on that actor's loop, and one spawned from any other thread goes
- *     to the loops in turn (round-robin). Loop 0 runs on the thread that called
+ *     once. A top-level actor with nothing tied to its loop (no children, timers, work in flight)
+ *     may move, between two turns, to the loop whose actors send it its messages
+ *     (ACCEL_MOVE_AFTER=0: never). Children live on their parent's loop; a top-level actor (parent
+ * NULL) spawned from an actor's callback lives on that actor's loop, and one spawned from any other
+ * thread goes to the loops in turn (round-robin). Loop 0 runs on the thread that called
  *     accel_runtime_run(), or the runtime's own thread after accel_runtime_start(); it runs the
  *     `then` callbacks of futures.
  *   - accel_tell(), accel_ask(), accel_stop(), accel_runtime_stop() and the future functions are
