@@ -549,11 +549,19 @@ static int loop_init(accel_runtime *rt, rt_loop *l, uint32_t index) {
 
 #define RT_LOOPS_LIMIT 256u
 
-/* opts->loops, else ACCEL_LOOPS, else 1. */
+/* opts->loops, else ACCEL_LOOPS, else 1; ACCEL_LOOPS_PER_CORE or "cores": one per online core
+ * (at most the limit). */
+static uint32_t loops_per_core(void) {
+  long cores = sysconf(_SC_NPROCESSORS_ONLN);
+  return cores < 1 ? 1 : cores > (long)RT_LOOPS_LIMIT ? RT_LOOPS_LIMIT : (uint32_t)cores;
+}
+
 static uint32_t loops_wanted(const accel_runtime_opts *opts) {
   if (opts && opts->loops)
-    return opts->loops;
+    return opts->loops == ACCEL_LOOPS_PER_CORE ? loops_per_core() : opts->loops;
   const char *s = getenv("ACCEL_LOOPS");
+  if (s && strcmp(s, "cores") == 0)
+    return loops_per_core();
   char *end = NULL;
   unsigned long v = s ? strtoul(s, &end, 10) : 1;
   if (s && (*s == '\0' || *end != '\0' || v == 0 || v > RT_LOOPS_LIMIT))

@@ -240,9 +240,12 @@ typedef struct accel_runtime_opts {
    * Default 2^20 (1048576); at most 2^26, more is ACCEL_EINVAL. Each loop's root counts. */
   uint32_t max_actors;
   /* How many loop threads run the actors. 0: the environment's ACCEL_LOOPS if set (1 to
-   * 256), else 1. More than 256 is ACCEL_EINVAL. */
+   * 256, or "cores"), else 1. ACCEL_LOOPS_PER_CORE: one per online core (at most 256). Other
+   * values above 256 are ACCEL_EINVAL. */
   uint32_t loops;
 } accel_runtime_opts;
+
+#define ACCEL_LOOPS_PER_CORE UINT32_MAX
 
 typedef struct accel_runtime_stats {
   uint64_t actors_live;

@@ -24,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "accel/runtime.h"
 
@@ -658,7 +659,9 @@ static void compare_loops(const char *name, const char *unit, program p, uint64_
   if (p != TRAPEZOID)
     return;
   /* The hardware's own scaling, in the same run: the slices on N plain threads and on one. */
-  int n = atoi(loops_arg);
+  int n = strcmp(loops_arg, "cores") == 0 ? (int)sysconf(_SC_NPROCESSORS_ONLN) : atoi(loops_arg);
+  if (n < 1)
+    return;
   double raw[9], raw1[9];
   for (int i = 0; i < reps; i++) {
     raw1[i] = trap_threads_once(target, 1);

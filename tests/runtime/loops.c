@@ -11,6 +11,7 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "util.h"
 
@@ -613,6 +614,16 @@ TEST(the_number_of_loops_is_bounded_and_the_environment_sets_the_default) {
   setenv("ACCEL_LOOPS", "257", 1); /* out of range: the default */
   CHECK_OK(accel_runtime_create(&rt, NULL));
   CHECK_EQ(accel_runtime_loops(rt), 1);
+  accel_runtime_destroy(rt);
+  long cores = sysconf(_SC_NPROCESSORS_ONLN);
+  uint32_t per_core = cores > 256 ? 256 : (uint32_t)cores;
+  setenv("ACCEL_LOOPS", "cores", 1);
+  CHECK_OK(accel_runtime_create(&rt, NULL));
+  CHECK_EQ(accel_runtime_loops(rt), per_core);
+  accel_runtime_destroy(rt);
+  o.loops = ACCEL_LOOPS_PER_CORE;
+  CHECK_OK(accel_runtime_create(&rt, &o));
+  CHECK_EQ(accel_runtime_loops(rt), per_core);
   accel_runtime_destroy(rt);
   if (saved)
     setenv("ACCEL_LOOPS", saved, 1);
