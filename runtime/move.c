@@ -91,8 +91,10 @@ static bool movable(const accel_actor *cell) {
          cell->work_pending == 0 && !atomic_load_explicit(&cell->rt->closing, memory_order_relaxed);
 }
 
-/* Half the time: two actors that talk across loops, both due, would otherwise swap loops at
- * once and stay apart; with a coin each, one soon follows the other and both settle. */
+/* Toward a lower loop always, toward a higher one half the time. Two actors that talk across
+ * loops, both due, would otherwise swap loops at once and stay apart; a chain (a ring of
+ * actors, each hearing from the one before) drains toward its lowest loop in a few laps,
+ * where a coin for every move left it drifting for hundreds. */
 static bool coin(accel_actor *cell) {
   uint32_t x = cell->move_rng ? cell->move_rng : cell->ref.slot * 2654435761u + 1;
   x ^= x << 13;
@@ -106,7 +108,8 @@ bool rt_move_due(accel_actor *cell, uint64_t turn_start) {
   uint32_t after = cell->home->move_after;
   return after != 0 && cell->affinity_count >= after && !cell->affinity_mixed &&
          cell->turns_since_move >= RT_MOVE_SETTLE && cell->affinity_loop < cell->rt->n_loops &&
-         rt_move_stamp() - turn_start < cell->home->move_turn_cycles && movable(cell) && coin(cell);
+         rt_move_stamp() - turn_start < cell->home->move_turn_cycles && movable(cell) &&
+         (cell->affinity_loop < cell->home->index || coin(cell));
 }
 
 static void adopt(rt_task *task);
