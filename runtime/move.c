@@ -7,7 +7,8 @@
  * (ACCEL_MOVE_AFTER, default 1; 0: never move), all from actors of one other loop, moves there
  * at the end of the turn, if the turn was short (RT_MOVE_SHORT_TURN: a turn of work worth a
  * thread of its own, computing, is what spreading is for), it has settled for a few turns
- * since its last move (RT_MOVE_SETTLE), and a coin says so (two partners do not swap).
+ * since its last move (RT_MOVE_SETTLE), and, toward a higher loop, a coin says so (two
+ * partners do not swap; a chain drains toward its lowest loop).
  *
  * Only an actor with nothing tied to its loop moves: a top-level actor with no children, no
  * timers, no blocking work in flight and no sends waiting for its room. The move happens on
