@@ -305,18 +305,31 @@ static accel_ref current_sender(accel_runtime *rt) {
   return from && from->rt == rt ? from->ref : ACCEL_REF_NONE;
 }
 
+accel_actor *rt_cell_pin(accel_runtime *rt, accel_ref ref) {
+  rt_slot *slot = rt_slot_at(rt, ref.slot);
+  if (slot == NULL)
+    return NULL;
+  atomic_fetch_add(&slot->pins, 1);
+  accel_actor *cell = atomic_load(&slot->cell);
+  if (atomic_load(&slot->gen) == ref.gen && cell != NULL)
+    return cell;
+  atomic_fetch_sub(&slot->pins, 1);
+  return NULL;
+}
+
+void rt_cell_unpin(accel_actor *cell) {
+  atomic_fetch_sub(&rt_slot_of(cell->rt, cell->ref.slot)->pins, 1);
+}
+
 /* From a thread that is not the target's loop: pin the slot, check, push. */
 static int send_pinned(accel_runtime *rt, accel_ref to, const accel_msg *msg, accel_ref sender) {
   if (!rt_remote_enter(rt))
     return ACCEL_ECLOSED;
   int rc = ACCEL_ESTALE;
-  rt_slot *slot = rt_slot_at(rt, to.slot);
-  if (slot != NULL) {
-    atomic_fetch_add(&slot->pins, 1);
-    accel_actor *cell = atomic_load(&slot->cell);
-    if (atomic_load(&slot->gen) == to.gen && cell != NULL)
-      rc = push_as(rt, cell, msg, sender);
-    atomic_fetch_sub(&slot->pins, 1);
+  accel_actor *cell = rt_cell_pin(rt, to);
+  if (cell != NULL) {
+    rc = push_as(rt, cell, msg, sender);
+    rt_cell_unpin(cell);
   }
   rt_remote_leave(rt);
   return rc;

@@ -16,6 +16,7 @@
  * A runtime has one loop or several (accel_runtime_opts.loops, ACCEL_LOOPS): each is all of
  * the above on a thread of its own, with its own root. Loop 0 runs on the thread of
  * accel_runtime_run (or accel_runtime_start's), the others on threads the runtime starts. */
+#include <errno.h>
 #include <poll.h>
 #include <stdlib.h>
 #include <string.h>
@@ -450,12 +451,17 @@ uint64_t rt_spin_ns(void) {
 /* ACCEL_TURN_HOPS (0: only the actors queued when a turn began run in it, as before), read
  * at each runtime's creation (a benchmark compares both in one process). */
 uint32_t rt_turn_hops(void) {
-  const char *s = getenv("ACCEL_TURN_HOPS");
+  return (uint32_t)rt_env_uint("ACCEL_TURN_HOPS", RT_TURN_HOPS_DEFAULT, 0, UINT32_MAX);
+}
+
+uint64_t rt_env_uint(const char *name, uint64_t dflt, uint64_t min, uint64_t max) {
+  const char *s = getenv(name);
+  if (s == NULL || *s == '\0')
+    return dflt;
   char *end = NULL;
-  unsigned long v = s ? strtoul(s, &end, 10) : RT_TURN_HOPS_DEFAULT;
-  if (s && (*s == '\0' || *end != '\0' || v > UINT32_MAX))
-    v = RT_TURN_HOPS_DEFAULT;
-  return (uint32_t)v;
+  errno = 0;
+  unsigned long long v = strtoull(s, &end, 10);
+  return *end != '\0' || errno != 0 || v < min || v > max ? dflt : (uint64_t)v;
 }
 
 /* ---- stalls: how long one iteration of the loop runs callbacks ---- */
@@ -562,11 +568,7 @@ static uint32_t loops_wanted(const accel_runtime_opts *opts) {
   const char *s = getenv("ACCEL_LOOPS");
   if (s && strcmp(s, "cores") == 0)
     return loops_per_core();
-  char *end = NULL;
-  unsigned long v = s ? strtoul(s, &end, 10) : 1;
-  if (s && (*s == '\0' || *end != '\0' || v == 0 || v > RT_LOOPS_LIMIT))
-    v = 1;
-  return (uint32_t)v;
+  return (uint32_t)rt_env_uint("ACCEL_LOOPS", 1, 1, RT_LOOPS_LIMIT);
 }
 
 static int loops_init(accel_runtime *rt, uint32_t n) {

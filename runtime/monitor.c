@@ -56,32 +56,15 @@ static bool remove_record(accel_actor *cell, accel_ref watcher, uint64_t id) {
   return found != NULL;
 }
 
-/* The cell `ref` names, on any loop, pinned against its sweep until unpin(); NULL if stale. */
-static accel_actor *pin(accel_runtime *rt, accel_ref ref) {
-  rt_slot *slot = rt_slot_at(rt, ref.slot);
-  if (slot == NULL)
-    return NULL;
-  atomic_fetch_add(&slot->pins, 1);
-  accel_actor *cell = atomic_load(&slot->cell);
-  if (atomic_load(&slot->gen) == ref.gen && cell != NULL)
-    return cell;
-  atomic_fetch_sub(&slot->pins, 1);
-  return NULL;
-}
-
-static void unpin(accel_actor *cell) {
-  atomic_fetch_sub(&rt_slot_of(cell->rt, cell->ref.slot)->pins, 1);
-}
-
 int accel_monitor(accel_actor *self, accel_ref target, uint64_t *id) {
   if (self == NULL || id == NULL || self->status != RT_RUNNING)
     return ACCEL_EINVAL;
-  accel_actor *cell = pin(self->rt, target);
+  accel_actor *cell = rt_cell_pin(self->rt, target);
   if (cell == NULL)
     return ACCEL_ESTALE; /* already gone: no DOWN will come */
   uint64_t next = self->home->next_monitor_id + 1;
   int rc = add_record(cell, self->ref, next);
-  unpin(cell);
+  rt_cell_unpin(cell);
   if (rc == 0)
     *id = self->home->next_monitor_id = next;
   return rc;
@@ -90,23 +73,23 @@ int accel_monitor(accel_actor *self, accel_ref target, uint64_t *id) {
 int accel_demonitor(accel_actor *self, accel_ref target, uint64_t id) {
   if (self == NULL)
     return ACCEL_EINVAL;
-  accel_actor *cell = id != 0 ? pin(self->rt, target) : NULL;
+  accel_actor *cell = id != 0 ? rt_cell_pin(self->rt, target) : NULL;
   bool removed = cell != NULL && remove_record(cell, self->ref, id);
   if (cell)
-    unpin(cell);
+    rt_cell_unpin(cell);
   return removed ? 0 : ACCEL_ENOENT; /* not this actor's, or fired already (DOWN may be queued) */
 }
 
 int accel_link(accel_actor *self, accel_ref other) {
   if (self == NULL || self->status != RT_RUNNING)
     return ACCEL_EINVAL;
-  accel_actor *cell = pin(self->rt, other);
+  accel_actor *cell = rt_cell_pin(self->rt, other);
   if (cell == NULL)
     return ACCEL_ESTALE;
   int rc = cell == self ? ACCEL_EINVAL : add_record(cell, self->ref, 0);
   if (rc == 0 && (rc = add_record(self, other, 0)) != 0)
     remove_record(cell, self->ref, 0);
-  unpin(cell);
+  rt_cell_unpin(cell);
   return rc;
 }
 
@@ -114,19 +97,19 @@ int accel_unlink(accel_actor *self, accel_ref other) {
   if (self == NULL)
     return ACCEL_EINVAL;
   bool mine = remove_record(self, other, 0);
-  accel_actor *cell = pin(self->rt, other);
+  accel_actor *cell = rt_cell_pin(self->rt, other);
   bool theirs = cell != NULL && remove_record(cell, self->ref, 0);
   if (cell)
-    unpin(cell);
+    rt_cell_unpin(cell);
   return mine || theirs ? 0 : ACCEL_ENOENT;
 }
 
 static void fire_link(accel_actor *cell, const rt_monitor *m, int reason) {
   accel_runtime *rt = cell->rt;
-  accel_actor *partner = pin(rt, m->watcher);
+  accel_actor *partner = rt_cell_pin(rt, m->watcher);
   if (partner != NULL) {
     remove_record(partner, cell->ref, 0);
-    unpin(partner);
+    rt_cell_unpin(partner);
   }
   if (reason >= 0 || reason == ACCEL_ECLOSED)
     return;

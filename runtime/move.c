@@ -44,20 +44,12 @@ uint64_t rt_move_stamp(void) {
 /* ACCEL_MOVE_TURN_CYCLES: the short turn's bound (tests under valgrind, whose turns are 50x
  * longer, raise it); read at each runtime's creation. */
 uint64_t rt_move_turn_cycles(void) {
-  const char *s = getenv("ACCEL_MOVE_TURN_CYCLES");
-  char *end = NULL;
-  unsigned long long n = s ? strtoull(s, &end, 10) : RT_MOVE_SHORT_TURN;
-  return s && (*s == '\0' || *end != '\0') ? RT_MOVE_SHORT_TURN : (uint64_t)n;
+  return rt_env_uint("ACCEL_MOVE_TURN_CYCLES", RT_MOVE_SHORT_TURN, 0, UINT64_MAX);
 }
 
 /* Read at each runtime's creation (a benchmark or test compares settings in one process). */
 uint32_t rt_move_after(void) {
-  const char *s = getenv("ACCEL_MOVE_AFTER");
-  char *end = NULL;
-  unsigned long n = s ? strtoul(s, &end, 10) : RT_MOVE_AFTER_DEFAULT;
-  if (s && (*s == '\0' || *end != '\0' || n >= UINT32_MAX))
-    n = RT_MOVE_AFTER_DEFAULT;
-  return (uint32_t)n;
+  return (uint32_t)rt_env_uint("ACCEL_MOVE_AFTER", RT_MOVE_AFTER_DEFAULT, 0, UINT32_MAX - 1);
 }
 
 /* Counts one delivered message's origin (several loops only): a turn whose messages all came

@@ -269,6 +269,10 @@ void rt_sweep(rt_loop *l);
 void rt_drop_msg(accel_runtime *rt, accel_msg *msg);
 RT_MUST_USE int rt_send_local(accel_runtime *rt, accel_ref to, const accel_msg *msg);
 accel_actor *rt_resolve_local(accel_runtime *rt, accel_ref ref);
+/* The cell `ref` names, on any loop, pinned against its sweep until rt_cell_unpin (its memory
+ * stays; it may end meanwhile); NULL if stale. Any thread. */
+accel_actor *rt_cell_pin(accel_runtime *rt, accel_ref ref);
+void rt_cell_unpin(accel_actor *cell);
 /* The table for at most `max_actors` live actors (the root included); its first chunk. */
 RT_MUST_USE int rt_slots_init(accel_runtime *rt, uint32_t max_actors);
 void rt_slots_free(accel_runtime *rt);
@@ -353,6 +357,9 @@ void rt_log_init_from_env(void);
 uint64_t rt_spin_ns(void);
 #define RT_TURN_HOPS_DEFAULT 1024u
 uint32_t rt_turn_hops(void);
+/* The environment's `name` as a number in [min, max]; dflt if unset, empty or anything else.
+ * Read at each call (runtimes read their settings as they are made). */
+uint64_t rt_env_uint(const char *name, uint64_t dflt, uint64_t min, uint64_t max);
 
 static inline void rt_cpu_relax(void) {
 #if defined(__x86_64__) || defined(__i386__)

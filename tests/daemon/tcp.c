@@ -44,27 +44,36 @@ static void *issue_fill(void *arg) {
 
 #define MAX_IN_FLIGHT 16
 
+/* A daemon with max_in_flight = 16, stopped; MAX_IN_FLIGHT fills sent (they return: the
+ * daemon is stopped), and a thread issuing one more, which waits: no answer can have come. */
+static void window_full(td_daemon *d, accel_ctx **ctx, accel_buffer *b, accel_future **f,
+                        issuer *is, pthread_t *t) {
+  char url[64];
+  start_tcp(d, "[limits]\nmax_in_flight = 16\n", url, sizeof url);
+  *ctx = NULL;
+  CHECK_OK(accel_open(ctx, url));
+  CHECK_OK(accel_buffer_create(*ctx, ACCEL_U32, 1, b));
+  CHECK_OK(accel_finish(*ctx, -1));
+  td_signal(d, SIGSTOP);
+  for (int i = 0; i < MAX_IN_FLIGHT; i++)
+    CHECK_OK(accel_fill_u32(*ctx, 0, *b, (uint32_t)i, &f[i]));
+  *is = (issuer){.ctx = *ctx, .b = *b};
+  CHECK_EQ(pthread_create(t, NULL, issue_fill, is), 0);
+  test_sleep_ms(300);
+  CHECK(!atomic_load(&is->returned));
+}
+
 /* At the limit: MAX_IN_FLIGHT fills return while the daemon is stopped. One past: the next
  * waits until the daemon answers. Every op then succeeds (without the client's bound, the
  * 17th is sent and refused with ACCEL_EBUSY). */
 TEST(max_in_flight_ops_are_sent_and_one_more_waits_for_an_answer) {
   td_daemon d;
-  char url[64];
-  start_tcp(&d, "[limits]\nmax_in_flight = 16\n", url, sizeof url);
-  accel_ctx *ctx = NULL;
-  CHECK_OK(accel_open(&ctx, url));
+  accel_ctx *ctx;
   accel_buffer b;
-  CHECK_OK(accel_buffer_create(ctx, ACCEL_U32, 1, &b));
-  CHECK_OK(accel_finish(ctx, -1));
-  td_signal(&d, SIGSTOP);
   accel_future *f[MAX_IN_FLIGHT];
-  for (int i = 0; i < MAX_IN_FLIGHT; i++)
-    CHECK_OK(accel_fill_u32(ctx, 0, b, (uint32_t)i, &f[i])); /* returns: the daemon is stopped */
-  issuer is = {.ctx = ctx, .b = b};
+  issuer is;
   pthread_t t;
-  CHECK_EQ(pthread_create(&t, NULL, issue_fill, &is), 0);
-  test_sleep_ms(300);
-  CHECK(!atomic_load(&is.returned)); /* no answer can have come: it waits */
+  window_full(&d, &ctx, &b, f, &is, &t);
   td_signal(&d, SIGCONT);
   pthread_join(t, NULL);
   CHECK_OK(is.rc);
@@ -87,22 +96,12 @@ TEST(max_in_flight_ops_are_sent_and_one_more_waits_for_an_answer) {
  * failing so), and every op in flight fails with ACCEL_ECLOSED. */
 TEST(a_sender_waiting_for_room_is_released_when_the_daemon_dies) {
   td_daemon d;
-  char url[64];
-  start_tcp(&d, "[limits]\nmax_in_flight = 16\n", url, sizeof url);
-  accel_ctx *ctx = NULL;
-  CHECK_OK(accel_open(&ctx, url));
+  accel_ctx *ctx;
   accel_buffer b;
-  CHECK_OK(accel_buffer_create(ctx, ACCEL_U32, 1, &b));
-  CHECK_OK(accel_finish(ctx, -1));
-  td_signal(&d, SIGSTOP);
   accel_future *f[MAX_IN_FLIGHT];
-  for (int i = 0; i < MAX_IN_FLIGHT; i++)
-    CHECK_OK(accel_fill_u32(ctx, 0, b, (uint32_t)i, &f[i]));
-  issuer is = {.ctx = ctx, .b = b};
+  issuer is;
   pthread_t t;
-  CHECK_EQ(pthread_create(&t, NULL, issue_fill, &is), 0);
-  test_sleep_ms(300);
-  CHECK(!atomic_load(&is.returned));
+  window_full(&d, &ctx, &b, f, &is, &t);
   td_signal(&d, SIGKILL);
   td_wait(&d);
   pthread_join(t, NULL); /* a hang here is the watchdog's */

@@ -114,17 +114,22 @@ static atomic_ulong sink_disorder; /* messages out of their sender's order */
 static accel_ref the_sink;
 static gate sink_done;
 
-static int sink_receive(accel_actor *self, void *state, accel_msg *msg) {
-  sink *s = state;
-  if (atomic_fetch_add(&inside, 1) != 0)
-    atomic_fetch_add(&sink_overlaps, 1);
+/* Counts a MSG_SEQ (sender << 32 | number) against its sender's last; opens the gate at the
+ * `total`-th. */
+static void sink_take(sink *s, const accel_msg *msg, uint64_t total) {
   CHECK_EQ(msg->type, MSG_SEQ);
   uint32_t from = (uint32_t)(msg->arg >> 32), seq = (uint32_t)msg->arg;
   if (seq != s->next[from])
     atomic_fetch_add(&sink_disorder, 1);
   s->next[from] = seq + 1;
-  if (++s->received == (uint64_t)SEQS * ACTORS)
+  if (++s->received == total)
     gate_signal(&sink_done);
+}
+
+static int sink_receive(accel_actor *self, void *state, accel_msg *msg) {
+  if (atomic_fetch_add(&inside, 1) != 0)
+    atomic_fetch_add(&sink_overlaps, 1);
+  sink_take(state, msg, (uint64_t)SEQS * ACTORS);
   atomic_fetch_sub(&inside, 1);
   return 0;
 }
@@ -297,13 +302,7 @@ static const accel_behavior waiting_sender_b = {.name = "waiting",
                                                 .receive = waiting_sender_receive};
 
 static int counting_sink_receive(accel_actor *self, void *state, accel_msg *msg) {
-  sink *s = state;
-  uint32_t from = (uint32_t)(msg->arg >> 32), seq = (uint32_t)msg->arg;
-  if (seq != s->next[from])
-    atomic_fetch_add(&sink_disorder, 1);
-  s->next[from] = seq + 1;
-  if (++s->received == (uint64_t)(SEQS / 10) * LOOPS)
-    gate_signal(&sink_done);
+  sink_take(state, msg, (uint64_t)(SEQS / 10) * LOOPS);
   return 0;
 }
 
