@@ -18,6 +18,7 @@
 #include "backends/worker/worker.h"
 #include "daemon/config.h"
 #include "runtime/alloc.h"
+#include "server/io_pool.h"
 #include "server/server.h"
 
 void acd_config_defaults(acd_config *c) {
@@ -335,6 +336,8 @@ static bool daemon_key(acd_config *c, const char *k, const char *v) {
     return parse_u32(v, 1, 3600000, &c->first_frame_timeout_ms);
   if (!strcmp(k, "max_connections"))
     return parse_u32(v, 1, 1u << 20, &c->max_connections);
+  if (!strcmp(k, "io_threads"))
+    return parse_u32(v, 0, SRV_IOPOOL_THREADS_MAX, &c->io_threads);
   return false;
 }
 

@@ -293,6 +293,7 @@ static int start_tree(daemon_ctx *d, int gid, int ready_fd) {
                          .drain_timeout_ms = c->drain_timeout_ms,
                          .first_frame_timeout_ms = c->first_frame_timeout_ms,
                          .max_connections = c->max_connections,
+                         .io_threads = c->io_threads,
                          .max_partial_bytes = c->max_partial_bytes,
                          .frame_idle_timeout_ms = c->frame_idle_timeout_ms,
                          .min_frame_rate = c->min_frame_rate ? c->min_frame_rate

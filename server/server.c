@@ -9,6 +9,7 @@
 
 #include "runtime/alloc.h"
 #include "runtime/loop.h"
+#include "server/io_pool.h"
 #include "server/server_priv.h"
 
 typedef struct srv_state {
@@ -18,6 +19,8 @@ typedef struct srv_state {
 void srv_release(srv_server *s) {
   if (--s->refs > 0)
     return;
+  if (s->io) /* every local socket has closed: each held a reference */
+    srv_iopool_stop(s->io);
   rt_free(s->gone);
   rt_free(s->buckets);
   rt_free(s->sendq.items);

@@ -1,5 +1,7 @@
-/* The local transport, daemon side: a Unix stream socket served by libuv on the runtime's
- * loop, carrying whole frames back to back (proto/local.h has the client's side).
+/* The local transport, daemon side: a Unix stream socket carrying whole frames back to back
+ * (proto/local.h has the client's side). The protocol runs here, on the runtime's loop; the
+ * socket's reads and writes run on acceld's I/O threads (server/io_pool.h), which hand the
+ * loop bytes and take its replies.
  *
  * Why not nng's ipc://: with Debian 12's nng 1.5.2 one bare connect and close locks its
  * listener (nng issue 1518) and clients that die with replies in flight wedge its pipe
@@ -54,6 +56,7 @@
 #include "runtime/alloc.h"
 #include "runtime/error_detail.h"
 #include "runtime/loop.h"
+#include "server/io_pool.h"
 #include "server/server_transport.h"
 
 #define LINK_INBUF (64u << 10) /* frames up to this size are read through a staging buffer */
@@ -63,19 +66,12 @@
 #define LINK_MAX_OPS 4096u
 #define LINK_ACCEPTS_PER_TURN 64 /* connections taken per wakeup before other handles run */
 
-typedef struct link_write {
-  uv_write_t req;
-  srv_link *link;
-  nng_msg *m;
-  size_t len; /* the bytes this request writes (counted in out_bytes) */
-} link_write;
-
 struct srv_link {
-  uv_pipe_t pipe;   /* first: the handle's data is the link */
+  srv_iost *st;     /* the socket, served by an I/O thread */
   uv_timer_t first; /* closes a peer that sends no whole frame in time */
   uv_timer_t idle;  /* inside a frame: closes a peer that stalls or trickles */
   bool first_open, idle_open, idle_armed;
-  int open_handles; /* pipe and timers: freed when all have closed */
+  int open_handles; /* the socket and timers: freed when all have closed */
   srv_server *s;
   srv_conn *conn; /* NULL once the record went away (the server stopped) */
   uint8_t *in;    /* staging (LINK_INBUF bytes, allocated with the link: reading never
@@ -92,12 +88,8 @@ struct srv_link {
   uint64_t progress_ms; /* loop time of the last byte read, or of a reply byte taken */
   uint64_t window_ms;   /* the rate's span: when it began, and bytes of `big` read since */
   uint64_t window_bytes;
-  uint64_t out_bytes; /* reply bytes handed to uv_write, not yet written */
-  link_write spare;   /* the first queued write needs no allocation (one is the usual most) */
-  bool spare_busy;
-  unsigned fds_owed; /* descriptors of attach frames that could not take theirs (no memory):
-                      * still queued ahead of the next frame's, so they are discarded first */
-  char why[64];      /* what ended it, for the log */
+  uint64_t out_bytes; /* reply bytes handed to the socket's thread, not yet written */
+  char why[64];       /* what ended it, for the log */
 };
 
 typedef struct srv_listener {
@@ -121,6 +113,10 @@ static void link_close(srv_link *l, const char *why);
 static void link_flow(srv_link *l);
 static void link_set_reading(srv_link *l);
 static void parse(srv_link *l);
+
+static uint64_t loop_now(const srv_link *l) {
+  return uv_now(rt_uv_loop(l->s->rt));
+}
 
 /* ---- credentials and the allowlist ---- */
 
@@ -166,11 +162,9 @@ static bool peer_allowed(const srv_server *s, const srv_conn *c) {
 static void read_credentials(srv_link *l, srv_conn *c) {
   struct ucred cr;
   socklen_t len = sizeof cr;
-  uv_os_fd_t fd;
   c->peer_pid = -1;
   c->peer_uid = c->peer_gid = UINT32_MAX; /* unknown: matches no allowlist but "any" */
-  if (uv_fileno((uv_handle_t *)&l->pipe, &fd) == 0 &&
-      getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &len) == 0) {
+  if (getsockopt(srv_iost_fd(l->st), SOL_SOCKET, SO_PEERCRED, &cr, &len) == 0) {
     c->peer_pid = cr.pid;
     c->peer_uid = cr.uid;
     c->peer_gid = cr.gid;
@@ -179,59 +173,34 @@ static void read_credentials(srv_link *l, srv_conn *c) {
 
 /* ---- writing ---- */
 
-static void on_written(uv_write_t *req, int status) {
-  link_write *w = (link_write *)req;
-  srv_link *l = w->link;
-  l->out_bytes -= w->len;
+static void on_written(srv_iost *st, void *data, nng_msg *m, int status) {
+  srv_link *l = data;
+  size_t len = nng_msg_len(m);
+  l->out_bytes -= len;
   if (l->conn)
-    l->conn->out_bytes -= nng_msg_len(w->m);
-  nng_msg_free(w->m);
-  if (w == &l->spare)
-    l->spare_busy = false;
-  else
-    rt_free(w);
+    l->conn->out_bytes -= len;
+  nng_msg_free(m);
   if (status < 0 && status != UV_ECANCELED) {
     link_close(l, "write failed (peer gone)");
   } else if (!l->closing) {
-    l->progress_ms = uv_now(l->pipe.loop); /* the peer takes its replies: not idle */
+    l->progress_ms = loop_now(l); /* the peer takes its replies: not idle */
     link_flow(l);
   }
 }
 
-/* Takes m. What the socket takes at once is written now; the rest is queued with libuv. */
+/* Takes m: queued for the socket's thread, which writes it in order. */
 void srv_local_send(srv_server *s, srv_conn *c, nng_msg *m) {
   srv_link *l = c->link;
   size_t len = nng_msg_len(m);
-  if (l == NULL || l->closing) {
+  int rc = l == NULL || l->closing ? ACCEL_ECLOSED : srv_iost_write(l->st, m, 0);
+  if (rc != 0) {
     c->out_bytes -= len;
     nng_msg_free(m);
+    if (rc == ACCEL_ENOMEM)
+      link_close(l, "out of memory writing a reply");
     return;
   }
-  uv_buf_t b = uv_buf_init(nng_msg_body(m), (unsigned)len);
-  int n = l->out_bytes == 0 ? uv_try_write((uv_stream_t *)&l->pipe, &b, 1) : UV_EAGAIN;
-  if (n == (int)len || (n < 0 && n != UV_EAGAIN)) {
-    c->out_bytes -= len;
-    nng_msg_free(m);
-    if (n < 0)
-      link_close(l, "write failed (peer gone)");
-    return;
-  }
-  size_t done = n > 0 ? (size_t)n : 0;
-  link_write *w = l->spare_busy ? rt_malloc(sizeof *w) : &l->spare;
-  l->spare_busy = true;
-  b = uv_buf_init((char *)nng_msg_body(m) + done, (unsigned)(len - done));
-  if (w == NULL || uv_write(&w->req, (uv_stream_t *)&l->pipe, &b, 1, on_written) != 0) {
-    if (w == &l->spare)
-      l->spare_busy = false;
-    else
-      rt_free(w);
-    c->out_bytes -= len;
-    nng_msg_free(m);
-    link_close(l, w ? "write failed" : "out of memory writing a reply");
-    return;
-  }
-  *w = (link_write){.req = w->req, .link = l, .m = m, .len = len - done};
-  l->out_bytes += w->len;
+  l->out_bytes += len;
   link_flow(l);
 }
 
@@ -373,18 +342,20 @@ static void idle_update(srv_link *l) {
     uv_timer_stop(&l->idle);
     return;
   }
-  l->progress_ms = l->window_ms = uv_now(l->pipe.loop);
+  l->progress_ms = l->window_ms = loop_now(l);
   l->window_bytes = 0;
   uv_timer_start(&l->idle, on_idle_check, idle_limit_ms(l->s), 0);
 }
 
-/* Bytes that arrived and are not read yet: a busy loop, not an idle peer. */
+/* Bytes that arrived and are not read yet: a busy daemon, not an idle peer. */
 static size_t bytes_waiting(srv_link *l) {
-  uv_os_fd_t fd;
   int n = 0;
-  if (!l->reading || uv_fileno((uv_handle_t *)&l->pipe, &fd) != 0 || ioctl(fd, FIONREAD, &n) != 0)
+  if (!l->reading)
     return 0;
-  return n > 0 ? (size_t)n : 0;
+  size_t ahead = srv_iost_buffered(l->st);
+  if (ioctl(srv_iost_fd(l->st), FIONREAD, &n) != 0 || n < 0)
+    n = 0;
+  return ahead + (size_t)n;
 }
 
 /* Whether the frame in `big` came slower than min_frame_rate over the span of reading just
@@ -425,14 +396,14 @@ static void on_idle_check(uv_timer_t *t) {
 
 /* ---- reading ---- */
 
-static void on_alloc(uv_handle_t *h, size_t hint, uv_buf_t *buf) {
-  srv_link *l = h->data;
+/* Where the next bytes go: the large frame being received, else the staging buffer. */
+static uint8_t *read_target(srv_link *l, size_t *room) {
   if (l->big) {
-    size_t total = nng_msg_len(l->big);
-    *buf = uv_buf_init((char *)nng_msg_body(l->big) + l->big_have, (unsigned)(total - l->big_have));
-    return;
+    *room = nng_msg_len(l->big) - l->big_have;
+    return (uint8_t *)nng_msg_body(l->big) + l->big_have;
   }
-  *buf = uv_buf_init((char *)l->in + l->in_len, (unsigned)(LINK_INBUF - l->in_len));
+  *room = LINK_INBUF - l->in_len;
+  return l->in + l->in_len;
 }
 
 static void first_frame_seen(srv_link *l) {
@@ -484,7 +455,7 @@ static bool start_big(srv_link *l, const uint8_t *p, size_t have, size_t flen, u
   memcpy(nng_msg_body(m), p, have);
   l->big = m;
   l->big_have = have;
-  l->window_ms = uv_now(l->pipe.loop);
+  l->window_ms = loop_now(l);
   l->window_bytes = 0;
   return true;
 }
@@ -523,70 +494,35 @@ static void parse(srv_link *l) {
 #define LINK_MAX_PENDING_FDS 8
 
 /* Descriptors a peer sent beyond the few its attach frames are about to take: a peer that
- * sends them unasked could exhaust the daemon's descriptors, so it is closed. */
+ * sends them unasked could exhaust the daemon's descriptors, so it is closed. Counted once
+ * every byte read was made into frames (descriptors come ahead of their bytes). */
 static bool fds_ok(srv_link *l) {
-  if (uv_pipe_pending_count(&l->pipe) <= LINK_MAX_PENDING_FDS)
+  if (srv_iost_buffered(l->st) > 0 || srv_iost_fds_pending(l->st) <= LINK_MAX_PENDING_FDS)
     return true;
   link_close(l, "descriptors it did not announce");
   return false;
 }
 
-/* libuv hands a passed descriptor out only as a handle: a pipe handle is opened over it, the
- * descriptor duplicated, and the handle closed (which closes libuv's copy). */
-static void on_fd_handle_closed(uv_handle_t *h) {
-  rt_free(h);
-}
-
-static int accept_fd(srv_link *l) {
-  uv_pipe_t *h = rt_malloc(sizeof *h);
-  if (h == NULL)
-    return ACCEL_ENOMEM;
-  uv_pipe_init(l->pipe.loop, h, 0);
-  int fd = -1;
-  uv_os_fd_t raw;
-  if (uv_accept((uv_stream_t *)&l->pipe, (uv_stream_t *)h) == 0 &&
-      uv_fileno((uv_handle_t *)h, &raw) == 0)
-    fd = fcntl(raw, F_DUPFD_CLOEXEC, 0);
-  uv_close((uv_handle_t *)h, on_fd_handle_closed);
-  return fd >= 0 ? fd : ACCEL_ESYS;
-}
-
-/* The descriptor sent with the attach frame being handled. Descriptors arrive in the order of
- * their frames; one an earlier attach could not take is still first in line and would be
- * mapped as this frame's region (another region's bytes): it is discarded first. A take that
- * fails for lack of memory leaves this frame's descriptor owed in turn. */
+/* The descriptor sent with the attach frame being handled: descriptors are queued in the order
+ * of their frames, so the first is this frame's. */
 int srv_local_take_fd(srv_conn *c) {
   srv_link *l = c->link;
-  if (l == NULL)
-    return ACCEL_ENOENT;
-  while (l->fds_owed > 0 && uv_pipe_pending_count(&l->pipe) > 0) {
-    int stale = accept_fd(l);
-    if (stale == ACCEL_ENOMEM)
-      break;
-    if (stale >= 0)
-      close(stale);
-    l->fds_owed--;
-  }
-  if (uv_pipe_pending_count(&l->pipe) == 0) {
-    l->fds_owed = 0; /* nothing is queued: none is owed either */
-    return ACCEL_ENOENT;
-  }
-  int fd = l->fds_owed > 0 ? ACCEL_ENOMEM : accept_fd(l);
-  if (fd == ACCEL_ENOMEM)
-    l->fds_owed++;
-  return fd;
+  int fd = l != NULL && l->st != NULL ? srv_iost_take_fd(l->st) : -1;
+  return fd >= 0 ? fd : ACCEL_ENOENT;
 }
 
-static void on_read(uv_stream_t *st, ssize_t n, const uv_buf_t *buf) {
-  srv_link *l = st->data;
+/* n bytes came into read_target's place, or the stream ended (n < 0). */
+static void on_read(srv_link *l, ssize_t n) {
   if (n < 0) {
     bool partial = l->in_len || l->big; /* a half-written frame counts as a bad one */
     l->s->frames_bad += partial;
-    link_close(l, n != UV_EOF ? "read error" : partial ? "closed mid-frame" : "closed");
+    link_close(l, n == UV_EPROTO ? "descriptors it did not announce"
+                  : n != UV_EOF  ? "read error"
+                  : partial      ? "closed mid-frame"
+                                 : "closed");
     return;
   }
-  if (n > 0)
-    l->progress_ms = uv_now(st->loop);
+  l->progress_ms = loop_now(l);
   if (l->big) {
     l->big_have += (size_t)n;
     l->window_bytes += (size_t)n;
@@ -606,6 +542,19 @@ static void on_read(uv_stream_t *st, ssize_t n, const uv_buf_t *buf) {
     idle_update(l);
 }
 
+/* The socket's thread has bytes (or the end) for us: taken while the link reads. */
+static void on_readable(srv_iost *st, void *data) {
+  srv_link *l = data;
+  while (l->reading && !l->closing) {
+    size_t room;
+    uint8_t *at = read_target(l, &room);
+    ssize_t n = srv_iost_read(st, at, room);
+    if (n == 0)
+      return;
+    on_read(l, n);
+  }
+}
+
 /* ---- flow control ---- */
 
 /* Reads while nothing holds the link back: its own flow control or a wait for room. On
@@ -613,16 +562,13 @@ static void on_read(uv_stream_t *st, ssize_t n, const uv_buf_t *buf) {
 static void link_set_reading(srv_link *l) {
   bool want = !l->closing && !l->flow_paused && !l->queued;
   if (want && !l->reading) {
-    if (uv_read_start((uv_stream_t *)&l->pipe, on_alloc, on_read) != 0) {
-      link_close(l, "cannot read");
-      return;
-    }
     l->reading = true;
-    l->window_ms = uv_now(l->pipe.loop); /* time paused is not the peer's */
+    srv_iost_want_read(l->st, true); /* bytes read ahead meanwhile come in a later callback */
+    l->window_ms = loop_now(l);      /* time paused is not the peer's */
     l->window_bytes = 0;
     parse(l);
   } else if (!want && l->reading) {
-    uv_read_stop((uv_stream_t *)&l->pipe);
+    srv_iost_want_read(l->st, false);
     l->reading = false;
   }
   if (!l->closing)
@@ -652,8 +598,8 @@ void srv_local_flow(srv_server *s, srv_conn *c) {
 
 /* ---- closing ---- */
 
-static void on_link_closed(uv_handle_t *h) {
-  srv_link *l = h->data;
+/* The socket or a timer closed: the link goes with the last of them. */
+static void link_part_closed(srv_link *l) {
   srv_server *s = l->s;
   if (--l->open_handles > 0)
     return;
@@ -669,18 +615,26 @@ static void on_link_closed(uv_handle_t *h) {
   srv_release(s);
 }
 
-/* The handles close in later callbacks; the room its frame held goes at once. */
+static void on_timer_closed(uv_handle_t *h) {
+  link_part_closed(h->data);
+}
+
+static void on_socket_closed(void *data) {
+  link_part_closed(data);
+}
+
+/* The socket and timers close in later callbacks; the room its frame held goes at once. */
 static void link_close(srv_link *l, const char *why) {
   if (l->closing)
     return;
   l->closing = true;
   snprintf(l->why, sizeof l->why, "%s", why);
-  if (l->first_open)
-    uv_close((uv_handle_t *)&l->first, on_link_closed);
-  if (l->idle_open)
-    uv_close((uv_handle_t *)&l->idle, on_link_closed);
-  uv_close((uv_handle_t *)&l->pipe, on_link_closed);
   partial_release(l);
+  if (l->first_open)
+    uv_close((uv_handle_t *)&l->first, on_timer_closed);
+  if (l->idle_open)
+    uv_close((uv_handle_t *)&l->idle, on_timer_closed);
+  srv_iost_close(l->st);
 }
 
 /* ---- accepting ---- */
@@ -691,8 +645,8 @@ static void on_first_frame_late(uv_timer_t *t) {
 
 static void start_timers(srv_server *s, srv_link *l) {
   uint32_t ms = s->args->first_frame_timeout_ms ? s->args->first_frame_timeout_ms : 10000;
-  uv_timer_init(l->pipe.loop, &l->first); /* cannot fail: it only fills the handle */
-  uv_timer_init(l->pipe.loop, &l->idle);
+  uv_timer_init(rt_uv_loop(s->rt), &l->first); /* cannot fail: it only fills the handle */
+  uv_timer_init(rt_uv_loop(s->rt), &l->idle);
   l->first.data = l->idle.data = l;
   l->first_open = l->idle_open = true;
   l->open_handles += 2;
@@ -725,18 +679,15 @@ static bool refused(srv_server *s, srv_link *l) {
   return l->closing;
 }
 
-/* Serves the accepted connection fd with l and c; the link owns fd from here on. */
-static void link_start(srv_server *s, srv_link *l, srv_conn *c, int fd) {
+/* Serves the accepted connection fd with l, c and st; the link owns fd from here on. */
+static void link_start(srv_server *s, srv_link *l, srv_conn *c, srv_iost *st, int fd) {
+  static const srv_iost_ops link_ops = {
+      .readable = on_readable, .written = on_written, .closed = on_socket_closed};
   *l = (srv_link){.s = s, .conn = c, .in = (uint8_t *)(l + 1), .open_handles = 1};
-  uv_pipe_init(rt_uv_loop(s->rt), &l->pipe, 1); /* ipc: descriptors may come with frames */
-  l->pipe.data = l;
-  s->refs++; /* released in on_link_closed */
+  s->refs++; /* released in link_part_closed */
   c->link = l;
-  if (uv_pipe_open(&l->pipe, fd) != 0) {
-    close(fd);
-    link_close(l, "accept failed");
-    return;
-  }
+  l->st = st;
+  srv_iost_start(st, s->io, fd, &link_ops, l);
   read_credentials(l, c);
   if (refused(s, l))
     return;
@@ -838,16 +789,19 @@ static bool accept_one(srv_listener *ls) {
   if (fd < 0)
     return accept_error(ls, errno);
   srv_link *l = rt_malloc(sizeof *l + LINK_INBUF);
-  srv_conn *c = l ? srv_conn_new(s, s->next_local_id++ | SRV_LOCAL_ID_BIT, &srv_transport_local)
-                  : NULL;
+  srv_iost *st = l ? srv_iost_new() : NULL;
+  srv_conn *c = st ? srv_conn_new(s, s->next_local_id++ | SRV_LOCAL_ID_BIT, &srv_transport_local)
+                   : NULL;
   if (c == NULL) {
+    if (st)
+      srv_iost_discard(st);
     rt_free(l);
     ls->pending_fd = fd;
     accept_later(ls, "out of memory for a new connection");
     return false;
   }
   ls->retry_ms = 0;
-  link_start(s, l, c, fd);
+  link_start(s, l, c, st, fd);
   return true;
 }
 
@@ -985,6 +939,14 @@ static int bind_listener(srv_server *s, srv_listener *ls) {
   return listener_watch(ls, true);
 }
 
+/* [server] io_threads, or a quarter of the cores (1 to 8). */
+static uint32_t io_threads(const srv_server *s) {
+  uint32_t n = s->args->io_threads;
+  return n == 0                       ? srv_iopool_default_threads()
+         : n > SRV_IOPOOL_THREADS_MAX ? SRV_IOPOOL_THREADS_MAX
+                                      : n;
+}
+
 int srv_local_listen(srv_server *s, const char *path) {
   srv_listener *ls = rt_calloc(1, sizeof *ls);
   char *copy = rt_strdup(path);
@@ -994,6 +956,13 @@ int srv_local_listen(srv_server *s, const char *path) {
     return ACCEL_ENOMEM;
   }
   partial_init(s);
+  int rc = s->io ? 0 : srv_iopool_start(&s->io, rt_uv_loop(s->rt), io_threads(s));
+  if (rc != 0) {
+    rt_free(ls);
+    rt_free(copy);
+    accel_log(ACCEL_LOG_ERROR, "server", "cannot start the I/O threads: %s", accel_strerror(rc));
+    return rc;
+  }
   ls->s = s;
   ls->path = copy;
   ls->fd = ls->pending_fd = ls->reserve = -1;
@@ -1002,9 +971,10 @@ int srv_local_listen(srv_server *s, const char *path) {
   ls->open_handles = 1; /* and the poll handle, once there is a socket to watch */
   s->refs++;
   s->locals[s->nlocals++] = ls;
-  int rc = bind_listener(s, ls);
+  rc = bind_listener(s, ls);
   if (rc == 0)
-    accel_log(ACCEL_LOG_INFO, "server", "listening on ipc://%s", path);
+    accel_log(ACCEL_LOG_INFO, "server", "listening on ipc://%s (%u I/O threads)", path,
+              srv_iopool_threads(s->io));
   return rc;
 }
 

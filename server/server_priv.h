@@ -109,6 +109,8 @@ struct srv_server {
    * connections, each charged whole when it starts, against partial_max; connections whose
    * next frame does not fit wait, unread, first come first served (a list through srv_link) */
   uint64_t partial_max, partial_held;
+  struct srv_iopool
+      *io; /* the local sockets' I/O threads (server/io_pool.h); NULL until listening */
   srv_link *partial_head, *partial_tail;
   bool partial_waking;
 

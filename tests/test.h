@@ -103,8 +103,8 @@ typedef struct test_case {
 extern const char *test_current_;
 __attribute__((weak)) const char *test_current_ = "(none)";
 /* What the running test waits for (TEST_WAIT_FOR), for the watchdog to name; NULL if none. */
-extern const char *volatile test_waiting_for_;
-__attribute__((weak)) const char *volatile test_waiting_for_ = NULL;
+extern _Atomic(const char *) test_waiting_for_;
+__attribute__((weak)) _Atomic(const char *) test_waiting_for_ = NULL;
 
 static inline __attribute__((noreturn, format(printf, 3, 4))) void
 test_fail_(const char *file, int line, const char *fmt, ...) {

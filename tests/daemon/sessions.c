@@ -373,10 +373,14 @@ static void *client_work(void *arg) {
   return NULL;
 }
 
+/* Served by three I/O threads: each client's bytes and replies stay its own whichever thread
+ * serves its socket (also under ThreadSanitizer, suite 'threads'). */
 TEST(concurrent_clients_see_their_own_data) {
   td_daemon d;
   td_prepare(&d);
+  td_write_config(&d, "[daemon]\nio_threads = 3\n");
   td_start(&d, "--cpu-devices", "2", NULL);
+  CHECK(strstr(td_log(&d), "(3 I/O threads)") != NULL);
   enum { CLIENTS = 8 };
   pthread_t t[CLIENTS];
   worker w[CLIENTS];

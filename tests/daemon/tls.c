@@ -241,6 +241,20 @@ TEST(exit_timeout_key) {
   expect_config_error("[daemon]\nexit_timeout_ms = -1\n", "acceld.conf:2");
 }
 
+/* [daemon] io_threads: 0 (a quarter of the cores) by default, at most 64; 65 is an error. */
+TEST(io_threads_key) {
+  char err[320];
+  acd_config c;
+  CHECK_OK(read_config("", &c, NULL, err, sizeof err));
+  CHECK_EQ(c.io_threads, 0);
+  acd_config_free(&c);
+  CHECK_OK(read_config("[daemon]\nio_threads = 64\n", &c, NULL, err, sizeof err));
+  CHECK_EQ(c.io_threads, 64);
+  acd_config_free(&c);
+  expect_config_error("[daemon]\nio_threads = 65\n", "acceld.conf:2");
+  expect_config_error("[daemon]\nio_threads = -1\n", "acceld.conf:2");
+}
+
 TEST(unknown_names_and_bad_values_are_errors_with_their_line) {
   expect_config_error("[security]\nallow_any_local = no\nallow_users = root, no-such-user-h2\n",
                       "acceld.conf:3: [security] allow_users: no such user 'no-such-user-h2'");
@@ -543,6 +557,7 @@ static const test_case tests[] = {
     TEST_CASE(security_defaults_and_the_plain_tcp_flag),
     TEST_CASE(pinned_max_key),
     TEST_CASE(exit_timeout_key),
+    TEST_CASE(io_threads_key),
     TEST_CASE(unknown_names_and_bad_values_are_errors_with_their_line),
     TEST_CASE(plain_tcp_is_refused_by_default),
     TEST_CASE(plain_tcp_with_allow_plain_tcp),

@@ -270,10 +270,16 @@ static void nng_close_bounded(nng_socket sock) {
   }
 }
 
+static void register_nng_fini(void) {
+  if (atexit(nng_fini_unless_stuck) != 0)
+    fprintf(stderr, "# atexit failed: nng's threads may outlive the test\n");
+}
+
 void td_client_open(td_client *c, const char *url) {
-  static bool fini_registered;
-  if (!fini_registered) /* nng's threads end before exit (valgrind counts them otherwise) */
-    fini_registered = atexit(nng_fini_unless_stuck) == 0;
+  static pthread_once_t fini_once = PTHREAD_ONCE_INIT;
+  /* nng's threads end before exit (valgrind counts them otherwise); clients open on many
+   * threads at once */
+  pthread_once(&fini_once, register_nng_fini);
   memset(c, 0, sizeof *c);
   c->next_id = 100;
   c->fd = -1;

@@ -1,0 +1,646 @@
+/* The I/O threads of server/io_pool.h. Two hand-offs, each a flag word and an intrusive list:
+ * the loop posts commands to a stream's thread (open, write, read again, close), a thread
+ * posts events to the loop (bytes, writes done, closed). A stream is in at most one list of
+ * each kind at a time: it is pushed when its flag word goes from 0 to non-zero, and the taker
+ * reads its link before clearing the word. Bytes cross in a ring with one writer (the
+ * thread) and one reader (the loop); writes cross in a queue under the stream's mutex, the
+ * messages' bytes written from outside it (the loop frees a message only once it is
+ * reported). */
+#include "server/io_pool.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "accel/runtime.h"
+#include "runtime/alloc.h"
+
+enum { CMD_OPEN = 1, CMD_WRITE = 2, CMD_READ = 4, CMD_CLOSE = 8 };
+enum { EV_READ = 1, EV_WROTE = 2, EV_CLOSED = 4 };
+
+#define IOV_MAX_GATHER 64
+#define FDS_PER_READ 16
+
+typedef struct io_thread {
+  srv_iopool *io;
+  uv_loop_t loop;
+  uv_async_t wake;
+  uv_thread_t tid;
+  pthread_mutex_t mu; /* inbox, stop */
+  srv_iost *inbox;    /* streams with commands, through cmd_next */
+  bool stop;
+} io_thread;
+
+struct srv_iopool {
+  uv_async_t wake; /* first: the handle's data is the pool */
+  uv_loop_t *loop;
+  pthread_mutex_t mu;           /* inbox */
+  srv_iost *inbox, *inbox_tail; /* streams with events, through ev_next */
+  io_thread *threads;
+  uint32_t nthreads, next, started;
+  uint32_t streams; /* open, not reported closed */
+};
+
+typedef struct wq_item {
+  nng_msg *m;
+  size_t off; /* the next byte to write */
+  int status; /* once done */
+} wq_item;
+
+struct srv_iost {
+  srv_iopool *io;
+  io_thread *t;
+  int fd;
+  const srv_iost_ops *ops;
+  void *data;
+  uint8_t *ring;
+  _Atomic size_t head, tail; /* bytes taken by the loop, put by the thread (both only grow) */
+  _Atomic int end;           /* set by the thread after the last bytes it put */
+  _Atomic bool stalled;      /* the thread stopped reading: the ring was full */
+  _Atomic unsigned cmd, ev;
+  srv_iost *cmd_next, *ev_next;
+  pthread_mutex_t mu; /* wq*, fds */
+  wq_item *wq;        /* a ring of wq_cap items from wq_head */
+  uint32_t wq_head, wq_len, wq_cap;
+  uint32_t wq_done; /* items at the front written or failed, not reported yet */
+  size_t wq_bytes;  /* bytes of the items not done */
+  int fds[SRV_IOST_FDS_MAX];
+  uint32_t fd_head, fd_len;
+  /* the thread's */
+  uv_poll_t poll;
+  bool poll_open, write_blocked;
+  int poll_events;
+  /* the loop's */
+  bool want_read, closing;
+};
+
+/* ---- hand-offs ---- */
+
+static void post_cmd(srv_iost *st, unsigned bits) {
+  if (atomic_fetch_or(&st->cmd, bits) != 0)
+    return;
+  io_thread *t = st->t;
+  pthread_mutex_lock(&t->mu);
+  st->cmd_next = t->inbox;
+  t->inbox = st;
+  pthread_mutex_unlock(&t->mu);
+  uv_async_send(&t->wake);
+}
+
+/* After posting EV_CLOSED the thread touches st no more: the loop may free it at once. */
+static void post_ev(srv_iost *st, unsigned bits) {
+  if (atomic_fetch_or(&st->ev, bits) != 0)
+    return;
+  srv_iopool *io = st->io;
+  pthread_mutex_lock(&io->mu);
+  st->ev_next = NULL;
+  if (io->inbox_tail)
+    io->inbox_tail->ev_next = st;
+  else
+    io->inbox = st;
+  io->inbox_tail = st;
+  pthread_mutex_unlock(&io->mu);
+  uv_async_send(&io->wake);
+}
+
+/* ---- the thread's side: reading ---- */
+
+static size_t ring_space(srv_iost *st) {
+  return SRV_IOST_RING - (atomic_load(&st->tail) - atomic_load(&st->head));
+}
+
+static void update_poll(srv_iost *st);
+
+static void set_end(srv_iost *st, int end) {
+  if (atomic_load(&st->end) == 0)
+    atomic_store(&st->end, end);
+}
+
+/* The descriptors that came with a read, queued; false if some had no room (closed). */
+static bool take_rights(srv_iost *st, struct msghdr *mh) {
+  bool ok = (mh->msg_flags & MSG_CTRUNC) == 0;
+  for (struct cmsghdr *c = CMSG_FIRSTHDR(mh); c != NULL; c = CMSG_NXTHDR(mh, c)) {
+    if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS)
+      continue;
+    size_t n = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+    const unsigned char *p = CMSG_DATA(c);
+    pthread_mutex_lock(&st->mu);
+    for (size_t i = 0; i < n; i++) {
+      int fd;
+      memcpy(&fd, p + i * sizeof fd, sizeof fd);
+      if (st->fd_len < SRV_IOST_FDS_MAX) {
+        st->fds[(st->fd_head + st->fd_len++) % SRV_IOST_FDS_MAX] = fd;
+      } else {
+        close(fd);
+        ok = false;
+      }
+    }
+    pthread_mutex_unlock(&st->mu);
+  }
+  return ok;
+}
+
+/* One recvmsg into the ring's free space (one or two pieces): bytes read, 0 at the end or
+ * on an error (recorded), -1 when nothing is there now. */
+static ssize_t read_once(srv_iost *st, size_t space) {
+  size_t tail = atomic_load(&st->tail), at = tail % SRV_IOST_RING;
+  size_t first = SRV_IOST_RING - at < space ? SRV_IOST_RING - at : space;
+  struct iovec iov[2] = {{st->ring + at, first}, {st->ring, space - first}};
+  union {
+    struct cmsghdr align;
+    char buf[CMSG_SPACE(sizeof(int) * FDS_PER_READ)];
+  } ctl;
+  struct msghdr mh = {.msg_iov = iov,
+                      .msg_iovlen = space > first ? 2 : 1,
+                      .msg_control = ctl.buf,
+                      .msg_controllen = sizeof ctl.buf};
+  ssize_t n;
+  do
+    n = recvmsg(st->fd, &mh, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+  while (n < 0 && errno == EINTR);
+  if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+    return -1;
+  bool fds_ok = n < 0 || take_rights(st, &mh);
+  if (n > 0)
+    atomic_store(&st->tail, tail + (size_t)n); /* the bytes, after their descriptors */
+  if (n < 0)
+    set_end(st, uv_translate_sys_error(errno));
+  else if (n == 0)
+    set_end(st, UV_EOF);
+  if (!fds_ok)
+    set_end(st, UV_EPROTO);
+  return atomic_load(&st->end) != 0 ? 0 : n;
+}
+
+/* Reads while there is room and the socket had all it asked for (a short read: drained). */
+static void read_some(srv_iost *st) {
+  bool got = false;
+  while (atomic_load(&st->end) == 0) {
+    size_t space = ring_space(st);
+    if (space == 0) {
+      atomic_store(&st->stalled, true);
+      break;
+    }
+    ssize_t n = read_once(st, space);
+    got |= n != -1;
+    if (n <= 0 || (size_t)n < space)
+      break;
+  }
+  if (got)
+    post_ev(st, EV_READ);
+}
+
+/* ---- the thread's side: writing ---- */
+
+/* The items not done, as iovecs (the mutex held); how many. */
+static int gather(srv_iost *st, struct iovec *iov) {
+  int n = 0;
+  for (uint32_t i = st->wq_done; i < st->wq_len && n < IOV_MAX_GATHER; i++) {
+    wq_item *w = &st->wq[(st->wq_head + i) % st->wq_cap];
+    iov[n++] = (struct iovec){(uint8_t *)nng_msg_body(w->m) + w->off, nng_msg_len(w->m) - w->off};
+  }
+  return n;
+}
+
+/* Marks `bytes` written from the first item not done on (the mutex held). */
+static void advance(srv_iost *st, size_t bytes) {
+  st->wq_bytes -= bytes;
+  while (bytes > 0 && st->wq_done < st->wq_len) {
+    wq_item *w = &st->wq[(st->wq_head + st->wq_done) % st->wq_cap];
+    size_t left = nng_msg_len(w->m) - w->off, take = bytes < left ? bytes : left;
+    w->off += take;
+    bytes -= take;
+    if (w->off == nng_msg_len(w->m)) {
+      w->status = 0;
+      st->wq_done++;
+    }
+  }
+}
+
+/* Every item not done ends with status (the mutex held). */
+static void fail_all(srv_iost *st, int status) {
+  for (uint32_t i = st->wq_done; i < st->wq_len; i++)
+    st->wq[(st->wq_head + i) % st->wq_cap].status = status;
+  st->wq_done = st->wq_len;
+  st->wq_bytes = 0;
+}
+
+static void flush(srv_iost *st) {
+  while (!st->write_blocked) {
+    struct iovec iov[IOV_MAX_GATHER];
+    pthread_mutex_lock(&st->mu);
+    int n = gather(st, iov);
+    pthread_mutex_unlock(&st->mu);
+    if (n == 0)
+      return;
+    size_t want = 0;
+    for (int i = 0; i < n; i++)
+      want += iov[i].iov_len;
+    struct msghdr mh = {.msg_iov = iov, .msg_iovlen = (size_t)n};
+    ssize_t w;
+    do
+      w = sendmsg(st->fd, &mh, MSG_DONTWAIT | MSG_NOSIGNAL);
+    while (w < 0 && errno == EINTR);
+    if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      st->write_blocked = true;
+      break;
+    }
+    pthread_mutex_lock(&st->mu);
+    if (w < 0)
+      fail_all(st, uv_translate_sys_error(errno));
+    else
+      advance(st, (size_t)w);
+    pthread_mutex_unlock(&st->mu);
+    post_ev(st, EV_WROTE);
+    if (w < 0)
+      return;
+    if ((size_t)w < want)
+      st->write_blocked = true; /* the socket is full: wait until it is writable */
+  }
+}
+
+/* ---- the thread's side: the stream's poll ---- */
+
+static void on_poll(uv_poll_t *p, int status, int events) {
+  srv_iost *st = p->data;
+  if (status < 0) {
+    set_end(st, status);
+    post_ev(st, EV_READ);
+    pthread_mutex_lock(&st->mu);
+    fail_all(st, status);
+    pthread_mutex_unlock(&st->mu);
+    post_ev(st, EV_WROTE);
+    st->write_blocked = false;
+  } else {
+    if (events & UV_WRITABLE) {
+      st->write_blocked = false;
+      flush(st);
+    }
+    if (events & UV_READABLE)
+      read_some(st);
+  }
+  update_poll(st);
+}
+
+/* Watches for what the stream waits on: room in the socket to write, bytes while the ring has
+ * room and the stream has not ended. */
+static void update_poll(srv_iost *st) {
+  if (!st->poll_open)
+    return;
+  int want = (st->write_blocked ? UV_WRITABLE : 0) |
+             (atomic_load(&st->end) == 0 && ring_space(st) > 0 ? UV_READABLE : 0);
+  if (want == st->poll_events)
+    return;
+  st->poll_events = want;
+  if (want == 0 || uv_poll_start(&st->poll, want, on_poll) != 0) {
+    uv_poll_stop(&st->poll);
+    st->poll_events = 0;
+  }
+}
+
+static void finish_close(srv_iost *st) {
+  close(st->fd);
+  pthread_mutex_lock(&st->mu);
+  while (st->fd_len > 0) {
+    close(st->fds[st->fd_head]);
+    st->fd_head = (st->fd_head + 1) % SRV_IOST_FDS_MAX;
+    st->fd_len--;
+  }
+  fail_all(st, UV_ECANCELED);
+  pthread_mutex_unlock(&st->mu);
+  post_ev(st, EV_CLOSED);
+}
+
+static void on_poll_closed(uv_handle_t *h) {
+  finish_close(h->data);
+}
+
+static void open_on_thread(srv_iost *st) {
+  if (uv_poll_init_socket(&st->t->loop, &st->poll, st->fd) != 0) {
+    set_end(st, UV_EIO);
+    post_ev(st, EV_READ);
+    return;
+  }
+  st->poll.data = st;
+  st->poll_open = true;
+  read_some(st);
+  update_poll(st);
+}
+
+static void run_cmds(srv_iost *st, unsigned bits) {
+  if (bits & CMD_CLOSE) {
+    flush(st); /* what the socket takes now: a last reply (why it was refused) goes out */
+    if (!st->poll_open) {
+      finish_close(st);
+      return;
+    }
+    st->poll_open = false;
+    uv_close((uv_handle_t *)&st->poll, on_poll_closed);
+    return;
+  }
+  if (bits & CMD_OPEN)
+    open_on_thread(st);
+  if (!st->poll_open)
+    return;
+  if (bits & CMD_WRITE)
+    flush(st);
+  if (bits & CMD_READ)
+    read_some(st);
+  update_poll(st);
+}
+
+static void on_thread_wake(uv_async_t *a) {
+  io_thread *t = a->data;
+  pthread_mutex_lock(&t->mu);
+  srv_iost *list = t->inbox;
+  t->inbox = NULL;
+  bool stop = t->stop;
+  pthread_mutex_unlock(&t->mu);
+  while (list != NULL) {
+    srv_iost *st = list;
+    list = st->cmd_next; /* before the flags clear: a new post may link st again */
+    run_cmds(st, atomic_exchange(&st->cmd, 0));
+  }
+  if (stop)
+    uv_close((uv_handle_t *)&t->wake, NULL);
+}
+
+static void thread_main(void *arg) {
+  io_thread *t = arg;
+  uv_run(&t->loop, UV_RUN_DEFAULT);
+}
+
+/* ---- the loop's side ---- */
+
+static void report_writes(srv_iost *st) {
+  for (;;) {
+    pthread_mutex_lock(&st->mu);
+    if (st->wq_done == 0) {
+      pthread_mutex_unlock(&st->mu);
+      return;
+    }
+    wq_item w = st->wq[st->wq_head];
+    st->wq_head = (st->wq_head + 1) % st->wq_cap;
+    st->wq_len--;
+    st->wq_done--;
+    pthread_mutex_unlock(&st->mu);
+    st->ops->written(st, st->data, w.m, w.status);
+  }
+}
+
+static void stream_free(srv_iost *st) {
+  pthread_mutex_destroy(&st->mu);
+  srv_iost_discard(st);
+}
+
+static void on_events(srv_iost *st, unsigned bits) {
+  if (bits & EV_WROTE)
+    report_writes(st);
+  if ((bits & EV_READ) && st->want_read && !st->closing)
+    st->ops->readable(st, st->data);
+  if (bits & EV_CLOSED) {
+    report_writes(st);
+    st->io->streams--;
+    st->ops->closed(st->data);
+    stream_free(st);
+  }
+}
+
+static void on_loop_wake(uv_async_t *a) {
+  srv_iopool *io = a->data;
+  pthread_mutex_lock(&io->mu);
+  srv_iost *list = io->inbox;
+  io->inbox = io->inbox_tail = NULL;
+  pthread_mutex_unlock(&io->mu);
+  while (list != NULL) {
+    srv_iost *st = list;
+    list = st->ev_next; /* before the flags clear: a new post may link st again */
+    on_events(st, atomic_exchange(&st->ev, 0));
+  }
+}
+
+/* ---- the pool ---- */
+
+static int thread_start(io_thread *t, srv_iopool *io) {
+  t->io = io;
+  if (uv_loop_init(&t->loop) != 0)
+    return ACCEL_ESYS;
+  if (uv_async_init(&t->loop, &t->wake, on_thread_wake) != 0) {
+    uv_loop_close(&t->loop);
+    return ACCEL_ESYS;
+  }
+  t->wake.data = t;
+  pthread_mutex_init(&t->mu, NULL);
+  if (uv_thread_create(&t->tid, thread_main, t) != 0) {
+    uv_close((uv_handle_t *)&t->wake, NULL);
+    uv_run(&t->loop, UV_RUN_DEFAULT);
+    uv_loop_close(&t->loop);
+    pthread_mutex_destroy(&t->mu);
+    return ACCEL_ESYS;
+  }
+  return 0;
+}
+
+static void threads_stop(srv_iopool *io) {
+  for (uint32_t i = 0; i < io->started; i++) {
+    io_thread *t = &io->threads[i];
+    pthread_mutex_lock(&t->mu);
+    t->stop = true;
+    pthread_mutex_unlock(&t->mu);
+    uv_async_send(&t->wake);
+    uv_thread_join(&t->tid);
+    uv_loop_close(&t->loop);
+    pthread_mutex_destroy(&t->mu);
+  }
+  io->started = 0;
+}
+
+static void on_pool_closed(uv_handle_t *h) {
+  srv_iopool *io = h->data;
+  pthread_mutex_destroy(&io->mu);
+  rt_free(io->threads);
+  rt_free(io);
+}
+
+int srv_iopool_start(srv_iopool **out, uv_loop_t *loop, uint32_t threads) {
+  if (threads == 0 || threads > SRV_IOPOOL_THREADS_MAX)
+    return ACCEL_EINVAL;
+  srv_iopool *io = rt_calloc(1, sizeof *io);
+  io_thread *ts = rt_calloc(threads, sizeof *ts);
+  if (io == NULL || ts == NULL || uv_async_init(loop, &io->wake, on_loop_wake) != 0) {
+    rt_free(io);
+    rt_free(ts);
+    return io && ts ? ACCEL_ESYS : ACCEL_ENOMEM;
+  }
+  io->wake.data = io;
+  io->loop = loop;
+  io->threads = ts;
+  io->nthreads = threads;
+  pthread_mutex_init(&io->mu, NULL);
+  int rc = 0;
+  while (io->started < threads && (rc = thread_start(&ts[io->started], io)) == 0)
+    io->started++;
+  if (rc != 0) {
+    threads_stop(io);
+    uv_close((uv_handle_t *)&io->wake, on_pool_closed);
+    return rc;
+  }
+  *out = io;
+  return 0;
+}
+
+void srv_iopool_stop(srv_iopool *io) {
+  if (io->streams != 0)
+    accel_log(ACCEL_LOG_ERROR, "server", "I/O threads stopped with %u streams open", io->streams);
+  threads_stop(io);
+  uv_close((uv_handle_t *)&io->wake, on_pool_closed);
+}
+
+uint32_t srv_iopool_threads(const srv_iopool *io) {
+  return io->nthreads;
+}
+
+uint32_t srv_iopool_default_threads(void) {
+  long cores = sysconf(_SC_NPROCESSORS_ONLN);
+  uint32_t n = cores > 0 ? (uint32_t)cores / 4 : 1;
+  return n < 1 ? 1 : n > 8 ? 8 : n;
+}
+
+/* ---- streams ---- */
+
+#define WQ_FIRST 8 /* write queue items allocated with the stream */
+
+srv_iost *srv_iost_new(void) {
+  srv_iost *st = rt_calloc(1, sizeof *st);
+  uint8_t *ring = rt_malloc(SRV_IOST_RING);
+  wq_item *wq = rt_malloc(sizeof *wq * WQ_FIRST);
+  if (st == NULL || ring == NULL || wq == NULL) {
+    rt_free(st);
+    rt_free(ring);
+    rt_free(wq);
+    return NULL;
+  }
+  st->ring = ring;
+  st->wq = wq;
+  st->wq_cap = WQ_FIRST;
+  st->fd = -1;
+  return st;
+}
+
+void srv_iost_discard(srv_iost *st) {
+  rt_free(st->wq);
+  rt_free(st->ring);
+  rt_free(st);
+}
+
+void srv_iost_start(srv_iost *st, srv_iopool *io, int fd, const srv_iost_ops *ops, void *data) {
+  st->io = io;
+  st->t = &io->threads[io->next++ % io->nthreads];
+  st->fd = fd;
+  st->ops = ops;
+  st->data = data;
+  pthread_mutex_init(&st->mu, NULL);
+  io->streams++;
+  post_cmd(st, CMD_OPEN);
+}
+
+int srv_iost_fd(const srv_iost *st) {
+  return st->fd;
+}
+
+void srv_iost_want_read(srv_iost *st, bool on) {
+  bool was = st->want_read;
+  st->want_read = on;
+  if (on && !was && !st->closing && (srv_iost_buffered(st) > 0 || atomic_load(&st->end) != 0))
+    post_ev(st, EV_READ);
+}
+
+size_t srv_iost_buffered(const srv_iost *st) {
+  return atomic_load(&st->tail) - atomic_load(&st->head);
+}
+
+ssize_t srv_iost_read(srv_iost *st, void *buf, size_t cap) {
+  int end = atomic_load(&st->end); /* first: the bytes before it are all visible then */
+  size_t head = atomic_load(&st->head), have = atomic_load(&st->tail) - head;
+  if (have == 0)
+    return end;
+  size_t n = have < cap ? have : cap, at = head % SRV_IOST_RING;
+  size_t first = SRV_IOST_RING - at < n ? SRV_IOST_RING - at : n;
+  memcpy(buf, st->ring + at, first);
+  memcpy((uint8_t *)buf + first, st->ring, n - first);
+  atomic_store(&st->head, head + n);
+  if (!st->closing && atomic_load(&st->stalled)) { /* the thread waits for this room */
+    atomic_store(&st->stalled, false);
+    post_cmd(st, CMD_READ);
+  }
+  return (ssize_t)n;
+}
+
+uint32_t srv_iost_fds_pending(srv_iost *st) {
+  pthread_mutex_lock(&st->mu);
+  uint32_t n = st->fd_len;
+  pthread_mutex_unlock(&st->mu);
+  return n;
+}
+
+int srv_iost_take_fd(srv_iost *st) {
+  int fd = -1;
+  pthread_mutex_lock(&st->mu);
+  if (st->fd_len > 0) {
+    fd = st->fds[st->fd_head];
+    st->fd_head = (st->fd_head + 1) % SRV_IOST_FDS_MAX;
+    st->fd_len--;
+  }
+  pthread_mutex_unlock(&st->mu);
+  return fd;
+}
+
+/* Room for one more item (the mutex held); false when out of memory. */
+static bool wq_grow(srv_iost *st) {
+  if (st->wq_len < st->wq_cap)
+    return true;
+  uint32_t cap = st->wq_cap * 2;
+  wq_item *n = rt_malloc(sizeof *n * cap);
+  if (n == NULL)
+    return false;
+  for (uint32_t i = 0; i < st->wq_len; i++)
+    n[i] = st->wq[(st->wq_head + i) % st->wq_cap];
+  rt_free(st->wq);
+  st->wq = n;
+  st->wq_head = 0;
+  st->wq_cap = cap;
+  return true;
+}
+
+int srv_iost_write(srv_iost *st, nng_msg *m, size_t off) {
+  if (st->closing)
+    return ACCEL_ECLOSED;
+  pthread_mutex_lock(&st->mu);
+  bool ok = wq_grow(st);
+  if (ok) {
+    st->wq[(st->wq_head + st->wq_len++) % st->wq_cap] = (wq_item){.m = m, .off = off};
+    st->wq_bytes += nng_msg_len(m) - off;
+  }
+  pthread_mutex_unlock(&st->mu);
+  if (!ok)
+    return ACCEL_ENOMEM;
+  post_cmd(st, CMD_WRITE);
+  return 0;
+}
+
+size_t srv_iost_write_pending(srv_iost *st) {
+  pthread_mutex_lock(&st->mu);
+  size_t n = st->wq_bytes;
+  pthread_mutex_unlock(&st->mu);
+  return n;
+}
+
+void srv_iost_close(srv_iost *st) {
+  if (st->closing)
+    return;
+  st->closing = true;
+  post_cmd(st, CMD_CLOSE);
+}
