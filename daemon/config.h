@@ -47,8 +47,8 @@ typedef struct acd_config {
   /* Local connections: closed when no whole frame arrived within this long of connecting;
    * more than max_connections at once are refused. */
   uint32_t first_frame_timeout_ms, max_connections;
-  /* Threads that read and write local connections' sockets; 0: a quarter of the cores, 1 to
-   * 8 (server/io_pool.h). */
+  /* Threads that read and write local connections' sockets (srv_args.io_threads): 0 none,
+   * "auto" (SRV_IO_THREADS_AUTO) by the cores. */
   uint32_t io_threads;
   proto_limits limits;
   /* [limits] max_partial_bytes (0: automatic), frame_idle_timeout_ms, min_frame_rate (bytes

@@ -26,7 +26,8 @@ enum { EV_READ = 1, EV_WROTE = 2, EV_CLOSED = 4 };
 
 typedef struct io_thread {
   srv_iopool *io;
-  uv_loop_t loop;
+  uv_loop_t own;
+  uv_loop_t *loop; /* &own, or the pool's loop when it has no threads */
   uv_async_t wake;
   uv_thread_t tid;
   pthread_mutex_t mu; /* inbox, stop */
@@ -41,7 +42,11 @@ struct srv_iopool {
   srv_iost *inbox, *inbox_tail; /* streams with events, through ev_next */
   io_thread *threads;
   uint32_t nthreads, next, started;
+  bool on_loop;     /* no threads: streams are served on the loop itself */
+  bool drain_due;   /* on_loop: events posted by a stream's side, handled as its callback ends */
+  int handles;      /* handles of the pool on `loop` not closed yet */
   uint32_t streams; /* open, not reported closed */
+  bool busy;        /* the last wake-up reported more than one stream */
 };
 
 typedef struct wq_item {
@@ -90,8 +95,10 @@ static void post_cmd(srv_iost *st, unsigned bits) {
   uv_async_send(&t->wake);
 }
 
-/* After posting EV_CLOSED the thread touches st no more: the loop may free it at once. */
-static void post_ev(srv_iost *st, unsigned bits) {
+/* After posting EV_CLOSED the thread touches st no more: the loop may free it at once. With
+ * no threads, what a stream's side posts is handled when its callback ends (side_done): no
+ * wake-up, no extra loop iteration; what the loop posts to itself waits for the wake-up. */
+static void post_ev_from(srv_iost *st, unsigned bits, bool by_loop) {
   if (atomic_fetch_or(&st->ev, bits) != 0)
     return;
   srv_iopool *io = st->io;
@@ -103,7 +110,24 @@ static void post_ev(srv_iost *st, unsigned bits) {
     io->inbox = st;
   io->inbox_tail = st;
   pthread_mutex_unlock(&io->mu);
-  uv_async_send(&io->wake);
+  if (io->on_loop && !by_loop)
+    io->drain_due = true;
+  else
+    uv_async_send(&io->wake);
+}
+
+static void post_ev(srv_iost *st, unsigned bits) {
+  post_ev_from(st, bits, false);
+}
+
+static void on_loop_wake(uv_async_t *a);
+
+/* The end of a callback of the streams' side: with no threads, the events it posted. */
+static void side_done(srv_iopool *io) {
+  if (io->on_loop && io->drain_due) {
+    io->drain_due = false;
+    on_loop_wake(&io->wake);
+  }
 }
 
 /* ---- the thread's side: reading ---- */
@@ -266,6 +290,7 @@ static void flush(srv_iost *st) {
 
 static void on_poll(uv_poll_t *p, int status, int events) {
   srv_iost *st = p->data;
+  srv_iopool *io = st->io;
   if (status < 0) {
     set_end(st, status);
     post_ev(st, EV_READ);
@@ -283,6 +308,7 @@ static void on_poll(uv_poll_t *p, int status, int events) {
       read_some(st);
   }
   update_poll(st);
+  side_done(io);
 }
 
 /* Watches for what the stream waits on: room in the socket to write, bytes while the ring has
@@ -315,11 +341,14 @@ static void finish_close(srv_iost *st) {
 }
 
 static void on_poll_closed(uv_handle_t *h) {
-  finish_close(h->data);
+  srv_iost *st = h->data;
+  srv_iopool *io = st->io;
+  finish_close(st);
+  side_done(io);
 }
 
 static void open_on_thread(srv_iost *st) {
-  if (uv_poll_init_socket(&st->t->loop, &st->poll, st->fd) != 0) {
+  if (uv_poll_init_socket(st->t->loop, &st->poll, st->fd) != 0) {
     set_end(st, UV_EIO);
     post_ev(st, EV_READ);
     return;
@@ -366,11 +395,13 @@ static void on_thread_wake(uv_async_t *a) {
   }
   if (stop)
     uv_close((uv_handle_t *)&t->wake, NULL);
+  else
+    side_done(t->io);
 }
 
 static void thread_main(void *arg) {
   io_thread *t = arg;
-  uv_run(&t->loop, UV_RUN_DEFAULT);
+  uv_run(t->loop, UV_RUN_DEFAULT);
 }
 
 /* ---- the loop's side ---- */
@@ -415,29 +446,54 @@ static void on_loop_wake(uv_async_t *a) {
   srv_iost *list = io->inbox;
   io->inbox = io->inbox_tail = NULL;
   pthread_mutex_unlock(&io->mu);
+  uint32_t n = 0;
   while (list != NULL) {
     srv_iost *st = list;
     list = st->ev_next; /* before the flags clear: a new post may link st again */
     on_events(st, atomic_exchange(&st->ev, 0));
+    n++;
   }
+  io->busy = n > 1;
 }
 
 /* ---- the pool ---- */
 
+static void on_pool_handle_closed(uv_handle_t *h) {
+  srv_iopool *io = h->data;
+  if (--io->handles > 0)
+    return;
+  pthread_mutex_destroy(&io->mu);
+  rt_free(io->threads);
+  rt_free(io);
+}
+
+/* The pool's own loop serves its streams: its "thread" is a handle there. */
+static int thread_on_loop(io_thread *t, srv_iopool *io) {
+  t->io = io;
+  t->loop = io->loop;
+  if (uv_async_init(t->loop, &t->wake, on_thread_wake) != 0)
+    return ACCEL_ESYS;
+  t->wake.data = t;
+  pthread_mutex_init(&t->mu, NULL);
+  io->handles++;
+  return 0;
+}
+
 static int thread_start(io_thread *t, srv_iopool *io) {
   t->io = io;
-  if (uv_loop_init(&t->loop) != 0)
+  t->loop = &t->own;
+  if (uv_loop_init(t->loop) != 0)
     return ACCEL_ESYS;
-  if (uv_async_init(&t->loop, &t->wake, on_thread_wake) != 0) {
-    uv_loop_close(&t->loop);
+  if (uv_async_init(t->loop, &t->wake, on_thread_wake) != 0) {
+    uv_loop_close(t->loop);
     return ACCEL_ESYS;
   }
   t->wake.data = t;
   pthread_mutex_init(&t->mu, NULL);
   if (uv_thread_create(&t->tid, thread_main, t) != 0) {
     uv_close((uv_handle_t *)&t->wake, NULL);
-    uv_run(&t->loop, UV_RUN_DEFAULT);
-    uv_loop_close(&t->loop);
+    uv_run(t->loop, UV_RUN_DEFAULT);
+    uv_loop_close(t->loop);
     pthread_mutex_destroy(&t->mu);
     return ACCEL_ESYS;
   }
@@ -447,45 +503,48 @@ static int thread_start(io_thread *t, srv_iopool *io) {
 static void threads_stop(srv_iopool *io) {
   for (uint32_t i = 0; i < io->started; i++) {
     io_thread *t = &io->threads[i];
+    if (io->on_loop) {
+      t->wake.data = io;
+      uv_close((uv_handle_t *)&t->wake, on_pool_handle_closed);
+      pthread_mutex_destroy(&t->mu);
+      continue;
+    }
     pthread_mutex_lock(&t->mu);
     t->stop = true;
     pthread_mutex_unlock(&t->mu);
     uv_async_send(&t->wake);
     uv_thread_join(&t->tid);
-    uv_loop_close(&t->loop);
+    uv_loop_close(t->loop);
     pthread_mutex_destroy(&t->mu);
   }
   io->started = 0;
 }
 
-static void on_pool_closed(uv_handle_t *h) {
-  srv_iopool *io = h->data;
-  pthread_mutex_destroy(&io->mu);
-  rt_free(io->threads);
-  rt_free(io);
-}
-
 int srv_iopool_start(srv_iopool **out, uv_loop_t *loop, uint32_t threads) {
-  if (threads == 0 || threads > SRV_IOPOOL_THREADS_MAX)
+  if (threads > SRV_IOPOOL_THREADS_MAX)
     return ACCEL_EINVAL;
+  uint32_t n = threads ? threads : 1;
   srv_iopool *io = rt_calloc(1, sizeof *io);
-  io_thread *ts = rt_calloc(threads, sizeof *ts);
+  io_thread *ts = rt_calloc(n, sizeof *ts);
   if (io == NULL || ts == NULL || uv_async_init(loop, &io->wake, on_loop_wake) != 0) {
     rt_free(io);
     rt_free(ts);
     return io && ts ? ACCEL_ESYS : ACCEL_ENOMEM;
   }
   io->wake.data = io;
+  io->handles = 1;
   io->loop = loop;
   io->threads = ts;
-  io->nthreads = threads;
+  io->nthreads = n;
+  io->on_loop = threads == 0;
   pthread_mutex_init(&io->mu, NULL);
   int rc = 0;
-  while (io->started < threads && (rc = thread_start(&ts[io->started], io)) == 0)
+  while (io->started < n &&
+         (rc = io->on_loop ? thread_on_loop(&ts[0], io) : thread_start(&ts[io->started], io)) == 0)
     io->started++;
   if (rc != 0) {
     threads_stop(io);
-    uv_close((uv_handle_t *)&io->wake, on_pool_closed);
+    uv_close((uv_handle_t *)&io->wake, on_pool_handle_closed);
     return rc;
   }
   *out = io;
@@ -496,17 +555,19 @@ void srv_iopool_stop(srv_iopool *io) {
   if (io->streams != 0)
     accel_log(ACCEL_LOG_ERROR, "server", "I/O threads stopped with %u streams open", io->streams);
   threads_stop(io);
-  uv_close((uv_handle_t *)&io->wake, on_pool_closed);
+  uv_close((uv_handle_t *)&io->wake, on_pool_handle_closed);
 }
 
 uint32_t srv_iopool_threads(const srv_iopool *io) {
-  return io->nthreads;
+  return io->on_loop ? 0 : io->nthreads;
 }
 
 uint32_t srv_iopool_default_threads(void) {
   long cores = sysconf(_SC_NPROCESSORS_ONLN);
-  uint32_t n = cores > 0 ? (uint32_t)cores / 4 : 1;
-  return n < 1 ? 1 : n > 8 ? 8 : n;
+  if (cores < SRV_IOPOOL_MIN_CORES)
+    return 0;
+  uint32_t n = (uint32_t)cores / 4;
+  return n > 8 ? 8 : n;
 }
 
 /* ---- streams ---- */
@@ -555,7 +616,7 @@ void srv_iost_want_read(srv_iost *st, bool on) {
   bool was = st->want_read;
   st->want_read = on;
   if (on && !was && !st->closing && (srv_iost_buffered(st) > 0 || atomic_load(&st->end) != 0))
-    post_ev(st, EV_READ);
+    post_ev_from(st, EV_READ, true);
 }
 
 size_t srv_iost_buffered(const srv_iost *st) {
@@ -615,10 +676,33 @@ static bool wq_grow(srv_iost *st) {
   return true;
 }
 
+/* The loop writes itself while it is not busy and nothing of the stream's is queued: a
+ * hand-off to the thread costs a wake-up, as long as the write. Under the mutex, so the thread
+ * cannot start a write meanwhile. Bytes written (off included), or an error. */
+static ssize_t write_now(srv_iost *st, nng_msg *m, size_t off) {
+  if (st->io->busy || st->wq_done != st->wq_len)
+    return (ssize_t)off;
+  struct iovec iov = {(uint8_t *)nng_msg_body(m) + off, nng_msg_len(m) - off};
+  struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1};
+  ssize_t w;
+  do
+    w = sendmsg(st->fd, &mh, MSG_DONTWAIT | MSG_NOSIGNAL);
+  while (w < 0 && errno == EINTR);
+  if (w < 0)
+    return errno == EAGAIN || errno == EWOULDBLOCK ? (ssize_t)off : ACCEL_ESYS;
+  return (ssize_t)off + w;
+}
+
 int srv_iost_write(srv_iost *st, nng_msg *m, size_t off) {
   if (st->closing)
     return ACCEL_ECLOSED;
   pthread_mutex_lock(&st->mu);
+  ssize_t done = write_now(st, m, off);
+  if (done < 0 || (size_t)done == nng_msg_len(m)) {
+    pthread_mutex_unlock(&st->mu);
+    return done < 0 ? (int)done : 1;
+  }
+  off = (size_t)done;
   bool ok = wq_grow(st);
   if (ok) {
     st->wq[(st->wq_head + st->wq_len++) % st->wq_cap] = (wq_item){.m = m, .off = off};

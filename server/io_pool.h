@@ -29,6 +29,7 @@
 #include "runtime/attr.h"
 
 #define SRV_IOPOOL_THREADS_MAX 64
+#define SRV_IOPOOL_MIN_CORES 8    /* below: no threads by default (srv_iopool_default_threads) */
 #define SRV_IOST_RING (64u << 10) /* bytes read ahead per stream */
 #define SRV_IOST_FDS_MAX 64       /* descriptors queued per stream; past it: UV_EPROTO */
 
@@ -46,13 +47,16 @@ typedef struct srv_iost_ops {
   void (*closed)(void *data);
 } srv_iost_ops;
 
-/* `threads` (1..SRV_IOPOOL_THREADS_MAX) threads reporting to `loop`; 0 or an accel error. */
+/* `threads` (up to SRV_IOPOOL_THREADS_MAX) threads reporting to `loop`; 0 or an accel error.
+ * With 0 the streams are served on `loop` itself, through the same hand-offs (no thread to
+ * wake: on few cores the wake-ups cost more than the system calls they move). */
 RT_MUST_USE int srv_iopool_start(srv_iopool **io, uv_loop_t *loop, uint32_t threads);
 /* Every stream must have closed. Joins the threads; the pool is freed once its handle on the
  * loop has closed (a later loop iteration). */
 void srv_iopool_stop(srv_iopool *io);
 uint32_t srv_iopool_threads(const srv_iopool *io);
-/* The default thread count for this machine: a quarter of its cores, 1 to 8. */
+/* The default thread count for this machine: none below SRV_IOPOOL_MIN_CORES cores, else a
+ * quarter of them, at most 8. */
 uint32_t srv_iopool_default_threads(void);
 
 /* A stream's memory (its ring, its first write queue), before it has a socket: taken before
@@ -76,8 +80,11 @@ size_t srv_iost_buffered(const srv_iost *st);
 /* Descriptors received and not taken, and the first of them (-1 if none). */
 uint32_t srv_iost_fds_pending(srv_iost *st);
 RT_MUST_USE int srv_iost_take_fd(srv_iost *st);
-/* Queues the bytes of m from `off` on; `written` reports it. 0, or ACCEL_ENOMEM (m not
- * taken) or ACCEL_ECLOSED (closing: m not taken). */
+/* Writes the bytes of m from `off` on. 1: written whole at once, on this thread (while the
+ * loop is not busy and nothing of the stream's waits: a hand-off costs a wake-up); m not
+ * taken, no `written` follows. 0: queued for the stream's thread, `written` reports it. Or,
+ * m not taken: ACCEL_ENOMEM, ACCEL_ECLOSED (closing) or ACCEL_ESYS (the socket failed: the
+ * peer is gone). */
 RT_MUST_USE int srv_iost_write(srv_iost *st, nng_msg *m, size_t off);
 /* Bytes queued to write and not written yet. */
 size_t srv_iost_write_pending(srv_iost *st);

@@ -92,8 +92,9 @@ typedef struct srv_args {
    * that connects and never speaks holds a descriptor); 0: 10 s. */
   uint32_t first_frame_timeout_ms;
   uint32_t max_connections; /* local connections at once, past it refused; 0: 1024 */
-  /* Threads that read and write local connections' sockets (server/io_pool.h); 0: a quarter
-   * of the cores, 1 to 8; at most 64. */
+  /* Threads that read and write local connections' sockets (server/io_pool.h), at most 64;
+   * 0: the loop thread does; SRV_IO_THREADS_AUTO: none below 8 cores, else a quarter of
+   * them, at most 8. */
   uint32_t io_threads;
   /* Local connections, what a peer that sends slowly or stops mid-frame can hold
    * (server/server_local.c says why these): bytes of frames over 64 KiB being received, all
@@ -137,6 +138,8 @@ enum {
   SRV_MSG_SHM_REGISTERED, /* internal: a shared region's DMA registration finished */
   SRV_MSG_SHM_UNMAPPED,   /* internal: a region was unregistered and unmapped */
 };
+
+#define SRV_IO_THREADS_AUTO UINT32_MAX
 
 extern const accel_behavior srv_behavior;
 

@@ -188,7 +188,7 @@ static void on_written(srv_iost *st, void *data, nng_msg *m, int status) {
   }
 }
 
-/* Takes m: queued for the socket's thread, which writes it in order. */
+/* Takes m: written now, or queued for the socket's thread, which writes it in order. */
 void srv_local_send(srv_server *s, srv_conn *c, nng_msg *m) {
   srv_link *l = c->link;
   size_t len = nng_msg_len(m);
@@ -198,6 +198,8 @@ void srv_local_send(srv_server *s, srv_conn *c, nng_msg *m) {
     nng_msg_free(m);
     if (rc == ACCEL_ENOMEM)
       link_close(l, "out of memory writing a reply");
+    else if (rc == ACCEL_ESYS)
+      link_close(l, "write failed (peer gone)");
     return;
   }
   l->out_bytes += len;
@@ -939,12 +941,10 @@ static int bind_listener(srv_server *s, srv_listener *ls) {
   return listener_watch(ls, true);
 }
 
-/* [server] io_threads, or a quarter of the cores (1 to 8). */
+/* [daemon] io_threads: a number, or SRV_IO_THREADS_AUTO (srv_iopool_default_threads). */
 static uint32_t io_threads(const srv_server *s) {
   uint32_t n = s->args->io_threads;
-  return n == 0                       ? srv_iopool_default_threads()
-         : n > SRV_IOPOOL_THREADS_MAX ? SRV_IOPOOL_THREADS_MAX
-                                      : n;
+  return n == SRV_IO_THREADS_AUTO ? srv_iopool_default_threads() : n;
 }
 
 int srv_local_listen(srv_server *s, const char *path) {

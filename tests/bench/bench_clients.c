@@ -42,6 +42,7 @@ typedef struct opts {
   int clients[8], nclients;
   double seconds;
   const char *acceld, *workers;
+  const char *io_threads; /* acceld's [daemon] io_threads, or NULL: its default */
   int mps;
   int fairness; /* flooders beside the light client; 0: the scaling table */
 } opts;
@@ -256,10 +257,18 @@ static pid_t start_acceld(const opts *o, char *url, size_t len) {
     snprintf(log, sizeof log, "%s/acceld.log", dir);
     if (freopen(log, "w", stderr) == NULL)
       _exit(127);
-    const char *argv[12] = {o->acceld, "--foreground", "--listen", url, "--log-level", "warn"};
+    const char *argv[14] = {o->acceld, "--foreground", "--listen", url, "--log-level", "warn"};
     int a = 6;
     if (o->workers)
       argv[a++] = "--workers", argv[a++] = o->workers;
+    char conf[128];
+    snprintf(conf, sizeof conf, "%s/acceld.conf", dir);
+    FILE *f = o->io_threads ? fopen(conf, "w") : NULL;
+    if (f) {
+      fprintf(f, "[daemon]\nio_threads = %s\n", o->io_threads);
+      fclose(f);
+      argv[a++] = "--config", argv[a++] = conf;
+    }
     execv(o->acceld, (char *const *)argv);
     _exit(127);
   }
@@ -340,6 +349,8 @@ static void parse(int argc, char **argv, opts *o) {
       o->acceld = v, i++;
     else if (!strcmp(a, "--workers") && v)
       o->workers = v, i++;
+    else if (!strcmp(a, "--io-threads") && v)
+      o->io_threads = v, i++;
     else if (!strcmp(a, "--mps"))
       o->mps = 1;
     else if (!strcmp(a, "--fairness") && v)
@@ -349,7 +360,8 @@ static void parse(int argc, char **argv, opts *o) {
   }
   if (o->seconds <= 0 || o->nclients == 0 || o->acceld == NULL) {
     fprintf(stderr, "usage: bench-clients [--device cpu|cuda] [--clients 1,8,32] [--seconds S] "
-                    "[--acceld PATH] [--workers LIST] [--mps] [--quick] (or ACCELD)\n");
+                    "[--acceld PATH] [--workers LIST] [--io-threads N|auto] [--mps] [--quick] "
+                    "(or ACCELD)\n");
     exit(2);
   }
 }

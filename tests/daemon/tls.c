@@ -241,12 +241,18 @@ TEST(exit_timeout_key) {
   expect_config_error("[daemon]\nexit_timeout_ms = -1\n", "acceld.conf:2");
 }
 
-/* [daemon] io_threads: 0 (a quarter of the cores) by default, at most 64; 65 is an error. */
+/* [daemon] io_threads: auto by default, 0 (the loop) to 64; 65 is an error. */
 TEST(io_threads_key) {
   char err[320];
   acd_config c;
   CHECK_OK(read_config("", &c, NULL, err, sizeof err));
+  CHECK(c.io_threads == SRV_IO_THREADS_AUTO);
+  acd_config_free(&c);
+  CHECK_OK(read_config("[daemon]\nio_threads = 0\n", &c, NULL, err, sizeof err));
   CHECK_EQ(c.io_threads, 0);
+  acd_config_free(&c);
+  CHECK_OK(read_config("[daemon]\nio_threads = auto\n", &c, NULL, err, sizeof err));
+  CHECK(c.io_threads == SRV_IO_THREADS_AUTO);
   acd_config_free(&c);
   CHECK_OK(read_config("[daemon]\nio_threads = 64\n", &c, NULL, err, sizeof err));
   CHECK_EQ(c.io_threads, 64);
