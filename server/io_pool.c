@@ -205,8 +205,13 @@ static void read_some(srv_iost *st) {
   while (atomic_load(&st->end) == 0) {
     size_t space = ring_space(st);
     if (space == 0) {
+      /* Stalled first, then the room looked at again: the loop frees room, then looks at
+       * stalled (both sequentially consistent), so one of us sees the other and no wake-up
+       * is lost. */
       atomic_store(&st->stalled, true);
-      break;
+      if (ring_space(st) == 0)
+        break;
+      continue;
     }
     ssize_t n = read_once(st, space);
     got |= n != -1;
@@ -633,10 +638,8 @@ ssize_t srv_iost_read(srv_iost *st, void *buf, size_t cap) {
   memcpy(buf, st->ring + at, first);
   memcpy((uint8_t *)buf + first, st->ring, n - first);
   atomic_store(&st->head, head + n);
-  if (!st->closing && atomic_load(&st->stalled)) { /* the thread waits for this room */
-    atomic_store(&st->stalled, false);
+  if (!st->closing && atomic_exchange(&st->stalled, false)) /* the thread waits for room */
     post_cmd(st, CMD_READ);
-  }
   return (ssize_t)n;
 }
 
