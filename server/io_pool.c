@@ -199,24 +199,39 @@ static ssize_t read_once(srv_iost *st, size_t space) {
   return atomic_load(&st->end) != 0 ? 0 : n;
 }
 
-/* Reads while there is room and the socket had all it asked for (a short read: drained). */
+static uint32_t fds_waiting(srv_iost *st) {
+  pthread_mutex_lock(&st->mu);
+  uint32_t n = st->fd_len;
+  pthread_mutex_unlock(&st->mu);
+  return n;
+}
+
+/* Room to read into: the ring's, none while SRV_IOST_FDS_AHEAD descriptors wait (each
+ * recvmsg that brings some stops there, so a paused peer could otherwise move its
+ * descriptors into our table one message at a time). */
+static size_t read_room(srv_iost *st) {
+  return fds_waiting(st) >= SRV_IOST_FDS_AHEAD ? 0 : ring_space(st);
+}
+
+/* Reads while there is room and the socket had all it asked for (a short read: drained). Out
+ * of room, it marks itself stalled: the loop's next take (bytes or a descriptor) wakes it. */
 static void read_some(srv_iost *st) {
   bool got = false;
   while (atomic_load(&st->end) == 0) {
-    size_t space = ring_space(st);
+    size_t space = read_room(st);
     if (space == 0) {
       /* Stalled first, then the room looked at again: the loop frees room, then looks at
        * stalled (both sequentially consistent), so one of us sees the other and no wake-up
        * is lost. */
       atomic_store(&st->stalled, true);
-      if (ring_space(st) == 0)
+      if (read_room(st) == 0)
         break;
       continue;
     }
     ssize_t n = read_once(st, space);
     got |= n != -1;
-    if (n <= 0 || (size_t)n < space)
-      break;
+    if (n <= 0 || ((size_t)n < space && read_room(st) > 0))
+      break; /* drained (a short read): the poll says when there is more; no room: stalled */
   }
   if (got)
     post_ev(st, EV_READ);
@@ -293,17 +308,40 @@ static void flush(srv_iost *st) {
 
 /* ---- the thread's side: the stream's poll ---- */
 
+/* Reads what is there until the stream's own end (EOF, a reset); if nothing more comes, it
+ * ends with status. A full ring leaves the rest for later (stalled, woken by the loop). */
+static void read_rest(srv_iost *st, int status) {
+  while (atomic_load(&st->end) == 0) {
+    size_t space = read_room(st);
+    if (space == 0) {
+      read_some(st); /* marks it stalled, or reads on if room came meanwhile */
+      return;
+    }
+    if (read_once(st, space) == -1)
+      set_end(st, status);
+  }
+}
+
+/* Writes cannot go on: those queued end with status. */
+static void stream_broken(srv_iost *st, int status) {
+  pthread_mutex_lock(&st->mu);
+  fail_all(st, status);
+  pthread_mutex_unlock(&st->mu);
+  post_ev(st, EV_WROTE);
+  st->write_blocked = false;
+}
+
 static void on_poll(uv_poll_t *p, int status, int events) {
   srv_iost *st = p->data;
   srv_iopool *io = st->io;
   if (status < 0) {
-    set_end(st, status);
+    /* The socket has an error (a peer that closed with our replies unread): libuv stopped the
+     * handle. What the peer sent before still waits to be read, and recvmsg gives it first,
+     * then the end; the error stands if nothing more comes. A full ring reads on later. */
+    st->poll_events = 0;
+    read_rest(st, status);
     post_ev(st, EV_READ);
-    pthread_mutex_lock(&st->mu);
-    fail_all(st, status);
-    pthread_mutex_unlock(&st->mu);
-    post_ev(st, EV_WROTE);
-    st->write_blocked = false;
+    stream_broken(st, status);
   } else {
     if (events & UV_WRITABLE) {
       st->write_blocked = false;
@@ -322,13 +360,18 @@ static void update_poll(srv_iost *st) {
   if (!st->poll_open)
     return;
   int want = (st->write_blocked ? UV_WRITABLE : 0) |
-             (atomic_load(&st->end) == 0 && ring_space(st) > 0 ? UV_READABLE : 0);
+             (atomic_load(&st->end) == 0 && read_room(st) > 0 ? UV_READABLE : 0);
   if (want == st->poll_events)
     return;
   st->poll_events = want;
-  if (want == 0 || uv_poll_start(&st->poll, want, on_poll) != 0) {
-    uv_poll_stop(&st->poll);
-    st->poll_events = 0;
+  if (want != 0 && uv_poll_start(&st->poll, want, on_poll) == 0)
+    return;
+  uv_poll_stop(&st->poll);
+  st->poll_events = 0;
+  if (want != 0) { /* not watched, it would never be served again: it ends */
+    set_end(st, UV_EIO);
+    post_ev(st, EV_READ);
+    stream_broken(st, UV_EIO);
   }
 }
 
@@ -356,6 +399,7 @@ static void open_on_thread(srv_iost *st) {
   if (uv_poll_init_socket(st->t->loop, &st->poll, st->fd) != 0) {
     set_end(st, UV_EIO);
     post_ev(st, EV_READ);
+    stream_broken(st, UV_EIO);
     return;
   }
   st->poll.data = st;
@@ -377,8 +421,11 @@ static void run_cmds(srv_iost *st, unsigned bits) {
   }
   if (bits & CMD_OPEN)
     open_on_thread(st);
-  if (!st->poll_open)
+  if (!st->poll_open) { /* it could not be served: what is written fails */
+    if (bits & CMD_WRITE)
+      stream_broken(st, UV_EIO);
     return;
+  }
   if (bits & CMD_WRITE)
     flush(st);
   if (bits & CMD_READ)
@@ -659,7 +706,14 @@ int srv_iost_take_fd(srv_iost *st) {
     st->fd_len--;
   }
   pthread_mutex_unlock(&st->mu);
+  if (fd >= 0 && !st->closing && atomic_exchange(&st->stalled, false))
+    post_cmd(st, CMD_READ); /* it stopped at SRV_IOST_FDS_AHEAD descriptors */
   return fd;
+}
+
+void srv_iost_read_later(srv_iost *st) {
+  if (!st->closing)
+    post_ev_from(st, EV_READ, true);
 }
 
 /* Room for one more item (the mutex held); false when out of memory. */

@@ -12,7 +12,8 @@
  * whenever there is room, whether or not the loop wants them; the loop takes them with
  * srv_iost_read. So a paused connection holds at most the ring beyond its own buffers, and
  * the kernel's socket buffer stops the peer as before. Descriptors (SCM_RIGHTS) are queued in
- * the order they came, before the bytes they came with are visible.
+ * the order they came, before the bytes they came with are visible; the thread reads no
+ * further while SRV_IOST_FDS_AHEAD of them wait, until the loop takes one.
  *
  * Threads: everything here is called on the loop thread (the one srv_iopool_start was given),
  * and every callback runs there. */
@@ -32,6 +33,7 @@
 #define SRV_IOPOOL_MIN_CORES 8    /* below: no threads by default (srv_iopool_default_threads) */
 #define SRV_IOST_RING (64u << 10) /* bytes read ahead per stream */
 #define SRV_IOST_FDS_MAX 64       /* descriptors queued per stream; past it: UV_EPROTO */
+#define SRV_IOST_FDS_AHEAD 16     /* no reading ahead while this many descriptors wait */
 
 typedef struct srv_iopool srv_iopool;
 typedef struct srv_iost srv_iost;
@@ -75,6 +77,9 @@ void srv_iost_want_read(srv_iost *st, bool on);
  * every byte was taken, the stream's end: UV_EOF, UV_EPROTO (descriptors past
  * SRV_IOST_FDS_MAX, or cut short) or a read error. */
 RT_MUST_USE ssize_t srv_iost_read(srv_iost *st, void *buf, size_t cap);
+/* `readable` again from a later callback (a reader that stopped with bytes left, so that
+ * other streams get a turn). */
+void srv_iost_read_later(srv_iost *st);
 /* Bytes read ahead and not taken yet. */
 size_t srv_iost_buffered(const srv_iost *st);
 /* Descriptors received and not taken, and the first of them (-1 if none). */

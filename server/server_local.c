@@ -544,10 +544,17 @@ static void on_read(srv_link *l, ssize_t n) {
     idle_update(l);
 }
 
-/* The socket's thread has bytes (or the end) for us: taken while the link reads. */
+#define LINK_READS_PER_TURN 32 /* then other connections' bytes get a turn */
+
+/* The socket's thread has bytes (or the end) for us: taken while the link reads, at most
+ * LINK_READS_PER_TURN pieces at once (the thread refills the ring meanwhile). */
 static void on_readable(srv_iost *st, void *data) {
   srv_link *l = data;
-  while (l->reading && !l->closing) {
+  for (int i = 0; l->reading && !l->closing; i++) {
+    if (i == LINK_READS_PER_TURN) {
+      srv_iost_read_later(st);
+      return;
+    }
     size_t room;
     uint8_t *at = read_target(l, &room);
     ssize_t n = srv_iost_read(st, at, room);
@@ -622,7 +629,9 @@ static void on_timer_closed(uv_handle_t *h) {
 }
 
 static void on_socket_closed(void *data) {
-  link_part_closed(data);
+  srv_link *l = data;
+  l->st = NULL; /* freed once this returns; the timers may close later */
+  link_part_closed(l);
 }
 
 /* The socket and timers close in later callbacks; the room its frame held goes at once. */

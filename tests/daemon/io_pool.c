@@ -5,6 +5,7 @@
  * stream, and the thread count is bounded. Also in suite 'threads' (ThreadSanitizer in CI). */
 #include <fcntl.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <sys/socket.h>
 
 #include "server/io_pool.h"
@@ -120,6 +121,7 @@ static uint8_t pattern(size_t i) {
 typedef struct writer {
   int fd;
   size_t bytes;
+  _Atomic size_t done; /* written so far */
 } writer;
 
 /* Writes `bytes` of the pattern in uneven pieces, blocking. */
@@ -135,6 +137,7 @@ static void *write_pattern(void *arg) {
     ssize_t k = write(w->fd, buf, n);
     CHECK_GT(k, 0);
     at += (size_t)k;
+    atomic_store(&w->done, at);
   }
   return NULL;
 }
@@ -152,7 +155,6 @@ static void bytes_in_order(uint32_t threads) {
   for (size_t i = 0; i < w.bytes; i++)
     if (r.s.got[i] != pattern(i))
       TEST_FAIL("byte %zu: %u, not %u", i, r.s.got[i], pattern(i));
-  CHECK_EQ(r.s.end, 0);
   close(r.peer);
   r.peer = -1;
   RUN_UNTIL(&r, r.s.end != 0);
@@ -177,13 +179,15 @@ TEST(a_full_ring_stops_the_thread_and_taking_bytes_resumes_it) {
   rig r;
   rig_open(&r, 1);
   srv_iost_want_read(r.s.st, false);
-  writer w = {.fd = r.peer, .bytes = 4 * SRV_IOST_RING};
+  writer w = {.fd = r.peer, .bytes = 16 * SRV_IOST_RING}; /* more than the ring and the socket */
   pthread_t t;
   CHECK_EQ(pthread_create(&t, NULL, write_pattern, &w), 0);
   while (srv_iost_buffered(r.s.st) < SRV_IOST_RING)
     uv_run(&r.loop, UV_RUN_NOWAIT);
-  CHECK_EQ(srv_iost_buffered(r.s.st), SRV_IOST_RING); /* exactly the ring, not a byte more */
+  test_sleep_ms(30);
+  uv_run(&r.loop, UV_RUN_NOWAIT);
   CHECK_EQ(r.s.readable_calls, 0);
+  CHECK_LT(atomic_load(&w.done), w.bytes); /* the writer waits: nothing took more bytes */
   srv_iost_want_read(r.s.st, true);
   RUN_UNTIL(&r, r.s.got_len == w.bytes);
   pthread_join(t, NULL);
@@ -334,9 +338,10 @@ static void send_fds(int sock, int fd, int count) {
   CHECK_EQ(sendmsg(sock, &mh, 0), 1);
 }
 
-/* Descriptors are queued before their bytes show, in order; at the bound they are kept, one
- * past it ends the stream with UV_EPROTO after its bytes, and every one it held is closed. */
-TEST(descriptors_come_before_their_bytes_and_one_past_the_bound_ends_the_stream) {
+/* Descriptors are queued before their bytes show, in order. The thread reads no further while
+ * SRV_IOST_FDS_AHEAD of them wait, and taking them resumes it; more in one message than a
+ * read takes ends the stream with UV_EPROTO after its byte; every descriptor is closed. */
+TEST(descriptors_come_before_their_bytes_and_read_ahead_stops_at_the_bound) {
   int before = open_fds();
   rig r;
   rig_open(&r, 1);
@@ -351,17 +356,138 @@ TEST(descriptors_come_before_their_bytes_and_one_past_the_bound_ends_the_stream)
   close(got);
   CHECK_EQ(srv_iost_take_fd(r.s.st), -1);
   for (int i = 0; i < 4; i++)
-    send_fds(r.peer, probe, SRV_IOST_FDS_MAX / 4); /* the bound exactly */
-  RUN_UNTIL(&r, r.s.got_len == 5);
-  CHECK_EQ(srv_iost_fds_pending(r.s.st), SRV_IOST_FDS_MAX);
-  CHECK_EQ(r.s.end, 0);
-  send_fds(r.peer, probe, 1); /* one past */
+    send_fds(r.peer, probe, SRV_IOST_FDS_AHEAD / 2); /* twice the bound in all */
+  RUN_UNTIL(&r, r.s.got_len == 3);
+  test_sleep_ms(30);
+  uv_run(&r.loop, UV_RUN_NOWAIT);
+  CHECK_EQ(r.s.got_len, 3); /* stopped at the bound: two messages wait in the socket */
+  CHECK_EQ(srv_iost_fds_pending(r.s.st), SRV_IOST_FDS_AHEAD);
+  for (int i = 0; i < SRV_IOST_FDS_AHEAD; i++)
+    close(srv_iost_take_fd(r.s.st));
+  RUN_UNTIL(&r, r.s.got_len == 5); /* taking them resumed it */
+  CHECK_EQ(srv_iost_fds_pending(r.s.st), SRV_IOST_FDS_AHEAD);
+  for (int i = 0; i < SRV_IOST_FDS_AHEAD; i++)
+    close(srv_iost_take_fd(r.s.st));
+  send_fds(r.peer, probe, SRV_IOST_FDS_AHEAD + 1); /* more than one read takes */
   RUN_UNTIL(&r, r.s.end != 0);
   CHECK_EQ(r.s.end, UV_EPROTO);
   CHECK_EQ(r.s.got_len, 6); /* its byte came first */
   rig_close(&r);
   close(probe);
-  CHECK_EQ(open_fds(), before); /* the socket and all 64 queued descriptors closed */
+  CHECK_EQ(open_fds(), before); /* the socket and every queued descriptor closed */
+}
+
+/* A peer that sends, then closes with our replies unread: the socket has an error (reset),
+ * and still every byte it sent comes before the end. Both with a thread and on the loop. */
+static void bytes_before_a_reset(uint32_t threads) {
+  rig r;
+  rig_open(&r, threads);
+  for (int i = 0; i < 5; i++) { /* the stream is watched before the peer's bytes come */
+    uv_run(&r.loop, UV_RUN_NOWAIT);
+    test_sleep_ms(1);
+  }
+  write_msg(&r.s, msg_of(100, 7)); /* never read by the peer */
+  RUN_UNTIL(&r, r.s.nwritten == 1);
+  writer w = {.fd = r.peer, .bytes = 30000};
+  (void)write_pattern(&w);
+  close(r.peer);
+  r.peer = -1;
+  RUN_UNTIL(&r, r.s.end != 0);
+  CHECK_EQ(r.s.got_len, w.bytes);
+  for (size_t i = 0; i < w.bytes; i++)
+    if (r.s.got[i] != pattern(i))
+      TEST_FAIL("byte %zu differs", i);
+  if (r.s.end != UV_EOF && r.s.end != UV_ECONNRESET) /* the socket's own end, not the poll's */
+    TEST_FAIL("ended %s", uv_err_name(r.s.end));
+  rig_close(&r);
+}
+
+TEST(a_peer_that_closes_with_replies_unread_still_delivers_its_bytes) {
+  for (int i = 0; i < 20; i++) {
+    bytes_before_a_reset(0);
+    bytes_before_a_reset(1);
+  }
+}
+
+/* A write queued behind a full socket fails when the peer goes: reported once, with an error
+ * status, and the close that follows reports nothing twice. */
+TEST(a_queued_write_to_a_peer_that_left_is_reported_failed) {
+  rig r;
+  rig_open(&r, 1);
+  int rc;
+  uint32_t n = 0;
+  do { /* fill the socket until a write has to wait for the thread */
+    nng_msg *m = msg_of(256 << 10, n++);
+    rc = srv_iost_write(r.s.st, m, 0);
+    CHECK(rc == 0 || rc == 1);
+    if (rc == 1)
+      on_written(r.s.st, &r.s, m, 0);
+    CHECK_LT(n, 1000);
+  } while (rc == 1);
+  close(r.peer);
+  r.peer = -1;
+  RUN_UNTIL(&r, r.s.nwritten == n);
+  CHECK_LT(r.s.wstatus[n - 1], 0);
+  CHECK(r.s.wstatus[n - 1] != UV_ECANCELED);
+  rig_close(&r);
+  CHECK_EQ(r.s.nwritten, n);
+}
+
+/* Started, written and closed at once (a refused peer): the reply reaches the peer before the
+ * end. */
+TEST(a_reply_written_just_before_the_close_reaches_the_peer) {
+  for (uint32_t threads = 0; threads < 2; threads++) {
+    rig r;
+    rig_open(&r, threads);
+    srv_iost_close(r.s.st);
+    nng_msg *late = msg_of(8, 0);
+    CHECK_ERR(srv_iost_write(r.s.st, late, 0), ACCEL_ECLOSED);
+    nng_msg_free(late);
+    rig_close(&r);
+    rig_open(&r, threads);
+    nng_msg *m = msg_of(40, 3);
+    int rc = srv_iost_write(r.s.st, m, 0);
+    if (rc == 1)
+      nng_msg_free(m);
+    srv_iost_close(r.s.st);
+    RUN_UNTIL(&r, r.s.closed);
+    uint8_t buf[64];
+    ssize_t k = read(r.peer, buf, sizeof buf);
+    CHECK_EQ(k, 40);
+    CHECK_EQ(read(r.peer, buf, sizeof buf), 0); /* then the end */
+    rig_close(&r);
+  }
+}
+
+/* Two streams on one thread: each gets its own bytes. */
+TEST(streams_sharing_a_thread_keep_their_bytes_apart) {
+  rig a, b;
+  rig_open(&a, 1);
+  memset(&b, 0, sizeof b);
+  int sv[2];
+  CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+  CHECK_EQ(fcntl(sv[0], F_SETFL, O_NONBLOCK), 0);
+  b.peer = sv[1];
+  b.s.take = true;
+  b.s.st = srv_iost_new();
+  CHECK(b.s.st != NULL);
+  srv_iost_start(b.s.st, a.io, sv[0], &ops, &b.s);
+  srv_iost_want_read(b.s.st, true);
+  writer wa = {.fd = a.peer, .bytes = 1 << 20}, wb = {.fd = b.peer, .bytes = 1 << 20};
+  pthread_t ta, tb;
+  CHECK_EQ(pthread_create(&ta, NULL, write_pattern, &wa), 0);
+  CHECK_EQ(pthread_create(&tb, NULL, write_pattern, &wb), 0);
+  RUN_UNTIL(&a, a.s.got_len == wa.bytes && b.s.got_len == wb.bytes);
+  pthread_join(ta, NULL);
+  pthread_join(tb, NULL);
+  for (size_t i = 0; i < wa.bytes; i++)
+    if (a.s.got[i] != pattern(i) || b.s.got[i] != pattern(i))
+      TEST_FAIL("byte %zu differs", i);
+  srv_iost_close(b.s.st);
+  RUN_UNTIL(&a, b.s.closed);
+  close(b.peer);
+  free(b.s.got);
+  rig_close(&a);
 }
 
 TEST(the_thread_count_is_bounded) {
@@ -388,7 +514,11 @@ static const test_case tests[] = {
     TEST_CASE(writes_leave_in_order_and_are_reported_once_each),
     TEST_CASE(a_peer_that_stops_reading_holds_writes_until_the_close_cancels_them),
     TEST_CASE(a_write_to_a_peer_that_left_fails),
-    TEST_CASE(descriptors_come_before_their_bytes_and_one_past_the_bound_ends_the_stream),
+    TEST_CASE(descriptors_come_before_their_bytes_and_read_ahead_stops_at_the_bound),
+    TEST_CASE(a_peer_that_closes_with_replies_unread_still_delivers_its_bytes),
+    TEST_CASE(a_queued_write_to_a_peer_that_left_is_reported_failed),
+    TEST_CASE(a_reply_written_just_before_the_close_reaches_the_peer),
+    TEST_CASE(streams_sharing_a_thread_keep_their_bytes_apart),
     TEST_CASE(with_no_threads_the_loop_serves_bytes_and_writes_itself),
     TEST_CASE(the_thread_count_is_bounded),
 };
