@@ -134,10 +134,16 @@ void td_prepare(td_daemon *d) {
   td_write_config(d, "");
 }
 
+/* ACCEL_TEST_IO_THREADS=N: the daemon serves local sockets on N I/O threads (the suites run
+ * again so, whatever the host's default), unless the test sets io_threads itself. Appended: a
+ * section may repeat, and the lines a test's config errors name stay where they are. */
 void td_write_config(td_daemon *d, const char *text) {
   FILE *f = fopen(d->conf, "w");
   CHECK(f != NULL);
   fputs(text, f);
+  const char *io = getenv("ACCEL_TEST_IO_THREADS");
+  if (io != NULL && strstr(text, "io_threads") == NULL)
+    fprintf(f, "\n[daemon]\nio_threads = %s\n", io);
   fclose(f);
 }
 
