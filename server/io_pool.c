@@ -733,11 +733,12 @@ static bool wq_grow(srv_iost *st) {
   return true;
 }
 
-/* The loop writes itself while it is not busy and nothing of the stream's is queued: a
+/* The loop writes itself while it is not busy and nothing of the stream's is queued (nor
+ * waits to be reported: a write done now is never reported before an earlier one): a
  * hand-off to the thread costs a wake-up, as long as the write. Under the mutex, so the thread
  * cannot start a write meanwhile. Bytes written (off included), or an error. */
 static ssize_t write_now(srv_iost *st, nng_msg *m, size_t off) {
-  if (st->io->busy || st->wq_done != st->wq_len)
+  if (st->io->busy || st->wq_len != 0)
     return (ssize_t)off;
   struct iovec iov = {(uint8_t *)nng_msg_body(m) + off, nng_msg_len(m) - off};
   struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1};
