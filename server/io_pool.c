@@ -71,7 +71,6 @@ struct srv_iost {
   wq_item *wq;        /* a ring of wq_cap items from wq_head */
   uint32_t wq_head, wq_len, wq_cap;
   uint32_t wq_done; /* items at the front written or failed, not reported yet */
-  size_t wq_bytes;  /* bytes of the items not done */
   int fds[SRV_IOST_FDS_MAX];
   uint32_t fd_head, fd_len;
   /* the thread's */
@@ -199,18 +198,11 @@ static ssize_t read_once(srv_iost *st, size_t space) {
   return atomic_load(&st->end) != 0 ? 0 : n;
 }
 
-static uint32_t fds_waiting(srv_iost *st) {
-  pthread_mutex_lock(&st->mu);
-  uint32_t n = st->fd_len;
-  pthread_mutex_unlock(&st->mu);
-  return n;
-}
-
 /* Room to read into: the ring's, none while SRV_IOST_FDS_AHEAD descriptors wait (each
  * recvmsg that brings some stops there, so a paused peer could otherwise move its
  * descriptors into our table one message at a time). */
 static size_t read_room(srv_iost *st) {
-  return fds_waiting(st) >= SRV_IOST_FDS_AHEAD ? 0 : ring_space(st);
+  return srv_iost_fds_pending(st) >= SRV_IOST_FDS_AHEAD ? 0 : ring_space(st);
 }
 
 /* Reads while there is room and the socket had all it asked for (a short read: drained). Out
@@ -251,7 +243,6 @@ static int gather(srv_iost *st, struct iovec *iov) {
 
 /* Marks `bytes` written from the first item not done on (the mutex held). */
 static void advance(srv_iost *st, size_t bytes) {
-  st->wq_bytes -= bytes;
   while (bytes > 0 && st->wq_done < st->wq_len) {
     wq_item *w = &st->wq[(st->wq_head + st->wq_done) % st->wq_cap];
     size_t left = nng_msg_len(w->m) - w->off, take = bytes < left ? bytes : left;
@@ -269,7 +260,6 @@ static void fail_all(srv_iost *st, int status) {
   for (uint32_t i = st->wq_done; i < st->wq_len; i++)
     st->wq[(st->wq_head + i) % st->wq_cap].status = status;
   st->wq_done = st->wq_len;
-  st->wq_bytes = 0;
 }
 
 static void flush(srv_iost *st) {
@@ -331,6 +321,14 @@ static void stream_broken(srv_iost *st, int status) {
   st->write_blocked = false;
 }
 
+/* The stream cannot be served (its poll could not be made or started): it ends with err, and
+ * so do its writes. */
+static void stream_fails(srv_iost *st, int err) {
+  set_end(st, err);
+  post_ev(st, EV_READ);
+  stream_broken(st, err);
+}
+
 static void on_poll(uv_poll_t *p, int status, int events) {
   srv_iost *st = p->data;
   srv_iopool *io = st->io;
@@ -368,11 +366,8 @@ static void update_poll(srv_iost *st) {
     return;
   uv_poll_stop(&st->poll);
   st->poll_events = 0;
-  if (want != 0) { /* not watched, it would never be served again: it ends */
-    set_end(st, UV_EIO);
-    post_ev(st, EV_READ);
-    stream_broken(st, UV_EIO);
-  }
+  if (want != 0) /* not watched, it would never be served again */
+    stream_fails(st, UV_EIO);
 }
 
 static void finish_close(srv_iost *st) {
@@ -397,9 +392,7 @@ static void on_poll_closed(uv_handle_t *h) {
 
 static void open_on_thread(srv_iost *st) {
   if (uv_poll_init_socket(st->t->loop, &st->poll, st->fd) != 0) {
-    set_end(st, UV_EIO);
-    post_ev(st, EV_READ);
-    stream_broken(st, UV_EIO);
+    stream_fails(st, UV_EIO);
     return;
   }
   st->poll.data = st;
@@ -764,7 +757,6 @@ int srv_iost_write(srv_iost *st, nng_msg *m, size_t off) {
   bool ok = wq_grow(st);
   if (ok) {
     st->wq[(st->wq_head + st->wq_len++) % st->wq_cap] = (wq_item){.m = m, .off = off};
-    st->wq_bytes += nng_msg_len(m) - off;
   }
   pthread_mutex_unlock(&st->mu);
   if (!ok)
@@ -774,8 +766,12 @@ int srv_iost_write(srv_iost *st, nng_msg *m, size_t off) {
 }
 
 size_t srv_iost_write_pending(srv_iost *st) {
+  size_t n = 0;
   pthread_mutex_lock(&st->mu);
-  size_t n = st->wq_bytes;
+  for (uint32_t i = st->wq_done; i < st->wq_len; i++) {
+    const wq_item *w = &st->wq[(st->wq_head + i) % st->wq_cap];
+    n += nng_msg_len(w->m) - w->off;
+  }
   pthread_mutex_unlock(&st->mu);
   return n;
 }

@@ -82,7 +82,8 @@ RT_MUST_USE ssize_t srv_iost_read(srv_iost *st, void *buf, size_t cap);
 void srv_iost_read_later(srv_iost *st);
 /* Bytes read ahead and not taken yet. */
 size_t srv_iost_buffered(const srv_iost *st);
-/* Descriptors received and not taken, and the first of them (-1 if none). */
+/* Descriptors received and not taken (also read by the stream's thread, under its mutex), and
+ * the first of them (-1 if none). */
 uint32_t srv_iost_fds_pending(srv_iost *st);
 RT_MUST_USE int srv_iost_take_fd(srv_iost *st);
 /* Writes the bytes of m from `off` on. 1: written whole at once, on this thread (while the

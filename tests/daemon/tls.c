@@ -241,22 +241,22 @@ TEST(exit_timeout_key) {
   expect_config_error("[daemon]\nexit_timeout_ms = -1\n", "acceld.conf:2");
 }
 
-/* [daemon] io_threads: auto by default, 0 (the loop) to 64; 65 is an error. */
-TEST(io_threads_key) {
+/* [daemon] io_threads as read from `text` (which must be valid). */
+static uint32_t io_threads_of(const char *text) {
   char err[320];
   acd_config c;
-  CHECK_OK(read_config("", &c, NULL, err, sizeof err));
-  CHECK(c.io_threads == SRV_IO_THREADS_AUTO);
+  CHECK_OK(read_config(text, &c, NULL, err, sizeof err));
+  uint32_t n = c.io_threads;
   acd_config_free(&c);
-  CHECK_OK(read_config("[daemon]\nio_threads = 0\n", &c, NULL, err, sizeof err));
-  CHECK_EQ(c.io_threads, 0);
-  acd_config_free(&c);
-  CHECK_OK(read_config("[daemon]\nio_threads = auto\n", &c, NULL, err, sizeof err));
-  CHECK(c.io_threads == SRV_IO_THREADS_AUTO);
-  acd_config_free(&c);
-  CHECK_OK(read_config("[daemon]\nio_threads = 64\n", &c, NULL, err, sizeof err));
-  CHECK_EQ(c.io_threads, 64);
-  acd_config_free(&c);
+  return n;
+}
+
+/* [daemon] io_threads: auto by default, 0 (the loop) to 64; 65 is an error. */
+TEST(io_threads_key) {
+  CHECK(io_threads_of("") == SRV_IO_THREADS_AUTO);
+  CHECK_EQ(io_threads_of("[daemon]\nio_threads = 0\n"), 0);
+  CHECK(io_threads_of("[daemon]\nio_threads = auto\n") == SRV_IO_THREADS_AUTO);
+  CHECK_EQ(io_threads_of("[daemon]\nio_threads = 64\n"), 64);
   expect_config_error("[daemon]\nio_threads = 65\n", "acceld.conf:2");
   expect_config_error("[daemon]\nio_threads = -1\n", "acceld.conf:2");
 }
