@@ -17,6 +17,7 @@
 
 #include "accel/runtime.h"
 #include "runtime/alloc.h"
+#include "runtime/rt.h"
 
 enum { CMD_OPEN = 1, CMD_WRITE = 2, CMD_READ = 4, CMD_CLOSE = 8 };
 enum { EV_READ = 1, EV_WROTE = 2, EV_CLOSED = 4 };
@@ -33,6 +34,8 @@ typedef struct io_thread {
   pthread_mutex_t mu; /* inbox, stop */
   srv_iost *inbox;    /* streams with commands, through cmd_next */
   bool stop;
+  uint64_t work;    /* callbacks run on the thread: what its spin watches */
+  uint64_t spin_ns; /* how long it polls after its last work before it sleeps */
 } io_thread;
 
 struct srv_iopool {
@@ -332,6 +335,7 @@ static void stream_fails(srv_iost *st, int err) {
 static void on_poll(uv_poll_t *p, int status, int events) {
   srv_iost *st = p->data;
   srv_iopool *io = st->io;
+  st->t->work++;
   if (status < 0) {
     /* The socket has an error (a peer that closed with our replies unread): libuv stopped the
      * handle. What the peer sent before still waits to be read, and recvmsg gives it first,
@@ -428,6 +432,7 @@ static void run_cmds(srv_iost *st, unsigned bits) {
 
 static void on_thread_wake(uv_async_t *a) {
   io_thread *t = a->data;
+  t->work++;
   pthread_mutex_lock(&t->mu);
   srv_iost *list = t->inbox;
   t->inbox = NULL;
@@ -444,9 +449,28 @@ static void on_thread_wake(uv_async_t *a) {
     side_done(t->io);
 }
 
+/* Polls without sleeping (uv_run NOWAIT) until spin_ns have passed since the thread's last
+ * work, then sleeps in the poll (ONCE). A client's next frame, or the loop's reply, that comes
+ * within the spin costs no wake-up: on a host with cores to spare (rt_spin_ns' rule, as the
+ * loop's own spin) a sleeping thread's wake-up is most of a tiny op's hop. */
 static void thread_main(void *arg) {
   io_thread *t = arg;
-  uv_run(t->loop, UV_RUN_DEFAULT);
+  for (;;) {
+    uint64_t seen = t->work, last = uv_hrtime();
+    int alive = 1;
+    while (t->spin_ns > 0 && (alive = uv_run(t->loop, UV_RUN_NOWAIT)) != 0) {
+      uint64_t now = uv_hrtime();
+      if (t->work != seen) {
+        seen = t->work;
+        last = now;
+      } else if (now - last >= t->spin_ns) {
+        break;
+      }
+      rt_cpu_relax();
+    }
+    if (alive == 0 || uv_run(t->loop, UV_RUN_ONCE) == 0)
+      return;
+  }
 }
 
 /* ---- the loop's side ---- */
@@ -534,6 +558,7 @@ static int thread_start(io_thread *t, srv_iopool *io) {
     return ACCEL_ESYS;
   }
   t->wake.data = t;
+  t->spin_ns = rt_spin_ns();
   pthread_mutex_init(&t->mu, NULL);
   if (uv_thread_create(&t->tid, thread_main, t) != 0) {
     uv_close((uv_handle_t *)&t->wake, NULL);

@@ -280,4 +280,8 @@ bool bw_recv_fd(int fd, bw_hdr *h, void *buf, size_t room, void **body, int *pas
 /* As bw_recv, refusing (false) a frame longer than max. */
 bool bw_recv_max(int fd, bw_hdr *h, void *buf, size_t room, void **body, uint32_t max);
 
+/* Frames of this process whose first bytes a reader found while polling, before it would have
+ * slept (the spin of rt_spin_ns): none when the spin is 0. For tests and diagnostics. */
+uint64_t bw_frames_caught_polling(void);
+
 #endif

@@ -22,6 +22,7 @@
 #include "../test.h"
 #include "backends/cpu/backend_cpu.h"
 #include "backends/worker/proxy.h"
+#include "runtime/rt.h"
 
 /* ---- the stand-in worker ---- */
 
@@ -142,6 +143,85 @@ TEST(a_descriptor_travels_with_its_frame) {
   close(pipefd[0]);
   close(pipefd[1]);
   close(sv[0]);
+  close(sv[1]);
+}
+
+/* A reader polls for the next frame for the spin time before it sleeps (wire.c read_first;
+ * worker-link-spin runs this with ACCEL_SPIN_US=2000, worker-link with the machine's
+ * default). Whatever it catches polling and whatever comes after it slept must read alike:
+ * a frame already there, a header split by a pause, a descriptor, a frame long after the
+ * spin, then the end. */
+typedef struct late_writer {
+  int fd, pass;
+} late_writer;
+
+static void *write_late(void *arg) {
+  late_writer *w = arg;
+  uint64_t v = 2;
+  bw_hdr h = {.len = sizeof v, .type = BW_UNSHARE, .tag = 2};
+  bool ok = write(w->fd, &h, 5) == 5; /* half a header, then the rest 300 us later */
+  usleep(300);
+  ok = ok && write(w->fd, (char *)&h + 5, sizeof h - 5) == (ssize_t)(sizeof h - 5);
+  ok = ok && write(w->fd, &v, sizeof v) == (ssize_t)sizeof v;
+  usleep(500);
+  v = 3;
+  ok = ok && bw_send_fd(w->fd, BW_SHARE, 3, &v, sizeof v, w->pass);
+  usleep(20000); /* past the spin: the reader sleeps in its read */
+  v = 4;
+  ok = ok && bw_send(w->fd, BW_UNSHARE, 4, &v, sizeof v, NULL, 0, NULL, 0);
+  close(w->fd);
+  return ok ? w : NULL;
+}
+
+static void expect_frame(int fd, uint64_t tag, bool with_fd, int pipe_read) {
+  bw_hdr h;
+  char buf[64];
+  void *body;
+  int passed = -1;
+  CHECK(bw_recv_fd(fd, &h, buf, sizeof buf, &body, &passed));
+  CHECK_EQ(h.tag, tag);
+  CHECK_EQ(h.len, sizeof(uint64_t));
+  uint64_t v;
+  memcpy(&v, body, sizeof v);
+  CHECK_EQ(v, tag);
+  CHECK_EQ(passed >= 0, with_fd);
+  if (passed >= 0) {
+    char c = 0;
+    CHECK_EQ(write(passed, "y", 1), 1);
+    CHECK_EQ(read(pipe_read, &c, 1), 1);
+    CHECK_EQ(c, 'y');
+    close(passed);
+  }
+}
+
+TEST(frames_read_alike_polling_and_after_sleeping) {
+  int sv[2], pipefd[2];
+  CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+  CHECK_EQ(pipe(pipefd), 0);
+  uint64_t caught = bw_frames_caught_polling(), one = 1;
+  CHECK(bw_send(sv[0], BW_UNSHARE, 1, &one, sizeof one, NULL, 0, NULL, 0)); /* there at once */
+  late_writer w = {sv[0], pipefd[1]};
+  pthread_t t;
+  CHECK_EQ(pthread_create(&t, NULL, write_late, &w), 0);
+  expect_frame(sv[1], 1, false, pipefd[0]);
+  expect_frame(sv[1], 2, false, pipefd[0]);
+  expect_frame(sv[1], 3, true, pipefd[0]);
+  expect_frame(sv[1], 4, false, pipefd[0]);
+  bw_hdr h;
+  char buf[16];
+  void *body;
+  CHECK(!bw_recv(sv[1], &h, buf, sizeof buf, &body)); /* the end */
+  void *ok;
+  CHECK_EQ(pthread_join(t, &ok), 0);
+  CHECK(ok != NULL);
+  /* The first frame was there before the read: caught polling whenever there is a spin. */
+  uint64_t polled = bw_frames_caught_polling() - caught;
+  if (rt_spin_ns() == 0)
+    CHECK_EQ(polled, 0);
+  else
+    CHECK_GE(polled, 1);
+  close(pipefd[0]);
+  close(pipefd[1]);
   close(sv[1]);
 }
 
@@ -268,6 +348,7 @@ TEST(an_ack_goes_out_while_calls_back_up) {
 static const test_case tests[] = {
     TEST_CASE(frames_at_the_limit_and_one_past),
     TEST_CASE(a_descriptor_travels_with_its_frame),
+    TEST_CASE(frames_read_alike_polling_and_after_sleeping),
     TEST_CASE(a_full_staging_region_waits_for_a_page),
     TEST_CASE(a_reply_too_short_fails_the_open),
     TEST_CASE(a_frame_one_past_the_limit_ends_the_link),
