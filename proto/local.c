@@ -161,6 +161,19 @@ static int reader_room(proto_reader *rd, size_t need) {
   return 0;
 }
 
+/* Sleeps until there are bytes to read, in poll(2) for POLLIN alone. Not in recv(2): a reader
+ * asleep there is woken, for nothing, each time the daemon takes this socket's own requests
+ * (the kernel tells a unix socket's waiters that it has room to write again, and a waiter in
+ * recv does not look at what it was told): that cost the daemon's thread one more wake-up of
+ * this one per op, besides the reply's. */
+static int sleep_until_readable(int fd) {
+  struct pollfd pf = {.fd = fd, .events = POLLIN};
+  while (poll(&pf, 1, -1) < 0)
+    if (errno != EINTR)
+      return ACCEL_ECLOSED;
+  return 0;
+}
+
 /* Reads until `need` bytes from rd->at are in the buffer. */
 static int reader_fill(proto_reader *rd, int fd, size_t need) {
   if (rd->len - rd->at >= need)
@@ -171,7 +184,13 @@ static int reader_fill(proto_reader *rd, int fd, size_t need) {
       return rc;
   }
   while (rd->len - rd->at < need) {
-    ssize_t n = recv(fd, rd->buf + rd->len, rd->cap - rd->len, 0);
+    ssize_t n = recv(fd, rd->buf + rd->len, rd->cap - rd->len, MSG_DONTWAIT);
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      int rc = sleep_until_readable(fd);
+      if (rc != 0)
+        return rc;
+      continue;
+    }
     if (n < 0 && errno == EINTR)
       continue;
     if (n <= 0)
