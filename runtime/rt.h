@@ -18,6 +18,7 @@
 #include "runtime/list.h"
 #include "runtime/loop.h"
 #include "runtime/mailbox.h"
+#include "runtime/spin.h"
 #include "runtime/wakeup.h"
 
 typedef struct rt_child rt_child;
@@ -351,21 +352,12 @@ void rt_timers_stop_all(accel_actor *cell);
 /* log.c */
 void rt_log_init_from_env(void);
 
-/* How long the loop and future waiters spin before they sleep: ACCEL_SPIN_US if set (0:
- * never), else 50 us on machines of 8 cores or more and 0 below (worth it only with spare
- * cores). Read once. */
-uint64_t rt_spin_ns(void);
+/* rt_spin_ns, rt_cpu_relax: runtime/spin.h */
 #define RT_TURN_HOPS_DEFAULT 1024u
 uint32_t rt_turn_hops(void);
 /* The environment's `name` as a number in [min, max]; dflt if unset, empty or anything else.
  * Read at each call (runtimes read their settings as they are made). */
 uint64_t rt_env_uint(const char *name, uint64_t dflt, uint64_t min, uint64_t max);
-
-static inline void rt_cpu_relax(void) {
-#if defined(__x86_64__) || defined(__i386__)
-  __asm__ __volatile__("pause");
-#endif
-}
 
 /* A libuv error as an accel code (libuv's are negative errno values). */
 static inline int rt_uv_err(int uv_rc) {

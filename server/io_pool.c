@@ -17,7 +17,7 @@
 
 #include "accel/runtime.h"
 #include "runtime/alloc.h"
-#include "runtime/rt.h"
+#include "runtime/spin.h"
 
 enum { CMD_OPEN = 1, CMD_WRITE = 2, CMD_READ = 4, CMD_CLOSE = 8 };
 enum { EV_READ = 1, EV_WROTE = 2, EV_CLOSED = 4 };

@@ -10,7 +10,7 @@
 #include <unistd.h>
 
 #include "runtime/deadline.h"
-#include "runtime/rt.h"
+#include "runtime/spin.h"
 
 /* Writes every byte of the vector, retrying short writes and EINTR. */
 static bool write_vec(int fd, struct iovec *v, int n) {

@@ -22,7 +22,7 @@
 #include "../test.h"
 #include "backends/cpu/backend_cpu.h"
 #include "backends/worker/proxy.h"
-#include "runtime/rt.h"
+#include "runtime/spin.h"
 
 /* ---- the stand-in worker ---- */
 
