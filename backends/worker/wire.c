@@ -97,23 +97,23 @@ static ssize_t recv_first(int fd, void *p, size_t n, int *passed, int flags) {
       int got;
       memcpy(&got, CMSG_DATA(c), sizeof got);
       if (*passed >= 0)
-        close(got);
+        close(got); /* one per frame */
       else
         *passed = got;
     }
   return r;
 }
 
-/* Reads the first bytes of the next frame. It polls without sleeping for the spin time first
- * (rt_spin_ns: 50 us on hosts with cores to spare, else none): the command or completion that
- * follows the last one within microseconds (a client's next tiny op) then costs no wake-up of
- * this thread, which is most of a hop between acceld and a worker. */
-static _Atomic uint64_t caught_polling;
+static _Atomic uint64_t caught_polling; /* bw_frames_caught_polling */
 
 uint64_t bw_frames_caught_polling(void) {
   return atomic_load_explicit(&caught_polling, memory_order_relaxed);
 }
 
+/* Reads the first bytes of the next frame. It polls without sleeping for the spin time first
+ * (rt_spin_ns: 50 us on hosts with cores to spare, else none): the command or completion that
+ * follows the last one within microseconds (a client's next tiny op) then costs no wake-up of
+ * this thread, which is most of a hop between acceld and a worker. */
 static ssize_t read_first(int fd, void *p, size_t n, int *passed) {
   uint64_t spin = rt_spin_ns();
   uint64_t until = spin ? rt_mono_ns() + spin : 0;
