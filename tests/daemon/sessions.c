@@ -1,5 +1,6 @@
 /* Sessions through the daemon: data round trips, handles scoped to their session, limits, a
- * client killed with SIGKILL, many ops in flight from one client, several clients at once. */
+ * client killed with SIGKILL, many ops in flight from one client, several clients at once,
+ * and several clients through a device fault. */
 #include <pthread.h>
 #include <stdatomic.h>
 #include <sys/prctl.h>
@@ -397,6 +398,85 @@ TEST(concurrent_clients_see_their_own_data) {
   td_cleanup(&d);
 }
 
+/* ---- a device fault while many clients run ---- */
+
+typedef struct faulted {
+  const char *url;
+  int index;
+  atomic_bool *fault_seen; /* set once the device served again after the fault */
+  int failures, lost;      /* unexpected results; ops answered EDEVLOST or EDATALOST */
+  int rounds_after;        /* whole rounds done once the device served again */
+} faulted;
+
+/* One round: the client's own pattern written and read back (its host copy survives a device
+ * restart), then a fill read back. Any status but success or a device's loss is a failure, and
+ * so is any data that is not the client's own. */
+static void fault_round(td_client *c, faulted *w, uint64_t h, uint32_t round) {
+  static _Thread_local uint32_t src[256], dst[256];
+  for (int i = 0; i < 256; i++)
+    src[i] = (uint32_t)w->index << 24 | round << 8 | (uint32_t)i;
+  int rc = td_write_u32(c, h, src, 256);
+  if (rc == 0 && (rc = td_read_u32(c, h, dst, 256)) == 0)
+    w->failures += memcmp(src, dst, sizeof src) != 0;
+  uint32_t value = (uint32_t)w->index * 1000u + round;
+  if (rc == 0 && (rc = td_fill(c, h, value)) == 0 && (rc = td_read_u32(c, h, dst, 256)) == 0)
+    for (int i = 0; i < 256; i++)
+      w->failures += dst[i] != value;
+  if (rc == ACCEL_EDEVLOST || rc == ACCEL_EDATALOST)
+    w->lost++;
+  else if (rc != 0)
+    w->failures++;
+}
+
+static void *client_through_a_fault(void *arg) {
+  faulted *w = arg;
+  td_client c;
+  td_client_open(&c, w->url);
+  w->failures += td_hello(&c, NULL) != 0;
+  uint64_t h = td_handle(1, (uint32_t)w->index + 1);
+  w->failures += td_create(&c, h, ACCEL_U32, 256) != 0;
+  for (uint32_t round = 0; w->rounds_after < 10 && round < 100000; round++) {
+    bool after = atomic_load(w->fault_seen);
+    int before = w->failures + w->lost;
+    fault_round(&c, w, h, round & 0xffff);
+    if (after && w->failures + w->lost == before)
+      w->rounds_after++;
+  }
+  td_client_close(&c);
+  return NULL;
+}
+
+/* Eight clients on three I/O threads keep writing, filling and reading while their device
+ * faults and restarts: each sees its own data or a device's loss, never another status or
+ * another client's bytes; all go on once the device serves again; no session is left (also
+ * under ThreadSanitizer, suite 'threads'). */
+TEST(a_device_fault_while_many_clients_run) {
+  td_daemon d;
+  td_prepare(&d);
+  td_write_config(&d, "[daemon]\nio_threads = 3\n");
+  td_start(&d, "--enable-fault-injection", NULL);
+  enum { CLIENTS = 8 };
+  atomic_bool fault_seen = false;
+  pthread_t t[CLIENTS];
+  faulted w[CLIENTS];
+  for (int i = 0; i < CLIENTS; i++) {
+    w[i] = (faulted){.url = d.url, .index = i, .fault_seen = &fault_seen};
+    CHECK_EQ(pthread_create(&t[i], NULL, client_through_a_fault, &w[i]), 0);
+  }
+  test_sleep_ms(100);
+  CHECK_EQ(td_ctl(out, sizeof out, "--url", d.url, "inject-fault", "--device", "0", NULL), 0);
+  TEST_WAIT_FOR(td_status_field(&d, "restarts") >= 1, 30);
+  atomic_store(&fault_seen, true);
+  for (int i = 0; i < CLIENTS; i++) {
+    pthread_join(t[i], NULL);
+    CHECK_EQ(w[i].failures, 0);
+    CHECK_EQ(w[i].rounds_after, 10);
+  }
+  wait_field(&d, "sessions", 0);
+  CHECK_EQ(td_stop(&d), 0);
+  td_cleanup(&d);
+}
+
 static const test_case tests[] = {
     TEST_CASE(write_read_round_trip),
     TEST_CASE(handles_are_scoped_to_their_session),
@@ -406,6 +486,7 @@ static const test_case tests[] = {
     TEST_CASE(client_gone_during_a_module_build),
     TEST_CASE(pipelined_ops_all_answered),
     TEST_CASE(concurrent_clients_see_their_own_data),
+    TEST_CASE(a_device_fault_while_many_clients_run),
 };
 
 TEST_MAIN(tests)
