@@ -137,11 +137,18 @@ __attribute__((constructor)) static void holder_main(void) {
   td_encode_fill(&o, 999, td_handle(1, 1), 1);
   td_send_raw(&c, o.data, o.len, 999);
   (void)!write(fd, "x", 1);
+  const char *flood = getenv("TD_HOLDER_FLOOD"); /* then that many more, replies unread */
+  for (long j = 0; flood && j < atol(flood); j++) {
+    proto_out_free(&o);
+    proto_out_init(&o);
+    td_encode_fill(&o, 1000 + (uint64_t)j, td_handle((uint32_t)(j % nbufs) + 1, 1), (uint32_t)j);
+    td_send_raw(&c, o.data, o.len, 1000 + (uint64_t)j); /* blocks once acceld stops reading */
+  }
   for (;;)
     pause();
 }
 
-static pid_t holder(td_daemon *d, int nbufs) {
+static pid_t holder_flooding(td_daemon *d, int nbufs, long flood) {
   int fds[2];
   CHECK_EQ(pipe(fds), 0);
   pid_t pid = fork();
@@ -153,6 +160,11 @@ static pid_t holder(td_daemon *d, int nbufs) {
     setenv("TD_HOLDER_URL", d->url, 1);
     setenv("TD_HOLDER_FD", fd_s, 1);
     setenv("TD_HOLDER_BUFS", n_s, 1);
+    if (flood > 0) {
+      char f_s[24];
+      snprintf(f_s, sizeof f_s, "%ld", flood);
+      setenv("TD_HOLDER_FLOOD", f_s, 1);
+    }
     prctl(PR_SET_PDEATHSIG, SIGKILL);
     execl("/proc/self/exe", "holder", (char *)NULL);
     _exit(127);
@@ -162,6 +174,10 @@ static pid_t holder(td_daemon *d, int nbufs) {
   CHECK_EQ(read(fds[0], &b, 1), 1);
   close(fds[0]);
   return pid;
+}
+
+static pid_t holder(td_daemon *d, int nbufs) {
+  return holder_flooding(d, nbufs, 0);
 }
 
 /* Waits until the status field is `want` (sessions and buffers go asynchronously). */
@@ -353,6 +369,8 @@ TEST(pipelined_ops_all_answered) {
 typedef struct worker {
   const char *url;
   int index, failures;
+  int rounds;             /* 0: 20 */
+  atomic_int *done_round; /* if not NULL: rounds done so far by every worker together */
 } worker;
 
 static void *client_work(void *arg) {
@@ -363,12 +381,14 @@ static void *client_work(void *arg) {
   w->failures += td_hello(&c, NULL) != 0;
   uint64_t h = td_handle(1, (uint32_t)w->index + 1);
   w->failures += td_create(&c, h, ACCEL_U32, 1024) != 0;
-  for (int round = 0; round < 20; round++) {
+  for (int round = 0; round < (w->rounds ? w->rounds : 20); round++) {
     for (int i = 0; i < 1024; i++)
       src[i] = (uint32_t)(w->index * 100000 + round * 1024 + i);
     w->failures += td_write_u32(&c, h, src, 1024) != 0;
     w->failures += td_read_u32(&c, h, dst, 1024) != 0;
     w->failures += memcmp(src, dst, sizeof src) != 0;
+    if (w->done_round)
+      atomic_fetch_add(w->done_round, 1);
   }
   td_client_close(&c);
   return NULL;
@@ -394,6 +414,45 @@ TEST(concurrent_clients_see_their_own_data) {
     CHECK_EQ(w[i].failures, 0);
   }
   wait_field(&d, "sessions", 0);
+  CHECK_EQ(td_stop(&d), 0);
+  td_cleanup(&d);
+}
+
+/* Three clients flooding fills without reading a reply are killed while eight others run:
+ * the eight see only their own data, the dead ones' sessions, buffers and memory go (three
+ * I/O threads; also under ThreadSanitizer, suite 'threads'). */
+TEST(clients_killed_mid_flight_cost_the_others_nothing) {
+  td_daemon d;
+  td_prepare(&d);
+  td_write_config(&d, "[daemon]\nio_threads = 3\n");
+  td_start(&d, NULL);
+  enum { KILLED = 3, CLIENTS = 8 };
+  pid_t kids[KILLED];
+  for (int i = 0; i < KILLED; i++)
+    kids[i] = holder_flooding(&d, 2, 20000);
+  pthread_t t[CLIENTS];
+  worker w[CLIENTS];
+  atomic_int rounds = 0;
+  for (int i = 0; i < CLIENTS; i++) {
+    w[i] = (worker){.url = d.url, .index = i, .rounds = 400, .done_round = &rounds};
+    CHECK_EQ(pthread_create(&t[i], NULL, client_work, &w[i]), 0);
+  }
+  TEST_WAIT_FOR(atomic_load(&rounds) >= CLIENTS, 20); /* all under way */
+  /* The kills come while the eight still have rounds to go (checked after). */
+  for (int i = 0; i < KILLED; i++) {
+    CHECK_EQ(kill(kids[i], SIGKILL), 0);
+    CHECK_EQ(waitpid(kids[i], NULL, 0), kids[i]);
+  }
+  int at_kill = atomic_load(&rounds);
+  for (int i = 0; i < CLIENTS; i++) {
+    pthread_join(t[i], NULL);
+    CHECK_EQ(w[i].failures, 0);
+  }
+  CHECK_LT(at_kill, CLIENTS * 400);
+  wait_field(&d, "sessions", 0);
+  wait_field(&d, "buffers", 0);
+  wait_field(&d, "host_mem_used", 0);
+  CHECK_EQ(td_ctl(out, sizeof out, "--url", d.url, "ping", NULL), 0);
   CHECK_EQ(td_stop(&d), 0);
   td_cleanup(&d);
 }
@@ -486,6 +545,7 @@ static const test_case tests[] = {
     TEST_CASE(client_gone_during_a_module_build),
     TEST_CASE(pipelined_ops_all_answered),
     TEST_CASE(concurrent_clients_see_their_own_data),
+    TEST_CASE(clients_killed_mid_flight_cost_the_others_nothing),
     TEST_CASE(a_device_fault_while_many_clients_run),
 };
 
