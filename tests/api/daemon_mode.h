@@ -77,6 +77,9 @@ static inline void daemon_mode_write_config_(const char *dir, const char *url) {
   const char *fi = daemon_mode_param_(url, "fault_injection", v, sizeof v);
   fprintf(f, "[daemon]\nlog_level=error\nfault_injection=%s\n",
           fi && strcmp(fi, "0") != 0 ? "true" : "false");
+  const char *io = getenv("ACCEL_TEST_IO_THREADS"); /* local sockets on that many I/O threads */
+  if (io != NULL && *io != '\0')
+    fprintf(f, "io_threads=%s\n", io);
   fprintf(f, "[devices]\ncpu_devices=%s\n",
           daemon_mode_param_(url, "cpu_devices", v, sizeof v) ? v : "1");
   if (daemon_mode_param_(url, "completion", v, sizeof v))
