@@ -184,14 +184,16 @@ static int reader_fill(proto_reader *rd, int fd, size_t need) {
       return rc;
   }
   while (rd->len - rd->at < need) {
-    ssize_t n = recv(fd, rd->buf + rd->len, rd->cap - rd->len, MSG_DONTWAIT);
-    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+    /* A read that emptied the socket is followed by a wait, not by a read sure to fail. */
+    if (rd->drained) {
       int rc = sleep_until_readable(fd);
       if (rc != 0)
         return rc;
-      continue;
     }
-    if (n < 0 && errno == EINTR)
+    size_t room = rd->cap - rd->len;
+    ssize_t n = recv(fd, rd->buf + rd->len, room, MSG_DONTWAIT);
+    rd->drained = n < (ssize_t)room;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
       continue;
     if (n <= 0)
       return ACCEL_ECLOSED;

@@ -12,6 +12,7 @@
 #ifndef PROTO_LOCAL_H
 #define PROTO_LOCAL_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -45,6 +46,7 @@ typedef struct proto_reader {
   uint8_t *buf;
   size_t len, cap; /* bytes in buf; its size */
   size_t at;       /* the start of the next frame */
+  bool drained;    /* the last read emptied the socket: the next one waits first */
 } proto_reader;
 
 /* The next whole frame: *frame points into the reader's buffer until the next call. Same
