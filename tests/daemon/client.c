@@ -1,7 +1,11 @@
 /* libaccel's remote client against a daemon that goes away: every pending op completes with
  * ACCEL_ECLOSED (or had completed before), accel_finish returns, later ops fail with
- * ACCEL_ECLOSED, and closing the context does not hang. */
+ * ACCEL_ECLOSED, and closing the context does not hang. And the replies reach every kind of
+ * waiter: many threads of one context waiting at once, timed waits that give up, callbacks
+ * nobody waits for; a thread waiting when the daemon dies hears ECLOSED. */
+#include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 
 #include "accel/accel.h"
 #include "util.h"
@@ -59,8 +63,156 @@ TEST(lost_daemon_fails_pending_ops) {
   td_cleanup(&d);
 }
 
+/* ---- many waiters ---- */
+
+typedef struct waiter {
+  accel_ctx *ctx;
+  int index, failures;
+} waiter;
+
+/* Fills its own buffer and reads it back, 200 times, waiting for each; every fourth round
+ * first gives a timed wait of 0 or 1 ms a chance to give up. */
+static void *fill_and_read(void *arg) {
+  waiter *w = arg;
+  accel_buffer b;
+  if (accel_buffer_create(w->ctx, ACCEL_F32, 64, &b) != 0) {
+    w->failures++;
+    return NULL;
+  }
+  for (int round = 0; round < 200; round++) {
+    float value = (float)(w->index * 1000 + round), out[64];
+    accel_future *fill = NULL, *read = NULL;
+    w->failures += accel_fill_f32(w->ctx, 0, b, value, &fill) != 0;
+    w->failures += accel_read(w->ctx, b, 0, out, 64, &read) != 0;
+    if (round % 4 == 0) {
+      int st = accel_future_wait(read, round % 8 == 0 ? 0 : 1);
+      w->failures += st != 0 && st != ACCEL_ETIMEDOUT && st != ACCEL_EAGAIN;
+    }
+    w->failures += accel_future_wait(read, -1) != 0 || accel_future_wait(fill, -1) != 0;
+    for (int i = 0; i < 64; i++)
+      w->failures += out[i] != value;
+    accel_future_release(fill);
+    accel_future_release(read);
+  }
+  w->failures += accel_buffer_destroy(w->ctx, b) != 0;
+  return NULL;
+}
+
+static void count_done(accel_future *f, int status, void *arg) {
+  (void)f;
+  atomic_fetch_add((atomic_int *)arg, status == 0 ? 1 : 1000);
+}
+
+/* Eight threads of one context wait at once, while callbacks of ops nobody waits for count
+ * their completions. */
+TEST(many_waiters_on_one_context_all_answered) {
+  td_daemon d;
+  td_prepare(&d);
+  td_start(&d, NULL);
+  accel_ctx *ctx = NULL;
+  CHECK_OK(accel_open(&ctx, d.url));
+  accel_buffer side;
+  CHECK_OK(accel_buffer_create(ctx, ACCEL_F32, 64, &side));
+  atomic_int called = 0;
+  enum { THREADS = 8, UNWAITED = 100 };
+  pthread_t t[THREADS];
+  waiter w[THREADS];
+  for (int i = 0; i < THREADS; i++) {
+    w[i] = (waiter){.ctx = ctx, .index = i};
+    CHECK_EQ(pthread_create(&t[i], NULL, fill_and_read, &w[i]), 0);
+  }
+  for (int i = 0; i < UNWAITED; i++) {
+    accel_future *f = NULL;
+    CHECK_OK(accel_fill_f32(ctx, 0, side, (float)i, &f));
+    CHECK_OK(accel_future_then(f, count_done, &called));
+    accel_future_release(f);
+  }
+  for (int i = 0; i < THREADS; i++) {
+    pthread_join(t[i], NULL);
+    CHECK_EQ(w[i].failures, 0);
+  }
+  TEST_WAIT_FOR(atomic_load(&called) == UNWAITED, 20); /* each once, each successful */
+  CHECK_OK(accel_finish(ctx, -1));
+  accel_close(ctx);
+  CHECK_EQ(td_stop(&d), 0);
+  td_cleanup(&d);
+}
+
+/* A timed wait gives up while its op runs: the answer still comes, with nobody waiting. */
+TEST(a_timed_wait_that_gives_up_leaves_the_reply_to_the_receiver) {
+  td_daemon d;
+  td_prepare(&d);
+  td_start(&d, NULL);
+  accel_ctx *ctx = NULL;
+  CHECK_OK(accel_open(&ctx, d.url));
+  accel_buffer a, c;
+  CHECK_OK(accel_buffer_create(ctx, ACCEL_F32, (size_t)N * N, &a));
+  CHECK_OK(accel_buffer_create(ctx, ACCEL_F32, (size_t)N * N, &c));
+  CHECK_OK(accel_fill_f32(ctx, 0, a, 1.0f, NULL));
+  for (int i = 0; i < OPS; i++) /* long enough that a 1 ms wait gives up */
+    CHECK_OK(accel_sgemm(ctx, 0, ACCEL_NO_TRANS, ACCEL_NO_TRANS, N, N, N, 1.0f, a, N, a, N, 0.0f, c,
+                         N, NULL));
+  float out[4] = {0};
+  accel_future *f = NULL;
+  CHECK_OK(accel_read(ctx, c, 0, out, 4, &f));
+  CHECK_ERR(accel_future_wait(f, 1), ACCEL_ETIMEDOUT);
+  TEST_WAIT_FOR(accel_future_poll(f) != ACCEL_EAGAIN, 60);
+  CHECK_OK(accel_future_poll(f));
+  CHECK_EQ(out[0], (float)N);
+  accel_future_release(f);
+  accel_close(ctx);
+  CHECK_EQ(td_stop(&d), 0);
+  td_cleanup(&d);
+}
+
+typedef struct long_wait {
+  accel_future *f;
+  atomic_int status; /* 1 while waiting */
+} long_wait;
+
+static void *wait_long(void *arg) {
+  long_wait *lw = arg;
+  atomic_store(&lw->status, accel_future_wait(lw->f, -1));
+  return NULL;
+}
+
+/* A thread waiting for its reply when the daemon is killed hears the end: ECLOSED (or its
+ * answer, if it came first), without hanging. */
+TEST(a_waiter_reading_when_the_daemon_dies_hears_eclosed) {
+  td_daemon d;
+  td_prepare(&d);
+  td_start(&d, NULL);
+  accel_ctx *ctx = NULL;
+  CHECK_OK(accel_open(&ctx, d.url));
+  accel_buffer a, c;
+  CHECK_OK(accel_buffer_create(ctx, ACCEL_F32, (size_t)N * N, &a));
+  CHECK_OK(accel_buffer_create(ctx, ACCEL_F32, (size_t)N * N, &c));
+  CHECK_OK(accel_fill_f32(ctx, 0, a, 1.0f, NULL));
+  for (int i = 0; i < OPS; i++)
+    CHECK_OK(accel_sgemm(ctx, 0, ACCEL_NO_TRANS, ACCEL_NO_TRANS, N, N, N, 1.0f, a, N, a, N, 0.0f, c,
+                         N, NULL));
+  float out[4];
+  long_wait lw = {.status = 1};
+  CHECK_OK(accel_read(ctx, c, 0, out, 4, &lw.f));
+  pthread_t t;
+  CHECK_EQ(pthread_create(&t, NULL, wait_long, &lw), 0);
+  test_sleep_ms(20); /* waiting by now */
+  td_signal(&d, SIGKILL);
+  td_wait(&d);
+  TEST_WAIT_FOR(atomic_load(&lw.status) != 1, 20);
+  pthread_join(t, NULL);
+  int st = atomic_load(&lw.status);
+  CHECK(st == 0 || st == ACCEL_ECLOSED);
+  accel_future_release(lw.f);
+  accel_close(ctx);
+  td_cleanup(&d);
+}
+
 static const test_case tests[] = {
     TEST_CASE(lost_daemon_fails_pending_ops),
+    TEST_CASE(many_waiters_on_one_context_all_answered),
+    TEST_CASE(a_timed_wait_that_gives_up_leaves_the_reply_to_the_receiver),
+    TEST_CASE(a_waiter_reading_when_the_daemon_dies_hears_eclosed),
 };
 
 TEST_MAIN(tests)
