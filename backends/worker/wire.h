@@ -273,8 +273,8 @@ bool bw_send(int fd, uint16_t type, uint64_t tag, const void *a, size_t alen, co
 bool bw_send_fd(int fd, uint16_t type, uint64_t tag, const void *a, size_t alen, int pass);
 
 /* Reads one frame: the header, then len bytes into *body (malloc'd when longer than `room`,
- * else `buf`); false at the end of the stream, on an error, or past BW_MAX_FRAME. passed (may
- * be NULL: none is taken) gets a descriptor that came with the frame, else -1. */
+ * else `buf`); false at the end of the stream, on an error, or past BW_MAX_FRAME. bw_recv_fd's
+ * `passed` (not NULL) gets a descriptor that came with the frame, else -1; bw_recv closes any. */
 bool bw_recv(int fd, bw_hdr *h, void *buf, size_t room, void **body);
 bool bw_recv_fd(int fd, bw_hdr *h, void *buf, size_t room, void **body, int *passed);
 /* As bw_recv, refusing (false) a frame longer than max. */
