@@ -161,19 +161,6 @@ static int reader_room(proto_reader *rd, size_t need) {
   return 0;
 }
 
-/* Sleeps until there are bytes to read, in poll(2) for POLLIN alone. Not in recv(2): a reader
- * asleep there is woken, for nothing, each time the daemon takes this socket's own requests
- * (the kernel tells a unix socket's waiters that it has room to write again, and a waiter in
- * recv does not look at what it was told): that cost the daemon's thread one more wake-up of
- * this one per op, besides the reply's. */
-static int sleep_until_readable(int fd) {
-  struct pollfd pf = {.fd = fd, .events = POLLIN};
-  while (poll(&pf, 1, -1) < 0)
-    if (errno != EINTR)
-      return ACCEL_ECLOSED;
-  return 0;
-}
-
 /* Reads until `need` bytes from rd->at are in the buffer. */
 static int reader_fill(proto_reader *rd, int fd, size_t need) {
   if (rd->len - rd->at >= need)
@@ -184,9 +171,13 @@ static int reader_fill(proto_reader *rd, int fd, size_t need) {
       return rc;
   }
   while (rd->len - rd->at < need) {
-    /* A read that emptied the socket is followed by a wait, not by a read sure to fail. */
+    /* A read that emptied the socket is followed by a wait, not by a read sure to fail. The
+     * wait is poll(2)'s for POLLIN, not recv(2)'s: a reader asleep in recv is woken, for
+     * nothing, each time the daemon takes this socket's own requests (the kernel tells a unix
+     * socket's waiters that it has room to write again, and a waiter in recv does not look at
+     * what it was told), one more wake-up per op that the daemon's thread paid for. */
     if (rd->drained) {
-      int rc = sleep_until_readable(fd);
+      int rc = wait_readable(fd, -1);
       if (rc != 0)
         return rc;
     }

@@ -139,20 +139,28 @@ TEST(many_waiters_on_one_context_all_answered) {
   td_cleanup(&d);
 }
 
+/* A daemon and a context with `gemms` products c = a a (a all ones, N x N) queued on device 0:
+ * work that takes a while, whose result is known (c's elements are N). */
+static accel_ctx *queue_gemms(td_daemon *d, accel_buffer *c, int gemms) {
+  td_prepare(d);
+  td_start(d, NULL);
+  accel_ctx *ctx = NULL;
+  CHECK_OK(accel_open(&ctx, d->url));
+  accel_buffer a;
+  CHECK_OK(accel_buffer_create(ctx, ACCEL_F32, (size_t)N * N, &a));
+  CHECK_OK(accel_buffer_create(ctx, ACCEL_F32, (size_t)N * N, c));
+  CHECK_OK(accel_fill_f32(ctx, 0, a, 1.0f, NULL));
+  for (int i = 0; i < gemms; i++)
+    CHECK_OK(accel_sgemm(ctx, 0, ACCEL_NO_TRANS, ACCEL_NO_TRANS, N, N, N, 1.0f, a, N, a, N, 0.0f,
+                         *c, N, NULL));
+  return ctx;
+}
+
 /* A timed wait gives up while its op runs: the answer still comes, with nobody waiting. */
 TEST(a_timed_wait_that_gives_up_leaves_the_reply_to_the_receiver) {
   td_daemon d;
-  td_prepare(&d);
-  td_start(&d, NULL);
-  accel_ctx *ctx = NULL;
-  CHECK_OK(accel_open(&ctx, d.url));
-  accel_buffer a, c;
-  CHECK_OK(accel_buffer_create(ctx, ACCEL_F32, (size_t)N * N, &a));
-  CHECK_OK(accel_buffer_create(ctx, ACCEL_F32, (size_t)N * N, &c));
-  CHECK_OK(accel_fill_f32(ctx, 0, a, 1.0f, NULL));
-  for (int i = 0; i < OPS; i++) /* long enough that a 1 ms wait gives up */
-    CHECK_OK(accel_sgemm(ctx, 0, ACCEL_NO_TRANS, ACCEL_NO_TRANS, N, N, N, 1.0f, a, N, a, N, 0.0f, c,
-                         N, NULL));
+  accel_buffer c;
+  accel_ctx *ctx = queue_gemms(&d, &c, OPS); /* long enough that a 1 ms wait gives up */
   float out[4] = {0};
   accel_future *f = NULL;
   CHECK_OK(accel_read(ctx, c, 0, out, 4, &f));
@@ -181,17 +189,8 @@ static void *wait_long(void *arg) {
  * answer, if it came first), without hanging. */
 TEST(a_waiter_reading_when_the_daemon_dies_hears_eclosed) {
   td_daemon d;
-  td_prepare(&d);
-  td_start(&d, NULL);
-  accel_ctx *ctx = NULL;
-  CHECK_OK(accel_open(&ctx, d.url));
-  accel_buffer a, c;
-  CHECK_OK(accel_buffer_create(ctx, ACCEL_F32, (size_t)N * N, &a));
-  CHECK_OK(accel_buffer_create(ctx, ACCEL_F32, (size_t)N * N, &c));
-  CHECK_OK(accel_fill_f32(ctx, 0, a, 1.0f, NULL));
-  for (int i = 0; i < 8 * OPS; i++) /* seconds of work on a 2-core machine */
-    CHECK_OK(accel_sgemm(ctx, 0, ACCEL_NO_TRANS, ACCEL_NO_TRANS, N, N, N, 1.0f, a, N, a, N, 0.0f, c,
-                         N, NULL));
+  accel_buffer c;
+  accel_ctx *ctx = queue_gemms(&d, &c, 8 * OPS); /* seconds of work on a 2-core machine */
   float out[4];
   long_wait lw = {.status = 1};
   CHECK_OK(accel_read(ctx, c, 0, out, 4, &lw.f));

@@ -394,12 +394,17 @@ static void *client_work(void *arg) {
   return NULL;
 }
 
+/* A daemon to start whose local sockets are served by three I/O threads. */
+static void prepare_io_threads(td_daemon *d) {
+  td_prepare(d);
+  td_write_config(d, "[daemon]\nio_threads = 3\n");
+}
+
 /* Served by three I/O threads: each client's bytes and replies stay its own whichever thread
  * serves its socket (also under ThreadSanitizer, suite 'threads'). */
 TEST(concurrent_clients_see_their_own_data) {
   td_daemon d;
-  td_prepare(&d);
-  td_write_config(&d, "[daemon]\nio_threads = 3\n");
+  prepare_io_threads(&d);
   td_start(&d, "--cpu-devices", "2", NULL);
   CHECK(strstr(td_log(&d), "(3 I/O threads)") != NULL);
   enum { CLIENTS = 8 };
@@ -423,8 +428,7 @@ TEST(concurrent_clients_see_their_own_data) {
  * I/O threads; also under ThreadSanitizer, suite 'threads'). */
 TEST(clients_killed_mid_flight_cost_the_others_nothing) {
   td_daemon d;
-  td_prepare(&d);
-  td_write_config(&d, "[daemon]\nio_threads = 3\n");
+  prepare_io_threads(&d);
   td_start(&d, NULL);
   enum { KILLED = 3, CLIENTS = 8 };
   pid_t kids[KILLED];
@@ -511,8 +515,7 @@ static void *client_through_a_fault(void *arg) {
  * under ThreadSanitizer, suite 'threads'). */
 TEST(a_device_fault_while_many_clients_run) {
   td_daemon d;
-  td_prepare(&d);
-  td_write_config(&d, "[daemon]\nio_threads = 3\n");
+  prepare_io_threads(&d);
   td_start(&d, "--enable-fault-injection", NULL);
   enum { CLIENTS = 8 };
   atomic_bool fault_seen = false;
