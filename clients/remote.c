@@ -315,7 +315,9 @@ static int send_op_frame(accel_ctx *ctx, dev_call *call) {
     data = (proto_bytes){op->u.write.src, op->u.write.bytes};
   proto_out o;
   proto_out_init(&o);
-  uint64_t id = pending_put(r, p); /* from here on p may be finished by the receiver */
+  if (call->future != NULL && r->link->offer_help != NULL)
+    r->link->offer_help(ctx, call->future); /* before the send: after it, call may be gone */
+  uint64_t id = pending_put(r, p);          /* from here on p may be finished by the receiver */
   bool gather = data.len >= GATHER_MIN && r->link->send_gather != NULL;
   if (op->h.kind == DEV_OP_MODULE_LOAD && op->u.module.len > r->welcome.limits.max_message)
     rc = ACCEL_ELIMIT; /* a module's code goes in one frame: refused before it is copied */

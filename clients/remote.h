@@ -22,6 +22,7 @@
 typedef struct remote remote;
 typedef struct pending pending;
 typedef struct shm_region shm_region; /* remote_shm.c */
+typedef struct local_gate local_gate; /* remote_local_read.c */
 
 typedef struct remote_link {
   /* Connects and starts receiving. 0, or ACCEL_ECLOSED (nothing listens), ACCEL_EPERM... */
@@ -37,6 +38,9 @@ typedef struct remote_link {
                      size_t tail_len, uint64_t id);
   /* Sends frames with a descriptor attached to their first byte (NULL: the link cannot). */
   int (*send_fd)(remote *r, const uint8_t *bytes, size_t len, int fd);
+  /* Offers the op's future help (runtime/future_help.h): a thread that waits on it reads the
+   * connection itself (NULL: the link's own thread always does). Before the op is sent. */
+  void (*offer_help)(accel_ctx *ctx, accel_future *f);
   uint32_t caps; /* PROTO_CAP_* this link asks for in HELLO */
   bool shm;      /* the shared-memory data plane (remote_shm.c) */
   /* The daemon cannot stop reading this link (nng): past WELCOME's max_in_flight it would
@@ -66,6 +70,12 @@ struct remote {
   bool rx_started;
   pthread_mutex_t send_mu; /* one writer at a time: frames stay whole in the stream */
   proto_reader reader;
+  int rx_epfd, rx_stop;  /* the receiver's epoll set: the socket (one-shot) and a stop eventfd */
+  pthread_mutex_t rd_mu; /* one reader at a time: reader, rd_helping, rd_lost, the arming */
+  bool rd_helping;       /* a waiting thread reads: the receiver's watch is off */
+  bool rd_lost;          /* the connection's end was seen and reported */
+  bool rx_made;          /* rx_epfd, rx_stop and rd_mu exist (remote_local_read.c) */
+  local_gate *gate;      /* where helpers register before they read */
   /* the shared-memory data plane (remote_shm.c) */
   pthread_mutex_t shm_mu; /* guards regions, staging_bytes */
   shm_region *regions;
@@ -98,6 +108,12 @@ void remote_shm_complete(remote *r, dev_op *op, shm_region *staging, int status)
 RT_MUST_USE int remote_host_alloc(accel_ctx *ctx, size_t bytes, void **out);
 RT_MUST_USE int remote_host_free(accel_ctx *ctx, void *p);
 void remote_shm_free_all(remote *r);
+
+/* remote_local_read.c: the local link's reading (its receiver thread, and waiters that read
+ * their replies themselves). */
+RT_MUST_USE int local_reader_start(accel_ctx *ctx);
+void local_reader_stop(accel_ctx *ctx);
+void local_offer_help(accel_ctx *ctx, accel_future *f);
 
 extern const remote_link remote_local_link;
 extern const remote_link remote_nng_link;

@@ -161,8 +161,9 @@ static int reader_room(proto_reader *rd, size_t need) {
   return 0;
 }
 
-/* Reads until `need` bytes from rd->at are in the buffer. */
-static int reader_fill(proto_reader *rd, int fd, size_t need) {
+/* Reads until `need` bytes from rd->at are in the buffer; without `wait`, ACCEL_EAGAIN as soon
+ * as the socket has no more (what came stays in the buffer). */
+static int reader_fill(proto_reader *rd, int fd, size_t need, bool wait) {
   if (rd->len - rd->at >= need)
     return 0;
   if (rd->cap - rd->at < need) {
@@ -176,7 +177,7 @@ static int reader_fill(proto_reader *rd, int fd, size_t need) {
      * nothing, each time the daemon takes this socket's own requests (the kernel tells a unix
      * socket's waiters that it has room to write again, and a waiter in recv does not look at
      * what it was told), one more wake-up per op that the daemon's thread paid for. */
-    if (rd->drained) {
+    if (rd->drained && wait) {
       int rc = wait_readable(fd, -1);
       if (rc != 0)
         return rc;
@@ -184,6 +185,8 @@ static int reader_fill(proto_reader *rd, int fd, size_t need) {
     size_t room = rd->cap - rd->len;
     ssize_t n = recv(fd, rd->buf + rd->len, room, MSG_DONTWAIT);
     rd->drained = n < (ssize_t)room;
+    if (n < 0 && !wait && (errno == EAGAIN || errno == EWOULDBLOCK))
+      return ACCEL_EAGAIN;
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
       continue;
     if (n <= 0)
@@ -193,20 +196,30 @@ static int reader_fill(proto_reader *rd, int fd, size_t need) {
   return 0;
 }
 
-long long proto_reader_next(proto_reader *rd, int fd, uint32_t max_body, const uint8_t **frame) {
-  int rc = reader_fill(rd, fd, PROTO_HEADER_SIZE);
+static long long reader_next(proto_reader *rd, int fd, uint32_t max_body, const uint8_t **frame,
+                             bool wait) {
+  int rc = reader_fill(rd, fd, PROTO_HEADER_SIZE, wait);
   if (rc != 0)
     return rc;
   long long flen = frame_length(rd->buf + rd->at, max_body);
   if (flen < 0)
     return flen;
   size_t len = (size_t)flen;
-  rc = reader_fill(rd, fd, len);
+  rc = reader_fill(rd, fd, len, wait);
   if (rc != 0)
     return rc;
   *frame = rd->buf + rd->at;
   rd->at += len;
   return (long long)len;
+}
+
+long long proto_reader_next(proto_reader *rd, int fd, uint32_t max_body, const uint8_t **frame) {
+  return reader_next(rd, fd, max_body, frame, true);
+}
+
+long long proto_reader_try_next(proto_reader *rd, int fd, uint32_t max_body,
+                                const uint8_t **frame) {
+  return reader_next(rd, fd, max_body, frame, false);
 }
 
 void proto_reader_free(proto_reader *rd) {

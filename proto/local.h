@@ -53,6 +53,10 @@ typedef struct proto_reader {
  * returns and rules as proto_local_recv_frame (waits for ever). proto_reader_free frees. */
 RT_MUST_USE long long proto_reader_next(proto_reader *rd, int fd, uint32_t max_body,
                                         const uint8_t **frame);
+/* As proto_reader_next without waiting: ACCEL_EAGAIN while the socket holds no whole frame
+ * (the part that came is kept for the next call). */
+RT_MUST_USE long long proto_reader_try_next(proto_reader *rd, int fd, uint32_t max_body,
+                                            const uint8_t **frame);
 void proto_reader_free(proto_reader *rd);
 
 #endif

@@ -1,8 +1,9 @@
 /* libaccel's remote client against a daemon that goes away: every pending op completes with
  * ACCEL_ECLOSED (or had completed before), accel_finish returns, later ops fail with
- * ACCEL_ECLOSED, and closing the context does not hang. And the replies reach every kind of
- * waiter: many threads of one context waiting at once, timed waits that give up, callbacks
- * nobody waits for; a thread waiting when the daemon dies hears ECLOSED. */
+ * ACCEL_ECLOSED, and closing the context does not hang. And who reads the replies
+ * (clients/remote_local_read.c): a waiting thread reads its own while the receiver's watch is
+ * off; many threads waiting at once, timed waits that give up, and callbacks nobody waits for
+ * all get their answers; a waiter reading when the daemon dies hears ECLOSED. */
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>

@@ -1,0 +1,311 @@
+/* Reading the local link (clients/remote.h): who reads the daemon's replies, and when.
+ *
+ * One thread at a time reads the socket and hands the frames to remote_on_frame, in order
+ * (rd_mu). That is the link's receiver thread, except while a thread waits on one of the
+ * link's ops: the op's future was offered help (runtime/future_help.h), and the waiting
+ * thread reads the socket itself, polling for the spin time and then sleeping in poll(2) on
+ * it, until its op is answered. Its reply then wakes nobody else: the receiver's watch of the
+ * socket (an epoll set, one-shot) is switched off while a waiter reads, and back on when it
+ * leaves, so an op and its wait cost the reply's one wake-up of the waiting thread (none while
+ * it still polls), instead of the receiver's and then the waiter's. One waiter reads at a time;
+ * others wait on their futures, completed by whoever reads.
+ *
+ * The end of the connection (the daemon gone, garbage, accel_close) is reported once, by
+ * whoever reads it (remote_on_lost), and stops the receiver. */
+#include <errno.h>
+#include <poll.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <time.h>
+#include <unistd.h>
+#include <uv.h>
+
+#include "clients/remote.h"
+#include "runtime/alloc.h"
+#include "runtime/future_help.h"
+#include "runtime/spin.h"
+
+enum { WATCH_SOCKET = 0, WATCH_STOP = 1 };
+
+/* A waiter's poll wakes at least this often to look at its future (completed by another
+ * thread's reading, or by the end of the connection). */
+#define HELP_POLL_MAX_MS 50
+
+/* The receiver's watch of the socket on (one-shot: off again once it fires) or off. */
+static void watch_socket(remote *r, bool on) {
+  struct epoll_event ev = {.events = on ? EPOLLIN | EPOLLONESHOT : EPOLLONESHOT,
+                           .data.u32 = WATCH_SOCKET};
+  (void)epoll_ctl(r->rx_epfd, EPOLL_CTL_MOD, r->fd, &ev);
+}
+
+/* rd_mu held. The end of the stream: every pending request completes, the receiver stops. */
+static void lose(accel_ctx *ctx) {
+  remote *r = remote_of(ctx);
+  if (r->rd_lost)
+    return;
+  r->rd_lost = true;
+  remote_on_lost(ctx);
+  (void)eventfd_write(r->rx_stop, 1);
+}
+
+/* rd_mu held. Hands over every whole frame the socket holds now: 0 once it has no more, else
+ * ACCEL_ENOMEM (the bytes wait in the socket) or the loss (ECLOSED, EPROTO). */
+static int drain(accel_ctx *ctx) {
+  remote *r = remote_of(ctx);
+  for (;;) {
+    const uint8_t *frame;
+    long long n = proto_reader_try_next(&r->reader, r->fd, atomic_load(&r->max_body), &frame);
+    if (n == ACCEL_EAGAIN)
+      return 0;
+    if (n < 0)
+      return (int)n;
+    remote_on_frame(ctx, frame, (size_t)n);
+  }
+}
+
+/* rd_mu held. One round of reading; true while the connection lives. */
+static bool read_round(accel_ctx *ctx, int *rc) {
+  remote *r = remote_of(ctx);
+  *rc = r->rd_lost ? ACCEL_ECLOSED : drain(ctx);
+  if (*rc != 0 && *rc != ACCEL_ENOMEM)
+    lose(ctx);
+  return !r->rd_lost;
+}
+
+/* Out of memory for a frame's bytes: they wait in the socket, so the reader waits too (this is
+ * its own thread) and tries again, 1 ms then doubling, for about 4 s in all before it gives
+ * the connection up. False when it is time to give up. */
+static bool wait_for_memory(int *tries) {
+  if (*tries >= 12)
+    return false;
+  struct timespec d = {.tv_nsec = (1L << *tries) * 1000000L};
+  if (d.tv_nsec >= 1000000000L)
+    d = (struct timespec){.tv_sec = d.tv_nsec / 1000000000L, .tv_nsec = d.tv_nsec % 1000000000L};
+  nanosleep(&d, NULL);
+  ++*tries;
+  return true;
+}
+
+/* The receiver: reads whenever the socket has bytes and no waiter reads. */
+static void *receiver(void *arg) {
+  accel_ctx *ctx = arg;
+  remote *r = remote_of(ctx);
+  int tries = 0;
+  for (;;) {
+    struct epoll_event ev;
+    int n = epoll_wait(r->rx_epfd, &ev, 1, -1);
+    if (n < 0 && errno == EINTR)
+      continue;
+    bool stop = n < 0 || ev.data.u32 == WATCH_STOP;
+    pthread_mutex_lock(&r->rd_mu);
+    int rc = 0;
+    bool alive = !stop ? read_round(ctx, &rc) : (lose(ctx), false);
+    if (alive && rc == ACCEL_ENOMEM) {
+      pthread_mutex_unlock(&r->rd_mu);
+      bool again = wait_for_memory(&tries);
+      pthread_mutex_lock(&r->rd_mu);
+      if (!again)
+        lose(ctx), alive = false;
+    } else if (alive) {
+      tries = 0;
+    }
+    if (alive && !r->rd_helping)
+      watch_socket(r, true); /* the bytes left after ENOMEM fire it again at once */
+    pthread_mutex_unlock(&r->rd_mu);
+    if (!alive)
+      return NULL;
+  }
+}
+
+/* ---- a waiting thread reads ---- */
+
+/* What helpers share with the link, apart from it: a helper may be run by a thread that took
+ * it from its future just as the context closes, so it touches the link only once registered
+ * here, and the close waits for the registered ones to leave. */
+struct local_gate {
+  atomic_int refs; /* the link's and each helper's */
+  pthread_mutex_t mu;
+  pthread_cond_t idle;
+  bool closed;
+  int inside; /* helpers using the link now */
+};
+
+static void gate_release(local_gate *g) {
+  if (atomic_fetch_sub(&g->refs, 1) != 1)
+    return;
+  pthread_cond_destroy(&g->idle);
+  pthread_mutex_destroy(&g->mu);
+  rt_free(g);
+}
+
+/* False once the link is closing: the helper must not touch it. */
+static bool gate_enter(local_gate *g) {
+  pthread_mutex_lock(&g->mu);
+  bool open = !g->closed;
+  g->inside += open;
+  pthread_mutex_unlock(&g->mu);
+  return open;
+}
+
+static void gate_leave(local_gate *g) {
+  pthread_mutex_lock(&g->mu);
+  if (--g->inside == 0)
+    pthread_cond_broadcast(&g->idle);
+  pthread_mutex_unlock(&g->mu);
+}
+
+typedef struct local_help {
+  rt_helper h;    /* first */
+  accel_ctx *ctx; /* used only inside the gate */
+  local_gate *gate;
+  accel_future *f; /* alive while a thread that waits on it runs this */
+} local_help;
+
+static void help_free(rt_helper *h) {
+  gate_release(((local_help *)h)->gate);
+  rt_free(h);
+}
+
+static bool future_done(accel_future *f) {
+  return accel_future_poll(f) != ACCEL_EAGAIN;
+}
+
+/* Sleeps until the socket has bytes, `until_ns` (uv_hrtime's clock, 0: none) or
+ * HELP_POLL_MAX_MS, whichever comes first. */
+static void wait_readable(int fd, uint64_t until_ns) {
+  int ms = HELP_POLL_MAX_MS;
+  if (until_ns != 0) {
+    uint64_t now = uv_hrtime();
+    uint64_t left = until_ns > now ? (until_ns - now + 999999) / 1000000 : 0;
+    ms = left < (uint64_t)ms ? (int)left : ms;
+  }
+  struct pollfd p = {.fd = fd, .events = POLLIN};
+  (void)poll(&p, 1, ms);
+}
+
+/* Reads the connection until the future is done, the connection ends, or until_ns passes:
+ * true if the future is done. Only one waiter reads at a time: another returns false at once
+ * and waits on its future as usual. */
+static bool help_read_inside(local_help *lh, uint64_t until_ns) {
+  remote *r = remote_of(lh->ctx);
+  pthread_mutex_lock(&r->rd_mu);
+  if (r->rd_helping || r->rd_lost) {
+    pthread_mutex_unlock(&r->rd_mu);
+    return future_done(lh->f);
+  }
+  r->rd_helping = true;
+  watch_socket(r, false);
+  pthread_mutex_unlock(&r->rd_mu);
+  uint64_t spin = rt_spin_ns(), polled_until = spin ? uv_hrtime() + spin : 0;
+  bool done;
+  for (;;) {
+    int rc;
+    pthread_mutex_lock(&r->rd_mu);
+    bool alive = read_round(lh->ctx, &rc);
+    pthread_mutex_unlock(&r->rd_mu);
+    done = future_done(lh->f);
+    if (done || !alive || rc == ACCEL_ENOMEM) /* ENOMEM: the receiver's retries take over */
+      break;
+    uint64_t now = uv_hrtime();
+    if (until_ns != 0 && now >= until_ns)
+      break;
+    if (now < polled_until)
+      rt_cpu_relax();
+    else
+      wait_readable(r->fd, until_ns);
+  }
+  pthread_mutex_lock(&r->rd_mu);
+  r->rd_helping = false;
+  if (!r->rd_lost)
+    watch_socket(r, true); /* bytes already there fire it at once */
+  pthread_mutex_unlock(&r->rd_mu);
+  return done;
+}
+
+static bool help_read(rt_helper *h, uint64_t until_ns) {
+  local_help *lh = (local_help *)h;
+  if (!gate_enter(lh->gate))
+    return future_done(lh->f);
+  bool done = help_read_inside(lh, until_ns);
+  gate_leave(lh->gate);
+  return done;
+}
+
+static void help_run(rt_helper *h) {
+  (void)help_read(h, 0);
+}
+
+void local_offer_help(accel_ctx *ctx, accel_future *f) {
+  remote *r = remote_of(ctx);
+  local_help *lh = r->gate ? rt_malloc(sizeof *lh) : NULL;
+  if (lh == NULL)
+    return; /* the receiver reads, as without help */
+  *lh = (local_help){.h = {.run = help_run, .free = help_free, .try_run = help_read},
+                     .ctx = ctx,
+                     .gate = r->gate,
+                     .f = f};
+  atomic_fetch_add(&r->gate->refs, 1);
+  atomic_init(&lh->h.refs, 1);
+  (void)rt_future_offer_help(f, &lh->h);
+  rt_helper_release(&lh->h); /* the future holds its own reference, if it took it */
+}
+
+/* ---- start and stop ---- */
+
+static local_gate *gate_new(void) {
+  local_gate *g = rt_calloc(1, sizeof *g);
+  if (g == NULL)
+    return NULL;
+  atomic_init(&g->refs, 1);
+  pthread_mutex_init(&g->mu, NULL);
+  pthread_cond_init(&g->idle, NULL);
+  return g;
+}
+
+/* No helper touches the link after this: those inside have left, later ones stay out. */
+static void gate_close(local_gate *g) {
+  pthread_mutex_lock(&g->mu);
+  g->closed = true;
+  while (g->inside > 0)
+    pthread_cond_wait(&g->idle, &g->mu);
+  pthread_mutex_unlock(&g->mu);
+  gate_release(g);
+}
+
+int local_reader_start(accel_ctx *ctx) {
+  remote *r = remote_of(ctx);
+  r->gate = gate_new(); /* without it, no help is offered: the receiver reads */
+  r->rx_epfd = epoll_create1(EPOLL_CLOEXEC);
+  r->rx_stop = eventfd(0, EFD_CLOEXEC);
+  pthread_mutex_init(&r->rd_mu, NULL);
+  r->rx_made = true;
+  struct epoll_event sock = {.events = EPOLLIN | EPOLLONESHOT, .data.u32 = WATCH_SOCKET};
+  struct epoll_event stop = {.events = EPOLLIN, .data.u32 = WATCH_STOP};
+  if (r->rx_epfd < 0 || r->rx_stop < 0 || epoll_ctl(r->rx_epfd, EPOLL_CTL_ADD, r->fd, &sock) != 0 ||
+      epoll_ctl(r->rx_epfd, EPOLL_CTL_ADD, r->rx_stop, &stop) != 0 ||
+      pthread_create(&r->rx, NULL, receiver, ctx) != 0)
+    return ACCEL_ESYS;
+  r->rx_started = true;
+  return 0;
+}
+
+void local_reader_stop(accel_ctx *ctx) {
+  remote *r = remote_of(ctx);
+  if (!r->rx_made)
+    return;
+  if (r->gate != NULL) { /* a helper inside reads until the shut-down socket says the end */
+    gate_close(r->gate);
+    r->gate = NULL;
+  }
+  if (r->rx_started) {
+    (void)eventfd_write(r->rx_stop, 1);
+    pthread_join(r->rx, NULL);
+    r->rx_started = false;
+  }
+  if (r->rx_epfd >= 0)
+    close(r->rx_epfd);
+  if (r->rx_stop >= 0)
+    close(r->rx_stop);
+  pthread_mutex_destroy(&r->rd_mu);
+  r->rx_made = false;
+}
