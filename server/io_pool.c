@@ -455,6 +455,7 @@ static void on_thread_wake(uv_async_t *a) {
  * loop's own spin) a sleeping thread's wake-up is most of a tiny op's hop. */
 static void thread_main(void *arg) {
   io_thread *t = arg;
+  pthread_setname_np(pthread_self(), "accel-io"); /* seen in top -H, gdb, perf */
   for (;;) {
     uint64_t seen = t->work, last = uv_hrtime();
     int alive = 1;

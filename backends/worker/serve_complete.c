@@ -153,6 +153,7 @@ static uint64_t poll_asked, poll_done;
 
 static void *poller(void *arg) {
   (void)arg;
+  pthread_setname_np(pthread_self(), "accel-dev-poll"); /* seen in top -H, gdb, perf */
   pthread_mutex_lock(&ws.mu);
   for (;;) {
     while (poll_done == poll_asked)
@@ -260,6 +261,7 @@ static void by_host_function(ws_queue *q, uint64_t tag, int error, bool hold, bo
 
 static void *completer(void *arg) {
   ws_queue *q = arg;
+  pthread_setname_np(pthread_self(), "accel-dev-done"); /* seen in top -H, gdb, perf */
   pthread_mutex_lock(&q->cmu);
   for (;;) {
     while (q->head == NULL && !q->stop)

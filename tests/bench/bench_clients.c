@@ -10,12 +10,14 @@
  *              stops nvidia-cuda-mps-control with directories of its own).
  * Rows: aggregate ops/s of all clients, and the median of the clients' median latencies (tiny
  * rows). Ratios printed: acceld ÷ MPS per N (GPU), and each mode's N ÷ 1 scaling.
+ * --acceld-only: the rows through acceld alone (no embedded or raw rows): quicker runs.
  * --fairness F: instead, one light client (tiny + wait) alone, then the same client while F
  * others flood the same device through the same acceld (pipelined); its p50 and p99 latency in
  * both, and the p99 ratio (target: at most 5).
  *
  * Usage: bench-clients [--device cpu|cuda] [--clients 1,8,32] [--seconds S] [--acceld PATH]
  *                      [--workers LIST] [--mps] [--quick] [--fairness F]
+ *                      [--acceld-only]
  * Exit status 0 unless a benchmark itself broke (a failed call, a client that died). */
 #include <signal.h>
 #include <stdbool.h>
@@ -44,7 +46,8 @@ typedef struct opts {
   const char *acceld, *workers;
   const char *io_threads; /* acceld's [daemon] io_threads, or NULL: its default */
   int mps;
-  int fairness; /* flooders beside the light client; 0: the scaling table */
+  int fairness;     /* flooders beside the light client; 0: the scaling table */
+  bool acceld_only; /* no embedded or raw rows */
 } opts;
 
 typedef enum mode { TINY = 0, PIPELINED, RAW } mode;
@@ -355,13 +358,15 @@ static void parse(int argc, char **argv, opts *o) {
       o->mps = 1;
     else if (!strcmp(a, "--fairness") && v)
       o->fairness = atoi(v), i++;
+    else if (!strcmp(a, "--acceld-only"))
+      o->acceld_only = true;
     else if (!strcmp(a, "--quick"))
       o->seconds = 1, parse_clients(o, "1,4");
   }
   if (o->seconds <= 0 || o->nclients == 0 || o->acceld == NULL) {
     fprintf(stderr, "usage: bench-clients [--device cpu|cuda] [--clients 1,8,32] [--seconds S] "
                     "[--acceld PATH] [--workers LIST] [--io-threads N|auto] [--mps] [--quick] "
-                    "(or ACCELD)\n");
+                    "[--fairness F] [--acceld-only] (or ACCELD)\n");
     exit(2);
   }
 }
@@ -384,6 +389,7 @@ static bool fairness(const char *url, const opts *o) {
 int main(int argc, char **argv) {
   opts o;
   parse(argc, argv, &o);
+  setvbuf(stdout, NULL, _IOLBF, 0); /* each row as it is measured, even into a pipe */
   char url[160];
   pid_t daemon = start_acceld(&o, url, sizeof url);
   if (o.fairness > 0) {
@@ -401,11 +407,17 @@ int main(int argc, char **argv) {
   row first[4] = {{0}};
   for (int i = 0; i < o.nclients; i++) {
     int n = o.clients[i];
-    row rows[4] = {run_clients(url, TINY, n, &o), run_clients("embedded:", TINY, n, &o),
-                   run_clients(url, PIPELINED, n, &o), run_clients("embedded:", PIPELINED, n, &o)};
+    bool emb = !o.acceld_only;
+    row none = {.ok = true};
+    row rows[4] = {run_clients(url, TINY, n, &o),
+                   emb ? run_clients("embedded:", TINY, n, &o) : none,
+                   run_clients(url, PIPELINED, n, &o),
+                   emb ? run_clients("embedded:", PIPELINED, n, &o) : none};
     static const char *const names[4] = {"through acceld, tiny + wait", "embedded, tiny + wait",
                                          "through acceld, pipelined", "embedded, pipelined"};
     for (int k = 0; k < 4; k++) {
+      if (!emb && (k == 1 || k == 3))
+        continue;
       print_row(names[k], n, rows[k], k < 2);
       ok = ok && rows[k].ok;
       if (i == 0)
@@ -415,7 +427,7 @@ int main(int argc, char **argv) {
                rows[k].kops / first[k].kops, o.clients[0]);
     }
 #ifdef BENCH_RAW_CUDA
-    if (strcmp(o.device, "cuda") == 0) {
+    if (emb && strcmp(o.device, "cuda") == 0) {
       row raw = run_clients(NULL, RAW, n, &o);
       print_row("raw CUDA, time-sliced", n, raw, true);
       if (o.mps && mps(true)) {
