@@ -74,6 +74,7 @@ struct remote {
   pthread_mutex_t rd_mu; /* one reader at a time: reader, rd_helping, rd_lost, the arming */
   bool rd_helping;       /* a waiting thread reads: the receiver's watch is off */
   bool rd_lost;          /* the connection's end was seen and reported */
+  uint64_t rd_wait_ns;   /* under rd_mu: how long a reading waiter's wait lasts, a moving mean */
   bool rx_made;          /* rx_epfd, rx_stop and rd_mu exist (remote_local_read.c) */
   local_gate *gate;      /* where helpers register before they read */
   /* the shared-memory data plane (remote_shm.c) */
