@@ -31,11 +31,13 @@ enum { WATCH_SOCKET = 0, WATCH_STOP = 1 };
  * thread's reading, or by the end of the connection). */
 #define HELP_POLL_MAX_MS 50
 
-/* The receiver's watch of the socket on (one-shot: off again once it fires) or off. */
-static void watch_socket(remote *r, bool on) {
+/* The receiver's watch of the socket on (one-shot: off again once it fires) or off. False if
+ * the kernel refused: a watch left off would leave the replies nobody waits for unread, so the
+ * callers give the connection up (lose) instead. */
+static bool watch_socket(remote *r, bool on) {
   struct epoll_event ev = {.events = on ? EPOLLIN | EPOLLONESHOT : EPOLLONESHOT,
                            .data.u32 = WATCH_SOCKET};
-  (void)epoll_ctl(r->rx_epfd, EPOLL_CTL_MOD, r->fd, &ev);
+  return epoll_ctl(r->rx_epfd, EPOLL_CTL_MOD, r->fd, &ev) == 0;
 }
 
 /* rd_mu held. The end of the stream: every pending request completes, the receiver stops. */
@@ -78,9 +80,8 @@ static bool read_round(accel_ctx *ctx, int *rc) {
 static bool wait_for_memory(int *tries) {
   if (*tries >= 12)
     return false;
-  struct timespec d = {.tv_nsec = (1L << *tries) * 1000000L};
-  if (d.tv_nsec >= 1000000000L)
-    d = (struct timespec){.tv_sec = d.tv_nsec / 1000000000L, .tv_nsec = d.tv_nsec % 1000000000L};
+  long long ms = 1LL << *tries;
+  struct timespec d = {.tv_sec = (time_t)(ms / 1000), .tv_nsec = (long)(ms % 1000) * 1000000L};
   nanosleep(&d, NULL);
   ++*tries;
   return true;
@@ -98,6 +99,13 @@ static void *receiver(void *arg) {
       continue;
     bool stop = n < 0 || ev.data.u32 == WATCH_STOP;
     pthread_mutex_lock(&r->rd_mu);
+    if (!stop && r->rd_helping) {
+      /* The watch fired just before a waiter took over: the waiter reads now, and re-arms the
+       * watch when it leaves. Reading here could take its reply between its look at its future
+       * and its sleep in poll, which would then last until the poll's timeout. */
+      pthread_mutex_unlock(&r->rd_mu);
+      continue;
+    }
     int rc = 0;
     bool alive = !stop ? read_round(ctx, &rc) : (lose(ctx), false);
     if (alive && rc == ACCEL_ENOMEM) {
@@ -109,8 +117,8 @@ static void *receiver(void *arg) {
     } else if (alive) {
       tries = 0;
     }
-    if (alive && !r->rd_helping)
-      watch_socket(r, true); /* the bytes left after ENOMEM fire it again at once */
+    if (alive && !r->rd_helping && !watch_socket(r, true)) /* bytes left after ENOMEM fire it */
+      lose(ctx), alive = false;
     pthread_mutex_unlock(&r->rd_mu);
     if (!alive)
       return NULL;
@@ -210,11 +218,11 @@ static bool help_read_inside(local_help *lh, uint64_t until_ns) {
     return future_done(lh->f);
   }
   r->rd_helping = true;
-  watch_socket(r, false);
+  (void)watch_socket(r, false); /* if it stays on, the receiver leaves the reading to us */
   uint64_t started = uv_hrtime(), spin = poll_time(r->rd_wait_ns);
   pthread_mutex_unlock(&r->rd_mu);
   uint64_t polled_until = spin ? started + spin : 0;
-  bool done;
+  bool done, gave_up = false;
   for (;;) {
     int rc;
     pthread_mutex_lock(&r->rd_mu);
@@ -224,19 +232,21 @@ static bool help_read_inside(local_help *lh, uint64_t until_ns) {
     if (done || !alive || rc == ACCEL_ENOMEM) /* ENOMEM: the receiver's retries take over */
       break;
     uint64_t now = uv_hrtime();
-    if (until_ns != 0 && now >= until_ns)
+    if (until_ns != 0 && now >= until_ns) {
+      gave_up = true;
       break;
+    }
     if (now < polled_until)
       rt_cpu_relax();
     else
       wait_readable(r->fd, until_ns);
   }
   pthread_mutex_lock(&r->rd_mu);
-  if (done)
+  if (done || gave_up) /* a wait given up lasted at least this long: counted as that */
     r->rd_wait_ns = wait_mean(r->rd_wait_ns, uv_hrtime() - started);
   r->rd_helping = false;
-  if (!r->rd_lost)
-    watch_socket(r, true); /* bytes already there fire it at once */
+  if (!r->rd_lost && !watch_socket(r, true)) /* bytes already there fire it at once */
+    lose(lh->ctx);
   pthread_mutex_unlock(&r->rd_mu);
   return done;
 }

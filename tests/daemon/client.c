@@ -178,10 +178,12 @@ TEST(a_timed_wait_that_gives_up_leaves_the_reply_to_the_receiver) {
 typedef struct long_wait {
   accel_future *f;
   atomic_int status; /* 1 while waiting */
+  atomic_bool started;
 } long_wait;
 
 static void *wait_long(void *arg) {
   long_wait *lw = arg;
+  atomic_store(&lw->started, true);
   atomic_store(&lw->status, accel_future_wait(lw->f, -1));
   return NULL;
 }
@@ -197,7 +199,8 @@ TEST(a_waiter_reading_when_the_daemon_dies_hears_eclosed) {
   CHECK_OK(accel_read(ctx, c, 0, out, 4, &lw.f));
   pthread_t t;
   CHECK_EQ(pthread_create(&t, NULL, wait_long, &lw), 0);
-  test_sleep_ms(20);                    /* waiting by now */
+  TEST_WAIT_FOR(atomic_load(&lw.started), 20);
+  test_sleep_ms(20);                    /* in the wait by now */
   CHECK_EQ(atomic_load(&lw.status), 1); /* the kill comes while it waits */
   td_signal(&d, SIGKILL);
   td_wait(&d);
