@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #include "runtime/alloc.h"
+#include "runtime/defer.h"
 #include "runtime/rt.h"
 
 RT_TLS rt_loop *rt_tls_loop;
@@ -498,8 +499,39 @@ static void sleep_in_poll(rt_loop *l) {
   l->sleep_until_ms = 0;
 }
 
+/* ---- work deferred to the end of the iteration (defer.h) ---- */
+
+bool rt_defer_before_poll(rt_deferred *d) {
+  rt_loop *l = rt_tls_loop;
+  if (l == NULL || !l->sleeps_here || l->borrowed)
+    return false;
+  d->next = l->deferred;
+  l->deferred = d;
+  return true;
+}
+
+/* What was queued runs in queueing order, whatever it queues meanwhile too. */
+static void run_deferred(rt_loop *l) {
+  while (l->deferred != NULL) {
+    rt_deferred *list = l->deferred, *rev = NULL;
+    l->deferred = NULL;
+    while (list != NULL) {
+      rt_deferred *next = list->next;
+      list->next = rev;
+      rev = list;
+      list = next;
+    }
+    while (rev != NULL) {
+      rt_deferred *d = rev;
+      rev = rev->next;
+      d->run(d); /* may free d */
+    }
+  }
+}
+
 static void on_asleep(uv_prepare_t *h) {
   rt_loop *l = h->data;
+  run_deferred(l);
   if (l->woke_ns != 0)
     note_busy(l, l->woke_ns);
   if (l->sleeps_here)
@@ -709,6 +741,7 @@ static void shutdown_unrun(rt_loop *l) {
 
 /* Tasks posted after the drain (futures completed late by other threads) run here. */
 static void run_late_tasks(rt_loop *l) {
+  run_deferred(l);
   for (;;) {
     take_remote(l);
     rt_task *tasks = l->local_tasks.head;

@@ -153,6 +153,8 @@ struct rt_loop {
   bool has_thread;
   bool shut_down; /* the tree is stopped and the handles are closing */
 
+  struct rt_deferred *deferred; /* runs before the next poll (defer.h) */
+
   accel_actor *runq_head, *runq_tail;
   uint32_t runq_len;
   accel_actor *graveyard; /* retired cells waiting to be swept */

@@ -1,7 +1,8 @@
 /* acceld's side of device workers (worker.h): a link is one worker process; proxy devices,
  * queues, events and modules name the worker's by ids. proxy_link.c: the process, its
- * channels, calls and completions; proxy_stage.c: the staging region's pages; proxy_ops.c:
- * the be_ops entries; proxy_pkgs.c: the packages. */
+ * channels, calls and completions; proxy_cork.c: commands gathered per loop iteration;
+ * proxy_stage.c: the staging region's pages; proxy_ops.c: the be_ops entries; proxy_pkgs.c: the
+ * packages. */
 #ifndef BW_PROXY_H
 #define BW_PROXY_H
 
@@ -10,9 +11,21 @@
 
 #include "backends/worker/wire.h"
 #include "backends/worker/worker.h"
+#include "runtime/defer.h"
 
 #define BW_LINK_DEVICES 64u
 #define BW_STAGE_PAGE ((size_t)64 << 10)
+
+/* Frames a loop thread sends during one iteration of its loop, written at the iteration's
+ * end in one system call (proxy_cork.c). Under the link's send_mu. */
+typedef struct bw_cork {
+  uint8_t *buf;
+  size_t len, cap;
+  uint32_t frames; /* in buf */
+  bool queued;     /* `job` is on a loop's list, holding the link (bw_link_hold) */
+  bool off;        /* the link closes: frames go straight out */
+  rt_deferred job;
+} bw_cork;
 
 typedef enum bw_kind {
   BW_K_QUEUE = 0,
@@ -87,7 +100,8 @@ typedef struct bw_link {
   bool cb_end;
   uint64_t cb_queued, cb_ran;
   bool reader_done;        /* the worker's end was seen: everything pending was failed */
-  pthread_mutex_t send_mu; /* frames on cmd */
+  pthread_mutex_t send_mu; /* frames on cmd, and the cork below */
+  bw_cork cork;
   /* Frames on ack: never under send_mu. A call blocked on a full cmd socket (the worker busy
    * in a driver call that waits for the stream a holding host function keeps) would otherwise
    * keep back the ack that function waits for. */
@@ -168,9 +182,19 @@ int bw_link_adopt(const be_ops *real, int cmd, int note, int ack, size_t stage_b
 void bw_link_end(bw_link *l);
 /* One ref less; the last one ends the worker. kill: end it at once (SIGKILL). */
 void bw_link_put(bw_link *l, bool kill_it);
-/* Sends a frame on cmd; false if the worker is gone. */
+/* Sends a frame on cmd; false if the worker is gone. For frames no thread waits on: from a
+ * loop thread they go out at the end of its loop's iteration (proxy_cork.c). */
 bool bw_link_send(bw_link *l, uint16_t type, uint64_t tag, const void *a, size_t alen,
                   const void *b, size_t blen, const void *c, size_t clen);
+
+/* proxy_cork.c, send_mu held (but bw_cork_close and bw_cork_free): a frame gathered for the end
+ * of the calling loop thread's iteration (false: write it now); the cork written now; the link
+ * closing; its memory going. */
+bool bw_cork_frame(bw_link *l, uint16_t type, uint64_t tag, const void *a, size_t alen,
+                   const void *b, size_t blen, const void *c, size_t clen);
+bool bw_cork_flush(bw_link *l);
+void bw_cork_close(bw_link *l);
+void bw_cork_free(bw_link *l);
 /* Creates an object of kind k on device d's worker (type: BW_Q_CREATE, BW_EV_CREATE): its id in
  * *id; ACCEL_EDEVLOST if the worker is gone (the id is given back). */
 int bw_link_create(bw_link *l, uint32_t dev, bw_kind k, uint16_t type, uint64_t *id);

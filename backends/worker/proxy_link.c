@@ -297,13 +297,20 @@ static void *reader(void *arg) {
 
 /* ---- calls ---- */
 
-bool bw_link_send(bw_link *l, uint16_t type, uint64_t tag, const void *a, size_t alen,
-                  const void *b, size_t blen, const void *c, size_t clen) {
+/* A frame on cmd, after what the cork holds; `cork`: it may wait in the cork instead. */
+static bool send_frame(bw_link *l, bool cork, uint16_t type, uint64_t tag, const void *a,
+                       size_t alen, const void *b, size_t blen, const void *c, size_t clen) {
   pthread_mutex_lock(&l->send_mu);
   bool ok = !__atomic_load_n(&l->dead, __ATOMIC_RELAXED) &&
-            bw_send(l->cmd, type, tag, a, alen, b, blen, c, clen);
+            ((cork && bw_cork_frame(l, type, tag, a, alen, b, blen, c, clen)) ||
+             (bw_cork_flush(l) && bw_send(l->cmd, type, tag, a, alen, b, blen, c, clen)));
   pthread_mutex_unlock(&l->send_mu);
   return ok;
+}
+
+bool bw_link_send(bw_link *l, uint16_t type, uint64_t tag, const void *a, size_t alen,
+                  const void *b, size_t blen, const void *c, size_t clen) {
+  return send_frame(l, true, type, tag, a, alen, b, blen, c, clen);
 }
 
 /* Runs the compile a load asked for and sends its answer (mu not held). */
@@ -312,9 +319,9 @@ static void answer_compile(bw_link *l, uint64_t tag, char *target, bw_compile_fn
   size_t len = 0;
   bw_compiled fail = {.status = ACCEL_ENOTSUP};
   if (fn == NULL || fn(arg, target, &ans, &len) != 0 || ans == NULL)
-    (void)bw_link_send(l, BW_COMPILED, tag, &fail, sizeof fail, NULL, 0, NULL, 0);
+    (void)send_frame(l, false, BW_COMPILED, tag, &fail, sizeof fail, NULL, 0, NULL, 0);
   else
-    (void)bw_link_send(l, BW_COMPILED, tag, ans, len, NULL, 0, NULL, 0);
+    (void)send_frame(l, false, BW_COMPILED, tag, ans, len, NULL, 0, NULL, 0);
   free(ans);
   free(target);
 }
@@ -331,11 +338,11 @@ static int call(bw_link *l, uint16_t type, const void *a, size_t alen, const voi
   bool sent;
   if (pass >= 0) {
     pthread_mutex_lock(&l->send_mu);
-    sent = !__atomic_load_n(&l->dead, __ATOMIC_RELAXED) &&
+    sent = !__atomic_load_n(&l->dead, __ATOMIC_RELAXED) && bw_cork_flush(l) &&
            bw_send_fd(l->cmd, type, tag, a, alen, pass);
     pthread_mutex_unlock(&l->send_mu);
-  } else {
-    sent = bw_link_send(l, type, tag, a, alen, b, blen, c, clen);
+  } else { /* never corked: this thread waits for the reply, the loop's thread too */
+    sent = send_frame(l, false, type, tag, a, alen, b, blen, c, clen);
   }
   pthread_mutex_lock(&l->mu);
   bw_pending *p;
@@ -461,6 +468,7 @@ static void reap(pid_t pid, int grace_ms) {
 }
 
 static void link_memory_free(bw_link *l) {
+  bw_cork_free(l);
   for (int k = 0; k < BW_K_COUNT; k++)
     free(l->ids[k].free);
   for (uint32_t i = 0; i < l->npend; i++)
@@ -489,6 +497,7 @@ void bw_link_release(bw_link *l) {
 
 /* Ends the process and its channels; the memory goes with the last object holding it. */
 static void link_free(bw_link *l, bool kill_it) {
+  bw_cork_close(l); /* before cmd closes: a flush after would write to a closed descriptor */
   if (kill_it)
     bw_link_kill(l);
   if (l->cmd >= 0)

@@ -52,6 +52,28 @@ bool bw_send(int fd, uint16_t type, uint64_t tag, const void *a, size_t alen, co
   return write_vec(fd, v, n);
 }
 
+bool bw_send_bytes(int fd, const void *p, size_t len) {
+  struct iovec v = {(void *)p, len};
+  return write_vec(fd, &v, 1);
+}
+
+size_t bw_frame_len(size_t alen, size_t blen, size_t clen) {
+  return sizeof(bw_hdr) + alen + blen + clen;
+}
+
+void bw_frame_put(uint8_t *to, uint16_t type, uint64_t tag, const void *a, size_t alen,
+                  const void *b, size_t blen, const void *c, size_t clen) {
+  bw_hdr h = {.len = (uint32_t)(alen + blen + clen), .type = type, .tag = tag};
+  memcpy(to, &h, sizeof h);
+  to += sizeof h;
+  if (alen)
+    memcpy(to, a, alen);
+  if (blen)
+    memcpy(to + alen, b, blen);
+  if (clen)
+    memcpy(to + alen + blen, c, clen);
+}
+
 bool bw_send_fd(int fd, uint16_t type, uint64_t tag, const void *a, size_t alen, int pass) {
   bw_hdr h = {.len = (uint32_t)alen, .type = type, .tag = tag};
   union {

@@ -269,6 +269,14 @@ typedef struct bw_coll {
 bool bw_send(int fd, uint16_t type, uint64_t tag, const void *a, size_t alen, const void *b,
              size_t blen, const void *c, size_t clen);
 
+/* Writes bytes that are whole frames already (bw_frame_put's); false on an error. */
+bool bw_send_bytes(int fd, const void *p, size_t len);
+
+/* The bytes of the frame bw_send would write, into `to` (bw_frame_len(...) of room). */
+size_t bw_frame_len(size_t alen, size_t blen, size_t clen);
+void bw_frame_put(uint8_t *to, uint16_t type, uint64_t tag, const void *a, size_t alen,
+                  const void *b, size_t blen, const void *c, size_t clen);
+
 /* As bw_send, with a descriptor passed along (SCM_RIGHTS). */
 bool bw_send_fd(int fd, uint16_t type, uint64_t tag, const void *a, size_t alen, int pass);
 

@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "../test.h"
+#include "accel/runtime.h"
 #include "backends/cpu/backend_cpu.h"
 #include "backends/worker/proxy.h"
 #include "runtime/spin.h"
@@ -345,7 +346,102 @@ TEST(an_ack_goes_out_while_calls_back_up) {
   bw_link_end(l);
 }
 
+/* ---- commands a loop thread sends go out together at the end of its iteration ---- */
+
+enum { CORK_BIG = 4000, CORK_MANY = 20 }; /* 20 frames of 4 KiB: past the 16 KiB cork */
+
+typedef struct cork_case {
+  accel_task task;
+  bw_link *l;
+  int worker_cmd;        /* the worker's end of cmd */
+  bool held_back;        /* nothing readable after 16 frames from the loop's callback */
+  bool flushed_at_limit; /* the 17th sent the 16 out */
+  bool direct_went;      /* another thread's frame went out at once, the cork's before it */
+  uint64_t next_tag;
+} cork_case;
+
+static void *send_from_another_thread(void *arg) {
+  cork_case *c = arg;
+  c->direct_went = bw_link_send(c->l, BW_FILL, c->next_tag, NULL, 0, NULL, 0, NULL, 0);
+  return NULL;
+}
+
+static bool readable(int fd) {
+  struct pollfd p = {.fd = fd, .events = POLLIN};
+  return poll(&p, 1, 0) == 1;
+}
+
+static void cork_on_loop(accel_task *t) {
+  cork_case *c = (cork_case *)t;
+  static char big[CORK_BIG];
+  bool ok = true;
+  for (int i = 0; i < 16; i++) /* tags 1..16: gathered, as many as a cork takes */
+    ok = ok && bw_link_send(c->l, BW_FILL, ++c->next_tag, NULL, 0, NULL, 0, NULL, 0);
+  c->held_back = ok && !readable(c->worker_cmd);
+  ok = ok && bw_link_send(c->l, BW_FILL, ++c->next_tag, NULL, 0, NULL, 0, NULL, 0); /* 17 */
+  c->flushed_at_limit = ok && readable(c->worker_cmd); /* 1..16 went, 17 waits */
+  ++c->next_tag; /* 18: from another thread, straight out after 17 */
+  pthread_t th;
+  if (pthread_create(&th, NULL, send_from_another_thread, c) == 0)
+    pthread_join(th, NULL);
+  for (int i = 0; i < CORK_MANY; i++) /* 19..38: big ones, past the cork's bytes */
+    ok = ok && bw_link_send(c->l, BW_FILL, ++c->next_tag, big, sizeof big, NULL, 0, NULL, 0);
+  ok = ok && bw_link_send(c->l, BW_FILL, ++c->next_tag, NULL, 0, NULL, 0, NULL, 0); /* 39 */
+  c->held_back = c->held_back && ok;
+}
+
+/* The worker reads frames tagged 1..last, in that order. */
+static void expect_tags(int fd, uint64_t last) {
+  for (uint64_t tag = 1; tag <= last; tag++) {
+    bw_hdr h;
+    static char buf[CORK_BIG];
+    void *body;
+    CHECK(bw_recv(fd, &h, buf, sizeof buf, &body));
+    CHECK_EQ(h.tag, tag);
+    CHECK_EQ(h.type, BW_FILL);
+  }
+}
+
+TEST(frames_from_a_loop_go_out_together_at_the_end_of_its_iteration) {
+  int cmd[2], note[2], ack[2];
+  CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, cmd), 0);
+  CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, note), 0);
+  CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, ack), 0);
+  bw_link *l = NULL;
+  CHECK_OK(bw_link_adopt(&be_cpu_ops, cmd[0], note[0], ack[0], 1 << 20, &l));
+  /* Off the loop, a frame goes out at once. */
+  CHECK(bw_link_send(l, BW_FILL, 99, NULL, 0, NULL, 0, NULL, 0));
+  CHECK(readable(cmd[1]));
+  bw_hdr h;
+  char buf[64];
+  void *body;
+  CHECK(bw_recv(cmd[1], &h, buf, sizeof buf, &body));
+  CHECK_EQ(h.tag, 99);
+
+  accel_runtime *rt = NULL;
+  CHECK_OK(accel_runtime_create(&rt, NULL));
+  CHECK_OK(accel_runtime_start(rt));
+  cork_case c = {.l = l, .worker_cmd = cmd[1]};
+  accel_post(rt, &c.task, cork_on_loop);
+  /* Every frame comes, in the order sent: the three gathered ones flushed ahead of the other
+   * thread's, the cork emptied when full, the last at the iteration's end with no later
+   * activity of the loop to push it. */
+  expect_tags(cmd[1], 39);
+  accel_runtime_stop(rt);
+  CHECK_OK(accel_runtime_join(rt));
+  accel_runtime_destroy(rt);
+  CHECK(c.held_back);
+  CHECK(c.flushed_at_limit);
+  CHECK(c.direct_went);
+  CHECK(!readable(cmd[1])); /* nothing sent twice */
+  close(cmd[1]);
+  close(note[1]);
+  close(ack[1]);
+  bw_link_end(l);
+}
+
 static const test_case tests[] = {
+    TEST_CASE(frames_from_a_loop_go_out_together_at_the_end_of_its_iteration),
     TEST_CASE(frames_at_the_limit_and_one_past),
     TEST_CASE(a_descriptor_travels_with_its_frame),
     TEST_CASE(frames_read_alike_polling_and_after_sleeping),

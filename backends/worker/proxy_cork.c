@@ -1,0 +1,104 @@
+/* Commands to a device worker gathered per loop iteration (proxy.h bw_cork).
+ *
+ * acceld's loop thread dispatches a few ops to a worker in each iteration of its loop under
+ * load (a fill per client, then the completion's notify), and wrote each as a frame of its own:
+ * one sendmsg per command, on the thread every session waits for. Frames a loop thread sends
+ * without waiting for a reply are now copied into the link's cork, and the cork is written in
+ * one system call before the loop next polls (runtime/defer.h). Everything else writes
+ * through: a call (its thread waits for the reply, so its frame cannot wait for a loop's
+ * iteration to end; the loop thread itself may be the caller), a frame with a descriptor, a
+ * frame from another thread, a frame too big to copy. Each first flushes the cork under
+ * send_mu, so the worker reads the frames in the order they were sent. */
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backends/worker/proxy.h"
+
+/* Frames bigger than this go straight out (a module's code: the copy would cost more than the
+ * call saved). A cork of CORK_FRAMES frames or CORK_MAX bytes is written at once: in a long
+ * iteration (a client's 256 pipelined ops) the worker would otherwise idle until its end,
+ * where before it ran each command while the loop planned the next. */
+#define CORK_FRAME_MAX ((size_t)4 << 10)
+#define CORK_MAX ((size_t)16 << 10)
+#define CORK_FRAMES 16
+
+/* send_mu held. Writes what the cork holds; false if the worker is gone. */
+bool bw_cork_flush(bw_link *l) {
+  bw_cork *k = &l->cork;
+  if (k->len == 0)
+    return true;
+  size_t len = k->len;
+  k->len = 0;
+  k->frames = 0;
+  return !__atomic_load_n(&l->dead, __ATOMIC_RELAXED) && bw_send_bytes(l->cmd, k->buf, len);
+}
+
+/* The end of the loop's iteration. A write that fails lost commands the worker's state
+ * depended on: the worker is ended, and its end fails everything pending (ACCEL_EDEVLOST),
+ * as if it had died with the commands in its socket. */
+static void run_flush(rt_deferred *d) {
+  bw_link *l = (bw_link *)((char *)d - offsetof(bw_link, cork.job));
+  pthread_mutex_lock(&l->send_mu);
+  l->cork.queued = false;
+  bool ok = l->cork.off || bw_cork_flush(l);
+  pthread_mutex_unlock(&l->send_mu);
+  if (!ok)
+    bw_link_kill(l);
+  bw_link_release(l);
+}
+
+/* send_mu held. Room for `need` more bytes; false if there is none to be had. */
+static bool cork_room(bw_cork *k, size_t need) {
+  if (k->cap - k->len >= need)
+    return true;
+  size_t cap = k->cap ? k->cap : CORK_FRAME_MAX;
+  while (cap - k->len < need)
+    cap *= 2;
+  uint8_t *buf = realloc(k->buf, cap);
+  if (buf == NULL)
+    return false;
+  k->buf = buf;
+  k->cap = cap;
+  return true;
+}
+
+/* send_mu held. Copies the frame into the cork, to go out at the end of the calling loop
+ * thread's iteration; false (nothing kept) when it must be written now: not a loop thread, a
+ * big frame, a full cork, no memory, or the link closing. */
+bool bw_cork_frame(bw_link *l, uint16_t type, uint64_t tag, const void *a, size_t alen,
+                   const void *b, size_t blen, const void *c, size_t clen) {
+  bw_cork *k = &l->cork;
+  size_t need = bw_frame_len(alen, blen, clen);
+  if (k->off || need > CORK_FRAME_MAX || k->len + need > CORK_MAX || k->frames >= CORK_FRAMES ||
+      !cork_room(k, need))
+    return false;
+  if (!k->queued) {
+    k->job.run = run_flush;
+    bw_link_hold(l); /* the memory stays until the flush ran */
+    if (!rt_defer_before_poll(&k->job)) {
+      bw_link_release(l);
+      return false;
+    }
+    k->queued = true;
+  }
+  bw_frame_put(k->buf + k->len, type, tag, a, alen, b, blen, c, clen);
+  k->len += need;
+  k->frames++;
+  return true;
+}
+
+/* The link closes: what the cork holds goes out now, later frames go straight out. A queued
+ * flush finds nothing and lets the link's memory go. */
+void bw_cork_close(bw_link *l) {
+  pthread_mutex_lock(&l->send_mu);
+  (void)bw_cork_flush(l);
+  l->cork.off = true;
+  pthread_mutex_unlock(&l->send_mu);
+}
+
+void bw_cork_free(bw_link *l) {
+  free(l->cork.buf);
+  l->cork.buf = NULL;
+  l->cork.len = l->cork.cap = 0;
+}

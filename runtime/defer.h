@@ -1,0 +1,22 @@
+/* Work a loop runs once before it next waits for I/O: what the callbacks of one iteration
+ * produced for one socket goes out in one system call at the iteration's end, not one per
+ * callback (the device worker link's commands, backends/worker/proxy_link.c). The server's
+ * replies do the same with a prepare handle of their own, on the loop they own. */
+#ifndef RT_DEFER_H
+#define RT_DEFER_H
+
+#include <stdbool.h>
+
+typedef struct rt_deferred {
+  void (*run)(struct rt_deferred *d); /* on the loop's thread, once per queueing */
+  struct rt_deferred *next;           /* the loop's list */
+} rt_deferred;
+
+/* Queues d on the calling thread's loop, to run before that loop next polls for I/O (and at
+ * the latest when the runtime is destroyed). False, and nothing queued, unless the caller is
+ * a loop's own thread running its turns: a client thread that runs a sleeping loop's turns
+ * (borrow.c) or a thread standing in for a loop that does not run yet would leave d waiting
+ * for a loop that may sleep indefinitely. d must not be queued already. */
+bool rt_defer_before_poll(rt_deferred *d);
+
+#endif
