@@ -12,11 +12,17 @@ typedef struct rt_deferred {
   struct rt_deferred *next;           /* the loop's list */
 } rt_deferred;
 
+/* True if the calling thread may defer work now: rt_defer_before_poll would queue it. */
+bool rt_defer_here(void);
+
 /* Queues d on the calling thread's loop, to run before that loop next polls for I/O (and at
  * the latest when the runtime is destroyed). False, and nothing queued, unless the caller is
  * a loop's own thread running its turns: a client thread that runs a sleeping loop's turns
- * (borrow.c) or a thread standing in for a loop that does not run yet would leave d waiting
- * for a loop that may sleep indefinitely. d must not be queued already. */
+ * (borrow.c), a thread standing in for a loop that does not run yet, or a loop shutting down
+ * (its prepare handle closed) would leave d waiting for a loop that may sleep indefinitely. d
+ * must not be queued already. A thread that is about to wait for the effect of deferred work
+ * (a reply to a gathered frame) must do that work itself first: the loop that would may be the
+ * one waiting. */
 bool rt_defer_before_poll(rt_deferred *d);
 
 #endif

@@ -341,17 +341,22 @@ static void wait_remote_users(accel_runtime *rt) {
     uv_sleep(0);
 }
 
+static void run_deferred(rt_loop *l);
+
 /* Stops every actor, then drains until nothing is left: queued actors, tasks (then callbacks
- * of futures completed by the drain), retries (they meet stale refs now) and the graveyard. */
+ * of futures completed by the drain), retries (they meet stale refs now) and the graveyard;
+ * and what was deferred to the end of the iteration (defer.h), whose prepare handle closes
+ * after this. */
 static void drain(rt_loop *l) {
   do {
+    run_deferred(l);
     take_remote(l);
     run_local_tasks(l);
     run_loop_tasks(l);
     run_queued_actors(l);
     rt_retries_flush(l);
     rt_sweep(l);
-  } while (has_local_work(l) || has_remote_work(l));
+  } while (has_local_work(l) || has_remote_work(l) || l->deferred != NULL);
 }
 
 /* Each loop stops its own tree. Loop 0 also ends the asks with a deadline; it waits for the
@@ -501,10 +506,15 @@ static void sleep_in_poll(rt_loop *l) {
 
 /* ---- work deferred to the end of the iteration (defer.h) ---- */
 
-bool rt_defer_before_poll(rt_deferred *d) {
+bool rt_defer_here(void) {
   rt_loop *l = rt_tls_loop;
-  if (l == NULL || !l->sleeps_here || l->borrowed)
+  return l != NULL && l->sleeps_here && !l->borrowed && !l->shut_down;
+}
+
+bool rt_defer_before_poll(rt_deferred *d) {
+  if (!rt_defer_here())
     return false;
+  rt_loop *l = rt_tls_loop;
   d->next = l->deferred;
   l->deferred = d;
   return true;

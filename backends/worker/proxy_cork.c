@@ -8,10 +8,13 @@
  * through: a call (its thread waits for the reply, so its frame cannot wait for a loop's
  * iteration to end; the loop thread itself may be the caller), a frame with a descriptor, a
  * frame from another thread, a frame too big to copy. Each first flushes the cork under
- * send_mu, so the worker reads the frames in the order they were sent. */
+ * send_mu, so the worker reads the frames in the order they were sent. And a thread about to
+ * wait for the worker (staging pages, an event, host functions) flushes first (bw_link_flush):
+ * the frames it waits on may sit in the cork of the loop it runs on. */
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 
 #include "backends/worker/proxy.h"
 
@@ -22,6 +25,15 @@
 #define CORK_FRAME_MAX ((size_t)4 << 10)
 #define CORK_MAX ((size_t)16 << 10)
 #define CORK_FRAMES 16
+
+/* A write to the worker failed: frames already reported sent are lost, and the stream may
+ * end mid-frame. The worker is ended, and the reader, seeing its note channel end, fails
+ * everything pending with ACCEL_EDEVLOST (a link with no process behind it too). */
+void bw_link_fail(bw_link *l) {
+  bw_link_kill(l);
+  if (l->note >= 0)
+    shutdown(l->note, SHUT_RD);
+}
 
 /* send_mu held. Writes what the cork holds; false if the worker is gone. */
 bool bw_cork_flush(bw_link *l) {
@@ -42,10 +54,17 @@ static void run_flush(rt_deferred *d) {
   pthread_mutex_lock(&l->send_mu);
   l->cork.queued = false;
   bool ok = l->cork.off || bw_cork_flush(l);
-  pthread_mutex_unlock(&l->send_mu);
   if (!ok)
-    bw_link_kill(l);
+    bw_link_fail(l); /* under send_mu: the link cannot be closing (`off` is not set) */
+  pthread_mutex_unlock(&l->send_mu);
   bw_link_release(l);
+}
+
+void bw_link_flush(bw_link *l) {
+  pthread_mutex_lock(&l->send_mu);
+  if (!l->cork.off && !bw_cork_flush(l))
+    bw_link_fail(l);
+  pthread_mutex_unlock(&l->send_mu);
 }
 
 /* send_mu held. Room for `need` more bytes; false if there is none to be had. */
@@ -71,15 +90,12 @@ bool bw_cork_frame(bw_link *l, uint16_t type, uint64_t tag, const void *a, size_
   bw_cork *k = &l->cork;
   size_t need = bw_frame_len(alen, blen, clen);
   if (k->off || need > CORK_FRAME_MAX || k->len + need > CORK_MAX || k->frames >= CORK_FRAMES ||
-      !cork_room(k, need))
+      !rt_defer_here() || !cork_room(k, need))
     return false;
   if (!k->queued) {
     k->job.run = run_flush;
-    bw_link_hold(l); /* the memory stays until the flush ran */
-    if (!rt_defer_before_poll(&k->job)) {
-      bw_link_release(l);
-      return false;
-    }
+    (void)rt_defer_before_poll(&k->job); /* rt_defer_here said yes, on this thread */
+    bw_link_hold(l);                     /* the memory stays until the flush ran */
     k->queued = true;
   }
   bw_frame_put(k->buf + k->len, type, tag, a, alen, b, blen, c, clen);

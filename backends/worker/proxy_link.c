@@ -256,6 +256,7 @@ static void on_death(bw_link *l) {
 }
 
 void bw_link_drain(bw_link *l) {
+  bw_link_flush(l); /* the host functions waited for may come after frames in the cork */
   pthread_mutex_lock(&l->mu);
   while (l->dead && !l->reader_done && l->has_reader)
     pthread_cond_wait(&l->cv, &l->mu);
@@ -301,9 +302,11 @@ static void *reader(void *arg) {
 static bool send_frame(bw_link *l, bool cork, uint16_t type, uint64_t tag, const void *a,
                        size_t alen, const void *b, size_t blen, const void *c, size_t clen) {
   pthread_mutex_lock(&l->send_mu);
-  bool ok = !__atomic_load_n(&l->dead, __ATOMIC_RELAXED) &&
-            ((cork && bw_cork_frame(l, type, tag, a, alen, b, blen, c, clen)) ||
-             (bw_cork_flush(l) && bw_send(l->cmd, type, tag, a, alen, b, blen, c, clen)));
+  bool dead = __atomic_load_n(&l->dead, __ATOMIC_RELAXED);
+  bool ok = !dead && ((cork && bw_cork_frame(l, type, tag, a, alen, b, blen, c, clen)) ||
+                      (bw_cork_flush(l) && bw_send(l->cmd, type, tag, a, alen, b, blen, c, clen)));
+  if (!ok && !dead)
+    bw_link_fail(l); /* corked frames reported sent may be lost with it */
   pthread_mutex_unlock(&l->send_mu);
   return ok;
 }
@@ -338,8 +341,10 @@ static int call(bw_link *l, uint16_t type, const void *a, size_t alen, const voi
   bool sent;
   if (pass >= 0) {
     pthread_mutex_lock(&l->send_mu);
-    sent = !__atomic_load_n(&l->dead, __ATOMIC_RELAXED) && bw_cork_flush(l) &&
-           bw_send_fd(l->cmd, type, tag, a, alen, pass);
+    bool dead = __atomic_load_n(&l->dead, __ATOMIC_RELAXED);
+    sent = !dead && bw_cork_flush(l) && bw_send_fd(l->cmd, type, tag, a, alen, pass);
+    if (!sent && !dead)
+      bw_link_fail(l);
     pthread_mutex_unlock(&l->send_mu);
   } else { /* never corked: this thread waits for the reply, the loop's thread too */
     sent = send_frame(l, false, type, tag, a, alen, b, blen, c, clen);

@@ -523,6 +523,7 @@ static int proxy_event_query(be_event *ev) {
 
 static int proxy_event_sync(be_event *ev) {
   bw_event *e = E(ev);
+  bw_link_flush(e->link); /* the record waited for may still be in the cork */
   pthread_mutex_lock(&e->link->mu);
   uint64_t want = e->recorded;
   int rc;

@@ -53,8 +53,19 @@ bool bw_stage_take(bw_link *l, size_t bytes, size_t *off) {
   if (n == 0)
     n = 1;
   size_t at;
-  while (!l->dead && (at = first_fit(l, n)) == SIZE_MAX)
+  bool flushed = false;
+  while (!l->dead && (at = first_fit(l, n)) == SIZE_MAX) {
+    if (!flushed) {
+      /* The copies whose completions give pages back may sit in the cork of this very thread's
+       * loop: they go out before it waits (mu is not held while writing, as elsewhere). */
+      pthread_mutex_unlock(&l->mu);
+      bw_link_flush(l);
+      pthread_mutex_lock(&l->mu);
+      flushed = true;
+      continue;
+    }
     pthread_cond_wait(&l->cv, &l->mu);
+  }
   if (l->dead)
     return false;
   for (size_t i = 0; i < n; i++)

@@ -355,44 +355,70 @@ typedef struct cork_case {
   bw_link *l;
   int worker_cmd;        /* the worker's end of cmd */
   bool held_back;        /* nothing readable after 16 frames from the loop's callback */
-  bool flushed_at_limit; /* the 17th sent the 16 out */
+  bool flushed_at_limit; /* the 17th sent the 16 out (and itself) */
   bool direct_went;      /* another thread's frame went out at once, the cork's before it */
+  bool held_again;       /* 18, 19 held after that */
   uint64_t next_tag;
+  atomic_bool done;
 } cork_case;
-
-static void *send_from_another_thread(void *arg) {
-  cork_case *c = arg;
-  c->direct_went = bw_link_send(c->l, BW_FILL, c->next_tag, NULL, 0, NULL, 0, NULL, 0);
-  return NULL;
-}
 
 static bool readable(int fd) {
   struct pollfd p = {.fd = fd, .events = POLLIN};
   return poll(&p, 1, 0) == 1;
 }
 
+static void *send_from_another_thread(void *arg) {
+  cork_case *c = arg;
+  c->direct_went = bw_link_send(c->l, BW_FILL, c->next_tag, NULL, 0, NULL, 0, NULL, 0) &&
+                   readable(c->worker_cmd);
+  return NULL;
+}
+
+static bool send_small(cork_case *c) {
+  return bw_link_send(c->l, BW_FILL, ++c->next_tag, NULL, 0, NULL, 0, NULL, 0);
+}
+
+/* Reads what the worker's end holds now, to keep the readability checks meaningful; the frames
+ * read are counted in `taken`. */
+static size_t take_all(int fd) {
+  size_t taken = 0;
+  char buf[64 << 10];
+  ssize_t n;
+  while ((n = recv(fd, buf, sizeof buf, MSG_DONTWAIT)) > 0)
+    taken += (size_t)n;
+  return taken;
+}
+
+static size_t cork_taken; /* bytes cork_on_loop took off the worker's end */
+
 static void cork_on_loop(accel_task *t) {
   cork_case *c = (cork_case *)t;
   static char big[CORK_BIG];
   bool ok = true;
   for (int i = 0; i < 16; i++) /* tags 1..16: gathered, as many as a cork takes */
-    ok = ok && bw_link_send(c->l, BW_FILL, ++c->next_tag, NULL, 0, NULL, 0, NULL, 0);
+    ok = ok && send_small(c);
   c->held_back = ok && !readable(c->worker_cmd);
-  ok = ok && bw_link_send(c->l, BW_FILL, ++c->next_tag, NULL, 0, NULL, 0, NULL, 0); /* 17 */
-  c->flushed_at_limit = ok && readable(c->worker_cmd); /* 1..16 went, 17 waits */
-  ++c->next_tag; /* 18: from another thread, straight out after 17 */
+  ok = ok && send_small(c); /* 17: the cork is full, so 1..16 go out, then 17 */
+  c->flushed_at_limit = ok && readable(c->worker_cmd);
+  cork_taken = take_all(c->worker_cmd);
+  ok = ok && send_small(c) && send_small(c); /* 18, 19: held */
+  c->held_again = ok && !readable(c->worker_cmd);
+  ++c->next_tag; /* 20: from another thread, straight out after 18 and 19 */
   pthread_t th;
   if (pthread_create(&th, NULL, send_from_another_thread, c) == 0)
     pthread_join(th, NULL);
-  for (int i = 0; i < CORK_MANY; i++) /* 19..38: big ones, past the cork's bytes */
+  for (int i = 0; i < CORK_MANY; i++) /* 21..40: big ones, past the cork's bytes */
     ok = ok && bw_link_send(c->l, BW_FILL, ++c->next_tag, big, sizeof big, NULL, 0, NULL, 0);
-  ok = ok && bw_link_send(c->l, BW_FILL, ++c->next_tag, NULL, 0, NULL, 0, NULL, 0); /* 39 */
+  ok = ok && send_small(c); /* 41: goes at the iteration's end, nothing else wakes the loop */
   c->held_back = c->held_back && ok;
+  atomic_store(&c->done, true);
 }
 
-/* The worker reads frames tagged 1..last, in that order. */
-static void expect_tags(int fd, uint64_t last) {
-  for (uint64_t tag = 1; tag <= last; tag++) {
+/* The worker reads frames tagged first..last, in that order, each within 10 s. */
+static void expect_tags(int fd, uint64_t first, uint64_t last) {
+  for (uint64_t tag = first; tag <= last; tag++) {
+    struct pollfd p = {.fd = fd, .events = POLLIN};
+    CHECK_EQ(poll(&p, 1, 10000), 1);
     bw_hdr h;
     static char buf[CORK_BIG];
     void *body;
@@ -402,36 +428,40 @@ static void expect_tags(int fd, uint64_t last) {
   }
 }
 
-TEST(frames_from_a_loop_go_out_together_at_the_end_of_its_iteration) {
-  int cmd[2], note[2], ack[2];
+static void link_pair(int cmd[2], int note[2], int ack[2], bw_link **l) {
   CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, cmd), 0);
   CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, note), 0);
   CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, ack), 0);
+  int big = 1 << 20; /* everything a test sends fits: its reader may look only at the end */
+  CHECK_EQ(setsockopt(cmd[0], SOL_SOCKET, SO_SNDBUF, &big, sizeof big), 0);
+  CHECK_OK(bw_link_adopt(&be_cpu_ops, cmd[0], note[0], ack[0], 1 << 20, l));
+}
+
+TEST(frames_from_a_loop_go_out_together_at_the_end_of_its_iteration) {
+  int cmd[2], note[2], ack[2];
   bw_link *l = NULL;
-  CHECK_OK(bw_link_adopt(&be_cpu_ops, cmd[0], note[0], ack[0], 1 << 20, &l));
+  link_pair(cmd, note, ack, &l);
   /* Off the loop, a frame goes out at once. */
   CHECK(bw_link_send(l, BW_FILL, 99, NULL, 0, NULL, 0, NULL, 0));
   CHECK(readable(cmd[1]));
-  bw_hdr h;
-  char buf[64];
-  void *body;
-  CHECK(bw_recv(cmd[1], &h, buf, sizeof buf, &body));
-  CHECK_EQ(h.tag, 99);
+  expect_tags(cmd[1], 99, 99);
 
   accel_runtime *rt = NULL;
   CHECK_OK(accel_runtime_create(&rt, NULL));
   CHECK_OK(accel_runtime_start(rt));
   cork_case c = {.l = l, .worker_cmd = cmd[1]};
   accel_post(rt, &c.task, cork_on_loop);
-  /* Every frame comes, in the order sent: the three gathered ones flushed ahead of the other
-   * thread's, the cork emptied when full, the last at the iteration's end with no later
-   * activity of the loop to push it. */
-  expect_tags(cmd[1], 39);
+  TEST_WAIT_FOR(atomic_load(&c.done), 10);   /* the checks in it read the socket alone */
+  CHECK_EQ(cork_taken, 17 * sizeof(bw_hdr)); /* 1..17, all header */
+  /* Then every later frame comes, in the order sent: 18 and 19 flushed ahead of the other
+   * thread's 20, the cork emptied when full, 41 at the iteration's end. */
+  expect_tags(cmd[1], 18, 41);
   accel_runtime_stop(rt);
   CHECK_OK(accel_runtime_join(rt));
   accel_runtime_destroy(rt);
   CHECK(c.held_back);
   CHECK(c.flushed_at_limit);
+  CHECK(c.held_again);
   CHECK(c.direct_went);
   CHECK(!readable(cmd[1])); /* nothing sent twice */
   close(cmd[1]);
@@ -440,8 +470,130 @@ TEST(frames_from_a_loop_go_out_together_at_the_end_of_its_iteration) {
   bw_link_end(l);
 }
 
+/* A link that closes while its cork holds frames writes them first; the flush the loop had
+ * queued then finds the link closed and lets its memory go (ASan: no use after free). */
+typedef struct closing_case {
+  accel_task task;
+  bw_link *l;
+  bool corked;
+  atomic_bool done;
+} closing_case;
+
+static void close_on_loop(accel_task *t) {
+  closing_case *c = (closing_case *)t;
+  c->corked = bw_link_send(c->l, BW_FILL, 7, NULL, 0, NULL, 0, NULL, 0);
+  /* Inside the iteration, so the queued flush runs after. It returns once the link's reader
+   * ended: when the test, having read frame 7 and the end, closes the worker's note end. */
+  bw_link_end(c->l);
+  atomic_store(&c->done, true);
+}
+
+TEST(a_link_closed_with_frames_in_its_cork_writes_them_first) {
+  int cmd[2], note[2], ack[2];
+  bw_link *l = NULL;
+  link_pair(cmd, note, ack, &l);
+  accel_runtime *rt = NULL;
+  CHECK_OK(accel_runtime_create(&rt, NULL));
+  CHECK_OK(accel_runtime_start(rt));
+  closing_case c = {.l = l};
+  accel_post(rt, &c.task, close_on_loop);
+  expect_tags(cmd[1], 7, 7);
+  char byte;
+  CHECK_EQ(recv(cmd[1], &byte, 1, 0), 0); /* then the end: the link shut cmd down */
+  close(note[1]);
+  TEST_WAIT_FOR(atomic_load(&c.done), 10);
+  CHECK(c.corked);
+  accel_runtime_stop(rt);
+  CHECK_OK(accel_runtime_join(rt));
+  accel_runtime_destroy(rt);
+  close(cmd[1]);
+  close(ack[1]);
+}
+
+/* A loop thread that waits for staging pages first writes its cork: the copies whose
+ * completions give pages back may be in it (else the loop waits for itself). */
+typedef struct pages_case {
+  accel_task task;
+  bw_link *l;
+  bool took;
+  atomic_bool done;
+} pages_case;
+
+typedef struct page_giver {
+  bw_link *l;
+  int worker_cmd;
+  size_t off; /* the page it gives back once the frame came */
+  bool saw_frame;
+} page_giver;
+
+static void *give_page_after_frame(void *arg) {
+  page_giver *g = arg;
+  struct pollfd p = {.fd = g->worker_cmd, .events = POLLIN};
+  g->saw_frame = poll(&p, 1, 10000) == 1;
+  pthread_mutex_lock(&g->l->mu);
+  bw_stage_give(g->l, g->off, BW_STAGE_PAGE);
+  pthread_cond_broadcast(&g->l->cv);
+  pthread_mutex_unlock(&g->l->mu);
+  return NULL;
+}
+
+static void take_page_on_loop(accel_task *t) {
+  pages_case *c = (pages_case *)t;
+  size_t off;
+  c->took = bw_link_send(c->l, BW_FILL, 5, NULL, 0, NULL, 0, NULL, 0); /* corked: a copy */
+  pthread_mutex_lock(&c->l->mu);
+  c->took = c->took && bw_stage_take(c->l, BW_STAGE_PAGE, &off); /* waits for the giver */
+  pthread_mutex_unlock(&c->l->mu);
+  atomic_store(&c->done, true);
+}
+
+/* mu held. Takes a page if one is free, without waiting. */
+static bool first_free_page(bw_link *l, size_t *off) {
+  for (size_t i = 0; i < l->stage_pages; i++)
+    if (!l->page_used[i]) {
+      l->page_used[i] = 1;
+      *off = i * BW_STAGE_PAGE;
+      return true;
+    }
+  return false;
+}
+
+TEST(a_loop_waiting_for_staging_pages_writes_its_cork_first) {
+  int cmd[2], note[2], ack[2];
+  bw_link *l = NULL;
+  link_pair(cmd, note, ack, &l);
+  size_t offs[64], n = 0;
+  pthread_mutex_lock(&l->mu);
+  while (n < 64 && first_free_page(l, &offs[n]))
+    n++;
+  pthread_mutex_unlock(&l->mu);
+  CHECK_GT(n, 0);
+  page_giver g = {.l = l, .worker_cmd = cmd[1], .off = offs[0]};
+  pthread_t th;
+  CHECK_EQ(pthread_create(&th, NULL, give_page_after_frame, &g), 0);
+  accel_runtime *rt = NULL;
+  CHECK_OK(accel_runtime_create(&rt, NULL));
+  CHECK_OK(accel_runtime_start(rt));
+  pages_case c = {.l = l};
+  accel_post(rt, &c.task, take_page_on_loop);
+  TEST_WAIT_FOR(atomic_load(&c.done), 10);
+  pthread_join(th, NULL);
+  CHECK(g.saw_frame);
+  CHECK(c.took);
+  expect_tags(cmd[1], 5, 5);
+  accel_runtime_stop(rt);
+  CHECK_OK(accel_runtime_join(rt));
+  accel_runtime_destroy(rt);
+  close(cmd[1]);
+  close(note[1]);
+  close(ack[1]);
+  bw_link_end(l);
+}
+
 static const test_case tests[] = {
+    TEST_CASE(a_loop_waiting_for_staging_pages_writes_its_cork_first),
     TEST_CASE(frames_from_a_loop_go_out_together_at_the_end_of_its_iteration),
+    TEST_CASE(a_link_closed_with_frames_in_its_cork_writes_them_first),
     TEST_CASE(frames_at_the_limit_and_one_past),
     TEST_CASE(a_descriptor_travels_with_its_frame),
     TEST_CASE(frames_read_alike_polling_and_after_sleeping),
