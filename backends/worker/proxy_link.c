@@ -212,7 +212,7 @@ static void on_done(bw_link *l, uint64_t tag, int status) {
   copy.seq = copy.kind == BW_P_CALLBACK ? tag : copy.seq;
   pending_free(l, p);
   if (status == ACCEL_EDEVLOST && copy.dev < BW_LINK_DEVICES)
-    l->lost[copy.dev] = true;
+    __atomic_store_n(&l->lost[copy.dev], true, __ATOMIC_RELAXED); /* read without mu */
   pthread_mutex_unlock(&l->mu);
   finish(l, &copy, status);
 }
@@ -237,9 +237,9 @@ static void on_answer(bw_link *l, const bw_hdr *h, void *body) {
 /* The worker went: every completion reports ACCEL_EDEVLOST, every call is answered so. */
 static void on_death(bw_link *l) {
   pthread_mutex_lock(&l->mu);
-  l->dead = true;
+  __atomic_store_n(&l->dead, true, __ATOMIC_RELAXED); /* dead and lost are read without mu */
   for (uint32_t d = 0; d < BW_LINK_DEVICES; d++)
-    l->lost[d] = true;
+    __atomic_store_n(&l->lost[d], true, __ATOMIC_RELAXED);
   for (uint32_t i = 0; i < l->npend; i++) {
     bw_pending *p = &l->pend[i];
     if (!p->in_use || p->kind == BW_P_CALL)
@@ -521,7 +521,7 @@ static void link_free(bw_link *l, bool kill_it) {
   close_fd(&l->note);
   close_fd(&l->ack);
   pthread_mutex_lock(&l->mu);
-  l->dead = true;
+  __atomic_store_n(&l->dead, true, __ATOMIC_RELAXED);
   bw_stage_fini(l);
   pthread_mutex_unlock(&l->mu);
   pthread_mutex_lock(&links_mu);
@@ -649,7 +649,7 @@ void bw_link_put(bw_link *l, bool kill_it) {
   if (kill_it) {
     bw_link_kill(l); /* its other devices see their work fail: a fresh worker serves them */
     pthread_mutex_lock(&l->mu);
-    l->dead = true; /* no new device joins it */
+    __atomic_store_n(&l->dead, true, __ATOMIC_RELAXED); /* no new device joins it */
     pthread_mutex_unlock(&l->mu);
   }
   bool last = --l->refs == 0;

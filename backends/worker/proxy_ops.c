@@ -82,7 +82,7 @@ static int attach(bw_pdev *d, const be_open_opts *opts) {
     d->caps.info.pci_bus_id[sizeof d->caps.info.pci_bus_id - 1] = '\0';
     pthread_mutex_lock(&d->link->mu);
     if (!d->link->dead) /* a worker that died after answering stays lost */
-      d->link->lost[d->index] = false;
+      __atomic_store_n(&d->link->lost[d->index], false, __ATOMIC_RELAXED);
     pthread_mutex_unlock(&d->link->mu);
   }
   free(body);
@@ -193,7 +193,7 @@ static int proxy_inject(be_device *dev) {
   free(body);
   if (rc == 0) {
     pthread_mutex_lock(&d->link->mu);
-    d->link->lost[d->index] = true;
+    __atomic_store_n(&d->link->lost[d->index], true, __ATOMIC_RELAXED);
     pthread_mutex_unlock(&d->link->mu);
   }
   return rc;
