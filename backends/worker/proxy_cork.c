@@ -50,7 +50,7 @@ bool bw_cork_flush(bw_link *l) {
  * depended on: the worker is ended, and its end fails everything pending (ACCEL_EDEVLOST),
  * as if it had died with the commands in its socket. */
 static void run_flush(rt_deferred *d) {
-  bw_link *l = (bw_link *)((char *)d - offsetof(bw_link, cork.job));
+  bw_link *l = (void *)((char *)d - offsetof(bw_link, cork.job));
   pthread_mutex_lock(&l->send_mu);
   l->cork.queued = false;
   bool ok = l->cork.off || bw_cork_flush(l);
