@@ -13,7 +13,6 @@
  * The end of the connection (the daemon gone, garbage, accel_close) is reported once, by
  * whoever reads it (remote_on_lost), and stops the receiver. */
 #include <errno.h>
-#include <poll.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <time.h>
@@ -178,17 +177,16 @@ static bool future_done(accel_future *f) {
   return accel_future_poll(f) != ACCEL_EAGAIN;
 }
 
-/* Sleeps until the socket has bytes, `until_ns` (uv_hrtime's clock, 0: none) or
+/* How long a waiter sleeps in poll: until `until_ns` (uv_hrtime's clock, 0: none) or
  * HELP_POLL_MAX_MS, whichever comes first. */
-static void wait_readable(int fd, uint64_t until_ns) {
+static int sleep_ms(uint64_t until_ns) {
   int ms = HELP_POLL_MAX_MS;
   if (until_ns != 0) {
     uint64_t now = uv_hrtime();
     uint64_t left = until_ns > now ? (until_ns - now + 999999) / 1000000 : 0;
     ms = left < (uint64_t)ms ? (int)left : ms;
   }
-  struct pollfd p = {.fd = fd, .events = POLLIN};
-  (void)poll(&p, 1, ms);
+  return ms;
 }
 
 /* How long a waiter polls the socket before it sleeps: the spin time (runtime/spin.h), unless
@@ -239,7 +237,7 @@ static bool help_read_inside(local_help *lh, uint64_t until_ns) {
     if (now < polled_until)
       rt_cpu_relax();
     else
-      wait_readable(r->fd, until_ns);
+      (void)proto_wait_readable(r->fd, sleep_ms(until_ns)); /* what ends it, the loop sees */
   }
   pthread_mutex_lock(&r->rd_mu);
   if (done || gave_up) /* a wait given up lasted at least this long: counted as that */

@@ -75,7 +75,7 @@ int proto_local_send(int fd, const void *bytes, size_t len, int fd_pass) {
   return 0;
 }
 
-static int wait_readable(int fd, int timeout_ms) {
+int proto_wait_readable(int fd, int timeout_ms) {
   struct pollfd pf = {.fd = fd, .events = POLLIN};
   for (;;) {
     int n = poll(&pf, 1, timeout_ms);
@@ -92,7 +92,7 @@ static int wait_readable(int fd, int timeout_ms) {
 static int read_all(int fd, uint8_t *p, size_t len, int timeout_ms) {
   while (len > 0) {
     if (timeout_ms >= 0) {
-      int rc = wait_readable(fd, timeout_ms);
+      int rc = proto_wait_readable(fd, timeout_ms);
       if (rc != 0)
         return rc;
     }
@@ -161,9 +161,9 @@ static int reader_room(proto_reader *rd, size_t need) {
   return 0;
 }
 
-/* Reads until `need` bytes from rd->at are in the buffer; without `wait`, ACCEL_EAGAIN as soon
- * as the socket has no more (what came stays in the buffer). */
-static int reader_fill(proto_reader *rd, int fd, size_t need, bool wait) {
+/* Reads until `need` bytes from rd->at are in the buffer, or ACCEL_EAGAIN as soon as the
+ * socket has no more (what came stays in the buffer). */
+static int reader_fill(proto_reader *rd, int fd, size_t need) {
   if (rd->len - rd->at >= need)
     return 0;
   if (rd->cap - rd->at < need) {
@@ -172,22 +172,10 @@ static int reader_fill(proto_reader *rd, int fd, size_t need, bool wait) {
       return rc;
   }
   while (rd->len - rd->at < need) {
-    /* A read that emptied the socket is followed by a wait, not by a read sure to fail. The
-     * wait is poll(2)'s for POLLIN, not recv(2)'s: a reader asleep in recv is woken, for
-     * nothing, each time the daemon takes this socket's own requests (the kernel tells a unix
-     * socket's waiters that it has room to write again, and a waiter in recv does not look at
-     * what it was told), one more wake-up per op that the daemon's thread paid for. */
-    if (rd->drained && wait) {
-      int rc = wait_readable(fd, -1);
-      if (rc != 0)
-        return rc;
-    }
-    size_t room = rd->cap - rd->len;
-    ssize_t n = recv(fd, rd->buf + rd->len, room, MSG_DONTWAIT);
-    rd->drained = n < (ssize_t)room;
-    if (n < 0 && !wait && (errno == EAGAIN || errno == EWOULDBLOCK))
+    ssize_t n = recv(fd, rd->buf + rd->len, rd->cap - rd->len, MSG_DONTWAIT);
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
       return ACCEL_EAGAIN;
-    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
+    if (n < 0 && errno == EINTR)
       continue;
     if (n <= 0)
       return ACCEL_ECLOSED;
@@ -196,30 +184,21 @@ static int reader_fill(proto_reader *rd, int fd, size_t need, bool wait) {
   return 0;
 }
 
-static long long reader_next(proto_reader *rd, int fd, uint32_t max_body, const uint8_t **frame,
-                             bool wait) {
-  int rc = reader_fill(rd, fd, PROTO_HEADER_SIZE, wait);
+long long proto_reader_try_next(proto_reader *rd, int fd, uint32_t max_body,
+                                const uint8_t **frame) {
+  int rc = reader_fill(rd, fd, PROTO_HEADER_SIZE);
   if (rc != 0)
     return rc;
   long long flen = frame_length(rd->buf + rd->at, max_body);
   if (flen < 0)
     return flen;
   size_t len = (size_t)flen;
-  rc = reader_fill(rd, fd, len, wait);
+  rc = reader_fill(rd, fd, len);
   if (rc != 0)
     return rc;
   *frame = rd->buf + rd->at;
   rd->at += len;
   return (long long)len;
-}
-
-long long proto_reader_next(proto_reader *rd, int fd, uint32_t max_body, const uint8_t **frame) {
-  return reader_next(rd, fd, max_body, frame, true);
-}
-
-long long proto_reader_try_next(proto_reader *rd, int fd, uint32_t max_body,
-                                const uint8_t **frame) {
-  return reader_next(rd, fd, max_body, frame, false);
 }
 
 void proto_reader_free(proto_reader *rd) {

@@ -46,17 +46,20 @@ typedef struct proto_reader {
   uint8_t *buf;
   size_t len, cap; /* bytes in buf; its size */
   size_t at;       /* the start of the next frame */
-  bool drained;    /* the last read emptied the socket: the next one waits first */
 } proto_reader;
 
-/* The next whole frame: *frame points into the reader's buffer until the next call. Same
- * returns and rules as proto_local_recv_frame (waits for ever). proto_reader_free frees. */
-RT_MUST_USE long long proto_reader_next(proto_reader *rd, int fd, uint32_t max_body,
-                                        const uint8_t **frame);
-/* As proto_reader_next without waiting: ACCEL_EAGAIN while the socket holds no whole frame
- * (the part that came is kept for the next call). */
+/* The next whole frame, without waiting: *frame points into the reader's buffer until the
+ * next call; ACCEL_EAGAIN while the socket holds no whole frame (the part that came is kept
+ * for the next call); else the returns and rules of proto_local_recv_frame.
+ * proto_reader_free frees. */
 RT_MUST_USE long long proto_reader_try_next(proto_reader *rd, int fd, uint32_t max_body,
                                             const uint8_t **frame);
+/* Sleeps until fd has bytes to read (or its end), in poll(2) for POLLIN alone: a reader asleep
+ * in recv(2) is also woken, for nothing, each time the peer takes bytes this socket sent (the
+ * kernel tells a Unix socket's waiters it has room to write again), one more wake-up per op
+ * on a socket that carries requests one way and replies the other. timeout_ms < 0: none.
+ * 0, ACCEL_ETIMEDOUT, or ACCEL_ECLOSED on an error (a reader may leave it to its next read). */
+int proto_wait_readable(int fd, int timeout_ms);
 void proto_reader_free(proto_reader *rd);
 
 #endif

@@ -22,12 +22,18 @@ static void issue_work(accel_ctx *ctx, accel_buffer a, accel_buffer c, accel_fut
   }
 }
 
+/* A daemon of its own, and a context connected to it. */
+static accel_ctx *started(td_daemon *d) {
+  td_prepare(d);
+  td_start(d, NULL);
+  accel_ctx *ctx = NULL;
+  CHECK_OK(accel_open(&ctx, d->url));
+  return ctx;
+}
+
 TEST(lost_daemon_fails_pending_ops) {
   td_daemon d;
-  td_prepare(&d);
-  td_start(&d, NULL);
-  accel_ctx *ctx = NULL;
-  CHECK_OK(accel_open(&ctx, d.url));
+  accel_ctx *ctx = started(&d);
   accel_buffer a, c;
   CHECK_OK(accel_buffer_create(ctx, ACCEL_F32, (size_t)N * N, &a));
   CHECK_OK(accel_buffer_create(ctx, ACCEL_F32, (size_t)N * N, &c));
@@ -108,10 +114,7 @@ static void count_done(accel_future *f, int status, void *arg) {
  * their completions. */
 TEST(many_waiters_on_one_context_all_answered) {
   td_daemon d;
-  td_prepare(&d);
-  td_start(&d, NULL);
-  accel_ctx *ctx = NULL;
-  CHECK_OK(accel_open(&ctx, d.url));
+  accel_ctx *ctx = started(&d);
   accel_buffer side;
   CHECK_OK(accel_buffer_create(ctx, ACCEL_F32, 64, &side));
   atomic_int called = 0;
@@ -143,10 +146,7 @@ TEST(many_waiters_on_one_context_all_answered) {
 /* A daemon and a context with `gemms` products c = a a (a all ones, N x N) queued on device 0:
  * work that takes a while, whose result is known (c's elements are N). */
 static accel_ctx *queue_gemms(td_daemon *d, accel_buffer *c, int gemms) {
-  td_prepare(d);
-  td_start(d, NULL);
-  accel_ctx *ctx = NULL;
-  CHECK_OK(accel_open(&ctx, d->url));
+  accel_ctx *ctx = started(d);
   accel_buffer a;
   CHECK_OK(accel_buffer_create(ctx, ACCEL_F32, (size_t)N * N, &a));
   CHECK_OK(accel_buffer_create(ctx, ACCEL_F32, (size_t)N * N, c));

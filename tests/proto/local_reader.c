@@ -1,4 +1,5 @@
-/* The local transport's buffered reader, client side (proto/local.c proto_reader_next):
+/* The local transport's buffered reader, client side (proto/local.c proto_reader_try_next,
+ * with proto_wait_readable between reads, as the client's readers use them):
  *   - frames split anywhere by the writer (a header in two pieces, a body in many) come out
  *     whole, several frames taken by one read come out one by one, then the end;
  *   - bytes that are not a frame of ours are EPROTO;
@@ -20,6 +21,18 @@
 #include "proto/local.h"
 #include "proto/wire.h"
 
+/* The next frame, asleep in proto_wait_readable while none is whole. */
+static long long next_frame(proto_reader *rd, int fd, const uint8_t **frame) {
+  for (;;) {
+    long long n = proto_reader_try_next(rd, fd, 1 << 20, frame);
+    if (n != ACCEL_EAGAIN)
+      return n;
+    int rc = proto_wait_readable(fd, -1);
+    if (rc != 0)
+      return rc;
+  }
+}
+
 static void control_frame(proto_out *o, uint64_t id, uint64_t arg) {
   proto_out_init(o);
   proto_control_req c = {PROTO_CTL_PING, arg};
@@ -28,7 +41,7 @@ static void control_frame(proto_out *o, uint64_t id, uint64_t arg) {
 
 static void expect_control(proto_reader *rd, int fd, uint64_t id, uint64_t arg) {
   const uint8_t *frame;
-  long long n = proto_reader_next(rd, fd, 1 << 20, &frame);
+  long long n = next_frame(rd, fd, &frame);
   CHECK_GT(n, 0);
   proto_header h;
   CHECK_EQ(proto_decode_header(frame, (size_t)n, 1 << 20, &h), 0);
@@ -75,7 +88,7 @@ TEST(split_frames_read_whole_then_the_end) {
   expect_control(&rd, sv[1], 1, 111);
   expect_control(&rd, sv[1], 2, 222);
   const uint8_t *frame;
-  CHECK_EQ(proto_reader_next(&rd, sv[1], 1 << 20, &frame), ACCEL_ECLOSED);
+  CHECK_EQ(next_frame(&rd, sv[1], &frame), ACCEL_ECLOSED);
   void *ok;
   CHECK_EQ(pthread_join(t, &ok), 0);
   CHECK(ok != NULL);
@@ -102,7 +115,7 @@ TEST(frames_in_one_read_come_one_by_one_and_garbage_is_eproto) {
   for (uint64_t i = 1; i <= 3; i++)
     expect_control(&rd, sv[1], i, i * 10);
   const uint8_t *frame;
-  CHECK_EQ(proto_reader_next(&rd, sv[1], 1 << 20, &frame), ACCEL_EPROTO);
+  CHECK_EQ(next_frame(&rd, sv[1], &frame), ACCEL_EPROTO);
   proto_reader_free(&rd);
   close(sv[0]);
   close(sv[1]);
@@ -121,7 +134,7 @@ static void *read_one(void *arg) {
   atomic_store(&s->tid, (pid_t)syscall(SYS_gettid));
   proto_reader rd = {0};
   const uint8_t *frame;
-  s->got = proto_reader_next(&rd, s->fd, 1 << 20, &frame);
+  s->got = next_frame(&rd, s->fd, &frame);
   proto_reader_free(&rd);
   return NULL;
 }
