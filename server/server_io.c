@@ -96,6 +96,10 @@ static void send_poll_set(srv_server *s, bool on) {
   s->send_polling = on;
 }
 
+/* nng owns a message once nng_sendmsg() returns 0; on any other result it is still ours.
+ * nng 1.5.2 leaks a message its pipe is handing to the transport as the pipe closes (the
+ * pipe's send aio is closed first and refuses it; nothing frees it): a client that hangs up
+ * while its replies are on their way can leave one behind, and nothing here can free it. */
 void srv_send(srv_server *s, nng_msg *m) {
   if (s->stopped) {
     nng_msg_free(m);
