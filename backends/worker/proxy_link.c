@@ -269,11 +269,14 @@ void bw_link_drain(bw_link *l) {
 static void *reader(void *arg) {
   bw_link *l = arg;
   pthread_setname_np(pthread_self(), "accel-link-read"); /* seen in top -H, gdb, perf */
-  char buf[256];
+  _Alignas(16) char buf[256];
   bw_hdr h;
   void *body;
+  int passed;
+  bw_reader notes; /* no descriptors come this way */
+  bool ok = bw_reader_init(&notes, l->note, -1);
   /* A frame past BW_MAX_NOTE ends the worker's link, as its death would. */
-  while (bw_recv_max(l->note, &h, buf, sizeof buf, &body, BW_MAX_NOTE)) {
+  while (ok && bw_reader_next(&notes, &h, buf, sizeof buf, &body, &passed, BW_MAX_NOTE)) {
     if (h.type == BW_DONE) {
       int status = h.len >= sizeof(bw_reply) ? ((bw_reply *)body)->status : ACCEL_EPROTO;
       on_done(l, h.tag, status);
@@ -292,6 +295,7 @@ static void *reader(void *arg) {
     if (body != buf)
       free(body);
   }
+  bw_reader_fini(&notes);
   on_death(l);
   return NULL;
 }

@@ -140,12 +140,15 @@ int bw_worker_main(int argc, char **argv) {
   pthread_t t;
   if (pthread_create(&t, NULL, ack_thread, NULL) != 0 || !ws_completions_start())
     return 1;
-  char buf[4096];
+  _Alignas(16) char buf[4096];
   bw_hdr h;
   void *body;
   int passed;
-  while (bw_recv_fd(ws.cmd, &h, buf, sizeof buf, &body, &passed)) {
-    if (h.type == BW_SHARE || passed >= 0) { /* the only call that brings a descriptor */
+  bw_reader cmds; /* the only call that brings a descriptor is BW_SHARE */
+  if (!bw_reader_init(&cmds, ws.cmd, BW_SHARE))
+    return 1;
+  while (bw_reader_next(&cmds, &h, buf, sizeof buf, &body, &passed, BW_MAX_FRAME)) {
+    if (h.type == BW_SHARE) {
       ws_share(&h, body, passed);
       if (body != buf)
         free(body);

@@ -214,3 +214,93 @@ bool bw_recv(int fd, bw_hdr *h, void *buf, size_t room, void **body) {
     close(passed); /* none expected here */
   return ok;
 }
+
+/* ---- a buffered reader ---- */
+
+bool bw_reader_init(bw_reader *r, int fd, int fd_type) {
+  *r = (bw_reader){.fd = fd, .fd_type = fd_type};
+  r->buf = malloc(BW_READER_BYTES);
+  return r->buf != NULL;
+}
+
+void bw_reader_fini(bw_reader *r) {
+  for (uint32_t i = 0; i < r->nfds; i++)
+    close(r->fds[i]);
+  r->nfds = 0;
+  free(r->buf);
+  r->buf = NULL;
+}
+
+static void keep_fd(bw_reader *r, int fd) {
+  if (fd < 0)
+    return;
+  if (r->nfds == BW_READER_FDS)
+    close(fd); /* more than any frame can take: a peer's mistake */
+  else
+    r->fds[r->nfds++] = fd;
+}
+
+static int take_fd(bw_reader *r) {
+  if (r->nfds == 0)
+    return -1;
+  int fd = r->fds[0];
+  memmove(r->fds, r->fds + 1, --r->nfds * sizeof r->fds[0]);
+  return fd;
+}
+
+/* Until `need` bytes (at most BW_READER_BYTES) wait in the buffer; false at the end or on an
+ * error. Each read takes what fits: the socket's frames behind these come along. */
+static bool fill(bw_reader *r, size_t need) {
+  if (r->tail - r->head >= need)
+    return true;
+  if (BW_READER_BYTES - r->head < need) { /* room at the end too short: move the rest down */
+    memmove(r->buf, r->buf + r->head, r->tail - r->head);
+    r->tail -= r->head;
+    r->head = 0;
+  }
+  while (r->tail - r->head < need) {
+    int got = -1;
+    ssize_t n = read_first(r->fd, r->buf + r->tail, BW_READER_BYTES - r->tail, &got);
+    keep_fd(r, got);
+    if (n <= 0)
+      return false;
+    r->tail += (size_t)n;
+  }
+  return true;
+}
+
+bool bw_reader_next(bw_reader *r, bw_hdr *h, void *buf, size_t room, void **body, int *passed,
+                    uint32_t max) {
+  *body = buf;
+  *passed = -1;
+  if (!fill(r, sizeof *h))
+    return false;
+  memcpy(h, r->buf + r->head, sizeof *h);
+  if (h->len > max)
+    return false;
+  r->head += sizeof *h;
+  if (h->len > room && (*body = malloc(h->len)) == NULL) {
+    *body = buf;
+    return false;
+  }
+  size_t have = r->tail - r->head < h->len ? r->tail - r->head : h->len;
+  bool ok = h->len <= BW_READER_BYTES ? fill(r, h->len) : true;
+  if (ok && h->len <= BW_READER_BYTES)
+    have = h->len;
+  memcpy(*body, r->buf + r->head, have);
+  r->head += have;
+  /* a frame longer than the buffer: its rest straight from the socket */
+  if (ok && have < h->len)
+    ok = read_all(r->fd, (uint8_t *)*body + have, h->len - have);
+  if (!ok) {
+    if (*body != buf)
+      free(*body);
+    *body = buf;
+    return false;
+  }
+  if (r->head == r->tail)
+    r->head = r->tail = 0;
+  if ((int)h->type == r->fd_type)
+    *passed = take_fd(r);
+  return true;
+}

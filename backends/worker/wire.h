@@ -288,6 +288,31 @@ bool bw_recv_fd(int fd, bw_hdr *h, void *buf, size_t room, void **body, int *pas
 /* As bw_recv, refusing (false) a frame longer than max. */
 bool bw_recv_max(int fd, bw_hdr *h, void *buf, size_t room, void **body, uint32_t max);
 
+/* A channel's frames read through a buffer: one read takes what the socket holds (a cork of
+ * commands, several completions) where bw_recv makes two system calls per frame. A descriptor
+ * that comes along is kept, oldest first, for the next frame of type `fd_type` (descriptors
+ * come with the first bytes of the frame they travel with, so never after it is parsed); at
+ * most BW_READER_FDS wait, others are closed. One thread reads a reader. */
+#define BW_READER_BYTES ((size_t)64 << 10)
+#define BW_READER_FDS 16
+
+typedef struct bw_reader {
+  int fd;
+  int fd_type; /* frames that take a descriptor (a bw_type), or -1: none */
+  uint8_t *buf;
+  size_t head, tail; /* bytes read and not taken: buf[head..tail) */
+  int fds[BW_READER_FDS];
+  uint32_t nfds;
+} bw_reader;
+
+bool bw_reader_init(bw_reader *r, int fd, int fd_type);
+void bw_reader_fini(bw_reader *r); /* closes the descriptors it holds, not fd */
+/* As bw_recv_fd, refusing (false) a frame longer than max: the body is copied to `buf` when it
+ * fits `room` (aligned for the frame's structs), else malloc'd; `passed` is -1 unless the frame
+ * is of type fd_type and a descriptor came. */
+bool bw_reader_next(bw_reader *r, bw_hdr *h, void *buf, size_t room, void **body, int *passed,
+                    uint32_t max);
+
 /* Frames of this process whose first bytes a reader found while polling, before it would have
  * slept (the spin of rt_spin_ns): none when the spin is 0. For tests and diagnostics. */
 uint64_t bw_frames_caught_polling(void);
