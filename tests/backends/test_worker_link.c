@@ -15,6 +15,7 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -224,6 +225,192 @@ TEST(frames_read_alike_polling_and_after_sleeping) {
   close(pipefd[0]);
   close(pipefd[1]);
   close(sv[1]);
+}
+
+/* ---- the buffered reader (wire.c bw_reader): what both ends read frames with ---- */
+
+/* The tag's byte repeated len times: a body each frame can be checked by. */
+static void put_frame(uint8_t *to, uint16_t type, uint64_t tag, uint32_t len) {
+  uint8_t *body = malloc(len ? len : 1);
+  memset(body, (int)(tag & 0xff), len);
+  bw_frame_put(to, type, tag, body, len, NULL, 0, NULL, 0);
+  free(body);
+}
+
+static void expect_read(bw_reader *r, uint16_t type, uint64_t tag, uint32_t len, int *passed) {
+  _Alignas(16) char buf[64];
+  bw_hdr h;
+  void *body;
+  CHECK(bw_reader_next(r, &h, buf, sizeof buf, &body, passed, BW_MAX_FRAME));
+  CHECK_EQ(h.type, type);
+  CHECK_EQ(h.tag, tag);
+  CHECK_EQ(h.len, len);
+  CHECK((len <= sizeof buf) == (body == buf)); /* copied when it fits, else its own memory */
+  for (uint32_t i = 0; i < len; i++)
+    if (((uint8_t *)body)[i] != (uint8_t)(tag & 0xff))
+      CHECK_EQ(((uint8_t *)body)[i], (uint8_t)(tag & 0xff));
+  if (body != buf)
+    free(body);
+}
+
+/* Which pipe a passed descriptor is: it writes a byte the test reads from the pipe's end. */
+static bool is_pipe(int passed, int pipe_read) {
+  char c = 0;
+  return passed >= 0 && write(passed, "z", 1) == 1 && read(pipe_read, &c, 1) == 1 && c == 'z';
+}
+
+/* Three frames written at once come in one read: the socket is empty after the first. */
+TEST(a_reader_takes_what_the_socket_holds_in_one_read) {
+  int sv[2];
+  CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+  uint8_t out[3 * (sizeof(bw_hdr) + 40)];
+  size_t at = 0;
+  for (uint64_t tag = 1; tag <= 3; tag++) {
+    uint32_t len = (uint32_t)(10 * tag + 3); /* odd sizes: later bodies start unaligned */
+    put_frame(out + at, BW_UNSHARE, tag, len);
+    at += bw_frame_len(len, 0, 0);
+  }
+  CHECK_EQ(write(sv[0], out, at), (ssize_t)at);
+  bw_reader r;
+  CHECK(bw_reader_init(&r, sv[1], BW_SHARE));
+  int passed, pending = -1;
+  expect_read(&r, BW_UNSHARE, 1, 13, &passed);
+  CHECK_EQ(passed, -1);
+  CHECK_EQ(ioctl(sv[1], FIONREAD, &pending), 0);
+  CHECK_EQ(pending, 0); /* the other two are in the reader's buffer */
+  expect_read(&r, BW_UNSHARE, 2, 23, &passed);
+  expect_read(&r, BW_UNSHARE, 3, 33, &passed);
+  close(sv[0]);
+  bw_hdr h;
+  char buf[16];
+  void *body;
+  CHECK(!bw_reader_next(&r, &h, buf, sizeof buf, &body, &passed, BW_MAX_FRAME)); /* the end */
+  bw_reader_fini(&r);
+  close(sv[1]);
+}
+
+/* Descriptors go to the BW_SHARE frames they came with, in order, even when one read brings
+ * frames before and after them; a frame longer than the buffer reads whole; other frames get
+ * none. */
+typedef struct share_writer {
+  int fd, pipe_a, pipe_b;
+  uint32_t big;
+} share_writer;
+
+static void *write_shares(void *arg) {
+  share_writer *w = arg;
+  uint8_t five[8], six[8], small[sizeof(bw_hdr) + 5];
+  memset(five, 5, sizeof five);
+  memset(six, 6, sizeof six);
+  put_frame(small, BW_UNSHARE, 4, 5);
+  bool ok = write(w->fd, small, sizeof small) == (ssize_t)sizeof small;
+  ok = ok && bw_send_fd(w->fd, BW_SHARE, 5, five, sizeof five, w->pipe_a);
+  ok = ok && write(w->fd, small, sizeof small) == (ssize_t)sizeof small; /* tag 4 again */
+  ok = ok && bw_send_fd(w->fd, BW_SHARE, 6, six, sizeof six, w->pipe_b);
+  uint8_t *big = malloc(bw_frame_len(w->big, 0, 0));
+  ok = ok && big != NULL;
+  if (ok)
+    put_frame(big, BW_UNSHARE, 8, w->big);
+  ok = ok && write(w->fd, big, bw_frame_len(w->big, 0, 0)) == (ssize_t)bw_frame_len(w->big, 0, 0);
+  free(big);
+  ok = ok && write(w->fd, small, sizeof small) == (ssize_t)sizeof small;
+  close(w->fd);
+  return ok ? w : NULL;
+}
+
+TEST(a_reader_gives_descriptors_to_their_frames) {
+  int sv[2], a[2], b[2];
+  CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+  CHECK_EQ(pipe(a), 0);
+  CHECK_EQ(pipe(b), 0);
+  share_writer w = {sv[0], a[1], b[1], (uint32_t)BW_READER_BYTES * 3 + 17};
+  pthread_t t;
+  CHECK_EQ(pthread_create(&t, NULL, write_shares, &w), 0);
+  usleep(20000); /* let it all wait in the socket: reads then take several frames at once */
+  bw_reader r;
+  CHECK(bw_reader_init(&r, sv[1], BW_SHARE));
+  int passed;
+  expect_read(&r, BW_UNSHARE, 4, 5, &passed);
+  CHECK_EQ(passed, -1);
+  expect_read(&r, BW_SHARE, 5, 8, &passed);
+  CHECK(is_pipe(passed, a[0]));
+  close(passed);
+  expect_read(&r, BW_UNSHARE, 4, 5, &passed);
+  CHECK_EQ(passed, -1);
+  expect_read(&r, BW_SHARE, 6, 8, &passed);
+  CHECK(is_pipe(passed, b[0]));
+  close(passed);
+  expect_read(&r, BW_UNSHARE, 8, w.big, &passed); /* past the buffer: the rest read straight */
+  expect_read(&r, BW_UNSHARE, 4, 5, &passed);
+  void *ok;
+  CHECK_EQ(pthread_join(t, &ok), 0);
+  CHECK(ok != NULL);
+  bw_reader_fini(&r);
+  close(sv[1]);
+  for (int i = 0; i < 2; i++) {
+    close(a[i]);
+    close(b[i]);
+  }
+}
+
+/* Limits: a frame one past `max` is refused, one at it read; a stream that ends mid-frame is
+ * the end; descriptors past BW_READER_FDS with no frame to take them are closed, and the
+ * reader's end closes those it holds (no descriptor leaks either way). */
+static int open_fds(void) {
+  int n = 0;
+  for (int fd = 0; fd < 4096; fd++)
+    n += fcntl(fd, F_GETFD) >= 0;
+  return n;
+}
+
+TEST(a_reader_at_its_limits) {
+  int sv[2];
+  CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+  uint8_t f[sizeof(bw_hdr) + 32];
+  put_frame(f, BW_UNSHARE, 9, 32);
+  CHECK_EQ(write(sv[0], f, sizeof f), (ssize_t)sizeof f);
+  put_frame(f, BW_UNSHARE, 10, 32);
+  CHECK_EQ(write(sv[0], f, sizeof f), (ssize_t)sizeof f);
+  bw_reader r;
+  CHECK(bw_reader_init(&r, sv[1], BW_SHARE));
+  bw_hdr h;
+  _Alignas(16) char buf[64];
+  void *body;
+  int passed;
+  CHECK(bw_reader_next(&r, &h, buf, sizeof buf, &body, &passed, 32));  /* at the limit */
+  CHECK(!bw_reader_next(&r, &h, buf, sizeof buf, &body, &passed, 31)); /* one past it */
+  bw_reader_fini(&r);
+  close(sv[0]);
+  close(sv[1]);
+
+  CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+  CHECK_EQ(write(sv[0], f, sizeof f - 1), (ssize_t)sizeof f - 1); /* one byte short */
+  close(sv[0]);
+  CHECK(bw_reader_init(&r, sv[1], BW_SHARE));
+  CHECK(!bw_reader_next(&r, &h, buf, sizeof buf, &body, &passed, BW_MAX_FRAME));
+  bw_reader_fini(&r);
+  close(sv[1]);
+
+  int before = open_fds(), p[2];
+  CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+  CHECK_EQ(pipe(p), 0);
+  uint64_t v = 1;
+  for (int i = 0; i < BW_READER_FDS + 3; i++) /* descriptors nobody takes: UNSHARE frames */
+    CHECK(bw_send_fd(sv[0], BW_UNSHARE, 11, &v, sizeof v, p[1]));
+  close(sv[0]);
+  close(p[0]);
+  close(p[1]);
+  CHECK(bw_reader_init(&r, sv[1], BW_SHARE));
+  int frames = 0;
+  while (bw_reader_next(&r, &h, buf, sizeof buf, &body, &passed, BW_MAX_FRAME)) {
+    CHECK_EQ(passed, -1);
+    frames++;
+  }
+  CHECK_EQ(frames, BW_READER_FDS + 3);
+  CHECK_EQ(r.nfds, (uint32_t)BW_READER_FDS); /* held, at most that many */
+  bw_reader_fini(&r);
+  close(sv[1]);
+  CHECK_EQ(open_fds(), before);
 }
 
 /* ---- staging pages ---- */
@@ -597,6 +784,9 @@ static const test_case tests[] = {
     TEST_CASE(frames_at_the_limit_and_one_past),
     TEST_CASE(a_descriptor_travels_with_its_frame),
     TEST_CASE(frames_read_alike_polling_and_after_sleeping),
+    TEST_CASE(a_reader_takes_what_the_socket_holds_in_one_read),
+    TEST_CASE(a_reader_gives_descriptors_to_their_frames),
+    TEST_CASE(a_reader_at_its_limits),
     TEST_CASE(a_full_staging_region_waits_for_a_page),
     TEST_CASE(a_reply_too_short_fails_the_open),
     TEST_CASE(a_frame_one_past_the_limit_ends_the_link),
