@@ -225,27 +225,47 @@ bool bw_reader_init(bw_reader *r, int fd, int fd_type) {
 
 void bw_reader_fini(bw_reader *r) {
   for (uint32_t i = 0; i < r->nfds; i++)
-    close(r->fds[i]);
+    close(r->fds[i].fd);
   r->nfds = 0;
   free(r->buf);
   r->buf = NULL;
 }
 
-static void keep_fd(bw_reader *r, int fd) {
+/* A descriptor that came with the read of stream bytes [from, to). Linux hands a descriptor
+ * over with the first byte of the message it travelled with and ends that read with the
+ * message, and bw_send_fd sends a frame's header alone with it: the read ends inside the
+ * header of the descriptor's frame. */
+static void keep_fd(bw_reader *r, int fd, uint64_t from, uint64_t to) {
   if (fd < 0)
     return;
-  if (r->nfds == BW_READER_FDS)
-    close(fd); /* more than any frame can take: a peer's mistake */
+  if (r->fd_type < 0 || r->nfds == BW_READER_FDS)
+    close(fd); /* none expected; or more than the frames in one buffer could take */
   else
-    r->fds[r->nfds++] = fd;
+    r->fds[r->nfds++] = (struct bw_reader_fd){fd, from, to};
 }
 
-static int take_fd(bw_reader *r) {
-  if (r->nfds == 0)
+/* For the frame whose header starts at stream offset `at`: descriptors whose read ended before
+ * it belong to no frame left and are closed; the one whose read ended inside its header is the
+ * frame's, if the frame takes one. A BW_SHARE whose descriptor was lost (the receiver out of
+ * descriptors: the kernel drops it) gets none, never a later frame's. */
+static int fd_for(bw_reader *r, uint64_t at, bool takes) {
+  while (r->nfds > 0 && r->fds[0].to <= at) {
+    close(r->fds[0].fd);
+    memmove(r->fds, r->fds + 1, --r->nfds * sizeof r->fds[0]);
+  }
+  if (!takes || r->nfds == 0 || r->fds[0].from > at || r->fds[0].to > at + sizeof(bw_hdr))
     return -1;
-  int fd = r->fds[0];
+  int fd = r->fds[0].fd;
   memmove(r->fds, r->fds + 1, --r->nfds * sizeof r->fds[0]);
   return fd;
+}
+
+/* Drops the buffer's bytes before head: `base` is the stream offset of buf[0]. */
+static void compact(bw_reader *r) {
+  memmove(r->buf, r->buf + r->head, r->tail - r->head);
+  r->base += r->head;
+  r->tail -= r->head;
+  r->head = 0;
 }
 
 /* Until `need` bytes (at most BW_READER_BYTES) wait in the buffer; false at the end or on an
@@ -253,19 +273,39 @@ static int take_fd(bw_reader *r) {
 static bool fill(bw_reader *r, size_t need) {
   if (r->tail - r->head >= need)
     return true;
-  if (BW_READER_BYTES - r->head < need) { /* room at the end too short: move the rest down */
-    memmove(r->buf, r->buf + r->head, r->tail - r->head);
-    r->tail -= r->head;
-    r->head = 0;
-  }
+  if (BW_READER_BYTES - r->head < need)
+    compact(r); /* the room at the end is too short */
   while (r->tail - r->head < need) {
     int got = -1;
     ssize_t n = read_first(r->fd, r->buf + r->tail, BW_READER_BYTES - r->tail, &got);
-    keep_fd(r, got);
+    if (n > 0)
+      keep_fd(r, got, r->base + r->tail, r->base + r->tail + (size_t)n);
+    else if (got >= 0)
+      close(got);
     if (n <= 0)
       return false;
     r->tail += (size_t)n;
   }
+  return true;
+}
+
+/* The body of a frame whose header was taken: from the buffer, the rest of a frame longer than
+ * the buffer straight from the socket. */
+static bool take_body(bw_reader *r, void *body, size_t len) {
+  if (len <= BW_READER_BYTES) {
+    if (!fill(r, len))
+      return false;
+    memcpy(body, r->buf + r->head, len);
+    r->head += len;
+    return true;
+  }
+  size_t have = r->tail - r->head; /* less than len: fill stops at the header */
+  memcpy(body, r->buf + r->head, have);
+  r->head = r->tail;
+  compact(r);
+  if (!read_all(r->fd, (uint8_t *)body + have, len - have))
+    return false;
+  r->base += len - have; /* bytes that went past the buffer */
   return true;
 }
 
@@ -275,32 +315,23 @@ bool bw_reader_next(bw_reader *r, bw_hdr *h, void *buf, size_t room, void **body
   *passed = -1;
   if (!fill(r, sizeof *h))
     return false;
+  uint64_t at = r->base + r->head; /* where the frame starts in the stream */
   memcpy(h, r->buf + r->head, sizeof *h);
   if (h->len > max)
-    return false;
+    return false; /* before anything is allocated for it */
   r->head += sizeof *h;
   if (h->len > room && (*body = malloc(h->len)) == NULL) {
     *body = buf;
     return false;
   }
-  size_t have = r->tail - r->head < h->len ? r->tail - r->head : h->len;
-  bool ok = h->len <= BW_READER_BYTES ? fill(r, h->len) : true;
-  if (ok && h->len <= BW_READER_BYTES)
-    have = h->len;
-  memcpy(*body, r->buf + r->head, have);
-  r->head += have;
-  /* a frame longer than the buffer: its rest straight from the socket */
-  if (ok && have < h->len)
-    ok = read_all(r->fd, (uint8_t *)*body + have, h->len - have);
-  if (!ok) {
+  if (!take_body(r, *body, h->len)) {
     if (*body != buf)
       free(*body);
     *body = buf;
     return false;
   }
   if (r->head == r->tail)
-    r->head = r->tail = 0;
-  if ((int)h->type == r->fd_type)
-    *passed = take_fd(r);
+    compact(r); /* empty: the next read starts at the buffer's start */
+  *passed = fd_for(r, at, (int)h->type == r->fd_type);
   return true;
 }

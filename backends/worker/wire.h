@@ -290,9 +290,10 @@ bool bw_recv_max(int fd, bw_hdr *h, void *buf, size_t room, void **body, uint32_
 
 /* A channel's frames read through a buffer: one read takes what the socket holds (a cork of
  * commands, several completions) where bw_recv makes two system calls per frame. A descriptor
- * that comes along is kept, oldest first, for the next frame of type `fd_type` (descriptors
- * come with the first bytes of the frame they travel with, so never after it is parsed); at
- * most BW_READER_FDS wait, others are closed. One thread reads a reader. */
+ * goes to the frame of type `fd_type` whose header the read that brought it ended in (the
+ * kernel ends a read with the message a descriptor travelled with, and bw_send_fd sends the
+ * header alone with it); one no frame takes is closed, as are descriptors past
+ * BW_READER_FDS. One thread reads a reader. */
 #define BW_READER_BYTES ((size_t)64 << 10)
 #define BW_READER_FDS 16
 
@@ -301,7 +302,11 @@ typedef struct bw_reader {
   int fd_type; /* frames that take a descriptor (a bw_type), or -1: none */
   uint8_t *buf;
   size_t head, tail; /* bytes read and not taken: buf[head..tail) */
-  int fds[BW_READER_FDS];
+  uint64_t base;     /* the stream offset of buf[0] */
+  struct bw_reader_fd {
+    int fd;
+    uint64_t from, to; /* the stream bytes of the read it came with */
+  } fds[BW_READER_FDS];
   uint32_t nfds;
 } bw_reader;
 
@@ -313,8 +318,9 @@ void bw_reader_fini(bw_reader *r); /* closes the descriptors it holds, not fd */
 bool bw_reader_next(bw_reader *r, bw_hdr *h, void *buf, size_t room, void **body, int *passed,
                     uint32_t max);
 
-/* Frames of this process whose first bytes a reader found while polling, before it would have
- * slept (the spin of rt_spin_ns): none when the spin is 0. For tests and diagnostics. */
+/* Reads of this process that found bytes while polling, before the reader would have slept
+ * (the spin of rt_spin_ns): none when the spin is 0. A bw_reader's read may bring several
+ * frames, or the rest of one. For tests and diagnostics. */
 uint64_t bw_frames_caught_polling(void);
 
 #endif

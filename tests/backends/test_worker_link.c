@@ -175,12 +175,14 @@ static void *write_late(void *arg) {
   return ok ? w : NULL;
 }
 
-static void expect_frame(int fd, uint64_t tag, bool with_fd, int pipe_read) {
+/* The next frame, by bw_recv_fd or through the reader r. */
+static void expect_frame(int fd, bw_reader *r, uint64_t tag, bool with_fd, int pipe_read) {
   bw_hdr h;
-  char buf[64];
+  _Alignas(16) char buf[64];
   void *body;
   int passed = -1;
-  CHECK(bw_recv_fd(fd, &h, buf, sizeof buf, &body, &passed));
+  CHECK(r ? bw_reader_next(r, &h, buf, sizeof buf, &body, &passed, BW_MAX_FRAME)
+          : bw_recv_fd(fd, &h, buf, sizeof buf, &body, &passed));
   CHECK_EQ(h.tag, tag);
   CHECK_EQ(h.len, sizeof(uint64_t));
   uint64_t v;
@@ -196,7 +198,7 @@ static void expect_frame(int fd, uint64_t tag, bool with_fd, int pipe_read) {
   }
 }
 
-TEST(frames_read_alike_polling_and_after_sleeping) {
+static void read_alike(bool buffered) {
   int sv[2], pipefd[2];
   CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
   CHECK_EQ(pipe(pipefd), 0);
@@ -205,14 +207,20 @@ TEST(frames_read_alike_polling_and_after_sleeping) {
   late_writer w = {sv[0], pipefd[1]};
   pthread_t t;
   CHECK_EQ(pthread_create(&t, NULL, write_late, &w), 0);
-  expect_frame(sv[1], 1, false, pipefd[0]);
-  expect_frame(sv[1], 2, false, pipefd[0]);
-  expect_frame(sv[1], 3, true, pipefd[0]);
-  expect_frame(sv[1], 4, false, pipefd[0]);
+  bw_reader reader, *r = buffered ? &reader : NULL;
+  CHECK(!buffered || bw_reader_init(r, sv[1], BW_SHARE));
+  expect_frame(sv[1], r, 1, false, pipefd[0]);
+  expect_frame(sv[1], r, 2, false, pipefd[0]);
+  expect_frame(sv[1], r, 3, true, pipefd[0]);
+  expect_frame(sv[1], r, 4, false, pipefd[0]);
   bw_hdr h;
-  char buf[16];
+  _Alignas(16) char buf[16];
   void *body;
-  CHECK(!bw_recv(sv[1], &h, buf, sizeof buf, &body)); /* the end */
+  int passed;
+  CHECK(!(r ? bw_reader_next(r, &h, buf, sizeof buf, &body, &passed, BW_MAX_FRAME)
+            : bw_recv(sv[1], &h, buf, sizeof buf, &body))); /* the end */
+  if (r)
+    bw_reader_fini(r);
   void *ok;
   CHECK_EQ(pthread_join(t, &ok), 0);
   CHECK(ok != NULL);
@@ -225,6 +233,14 @@ TEST(frames_read_alike_polling_and_after_sleeping) {
   close(pipefd[0]);
   close(pipefd[1]);
   close(sv[1]);
+}
+
+TEST(frames_read_alike_polling_and_after_sleeping) {
+  read_alike(false);
+}
+
+TEST(frames_read_alike_through_a_reader_polling_and_after_sleeping) {
+  read_alike(true);
 }
 
 /* ---- the buffered reader (wire.c bw_reader): what both ends read frames with ---- */
@@ -353,9 +369,51 @@ TEST(a_reader_gives_descriptors_to_their_frames) {
   }
 }
 
+/* Frames of every size, straddling the buffer's end (what is left moves to its start) and
+ * around its size (64 KiB - 16, 64 KiB, 64 KiB + 1), all waiting in the socket at once. */
+enum { MOVING_FRAMES = 400 };
+
+static uint32_t moving_len(int i) {
+  if (i >= 50 && i < 53)
+    return (uint32_t)BW_READER_BYTES - 16 + (uint32_t)(i == 51) * 16 + (uint32_t)(i == 52) * 17;
+  return (uint32_t)((i * 37 + 11) % 1500);
+}
+
+static void *write_moving(void *arg) {
+  int fd = *(int *)arg;
+  bool ok = true;
+  uint8_t *f = malloc(bw_frame_len(BW_READER_BYTES + 17, 0, 0));
+  for (int i = 0; i < MOVING_FRAMES && ok && f; i++) {
+    size_t n = bw_frame_len(moving_len(i), 0, 0);
+    put_frame(f, BW_UNSHARE, (uint64_t)i, moving_len(i));
+    ok = write(fd, f, n) == (ssize_t)n;
+  }
+  free(f);
+  close(fd);
+  return ok && f ? arg : NULL;
+}
+
+TEST(a_reader_moves_what_is_left_when_its_buffer_ends) {
+  int sv[2], passed;
+  CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+  pthread_t t;
+  CHECK_EQ(pthread_create(&t, NULL, write_moving, &sv[0]), 0);
+  usleep(20000); /* the socket full: reads fill the buffer to its end */
+  bw_reader r;
+  CHECK(bw_reader_init(&r, sv[1], BW_SHARE));
+  for (int i = 0; i < MOVING_FRAMES; i++)
+    expect_read(&r, BW_UNSHARE, (uint64_t)i, moving_len(i), &passed);
+  void *ok;
+  CHECK_EQ(pthread_join(t, &ok), 0);
+  CHECK(ok != NULL);
+  bw_reader_fini(&r);
+  close(sv[1]);
+}
+
 /* Limits: a frame one past `max` is refused, one at it read; a stream that ends mid-frame is
- * the end; descriptors past BW_READER_FDS with no frame to take them are closed, and the
- * reader's end closes those it holds (no descriptor leaks either way). */
+ * the end; descriptors that came with frames that take none (more than BW_READER_FDS of them)
+ * are closed, never given to a later BW_SHARE; a BW_SHARE whose descriptor never came gets
+ * none, not the next one's; no descriptor leaks. */
 static int open_fds(void) {
   int n = 0;
   for (int fd = 0; fd < 4096; fd++)
@@ -391,25 +449,48 @@ TEST(a_reader_at_its_limits) {
   bw_reader_fini(&r);
   close(sv[1]);
 
-  int before = open_fds(), p[2];
+  int before = open_fds(), pa[2], pb[2];
   CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
-  CHECK_EQ(pipe(p), 0);
+  CHECK_EQ(pipe(pa), 0);
+  CHECK_EQ(pipe(pb), 0);
   uint64_t v = 1;
-  for (int i = 0; i < BW_READER_FDS + 3; i++) /* descriptors nobody takes: UNSHARE frames */
-    CHECK(bw_send_fd(sv[0], BW_UNSHARE, 11, &v, sizeof v, p[1]));
+  for (int i = 0; i < BW_READER_FDS + 3; i++) /* descriptors no frame takes: UNSHAREs' */
+    CHECK(bw_send_fd(sv[0], BW_UNSHARE, 11, &v, sizeof v, pa[1]));
+  CHECK(bw_send(sv[0], BW_SHARE, 12, &v, sizeof v, NULL, 0, NULL, 0)); /* its descriptor lost */
+  CHECK(bw_send_fd(sv[0], BW_SHARE, 13, &v, sizeof v, pb[1]));
   close(sv[0]);
-  close(p[0]);
-  close(p[1]);
   CHECK(bw_reader_init(&r, sv[1], BW_SHARE));
-  int frames = 0;
-  while (bw_reader_next(&r, &h, buf, sizeof buf, &body, &passed, BW_MAX_FRAME)) {
+  for (int i = 0; i < BW_READER_FDS + 3; i++) {
+    CHECK(bw_reader_next(&r, &h, buf, sizeof buf, &body, &passed, BW_MAX_FRAME));
+    CHECK_EQ(h.tag, 11);
     CHECK_EQ(passed, -1);
-    frames++;
   }
-  CHECK_EQ(frames, BW_READER_FDS + 3);
-  CHECK_EQ(r.nfds, (uint32_t)BW_READER_FDS); /* held, at most that many */
+  CHECK(bw_reader_next(&r, &h, buf, sizeof buf, &body, &passed, BW_MAX_FRAME));
+  CHECK_EQ(h.tag, 12);
+  CHECK_EQ(passed, -1); /* none: not a stray, not the next frame's */
+  CHECK(bw_reader_next(&r, &h, buf, sizeof buf, &body, &passed, BW_MAX_FRAME));
+  CHECK_EQ(h.tag, 13);
+  CHECK(is_pipe(passed, pb[0]));
+  close(passed);
+  CHECK(!bw_reader_next(&r, &h, buf, sizeof buf, &body, &passed, BW_MAX_FRAME));
   bw_reader_fini(&r);
   close(sv[1]);
+
+  /* A reader that takes no descriptors (acceld's, of a worker's notes) closes one at once. */
+  CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+  CHECK(bw_send_fd(sv[0], BW_SHARE, 14, &v, sizeof v, pa[1]));
+  CHECK(bw_reader_init(&r, sv[1], -1));
+  int open_now = open_fds();
+  CHECK(bw_reader_next(&r, &h, buf, sizeof buf, &body, &passed, BW_MAX_FRAME));
+  CHECK_EQ(passed, -1);
+  CHECK_EQ(open_fds(), open_now); /* the one that came was closed at once, before fini */
+  bw_reader_fini(&r);
+  close(sv[0]);
+  close(sv[1]);
+  for (int i = 0; i < 2; i++) {
+    close(pa[i]);
+    close(pb[i]);
+  }
   CHECK_EQ(open_fds(), before);
 }
 
@@ -784,6 +865,8 @@ static const test_case tests[] = {
     TEST_CASE(frames_at_the_limit_and_one_past),
     TEST_CASE(a_descriptor_travels_with_its_frame),
     TEST_CASE(frames_read_alike_polling_and_after_sleeping),
+    TEST_CASE(frames_read_alike_through_a_reader_polling_and_after_sleeping),
+    TEST_CASE(a_reader_moves_what_is_left_when_its_buffer_ends),
     TEST_CASE(a_reader_takes_what_the_socket_holds_in_one_read),
     TEST_CASE(a_reader_gives_descriptors_to_their_frames),
     TEST_CASE(a_reader_at_its_limits),

@@ -5,7 +5,9 @@
  * back, a call), then writes frames built from the input into the note channel and hangs up.
  *   - Each input record is a frame: a type (DONE, REPLY, COMPILE or any), a tag (one of the
  *     pending ones, or arbitrary), a length, a body; a first byte with its top bit set sends
- *     the rest of the input raw instead.
+ *     the rest of the input raw instead. A type byte of 0xfe sends the frame's header with a
+ *     descriptor (acceld expects none: it must close it); 0xfd claims 64 times the length, up
+ *     to 4 MiB, its body the record's bytes repeated (past the reader's 64 KiB buffer).
  *   - Whatever comes, when the link has ended: every host function ran exactly once, the event
  *     is done, every staging page came back, and nothing leaked or crashed.
  * Linked with replay.c it is a plain program that runs the seed corpus through the target. */
@@ -59,6 +61,36 @@ static void add_pending(bw_link *l, bw_event *ev, char *dst, uint64_t tags[TAGS]
   pthread_mutex_unlock(&l->mu);
 }
 
+static int stray_fd = -1; /* a pipe's end a hostile worker passes along */
+
+/* A header with a descriptor, as bw_send_fd sends one. */
+static bool send_header_with_fd(int fd, const bw_hdr *h) {
+  union {
+    char buf[CMSG_SPACE(sizeof(int))];
+    struct cmsghdr align;
+  } u;
+  struct iovec v = {(void *)h, sizeof *h};
+  struct msghdr m = {
+      .msg_iov = &v, .msg_iovlen = 1, .msg_control = u.buf, .msg_controllen = sizeof u.buf};
+  struct cmsghdr *c = CMSG_FIRSTHDR(&m);
+  c->cmsg_level = SOL_SOCKET;
+  c->cmsg_type = SCM_RIGHTS;
+  c->cmsg_len = CMSG_LEN(sizeof(int));
+  memcpy(CMSG_DATA(c), &stray_fd, sizeof stray_fd);
+  return sendmsg(fd, &m, MSG_NOSIGNAL) == (ssize_t)sizeof *h;
+}
+
+/* len bytes of body: p[0..n) repeated. */
+static bool send_body(int fd, const uint8_t *p, size_t n, size_t len) {
+  for (size_t done = 0; done < len;) {
+    size_t k = len - done < n ? len - done : n;
+    if (write(fd, p, k) != (ssize_t)k)
+      return false;
+    done += k;
+  }
+  return true;
+}
+
 /* One frame from the input: 1 byte type, 1 byte tag, 2 bytes length, then the body. */
 static size_t send_record(int fd, const uint8_t *p, size_t n, const uint64_t tags[TAGS]) {
   if (n < 4)
@@ -68,9 +100,11 @@ static size_t send_record(int fd, const uint8_t *p, size_t n, const uint64_t tag
   uint64_t tag = p[1] < 2 * TAGS ? tags[p[1] % TAGS] : (uint64_t)p[1] << 32 | p[1];
   size_t len = (size_t)(p[2] | p[3] << 8);
   len = len <= n - 4 ? len : n - 4;
-  bw_hdr h = {.len = (uint32_t)len, .type = type, .tag = tag};
-  if (write(fd, &h, sizeof h) != (ssize_t)sizeof h ||
-      (len && write(fd, p + 4, len) != (ssize_t)len))
+  size_t claimed = p[0] == 0xfd && len > 0 ? len * 64 : len;
+  bw_hdr h = {.len = (uint32_t)claimed, .type = p[0] == 0xfe ? BW_DONE : type, .tag = tag};
+  bool ok = p[0] == 0xfe ? send_header_with_fd(fd, &h)
+                         : write(fd, &h, sizeof h) == (ssize_t)sizeof h;
+  if (!ok || (claimed && !send_body(fd, p + 4, len, claimed)))
     return n; /* the reader stopped reading (it refused a frame): the rest is moot */
   return 4 + len;
 }
@@ -101,6 +135,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   uint64_t tags[TAGS];
   add_pending(l, ev, dst, tags);
   fcntl(note[1], F_SETFL, O_NONBLOCK); /* a reader that stopped reading must not hang us */
+  int pipefd[2];
+  check(pipe(pipefd) == 0, "pipe");
+  stray_fd = pipefd[1];
   send_input(note[1], data, size, tags);
   close(note[1]); /* the worker hangs up: whatever is pending fails with ACCEL_EDEVLOST */
   pthread_mutex_lock(&l->mu);
@@ -121,5 +158,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   free(dst);
   close(cmd[1]);
   close(ack[1]);
+  close(pipefd[0]);
+  close(pipefd[1]);
   return 0;
 }
