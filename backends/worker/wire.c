@@ -299,7 +299,7 @@ static bool take_body(bw_reader *r, void *body, size_t len) {
     r->head += len;
     return true;
   }
-  size_t have = r->tail - r->head; /* less than len: fill stops at the header */
+  size_t have = r->tail - r->head; /* less than len: the buffer holds at most its size */
   memcpy(body, r->buf + r->head, have);
   r->head = r->tail;
   compact(r);
