@@ -199,14 +199,6 @@ bool bw_recv_fd(int fd, bw_hdr *h, void *buf, size_t room, void **body, int *pas
   return recv_frame(fd, h, buf, room, body, passed, BW_MAX_FRAME);
 }
 
-bool bw_recv_max(int fd, bw_hdr *h, void *buf, size_t room, void **body, uint32_t max) {
-  int passed;
-  bool ok = recv_frame(fd, h, buf, room, body, &passed, max);
-  if (passed >= 0)
-    close(passed); /* none expected here */
-  return ok;
-}
-
 bool bw_recv(int fd, bw_hdr *h, void *buf, size_t room, void **body) {
   int passed;
   bool ok = bw_recv_fd(fd, h, buf, room, body, &passed);

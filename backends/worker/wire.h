@@ -285,8 +285,6 @@ bool bw_send_fd(int fd, uint16_t type, uint64_t tag, const void *a, size_t alen,
  * `passed` (not NULL) gets a descriptor that came with the frame, else -1; bw_recv closes any. */
 bool bw_recv(int fd, bw_hdr *h, void *buf, size_t room, void **body);
 bool bw_recv_fd(int fd, bw_hdr *h, void *buf, size_t room, void **body, int *passed);
-/* As bw_recv, refusing (false) a frame longer than max. */
-bool bw_recv_max(int fd, bw_hdr *h, void *buf, size_t room, void **body, uint32_t max);
 
 /* A channel's frames read through a buffer: one read takes what the socket holds (a cork of
  * commands, several completions) where bw_recv makes two system calls per frame. A descriptor

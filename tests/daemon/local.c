@@ -732,12 +732,16 @@ static void send_stray_reply(td_client *c, uint64_t id) {
   td_send_raw(c, frame, sizeof frame, id);
 }
 
-/* A client with acknowledgements that sends 100 pings, one message each, and never
- * acknowledges: the daemon hands nng the WELCOME and 47 replies (its window of 48) and holds
- * the other 53 and the stray frame's answer. Returns once the client has taken those 47 and
- * the daemon has read everything the client sent: nothing is on its way either way. */
-static void hold_replies(td_daemon *d, td_client *c) {
+/* acceld started over tcp:// with `config`, and a client with acknowledgements that sends 100
+ * pings, one message each, and never acknowledges: the daemon hands nng the WELCOME and 47 replies
+ * (its window of 48) and holds the other 53 and the stray frame's answer. Returns once the client
+ * has taken those 47 and the daemon has read everything the client sent: nothing is on its way
+ * either way. */
+static void hold_replies(td_daemon *d, td_client *c, const char *config) {
   enum { PINGS = 100 };
+  char tcp[64];
+  start_tcp(d, config, tcp, sizeof tcp);
+  td_client_open(c, tcp);
   CHECK_OK(td_hello_caps(c, PROTO_CAP_ACK, NULL));
   long bad = td_status_field(d, "frames_bad");
   for (int i = 0; i < PINGS; i++) {
@@ -763,11 +767,8 @@ static void hold_replies(td_daemon *d, td_client *c) {
  * LeakSanitizer fails the stop otherwise). */
 TEST(tcp_replies_held_back_are_freed_when_the_client_hangs_up) {
   td_daemon d;
-  char tcp[64];
-  start_tcp(&d, "", tcp, sizeof tcp);
   td_client c;
-  td_client_open(&c, tcp);
-  hold_replies(&d, &c);
+  hold_replies(&d, &c, "");
   td_client_close(&c);
   wait_field(&d, "connections", 1); /* accelctl asking */
   stop(&d);
@@ -777,11 +778,8 @@ TEST(tcp_replies_held_back_are_freed_when_the_client_hangs_up) {
  * nobody acknowledges, so it ends at its timeout and the stop drops them. */
 TEST(tcp_replies_held_back_are_freed_when_the_daemon_stops) {
   td_daemon d;
-  char tcp[64];
-  start_tcp(&d, "[daemon]\ndrain_timeout_ms = 200\n", tcp, sizeof tcp);
   td_client c;
-  td_client_open(&c, tcp);
-  hold_replies(&d, &c);
+  hold_replies(&d, &c, "[daemon]\ndrain_timeout_ms = 200\n");
   CHECK_EQ(td_stop(&d), 0);
   CHECK(strstr(td_log(&d), "drain timed out") != NULL);
   td_client_close(&c);

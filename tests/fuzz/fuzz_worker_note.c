@@ -63,23 +63,6 @@ static void add_pending(bw_link *l, bw_event *ev, char *dst, uint64_t tags[TAGS]
 
 static int stray_fd = -1; /* a pipe's end a hostile worker passes along */
 
-/* A header with a descriptor, as bw_send_fd sends one. */
-static bool send_header_with_fd(int fd, const bw_hdr *h) {
-  union {
-    char buf[CMSG_SPACE(sizeof(int))];
-    struct cmsghdr align;
-  } u;
-  struct iovec v = {(void *)h, sizeof *h};
-  struct msghdr m = {
-      .msg_iov = &v, .msg_iovlen = 1, .msg_control = u.buf, .msg_controllen = sizeof u.buf};
-  struct cmsghdr *c = CMSG_FIRSTHDR(&m);
-  c->cmsg_level = SOL_SOCKET;
-  c->cmsg_type = SCM_RIGHTS;
-  c->cmsg_len = CMSG_LEN(sizeof(int));
-  memcpy(CMSG_DATA(c), &stray_fd, sizeof stray_fd);
-  return sendmsg(fd, &m, MSG_NOSIGNAL) == (ssize_t)sizeof *h;
-}
-
 /* len bytes of body: p[0..n) repeated. */
 static bool send_body(int fd, const uint8_t *p, size_t n, size_t len) {
   for (size_t done = 0; done < len;) {
@@ -101,10 +84,11 @@ static size_t send_record(int fd, const uint8_t *p, size_t n, const uint64_t tag
   size_t len = (size_t)(p[2] | p[3] << 8);
   len = len <= n - 4 ? len : n - 4;
   size_t claimed = p[0] == 0xfd && len > 0 ? len * 64 : len;
-  bw_hdr h = {.len = (uint32_t)claimed, .type = p[0] == 0xfe ? BW_DONE : type, .tag = tag};
-  bool ok = p[0] == 0xfe ? send_header_with_fd(fd, &h)
-                         : write(fd, &h, sizeof h) == (ssize_t)sizeof h;
-  if (!ok || (claimed && !send_body(fd, p + 4, len, claimed)))
+  bw_hdr h = {.len = (uint32_t)claimed, .type = type, .tag = tag};
+  bool ok = p[0] == 0xfe ? bw_send_fd(fd, BW_DONE, tag, p + 4, len, stray_fd)
+                         : write(fd, &h, sizeof h) == (ssize_t)sizeof h &&
+                               (!claimed || send_body(fd, p + 4, len, claimed));
+  if (!ok)
     return n; /* the reader stopped reading (it refused a frame): the rest is moot */
   return 4 + len;
 }
