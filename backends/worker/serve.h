@@ -4,6 +4,7 @@
 #define BW_SERVE_H
 
 #include <pthread.h>
+#include <stdatomic.h>
 
 #include "backends/worker/wire.h"
 
@@ -34,8 +35,9 @@ typedef struct ws_queue {
   pthread_t thread;
   bool has_thread, stop;
   ws_cdone *head, *tail;
-  uint64_t queued, sent; /* completions given to the completer, and sent by it */
-  be_event **pool;       /* recorded-and-done events, used again */
+  _Atomic uint64_t pushed; /* completions put in head..tail ever: what a polling completer reads */
+  uint64_t queued, sent;   /* completions given to the completer, and sent by it */
+  be_event **pool;         /* recorded-and-done events, used again */
   size_t npool, pool_cap;
 } ws_queue;
 

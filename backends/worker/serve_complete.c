@@ -17,6 +17,8 @@
 #include <time.h>
 
 #include "backends/worker/serve.h"
+#include "runtime/deadline.h"
+#include "runtime/spin.h"
 #include "runtime/status.h"
 
 /* ---- watched event records ---- */
@@ -259,12 +261,33 @@ static void by_host_function(ws_queue *q, uint64_t tag, int error, bool hold, bo
 
 /* ---- the completer ---- */
 
+/* cmu held, the queue empty: polls `pushed` for the spin time with cmu released (true if
+ * something came). A completer that is not a waiter of ccv costs the main thread, which
+ * submits every client's work, no futex wake when it queues the next completion. */
+static bool poll_for_work(ws_queue *q) {
+  uint64_t spin = rt_spin_ns();
+  if (spin == 0)
+    return false;
+  uint64_t seen = atomic_load(&q->pushed);
+  pthread_mutex_unlock(&q->cmu);
+  uint64_t until = rt_mono_ns() + spin;
+  bool got = false;
+  for (uint32_t looks = 1; !got; looks++) {
+    got = atomic_load_explicit(&q->pushed, memory_order_acquire) != seen;
+    if (!got && looks % 64 == 0 && rt_mono_ns() >= until)
+      break;
+    rt_cpu_relax();
+  }
+  pthread_mutex_lock(&q->cmu);
+  return got;
+}
+
 static void *completer(void *arg) {
   ws_queue *q = arg;
   pthread_setname_np(pthread_self(), "accel-dev-done"); /* seen in top -H, gdb, perf */
   pthread_mutex_lock(&q->cmu);
   for (;;) {
-    while (q->head == NULL && !q->stop)
+    while (q->head == NULL && !q->stop && !poll_for_work(q) && q->head == NULL && !q->stop)
       pthread_cond_wait(&q->ccv, &q->cmu);
     ws_cdone *c = q->head;
     if (c == NULL)
@@ -338,7 +361,8 @@ static bool by_completer(ws_queue *q, uint64_t tag, int error, bool event, uint6
   else
     q->head = c;
   q->tail = c;
-  pthread_cond_broadcast(&q->ccv);
+  atomic_fetch_add_explicit(&q->pushed, 1, memory_order_release);
+  pthread_cond_broadcast(&q->ccv); /* no system call while nobody waits: a polling completer */
   pthread_mutex_unlock(&q->cmu);
   return true;
 }
