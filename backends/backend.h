@@ -65,6 +65,10 @@ typedef struct be_open_opts {
   /* CUDA: bytes of caller memory the pin cache may keep registered for DMA (0: a quarter of
    * the host's memory; BE_PINNED_OFF: no pin cache). Process-wide: the latest open sets it. */
   uint64_t pinned_max;
+  /* Device workers (backends/worker/): which link of the device's worker process carries this
+   * open's calls. acceld gives each of its worlds (a loop's devices) a link of its own, read
+   * and submitted by a thread of its own in the worker. Ignored elsewhere. */
+  uint32_t worker_link;
 } be_open_opts;
 
 #define BE_PINNED_OFF UINT64_MAX

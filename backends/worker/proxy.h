@@ -83,9 +83,12 @@ typedef struct bw_cb {
   struct bw_cb *next;
 } bw_cb;
 
+struct bw_proc;
+
 typedef struct bw_link {
   const be_ops *real;
-  int group; /* the device index it serves, or -1: every device of the backend */
+  struct bw_proc *proc; /* the worker process it reaches (NULL: a link of its own, tests') */
+  uint32_t index;       /* its place in the process's links; 0: the one it was started with */
   pid_t pid;
   int cmd, note, ack, stage_fd;
   char *stage;
@@ -109,15 +112,27 @@ typedef struct bw_link {
   pthread_mutex_t mu; /* everything below */
   pthread_cond_t cv;
   bool dead;
-  int refs;  /* open devices: the process lives while there are */
   int objs;  /* events that may outlive their device: the struct lives while there are */
   bool torn; /* the process is over (refs reached 0) */
   bool lost[BW_LINK_DEVICES];
   bw_ids_pool ids[BW_K_COUNT];
   bw_pending *pend;
   uint32_t npend, pend_cap, free_head;
-  struct bw_link *next;
 } bw_link;
+
+/* A worker process and the links acceld reaches it through, one per world of acceld's that
+ * opened devices there (be_open_opts.worker_link); link[0] is the one it was started with
+ * and carries the attaching of the others. Under proxy_link.c's lock. */
+#define BW_MAX_LINKS 16u
+typedef struct bw_proc {
+  const be_ops *real;
+  int group; /* the device index it serves, or -1: every device of the backend */
+  pid_t pid;
+  int refs;  /* open devices over any of its links: the process lives while there are */
+  bool dead; /* killed: no new device joins it */
+  bw_link *link[BW_MAX_LINKS];
+  struct bw_proc *next;
+} bw_proc;
 
 struct bw_pqueue;
 
@@ -170,8 +185,9 @@ static inline void *bw_answer(void *body) {
 
 /* proxy_link.c */
 extern bw_options bw_opts;
-/* The live worker for device `index` of `real`, started if there is none: one more ref. */
-int bw_link_get(const be_ops *real, uint32_t index, bw_link **out);
+/* Link `link` (< BW_MAX_LINKS) of the live worker for device `index` of `real`, the worker
+ * started and the link attached if there are none: one more ref of the worker. */
+int bw_link_get(const be_ops *real, uint32_t index, uint32_t link, bw_link **out);
 /* The devices of `real` as a worker process sees them (a worker started for the question):
  * device numbers are the workers', whatever acceld's own process would see. */
 int bw_link_probe(const be_ops *real, int *count, char *why, size_t why_len);
@@ -180,7 +196,8 @@ int bw_link_probe(const be_ops *real, int *count, char *why, size_t why_len);
 int bw_link_adopt(const be_ops *real, int cmd, int note, int ack, size_t stage_bytes,
                   bw_link **out);
 void bw_link_end(bw_link *l);
-/* One ref less; the last one ends the worker. kill: end it at once (SIGKILL). */
+/* One ref less of l's worker; the last one ends it and its links. kill: end it at once
+ * (SIGKILL): every link of it fails what it has pending. */
 void bw_link_put(bw_link *l, bool kill_it);
 /* Sends a frame on cmd; false if the worker is gone. For frames no thread waits on: from a
  * loop thread they go out at the end of its loop's iteration (proxy_cork.c). */

@@ -21,7 +21,7 @@ extern char **environ;
 bw_options bw_opts;
 static char helper_path[4096];
 static pthread_mutex_t links_mu = PTHREAD_MUTEX_INITIALIZER;
-static bw_link *links;
+static bw_proc *procs; /* workers devices may join */
 
 void bw_configure(const bw_options *o) {
   pthread_mutex_lock(&links_mu);
@@ -274,7 +274,7 @@ static void *reader(void *arg) {
   void *body;
   int passed;
   bw_reader notes; /* no descriptors come this way */
-  bool ok = bw_reader_init(&notes, l->note, -1);
+  bool ok = bw_reader_init(&notes, l->note, 0);
   /* A frame past BW_MAX_NOTE ends the worker's link, as its death would. */
   while (ok && bw_reader_next(&notes, &h, buf, sizeof buf, &body, &passed, BW_MAX_NOTE)) {
     if (h.type == BW_DONE) {
@@ -504,15 +504,17 @@ void bw_link_release(bw_link *l) {
     link_memory_free(l);
 }
 
-/* Ends the process and its channels; the memory goes with the last object holding it. */
-static void link_free(bw_link *l, bool kill_it) {
+/* The channels stop: no frame goes out any more, the worker's thread serving the link sees
+ * the end of its calls. */
+static void link_stop(bw_link *l) {
   bw_cork_close(l); /* before cmd closes: a flush after would write to a closed descriptor */
-  if (kill_it)
-    bw_link_kill(l);
   if (l->cmd >= 0)
-    shutdown(l->cmd, SHUT_RDWR); /* the worker's main thread sees the end and exits */
-  if (l->pid > 0)
-    reap(l->pid, kill_it ? 0 : 2000);
+    shutdown(l->cmd, SHUT_RDWR);
+}
+
+/* After the process is over: the threads end, the channels close; the memory goes with the
+ * last object holding it. */
+static void link_finish(bw_link *l) {
   if (l->has_reader)
     pthread_join(l->reader, NULL); /* its note channel closed with the process */
   pthread_mutex_lock(&l->mu);
@@ -536,52 +538,149 @@ static void link_free(bw_link *l, bool kill_it) {
     link_memory_free(l);
 }
 
-static int link_new(const be_ops *real, int group, bw_link **out) {
+/* A link with a process of its own (a probe's, tests'): both end. */
+static void link_free(bw_link *l, bool kill_it) {
+  if (kill_it)
+    bw_link_kill(l);
+  link_stop(l);
+  if (l->pid > 0)
+    reap(l->pid, kill_it ? 0 : 2000);
+  link_finish(l);
+}
+
+/* A worker process ends with all its links. */
+static void proc_free(bw_proc *p, bool kill_it) {
+  if (kill_it && p->pid > 0)
+    kill(p->pid, SIGKILL);
+  for (uint32_t i = 0; i < BW_MAX_LINKS; i++)
+    if (p->link[i] != NULL)
+      link_stop(p->link[i]);
+  if (p->pid > 0)
+    reap(p->pid, kill_it ? 0 : 2000);
+  for (uint32_t i = 0; i < BW_MAX_LINKS; i++)
+    if (p->link[i] != NULL)
+      link_finish(p->link[i]);
+  free(p);
+}
+
+static bw_link *link_alloc(const be_ops *real) {
   bw_link *l = calloc(1, sizeof *l);
   if (l == NULL)
-    return ACCEL_ENOMEM;
+    return NULL;
   l->real = real;
-  l->group = group;
   l->cmd = l->note = l->ack = l->stage_fd = -1;
   pthread_mutex_init(&l->send_mu, NULL);
   pthread_mutex_init(&l->ack_mu, NULL);
   pthread_mutex_init(&l->mu, NULL);
   pthread_cond_init(&l->cv, NULL);
+  return l;
+}
+
+/* A link that never served (its threads not started, or ended): its channels close. */
+static void link_discard(bw_link *l) {
+  if (l->has_caller) {
+    pthread_mutex_lock(&l->mu);
+    l->cb_end = true;
+    pthread_cond_broadcast(&l->cv);
+    pthread_mutex_unlock(&l->mu);
+    pthread_join(l->caller, NULL);
+  }
+  close_fd(&l->cmd);
+  close_fd(&l->note);
+  close_fd(&l->ack);
+  bw_stage_fini(l);
+  link_memory_free(l);
+}
+
+static int link_new(const be_ops *real, bw_link **out) {
+  bw_link *l = link_alloc(real);
+  if (l == NULL)
+    return ACCEL_ENOMEM;
   int rc = spawn(l);
   if (rc != 0) {      /* links_mu may be held: not link_free */
     if (l->pid > 0) { /* started, but no thread could read it */
       kill(l->pid, SIGKILL);
       waitpid(l->pid, NULL, 0);
     }
-    if (l->has_caller) {
-      pthread_mutex_lock(&l->mu);
-      l->cb_end = true;
-      pthread_cond_broadcast(&l->cv);
-      pthread_mutex_unlock(&l->mu);
-      pthread_join(l->caller, NULL);
-    }
-    close_fd(&l->cmd);
-    close_fd(&l->note);
-    close_fd(&l->ack);
-    bw_stage_fini(l);
-    link_memory_free(l);
+    link_discard(l);
     return rc;
   }
   *out = l;
   return 0;
 }
 
-int bw_link_adopt(const be_ops *real, int cmd, int note, int ack, size_t stage_bytes,
-                  bw_link **out) {
-  bw_link *l = calloc(1, sizeof *l);
+static uint64_t stage_size(void) {
+  return bw_opts.stage_bytes ? bw_opts.stage_bytes : BW_STAGE_DEFAULT;
+}
+
+/* The worker's end of the new link's channels: its note, ack and staging region go as the
+ * first frame on its cmd, then cmd itself through the first link (under links_mu). */
+static int hand_over(bw_proc *p, bw_link *l, int *theirs) {
+  if (!bw_send_fds(l->cmd, BW_CHANNELS, 0, NULL, 0, theirs + 1, 3))
+    return ACCEL_ESYS;
+  void *body = NULL;
+  uint32_t len = 0;
+  int rc = bw_link_call_fd(p->link[0], BW_ATTACH, NULL, 0, theirs[0], &body, &len);
+  if (rc == 0)
+    rc = ((bw_reply *)body)->status;
+  free(body);
+  return rc;
+}
+
+/* Link n of a running worker: channels of its own, served by a thread of its own there. */
+static int link_attach(bw_proc *p, uint32_t n) {
+  bw_link *l = link_alloc(p->real);
   if (l == NULL)
     return ACCEL_ENOMEM;
-  *l = (bw_link){.real = real, .group = -2, .cmd = cmd, .note = note, .ack = ack, .stage_fd = -1};
-  pthread_mutex_init(&l->send_mu, NULL);
-  pthread_mutex_init(&l->ack_mu, NULL);
-  pthread_mutex_init(&l->mu, NULL);
-  pthread_cond_init(&l->cv, NULL);
-  l->refs = 1;
+  int theirs[4] = {-1, -1, -1, -1}; /* cmd, note, ack, staging */
+  int rc = ACCEL_ESYS;
+  if (pair(&l->cmd, &theirs[0]) && pair(&l->note, &theirs[1]) && pair(&l->ack, &theirs[2]) &&
+      bw_stage_init(l, stage_size()) && (theirs[3] = fcntl(l->stage_fd, F_DUPFD_CLOEXEC, 16)) >= 0)
+    rc = hand_over(p, l, theirs);
+  for (int i = 0; i < 4; i++)
+    if (theirs[i] >= 0)
+      close(theirs[i]);
+  if (rc == 0) { /* the worker serves it: what it sends is read from now on */
+    l->has_caller = pthread_create(&l->caller, NULL, caller, l) == 0;
+    l->has_reader = l->has_caller && pthread_create(&l->reader, NULL, reader, l) == 0;
+    rc = l->has_reader ? 0 : ACCEL_ESYS;
+  }
+  if (rc != 0) {
+    link_discard(l); /* the worker's thread for it, if any, sees its channels end */
+    return rc;
+  }
+  l->proc = p;
+  l->index = n;
+  l->pid = p->pid;
+  p->link[n] = l;
+  return 0;
+}
+
+static int proc_new(const be_ops *real, int group, bw_proc **out) {
+  bw_proc *p = calloc(1, sizeof *p);
+  if (p == NULL)
+    return ACCEL_ENOMEM;
+  int rc = link_new(real, &p->link[0]);
+  if (rc != 0) {
+    free(p);
+    return rc;
+  }
+  p->real = real;
+  p->group = group;
+  p->pid = p->link[0]->pid;
+  p->link[0]->proc = p;
+  *out = p;
+  return 0;
+}
+
+int bw_link_adopt(const be_ops *real, int cmd, int note, int ack, size_t stage_bytes,
+                  bw_link **out) {
+  bw_link *l = link_alloc(real);
+  if (l == NULL)
+    return ACCEL_ENOMEM;
+  l->cmd = cmd;
+  l->note = note;
+  l->ack = ack;
   if (!bw_stage_init(l, stage_bytes) ||
       !(l->has_caller = pthread_create(&l->caller, NULL, caller, l) == 0) ||
       !(l->has_reader = pthread_create(&l->reader, NULL, reader, l) == 0)) {
@@ -602,33 +701,57 @@ static int group_of(const be_ops *real, uint32_t index) {
   return real->can_peer || real->collective ? -1 : (int)index;
 }
 
-int bw_link_get(const be_ops *real, uint32_t index, bw_link **out) {
+static bool proc_joinable(const bw_proc *p, const be_ops *real, int group) {
+  return p->real == real && p->group == group && !p->dead &&
+         !__atomic_load_n(&p->link[0]->dead, __ATOMIC_RELAXED);
+}
+
+static void proc_unlist(bw_proc *p) { /* under links_mu */
+  for (bw_proc **at = &procs; *at; at = &(*at)->next)
+    if (*at == p) {
+      *at = p->next;
+      break;
+    }
+}
+
+int bw_link_get(const be_ops *real, uint32_t index, uint32_t link, bw_link **out) {
+  *out = NULL;
+  if (link >= BW_MAX_LINKS)
+    return ACCEL_EINVAL;
   int group = group_of(real, index);
   pthread_mutex_lock(&links_mu);
-  bw_link *l = links;
-  while (l != NULL && (l->real != real || l->group != group || l->dead))
-    l = l->next;
+  bw_proc *p = procs;
+  while (p != NULL && !proc_joinable(p, real, group))
+    p = p->next;
   int rc = 0;
-  if (l == NULL && (rc = link_new(real, group, &l)) == 0) {
-    l->next = links;
-    links = l;
+  if (p == NULL && (rc = proc_new(real, group, &p)) == 0) {
+    p->next = procs;
+    procs = p;
   }
-  if (rc == 0)
-    l->refs++;
+  if (rc == 0 && p->link[link] == NULL)
+    rc = link_attach(p, link);
+  bw_proc *unused = NULL;
+  if (rc == 0) {
+    p->refs++;
+    *out = p->link[link];
+  } else if (p != NULL && p->refs == 0) { /* started for this open alone */
+    proc_unlist(p);
+    unused = p;
+  }
   pthread_mutex_unlock(&links_mu);
-  *out = l;
+  if (unused != NULL)
+    proc_free(unused, false);
   return rc;
 }
 
 int bw_link_probe(const be_ops *real, int *count, char *why, size_t why_len) {
   bw_link *l;
   *count = 0;
-  int rc = link_new(real, -2, &l); /* its own: never joined by a device */
+  int rc = link_new(real, &l); /* its own: never joined by a device */
   if (rc != 0) {
     snprintf(why, why_len, "the device worker did not start");
     return ACCEL_ENOTSUP;
   }
-  l->refs = 1;
   void *body = NULL;
   uint32_t len = 0;
   rc = bw_link_call(l, BW_PROBE, NULL, 0, NULL, 0, NULL, 0, &body, &len, NULL, NULL);
@@ -649,21 +772,16 @@ int bw_link_probe(const be_ops *real, int *count, char *why, size_t why_len) {
 }
 
 void bw_link_put(bw_link *l, bool kill_it) {
+  bw_proc *p = l->proc;
   pthread_mutex_lock(&links_mu);
   if (kill_it) {
     bw_link_kill(l); /* its other devices see their work fail: a fresh worker serves them */
-    pthread_mutex_lock(&l->mu);
-    __atomic_store_n(&l->dead, true, __ATOMIC_RELAXED); /* no new device joins it */
-    pthread_mutex_unlock(&l->mu);
+    p->dead = true;  /* no new device joins it */
   }
-  bool last = --l->refs == 0;
+  bool last = --p->refs == 0;
   if (last)
-    for (bw_link **p = &links; *p; p = &(*p)->next)
-      if (*p == l) {
-        *p = l->next;
-        break;
-      }
+    proc_unlist(p);
   pthread_mutex_unlock(&links_mu);
   if (last)
-    link_free(l, kill_it);
+    proc_free(p, kill_it);
 }

@@ -65,7 +65,7 @@ static int (*const probes[PROXY_TABLES])(int *, char *, size_t) = {probe0, probe
 
 /* Opens device `index` of real in a worker (joining the backend's, or a fresh one). */
 static int attach(bw_pdev *d, const be_open_opts *opts) {
-  int rc = bw_link_get(d->real, d->index, &d->link);
+  int rc = bw_link_get(d->real, d->index, opts->worker_link, &d->link);
   if (rc != 0)
     return rc;
   bw_open o = {.dev = d->index, .opts = *opts, .stage_bytes = d->link->stage_bytes};

@@ -1,7 +1,8 @@
-/* The device worker process (worker.h): its channels, id tables and completions. The main
- * thread reads calls from acceld in order and submits them (serve_calls.c); completions come
- * back from the backend's threads; an ack thread lets host callbacks that hold their queue
- * go on once acceld has run its function. */
+/* The device worker process (worker.h): its links' channels, id tables and completions. A
+ * thread per link (the main thread for the first) reads its calls from acceld in order and
+ * submits them (serve_calls.c); completions come back from the backend's threads; an ack
+ * thread per link lets host callbacks that hold their queue go on once acceld has run its
+ * function. */
 #include <errno.h>
 #include <signal.h>
 #include <stdio.h>
@@ -16,9 +17,27 @@
 #include "backends/worker/serve.h"
 #include "backends/worker/worker.h"
 
-ws_state ws = {.note_mu = PTHREAD_MUTEX_INITIALIZER,
-               .mu = PTHREAD_MUTEX_INITIALIZER,
-               .cv = PTHREAD_COND_INITIALIZER};
+_Thread_local ws_state *ws_self;
+
+static void link_init(ws_state *l) {
+  pthread_mutex_init(&l->note_mu, NULL);
+  pthread_mutex_init(&l->mu, NULL);
+  pthread_cond_init(&l->cv, NULL);
+  pthread_cond_init(&l->poll_cv, NULL);
+  l->cmd = l->note = l->ack = -1;
+}
+
+ws_state *ws_link_new(const ws_state *from) {
+  ws_state *l = calloc(1, sizeof *l);
+  if (l == NULL)
+    return NULL;
+  link_init(l);
+  l->be = from->be;
+  l->probe_rc = from->probe_rc;
+  l->probe_count = from->probe_count;
+  memcpy(l->probe_why, from->probe_why, sizeof l->probe_why);
+  return l;
+}
 
 /* ---- notes to acceld ---- */
 
@@ -77,7 +96,7 @@ void *ws_stage_at(uint64_t off, uint64_t bytes) {
 /* ---- the ack channel ---- */
 
 static void *ack_thread(void *arg) {
-  (void)arg;
+  ws_self = arg;
   pthread_setname_np(pthread_self(), "accel-dev-ack"); /* seen in top -H, gdb, perf */
   bw_hdr h;
   char buf[64];
@@ -110,46 +129,37 @@ static const be_ops *backend_named(const char *name) {
   return NULL;
 }
 
-static bool map_stage(void) {
+bool ws_map_stage(ws_state *l, int fd) {
   struct stat st;
-  if (fstat(BW_FD_STAGE, &st) != 0 || st.st_size <= 0)
+  if (fstat(fd, &st) != 0 || st.st_size <= 0)
     return false;
-  ws.stage_bytes = (size_t)st.st_size;
-  ws.stage = mmap(NULL, ws.stage_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, BW_FD_STAGE, 0);
-  return ws.stage != MAP_FAILED;
+  void *p = mmap(NULL, (size_t)st.st_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (p == MAP_FAILED)
+    return false;
+  l->stage = p;
+  l->stage_bytes = (size_t)st.st_size;
+  return true;
 }
 
-int bw_worker_main(int argc, char **argv) {
-  if (argc != 2 || (ws.be = backend_named(argv[1])) == NULL) {
-    fprintf(stderr, "accel-device: usage: accel-device BACKEND (started by acceld)\n");
-    return 2;
-  }
-  struct rlimit none = {0, 0};
-  setrlimit(RLIMIT_CORE, &none); /* a faulting kernel is an expected event, not a core file */
-  signal(SIGPIPE, SIG_IGN);
-  ws.cmd = BW_FD_CMD;
-  ws.note = BW_FD_NOTE;
-  ws.ack = BW_FD_ACK;
-  if (!map_stage()) {
-    fprintf(stderr, "accel-device: no staging region on fd %d\n", BW_FD_STAGE);
-    return 2;
-  }
-  char why[128] = "";
-  ws.probe_rc = ws.be->probe(&ws.probe_count, why, sizeof why); /* devices are numbered here */
-  snprintf(ws.probe_why, sizeof ws.probe_why, "%s", why);
+void ws_serve(ws_state *link) {
+  ws_self = link;
   pthread_t t;
-  if (pthread_create(&t, NULL, ack_thread, NULL) != 0 || !ws_completions_start())
-    return 1;
+  if (pthread_create(&t, NULL, ack_thread, link) != 0 || !ws_completions_start(link))
+    _exit(1);
   _Alignas(16) char buf[4096];
   bw_hdr h;
   void *body;
   int passed;
-  bw_reader cmds; /* the only call that brings a descriptor is BW_SHARE */
-  if (!bw_reader_init(&cmds, ws.cmd, BW_SHARE))
-    return 1;
+  bw_reader cmds; /* the calls that bring a descriptor: BW_SHARE, BW_ATTACH (first link) */
+  uint64_t fd_types = BW_TYPE_BIT(BW_SHARE) | (link->index == 0 ? BW_TYPE_BIT(BW_ATTACH) : 0);
+  if (!bw_reader_init(&cmds, ws.cmd, fd_types))
+    _exit(1);
   while (bw_reader_next(&cmds, &h, buf, sizeof buf, &body, &passed, BW_MAX_FRAME)) {
-    if (h.type == BW_SHARE) {
-      ws_share(&h, body, passed);
+    if (h.type == BW_SHARE || h.type == BW_ATTACH) {
+      if (h.type == BW_SHARE)
+        ws_share(&h, body, passed);
+      else
+        ws_attach(&h, passed);
       if (body != buf)
         free(body);
       continue;
@@ -167,4 +177,29 @@ int bw_worker_main(int argc, char **argv) {
       free(body);
   }
   _exit(0); /* acceld closed the channel (or went): nothing here outlives it */
+}
+
+int bw_worker_main(int argc, char **argv) {
+  static ws_state first;
+  link_init(&first);
+  ws_self = &first;
+  if (argc != 2 || (ws.be = backend_named(argv[1])) == NULL) {
+    fprintf(stderr, "accel-device: usage: accel-device BACKEND (started by acceld)\n");
+    return 2;
+  }
+  struct rlimit none = {0, 0};
+  setrlimit(RLIMIT_CORE, &none); /* a faulting kernel is an expected event, not a core file */
+  signal(SIGPIPE, SIG_IGN);
+  ws.cmd = BW_FD_CMD;
+  ws.note = BW_FD_NOTE;
+  ws.ack = BW_FD_ACK;
+  if (!ws_map_stage(&first, BW_FD_STAGE)) {
+    fprintf(stderr, "accel-device: no staging region on fd %d\n", BW_FD_STAGE);
+    return 2;
+  }
+  char why[128] = "";
+  ws.probe_rc = ws.be->probe(&ws.probe_count, why, sizeof why); /* devices are numbered here */
+  snprintf(ws.probe_why, sizeof ws.probe_why, "%s", why);
+  ws_serve(&first);
+  return 0;
 }

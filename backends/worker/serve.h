@@ -1,5 +1,12 @@
 /* The worker process's side (worker.h): its state, shared by serve.c (channels, tables,
- * completions) and serve_calls.c (one handler per call). */
+ * completions) and serve_calls.c (one handler per call).
+ *
+ * A worker serves one or more links, each a set of channels of its own (wire.h): the one it
+ * was started with and those acceld attaches later (BW_ATTACH), one per acceld world that
+ * uses the devices. Each link has its own state (ws_state: devices opened through it, ids,
+ * tables, completions) and its own thread reading its calls; nothing of one link's is
+ * named by another's calls. `ws` is the state of the link the running thread serves: each
+ * thread of a link sets ws_self when it starts, a backend's host function when it runs. */
 #ifndef BW_SERVE_H
 #define BW_SERVE_H
 
@@ -22,7 +29,10 @@ typedef struct ws_cdone {
 /* A queue: its backend queue (NULL where creating it failed: `error` then fails its work)
  * and the error of a call that failed on submission, which the next completion queued
  * behind it reports (an op's error is found where acceld no longer waits for the call). */
+typedef struct ws_state ws_state;
+
 typedef struct ws_queue {
+  ws_state *link; /* the link whose calls made it */
   be_queue *q;
   uint32_t dev;
   int error;
@@ -46,8 +56,9 @@ typedef struct ws_table {
   size_t cap;
 } ws_table;
 
-typedef struct ws_state {
+struct ws_state {
   const be_ops *be;
+  uint32_t index;            /* 0: the link the worker was started with */
   int probe_rc, probe_count; /* what the backend's probe found here */
   char probe_why[128];
   be_device *dev[BW_MAX_DEVICES];
@@ -64,9 +75,21 @@ typedef struct ws_state {
   size_t nacked, acked_cap;
   struct ws_load *loads;   /* loads waiting for acceld's compiler */
   struct ws_evrec *evrecs; /* event records whose completion acceld has not heard of */
-} ws_state;
+  /* The poller (serve_complete.c): flushes asked from inside host functions, under mu. */
+  pthread_cond_t poll_cv;
+  uint64_t poll_asked, poll_done;
+};
 
-extern ws_state ws;
+extern _Thread_local ws_state *ws_self;
+#define ws (*ws_self)
+
+/* serve.c: a fresh link's state (the backend and its probe as in `from`), or NULL. */
+ws_state *ws_link_new(const ws_state *from);
+/* Reads the link's calls and submits them in order, until its channel ends (then the
+ * process ends). */
+_Noreturn void ws_serve(ws_state *link);
+/* Maps the staging region on fd for the link; false if it cannot. */
+bool ws_map_stage(ws_state *l, int fd);
 
 /* serve.c */
 void ws_reply(uint64_t tag, int status, const void *a, size_t alen, const void *b, size_t blen);
@@ -79,7 +102,7 @@ be_device *ws_device(uint32_t dev);
 /* serve_complete.c: a completion of `tag` queued on q behind its work (hold: the queue waits
  * for acceld's ack); if it cannot be queued, it is sent at once with the error. */
 void ws_complete_after(ws_queue *q, uint64_t tag, bool hold, bool clear_pending);
-bool ws_completions_start(void);
+bool ws_completions_start(ws_state *link);
 void ws_queue_init(ws_queue *q);
 /* After the backend's queue_destroy: the completer sends what it has, ends, and its events
  * are freed. */
@@ -95,6 +118,9 @@ void *ws_stage_at(uint64_t off, uint64_t bytes);
 
 /* serve_calls.c: handles one call from `cmd` (body: h->len bytes). */
 void ws_handle(const bw_hdr *h, void *body);
+/* serve_attach.c: BW_ATTACH with the new link's call channel (taken): its other channels
+ * are the first frame there; a thread of its own then serves it. */
+void ws_attach(const bw_hdr *h, int fd);
 /* serve_share.c: BW_SHARE with its descriptor (taken), BW_UNSHARE; a copy's host side in a
  * shared region, or NULL if [off, off + bytes) is not in region `id`. */
 void ws_share(const bw_hdr *h, const void *body, int fd);

@@ -124,6 +124,7 @@ static void queue_create(const bw_ids *b) {
     return;
   }
   q->dev = b->dev;
+  q->link = ws_self;
   ws_queue_init(q);
   q->error = d == NULL ? ACCEL_EINVAL : ws.be->queue_create(d, &q->q);
 }

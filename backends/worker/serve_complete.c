@@ -150,36 +150,33 @@ static void send_done(uint64_t tag, bool event, int status) {
 
 /* ---- the poller (flushes asked from inside a host function) ---- */
 
-static pthread_cond_t poll_cv = PTHREAD_COND_INITIALIZER;
-static uint64_t poll_asked, poll_done;
-
 static void *poller(void *arg) {
-  (void)arg;
+  ws_self = arg;
   pthread_setname_np(pthread_self(), "accel-dev-poll"); /* seen in top -H, gdb, perf */
   pthread_mutex_lock(&ws.mu);
   for (;;) {
-    while (poll_done == poll_asked)
-      pthread_cond_wait(&poll_cv, &ws.mu);
-    uint64_t target = poll_asked;
+    while (ws.poll_done == ws.poll_asked)
+      pthread_cond_wait(&ws.poll_cv, &ws.mu);
+    uint64_t target = ws.poll_asked;
     flush_events();
-    poll_done = target;
-    pthread_cond_broadcast(&poll_cv);
+    ws.poll_done = target;
+    pthread_cond_broadcast(&ws.poll_cv);
   }
   return NULL;
 }
 
 static void flush_through_poller(void) {
   pthread_mutex_lock(&ws.mu);
-  uint64_t want = ++poll_asked;
-  pthread_cond_broadcast(&poll_cv);
-  while (poll_done < want)
-    pthread_cond_wait(&poll_cv, &ws.mu);
+  uint64_t want = ++ws.poll_asked;
+  pthread_cond_broadcast(&ws.poll_cv);
+  while (ws.poll_done < want)
+    pthread_cond_wait(&ws.poll_cv, &ws.mu);
   pthread_mutex_unlock(&ws.mu);
 }
 
-bool ws_completions_start(void) {
+bool ws_completions_start(ws_state *link) {
   pthread_t t;
-  return pthread_create(&t, NULL, poller, NULL) == 0;
+  return pthread_create(&t, NULL, poller, link) == 0;
 }
 
 /* ---- host functions ---- */
@@ -225,6 +222,7 @@ static void sent_up_to(ws_queue *q, uint64_t seq) {
 static void on_complete(void *arg, int status) {
   ws_done_arg d = *(ws_done_arg *)arg;
   free(arg);
+  ws_self = d.q->link; /* a backend's thread: it may serve several links */
   if (status != 0) {
     /* The backend failed it (a fault, a queue destroyed): perhaps from inside a call that
      * holds the backend's locks (CUDA's fault handling calls them), where waiting for the
@@ -284,6 +282,7 @@ static bool poll_for_work(ws_queue *q) {
 
 static void *completer(void *arg) {
   ws_queue *q = arg;
+  ws_self = q->link;
   pthread_setname_np(pthread_self(), "accel-dev-done"); /* seen in top -H, gdb, perf */
   pthread_mutex_lock(&q->cmu);
   for (;;) {

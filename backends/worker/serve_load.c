@@ -11,7 +11,8 @@
 #include "backends/worker/serve.h"
 
 typedef struct ws_load {
-  uint64_t tag; /* the load's call */
+  ws_state *link; /* whose call it is */
+  uint64_t tag;   /* the load's call */
   bw_hdr h;
   void *body; /* the call: bw_load, options, code */
   struct ws_load *next;
@@ -111,6 +112,7 @@ static int run_load(ws_load_t *l, be_module **m, char **log) {
 
 static void *load_thread(void *arg) {
   ws_load_t *l = arg;
+  ws_self = l->link;
   be_module *m = NULL;
   char *log = NULL;
   int rc = run_load(l, &m, &log);
@@ -143,7 +145,7 @@ void ws_load(const bw_hdr *h, void *body) {
       return;
     }
   }
-  *l = (ws_load_t){.tag = h->tag, .h = *h, .body = body};
+  *l = (ws_load_t){.link = ws_self, .tag = h->tag, .h = *h, .body = body};
   pthread_mutex_lock(&ws.mu);
   l->next = ws.loads;
   ws.loads = l;

@@ -12,6 +12,8 @@
 #include "runtime/deadline.h"
 #include "runtime/spin.h"
 
+static bool read_all(int fd, void *p, size_t n);
+
 /* Writes every byte of the vector, retrying short writes and EINTR. */
 static bool write_vec(int fd, struct iovec *v, int n) {
   while (n > 0) {
@@ -74,26 +76,31 @@ void bw_frame_put(uint8_t *to, uint16_t type, uint64_t tag, const void *a, size_
     memcpy(to + alen + blen, c, clen);
 }
 
-bool bw_send_fd(int fd, uint16_t type, uint64_t tag, const void *a, size_t alen, int pass) {
+bool bw_send_fds(int fd, uint16_t type, uint64_t tag, const void *a, size_t alen, const int *pass,
+                 int npass) {
+  if (npass < 1 || npass > BW_MAX_PASS)
+    return false;
   bw_hdr h = {.len = (uint32_t)alen, .type = type, .tag = tag};
   union {
-    char buf[CMSG_SPACE(sizeof(int))];
+    char buf[CMSG_SPACE(sizeof(int) * BW_MAX_PASS)];
     struct cmsghdr align;
   } u;
   struct iovec v = {&h, sizeof h};
-  struct msghdr m = {
-      .msg_iov = &v, .msg_iovlen = 1, .msg_control = u.buf, .msg_controllen = sizeof u.buf};
+  struct msghdr m = {.msg_iov = &v,
+                     .msg_iovlen = 1,
+                     .msg_control = u.buf,
+                     .msg_controllen = CMSG_SPACE(sizeof(int) * (size_t)npass)};
   struct cmsghdr *c = CMSG_FIRSTHDR(&m);
   c->cmsg_level = SOL_SOCKET;
   c->cmsg_type = SCM_RIGHTS;
-  c->cmsg_len = CMSG_LEN(sizeof(int));
-  memcpy(CMSG_DATA(c), &pass, sizeof pass);
+  c->cmsg_len = CMSG_LEN(sizeof(int) * (size_t)npass);
+  memcpy(CMSG_DATA(c), pass, sizeof(int) * (size_t)npass);
   ssize_t w;
   while ((w = sendmsg(fd, &m, MSG_NOSIGNAL)) < 0 && errno == EINTR) {
   }
   if (w <= 0)
     return false;
-  /* The descriptor went with the first byte; the rest of the frame is plain bytes. */
+  /* The descriptors went with the first byte; the rest of the frame is plain bytes. */
   struct iovec rest[2] = {{(char *)&h + w, sizeof h - (size_t)w}, {(void *)a, alen}};
   int n = 0;
   struct iovec *from = rest;
@@ -101,6 +108,43 @@ bool bw_send_fd(int fd, uint16_t type, uint64_t tag, const void *a, size_t alen,
     from++;
   n = (rest[0].iov_len ? 1 : 0) + (alen ? 1 : 0);
   return n == 0 || write_vec(fd, from, n);
+}
+
+bool bw_send_fd(int fd, uint16_t type, uint64_t tag, const void *a, size_t alen, int pass) {
+  return bw_send_fds(fd, type, tag, a, alen, &pass, 1);
+}
+
+bool bw_recv_fds(int fd, uint16_t type, int *fds, int n) {
+  union {
+    char buf[CMSG_SPACE(sizeof(int) * BW_MAX_PASS)];
+    struct cmsghdr align;
+  } u;
+  bw_hdr h;
+  struct iovec v = {&h, sizeof h};
+  struct msghdr m = {
+      .msg_iov = &v, .msg_iovlen = 1, .msg_control = u.buf, .msg_controllen = sizeof u.buf};
+  ssize_t r;
+  while ((r = recvmsg(fd, &m, MSG_CMSG_CLOEXEC)) < 0 && errno == EINTR) {
+  }
+  int got = 0;
+  for (struct cmsghdr *c = CMSG_FIRSTHDR(&m); r > 0 && c; c = CMSG_NXTHDR(&m, c))
+    if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) {
+      int k = (int)((c->cmsg_len - CMSG_LEN(0)) / sizeof(int));
+      for (int i = 0; i < k; i++) {
+        int one;
+        memcpy(&one, CMSG_DATA(c) + i * sizeof(int), sizeof one);
+        if (got < n)
+          fds[got++] = one;
+        else
+          close(one);
+      }
+    }
+  bool ok = r > 0 && got == n && (m.msg_flags & MSG_CTRUNC) == 0 &&
+            read_all(fd, (char *)&h + r, sizeof h - (size_t)r) && h.type == type && h.len == 0;
+  if (!ok)
+    for (int i = 0; i < got; i++)
+      close(fds[i]);
+  return ok;
 }
 
 /* One recvmsg of a frame's first bytes (flags: MSG_DONTWAIT or 0); a descriptor comes with them
@@ -209,8 +253,8 @@ bool bw_recv(int fd, bw_hdr *h, void *buf, size_t room, void **body) {
 
 /* ---- a buffered reader ---- */
 
-bool bw_reader_init(bw_reader *r, int fd, int fd_type) {
-  *r = (bw_reader){.fd = fd, .fd_type = fd_type};
+bool bw_reader_init(bw_reader *r, int fd, uint64_t fd_types) {
+  *r = (bw_reader){.fd = fd, .fd_types = fd_types};
   r->buf = malloc(BW_READER_BYTES);
   return r->buf != NULL;
 }
@@ -230,7 +274,7 @@ void bw_reader_fini(bw_reader *r) {
 static void keep_fd(bw_reader *r, int fd, uint64_t from, uint64_t to) {
   if (fd < 0)
     return;
-  if (r->fd_type < 0 || r->nfds == BW_READER_FDS)
+  if (r->fd_types == 0 || r->nfds == BW_READER_FDS)
     close(fd); /* none expected; or more than the frames in one buffer could take */
   else
     r->fds[r->nfds++] = (struct bw_reader_fd){fd, from, to};
@@ -238,7 +282,7 @@ static void keep_fd(bw_reader *r, int fd, uint64_t from, uint64_t to) {
 
 /* For the frame whose header starts at stream offset `at`: descriptors whose read ended before
  * it belong to no frame left and are closed; the one whose read ended inside its header is the
- * frame's, if the frame takes one. A BW_SHARE whose descriptor was lost (the receiver out of
+ * frame's, if the frame takes one. A frame whose descriptor was lost (the receiver out of
  * descriptors: the kernel drops it) gets none, never a later frame's. */
 static int fd_for(bw_reader *r, uint64_t at, bool takes) {
   while (r->nfds > 0 && r->fds[0].to <= at) {
@@ -324,6 +368,6 @@ bool bw_reader_next(bw_reader *r, bw_hdr *h, void *buf, size_t room, void **body
   }
   if (r->head == r->tail)
     compact(r); /* empty: the next read starts at the buffer's start */
-  *passed = fd_for(r, at, (int)h->type == r->fd_type);
+  *passed = fd_for(r, at, h->type < 64 && (r->fd_types & BW_TYPE_BIT(h->type)));
   return true;
 }

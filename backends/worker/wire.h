@@ -15,7 +15,13 @@
  *          wait for it. A channel of its own: the worker's main thread may be blocked
  *          submitting behind that very callback, so acks must not queue behind calls.
  * The staging region (fd 6) is a memfd both map: host data of copies travels through it in
- * pages acceld hands out and takes back when the copy's completion comes. */
+ * pages acceld hands out and takes back when the copy's completion comes.
+ *
+ * These channels and region are the worker's first link. acceld attaches more links (one per
+ * world of its that opens devices there: each loop submits through its own, and the worker
+ * serves each on a thread of its own): BW_ATTACH on the first link's cmd passes the new cmd
+ * socket, whose first frame, BW_CHANNELS, passes the new note, ack and staging region. Calls
+ * of one link name only that link's devices, queues, events and memory. */
 #ifndef BW_WIRE_H
 #define BW_WIRE_H
 
@@ -84,6 +90,8 @@ typedef enum bw_type {
   BW_REDUCE,     /* bw_reduce */
   BW_WHERE,      /* bw_where */
   BW_CONVERT,    /* bw_convert */
+  BW_ATTACH,     /* with a new link's cmd socket (SCM_RIGHTS); reply status once it is served */
+  BW_CHANNELS,   /* a new link's first frame on its cmd: note, ack, staging (SCM_RIGHTS) */
   /* ---- worker -> acceld (note) ---- */
   BW_REPLY = 64, /* bw_reply + the call's answer; tag: the call */
   BW_DONE,       /* bw_reply; tag: the completion */
@@ -277,8 +285,15 @@ size_t bw_frame_len(size_t alen, size_t blen, size_t clen);
 void bw_frame_put(uint8_t *to, uint16_t type, uint64_t tag, const void *a, size_t alen,
                   const void *b, size_t blen, const void *c, size_t clen);
 
-/* As bw_send, with a descriptor passed along (SCM_RIGHTS). */
+/* As bw_send, with a descriptor passed along (SCM_RIGHTS); bw_send_fds with npass of them
+ * (1..BW_MAX_PASS). */
+#define BW_MAX_PASS 4
 bool bw_send_fd(int fd, uint16_t type, uint64_t tag, const void *a, size_t alen, int pass);
+bool bw_send_fds(int fd, uint16_t type, uint64_t tag, const void *a, size_t alen, const int *pass,
+                 int npass);
+/* Reads a frame of `type` with no body and exactly n descriptors (n <= BW_MAX_PASS) into fds;
+ * false (nothing kept) otherwise. For a channel's first frame, read before any other. */
+bool bw_recv_fds(int fd, uint16_t type, int *fds, int n);
 
 /* Reads one frame: the header, then len bytes into *body (malloc'd when longer than `room`,
  * else `buf`); false at the end of the stream, on an error, or past BW_MAX_FRAME. bw_recv_fd's
@@ -288,7 +303,7 @@ bool bw_recv_fd(int fd, bw_hdr *h, void *buf, size_t room, void **body, int *pas
 
 /* A channel's frames read through a buffer: one read takes what the socket holds (a cork of
  * commands, several completions) where bw_recv makes two system calls per frame. A descriptor
- * goes to the frame of type `fd_type` whose header the read that brought it ended in (the
+ * goes to the frame of a type in `fd_types` whose header the read that brought it ended in (the
  * kernel ends a read with the message a descriptor travelled with, and bw_send_fd sends the
  * header alone with it); one no frame takes is closed, as are descriptors past
  * BW_READER_FDS. One thread reads a reader. */
@@ -297,7 +312,7 @@ bool bw_recv_fd(int fd, bw_hdr *h, void *buf, size_t room, void **body, int *pas
 
 typedef struct bw_reader {
   int fd;
-  int fd_type; /* frames that take a descriptor (a bw_type), or -1: none */
+  uint64_t fd_types; /* BW_TYPE_BIT of each frame type that takes a descriptor; 0: none */
   uint8_t *buf;
   size_t head, tail; /* bytes read and not taken: buf[head..tail) */
   uint64_t base;     /* the stream offset of buf[0] */
@@ -308,11 +323,12 @@ typedef struct bw_reader {
   uint32_t nfds;
 } bw_reader;
 
-bool bw_reader_init(bw_reader *r, int fd, int fd_type);
+#define BW_TYPE_BIT(t) (UINT64_C(1) << (t)) /* t < 64: acceld's calls */
+bool bw_reader_init(bw_reader *r, int fd, uint64_t fd_types);
 void bw_reader_fini(bw_reader *r); /* closes the descriptors it holds, not fd */
 /* As bw_recv_fd, refusing (false) a frame longer than max: the body is copied to `buf` when it
  * fits `room` (aligned for the frame's structs), else malloc'd; `passed` is -1 unless the frame
- * is of type fd_type and a descriptor came. */
+ * is of a type in fd_types and a descriptor came. */
 bool bw_reader_next(bw_reader *r, bw_hdr *h, void *buf, size_t room, void **body, int *passed,
                     uint32_t max);
 

@@ -111,7 +111,7 @@ TEST(frames_at_the_limit_and_one_past) {
   void *body;
   int passed;
   bw_reader r; /* how both ends read their channels */
-  CHECK(bw_reader_init(&r, sv[1], -1));
+  CHECK(bw_reader_init(&r, sv[1], 0));
   CHECK(bw_reader_next(&r, &h, buf, sizeof buf, &body, &passed, MAX));
   CHECK_EQ(h.tag, 7);
   CHECK_EQ(h.len, MAX);
@@ -212,7 +212,7 @@ static void read_alike(bool buffered) {
   pthread_t t;
   CHECK_EQ(pthread_create(&t, NULL, write_late, &w), 0);
   bw_reader reader, *r = buffered ? &reader : NULL;
-  CHECK(!buffered || bw_reader_init(r, sv[1], BW_SHARE));
+  CHECK(!buffered || bw_reader_init(r, sv[1], BW_TYPE_BIT(BW_SHARE)));
   expect_frame(sv[1], r, 1, false, pipefd[0]);
   expect_frame(sv[1], r, 2, false, pipefd[0]);
   expect_frame(sv[1], r, 3, true, pipefd[0]);
@@ -292,7 +292,7 @@ TEST(a_reader_takes_what_the_socket_holds_in_one_read) {
   }
   CHECK_EQ(write(sv[0], out, at), (ssize_t)at);
   bw_reader r;
-  CHECK(bw_reader_init(&r, sv[1], BW_SHARE));
+  CHECK(bw_reader_init(&r, sv[1], BW_TYPE_BIT(BW_SHARE)));
   int passed, pending = -1;
   expect_read(&r, BW_UNSHARE, 1, 13, &passed);
   CHECK_EQ(passed, -1);
@@ -348,7 +348,7 @@ TEST(a_reader_gives_descriptors_to_their_frames) {
   CHECK_EQ(pthread_create(&t, NULL, write_shares, &w), 0);
   usleep(20000); /* let it all wait in the socket: reads then take several frames at once */
   bw_reader r;
-  CHECK(bw_reader_init(&r, sv[1], BW_SHARE));
+  CHECK(bw_reader_init(&r, sv[1], BW_TYPE_BIT(BW_SHARE)));
   int passed;
   expect_read(&r, BW_UNSHARE, 4, 5, &passed);
   CHECK_EQ(passed, -1);
@@ -404,7 +404,7 @@ TEST(a_reader_moves_what_is_left_when_its_buffer_ends) {
   CHECK_EQ(pthread_create(&t, NULL, write_moving, &sv[0]), 0);
   usleep(20000); /* the socket full: reads fill the buffer to its end */
   bw_reader r;
-  CHECK(bw_reader_init(&r, sv[1], BW_SHARE));
+  CHECK(bw_reader_init(&r, sv[1], BW_TYPE_BIT(BW_SHARE)));
   for (int i = 0; i < MOVING_FRAMES; i++)
     expect_read(&r, BW_UNSHARE, (uint64_t)i, moving_len(i), &passed);
   void *ok;
@@ -434,7 +434,7 @@ TEST(a_reader_at_its_limits) {
   put_frame(f, BW_UNSHARE, 10, 32);
   CHECK_EQ(write(sv[0], f, sizeof f), (ssize_t)sizeof f);
   bw_reader r;
-  CHECK(bw_reader_init(&r, sv[1], BW_SHARE));
+  CHECK(bw_reader_init(&r, sv[1], BW_TYPE_BIT(BW_SHARE)));
   bw_hdr h;
   _Alignas(16) char buf[64];
   void *body;
@@ -448,7 +448,7 @@ TEST(a_reader_at_its_limits) {
   CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
   CHECK_EQ(write(sv[0], f, sizeof f - 1), (ssize_t)sizeof f - 1); /* one byte short */
   close(sv[0]);
-  CHECK(bw_reader_init(&r, sv[1], BW_SHARE));
+  CHECK(bw_reader_init(&r, sv[1], BW_TYPE_BIT(BW_SHARE)));
   CHECK(!bw_reader_next(&r, &h, buf, sizeof buf, &body, &passed, BW_MAX_FRAME));
   bw_reader_fini(&r);
   close(sv[1]);
@@ -463,7 +463,7 @@ TEST(a_reader_at_its_limits) {
   CHECK(bw_send(sv[0], BW_SHARE, 12, &v, sizeof v, NULL, 0, NULL, 0)); /* its descriptor lost */
   CHECK(bw_send_fd(sv[0], BW_SHARE, 13, &v, sizeof v, pb[1]));
   close(sv[0]);
-  CHECK(bw_reader_init(&r, sv[1], BW_SHARE));
+  CHECK(bw_reader_init(&r, sv[1], BW_TYPE_BIT(BW_SHARE)));
   for (int i = 0; i < BW_READER_FDS + 3; i++) {
     CHECK(bw_reader_next(&r, &h, buf, sizeof buf, &body, &passed, BW_MAX_FRAME));
     CHECK_EQ(h.tag, 11);
@@ -483,7 +483,7 @@ TEST(a_reader_at_its_limits) {
   /* A reader that takes no descriptors (acceld's, of a worker's notes) closes one at once. */
   CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
   CHECK(bw_send_fd(sv[0], BW_SHARE, 14, &v, sizeof v, pa[1]));
-  CHECK(bw_reader_init(&r, sv[1], -1));
+  CHECK(bw_reader_init(&r, sv[1], 0));
   int open_now = open_fds();
   CHECK(bw_reader_next(&r, &h, buf, sizeof buf, &body, &passed, BW_MAX_FRAME));
   CHECK_EQ(passed, -1);
