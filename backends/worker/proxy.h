@@ -100,6 +100,8 @@ typedef struct bw_link {
    * that blocks (tests' gates do) holds the others, never the replies. host_notify's, quick
    * by contract, run on the reader as their completions come. */
   bw_cb *cb_head, *cb_tail;
+  pthread_cond_t
+      cb_cv; /* the caller waits on it alone: completions others wait for do not wake it */
   bool cb_end;
   uint64_t cb_queued, cb_ran;
   bool reader_done;        /* the worker's end was seen: everything pending was failed */

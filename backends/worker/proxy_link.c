@@ -132,7 +132,7 @@ static void *caller(void *arg) {
   pthread_mutex_lock(&l->mu);
   for (;;) {
     while (l->cb_head == NULL && !l->cb_end)
-      pthread_cond_wait(&l->cv, &l->mu);
+      pthread_cond_wait(&l->cb_cv, &l->mu);
     bw_cb *c = l->cb_head;
     if (c == NULL)
       break;
@@ -170,8 +170,20 @@ static void call_later(bw_link *l, const bw_pending *p, int status) {
   else
     l->cb_head = c;
   l->cb_tail = c;
+  pthread_cond_signal(&l->cb_cv);
+  pthread_mutex_unlock(&l->mu);
+}
+
+/* The caller runs what is queued, then ends (drains waiting for it stop waiting). */
+static void caller_end(bw_link *l) {
+  pthread_mutex_lock(&l->mu);
+  l->cb_end = true;
+  pthread_cond_broadcast(&l->cb_cv);
   pthread_cond_broadcast(&l->cv);
   pthread_mutex_unlock(&l->mu);
+  if (l->has_caller)
+    pthread_join(l->caller, NULL);
+  l->has_caller = false;
 }
 
 /* What a completion does once it is out of the table (mu not held; `p` a copy). */
@@ -487,6 +499,7 @@ static void link_memory_free(bw_link *l) {
   pthread_mutex_destroy(&l->ack_mu);
   pthread_mutex_destroy(&l->mu);
   pthread_cond_destroy(&l->cv);
+  pthread_cond_destroy(&l->cb_cv);
   free(l);
 }
 
@@ -517,12 +530,7 @@ static void link_stop(bw_link *l) {
 static void link_finish(bw_link *l) {
   if (l->has_reader)
     pthread_join(l->reader, NULL); /* its note channel closed with the process */
-  pthread_mutex_lock(&l->mu);
-  l->cb_end = true; /* the caller runs what is queued, then ends */
-  pthread_cond_broadcast(&l->cv);
-  pthread_mutex_unlock(&l->mu);
-  if (l->has_caller)
-    pthread_join(l->caller, NULL);
+  caller_end(l);
   close_fd(&l->cmd);
   close_fd(&l->note);
   close_fd(&l->ack);
@@ -573,18 +581,13 @@ static bw_link *link_alloc(const be_ops *real) {
   pthread_mutex_init(&l->ack_mu, NULL);
   pthread_mutex_init(&l->mu, NULL);
   pthread_cond_init(&l->cv, NULL);
+  pthread_cond_init(&l->cb_cv, NULL);
   return l;
 }
 
 /* A link that never served (its threads not started, or ended): its channels close. */
 static void link_discard(bw_link *l) {
-  if (l->has_caller) {
-    pthread_mutex_lock(&l->mu);
-    l->cb_end = true;
-    pthread_cond_broadcast(&l->cv);
-    pthread_mutex_unlock(&l->mu);
-    pthread_join(l->caller, NULL);
-  }
+  caller_end(l);
   close_fd(&l->cmd);
   close_fd(&l->note);
   close_fd(&l->ack);
