@@ -548,23 +548,30 @@ static int spawn_from_other_thread(rt_loop *l, const accel_behavior *b, void *ar
   return req.rc;
 }
 
-/* Where a child goes: its parent's loop. A top-level actor (parent NULL) spawned on a loop
- * stays there (it will talk to its spawner most); from outside the loops, round-robin. */
+/* Where a child goes: its parent's loop. A top-level actor (parent NULL) goes to the loop its
+ * options name; else spawned on a loop it stays there (it will talk to its spawner most); from
+ * outside the loops, round-robin. */
 int accel_spawn(accel_runtime *rt, accel_actor *parent, const accel_behavior *b, void *arg,
                 const accel_spawn_opts *opts, accel_ref *out) {
   if (rt == NULL || b == NULL || b->receive == NULL)
     return ACCEL_EINVAL;
   if (atomic_load(&rt->closing))
     return ACCEL_ECLOSED; /* also: nobody would run a posted spawn after the loop ended */
+  uint32_t chosen = opts ? opts->loop : 0;
+  if (chosen > rt->n_loops)
+    return ACCEL_EINVAL;
+  rt_loop *want = chosen ? &rt->loops[chosen - 1] : NULL;
+  if (want != NULL && parent != NULL && parent->home != want)
+    return ACCEL_EINVAL; /* a child lives on its parent's loop */
   rt_loop *here = rt_here(rt);
   if (here) {
-    if (parent != NULL && parent->home != here)
-      return ACCEL_EINVAL; /* a cell pointer is only valid on its own loop */
+    if ((parent != NULL && parent->home != here) || (want != NULL && want != here))
+      return ACCEL_EINVAL; /* a cell pointer is only valid on its own loop; no waiting */
     return spawn_now(here, parent, b, arg, opts, out);
   }
   if (!atomic_load(&rt->running)) {
     /* Before the loops run, the creating thread stands in for the loop. */
-    rt_loop *l = parent ? parent->home : rt_place(rt);
+    rt_loop *l = parent ? parent->home : want ? want : rt_place(rt);
     rt_tls_loop = l;
     int rc = spawn_now(l, parent, b, arg, opts, out);
     rt_tls_loop = NULL;
@@ -572,7 +579,7 @@ int accel_spawn(accel_runtime *rt, accel_actor *parent, const accel_behavior *b,
   }
   if (parent != NULL)
     return ACCEL_EINVAL; /* a cell pointer is only valid on its loop's thread */
-  return spawn_from_other_thread(rt_place(rt), b, arg, opts, out);
+  return spawn_from_other_thread(want ? want : rt_place(rt), b, arg, opts, out);
 }
 
 /* ---- stopping ---- */

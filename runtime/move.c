@@ -11,9 +11,10 @@
  * partners do not swap; a chain drains toward its lowest loop).
  *
  * Only an actor with nothing tied to its loop moves: a top-level actor with no children, no
- * timers, no blocking work in flight and no sends waiting for its room. The move happens on
- * its old loop while the actor is marked scheduled (no sender queues it meanwhile) and while
- * no send that waits for room is on its way to it (slot->waiting, under the slot's lock): its
+ * timers, no blocking work in flight and no sends waiting for its room, not spawned on a loop
+ * its options named (accel_spawn_opts.loop: its spawner placed it there on purpose). The move
+ * happens on its old loop while the actor is marked scheduled (no sender queues it meanwhile) and
+ * while no send that waits for room is on its way to it (slot->waiting, under the slot's lock): its
  * record
  * leaves the old root's children, its home and its slot name the new loop, and a task
  * (the cell's own, no allocation) posted there adds the record to that root and queues the
@@ -79,9 +80,10 @@ void rt_move_turn_end(accel_actor *cell) {
 
 static bool movable(const accel_actor *cell) {
   rt_loop *home = cell->home;
-  return cell->status == RT_RUNNING && cell->spec != NULL && cell->parent == home->root &&
-         rt_list_empty(&cell->children) && cell->timers == NULL && cell->waiters == NULL &&
-         cell->work_pending == 0 && !atomic_load_explicit(&cell->rt->closing, memory_order_relaxed);
+  return cell->status == RT_RUNNING && cell->spec != NULL && !cell->spec->stays &&
+         cell->parent == home->root && rt_list_empty(&cell->children) && cell->timers == NULL &&
+         cell->waiters == NULL && cell->work_pending == 0 &&
+         !atomic_load_explicit(&cell->rt->closing, memory_order_relaxed);
 }
 
 /* Toward a lower loop always, toward a higher one half the time. Two actors that talk across

@@ -77,6 +77,7 @@ struct rt_child {
   void *arg;
   char *name;
   uint32_t mailbox_capacity, throughput;
+  bool stays;                    /* spawned on a chosen loop: never moves (move.c) */
   accel_supervision supervision; /* the child's own, for its children */
   accel_actor *cell;             /* current incarnation; NULL while waiting for a restart */
   bool awaiting_restart;

@@ -41,6 +41,7 @@ rt_child *rt_child_create(accel_actor *owner, const accel_behavior *b, void *arg
   spec->arg = arg;
   spec->mailbox_capacity = opts && opts->mailbox_capacity ? opts->mailbox_capacity : 1024;
   spec->throughput = opts && opts->throughput ? opts->throughput : 64;
+  spec->stays = opts && opts->loop != 0;
   rt_supervision_defaults(&spec->supervision, opts ? opts->supervision : NULL);
   pthread_mutex_lock(&owner->home->tree_mu);
   rt_list_push_back(&owner->children, &spec->link);

@@ -230,6 +230,13 @@ typedef struct accel_spawn_opts {
   uint32_t mailbox_capacity;
   uint32_t throughput;                  /* messages per turn before yielding; default 64 */
   const accel_supervision *supervision; /* how this actor supervises its children; copied */
+  /* A top-level actor (parent NULL): 1 + the index of the loop it lives on, for good (it never
+   * moves to the loop its messages come from); 0: the usual place (the spawning loop, else the
+   * loops in turn), free to move. Past the runtime's loops: ACCEL_EINVAL; from a loop thread
+   * onto another loop: ACCEL_EINVAL too (a loop does not wait for another's spawn; another
+   * thread waits for it, as for any spawn). Children live on their parent's loop: set, it is
+   * ACCEL_EINVAL unless it names that loop. */
+  uint32_t loop;
 } accel_spawn_opts;
 
 /* ---------------------------------------------------------------------------------------

@@ -26,7 +26,8 @@ enum {
   MSG_PASS, /* a token with a counted payload, handed round a ring */
   MSG_TIMER,
   MSG_WORK_DONE,
-  MSG_SPAWN_CHILD
+  MSG_SPAWN_CHILD,
+  MSG_SPAWN_ON /* arg: accel_spawn_opts.loop for a top-level spawn from this loop */
 };
 
 #define LOOPS 4
@@ -49,8 +50,18 @@ typedef struct placed {
   accel_ref child;
 } placed;
 
+static int spawned_on_rc[LOOPS + 1]; /* MSG_SPAWN_ON's results, by the loop asked for */
+
 static int placed_receive(accel_actor *self, void *state, accel_msg *msg) {
   placed *p = state;
+  if (msg->type == MSG_SPAWN_ON) {
+    extern const accel_behavior placed_b;
+    accel_spawn_opts o = {.loop = (uint32_t)msg->arg};
+    spawned_on_rc[msg->arg] = accel_spawn(accel_actor_runtime(self), NULL, &placed_b, NULL, &o,
+                                          NULL);
+    gate_signal(&answered);
+    return 0;
+  }
   if (msg->type == MSG_SPAWN_CHILD) {
     p->child = ACCEL_REF_NONE;
     extern const accel_behavior placed_b;
@@ -95,6 +106,47 @@ TEST(top_level_actors_spread_and_children_stay_with_their_parent) {
     CHECK(pthread_equal(seen[i], seen[ACTORS + i])); /* the child runs where its parent does */
     CHECK(pthread_equal(seen[i], seen[(i + LOOPS) % ACTORS])); /* the same loop, in turn */
   }
+  runtime_stop_then_destroy(rt, NULL);
+  gate_destroy(&answered);
+}
+
+/* accel_spawn_opts.loop: two actors per loop spawned before the loops run, one per loop from
+ * outside after, each on the loop named; past the last loop refused. */
+TEST(top_level_actors_go_to_the_loop_their_options_name) {
+  gate_init(&answered);
+  accel_runtime *rt = new_runtime(LOOPS);
+  accel_ref refs[3 * LOOPS];
+  for (uint32_t i = 0; i < 2 * LOOPS; i++)
+    refs[i] = spawn_ok(rt, NULL, &placed_b, NULL, &(accel_spawn_opts){.loop = i % LOOPS + 1});
+  CHECK_OK(accel_runtime_start(rt));
+  for (uint32_t i = 2 * LOOPS; i < 3 * LOOPS; i++)
+    refs[i] = spawn_ok(rt, NULL, &placed_b, NULL, &(accel_spawn_opts){.loop = i % LOOPS + 1});
+  accel_ref none = ACCEL_REF_NONE;
+  CHECK_ERR(accel_spawn(rt, NULL, &placed_b, NULL, &(accel_spawn_opts){.loop = LOOPS + 1}, &none),
+            ACCEL_EINVAL);
+  for (unsigned i = 0; i < 3 * LOOPS; i++)
+    CHECK_OK(tell_arg(rt, refs[i], MSG_WHERE, i));
+  CHECK_OK(gate_wait(&answered, 3 * LOOPS, 10000));
+  CHECK_EQ(distinct_threads(seen, LOOPS), LOOPS);
+  for (unsigned i = LOOPS; i < 3 * LOOPS; i++)
+    CHECK(pthread_equal(seen[i], seen[i % LOOPS])); /* the loop named, whenever spawned */
+  runtime_stop_then_destroy(rt, NULL);
+  gate_destroy(&answered);
+}
+
+/* From a loop thread: onto its own loop, yes; onto another, ACCEL_EINVAL (no loop waits for
+ * another's spawn). */
+TEST(a_loop_spawns_on_its_own_loop_only) {
+  gate_init(&answered);
+  accel_runtime *rt = new_runtime(2);
+  accel_ref a = spawn_ok(rt, NULL, &placed_b, NULL, &(accel_spawn_opts){.loop = 1});
+  CHECK_OK(accel_runtime_start(rt));
+  spawned_on_rc[1] = spawned_on_rc[2] = 1;
+  CHECK_OK(tell_arg(rt, a, MSG_SPAWN_ON, 1));
+  CHECK_OK(tell_arg(rt, a, MSG_SPAWN_ON, 2));
+  CHECK_OK(gate_wait(&answered, 2, 10000));
+  CHECK_OK(spawned_on_rc[1]);
+  CHECK_ERR(spawned_on_rc[2], ACCEL_EINVAL);
   runtime_stop_then_destroy(rt, NULL);
   gate_destroy(&answered);
 }
@@ -515,7 +567,8 @@ static const accel_behavior talker_b = {
     .name = "talker", .state_size = sizeof(talker), .receive = talker_receive};
 
 /* Two top-level actors spawned from outside (so on loops 0 and 1) play ping-pong; flags: 1 busy
- * turns, 2 the second holds a timer. Returns the moves counted. */
+ * turns, 2 the second holds a timer, 4 both spawned on those loops by name (accel_spawn_opts
+ * .loop). Returns the moves counted. */
 static uint64_t ping_pong(uint32_t flags, bool *same_thread) {
   gate_init(&got);
   atomic_store(&talk_done, 0);
@@ -525,11 +578,12 @@ static uint64_t ping_pong(uint32_t flags, bool *same_thread) {
     setenv("ACCEL_MOVE_TURN_CYCLES", "1000000000", 1);
   accel_runtime *rt = new_runtime(2);
   unsetenv("ACCEL_MOVE_TURN_CYCLES");
-  accel_ref a = spawn_ok(rt, NULL, &talker_b, NULL, NULL);
-  accel_ref b = spawn_ok(rt, NULL, &talker_b, NULL, NULL);
+  bool named = flags & 4;
+  accel_ref a = spawn_ok(rt, NULL, &talker_b, NULL, named ? &(accel_spawn_opts){.loop = 1} : NULL);
+  accel_ref b = spawn_ok(rt, NULL, &talker_b, NULL, named ? &(accel_spawn_opts){.loop = 2} : NULL);
   CHECK_OK(accel_runtime_start(rt));
   accel_msg ka = {.type = MSG_KICK, .arg = ref_arg(b), .flags = flags & 1};
-  accel_msg kb = {.type = MSG_KICK, .arg = ref_arg(a), .flags = flags};
+  accel_msg kb = {.type = MSG_KICK, .arg = ref_arg(a), .flags = flags & 3};
   CHECK_OK(accel_tell(rt, a, &ka));
   CHECK_OK(accel_tell(rt, b, &kb));
   CHECK_OK(gate_wait(&got, 2, 5000));
@@ -555,6 +609,12 @@ TEST(actors_with_long_turns_or_a_timer_stay_where_they_are) {
   CHECK(!same);
   CHECK_EQ(ping_pong(2, &same), 1); /* b holds a timer: a moves to b, not b to a */
   CHECK(same);
+}
+
+TEST(actors_spawned_on_a_named_loop_never_move) {
+  bool same;
+  CHECK_EQ(ping_pong(4, &same), 0); /* short turns, as in a_conversation_across_loops_... */
+  CHECK(!same);
 }
 
 TEST(move_after_0_keeps_every_actor_where_it_was_spawned) {
@@ -638,6 +698,8 @@ TEST(the_number_of_loops_is_bounded_and_the_environment_sets_the_default) {
 
 static const test_case tests[] = {
     TEST_CASE(top_level_actors_spread_and_children_stay_with_their_parent),
+    TEST_CASE(top_level_actors_go_to_the_loop_their_options_name),
+    TEST_CASE(a_loop_spawns_on_its_own_loop_only),
     TEST_CASE(one_actor_fed_by_every_loop_runs_on_one_thread_in_each_senders_order),
     TEST_CASE(a_monitor_on_another_loop_gets_down_with_the_reason),
     TEST_CASE(a_link_across_loops_fails_both_and_a_stop_from_outside_ends_one),
@@ -648,6 +710,7 @@ static const test_case tests[] = {
     TEST_CASE(a_stop_while_loops_exchange_messages_stops_everyone_and_loses_nothing),
     TEST_CASE(a_conversation_across_loops_moves_to_one),
     TEST_CASE(actors_with_long_turns_or_a_timer_stay_where_they_are),
+    TEST_CASE(actors_spawned_on_a_named_loop_never_move),
     TEST_CASE(move_after_0_keeps_every_actor_where_it_was_spawned),
     TEST_CASE(stops_and_waiting_sends_follow_an_actor_that_moved),
     TEST_CASE(the_number_of_loops_is_bounded_and_the_environment_sets_the_default),
