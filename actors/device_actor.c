@@ -23,7 +23,8 @@ static int open_device(dev_node *node) {
   be_open_opts opts = {.fault_injection = node->world->fault_injection,
                        .tf32 = node->world->tf32,
                        .primary_context = node->world->cuda_primary,
-                       .pinned_max = node->world->pinned_max};
+                       .pinned_max = node->world->pinned_max,
+                       .worker_link = node->world->worker_link};
   int rc = node->be->open(node->backend_index, &opts, &node->dev);
   if (rc != 0)
     return rc;
@@ -243,6 +244,6 @@ int dev_world_spawn(dev_world *w, accel_actor *parent, accel_ref *supervisor) {
                            .within_ms = w->restart_window_ms,
                            .backoff_initial_ms = 0,
                            .on_limit = ACCEL_LIMIT_STOP_CHILD};
-  accel_spawn_opts o = {.name = "devices", .supervision = &sup};
+  accel_spawn_opts o = {.name = "devices", .supervision = &sup, .loop = w->loop};
   return accel_spawn(w->rt, parent, &dev_supervisor_behavior, w, &o, supervisor);
 }

@@ -146,6 +146,8 @@ int dev_world_init(dev_world *w, accel_runtime *rt, const dev_world_opts *o) {
   w->tf32 = o->tf32;
   w->cuda_primary = o->cuda_primary;
   w->pinned_max = o->pinned_max;
+  w->loop = o->loop;
+  w->worker_link = o->worker_link;
   w->max_restarts = o->max_restarts ? o->max_restarts : 3;
   w->restart_window_ms = o->restart_window_ms ? o->restart_window_ms : 10000;
   const be_ops *cpu = cpu_backend();

@@ -211,6 +211,7 @@ struct dev_world {
   bool cuda_primary;   /* be_open_opts.primary_context */
   uint64_t pinned_max; /* be_open_opts.pinned_max */
   uint32_t max_restarts, restart_window_ms;
+  uint32_t loop, worker_link; /* dev_world_opts' */
   atomic_ullong h2d, d2h, d2d, written, read;
   void (*on_op_done)(void *arg, int status); /* every client op, once, on the loop */
   void *on_op_done_arg;
@@ -235,6 +236,11 @@ struct dev_world {
 };
 
 #define DEV_POOL_MAX 4096
+
+/* The loop the world's actors live on: what a backend's thread posts to. */
+static inline uint32_t dev_world_loop(const dev_world *w) {
+  return w->loop ? w->loop - 1 : 0;
+}
 
 /* Frees what the world keeps after its devices and sessions have stopped (the pools). */
 void dev_world_fini(dev_world *w);

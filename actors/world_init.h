@@ -23,6 +23,10 @@ typedef struct dev_world_opts {
    * separated; empty: every device in this process (bw_configure must have named the worker
    * executable before). The cpu backend's CPU devices and the host stay in the process. */
   char workers[64];
+  /* Several worlds of one process (acceld's device loops): the loop its actors live on (1 +
+   * its index; 0: placed as usual) and the link of each device worker its devices open
+   * through (be_open_opts.worker_link). */
+  uint32_t loop, worker_link;
 } dev_world_opts;
 
 /* 0 if `list` names backends this build knows, each at most once; ACCEL_EINVAL otherwise

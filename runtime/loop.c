@@ -173,6 +173,12 @@ void accel_post(accel_runtime *rt, accel_task *task, void (*fn)(accel_task *task
   rt_post(rt, task);
 }
 
+void accel_post_to(accel_runtime *rt, uint32_t loop, accel_task *task,
+                   void (*fn)(accel_task *task)) {
+  task->fn_ = fn;
+  rt_post_to(&rt->loops[loop < rt->n_loops ? loop : 0], task);
+}
+
 static void run_tasks(rt_task *task) {
   while (task) {
     rt_task *next = task->next_;

@@ -302,6 +302,9 @@ typedef struct accel_task {
  * blocks, never fails: the runtime holds the task until fn runs (fn may free it). Tasks
  * posted while the runtime shuts down still run, at the latest in accel_runtime_destroy. */
 ACCEL_API void accel_post(accel_runtime *rt, accel_task *task, void (*fn)(accel_task *task));
+/* As accel_post, on loop `loop` (0 if past the last). */
+ACCEL_API void accel_post_to(accel_runtime *rt, uint32_t loop, accel_task *task,
+                             void (*fn)(accel_task *task));
 
 /* 1 when called on one of `rt`'s loop threads, else 0. */
 ACCEL_API int accel_runtime_on_loop(accel_runtime *rt);
