@@ -6,13 +6,13 @@
  * bug there must end in an error, not in the worker writing anywhere).
  *
  * Three channels, each a socketpair end the worker gets at spawn (fds 3, 4, 5):
- *   cmd    acceld -> worker: every call, in the order acceld made it. The worker's main
- *          thread reads it and submits each call to its backend in that order, so work on one
- *          queue keeps its order with no sequence numbers.
+ *   cmd    acceld -> worker: every call, in the order acceld made it. The worker's thread
+ *          serving the link reads it and submits each call to its backend in that order, so
+ *          work on one queue keeps its order with no sequence numbers.
  *   note   worker -> acceld: replies to calls acceld waits for (tag: the call), completions
  *          (tag: what acceld keeps pending), a compile the worker asks acceld for.
  *   ack    acceld -> worker: "the host function is done" for host_callback, whose queue must
- *          wait for it. A channel of its own: the worker's main thread may be blocked
+ *          wait for it. A channel of its own: the link's thread in the worker may be blocked
  *          submitting behind that very callback, so acks must not queue behind calls.
  * The staging region (fd 6) is a memfd both map: host data of copies travels through it in
  * pages acceld hands out and takes back when the copy's completion comes.
