@@ -264,7 +264,7 @@ static void on_callback_done(accel_task *task) {
 static void host_callback(void *arg, int status) {
   dev_inflight *head = arg;
   chain_complete_early(head, status);
-  accel_post_to(head->world_rt, dev_world_loop(head->world), &head->post, on_callback_done);
+  dev_world_post(head->world, &head->post, on_callback_done);
 }
 
 /* Undoes a chain's arming: its references dropped, each record to be armed again by the
@@ -343,7 +343,7 @@ static void job_help(rt_helper *h) {
     return;
   dev_inflight *head = j->head;
   chain_sync(head);
-  accel_post_to(head->world_rt, dev_world_loop(head->world), &head->post, on_callback_done);
+  dev_world_post(head->world, &head->post, on_callback_done);
 }
 
 static void on_job_dropped(accel_task *task) {
@@ -355,8 +355,7 @@ static void on_job_dropped(accel_task *task) {
 static void job_free(rt_helper *h) {
   sync_job *j = (sync_job *)h;
   if (job_claim(j, CLAIM_NOBODY))
-    accel_post_to(j->head->world_rt, dev_world_loop(j->head->world), &j->head->post,
-                  on_job_dropped);
+    dev_world_post(j->head->world, &j->head->post, on_job_dropped);
   rt_free(j);
 }
 

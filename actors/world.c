@@ -167,6 +167,13 @@ int dev_world_init(dev_world *w, accel_runtime *rt, const dev_world_opts *o) {
   return each_name(list, open_named, &st);
 }
 
+void dev_world_post(dev_world *w, accel_task *task, void (*fn)(accel_task *task)) {
+  if (w->loop != 0)
+    accel_post_to(w->rt, w->loop - 1, task, fn);
+  else
+    accel_post(w->rt, task, fn);
+}
+
 void dev_world_fini(dev_world *w) {
   dev_telemetry_stop(w);
   dev_trace_finish(w);

@@ -237,10 +237,9 @@ struct dev_world {
 
 #define DEV_POOL_MAX 4096
 
-/* The loop the world's actors live on: what a backend's thread posts to. */
-static inline uint32_t dev_world_loop(const dev_world *w) {
-  return w->loop ? w->loop - 1 : 0;
-}
+/* Runs fn(task) on the world's loop: the one its options named, else (placed as usual, in a
+ * runtime of one loop) the caller's loop or loop 0 (accel_post). From backends' threads. */
+void dev_world_post(dev_world *w, accel_task *task, void (*fn)(accel_task *task));
 
 /* Frees what the world keeps after its devices and sessions have stopped (the pools). */
 void dev_world_fini(dev_world *w);

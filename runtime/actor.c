@@ -561,8 +561,6 @@ int accel_spawn(accel_runtime *rt, accel_actor *parent, const accel_behavior *b,
   if (chosen > rt->n_loops)
     return ACCEL_EINVAL;
   rt_loop *want = chosen ? &rt->loops[chosen - 1] : NULL;
-  if (want != NULL && parent != NULL && parent->home != want)
-    return ACCEL_EINVAL; /* a child lives on its parent's loop */
   rt_loop *here = rt_here(rt);
   if (here) {
     if ((parent != NULL && parent->home != here) || (want != NULL && want != here))
@@ -571,6 +569,8 @@ int accel_spawn(accel_runtime *rt, accel_actor *parent, const accel_behavior *b,
   }
   if (!atomic_load(&rt->running)) {
     /* Before the loops run, the creating thread stands in for the loop. */
+    if (want != NULL && parent != NULL && parent->home != want)
+      return ACCEL_EINVAL; /* a child lives on its parent's loop */
     rt_loop *l = parent ? parent->home : want ? want : rt_place(rt);
     rt_tls_loop = l;
     int rc = spawn_now(l, parent, b, arg, opts, out);

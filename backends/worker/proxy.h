@@ -133,6 +133,7 @@ typedef struct bw_proc {
   int refs;  /* open devices over any of its links: the process lives while there are */
   bool dead; /* killed: no new device joins it */
   bw_link *link[BW_MAX_LINKS];
+  bool attaching[BW_MAX_LINKS]; /* a thread is attaching that link, links_mu let go */
   struct bw_proc *next;
 } bw_proc;
 

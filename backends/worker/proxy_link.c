@@ -630,32 +630,34 @@ static int hand_over(bw_proc *p, bw_link *l, int *theirs) {
   return rc;
 }
 
-/* Link n of a running worker: channels of its own, served by a thread of its own there. */
-static int link_attach(bw_proc *p, uint32_t n) {
+/* Link n of a running worker: channels of its own, served by a thread of its own there. Called
+ * without links_mu (bw_link_get says why); p is pinned by the caller's reference. Its threads
+ * start before the handshake, so that nothing can fail once the worker serves the link (a
+ * link closed then would end the worker's process, and every world's devices with it). */
+static int link_attach(bw_proc *p, bw_link **out) {
   bw_link *l = link_alloc(p->real);
   if (l == NULL)
     return ACCEL_ENOMEM;
   int theirs[4] = {-1, -1, -1, -1}; /* cmd, note, ack, staging */
   int rc = ACCEL_ESYS;
   if (pair(&l->cmd, &theirs[0]) && pair(&l->note, &theirs[1]) && pair(&l->ack, &theirs[2]) &&
-      bw_stage_init(l, stage_size()) && (theirs[3] = fcntl(l->stage_fd, F_DUPFD_CLOEXEC, 16)) >= 0)
+      bw_stage_init(l, stage_size()) &&
+      (theirs[3] = fcntl(l->stage_fd, F_DUPFD_CLOEXEC, 16)) >= 0 &&
+      (l->has_caller = pthread_create(&l->caller, NULL, caller, l) == 0) &&
+      (l->has_reader = pthread_create(&l->reader, NULL, reader, l) == 0))
     rc = hand_over(p, l, theirs);
   for (int i = 0; i < 4; i++)
     if (theirs[i] >= 0)
       close(theirs[i]);
-  if (rc == 0) { /* the worker serves it: what it sends is read from now on */
-    l->has_caller = pthread_create(&l->caller, NULL, caller, l) == 0;
-    l->has_reader = l->has_caller && pthread_create(&l->reader, NULL, reader, l) == 0;
-    rc = l->has_reader ? 0 : ACCEL_ESYS;
-  }
   if (rc != 0) {
-    link_discard(l); /* the worker's thread for it, if any, sees its channels end */
+    if (l->note >= 0)
+      shutdown(l->note, SHUT_RDWR); /* the reader ends whether or not the worker took it */
+    link_free(l, false);
     return rc;
   }
   l->proc = p;
-  l->index = n;
   l->pid = p->pid;
-  p->link[n] = l;
+  *out = l;
   return 0;
 }
 
@@ -704,9 +706,24 @@ static int group_of(const be_ops *real, uint32_t index) {
   return real->can_peer || real->collective ? -1 : (int)index;
 }
 
-static bool proc_joinable(const bw_proc *p, const be_ops *real, int group) {
-  return p->real == real && p->group == group && !p->dead &&
-         !__atomic_load_n(&p->link[0]->dead, __ATOMIC_RELAXED);
+static bool link_dead(const bw_link *l) {
+  return l != NULL && __atomic_load_n(&l->dead, __ATOMIC_RELAXED);
+}
+
+/* A worker of real's group that new devices may join. One whose link ended while the process
+ * lives (its reader refused what the worker sent) is killed instead: every world then restarts
+ * its devices on a fresh one. Under links_mu. */
+static bool proc_joinable(bw_proc *p, const be_ops *real, int group) {
+  if (p->real != real || p->group != group || p->dead)
+    return false;
+  for (uint32_t i = 0; i < BW_MAX_LINKS; i++)
+    if (link_dead(p->link[i])) {
+      p->dead = true;
+      if (p->pid > 0)
+        kill(p->pid, SIGKILL);
+      return false;
+    }
+  return true;
 }
 
 static void proc_unlist(bw_proc *p) { /* under links_mu */
@@ -715,6 +732,31 @@ static void proc_unlist(bw_proc *p) { /* under links_mu */
       *at = p->next;
       break;
     }
+}
+
+static pthread_cond_t links_cv = PTHREAD_COND_INITIALIZER; /* an attach ended */
+
+/* Link n of p, attached if need be. links_mu is let go during the handshake: it waits for the
+ * worker (behind link 0's earlier calls), and a loop thread corking a frame on link 0 takes
+ * links_mu under link 0's send_mu (bw_link_hold), so holding it across the call would deadlock.
+ * The slot is reserved meanwhile; another open of the same link waits for the outcome. */
+static int link_of(bw_proc *p, uint32_t n) {
+  while (p->link[n] == NULL && p->attaching[n])
+    pthread_cond_wait(&links_cv, &links_mu);
+  if (p->link[n] != NULL)
+    return 0;
+  p->attaching[n] = true;
+  pthread_mutex_unlock(&links_mu);
+  bw_link *l = NULL;
+  int rc = link_attach(p, &l);
+  pthread_mutex_lock(&links_mu);
+  p->attaching[n] = false;
+  if (rc == 0) {
+    l->index = n;
+    p->link[n] = l;
+  }
+  pthread_cond_broadcast(&links_cv);
+  return rc;
 }
 
 int bw_link_get(const be_ops *real, uint32_t index, uint32_t link, bw_link **out) {
@@ -731,19 +773,18 @@ int bw_link_get(const be_ops *real, uint32_t index, uint32_t link, bw_link **out
     p->next = procs;
     procs = p;
   }
-  if (rc == 0 && p->link[link] == NULL)
-    rc = link_attach(p, link);
-  bw_proc *unused = NULL;
+  bool last = false;
   if (rc == 0) {
-    p->refs++;
-    *out = p->link[link];
-  } else if (p != NULL && p->refs == 0) { /* started for this open alone */
-    proc_unlist(p);
-    unused = p;
+    p->refs++; /* the open's, pinning p while links_mu is let go */
+    rc = link_of(p, link);
+    if (rc == 0)
+      *out = p->link[link];
+    else if ((last = --p->refs == 0))
+      proc_unlist(p);
   }
   pthread_mutex_unlock(&links_mu);
-  if (unused != NULL)
-    proc_free(unused, false);
+  if (last)
+    proc_free(p, false);
   return rc;
 }
 

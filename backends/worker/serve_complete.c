@@ -219,10 +219,20 @@ static void sent_up_to(ws_queue *q, uint64_t seq) {
   pthread_mutex_unlock(&q->cmu);
 }
 
+static void complete_as_link(ws_done_arg d, int status);
+
+/* A backend's thread, perhaps a link's own calling in (a fault's inline callbacks): `ws` is the
+ * completion's link while it runs, and the caller's again after. */
 static void on_complete(void *arg, int status) {
   ws_done_arg d = *(ws_done_arg *)arg;
   free(arg);
-  ws_self = d.q->link; /* a backend's thread: it may serve several links */
+  ws_state *was = ws_self;
+  ws_self = d.q->link;
+  complete_as_link(d, status);
+  ws_self = was;
+}
+
+static void complete_as_link(ws_done_arg d, int status) {
   if (status != 0) {
     /* The backend failed it (a fault, a queue destroyed): perhaps from inside a call that
      * holds the backend's locks (CUDA's fault handling calls them), where waiting for the

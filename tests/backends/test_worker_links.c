@@ -6,17 +6,23 @@
  *     last device;
  *   - the last link there may be is served, one past it is refused;
  *   - a device of one link that faults kills the worker: the other links' work fails with
- *     ACCEL_EDEVLOST, and a fresh worker serves the next open.
+ *     ACCEL_EDEVLOST, and a fresh worker serves the next open;
+ *   - links attach while a loop thread keeps gathering frames for the first link (its cork
+ *     takes the links' lock under the link's send lock: an attach that held the links' lock
+ *     while it called the worker deadlocked within seconds).
  * Run with ACCEL_TEST_WORKERS naming accel-device (meson: worker-links); the cpu backend
  * runs in the worker, as any backend can. */
 #include <errno.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include "../test.h"
+#include "accel/runtime.h"
 #include "backends/cpu/backend_cpu.h"
 #include "backends/worker/proxy.h"
 
@@ -160,6 +166,65 @@ TEST(the_last_link_is_served_and_one_past_it_refused) {
   CHECK(past == NULL);
 }
 
+/* ---- attaching while the first link is busy ---- */
+
+static be_queue *busy_q;
+static be_mem busy_m;
+static atomic_bool busy_stop;
+static atomic_ulong busy_fills;
+
+typedef struct busy_task {
+  accel_task t;
+} busy_task;
+
+/* On the loop: fills gathered in the loop's cork for link 0. */
+static void busy_fill(accel_task *t) {
+  for (int i = 0; i < 4; i++)
+    if (B->fill(busy_q, busy_m, 0, 16, 4, 7) == 0)
+      atomic_fetch_add(&busy_fills, 1);
+  free(t);
+}
+
+static void *busy_poster(void *arg) {
+  while (!atomic_load(&busy_stop)) {
+    busy_task *t = malloc(sizeof *t);
+    if (t == NULL)
+      break;
+    accel_post(arg, &t->t, busy_fill);
+    usleep(20);
+  }
+  return NULL;
+}
+
+TEST(links_attach_while_a_loop_gathers_frames_for_the_first) {
+  accel_runtime *rt = NULL;
+  CHECK_OK(accel_runtime_create(&rt, &(accel_runtime_opts){.loops = 1}));
+  CHECK_OK(accel_runtime_start(rt));
+  for (int round = 0; round < 10; round++) {
+    be_device *first = open_on(0, 0), *d[BW_MAX_LINKS] = {NULL};
+    CHECK_OK(B->queue_create(first, &busy_q));
+    CHECK_OK(B->mem_alloc(first, 64, &busy_m));
+    atomic_store(&busy_stop, false);
+    pthread_t poster;
+    CHECK_EQ(pthread_create(&poster, NULL, busy_poster, rt), 0);
+    for (uint32_t i = 1; i < BW_MAX_LINKS; i++) {
+      d[i] = open_on(i, 0);
+      CHECK_EQ(worker_of(d[i]), worker_of(first));
+    }
+    atomic_store(&busy_stop, true);
+    CHECK_EQ(pthread_join(poster, NULL), 0);
+    CHECK_OK(finish(first, busy_q)); /* every fill the loop gathered went out and ran */
+    for (uint32_t i = 1; i < BW_MAX_LINKS; i++)
+      B->close(d[i]);
+    B->mem_free(first, &busy_m);
+    B->queue_destroy(busy_q);
+    B->close(first);
+  }
+  CHECK(atomic_load(&busy_fills) > 0);
+  accel_runtime_stop(rt);
+  accel_runtime_destroy(rt);
+}
+
 /* ---- faults ---- */
 
 TEST(a_fault_on_one_link_restarts_the_worker_for_every_link) {
@@ -200,6 +265,7 @@ static const test_case tests[] = {
     TEST_CASE(a_worker_lives_while_any_link_has_a_device),
     TEST_CASE(the_last_link_is_served_and_one_past_it_refused),
     TEST_CASE(a_fault_on_one_link_restarts_the_worker_for_every_link),
+    TEST_CASE(links_attach_while_a_loop_gathers_frames_for_the_first),
 };
 
 int main(int argc, char **argv) {

@@ -27,7 +27,8 @@ enum {
   MSG_TIMER,
   MSG_WORK_DONE,
   MSG_SPAWN_CHILD,
-  MSG_SPAWN_ON /* arg: accel_spawn_opts.loop for a top-level spawn from this loop */
+  MSG_SPAWN_ON,      /* arg: accel_spawn_opts.loop for a top-level spawn from this loop */
+  MSG_SPAWN_CHILD_ON /* arg: accel_spawn_opts.loop for a child of the receiver */
 };
 
 #define LOOPS 4
@@ -50,15 +51,17 @@ typedef struct placed {
   accel_ref child;
 } placed;
 
-static int spawned_on_rc[LOOPS + 1]; /* MSG_SPAWN_ON's results, by the loop asked for */
+static int spawned_on_rc[LOOPS + 1];       /* MSG_SPAWN_ON's results, by the loop asked for */
+static int spawned_child_on_rc[LOOPS + 1]; /* MSG_SPAWN_CHILD_ON's */
 
 static int placed_receive(accel_actor *self, void *state, accel_msg *msg) {
   placed *p = state;
-  if (msg->type == MSG_SPAWN_ON) {
+  if (msg->type == MSG_SPAWN_ON || msg->type == MSG_SPAWN_CHILD_ON) {
     extern const accel_behavior placed_b;
     accel_spawn_opts o = {.loop = (uint32_t)msg->arg};
-    spawned_on_rc[msg->arg] = accel_spawn(accel_actor_runtime(self), NULL, &placed_b, NULL, &o,
-                                          NULL);
+    bool child = msg->type == MSG_SPAWN_CHILD_ON;
+    int rc = accel_spawn(accel_actor_runtime(self), child ? self : NULL, &placed_b, NULL, &o, NULL);
+    (child ? spawned_child_on_rc : spawned_on_rc)[msg->arg] = rc;
     gate_signal(&answered);
     return 0;
   }
@@ -135,18 +138,22 @@ TEST(top_level_actors_go_to_the_loop_their_options_name) {
 }
 
 /* From a loop thread: onto its own loop, yes; onto another, ACCEL_EINVAL (no loop waits for
- * another's spawn). */
+ * another's spawn); a child naming a loop other than its parent's, ACCEL_EINVAL. */
 TEST(a_loop_spawns_on_its_own_loop_only) {
   gate_init(&answered);
   accel_runtime *rt = new_runtime(2);
   accel_ref a = spawn_ok(rt, NULL, &placed_b, NULL, &(accel_spawn_opts){.loop = 1});
   CHECK_OK(accel_runtime_start(rt));
-  spawned_on_rc[1] = spawned_on_rc[2] = 1;
+  spawned_on_rc[1] = spawned_on_rc[2] = spawned_child_on_rc[1] = spawned_child_on_rc[2] = 1;
   CHECK_OK(tell_arg(rt, a, MSG_SPAWN_ON, 1));
   CHECK_OK(tell_arg(rt, a, MSG_SPAWN_ON, 2));
-  CHECK_OK(gate_wait(&answered, 2, 10000));
+  CHECK_OK(tell_arg(rt, a, MSG_SPAWN_CHILD_ON, 1));
+  CHECK_OK(tell_arg(rt, a, MSG_SPAWN_CHILD_ON, 2));
+  CHECK_OK(gate_wait(&answered, 4, 10000));
   CHECK_OK(spawned_on_rc[1]);
   CHECK_ERR(spawned_on_rc[2], ACCEL_EINVAL);
+  CHECK_OK(spawned_child_on_rc[1]);                /* a child names its parent's loop: yes */
+  CHECK_ERR(spawned_child_on_rc[2], ACCEL_EINVAL); /* another: no */
   runtime_stop_then_destroy(rt, NULL);
   gate_destroy(&answered);
 }
