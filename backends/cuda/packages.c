@@ -63,8 +63,9 @@ const be_nn_pkg be_cuda_nn = {
 
 /* ---- core: fill ---- */
 
-/* 1 and 2 bytes through the driver's memset, 4 and 8 through kernels (16-byte stores for 4;
- * cuMemsetD32 is no faster). */
+/* 1 and 2 bytes through the driver's memset; 4 and 8 through kernels (16-byte stores for 4;
+ * cuMemsetD32 is no faster at bandwidth), but small ones through the memset too (kernels.c:
+ * it costs the submitting thread less than a launch). */
 static int memset_small(be_queue *q, be_mem dst, size_t off, size_t count, uint32_t esize,
                         uint64_t value) {
   CUdeviceptr d = 0;

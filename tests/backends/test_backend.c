@@ -2566,6 +2566,46 @@ TEST(kernel_fill_sizes) {
   each_device(kernel_fill_sizes_dev);
 }
 
+/* 4- and 8-byte fills on both sides of where a backend may switch between a memset and a
+ * kernel (CUDA: 64 KiB, kernels.c), each at an offset, with a value of equal halves (zeros
+ * among them: a 32-bit pattern twice as long on CUDA) and one of distinct halves. */
+static void fill_case(fx *f, uint32_t es, size_t n, uint64_t value) {
+  size_t off = rnd_range(0, 9), len = off + n + 3;
+  uint8_t *host = xcalloc(len, es), *got = xcalloc(len, es);
+  rnd_bytes(host, len * es);
+  be_mem m = mem_new(f->d, len * es);
+  put(f, m, 0, host, len * es);
+  CHECK_OK(B->fill(f->q, m, off, n, es, value));
+  get(f, got, m, 0, len * es);
+  for (size_t i = 0; i < len; i++) {
+    bool inside = i >= off && i < off + n;
+    if (memcmp(got + i * es, inside ? (const void *)&value : host + i * es, es) != 0)
+      TEST_FAIL("fill of %zu %u-byte elements with %#" PRIx64 ": element %zu (%s) wrong", n, es,
+                value, i, inside ? "inside" : "outside");
+  }
+  B->mem_free(f->d, &m);
+  free(host);
+  free(got);
+}
+
+static void kernel_fill_memset_edges_dev(void) {
+  fx f = fx_open();
+  uint32_t half = (uint32_t)rnd64() | 1;
+  const uint64_t values[] = {0, (uint64_t)half << 32 | half, rnd64() | 1};
+  for (uint32_t es = 4; es <= 8; es += 4) {
+    size_t at = ((size_t)64 << 10) / es; /* 64 KiB of elements */
+    const size_t counts[] = {1, 3, at - 1, at, at + 1};
+    for (size_t c = 0; c < sizeof counts / sizeof counts[0]; c++)
+      for (size_t v = 0; v < 3; v++)
+        fill_case(&f, es, counts[c], values[v]);
+  }
+  fx_close(&f);
+}
+
+TEST(kernel_fill_memset_edges) {
+  each_device(kernel_fill_memset_edges_dev);
+}
+
 /* What the cpu backend runs, exactly (packages.c); other backends say their own. */
 static void cpu_dtype_sets_dev(void) {
   if (strcmp(B->name, "cpu") != 0)
@@ -3046,6 +3086,7 @@ static const test_case tests[] = {
     TEST_CASE(kernel_reduce),
     TEST_CASE(kernel_rng_dtypes),
     TEST_CASE(kernel_fill_sizes),
+    TEST_CASE(kernel_fill_memset_edges),
     TEST_CASE(cpu_dtype_sets),
     TEST_CASE(argument_errors),
     TEST_CASE(fault_injection_not_permitted),
