@@ -617,7 +617,8 @@ static uint64_t stage_size(void) {
 }
 
 /* The worker's end of the new link's channels: its note, ack and staging region go as the
- * first frame on its cmd, then cmd itself through the first link (under links_mu). */
+ * first frame on its cmd, then cmd itself through the first link; 0 once the worker serves
+ * it. */
 static int hand_over(bw_proc *p, bw_link *l, int *theirs) {
   if (!bw_send_fds(l->cmd, BW_CHANNELS, 0, NULL, 0, theirs + 1, 3))
     return ACCEL_ESYS;
