@@ -200,6 +200,5 @@ int bw_worker_main(int argc, char **argv) {
   char why[128] = "";
   ws.probe_rc = ws.be->probe(&ws.probe_count, why, sizeof why); /* devices are numbered here */
   snprintf(ws.probe_why, sizeof ws.probe_why, "%s", why);
-  ws_serve(&first);
-  return 0;
+  ws_serve(&first); /* never returns */
 }

@@ -269,8 +269,13 @@ static void by_host_function(ws_queue *q, uint64_t tag, int error, bool hold, bo
 
 /* ---- the completer ---- */
 
+/* cmu held: nothing to send, nor told to stop. */
+static bool idle(const ws_queue *q) {
+  return q->head == NULL && !q->stop;
+}
+
 /* cmu held, the queue empty: polls `pushed` for the spin time with cmu released (true if
- * something came). A completer that is not a waiter of ccv costs the main thread, which
+ * something came). A completer that is not a waiter of ccv costs the link's thread, which
  * submits every client's work, no futex wake when it queues the next completion. */
 static bool poll_for_work(ws_queue *q) {
   uint64_t spin = rt_spin_ns();
@@ -296,7 +301,7 @@ static void *completer(void *arg) {
   pthread_setname_np(pthread_self(), "accel-dev-done"); /* seen in top -H, gdb, perf */
   pthread_mutex_lock(&q->cmu);
   for (;;) {
-    while (q->head == NULL && !q->stop && !poll_for_work(q) && q->head == NULL && !q->stop)
+    while (idle(q) && !poll_for_work(q) && idle(q)) /* again: cmu was let go */
       pthread_cond_wait(&q->ccv, &q->cmu);
     ws_cdone *c = q->head;
     if (c == NULL)

@@ -114,6 +114,26 @@ bool bw_send_fd(int fd, uint16_t type, uint64_t tag, const void *a, size_t alen,
   return bw_send_fds(fd, type, tag, a, alen, &pass, 1);
 }
 
+/* The descriptors a recvmsg brought: the first `max` into fds (their count returned), the rest
+ * closed. */
+static int take_fds(struct msghdr *m, int *fds, int max) {
+  int got = 0;
+  for (struct cmsghdr *c = CMSG_FIRSTHDR(m); c; c = CMSG_NXTHDR(m, c)) {
+    if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS)
+      continue;
+    int k = (int)((c->cmsg_len - CMSG_LEN(0)) / sizeof(int));
+    for (int i = 0; i < k; i++) {
+      int one;
+      memcpy(&one, CMSG_DATA(c) + (size_t)i * sizeof(int), sizeof one);
+      if (got < max)
+        fds[got++] = one;
+      else
+        close(one);
+    }
+  }
+  return got;
+}
+
 bool bw_recv_fds(int fd, uint16_t type, int *fds, int n) {
   union {
     char buf[CMSG_SPACE(sizeof(int) * BW_MAX_PASS)];
@@ -126,19 +146,7 @@ bool bw_recv_fds(int fd, uint16_t type, int *fds, int n) {
   ssize_t r;
   while ((r = recvmsg(fd, &m, MSG_CMSG_CLOEXEC)) < 0 && errno == EINTR) {
   }
-  int got = 0;
-  for (struct cmsghdr *c = CMSG_FIRSTHDR(&m); r > 0 && c; c = CMSG_NXTHDR(&m, c))
-    if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) {
-      int k = (int)((c->cmsg_len - CMSG_LEN(0)) / sizeof(int));
-      for (int i = 0; i < k; i++) {
-        int one;
-        memcpy(&one, CMSG_DATA(c) + i * sizeof(int), sizeof one);
-        if (got < n)
-          fds[got++] = one;
-        else
-          close(one);
-      }
-    }
+  int got = r > 0 ? take_fds(&m, fds, n) : 0;
   bool ok = r > 0 && got == n && (m.msg_flags & MSG_CTRUNC) == 0 &&
             read_all(fd, (char *)&h + r, sizeof h - (size_t)r) && h.type == type && h.len == 0;
   if (!ok)
@@ -158,15 +166,10 @@ static ssize_t recv_first(int fd, void *p, size_t n, int *passed, int flags) {
   struct msghdr m = {
       .msg_iov = &v, .msg_iovlen = 1, .msg_control = u.buf, .msg_controllen = sizeof u.buf};
   ssize_t r = recvmsg(fd, &m, MSG_CMSG_CLOEXEC | flags);
-  for (struct cmsghdr *c = CMSG_FIRSTHDR(&m); r > 0 && c; c = CMSG_NXTHDR(&m, c))
-    if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) {
-      int got;
-      memcpy(&got, CMSG_DATA(c), sizeof got);
-      if (*passed >= 0)
-        close(got); /* one per frame */
-      else
-        *passed = got;
-    }
+  if (r > 0 && *passed < 0)
+    take_fds(&m, passed, 1); /* one per frame: another is closed */
+  else if (r > 0)
+    take_fds(&m, NULL, 0);
   return r;
 }
 

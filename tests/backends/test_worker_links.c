@@ -68,6 +68,22 @@ static int fill_and_read(be_device *d, be_queue *q, be_mem m, uint32_t *host, si
   return rc;
 }
 
+/* A queue and a buffer of `count` on d, filled with value and read back, then freed: d serves. */
+static void check_serves(be_device *d, size_t count, uint32_t value) {
+  be_queue *q = NULL;
+  be_mem m = {0};
+  uint32_t *host = malloc(count * sizeof *host);
+  bool same = false;
+  CHECK(host != NULL);
+  CHECK_OK(B->queue_create(d, &q));
+  CHECK_OK(B->mem_alloc(d, count * sizeof *host, &m));
+  CHECK_OK(fill_and_read(d, q, m, host, count, value, &same));
+  CHECK(same);
+  B->mem_free(d, &m);
+  B->queue_destroy(q);
+  free(host);
+}
+
 /* ---- side by side ---- */
 
 enum { LINKS = 4, ROUNDS = 200, COUNT = 64 << 10 };
@@ -130,16 +146,7 @@ TEST(a_worker_lives_while_any_link_has_a_device) {
   be_open_opts o = {.worker_link = 3};
   CHECK_ERR(B->open(0, &o, &again), ACCEL_EBUSY);
   B->close(a);
-  be_queue *q = NULL;
-  be_mem m = {0};
-  uint32_t host[256];
-  bool same = false;
-  CHECK_OK(B->queue_create(b, &q));
-  CHECK_OK(B->mem_alloc(b, sizeof host, &m));
-  CHECK_OK(fill_and_read(b, q, m, host, 256, 7, &same));
-  CHECK(same);
-  B->mem_free(b, &m);
-  B->queue_destroy(q);
+  check_serves(b, 256, 7);
   CHECK_EQ(kill(pid, 0), 0);
   B->close(b);
   CHECK_EQ(kill(pid, 0), -1);
@@ -149,16 +156,7 @@ TEST(a_worker_lives_while_any_link_has_a_device) {
 
 TEST(the_last_link_is_served_and_one_past_it_refused) {
   be_device *d = open_on(BW_MAX_LINKS - 1, 0);
-  be_queue *q = NULL;
-  be_mem m = {0};
-  uint32_t host[16];
-  bool same = false;
-  CHECK_OK(B->queue_create(d, &q));
-  CHECK_OK(B->mem_alloc(d, sizeof host, &m));
-  CHECK_OK(fill_and_read(d, q, m, host, 16, 42, &same));
-  CHECK(same);
-  B->mem_free(d, &m);
-  B->queue_destroy(q);
+  check_serves(d, 16, 42);
   B->close(d);
   be_open_opts o = {.worker_link = BW_MAX_LINKS};
   be_device *past = NULL;
@@ -247,16 +245,7 @@ TEST(a_fault_on_one_link_restarts_the_worker_for_every_link) {
   CHECK_EQ(kill(pid, 0), -1);
   be_device *c = open_on(1, 0); /* a fresh worker */
   CHECK(worker_of(c) != pid);
-  be_queue *q = NULL;
-  be_mem m = {0};
-  uint32_t host[64];
-  bool same = false;
-  CHECK_OK(B->queue_create(c, &q));
-  CHECK_OK(B->mem_alloc(c, sizeof host, &m));
-  CHECK_OK(fill_and_read(c, q, m, host, 64, 9, &same));
-  CHECK(same);
-  B->mem_free(c, &m);
-  B->queue_destroy(q);
+  check_serves(c, 64, 9);
   B->close(c);
 }
 
