@@ -61,9 +61,17 @@
 
 #define LINK_INBUF (64u << 10) /* frames up to this size are read through a staging buffer */
 #define LINK_BACKLOG 511
-/* Ops in flight per connection before reading pauses: below the session's mailbox (16384),
- * so a client that pipelines freely is slowed by its socket rather than refused (EBUSY). */
-#define LINK_MAX_OPS 4096u
+/* Ops in flight per connection before reading pauses (it resumes at half): a client that
+ * pipelines freely is slowed by its socket rather than refused (EBUSY), and it holds few ops
+ * inside the daemon, where every queue it fills is one another client's op waits in. Enough
+ * to keep a device busy: one client pipelining tiny GPU ops moves as much with 32 as with
+ * 4096; beside 8 that flood, a light client's p99 was 1.3x lower (docs/PERFORMANCE.md, "A
+ * light client beside a flood"). */
+#define LINK_MAX_OPS 32u
+/* Frames made from one connection's bytes per turn while other connections have ops in
+ * flight; the rest waits for a later turn, behind the others' (a flooding client's 256 ops
+ * read at once made a light client's frame wait for all of them). Alone, it reads on. */
+#define LINK_FRAMES_PER_TURN 4u
 #define LINK_ACCEPTS_PER_TURN 64 /* connections taken per wakeup before other handles run */
 
 struct srv_link {
@@ -77,7 +85,9 @@ struct srv_link {
   uint8_t *in;    /* staging (LINK_INBUF bytes, allocated with the link: reading never
                    * needs memory): the start of the stream not yet made into frames */
   size_t in_len;
-  nng_msg *big; /* a frame larger than the staging buffer, read straight into it */
+  uint32_t turn_frames; /* frames made in this turn */
+  bool turn_over;       /* LINK_FRAMES_PER_TURN made: the rest waits for a later turn */
+  nng_msg *big;         /* a frame larger than the staging buffer, read straight into it */
   size_t big_have;
   bool reading, closing;
   bool flow_paused;     /* link_flow: its requests or unwritten replies hold too much */
@@ -462,11 +472,31 @@ static bool start_big(srv_link *l, const uint8_t *p, size_t have, size_t flen, u
   return true;
 }
 
+/* Whether other connections have ops in flight: then a connection's turn is short. */
+static bool others_busy(const srv_link *l) {
+  return l->conn != NULL && l->s->ops_in_flight > l->conn->ops;
+}
+
+/* A frame was made: past LINK_FRAMES_PER_TURN in a turn while others have work, the turn
+ * ends and the connection asks for another, behind the other connections' (its socket's
+ * thread has the rest, or the staging buffer does). */
+static void turn_count(srv_link *l) {
+  if (++l->turn_frames < LINK_FRAMES_PER_TURN || !others_busy(l))
+    return;
+  l->turn_over = true;
+  srv_iost_read_later(l->st);
+}
+
+static void turn_start(srv_link *l) {
+  l->turn_frames = 0;
+  l->turn_over = false;
+}
+
 /* Makes whole frames of the staging buffer. The rest of a frame that fits the buffer is
  * read into it; a larger frame continues in `big`. */
 static void parse(srv_link *l) {
   size_t at = 0;
-  while (!l->closing && l->reading && l->in_len - at >= PROTO_HEADER_SIZE) {
+  while (!l->closing && l->reading && !l->turn_over && l->in_len - at >= PROTO_HEADER_SIZE) {
     const uint8_t *p = l->in + at;
     uint64_t id;
     size_t have = l->in_len - at, flen = frame_length(l, p, have, &id);
@@ -485,6 +515,7 @@ static void parse(srv_link *l) {
     memcpy(nng_msg_body(m), p, flen);
     at += flen;
     deliver(l, m);
+    turn_count(l);
     link_flow(l); /* may pause: the rest waits in the staging buffer */
   }
   if (l->closing)
@@ -550,7 +581,10 @@ static void on_read(srv_link *l, ssize_t n) {
  * LINK_READS_PER_TURN pieces at once (the thread refills the ring meanwhile). */
 static void on_readable(srv_iost *st, void *data) {
   srv_link *l = data;
-  for (int i = 0; l->reading && !l->closing; i++) {
+  turn_start(l);
+  if (l->in_len > 0 && l->big == NULL && l->reading && !l->closing)
+    parse(l); /* frames a short turn left in the staging buffer */
+  for (int i = 0; l->reading && !l->closing && !l->turn_over; i++) {
     if (i == LINK_READS_PER_TURN) {
       srv_iost_read_later(st);
       return;
@@ -572,6 +606,7 @@ static void link_set_reading(srv_link *l) {
   bool want = !l->closing && !l->flow_paused && !l->queued;
   if (want && !l->reading) {
     l->reading = true;
+    turn_start(l);
     srv_iost_want_read(l->st, true); /* bytes read ahead meanwhile come in a later callback */
     l->window_ms = loop_now(l);      /* time paused is not the peer's */
     l->window_bytes = 0;

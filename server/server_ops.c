@@ -95,6 +95,8 @@ static void op_done(dev_call *call, int status) {
       nng_msg_free(so->rep);
   } else {
     send_result(s, so, status);
+    if (c->ops == 1)
+      srv_conn_flush(s, c); /* its only op: no batch to wait for (server_out.c) */
   }
   if (so->region)
     srv_shm_release(s, c, so->region);

@@ -5,7 +5,10 @@
  *   PROTO_CAP_BATCH  the replies made for a connection during one loop iteration leave as
  *                    one message (frames back to back), flushed from a uv_prepare handle:
  *                    after the actors' turn and the poll phase, before the loop may block,
- *                    so no reply waits for more work to arrive;
+ *                    so no reply waits for more work to arrive; the reply to a
+ *                    connection's only op in flight leaves at once (srv_conn_flush from
+ *                    server_ops.c): nothing would join its batch, and a busy iteration
+ *                    would make it wait for everything else the loop does;
  *   PROTO_CAP_ACK    the client reports how many messages it has received; at most
  *                    PROTO_ACK_WINDOW (< 64) are then unacknowledged, the rest wait here.
  * Clients without them (accelctl, one request at a time) get one message per reply. */

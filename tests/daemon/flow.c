@@ -1,7 +1,9 @@
 /* Flow control of a client that pipelines ops, at its exact bounds: a local connection is not
- * read while it has 4096 ops in flight (server_local.c, LINK_MAX_OPS), and an nng connection,
+ * read while it has 32 ops in flight (server_local.c, LINK_MAX_OPS), and an nng connection,
  * which cannot be paused alone, has the writes that would pass its request-byte budget
- * refused with ACCEL_EBUSY (server_ops.c, admit).
+ * refused with ACCEL_EBUSY (server_ops.c, admit). While other connections have ops in flight,
+ * a local connection's frames are taken a few per turn (LINK_FRAMES_PER_TURN): the rest
+ * still come, in later turns.
  *
  * The ops stay in flight behind a blocker: sgemms on the daemon's CPU device, run on one
  * OpenBLAS thread (seconds of work even on a fast core), which every later op of a test waits
@@ -14,11 +16,15 @@
 #include "util.h"
 
 /* The daemon's pause threshold (server_local.c LINK_MAX_OPS). */
-#define MAX_OPS 4096
-/* The blocker: BLOCK_REPS sgemms of BLOCK_N x BLOCK_N floats, 2 Gflop each: 16 ms each on one
- * AVX-512 core (130 Gflop/s), 16 s in all, where a test looks for a second. */
+#define MAX_OPS 32
+/* The blockers: sgemms of n x n floats. Over nng, BLOCK_REPS of BLOCK_N (2 Gflop each: 16 ms
+ * on one AVX-512 core at 130 Gflop/s, 16 s in all); locally, where they count among the 32
+ * ops in flight, LOCAL_REPS of LOCAL_N (16 Gflop each: 3 s in all). A test looks for about a
+ * second. */
 #define BLOCK_N 1024
 #define BLOCK_REPS 1024
+#define LOCAL_N 2048
+#define LOCAL_REPS 24
 #define A_ td_handle(1, 1)
 #define B_ td_handle(2, 1)
 #define C_ td_handle(3, 1) /* the sgemms' output: the ops of the tests wait for them */
@@ -45,10 +51,9 @@ static void kill_daemon(td_daemon *d) {
   td_cleanup(d);
 }
 
-/* The blocker's buffers, then its sgemms sent without waiting (request ids 1000..). Returns
- * the daemon's ops_completed from before the sgemms. */
-static long block(td_daemon *d, td_client *c) {
-  uint64_t n = BLOCK_N;
+/* The blocker's buffers, then its `reps` sgemms of n x n sent without waiting (request ids
+ * 1000..). Returns the daemon's ops_completed from before the sgemms. */
+static long block(td_daemon *d, td_client *c, uint64_t n, int reps) {
   CHECK_OK(td_create(c, A_, ACCEL_F32, n * n));
   CHECK_OK(td_create(c, B_, ACCEL_F32, n * n));
   CHECK_OK(td_create(c, C_, ACCEL_F32, n * n));
@@ -59,19 +64,19 @@ static long block(td_daemon *d, td_client *c) {
   uint64_t handles[3] = {A_, B_, C_};
   for (int i = 0; i < 3; i++)
     op.bufs[i] = (dev_op_buf){.handle = handles[i], .count = n * n};
-  int64_t s = BLOCK_N;
+  int64_t s = (int64_t)n;
   op.u.gemm = (be_gemm_args){
       .m = s, .n = s, .k = s, .alpha = 1, .beta = 0, .lda = s, .ldb = s, .ldc = s, .batch = 1};
   proto_out o;
   proto_out_init(&o);
-  for (int i = 0; i < BLOCK_REPS; i++)
+  for (int i = 0; i < reps; i++)
     CHECK_OK(proto_encode_op(&o, 1000 + (uint64_t)i, &op, (proto_bytes){NULL, 0}));
   td_send_raw(c, o.data, o.len, 1000);
   proto_out_free(&o);
   return base;
 }
 
-/* ---- a local connection: reading pauses at 4096 ops in flight ---- */
+/* ---- a local connection: reading pauses at 32 ops in flight ---- */
 
 typedef struct sender {
   int fd;
@@ -119,19 +124,19 @@ static long taken(td_daemon *d, long base, long *in_flight) {
 }
 
 /* 12288 fills of C pipelined behind the blocker (1.2 MB of frames): the daemon takes them
- * until 4096 ops (the blocker's included) are in flight, then stops reading, and the client's
+ * until 32 ops (the blocker's included) are in flight, then stops reading, and the client's
  * socket fills: it can never send them all while the blocker runs. Sampled for a second from
- * the moment 4096 were taken, the ops in flight are never more than 4096. Without the pause
- * the daemon reads every fill at once (up to the session's 8192 in flight, the rest EBUSY):
- * more than 4096 in flight, and the sending ends. */
-TEST(local_reading_pauses_at_4096_ops_in_flight) {
-  enum { FILLS = 3 * MAX_OPS };
+ * the moment 32 were taken, the ops in flight are never more than 32. Without the pause the
+ * daemon reads every fill at once (up to the session's 8192 in flight, the rest EBUSY): more
+ * than 32 in flight, and the sending ends. */
+TEST(local_reading_pauses_at_32_ops_in_flight) {
+  enum { FILLS = 12288 };
   td_daemon d;
   start(&d, "", NULL, 0);
   td_client c;
   td_client_open(&c, d.url);
   CHECK_OK(td_hello(&c, NULL));
-  long base = block(&d, &c);
+  long base = block(&d, &c, LOCAL_N, LOCAL_REPS);
   sender s = {.fd = c.fd};
   proto_out_init(&s.frames);
   for (int i = 0; i < FILLS; i++)
@@ -157,12 +162,55 @@ TEST(local_reading_pauses_at_4096_ops_in_flight) {
           all_sent ? "every fill sent" : "the client's socket is full");
   CHECK_LE(most, MAX_OPS);
   CHECK(!all_sent);
-  CHECK_LT(done, BLOCK_REPS); /* the blocker ran all along: no fill could finish */
+  CHECK_LT(done, LOCAL_REPS); /* the blocker ran all along: no fill could finish */
 
   kill_daemon(&d); /* the sender returns once its socket is closed */
   CHECK_EQ(pthread_join(t, NULL), 0);
   proto_out_free(&s.frames);
   td_client_close(&c);
+}
+
+/* ---- short turns: a connection's frames a few at a time, every one taken ---- */
+
+/* While one client's blocker is in flight, another sends 200 fills of its own buffer in one
+ * write (over the 32-op pause, too): the daemon makes a few frames of them per turn, so each
+ * later turn must come by itself, also after a pause ends. Every fill is answered, in order,
+ * and the buffer holds the last value; the blocker is still in flight at the end (the turns
+ * were short all along). */
+TEST(short_turns_take_every_frame) {
+  enum { FILLS = 200 };
+  td_daemon d;
+  start(&d, "", NULL, 0);
+  td_client a, b;
+  td_client_open(&a, d.url);
+  td_client_open(&b, d.url);
+  CHECK_OK(td_hello(&a, NULL));
+  CHECK_OK(td_hello(&b, NULL));
+  (void)block(&d, &a, LOCAL_N, LOCAL_REPS);
+  uint64_t x = td_handle(9, 1);
+  CHECK_OK(td_create(&b, x, ACCEL_U32, 1));
+  proto_out o;
+  proto_out_init(&o);
+  for (int i = 0; i < FILLS; i++)
+    td_encode_fill(&o, 5000 + (uint64_t)i, x, (uint32_t)i + 1);
+  CHECK_OK(o.err);
+  td_send_raw(&b, o.data, o.len, 5000);
+  proto_out_free(&o);
+  for (int i = 0; i < FILLS; i++) {
+    nng_msg *m;
+    int rv = td_recv(&b, &m, 10000 * (test_under_valgrind() ? 10 : 1));
+    if (rv != 0)
+      TEST_FAIL("fill %d of %d not answered: %s", i, FILLS, nng_strerror(rv));
+    CHECK_OK(td_reply_status(m, 5000 + (uint64_t)i, NULL));
+    nng_msg_free(m);
+  }
+  uint32_t v = 0;
+  CHECK_OK(td_read_u32(&b, x, &v, 1));
+  CHECK_EQ(v, (uint32_t)FILLS);
+  CHECK_GE(td_status_field(&d, "ops_in_flight"), 1); /* the blocker's */
+  kill_daemon(&d);
+  td_client_close(&a);
+  td_client_close(&b);
 }
 
 /* ---- an nng connection: writes past the request-byte budget are refused ---- */
@@ -210,7 +258,7 @@ TEST(tcp_writes_past_the_budget_are_refused) {
   td_client c;
   td_client_open(&c, tcp);
   CHECK_OK(td_hello_caps(&c, PROTO_CAP_BATCH, NULL)); /* the blocker comes in one message */
-  long base = block(&d, &c);
+  long base = block(&d, &c, BLOCK_N, BLOCK_REPS);
   uint8_t *data = calloc(1, BYTES);
   CHECK(data != NULL);
   dev_op op = {.h = {.kind = DEV_OP_WRITE, .device = ACCEL_DEVICE_ANY}, .nbufs = 1};
@@ -240,7 +288,8 @@ TEST(tcp_writes_past_the_budget_are_refused) {
 }
 
 static const test_case tests[] = {
-    TEST_CASE(local_reading_pauses_at_4096_ops_in_flight),
+    TEST_CASE(local_reading_pauses_at_32_ops_in_flight),
+    TEST_CASE(short_turns_take_every_frame),
     TEST_CASE(tcp_writes_past_the_budget_are_refused),
 };
 
