@@ -74,19 +74,21 @@ static void seal_batch(srv_server *s, srv_conn *c) {
   c->batch = NULL;
 }
 
-/* Appends the reply's frame to the batch (made with the reply's routing header). */
+/* Adds the reply's frame to the batch: the first reply of a batch becomes it (its routing
+ * header is the batch's; nothing copied), later ones are appended, the room doubling as it
+ * grows (nng grows a message only to the size asked, copying it each time). BATCH_TAKEN if m
+ * is the batch now, 0 if it was copied (the caller frees it), or ACCEL_ENOMEM. */
+#define BATCH_TAKEN 1
 static int batch_add(srv_server *s, srv_conn *c, nng_msg *m) {
   if (c->batch && nng_msg_len(c->batch) + nng_msg_len(m) > s->limits.max_message)
     seal_batch(s, c);
   if (c->batch == NULL) {
-    if (nng_msg_alloc(&c->batch, 0) != 0)
-      return ACCEL_ENOMEM;
-    if (nng_msg_header_append(c->batch, nng_msg_header(m), nng_msg_header_len(m)) != 0) {
-      nng_msg_free(c->batch);
-      c->batch = NULL;
-      return ACCEL_ENOMEM;
-    }
+    c->batch = m;
+    return BATCH_TAKEN;
   }
+  size_t need = nng_msg_len(c->batch) + nng_msg_len(m), room = nng_msg_capacity(c->batch);
+  if (need > room && nng_msg_reserve(c->batch, need > 2 * room ? need : 2 * room) != 0)
+    return ACCEL_ENOMEM;
   return nng_msg_append(c->batch, nng_msg_body(m), nng_msg_len(m)) == 0 ? 0 : ACCEL_ENOMEM;
 }
 
@@ -120,11 +122,12 @@ void srv_conn_send(srv_server *s, srv_conn *c, nng_msg *m) {
   }
   c->out_bytes += nng_msg_len(m); /* until written (local) or acknowledged (nng) */
   overflow_check(s, c);
-  bool batched = (c->caps & PROTO_CAP_BATCH) && nng_msg_len(m) <= SRV_BATCH_COPY_MAX &&
-                 batch_add(s, c, m) == 0;
-  if (batched) {
+  int batched = (c->caps & PROTO_CAP_BATCH) && nng_msg_len(m) <= SRV_BATCH_COPY_MAX
+                    ? batch_add(s, c, m)
+                    : ACCEL_ENOTSUP;
+  if (batched == 0) {
     nng_msg_free(m);
-  } else {
+  } else if (batched != BATCH_TAKEN) {
     seal_batch(s, c); /* keep the order replies were made in */
     if (outq_push(s, c, m) != 0) {
       accel_log(ACCEL_LOG_ERROR, "server", "out of memory queueing a reply: dropped");
