@@ -121,6 +121,8 @@ struct srv_server {
   uint64_t shared_bytes; /* clients' shared memory mapped here (server_shm.c) */
   uint32_t sessions;
   uint64_t ops_in_flight, ops_completed, ops_failed, frames_bad;
+  struct srv_op *op_pool; /* finished ops' records, used again (server_ops.c) */
+  uint32_t op_pool_len;
 
   bool draining;
   atomic_bool refusing; /* new pipes are closed as they come (read on nng's threads) */
@@ -223,5 +225,7 @@ void srv_reply_status(srv_server *s, srv_conn *c, nng_msg *m, uint64_t request_i
 
 /* server_ops.c */
 void srv_op_frame(srv_server *s, srv_conn *c, nng_msg *m, uint64_t request_id);
+/* Frees the pool of finished ops' records (the server's memory goes). */
+void srv_op_pool_free(srv_server *s);
 
 #endif
