@@ -336,11 +336,13 @@ static uint32_t min_rate(const srv_server *s) {
 
 /* Whether it is the peer's turn to make progress inside a frame: it is read from and has
  * part of a frame in, or it holds a large frame's room and its unread replies pause it.
- * Pauses of the daemon's own making (its ops hold too much, a wait for room) are not. */
+ * Pauses of the daemon's own making (its ops hold too much, a wait for room, whole frames
+ * waiting for the connection's next turn) are not. */
 static bool idle_watched(const srv_link *l) {
   if (l->closing || l->queued)
     return false;
-  return (l->reading && (l->in_len > 0 || l->big != NULL)) || (l->big != NULL && l->out_bytes > 0);
+  return (l->reading && !l->turn_over && (l->in_len > 0 || l->big != NULL)) ||
+         (l->big != NULL && l->out_bytes > 0);
 }
 
 static void on_idle_check(uv_timer_t *t);
@@ -568,7 +570,7 @@ static void on_read(srv_link *l, ssize_t n) {
   } else {
     l->in_len += (size_t)n;
     parse(l);
-    if (!l->closing)
+    if (!l->closing && l->reading && !l->turn_over) /* every whole frame made */
       fds_ok(l);
   }
   if (!l->closing)
@@ -582,8 +584,13 @@ static void on_read(srv_link *l, ssize_t n) {
 static void on_readable(srv_iost *st, void *data) {
   srv_link *l = data;
   turn_start(l);
-  if (l->in_len > 0 && l->big == NULL && l->reading && !l->closing)
+  if (l->in_len > 0 && l->big == NULL && l->reading && !l->closing) {
     parse(l); /* frames a short turn left in the staging buffer */
+    if (!l->closing && l->reading && !l->turn_over)
+      fds_ok(l);
+    if (!l->closing)
+      idle_update(l); /* parse's last look was before the staging buffer emptied */
+  }
   for (int i = 0; l->reading && !l->closing && !l->turn_over; i++) {
     if (i == LINK_READS_PER_TURN) {
       srv_iost_read_later(st);

@@ -9,8 +9,11 @@
  * OpenBLAS thread (seconds of work even on a fast core), which every later op of a test waits
  * for because it touches their output. What a test looks at happens within a fraction of a
  * second of sending; the daemon is then killed, so the blocker is never waited for. */
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
 
 #include "proto/local.h"
 #include "util.h"
@@ -19,11 +22,11 @@
 #define MAX_OPS 32
 /* The blockers: sgemms of n x n floats. Over nng, BLOCK_REPS of BLOCK_N (2 Gflop each: 16 ms
  * on one AVX-512 core at 130 Gflop/s, 16 s in all); locally, where they count among the 32
- * ops in flight, LOCAL_REPS of LOCAL_N (16 Gflop each: 3 s in all). A test looks for about a
- * second. */
+ * ops in flight, LOCAL_REPS of LOCAL_N (54 Gflop each: 0.4 s, 10 s in all). A test looks for
+ * about a second. */
 #define BLOCK_N 1024
 #define BLOCK_REPS 1024
-#define LOCAL_N 2048
+#define LOCAL_N 3072
 #define LOCAL_REPS 24
 #define A_ td_handle(1, 1)
 #define B_ td_handle(2, 1)
@@ -51,28 +54,38 @@ static void kill_daemon(td_daemon *d) {
   td_cleanup(d);
 }
 
-/* The blocker's buffers, then its `reps` sgemms of n x n sent without waiting (request ids
- * 1000..). Returns the daemon's ops_completed from before the sgemms. */
-static long block(td_daemon *d, td_client *c, uint64_t n, int reps) {
-  CHECK_OK(td_create(c, A_, ACCEL_F32, n * n));
-  CHECK_OK(td_create(c, B_, ACCEL_F32, n * n));
-  CHECK_OK(td_create(c, C_, ACCEL_F32, n * n));
-  CHECK_OK(td_fill(c, A_, 0x3f800000u));
-  CHECK_OK(td_fill(c, B_, 0x3f800000u));
-  long base = td_status_field(d, "ops_completed");
+/* Buffers A, B, C of n x n floats in slots slot.. (A and B ones). */
+static void gemm_buffers(td_client *c, uint32_t slot, uint64_t n) {
+  for (uint32_t i = 0; i < 3; i++)
+    CHECK_OK(td_create(c, td_handle(slot + i, 1), ACCEL_F32, n * n));
+  CHECK_OK(td_fill(c, td_handle(slot, 1), 0x3f800000u));
+  CHECK_OK(td_fill(c, td_handle(slot + 1, 1), 0x3f800000u));
+}
+
+/* `reps` sgemms C = A B of gemm_buffers(slot) sent in one write without waiting (request
+ * ids first..). */
+static void send_gemms(td_client *c, uint32_t slot, uint64_t n, int reps, uint64_t first) {
+  uint64_t h[3] = {td_handle(slot, 1), td_handle(slot + 1, 1), td_handle(slot + 2, 1)};
   dev_op op = {.h = {.kind = DEV_OP_GEMM, .device = 0}, .nbufs = 3};
-  uint64_t handles[3] = {A_, B_, C_};
   for (int i = 0; i < 3; i++)
-    op.bufs[i] = (dev_op_buf){.handle = handles[i], .count = n * n};
+    op.bufs[i] = (dev_op_buf){.handle = h[i], .count = n * n};
   int64_t s = (int64_t)n;
   op.u.gemm = (be_gemm_args){
       .m = s, .n = s, .k = s, .alpha = 1, .beta = 0, .lda = s, .ldb = s, .ldc = s, .batch = 1};
   proto_out o;
   proto_out_init(&o);
   for (int i = 0; i < reps; i++)
-    CHECK_OK(proto_encode_op(&o, 1000 + (uint64_t)i, &op, (proto_bytes){NULL, 0}));
-  td_send_raw(c, o.data, o.len, 1000);
+    CHECK_OK(proto_encode_op(&o, first + (uint64_t)i, &op, (proto_bytes){NULL, 0}));
+  td_send_raw(c, o.data, o.len, first);
   proto_out_free(&o);
+}
+
+/* The blocker: buffers A_, B_, C_ and `reps` sgemms of n x n (request ids 1000..). Returns the
+ * daemon's ops_completed from before the sgemms. */
+static long block(td_daemon *d, td_client *c, uint64_t n, int reps) {
+  gemm_buffers(c, 1, n);
+  long base = td_status_field(d, "ops_completed");
+  send_gemms(c, 1, n, reps, 1000);
   return base;
 }
 
@@ -170,6 +183,16 @@ TEST(local_reading_pauses_at_32_ops_in_flight) {
   td_client_close(&c);
 }
 
+/* Two clients: `a` with the blocker in flight (so `b`'s turns are short), `b` beside it. */
+static void start_beside_blocker(td_daemon *d, const char *config, td_client *a, td_client *b) {
+  start(d, config, NULL, 0);
+  td_client_open(a, d->url);
+  td_client_open(b, d->url);
+  CHECK_OK(td_hello(a, NULL));
+  CHECK_OK(td_hello(b, NULL));
+  (void)block(d, a, LOCAL_N, LOCAL_REPS);
+}
+
 /* ---- short turns: a connection's frames a few at a time, every one taken ---- */
 
 /* While one client's blocker is in flight, another sends 200 fills of its own buffer in one
@@ -180,13 +203,8 @@ TEST(local_reading_pauses_at_32_ops_in_flight) {
 TEST(short_turns_take_every_frame) {
   enum { FILLS = 200 };
   td_daemon d;
-  start(&d, "", NULL, 0);
   td_client a, b;
-  td_client_open(&a, d.url);
-  td_client_open(&b, d.url);
-  CHECK_OK(td_hello(&a, NULL));
-  CHECK_OK(td_hello(&b, NULL));
-  (void)block(&d, &a, LOCAL_N, LOCAL_REPS);
+  start_beside_blocker(&d, "", &a, &b);
   uint64_t x = td_handle(9, 1);
   CHECK_OK(td_create(&b, x, ACCEL_U32, 1));
   proto_out o;
@@ -208,6 +226,77 @@ TEST(short_turns_take_every_frame) {
   CHECK_OK(td_read_u32(&b, x, &v, 1));
   CHECK_EQ(v, (uint32_t)FILLS);
   CHECK_GE(td_status_field(&d, "ops_in_flight"), 1); /* the blocker's */
+  kill_daemon(&d);
+  td_client_close(&a);
+  td_client_close(&b);
+}
+
+/* Whole frames waiting for the connection's next turn are the daemon's doing, not an idle
+ * peer: with a frame idle timeout of 100 ms, 5 sgemms of LOCAL_N sent at once (4 made in the
+ * first turn, the last in the next; none done before 0.4 s) and 300 ms later the connection
+ * still answers a PING, first. A timer left armed by the first turn closed it after 100 ms
+ * ("no byte for 100 ms inside a frame"). */
+TEST(frames_waiting_for_a_turn_are_not_idle_time) {
+  td_daemon d;
+  td_client a, b;
+  start_beside_blocker(&d, "[limits]\nframe_idle_timeout_ms = 100\n", &a, &b);
+  gemm_buffers(&b, 20, LOCAL_N);
+  send_gemms(&b, 20, LOCAL_N, 5, 7000);
+  usleep(300 * 1000);
+  CHECK_OK(td_control(&b, PROTO_CTL_PING, 0));
+  CHECK(strstr(td_log(&d), "inside a frame") == NULL);
+  kill_daemon(&d);
+  td_client_close(&a);
+  td_client_close(&b);
+}
+
+/* Frames and their descriptors in one sendmsg: 13 SHM_ATTACH frames, each with a sealed memfd
+ * (more than the 8 descriptors a connection may have ahead of its frames). Made 4 a turn,
+ * the others' descriptors wait with them; every attach is answered, none refused as
+ * descriptors the client did not announce (the check once counted them before their frames
+ * were made). */
+TEST(descriptors_of_frames_waiting_for_a_turn_are_announced) {
+  enum { N = 13 };
+  td_daemon d;
+  td_client a, b;
+  start_beside_blocker(&d, "", &a, &b);
+  int fds[N];
+  proto_out o;
+  proto_out_init(&o);
+  for (int i = 0; i < N; i++) {
+    fds[i] = memfd_create("flow-test", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    CHECK(fds[i] >= 0);
+    CHECK_EQ(ftruncate(fds[i], 4096), 0);
+    CHECK_EQ(fcntl(fds[i], F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_SEAL), 0);
+    proto_control_req req = {PROTO_CTL_SHM_ATTACH, 100 + (uint64_t)i};
+    CHECK_OK(proto_encode_control(&o, 8000 + (uint64_t)i, &req));
+  }
+  CHECK_OK(o.err);
+  union {
+    struct cmsghdr align;
+    char buf[CMSG_SPACE(sizeof(int) * N)];
+  } ctl;
+  memset(&ctl, 0, sizeof ctl);
+  struct iovec iov = {o.data, o.len};
+  struct msghdr mh = {
+      .msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.buf, .msg_controllen = sizeof ctl.buf};
+  struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
+  cm->cmsg_level = SOL_SOCKET;
+  cm->cmsg_type = SCM_RIGHTS;
+  cm->cmsg_len = CMSG_LEN(sizeof(int) * N);
+  memcpy(CMSG_DATA(cm), fds, sizeof fds);
+  CHECK_EQ(sendmsg(b.fd, &mh, MSG_NOSIGNAL), (ssize_t)o.len);
+  proto_out_free(&o);
+  for (int i = 0; i < N; i++) {
+    nng_msg *m;
+    int rv = td_recv(&b, &m, 10000 * (test_under_valgrind() ? 10 : 1));
+    if (rv != 0)
+      TEST_FAIL("attach %d of %d not answered: %s\n%s", i, N, nng_strerror(rv), td_log(&d));
+    CHECK_OK(td_reply_status(m, 8000 + (uint64_t)i, NULL));
+    nng_msg_free(m);
+  }
+  for (int i = 0; i < N; i++)
+    close(fds[i]);
   kill_daemon(&d);
   td_client_close(&a);
   td_client_close(&b);
@@ -290,6 +379,8 @@ TEST(tcp_writes_past_the_budget_are_refused) {
 static const test_case tests[] = {
     TEST_CASE(local_reading_pauses_at_32_ops_in_flight),
     TEST_CASE(short_turns_take_every_frame),
+    TEST_CASE(frames_waiting_for_a_turn_are_not_idle_time),
+    TEST_CASE(descriptors_of_frames_waiting_for_a_turn_are_announced),
     TEST_CASE(tcp_writes_past_the_budget_are_refused),
 };
 
