@@ -53,7 +53,7 @@ typedef struct free_job {
 
 /* Takes the device for a worker: false if the incarnation `gen` is gone (its memory went with
  * its context). The device actor waits for `builds` to drop to 0 before it closes. */
-static bool device_enter(dev_node *node, uint32_t gen) {
+bool dev_node_enter(dev_node *node, uint32_t gen) {
   pthread_mutex_lock(&node->build_mu);
   bool ok = node->dev != NULL && node->generation == gen;
   node->builds += ok;
@@ -61,7 +61,7 @@ static bool device_enter(dev_node *node, uint32_t gen) {
   return ok;
 }
 
-static void device_leave(dev_node *node) {
+void dev_node_leave(dev_node *node) {
   pthread_mutex_lock(&node->build_mu);
   node->builds--;
   pthread_cond_broadcast(&node->build_cv);
@@ -70,11 +70,11 @@ static void device_leave(dev_node *node) {
 
 static void free_work(uv_work_t *req) {
   free_job *j = req->data;
-  if (!device_enter(j->node, j->gen))
+  if (!dev_node_enter(j->node, j->gen))
     return;
   for (uint32_t i = 0; i < j->n; i++)
     dev_mem_free(j->node, &j->mems[i]);
-  device_leave(j->node);
+  dev_node_leave(j->node);
 }
 
 static void free_done(uv_work_t *req, int status) {
@@ -199,10 +199,10 @@ static int alloc_work(void *data) {
   for (uint32_t i = 0; i < j->n; i++) {
     dev_mem_need *d = &j->needs[i];
     d->status = ACCEL_EDEVLOST;
-    if (!device_enter(d->node, d->node_gen))
+    if (!dev_node_enter(d->node, d->node_gen))
       continue;
     d->status = dev_mem_alloc(d->node, d->cls, &d->mem);
-    device_leave(d->node);
+    dev_node_leave(d->node);
   }
   return 0;
 }

@@ -244,6 +244,12 @@ void dev_world_post(dev_world *w, accel_task *task, void (*fn)(accel_task *task)
 /* Frees what the world keeps after its devices and sessions have stopped (the pools). */
 void dev_world_fini(dev_world *w);
 
+/* mem_cache.c: a worker thread takes node's device to use it (node->dev, node->be): false if
+ * the incarnation `gen` is gone. The device actor waits for every taker to leave before it
+ * closes the device. */
+bool dev_node_enter(dev_node *node, uint32_t gen);
+void dev_node_leave(dev_node *node);
+
 /* buffer.c */
 RT_MUST_USE dev_buffer *dev_buffer_create(dev_world *w, accel_dtype dtype, size_t count);
 /* The handle went away: freed once no task uses it. */

@@ -10,6 +10,7 @@
 #include "runtime/alloc.h"
 #include "server/render.h"
 #include "server/server_priv.h"
+#include "server/server_transport.h"
 
 /* ---- replies ---- */
 
@@ -179,6 +180,7 @@ static void fault_done(accel_future *f, int status, void *arg) {
   else
     srv_reply_status(r->s, r->c, r->m, r->request_id, status);
   r->c->ops--;
+  r->c->tp->flow(r->s, r->c); /* counted among its ops: its reading may resume */
   srv_conn_maybe_free(r->s, r->c);
   srv_release(r->s);
   rt_free(r);

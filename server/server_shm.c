@@ -15,6 +15,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/magic.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -34,10 +35,11 @@ struct srv_region {
   size_t len;
   uint32_t refs; /* ops using it, and a registration in progress */
   bool detached; /* unmapped once refs reaches 0 */
-  /* Registered for DMA with this device (CUDA: page-locked), so copies between the region
-   * and that device's memory run at pinned speed; done on a worker, after the attach. */
-  const be_ops *dma_be;
-  be_device *dma_dev;
+  /* Registered for DMA with this device's incarnation (CUDA: page-locked), so copies between
+   * the region and that device's memory run at pinned speed; done on a worker, after the
+   * attach. A device that closed (a restart, the daemon stopping) took it along. */
+  dev_node *dma_node;
+  uint32_t dma_gen;
   bool dma;
 };
 
@@ -45,39 +47,69 @@ struct srv_region {
 
 typedef struct dma_job {
   srv_server *s;
-  srv_conn *c;   /* counted in c->ops meanwhile: the record stays */
-  srv_region *r; /* held (refs) meanwhile */
-  const be_ops *be;
-  be_device *dev;
+  srv_conn *c;    /* counted in c->ops meanwhile: the record stays */
+  srv_region *r;  /* held (refs) meanwhile */
+  dev_node *node; /* its device, taken (dev_node_enter) while the worker uses it */
+  uint32_t gen;
   void *base;
   size_t len;
   int fd; /* the region's memfd (a copy), for backends that map it elsewhere; else -1 */
   int rc;
 } dma_job;
 
+/* A failpoint for the flow test: ACCEL_TEST_SHM_REGISTER_DELAY_US makes each registration
+ * take that long (a registration is quick on a test machine: they never pile up otherwise).
+ * Read once; a worker thread. */
+static void register_delay(void) {
+  static _Atomic long delay_us = -1;
+  long d = atomic_load(&delay_us);
+  if (d < 0) {
+    const char *v = getenv("ACCEL_TEST_SHM_REGISTER_DELAY_US");
+    d = v ? strtol(v, NULL, 10) : 0;
+    d = d > 0 && d <= 100000 ? d : 0;
+    atomic_store(&delay_us, d);
+  }
+  if (d > 0)
+    usleep((useconds_t)d);
+}
+
 static int dma_register_work(void *arg) {
   dma_job *j = arg;
-  j->rc = j->fd >= 0 ? j->be->host_register_shared(j->dev, j->base, j->len, j->fd)
-                     : j->be->host_register(j->dev, j->base, j->len);
+  register_delay();
+  dev_node *n = j->node;
+  j->rc = ACCEL_EDEVLOST; /* the incarnation closed meanwhile */
+  if (dev_node_enter(n, j->gen)) {
+    j->rc = j->fd >= 0 ? n->be->host_register_shared(n->dev, j->base, j->len, j->fd)
+                       : n->be->host_register(n->dev, j->base, j->len);
+    dev_node_leave(n);
+  }
   if (j->fd >= 0)
     close(j->fd);
   j->fd = -1;
   return j->rc;
 }
 
-/* A job dropped before it ran: its descriptor goes with it. */
-static void dma_register_drop(void *arg) {
+/* A job never submitted: its descriptor goes with it. */
+static void dma_job_free(void *arg) {
   dma_job *j = arg;
   if (j->fd >= 0)
     close(j->fd);
   rt_free(j);
 }
 
+/* Unregisters from the incarnation that registered it, if it still serves (else the
+ * registration went with it), then unmaps. */
+static void unregister_unmap(dev_node *n, uint32_t gen, void *base, size_t len) {
+  if (n != NULL && dev_node_enter(n, gen)) {
+    n->be->host_unregister(n->dev, base);
+    dev_node_leave(n);
+  }
+  munmap(base, len);
+}
+
 static int dma_release_work(void *arg) {
   dma_job *j = arg;
-  if (j->be)
-    j->be->host_unregister(j->dev, j->base);
-  munmap(j->base, j->len);
+  unregister_unmap(j->node, j->gen, j->base, j->len);
   return 0;
 }
 
@@ -90,13 +122,11 @@ static void dma_release_drop(void *arg) {
 static void unmap_region(srv_server *s, srv_region *r) {
   dma_job *j = r->dma ? rt_calloc(1, sizeof *j) : NULL;
   if (j == NULL) {
-    if (r->dma)
-      r->dma_be->host_unregister(r->dma_dev, r->base);
-    munmap(r->base, r->len);
+    unregister_unmap(r->dma ? r->dma_node : NULL, r->dma_gen, r->base, r->len);
     return;
   }
   *j = (dma_job){
-      .s = s, .be = r->dma_be, .dev = r->dma_dev, .base = r->base, .len = r->len, .fd = -1};
+      .s = s, .node = r->dma_node, .gen = r->dma_gen, .base = r->base, .len = r->len, .fd = -1};
   if (s->self == NULL ||
       accel_work_submit(s->self, dma_release_work, j, dma_release_drop, SRV_MSG_SHM_UNMAPPED) != 0)
     dma_release_drop(j);
@@ -134,6 +164,23 @@ static dev_node *dma_node(srv_server *s) {
 }
 
 /* fd: the region's memfd, shared with a device worker where the backend takes it. */
+/* A registration's end on the loop, its outcome heard or not: the region, the connection's
+ * count and the server's reference go back (else the server, holding them, never ends). */
+static void registration_end(dma_job *j) {
+  srv_server *s = j->s;
+  srv_shm_release(s, j->c, j->r);
+  j->c->ops--;
+  j->c->tp->flow(s, j->c); /* counted among its ops: its reading may resume */
+  srv_conn_maybe_free(s, j->c);
+  dma_job_free(j);
+  srv_release(s);
+}
+
+/* The server's actor ended before the outcome came (the daemon stops): on the loop. */
+static void registration_dropped(void *arg) {
+  registration_end(arg);
+}
+
 static void dma_register(srv_server *s, srv_conn *c, srv_region *r, int fd) {
   dev_node *n = s->self ? dma_node(s) : NULL;
   dma_job *j = n ? rt_calloc(1, sizeof *j) : NULL;
@@ -142,8 +189,8 @@ static void dma_register(srv_server *s, srv_conn *c, srv_region *r, int fd) {
   *j = (dma_job){.s = s,
                  .c = c,
                  .r = r,
-                 .be = n->be,
-                 .dev = n->dev,
+                 .node = n,
+                 .gen = n->generation,
                  .base = r->base,
                  .len = r->len,
                  .fd = n->be->host_register_shared ? fcntl(fd, F_DUPFD_CLOEXEC, 0) : -1};
@@ -151,9 +198,9 @@ static void dma_register(srv_server *s, srv_conn *c, srv_region *r, int fd) {
     rt_free(j);
     return;
   }
-  if (accel_work_submit(s->self, dma_register_work, j, dma_register_drop, SRV_MSG_SHM_REGISTERED) !=
-      0) {
-    dma_register_drop(j);
+  if (accel_work_submit(s->self, dma_register_work, j, registration_dropped,
+                        SRV_MSG_SHM_REGISTERED) != 0) {
+    dma_job_free(j);
     return;
   }
   r->refs++;
@@ -167,17 +214,13 @@ void srv_shm_registered(srv_server *s, void *data) {
   srv_region *r = j->r;
   if (j->rc == 0) {
     r->dma = true;
-    r->dma_be = j->be;
-    r->dma_dev = j->dev;
+    r->dma_node = j->node;
+    r->dma_gen = j->gen;
   } else {
     accel_log(ACCEL_LOG_INFO, "server", "local %u: region %llu not registered for DMA: %s",
               j->c->pipe, (unsigned long long)r->id, accel_err_name(j->rc));
   }
-  srv_shm_release(s, j->c, r);
-  j->c->ops--;
-  srv_conn_maybe_free(s, j->c);
-  rt_free(j);
-  srv_release(s);
+  registration_end(j);
 }
 
 /* A failpoint for the race test: ACCEL_TEST_SHM_CHECK_GAP_US widens the gap between the two

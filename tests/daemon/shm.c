@@ -301,6 +301,43 @@ TEST(regions_at_the_limit_and_one_past) {
   td_cleanup(&d);
 }
 
+/* A region's registration for DMA runs on a worker after its attach is answered, counted
+ * among the connection's ops meanwhile. With each registration made to take 50 ms, 64
+ * attaches one after another get 32 registrations pending, and the connection's reading
+ * pauses (server_local.c, LINK_MAX_OPS); each registration that ends must let it resume, or
+ * the next attach is never read (it hung: only ops that finished resumed reading). Stopped
+ * with registrations pending, the daemon ends at once (their outcomes dropped, the server's
+ * references went with them: it ran into its 15 s exit watchdog). */
+TEST(attaches_beyond_32_pending_registrations_are_answered) {
+  td_daemon d;
+  td_prepare(&d);
+  CHECK_EQ(setenv("ACCEL_TEST_SHM_REGISTER_DELAY_US", "50000", 1), 0);
+  td_start(&d, NULL);
+  CHECK_EQ(unsetenv("ACCEL_TEST_SHM_REGISTER_DELAY_US"), 0);
+  td_client c;
+  td_client_open(&c, d.url);
+  proto_welcome w;
+  CHECK_OK(td_hello(&c, &w));
+  bool dma = false;
+  for (uint32_t i = 0; i < w.device_count; i++)
+    dma |= strcmp(w.devices[i].backend, "cpu") != 0; /* CUDA and OpenCL register host memory */
+  if (!dma) {
+    td_client_close(&c);
+    CHECK_EQ(td_stop(&d), 0);
+    td_cleanup(&d);
+    TEST_SKIP("no CUDA or OpenCL device: no region is registered for DMA");
+  }
+  int fd = memfd(4096, F_SEAL_SHRINK);
+  for (uint64_t id = 1; id <= 64; id++)
+    CHECK_OK(attach(&c, id, fd));
+  close(fd);
+  td_client_close(&c);
+  int status = td_stop(&d); /* registrations still pending: dropped, and the server ends */
+  if (status != 0 || strstr(td_log(&d), "still running") != NULL)
+    TEST_FAIL("acceld exited with %d:\n%s", status, td_log(&d));
+  td_cleanup(&d);
+}
+
 /* Descriptors that no attach announces pile up in the daemon: past 8 the peer is closed. */
 TEST(unannounced_descriptors_close_the_connection) {
   td_daemon d;
@@ -576,6 +613,7 @@ static const test_case tests[] = {
     TEST_CASE(transfer_stats_are_per_session),
     TEST_CASE(the_pin_cache_registers_a_host_copy_used_again),
     TEST_CASE(regions_at_the_limit_and_one_past),
+    TEST_CASE(attaches_beyond_32_pending_registrations_are_answered),
     TEST_CASE(unannounced_descriptors_close_the_connection),
     TEST_CASE(a_region_shrunk_during_its_checks_never_faults_the_daemon),
     TEST_CASE(shared_bytes_at_the_caps_and_one_past),
