@@ -22,6 +22,7 @@ void srv_release(srv_server *s) {
   if (s->io) /* every local socket has closed: each held a reference */
     srv_iopool_stop(s->io);
   srv_op_pool_free(s);
+  srv_msg_pool_free(s);
   rt_free(s->gone);
   rt_free(s->buckets);
   rt_free(s->sendq.items);

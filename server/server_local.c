@@ -189,7 +189,7 @@ static void on_written(srv_iost *st, void *data, nng_msg *m, int status) {
   l->out_bytes -= len;
   if (l->conn)
     l->conn->out_bytes -= len;
-  nng_msg_free(m);
+  srv_msg_give(l->s, m);
   if (status < 0 && status != UV_ECANCELED) {
     link_close(l, "write failed (peer gone)");
   } else if (!l->closing) {
@@ -205,7 +205,7 @@ void srv_local_send(srv_server *s, srv_conn *c, nng_msg *m) {
   int rc = l == NULL || l->closing ? ACCEL_ECLOSED : srv_iost_write(l->st, m, 0);
   if (rc != 0) {
     c->out_bytes -= len;
-    nng_msg_free(m);
+    srv_msg_give(s, m);
     if (rc == ACCEL_ENOMEM)
       link_close(l, "out of memory writing a reply");
     else if (rc == ACCEL_ESYS)
@@ -509,12 +509,11 @@ static void parse(srv_link *l) {
         at = l->in_len; /* those bytes are in `big` now */
       break;
     }
-    nng_msg *m;
-    if (nng_msg_alloc(&m, flen) != 0) {
+    nng_msg *m = srv_msg_take(l->s, p, flen);
+    if (m == NULL) {
       link_close(l, "out of memory for a frame");
       return;
     }
-    memcpy(nng_msg_body(m), p, flen);
     at += flen;
     deliver(l, m);
     turn_count(l);

@@ -126,7 +126,7 @@ void srv_conn_send(srv_server *s, srv_conn *c, nng_msg *m) {
                     ? batch_add(s, c, m)
                     : ACCEL_ENOTSUP;
   if (batched == 0) {
-    nng_msg_free(m);
+    srv_msg_give(s, m);
   } else if (batched != BATCH_TAKEN) {
     seal_batch(s, c); /* keep the order replies were made in */
     if (outq_push(s, c, m) != 0) {

@@ -19,6 +19,8 @@
 #define SRV_TICK_MS 50               /* drain progress checks */
 #define SRV_MAX_LOCAL 16             /* local (Unix socket) listeners */
 #define SRV_LOCAL_ID_BIT 0x80000000u /* local connections' ids; nng's pipe ids stay below */
+#define SRV_MSG_POOL 256             /* released small messages kept (server_msgs.c) */
+#define SRV_MSG_POOL_BYTES 4096u     /* the largest kept: 1 MiB at most in all */
 
 typedef struct srv_server srv_server;
 typedef struct srv_link srv_link;           /* a local connection's socket (server_local.c) */
@@ -123,6 +125,8 @@ struct srv_server {
   uint64_t ops_in_flight, ops_completed, ops_failed, frames_bad;
   struct srv_op *op_pool; /* finished ops' records, used again (server_ops.c) */
   uint32_t op_pool_len;
+  nng_msg *msg_pool[SRV_MSG_POOL]; /* released small messages, used again (server_msgs.c) */
+  uint32_t msg_pool_len;
 
   bool draining;
   atomic_bool refusing; /* new pipes are closed as they come (read on nng's threads) */
@@ -222,6 +226,13 @@ void srv_frame(srv_server *s, nng_msg *m);
 void srv_frame_on(srv_server *s, srv_conn *c, nng_msg *m);
 /* Turns the request `m` into a reply frame with `status` and no data, and sends it. */
 void srv_reply_status(srv_server *s, srv_conn *c, nng_msg *m, uint64_t request_id, int status);
+
+/* server_msgs.c: small messages used again (loop thread) */
+/* A message holding `len` bytes copied from `bytes`; NULL without memory. */
+nng_msg *srv_msg_take(srv_server *s, const void *bytes, size_t len);
+/* `m` (taken) is done with: kept for srv_msg_take, or freed. */
+void srv_msg_give(srv_server *s, nng_msg *m);
+void srv_msg_pool_free(srv_server *s);
 
 /* server_ops.c */
 void srv_op_frame(srv_server *s, srv_conn *c, nng_msg *m, uint64_t request_id);
