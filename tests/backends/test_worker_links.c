@@ -170,6 +170,7 @@ static be_queue *busy_q;
 static be_mem busy_m;
 static atomic_bool busy_stop;
 static atomic_ulong busy_fills;
+static atomic_ulong busy_posted, busy_ran; /* tasks posted to the loop, and run there */
 
 typedef struct busy_task {
   accel_task t;
@@ -181,6 +182,7 @@ static void busy_fill(accel_task *t) {
     if (B->fill(busy_q, busy_m, 0, 16, 4, 7) == 0)
       atomic_fetch_add(&busy_fills, 1);
   free(t);
+  atomic_fetch_add(&busy_ran, 1);
 }
 
 static void *busy_poster(void *arg) {
@@ -188,6 +190,7 @@ static void *busy_poster(void *arg) {
     busy_task *t = malloc(sizeof *t);
     if (t == NULL)
       break;
+    atomic_fetch_add(&busy_posted, 1);
     accel_post(arg, &t->t, busy_fill);
     usleep(20);
   }
@@ -211,6 +214,8 @@ TEST(links_attach_while_a_loop_gathers_frames_for_the_first) {
     }
     atomic_store(&busy_stop, true);
     CHECK_EQ(pthread_join(poster, NULL), 0);
+    while (atomic_load(&busy_ran) != atomic_load(&busy_posted))
+      usleep(100); /* the loop's last fills use busy_q: it goes below, and comes again */
     CHECK_OK(finish(first, busy_q)); /* every fill the loop gathered went out and ran */
     for (uint32_t i = 1; i < BW_MAX_LINKS; i++)
       B->close(d[i]);
