@@ -376,17 +376,18 @@ static void one_frame(srv_server *s, srv_conn *c, nng_msg *m) {
 }
 
 /* A client with PROTO_CAP_BATCH may send several frames in one message: each becomes a
- * message of its own (with the same routing header), as if sent alone. The last one keeps the
- * message itself (its front trimmed, nothing copied): a client puts a large frame (a write's
- * chunk) last, so its bytes are not copied here. Bytes after the last whole frame are one
- * more (bad) frame. */
+ * message of its own (with the same routing header), as if sent alone. A large last frame
+ * keeps the message itself (its front trimmed, nothing copied): a client puts a large frame
+ * (a write's chunk) last, so its bytes are not copied here. A small one is copied like the
+ * others, so that no small reply holds a large message (its reply is made in it). Bytes
+ * after the last whole frame are one more (bad) frame. */
 static void split_frames(srv_server *s, srv_conn *c, nng_msg *m) {
   size_t at = 0, len = nng_msg_len(m);
   while (at < len && !c->refused) {
     const uint8_t *p = (const uint8_t *)nng_msg_body(m) + at;
     size_t n = proto_next_frame(p, len - at);
     n = n ? n : len - at;
-    if (at + n == len) {
+    if (at + n == len && (at == 0 || n > SRV_BATCH_ADOPT_MAX)) {
       nng_msg_trim(m, at); /* cannot fail: at < len */
       one_frame(s, c, m);
       return;

@@ -25,8 +25,12 @@ nng_msg *srv_msg_take(srv_server *s, const void *bytes, size_t len) {
   return m;
 }
 
+/* Only a local connection's messages (no routing header) are kept: nng's may have a trimmed
+ * front (split_frames), which nng_msg_capacity does not count, and only local frames are made
+ * in kept messages. */
 void srv_msg_give(srv_server *s, nng_msg *m) {
-  if (s->msg_pool_len < SRV_MSG_POOL && nng_msg_capacity(m) <= SRV_MSG_POOL_BYTES)
+  if (s->msg_pool_len < SRV_MSG_POOL && nng_msg_header_len(m) == 0 &&
+      nng_msg_capacity(m) <= SRV_MSG_POOL_BYTES)
     s->msg_pool[s->msg_pool_len++] = m;
   else
     nng_msg_free(m);

@@ -17,8 +17,6 @@
 #include "runtime/alloc.h"
 #include "server/server_transport.h"
 
-#define SRV_BATCH_COPY_MAX 4096u /* a larger reply (a read's data) travels on its own */
-
 /* The queue holds at least `need` messages after this (0 or ACCEL_ENOMEM). */
 static int outq_grow(srv_conn *c, uint32_t need) {
   if (c->oq_cap >= need)
@@ -74,17 +72,27 @@ static void seal_batch(srv_server *s, srv_conn *c) {
   c->batch = NULL;
 }
 
-/* Adds the reply's frame to the batch: the first reply of a batch becomes it (its routing
- * header is the batch's; nothing copied), later ones are appended, the room doubling as it
+/* Adds the reply's frame to the batch: a small first reply of a batch becomes it (its routing
+ * header is the batch's; nothing copied), later ones (and a first one in a large message) are
+ * appended, the room doubling as it
  * grows (nng grows a message only to the size asked, copying it each time). BATCH_TAKEN if m
  * is the batch now, 0 if it was copied (the caller frees it), or ACCEL_ENOMEM. */
 #define BATCH_TAKEN 1
 static int batch_add(srv_server *s, srv_conn *c, nng_msg *m) {
   if (c->batch && nng_msg_len(c->batch) + nng_msg_len(m) > s->limits.max_message)
     seal_batch(s, c);
-  if (c->batch == NULL) {
-    c->batch = m;
+  if (c->batch == NULL && nng_msg_capacity(m) <= SRV_BATCH_ADOPT_MAX) {
+    c->batch = m; /* a small one: a reply made in a large request would hold all of it */
     return BATCH_TAKEN;
+  }
+  if (c->batch == NULL) {
+    if (nng_msg_alloc(&c->batch, 0) != 0)
+      return ACCEL_ENOMEM;
+    if (nng_msg_header_append(c->batch, nng_msg_header(m), nng_msg_header_len(m)) != 0) {
+      nng_msg_free(c->batch);
+      c->batch = NULL;
+      return ACCEL_ENOMEM;
+    }
   }
   size_t need = nng_msg_len(c->batch) + nng_msg_len(m), room = nng_msg_capacity(c->batch);
   if (need > room && nng_msg_reserve(c->batch, need > 2 * room ? need : 2 * room) != 0)

@@ -20,7 +20,11 @@
 #define SRV_MAX_LOCAL 16             /* local (Unix socket) listeners */
 #define SRV_LOCAL_ID_BIT 0x80000000u /* local connections' ids; nng's pipe ids stay below */
 #define SRV_MSG_POOL 256             /* released small messages kept (server_msgs.c) */
-#define SRV_MSG_POOL_BYTES 4096u     /* the largest kept: 1 MiB at most in all */
+#define SRV_BATCH_COPY_MAX 4096u     /* a larger reply (a read's data) travels on its own */
+/* A reply's message of at most this room becomes its batch (server_out.c); a frame larger
+ * than it, last in an nng message, keeps that message (server_frames.c split_frames). */
+#define SRV_BATCH_ADOPT_MAX (2 * SRV_BATCH_COPY_MAX)
+#define SRV_MSG_POOL_BYTES 4096u /* the largest kept: 1 MiB at most in all */
 
 typedef struct srv_server srv_server;
 typedef struct srv_link srv_link;           /* a local connection's socket (server_local.c) */

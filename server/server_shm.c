@@ -97,12 +97,16 @@ static void dma_job_free(void *arg) {
   rt_free(j);
 }
 
-/* Unregisters from the incarnation that registered it, if it still serves (else the
- * registration went with it), then unmaps. */
+/* Unregisters, then unmaps. While the incarnation that registered it serves, with its device;
+ * once it is gone, with none (backend.h: an unregister must not need the device): CUDA's
+ * context took the registration along, a worker backend still forgets the region by its
+ * address and has its worker unmap it. */
 static void unregister_unmap(dev_node *n, uint32_t gen, void *base, size_t len) {
   if (n != NULL && dev_node_enter(n, gen)) {
     n->be->host_unregister(n->dev, base);
     dev_node_leave(n);
+  } else if (n != NULL) {
+    n->be->host_unregister(NULL, base);
   }
   munmap(base, len);
 }
