@@ -281,6 +281,14 @@ TEST(the_pin_cache_registers_a_host_copy_used_again) {
   td_cleanup(&d);
 }
 
+/* A daemon started with the failpoint `var` = `value` in its environment (not in ours). */
+static void start_with_failpoint(td_daemon *d, const char *var, const char *value) {
+  td_prepare(d);
+  CHECK_EQ(setenv(var, value, 1), 0);
+  td_start(d, NULL);
+  CHECK_EQ(unsetenv(var), 0);
+}
+
 /* At most 1024 regions per connection: the 1025th is ACCEL_ELIMIT; a detach makes room. */
 TEST(regions_at_the_limit_and_one_past) {
   td_daemon d;
@@ -310,10 +318,7 @@ TEST(regions_at_the_limit_and_one_past) {
  * references went with them: it ran into its 15 s exit watchdog). */
 TEST(attaches_beyond_32_pending_registrations_are_answered) {
   td_daemon d;
-  td_prepare(&d);
-  CHECK_EQ(setenv("ACCEL_TEST_SHM_REGISTER_DELAY_US", "50000", 1), 0);
-  td_start(&d, NULL);
-  CHECK_EQ(unsetenv("ACCEL_TEST_SHM_REGISTER_DELAY_US"), 0);
+  start_with_failpoint(&d, "ACCEL_TEST_SHM_REGISTER_DELAY_US", "50000");
   td_client c;
   td_client_open(&c, d.url);
   proto_welcome w;
@@ -437,10 +442,7 @@ static void *race(void *arg) {
  * between its two checks to 300 us, so the racer lands in it often; tries for 3 s. */
 TEST(a_region_shrunk_during_its_checks_never_faults_the_daemon) {
   td_daemon d;
-  td_prepare(&d);
-  CHECK_EQ(setenv("ACCEL_TEST_SHM_CHECK_GAP_US", "300", 1), 0);
-  td_start(&d, NULL);
-  CHECK_EQ(unsetenv("ACCEL_TEST_SHM_CHECK_GAP_US"), 0);
+  start_with_failpoint(&d, "ACCEL_TEST_SHM_CHECK_GAP_US", "300");
   td_client c;
   td_client_open(&c, d.url);
   CHECK_OK(td_hello(&c, NULL));
