@@ -219,6 +219,8 @@ void bw_cork_free(bw_link *l);
 void bw_link_flush(bw_link *l);
 /* A write failed: the worker is ended and everything pending fails (ACCEL_EDEVLOST). */
 void bw_link_fail(bw_link *l);
+/* mu held: the worker is gone or going; every device of the link is lost, calls give up. */
+void bw_link_mark_dead(bw_link *l);
 /* Creates an object of kind k on device d's worker (type: BW_Q_CREATE, BW_EV_CREATE): its id in
  * *id; ACCEL_EDEVLOST if the worker is gone (the id is given back). */
 int bw_link_create(bw_link *l, uint32_t dev, bw_kind k, uint16_t type, uint64_t *id);

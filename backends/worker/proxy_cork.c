@@ -33,6 +33,11 @@ void bw_link_fail(bw_link *l) {
   bw_link_kill(l);
   if (l->note >= 0)
     shutdown(l->note, SHUT_RD);
+  /* Now, not when the reader sees the end: the call whose write failed answers
+   * ACCEL_EDEVLOST, and the device's status asked right after must say so as well. */
+  pthread_mutex_lock(&l->mu);
+  bw_link_mark_dead(l);
+  pthread_mutex_unlock(&l->mu);
 }
 
 /* send_mu held. Writes what the cork holds; false if the worker is gone. */

@@ -247,11 +247,16 @@ static void on_answer(bw_link *l, const bw_hdr *h, void *body) {
 }
 
 /* The worker went: every completion reports ACCEL_EDEVLOST, every call is answered so. */
-static void on_death(bw_link *l) {
-  pthread_mutex_lock(&l->mu);
+void bw_link_mark_dead(bw_link *l) {
   __atomic_store_n(&l->dead, true, __ATOMIC_RELAXED); /* dead and lost are read without mu */
   for (uint32_t d = 0; d < BW_LINK_DEVICES; d++)
     __atomic_store_n(&l->lost[d], true, __ATOMIC_RELAXED);
+  pthread_cond_broadcast(&l->cv); /* calls waiting for an answer give up */
+}
+
+static void on_death(bw_link *l) {
+  pthread_mutex_lock(&l->mu);
+  bw_link_mark_dead(l);
   for (uint32_t i = 0; i < l->npend; i++) {
     bw_pending *p = &l->pend[i];
     if (!p->in_use || p->kind == BW_P_CALL)
