@@ -27,6 +27,7 @@
 
 #include "clients/remote_dial.h"
 #include "proto/local.h"
+#include "proto/tcp.h"
 #include "proto/wire.h"
 #include "runtime/alloc.h"
 #include "runtime/deadline.h"
@@ -237,7 +238,7 @@ static int parse_args(int argc, char **argv, ctl_args *a, proto_control_req *req
 
 /* A connection: the daemon's local socket (ipc://, unix://) or an nng req0 socket. */
 typedef struct ctl_conn {
-  int fd; /* >= 0: local */
+  int fd; /* >= 0: acceld's own stream (ipc://, tcp://) */
   nng_socket sock;
   uint8_t *reply;
   size_t reply_len, reply_cap;
@@ -280,9 +281,9 @@ static int dial_nng(const ctl_args *a, ctl_conn *c) {
 static int dial(const ctl_args *a, ctl_conn *c) {
   memset(c, 0, sizeof *c);
   c->fd = -1;
-  if (proto_local_path(a->url) == NULL)
-    return dial_nng(a, c);
-  c->fd = client_local_connect(a->url);
+  if (proto_local_path(a->url) == NULL && !proto_tcp_url(a->url))
+    return dial_nng(a, c); /* tls+tcp:// */
+  c->fd = proto_tcp_url(a->url) ? client_tcp_connect(a->url) : client_local_connect(a->url);
   if (c->fd >= 0)
     return 0;
   unreachable(a, c->fd);

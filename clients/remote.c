@@ -14,6 +14,7 @@
 #include <time.h>
 
 #include "actors/world.h"
+#include "proto/tcp.h"
 #include "runtime/alloc.h"
 #include "runtime/deadline.h"
 #include "runtime/error_detail.h"
@@ -97,6 +98,13 @@ static int op_room(remote *r) {
   r->ops_out += rc == 0;
   pthread_mutex_unlock(&r->mu);
   return rc;
+}
+
+bool remote_others_in_flight(remote *r) {
+  pthread_mutex_lock(&r->mu);
+  bool others = r->ops_out > 1; /* the op being sent took its place already */
+  pthread_mutex_unlock(&r->mu);
+  return others;
 }
 
 static void op_room_return(remote *r) {
@@ -519,7 +527,9 @@ static int remote_open(accel_ctx *ctx, const char *url, const char *name) {
   if (r == NULL)
     return ACCEL_ENOMEM;
   r->fd = -1;
-  r->link = proto_local_path(url) ? &remote_local_link : &remote_nng_link;
+  r->link = proto_local_path(url) ? &remote_local_link
+            : proto_tcp_url(url)  ? &remote_tcp_link
+                                  : &remote_nng_link;
   atomic_init(&r->max_body, PRE_WELCOME_MAX_BODY);
   if (rt_cond_init_monotonic(&r->idle) != 0) { /* senders_gone's deadline is monotonic */
     rt_free(r);

@@ -23,6 +23,7 @@ typedef struct remote remote;
 typedef struct pending pending;
 typedef struct shm_region shm_region; /* remote_shm.c */
 typedef struct local_gate local_gate; /* remote_local_read.c */
+typedef struct tcp_out tcp_out;       /* remote_tcp_out.c */
 
 typedef struct remote_link {
   /* Connects and starts receiving. 0, or ACCEL_ECLOSED (nothing listens), ACCEL_EPERM... */
@@ -64,8 +65,9 @@ struct remote {
   proto_welcome welcome;
   /* nng's link */
   void *nng;
-  /* the local link */
+  /* the local link (and the tcp link, which is the same with a send queue) */
   int fd;
+  tcp_out *out; /* the tcp link's sending (remote_tcp_out.c) */
   pthread_t rx;
   bool rx_started;
   pthread_mutex_t send_mu; /* one writer at a time: frames stay whole in the stream */
@@ -116,7 +118,18 @@ RT_MUST_USE int local_reader_start(accel_ctx *ctx);
 void local_reader_stop(accel_ctx *ctx);
 void local_offer_help(accel_ctx *ctx, accel_future *f);
 
+/* remote_tcp_out.c: the tcp link's sending, frames gathered while others are in flight. */
+RT_MUST_USE int tcp_out_start(remote *r);
+/* After the socket was shut down (a writer blocked in send(2) leaves then). */
+void tcp_out_stop(remote *r);
+RT_MUST_USE int tcp_out_send(remote *r, const uint8_t *bytes, size_t len);
+RT_MUST_USE int tcp_out_send_gather(remote *r, const uint8_t *head, size_t head_len,
+                                    const uint8_t *tail, size_t tail_len);
+/* Whether ops other than the one being sent are unanswered (takes mu). */
+bool remote_others_in_flight(remote *r);
+
 extern const remote_link remote_local_link;
+extern const remote_link remote_tcp_link; /* remote_local.c: the same stream over TCP */
 extern const remote_link remote_nng_link;
 
 #endif

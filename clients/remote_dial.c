@@ -17,6 +17,7 @@
 #include "accel/error.h"
 #include "accel/runtime.h"
 #include "proto/local.h"
+#include "proto/tcp.h"
 #include "runtime/alloc.h"
 #include "runtime/deadline.h"
 #include "runtime/error_detail.h"
@@ -255,4 +256,14 @@ int client_local_connect(const char *url) {
   default:
     return rt_error_detail(fd, "cannot connect to %s (socket: %s)", url, why);
   }
+}
+
+int client_tcp_connect(const char *url) {
+  const char *why = "";
+  int fd = proto_tcp_connect(url, DIAL_TIMEOUT_MS, &why);
+  if (fd >= 0)
+    return fd;
+  if (fd == ACCEL_EINVAL)
+    return rt_error_detail(fd, "%s: %s", url, why);
+  return rt_error_detail(fd, "no acceld at %s (connect: %s)", url, why);
 }

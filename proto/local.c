@@ -75,6 +75,30 @@ int proto_local_send(int fd, const void *bytes, size_t len, int fd_pass) {
   return 0;
 }
 
+int proto_local_send_gather(int fd, const void *head, size_t head_len, const void *tail,
+                            size_t tail_len) {
+  struct iovec iov[2] = {{(void *)head, head_len}, {(void *)tail, tail_len}};
+  struct msghdr mh = {.msg_iov = iov, .msg_iovlen = 2};
+  while (iov[0].iov_len + iov[1].iov_len > 0) {
+    ssize_t n = sendmsg(fd, &mh, MSG_NOSIGNAL);
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n <= 0)
+      return ACCEL_ECLOSED;
+    for (int i = 0; i < 2 && n > 0; i++) { /* what went: from the head first */
+      size_t took = (size_t)n < iov[i].iov_len ? (size_t)n : iov[i].iov_len;
+      iov[i].iov_base = (uint8_t *)iov[i].iov_base + took;
+      iov[i].iov_len -= took;
+      n -= (ssize_t)took;
+    }
+    if (iov[0].iov_len == 0) { /* the head is out: the tail alone from here */
+      mh.msg_iov = &iov[1];
+      mh.msg_iovlen = 1;
+    }
+  }
+  return 0;
+}
+
 int proto_wait_readable(int fd, int timeout_ms) {
   struct pollfd pf = {.fd = fd, .events = POLLIN};
   for (;;) {

@@ -32,6 +32,11 @@ RT_MUST_USE int proto_local_connect(const char *path);
  * (SCM_RIGHTS). */
 RT_MUST_USE int proto_local_send(int fd, const void *bytes, size_t len, int fd_pass);
 
+/* Writes head_len bytes then tail_len bytes as one stream of bytes (one frame's head and a
+ * write's data, taken where they are: nothing is copied), as proto_local_send does. */
+RT_MUST_USE int proto_local_send_gather(int fd, const void *head, size_t head_len, const void *tail,
+                                        size_t tail_len);
+
 /* Reads one whole frame into *buf (grown with realloc as needed, *cap its size; the
  * caller frees it). A frame whose header is not ours or whose body exceeds `max_body` is
  * ACCEL_EPROTO (the stream cannot be resynchronised: close it). `timeout_ms` < 0 waits for

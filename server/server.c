@@ -11,6 +11,7 @@
 #include "runtime/loop.h"
 #include "server/io_pool.h"
 #include "server/server_priv.h"
+#include "server/server_transport.h"
 
 typedef struct srv_state {
   srv_server *s;
@@ -140,7 +141,7 @@ static bool modules_allowed(const srv_server *s, const srv_conn *c) {
   case SRV_USER_KERNELS_ALL:
     return true;
   case SRV_USER_KERNELS_LOCAL:
-    return (c->pipe & SRV_LOCAL_ID_BIT) != 0;
+    return c->tp->local;
   default:
     return false;
   }

@@ -126,6 +126,10 @@ RT_MUST_USE int srv_http_addr_parse(const char *url, srv_http_addr *out);
  * gets the certificate, key and client verification of `sec`; plain tcp:// is refused
  * (ACCEL_EPERM, logged) unless sec->allow_plain_tcp. 0 or a negative accel error. */
 RT_MUST_USE int srv_nng_listener_setup(nng_listener l, const char *url, const srv_security *sec);
+/* Whether acceld may listen on url at all: ipc:// and tls+tcp:// yes, plain tcp:// only with
+ * sec->allow_plain_tcp (else ACCEL_EPERM), anything else nng knows not (ACCEL_ENOTSUP); a
+ * refusal is logged with what to change. */
+RT_MUST_USE int srv_listen_allowed(const char *url, const srv_security *sec);
 
 enum {
   /* ask: stop listening, refuse new sessions and ops (ACCEL_ECLOSED), and complete the

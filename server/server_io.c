@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "proto/local.h"
+#include "proto/tcp.h"
 #include "runtime/alloc.h"
 #include "runtime/loop.h"
 #include "server/server_priv.h"
@@ -290,7 +291,9 @@ int srv_io_start(srv_server *s) {
     rc = init_handles(s);
   for (uint32_t i = 0; rc == 0 && i < s->args->nlisten; i++) {
     const char *url = s->args->listen[i], *path = proto_local_path(url);
-    rc = path ? srv_local_listen(s, path) : listen_one(s, url);
+    rc = path                 ? srv_local_listen(s, path)
+         : proto_tcp_url(url) ? srv_tcp_listen(s, url)
+                              : listen_one(s, url);
   }
   return rc;
 }

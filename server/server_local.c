@@ -41,7 +41,9 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <grp.h>
+#include <limits.h>
 #include <pwd.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
@@ -114,8 +116,10 @@ typedef struct srv_listener {
   uint64_t refused_log_ms; /* the last "descriptor limit" line, and refusals since */
   uint32_t refused;
   srv_server *s;
-  char *path;
-  dev_t dev; /* the socket file we made: unlinked at close only if it is still ours */
+  const srv_transport *tp; /* its connections': local (a Unix socket) or tcp */
+  char *name;              /* its URL, for the log */
+  char *path;              /* a Unix socket's file; NULL for tcp:// */
+  dev_t dev;               /* the socket file we made: unlinked at close only if it is still ours */
   ino_t ino;
 } srv_listener;
 
@@ -158,6 +162,8 @@ static bool member_of(uint32_t uid, uint32_t gid, const uint32_t *gids, uint32_t
 
 static bool peer_allowed(const srv_server *s, const srv_conn *c) {
   const srv_security *sec = &s->args->sec;
+  if (!c->tp->local)
+    return true; /* tcp://: listened on only with allow_plain_tcp, which lets anyone in */
   if (sec->allow_any_local || c->peer_uid == 0 || c->peer_uid == (uint32_t)getuid())
     return true;
   if (in_list(sec->allow_uids, sec->nallow_uids, c->peer_uid))
@@ -174,7 +180,7 @@ static void read_credentials(srv_link *l, srv_conn *c) {
   socklen_t len = sizeof cr;
   c->peer_pid = -1;
   c->peer_uid = c->peer_gid = UINT32_MAX; /* unknown: matches no allowlist but "any" */
-  if (getsockopt(srv_iost_fd(l->st), SOL_SOCKET, SO_PEERCRED, &cr, &len) == 0) {
+  if (c->tp->local && getsockopt(srv_iost_fd(l->st), SOL_SOCKET, SO_PEERCRED, &cr, &len) == 0) {
     c->peer_pid = cr.pid;
     c->peer_uid = cr.uid;
     c->peer_gid = cr.gid;
@@ -705,15 +711,22 @@ static void start_timers(srv_server *s, srv_link *l) {
   uv_timer_start(&l->first, on_first_frame_late, ms, 0);
 }
 
-static void log_peer(const srv_conn *c, const char *what) {
-  accel_log(ACCEL_LOG_INFO, "server", "local %u: %s (uid %u, gid %u, pid %d)", c->pipe, what,
-            c->peer_uid, c->peer_gid, (int)c->peer_pid);
+static void log_peer(const srv_link *l, const char *what) {
+  const srv_conn *c = l->conn;
+  char peer[80];
+  if (c->tp->local) {
+    accel_log(ACCEL_LOG_INFO, "server", "local %u: %s (uid %u, gid %u, pid %d)", c->pipe, what,
+              c->peer_uid, c->peer_gid, (int)c->peer_pid);
+    return;
+  }
+  srv_tcp_peer_name(srv_iost_fd(l->st), peer, sizeof peer);
+  accel_log(ACCEL_LOG_INFO, "server", "tcp %u: %s (%s)", c->pipe, what, peer);
 }
 
 /* A refused peer hears why in a REPLY with request id 0 (about the connection itself), then
  * the connection closes. */
 static void refuse_peer(srv_server *s, srv_link *l, int status, const char *why) {
-  log_peer(l->conn, why);
+  log_peer(l, why);
   srv_conn_status(s, l->conn, 0, status);
   srv_conn_flush(s, l->conn); /* small: the socket takes it at once */
   link_close(l, why);
@@ -743,7 +756,7 @@ static void link_start(srv_server *s, srv_link *l, srv_conn *c, srv_iost *st, in
   read_credentials(l, c);
   if (refused(s, l))
     return;
-  log_peer(c, "connected");
+  log_peer(l, "connected");
   start_timers(s, l);
   link_set_reading(l);
 }
@@ -763,13 +776,11 @@ static int listener_watch(srv_listener *ls, bool on);
 static void accept_later(srv_listener *ls, const char *what) {
   listener_watch(ls, false);
   ls->retry_ms = ls->retry_ms == 0 ? 1 : ls->retry_ms >= 512 ? 1000 : ls->retry_ms * 2;
-  accel_log(ACCEL_LOG_WARN, "server", "ipc://%s: %s: trying again in %llu ms", ls->path, what,
+  accel_log(ACCEL_LOG_WARN, "server", "%s: %s: trying again in %llu ms", ls->name, what,
             (unsigned long long)ls->retry_ms);
   if (uv_timer_start(&ls->retry, on_accept_retry, ls->retry_ms, 0) != 0)
     accel_log(ACCEL_LOG_ERROR, "server",
-              "ipc://%s: cannot retry: new clients wait for the "
-              "next connection",
-              ls->path);
+              "%s: cannot retry: new clients wait for the next connection", ls->name);
 }
 
 /* A REPLY with request id 0 (about the connection), as refuse_peer sends, straight to the
@@ -791,9 +802,9 @@ static void note_refused(srv_listener *ls) {
   struct rlimit rl = {0};
   getrlimit(RLIMIT_NOFILE, &rl);
   accel_log(ACCEL_LOG_WARN, "server",
-            "ipc://%s: at the descriptor limit (RLIMIT_NOFILE %llu): %u new connection(s) "
+            "%s: at the descriptor limit (RLIMIT_NOFILE %llu): %u new connection(s) "
             "refused with EBUSY",
-            ls->path, (unsigned long long)rl.rlim_cur, ls->refused);
+            ls->name, (unsigned long long)rl.rlim_cur, ls->refused);
   ls->refused_log_ms = now;
   ls->refused = 0;
 }
@@ -842,8 +853,7 @@ static bool accept_one(srv_listener *ls) {
     return accept_error(ls, errno);
   srv_link *l = rt_malloc(sizeof *l + LINK_INBUF);
   srv_iost *st = l ? srv_iost_new() : NULL;
-  srv_conn *c = st ? srv_conn_new(s, s->next_local_id++ | SRV_LOCAL_ID_BIT, &srv_transport_local)
-                   : NULL;
+  srv_conn *c = st ? srv_conn_new(s, s->next_local_id++ | SRV_LOCAL_ID_BIT, ls->tp) : NULL;
   if (c == NULL) {
     if (st)
       srv_iost_discard(st);
@@ -853,6 +863,8 @@ static bool accept_one(srv_listener *ls) {
     return false;
   }
   ls->retry_ms = 0;
+  if (!ls->tp->local)
+    srv_tcp_accepted(fd);
   link_start(s, l, c, st, fd);
   return true;
 }
@@ -884,7 +896,7 @@ static void on_accept_retry(uv_timer_t *t) {
   if (ls->reserve < 0)
     ls->reserve = reserve_open();
   if (listener_watch(ls, true) != 0)
-    accel_log(ACCEL_LOG_ERROR, "server", "ipc://%s: cannot watch for connections", ls->path);
+    accel_log(ACCEL_LOG_ERROR, "server", "%s: cannot watch for connections", ls->name);
   accept_some(ls);
 }
 
@@ -953,6 +965,7 @@ static void on_listener_closed(uv_handle_t *h) {
     if (fds[i] >= 0)
       close(fds[i]);
   rt_free(ls->path);
+  rt_free(ls->name);
   rt_free(ls);
   srv_release(s);
 }
@@ -974,12 +987,15 @@ static int make_socket(srv_listener *ls) {
   return 0;
 }
 
-static int bind_listener(srv_server *s, srv_listener *ls) {
+static int bind_unix(srv_server *s, srv_listener *ls) {
   int rc = prepare_path(ls->path);
   if (rc == 0)
     rc = make_socket(ls);
-  if (rc == 0)
-    rc = set_owner(s, ls);
+  return rc == 0 ? set_owner(s, ls) : rc;
+}
+
+static int bind_listener(srv_server *s, srv_listener *ls) {
+  int rc = ls->path ? bind_unix(s, ls) : srv_tcp_bind(ls->name, &ls->fd);
   if (rc == 0 && listen(ls->fd, LINK_BACKLOG) != 0)
     rc = ACCEL_ESYS;
   if (rc != 0 || uv_poll_init(rt_uv_loop(s->rt), &ls->poll, ls->fd) != 0)
@@ -997,24 +1013,28 @@ static uint32_t io_threads(const srv_server *s) {
   return n == SRV_IO_THREADS_AUTO ? srv_iopool_default_threads() : n;
 }
 
-int srv_local_listen(srv_server *s, const char *path) {
+/* A listener for `name` (its URL), on the Unix socket file `path` or, with path NULL, on
+ * TCP; its connections get `tp`. */
+static int listen_on(srv_server *s, const char *name, const char *path, const srv_transport *tp) {
   srv_listener *ls = rt_calloc(1, sizeof *ls);
-  char *copy = rt_strdup(path);
-  if (ls == NULL || copy == NULL || s->nlocals == SRV_MAX_LOCAL) {
+  char *name_copy = rt_strdup(name), *path_copy = path ? rt_strdup(path) : NULL;
+  if (ls == NULL || name_copy == NULL || (path && path_copy == NULL) ||
+      s->nlocals == SRV_MAX_LOCAL) {
     rt_free(ls);
-    rt_free(copy);
+    rt_free(name_copy);
+    rt_free(path_copy);
     return ACCEL_ENOMEM;
   }
   partial_init(s);
   int rc = s->io ? 0 : srv_iopool_start(&s->io, rt_uv_loop(s->rt), io_threads(s));
   if (rc != 0) {
     rt_free(ls);
-    rt_free(copy);
+    rt_free(name_copy);
+    rt_free(path_copy);
     accel_log(ACCEL_LOG_ERROR, "server", "cannot start the I/O threads: %s", accel_strerror(rc));
     return rc;
   }
-  ls->s = s;
-  ls->path = copy;
+  *ls = (srv_listener){.s = s, .tp = tp, .name = name_copy, .path = path_copy};
   ls->fd = ls->pending_fd = ls->reserve = -1;
   uv_timer_init(rt_uv_loop(s->rt), &ls->retry); /* cannot fail: it only fills the handle */
   ls->retry.data = ls;
@@ -1023,9 +1043,20 @@ int srv_local_listen(srv_server *s, const char *path) {
   s->locals[s->nlocals++] = ls;
   rc = bind_listener(s, ls);
   if (rc == 0)
-    accel_log(ACCEL_LOG_INFO, "server", "listening on ipc://%s (%u I/O threads)", path,
+    accel_log(ACCEL_LOG_INFO, "server", "listening on %s (%u I/O threads)", name,
               srv_iopool_threads(s->io));
   return rc;
+}
+
+int srv_local_listen(srv_server *s, const char *path) {
+  char name[PATH_MAX + 8];
+  snprintf(name, sizeof name, "ipc://%s", path);
+  return listen_on(s, name, path, &srv_transport_local);
+}
+
+int srv_tcp_listen(srv_server *s, const char *url) {
+  int rc = srv_listen_allowed(url, &s->args->sec);
+  return rc == 0 ? listen_on(s, url, NULL, &srv_transport_tcp) : rc;
 }
 
 /* Stops accepting: the socket file goes (if it is still the one we made), so clients see

@@ -172,6 +172,18 @@ void srv_local_send(srv_server *s, srv_conn *c, nng_msg *m);
 void srv_local_flow(srv_server *s, srv_conn *c);
 int srv_local_take_fd(srv_conn *c);
 void srv_local_close(srv_server *s, srv_conn *c);
+/* A tcp:// listener (url: tcp://, tcp4:// or tcp6://HOST:PORT) whose connections are served
+ * as local ones (srv_transport_tcp); refused unless allow_plain_tcp (srv_listen_allowed). */
+RT_MUST_USE int srv_tcp_listen(srv_server *s, const char *url);
+
+/* server_tcp.c: what plain tcp:// needs besides */
+/* A listening socket bound to url's host and port (non-blocking, close-on-exec) in *fd: 0, or
+ * ACCEL_EBUSY (address in use), ACCEL_EINVAL (not HOST:PORT), ACCEL_ESYS; logged. */
+RT_MUST_USE int srv_tcp_bind(const char *url, int *fd);
+/* An accepted connection's socket options (TCP_NODELAY, keepalive). */
+void srv_tcp_accepted(int fd);
+/* The peer's address, "HOST:PORT" or "[HOST]:PORT", for the log ("?" if unknown). */
+void srv_tcp_peer_name(int fd, char *buf, size_t len);
 
 /* server_shm.c: the shared-memory data plane */
 RT_MUST_USE int srv_shm_attach(srv_server *s, srv_conn *c, uint64_t id);

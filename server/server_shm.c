@@ -302,7 +302,7 @@ static int map_region(srv_server *s, srv_conn *c, uint64_t id, int fd) {
 
 int srv_shm_attach(srv_server *s, srv_conn *c, uint64_t id) {
   if (c->tp->take_fd == NULL)
-    return ACCEL_ENOTSUP; /* nng cannot pass descriptors */
+    return ACCEL_ENOTSUP; /* nng and TCP cannot pass descriptors */
   int fd = c->tp->take_fd(c);
   if (fd < 0) /* no memory to take it, or the frame came without its descriptor */
     return fd == ACCEL_ENOMEM ? ACCEL_ENOMEM : ACCEL_EPROTO;

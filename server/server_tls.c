@@ -128,12 +128,11 @@ static int setup_tls(nng_listener l, const char *url, const srv_security *sec) {
   return rc;
 }
 
-int srv_nng_listener_setup(nng_listener l, const char *url, const srv_security *sec) {
+int srv_listen_allowed(const char *url, const srv_security *sec) {
   switch (classify(url)) {
   case URL_LOCAL:
-    return 0;
   case URL_TLS:
-    return setup_tls(l, url, sec);
+    return 0;
   case URL_PLAIN:
     if (sec->allow_plain_tcp) {
       accel_log(ACCEL_LOG_WARN, "server",
@@ -152,4 +151,9 @@ int srv_nng_listener_setup(nng_listener l, const char *url, const srv_security *
   accel_log(ACCEL_LOG_ERROR, "server",
             "cannot listen on %s: acceld serves ipc://, tls+tcp:// and tcp:// only", url);
   return ACCEL_ENOTSUP;
+}
+
+int srv_nng_listener_setup(nng_listener l, const char *url, const srv_security *sec) {
+  int rc = srv_listen_allowed(url, sec);
+  return rc == 0 && classify(url) == URL_TLS ? setup_tls(l, url, sec) : rc;
 }

@@ -24,6 +24,7 @@ static void nng_close_conn(srv_server *s, srv_conn *c) {
 
 const srv_transport srv_transport_nng = {
     .name = "nng",
+    .local = false,
     .pausable = false,
     .ack_window = true,
     .send = nng_send_one,
@@ -34,10 +35,22 @@ const srv_transport srv_transport_nng = {
 
 const srv_transport srv_transport_local = {
     .name = "local",
+    .local = true,
     .pausable = true,
     .ack_window = false,
     .send = srv_local_send,
     .flow = srv_local_flow,
     .take_fd = srv_local_take_fd,
+    .close = srv_local_close,
+};
+
+const srv_transport srv_transport_tcp = {
+    .name = "tcp",
+    .local = false,
+    .pausable = true,
+    .ack_window = false,
+    .send = srv_local_send,
+    .flow = srv_local_flow,
+    .take_fd = NULL, /* no descriptors cross TCP: no shared memory either */
     .close = srv_local_close,
 };

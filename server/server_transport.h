@@ -1,16 +1,19 @@
 /* What sets a connection's transport apart, as one table per kind (the client side has the
  * same in clients/remote.h, remote_link): the server asks the connection's table rather than
- * testing which kind of connection it has. Two kinds: nng's pipes (tcp://, tls+tcp://) and
- * our local Unix sockets (server_local.c). A connection gets its table when its record is made
- * and keeps it to the end: a local connection whose socket has closed is still local, and its
- * entries then drop what they are given. Loop thread only. */
+ * testing which kind of connection it has. Three kinds: nng's pipes (tls+tcp://), our own
+ * stream on local Unix sockets (server_local.c) and on TCP (tcp://, server_tcp.c). A connection
+ * gets its table when its record is made and keeps it to the end: a local connection whose socket
+ * has closed is still local, and its entries then drop what they are given. Loop thread only. */
 #ifndef SRV_SERVER_TRANSPORT_H
 #define SRV_SERVER_TRANSPORT_H
 
 #include "server/server_priv.h"
 
 struct srv_transport {
-  const char *name; /* "nng" or "local": the clients report */
+  const char *name; /* "nng", "local" or "tcp": the clients report */
+  /* Whether the peer is on this host, its credentials known (SO_PEERCRED): allow_users and
+   * user_kernels = local apply to it. */
+  bool local;
   /* Whether reading pauses per connection (the local socket's flow control, srv_local_flow):
    * such a connection over its budget is held back, and then neither are its requests refused
    * (EBUSY) past the budget nor is it refused past twice the budget in replies, as an nng pipe
@@ -36,5 +39,8 @@ struct srv_transport {
 
 extern const srv_transport srv_transport_nng;
 extern const srv_transport srv_transport_local;
+/* tcp:// (server_tcp.c): the local transport's stream over TCP; no credentials, no
+ * descriptors (and so no shared memory). */
+extern const srv_transport srv_transport_tcp;
 
 #endif

@@ -145,10 +145,12 @@ typedef struct accel_transfer_stats {
  *   ACCEL_TLS_CERT, ACCEL_TLS_KEY  this client's certificate and unencrypted key (PEM), for a
  *                          daemon with tls_verify_clients
  * A handshake refused either way (or no ACCEL_TLS_CA) is ACCEL_EPERM; unusable settings
- * ACCEL_EINVAL; no handshake within 10 s ACCEL_ECLOSED. Plain tcp:// has neither encryption
- * nor authentication, and acceld serves it only with allow_plain_tcp.
+ * ACCEL_EINVAL; no handshake within 10 s ACCEL_ECLOSED. Plain tcp:// (tcp4://, tcp6://,
+ * tcp://[IPV6]:PORT) has neither encryption nor authentication, and acceld serves it only
+ * with allow_plain_tcp; a connect not answered within 10 s is ACCEL_ECLOSED.
  * Writes and reads of any size work: through ipc:// large ones travel in shared memory, over
- * tcp:// in chunks of at most the daemon's max_message, with a window of chunks in flight. */
+ * tcp:// and tls+tcp:// in chunks of at most the daemon's max_message, with a window of
+ * chunks in flight. */
 ACCEL_API int accel_open(accel_ctx **ctx, const char *url);
 /* Waits for the context's ops, frees every buffer, stops the runtime. */
 ACCEL_API void accel_close(accel_ctx *ctx);

@@ -161,7 +161,7 @@ TEST(open_failures_say_why) {
   check_open_detail(url, ACCEL_ECLOSED, want);
   check_open_detail("bogus", ACCEL_EINVAL, ""); /* cleared: nothing to add to EINVAL */
   check_open_detail("tcp://127.0.0.1:1", ACCEL_ECLOSED,
-                    "no acceld at tcp://127.0.0.1:1 (nng_dial: Connection refused)");
+                    "no acceld at tcp://127.0.0.1:1 (connect: Connection refused)");
   check_open_detail("ipc:///x?nope=1", ACCEL_EINVAL,
                     "ipc:///x?nope=1: 'nope=1' is not a parameter of a daemon's URL (only "
                     "name=NAME, 1 to 64 bytes)");

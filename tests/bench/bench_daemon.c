@@ -3,7 +3,7 @@
  * Ratios against floors measured in the same run, repetitions alternating between the
  * variants (the machines are shared and noisy); tables report medians over repetitions. The
  * daemon is the real acceld, started here on a private ipc:// socket (its own local transport)
- * and a loopback tcp:// one (nng).
+ * and a loopback tcp:// one (the same stream over TCP; tls+tcp:// is nng's).
  *
  *   1. round trip, one request in flight:
  *        socketpair   40 bytes to an echo process over a Unix socketpair, 32 back (the floor)

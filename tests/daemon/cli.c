@@ -153,7 +153,7 @@ TEST(no_daemon_is_a_clear_error) {
   char tcp[64];
   snprintf(tcp, sizeof tcp, "tcp://127.0.0.1:%d", td_free_port());
   CHECK_EQ(td_ctl(out, sizeof out, "--url", tcp, "ping", NULL), 1);
-  snprintf(want, sizeof want, "accelctl: no acceld at %s (nng_dial: Connection refused)\n", tcp);
+  snprintf(want, sizeof want, "accelctl: no acceld at %s (connect: Connection refused)\n", tcp);
   CHECK_STR_EQ(out, want);
   close(fd);
   unlink(sa.sun_path);

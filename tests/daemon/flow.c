@@ -33,18 +33,17 @@
 #define C_ td_handle(3, 1) /* the sgemms' output: the ops of the tests wait for them */
 
 /* A daemon on the CPU backend alone, its OpenBLAS on one thread, with `config`, listening
- * on its socket (tcp NULL) or on a tcp:// URL written to tcp. */
+ * on its socket (tcp NULL) or also on a tls+tcp:// URL (nng's transport) written to tcp. */
 static void start(td_daemon *d, const char *config, char *tcp, size_t len) {
   setenv("OPENBLAS_NUM_THREADS", "1", 1); /* inherited by the daemon */
   setenv("OMP_NUM_THREADS", "1", 1);
-  td_prepare(d);
-  td_write_config(d, config);
-  if (tcp == NULL) {
-    td_start(d, "--backends", "cpu", NULL);
+  if (tcp != NULL) {
+    td_start_nng(d, config, tcp, len);
     return;
   }
-  snprintf(tcp, len, "tcp://127.0.0.1:%d", td_free_port());
-  td_start(d, "--listen", tcp, "--allow-plain-tcp", "--backends", "cpu", NULL);
+  td_prepare(d);
+  td_write_config(d, config);
+  td_start(d, "--backends", "cpu", NULL);
 }
 
 /* The blocker ends with the daemon: nothing waits for it. */
@@ -333,13 +332,13 @@ static int status_before(td_client *c, uint64_t id, uint64_t last) {
   }
 }
 
-/* Over tcp:// with a budget of 32 MiB (max_memory; above two frames of 4 MiB), eleven writes
- * of 3 MiB into C, each its own message, behind the blocker: the first ten hold 30 MiB and the
- * blocker's frames 170 KiB, so they are admitted and wait; the eleventh would make 33 MiB and
+/* Over tls+tcp:// (nng) with a budget of 32 MiB (max_memory; above two frames of 4 MiB), eleven
+ * writes of 3 MiB into C, each its own message, behind the blocker: the first ten hold 30 MiB and
+ * the blocker's frames 170 KiB, so they are admitted and wait; the eleventh would make 33 MiB and
  * is refused with EBUSY at once. A PING after it orders the answers: the daemon handles an nng
  * pipe's messages in order, so the eleventh's EBUSY comes before the PING's reply. Without the
  * budget every write is admitted and the PING's reply comes first. */
-TEST(tcp_writes_past_the_budget_are_refused) {
+TEST(nng_writes_past_the_budget_are_refused) {
   enum { WRITES = 11, BYTES = 3 << 20 };
   td_daemon d;
   char tcp[64];
@@ -381,7 +380,7 @@ static const test_case tests[] = {
     TEST_CASE(short_turns_take_every_frame),
     TEST_CASE(frames_waiting_for_a_turn_are_not_idle_time),
     TEST_CASE(descriptors_of_frames_waiting_for_a_turn_are_announced),
-    TEST_CASE(tcp_writes_past_the_budget_are_refused),
+    TEST_CASE(nng_writes_past_the_budget_are_refused),
 };
 
 TEST_MAIN(tests)

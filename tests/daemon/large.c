@@ -2,8 +2,8 @@
  * split into chunks of at most max_op_bytes, streamed with a window, one future for the
  * whole. Small cases run against an acceld with a 64 KiB max_message (a chunk is 60 KiB), so
  * many chunks cost little; the 4 GiB cases use the defaults, over the local socket (ipc://)
- * and over plain tcp://, one after the other (each holds 4 GiB here and 4 GiB in the daemon:
- * meson runs this test alone). */
+ * and over plain tcp:// (acceld's own stream over TCP), one after the other (each holds 4 GiB here
+ * and 4 GiB in the daemon: meson runs this test alone). */
 #include <signal.h>
 
 #include "accel/accel.h"
@@ -279,18 +279,29 @@ TEST(a_failed_chunk_fails_the_transfer) {
  * a send (16 MiB chunks fill the socket) when it dies. False, having checked nothing, when
  * the transfer was done before the daemon died: the status polls that watch its progress
  * wait behind the chunks, and a busy machine can make them that late. */
-static bool death_mid_stream(bool over_tcp, const char *config, size_t n, long ops,
-                             bool stop_first) {
-  td_daemon d;
-  td_prepare(&d);
-  td_write_config(&d, config);
-  char tcp[64];
-  snprintf(tcp, sizeof tcp, "tcp://127.0.0.1:%d", td_free_port());
-  if (over_tcp)
-    td_start(&d, "--listen", tcp, "--allow-plain-tcp", NULL);
+typedef enum { OVER_IPC, OVER_TCP, OVER_NNG } over;
+
+/* A daemon with `config` and the URL to reach it by: its local socket, tcp:// (its own
+ * stream over TCP) or tls+tcp:// (nng's). */
+static const char *start_over(td_daemon *d, over how, const char *config, char *url, size_t len) {
+  if (how == OVER_NNG) {
+    td_start_nng(d, config, url, len);
+    return url;
+  }
+  td_prepare(d);
+  td_write_config(d, config);
+  snprintf(url, len, "tcp://127.0.0.1:%d", td_free_port());
+  if (how == OVER_TCP)
+    td_start(d, "--listen", url, "--allow-plain-tcp", NULL);
   else
-    td_start(&d, NULL);
-  accel_ctx *ctx = open_ctx(over_tcp ? tcp : d.url);
+    td_start(d, NULL);
+  return how == OVER_TCP ? url : d->url;
+}
+
+static bool death_mid_stream(over how, const char *config, size_t n, long ops, bool stop_first) {
+  td_daemon d;
+  char tcp[64];
+  accel_ctx *ctx = open_ctx(start_over(&d, how, config, tcp, sizeof tcp));
   float *src = alloc_floats(n), small[4];
   fill_pattern(src, n, 3);
   accel_buffer b;
@@ -332,10 +343,10 @@ static bool death_mid_stream(bool over_tcp, const char *config, size_t n, long o
 }
 
 /* death_mid_stream until the daemon dies mid-stream (a few tries). */
-static void death_mid_stream_tries(bool over_tcp, const char *config, size_t n, long ops,
+static void death_mid_stream_tries(over how, const char *config, size_t n, long ops,
                                    bool stop_first) {
   for (int i = 0; i < 5; i++) {
-    if (death_mid_stream(over_tcp, config, n, ops, stop_first))
+    if (death_mid_stream(how, config, n, ops, stop_first))
       return;
     printf("# the transfer was done before the daemon died: again\n");
   }
@@ -344,13 +355,20 @@ static void death_mid_stream_tries(bool over_tcp, const char *config, size_t n, 
 
 /* 64 chunks of 16 MiB, the sender blocked in write() when the daemon dies. */
 TEST(daemon_death_mid_stream_ipc) {
-  death_mid_stream_tries(false, "", (size_t)test_scaled(256l << 20, 16l << 20), 3, true);
+  death_mid_stream_tries(OVER_IPC, "", (size_t)test_scaled(256l << 20, 16l << 20), 3, true);
 }
 
-/* About 4000 chunks of 60 KiB; killed after 20 (sends to nng are short: the sender waits for
- * the window, not in nng, when the daemon dies). */
+/* About 4000 chunks of 60 KiB over tcp:// (the same stream over TCP); killed after 20. */
 TEST(daemon_death_mid_stream_tcp) {
-  death_mid_stream_tries(true, SMALL_CONFIG, (size_t)test_scaled(64l << 20, 4l << 20), 20, false);
+  death_mid_stream_tries(OVER_TCP, SMALL_CONFIG, (size_t)test_scaled(64l << 20, 4l << 20), 20,
+                         false);
+}
+
+/* Over nng (tls+tcp://), about 4000 chunks of 60 KiB; killed after 20 (sends to nng are short:
+ * the sender waits for the window, not in nng, when the daemon dies). */
+TEST(daemon_death_mid_stream_nng) {
+  death_mid_stream_tries(OVER_NNG, SMALL_CONFIG, (size_t)test_scaled(64l << 20, 4l << 20), 20,
+                         false);
 }
 
 /* As above with the sender blocked in the nng link (waiting for room behind 16 MiB chunks)
@@ -358,7 +376,7 @@ TEST(daemon_death_mid_stream_tcp) {
  * remote_free() waits for the sender to leave before freeing (it crashed about 2 runs in 3
  * before it did). The queued ops fail without the sender (chunk.c's flush). */
 TEST(daemon_death_with_a_stuck_nng_send) {
-  death_mid_stream_tries(true, "", (size_t)test_scaled(256l << 20, 16l << 20), 3, true);
+  death_mid_stream_tries(OVER_NNG, "", (size_t)test_scaled(256l << 20, 16l << 20), 3, true);
 }
 
 /* ---- 4 GiB ---- */
@@ -415,14 +433,8 @@ static void round_trip(accel_ctx *ctx, size_t n, const char *kind) {
 
 static void four_gib(bool over_tcp) {
   td_daemon d;
-  td_prepare(&d);
   char tcp[64];
-  snprintf(tcp, sizeof tcp, "tcp://127.0.0.1:%d", td_free_port());
-  if (over_tcp)
-    td_start(&d, "--listen", tcp, "--allow-plain-tcp", NULL);
-  else
-    td_start(&d, NULL);
-  accel_ctx *ctx = open_ctx(over_tcp ? tcp : d.url);
+  accel_ctx *ctx = open_ctx(start_over(&d, over_tcp ? OVER_TCP : OVER_IPC, "", tcp, sizeof tcp));
   CHECK_GT(ctx->max_op_bytes, CHUNK_MAX_BYTES); /* the defaults: 16 MiB chunks */
   size_t n = (size_t)test_scaled(1l << 30, 1l << 20);
   round_trip(ctx, n, over_tcp ? "tcp" : "ipc");
@@ -487,6 +499,7 @@ static const test_case tests[] = {
     TEST_CASE(a_failed_chunk_fails_the_transfer),
     TEST_CASE(daemon_death_mid_stream_ipc),
     TEST_CASE(daemon_death_mid_stream_tcp),
+    TEST_CASE(daemon_death_mid_stream_nng),
     TEST_CASE(daemon_death_with_a_stuck_nng_send),
     TEST_CASE(large_transfers_are_logged),
     TEST_CASE(four_gib_over_ipc),

@@ -243,12 +243,13 @@ TEST(sighup_raises_the_frame_limit_on_nng_too) {
   enum { COUNT = 1 << 16 }; /* a write of 256 KiB: past the old limit, within the new */
   static uint32_t data[COUNT];
   td_daemon d;
-  char tcp[64];
-  snprintf(tcp, sizeof tcp, "tcp://127.0.0.1:%d", td_free_port());
-  td_prepare(&d);
-  td_write_config(&d, "[limits]\nmax_message = 65536\n");
-  td_start(&d, "--listen", tcp, "--allow-plain-tcp", "--backends", "cpu", NULL);
-  td_write_config(&d, "[limits]\nmax_message = 1048576\n");
+  char tcp[64], raised[1024];
+  td_start_nng(&d, "[limits]\nmax_message = 65536\n", tcp, sizeof tcp);
+  snprintf(raised, sizeof raised,
+           "[limits]\nmax_message = 1048576\n[security]\ntls_cert = %s\n"
+           "tls_key = %s\n",
+           td_tls_pem("server.pem"), td_tls_pem("server.key"));
+  td_write_config(&d, raised);
   td_signal(&d, SIGHUP);
   wait_log(&d, "configuration reloaded");
   td_client c;

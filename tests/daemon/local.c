@@ -350,16 +350,13 @@ TEST(client_that_never_reads_is_bounded) {
   stop(&d);
 }
 
-/* Over nng (tcp://) a client that asks for acknowledged batches and never acknowledges: the
+/* Over nng (tls+tcp://) a client that asks for acknowledged batches and never acknowledges: the
  * replies it has not acknowledged count against its budget, so further reads are ACCEL_EBUSY
  * and the daemon's memory stays bounded (it reached 2.4-3.9 GB before). */
-TEST(tcp_client_that_never_acknowledges_is_bounded) {
+TEST(nng_client_that_never_acknowledges_is_bounded) {
   td_daemon d;
   char tcp[64];
-  snprintf(tcp, sizeof tcp, "tcp://127.0.0.1:%d", 20000 + (int)(getpid() % 20000));
-  td_prepare(&d);
-  td_write_config(&d, "[limits]\nmax_memory = 67108864\n");
-  td_start(&d, "--listen", tcp, "--allow-plain-tcp", "--backends", "cpu", NULL);
+  td_start_nng(&d, "[limits]\nmax_memory = 67108864\n", tcp, sizeof tcp);
   long rss0 = rss_kb(d.pid);
   td_client c;
   td_client_open(&c, tcp);
@@ -610,22 +607,14 @@ TEST(local_reading_pauses_past_the_budget) {
   stop(&d);
 }
 
-/* A daemon on the CPU backend listening on tcp:// (written to url) with `config`. */
-static void start_tcp(td_daemon *d, const char *config, char *url, size_t len) {
-  snprintf(url, len, "tcp://127.0.0.1:%d", td_free_port());
-  td_prepare(d);
-  td_write_config(d, config);
-  td_start(d, "--listen", url, "--allow-plain-tcp", "--backends", "cpu", NULL);
-}
-
 /* Over nng with acknowledgements a reply counts against the budget until acknowledged, and a
  * read is EBUSY when it would pass it. Reads of 1 MiB one at a time, each answered, none
  * acknowledged, with a budget of 8 MiB: the seventh is served (6 replies of 1 MiB + 32 and
  * the WELCOME held, 1 MiB asked), the eighth is EBUSY. */
-TEST(tcp_unacknowledged_replies_count_against_reads) {
+TEST(nng_unacknowledged_replies_count_against_reads) {
   td_daemon d;
   char tcp[64];
-  start_tcp(&d, "[limits]\nmax_memory = 8388608\nmax_message = 2097152\n", tcp, sizeof tcp);
+  td_start_nng(&d, "[limits]\nmax_memory = 8388608\nmax_message = 2097152\n", tcp, sizeof tcp);
   td_client c;
   td_client_open(&c, tcp);
   CHECK_OK(td_hello_caps(&c, PROTO_CAP_ACK, NULL));
@@ -689,11 +678,11 @@ static long welcome_bytes(const proto_welcome *w) {
  * takes what comes (never acknowledging) until the daemon logs the refusal, then the rest of
  * the replies made before it (the bytes the log names, all within the window): some replies
  * never come. Refused only past 8 times the budget, the daemon would answer them all. */
-TEST(tcp_client_refused_past_twice_its_budget) {
+TEST(nng_client_refused_past_twice_its_budget) {
   enum { BATCHES = 11, PINGS = 100 }; /* 100 pings of 40 bytes: one message under 4096 */
   td_daemon d;
   char tcp[64];
-  start_tcp(&d, "[limits]\nmax_message = 4096\nmax_memory = 4096\n", tcp, sizeof tcp);
+  td_start_nng(&d, "[limits]\nmax_message = 4096\nmax_memory = 4096\n", tcp, sizeof tcp);
   td_client c;
   td_client_open(&c, tcp);
   proto_welcome w;
@@ -732,15 +721,15 @@ static void send_stray_reply(td_client *c, uint64_t id) {
   td_send_raw(c, frame, sizeof frame, id);
 }
 
-/* acceld started over tcp:// with `config`, and a client with acknowledgements that sends 100
- * pings, one message each, and never acknowledges: the daemon hands nng the WELCOME and 47 replies
- * (its window of 48) and holds the other 53 and the stray frame's answer. Returns once the client
- * has taken those 47 and the daemon has read everything the client sent: nothing is on its way
- * either way. */
+/* acceld started over tls+tcp:// (nng) with `config`, and a client with acknowledgements that sends
+ * 100 pings, one message each, and never acknowledges: the daemon hands nng the WELCOME and 47
+ * replies (its window of 48) and holds the other 53 and the stray frame's answer. Returns once the
+ * client has taken those 47 and the daemon has read everything the client sent: nothing is on its
+ * way either way. */
 static void hold_replies(td_daemon *d, td_client *c, const char *config) {
   enum { PINGS = 100 };
   char tcp[64];
-  start_tcp(d, config, tcp, sizeof tcp);
+  td_start_nng(d, config, tcp, sizeof tcp);
   td_client_open(c, tcp);
   CHECK_OK(td_hello_caps(c, PROTO_CAP_ACK, NULL));
   long bad = td_status_field(d, "frames_bad");
@@ -765,7 +754,7 @@ static void hold_replies(td_daemon *d, td_client *c, const char *config) {
 
 /* Replies held back by the window are freed when their client hangs up (acceld's
  * LeakSanitizer fails the stop otherwise). */
-TEST(tcp_replies_held_back_are_freed_when_the_client_hangs_up) {
+TEST(nng_replies_held_back_are_freed_when_the_client_hangs_up) {
   td_daemon d;
   td_client c;
   hold_replies(&d, &c, "");
@@ -776,7 +765,7 @@ TEST(tcp_replies_held_back_are_freed_when_the_client_hangs_up) {
 
 /* ... and when the daemon stops with the client still there: the drain cannot empty a queue
  * nobody acknowledges, so it ends at its timeout and the stop drops them. */
-TEST(tcp_replies_held_back_are_freed_when_the_daemon_stops) {
+TEST(nng_replies_held_back_are_freed_when_the_daemon_stops) {
   td_daemon d;
   td_client c;
   hold_replies(&d, &c, "[daemon]\ndrain_timeout_ms = 200\n");
@@ -799,16 +788,16 @@ static const test_case tests[] = {
     TEST_CASE(peer_outside_the_allowlist_is_refused),
     TEST_CASE(allow_users_lets_a_listed_user_in),
     TEST_CASE(client_that_never_reads_is_bounded),
-    TEST_CASE(tcp_client_that_never_acknowledges_is_bounded),
+    TEST_CASE(nng_client_that_never_acknowledges_is_bounded),
     TEST_CASE(device_index_at_the_limit_and_one_past),
     TEST_CASE(read_bytes_must_be_the_buffers),
     TEST_CASE(pipelined_large_writes_are_bounded),
     TEST_CASE(the_budget_holds_two_frames_whatever_max_memory_says),
     TEST_CASE(local_reading_pauses_past_the_budget),
-    TEST_CASE(tcp_unacknowledged_replies_count_against_reads),
-    TEST_CASE(tcp_client_refused_past_twice_its_budget),
-    TEST_CASE(tcp_replies_held_back_are_freed_when_the_client_hangs_up),
-    TEST_CASE(tcp_replies_held_back_are_freed_when_the_daemon_stops),
+    TEST_CASE(nng_unacknowledged_replies_count_against_reads),
+    TEST_CASE(nng_client_refused_past_twice_its_budget),
+    TEST_CASE(nng_replies_held_back_are_freed_when_the_client_hangs_up),
+    TEST_CASE(nng_replies_held_back_are_freed_when_the_daemon_stops),
 };
 
 TEST_MAIN(tests)

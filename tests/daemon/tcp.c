@@ -1,195 +1,286 @@
-/* libaccel's nng link (clients/remote_nng.c) at its bounds, against a real acceld on tcp://:
- * - it keeps at most WELCOME's max_in_flight ops unanswered (an nng pipe cannot be paused, so
- *   the daemon would refuse more with ACCEL_EBUSY): that many calls return at once, the next
- *   one waits for an answer, and none is refused;
- * - a sender waiting for room is released when the daemon dies, and every op fails with
- *   ACCEL_ECLOSED;
- * - frames sent while a message is in flight are gathered into the next one, never more than
- *   the daemon's max_message (nng closes a connection whose message is larger than that plus
- *   64 bytes): frames that fill it exactly, and frames four of which would pass that.
- *
- * The daemon is stopped (SIGSTOP) while ops are issued, so nothing is answered meanwhile: a
- * call that returns then did not wait for an answer, one that has not returned after a while
- * waits (a bug would return at once). */
+/* tcp://: acceld's own stream over TCP (server/server_tcp.c, proto/tcp.c, the tcp link of
+ * clients/remote_local.c), against a real acceld:
+ * - libaccel moves data both ways, large transfers included, with nothing shared (no
+ *   descriptors cross TCP), and `accelctl clients` names the transport;
+ * - a client that pipelines far past the daemon's ops in flight per connection without
+ *   reading is paused, not refused: every op is answered OK, in order;
+ * - libaccel's send queue (clients/remote_tcp_out.c) is bounded: with the daemon stopped, a
+ *   thread issuing fills blocks once the sockets and the queue are full, and goes on when the
+ *   daemon does (every fill answered, the last one's value read back); if the daemon dies
+ *   instead, the blocked sender is released, the fills fail with ACCEL_ECLOSED, and
+ *   accel_finish and accel_close return;
+ * - a peer that sends bytes that are not frames is closed; the daemon serves the next;
+ * - shared memory is refused over tcp:// (no descriptor can come with SHM_ATTACH);
+ * - listening: an address in use, a URL without a port, a port past 65535 stop the daemon
+ *   with the URL in its log. */
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
 
 #include "accel/accel.h"
+#include "proto/tcp.h"
 #include "util.h"
 
-/* A daemon on the CPU backend listening on tcp:// (written to url) with `config`. */
-static void start_tcp(td_daemon *d, const char *config, char *url, size_t len) {
+/* A daemon on the CPU backend with its ipc:// socket and tcp:// (written to url). */
+static void start_tcp(td_daemon *d, char *url, size_t len) {
   td_prepare(d);
-  td_write_config(d, config);
   snprintf(url, len, "tcp://127.0.0.1:%d", td_free_port());
   td_start(d, "--listen", url, "--allow-plain-tcp", "--backends", "cpu", NULL);
 }
 
-/* One fill issued on a thread of its own, to see whether the call waits. */
-typedef struct issuer {
-  accel_ctx *ctx;
-  accel_buffer b;
-  accel_future *f;
-  int rc;
-  atomic_bool returned;
-} issuer;
-
-static void *issue_fill(void *arg) {
-  issuer *is = arg;
-  is->rc = accel_fill_u32(is->ctx, 0, is->b, 7, &is->f);
-  atomic_store(&is->returned, true);
-  return NULL;
+static uint32_t next_random(uint64_t *s) {
+  *s = *s * 6364136223846793005ull + 1442695040888963407ull;
+  return (uint32_t)(*s >> 33);
 }
 
-#define MAX_IN_FLIGHT 16
-
-/* A daemon with max_in_flight = 16, stopped; MAX_IN_FLIGHT fills sent (they return: the
- * daemon is stopped), and a thread issuing one more, which waits: no answer can have come. */
-static void window_full(td_daemon *d, accel_ctx **ctx, accel_buffer *b, accel_future **f,
-                        issuer *is, pthread_t *t) {
-  char url[64];
-  start_tcp(d, "[limits]\nmax_in_flight = 16\n", url, sizeof url);
-  *ctx = NULL;
-  CHECK_OK(accel_open(ctx, url));
-  CHECK_OK(accel_buffer_create(*ctx, ACCEL_U32, 1, b));
-  CHECK_OK(accel_finish(*ctx, -1));
-  td_signal(d, SIGSTOP);
-  for (int i = 0; i < MAX_IN_FLIGHT; i++)
-    CHECK_OK(accel_fill_u32(*ctx, 0, *b, (uint32_t)i, &f[i]));
-  *is = (issuer){.ctx = *ctx, .b = *b};
-  CHECK_EQ(pthread_create(t, NULL, issue_fill, is), 0);
-  test_sleep_ms(300);
-  CHECK(!atomic_load(&is->returned));
-}
-
-/* At the limit: MAX_IN_FLIGHT fills return while the daemon is stopped. One past: the next
- * waits until the daemon answers. Every op then succeeds (without the client's bound, the
- * 17th is sent and refused with ACCEL_EBUSY). */
-TEST(max_in_flight_ops_are_sent_and_one_more_waits_for_an_answer) {
-  td_daemon d;
-  accel_ctx *ctx;
-  accel_buffer b;
-  accel_future *f[MAX_IN_FLIGHT];
-  issuer is;
-  pthread_t t;
-  window_full(&d, &ctx, &b, f, &is, &t);
-  td_signal(&d, SIGCONT);
-  pthread_join(t, NULL);
-  CHECK_OK(is.rc);
-  for (int i = 0; i < MAX_IN_FLIGHT; i++) {
-    CHECK_OK(accel_future_wait(f[i], -1));
-    accel_future_release(f[i]);
-  }
-  CHECK_OK(accel_future_wait(is.f, -1));
-  accel_future_release(is.f);
-  uint32_t v = 0;
-  CHECK_OK(accel_read(ctx, b, 0, &v, 1, NULL));
-  CHECK_OK(accel_finish(ctx, -1));
-  CHECK_EQ(v, 7); /* the last fill ran last */
-  accel_close(ctx);
-  CHECK_EQ(td_stop(&d), 0);
-  td_cleanup(&d);
-}
-
-/* A sender waiting for room when the daemon dies returns (ACCEL_ECLOSED, or 0 with its future
- * failing so), and every op in flight fails with ACCEL_ECLOSED. */
-TEST(a_sender_waiting_for_room_is_released_when_the_daemon_dies) {
-  td_daemon d;
-  accel_ctx *ctx;
-  accel_buffer b;
-  accel_future *f[MAX_IN_FLIGHT];
-  issuer is;
-  pthread_t t;
-  window_full(&d, &ctx, &b, f, &is, &t);
-  td_signal(&d, SIGKILL);
-  td_wait(&d);
-  pthread_join(t, NULL); /* a hang here is the watchdog's */
-  if (is.rc == 0) {
-    CHECK_ERR(accel_future_wait(is.f, -1), ACCEL_ECLOSED);
-    accel_future_release(is.f);
-  } else {
-    CHECK_ERR(is.rc, ACCEL_ECLOSED);
-  }
-  for (int i = 0; i < MAX_IN_FLIGHT; i++) {
-    CHECK_ERR(accel_future_wait(f[i], -1), ACCEL_ECLOSED);
-    accel_future_release(f[i]);
-  }
-  CHECK_ERR(accel_finish(ctx, -1), ACCEL_ECLOSED);
-  accel_close(ctx);
-  td_cleanup(&d);
-}
-
-/* WRITE frames of `data` bytes each (24 header + 32 op head + 32 buffer + 8 payload + data),
- * with max_message = 64 KiB, issued while the daemon is stopped for 300 ms: 32 MiB in all,
- * more than loopback's socket buffers hold, so they wait in the client and are gathered (the
- * sender waits too once the next message is full, until the daemon goes on). */
-#define MAX_MESSAGE 65536
-#define WRITE_FRAME(data) (96 + (data))
-#define WRITES 2048
-
-static void *continue_later(void *arg) {
-  test_sleep_ms(300);
-  td_signal(arg, SIGCONT);
-  return NULL;
-}
-
-static void gathered_writes(size_t data) {
+TEST(libaccel_moves_data_over_tcp) {
+  enum { COUNT = 5 << 20 }; /* 20 MiB: more than one frame of the default max_message */
   td_daemon d;
   char url[64];
-  start_tcp(&d, "[limits]\nmax_message = 64K\n", url, sizeof url);
+  start_tcp(&d, url, sizeof url);
+  uint32_t *in = malloc(COUNT * sizeof *in), *out = malloc(COUNT * sizeof *out);
+  CHECK(in != NULL && out != NULL);
+  uint64_t seed = (uint64_t)getpid();
+  for (size_t i = 0; i < COUNT; i++)
+    in[i] = next_random(&seed);
   accel_ctx *ctx = NULL;
   CHECK_OK(accel_open(&ctx, url));
-  size_t n = data / 4;
   accel_buffer b;
-  uint32_t *src = malloc(WRITES * n * 4), *dst = calloc(WRITES * n, 4);
-  CHECK(src != NULL && dst != NULL);
-  for (size_t i = 0; i < WRITES * n; i++)
-    src[i] = (uint32_t)(i * 2654435761u) | 1u;
-  CHECK_OK(accel_buffer_create(ctx, ACCEL_U32, WRITES * n, &b));
-  CHECK_OK(accel_finish(ctx, -1));
-  td_signal(&d, SIGSTOP);
-  pthread_t t;
-  CHECK_EQ(pthread_create(&t, NULL, continue_later, &d), 0);
-  static accel_future *f[WRITES];
-  for (size_t i = 0; i < WRITES; i++)
-    CHECK_OK(accel_write(ctx, b, i * n, src + i * n, n, &f[i]));
-  pthread_join(t, NULL);
-  for (int i = 0; i < WRITES; i++) {
-    CHECK_OK(accel_future_wait(f[i], -1)); /* a message over the limit: ECLOSED */
-    accel_future_release(f[i]);
-  }
-  CHECK_OK(accel_read(ctx, b, 0, dst, WRITES * n, NULL)); /* in chunks */
-  CHECK_OK(accel_finish(ctx, -1));
-  CHECK(memcmp(src, dst, WRITES * n * 4) == 0);
+  accel_future *f;
+  CHECK_OK(accel_buffer_create(ctx, ACCEL_U32, COUNT, &b));
+  CHECK_OK(accel_write(ctx, b, 0, in, COUNT, NULL));
+  CHECK_OK(accel_read(ctx, b, 0, out, COUNT, &f));
+  CHECK_OK(accel_future_wait(f, -1));
+  accel_future_release(f);
+  CHECK(memcmp(in, out, COUNT * sizeof *in) == 0);
+  CHECK_OK(accel_fill_u32(ctx, 0, b, 0x5a5a5a5a, NULL));
+  CHECK_OK(accel_read(ctx, b, COUNT - 4, out, 4, &f));
+  CHECK_OK(accel_future_wait(f, -1));
+  accel_future_release(f);
+  for (int i = 0; i < 4; i++)
+    CHECK_EQ(out[i], 0x5a5a5a5au);
+  char report[4096];
+  CHECK_EQ(td_ctl(report, sizeof report, "--url", d.url, "clients", NULL), 0);
+  if (strstr(report, " tcp ") == NULL)
+    TEST_FAIL("no tcp client in `accelctl clients`:\n%s", report);
+  CHECK_OK(accel_buffer_destroy(ctx, b));
   accel_close(ctx);
+  CHECK(strstr(td_log(&d), "tcp ") != NULL && strstr(td_log(&d), ": connected (127.0.0.1:"));
+  free(in);
+  free(out);
   CHECK_EQ(td_stop(&d), 0);
   td_cleanup(&d);
-  free(src);
-  free(dst);
 }
 
-/* Four frames fill max_message exactly: they may leave as one message. */
-TEST(gathered_frames_fill_max_message_exactly) {
-  size_t data = MAX_MESSAGE / 4 - WRITE_FRAME(0);
-  CHECK_EQ(4 * WRITE_FRAME(data), MAX_MESSAGE);
-  gathered_writes(data);
+/* 4000 fills sent back to back before any reply is read: far past the 32 ops a connection
+ * may have in flight, so the daemon stops reading it (and the client's socket fills) rather
+ * than refusing; once read, every reply is there, OK and in order. */
+TEST(pipelined_ops_past_the_limit_are_paused_not_refused) {
+  enum { OPS = 4000 };
+  td_daemon d;
+  char url[64];
+  start_tcp(&d, url, sizeof url);
+  td_client c;
+  td_client_open(&c, url);
+  CHECK_OK(td_hello(&c, NULL));
+  CHECK_OK(td_create(&c, td_handle(1, 1), ACCEL_U32, 16));
+  for (uint64_t i = 0; i < OPS; i++) {
+    proto_out o;
+    proto_out_init(&o);
+    td_encode_fill(&o, 1000 + i, td_handle(1, 1), (uint32_t)i);
+    td_send_raw(&c, o.data, o.len, 1000 + i);
+    proto_out_free(&o);
+  }
+  for (uint64_t i = 0; i < OPS; i++) {
+    nng_msg *m;
+    CHECK_EQ(td_recv(&c, &m, TD_FOREVER), 0);
+    CHECK_OK(td_reply_status(m, 1000 + i, NULL));
+    nng_msg_free(m);
+  }
+  uint32_t out[16];
+  CHECK_OK(td_read_u32(&c, td_handle(1, 1), out, 16));
+  CHECK_EQ(out[15], (uint32_t)(OPS - 1));
+  td_client_close(&c);
+  CHECK_EQ(td_stop(&d), 0);
+  td_cleanup(&d);
 }
 
-/* Four frames five elements larger each would pass max_message, and by more than the 64
- * bytes the daemon's nng allows beyond it (so a message of four would close the connection):
- * three at most per message. */
-TEST(gathered_frames_past_max_message_are_split) {
-  size_t data = MAX_MESSAGE / 4 - WRITE_FRAME(0) + 20;
-  CHECK_GT(4 * WRITE_FRAME(data), MAX_MESSAGE + 64);
-  gathered_writes(data);
+/* ---- libaccel's send queue at its bound ---- */
+
+#define FLOOD_FILLS 200000 /* about 19 MiB of frames: far past the socket buffers and 1 MiB */
+
+typedef struct flooder {
+  accel_ctx *ctx;
+  accel_buffer b;
+  atomic_long issued;
+  int first_error; /* the first call that failed, or 0 */
+} flooder;
+
+static void *flood(void *arg) {
+  flooder *f = arg;
+  for (long i = 0; i < FLOOD_FILLS; i++) {
+    int rc = accel_fill_u32(f->ctx, 0, f->b, (uint32_t)i, NULL);
+    if (rc != 0) {
+      f->first_error = rc;
+      break;
+    }
+    atomic_fetch_add(&f->issued, 1);
+  }
+  return NULL;
+}
+
+/* A daemon stopped (SIGSTOP) and a thread flooding it with fills until it blocks: the issued
+ * count stays put for 300 ms short of FLOOD_FILLS. */
+static void flood_until_blocked(td_daemon *d, flooder *f, pthread_t *t) {
+  char url[64];
+  start_tcp(d, url, sizeof url);
+  *f = (flooder){0};
+  CHECK_OK(accel_open(&f->ctx, url));
+  CHECK_OK(accel_buffer_create(f->ctx, ACCEL_U32, 1, &f->b));
+  CHECK_OK(accel_finish(f->ctx, -1));
+  td_signal(d, SIGSTOP);
+  CHECK_EQ(pthread_create(t, NULL, flood, f), 0);
+  long last = -1, now;
+  while ((now = atomic_load(&f->issued)) != last) {
+    last = now;
+    test_sleep_ms(300);
+  }
+  CHECK_LT(now, FLOOD_FILLS); /* blocked: the queue is bounded */
+  CHECK_GT(now, 1000);        /* and it gathered fills meanwhile */
+}
+
+TEST(a_full_send_queue_blocks_the_sender_until_the_daemon_reads) {
+  td_daemon d;
+  flooder f;
+  pthread_t t;
+  flood_until_blocked(&d, &f, &t);
+  td_signal(&d, SIGCONT);
+  CHECK_EQ(pthread_join(t, NULL), 0);
+  CHECK_OK(f.first_error);
+  CHECK_OK(accel_finish(f.ctx, -1));
+  uint32_t v = 0;
+  accel_future *r;
+  CHECK_OK(accel_read(f.ctx, f.b, 0, &v, 1, &r));
+  CHECK_OK(accel_future_wait(r, -1));
+  accel_future_release(r);
+  CHECK_EQ(v, (uint32_t)(FLOOD_FILLS - 1)); /* every fill ran, in order */
+  accel_close(f.ctx);
+  CHECK_EQ(td_stop(&d), 0);
+  td_cleanup(&d);
+}
+
+TEST(a_sender_blocked_on_a_full_queue_is_released_when_the_daemon_dies) {
+  td_daemon d;
+  flooder f;
+  pthread_t t;
+  flood_until_blocked(&d, &f, &t);
+  td_signal(&d, SIGKILL);
+  CHECK_EQ(pthread_join(t, NULL), 0); /* released */
+  CHECK_ERR(f.first_error, ACCEL_ECLOSED);
+  CHECK_ERR(accel_finish(f.ctx, -1), ACCEL_ECLOSED);
+  accel_close(f.ctx);
+  td_wait(&d);
+  td_cleanup(&d);
+}
+
+TEST(a_peer_sending_garbage_is_closed_and_others_are_served) {
+  td_daemon d;
+  char url[64];
+  start_tcp(&d, url, sizeof url);
+  td_client bad;
+  td_client_open(&bad, url);
+  static const char junk[] = "GET / HTTP/1.1\r\nHost: x\r\n\r\n";
+  CHECK_EQ(write(bad.fd, junk, sizeof junk - 1), (ssize_t)(sizeof junk - 1));
+  nng_msg *m = NULL;
+  int rv = td_recv(&bad, &m, 10000);
+  CHECK(rv != 0 && rv != NNG_ETIMEDOUT); /* closed, not left hanging */
+  td_client_close(&bad);
+  td_client good;
+  td_client_open(&good, url);
+  CHECK_OK(td_hello(&good, NULL));
+  CHECK_OK(td_create(&good, td_handle(1, 1), ACCEL_U32, 4));
+  td_client_close(&good);
+  CHECK_EQ(td_stop(&d), 0);
+  td_cleanup(&d);
+}
+
+/* SHM_ATTACH needs a descriptor passed with it: over TCP none can come. */
+TEST(shared_memory_is_refused_over_tcp) {
+  td_daemon d;
+  char url[64];
+  start_tcp(&d, url, sizeof url);
+  td_client c;
+  td_client_open(&c, url);
+  CHECK_OK(td_hello(&c, NULL));
+  CHECK_ERR(td_control(&c, PROTO_CTL_SHM_ATTACH, 1), ACCEL_ENOTSUP);
+  CHECK_OK(td_create(&c, td_handle(1, 1), ACCEL_U32, 4)); /* the connection goes on */
+  td_client_close(&c);
+  CHECK_EQ(td_stop(&d), 0);
+  td_cleanup(&d);
+}
+
+/* acceld refuses to start on `url` (with allow_plain_tcp), and its log says `want` about it. */
+static void refused_listen(const char *url, const char *want) {
+  td_daemon d;
+  td_prepare(&d);
+  CHECK_EQ(td_start_expect_exit(&d, "--listen", url, "--allow-plain-tcp", NULL), 1);
+  if (strstr(td_log(&d), want) == NULL)
+    TEST_FAIL("expected \"%s\" in the log:\n%s", want, td_log(&d));
+  td_cleanup(&d);
+}
+
+TEST(listening_errors_name_the_url) {
+  td_daemon d;
+  char url[64], want[128];
+  start_tcp(&d, url, sizeof url);
+  snprintf(want, sizeof want, "cannot listen on %s: bind: Address already in use", url);
+  refused_listen(url, want); /* a second daemon on the first one's port */
+  CHECK_EQ(td_stop(&d), 0);
+  td_cleanup(&d);
+  refused_listen("tcp://127.0.0.1", "cannot listen on tcp://127.0.0.1: not tcp://HOST:PORT");
+  refused_listen("tcp://127.0.0.1:65536",
+                 "cannot listen on tcp://127.0.0.1:65536: not tcp://HOST:PORT");
+}
+
+/* proto_tcp_parse at its limits: ports 1 and 65535 (0 and 65536 not), a host of
+ * PROTO_TCP_HOST_MAX - 1 bytes (one more not), brackets for IPv6, "*" for any. */
+TEST(tcp_urls_at_their_limits) {
+  proto_tcp_addr a;
+  CHECK_OK(proto_tcp_parse("tcp://127.0.0.1:1", &a));
+  CHECK(strcmp(a.host, "127.0.0.1") == 0 && strcmp(a.port, "1") == 0);
+  CHECK_OK(proto_tcp_parse("tcp6://[::1]:65535", &a));
+  CHECK(strcmp(a.host, "::1") == 0 && strcmp(a.port, "65535") == 0);
+  CHECK_OK(proto_tcp_parse("tcp://*:80", &a));
+  CHECK(a.host[0] == '\0');
+  CHECK_ERR(proto_tcp_parse("tcp://h:0", &a), ACCEL_EINVAL);
+  CHECK_ERR(proto_tcp_parse("tcp://h:65536", &a), ACCEL_EINVAL);
+  CHECK_ERR(proto_tcp_parse("tcp://h:80/x", &a), ACCEL_EINVAL);
+  CHECK_ERR(proto_tcp_parse("tcp://::1:80", &a), ACCEL_EINVAL);
+  CHECK_ERR(proto_tcp_parse("tcp://[::1]80", &a), ACCEL_EINVAL);
+  CHECK_ERR(proto_tcp_parse("tls+tcp://h:80", &a), ACCEL_EINVAL);
+  char url[PROTO_TCP_HOST_MAX + 32];
+  memcpy(url, "tcp://", 6);
+  memset(url + 6, 'h', PROTO_TCP_HOST_MAX - 1);
+  strcpy(url + 6 + PROTO_TCP_HOST_MAX - 1, ":80");
+  CHECK_OK(proto_tcp_parse(url, &a));
+  CHECK_EQ(strlen(a.host), (size_t)PROTO_TCP_HOST_MAX - 1);
+  memset(url + 6, 'h', PROTO_TCP_HOST_MAX);
+  strcpy(url + 6 + PROTO_TCP_HOST_MAX, ":80");
+  CHECK_ERR(proto_tcp_parse(url, &a), ACCEL_EINVAL);
 }
 
 static const test_case tests[] = {
-    TEST_CASE(max_in_flight_ops_are_sent_and_one_more_waits_for_an_answer),
-    TEST_CASE(a_sender_waiting_for_room_is_released_when_the_daemon_dies),
-    TEST_CASE(gathered_frames_fill_max_message_exactly),
-    TEST_CASE(gathered_frames_past_max_message_are_split),
+    TEST_CASE(libaccel_moves_data_over_tcp),
+    TEST_CASE(pipelined_ops_past_the_limit_are_paused_not_refused),
+    TEST_CASE(a_full_send_queue_blocks_the_sender_until_the_daemon_reads),
+    TEST_CASE(a_sender_blocked_on_a_full_queue_is_released_when_the_daemon_dies),
+    TEST_CASE(a_peer_sending_garbage_is_closed_and_others_are_served),
+    TEST_CASE(shared_memory_is_refused_over_tcp),
+    TEST_CASE(listening_errors_name_the_url),
+    TEST_CASE(tcp_urls_at_their_limits),
 };
 
 TEST_MAIN(tests)

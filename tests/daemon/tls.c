@@ -19,62 +19,10 @@
 #include "server/server.h"
 #include "util.h"
 
-static char certs[64]; /* the directory of PEM files, made once */
-
 /* ---- helpers ---- */
 
-static void __attribute__((format(printf, 1, 2))) shell(const char *fmt, ...) {
-  char cmd[2048];
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(cmd, sizeof cmd, fmt, ap);
-  va_end(ap);
-  if (system(cmd) != 0)
-    TEST_FAIL("command failed (is the openssl CLI installed? scripts/deps):\n%s", cmd);
-}
-
-/* key NAME, certificate NAME.pem signed by CA (NULL: self-signed, a CA) with extensions. */
-static void make_cert(const char *name, const char *ca, const char *subject, const char *ext) {
-  const char *keygen = "-newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes";
-  if (ca == NULL) {
-    shell("cd %s && openssl req -x509 %s -keyout %s.key -out %s.pem -days 2 -subj '%s' "
-          ">>openssl.log 2>&1",
-          certs, keygen, name, name, subject);
-    return;
-  }
-  shell("cd %s && printf '%%s\\n' '%s' > %s.ext && "
-        "openssl req %s -keyout %s.key -out %s.csr -subj '%s' >>openssl.log 2>&1 && "
-        "openssl x509 -req -in %s.csr -CA %s.pem -CAkey %s.key -CAcreateserial -days 2 "
-        "-extfile %s.ext -out %s.pem >>openssl.log 2>&1",
-        certs, ext, name, keygen, name, name, subject, name, ca, ca, name, name);
-}
-
 static const char *pem(const char *file) {
-  static char paths[8][128];
-  static int next;
-  char *p = paths[next++ % 8];
-  snprintf(p, sizeof paths[0], "%s/%s", certs, file);
-  return p;
-}
-
-static void remove_certs(void) {
-  if (certs[0] != '\0')
-    shell("rm -rf '%s'", certs);
-}
-
-static void make_certs(void) {
-  if (certs[0] != '\0')
-    return;
-  snprintf(certs, sizeof certs, "/tmp/accel-tls-test-XXXXXX");
-  CHECK(mkdtemp(certs) != NULL);
-  atexit(remove_certs); /* not after a failed check (abort): the files help then */
-  make_cert("ca", NULL, "/CN=accel test CA", NULL);
-  make_cert("other-ca", NULL, "/CN=some other CA", NULL);
-  make_cert("server", "ca", "/CN=localhost",
-            "subjectAltName=DNS:localhost,DNS:127.0.0.1,IP:127.0.0.1\n"
-            "extendedKeyUsage=serverAuth");
-  make_cert("client", "ca", "/CN=accel test client", "extendedKeyUsage=clientAuth");
-  make_cert("rogue", "other-ca", "/CN=accel test client", "extendedKeyUsage=clientAuth");
+  return td_tls_pem(file);
 }
 
 static void set_or_unset(const char *var, const char *value) {
@@ -413,7 +361,7 @@ TEST(tls_client_that_trusts_the_ca_works) {
   td_daemon d;
   char url[64];
   accel_ctx *ctx;
-  make_certs();
+  td_tls_certs();
   td_prepare(&d);
   tls_config(&d, "");
   start_tls(&d, url, sizeof url);
@@ -434,7 +382,7 @@ TEST(tls_client_without_the_ca_is_refused_and_others_go_on) {
   td_daemon d;
   char url[64];
   accel_ctx *good, *bad;
-  make_certs();
+  td_tls_certs();
   td_prepare(&d);
   tls_config(&d, "");
   start_tls(&d, url, sizeof url);
@@ -461,7 +409,7 @@ TEST(tls_client_without_the_ca_is_refused_and_others_go_on) {
 TEST(tls_nothing_listening_is_closed) {
   char url[64];
   accel_ctx *ctx;
-  make_certs();
+  td_tls_certs();
   snprintf(url, sizeof url, "tls+tcp://127.0.0.1:%d", td_free_port());
   client_env(pem("ca.pem"), NULL, NULL, NULL);
   CHECK_ERR(open_with(url, &ctx), ACCEL_ECLOSED);
@@ -472,7 +420,7 @@ TEST(tls_nothing_listening_is_closed) {
 TEST(tls_silent_peer_times_out) {
   char url[64];
   accel_ctx *ctx;
-  make_certs();
+  td_tls_certs();
   int fd = socket(AF_INET, SOCK_STREAM, 0);
   CHECK_GE(fd, 0);
   struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
@@ -494,7 +442,7 @@ TEST(tls_verify_clients_requires_a_client_certificate) {
   td_daemon d;
   char url[64], extra[256];
   accel_ctx *ctx;
-  make_certs();
+  td_tls_certs();
   td_prepare(&d);
   snprintf(extra, sizeof extra, "tls_ca = %s\ntls_verify_clients = true\n", pem("ca.pem"));
   tls_config(&d, extra);
@@ -524,7 +472,7 @@ static void expect_refusal(td_daemon *d, const char *url, const char *want) {
 TEST(tls_without_a_usable_key_refuses_to_start) {
   td_daemon d;
   char url[64], text[512], want[256];
-  make_certs();
+  td_tls_certs();
   td_prepare(&d);
   snprintf(url, sizeof url, "tls+tcp://127.0.0.1:%d", td_free_port());
   snprintf(text, sizeof text, "[security]\ntls_cert = %s\ntls_key = %s\n", pem("server.pem"),
@@ -546,7 +494,7 @@ TEST(tls_without_a_usable_key_refuses_to_start) {
 TEST(sighup_security_change_waits_for_a_restart) {
   td_daemon d;
   char url[64];
-  make_certs();
+  td_tls_certs();
   td_prepare(&d);
   tls_config(&d, "");
   start_tls(&d, url, sizeof url);

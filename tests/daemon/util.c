@@ -6,6 +6,7 @@
 #include <netinet/in.h>
 #include <nng/nng.h>
 #include <nng/protocol/reqrep0/req.h>
+#include <nng/supplemental/tls/tls.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -19,6 +20,7 @@
 #include <unistd.h>
 
 #include "proto/local.h"
+#include "proto/tcp.h"
 
 static const char *binary(const char *env) {
   const char *p = getenv(env);
@@ -239,10 +241,103 @@ void td_cleanup(td_daemon *d) {
   CHECK_EQ(system(cmd), 0);
 }
 
+/* ---- TLS ---- */
+
+static char certs[64]; /* the directory of PEM files, made once */
+
+static void __attribute__((format(printf, 1, 2))) shell(const char *fmt, ...) {
+  char cmd[2048];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(cmd, sizeof cmd, fmt, ap);
+  va_end(ap);
+  if (system(cmd) != 0)
+    TEST_FAIL("command failed (is the openssl CLI installed? scripts/deps):\n%s", cmd);
+}
+
+/* key NAME, certificate NAME.pem signed by CA (NULL: self-signed, a CA) with extensions. */
+static void make_cert(const char *name, const char *ca, const char *subject, const char *ext) {
+  const char *keygen = "-newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes";
+  if (ca == NULL) {
+    shell("cd %s && openssl req -x509 %s -keyout %s.key -out %s.pem -days 2 -subj '%s' "
+          ">>openssl.log 2>&1",
+          certs, keygen, name, name, subject);
+    return;
+  }
+  shell("cd %s && printf '%%s\\n' '%s' > %s.ext && "
+        "openssl req %s -keyout %s.key -out %s.csr -subj '%s' >>openssl.log 2>&1 && "
+        "openssl x509 -req -in %s.csr -CA %s.pem -CAkey %s.key -CAcreateserial -days 2 "
+        "-extfile %s.ext -out %s.pem >>openssl.log 2>&1",
+        certs, ext, name, keygen, name, name, subject, name, ca, ca, name, name);
+}
+
+static void remove_certs(void) {
+  if (certs[0] != '\0')
+    shell("rm -rf '%s'", certs);
+}
+
+void td_tls_certs(void) {
+  if (certs[0] != '\0')
+    return;
+  snprintf(certs, sizeof certs, "/tmp/accel-tls-test-XXXXXX");
+  CHECK(mkdtemp(certs) != NULL);
+  atexit(remove_certs); /* not after a failed check (abort): the files help then */
+  make_cert("ca", NULL, "/CN=accel test CA", NULL);
+  make_cert("other-ca", NULL, "/CN=some other CA", NULL);
+  make_cert("server", "ca", "/CN=localhost",
+            "subjectAltName=DNS:localhost,DNS:127.0.0.1,IP:127.0.0.1\n"
+            "extendedKeyUsage=serverAuth");
+  make_cert("client", "ca", "/CN=accel test client", "extendedKeyUsage=clientAuth");
+  make_cert("rogue", "other-ca", "/CN=accel test client", "extendedKeyUsage=clientAuth");
+}
+
+const char *td_tls_pem(const char *file) {
+  static char paths[8][128];
+  static int next;
+  char *p = paths[next++ % 8];
+  td_tls_certs();
+  snprintf(p, sizeof paths[0], "%s/%s", certs, file);
+  return p;
+}
+
+void td_start_nng(td_daemon *d, const char *config, char *url, size_t len) {
+  char text[2048];
+  td_tls_certs();
+  td_prepare(d);
+  snprintf(text, sizeof text, "%s\n[security]\ntls_cert = %s\ntls_key = %s\n", config,
+           td_tls_pem("server.pem"), td_tls_pem("server.key"));
+  td_write_config(d, text);
+  snprintf(url, len, "tls+tcp://127.0.0.1:%d", td_free_port());
+  CHECK_EQ(setenv("ACCEL_TLS_CA", td_tls_pem("ca.pem"), 1), 0); /* for libaccel's clients */
+  CHECK_EQ(setenv("ACCEL_TLS_SERVER_NAME", "localhost", 1), 0);
+  td_start(d, "--listen", url, "--backends", "cpu", NULL);
+}
+
+/* The raw client's dial: tls+tcp:// verifies the daemon against the test CA. */
+static int dial_nng(nng_socket sock, const char *url) {
+  if (strncmp(url, "tls+", 4) != 0)
+    return nng_dial(sock, url, NULL, 0);
+  nng_dialer d;
+  nng_tls_config *cfg = NULL;
+  int rv = nng_dialer_create(&d, sock, url);
+  if (rv == 0)
+    rv = nng_tls_config_alloc(&cfg, NNG_TLS_MODE_CLIENT);
+  if (rv == 0)
+    rv = nng_tls_config_ca_file(cfg, td_tls_pem("ca.pem"));
+  if (rv == 0)
+    rv = nng_tls_config_server_name(cfg, "localhost");
+  if (rv == 0)
+    rv = nng_dialer_set_ptr(d, NNG_OPT_TLS_CONFIG, cfg);
+  if (cfg)
+    nng_tls_config_free(cfg);
+  return rv == 0 ? nng_dialer_start(d, 0) : rv;
+}
+
 /* ---- the protocol ---- */
 
-/* ipc:// URLs reach the daemon's own local transport (a Unix stream of frames); tcp:// and
- * tls+tcp:// reach nng's. Received frames are handed out as nng messages either way. */
+/* ipc:// and tcp:// URLs reach the daemon's own stream transport (frames back to back, over
+ * a Unix socket or TCP); tls+tcp:// reaches nng's. Received frames are handed out as nng messages
+ * either way. */
 static atomic_bool nng_close_abandoned; /* nng_fini would wait for it forever */
 
 static void nng_fini_unless_stuck(void) {
@@ -289,16 +384,22 @@ void td_client_open(td_client *c, const char *url) {
   memset(c, 0, sizeof *c);
   c->next_id = 100;
   c->fd = -1;
-  const char *path = proto_local_path(url);
+  const char *path = proto_local_path(url), *why = "";
   if (path) {
     c->fd = proto_local_connect(path);
     CHECK(c->fd >= 0);
     return;
   }
+  if (proto_tcp_url(url)) {
+    c->fd = proto_tcp_connect(url, 10000, &why);
+    if (c->fd < 0)
+      TEST_FAIL("%s: %s", url, why);
+    return;
+  }
   CHECK_EQ(nng_req0_open_raw(&c->sock), 0);
   nng_socket_set_size(c->sock, NNG_OPT_RECVMAXSZ, 0); /* no limit: big reads */
   nng_socket_set_int(c->sock, NNG_OPT_RECVBUF, 8192);
-  CHECK_EQ(nng_dial(c->sock, url, NULL, 0), 0);
+  CHECK_EQ(dial_nng(c->sock, url), 0);
 }
 
 void td_client_close(td_client *c) {

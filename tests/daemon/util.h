@@ -66,12 +66,24 @@ int td_free_port(void);
 /* ---- the wire protocol by hand ---- */
 
 typedef struct td_client {
-  int fd;          /* >= 0: the daemon's local transport (ipc://) */
-  nng_socket sock; /* else nng (tcp://) */
+  int fd;          /* >= 0: the daemon's own stream (ipc://, tcp://) */
+  nng_socket sock; /* else nng (tls+tcp://) */
   uint64_t next_id;
   uint8_t *rbuf; /* local: the frame being read */
   size_t rcap;
 } td_client;
+
+/* TLS: a CA (ca), another CA nobody trusts (other-ca), a server certificate for localhost and
+ * 127.0.0.1 signed by ca (server), client certificates signed by ca (client) and by other-ca
+ * (rogue), each NAME.pem with its key NAME.key, made once per process with the openssl CLI
+ * in a temporary directory (removed at exit). */
+void td_tls_certs(void);
+/* The path of one of those files (td_tls_certs first). */
+const char *td_tls_pem(const char *file);
+/* A daemon on the CPU backend listening on tls+tcp:// (written to url: nng's transport) with
+ * `config` and the server certificate; libaccel clients opened afterwards trust the CA
+ * (ACCEL_TLS_CA, ACCEL_TLS_SERVER_NAME set in this process's environment). */
+void td_start_nng(td_daemon *d, const char *config, char *url, size_t len);
 
 void td_client_open(td_client *c, const char *url);
 void td_client_close(td_client *c);
