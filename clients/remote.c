@@ -466,10 +466,10 @@ static void remote_free(accel_ctx *ctx) {
     return;
   }
   remote_on_lost(ctx);
+  sendq_free(r); /* the stream links' (no sender is inside now) */
   remote_shm_free_all(r);
   pthread_mutex_destroy(&r->shm_mu);
   pthread_mutex_destroy(&r->mu);
-  pthread_mutex_destroy(&r->send_mu);
   pthread_cond_destroy(&r->idle);
   pthread_cond_destroy(&r->room);
   rt_free(r);
@@ -541,7 +541,6 @@ static int remote_open(accel_ctx *ctx, const char *url, const char *name) {
     return ACCEL_ENOMEM;
   }
   pthread_mutex_init(&r->mu, NULL);
-  pthread_mutex_init(&r->send_mu, NULL);
   pthread_mutex_init(&r->shm_mu, NULL);
   int rc = client_ctx_init(ctx, CLIENT_DEFAULT_MAX_BUFFERS);
   if (rc != 0) {
@@ -549,7 +548,6 @@ static int remote_open(accel_ctx *ctx, const char *url, const char *name) {
     pthread_cond_destroy(&r->idle);
     pthread_cond_destroy(&r->room);
     pthread_mutex_destroy(&r->mu);
-    pthread_mutex_destroy(&r->send_mu);
     rt_free(r);
     return rc;
   }

@@ -23,7 +23,7 @@ typedef struct remote remote;
 typedef struct pending pending;
 typedef struct shm_region shm_region; /* remote_shm.c */
 typedef struct local_gate local_gate; /* remote_local_read.c */
-typedef struct tcp_out tcp_out;       /* remote_tcp_out.c */
+typedef struct send_queue send_queue; /* remote_send_queue.c */
 
 typedef struct remote_link {
   /* Connects and starts receiving. 0, or ACCEL_ECLOSED (nothing listens), ACCEL_EPERM... */
@@ -65,12 +65,11 @@ struct remote {
   proto_welcome welcome;
   /* nng's link */
   void *nng;
-  /* the local link (and the tcp link, which is the same with a send queue) */
+  /* the stream links: local (ipc://) and tcp:// */
   int fd;
-  tcp_out *out; /* the tcp link's sending (remote_tcp_out.c) */
+  send_queue *sendq; /* their sending (remote_send_queue.c) */
   pthread_t rx;
   bool rx_started;
-  pthread_mutex_t send_mu; /* one writer at a time: frames stay whole in the stream */
   proto_reader reader;
   int rx_epfd, rx_stop;  /* the receiver's epoll set: the socket (one-shot) and a stop eventfd */
   pthread_mutex_t rd_mu; /* one reader at a time: reader, rd_helping, rd_lost, the arming */
@@ -118,13 +117,19 @@ RT_MUST_USE int local_reader_start(accel_ctx *ctx);
 void local_reader_stop(accel_ctx *ctx);
 void local_offer_help(accel_ctx *ctx, accel_future *f);
 
-/* remote_tcp_out.c: the tcp link's sending, frames gathered while others are in flight. */
-RT_MUST_USE int tcp_out_start(remote *r);
-/* After the socket was shut down (a writer blocked in send(2) leaves then). */
-void tcp_out_stop(remote *r);
-RT_MUST_USE int tcp_out_send(remote *r, const uint8_t *bytes, size_t len);
-RT_MUST_USE int tcp_out_send_gather(remote *r, const uint8_t *head, size_t head_len,
-                                    const uint8_t *tail, size_t tail_len);
+/* remote_send_queue.c: the stream links' sending, frames gathered while others are in
+ * flight. The remote_link entries, once started. */
+RT_MUST_USE int sendq_start(remote *r);
+/* In the link's close, after the socket was shut down (a writer blocked in send(2) leaves
+ * then): the writer ends, and every send from here on is ACCEL_ECLOSED. No-op if never
+ * started. */
+void sendq_stop(remote *r);
+/* Frees the queue once no sender can be inside it (remote_free, after senders_gone). */
+void sendq_free(remote *r);
+RT_MUST_USE int sendq_send(remote *r, const uint8_t *bytes, size_t len);
+RT_MUST_USE int sendq_send_gather(remote *r, const uint8_t *head, size_t head_len,
+                                  const uint8_t *tail, size_t tail_len);
+RT_MUST_USE int sendq_send_fd(remote *r, const uint8_t *bytes, size_t len, int fd);
 /* Whether ops other than the one being sent are unanswered (takes mu). */
 bool remote_others_in_flight(remote *r);
 

@@ -96,7 +96,8 @@ int proto_tcp_connect(const char *url, int timeout_ms, const char **why) {
   *why = "not tcp://HOST:PORT";
   if (proto_tcp_parse(url, &a) != 0 || a.host[0] == '\0')
     return ACCEL_EINVAL;
-  struct addrinfo hints = {.ai_family = a.family, .ai_socktype = SOCK_STREAM,
+  struct addrinfo hints = {.ai_family = a.family,
+                           .ai_socktype = SOCK_STREAM,
                            .ai_flags = AI_NUMERICSERV},
                   *list = NULL;
   int gai = getaddrinfo(a.host, a.port, &hints, &list);

@@ -662,7 +662,7 @@ static void link_part_closed(srv_link *l) {
   if (l->conn) {
     srv_conn *c = l->conn;
     c->link = NULL;
-    accel_log(ACCEL_LOG_INFO, "server", "local %u: %s", c->pipe, l->why);
+    accel_log(ACCEL_LOG_INFO, "server", "%s %u: %s", c->tp->name, c->pipe, l->why);
     srv_conn_end(s, c);
   }
   if (l->big)

@@ -21,25 +21,39 @@
 #include "runtime/error_detail.h"
 #include "server/server_priv.h"
 
-/* The first address of url's host and port that a socket binds to: its listening socket. */
-static int bind_first(const char *url, const struct addrinfo *list, int *fd) {
-  int err = EADDRNOTAVAIL;
-  for (const struct addrinfo *a = list; a != NULL; a = a->ai_next) {
-    int s = socket(a->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0), one = 1;
-    if (s < 0) {
-      err = errno;
-      continue;
-    }
-    /* A restarted daemon binds its port again at once, whatever its last connections left
-     * in TIME_WAIT. */
-    if (setsockopt(s, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) == 0 &&
-        bind(s, a->ai_addr, a->ai_addrlen) == 0) {
-      *fd = s;
-      return 0;
-    }
-    err = errno;
+/* Whether a socket for a binds: an IPv6 one for every address also takes IPv4 (dual
+ * stack), so that a listener on every address serves both. */
+static int bind_one(const struct addrinfo *a, bool any, int *fd) {
+  int s = socket(a->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0), one = 1, zero = 0;
+  if (s < 0)
+    return errno;
+  /* A restarted daemon binds its port again at once, whatever its last connections left in
+   * TIME_WAIT. */
+  bool ok = setsockopt(s, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) == 0 &&
+            (!any || a->ai_family != AF_INET6 ||
+             setsockopt(s, IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof zero) == 0) &&
+            bind(s, a->ai_addr, a->ai_addrlen) == 0;
+  int err = ok ? 0 : errno;
+  if (ok)
+    *fd = s;
+  else
     close(s);
-  }
+  return err;
+}
+
+/* The first address of url's host and port that a socket binds to: its listening socket.
+ * For every address of the host (`any`, and no family asked for) IPv6 goes first. */
+static int bind_first(const char *url, const struct addrinfo *list, bool any, int *fd) {
+  int err = EADDRNOTAVAIL;
+  for (int pass = 0; pass < 2; pass++)
+    for (const struct addrinfo *a = list; a != NULL; a = a->ai_next) {
+      if (any && (pass == 0) != (a->ai_family == AF_INET6))
+        continue;
+      if (!any && pass == 1)
+        break;
+      if ((err = bind_one(a, any, fd)) == 0)
+        return 0;
+    }
   accel_log(ACCEL_LOG_ERROR, "server", "cannot listen on %s: bind: %s", url, strerror(err));
   return rt_error_detail(err == EADDRINUSE ? ACCEL_EBUSY : ACCEL_ESYS, "%s: bind: %s", url,
                          strerror(err));
@@ -60,7 +74,7 @@ int srv_tcp_bind(const char *url, int *fd) {
     accel_log(ACCEL_LOG_ERROR, "server", "cannot listen on %s: %s", url, gai_strerror(gai));
     return rt_error_detail(ACCEL_EINVAL, "%s: %s", url, gai_strerror(gai));
   }
-  int rc = bind_first(url, list, fd);
+  int rc = bind_first(url, list, a.host[0] == '\0' && a.family == AF_UNSPEC, fd);
   freeaddrinfo(list);
   return rc;
 }
