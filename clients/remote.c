@@ -387,7 +387,10 @@ static void waited_free(remote *r, pending *p, bool answered) {
 static int request(accel_ctx *ctx, pending *p, proto_out *o, int timeout_ms, int fd,
                    bool *answered) {
   remote *r = remote_of(ctx);
-  int rc = link_send(r, o->data, o->len, p->id, fd);
+  pthread_mutex_lock(&r->mu);
+  bool dead = r->dead; /* the table was emptied: nothing would ever answer p */
+  pthread_mutex_unlock(&r->mu);
+  int rc = dead ? ACCEL_ECLOSED : link_send(r, o->data, o->len, p->id, fd);
   *answered = false;
   if (rc == ACCEL_ECLOSED && atomic_load(&r->conn_error) != 0)
     rc = atomic_load(&r->conn_error);

@@ -15,6 +15,7 @@
 #include <errno.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
+#include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 #include <uv.h>
@@ -45,6 +46,9 @@ static void lose(accel_ctx *ctx) {
   if (r->rd_lost)
     return;
   r->rd_lost = true;
+  /* Nothing is read from here on (a malformed frame, no memory, or the end): nothing is sent
+   * either, and the daemon ends the session. */
+  shutdown(r->fd, SHUT_RDWR);
   remote_on_lost(ctx);
   (void)eventfd_write(r->rx_stop, 1);
 }

@@ -107,6 +107,8 @@ void sendq_stop(remote *r) {
   o->stop = true;
   fail(r, o); /* senders waiting for room or for the queue give up; later ones too */
   pthread_cond_signal(&o->work);
+  while (o->writing) /* one on a caller's thread: the descriptor stays ours until it is done */
+    pthread_cond_wait(&o->drained, &o->mu);
   pthread_mutex_unlock(&o->mu);
   if (o->has_thread) { /* one blocked in send(2) left when the caller shut the socket down */
     pthread_join(o->thread, NULL);
@@ -143,8 +145,13 @@ static bool reserve(send_queue *o, size_t n) {
   return true;
 }
 
+static int send_after_the_queue(remote *r, const uint8_t *head, size_t head_len,
+                                const uint8_t *tail, size_t tail_len, int fd_pass);
+
 int sendq_send(remote *r, const uint8_t *bytes, size_t len) {
   send_queue *o = r->sendq;
+  if (len > SENDQ_MAX) /* a module's code, say: not copied, and the queue stays small */
+    return send_after_the_queue(r, bytes, len, NULL, 0, -1);
   bool alone = !remote_others_in_flight(r);
   pthread_mutex_lock(&o->mu);
   while (!o->failed && o->after_waiting > 0) /* they came first */
@@ -172,7 +179,8 @@ int sendq_send(remote *r, const uint8_t *bytes, size_t len) {
 }
 
 /* Waits until what was sent before is out, then writes on this thread: frames whose bytes are
- * not copied (a large write's, taken from the caller) or that carry a descriptor. */
+ * not copied (a large write's, taken from the caller; any frame past SENDQ_MAX) or that carry
+ * a descriptor. */
 static int send_after_the_queue(remote *r, const uint8_t *head, size_t head_len,
                                 const uint8_t *tail, size_t tail_len, int fd_pass) {
   send_queue *o = r->sendq;

@@ -9,6 +9,7 @@
  *   daemon does (every fill answered, the last one's value read back); if the daemon dies
  *   instead, the blocked sender is released, the fills fail with ACCEL_ECLOSED, and
  *   accel_finish and accel_close return;
+ * - a control request after the daemon left is ACCEL_ECLOSED, not a wait for ever;
  * - a peer that sends bytes that are not frames is closed; the daemon serves the next;
  * - shared memory is refused over tcp:// (no descriptor can come with SHM_ATTACH);
  * - listening: an address in use, a URL without a port, a port past 65535 stop the daemon
@@ -191,6 +192,29 @@ TEST(a_sender_blocked_on_a_full_queue_is_released_when_the_daemon_dies) {
   td_cleanup(&d);
 }
 
+/* After the daemon is gone, a control request (accel_device_info) is ACCEL_ECLOSED at once:
+ * over TCP the first write after the peer closed still succeeds, and the request used to wait
+ * for an answer nobody would give. Both transports of the stream. */
+static void control_after_the_daemon_left(bool over_tcp) {
+  td_daemon d;
+  char url[64];
+  start_tcp(&d, url, sizeof url);
+  accel_ctx *ctx = NULL;
+  CHECK_OK(accel_open(&ctx, over_tcp ? url : d.url));
+  struct accel_device_info info;
+  CHECK_OK(accel_device_info(ctx, 0, &info));
+  CHECK_EQ(td_stop(&d), 0);
+  test_sleep_ms(200); /* the receiver sees the end */
+  CHECK_ERR(accel_device_info(ctx, 0, &info), ACCEL_ECLOSED);
+  accel_close(ctx);
+  td_cleanup(&d);
+}
+
+TEST(a_control_after_the_daemon_left_is_eclosed) {
+  control_after_the_daemon_left(true);
+  control_after_the_daemon_left(false);
+}
+
 TEST(a_peer_sending_garbage_is_closed_and_others_are_served) {
   td_daemon d;
   char url[64];
@@ -282,6 +306,7 @@ static const test_case tests[] = {
     TEST_CASE(pipelined_ops_past_the_limit_are_paused_not_refused),
     TEST_CASE(a_full_send_queue_blocks_the_sender_until_the_daemon_reads),
     TEST_CASE(a_sender_blocked_on_a_full_queue_is_released_when_the_daemon_dies),
+    TEST_CASE(a_control_after_the_daemon_left_is_eclosed),
     TEST_CASE(a_peer_sending_garbage_is_closed_and_others_are_served),
     TEST_CASE(shared_memory_is_refused_over_tcp),
     TEST_CASE(listening_errors_name_the_url),
