@@ -1,4 +1,5 @@
 /* Device memory without blocking the loop (mem_cache.h). */
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <uv.h>
@@ -274,12 +275,14 @@ void dev_blocking_end(void) {
 }
 
 static void check_not_on_loop(const dev_node *node, const char *what) {
-  static int enabled = -1;
-  if (enabled < 0) {
+  static atomic_int enabled = -1; /* read first by several work threads at once */
+  int on = atomic_load_explicit(&enabled, memory_order_relaxed);
+  if (on < 0) {
     const char *e = getenv("ACCEL_CHECK_LOOP_BLOCKING");
-    enabled = e != NULL && strcmp(e, "1") == 0;
+    on = e != NULL && strcmp(e, "1") == 0;
+    atomic_store_explicit(&enabled, on, memory_order_relaxed);
   }
-  if (!enabled || blocking_allowed > 0 || !rt_on_a_loop())
+  if (!on || blocking_allowed > 0 || !rt_on_a_loop())
     return;
   accel_log(ACCEL_LOG_ERROR, "device",
             "%s on the loop thread (device %d): it may block "
