@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "accel/runtime.h"
+#include "proto/tcp.h"
 #include "runtime/alloc.h"
 #include "server/server.h"
 
@@ -33,7 +34,7 @@ static url_kind classify(const char *url) {
     return URL_LOCAL;
   if (has_scheme(url, "tls+tcp") || has_scheme(url, "tls+tcp4") || has_scheme(url, "tls+tcp6"))
     return URL_TLS;
-  if (has_scheme(url, "tcp") || has_scheme(url, "tcp4") || has_scheme(url, "tcp6"))
+  if (proto_tcp_url(url)) /* tcp://, tcp4://, tcp6:// */
     return URL_PLAIN;
   return URL_OTHER;
 }

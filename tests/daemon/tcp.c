@@ -32,6 +32,14 @@ static void start_tcp(td_daemon *d, char *url, size_t len) {
   td_start(d, "--listen", url, "--allow-plain-tcp", "--backends", "cpu", NULL);
 }
 
+/* start_tcp, and a raw client connected there and welcomed. */
+static void start_with_client(td_daemon *d, td_client *c) {
+  char url[64];
+  start_tcp(d, url, sizeof url);
+  td_client_open(c, url);
+  CHECK_OK(td_hello(c, NULL));
+}
+
 static uint32_t next_random(uint64_t *s) {
   *s = *s * 6364136223846793005ull + 1442695040888963407ull;
   return (uint32_t)(*s >> 33);
@@ -82,11 +90,8 @@ TEST(libaccel_moves_data_over_tcp) {
 TEST(pipelined_ops_past_the_limit_are_paused_not_refused) {
   enum { OPS = 4000 };
   td_daemon d;
-  char url[64];
-  start_tcp(&d, url, sizeof url);
   td_client c;
-  td_client_open(&c, url);
-  CHECK_OK(td_hello(&c, NULL));
+  start_with_client(&d, &c);
   CHECK_OK(td_create(&c, td_handle(1, 1), ACCEL_U32, 16));
   for (uint64_t i = 0; i < OPS; i++) {
     proto_out o;
@@ -239,11 +244,8 @@ TEST(a_peer_sending_garbage_is_closed_and_others_are_served) {
 /* SHM_ATTACH needs a descriptor passed with it: over TCP none can come. */
 TEST(shared_memory_is_refused_over_tcp) {
   td_daemon d;
-  char url[64];
-  start_tcp(&d, url, sizeof url);
   td_client c;
-  td_client_open(&c, url);
-  CHECK_OK(td_hello(&c, NULL));
+  start_with_client(&d, &c);
   CHECK_ERR(td_control(&c, PROTO_CTL_SHM_ATTACH, 1), ACCEL_ENOTSUP);
   CHECK_OK(td_create(&c, td_handle(1, 1), ACCEL_U32, 4)); /* the connection goes on */
   td_client_close(&c);
