@@ -3,13 +3,16 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "accel/error.h"
@@ -68,8 +71,15 @@ int proto_tcp_parse(const char *url, proto_tcp_addr *out) {
   return 0;
 }
 
-/* connect(2) within timeout_ms, the socket left blocking: 0 or errno. */
-static int connect_within(int fd, const struct addrinfo *a, int timeout_ms) {
+static int64_t now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* connect(2) by deadline_ms (CLOCK_MONOTONIC), the socket left blocking: 0 or errno. A signal
+ * that interrupts the wait does not restart its time. */
+static int connect_by(int fd, const struct addrinfo *a, int64_t deadline_ms) {
   int flags = fcntl(fd, F_GETFL);
   if (flags < 0 || fcntl(fd, F_SETFL, flags | O_NONBLOCK) != 0)
     return errno;
@@ -77,9 +87,10 @@ static int connect_within(int fd, const struct addrinfo *a, int timeout_ms) {
   if (err == EINPROGRESS) {
     struct pollfd p = {.fd = fd, .events = POLLOUT};
     int n;
-    do
-      n = poll(&p, 1, timeout_ms);
-    while (n < 0 && errno == EINTR);
+    do {
+      int64_t left = deadline_ms - now_ms();
+      n = left > 0 ? poll(&p, 1, left > INT_MAX ? INT_MAX : (int)left) : 0;
+    } while (n < 0 && errno == EINTR);
     socklen_t len = sizeof err;
     if (n == 0)
       err = ETIMEDOUT;
@@ -106,9 +117,10 @@ int proto_tcp_connect(const char *url, int timeout_ms, const char **why) {
     return ACCEL_ECLOSED;
   }
   int err = ECONNREFUSED, one = 1;
+  int64_t deadline = now_ms() + (timeout_ms > 0 ? timeout_ms : 0); /* for all addresses */
   for (const struct addrinfo *ai = list; ai != NULL; ai = ai->ai_next) {
     int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    err = fd < 0 ? errno : connect_within(fd, ai, timeout_ms);
+    err = fd < 0 ? errno : connect_by(fd, ai, deadline);
     if (err == 0) {
       freeaddrinfo(list);
       /* frames are written whole: none should wait for the next one (Nagle) */

@@ -23,7 +23,9 @@ bool proto_tcp_url(const char *url);
 /* Splits SCHEME://HOST:PORT, SCHEME://[IPV6]:PORT or SCHEME://ANY:PORT (ANY: an asterisk,
  * every address of the host), nothing after the port: 0, or ACCEL_EINVAL (out untouched). */
 RT_MUST_USE int proto_tcp_parse(const char *url, proto_tcp_addr *out);
-/* Connects to url's host and port (each address the name has, in turn) within timeout_ms:
+/* Connects to url's host and port (each address the name has, in turn, all within
+ * timeout_ms; signals that interrupt the wait do not extend it; the name's lookup is not
+ * bounded):
  * the descriptor (blocking, close-on-exec, TCP_NODELAY), or ACCEL_EINVAL (not a tcp:// URL
  * with a host) or ACCEL_ECLOSED (nothing answered); *why then says what failed (static text:
  * the resolver's or the system's words). */
