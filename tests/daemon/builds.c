@@ -141,9 +141,13 @@ static bool start(td_daemon *d, const char *builds) {
     td_cleanup(d);
     return false;
   }
+  /* The first build also starts the OpenCL compiler up: on a loaded machine that alone can
+   * pass a short [builds] timeout_ms. It is not what the tests check: tried up to 3 times. */
   char log[2048] = "";
-  int rc = load_reply(&c, send_load(&c, td_handle(1, 1), small_source(test_now_ns())), 60000, log,
-                      sizeof log);
+  int rc = ACCEL_ETIMEDOUT;
+  for (uint32_t i = 0; i < 3 && rc == ACCEL_ETIMEDOUT; i++)
+    rc = load_reply(&c, send_load(&c, td_handle(1 + i, 1), small_source(test_now_ns())), 60000, log,
+                    sizeof log);
   td_client_close(&c);
   if (rc == ACCEL_ENOTSUP) {
     CHECK_EQ(td_stop(d), 0);

@@ -105,8 +105,8 @@ static void times_out(bool with_signals) {
     CHECK_EQ(setitimer(ITIMER_REAL, &off, NULL), 0);
     CHECK_EQ(sigaction(SIGALRM, &old, NULL), 0);
   }
-  printf("# connect to a full queue%s: %s after %llu ms\n", with_signals ? ", signals every 20 ms" : "",
-         why ? why : "?", (unsigned long long)ms);
+  printf("# connect to a full queue%s: %s after %llu ms\n",
+         with_signals ? ", signals every 20 ms" : "", why ? why : "?", (unsigned long long)ms);
   CHECK_EQ(rc, ACCEL_ECLOSED);
   CHECK_EQ(err, ETIMEDOUT);
   CHECK_GE(ms, 280u);
@@ -125,8 +125,8 @@ TEST(signals_do_not_extend_the_timeout) {
 }
 
 TEST(only_tcp_urls_with_a_host) {
-  const char *bad[] = {"ipc:///tmp/x", "tcp://:5000", "tcp://*:5000", "tcp://host", "tls+tcp://h:1",
-                       "tcp://h:0", "tcp://h:65536", ""};
+  const char *bad[] = {"ipc:///tmp/x",  "tcp://:5000", "tcp://*:5000",  "tcp://host",
+                       "tls+tcp://h:1", "tcp://h:0",   "tcp://h:65536", ""};
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     const char *why = NULL;
     CHECK_EQ(proto_tcp_connect(bad[i], 100, &why), ACCEL_EINVAL);
@@ -135,10 +135,8 @@ TEST(only_tcp_urls_with_a_host) {
 }
 
 static const test_case tests[] = {
-    TEST_CASE(connects_to_a_listener),
-    TEST_CASE(a_closed_port_is_refused_at_once),
-    TEST_CASE(a_full_accept_queue_times_out),
-    TEST_CASE(signals_do_not_extend_the_timeout),
+    TEST_CASE(connects_to_a_listener),        TEST_CASE(a_closed_port_is_refused_at_once),
+    TEST_CASE(a_full_accept_queue_times_out), TEST_CASE(signals_do_not_extend_the_timeout),
     TEST_CASE(only_tcp_urls_with_a_host),
 };
 
