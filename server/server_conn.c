@@ -98,6 +98,19 @@ static void unlink_conn(srv_server *s, srv_conn *c) {
   s->nconns--;
 }
 
+/* A client waiting for the reply to its only op, which has not had more in flight since it
+ * last had none: a pipelining client draining its last ops is not one. */
+static bool light(const srv_conn *c) {
+  return c->ops == 1 && c->ops_peak <= 1;
+}
+
+void srv_conn_ops_add(srv_server *s, srv_conn *c, int delta) {
+  s->light_conns -= light(c);
+  c->ops = delta > 0 ? c->ops + 1 : c->ops - 1;
+  c->ops_peak = c->ops == 0 ? 0 : c->ops > c->ops_peak ? c->ops : c->ops_peak;
+  s->light_conns += light(c);
+}
+
 /* Frees a dead connection once nothing points at it any more. */
 void srv_conn_maybe_free(srv_server *s, srv_conn *c) {
   if (!c->dead || c->session_live || c->ops > 0 || c->dirty)

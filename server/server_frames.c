@@ -160,6 +160,7 @@ srv_status_counts srv_counts(srv_server *s) {
       .ops_completed = s->ops_completed,
       .ops_failed = s->ops_failed,
       .ops_in_flight = s->ops_in_flight,
+      .light_clients = s->light_conns,
       .frames_bad = s->frames_bad,
       .uptime_ms = srv_now_ms(s) - s->started_ms,
       .draining = s->draining,
@@ -179,7 +180,7 @@ static void fault_done(accel_future *f, int status, void *arg) {
     nng_msg_free(r->m);
   else
     srv_reply_status(r->s, r->c, r->m, r->request_id, status);
-  r->c->ops--;
+  srv_conn_ops_add(r->s, r->c, -1);
   r->c->tp->flow(r->s, r->c); /* counted among its ops: its reading may resume */
   srv_conn_maybe_free(r->s, r->c);
   srv_release(r->s);
@@ -211,7 +212,7 @@ static void inject_fault(srv_server *s, srv_conn *c, nng_msg *m, uint64_t reques
             (unsigned long long)device);
   *r = (fault_req){s, c, m, request_id};
   s->refs++;
-  c->ops++;
+  srv_conn_ops_add(s, c, +1);
   accel_future_then(f, fault_done, r);
   accel_future_release(f);
 }

@@ -72,7 +72,9 @@
 #define LINK_MAX_OPS 32u
 /* Frames made from one connection's bytes per turn while other connections have ops in
  * flight; the rest waits for a later turn, behind the others' (a flooding client's 256 ops
- * read at once made a light client's frame wait for all of them). Alone, it reads on. */
+ * read at once made a light client's frame wait for all of them). Alone, it reads on. One a
+ * turn for a connection with several ops in flight while a light client waits
+ * (frames_per_turn). */
 #define LINK_FRAMES_PER_TURN 4u
 #define LINK_ACCEPTS_PER_TURN 64 /* connections taken per wakeup before other handles run */
 
@@ -485,11 +487,21 @@ static bool others_busy(const srv_link *l) {
   return l->conn != NULL && l->s->ops_in_flight > l->conn->ops;
 }
 
-/* A frame was made: past LINK_FRAMES_PER_TURN in a turn while others have work, the turn
- * ends and the connection asks for another, behind the other connections' (its socket's
- * thread has the rest, or the staging buffer does). */
+/* Frames per turn while others have work: LINK_FRAMES_PER_TURN, or one for a connection with
+ * several ops in flight while another waits for the reply to its only one (a light client
+ * beside a flood: each of the flood's frames is a turn of the loop the light op waits for). */
+static uint32_t frames_per_turn(const srv_link *l) {
+  const srv_conn *c = l->conn;
+  if (c == NULL || c->ops <= 1)
+    return LINK_FRAMES_PER_TURN;
+  return l->s->light_conns > 0 ? 1 : LINK_FRAMES_PER_TURN;
+}
+
+/* A frame was made: past frames_per_turn in a turn while others have work, the turn ends and
+ * the connection asks for another, behind the other connections' (its socket's thread has
+ * the rest, or the staging buffer does). */
 static void turn_count(srv_link *l) {
-  if (++l->turn_frames < LINK_FRAMES_PER_TURN || !others_busy(l))
+  if (++l->turn_frames < frames_per_turn(l) || !others_busy(l))
     return;
   l->turn_over = true;
   srv_iost_read_later(l->st);

@@ -54,6 +54,7 @@ typedef struct srv_conn {
   bool refused;           /* not a client of ours (or of another version): frames dropped */
   dev_session_args sargs; /* the session's spawn argument: must outlive the session */
   uint32_t ops;           /* ops (and fault injections) in flight that point here */
+  uint32_t ops_peak;      /* the most of them since it last had none (srv_conn_ops_add) */
   uint64_t read_pending;  /* bytes of read replies allocated, op still running */
   uint64_t req_bytes;     /* bytes of request messages held by ops in flight (writes' data) */
   uint64_t out_bytes;     /* bytes of replies queued here, in the transport, or unacknowledged */
@@ -127,6 +128,9 @@ struct srv_server {
   uint64_t shared_bytes; /* clients' shared memory mapped here (server_shm.c) */
   uint32_t sessions;
   uint64_t ops_in_flight, ops_completed, ops_failed, frames_bad;
+  /* Connections waiting for the reply to their only op (srv_conn_ops_add): beside them a
+   * connection with several ops in flight gets shorter turns (server_local.c). */
+  uint32_t light_conns;
   struct srv_op *op_pool; /* finished ops' records, used again (server_ops.c) */
   uint32_t op_pool_len;
   nng_msg *msg_pool[SRV_MSG_POOL]; /* released small messages, used again (server_msgs.c) */
@@ -160,6 +164,8 @@ void srv_conn_gone(srv_server *s, uint32_t pipe);
 void srv_conn_end(srv_server *s, srv_conn *c);
 void srv_conn_session_exited(srv_server *s, accel_ref session);
 void srv_conn_maybe_free(srv_server *s, srv_conn *c);
+/* c->ops grows (+1) or drops (-1) by one, s->light_conns following. */
+void srv_conn_ops_add(srv_server *s, srv_conn *c, int delta);
 void srv_conns_free_all(srv_server *s);
 /* The server stops: every connection's transport lets go of it (srv_transport.close). */
 void srv_conns_close_all(srv_server *s);

@@ -230,6 +230,46 @@ TEST(short_turns_take_every_frame) {
   td_client_close(&b);
 }
 
+/* The same beside a light client: c waits for its one sgemm (queued behind a's running one:
+ * 0.4 s and more), so b's frames are taken one a turn (server_local.c frames_per_turn) while
+ * it does; every fill is answered, in order. a, with its sgemms, is not light. */
+TEST(one_frame_turns_beside_a_light_client_take_every_frame) {
+  enum { FILLS = 200 };
+  td_daemon d;
+  td_client a, b, c;
+  start_beside_blocker(&d, "", &a, &b);
+  CHECK_EQ(td_status_field(&d, "light_clients"), 0);
+  td_client_open(&c, d.url);
+  CHECK_OK(td_hello(&c, NULL));
+  gemm_buffers(&c, 20, LOCAL_N);
+  send_gemms(&c, 20, LOCAL_N, 1, 9000);
+  CHECK_EQ(td_status_field(&d, "light_clients"), 1);
+  uint64_t x = td_handle(9, 1);
+  CHECK_OK(td_create(&b, x, ACCEL_U32, 1));
+  proto_out o;
+  proto_out_init(&o);
+  for (int i = 0; i < FILLS; i++)
+    td_encode_fill(&o, 5000 + (uint64_t)i, x, (uint32_t)i + 1);
+  CHECK_OK(o.err);
+  td_send_raw(&b, o.data, o.len, 5000);
+  proto_out_free(&o);
+  for (int i = 0; i < FILLS; i++) {
+    nng_msg *m;
+    int rv = td_recv(&b, &m, 10000 * (test_under_valgrind() ? 10 : 1));
+    if (rv != 0)
+      TEST_FAIL("fill %d of %d not answered: %s", i, FILLS, nng_strerror(rv));
+    CHECK_OK(td_reply_status(m, 5000 + (uint64_t)i, NULL));
+    nng_msg_free(m);
+  }
+  uint32_t v = 0;
+  CHECK_OK(td_read_u32(&b, x, &v, 1));
+  CHECK_EQ(v, (uint32_t)FILLS);
+  kill_daemon(&d);
+  td_client_close(&a);
+  td_client_close(&b);
+  td_client_close(&c);
+}
+
 /* Whole frames waiting for the connection's next turn are the daemon's doing, not an idle
  * peer: with a frame idle timeout of 100 ms, 5 sgemms of LOCAL_N sent at once (4 made in the
  * first turn, the last in the next; none done before 0.4 s) and 300 ms later the connection
@@ -378,6 +418,7 @@ TEST(nng_writes_past_the_budget_are_refused) {
 static const test_case tests[] = {
     TEST_CASE(local_reading_pauses_at_32_ops_in_flight),
     TEST_CASE(short_turns_take_every_frame),
+    TEST_CASE(one_frame_turns_beside_a_light_client_take_every_frame),
     TEST_CASE(frames_waiting_for_a_turn_are_not_idle_time),
     TEST_CASE(descriptors_of_frames_waiting_for_a_turn_are_announced),
     TEST_CASE(nng_writes_past_the_budget_are_refused),
