@@ -99,15 +99,18 @@ static void unlink_conn(srv_server *s, srv_conn *c) {
 }
 
 /* A client waiting for the reply to its only op, which has not had more in flight since it
- * last had none: a pipelining client draining its last ops is not one. */
+ * last had none (a pipelining client draining its last ops is not one); its background jobs
+ * aside; a closed connection waits for nothing. */
 static bool light(const srv_conn *c) {
-  return c->ops == 1 && c->ops_peak <= 1;
+  return !c->dead && c->ops - c->jobs == 1 && c->ops_peak <= 1;
 }
 
-void srv_conn_ops_add(srv_server *s, srv_conn *c, int delta) {
+void srv_conn_ops_add(srv_server *s, srv_conn *c, int delta, bool job) {
   s->light_conns -= light(c);
   c->ops = delta > 0 ? c->ops + 1 : c->ops - 1;
-  c->ops_peak = c->ops == 0 ? 0 : c->ops > c->ops_peak ? c->ops : c->ops_peak;
+  c->jobs = !job ? c->jobs : delta > 0 ? c->jobs + 1 : c->jobs - 1;
+  uint32_t own = c->ops - c->jobs;
+  c->ops_peak = own == 0 ? 0 : own > c->ops_peak ? own : c->ops_peak;
   s->light_conns += light(c);
 }
 
@@ -140,6 +143,7 @@ void srv_conn_gone(srv_server *s, uint32_t pipe) {
  * session has exited and its last op is done. */
 void srv_conn_end(srv_server *s, srv_conn *c) {
   unlink_conn(s, c);
+  s->light_conns -= light(c);
   c->dead = true;
   c->hnext = s->dead;
   s->dead = c;

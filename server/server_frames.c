@@ -180,7 +180,7 @@ static void fault_done(accel_future *f, int status, void *arg) {
     nng_msg_free(r->m);
   else
     srv_reply_status(r->s, r->c, r->m, r->request_id, status);
-  srv_conn_ops_add(r->s, r->c, -1);
+  srv_conn_ops_add(r->s, r->c, -1, true);
   r->c->tp->flow(r->s, r->c); /* counted among its ops: its reading may resume */
   srv_conn_maybe_free(r->s, r->c);
   srv_release(r->s);
@@ -212,7 +212,7 @@ static void inject_fault(srv_server *s, srv_conn *c, nng_msg *m, uint64_t reques
             (unsigned long long)device);
   *r = (fault_req){s, c, m, request_id};
   s->refs++;
-  srv_conn_ops_add(s, c, +1);
+  srv_conn_ops_add(s, c, +1, true);
   accel_future_then(f, fault_done, r);
   accel_future_release(f);
 }

@@ -131,7 +131,7 @@ static void op_done(dev_call *call, int status) {
   }
   if (so->region)
     srv_shm_release(s, c, so->region);
-  srv_conn_ops_add(s, c, -1);
+  srv_conn_ops_add(s, c, -1, false);
   c->read_pending -= so->read_bytes;
   c->req_bytes -= so->req_bytes;
   c->tp->flow(s, c);
@@ -229,7 +229,7 @@ static int submit(srv_server *s, srv_conn *c, srv_op *so) {
     return rc; /* ACCEL_EBUSY: the session's mailbox is full */
   s->refs++;
   s->ops_in_flight++;
-  srv_conn_ops_add(s, c, +1);
+  srv_conn_ops_add(s, c, +1, false);
   c->req_bytes += so->req_bytes;
   return 0;
 }

@@ -54,7 +54,9 @@ typedef struct srv_conn {
   bool refused;           /* not a client of ours (or of another version): frames dropped */
   dev_session_args sargs; /* the session's spawn argument: must outlive the session */
   uint32_t ops;           /* ops (and fault injections) in flight that point here */
-  uint32_t ops_peak;      /* the most of them since it last had none (srv_conn_ops_add) */
+  uint32_t jobs;          /* of those, background work no reply waits for (registrations,
+                           * fault injections) */
+  uint32_t ops_peak;      /* the most ops less jobs since it last had none (srv_conn_ops_add) */
   uint64_t read_pending;  /* bytes of read replies allocated, op still running */
   uint64_t req_bytes;     /* bytes of request messages held by ops in flight (writes' data) */
   uint64_t out_bytes;     /* bytes of replies queued here, in the transport, or unacknowledged */
@@ -164,8 +166,9 @@ void srv_conn_gone(srv_server *s, uint32_t pipe);
 void srv_conn_end(srv_server *s, srv_conn *c);
 void srv_conn_session_exited(srv_server *s, accel_ref session);
 void srv_conn_maybe_free(srv_server *s, srv_conn *c);
-/* c->ops grows (+1) or drops (-1) by one, s->light_conns following. */
-void srv_conn_ops_add(srv_server *s, srv_conn *c, int delta);
+/* c->ops grows (+1) or drops (-1) by one (and c->jobs with it for a background `job`),
+ * s->light_conns following. */
+void srv_conn_ops_add(srv_server *s, srv_conn *c, int delta, bool job);
 void srv_conns_free_all(srv_server *s);
 /* The server stops: every connection's transport lets go of it (srv_transport.close). */
 void srv_conns_close_all(srv_server *s);

@@ -178,7 +178,7 @@ static dev_node *dma_node(srv_server *s) {
 static void registration_end(dma_job *j) {
   srv_server *s = j->s;
   srv_shm_release(s, j->c, j->r);
-  srv_conn_ops_add(s, j->c, -1);
+  srv_conn_ops_add(s, j->c, -1, true);
   j->c->tp->flow(s, j->c); /* counted among its ops: its reading may resume */
   srv_conn_maybe_free(s, j->c);
   dma_job_free(j);
@@ -213,7 +213,7 @@ static void dma_register(srv_server *s, srv_conn *c, srv_region *r, int fd) {
     return;
   }
   r->refs++;
-  srv_conn_ops_add(s, c, +1);
+  srv_conn_ops_add(s, c, +1, true);
   s->refs++;
 }
 

@@ -230,6 +230,19 @@ TEST(short_turns_take_every_frame) {
   td_client_close(&b);
 }
 
+/* Waits (5 s at most, 50 under valgrind) until status says `want` light clients: the status
+ * comes on a connection of its own, so it can be answered before the loop has made a frame
+ * another connection just sent. */
+static void await_light(td_daemon *d, long want) {
+  uint64_t t0 = test_now_ms(), limit = test_under_valgrind() ? 50000 : 5000;
+  long got;
+  while ((got = td_status_field(d, "light_clients")) != want) {
+    if (test_now_ms() - t0 > limit)
+      TEST_FAIL("%ld light clients, %ld expected", got, want);
+    usleep(1000);
+  }
+}
+
 /* The same beside a light client: c waits for its one sgemm (queued behind a's running one:
  * 0.4 s and more), so b's frames are taken one a turn (server_local.c frames_per_turn) while
  * it does; every fill is answered, in order. a, with its sgemms, is not light. */
@@ -238,12 +251,12 @@ TEST(one_frame_turns_beside_a_light_client_take_every_frame) {
   td_daemon d;
   td_client a, b, c;
   start_beside_blocker(&d, "", &a, &b);
-  CHECK_EQ(td_status_field(&d, "light_clients"), 0);
+  await_light(&d, 0); /* a, with 24 sgemms in flight */
   td_client_open(&c, d.url);
   CHECK_OK(td_hello(&c, NULL));
   gemm_buffers(&c, 20, LOCAL_N);
   send_gemms(&c, 20, LOCAL_N, 1, 9000);
-  CHECK_EQ(td_status_field(&d, "light_clients"), 1);
+  await_light(&d, 1);
   uint64_t x = td_handle(9, 1);
   CHECK_OK(td_create(&b, x, ACCEL_U32, 1));
   proto_out o;
