@@ -89,7 +89,7 @@ void be_cpu_mem_free_all(be_device *dev) {
   while (dev->blocks.next != &dev->blocks) {
     rt_list *node = dev->blocks.next;
     rt_list_remove(node);
-    block_release((be_cpu_block *)node); /* the link is the block's first member */
+    block_release(RT_LIST_ITEM(node, be_cpu_block, link));
   }
 }
 
