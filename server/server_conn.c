@@ -107,8 +107,13 @@ static bool light(const srv_conn *c) {
 
 void srv_conn_ops_add(srv_server *s, srv_conn *c, int delta, bool job) {
   s->light_conns -= light(c);
-  c->ops = delta > 0 ? c->ops + 1 : c->ops - 1;
-  c->jobs = !job ? c->jobs : delta > 0 ? c->jobs + 1 : c->jobs - 1;
+  if (delta > 0) {
+    c->ops++;
+    c->jobs += job;
+  } else {
+    c->ops--;
+    c->jobs -= job;
+  }
   uint32_t own = c->ops - c->jobs;
   c->ops_peak = own == 0 ? 0 : own > c->ops_peak ? own : c->ops_peak;
   s->light_conns += light(c);

@@ -194,36 +194,42 @@ static void start_beside_blocker(td_daemon *d, const char *config, td_client *a,
 
 /* ---- short turns: a connection's frames a few at a time, every one taken ---- */
 
-/* While one client's blocker is in flight, another sends 200 fills of its own buffer in one
- * write (over the 32-op pause, too): the daemon makes a few frames of them per turn, so each
- * later turn must come by itself, also after a pause ends. Every fill is answered, in order,
- * and the buffer holds the last value; the blocker is still in flight at the end (the turns
- * were short all along). */
-TEST(short_turns_take_every_frame) {
+/* b sends 200 fills of a buffer of its own in one write (over the 32-op pause, too): every
+ * one is answered, in order, and the buffer holds the last value. */
+static void fills_all_answered(td_client *b) {
   enum { FILLS = 200 };
-  td_daemon d;
-  td_client a, b;
-  start_beside_blocker(&d, "", &a, &b);
   uint64_t x = td_handle(9, 1);
-  CHECK_OK(td_create(&b, x, ACCEL_U32, 1));
+  CHECK_OK(td_create(b, x, ACCEL_U32, 1));
   proto_out o;
   proto_out_init(&o);
   for (int i = 0; i < FILLS; i++)
     td_encode_fill(&o, 5000 + (uint64_t)i, x, (uint32_t)i + 1);
   CHECK_OK(o.err);
-  td_send_raw(&b, o.data, o.len, 5000);
+  td_send_raw(b, o.data, o.len, 5000);
   proto_out_free(&o);
   for (int i = 0; i < FILLS; i++) {
     nng_msg *m;
-    int rv = td_recv(&b, &m, 10000 * (test_under_valgrind() ? 10 : 1));
+    int rv = td_recv(b, &m, 10000 * (test_under_valgrind() ? 10 : 1));
     if (rv != 0)
       TEST_FAIL("fill %d of %d not answered: %s", i, FILLS, nng_strerror(rv));
     CHECK_OK(td_reply_status(m, 5000 + (uint64_t)i, NULL));
     nng_msg_free(m);
   }
   uint32_t v = 0;
-  CHECK_OK(td_read_u32(&b, x, &v, 1));
+  CHECK_OK(td_read_u32(b, x, &v, 1));
   CHECK_EQ(v, (uint32_t)FILLS);
+}
+
+/* While one client's blocker is in flight, another sends 200 fills of its own buffer in one
+ * write (over the 32-op pause, too): the daemon makes a few frames of them per turn, so each
+ * later turn must come by itself, also after a pause ends. Every fill is answered, in order,
+ * and the buffer holds the last value; the blocker is still in flight at the end (the turns
+ * were short all along). */
+TEST(short_turns_take_every_frame) {
+  td_daemon d;
+  td_client a, b;
+  start_beside_blocker(&d, "", &a, &b);
+  fills_all_answered(&b);
   CHECK_GE(td_status_field(&d, "ops_in_flight"), 1); /* the blocker's */
   kill_daemon(&d);
   td_client_close(&a);
@@ -247,7 +253,6 @@ static void await_light(td_daemon *d, long want) {
  * 0.4 s and more), so b's frames are taken one a turn (server_local.c frames_per_turn) while
  * it does; every fill is answered, in order. a, with its sgemms, is not light. */
 TEST(one_frame_turns_beside_a_light_client_take_every_frame) {
-  enum { FILLS = 200 };
   td_daemon d;
   td_client a, b, c;
   start_beside_blocker(&d, "", &a, &b);
@@ -257,26 +262,7 @@ TEST(one_frame_turns_beside_a_light_client_take_every_frame) {
   gemm_buffers(&c, 20, LOCAL_N);
   send_gemms(&c, 20, LOCAL_N, 1, 9000);
   await_light(&d, 1);
-  uint64_t x = td_handle(9, 1);
-  CHECK_OK(td_create(&b, x, ACCEL_U32, 1));
-  proto_out o;
-  proto_out_init(&o);
-  for (int i = 0; i < FILLS; i++)
-    td_encode_fill(&o, 5000 + (uint64_t)i, x, (uint32_t)i + 1);
-  CHECK_OK(o.err);
-  td_send_raw(&b, o.data, o.len, 5000);
-  proto_out_free(&o);
-  for (int i = 0; i < FILLS; i++) {
-    nng_msg *m;
-    int rv = td_recv(&b, &m, 10000 * (test_under_valgrind() ? 10 : 1));
-    if (rv != 0)
-      TEST_FAIL("fill %d of %d not answered: %s", i, FILLS, nng_strerror(rv));
-    CHECK_OK(td_reply_status(m, 5000 + (uint64_t)i, NULL));
-    nng_msg_free(m);
-  }
-  uint32_t v = 0;
-  CHECK_OK(td_read_u32(&b, x, &v, 1));
-  CHECK_EQ(v, (uint32_t)FILLS);
+  fills_all_answered(&b);
   kill_daemon(&d);
   td_client_close(&a);
   td_client_close(&b);

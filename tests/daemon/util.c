@@ -279,7 +279,8 @@ static void remove_certs(void) {
 void td_tls_certs(void) {
   if (certs[0] != '\0')
     return;
-  snprintf(certs, sizeof certs, "/tmp/accel-tls-test-XXXXXX"); /* mkdtemp's template */
+  /* the trailing six capitals are the pattern mkdtemp replaces with a unique name */
+  snprintf(certs, sizeof certs, "/tmp/accel-tls-test-XXXXXX");
   CHECK(mkdtemp(certs) != NULL);
   atexit(remove_certs); /* not after a failed check (abort): the files help then */
   make_cert("ca", NULL, "/CN=accel test CA", NULL);
