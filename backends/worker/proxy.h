@@ -90,7 +90,9 @@ typedef struct bw_link {
   struct bw_proc *proc; /* the worker process it reaches (NULL: a link of its own, tests') */
   uint32_t index;       /* its place in the process's links; 0: the one it was started with */
   pid_t pid;
-  int cmd, note, ack, stage_fd;
+  bw_chan cmd, note; /* through the rings below when the worker was started with them */
+  bw_rings rings;
+  int ack, stage_fd;
   char *stage;
   size_t stage_bytes, stage_pages;
   uint8_t *page_used;
@@ -195,8 +197,10 @@ int bw_link_get(const be_ops *real, uint32_t index, uint32_t link, bw_link **out
  * device numbers are the workers', whatever acceld's own process would see. */
 int bw_link_probe(const be_ops *real, int *count, char *why, size_t why_len);
 /* Tests and the fuzzer: a link over channels the caller made, with no process behind it (the
- * other ends play the worker). bw_link_end closes the channels and frees it. */
-int bw_link_adopt(const be_ops *real, int cmd, int note, int ack, size_t stage_bytes,
+ * other ends play the worker); rings: a region of bw_rings_create's whose rings then carry
+ * cmd's and note's frames (the link maps its own), or -1. bw_link_end closes the channels and
+ * frees it. */
+int bw_link_adopt(const be_ops *real, int cmd, int note, int ack, int rings, size_t stage_bytes,
                   bw_link **out);
 void bw_link_end(bw_link *l);
 /* One ref less of l's worker; the last one ends it and its links. kill: end it at once

@@ -31,8 +31,8 @@
  * everything pending with ACCEL_EDEVLOST (a link with no process behind it too). */
 void bw_link_fail(bw_link *l) {
   bw_link_kill(l);
-  if (l->note >= 0)
-    shutdown(l->note, SHUT_RD);
+  if (l->note.fd >= 0)
+    bw_chan_shutdown(&l->note, SHUT_RD);
   /* Now, not when the reader sees the end: the call whose write failed answers
    * ACCEL_EDEVLOST, and the device's status asked right after must say so as well. */
   pthread_mutex_lock(&l->mu);
@@ -48,7 +48,7 @@ bool bw_cork_flush(bw_link *l) {
   size_t len = k->len;
   k->len = 0;
   k->frames = 0;
-  return !__atomic_load_n(&l->dead, __ATOMIC_RELAXED) && bw_send_bytes(l->cmd, k->buf, len);
+  return !__atomic_load_n(&l->dead, __ATOMIC_RELAXED) && bw_send_bytes(&l->cmd, k->buf, len);
 }
 
 /* The end of the loop's iteration. A write that fails lost commands the worker's state
@@ -88,14 +88,15 @@ static bool cork_room(bw_cork *k, size_t need) {
 }
 
 /* send_mu held. Copies the frame into the cork, to go out at the end of the calling loop
- * thread's iteration; false (nothing kept) when it must be written now: not a loop thread, a
- * big frame, a full cork, no memory, or the link closing. */
+ * thread's iteration; false (nothing kept) when it must be written now: a link through rings
+ * (a frame there costs a copy, not a system call: the worker may start on it at once), not a
+ * loop thread, a big frame, a full cork, no memory, or the link closing. */
 bool bw_cork_frame(bw_link *l, uint16_t type, uint64_t tag, const void *a, size_t alen,
                    const void *b, size_t blen, const void *c, size_t clen) {
   bw_cork *k = &l->cork;
   size_t need = bw_frame_len(alen, blen, clen);
-  if (k->off || need > CORK_FRAME_MAX || k->len + need > CORK_MAX || k->frames >= CORK_FRAMES ||
-      !rt_defer_here() || !cork_room(k, need))
+  if (k->off || l->cmd.ctl != NULL || need > CORK_FRAME_MAX || k->len + need > CORK_MAX ||
+      k->frames >= CORK_FRAMES || !rt_defer_here() || !cork_room(k, need))
     return false;
   if (!k->queued) {
     k->job.run = run_flush;

@@ -291,7 +291,7 @@ static void *reader(void *arg) {
   void *body;
   int passed;
   bw_reader notes; /* no descriptors come this way */
-  bool ok = bw_reader_init(&notes, l->note, 0);
+  bool ok = bw_reader_init_chan(&notes, &l->note, 0);
   /* A frame past BW_MAX_NOTE ends the worker's link, as its death would. */
   while (ok && bw_reader_next(&notes, &h, buf, sizeof buf, &body, &passed, BW_MAX_NOTE)) {
     if (h.type == BW_DONE) {
@@ -324,8 +324,9 @@ static bool send_frame(bw_link *l, bool cork, uint16_t type, uint64_t tag, const
                        size_t alen, const void *b, size_t blen, const void *c, size_t clen) {
   pthread_mutex_lock(&l->send_mu);
   bool dead = __atomic_load_n(&l->dead, __ATOMIC_RELAXED);
-  bool ok = !dead && ((cork && bw_cork_frame(l, type, tag, a, alen, b, blen, c, clen)) ||
-                      (bw_cork_flush(l) && bw_send(l->cmd, type, tag, a, alen, b, blen, c, clen)));
+  bool ok = !dead &&
+            ((cork && bw_cork_frame(l, type, tag, a, alen, b, blen, c, clen)) ||
+             (bw_cork_flush(l) && bw_chan_send(&l->cmd, type, tag, a, alen, b, blen, c, clen)));
   if (!ok && !dead)
     bw_link_fail(l); /* corked frames reported sent may be lost with it */
   pthread_mutex_unlock(&l->send_mu);
@@ -363,7 +364,7 @@ static int call(bw_link *l, uint16_t type, const void *a, size_t alen, const voi
   if (pass >= 0) {
     pthread_mutex_lock(&l->send_mu);
     bool dead = __atomic_load_n(&l->dead, __ATOMIC_RELAXED);
-    sent = !dead && bw_cork_flush(l) && bw_send_fd(l->cmd, type, tag, a, alen, pass);
+    sent = !dead && bw_cork_flush(l) && bw_chan_send_fd(&l->cmd, type, tag, a, alen, pass);
     if (!sent && !dead)
       bw_link_fail(l);
     pthread_mutex_unlock(&l->send_mu);
@@ -444,16 +445,30 @@ static bool pair(int *mine, int *theirs) {
   return *theirs >= 0;
 }
 
-static int spawn(bw_link *l) {
-  int theirs[4] = {-1, -1, -1, -1};
-  int rc = ACCEL_ESYS;
-  if (!pair(&l->cmd, &theirs[0]) || !pair(&l->note, &theirs[1]) || !pair(&l->ack, &theirs[2]) ||
-      !bw_stage_init(l, bw_opts.stage_bytes ? bw_opts.stage_bytes : BW_STAGE_DEFAULT) ||
+/* The channels' sockets, staging region and rings of a new link; theirs: the worker's ends
+ * (cmd, note, ack, staging, rings). */
+static bool channels(bw_link *l, size_t stage_bytes, int theirs[5]) {
+  if (!pair(&l->cmd.fd, &theirs[0]) || !pair(&l->note.fd, &theirs[1]) ||
+      !pair(&l->ack, &theirs[2]) || !bw_stage_init(l, stage_bytes) ||
       (theirs[3] = fcntl(l->stage_fd, F_DUPFD_CLOEXEC, 16)) < 0)
+    return false;
+  if (!bw_rings_create(&l->rings) || (theirs[4] = fcntl(l->rings.fd, F_DUPFD_CLOEXEC, 16)) < 0)
+    return false;
+  if (!bw_rings_wanted())
+    return true; /* the sockets carry the frames (for comparisons) */
+  bw_chan_ring(&l->cmd, &l->rings, false);
+  bw_chan_ring(&l->note, &l->rings, true);
+  return true;
+}
+
+static int spawn(bw_link *l) {
+  int theirs[5] = {-1, -1, -1, -1, -1};
+  int rc = ACCEL_ESYS;
+  if (!channels(l, bw_opts.stage_bytes ? bw_opts.stage_bytes : BW_STAGE_DEFAULT, theirs))
     goto out;
   posix_spawn_file_actions_t fa;
   posix_spawn_file_actions_init(&fa);
-  for (int i = 0; i < 4; i++)
+  for (int i = 0; i < 5; i++)
     posix_spawn_file_actions_adddup2(&fa, theirs[i], BW_FD_CMD + i);
   char *argv[] = {(char *)"accel-device", (char *)l->real->name, NULL};
   int err = posix_spawn(&l->pid, bw_opts.helper, &fa, NULL, argv, environ);
@@ -468,7 +483,7 @@ static int spawn(bw_link *l) {
   l->has_reader = l->has_caller && pthread_create(&l->reader, NULL, reader, l) == 0;
   rc = l->has_reader ? 0 : ACCEL_ESYS;
 out:
-  for (int i = 0; i < 4; i++)
+  for (int i = 0; i < 5; i++)
     if (theirs[i] >= 0)
       close(theirs[i]);
   return rc;
@@ -478,6 +493,14 @@ static void close_fd(int *fd) {
   if (*fd >= 0)
     close(*fd);
   *fd = -1;
+}
+
+/* Their sockets and rings (the threads that used them have ended). */
+static void close_channels(bw_link *l) {
+  bw_chan_close(&l->cmd);
+  bw_chan_close(&l->note);
+  close_fd(&l->ack);
+  bw_rings_unmap(&l->rings);
 }
 
 /* Waits for the worker to exit after its channel closed: a kernel still running there may
@@ -526,8 +549,7 @@ void bw_link_release(bw_link *l) {
  * the end of its calls. */
 static void link_stop(bw_link *l) {
   bw_cork_close(l); /* before cmd closes: a flush after would write to a closed descriptor */
-  if (l->cmd >= 0)
-    shutdown(l->cmd, SHUT_RDWR);
+  bw_chan_shutdown(&l->cmd, SHUT_RDWR);
 }
 
 /* After the process is over: the threads end, the channels close; the memory goes with the
@@ -536,9 +558,7 @@ static void link_finish(bw_link *l) {
   if (l->has_reader)
     pthread_join(l->reader, NULL); /* its note channel closed with the process */
   caller_end(l);
-  close_fd(&l->cmd);
-  close_fd(&l->note);
-  close_fd(&l->ack);
+  close_channels(l);
   pthread_mutex_lock(&l->mu);
   __atomic_store_n(&l->dead, true, __ATOMIC_RELAXED);
   bw_stage_fini(l);
@@ -581,7 +601,9 @@ static bw_link *link_alloc(const be_ops *real) {
   if (l == NULL)
     return NULL;
   l->real = real;
-  l->cmd = l->note = l->ack = l->stage_fd = -1;
+  l->cmd = bw_chan_socket(-1);
+  l->note = bw_chan_socket(-1);
+  l->ack = l->stage_fd = l->rings.fd = -1;
   pthread_mutex_init(&l->send_mu, NULL);
   pthread_mutex_init(&l->ack_mu, NULL);
   pthread_mutex_init(&l->mu, NULL);
@@ -593,9 +615,7 @@ static bw_link *link_alloc(const be_ops *real) {
 /* A link that never served (its threads not started, or ended): its channels close. */
 static void link_discard(bw_link *l) {
   caller_end(l);
-  close_fd(&l->cmd);
-  close_fd(&l->note);
-  close_fd(&l->ack);
+  close_channels(l);
   bw_stage_fini(l);
   link_memory_free(l);
 }
@@ -621,11 +641,11 @@ static uint64_t stage_size(void) {
   return bw_opts.stage_bytes ? bw_opts.stage_bytes : BW_STAGE_DEFAULT;
 }
 
-/* The worker's end of the new link's channels: its note, ack and staging region go as the
- * first frame on its cmd, then cmd itself through the first link; 0 once the worker serves
+/* The worker's end of the new link's channels: its note, ack, staging region and rings go as
+ * the first frame on its cmd, then cmd itself through the first link; 0 once the worker serves
  * it. */
 static int hand_over(bw_proc *p, bw_link *l, int *theirs) {
-  if (!bw_send_fds(l->cmd, BW_CHANNELS, 0, NULL, 0, theirs + 1, 3))
+  if (!bw_send_fds(l->cmd.fd, BW_CHANNELS, 0, NULL, 0, theirs + 1, 4))
     return ACCEL_ESYS;
   void *body = NULL;
   uint32_t len = 0;
@@ -644,20 +664,18 @@ static int link_attach(bw_proc *p, bw_link **out) {
   bw_link *l = link_alloc(p->real);
   if (l == NULL)
     return ACCEL_ENOMEM;
-  int theirs[4] = {-1, -1, -1, -1}; /* cmd, note, ack, staging */
+  int theirs[5] = {-1, -1, -1, -1, -1}; /* cmd, note, ack, staging, rings */
   int rc = ACCEL_ESYS;
-  if (pair(&l->cmd, &theirs[0]) && pair(&l->note, &theirs[1]) && pair(&l->ack, &theirs[2]) &&
-      bw_stage_init(l, stage_size()) &&
-      (theirs[3] = fcntl(l->stage_fd, F_DUPFD_CLOEXEC, 16)) >= 0 &&
+  if (channels(l, stage_size(), theirs) &&
       (l->has_caller = pthread_create(&l->caller, NULL, caller, l) == 0) &&
       (l->has_reader = pthread_create(&l->reader, NULL, reader, l) == 0))
     rc = hand_over(p, l, theirs);
-  for (int i = 0; i < 4; i++)
+  for (int i = 0; i < 5; i++)
     if (theirs[i] >= 0)
       close(theirs[i]);
   if (rc != 0) {
-    if (l->note >= 0)
-      shutdown(l->note, SHUT_RDWR); /* the reader ends whether or not the worker took it */
+    if (l->note.fd >= 0) /* the reader ends whether or not the worker took it */
+      bw_chan_shutdown(&l->note, SHUT_RDWR);
     link_free(l, false);
     return rc;
   }
@@ -684,18 +702,27 @@ static int proc_new(const be_ops *real, int group, bw_proc **out) {
   return 0;
 }
 
-int bw_link_adopt(const be_ops *real, int cmd, int note, int ack, size_t stage_bytes,
+int bw_link_adopt(const be_ops *real, int cmd, int note, int ack, int rings, size_t stage_bytes,
                   bw_link **out) {
   bw_link *l = link_alloc(real);
   if (l == NULL)
     return ACCEL_ENOMEM;
-  l->cmd = cmd;
-  l->note = note;
+  l->cmd = bw_chan_socket(cmd);
+  l->note = bw_chan_socket(note);
   l->ack = ack;
+  if (rings >= 0) { /* else the sockets carry the frames */
+    if (!bw_rings_map(&l->rings, dup(rings))) {
+      l->cmd.fd = l->note.fd = l->ack = -1;
+      link_discard(l);
+      return ACCEL_EINVAL;
+    }
+    bw_chan_ring(&l->cmd, &l->rings, false);
+    bw_chan_ring(&l->note, &l->rings, true);
+  }
   if (!bw_stage_init(l, stage_bytes) ||
       !(l->has_caller = pthread_create(&l->caller, NULL, caller, l) == 0) ||
       !(l->has_reader = pthread_create(&l->reader, NULL, reader, l) == 0)) {
-    l->cmd = l->note = l->ack = -1; /* the caller's */
+    l->cmd.fd = l->note.fd = l->ack = -1; /* the caller's */
     link_free(l, false);
     return ACCEL_ESYS;
   }

@@ -1,6 +1,7 @@
 /* The staging region of a worker (proxy.h): a memfd both processes map, handed out in pages
  * of BW_STAGE_PAGE, first fit. A copy takes its pages when it is submitted and they come back
  * with its completion, so a full region only means waiting for the device. */
+#include <fcntl.h>
 #include <stdlib.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -12,8 +13,10 @@ bool bw_stage_init(bw_link *l, size_t bytes) {
   if (pages < 4)
     pages = 4;
   bytes = pages * BW_STAGE_PAGE;
-  l->stage_fd = memfd_create("accel-stage", MFD_CLOEXEC);
-  if (l->stage_fd < 0 || ftruncate(l->stage_fd, (off_t)bytes) != 0)
+  l->stage_fd = memfd_create("accel-stage", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+  /* Sealed: a worker that shrank it would turn acceld's next copy into SIGBUS. */
+  if (l->stage_fd < 0 || ftruncate(l->stage_fd, (off_t)bytes) != 0 ||
+      fcntl(l->stage_fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0)
     return false;
   l->stage = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, l->stage_fd, 0);
   if (l->stage == MAP_FAILED) {

@@ -24,7 +24,9 @@ static void link_init(ws_state *l) {
   pthread_mutex_init(&l->mu, NULL);
   pthread_cond_init(&l->cv, NULL);
   pthread_cond_init(&l->poll_cv, NULL);
-  l->cmd = l->note = l->ack = -1;
+  l->cmd = bw_chan_socket(-1);
+  l->note = bw_chan_socket(-1);
+  l->ack = l->rings.fd = -1;
 }
 
 ws_state *ws_link_new(const ws_state *from) {
@@ -44,7 +46,7 @@ ws_state *ws_link_new(const ws_state *from) {
 void ws_reply(uint64_t tag, int status, const void *a, size_t alen, const void *b, size_t blen) {
   bw_reply r = {.status = status};
   pthread_mutex_lock(&ws.note_mu);
-  bool ok = bw_send(ws.note, BW_REPLY, tag, &r, sizeof r, a, alen, b, blen);
+  bool ok = bw_chan_send(&ws.note, BW_REPLY, tag, &r, sizeof r, a, alen, b, blen);
   pthread_mutex_unlock(&ws.note_mu);
   if (!ok)
     _exit(0); /* acceld went: so does its worker */
@@ -53,7 +55,7 @@ void ws_reply(uint64_t tag, int status, const void *a, size_t alen, const void *
 void ws_done(uint64_t tag, int status) {
   bw_reply r = {.status = status};
   pthread_mutex_lock(&ws.note_mu);
-  bool ok = bw_send(ws.note, BW_DONE, tag, &r, sizeof r, NULL, 0, NULL, 0);
+  bool ok = bw_chan_send(&ws.note, BW_DONE, tag, &r, sizeof r, NULL, 0, NULL, 0);
   pthread_mutex_unlock(&ws.note_mu);
   if (!ok)
     _exit(0);
@@ -129,6 +131,16 @@ static const be_ops *backend_named(const char *name) {
   return NULL;
 }
 
+bool ws_use_rings(ws_state *l, int fd) {
+  if (!bw_rings_map(&l->rings, fd))
+    return false; /* acceld passed none (a test's link): the sockets carry the frames */
+  if (!bw_rings_wanted())
+    return true;
+  bw_chan_ring(&l->cmd, &l->rings, false);
+  bw_chan_ring(&l->note, &l->rings, true);
+  return true;
+}
+
 bool ws_map_stage(ws_state *l, int fd) {
   struct stat st;
   if (fstat(fd, &st) != 0 || st.st_size <= 0)
@@ -152,7 +164,7 @@ void ws_serve(ws_state *link) {
   int passed;
   bw_reader cmds; /* the calls that bring a descriptor: BW_SHARE, BW_ATTACH (first link) */
   uint64_t fd_types = BW_TYPE_BIT(BW_SHARE) | (link->index == 0 ? BW_TYPE_BIT(BW_ATTACH) : 0);
-  if (!bw_reader_init(&cmds, ws.cmd, fd_types))
+  if (!bw_reader_init_chan(&cmds, &ws.cmd, fd_types))
     _exit(1);
   while (bw_reader_next(&cmds, &h, buf, sizeof buf, &body, &passed, BW_MAX_FRAME)) {
     if (h.type == BW_SHARE || h.type == BW_ATTACH) {
@@ -190,9 +202,10 @@ int bw_worker_main(int argc, char **argv) {
   struct rlimit none = {0, 0};
   setrlimit(RLIMIT_CORE, &none); /* a faulting kernel is an expected event, not a core file */
   signal(SIGPIPE, SIG_IGN);
-  ws.cmd = BW_FD_CMD;
-  ws.note = BW_FD_NOTE;
+  ws.cmd = bw_chan_socket(BW_FD_CMD);
+  ws.note = bw_chan_socket(BW_FD_NOTE);
   ws.ack = BW_FD_ACK;
+  ws_use_rings(&first, BW_FD_RINGS);
   if (!ws_map_stage(&first, BW_FD_STAGE)) {
     fprintf(stderr, "accel-device: no staging region on fd %d\n", BW_FD_STAGE);
     return 2;

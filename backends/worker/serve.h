@@ -62,7 +62,9 @@ struct ws_state {
   int probe_rc, probe_count; /* what the backend's probe found here */
   char probe_why[128];
   be_device *dev[BW_MAX_DEVICES];
-  int cmd, note, ack;
+  bw_chan cmd, note; /* through `rings` (acceld's region) when acceld passed one */
+  bw_rings rings;
+  int ack;
   char *stage;
   size_t stage_bytes;
   bool stage_registered;
@@ -90,6 +92,9 @@ ws_state *ws_link_new(const ws_state *from);
 _Noreturn void ws_serve(ws_state *link);
 /* Maps the staging region on fd for the link; false if it cannot. */
 bool ws_map_stage(ws_state *l, int fd);
+/* Frames of cmd and note through the rings of the region on fd (ring.h), which the link then
+ * keeps; false (the sockets carry them) if fd is not such a region. */
+bool ws_use_rings(ws_state *l, int fd);
 
 /* serve.c */
 void ws_reply(uint64_t tag, int status, const void *a, size_t alen, const void *b, size_t blen);

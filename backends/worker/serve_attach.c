@@ -18,24 +18,28 @@ static void *link_thread(void *arg) {
  * runs. */
 static int attach(int cmd) {
   static uint32_t attached; /* only the first link's thread attaches */
-  int ch[3];                /* note, ack, staging region */
+  int ch[4];                /* note, ack, staging region, rings */
   if (cmd < 0)
     return ACCEL_EPROTO;
-  if (!bw_recv_fds(cmd, BW_CHANNELS, ch, 3)) { /* acceld wrote it before BW_ATTACH */
+  if (!bw_recv_fds(cmd, BW_CHANNELS, ch, 4)) { /* acceld wrote it before BW_ATTACH */
     close(cmd);
     return ACCEL_EPROTO;
   }
   ws_state *l = ws_link_new(&ws);
   int rc = l == NULL ? ACCEL_ENOMEM : ws_map_stage(l, ch[2]) ? 0 : ACCEL_ESYS;
   close(ch[2]); /* the mapping keeps the region */
+  if (rc == 0 && !ws_use_rings(l, ch[3]))
+    rc = ACCEL_EPROTO; /* the link keeps the rings' descriptor */
+  else if (rc != 0)
+    close(ch[3]);
   pthread_t t;
   pthread_attr_t a;
   pthread_attr_init(&a);
   pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
   if (rc == 0) {
     l->index = ++attached;
-    l->cmd = cmd;
-    l->note = ch[0];
+    l->cmd.fd = cmd;
+    l->note.fd = ch[0];
     l->ack = ch[1];
     rc = pthread_create(&t, &a, link_thread, l) == 0 ? 0 : ACCEL_ESYS;
   }
@@ -43,6 +47,8 @@ static int attach(int cmd) {
   if (rc != 0) {
     if (l != NULL && l->stage != NULL)
       munmap(l->stage, l->stage_bytes);
+    if (l != NULL)
+      bw_rings_unmap(&l->rings);
     free(l);
     close(cmd);
     close(ch[0]);

@@ -32,7 +32,7 @@ typedef struct relay_compiler {
  * acceld answers every BW_COMPILE, or goes, and the worker with it). */
 static void *ask_compile(ws_load_t *l, const char *target, uint32_t *len) {
   pthread_mutex_lock(&ws.note_mu);
-  bool ok = bw_send(ws.note, BW_COMPILE, l->tag, target, strlen(target), NULL, 0, NULL, 0);
+  bool ok = bw_chan_send(&ws.note, BW_COMPILE, l->tag, target, strlen(target), NULL, 0, NULL, 0);
   pthread_mutex_unlock(&ws.note_mu);
   if (!ok)
     _exit(0);

@@ -37,13 +37,19 @@ static bool write_vec(int fd, struct iovec *v, int n) {
   return true;
 }
 
-bool bw_send(int fd, uint16_t type, uint64_t tag, const void *a, size_t alen, const void *b,
-             size_t blen, const void *c, size_t clen) {
+/* Writes to the channel's ring, or without one to its socket. */
+static bool chan_write(bw_chan *ch, struct iovec *v, int n) {
+  return ch->ctl != NULL ? bw_chan_write(ch, v, n) : write_vec(ch->fd, v, n);
+}
+
+/* A frame's pieces as a vector (at most 4) into v; 0 if it is too long. */
+static int frame_vec(struct iovec *v, bw_hdr *h, uint16_t type, uint64_t tag, const void *a,
+                     size_t alen, const void *b, size_t blen, const void *c, size_t clen) {
   size_t len = alen + blen + clen;
   if (len > BW_MAX_FRAME)
-    return false;
-  bw_hdr h = {.len = (uint32_t)len, .type = type, .tag = tag};
-  struct iovec v[4] = {{&h, sizeof h}};
+    return 0;
+  *h = (bw_hdr){.len = (uint32_t)len, .type = type, .tag = tag};
+  v[0] = (struct iovec){h, sizeof *h};
   int n = 1;
   if (alen)
     v[n++] = (struct iovec){(void *)a, alen};
@@ -51,12 +57,26 @@ bool bw_send(int fd, uint16_t type, uint64_t tag, const void *a, size_t alen, co
     v[n++] = (struct iovec){(void *)b, blen};
   if (clen)
     v[n++] = (struct iovec){(void *)c, clen};
-  return write_vec(fd, v, n);
+  return n;
 }
 
-bool bw_send_bytes(int fd, const void *p, size_t len) {
+bool bw_send(int fd, uint16_t type, uint64_t tag, const void *a, size_t alen, const void *b,
+             size_t blen, const void *c, size_t clen) {
+  bw_chan ch = bw_chan_socket(fd);
+  return bw_chan_send(&ch, type, tag, a, alen, b, blen, c, clen);
+}
+
+bool bw_chan_send(bw_chan *ch, uint16_t type, uint64_t tag, const void *a, size_t alen,
+                  const void *b, size_t blen, const void *c, size_t clen) {
+  bw_hdr h;
+  struct iovec v[4];
+  int n = frame_vec(v, &h, type, tag, a, alen, b, blen, c, clen);
+  return n > 0 && chan_write(ch, v, n);
+}
+
+bool bw_send_bytes(bw_chan *ch, const void *p, size_t len) {
   struct iovec v = {(void *)p, len};
-  return write_vec(fd, &v, 1);
+  return chan_write(ch, &v, 1);
 }
 
 size_t bw_frame_len(size_t alen, size_t blen, size_t clen) {
@@ -112,6 +132,14 @@ bool bw_send_fds(int fd, uint16_t type, uint64_t tag, const void *a, size_t alen
 
 bool bw_send_fd(int fd, uint16_t type, uint64_t tag, const void *a, size_t alen, int pass) {
   return bw_send_fds(fd, type, tag, a, alen, &pass, 1);
+}
+
+bool bw_chan_send_fd(bw_chan *ch, uint16_t type, uint64_t tag, const void *a, size_t alen,
+                     int pass) {
+  if (ch->ctl == NULL)
+    return bw_send_fd(ch->fd, type, tag, a, alen, pass);
+  /* The descriptor first, on the socket: the reader, at the frame, finds it there. */
+  return bw_chan_pass(ch, &pass, 1) && bw_chan_send(ch, type, tag, a, alen, NULL, 0, NULL, 0);
 }
 
 /* The descriptors a recvmsg brought: the first `max` into fds (their count returned), the rest
@@ -262,6 +290,39 @@ bool bw_reader_init(bw_reader *r, int fd, uint64_t fd_types) {
   return r->buf != NULL;
 }
 
+bool bw_reader_init_chan(bw_reader *r, bw_chan *chan, uint64_t fd_types) {
+  bool ok = bw_reader_init(r, chan->fd, fd_types);
+  r->chan = chan->ctl != NULL ? chan : NULL;
+  return ok;
+}
+
+/* Some bytes of the stream, from the ring or the socket; a descriptor that came with them
+ * (the socket only: the ring's wait in the channel until their frame) into *got. */
+static ssize_t read_some(bw_reader *r, void *p, size_t n, int *got) {
+  if (r->chan == NULL)
+    return read_first(r->fd, p, n, got);
+  bool polled;
+  long k = bw_chan_read(r->chan, p, n, &polled);
+  if (k > 0 && polled)
+    atomic_fetch_add_explicit(&caught_polling, 1, memory_order_relaxed);
+  return k;
+}
+
+/* Exactly n bytes, past the buffer (a frame longer than it). */
+static bool read_exact(bw_reader *r, void *p, size_t n) {
+  if (r->chan == NULL)
+    return read_all(r->fd, p, n);
+  for (uint8_t *at = p; n > 0;) {
+    int none = -1;
+    ssize_t k = read_some(r, at, n, &none);
+    if (k <= 0)
+      return false;
+    at += k;
+    n -= (size_t)k;
+  }
+  return true;
+}
+
 void bw_reader_fini(bw_reader *r) {
   for (uint32_t i = 0; i < r->nfds; i++)
     close(r->fds[i].fd);
@@ -316,7 +377,7 @@ static bool fill(bw_reader *r, size_t need) {
     compact(r); /* the room at the end is too short */
   while (r->tail - r->head < need) {
     int got = -1;
-    ssize_t n = read_first(r->fd, r->buf + r->tail, BW_READER_BYTES - r->tail, &got);
+    ssize_t n = read_some(r, r->buf + r->tail, BW_READER_BYTES - r->tail, &got);
     if (n > 0)
       keep_fd(r, got, r->base + r->tail, r->base + r->tail + (size_t)n);
     else if (got >= 0)
@@ -342,7 +403,7 @@ static bool take_body(bw_reader *r, void *body, size_t len) {
   memcpy(body, r->buf + r->head, have);
   r->head = r->tail;
   compact(r);
-  if (!read_all(r->fd, (uint8_t *)body + have, len - have))
+  if (!read_exact(r, (uint8_t *)body + have, len - have))
     return false;
   r->base += len - have; /* bytes that went past the buffer */
   return true;
@@ -371,6 +432,10 @@ bool bw_reader_next(bw_reader *r, bw_hdr *h, void *buf, size_t room, void **body
   }
   if (r->head == r->tail)
     compact(r); /* empty: the next read starts at the buffer's start */
-  *passed = fd_for(r, at, h->type < 64 && (r->fd_types & BW_TYPE_BIT(h->type)));
+  bool takes = h->type < 64 && (r->fd_types & BW_TYPE_BIT(h->type));
+  if (r->chan != NULL)
+    *passed = takes ? bw_chan_take_fd(r->chan) : -1;
+  else
+    *passed = fd_for(r, at, takes);
   return true;
 }

@@ -15,12 +15,14 @@
  *          wait for it. A channel of its own: the link's thread in the worker may be blocked
  *          submitting behind that very callback, so acks must not queue behind calls.
  * The staging region (fd 6) is a memfd both map: host data of copies travels through it in
- * pages acceld hands out and takes back when the copy's completion comes.
+ * pages acceld hands out and takes back when the copy's completion comes. The rings (fd 7,
+ * ring.h) carry the bytes of cmd and note through memory both map, the sockets then only
+ * bells, descriptors and the end; a link without them (tests') uses the sockets alone.
  *
  * These channels and region are the worker's first link. acceld attaches more links (one per
  * world of its that opens devices there: each loop submits through its own, and the worker
  * serves each on a thread of its own): BW_ATTACH on the first link's cmd passes the new cmd
- * socket, whose first frame, BW_CHANNELS, passes the new note, ack and staging region. Calls
+ * socket, whose first frame, BW_CHANNELS, passes the new note, ack, staging region and rings. Calls
  * of one link name only that link's devices, queues, events and memory. */
 #ifndef BW_WIRE_H
 #define BW_WIRE_H
@@ -30,11 +32,13 @@
 #include <stdint.h>
 
 #include "backends/backend.h"
+#include "backends/worker/ring.h"
 
 #define BW_FD_CMD 3
 #define BW_FD_NOTE 4
 #define BW_FD_ACK 5
 #define BW_FD_STAGE 6
+#define BW_FD_RINGS 7 /* the cmd and note rings (ring.h) */
 
 #define BW_MAX_FRAME ((uint32_t)600 << 20) /* a module's code or image (256 MiB) and more */
 #define BW_MAX_IDS (1u << 22)              /* live queues, events, modules, kernels each */
@@ -277,8 +281,13 @@ typedef struct bw_coll {
 bool bw_send(int fd, uint16_t type, uint64_t tag, const void *a, size_t alen, const void *b,
              size_t blen, const void *c, size_t clen);
 
+/* As bw_send, on a channel: through its ring if it has one (ring.h), else its socket. */
+bool bw_chan_send(bw_chan *ch, uint16_t type, uint64_t tag, const void *a, size_t alen,
+                  const void *b, size_t blen, const void *c, size_t clen);
+bool bw_chan_send_fd(bw_chan *ch, uint16_t type, uint64_t tag, const void *a, size_t alen,
+                     int pass);
 /* Writes bytes that are whole frames already (bw_frame_put's); false on an error. */
-bool bw_send_bytes(int fd, const void *p, size_t len);
+bool bw_send_bytes(bw_chan *ch, const void *p, size_t len);
 
 /* The bytes of the frame bw_send would write, into `to` (bw_frame_len(...) of room). */
 size_t bw_frame_len(size_t alen, size_t blen, size_t clen);
@@ -312,6 +321,7 @@ bool bw_recv_fd(int fd, bw_hdr *h, void *buf, size_t room, void **body, int *pas
 
 typedef struct bw_reader {
   int fd;
+  bw_chan *chan;     /* a channel with a ring: bytes from there, descriptors from the channel */
   uint64_t fd_types; /* BW_TYPE_BIT of each frame type that takes a descriptor; 0: none */
   uint8_t *buf;
   size_t head, tail; /* bytes read and not taken: buf[head..tail) */
@@ -325,6 +335,8 @@ typedef struct bw_reader {
 
 #define BW_TYPE_BIT(t) (UINT64_C(1) << (t)) /* t < 64: acceld's calls */
 bool bw_reader_init(bw_reader *r, int fd, uint64_t fd_types);
+/* The same over a channel (its ring, if it has one; one thread reads it). */
+bool bw_reader_init_chan(bw_reader *r, bw_chan *chan, uint64_t fd_types);
 void bw_reader_fini(bw_reader *r); /* closes the descriptors it holds, not fd */
 /* As bw_recv_fd, refusing (false) a frame longer than max: the body is copied to `buf` when it
  * fits `room` (aligned for the frame's structs), else malloc'd; `passed` is -1 unless the frame

@@ -8,6 +8,9 @@
  *     the rest of the input raw instead. A type byte of 0xfe sends the frame's header with a
  *     descriptor (acceld expects none: it must close it); 0xfd claims 64 times the length, up
  *     to 4 MiB, its body the record's bytes repeated (past the reader's 64 KiB buffer).
+ *   - A first byte with bit 0x40 set (and the top bit clear) writes the frames through the
+ *     note ring (ring.h) instead of the socket, at most what the ring holds; with 0x20 as well,
+ *     the ring's write position is then set from the input, sane or not.
  *   - Whatever comes, when the link has ended: every host function ran exactly once, the event
  *     is done, every staging page came back, and nothing leaked or crashed.
  * Linked with replay.c it is a plain program that runs the seed corpus through the target. */
@@ -63,11 +66,29 @@ static void add_pending(bw_link *l, bw_event *ev, char *dst, uint64_t tags[TAGS]
 
 static int stray_fd = -1; /* a pipe's end a hostile worker passes along */
 
+/* Where the worker's bytes go: the note socket, or the note ring (`ring` not NULL) with at
+ * most `left` bytes more, so that a reader that stopped reading never leaves us waiting. */
+typedef struct sink {
+  int fd;
+  bw_chan *ring;
+  size_t left;
+} sink;
+
+static bool put(sink *s, const void *p, size_t n) {
+  if (s->ring == NULL)
+    return write(s->fd, p, n) == (ssize_t)n;
+  if (n > s->left)
+    return false;
+  s->left -= n;
+  struct iovec v = {(void *)p, n};
+  return bw_chan_write(s->ring, &v, 1);
+}
+
 /* len bytes of body: p[0..n) repeated. */
-static bool send_body(int fd, const uint8_t *p, size_t n, size_t len) {
+static bool send_body(sink *s, const uint8_t *p, size_t n, size_t len) {
   for (size_t done = 0; done < len;) {
     size_t k = len - done < n ? len - done : n;
-    if (write(fd, p, k) != (ssize_t)k)
+    if (!put(s, p, k))
       return false;
     done += k;
   }
@@ -75,7 +96,7 @@ static bool send_body(int fd, const uint8_t *p, size_t n, size_t len) {
 }
 
 /* One frame from the input: 1 byte type, 1 byte tag, 2 bytes length, then the body. */
-static size_t send_record(int fd, const uint8_t *p, size_t n, const uint64_t tags[TAGS]) {
+static size_t send_record(sink *s, const uint8_t *p, size_t n, const uint64_t tags[TAGS]) {
   if (n < 4)
     return n;
   static const uint16_t types[] = {BW_DONE, BW_REPLY, BW_COMPILE};
@@ -85,21 +106,21 @@ static size_t send_record(int fd, const uint8_t *p, size_t n, const uint64_t tag
   len = len <= n - 4 ? len : n - 4;
   size_t claimed = p[0] == 0xfd && len > 0 ? len * 64 : len;
   bw_hdr h = {.len = (uint32_t)claimed, .type = type, .tag = tag};
-  bool ok = p[0] == 0xfe ? bw_send_fd(fd, BW_DONE, tag, p + 4, len, stray_fd)
-                         : write(fd, &h, sizeof h) == (ssize_t)sizeof h &&
-                               (!claimed || send_body(fd, p + 4, len, claimed));
+  bool ok = p[0] == 0xfe ? s->ring ? bw_chan_send_fd(s->ring, BW_DONE, tag, p + 4, len, stray_fd)
+                                   : bw_send_fd(s->fd, BW_DONE, tag, p + 4, len, stray_fd)
+                         : put(s, &h, sizeof h) && (!claimed || send_body(s, p + 4, len, claimed));
   if (!ok)
     return n; /* the reader stopped reading (it refused a frame): the rest is moot */
   return 4 + len;
 }
 
-static void send_input(int fd, const uint8_t *data, size_t size, const uint64_t tags[TAGS]) {
+static void send_input(sink *s, const uint8_t *data, size_t size, const uint64_t tags[TAGS]) {
   if (size > 0 && (data[0] & 0x80)) {
-    (void)!write(fd, data + 1, size - 1);
+    (void)put(s, data + 1, size - 1);
     return;
   }
   for (size_t at = size ? 1 : 0; at < size;)
-    at += send_record(fd, data + at, size - at, tags);
+    at += send_record(s, data + at, size - at, tags);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
@@ -108,8 +129,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             socketpair(AF_UNIX, SOCK_STREAM, 0, note) == 0 &&
             socketpair(AF_UNIX, SOCK_STREAM, 0, ack) == 0,
         "socketpairs");
+  bool ring = size > 0 && (data[0] & 0xc0) == 0x40;
+  bw_rings rings = {.fd = -1};
+  check(!ring || bw_rings_create(&rings), "rings");
   bw_link *l;
-  check(bw_link_adopt(&be_cpu_ops, cmd[0], note[0], ack[0], 4 * BW_STAGE_PAGE, &l) == 0, "adopt");
+  check(bw_link_adopt(&be_cpu_ops, cmd[0], note[0], ack[0], rings.fd, 4 * BW_STAGE_PAGE, &l) == 0,
+        "adopt");
+  bw_chan worker_note = bw_chan_socket(note[1]);
+  if (ring)
+    bw_chan_ring(&worker_note, &rings, true);
+  sink s = {.fd = note[1], .ring = ring ? &worker_note : NULL, .left = BW_RING_NOTE_BYTES};
   for (int i = 0; i < CALLBACKS; i++)
     atomic_store(&calls[i], 0);
   bw_event *ev = calloc(1, sizeof *ev);
@@ -122,7 +151,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   int pipefd[2];
   check(pipe(pipefd) == 0, "pipe");
   stray_fd = pipefd[1];
-  send_input(note[1], data, size, tags);
+  send_input(&s, data, size, tags);
+  if (ring && (data[0] & 0x20) && size >= 9) { /* a position the worker made up */
+    uint64_t tail;
+    memcpy(&tail, data + size - 8, sizeof tail);
+    atomic_store(&worker_note.ctl->tail, tail);
+  }
   close(note[1]); /* the worker hangs up: whatever is pending fails with ACCEL_EDEVLOST */
   pthread_mutex_lock(&l->mu);
   while (!l->reader_done)
@@ -138,6 +172,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   check(event_done, "the event record never completed");
   check(pages_back, "a staging page never came back");
   bw_link_end(l);
+  if (ring)
+    bw_rings_unmap(&rings);
   free(ev);
   free(dst);
   close(cmd[1]);

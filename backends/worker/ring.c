@@ -1,0 +1,347 @@
+/* Worker link channels through shared memory (ring.h). */
+#include "backends/worker/ring.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "runtime/deadline.h"
+#include "runtime/spin.h"
+
+/* The region: both directions' positions on the first page, then the two rings' bytes. */
+#define CTL_NOTE 256u
+#define DATA_CMD 4096u
+#define DATA_NOTE (DATA_CMD + BW_RING_CMD_BYTES)
+#define REGION_BYTES (DATA_NOTE + BW_RING_NOTE_BYTES)
+
+#define BELL 'B' /* "there is something in the ring" or "there is room" */
+#define PASS 'F' /* the byte descriptors travel with */
+
+_Static_assert(sizeof(bw_ring_ctl) <= CTL_NOTE, "a direction's positions fit their slot");
+
+bool bw_rings_wanted(void) {
+  const char *env = getenv("ACCEL_WORKER_RINGS");
+  return env == NULL || strcmp(env, "0") != 0;
+}
+
+bw_chan bw_chan_socket(int fd) {
+  return (bw_chan){.fd = fd};
+}
+
+bool bw_rings_create(bw_rings *r) {
+  *r = (bw_rings){.fd = memfd_create("accel-link-rings", MFD_CLOEXEC | MFD_ALLOW_SEALING)};
+  /* Sealed: a worker that shrank it would turn acceld's next access into SIGBUS. */
+  if (r->fd < 0 || ftruncate(r->fd, REGION_BYTES) != 0 ||
+      fcntl(r->fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0) {
+    bw_rings_unmap(r);
+    return false;
+  }
+  void *p = mmap(NULL, REGION_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, r->fd, 0);
+  if (p == MAP_FAILED) {
+    bw_rings_unmap(r);
+    return false;
+  }
+  r->base = p;
+  r->bytes = REGION_BYTES;
+  return true;
+}
+
+bool bw_rings_map(bw_rings *r, int fd) {
+  struct stat st;
+  *r = (bw_rings){.fd = fd};
+  if (fd < 0 || fstat(fd, &st) != 0 || (uint64_t)st.st_size != REGION_BYTES)
+    return false;
+  void *p = mmap(NULL, REGION_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (p == MAP_FAILED)
+    return false;
+  r->base = p;
+  r->bytes = REGION_BYTES;
+  return true;
+}
+
+void bw_rings_unmap(bw_rings *r) {
+  if (r->base != NULL)
+    munmap(r->base, r->bytes);
+  if (r->fd >= 0)
+    close(r->fd);
+  *r = (bw_rings){.fd = -1};
+}
+
+void bw_chan_ring(bw_chan *c, const bw_rings *r, bool note) {
+  c->ctl = (bw_ring_ctl *)(void *)(r->base + (note ? CTL_NOTE : 0));
+  c->data = r->base + (note ? DATA_NOTE : DATA_CMD);
+  c->size = note ? BW_RING_NOTE_BYTES : BW_RING_CMD_BYTES;
+  c->pos = 0;
+}
+
+/* ---- bells ---- */
+
+/* One byte on the socket for a peer that sleeps; false if the peer is gone. A full socket
+ * means bells are waiting there already. */
+static bool ring_bell(int fd) {
+  char b = BELL;
+  for (;;) {
+    ssize_t w = send(fd, &b, 1, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (w == 1 || (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)))
+      return true;
+    if (w < 0 && errno == EINTR)
+      continue;
+    return false;
+  }
+}
+
+/* After this side moved its position: a peer that said it sleeps gets one bell (the exchange
+ * makes it one per sleep). The fence pairs with the sleeper's between its flag and its last
+ * look at the ring: one of the two sees the other's store. */
+static bool wake(int fd, _Atomic uint32_t *sleeps) {
+  atomic_thread_fence(memory_order_seq_cst);
+  if (atomic_load_explicit(sleeps, memory_order_relaxed) == 0 ||
+      atomic_exchange_explicit(sleeps, 0, memory_order_relaxed) == 0)
+    return true;
+  return ring_bell(fd);
+}
+
+/* Sleeps until the socket has something (a bell, a descriptor, the end); false if it failed. */
+static bool sleep_on(int fd) {
+  struct pollfd p = {.fd = fd, .events = POLLIN};
+  for (;;) {
+    int n = poll(&p, 1, -1);
+    if (n > 0)
+      return true;
+    if (n < 0 && errno != EINTR)
+      return false;
+  }
+}
+
+/* One byte from the socket with the descriptors it brought: the first into *fd (-1 if none),
+ * others closed. 1, 0 at the end, < 0 (errno) when nothing is there or on an error. */
+static ssize_t recv_byte(int fd, char *b, int *got, int flags) {
+  union {
+    char buf[CMSG_SPACE(sizeof(int) * 4)];
+    struct cmsghdr align;
+  } u;
+  struct iovec v = {b, 1};
+  struct msghdr m = {
+      .msg_iov = &v, .msg_iovlen = 1, .msg_control = u.buf, .msg_controllen = sizeof u.buf};
+  ssize_t r;
+  while ((r = recvmsg(fd, &m, MSG_CMSG_CLOEXEC | flags)) < 0 && errno == EINTR) {
+  }
+  *got = -1;
+  if (r <= 0)
+    return r;
+  for (struct cmsghdr *c = CMSG_FIRSTHDR(&m); c; c = CMSG_NXTHDR(&m, c)) {
+    if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS)
+      continue;
+    int k = (int)((c->cmsg_len - CMSG_LEN(0)) / sizeof(int));
+    for (int i = 0; i < k; i++) {
+      int one;
+      memcpy(&one, CMSG_DATA(c) + (size_t)i * sizeof(int), sizeof one);
+      if (*got < 0 && *b == PASS)
+        *got = one;
+      else
+        close(one); /* a bell brings none; a pass brings one */
+    }
+  }
+  return r;
+}
+
+/* A reader's socket after a wake-up: bells dropped, descriptors kept in order for their
+ * frames, the end noted. More descriptors than frames can be waiting for ends the channel
+ * (the writer sends one per frame, before the frame). */
+static void drain(bw_chan *c) {
+  for (;;) {
+    char b;
+    int got;
+    ssize_t r = recv_byte(c->fd, &b, &got, MSG_DONTWAIT);
+    if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+      return;
+    if (r <= 0) {
+      c->eof = true;
+      return;
+    }
+    if (b != PASS)
+      continue;
+    if (c->nfds == BW_RING_FDS) {
+      if (got >= 0)
+        close(got);
+      c->eof = true;
+      return;
+    }
+    c->fds[c->nfds++] = got;
+  }
+}
+
+/* ---- the writer ---- */
+
+/* Bytes that fit now, waiting (polling, then sleeping on the socket for the reader's bell)
+ * while the ring is full; 0 if the peer is gone, the channel shut, or the positions insane. */
+static uint64_t room(bw_chan *c) {
+  uint64_t spin = rt_spin_ns(), until = 0;
+  bool woke = false;
+  for (;;) {
+    uint64_t head = atomic_load_explicit(&c->ctl->head, memory_order_acquire);
+    uint64_t used = c->pos - head;
+    if (used > c->size || atomic_load_explicit(&c->closed, memory_order_relaxed))
+      return 0;
+    if (used < c->size)
+      return c->size - used;
+    if (!woke) { /* the reader must be awake to make room */
+      if (!wake(c->fd, &c->ctl->reader_sleeps))
+        return 0;
+      woke = true;
+      until = spin ? rt_mono_ns() + spin : 0;
+    }
+    if (until != 0 && rt_mono_ns() < until) {
+      rt_cpu_relax();
+      continue;
+    }
+    atomic_store_explicit(&c->ctl->writer_waits, 1, memory_order_relaxed);
+    atomic_thread_fence(memory_order_seq_cst);
+    if (atomic_load_explicit(&c->ctl->head, memory_order_relaxed) != head)
+      continue; /* room came meanwhile; a bell that follows is dropped below */
+    char b[64];
+    ssize_t r;
+    if (!sleep_on(c->fd))
+      return 0;
+    while ((r = recv(c->fd, b, sizeof b, MSG_DONTWAIT)) > 0 || (r < 0 && errno == EINTR)) {
+    }
+    if (r == 0 || (errno != EAGAIN && errno != EWOULDBLOCK))
+      return 0; /* the peer is gone, or the socket shut here */
+    atomic_store_explicit(&c->ctl->writer_waits, 0, memory_order_relaxed);
+  }
+}
+
+static void copy_in(bw_chan *c, const uint8_t *p, uint64_t n) {
+  uint64_t at = c->pos & (c->size - 1), first = c->size - at < n ? c->size - at : n;
+  memcpy(c->data + at, p, first);
+  memcpy(c->data, p + first, n - first);
+}
+
+bool bw_chan_write(bw_chan *c, struct iovec *v, int n) {
+  for (int i = 0; i < n; i++) {
+    const uint8_t *p = v[i].iov_base;
+    uint64_t left = v[i].iov_len;
+    while (left > 0) {
+      uint64_t fit = room(c);
+      if (fit == 0)
+        return false;
+      uint64_t k = fit < left ? fit : left;
+      copy_in(c, p, k);
+      c->pos += k;
+      p += k;
+      left -= k;
+      atomic_store_explicit(&c->ctl->tail, c->pos, memory_order_release);
+    }
+  }
+  return wake(c->fd, &c->ctl->reader_sleeps);
+}
+
+bool bw_chan_pass(bw_chan *c, const int *fds, int n) {
+  union {
+    char buf[CMSG_SPACE(sizeof(int) * 4)];
+    struct cmsghdr align;
+  } u;
+  if (c->ctl == NULL || n < 1 || n > 4)
+    return false;
+  char b = PASS;
+  struct iovec v = {&b, 1};
+  struct msghdr m = {.msg_iov = &v,
+                     .msg_iovlen = 1,
+                     .msg_control = u.buf,
+                     .msg_controllen = CMSG_SPACE(sizeof(int) * (size_t)n)};
+  struct cmsghdr *h = CMSG_FIRSTHDR(&m);
+  h->cmsg_level = SOL_SOCKET;
+  h->cmsg_type = SCM_RIGHTS;
+  h->cmsg_len = CMSG_LEN(sizeof(int) * (size_t)n);
+  memcpy(CMSG_DATA(h), fds, sizeof(int) * (size_t)n);
+  ssize_t w;
+  while ((w = sendmsg(c->fd, &m, MSG_NOSIGNAL)) < 0 && errno == EINTR) {
+  }
+  return w == 1;
+}
+
+/* ---- the reader ---- */
+
+static void copy_out(const bw_chan *c, uint8_t *p, uint64_t n) {
+  uint64_t at = c->pos & (c->size - 1), first = c->size - at < n ? c->size - at : n;
+  memcpy(p, c->data + at, first);
+  memcpy(p + first, c->data, n - first);
+}
+
+long bw_chan_read(bw_chan *c, void *p, size_t n, bool *polled) {
+  uint64_t spin = rt_spin_ns();
+  uint64_t until = spin ? rt_mono_ns() + spin : 0;
+  bool slept = false;
+  *polled = false;
+  for (;;) {
+    if (atomic_load_explicit(&c->closed, memory_order_relaxed))
+      return 0; /* shut here (the link failed): what is left is not read */
+    uint64_t have = atomic_load_explicit(&c->ctl->tail, memory_order_acquire) - c->pos;
+    if (have > c->size)
+      return -1; /* not a position the writer can have reached */
+    if (have > 0) {
+      uint64_t k = have < n ? have : n;
+      copy_out(c, p, k);
+      c->pos += k;
+      atomic_store_explicit(&c->ctl->head, c->pos, memory_order_release);
+      *polled = spin != 0 && !slept;
+      return wake(c->fd, &c->ctl->writer_waits) ? (long)k : -1;
+    }
+    if (c->eof)
+      return 0; /* the peer's end, after all it wrote */
+    if (until != 0 && rt_mono_ns() < until) {
+      rt_cpu_relax();
+      continue;
+    }
+    atomic_store_explicit(&c->ctl->reader_sleeps, 1, memory_order_relaxed);
+    atomic_thread_fence(memory_order_seq_cst);
+    if (atomic_load_explicit(&c->ctl->tail, memory_order_relaxed) == c->pos) {
+      if (!sleep_on(c->fd))
+        return -1;
+      drain(c);
+      slept = true;
+    }
+    atomic_store_explicit(&c->ctl->reader_sleeps, 0, memory_order_relaxed);
+    until = 0;
+  }
+}
+
+int bw_chan_take_fd(bw_chan *c) {
+  if (c->nfds > 0) {
+    int fd = c->fds[0];
+    memmove(c->fds, c->fds + 1, --c->nfds * sizeof c->fds[0]);
+    return fd;
+  }
+  for (;;) { /* sent before the frame: it is there, behind bells at most */
+    char b;
+    int got;
+    if (c->eof || recv_byte(c->fd, &b, &got, 0) <= 0) {
+      c->eof = true;
+      return -1;
+    }
+    if (b == PASS)
+      return got;
+  }
+}
+
+void bw_chan_shutdown(bw_chan *c, int how) {
+  atomic_store_explicit(&c->closed, true, memory_order_relaxed);
+  if (c->fd >= 0)
+    shutdown(c->fd, how);
+}
+
+void bw_chan_close(bw_chan *c) {
+  for (uint32_t i = 0; i < c->nfds; i++)
+    if (c->fds[i] >= 0)
+      close(c->fds[i]);
+  c->nfds = 0;
+  if (c->fd >= 0)
+    close(c->fd);
+  c->fd = -1;
+}

@@ -1,0 +1,89 @@
+/* A channel of the worker link (wire.h) as a byte ring in memory both processes map, beside
+ * its socket. The frames go through the ring: a write is a copy and a store, a read a load and
+ * a copy, where the socket cost a system call on each side and often a wake-up (about 2 us a
+ * hop on a 16-core host against 0.1 us through memory; PERFORMANCE.md "Rings on the worker
+ * link"). The socket stays for what memory cannot do:
+ *   - bells: a reader polls the ring for the spin time (rt_spin_ns), then says it sleeps and
+ *     sleeps in poll(2) on the socket; a writer that sees that sends a byte. A writer waiting
+ *     for room does the same the other way round;
+ *   - descriptors (SCM_RIGHTS): a frame that takes one has it sent on the socket first;
+ *   - the end: a peer that exits or shuts the channel down ends the socket, and the reader, once
+ *     the ring is empty, sees the end as it did with the socket alone.
+ * One writer (under the channel's lock) and one reader thread. Each side keeps its own copy of
+ * its position and never takes the other side's word beyond a bounds check: a worker runs
+ * clients' kernels, so acceld reads its ring as it reads its socket (a position past the ring's
+ * size ends the channel, as a malformed frame does). The region is sealed against shrinking. */
+#ifndef BW_RING_H
+#define BW_RING_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/uio.h>
+
+#define BW_RING_CMD_BYTES ((uint64_t)1 << 20)  /* acceld -> worker: calls */
+#define BW_RING_NOTE_BYTES ((uint64_t)256 << 10) /* worker -> acceld: replies, completions */
+#define BW_RING_FDS 16 /* descriptors a reader holds ahead of their frames */
+
+/* One direction's positions, in the shared region; each on a cache line of its own. */
+typedef struct bw_ring_ctl {
+  _Alignas(64) _Atomic uint64_t tail; /* the writer's: bytes written in all */
+  _Atomic uint32_t reader_sleeps;     /* the reader's: it sleeps (or is about to) on the socket */
+  _Alignas(64) _Atomic uint64_t head; /* the reader's: bytes taken in all */
+  _Atomic uint32_t writer_waits;      /* the writer's: it sleeps for room on the socket */
+} bw_ring_ctl;
+
+/* One end of a channel. fd: the socket (without a ring the frames themselves go there). */
+typedef struct bw_chan {
+  int fd;
+  bw_ring_ctl *ctl; /* NULL: no ring */
+  uint8_t *data;
+  uint64_t size; /* a power of two */
+  uint64_t pos;  /* the writer's tail or the reader's head: this side's own count */
+  bool eof;      /* reader: the socket ended */
+  _Atomic bool closed; /* shut down on this side (bw_chan_shutdown) */
+  int fds[BW_RING_FDS]; /* reader: descriptors that came before their frames, in order */
+  uint32_t nfds;
+} bw_chan;
+
+/* Both channels' rings of a link: one memfd, mapped by both processes. */
+typedef struct bw_rings {
+  int fd;
+  uint8_t *base;
+  size_t bytes;
+} bw_rings;
+
+/* Whether links use their rings: not with ACCEL_WORKER_RINGS=0 in the environment (both
+ * processes read it), which puts the frames back on the sockets, for comparisons. */
+bool bw_rings_wanted(void);
+
+/* A channel over the socket alone. */
+bw_chan bw_chan_socket(int fd);
+
+/* acceld: a new sealed region for one link's rings; false on a system error. */
+bool bw_rings_create(bw_rings *r);
+/* The worker: maps the region acceld passed (its size checked); false if it is not one. */
+bool bw_rings_map(bw_rings *r, int fd);
+void bw_rings_unmap(bw_rings *r); /* and closes its descriptor */
+/* The two ends over the region: cmd (acceld writes) and note (the worker writes). */
+void bw_chan_ring(bw_chan *c, const bw_rings *r, bool note);
+
+/* Writes the vector's bytes (every byte, waiting for room as long as the peer lives); false if
+ * the peer is gone, the channel was shut down here, or its positions are not sane. */
+bool bw_chan_write(bw_chan *c, struct iovec *v, int n);
+/* Sends descriptors for the frame written next (a ring channel only). */
+bool bw_chan_pass(bw_chan *c, const int *fds, int n);
+
+/* Reads what is there, at most n bytes, waiting (polling, then sleeping) until something is:
+ * > 0 bytes, 0 at the end, < 0 on an error. *polled: the bytes came while polling. */
+long bw_chan_read(bw_chan *c, void *p, size_t n, bool *polled);
+/* The next descriptor sent for a frame, waiting for it (it was sent before the frame's bytes);
+ * -1 if none came with it or the channel ended. */
+int bw_chan_take_fd(bw_chan *c);
+/* Ends the channel on this side: a reader or writer waiting or polling here returns. */
+void bw_chan_shutdown(bw_chan *c, int how);
+/* Closes the descriptors held and the socket. */
+void bw_chan_close(bw_chan *c);
+
+#endif
