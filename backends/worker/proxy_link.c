@@ -454,8 +454,6 @@ static bool channels(bw_link *l, size_t stage_bytes, int theirs[5]) {
     return false;
   if (!bw_rings_create(&l->rings) || (theirs[4] = fcntl(l->rings.fd, F_DUPFD_CLOEXEC, 16)) < 0)
     return false;
-  if (!bw_rings_wanted())
-    return true; /* the sockets carry the frames (for comparisons) */
   bw_chan_ring(&l->cmd, &l->rings, false);
   bw_chan_ring(&l->note, &l->rings, true);
   return true;
@@ -495,12 +493,17 @@ static void close_fd(int *fd) {
   *fd = -1;
 }
 
-/* Their sockets and rings (the threads that used them have ended). */
+/* Their sockets and rings (the reader has ended). Under send_mu: a sender inside a write
+ * (waiting for room, say: the shutdown ends that wait) finishes before the rings go. */
 static void close_channels(bw_link *l) {
+  pthread_mutex_lock(&l->send_mu);
   bw_chan_close(&l->cmd);
+  l->cmd.ctl = NULL;
   bw_chan_close(&l->note);
+  l->note.ctl = NULL;
   close_fd(&l->ack);
   bw_rings_unmap(&l->rings);
+  pthread_mutex_unlock(&l->send_mu);
 }
 
 /* Waits for the worker to exit after its channel closed: a kernel still running there may

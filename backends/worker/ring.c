@@ -4,7 +4,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
-#include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
@@ -24,11 +23,6 @@
 #define PASS 'F' /* the byte descriptors travel with */
 
 _Static_assert(sizeof(bw_ring_ctl) <= CTL_NOTE, "a direction's positions fit their slot");
-
-bool bw_rings_wanted(void) {
-  const char *env = getenv("ACCEL_WORKER_RINGS");
-  return env == NULL || strcmp(env, "0") != 0;
-}
 
 bw_chan bw_chan_socket(int fd) {
   return (bw_chan){.fd = fd};
@@ -152,10 +146,11 @@ static ssize_t recv_byte(int fd, char *b, int *got, int flags) {
 }
 
 /* A reader's socket after a wake-up: bells dropped, descriptors kept in order for their
- * frames, the end noted. More descriptors than frames can be waiting for ends the channel
- * (the writer sends one per frame, before the frame). */
+ * frames, the end noted. With the queue full the rest waits in the socket, where
+ * bw_chan_take_fd finds it after the queue (the frames of those queued are in the ring). A
+ * descriptor on a channel whose frames take none is a peer breaking the protocol: the end. */
 static void drain(bw_chan *c) {
-  for (;;) {
+  while (c->nfds < BW_RING_FDS) {
     char b;
     int got;
     ssize_t r = recv_byte(c->fd, &b, &got, MSG_DONTWAIT);
@@ -167,7 +162,7 @@ static void drain(bw_chan *c) {
     }
     if (b != PASS)
       continue;
-    if (c->nfds == BW_RING_FDS) {
+    if (!c->takes_fds) {
       if (got >= 0)
         close(got);
       c->eof = true;
@@ -291,7 +286,9 @@ long bw_chan_read(bw_chan *c, void *p, size_t n, bool *polled) {
       c->pos += k;
       atomic_store_explicit(&c->ctl->head, c->pos, memory_order_release);
       *polled = spin != 0 && !slept;
-      return wake(c->fd, &c->ctl->writer_waits) ? (long)k : -1;
+      /* A writer gone while it waited for room: what it wrote is still read, to the end. */
+      (void)wake(c->fd, &c->ctl->writer_waits);
+      return (long)k;
     }
     if (c->eof)
       return 0; /* the peer's end, after all it wrote */

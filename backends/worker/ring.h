@@ -22,7 +22,7 @@
 #include <stdint.h>
 #include <sys/uio.h>
 
-#define BW_RING_CMD_BYTES ((uint64_t)1 << 20)  /* acceld -> worker: calls */
+#define BW_RING_CMD_BYTES ((uint64_t)1 << 20)    /* acceld -> worker: calls */
 #define BW_RING_NOTE_BYTES ((uint64_t)256 << 10) /* worker -> acceld: replies, completions */
 #define BW_RING_FDS 16 /* descriptors a reader holds ahead of their frames */
 
@@ -39,10 +39,11 @@ typedef struct bw_chan {
   int fd;
   bw_ring_ctl *ctl; /* NULL: no ring */
   uint8_t *data;
-  uint64_t size; /* a power of two */
-  uint64_t pos;  /* the writer's tail or the reader's head: this side's own count */
-  bool eof;      /* reader: the socket ended */
-  _Atomic bool closed; /* shut down on this side (bw_chan_shutdown) */
+  uint64_t size;        /* a power of two */
+  uint64_t pos;         /* the writer's tail or the reader's head: this side's own count */
+  bool eof;             /* reader: the socket ended */
+  _Atomic bool closed;  /* shut down on this side (bw_chan_shutdown) */
+  bool takes_fds;       /* reader: some frames take a descriptor (else one is an error) */
   int fds[BW_RING_FDS]; /* reader: descriptors that came before their frames, in order */
   uint32_t nfds;
 } bw_chan;
@@ -53,10 +54,6 @@ typedef struct bw_rings {
   uint8_t *base;
   size_t bytes;
 } bw_rings;
-
-/* Whether links use their rings: not with ACCEL_WORKER_RINGS=0 in the environment (both
- * processes read it), which puts the frames back on the sockets, for comparisons. */
-bool bw_rings_wanted(void);
 
 /* A channel over the socket alone. */
 bw_chan bw_chan_socket(int fd);

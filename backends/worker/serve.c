@@ -4,6 +4,7 @@
  * thread per link lets host callbacks that hold their queue go on once acceld has run its
  * function. */
 #include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -133,9 +134,7 @@ static const be_ops *backend_named(const char *name) {
 
 bool ws_use_rings(ws_state *l, int fd) {
   if (!bw_rings_map(&l->rings, fd))
-    return false; /* acceld passed none (a test's link): the sockets carry the frames */
-  if (!bw_rings_wanted())
-    return true;
+    return false;
   bw_chan_ring(&l->cmd, &l->rings, false);
   bw_chan_ring(&l->note, &l->rings, true);
   return true;
@@ -205,7 +204,12 @@ int bw_worker_main(int argc, char **argv) {
   ws.cmd = bw_chan_socket(BW_FD_CMD);
   ws.note = bw_chan_socket(BW_FD_NOTE);
   ws.ack = BW_FD_ACK;
-  ws_use_rings(&first, BW_FD_RINGS);
+  /* acceld writes to the rings it passed: a worker that cannot use them must not start. A
+   * worker with no fd 7 (a test's stand-in) uses the sockets. */
+  if (fcntl(BW_FD_RINGS, F_GETFD) >= 0 && !ws_use_rings(&first, BW_FD_RINGS)) {
+    fprintf(stderr, "accel-device: fd %d is not a link's rings\n", BW_FD_RINGS);
+    return 2;
+  }
   if (!ws_map_stage(&first, BW_FD_STAGE)) {
     fprintf(stderr, "accel-device: no staging region on fd %d\n", BW_FD_STAGE);
     return 2;

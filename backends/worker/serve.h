@@ -93,7 +93,7 @@ _Noreturn void ws_serve(ws_state *link);
 /* Maps the staging region on fd for the link; false if it cannot. */
 bool ws_map_stage(ws_state *l, int fd);
 /* Frames of cmd and note through the rings of the region on fd (ring.h), which the link then
- * keeps; false (the sockets carry them) if fd is not such a region. */
+ * keeps (and closes); false if fd is not such a region. */
 bool ws_use_rings(ws_state *l, int fd);
 
 /* serve.c */

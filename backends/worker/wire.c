@@ -293,6 +293,7 @@ bool bw_reader_init(bw_reader *r, int fd, uint64_t fd_types) {
 bool bw_reader_init_chan(bw_reader *r, bw_chan *chan, uint64_t fd_types) {
   bool ok = bw_reader_init(r, chan->fd, fd_types);
   r->chan = chan->ctl != NULL ? chan : NULL;
+  chan->takes_fds = fd_types != 0;
   return ok;
 }
 

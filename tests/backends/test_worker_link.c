@@ -46,10 +46,8 @@ static int hostile_worker(const char *mode) {
   bw_chan cmd = bw_chan_socket(BW_FD_CMD), note = bw_chan_socket(BW_FD_NOTE);
   if (!bw_rings_map(&rings, BW_FD_RINGS))
     return 1;
-  if (bw_rings_wanted()) {
-    bw_chan_ring(&cmd, &rings, false);
-    bw_chan_ring(&note, &rings, true);
-  }
+  bw_chan_ring(&cmd, &rings, false);
+  bw_chan_ring(&note, &rings, true);
   bw_reader r;
   if (!bw_reader_init_chan(&r, &cmd, 0) ||
       !bw_reader_next(&r, &h, buf, sizeof buf, &body, &passed, BW_MAX_FRAME))

@@ -6,10 +6,12 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "../test.h"
@@ -269,6 +271,87 @@ TEST(a_writer_waiting_for_room_sees_the_reader_go) {
   pair_close(&p);
 }
 
+/* More descriptors than the reader's queue holds arrive while it sleeps: the queue takes 16
+ * and the rest wait in the socket, each still meeting its own frame. The reader is a process
+ * stopped while the writer sends everything, so that its one drain finds all of it. */
+enum { MANY_FDS = BW_RING_FDS + 4 };
+
+static int read_shares(pair *p) {
+  for (uint32_t i = 0; i < MANY_FDS; i++) {
+    _Alignas(16) char buf[64];
+    bw_hdr h;
+    void *body;
+    int passed;
+    if (!bw_reader_next(&p->reader, &h, buf, sizeof buf, &body, &passed, BW_MAX_FRAME) ||
+        h.tag != i || passed < 0)
+      return 1;
+    if (i == 0 && p->r.nfds != BW_RING_FDS - 1)
+      return 2; /* the queue was full when the first frame took its descriptor */
+    char c = (char)i;
+    if (write(passed, &c, 1) != 1)
+      return 3;
+    close(passed);
+  }
+  return 0;
+}
+
+TEST(descriptors_past_the_queue_wait_in_the_socket) {
+  pair p;
+  pair_open(&p, BW_TYPE_BIT(BW_SHARE));
+  pid_t pid = fork();
+  CHECK_GE(pid, 0);
+  if (pid == 0)
+    _exit(read_shares(&p));
+  TEST_WAIT_FOR(atomic_load(&ctl_of(&p)->reader_sleeps) == 1, 1);
+  CHECK_EQ(kill(pid, SIGSTOP), 0);
+  int st;
+  CHECK_EQ(waitpid(pid, &st, WUNTRACED), pid);
+  int pipes[MANY_FDS][2];
+  uint64_t v = 1;
+  for (uint32_t i = 0; i < MANY_FDS; i++) {
+    CHECK_EQ(pipe(pipes[i]), 0);
+    CHECK(bw_chan_send_fd(&p.w, BW_SHARE, i, &v, sizeof v, pipes[i][1]));
+    close(pipes[i][1]);
+  }
+  CHECK_EQ(kill(pid, SIGCONT), 0);
+  CHECK_EQ(waitpid(pid, &st, 0), pid);
+  CHECK(WIFEXITED(st));
+  CHECK_EQ(WEXITSTATUS(st), 0);
+  for (uint32_t i = 0; i < MANY_FDS; i++) {
+    char c = 0;
+    CHECK_EQ(read(pipes[i][0], &c, 1), 1);
+    CHECK_EQ(c, (char)i); /* frame i wrote into pipe i: each descriptor met its frame */
+    close(pipes[i][0]);
+  }
+  pair_close(&p);
+}
+
+/* A writer killed while it waits for room: everything it wrote is still read, then the end. */
+TEST(a_writer_gone_while_it_waited_leaves_what_it_wrote) {
+  pair p;
+  pair_open(&p, 0);
+  pid_t pid = fork();
+  CHECK_GE(pid, 0);
+  if (pid == 0) {
+    writer_job j = {.c = &p.w, .frames = 10}; /* frame 9 (3 MiB) cannot fit */
+    write_frames(&j);
+    _exit(0);
+  }
+  close(p.w.fd); /* the writer's end lives in the writer only */
+  p.w.fd = -1;
+  TEST_WAIT_FOR(atomic_load(&ctl_of(&p)->writer_waits) == 1, 1);
+  CHECK_EQ(kill(pid, SIGKILL), 0);
+  CHECK_EQ(waitpid(pid, NULL, 0), pid);
+  for (uint32_t i = 0; i < 9; i++)
+    expect_frame(&p, i);
+  _Alignas(16) char buf[64];
+  bw_hdr h;
+  void *body;
+  int passed;
+  CHECK(!bw_reader_next(&p.reader, &h, buf, sizeof buf, &body, &passed, BW_MAX_FRAME));
+  pair_close(&p);
+}
+
 TEST(the_region_is_sealed_and_checked) {
   bw_rings r;
   CHECK(bw_rings_create(&r));
@@ -295,6 +378,8 @@ static const test_case tests[] = {
     TEST_CASE(the_end_comes_after_the_last_frame),
     TEST_CASE(a_channel_shut_here_ends_its_reader),
     TEST_CASE(a_writer_waiting_for_room_sees_the_reader_go),
+    TEST_CASE(descriptors_past_the_queue_wait_in_the_socket),
+    TEST_CASE(a_writer_gone_while_it_waited_leaves_what_it_wrote),
     TEST_CASE(the_region_is_sealed_and_checked),
 };
 
