@@ -69,6 +69,8 @@ static int hostile_worker(const char *mode) {
   while (bw_reader_next(&r, &h, buf, sizeof buf, &body, &passed, BW_MAX_FRAME))
     if (body != buf) /* until the proxy lets go */
       free(body);
+  bw_reader_fini(&r);
+  bw_rings_unmap(&rings);
   return 0;
 }
 
