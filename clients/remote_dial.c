@@ -258,9 +258,9 @@ int client_local_connect(const char *url) {
   }
 }
 
-int client_tcp_connect(const char *url) {
+int client_tcp_connect(const char *url, int timeout_ms) {
   const char *why = "";
-  int fd = proto_tcp_connect(url, DIAL_TIMEOUT_MS, &why);
+  int fd = proto_tcp_connect(url, timeout_ms < 0 ? DIAL_TIMEOUT_MS : timeout_ms, &why);
   if (fd >= 0)
     return fd;
   if (fd == ACCEL_EINVAL)

@@ -20,8 +20,9 @@ RT_MUST_USE int client_nng_dial(nng_socket sock, const char *url);
  * when no acceld listens there (no socket file, or nobody behind it), ACCEL_EPERM (not allowed
  * to), ACCEL_EINVAL (path too long), ACCEL_ESYS. */
 RT_MUST_USE int client_local_connect(const char *url);
-/* Connects to tcp://HOST:PORT within 10 s (TCP_NODELAY, blocking): the descriptor, or
- * ACCEL_ECLOSED when nothing answers there, ACCEL_EINVAL for a URL without host or port. */
-RT_MUST_USE int client_tcp_connect(const char *url);
+/* Connects to tcp://HOST:PORT within timeout_ms (< 0: 10 s) (TCP_NODELAY, blocking): the
+ * descriptor, or ACCEL_ECLOSED when nothing answers there in time, ACCEL_EINVAL for a URL
+ * without host or port. */
+RT_MUST_USE int client_tcp_connect(const char *url, int timeout_ms);
 
 #endif

@@ -31,7 +31,7 @@ static int local_open(accel_ctx *ctx, const char *url) {
 }
 
 static int tcp_open(accel_ctx *ctx, const char *url) {
-  return start(ctx, client_tcp_connect(url));
+  return start(ctx, client_tcp_connect(url, -1));
 }
 
 static int stream_send(remote *r, const uint8_t *bytes, size_t len, uint64_t id) {

@@ -8,6 +8,7 @@
 #include <sys/un.h>
 #include <sys/wait.h>
 
+#include "../tcp_listener.h"
 #include "accel/accel.h"
 #include "util.h"
 
@@ -158,6 +159,27 @@ TEST(no_daemon_is_a_clear_error) {
   close(fd);
   unlink(sa.sun_path);
   td_cleanup(&d);
+}
+
+/* --timeout bounds a tcp:// connect too: toward a listener whose queue is full (SYNs dropped,
+ * as toward a host that vanished) accelctl gives up after its timeout, not the 10 s a library
+ * connect waits. */
+TEST(the_timeout_bounds_a_tcp_connect) {
+  int port, ls = tcp_listener(0, &port), held[4];
+  tcp_fill_queue(port, held, 4);
+  char url[64], want[160];
+  snprintf(url, sizeof url, "tcp://127.0.0.1:%d", port);
+  uint64_t t0 = test_now_ns();
+  CHECK_EQ(td_ctl(out, sizeof out, "--url", url, "--timeout", "300", "ping", NULL), 1);
+  uint64_t ms = (test_now_ns() - t0) / 1000000u;
+  snprintf(want, sizeof want, "accelctl: no acceld at %s (connect: %s)\n", url,
+           strerror(ETIMEDOUT));
+  CHECK_STR_EQ(out, want);
+  CHECK_GE(ms, 280u);
+  CHECK_LT(ms, 5000u); /* the library's own connect timeout is 10 s */
+  for (int i = 0; i < 4; i++)
+    close(held[i]);
+  close(ls);
 }
 
 /* `--version` prints "NAME VERSION" and exits 0; accelctl's version is the one the daemon of
@@ -532,6 +554,7 @@ static const test_case tests[] = {
     TEST_CASE(devices_json_has_devices_with_packages_and_backends),
     TEST_CASE(tree_shows_the_supervision_tree),
     TEST_CASE(no_daemon_is_a_clear_error),
+    TEST_CASE(the_timeout_bounds_a_tcp_connect),
     TEST_CASE(version_flags_print_the_build_version),
     TEST_CASE(usage_errors_exit_2),
     TEST_CASE(every_command_takes_json),

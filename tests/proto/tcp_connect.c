@@ -17,28 +17,16 @@
 #include <sys/time.h>
 #include <unistd.h>
 
+#include "../tcp_listener.h"
 #include "../test.h"
 #include "proto/tcp.h"
-
-/* A listener on 127.0.0.1 with the given backlog; its port in *port. */
-static int listener(int backlog, int *port) {
-  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  CHECK(fd >= 0);
-  struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-  CHECK_EQ(bind(fd, (struct sockaddr *)&a, sizeof a), 0);
-  CHECK_EQ(listen(fd, backlog), 0);
-  socklen_t len = sizeof a;
-  CHECK_EQ(getsockname(fd, (struct sockaddr *)&a, &len), 0);
-  *port = ntohs(a.sin_port);
-  return fd;
-}
 
 static void url_of(char *url, size_t cap, int port) {
   snprintf(url, cap, "tcp://127.0.0.1:%d", port);
 }
 
 TEST(connects_to_a_listener) {
-  int port, ls = listener(8, &port);
+  int port, ls = tcp_listener(8, &port);
   char url[64];
   url_of(url, sizeof url, port);
   const char *why = NULL;
@@ -55,7 +43,7 @@ TEST(connects_to_a_listener) {
 }
 
 TEST(a_closed_port_is_refused_at_once) {
-  int port, ls = listener(8, &port);
+  int port, ls = tcp_listener(8, &port);
   close(ls); /* the port is free now: nobody listens */
   char url[64];
   url_of(url, sizeof url, port);
@@ -71,23 +59,9 @@ static void on_alarm(int sig) {
   (void)sig;
 }
 
-/* Fills ls's accept queue (backlog 0 takes one connection): later SYNs are dropped. */
-static void fill_queue(int port, int *held, int n) {
-  struct sockaddr_in a = {.sin_family = AF_INET,
-                          .sin_port = htons((uint16_t)port),
-                          .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-  for (int i = 0; i < n; i++) {
-    held[i] = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    CHECK(held[i] >= 0);
-    int rc = connect(held[i], (struct sockaddr *)&a, sizeof a);
-    CHECK(rc == 0 || errno == EINPROGRESS);
-  }
-  usleep(100 * 1000); /* the handshakes the queue has room for complete */
-}
-
 static void times_out(bool with_signals) {
-  int port, ls = listener(0, &port), held[4];
-  fill_queue(port, held, 4);
+  int port, ls = tcp_listener(0, &port), held[4];
+  tcp_fill_queue(port, held, 4);
   struct sigaction sa = {.sa_handler = on_alarm}, old; /* no SA_RESTART: poll gets EINTR */
   struct itimerval every = {{0, 20000}, {0, 20000}}, off = {{0, 0}, {0, 0}};
   if (with_signals) {
