@@ -14,11 +14,13 @@
  * - shared memory is refused over tcp:// (no descriptor can come with SHM_ATTACH);
  * - listening: an address in use, a URL without a port, a port past 65535 stop the daemon
  *   with the URL in its log. */
+#include <netinet/in.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include "accel/accel.h"
@@ -276,6 +278,37 @@ TEST(listening_errors_name_the_url) {
                  "cannot listen on tcp://127.0.0.1:65536: not tcp://HOST:PORT");
 }
 
+/* Whether this host has IPv6 on its loopback (a CI container may not). */
+static bool has_ipv6_loopback(void) {
+  int fd = socket(AF_INET6, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  struct sockaddr_in6 a = {.sin6_family = AF_INET6, .sin6_addr = IN6ADDR_LOOPBACK_INIT};
+  bool ok = fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof a) == 0;
+  if (fd >= 0)
+    close(fd);
+  return ok;
+}
+
+/* A listener on every address ("*" as the host) is one dual-stack IPv6 socket (IPV6_V6ONLY
+ * off) that takes IPv4 clients too: accelctl reaches it through tcp4:// and, where the host
+ * has IPv6, tcp6://. */
+TEST(a_listener_on_every_address_serves_ipv4_and_ipv6) {
+  td_daemon d;
+  td_prepare(&d);
+  int port = td_free_port();
+  char any[64], v4[64], v6[64], out[4096];
+  snprintf(any, sizeof any, "tcp://*:%d", port);
+  snprintf(v4, sizeof v4, "tcp4://127.0.0.1:%d", port);
+  snprintf(v6, sizeof v6, "tcp6://[::1]:%d", port);
+  td_start(&d, "--listen", any, "--allow-plain-tcp", "--backends", "cpu", NULL);
+  CHECK_EQ(td_ctl(out, sizeof out, "--url", v4, "ping", NULL), 0);
+  if (has_ipv6_loopback())
+    CHECK_EQ(td_ctl(out, sizeof out, "--url", v6, "ping", NULL), 0);
+  else
+    printf("# no IPv6 on this host's loopback: only the IPv4 client was checked\n");
+  CHECK_EQ(td_stop(&d), 0);
+  td_cleanup(&d);
+}
+
 /* proto_tcp_parse at its limits: ports 1 and 65535 (0 and 65536 not), a host of
  * PROTO_TCP_HOST_MAX - 1 bytes (one more not), brackets for IPv6, "*" for any. */
 TEST(tcp_urls_at_their_limits) {
@@ -312,6 +345,7 @@ static const test_case tests[] = {
     TEST_CASE(a_peer_sending_garbage_is_closed_and_others_are_served),
     TEST_CASE(shared_memory_is_refused_over_tcp),
     TEST_CASE(listening_errors_name_the_url),
+    TEST_CASE(a_listener_on_every_address_serves_ipv4_and_ipv6),
     TEST_CASE(tcp_urls_at_their_limits),
 };
 
