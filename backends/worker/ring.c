@@ -286,8 +286,10 @@ long bw_chan_read(bw_chan *c, void *p, size_t n, bool *polled) {
       c->pos += k;
       atomic_store_explicit(&c->ctl->head, c->pos, memory_order_seq_cst);
       *polled = spin != 0 && !slept;
-      /* A writer gone while it waited for room: what it wrote is still read, to the end. */
-      (void)wake(c->fd, &c->ctl->writer_waits);
+      /* A writer gone while it waited for room: what it wrote is still read, to the end. Any
+       * other failed bell may leave a live writer asleep for good: the channel ends. */
+      if (!wake(c->fd, &c->ctl->writer_waits) && errno != EPIPE && errno != ECONNRESET)
+        return -1;
       return (long)k;
     }
     if (c->eof)
@@ -296,6 +298,9 @@ long bw_chan_read(bw_chan *c, void *p, size_t n, bool *polled) {
       rt_cpu_relax();
       continue;
     }
+    if (c->nfds == BW_RING_FDS)
+      return -1; /* descriptors for frames that never came: a writer breaking the protocol
+                    (its socket would stay readable under a sleep that never sleeps) */
     atomic_store_explicit(&c->ctl->reader_sleeps, 1, memory_order_seq_cst);
     if (atomic_load_explicit(&c->ctl->tail, memory_order_seq_cst) == c->pos) {
       if (!sleep_on(c->fd))

@@ -352,6 +352,26 @@ TEST(a_writer_gone_while_it_waited_leaves_what_it_wrote) {
   pair_close(&p);
 }
 
+/* Descriptors sent for frames that never come fill the reader's queue while the ring stays
+ * empty: the channel ends rather than the reader spinning on a socket that stays readable. */
+TEST(descriptors_without_frames_end_the_channel) {
+  pair p;
+  pair_open(&p, BW_TYPE_BIT(BW_SHARE));
+  int fds[2];
+  CHECK_EQ(pipe(fds), 0);
+  for (int i = 0; i <= BW_RING_FDS; i++)
+    CHECK(bw_chan_pass(&p.w, &fds[1], 1));
+  _Alignas(16) char buf[64];
+  bw_hdr h;
+  void *body;
+  int passed;
+  CHECK(!bw_reader_next(&p.reader, &h, buf, sizeof buf, &body, &passed, BW_MAX_FRAME));
+  CHECK_EQ(p.r.nfds, (uint32_t)BW_RING_FDS); /* held until the channel closes them */
+  close(fds[0]);
+  close(fds[1]);
+  pair_close(&p);
+}
+
 TEST(the_region_is_sealed_and_checked) {
   bw_rings r;
   CHECK(bw_rings_create(&r));
@@ -380,6 +400,7 @@ static const test_case tests[] = {
     TEST_CASE(a_writer_waiting_for_room_sees_the_reader_go),
     TEST_CASE(descriptors_past_the_queue_wait_in_the_socket),
     TEST_CASE(a_writer_gone_while_it_waited_leaves_what_it_wrote),
+    TEST_CASE(descriptors_without_frames_end_the_channel),
     TEST_CASE(the_region_is_sealed_and_checked),
 };
 
