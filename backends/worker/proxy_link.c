@@ -551,6 +551,10 @@ void bw_link_release(bw_link *l) {
 /* The channels stop: no frame goes out any more, the worker's thread serving the link sees
  * the end of its calls. */
 static void link_stop(bw_link *l) {
+  /* Through rings the cork is empty and the worker still reads what the ring holds after the
+   * end: shut first, so that a sender waiting for room (a hung worker) lets send_mu go. */
+  if (l->cmd.ctl != NULL)
+    bw_chan_shutdown(&l->cmd, SHUT_RDWR);
   bw_cork_close(l); /* before cmd closes: a flush after would write to a closed descriptor */
   bw_chan_shutdown(&l->cmd, SHUT_RDWR);
 }
