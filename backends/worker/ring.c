@@ -114,11 +114,54 @@ static bool sleep_on(int fd) {
   }
 }
 
-/* One byte from the socket with the descriptors it brought: the first into *fd (-1 if none),
- * others closed. 1, 0 at the end, < 0 (errno) when nothing is there or on an error. */
+int bw_take_fds(struct msghdr *m, int *fds, int max) {
+  int got = 0;
+  for (struct cmsghdr *c = CMSG_FIRSTHDR(m); c; c = CMSG_NXTHDR(m, c)) {
+    if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS)
+      continue;
+    int k = (int)((c->cmsg_len - CMSG_LEN(0)) / sizeof(int));
+    for (int i = 0; i < k; i++) {
+      int one;
+      memcpy(&one, CMSG_DATA(c) + (size_t)i * sizeof(int), sizeof one);
+      if (got < max)
+        fds[got++] = one;
+      else
+        close(one);
+    }
+  }
+  return got;
+}
+
+ssize_t bw_send_with_fds(int fd, const void *p, size_t n, const int *fds, int nfds) {
+  union {
+    char buf[CMSG_SPACE(sizeof(int) * BW_RING_MAX_PASS)];
+    struct cmsghdr align;
+  } u;
+  if (nfds < 1 || nfds > BW_RING_MAX_PASS) {
+    errno = EINVAL;
+    return -1;
+  }
+  struct iovec v = {(void *)p, n};
+  struct msghdr m = {.msg_iov = &v,
+                     .msg_iovlen = 1,
+                     .msg_control = u.buf,
+                     .msg_controllen = CMSG_SPACE(sizeof(int) * (size_t)nfds)};
+  struct cmsghdr *h = CMSG_FIRSTHDR(&m);
+  h->cmsg_level = SOL_SOCKET;
+  h->cmsg_type = SCM_RIGHTS;
+  h->cmsg_len = CMSG_LEN(sizeof(int) * (size_t)nfds);
+  memcpy(CMSG_DATA(h), fds, sizeof(int) * (size_t)nfds);
+  ssize_t w;
+  while ((w = sendmsg(fd, &m, MSG_NOSIGNAL)) < 0 && errno == EINTR) {
+  }
+  return w;
+}
+
+/* One byte from the socket with the descriptor a pass brought into *got (-1 if none; any other
+ * closed). 1, 0 at the end, < 0 (errno) when nothing is there or on an error. */
 static ssize_t recv_byte(int fd, char *b, int *got, int flags) {
   union {
-    char buf[CMSG_SPACE(sizeof(int) * 4)];
+    char buf[CMSG_SPACE(sizeof(int) * BW_RING_MAX_PASS)];
     struct cmsghdr align;
   } u;
   struct iovec v = {b, 1};
@@ -128,21 +171,8 @@ static ssize_t recv_byte(int fd, char *b, int *got, int flags) {
   while ((r = recvmsg(fd, &m, MSG_CMSG_CLOEXEC | flags)) < 0 && errno == EINTR) {
   }
   *got = -1;
-  if (r <= 0)
-    return r;
-  for (struct cmsghdr *c = CMSG_FIRSTHDR(&m); c; c = CMSG_NXTHDR(&m, c)) {
-    if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS)
-      continue;
-    int k = (int)((c->cmsg_len - CMSG_LEN(0)) / sizeof(int));
-    for (int i = 0; i < k; i++) {
-      int one;
-      memcpy(&one, CMSG_DATA(c) + (size_t)i * sizeof(int), sizeof one);
-      if (*got < 0 && *b == PASS)
-        *got = one;
-      else
-        close(one); /* a bell brings none; a pass brings one */
-    }
-  }
+  if (r > 0)
+    bw_take_fds(&m, got, *b == PASS ? 1 : 0); /* a bell brings none; a pass brings one */
   return r;
 }
 
@@ -238,27 +268,8 @@ bool bw_chan_write(bw_chan *c, struct iovec *v, int n) {
 }
 
 bool bw_chan_pass(bw_chan *c, const int *fds, int n) {
-  union {
-    char buf[CMSG_SPACE(sizeof(int) * 4)];
-    struct cmsghdr align;
-  } u;
-  if (c->ctl == NULL || n < 1 || n > 4)
-    return false;
   char b = PASS;
-  struct iovec v = {&b, 1};
-  struct msghdr m = {.msg_iov = &v,
-                     .msg_iovlen = 1,
-                     .msg_control = u.buf,
-                     .msg_controllen = CMSG_SPACE(sizeof(int) * (size_t)n)};
-  struct cmsghdr *h = CMSG_FIRSTHDR(&m);
-  h->cmsg_level = SOL_SOCKET;
-  h->cmsg_type = SCM_RIGHTS;
-  h->cmsg_len = CMSG_LEN(sizeof(int) * (size_t)n);
-  memcpy(CMSG_DATA(h), fds, sizeof(int) * (size_t)n);
-  ssize_t w;
-  while ((w = sendmsg(c->fd, &m, MSG_NOSIGNAL)) < 0 && errno == EINTR) {
-  }
-  return w == 1;
+  return c->ctl != NULL && bw_send_with_fds(c->fd, &b, 1, fds, n) == 1;
 }
 
 /* ---- the reader ---- */

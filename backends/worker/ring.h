@@ -20,11 +20,13 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/socket.h>
 #include <sys/uio.h>
 
 #define BW_RING_CMD_BYTES ((uint64_t)1 << 20)    /* acceld -> worker: calls */
 #define BW_RING_NOTE_BYTES ((uint64_t)256 << 10) /* worker -> acceld: replies, completions */
-#define BW_RING_FDS 16 /* descriptors a reader holds ahead of their frames */
+#define BW_RING_FDS 16     /* descriptors a reader holds ahead of their frames */
+#define BW_RING_MAX_PASS 4 /* descriptors one message may carry */
 
 /* One direction's positions, in the shared region; each on a cache line of its own. */
 typedef struct bw_ring_ctl {
@@ -54,6 +56,13 @@ typedef struct bw_rings {
   uint8_t *base;
   size_t bytes;
 } bw_rings;
+
+/* The descriptors a recvmsg brought (m): the first `max` into fds (their count returned), the
+ * rest closed. */
+int bw_take_fds(struct msghdr *m, int *fds, int max);
+/* One sendmsg of p[0..n) with nfds (1..BW_RING_MAX_PASS) descriptors (SCM_RIGHTS), retried on
+ * EINTR: bytes written, or < 0 (errno). */
+ssize_t bw_send_with_fds(int fd, const void *p, size_t n, const int *fds, int nfds);
 
 /* A channel over the socket alone. */
 bw_chan bw_chan_socket(int fd);

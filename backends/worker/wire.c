@@ -98,26 +98,8 @@ void bw_frame_put(uint8_t *to, uint16_t type, uint64_t tag, const void *a, size_
 
 bool bw_send_fds(int fd, uint16_t type, uint64_t tag, const void *a, size_t alen, const int *pass,
                  int npass) {
-  if (npass < 1 || npass > BW_MAX_PASS)
-    return false;
   bw_hdr h = {.len = (uint32_t)alen, .type = type, .tag = tag};
-  union {
-    char buf[CMSG_SPACE(sizeof(int) * BW_MAX_PASS)];
-    struct cmsghdr align;
-  } u;
-  struct iovec v = {&h, sizeof h};
-  struct msghdr m = {.msg_iov = &v,
-                     .msg_iovlen = 1,
-                     .msg_control = u.buf,
-                     .msg_controllen = CMSG_SPACE(sizeof(int) * (size_t)npass)};
-  struct cmsghdr *c = CMSG_FIRSTHDR(&m);
-  c->cmsg_level = SOL_SOCKET;
-  c->cmsg_type = SCM_RIGHTS;
-  c->cmsg_len = CMSG_LEN(sizeof(int) * (size_t)npass);
-  memcpy(CMSG_DATA(c), pass, sizeof(int) * (size_t)npass);
-  ssize_t w;
-  while ((w = sendmsg(fd, &m, MSG_NOSIGNAL)) < 0 && errno == EINTR) {
-  }
+  ssize_t w = bw_send_with_fds(fd, &h, sizeof h, pass, npass);
   if (w <= 0)
     return false;
   /* The descriptors went with the first byte; the rest of the frame is plain bytes. */
@@ -142,26 +124,6 @@ bool bw_chan_send_fd(bw_chan *ch, uint16_t type, uint64_t tag, const void *a, si
   return bw_chan_pass(ch, &pass, 1) && bw_chan_send(ch, type, tag, a, alen, NULL, 0, NULL, 0);
 }
 
-/* The descriptors a recvmsg brought: the first `max` into fds (their count returned), the rest
- * closed. */
-static int take_fds(struct msghdr *m, int *fds, int max) {
-  int got = 0;
-  for (struct cmsghdr *c = CMSG_FIRSTHDR(m); c; c = CMSG_NXTHDR(m, c)) {
-    if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS)
-      continue;
-    int k = (int)((c->cmsg_len - CMSG_LEN(0)) / sizeof(int));
-    for (int i = 0; i < k; i++) {
-      int one;
-      memcpy(&one, CMSG_DATA(c) + (size_t)i * sizeof(int), sizeof one);
-      if (got < max)
-        fds[got++] = one;
-      else
-        close(one);
-    }
-  }
-  return got;
-}
-
 bool bw_recv_fds(int fd, uint16_t type, int *fds, int n) {
   union {
     char buf[CMSG_SPACE(sizeof(int) * BW_MAX_PASS)];
@@ -174,7 +136,7 @@ bool bw_recv_fds(int fd, uint16_t type, int *fds, int n) {
   ssize_t r;
   while ((r = recvmsg(fd, &m, MSG_CMSG_CLOEXEC)) < 0 && errno == EINTR) {
   }
-  int got = r > 0 ? take_fds(&m, fds, n) : 0;
+  int got = r > 0 ? bw_take_fds(&m, fds, n) : 0;
   bool ok = r > 0 && got == n && (m.msg_flags & MSG_CTRUNC) == 0 &&
             read_all(fd, (char *)&h + r, sizeof h - (size_t)r) && h.type == type && h.len == 0;
   if (!ok)
@@ -195,9 +157,9 @@ static ssize_t recv_first(int fd, void *p, size_t n, int *passed, int flags) {
       .msg_iov = &v, .msg_iovlen = 1, .msg_control = u.buf, .msg_controllen = sizeof u.buf};
   ssize_t r = recvmsg(fd, &m, MSG_CMSG_CLOEXEC | flags);
   if (r > 0 && *passed < 0)
-    take_fds(&m, passed, 1); /* one per frame: another is closed */
+    bw_take_fds(&m, passed, 1); /* one per frame: another is closed */
   else if (r > 0)
-    take_fds(&m, NULL, 0);
+    bw_take_fds(&m, NULL, 0);
   return r;
 }
 

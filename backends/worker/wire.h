@@ -296,7 +296,7 @@ void bw_frame_put(uint8_t *to, uint16_t type, uint64_t tag, const void *a, size_
 
 /* As bw_send, with a descriptor passed along (SCM_RIGHTS); bw_send_fds with npass of them
  * (1..BW_MAX_PASS). */
-#define BW_MAX_PASS 4
+#define BW_MAX_PASS BW_RING_MAX_PASS
 bool bw_send_fd(int fd, uint16_t type, uint64_t tag, const void *a, size_t alen, int pass);
 bool bw_send_fds(int fd, uint16_t type, uint64_t tag, const void *a, size_t alen, const int *pass,
                  int npass);

@@ -95,6 +95,15 @@ static void expect_frame(pair *p, uint32_t i) {
     free(body);
 }
 
+/* The reader finds no frame more: the end, or an error. */
+static void expect_end(pair *p) {
+  _Alignas(16) char buf[64];
+  bw_hdr h;
+  void *body;
+  int passed;
+  CHECK(!bw_reader_next(&p->reader, &h, buf, sizeof buf, &body, &passed, BW_MAX_FRAME));
+}
+
 TEST(frames_arrive_whole_and_in_order_across_the_wrap) {
   pair p;
   pair_open(&p, 0);
@@ -205,11 +214,7 @@ TEST(a_position_past_the_ring_ends_the_channel) {
   bw_ring_ctl *ctl = ctl_of(&p);
   /* A tail the ring can hold is read; one past it is a peer that lies. */
   atomic_store(&ctl->tail, BW_RING_CMD_BYTES + 1);
-  _Alignas(16) char buf[64];
-  bw_hdr h;
-  void *body;
-  int passed;
-  CHECK(!bw_reader_next(&p.reader, &h, buf, sizeof buf, &body, &passed, BW_MAX_FRAME));
+  expect_end(&p);
   /* The writer's side: a head ahead of what it wrote. */
   atomic_store(&ctl->head, 5);
   CHECK(!bw_chan_send(&p.w, BW_REPLY, 1, NULL, 0, NULL, 0, NULL, 0));
@@ -225,11 +230,7 @@ TEST(the_end_comes_after_the_last_frame) {
   shutdown(p.w.fd, SHUT_RDWR); /* the peer's exit, as the reader sees it */
   for (uint32_t i = 0; i < 4; i++)
     expect_frame(&p, i);
-  _Alignas(16) char buf[64];
-  bw_hdr h;
-  void *body;
-  int passed;
-  CHECK(!bw_reader_next(&p.reader, &h, buf, sizeof buf, &body, &passed, BW_MAX_FRAME));
+  expect_end(&p);
   pair_close(&p);
 }
 
@@ -344,11 +345,7 @@ TEST(a_writer_gone_while_it_waited_leaves_what_it_wrote) {
   CHECK_EQ(waitpid(pid, NULL, 0), pid);
   for (uint32_t i = 0; i < 9; i++)
     expect_frame(&p, i);
-  _Alignas(16) char buf[64];
-  bw_hdr h;
-  void *body;
-  int passed;
-  CHECK(!bw_reader_next(&p.reader, &h, buf, sizeof buf, &body, &passed, BW_MAX_FRAME));
+  expect_end(&p);
   pair_close(&p);
 }
 
@@ -361,11 +358,7 @@ TEST(descriptors_without_frames_end_the_channel) {
   CHECK_EQ(pipe(fds), 0);
   for (int i = 0; i <= BW_RING_FDS; i++)
     CHECK(bw_chan_pass(&p.w, &fds[1], 1));
-  _Alignas(16) char buf[64];
-  bw_hdr h;
-  void *body;
-  int passed;
-  CHECK(!bw_reader_next(&p.reader, &h, buf, sizeof buf, &body, &passed, BW_MAX_FRAME));
+  expect_end(&p);
   CHECK_EQ(p.r.nfds, (uint32_t)BW_RING_FDS); /* held until the channel closes them */
   close(fds[0]);
   close(fds[1]);
