@@ -278,9 +278,12 @@ TEST(a_macro_bomb_meets_the_memory_cap) {
 /* ---- (b) other clients while slow builds run ---- */
 
 /* Two slow builds run (libuv's pool cut to two threads, so that the old way, builds on that
- * pool, needs only two to fill it); another client's buffer create, write and read, and a
- * small module load, still answer at once. Before: they waited for the slow builds (more
- * than the 4 s allowed here; 11.7 s and 60 s in the probe with four). */
+ * pool, needs only two to fill it); another client's buffer create, write and read answer at
+ * once, and a small module load answers while both slow builds are still at work. Before:
+ * they waited for the slow builds (11.7 s and 60 s in the probe with four). The small load's
+ * own compile shares the cores with the two slow ones (4.7 s once on a loaded 2-core CI
+ * machine), so its proof is the slow builds' helpers still running when it answers; its time
+ * bound only catches a hang. */
 TEST(b_others_go_on_while_slow_builds_run) {
   setenv("UV_THREADPOOL_SIZE", "2", 1);
   td_daemon d;
@@ -311,9 +314,9 @@ TEST(b_others_go_on_while_slow_builds_run) {
   uint64_t all = test_now_ms() - t0;
   printf("# buffer create/write/read %llu ms, and a small module load %llu ms\n",
          (unsigned long long)buffers, (unsigned long long)(all - buffers));
-  CHECK_LT(buffers, 1000);
-  CHECK_LT(all, 4000);
   CHECK_EQ(children_of(d.pid), 2); /* the slow builds were at work all along */
+  CHECK_LT(buffers, 1000);
+  CHECK_LT(all, 10000);
   /* Long work is visible in the log: every build says it started, the finished one how long
    * it took. */
   const char *log = td_log(&d);
