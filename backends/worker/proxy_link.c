@@ -422,9 +422,20 @@ bool bw_link_lost(bw_link *l, uint32_t dev) {
   return __atomic_load_n(&l->lost[dev], __ATOMIC_RELAXED);
 }
 
+/* Guards every worker pid kill(2) is given: a pid is forgotten under it before the process is
+ * reaped (reap below), so a kill never meets a reused pid (an event or a device's deadline
+ * that outlives its worker still holds the link and may kill it). */
+static pthread_mutex_t pid_mu = PTHREAD_MUTEX_INITIALIZER;
+
+static void kill_pid(const pid_t *pid) {
+  pthread_mutex_lock(&pid_mu);
+  if (*pid > 0)
+    kill(*pid, SIGKILL);
+  pthread_mutex_unlock(&pid_mu);
+}
+
 void bw_link_kill(bw_link *l) {
-  if (l->pid > 0)
-    kill(l->pid, SIGKILL);
+  kill_pid(&l->pid);
 }
 
 /* ---- the process ---- */
@@ -506,15 +517,29 @@ static void close_channels(bw_link *l) {
   pthread_mutex_unlock(&l->send_mu);
 }
 
-/* Waits for the worker to exit after its channel closed: a kernel still running there may
- * keep it, so after `grace_ms` it is killed. */
-static void reap(pid_t pid, int grace_ms) {
-  for (int waited = 0; waited < grace_ms; waited++) {
-    if (waitpid(pid, NULL, WNOHANG) == pid)
-      return;
-    nanosleep(&(struct timespec){0, 1000000}, NULL);
+static bool exited(pid_t pid, int flags) { /* not reaped: WNOWAIT */
+  siginfo_t si = {0};
+  int rc;
+  while ((rc = waitid(P_PID, (id_t)pid, &si, WEXITED | WNOWAIT | flags)) != 0 && errno == EINTR) {
   }
-  kill(pid, SIGKILL);
+  return rc != 0 || si.si_pid == pid; /* an error: not our child, nothing to wait for */
+}
+
+/* Waits for the worker to exit after its channel closed: a kernel still running there may
+ * keep it, so after `grace_ms` it is killed. Then every copy of its pid in `pids` is
+ * forgotten under pid_mu, and only then is it reaped. */
+static void reap(pid_t pid, int grace_ms, pid_t *const *pids, size_t npids) {
+  bool gone = false;
+  for (int waited = 0; waited < grace_ms && !(gone = exited(pid, WNOHANG)); waited++)
+    nanosleep(&(struct timespec){0, 1000000}, NULL);
+  if (!gone) {
+    kill(pid, SIGKILL); /* not reaped yet: still ours */
+    exited(pid, 0);
+  }
+  pthread_mutex_lock(&pid_mu);
+  for (size_t i = 0; i < npids; i++)
+    *pids[i] = 0;
+  pthread_mutex_unlock(&pid_mu);
   while (waitpid(pid, NULL, 0) < 0 && errno == EINTR) {
   }
 }
@@ -584,19 +609,23 @@ static void link_free(bw_link *l, bool kill_it) {
     bw_link_kill(l);
   link_stop(l);
   if (l->pid > 0)
-    reap(l->pid, kill_it ? 0 : 2000);
+    reap(l->pid, kill_it ? 0 : 2000, (pid_t *const[]){&l->pid}, 1);
   link_finish(l);
 }
 
 /* A worker process ends with all its links. */
 static void proc_free(bw_proc *p, bool kill_it) {
-  if (kill_it && p->pid > 0)
-    kill(p->pid, SIGKILL);
+  if (kill_it)
+    kill_pid(&p->pid);
+  pid_t *pids[BW_MAX_LINKS + 1] = {&p->pid};
+  size_t npids = 1;
   for (uint32_t i = 0; i < BW_MAX_LINKS; i++)
-    if (p->link[i] != NULL)
+    if (p->link[i] != NULL) {
       link_stop(p->link[i]);
+      pids[npids++] = &p->link[i]->pid;
+    }
   if (p->pid > 0)
-    reap(p->pid, kill_it ? 0 : 2000);
+    reap(p->pid, kill_it ? 0 : 2000, pids, npids);
   for (uint32_t i = 0; i < BW_MAX_LINKS; i++)
     if (p->link[i] != NULL)
       link_finish(p->link[i]);
@@ -759,8 +788,7 @@ static bool proc_joinable(bw_proc *p, const be_ops *real, int group) {
   for (uint32_t i = 0; i < BW_MAX_LINKS; i++)
     if (link_dead(p->link[i])) {
       p->dead = true;
-      if (p->pid > 0)
-        kill(p->pid, SIGKILL);
+      kill_pid(&p->pid);
       return false;
     }
   return true;

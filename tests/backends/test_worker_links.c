@@ -9,7 +9,8 @@
  *     ACCEL_EDEVLOST, and a fresh worker serves the next open;
  *   - links attach while a loop thread keeps gathering frames for the first link (its cork
  *     takes the links' lock under the link's send lock: an attach that held the links' lock
- *     while it called the worker deadlocked within seconds).
+ *     while it called the worker deadlocked within seconds);
+ *   - a link an event keeps past its worker's end forgets the worker's pid before the reap.
  * Run with ACCEL_TEST_WORKERS naming accel-device (meson: worker-links); the cpu backend
  * runs in the worker, as any backend can. */
 #include <errno.h>
@@ -254,7 +255,30 @@ TEST(a_fault_on_one_link_restarts_the_worker_for_every_link) {
   B->close(c);
 }
 
+/* An event outlives its device and, with it, the worker: the link it holds forgets the
+ * worker's pid before the process is reaped, so that no later kill of that link (a device's
+ * deadline, a failed write) can meet another process that took the pid over. */
+TEST(a_link_outliving_its_worker_forgets_its_pid) {
+  be_device *a = open_on(0, 0), *b = open_on(2, 0);
+  pid_t pid = worker_of(a);
+  bw_link *la = ((bw_pdev *)a)->link, *lb = ((bw_pdev *)b)->link;
+  be_event *ea = NULL, *eb = NULL;
+  CHECK_OK(B->event_create(a, &ea));
+  CHECK_OK(B->event_create(b, &eb));
+  B->close(a);
+  CHECK_EQ(la->pid, pid); /* b keeps the process */
+  B->close(b);
+  CHECK_EQ(kill(pid, 0), -1); /* reaped with the last device */
+  CHECK_EQ(errno, ESRCH);
+  CHECK_EQ(la->pid, 0);
+  CHECK_EQ(lb->pid, 0);
+  bw_link_kill(la); /* nothing left to signal */
+  B->event_destroy(ea);
+  B->event_destroy(eb);
+}
+
 static const test_case tests[] = {
+    TEST_CASE(a_link_outliving_its_worker_forgets_its_pid),
     TEST_CASE(links_of_one_worker_serve_side_by_side),
     TEST_CASE(a_worker_lives_while_any_link_has_a_device),
     TEST_CASE(the_last_link_is_served_and_one_past_it_refused),
