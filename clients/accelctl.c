@@ -283,7 +283,8 @@ static int dial(const ctl_args *a, ctl_conn *c) {
   c->fd = -1;
   if (proto_local_path(a->url) == NULL && !proto_tcp_url(a->url))
     return dial_nng(a, c); /* tls+tcp:// */
-  /* --timeout bounds the connect too: a host that drops SYNs must not hold accelctl 10 s. */
+  /* --timeout bounds the connect too (the name's lookup included): a host that drops SYNs, or
+   * a resolver that does not answer, must not hold accelctl 10 s. */
   c->fd = proto_tcp_url(a->url) ? client_tcp_connect(a->url, a->timeout_ms)
                                 : client_local_connect(a->url);
   if (c->fd >= 0)

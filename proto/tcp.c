@@ -8,6 +8,8 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,6 +18,7 @@
 #include <unistd.h>
 
 #include "accel/error.h"
+#include "runtime/deadline.h"
 
 static const char *after_scheme(const char *url, int *family) {
   static const struct {
@@ -102,6 +105,123 @@ static int connect_by(int fd, const struct addrinfo *a, int64_t deadline_ms) {
   return err;
 }
 
+/* ---- the name's lookup, within the deadline ----
+ *
+ * getaddrinfo(3) cannot be stopped: a resolver that does not answer holds it for its own
+ * timeouts and attempts (5 s each by default). A name that is not a numeric address is looked
+ * up on a thread of its own; a caller whose deadline passes goes without it, and the thread
+ * frees the lookup when the resolver is done. */
+
+typedef struct lookup {
+  pthread_mutex_t mu;
+  pthread_cond_t cv; /* CLOCK_MONOTONIC */
+  int refs;          /* the caller's and the thread's */
+  bool done;
+  int gai;
+  struct addrinfo hints, *list;
+  proto_tcp_addr a;
+} lookup;
+
+static int (*resolve)(const char *, const char *, const struct addrinfo *,
+                      struct addrinfo **) = getaddrinfo;
+static void (*resolved_free)(struct addrinfo *) = freeaddrinfo;
+static atomic_int lookups_running;
+
+void proto_tcp_set_resolver(int (*fn)(const char *, const char *, const struct addrinfo *,
+                                      struct addrinfo **),
+                            void (*free_fn)(struct addrinfo *)) {
+  resolve = fn ? fn : getaddrinfo;
+  resolved_free = free_fn ? free_fn : freeaddrinfo;
+}
+
+int proto_tcp_lookups_running(void) {
+  return atomic_load(&lookups_running);
+}
+
+static void lookup_put(lookup *l) { /* under l->mu, which it lets go */
+  bool last = --l->refs == 0;
+  pthread_mutex_unlock(&l->mu);
+  if (!last)
+    return;
+  if (l->list != NULL)
+    resolved_free(l->list);
+  pthread_cond_destroy(&l->cv);
+  pthread_mutex_destroy(&l->mu);
+  free(l);
+  atomic_fetch_sub(&lookups_running, 1);
+}
+
+static void *lookup_main(void *arg) {
+  lookup *l = arg;
+  struct addrinfo *list = NULL;
+  int gai = resolve(l->a.host, l->a.port, &l->hints, &list);
+  pthread_mutex_lock(&l->mu);
+  l->gai = gai;
+  l->list = gai == 0 ? list : NULL;
+  l->done = true;
+  pthread_cond_signal(&l->cv);
+  lookup_put(l);
+  return NULL;
+}
+
+static lookup *lookup_start(const proto_tcp_addr *a, const struct addrinfo *hints) {
+  lookup *l = malloc(sizeof *l);
+  if (l == NULL)
+    return NULL;
+  *l = (lookup){.refs = 2, .hints = *hints, .a = *a};
+  bool has_cv = rt_cond_init_monotonic(&l->cv) == 0, started = false;
+  pthread_attr_t ta;
+  if (has_cv && pthread_attr_init(&ta) == 0) {
+    pthread_mutex_init(&l->mu, NULL);
+    pthread_attr_setdetachstate(&ta, PTHREAD_CREATE_DETACHED);
+    atomic_fetch_add(&lookups_running, 1);
+    pthread_t t;
+    started = pthread_create(&t, &ta, lookup_main, l) == 0;
+    pthread_attr_destroy(&ta);
+    if (started)
+      return l;
+    atomic_fetch_sub(&lookups_running, 1);
+    pthread_mutex_destroy(&l->mu);
+  }
+  if (has_cv)
+    pthread_cond_destroy(&l->cv);
+  free(l);
+  return NULL;
+}
+
+/* The addresses of a's host by deadline_ms: 0, or a getaddrinfo error (EAI_SYSTEM with errno
+ * ETIMEDOUT: the deadline passed first). */
+static int lookup_by(const proto_tcp_addr *a, const struct addrinfo *hints, int64_t deadline_ms,
+                     struct addrinfo **out) {
+  struct addrinfo numeric = *hints;
+  numeric.ai_flags |= AI_NUMERICHOST; /* an address needs no resolver: no thread */
+  int gai = resolve(a->host, a->port, &numeric, out);
+  if (gai != EAI_NONAME)
+    return gai;
+  lookup *l = lookup_start(a, hints);
+  if (l == NULL) {
+    errno = ENOMEM;
+    return EAI_SYSTEM;
+  }
+  struct timespec until = {(time_t)(deadline_ms / 1000), (long)(deadline_ms % 1000) * 1000000L};
+  pthread_mutex_lock(&l->mu);
+  int rc = 0;
+  while (!l->done && rc != ETIMEDOUT)
+    rc = pthread_cond_timedwait(&l->cv, &l->mu, &until);
+  gai = l->done ? l->gai : EAI_SYSTEM;
+  *out = l->list;
+  l->list = NULL; /* the caller's now */
+  lookup_put(l);
+  if (gai == EAI_SYSTEM && rc == ETIMEDOUT)
+    errno = ETIMEDOUT;
+  return gai;
+}
+
+static void addresses_free(struct addrinfo *list) {
+  if (list != NULL)
+    resolved_free(list);
+}
+
 int proto_tcp_connect(const char *url, int timeout_ms, const char **why) {
   proto_tcp_addr a;
   *why = "not tcp://HOST:PORT";
@@ -111,18 +231,22 @@ int proto_tcp_connect(const char *url, int timeout_ms, const char **why) {
                            .ai_socktype = SOCK_STREAM,
                            .ai_flags = AI_NUMERICSERV},
                   *list = NULL;
-  int gai = getaddrinfo(a.host, a.port, &hints, &list);
+  /* one deadline for the lookup and all addresses */
+  int64_t deadline = now_ms() + (timeout_ms > 0 ? timeout_ms : 0);
+  int gai = lookup_by(&a, &hints, deadline, &list);
   if (gai != 0) {
-    *why = gai_strerror(gai);
+    *why = gai == EAI_SYSTEM && errno == ETIMEDOUT ? "the name's lookup took past the timeout"
+           : gai == EAI_SYSTEM                     ? strerror(errno)
+                                                   : gai_strerror(gai);
+    addresses_free(list);
     return ACCEL_ECLOSED;
   }
   int err = ECONNREFUSED, one = 1;
-  int64_t deadline = now_ms() + (timeout_ms > 0 ? timeout_ms : 0); /* for all addresses */
   for (const struct addrinfo *ai = list; ai != NULL; ai = ai->ai_next) {
     int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
     err = fd < 0 ? errno : connect_by(fd, ai, deadline);
     if (err == 0) {
-      freeaddrinfo(list);
+      addresses_free(list);
       /* frames are written whole: none should wait for the next one (Nagle) */
       (void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
       return fd;
@@ -130,7 +254,7 @@ int proto_tcp_connect(const char *url, int timeout_ms, const char **why) {
     if (fd >= 0)
       close(fd);
   }
-  freeaddrinfo(list);
+  addresses_free(list);
   *why = strerror(err);
   errno = err;
   return ACCEL_ECLOSED;

@@ -23,12 +23,20 @@ bool proto_tcp_url(const char *url);
 /* Splits SCHEME://HOST:PORT, SCHEME://[IPV6]:PORT or SCHEME://ANY:PORT (ANY: an asterisk,
  * every address of the host), nothing after the port: 0, or ACCEL_EINVAL (out untouched). */
 RT_MUST_USE int proto_tcp_parse(const char *url, proto_tcp_addr *out);
-/* Connects to url's host and port (each address the name has, in turn, all within
- * timeout_ms; signals that interrupt the wait do not extend it; the name's lookup is not
- * bounded):
+/* Connects to url's host and port (the name's lookup, then each address it has in turn, all
+ * within timeout_ms; signals that interrupt the wait do not extend it; a lookup still running
+ * at the deadline finishes on its own thread, and its result is dropped):
  * the descriptor (blocking, close-on-exec, TCP_NODELAY), or ACCEL_EINVAL (not a tcp:// URL
  * with a host) or ACCEL_ECLOSED (nothing answered); *why then says what failed (static text:
  * the resolver's or the system's words). */
 RT_MUST_USE int proto_tcp_connect(const char *url, int timeout_ms, const char **why);
+
+struct addrinfo;
+/* Tests: the lookup proto_tcp_connect uses instead of getaddrinfo/freeaddrinfo (NULL: those
+ * again), and how many lookups' threads have not yet ended. */
+void proto_tcp_set_resolver(int (*fn)(const char *, const char *, const struct addrinfo *,
+                                      struct addrinfo **),
+                            void (*free_fn)(struct addrinfo *));
+int proto_tcp_lookups_running(void);
 
 #endif

@@ -5,12 +5,16 @@
  *     connect hangs as toward a host that vanished): ETIMEDOUT after the timeout, also while
  *     signals keep interrupting the wait every 20 ms; a wait that restarted its time at each
  *     interruption never ended;
- *   - URLs that are not tcp:// with a host: EINVAL. */
+ *   - URLs that are not tcp:// with a host: EINVAL;
+ *   - a name whose lookup outlasts the timeout: ETIMEDOUT at the timeout (the lookup's thread
+ *     ends later and frees its result); one in time connects; localhost resolves. */
 #include <errno.h>
 #include <fcntl.h>
+#include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -108,9 +112,90 @@ TEST(only_tcp_urls_with_a_host) {
   }
 }
 
+/* ---- the name's lookup ---- */
+
+/* A resolver that takes `slow_ms` for a name (a numeric address answers at once, as the
+ * system's does) and then finds 127.0.0.1. */
+static atomic_int slow_ms;
+static int slow_resolver(const char *host, const char *port, const struct addrinfo *hints,
+                         struct addrinfo **out) {
+  if (hints->ai_flags & AI_NUMERICHOST)
+    return getaddrinfo(host, port, hints, out);
+  test_sleep_ms((uint64_t)atomic_load(&slow_ms));
+  return getaddrinfo("127.0.0.1", port, hints, out);
+}
+
+static void lookups_end(void) {
+  for (int i = 0; i < 500 && proto_tcp_lookups_running() > 0; i++)
+    test_sleep_ms(10);
+  CHECK_EQ(proto_tcp_lookups_running(), 0); /* the thread ended, its lookup freed */
+}
+
+/* A resolver that does not answer in time: the connect ends at the timeout all the same (it
+ * took the resolver's own timeouts, 5 s and more, before); the lookup's thread ends later and
+ * frees what it found. */
+TEST(a_slow_lookup_ends_at_the_timeout) {
+  int port, ls = tcp_listener(8, &port);
+  char url[96];
+  snprintf(url, sizeof url, "tcp://slow.example:%d", port);
+  atomic_store(&slow_ms, 1500);
+  proto_tcp_set_resolver(slow_resolver, NULL);
+  const char *why = NULL;
+  uint64_t t0 = test_now_ns();
+  int rc = proto_tcp_connect(url, 300, &why);
+  int err = errno;
+  uint64_t ms = (test_now_ns() - t0) / 1000000u;
+  printf("# a lookup of 1500 ms under a timeout of 300 ms: %s after %llu ms\n", why,
+         (unsigned long long)ms);
+  CHECK_EQ(rc, ACCEL_ECLOSED);
+  CHECK_EQ(err, ETIMEDOUT);
+  CHECK(strstr(why, "lookup") != NULL);
+  CHECK_GE(ms, 280u);
+  CHECK_LT(ms, 1200u);
+  CHECK_EQ(proto_tcp_lookups_running(), 1); /* still at it */
+  lookups_end();
+  proto_tcp_set_resolver(NULL, NULL);
+  close(ls);
+}
+
+/* A lookup within the timeout connects; its time counts against the same timeout. */
+TEST(a_lookup_in_time_connects) {
+  int port, ls = tcp_listener(8, &port);
+  char url[96];
+  snprintf(url, sizeof url, "tcp://slow.example:%d", port);
+  atomic_store(&slow_ms, 50);
+  proto_tcp_set_resolver(slow_resolver, NULL);
+  const char *why = NULL;
+  int fd = proto_tcp_connect(url, 5000, &why);
+  CHECK_GE(fd, 0);
+  close(fd);
+  lookups_end();
+  proto_tcp_set_resolver(NULL, NULL);
+  close(ls);
+}
+
+/* The system's resolver through the lookup's thread: a name, not an address. */
+TEST(a_name_is_looked_up) {
+  int port, ls = tcp_listener(8, &port);
+  char url[96];
+  snprintf(url, sizeof url, "tcp4://localhost:%d", port);
+  const char *why = NULL;
+  int fd = proto_tcp_connect(url, 5000, &why);
+  if (fd < 0)
+    TEST_FAIL("localhost did not resolve: %s", why);
+  close(fd);
+  lookups_end();
+  close(ls);
+}
+
 static const test_case tests[] = {
-    TEST_CASE(connects_to_a_listener),        TEST_CASE(a_closed_port_is_refused_at_once),
-    TEST_CASE(a_full_accept_queue_times_out), TEST_CASE(signals_do_not_extend_the_timeout),
+    TEST_CASE(a_slow_lookup_ends_at_the_timeout),
+    TEST_CASE(a_lookup_in_time_connects),
+    TEST_CASE(a_name_is_looked_up),
+    TEST_CASE(connects_to_a_listener),
+    TEST_CASE(a_closed_port_is_refused_at_once),
+    TEST_CASE(a_full_accept_queue_times_out),
+    TEST_CASE(signals_do_not_extend_the_timeout),
     TEST_CASE(only_tcp_urls_with_a_host),
 };
 
