@@ -7,34 +7,39 @@
 
 /* A lane for `owner`: its own, else a free one, else the shared one. While the shared lane
  * holds work, no owner gets a lane of its own: one of its tasks may be in the shared lane, and
- * a lane of its own could run a later task first. */
+ * a lane of its own could run a later task first. Only the lanes in use are looked at (a scan
+ * of all 63 was a twentieth of acceld's loop time per tiny op). */
 static uint32_t lane_for(dev_lanes *l, const void *owner) {
-  uint32_t free_lane = SHARED;
-  for (uint32_t i = 0; i < SHARED; i++) {
-    const dev_lane *lane = &l->lane[i];
-    if (lane->active > 0 && lane->owner == owner)
+  uint64_t own = l->used & ~((uint64_t)1 << SHARED);
+  for (uint64_t m = own; m != 0; m &= m - 1) {
+    uint32_t i = (uint32_t)__builtin_ctzll(m);
+    if (l->lane[i].owner == owner)
       return i;
-    if (free_lane == SHARED && lane->active == 0)
-      free_lane = i;
   }
-  if (l->lane[SHARED].active > 0)
+  uint64_t free_lanes = ~own & (((uint64_t)1 << SHARED) - 1);
+  if (l->lane[SHARED].active > 0 || free_lanes == 0)
     return SHARED;
-  l->lane[free_lane].owner = owner;
-  return free_lane;
+  uint32_t i = (uint32_t)__builtin_ctzll(free_lanes);
+  l->lane[i].owner = owner;
+  return i;
 }
 
 void dev_lanes_enter(dev_lanes *l, dev_task *t) {
   t->lane = (uint8_t)lane_for(l, t->acct);
-  if (l->lane[t->lane].active++ == 0)
+  if (l->lane[t->lane].active++ == 0) {
     l->nlanes++;
+    l->used |= (uint64_t)1 << t->lane;
+  }
 }
 
 void dev_lanes_leave(dev_lanes *l, const dev_task *t) {
   dev_lane *lane = &l->lane[t->lane];
   if (lane->active == 0)
     return; /* a guard: a task leaves once */
-  if (--lane->active == 0)
+  if (--lane->active == 0) {
     l->nlanes--;
+    l->used &= ~((uint64_t)1 << t->lane);
+  }
 }
 
 void dev_lanes_push(dev_lanes *l, dev_task *t) {

@@ -13,7 +13,7 @@
 
 #include "actors/world.h"
 
-#define DEV_LANES_MAX 64
+#define DEV_LANES_MAX 64 /* no more: `used` below is a bit each */
 
 typedef struct dev_lane {
   const void *owner; /* the session's accounting (dev_task.acct); NULL is an owner too */
@@ -23,6 +23,7 @@ typedef struct dev_lane {
 
 typedef struct dev_lanes {
   dev_lane lane[DEV_LANES_MAX];
+  uint64_t used;    /* bit i: lane i is in use (DEV_LANES_MAX bits) */
   uint32_t nlanes;  /* lanes in use: active > 0 */
   uint32_t waiting; /* tasks in every lane */
   uint32_t next;    /* where the round-robin looks first */

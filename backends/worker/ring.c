@@ -217,7 +217,8 @@ static uint64_t room(bw_chan *c) {
       return 0;
     if (used < c->size)
       return c->size - used;
-    if (!woke) { /* the reader must be awake to make room */
+    if (!woke) { /* the reader must see what is written so far, and be awake, to make room */
+      atomic_store_explicit(&c->ctl->tail, c->pos, memory_order_seq_cst);
       if (!wake(c->fd, &c->ctl->reader_sleeps))
         return 0;
       woke = true;
@@ -261,9 +262,11 @@ bool bw_chan_write(bw_chan *c, struct iovec *v, int n) {
       c->pos += k;
       p += k;
       left -= k;
-      atomic_store_explicit(&c->ctl->tail, c->pos, memory_order_seq_cst);
     }
   }
+  /* Once per write, not per piece: each store is a fence here and a miss in the polling
+   * reader's cache (room publishes what came before it waits). */
+  atomic_store_explicit(&c->ctl->tail, c->pos, memory_order_seq_cst);
   return wake(c->fd, &c->ctl->reader_sleeps);
 }
 

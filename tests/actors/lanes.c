@@ -109,7 +109,60 @@ TEST(sessions_past_the_table_share_the_last_lane_in_order) {
   dev_lanes_leave(&l, &tasks[103]);
 }
 
+/* The lane a task of `owner` must get, read off the table as it stands: the owner's lane in
+ * use, else (the shared lane idle) the lowest free one, else the shared one. */
+static uint32_t expected_lane(const dev_lanes *l, const void *owner) {
+  for (uint32_t i = 0; i + 1 < DEV_LANES_MAX; i++)
+    if (l->lane[i].active > 0 && l->lane[i].owner == owner)
+      return i;
+  if (l->lane[DEV_LANES_MAX - 1].active > 0)
+    return DEV_LANES_MAX - 1;
+  for (uint32_t i = 0; i + 1 < DEV_LANES_MAX; i++)
+    if (l->lane[i].active == 0)
+      return i;
+  return DEV_LANES_MAX - 1;
+}
+
+/* Sessions come and go at random, up to past the table's size: every task gets the lane the
+ * rule above gives, and the lanes in use are counted right, at every step. */
+TEST(lanes_are_found_and_freed_as_sessions_come_and_go) {
+  static dev_lanes l;
+  static dev_task live[256];
+  int nlive = 0, shared_then_free = 0;
+  bool growing = true; /* tides: up to 200 tasks, then down to none */
+  srand(12345);
+  for (int step = 0; step < 20000; step++) {
+    if (nlive == 200 || nlive == 0)
+      growing = nlive == 0;
+    bool enter = rand() % 4 < (growing ? 3 : 1);
+    enter = nlive == 0 || (enter && nlive < 256);
+    if (enter && l.lane[DEV_LANES_MAX - 1].active > 0 && l.nlanes < DEV_LANES_MAX)
+      shared_then_free++; /* the case where a free lane must not be taken */
+    if (enter) {
+      /* owners 1..90: more sessions than lanes, so the shared lane fills at times */
+      dev_task *t = &live[nlive++];
+      *t = (dev_task){.acct = (struct dev_session_acct *)(uintptr_t)(1 + rand() % 90)};
+      uint32_t want = expected_lane(&l, t->acct);
+      dev_lanes_enter(&l, t);
+      CHECK_EQ(t->lane, want);
+    } else { /* a task leaves: any of them (work completes out of order across sessions) */
+      int i = rand() % nlive;
+      dev_lanes_leave(&l, &live[i]);
+      live[i] = live[--nlive];
+    }
+    uint32_t in_use = 0;
+    for (uint32_t i = 0; i < DEV_LANES_MAX; i++) {
+      bool active = l.lane[i].active > 0;
+      in_use += active;
+      CHECK_EQ(((l.used >> i) & 1) != 0, active);
+    }
+    CHECK_EQ(l.nlanes, in_use);
+  }
+  CHECK_GT(shared_then_free, 100);
+}
+
 static const test_case tests[] = {
+    TEST_CASE(lanes_are_found_and_freed_as_sessions_come_and_go),
     TEST_CASE(one_session_keeps_its_order_and_the_deep_queue),
     TEST_CASE(sessions_take_turns_each_in_order),
     TEST_CASE(a_session_with_work_on_the_queue_counts_though_none_waits),
