@@ -639,6 +639,25 @@ static int header_with(size_t at, int bytes, uint64_t v, size_t len, uint32_t ma
   return proto_decode_header(f, len, max_message, &h);
 }
 
+/* Known bytes, not a round trip (an encoder and a decoder wrong alike would pass those): a
+ * reply's head is the magic "ACC1", then each field least significant byte first. */
+TEST(the_wire_is_little_endian) {
+  uint8_t f[PROTO_REPLY_HEAD_SIZE];
+  CHECK_OK(proto_encode_reply_head(f, 0x0102030405060708ull, -2, 0x0a0b0c));
+  static const uint8_t want_head[] = {'A', 'C', 'C', '1'};
+  CHECK_EQ(memcmp(f, want_head, 4), 0);
+  static const uint8_t want_id[] = {8, 7, 6, 5, 4, 3, 2, 1};
+  CHECK_EQ(memcmp(f + 16, want_id, 8), 0);
+  proto_header h;
+  CHECK_OK(proto_decode_header(f, PROTO_HEADER_SIZE + 8 + 0x0a0b0c, UINT32_MAX, &h));
+  CHECK_EQ(h.request_id, 0x0102030405060708ull);
+  CHECK_EQ(h.body_len, 8u + 0x0a0b0c);
+  static const uint8_t want_len[] = {0x0c + 8, 0x0b, 0x0a, 0}; /* 8 + 0x0a0b0c */
+  CHECK_EQ(memcmp(f + 12, want_len, 4), 0);
+  static const uint8_t want_status[] = {0xfe, 0xff, 0xff, 0xff}; /* -2 */
+  CHECK_EQ(memcmp(f + PROTO_HEADER_SIZE, want_status, 4), 0);
+}
+
 TEST(header_at_the_limits_and_one_past) {
   CHECK_OK(header_with(8, 4, 0, 40, 40));                /* max_message: exactly */
   CHECK_ERR(header_with(8, 4, 0, 40, 39), ACCEL_ELIMIT); /* one byte over */
@@ -1362,6 +1381,7 @@ static const test_case tests[] = {
     TEST_CASE(device_record_at_the_limit_and_one_past),
     TEST_CASE(transfer_stats_at_the_limit_and_one_past),
     TEST_CASE(reply_status_at_the_limits_and_one_past),
+    TEST_CASE(the_wire_is_little_endian),
     TEST_CASE(header_at_the_limits_and_one_past),
     TEST_CASE(next_frame_at_the_limits),
     TEST_CASE(collective_round_trips),
