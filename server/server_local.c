@@ -355,18 +355,21 @@ static bool idle_watched(const srv_link *l) {
 
 static void on_idle_check(uv_timer_t *t);
 
+/* The watch is armed and disarmed at least once per frame (a frame's op moves the flow
+ * control mid-parse): the timer is left running when disarmed, and a check that finds the
+ * watch off ends there, so a frame costs two stores, not a timer stop and start. A check that
+ * comes early (the timer started for an earlier watch) re-arms it for what is left. */
 static void idle_update(srv_link *l) {
   bool want = l->idle_open && idle_watched(l);
   if (want == l->idle_armed)
     return;
   l->idle_armed = want;
-  if (!want) {
-    uv_timer_stop(&l->idle);
+  if (!want)
     return;
-  }
   l->progress_ms = l->window_ms = loop_now(l);
   l->window_bytes = 0;
-  uv_timer_start(&l->idle, on_idle_check, idle_limit_ms(l->s), 0);
+  if (!uv_is_active((uv_handle_t *)&l->idle))
+    uv_timer_start(&l->idle, on_idle_check, idle_limit_ms(l->s), 0);
 }
 
 /* Bytes that arrived and are not read yet: a busy daemon, not an idle peer. */
@@ -395,6 +398,8 @@ static bool too_slow(srv_link *l, uint64_t now, size_t waiting, uint64_t limit) 
 
 static void on_idle_check(uv_timer_t *t) {
   srv_link *l = t->data;
+  if (!l->idle_armed)
+    return; /* disarmed since it started: it stops here */
   uint64_t now = uv_now(t->loop), limit = idle_limit_ms(l->s);
   size_t waiting = bytes_waiting(l);
   char why[64];

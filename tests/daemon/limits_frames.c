@@ -263,6 +263,33 @@ static void stalled_after(td_daemon *d, const uint8_t *frame, size_t len) {
   CHECK(sessions_within(d, 1, 2000));
 }
 
+/* Ops for 200 ms (whole frames: each arms and disarms the watch; its timer runs on), then
+ * part of a frame and silence: the close still comes frame_idle_timeout_ms after the last
+ * byte, not when a timer started for an earlier frame fires. */
+TEST(a_stall_after_busy_frames_is_timed_from_its_last_byte) {
+  td_daemon d;
+  start(&d, "[limits]\nframe_idle_timeout_ms = 300\nmin_frame_rate = 0\nmax_message = 4M\n");
+  td_client c;
+  td_client_open(&c, d.url);
+  CHECK_OK(td_hello(&c, NULL));
+  CHECK_OK(td_create(&c, td_handle(1, 1), ACCEL_U32, 16));
+  uint32_t v[16] = {0};
+  for (uint64_t t0 = test_now_ms(); test_now_ms() - t0 < 200;)
+    CHECK_OK(td_write_u32(&c, td_handle(1, 1), v, 16));
+  uint8_t *small = control_frame(1024, 12);
+  td_send_raw(&c, small, 100, 12);
+  free(small);
+  uint64_t t0 = test_now_ms();
+  nng_msg *m;
+  CHECK_EQ(td_recv(&c, &m, 3000), NNG_ECLOSED);
+  uint64_t ms = test_now_ms() - t0;
+  fprintf(stderr, "# busy 200 ms, then 100 bytes and silence: closed after %llu ms\n",
+          (unsigned long long)ms);
+  CHECK_GE(ms, 250);
+  td_client_close(&c);
+  stop(&d);
+}
+
 /* Half a header, half a small frame's body, half a large frame's body (its room released:
  * a frame of the whole budget is read right after). A client quiet between frames stays. */
 TEST(a_peer_silent_inside_a_frame_is_closed_after_the_idle_timeout) {
@@ -426,6 +453,7 @@ static const test_case tests[] = {
     TEST_CASE(a_peer_hanging_up_mid_frame_releases_its_room_at_once),
     TEST_CASE(a_frame_one_byte_over_max_message_is_elimit_and_closed),
     TEST_CASE(a_peer_silent_inside_a_frame_is_closed_after_the_idle_timeout),
+    TEST_CASE(a_stall_after_busy_frames_is_timed_from_its_last_byte),
     TEST_CASE(a_large_frame_trickled_below_the_minimum_rate_is_closed),
     TEST_CASE(at_the_descriptor_limit_a_new_client_hears_ebusy),
 };
