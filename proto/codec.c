@@ -45,14 +45,21 @@ uint8_t *proto_reserve(proto_out *o, size_t n) {
 }
 
 /* Starts a frame; returns the offset of its header for finish_frame. */
+/* The header's fields at p (PROTO_HEADER_SIZE bytes). */
+static void header_at(uint8_t *p, proto_type type, uint32_t body_len, uint64_t request_id) {
+  put_u32_at(p, PROTO_MAGIC);
+  put_u16_at(p + 4, PROTO_VERSION);
+  put_u16_at(p + 6, (uint16_t)type);
+  put_u32_at(p + 8, 0); /* flags */
+  put_u32_at(p + 12, body_len);
+  put_u64_at(p + 16, request_id);
+}
+
 size_t proto_begin_frame(proto_out *o, proto_type type, uint64_t request_id) {
   size_t at = o->len;
-  put_u32(o, PROTO_MAGIC);
-  put_u16(o, PROTO_VERSION);
-  put_u16(o, (uint16_t)type);
-  put_u32(o, 0); /* flags */
-  put_u32(o, 0); /* body length, patched by finish_frame */
-  put_u64(o, request_id);
+  uint8_t *p = proto_reserve(o, PROTO_HEADER_SIZE);
+  if (p != NULL)
+    header_at(p, type, 0, request_id); /* the body's length: patched by finish_frame */
   return at;
 }
 
@@ -62,8 +69,7 @@ int proto_finish_frame(proto_out *o, size_t at) {
   size_t body = o->len - at - PROTO_HEADER_SIZE;
   if (body > UINT32_MAX)
     return ACCEL_ELIMIT;
-  for (int i = 0; i < 4; i++)
-    o->data[at + 12 + i] = (uint8_t)(body >> (8 * i));
+  put_u32_at(o->data + at + 12, (uint32_t)body);
   return 0;
 }
 
@@ -263,14 +269,10 @@ int proto_encode_reply_head(uint8_t out[PROTO_REPLY_HEAD_SIZE], uint64_t request
                             size_t data_len) {
   if (data_len > UINT32_MAX - 8u)
     return ACCEL_ELIMIT;
-  uint8_t buf[PROTO_REPLY_HEAD_SIZE];
-  proto_out o = {.data = buf, .cap = sizeof buf}; /* fits: reserve() never reallocates */
-  size_t at = proto_begin_frame(&o, PROTO_REPLY, request_id);
-  put_i32(&o, status);
-  put_u32(&o, 0);
-  for (int i = 0; i < 4; i++) /* the body length, counting the data that follows */
-    o.data[at + 12 + i] = (uint8_t)((data_len + 8u) >> (8 * i));
-  memcpy(out, buf, sizeof buf);
+  /* the body: the status, 4 bytes of padding, then the data that follows */
+  header_at(out, PROTO_REPLY, (uint32_t)data_len + 8u, request_id);
+  put_u32_at(out + PROTO_HEADER_SIZE, (uint32_t)status);
+  put_u32_at(out + PROTO_HEADER_SIZE + 4, 0);
   return 0;
 }
 

@@ -22,6 +22,19 @@ int proto_finish_frame(proto_out *o, size_t at);
 
 /* Fixed-size little-endian fields: one load or store each (a loop over the bytes was a
  * twentieth of acceld's loop per tiny op). */
+static inline void put_u16_at(uint8_t *p, uint16_t v) {
+  v = htole16(v);
+  memcpy(p, &v, sizeof v);
+}
+static inline void put_u32_at(uint8_t *p, uint32_t v) {
+  v = htole32(v);
+  memcpy(p, &v, sizeof v);
+}
+static inline void put_u64_at(uint8_t *p, uint64_t v) {
+  v = htole64(v);
+  memcpy(p, &v, sizeof v);
+}
+
 static inline void put_u16(proto_out *o, uint16_t v) {
   uint8_t *p = proto_reserve(o, sizeof v);
   v = htole16(v);
