@@ -9,6 +9,7 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -221,6 +222,62 @@ TEST(a_position_past_the_ring_ends_the_channel) {
   pair_close(&p);
 }
 
+/* The writer's room against a head the reader wrote: the ring exactly full waits for room,
+ * one byte more than the ring is a lie that ends the channel. */
+TEST(a_head_at_the_limit_waits_and_one_past_ends_the_channel) {
+  pair p;
+  pair_open(&p, 0);
+  bw_ring_ctl *ctl = ctl_of(&p);
+  writer_job j = {.c = &p.w, .frames = 3};
+  write_frames(&j); /* some bytes in: the positions are not both 0 */
+  CHECK(j.ok);
+  uint64_t pos = p.w.pos;
+  atomic_store(&ctl->head, pos - BW_RING_CMD_BYTES); /* full: a reader that read nothing */
+  writer_job more = {.c = &p.w, .frames = 1};
+  pthread_t t;
+  CHECK_EQ(pthread_create(&t, NULL, write_frames, &more), 0);
+  TEST_WAIT_FOR(atomic_load(&ctl->writer_waits) == 1, 1);
+  for (uint32_t i = 0; i < 3; i++) /* the reader makes room, bells the writer */
+    expect_frame(&p, i);
+  pthread_join(t, NULL);
+  CHECK(more.ok);
+  expect_frame(&p, 0);
+  atomic_store(&ctl->head, p.w.pos - BW_RING_CMD_BYTES - 1);
+  CHECK(!bw_chan_send(&p.w, BW_REPLY, 9, NULL, 0, NULL, 0, NULL, 0));
+  pair_close(&p);
+}
+
+/* A hostile reader that says it sleeps before every frame gets a bell per frame; a socket full
+ * of bells it never reads stops none of the writes (a bell pending is a bell), and every
+ * frame still arrives, in order. */
+TEST(a_reader_that_always_says_it_sleeps_costs_bells_only) {
+  pair p;
+  pair_open(&p, 0);
+  bw_ring_ctl *ctl = ctl_of(&p);
+  enum { SMALL = 20000 };
+  for (uint32_t i = 0; i < SMALL; i++) {
+    atomic_store(&ctl->reader_sleeps, 1);
+    uint32_t v = i;
+    CHECK(bw_chan_send(&p.w, BW_REPLY, i, &v, sizeof v, NULL, 0, NULL, 0));
+  }
+  int queued = 0;
+  CHECK_EQ(ioctl(p.r.fd, FIONREAD, &queued), 0);
+  CHECK_GT(queued, 100); /* the bells: many, as many as the socket took */
+  for (uint32_t i = 0; i < SMALL; i++) {
+    _Alignas(16) char buf[64];
+    bw_hdr h;
+    void *body;
+    int passed;
+    CHECK(bw_reader_next(&p.reader, &h, buf, sizeof buf, &body, &passed, BW_MAX_FRAME));
+    uint32_t v;
+    CHECK_EQ(h.tag, i);
+    CHECK_EQ(h.len, sizeof v);
+    memcpy(&v, body, sizeof v);
+    CHECK_EQ(v, i);
+  }
+  pair_close(&p);
+}
+
 TEST(the_end_comes_after_the_last_frame) {
   pair p;
   pair_open(&p, 0);
@@ -395,6 +452,8 @@ static const test_case tests[] = {
     TEST_CASE(a_writer_gone_while_it_waited_leaves_what_it_wrote),
     TEST_CASE(descriptors_without_frames_end_the_channel),
     TEST_CASE(the_region_is_sealed_and_checked),
+    TEST_CASE(a_head_at_the_limit_waits_and_one_past_ends_the_channel),
+    TEST_CASE(a_reader_that_always_says_it_sleeps_costs_bells_only),
 };
 
 TEST_MAIN(tests)
