@@ -21,6 +21,8 @@ typedef struct dev_lane {
   uint32_t active; /* its tasks waiting here or on the queue */
 } dev_lane;
 
+_Static_assert(DEV_LANES_MAX <= 64, "dev_lanes.used has a bit per lane");
+
 typedef struct dev_lanes {
   dev_lane lane[DEV_LANES_MAX];
   uint64_t used;    /* bit i: lane i is in use (DEV_LANES_MAX bits) */

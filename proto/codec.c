@@ -44,7 +44,6 @@ uint8_t *proto_reserve(proto_out *o, size_t n) {
   return p;
 }
 
-/* Starts a frame; returns the offset of its header for finish_frame. */
 /* The header's fields at p (PROTO_HEADER_SIZE bytes). */
 static void header_at(uint8_t *p, proto_type type, uint32_t body_len, uint64_t request_id) {
   put_u32_at(p, PROTO_MAGIC);
@@ -55,6 +54,7 @@ static void header_at(uint8_t *p, proto_type type, uint32_t body_len, uint64_t r
   put_u64_at(p + 16, request_id);
 }
 
+/* Starts a frame; returns the offset of its header for finish_frame. */
 size_t proto_begin_frame(proto_out *o, proto_type type, uint64_t request_id) {
   size_t at = o->len;
   uint8_t *p = proto_reserve(o, PROTO_HEADER_SIZE);

@@ -112,30 +112,37 @@ static int connect_by(int fd, const struct addrinfo *a, int64_t deadline_ms) {
  * up on a thread of its own; a caller whose deadline passes goes without it, and the thread
  * frees the lookup when the resolver is done. */
 
+typedef struct resolver {
+  int (*fn)(const char *, const char *, const struct addrinfo *, struct addrinfo **);
+  void (*free)(struct addrinfo *); /* for what fn found */
+} resolver;
+
 typedef struct lookup {
   pthread_mutex_t mu;
   pthread_cond_t cv; /* CLOCK_MONOTONIC */
   int refs;          /* the caller's and the thread's */
   bool done;
-  int gai;
+  int gai, err; /* err: the thread's errno when gai is EAI_SYSTEM */
+  resolver r;   /* the thread's own copy: a test may set another meanwhile */
   struct addrinfo hints, *list;
   proto_tcp_addr a;
 } lookup;
 
-static int (*resolve)(const char *, const char *, const struct addrinfo *,
-                      struct addrinfo **) = getaddrinfo;
-static void (*resolved_free)(struct addrinfo *) = freeaddrinfo;
-static atomic_int lookups_running;
+static resolver current = {getaddrinfo, freeaddrinfo};
+static atomic_int lookups_running, lookups_started;
 
 void proto_tcp_set_resolver(int (*fn)(const char *, const char *, const struct addrinfo *,
                                       struct addrinfo **),
                             void (*free_fn)(struct addrinfo *)) {
-  resolve = fn ? fn : getaddrinfo;
-  resolved_free = free_fn ? free_fn : freeaddrinfo;
+  current = (resolver){fn ? fn : getaddrinfo, free_fn ? free_fn : freeaddrinfo};
 }
 
 int proto_tcp_lookups_running(void) {
   return atomic_load(&lookups_running);
+}
+
+int proto_tcp_lookups_started(void) {
+  return atomic_load(&lookups_started);
 }
 
 static void lookup_put(lookup *l) { /* under l->mu, which it lets go */
@@ -144,7 +151,7 @@ static void lookup_put(lookup *l) { /* under l->mu, which it lets go */
   if (!last)
     return;
   if (l->list != NULL)
-    resolved_free(l->list);
+    l->r.free(l->list);
   pthread_cond_destroy(&l->cv);
   pthread_mutex_destroy(&l->mu);
   free(l);
@@ -154,9 +161,11 @@ static void lookup_put(lookup *l) { /* under l->mu, which it lets go */
 static void *lookup_main(void *arg) {
   lookup *l = arg;
   struct addrinfo *list = NULL;
-  int gai = resolve(l->a.host, l->a.port, &l->hints, &list);
+  int gai = l->r.fn(l->a.host, l->a.port, &l->hints, &list);
+  int err = errno; /* this thread's: the caller's errno says nothing of it */
   pthread_mutex_lock(&l->mu);
   l->gai = gai;
+  l->err = gai == EAI_SYSTEM ? err : 0;
   l->list = gai == 0 ? list : NULL;
   l->done = true;
   pthread_cond_signal(&l->cv);
@@ -164,22 +173,27 @@ static void *lookup_main(void *arg) {
   return NULL;
 }
 
-static lookup *lookup_start(const proto_tcp_addr *a, const struct addrinfo *hints) {
+/* A lookup under way on a thread of its own; NULL if no thread could start (*err says why). */
+static lookup *lookup_start(const resolver *r, const proto_tcp_addr *a,
+                            const struct addrinfo *hints, int *err) {
   lookup *l = malloc(sizeof *l);
+  *err = ENOMEM;
   if (l == NULL)
     return NULL;
-  *l = (lookup){.refs = 2, .hints = *hints, .a = *a};
-  bool has_cv = rt_cond_init_monotonic(&l->cv) == 0, started = false;
+  *l = (lookup){.refs = 2, .r = *r, .hints = *hints, .a = *a};
+  bool has_cv = (*err = rt_cond_init_monotonic(&l->cv)) == 0;
   pthread_attr_t ta;
-  if (has_cv && pthread_attr_init(&ta) == 0) {
+  if (has_cv && (*err = pthread_attr_init(&ta)) == 0) {
     pthread_mutex_init(&l->mu, NULL);
     pthread_attr_setdetachstate(&ta, PTHREAD_CREATE_DETACHED);
     atomic_fetch_add(&lookups_running, 1);
     pthread_t t;
-    started = pthread_create(&t, &ta, lookup_main, l) == 0;
+    *err = pthread_create(&t, &ta, lookup_main, l);
     pthread_attr_destroy(&ta);
-    if (started)
+    if (*err == 0) {
+      atomic_fetch_add(&lookups_started, 1);
       return l;
+    }
     atomic_fetch_sub(&lookups_running, 1);
     pthread_mutex_destroy(&l->mu);
   }
@@ -189,37 +203,36 @@ static lookup *lookup_start(const proto_tcp_addr *a, const struct addrinfo *hint
   return NULL;
 }
 
-/* The addresses of a's host by deadline_ms: 0, or a getaddrinfo error (EAI_SYSTEM with errno
- * ETIMEDOUT: the deadline passed first). */
-static int lookup_by(const proto_tcp_addr *a, const struct addrinfo *hints, int64_t deadline_ms,
-                     struct addrinfo **out) {
+/* The addresses of a's host by deadline_ms: 0, or a getaddrinfo error (EAI_SYSTEM with *err the
+ * resolver's errno); *timed_out when the deadline passed first. A name that is not an address
+ * is looked up on a thread, or here if no thread can start (unbounded then, as before). */
+static int lookup_by(const resolver *r, const proto_tcp_addr *a, const struct addrinfo *hints,
+                     int64_t deadline_ms, struct addrinfo **out, int *err, bool *timed_out) {
   struct addrinfo numeric = *hints;
   numeric.ai_flags |= AI_NUMERICHOST; /* an address needs no resolver: no thread */
-  int gai = resolve(a->host, a->port, &numeric, out);
+  *timed_out = false;
+  int gai = r->fn(a->host, a->port, &numeric, out);
+  *err = errno;
   if (gai != EAI_NONAME)
     return gai;
-  lookup *l = lookup_start(a, hints);
+  lookup *l = lookup_start(r, a, hints, err);
   if (l == NULL) {
-    errno = ENOMEM;
-    return EAI_SYSTEM;
+    gai = r->fn(a->host, a->port, hints, out);
+    *err = errno;
+    return gai;
   }
   struct timespec until = {(time_t)(deadline_ms / 1000), (long)(deadline_ms % 1000) * 1000000L};
   pthread_mutex_lock(&l->mu);
   int rc = 0;
   while (!l->done && rc != ETIMEDOUT)
     rc = pthread_cond_timedwait(&l->cv, &l->mu, &until);
+  *timed_out = !l->done;
   gai = l->done ? l->gai : EAI_SYSTEM;
+  *err = l->done ? l->err : ETIMEDOUT;
   *out = l->list;
   l->list = NULL; /* the caller's now */
   lookup_put(l);
-  if (gai == EAI_SYSTEM && rc == ETIMEDOUT)
-    errno = ETIMEDOUT;
   return gai;
-}
-
-static void addresses_free(struct addrinfo *list) {
-  if (list != NULL)
-    resolved_free(list);
 }
 
 int proto_tcp_connect(const char *url, int timeout_ms, const char **why) {
@@ -233,20 +246,26 @@ int proto_tcp_connect(const char *url, int timeout_ms, const char **why) {
                   *list = NULL;
   /* one deadline for the lookup and all addresses */
   int64_t deadline = now_ms() + (timeout_ms > 0 ? timeout_ms : 0);
-  int gai = lookup_by(&a, &hints, deadline, &list);
+  resolver r = current;
+  int err = 0;
+  bool timed_out;
+  int gai = lookup_by(&r, &a, &hints, deadline, &list, &err, &timed_out);
   if (gai != 0) {
-    *why = gai == EAI_SYSTEM && errno == ETIMEDOUT ? "the name's lookup took past the timeout"
-           : gai == EAI_SYSTEM                     ? strerror(errno)
-                                                   : gai_strerror(gai);
-    addresses_free(list);
+    *why = timed_out           ? "the name's lookup took past the timeout"
+           : gai == EAI_SYSTEM ? strerror(err)
+                               : gai_strerror(gai);
+    if (list != NULL)
+      r.free(list);
+    errno = gai == EAI_SYSTEM ? err : ENOENT;
     return ACCEL_ECLOSED;
   }
-  int err = ECONNREFUSED, one = 1;
+  int one = 1;
+  err = ECONNREFUSED;
   for (const struct addrinfo *ai = list; ai != NULL; ai = ai->ai_next) {
     int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
     err = fd < 0 ? errno : connect_by(fd, ai, deadline);
     if (err == 0) {
-      addresses_free(list);
+      r.free(list);
       /* frames are written whole: none should wait for the next one (Nagle) */
       (void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
       return fd;
@@ -254,7 +273,7 @@ int proto_tcp_connect(const char *url, int timeout_ms, const char **why) {
     if (fd >= 0)
       close(fd);
   }
-  addresses_free(list);
+  r.free(list);
   *why = strerror(err);
   errno = err;
   return ACCEL_ECLOSED;

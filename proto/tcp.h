@@ -33,10 +33,12 @@ RT_MUST_USE int proto_tcp_connect(const char *url, int timeout_ms, const char **
 
 struct addrinfo;
 /* Tests: the lookup proto_tcp_connect uses instead of getaddrinfo/freeaddrinfo (NULL: those
- * again), and how many lookups' threads have not yet ended. */
+ * again; not while a connect runs), how many lookups' threads have not yet ended, and how many
+ * have started. */
 void proto_tcp_set_resolver(int (*fn)(const char *, const char *, const struct addrinfo *,
                                       struct addrinfo **),
                             void (*free_fn)(struct addrinfo *));
 int proto_tcp_lookups_running(void);
+int proto_tcp_lookups_started(void);
 
 #endif

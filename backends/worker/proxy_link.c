@@ -517,31 +517,34 @@ static void close_channels(bw_link *l) {
   pthread_mutex_unlock(&l->send_mu);
 }
 
-static bool exited(pid_t pid, int flags) { /* not reaped: WNOWAIT */
+/* Whether pid has exited, not reaped (WNOWAIT); *ours false when it is not a child to wait
+ * for any more (someone else reaped it: an embedding program's own waitpid(-1)). */
+static bool exited(pid_t pid, int flags, bool *ours) {
   siginfo_t si = {0};
   int rc;
   while ((rc = waitid(P_PID, (id_t)pid, &si, WEXITED | WNOWAIT | flags)) != 0 && errno == EINTR) {
   }
-  return rc != 0 || si.si_pid == pid; /* an error: not our child, nothing to wait for */
+  *ours = rc == 0;
+  return rc != 0 || si.si_pid == pid;
 }
 
 /* Waits for the worker to exit after its channel closed: a kernel still running there may
  * keep it, so after `grace_ms` it is killed. Then every copy of its pid in `pids` is
  * forgotten under pid_mu, and only then is it reaped. */
 static void reap(pid_t pid, int grace_ms, pid_t *const *pids, size_t npids) {
-  bool gone = false;
-  for (int waited = 0; waited < grace_ms && !(gone = exited(pid, WNOHANG)); waited++)
+  bool gone = false, ours = true;
+  for (int waited = 0; waited < grace_ms && !(gone = exited(pid, WNOHANG, &ours)); waited++)
     nanosleep(&(struct timespec){0, 1000000}, NULL);
   if (!gone) {
     kill(pid, SIGKILL); /* not reaped yet: still ours */
-    exited(pid, 0);
+    exited(pid, 0, &ours);
   }
   pthread_mutex_lock(&pid_mu);
   for (size_t i = 0; i < npids; i++)
     *pids[i] = 0;
   pthread_mutex_unlock(&pid_mu);
-  while (waitpid(pid, NULL, 0) < 0 && errno == EINTR) {
-  }
+  while (ours && waitpid(pid, NULL, 0) < 0 && errno == EINTR) {
+  } /* not ours any more: the pid may be another child of the program's by now */
 }
 
 static void link_memory_free(bw_link *l) {

@@ -248,7 +248,12 @@ TEST(a_macro_bomb_meets_the_deadline) {
   long hwm = status_kb(d.pid, "VmHWM");
   CHECK_GT(hwm, 0);
   CHECK_LT(hwm, 1024 * 1024); /* acceld's peak: a fraction of a GiB (PoCL and all) */
-  CHECK_EQ(load(&c, td_handle(3, 1), small_source(test_now_ns()), 30000), 0);
+  /* acceld still builds: a small module, under the same 2 s deadline (which a loaded 2-core
+   * machine can pass for a small compile too: tried up to 3 times, as start's first load) */
+  rc = ACCEL_ETIMEDOUT;
+  for (uint32_t i = 0; i < 3 && rc == ACCEL_ETIMEDOUT; i++)
+    rc = load(&c, td_handle(3 + i, 1), small_source(test_now_ns()), 30000);
+  CHECK_EQ(rc, 0);
   td_client_close(&c);
   stop(&d);
 }
@@ -298,7 +303,7 @@ TEST(b_others_go_on_while_slow_builds_run) {
     send_load(&slow[i], td_handle(1, 1), src);
     free(src);
   }
-  test_sleep_ms(300); /* both under way (the helpers start in milliseconds) */
+  wait_children(d.pid, 2); /* both under way */
   td_client c;
   open_client(&c, d.url);
   uint64_t t0 = test_now_ms();

@@ -640,22 +640,43 @@ static int header_with(size_t at, int bytes, uint64_t v, size_t len, uint32_t ma
 }
 
 /* Known bytes, not a round trip (an encoder and a decoder wrong alike would pass those): a
- * reply's head is the magic "ACC1", then each field least significant byte first. */
+ * header is the magic "ACC1", then each field least significant byte first. */
+static void expect_header(const uint8_t *f, uint16_t type, uint32_t body_len, uint64_t id) {
+  uint8_t want[PROTO_HEADER_SIZE] = {'A',
+                                     'C',
+                                     'C',
+                                     '1',
+                                     PROTO_VERSION & 0xff,
+                                     PROTO_VERSION >> 8,
+                                     (uint8_t)type,
+                                     (uint8_t)(type >> 8)}; /* flags: 0 */
+  for (int i = 0; i < 4; i++)
+    want[12 + i] = (uint8_t)(body_len >> (8 * i));
+  for (int i = 0; i < 8; i++)
+    want[16 + i] = (uint8_t)(id >> (8 * i));
+  CHECK_EQ(memcmp(f, want, sizeof want), 0);
+}
+
 TEST(the_wire_is_little_endian) {
   uint8_t f[PROTO_REPLY_HEAD_SIZE];
   CHECK_OK(proto_encode_reply_head(f, 0x0102030405060708ull, -2, 0x0a0b0c));
-  static const uint8_t want_head[] = {'A', 'C', 'C', '1'};
-  CHECK_EQ(memcmp(f, want_head, 4), 0);
-  static const uint8_t want_id[] = {8, 7, 6, 5, 4, 3, 2, 1};
-  CHECK_EQ(memcmp(f + 16, want_id, 8), 0);
+  expect_header(f, PROTO_REPLY, 8 + 0x0a0b0c, 0x0102030405060708ull);
+  static const uint8_t want_body[] = {0xfe, 0xff, 0xff, 0xff, 0, 0, 0, 0}; /* -2, padding */
+  CHECK_EQ(memcmp(f + PROTO_HEADER_SIZE, want_body, sizeof want_body), 0);
   proto_header h;
   CHECK_OK(proto_decode_header(f, PROTO_HEADER_SIZE + 8 + 0x0a0b0c, UINT32_MAX, &h));
   CHECK_EQ(h.request_id, 0x0102030405060708ull);
   CHECK_EQ(h.body_len, 8u + 0x0a0b0c);
-  static const uint8_t want_len[] = {0x0c + 8, 0x0b, 0x0a, 0}; /* 8 + 0x0a0b0c */
-  CHECK_EQ(memcmp(f + 12, want_len, 4), 0);
-  static const uint8_t want_status[] = {0xfe, 0xff, 0xff, 0xff}; /* -2 */
-  CHECK_EQ(memcmp(f + PROTO_HEADER_SIZE, want_status, 4), 0);
+  CHECK_EQ(h.type, PROTO_REPLY);
+  /* a frame begun in a proto_out: a PING, its 16-byte body (command, argument) */
+  proto_out o = {0};
+  proto_control_req c = {.command = PROTO_CTL_PING, .arg = 0x1122334455667788ull};
+  CHECK_OK(proto_encode_control(&o, 0x8877665544332211ull, &c));
+  CHECK_EQ(o.len, (size_t)PROTO_HEADER_SIZE + 16);
+  expect_header(o.data, PROTO_CONTROL, 16, 0x8877665544332211ull);
+  static const uint8_t want_arg[] = {0x88, 0x77, 0x66, 0x55, 0x44, 0x33, 0x22, 0x11};
+  CHECK_EQ(memcmp(o.data + PROTO_HEADER_SIZE + 8, want_arg, 8), 0);
+  proto_out_free(&o);
 }
 
 TEST(header_at_the_limits_and_one_past) {

@@ -174,24 +174,54 @@ TEST(a_lookup_in_time_connects) {
   close(ls);
 }
 
-/* The system's resolver through the lookup's thread: a name, not an address. */
-TEST(a_name_is_looked_up) {
+/* The system's resolver through the lookup's thread: a name, not an address (an address
+ * starts no thread). */
+TEST(a_name_is_looked_up_on_a_thread) {
   int port, ls = tcp_listener(8, &port);
   char url[96];
   snprintf(url, sizeof url, "tcp4://localhost:%d", port);
   const char *why = NULL;
+  int started = proto_tcp_lookups_started();
   int fd = proto_tcp_connect(url, 5000, &why);
   if (fd < 0)
     TEST_FAIL("localhost did not resolve: %s", why);
   close(fd);
+  CHECK_EQ(proto_tcp_lookups_started(), started + 1);
+  snprintf(url, sizeof url, "tcp://127.0.0.1:%d", port);
+  fd = proto_tcp_connect(url, 5000, &why);
+  CHECK_GE(fd, 0);
+  close(fd);
+  CHECK_EQ(proto_tcp_lookups_started(), started + 1);
   lookups_end();
   close(ls);
+}
+
+/* A resolver failing with a system error on the lookup's thread: the error its thread saw,
+ * not whatever errno the caller had. */
+static int failing_resolver(const char *host, const char *port, const struct addrinfo *hints,
+                            struct addrinfo **out) {
+  if (hints->ai_flags & AI_NUMERICHOST)
+    return getaddrinfo(host, port, hints, out);
+  errno = EMFILE;
+  return EAI_SYSTEM;
+}
+
+TEST(a_lookup_error_is_the_resolvers) {
+  proto_tcp_set_resolver(failing_resolver, NULL);
+  const char *why = NULL;
+  errno = ETIMEDOUT; /* the caller's: must not show */
+  CHECK_EQ(proto_tcp_connect("tcp://failing.example:80", 2000, &why), ACCEL_ECLOSED);
+  CHECK_EQ(errno, EMFILE);
+  CHECK_EQ(strcmp(why, strerror(EMFILE)), 0);
+  lookups_end();
+  proto_tcp_set_resolver(NULL, NULL);
 }
 
 static const test_case tests[] = {
     TEST_CASE(a_slow_lookup_ends_at_the_timeout),
     TEST_CASE(a_lookup_in_time_connects),
-    TEST_CASE(a_name_is_looked_up),
+    TEST_CASE(a_name_is_looked_up_on_a_thread),
+    TEST_CASE(a_lookup_error_is_the_resolvers),
     TEST_CASE(connects_to_a_listener),
     TEST_CASE(a_closed_port_is_refused_at_once),
     TEST_CASE(a_full_accept_queue_times_out),
