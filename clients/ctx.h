@@ -63,7 +63,7 @@ struct accel_ctx {
   void *impl;        /* the transport's state */
   accel_runtime *rt; /* runs `then` callbacks (and, embedded, everything else) */
   uint32_t max_buffers;
-  dev_call_pool *call_pool; /* where calls come from (embedded); NULL: allocated each time */
+  dev_call_pool *call_pool; /* where calls come from (the transport's); NULL: allocated each time */
   uint32_t tag;             /* 16 bits in every handle of this context */
   /* The most bytes of data one WRITE or READ op may carry through the transport (0: no
    * limit). Larger transfers are split into chunks (clients/chunk.c). Set at open. */

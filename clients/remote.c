@@ -471,6 +471,8 @@ static void remote_free(accel_ctx *ctx) {
   remote_on_lost(ctx);
   sendq_free(r); /* the stream links' (no sender is inside now) */
   remote_shm_free_all(r);
+  ctx->call_pool = NULL;
+  dev_call_pool_drain(&r->calls); /* every op has ended: remote_on_lost failed the last */
   pthread_mutex_destroy(&r->shm_mu);
   pthread_mutex_destroy(&r->mu);
   pthread_cond_destroy(&r->idle);
@@ -554,6 +556,8 @@ static int remote_open(accel_ctx *ctx, const char *url, const char *name) {
     rt_free(r);
     return rc;
   }
+  dev_call_pool_init(&r->calls);
+  ctx->call_pool = &r->calls;
   ctx->tp = &client_remote_transport;
   ctx->impl = r;
   rc = accel_runtime_create(&ctx->rt, &(accel_runtime_opts){.loops = 1}); /* for `then` only */

@@ -83,6 +83,9 @@ struct remote {
   shm_region *regions;
   size_t staging_bytes;
   atomic_uint_fast64_t next_region;
+  /* ops' records kept for the next ops (ops/op_pool.c): past malloc's per-thread caches, a
+   * record was a calloc and a free per op */
+  dev_call_pool calls;
 };
 
 static inline remote *remote_of(accel_ctx *ctx) {
