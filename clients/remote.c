@@ -39,16 +39,34 @@ struct pending {
 
 /* ---- the pending table ---- */
 
+/* Under mu: p enters the table under `id`. */
+static void table_add(remote *r, pending *p, uint64_t id) {
+  pending **head = &r->table[id % REMOTE_BUCKETS];
+  p->id = id;
+  p->next = *head;
+  *head = p;
+}
+
 /* Returns p's id: once p is in the table the receiver (or a lost connection) may finish and
  * free it at any moment, so the sender must not read it again. */
 static uint64_t pending_put(remote *r, pending *p) {
   pthread_mutex_lock(&r->mu);
-  uint64_t id = p->id = ++r->next_id;
-  pending **head = &r->table[id % REMOTE_BUCKETS];
-  p->next = *head;
-  *head = p;
+  uint64_t id = ++r->next_id;
+  table_add(r, p, id);
   pthread_mutex_unlock(&r->mu);
   return id;
+}
+
+/* An op's p enters the table under the id op_room gave it, unless the connection is gone
+ * (ACCEL_ECLOSED: then p stays the caller's). From here on neither p nor its op may be read
+ * by the sender: the receiver, or a lost connection, may finish and free them. */
+static int pending_put_op(remote *r, pending *p, uint64_t id) {
+  pthread_mutex_lock(&r->mu);
+  bool dead = r->dead; /* the table was emptied: nothing would ever answer p */
+  if (!dead)
+    table_add(r, p, id);
+  pthread_mutex_unlock(&r->mu);
+  return dead ? ACCEL_ECLOSED : 0;
 }
 
 /* Where a sender that found max_in_flight ops unanswered goes on: a quarter of the window
@@ -86,9 +104,10 @@ static pending *pending_take(remote *r, uint64_t id) {
 }
 
 /* Takes a place for one more op, which it keeps until its pending entry leaves the table
- * (or op_room_return). With link->credit, when max_in_flight ops are unanswered it waits
- * until only room_low are. 0, or ACCEL_ECLOSED once the connection is gone. */
-static int op_room(remote *r) {
+ * (or op_room_return), and its request id (*id: the frame is encoded before the op goes into
+ * the table). With link->credit, when max_in_flight ops are unanswered it waits until only
+ * room_low are. 0, or ACCEL_ECLOSED once the connection is gone. */
+static int op_room(remote *r, uint64_t *id) {
   pthread_mutex_lock(&r->mu);
   uint32_t max = r->welcome.limits.max_in_flight;
   if (r->link->credit && max > 0 && r->ops_out >= max)
@@ -96,6 +115,7 @@ static int op_room(remote *r) {
       pthread_cond_wait(&r->room, &r->mu);
   int rc = r->dead ? ACCEL_ECLOSED : 0;
   r->ops_out += rc == 0;
+  *id = ++r->next_id;
   pthread_mutex_unlock(&r->mu);
   return rc;
 }
@@ -305,7 +325,8 @@ static int remote_send(accel_ctx *ctx, dev_call *call) {
 static int send_op_frame(accel_ctx *ctx, dev_call *call) {
   remote *r = remote_of(ctx);
   dev_op *op = &call->op;
-  int rc = op_room(r);
+  uint64_t id;
+  int rc = op_room(r, &id);
   if (rc != 0)
     return rc;
   pending *p = rt_calloc(1, sizeof *p);
@@ -323,10 +344,8 @@ static int send_op_frame(accel_ctx *ctx, dev_call *call) {
     data = (proto_bytes){op->u.write.src, op->u.write.bytes};
   proto_out o;
   proto_out_init(&o);
-  if (call->future != NULL && r->link->offer_help != NULL)
-    r->link->offer_help(ctx, call->future); /* before the send: after it, call may be gone */
-  uint64_t id = pending_put(r, p);          /* from here on p may be finished by the receiver */
   bool gather = data.len >= GATHER_MIN && r->link->send_gather != NULL;
+  /* Everything of the op is read before it enters the table (pending_put_op). */
   if (op->h.kind == DEV_OP_MODULE_LOAD && op->u.module.len > r->welcome.limits.max_message)
     rc = ACCEL_ELIMIT; /* a module's code goes in one frame: refused before it is copied */
   else if (gather)
@@ -335,15 +354,16 @@ static int send_op_frame(accel_ctx *ctx, dev_call *call) {
     rc = shm ? proto_encode_op_shm(&o, id, op, ref) : proto_encode_op(&o, id, op, data);
   if (rc == 0 && o.len + (gather ? data.len : 0) > r->welcome.limits.max_message)
     rc = ACCEL_ELIMIT; /* larger than the daemon takes in one frame */
-  pthread_mutex_lock(&r->mu);
-  if (rc == 0 && r->dead)
-    rc = ACCEL_ECLOSED;
-  pthread_mutex_unlock(&r->mu);
+  if (rc == 0 && call->future != NULL && r->link->offer_help != NULL)
+    r->link->offer_help(ctx, call->future); /* before the send: after it, call may be gone */
+  bool put = rc == 0 && (rc = pending_put_op(r, p, id)) == 0;
   if (rc == 0)
     rc = gather ? link_send_gather(r, o.data, o.len, data, id)
                 : link_send(r, o.data, o.len, id, -1);
   proto_out_free(&o);
-  if (rc != 0 && pending_take(r, id) == p) {
+  if (rc != 0 && (!put || pending_take(r, id) == p)) {
+    if (!put)
+      op_room_return(r); /* pending_take gives it back otherwise */
     if (shm)
       remote_shm_complete(r, op, staging, rc);
     rt_free(p); /* not sent: the op stays the caller's */
