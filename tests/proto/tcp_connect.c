@@ -131,15 +131,28 @@ static void lookups_end(void) {
   CHECK_EQ(proto_tcp_lookups_running(), 0); /* the thread ended, its lookup freed */
 }
 
+/* A listener, and url naming it by a name the slow resolver takes `ms` to find. */
+static int slow_name_for_a_listener(int ms, char *url, size_t cap) {
+  int port, ls = tcp_listener(8, &port);
+  snprintf(url, cap, "tcp://slow.example:%d", port);
+  atomic_store(&slow_ms, ms);
+  proto_tcp_set_resolver(slow_resolver, NULL);
+  return ls;
+}
+
+/* Every lookup's thread has ended; the system's resolver again; the listener closed. */
+static void slow_name_done(int ls) {
+  lookups_end();
+  proto_tcp_set_resolver(NULL, NULL);
+  close(ls);
+}
+
 /* A resolver that does not answer in time: the connect ends at the timeout all the same (it
  * took the resolver's own timeouts, 5 s and more, before); the lookup's thread ends later and
  * frees what it found. */
 TEST(a_slow_lookup_ends_at_the_timeout) {
-  int port, ls = tcp_listener(8, &port);
   char url[96];
-  snprintf(url, sizeof url, "tcp://slow.example:%d", port);
-  atomic_store(&slow_ms, 1500);
-  proto_tcp_set_resolver(slow_resolver, NULL);
+  int ls = slow_name_for_a_listener(1500, url, sizeof url);
   const char *why = NULL;
   uint64_t t0 = test_now_ns();
   int rc = proto_tcp_connect(url, 300, &why);
@@ -153,25 +166,18 @@ TEST(a_slow_lookup_ends_at_the_timeout) {
   CHECK_GE(ms, 280u);
   CHECK_LT(ms, 1200u);
   CHECK_EQ(proto_tcp_lookups_running(), 1); /* still at it */
-  lookups_end();
-  proto_tcp_set_resolver(NULL, NULL);
-  close(ls);
+  slow_name_done(ls);
 }
 
 /* A lookup within the timeout connects; its time counts against the same timeout. */
 TEST(a_lookup_in_time_connects) {
-  int port, ls = tcp_listener(8, &port);
   char url[96];
-  snprintf(url, sizeof url, "tcp://slow.example:%d", port);
-  atomic_store(&slow_ms, 50);
-  proto_tcp_set_resolver(slow_resolver, NULL);
+  int ls = slow_name_for_a_listener(50, url, sizeof url);
   const char *why = NULL;
   int fd = proto_tcp_connect(url, 5000, &why);
   CHECK_GE(fd, 0);
   close(fd);
-  lookups_end();
-  proto_tcp_set_resolver(NULL, NULL);
-  close(ls);
+  slow_name_done(ls);
 }
 
 /* The system's resolver through the lookup's thread: a name, not an address (an address
