@@ -95,7 +95,7 @@ bool bw_cork_frame(bw_link *l, uint16_t type, uint64_t tag, const void *a, size_
                    const void *b, size_t blen, const void *c, size_t clen) {
   bw_cork *k = &l->cork;
   size_t need = bw_frame_len(alen, blen, clen);
-  if (k->off || l->cmd.ctl != NULL || need > CORK_FRAME_MAX || k->len + need > CORK_MAX ||
+  if (k->off || l->cmd.ring.ctl != NULL || need > CORK_FRAME_MAX || k->len + need > CORK_MAX ||
       k->frames >= CORK_FRAMES || !rt_defer_here() || !cork_room(k, need))
     return false;
   if (!k->queued) {

@@ -509,9 +509,9 @@ static void close_fd(int *fd) {
 static void close_channels(bw_link *l) {
   pthread_mutex_lock(&l->send_mu);
   bw_chan_close(&l->cmd);
-  l->cmd.ctl = NULL;
+  l->cmd.ring.ctl = NULL;
   bw_chan_close(&l->note);
-  l->note.ctl = NULL;
+  l->note.ring.ctl = NULL;
   close_fd(&l->ack);
   bw_rings_unmap(&l->rings);
   pthread_mutex_unlock(&l->send_mu);
@@ -581,7 +581,7 @@ void bw_link_release(bw_link *l) {
 static void link_stop(bw_link *l) {
   /* Through rings the cork is empty and the worker still reads what the ring holds after the
    * end: shut first, so that a sender waiting for room (a hung worker) lets send_mu go. */
-  if (l->cmd.ctl != NULL)
+  if (l->cmd.ring.ctl != NULL)
     bw_chan_shutdown(&l->cmd, SHUT_RDWR);
   bw_cork_close(l); /* before cmd closes: a flush after would write to a closed descriptor */
   bw_chan_shutdown(&l->cmd, SHUT_RDWR);

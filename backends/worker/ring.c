@@ -19,7 +19,6 @@
 #define DATA_NOTE (DATA_CMD + BW_RING_CMD_BYTES)
 #define REGION_BYTES (DATA_NOTE + BW_RING_NOTE_BYTES)
 
-#define BELL 'B' /* "there is something in the ring" or "there is room" */
 #define PASS 'F' /* the byte descriptors travel with */
 
 _Static_assert(sizeof(bw_ring_ctl) <= CTL_NOTE, "a direction's positions fit their slot");
@@ -68,39 +67,12 @@ void bw_rings_unmap(bw_rings *r) {
 }
 
 void bw_chan_ring(bw_chan *c, const bw_rings *r, bool note) {
-  c->ctl = (bw_ring_ctl *)(void *)(r->base + (note ? CTL_NOTE : 0));
-  c->data = r->base + (note ? DATA_NOTE : DATA_CMD);
-  c->size = note ? BW_RING_NOTE_BYTES : BW_RING_CMD_BYTES;
-  c->pos = 0;
+  c->ring = (rt_ring){.ctl = (rt_ring_ctl *)(void *)(r->base + (note ? CTL_NOTE : 0)),
+                      .data = r->base + (note ? DATA_NOTE : DATA_CMD),
+                      .size = note ? BW_RING_NOTE_BYTES : BW_RING_CMD_BYTES};
 }
 
 /* ---- bells ---- */
-
-/* One byte on the socket for a peer that sleeps; false if the peer is gone. A full socket
- * means bells are waiting there already. */
-static bool ring_bell(int fd) {
-  char b = BELL;
-  for (;;) {
-    ssize_t w = send(fd, &b, 1, MSG_NOSIGNAL | MSG_DONTWAIT);
-    if (w == 1 || (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)))
-      return true;
-    if (w < 0 && errno == EINTR)
-      continue;
-    return false;
-  }
-}
-
-/* After this side moved its position (a sequentially consistent store): a peer that said it
- * sleeps gets one bell (the exchange makes it one per sleep). The sleeper stores its flag and
- * then loads the position, both sequentially consistent too, so one of the two sees the
- * other's store. (Fences would do it with weaker stores, but ThreadSanitizer cannot check
- * fences, and GCC refuses them under it.) */
-static bool wake(int fd, _Atomic uint32_t *sleeps) {
-  if (atomic_load_explicit(sleeps, memory_order_seq_cst) == 0 ||
-      atomic_exchange_explicit(sleeps, 0, memory_order_seq_cst) == 0)
-    return true;
-  return ring_bell(fd);
-}
 
 /* Sleeps until the socket has something (a bell, a descriptor, the end); false if it failed. */
 static bool sleep_on(int fd) {
@@ -208,18 +180,18 @@ static void drain(bw_chan *c) {
 /* Bytes that fit now, waiting (polling, then sleeping on the socket for the reader's bell)
  * while the ring is full; 0 if the peer is gone, the channel shut, or the positions insane. */
 static uint64_t room(bw_chan *c) {
+  rt_ring *w = &c->ring;
   uint64_t spin = rt_spin_ns(), until = 0;
   bool woke = false;
   for (;;) {
-    uint64_t head = atomic_load_explicit(&c->ctl->head, memory_order_acquire);
-    uint64_t used = c->pos - head;
-    if (used > c->size || atomic_load_explicit(&c->closed, memory_order_relaxed))
+    uint64_t head = atomic_load_explicit(&w->ctl->head, memory_order_acquire);
+    uint64_t fit = rt_ring_room(w);
+    if (fit == UINT64_MAX || atomic_load_explicit(&c->closed, memory_order_relaxed))
       return 0;
-    if (used < c->size)
-      return c->size - used;
+    if (fit > 0)
+      return fit;
     if (!woke) { /* the reader must see what is written so far, and be awake, to make room */
-      atomic_store_explicit(&c->ctl->tail, c->pos, memory_order_seq_cst);
-      if (!wake(c->fd, &c->ctl->reader_sleeps))
+      if (!rt_ring_publish(w, c->fd))
         return 0;
       woke = true;
       until = spin ? rt_mono_ns() + spin : 0;
@@ -228,8 +200,8 @@ static uint64_t room(bw_chan *c) {
       rt_cpu_relax();
       continue;
     }
-    atomic_store_explicit(&c->ctl->writer_waits, 1, memory_order_seq_cst);
-    if (atomic_load_explicit(&c->ctl->head, memory_order_seq_cst) != head)
+    atomic_store_explicit(&w->ctl->writer_waits, 1, memory_order_seq_cst);
+    if (atomic_load_explicit(&w->ctl->head, memory_order_seq_cst) != head)
       continue; /* room came meanwhile; a bell that follows is dropped below */
     char b[64];
     ssize_t r;
@@ -239,14 +211,8 @@ static uint64_t room(bw_chan *c) {
     }
     if (r == 0 || (errno != EAGAIN && errno != EWOULDBLOCK))
       return 0; /* the peer is gone, or the socket shut here */
-    atomic_store_explicit(&c->ctl->writer_waits, 0, memory_order_relaxed);
+    atomic_store_explicit(&w->ctl->writer_waits, 0, memory_order_relaxed);
   }
-}
-
-static void copy_in(bw_chan *c, const uint8_t *p, uint64_t n) {
-  uint64_t at = c->pos & (c->size - 1), first = c->size - at < n ? c->size - at : n;
-  memcpy(c->data + at, p, first);
-  memcpy(c->data, p + first, n - first);
 }
 
 bool bw_chan_write(bw_chan *c, struct iovec *v, int n) {
@@ -258,32 +224,23 @@ bool bw_chan_write(bw_chan *c, struct iovec *v, int n) {
       if (fit == 0)
         return false;
       uint64_t k = fit < left ? fit : left;
-      copy_in(c, p, k);
-      c->pos += k;
+      rt_ring_put(&c->ring, p, k);
       p += k;
       left -= k;
     }
   }
-  /* Once per write, not per piece: each store is a fence here and a miss in the polling
-   * reader's cache (room publishes what came before it waits). */
-  atomic_store_explicit(&c->ctl->tail, c->pos, memory_order_seq_cst);
-  return wake(c->fd, &c->ctl->reader_sleeps);
+  return rt_ring_publish(&c->ring, c->fd); /* once per write (room publishes before it waits) */
 }
 
 bool bw_chan_pass(bw_chan *c, const int *fds, int n) {
   char b = PASS;
-  return c->ctl != NULL && bw_send_with_fds(c->fd, &b, 1, fds, n) == 1;
+  return c->ring.ctl != NULL && bw_send_with_fds(c->fd, &b, 1, fds, n) == 1;
 }
 
 /* ---- the reader ---- */
 
-static void copy_out(const bw_chan *c, uint8_t *p, uint64_t n) {
-  uint64_t at = c->pos & (c->size - 1), first = c->size - at < n ? c->size - at : n;
-  memcpy(p, c->data + at, first);
-  memcpy(p + first, c->data, n - first);
-}
-
 long bw_chan_read(bw_chan *c, void *p, size_t n, bool *polled) {
+  rt_ring *rd = &c->ring;
   uint64_t spin = rt_spin_ns();
   uint64_t until = spin ? rt_mono_ns() + spin : 0;
   bool slept = false;
@@ -291,18 +248,16 @@ long bw_chan_read(bw_chan *c, void *p, size_t n, bool *polled) {
   for (;;) {
     if (atomic_load_explicit(&c->closed, memory_order_relaxed))
       return 0; /* shut here (the link failed): what is left is not read */
-    uint64_t have = atomic_load_explicit(&c->ctl->tail, memory_order_acquire) - c->pos;
-    if (have > c->size)
+    uint64_t have = rt_ring_avail(rd);
+    if (have == UINT64_MAX)
       return -1; /* not a position the writer can have reached */
     if (have > 0) {
       uint64_t k = have < n ? have : n;
-      copy_out(c, p, k);
-      c->pos += k;
-      atomic_store_explicit(&c->ctl->head, c->pos, memory_order_seq_cst);
+      rt_ring_take(rd, p, k);
       *polled = spin != 0 && !slept;
       /* A writer gone while it waited for room: what it wrote is still read, to the end. Any
        * other failed bell may leave a live writer asleep for good: the channel ends. */
-      if (!wake(c->fd, &c->ctl->writer_waits) && errno != EPIPE && errno != ECONNRESET)
+      if (!rt_ring_wake(c->fd, &rd->ctl->writer_waits) && errno != EPIPE && errno != ECONNRESET)
         return -1;
       return (long)k;
     }
@@ -315,14 +270,14 @@ long bw_chan_read(bw_chan *c, void *p, size_t n, bool *polled) {
     if (c->nfds == BW_RING_FDS)
       return -1; /* descriptors for frames that never came: a writer breaking the protocol
                     (its socket would stay readable under a sleep that never sleeps) */
-    atomic_store_explicit(&c->ctl->reader_sleeps, 1, memory_order_seq_cst);
-    if (atomic_load_explicit(&c->ctl->tail, memory_order_seq_cst) == c->pos) {
+    atomic_store_explicit(&rd->ctl->reader_sleeps, 1, memory_order_seq_cst);
+    if (atomic_load_explicit(&rd->ctl->tail, memory_order_seq_cst) == rd->pos) {
       if (!sleep_on(c->fd))
         return -1;
       drain(c);
       slept = true;
     }
-    atomic_store_explicit(&c->ctl->reader_sleeps, 0, memory_order_relaxed);
+    atomic_store_explicit(&rd->ctl->reader_sleeps, 0, memory_order_relaxed);
     until = 0;
   }
 }

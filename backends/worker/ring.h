@@ -23,26 +23,19 @@
 #include <sys/socket.h>
 #include <sys/uio.h>
 
+#include "runtime/shm_ring.h"
+
 #define BW_RING_CMD_BYTES ((uint64_t)1 << 20)    /* acceld -> worker: calls */
 #define BW_RING_NOTE_BYTES ((uint64_t)256 << 10) /* worker -> acceld: replies, completions */
 #define BW_RING_FDS 16     /* descriptors a reader holds ahead of their frames */
 #define BW_RING_MAX_PASS 4 /* descriptors one message may carry */
 
-/* One direction's positions, in the shared region; each on a cache line of its own. */
-typedef struct bw_ring_ctl {
-  _Alignas(64) _Atomic uint64_t tail; /* the writer's: bytes written in all */
-  _Atomic uint32_t reader_sleeps;     /* the reader's: it sleeps (or is about to) on the socket */
-  _Alignas(64) _Atomic uint64_t head; /* the reader's: bytes taken in all */
-  _Atomic uint32_t writer_waits;      /* the writer's: it sleeps for room on the socket */
-} bw_ring_ctl;
+typedef rt_ring_ctl bw_ring_ctl;
 
 /* One end of a channel. fd: the socket (without a ring the frames themselves go there). */
 typedef struct bw_chan {
   int fd;
-  bw_ring_ctl *ctl; /* NULL: no ring */
-  uint8_t *data;
-  uint64_t size;        /* a power of two */
-  uint64_t pos;         /* the writer's tail or the reader's head: this side's own count */
+  rt_ring ring;         /* ring.ctl NULL: no ring; ring.pos is this side's own count */
   bool eof;             /* reader: the socket ended */
   _Atomic bool closed;  /* shut down on this side (bw_chan_shutdown) */
   bool takes_fds;       /* reader: some frames take a descriptor (else one is an error) */

@@ -39,7 +39,7 @@ static bool write_vec(int fd, struct iovec *v, int n) {
 
 /* Writes to the channel's ring, or without one to its socket. */
 static bool chan_write(bw_chan *ch, struct iovec *v, int n) {
-  return ch->ctl != NULL ? bw_chan_write(ch, v, n) : write_vec(ch->fd, v, n);
+  return ch->ring.ctl != NULL ? bw_chan_write(ch, v, n) : write_vec(ch->fd, v, n);
 }
 
 /* A frame's pieces as a vector (at most 4) into v; 0 if it is too long. */
@@ -118,7 +118,7 @@ bool bw_send_fd(int fd, uint16_t type, uint64_t tag, const void *a, size_t alen,
 
 bool bw_chan_send_fd(bw_chan *ch, uint16_t type, uint64_t tag, const void *a, size_t alen,
                      int pass) {
-  if (ch->ctl == NULL)
+  if (ch->ring.ctl == NULL)
     return bw_send_fd(ch->fd, type, tag, a, alen, pass);
   /* The descriptor first, on the socket: the reader, at the frame, finds it there. */
   return bw_chan_pass(ch, &pass, 1) && bw_chan_send(ch, type, tag, a, alen, NULL, 0, NULL, 0);
@@ -254,7 +254,7 @@ bool bw_reader_init(bw_reader *r, int fd, uint64_t fd_types) {
 
 bool bw_reader_init_chan(bw_reader *r, bw_chan *chan, uint64_t fd_types) {
   bool ok = bw_reader_init(r, chan->fd, fd_types);
-  r->chan = chan->ctl != NULL ? chan : NULL;
+  r->chan = chan->ring.ctl != NULL ? chan : NULL;
   chan->takes_fds = fd_types != 0;
   return ok;
 }

@@ -37,7 +37,7 @@ static void pair_open(pair *p, uint64_t fd_types) {
 
 /* The cmd direction's positions, which both ends of the pair use. */
 static bw_ring_ctl *ctl_of(pair *p) {
-  return p->w.ctl;
+  return p->w.ring.ctl;
 }
 
 static void pair_close(pair *p) {
@@ -116,8 +116,8 @@ TEST(frames_arrive_whole_and_in_order_across_the_wrap) {
     expect_frame(&p, i);
   pthread_join(t, NULL);
   CHECK(j.ok);
-  CHECK_GT(p.r.pos, 4 * BW_RING_CMD_BYTES); /* it went round several times */
-  CHECK_EQ(p.r.pos, p.w.pos);
+  CHECK_GT(p.r.ring.pos, 4 * BW_RING_CMD_BYTES); /* it went round several times */
+  CHECK_EQ(p.r.ring.pos, p.w.ring.pos);
   pair_close(&p);
 }
 
@@ -231,7 +231,7 @@ TEST(a_head_at_the_limit_waits_and_one_past_ends_the_channel) {
   writer_job j = {.c = &p.w, .frames = 3};
   write_frames(&j); /* some bytes in: the positions are not both 0 */
   CHECK(j.ok);
-  uint64_t pos = p.w.pos;
+  uint64_t pos = p.w.ring.pos;
   atomic_store(&ctl->head, pos - BW_RING_CMD_BYTES); /* full: a reader that read nothing */
   writer_job more = {.c = &p.w, .frames = 1};
   pthread_t t;
@@ -242,7 +242,7 @@ TEST(a_head_at_the_limit_waits_and_one_past_ends_the_channel) {
   pthread_join(t, NULL);
   CHECK(more.ok);
   expect_frame(&p, 0);
-  atomic_store(&ctl->head, p.w.pos - BW_RING_CMD_BYTES - 1);
+  atomic_store(&ctl->head, p.w.ring.pos - BW_RING_CMD_BYTES - 1);
   CHECK(!bw_chan_send(&p.w, BW_REPLY, 9, NULL, 0, NULL, 0, NULL, 0));
   pair_close(&p);
 }

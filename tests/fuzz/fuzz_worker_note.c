@@ -155,7 +155,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (ring && (data[0] & 0x20) && size >= 9) { /* a position the worker made up */
     uint64_t tail;
     memcpy(&tail, data + size - 8, sizeof tail);
-    atomic_store(&worker_note.ctl->tail, tail);
+    atomic_store(&worker_note.ring.ctl->tail, tail);
   }
   close(note[1]); /* the worker hangs up: whatever is pending fails with ACCEL_EDEVLOST */
   pthread_mutex_lock(&l->mu);
