@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "actors/world.h"
 #include "proto/tcp.h"
@@ -459,17 +460,23 @@ static int hello(accel_ctx *ctx, const char *name) {
     return ACCEL_ENOMEM;
   proto_out o;
   proto_out_init(&o);
-  proto_hello h = {.version = PROTO_VERSION, .capabilities = r->link->caps};
+  int rings_fd = rings_offer(r);
+  proto_hello h = {.version = PROTO_VERSION,
+                   .capabilities = r->link->caps | (rings_fd >= 0 ? PROTO_CAP_RINGS : 0)};
   snprintf(h.name, sizeof h.name, "%s", name);
   bool answered = false;
   int rc = proto_encode_hello(&o, p->id, &h);
   if (rc == 0)
-    rc = request(ctx, p, &o, HELLO_TIMEOUT_MS, -1, &answered);
+    rc = request(ctx, p, &o, HELLO_TIMEOUT_MS, rings_fd, &answered);
   proto_out_free(&o);
+  if (rings_fd >= 0)
+    close(rings_fd);
   if (rc == 0 && proto_decode_welcome(p->data, p->len, &r->welcome) != 0)
     rc = ACCEL_EPROTO;
   if (rc == 0 && r->welcome.version != PROTO_VERSION)
     rc = ACCEL_EPROTO;
+  /* Nothing else is sent or read until this returns: from here both ways use the rings. */
+  rings_welcome(r, rc == 0 && (r->welcome.capabilities & PROTO_CAP_RINGS));
   if (rc == 0)
     take_welcome(ctx, r);
   waited_free(r, p, answered);

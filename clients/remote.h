@@ -16,6 +16,7 @@
 #include "proto/local.h"
 #include "proto/wire.h"
 #include "runtime/attr.h"
+#include "runtime/shm_ring.h"
 
 #define REMOTE_BUCKETS 4096u
 
@@ -44,6 +45,7 @@ typedef struct remote_link {
   void (*offer_help)(accel_ctx *ctx, accel_future *f);
   uint32_t caps; /* PROTO_CAP_* this link asks for in HELLO */
   bool shm;      /* the shared-memory data plane (remote_shm.c) */
+  bool rings;    /* frames through shared rings (remote_rings.c), if the daemon takes them */
   /* The daemon cannot stop reading this link (nng): past WELCOME's max_in_flight it would
    * refuse ops (ACCEL_EBUSY), so a sender waits while that many ops are unanswered. A local
    * stream is paused by the daemon instead, and its sender waits in the socket. */
@@ -78,6 +80,13 @@ struct remote {
   uint64_t rd_wait_ns;   /* under rd_mu: how long a reading waiter's wait lasts, a moving mean */
   bool rx_made;          /* rx_epfd, rx_stop and rd_mu exist (remote_local_read.c) */
   local_gate *gate;      /* where helpers register before they read */
+  /* the local link's shared rings (remote_rings.c): set once the WELCOME took them */
+  bool rings;
+  uint8_t *rings_base;
+  rt_ring up;                 /* under the send queue's writing: requests */
+  rt_ring down;               /* under rd_mu: replies */
+  bool rings_eof;             /* under rd_mu: the socket ended */
+  _Atomic bool rings_closing; /* a writer waiting for room gives up */
   /* the shared-memory data plane (remote_shm.c) */
   pthread_mutex_t shm_mu; /* guards regions, staging_bytes */
   shm_region *regions;
@@ -113,6 +122,24 @@ void remote_shm_complete(remote *r, dev_op *op, shm_region *staging, int status)
 RT_MUST_USE int remote_host_alloc(accel_ctx *ctx, size_t bytes, void **out);
 RT_MUST_USE int remote_host_free(accel_ctx *ctx, void *p);
 void remote_shm_free_all(remote *r);
+
+/* remote_rings.c: the local link's shared rings (proto/local_rings.h). */
+/* Before HELLO: a region to offer (its descriptor, to pass with the HELLO), or -1 (this link
+ * has none, ACCEL_LOCAL_RINGS=0, or it could not be made). */
+int rings_offer(remote *r);
+/* After WELCOME: the rings are used (accepted) or dropped. */
+void rings_welcome(remote *r, bool accepted);
+/* Writes a frame (head, then tail) into the ring, waiting for room; its descriptor, if any,
+ * first on the socket. One writer at a time (the send queue's rule). 0 or ACCEL_ECLOSED. */
+RT_MUST_USE int rings_write(remote *r, const uint8_t *head, size_t head_len, const uint8_t *tail,
+                            size_t tail_len, int fd_pass);
+/* rd_mu held: reads the socket's bells; ACCEL_ECLOSED once it ended, else 0. */
+int rings_drain_socket(remote *r);
+/* rd_mu held: the reader says it sleeps (then looks at the ring: true if something came) or
+ * polls (the daemon need not ring). */
+bool rings_reader_sleeps(remote *r, bool sleeps);
+/* After both threads stopped. */
+void rings_free(remote *r);
 
 /* remote_local_read.c: the local link's reading (its receiver thread, and waiters that read
  * their replies themselves). */

@@ -45,6 +45,7 @@ static int stream_send_gather(remote *r, const uint8_t *head, size_t head_len, c
 
 static void local_close(accel_ctx *ctx) {
   remote *r = remote_of(ctx);
+  atomic_store(&r->rings_closing, true); /* a writer waiting for room in the ring leaves */
   if (r->fd >= 0)
     shutdown(r->fd, SHUT_RDWR); /* wakes a waiter reading and any blocked sender */
   local_reader_stop(ctx);       /* the receiver reports the end, once, and stops */
@@ -53,6 +54,7 @@ static void local_close(accel_ctx *ctx) {
     close(r->fd);
   r->fd = -1;
   proto_reader_free(&r->reader);
+  rings_free(r);
 }
 
 const remote_link remote_local_link = {
@@ -64,6 +66,7 @@ const remote_link remote_local_link = {
     .offer_help = local_offer_help,
     .caps = PROTO_CAP_BATCH,
     .shm = true,
+    .rings = true,
 };
 
 const remote_link remote_tcp_link = {

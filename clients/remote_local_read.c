@@ -53,15 +53,19 @@ static void lose(accel_ctx *ctx) {
   (void)eventfd_write(r->rx_stop, 1);
 }
 
-/* rd_mu held. Hands over every whole frame the socket holds now: 0 once it has no more, else
- * ACCEL_ENOMEM (the bytes wait in the socket) or the loss (ECLOSED, EPROTO). */
-static int drain(accel_ctx *ctx) {
+/* rd_mu held. Hands over every whole frame the socket (or the ring) holds now: 0 once it has
+ * no more, else ACCEL_ENOMEM (the bytes wait) or the loss (ECLOSED, EPROTO). On rings the
+ * socket is read when it may have something (`sock`: woken by it): bells, the end. */
+static int drain(accel_ctx *ctx, bool sock) {
   remote *r = remote_of(ctx);
+  if (r->rings && sock)
+    (void)rings_drain_socket(r); /* its end counts once the ring is read */
   for (;;) {
     const uint8_t *frame;
-    long long n = proto_reader_try_next(&r->reader, r->fd, atomic_load(&r->max_body), &frame);
+    long long n = proto_reader_try_next_from(&r->reader, r->fd, r->rings ? &r->down : NULL,
+                                             atomic_load(&r->max_body), &frame);
     if (n == ACCEL_EAGAIN)
-      return 0;
+      return r->rings && r->rings_eof ? ACCEL_ECLOSED : 0;
     if (n < 0)
       return (int)n;
     remote_on_frame(ctx, frame, (size_t)n);
@@ -69,9 +73,9 @@ static int drain(accel_ctx *ctx) {
 }
 
 /* rd_mu held. One round of reading; true while the connection lives. */
-static bool read_round(accel_ctx *ctx, int *rc) {
+static bool read_round(accel_ctx *ctx, int *rc, bool sock) {
   remote *r = remote_of(ctx);
-  *rc = r->rd_lost ? ACCEL_ECLOSED : drain(ctx);
+  *rc = r->rd_lost ? ACCEL_ECLOSED : drain(ctx, sock);
   if (*rc != 0 && *rc != ACCEL_ENOMEM)
     lose(ctx);
   return !r->rd_lost;
@@ -110,7 +114,11 @@ static void *receiver(void *arg) {
       continue;
     }
     int rc = 0;
-    bool alive = !stop ? read_round(ctx, &rc) : (lose(ctx), false);
+    bool alive = !stop ? read_round(ctx, &rc, true) : (lose(ctx), false);
+    /* On rings: asleep again for the daemon, then a last look (a reply that came before it
+     * saw that rang nobody). */
+    while (alive && rc == 0 && r->rings && rings_reader_sleeps(r, true))
+      alive = read_round(ctx, &rc, false);
     if (alive && rc == ACCEL_ENOMEM) {
       pthread_mutex_unlock(&r->rd_mu);
       bool again = wait_for_memory(&tries);
@@ -222,14 +230,19 @@ static bool help_read_inside(local_help *lh, uint64_t until_ns) {
   r->rd_helping = true;
   (void)watch_socket(r, false); /* if it stays on, the receiver leaves the reading to us */
   uint64_t started = uv_hrtime(), spin = poll_time(r->rd_wait_ns);
+  if (r->rings && spin)
+    (void)rings_reader_sleeps(r, false); /* it polls: the daemon need not ring */
   pthread_mutex_unlock(&r->rd_mu);
   uint64_t polled_until = spin ? started + spin : 0;
-  bool done, gave_up = false;
+  bool done, gave_up = false, woke = false;
   for (;;) {
     int rc;
     pthread_mutex_lock(&r->rd_mu);
-    bool alive = read_round(lh->ctx, &rc);
+    bool alive = read_round(lh->ctx, &rc, woke);
+    bool more = alive && rc == 0 && r->rings && uv_hrtime() >= polled_until &&
+                rings_reader_sleeps(r, true); /* about to sleep: said first, then looked */
     pthread_mutex_unlock(&r->rd_mu);
+    woke = false;
     done = future_done(lh->f);
     if (done || !alive || rc == ACCEL_ENOMEM) /* ENOMEM: the receiver's retries take over */
       break;
@@ -238,15 +251,20 @@ static bool help_read_inside(local_help *lh, uint64_t until_ns) {
       gave_up = true;
       break;
     }
-    if (now < polled_until)
+    if (now < polled_until || more) {
       rt_cpu_relax();
-    else
+    } else {
       (void)proto_wait_readable(r->fd, sleep_ms(until_ns)); /* what ends it, the loop sees */
+      woke = true;
+    }
   }
   pthread_mutex_lock(&r->rd_mu);
   if (done || gave_up) /* a wait given up lasted at least this long: counted as that */
     r->rd_wait_ns = wait_mean(r->rd_wait_ns, uv_hrtime() - started);
   r->rd_helping = false;
+  int rc = 0; /* the receiver reads from here: asleep for the daemon, then a last look */
+  while (r->rings && !r->rd_lost && rc == 0 && rings_reader_sleeps(r, true))
+    (void)read_round(lh->ctx, &rc, false);
   if (!r->rd_lost && !watch_socket(r, true)) /* bytes already there fire it at once */
     lose(lh->ctx);
   pthread_mutex_unlock(&r->rd_mu);

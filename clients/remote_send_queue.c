@@ -41,6 +41,15 @@ struct send_queue {
   pthread_t thread;
 };
 
+/* The link's bytes: the shared ring once the daemon took it, else the socket. */
+static int stream_write(remote *r, const uint8_t *head, size_t head_len, const uint8_t *tail,
+                        size_t tail_len, int fd_pass) {
+  if (r->rings)
+    return rings_write(r, head, head_len, tail, tail_len, fd_pass);
+  return tail_len > 0 ? proto_local_send_gather(r->fd, head, head_len, tail, tail_len)
+                      : proto_local_send(r->fd, head, head_len, fd_pass);
+}
+
 /* Under mu. */
 static void fail(remote *r, send_queue *o) {
   if (!o->failed)
@@ -79,7 +88,7 @@ static void *writer_main(void *arg) {
     o->writing = true;
     pthread_cond_broadcast(&o->drained); /* room again */
     pthread_mutex_unlock(&o->mu);
-    int rc = proto_local_send(r->fd, b, len, -1);
+    int rc = stream_write(r, b, len, NULL, 0, -1);
     pthread_mutex_lock(&o->mu);
     write_done(r, o, rc);
   }
@@ -152,14 +161,16 @@ int sendq_send(remote *r, const uint8_t *bytes, size_t len) {
   send_queue *o = r->sendq;
   if (len > SENDQ_MAX) /* a module's code, say: not copied, and the queue stays small */
     return send_after_the_queue(r, bytes, len, NULL, 0, -1);
-  bool alone = !remote_others_in_flight(r);
+  /* Into a ring a write is a copy: nothing to gather for (a frame waits only while another
+   * is being written). */
+  bool alone = r->rings || !remote_others_in_flight(r);
   pthread_mutex_lock(&o->mu);
   while (!o->failed && o->after_waiting > 0) /* they came first */
     pthread_cond_wait(&o->drained, &o->mu);
   if (!o->failed && alone && !o->writing && o->len == 0) {
     o->writing = true; /* an op alone: out at once, on this thread */
     pthread_mutex_unlock(&o->mu);
-    int rc = proto_local_send(r->fd, bytes, len, -1);
+    int rc = stream_write(r, bytes, len, NULL, 0, -1);
     pthread_mutex_lock(&o->mu);
     write_done(r, o, rc);
     pthread_mutex_unlock(&o->mu);
@@ -196,8 +207,7 @@ static int send_after_the_queue(remote *r, const uint8_t *head, size_t head_len,
   }
   o->writing = true;
   pthread_mutex_unlock(&o->mu);
-  int rc = tail_len > 0 ? proto_local_send_gather(r->fd, head, head_len, tail, tail_len)
-                        : proto_local_send(r->fd, head, head_len, fd_pass);
+  int rc = stream_write(r, head, head_len, tail, tail_len, fd_pass);
   pthread_mutex_lock(&o->mu);
   write_done(r, o, rc);
   pthread_mutex_unlock(&o->mu);

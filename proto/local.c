@@ -185,9 +185,25 @@ static int reader_room(proto_reader *rd, size_t need) {
   return 0;
 }
 
+/* What the ring holds, at most `room` bytes, into p: their count, ACCEL_EAGAIN if none, or
+ * ACCEL_EPROTO for a position the writer cannot have reached. A writer waiting for room is
+ * rung on fd. */
+static long long ring_recv(rt_ring *in, int fd, uint8_t *p, size_t room) {
+  uint64_t have = rt_ring_avail(in);
+  if (have == UINT64_MAX)
+    return ACCEL_EPROTO;
+  if (have == 0)
+    return ACCEL_EAGAIN;
+  uint64_t n = have < room ? have : room;
+  rt_ring_take(in, p, n);
+  if (!rt_ring_wake(fd, &in->ctl->writer_waits))
+    return ACCEL_ECLOSED;
+  return (long long)n;
+}
+
 /* Reads until `need` bytes from rd->at are in the buffer, or ACCEL_EAGAIN as soon as the
- * socket has no more (what came stays in the buffer). */
-static int reader_fill(proto_reader *rd, int fd, size_t need) {
+ * socket (or the ring, if one is given) has no more (what came stays in the buffer). */
+static int reader_fill(proto_reader *rd, int fd, rt_ring *in, size_t need) {
   if (rd->len - rd->at >= need)
     return 0;
   if (rd->cap - rd->at < need) {
@@ -196,6 +212,13 @@ static int reader_fill(proto_reader *rd, int fd, size_t need) {
       return rc;
   }
   while (rd->len - rd->at < need) {
+    if (in != NULL) {
+      long long got = ring_recv(in, fd, rd->buf + rd->len, rd->cap - rd->len);
+      if (got < 0)
+        return (int)got;
+      rd->len += (size_t)got;
+      continue;
+    }
     ssize_t n = recv(fd, rd->buf + rd->len, rd->cap - rd->len, MSG_DONTWAIT);
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
       return ACCEL_EAGAIN;
@@ -208,21 +231,26 @@ static int reader_fill(proto_reader *rd, int fd, size_t need) {
   return 0;
 }
 
-long long proto_reader_try_next(proto_reader *rd, int fd, uint32_t max_body,
-                                const uint8_t **frame) {
-  int rc = reader_fill(rd, fd, PROTO_HEADER_SIZE);
+long long proto_reader_try_next_from(proto_reader *rd, int fd, rt_ring *in, uint32_t max_body,
+                                     const uint8_t **frame) {
+  int rc = reader_fill(rd, fd, in, PROTO_HEADER_SIZE);
   if (rc != 0)
     return rc;
   long long flen = frame_length(rd->buf + rd->at, max_body);
   if (flen < 0)
     return flen;
   size_t len = (size_t)flen;
-  rc = reader_fill(rd, fd, len);
+  rc = reader_fill(rd, fd, in, len);
   if (rc != 0)
     return rc;
   *frame = rd->buf + rd->at;
   rd->at += len;
   return (long long)len;
+}
+
+long long proto_reader_try_next(proto_reader *rd, int fd, uint32_t max_body,
+                                const uint8_t **frame) {
+  return proto_reader_try_next_from(rd, fd, NULL, max_body, frame);
 }
 
 void proto_reader_free(proto_reader *rd) {

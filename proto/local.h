@@ -17,6 +17,7 @@
 #include <stdint.h>
 
 #include "runtime/attr.h"
+#include "runtime/shm_ring.h"
 
 /* The socket path of a local URL ("ipc://PATH" or "unix://PATH"), or NULL if `url` is not
  * local. Points into url. */
@@ -59,6 +60,11 @@ typedef struct proto_reader {
  * proto_reader_free frees. */
 RT_MUST_USE long long proto_reader_try_next(proto_reader *rd, int fd, uint32_t max_body,
                                             const uint8_t **frame);
+/* The same, the frames' bytes taken from a shared ring (proto/local_rings.h) instead of the
+ * socket; a writer waiting for room is rung on fd. ACCEL_EAGAIN while the ring holds no whole
+ * frame; ACCEL_EPROTO also for a ring position the writer cannot have reached. */
+RT_MUST_USE long long proto_reader_try_next_from(proto_reader *rd, int fd, rt_ring *in,
+                                                 uint32_t max_body, const uint8_t **frame);
 /* Sleeps until fd has bytes to read (or its end), in poll(2) for POLLIN alone: a reader asleep
  * in recv(2) is also woken, for nothing, each time the peer takes bytes this socket sent (the
  * kernel tells a Unix socket's waiters it has room to write again), one more wake-up per op

@@ -73,6 +73,10 @@ enum {
    * unacknowledged per connection, so nng's per-pipe send queue (64) never overflows (nng's
    * raw rep0 drops replies past it). */
   PROTO_CAP_ACK = 1u << 1,
+  /* Local links: the HELLO passes a region of shared rings (proto/local_rings.h, its
+   * descriptor with the HELLO's first byte); in the WELCOME, the daemon took it, and every
+   * later frame both ways goes through it. A WELCOME without it: the socket, as before. */
+  PROTO_CAP_RINGS = 1u << 2,
 };
 #define PROTO_ACK_WINDOW 48u
 #define PROTO_ACK_EVERY 16u

@@ -26,6 +26,9 @@
 typedef struct rt_ring_ctl {
   _Alignas(64) _Atomic uint64_t tail; /* the writer's: bytes written in all */
   _Atomic uint32_t reader_sleeps;     /* the reader's: it sleeps (or is about to) on the socket */
+  /* the writer's, where frames take descriptors: how many it sent on the socket in all, each
+   * counted before the frame it goes with is written (the client link's) */
+  _Atomic uint32_t passes;
   _Alignas(64) _Atomic uint64_t head; /* the reader's: bytes taken in all */
   _Atomic uint32_t writer_waits;      /* the writer's: it sleeps for room on the socket */
 } rt_ring_ctl;

@@ -12,14 +12,18 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <string.h>
+#include <sys/ioctl.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include "accel/runtime.h"
+#include "proto/local_rings.h"
 #include "runtime/alloc.h"
+#include "runtime/shm_ring.h"
 #include "runtime/spin.h"
 
-enum { CMD_OPEN = 1, CMD_WRITE = 2, CMD_READ = 4, CMD_CLOSE = 8 };
+enum { CMD_OPEN = 1, CMD_WRITE = 2, CMD_READ = 4, CMD_CLOSE = 8, CMD_RINGS = 16 };
 enum { EV_READ = 1, EV_WROTE = 2, EV_CLOSED = 4 };
 
 #define IOV_MAX_GATHER 64
@@ -36,6 +40,7 @@ typedef struct io_thread {
   bool stop;
   uint64_t work;    /* callbacks run on the thread: what its spin watches */
   uint64_t spin_ns; /* how long it polls after its last work before it sleeps */
+  srv_iost *rings;  /* its streams on shared rings, through ring_next: polled while it spins */
 } io_thread;
 
 struct srv_iopool {
@@ -76,10 +81,21 @@ struct srv_iost {
   uint32_t wq_done; /* items at the front written or failed, not reported yet */
   int fds[SRV_IOST_FDS_MAX];
   uint32_t fd_head, fd_len;
+  /* shared rings (srv_iost_use_rings): set by the loop before the client may use them */
+  _Atomic bool rings_on;     /* reads: from the client's ring */
+  bool down_on;              /* the loop's: writes go to the client's ring */
+  uint8_t *rings_base;       /* the mapping, unmapped with the stream */
+  rt_ring up;                /* the thread's: the client's frames */
+  rt_ring down;              /* under mu: the replies */
+  _Atomic uint64_t up_taken; /* up.pos, for the loop's srv_iost_unread */
   /* the thread's */
   uv_poll_t poll;
   bool poll_open, write_blocked;
+  bool in_rings;     /* in its thread's rings list */
+  uint32_t fds_seen; /* descriptors received in all (the client counts those it sent) */
+  int up_end; /* the socket's end seen (a status), to be the stream's once the ring is read */
   int poll_events;
+  srv_iost *ring_next;
   /* the loop's */
   bool want_read, closing;
 };
@@ -157,6 +173,7 @@ static bool take_rights(srv_iost *st, struct msghdr *mh) {
     for (size_t i = 0; i < n; i++) {
       int fd;
       memcpy(&fd, p + i * sizeof fd, sizeof fd);
+      st->fds_seen++;
       if (st->fd_len < SRV_IOST_FDS_MAX) {
         st->fds[(st->fd_head + st->fd_len++) % SRV_IOST_FDS_MAX] = fd;
       } else {
@@ -190,8 +207,11 @@ static ssize_t read_once(srv_iost *st, size_t space) {
   if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
     return -1;
   bool fds_ok = n < 0 || take_rights(st, &mh);
-  if (n > 0)
-    atomic_store(&st->tail, tail + (size_t)n); /* the bytes, after their descriptors */
+  /* The bytes, after their descriptors. Once the client's frames come through shared rings
+   * (set before the WELCOME that tells it so was written: a byte it sent after reading that is
+   * read after the flag is set), the socket carries only bells and descriptors. */
+  if (n > 0 && !atomic_load(&st->rings_on))
+    atomic_store(&st->tail, tail + (size_t)n);
   if (n < 0)
     set_end(st, uv_translate_sys_error(errno));
   else if (n == 0)
@@ -208,9 +228,15 @@ static size_t read_room(srv_iost *st) {
   return srv_iost_fds_pending(st) >= SRV_IOST_FDS_AHEAD ? 0 : ring_space(st);
 }
 
+static void ring_read_some(srv_iost *st, bool sock);
+
 /* Reads while there is room and the socket had all it asked for (a short read: drained). Out
  * of room, it marks itself stalled: the loop's next take (bytes or a descriptor) wakes it. */
 static void read_some(srv_iost *st) {
+  if (atomic_load(&st->rings_on)) {
+    ring_read_some(st, true);
+    return;
+  }
   bool got = false;
   while (atomic_load(&st->end) == 0) {
     size_t space = read_room(st);
@@ -230,6 +256,150 @@ static void read_some(srv_iost *st) {
   }
   if (got)
     post_ev(st, EV_READ);
+  if (atomic_load(&st->rings_on)) /* switched meanwhile: its frames wait in the ring */
+    ring_read_some(st, true);
+}
+
+/* ---- the thread's side: a stream on shared rings ---- */
+
+static void advance(srv_iost *st, size_t bytes);
+static void fail_all(srv_iost *st, int status);
+
+/* The socket of a stream on rings: bells dropped, descriptors queued (sent before their
+ * frames: queued before the frames are copied), the end noted for after the ring's last
+ * bytes. Past SRV_IOST_FDS_MAX descriptors the stream ends (UV_EPROTO): a client passes one
+ * per region it registers and waits for each answer. */
+static void ring_drain_socket(srv_iost *st) {
+  while (st->up_end == 0) {
+    uint8_t bells[256];
+    struct iovec iov = {bells, sizeof bells};
+    union {
+      struct cmsghdr align;
+      char buf[CMSG_SPACE(sizeof(int) * FDS_PER_READ)];
+    } ctl;
+    struct msghdr mh = {
+        .msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.buf, .msg_controllen = sizeof ctl.buf};
+    ssize_t n;
+    do
+      n = recvmsg(st->fd, &mh, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+    while (n < 0 && errno == EINTR);
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+      return;
+    if (n > 0 && !take_rights(st, &mh))
+      st->up_end = UV_EPROTO;
+    else if (n <= 0)
+      st->up_end = n == 0 ? UV_EOF : uv_translate_sys_error(errno);
+  }
+}
+
+/* Copies what the client's ring holds into the stream's ring while there is room; the
+ * socket's end becomes the stream's once the ring is empty. A position the client cannot
+ * have written ends the stream (UV_EPROTO). The socket is read when it said it has something
+ * (`sock`), or when the client counts more descriptors sent than came: a frame is written
+ * after its descriptor was sent and counted, so the count read after the tail covers every
+ * frame up to it. While it only polls, the thread makes no system call. */
+static void ring_read_some(srv_iost *st, bool sock) {
+  bool got = false;
+  while (atomic_load(&st->end) == 0) {
+    uint64_t have = rt_ring_avail(&st->up);
+    if (sock || atomic_load(&st->up.ctl->passes) != st->fds_seen) {
+      ring_drain_socket(st);
+      sock = false;
+    }
+    if (have == UINT64_MAX) {
+      set_end(st, UV_EPROTO);
+    } else if (have == 0) {
+      if (st->up_end != 0 && rt_ring_avail(&st->up) == 0)
+        set_end(st, st->up_end); /* looked at again: all it wrote before its end is read */
+      else if (st->up_end == 0)
+        break;
+      else
+        continue;
+    } else {
+      size_t space = ring_space(st);
+      if (space == 0) {
+        atomic_store(&st->stalled, true); /* as read_some: the loop's next take wakes it */
+        if (ring_space(st) == 0)
+          break;
+        continue;
+      }
+      size_t tail = atomic_load(&st->tail), at = tail % SRV_IOST_RING;
+      uint64_t k = have < space ? have : space;
+      uint64_t first = SRV_IOST_RING - at < k ? SRV_IOST_RING - at : k;
+      rt_ring_take(&st->up, st->ring + at, first);
+      rt_ring_take(&st->up, st->ring, k - first);
+      atomic_store(&st->up_taken, st->up.pos);
+      atomic_store(&st->tail, tail + (size_t)k);
+      if (!rt_ring_wake(st->fd, &st->up.ctl->writer_waits))
+        set_end(st, UV_EPIPE);
+    }
+    got = true;
+  }
+  if (got)
+    post_ev(st, EV_READ);
+}
+
+/* The queued replies into the client's ring, as far as it has room (the mutex held): false if
+ * the client's positions are insane or its bell cannot be sent (every reply then fails). */
+static bool ring_put_queued(srv_iost *st) {
+  bool put = false;
+  while (st->wq_done < st->wq_len) {
+    uint64_t room = rt_ring_room(&st->down);
+    if (room == UINT64_MAX)
+      return false;
+    if (room == 0)
+      break;
+    wq_item *w = &st->wq[(st->wq_head + st->wq_done) % st->wq_cap];
+    size_t left = nng_msg_len(w->m) - w->off, k = left < room ? left : (size_t)room;
+    rt_ring_put(&st->down, (uint8_t *)nng_msg_body(w->m) + w->off, k);
+    advance(st, k);
+    put = true;
+  }
+  return !put || rt_ring_publish(&st->down, st->fd);
+}
+
+/* flush, for a stream on rings: what fits goes into the client's ring; the rest waits for
+ * room, which the client's reads make (it rings when it sees writer_waits). */
+static void ring_flush(srv_iost *st) {
+  pthread_mutex_lock(&st->mu);
+  uint32_t done = st->wq_done;
+  bool ok = ring_put_queued(st);
+  if (!ok)
+    fail_all(st, UV_EPROTO);
+  st->write_blocked = ok && st->wq_done < st->wq_len;
+  if (st->write_blocked) { /* asleep for room, then looked at again (shm_ring.h) */
+    atomic_store(&st->down.ctl->writer_waits, 1);
+    if (rt_ring_room(&st->down) != 0) {
+      ok = ring_put_queued(st);
+      if (!ok)
+        fail_all(st, UV_EPROTO);
+      st->write_blocked = ok && st->wq_done < st->wq_len;
+    }
+  }
+  bool wrote = st->wq_done != done;
+  pthread_mutex_unlock(&st->mu);
+  if (wrote)
+    post_ev(st, EV_WROTE);
+}
+
+/* A stream on rings, polled: whatever can move now. */
+static void ring_serve(srv_iost *st) {
+  ring_read_some(st, false);
+  if (st->write_blocked)
+    ring_flush(st);
+}
+
+/* Whether a stream on rings has something to do now (the thread's poll while it spins). */
+static bool ring_has_work(srv_iost *st) {
+  uint64_t have = rt_ring_avail(&st->up);
+  if (have != 0 && atomic_load(&st->end) == 0 && (have == UINT64_MAX || ring_space(st) > 0))
+    return true;
+  if (!st->write_blocked)
+    return false;
+  pthread_mutex_lock(&st->mu);
+  bool room = rt_ring_room(&st->down) != 0;
+  pthread_mutex_unlock(&st->mu);
+  return room;
 }
 
 /* ---- the thread's side: writing ---- */
@@ -266,6 +436,10 @@ static void fail_all(srv_iost *st, int status) {
 }
 
 static void flush(srv_iost *st) {
+  if (atomic_load(&st->rings_on)) {
+    ring_flush(st);
+    return;
+  }
   while (!st->write_blocked) {
     struct iovec iov[IOV_MAX_GATHER];
     pthread_mutex_lock(&st->mu);
@@ -344,6 +518,10 @@ static void on_poll(uv_poll_t *p, int status, int events) {
     read_rest(st, status);
     post_ev(st, EV_READ);
     stream_broken(st, status);
+  } else if (atomic_load(&st->rings_on)) {
+    ring_read_some(st, (events & UV_READABLE) != 0); /* a bell, a descriptor or the end */
+    if (st->write_blocked)                           /* the bell may say there is room */
+      ring_flush(st);
   } else {
     if (events & UV_WRITABLE) {
       st->write_blocked = false;
@@ -361,8 +539,11 @@ static void on_poll(uv_poll_t *p, int status, int events) {
 static void update_poll(srv_iost *st) {
   if (!st->poll_open)
     return;
-  int want = (st->write_blocked ? UV_WRITABLE : 0) |
-             (atomic_load(&st->end) == 0 && read_room(st) > 0 ? UV_READABLE : 0);
+  /* On rings the socket brings bells (for bytes, or for room to write) and descriptors,
+   * whatever room the stream's ring has. */
+  bool rings = atomic_load(&st->rings_on);
+  int want = (st->write_blocked && !rings ? UV_WRITABLE : 0) |
+             (atomic_load(&st->end) == 0 && (rings || read_room(st) > 0) ? UV_READABLE : 0);
   if (want == st->poll_events)
     return;
   st->poll_events = want;
@@ -405,8 +586,26 @@ static void open_on_thread(srv_iost *st) {
   update_poll(st);
 }
 
+/* The thread's list of streams on rings, which it polls while it spins. */
+static void rings_add(srv_iost *st) {
+  if (st->in_rings)
+    return;
+  st->in_rings = true;
+  st->ring_next = st->t->rings;
+  st->t->rings = st;
+}
+
+static void rings_remove(srv_iost *st) {
+  for (srv_iost **p = &st->t->rings; st->in_rings && *p != NULL; p = &(*p)->ring_next)
+    if (*p == st) {
+      *p = st->ring_next;
+      st->in_rings = false;
+    }
+}
+
 static void run_cmds(srv_iost *st, unsigned bits) {
   if (bits & CMD_CLOSE) {
+    rings_remove(st);
     flush(st); /* what the socket takes now: a last reply (why it was refused) goes out */
     if (!st->poll_open) {
       finish_close(st);
@@ -423,9 +622,11 @@ static void run_cmds(srv_iost *st, unsigned bits) {
       stream_broken(st, UV_EIO);
     return;
   }
+  if (bits & CMD_RINGS)
+    rings_add(st);
   if (bits & CMD_WRITE)
     flush(st);
-  if (bits & CMD_READ)
+  if ((bits & (CMD_READ | CMD_RINGS)) != 0)
     read_some(st);
   update_poll(st);
 }
@@ -449,10 +650,43 @@ static void on_thread_wake(uv_async_t *a) {
     side_done(t->io);
 }
 
-/* Polls without sleeping (uv_run NOWAIT) until spin_ns have passed since the thread's last
- * work, then sleeps in the poll (ONCE). A client's next frame, or the loop's reply, that comes
- * within the spin costs no wake-up: on a host with cores to spare (rt_spin_ns' rule, as the
- * loop's own spin) a sleeping thread's wake-up is most of a tiny op's hop. */
+/* The streams on rings with something to do now, served; work counted. */
+static void rings_poll(io_thread *t) {
+  for (srv_iost *st = t->rings; st != NULL; st = st->ring_next)
+    if (ring_has_work(st)) {
+      ring_serve(st);
+      update_poll(st);
+      t->work++;
+    }
+  side_done(t->io);
+}
+
+/* Before the thread sleeps: each stream on rings says so to its client (whose next write then
+ * rings), and is looked at once more. False if one had work meanwhile: no sleep. */
+static bool rings_may_sleep(io_thread *t) {
+  for (srv_iost *st = t->rings; st != NULL; st = st->ring_next) {
+    atomic_store(&st->up.ctl->reader_sleeps, 1);
+    if (st->write_blocked)
+      atomic_store(&st->down.ctl->writer_waits, 1);
+  }
+  uint64_t work = t->work;
+  rings_poll(t);
+  return t->work == work;
+}
+
+/* Awake and polling again: clients need not ring. */
+static void rings_awake(io_thread *t) {
+  if (t->spin_ns == 0)
+    return;
+  for (srv_iost *st = t->rings; st != NULL; st = st->ring_next)
+    atomic_store_explicit(&st->up.ctl->reader_sleeps, 0, memory_order_relaxed);
+}
+
+/* Polls without sleeping (uv_run NOWAIT, and the streams' shared rings) until spin_ns have
+ * passed since the thread's last work, then sleeps in the poll (ONCE). A client's next frame,
+ * or the loop's reply, that comes within the spin costs no wake-up: on a host with cores to
+ * spare (rt_spin_ns' rule, as the loop's own spin) a sleeping thread's wake-up is most of a
+ * tiny op's hop. */
 static void thread_main(void *arg) {
   io_thread *t = arg;
   pthread_setname_np(pthread_self(), "accel-io"); /* seen in top -H, gdb, perf */
@@ -460,6 +694,7 @@ static void thread_main(void *arg) {
     uint64_t seen = t->work, last = uv_hrtime();
     int alive = 1;
     while (t->spin_ns > 0 && (alive = uv_run(t->loop, UV_RUN_NOWAIT)) != 0) {
+      rings_poll(t);
       uint64_t now = uv_hrtime();
       if (t->work != seen) {
         seen = t->work;
@@ -469,8 +704,11 @@ static void thread_main(void *arg) {
       }
       rt_cpu_relax();
     }
+    if (alive != 0 && !rings_may_sleep(t))
+      continue;
     if (alive == 0 || uv_run(t->loop, UV_RUN_ONCE) == 0)
       return;
+    rings_awake(t);
   }
 }
 
@@ -493,6 +731,8 @@ static void report_writes(srv_iost *st) {
 }
 
 static void stream_free(srv_iost *st) {
+  if (st->rings_base != NULL)
+    munmap(st->rings_base, PROTO_RINGS_BYTES);
   pthread_mutex_destroy(&st->mu);
   srv_iost_discard(st);
 }
@@ -757,7 +997,18 @@ static bool wq_grow(srv_iost *st) {
  * hand-off to the thread costs a wake-up, as long as the write. Under the mutex, so the thread
  * cannot start a write meanwhile. Bytes written (off included), or an error. */
 static ssize_t write_now(srv_iost *st, nng_msg *m, size_t off) {
-  if (st->io->busy || st->wq_len != 0)
+  if (st->wq_len != 0)
+    return (ssize_t)off;
+  if (st->down_on) {
+    uint64_t room = rt_ring_room(&st->down), len = nng_msg_len(m) - off;
+    if (room == UINT64_MAX)
+      return ACCEL_ESYS; /* the client wrote a head it cannot have: as a broken socket */
+    if (room < len)
+      return (ssize_t)off; /* queued: the thread puts it in as room comes */
+    rt_ring_put(&st->down, (uint8_t *)nng_msg_body(m) + off, len);
+    return rt_ring_publish(&st->down, st->fd) ? (ssize_t)nng_msg_len(m) : ACCEL_ESYS;
+  }
+  if (st->io->busy)
     return (ssize_t)off;
   struct iovec iov = {(uint8_t *)nng_msg_body(m) + off, nng_msg_len(m) - off};
   struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1};
@@ -770,9 +1021,25 @@ static ssize_t write_now(srv_iost *st, nng_msg *m, size_t off) {
   return (ssize_t)off + w;
 }
 
+/* The first write after srv_iost_use_rings: the reply that tells the client, on the socket, at
+ * once and whole (a fresh socket takes a few KiB), so that every later one can go through
+ * the ring behind it. */
+static int write_last_on_socket(srv_iost *st, nng_msg *m, size_t off) {
+  pthread_mutex_lock(&st->mu);
+  bool busy = st->io->busy;
+  st->io->busy = false;
+  ssize_t done = write_now(st, m, off);
+  st->io->busy = busy;
+  st->down_on = true;
+  pthread_mutex_unlock(&st->mu);
+  return done == (ssize_t)nng_msg_len(m) ? 1 : ACCEL_ESYS;
+}
+
 int srv_iost_write(srv_iost *st, nng_msg *m, size_t off) {
   if (st->closing)
     return ACCEL_ECLOSED;
+  if (st->rings_base != NULL && !st->down_on)
+    return write_last_on_socket(st, m, off);
   pthread_mutex_lock(&st->mu);
   ssize_t done = write_now(st, m, off);
   if (done < 0 || (size_t)done == nng_msg_len(m)) {
@@ -789,6 +1056,27 @@ int srv_iost_write(srv_iost *st, nng_msg *m, size_t off) {
     return ACCEL_ENOMEM;
   post_cmd(st, CMD_WRITE);
   return 0;
+}
+
+bool srv_iost_use_rings(srv_iost *st, uint8_t *base) {
+  if (st->closing || st->io->on_loop || st->rings_base != NULL || st->wq_len != 0)
+    return false;
+  proto_rings_view(base, false, &st->down, &st->up);
+  st->rings_base = base;
+  atomic_store(&st->rings_on, true);
+  post_cmd(st, CMD_RINGS);
+  return true;
+}
+
+size_t srv_iost_unread(srv_iost *st) {
+  if (atomic_load(&st->rings_on)) {
+    uint64_t have = atomic_load(&st->up.ctl->tail) - atomic_load(&st->up_taken);
+    return have > PROTO_RINGS_UP_BYTES ? 0 : (size_t)have;
+  }
+  int n = 0;
+  if (ioctl(st->fd, FIONREAD, &n) != 0 || n < 0)
+    n = 0;
+  return (size_t)n;
 }
 
 size_t srv_iost_write_pending(srv_iost *st) {

@@ -92,6 +92,15 @@ RT_MUST_USE int srv_iost_take_fd(srv_iost *st);
  * m not taken: ACCEL_ENOMEM, ACCEL_ECLOSED (closing) or ACCEL_ESYS (the socket failed: the
  * peer is gone). */
 RT_MUST_USE int srv_iost_write(srv_iost *st, nng_msg *m, size_t off);
+/* The stream's frames come and go through the shared rings mapped at `base` (PROTO_RINGS_BYTES,
+ * proto/local_rings.h; the stream unmaps it when freed), the socket carrying bells,
+ * descriptors and the end: reads from now on (the client writes nothing until it is told),
+ * writes after the next one, the reply that tells the client, which goes on the socket at once
+ * (the stream fails if the socket cannot take it whole). False (nothing changed) on a stream
+ * served on the loop itself (no thread polls there), closing, or with writes queued. */
+RT_MUST_USE bool srv_iost_use_rings(srv_iost *st, uint8_t *base);
+/* Bytes the peer sent that the stream has not read yet (in the socket, or in its ring). */
+size_t srv_iost_unread(srv_iost *st);
 /* Bytes queued to write and not written yet. */
 size_t srv_iost_write_pending(srv_iost *st);
 /* Closes the stream: no more `readable`; queued writes end UV_ECANCELED; `closed` follows. */

@@ -17,9 +17,11 @@ static void json_client(sbuf *b, const srv_server *s, const srv_conn *c) {
   sb_printf(b, "{\"id\":%u,\"transport\":\"%s\",\"pid\":%d,\"uid\":%lld,\"name\":", c->pipe,
             transport(c), c->peer_pid, c->peer_uid == UINT32_MAX ? -1LL : (long long)c->peer_uid);
   sb_json_str(b, c->name);
-  sb_printf(b, ",\"connected_ms\":%llu,\"buffers\":%u,\"memory\":%llu,\"ops_in_flight\":%u}",
-            (unsigned long long)(srv_now_ms((srv_server *)s) - c->connected_ms), a ? a->buffers : 0,
-            (unsigned long long)(a ? a->memory : 0), a ? a->in_flight : 0);
+  sb_printf(
+      b, ",\"rings\":%s,\"connected_ms\":%llu,\"buffers\":%u,\"memory\":%llu,\"ops_in_flight\":%u}",
+      c->rings ? "true" : "false",
+      (unsigned long long)(srv_now_ms((srv_server *)s) - c->connected_ms), a ? a->buffers : 0,
+      (unsigned long long)(a ? a->memory : 0), a ? a->in_flight : 0);
 }
 
 static void text_client(sbuf *b, const srv_server *s, const srv_conn *c) {

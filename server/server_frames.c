@@ -4,6 +4,7 @@
  * reused for its reply: it already holds the routing header that raw rep0 sends back by. */
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "actors/device.h"
 #include "actors/trace.h"
@@ -121,10 +122,26 @@ static void log_hello(srv_conn *c, const proto_hello *h) {
     accel_log(ACCEL_LOG_INFO, "server", "pipe %u: hello from '%s'", c->pipe, name);
 }
 
+/* The region of shared rings a HELLO offered (its descriptor came with it): whether the
+ * connection's frames go through it from the WELCOME on. Declined where the transport has
+ * none (its I/O is not polled by a thread of its own) or the region is not one. */
+static bool take_rings(srv_server *s, srv_conn *c, const proto_hello *hello) {
+  if (!(hello->capabilities & PROTO_CAP_RINGS) || c->tp->take_fd == NULL)
+    return false;
+  int fd = c->tp->take_fd(c); /* taken whatever comes of it: it is this frame's */
+  if (fd < 0)
+    return false;
+  bool on = !c->session_live && !s->draining && c->tp->use_rings != NULL &&
+            c->tp->use_rings(s, c, fd);
+  close(fd);
+  return on;
+}
+
 static void on_hello(srv_server *s, srv_conn *c, nng_msg *m, const proto_header *h) {
   proto_hello hello;
   int rc = proto_decode_hello((const uint8_t *)nng_msg_body(m) + PROTO_HEADER_SIZE, h->body_len,
                               &hello);
+  bool rings = rc == 0 && take_rings(s, c, &hello);
   if (rc == 0 && hello.version != PROTO_VERSION) {
     rc = ACCEL_EPROTO; /* a client of another version: told, then refused */
     refuse(c, "another protocol version");
@@ -144,11 +161,13 @@ static void on_hello(srv_server *s, srv_conn *c, nng_msg *m, const proto_header 
   proto_welcome w;
   proto_out o;
   fill_welcome(s, &w);
-  w.capabilities = hello.capabilities & (PROTO_CAP_BATCH | PROTO_CAP_ACK);
+  w.capabilities = (hello.capabilities & (PROTO_CAP_BATCH | PROTO_CAP_ACK)) |
+                   (rings ? PROTO_CAP_RINGS : 0);
   proto_out_init(&o);
   rc = proto_encode_welcome(&o, h->request_id, &w);
   reply_frame(s, c, m, h->request_id, &o, rc);
   c->caps = w.capabilities; /* from the next reply on: the WELCOME itself goes alone */
+  c->rings = rings;
 }
 
 /* ---- CONTROL ---- */

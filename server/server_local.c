@@ -46,7 +46,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/ioctl.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -54,6 +54,7 @@
 #include <unistd.h>
 
 #include "proto/local.h"
+#include "proto/local_rings.h"
 #include "proto/stream.h"
 #include "runtime/alloc.h"
 #include "runtime/error_detail.h"
@@ -374,13 +375,9 @@ static void idle_update(srv_link *l) {
 
 /* Bytes that arrived and are not read yet: a busy daemon, not an idle peer. */
 static size_t bytes_waiting(srv_link *l) {
-  int n = 0;
   if (!l->reading)
     return 0;
-  size_t ahead = srv_iost_buffered(l->st);
-  if (ioctl(srv_iost_fd(l->st), FIONREAD, &n) != 0 || n < 0)
-    n = 0;
-  return ahead + (size_t)n;
+  return srv_iost_buffered(l->st) + srv_iost_unread(l->st);
 }
 
 /* Whether the frame in `big` came slower than min_frame_rate over the span of reading just
@@ -554,7 +551,8 @@ static void parse(srv_link *l) {
  * sends them unasked could exhaust the daemon's descriptors, so it is closed. Counted once
  * every byte read was made into frames (descriptors come ahead of their bytes). */
 static bool fds_ok(srv_link *l) {
-  if (srv_iost_buffered(l->st) > 0 || srv_iost_fds_pending(l->st) <= LINK_MAX_PENDING_FDS)
+  if (srv_iost_buffered(l->st) > 0 || srv_iost_fds_pending(l->st) <= LINK_MAX_PENDING_FDS ||
+      srv_iost_unread(l->st) > 0) /* on rings: their frames may still be in the client's ring */
     return true;
   link_close(l, "descriptors it did not announce");
   return false;
@@ -566,6 +564,20 @@ int srv_local_take_fd(srv_conn *c) {
   srv_link *l = c->link;
   int fd = l != NULL && l->st != NULL ? srv_iost_take_fd(l->st) : -1;
   return fd >= 0 ? fd : ACCEL_ENOENT;
+}
+
+bool srv_local_use_rings(srv_server *s, srv_conn *c, int fd) {
+  srv_link *l = c->link;
+  size_t len = 0;
+  if (l == NULL || l->st == NULL || srv_shm_check_fd(fd, &len) != 0 || len != PROTO_RINGS_BYTES)
+    return false;
+  void *p = mmap(NULL, PROTO_RINGS_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (p == MAP_FAILED)
+    return false;
+  if (srv_iost_use_rings(l->st, p))
+    return true;
+  munmap(p, PROTO_RINGS_BYTES);
+  return false;
 }
 
 /* n bytes came into read_target's place, or the stream ended (n < 0). */

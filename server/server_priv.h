@@ -63,6 +63,7 @@ typedef struct srv_conn {
   uint32_t unacked_len[PROTO_ACK_WINDOW]; /* PROTO_CAP_ACK: sizes of messages not yet acked */
   /* output (server_out.c) */
   uint32_t caps;        /* PROTO_CAP_* granted at HELLO */
+  bool rings;           /* its frames go through shared rings (PROTO_CAP_RINGS) */
   uint32_t sent, acked; /* messages handed to nng / reported received (mod 2^32) */
   nng_msg *batch;       /* replies of this loop iteration, frames back to back */
   nng_msg **outq;       /* messages waiting for the flush or for the ack window */
@@ -180,6 +181,11 @@ void srv_local_stop_listening(srv_server *s);
 void srv_local_send(srv_server *s, srv_conn *c, nng_msg *m);
 void srv_local_flow(srv_server *s, srv_conn *c);
 int srv_local_take_fd(srv_conn *c);
+/* srv_transport.use_rings of local connections. */
+bool srv_local_use_rings(srv_server *s, srv_conn *c, int fd);
+/* A descriptor acceld may map (a memfd on shmem sealed against shrinking, its seals read
+ * before its size): 0 and its size, else ACCEL_EINVAL or ACCEL_EPERM. */
+RT_MUST_USE int srv_shm_check_fd(int fd, size_t *len);
 void srv_local_close(srv_server *s, srv_conn *c);
 /* A tcp:// listener (url: tcp://, tcp4:// or tcp6://HOST:PORT) whose connections are served
  * as local ones (srv_transport_tcp); refused unless allow_plain_tcp (srv_listen_allowed). */

@@ -233,7 +233,7 @@ void srv_shm_registered(srv_server *s, void *data) {
 }
 
 /* A failpoint for the race test: ACCEL_TEST_SHM_CHECK_GAP_US widens the gap between the two
- * reads of check_fd (a window of a microsecond otherwise, which a test on a loaded 2-core
+ * reads of srv_shm_check_fd (a window of a microsecond otherwise, which a test on a loaded 2-core
  * machine cannot hit in bounded time). Read once; loop thread only. */
 static void check_gap(void) {
   static _Atomic long gap_us = -1;
@@ -246,7 +246,7 @@ static void check_gap(void) {
  * then seals it between the two reads passed both, and the daemon's next access to the region
  * died of SIGBUS. Files on other file systems are refused: a hugetlbfs memfd can be sealed
  * too, and its pages can run out when they are touched. */
-static int check_fd(int fd, size_t *len) {
+int srv_shm_check_fd(int fd, size_t *len) {
   int seals = fcntl(fd, F_GET_SEALS);
   check_gap();
   struct stat st;
@@ -277,7 +277,7 @@ static bool within_caps(const srv_server *s, const srv_conn *c, size_t len) {
 
 static int map_region(srv_server *s, srv_conn *c, uint64_t id, int fd) {
   size_t len;
-  int rc = check_fd(fd, &len);
+  int rc = srv_shm_check_fd(fd, &len);
   if (rc != 0)
     return rc;
   if (!within_caps(s, c, len))

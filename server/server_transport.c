@@ -41,6 +41,7 @@ const srv_transport srv_transport_local = {
     .send = srv_local_send,
     .flow = srv_local_flow,
     .take_fd = srv_local_take_fd,
+    .use_rings = srv_local_use_rings,
     .close = srv_local_close,
 };
 

@@ -32,6 +32,9 @@ struct srv_transport {
   /* The next descriptor the peer passed (SCM_RIGHTS), or a negative error. NULL where
    * descriptors cannot pass: then no shared memory either (PROTO_OPF_SHM, SHM_ATTACH). */
   int (*take_fd)(srv_conn *c);
+  /* Frames through the shared rings whose region the client passed (fd, not taken;
+   * PROTO_CAP_RINGS): true if they are used from the WELCOME on (sent next). NULL: never. */
+  bool (*use_rings)(srv_server *s, srv_conn *c, int fd);
   /* The server stops: the connection's transport lets go of it (its record is freed by the
    * caller). */
   void (*close)(srv_server *s, srv_conn *c);
