@@ -237,21 +237,22 @@ static bool help_read_inside(local_help *lh, uint64_t until_ns) {
   bool done, gave_up = false, woke = false;
   for (;;) {
     int rc;
+    uint64_t now = uv_hrtime(); /* one reading: a sleep below is one said to the daemon here */
+    bool polling = now < polled_until;
     pthread_mutex_lock(&r->rd_mu);
     bool alive = read_round(lh->ctx, &rc, woke);
-    bool more = alive && rc == 0 && r->rings && uv_hrtime() >= polled_until &&
+    bool more = alive && rc == 0 && r->rings && !polling &&
                 rings_reader_sleeps(r, true); /* about to sleep: said first, then looked */
     pthread_mutex_unlock(&r->rd_mu);
     woke = false;
     done = future_done(lh->f);
     if (done || !alive || rc == ACCEL_ENOMEM) /* ENOMEM: the receiver's retries take over */
       break;
-    uint64_t now = uv_hrtime();
     if (until_ns != 0 && now >= until_ns) {
       gave_up = true;
       break;
     }
-    if (now < polled_until || more) {
+    if (polling || more) {
       rt_cpu_relax();
     } else {
       (void)proto_wait_readable(r->fd, sleep_ms(until_ns)); /* what ends it, the loop sees */
