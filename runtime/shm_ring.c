@@ -17,10 +17,14 @@ void rt_ring_put(rt_ring *w, const void *p, uint64_t n) {
   w->pos += n;
 }
 
-bool rt_ring_publish(rt_ring *w, int fd) {
+void rt_ring_commit(rt_ring *w) {
   /* Once per write, not per piece: each store is a fence here and a miss in the polling
    * reader's cache. */
   atomic_store_explicit(&w->ctl->tail, w->pos, memory_order_seq_cst);
+}
+
+bool rt_ring_publish(rt_ring *w, int fd) {
+  rt_ring_commit(w);
   return rt_ring_wake(fd, &w->ctl->reader_sleeps);
 }
 

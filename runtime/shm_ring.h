@@ -52,6 +52,9 @@ void rt_ring_put(rt_ring *w, const void *p, uint64_t n);
 /* Makes what was put visible (the tail), then rings a reader that sleeps on `fd`; false if
  * the bell could not be sent (the peer is gone). */
 bool rt_ring_publish(rt_ring *w, int fd);
+/* Makes what was put visible; the caller rings (rt_ring_wake on reader_sleeps) itself, or has
+ * another thread do it. */
+void rt_ring_commit(rt_ring *w);
 
 /* The reader: bytes there now; UINT64_MAX if the writer's tail is not one it can have
  * reached. */

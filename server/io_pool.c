@@ -23,7 +23,7 @@
 #include "runtime/shm_ring.h"
 #include "runtime/spin.h"
 
-enum { CMD_OPEN = 1, CMD_WRITE = 2, CMD_READ = 4, CMD_CLOSE = 8, CMD_RINGS = 16 };
+enum { CMD_OPEN = 1, CMD_WRITE = 2, CMD_READ = 4, CMD_CLOSE = 8, CMD_RINGS = 16, CMD_BELL = 32 };
 enum { EV_READ = 1, EV_WROTE = 2, EV_CLOSED = 4 };
 
 #define IOV_MAX_GATHER 64
@@ -624,6 +624,8 @@ static void run_cmds(srv_iost *st, unsigned bits) {
   }
   if (bits & CMD_RINGS)
     rings_add(st);
+  if ((bits & CMD_BELL) && !rt_ring_wake(st->fd, &st->down.ctl->reader_sleeps))
+    stream_broken(st, UV_EPIPE);
   if (bits & CMD_WRITE)
     flush(st);
   if ((bits & (CMD_READ | CMD_RINGS)) != 0)
@@ -1006,7 +1008,15 @@ static ssize_t write_now(srv_iost *st, nng_msg *m, size_t off) {
     if (room < len)
       return (ssize_t)off; /* queued: the thread puts it in as room comes */
     rt_ring_put(&st->down, (uint8_t *)nng_msg_body(m) + off, len);
-    return rt_ring_publish(&st->down, st->fd) ? (ssize_t)nng_msg_len(m) : ACCEL_ESYS;
+    rt_ring_commit(&st->down);
+    /* A client asleep is rung by the stream's thread while the loop is busy (the bell's
+     * system call and the wake-up it starts cost the loop more than the hand-off). */
+    if (atomic_load(&st->down.ctl->reader_sleeps) != 0 && st->io->busy) {
+      post_cmd(st, CMD_BELL);
+      return (ssize_t)nng_msg_len(m);
+    }
+    return rt_ring_wake(st->fd, &st->down.ctl->reader_sleeps) ? (ssize_t)nng_msg_len(m)
+                                                                : ACCEL_ESYS;
   }
   if (st->io->busy)
     return (ssize_t)off;
