@@ -294,7 +294,7 @@ static void ring_drain_socket(srv_iost *st) {
 
 /* Copies what the client's ring holds into the stream's ring while there is room; the
  * socket's end becomes the stream's once the ring is empty. A position the client cannot
- * have written ends the stream (UV_EPROTO). The socket is read when it said it has something
+ * have written ends the stream (UV_EINVAL). The socket is read when it said it has something
  * (`sock`), or when the client counts more descriptors sent than came: a frame is written
  * after its descriptor was sent and counted, so the count read after the tail covers every
  * frame up to it. While it only polls, the thread makes no system call. */
@@ -307,7 +307,7 @@ static void ring_read_some(srv_iost *st, bool sock) {
       sock = false;
     }
     if (have == UINT64_MAX) {
-      set_end(st, UV_EPROTO);
+      set_end(st, UV_EINVAL);
     } else if (have == 0) {
       if (st->up_end != 0 && rt_ring_avail(&st->up) == 0)
         set_end(st, st->up_end); /* looked at again: all it wrote before its end is read */
@@ -1016,7 +1016,7 @@ static ssize_t write_now(srv_iost *st, nng_msg *m, size_t off) {
       return (ssize_t)nng_msg_len(m);
     }
     return rt_ring_wake(st->fd, &st->down.ctl->reader_sleeps) ? (ssize_t)nng_msg_len(m)
-                                                                : ACCEL_ESYS;
+                                                              : ACCEL_ESYS;
   }
   if (st->io->busy)
     return (ssize_t)off;

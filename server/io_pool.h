@@ -75,7 +75,8 @@ int srv_iost_fd(const srv_iost *st);
 void srv_iost_want_read(srv_iost *st, bool on);
 /* Copies up to cap buffered bytes to buf: their count, 0 if none is there now, or, once
  * every byte was taken, the stream's end: UV_EOF, UV_EPROTO (descriptors past
- * SRV_IOST_FDS_MAX, or cut short) or a read error. */
+ * SRV_IOST_FDS_MAX, or cut short), UV_EINVAL (on rings: a position the client cannot have
+ * written) or a read error. */
 RT_MUST_USE ssize_t srv_iost_read(srv_iost *st, void *buf, size_t cap);
 /* `readable` again from a later callback (a reader that stopped with bytes left, so that
  * other streams get a turn). */

@@ -430,6 +430,37 @@ TEST(clients_lists_each_session) {
   td_cleanup(&d);
 }
 
+/* A libaccel client's frames go through shared rings where an I/O thread serves it (its
+ * `rings` in `clients`), unless ACCEL_LOCAL_RINGS=0; without I/O threads, the socket. */
+TEST(clients_use_shared_rings_where_io_threads_serve_them) {
+  for (int threads = 0; threads <= 2; threads += 2) {
+    td_daemon d;
+    td_prepare(&d);
+    char config[64];
+    snprintf(config, sizeof config, "[daemon]\nio_threads = %d\n", threads);
+    td_write_config(&d, config);
+    td_start(&d, NULL);
+    accel_ctx *offered, *plain;
+    CHECK_OK(accel_open(&offered, d.url));
+    CHECK_EQ(setenv("ACCEL_LOCAL_RINGS", "0", 1), 0);
+    CHECK_OK(accel_open(&plain, d.url));
+    CHECK_EQ(unsetenv("ACCEL_LOCAL_RINGS"), 0);
+    accel_buffer b;
+    CHECK_OK(accel_buffer_create(offered, ACCEL_U32, 4, &b)); /* an op through each way */
+    CHECK_OK(accel_buffer_destroy(offered, b));
+    CHECK_OK(accel_buffer_create(plain, ACCEL_U32, 4, &b));
+    CHECK_OK(accel_buffer_destroy(plain, b));
+    CHECK_EQ(on_ctl_json(&d, "clients",
+                         threads ? "assert sorted(x[\"rings\"] for x in s)==[False, True], s"
+                                 : "assert [x[\"rings\"] for x in s]==[False, False], s"),
+             0);
+    accel_close(offered);
+    accel_close(plain);
+    CHECK_EQ(td_stop(&d), 0);
+    td_cleanup(&d);
+  }
+}
+
 /* A libaccel client is named after its program (here this test's executable), or by its
  * URL's name=; another parameter is refused. */
 TEST(clients_are_named_by_program_or_url) {
@@ -560,6 +591,7 @@ static const test_case tests[] = {
     TEST_CASE(every_command_takes_json),
     TEST_CASE(tree_shows_quarantined_devices_and_restarts),
     TEST_CASE(clients_lists_each_session),
+    TEST_CASE(clients_use_shared_rings_where_io_threads_serve_them),
     TEST_CASE(clients_are_named_by_program_or_url),
     TEST_CASE(start_up_errors_name_the_address_and_the_cause),
     TEST_CASE(acceld_synopsis_names_every_flag),

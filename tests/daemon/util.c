@@ -10,6 +10,7 @@
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -20,6 +21,8 @@
 #include <unistd.h>
 
 #include "proto/local.h"
+#include "proto/local_rings.h"
+#include "proto/stream.h"
 #include "proto/tcp.h"
 
 static const char *binary(const char *env) {
@@ -413,9 +416,131 @@ void td_client_close(td_client *c) {
   free(c->rbuf);
   c->rbuf = NULL;
   c->rcap = 0;
+  if (c->rings != NULL)
+    munmap(c->rings, PROTO_RINGS_BYTES);
+  c->rings = NULL;
+}
+
+/* ---- shared rings ---- */
+
+static void short_nap(void) {
+  struct timespec d = {0, 20000};
+  nanosleep(&d, NULL);
+}
+
+void td_send_rings(td_client *c, const void *bytes, size_t len, size_t piece) {
+  const uint8_t *p = bytes;
+  size_t since = 0;
+  uint64_t deadline = test_now_ms() + 10000 * (test_under_valgrind() ? 10 : 1);
+  while (len > 0) {
+    uint64_t room = rt_ring_room(&c->up);
+    CHECK(room != UINT64_MAX);
+    if (room == 0) { /* the daemon takes what is there, and makes room */
+      CHECK(rt_ring_publish(&c->up, c->fd));
+      CHECK(test_now_ms() < deadline);
+      short_nap();
+      continue;
+    }
+    size_t k = room < len ? (size_t)room : len;
+    if (piece != 0 && k > piece - since)
+      k = piece - since;
+    rt_ring_put(&c->up, p, k);
+    p += k;
+    len -= k;
+    since += k;
+    if (piece != 0 && since == piece) {
+      CHECK(rt_ring_publish(&c->up, c->fd));
+      since = 0;
+    }
+  }
+  CHECK(rt_ring_publish(&c->up, c->fd));
+}
+
+/* n bytes from the down ring into p by the deadline: 0, NNG_ETIMEDOUT, or NNG_ECLOSED once
+ * the socket ended with the ring empty. */
+static int take_ring(td_client *c, uint8_t *p, size_t n, uint64_t deadline) {
+  while (n > 0) {
+    uint64_t have = rt_ring_avail(&c->down);
+    CHECK(have != UINT64_MAX);
+    if (have > 0) {
+      uint64_t k = have < n ? have : n;
+      rt_ring_take(&c->down, p, k);
+      (void)rt_ring_wake(c->fd, &c->down.ctl->writer_waits);
+      p += k;
+      n -= (size_t)k;
+      continue;
+    }
+    char b[64];
+    ssize_t r = recv(c->fd, b, sizeof b, MSG_DONTWAIT); /* bells, or the end */
+    if (r == 0 && rt_ring_avail(&c->down) == 0)
+      return NNG_ECLOSED;
+    if (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
+      return NNG_ECLOSED;
+    if (deadline != 0 && test_now_ms() >= deadline)
+      return NNG_ETIMEDOUT;
+    short_nap();
+  }
+  return 0;
+}
+
+static int recv_rings(td_client *c, nng_msg **m, int timeout_ms) {
+  uint64_t deadline = timeout_ms < 0 ? 0 : test_now_ms() + (uint64_t)timeout_ms;
+  uint8_t head[PROTO_HEADER_SIZE];
+  int rv = take_ring(c, head, sizeof head, deadline);
+  if (rv != 0)
+    return rv;
+  size_t len = 0;
+  uint64_t id = 0;
+  CHECK_EQ(proto_stream_scan(head, sizeof head, UINT32_MAX, &len, &id), PROTO_SCAN_FRAME);
+  CHECK_EQ(nng_msg_alloc(m, len), 0);
+  memcpy(nng_msg_body(*m), head, sizeof head);
+  rv = take_ring(c, (uint8_t *)nng_msg_body(*m) + sizeof head, len - sizeof head, deadline);
+  if (rv != 0)
+    nng_msg_free(*m);
+  return rv;
+}
+
+uint32_t td_hello_passing(td_client *c, int fd) {
+  proto_out o;
+  proto_hello h = {.version = PROTO_VERSION, .capabilities = PROTO_CAP_RINGS};
+  snprintf(h.name, sizeof h.name, "rings-test");
+  proto_out_init(&o);
+  uint64_t id = c->next_id++;
+  CHECK_OK(proto_encode_hello(&o, id, &h));
+  CHECK_OK(proto_local_send(c->fd, o.data, o.len, fd));
+  proto_out_free(&o);
+  nng_msg *m;
+  CHECK_OK(td_recv(c, &m, TD_FOREVER)); /* on the socket: the rings are not taken yet */
+  proto_header hd;
+  const uint8_t *p = nng_msg_body(m);
+  CHECK_OK(proto_decode_header(p, nng_msg_len(m), UINT32_MAX, &hd));
+  CHECK_EQ(hd.type, PROTO_WELCOME);
+  proto_welcome w;
+  CHECK_OK(proto_decode_welcome(p + PROTO_HEADER_SIZE, hd.body_len, &w));
+  nng_msg_free(m);
+  return w.capabilities;
+}
+
+uint32_t td_hello_rings(td_client *c) {
+  uint8_t *base;
+  int fd = proto_rings_create(&base);
+  CHECK_GE(fd, 0);
+  uint32_t caps = td_hello_passing(c, fd);
+  close(fd);
+  if (!(caps & PROTO_CAP_RINGS)) {
+    munmap(base, PROTO_RINGS_BYTES);
+    return caps;
+  }
+  c->rings = base;
+  proto_rings_view(base, true, &c->up, &c->down);
+  return caps;
 }
 
 void td_send_raw(td_client *c, const void *bytes, size_t len, uint64_t id) {
+  if (c->rings != NULL) {
+    td_send_rings(c, bytes, len, 0);
+    return;
+  }
   if (c->fd >= 0) {
     CHECK_EQ(proto_local_send(c->fd, bytes, len, -1), 0);
     return;
@@ -439,6 +564,8 @@ static int recv_local(td_client *c, nng_msg **m, int timeout_ms) {
 }
 
 static int recv_any(td_client *c, nng_msg **m, int timeout_ms) {
+  if (c->rings != NULL)
+    return recv_rings(c, m, timeout_ms);
   if (c->fd >= 0)
     return recv_local(c, m, timeout_ms);
   CHECK_EQ(nng_socket_set_ms(c->sock, NNG_OPT_RECVTIMEO,

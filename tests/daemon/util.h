@@ -12,6 +12,7 @@
 #include <sys/types.h>
 
 #include "proto/wire.h"
+#include "runtime/shm_ring.h"
 #include "test.h"
 
 typedef struct td_daemon {
@@ -71,6 +72,8 @@ typedef struct td_client {
   uint64_t next_id;
   uint8_t *rbuf; /* local: the frame being read */
   size_t rcap;
+  uint8_t *rings; /* local, after td_hello_rings took: frames through shared rings */
+  rt_ring up, down;
 } td_client;
 
 /* TLS: a CA (ca), another CA nobody trusts (other-ca), a server certificate for localhost and
@@ -105,6 +108,14 @@ int td_hello(td_client *c, proto_welcome *w);
 int td_hello_caps(td_client *c, uint32_t caps, proto_welcome *w);
 /* As td_hello_caps, naming the client `name` (what `accelctl clients` and /metrics show). */
 int td_hello_as(td_client *c, uint32_t caps, const char *name, proto_welcome *w);
+/* A HELLO offering shared rings with `fd` passed (a region, or not one, to see it refused):
+ * the WELCOME's capabilities. td_hello_rings offers a region of its own, and from the
+ * WELCOME that takes it the client's frames go through it (td_send_raw, td_recv). */
+uint32_t td_hello_passing(td_client *c, int fd);
+uint32_t td_hello_rings(td_client *c);
+/* On rings: the frame's bytes into the up ring, published once each `piece` bytes (0: once,
+ * at the end; a frame larger than the ring goes in as room comes). */
+void td_send_rings(td_client *c, const void *bytes, size_t len, size_t piece);
 int td_control(td_client *c, uint32_t command, uint64_t arg);
 /* As td_control, with the reply's data copied into out (cut at cap - 1, NUL-terminated; *len
  * its length there). */

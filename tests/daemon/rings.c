@@ -1,0 +1,181 @@
+/* The local link's shared rings (proto/local_rings.h) from outside, by hand: a region offered
+ * with the HELLO is taken where an I/O thread serves the connection, frames then go both ways
+ * through it (larger than the rings too), and a client that writes nonsense into it, or dies
+ * half-way through a frame, loses its own connection and nothing else. Run with I/O threads
+ * (ACCEL_TEST_IO_THREADS, tests/daemon/meson.build). */
+#include <fcntl.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "proto/local_rings.h"
+#include "test.h"
+#include "util.h"
+
+static void start(td_daemon *d) {
+  td_prepare(d);
+  td_write_config(d, "[daemon]\nfirst_frame_timeout_ms = 3600000\n");
+  td_start(d, "--backends", "cpu", NULL);
+}
+
+/* A client on rings, and a bystander on its socket, both welcomed. */
+static void two_clients(td_daemon *d, td_client *c, td_client *bystander) {
+  td_client_open(bystander, d->url);
+  CHECK_OK(td_hello(bystander, NULL));
+  td_client_open(c, d->url);
+  CHECK(td_hello_rings(c) & PROTO_CAP_RINGS);
+  CHECK(c->rings != NULL);
+}
+
+TEST(an_offered_region_is_taken_and_carries_frames_both_ways) {
+  td_daemon d;
+  start(&d);
+  td_client c, b;
+  two_clients(&d, &c, &b);
+  for (int i = 0; i < 20000; i++) /* 40 bytes up, 32 down: round the 256 KiB rings twice */
+    CHECK_OK(td_control(&c, PROTO_CTL_PING, 0));
+  CHECK_GT(c.up.pos, 2 * (uint64_t)PROTO_RINGS_UP_BYTES);
+  CHECK_GT(c.down.pos, 2 * (uint64_t)PROTO_RINGS_DOWN_BYTES);
+  td_client_close(&c);
+  td_client_close(&b);
+  td_cleanup(&d);
+}
+
+/* A write and a read of 1 MiB, four times each ring's size: the daemon takes the request in
+ * pieces as room comes, and puts the reply in as the client makes room (its writer waits
+ * for room and is rung). The frame also goes in 1-byte pieces, each published alone. */
+TEST(frames_larger_than_the_rings_go_in_pieces) {
+  enum { N = 256 * 1024 };
+  td_daemon d;
+  start(&d);
+  td_client c, b;
+  two_clients(&d, &c, &b);
+  uint32_t *src = malloc(N * 4), *dst = malloc(N * 4);
+  for (uint32_t i = 0; i < N; i++)
+    src[i] = i * 2654435761u;
+  uint64_t h = td_handle(1, 1);
+  CHECK_OK(td_create(&c, h, ACCEL_U32, N));
+  CHECK_OK(td_write_u32(&c, h, src, N));
+  CHECK_OK(td_read_u32(&c, h, dst, N));
+  CHECK_EQ(memcmp(src, dst, N * 4), 0);
+  proto_out o;
+  proto_out_init(&o);
+  uint64_t id = c.next_id++;
+  proto_control_req req = {PROTO_CTL_PING, 0};
+  CHECK_OK(proto_encode_control(&o, id, &req));
+  td_send_rings(&c, o.data, o.len, 1); /* a byte at a time */
+  proto_out_free(&o);
+  nng_msg *m;
+  CHECK_OK(td_recv(&c, &m, TD_FOREVER));
+  CHECK_OK(td_reply_status(m, id, NULL));
+  nng_msg_free(m);
+  CHECK_OK(td_control(&b, PROTO_CTL_PING, 0));
+  free(src);
+  free(dst);
+  td_client_close(&c);
+  td_client_close(&b);
+  td_cleanup(&d);
+}
+
+TEST(a_region_that_is_not_sealed_is_declined) {
+  td_daemon d;
+  start(&d);
+  td_client c;
+  td_client_open(&c, d.url);
+  int fd = memfd_create("not-sealed", MFD_CLOEXEC);
+  CHECK_GE(fd, 0);
+  CHECK_EQ(ftruncate(fd, PROTO_RINGS_BYTES), 0); /* the right size, but it could shrink */
+  CHECK_EQ(td_hello_passing(&c, fd) & PROTO_CAP_RINGS, 0u);
+  close(fd);
+  CHECK_OK(td_control(&c, PROTO_CTL_PING, 0)); /* the socket, as without rings */
+  td_client_close(&c);
+  td_cleanup(&d);
+}
+
+TEST(a_region_of_another_size_is_declined) {
+  td_daemon d;
+  start(&d);
+  td_client c;
+  td_client_open(&c, d.url);
+  int fd = memfd_create("small", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+  CHECK_GE(fd, 0);
+  CHECK_EQ(ftruncate(fd, PROTO_RINGS_BYTES - 4096), 0); /* one page short, sealed */
+  CHECK_EQ(fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK), 0);
+  CHECK_EQ(td_hello_passing(&c, fd) & PROTO_CAP_RINGS, 0u);
+  close(fd);
+  CHECK_OK(td_control(&c, PROTO_CTL_PING, 0));
+  td_client_close(&c);
+  td_cleanup(&d);
+}
+
+/* The ring's tail at the limit (a full ring of frames) is read; one past it ends the
+ * connection, and only that one. */
+TEST(a_tail_past_the_ring_ends_that_connection_only) {
+  td_daemon d;
+  start(&d);
+  td_client c, b;
+  two_clients(&d, &c, &b);
+  CHECK_OK(td_control(&c, PROTO_CTL_PING, 0));
+  c.up.pos += (uint64_t)PROTO_RINGS_UP_BYTES + 1; /* one past what a writer can have written */
+  (void)rt_ring_publish(&c.up, c.fd);             /* it may have closed by the bell */
+  nng_msg *m;
+  CHECK_EQ(td_recv(&c, &m, TD_FOREVER), NNG_ECLOSED); /* the end, nothing else */
+  TEST_WAIT_FOR(strstr(td_log(&d), "a shared ring position it cannot have written") != NULL, 20);
+  CHECK_OK(td_control(&b, PROTO_CTL_PING, 0));
+  td_client_close(&c);
+  td_client_close(&b);
+  td_cleanup(&d);
+}
+
+TEST(a_head_past_the_ring_ends_that_connection_only) {
+  td_daemon d;
+  start(&d);
+  td_client c, b;
+  two_clients(&d, &c, &b);
+  atomic_store(&c.down.ctl->head, (uint64_t)PROTO_RINGS_DOWN_BYTES * 3); /* never written */
+  proto_out o;
+  proto_out_init(&o);
+  proto_control_req req = {PROTO_CTL_PING, 0};
+  CHECK_OK(proto_encode_control(&o, c.next_id++, &req));
+  td_send_rings(&c, o.data, o.len, 0);
+  proto_out_free(&o);
+  char byte;
+  TEST_WAIT_FOR(recv(c.fd, &byte, 1, MSG_DONTWAIT) == 0, 20); /* bells, then the end */
+  CHECK_OK(td_control(&b, PROTO_CTL_PING, 0));
+  td_client_close(&c);
+  td_client_close(&b);
+  td_cleanup(&d);
+}
+
+/* Half a frame in the ring, then the client is gone: the daemon reads what came and ends the
+ * connection (its session too), serving the others. */
+TEST(a_client_gone_half_way_through_a_frame) {
+  td_daemon d;
+  start(&d);
+  td_client c, b;
+  two_clients(&d, &c, &b);
+  proto_out o;
+  proto_out_init(&o);
+  proto_control_req req = {PROTO_CTL_PING, 0};
+  CHECK_OK(proto_encode_control(&o, c.next_id++, &req));
+  td_send_rings(&c, o.data, o.len / 2, 0);
+  proto_out_free(&o);
+  td_client_close(&c);
+  TEST_WAIT_FOR(td_status_field(&d, "connections") == 2, 20); /* the bystander, accelctl */
+  CHECK_OK(td_control(&b, PROTO_CTL_PING, 0));
+  td_client_close(&b);
+  td_cleanup(&d);
+}
+
+static const test_case tests[] = {
+    TEST_CASE(an_offered_region_is_taken_and_carries_frames_both_ways),
+    TEST_CASE(frames_larger_than_the_rings_go_in_pieces),
+    TEST_CASE(a_region_that_is_not_sealed_is_declined),
+    TEST_CASE(a_region_of_another_size_is_declined),
+    TEST_CASE(a_tail_past_the_ring_ends_that_connection_only),
+    TEST_CASE(a_head_past_the_ring_ends_that_connection_only),
+    TEST_CASE(a_client_gone_half_way_through_a_frame),
+};
+
+TEST_MAIN(tests)
