@@ -47,7 +47,8 @@ static void lose(accel_ctx *ctx) {
     return;
   r->rd_lost = true;
   /* Nothing is read from here on (a malformed frame, no memory, or the end): nothing is sent
-   * either, and the daemon ends the session. */
+   * either, and the daemon ends the session; a writer waiting for room in the ring leaves. */
+  atomic_store(&r->rings_closing, true);
   shutdown(r->fd, SHUT_RDWR);
   remote_on_lost(ctx);
   (void)eventfd_write(r->rx_stop, 1);
@@ -99,9 +100,11 @@ static void *receiver(void *arg) {
   accel_ctx *ctx = arg;
   remote *r = remote_of(ctx);
   int tries = 0;
+  bool retry = false; /* on rings, after ENOMEM: the bytes wait in memory, no watch fires */
   for (;;) {
-    struct epoll_event ev;
-    int n = epoll_wait(r->rx_epfd, &ev, 1, -1);
+    struct epoll_event ev = {.data.u32 = WATCH_SOCKET};
+    int n = retry ? 1 : epoll_wait(r->rx_epfd, &ev, 1, -1);
+    retry = false;
     if (n < 0 && errno == EINTR)
       continue;
     bool stop = n < 0 || ev.data.u32 == WATCH_STOP;
@@ -125,6 +128,7 @@ static void *receiver(void *arg) {
       pthread_mutex_lock(&r->rd_mu);
       if (!again)
         lose(ctx), alive = false;
+      retry = alive && r->rings;
     } else if (alive) {
       tries = 0;
     }
@@ -235,6 +239,7 @@ static bool help_read_inside(local_help *lh, uint64_t until_ns) {
   pthread_mutex_unlock(&r->rd_mu);
   uint64_t polled_until = spin ? started + spin : 0;
   bool done, gave_up = false, woke = false;
+  int tries = 0;
   for (;;) {
     int rc;
     uint64_t now = uv_hrtime(); /* one reading: a sleep below is one said to the daemon here */
@@ -246,6 +251,15 @@ static bool help_read_inside(local_help *lh, uint64_t until_ns) {
     pthread_mutex_unlock(&r->rd_mu);
     woke = false;
     done = future_done(lh->f);
+    if (!done && alive && rc == ACCEL_ENOMEM && r->rings) {
+      /* The bytes wait in the ring, where no watch sees them: this thread tries again. */
+      if (wait_for_memory(&tries))
+        continue;
+      pthread_mutex_lock(&r->rd_mu);
+      lose(lh->ctx);
+      pthread_mutex_unlock(&r->rd_mu);
+      break;
+    }
     if (done || !alive || rc == ACCEL_ENOMEM) /* ENOMEM: the receiver's retries take over */
       break;
     if (until_ns != 0 && now >= until_ns) {

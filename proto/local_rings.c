@@ -30,6 +30,7 @@ int proto_rings_create(uint8_t **base) {
   proto_rings_view(p, true, &up, &down);
   atomic_store(&up.ctl->reader_sleeps, 1);
   atomic_store(&down.ctl->reader_sleeps, 1);
+  atomic_store(&up.ctl->passes, 1); /* the region's own descriptor, passed with the HELLO */
   return fd;
 }
 

@@ -26,7 +26,8 @@
 
 /* The client: a new region, sealed and mapped (*base, PROTO_RINGS_BYTES); its descriptor
  * (close-on-exec) or ACCEL_ESYS/ACCEL_ENOMEM. Both readers start as sleepers: the first
- * write rings. */
+ * write rings. The up ring's `passes` counts every descriptor the client sent on the
+ * connection, the region's own (with the HELLO) included: it starts at 1. */
 RT_MUST_USE int proto_rings_create(uint8_t **base);
 /* The two directions of a mapped region, positions 0, as one side sees them: the client
  * writes `out` = up and reads `in` = down; acceld (client = false) the other way round. */

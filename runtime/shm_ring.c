@@ -5,8 +5,11 @@
 #include <string.h>
 #include <sys/socket.h>
 
+/* The positions are loaded sequentially consistent: a side that said it sleeps (a seq_cst
+ * store) looks at the other's position again with these, and only a seq_cst load is ordered
+ * after that store everywhere (an acquire load may pass it, on AArch64 say). */
 uint64_t rt_ring_room(const rt_ring *w) {
-  uint64_t used = w->pos - atomic_load_explicit(&w->ctl->head, memory_order_acquire);
+  uint64_t used = w->pos - atomic_load_explicit(&w->ctl->head, memory_order_seq_cst);
   return used > w->size ? UINT64_MAX : w->size - used;
 }
 
@@ -29,7 +32,7 @@ bool rt_ring_publish(rt_ring *w, int fd) {
 }
 
 uint64_t rt_ring_avail(const rt_ring *r) {
-  uint64_t have = atomic_load_explicit(&r->ctl->tail, memory_order_acquire) - r->pos;
+  uint64_t have = atomic_load_explicit(&r->ctl->tail, memory_order_seq_cst) - r->pos;
   return have > r->size ? UINT64_MAX : have;
 }
 

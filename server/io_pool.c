@@ -269,7 +269,8 @@ static void fail_all(srv_iost *st, int status);
  * frames: queued before the frames are copied), the end noted for after the ring's last
  * bytes. Past SRV_IOST_FDS_MAX descriptors the stream ends (UV_EPROTO): a client passes one
  * per region it registers and waits for each answer. */
-static void ring_drain_socket(srv_iost *st) {
+static bool ring_drain_socket(srv_iost *st) {
+  uint32_t seen = st->fds_seen;
   while (st->up_end == 0) {
     uint8_t bells[256];
     struct iovec iov = {bells, sizeof bells};
@@ -284,12 +285,13 @@ static void ring_drain_socket(srv_iost *st) {
       n = recvmsg(st->fd, &mh, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
     while (n < 0 && errno == EINTR);
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
-      return;
+      break;
     if (n > 0 && !take_rights(st, &mh))
       st->up_end = UV_EPROTO;
     else if (n <= 0)
       st->up_end = n == 0 ? UV_EOF : uv_translate_sys_error(errno);
   }
+  return st->fds_seen != seen;
 }
 
 /* Copies what the client's ring holds into the stream's ring while there is room; the
@@ -303,7 +305,7 @@ static void ring_read_some(srv_iost *st, bool sock) {
   while (atomic_load(&st->end) == 0) {
     uint64_t have = rt_ring_avail(&st->up);
     if (sock || atomic_load(&st->up.ctl->passes) != st->fds_seen) {
-      ring_drain_socket(st);
+      got |= ring_drain_socket(st); /* descriptors alone: the loop looks at their count */
       sock = false;
     }
     if (have == UINT64_MAX) {
@@ -515,7 +517,12 @@ static void on_poll(uv_poll_t *p, int status, int events) {
      * handle. What the peer sent before still waits to be read, and recvmsg gives it first,
      * then the end; the error stands if nothing more comes. A full ring reads on later. */
     st->poll_events = 0;
-    read_rest(st, status);
+    if (atomic_load(&st->rings_on)) { /* what the ring holds first; a full one reads on later */
+      st->up_end = st->up_end != 0 ? st->up_end : status;
+      ring_read_some(st, false);
+    } else {
+      read_rest(st, status);
+    }
     post_ev(st, EV_READ);
     stream_broken(st, status);
   } else if (atomic_load(&st->rings_on)) {
@@ -540,10 +547,12 @@ static void update_poll(srv_iost *st) {
   if (!st->poll_open)
     return;
   /* On rings the socket brings bells (for bytes, or for room to write) and descriptors,
-   * whatever room the stream's ring has. */
+   * whatever room the stream's ring has, until its end (which stays readable: what the ring
+   * holds is read as the loop makes room). */
   bool rings = atomic_load(&st->rings_on);
+  bool readable = rings ? st->up_end == 0 : read_room(st) > 0;
   int want = (st->write_blocked && !rings ? UV_WRITABLE : 0) |
-             (atomic_load(&st->end) == 0 && (rings || read_room(st) > 0) ? UV_READABLE : 0);
+             (atomic_load(&st->end) == 0 && readable ? UV_READABLE : 0);
   if (want == st->poll_events)
     return;
   st->poll_events = want;
@@ -706,8 +715,11 @@ static void thread_main(void *arg) {
       }
       rt_cpu_relax();
     }
-    if (alive != 0 && !rings_may_sleep(t))
+    if (alive != 0 && !rings_may_sleep(t)) { /* the loop's commands and sockets too */
+      if (uv_run(t->loop, UV_RUN_NOWAIT) == 0)
+        return;
       continue;
+    }
     if (alive == 0 || uv_run(t->loop, UV_RUN_ONCE) == 0)
       return;
     rings_awake(t);

@@ -125,15 +125,10 @@ static void log_hello(srv_conn *c, const proto_hello *h) {
 /* The region of shared rings a HELLO offered (its descriptor came with it): whether the
  * connection's frames go through it from the WELCOME on. Declined where the transport has
  * none (its I/O is not polled by a thread of its own) or the region is not one. */
-static bool take_rings(srv_server *s, srv_conn *c, const proto_hello *hello) {
-  if (!(hello->capabilities & PROTO_CAP_RINGS) || c->tp->take_fd == NULL)
-    return false;
-  int fd = c->tp->take_fd(c); /* taken whatever comes of it: it is this frame's */
-  if (fd < 0)
-    return false;
-  bool on = !c->session_live && !s->draining && c->tp->use_rings != NULL &&
-            c->tp->use_rings(s, c, fd);
-  close(fd);
+static bool take_rings(srv_server *s, srv_conn *c, int fd, bool first) {
+  bool on = fd >= 0 && first && c->tp->use_rings != NULL && c->tp->use_rings(s, c, fd);
+  if (fd >= 0)
+    close(fd);
   return on;
 }
 
@@ -141,7 +136,11 @@ static void on_hello(srv_server *s, srv_conn *c, nng_msg *m, const proto_header 
   proto_hello hello;
   int rc = proto_decode_hello((const uint8_t *)nng_msg_body(m) + PROTO_HEADER_SIZE, h->body_len,
                               &hello);
-  bool rings = rc == 0 && take_rings(s, c, &hello);
+  /* A region offered comes with the HELLO: taken whatever comes of it (it is this frame's). */
+  int rings_fd = rc == 0 && (hello.capabilities & PROTO_CAP_RINGS) && c->tp->take_fd != NULL
+                     ? c->tp->take_fd(c)
+                     : -1;
+  bool first = !c->session_live;
   if (rc == 0 && hello.version != PROTO_VERSION) {
     rc = ACCEL_EPROTO; /* a client of another version: told, then refused */
     refuse(c, "another protocol version");
@@ -153,21 +152,24 @@ static void on_hello(srv_server *s, srv_conn *c, nng_msg *m, const proto_header 
     if (rc == 0)
       log_hello(c, &hello);
   }
+  bool rings = take_rings(s, c, rc == 0 ? rings_fd : -1, first);
+  if (rings_fd >= 0 && rc != 0)
+    close(rings_fd);
   if (rc != 0) {
     s->frames_bad += rc == ACCEL_EPROTO;
     srv_reply_status(s, c, m, h->request_id, rc);
     return;
   }
+  c->rings |= rings; /* a second HELLO leaves them as they are */
   proto_welcome w;
   proto_out o;
   fill_welcome(s, &w);
   w.capabilities = (hello.capabilities & (PROTO_CAP_BATCH | PROTO_CAP_ACK)) |
-                   (rings ? PROTO_CAP_RINGS : 0);
+                   (c->rings ? PROTO_CAP_RINGS : 0);
   proto_out_init(&o);
   rc = proto_encode_welcome(&o, h->request_id, &w);
   reply_frame(s, c, m, h->request_id, &o, rc);
   c->caps = w.capabilities; /* from the next reply on: the WELCOME itself goes alone */
-  c->rings = rings;
 }
 
 /* ---- CONTROL ---- */

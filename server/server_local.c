@@ -634,8 +634,11 @@ static void on_readable(srv_iost *st, void *data) {
     size_t room;
     uint8_t *at = read_target(l, &room);
     ssize_t n = srv_iost_read(st, at, room);
-    if (n == 0)
+    if (n == 0) { /* on rings descriptors come without bytes: not more than frames need */
+      if (srv_iost_fds_pending(st) > 0)
+        fds_ok(l);
       return;
+    }
     on_read(l, n);
   }
 }

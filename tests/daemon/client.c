@@ -70,6 +70,53 @@ TEST(lost_daemon_fails_pending_ops) {
   td_cleanup(&d);
 }
 
+/* ---- a sender blocked on a daemon that stopped reading ---- */
+
+typedef struct flooder {
+  accel_ctx *ctx;
+  accel_buffer b;
+  atomic_long sent;
+  int rc;
+} flooder;
+
+static void *flood(void *arg) {
+  flooder *f = arg;
+  for (long i = 0; i < 10 * 1000 * 1000; i++) {
+    f->rc = accel_fill_u32(f->ctx, 0, f->b, (uint32_t)i, NULL);
+    if (f->rc != 0)
+      break;
+    atomic_fetch_add(&f->sent, 1);
+  }
+  return NULL;
+}
+
+/* A daemon that stops reading (SIGSTOP) fills the link (its socket, or its shared ring, where
+ * the sender waits for room in memory); when it then dies, the blocked sender returns
+ * ACCEL_ECLOSED. */
+TEST(a_sender_blocked_on_a_stopped_daemon_returns_when_it_dies) {
+  td_daemon d;
+  accel_ctx *ctx = started(&d);
+  flooder f = {.ctx = ctx};
+  CHECK_OK(accel_buffer_create(ctx, ACCEL_U32, 1, &f.b));
+  CHECK_OK(accel_finish(ctx, -1));
+  td_signal(&d, SIGSTOP);
+  pthread_t t;
+  CHECK_EQ(pthread_create(&t, NULL, flood, &f), 0);
+  long last = -1;
+  while (atomic_load(&f.sent) != last) { /* until the link is full: the sender waits */
+    last = atomic_load(&f.sent);
+    usleep(300 * 1000);
+  }
+  printf("# %ld ops sent before the link filled\n", last);
+  CHECK_GT(last, 0);
+  td_signal(&d, SIGKILL);
+  td_wait(&d);
+  pthread_join(t, NULL); /* a sender that never returns is the watchdog's */
+  CHECK_ERR(f.rc, ACCEL_ECLOSED);
+  accel_close(ctx);
+  td_cleanup(&d);
+}
+
 /* ---- many waiters ---- */
 
 typedef struct waiter {
@@ -215,6 +262,7 @@ TEST(a_waiter_reading_when_the_daemon_dies_hears_eclosed) {
 
 static const test_case tests[] = {
     TEST_CASE(lost_daemon_fails_pending_ops),
+    TEST_CASE(a_sender_blocked_on_a_stopped_daemon_returns_when_it_dies),
     TEST_CASE(many_waiters_on_one_context_all_answered),
     TEST_CASE(a_timed_wait_that_gives_up_leaves_the_reply_to_the_receiver),
     TEST_CASE(a_waiter_reading_when_the_daemon_dies_hears_eclosed),

@@ -9,6 +9,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "proto/local.h"
 #include "proto/local_rings.h"
 #include "test.h"
 #include "util.h"
@@ -168,7 +169,45 @@ TEST(a_client_gone_half_way_through_a_frame) {
   td_cleanup(&d);
 }
 
+/* Descriptors passed on the socket with no frame to take them (counted in `passes`, as a
+ * client does): 8 wait (a client attaching regions from 8 threads at once), the 9th ends the
+ * connection, as over the socket alone. */
+static int pass_fds(td_client *c, int n) {
+  int fd = memfd_create("pass", MFD_CLOEXEC);
+  CHECK_GE(fd, 0);
+  for (int i = 0; i < n; i++) {
+    static const uint8_t pass = 'F';
+    if (proto_local_send(c->fd, &pass, 1, fd) != 0)
+      break;
+    atomic_fetch_add(&c->up.ctl->passes, 1);
+  }
+  close(fd);
+  return 0;
+}
+
+TEST(descriptors_without_frames_at_the_limit_and_one_past) {
+  td_daemon d;
+  start(&d);
+  td_client c, b;
+  two_clients(&d, &c, &b);
+  CHECK_OK(pass_fds(&c, 8));
+  CHECK_OK(td_control(&b, PROTO_CTL_PING, 0)); /* a round trip on the daemon's loop */
+  CHECK_OK(td_control(&c, PROTO_CTL_PING, 0)); /* still served */
+  td_client_close(&c);
+  td_client_open(&c, d.url);
+  CHECK(td_hello_rings(&c) & PROTO_CAP_RINGS);
+  CHECK_OK(pass_fds(&c, 9));
+  nng_msg *m;
+  CHECK_EQ(td_recv(&c, &m, TD_FOREVER), NNG_ECLOSED);
+  TEST_WAIT_FOR(strstr(td_log(&d), "descriptors it did not announce") != NULL, 20);
+  CHECK_OK(td_control(&b, PROTO_CTL_PING, 0));
+  td_client_close(&c);
+  td_client_close(&b);
+  td_cleanup(&d);
+}
+
 static const test_case tests[] = {
+    TEST_CASE(descriptors_without_frames_at_the_limit_and_one_past),
     TEST_CASE(an_offered_region_is_taken_and_carries_frames_both_ways),
     TEST_CASE(frames_larger_than_the_rings_go_in_pieces),
     TEST_CASE(a_region_that_is_not_sealed_is_declined),
