@@ -34,8 +34,26 @@ TEST(an_offered_region_is_taken_and_carries_frames_both_ways) {
   start(&d);
   td_client c, b;
   two_clients(&d, &c, &b);
-  for (int i = 0; i < 20000; i++) /* 40 bytes up, 32 down: round the 256 KiB rings twice */
-    CHECK_OK(td_control(&c, PROTO_CTL_PING, 0));
+  /* 40 bytes up, 32 down: round the 256 KiB rings twice, frames straddling the wrap at every
+   * offset; 200 in flight at a time. */
+  for (int batch = 0; batch < 100; batch++) {
+    uint64_t first = c.next_id;
+    for (int i = 0; i < 200; i++) {
+      proto_out o;
+      proto_out_init(&o);
+      proto_control_req req = {PROTO_CTL_PING, 0};
+      uint64_t id = c.next_id++;
+      CHECK_OK(proto_encode_control(&o, id, &req));
+      td_send_raw(&c, o.data, o.len, id);
+      proto_out_free(&o);
+    }
+    for (uint64_t id = first; id < c.next_id; id++) { /* answered in order: one session */
+      nng_msg *m;
+      CHECK_OK(td_recv(&c, &m, TD_FOREVER));
+      CHECK_OK(td_reply_status(m, id, NULL));
+      nng_msg_free(m);
+    }
+  }
   CHECK_GT(c.up.pos, 2 * (uint64_t)PROTO_RINGS_UP_BYTES);
   CHECK_GT(c.down.pos, 2 * (uint64_t)PROTO_RINGS_DOWN_BYTES);
   td_client_close(&c);
