@@ -74,6 +74,7 @@ struct remote {
   bool rx_started;
   proto_reader reader;
   int rx_epfd, rx_stop;  /* the receiver's epoll set: the socket (one-shot) and a stop eventfd */
+  int rx_kick;           /* and, on rings, an eventfd: bytes wait in the ring, read them */
   pthread_mutex_t rd_mu; /* one reader at a time: reader, rd_helping, rd_lost, the arming */
   bool rd_helping;       /* a waiting thread reads: the receiver's watch is off */
   bool rd_lost;          /* the connection's end was seen and reported */

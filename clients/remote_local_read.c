@@ -25,7 +25,7 @@
 #include "runtime/future_help.h"
 #include "runtime/spin.h"
 
-enum { WATCH_SOCKET = 0, WATCH_STOP = 1 };
+enum { WATCH_SOCKET = 0, WATCH_STOP = 1, WATCH_KICK = 2 };
 
 /* A waiter's poll wakes at least this often to look at its future (completed by another
  * thread's reading, or by the end of the connection). */
@@ -108,6 +108,10 @@ static void *receiver(void *arg) {
     if (n < 0 && errno == EINTR)
       continue;
     bool stop = n < 0 || ev.data.u32 == WATCH_STOP;
+    if (n > 0 && ev.data.u32 == WATCH_KICK) {
+      eventfd_t v;
+      (void)eventfd_read(r->rx_kick, &v);
+    }
     pthread_mutex_lock(&r->rd_mu);
     if (!stop && r->rd_helping) {
       /* The watch fired just before a waiter took over: the waiter reads now, and re-arms the
@@ -239,7 +243,6 @@ static bool help_read_inside(local_help *lh, uint64_t until_ns) {
   pthread_mutex_unlock(&r->rd_mu);
   uint64_t polled_until = spin ? started + spin : 0;
   bool done, gave_up = false, woke = false;
-  int tries = 0;
   for (;;) {
     int rc;
     uint64_t now = uv_hrtime(); /* one reading: a sleep below is one said to the daemon here */
@@ -251,15 +254,6 @@ static bool help_read_inside(local_help *lh, uint64_t until_ns) {
     pthread_mutex_unlock(&r->rd_mu);
     woke = false;
     done = future_done(lh->f);
-    if (!done && alive && rc == ACCEL_ENOMEM && r->rings) {
-      /* The bytes wait in the ring, where no watch sees them: this thread tries again. */
-      if (wait_for_memory(&tries))
-        continue;
-      pthread_mutex_lock(&r->rd_mu);
-      lose(lh->ctx);
-      pthread_mutex_unlock(&r->rd_mu);
-      break;
-    }
     if (done || !alive || rc == ACCEL_ENOMEM) /* ENOMEM: the receiver's retries take over */
       break;
     if (until_ns != 0 && now >= until_ns) {
@@ -280,6 +274,10 @@ static bool help_read_inside(local_help *lh, uint64_t until_ns) {
   int rc = 0; /* the receiver reads from here: asleep for the daemon, then a last look */
   while (r->rings && !r->rd_lost && rc == 0 && rings_reader_sleeps(r, true))
     (void)read_round(lh->ctx, &rc, false);
+  /* Bytes left in the ring (no memory for them now) ring no bell and fire no watch: the
+   * receiver is kicked to retry them. */
+  if (r->rings && !r->rd_lost && rc == ACCEL_ENOMEM)
+    (void)eventfd_write(r->rx_kick, 1);
   if (!r->rd_lost && !watch_socket(r, true)) /* bytes already there fire it at once */
     lose(lh->ctx);
   pthread_mutex_unlock(&r->rd_mu);
@@ -341,12 +339,16 @@ int local_reader_start(accel_ctx *ctx) {
   r->gate = gate_new(); /* without it, no help is offered: the receiver reads */
   r->rx_epfd = epoll_create1(EPOLL_CLOEXEC);
   r->rx_stop = eventfd(0, EFD_CLOEXEC);
+  r->rx_kick = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   pthread_mutex_init(&r->rd_mu, NULL);
   r->rx_made = true;
   struct epoll_event sock = {.events = EPOLLIN | EPOLLONESHOT, .data.u32 = WATCH_SOCKET};
   struct epoll_event stop = {.events = EPOLLIN, .data.u32 = WATCH_STOP};
-  if (r->rx_epfd < 0 || r->rx_stop < 0 || epoll_ctl(r->rx_epfd, EPOLL_CTL_ADD, r->fd, &sock) != 0 ||
+  struct epoll_event kick = {.events = EPOLLIN, .data.u32 = WATCH_KICK};
+  if (r->rx_epfd < 0 || r->rx_stop < 0 || r->rx_kick < 0 ||
+      epoll_ctl(r->rx_epfd, EPOLL_CTL_ADD, r->fd, &sock) != 0 ||
       epoll_ctl(r->rx_epfd, EPOLL_CTL_ADD, r->rx_stop, &stop) != 0 ||
+      epoll_ctl(r->rx_epfd, EPOLL_CTL_ADD, r->rx_kick, &kick) != 0 ||
       pthread_create(&r->rx, NULL, receiver, ctx) != 0)
     return ACCEL_ESYS;
   r->rx_started = true;
@@ -370,6 +372,8 @@ void local_reader_stop(accel_ctx *ctx) {
     close(r->rx_epfd);
   if (r->rx_stop >= 0)
     close(r->rx_stop);
+  if (r->rx_kick >= 0)
+    close(r->rx_kick);
   pthread_mutex_destroy(&r->rd_mu);
   r->rx_made = false;
 }

@@ -271,8 +271,9 @@ static void fail_all(srv_iost *st, int status);
  * per region it registers and waits for each answer. */
 static bool ring_drain_socket(srv_iost *st) {
   uint32_t seen = st->fds_seen;
+  size_t bytes = 0;
   while (st->up_end == 0) {
-    uint8_t bells[256];
+    uint8_t bells[4096];
     struct iovec iov = {bells, sizeof bells};
     union {
       struct cmsghdr align;
@@ -290,6 +291,10 @@ static bool ring_drain_socket(srv_iost *st) {
       st->up_end = UV_EPROTO;
     else if (n <= 0)
       st->up_end = n == 0 ? UV_EOF : uv_translate_sys_error(errno);
+    /* A client rings once per sleep it was told of and passes a byte per descriptor: more than
+     * SRV_IOST_RING bytes at once is one keeping this thread reading, not a client. */
+    else if ((bytes += (size_t)n) > SRV_IOST_RING)
+      st->up_end = UV_EMSGSIZE;
   }
   return st->fds_seen != seen;
 }
@@ -518,8 +523,11 @@ static void on_poll(uv_poll_t *p, int status, int events) {
      * then the end; the error stands if nothing more comes. A full ring reads on later. */
     st->poll_events = 0;
     if (atomic_load(&st->rings_on)) { /* what the ring holds first; a full one reads on later */
-      st->up_end = st->up_end != 0 ? st->up_end : status;
-      ring_read_some(st, false);
+      ring_read_some(st, st->up_end == 0); /* the socket's descriptors and end, if it has them */
+      if (st->up_end == 0) {
+        st->up_end = status;
+        ring_read_some(st, false);
+      }
     } else {
       read_rest(st, status);
     }
@@ -716,6 +724,7 @@ static void thread_main(void *arg) {
       rt_cpu_relax();
     }
     if (alive != 0 && !rings_may_sleep(t)) { /* the loop's commands and sockets too */
+      rings_awake(t);
       if (uv_run(t->loop, UV_RUN_NOWAIT) == 0)
         return;
       continue;

@@ -585,11 +585,12 @@ static void on_read(srv_link *l, ssize_t n) {
   if (n < 0) {
     bool partial = l->in_len || l->big; /* a half-written frame counts as a bad one */
     l->s->frames_bad += partial;
-    link_close(l, n == UV_EPROTO   ? "descriptors it did not announce"
-                  : n == UV_EINVAL ? "a shared ring position it cannot have written"
-                  : n != UV_EOF    ? "read error"
-                  : partial        ? "closed mid-frame"
-                                   : "closed");
+    link_close(l, n == UV_EPROTO     ? "descriptors it did not announce"
+                  : n == UV_EINVAL   ? "a shared ring position it cannot have written"
+                  : n == UV_EMSGSIZE ? "bytes beside its shared rings"
+                  : n != UV_EOF      ? "read error"
+                  : partial          ? "closed mid-frame"
+                                     : "closed");
     return;
   }
   l->progress_ms = loop_now(l);

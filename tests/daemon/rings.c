@@ -224,7 +224,29 @@ TEST(descriptors_without_frames_at_the_limit_and_one_past) {
   td_cleanup(&d);
 }
 
+/* Bytes on the socket beside the rings are bells: a client that sends them by the megabyte
+ * (to keep an I/O thread reading) loses its connection, and the thread serves the others. */
+TEST(a_flood_of_bells_ends_that_connection_only) {
+  td_daemon d;
+  start(&d);
+  td_client c, b;
+  two_clients(&d, &c, &b);
+  static uint8_t junk[64 << 10];
+  memset(junk, 'B', sizeof junk);
+  for (int i = 0; i < 1024; i++) /* 64 MiB at most: it ends well before */
+    if (send(c.fd, junk, sizeof junk, MSG_NOSIGNAL) < 0)
+      break;
+  nng_msg *m;
+  CHECK_EQ(td_recv(&c, &m, TD_FOREVER), NNG_ECLOSED);
+  TEST_WAIT_FOR(strstr(td_log(&d), "bytes beside its shared rings") != NULL, 20);
+  CHECK_OK(td_control(&b, PROTO_CTL_PING, 0));
+  td_client_close(&c);
+  td_client_close(&b);
+  td_cleanup(&d);
+}
+
 static const test_case tests[] = {
+    TEST_CASE(a_flood_of_bells_ends_that_connection_only),
     TEST_CASE(descriptors_without_frames_at_the_limit_and_one_past),
     TEST_CASE(an_offered_region_is_taken_and_carries_frames_both_ways),
     TEST_CASE(frames_larger_than_the_rings_go_in_pieces),
