@@ -93,6 +93,9 @@ struct srv_iost {
   bool poll_open, write_blocked;
   bool in_rings;     /* in its thread's rings list */
   uint32_t fds_seen; /* descriptors received in all (the client counts those it sent) */
+  /* On rings: bytes the socket brought, and how many a client may send (one per descriptor,
+   * one bell per time this side said it sleeps or waits, which is how a client rings) */
+  uint64_t sock_bytes, bells_due;
   int up_end; /* the socket's end seen (a status), to be the stream's once the ring is read */
   int poll_events;
   srv_iost *ring_next;
@@ -269,10 +272,19 @@ static void fail_all(srv_iost *st, int status);
  * frames: queued before the frames are copied), the end noted for after the ring's last
  * bytes. Past SRV_IOST_FDS_MAX descriptors the stream ends (UV_EPROTO): a client passes one
  * per region it registers and waits for each answer. */
+/* Says to the client that this side sleeps or waits (*flag: reader_sleeps of the up ring or
+ * writer_waits of the down one); each time it goes from 0 to 1 the client may ring once. */
+static void ring_say(srv_iost *st, _Atomic uint32_t *flag) {
+  if (atomic_exchange(flag, 1) == 0)
+    st->bells_due++;
+}
+
+#define RING_BELLS_SLACK 64 /* bytes past those due before a client is cut */
+
 static bool ring_drain_socket(srv_iost *st) {
   uint32_t seen = st->fds_seen;
   size_t bytes = 0;
-  while (st->up_end == 0) {
+  while (st->up_end == 0 && bytes < SRV_IOST_RING) { /* more: the poll brings it back */
     uint8_t bells[4096];
     struct iovec iov = {bells, sizeof bells};
     union {
@@ -291,10 +303,11 @@ static bool ring_drain_socket(srv_iost *st) {
       st->up_end = UV_EPROTO;
     else if (n <= 0)
       st->up_end = n == 0 ? UV_EOF : uv_translate_sys_error(errno);
-    /* A client rings once per sleep it was told of and passes a byte per descriptor: more than
-     * SRV_IOST_RING bytes at once is one keeping this thread reading, not a client. */
-    else if ((bytes += (size_t)n) > SRV_IOST_RING)
+    /* A client rings once per sleep or wait it was told of and passes a byte per descriptor:
+     * more is one keeping this thread reading, not a client. */
+    else if ((st->sock_bytes += (uint64_t)n) > st->bells_due + st->fds_seen + RING_BELLS_SLACK)
       st->up_end = UV_EMSGSIZE;
+    bytes += n > 0 ? (size_t)n : 0;
   }
   return st->fds_seen != seen;
 }
@@ -375,7 +388,7 @@ static void ring_flush(srv_iost *st) {
     fail_all(st, UV_EPROTO);
   st->write_blocked = ok && st->wq_done < st->wq_len;
   if (st->write_blocked) { /* asleep for room, then looked at again (shm_ring.h) */
-    atomic_store(&st->down.ctl->writer_waits, 1);
+    ring_say(st, &st->down.ctl->writer_waits);
     if (rt_ring_room(&st->down) != 0) {
       ok = ring_put_queued(st);
       if (!ok)
@@ -684,9 +697,9 @@ static void rings_poll(io_thread *t) {
  * rings), and is looked at once more. False if one had work meanwhile: no sleep. */
 static bool rings_may_sleep(io_thread *t) {
   for (srv_iost *st = t->rings; st != NULL; st = st->ring_next) {
-    atomic_store(&st->up.ctl->reader_sleeps, 1);
+    ring_say(st, &st->up.ctl->reader_sleeps);
     if (st->write_blocked)
-      atomic_store(&st->down.ctl->writer_waits, 1);
+      ring_say(st, &st->down.ctl->writer_waits);
   }
   uint64_t work = t->work;
   rings_poll(t);
@@ -1093,6 +1106,7 @@ bool srv_iost_use_rings(srv_iost *st, uint8_t *base) {
   if (st->closing || st->io->on_loop || st->rings_base != NULL || st->wq_len != 0)
     return false;
   proto_rings_view(base, false, &st->down, &st->up);
+  st->bells_due = 1; /* the up ring's reader starts asleep (proto_rings_create) */
   st->rings_base = base;
   atomic_store(&st->rings_on, true);
   post_cmd(st, CMD_RINGS);
