@@ -630,6 +630,7 @@ static void rings_remove(srv_iost *st) {
     if (*p == st) {
       *p = st->ring_next;
       st->in_rings = false;
+      return;
     }
 }
 

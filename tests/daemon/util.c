@@ -223,7 +223,14 @@ int td_stop(td_daemon *d) {
   if (d->pid <= 0)
     return -1;
   kill(d->pid, SIGTERM);
-  return td_wait(d);
+  int status = td_wait(d);
+  if (status != 0) { /* why, for the test's log: the daemon's own, gone with its directory */
+    const char *log = td_log(d);
+    size_t n = strlen(log);
+    fprintf(stderr, "acceld exited with status %d; the end of its log:\n%s\n", status,
+            log + (n > 8192 ? n - 8192 : 0));
+  }
+  return status;
 }
 
 const char *td_log(td_daemon *d) {
