@@ -1032,8 +1032,9 @@ static bool wq_grow(srv_iost *st) {
 /* The loop writes itself while it is not busy and nothing of the stream's is queued (nor
  * waits to be reported: a write done now is never reported before an earlier one): a
  * hand-off to the thread costs a wake-up, as long as the write. Under the mutex, so the thread
- * cannot start a write meanwhile. Bytes written (off included), or an error. */
-static ssize_t write_now(srv_iost *st, nng_msg *m, size_t off) {
+ * cannot start a write meanwhile (even_busy: whether or not the loop is busy). Bytes written
+ * (off included), or an error. */
+static ssize_t write_now(srv_iost *st, nng_msg *m, size_t off, bool even_busy) {
   if (st->wq_len != 0)
     return (ssize_t)off;
   if (st->down_on) {
@@ -1053,7 +1054,7 @@ static ssize_t write_now(srv_iost *st, nng_msg *m, size_t off) {
     return rt_ring_wake(st->fd, &st->down.ctl->reader_sleeps) ? (ssize_t)nng_msg_len(m)
                                                               : ACCEL_ESYS;
   }
-  if (st->io->busy)
+  if (st->io->busy && !even_busy)
     return (ssize_t)off;
   struct iovec iov = {(uint8_t *)nng_msg_body(m) + off, nng_msg_len(m) - off};
   struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1};
@@ -1071,10 +1072,7 @@ static ssize_t write_now(srv_iost *st, nng_msg *m, size_t off) {
  * the ring behind it. */
 static int write_last_on_socket(srv_iost *st, nng_msg *m, size_t off) {
   pthread_mutex_lock(&st->mu);
-  bool busy = st->io->busy;
-  st->io->busy = false;
-  ssize_t done = write_now(st, m, off);
-  st->io->busy = busy;
+  ssize_t done = write_now(st, m, off, true);
   st->down_on = true;
   pthread_mutex_unlock(&st->mu);
   return done == (ssize_t)nng_msg_len(m) ? 1 : ACCEL_ESYS;
@@ -1086,7 +1084,7 @@ int srv_iost_write(srv_iost *st, nng_msg *m, size_t off) {
   if (st->rings_base != NULL && !st->down_on)
     return write_last_on_socket(st, m, off);
   pthread_mutex_lock(&st->mu);
-  ssize_t done = write_now(st, m, off);
+  ssize_t done = write_now(st, m, off, false);
   if (done < 0 || (size_t)done == nng_msg_len(m)) {
     pthread_mutex_unlock(&st->mu);
     return done < 0 ? (int)done : 1;

@@ -20,6 +20,19 @@ static void start(td_daemon *d) {
   td_start(d, "--backends", "cpu", NULL);
 }
 
+/* A PING through the client's up ring, published each `piece` bytes (0: once), or only its
+ * first half (a client gone mid-frame); its request id. */
+static uint64_t send_ping(td_client *c, size_t piece, bool half) {
+  proto_out o;
+  proto_out_init(&o);
+  uint64_t id = c->next_id++;
+  proto_control_req req = {PROTO_CTL_PING, 0};
+  CHECK_OK(proto_encode_control(&o, id, &req));
+  td_send_rings(c, o.data, half ? o.len / 2 : o.len, piece);
+  proto_out_free(&o);
+  return id;
+}
+
 /* A client on rings, and a bystander on its socket, both welcomed. */
 static void two_clients(td_daemon *d, td_client *c, td_client *bystander) {
   td_client_open(bystander, d->url);
@@ -38,15 +51,8 @@ TEST(an_offered_region_is_taken_and_carries_frames_both_ways) {
    * offset; 200 in flight at a time. */
   for (int batch = 0; batch < 100; batch++) {
     uint64_t first = c.next_id;
-    for (int i = 0; i < 200; i++) {
-      proto_out o;
-      proto_out_init(&o);
-      proto_control_req req = {PROTO_CTL_PING, 0};
-      uint64_t id = c.next_id++;
-      CHECK_OK(proto_encode_control(&o, id, &req));
-      td_send_raw(&c, o.data, o.len, id);
-      proto_out_free(&o);
-    }
+    for (int i = 0; i < 200; i++)
+      (void)send_ping(&c, 0, false);
     for (uint64_t id = first; id < c.next_id; id++) { /* answered in order: one session */
       nng_msg *m;
       CHECK_OK(td_recv(&c, &m, TD_FOREVER));
@@ -78,13 +84,7 @@ TEST(frames_larger_than_the_rings_go_in_pieces) {
   CHECK_OK(td_write_u32(&c, h, src, N));
   CHECK_OK(td_read_u32(&c, h, dst, N));
   CHECK_EQ(memcmp(src, dst, N * 4), 0);
-  proto_out o;
-  proto_out_init(&o);
-  uint64_t id = c.next_id++;
-  proto_control_req req = {PROTO_CTL_PING, 0};
-  CHECK_OK(proto_encode_control(&o, id, &req));
-  td_send_rings(&c, o.data, o.len, 1); /* a byte at a time */
-  proto_out_free(&o);
+  uint64_t id = send_ping(&c, 1, false); /* a byte at a time */
   nng_msg *m;
   CHECK_OK(td_recv(&c, &m, TD_FOREVER));
   CHECK_OK(td_reply_status(m, id, NULL));
@@ -153,12 +153,7 @@ TEST(a_head_past_the_ring_ends_that_connection_only) {
   td_client c, b;
   two_clients(&d, &c, &b);
   atomic_store(&c.down.ctl->head, (uint64_t)PROTO_RINGS_DOWN_BYTES * 3); /* never written */
-  proto_out o;
-  proto_out_init(&o);
-  proto_control_req req = {PROTO_CTL_PING, 0};
-  CHECK_OK(proto_encode_control(&o, c.next_id++, &req));
-  td_send_rings(&c, o.data, o.len, 0);
-  proto_out_free(&o);
+  (void)send_ping(&c, 0, false);
   char byte;
   TEST_WAIT_FOR(recv(c.fd, &byte, 1, MSG_DONTWAIT) == 0, 20); /* bells, then the end */
   CHECK_OK(td_control(&b, PROTO_CTL_PING, 0));
@@ -174,12 +169,7 @@ TEST(a_client_gone_half_way_through_a_frame) {
   start(&d);
   td_client c, b;
   two_clients(&d, &c, &b);
-  proto_out o;
-  proto_out_init(&o);
-  proto_control_req req = {PROTO_CTL_PING, 0};
-  CHECK_OK(proto_encode_control(&o, c.next_id++, &req));
-  td_send_rings(&c, o.data, o.len / 2, 0);
-  proto_out_free(&o);
+  (void)send_ping(&c, 0, true);
   td_client_close(&c);
   TEST_WAIT_FOR(td_status_field(&d, "connections") == 2, 20); /* the bystander, accelctl */
   CHECK_OK(td_control(&b, PROTO_CTL_PING, 0));
