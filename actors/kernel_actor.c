@@ -22,6 +22,7 @@
 #include "runtime/deadline.h"
 #include "runtime/future_help.h"
 #include "runtime/loop.h"
+#include "runtime/spin.h"
 #include "runtime/status.h"
 
 #define WATCHDOG_MS 250
@@ -58,6 +59,8 @@ typedef struct dev_inflight {
   dev_world *world; /* whose pool the record goes back to */
   accel_runtime *world_rt;
   accel_future *early;             /* the op's future, completed right in the backend's callback */
+  dev_call *early_call;            /* the op's call, if it has an `early` (ops/call.h) */
+  atomic_int early_call_state;     /* CALL_EARLY_*: who ran or skipped early_call's `early` */
   struct dev_inflight *batch_next; /* the next record one host function completes */
   int refs;                        /* the actor's list + the pending completion mechanism */
   bool armed;           /* its completion is on its way (arm); the watchdog retries if not */
@@ -178,8 +181,32 @@ static void log_large_transfer(const kernel_state *k, const dev_task *t, uint64_
               k->node->device, dev_task_label(t), gib, s, accel_strerror(status));
 }
 
+/* A call's `early` runs at most once, never during or after its `done`: the thread that learns
+ * the work is done claims it (RUNNING, then SETTLED), or the loop finishing the record first
+ * settles it unrun; a loop that finds it running waits the moment it takes (a reply's write). */
+enum { CALL_EARLY_IDLE, CALL_EARLY_RUNNING, CALL_EARLY_SETTLED };
+
+static void early_call_run(dev_inflight *f, int status) {
+  int idle = CALL_EARLY_IDLE;
+  if (f->early_call == NULL ||
+      !atomic_compare_exchange_strong(&f->early_call_state, &idle, CALL_EARLY_RUNNING))
+    return;
+  f->early_call->early(f->early_call, rt_status_public(status));
+  atomic_store(&f->early_call_state, CALL_EARLY_SETTLED);
+}
+
+static void early_call_settle(dev_inflight *f) { /* on the loop */
+  int idle = CALL_EARLY_IDLE;
+  if (f->early_call == NULL ||
+      atomic_compare_exchange_strong(&f->early_call_state, &idle, CALL_EARLY_SETTLED))
+    return;
+  while (atomic_load(&f->early_call_state) != CALL_EARLY_SETTLED)
+    rt_cpu_relax();
+}
+
 /* The work behind f completed with `status` (on the loop). */
 static void inflight_finish(dev_inflight *f, int status) {
+  early_call_settle(f);
   status = rt_status_public(status); /* the op's: its client hears it */
   kernel_state *k = f->owner;
   dev_task *t = f->task;
@@ -217,6 +244,8 @@ static void take_early(dev_inflight *f) {
     f->early = t->call->future;
     accel_future_retain(f->early);
   }
+  if (t->kind == DEV_TASK_OP && t->call->early)
+    f->early_call = t->call;
 }
 
 static void drop_early(dev_inflight *f) {
@@ -253,6 +282,7 @@ static void chain_complete_early(dev_inflight *head, int status) {
     if (f->early && accel_future_complete(f->early, status, NULL, NULL) == ACCEL_EALREADY)
       answer = accel_future_poll(f->early);
     atomic_store(&f->early_status, answer);
+    early_call_run(f, answer);
   }
 }
 
@@ -555,6 +585,7 @@ static int track_prepare(kernel_state *k, dev_task *t, dev_inflight **out) {
                       .refs = 1,
                       .world = k->node->world};
   atomic_init(&f->early_status, EARLY_NONE);
+  atomic_init(&f->early_call_state, CALL_EARLY_IDLE);
   int rc = f->how == ACCEL_COMPLETION_CALLBACK ? 0
                                                : k->node->be->event_create(k->node->dev, &f->event);
   if (rc != 0) {

@@ -24,6 +24,12 @@ typedef struct dev_call {
   /* If set, called instead of completing `future` (the daemon replies on the wire); it owns
    * and frees the call. `owner` is the submitter's (e.g. the frame holding a write's bytes). */
   void (*done)(struct dev_call *call, int status);
+  /* If set, also called once with the op's status on the thread that learns its device work
+   * is done (a backend's callback, a worker's wait), before the loop finishes the op: quick
+   * and thread-safe, reading only what the call held at submission. Never during or after
+   * `done`; not at all for an op that ends without device work, or whose completion the loop
+   * sees first. acceld writes a status reply here (server_ops.c). */
+  void (*early)(struct dev_call *call, int status);
   void *owner;
   struct dev_session_acct *acct; /* set by the session */
   /* A launch's module and kernel, set by the session when it places the launch. */

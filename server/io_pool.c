@@ -75,7 +75,8 @@ struct srv_iost {
   _Atomic bool stalled;      /* the thread stopped reading: the ring was full */
   _Atomic unsigned cmd, ev;
   srv_iost *cmd_next, *ev_next;
-  pthread_mutex_t mu; /* wq*, fds */
+  pthread_mutex_t mu; /* wq*, fds, shut, down */
+  bool shut;          /* closing or closed: no more srv_iost_write_early */
   wq_item *wq;        /* a ring of wq_cap items from wq_head */
   uint32_t wq_head, wq_len, wq_cap;
   uint32_t wq_done; /* items at the front written or failed, not reported yet */
@@ -101,6 +102,8 @@ struct srv_iost {
   srv_iost *ring_next;
   /* the loop's */
   bool want_read, closing;
+  uint32_t holds; /* srv_iost_hold's not released: the memory stays after `closed` */
+  bool gone;      /* `closed` was called: freed at the last release */
 };
 
 /* ---- hand-offs ---- */
@@ -586,8 +589,9 @@ static void update_poll(srv_iost *st) {
 }
 
 static void finish_close(srv_iost *st) {
-  close(st->fd);
   pthread_mutex_lock(&st->mu);
+  st->shut = true;
+  close(st->fd); /* under the mutex: a srv_iost_write_early never meets the number reused */
   while (st->fd_len > 0) {
     close(st->fds[st->fd_head]);
     st->fd_head = (st->fd_head + 1) % SRV_IOST_FDS_MAX;
@@ -783,7 +787,9 @@ static void on_events(srv_iost *st, unsigned bits) {
     report_writes(st);
     st->io->streams--;
     st->ops->closed(st->data);
-    stream_free(st);
+    st->gone = true;
+    if (st->holds == 0)
+      stream_free(st);
   }
 }
 
@@ -914,7 +920,7 @@ uint32_t srv_iopool_default_threads(void) {
   long cores = sysconf(_SC_NPROCESSORS_ONLN);
   if (cores < SRV_IOPOOL_MIN_CORES)
     return 0;
-  uint32_t n = (uint32_t)cores / 4;
+  uint32_t n = (uint32_t)cores / 8; /* pollers leave the cores to clients (DECISIONS.md) */
   return n > 8 ? 8 : n;
 }
 
@@ -1134,9 +1140,43 @@ size_t srv_iost_write_pending(srv_iost *st) {
   return n;
 }
 
+bool srv_iost_writes_to_ring(const srv_iost *st) {
+  return st->down_on; /* set on the loop */
+}
+
+void srv_iost_hold(srv_iost *st) {
+  st->holds++;
+}
+
+void srv_iost_release(srv_iost *st) {
+  if (--st->holds == 0 && st->gone)
+    stream_free(st);
+}
+
+/* Only into the ring of a client that polls it: a sleeping one needs a bell, which the loop's
+ * path batches (write_now) and a completing thread would make one system call per reply. A
+ * client that fell asleep as the reply went in is rung by the stream's thread: it set its
+ * flag before it looked at the tail once more (shm_ring.h), so one of the two sees the other. */
+int srv_iost_write_early(srv_iost *st, const void *bytes, size_t len) {
+  pthread_mutex_lock(&st->mu);
+  uint64_t room = st->shut || !st->down_on || st->wq_len != 0 ? 0 : rt_ring_room(&st->down);
+  bool put = room != UINT64_MAX && room >= len && atomic_load(&st->down.ctl->reader_sleeps) == 0;
+  if (put) {
+    rt_ring_put(&st->down, bytes, len);
+    rt_ring_commit(&st->down);
+    if (atomic_load(&st->down.ctl->reader_sleeps) != 0)
+      post_cmd(st, CMD_BELL);
+  }
+  pthread_mutex_unlock(&st->mu);
+  return put ? 1 : 0;
+}
+
 void srv_iost_close(srv_iost *st) {
   if (st->closing)
     return;
+  pthread_mutex_lock(&st->mu);
+  st->shut = true;
+  pthread_mutex_unlock(&st->mu);
   st->closing = true;
   post_cmd(st, CMD_CLOSE);
 }

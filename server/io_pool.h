@@ -16,7 +16,7 @@
  * further while SRV_IOST_FDS_AHEAD of them wait, until the loop takes one.
  *
  * Threads: everything here is called on the loop thread (the one srv_iopool_start was given),
- * and every callback runs there. */
+ * except srv_iost_write_early, and every callback runs there. */
 #ifndef SRV_IO_POOL_H
 #define SRV_IO_POOL_H
 
@@ -58,7 +58,7 @@ RT_MUST_USE int srv_iopool_start(srv_iopool **io, uv_loop_t *loop, uint32_t thre
 void srv_iopool_stop(srv_iopool *io);
 uint32_t srv_iopool_threads(const srv_iopool *io);
 /* The default thread count for this machine: none below SRV_IOPOOL_MIN_CORES cores, else a
- * quarter of them, at most 8. */
+ * an eighth of them, at most 8. */
 uint32_t srv_iopool_default_threads(void);
 
 /* A stream's memory (its ring, its first write queue), before it has a socket: taken before
@@ -104,6 +104,18 @@ RT_MUST_USE bool srv_iost_use_rings(srv_iost *st, uint8_t *base);
 size_t srv_iost_unread(srv_iost *st);
 /* Bytes queued to write and not written yet. */
 size_t srv_iost_write_pending(srv_iost *st);
+/* Whether replies go into the client's shared ring (from the WELCOME on). */
+bool srv_iost_writes_to_ring(const srv_iost *st);
+/* Keeps the stream's memory (not its socket) until srv_iost_release: a stream whose `closed`
+ * was called is freed at the last release. For a writer on another thread (srv_iost_write_early).
+ * Loop thread. */
+void srv_iost_hold(srv_iost *st);
+void srv_iost_release(srv_iost *st);
+/* From any thread, while a hold is kept (the one exception to "loop thread only"): a whole
+ * small frame into the client's shared ring now, where the stream is on rings, nothing of
+ * its waits to be written, the ring has room and the client is polling it (not asleep). 1:
+ * written; 0: not (the caller sends it the usual way). */
+RT_MUST_USE int srv_iost_write_early(srv_iost *st, const void *bytes, size_t len);
 /* Closes the stream: no more `readable`; queued writes end UV_ECANCELED; `closed` follows. */
 void srv_iost_close(srv_iost *st);
 

@@ -23,6 +23,7 @@ typedef struct srv_status_counts {
   uint64_t ops_completed; /* ops finished (any status) */
   uint64_t ops_failed;    /* of which with an error */
   uint64_t ops_in_flight; /* sent to a session, not finished */
+  uint64_t replies_early; /* status replies written by the thread that saw the work done */
   uint32_t light_clients; /* connections waiting for the reply to their only op */
   uint64_t frames_bad;    /* malformed frames answered or dropped */
   uint64_t uptime_ms;

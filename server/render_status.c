@@ -268,15 +268,16 @@ char *srv_status_json(dev_world *w, const srv_status_counts *c) {
   sb_printf(&b,
             ",\"host_mem_used\":%llu,\"connections\":%u,\"sessions\":%u,\"buffers\":%llu,"
             "\"ops_completed\":%llu,\"ops_failed\":%llu,\"ops_in_flight\":%llu,"
-            "\"light_clients\":%u,\"frames_bad\":%llu,\"fault_injection\":%s,\"actors\":%llu,"
+            "\"replies_early\":%llu,\"light_clients\":%u,\"frames_bad\":%llu,\"fault_injection\":%"
+            "s,\"actors\":%llu,"
             "\"dead_letters\":%llu,\"busy_refusals\":%llu,\"actor_restarts\":%llu}",
             (unsigned long long)dev_node_mem_used(w, DEV_HOST_NODE), c->connections, c->sessions,
             (unsigned long long)dev_live_buffers(w), (unsigned long long)c->ops_completed,
             (unsigned long long)c->ops_failed, (unsigned long long)c->ops_in_flight,
-            c->light_clients, (unsigned long long)c->frames_bad,
-            w->fault_injection ? "true" : "false", (unsigned long long)rs.actors_live,
-            (unsigned long long)rs.dead_letters, (unsigned long long)rs.busy_refusals,
-            (unsigned long long)rs.restarts);
+            (unsigned long long)c->replies_early, c->light_clients,
+            (unsigned long long)c->frames_bad, w->fault_injection ? "true" : "false",
+            (unsigned long long)rs.actors_live, (unsigned long long)rs.dead_letters,
+            (unsigned long long)rs.busy_refusals, (unsigned long long)rs.restarts);
   return sb_finish(&b);
 }
 

@@ -93,7 +93,7 @@ typedef struct srv_args {
   uint32_t first_frame_timeout_ms;
   uint32_t max_connections; /* local connections at once, past it refused; 0: 1024 */
   /* Threads that read and write local connections' sockets (server/io_pool.h), at most 64;
-   * 0: the loop thread does; SRV_IO_THREADS_AUTO: none below 8 cores, else a quarter of
+   * 0: the loop thread does; SRV_IO_THREADS_AUTO: none below 8 cores, else an eighth of
    * them, at most 8. */
   uint32_t io_threads;
   /* Local connections, what a peer that sends slowly or stops mid-frame can hold

@@ -181,6 +181,7 @@ srv_status_counts srv_counts(srv_server *s) {
       .ops_completed = s->ops_completed,
       .ops_failed = s->ops_failed,
       .ops_in_flight = s->ops_in_flight,
+      .replies_early = atomic_load(&s->replies_early),
       .light_clients = s->light_conns,
       .frames_bad = s->frames_bad,
       .uptime_ms = srv_now_ms(s) - s->started_ms,

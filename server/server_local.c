@@ -580,6 +580,11 @@ bool srv_local_use_rings(srv_server *s, srv_conn *c, int fd) {
   return false;
 }
 
+struct srv_iost *srv_local_stream(srv_conn *c) {
+  srv_link *l = c->link;
+  return l != NULL && !l->closing ? l->st : NULL;
+}
+
 /* n bytes came into read_target's place, or the stream ended (n < 0). */
 static void on_read(srv_link *l, ssize_t n) {
   if (n < 0) {

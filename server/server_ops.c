@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "runtime/alloc.h"
+#include "server/io_pool.h"
 #include "server/server_transport.h"
 
 typedef struct srv_op {
@@ -21,6 +22,8 @@ typedef struct srv_op {
   uint64_t req_bytes; /* the request's size, counted in conn->req_bytes */
   srv_region *region; /* PROTO_OPF_SHM: the shared memory its data is in (held) */
   char *options;      /* MODULE_LOAD: call.op.u.module.options, a NUL-terminated copy (or NULL) */
+  srv_iost *early_st; /* the connection's socket (held) for op_early; NULL: no early reply */
+  bool early_sent;    /* op_early wrote the reply (read on the loop once `early` settled) */
 } srv_op;
 
 /* Finished ops' records kept for the next ones: a record (1400 bytes) is past malloc's
@@ -40,6 +43,8 @@ static srv_op *srv_op_new(srv_server *s) {
 
 /* The op's memory, once nothing refers to it any more. */
 static void srv_op_free(srv_server *s, srv_op *so) {
+  if (so->early_st)
+    srv_iost_release(so->early_st);
   rt_free(so->call.result);
   rt_free(so->options);
   if (s->op_pool_len >= SRV_OP_POOL_MAX) {
@@ -109,6 +114,27 @@ static void send_result(srv_server *s, srv_op *so, int status) {
   srv_conn_send(s, c, so->rep);
 }
 
+/* On the thread that learns the op's device work is done (kernel_actor.c; acceld's reader of
+ * the device worker's notes): the status reply goes into the client's ring now, rather than
+ * after the loop's turn reaches the completion, when the client polls its ring and nothing of
+ * the connection's waits (else op_done sends it as before). The client's next op then reaches
+ * the loop while the loop finishes this one. */
+static void op_early(dev_call *call, int status) {
+  srv_op *so = (srv_op *)call;
+  uint8_t head[PROTO_REPLY_HEAD_SIZE];
+  if (proto_encode_reply_head(head, call->op.h.request_id, status, 0) == 0 &&
+      srv_iost_write_early(so->early_st, head, sizeof head) == 1) {
+    so->early_sent = true;
+    atomic_fetch_add(&so->conn->answered_early, 1);
+    atomic_fetch_add_explicit(&so->srv->replies_early, 1, memory_order_relaxed);
+  }
+}
+
+/* Ops of the connection whose replies have not left yet. */
+static uint32_t unanswered(srv_conn *c) {
+  return c->ops - atomic_load(&c->answered_early);
+}
+
 static void op_done(dev_call *call, int status) {
   srv_op *so = (srv_op *)call;
   const dev_op *op = &call->op;
@@ -124,11 +150,15 @@ static void op_done(dev_call *call, int status) {
     nng_msg_free(so->req);
     if (so->rep)
       nng_msg_free(so->rep);
+  } else if (so->early_sent) {
+    srv_msg_give(s, so->req); /* its reply left as the device finished (op_early) */
   } else {
     send_result(s, so, status);
-    if (c->ops == 1)
+    if (unanswered(c) == 1)
       srv_conn_flush(s, c); /* its only op: no batch to wait for (server_out.c) */
   }
+  if (so->early_sent)
+    atomic_fetch_sub(&c->answered_early, 1);
   if (so->region)
     srv_shm_release(s, c, so->region);
   srv_conn_ops_add(s, c, -1, false);
@@ -138,6 +168,31 @@ static void op_done(dev_call *call, int status) {
   srv_conn_maybe_free(s, c);
   srv_op_free(s, so);
   srv_release(s);
+}
+
+/* ACCEL_EARLY_REPLIES=0 in acceld's environment turns early replies off (for A/B runs). */
+static bool early_replies(void) {
+  static int on = -1;
+  if (on < 0) {
+    const char *e = getenv("ACCEL_EARLY_REPLIES");
+    on = e == NULL || strcmp(e, "0") != 0;
+  }
+  return on;
+}
+
+/* The status-only reply to a connection's only op in flight may leave early (op_early), on
+ * shared rings only (srv_iost_write_early): a pipelining client's replies leave batched from
+ * the loop, and through a socket each early reply would cost a system call on the one thread
+ * completing every client's work. A read's reply carries data, a module load's its build
+ * log. */
+static void offer_early(srv_conn *c, srv_op *so) {
+  srv_iost *st = c->tp->stream ? c->tp->stream(c) : NULL;
+  if (st == NULL || !srv_iost_writes_to_ring(st) || unanswered(c) != 0 || so->rep != NULL ||
+      so->call.op.h.kind == DEV_OP_MODULE_LOAD || !early_replies())
+    return;
+  srv_iost_hold(st);
+  so->early_st = st;
+  so->call.early = op_early;
 }
 
 /* Sizes a read's reply from the count the decoder checked against nothing yet: bounded by
@@ -248,6 +303,7 @@ void srv_op_frame(srv_server *s, srv_conn *c, nng_msg *m, uint64_t request_id) {
     so->call.done = op_done;
     so->call.owner = m;
     so->req = m;
+    offer_early(c, so);
     rc = submit(s, c, so);
   }
   if (rc == 0)

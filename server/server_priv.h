@@ -56,10 +56,15 @@ typedef struct srv_conn {
   uint32_t ops;           /* ops (and fault injections) in flight that point here */
   uint32_t jobs;          /* of those, background work no reply waits for (registrations,
                            * fault injections) */
-  uint32_t ops_peak;      /* the most ops less jobs since it last had none (srv_conn_ops_add) */
-  uint64_t read_pending;  /* bytes of read replies allocated, op still running */
-  uint64_t req_bytes;     /* bytes of request messages held by ops in flight (writes' data) */
-  uint64_t out_bytes;     /* bytes of replies queued here, in the transport, or unacknowledged */
+  uint32_t ops_peak;      /* the most ops less jobs and early-answered ones since it last
+                           * had none (srv_conn_ops_add) */
+  /* Of those, ops whose reply left already (server_ops.c op_early, on another thread): the
+   * connection waits for ops - answered_early replies. */
+  _Atomic uint32_t answered_early;
+  uint32_t early_seen;   /* answered_early as srv_conn_ops_add last read it (light clients) */
+  uint64_t read_pending; /* bytes of read replies allocated, op still running */
+  uint64_t req_bytes;    /* bytes of request messages held by ops in flight (writes' data) */
+  uint64_t out_bytes;    /* bytes of replies queued here, in the transport, or unacknowledged */
   uint32_t unacked_len[PROTO_ACK_WINDOW]; /* PROTO_CAP_ACK: sizes of messages not yet acked */
   /* output (server_out.c) */
   uint32_t caps;        /* PROTO_CAP_* granted at HELLO */
@@ -131,6 +136,7 @@ struct srv_server {
   uint64_t shared_bytes; /* clients' shared memory mapped here (server_shm.c) */
   uint32_t sessions;
   uint64_t ops_in_flight, ops_completed, ops_failed, frames_bad;
+  _Atomic uint64_t replies_early; /* server_ops.c op_early: counted off the loop */
   /* Connections waiting for the reply to their only op (srv_conn_ops_add): beside them a
    * connection with several ops in flight gets shorter turns (server_local.c). */
   uint32_t light_conns;
@@ -186,6 +192,7 @@ bool srv_local_use_rings(srv_server *s, srv_conn *c, int fd);
 /* A descriptor acceld may map (a memfd on shmem sealed against shrinking, its seals read
  * before its size): 0 and its size, else ACCEL_EINVAL or ACCEL_EPERM. */
 RT_MUST_USE int srv_shm_check_fd(int fd, size_t *len);
+struct srv_iost *srv_local_stream(srv_conn *c);
 void srv_local_close(srv_server *s, srv_conn *c);
 /* A tcp:// listener (url: tcp://, tcp4:// or tcp6://HOST:PORT) whose connections are served
  * as local ones (srv_transport_tcp); refused unless allow_plain_tcp (srv_listen_allowed). */

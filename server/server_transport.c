@@ -30,6 +30,7 @@ const srv_transport srv_transport_nng = {
     .send = nng_send_one,
     .flow = nng_flow,
     .take_fd = NULL, /* nng cannot pass descriptors */
+    .stream = NULL,  /* nng's pipes are written by nng's threads */
     .close = nng_close_conn,
 };
 
@@ -42,6 +43,7 @@ const srv_transport srv_transport_local = {
     .flow = srv_local_flow,
     .take_fd = srv_local_take_fd,
     .use_rings = srv_local_use_rings,
+    .stream = srv_local_stream,
     .close = srv_local_close,
 };
 
@@ -53,5 +55,6 @@ const srv_transport srv_transport_tcp = {
     .send = srv_local_send,
     .flow = srv_local_flow,
     .take_fd = NULL, /* no descriptors cross TCP: no shared memory either */
+    .stream = srv_local_stream,
     .close = srv_local_close,
 };

@@ -505,7 +505,7 @@ TEST(the_thread_count_is_bounded) {
   if (cores < SRV_IOPOOL_MIN_CORES)
     CHECK_EQ(d, 0);
   else
-    CHECK(d >= 2 && d <= 8 && d == (cores / 4 > 8 ? 8 : cores / 4));
+    CHECK(d >= 1 && d <= 8 && d == (cores / 8 > 8 ? 8 : cores / 8));
 }
 
 static const test_case tests[] = {

@@ -4,6 +4,8 @@
  * half-way through a frame, loses its own connection and nothing else. Run with I/O threads
  * (ACCEL_TEST_IO_THREADS, tests/daemon/meson.build). */
 #include <fcntl.h>
+#include <stdatomic.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
@@ -235,7 +237,65 @@ TEST(a_flood_of_bells_ends_that_connection_only) {
   td_cleanup(&d);
 }
 
+/* n fills of h, each waited for, then a read: every fill answered, the buffer holding the
+ * last value (the op after a reply sees the work the reply announced). */
+static void fills_then_read(td_client *c, uint64_t h, int n) {
+  uint32_t got[64];
+  for (int i = 0; i < n; i++)
+    CHECK_OK(td_fill(c, h, (uint32_t)i + 7));
+  CHECK_OK(td_read_u32(c, h, got, 64));
+  for (int i = 0; i < 64; i++)
+    CHECK_EQ(got[i], (uint32_t)n + 6);
+}
+
+/* A client that polls its ring (its down ring's reader_sleeps 0: take_ring naps and never
+ * waits on the socket) gets a status reply from the thread that saw the fill done, before
+ * the loop finished it; a sleeping one from the loop, with its bell; with
+ * ACCEL_EARLY_REPLIES=0 none leaves early. A client that leaves with its op in flight leaves
+ * the daemon as it was. */
+TEST(status_replies_to_a_polling_client_leave_as_the_work_ends) {
+  td_daemon d;
+  start(&d);
+  td_client c, b;
+  two_clients(&d, &c, &b);
+  atomic_store(&c.down.ctl->reader_sleeps, 0);
+  uint64_t h = td_handle(1, 1);
+  CHECK_OK(td_create(&c, h, ACCEL_U32, 64));
+  fills_then_read(&c, h, 200);
+  long early = td_status_field(&d, "replies_early");
+  CHECK_GE(early, 200);
+  for (int i = 0; i < 50; i++) { /* asleep before each (a bell takes the flag): the loop's */
+    atomic_store(&c.down.ctl->reader_sleeps, 1);
+    CHECK_OK(td_fill(&c, h, (uint32_t)i));
+  }
+  CHECK_EQ(td_status_field(&d, "replies_early"), early);
+  atomic_store(&c.down.ctl->reader_sleeps, 0);
+  proto_out o;
+  proto_out_init(&o);
+  td_encode_fill(&o, c.next_id++, h, 1);
+  td_send_rings(&c, o.data, o.len, 0);
+  proto_out_free(&o);
+  td_client_close(&c); /* the reply has nowhere to go */
+  CHECK_OK(td_control(&b, PROTO_CTL_PING, 0));
+  TEST_WAIT_FOR(td_status_field(&d, "ops_in_flight") == 0, 20);
+  td_client_close(&b);
+  td_cleanup(&d);
+
+  CHECK_EQ(setenv("ACCEL_EARLY_REPLIES", "0", 1), 0);
+  start(&d);
+  CHECK_EQ(unsetenv("ACCEL_EARLY_REPLIES"), 0);
+  two_clients(&d, &c, &b);
+  atomic_store(&c.down.ctl->reader_sleeps, 0);
+  CHECK_OK(td_create(&c, h, ACCEL_U32, 64));
+  fills_then_read(&c, h, 50);
+  CHECK_EQ(td_status_field(&d, "replies_early"), 0);
+  td_client_close(&c);
+  td_client_close(&b);
+  td_cleanup(&d);
+}
+
 static const test_case tests[] = {
+    TEST_CASE(status_replies_to_a_polling_client_leave_as_the_work_ends),
     TEST_CASE(a_flood_of_bells_ends_that_connection_only),
     TEST_CASE(descriptors_without_frames_at_the_limit_and_one_past),
     TEST_CASE(an_offered_region_is_taken_and_carries_frames_both_ways),
