@@ -38,6 +38,11 @@ typedef struct io_thread {
   pthread_mutex_t mu; /* inbox, stop */
   srv_iost *inbox;    /* streams with commands, through cmd_next */
   bool stop;
+  /* A command wakes the thread (`wake`) only while it may sleep: awake, it polls has_inbox as
+   * it spins. The thread sets `sleeps` and then looks at has_inbox; a poster sets has_inbox
+   * and then looks at `sleeps` (both sequentially consistent): one of them sees the other.
+   * Always true for a thread that never spins, and for a pool on the loop. */
+  _Atomic bool sleeps, has_inbox;
   uint64_t work;    /* callbacks run on the thread: what its spin watches */
   uint64_t spin_ns; /* how long it polls after its last work before it sleeps */
   srv_iost *rings;  /* its streams on shared rings, through ring_next: polled while it spins */
@@ -115,8 +120,10 @@ static void post_cmd(srv_iost *st, unsigned bits) {
   pthread_mutex_lock(&t->mu);
   st->cmd_next = t->inbox;
   t->inbox = st;
+  atomic_store(&t->has_inbox, true);
   pthread_mutex_unlock(&t->mu);
-  uv_async_send(&t->wake);
+  if (atomic_load(&t->sleeps))
+    uv_async_send(&t->wake);
 }
 
 /* After posting EV_CLOSED the thread touches st no more: the loop may free it at once. With
@@ -668,12 +675,13 @@ static void run_cmds(srv_iost *st, unsigned bits) {
   update_poll(st);
 }
 
-static void on_thread_wake(uv_async_t *a) {
-  io_thread *t = a->data;
+/* The commands posted; whether the pool stops. */
+static bool run_inbox(io_thread *t) {
   t->work++;
   pthread_mutex_lock(&t->mu);
   srv_iost *list = t->inbox;
   t->inbox = NULL;
+  atomic_store_explicit(&t->has_inbox, false, memory_order_relaxed);
   bool stop = t->stop;
   pthread_mutex_unlock(&t->mu);
   while (list != NULL) {
@@ -681,7 +689,20 @@ static void on_thread_wake(uv_async_t *a) {
     list = st->cmd_next; /* before the flags clear: a new post may link st again */
     run_cmds(st, atomic_exchange(&st->cmd, 0));
   }
-  if (stop)
+  return stop;
+}
+
+/* While it spins: commands posted without a wake-up (post_cmd). A stop comes with one. */
+static void poll_inbox(io_thread *t) {
+  if (atomic_load_explicit(&t->has_inbox, memory_order_acquire)) {
+    (void)run_inbox(t);
+    side_done(t->io);
+  }
+}
+
+static void on_thread_wake(uv_async_t *a) {
+  io_thread *t = a->data;
+  if (run_inbox(t))
     uv_close((uv_handle_t *)&t->wake, NULL);
   else
     side_done(t->io);
@@ -719,9 +740,17 @@ static void rings_awake(io_thread *t) {
     atomic_store_explicit(&st->up.ctl->reader_sleeps, 0, memory_order_relaxed);
 }
 
-/* Polls without sleeping (uv_run NOWAIT, and the streams' shared rings) until spin_ns have
- * passed since the thread's last work, then sleeps in the poll (ONCE). A client's next frame,
- * or the loop's reply, that comes within the spin costs no wake-up: on a host with cores to
+/* Awake again, to spin: posters need not wake it, clients need not ring. */
+static void thread_awake(io_thread *t) {
+  if (t->spin_ns == 0)
+    return;
+  atomic_store(&t->sleeps, false);
+  rings_awake(t);
+}
+
+/* Polls without sleeping (uv_run NOWAIT, posted commands, and the streams' shared rings) until
+ * spin_ns have passed since the thread's last work, then sleeps in the poll (ONCE). A client's next
+ * frame, or the loop's reply, that comes within the spin costs no wake-up: on a host with cores to
  * spare (rt_spin_ns' rule, as the loop's own spin) a sleeping thread's wake-up is most of a
  * tiny op's hop. */
 static void thread_main(void *arg) {
@@ -731,6 +760,7 @@ static void thread_main(void *arg) {
     uint64_t seen = t->work, last = uv_hrtime();
     int alive = 1;
     while (t->spin_ns > 0 && (alive = uv_run(t->loop, UV_RUN_NOWAIT)) != 0) {
+      poll_inbox(t);
       rings_poll(t);
       uint64_t now = uv_hrtime();
       if (t->work != seen) {
@@ -741,15 +771,16 @@ static void thread_main(void *arg) {
       }
       rt_cpu_relax();
     }
-    if (alive != 0 && !rings_may_sleep(t)) { /* the loop's commands and sockets too */
-      rings_awake(t);
+    atomic_store(&t->sleeps, true); /* posters wake it from here */
+    if (alive != 0 && (atomic_load(&t->has_inbox) || !rings_may_sleep(t))) {
+      thread_awake(t); /* the loop's commands and sockets too */
       if (uv_run(t->loop, UV_RUN_NOWAIT) == 0)
         return;
       continue;
     }
     if (alive == 0 || uv_run(t->loop, UV_RUN_ONCE) == 0)
       return;
-    rings_awake(t);
+    thread_awake(t);
   }
 }
 
@@ -827,6 +858,8 @@ static int thread_on_loop(io_thread *t, srv_iopool *io) {
   if (uv_async_init(t->loop, &t->wake, on_thread_wake) != 0)
     return ACCEL_ESYS;
   t->wake.data = t;
+  atomic_init(&t->sleeps, true); /* the loop looks at nothing while it spins */
+  atomic_init(&t->has_inbox, false);
   pthread_mutex_init(&t->mu, NULL);
   io->handles++;
   return 0;
@@ -843,6 +876,8 @@ static int thread_start(io_thread *t, srv_iopool *io) {
   }
   t->wake.data = t;
   t->spin_ns = rt_spin_ns();
+  atomic_init(&t->sleeps, true); /* until it spins */
+  atomic_init(&t->has_inbox, false);
   pthread_mutex_init(&t->mu, NULL);
   if (uv_thread_create(&t->tid, thread_main, t) != 0) {
     uv_close((uv_handle_t *)&t->wake, NULL);
@@ -1051,9 +1086,11 @@ static ssize_t write_now(srv_iost *st, nng_msg *m, size_t off, bool even_busy) {
       return (ssize_t)off; /* queued: the thread puts it in as room comes */
     rt_ring_put(&st->down, (uint8_t *)nng_msg_body(m) + off, len);
     rt_ring_commit(&st->down);
-    /* A client asleep is rung by the stream's thread while the loop is busy (the bell's
-     * system call and the wake-up it starts cost the loop more than the hand-off). */
-    if (atomic_load(&st->down.ctl->reader_sleeps) != 0 && st->io->busy) {
+    /* A client asleep is rung by the stream's thread while the loop is busy or the thread
+     * spins (the bell's system call and the wake-up it starts cost the loop more than a
+     * hand-off; to a spinning thread that is a store). */
+    if (atomic_load(&st->down.ctl->reader_sleeps) != 0 &&
+        (st->io->busy || !atomic_load_explicit(&st->t->sleeps, memory_order_relaxed))) {
       post_cmd(st, CMD_BELL);
       return (ssize_t)nng_msg_len(m);
     }

@@ -264,9 +264,11 @@ TEST(status_replies_to_a_polling_client_leave_as_the_work_ends) {
   fills_then_read(&c, h, 200);
   long early = td_status_field(&d, "replies_early");
   CHECK_GE(early, 200);
-  for (int i = 0; i < 50; i++) { /* asleep before each (a bell takes the flag): the loop's */
+  for (int i = 0; i < 50; i++) { /* asleep for each: answered by the loop, and rung */
     atomic_store(&c.down.ctl->reader_sleeps, 1);
     CHECK_OK(td_fill(&c, h, (uint32_t)i));
+    /* its bell taken the flag (which a late bell would take from the next op otherwise) */
+    TEST_WAIT_FOR(atomic_load(&c.down.ctl->reader_sleeps) == 0, 20);
   }
   CHECK_EQ(td_status_field(&d, "replies_early"), early);
   atomic_store(&c.down.ctl->reader_sleeps, 0);
