@@ -11,6 +11,7 @@
 #include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stddef.h>
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
@@ -60,6 +61,13 @@ struct srv_iopool {
   int handles;      /* handles of the pool on `loop` not closed yet */
   uint32_t streams; /* open, not reported closed */
   bool busy;        /* the last wake-up reported more than one stream */
+  /* srv_iopool_post_through: events reach the loop as a task posted to the runtime, which
+   * writes its eventfd only while the loop may sleep (a spinning loop finds the task in its
+   * next turn), instead of through `wake`, whose eventfd every post writes and the loop reads */
+  accel_runtime *rt;
+  accel_task task;
+  bool task_posted;   /* under mu: task is on its way; later events join it */
+  bool freed_by_task; /* every handle closed while the task was on its way: it frees the pool */
 };
 
 typedef struct wq_item {
@@ -126,6 +134,8 @@ static void post_cmd(srv_iost *st, unsigned bits) {
     uv_async_send(&t->wake);
 }
 
+static void on_loop_task(accel_task *task);
+
 /* After posting EV_CLOSED the thread touches st no more: the loop may free it at once. With
  * no threads, what a stream's side posts is handled when its callback ends (side_done): no
  * wake-up, no extra loop iteration; what the loop posts to itself waits for the wake-up. */
@@ -140,10 +150,14 @@ static void post_ev_from(srv_iost *st, unsigned bits, bool by_loop) {
   else
     io->inbox = st;
   io->inbox_tail = st;
+  bool post = io->rt != NULL && !io->task_posted;
+  io->task_posted |= post;
   pthread_mutex_unlock(&io->mu);
   if (io->on_loop && !by_loop)
     io->drain_due = true;
-  else
+  else if (post)
+    accel_post_to(io->rt, 0, &io->task, on_loop_task);
+  else if (io->rt == NULL)
     uv_async_send(&io->wake);
 }
 
@@ -829,6 +843,7 @@ static void on_loop_wake(uv_async_t *a) {
   pthread_mutex_lock(&io->mu);
   srv_iost *list = io->inbox;
   io->inbox = io->inbox_tail = NULL;
+  io->task_posted = false; /* the next event posts again */
   pthread_mutex_unlock(&io->mu);
   uint32_t n = 0;
   while (list != NULL) {
@@ -842,13 +857,28 @@ static void on_loop_wake(uv_async_t *a) {
 
 /* ---- the pool ---- */
 
+static void pool_free(srv_iopool *io) {
+  pthread_mutex_destroy(&io->mu);
+  rt_free(io->threads);
+  rt_free(io);
+}
+
+static void on_loop_task(accel_task *task) {
+  srv_iopool *io = (srv_iopool *)((char *)task - offsetof(srv_iopool, task));
+  if (io->freed_by_task)
+    pool_free(io); /* stopped meanwhile: every stream had closed, nothing is left to report */
+  else
+    on_loop_wake(&io->wake);
+}
+
 static void on_pool_handle_closed(uv_handle_t *h) {
   srv_iopool *io = h->data;
   if (--io->handles > 0)
     return;
-  pthread_mutex_destroy(&io->mu);
-  rt_free(io->threads);
-  rt_free(io);
+  if (io->task_posted) /* the threads are joined: only the loop reads it now */
+    io->freed_by_task = true;
+  else
+    pool_free(io);
 }
 
 /* The pool's own loop serves its streams: its "thread" is a handle there. */
@@ -945,6 +975,10 @@ void srv_iopool_stop(srv_iopool *io) {
     accel_log(ACCEL_LOG_ERROR, "server", "I/O threads stopped with %u streams open", io->streams);
   threads_stop(io);
   uv_close((uv_handle_t *)&io->wake, on_pool_handle_closed);
+}
+
+void srv_iopool_post_through(srv_iopool *io, accel_runtime *rt) {
+  io->rt = io->on_loop ? NULL : rt;
 }
 
 uint32_t srv_iopool_threads(const srv_iopool *io) {

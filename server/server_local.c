@@ -1065,7 +1065,10 @@ static int listen_on(srv_server *s, const char *name, const char *path, const sr
     return ACCEL_ENOMEM;
   }
   partial_init(s);
+  bool fresh = s->io == NULL;
   int rc = s->io ? 0 : srv_iopool_start(&s->io, rt_uv_loop(s->rt), io_threads(s));
+  if (rc == 0 && fresh)
+    srv_iopool_post_through(s->io, s->rt);
   if (rc != 0) {
     rt_free(ls);
     rt_free(name_copy);
