@@ -281,7 +281,9 @@ static void chain_complete_early(dev_inflight *head, int status) {
     int answer = status;
     if (f->early && accel_future_complete(f->early, status, NULL, NULL) == ACCEL_EALREADY)
       answer = accel_future_poll(f->early);
-    atomic_store(&f->early_status, answer);
+    int none = EARLY_NONE; /* past_deadline may have answered first: its answer stands */
+    if (!atomic_compare_exchange_strong(&f->early_status, &none, answer))
+      answer = none;
     early_call_run(f, answer);
   }
 }
@@ -698,8 +700,11 @@ static void past_deadline(kernel_state *k, dev_inflight *f) {
   accel_log(ACCEL_LOG_WARN, "device", "device %d: an op ran past its deadline: resetting",
             k->node->device);
   /* Its answer first: a thread waiting on the device (a worker, or a client's own wait) would
-   * hear of the reset and report ACCEL_EDEVLOST before the loop could say why. */
-  atomic_store(&f->early_status, ACCEL_ETIMEDOUT);
+   * hear of the reset and report ACCEL_EDEVLOST before the loop could say why. Unless the
+   * work's completion answered just now (its reply may have left): it finishes as that said. */
+  int none = EARLY_NONE;
+  if (!atomic_compare_exchange_strong(&f->early_status, &none, ACCEL_ETIMEDOUT))
+    return;
   if (f->early)
     accel_future_complete(f->early, ACCEL_ETIMEDOUT, NULL, NULL);
   k->node->be->abort(k->node->dev);
@@ -719,7 +724,8 @@ static void watchdog(kernel_state *k) {
         inflight_finish(f, rc);
       continue;
     }
-    if (now >= f->deadline_ms) {
+    if (now >= f->deadline_ms && atomic_load(&f->early_status) == EARLY_NONE) {
+      /* (an answered record's completion is on its way to the loop: it finishes there) */
       int rc = f->event ? k->node->be->event_query(f->event) : RT_PENDING;
       if (rc == RT_PENDING && k->node->be->abort)
         past_deadline(k, f); /* still running: stop it (a user kernel that never ends) */

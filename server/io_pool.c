@@ -1228,12 +1228,16 @@ void srv_iost_release(srv_iost *st) {
  * path batches (write_now) and a completing thread would make one system call per reply. A
  * client that fell asleep as the reply went in is rung by the stream's thread: it set its
  * flag before it looked at the tail once more (shm_ring.h), so one of the two sees the other. */
-int srv_iost_write_early(srv_iost *st, const void *bytes, size_t len) {
-  pthread_mutex_lock(&st->mu);
+int srv_iost_write_early(srv_iost *st, const void *bytes, size_t len, _Atomic uint32_t *count) {
+  /* Not behind the stream's thread putting a queue in, nor the loop ringing: the caller
+   * completes every client's work, and the loop's path is there. */
+  if (pthread_mutex_trylock(&st->mu) != 0)
+    return 0;
   uint64_t room = st->shut || !st->down_on || st->wq_len != 0 ? 0 : rt_ring_room(&st->down);
   bool put = room != UINT64_MAX && room >= len && atomic_load(&st->down.ctl->reader_sleeps) == 0;
   if (put) {
     rt_ring_put(&st->down, bytes, len);
+    atomic_fetch_add(count, 1); /* the client's next op may reach the loop right after */
     rt_ring_commit(&st->down);
     if (atomic_load(&st->down.ctl->reader_sleeps) != 0)
       post_cmd(st, CMD_BELL);

@@ -62,8 +62,8 @@ void srv_iopool_stop(srv_iopool *io);
  * nothing changes for a pool without threads. */
 void srv_iopool_post_through(srv_iopool *io, accel_runtime *rt);
 uint32_t srv_iopool_threads(const srv_iopool *io);
-/* The default thread count for this machine: none below SRV_IOPOOL_MIN_CORES cores, else a
- * an eighth of them, at most 8. */
+/* The default thread count for this machine: none below SRV_IOPOOL_MIN_CORES cores, else an
+ * eighth of them, at most 8. */
 uint32_t srv_iopool_default_threads(void);
 
 /* A stream's memory (its ring, its first write queue), before it has a socket: taken before
@@ -118,9 +118,11 @@ void srv_iost_hold(srv_iost *st);
 void srv_iost_release(srv_iost *st);
 /* From any thread, while a hold is kept (the one exception to "loop thread only"): a whole
  * small frame into the client's shared ring now, where the stream is on rings, nothing of
- * its waits to be written, the ring has room and the client is polling it (not asleep). 1:
- * written; 0: not (the caller sends it the usual way). */
-RT_MUST_USE int srv_iost_write_early(srv_iost *st, const void *bytes, size_t len);
+ * its waits to be written, the ring has room, the client is polling it (not asleep) and no
+ * other thread holds the stream's lock. `*count` goes up by one before the client can see the
+ * frame. 1: written; 0: not (the caller sends it the usual way). */
+RT_MUST_USE int srv_iost_write_early(srv_iost *st, const void *bytes, size_t len,
+                                     _Atomic uint32_t *count);
 /* Closes the stream: no more `readable`; queued writes end UV_ECANCELED; `closed` follows. */
 void srv_iost_close(srv_iost *st);
 

@@ -494,7 +494,7 @@ static bool others_busy(const srv_link *l) {
  * beside a flood: each of the flood's frames is a turn of the loop the light op waits for). */
 static uint32_t frames_per_turn(const srv_link *l) {
   const srv_conn *c = l->conn;
-  if (c == NULL || c->ops - c->jobs <= 1)
+  if (c == NULL || c->ops - c->jobs - c->early_seen <= 1)
     return LINK_FRAMES_PER_TURN;
   return l->s->light_conns > 0 ? 1 : LINK_FRAMES_PER_TURN;
 }

@@ -22,7 +22,7 @@ typedef struct srv_op {
   uint64_t req_bytes; /* the request's size, counted in conn->req_bytes */
   srv_region *region; /* PROTO_OPF_SHM: the shared memory its data is in (held) */
   char *options;      /* MODULE_LOAD: call.op.u.module.options, a NUL-terminated copy (or NULL) */
-  srv_iost *early_st; /* the connection's socket (held) for op_early; NULL: no early reply */
+  srv_iost *early_st; /* the connection's stream (held) for op_early; NULL: no early reply */
   bool early_sent;    /* op_early wrote the reply (read on the loop once `early` settled) */
 } srv_op;
 
@@ -123,9 +123,8 @@ static void op_early(dev_call *call, int status) {
   srv_op *so = (srv_op *)call;
   uint8_t head[PROTO_REPLY_HEAD_SIZE];
   if (proto_encode_reply_head(head, call->op.h.request_id, status, 0) == 0 &&
-      srv_iost_write_early(so->early_st, head, sizeof head) == 1) {
+      srv_iost_write_early(so->early_st, head, sizeof head, &so->conn->answered_early) == 1) {
     so->early_sent = true;
-    atomic_fetch_add(&so->conn->answered_early, 1);
     atomic_fetch_add_explicit(&so->srv->replies_early, 1, memory_order_relaxed);
   }
 }

@@ -35,9 +35,9 @@ struct srv_transport {
   /* Frames through the shared rings whose region the client passed (fd, not taken;
    * PROTO_CAP_RINGS): true if they are used from the WELCOME on (sent next). NULL: never. */
   bool (*use_rings)(srv_server *s, srv_conn *c, int fd);
-  /* The connection's socket, where a status reply may be written from the thread that learns
-   * an op's device work is done (srv_iost_write_small): it then leaves before the loop
-   * finishes the op. NULL where there is none (nng; a closed socket). */
+  /* The connection's stream, whose shared ring a status reply may be put into from the thread
+   * that learns an op's device work is done (srv_iost_write_early): it then leaves before the
+   * loop finishes the op. NULL where there is none (nng; a closed connection). */
   struct srv_iost *(*stream)(srv_conn *c);
   /* The server stops: the connection's transport lets go of it (its record is freed by the
    * caller). */
