@@ -6,7 +6,9 @@
 #include <fcntl.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdlib.h>
 #include <sys/socket.h>
+#include <time.h>
 
 #include "server/io_pool.h"
 #include "test.h"
@@ -262,6 +264,41 @@ TEST(writes_leave_in_order_and_are_reported_once_each) {
   writes_in_order(2);
 }
 
+/* Writes over the socket's buffer (each queued after the loop's first piece: a command to the
+ * thread), posted with pauses around the thread's spin time (30 µs in `daemon-io-pool-short-
+ * spin`), so that some reach it spinning, with no wake-up (`has_inbox`), and some as it falls
+ * asleep: every one reaches the peer whole and in order and is reported (a lost command
+ * hangs the test until its watchdog). */
+TEST(commands_posted_as_the_thread_falls_asleep_all_arrive) {
+  rig r;
+  rig_open(&r, 1);
+  enum { LEN = 300000 };
+  uint32_t n = (uint32_t)test_scaled(200, 40);
+  nng_msg **ms = malloc(sizeof *ms * n);
+  reader rd = {.fd = r.peer, .bytes = (size_t)n * LEN, .buf = malloc((size_t)n * LEN)};
+  CHECK(ms != NULL && rd.buf != NULL);
+  pthread_t t;
+  CHECK_EQ(pthread_create(&t, NULL, read_all, &rd), 0);
+  unsigned seed = 7;
+  for (uint32_t i = 0; i < n; i++) {
+    ms[i] = msg_of(LEN, i);
+    write_msg(&r.s, ms[i]);
+    struct timespec pause = {0, (long)(rand_r(&seed) % 80) * 1000};
+    nanosleep(&pause, NULL);
+    uv_run(&r.loop, UV_RUN_NOWAIT);
+  }
+  RUN_UNTIL(&r, r.s.nwritten == n);
+  pthread_join(t, NULL);
+  for (uint32_t i = 0; i < n; i++) {
+    CHECK(r.s.written[i] == ms[i]);
+    CHECK_EQ(r.s.wstatus[i], 0);
+    CHECK(memcmp(rd.buf + (size_t)i * LEN, nng_msg_body(ms[i]), LEN) == 0);
+  }
+  free(rd.buf);
+  free(ms);
+  rig_close(&r);
+}
+
 /* A peer that never reads: the socket fills, writes wait (not reported), and the close
  * cancels them (UV_ECANCELED), each reported once, then `closed`; a write after the close is
  * refused. */
@@ -512,6 +549,7 @@ static const test_case tests[] = {
     TEST_CASE(bytes_cross_in_order_and_the_end_comes_last),
     TEST_CASE(a_full_ring_stops_the_thread_and_taking_bytes_resumes_it),
     TEST_CASE(writes_leave_in_order_and_are_reported_once_each),
+    TEST_CASE(commands_posted_as_the_thread_falls_asleep_all_arrive),
     TEST_CASE(a_peer_that_stops_reading_holds_writes_until_the_close_cancels_them),
     TEST_CASE(a_write_to_a_peer_that_left_fails),
     TEST_CASE(descriptors_come_before_their_bytes_and_read_ahead_stops_at_the_bound),
