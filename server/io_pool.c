@@ -746,20 +746,13 @@ static bool rings_may_sleep(io_thread *t) {
   return t->work == work;
 }
 
-/* Awake and polling again: clients need not ring. */
-static void rings_awake(io_thread *t) {
-  if (t->spin_ns == 0)
-    return;
-  for (srv_iost *st = t->rings; st != NULL; st = st->ring_next)
-    atomic_store_explicit(&st->up.ctl->reader_sleeps, 0, memory_order_relaxed);
-}
-
 /* Awake again, to spin: posters need not wake it, clients need not ring. */
 static void thread_awake(io_thread *t) {
   if (t->spin_ns == 0)
     return;
   atomic_store(&t->sleeps, false);
-  rings_awake(t);
+  for (srv_iost *st = t->rings; st != NULL; st = st->ring_next)
+    atomic_store_explicit(&st->up.ctl->reader_sleeps, 0, memory_order_relaxed);
 }
 
 /* Polls without sleeping (uv_run NOWAIT, posted commands, and the streams' shared rings) until

@@ -102,7 +102,7 @@ static void unlink_conn(srv_server *s, srv_conn *c) {
  * in flight since it last had none (a pipelining client draining its last ops is not one); its
  * background jobs aside; a closed connection waits for nothing. */
 static bool light(const srv_conn *c) {
-  return !c->dead && c->ops - c->jobs - c->early_seen == 1 && c->ops_peak <= 1;
+  return !c->dead && srv_conn_own_ops(c) == 1 && c->ops_peak <= 1;
 }
 
 void srv_conn_ops_add(srv_server *s, srv_conn *c, int delta, bool job) {
@@ -117,7 +117,7 @@ void srv_conn_ops_add(srv_server *s, srv_conn *c, int delta, bool job) {
   /* An op whose reply left early (server_ops.c) no longer counts: its client may have sent
    * the next before the loop finished it. Read once, so that light() is the same each time. */
   c->early_seen = atomic_load(&c->answered_early);
-  uint32_t own = c->ops - c->jobs - c->early_seen;
+  uint32_t own = srv_conn_own_ops(c);
   c->ops_peak = own == 0 ? 0 : own > c->ops_peak ? own : c->ops_peak;
   s->light_conns += light(c);
 }

@@ -494,7 +494,7 @@ static bool others_busy(const srv_link *l) {
  * beside a flood: each of the flood's frames is a turn of the loop the light op waits for). */
 static uint32_t frames_per_turn(const srv_link *l) {
   const srv_conn *c = l->conn;
-  if (c == NULL || c->ops - c->jobs - c->early_seen <= 1)
+  if (c == NULL || srv_conn_own_ops(c) <= 1)
     return LINK_FRAMES_PER_TURN;
   return l->s->light_conns > 0 ? 1 : LINK_FRAMES_PER_TURN;
 }
@@ -1065,9 +1065,8 @@ static int listen_on(srv_server *s, const char *name, const char *path, const sr
     return ACCEL_ENOMEM;
   }
   partial_init(s);
-  bool fresh = s->io == NULL;
-  int rc = s->io ? 0 : srv_iopool_start(&s->io, rt_uv_loop(s->rt), io_threads(s));
-  if (rc == 0 && fresh)
+  int rc = 0;
+  if (s->io == NULL && (rc = srv_iopool_start(&s->io, rt_uv_loop(s->rt), io_threads(s))) == 0)
     srv_iopool_post_through(s->io, s->rt);
   if (rc != 0) {
     rt_free(ls);

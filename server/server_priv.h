@@ -173,6 +173,11 @@ void srv_conn_gone(srv_server *s, uint32_t pipe);
 void srv_conn_end(srv_server *s, srv_conn *c);
 void srv_conn_session_exited(srv_server *s, accel_ref session);
 void srv_conn_maybe_free(srv_server *s, srv_conn *c);
+/* Ops the client still waits for: its background jobs and the ops answered early (as
+ * srv_conn_ops_add last read them) aside. */
+static inline uint32_t srv_conn_own_ops(const srv_conn *c) {
+  return c->ops - c->jobs - c->early_seen;
+}
 /* c->ops grows (+1) or drops (-1) by one (and c->jobs with it for a background `job`),
  * s->light_conns following. */
 void srv_conn_ops_add(srv_server *s, srv_conn *c, int delta, bool job);
