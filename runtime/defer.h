@@ -25,4 +25,9 @@ bool rt_defer_here(void);
  * one waiting. */
 bool rt_defer_before_poll(rt_deferred *d);
 
+/* The calling loop thread started a prepare handle (or needs the poll phase) for work of this
+ * iteration: the loop leaves its turns back to back after the current one (loop.c), so that
+ * the work is not held for the span. Nothing elsewhere. */
+void rt_poll_soon(void);
+
 #endif

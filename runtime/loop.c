@@ -320,13 +320,41 @@ bool rt_turn_loop_must_wake(rt_loop *l) {
 }
 
 static void shutdown_tree(rt_loop *l);
+static void run_deferred(rt_loop *l);
+
+/* Turns back to back: while work keeps coming, the idle callback runs turn after turn for up
+ * to the span (ACCEL_TURN_SPAN_US) before it returns to uv_run, whose every iteration costs an
+ * epoll_wait system call, two clock reads of its own and the stall watch's: measured as a
+ * fifth of acceld's loop at eight clients of tiny ops (docs/PERFORMANCE.md "Turns back to
+ * back"). A turn that finds nothing ends them unless the loop spins; a spinning loop spins
+ * here, on the remote flag, within the span. What the iteration's other phases owe is not held
+ * back: deferred work runs between the turns, a prepare handle's owner ends them
+ * (rt_poll_soon), and this loop's timers and sockets wait at most the span. */
+static void run_turns(rt_loop *l) {
+  uint64_t start = uv_hrtime(), t0 = start;
+  for (;;) {
+    run_turn_timed(l, t0);
+    if (!l->turn_active || l->poll_soon || atomic_load(&l->rt->closing))
+      break;
+    run_deferred(l);
+    if (l->spin_ns == 0 && !has_local_work(l) && !has_remote_work(l))
+      break;
+    t0 = uv_hrtime();
+    if (t0 - start >= l->span_ns)
+      break;
+  }
+  l->poll_soon = false;
+  note_busy(l, start);
+}
 
 static void on_turn(uv_idle_t *h) {
   rt_loop *l = h->data;
   if (atomic_load(&l->rt->closing) && !l->shut_down)
     shutdown_tree(l);
-  else
+  else if (l->span_ns == 0)
     run_turn(l);
+  else
+    run_turns(l);
 }
 
 static void on_wakeup(uv_poll_t *h, int status, int events) {
@@ -346,8 +374,6 @@ static void wait_remote_users(accel_runtime *rt) {
   while (atomic_load(&rt->remote_users) != 0)
     uv_sleep(0);
 }
-
-static void run_deferred(rt_loop *l);
 
 /* Stops every actor, then drains until nothing is left: queued actors, tasks (then callbacks
  * of futures completed by the drain), retries (they meet stale refs now) and the graveyard;
@@ -460,6 +486,12 @@ uint64_t rt_spin_ns(void) {
   return v;
 }
 
+/* ACCEL_TURN_SPAN_US (0: one turn per iteration of uv_run, as before), read at each
+ * runtime's creation. */
+uint64_t rt_turn_span_ns(void) {
+  return rt_env_uint("ACCEL_TURN_SPAN_US", RT_TURN_SPAN_DEFAULT_US, 0, 1000000) * 1000u;
+}
+
 /* ACCEL_TURN_HOPS (0: only the actors queued when a turn began run in it, as before), read
  * at each runtime's creation (a benchmark compares both in one process). */
 uint32_t rt_turn_hops(void) {
@@ -526,6 +558,12 @@ bool rt_defer_before_poll(rt_deferred *d) {
   return true;
 }
 
+void rt_poll_soon(void) {
+  rt_loop *l = rt_tls_loop;
+  if (l != NULL)
+    l->poll_soon = true;
+}
+
 /* What was queued runs in queueing order, whatever it queues meanwhile too. */
 static void run_deferred(rt_loop *l) {
   while (l->deferred != NULL) {
@@ -590,6 +628,7 @@ static int loop_init(accel_runtime *rt, rt_loop *l, uint32_t index) {
   l->turn.data = l;
   l->spin_ns = rt_spin_ns();
   l->turn_hops = rt_turn_hops();
+  l->span_ns = rt_turn_span_ns();
   l->move_after = rt_move_after();
   l->move_turn_cycles = rt_move_turn_cycles();
   stall_watch_init(l);

@@ -147,6 +147,8 @@ struct rt_loop {
   uint64_t last_work_ns;     /* when a turn last found something to do */
   uint64_t spin_ns;          /* how long the loop keeps turning after that before sleeping */
   uint32_t turn_hops;        /* actor runs a turn adds for actors woken during it (loop.c) */
+  uint64_t span_ns;          /* turns back to back in one idle callback for at most this (loop.c) */
+  bool poll_soon;            /* a prepare handle has work: end the turns back to back (defer.h) */
   uint32_t move_after;       /* messages in a row from one other loop that move an actor (move.c) */
   uint64_t move_turn_cycles; /* a turn shorter than this may move its actor (move.c) */
   uint64_t turn_ns;          /* when the current turn began (uv_hrtime: CLOCK_MONOTONIC) */
@@ -357,7 +359,9 @@ void rt_log_init_from_env(void);
 
 /* rt_spin_ns, rt_cpu_relax: runtime/spin.h */
 #define RT_TURN_HOPS_DEFAULT 1024u
+#define RT_TURN_SPAN_DEFAULT_US 20u
 uint32_t rt_turn_hops(void);
+uint64_t rt_turn_span_ns(void);
 /* The environment's `name` as a number in [min, max]; dflt if unset, empty or anything else.
  * Read at each call (runtimes read their settings as they are made). */
 uint64_t rt_env_uint(const char *name, uint64_t dflt, uint64_t min, uint64_t max);

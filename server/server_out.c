@@ -15,6 +15,7 @@
 #include <stdlib.h>
 
 #include "runtime/alloc.h"
+#include "runtime/defer.h"
 #include "server/server_transport.h"
 
 /* The queue holds at least `need` messages after this (0 or ACCEL_ENOMEM). */
@@ -110,6 +111,7 @@ static void mark_dirty(srv_server *s, srv_conn *c) {
     uv_prepare_start(&s->flush, srv_out_flush_all);
     s->flushing = true;
   }
+  rt_poll_soon(); /* the batch leaves at this iteration's prepare phase, not after more turns */
 }
 
 /* An nng pipe cannot be paused alone, and a client that never acknowledges makes even

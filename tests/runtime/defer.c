@@ -1,8 +1,11 @@
 /* Work deferred to the end of a loop's iteration (runtime/defer.h): refused off the loop; on
  * it, run after the callback that queued it and before the loop sleeps, in queueing order,
- * what a deferred item queues running in the same round. */
+ * what a deferred item queues running in the same round. And turns back to back (loop.c
+ * run_turns): a loop whose work never ends still runs its deferred work and its timers,
+ * within the span, or at once after a turn that asked for the poll (rt_poll_soon). */
 #include <stdatomic.h>
 #include <stdbool.h>
+#include <stdlib.h>
 
 #include "runtime/defer.h"
 #include "util.h"
@@ -69,7 +72,105 @@ TEST(deferred_work_runs_after_the_callback_in_order) {
   accel_runtime_destroy(rt);
 }
 
+/* ---- a loop that never runs out of work ---- */
+
+static accel_runtime *busy_rt;
+
+typedef struct busy {
+  accel_task task;
+  atomic_bool stop;
+  atomic_ulong runs;
+  atomic_bool ask_poll; /* each run calls rt_poll_soon */
+  bool ask_poll_later;  /* set ask_poll once the deferred item has run */
+  item deferred;        /* queued by the first run */
+  atomic_int nlog;      /* the deferred item's log */
+  int log[1];
+} busy;
+
+static void busy_run(accel_task *t) {
+  busy *b = (busy *)t;
+  unsigned long n = atomic_fetch_add(&b->runs, 1);
+  if (n == 0)
+    (void)rt_defer_before_poll(&b->deferred.d);
+  if (atomic_load(&b->ask_poll))
+    rt_poll_soon();
+  if (!atomic_load(&b->stop))
+    accel_post(busy_rt, t, busy_run); /* the next turn: the loop always has work */
+}
+
+static struct ticker {
+  atomic_bool fired;
+  uint64_t fired_ns; /* written before `fired` */
+} tick;
+
+static int ticker_start(accel_actor *self, void *state, void *arg) {
+  uint64_t id;
+  return accel_timer_start(self, 2, 0, MSG_TICK, 0, &id);
+}
+
+static int ticker_receive(accel_actor *self, void *state, accel_msg *msg) {
+  if (msg->type == MSG_TICK && !atomic_load(&tick.fired)) {
+    tick.fired_ns = test_now_ns();
+    atomic_store(&tick.fired, true);
+  }
+  return 0;
+}
+
+static const accel_behavior ticker_b = {
+    .name = "ticker", .start = ticker_start, .receive = ticker_receive};
+
+/* Starts a runtime (span: ACCEL_TURN_SPAN_US for it, NULL for the default) and keeps its loop
+ * busy with a task that posts itself again at every run; checks that the item its first run
+ * deferred has run though the work never ended; then, asking for the poll from each run if
+ * b->ask_poll_later, starts a 2 ms timer and returns how long after that it fired. */
+static uint64_t timer_delay_while_busy(const char *span, busy *b) {
+  char *before = getenv("ACCEL_TURN_SPAN_US");
+  if (span)
+    setenv("ACCEL_TURN_SPAN_US", span, 1);
+  CHECK_OK(accel_runtime_create(&busy_rt, NULL));
+  if (before)
+    setenv("ACCEL_TURN_SPAN_US", before, 1);
+  else
+    unsetenv("ACCEL_TURN_SPAN_US");
+  CHECK_OK(accel_runtime_start(busy_rt));
+  b->deferred = (item){.d.run = item_run, .id = 1, .log = b->log, .nlog = &b->nlog};
+  accel_post(busy_rt, &b->task, busy_run);
+  TEST_WAIT_FOR(atomic_load(&b->runs) > 1000, 1); /* turning back to back by now */
+  for (int ms = 0; ms < 500 && atomic_load(&b->nlog) == 0; ms++)
+    test_sleep_ms(1);
+  CHECK_EQ(atomic_load(&b->nlog), 1); /* run between two turns, not at the span's end */
+  if (b->ask_poll_later)
+    atomic_store(&b->ask_poll, true);
+  atomic_store(&tick.fired, false);
+  uint64_t t0 = test_now_ns();
+  spawn_ok(busy_rt, NULL, &ticker_b, NULL, NULL);
+  TEST_WAIT_FOR(atomic_load(&tick.fired), 1);
+  uint64_t delay = tick.fired_ns - t0;
+  atomic_store(&b->stop, true);
+  accel_runtime_stop(busy_rt);
+  CHECK_OK(accel_runtime_join(busy_rt));
+  accel_runtime_destroy(busy_rt);
+  CHECK_EQ(atomic_load(&b->nlog), 1); /* once */
+  return delay;
+}
+
+TEST(a_loop_busy_without_end_runs_its_timers_and_deferred_work) {
+  static busy b;
+  uint64_t delay = timer_delay_while_busy(NULL, &b);
+  CHECK(delay < 2000000000ull); /* the span is 20 us: turns never ran back to back for long */
+}
+
+/* With a span of a second (the most ACCEL_TURN_SPAN_US takes), deferred work still runs between
+ * turns, and only turns that ask for the poll let the timer through before the span's end. */
+TEST(a_turn_that_asks_for_the_poll_ends_the_turns_back_to_back) {
+  static busy b = {.ask_poll_later = true};
+  uint64_t delay = timer_delay_while_busy("1000000", &b);
+  CHECK(delay < 500000000ull); /* without rt_poll_soon: the span's rest, about 1 s */
+}
+
 static const test_case tests[] = {
     TEST_CASE(deferred_work_runs_after_the_callback_in_order),
+    TEST_CASE(a_loop_busy_without_end_runs_its_timers_and_deferred_work),
+    TEST_CASE(a_turn_that_asks_for_the_poll_ends_the_turns_back_to_back),
 };
 TEST_MAIN(tests)
