@@ -38,6 +38,16 @@
  * flood (bench-clients --fairness 8): depth 128 / 64 / 32 gave its median 1.1 / 0.61 / 0.37 ms
  * and the flood 134 / 127 / 107 kops/s; 64 halves the wait for 5% of the throughput. */
 #define FAIR_ON_QUEUE 64
+/* Within the hold after a light session's op (one op at a time) ended beside a session that
+ * pipelines (lanes.h), the queue holds at most this many: the light session's next op waits
+ * behind about this many others, whose calls the device worker's one link thread launches in
+ * order, about 1.5 us each on an H200 (the GPU itself runs them faster). At depth 64 that
+ * backlog was most of the light client's wait (bench-clients --fairness 8: 130-150 us median
+ * beside the flood, 13 us alone; a second stream for it changed nothing). At 8 and 12 its
+ * median beside the flood was 40-48 us; at 8 the flood moved 0.6-0.7x its ops (the worker's
+ * thread runs dry between refills), at 12 about 0.9x; at 16 the median went back up to 45-93
+ * us (docs/PERFORMANCE.md "A short queue after a light session's op"). */
+#define LIGHT_ON_QUEUE 12
 #define EARLY_NONE 1 /* no answer yet (answers are 0 or negative) */
 
 typedef struct kernel_state kernel_state;
@@ -88,6 +98,8 @@ struct kernel_state {
   } burst[2];
   bool batch_msg; /* DEV_MSG_ARM_BATCH is in the mailbox */
 };
+
+static void leave(kernel_state *k, const dev_task *t);
 
 static dev_inflight *inflight_alloc(dev_world *w) {
   dev_inflight *f = w->inflight_pool;
@@ -225,7 +237,7 @@ static void inflight_finish(dev_inflight *f, int status) {
   }
   if (t) {
     if (k)
-      dev_lanes_leave(&k->waiting, t);
+      leave(k, t);
     dev_task_complete(t, status);
   }
   if (k && status == ACCEL_EDEVLOST && !k->stopping)
@@ -644,7 +656,7 @@ static bool track(kernel_state *k, dev_inflight *f) {
 
 static void run_task(kernel_state *k, dev_task *t) {
   if (t->node_gen != k->node->generation) {
-    dev_lanes_leave(&k->waiting, t);
+    leave(k, t);
     dev_task_complete(t, ACCEL_EDEVLOST);
     return;
   }
@@ -657,7 +669,7 @@ static void run_task(kernel_state *k, dev_task *t) {
   if (rc != 0) {
     if (f)
       inflight_unref(f);
-    dev_lanes_leave(&k->waiting, t);
+    leave(k, t);
     dev_task_complete(t, rc);
     if (rc == ACCEL_EDEVLOST)
       report_fault(k);
@@ -745,8 +757,16 @@ static void overflow_drain(kernel_state *k);
 
 static int kernel_handle(kernel_state *k, accel_msg *msg);
 
+static uint64_t now_ns(const kernel_state *k) {
+  return rt_turn_ns(k->node->world->rt);
+}
+
+static void leave(kernel_state *k, const dev_task *t) {
+  (void)dev_lanes_leave(&k->waiting, t, now_ns(k));
+}
+
 static uint32_t depth(const kernel_state *k) {
-  return dev_lanes_depth(&k->waiting, MAX_ON_QUEUE, FAIR_ON_QUEUE);
+  return dev_lanes_depth(&k->waiting, MAX_ON_QUEUE, FAIR_ON_QUEUE, LIGHT_ON_QUEUE, now_ns(k));
 }
 
 /* Puts waiting tasks on the queue while there is room, a session at a time. */
@@ -770,7 +790,7 @@ static int kernel_handle(kernel_state *k, accel_msg *msg) {
   case DEV_MSG_RUN: {
     dev_task *t = msg->data;
     msg->data = NULL;
-    dev_lanes_enter(&k->waiting, t);
+    (void)dev_lanes_enter(&k->waiting, t, now_ns(k));
     if (k->on_queue < depth(k) && k->waiting.waiting == 0)
       run_task(k, t);
     else
@@ -824,7 +844,7 @@ static void kernel_stop(accel_actor *self, void *state) {
   if (k->node && k->node->kstate[k->qclass] == k)
     k->node->kstate[k->qclass] = NULL;
   for (dev_task *t; (t = dev_lanes_pop(&k->waiting)) != NULL;) {
-    dev_lanes_leave(&k->waiting, t);
+    leave(k, t);
     dev_task_complete(t, ACCEL_EDEVLOST);
   }
   for (int b = BURST_CALLBACK; b <= BURST_SYNC; b++) { /* never armed: nothing will come */

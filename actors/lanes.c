@@ -24,22 +24,34 @@ static uint32_t lane_for(dev_lanes *l, const void *owner) {
   return i;
 }
 
-void dev_lanes_enter(dev_lanes *l, dev_task *t) {
+bool dev_lanes_enter(dev_lanes *l, dev_task *t, uint64_t now_ns) {
   t->lane = (uint8_t)lane_for(l, t->acct);
-  if (l->lane[t->lane].active++ == 0) {
+  dev_lane *lane = &l->lane[t->lane];
+  uint32_t was = lane->active++;
+  if (was == 0) {
     l->nlanes++;
     l->used |= (uint64_t)1 << t->lane;
+    lane->lone = true;
+  } else if (was == 2) {
+    lane->lone = false; /* two may be one op's tail and the next (lanes.h) */
   }
+  if (was + 1 != DEV_LANES_DEEP)
+    return false;
+  l->deep_until_ns = now_ns + DEV_LANES_HOLD_NS;
+  return true;
 }
 
-void dev_lanes_leave(dev_lanes *l, const dev_task *t) {
+bool dev_lanes_leave(dev_lanes *l, const dev_task *t, uint64_t now_ns) {
   dev_lane *lane = &l->lane[t->lane];
   if (lane->active == 0)
-    return; /* a guard: a task leaves once */
-  if (--lane->active == 0) {
-    l->nlanes--;
-    l->used &= ~((uint64_t)1 << t->lane);
-  }
+    return false; /* a guard: a task leaves once */
+  if (--lane->active > 0)
+    return false;
+  l->nlanes--;
+  l->used &= ~((uint64_t)1 << t->lane);
+  if (lane->lone && now_ns < l->deep_until_ns)
+    l->light_until_ns = now_ns + DEV_LANES_HOLD_NS;
+  return lane->lone;
 }
 
 void dev_lanes_push(dev_lanes *l, dev_task *t) {

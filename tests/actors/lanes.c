@@ -1,6 +1,7 @@
 /* Fair turns on a device queue (actors/lanes.h): each session's tasks in order, sessions taken
- * round-robin, the queue shallow while several have work, and the sessions past the table's
- * size sharing its last lane without a task of one overtaking another. */
+ * round-robin, the queue shallow while several have work, the sessions past the table's size
+ * sharing its last lane without a task of one overtaking another, and which sessions pipeline
+ * (DEV_LANES_DEEP tasks at once) and which send one op at a time (light). */
 #include <stdlib.h>
 
 #include "actors/lanes.h"
@@ -15,7 +16,7 @@ static dev_task *task(int i, uintptr_t owner) {
 }
 
 static void enter_push(dev_lanes *l, dev_task *t) {
-  dev_lanes_enter(l, t);
+  dev_lanes_enter(l, t, 0);
   dev_lanes_push(l, t);
 }
 
@@ -23,11 +24,11 @@ TEST(one_session_keeps_its_order_and_the_deep_queue) {
   static dev_lanes l;
   for (int i = 0; i < 5; i++)
     enter_push(&l, task(i, 0x10));
-  CHECK_EQ(dev_lanes_depth(&l, 128, 32), 128u);
+  CHECK_EQ(dev_lanes_depth(&l, 128, 32, 8, 0), 128u);
   for (int i = 0; i < 5; i++) {
     dev_task *t = dev_lanes_pop(&l);
     CHECK(t == &tasks[i]);
-    dev_lanes_leave(&l, t);
+    dev_lanes_leave(&l, t, 0);
   }
   CHECK(dev_lanes_pop(&l) == NULL);
   CHECK_EQ(l.nlanes, 0u);
@@ -42,7 +43,7 @@ TEST(sessions_take_turns_each_in_order) {
   enter_push(&l, task(7, 0xB));
   enter_push(&l, task(8, 0xC));
   CHECK_EQ(l.nlanes, 3u);
-  CHECK_EQ(dev_lanes_depth(&l, 128, 32), 32u);
+  CHECK_EQ(dev_lanes_depth(&l, 128, 32, 8, 0), 32u);
   /* A, B, C, A, B, A, A, A, A: B's and C's first tasks come before A's second */
   static const int want[] = {0, 6, 8, 1, 7, 2, 3, 4, 5};
   for (size_t k = 0; k < sizeof want / sizeof want[0]; k++) {
@@ -54,22 +55,24 @@ TEST(sessions_take_turns_each_in_order) {
   CHECK_EQ(l.nlanes, 3u);
   for (int i = 0; i < 9; i++)
     if (i != 0)
-      dev_lanes_leave(&l, &tasks[i]);
+      dev_lanes_leave(&l, &tasks[i], 0);
   CHECK_EQ(l.nlanes, 1u); /* A's task 0 is still on the queue */
-  CHECK_EQ(dev_lanes_depth(&l, 128, 32), 128u);
-  dev_lanes_leave(&l, &tasks[0]);
-  dev_lanes_leave(&l, &tasks[0]); /* a second leave changes nothing */
+  /* B and C sent one or two at a time beside A's six: short for the hold, then deep */
+  CHECK_EQ(dev_lanes_depth(&l, 128, 32, 8, 0), 8u);
+  CHECK_EQ(dev_lanes_depth(&l, 128, 32, 8, DEV_LANES_HOLD_NS), 128u);
+  dev_lanes_leave(&l, &tasks[0], 0);
+  dev_lanes_leave(&l, &tasks[0], 0); /* a second leave changes nothing */
   CHECK_EQ(l.nlanes, 0u);
 }
 
 TEST(a_session_with_work_on_the_queue_counts_though_none_waits) {
   static dev_lanes l;
-  dev_lanes_enter(&l, task(0, 0x1)); /* runs at once: entered, never pushed */
-  CHECK_EQ(dev_lanes_depth(&l, 128, 32), 128u);
-  dev_lanes_enter(&l, task(1, 0x2));
-  CHECK_EQ(dev_lanes_depth(&l, 128, 32), 32u);
-  dev_lanes_leave(&l, &tasks[0]);
-  dev_lanes_leave(&l, &tasks[1]);
+  dev_lanes_enter(&l, task(0, 0x1), 0); /* runs at once: entered, never pushed */
+  CHECK_EQ(dev_lanes_depth(&l, 128, 32, 8, 0), 128u);
+  dev_lanes_enter(&l, task(1, 0x2), 0);
+  CHECK_EQ(dev_lanes_depth(&l, 128, 32, 8, 0), 32u);
+  dev_lanes_leave(&l, &tasks[0], 0);
+  dev_lanes_leave(&l, &tasks[1], 0);
   CHECK_EQ(l.nlanes, 0u);
 }
 
@@ -88,7 +91,7 @@ TEST(sessions_past_the_table_share_the_last_lane_in_order) {
    * the shared lane, so its next task goes there too, behind it */
   dev_task *first = dev_lanes_pop(&l);
   CHECK(first == &tasks[0]);
-  dev_lanes_leave(&l, first);
+  dev_lanes_leave(&l, first, 0);
   enter_push(&l, s3);
   CHECK_EQ(s3->lane, DEV_LANES_MAX - 1);
   /* drain: the shared lane gives s1, s2, s3 in that order */
@@ -97,16 +100,16 @@ TEST(sessions_past_the_table_share_the_last_lane_in_order) {
   for (dev_task *t; (t = dev_lanes_pop(&l)) != NULL;) {
     if (t->lane == DEV_LANES_MAX - 1)
       order[n++] = t;
-    dev_lanes_leave(&l, t);
+    dev_lanes_leave(&l, t, 0);
   }
   CHECK_EQ(n, 3);
   CHECK(order[0] == s1 && order[1] == s2 && order[2] == s3);
   CHECK_EQ(l.nlanes, 0u);
   CHECK_EQ(l.waiting, 0u);
   /* with the shared lane empty, a new session gets a lane of its own again */
-  dev_lanes_enter(&l, task(103, 0x902));
+  dev_lanes_enter(&l, task(103, 0x902), 0);
   CHECK_LT(tasks[103].lane, DEV_LANES_MAX - 1);
-  dev_lanes_leave(&l, &tasks[103]);
+  dev_lanes_leave(&l, &tasks[103], 0);
 }
 
 /* The lane a task of `owner` must get, read off the table as it stands: the owner's lane in
@@ -143,11 +146,11 @@ TEST(lanes_are_found_and_freed_as_sessions_come_and_go) {
       dev_task *t = &live[nlive++];
       *t = (dev_task){.acct = (struct dev_session_acct *)(uintptr_t)(1 + rand() % 90)};
       uint32_t want = expected_lane(&l, t->acct);
-      dev_lanes_enter(&l, t);
+      dev_lanes_enter(&l, t, 0);
       CHECK_EQ(t->lane, want);
     } else { /* a task leaves: any of them (work completes out of order across sessions) */
       int i = rand() % nlive;
-      dev_lanes_leave(&l, &live[i]);
+      dev_lanes_leave(&l, &live[i], 0);
       live[i] = live[--nlive];
     }
     uint32_t in_use = 0;
@@ -161,12 +164,83 @@ TEST(lanes_are_found_and_freed_as_sessions_come_and_go) {
   CHECK_GT(shared_then_free, 100);
 }
 
+TEST(a_session_pipelines_from_the_deep_count_on) {
+  static dev_lanes l;
+  for (int i = 0; i < DEV_LANES_DEEP - 1; i++)
+    CHECK(!dev_lanes_enter(&l, task(i, 0xA), 0));               /* one short of the count */
+  CHECK(dev_lanes_enter(&l, task(DEV_LANES_DEEP - 1, 0xA), 0)); /* at it: once */
+  CHECK(!dev_lanes_enter(&l, task(DEV_LANES_DEEP, 0xA), 0));    /* past it: already said */
+  CHECK(!dev_lanes_enter(&l, task(20, 0xB), 0));                /* another session's first */
+  for (int i = 0; i <= DEV_LANES_DEEP; i++)
+    CHECK(!dev_lanes_leave(&l, &tasks[i], 0)); /* A was no light session */
+  CHECK(dev_lanes_leave(&l, &tasks[20], 0));   /* B was: one task, alone */
+  CHECK_EQ(l.nlanes, 0u);
+  for (int i = 0; i < DEV_LANES_DEEP - 1; i++)
+    CHECK(!dev_lanes_enter(&l, task(i, 0xA), 0));
+  CHECK(dev_lanes_enter(&l, task(DEV_LANES_DEEP - 1, 0xA), 0)); /* again after its lane emptied */
+  for (int i = 0; i < DEV_LANES_DEEP; i++)
+    dev_lanes_leave(&l, &tasks[i], 0);
+}
+
+TEST(a_light_session_may_have_its_next_op_come_early_but_not_two) {
+  static dev_lanes l;
+  /* two at once: an op's tail in the loop and the next op, come after the early reply */
+  dev_lanes_enter(&l, task(0, 0xC), 0);
+  dev_lanes_enter(&l, task(1, 0xC), 0);
+  CHECK(!dev_lanes_leave(&l, &tasks[0], 0)); /* its lane is not empty yet */
+  CHECK(dev_lanes_leave(&l, &tasks[1], 0));  /* empty, never three: light */
+  /* three at once: it pipelines, however short */
+  for (int i = 2; i < 5; i++)
+    dev_lanes_enter(&l, task(i, 0xC), 0);
+  for (int i = 2; i < 4; i++)
+    CHECK(!dev_lanes_leave(&l, &tasks[i], 0));
+  CHECK(!dev_lanes_leave(&l, &tasks[4], 0));
+  /* the next op alone is light again: the lane was empty in between */
+  dev_lanes_enter(&l, task(5, 0xC), 0);
+  CHECK(dev_lanes_leave(&l, &tasks[5], 0));
+  CHECK(!dev_lanes_leave(&l, &tasks[5], 0)); /* a second leave says nothing */
+  CHECK_EQ(l.nlanes, 0u);
+}
+
+/* The queue is kept short for the hold after a light op ends while a session pipelined within
+ * the hold before it: at the hold's last nanosecond, not one past it; a light op with no
+ * pipelining session in the hold keeps nothing short. */
+TEST(the_queue_is_short_for_the_hold_after_a_light_op_beside_a_pipelining_one) {
+  static dev_lanes l;
+  const uint64_t h = DEV_LANES_HOLD_NS, t0 = 1000;
+  /* no pipelining session yet: a light op changes nothing */
+  dev_lanes_enter(&l, task(0, 0xB), t0);
+  CHECK(dev_lanes_leave(&l, &tasks[0], t0 + 1));
+  CHECK_EQ(dev_lanes_depth(&l, 128, 64, 8, t0 + 2), 128u);
+  /* A pipelines from t0 on; B's op ends at the hold's last nanosecond after it */
+  for (int i = 1; i <= DEV_LANES_DEEP; i++)
+    dev_lanes_enter(&l, task(i, 0xA), t0);
+  CHECK_EQ(dev_lanes_depth(&l, 128, 64, 8, t0), 128u); /* one session: deep */
+  dev_lanes_enter(&l, task(10, 0xB), t0 + h - 2);
+  CHECK_EQ(dev_lanes_depth(&l, 128, 64, 8, t0 + h - 2), 64u); /* two: shallow */
+  CHECK(dev_lanes_leave(&l, &tasks[10], t0 + h - 1));
+  const uint64_t end = t0 + h - 1 + h; /* the light hold's end */
+  CHECK_EQ(dev_lanes_depth(&l, 128, 64, 8, t0 + h), 8u);
+  CHECK_EQ(dev_lanes_depth(&l, 128, 64, 8, end - 1), 8u); /* its last nanosecond */
+  CHECK_EQ(dev_lanes_depth(&l, 128, 64, 8, end), 128u);   /* one past: A alone, deep */
+  /* a light op that ends one past the pipelining hold (A came at t0) extends nothing */
+  dev_lanes_enter(&l, task(11, 0xB), t0 + h);
+  CHECK(dev_lanes_leave(&l, &tasks[11], t0 + h));
+  CHECK_EQ(dev_lanes_depth(&l, 128, 64, 8, end), 128u); /* else short until t0 + 2h */
+  for (int i = 1; i <= DEV_LANES_DEEP; i++)
+    dev_lanes_leave(&l, &tasks[i], end);
+  CHECK_EQ(l.nlanes, 0u);
+}
+
 static const test_case tests[] = {
     TEST_CASE(lanes_are_found_and_freed_as_sessions_come_and_go),
     TEST_CASE(one_session_keeps_its_order_and_the_deep_queue),
     TEST_CASE(sessions_take_turns_each_in_order),
     TEST_CASE(a_session_with_work_on_the_queue_counts_though_none_waits),
     TEST_CASE(sessions_past_the_table_share_the_last_lane_in_order),
+    TEST_CASE(a_session_pipelines_from_the_deep_count_on),
+    TEST_CASE(a_light_session_may_have_its_next_op_come_early_but_not_two),
+    TEST_CASE(the_queue_is_short_for_the_hold_after_a_light_op_beside_a_pipelining_one),
 };
 
 TEST_MAIN(tests)
