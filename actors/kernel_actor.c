@@ -46,7 +46,8 @@
  * beside the flood, 13 us alone; a second stream for it changed nothing). At 8 and 12 its
  * median beside the flood was 40-48 us; at 8 the flood moved 0.6-0.7x its ops (the worker's
  * thread runs dry between refills), at 12 about 0.9x; at 16 the median went back up to 45-93
- * us (docs/PERFORMANCE.md "A short queue after a light session's op"). */
+ * us. The runs at 12 and 16 were of an earlier rule for "light" (docs/PERFORMANCE.md "Turns
+ * back to back; a short queue after a light session's op; what did not help"). */
 #define LIGHT_ON_QUEUE 12
 #define EARLY_NONE 1 /* no answer yet (answers are 0 or negative) */
 

@@ -24,6 +24,15 @@ static uint32_t lane_for(dev_lanes *l, const void *owner) {
   return i;
 }
 
+/* A lane of its own (not the shared one, whose counts mix sessions) holding `held` tasks: while
+ * it pipelines, that is remembered for the hold, and which lane it was. */
+static void note_deep(dev_lanes *l, uint32_t lane, uint32_t held, uint64_t now_ns) {
+  if (lane == SHARED || held < DEV_LANES_DEEP)
+    return;
+  l->deep_until_ns = now_ns + DEV_LANES_HOLD_NS;
+  l->deep_lane = lane;
+}
+
 bool dev_lanes_enter(dev_lanes *l, dev_task *t, uint64_t now_ns) {
   t->lane = (uint8_t)lane_for(l, t->acct);
   dev_lane *lane = &l->lane[t->lane];
@@ -31,25 +40,25 @@ bool dev_lanes_enter(dev_lanes *l, dev_task *t, uint64_t now_ns) {
   if (was == 0) {
     l->nlanes++;
     l->used |= (uint64_t)1 << t->lane;
-    lane->lone = true;
+    lane->lone = t->lane != SHARED;
   } else if (was == 2) {
     lane->lone = false; /* two may be one op's tail and the next (lanes.h) */
   }
-  if (was + 1 != DEV_LANES_DEEP)
-    return false;
-  l->deep_until_ns = now_ns + DEV_LANES_HOLD_NS;
-  return true;
+  note_deep(l, t->lane, was + 1, now_ns);
+  return t->lane != SHARED && was + 1 == DEV_LANES_DEEP;
 }
 
 bool dev_lanes_leave(dev_lanes *l, const dev_task *t, uint64_t now_ns) {
   dev_lane *lane = &l->lane[t->lane];
   if (lane->active == 0)
-    return false; /* a guard: a task leaves once */
+    return false;                              /* a guard: a task leaves once */
+  note_deep(l, t->lane, lane->active, now_ns); /* still pipelining as its work drains */
   if (--lane->active > 0)
     return false;
   l->nlanes--;
   l->used &= ~((uint64_t)1 << t->lane);
-  if (lane->lone && now_ns < l->deep_until_ns)
+  /* light beside another session's pipelining, not after its own */
+  if (lane->lone && now_ns < l->deep_until_ns && l->deep_lane != t->lane)
     l->light_until_ns = now_ns + DEV_LANES_HOLD_NS;
   return lane->lone;
 }

@@ -36,6 +36,7 @@ typedef struct dev_lanes {
   uint32_t waiting;        /* tasks in every lane */
   uint32_t next;           /* where the round-robin looks first */
   uint64_t deep_until_ns;  /* a session pipelined here within the hold before this */
+  uint32_t deep_lane;      /* the lane that did so last */
   uint64_t light_until_ns; /* a light session's op ended here within the hold before this */
 } dev_lanes;
 
@@ -45,12 +46,13 @@ typedef struct dev_lanes {
 #define DEV_LANES_HOLD_NS 2000000u
 
 /* A task comes to the kernel actor (it will run now or wait in its lane) at now_ns (a
- * monotonic clock): t->lane is set. True if its session now has DEV_LANES_DEEP tasks here: it
- * pipelines (remembered for the hold). */
+ * monotonic clock): t->lane is set. True if its session now has DEV_LANES_DEEP tasks here:
+ * it pipelines (remembered for the hold while it holds that many; the shared lane, whose
+ * sessions are counted together, never counts as pipelining nor as light). */
 bool dev_lanes_enter(dev_lanes *l, dev_task *t, uint64_t now_ns);
 /* A task that entered has left (completed, failed or dropped) at now_ns. True if its session
  * has no task here now and had at most one other (its next op, come early: DEV_LANES_DEEP's
- * note) since its lane was last empty: a light session, one op at a time. If a session
+ * note) since its lane was last empty: a light session, one op at a time. If another session
  * pipelined here within the hold, the queue is then kept short for the hold (depth). */
 bool dev_lanes_leave(dev_lanes *l, const dev_task *t, uint64_t now_ns);
 /* Puts an entered task at the end of its lane. */

@@ -25,9 +25,10 @@ bool rt_defer_here(void);
  * one waiting. */
 bool rt_defer_before_poll(rt_deferred *d);
 
-/* The calling loop thread started a prepare handle (or needs the poll phase) for work of this
- * iteration: the loop leaves its turns back to back after the current one (loop.c), so that
- * the work is not held for the span. Nothing elsewhere. */
+/* The caller, running a loop's turns, started work that the iteration's other phases must
+ * see soon (a prepare handle's, a timer due at once): the loop leaves its turns back to back
+ * after the current one (loop.c), so that the work is not held for the span. On a thread that
+ * runs no loop's turns it does nothing. */
 void rt_poll_soon(void);
 
 #endif

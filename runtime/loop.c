@@ -324,12 +324,15 @@ static void run_deferred(rt_loop *l);
 
 /* Turns back to back: while work keeps coming, the idle callback runs turn after turn for up
  * to the span (ACCEL_TURN_SPAN_US) before it returns to uv_run, whose every iteration costs an
- * epoll_wait system call, two clock reads of its own and the stall watch's: measured as a
- * fifth of acceld's loop at eight clients of tiny ops (docs/PERFORMANCE.md "Turns back to
- * back"). A turn that finds nothing ends them unless the loop spins; a spinning loop spins
- * here, on the remote flag, within the span. What the iteration's other phases owe is not held
- * back: deferred work runs between the turns, a prepare handle's owner ends them
- * (rt_poll_soon), and this loop's timers and sockets wait at most the span. */
+ * epoll_wait system call, two clock reads of its own and the stall watch's two
+ * (docs/PERFORMANCE.md "Turns back to back; ..."). A turn that leaves nothing to do ends them:
+ * a spinning loop spins through uv_run, so that its sockets, async handles and timers are
+ * looked at on every pass while it waits. What the iteration's other phases owe is not held
+ * back: deferred work runs between the turns, a turn that needs the poll or a prepare handle
+ * now ends them (rt_poll_soon: a timer due at once, acceld's batched replies), and this loop's
+ * sockets and timers wait at most the span and a turn. libuv reads its clock once per
+ * iteration, so a timer started inside a span counts from the span's start (as from any
+ * callback's start). */
 static void run_turns(rt_loop *l) {
   uint64_t start = uv_hrtime(), t0 = start;
   for (;;) {
@@ -337,7 +340,7 @@ static void run_turns(rt_loop *l) {
     if (!l->turn_active || l->poll_soon || atomic_load(&l->rt->closing))
       break;
     run_deferred(l);
-    if (l->spin_ns == 0 && !has_local_work(l) && !has_remote_work(l))
+    if (l->poll_soon || (!has_local_work(l) && !has_remote_work(l)))
       break;
     t0 = uv_hrtime();
     if (t0 - start >= l->span_ns)

@@ -223,12 +223,73 @@ TEST(the_queue_is_short_for_the_hold_after_a_light_op_beside_a_pipelining_one) {
   CHECK_EQ(dev_lanes_depth(&l, 128, 64, 8, t0 + h), 8u);
   CHECK_EQ(dev_lanes_depth(&l, 128, 64, 8, end - 1), 8u); /* its last nanosecond */
   CHECK_EQ(dev_lanes_depth(&l, 128, 64, 8, end), 128u);   /* one past: A alone, deep */
-  /* a light op that ends one past the pipelining hold (A came at t0) extends nothing */
+  /* a light op that ends one past the pipelining hold (A's last enter or leave was at t0)
+   * extends nothing */
   dev_lanes_enter(&l, task(11, 0xB), t0 + h);
   CHECK(dev_lanes_leave(&l, &tasks[11], t0 + h));
   CHECK_EQ(dev_lanes_depth(&l, 128, 64, 8, end), 128u); /* else short until t0 + 2h */
   for (int i = 1; i <= DEV_LANES_DEEP; i++)
     dev_lanes_leave(&l, &tasks[i], end);
+  CHECK_EQ(l.nlanes, 0u);
+}
+
+/* A session that keeps DEV_LANES_DEEP tasks counts as pipelining for the hold after its last
+ * enter or leave at that count, not only after it first reached it. */
+TEST(pipelining_is_remembered_while_the_session_keeps_its_count) {
+  static dev_lanes l;
+  const uint64_t h = DEV_LANES_HOLD_NS, t0 = 5000;
+  for (int i = 0; i < DEV_LANES_DEEP; i++)
+    dev_lanes_enter(&l, task(i, 0xA), t0);
+  CHECK(!dev_lanes_enter(&l, task(DEV_LANES_DEEP, 0xA), t0 + h)); /* a fifth, a hold later */
+  dev_lanes_enter(&l, task(20, 0xB), t0 + h + 1);
+  CHECK(dev_lanes_leave(&l, &tasks[20], t0 + 2 * h - 1)); /* within the fifth's hold */
+  CHECK_EQ(dev_lanes_depth(&l, 128, 64, 8, t0 + 2 * h), 8u);
+  /* A's first leave, holding five (four and more), refreshes it too */
+  dev_lanes_leave(&l, &tasks[0], t0 + 3 * h);
+  dev_lanes_enter(&l, task(21, 0xB), t0 + 4 * h - 2);
+  CHECK(dev_lanes_leave(&l, &tasks[21], t0 + 4 * h - 1));
+  CHECK_EQ(dev_lanes_depth(&l, 128, 64, 8, t0 + 4 * h), 8u);
+  /* A now holds four; its leave at four refreshes, at three no longer */
+  dev_lanes_leave(&l, &tasks[1], t0 + 5 * h); /* held four: the hold runs to t0 + 6h */
+  dev_lanes_enter(&l, task(22, 0xB), t0 + 6 * h - 2);
+  CHECK(dev_lanes_leave(&l, &tasks[22], t0 + 6 * h - 1));
+  CHECK_EQ(dev_lanes_depth(&l, 128, 64, 8, t0 + 6 * h), 8u); /* within it: short */
+  dev_lanes_leave(&l, &tasks[2], t0 + 8 * h);                /* held three: no refresh */
+  dev_lanes_enter(&l, task(23, 0xB), t0 + 8 * h);
+  CHECK(dev_lanes_leave(&l, &tasks[23], t0 + 8 * h)); /* past the hold: nothing */
+  CHECK_EQ(dev_lanes_depth(&l, 128, 64, 8, t0 + 8 * h), 128u);
+  for (int i = 3; i <= DEV_LANES_DEEP; i++)
+    dev_lanes_leave(&l, &tasks[i], t0 + 8 * h);
+  CHECK_EQ(l.nlanes, 0u);
+}
+
+/* A session's own pipelining does not make its next lone op light, and the shared lane (the
+ * sessions past the table, counted together) is neither pipelining nor light. */
+TEST(light_needs_another_session_pipelining_and_a_lane_of_its_own) {
+  static dev_lanes l;
+  const uint64_t t0 = 7000;
+  for (int i = 0; i < DEV_LANES_DEEP; i++)
+    dev_lanes_enter(&l, task(i, 0xA), t0);
+  for (int i = 0; i < DEV_LANES_DEEP; i++)
+    dev_lanes_leave(&l, &tasks[i], t0);
+  dev_lanes_enter(&l, task(10, 0xA), t0 + 1); /* A alone now, one op */
+  CHECK(dev_lanes_leave(&l, &tasks[10], t0 + 2));
+  CHECK_EQ(dev_lanes_depth(&l, 128, 64, 8, t0 + 3), 128u); /* not short: its own pipelining */
+  /* a hold later, fill the table so that more sessions share the last lane */
+  const uint64_t t1 = t0 + 2 * DEV_LANES_HOLD_NS;
+  for (int i = 0; i < DEV_LANES_MAX - 1; i++)
+    dev_lanes_enter(&l, task(20 + i, 0x100 + (uintptr_t)i), t1);
+  int shared = 0;
+  for (int i = 0; i < DEV_LANES_DEEP; i++) { /* four sessions' ops in the shared lane */
+    CHECK(!dev_lanes_enter(&l, task(100 + i, 0x900 + (uintptr_t)i), t1 + 1));
+    shared += tasks[100 + i].lane == DEV_LANES_MAX - 1;
+  }
+  CHECK_EQ(shared, DEV_LANES_DEEP);
+  for (int i = 0; i < DEV_LANES_MAX - 1; i++) /* lone ops beside the shared lane's four */
+    CHECK(dev_lanes_leave(&l, &tasks[20 + i], t1 + 2));
+  CHECK_EQ(dev_lanes_depth(&l, 128, 64, 8, t1 + 3), 128u); /* the four were no pipelining */
+  for (int i = 0; i < DEV_LANES_DEEP; i++)
+    CHECK(!dev_lanes_leave(&l, &tasks[100 + i], t1 + 4)); /* nor is the shared lane light */
   CHECK_EQ(l.nlanes, 0u);
 }
 
@@ -241,6 +302,8 @@ static const test_case tests[] = {
     TEST_CASE(a_session_pipelines_from_the_deep_count_on),
     TEST_CASE(a_light_session_may_have_its_next_op_come_early_but_not_two),
     TEST_CASE(the_queue_is_short_for_the_hold_after_a_light_op_beside_a_pipelining_one),
+    TEST_CASE(pipelining_is_remembered_while_the_session_keeps_its_count),
+    TEST_CASE(light_needs_another_session_pipelining_and_a_lane_of_its_own),
 };
 
 TEST_MAIN(tests)

@@ -2,10 +2,12 @@
  * it, run after the callback that queued it and before the loop sleeps, in queueing order,
  * what a deferred item queues running in the same round. And turns back to back (loop.c
  * run_turns): a loop whose work never ends still runs its deferred work and its timers,
- * within the span, or at once after a turn that asked for the poll (rt_poll_soon). */
+ * within the span, or at once after a turn that asked for the poll (rt_poll_soon) or started a
+ * timer due at once. */
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "runtime/defer.h"
 #include "util.h"
@@ -103,9 +105,11 @@ static struct ticker {
   uint64_t fired_ns; /* written before `fired` */
 } tick;
 
+static uint64_t tick_delay_ms = 2;
+
 static int ticker_start(accel_actor *self, void *state, void *arg) {
   uint64_t id;
-  return accel_timer_start(self, 2, 0, MSG_TICK, 0, &id);
+  return accel_timer_start(self, tick_delay_ms, 0, MSG_TICK, 0, &id);
 }
 
 static int ticker_receive(accel_actor *self, void *state, accel_msg *msg) {
@@ -124,7 +128,8 @@ static const accel_behavior ticker_b = {
  * deferred has run though the work never ended; then, asking for the poll from each run if
  * b->ask_poll_later, starts a 2 ms timer and returns how long after that it fired. */
 static uint64_t timer_delay_while_busy(const char *span, busy *b) {
-  char *before = getenv("ACCEL_TURN_SPAN_US");
+  const char *env = getenv("ACCEL_TURN_SPAN_US");
+  char *before = env ? strdup(env) : NULL; /* setenv may free what getenv gave */
   if (span)
     setenv("ACCEL_TURN_SPAN_US", span, 1);
   CHECK_OK(accel_runtime_create(&busy_rt, NULL));
@@ -132,6 +137,7 @@ static uint64_t timer_delay_while_busy(const char *span, busy *b) {
     setenv("ACCEL_TURN_SPAN_US", before, 1);
   else
     unsetenv("ACCEL_TURN_SPAN_US");
+  free(before);
   CHECK_OK(accel_runtime_start(busy_rt));
   b->deferred = (item){.d.run = item_run, .id = 1, .log = b->log, .nlog = &b->nlog};
   accel_post(busy_rt, &b->task, busy_run);
@@ -160,17 +166,30 @@ TEST(a_loop_busy_without_end_runs_its_timers_and_deferred_work) {
   CHECK(delay < 2000000000ull); /* the span is 20 us: turns never ran back to back for long */
 }
 
-/* With a span of a second (the most ACCEL_TURN_SPAN_US takes), deferred work still runs between
- * turns, and only turns that ask for the poll let the timer through before the span's end. */
+/* With a span of a second (the most ACCEL_TURN_SPAN_US takes), deferred work still runs
+ * between turns, and only turns that ask for the poll let the timer through before the span's
+ * end; without asking (the control), it waits for the span's end. */
 TEST(a_turn_that_asks_for_the_poll_ends_the_turns_back_to_back) {
-  static busy b = {.ask_poll_later = true};
-  uint64_t delay = timer_delay_while_busy("1000000", &b);
+  static busy asking = {.ask_poll_later = true}, control;
+  uint64_t delay = timer_delay_while_busy("1000000", &asking);
   CHECK(delay < 500000000ull); /* without rt_poll_soon: the span's rest, about 1 s */
+  delay = timer_delay_while_busy("1000000", &control);
+  CHECK(delay > 200000000ull); /* the span applied: the test above can fail */
+}
+
+/* A timer due at once needs the loop's next timer phase: starting one ends the turns. */
+TEST(a_timer_due_at_once_ends_the_turns_back_to_back) {
+  static busy b;
+  tick_delay_ms = 0;
+  uint64_t delay = timer_delay_while_busy("1000000", &b);
+  tick_delay_ms = 2;
+  CHECK(delay < 500000000ull); /* else the span's rest, about 1 s (the test above's control) */
 }
 
 static const test_case tests[] = {
     TEST_CASE(deferred_work_runs_after_the_callback_in_order),
     TEST_CASE(a_loop_busy_without_end_runs_its_timers_and_deferred_work),
     TEST_CASE(a_turn_that_asks_for_the_poll_ends_the_turns_back_to_back),
+    TEST_CASE(a_timer_due_at_once_ends_the_turns_back_to_back),
 };
 TEST_MAIN(tests)
