@@ -25,12 +25,12 @@ static uint32_t lane_for(dev_lanes *l, const void *owner) {
 }
 
 /* A lane of its own (not the shared one, whose counts mix sessions) holding `held` tasks: while
- * it pipelines, that is remembered for the hold, and which lane it was. */
+ * it pipelines, that is remembered for the hold, and whose session it was. */
 static void note_deep(dev_lanes *l, uint32_t lane, uint32_t held, uint64_t now_ns) {
   if (lane == SHARED || held < DEV_LANES_DEEP)
     return;
   l->deep_until_ns = now_ns + DEV_LANES_HOLD_NS;
-  l->deep_lane = lane;
+  l->deep_owner = l->lane[lane].owner;
 }
 
 bool dev_lanes_enter(dev_lanes *l, dev_task *t, uint64_t now_ns) {
@@ -58,7 +58,7 @@ bool dev_lanes_leave(dev_lanes *l, const dev_task *t, uint64_t now_ns) {
   l->nlanes--;
   l->used &= ~((uint64_t)1 << t->lane);
   /* light beside another session's pipelining, not after its own */
-  if (lane->lone && now_ns < l->deep_until_ns && l->deep_lane != t->lane)
+  if (lane->lone && now_ns < l->deep_until_ns && l->deep_owner != lane->owner)
     l->light_until_ns = now_ns + DEV_LANES_HOLD_NS;
   return lane->lone;
 }

@@ -36,7 +36,7 @@ typedef struct dev_lanes {
   uint32_t waiting;        /* tasks in every lane */
   uint32_t next;           /* where the round-robin looks first */
   uint64_t deep_until_ns;  /* a session pipelined here within the hold before this */
-  uint32_t deep_lane;      /* the lane that did so last */
+  const void *deep_owner;  /* the session that did so last (lanes are reused by others) */
   uint64_t light_until_ns; /* a light session's op ended here within the hold before this */
 } dev_lanes;
 

@@ -27,8 +27,9 @@ bool rt_defer_before_poll(rt_deferred *d);
 
 /* The caller, running a loop's turns, started work that the iteration's other phases must
  * see soon (a prepare handle's, a timer due at once): the loop leaves its turns back to back
- * after the current one (loop.c), so that the work is not held for the span. On a thread that
- * runs no loop's turns it does nothing. */
+ * after the current one (loop.c), so that the work is not held for the span. Set outside the
+ * loop's own turns (a borrowed turn, a wake-up's turn, an I/O callback), it cuts the loop's next
+ * span to one turn; on a thread of no loop it does nothing. */
 void rt_poll_soon(void);
 
 #endif

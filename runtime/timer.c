@@ -51,12 +51,12 @@ int accel_timer_start(accel_actor *self, uint64_t delay_ms, uint64_t repeat_ms, 
     return rt_uv_err(rc);
   }
   rc = uv_timer_start(&t->handle, on_tick, delay_ms, repeat_ms);
-  if (rc == 0 && delay_ms == 0)
-    rt_poll_soon(); /* due at once: not after the loop's turns back to back (loop.c) */
   if (rc != 0) {
     uv_close((uv_handle_t *)&t->handle, free_timer); /* the loop knows it now */
     return rt_uv_err(rc);
   }
+  if (delay_ms == 0)
+    rt_poll_soon(); /* due at once: not after the loop's turns back to back (loop.c) */
   t->cell = self;
   t->id = ++self->home->next_timer_id;
   t->type = type;

@@ -293,6 +293,60 @@ TEST(light_needs_another_session_pipelining_and_a_lane_of_its_own) {
   CHECK_EQ(l.nlanes, 0u);
 }
 
+/* Lanes are reused: light is judged by session, not by lane. */
+TEST(light_is_judged_by_session_when_lanes_are_reused) {
+  static dev_lanes l;
+  const uint64_t t0 = 9000;
+  /* A pipelines on lane 0 and drains; B's one op gets lane 0 back: light beside A */
+  for (int i = 0; i < DEV_LANES_DEEP; i++)
+    dev_lanes_enter(&l, task(i, 0xA), t0);
+  CHECK_EQ(tasks[0].lane, 0u);
+  for (int i = 0; i < DEV_LANES_DEEP; i++)
+    dev_lanes_leave(&l, &tasks[i], t0 + 1);
+  dev_lanes_enter(&l, task(10, 0xB), t0 + 2);
+  CHECK_EQ(tasks[10].lane, 0u);
+  CHECK(dev_lanes_leave(&l, &tasks[10], t0 + 3));
+  CHECK_EQ(dev_lanes_depth(&l, 128, 64, 8, t0 + 4), 8u);
+  /* a hold later: C on lane 0, D pipelines on lane 1 and drains; D's one op gets lane 0
+   * after C left: its own pipelining, not light */
+  const uint64_t t1 = t0 + 4 * DEV_LANES_HOLD_NS;
+  dev_lanes_enter(&l, task(20, 0xC), t1);
+  dev_lanes_enter(&l, task(21, 0xD), t1);
+  CHECK_EQ(tasks[20].lane, 0u);
+  CHECK_EQ(tasks[21].lane, 1u);
+  CHECK(dev_lanes_leave(&l, &tasks[20], t1 + 1)); /* C was light, with nobody pipelining */
+  CHECK_EQ(dev_lanes_depth(&l, 128, 64, 8, t1 + 1), 128u);
+  for (int i = 22; i < 22 + DEV_LANES_DEEP - 1; i++)
+    dev_lanes_enter(&l, task(i, 0xD), t1 + 2);
+  dev_lanes_leave(&l, &tasks[21], t1 + 3);
+  for (int i = 22; i < 22 + DEV_LANES_DEEP - 1; i++)
+    dev_lanes_leave(&l, &tasks[i], t1 + 3);
+  dev_lanes_enter(&l, task(30, 0xD), t1 + 4);
+  CHECK_EQ(tasks[30].lane, 0u);
+  CHECK(dev_lanes_leave(&l, &tasks[30], t1 + 5));
+  CHECK_EQ(dev_lanes_depth(&l, 128, 64, 8, t1 + 6), 128u);
+  CHECK_EQ(l.nlanes, 0u);
+}
+
+/* One task of a session in the shared lane is no light op, even beside a pipelining session. */
+TEST(a_lone_task_in_the_shared_lane_is_not_light) {
+  static dev_lanes l;
+  const uint64_t t0 = 11000;
+  for (int i = 0; i < DEV_LANES_MAX - 1; i++) /* the table full: lane 0 is A's, pipelining */
+    dev_lanes_enter(&l, task(i, i == 0 ? 0xA : 0x100 + (uintptr_t)i), t0);
+  for (int i = 0; i < DEV_LANES_DEEP - 1; i++)
+    dev_lanes_enter(&l, task(70 + i, 0xA), t0);
+  dev_lanes_enter(&l, task(80, 0x900), t0 + 1);
+  CHECK_EQ(tasks[80].lane, DEV_LANES_MAX - 1);
+  CHECK(!dev_lanes_leave(&l, &tasks[80], t0 + 2));
+  CHECK_EQ(dev_lanes_depth(&l, 128, 64, 8, t0 + 3), 64u); /* shallow, not short */
+  for (int i = 0; i < DEV_LANES_MAX - 1; i++)
+    dev_lanes_leave(&l, &tasks[i], t0 + 4);
+  for (int i = 0; i < DEV_LANES_DEEP - 1; i++)
+    dev_lanes_leave(&l, &tasks[70 + i], t0 + 4);
+  CHECK_EQ(l.nlanes, 0u);
+}
+
 static const test_case tests[] = {
     TEST_CASE(lanes_are_found_and_freed_as_sessions_come_and_go),
     TEST_CASE(one_session_keeps_its_order_and_the_deep_queue),
@@ -304,6 +358,8 @@ static const test_case tests[] = {
     TEST_CASE(the_queue_is_short_for_the_hold_after_a_light_op_beside_a_pipelining_one),
     TEST_CASE(pipelining_is_remembered_while_the_session_keeps_its_count),
     TEST_CASE(light_needs_another_session_pipelining_and_a_lane_of_its_own),
+    TEST_CASE(light_is_judged_by_session_when_lanes_are_reused),
+    TEST_CASE(a_lone_task_in_the_shared_lane_is_not_light),
 };
 
 TEST_MAIN(tests)
