@@ -263,15 +263,23 @@ TEST(pipelining_is_remembered_while_the_session_keeps_its_count) {
   CHECK_EQ(l.nlanes, 0u);
 }
 
+/* Session `owner` enters DEV_LANES_DEEP tasks (tasks 0..) at `in`, all of which leave at `out`;
+ * returns the lane they had. */
+static uint32_t pipeline_then_drain(dev_lanes *l, uintptr_t owner, uint64_t in, uint64_t out) {
+  for (int i = 0; i < DEV_LANES_DEEP; i++)
+    dev_lanes_enter(l, task(i, owner), in);
+  uint32_t lane = tasks[0].lane;
+  for (int i = 0; i < DEV_LANES_DEEP; i++)
+    dev_lanes_leave(l, &tasks[i], out);
+  return lane;
+}
+
 /* A session's own pipelining does not make its next lone op light, and the shared lane (the
  * sessions past the table, counted together) is neither pipelining nor light. */
 TEST(light_needs_another_session_pipelining_and_a_lane_of_its_own) {
   static dev_lanes l;
   const uint64_t t0 = 7000;
-  for (int i = 0; i < DEV_LANES_DEEP; i++)
-    dev_lanes_enter(&l, task(i, 0xA), t0);
-  for (int i = 0; i < DEV_LANES_DEEP; i++)
-    dev_lanes_leave(&l, &tasks[i], t0);
+  pipeline_then_drain(&l, 0xA, t0, t0);
   dev_lanes_enter(&l, task(10, 0xA), t0 + 1); /* A alone now, one op */
   CHECK(dev_lanes_leave(&l, &tasks[10], t0 + 2));
   CHECK_EQ(dev_lanes_depth(&l, 128, 64, 8, t0 + 3), 128u); /* not short: its own pipelining */
@@ -298,11 +306,7 @@ TEST(light_is_judged_by_session_when_lanes_are_reused) {
   static dev_lanes l;
   const uint64_t t0 = 9000;
   /* A pipelines on lane 0 and drains; B's one op gets lane 0 back: light beside A */
-  for (int i = 0; i < DEV_LANES_DEEP; i++)
-    dev_lanes_enter(&l, task(i, 0xA), t0);
-  CHECK_EQ(tasks[0].lane, 0u);
-  for (int i = 0; i < DEV_LANES_DEEP; i++)
-    dev_lanes_leave(&l, &tasks[i], t0 + 1);
+  CHECK_EQ(pipeline_then_drain(&l, 0xA, t0, t0 + 1), 0u);
   dev_lanes_enter(&l, task(10, 0xB), t0 + 2);
   CHECK_EQ(tasks[10].lane, 0u);
   CHECK(dev_lanes_leave(&l, &tasks[10], t0 + 3));
