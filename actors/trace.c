@@ -46,6 +46,10 @@ struct dev_trace {
   } sessions[MAX_SESSIONS];
   uint32_t nsessions;
   char *path; /* ACCEL_TRACE: written by dev_trace_finish */
+  /* The world's nodes as the trace stopped: rendering reads nothing of the world, so it may
+   * run on another thread while the world goes on (dev_trace_detach). */
+  int nnodes;
+  char node_names[DEV_MAX_NODES][160];
 };
 
 static void trace_free(dev_trace *t) {
@@ -197,25 +201,30 @@ static const char *op_name(uint16_t kind) {
   return info ? info->label : "op";
 }
 
-static void metadata(FILE *f, const dev_world *w, const dev_trace *t) {
+static void name_nodes(dev_trace *t, const dev_world *w) {
+  t->nnodes = w->nnodes;
+  for (int n = 0; n < w->nnodes; n++) {
+    const dev_node *node = &w->nodes[n];
+    if (n == DEV_HOST_NODE)
+      snprintf(t->node_names[n], sizeof t->node_names[n], "host memory");
+    else
+      snprintf(t->node_names[n], sizeof t->node_names[n], "device %d: %s (%s)", node->device,
+               node->info.name, node->be->name);
+  }
+}
+
+static void metadata(FILE *f, const dev_trace *t) {
   fprintf(f, "{\"ph\":\"M\",\"name\":\"process_name\",\"pid\":1,\"tid\":0,"
              "\"args\":{\"name\":\"accel ops\"}}");
   bool used[DEV_MAX_NODES][DEV_Q_COUNT] = {{false}};
   for (uint32_t i = 0; i < t->n; i++)
     if (t->ev[i].type == EV_TASK)
       used[t->ev[i].node][t->ev[i].qclass] = true;
-  for (int n = 0; n < w->nnodes; n++) {
-    char name[160];
-    const dev_node *node = &w->nodes[n];
-    if (n == DEV_HOST_NODE)
-      snprintf(name, sizeof name, "host memory");
-    else
-      snprintf(name, sizeof name, "device %d: %s (%s)", node->device, node->info.name,
-               node->be->name);
+  for (int n = 0; n < t->nnodes; n++) {
     fprintf(f,
             ",\n{\"ph\":\"M\",\"name\":\"process_name\",\"pid\":%d,\"tid\":0,\"args\":{\"name\":",
             2 + n);
-    json_str(f, name);
+    json_str(f, t->node_names[n]);
     fprintf(f,
             "}},\n{\"ph\":\"M\",\"name\":\"process_sort_index\",\"pid\":%d,\"tid\":0,"
             "\"args\":{\"sort_index\":%d}}",
@@ -277,7 +286,7 @@ static void event(FILE *f, const dev_trace *t, const ev *e) {
 
 /* The JSON, in a block of accel's allocator (the caller frees it with rt_free, whatever
  * allocator the program installed): open_memstream's own block is copied. */
-static int render(const dev_world *w, const dev_trace *t, char **json, size_t *len) {
+int dev_trace_render(const dev_trace *t, char **json, size_t *len) {
   char *text = NULL;
   size_t n = 0;
   FILE *f = open_memstream(&text, &n);
@@ -287,7 +296,7 @@ static int render(const dev_world *w, const dev_trace *t, char **json, size_t *l
           "{\"displayTimeUnit\":\"ns\",\"otherData\":{\"producer\":\"accel\","
           "\"events\":%u,\"dropped\":%llu},\n\"traceEvents\":[\n",
           t->n, (unsigned long long)t->dropped);
-  metadata(f, w, t);
+  metadata(f, t);
   for (uint32_t i = 0; i < t->n; i++)
     event(f, t, &t->ev[i]);
   fprintf(f, "\n]}\n");
@@ -302,12 +311,23 @@ static int render(const dev_world *w, const dev_trace *t, char **json, size_t *l
   return 0;
 }
 
-int dev_trace_stop(dev_world *w, char **json, size_t *len) {
+dev_trace *dev_trace_detach(dev_world *w) {
   dev_trace *t = w->trace;
+  if (t != NULL)
+    name_nodes(t, w);
+  w->trace = NULL;
+  return t;
+}
+
+void dev_trace_free(dev_trace *t) {
+  trace_free(t);
+}
+
+int dev_trace_stop(dev_world *w, char **json, size_t *len) {
+  dev_trace *t = dev_trace_detach(w);
   if (t == NULL)
     return ACCEL_EINVAL;
-  int rc = render(w, t, json, len);
-  w->trace = NULL;
+  int rc = dev_trace_render(t, json, len);
   trace_free(t);
   return rc;
 }

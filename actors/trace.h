@@ -22,6 +22,12 @@ RT_MUST_USE int dev_trace_start(dev_world *w, uint32_t max_events);
 /* Stops recording and renders what was recorded as JSON (NUL-terminated, freed with rt_free;
  * *len its length). ACCEL_EINVAL when no trace runs, ACCEL_ENOMEM. */
 RT_MUST_USE int dev_trace_stop(dev_world *w, char **json, size_t *len);
+/* The same in two steps, so that rendering (seconds for millions of events) can leave the
+ * loop: detach stops recording and hands over what was recorded (NULL when no trace runs);
+ * render reads only the trace, on any thread; free drops it. */
+dev_trace *dev_trace_detach(dev_world *w);
+RT_MUST_USE int dev_trace_render(const dev_trace *t, char **json, size_t *len);
+void dev_trace_free(dev_trace *t);
 /* ACCEL_TRACE: starts a trace that dev_trace_finish writes to that file (embedded contexts). */
 void dev_trace_from_env(dev_world *w);
 /* At the world's end: writes the ACCEL_TRACE file if one was asked for, frees the trace. */

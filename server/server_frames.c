@@ -9,6 +9,7 @@
 #include "actors/device.h"
 #include "actors/trace.h"
 #include "runtime/alloc.h"
+#include "runtime/loop.h"
 #include "server/render.h"
 #include "server/server_priv.h"
 #include "server/server_transport.h"
@@ -297,15 +298,60 @@ static int trace_start(srv_server *s, srv_conn *c, uint64_t max_events) {
   return rc;
 }
 
-static void trace_stop(srv_server *s, srv_conn *c, nng_msg *m, uint64_t request_id) {
-  char *json = NULL;
+/* A stopped trace being rendered on libuv's thread pool: a million events take seconds,
+ * which on the loop would stall every client (and did, 4-5 us an event). */
+typedef struct trace_req {
+  uv_work_t req;
+  srv_server *s;
+  srv_conn *c; /* counted in c->ops meanwhile */
+  nng_msg *m;
+  uint64_t request_id;
+  dev_trace *t;
+  char *json;
+  int rc;
+} trace_req;
+
+static void trace_render(uv_work_t *req) {
+  trace_req *r = (trace_req *)req;
   size_t len = 0;
-  int rc = dev_trace_stop(s->world, &json, &len);
-  if (rc != 0) { /* EINVAL: no trace runs */
-    srv_reply_status(s, c, m, request_id, rc);
+  r->rc = dev_trace_render(r->t, &r->json, &len);
+}
+
+static void trace_rendered(uv_work_t *req, int status) {
+  trace_req *r = (trace_req *)req;
+  srv_server *s = r->s;
+  dev_trace_free(r->t);
+  if (s->stopped) {
+    nng_msg_free(r->m);
+    rt_free(r->json);
+  } else if (status != 0 || r->rc != 0) {
+    rt_free(r->json);
+    srv_reply_status(s, r->c, r->m, r->request_id, r->rc ? r->rc : ACCEL_ECANCELED);
+  } else {
+    reply_text(s, r->c, r->m, r->request_id, r->json);
+  }
+  srv_conn_ops_add(s, r->c, -1, true);
+  r->c->tp->flow(s, r->c); /* counted among its ops: its reading may resume */
+  srv_conn_maybe_free(s, r->c);
+  srv_release(s);
+  rt_free(r);
+}
+
+static void trace_stop(srv_server *s, srv_conn *c, nng_msg *m, uint64_t request_id) {
+  trace_req *r = rt_calloc(1, sizeof *r);
+  dev_trace *t = r != NULL ? dev_trace_detach(s->world) : NULL;
+  if (t == NULL) { /* EINVAL: no trace runs */
+    srv_reply_status(s, c, m, request_id, r == NULL ? ACCEL_ENOMEM : ACCEL_EINVAL);
+    rt_free(r);
     return;
   }
-  reply_text(s, c, m, request_id, json);
+  *r = (trace_req){.s = s, .c = c, .m = m, .request_id = request_id, .t = t};
+  s->refs++;
+  srv_conn_ops_add(s, c, +1, true);
+  if (uv_queue_work(rt_uv_loop(s->rt), &r->req, trace_render, trace_rendered) != 0) {
+    trace_render(&r->req); /* only with a loop that is gone; then here, as before */
+    trace_rendered(&r->req, 0);
+  }
 }
 
 static void on_control(srv_server *s, srv_conn *c, nng_msg *m, const proto_header *h) {
