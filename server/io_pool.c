@@ -1227,11 +1227,14 @@ int srv_iost_write_early(srv_iost *st, const void *bytes, size_t len, _Atomic ui
   if (pthread_mutex_trylock(&st->mu) != 0)
     return 0;
   uint64_t room = st->shut || !st->down_on || st->wq_len != 0 ? 0 : rt_ring_room(&st->down);
-  bool put = room != UINT64_MAX && room >= len && atomic_load(&st->down.ctl->reader_sleeps) == 0;
+  bool put = room != UINT64_MAX && room >= len;
   if (put) {
     rt_ring_put(&st->down, bytes, len);
     atomic_fetch_add(count, 1); /* the client's next op may reach the loop right after */
     rt_ring_commit(&st->down);
+    /* A client asleep (read after the commit: one that said so before it looked at the ring
+     * again is seen here) is rung by the stream's thread: to a spinning thread a store, no
+     * system call on this one, which completes everyone's work. */
     if (atomic_load(&st->down.ctl->reader_sleeps) != 0)
       post_cmd(st, CMD_BELL);
   }

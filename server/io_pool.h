@@ -118,9 +118,9 @@ void srv_iost_hold(srv_iost *st);
 void srv_iost_release(srv_iost *st);
 /* From any thread, while a hold is kept (the one exception to "loop thread only"): a whole
  * small frame into the client's shared ring now, where the stream is on rings, nothing of
- * its waits to be written, the ring has room, the client is polling it (not asleep) and no
- * other thread holds the stream's lock. `*count` goes up by one before the client can see the
- * frame. 1: written; 0: not (the caller sends it the usual way). */
+ * its waits to be written, the ring has room and no other thread holds the stream's lock; a
+ * client asleep is rung by the stream's thread. `*count` goes up by one before the client can
+ * see the frame. 1: written; 0: not (the caller sends it the usual way). */
 RT_MUST_USE int srv_iost_write_early(srv_iost *st, const void *bytes, size_t len,
                                      _Atomic uint32_t *count);
 /* Closes the stream: no more `readable`; queued writes end UV_ECANCELED; `closed` follows. */

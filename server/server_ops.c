@@ -116,9 +116,9 @@ static void send_result(srv_server *s, srv_op *so, int status) {
 
 /* On the thread that learns the op's device work is done (kernel_actor.c; acceld's reader of
  * the device worker's notes): the status reply goes into the client's ring now, rather than
- * after the loop's turn reaches the completion, when the client polls its ring and nothing of
- * the connection's waits (else op_done sends it as before). The client's next op then reaches
- * the loop while the loop finishes this one. */
+ * after the loop's turn reaches the completion, when nothing of the connection's waits (else
+ * op_done sends it as before); a client asleep is rung by its stream's I/O thread. The
+ * client's next op then reaches the loop while the loop finishes this one. */
 static void op_early(dev_call *call, int status) {
   srv_op *so = (srv_op *)call;
   uint8_t head[PROTO_REPLY_HEAD_SIZE];
