@@ -1217,24 +1217,28 @@ void srv_iost_release(srv_iost *st) {
     stream_free(st);
 }
 
-/* Only into the ring of a client that polls it: a sleeping one needs a bell, which the loop's
- * path batches (write_now) and a completing thread would make one system call per reply. A
- * client that fell asleep as the reply went in is rung by the stream's thread: it set its
- * flag before it looked at the tail once more (shm_ring.h), so one of the two sees the other. */
+/* Into the ring of a client that polls it, or of one asleep while the stream's thread spins:
+ * that thread rings it (post_cmd: a store), never this one, which completes every client's
+ * work; with the thread asleep too, the bell would be a system call here (its wake-up), so the
+ * loop's path takes the reply (write_now batches the bells). A client that fell asleep as the
+ * reply went in is rung by the stream's thread: it set its flag before it looked at the tail
+ * once more (shm_ring.h), so one of the two sees the other. */
 int srv_iost_write_early(srv_iost *st, const void *bytes, size_t len, _Atomic uint32_t *count) {
   /* Not behind the stream's thread putting a queue in, nor the loop ringing: the caller
    * completes every client's work, and the loop's path is there. */
   if (pthread_mutex_trylock(&st->mu) != 0)
     return 0;
   uint64_t room = st->shut || !st->down_on || st->wq_len != 0 ? 0 : rt_ring_room(&st->down);
-  bool put = room != UINT64_MAX && room >= len;
+  bool put = room != UINT64_MAX && room >= len; /* room: on rings, so a thread of its own */
+  if (put && atomic_load(&st->down.ctl->reader_sleeps) != 0 &&
+      atomic_load_explicit(&st->t->sleeps, memory_order_relaxed))
+    put = false; /* the bell would be a wake-up's system call here */
   if (put) {
     rt_ring_put(&st->down, bytes, len);
     atomic_fetch_add(count, 1); /* the client's next op may reach the loop right after */
     rt_ring_commit(&st->down);
-    /* A client asleep (read after the commit: one that said so before it looked at the ring
-     * again is seen here) is rung by the stream's thread: to a spinning thread a store, no
-     * system call on this one, which completes everyone's work. */
+    /* Read after the commit: a client that said it sleeps before it looked at the ring again
+     * is seen here. Under the mutex, so the bell goes before a close (shut) can. */
     if (atomic_load(&st->down.ctl->reader_sleeps) != 0)
       post_cmd(st, CMD_BELL);
   }

@@ -17,6 +17,18 @@ typedef struct srv_state {
   srv_server *s;
 } srv_state;
 
+void srv_failpoint_sleep(const char *var, _Atomic long *cached, long max_us) {
+  long us = atomic_load(cached);
+  if (us < 0) {
+    const char *v = getenv(var);
+    us = v ? strtol(v, NULL, 10) : 0;
+    us = us > 0 && us <= max_us ? us : 0;
+    atomic_store(cached, us);
+  }
+  if (us > 0)
+    usleep((useconds_t)us);
+}
+
 void srv_release(srv_server *s) {
   if (--s->refs > 0)
     return;
@@ -75,7 +87,8 @@ static void drain_complete(srv_server *s, int status) {
 void srv_drain_check(srv_server *s) {
   if (!s->draining || s->drain_reply == NULL)
     return;
-  bool idle = s->ops_in_flight == 0 && s->sendq.len == 0 && s->dirty == NULL && s->out_queued == 0;
+  bool idle = s->ops_in_flight == 0 && s->jobs == 0 && s->sendq.len == 0 && s->dirty == NULL &&
+              s->out_queued == 0;
   s->drain_idle_ticks = idle ? s->drain_idle_ticks + 1 : 0;
   if (s->drain_idle_ticks >= 2)
     drain_complete(s, 0);

@@ -204,6 +204,7 @@ static void fault_done(accel_future *f, int status, void *arg) {
   else
     srv_reply_status(r->s, r->c, r->m, r->request_id, status);
   srv_conn_ops_add(r->s, r->c, -1, true);
+  r->s->jobs--;
   r->c->tp->flow(r->s, r->c); /* counted among its ops: its reading may resume */
   srv_conn_maybe_free(r->s, r->c);
   srv_release(r->s);
@@ -235,6 +236,7 @@ static void inject_fault(srv_server *s, srv_conn *c, nng_msg *m, uint64_t reques
             (unsigned long long)device);
   *r = (fault_req){s, c, m, request_id};
   s->refs++;
+  s->jobs++;
   srv_conn_ops_add(s, c, +1, true);
   accel_future_then(f, fault_done, r);
   accel_future_release(f);
@@ -291,6 +293,8 @@ static void on_transfer_stats(srv_server *s, srv_conn *c, nng_msg *m, uint64_t r
 static int trace_start(srv_server *s, srv_conn *c, uint64_t max_events) {
   if (max_events > TRACE_MAX_EVENTS)
     return ACCEL_EINVAL;
+  if (s->trace_rendering) /* renders never pile up: each holds its events until it is done */
+    return ACCEL_EBUSY;
   int rc = dev_trace_start(s->world, (uint32_t)max_events);
   if (rc == 0)
     accel_log(ACCEL_LOG_INFO, "server", "connection %u%s%s%s started a trace", c->pipe,
@@ -298,39 +302,56 @@ static int trace_start(srv_server *s, srv_conn *c, uint64_t max_events) {
   return rc;
 }
 
-/* A stopped trace being rendered on libuv's thread pool: a million events take seconds,
- * which on the loop would stall every client (and did, 4-5 us an event). */
+/* A stopped trace being rendered on libuv's pool, its reply made there too: a million events
+ * take seconds and the reply hundreds of megabytes, which on the loop stalled every client
+ * (4-9 us an event). */
 typedef struct trace_req {
   uv_work_t req;
   srv_server *s;
   srv_conn *c; /* counted in c->ops meanwhile */
-  nng_msg *m;
+  nng_msg *m;  /* the request's message; the reply once rendered */
   uint64_t request_id;
   dev_trace *t;
-  char *json;
-  int rc;
+  int rc; /* the render's (the reply is m) or the reply's making */
 } trace_req;
 
+/* ACCEL_TEST_TRACE_RENDER_DELAY_US: each render takes that much longer (tests: a render of a
+ * test's few events is otherwise too quick to be seen under way). */
+static void render_delay(void) {
+  static _Atomic long delay_us = -1;
+  srv_failpoint_sleep("ACCEL_TEST_TRACE_RENDER_DELAY_US", &delay_us, 2000000);
+}
+
+/* The pool's thread: the JSON, then the whole reply in the request's message. */
 static void trace_render(uv_work_t *req) {
   trace_req *r = (trace_req *)req;
+  render_delay();
+  char *json = NULL;
   size_t len = 0;
-  r->rc = dev_trace_render(r->t, &r->json, &len);
+  uint8_t head[PROTO_REPLY_HEAD_SIZE];
+  r->rc = dev_trace_render(r->t, &json, &len);
+  if (r->rc == 0)
+    r->rc = proto_encode_reply_head(head, r->request_id, 0, len);
+  nng_msg_clear(r->m);
+  if (r->rc == 0 &&
+      (nng_msg_append(r->m, head, sizeof head) != 0 || nng_msg_append(r->m, json, len) != 0))
+    r->rc = ACCEL_ENOMEM;
+  rt_free(json);
 }
 
 static void trace_rendered(uv_work_t *req, int status) {
   trace_req *r = (trace_req *)req;
   srv_server *s = r->s;
   dev_trace_free(r->t);
-  if (s->stopped) {
+  s->trace_rendering = false;
+  if (s->stopped)
     nng_msg_free(r->m);
-    rt_free(r->json);
-  } else if (status != 0 || r->rc != 0) {
-    rt_free(r->json);
+  else if (status != 0 || r->rc != 0)
     srv_reply_status(s, r->c, r->m, r->request_id, r->rc ? r->rc : ACCEL_ECANCELED);
-  } else {
-    reply_text(s, r->c, r->m, r->request_id, r->json);
-  }
+  else
+    srv_conn_send(s, r->c, r->m);
   srv_conn_ops_add(s, r->c, -1, true);
+  s->jobs--;
   r->c->tp->flow(s, r->c); /* counted among its ops: its reading may resume */
   srv_conn_maybe_free(s, r->c);
   srv_release(s);
@@ -347,6 +368,8 @@ static void trace_stop(srv_server *s, srv_conn *c, nng_msg *m, uint64_t request_
   }
   *r = (trace_req){.s = s, .c = c, .m = m, .request_id = request_id, .t = t};
   s->refs++;
+  s->jobs++;
+  s->trace_rendering = true;
   srv_conn_ops_add(s, c, +1, true);
   if (uv_queue_work(rt_uv_loop(s->rt), &r->req, trace_render, trace_rendered) != 0) {
     trace_render(&r->req); /* only with a loop that is gone; then here, as before */

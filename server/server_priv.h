@@ -136,6 +136,10 @@ struct srv_server {
   uint64_t shared_bytes; /* clients' shared memory mapped here (server_shm.c) */
   uint32_t sessions;
   uint64_t ops_in_flight, ops_completed, ops_failed, frames_bad;
+  /* Requests answered later, off the loop's op path (an injected fault, a trace's render):
+   * a drain waits for them too. */
+  uint32_t jobs;
+  bool trace_rendering;           /* one render at a time: a trace cannot start meanwhile */
   _Atomic uint64_t replies_early; /* server_ops.c op_early: counted off the loop */
   /* Connections waiting for the reply to their only op (srv_conn_ops_add): beside them a
    * connection with several ops in flight gets shorter turns (server_local.c). */
@@ -154,6 +158,9 @@ struct srv_server {
 
 /* server.c */
 void srv_release(srv_server *s);
+/* Tests' failpoints: sleeps the microseconds (at most max_us) the environment variable `var`
+ * gives, read once into *cached (-1 until then; any thread). */
+void srv_failpoint_sleep(const char *var, _Atomic long *cached, long max_us);
 /* The machine's memory in bytes (the default of caps sized by it), 0 if it cannot be read. */
 uint64_t srv_ram_bytes(void);
 uint64_t srv_now_ms(srv_server *s);

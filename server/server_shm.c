@@ -57,25 +57,11 @@ typedef struct dma_job {
   int rc;
 } dma_job;
 
-/* Tests' failpoints: sleeps the microseconds (at most 0.1 s) the environment variable `var`
- * gives, read once into *cached (-1 until then; any thread). */
-static void failpoint_sleep(const char *var, _Atomic long *cached) {
-  long us = atomic_load(cached);
-  if (us < 0) {
-    const char *v = getenv(var);
-    us = v ? strtol(v, NULL, 10) : 0;
-    us = us > 0 && us <= 100000 ? us : 0;
-    atomic_store(cached, us);
-  }
-  if (us > 0)
-    usleep((useconds_t)us);
-}
-
 /* ACCEL_TEST_SHM_REGISTER_DELAY_US makes each registration take that long (a registration is
  * quick on a test machine: they never pile up otherwise). A worker thread. */
 static void register_delay(void) {
   static _Atomic long delay_us = -1;
-  failpoint_sleep("ACCEL_TEST_SHM_REGISTER_DELAY_US", &delay_us);
+  srv_failpoint_sleep("ACCEL_TEST_SHM_REGISTER_DELAY_US", &delay_us, 100000);
 }
 
 static int dma_register_work(void *arg) {
@@ -237,7 +223,7 @@ void srv_shm_registered(srv_server *s, void *data) {
  * machine cannot hit in bounded time). Read once; loop thread only. */
 static void check_gap(void) {
   static _Atomic long gap_us = -1;
-  failpoint_sleep("ACCEL_TEST_SHM_CHECK_GAP_US", &gap_us);
+  srv_failpoint_sleep("ACCEL_TEST_SHM_CHECK_GAP_US", &gap_us, 100000);
 }
 
 /* A descriptor we may map: a memfd sealed against shrinking, of a sane size. The seals are

@@ -248,14 +248,35 @@ static void fills_then_read(td_client *c, uint64_t h, int n) {
     CHECK_EQ(got[i], (uint32_t)n + 6);
 }
 
+/* Fills of h by a client that says it sleeps on its socket, each waited for, its bell taken
+ * (the flag cleared: a late bell would take it from the next op otherwise). */
+static void sleeping_fills(td_client *c, uint64_t h, int n) {
+  for (int i = 0; i < n; i++) {
+    atomic_store(&c->down.ctl->reader_sleeps, 1);
+    CHECK_OK(td_fill(c, h, (uint32_t)i));
+    TEST_WAIT_FOR(atomic_load(&c->down.ctl->reader_sleeps) == 0, 20);
+  }
+}
+
 /* A client that polls its ring (its down ring's reader_sleeps 0: take_ring naps and never
  * waits on the socket) gets a status reply from the thread that saw the fill done, before
- * the loop finished it; a sleeping one too, and its bell still comes (the flag taken); with
- * ACCEL_EARLY_REPLIES=0 none leaves early. A client that leaves
- * with its op in flight leaves the daemon as it was. */
+ * the loop finished it; a sleeping one too while its stream's I/O thread spins (which rings
+ * it), and from the loop, with its bell, while that thread sleeps (the bell would be a system
+ * call on the completing thread); with ACCEL_EARLY_REPLIES=0 none leaves early. A client
+ * that leaves with its op in flight leaves the daemon as it was. */
+/* start() with ACCEL_SPIN_US=us in the daemon's environment (the suite's own value kept). */
+static void start_spinning(td_daemon *d, const char *us) {
+  const char *was = getenv("ACCEL_SPIN_US");
+  char keep[32];
+  snprintf(keep, sizeof keep, "%s", was ? was : "");
+  CHECK_EQ(setenv("ACCEL_SPIN_US", us, 1), 0);
+  start(d);
+  CHECK_EQ(was ? setenv("ACCEL_SPIN_US", keep, 1) : unsetenv("ACCEL_SPIN_US"), 0);
+}
+
 TEST(status_replies_to_a_polling_client_leave_as_the_work_ends) {
   td_daemon d;
-  start(&d);
+  start_spinning(&d, "200000"); /* its threads spin 0.2 s after work */
   td_client c, b;
   two_clients(&d, &c, &b);
   atomic_store(&c.down.ctl->reader_sleeps, 0);
@@ -265,12 +286,7 @@ TEST(status_replies_to_a_polling_client_leave_as_the_work_ends) {
   long early = td_status_field(&d, "replies_early");
   CHECK_EQ(early, 200); /* each fill's; the create and the read carry no device completion */
   TEST_WAIT_FOR(td_status_field(&d, "light_clients") == 0, 20); /* counted back to none */
-  for (int i = 0; i < 50; i++) { /* asleep for each: answered early too, and rung */
-    atomic_store(&c.down.ctl->reader_sleeps, 1);
-    CHECK_OK(td_fill(&c, h, (uint32_t)i));
-    /* its bell taken the flag (which a late bell would take from the next op otherwise) */
-    TEST_WAIT_FOR(atomic_load(&c.down.ctl->reader_sleeps) == 0, 20);
-  }
+  sleeping_fills(&c, h, 50); /* early too, rung by the spinning thread */
   CHECK_EQ(td_status_field(&d, "replies_early"), early + 50);
   TEST_WAIT_FOR(td_status_field(&d, "light_clients") == 0, 20);
   atomic_store(&c.down.ctl->reader_sleeps, 0);
@@ -282,6 +298,15 @@ TEST(status_replies_to_a_polling_client_leave_as_the_work_ends) {
   td_client_close(&c); /* the reply has nowhere to go */
   CHECK_OK(td_control(&b, PROTO_CTL_PING, 0));
   TEST_WAIT_FOR(td_status_field(&d, "ops_in_flight") == 0, 20);
+  td_client_close(&b);
+  td_cleanup(&d);
+
+  start_spinning(&d, "0"); /* its threads sleep as soon as they can */
+  two_clients(&d, &c, &b);
+  CHECK_OK(td_create(&c, h, ACCEL_U32, 64));
+  sleeping_fills(&c, h, 50); /* from the loop, rung */
+  CHECK_EQ(td_status_field(&d, "replies_early"), 0);
+  td_client_close(&c);
   td_client_close(&b);
   td_cleanup(&d);
 

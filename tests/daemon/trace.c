@@ -2,6 +2,7 @@
  * program, each checked by check_trace.py (spans nest and order, device tracks named, the
  * client named, the program's ops there); the command's errors named. */
 #include <poll.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -165,10 +166,14 @@ static uint64_t send_stop(td_client *c) {
   return id;
 }
 
-/* A client with a running trace of about 100 000 events (its buffer x). */
-static void trace_many(td_daemon *d, td_client *a, td_client *b) {
+/* A daemon whose trace renders take half a second longer (a failpoint: the few thousand events
+ * of a test render in milliseconds), and a client a with a running trace of about 4 000
+ * events; b another connection. */
+static void trace_some(td_daemon *d, td_client *a, td_client *b) {
   td_prepare(d);
+  CHECK_EQ(setenv("ACCEL_TEST_TRACE_RENDER_DELAY_US", "500000", 1), 0);
   td_start(d, "--backends", "cpu", NULL);
+  CHECK_EQ(unsetenv("ACCEL_TEST_TRACE_RENDER_DELAY_US"), 0);
   td_client_open(a, d->url);
   td_client_open(b, d->url);
   proto_welcome w;
@@ -176,48 +181,58 @@ static void trace_many(td_daemon *d, td_client *a, td_client *b) {
   uint64_t x = td_handle(1, 1);
   CHECK_OK(td_create(a, x, ACCEL_U32, 1));
   CHECK_OK(td_control(a, PROTO_CTL_TRACE_START, 0));
-  fill_batches(a, x, 100);
+  fill_batches(a, x, 4);
 }
 
-/* A stopped trace is rendered off the loop: rendering 100 000 events takes about half a
- * second, and on the loop it held every client that long (4-5 us an event). A ping from
- * another connection, sent once the stop is under way, is answered before the trace; then
- * the trace comes, whole. */
-TEST(a_trace_renders_off_the_loop) {
-  td_daemon d;
-  td_client a, b;
-  trace_many(&d, &a, &b);
-  uint64_t stop = send_stop(&a);
-  test_sleep_ms(100); /* a loop that renders itself is at it by now */
-  CHECK_OK(td_control(&b, PROTO_CTL_PING, 0));
-  struct pollfd p = {.fd = a.fd, .events = POLLIN};
-  CHECK_EQ(poll(&p, 1, 0), 0); /* not a byte of the trace's reply yet */
+/* The trace's reply to `stop`: whole, and holding every fill's events. */
+static void check_trace_reply(td_client *a, uint64_t stop) {
   nng_msg *m;
-  CHECK_OK(td_recv(&a, &m, TD_FOREVER));
+  CHECK_OK(td_recv(a, &m, TD_FOREVER));
   proto_bytes data;
   CHECK_OK(td_reply_status(m, stop, &data));
   const char *events = memmem(data.data, data.len, "\"events\":", 9);
   CHECK(events != NULL);
-  CHECK_GE(strtol(events + 9, NULL, 10), 100000);
+  CHECK_GE(strtol(events + 9, NULL, 10), 4 * 1024);
   CHECK(memmem(data.data, data.len, "\n]}\n", 4) != NULL); /* whole */
   nng_msg_free(m);
+}
+
+/* A stopped trace is rendered off the loop (a million events take seconds; on the loop every
+ * client waited that long): a ping from another connection, sent once the stop is under way,
+ * is answered before the trace; a trace cannot start while one renders (renders would pile up,
+ * each holding its events); then the trace comes, whole, and the next one may start. */
+TEST(a_trace_renders_off_the_loop) {
+  td_daemon d;
+  td_client a, b;
+  trace_some(&d, &a, &b);
+  uint64_t stop = send_stop(&a);
+  test_sleep_ms(50); /* the stop taken by now */
+  CHECK_OK(td_control(&b, PROTO_CTL_PING, 0));
+  CHECK_EQ(td_control(&b, PROTO_CTL_TRACE_START, 0), ACCEL_EBUSY);
+  struct pollfd p = {.fd = a.fd, .events = POLLIN};
+  CHECK_EQ(poll(&p, 1, 0), 0); /* not a byte of the trace's reply yet */
+  check_trace_reply(&a, stop);
+  CHECK_OK(td_control(&b, PROTO_CTL_TRACE_START, 0));
   td_client_close(&a);
   td_client_close(&b);
   CHECK_EQ(td_stop(&d), 0);
   td_cleanup(&d);
 }
 
-/* acceld stopped (SIGTERM) while a trace renders, and its client gone meanwhile: it exits
- * cleanly (the sanitizer builds check that nothing leaks or is used after its free). */
+/* acceld told to stop (SIGTERM) while a trace renders: its drain waits for the render, the
+ * client gets its trace, and acceld exits cleanly (the sanitizer builds check that nothing
+ * leaks or is used after its free). */
 TEST(stopping_while_a_trace_renders) {
   td_daemon d;
   td_client a, b;
-  trace_many(&d, &a, &b);
-  (void)send_stop(&a);
-  test_sleep_ms(20);
+  trace_some(&d, &a, &b);
+  uint64_t stop = send_stop(&a);
+  test_sleep_ms(50);
+  td_signal(&d, SIGTERM);
+  check_trace_reply(&a, stop);
   td_client_close(&a);
   td_client_close(&b);
-  CHECK_EQ(td_stop(&d), 0);
+  CHECK_EQ(td_wait(&d), 0);
   td_cleanup(&d);
 }
 
