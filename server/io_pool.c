@@ -1218,9 +1218,10 @@ void srv_iost_release(srv_iost *st) {
 }
 
 /* Into the ring of a client that polls it, or of one asleep while the stream's thread spins:
- * that thread rings it (post_cmd: a store), never this one, which completes every client's
- * work; with the thread asleep too, the bell would be a system call here (its wake-up), so the
- * loop's path takes the reply (write_now batches the bells). A client that fell asleep as the
+ * that thread rings it (post_cmd: a store), almost never this one, which completes every
+ * client's work (only if the thread falls asleep between the look below and the post); with
+ * the thread asleep already, the bell would be a system call here (its wake-up), so the loop's
+ * path takes the reply (write_now batches the bells). A client that fell asleep as the
  * reply went in is rung by the stream's thread: it set its flag before it looked at the tail
  * once more (shm_ring.h), so one of the two sees the other. */
 int srv_iost_write_early(srv_iost *st, const void *bytes, size_t len, _Atomic uint32_t *count) {

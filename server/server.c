@@ -93,8 +93,8 @@ void srv_drain_check(srv_server *s) {
   if (s->drain_idle_ticks >= 2)
     drain_complete(s, 0);
   else if (srv_now_ms(s) >= s->drain_deadline_ms) {
-    accel_log(ACCEL_LOG_WARN, "server", "drain timed out with %llu ops in flight",
-              (unsigned long long)s->ops_in_flight);
+    accel_log(ACCEL_LOG_WARN, "server", "drain timed out with %llu ops in flight, %u jobs",
+              (unsigned long long)s->ops_in_flight, s->jobs);
     drain_complete(s, ACCEL_ETIMEDOUT);
   }
 }
