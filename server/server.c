@@ -87,8 +87,8 @@ static void drain_complete(srv_server *s, int status) {
 void srv_drain_check(srv_server *s) {
   if (!s->draining || s->drain_reply == NULL)
     return;
-  bool idle = s->ops_in_flight == 0 && s->jobs == 0 && s->sendq.len == 0 && s->dirty == NULL &&
-              s->out_queued == 0;
+  bool idle = s->ops_in_flight == 0 && s->jobs == 0 && s->local_out_bytes == 0 &&
+              s->sendq.len == 0 && s->dirty == NULL && s->out_queued == 0;
   s->drain_idle_ticks = idle ? s->drain_idle_ticks + 1 : 0;
   if (s->drain_idle_ticks >= 2)
     drain_complete(s, 0);

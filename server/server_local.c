@@ -196,6 +196,7 @@ static void on_written(srv_iost *st, void *data, nng_msg *m, int status) {
   srv_link *l = data;
   size_t len = nng_msg_len(m);
   l->out_bytes -= len;
+  l->s->local_out_bytes -= len;
   if (l->conn)
     l->conn->out_bytes -= len;
   srv_msg_give(l->s, m);
@@ -222,6 +223,7 @@ void srv_local_send(srv_server *s, srv_conn *c, nng_msg *m) {
     return;
   }
   l->out_bytes += len;
+  s->local_out_bytes += len;
   link_flow(l);
 }
 

@@ -139,6 +139,9 @@ struct srv_server {
   /* Requests answered later, off the loop's op path (an injected fault, a trace's render):
    * a drain waits for them too. */
   uint32_t jobs;
+  /* Reply bytes handed to local streams and not written yet (server_local.c): a drain waits
+   * for them too, or a large reply would be cut when the links close. */
+  uint64_t local_out_bytes;
   bool trace_rendering;           /* one render at a time: a trace cannot start meanwhile */
   _Atomic uint64_t replies_early; /* server_ops.c op_early: counted off the loop */
   /* Connections waiting for the reply to their only op (srv_conn_ops_add): beside them a

@@ -210,6 +210,48 @@ TEST(sigterm_drains_ops_in_flight_and_exits_0) {
   CHECK_GT(flying, 0);
 }
 
+/* A reply larger than the socket takes, still being written when the drain finds nothing in
+ * flight: the drain waits for its last byte before the links close, and a client that reads
+ * only after the SIGTERM gets it whole. */
+TEST(a_drain_waits_for_a_large_reply_to_be_written) {
+  enum { N = 2 << 20 }; /* 8 MiB of u32 */
+  td_daemon d;
+  td_prepare(&d);
+  td_start(&d, "--backends", "cpu", NULL);
+  td_client c;
+  td_client_open(&c, d.url);
+  CHECK_OK(td_hello(&c, NULL));
+  uint64_t h = td_handle(1, 1);
+  CHECK_OK(td_create(&c, h, ACCEL_U32, N));
+  CHECK_OK(td_fill(&c, h, 0x5a5a5a5au));
+  dev_op op = {.h = {.kind = DEV_OP_READ, .device = ACCEL_DEVICE_ANY}, .nbufs = 1};
+  op.bufs[0] = (dev_op_buf){.handle = h, .count = N};
+  op.u.read.bytes = (uint64_t)N * 4;
+  proto_out o;
+  uint64_t id = c.next_id++;
+  proto_out_init(&o);
+  CHECK_OK(proto_encode_op(&o, id, &op, (proto_bytes){NULL, 0}));
+  td_send_raw(&c, o.data, o.len, id);
+  proto_out_free(&o);
+  test_sleep_ms(200); /* the reply made and handed to the socket, which holds a little of it */
+  td_signal(&d, SIGTERM);
+  test_sleep_ms(500); /* a drain that did not wait would have closed the link by now */
+  nng_msg *m;
+  CHECK_OK(td_recv(&c, &m, TD_FOREVER));
+  proto_bytes data;
+  CHECK_OK(td_reply_status(m, id, &data));
+  CHECK_EQ(data.len, (size_t)N * 4);
+  const uint32_t *v = (const uint32_t *)data.data;
+  for (size_t i = 0; i < N; i += 4099)
+    CHECK_EQ(v[i], 0x5a5a5a5au);
+  CHECK_EQ(v[N - 1], 0x5a5a5a5au);
+  nng_msg_free(m);
+  td_client_close(&c);
+  CHECK_EQ(td_wait(&d), 0);
+  CHECK(strstr(td_log(&d), "drained (OK)") != NULL);
+  td_cleanup(&d);
+}
+
 TEST(sighup_reloads_live_settings) {
   td_daemon d;
   td_prepare(&d);
@@ -377,6 +419,7 @@ static const test_case tests[] = {
     TEST_CASE(fault_injection_restarts_the_device),
     TEST_CASE(quarantine_exits_for_a_restart),
     TEST_CASE(sigterm_drains_ops_in_flight_and_exits_0),
+    TEST_CASE(a_drain_waits_for_a_large_reply_to_be_written),
     TEST_CASE(sighup_reloads_live_settings),
     TEST_CASE(sighup_raises_the_frame_limit_on_nng_too),
     TEST_CASE(journal_lines_carry_the_syslog_priority),
