@@ -52,7 +52,7 @@ struct dev_trace {
   char node_names[DEV_MAX_NODES][160];
 };
 
-static void trace_free(dev_trace *t) {
+void dev_trace_free(dev_trace *t) {
   if (t) {
     rt_free(t->ev);
     rt_free(t->path);
@@ -76,7 +76,7 @@ int dev_trace_start(dev_world *w, uint32_t max_events) {
   if (w->trace) { /* a restart keeps where the file goes */
     t->path = w->trace->path;
     w->trace->path = NULL;
-    trace_free(w->trace);
+    dev_trace_free(w->trace);
   }
   w->trace = t;
   return 0;
@@ -319,16 +319,12 @@ dev_trace *dev_trace_detach(dev_world *w) {
   return t;
 }
 
-void dev_trace_free(dev_trace *t) {
-  trace_free(t);
-}
-
 int dev_trace_stop(dev_world *w, char **json, size_t *len) {
   dev_trace *t = dev_trace_detach(w);
   if (t == NULL)
     return ACCEL_EINVAL;
   int rc = dev_trace_render(t, json, len);
-  trace_free(t);
+  dev_trace_free(t);
   return rc;
 }
 

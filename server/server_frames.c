@@ -27,20 +27,29 @@ void srv_reply_status(srv_server *s, srv_conn *c, nng_msg *m, uint64_t request_i
   srv_conn_send(s, c, m);
 }
 
-/* A reply with data (text, JSON): `text` is taken. */
-static void reply_text(srv_server *s, srv_conn *c, nng_msg *m, uint64_t request_id, char *text) {
-  if (text == NULL) {
-    srv_reply_status(s, c, m, request_id, ACCEL_ENOMEM);
-    return;
-  }
-  size_t len = strlen(text);
+/* m becomes a successful reply to request_id carrying `len` bytes of data: 0, or an error (m
+ * then holds no reply). Any thread: it touches m only. */
+static int fill_reply(nng_msg *m, uint64_t request_id, const void *data, size_t len) {
   uint8_t head[PROTO_REPLY_HEAD_SIZE];
   int rc = proto_encode_reply_head(head, request_id, 0, len);
   nng_msg_clear(m);
-  if (rc == 0 && nng_msg_append(m, head, sizeof head) == 0 && nng_msg_append(m, text, len) == 0)
+  if (rc == 0 && (nng_msg_append(m, head, sizeof head) != 0 || nng_msg_append(m, data, len) != 0))
+    rc = ACCEL_ENOMEM;
+  return rc;
+}
+
+/* Sends m, filled by fill_reply with status rc, or the status reply of its error. */
+static void send_filled(srv_server *s, srv_conn *c, nng_msg *m, uint64_t request_id, int rc) {
+  if (rc == 0)
     srv_conn_send(s, c, m);
   else
-    srv_reply_status(s, c, m, request_id, rc ? rc : ACCEL_ENOMEM);
+    srv_reply_status(s, c, m, request_id, rc);
+}
+
+/* A reply with data (text, JSON): `text` is taken. */
+static void reply_text(srv_server *s, srv_conn *c, nng_msg *m, uint64_t request_id, char *text) {
+  int rc = text == NULL ? ACCEL_ENOMEM : fill_reply(m, request_id, text, strlen(text));
+  send_filled(s, c, m, request_id, rc);
   rt_free(text);
 }
 
@@ -190,6 +199,22 @@ srv_status_counts srv_counts(srv_server *s) {
   };
 }
 
+/* A request answered later, off the op path (an injected fault, a trace's render): the
+ * connection (counted among its ops) and the server are held, and a drain waits for it. */
+static void job_begin(srv_server *s, srv_conn *c) {
+  s->refs++;
+  s->jobs++;
+  srv_conn_ops_add(s, c, +1, true);
+}
+
+static void job_end(srv_server *s, srv_conn *c) {
+  srv_conn_ops_add(s, c, -1, true);
+  s->jobs--;
+  c->tp->flow(s, c); /* counted among its ops: its reading may resume */
+  srv_conn_maybe_free(s, c);
+  srv_release(s);
+}
+
 typedef struct fault_req {
   srv_server *s;
   srv_conn *c; /* counted in c->ops meanwhile */
@@ -203,11 +228,7 @@ static void fault_done(accel_future *f, int status, void *arg) {
     nng_msg_free(r->m);
   else
     srv_reply_status(r->s, r->c, r->m, r->request_id, status);
-  srv_conn_ops_add(r->s, r->c, -1, true);
-  r->s->jobs--;
-  r->c->tp->flow(r->s, r->c); /* counted among its ops: its reading may resume */
-  srv_conn_maybe_free(r->s, r->c);
-  srv_release(r->s);
+  job_end(r->s, r->c);
   rt_free(r);
 }
 
@@ -235,9 +256,7 @@ static void inject_fault(srv_server *s, srv_conn *c, nng_msg *m, uint64_t reques
   accel_log(ACCEL_LOG_WARN, "server", "injecting a fault into device %llu",
             (unsigned long long)device);
   *r = (fault_req){s, c, m, request_id};
-  s->refs++;
-  s->jobs++;
-  srv_conn_ops_add(s, c, +1, true);
+  job_begin(s, c);
   accel_future_then(f, fault_done, r);
   accel_future_release(f);
 }
@@ -245,18 +264,10 @@ static void inject_fault(srv_server *s, srv_conn *c, nng_msg *m, uint64_t reques
 /* A reply whose data is a fixed binary record (DEVICE_INFO, TRANSFER_STATS). */
 static void reply_record(srv_server *s, srv_conn *c, nng_msg *m, uint64_t request_id, proto_out *o,
                          int rc) {
-  uint8_t head[PROTO_REPLY_HEAD_SIZE];
   if (rc == 0)
-    rc = proto_encode_reply_head(head, request_id, 0, o->len);
-  nng_msg_clear(m);
-  if (rc == 0 &&
-      (nng_msg_append(m, head, sizeof head) != 0 || nng_msg_append(m, o->data, o->len) != 0))
-    rc = ACCEL_ENOMEM;
+    rc = fill_reply(m, request_id, o->data, o->len);
   proto_out_free(o);
-  if (rc == 0)
-    srv_conn_send(s, c, m);
-  else
-    srv_reply_status(s, c, m, request_id, rc);
+  send_filled(s, c, m, request_id, rc);
 }
 
 static void on_device_info(srv_server *s, srv_conn *c, nng_msg *m, uint64_t request_id,
@@ -328,14 +339,9 @@ static void trace_render(uv_work_t *req) {
   render_delay();
   char *json = NULL;
   size_t len = 0;
-  uint8_t head[PROTO_REPLY_HEAD_SIZE];
   r->rc = dev_trace_render(r->t, &json, &len);
   if (r->rc == 0)
-    r->rc = proto_encode_reply_head(head, r->request_id, 0, len);
-  nng_msg_clear(r->m);
-  if (r->rc == 0 &&
-      (nng_msg_append(r->m, head, sizeof head) != 0 || nng_msg_append(r->m, json, len) != 0))
-    r->rc = ACCEL_ENOMEM;
+    r->rc = fill_reply(r->m, r->request_id, json, len);
   rt_free(json);
 }
 
@@ -346,15 +352,9 @@ static void trace_rendered(uv_work_t *req, int status) {
   s->trace_rendering = false;
   if (s->stopped)
     nng_msg_free(r->m);
-  else if (status != 0 || r->rc != 0)
-    srv_reply_status(s, r->c, r->m, r->request_id, r->rc ? r->rc : ACCEL_ECANCELED);
-  else
-    srv_conn_send(s, r->c, r->m);
-  srv_conn_ops_add(s, r->c, -1, true);
-  s->jobs--;
-  r->c->tp->flow(s, r->c); /* counted among its ops: its reading may resume */
-  srv_conn_maybe_free(s, r->c);
-  srv_release(s);
+  else /* a cancelled request never ran: m holds no reply */
+    send_filled(s, r->c, r->m, r->request_id, status != 0 ? ACCEL_ECANCELED : r->rc);
+  job_end(s, r->c);
   rt_free(r);
 }
 
@@ -367,10 +367,8 @@ static void trace_stop(srv_server *s, srv_conn *c, nng_msg *m, uint64_t request_
     return;
   }
   *r = (trace_req){.s = s, .c = c, .m = m, .request_id = request_id, .t = t};
-  s->refs++;
-  s->jobs++;
+  job_begin(s, c);
   s->trace_rendering = true;
-  srv_conn_ops_add(s, c, +1, true);
   if (uv_queue_work(rt_uv_loop(s->rt), &r->req, trace_render, trace_rendered) != 0) {
     trace_render(&r->req); /* only with a loop that is gone; then here, as before */
     trace_rendered(&r->req, 0);

@@ -183,6 +183,19 @@ static void trace_some(td_daemon *d, td_client *a, td_client *b) {
   fill_batches(a, x, 4);
 }
 
+/* Stops a's trace and, right behind it on the same connection (whose frames are taken in
+ * order), asks for a new one, which is refused while the stopped one renders: that reply
+ * comes first (a loop that rendered itself would send the trace first). The stop's id. */
+static uint64_t stop_while_rendering(td_client *a) {
+  uint64_t stop = send_control(a, PROTO_CTL_TRACE_STOP);
+  uint64_t start = send_control(a, PROTO_CTL_TRACE_START);
+  nng_msg *m;
+  CHECK_OK(td_recv(a, &m, TD_FOREVER));
+  CHECK_EQ(td_reply_status(m, start, NULL), ACCEL_EBUSY);
+  nng_msg_free(m);
+  return stop;
+}
+
 /* The trace's reply to `stop`: whole, and holding every fill's events. */
 static void check_trace_reply(td_client *a, uint64_t stop) {
   nng_msg *m;
@@ -197,21 +210,15 @@ static void check_trace_reply(td_client *a, uint64_t stop) {
 }
 
 /* A stopped trace is rendered off the loop (a million events take seconds; on the loop every
- * client waited that long). A start sent right behind the stop on the same connection (frames
- * of one connection are taken in order) is answered first, refused: a trace cannot start while
- * one renders (renders would pile up, each holding its events); on a loop that rendered, the
- * trace's reply would come first. Another connection's ping is answered meanwhile. Then the
- * trace comes, whole, and the next one may start. */
+ * client waited that long): a start behind the stop is refused before the trace comes (a
+ * trace cannot start while one renders: renders would pile up, each holding its events), and
+ * another connection's ping is answered meanwhile. Then the trace comes, whole, and the next
+ * one may start. */
 TEST(a_trace_renders_off_the_loop) {
   td_daemon d;
   td_client a, b;
   trace_some(&d, &a, &b);
-  uint64_t stop = send_control(&a, PROTO_CTL_TRACE_STOP);
-  uint64_t start = send_control(&a, PROTO_CTL_TRACE_START);
-  nng_msg *m;
-  CHECK_OK(td_recv(&a, &m, TD_FOREVER));
-  CHECK_EQ(td_reply_status(m, start, NULL), ACCEL_EBUSY);
-  nng_msg_free(m);
+  uint64_t stop = stop_while_rendering(&a);
   CHECK_OK(td_control(&b, PROTO_CTL_PING, 0));
   check_trace_reply(&a, stop);
   CHECK_OK(td_control(&b, PROTO_CTL_TRACE_START, 0));
@@ -228,12 +235,7 @@ TEST(stopping_while_a_trace_renders) {
   td_daemon d;
   td_client a, b;
   trace_some(&d, &a, &b);
-  uint64_t stop = send_control(&a, PROTO_CTL_TRACE_STOP);
-  uint64_t start = send_control(&a, PROTO_CTL_TRACE_START);
-  nng_msg *m;
-  CHECK_OK(td_recv(&a, &m, TD_FOREVER));
-  CHECK_EQ(td_reply_status(m, start, NULL), ACCEL_EBUSY); /* the render is under way */
-  nng_msg_free(m);
+  uint64_t stop = stop_while_rendering(&a); /* the render is under way */
   td_signal(&d, SIGTERM);
   check_trace_reply(&a, stop);
   td_client_close(&a);
