@@ -32,7 +32,7 @@ RT_TLS rt_loop *rt_tls_hold_wake;
 RT_TLS bool rt_tls_wake_owed;
 
 static void on_turn(uv_idle_t *h);
-static void note_busy(rt_loop *l, uint64_t since_ns);
+static uint64_t note_busy(rt_loop *l, uint64_t since_ns);
 
 /* The calling thread's loop of rt, else loop 0. */
 static rt_loop *here_or_first(accel_runtime *rt) {
@@ -263,12 +263,21 @@ static void maybe_sleep(rt_loop *l, uint64_t now_ns) {
   uv_idle_stop(&l->turn);
 }
 
-static void run_turn_timed(rt_loop *l, uint64_t t0);
+static bool run_turn_timed(rt_loop *l, uint64_t t0);
+
+/* Time in turns that found work (accel_runtime_loop_busy_ns): written by the loop only. */
+static void add_busy(rt_loop *l, uint64_t ns) {
+  atomic_store_explicit(&l->busy_ns, atomic_load_explicit(&l->busy_ns, memory_order_relaxed) + ns,
+                        memory_order_relaxed);
+}
 
 static void run_turn(rt_loop *l) {
   uint64_t t0 = uv_hrtime();
-  run_turn_timed(l, t0);
-  note_busy(l, t0); /* a turn from the poll phase (a wake-up) is outside awake..asleep */
+  bool worked = run_turn_timed(l, t0);
+  uint64_t end =
+      note_busy(l, t0); /* a turn from the poll phase (a wake-up) is outside awake..asleep */
+  if (worked)
+    add_busy(l, end - t0);
 }
 
 static void run_local_tasks(rt_loop *l) {
@@ -278,8 +287,8 @@ static void run_local_tasks(rt_loop *l) {
 }
 
 /* The turn's one clock read is t0, its start: when work was last found, and the spin's
- * measure (a hop from actor to actor reads no clock). */
-static void run_turn_timed(rt_loop *l, uint64_t t0) {
+ * measure (a hop from actor to actor reads no clock). True if it found work. */
+static bool run_turn_timed(rt_loop *l, uint64_t t0) {
   l->turn_ns = t0;
   bool worked = take_remote(l) || l->runq_head || l->local_tasks.head;
   run_queued_actors(l);
@@ -291,6 +300,7 @@ static void run_turn_timed(rt_loop *l, uint64_t t0) {
     l->last_work_ns = t0;
   if (!has_local_work(l) && l->turn_active)
     maybe_sleep(l, t0);
+  return worked;
 }
 
 /* ---- turns run by a client thread while the loop sleeps (borrow.c), token held ---- */
@@ -300,7 +310,7 @@ bool rt_turn_has_work(rt_loop *l) {
 }
 
 void rt_turn_run(rt_loop *l) {
-  run_turn_timed(l, uv_hrtime());
+  (void)run_turn_timed(l, uv_hrtime()); /* on a client's thread: not the loop's busy time */
 }
 
 /* After a borrow: stops the idle turn if nothing is left, marks the loop asleep again
@@ -335,19 +345,26 @@ static void run_deferred(rt_loop *l);
  * callback's start). */
 static void run_turns(rt_loop *l) {
   uint64_t start = uv_hrtime(), t0 = start;
+  bool worked;
   for (;;) {
-    run_turn_timed(l, t0);
+    worked = run_turn_timed(l, t0);
     if (!l->turn_active || l->poll_soon || atomic_load(&l->rt->closing))
       break;
     run_deferred(l);
     if (l->poll_soon || (!has_local_work(l) && !has_remote_work(l)))
       break;
-    t0 = uv_hrtime();
+    uint64_t next = uv_hrtime(); /* the end of this turn, the start of the next: one read */
+    if (worked)
+      add_busy(l, next - t0);
+    worked = false; /* counted */
+    t0 = next;
     if (t0 - start >= l->span_ns)
       break;
   }
   l->poll_soon = false;
-  note_busy(l, start);
+  uint64_t end = note_busy(l, start);
+  if (worked)
+    add_busy(l, end - t0);
 }
 
 static void on_turn(uv_idle_t *h) {
@@ -518,10 +535,12 @@ static void on_awake(uv_check_t *h) {
   l->woke_ns = uv_hrtime();
 }
 
-static void note_busy(rt_loop *l, uint64_t since_ns) {
-  uint64_t busy = uv_hrtime() - since_ns;
+/* Returns the time it read. */
+static uint64_t note_busy(rt_loop *l, uint64_t since_ns) {
+  uint64_t now = uv_hrtime(), busy = now - since_ns;
   if (busy > atomic_load_explicit(&l->max_stall_ns, memory_order_relaxed))
     atomic_store_explicit(&l->max_stall_ns, busy, memory_order_relaxed);
+  return now;
 }
 
 /* Sleeps as long as uv_run would have, in poll on libuv's backend fd (libuv's documented way
@@ -616,6 +635,12 @@ uint64_t accel_runtime_max_stall_ns(accel_runtime *rt, int reset) {
     max = v > max ? v : max;
   }
   return max;
+}
+
+uint64_t accel_runtime_loop_busy_ns(accel_runtime *rt, uint32_t loop) {
+  if (rt == NULL || loop >= rt->n_loops)
+    return 0;
+  return atomic_load_explicit(&rt->loops[loop].busy_ns, memory_order_relaxed);
 }
 
 static int loop_init(accel_runtime *rt, rt_loop *l, uint32_t index) {

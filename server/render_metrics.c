@@ -11,6 +11,7 @@
 #include "actors/device.h"
 #include "actors/metrics.h"
 #include "actors/query.h"
+#include "backends/worker/worker.h"
 #include "runtime/deadline.h"
 #include "server/render_telemetry.h"
 #include "server/sbuf.h"
@@ -117,6 +118,29 @@ static void render_busy(sbuf *b, const dev_world *w) {
   for (int n = 1; n < w->nnodes; n++)
     sb_printf(b, "accel_device_busy_seconds_total{device=\"%d\"} %.6f\n", w->nodes[n].device,
               (double)dev_node_busy_total_ns(&w->nodes[n], now) * 1e-9);
+}
+
+/* The threads every op crosses one by one: acceld's loops and each worker's link thread. Busy
+ * near 1 s a second is a saturated one (docs/PERFORMANCE.md "Which thread saturates"). */
+static void render_threads(sbuf *b, const dev_world *w) {
+  header(b, "accel_loop_busy_seconds_total", "counter",
+         "Time each of acceld's loops spent in turns that found work (actors, posted tasks), "
+         "not polling or asleep.");
+  for (uint32_t i = 0; i < accel_runtime_loops(w->rt); i++)
+    sb_printf(b, "accel_loop_busy_seconds_total{loop=\"%u\"} %.6f\n", i,
+              (double)accel_runtime_loop_busy_ns(w->rt, i) * 1e-9);
+  enum { MAX_LINKS = 64 };
+  bw_link_busy links[MAX_LINKS];
+  size_t n = bw_links_busy(links, MAX_LINKS);
+  header(b, "accel_worker_link_busy_seconds_total", "counter",
+         "Time the thread serving a link of a device worker spent submitting its calls to the "
+         "device, not waiting for them, since the link began (a worker's restart starts it "
+         "again).");
+  for (size_t i = 0; i < n && i < MAX_LINKS; i++)
+    sb_printf(b,
+              "accel_worker_link_busy_seconds_total{backend=\"%s\",pid=\"%d\",link=\"%u\"} "
+              "%.6f\n",
+              links[i].backend, links[i].pid, links[i].link, (double)links[i].busy_ns * 1e-9);
 }
 
 static void render_devices(sbuf *b, const dev_world *w) {
@@ -226,6 +250,7 @@ char *srv_metrics_render(dev_world *w, const srv_status_counts *c) {
   sbuf b = {0};
   render_server(&b, w, c);
   render_devices(&b, w);
+  render_threads(&b, w);
   render_pin_caches(&b, w);
   render_bytes(&b, w);
   srv_telemetry_metrics(&b, w);

@@ -15,6 +15,7 @@
 
 #include "accel/runtime.h"
 #include "backends/worker/proxy.h"
+#include "runtime/deadline.h"
 
 extern char **environ;
 
@@ -434,6 +435,13 @@ static void kill_pid(const pid_t *pid) {
   pthread_mutex_unlock(&pid_mu);
 }
 
+static pid_t pid_read(const pid_t *pid) {
+  pthread_mutex_lock(&pid_mu);
+  pid_t v = *pid;
+  pthread_mutex_unlock(&pid_mu);
+  return v;
+}
+
 void bw_link_kill(bw_link *l) {
   kill_pid(&l->pid);
 }
@@ -640,6 +648,7 @@ static bw_link *link_alloc(const be_ops *real) {
   if (l == NULL)
     return NULL;
   l->real = real;
+  l->began_ns = rt_mono_ns();
   l->cmd = bw_chan_socket(-1);
   l->note = bw_chan_socket(-1);
   l->ack = l->stage_fd = l->rings.fd = -1;
@@ -806,6 +815,27 @@ static void proc_unlist(bw_proc *p) { /* under links_mu */
 }
 
 static pthread_cond_t links_cv = PTHREAD_COND_INITIALIZER; /* an attach ended */
+
+size_t bw_links_busy(bw_link_busy *out, size_t max) {
+  size_t n = 0;
+  uint64_t now = rt_mono_ns();
+  pthread_mutex_lock(&links_mu);
+  for (bw_proc *p = procs; p != NULL; p = p->next)
+    for (uint32_t i = 0; i < BW_MAX_LINKS && !p->dead; i++) {
+      bw_link *l = p->link[i];
+      if (l == NULL || l->rings.base == NULL)
+        continue;
+      uint64_t up = now - l->began_ns, idle = bw_rings_reader_idle_ns(&l->rings, false, now);
+      if (n < max) /* the worker's word on its waits: never more than the link's time */
+        out[n] = (bw_link_busy){.backend = p->real->name,
+                                .pid = pid_read(&p->pid),
+                                .link = i,
+                                .busy_ns = idle < up ? up - idle : 0};
+      n++;
+    }
+  pthread_mutex_unlock(&links_mu);
+  return n;
+}
 
 /* Link n of p, attached if need be. links_mu is let go during the handshake: it waits for the
  * worker (behind link 0's earlier calls), and a loop thread corking a frame on link 0 takes

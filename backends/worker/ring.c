@@ -13,8 +13,11 @@
 #include "runtime/deadline.h"
 #include "runtime/spin.h"
 
-/* The region: both directions' positions on the first page, then the two rings' bytes. */
+/* The region: both directions' positions on the first page, each reader's idle time on a
+ * line of its own there, then the two rings' bytes. */
 #define CTL_NOTE 256u
+#define IDLE_CMD 512u
+#define IDLE_NOTE 576u
 #define DATA_CMD 4096u
 #define DATA_NOTE (DATA_CMD + BW_RING_CMD_BYTES)
 #define REGION_BYTES (DATA_NOTE + BW_RING_NOTE_BYTES)
@@ -22,6 +25,8 @@
 #define PASS 'F' /* the byte descriptors travel with */
 
 _Static_assert(sizeof(bw_ring_ctl) <= CTL_NOTE, "a direction's positions fit their slot");
+_Static_assert(CTL_NOTE + sizeof(bw_ring_ctl) <= IDLE_CMD && IDLE_NOTE + 64 <= DATA_CMD,
+               "the idle times have lines of their own before the rings");
 
 bw_chan bw_chan_socket(int fd) {
   return (bw_chan){.fd = fd};
@@ -70,6 +75,36 @@ void bw_chan_ring(bw_chan *c, const bw_rings *r, bool note) {
   c->ring = (rt_ring){.ctl = (rt_ring_ctl *)(void *)(r->base + (note ? CTL_NOTE : 0)),
                       .data = r->base + (note ? DATA_NOTE : DATA_CMD),
                       .size = note ? BW_RING_NOTE_BYTES : BW_RING_CMD_BYTES};
+  c->idle = (bw_idle *)(void *)(r->base + (note ? IDLE_NOTE : IDLE_CMD));
+}
+
+/* The total is read before and after the wait in progress: a wait that ended in between (its
+ * time moved into the total) is read again, not counted twice. */
+uint64_t bw_rings_reader_idle_ns(const bw_rings *r, bool note, uint64_t now_ns) {
+  if (r->base == NULL)
+    return 0;
+  bw_idle *idle = (bw_idle *)(void *)(r->base + (note ? IDLE_NOTE : IDLE_CMD));
+  for (int tries = 0;; tries++) {
+    uint64_t total = atomic_load_explicit(&idle->total_ns, memory_order_acquire);
+    uint64_t since = atomic_load_explicit(&idle->since_ns, memory_order_acquire);
+    if (atomic_load_explicit(&idle->total_ns, memory_order_acquire) != total && tries < 100)
+      continue;
+    return total + (since != 0 && since < now_ns ? now_ns - since : 0);
+  }
+}
+
+/* The reader begins to wait (the ring empty), or stops: its waits so far into the total. */
+static void wait_begins(bw_chan *c, uint64_t since) {
+  if (c->idle != NULL)
+    atomic_store_explicit(&c->idle->since_ns, since, memory_order_release);
+}
+
+static void wait_ends(bw_chan *c, uint64_t since) {
+  if (c->idle == NULL)
+    return;
+  uint64_t total = atomic_load_explicit(&c->idle->total_ns, memory_order_relaxed);
+  atomic_store_explicit(&c->idle->total_ns, total + (rt_mono_ns() - since), memory_order_release);
+  atomic_store_explicit(&c->idle->since_ns, 0, memory_order_release);
 }
 
 /* ---- bells ---- */
@@ -239,10 +274,11 @@ bool bw_chan_pass(bw_chan *c, const int *fds, int n) {
 
 /* ---- the reader ---- */
 
+/* The clock is read only once the ring was found empty: a reader kept busy reads none. */
 long bw_chan_read(bw_chan *c, void *p, size_t n, bool *polled) {
   rt_ring *rd = &c->ring;
   uint64_t spin = rt_spin_ns();
-  uint64_t until = spin ? rt_mono_ns() + spin : 0;
+  uint64_t since = 0, until = 0; /* since: when it found the ring empty (0: not yet) */
   bool slept = false;
   *polled = false;
   for (;;) {
@@ -255,6 +291,8 @@ long bw_chan_read(bw_chan *c, void *p, size_t n, bool *polled) {
       uint64_t k = have < n ? have : n;
       rt_ring_take(rd, p, k);
       *polled = spin != 0 && !slept;
+      if (since != 0)
+        wait_ends(c, since);
       /* A writer gone while it waited for room: what it wrote is still read, to the end. Any
        * other failed bell may leave a live writer asleep for good: the channel ends. */
       if (!rt_ring_wake(c->fd, &rd->ctl->writer_waits) && errno != EPIPE && errno != ECONNRESET)
@@ -263,6 +301,11 @@ long bw_chan_read(bw_chan *c, void *p, size_t n, bool *polled) {
     }
     if (c->eof)
       return 0; /* the peer's end, after all it wrote */
+    if (since == 0) {
+      since = rt_mono_ns();
+      until = spin ? since + spin : 0;
+      wait_begins(c, since);
+    }
     if (until != 0 && rt_mono_ns() < until) {
       rt_cpu_relax();
       continue;

@@ -32,6 +32,12 @@
 
 typedef rt_ring_ctl bw_ring_ctl;
 
+/* A reader's waits, in the region for the other process to read (bw_rings_reader_idle_ns):
+ * the time it waited for frames in all, and since when it waits now (0: it does not). */
+typedef struct bw_idle {
+  _Atomic uint64_t total_ns, since_ns;
+} bw_idle;
+
 /* One end of a channel. fd: the socket (without a ring the frames themselves go there). */
 typedef struct bw_chan {
   int fd;
@@ -41,6 +47,7 @@ typedef struct bw_chan {
   bool takes_fds;       /* reader: some frames take a descriptor (else one is an error) */
   int fds[BW_RING_FDS]; /* reader: descriptors that came before their frames, in order */
   uint32_t nfds;
+  bw_idle *idle; /* reader, over a region: its waits, where the other process reads them */
 } bw_chan;
 
 /* Both channels' rings of a link: one memfd, mapped by both processes. */
@@ -67,6 +74,11 @@ bool bw_rings_map(bw_rings *r, int fd);
 void bw_rings_unmap(bw_rings *r); /* and closes its descriptor */
 /* The two ends over the region: cmd (acceld writes) and note (the worker writes). */
 void bw_chan_ring(bw_chan *c, const bw_rings *r, bool note);
+/* The time the reader of cmd (note: false) or note (true) has waited for frames in
+ * bw_chan_read since it began, up to now_ns (CLOCK_MONOTONIC) and the wait it is in, as its
+ * process wrote it in the region: the rest of its time it spent on what it read. A worker's
+ * word: whoever reads the other process's value bounds it. */
+uint64_t bw_rings_reader_idle_ns(const bw_rings *r, bool note, uint64_t now_ns);
 
 /* Writes the vector's bytes (every byte, waiting for room as long as the peer lives); false if
  * the peer is gone, the channel was shut down here, or its positions are not sane. */

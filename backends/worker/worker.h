@@ -34,6 +34,19 @@ void bw_configure(const bw_options *o);
  * the same backend; NULL if `real` is NULL. */
 const be_ops *bw_proxy_ops(const be_ops *real);
 
+/* What the thread serving one link of a live worker has spent on its calls: submitting them
+ * to the device (the driver's calls), not waiting for them. */
+typedef struct bw_link_busy {
+  const char *backend; /* "cuda", "opencl", ... */
+  int pid;             /* the worker process */
+  uint32_t link;       /* 0: the link it was started with */
+  uint64_t busy_ns;    /* since the link began: its time less what the worker says it waited */
+} bw_link_busy;
+
+/* Fills out[0..max) with the live worker links (those through shared rings), returns how many
+ * there are (more than max: the rest left out). Any thread. */
+size_t bw_links_busy(bw_link_busy *out, size_t max);
+
 /* The worker's main(): accel-device BACKEND, its channels on fds 3..6 (wire.h). Returns the
  * process's exit status. */
 int bw_worker_main(int argc, char **argv);

@@ -149,6 +149,41 @@ TEST(a_reader_asleep_on_an_empty_ring_is_woken) {
   pair_close(&p);
 }
 
+/* The time a reader waited for frames is its idle time, in the region for the other process,
+ * counted while it still waits: frames already there cost none; a frame 80 ms late adds about
+ * 80 ms (polling, then asleep where ACCEL_SPIN_US is 0, polling 2 ms first in the -spin run),
+ * never more than the read took. The note direction's, which nobody read, stays 0. */
+TEST(a_reader_counts_its_waits_as_idle_time) {
+  pair p;
+  pair_open(&p, 0);
+  CHECK_EQ(bw_rings_reader_idle_ns(&p.rings, false, test_now_ns()), 0);
+  writer_job j = {.c = &p.w, .frames = 3};
+  write_frames(&j);
+  CHECK(j.ok);
+  for (uint32_t i = 0; i < 3; i++)
+    expect_frame(&p, i);
+  CHECK_EQ(bw_rings_reader_idle_ns(&p.rings, false, test_now_ns()), 0); /* each was there */
+  uint64_t t0 = test_now_ns();
+  reader_job rj = {.p = &p, .frames = 1};
+  pthread_t t;
+  CHECK_EQ(pthread_create(&t, NULL, read_frames, &rj), 0);
+  test_sleep_ms(80);
+  uint64_t waiting = bw_rings_reader_idle_ns(&p.rings, false, test_now_ns());
+  j.frames = 1;
+  write_frames(&j);
+  CHECK(j.ok);
+  pthread_join(t, NULL);
+  uint64_t took = test_now_ns() - t0;
+  uint64_t idle = bw_rings_reader_idle_ns(&p.rings, false, test_now_ns());
+  printf("# 80 ms into the wait: %.3f ms idle; the read took %.3f ms, %.3f ms of it idle\n",
+         (double)waiting * 1e-6, (double)took * 1e-6, (double)idle * 1e-6);
+  CHECK_GE(waiting, 60000000ull);
+  CHECK_GE(idle, waiting);
+  CHECK_LE(idle, took);
+  CHECK_EQ(bw_rings_reader_idle_ns(&p.rings, true, test_now_ns()), 0);
+  pair_close(&p);
+}
+
 TEST(a_writer_waits_for_room_and_goes_on_when_it_comes) {
   pair p;
   pair_open(&p, 0);
@@ -442,6 +477,7 @@ TEST(the_region_is_sealed_and_checked) {
 static const test_case tests[] = {
     TEST_CASE(frames_arrive_whole_and_in_order_across_the_wrap),
     TEST_CASE(a_reader_asleep_on_an_empty_ring_is_woken),
+    TEST_CASE(a_reader_counts_its_waits_as_idle_time),
     TEST_CASE(a_writer_waits_for_room_and_goes_on_when_it_comes),
     TEST_CASE(descriptors_meet_their_frames),
     TEST_CASE(a_position_past_the_ring_ends_the_channel),

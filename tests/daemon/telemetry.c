@@ -17,8 +17,10 @@
 static char out[1 << 17];
 static char text[1 << 17];
 
-/* acceld with this NVML library and its environment; metrics on a free port. */
-static int start(td_daemon *d, const char *library, const char *init_error, const char *extra) {
+/* acceld with these backends, this NVML library and its environment, `extra` in [devices];
+ * metrics on a free port. */
+static int start_on(td_daemon *d, const char *backends, const char *library, const char *init_error,
+                    const char *extra) {
   int port = td_free_port();
   char conf[512];
   snprintf(conf, sizeof conf,
@@ -31,8 +33,12 @@ static int start(td_daemon *d, const char *library, const char *init_error, cons
     unsetenv("FAKE_NVML_INIT_ERROR");
   td_prepare(d);
   td_write_config(d, conf);
-  td_start(d, "--backends", "cpu", NULL);
+  td_start(d, "--backends", backends, NULL);
   return port;
+}
+
+static int start(td_daemon *d, const char *library, const char *init_error, const char *extra) {
+  return start_on(d, "cpu", library, init_error, extra);
 }
 
 static const char *fake_library(void) {
@@ -293,6 +299,108 @@ TEST(long_work_is_shown_in_progress) {
   td_cleanup(&d);
 }
 
+/* ---- busy time of acceld's loop and of its workers' link threads ---- */
+
+/* The value of the series that `prefix` names (its name and labels, then a space). */
+static double series_value(const char *m, const char *prefix) {
+  const char *s = strstr(m, prefix);
+  if (s == NULL)
+    TEST_FAIL("missing %s in:\n%s", prefix, m);
+  return strtod(s + strlen(prefix), NULL);
+}
+
+/* The first OpenCL device of ctx, or ACCEL_DEVICE_ANY. */
+static accel_device opencl_device(accel_ctx *ctx) {
+  for (accel_device dev = 0; dev < accel_device_count(ctx); dev++) {
+    struct accel_device_info info;
+    CHECK_EQ(accel_device_info(ctx, dev, &info), 0);
+    if (strcmp(info.backend, "opencl") == 0)
+      return dev;
+  }
+  return ACCEL_DEVICE_ANY;
+}
+
+/* The series of the opencl worker's first link in m (its name and labels, then a space),
+ * checked to name an accel-device process of acceld's. */
+static void worker_link_series(const td_daemon *d, const char *m, char *prefix, size_t len) {
+  static const char name[] = "accel_worker_link_busy_seconds_total{backend=\"opencl\",pid=\"";
+  const char *s = strstr(m, name);
+  if (s == NULL)
+    TEST_FAIL("no opencl worker link in:\n%s", m);
+  int pid = atoi(s + strlen(name));
+  snprintf(prefix, len, "%s%d\",link=\"0\"} ", name, pid);
+  char path[64], stat[256] = "";
+  snprintf(path, sizeof path, "/proc/%d/stat", pid);
+  FILE *f = fopen(path, "r");
+  CHECK(f != NULL);
+  CHECK(fgets(stat, sizeof stat, f) != NULL);
+  fclose(f);
+  int ppid = 0;
+  const char *paren = strrchr(stat, ')');
+  CHECK(paren != NULL && sscanf(paren + 1, " %*c %d", &ppid) == 1);
+  CHECK(strstr(stat, "(accel-device)") != NULL);
+  CHECK_EQ(ppid, (int)d->pid);
+}
+
+typedef struct busy_times {
+  double loop, link, at; /* seconds; at: when the metrics were read, at the latest */
+} busy_times;
+
+static busy_times busy_now(int port, const char *link_series) {
+  const char *m = http_get(port, "/metrics");
+  busy_times t = {series_value(m, "accel_loop_busy_seconds_total{loop=\"0\"} "),
+                  series_value(m, link_series), now_s()};
+  return t;
+}
+
+/* 2000 fills waited for one at a time on PoCL's device in its worker: acceld's loop and the
+ * worker's link thread are busy for some of that time (each op costs both at least a
+ * microsecond), never for more than the time between the two reads; a second without ops adds
+ * little to either (they wait, polling or asleep). */
+TEST(loop_and_worker_link_busy_times_are_in_metrics) {
+  td_daemon d;
+  int port = start_on(&d, "cpu,opencl", fake_library(), NULL, "workers = opencl");
+  accel_ctx *ctx;
+  CHECK_EQ(accel_open(&ctx, d.url), 0);
+  accel_device dev = opencl_device(ctx);
+  if (dev == ACCEL_DEVICE_ANY) {
+    accel_close(ctx);
+    CHECK_EQ(td_stop(&d), 0);
+    td_cleanup(&d);
+    TEST_SKIP("no OpenCL device");
+  }
+  accel_buffer buf;
+  CHECK_EQ(accel_buffer_create(ctx, ACCEL_U32, 256, &buf), 0);
+  accel_future *f;
+  CHECK_EQ(accel_fill_u32(ctx, dev, buf, 1, &f), 0); /* the worker starts, builds its kernels */
+  CHECK_EQ(accel_future_wait(f, -1), 0);
+  accel_future_release(f);
+  char series[160];
+  worker_link_series(&d, http_get(port, "/metrics"), series, sizeof series);
+  double t0 = now_s();
+  busy_times before = busy_now(port, series);
+  for (uint32_t i = 0; i < 2000; i++) {
+    CHECK_EQ(accel_fill_u32(ctx, dev, buf, i, &f), 0);
+    CHECK_EQ(accel_future_wait(f, -1), 0);
+    accel_future_release(f);
+  }
+  busy_times after = busy_now(port, series);
+  double loop = after.loop - before.loop, link = after.link - before.link, wall = after.at - t0;
+  printf("# 2000 fills in %.3f s: loop busy %.3f s, worker link busy %.3f s\n", wall, loop, link);
+  CHECK(loop > 0.002 && loop <= wall + 0.01);
+  CHECK(link > 0.002 && link <= wall + 0.01);
+  test_sleep_ms(1000);
+  busy_times idle = busy_now(port, series);
+  printf("# then 1 s without ops: loop busy %.3f s, worker link busy %.3f s\n",
+         idle.loop - after.loop, idle.link - after.link);
+  CHECK(idle.loop - after.loop < 0.25);
+  CHECK(idle.link - after.link < 0.25);
+  CHECK_EQ(accel_buffer_destroy(ctx, buf), 0);
+  accel_close(ctx);
+  CHECK_EQ(td_stop(&d), 0);
+  td_cleanup(&d);
+}
+
 static const test_case tests[] = {
     TEST_CASE(nvml_readings_reach_status_json),
     TEST_CASE(nvml_readings_reach_text_and_metrics),
@@ -301,6 +409,7 @@ static const test_case tests[] = {
     TEST_CASE(interval_zero_turns_telemetry_off_and_its_limits),
     TEST_CASE(busy_time_is_measured_for_the_cpu_device),
     TEST_CASE(long_work_is_shown_in_progress),
+    TEST_CASE(loop_and_worker_link_busy_times_are_in_metrics),
 };
 
 TEST_MAIN(tests)

@@ -3,6 +3,7 @@
  * EALREADY, stop is idempotent, spawns from foreign threads while running (the start hook has
  * run on the loop when accel_spawn returns), sends after shutdown are refused without hanging,
  * and a small ref table reuses slots with new generations. */
+#include <stdlib.h>
 #include <sys/resource.h>
 #include <time.h>
 #include "util.h"
@@ -340,6 +341,42 @@ TEST(longest_stall_is_measured_and_reset) {
   accel_runtime_destroy(rt);
 }
 
+/* ---- the loop's busy time ---- */
+
+/* The loop's busy time once it is at least `want`, or after a second: a turn is counted when
+ * it ends, after the answer it sent. */
+static uint64_t busy_at_least(accel_runtime *rt, uint64_t want) {
+  uint64_t v = 0;
+  for (int i = 0; i < 100 && (v = accel_runtime_loop_busy_ns(rt, 0)) < want; i++)
+    test_sleep_ms(10);
+  return v;
+}
+
+/* A turn that holds the loop 60 ms counts at least that; the 300 ms after it, which the loop
+ * spends polling (runtime-loop-spin runs this with a spin of 100 ms) or asleep, add less than
+ * 30 ms: a count of the loop's time rather than its turns' would add the spin's 100 (the empty
+ * turns of a spin are short: its time goes to libuv's polls between them). */
+TEST(busy_time_counts_turns_with_work_not_waits) {
+  accel_runtime *rt = runtime_started();
+  accel_ref s = spawn_ok(rt, NULL, &sleepy_b, NULL, NULL);
+  ask_and_wait(rt, s, 0);
+  uint64_t before = accel_runtime_loop_busy_ns(rt, 0);
+  ask_and_wait(rt, s, 60);
+  uint64_t after = busy_at_least(rt, before + 60000000ull);
+  CHECK_GE(after - before, 60000000ull);
+  test_sleep_ms(300);
+  uint64_t idle = accel_runtime_loop_busy_ns(rt, 0) - after;
+  const char *spin = getenv("ACCEL_SPIN_US");
+  printf("# 300 ms without work (ACCEL_SPIN_US %s) added %.3f ms of busy time\n",
+         spin ? spin : "unset", (double)idle * 1e-6);
+  CHECK_LT(idle, 30000000ull);
+  CHECK_EQ(accel_runtime_loop_busy_ns(rt, 1), 0); /* one loop: no loop 1 */
+  CHECK_EQ(accel_runtime_loop_busy_ns(NULL, 0), 0);
+  accel_runtime_stop(rt);
+  CHECK_OK(accel_runtime_join(rt));
+  accel_runtime_destroy(rt);
+}
+
 /* ---- idle ---- */
 
 static double process_cpu_s(void) {
@@ -376,6 +413,7 @@ static const test_case tests[] = {
     TEST_CASE(small_ref_table_runs_out_then_reuses_slots),
     TEST_CASE(after_shutdown_sends_and_spawns_are_refused),
     TEST_CASE(longest_stall_is_measured_and_reset),
+    TEST_CASE(busy_time_counts_turns_with_work_not_waits),
     TEST_CASE(an_idle_runtime_uses_no_cpu),
 };
 
