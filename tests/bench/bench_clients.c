@@ -11,6 +11,10 @@
  * Rows: aggregate ops/s of all clients, and the median of the clients' median latencies (tiny
  * rows). Ratios printed: acceld ÷ MPS per N (GPU), and each mode's N ÷ 1 scaling.
  * --acceld-only: the rows through acceld alone (no embedded or raw rows): quicker runs.
+ * Under each row through acceld: how busy acceld's loop and the worker's link thread were while
+ * the clients ran (acceld's /metrics: accel_loop_busy_seconds_total and
+ * accel_worker_link_busy_seconds_total): each op crosses both, one at a time, and one near
+ * 100 % is what limits the row.
  * --fairness F: instead, one light client (tiny + wait) alone, then the same client while F
  * others flood the same device through the same acceld (pipelined); its p50 and p99 latency in
  * both, and the p99 ratio (target: at most 5); --rounds R (1..16, default 1) measures R such
@@ -20,6 +24,9 @@
  *                      [--workers LIST] [--mps] [--quick] [--fairness F] [--rounds R]
  *                      [--acceld-only]
  * Exit status 0 unless a benchmark itself broke (a failed call, a client that died). */
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -27,6 +34,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -199,7 +207,82 @@ static void client_main(const char *url, mode m, const opts *o, int ready, int g
 typedef struct row {
   double kops, median_us;
   bool ok;
+  double loop_busy, link_busy; /* fractions of the run; < 0: not known */
 } row;
+
+/* ---- acceld's busy times, from its /metrics ---- */
+
+static int metrics_port; /* acceld's metrics listener, on 127.0.0.1 */
+
+/* A port nobody listens on now (the kernel's pick: acceld binds it right after). */
+static int free_port(void) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  socklen_t len = sizeof a;
+  int port = fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof a) == 0 &&
+                     getsockname(fd, (struct sockaddr *)&a, &len) == 0
+                 ? ntohs(a.sin_port)
+                 : 0;
+  if (fd >= 0)
+    close(fd);
+  return port;
+}
+
+/* GET /metrics into buf; false if it did not come. */
+static bool get_metrics(char *buf, size_t cap) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  struct sockaddr_in a = {.sin_family = AF_INET,
+                          .sin_port = htons((uint16_t)metrics_port),
+                          .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  static const char req[] = "GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
+  bool ok = fd >= 0 && connect(fd, (struct sockaddr *)&a, sizeof a) == 0 &&
+            send(fd, req, sizeof req - 1, MSG_NOSIGNAL) == (ssize_t)(sizeof req - 1);
+  size_t got = 0;
+  while (ok && got < cap - 1) {
+    struct pollfd p = {.fd = fd, .events = POLLIN};
+    ssize_t k = poll(&p, 1, 5000) == 1 ? recv(fd, buf + got, cap - 1 - got, 0) : -1;
+    if (k <= 0)
+      break;
+    got += (size_t)k;
+  }
+  if (fd >= 0)
+    close(fd);
+  buf[got] = '\0';
+  return ok && got > 0;
+}
+
+typedef struct busy_read {
+  double loop, link, at; /* seconds; link: the busiest link's of the worker; at: when read */
+  bool ok;
+} busy_read;
+
+/* backend: the device's (its worker's links only). */
+static busy_read read_busy(const char *backend) {
+  static char m[1 << 17];
+  busy_read b = {.link = -1, .at = now_s()};
+  if (metrics_port == 0 || !get_metrics(m, sizeof m))
+    return b;
+  static const char loop[] = "accel_loop_busy_seconds_total{loop=\"0\"} ";
+  const char *s = strstr(m, loop);
+  b.ok = s != NULL;
+  b.loop = s ? strtod(s + sizeof loop - 1, NULL) : 0;
+  char link[96];
+  snprintf(link, sizeof link, "\naccel_worker_link_busy_seconds_total{backend=\"%s\"", backend);
+  for (s = strstr(m, link); s != NULL; s = strstr(s + 1, link)) {
+    const char *v = strstr(s, "} ");
+    double x = v ? strtod(v + 2, NULL) : -1;
+    b.link = x > b.link ? x : b.link;
+  }
+  return b;
+}
+
+/* The fractions of [from, to] acceld's loop and its busiest worker link were busy. */
+static void busy_between(busy_read from, busy_read to, row *w) {
+  double t = to.at - from.at;
+  bool ok = from.ok && to.ok && t > 0;
+  w->loop_busy = ok ? (to.loop - from.loop) / t : -1;
+  w->link_busy = ok && from.link >= 0 && to.link >= 0 ? (to.link - from.link) / t : -1;
+}
 
 /* N clients at once, the first in mode m and the others in `others`; the row of their
  * aggregate, and the first client's own result in *first (if given). */
@@ -211,7 +294,9 @@ static row run_clients(const char *url, mode m, int n, const opts *o) {
 
 static row run_mixed(const char *url, mode m, mode others, int n, const opts *o, result *first) {
   int ready[2], go[2], out[2];
-  row w = {0};
+  row w = {.loop_busy = -1, .link_busy = -1};
+  bool through_acceld = url != NULL && strncmp(url, "embedded:", 9) != 0;
+  busy_read began = {0};
   if (pipe(ready) != 0 || pipe(go) != 0 || pipe(out) != 0)
     return w;
   pid_t pids[MAX_CLIENTS];
@@ -228,6 +313,8 @@ static row run_mixed(const char *url, mode m, mode others, int n, const opts *o,
   int up = 0;
   while (up < n && read(ready[0], &c, 1) == 1)
     up++;
+  if (through_acceld)
+    began = read_busy(o->device);
   for (int i = 0; i < n; i++) /* every client starts at once */
     (void)!write(go[1], "g", 1);
   double medians[MAX_CLIENTS];
@@ -235,6 +322,8 @@ static row run_mixed(const char *url, mode m, mode others, int n, const opts *o,
   int got = 0;
   result r;
   while (got < n && read(out[0], &r, sizeof r) == (ssize_t)sizeof r) {
+    if (got == 0 && through_acceld) /* the first client is done: the run is over */
+      busy_between(began, read_busy(o->device), &w);
     w.ok = got == 0 ? r.ok : w.ok && r.ok;
     if (first && (int)r.mode == (int)m && (m != others || got == 0))
       *first = r;
@@ -268,9 +357,12 @@ static pid_t start_acceld(const opts *o, char *url, size_t len) {
       argv[a++] = "--workers", argv[a++] = o->workers;
     char conf[128];
     snprintf(conf, sizeof conf, "%s/acceld.conf", dir);
-    FILE *f = o->io_threads ? fopen(conf, "w") : NULL;
+    FILE *f = fopen(conf, "w");
     if (f) {
-      fprintf(f, "[daemon]\nio_threads = %s\n", o->io_threads);
+      if (o->io_threads)
+        fprintf(f, "[daemon]\nio_threads = %s\n", o->io_threads);
+      if (metrics_port != 0)
+        fprintf(f, "[metrics]\nlisten = http://127.0.0.1:%d\n", metrics_port);
       fclose(f);
       argv[a++] = "--config", argv[a++] = conf;
     }
@@ -299,6 +391,11 @@ static void print_row(const char *what, int n, row w, bool latency) {
     printf("%10.1f |%s\n", w.median_us, w.ok ? "" : " (FAILED)");
   else
     printf("%10s |%s\n", "-", w.ok ? "" : " (FAILED)");
+  if (w.loop_busy >= 0 && w.link_busy >= 0)
+    printf("|     | busy meanwhile: acceld's loop %.0f %%, the worker's link thread %.0f %% |\n",
+           100 * w.loop_busy, 100 * w.link_busy);
+  else if (w.loop_busy >= 0)
+    printf("|     | busy meanwhile: acceld's loop %.0f %% |\n", 100 * w.loop_busy);
 }
 
 #ifdef BENCH_RAW_CUDA
@@ -410,6 +507,7 @@ int main(int argc, char **argv) {
   parse(argc, argv, &o);
   setvbuf(stdout, NULL, _IOLBF, 0); /* each row as it is measured, even into a pipe */
   char url[160];
+  metrics_port = free_port();
   pid_t daemon = start_acceld(&o, url, sizeof url);
   if (o.fairness > 0) {
     printf("# bench-clients --fairness %d: device %s, %.1f s per row\n", o.fairness, o.device,
@@ -427,7 +525,7 @@ int main(int argc, char **argv) {
   for (int i = 0; i < o.nclients; i++) {
     int n = o.clients[i];
     bool emb = !o.acceld_only;
-    row none = {.ok = true};
+    row none = {.ok = true, .loop_busy = -1, .link_busy = -1};
     row rows[4] = {run_clients(url, TINY, n, &o),
                    emb ? run_clients("embedded:", TINY, n, &o) : none,
                    run_clients(url, PIPELINED, n, &o),
