@@ -146,7 +146,7 @@ static void start_daemon(const bench_opts *o) {
             "--allow-plain-tcp", "--log-level", "warn", (char *)NULL);
     _exit(127);
   }
-  for (int i = 0; i < 200; i++) {
+  for (int i = 0; i < 1200; i++) { /* 60 s: a cold GPU host takes seconds to bring up CUDA */
     accel_ctx *probe;
     if (accel_open(&probe, ipc_url) == 0) {
       accel_close(probe);
@@ -154,6 +154,7 @@ static void start_daemon(const bench_opts *o) {
     }
     usleep(50000);
   }
+  fprintf(stderr, "bench-daemon: its log: %s/acceld.log\n", dir);
   die("acceld did not start");
 }
 
