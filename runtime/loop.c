@@ -265,19 +265,26 @@ static void maybe_sleep(rt_loop *l, uint64_t now_ns) {
 
 static bool run_turn_timed(rt_loop *l, uint64_t t0);
 
-/* Time in turns that found work (accel_runtime_loop_busy_ns): written by the loop only. */
+/* Busy time (accel_runtime_loop_busy_ns), written by the loop only: turns that found work,
+ * [t0, end], and what the iteration does after such a turn before it polls again (the
+ * prepare handles: acceld's flush of the replies those turns made, deferred work), counted
+ * from `end` in on_asleep. A turn that found nothing ends that: the loop is idle. */
 static void add_busy(rt_loop *l, uint64_t ns) {
   atomic_store_explicit(&l->busy_ns, atomic_load_explicit(&l->busy_ns, memory_order_relaxed) + ns,
                         memory_order_relaxed);
 }
 
+static void turn_counted(rt_loop *l, bool worked, uint64_t t0, uint64_t end) {
+  if (worked)
+    add_busy(l, end - t0);
+  l->busy_until_ns = worked ? end : 0;
+}
+
 static void run_turn(rt_loop *l) {
   uint64_t t0 = uv_hrtime();
   bool worked = run_turn_timed(l, t0);
-  uint64_t end =
-      note_busy(l, t0); /* a turn from the poll phase (a wake-up) is outside awake..asleep */
-  if (worked)
-    add_busy(l, end - t0);
+  /* a turn from the poll phase (a wake-up) is outside awake..asleep: timed on its own */
+  turn_counted(l, worked, t0, note_busy(l, t0));
 }
 
 static void run_local_tasks(rt_loop *l) {
@@ -345,26 +352,26 @@ static void run_deferred(rt_loop *l);
  * callback's start). */
 static void run_turns(rt_loop *l) {
   uint64_t start = uv_hrtime(), t0 = start;
-  bool worked;
+  bool worked, counted;
   for (;;) {
     worked = run_turn_timed(l, t0);
+    counted = false;
     if (!l->turn_active || l->poll_soon || atomic_load(&l->rt->closing))
       break;
     run_deferred(l);
     if (l->poll_soon || (!has_local_work(l) && !has_remote_work(l)))
       break;
     uint64_t next = uv_hrtime(); /* the end of this turn, the start of the next: one read */
-    if (worked)
-      add_busy(l, next - t0);
-    worked = false; /* counted */
+    turn_counted(l, worked, t0, next);
+    counted = true;
     t0 = next;
     if (t0 - start >= l->span_ns)
       break;
   }
   l->poll_soon = false;
   uint64_t end = note_busy(l, start);
-  if (worked)
-    add_busy(l, end - t0);
+  if (!counted) /* the turn that ended them */
+    turn_counted(l, worked, t0, end);
 }
 
 static void on_turn(uv_idle_t *h) {
@@ -608,8 +615,12 @@ static void run_deferred(rt_loop *l) {
 static void on_asleep(uv_prepare_t *h) {
   rt_loop *l = h->data;
   run_deferred(l);
-  if (l->woke_ns != 0)
-    note_busy(l, l->woke_ns);
+  uint64_t now = l->woke_ns != 0 ? note_busy(l, l->woke_ns) : 0;
+  if (l->busy_until_ns != 0) { /* the iteration's work after its last busy turn */
+    now = now ? now : uv_hrtime();
+    add_busy(l, now > l->busy_until_ns ? now - l->busy_until_ns : 0);
+    l->busy_until_ns = 0;
+  }
   if (l->sleeps_here)
     sleep_in_poll(l);
 }

@@ -142,7 +142,8 @@ struct rt_loop {
   uv_prepare_t asleep;
   uint64_t woke_ns;
   atomic_ullong max_stall_ns;
-  atomic_ullong busy_ns; /* in turns that found work (accel_runtime_loop_busy_ns) */
+  atomic_ullong busy_ns;  /* in turns that found work and after (accel_runtime_loop_busy_ns) */
+  uint64_t busy_until_ns; /* the end of the last turn, if it found work: counted up to the poll */
   bool turn_active;
   bool initialized;          /* loop_init done: destroy closes it */
   uint64_t last_work_ns;     /* when a turn last found something to do */

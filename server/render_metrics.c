@@ -124,8 +124,9 @@ static void render_busy(sbuf *b, const dev_world *w) {
  * near 1 s a second is a saturated one (docs/PERFORMANCE.md "Which thread saturates"). */
 static void render_threads(sbuf *b, const dev_world *w) {
   header(b, "accel_loop_busy_seconds_total", "counter",
-         "Time each of acceld's loops spent in turns that found work (actors, posted tasks), "
-         "not polling or asleep.");
+         "Time each of acceld's loops spent on work: turns that found some and what followed "
+         "them before the next poll (not polling, not asleep; callbacks of sockets the loop "
+         "serves itself not counted).");
   for (uint32_t i = 0; i < accel_runtime_loops(w->rt); i++)
     sb_printf(b, "accel_loop_busy_seconds_total{loop=\"%u\"} %.6f\n", i,
               (double)accel_runtime_loop_busy_ns(w->rt, i) * 1e-9);
@@ -133,14 +134,15 @@ static void render_threads(sbuf *b, const dev_world *w) {
   bw_link_busy links[MAX_LINKS];
   size_t n = bw_links_busy(links, MAX_LINKS);
   header(b, "accel_worker_link_busy_seconds_total", "counter",
-         "Time the thread serving a link of a device worker spent submitting its calls to the "
-         "device, not waiting for them, since the link began (a worker's restart starts it "
-         "again).");
-  for (size_t i = 0; i < n && i < MAX_LINKS; i++)
-    sb_printf(b,
-              "accel_worker_link_busy_seconds_total{backend=\"%s\",pid=\"%d\",link=\"%u\"} "
-              "%.6f\n",
-              links[i].backend, links[i].pid, links[i].link, (double)links[i].busy_ns * 1e-9);
+         "Time the thread serving a link of a device worker spent on its calls (submitting "
+         "them to the device), not waiting for them, since the link began: the worker's "
+         "start-up included; a restarted worker starts again.");
+  for (size_t i = 0; i < n && i < MAX_LINKS; i++) {
+    sb_printf(b, "accel_worker_link_busy_seconds_total{backend=\"");
+    sb_label_value(b, links[i].backend);
+    sb_printf(b, "\",pid=\"%d\",link=\"%u\"} %.6f\n", links[i].pid, links[i].link,
+              (double)links[i].busy_ns * 1e-9);
+  }
 }
 
 static void render_devices(sbuf *b, const dev_world *w) {

@@ -90,8 +90,9 @@ typedef struct bw_link {
   struct bw_proc *proc; /* the worker process it reaches (NULL: a link of its own, tests') */
   uint32_t index;       /* its place in the process's links; 0: the one it was started with */
   pid_t pid;
-  uint64_t began_ns; /* when it was made (its worker's busy time counts from there) */
-  bw_chan cmd, note; /* through the rings below when the worker was started with them */
+  uint64_t began_ns;   /* when it was made (its worker's busy time counts from there) */
+  uint64_t busy_shown; /* the busy time last reported: never less (bw_links_busy) */
+  bw_chan cmd, note;   /* through the rings below when the worker was started with them */
   bw_rings rings;
   int ack, stage_fd;
   char *stage;

@@ -816,21 +816,32 @@ static void proc_unlist(bw_proc *p) { /* under links_mu */
 
 static pthread_cond_t links_cv = PTHREAD_COND_INITIALIZER; /* an attach ended */
 
+/* The link's busy time now, under links_mu: its age less the worker's waits (the worker's
+ * word, bounded by the age), never less than it last said, whatever the worker wrote (a wait
+ * that ended after `now` was read, or a hostile worker's numbers). */
+static uint64_t link_busy(bw_link *l, uint64_t now) {
+  uint64_t up = now > l->began_ns ? now - l->began_ns : 0;
+  uint64_t idle = bw_rings_reader_idle_ns(&l->rings, false, now);
+  uint64_t busy = idle < up ? up - idle : 0;
+  if (busy > l->busy_shown)
+    l->busy_shown = busy;
+  return l->busy_shown;
+}
+
 size_t bw_links_busy(bw_link_busy *out, size_t max) {
   size_t n = 0;
-  uint64_t now = rt_mono_ns();
   pthread_mutex_lock(&links_mu);
+  uint64_t now = rt_mono_ns(); /* after the lock: every listed link began before it */
   for (bw_proc *p = procs; p != NULL; p = p->next)
     for (uint32_t i = 0; i < BW_MAX_LINKS && !p->dead; i++) {
       bw_link *l = p->link[i];
-      if (l == NULL || l->rings.base == NULL)
+      if (l == NULL || l->rings.base == NULL || link_dead(l))
         continue;
-      uint64_t up = now - l->began_ns, idle = bw_rings_reader_idle_ns(&l->rings, false, now);
-      if (n < max) /* the worker's word on its waits: never more than the link's time */
+      if (n < max)
         out[n] = (bw_link_busy){.backend = p->real->name,
                                 .pid = pid_read(&p->pid),
                                 .link = i,
-                                .busy_ns = idle < up ? up - idle : 0};
+                                .busy_ns = link_busy(l, now)};
       n++;
     }
   pthread_mutex_unlock(&links_mu);

@@ -25,8 +25,11 @@
 #define PASS 'F' /* the byte descriptors travel with */
 
 _Static_assert(sizeof(bw_ring_ctl) <= CTL_NOTE, "a direction's positions fit their slot");
-_Static_assert(CTL_NOTE + sizeof(bw_ring_ctl) <= IDLE_CMD && IDLE_NOTE + 64 <= DATA_CMD,
-               "the idle times have lines of their own before the rings");
+_Static_assert(CTL_NOTE + sizeof(bw_ring_ctl) <= IDLE_CMD &&
+                   IDLE_CMD + sizeof(bw_idle) <= IDLE_NOTE &&
+                   IDLE_NOTE + sizeof(bw_idle) <= DATA_CMD,
+               "the idle times have places of their own before the rings");
+_Static_assert(ATOMIC_LLONG_LOCK_FREE == 2, "the other process reads these atomics too");
 
 bw_chan bw_chan_socket(int fd) {
   return (bw_chan){.fd = fd};
@@ -288,11 +291,11 @@ long bw_chan_read(bw_chan *c, void *p, size_t n, bool *polled) {
     if (have == UINT64_MAX)
       return -1; /* not a position the writer can have reached */
     if (have > 0) {
+      if (since != 0)
+        wait_ends(c, since); /* before the copy, which is work */
       uint64_t k = have < n ? have : n;
       rt_ring_take(rd, p, k);
       *polled = spin != 0 && !slept;
-      if (since != 0)
-        wait_ends(c, since);
       /* A writer gone while it waited for room: what it wrote is still read, to the end. Any
        * other failed bell may leave a live writer asleep for good: the channel ends. */
       if (!rt_ring_wake(c->fd, &rd->ctl->writer_waits) && errno != EPIPE && errno != ECONNRESET)

@@ -289,10 +289,11 @@ ACCEL_API uint32_t accel_runtime_loops(accel_runtime *rt);
  * client could have waited behind the loop. Any thread; reset != 0 starts a new window. */
 ACCEL_API uint64_t accel_runtime_max_stall_ns(accel_runtime *rt, int reset);
 /* The time loop `loop` (0 .. accel_runtime_loops() - 1) has spent in turns that found work
- * (actors, posted tasks and the deferred work between them) since it started: its busy time,
- * the rest being polling and sleep. Callbacks of the loop's own sockets and timers outside
- * the turns, and turns that a client thread runs for it, are not counted. Any thread; 0 for
- * a loop that does not exist. */
+ * (actors, posted tasks, the deferred work between them) and in what followed such a turn
+ * before the loop polled again (prepare handles, deferred work) since it started: its busy
+ * time, the rest being polling and sleep. Callbacks of the loop's own sockets and timers from
+ * libuv's poll phase, and turns that a client thread runs for it, are not counted. Any
+ * thread; 0 for a loop that does not exist. */
 ACCEL_API uint64_t accel_runtime_loop_busy_ns(accel_runtime *rt, uint32_t loop);
 /* The root supervisor's ref: spawn top-level actors under it (accel_spawn with parent NULL). */
 ACCEL_API accel_ref accel_runtime_root(accel_runtime *rt);

@@ -251,15 +251,20 @@ static bool get_metrics(char *buf, size_t cap) {
   return ok && got > 0;
 }
 
+enum { MAX_LINKS = 16 };
+
 typedef struct busy_read {
-  double loop, link, at; /* seconds; link: the busiest link's of the worker; at: when read */
+  double loop, at; /* seconds; at: when read */
+  int nlinks;      /* the worker's links: their labels and busy seconds */
+  char label[MAX_LINKS][96];
+  double link[MAX_LINKS];
   bool ok;
 } busy_read;
 
 /* backend: the device's (its worker's links only). */
 static busy_read read_busy(const char *backend) {
   static char m[1 << 17];
-  busy_read b = {.link = -1, .at = now_s()};
+  busy_read b = {.at = now_s()};
   if (metrics_port == 0 || !get_metrics(m, sizeof m))
     return b;
   static const char loop[] = "accel_loop_busy_seconds_total{loop=\"0\"} ";
@@ -268,20 +273,28 @@ static busy_read read_busy(const char *backend) {
   b.loop = s ? strtod(s + sizeof loop - 1, NULL) : 0;
   char link[96];
   snprintf(link, sizeof link, "\naccel_worker_link_busy_seconds_total{backend=\"%s\"", backend);
-  for (s = strstr(m, link); s != NULL; s = strstr(s + 1, link)) {
+  for (s = strstr(m, link); s != NULL && b.nlinks < MAX_LINKS; s = strstr(s + 1, link)) {
     const char *v = strstr(s, "} ");
-    double x = v ? strtod(v + 2, NULL) : -1;
-    b.link = x > b.link ? x : b.link;
+    if (v == NULL || v - s >= (long)sizeof b.label[0])
+      break;
+    snprintf(b.label[b.nlinks], sizeof b.label[0], "%.*s", (int)(v - s), s);
+    b.link[b.nlinks++] = strtod(v + 2, NULL);
   }
   return b;
 }
 
-/* The fractions of [from, to] acceld's loop and its busiest worker link were busy. */
-static void busy_between(busy_read from, busy_read to, row *w) {
-  double t = to.at - from.at;
-  bool ok = from.ok && to.ok && t > 0;
-  w->loop_busy = ok ? (to.loop - from.loop) / t : -1;
-  w->link_busy = ok && from.link >= 0 && to.link >= 0 ? (to.link - from.link) / t : -1;
+/* The fractions of [from, to] acceld's loop and the busiest of the worker's links (the same
+ * labels, so the same process and link, in both reads) were busy. */
+static void busy_between(const busy_read *from, const busy_read *to, row *w) {
+  double t = to->at - from->at;
+  bool ok = from->ok && to->ok && t > 0;
+  w->loop_busy = ok ? (to->loop - from->loop) / t : -1;
+  w->link_busy = -1;
+  for (int i = 0; ok && i < to->nlinks; i++)
+    for (int k = 0; k < from->nlinks; k++)
+      if (strcmp(to->label[i], from->label[k]) == 0 &&
+          (to->link[i] - from->link[k]) / t > w->link_busy)
+        w->link_busy = (to->link[i] - from->link[k]) / t;
 }
 
 /* N clients at once, the first in mode m and the others in `others`; the row of their
@@ -296,7 +309,7 @@ static row run_mixed(const char *url, mode m, mode others, int n, const opts *o,
   int ready[2], go[2], out[2];
   row w = {.loop_busy = -1, .link_busy = -1};
   bool through_acceld = url != NULL && strncmp(url, "embedded:", 9) != 0;
-  busy_read began = {0};
+  static busy_read began, ended; /* large: not on the stack */
   if (pipe(ready) != 0 || pipe(go) != 0 || pipe(out) != 0)
     return w;
   pid_t pids[MAX_CLIENTS];
@@ -322,8 +335,10 @@ static row run_mixed(const char *url, mode m, mode others, int n, const opts *o,
   int got = 0;
   result r;
   while (got < n && read(out[0], &r, sizeof r) == (ssize_t)sizeof r) {
-    if (got == 0 && through_acceld) /* the first client is done: the run is over */
-      busy_between(began, read_busy(o->device), &w);
+    if (got == 0 && through_acceld) { /* the first client is done: the run is over */
+      ended = read_busy(o->device);
+      busy_between(&began, &ended, &w);
+    }
     w.ok = got == 0 ? r.ok : w.ok && r.ok;
     if (first && (int)r.mode == (int)m && (m != others || got == 0))
       *first = r;

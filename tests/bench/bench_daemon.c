@@ -147,6 +147,10 @@ static void start_daemon(const bench_opts *o) {
     _exit(127);
   }
   for (int i = 0; i < 1200; i++) { /* 60 s: a cold GPU host takes seconds to bring up CUDA */
+    if (waitpid(daemon_pid, NULL, WNOHANG) == daemon_pid) {
+      fprintf(stderr, "bench-daemon: acceld exited; its log: %s/acceld.log\n", dir);
+      die("acceld did not start");
+    }
     accel_ctx *probe;
     if (accel_open(&probe, ipc_url) == 0) {
       accel_close(probe);

@@ -3,6 +3,7 @@
  * EALREADY, stop is idempotent, spawns from foreign threads while running (the start hook has
  * run on the loop when accel_spawn returns), sends after shutdown are refused without hanging,
  * and a small ref table reuses slots with new generations. */
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <sys/resource.h>
 #include <time.h>
@@ -352,6 +353,38 @@ static uint64_t busy_at_least(accel_runtime *rt, uint64_t want) {
   return v;
 }
 
+/* An actor that sends itself k - 1 after each message of k, each turn holding the loop 1 ms:
+ * turns back to back, without the loop polling between them. */
+static atomic_int chain_left;
+
+static int chain_receive(accel_actor *self, void *state, accel_msg *msg) {
+  struct timespec d = {.tv_nsec = 1000000L};
+  nanosleep(&d, NULL);
+  if (msg->arg > 1) {
+    accel_msg next = msg_make(MSG_FIRST_LOCAL, msg->arg - 1);
+    CHECK_OK(accel_tell(accel_actor_runtime(self), accel_self(self), &next));
+  }
+  atomic_store(&chain_left, (int)msg->arg - 1);
+  return 0;
+}
+
+static const accel_behavior chain_b = {.name = "chain", .receive = chain_receive};
+
+/* Twenty turns of 1 ms back to back count at least 20 ms. */
+TEST(busy_time_counts_turns_back_to_back) {
+  accel_runtime *rt = runtime_started();
+  accel_ref c = spawn_ok(rt, NULL, &chain_b, NULL, NULL);
+  uint64_t before = accel_runtime_loop_busy_ns(rt, 0);
+  atomic_store(&chain_left, 20);
+  accel_msg m = msg_make(MSG_FIRST_LOCAL, 20);
+  CHECK_OK(accel_tell(rt, c, &m));
+  TEST_WAIT_FOR(atomic_load(&chain_left) == 0, 1);
+  CHECK_GE(busy_at_least(rt, before + 20000000ull) - before, 20000000ull);
+  accel_runtime_stop(rt);
+  CHECK_OK(accel_runtime_join(rt));
+  accel_runtime_destroy(rt);
+}
+
 /* A turn that holds the loop 60 ms counts at least that; the 300 ms after it, which the loop
  * spends polling (runtime-loop-spin runs this with a spin of 100 ms) or asleep, add less than
  * 30 ms: a count of the loop's time rather than its turns' would add the spin's 100 (the empty
@@ -414,6 +447,7 @@ static const test_case tests[] = {
     TEST_CASE(after_shutdown_sends_and_spawns_are_refused),
     TEST_CASE(longest_stall_is_measured_and_reset),
     TEST_CASE(busy_time_counts_turns_with_work_not_waits),
+    TEST_CASE(busy_time_counts_turns_back_to_back),
     TEST_CASE(an_idle_runtime_uses_no_cpu),
 };
 
