@@ -26,9 +26,11 @@
 
 #include "accel/accel.h"
 #include "actors/device.h"
+#include "actors/trace.h"
 #include "actors/world_init.h"
 #include "oom/failing_alloc.h"
 #include "proto/wire.h"
+#include "runtime/alloc.h"
 #include "server/server.h"
 #include "test.h"
 
@@ -383,6 +385,25 @@ static int scenario_daemon(void) {
   return daemon_session(true);
 }
 
+/* ---- a trace: started, stopped, rendered (actors/trace.h) ---- */
+
+/* An empty world's trace: its JSON is written into a growing block of accel's allocator, so
+ * that a failed growth is ACCEL_ENOMEM with nothing left behind. */
+static int scenario_trace(void) {
+  static dev_world w;
+  memset(&w, 0, sizeof w);
+  int rc = step(dev_trace_start(&w, 64), "trace start");
+  if (rc != 0)
+    return rc;
+  char *json = NULL;
+  size_t len = 0;
+  rc = step(dev_trace_stop(&w, &json, &len), "trace render");
+  if (rc == 0 && (len == 0 || json[len] != '\0' || strstr(json, "\"traceEvents\":[") == NULL))
+    rc = step(ACCEL_EINVAL, "the trace's JSON");
+  rt_free(json);
+  return rc;
+}
+
 /* ---- the driver: every N in turn ---- */
 
 static unsigned long long stride(void) {
@@ -451,6 +472,10 @@ TEST(sync_waits_by_waiting_clients_survive_every_failed_allocation) {
   fail_each_allocation("embedded, sync", scenario_embedded_sync);
 }
 
+TEST(trace_render_survives_every_failed_allocation) {
+  fail_each_allocation("trace", scenario_trace);
+}
+
 TEST(daemon_session_survives_every_failed_allocation) {
   snprintf(socket_url, sizeof socket_url, "ipc:///tmp/accel-oom-%d.sock", (int)getpid());
   fail_each_allocation("daemon", scenario_daemon);
@@ -484,6 +509,7 @@ static const test_case tests[] = {
     TEST_CASE(codec_survives_every_failed_allocation),
     TEST_CASE(embedded_op_path_survives_every_failed_allocation),
     TEST_CASE(sync_waits_by_waiting_clients_survive_every_failed_allocation),
+    TEST_CASE(trace_render_survives_every_failed_allocation),
     TEST_CASE(daemon_session_survives_every_failed_allocation),
     TEST_CASE(daemon_session_on_rings_survives_every_failed_allocation),
     TEST_CASE(shared_memory_transfers_free_what_they_allocated),
