@@ -311,7 +311,7 @@ static void event(out *f, const dev_trace *t, const ev *e) {
                e->type == EV_OP_BEGIN ? 'b' : 'e', (unsigned long long)e->id, e->session,
                us(t, e->ts_ns));
     json_str(f, op_name(e->kind));
-    out_printf(f, ",");
+    out_putc(f, ',');
     op_args(f, t, e);
     if (e->type == EV_OP_END)
       out_printf(f, ",\"status\":\"%s\"", e->status == 0 ? "ok" : accel_err_name(e->status));
@@ -332,7 +332,7 @@ static void event(out *f, const dev_trace *t, const ev *e) {
                e->task_kind == DEV_TASK_OP ? "exec" : "transfer", 2 + e->node, 1 + e->qclass,
                us(t, e->ts_ns), (double)e->dur_ns / 1000.0);
     json_str(f, e->label);
-    out_printf(f, ",");
+    out_putc(f, ',');
     op_args(f, t, e);
     if (e->bytes)
       out_printf(f, ",\"bytes\":%llu", (unsigned long long)e->bytes);

@@ -435,13 +435,6 @@ static void kill_pid(const pid_t *pid) {
   pthread_mutex_unlock(&pid_mu);
 }
 
-static pid_t pid_read(const pid_t *pid) {
-  pthread_mutex_lock(&pid_mu);
-  pid_t v = *pid;
-  pthread_mutex_unlock(&pid_mu);
-  return v;
-}
-
 void bw_link_kill(bw_link *l) {
   kill_pid(&l->pid);
 }
@@ -839,7 +832,7 @@ size_t bw_links_busy(bw_link_busy *out, size_t max) {
         continue;
       if (n < max)
         out[n] = (bw_link_busy){.backend = p->real->name,
-                                .pid = pid_read(&p->pid),
+                                .pid = p->pid, /* zeroed only once unlisted (reap) */
                                 .link = i,
                                 .busy_ns = link_busy(l, now)};
       n++;

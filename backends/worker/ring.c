@@ -74,11 +74,16 @@ void bw_rings_unmap(bw_rings *r) {
   *r = (bw_rings){.fd = -1};
 }
 
+/* The idle times of the reader of cmd (note: false) or note, in the region. */
+static bw_idle *idle_of(const bw_rings *r, bool note) {
+  return (bw_idle *)(void *)(r->base + (note ? IDLE_NOTE : IDLE_CMD));
+}
+
 void bw_chan_ring(bw_chan *c, const bw_rings *r, bool note) {
   c->ring = (rt_ring){.ctl = (rt_ring_ctl *)(void *)(r->base + (note ? CTL_NOTE : 0)),
                       .data = r->base + (note ? DATA_NOTE : DATA_CMD),
                       .size = note ? BW_RING_NOTE_BYTES : BW_RING_CMD_BYTES};
-  c->idle = (bw_idle *)(void *)(r->base + (note ? IDLE_NOTE : IDLE_CMD));
+  c->idle = idle_of(r, note);
 }
 
 /* The total is read before and after the wait in progress: a wait that ended in between (its
@@ -86,7 +91,7 @@ void bw_chan_ring(bw_chan *c, const bw_rings *r, bool note) {
 uint64_t bw_rings_reader_idle_ns(const bw_rings *r, bool note, uint64_t now_ns) {
   if (r->base == NULL)
     return 0;
-  bw_idle *idle = (bw_idle *)(void *)(r->base + (note ? IDLE_NOTE : IDLE_CMD));
+  bw_idle *idle = idle_of(r, note);
   for (int tries = 0;; tries++) {
     uint64_t total = atomic_load_explicit(&idle->total_ns, memory_order_acquire);
     uint64_t since = atomic_load_explicit(&idle->since_ns, memory_order_acquire);
