@@ -164,7 +164,13 @@ void ws_serve(ws_state *link) {
   uint64_t fd_types = BW_TYPE_BIT(BW_SHARE) | (link->index == 0 ? BW_TYPE_BIT(BW_ATTACH) : 0);
   if (!bw_reader_init_chan(&cmds, &ws.cmd, fd_types))
     _exit(1);
-  while (bw_reader_next(&cmds, &h, buf, sizeof buf, &body, &passed, BW_MAX_FRAME)) {
+  for (;;) {
+    if (!bw_reader_ready(&cmds))
+      ws_groups_flush(); /* the calls ran out: this thread may wait for the next now */
+    if (!bw_reader_next(&cmds, &h, buf, sizeof buf, &body, &passed, BW_MAX_FRAME))
+      break;
+    if (!ws_group_passes(h.type))
+      ws_groups_flush(); /* it may wait: nothing held back meanwhile */
     if (h.type == BW_SHARE || h.type == BW_ATTACH) {
       if (h.type == BW_SHARE)
         ws_share(&h, body, passed);

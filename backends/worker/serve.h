@@ -23,6 +23,7 @@ typedef struct ws_cdone {
   be_event *e;
   int error;
   bool event, flush;
+  bool covered; /* e NULL: done when the event of the group's first was (serve_group.c) */
   struct ws_cdone *next;
 } ws_cdone;
 
@@ -49,6 +50,12 @@ typedef struct ws_queue {
   uint64_t queued, sent;   /* completions given to the completer, and sent by it */
   be_event **pool;         /* recorded-and-done events, used again */
   size_t npool, pool_cap;
+  /* Completions the link's thread holds back while its calls keep coming (serve_group.c):
+   * the link's thread only. */
+  ws_cdone *ghead, *gtail;
+  uint32_t ngrouped;
+  bool in_grouping; /* in the link's `grouping` list */
+  struct ws_queue *gnext;
 } ws_queue;
 
 typedef struct ws_table {
@@ -77,6 +84,7 @@ struct ws_state {
   size_t nacked, acked_cap;
   struct ws_load *loads;   /* loads waiting for acceld's compiler */
   struct ws_evrec *evrecs; /* event records whose completion acceld has not heard of */
+  ws_queue *grouping;      /* queues holding completions back (serve_group.c): its thread's */
   /* The poller (serve_complete.c): flushes asked from inside host functions, under mu. */
   pthread_cond_t poll_cv;
   uint64_t poll_asked, poll_done;
@@ -107,6 +115,23 @@ be_device *ws_device(uint32_t dev);
 /* serve_complete.c: a completion of `tag` queued on q behind its work (hold: the queue waits
  * for acceld's ack); if it cannot be queued, it is sent at once with the error. */
 void ws_complete_after(ws_queue *q, uint64_t tag, bool hold, bool clear_pending);
+/* serve_complete.c, for serve_group.c: the completions first..last (in q's order, none sent)
+ * go to q's completer behind one event recorded now (on first; the others `covered`); false
+ * if there is no event or completer for them (nothing taken). */
+bool ws_completer_take(ws_queue *q, ws_cdone *first, ws_cdone *last);
+/* Sends a completion through a host function behind q's work (the fallback). */
+void ws_complete_by_host(ws_queue *q, uint64_t tag, int error, uint64_t seq);
+/* serve_group.c: a completion of q queued behind its work, held back until the link's
+ * calls run out (ws_groups_flush), so one event covers the completions of a burst of calls
+ * rather than one each; false if it cannot be held (the caller queues it as before). */
+bool ws_group_hold(ws_queue *q, uint64_t tag, int error, uint64_t seq);
+#define WS_GROUP_MAX 8 /* completions behind one event at most: a bound on the wait it adds */
+/* q's held completions go to its completer now (before a completion that is not held). */
+void ws_group_flush(ws_queue *q);
+/* Every queue's of the link (when its calls run out, and before a call that may wait). */
+void ws_groups_flush(void);
+/* Whether a call of this type only queues work (the held completions may stay behind it). */
+bool ws_group_passes(uint32_t type);
 bool ws_completions_start(ws_state *link);
 void ws_queue_init(ws_queue *q);
 /* After the backend's queue_destroy: the completer sends what it has, ends, and its events

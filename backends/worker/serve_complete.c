@@ -299,6 +299,7 @@ static void *completer(void *arg) {
   ws_queue *q = arg;
   ws_self = q->link;
   pthread_setname_np(pthread_self(), "accel-dev-done"); /* seen in top -H, gdb, perf */
+  int group_st = 0; /* the last event's: what a completion it covered reports */
   pthread_mutex_lock(&q->cmu);
   for (;;) {
     while (idle(q) && !poll_for_work(q) && idle(q)) /* again: cmu was let go */
@@ -310,7 +311,9 @@ static void *completer(void *arg) {
     if (q->head == NULL)
       q->tail = NULL;
     pthread_mutex_unlock(&q->cmu);
-    int st = c->e ? ws.be->event_sync(c->e) : 0;
+    if (c->e)
+      group_st = ws.be->event_sync(c->e);
+    int st = c->e || c->covered ? group_st : 0;
     if (c->flush)
       flush_in_turn(q); /* not a host function: it may query the driver, and wait */
     send_done(c->tag, c->event, st == 0 ? c->error : st);
@@ -352,32 +355,55 @@ static bool completer_started(ws_queue *q) {
   return q->has_thread;
 }
 
+/* Appends first..last to q's completer, waking it if it sleeps (no system call while it
+ * polls). */
+static void give_completer(ws_queue *q, ws_cdone *first, ws_cdone *last, uint32_t n) {
+  pthread_mutex_lock(&q->cmu);
+  if (q->tail)
+    q->tail->next = first;
+  else
+    q->head = first;
+  q->tail = last;
+  last->next = NULL;
+  atomic_fetch_add_explicit(&q->pushed, n, memory_order_release);
+  pthread_cond_broadcast(&q->ccv); /* no system call while nobody waits: a polling completer */
+  pthread_mutex_unlock(&q->cmu);
+}
+
+bool ws_completer_take(ws_queue *q, ws_cdone *first, ws_cdone *last) {
+  be_event *e = completer_started(q) ? event_for(q) : NULL;
+  if (e == NULL)
+    return false;
+  int rc = ws.be->event_record(e, q->q);
+  if (rc != 0) { /* sent in their turn, with the error */
+    ws.be->event_destroy(e);
+    e = NULL;
+  }
+  uint32_t n = 0;
+  for (ws_cdone *c = first;; c = c->next) {
+    c->covered = c != first && e != NULL;
+    if (rc != 0)
+      c->error = rc;
+    n++;
+    if (c == last)
+      break;
+  }
+  first->e = e;
+  give_completer(q, first, last, n);
+  return true;
+}
+
 /* false: the completer cannot take it (the caller falls back to a host function). */
 static bool by_completer(ws_queue *q, uint64_t tag, int error, bool event, uint64_t seq) {
   ws_cdone *c = malloc(sizeof *c);
-  be_event *e = c != NULL && completer_started(q) ? event_for(q) : NULL;
-  if (e == NULL) {
+  if (c == NULL)
+    return false;
+  *c = (ws_cdone){.tag = tag, .seq = seq, .error = error, .event = event, .flush = q->waited};
+  if (!ws_completer_take(q, c, c)) {
     free(c);
     return false;
   }
-  int rc = ws.be->event_record(e, q->q);
-  if (rc != 0) { /* sent in its turn, with the error */
-    ws.be->event_destroy(e);
-    e = NULL;
-    error = rc;
-  }
-  pthread_mutex_lock(&q->cmu);
-  *c = (ws_cdone){
-      .tag = tag, .seq = seq, .e = e, .error = error, .event = event, .flush = q->waited};
   q->waited = false;
-  if (q->tail)
-    q->tail->next = c;
-  else
-    q->head = c;
-  q->tail = c;
-  atomic_fetch_add_explicit(&q->pushed, 1, memory_order_release);
-  pthread_cond_broadcast(&q->ccv); /* no system call while nobody waits: a polling completer */
-  pthread_mutex_unlock(&q->cmu);
   return true;
 }
 
@@ -393,14 +419,22 @@ static void complete_after(ws_queue *q, uint64_t tag, bool hold, bool clear_pend
     ws_done(tag, error ? error : ACCEL_ENOMEM);
     return;
   }
+  bool may_hold = !hold && !event && !q->waited && ws.be->late_callbacks;
   pthread_mutex_lock(&q->cmu);
   uint64_t seq = ++q->queued;
   pthread_mutex_unlock(&q->cmu);
+  if (may_hold && ws_group_hold(q, tag, error, seq))
+    return;
+  ws_group_flush(q); /* those held go first: they came before it */
   if (watched != NULL)
     watch(tag, watched, q, seq); /* before the completion is queued: that one removes it */
   if (!hold && ws.be->late_callbacks && by_completer(q, tag, error, event, seq))
     return;
   by_host_function(q, tag, error, hold, event, seq);
+}
+
+void ws_complete_by_host(ws_queue *q, uint64_t tag, int error, uint64_t seq) {
+  by_host_function(q, tag, error, false, false, seq);
 }
 
 void ws_complete_after(ws_queue *q, uint64_t tag, bool hold, bool clear_pending) {

@@ -372,6 +372,13 @@ static bool take_body(bw_reader *r, void *body, size_t len) {
   return true;
 }
 
+bool bw_reader_ready(const bw_reader *r) {
+  if (r->tail > r->head)
+    return true;
+  uint64_t avail = r->chan != NULL ? rt_ring_avail(&r->chan->ring) : 0;
+  return avail != 0 && avail != UINT64_MAX; /* a broken ring: the read ends the link */
+}
+
 bool bw_reader_next(bw_reader *r, bw_hdr *h, void *buf, size_t room, void **body, int *passed,
                     uint32_t max) {
   *body = buf;

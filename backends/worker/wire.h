@@ -343,6 +343,9 @@ void bw_reader_fini(bw_reader *r); /* closes the descriptors it holds, not fd */
  * is of a type in fd_types and a descriptor came. */
 bool bw_reader_next(bw_reader *r, bw_hdr *h, void *buf, size_t room, void **body, int *passed,
                     uint32_t max);
+/* Whether bytes wait to be read (in the buffer, or in the channel's ring): the next
+ * bw_reader_next need not wait for the peer. A socket's bytes not read yet are not seen. */
+bool bw_reader_ready(const bw_reader *r);
 
 /* Reads of this process that found bytes while polling, before the reader would have slept
  * (the spin of rt_spin_ns): none when the spin is 0. A bw_reader's read may bring several

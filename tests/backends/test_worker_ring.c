@@ -121,6 +121,24 @@ TEST(frames_arrive_whole_and_in_order_across_the_wrap) {
   pair_close(&p);
 }
 
+/* bw_reader_ready: false on an empty ring, true with bytes in the ring, and with frames the
+ * reader's buffer holds though the ring is empty (one read took two frames). */
+TEST(a_reader_says_whether_frames_wait) {
+  pair p;
+  pair_open(&p, 0);
+  CHECK(!bw_reader_ready(&p.reader));
+  writer_job j = {.c = &p.w, .frames = 2};
+  write_frames(&j);
+  CHECK(j.ok);
+  CHECK(bw_reader_ready(&p.reader)); /* in the ring */
+  expect_frame(&p, 0);
+  CHECK_EQ(rt_ring_avail(&p.r.ring), 0); /* both came in one read */
+  CHECK(bw_reader_ready(&p.reader));     /* the second, in the buffer */
+  expect_frame(&p, 1);
+  CHECK(!bw_reader_ready(&p.reader));
+  pair_close(&p);
+}
+
 typedef struct reader_job {
   pair *p;
   uint32_t frames;
@@ -478,6 +496,7 @@ TEST(the_region_is_sealed_and_checked) {
 
 static const test_case tests[] = {
     TEST_CASE(frames_arrive_whole_and_in_order_across_the_wrap),
+    TEST_CASE(a_reader_says_whether_frames_wait),
     TEST_CASE(a_reader_asleep_on_an_empty_ring_is_woken),
     TEST_CASE(a_reader_counts_its_waits_as_idle_time),
     TEST_CASE(a_writer_waits_for_room_and_goes_on_when_it_comes),
