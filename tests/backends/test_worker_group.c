@@ -17,8 +17,8 @@
 /* ---- the fake backend ---- */
 
 static atomic_int records, host_calls, events_live;
-static int record_rc, sync_rc;
-static bool create_fails;
+static atomic_int record_rc, sync_rc; /* read by the completer */
+static atomic_bool create_fails;
 
 static int fake_event_create(be_device *dev, be_event **out) {
   (void)dev;
