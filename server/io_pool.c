@@ -94,7 +94,8 @@ struct srv_iost {
   uint32_t wq_head, wq_len, wq_cap;
   uint32_t wq_done; /* items at the front written or failed, not reported yet */
   int fds[SRV_IOST_FDS_MAX];
-  uint32_t fd_head, fd_len;
+  uint32_t fd_head;
+  _Atomic uint32_t fd_len; /* changed under mu; read without it (srv_iost_fds_pending) */
   /* shared rings (srv_iost_use_rings): set by the loop before the client may use them */
   _Atomic bool rings_on;     /* reads: from the client's ring */
   bool down_on;              /* the loop's: writes go to the client's ring */
@@ -1054,11 +1055,10 @@ ssize_t srv_iost_read(srv_iost *st, void *buf, size_t cap) {
   return (ssize_t)n;
 }
 
+/* Without the mutex: the loop asks after every read, and the stream's thread takes the
+ * mutex for the replies it moves (its cache line would cross cores twice an op more). */
 uint32_t srv_iost_fds_pending(srv_iost *st) {
-  pthread_mutex_lock(&st->mu);
-  uint32_t n = st->fd_len;
-  pthread_mutex_unlock(&st->mu);
-  return n;
+  return atomic_load(&st->fd_len);
 }
 
 int srv_iost_take_fd(srv_iost *st) {

@@ -88,8 +88,9 @@ struct srv_link {
   srv_server *s;
   srv_conn *conn; /* NULL once the record went away (the server stopped) */
   uint8_t *in;    /* staging (LINK_INBUF bytes, allocated with the link: reading never
-                   * needs memory): the start of the stream not yet made into frames */
-  size_t in_len;
+                   * needs memory): in[in_off, in_off + in_len) is the start of the stream
+                   * not yet made into frames */
+  size_t in_off, in_len;
   uint32_t turn_frames; /* frames made in this turn */
   bool turn_over;       /* LINK_FRAMES_PER_TURN made: the rest waits for a later turn */
   nng_msg *big;         /* a frame larger than the staging buffer, read straight into it */
@@ -428,8 +429,15 @@ static uint8_t *read_target(srv_link *l, size_t *room) {
     *room = nng_msg_len(l->big) - l->big_have;
     return (uint8_t *)nng_msg_body(l->big) + l->big_have;
   }
-  *room = LINK_INBUF - l->in_len;
-  return l->in + l->in_len;
+  /* What a short turn left moves to the start only when reading needs the room: moved
+   * after every turn, a pipelining client's full buffer cost the loop a 64 KiB copy a turn
+   * (callgrind: 475 of 6300 instructions per op). */
+  if (l->in_off > 0 && LINK_INBUF - l->in_off - l->in_len < LINK_INBUF / 2) {
+    memmove(l->in, l->in + l->in_off, l->in_len);
+    l->in_off = 0;
+  }
+  *room = LINK_INBUF - l->in_off - l->in_len;
+  return l->in + l->in_off + l->in_len;
 }
 
 static void first_frame_seen(srv_link *l) {
@@ -520,8 +528,9 @@ static void turn_start(srv_link *l) {
  * read into it; a larger frame continues in `big`. */
 static void parse(srv_link *l) {
   size_t at = 0;
+  const uint8_t *in = l->in + l->in_off;
   while (!l->closing && l->reading && !l->turn_over && l->in_len - at >= PROTO_HEADER_SIZE) {
-    const uint8_t *p = l->in + at;
+    const uint8_t *p = in + at;
     uint64_t id;
     size_t have = l->in_len - at, flen = frame_length(l, p, have, &id);
     if (flen == 0)
@@ -543,7 +552,7 @@ static void parse(srv_link *l) {
   }
   if (l->closing)
     return;
-  memmove(l->in, l->in + at, l->in_len - at);
+  l->in_off = at == l->in_len ? 0 : l->in_off + at; /* the rest stays: read_target moves it */
   l->in_len -= at;
 }
 

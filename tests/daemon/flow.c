@@ -236,6 +236,69 @@ TEST(short_turns_take_every_frame) {
   td_client_close(&b);
 }
 
+/* Frames of every size up to the staging buffer's (64 KiB), sent in one burst while short
+ * turns leave some of them in the buffer: the rest of a turn stays where it is and moves to
+ * the buffer's start only when a read needs the room (server_local.c read_target), so frames
+ * straddle the buffer's end and the move's threshold both ways. b writes 48 buffers of 1 to
+ * 63 KiB, each its own pattern, in one write of 1.5 MiB: every write is answered once, with
+ * success, and every buffer reads back whole. */
+TEST(writes_of_every_size_cross_the_staging_buffer_whole) {
+  enum { WRITES = 48 };
+  td_daemon d;
+  td_client a, b;
+  start_beside_blocker(&d, "", &a, &b);
+  uint64_t words[WRITES];
+  proto_out o;
+  proto_out_init(&o);
+  for (uint32_t i = 0; i < WRITES; i++) {
+    words[i] = (1024u + (i * 37u % 63u) * 1024u) / 4; /* 1 KiB .. 63 KiB, scattered */
+    uint64_t h = td_handle(20 + i, 1);
+    CHECK_OK(td_create(&b, h, ACCEL_U32, words[i]));
+    uint32_t *data = malloc(words[i] * 4);
+    CHECK(data != NULL);
+    for (uint64_t k = 0; k < words[i]; k++)
+      data[k] = i * 1000003u + (uint32_t)k;
+    dev_op op = {.h = {.kind = DEV_OP_WRITE, .device = ACCEL_DEVICE_ANY}, .nbufs = 1};
+    op.bufs[0] = (dev_op_buf){.handle = h, .count = words[i]};
+    CHECK_OK(
+        proto_encode_op(&o, 7000 + i, &op, (proto_bytes){(const uint8_t *)data, words[i] * 4}));
+    free(data);
+  }
+  td_send_raw(&b, o.data, o.len, 7000);
+  proto_out_free(&o);
+  bool answered[WRITES] = {false};
+  for (uint32_t i = 0; i < WRITES; i++) {
+    nng_msg *m;
+    int rv = td_recv(&b, &m, 10000 * (test_under_valgrind() ? 10 : 1));
+    if (rv != 0)
+      TEST_FAIL("write %u of %d not answered: %s", i, WRITES, nng_strerror(rv));
+    proto_header h;
+    proto_bytes none;
+    int32_t st;
+    const uint8_t *p = nng_msg_body(m);
+    CHECK_OK(proto_decode_header(p, nng_msg_len(m), UINT32_MAX, &h));
+    CHECK_OK(proto_decode_reply(p + PROTO_HEADER_SIZE, h.body_len, &st, &none));
+    CHECK_EQ(h.type, PROTO_REPLY);
+    CHECK_OK(st);
+    uint64_t k = h.request_id - 7000; /* writes to different buffers end in any order */
+    CHECK(k < WRITES && !answered[k]);
+    answered[k] = true;
+    nng_msg_free(m);
+  }
+  for (uint32_t i = 0; i < WRITES; i++) {
+    uint32_t *back = malloc(words[i] * 4);
+    CHECK(back != NULL);
+    CHECK_OK(td_read_u32(&b, td_handle(20 + i, 1), back, words[i]));
+    for (uint64_t k = 0; k < words[i]; k++)
+      if (back[k] != i * 1000003u + (uint32_t)k)
+        TEST_FAIL("buffer %u word %llu: %u", i, (unsigned long long)k, back[k]);
+    free(back);
+  }
+  kill_daemon(&d);
+  td_client_close(&a);
+  td_client_close(&b);
+}
+
 /* Waits (5 s at most, 50 under valgrind) until status says `want` light clients: the status
  * comes on a connection of its own, so it can be answered before the loop has made a frame
  * another connection just sent. */
@@ -417,6 +480,7 @@ TEST(nng_writes_past_the_budget_are_refused) {
 static const test_case tests[] = {
     TEST_CASE(local_reading_pauses_at_32_ops_in_flight),
     TEST_CASE(short_turns_take_every_frame),
+    TEST_CASE(writes_of_every_size_cross_the_staging_buffer_whole),
     TEST_CASE(one_frame_turns_beside_a_light_client_take_every_frame),
     TEST_CASE(frames_waiting_for_a_turn_are_not_idle_time),
     TEST_CASE(descriptors_of_frames_waiting_for_a_turn_are_announced),
