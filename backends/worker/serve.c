@@ -169,8 +169,9 @@ void ws_serve(ws_state *link) {
       ws_groups_flush(); /* the calls ran out: this thread may wait for the next now */
     if (!bw_reader_next(&cmds, &h, buf, sizeof buf, &body, &passed, BW_MAX_FRAME))
       break;
-    if (!ws_group_passes(h.type))
-      ws_groups_flush(); /* it may wait: nothing held back meanwhile */
+    bool passes = ws_group_passes(&h, body);
+    if (!passes)
+      ws_groups_flush(); /* it may wait, or take long: nothing held behind it */
     if (h.type == BW_SHARE || h.type == BW_ATTACH) {
       if (h.type == BW_SHARE)
         ws_share(&h, body, passed);
@@ -191,6 +192,8 @@ void ws_serve(ws_state *link) {
     ws_handle(&h, body);
     if (body != buf)
       free(body);
+    if (passes)
+      ws_groups_after_call();
   }
   _exit(0); /* acceld closed the channel (or went): nothing here outlives it */
 }

@@ -85,6 +85,7 @@ struct ws_state {
   struct ws_load *loads;   /* loads waiting for acceld's compiler */
   struct ws_evrec *evrecs; /* event records whose completion acceld has not heard of */
   ws_queue *grouping;      /* queues holding completions back (serve_group.c): its thread's */
+  uint32_t group_calls;    /* calls since the first of them held one */
   /* The poller (serve_complete.c): flushes asked from inside host functions, under mu. */
   pthread_cond_t poll_cv;
   uint64_t poll_asked, poll_done;
@@ -125,13 +126,19 @@ void ws_complete_by_host(ws_queue *q, uint64_t tag, int error, uint64_t seq);
  * calls run out (ws_groups_flush), so one event covers the completions of a burst of calls
  * rather than one each; false if it cannot be held (the caller queues it as before). */
 bool ws_group_hold(ws_queue *q, uint64_t tag, int error, uint64_t seq);
-#define WS_GROUP_MAX 8 /* completions behind one event at most: a bound on the wait it adds */
+#define WS_GROUP_MAX 8            /* completions of a queue behind one event at most */
+#define WS_GROUP_CALLS 16         /* calls a held completion may wait behind at most */
+#define WS_GROUP_FILL_BYTES 65536 /* a fill this small may pass held completions */
 /* q's held completions go to its completer now (before a completion that is not held). */
 void ws_group_flush(ws_queue *q);
 /* Every queue's of the link (when its calls run out, and before a call that may wait). */
 void ws_groups_flush(void);
-/* Whether a call of this type only queues work (the held completions may stay behind it). */
-bool ws_group_passes(uint32_t type);
+/* Whether the call (its header and body) only queues work so short that held completions
+ * may stay behind it: a notification, a fill of at most WS_GROUP_FILL_BYTES. */
+bool ws_group_passes(const bw_hdr *h, const void *body);
+/* After a call that passed: past WS_GROUP_CALLS since the link first held a completion,
+ * every queue's held ones go. */
+void ws_groups_after_call(void);
 bool ws_completions_start(ws_state *link);
 void ws_queue_init(ws_queue *q);
 /* After the backend's queue_destroy: the completer sends what it has, ends, and its events

@@ -1,50 +1,47 @@
 /* Completions held back while a link's calls keep coming (serve.h): on backends whose
  * completions go through the completer (an event recorded behind each), recording that event
  * is a driver call on the link's thread, the thread that submits every client's work (about
- * 1.3 us on CUDA, near half of a tiny op's submission). A completion whose call is followed
- * at once by more calls is held; when the calls run out (the link's thread would wait for the
- * next), before a call that may wait, before a completion that cannot be held, or at
- * WS_GROUP_MAX, the queue's held completions get one event behind all of them. Each is sent
- * once that event completes: a completion then comes after the work of the calls behind it
- * on its queue too (a tiny op's few microseconds), never before its own.
+ * 1.3 us on CUDA, near half of a tiny op's submission). A completion followed at once by
+ * more calls is held; the queue's held completions get one event behind all of them when
+ * the link's calls run out (its thread would wait for the next), before any call but a
+ * small fill or a notification (the event would otherwise come after work that may take
+ * long, which a client may even make wait for this completion), before a completion that
+ * cannot be held, at WS_GROUP_MAX held on the queue, or after WS_GROUP_CALLS calls since
+ * the link first held one (a saturated link's input never runs out). A completion is thus
+ * sent after at most WS_GROUP_CALLS small fills behind it, never before its own work.
  *
  * ACCEL_WORKER_GROUP=0 in the worker's environment (acceld passes its own on) holds none:
  * for A/B runs. */
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "backends/worker/serve.h"
 
 static bool grouping_on(void) {
-  static int on = -1; /* read once; every thread reads the same environment */
-  if (on < 0) {
+  static atomic_int on = -1; /* read once; every link's thread may ask */
+  int v = atomic_load_explicit(&on, memory_order_relaxed);
+  if (v < 0) {
     const char *e = getenv("ACCEL_WORKER_GROUP");
-    on = e == NULL || strcmp(e, "0") != 0;
+    v = e == NULL || strcmp(e, "0") != 0;
+    atomic_store_explicit(&on, v, memory_order_relaxed);
   }
-  return on;
+  return v;
 }
 
-bool ws_group_passes(uint32_t type) {
-  switch (type) {
-  case BW_FILL:
-  case BW_GEMM:
-  case BW_AXPY:
-  case BW_DOT:
-  case BW_SCAL:
-  case BW_RNG:
-  case BW_UNARY:
-  case BW_SOFTMAX:
-  case BW_BINARY:
-  case BW_REDUCE:
-  case BW_WHERE:
-  case BW_CONVERT:
-  case BW_LAUNCH:
-  case BW_D2D:
-  case BW_CALLBACK: /* a holding one flushes its queue itself (ws_complete_after) */
-    return true;
-  default:
+bool ws_group_passes(const bw_hdr *h, const void *body) {
+  if (h->type == BW_CALLBACK)
+    return true; /* a holding one flushes its queue itself (ws_complete_after) */
+  if (h->type != BW_FILL || h->len < sizeof(bw_fill))
     return false;
-  }
+  bw_fill f;
+  memcpy(&f, body, sizeof f);
+  return f.esize != 0 && f.count <= WS_GROUP_FILL_BYTES / f.esize;
+}
+
+void ws_groups_after_call(void) {
+  if (ws.grouping != NULL && ++ws.group_calls >= WS_GROUP_CALLS)
+    ws_groups_flush();
 }
 
 bool ws_group_hold(ws_queue *q, uint64_t tag, int error, uint64_t seq) {
@@ -92,6 +89,7 @@ void ws_group_flush(ws_queue *q) {
 void ws_groups_flush(void) {
   ws_queue *q = ws.grouping;
   ws.grouping = NULL;
+  ws.group_calls = 0;
   while (q) {
     ws_queue *next = q->gnext;
     q->in_grouping = false;

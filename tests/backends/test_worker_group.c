@@ -3,8 +3,9 @@
  * counts its event records and fails on demand: a burst's completions share one event and
  * reach acceld in order, a group is cut at its limit, a completion that cannot be held sends
  * those held first, a failed event fails every completion it covers, and without events each
- * goes through a host function. ACCEL_WORKER_GROUP=0 (the second meson test): one event
- * each, as before. */
+ * goes through a host function, only small fills and notifications pass held completions,
+ * and a link that never runs out of calls holds none for longer than WS_GROUP_CALLS calls.
+ * ACCEL_WORKER_GROUP=0 (the second meson test): one event each, as before. */
 #include <poll.h>
 #include <stdlib.h>
 #include <string.h>
@@ -216,12 +217,66 @@ TEST(without_an_event_each_goes_through_a_host_function) {
   rig_close(&r);
 }
 
+/* Small fills and notifications pass held completions; a fill one element past the size
+ * does not, nor any other call (a gemm, a copy, a queue's destruction), nor a short body. */
+TEST(only_small_fills_and_notifications_pass_held_completions) {
+  bw_fill f = {.esize = 4, .count = WS_GROUP_FILL_BYTES / 4};
+  bw_hdr h = {.type = BW_FILL, .len = sizeof f};
+  CHECK(ws_group_passes(&h, &f)); /* at the limit */
+  f.count++;
+  CHECK(!ws_group_passes(&h, &f)); /* one past it */
+  f = (bw_fill){.esize = 0, .count = 1};
+  CHECK(!ws_group_passes(&h, &f));
+  f = (bw_fill){.esize = 8, .count = UINT64_MAX / 4}; /* its bytes would overflow */
+  CHECK(!ws_group_passes(&h, &f));
+  h.len = sizeof f - 1;
+  CHECK(!ws_group_passes(&h, &f));
+  bw_ids ids = {0};
+  h = (bw_hdr){.type = BW_CALLBACK, .len = sizeof ids};
+  CHECK(ws_group_passes(&h, &ids));
+  uint32_t others[] = {BW_GEMM,      BW_LAUNCH, BW_H2D,       BW_D2H,      BW_D2D,
+                       BW_Q_DESTROY, BW_Q_WAIT, BW_EV_RECORD, BW_MEM_FREE, BW_CLOSE};
+  char body[512] = {0};
+  for (size_t i = 0; i < sizeof others / sizeof others[0]; i++) {
+    h = (bw_hdr){.type = others[i], .len = sizeof body};
+    CHECK(!ws_group_passes(&h, body));
+  }
+}
+
+/* A link that never runs out of calls (a saturated one): a held completion goes after
+ * WS_GROUP_CALLS calls, not later. */
+TEST(a_held_completion_waits_behind_a_bounded_number_of_calls) {
+  rig r;
+  rig_open(&r);
+  ws_groups_after_call(); /* nothing held: nothing counted */
+  ws_complete_after(r.q, 600, false, false);
+  for (int i = 0; i < WS_GROUP_CALLS - 1; i++)
+    ws_groups_after_call();
+  if (grouping()) {
+    CHECK_EQ(atomic_load(&records), 0);
+    expect_quiet(&r);
+  }
+  ws_groups_after_call(); /* the limit */
+  CHECK_EQ(atomic_load(&records), 1);
+  expect_done(&r, 600, 1, 0);
+  ws_complete_after(r.q, 601, false, false); /* counted afresh */
+  for (int i = 0; i < WS_GROUP_CALLS - 1; i++)
+    ws_groups_after_call();
+  CHECK_EQ(atomic_load(&records), grouping() ? 1 : 2);
+  ws_groups_after_call();
+  CHECK_EQ(atomic_load(&records), 2);
+  expect_done(&r, 601, 1, 0);
+  rig_close(&r);
+}
+
 static const test_case tests[] = {
     TEST_CASE(completions_of_a_burst_share_one_event),
     TEST_CASE(a_group_is_cut_at_its_limit),
     TEST_CASE(a_completion_that_cannot_be_held_sends_those_held_first),
     TEST_CASE(a_failed_event_fails_every_completion_it_covers),
     TEST_CASE(without_an_event_each_goes_through_a_host_function),
+    TEST_CASE(only_small_fills_and_notifications_pass_held_completions),
+    TEST_CASE(a_held_completion_waits_behind_a_bounded_number_of_calls),
 };
 
 TEST_MAIN(tests)
