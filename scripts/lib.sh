@@ -14,6 +14,8 @@ ACCEL_DEPS=(
   # libraries: event loop, transport, BLAS, config, systemd, StarPU, OpenCL
   libuv1-dev
   libnng-dev nng-utils
+  # mbedTLS (nng's TLS): bench-daemon measures its cipher, the floor of tls+tcp:// transfers
+  libmbedtls-dev
   libopenblas-dev
   libinih-dev
   libsystemd-dev
