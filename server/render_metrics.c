@@ -122,6 +122,13 @@ static void render_busy(sbuf *b, const dev_world *w) {
 
 /* The threads every op crosses one by one: acceld's loops and each worker's link thread. Busy
  * near 1 s a second is a saturated one (docs/PERFORMANCE.md "Which thread saturates"). */
+/* name{backend="...",pid="...",link="..."} of a worker link's series. */
+static void link_labels(sbuf *b, const char *name, const bw_link_busy *l) {
+  sb_printf(b, "%s{backend=\"", name);
+  sb_label_value(b, l->backend);
+  sb_printf(b, "\",pid=\"%d\",link=\"%u\"}", l->pid, l->link);
+}
+
 static void render_threads(sbuf *b, const dev_world *w) {
   header(b, "accel_loop_busy_seconds_total", "counter",
          "Time each of acceld's loops spent on work: turns that found some and what followed "
@@ -138,10 +145,21 @@ static void render_threads(sbuf *b, const dev_world *w) {
          "them to the device), not waiting for them, since the link began: the worker's "
          "start-up included; a restarted worker starts again.");
   for (size_t i = 0; i < n && i < MAX_LINKS; i++) {
-    sb_printf(b, "accel_worker_link_busy_seconds_total{backend=\"");
-    sb_label_value(b, links[i].backend);
-    sb_printf(b, "\",pid=\"%d\",link=\"%u\"} %.6f\n", links[i].pid, links[i].link,
-              (double)links[i].busy_ns * 1e-9);
+    link_labels(b, "accel_worker_link_busy_seconds_total", &links[i]);
+    sb_printf(b, " %.6f\n", (double)links[i].busy_ns * 1e-9);
+  }
+  header(b, "accel_worker_completions_total", "counter",
+         "Completions a device worker sent on a link (work acceld asked to hear the end of).");
+  for (size_t i = 0; i < n && i < MAX_LINKS; i++) {
+    link_labels(b, "accel_worker_completions_total", &links[i]);
+    sb_printf(b, " %llu\n", (unsigned long long)links[i].completions);
+  }
+  header(b, "accel_worker_completion_events_total", "counter",
+         "Events a device worker recorded for those completions (a driver call each on the "
+         "link's thread): one covers a burst of tiny ops' completions.");
+  for (size_t i = 0; i < n && i < MAX_LINKS; i++) {
+    link_labels(b, "accel_worker_completion_events_total", &links[i]);
+    sb_printf(b, " %llu\n", (unsigned long long)links[i].events);
   }
 }
 

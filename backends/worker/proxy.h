@@ -92,7 +92,8 @@ typedef struct bw_link {
   pid_t pid;
   uint64_t began_ns;   /* when it was made (its worker's busy time counts from there) */
   uint64_t busy_shown; /* the busy time last reported: never less (bw_links_busy) */
-  bw_chan cmd, note;   /* through the rings below when the worker was started with them */
+  uint64_t completions_shown, events_shown; /* the worker's counts last reported, likewise */
+  bw_chan cmd, note; /* through the rings below when the worker was started with them */
   bw_rings rings;
   int ack, stage_fd;
   char *stage;

@@ -821,6 +821,19 @@ static uint64_t link_busy(bw_link *l, uint64_t now) {
   return l->busy_shown;
 }
 
+/* The worker's completion counts, under links_mu, never lower than last reported. */
+static void link_done_counts(bw_link *l, uint64_t *completions, uint64_t *events) {
+  bw_done_counts *d = bw_rings_done_counts(&l->rings);
+  uint64_t c = atomic_load_explicit(&d->completions, memory_order_relaxed);
+  uint64_t e = atomic_load_explicit(&d->events, memory_order_relaxed);
+  if (c > l->completions_shown)
+    l->completions_shown = c;
+  if (e > l->events_shown)
+    l->events_shown = e;
+  *completions = l->completions_shown;
+  *events = l->events_shown;
+}
+
 size_t bw_links_busy(bw_link_busy *out, size_t max) {
   size_t n = 0;
   pthread_mutex_lock(&links_mu);
@@ -830,11 +843,13 @@ size_t bw_links_busy(bw_link_busy *out, size_t max) {
       bw_link *l = p->link[i];
       if (l == NULL || l->rings.base == NULL || link_dead(l))
         continue;
-      if (n < max)
+      if (n < max) {
         out[n] = (bw_link_busy){.backend = p->real->name,
                                 .pid = p->pid, /* zeroed only once unlisted (reap) */
                                 .link = i,
                                 .busy_ns = link_busy(l, now)};
+        link_done_counts(l, &out[n].completions, &out[n].events);
+      }
       n++;
     }
   pthread_mutex_unlock(&links_mu);

@@ -18,6 +18,7 @@
 #define CTL_NOTE 256u
 #define IDLE_CMD 512u
 #define IDLE_NOTE 576u
+#define DONE_COUNTS 640u
 #define DATA_CMD 4096u
 #define DATA_NOTE (DATA_CMD + BW_RING_CMD_BYTES)
 #define REGION_BYTES (DATA_NOTE + BW_RING_NOTE_BYTES)
@@ -27,7 +28,8 @@
 _Static_assert(sizeof(bw_ring_ctl) <= CTL_NOTE, "a direction's positions fit their slot");
 _Static_assert(CTL_NOTE + sizeof(bw_ring_ctl) <= IDLE_CMD &&
                    IDLE_CMD + sizeof(bw_idle) <= IDLE_NOTE &&
-                   IDLE_NOTE + sizeof(bw_idle) <= DATA_CMD,
+                   IDLE_NOTE + sizeof(bw_idle) <= DONE_COUNTS &&
+                   DONE_COUNTS + sizeof(bw_done_counts) <= DATA_CMD,
                "the idle times have places of their own before the rings");
 _Static_assert(ATOMIC_LLONG_LOCK_FREE == 2, "the other process reads these atomics too");
 
@@ -84,6 +86,10 @@ void bw_chan_ring(bw_chan *c, const bw_rings *r, bool note) {
                       .data = r->base + (note ? DATA_NOTE : DATA_CMD),
                       .size = note ? BW_RING_NOTE_BYTES : BW_RING_CMD_BYTES};
   c->idle = idle_of(r, note);
+}
+
+bw_done_counts *bw_rings_done_counts(const bw_rings *r) {
+  return r->base != NULL ? (bw_done_counts *)(void *)(r->base + DONE_COUNTS) : NULL;
 }
 
 /* The total is read before and after the wait in progress: a wait that ended in between (its

@@ -38,6 +38,13 @@ typedef struct bw_idle {
   _Atomic uint64_t total_ns, since_ns;
 } bw_idle;
 
+/* The worker's completions on the link and the events it recorded behind them (the fewer
+ * events per completion, the fewer driver calls: serve_group.c), in the region for acceld to
+ * read (bw_rings_done_counts): the worker's word. */
+typedef struct bw_done_counts {
+  _Atomic uint64_t completions, events;
+} bw_done_counts;
+
 /* One end of a channel. fd: the socket (without a ring the frames themselves go there). */
 typedef struct bw_chan {
   int fd;
@@ -79,6 +86,8 @@ void bw_chan_ring(bw_chan *c, const bw_rings *r, bool note);
  * process wrote it in the region: the rest of its time it spent on what it read. A worker's
  * word: whoever reads the other process's value bounds it. */
 uint64_t bw_rings_reader_idle_ns(const bw_rings *r, bool note, uint64_t now_ns);
+/* The link's completion counts in the region; NULL if it is not mapped. */
+bw_done_counts *bw_rings_done_counts(const bw_rings *r);
 
 /* Writes the vector's bytes (every byte, waiting for room as long as the peer lives); false if
  * the peer is gone, the channel was shut down here, or its positions are not sane. */

@@ -21,6 +21,15 @@
 #include "runtime/spin.h"
 #include "runtime/status.h"
 
+/* The link's completions and the events behind them, where acceld reads them (/metrics). */
+static void count_done(uint64_t completions, uint64_t events) {
+  bw_done_counts *d = bw_rings_done_counts(&ws.rings);
+  if (d == NULL)
+    return; /* a link without rings (tests') */
+  atomic_fetch_add_explicit(&d->completions, completions, memory_order_relaxed);
+  atomic_fetch_add_explicit(&d->events, events, memory_order_relaxed);
+}
+
 /* ---- watched event records ---- */
 
 typedef struct ws_evrec {
@@ -253,6 +262,7 @@ static void complete_as_link(ws_done_arg d, int status) {
 
 static void by_host_function(ws_queue *q, uint64_t tag, int error, bool hold, bool event,
                              uint64_t seq) {
+  count_done(1, 0);
   ws_done_arg *d = malloc(sizeof *d);
   int rc = ACCEL_ENOMEM;
   if (d != NULL) {
@@ -389,6 +399,7 @@ bool ws_completer_take(ws_queue *q, ws_cdone *first, ws_cdone *last) {
       break;
   }
   first->e = e;
+  count_done(n, e != NULL);
   give_completer(q, first, last, n);
   return true;
 }

@@ -41,6 +41,9 @@ typedef struct bw_link_busy {
   int pid;             /* the worker process */
   uint32_t link;       /* 0: the link it was started with */
   uint64_t busy_ns;    /* since the link began: its time less what the worker says it waited */
+  /* Completions the worker sent on the link and the events it recorded for them (its word,
+   * never reported lower than before): completions per event say how well they group. */
+  uint64_t completions, events;
 } bw_link_busy;
 
 /* Fills out[0..max) with the live worker links (those through shared rings), returns how many

@@ -401,6 +401,83 @@ TEST(loop_and_worker_link_busy_times_are_in_metrics) {
   td_cleanup(&d);
 }
 
+/* The opencl worker's link-0 counts of completions and of events behind them. */
+typedef struct done_counts {
+  double completions, events;
+} done_counts;
+
+static done_counts done_now(int port, const char *busy_series) {
+  const char *m = http_get(port, "/metrics");
+  const char *labels = strchr(busy_series, '{'); /* the link's labels, then a space */
+  char c[200], e[200];
+  snprintf(c, sizeof c, "accel_worker_completions_total%s", labels);
+  snprintf(e, sizeof e, "accel_worker_completion_events_total%s", labels);
+  return (done_counts){series_value(m, c), series_value(m, e)};
+}
+
+/* PoCL's device in its worker, `grouping` as ACCEL_WORKER_GROUP says in acceld's (and so its
+ * worker's) environment: 100 fills waited for one at a time get an event each (nothing follows
+ * them on the link); 1000 fills in flight at once are answered with fewer events than
+ * completions when grouping (bursts share one), one each when not. */
+static void completions_and_events(bool grouping) {
+  CHECK_EQ(setenv("ACCEL_WORKER_GROUP", grouping ? "1" : "0", 1), 0);
+  td_daemon d;
+  int port = start_on(&d, "cpu,opencl", fake_library(), NULL, "workers = opencl");
+  CHECK_EQ(unsetenv("ACCEL_WORKER_GROUP"), 0);
+  accel_ctx *ctx;
+  CHECK_EQ(accel_open(&ctx, d.url), 0);
+  accel_device dev = opencl_device(ctx);
+  if (dev == ACCEL_DEVICE_ANY) {
+    accel_close(ctx);
+    CHECK_EQ(td_stop(&d), 0);
+    td_cleanup(&d);
+    TEST_SKIP("no OpenCL device");
+  }
+  accel_buffer buf;
+  CHECK_EQ(accel_buffer_create(ctx, ACCEL_U32, 256, &buf), 0);
+  enum { FLOOD = 1000 };
+  accel_future *f[FLOOD];
+  CHECK_EQ(accel_fill_u32(ctx, dev, buf, 1, &f[0]), 0); /* the worker starts */
+  CHECK_EQ(accel_future_wait(f[0], -1), 0);
+  accel_future_release(f[0]);
+  char series[160];
+  worker_link_series(&d, http_get(port, "/metrics"), series, sizeof series);
+  done_counts a = done_now(port, series);
+  for (uint32_t i = 0; i < 100; i++) {
+    CHECK_EQ(accel_fill_u32(ctx, dev, buf, i, &f[0]), 0);
+    CHECK_EQ(accel_future_wait(f[0], -1), 0);
+    accel_future_release(f[0]);
+  }
+  done_counts b = done_now(port, series);
+  for (uint32_t i = 0; i < FLOOD; i++)
+    CHECK_EQ(accel_fill_u32(ctx, dev, buf, i, &f[i]), 0);
+  for (uint32_t i = 0; i < FLOOD; i++) {
+    CHECK_EQ(accel_future_wait(f[i], -1), 0);
+    accel_future_release(f[i]);
+  }
+  done_counts c = done_now(port, series);
+  printf("# grouping %s: 100 waited fills: %.0f completions, %.0f events; %d in flight: %.0f "
+         "completions, %.0f events\n",
+         grouping ? "on" : "off", b.completions - a.completions, b.events - a.events, FLOOD,
+         c.completions - b.completions, c.events - b.events);
+  CHECK(b.completions - a.completions >= 100);
+  CHECK_EQ(b.events - a.events, b.completions - a.completions);
+  CHECK(c.completions - b.completions >= 1);
+  if (grouping)
+    CHECK(c.events - b.events < c.completions - b.completions);
+  else
+    CHECK_EQ(c.events - b.events, c.completions - b.completions);
+  CHECK_EQ(accel_buffer_destroy(ctx, buf), 0);
+  accel_close(ctx);
+  CHECK_EQ(td_stop(&d), 0);
+  td_cleanup(&d);
+}
+
+TEST(a_worker_groups_the_completions_of_a_burst) {
+  completions_and_events(true);
+  completions_and_events(false);
+}
+
 static const test_case tests[] = {
     TEST_CASE(nvml_readings_reach_status_json),
     TEST_CASE(nvml_readings_reach_text_and_metrics),
@@ -410,6 +487,7 @@ static const test_case tests[] = {
     TEST_CASE(busy_time_is_measured_for_the_cpu_device),
     TEST_CASE(long_work_is_shown_in_progress),
     TEST_CASE(loop_and_worker_link_busy_times_are_in_metrics),
+    TEST_CASE(a_worker_groups_the_completions_of_a_burst),
 };
 
 TEST_MAIN(tests)
