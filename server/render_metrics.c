@@ -120,14 +120,15 @@ static void render_busy(sbuf *b, const dev_world *w) {
               (double)dev_node_busy_total_ns(&w->nodes[n], now) * 1e-9);
 }
 
-/* The threads every op crosses one by one: acceld's loops and each worker's link thread. Busy
- * near 1 s a second is a saturated one (docs/PERFORMANCE.md "Which thread saturates"). */
 /* name{backend="...",pid="...",link="..."} of a worker link's series. */
 static void link_labels(sbuf *b, const char *name, const bw_link_busy *l) {
   sb_printf(b, "%s{backend=\"", name);
   sb_label_value(b, l->backend);
   sb_printf(b, "\",pid=\"%d\",link=\"%u\"}", l->pid, l->link);
 }
+
+/* The threads every op crosses one by one: acceld's loops and each worker's link thread. Busy
+ * near 1 s a second is a saturated one (docs/PERFORMANCE.md "Which thread saturates"). */
 
 static void render_threads(sbuf *b, const dev_world *w) {
   header(b, "accel_loop_busy_seconds_total", "counter",
@@ -149,14 +150,16 @@ static void render_threads(sbuf *b, const dev_world *w) {
     sb_printf(b, " %.6f\n", (double)links[i].busy_ns * 1e-9);
   }
   header(b, "accel_worker_completions_total", "counter",
-         "Completions a device worker sent on a link (work acceld asked to hear the end of).");
+         "Completions a device worker queued behind work on a link (acceld asked to hear of the "
+         "work's end; counted when queued; errors answered at once not counted).");
   for (size_t i = 0; i < n && i < MAX_LINKS; i++) {
     link_labels(b, "accel_worker_completions_total", &links[i]);
     sb_printf(b, " %llu\n", (unsigned long long)links[i].completions);
   }
   header(b, "accel_worker_completion_events_total", "counter",
-         "Events a device worker recorded for those completions (a driver call each on the "
-         "link's thread): one covers a burst of tiny ops' completions.");
+         "Events a device worker recorded for its completer to wait on (a driver call each on "
+         "the link's thread; one covers a burst of tiny ops' completions); completions through "
+         "a host function, which hold their queue or found no event, have none.");
   for (size_t i = 0; i < n && i < MAX_LINKS; i++) {
     link_labels(b, "accel_worker_completion_events_total", &links[i]);
     sb_printf(b, " %llu\n", (unsigned long long)links[i].events);

@@ -13,8 +13,8 @@
 #include "runtime/deadline.h"
 #include "runtime/spin.h"
 
-/* The region: both directions' positions on the first page, each reader's idle time on a
- * line of its own there, then the two rings' bytes. */
+/* The region: both directions' positions on the first page, each reader's idle time and the
+ * worker's completion counts on lines of their own there, then the two rings' bytes. */
 #define CTL_NOTE 256u
 #define IDLE_CMD 512u
 #define IDLE_NOTE 576u
@@ -30,7 +30,7 @@ _Static_assert(CTL_NOTE + sizeof(bw_ring_ctl) <= IDLE_CMD &&
                    IDLE_CMD + sizeof(bw_idle) <= IDLE_NOTE &&
                    IDLE_NOTE + sizeof(bw_idle) <= DONE_COUNTS &&
                    DONE_COUNTS + sizeof(bw_done_counts) <= DATA_CMD,
-               "the idle times have places of their own before the rings");
+               "the idle times and counts have places of their own before the rings");
 _Static_assert(ATOMIC_LLONG_LOCK_FREE == 2, "the other process reads these atomics too");
 
 bw_chan bw_chan_socket(int fd) {
