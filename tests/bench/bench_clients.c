@@ -14,7 +14,8 @@
  * Under each row through acceld: how busy acceld's loop and the worker's link thread were while
  * the clients ran (acceld's /metrics: accel_loop_busy_seconds_total and
  * accel_worker_link_busy_seconds_total): each op crosses both, one at a time, and one near
- * 100 % is what limits the row.
+ * 100 % is what limits the row; and the link's completions per event recorded for them (the
+ * worker's grouping: accel_worker_completions_total ÷ accel_worker_completion_events_total).
  * --fairness F: instead, one light client (tiny + wait) alone, then the same client while F
  * others flood the same device through the same acceld (pipelined); its p50 and p99 latency in
  * both, and the p99 ratio (target: at most 5); --rounds R (1..16, default 1) measures R such
@@ -208,6 +209,7 @@ typedef struct row {
   double kops, median_us;
   bool ok;
   double loop_busy, link_busy; /* fractions of the run; < 0: not known */
+  double per_event;            /* the busiest link's completions per event; < 0: not known */
 } row;
 
 /* ---- acceld's busy times, from its /metrics ---- */
@@ -258,8 +260,18 @@ typedef struct busy_read {
   int nlinks;      /* the worker's links: their labels and busy seconds */
   char label[MAX_LINKS][96];
   double link[MAX_LINKS];
+  double done[MAX_LINKS], events[MAX_LINKS]; /* the link's completions and their events */
   bool ok;
 } busy_read;
+
+/* The value of `name` with the labels of busy series `label` (its name, then {...}) in m. */
+static double link_counter(const char *m, const char *name, const char *label) {
+  const char *labels = strchr(label, '{');
+  char key[160];
+  snprintf(key, sizeof key, "\n%s%s} ", name, labels ? labels : "");
+  const char *v = strstr(m, key);
+  return v ? strtod(v + strlen(key), NULL) : 0;
+}
 
 /* backend: the device's (its worker's links only). */
 static busy_read read_busy(const char *backend) {
@@ -278,7 +290,10 @@ static busy_read read_busy(const char *backend) {
     if (v == NULL || v - s >= (long)sizeof b.label[0])
       break;
     snprintf(b.label[b.nlinks], sizeof b.label[0], "%.*s", (int)(v - s), s);
-    b.link[b.nlinks++] = strtod(v + 2, NULL);
+    b.link[b.nlinks] = strtod(v + 2, NULL);
+    b.done[b.nlinks] = link_counter(m, "accel_worker_completions_total", b.label[b.nlinks]);
+    b.events[b.nlinks] = link_counter(m, "accel_worker_completion_events_total", b.label[b.nlinks]);
+    b.nlinks++;
   }
   return b;
 }
@@ -289,12 +304,15 @@ static void busy_between(const busy_read *from, const busy_read *to, row *w) {
   double t = to->at - from->at;
   bool ok = from->ok && to->ok && t > 0;
   w->loop_busy = ok ? (to->loop - from->loop) / t : -1;
-  w->link_busy = -1;
+  w->link_busy = w->per_event = -1;
   for (int i = 0; ok && i < to->nlinks; i++)
     for (int k = 0; k < from->nlinks; k++)
       if (strcmp(to->label[i], from->label[k]) == 0 &&
-          (to->link[i] - from->link[k]) / t > w->link_busy)
+          (to->link[i] - from->link[k]) / t > w->link_busy) {
         w->link_busy = (to->link[i] - from->link[k]) / t;
+        double events = to->events[i] - from->events[k];
+        w->per_event = events > 0 ? (to->done[i] - from->done[k]) / events : -1;
+      }
 }
 
 /* N clients at once, the first in mode m and the others in `others`; the row of their
@@ -307,7 +325,7 @@ static row run_clients(const char *url, mode m, int n, const opts *o) {
 
 static row run_mixed(const char *url, mode m, mode others, int n, const opts *o, result *first) {
   int ready[2], go[2], out[2];
-  row w = {.loop_busy = -1, .link_busy = -1};
+  row w = {.loop_busy = -1, .link_busy = -1, .per_event = -1};
   bool through_acceld = url != NULL && strncmp(url, "embedded:", 9) != 0;
   static busy_read began, ended; /* large: not on the stack */
   if (pipe(ready) != 0 || pipe(go) != 0 || pipe(out) != 0)
@@ -406,7 +424,11 @@ static void print_row(const char *what, int n, row w, bool latency) {
     printf("%10.1f |%s\n", w.median_us, w.ok ? "" : " (FAILED)");
   else
     printf("%10s |%s\n", "-", w.ok ? "" : " (FAILED)");
-  if (w.loop_busy >= 0 && w.link_busy >= 0)
+  if (w.loop_busy >= 0 && w.link_busy >= 0 && w.per_event > 0)
+    printf("|     | busy meanwhile: acceld's loop %.0f %%, the worker's link thread %.0f %% "
+           "(%.1f completions per event) |\n",
+           100 * w.loop_busy, 100 * w.link_busy, w.per_event);
+  else if (w.loop_busy >= 0 && w.link_busy >= 0)
     printf("|     | busy meanwhile: acceld's loop %.0f %%, the worker's link thread %.0f %% |\n",
            100 * w.loop_busy, 100 * w.link_busy);
   else if (w.loop_busy >= 0)
@@ -540,7 +562,7 @@ int main(int argc, char **argv) {
   for (int i = 0; i < o.nclients; i++) {
     int n = o.clients[i];
     bool emb = !o.acceld_only;
-    row none = {.ok = true, .loop_busy = -1, .link_busy = -1};
+    row none = {.ok = true, .loop_busy = -1, .link_busy = -1, .per_event = -1};
     row rows[4] = {run_clients(url, TINY, n, &o),
                    emb ? run_clients("embedded:", TINY, n, &o) : none,
                    run_clients(url, PIPELINED, n, &o),
