@@ -238,7 +238,7 @@ TEST(short_turns_take_every_frame) {
 
 /* Frames of every size up to the staging buffer's (64 KiB), sent in one burst while short
  * turns leave some of them in the buffer: the rest of a turn stays where it is and moves to
- * the buffer's start only when a read needs the room (server_local.c read_target), so frames
+ * the buffer's start once the room after it is under half (server_local.c read_target), so frames
  * straddle the buffer's end and the move's threshold both ways. b writes 48 buffers of 1 to
  * 63 KiB, each its own pattern, in one write of 1.5 MiB: every write is answered once, with
  * success, and every buffer reads back whole. */
