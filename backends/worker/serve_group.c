@@ -10,8 +10,10 @@
  * the link first held one (a saturated link's input never runs out). A completion is thus
  * sent after at most WS_GROUP_CALLS small fills behind it, never before its own work.
  *
- * ACCEL_WORKER_GROUP=0 in the worker's environment (acceld passes its own on) holds none:
- * for A/B runs. */
+ * Off unless ACCEL_WORKER_GROUP=1 is in the worker's environment (acceld passes its own on):
+ * on the H200 host it raised one pipelining client's ops 1.35x but cost eight and 32 waiting
+ * clients a fifth of their aggregate (a completion waited behind the other clients' calls;
+ * docs/PERFORMANCE.md "One completion event per burst of calls in the worker"). */
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,7 +25,7 @@ static bool grouping_on(void) {
   int v = atomic_load_explicit(&on, memory_order_relaxed);
   if (v < 0) {
     const char *e = getenv("ACCEL_WORKER_GROUP");
-    v = e == NULL || strcmp(e, "0") != 0;
+    v = e != NULL && strcmp(e, "1") == 0;
     atomic_store_explicit(&on, v, memory_order_relaxed);
   }
   return v;
