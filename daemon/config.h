@@ -50,6 +50,9 @@ typedef struct acd_config {
   /* Threads that read and write local connections' sockets (srv_args.io_threads): 0 none,
    * "auto" (SRV_IO_THREADS_AUTO) by the cores. */
   uint32_t io_threads;
+  /* Servers, each on a loop of its own with a device world of its own (srv_args.shards):
+   * 1 to SRV_SHARDS_MAX. */
+  uint32_t shards;
   proto_limits limits;
   /* [limits] max_partial_bytes (0: automatic), frame_idle_timeout_ms, min_frame_rate (bytes
    * per second, 0: none): local frames being received (srv_args in server/server.h). */

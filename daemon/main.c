@@ -234,9 +234,12 @@ static int detach(bool foreground) {
 typedef struct daemon_ctx {
   acd_flags flags;
   acd_config config;
-  dev_world world;
+  /* Per shard (config.shards, each on loop k): a device world and its server. */
+  dev_world worlds[SRV_SHARDS_MAX];
+  uint32_t nworlds; /* initialized, to be finished */
+  srv_args servers[SRV_SHARDS_MAX];
+  srv_shards *shards; /* NULL with one */
   accel_runtime *rt;
-  srv_args server;
   acd_service_args service;
 } daemon_ctx;
 
@@ -257,7 +260,9 @@ static int exit_status(void) {
   return quarantine_exit ? EXIT_QUARANTINE : 0;
 }
 
-static int start_tree(daemon_ctx *d, int gid, int ready_fd) {
+/* World k of config.shards: on loop k and link k into each device worker when there are
+ * several (one: placed as usual, on the only loop). */
+static int start_world(daemon_ctx *d, uint32_t k) {
   acd_config *c = &d->config;
   dev_world_opts wo = {.cpu_devices = c->cpu_devices,
                        .fault_injection = c->fault_injection,
@@ -265,52 +270,85 @@ static int start_tree(daemon_ctx *d, int gid, int ready_fd) {
                        .max_restarts = c->max_restarts,
                        .restart_window_ms = c->restart_window_ms,
                        .tf32 = c->tf32,
-                       .cuda_primary = c->cuda_primary,
-                       .pinned_max = c->pinned_max};
+                       /* Shards open each CUDA device once per world: contexts of their
+                        * own would be time-sliced by the GPU (a client's op 20x slower), so
+                        * they share the device's primary context. */
+                       .cuda_primary = c->cuda_primary || c->shards > 1,
+                       .pinned_max = c->pinned_max,
+                       .loop = c->shards > 1 ? k + 1 : 0,
+                       .worker_link = k};
   snprintf(wo.backends, sizeof wo.backends, "%s", c->backends);
   snprintf(wo.workers, sizeof wo.workers, "%s", c->workers);
+  dev_world *w = &d->worlds[k];
+  int rc = dev_world_init(w, d->rt, &wo);
+  if (rc != 0)
+    return rc;
+  d->nworlds++;
+  if (c->exit_on_quarantine)
+    w->on_quarantine = on_quarantine;
+  accel_ref devices;
+  return dev_world_spawn(w, NULL, &devices);
+}
+
+/* Shard k's server: shard 0 listens and hands connections to the others, spawned first. */
+static int start_server(daemon_ctx *d, uint32_t k, int gid, accel_ref *server) {
+  acd_config *c = &d->config;
+  d->servers[k] = (srv_args){.world = &d->worlds[k],
+                             .shards = d->shards,
+                             .shard = k,
+                             .listen = (const char *const *)c->listen,
+                             .nlisten = c->nlisten,
+                             .limits = c->limits,
+                             .ipc_mode = c->socket_mode,
+                             .ipc_gid = gid,
+                             .drain_timeout_ms = c->drain_timeout_ms,
+                             .first_frame_timeout_ms = c->first_frame_timeout_ms,
+                             .max_connections = c->max_connections,
+                             .io_threads = c->io_threads,
+                             .max_partial_bytes = c->max_partial_bytes,
+                             .frame_idle_timeout_ms = c->frame_idle_timeout_ms,
+                             .min_frame_rate = c->min_frame_rate ? c->min_frame_rate
+                                                                 : SRV_MIN_FRAME_RATE_OFF,
+                             .max_shared_bytes = c->max_shared_bytes,
+                             .max_shared_bytes_total = c->max_shared_bytes_total,
+                             .metrics_listen = c->metrics_listen,
+                             .metrics = {.max_connections = c->metrics_max_connections,
+                                         .header_timeout_ms = c->metrics_header_timeout_ms,
+                                         .write_timeout_ms = c->metrics_write_timeout_ms,
+                                         .max_header_bytes = c->metrics_max_header_bytes}};
+  acd_config_security(c, &d->servers[k].sec); /* points into d->config, which outlives it */
+  /* A session that fails past its restart limit is stopped, never escalated to the server. */
+  accel_supervision sup = {.strategy = ACCEL_ONE_FOR_ONE, .on_limit = ACCEL_LIMIT_STOP_CHILD};
+  char name[32] = "server";
+  if (k > 0)
+    snprintf(name, sizeof name, "server-%u", k);
+  accel_spawn_opts so = {.name = name,
+                         .mailbox_capacity = 1024,
+                         .supervision = &sup,
+                         .loop = c->shards > 1 ? k + 1 : 0};
+  int rc = accel_spawn(d->rt, NULL, &srv_behavior, &d->servers[k], &so, server);
+  if (rc == 0 && d->shards)
+    srv_shards_set(d->shards, k, *server);
+  return rc;
+}
+
+static int start_tree(daemon_ctx *d, int gid, int ready_fd) {
+  acd_config *c = &d->config;
   bw_options wk;
   acd_config_workers(c, &wk); /* devices in worker processes (backends/worker/worker.h) */
   bw_configure(&wk);
   dev_build_opts bo;
   acd_config_builds(c, &bo); /* compiles of clients' code in the helper (actors/build.h) */
   dev_builds_configure(&bo);
-  int rc = dev_world_init(&d->world, d->rt, &wo);
-  if (c->exit_on_quarantine)
-    d->world.on_quarantine = on_quarantine;
-  accel_ref devices, server;
+  int rc = c->shards > 1 ? srv_shards_create(c->shards, &d->shards) : 0;
+  for (uint32_t k = 0; rc == 0 && k < c->shards; k++)
+    rc = start_world(d, k);
+  /* NVML's telemetry is the machine's: world 0 samples it for every report. */
   if (rc == 0)
-    rc = dev_world_spawn(&d->world, NULL, &devices);
-  if (rc == 0)
-    rc = dev_telemetry_start(&d->world, c->telemetry_interval_ms);
-  if (rc != 0)
-    return rc;
-  d->server = (srv_args){.world = &d->world,
-                         .listen = (const char *const *)c->listen,
-                         .nlisten = c->nlisten,
-                         .limits = c->limits,
-                         .ipc_mode = c->socket_mode,
-                         .ipc_gid = gid,
-                         .drain_timeout_ms = c->drain_timeout_ms,
-                         .first_frame_timeout_ms = c->first_frame_timeout_ms,
-                         .max_connections = c->max_connections,
-                         .io_threads = c->io_threads,
-                         .max_partial_bytes = c->max_partial_bytes,
-                         .frame_idle_timeout_ms = c->frame_idle_timeout_ms,
-                         .min_frame_rate = c->min_frame_rate ? c->min_frame_rate
-                                                             : SRV_MIN_FRAME_RATE_OFF,
-                         .max_shared_bytes = c->max_shared_bytes,
-                         .max_shared_bytes_total = c->max_shared_bytes_total,
-                         .metrics_listen = c->metrics_listen,
-                         .metrics = {.max_connections = c->metrics_max_connections,
-                                     .header_timeout_ms = c->metrics_header_timeout_ms,
-                                     .write_timeout_ms = c->metrics_write_timeout_ms,
-                                     .max_header_bytes = c->metrics_max_header_bytes}};
-  acd_config_security(c, &d->server.sec); /* points into d->config, which outlives the tree */
-  /* A session that fails past its restart limit is stopped, never escalated to the server. */
-  accel_supervision sup = {.strategy = ACCEL_ONE_FOR_ONE, .on_limit = ACCEL_LIMIT_STOP_CHILD};
-  accel_spawn_opts so = {.name = "server", .mailbox_capacity = 1024, .supervision = &sup};
-  rc = accel_spawn(d->rt, NULL, &srv_behavior, &d->server, &so, &server);
+    rc = dev_telemetry_start(&d->worlds[0], c->telemetry_interval_ms);
+  accel_ref server = ACCEL_REF_NONE;
+  for (uint32_t k = c->shards; rc == 0 && k-- > 0;)
+    rc = start_server(d, k, gid, &server);
   if (rc != 0)
     return rc;
   d->service = (acd_service_args){.server = server,
@@ -318,7 +356,7 @@ static int start_tree(daemon_ctx *d, int gid, int ready_fd) {
                                   .flags = &d->flags,
                                   .ready_fd = ready_fd,
                                   .exit_status = exit_status};
-  accel_spawn_opts vo = {.name = "service", .mailbox_capacity = 64};
+  accel_spawn_opts vo = {.name = "service", .mailbox_capacity = 64, .loop = c->shards > 1};
   return accel_spawn(d->rt, NULL, &acd_service_behavior, &d->service, &vo, NULL);
 }
 
@@ -331,9 +369,9 @@ static void say_why(int rc, char *why, size_t len) {
 }
 
 static int run(daemon_ctx *d, int gid, int ready_fd, char *why, size_t why_len) {
-  /* One loop: the server's and the device world's actors share libuv handles and state of one
-   * loop thread (docs/ARCHITECTURE.md "Threads"), whatever ACCEL_LOOPS says. */
-  int rc = accel_runtime_create(&d->rt, &(accel_runtime_opts){.loops = 1});
+  /* A loop per shard: a server and its device world's actors share libuv handles and state
+   * of one loop thread (docs/ARCHITECTURE.md "Threads"), whatever ACCEL_LOOPS says. */
+  int rc = accel_runtime_create(&d->rt, &(accel_runtime_opts){.loops = d->config.shards});
   if (rc != 0)
     return rc;
   rt_error_detail_clear();
@@ -341,12 +379,15 @@ static int run(daemon_ctx *d, int gid, int ready_fd, char *why, size_t why_len) 
   if (rc != 0)
     say_why(rc, why, why_len);
   if (rc == 0) {
-    accel_log(ACCEL_LOG_INFO, "acceld", "serving %d device(s) (pid %d)", d->world.nnodes - 1,
-              (int)getpid());
+    accel_log(ACCEL_LOG_INFO, "acceld", "serving %d device(s) (pid %d, %u shard(s))",
+              d->worlds[0].nnodes - 1, (int)getpid(), d->config.shards);
     rc = accel_runtime_run(d->rt);
   }
   accel_runtime_destroy(d->rt);
-  dev_world_fini(&d->world);
+  for (uint32_t k = 0; k < d->nworlds; k++)
+    dev_world_fini(&d->worlds[k]);
+  if (d->shards)
+    srv_shards_destroy(d->shards);
   nng_fini(); /* the server closed its socket when it stopped: end nng's threads too */
   return rc;
 }

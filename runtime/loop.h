@@ -13,6 +13,8 @@
 /* The loop, for in-tree actors that own libuv handles (the daemon's server): loop thread
  * only; such handles must be closed in the actor's stop hook. */
 uv_loop_t *rt_uv_loop(accel_runtime *rt);
+/* The index of that loop (accel_post_to's `loop`): 0 off the runtime's loops. */
+uint32_t rt_loop_index(accel_runtime *rt);
 /* When the turn now running began (CLOCK_MONOTONIC ns; the turn's one clock read): a time
  * stamp for events the loop learns of, without a clock read each. Loop thread (or the thread
  * running a borrowed turn). */

@@ -57,3 +57,8 @@ uv_loop_t *rt_uv_loop(accel_runtime *rt) {
   rt_loop *l = rt_here(rt);
   return l ? &l->loop : &rt->loops[0].loop;
 }
+
+uint32_t rt_loop_index(accel_runtime *rt) {
+  rt_loop *l = rt_here(rt);
+  return l ? l->index : 0;
+}

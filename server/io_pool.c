@@ -65,6 +65,7 @@ struct srv_iopool {
    * writes its eventfd only while the loop may sleep (a spinning loop finds the task in its
    * next turn), instead of through `wake`, whose eventfd every post writes and the loop reads */
   accel_runtime *rt;
+  uint32_t rt_loop; /* the index of the loop the pool was started on (its server's shard) */
   accel_task task;
   bool task_posted;   /* under mu: task is on its way; later events join it */
   bool freed_by_task; /* every handle closed while the task was on its way: it frees the pool */
@@ -157,7 +158,7 @@ static void post_ev_from(srv_iost *st, unsigned bits, bool by_loop) {
   if (io->on_loop && !by_loop)
     io->drain_due = true;
   else if (post)
-    accel_post_to(io->rt, 0, &io->task, on_loop_task);
+    accel_post_to(io->rt, io->rt_loop, &io->task, on_loop_task);
   else if (io->rt == NULL)
     uv_async_send(&io->wake);
 }
@@ -971,8 +972,9 @@ void srv_iopool_stop(srv_iopool *io) {
   uv_close((uv_handle_t *)&io->wake, on_pool_handle_closed);
 }
 
-void srv_iopool_post_through(srv_iopool *io, accel_runtime *rt) {
+void srv_iopool_post_through(srv_iopool *io, accel_runtime *rt, uint32_t loop) {
   io->rt = io->on_loop ? NULL : rt;
+  io->rt_loop = loop;
 }
 
 uint32_t srv_iopool_threads(const srv_iopool *io) {

@@ -57,10 +57,10 @@ RT_MUST_USE int srv_iopool_start(srv_iopool **io, uv_loop_t *loop, uint32_t thre
 /* Every stream must have closed. Joins the threads; the pool is freed once its handle on the
  * loop has closed (a later loop iteration). */
 void srv_iopool_stop(srv_iopool *io);
-/* Events reach the loop as tasks posted to rt's loop 0 (the loop the pool was started on),
- * which cost no eventfd write or read while that loop spins. Right after srv_iopool_start;
- * nothing changes for a pool without threads. */
-void srv_iopool_post_through(srv_iopool *io, accel_runtime *rt);
+/* Events reach the loop as tasks posted to rt's loop `loop` (the index of the loop the pool
+ * was started on), which cost no eventfd write or read while that loop spins. Right after
+ * srv_iopool_start; nothing changes for a pool without threads. */
+void srv_iopool_post_through(srv_iopool *io, accel_runtime *rt, uint32_t loop);
 uint32_t srv_iopool_threads(const srv_iopool *io);
 /* The default thread count for this machine: none below SRV_IOPOOL_MIN_CORES cores, else an
  * eighth of them, at most 8. */

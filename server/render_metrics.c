@@ -12,6 +12,7 @@
 #include "actors/metrics.h"
 #include "actors/query.h"
 #include "backends/worker/worker.h"
+#include "runtime/alloc.h"
 #include "runtime/deadline.h"
 #include "server/render_telemetry.h"
 #include "server/sbuf.h"
@@ -83,41 +84,38 @@ static void render_histogram(sbuf *b, const dev_world *w, const dev_metrics *m) 
 }
 
 /* One gauge or counter with a value per device. */
-static void per_device(sbuf *b, const dev_world *w, const char *name, const char *type,
-                       const char *help, uint64_t (*value)(const dev_world *, int)) {
+static void per_device(sbuf *b, const srv_worlds *ws, const char *name, const char *type,
+                       const char *help, uint64_t (*value)(const srv_worlds *, int)) {
+  const dev_world *w = ws->w[0];
   header(b, name, type, help);
   for (int n = 1; n < w->nnodes; n++)
     sb_printf(b, "%s{device=\"%d\"} %llu\n", name, w->nodes[n].device,
-              (unsigned long long)value(w, n));
+              (unsigned long long)value(ws, n));
 }
 
-static uint64_t mem_used(const dev_world *w, int n) {
-  return dev_node_mem_used(w, n);
+static uint64_t mem_total(const srv_worlds *ws, int n) {
+  return ws->w[0]->nodes[n].info.mem_bytes;
 }
-static uint64_t mem_total(const dev_world *w, int n) {
-  return w->nodes[n].info.mem_bytes;
+static uint64_t mem_cached(const srv_worlds *ws, int n) {
+  return srv_worlds_cache(ws, n).bytes;
 }
-static uint64_t mem_cached(const dev_world *w, int n) {
-  return w->nodes[n].cache.bytes;
+static uint64_t restarts(const srv_worlds *ws, int n) {
+  return srv_worlds_restarts(ws, n);
 }
-static uint64_t tasks_queued(const dev_world *w, int n) {
-  return w->nodes[n].queued;
-}
-static uint64_t restarts(const dev_world *w, int n) {
-  return w->nodes[n].restarts;
-}
-static uint64_t quarantined(const dev_world *w, int n) {
-  return w->nodes[n].state == DEV_NODE_QUARANTINED;
+static uint64_t quarantined(const srv_worlds *ws, int n) {
+  return srv_worlds_state(ws, n) == DEV_NODE_QUARANTINED;
 }
 
 /* Busy time as accel measures it, for every backend (actors/busy.h). */
-static void render_busy(sbuf *b, const dev_world *w) {
+static void render_busy(sbuf *b, const srv_worlds *ws) {
+  const dev_world *w = ws->w[0];
   uint64_t now = rt_mono_ns();
   header(b, "accel_device_busy_seconds_total", "counter",
-         "Time work was on the device (submitted, not complete), on any of its queues.");
+         "Time work was on the device (submitted, not complete), on any of its queues (with "
+         "several shards, each shard's work counted).");
   for (int n = 1; n < w->nnodes; n++)
     sb_printf(b, "accel_device_busy_seconds_total{device=\"%d\"} %.6f\n", w->nodes[n].device,
-              (double)dev_node_busy_total_ns(&w->nodes[n], now) * 1e-9);
+              (double)srv_worlds_busy_ns(ws, n, now) * 1e-9);
 }
 
 /* name{backend="...",pid="...",link="..."} of a worker link's series. */
@@ -166,7 +164,8 @@ static void render_threads(sbuf *b, const dev_world *w) {
   }
 }
 
-static void render_devices(sbuf *b, const dev_world *w) {
+static void render_devices(sbuf *b, const srv_worlds *ws) {
+  const dev_world *w = ws->w[0];
   header(b, "accel_device_info", "gauge", "One series per device: its name, backend, state.");
   for (int n = 1; n < w->nnodes; n++) {
     const dev_node *node = &w->nodes[n];
@@ -174,21 +173,21 @@ static void render_devices(sbuf *b, const dev_world *w) {
     sb_label_value(b, node->be->name);
     sb_printf(b, "\",name=\"");
     sb_label_value(b, node->info.name);
-    sb_printf(b, "\",state=\"%s\"} 1\n", dev_node_state_name(node->state));
+    sb_printf(b, "\",state=\"%s\"} 1\n", dev_node_state_name(srv_worlds_state(ws, n)));
   }
-  per_device(b, w, "accel_device_memory_used_bytes", "gauge",
-             "Bytes of buffer replicas on the device.", mem_used);
-  per_device(b, w, "accel_device_memory_total_bytes", "gauge", "The device's memory.", mem_total);
-  per_device(b, w, "accel_device_memory_cached_bytes", "gauge",
+  per_device(b, ws, "accel_device_memory_used_bytes", "gauge",
+             "Bytes of buffer replicas on the device.", srv_worlds_mem_used);
+  per_device(b, ws, "accel_device_memory_total_bytes", "gauge", "The device's memory.", mem_total);
+  per_device(b, ws, "accel_device_memory_cached_bytes", "gauge",
              "Bytes of freed blocks kept for reuse (not counted as used).", mem_cached);
-  per_device(b, w, "accel_device_tasks_queued", "gauge",
+  per_device(b, ws, "accel_device_tasks_queued", "gauge",
              "Tasks planned on the device and not done (what placement on any device weighs).",
-             tasks_queued);
-  per_device(b, w, "accel_device_restarts_total", "counter", "Restarts of the device after faults.",
-             restarts);
-  per_device(b, w, "accel_device_quarantined", "gauge",
+             srv_worlds_queued);
+  per_device(b, ws, "accel_device_restarts_total", "counter",
+             "Restarts of the device after faults.", restarts);
+  per_device(b, ws, "accel_device_quarantined", "gauge",
              "1 while the device is quarantined (past its restart limit).", quarantined);
-  render_busy(b, w);
+  render_busy(b, ws);
 }
 
 /* The pin caches of backends that keep one and have devices here: one series per backend. */
@@ -229,20 +228,20 @@ static void render_pin_caches(sbuf *b, const dev_world *w) {
   }
 }
 
-static void render_bytes(sbuf *b, dev_world *w) {
+static void render_bytes(sbuf *b, const srv_worlds *ws) {
   header(b, "accel_bytes_moved_total", "counter",
          "Bytes moved between memory nodes and to or from callers, by direction.");
   const struct {
     const char *dir;
-    atomic_ullong *v;
-  } rows[] = {{"host_to_device", &w->h2d},
-              {"device_to_host", &w->d2h},
-              {"device_to_device", &w->d2d},
-              {"written", &w->written},
-              {"read", &w->read}};
+    size_t field;
+  } rows[] = {{"host_to_device", offsetof(dev_world, h2d)},
+              {"device_to_host", offsetof(dev_world, d2h)},
+              {"device_to_device", offsetof(dev_world, d2d)},
+              {"written", offsetof(dev_world, written)},
+              {"read", offsetof(dev_world, read)}};
   for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++)
     sb_printf(b, "accel_bytes_moved_total{direction=\"%s\"} %llu\n", rows[i].dir,
-              (unsigned long long)atomic_load(rows[i].v));
+              (unsigned long long)srv_worlds_bytes(ws, rows[i].field));
 }
 
 static void gauge(sbuf *b, const char *name, const char *type, const char *help,
@@ -251,44 +250,51 @@ static void gauge(sbuf *b, const char *name, const char *type, const char *help,
   sb_printf(b, "%s %llu\n", name, v);
 }
 
-static void render_server(sbuf *b, const dev_world *w, const srv_status_counts *c) {
+static void render_server(sbuf *b, const srv_worlds *ws, const srv_status_counts *c) {
   header(b, "accel_build_info", "gauge", "acceld's version.");
   sb_printf(b, "accel_build_info{version=\"%s\"} 1\n", ACCEL_VERSION_STRING);
   gauge(b, "accel_up", "gauge",
         "1 while serving, 0 while draining or with every device "
         "quarantined (as /healthz).",
-        (unsigned long long)srv_metrics_healthy(w, c));
+        (unsigned long long)srv_metrics_healthy(ws, c));
   gauge(b, "accel_uptime_seconds", "gauge", "Seconds since acceld started.",
         (unsigned long long)(c->uptime_ms / 1000));
   gauge(b, "accel_connections", "gauge", "Client connections open.", c->connections);
   gauge(b, "accel_sessions", "gauge", "Client sessions.", c->sessions);
-  gauge(b, "accel_buffers", "gauge", "Live buffers of every session.", dev_live_buffers(w));
+  gauge(b, "accel_buffers", "gauge", "Live buffers of every session.", srv_worlds_buffers(ws));
   gauge(b, "accel_ops_in_flight", "gauge", "Ops received and not finished.",
         (unsigned long long)c->ops_in_flight);
   gauge(b, "accel_frames_bad_total", "counter", "Malformed frames refused.",
         (unsigned long long)c->frames_bad);
 }
 
-char *srv_metrics_render(dev_world *w, const srv_status_counts *c) {
+char *srv_metrics_render(const srv_worlds *ws, const srv_status_counts *c) {
   sbuf b = {0};
-  render_server(&b, w, c);
-  render_devices(&b, w);
+  dev_world *w = ws->w[0];
+  render_server(&b, ws, c);
+  render_devices(&b, ws);
   render_threads(&b, w);
   render_pin_caches(&b, w);
-  render_bytes(&b, w);
+  render_bytes(&b, ws);
   srv_telemetry_metrics(&b, w);
-  if (w->metrics) {
-    render_ops(&b, w, w->metrics);
-    render_histogram(&b, w, w->metrics);
+  dev_metrics *m = rt_malloc(sizeof *m); /* a megabyte or so: not on the stack */
+  if (m == NULL) {
+    rt_free(sb_finish(&b));
+    return NULL;
   }
+  if (srv_worlds_metrics(ws, m)) {
+    render_ops(&b, w, m);
+    render_histogram(&b, w, m);
+  }
+  rt_free(m);
   return sb_finish(&b);
 }
 
-int srv_metrics_healthy(const dev_world *w, const srv_status_counts *c) {
+int srv_metrics_healthy(const srv_worlds *ws, const srv_status_counts *c) {
   if (c->draining)
     return 0;
-  for (int n = 1; n < w->nnodes; n++)
-    if (w->nodes[n].state != DEV_NODE_QUARANTINED)
+  for (int n = 1; n < ws->w[0]->nnodes; n++)
+    if (srv_worlds_state(ws, n) != DEV_NODE_QUARANTINED)
       return 1;
   return 0;
 }

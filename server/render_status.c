@@ -1,6 +1,6 @@
-/* Reports on the world and the supervision tree (render.h), read through the world's
- * answers (actors/query.h). They run on the loop thread, the
- * only thread that changes buffers and nodes, so plain reads see a consistent picture. */
+/* Reports on the worlds and the supervision tree (render.h), read through the worlds'
+ * answers (actors/query.h, render_worlds.c). They run on a loop thread with every other
+ * loop whose world they read parked, so plain reads see a consistent picture. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -135,9 +135,10 @@ static void text_packages(sbuf *b, const dev_node *node) {
 #define LONG_WORK_NS 1000000000ull /* work shown once it has been on a queue this long */
 #define LONG_WORK_MAX 32
 
-static void json_in_progress(sbuf *b, dev_world *w) {
+static void json_in_progress(sbuf *b, const srv_worlds *ws) {
+  const dev_world *w = ws->w[0];
   dev_work_report r[LONG_WORK_MAX];
-  int n = dev_work_in_progress(w, rt_mono_ns(), LONG_WORK_NS, r, LONG_WORK_MAX);
+  int n = srv_worlds_in_progress(ws, rt_mono_ns(), LONG_WORK_NS, r, LONG_WORK_MAX);
   sb_printf(b, "\"in_progress\":[");
   for (int i = 0; i < n; i++) {
     sb_printf(b, "%s{\"device\":%d,\"queue\":\"%s\",\"what\":", i ? "," : "", r[i].device,
@@ -150,7 +151,7 @@ static void json_in_progress(sbuf *b, dev_world *w) {
   }
   for (int k = 1; k < w->nnodes; k++) {
     double s;
-    uint32_t builds = dev_node_builds_running(&w->nodes[k], &s);
+    uint32_t builds = srv_worlds_builds(ws, k, &s);
     if (builds)
       sb_printf(b,
                 "%s{\"device\":%d,\"queue\":\"build\",\"what\":\"module build\","
@@ -160,9 +161,10 @@ static void json_in_progress(sbuf *b, dev_world *w) {
   sb_printf(b, "]");
 }
 
-static void text_in_progress(sbuf *b, dev_world *w) {
+static void text_in_progress(sbuf *b, const srv_worlds *ws) {
+  const dev_world *w = ws->w[0];
   dev_work_report r[LONG_WORK_MAX];
-  int n = dev_work_in_progress(w, rt_mono_ns(), LONG_WORK_NS, r, LONG_WORK_MAX);
+  int n = srv_worlds_in_progress(ws, rt_mono_ns(), LONG_WORK_NS, r, LONG_WORK_MAX);
   for (int i = 0; i < n; i++) {
     sb_printf(b, "in progress: device %d %s queue: %s", r[i].device, r[i].queue, r[i].what);
     if (r[i].bytes) {
@@ -174,7 +176,7 @@ static void text_in_progress(sbuf *b, dev_world *w) {
   }
   for (int k = 1; k < w->nnodes; k++) {
     double s;
-    uint32_t builds = dev_node_builds_running(&w->nodes[k], &s);
+    uint32_t builds = srv_worlds_builds(ws, k, &s);
     if (builds)
       sb_printf(b, "in progress: device %d: %u module build%s, the first for %.1f s\n",
                 w->nodes[k].device, builds, builds > 1 ? "s" : "", s);
@@ -183,8 +185,9 @@ static void text_in_progress(sbuf *b, dev_world *w) {
 
 /* ---- JSON ---- */
 
-static void json_device(sbuf *b, const dev_world *w, int n) {
-  const dev_node *node = &w->nodes[n];
+static void json_device(sbuf *b, const srv_worlds *ws, int n) {
+  const dev_node *node = &ws->w[0]->nodes[n];
+  dev_mem_cache cache = srv_worlds_cache(ws, n);
   sb_printf(b, "{\"index\":%d,\"name\":", node->device);
   sb_json_str(b, node->info.name);
   sb_printf(b, ",\"backend\":");
@@ -194,13 +197,13 @@ static void json_device(sbuf *b, const dev_world *w, int n) {
             ",\"state\":\"%s\",\"restarts\":%u,\"mem_used\":%llu,\"mem_total\":%llu,"
             "\"compute_units\":%u,\"mem_cached\":%llu,\"alloc_cache_hits\":%llu,"
             "\"alloc_cache_misses\":%llu,\"tasks_queued\":%u",
-            dev_node_state_name(node->state), node->restarts,
-            (unsigned long long)dev_node_mem_used(w, n), (unsigned long long)node->info.mem_bytes,
-            node->info.compute_units, (unsigned long long)node->cache.bytes,
-            (unsigned long long)node->cache.hits, (unsigned long long)node->cache.misses,
-            node->queued);
+            dev_node_state_name(srv_worlds_state(ws, n)), srv_worlds_restarts(ws, n),
+            (unsigned long long)srv_worlds_mem_used(ws, n),
+            (unsigned long long)node->info.mem_bytes, node->info.compute_units,
+            (unsigned long long)cache.bytes, (unsigned long long)cache.hits,
+            (unsigned long long)cache.misses, (unsigned)srv_worlds_queued(ws, n));
   sb_printf(b, ",\"busy_s\":%.6f,\"busy_share\":%.4f",
-            (double)dev_node_busy_total_ns(node, rt_mono_ns()) * 1e-9, node->busy_share);
+            (double)srv_worlds_busy_ns(ws, n, rt_mono_ns()) * 1e-9, srv_worlds_busy_share(ws, n));
   json_packages(b, node);
   sb_printf(b, "}");
 }
@@ -244,9 +247,10 @@ static void json_pin_caches(sbuf *b, const dev_world *w) {
   sb_printf(b, "]");
 }
 
-char *srv_status_json(dev_world *w, const srv_status_counts *c) {
+char *srv_status_json(const srv_worlds *ws, const srv_status_counts *c) {
   sbuf b = {0};
-  dev_busy_roll(w, rt_mono_ns());
+  dev_world *w = ws->w[0];
+  srv_worlds_busy_roll(ws, rt_mono_ns());
   accel_runtime_stats rs;
   accel_runtime_get_stats(w->rt, &rs);
   sb_printf(&b, "{\"version\":\"%s\",\"uptime_ms\":%llu,\"state\":\"%s\",\"devices\":[",
@@ -255,7 +259,7 @@ char *srv_status_json(dev_world *w, const srv_status_counts *c) {
   for (int n = 1; n < w->nnodes; n++) {
     if (n > 1)
       sb_printf(&b, ",");
-    json_device(&b, w, n);
+    json_device(&b, ws, n);
   }
   sb_printf(&b, "],");
   json_backends(&b, w);
@@ -264,15 +268,15 @@ char *srv_status_json(dev_world *w, const srv_status_counts *c) {
   sb_printf(&b, ",");
   srv_telemetry_json(&b, w);
   sb_printf(&b, ",");
-  json_in_progress(&b, w);
+  json_in_progress(&b, ws);
   sb_printf(&b,
             ",\"host_mem_used\":%llu,\"connections\":%u,\"sessions\":%u,\"buffers\":%llu,"
             "\"ops_completed\":%llu,\"ops_failed\":%llu,\"ops_in_flight\":%llu,"
             "\"replies_early\":%llu,\"light_clients\":%u,\"frames_bad\":%llu,\"fault_injection\":%"
             "s,\"actors\":%llu,"
             "\"dead_letters\":%llu,\"busy_refusals\":%llu,\"actor_restarts\":%llu}",
-            (unsigned long long)dev_node_mem_used(w, DEV_HOST_NODE), c->connections, c->sessions,
-            (unsigned long long)dev_live_buffers(w), (unsigned long long)c->ops_completed,
+            (unsigned long long)srv_worlds_mem_used(ws, DEV_HOST_NODE), c->connections, c->sessions,
+            (unsigned long long)srv_worlds_buffers(ws), (unsigned long long)c->ops_completed,
             (unsigned long long)c->ops_failed, (unsigned long long)c->ops_in_flight,
             (unsigned long long)c->replies_early, c->light_clients,
             (unsigned long long)c->frames_bad, w->fault_injection ? "true" : "false",
@@ -283,29 +287,31 @@ char *srv_status_json(dev_world *w, const srv_status_counts *c) {
 
 /* ---- text ---- */
 
-static void text_device(sbuf *b, const dev_world *w, int n, const srv_gpus *g) {
-  const dev_node *node = &w->nodes[n];
+static void text_device(sbuf *b, const srv_worlds *ws, int n, const srv_gpus *g) {
+  const dev_node *node = &ws->w[0]->nodes[n];
   char used[32], total[32];
-  sb_human_bytes(dev_node_mem_used(w, n), used, sizeof used);
+  sb_human_bytes(srv_worlds_mem_used(ws, n), used, sizeof used);
   sb_human_bytes(node->info.mem_bytes, total, sizeof total);
   sb_printf(b,
             "device %d: %s (%s) %s, restarts %u, memory %s used of %s, %u units, kind %s, "
             "%.0f%% busy\n",
-            node->device, node->info.name, node->be->name, dev_node_state_name(node->state),
-            node->restarts, used, total, node->info.compute_units, kind_name(node->info.kind),
-            node->busy_share * 100.0);
+            node->device, node->info.name, node->be->name,
+            dev_node_state_name(srv_worlds_state(ws, n)), srv_worlds_restarts(ws, n), used, total,
+            node->info.compute_units, kind_name(node->info.kind),
+            srv_worlds_busy_share(ws, n) * 100.0);
   text_packages(b, node);
   srv_telemetry_text_device(b, g, node->device);
 }
 
-char *srv_status_devices(dev_world *w) {
+char *srv_status_devices(const srv_worlds *ws) {
   sbuf b = {0};
-  dev_busy_roll(w, rt_mono_ns());
+  dev_world *w = ws->w[0];
+  srv_worlds_busy_roll(ws, rt_mono_ns());
   srv_gpus gpus; /* one snapshot for every device's line */
   srv_gpus_read(w, &gpus);
   const srv_gpus *g = &gpus;
   for (int n = 1; n < w->nnodes; n++)
-    text_device(&b, w, n, g);
+    text_device(&b, ws, n, g);
   for (const be_entry *e = be_registry(); e->name; e++) {
     char why[128];
     if (e->ops == NULL || dev_backend_devices(w, e->name) == 0)
@@ -315,9 +321,10 @@ char *srv_status_devices(dev_world *w) {
   return sb_finish(&b);
 }
 
-char *srv_status_text(dev_world *w, const srv_status_counts *c) {
+char *srv_status_text(const srv_worlds *ws, const srv_status_counts *c) {
   sbuf b = {0};
-  dev_busy_roll(w, rt_mono_ns());
+  dev_world *w = ws->w[0];
+  srv_worlds_busy_roll(ws, rt_mono_ns());
   srv_gpus gpus; /* one snapshot for every device's line */
   srv_gpus_read(w, &gpus);
   const srv_gpus *g = &gpus;
@@ -327,7 +334,7 @@ char *srv_status_text(dev_world *w, const srv_status_counts *c) {
             c->draining ? "draining" : "serving", (unsigned long long)(c->uptime_ms / 1000),
             (unsigned long long)(c->uptime_ms % 1000));
   sb_printf(&b, "clients: %u connections, %u sessions, %llu buffers\n", c->connections, c->sessions,
-            (unsigned long long)dev_live_buffers(w));
+            (unsigned long long)srv_worlds_buffers(ws));
   sb_printf(&b, "ops: %llu completed (%llu failed), %llu in flight\n",
             (unsigned long long)c->ops_completed, (unsigned long long)c->ops_failed,
             (unsigned long long)c->ops_in_flight);
@@ -335,9 +342,9 @@ char *srv_status_text(dev_world *w, const srv_status_counts *c) {
             (unsigned long long)rs.actors_live, (unsigned long long)rs.dead_letters,
             (unsigned long long)rs.restarts);
   for (int n = 1; n < w->nnodes; n++)
-    text_device(&b, w, n, g);
+    text_device(&b, ws, n, g);
   srv_telemetry_text(&b, g);
-  text_in_progress(&b, w);
+  text_in_progress(&b, ws);
   const char *names[DEV_PIN_CACHES_MAX];
   pin_cache_stats st[DEV_PIN_CACHES_MAX];
   int npin = dev_pin_caches(w, names, st, DEV_PIN_CACHES_MAX);
@@ -366,22 +373,24 @@ static void tree_visit(const accel_actor_view *v, void *arg) {
 
 /* Every device with its state and restarts: a quarantined device has no actors left in the
  * tree, so the tree alone would not show it. */
-static void tree_devices(sbuf *b, const dev_world *w) {
+static void tree_devices(sbuf *b, const srv_worlds *ws) {
+  const dev_world *w = ws->w[0];
   sb_printf(b, "devices:\n");
   for (int n = 1; n < w->nnodes; n++) {
     const dev_node *node = &w->nodes[n];
     sb_printf(b, "  device %d: %s (%s) %s, restarts %u\n", node->device, node->info.name,
-              node->be->name, dev_node_state_name(node->state), node->restarts);
+              node->be->name, dev_node_state_name(srv_worlds_state(ws, n)),
+              srv_worlds_restarts(ws, n));
   }
 }
 
-char *srv_status_tree(accel_runtime *rt, const dev_world *w) {
+char *srv_status_tree(accel_runtime *rt, const srv_worlds *ws) {
   sbuf b = {0};
   if (accel_runtime_walk(rt, tree_visit, &b) != 0) {
     rt_free(b.s);
     return NULL;
   }
-  tree_devices(&b, w);
+  tree_devices(&b, ws);
   return sb_finish(&b);
 }
 
@@ -404,8 +413,9 @@ static void tree_visit_json(const accel_actor_view *v, void *arg) {
   t->sep = ",";
 }
 
-char *srv_status_tree_json(accel_runtime *rt, const dev_world *w) {
+char *srv_status_tree_json(accel_runtime *rt, const srv_worlds *ws) {
   sbuf b = {0};
+  const dev_world *w = ws->w[0];
   tree_json t = {&b, ""};
   sb_printf(&b, "{\"actors\":[");
   if (accel_runtime_walk(rt, tree_visit_json, &t) != 0) {
@@ -419,8 +429,8 @@ char *srv_status_tree_json(accel_runtime *rt, const dev_world *w) {
     sb_json_str(&b, node->info.name);
     sb_printf(&b, ",\"backend\":");
     sb_json_str(&b, node->be->name);
-    sb_printf(&b, ",\"state\":\"%s\",\"restarts\":%u}", dev_node_state_name(node->state),
-              node->restarts);
+    sb_printf(&b, ",\"state\":\"%s\",\"restarts\":%u}",
+              dev_node_state_name(srv_worlds_state(ws, n)), srv_worlds_restarts(ws, n));
   }
   sb_printf(&b, "]}");
   return sb_finish(&b);

@@ -7,10 +7,12 @@
 
 #include <unistd.h>
 
+#include "actors/metrics.h"
 #include "runtime/alloc.h"
 #include "runtime/loop.h"
 #include "server/io_pool.h"
 #include "server/server_priv.h"
+#include "server/server_shards.h"
 #include "server/server_transport.h"
 
 typedef struct srv_state {
@@ -36,6 +38,8 @@ void srv_release(srv_server *s) {
     srv_iopool_stop(s->io);
   srv_op_pool_free(s);
   srv_msg_pool_free(s);
+  srv_shards_drain_forget(s);
+  srv_shards_detach(s);
   rt_free(s->gone);
   rt_free(s->buckets);
   rt_free(s->sendq.items);
@@ -75,6 +79,7 @@ void srv_tick_start(srv_server *s) {
 /* ---- draining (SIGTERM) ---- */
 
 static void drain_complete(srv_server *s, int status) {
+  srv_shards_drain_forget(s);
   accel_future *f = s->drain_reply;
   s->drain_reply = NULL;
   accel_future_complete(f, status, NULL, NULL);
@@ -82,16 +87,17 @@ static void drain_complete(srv_server *s, int status) {
 }
 
 /* Called every tick while draining. Done once nothing is in flight and nothing waits to be
- * handed to nng on two ticks in a row: the second tick gives nng's pipes time to write the
- * last replies before the socket closes. */
+ * handed to nng on two ticks in a row (the second tick gives nng's pipes time to write the
+ * last replies before the socket closes), and every other shard's drain has ended. */
 void srv_drain_check(srv_server *s) {
   if (!s->draining || s->drain_reply == NULL)
     return;
   bool idle = s->ops_in_flight == 0 && s->jobs == 0 && s->local_out_bytes == 0 &&
               s->sendq.len == 0 && s->dirty == NULL && s->out_queued == 0;
   s->drain_idle_ticks = idle ? s->drain_idle_ticks + 1 : 0;
-  if (s->drain_idle_ticks >= 2)
-    drain_complete(s, 0);
+  int peers = 0;
+  if (s->drain_idle_ticks >= 2 && srv_shards_drained(s, &peers))
+    drain_complete(s, peers);
   else if (srv_now_ms(s) >= s->drain_deadline_ms) {
     accel_log(ACCEL_LOG_WARN, "server", "drain timed out with %llu ops in flight, %u jobs",
               (unsigned long long)s->ops_in_flight, s->jobs);
@@ -112,8 +118,9 @@ static void start_drain(srv_server *s, accel_msg *msg) {
     /* No new clients: nng's ADD_PRE hook turns them away. Not nng_listener_close(): in nng
      * that closes every pipe the listener made, the clients whose ops are draining. */
     atomic_store(&s->refusing, true);
-    accel_log(ACCEL_LOG_INFO, "server", "draining: %llu ops in flight, %u sessions",
-              (unsigned long long)s->ops_in_flight, s->sessions);
+    accel_log(ACCEL_LOG_INFO, "server", "draining: %llu ops in flight, %u sessions%s",
+              (unsigned long long)s->ops_in_flight, s->sessions,
+              s->shards->n > 1 ? " (this shard's)" : "");
   }
   s->draining = true;
   if (f == NULL)
@@ -122,6 +129,8 @@ static void start_drain(srv_server *s, accel_msg *msg) {
   s->drain_reply = f;
   s->drain_deadline_ms = srv_now_ms(s) + timeout;
   s->drain_idle_ticks = 0;
+  if (s->shard == 0)
+    srv_shards_drain_others(s);
   srv_tick_start(s);
 }
 
@@ -139,6 +148,8 @@ static void apply_limits(srv_server *s, const proto_limits *l) {
     return;
   }
   s->limits = *l;
+  if (s->shard == 0)
+    srv_shards_limits_others(s, l);
   for (uint32_t b = 0; b < s->nbuckets; b++)
     for (srv_conn *c = s->buckets[b]; c; c = c->hnext) {
       c->sargs.max_in_flight = l->max_in_flight; /* the session reads these per op */
@@ -185,7 +196,8 @@ int srv_session_start(srv_server *s, srv_conn *c) {
 static int srv_start(accel_actor *self, void *state, void *arg) {
   srv_state *st = state;
   const srv_args *args = arg;
-  if (args == NULL || args->world == NULL || args->nlisten == 0)
+  if (args == NULL || args->world == NULL ||
+      (args->nlisten == 0 && (args->shards == NULL || args->shard == 0)))
     return ACCEL_EINVAL;
   srv_server *s = rt_calloc(1, sizeof *s);
   if (s == NULL)
@@ -200,11 +212,15 @@ static int srv_start(accel_actor *self, void *state, void *arg) {
   s->started_ms = srv_now_ms(s);
   pthread_mutex_init(&s->gone_mu, NULL);
   s->gone_mu_init = true;
-  int rc = srv_conns_init(s);
+  int rc = srv_shards_attach(s);
+  if (rc == 0)
+    rc = srv_conns_init(s);
   if (rc == 0)
     rc = srv_io_start(s);
-  if (rc == 0 && args->metrics_listen)
+  if (rc == 0 && args->metrics_listen && s->shard == 0)
     rc = srv_http_start(s, args->metrics_listen);
+  else if (rc == 0 && args->metrics_listen) /* shard 0's /metrics counts this world's ops too */
+    rc = dev_metrics_enable(s->world);
   return rc;
 }
 
@@ -233,6 +249,25 @@ static int srv_receive(accel_actor *self, void *state, accel_msg *msg) {
     return 0;
   case SRV_MSG_SHM_REGISTERED: /* the job is taken: the message's drop must not run */
     srv_shm_registered(s, msg->data);
+    msg->data = NULL;
+    return 0;
+  case SRV_MSG_PARK: /* taken; returns once shard 0 has read this shard */
+    srv_shards_parked(msg->data);
+    msg->data = NULL;
+    return 0;
+  case SRV_MSG_REPORT: /* taken */
+    srv_report_make(s, msg->data);
+    msg->data = NULL;
+    return 0;
+  case SRV_MSG_REPORTED: /* taken */
+    srv_report_back(s, msg->data);
+    msg->data = NULL;
+    return 0;
+  case SRV_MSG_PARTIAL_WAKE:
+    srv_shards_partial_told(s);
+    return 0;
+  case SRV_MSG_ADOPT: /* taken */
+    srv_shards_adopt(s, msg->data);
     msg->data = NULL;
     return 0;
   case SRV_MSG_SHM_UNMAPPED: /* done on the worker: only the job's memory is left */

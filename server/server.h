@@ -80,8 +80,27 @@ typedef struct srv_http_addr {
   uint16_t port;
 } srv_http_addr;
 
+/* A daemon's servers when it runs several (server/server_shards.h): shards, each on a loop of
+ * its own with a world of its own; shard 0 listens and hands connections out. */
+#define SRV_SHARDS_MAX 16
+typedef struct srv_shards srv_shards;
+
+/* n shards (1 .. SRV_SHARDS_MAX, else ACCEL_EINVAL); ACCEL_ENOMEM. */
+RT_MUST_USE int srv_shards_create(uint32_t n, srv_shards **out);
+/* Shard `shard`'s server actor: every one is set before shard 0 is spawned. */
+void srv_shards_set(srv_shards *sh, uint32_t shard, accel_ref server);
+/* After every shard's server has stopped. */
+void srv_shards_destroy(srv_shards *sh);
+
 typedef struct srv_args {
-  dev_world *world;          /* the devices (dev_world_spawn'ed by the caller) */
+  dev_world *world; /* the devices (dev_world_spawn'ed by the caller) */
+  /* Several servers of one daemon: this one's index and what they share (the same object for
+   * all; it must outlive them). NULL: the only server. Only shard 0 uses `listen`, serves
+   * nng's transports and the HTTP endpoint, and takes SRV_MSG_DRAIN and SRV_MSG_LIMITS for
+   * them all; each shard serves the local connections handed to it with its own world, loop
+   * and I/O threads (io_threads / shards of them, at least one if io_threads is not 0). */
+  srv_shards *shards;
+  uint32_t shard;
   const char *const *listen; /* URLs: ipc://PATH, tcp://HOST:PORT */
   uint32_t nlisten;
   proto_limits limits;       /* per session; max_message per frame */
@@ -141,6 +160,11 @@ enum {
   SRV_MSG_LIMITS,
   SRV_MSG_SHM_REGISTERED, /* internal: a shared region's DMA registration finished */
   SRV_MSG_SHM_UNMAPPED,   /* internal: a region was unregistered and unmapped */
+  SRV_MSG_ADOPT,          /* internal: shard 0 hands this shard an accepted connection */
+  SRV_MSG_PARTIAL_WAKE,   /* internal: another shard gave back room for large frames */
+  SRV_MSG_PARK,           /* internal: shard 0 reads this shard's state for a report */
+  SRV_MSG_REPORT,         /* internal: a report asked for on another shard, made on shard 0 */
+  SRV_MSG_REPORTED,       /* internal: the report made, back to the shard that asked */
 };
 
 #define SRV_IO_THREADS_AUTO UINT32_MAX

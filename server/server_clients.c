@@ -6,6 +6,7 @@
 #include "runtime/alloc.h"
 #include "server/sbuf.h"
 #include "server/server_priv.h"
+#include "server/server_shards.h"
 #include "server/server_transport.h"
 
 static const char *transport(const srv_conn *c) {
@@ -34,6 +35,26 @@ static void text_client(sbuf *b, const srv_server *s, const srv_conn *c) {
             (unsigned long long)((srv_now_ms((srv_server *)s) - c->connected_ms) / 1000));
 }
 
+/* Every shard's server (the others are parked while this one reads them), i from 0. */
+static const srv_server *shard_at(srv_server *s, uint32_t i) {
+  return i < s->shards->n ? s->shards->servers[i] : NULL;
+}
+
+static void report_shard(sbuf *b, const srv_server *s, bool json, const char **sep) {
+  for (uint32_t i = 0; i < s->nbuckets; i++)
+    for (const srv_conn *c = s->buckets[i]; c; c = c->hnext) {
+      if (!c->session_live || c->dead)
+        continue;
+      if (json) {
+        sb_printf(b, "%s", *sep);
+        json_client(b, s, c);
+        *sep = ",";
+      } else {
+        text_client(b, s, c);
+      }
+    }
+}
+
 char *srv_clients_report(srv_server *s, bool json) {
   sbuf b = {0};
   const char *sep = "";
@@ -42,18 +63,9 @@ char *srv_clients_report(srv_server *s, bool json) {
   else
     sb_printf(&b, "%-10s %-5s %7s %6s  %-20s %8s %10s %8s %9s\n", "ID", "VIA", "PID", "UID", "NAME",
               "BUFFERS", "MEMORY", "IN-FLIGHT", "CONNECTED");
-  for (uint32_t i = 0; i < s->nbuckets; i++)
-    for (const srv_conn *c = s->buckets[i]; c; c = c->hnext) {
-      if (!c->session_live || c->dead)
-        continue;
-      if (json) {
-        sb_printf(&b, "%s", sep);
-        json_client(&b, s, c);
-        sep = ",";
-      } else {
-        text_client(&b, s, c);
-      }
-    }
+  for (uint32_t k = 0; k < s->shards->n; k++)
+    if (shard_at(s, k) != NULL)
+      report_shard(&b, shard_at(s, k), json, &sep);
   if (json)
     sb_printf(&b, "]");
   return sb_finish(&b);
@@ -85,9 +97,9 @@ static int most_sessions_first(const void *a, const void *b) {
   return strcmp(x->name, y->name);
 }
 
-/* Every session's sums by name into sums (room for one per connection); their count. */
-static size_t sum_sessions(const srv_server *s, client_sum *sums) {
-  size_t n = 0;
+/* One shard's sessions' sums by name into sums (room for one per connection), n of them so
+ * far; their count. */
+static size_t sum_sessions(const srv_server *s, client_sum *sums, size_t n) {
   for (uint32_t i = 0; i < s->nbuckets; i++)
     for (const srv_conn *c = s->buckets[i]; c; c = c->hnext) {
       if (!c->session_live || c->dead)
@@ -138,14 +150,16 @@ static void client_family(sbuf *b, const char *metric, const char *help, const c
 }
 
 char *srv_clients_metrics(srv_server *s) {
-  size_t conns = 0;
-  for (uint32_t i = 0; i < s->nbuckets; i++)
-    for (const srv_conn *c = s->buckets[i]; c; c = c->hnext)
-      conns++;
+  size_t conns = 0, n = 0;
+  for (uint32_t k = 0; k < s->shards->n; k++)
+    conns += shard_at(s, k) ? shard_at(s, k)->nconns : 0;
   client_sum *sums = rt_calloc(conns + 1, sizeof *sums);
   if (sums == NULL)
     return NULL;
-  size_t n = fold_others(sums, sum_sessions(s, sums));
+  for (uint32_t k = 0; k < s->shards->n; k++)
+    if (shard_at(s, k) != NULL)
+      n = sum_sessions(shard_at(s, k), sums, n);
+  n = fold_others(sums, n);
   sbuf b = {0};
   client_family(&b, "accel_client_sessions", "Sessions of each client name.", sums, n, SESSIONS);
   client_family(&b, "accel_client_buffers", "Live buffers of each client name's sessions.", sums, n,

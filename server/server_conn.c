@@ -7,6 +7,7 @@
 #include <stdlib.h>
 
 #include "runtime/alloc.h"
+#include "server/server_shards.h"
 #include "server/server_transport.h"
 
 static uint32_t bucket_of(const srv_server *s, uint32_t pipe) {
@@ -73,6 +74,7 @@ srv_conn *srv_conn_new(srv_server *s, uint32_t id, const srv_transport *tp) {
   c->hnext = s->buckets[at];
   s->buckets[at] = c;
   s->nconns++;
+  srv_shards_publish(s);
   maybe_grow(s);
   return c;
 }
@@ -96,6 +98,7 @@ static void unlink_conn(srv_server *s, srv_conn *c) {
     pp = &(*pp)->hnext;
   *pp = c->hnext;
   s->nconns--;
+  srv_shards_publish(s);
 }
 
 /* A client waiting for the reply to its only op (ops answered early aside), which has not had more

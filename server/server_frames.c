@@ -12,6 +12,7 @@
 #include "runtime/loop.h"
 #include "server/render.h"
 #include "server/server_priv.h"
+#include "server/server_shards.h"
 #include "server/server_transport.h"
 
 /* ---- replies ---- */
@@ -47,7 +48,7 @@ static void send_filled(srv_server *s, srv_conn *c, nng_msg *m, uint64_t request
 }
 
 /* A reply with data (text, JSON): `text` is taken. */
-static void reply_text(srv_server *s, srv_conn *c, nng_msg *m, uint64_t request_id, char *text) {
+void srv_reply_text(srv_server *s, srv_conn *c, nng_msg *m, uint64_t request_id, char *text) {
   int rc = text == NULL ? ACCEL_ENOMEM : fill_reply(m, request_id, text, strlen(text));
   send_filled(s, c, m, request_id, rc);
   rt_free(text);
@@ -201,13 +202,13 @@ srv_status_counts srv_counts(srv_server *s) {
 
 /* A request answered later, off the op path (an injected fault, a trace's render): the
  * connection (counted among its ops) and the server are held, and a drain waits for it. */
-static void job_begin(srv_server *s, srv_conn *c) {
+void srv_job_begin(srv_server *s, srv_conn *c) {
   s->refs++;
   s->jobs++;
   srv_conn_ops_add(s, c, +1, true);
 }
 
-static void job_end(srv_server *s, srv_conn *c) {
+void srv_job_end(srv_server *s, srv_conn *c) {
   srv_conn_ops_add(s, c, -1, true);
   s->jobs--;
   c->tp->flow(s, c); /* counted among its ops: its reading may resume */
@@ -216,20 +217,31 @@ static void job_end(srv_server *s, srv_conn *c) {
 }
 
 typedef struct fault_req {
+  accel_task task; /* first: the reply is made on the server's own loop */
   srv_server *s;
   srv_conn *c; /* counted in c->ops meanwhile */
   nng_msg *m;
   uint64_t request_id;
+  accel_runtime *rt;
+  uint32_t loop; /* the server's */
+  int status;
 } fault_req;
 
-static void fault_done(accel_future *f, int status, void *arg) {
-  fault_req *r = arg;
+static void fault_reply(accel_task *task) {
+  fault_req *r = (fault_req *)task;
   if (r->s->stopped)
     nng_msg_free(r->m);
   else
-    srv_reply_status(r->s, r->c, r->m, r->request_id, status);
-  job_end(r->s, r->c);
+    srv_reply_status(r->s, r->c, r->m, r->request_id, r->status);
+  srv_job_end(r->s, r->c);
   rt_free(r);
+}
+
+/* On loop 0, where `then` callbacks run: to the server's loop (a shard's may be another). */
+static void fault_done(accel_future *f, int status, void *arg) {
+  fault_req *r = arg;
+  r->status = status;
+  accel_post_to(r->rt, r->loop, &r->task, fault_reply);
 }
 
 /* Asks the device's actor to fault (it answers, then fails and is restarted); the reply
@@ -255,8 +267,9 @@ static void inject_fault(srv_server *s, srv_conn *c, nng_msg *m, uint64_t reques
   }
   accel_log(ACCEL_LOG_WARN, "server", "injecting a fault into device %llu",
             (unsigned long long)device);
-  *r = (fault_req){s, c, m, request_id};
-  job_begin(s, c);
+  *r = (fault_req){
+      .s = s, .c = c, .m = m, .request_id = request_id, .rt = s->rt, .loop = rt_loop_index(s->rt)};
+  srv_job_begin(s, c);
   accel_future_then(f, fault_done, r);
   accel_future_release(f);
 }
@@ -306,6 +319,10 @@ static int trace_start(srv_server *s, srv_conn *c, uint64_t max_events) {
     return ACCEL_EINVAL;
   if (s->trace_rendering) /* renders never pile up: each holds its events until it is done */
     return ACCEL_EBUSY;
+  if (s->shards->n > 1) { /* a trace records one world's sessions: not every shard's yet */
+    accel_log(ACCEL_LOG_WARN, "server", "trace refused: not supported with shards > 1");
+    return ACCEL_ENOTSUP;
+  }
   int rc = dev_trace_start(s->world, (uint32_t)max_events);
   if (rc == 0)
     accel_log(ACCEL_LOG_INFO, "server", "connection %u%s%s%s started a trace", c->pipe,
@@ -354,7 +371,7 @@ static void trace_rendered(uv_work_t *req, int status) {
     nng_msg_free(r->m);
   else /* a cancelled request never ran: m holds no reply */
     send_filled(s, r->c, r->m, r->request_id, status != 0 ? ACCEL_ECANCELED : r->rc);
-  job_end(s, r->c);
+  srv_job_end(s, r->c);
   rt_free(r);
 }
 
@@ -367,7 +384,7 @@ static void trace_stop(srv_server *s, srv_conn *c, nng_msg *m, uint64_t request_
     return;
   }
   *r = (trace_req){.s = s, .c = c, .m = m, .request_id = request_id, .t = t};
-  job_begin(s, c);
+  srv_job_begin(s, c);
   s->trace_rendering = true;
   if (uv_queue_work(rt_uv_loop(s->rt), &r->req, trace_render, trace_rendered) != 0) {
     trace_render(&r->req); /* only with a loop that is gone; then here, as before */
@@ -384,25 +401,15 @@ static void on_control(srv_server *s, srv_conn *c, nng_msg *m, const proto_heade
     srv_reply_status(s, c, m, h->request_id, rc);
     return;
   }
-  srv_status_counts n = srv_counts(s);
   switch (req.command) {
   case PROTO_CTL_PING:
     srv_reply_status(s, c, m, h->request_id, 0);
     break;
   case PROTO_CTL_STATUS: /* arg 1: text for people, else JSON */
-    reply_text(s, c, m, h->request_id,
-               req.arg == 1 ? srv_status_text(s->world, &n) : srv_status_json(s->world, &n));
-    break;
   case PROTO_CTL_DEVICES:
-    reply_text(s, c, m, h->request_id, srv_status_devices(s->world));
-    break;
-  case PROTO_CTL_TREE: /* arg 1: JSON, else text */
-    reply_text(s, c, m, h->request_id,
-               req.arg == 1 ? srv_status_tree_json(s->rt, s->world)
-                            : srv_status_tree(s->rt, s->world));
-    break;
+  case PROTO_CTL_TREE:    /* arg 1: JSON, else text */
   case PROTO_CTL_CLIENTS: /* arg 1: text, else JSON */
-    reply_text(s, c, m, h->request_id, srv_clients_report(s, req.arg != 1));
+    srv_report(s, c, m, h->request_id, req.command, req.arg);
     break;
   case PROTO_CTL_INJECT_FAULT:
     inject_fault(s, c, m, h->request_id, req.arg);

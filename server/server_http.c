@@ -46,19 +46,11 @@ void http_static(http_response *res, int code, const char *body) {
 }
 
 static void answer_metrics(srv_http *h, http_response *res) {
-  srv_status_counts c = srv_counts(h->s);
-  char *devices = srv_metrics_render(h->s->world, &c);
-  char *clients = devices ? srv_clients_metrics(h->s) : NULL;
-  size_t dl = devices ? strlen(devices) : 0, cl = clients ? strlen(clients) : 0;
-  char *text = clients ? rt_malloc(dl + cl + 1) : NULL;
-  if (text != NULL) {
-    memcpy(text, devices, dl);
-    memcpy(text + dl, clients, cl + 1);
-  }
-  rt_free(devices);
-  rt_free(clients);
+  int rc;
+  char *text = srv_report_now(h->s, SRV_REPORT_METRICS, &rc);
   if (text == NULL) {
-    http_static(res, 503, "acceld is out of memory\n");
+    http_static(res, 503,
+                rc == ACCEL_ENOMEM ? "acceld is out of memory\n" : "acceld cannot report now\n");
     return;
   }
   *res = (http_response){
@@ -66,11 +58,13 @@ static void answer_metrics(srv_http *h, http_response *res) {
 }
 
 static void answer_health(srv_http *h, http_response *res) {
-  srv_status_counts c = srv_counts(h->s);
-  if (srv_metrics_healthy(h->s->world, &c))
+  int rc;
+  char *ok = srv_report_now(h->s, SRV_REPORT_HEALTH, &rc);
+  if (ok != NULL)
     http_static(res, 200, "ok\n");
   else
     http_static(res, 503, "draining, or every device quarantined\n");
+  rt_free(ok);
 }
 
 static bool path_is(const http_request *req, const char *path) {

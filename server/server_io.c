@@ -283,13 +283,16 @@ static int init_handles(srv_server *s) {
 }
 
 int srv_io_start(srv_server *s) {
-  s->listeners = rt_calloc(s->args->nlisten, sizeof *s->listeners);
+  s->listeners = rt_calloc(s->args->nlisten ? s->args->nlisten : 1, sizeof *s->listeners);
   if (s->listeners == NULL)
     return ACCEL_ENOMEM;
   int rc = open_socket(s);
   if (rc == 0)
     rc = init_handles(s);
-  for (uint32_t i = 0; rc == 0 && i < s->args->nlisten; i++) {
+  if (rc == 0 && s->shard != 0) /* ready for the connections shard 0 hands it */
+    rc = srv_local_start(s);
+  /* Only shard 0 listens: the others serve the connections it hands them. */
+  for (uint32_t i = 0; rc == 0 && s->shard == 0 && i < s->args->nlisten; i++) {
     const char *url = s->args->listen[i], *path = proto_local_path(url);
     rc = path                 ? srv_local_listen(s, path)
          : proto_tcp_url(url) ? srv_tcp_listen(s, url)

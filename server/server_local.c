@@ -60,6 +60,7 @@
 #include "runtime/error_detail.h"
 #include "runtime/loop.h"
 #include "server/io_pool.h"
+#include "server/server_shards.h"
 #include "server/server_transport.h"
 
 #define LINK_INBUF (64u << 10) /* frames up to this size are read through a staging buffer */
@@ -246,8 +247,9 @@ static void partial_init(srv_server *s) {
   if (s->partial_max != 0)
     return;
   s->partial_max = s->args->max_partial_bytes ? s->args->max_partial_bytes : partial_default(s);
-  accel_log(ACCEL_LOG_INFO, "server", "local frames being received: at most %llu bytes at once",
-            (unsigned long long)s->partial_max);
+  if (s->shard == 0)
+    accel_log(ACCEL_LOG_INFO, "server", "local frames being received: at most %llu bytes at once",
+              (unsigned long long)s->partial_max);
   if (s->partial_max < s->limits.max_message)
     accel_log(ACCEL_LOG_WARN, "server",
               "max_partial_bytes (%llu) is below max_message (%u): local frames larger than it "
@@ -283,19 +285,21 @@ static void queue_remove(srv_link *l) {
   l->qnext = NULL;
 }
 
-/* Gives room to the waiting connections, in order, while the first one's frame fits: each
- * is charged for it and reads again (parsing the frame held in its staging buffer). A
- * connection that closes as it starts gives its room back to this same loop. */
-static void partial_wake(srv_server *s) {
+/* Gives room to the waiting connections, in order, while the first one's frame fits the
+ * daemon's budget (every shard's frames count: server_shards.c): each is charged for it and
+ * reads again (parsing the frame held in its staging buffer). A connection that closes as it
+ * starts gives its room back to this same loop. */
+void srv_local_partial_wake(srv_server *s) {
   if (s->partial_waking || s->stopped)
     return;
   s->partial_waking = true;
-  for (srv_link *l; (l = s->partial_head) != NULL && s->partial_held + l->want <= s->partial_max;) {
+  for (srv_link *l; (l = s->partial_head) != NULL && srv_shards_partial_take(s, l->want);) {
     queue_remove(l);
     s->partial_held += l->want;
     l->charged = l->want;
     link_set_reading(l);
   }
+  srv_shards_partial_waiting(s, s->partial_head != NULL);
   s->partial_waking = false;
 }
 
@@ -305,9 +309,10 @@ static void partial_release(srv_link *l) {
   if (l->queued)
     queue_remove(l);
   l->s->partial_held -= l->charged;
+  srv_shards_partial_give(l->s, l->charged); /* other shards' waiters are told */
   l->charged = 0;
   if (moved)
-    partial_wake(l->s);
+    srv_local_partial_wake(l->s);
 }
 
 /* Whether a frame of flen bytes (over LINK_INBUF) may start now. It waits, reading paused,
@@ -324,14 +329,17 @@ static int partial_admit(srv_link *l, size_t flen, uint64_t id) {
     link_close(l, "frame over max_partial_bytes");
     return ADMIT_CLOSED;
   }
-  if (s->partial_head == NULL && s->partial_held + flen <= s->partial_max) {
+  if (s->partial_head == NULL && srv_shards_partial_take(s, flen)) {
     s->partial_held += flen;
     l->charged = flen;
     return ADMIT_GO;
   }
   queue_push(l, flen);
   link_set_reading(l); /* stops: the rest waits in the kernel's socket buffer */
-  return ADMIT_WAIT;
+  /* Said waiting, then tried again: room another shard gave back meanwhile is seen here, or
+   * that shard saw this one waiting and tells it (server_shards.c). */
+  srv_local_partial_wake(s);
+  return l->charged != 0 ? ADMIT_GO : ADMIT_WAIT;
 }
 
 /* ---- a peer that stalls or trickles inside a frame ---- */
@@ -789,7 +797,7 @@ static bool refused(srv_server *s, srv_link *l) {
     refuse_peer(s, l, ACCEL_ECLOSED, "refused: draining");
   else if (!peer_allowed(s, l->conn))
     refuse_peer(s, l, ACCEL_EPERM, "refused: not in allow_users/allow_groups");
-  else if (s->nconns > max)
+  else if (srv_shards_conns(s) > max) /* every shard's, this one counted */
     refuse_peer(s, l, ACCEL_EBUSY, "refused: max_connections reached");
   return l->closing;
 }
@@ -809,6 +817,43 @@ static void link_start(srv_server *s, srv_link *l, srv_conn *c, srv_iost *st, in
   log_peer(l, "connected");
   start_timers(s, l);
   link_set_reading(l);
+}
+
+/* [daemon] io_threads: a number, or SRV_IO_THREADS_AUTO (srv_iopool_default_threads),
+ * shared by the shards: shard k gets its part (the first ones one more where they do not
+ * divide evenly), one at least where there are any. */
+static uint32_t io_threads_of(const srv_server *s, uint32_t shard) {
+  uint32_t n = s->args->io_threads, shards = s->shards->n;
+  n = n == SRV_IO_THREADS_AUTO ? srv_iopool_default_threads() : n;
+  uint32_t part = n / shards + (shard < n % shards);
+  return n == 0 ? 0 : part ? part : 1;
+}
+
+/* Every shard's I/O threads, for the log. */
+static uint32_t io_threads_all(const srv_server *s) {
+  uint32_t all = 0;
+  for (uint32_t k = 0; k < s->shards->n; k++)
+    all += io_threads_of(s, k);
+  return all;
+}
+
+int srv_local_start(srv_server *s) {
+  partial_init(s);
+  if (s->io != NULL)
+    return 0;
+  int rc = srv_iopool_start(&s->io, rt_uv_loop(s->rt), io_threads_of(s, s->shard));
+  if (rc != 0) {
+    accel_log(ACCEL_LOG_ERROR, "server", "cannot start the I/O threads: %s", accel_strerror(rc));
+    return rc;
+  }
+  srv_iopool_post_through(s->io, s->rt, rt_loop_index(s->rt));
+  return 0;
+}
+
+/* A local connection's id, unique in the daemon: shard k of n numbers k, k + n, ... */
+static uint32_t srv_local_next_id(srv_server *s) {
+  uint32_t id = s->next_local_id++ * s->shards->n + s->shard;
+  return (id & ~SRV_LOCAL_ID_BIT) | SRV_LOCAL_ID_BIT;
 }
 
 static void on_accept_retry(uv_timer_t *t);
@@ -901,9 +946,11 @@ static bool accept_one(srv_listener *ls) {
     fd = accept4(ls->fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
   if (fd < 0)
     return accept_error(ls, errno);
+  if (srv_shards_hand_off(s, fd, ls->tp))
+    return true;
   srv_link *l = rt_malloc(sizeof *l + LINK_INBUF);
   srv_iost *st = l ? srv_iost_new() : NULL;
-  srv_conn *c = st ? srv_conn_new(s, s->next_local_id++ | SRV_LOCAL_ID_BIT, ls->tp) : NULL;
+  srv_conn *c = st ? srv_conn_new(s, srv_local_next_id(s), ls->tp) : NULL;
   if (c == NULL) {
     if (st)
       srv_iost_discard(st);
@@ -917,6 +964,27 @@ static bool accept_one(srv_listener *ls) {
     srv_tcp_accepted(fd);
   link_start(s, l, c, st, fd);
   return true;
+}
+
+void srv_local_adopt(srv_server *s, int fd, const srv_transport *tp, _Atomic uint32_t *handed) {
+  srv_link *l = s->stopped || srv_local_start(s) != 0 ? NULL : rt_malloc(sizeof *l + LINK_INBUF);
+  srv_iost *st = l ? srv_iost_new() : NULL;
+  srv_conn *c = st ? srv_conn_new(s, srv_local_next_id(s), tp) : NULL;
+  atomic_fetch_sub_explicit(handed, 1, memory_order_relaxed); /* counted here now, or gone */
+  if (c == NULL) {
+    if (st)
+      srv_iost_discard(st);
+    rt_free(l);
+    if (!s->stopped)
+      accel_log(ACCEL_LOG_WARN, "server", "shard %u: no memory for a new connection: refused",
+                s->shard);
+    send_busy(fd);
+    close(fd);
+    return;
+  }
+  if (!tp->local)
+    srv_tcp_accepted(fd);
+  link_start(s, l, c, st, fd);
 }
 
 static void accept_some(srv_listener *ls) {
@@ -1057,12 +1125,6 @@ static int bind_listener(srv_server *s, srv_listener *ls) {
   return listener_watch(ls, true);
 }
 
-/* [daemon] io_threads: a number, or SRV_IO_THREADS_AUTO (srv_iopool_default_threads). */
-static uint32_t io_threads(const srv_server *s) {
-  uint32_t n = s->args->io_threads;
-  return n == SRV_IO_THREADS_AUTO ? srv_iopool_default_threads() : n;
-}
-
 /* A listener for `name` (its URL), on the Unix socket file `path` or, with path NULL, on
  * TCP; its connections get `tp`. */
 static int listen_on(srv_server *s, const char *name, const char *path, const srv_transport *tp) {
@@ -1075,15 +1137,11 @@ static int listen_on(srv_server *s, const char *name, const char *path, const sr
     rt_free(path_copy);
     return ACCEL_ENOMEM;
   }
-  partial_init(s);
-  int rc = 0;
-  if (s->io == NULL && (rc = srv_iopool_start(&s->io, rt_uv_loop(s->rt), io_threads(s))) == 0)
-    srv_iopool_post_through(s->io, s->rt);
+  int rc = srv_local_start(s);
   if (rc != 0) {
     rt_free(ls);
     rt_free(name_copy);
     rt_free(path_copy);
-    accel_log(ACCEL_LOG_ERROR, "server", "cannot start the I/O threads: %s", accel_strerror(rc));
     return rc;
   }
   *ls = (srv_listener){.s = s, .tp = tp, .name = name_copy, .path = path_copy};
@@ -1095,8 +1153,9 @@ static int listen_on(srv_server *s, const char *name, const char *path, const sr
   s->locals[s->nlocals++] = ls;
   rc = bind_listener(s, ls);
   if (rc == 0)
-    accel_log(ACCEL_LOG_INFO, "server", "listening on %s (%u I/O threads)", name,
-              srv_iopool_threads(s->io));
+    accel_log(ACCEL_LOG_INFO, "server", "listening on %s (%u I/O threads)%s", name,
+              s->shards->n > 1 ? io_threads_all(s) : srv_iopool_threads(s->io),
+              s->shards->n > 1 ? ", over the shards" : "");
   return rc;
 }
 

@@ -152,6 +152,12 @@ struct srv_server {
   nng_msg *msg_pool[SRV_MSG_POOL]; /* released small messages, used again (server_msgs.c) */
   uint32_t msg_pool_len;
 
+  srv_shards *shards; /* this daemon's shards (server_shards.h): one of its own if alone */
+  uint32_t shard;     /* this server's index among them */
+  /* Shard 0 draining: the other shards' drains, asked (server_shards.c). */
+  accel_future *peer_drains[SRV_SHARDS_MAX];
+  bool peer_drain_failed;
+
   bool draining;
   atomic_bool refusing; /* new pipes are closed as they come (read on nng's threads) */
   accel_future *drain_reply;
@@ -196,12 +202,23 @@ void srv_conns_free_all(srv_server *s);
 void srv_conns_close_all(srv_server *s);
 
 /* server_local.c: the local transport (Unix sockets on the loop) */
+/* What local connections need of the server, made once (by the first listener, or at the
+ * start of a shard that only adopts): the budget of frames being received and the I/O
+ * threads, whose events go to this server's loop. */
+RT_MUST_USE int srv_local_start(srv_server *s);
 RT_MUST_USE int srv_local_listen(srv_server *s, const char *path);
 void srv_local_stop_listening(srv_server *s);
 /* The entries of srv_transport_local (server_transport.h says what each does). */
 void srv_local_send(srv_server *s, srv_conn *c, nng_msg *m);
 void srv_local_flow(srv_server *s, srv_conn *c);
 int srv_local_take_fd(srv_conn *c);
+/* A connection accepted by shard 0 and handed here (server_shards.c): served, or refused
+ * with ACCEL_EBUSY when there is no memory for it; fd is taken; *handed drops by one once the
+ * connection is counted here (or refused), so the daemon's count never holds it twice. */
+void srv_local_adopt(srv_server *s, int fd, const srv_transport *tp, _Atomic uint32_t *handed);
+/* Connections waiting to receive a large frame get what room there is now (another shard gave
+ * some back: SRV_MSG_PARTIAL_WAKE). */
+void srv_local_partial_wake(srv_server *s);
 /* srv_transport.use_rings of local connections. */
 bool srv_local_use_rings(srv_server *s, srv_conn *c, int fd);
 /* A descriptor acceld may map (a memfd on shmem sealed against shrinking, its seals read
@@ -233,8 +250,8 @@ void srv_shm_free_all(srv_server *s, srv_conn *c);
 /* SRV_MSG_SHM_REGISTERED: a region's registration for DMA finished (data: its job). */
 void srv_shm_registered(srv_server *s, void *data);
 
-/* server_clients.c: the client sessions, as text (a table) or a JSON array of objects;
- * malloc'd, NULL when out of memory. */
+/* server_clients.c: the client sessions of every shard (the others parked), as text (a
+ * table) or a JSON array of objects; malloc'd, NULL when out of memory. */
 RT_MUST_USE char *srv_clients_report(srv_server *s, bool json);
 /* The per-client series of /metrics (Prometheus text), at most SRV_METRICS_CLIENTS client
  * names and "other". */
@@ -279,6 +296,26 @@ void srv_frame(srv_server *s, nng_msg *m);
 void srv_frame_on(srv_server *s, srv_conn *c, nng_msg *m);
 /* Turns the request `m` into a reply frame with `status` and no data, and sends it. */
 void srv_reply_status(srv_server *s, srv_conn *c, nng_msg *m, uint64_t request_id, int status);
+
+/* A reply with data (text, JSON): `text` is taken. */
+void srv_reply_text(srv_server *s, srv_conn *c, nng_msg *m, uint64_t request_id, char *text);
+/* Background work for a connection that its reply waits for (it holds the connection and the
+ * server until srv_job_end, and a drain waits for it). */
+void srv_job_begin(srv_server *s, srv_conn *c);
+void srv_job_end(srv_server *s, srv_conn *c);
+
+/* server_report.c: the reports, of every shard */
+enum { SRV_REPORT_METRICS = 0x10000, SRV_REPORT_HEALTH }; /* beside PROTO_CTL_* commands */
+/* A report (PROTO_CTL_STATUS, _DEVICES, _TREE, _CLIENTS with its arg) answered on c: made
+ * here on shard 0, else sent there and its text back. */
+void srv_report(srv_server *s, srv_conn *c, nng_msg *m, uint64_t request_id, uint32_t command,
+                uint64_t arg);
+/* Shard 0 (or the only one): SRV_REPORT_METRICS (the whole /metrics text) or
+ * SRV_REPORT_HEALTH ("ok\n" while healthy, else NULL and ACCEL_EAGAIN); NULL and *rc. */
+RT_MUST_USE char *srv_report_now(srv_server *s, uint32_t command, int *rc);
+/* SRV_MSG_REPORT on shard 0, SRV_MSG_REPORTED on the shard that asked (data taken). */
+void srv_report_make(srv_server *s, void *data);
+void srv_report_back(srv_server *s, void *data);
 
 /* server_msgs.c: small messages used again (loop thread) */
 /* A message holding `len` bytes copied from `bytes`; NULL without memory. */

@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #include "runtime/alloc.h"
+#include "server/server_shards.h"
 #include "server/server_transport.h"
 
 #define SRV_SHM_MAX_REGIONS 1024u
@@ -142,6 +143,7 @@ static void unlink_region(srv_server *s, srv_conn *c, srv_region *r) {
   c->nregions--;
   c->shared_bytes -= r->len;
   s->shared_bytes -= r->len;
+  srv_shards_shared_release(s, r->len);
   unmap_region(s, r);
   rt_free(r);
 }
@@ -248,8 +250,9 @@ int srv_shm_check_fd(int fd, size_t *len) {
   return 0;
 }
 
-/* Whether `len` more bytes fit the connection's cap and the daemon's. */
-static bool within_caps(const srv_server *s, const srv_conn *c, size_t len) {
+/* Whether `len` more bytes fit the connection's cap and the daemon's (every shard's): if
+ * they do, they are counted in the daemon's (srv_shards_shared_release gives them back). */
+static bool within_caps(srv_server *s, const srv_conn *c, size_t len) {
   uint64_t one = s->args->max_shared_bytes, all = s->args->max_shared_bytes_total;
   if (one == 0 || all == 0) {
     uint64_t ram = srv_ram_bytes();
@@ -258,7 +261,7 @@ static bool within_caps(const srv_server *s, const srv_conn *c, size_t len) {
     all = all ? all : 2 * ram;
   }
   return len <= one - (c->shared_bytes < one ? c->shared_bytes : one) &&
-         len <= all - (s->shared_bytes < all ? s->shared_bytes : all);
+         srv_shards_shared_reserve(s, len, all);
 }
 
 static int map_region(srv_server *s, srv_conn *c, uint64_t id, int fd) {
@@ -269,12 +272,16 @@ static int map_region(srv_server *s, srv_conn *c, uint64_t id, int fd) {
   if (!within_caps(s, c, len))
     return ACCEL_ELIMIT;
   srv_region *r = rt_calloc(1, sizeof *r);
-  if (r == NULL)
+  if (r == NULL) {
+    srv_shards_shared_release(s, len);
     return ACCEL_ENOMEM;
+  }
   r->base = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   if (r->base == MAP_FAILED) { /* write-sealed (EPERM), or no address space left */
+    int err = errno;
+    srv_shards_shared_release(s, len);
     rt_free(r);
-    return errno == EPERM || errno == EACCES ? ACCEL_EPERM : ACCEL_ENOMEM;
+    return err == EPERM || err == EACCES ? ACCEL_EPERM : ACCEL_ENOMEM;
   }
   r->id = id;
   r->len = len;

@@ -11,7 +11,8 @@
  * Rows: aggregate ops/s of all clients, and the median of the clients' median latencies (tiny
  * rows). Ratios printed: acceld ÷ MPS per N (GPU), and each mode's N ÷ 1 scaling.
  * --acceld-only: the rows through acceld alone (no embedded or raw rows): quicker runs.
- * Under each row through acceld: how busy acceld's loop and the worker's link thread were while
+ * Under each row through acceld: how busy acceld's busiest loop (--shards N: one per shard) and
+ * the busiest of the worker's link threads were while
  * the clients ran (acceld's /metrics: accel_loop_busy_seconds_total and
  * accel_worker_link_busy_seconds_total): each op crosses both, one at a time, and one near
  * 100 % is what limits the row; and the link's completions per event recorded for them (the
@@ -23,7 +24,7 @@
  *
  * Usage: bench-clients [--device cpu|cuda] [--clients 1,8,32] [--seconds S] [--acceld PATH]
  *                      [--workers LIST] [--mps] [--quick] [--fairness F] [--rounds R]
- *                      [--acceld-only]
+ *                      [--acceld-only] [--io-threads N|auto] [--shards N]
  * Exit status 0 unless a benchmark itself broke (a failed call, a client that died). */
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -55,6 +56,7 @@ typedef struct opts {
   double seconds;
   const char *acceld, *workers;
   const char *io_threads; /* acceld's [daemon] io_threads, or NULL: its default */
+  const char *shards;     /* acceld's [daemon] shards, or NULL: its default */
   int mps;
   int fairness;     /* flooders beside the light client; 0: the scaling table */
   int rounds;       /* fairness pairs measured in turn (1..16) */
@@ -253,11 +255,11 @@ static bool get_metrics(char *buf, size_t cap) {
   return ok && got > 0;
 }
 
-enum { MAX_LINKS = 16 };
+enum { MAX_LINKS = 16, MAX_LOOPS = 16 };
 
 typedef struct busy_read {
-  double loop, at; /* seconds; at: when read */
-  int nlinks;      /* the worker's links: their labels and busy seconds */
+  double loop[MAX_LOOPS], at; /* seconds, per loop of acceld (a shard's each); at: when read */
+  int nlinks;                 /* the worker's links: their labels and busy seconds */
   char label[MAX_LINKS][96];
   double link[MAX_LINKS];
   double done[MAX_LINKS], events[MAX_LINKS]; /* the link's completions and their events */
@@ -279,10 +281,14 @@ static busy_read read_busy(const char *backend) {
   busy_read b = {.at = now_s()};
   if (metrics_port == 0 || !get_metrics(m, sizeof m))
     return b;
-  static const char loop[] = "accel_loop_busy_seconds_total{loop=\"0\"} ";
-  const char *s = strstr(m, loop);
-  b.ok = s != NULL;
-  b.loop = s ? strtod(s + sizeof loop - 1, NULL) : 0;
+  const char *s = NULL;
+  for (int i = 0; i < MAX_LOOPS; i++) {
+    char loop[64];
+    snprintf(loop, sizeof loop, "accel_loop_busy_seconds_total{loop=\"%d\"} ", i);
+    s = strstr(m, loop);
+    b.ok |= s != NULL;
+    b.loop[i] = s ? strtod(s + strlen(loop), NULL) : 0;
+  }
   char link[96];
   snprintf(link, sizeof link, "\naccel_worker_link_busy_seconds_total{backend=\"%s\"", backend);
   for (s = strstr(m, link); s != NULL && b.nlinks < MAX_LINKS; s = strstr(s + 1, link)) {
@@ -303,7 +309,10 @@ static busy_read read_busy(const char *backend) {
 static void busy_between(const busy_read *from, const busy_read *to, row *w) {
   double t = to->at - from->at;
   bool ok = from->ok && to->ok && t > 0;
-  w->loop_busy = ok ? (to->loop - from->loop) / t : -1;
+  w->loop_busy = -1; /* the busiest loop's */
+  for (int i = 0; ok && i < MAX_LOOPS; i++)
+    if ((to->loop[i] - from->loop[i]) / t > w->loop_busy)
+      w->loop_busy = (to->loop[i] - from->loop[i]) / t;
   w->link_busy = w->per_event = -1;
   for (int i = 0; ok && i < to->nlinks; i++)
     for (int k = 0; k < from->nlinks; k++)
@@ -392,8 +401,11 @@ static pid_t start_acceld(const opts *o, char *url, size_t len) {
     snprintf(conf, sizeof conf, "%s/acceld.conf", dir);
     FILE *f = fopen(conf, "w");
     if (f) {
+      fprintf(f, "[daemon]\n");
       if (o->io_threads)
-        fprintf(f, "[daemon]\nio_threads = %s\n", o->io_threads);
+        fprintf(f, "io_threads = %s\n", o->io_threads);
+      if (o->shards)
+        fprintf(f, "shards = %s\n", o->shards);
       if (metrics_port != 0)
         fprintf(f, "[metrics]\nlisten = http://127.0.0.1:%d\n", metrics_port);
       fclose(f);
@@ -490,6 +502,8 @@ static void parse(int argc, char **argv, opts *o) {
       o->workers = v, i++;
     else if (!strcmp(a, "--io-threads") && v)
       o->io_threads = v, i++;
+    else if (!strcmp(a, "--shards") && v)
+      o->shards = v, i++;
     else if (!strcmp(a, "--mps"))
       o->mps = 1;
     else if (!strcmp(a, "--fairness") && v)

@@ -59,34 +59,6 @@ static const char *status_when_sampled(td_daemon *d) {
   TEST_FAIL("no telemetry sample within 4 s: %s", out);
 }
 
-/* GET path from the metrics port; the body. */
-static const char *http_get(int port, const char *path) {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  CHECK_GE(fd, 0);
-  struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  CHECK_EQ(connect(fd, (struct sockaddr *)&a, sizeof a), 0);
-  char req[128];
-  int n = snprintf(req, sizeof req, "GET %s HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
-                   path);
-  CHECK_EQ(send(fd, req, (size_t)n, MSG_NOSIGNAL), n);
-  size_t got = 0;
-  for (;;) {
-    struct pollfd p = {.fd = fd, .events = POLLIN};
-    CHECK_EQ(poll(&p, 1, 10000), 1);
-    ssize_t k = recv(fd, text + got, sizeof text - 1 - got, 0);
-    if (k <= 0)
-      break;
-    got += (size_t)k;
-    CHECK_LT(got, sizeof text - 1);
-  }
-  text[got] = '\0';
-  close(fd);
-  const char *body = strstr(text, "\r\n\r\n");
-  CHECK(body != NULL);
-  return body + 4;
-}
-
 /* The JSON object of GPU `index` in the status (up to its closing brace; no nesting there). */
 static const char *gpu_json(const char *status, int index, char *buf, size_t len) {
   char key[32];
@@ -143,7 +115,7 @@ TEST(nvml_readings_reach_text_and_metrics) {
   HAS(out, "gpu 0: 37% busy");
   CHECK_EQ(td_ctl(out, sizeof out, "--url", d.url, "devices", "--json", NULL), 0);
   HAS(out, "],\"telemetry\":{\"source\":\"nvml\",\"why\":null,\"gpus\":[{\"index\":0,");
-  const char *m = http_get(port, "/metrics");
+  const char *m = td_http_get(port, "/metrics");
   HAS(m, "accel_gpu_telemetry_up 1\n");
   HAS(m, "# TYPE DCGM_FI_DEV_GPU_UTIL gauge\n");
   HAS(m, "DCGM_FI_DEV_GPU_UTIL{gpu=\"0\",UUID=\"GPU-00000000-fake-4a6e-8c6d-000000000000\","
@@ -170,8 +142,9 @@ TEST(no_nvml_says_why) {
   HAS(s, "\"gpus\":[]}");
   CHECK_EQ(td_ctl(out, sizeof out, "--url", d.url, "devices", NULL), 0);
   HAS(out, "gpu telemetry: no NVML: /nonexistent/libnvidia-ml.so.1");
-  HAS(http_get(port, "/metrics"), "accel_gpu_telemetry_up 0\n");
-  CHECK(strstr(text, "DCGM_FI_DEV_GPU_UTIL") == NULL);
+  const char *m = td_http_get(port, "/metrics");
+  HAS(m, "accel_gpu_telemetry_up 0\n");
+  CHECK(strstr(m, "DCGM_FI_DEV_GPU_UTIL") == NULL);
   CHECK_EQ(td_stop(&d), 0);
   td_cleanup(&d);
 }
@@ -368,7 +341,7 @@ typedef struct busy_times {
 } busy_times;
 
 static busy_times busy_now(int port, const char *link_series) {
-  const char *m = http_get(port, "/metrics");
+  const char *m = td_http_get(port, "/metrics");
   busy_times t = {series_value(m, "accel_loop_busy_seconds_total{loop=\"0\"} "),
                   series_value(m, link_series), now_s()};
   return t;
@@ -388,7 +361,7 @@ TEST(loop_and_worker_link_busy_times_are_in_metrics) {
     TEST_SKIP("no OpenCL device");
   accel_future *f;
   char series[160];
-  worker_link_series(&d, http_get(port, "/metrics"), series, sizeof series);
+  worker_link_series(&d, td_http_get(port, "/metrics"), series, sizeof series);
   double t0 = now_s();
   busy_times before = busy_now(port, series);
   for (uint32_t i = 0; i < 2000; i++) {
@@ -419,7 +392,7 @@ typedef struct done_counts {
 } done_counts;
 
 static done_counts done_now(int port, const char *busy_series) {
-  const char *m = http_get(port, "/metrics");
+  const char *m = td_http_get(port, "/metrics");
   const char *labels = strchr(busy_series, '{'); /* the link's labels, then a space */
   char c[200], e[200];
   snprintf(c, sizeof c, "accel_worker_completions_total%s", labels);
@@ -447,7 +420,7 @@ static bool completions_and_events(bool grouping) {
   enum { FLOOD = 1000 };
   accel_future *f[FLOOD];
   char series[160];
-  worker_link_series(&d, http_get(port, "/metrics"), series, sizeof series);
+  worker_link_series(&d, td_http_get(port, "/metrics"), series, sizeof series);
   done_counts a = done_now(port, series);
   for (uint32_t i = 0; i < 100; i++) {
     CHECK_EQ(accel_fill_u32(ctx, dev, buf, i, &f[0]), 0);

@@ -7,6 +7,7 @@
 #include <nng/nng.h>
 #include <nng/protocol/reqrep0/req.h>
 #include <nng/supplemental/tls/tls.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -140,8 +141,9 @@ void td_prepare(td_daemon *d) {
 }
 
 /* ACCEL_TEST_IO_THREADS=N: the daemon serves local sockets on N I/O threads (the suites run
- * again so, whatever the host's default), unless the test sets io_threads itself. Appended: a
- * section may repeat, and the lines a test's config errors name stay where they are. */
+ * again so, whatever the host's default), unless the test sets io_threads itself; and
+ * ACCEL_TEST_SHARDS=N: on N shards, unless it sets shards. Appended: a section may repeat,
+ * and the lines a test's config errors name stay where they are. */
 void td_write_config(td_daemon *d, const char *text) {
   FILE *f = fopen(d->conf, "w");
   CHECK(f != NULL);
@@ -149,6 +151,9 @@ void td_write_config(td_daemon *d, const char *text) {
   const char *io = getenv("ACCEL_TEST_IO_THREADS");
   if (io != NULL && strstr(text, "io_threads") == NULL)
     fprintf(f, "\n[daemon]\nio_threads = %s\n", io);
+  const char *shards = getenv("ACCEL_TEST_SHARDS");
+  if (shards != NULL && strstr(text, "shards") == NULL)
+    fprintf(f, "\n[daemon]\nshards = %s\n", shards);
   fclose(f);
 }
 
@@ -734,4 +739,32 @@ int td_fill(td_client *c, uint64_t handle, uint32_t value) {
   proto_out_init(&o);
   td_encode_fill(&o, id, handle, value);
   return td_call(c, &o, id);
+}
+
+const char *td_http_get(int port, const char *path) {
+  static char text[1 << 20];
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  CHECK_GE(fd, 0);
+  struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  CHECK_EQ(connect(fd, (struct sockaddr *)&a, sizeof a), 0);
+  char req[128];
+  int n = snprintf(req, sizeof req, "GET %s HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+                   path);
+  CHECK_EQ(send(fd, req, (size_t)n, MSG_NOSIGNAL), n);
+  size_t got = 0;
+  for (;;) {
+    struct pollfd p = {.fd = fd, .events = POLLIN};
+    CHECK_EQ(poll(&p, 1, 10000), 1);
+    ssize_t k = recv(fd, text + got, sizeof text - 1 - got, 0);
+    if (k <= 0)
+      break;
+    got += (size_t)k;
+    CHECK_LT(got, sizeof text - 1);
+  }
+  text[got] = '\0';
+  close(fd);
+  const char *body = strstr(text, "\r\n\r\n");
+  CHECK(body != NULL);
+  return body + 4;
 }

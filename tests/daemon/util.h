@@ -63,6 +63,9 @@ int td_open_fds(pid_t pid);
 
 /* A TCP port nothing listens on now (the kernel's pick; free again once closed). */
 int td_free_port(void);
+/* GET path from 127.0.0.1:port (acceld's metrics endpoint): the response's body, in a static
+ * buffer (1 MiB) the next call reuses. */
+const char *td_http_get(int port, const char *path);
 
 /* ---- the wire protocol by hand ---- */
 

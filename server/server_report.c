@@ -1,0 +1,150 @@
+/* Reports asked for over a connection (accelctl status, devices, tree, clients: PROTO_CTL_*)
+ * and over HTTP (/metrics, /healthz). With several shards they cover the whole daemon: they
+ * are made on shard 0 with every other shard parked (server_shards.h), from every shard's
+ * world and counters; a connection served by another shard has its request made there and
+ * the text sent back. Parking stalls the other loops for the time of one render, as the one
+ * loop of a daemon without shards is stalled by it. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "proto/wire.h"
+#include "runtime/alloc.h"
+#include "server/render.h"
+#include "server/server_priv.h"
+#include "server/server_shards.h"
+#include "server/server_transport.h"
+
+/* a then b, in one malloc'd string; NULL without memory. */
+static char *concat(const char *a, const char *b) {
+  size_t la = strlen(a), lb = strlen(b);
+  char *v = rt_malloc(la + lb + 1);
+  if (v != NULL) {
+    memcpy(v, a, la);
+    memcpy(v + la, b, lb + 1);
+  }
+  return v;
+}
+
+/* The text of a report (malloc'd), with every other shard parked meanwhile; NULL and *rc. */
+static char *render(srv_server *s, uint32_t command, uint64_t arg, int *rc) {
+  srv_park *park;
+  char *text = NULL;
+  *rc = srv_shards_park_others(s, &park);
+  if (*rc == 0) {
+    srv_worlds ws;
+    srv_shards_worlds(s, &ws);
+    srv_status_counts n = srv_shards_counts(s);
+    switch (command) {
+    case PROTO_CTL_STATUS:
+      text = arg == 1 ? srv_status_text(&ws, &n) : srv_status_json(&ws, &n);
+      break;
+    case PROTO_CTL_DEVICES:
+      text = srv_status_devices(&ws);
+      break;
+    case PROTO_CTL_TREE:
+      text = arg == 1 ? srv_status_tree_json(s->rt, &ws) : srv_status_tree(s->rt, &ws);
+      break;
+    case PROTO_CTL_CLIENTS:
+      text = srv_clients_report(s, arg != 1);
+      break;
+    case SRV_REPORT_METRICS: {
+      char *devices = srv_metrics_render(&ws, &n);
+      char *clients = devices ? srv_clients_metrics(s) : NULL;
+      text = clients ? concat(devices, clients) : NULL;
+      rt_free(devices);
+      rt_free(clients);
+      break;
+    }
+    case SRV_REPORT_HEALTH:
+      text = srv_metrics_healthy(&ws, &n) ? rt_strdup("ok\n") : NULL;
+      *rc = text ? 0 : ACCEL_EAGAIN;
+      break;
+    default:
+      *rc = ACCEL_ENOTSUP;
+      break;
+    }
+    if (text == NULL && *rc == 0)
+      *rc = ACCEL_ENOMEM;
+  }
+  srv_shards_resume_others(park);
+  return text;
+}
+
+char *srv_report_now(srv_server *s, uint32_t command, int *rc) {
+  return render(s, command, 0, rc);
+}
+
+/* ---- a report asked for on a shard other than 0 ---- */
+
+typedef struct report_req {
+  srv_server *s; /* the shard that asked: its memory held (srv_job_begin) */
+  accel_ref from;
+  srv_conn *c;
+  nng_msg *m;
+  uint64_t request_id, arg;
+  uint32_t command;
+  int rc;
+  char *text;
+} report_req;
+
+/* A message that never arrived: the shard it went to stopped, and the daemon with it. */
+static void report_drop(void *data) {
+  report_req *r = data;
+  nng_msg_free(r->m);
+  rt_free(r->text);
+  rt_free(r);
+}
+
+void srv_report(srv_server *s, srv_conn *c, nng_msg *m, uint64_t request_id, uint32_t command,
+                uint64_t arg) {
+  int rc = 0;
+  if (s->shard == 0) {
+    char *text = render(s, command, arg, &rc);
+    if (text == NULL)
+      srv_reply_status(s, c, m, request_id, rc);
+    else
+      srv_reply_text(s, c, m, request_id, text);
+    return;
+  }
+  report_req *r = rt_malloc(sizeof *r);
+  if (r == NULL) {
+    srv_reply_status(s, c, m, request_id, ACCEL_ENOMEM);
+    return;
+  }
+  *r = (report_req){.s = s,
+                    .from = accel_self(s->self),
+                    .c = c,
+                    .m = m,
+                    .request_id = request_id,
+                    .arg = arg,
+                    .command = command};
+  accel_msg msg = {.type = SRV_MSG_REPORT, .data = r, .drop = report_drop};
+  if (accel_tell(s->rt, s->shards->refs[0], &msg) != 0) {
+    rt_free(r);
+    srv_reply_status(s, c, m, request_id, ACCEL_EBUSY);
+    return;
+  }
+  srv_job_begin(s, c);
+}
+
+void srv_report_make(srv_server *s, void *data) {
+  report_req *r = data;
+  r->text = render(s, r->command, r->arg, &r->rc);
+  accel_msg msg = {.type = SRV_MSG_REPORTED, .data = r, .drop = report_drop};
+  if (accel_tell(s->rt, r->from, &msg) != 0)
+    report_drop(r);
+}
+
+void srv_report_back(srv_server *s, void *data) {
+  report_req *r = data;
+  if (s->stopped)
+    nng_msg_free(r->m);
+  else if (r->text == NULL)
+    srv_reply_status(s, r->c, r->m, r->request_id, r->rc);
+  else
+    srv_reply_text(s, r->c, r->m, r->request_id, r->text); /* taken */
+  if (s->stopped)
+    rt_free(r->text);
+  srv_job_end(s, r->c);
+  rt_free(r);
+}
