@@ -326,10 +326,7 @@ static int start_server(daemon_ctx *d, uint32_t k, int gid, accel_ref *server) {
                          .mailbox_capacity = 1024,
                          .supervision = &sup,
                          .loop = c->shards > 1 ? k + 1 : 0};
-  int rc = accel_spawn(d->rt, NULL, &srv_behavior, &d->servers[k], &so, server);
-  if (rc == 0 && d->shards)
-    srv_shards_set(d->shards, k, *server);
-  return rc;
+  return accel_spawn(d->rt, NULL, &srv_behavior, &d->servers[k], &so, server);
 }
 
 static int start_tree(daemon_ctx *d, int gid, int ready_fd) {

@@ -123,14 +123,17 @@ static void start_drain(srv_server *s, accel_msg *msg) {
               s->shards->n > 1 ? " (this shard's)" : "");
   }
   s->draining = true;
-  if (f == NULL)
+  if (f == NULL) {
+    if (s->shard == 0)
+      srv_shards_drain_others(s, false);
     return;
+  }
   uint32_t timeout = s->args->drain_timeout_ms ? s->args->drain_timeout_ms : 10000;
   s->drain_reply = f;
   s->drain_deadline_ms = srv_now_ms(s) + timeout;
   s->drain_idle_ticks = 0;
   if (s->shard == 0)
-    srv_shards_drain_others(s);
+    srv_shards_drain_others(s, true);
   srv_tick_start(s);
 }
 
@@ -254,17 +257,6 @@ static int srv_receive(accel_actor *self, void *state, accel_msg *msg) {
   case SRV_MSG_PARK: /* taken; returns once shard 0 has read this shard */
     srv_shards_parked(msg->data);
     msg->data = NULL;
-    return 0;
-  case SRV_MSG_REPORT: /* taken */
-    srv_report_make(s, msg->data);
-    msg->data = NULL;
-    return 0;
-  case SRV_MSG_REPORTED: /* taken */
-    srv_report_back(s, msg->data);
-    msg->data = NULL;
-    return 0;
-  case SRV_MSG_PARTIAL_WAKE:
-    srv_shards_partial_told(s);
     return 0;
   case SRV_MSG_ADOPT: /* taken */
     srv_shards_adopt(s, msg->data);

@@ -85,10 +85,9 @@ typedef struct srv_http_addr {
 #define SRV_SHARDS_MAX 16
 typedef struct srv_shards srv_shards;
 
-/* n shards (1 .. SRV_SHARDS_MAX, else ACCEL_EINVAL); ACCEL_ENOMEM. */
+/* n shards (1 .. SRV_SHARDS_MAX, else ACCEL_EINVAL); ACCEL_ENOMEM. Spawn shard 0 last: it
+ * hands connections to the others from its start on. */
 RT_MUST_USE int srv_shards_create(uint32_t n, srv_shards **out);
-/* Shard `shard`'s server actor: every one is set before shard 0 is spawned. */
-void srv_shards_set(srv_shards *sh, uint32_t shard, accel_ref server);
 /* After every shard's server has stopped. */
 void srv_shards_destroy(srv_shards *sh);
 
@@ -161,10 +160,7 @@ enum {
   SRV_MSG_SHM_REGISTERED, /* internal: a shared region's DMA registration finished */
   SRV_MSG_SHM_UNMAPPED,   /* internal: a region was unregistered and unmapped */
   SRV_MSG_ADOPT,          /* internal: shard 0 hands this shard an accepted connection */
-  SRV_MSG_PARTIAL_WAKE,   /* internal: another shard gave back room for large frames */
   SRV_MSG_PARK,           /* internal: shard 0 reads this shard's state for a report */
-  SRV_MSG_REPORT,         /* internal: a report asked for on another shard, made on shard 0 */
-  SRV_MSG_REPORTED,       /* internal: the report made, back to the shard that asked */
 };
 
 #define SRV_IO_THREADS_AUTO UINT32_MAX

@@ -62,8 +62,10 @@ static void answer_health(srv_http *h, http_response *res) {
   char *ok = srv_report_now(h->s, SRV_REPORT_HEALTH, &rc);
   if (ok != NULL)
     http_static(res, 200, "ok\n");
-  else
+  else if (rc == ACCEL_EAGAIN)
     http_static(res, 503, "draining, or every device quarantined\n");
+  else
+    http_static(res, 503, "acceld cannot report now\n");
   rt_free(ok);
 }
 

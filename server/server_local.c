@@ -293,6 +293,8 @@ void srv_local_partial_wake(srv_server *s) {
   if (s->partial_waking || s->stopped)
     return;
   s->partial_waking = true;
+  /* Said waiting before each try: a shard giving room back after a failed try sees it. */
+  srv_shards_partial_waiting(s, s->partial_head != NULL);
   for (srv_link *l; (l = s->partial_head) != NULL && srv_shards_partial_take(s, l->want);) {
     queue_remove(l);
     s->partial_held += l->want;
@@ -335,11 +337,19 @@ static int partial_admit(srv_link *l, size_t flen, uint64_t id) {
     return ADMIT_GO;
   }
   queue_push(l, flen);
-  link_set_reading(l); /* stops: the rest waits in the kernel's socket buffer */
   /* Said waiting, then tried again: room another shard gave back meanwhile is seen here, or
-   * that shard saw this one waiting and tells it (server_shards.c). */
-  srv_local_partial_wake(s);
-  return l->charged != 0 ? ADMIT_GO : ADMIT_WAIT;
+   * that shard saw this one waiting and tells it (server_shards.c). Only this link is tried
+   * here (the parse under way is its own: waking it would parse again inside it). */
+  srv_shards_partial_waiting(s, true);
+  if (s->partial_head == l && srv_shards_partial_take(s, flen)) {
+    queue_remove(l);
+    srv_shards_partial_waiting(s, s->partial_head != NULL);
+    s->partial_held += flen;
+    l->charged = flen;
+    return ADMIT_GO;
+  }
+  link_set_reading(l); /* stops: the rest waits in the kernel's socket buffer */
+  return ADMIT_WAIT;
 }
 
 /* ---- a peer that stalls or trickles inside a frame ---- */

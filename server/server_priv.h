@@ -313,9 +313,6 @@ void srv_report(srv_server *s, srv_conn *c, nng_msg *m, uint64_t request_id, uin
 /* Shard 0 (or the only one): SRV_REPORT_METRICS (the whole /metrics text) or
  * SRV_REPORT_HEALTH ("ok\n" while healthy, else NULL and ACCEL_EAGAIN); NULL and *rc. */
 RT_MUST_USE char *srv_report_now(srv_server *s, uint32_t command, int *rc);
-/* SRV_MSG_REPORT on shard 0, SRV_MSG_REPORTED on the shard that asked (data taken). */
-void srv_report_make(srv_server *s, void *data);
-void srv_report_back(srv_server *s, void *data);
 
 /* server_msgs.c: small messages used again (loop thread) */
 /* A message holding `len` bytes copied from `bytes`; NULL without memory. */

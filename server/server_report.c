@@ -76,9 +76,13 @@ char *srv_report_now(srv_server *s, uint32_t command, int *rc) {
 
 /* ---- a report asked for on a shard other than 0 ---- */
 
+/* Made on shard 0's loop and answered on the asking shard's, each step a task posted to that
+ * loop (never refused, unlike a message to a full mailbox): the asking connection and server
+ * are held meanwhile (srv_job_begin), and every request is answered. */
 typedef struct report_req {
-  srv_server *s; /* the shard that asked: its memory held (srv_job_begin) */
-  accel_ref from;
+  accel_task task;
+  srv_server *s; /* the shard that asked */
+  uint32_t shard;
   srv_conn *c;
   nng_msg *m;
   uint64_t request_id, arg;
@@ -87,12 +91,30 @@ typedef struct report_req {
   char *text;
 } report_req;
 
-/* A message that never arrived: the shard it went to stopped, and the daemon with it. */
-static void report_drop(void *data) {
-  report_req *r = data;
-  nng_msg_free(r->m);
-  rt_free(r->text);
+static void report_back(accel_task *task) {
+  report_req *r = (report_req *)task;
+  srv_server *s = r->s;
+  if (s->stopped) {
+    nng_msg_free(r->m);
+    rt_free(r->text);
+  } else if (r->text == NULL) {
+    srv_reply_status(s, r->c, r->m, r->request_id, r->rc);
+  } else {
+    srv_reply_text(s, r->c, r->m, r->request_id, r->text); /* taken */
+  }
+  srv_job_end(s, r->c);
   rt_free(r);
+}
+
+/* On shard 0's loop (its server may have stopped: ECLOSED). */
+static void report_make(accel_task *task) {
+  report_req *r = (report_req *)task;
+  srv_server *zero = r->s->shards->servers[0];
+  if (zero == NULL || zero->stopped)
+    r->rc = ACCEL_ECLOSED;
+  else
+    r->text = render(zero, r->command, r->arg, &r->rc);
+  srv_shards_post(r->s, r->shard, &r->task, report_back);
 }
 
 void srv_report(srv_server *s, srv_conn *c, nng_msg *m, uint64_t request_id, uint32_t command,
@@ -112,39 +134,12 @@ void srv_report(srv_server *s, srv_conn *c, nng_msg *m, uint64_t request_id, uin
     return;
   }
   *r = (report_req){.s = s,
-                    .from = accel_self(s->self),
+                    .shard = s->shard,
                     .c = c,
                     .m = m,
                     .request_id = request_id,
                     .arg = arg,
                     .command = command};
-  accel_msg msg = {.type = SRV_MSG_REPORT, .data = r, .drop = report_drop};
-  if (accel_tell(s->rt, s->shards->refs[0], &msg) != 0) {
-    rt_free(r);
-    srv_reply_status(s, c, m, request_id, ACCEL_EBUSY);
-    return;
-  }
   srv_job_begin(s, c);
-}
-
-void srv_report_make(srv_server *s, void *data) {
-  report_req *r = data;
-  r->text = render(s, r->command, r->arg, &r->rc);
-  accel_msg msg = {.type = SRV_MSG_REPORTED, .data = r, .drop = report_drop};
-  if (accel_tell(s->rt, r->from, &msg) != 0)
-    report_drop(r);
-}
-
-void srv_report_back(srv_server *s, void *data) {
-  report_req *r = data;
-  if (s->stopped)
-    nng_msg_free(r->m);
-  else if (r->text == NULL)
-    srv_reply_status(s, r->c, r->m, r->request_id, r->rc);
-  else
-    srv_reply_text(s, r->c, r->m, r->request_id, r->text); /* taken */
-  if (s->stopped)
-    rt_free(r->text);
-  srv_job_end(s, r->c);
-  rt_free(r);
+  srv_shards_post(s, 0, &r->task, report_make);
 }

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "runtime/alloc.h"
+#include "runtime/loop.h"
 #include "server/server_shards.h"
 #include "server/server_transport.h"
 
@@ -25,11 +26,6 @@ int srv_shards_create(uint32_t n, srv_shards **out) {
   return 0;
 }
 
-void srv_shards_set(srv_shards *sh, uint32_t shard, accel_ref server) {
-  if (shard < sh->n)
-    sh->refs[shard] = server;
-}
-
 void srv_shards_destroy(srv_shards *sh) {
   rt_free(sh);
 }
@@ -43,8 +39,12 @@ int srv_shards_attach(srv_server *s) {
   } else if ((rc = srv_shards_create(1, &s->shards)) == 0) {
     s->shards->own = true;
   }
-  if (rc == 0)
-    s->shards->servers[s->shard] = s;
+  if (rc == 0) {
+    srv_shards *sh = s->shards;
+    sh->servers[s->shard] = s;
+    sh->refs[s->shard] = accel_self(s->self);
+    sh->loops[s->shard] = rt_loop_index(s->rt);
+  }
   return rc;
 }
 
@@ -130,12 +130,17 @@ void srv_shards_adopt(srv_server *s, void *data) {
 
 /* ---- drain and limits, from shard 0 ---- */
 
-void srv_shards_drain_others(srv_server *s) {
+void srv_shards_drain_others(srv_server *s, bool ask) {
   srv_shards *sh = s->shards;
   for (uint32_t k = 0; k < sh->n; k++) {
     if (k == s->shard || s->peer_drains[k] != NULL)
       continue;
     accel_msg m = {.type = SRV_MSG_DRAIN};
+    if (!ask) { /* draining, nobody waiting for its end */
+      if (accel_tell(s->rt, sh->refs[k], &m) != 0)
+        accel_log(ACCEL_LOG_ERROR, "server", "shard %u cannot be told to drain", k);
+      continue;
+    }
     if (accel_ask(s->rt, sh->refs[k], &m, &s->peer_drains[k]) != 0) {
       accel_log(ACCEL_LOG_ERROR, "server", "shard %u cannot be asked to drain", k);
       s->peer_drains[k] = NULL;
@@ -208,6 +213,21 @@ bool srv_shards_partial_take(srv_server *s, uint64_t len) {
   return take_within(&s->shards->partial_held, len, s->partial_max);
 }
 
+void srv_shards_post(srv_server *s, uint32_t shard, accel_task *task, void (*fn)(accel_task *)) {
+  accel_post_to(s->rt, s->shards->loops[shard], task, fn);
+}
+
+/* On shard k's loop: its waiting connections look again (its server may have gone). */
+static void on_room(accel_task *task) {
+  struct srv_shard_task *t = (struct srv_shard_task *)task;
+  srv_shards *sh = t->shards;
+  uint32_t k = t->shard; /* read before the flag lets another post (and fill) it again */
+  atomic_store(&sh->partial_told[k], false);
+  srv_server *s = sh->servers[k];
+  if (s != NULL)
+    srv_local_partial_wake(s);
+}
+
 void srv_shards_partial_give(srv_server *s, uint64_t len) {
   srv_shards *sh = s->shards;
   if (len == 0)
@@ -217,19 +237,13 @@ void srv_shards_partial_give(srv_server *s, uint64_t len) {
     if (k == s->shard || !atomic_load(&sh->partial_waiting[k]) ||
         atomic_exchange(&sh->partial_told[k], true))
       continue;
-    accel_msg m = {.type = SRV_MSG_PARTIAL_WAKE};
-    if (accel_tell(s->rt, sh->refs[k], &m) != 0) /* it stopped, or its mailbox is full */
-      atomic_store(&sh->partial_told[k], false);
+    sh->wake[k] = (struct srv_shard_task){.shards = sh, .shard = k};
+    srv_shards_post(s, k, &sh->wake[k].task, on_room);
   }
 }
 
 void srv_shards_partial_waiting(srv_server *s, bool waiting) {
   atomic_store(&s->shards->partial_waiting[s->shard], waiting);
-}
-
-void srv_shards_partial_told(srv_server *s) {
-  atomic_store(&s->shards->partial_told[s->shard], false);
-  srv_local_partial_wake(s);
 }
 
 /* ---- parking the other shards for a report ---- */
@@ -301,25 +315,34 @@ int srv_shards_park_others(srv_server *s, srv_park **park) {
   srv_park *p = rt_calloc(1, sizeof *p);
   if (p == NULL)
     return ACCEL_ENOMEM;
+  pthread_condattr_t ca;
+  pthread_condattr_init(&ca);
+  pthread_condattr_setclock(&ca, CLOCK_MONOTONIC); /* a clock set back changes no deadline */
   pthread_mutex_init(&p->mu, NULL);
-  pthread_cond_init(&p->cv, NULL);
+  pthread_cond_init(&p->cv, &ca);
+  pthread_condattr_destroy(&ca);
   p->refs = 1;
   *park = p;
   int rc = 0;
   uint32_t told = park_tell(s, p, &rc);
+  if (rc != 0) { /* a shard has stopped: no report, nobody kept waiting */
+    accel_log(ACCEL_LOG_WARN, "server", "report: a shard cannot be paused: %s", accel_strerror(rc));
+    return rc;
+  }
   struct timespec until;
-  clock_gettime(CLOCK_REALTIME, &until);
+  clock_gettime(CLOCK_MONOTONIC, &until);
   until.tv_sec += PARK_TIMEOUT_S;
   pthread_mutex_lock(&p->mu);
   int w = 0;
   while (p->parked < told && w != ETIMEDOUT)
     w = pthread_cond_timedwait(&p->cv, &p->mu, &until);
-  if (p->parked < told && rc == 0)
-    rc = ACCEL_ETIMEDOUT;
+  uint32_t parked = p->parked;
   pthread_mutex_unlock(&p->mu);
-  if (rc != 0)
-    accel_log(ACCEL_LOG_WARN, "server", "report: %u of %u shards parked: %s", p->parked, told,
-              accel_strerror(rc));
+  if (parked < told) {
+    rc = ACCEL_ETIMEDOUT;
+    accel_log(ACCEL_LOG_WARN, "server", "report: %u of %u shards paused within %d s", parked, told,
+              PARK_TIMEOUT_S);
+  }
   return rc;
 }
 
@@ -333,12 +356,29 @@ void srv_shards_resume_others(srv_park *p) {
   park_put(p);
 }
 
+/* Whether world o has w's devices, in the same order (each shard opens the same list; one
+ * that could not is left out of the sums rather than mixed up with another device's). */
+static bool same_devices(const dev_world *w, const dev_world *o) {
+  if (o->nnodes != w->nnodes)
+    return false;
+  for (int n = 1; n < w->nnodes; n++)
+    if (o->nodes[n].device != w->nodes[n].device || o->nodes[n].be != w->nodes[n].be)
+      return false;
+  return true;
+}
+
 void srv_shards_worlds(srv_server *s, srv_worlds *out) {
   out->n = 0;
   out->w[out->n++] = s->world; /* this shard's first: shard 0's gives the devices */
-  for (uint32_t k = 0; k < s->shards->n; k++)
-    if (k != s->shard && s->shards->servers[k] != NULL)
-      out->w[out->n++] = s->shards->servers[k]->world;
+  for (uint32_t k = 0; k < s->shards->n; k++) {
+    const srv_server *o = s->shards->servers[k];
+    if (k == s->shard || o == NULL)
+      continue;
+    if (same_devices(s->world, o->world))
+      out->w[out->n++] = o->world;
+    else
+      accel_log(ACCEL_LOG_WARN, "server", "report: shard %u's devices differ: not counted", k);
+  }
 }
 
 srv_status_counts srv_shards_counts(srv_server *s) {

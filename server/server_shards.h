@@ -16,9 +16,20 @@
 struct srv_shards {
   uint32_t n;
   bool own; /* made by a server that was given none (one shard): it frees it */
-  accel_ref refs[SRV_SHARDS_MAX]; /* each shard's server actor; set before shard 0 starts */
-  /* Each shard's server while it lives: read by shard 0 only with that shard parked. */
+  /* Each shard's server actor and loop, set by the shard as it starts (before shard 0, the
+   * last to start, hands it anything: the hand-off message orders them for the others). */
+  accel_ref refs[SRV_SHARDS_MAX];
+  uint32_t loops[SRV_SHARDS_MAX];
+  /* Each shard's server while it lives: read by another shard only with that one parked, or
+   * by tasks on its own loop. */
   srv_server *servers[SRV_SHARDS_MAX];
+  /* Posted to shard k's loop when room for large frames comes back while its connections
+   * wait (a posted task cannot be refused, as a message to a full mailbox can). */
+  struct srv_shard_task {
+    accel_task task;
+    srv_shards *shards;
+    uint32_t shard;
+  } wake[SRV_SHARDS_MAX];
   /* Connections open on shard k, as that shard last published them (server_conn.c), and
    * those handed to it by shard 0 that it has not taken yet. */
   _Atomic uint32_t conns[SRV_SHARDS_MAX], handed[SRV_SHARDS_MAX];
@@ -36,7 +47,8 @@ RT_MUST_USE int srv_shards_attach(srv_server *s);
 void srv_shards_detach(srv_server *s);
 /* Publishes the shard's connection count (after each change of s->nconns). */
 void srv_shards_publish(srv_server *s);
-/* Connections open in the whole daemon, handed ones included. */
+/* Connections open in the whole daemon, handed ones included (one being adopted may count
+ * twice for a moment, never less than once). */
 uint32_t srv_shards_conns(const srv_server *s);
 /* Shard 0, a connection just accepted on fd (its transport tp): true if another shard,
  * the one with the fewest connections, took it (fd is then that shard's), false if it stays
@@ -44,9 +56,10 @@ uint32_t srv_shards_conns(const srv_server *s);
 bool srv_shards_hand_off(srv_server *s, int fd, const srv_transport *tp);
 /* SRV_MSG_ADOPT, on the shard a connection was handed to (data: the hand-off, taken). */
 void srv_shards_adopt(srv_server *s, void *data);
-/* Shard 0: the other shards drain too (SRV_MSG_DRAIN, asked with the same timeout); false
- * if a shard could not be asked (it is then not waited for, and the drain fails). */
-void srv_shards_drain_others(srv_server *s);
+/* Shard 0: the other shards drain too (SRV_MSG_DRAIN, asked with the same timeout, or told
+ * when `ask` is false); a shard that cannot be asked is not waited for, and the drain fails
+ * (ACCEL_ECLOSED). */
+void srv_shards_drain_others(srv_server *s, bool ask);
 /* Shard 0: whether every other shard's drain has ended; *status: the first failure. */
 bool srv_shards_drained(srv_server *s, int *status);
 void srv_shards_drain_forget(srv_server *s);
@@ -62,8 +75,8 @@ void srv_shards_shared_release(srv_server *s, uint64_t len);
 bool srv_shards_partial_take(srv_server *s, uint64_t len);
 void srv_shards_partial_give(srv_server *s, uint64_t len);
 void srv_shards_partial_waiting(srv_server *s, bool waiting);
-/* SRV_MSG_PARTIAL_WAKE, on a shard told of room. */
-void srv_shards_partial_told(srv_server *s);
+/* Runs fn(task) on shard `shard`'s loop (accel_post_to: never refused). */
+void srv_shards_post(srv_server *s, uint32_t shard, accel_task *task, void (*fn)(accel_task *));
 
 /* Reports: shard 0 stops every other shard's loop in a message handler (each waits there,
  * parked, until resumed) so that it may read their servers and worlds as its own; 0, or
