@@ -252,10 +252,10 @@ TEST(a_client_killed_on_one_shard_costs_the_other_nothing) {
 }
 
 static const test_case tests[] = {
-      TEST_CASE(clients_spread_over_the_shards_each_with_its_own_data),
-      TEST_CASE(a_report_asked_on_another_shard_covers_them_all),
-      TEST_CASE(max_connections_counts_every_shard_at_the_limit_and_one_past),
-      TEST_CASE(sigterm_drains_every_shard),
+    TEST_CASE(clients_spread_over_the_shards_each_with_its_own_data),
+    TEST_CASE(a_report_asked_on_another_shard_covers_them_all),
+    TEST_CASE(max_connections_counts_every_shard_at_the_limit_and_one_past),
+    TEST_CASE(sigterm_drains_every_shard),
     TEST_CASE(a_client_killed_on_one_shard_costs_the_other_nothing),
 };
 
