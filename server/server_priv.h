@@ -217,7 +217,7 @@ int srv_local_take_fd(srv_conn *c);
  * connection is counted here (or refused), so the daemon's count never holds it twice. */
 void srv_local_adopt(srv_server *s, int fd, const srv_transport *tp, _Atomic uint32_t *handed);
 /* Connections waiting to receive a large frame get what room there is now (another shard gave
- * some back: SRV_MSG_PARTIAL_WAKE). */
+ * some back: a task it posted here). */
 void srv_local_partial_wake(srv_server *s);
 /* srv_transport.use_rings of local connections. */
 bool srv_local_use_rings(srv_server *s, srv_conn *c, int fd);
