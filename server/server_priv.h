@@ -214,7 +214,8 @@ void srv_local_flow(srv_server *s, srv_conn *c);
 int srv_local_take_fd(srv_conn *c);
 /* A connection accepted by shard 0 and handed here (server_shards.c): served, or refused
  * with ACCEL_EBUSY when there is no memory for it; fd is taken; *handed drops by one once the
- * connection is counted here (or refused), so the daemon's count never holds it twice. */
+ * connection is counted here (or refused): the daemon's count holds it twice for a moment,
+ * never not at all. */
 void srv_local_adopt(srv_server *s, int fd, const srv_transport *tp, _Atomic uint32_t *handed);
 /* Connections waiting to receive a large frame get what room there is now (another shard gave
  * some back: a task it posted here). */
