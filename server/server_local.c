@@ -890,7 +890,7 @@ static void accept_later(srv_listener *ls, const char *what) {
 
 /* A REPLY with request id 0 (about the connection), as refuse_peer sends, straight to the
  * socket: its buffer is empty, it takes these few bytes at once. */
-static void send_busy(int fd) {
+void srv_local_send_busy(int fd) {
   uint8_t head[PROTO_REPLY_HEAD_SIZE];
   if (proto_encode_reply_head(head, 0, ACCEL_EBUSY, 0) == 0 &&
       send(fd, head, sizeof head, MSG_DONTWAIT | MSG_NOSIGNAL) != (ssize_t)sizeof head) {
@@ -922,7 +922,7 @@ static bool refuse_at_fd_limit(srv_listener *ls) {
     close(ls->reserve);
   int fd = accept4(ls->fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK), err = errno;
   if (fd >= 0) {
-    send_busy(fd);
+    srv_local_send_busy(fd);
     close(fd);
     note_refused(ls);
   }
@@ -988,7 +988,7 @@ void srv_local_adopt(srv_server *s, int fd, const srv_transport *tp, _Atomic uin
     if (!s->stopped)
       accel_log(ACCEL_LOG_WARN, "server", "shard %u: no memory for a new connection: refused",
                 s->shard);
-    send_busy(fd);
+    srv_local_send_busy(fd);
     close(fd);
     return;
   }

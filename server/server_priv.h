@@ -217,6 +217,9 @@ int srv_local_take_fd(srv_conn *c);
  * connection is counted here (or refused): the daemon's count holds it twice for a moment,
  * never not at all. */
 void srv_local_adopt(srv_server *s, int fd, const srv_transport *tp, _Atomic uint32_t *handed);
+/* Tells the peer of a new connection fd ACCEL_EBUSY (a REPLY about the connection itself),
+ * without waiting; the caller closes fd. */
+void srv_local_send_busy(int fd);
 /* Connections waiting to receive a large frame get what room there is now (another shard gave
  * some back: a task it posted here). */
 void srv_local_partial_wake(srv_server *s);

@@ -86,10 +86,11 @@ typedef struct handoff {
   uint32_t to;
 } handoff;
 
-/* The message never reached the shard (it stopped): the connection closes unserved. */
+/* The message never reached the shard (it stopped): the peer hears EBUSY, unserved. */
 static void handoff_drop(void *data) {
   handoff *h = data;
   atomic_fetch_sub_explicit(&h->shards->handed[h->to], 1, memory_order_relaxed);
+  srv_local_send_busy(h->fd);
   close(h->fd);
   rt_free(h);
 }
