@@ -290,6 +290,8 @@ static void queue_remove(srv_link *l) {
  * reads again (parsing the frame held in its staging buffer). A connection that closes as it
  * starts gives its room back to this same loop. */
 void srv_local_partial_wake(srv_server *s) {
+  if (s->stopped) /* its links wait for nothing now: no shard need tell it of room */
+    srv_shards_partial_waiting(s, false);
   if (s->partial_waking || s->stopped)
     return;
   s->partial_waking = true;

@@ -1,6 +1,8 @@
 /* acceld's shards (server_shards.h): the state they share and what crosses between them.
- * Everything a shard reads of another is an atomic counter (relaxed: each is a count for a
- * limit or a placement, never a guard of other memory) or a message to its actor. */
+ * A shard reaches another through atomic counters (each a count for a limit or a placement,
+ * never a guard of other memory), messages to its actor, tasks posted to its loop, and its
+ * recorded ref, loop and server (written as it starts, before shard 0 hands it anything; its
+ * server read by another only while it is parked). */
 #include <errno.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -299,12 +301,14 @@ static uint32_t park_tell(srv_server *s, srv_park *p, int *rc) {
     p->refs++;
     pthread_mutex_unlock(&p->mu);
     accel_msg m = {.type = SRV_MSG_PARK, .data = p, .drop = park_drop};
-    if (accel_tell(s->rt, s->shards->refs[k], &m) == 0) {
+    int t = accel_tell(s->rt, s->shards->refs[k], &m);
+    if (t == 0) {
       told++;
-    } else {
-      park_put(p);
-      *rc = ACCEL_ECLOSED;
+      continue;
     }
+    park_put(p);
+    *rc = t; /* the report is given up: the others told are resumed at once */
+    break;
   }
   return told;
 }
@@ -326,7 +330,7 @@ int srv_shards_park_others(srv_server *s, srv_park **park) {
   *park = p;
   int rc = 0;
   uint32_t told = park_tell(s, p, &rc);
-  if (rc != 0) { /* a shard has stopped: no report, nobody kept waiting */
+  if (rc != 0) { /* a shard has stopped, or its mailbox is full: no report, none kept waiting */
     accel_log(ACCEL_LOG_WARN, "server", "report: a shard cannot be paused: %s", accel_strerror(rc));
     return rc;
   }
@@ -363,30 +367,33 @@ static bool same_devices(const dev_world *w, const dev_world *o) {
   if (o->nnodes != w->nnodes)
     return false;
   for (int n = 1; n < w->nnodes; n++)
-    if (o->nodes[n].device != w->nodes[n].device || o->nodes[n].be != w->nodes[n].be)
+    if (o->nodes[n].be != w->nodes[n].be || o->nodes[n].backend_index != w->nodes[n].backend_index)
       return false;
   return true;
+}
+
+/* Another shard whose world and counters a report of s adds (NULL: none, or not). */
+static const srv_server *counted(srv_server *s, uint32_t k) {
+  const srv_server *o = s->shards->servers[k];
+  return k != s->shard && o != NULL && same_devices(s->world, o->world) ? o : NULL;
 }
 
 void srv_shards_worlds(srv_server *s, srv_worlds *out) {
   out->n = 0;
   out->w[out->n++] = s->world; /* this shard's first: shard 0's gives the devices */
   for (uint32_t k = 0; k < s->shards->n; k++) {
-    const srv_server *o = s->shards->servers[k];
-    if (k == s->shard || o == NULL)
-      continue;
-    if (same_devices(s->world, o->world))
-      out->w[out->n++] = o->world;
-    else
-      accel_log(ACCEL_LOG_WARN, "server", "report: shard %u's devices differ: not counted", k);
+    if (counted(s, k) != NULL)
+      out->w[out->n++] = counted(s, k)->world;
+    else if (k != s->shard)
+      accel_log(ACCEL_LOG_WARN, "server", "report: shard %u left out (gone, or other devices)", k);
   }
 }
 
 srv_status_counts srv_shards_counts(srv_server *s) {
   srv_status_counts all = srv_counts(s);
   for (uint32_t k = 0; k < s->shards->n; k++) {
-    const srv_server *o = s->shards->servers[k];
-    if (k == s->shard || o == NULL)
+    const srv_server *o = counted(s, k);
+    if (o == NULL)
       continue;
     srv_status_counts c = srv_counts((srv_server *)o);
     all.connections += c.connections;

@@ -79,9 +79,10 @@ void srv_shards_partial_waiting(srv_server *s, bool waiting);
 void srv_shards_post(srv_server *s, uint32_t shard, accel_task *task, void (*fn)(accel_task *));
 
 /* Reports: shard 0 stops every other shard's loop in a message handler (each waits there,
- * parked, until resumed) so that it may read their servers and worlds as its own; 0, or
- * ACCEL_ECLOSED (a shard has stopped) or ACCEL_ETIMEDOUT (one did not park within 2 s): then
- * nothing may be read. Resume in every case (*park may be NULL: one shard). */
+ * parked, until resumed) so that it may read their servers and worlds as its own; 0, or what
+ * telling a shard failed with (ACCEL_ECLOSED: it stopped; ACCEL_EBUSY: its mailbox is full)
+ * or ACCEL_ETIMEDOUT (one did not park within 2 s): then nothing may be read. Resume in every
+ * case (*park may be NULL: one shard). */
 typedef struct srv_park srv_park;
 RT_MUST_USE int srv_shards_park_others(srv_server *s, srv_park **park);
 void srv_shards_resume_others(srv_park *park);
