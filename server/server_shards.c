@@ -109,7 +109,10 @@ static uint32_t fewest(srv_shards *sh) {
 
 bool srv_shards_hand_off(srv_server *s, int fd, const srv_transport *tp) {
   srv_shards *sh = s->shards;
-  if (sh->n == 1 || s->draining) /* draining: refused here, at once */
+  uint32_t max = s->args->max_connections ? s->args->max_connections : 1024;
+  /* Draining, or at max_connections: refused here, at once (a connection past the limit is
+   * never handed out, so two being adopted never see each other past it). */
+  if (sh->n == 1 || s->draining || srv_shards_conns(s) >= max)
     return false;
   uint32_t to = fewest(sh);
   handoff *h = to == s->shard ? NULL : rt_malloc(sizeof *h);
