@@ -2,8 +2,10 @@
  * over them, each client's data its own; reports and limits cover every shard (a report asked
  * on a connection of shard 1 counts shard 0's sessions; max_connections counts every shard's
  * connections, at the limit and one past); a SIGTERM drains every shard's ops in flight; a
- * client killed on one shard costs the others nothing. Under ThreadSanitizer too (suite
- * 'threads'): reports read other shards' state while those are parked. */
+ * client killed on one shard costs the others nothing; 16 shards at most (its own meson
+ * test, not under ThreadSanitizer: sixteen worlds start slowly there). The others run under
+ * ThreadSanitizer too (suite 'threads'): reports read other shards' state while those are
+ * parked. */
 #include <signal.h>
 #include <sys/wait.h>
 
@@ -251,12 +253,50 @@ TEST(a_client_killed_on_one_shard_costs_the_other_nothing) {
   td_cleanup(&d);
 }
 
+/* shards = 16 (the most) serves a client on each shard; 0 and 17 are refused at start with
+ * the config's line. */
+TEST(shards_at_the_limit_and_one_past) {
+  enum { MOST = 16 };
+  td_daemon d;
+  td_prepare(&d);
+  td_write_config(&d, "[daemon]\nshards = 0\n");
+  CHECK_EQ(td_start_expect_exit(&d, NULL), 1);
+  CHECK(strstr(td_log(&d), "acceld.conf:2") != NULL);
+  td_write_config(&d, "[daemon]\nshards = 17\n");
+  CHECK_EQ(td_start_expect_exit(&d, NULL), 1);
+  td_write_config(&d, "[daemon]\nshards = 16\nio_threads = 0\n");
+  td_start(&d, NULL);
+  wait_log(&d, ": closed"); /* the start's own ping is gone */
+  td_client c[MOST];
+  uint32_t got[8];
+  for (int i = 0; i < MOST; i++) {
+    td_client_open(&c[i], d.url);
+    CHECK_OK(td_hello(&c[i], NULL));
+    CHECK_OK(td_create(&c[i], td_handle(1, 1), ACCEL_U32, 8));
+    CHECK_OK(td_fill(&c[i], td_handle(1, 1), (uint32_t)i));
+    CHECK_OK(td_read_u32(&c[i], td_handle(1, 1), got, 8));
+    CHECK_EQ(got[7], (uint32_t)i);
+  }
+  long ids[MOST + 1];
+  CHECK_EQ(client_ids(&d, ids, MOST + 1), MOST);
+  bool on[MOST] = {false};
+  for (int i = 0; i < MOST; i++)
+    on[(ids[i] & 0x7fffffff) % MOST] = true;
+  for (int k = 0; k < MOST; k++)
+    CHECK(on[k]); /* one on each shard */
+  for (int i = 0; i < MOST; i++)
+    td_client_close(&c[i]);
+  CHECK_EQ(td_stop(&d), 0);
+  td_cleanup(&d);
+}
+
 static const test_case tests[] = {
     TEST_CASE(clients_spread_over_the_shards_each_with_its_own_data),
     TEST_CASE(a_report_asked_on_another_shard_covers_them_all),
     TEST_CASE(max_connections_counts_every_shard_at_the_limit_and_one_past),
     TEST_CASE(sigterm_drains_every_shard),
     TEST_CASE(a_client_killed_on_one_shard_costs_the_other_nothing),
+    TEST_CASE(shards_at_the_limit_and_one_past),
 };
 
 TEST_MAIN(tests)
