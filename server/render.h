@@ -21,7 +21,8 @@
 /* The device worlds a report covers: one per shard of the daemon (server_shards.h), each
  * with the same devices opened for its own loop. A report shows world 0's devices (names,
  * kinds, packages, states) with what every world counts added up (render_worlds.c). Each
- * world is read on its own loop, or with that loop parked (srv_shards_park_others). */
+ * world is read on its own loop, or with that loop parked (srv_shards_park_others); the
+ * devices' states, atomics, from anywhere. */
 #define SRV_WORLDS_MAX 16
 typedef struct srv_worlds {
   dev_world *w[SRV_WORLDS_MAX];

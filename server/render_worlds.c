@@ -50,12 +50,14 @@ double srv_worlds_busy_share(const srv_worlds *ws, int n) {
   return v < 1 ? v : 1;
 }
 
-/* The states are ordered from serving to quarantined. */
+/* The states are ordered from serving to quarantined; each is written atomically by its
+ * device actor (so /healthz reads them without parking the shards). */
 dev_node_state srv_worlds_state(const srv_worlds *ws, int n) {
   dev_node_state v = DEV_NODE_SERVING;
-  for (uint32_t i = 0; i < ws->n; i++)
-    if (ws->w[i]->nodes[n].state > v)
-      v = ws->w[i]->nodes[n].state;
+  for (uint32_t i = 0; i < ws->n; i++) {
+    dev_node_state one = __atomic_load_n(&ws->w[i]->nodes[n].state, __ATOMIC_RELAXED);
+    v = one > v ? one : v;
+  }
   return v;
 }
 

@@ -1,9 +1,10 @@
 /* Reports asked for over a connection (accelctl status, devices, tree, clients: PROTO_CTL_*)
  * and over HTTP (/metrics, /healthz). With several shards they cover the whole daemon: they
  * are made on shard 0 with every other shard parked (server_shards.h), from every shard's
- * world and counters; a connection served by another shard has its request made there and
- * the text sent back. Parking stalls the other loops for the time of one render, as the one
- * loop of a daemon without shards is stalled by it. */
+ * world and counters (/healthz needs only the devices' states, atomics: nothing parked); a
+ * connection served by another shard has its request made there and the text sent back. Parking
+ * stalls the other loops for the time of one render, as the one loop of a daemon without shards is
+ * stalled by it. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -55,10 +56,6 @@ static char *render(srv_server *s, uint32_t command, uint64_t arg, int *rc) {
       rt_free(clients);
       break;
     }
-    case SRV_REPORT_HEALTH:
-      text = srv_metrics_healthy(&ws, &n) ? rt_strdup("ok\n") : NULL;
-      *rc = text ? 0 : ACCEL_EAGAIN;
-      break;
     default:
       *rc = ACCEL_ENOTSUP;
       break;
@@ -70,8 +67,19 @@ static char *render(srv_server *s, uint32_t command, uint64_t arg, int *rc) {
   return text;
 }
 
+/* /healthz, probed every few seconds: from the devices' states (atomics) and shard 0's drain,
+ * with no shard parked. */
+static char *health(srv_server *s, int *rc) {
+  srv_worlds ws;
+  srv_shards_worlds_unparked(s, &ws);
+  srv_status_counts n = srv_counts(s);
+  char *ok = srv_metrics_healthy(&ws, &n) ? rt_strdup("ok\n") : NULL;
+  *rc = ok ? 0 : srv_metrics_healthy(&ws, &n) ? ACCEL_ENOMEM : ACCEL_EAGAIN;
+  return ok;
+}
+
 char *srv_report_now(srv_server *s, uint32_t command, int *rc) {
-  return render(s, command, 0, rc);
+  return command == SRV_REPORT_HEALTH ? health(s, rc) : render(s, command, 0, rc);
 }
 
 /* ---- a report asked for on a shard other than 0 ---- */

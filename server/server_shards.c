@@ -46,6 +46,7 @@ int srv_shards_attach(srv_server *s) {
     sh->servers[s->shard] = s;
     sh->refs[s->shard] = accel_self(s->self);
     sh->loops[s->shard] = rt_loop_index(s->rt);
+    sh->worlds[s->shard] = s->world;
   }
   return rc;
 }
@@ -389,6 +390,16 @@ void srv_shards_worlds(srv_server *s, srv_worlds *out) {
       out->w[out->n++] = counted(s, k)->world;
     else if (k != s->shard)
       accel_log(ACCEL_LOG_WARN, "server", "report: shard %u left out (gone, or other devices)", k);
+  }
+}
+
+void srv_shards_worlds_unparked(srv_server *s, srv_worlds *out) {
+  out->n = 0;
+  out->w[out->n++] = s->world;
+  for (uint32_t k = 0; k < s->shards->n; k++) {
+    dev_world *w = s->shards->worlds[k];
+    if (k != s->shard && w != NULL && same_devices(s->world, w))
+      out->w[out->n++] = w;
   }
 }
 

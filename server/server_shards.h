@@ -20,6 +20,7 @@ struct srv_shards {
    * last to start, hands it anything: the hand-off message orders them for the others). */
   accel_ref refs[SRV_SHARDS_MAX];
   uint32_t loops[SRV_SHARDS_MAX];
+  dev_world *worlds[SRV_SHARDS_MAX]; /* never cleared: the worlds outlive the servers */
   /* Each shard's server while it lives: read by another shard only with that one parked, or
    * by tasks on its own loop. */
   srv_server *servers[SRV_SHARDS_MAX];
@@ -92,5 +93,8 @@ void srv_shards_parked(void *data);
  * uptime and the drain shard 0's). */
 void srv_shards_worlds(srv_server *s, srv_worlds *out);
 srv_status_counts srv_shards_counts(srv_server *s);
+/* Every shard's world whose devices are s's, for what may be read without parking (the
+ * devices' states: atomics). */
+void srv_shards_worlds_unparked(srv_server *s, srv_worlds *out);
 
 #endif
