@@ -78,7 +78,7 @@ TEST(clients_spread_over_the_shards_each_with_its_own_data) {
 
 /* One client on shard 0; accelctl's connection then goes to shard 1, whose report is made on
  * shard 0 and sent back: it still sees the session of shard 0, and /metrics (shard 0's HTTP
- * endpoint) counts shard 1's ops. */
+ * endpoint) counts shard 1's ops; /healthz reads every shard's devices (none parked). */
 TEST(a_report_asked_on_another_shard_covers_them_all) {
   td_daemon d;
   int port = td_free_port();
@@ -104,6 +104,7 @@ TEST(a_report_asked_on_another_shard_covers_them_all) {
   CHECK(fills != NULL);
   CHECK_GE(strtol(fills + strlen("kind=\"fill\",status=\"OK\"} "), NULL, 10), 10);
   CHECK(strstr(m, "accel_loop_busy_seconds_total{loop=\"1\"}") != NULL);
+  CHECK(strcmp(td_http_get(port, "/healthz"), "ok\n") == 0); /* every shard's devices serve */
   td_client_close(&a);
   CHECK_EQ(td_stop(&d), 0);
   td_cleanup(&d);
