@@ -71,10 +71,11 @@ static char *render(srv_server *s, uint32_t command, uint64_t arg, int *rc) {
  * with no shard parked. */
 static char *health(srv_server *s, int *rc) {
   srv_worlds ws;
-  srv_shards_worlds_unparked(s, &ws);
+  srv_shards_worlds(s, &ws);
   srv_status_counts n = srv_counts(s);
-  char *ok = srv_metrics_healthy(&ws, &n) ? rt_strdup("ok\n") : NULL;
-  *rc = ok ? 0 : srv_metrics_healthy(&ws, &n) ? ACCEL_ENOMEM : ACCEL_EAGAIN;
+  bool healthy = srv_metrics_healthy(&ws, &n);
+  char *ok = healthy ? rt_strdup("ok\n") : NULL;
+  *rc = ok ? 0 : healthy ? ACCEL_ENOMEM : ACCEL_EAGAIN;
   return ok;
 }
 
@@ -99,16 +100,23 @@ typedef struct report_req {
   char *text;
 } report_req;
 
+/* The report's text (taken), or its error rc, as the reply to request m on c. */
+static void answer(srv_server *s, srv_conn *c, nng_msg *m, uint64_t request_id, char *text,
+                   int rc) {
+  if (text == NULL)
+    srv_reply_status(s, c, m, request_id, rc);
+  else
+    srv_reply_text(s, c, m, request_id, text);
+}
+
 static void report_back(accel_task *task) {
   report_req *r = (report_req *)task;
   srv_server *s = r->s;
   if (s->stopped) {
     nng_msg_free(r->m);
     rt_free(r->text);
-  } else if (r->text == NULL) {
-    srv_reply_status(s, r->c, r->m, r->request_id, r->rc);
   } else {
-    srv_reply_text(s, r->c, r->m, r->request_id, r->text); /* taken */
+    answer(s, r->c, r->m, r->request_id, r->text, r->rc);
   }
   srv_job_end(s, r->c);
   rt_free(r);
@@ -127,13 +135,10 @@ static void report_make(accel_task *task) {
 
 void srv_report(srv_server *s, srv_conn *c, nng_msg *m, uint64_t request_id, uint32_t command,
                 uint64_t arg) {
-  int rc = 0;
   if (s->shard == 0) {
+    int rc;
     char *text = render(s, command, arg, &rc);
-    if (text == NULL)
-      srv_reply_status(s, c, m, request_id, rc);
-    else
-      srv_reply_text(s, c, m, request_id, text);
+    answer(s, c, m, request_id, text, rc);
     return;
   }
   report_req *r = rt_malloc(sizeof *r);

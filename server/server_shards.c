@@ -14,6 +14,9 @@
 #include "server/server_shards.h"
 #include "server/server_transport.h"
 
+/* A report's worlds (render.h) hold one per shard. */
+_Static_assert(SRV_WORLDS_MAX >= SRV_SHARDS_MAX, "srv_worlds must hold every shard's world");
+
 int srv_shards_create(uint32_t n, srv_shards **out) {
   *out = NULL;
   if (n == 0 || n > SRV_SHARDS_MAX)
@@ -376,37 +379,24 @@ static bool same_devices(const dev_world *w, const dev_world *o) {
   return true;
 }
 
-/* Another shard whose world and counters a report of s adds (NULL: none, or not). */
-static const srv_server *counted(srv_server *s, uint32_t k) {
-  const srv_server *o = s->shards->servers[k];
-  return k != s->shard && o != NULL && same_devices(s->world, o->world) ? o : NULL;
+/* Whether a report of s adds shard k's world (and, while its server lives, its counters). */
+static bool counted(srv_server *s, uint32_t k) {
+  const dev_world *w = s->shards->worlds[k];
+  return k != s->shard && w != NULL && same_devices(s->world, w);
 }
 
 void srv_shards_worlds(srv_server *s, srv_worlds *out) {
   out->n = 0;
   out->w[out->n++] = s->world; /* this shard's first: shard 0's gives the devices */
-  for (uint32_t k = 0; k < s->shards->n; k++) {
-    if (counted(s, k) != NULL)
-      out->w[out->n++] = counted(s, k)->world;
-    else if (k != s->shard)
-      accel_log(ACCEL_LOG_WARN, "server", "report: shard %u left out (gone, or other devices)", k);
-  }
-}
-
-void srv_shards_worlds_unparked(srv_server *s, srv_worlds *out) {
-  out->n = 0;
-  out->w[out->n++] = s->world;
-  for (uint32_t k = 0; k < s->shards->n; k++) {
-    dev_world *w = s->shards->worlds[k];
-    if (k != s->shard && w != NULL && same_devices(s->world, w))
-      out->w[out->n++] = w;
-  }
+  for (uint32_t k = 0; k < s->shards->n; k++)
+    if (counted(s, k))
+      out->w[out->n++] = s->shards->worlds[k];
 }
 
 srv_status_counts srv_shards_counts(srv_server *s) {
   srv_status_counts all = srv_counts(s);
   for (uint32_t k = 0; k < s->shards->n; k++) {
-    const srv_server *o = counted(s, k);
+    const srv_server *o = counted(s, k) ? s->shards->servers[k] : NULL;
     if (o == NULL)
       continue;
     srv_status_counts c = srv_counts((srv_server *)o);

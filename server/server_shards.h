@@ -89,12 +89,11 @@ RT_MUST_USE int srv_shards_park_others(srv_server *s, srv_park **park);
 void srv_shards_resume_others(srv_park *park);
 /* SRV_MSG_PARK, on the parked shard (data: the park, taken). */
 void srv_shards_parked(void *data);
-/* With the others parked: every shard's world, and every shard's counters added up (the
- * uptime and the drain shard 0's). */
+/* Every shard's world whose devices are s's (s's first): read their devices' states (atomics)
+ * from anywhere, the rest only with the others parked. */
 void srv_shards_worlds(srv_server *s, srv_worlds *out);
+/* With the others parked: every such shard's counters added up (the uptime and the drain
+ * shard 0's). */
 srv_status_counts srv_shards_counts(srv_server *s);
-/* Every shard's world whose devices are s's, for what may be read without parking (the
- * devices' states: atomics). */
-void srv_shards_worlds_unparked(srv_server *s, srv_worlds *out);
 
 #endif

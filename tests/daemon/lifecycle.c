@@ -147,16 +147,6 @@ TEST(quarantine_exits_for_a_restart) {
 
 /* ---- SIGTERM with ops in flight ---- */
 
-static void encode_sgemm(proto_out *o, uint64_t id, uint64_t a, uint64_t b, uint64_t c, int64_t n) {
-  dev_op op = {.h = {.kind = DEV_OP_GEMM, .device = 0}, .nbufs = 3};
-  op.bufs[0] = (dev_op_buf){.handle = a};
-  op.bufs[1] = (dev_op_buf){.handle = b};
-  op.bufs[2] = (dev_op_buf){.handle = c};
-  op.u.gemm = (be_gemm_args){
-      .m = n, .n = n, .k = n, .alpha = 1.0, .beta = 1.0, .lda = n, .ldb = n, .ldc = n, .batch = 1};
-  CHECK_OK(proto_encode_op(o, id, &op, (proto_bytes){NULL, 0}));
-}
-
 /* One attempt: OPS sgemm of n on one C (so they run one after the other), SIGTERM soon after
  * they are sent. Every op gets an answer: OK if it reached the daemon before the drain began,
  * ECLOSED if after. Returns how many ops the daemon said were in flight when it began. */
@@ -173,23 +163,13 @@ static long drain_attempt(int64_t n) {
   for (uint64_t i = 0; i < OPS; i++) {
     proto_out o;
     proto_out_init(&o);
-    encode_sgemm(&o, 500 + i, td_handle(1, 1), td_handle(2, 1), td_handle(3, 1), n);
+    td_encode_sgemm(&o, 500 + i, td_handle(1, 1), td_handle(2, 1), td_handle(3, 1), n);
     td_send_raw(&c, o.data, o.len, 500 + i);
     proto_out_free(&o);
   }
   test_sleep_ms(20);
   td_signal(&d, SIGTERM);
-  int ok = 0;
-  for (int i = 0; i < OPS; i++) {
-    nng_msg *m;
-    CHECK_EQ(td_recv(&c, &m, TD_FOREVER), 0); /* answered, whatever happened */
-    proto_header h;
-    CHECK_OK(proto_decode_header(nng_msg_body(m), nng_msg_len(m), UINT32_MAX, &h));
-    int rc = td_reply_status(m, h.request_id, NULL);
-    CHECK(rc == 0 || rc == ACCEL_ECLOSED);
-    ok += rc == 0;
-    nng_msg_free(m);
-  }
+  int ok = td_answers_ok_or_closed(&c, OPS);
   CHECK_EQ(td_wait(&d), 0); /* one SIGTERM: a second one would mean "stop now" */
   CHECK(strstr(td_log(&d), "drained (OK)") != NULL);
   const char *p = strstr(td_log(&d), "draining: ");

@@ -133,25 +133,7 @@ TEST(max_connections_at_the_limit_and_one_past) {
   td_daemon d;
   start(&d, "[daemon]\nmax_connections = 4\n");
   wait_log(&d, ": closed"); /* the start's own ping (accelctl) is gone: no other connection */
-  td_client c[5];
-  for (int i = 0; i < 4; i++) {
-    td_client_open(&c[i], d.url);
-    CHECK_OK(td_hello(&c[i], NULL)); /* accepted, in order */
-  }
-  td_client_open(&c[4], d.url);
-  nng_msg *m;
-  CHECK_EQ(td_recv(&c[4], &m, TD_FOREVER), 0);
-  CHECK_ERR(td_reply_status(m, 0, NULL), ACCEL_EBUSY);
-  nng_msg_free(m);
-  CHECK_EQ(td_recv(&c[4], &m, TD_FOREVER), NNG_ECLOSED);
-  wait_log(&d, "refused: max_connections reached");
-  for (int i = 0; i < 4; i++)
-    CHECK_OK(td_control(&c[i], PROTO_CTL_PING, 0));
-  for (int i = 0; i < 5; i++)
-    td_client_close(&c[i]);
-  /* Room again once the daemon has seen them go (until then even accelctl is refused). */
-  char out[256];
-  TEST_WAIT_FOR(td_ctl(out, sizeof out, "--url", d.url, "ping", NULL) == 0, 20);
+  td_check_max_connections(&d, 4);
   settled_fds(&d);
   td_served(&d);
   stop(&d);

@@ -115,50 +115,9 @@ TEST(max_connections_counts_every_shard_at_the_limit_and_one_past) {
   td_daemon d;
   start(&d, "max_connections = 4\n");
   wait_log(&d, ": closed");
-  td_client c[5];
-  for (int i = 0; i < 4; i++) {
-    td_client_open(&c[i], d.url);
-    CHECK_OK(td_hello(&c[i], NULL));
-  }
-  td_client_open(&c[4], d.url);
-  nng_msg *m;
-  CHECK_EQ(td_recv(&c[4], &m, TD_FOREVER), 0);
-  CHECK_ERR(td_reply_status(m, 0, NULL), ACCEL_EBUSY);
-  nng_msg_free(m);
-  wait_log(&d, "refused: max_connections reached");
-  for (int i = 0; i < 4; i++)
-    CHECK_OK(td_control(&c[i], PROTO_CTL_PING, 0));
-  for (int i = 0; i < 5; i++)
-    td_client_close(&c[i]);
-  char out[256];
-  TEST_WAIT_FOR(td_ctl(out, sizeof out, "--url", d.url, "ping", NULL) == 0, 20);
+  td_check_max_connections(&d, 4);
   CHECK_EQ(td_stop(&d), 0);
   td_cleanup(&d);
-}
-
-static void encode_sgemm(proto_out *o, uint64_t id, int64_t n) {
-  dev_op op = {.h = {.kind = DEV_OP_GEMM, .device = 0}, .nbufs = 3};
-  for (uint32_t i = 0; i < 3; i++)
-    op.bufs[i] = (dev_op_buf){.handle = td_handle(i + 1, 1)};
-  op.u.gemm = (be_gemm_args){
-      .m = n, .n = n, .k = n, .alpha = 1.0, .beta = 1.0, .lda = n, .ldb = n, .ldc = n, .batch = 1};
-  CHECK_OK(proto_encode_op(o, id, &op, (proto_bytes){NULL, 0}));
-}
-
-/* Answers to `ops` requests on c: how many were OK (the others must be ECLOSED). */
-static int answers(td_client *c, int ops) {
-  int ok = 0;
-  for (int i = 0; i < ops; i++) {
-    nng_msg *m;
-    CHECK_EQ(td_recv(c, &m, TD_FOREVER), 0);
-    proto_header h;
-    CHECK_OK(proto_decode_header(nng_msg_body(m), nng_msg_len(m), UINT32_MAX, &h));
-    int rc = td_reply_status(m, h.request_id, NULL);
-    CHECK(rc == 0 || rc == ACCEL_ECLOSED);
-    ok += rc == 0;
-    nng_msg_free(m);
-  }
-  return ok;
 }
 
 /* The ops in flight each shard logged when the drain began, added up. */
@@ -193,7 +152,7 @@ TEST(sigterm_drains_every_shard) {
       for (uint64_t i = 0; i < OPS; i++) {
         proto_out o;
         proto_out_init(&o);
-        encode_sgemm(&o, 500 + i, n);
+        td_encode_sgemm(&o, 500 + i, td_handle(1, 1), td_handle(2, 1), td_handle(3, 1), n);
         td_send_raw(&c[k], o.data, o.len, 500 + i);
         proto_out_free(&o);
       }
@@ -201,7 +160,7 @@ TEST(sigterm_drains_every_shard) {
     td_signal(&d, SIGTERM);
     int ok = 0;
     for (int k = 0; k < SHARDS; k++)
-      ok += answers(&c[k], OPS);
+      ok += td_answers_ok_or_closed(&c[k], OPS);
     CHECK_EQ(td_wait(&d), 0);
     CHECK(strstr(td_log(&d), "drained (OK)") != NULL);
     flying = flying_at_drain(&d);

@@ -741,6 +741,55 @@ int td_fill(td_client *c, uint64_t handle, uint32_t value) {
   return td_call(c, &o, id);
 }
 
+void td_encode_sgemm(proto_out *o, uint64_t id, uint64_t a, uint64_t b, uint64_t c, int64_t n) {
+  dev_op op = {.h = {.kind = DEV_OP_GEMM, .device = 0}, .nbufs = 3};
+  op.bufs[0] = (dev_op_buf){.handle = a};
+  op.bufs[1] = (dev_op_buf){.handle = b};
+  op.bufs[2] = (dev_op_buf){.handle = c};
+  op.u.gemm = (be_gemm_args){
+      .m = n, .n = n, .k = n, .alpha = 1.0, .beta = 1.0, .lda = n, .ldb = n, .ldc = n, .batch = 1};
+  CHECK_OK(proto_encode_op(o, id, &op, (proto_bytes){NULL, 0}));
+}
+
+int td_answers_ok_or_closed(td_client *c, int ops) {
+  int ok = 0;
+  for (int i = 0; i < ops; i++) {
+    nng_msg *m;
+    CHECK_EQ(td_recv(c, &m, TD_FOREVER), 0); /* answered, whatever happened */
+    proto_header h;
+    CHECK_OK(proto_decode_header(nng_msg_body(m), nng_msg_len(m), UINT32_MAX, &h));
+    int rc = td_reply_status(m, h.request_id, NULL);
+    CHECK(rc == 0 || rc == ACCEL_ECLOSED);
+    ok += rc == 0;
+    nng_msg_free(m);
+  }
+  return ok;
+}
+
+void td_check_max_connections(td_daemon *d, int max) {
+  enum { MOST = 16 };
+  CHECK_LT(max, MOST);
+  td_client c[MOST];
+  for (int i = 0; i < max; i++) {
+    td_client_open(&c[i], d->url);
+    CHECK_OK(td_hello(&c[i], NULL)); /* accepted, in order */
+  }
+  td_client_open(&c[max], d->url);
+  nng_msg *m;
+  CHECK_EQ(td_recv(&c[max], &m, TD_FOREVER), 0);
+  CHECK_ERR(td_reply_status(m, 0, NULL), ACCEL_EBUSY);
+  nng_msg_free(m);
+  CHECK_EQ(td_recv(&c[max], &m, TD_FOREVER), NNG_ECLOSED);
+  TEST_WAIT_FOR(strstr(td_log(d), "refused: max_connections reached") != NULL, 20);
+  for (int i = 0; i < max; i++)
+    CHECK_OK(td_control(&c[i], PROTO_CTL_PING, 0));
+  for (int i = 0; i <= max; i++)
+    td_client_close(&c[i]);
+  /* Room again once the daemon has seen them go (until then even accelctl is refused). */
+  char out[256];
+  TEST_WAIT_FOR(td_ctl(out, sizeof out, "--url", d->url, "ping", NULL) == 0, 20);
+}
+
 const char *td_http_get(int port, const char *path) {
   static char text[1 << 20];
   int fd = socket(AF_INET, SOCK_STREAM, 0);

@@ -131,6 +131,16 @@ int td_read_u32(td_client *c, uint64_t handle, uint32_t *dst, uint64_t count);
 int td_fill(td_client *c, uint64_t handle, uint32_t value);
 /* An encoded OP frame for a fill of `handle` (for pipelining tests). */
 void td_encode_fill(proto_out *o, uint64_t id, uint64_t handle, uint32_t value);
+/* An encoded OP frame for c += a * b, f32 gemm of n x n on device 0 (work that takes a
+ * while: drain tests). */
+void td_encode_sgemm(proto_out *o, uint64_t id, uint64_t a, uint64_t b, uint64_t c, int64_t n);
+/* Reads the answers to `ops` requests sent on c: each must be OK or ACCEL_ECLOSED (sent
+ * after a drain began); how many were OK. */
+int td_answers_ok_or_closed(td_client *c, int ops);
+/* max_connections = `max` in d's config, d started with no connection left: max clients are
+ * served, the next hears ACCEL_EBUSY in a REPLY about the connection (request id 0) and is
+ * closed; once they have all gone, a new connection is served again. */
+void td_check_max_connections(td_daemon *d, int max);
 
 /* A handle as libaccel makes them: slot in bits 0-31, generation in 32-47. */
 static inline uint64_t td_handle(uint32_t slot, uint32_t gen) {
