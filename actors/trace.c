@@ -242,8 +242,33 @@ static void json_str(out *f, const char *s) {
   out_putc(f, '"');
 }
 
-static double us(const dev_trace *t, uint64_t ns) {
-  return ns >= t->t0_ns ? (double)(ns - t->t0_ns) / 1000.0 : 0.0;
+/* One trace among those rendered together (acceld's shards: a trace per world): its index k
+ * of n and the time zero they share. Part k's device tracks are processes of their own, its
+ * ops' ids and session threads kept apart from the other parts' (the same numbers recur in
+ * each world); one part renders as it always did. */
+typedef struct part {
+  const dev_trace *t;
+  uint32_t k, n;
+  uint64_t t0_ns;
+} part;
+
+#define PART_ID_SHIFT 48      /* an op's id: its part's index above its world's number */
+#define PART_SESSION_SHIFT 24 /* a session's track on the ops' process, the same way */
+
+static double us(const part *p, uint64_t ns) {
+  return ns >= p->t0_ns ? (double)(ns - p->t0_ns) / 1000.0 : 0.0;
+}
+
+static unsigned long long op_id(const part *p, uint64_t id) {
+  return (unsigned long long)(id + ((uint64_t)p->k << PART_ID_SHIFT));
+}
+
+static uint32_t session_track(const part *p, uint32_t session) {
+  return session + (p->k << PART_SESSION_SHIFT);
+}
+
+static int node_pid(const part *p, int node) {
+  return 2 + (int)p->k * DEV_MAX_NODES + node;
 }
 
 static const char *session_name(const dev_trace *t, uint32_t id) {
@@ -270,49 +295,58 @@ static void name_nodes(dev_trace *t, const dev_world *w) {
   }
 }
 
-static void metadata(out *f, const dev_trace *t) {
-  out_printf(f, "{\"ph\":\"M\",\"name\":\"process_name\",\"pid\":1,\"tid\":0,"
-                "\"args\":{\"name\":\"accel ops\"}}");
+static void metadata(out *f, const part *p) {
+  const dev_trace *t = p->t;
+  if (p->k == 0)
+    out_printf(f, "{\"ph\":\"M\",\"name\":\"process_name\",\"pid\":1,\"tid\":0,"
+                  "\"args\":{\"name\":\"accel ops\"}}");
   bool used[DEV_MAX_NODES][DEV_Q_COUNT] = {{false}};
   for (uint32_t i = 0; i < t->n; i++)
     if (t->ev[i].type == EV_TASK)
       used[t->ev[i].node][t->ev[i].qclass] = true;
   for (int n = 0; n < t->nnodes; n++) {
+    int pid = node_pid(p, n);
     out_printf(
-        f, ",\n{\"ph\":\"M\",\"name\":\"process_name\",\"pid\":%d,\"tid\":0,\"args\":{\"name\":",
-        2 + n);
-    json_str(f, t->node_names[n]);
+        f,
+        ",\n{\"ph\":\"M\",\"name\":\"process_name\",\"pid\":%d,\"tid\":0,\"args\":{\"name\":", pid);
+    char name[sizeof t->node_names[0] + 32];
+    if (p->n > 1)
+      snprintf(name, sizeof name, "%s, shard %u", t->node_names[n], p->k);
+    else
+      snprintf(name, sizeof name, "%s", t->node_names[n]);
+    json_str(f, name);
     out_printf(f,
                "}},\n{\"ph\":\"M\",\"name\":\"process_sort_index\",\"pid\":%d,\"tid\":0,"
                "\"args\":{\"sort_index\":%d}}",
-               2 + n, 2 + n);
+               pid, pid);
     for (int q = 0; q < DEV_Q_COUNT; q++)
       if (used[n][q])
         out_printf(f,
                    ",\n{\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":%d,\"tid\":%d,"
                    "\"args\":{\"name\":\"%s queue\"}}",
-                   2 + n, 1 + q, dev_queue_names[q]);
+                   pid, 1 + q, dev_queue_names[q]);
   }
 }
 
-static void op_args(out *f, const dev_trace *t, const ev *e) {
-  out_printf(f, "\"args\":{\"op\":%llu,\"session\":%u,\"client\":", (unsigned long long)e->id,
-             e->session);
-  json_str(f, session_name(t, e->session));
+static void op_args(out *f, const part *p, const ev *e) {
+  out_printf(f, "\"args\":{\"op\":%llu,\"session\":%u,\"client\":", op_id(p, e->id), e->session);
+  json_str(f, session_name(p->t, e->session));
+  if (p->n > 1)
+    out_printf(f, ",\"shard\":%u", p->k);
 }
 
-static void event(out *f, const dev_trace *t, const ev *e) {
+static void event(out *f, const part *p, const ev *e) {
   switch (e->type) {
   case EV_OP_BEGIN:
   case EV_OP_END:
     out_printf(f,
                ",\n{\"ph\":\"%c\",\"cat\":\"op\",\"id\":%llu,\"pid\":1,\"tid\":%u,\"ts\":%.3f,"
                "\"name\":",
-               e->type == EV_OP_BEGIN ? 'b' : 'e', (unsigned long long)e->id, e->session,
-               us(t, e->ts_ns));
+               e->type == EV_OP_BEGIN ? 'b' : 'e', op_id(p, e->id), session_track(p, e->session),
+               us(p, e->ts_ns));
     json_str(f, op_name(e->kind));
     out_putc(f, ',');
-    op_args(f, t, e);
+    op_args(f, p, e);
     if (e->type == EV_OP_END)
       out_printf(f, ",\"status\":\"%s\"", e->status == 0 ? "ok" : accel_err_name(e->status));
     out_printf(f, "}}");
@@ -322,18 +356,18 @@ static void event(out *f, const dev_trace *t, const ev *e) {
       out_printf(f,
                  ",\n{\"ph\":\"%c\",\"cat\":\"op\",\"id\":%llu,\"pid\":1,\"tid\":%u,"
                  "\"ts\":%.3f,\"name\":\"queued\"}",
-                 end ? 'e' : 'b', (unsigned long long)e->id, e->session,
-                 us(t, e->ts_ns + (end ? e->dur_ns : 0)));
+                 end ? 'e' : 'b', op_id(p, e->id), session_track(p, e->session),
+                 us(p, e->ts_ns + (end ? e->dur_ns : 0)));
     return;
   case EV_TASK:
     out_printf(f,
                ",\n{\"ph\":\"X\",\"cat\":\"%s\",\"pid\":%d,\"tid\":%d,\"ts\":%.3f,\"dur\":%.3f,"
                "\"name\":",
-               e->task_kind == DEV_TASK_OP ? "exec" : "transfer", 2 + e->node, 1 + e->qclass,
-               us(t, e->ts_ns), (double)e->dur_ns / 1000.0);
+               e->task_kind == DEV_TASK_OP ? "exec" : "transfer", node_pid(p, e->node),
+               1 + e->qclass, us(p, e->ts_ns), (double)e->dur_ns / 1000.0);
     json_str(f, e->label);
     out_putc(f, ',');
-    op_args(f, t, e);
+    op_args(f, p, e);
     if (e->bytes)
       out_printf(f, ",\"bytes\":%llu", (unsigned long long)e->bytes);
     out_printf(f, ",\"status\":\"%s\"}}", e->status == 0 ? "ok" : accel_err_name(e->status));
@@ -343,16 +377,26 @@ static void event(out *f, const dev_trace *t, const ev *e) {
 
 /* The JSON, in a block of accel's allocator (the caller frees it with rt_free, whatever
  * allocator the program installed). Room for about 150 bytes an event is made first. */
-int dev_trace_render(const dev_trace *t, char **json, size_t *len) {
+int dev_trace_render_all(const dev_trace *const *traces, uint32_t n, char **json, size_t *len) {
+  uint64_t events = 0, dropped = 0, t0_ns = UINT64_MAX;
+  for (uint32_t k = 0; k < n; k++) {
+    events += traces[k]->n;
+    dropped += traces[k]->dropped;
+    t0_ns = traces[k]->t0_ns < t0_ns ? traces[k]->t0_ns : t0_ns;
+  }
   out o = {0};
-  (void)out_room(&o, 4096 + (size_t)t->n * 160);
+  (void)out_room(&o, 4096 + (size_t)events * 160);
   out_printf(&o,
              "{\"displayTimeUnit\":\"ns\",\"otherData\":{\"producer\":\"accel\","
-             "\"events\":%u,\"dropped\":%llu},\n\"traceEvents\":[\n",
-             t->n, (unsigned long long)t->dropped);
-  metadata(&o, t);
-  for (uint32_t i = 0; i < t->n && !o.oom; i++)
-    event(&o, t, &t->ev[i]);
+             "\"events\":%llu,\"dropped\":%llu},\n\"traceEvents\":[\n",
+             (unsigned long long)events, (unsigned long long)dropped);
+  for (uint32_t k = 0; k < n; k++)
+    metadata(&o, &(part){.t = traces[k], .k = k, .n = n, .t0_ns = t0_ns});
+  for (uint32_t k = 0; k < n; k++) {
+    part p = {.t = traces[k], .k = k, .n = n, .t0_ns = t0_ns};
+    for (uint32_t i = 0; i < p.t->n && !o.oom; i++)
+      event(&o, &p, &p.t->ev[i]);
+  }
   out_printf(&o, "\n]}\n");
   if (o.oom) {
     rt_free(o.p);
@@ -362,6 +406,10 @@ int dev_trace_render(const dev_trace *t, char **json, size_t *len) {
   *json = o.p;
   *len = o.len;
   return 0;
+}
+
+int dev_trace_render(const dev_trace *t, char **json, size_t *len) {
+  return dev_trace_render_all(&t, 1, json, len);
 }
 
 dev_trace *dev_trace_detach(dev_world *w) {

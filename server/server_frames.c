@@ -7,7 +7,6 @@
 #include <unistd.h>
 
 #include "actors/device.h"
-#include "actors/trace.h"
 #include "runtime/alloc.h"
 #include "runtime/loop.h"
 #include "server/render.h"
@@ -28,9 +27,7 @@ void srv_reply_status(srv_server *s, srv_conn *c, nng_msg *m, uint64_t request_i
   srv_conn_send(s, c, m);
 }
 
-/* m becomes a successful reply to request_id carrying `len` bytes of data: 0, or an error (m
- * then holds no reply). Any thread: it touches m only. */
-static int fill_reply(nng_msg *m, uint64_t request_id, const void *data, size_t len) {
+int srv_fill_reply(nng_msg *m, uint64_t request_id, const void *data, size_t len) {
   uint8_t head[PROTO_REPLY_HEAD_SIZE];
   int rc = proto_encode_reply_head(head, request_id, 0, len);
   nng_msg_clear(m);
@@ -39,8 +36,7 @@ static int fill_reply(nng_msg *m, uint64_t request_id, const void *data, size_t 
   return rc;
 }
 
-/* Sends m, filled by fill_reply with status rc, or the status reply of its error. */
-static void send_filled(srv_server *s, srv_conn *c, nng_msg *m, uint64_t request_id, int rc) {
+void srv_send_filled(srv_server *s, srv_conn *c, nng_msg *m, uint64_t request_id, int rc) {
   if (rc == 0)
     srv_conn_send(s, c, m);
   else
@@ -49,8 +45,8 @@ static void send_filled(srv_server *s, srv_conn *c, nng_msg *m, uint64_t request
 
 /* A reply with data (text, JSON): `text` is taken. */
 void srv_reply_text(srv_server *s, srv_conn *c, nng_msg *m, uint64_t request_id, char *text) {
-  int rc = text == NULL ? ACCEL_ENOMEM : fill_reply(m, request_id, text, strlen(text));
-  send_filled(s, c, m, request_id, rc);
+  int rc = text == NULL ? ACCEL_ENOMEM : srv_fill_reply(m, request_id, text, strlen(text));
+  srv_send_filled(s, c, m, request_id, rc);
   rt_free(text);
 }
 
@@ -278,9 +274,9 @@ static void inject_fault(srv_server *s, srv_conn *c, nng_msg *m, uint64_t reques
 static void reply_record(srv_server *s, srv_conn *c, nng_msg *m, uint64_t request_id, proto_out *o,
                          int rc) {
   if (rc == 0)
-    rc = fill_reply(m, request_id, o->data, o->len);
+    rc = srv_fill_reply(m, request_id, o->data, o->len);
   proto_out_free(o);
-  send_filled(s, c, m, request_id, rc);
+  srv_send_filled(s, c, m, request_id, rc);
 }
 
 static void on_device_info(srv_server *s, srv_conn *c, nng_msg *m, uint64_t request_id,
@@ -307,89 +303,6 @@ static void on_transfer_stats(srv_server *s, srv_conn *c, nng_msg *m, uint64_t r
   proto_out o;
   proto_out_init(&o);
   reply_record(s, c, m, request_id, &o, proto_encode_transfer_stats(&o, &t));
-}
-
-/* accelctl trace: a trace of every session's ops (actors/trace.h), kept in memory until the
- * stop; a client that never stops it leaves at most `max_events` events behind, and the next
- * start drops them. */
-#define TRACE_MAX_EVENTS (4u << 20) /* 192 MiB at most */
-
-static int trace_start(srv_server *s, srv_conn *c, uint64_t max_events) {
-  if (max_events > TRACE_MAX_EVENTS)
-    return ACCEL_EINVAL;
-  if (s->trace_rendering) /* renders never pile up: each holds its events until it is done */
-    return ACCEL_EBUSY;
-  if (s->shards->n > 1) { /* a trace records one world's sessions: not every shard's yet */
-    accel_log(ACCEL_LOG_WARN, "server", "trace refused: not supported with shards > 1");
-    return ACCEL_ENOTSUP;
-  }
-  int rc = dev_trace_start(s->world, (uint32_t)max_events);
-  if (rc == 0)
-    accel_log(ACCEL_LOG_INFO, "server", "connection %u%s%s%s started a trace", c->pipe,
-              c->name[0] ? " ('" : "", c->name, c->name[0] ? "')" : "");
-  return rc;
-}
-
-/* A stopped trace being rendered on libuv's pool, its reply made there too: a million events
- * take seconds and the reply hundreds of megabytes, which on the loop stalled every client
- * (4-9 us an event). */
-typedef struct trace_req {
-  uv_work_t req;
-  srv_server *s;
-  srv_conn *c; /* counted in c->ops meanwhile */
-  nng_msg *m;  /* the request's message; the reply once rendered */
-  uint64_t request_id;
-  dev_trace *t;
-  int rc; /* the render's (the reply is m) or the reply's making */
-} trace_req;
-
-/* ACCEL_TEST_TRACE_RENDER_DELAY_US: each render takes that much longer (tests: a render of a
- * test's few events is otherwise too quick to be seen under way). */
-static void render_delay(void) {
-  static _Atomic long delay_us = -1;
-  srv_failpoint_sleep("ACCEL_TEST_TRACE_RENDER_DELAY_US", &delay_us, 2000000);
-}
-
-/* The pool's thread: the JSON, then the whole reply in the request's message. */
-static void trace_render(uv_work_t *req) {
-  trace_req *r = (trace_req *)req;
-  render_delay();
-  char *json = NULL;
-  size_t len = 0;
-  r->rc = dev_trace_render(r->t, &json, &len);
-  if (r->rc == 0)
-    r->rc = fill_reply(r->m, r->request_id, json, len);
-  rt_free(json);
-}
-
-static void trace_rendered(uv_work_t *req, int status) {
-  trace_req *r = (trace_req *)req;
-  srv_server *s = r->s;
-  dev_trace_free(r->t);
-  s->trace_rendering = false;
-  if (s->stopped)
-    nng_msg_free(r->m);
-  else /* a cancelled request never ran: m holds no reply */
-    send_filled(s, r->c, r->m, r->request_id, status != 0 ? ACCEL_ECANCELED : r->rc);
-  srv_job_end(s, r->c);
-  rt_free(r);
-}
-
-static void trace_stop(srv_server *s, srv_conn *c, nng_msg *m, uint64_t request_id) {
-  trace_req *r = rt_calloc(1, sizeof *r);
-  dev_trace *t = r != NULL ? dev_trace_detach(s->world) : NULL;
-  if (t == NULL) { /* EINVAL: no trace runs */
-    srv_reply_status(s, c, m, request_id, r == NULL ? ACCEL_ENOMEM : ACCEL_EINVAL);
-    rt_free(r);
-    return;
-  }
-  *r = (trace_req){.s = s, .c = c, .m = m, .request_id = request_id, .t = t};
-  srv_job_begin(s, c);
-  s->trace_rendering = true;
-  if (uv_queue_work(rt_uv_loop(s->rt), &r->req, trace_render, trace_rendered) != 0) {
-    trace_render(&r->req); /* only with a loop that is gone; then here, as before */
-    trace_rendered(&r->req, 0);
-  }
 }
 
 static void on_control(srv_server *s, srv_conn *c, nng_msg *m, const proto_header *h) {
@@ -426,11 +339,9 @@ static void on_control(srv_server *s, srv_conn *c, nng_msg *m, const proto_heade
   case PROTO_CTL_SHM_DETACH:
     srv_reply_status(s, c, m, h->request_id, srv_shm_detach(s, c, req.arg));
     break;
-  case PROTO_CTL_TRACE_START:
-    srv_reply_status(s, c, m, h->request_id, trace_start(s, c, req.arg));
-    break;
+  case PROTO_CTL_TRACE_START: /* arg: the most events kept (0: the default) */
   case PROTO_CTL_TRACE_STOP:
-    trace_stop(s, c, m, h->request_id);
+    srv_trace_control(s, c, m, h->request_id, req.command, req.arg);
     break;
   case PROTO_CTL_ACK: /* never answered: an answer would need acknowledging too */
     srv_conn_ack(s, c, (uint32_t)req.arg);

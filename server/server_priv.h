@@ -142,7 +142,6 @@ struct srv_server {
   /* Reply bytes handed to local streams and not written yet (server_local.c): a drain waits
    * for them too, or a large reply would be cut when the links close. */
   uint64_t local_out_bytes;
-  bool trace_rendering;           /* one render at a time: a trace cannot start meanwhile */
   _Atomic uint64_t replies_early; /* server_ops.c op_early: counted off the loop */
   /* Connections waiting for the reply to their only op (srv_conn_ops_add): beside them a
    * connection with several ops in flight gets shorter turns (server_local.c). */
@@ -301,12 +300,22 @@ void srv_frame_on(srv_server *s, srv_conn *c, nng_msg *m);
 /* Turns the request `m` into a reply frame with `status` and no data, and sends it. */
 void srv_reply_status(srv_server *s, srv_conn *c, nng_msg *m, uint64_t request_id, int status);
 
+/* m becomes a successful reply to request_id carrying `len` bytes of data: 0, or an error (m
+ * then holds no reply). Any thread: it touches m only. */
+RT_MUST_USE int srv_fill_reply(nng_msg *m, uint64_t request_id, const void *data, size_t len);
+/* Sends m, filled by srv_fill_reply with status rc, or the status reply of its error. */
+void srv_send_filled(srv_server *s, srv_conn *c, nng_msg *m, uint64_t request_id, int rc);
 /* A reply with data (text, JSON): `text` is taken. */
 void srv_reply_text(srv_server *s, srv_conn *c, nng_msg *m, uint64_t request_id, char *text);
 /* Background work for a connection that its reply waits for (it holds the connection and the
  * server until srv_job_end, and a drain waits for it). */
 void srv_job_begin(srv_server *s, srv_conn *c);
 void srv_job_end(srv_server *s, srv_conn *c);
+
+/* server_trace.c: accelctl trace's start (arg: the most events kept, 0 the default) and stop
+ * (the reply: the JSON), of every shard's sessions */
+void srv_trace_control(srv_server *s, srv_conn *c, nng_msg *m, uint64_t request_id,
+                       uint32_t command, uint64_t arg);
 
 /* server_report.c: the reports, of every shard */
 enum { SRV_REPORT_METRICS = 0x10000, SRV_REPORT_HEALTH }; /* beside PROTO_CTL_* commands */

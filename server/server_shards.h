@@ -41,6 +41,9 @@ struct srv_shards {
    * starts waiting and one that gives room back never both miss the other. */
   _Atomic uint64_t partial_held;
   atomic_bool partial_waiting[SRV_SHARDS_MAX], partial_told[SRV_SHARDS_MAX];
+  /* A stopped trace is being rendered (server_trace.c): one render at a time, and no trace
+   * starts meanwhile (each render holds its events until it is done). */
+  atomic_bool trace_rendering;
 };
 
 /* A server's shards: those of its args, or one of its own (ACCEL_ENOMEM). */

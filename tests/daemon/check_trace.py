@@ -1,13 +1,15 @@
 #!/usr/bin/env python3
 """Checks a Chrome trace-event file written by accel (ACCEL_TRACE or `accelctl trace`).
 
-usage: check_trace.py FILE [--client NAME] [--ops gemm,softmax,...]
+usage: check_trace.py FILE [--client NAME] [--ops gemm,softmax,...] [--shards N]
 
 It must parse as JSON; every op's async span must begin before it ends, with its "queued"
 span nested inside; spans on one device queue's track must not overlap (each starts at or after
 the previous one's end); the span of an op's work on a device must lie within the op's own
 span; every device track must be named; the ops named by --ops must be there, and every op
-span must name the client given by --client. Exit status 0 if all holds, else 1 with the
+span must name the client given by --client; with --shards N (acceld's shards, a world each),
+ops of every shard 0..N-1 must be there, each op id must begin once (the shards' ids kept
+apart), and each shard's devices must be processes of their own named "..., shard k". Exit status 0 if all holds, else 1 with the
 reasons."""
 import collections
 import json
@@ -16,10 +18,29 @@ import sys
 EPS = 0.002  # microseconds: the file rounds timestamps to nanoseconds
 
 
+def check_shards(events, procs, shards):
+    """Every shard's ops there, each op id begun once, each shard's device tracks its own."""
+    errors = []
+    begins = collections.Counter(e["id"] for e in events
+                                 if e["ph"] == "b" and e["name"] != "queued")
+    errors += [f"op id {i} begins {n} times" for i, n in begins.items() if n > 1]
+    seen = {e["args"].get("shard") for e in events if e["ph"] in "bX" and "args" in e}
+    for k in range(shards):
+        if k not in seen:
+            errors.append(f"no op of shard {k} (saw shards {sorted(seen, key=str)})")
+        if not any(name.endswith(f", shard {k}") for name in procs.values()):
+            errors.append(f"no device process of shard {k} (saw {sorted(procs.values())})")
+    for e in events:
+        if e["ph"] == "X" and not procs.get(e["pid"], "").endswith(f", shard {e['args']['shard']}"):
+            errors.append(f"span of shard {e['args']['shard']} on {procs.get(e['pid'])!r}")
+    return errors
+
+
 def main(argv):
     path = argv[1]
     client = argv[argv.index("--client") + 1] if "--client" in argv else None
     want_ops = argv[argv.index("--ops") + 1].split(",") if "--ops" in argv else []
+    shards = int(argv[argv.index("--shards") + 1]) if "--shards" in argv else 0
     with open(path) as f:
         trace = json.load(f)
     events = trace["traceEvents"]
@@ -73,6 +94,8 @@ def main(argv):
             errors.append(f"no span of {op} on any device (saw {sorted(seen)})")
     if not tracks:
         errors.append("no device work at all")
+    if shards:
+        errors += check_shards(events, procs, shards)
     for e in errors[:20]:
         print(f"{path}: {e}")
     print(f"{path}: {len(spans)} ops, {sum(len(v) for v in tracks.values())} spans on "

@@ -244,10 +244,55 @@ TEST(stopping_while_a_trace_renders) {
   td_cleanup(&d);
 }
 
+/* Two shards (a world each): a and b, connected together, are served by different shards; a
+ * trace started on a and stopped on b holds both clients' fills, each shard's ops and device
+ * tracks kept apart (check_trace.py --shards 2), and one render at a time still holds. */
+TEST(a_trace_covers_every_shard) {
+  td_daemon d;
+  td_client a, b;
+  td_prepare(&d);
+  td_write_config(&d, "[daemon]\nshards = 2\n");
+  td_start(&d, "--backends", "cpu", NULL);
+  td_client_open(&a, d.url);
+  td_client_open(&b, d.url);
+  proto_welcome w;
+  CHECK_OK(td_hello(&a, &w));
+  CHECK_OK(td_hello(&b, &w));
+  uint64_t x = td_handle(1, 1);
+  CHECK_OK(td_create(&a, x, ACCEL_U32, 1));
+  CHECK_OK(td_create(&b, x, ACCEL_U32, 1));
+  CHECK_EQ(td_control(&b, PROTO_CTL_TRACE_STOP, 0), ACCEL_EINVAL); /* none runs yet */
+  CHECK_OK(td_control(&a, PROTO_CTL_TRACE_START, 0));
+  fill_batches(&a, x, 2);
+  fill_batches(&b, x, 2);
+  uint64_t stop = send_control(&b, PROTO_CTL_TRACE_STOP);
+  nng_msg *m;
+  CHECK_OK(td_recv(&b, &m, TD_FOREVER));
+  proto_bytes data;
+  CHECK_OK(td_reply_status(m, stop, &data));
+  char file[160];
+  snprintf(file, sizeof file, "%s/shards.json", d.dir);
+  FILE *f = fopen(file, "w");
+  CHECK(f != NULL);
+  CHECK_EQ(fwrite(data.data, 1, data.len, f), data.len);
+  CHECK_EQ(fclose(f), 0);
+  nng_msg_free(m);
+  char cmd[1024];
+  snprintf(cmd, sizeof cmd, "python3 '%s/tests/daemon/check_trace.py' '%s' --ops fill --shards 2",
+           getenv("ACCEL_SOURCE_ROOT"), file);
+  CHECK_EQ(system(cmd), 0);
+  CHECK_EQ(td_control(&a, PROTO_CTL_TRACE_STOP, 0), ACCEL_EINVAL); /* stopped on every shard */
+  td_client_close(&a);
+  td_client_close(&b);
+  CHECK_EQ(td_stop(&d), 0);
+  td_cleanup(&d);
+}
+
 static const test_case tests[] = {
     TEST_CASE(accelctl_trace_records_a_client), TEST_CASE(accel_trace_records_an_embedded_program),
     TEST_CASE(trace_errors_are_named),          TEST_CASE(stop_without_start_is_refused),
     TEST_CASE(a_trace_renders_off_the_loop),    TEST_CASE(stopping_while_a_trace_renders),
+    TEST_CASE(a_trace_covers_every_shard),
 };
 
 TEST_MAIN(tests)
