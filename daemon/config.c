@@ -36,7 +36,7 @@ void acd_config_defaults(acd_config *c) {
   c->first_frame_timeout_ms = 10000;
   c->max_connections = 1024;
   c->io_threads = SRV_IO_THREADS_AUTO;
-  c->shards = 1;
+  c->shards = SRV_SHARDS_AUTO;
   c->metrics_max_connections = SRV_HTTP_DEFAULT_MAX_CONNECTIONS;
   c->metrics_header_timeout_ms = SRV_HTTP_DEFAULT_HEADER_TIMEOUT_MS;
   c->metrics_write_timeout_ms = SRV_HTTP_DEFAULT_WRITE_TIMEOUT_MS;
@@ -338,8 +338,10 @@ static bool daemon_key(acd_config *c, const char *k, const char *v) {
     return parse_u32(v, 1, 3600000, &c->first_frame_timeout_ms);
   if (!strcmp(k, "max_connections"))
     return parse_u32(v, 1, 1u << 20, &c->max_connections);
-  if (!strcmp(k, "shards"))
-    return parse_u32(v, 1, SRV_SHARDS_MAX, &c->shards);
+  if (!strcmp(k, "shards")) {
+    c->shards = SRV_SHARDS_AUTO;
+    return !strcmp(v, "auto") || parse_u32(v, 1, SRV_SHARDS_MAX, &c->shards);
+  }
   if (!strcmp(k, "io_threads")) {
     c->io_threads = SRV_IO_THREADS_AUTO;
     return !strcmp(v, "auto") || parse_u32(v, 0, SRV_IOPOOL_THREADS_MAX, &c->io_threads);
@@ -624,6 +626,8 @@ int acd_config_read(acd_config *c, const acd_flags *f, char *err, size_t err_len
     rc = acd_config_apply_flags(c, f, err, err_len);
   if (rc != 0)
     acd_config_free(c);
+  else if (c->shards == SRV_SHARDS_AUTO)
+    c->shards = srv_shards_for_cores(sysconf(_SC_NPROCESSORS_ONLN));
   return rc;
 }
 

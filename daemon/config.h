@@ -51,7 +51,8 @@ typedef struct acd_config {
    * "auto" (SRV_IO_THREADS_AUTO) by the cores. */
   uint32_t io_threads;
   /* Servers, each on a loop of its own with a device world of its own (srv_args.shards):
-   * 1 to SRV_SHARDS_MAX. */
+   * 1 to SRV_SHARDS_MAX; "auto" (SRV_SHARDS_AUTO) by the cores, resolved by
+   * acd_config_read (srv_shards_for_cores). */
   uint32_t shards;
   proto_limits limits;
   /* [limits] max_partial_bytes (0: automatic), frame_idle_timeout_ms, min_frame_rate (bytes

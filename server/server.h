@@ -85,6 +85,17 @@ typedef struct srv_http_addr {
 #define SRV_SHARDS_MAX 16
 typedef struct srv_shards srv_shards;
 
+/* [daemon] shards = auto: SRV_SHARDS_AUTO_CORES cores a shard, at most SRV_SHARDS_AUTO_MAX
+ * (docs/DECISIONS.md "Shards": on 16 cores 2 shards doubled eight CPU clients and cost eight
+ * GPU clients a tenth; on 32 cores 4 shards gave eight GPU clients 1.5x one shard). */
+#define SRV_SHARDS_AUTO UINT32_MAX
+#define SRV_SHARDS_AUTO_CORES 8
+#define SRV_SHARDS_AUTO_MAX 4
+/* The shards `auto` means on a machine of this many cores (1 at least). */
+static inline uint32_t srv_shards_for_cores(long cores) {
+  long n = cores / SRV_SHARDS_AUTO_CORES;
+  return n < 1 ? 1 : n > SRV_SHARDS_AUTO_MAX ? SRV_SHARDS_AUTO_MAX : (uint32_t)n;
+}
 /* n shards (1 .. SRV_SHARDS_MAX, else ACCEL_EINVAL); ACCEL_ENOMEM. Spawn shard 0 last: it
  * hands connections to the others from its start on. */
 RT_MUST_USE int srv_shards_create(uint32_t n, srv_shards **out);

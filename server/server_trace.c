@@ -91,7 +91,7 @@ static void on_zero(accel_task *task) {
     r->rc = srv_shards_park_others(zero, &park);
     if (r->rc == 0)
       r->rc = r->command == PROTO_CTL_TRACE_START ? start_all(sh, r->max_events)
-                                                 : detach_all(sh, r);
+                                                  : detach_all(sh, r);
     srv_shards_resume_others(park);
   }
   on_zero_done(r);

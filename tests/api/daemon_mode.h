@@ -80,6 +80,8 @@ static inline void daemon_mode_write_config_(const char *dir, const char *url) {
   const char *io = getenv("ACCEL_TEST_IO_THREADS"); /* local sockets on that many I/O threads */
   if (io != NULL && *io != '\0')
     fprintf(f, "io_threads=%s\n", io);
+  const char *shards = getenv("ACCEL_TEST_SHARDS"); /* else one, whatever the host's cores */
+  fprintf(f, "shards=%s\n", shards != NULL && *shards != '\0' ? shards : "1");
   fprintf(f, "[devices]\ncpu_devices=%s\n",
           daemon_mode_param_(url, "cpu_devices", v, sizeof v) ? v : "1");
   if (daemon_mode_param_(url, "completion", v, sizeof v))

@@ -209,6 +209,32 @@ TEST(io_threads_key) {
   expect_config_error("[daemon]\nio_threads = -1\n", "acceld.conf:2");
 }
 
+/* [daemon] shards as read from `text` (which must be valid), auto resolved. */
+static uint32_t shards_of(const char *text) {
+  char err[320];
+  acd_config c;
+  CHECK_OK(read_config(text, &c, NULL, err, sizeof err));
+  uint32_t n = c.shards;
+  acd_config_free(&c);
+  return n;
+}
+
+/* [daemon] shards: auto by default (one per 8 cores, 1 to 4), 1 to 16; 0 and 17 are errors. */
+TEST(shards_key) {
+  uint32_t here = srv_shards_for_cores(sysconf(_SC_NPROCESSORS_ONLN));
+  CHECK_EQ(shards_of(""), here);
+  CHECK_EQ(shards_of("[daemon]\nshards = auto\n"), here);
+  CHECK_EQ(shards_of("[daemon]\nshards = 1\n"), 1);
+  CHECK_EQ(shards_of("[daemon]\nshards = 16\n"), 16);
+  expect_config_error("[daemon]\nshards = 17\n", "acceld.conf:2");
+  expect_config_error("[daemon]\nshards = 0\n", "acceld.conf:2");
+  expect_config_error("[daemon]\nshards = some\n", "acceld.conf:2");
+  static const long cores[] = {-1, 0, 1, 2, 7, 8, 15, 16, 24, 31, 32, 33, 64, 128};
+  static const uint32_t want[] = {1, 1, 1, 1, 1, 1, 1, 2, 3, 3, 4, 4, 4, 4};
+  for (size_t i = 0; i < sizeof cores / sizeof cores[0]; i++)
+    CHECK_EQ(srv_shards_for_cores(cores[i]), want[i]);
+}
+
 TEST(unknown_names_and_bad_values_are_errors_with_their_line) {
   expect_config_error("[security]\nallow_any_local = no\nallow_users = root, no-such-user-h2\n",
                       "acceld.conf:3: [security] allow_users: no such user 'no-such-user-h2'");
@@ -512,6 +538,7 @@ static const test_case tests[] = {
     TEST_CASE(pinned_max_key),
     TEST_CASE(exit_timeout_key),
     TEST_CASE(io_threads_key),
+    TEST_CASE(shards_key),
     TEST_CASE(unknown_names_and_bad_values_are_errors_with_their_line),
     TEST_CASE(plain_tcp_is_refused_by_default),
     TEST_CASE(plain_tcp_with_allow_plain_tcp),

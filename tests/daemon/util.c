@@ -142,8 +142,9 @@ void td_prepare(td_daemon *d) {
 
 /* ACCEL_TEST_IO_THREADS=N: the daemon serves local sockets on N I/O threads (the suites run
  * again so, whatever the host's default), unless the test sets io_threads itself; and
- * ACCEL_TEST_SHARDS=N: on N shards, unless it sets shards. Appended: a section may repeat,
- * and the lines a test's config errors name stay where they are. */
+ * ACCEL_TEST_SHARDS=N: on N shards (else one: `auto` would give a host of 16 cores or more
+ * several, and some answers differ with them), unless it sets shards. Appended: a section may
+ * repeat, and the lines a test's config errors name stay where they are. */
 void td_write_config(td_daemon *d, const char *text) {
   FILE *f = fopen(d->conf, "w");
   CHECK(f != NULL);
@@ -151,9 +152,9 @@ void td_write_config(td_daemon *d, const char *text) {
   const char *io = getenv("ACCEL_TEST_IO_THREADS");
   if (io != NULL && strstr(text, "io_threads") == NULL)
     fprintf(f, "\n[daemon]\nio_threads = %s\n", io);
-  const char *shards = getenv("ACCEL_TEST_SHARDS");
-  if (shards != NULL && strstr(text, "shards") == NULL)
-    fprintf(f, "\n[daemon]\nshards = %s\n", shards);
+  const char *shards = getenv("ACCEL_TEST_SHARDS"); /* else one, whatever the host's cores */
+  if (strstr(text, "shards") == NULL)
+    fprintf(f, "\n[daemon]\nshards = %s\n", shards != NULL ? shards : "1");
   fclose(f);
 }
 

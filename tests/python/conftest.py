@@ -33,6 +33,7 @@ def _start_daemon(binary, tmp):
     conf = os.path.join(tmp, "acceld.conf")
     with open(conf, "w") as f:
         f.write("[daemon]\nlog_level=error\nfault_injection=true\n"
+                f"shards={os.environ.get('ACCEL_TEST_SHARDS', '1')}\n"
                 f"[devices]\ncpu_devices=1\nbackends={_backends(EMBEDDED_URL)}\n")
     url = f"ipc://{tmp}/acceld.sock"
     proc = subprocess.Popen([binary, "--config", conf, "--listen", url, "--foreground"])

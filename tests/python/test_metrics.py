@@ -35,6 +35,7 @@ def start(tmp, *extra):
     conf = os.path.join(tmp, "acceld.conf")
     with open(conf, "w") as f:
         f.write("[daemon]\nlog_level=error\nfault_injection=true\n"
+                f"shards={os.environ.get('ACCEL_TEST_SHARDS', '1')}\n"
                 "[devices]\ncpu_devices=2\nbackends=cpu\nmax_restarts=1\n")
     url = f"ipc://{tmp}/acceld.sock"
     env = dict(os.environ)
