@@ -86,10 +86,10 @@ typedef struct srv_http_addr {
 typedef struct srv_shards srv_shards;
 
 /* [daemon] shards = auto: SRV_SHARDS_AUTO_CORES cores a shard, at most SRV_SHARDS_AUTO_MAX
- * (docs/DECISIONS.md "Shards": on 16 cores 2 shards doubled eight CPU clients and cost eight
- * GPU clients a tenth; on 32 cores 4 shards gave eight GPU clients 1.5x one shard). */
+ * (docs/DECISIONS.md "Shards": on 32 cores 2 shards gave waiting GPU clients 1.3-1.5x one
+ * shard; on 16 cores 2 cost them a quarter, and a light client's p99 beside a flood). */
 #define SRV_SHARDS_AUTO UINT32_MAX
-#define SRV_SHARDS_AUTO_CORES 8
+#define SRV_SHARDS_AUTO_CORES 16
 #define SRV_SHARDS_AUTO_MAX 4
 /* The shards `auto` means on a machine of this many cores (1 at least). */
 static inline uint32_t srv_shards_for_cores(long cores) {

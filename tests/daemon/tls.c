@@ -219,7 +219,7 @@ static uint32_t shards_of(const char *text) {
   return n;
 }
 
-/* [daemon] shards: auto by default (one per 8 cores, 1 to 4), 1 to 16; 0 and 17 are errors. */
+/* [daemon] shards: auto by default (one per 16 cores, 1 to 4), 1 to 16; 0 and 17 are errors. */
 TEST(shards_key) {
   uint32_t here = srv_shards_for_cores(sysconf(_SC_NPROCESSORS_ONLN));
   CHECK_EQ(shards_of(""), here);
@@ -230,7 +230,7 @@ TEST(shards_key) {
   expect_config_error("[daemon]\nshards = 0\n", "acceld.conf:2");
   expect_config_error("[daemon]\nshards = some\n", "acceld.conf:2");
   static const long cores[] = {-1, 0, 1, 2, 7, 8, 15, 16, 24, 31, 32, 33, 64, 128};
-  static const uint32_t want[] = {1, 1, 1, 1, 1, 1, 1, 2, 3, 3, 4, 4, 4, 4};
+  static const uint32_t want[] = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 4, 4};
   for (size_t i = 0; i < sizeof cores / sizeof cores[0]; i++)
     CHECK_EQ(srv_shards_for_cores(cores[i]), want[i]);
 }
