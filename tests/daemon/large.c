@@ -443,8 +443,8 @@ static void four_gib(bool over_tcp) {
   td_daemon d;
   char tcp[64];
   accel_ctx *ctx = open_ctx(start_over(&d, over_tcp ? OVER_TCP : OVER_IPC, "", tcp, sizeof tcp));
-  CHECK_GT(ctx->max_op_bytes, CHUNK_MAX_BYTES); /* the defaults: 16 MiB chunks */
-  size_t n = (size_t)test_scaled(1l << 30, 1l << 20);
+  CHECK_GT(ctx->max_op_bytes, CHUNK_MAX_BYTES);       /* the defaults: 16 MiB chunks */
+  size_t n = (size_t)test_scaled(1l << 30, 1l << 20); /* 4 GiB; 1 GiB under a sanitizer */
   round_trip(ctx, n, over_tcp ? "tcp" : "ipc");
   accel_close(ctx);
   printf("# acceld's peak resident memory: %ld MiB\n", daemon_peak_mib(&d));
