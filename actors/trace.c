@@ -2,7 +2,9 @@
  * trace-event JSON when the trace stops.
  *
  * Tracks: pid 1 holds the ops, one async span each (cat "op", id the op's trace id) with a
- * nested "queued" span; pid 2 + n is device node n, tid 1 + its queue class. A queue runs its
+ * nested "queued" span; pid 2 + n is device node n, tid 1 + its queue class (traces of
+ * several shards rendered together: pid 2 + 16 k + n for shard k's node n, ids and session
+ * tracks offset by k, dev_trace_render_all). A queue runs its
  * work in order, so a task's span there starts when the one before it on that queue ended or
  * when it was submitted, whichever is later: spans on a track never overlap, and show what
  * the device did as the loop learnt it (completions reach the loop a few microseconds late). */
@@ -253,7 +255,7 @@ typedef struct part {
 } part;
 
 #define PART_ID_SHIFT 48      /* an op's id: its part's index above its world's number */
-#define PART_SESSION_SHIFT 24 /* a session's track on the ops' process, the same way */
+#define PART_SESSION_SHIFT 32 /* a session's track on the ops' process, the same way */
 
 static double us(const part *p, uint64_t ns) {
   return ns >= p->t0_ns ? (double)(ns - p->t0_ns) / 1000.0 : 0.0;
@@ -263,8 +265,9 @@ static unsigned long long op_id(const part *p, uint64_t id) {
   return (unsigned long long)(id + ((uint64_t)p->k << PART_ID_SHIFT));
 }
 
-static uint32_t session_track(const part *p, uint32_t session) {
-  return session + (p->k << PART_SESSION_SHIFT);
+/* Session numbers count a world's sessions for the daemon's life: a track above them. */
+static unsigned long long session_track(const part *p, uint32_t session) {
+  return (unsigned long long)session + ((unsigned long long)p->k << PART_SESSION_SHIFT);
 }
 
 static int node_pid(const part *p, int node) {
@@ -297,9 +300,6 @@ static void name_nodes(dev_trace *t, const dev_world *w) {
 
 static void metadata(out *f, const part *p) {
   const dev_trace *t = p->t;
-  if (p->k == 0)
-    out_printf(f, "{\"ph\":\"M\",\"name\":\"process_name\",\"pid\":1,\"tid\":0,"
-                  "\"args\":{\"name\":\"accel ops\"}}");
   bool used[DEV_MAX_NODES][DEV_Q_COUNT] = {{false}};
   for (uint32_t i = 0; i < t->n; i++)
     if (t->ev[i].type == EV_TASK)
@@ -340,7 +340,7 @@ static void event(out *f, const part *p, const ev *e) {
   case EV_OP_BEGIN:
   case EV_OP_END:
     out_printf(f,
-               ",\n{\"ph\":\"%c\",\"cat\":\"op\",\"id\":%llu,\"pid\":1,\"tid\":%u,\"ts\":%.3f,"
+               ",\n{\"ph\":\"%c\",\"cat\":\"op\",\"id\":%llu,\"pid\":1,\"tid\":%llu,\"ts\":%.3f,"
                "\"name\":",
                e->type == EV_OP_BEGIN ? 'b' : 'e', op_id(p, e->id), session_track(p, e->session),
                us(p, e->ts_ns));
@@ -354,7 +354,7 @@ static void event(out *f, const part *p, const ev *e) {
   case EV_QUEUED:
     for (int end = 0; end < 2; end++)
       out_printf(f,
-                 ",\n{\"ph\":\"%c\",\"cat\":\"op\",\"id\":%llu,\"pid\":1,\"tid\":%u,"
+                 ",\n{\"ph\":\"%c\",\"cat\":\"op\",\"id\":%llu,\"pid\":1,\"tid\":%llu,"
                  "\"ts\":%.3f,\"name\":\"queued\"}",
                  end ? 'e' : 'b', op_id(p, e->id), session_track(p, e->session),
                  us(p, e->ts_ns + (end ? e->dur_ns : 0)));
@@ -380,6 +380,8 @@ static void event(out *f, const part *p, const ev *e) {
 int dev_trace_render_all(const dev_trace *const *traces, uint32_t n, char **json, size_t *len) {
   uint64_t events = 0, dropped = 0, t0_ns = UINT64_MAX;
   for (uint32_t k = 0; k < n; k++) {
+    if (traces[k] == NULL)
+      continue;
     events += traces[k]->n;
     dropped += traces[k]->dropped;
     t0_ns = traces[k]->t0_ns < t0_ns ? traces[k]->t0_ns : t0_ns;
@@ -390,9 +392,14 @@ int dev_trace_render_all(const dev_trace *const *traces, uint32_t n, char **json
              "{\"displayTimeUnit\":\"ns\",\"otherData\":{\"producer\":\"accel\","
              "\"events\":%llu,\"dropped\":%llu},\n\"traceEvents\":[\n",
              (unsigned long long)events, (unsigned long long)dropped);
+  out_printf(&o, "{\"ph\":\"M\",\"name\":\"process_name\",\"pid\":1,\"tid\":0,"
+                 "\"args\":{\"name\":\"accel ops\"}}");
   for (uint32_t k = 0; k < n; k++)
-    metadata(&o, &(part){.t = traces[k], .k = k, .n = n, .t0_ns = t0_ns});
-  for (uint32_t k = 0; k < n; k++) {
+    if (traces[k] != NULL)
+      metadata(&o, &(part){.t = traces[k], .k = k, .n = n, .t0_ns = t0_ns});
+  for (uint32_t k = 0; k < n && !o.oom; k++) {
+    if (traces[k] == NULL)
+      continue;
     part p = {.t = traces[k], .k = k, .n = n, .t0_ns = t0_ns};
     for (uint32_t i = 0; i < p.t->n && !o.oom; i++)
       event(&o, &p, &p.t->ev[i]);

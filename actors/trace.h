@@ -27,9 +27,10 @@ RT_MUST_USE int dev_trace_stop(dev_world *w, char **json, size_t *len);
  * render reads only the trace, on any thread; free drops it. */
 dev_trace *dev_trace_detach(dev_world *w);
 RT_MUST_USE int dev_trace_render(const dev_trace *t, char **json, size_t *len);
-/* Several traces, one per world of acceld's shards, rendered as one timeline: n at least 1;
- * shard k's devices are processes of their own ("..., shard k"), its ops' ids and session
- * tracks offset by k (ids by k << 48, session tracks by k << 24) and tagged "shard": k. */
+/* Several traces, one per world of acceld's shards, rendered as one timeline: traces[k] is
+ * shard k's (NULL: none, skipped), n at least 1; shard k's devices are processes of their
+ * own (pid 2 + DEV_MAX_NODES k + node, named "..., shard k"), its ops' ids and session
+ * tracks offset by k (ids by k << 48, session tracks by k << 32) and tagged "shard": k. */
 RT_MUST_USE int dev_trace_render_all(const dev_trace *const *traces, uint32_t n, char **json,
                                      size_t *len);
 void dev_trace_free(dev_trace *t);

@@ -5,6 +5,7 @@
 #include <ini.h>
 #include <limits.h>
 #include <pwd.h>
+#include <sched.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -619,6 +620,15 @@ int acd_config_apply_flags(acd_config *c, const acd_flags *f, char *err, size_t 
   return 0;
 }
 
+/* The cores acceld may run on (its affinity: a cpuset or systemd's CPUAffinity= gives fewer
+ * than the machine has), else the machine's. */
+static long usable_cores(void) {
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0)
+    return CPU_COUNT(&set);
+  return sysconf(_SC_NPROCESSORS_ONLN);
+}
+
 int acd_config_read(acd_config *c, const acd_flags *f, char *err, size_t err_len) {
   acd_config_defaults(c);
   int rc = acd_config_load(c, f, err, err_len);
@@ -627,7 +637,7 @@ int acd_config_read(acd_config *c, const acd_flags *f, char *err, size_t err_len
   if (rc != 0)
     acd_config_free(c);
   else if (c->shards == SRV_SHARDS_AUTO)
-    c->shards = srv_shards_for_cores(sysconf(_SC_NPROCESSORS_ONLN));
+    c->shards = srv_shards_for_cores(usable_cores());
   return rc;
 }
 

@@ -378,6 +378,11 @@ static int run(daemon_ctx *d, int gid, int ready_fd, char *why, size_t why_len) 
   if (rc == 0) {
     accel_log(ACCEL_LOG_INFO, "acceld", "serving %d device(s) (pid %d, %u shard(s))",
               d->worlds[0].nnodes - 1, (int)getpid(), d->config.shards);
+    if (d->config.shards > 1 && !d->config.cuda_primary)
+      accel_log(ACCEL_LOG_INFO, "acceld",
+                "cuda_context = own does not apply with %u shards: CUDA devices use their "
+                "primary context, which every shard shares",
+                d->config.shards);
     rc = accel_runtime_run(d->rt);
   }
   accel_runtime_destroy(d->rt);

@@ -27,7 +27,7 @@ typedef struct trace_req {
   nng_msg *m;      /* the request's message; the reply once rendered */
   uint64_t request_id, max_events;
   uint32_t command;
-  dev_trace *parts[SRV_SHARDS_MAX]; /* a stop's traces, a world's each */
+  dev_trace *parts[SRV_SHARDS_MAX]; /* a stop's traces, by shard (NULL: that world had none) */
   uint32_t nparts;
   int rc;
 } trace_req;
@@ -40,36 +40,52 @@ static void req_free(trace_req *r) {
 
 /* ---- on shard 0, the others parked ---- */
 
-/* Every world's trace started, max_events split among them (each at least one); on a failure
- * none is left running. */
+/* ACCEL_TEST_TRACE_RESTART_FAILS=k (tests): every start after the first fails in shard k's
+ * world as if out of memory, that world keeping the trace it ran (as dev_trace_start does). */
+static bool restart_fails(uint32_t k) {
+  static _Atomic long shard = -2; /* -2: not read yet; -1: none */
+  static _Atomic uint32_t starts;
+  if (atomic_load(&shard) == -2) {
+    const char *v = getenv("ACCEL_TEST_TRACE_RESTART_FAILS");
+    atomic_store(&shard, v != NULL && *v ? strtol(v, NULL, 10) : -1);
+  }
+  if (k == 0)
+    atomic_fetch_add(&starts, 1);
+  return atomic_load(&shard) == (long)k && atomic_load(&starts) > 1;
+}
+
+/* Every world's trace started, max_events split evenly among them (one at least each: a
+ * shard's part of the budget is its own, so one busy shard keeps 1/n of the events); on a
+ * failure none is left running, not even a trace some world ran before this start (a world
+ * whose new trace cannot be made keeps its old one: dev_trace_start). */
 static int start_all(srv_shards *sh, uint64_t max_events) {
   uint32_t n = 0;
   for (uint32_t k = 0; k < sh->n; k++)
     n += sh->worlds[k] != NULL;
   uint64_t all = max_events ? max_events : DEV_TRACE_MAX_EVENTS_DEFAULT;
-  uint64_t each = n > 1 && all / n > 0 ? all / n : all;
-  for (uint32_t k = 0; k < sh->n; k++) {
-    if (sh->worlds[k] == NULL)
-      continue;
-    int rc = dev_trace_start(sh->worlds[k], (uint32_t)each);
-    if (rc != 0) {
-      while (k-- > 0)
-        if (sh->worlds[k] != NULL)
-          dev_trace_free(dev_trace_detach(sh->worlds[k]));
-      return rc;
-    }
-  }
-  return 0;
+  uint64_t each = n > 1 ? all / n : all;
+  each = each > 0 ? each : 1;
+  int rc = 0;
+  for (uint32_t k = 0; k < sh->n && rc == 0; k++)
+    if (sh->worlds[k] != NULL)
+      rc = restart_fails(k) ? ACCEL_ENOMEM : dev_trace_start(sh->worlds[k], (uint32_t)each);
+  if (rc != 0)
+    for (uint32_t k = 0; k < sh->n; k++)
+      if (sh->worlds[k] != NULL)
+        dev_trace_free(dev_trace_detach(sh->worlds[k]));
+  return rc;
 }
 
-/* Every world's trace stopped and taken, in shard order; EINVAL when none ran. */
+/* Every world's trace stopped and taken, at its shard's index (NULL where a world has none);
+ * EINVAL when none ran. */
 static int detach_all(srv_shards *sh, trace_req *r) {
+  bool any = false;
   for (uint32_t k = 0; k < sh->n; k++) {
-    dev_trace *t = sh->worlds[k] != NULL ? dev_trace_detach(sh->worlds[k]) : NULL;
-    if (t != NULL)
-      r->parts[r->nparts++] = t;
+    r->parts[k] = sh->worlds[k] != NULL ? dev_trace_detach(sh->worlds[k]) : NULL;
+    any = any || r->parts[k] != NULL;
   }
-  if (r->nparts == 0)
+  r->nparts = sh->n;
+  if (!any)
     return ACCEL_EINVAL;
   atomic_store(&sh->trace_rendering, true); /* until the render is done */
   return 0;
@@ -138,7 +154,7 @@ static void back(accel_task *task) {
     accel_log(ACCEL_LOG_INFO, "server", "connection %u%s%s%s started a trace", r->c->pipe,
               r->c->name[0] ? " ('" : "", r->c->name, r->c->name[0] ? "')" : "");
   if (r->rc != 0 || r->command == PROTO_CTL_TRACE_START || s->stopped) {
-    if (r->nparts > 0)
+    if (r->rc == 0 && r->nparts > 0) /* taken: only the asking server stopped meanwhile */
       atomic_store(&s->shards->trace_rendering, false);
     if (s->stopped)
       nng_msg_free(r->m);

@@ -138,14 +138,18 @@ static int run_round(CUcontext ctx, enum mode mode, int threads, double seconds)
     ws[i] = (struct worker){.ctx = ctx, .mode = mode, .seconds = seconds};
     ws[i].lat_us = malloc(sizeof(double) * MAX_SAMPLES);
     if (!ws[i].lat_us || pthread_create(&ws[i].thread, NULL, worker_main, &ws[i])) {
-      fprintf(stderr, "bench-submit: no thread\n");
-      return -1;
+      fprintf(stderr, "bench-submit: no memory or thread\n");
+      exit(1); /* the threads started wait for start_flag: the process ends them */
     }
   }
   atomic_store(&start_flag, 1);
   uint64_t ops = 0;
   int failed = 0;
   double *all = malloc(sizeof(double) * MAX_SAMPLES);
+  if (all == NULL) {
+    fprintf(stderr, "bench-submit: no memory\n");
+    exit(1);
+  }
   size_t nall = 0;
   for (int i = 0; i < threads; i++) {
     pthread_join(ws[i].thread, NULL);

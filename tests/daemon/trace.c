@@ -288,11 +288,39 @@ TEST(a_trace_covers_every_shard) {
   td_cleanup(&d);
 }
 
+/* A start that fails in one shard's world (a test failpoint: out of memory in shard 1 on any
+ * start but the first) leaves no trace running in any: not the one just started in shard 0,
+ * nor the one shard 1 ran before; a stop then has nothing to stop. */
+TEST(a_failed_start_leaves_no_shard_tracing) {
+  td_daemon d;
+  td_client a, b;
+  td_prepare(&d);
+  td_write_config(&d, "[daemon]\nshards = 2\n");
+  CHECK_EQ(setenv("ACCEL_TEST_TRACE_RESTART_FAILS", "1", 1), 0);
+  td_start(&d, "--backends", "cpu", NULL);
+  CHECK_EQ(unsetenv("ACCEL_TEST_TRACE_RESTART_FAILS"), 0);
+  td_client_open(&a, d.url);
+  td_client_open(&b, d.url);
+  proto_welcome w;
+  CHECK_OK(td_hello(&a, &w));
+  CHECK_OK(td_hello(&b, &w));
+  uint64_t x = td_handle(1, 1);
+  CHECK_OK(td_create(&b, x, ACCEL_U32, 1));
+  CHECK_OK(td_control(&a, PROTO_CTL_TRACE_START, 0)); /* the first: every shard traces */
+  fill_batches(&b, x, 1);
+  CHECK_EQ(td_control(&a, PROTO_CTL_TRACE_START, 0), ACCEL_ENOMEM);
+  CHECK_EQ(td_control(&b, PROTO_CTL_TRACE_STOP, 0), ACCEL_EINVAL);
+  td_client_close(&a);
+  td_client_close(&b);
+  CHECK_EQ(td_stop(&d), 0);
+  td_cleanup(&d);
+}
+
 static const test_case tests[] = {
     TEST_CASE(accelctl_trace_records_a_client), TEST_CASE(accel_trace_records_an_embedded_program),
     TEST_CASE(trace_errors_are_named),          TEST_CASE(stop_without_start_is_refused),
     TEST_CASE(a_trace_renders_off_the_loop),    TEST_CASE(stopping_while_a_trace_renders),
-    TEST_CASE(a_trace_covers_every_shard),
+    TEST_CASE(a_trace_covers_every_shard),      TEST_CASE(a_failed_start_leaves_no_shard_tracing),
 };
 
 TEST_MAIN(tests)

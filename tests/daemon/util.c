@@ -154,7 +154,7 @@ void td_write_config(td_daemon *d, const char *text) {
     fprintf(f, "\n[daemon]\nio_threads = %s\n", io);
   const char *shards = getenv("ACCEL_TEST_SHARDS"); /* else one, whatever the host's cores */
   if (strstr(text, "shards") == NULL)
-    fprintf(f, "\n[daemon]\nshards = %s\n", shards != NULL ? shards : "1");
+    fprintf(f, "\n[daemon]\nshards = %s\n", shards != NULL && *shards ? shards : "1");
   fclose(f);
 }
 
