@@ -190,14 +190,19 @@ TEST(exit_timeout_key) {
   expect_config_error("[daemon]\nexit_timeout_ms = -1\n", "acceld.conf:2");
 }
 
-/* [daemon] io_threads as read from `text` (which must be valid). */
-static uint32_t io_threads_of(const char *text) {
+/* The config `text` (which must be valid) gives, as acceld would read it (`auto` resolved),
+ * with nothing allocated left: its integer keys only. */
+static acd_config valid_config(const char *text) {
   char err[320];
-  acd_config c;
+  acd_config c, kept;
   CHECK_OK(read_config(text, &c, NULL, err, sizeof err));
-  uint32_t n = c.io_threads;
+  kept = c;
   acd_config_free(&c);
-  return n;
+  return kept;
+}
+
+static uint32_t io_threads_of(const char *text) {
+  return valid_config(text).io_threads;
 }
 
 /* [daemon] io_threads: auto by default, 0 (the loop) to 64; 65 is an error. */
@@ -210,14 +215,8 @@ TEST(io_threads_key) {
   expect_config_error("[daemon]\nio_threads = -1\n", "acceld.conf:2");
 }
 
-/* [daemon] shards as read from `text` (which must be valid), auto resolved. */
 static uint32_t shards_of(const char *text) {
-  char err[320];
-  acd_config c;
-  CHECK_OK(read_config(text, &c, NULL, err, sizeof err));
-  uint32_t n = c.shards;
-  acd_config_free(&c);
-  return n;
+  return valid_config(text).shards;
 }
 
 /* [daemon] shards: auto by default (one per 16 cores, 1 to 4), 1 to 16; 0 and 17 are errors. */

@@ -165,14 +165,24 @@ static uint64_t send_control(td_client *c, uint32_t command) {
   return id;
 }
 
+/* A daemon of the cpu backend with `config` (NULL: the test default) and the failpoint
+ * variable `var` set to `value` (NULL: unset) in its environment only. */
+static void start_with_failpoint(td_daemon *d, const char *config, const char *var,
+                                 const char *value) {
+  td_prepare(d);
+  if (config != NULL)
+    td_write_config(d, config);
+  if (value != NULL)
+    CHECK_EQ(setenv(var, value, 1), 0);
+  td_start(d, "--backends", "cpu", NULL);
+  CHECK_EQ(unsetenv(var), 0);
+}
+
 /* A daemon whose trace renders take half a second longer (a failpoint: the few thousand events
  * of a test render in milliseconds), and a client a with a running trace of about 4 000
  * events; b another connection. */
 static void trace_some(td_daemon *d, td_client *a, td_client *b) {
-  td_prepare(d);
-  CHECK_EQ(setenv("ACCEL_TEST_TRACE_RENDER_DELAY_US", "500000", 1), 0);
-  td_start(d, "--backends", "cpu", NULL);
-  CHECK_EQ(unsetenv("ACCEL_TEST_TRACE_RENDER_DELAY_US"), 0);
+  start_with_failpoint(d, NULL, "ACCEL_TEST_TRACE_RENDER_DELAY_US", "500000");
   td_client_open(a, d->url);
   td_client_open(b, d->url);
   proto_welcome w;
@@ -244,20 +254,25 @@ TEST(stopping_while_a_trace_renders) {
   td_cleanup(&d);
 }
 
+/* An acceld of two shards (ACCEL_TEST_TRACE_RESTART_FAILS=`failing` if not NULL) and two
+ * clients with sessions, connected together: the second goes to the shard the first is not
+ * on (the one with the fewest connections). */
+static void two_shards(td_daemon *d, td_client *a, td_client *b, const char *failing) {
+  start_with_failpoint(d, "[daemon]\nshards = 2\n", "ACCEL_TEST_TRACE_RESTART_FAILS", failing);
+  td_client_open(a, d->url);
+  td_client_open(b, d->url);
+  proto_welcome w;
+  CHECK_OK(td_hello(a, &w));
+  CHECK_OK(td_hello(b, &w));
+}
+
 /* Two shards (a world each): a and b, connected together, are served by different shards; a
  * trace started on a and stopped on b holds both clients' fills, each shard's ops and device
  * tracks kept apart (check_trace.py --shards 2), and one render at a time still holds. */
 TEST(a_trace_covers_every_shard) {
   td_daemon d;
   td_client a, b;
-  td_prepare(&d);
-  td_write_config(&d, "[daemon]\nshards = 2\n");
-  td_start(&d, "--backends", "cpu", NULL);
-  td_client_open(&a, d.url);
-  td_client_open(&b, d.url);
-  proto_welcome w;
-  CHECK_OK(td_hello(&a, &w));
-  CHECK_OK(td_hello(&b, &w));
+  two_shards(&d, &a, &b, NULL);
   uint64_t x = td_handle(1, 1);
   CHECK_OK(td_create(&a, x, ACCEL_U32, 1));
   CHECK_OK(td_create(&b, x, ACCEL_U32, 1));
@@ -294,16 +309,7 @@ TEST(a_trace_covers_every_shard) {
 TEST(a_failed_start_leaves_no_shard_tracing) {
   td_daemon d;
   td_client a, b;
-  td_prepare(&d);
-  td_write_config(&d, "[daemon]\nshards = 2\n");
-  CHECK_EQ(setenv("ACCEL_TEST_TRACE_RESTART_FAILS", "1", 1), 0);
-  td_start(&d, "--backends", "cpu", NULL);
-  CHECK_EQ(unsetenv("ACCEL_TEST_TRACE_RESTART_FAILS"), 0);
-  td_client_open(&a, d.url);
-  td_client_open(&b, d.url);
-  proto_welcome w;
-  CHECK_OK(td_hello(&a, &w));
-  CHECK_OK(td_hello(&b, &w));
+  two_shards(&d, &a, &b, "1");
   uint64_t x = td_handle(1, 1);
   CHECK_OK(td_create(&b, x, ACCEL_U32, 1));
   CHECK_OK(td_control(&a, PROTO_CTL_TRACE_START, 0)); /* the first: every shard traces */
